@@ -1,0 +1,58 @@
+// Package awsenv builds the AWS SDK clients the service uses, honouring the
+// endpoint overrides that point them at an emulator, DynamoDB Local or AWS.
+package awsenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+)
+
+// Environment variables that redirect the SDK clients. Unset means AWS.
+const (
+	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
+	EnvSQSEndpoint      = "SQS_ENDPOINT"
+)
+
+// DefaultRegion is used when neither AWS_REGION nor a profile names one.
+const DefaultRegion = "us-east-1"
+
+// Clients holds one client per service, built once per process.
+type Clients struct {
+	DynamoDB *dynamodb.Client
+	SQS      *sqs.Client
+}
+
+// Load reads the SDK's default configuration chain and builds the clients,
+// using DYNAMODB_ENDPOINT and SQS_ENDPOINT when they are set.
+func Load(ctx context.Context, optFns ...func(*config.LoadOptions) error) (Clients, error) {
+	cfg, err := config.LoadDefaultConfig(ctx, optFns...)
+	if err != nil {
+		return Clients{}, fmt.Errorf("awsenv: load config: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	return New(cfg, os.Getenv(EnvDynamoDBEndpoint), os.Getenv(EnvSQSEndpoint)), nil
+}
+
+// New builds the clients from cfg; an empty endpoint keeps the AWS default.
+func New(cfg aws.Config, dynamoEndpoint, sqsEndpoint string) Clients {
+	return Clients{
+		DynamoDB: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+			if dynamoEndpoint != "" {
+				o.BaseEndpoint = aws.String(dynamoEndpoint)
+			}
+		}),
+		SQS: sqs.NewFromConfig(cfg, func(o *sqs.Options) {
+			if sqsEndpoint != "" {
+				o.BaseEndpoint = aws.String(sqsEndpoint)
+			}
+		}),
+	}
+}

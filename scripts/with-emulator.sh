@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Run a command with the DynamoDB/SQS emulator up, then stop the emulator,
+# whatever the command's exit status. Endpoints already set in the
+# environment (DynamoDB Local, AWS) are used as they are, and then no
+# emulator is started.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+if [[ -n "${DYNAMODB_ENDPOINT:-}" && -n "${SQS_ENDPOINT:-}" ]]; then
+  exec "$@"
+fi
+
+log=$(mktemp)
+"$root/.venv/bin/python" "$root/scripts/emulator.py" --port 0 >"$log" 2>"$log.err" &
+pid=$!
+trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log" "$log.err"' EXIT
+
+url=""
+for _ in $(seq 1 600); do
+  url=$(sed -n 's/^READY //p' "$log")
+  [[ -n "$url" ]] && break
+  if ! kill -0 "$pid" 2>/dev/null; then
+    cat "$log.err" >&2
+    echo "emulator exited before it was ready" >&2
+    exit 1
+  fi
+  sleep 0.1
+done
+[[ -n "$url" ]] || { echo "emulator not ready after 60s" >&2; exit 1; }
+
+export DYNAMODB_ENDPOINT="${DYNAMODB_ENDPOINT:-$url}"
+export SQS_ENDPOINT="${SQS_ENDPOINT:-$url}"
+export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}"
+export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
+export AWS_REGION="${AWS_REGION:-us-east-1}"
+echo "emulator: $url" >&2
+"$@"
