@@ -41,8 +41,6 @@ var (
 	once    sync.Once
 	started endpoints
 	errInit error
-	// Kept open for the life of the process; closing it stops the launcher.
-	launcherStdin io.WriteCloser
 )
 
 // RepoRoot is the directory holding go.mod.
@@ -87,8 +85,9 @@ func startEmulator() (string, error) {
 	}
 	cmd := exec.Command(python, filepath.Join(root, "scripts", "emulator.py"), "--port", "0", "--exit-with-stdin")
 	cmd.Stderr = io.Discard
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
+	// The pipe stays open while cmd is referenced (by the Wait below) and
+	// closes when this process exits, which stops the launcher.
+	if _, err := cmd.StdinPipe(); err != nil {
 		return "", fmt.Errorf("testenv: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
@@ -98,7 +97,7 @@ func startEmulator() (string, error) {
 	if err := cmd.Start(); err != nil {
 		return "", fmt.Errorf("testenv: start emulator: %w", err)
 	}
-	launcherStdin = stdin
+	go func() { _ = cmd.Wait() }()
 	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -117,12 +116,11 @@ func startEmulator() (string, error) {
 	}
 }
 
-// Config returns an SDK configuration for the test endpoints.
-func Config(t testing.TB) aws.Config {
-	t.Helper()
+// LoadConfig returns an SDK configuration for the test endpoints.
+func LoadConfig() (aws.Config, error) {
 	ep, err := resolve()
 	if err != nil {
-		t.Fatal(err)
+		return aws.Config{}, err
 	}
 	opts := []func(*config.LoadOptions) error{config.WithRegion(regionOr(awsenv.DefaultRegion))}
 	if ep.static {
@@ -130,9 +128,9 @@ func Config(t testing.TB) aws.Config {
 	}
 	cfg, err := config.LoadDefaultConfig(context.Background(), opts...)
 	if err != nil {
-		t.Fatalf("testenv: load config: %v", err)
+		return aws.Config{}, fmt.Errorf("testenv: load config: %w", err)
 	}
-	return cfg
+	return cfg, nil
 }
 
 func regionOr(def string) string {
@@ -140,6 +138,30 @@ func regionOr(def string) string {
 		return r
 	}
 	return def
+}
+
+// NewClients returns SDK clients for the test endpoints, with extra
+// DynamoDB options applied (e.g. middleware that counts calls).
+func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
+	cfg, err := LoadConfig()
+	if err != nil {
+		return awsenv.Clients{}, err
+	}
+	c := awsenv.New(cfg, started.dynamo, started.sqs)
+	if len(dynamoOpts) > 0 {
+		c.DynamoDB = dynamodb.New(c.DynamoDB.Options(), dynamoOpts...)
+	}
+	return c, nil
+}
+
+// Clients is NewClients for a test: it fails the test on error.
+func Clients(t testing.TB, dynamoOpts ...func(*dynamodb.Options)) awsenv.Clients {
+	t.Helper()
+	c, err := NewClients(dynamoOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // Endpoints returns the DynamoDB and SQS endpoints in use.
@@ -152,18 +174,6 @@ func Endpoints(t testing.TB) (dynamo, sqs string) {
 	return ep.dynamo, ep.sqs
 }
 
-// Clients returns SDK clients for the test endpoints, with extra DynamoDB
-// options applied (e.g. middleware that counts calls).
-func Clients(t testing.TB, dynamoOpts ...func(*dynamodb.Options)) awsenv.Clients {
-	t.Helper()
-	dynamo, sqs := Endpoints(t)
-	c := awsenv.New(Config(t), dynamo, sqs)
-	if len(dynamoOpts) > 0 {
-		c.DynamoDB = dynamodb.New(c.DynamoDB.Options(), dynamoOpts...)
-	}
-	return c
-}
-
 // UniqueName returns prefix followed by a random suffix, for tables, queues
 // and keys that must not collide across parallel tests or runs.
 func UniqueName(prefix string) string {
@@ -172,26 +182,38 @@ func UniqueName(prefix string) string {
 	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
-// CreateTable creates a table from def under a unique name, waits until it
-// is active and deletes it when the test ends. It returns the name.
-func CreateTable(t testing.TB, def *dynamodb.CreateTableInput) string {
-	t.Helper()
-	ctx := context.Background()
-	client := Clients(t).DynamoDB
+// NewTable creates a table from def under a unique name and waits until it
+// is active. It returns the name and a function that deletes the table.
+func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func(), error) {
+	c, err := NewClients()
+	if err != nil {
+		return "", nil, err
+	}
 	in := *def
 	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
-	if _, err := client.CreateTable(ctx, &in); err != nil {
-		t.Fatalf("testenv: create table %s: %v", aws.ToString(in.TableName), err)
+	if _, err := c.DynamoDB.CreateTable(ctx, &in); err != nil {
+		return "", nil, fmt.Errorf("testenv: create table %s: %w", aws.ToString(in.TableName), err)
 	}
-	waiter := dynamodb.NewTableExistsWaiter(client, func(o *dynamodb.TableExistsWaiterOptions) {
+	waiter := dynamodb.NewTableExistsWaiter(c.DynamoDB, func(o *dynamodb.TableExistsWaiterOptions) {
 		o.MinDelay = 50 * time.Millisecond
 		o.MaxDelay = time.Second
 	})
 	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 2*time.Minute); err != nil {
-		t.Fatalf("testenv: wait for table %s: %v", aws.ToString(in.TableName), err)
+		return "", nil, fmt.Errorf("testenv: wait for table %s: %w", aws.ToString(in.TableName), err)
 	}
-	t.Cleanup(func() {
-		_, _ = client.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName})
-	})
-	return aws.ToString(in.TableName)
+	drop := func() {
+		_, _ = c.DynamoDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName})
+	}
+	return aws.ToString(in.TableName), drop, nil
+}
+
+// CreateTable is NewTable for a test: the table is deleted when it ends.
+func CreateTable(t testing.TB, def *dynamodb.CreateTableInput) string {
+	t.Helper()
+	name, drop, err := NewTable(context.Background(), def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	return name
 }

@@ -1,0 +1,55 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors callers branch on. SDK errors never escape the package unwrapped;
+// these are what the store's methods return.
+var (
+	// ErrFingerprintMismatch: the key was used before with a different
+	// request. The stored response is not returned.
+	ErrFingerprintMismatch = errors.New("idem: key reused with a different request")
+	// ErrInFlight: another attempt holds the key. Returned as *InFlightError.
+	ErrInFlight = errors.New("idem: request in flight")
+	// ErrLeaseLost: the caller's lease was taken over or the record was
+	// completed or released by someone else; nothing was written.
+	ErrLeaseLost = errors.New("idem: lease lost")
+	// ErrNotFound: no live record for the key (absent, or past retention).
+	ErrNotFound = errors.New("idem: record not found")
+	// ErrCompleted: the record is terminal; it cannot be taken over.
+	ErrCompleted = errors.New("idem: record already completed")
+	// ErrWriteConditionFailed: one of the caller's business writes in a
+	// Commit failed its own condition. Returned as *WriteConditionError.
+	ErrWriteConditionFailed = errors.New("idem: business write condition failed")
+	// ErrTooLarge: a response or intent would not fit in a record.
+	ErrTooLarge = errors.New("idem: too large to store")
+)
+
+// InFlightError reports a key held by an unfinished attempt.
+type InFlightError struct {
+	LeaseExpiresAt  time.Time // when the holder's lease runs out
+	RecordExpiresAt time.Time // when the key stops deduplicating
+}
+
+func (e *InFlightError) Error() string {
+	return fmt.Sprintf("idem: request in flight, lease until %s", e.LeaseExpiresAt.UTC().Format(time.RFC3339))
+}
+
+// Is makes errors.Is(err, ErrInFlight) true.
+func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// WriteConditionError names the business write, by its index in the
+// writes passed to Commit, whose condition failed.
+type WriteConditionError struct {
+	Index int
+}
+
+func (e *WriteConditionError) Error() string {
+	return fmt.Sprintf("idem: business write %d: condition failed", e.Index)
+}
+
+// Is makes errors.Is(err, ErrWriteConditionFailed) true.
+func (e *WriteConditionError) Is(target error) bool { return target == ErrWriteConditionFailed }

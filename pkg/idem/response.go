@@ -1,0 +1,91 @@
+package idem
+
+import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Response is what a completed command answered: replayed byte for byte to
+// every later attempt with the same key and request.
+type Response struct {
+	Status  int
+	Headers map[string]string // a small set, e.g. Content-Type and Location
+	Body    []byte
+}
+
+// Limits on what a record can hold. DynamoDB items are at most 400 KB,
+// attribute names included; the rest of a record is well under 2 KB.
+const (
+	MaxHeaders       = 16
+	maxStoredPayload = 380 * 1024
+)
+
+// encodeResponse returns the response attributes, compressing the body when
+// it is larger than compressAbove bytes. It refuses, with ErrTooLarge, a
+// response that together with the intent would not fit in an item.
+func encodeResponse(r Response, compressAbove, intentLen int) (map[string]types.AttributeValue, error) {
+	if len(r.Headers) > MaxHeaders {
+		return nil, fmt.Errorf("%w: %d response headers, at most %d", ErrTooLarge, len(r.Headers), MaxHeaders)
+	}
+	body, gzipped := r.Body, false
+	if len(body) > compressAbove {
+		var buf bytes.Buffer
+		zw := gzip.NewWriter(&buf)
+		_, _ = zw.Write(body) // writes to a bytes.Buffer cannot fail
+		_ = zw.Close()
+		if buf.Len() < len(body) {
+			body, gzipped = buf.Bytes(), true
+		}
+	}
+	size := intentLen + len(body)
+	headers := make(map[string]types.AttributeValue, len(r.Headers))
+	for k, v := range r.Headers {
+		size += len(k) + len(v)
+		headers[k] = &types.AttributeValueMemberS{Value: v}
+	}
+	if size > maxStoredPayload {
+		return nil, fmt.Errorf("%w: response and intent need %d bytes, at most %d", ErrTooLarge, size, maxStoredPayload)
+	}
+	return map[string]types.AttributeValue{
+		attrRespStatus:  &types.AttributeValueMemberN{Value: strconv.Itoa(r.Status)},
+		attrRespHeaders: &types.AttributeValueMemberM{Value: headers},
+		attrRespBody:    &types.AttributeValueMemberB{Value: body},
+		attrRespGzip:    &types.AttributeValueMemberBOOL{Value: gzipped},
+	}, nil
+}
+
+func decodeResponse(item map[string]types.AttributeValue) (*Response, error) {
+	status, err := numberAttr(item, attrRespStatus)
+	if err != nil {
+		return nil, err
+	}
+	r := &Response{Status: int(status), Headers: map[string]string{}}
+	if m, ok := item[attrRespHeaders].(*types.AttributeValueMemberM); ok {
+		for k, v := range m.Value {
+			if s, ok := v.(*types.AttributeValueMemberS); ok {
+				r.Headers[k] = s.Value
+			}
+		}
+	}
+	if b, ok := item[attrRespBody].(*types.AttributeValueMemberB); ok {
+		r.Body = b.Value
+	}
+	if g, ok := item[attrRespGzip].(*types.AttributeValueMemberBOOL); ok && g.Value {
+		zr, err := gzip.NewReader(bytes.NewReader(r.Body))
+		if err != nil {
+			return nil, fmt.Errorf("idem: stored response: %w", err)
+		}
+		if r.Body, err = io.ReadAll(zr); err != nil {
+			return nil, fmt.Errorf("idem: stored response: %w", err)
+		}
+	}
+	if r.Body == nil {
+		r.Body = []byte{}
+	}
+	return r, nil
+}

@@ -1,0 +1,488 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// fakeClock is a settable clock shared by a test and its stores.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *fakeClock { return &fakeClock{now: time.Now()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type env struct {
+	table string
+	db    *dynamodb.Client
+	calls *testenv.CallCounter
+	clock *fakeClock
+	store *idem.Store
+}
+
+func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
+	t.Helper()
+	e := &env{calls: &testenv.CallCounter{}, clock: newClock()}
+	e.table = testenv.CreateTable(t, idem.TableInput("idem"))
+	e.db = testenv.Clients(t, e.calls.Option()).DynamoDB
+	e.store = e.newStore(t, optFns...)
+	return e
+}
+
+func (e *env) newStore(t *testing.T, optFns ...func(*idem.Options)) *idem.Store {
+	t.Helper()
+	opts := append([]func(*idem.Options){func(o *idem.Options) {
+		o.Clock = e.clock.Now
+		o.DefaultLease = 30 * time.Second
+	}}, optFns...)
+	s, err := idem.New(e.db, e.table, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func key(t *testing.T, tenant string) idem.Key {
+	t.Helper()
+	k, err := idem.NewKey(tenant, "create-charge", testenv.UniqueName("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+var (
+	fpA  = idem.FingerprintOf([]byte(`{"amount":100}`))
+	fpB  = idem.FingerprintOf([]byte(`{"amount":200}`))
+	resp = idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
+	ctx  = context.Background()
+)
+
+func begin(t *testing.T, s *idem.Store, k idem.Key, fp idem.Fingerprint) *idem.Lease {
+	t.Helper()
+	b, err := s.Begin(ctx, k, fp, []byte("intent"))
+	if err != nil || b.Lease == nil {
+		t.Fatalf("Begin: want a new lease, got %+v, %v", b, err)
+	}
+	return b.Lease
+}
+
+func wantReplay(t *testing.T, s *idem.Store, k idem.Key, want idem.Response) {
+	t.Helper()
+	b, err := s.Begin(ctx, k, fpA, nil)
+	if err != nil || b.Replay == nil {
+		t.Fatalf("Begin: want a replay, got %+v, %v", b, err)
+	}
+	if b.Replay.Status != want.Status || !bytes.Equal(b.Replay.Body, want.Body) || b.Replay.Headers["Content-Type"] != want.Headers["Content-Type"] {
+		t.Fatalf("replay = %d %q %v, want %d %q %v", b.Replay.Status, b.Replay.Body, b.Replay.Headers, want.Status, want.Body, want.Headers)
+	}
+}
+
+func wantInFlight(t *testing.T, err error) {
+	t.Helper()
+	var inflight *idem.InFlightError
+	if !errors.As(err, &inflight) || !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("want *InFlightError, got %v", err)
+	}
+}
+
+func TestLifecycleAllowedTransitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+
+	t.Run("absent to in flight to succeeded, then replay", func(t *testing.T) {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		_, err := e.store.Begin(ctx, k, fpA, nil)
+		wantInFlight(t, err)
+		if err := e.store.Commit(ctx, l, resp); err != nil {
+			t.Fatal(err)
+		}
+		wantReplay(t, e.store, k, resp)
+		rec, err := e.store.Get(ctx, k)
+		if err != nil || rec.Status != idem.StatusSucceeded || string(rec.Intent) != "intent" {
+			t.Fatalf("Get = %+v, %v", rec, err)
+		}
+	})
+	t.Run("in flight to failed permanent, then replay of the failure", func(t *testing.T) {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		declined := idem.Response{Status: 402, Headers: map[string]string{"Content-Type": "application/problem+json"}, Body: []byte(`{"type":"card-declined"}`)}
+		if err := e.store.Fail(ctx, l, declined); err != nil {
+			t.Fatal(err)
+		}
+		wantReplay(t, e.store, k, declined)
+	})
+	t.Run("in flight to absent by fenced release", func(t *testing.T) {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		if err := e.store.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("Get after release: %v", err)
+		}
+		begin(t, e.store, k, fpB) // absent again: any request may claim it
+	})
+	t.Run("heartbeat extends the lease", func(t *testing.T) {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		first := l.ExpiresAt
+		e2 := *e
+		e2.clock = &fakeClock{now: e.clock.Now().Add(20 * time.Second)}
+		s2 := e2.newStore(t)
+		if err := s2.Heartbeat(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+		if !l.ExpiresAt.After(first) {
+			t.Fatalf("lease not extended: %v then %v", first, l.ExpiresAt)
+		}
+		rec, err := e.store.Get(ctx, k)
+		if err != nil || !rec.LeaseExpiresAt.Equal(l.ExpiresAt.Truncate(time.Millisecond)) {
+			t.Fatalf("stored lease %v, want %v (%v)", rec.LeaseExpiresAt, l.ExpiresAt, err)
+		}
+	})
+}
+
+func TestLifecycleForbiddenTransitions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	terminal := map[string]func(*idem.Lease) error{
+		"succeeded":        func(l *idem.Lease) error { return e.store.Commit(ctx, l, resp) },
+		"failed permanent": func(l *idem.Lease) error { return e.store.Fail(ctx, l, resp) },
+	}
+	for name, finish := range terminal {
+		t.Run(name+" is terminal", func(t *testing.T) {
+			k := key(t, "acme")
+			l := begin(t, e.store, k, fpA)
+			if err := finish(l); err != nil {
+				t.Fatal(err)
+			}
+			for op, again := range map[string]func() error{
+				"commit":    func() error { return e.store.Commit(ctx, l, idem.Response{Status: 500}) },
+				"fail":      func() error { return e.store.Fail(ctx, l, idem.Response{Status: 500}) },
+				"release":   func() error { return e.store.Release(ctx, l) },
+				"heartbeat": func() error { return e.store.Heartbeat(ctx, l) },
+			} {
+				if err := again(); !errors.Is(err, idem.ErrLeaseLost) {
+					t.Errorf("%s after %s: want ErrLeaseLost, got %v", op, name, err)
+				}
+			}
+			e.clock.Advance(time.Hour) // even with every lease long expired
+			defer e.clock.Advance(-time.Hour)
+			if _, err := e.store.TakeOver(ctx, k); !errors.Is(err, idem.ErrCompleted) {
+				t.Errorf("take over of %s: want ErrCompleted, got %v", name, err)
+			}
+			wantReplay(t, e.store, k, resp) // never reopened to IN_FLIGHT
+		})
+	}
+	t.Run("only the lease owner completes", func(t *testing.T) {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		impostor := *l
+		impostor.Token = strings.Repeat("0", len(l.Token))
+		for op, try := range map[string]func() error{
+			"commit":    func() error { return e.store.Commit(ctx, &impostor, resp) },
+			"fail":      func() error { return e.store.Fail(ctx, &impostor, resp) },
+			"release":   func() error { return e.store.Release(ctx, &impostor) },
+			"heartbeat": func() error { return e.store.Heartbeat(ctx, &impostor) },
+		} {
+			if err := try(); !errors.Is(err, idem.ErrLeaseLost) {
+				t.Errorf("%s by another token: want ErrLeaseLost, got %v", op, err)
+			}
+		}
+		if err := e.store.Commit(ctx, l, resp); err != nil {
+			t.Fatalf("the owner's commit: %v", err)
+		}
+	})
+	t.Run("no take over of a live lease", func(t *testing.T) {
+		k := key(t, "acme")
+		begin(t, e.store, k, fpA)
+		_, err := e.store.TakeOver(ctx, k)
+		wantInFlight(t, err)
+	})
+	t.Run("no take over of an absent record", func(t *testing.T) {
+		if _, err := e.store.TakeOver(ctx, key(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
+			t.Fatalf("want ErrNotFound, got %v", err)
+		}
+	})
+}
+
+func TestFencingAfterTakeOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	business := testenv.CreateTable(t, &dynamodb.CreateTableInput{
+		TableName:            aws.String("business"),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	})
+	put := func(id, by string) types.TransactWriteItem {
+		return types.TransactWriteItem{Put: &types.Put{
+			TableName:           aws.String(business),
+			Item:                map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: id}, "by": &types.AttributeValueMemberS{Value: by}},
+			ConditionExpression: aws.String("attribute_not_exists(id)"),
+		}}
+	}
+
+	k := key(t, "acme")
+	a := begin(t, e.store, k, fpA)
+	e.clock.Advance(31 * time.Second) // A's lease runs out
+	b, err := e.store.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Token == a.Token || string(b.Intent) != "intent" || !b.CreatedAt.Equal(a.CreatedAt) {
+		t.Fatalf("take over lease = %+v (A's: %+v)", b, a)
+	}
+	if err := e.store.Commit(ctx, b, resp, put("b-row", "B")); err != nil {
+		t.Fatalf("B commit: %v", err)
+	}
+	err = e.store.Commit(ctx, a, idem.Response{Status: 201, Body: []byte("A")}, put("a-row", "A"))
+	if !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("A's late commit: want ErrLeaseLost, got %v", err)
+	}
+	for id, want := range map[string]bool{"a-row": false, "b-row": true} {
+		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(business), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: id}}, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(out.Item) > 0; got != want {
+			t.Errorf("business row %s present = %v, want %v", id, got, want)
+		}
+	}
+	wantReplay(t, e.store, k, resp)
+
+	t.Run("a business write's own condition names the write", func(t *testing.T) {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		err := e.store.Commit(ctx, l, resp, put("fresh-"+k.ClientKey(), "x"), put("b-row", "dup"))
+		var wce *idem.WriteConditionError
+		if !errors.As(err, &wce) || wce.Index != 1 || !errors.Is(err, idem.ErrWriteConditionFailed) {
+			t.Fatalf("want WriteConditionError{1}, got %v", err)
+		}
+		rec, err := e.store.Get(ctx, k)
+		if err != nil || rec.Status != idem.StatusInFlight {
+			t.Fatalf("record after failed commit: %+v %v", rec, err)
+		}
+	})
+}
+
+func TestExpiredRecordIsAbsent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
+	k := key(t, "acme")
+	l := begin(t, e.store, k, fpA)
+	if err := e.store.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Hour + 2*time.Second) // moto never deletes by TTL; AWS deletes lazily
+	if _, err := e.store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get of an expired record: want ErrNotFound, got %v", err)
+	}
+	begin(t, e.store, k, fpB) // a new command under the old key
+}
+
+func TestMismatchNeverReplays(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := key(t, "acme")
+	l := begin(t, e.store, k, fpA)
+	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("in flight, other body: want mismatch, got %v", err)
+	}
+	if err := e.store.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.store.Begin(ctx, k, fpB, nil)
+	if !errors.Is(err, idem.ErrFingerprintMismatch) || b.Replay != nil || b.Lease != nil {
+		t.Fatalf("completed, other body: want mismatch and nothing else, got %+v %v", b, err)
+	}
+}
+
+func TestTenantsDoNotShareKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ka := key(t, "tenant-a")
+	kb, _ := idem.NewKey("tenant-b", ka.Operation(), ka.ClientKey())
+	l := begin(t, e.store, ka, fpA)
+	if err := e.store.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, e.store, kb, fpA) // same client key and body, other tenant: a new command
+}
+
+func TestCallsPerOperation(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := key(t, "acme")
+	e.calls.Snapshot()
+	check := func(what string, want map[string]int) {
+		t.Helper()
+		got := e.calls.Snapshot()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: DynamoDB calls %v, want %v", what, got, want)
+		}
+	}
+	l := begin(t, e.store, k, fpA)
+	check("Begin, new", map[string]int{"PutItem": 1})
+	_, _ = e.store.Begin(ctx, k, fpA, nil)
+	check("Begin, in flight", map[string]int{"PutItem": 1})
+	_, _ = e.store.Begin(ctx, k, fpB, nil)
+	check("Begin, mismatch", map[string]int{"PutItem": 1})
+	if err := e.store.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	check("Commit", map[string]int{"TransactWriteItems": 1})
+	wantReplay(t, e.store, k, resp)
+	check("Begin, replay", map[string]int{"PutItem": 1})
+
+	big := idem.Response{Status: 201, Body: make([]byte, 500*1024)}
+	rand.NewChaCha8([32]byte{}).Read(big.Body) // incompressible
+	l2 := begin(t, e.store, key(t, "acme"), fpA)
+	e.calls.Snapshot()
+	if err := e.store.Commit(ctx, l2, big); !errors.Is(err, idem.ErrTooLarge) {
+		t.Fatalf("oversized response: want ErrTooLarge, got %v", err)
+	}
+	check("Commit refused before writing", map[string]int{})
+}
+
+func TestLargeResponseIsCompressedAndReplayedExactly(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := key(t, "acme")
+	l := begin(t, e.store, k, fpA)
+	body := []byte(strings.Repeat(`{"line":"a fairly repetitive response body"}`, 5000)) // ~220 KB, compresses well
+	big := idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
+	if err := e.store.Commit(ctx, l, big); err != nil {
+		t.Fatal(err)
+	}
+	wantReplay(t, e.store, k, big)
+}
+
+func TestStuckLeaseIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *idem.Options) { o.Shards = 2 })
+	stuck := map[string]bool{}
+	for i := 0; i < 6; i++ {
+		k := key(t, "acme")
+		l := begin(t, e.store, k, fpA)
+		switch i % 3 {
+		case 0:
+			stuck[k.String()] = true
+		case 1:
+			if err := e.store.Commit(ctx, l, resp); err != nil {
+				t.Fatal(err)
+			}
+		case 2:
+			if err := e.store.Release(ctx, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	found := func(before time.Time) map[string]bool {
+		got := map[string]bool{}
+		for shard := range e.store.Shards() {
+			for sl, err := range e.store.StuckLeases(ctx, shard, before) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got[sl.Key.String()] = true
+			}
+		}
+		return got
+	}
+	if got := found(e.clock.Now()); len(got) != 0 {
+		t.Fatalf("live leases listed as stuck: %v", got)
+	}
+	if got := found(e.clock.Now().Add(time.Minute)); fmt.Sprint(got) != fmt.Sprint(stuck) {
+		t.Fatalf("stuck = %v, want %v", got, stuck)
+	}
+}
+
+// TestConcurrentBeginHasOneOwner releases 64 goroutines together on one key,
+// round after round: exactly one may own the key, the rest see it in
+// flight, and after the owner commits everyone replays the same bytes.
+func TestConcurrentBeginHasOneOwner(t *testing.T) {
+	t.Parallel()
+	const workers, rounds = 64, 200
+	e := newEnv(t)
+	for round := range rounds {
+		k := key(t, "acme")
+		start := make(chan struct{})
+		var (
+			wg       sync.WaitGroup
+			mu       sync.Mutex
+			owners   []*idem.Lease
+			inFlight int
+		)
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				b, err := e.store.Begin(ctx, k, fpA, nil)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil && b.Lease != nil:
+					owners = append(owners, b.Lease)
+				case errors.Is(err, idem.ErrInFlight):
+					inFlight++
+				default:
+					t.Errorf("round %d: unexpected Begin result %+v, %v", round, b, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		if len(owners) != 1 || inFlight != workers-1 {
+			t.Fatalf("round %d: %d owners and %d in flight, want 1 and %d", round, len(owners), inFlight, workers-1)
+		}
+		body := []byte(fmt.Sprintf(`{"round":%d}`, round))
+		if err := e.store.Commit(ctx, owners[0], idem.Response{Status: 201, Body: body}); err != nil {
+			t.Fatal(err)
+		}
+		if round%20 == 0 { // replays after commit, concurrently
+			var rwg sync.WaitGroup
+			for range 8 {
+				rwg.Add(1)
+				go func() {
+					defer rwg.Done()
+					b, err := e.store.Begin(ctx, k, fpA, nil)
+					if err != nil || b.Replay == nil || !bytes.Equal(b.Replay.Body, body) {
+						t.Errorf("round %d: replay %+v, %v", round, b, err)
+					}
+				}()
+			}
+			rwg.Wait()
+		}
+	}
+}

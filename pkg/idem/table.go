@@ -1,0 +1,71 @@
+package idem
+
+import (
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The table layout. This is the one definition of it: the tests, the local
+// stack and the SAM template (checked by a test) all follow these names.
+const (
+	// AttrPK is the partition key: Key.String().
+	AttrPK = "pk"
+	// AttrExpiresAt is the record's retention deadline in epoch seconds,
+	// the attribute DynamoDB's TTL is enabled on.
+	AttrExpiresAt = "expires_at"
+	// AttrLeaseShard and AttrLeaseExpiresAt exist only while a record is
+	// IN_FLIGHT; they are the keys of the sparse stuck-lease index.
+	AttrLeaseShard     = "lease_shard"
+	AttrLeaseExpiresAt = "lease_expires_at"
+	// IndexStuckLeases is the sparse GSI of in-flight records by lease expiry.
+	IndexStuckLeases = "stuck-leases"
+
+	attrStatus      = "status"
+	attrFingerprint = "fingerprint"
+	attrCreatedAt   = "created_at"
+	attrLeaseToken  = "lease_token"
+	attrIntent      = "intent"
+	attrRespStatus  = "resp_status"
+	attrRespHeaders = "resp_headers"
+	attrRespBody    = "resp_body"
+	attrRespGzip    = "resp_gzip"
+	attrCompletedAt = "completed_at"
+)
+
+// TableInput returns the CreateTable request for an idempotency table named
+// name. TTL is not part of CreateTable: enable it on AttrExpiresAt with
+// UpdateTimeToLive (see TTLInput).
+func TableInput(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName:   aws.String(name),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrLeaseShard), AttributeType: types.ScalarAttributeTypeN},
+			{AttributeName: aws.String(AttrLeaseExpiresAt), AttributeType: types.ScalarAttributeTypeN},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+		},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(IndexStuckLeases),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrLeaseShard), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrLeaseExpiresAt), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+		}},
+	}
+}
+
+// TTLInput enables DynamoDB's TTL on AttrExpiresAt for the named table.
+func TTLInput(name string) *dynamodb.UpdateTimeToLiveInput {
+	return &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(name),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(AttrExpiresAt),
+			Enabled:       aws.Bool(true),
+		},
+	}
+}
