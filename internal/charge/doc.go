@@ -1,0 +1,10 @@
+// Package charge provides the charge service: creating a card charge at
+// most once per customer intent, reading charges back, and resolving
+// charges whose outcome was left unknown, all on top of pkg/idem.
+//
+// The intent's identity is the client's Idempotency-Key, carried as a
+// CommandID that every entry point requires. The provider reference and
+// the charge id are derived from the scoped key, so every re-execution of
+// one intent, by a retry or by the reconciler, reaches the provider's
+// deduplication and names the same charge.
+package charge

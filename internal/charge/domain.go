@@ -1,0 +1,129 @@
+package charge
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Operation scopes idempotency keys used to create charges.
+const Operation = "create-charge"
+
+// Limits on a charge request.
+const (
+	MinAmount      = 1
+	MaxAmount      = 99_999_999
+	MaxSourceLen   = 64
+	MaxDescription = 500 // characters
+)
+
+// CommandID is the client's identity for one intent (its Idempotency-Key),
+// minted once, before the first attempt, and sent with every retry.
+type CommandID string
+
+// ParseCommandID validates a client-supplied idempotency key.
+func ParseCommandID(s string) (CommandID, error) {
+	if err := idem.CheckClientKey(s); err != nil {
+		return "", err
+	}
+	return CommandID(s), nil
+}
+
+// Money is an amount in the currency's minor units.
+type Money struct {
+	Amount   int64
+	Currency string // ISO 4217
+}
+
+// Request is a validated request to charge a card.
+type Request struct {
+	Money       Money
+	Source      string // card token; never logged or stored
+	Description string
+}
+
+// ErrInvalidRequest is matched by every *InvalidError.
+var ErrInvalidRequest = errors.New("charge: invalid request")
+
+// InvalidError names the field a request got wrong.
+type InvalidError struct {
+	Field, Reason string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("charge: %s: %s", e.Field, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalidRequest) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// NewRequest validates the parts of a charge request.
+func NewRequest(amount int64, currency, source, description string) (Request, error) {
+	switch {
+	case amount < MinAmount || amount > MaxAmount:
+		return Request{}, &InvalidError{"amount", fmt.Sprintf("must be between %d and %d minor units", MinAmount, MaxAmount)}
+	case !knownCurrency(currency):
+		return Request{}, &InvalidError{"currency", "not an ISO 4217 currency code"}
+	case source == "":
+		return Request{}, &InvalidError{"source", "required"}
+	case len(source) > MaxSourceLen:
+		return Request{}, &InvalidError{"source", fmt.Sprintf("longer than %d characters", MaxSourceLen)}
+	case !printableASCII(source):
+		return Request{}, &InvalidError{"source", "not printable ASCII"}
+	case utf8.RuneCountInString(description) > MaxDescription:
+		return Request{}, &InvalidError{"description", fmt.Sprintf("longer than %d characters", MaxDescription)}
+	case !utf8.ValidString(description) || hasControl(description):
+		return Request{}, &InvalidError{"description", "contains control characters or invalid UTF-8"}
+	}
+	return Request{Money: Money{Amount: amount, Currency: currency}, Source: source, Description: description}, nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+func hasControl(s string) bool {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// Charge is a completed charge, as stored and as returned by the API.
+type Charge struct {
+	ID                string
+	Tenant            string
+	Money             Money
+	Description       string
+	ProviderReference string
+	ProviderChargeID  string
+	IdempotencyKey    CommandID
+	CreatedAt         time.Time
+}
+
+// ChargeID is the id of the charge an intent creates, derived from its key.
+func ChargeID(k idem.Key) string { return "ch_" + derive("charge-id", k)[:24] }
+
+// ProviderReference is the reference sent to the provider for an intent,
+// derived from its key, never random: a re-execution must hit the
+// provider's deduplication.
+func ProviderReference(k idem.Key) string { return "co_" + derive("provider-reference", k)[:32] }
+
+func derive(purpose string, k idem.Key) string {
+	sum := sha256.Sum256([]byte(purpose + "\x00" + k.String()))
+	return hex.EncodeToString(sum[:])
+}
+
+// KeyHash is a short digest of a key for logs, which never carry the key.
+func KeyHash(k idem.Key) string { return derive("log", k)[:16] }

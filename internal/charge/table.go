@@ -1,0 +1,83 @@
+package charge
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// The charges table: one item per charge, keyed by tenant and id, so a
+// read is always scoped to the caller's tenant.
+const (
+	AttrTenant = "tenant"
+	AttrID     = "id"
+)
+
+// TableInput returns the CreateTable request for a charges table.
+func TableInput(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName:   aws.String(name),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrTenant), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrID), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrTenant), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(AttrID), KeyType: types.KeyTypeRange},
+		},
+	}
+}
+
+func attrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+// putRow is the charge's row, written only if no row has its id, inside the
+// transaction that completes the idempotency record.
+func putRow(table string, c Charge) types.TransactWriteItem {
+	item := map[string]types.AttributeValue{
+		AttrTenant:           attrS(c.Tenant),
+		AttrID:               attrS(c.ID),
+		"amount":             &types.AttributeValueMemberN{Value: strconv.FormatInt(c.Money.Amount, 10)},
+		"currency":           attrS(c.Money.Currency),
+		"status":             attrS("succeeded"),
+		"provider_reference": attrS(c.ProviderReference),
+		"provider_charge_id": attrS(c.ProviderChargeID),
+		"idempotency_key":    attrS(string(c.IdempotencyKey)),
+		"created_at":         attrS(c.CreatedAt.UTC().Format(timeLayout)),
+	}
+	if c.Description != "" {
+		item["description"] = attrS(c.Description)
+	}
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                aws.String(table),
+		Item:                     item,
+		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": AttrID},
+	}}
+}
+
+func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
+	str := func(name string) string {
+		if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return ""
+	}
+	var amount int64
+	if v, ok := item["amount"].(*types.AttributeValueMemberN); ok {
+		amount, _ = strconv.ParseInt(v.Value, 10, 64)
+	}
+	created, err := time.Parse(timeLayout, str("created_at"))
+	if err != nil {
+		return Charge{}, err
+	}
+	return Charge{
+		ID: str(AttrID), Tenant: str(AttrTenant), Money: Money{Amount: amount, Currency: str("currency")},
+		Description: str("description"), ProviderReference: str("provider_reference"),
+		ProviderChargeID: str("provider_charge_id"), IdempotencyKey: CommandID(str("idempotency_key")),
+		CreatedAt: created,
+	}, nil
+}
