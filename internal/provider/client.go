@@ -1,0 +1,240 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultTimeout bounds each Charge or Lookup call unless WithTimeout says
+// otherwise.
+const DefaultTimeout = 10 * time.Second
+
+// maxResponseBytes caps how much of a response body the client reads.
+const maxResponseBytes = 1 << 20
+
+var (
+	errEmptyReference = errors.New("empty reference")
+	errNoChargeID     = errors.New("charged result without a charge id")
+)
+
+// Client talks to the card provider's HTTP API. It is safe for concurrent use.
+type Client struct {
+	chargesURL string
+	secret     string
+	hc         *http.Client
+	timeout    time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send its requests through hc (nil keeps the
+// default). The Client works on a copy of hc that never follows redirects.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
+
+// WithTimeout bounds each call to d instead of DefaultTimeout; d <= 0 leaves
+// only the caller's context to bound it.
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) { c.timeout = d }
+}
+
+// NewClient returns a Client for the provider at baseURL (scheme and host,
+// optionally a path prefix). A non-empty secret is sent as a bearer token.
+func NewClient(baseURL, secret string, opts ...Option) *Client {
+	c := &Client{
+		chargesURL: strings.TrimRight(baseURL, "/") + "/v1/charges",
+		secret:     secret,
+		hc:         &http.Client{},
+		timeout:    DefaultTimeout,
+	}
+	for _, opt := range opts {
+		opt(c)
+	}
+	// Following a 307/308 would send the charge a second time, and any other
+	// redirect would turn it into a GET: answer with the redirect instead.
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
+	return c
+}
+
+// Charge asks the provider to charge req. It sends the request exactly once.
+// A declined card is not an error: the Result has StatusDeclined and its
+// DeclineCode. Errors wrap ErrUnavailable, ErrAmbiguous or ErrRejected.
+func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
+	fail := func(kind, cause error) (Result, error) {
+		return Result{}, fmt.Errorf("provider: charge %s: %w: %w", req.Reference, kind, cause)
+	}
+	if req.Reference == "" {
+		// Without a reference the provider cannot deduplicate.
+		return fail(ErrRejected, errEmptyReference)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return fail(ErrRejected, err)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	if err := ctx.Err(); err != nil {
+		return fail(ErrUnavailable, err)
+	}
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL, bytes.NewReader(body))
+	if err != nil {
+		return fail(ErrRejected, err)
+	}
+	httpReq.Header.Set("Content-Type", "application/json")
+
+	resp, err := c.do(httpReq)
+	if err != nil {
+		if notSent(err) {
+			return fail(ErrUnavailable, err)
+		}
+		return fail(ErrAmbiguous, err)
+	}
+	defer drainAndClose(resp.Body)
+
+	switch code := resp.StatusCode; {
+	case code == http.StatusOK:
+		res, err := decodeResult(resp.Body, req.Reference, StatusCharged, StatusDeclined)
+		if err != nil {
+			return fail(ErrAmbiguous, err)
+		}
+		return res, nil
+	case notProcessed(resp):
+		return fail(ErrUnavailable, &StatusError{StatusCode: code})
+	case code == http.StatusConflict:
+		// Another request for the reference is in flight; its outcome is ours.
+		return fail(ErrAmbiguous, &StatusError{StatusCode: code})
+	case code >= 400 && code < 500:
+		return fail(ErrRejected, &StatusError{StatusCode: code})
+	default:
+		return fail(ErrAmbiguous, &StatusError{StatusCode: code})
+	}
+}
+
+// Lookup asks the provider what became of reference: StatusCharged or
+// StatusDeclined with the stored result, or StatusNotFound (not an error) if
+// it never charged it. Every error wraps ErrUnavailable.
+func (c *Client) Lookup(ctx context.Context, reference string) (Result, error) {
+	fail := func(cause error) (Result, error) {
+		return Result{}, fmt.Errorf("provider: lookup %s: %w: %w", reference, ErrUnavailable, cause)
+	}
+	if reference == "" {
+		return fail(errEmptyReference)
+	}
+	ctx, cancel := c.withTimeout(ctx)
+	defer cancel()
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.chargesURL+"/"+url.PathEscape(reference), nil)
+	if err != nil {
+		return fail(err)
+	}
+
+	resp, err := c.do(httpReq)
+	if err != nil {
+		return fail(err)
+	}
+	defer drainAndClose(resp.Body)
+
+	switch resp.StatusCode {
+	case http.StatusOK:
+		res, err := decodeResult(resp.Body, reference, StatusCharged, StatusDeclined)
+		if err != nil {
+			return fail(err)
+		}
+		return res, nil
+	case http.StatusNotFound:
+		// Only the provider's own not_found answer counts: a bare 404 from a
+		// wrong base URL must not pass for "never charged".
+		res, err := decodeResult(resp.Body, reference, StatusNotFound)
+		if err != nil {
+			return fail(fmt.Errorf("%w: %w", &StatusError{StatusCode: resp.StatusCode}, err))
+		}
+		return res, nil
+	default:
+		return fail(&StatusError{StatusCode: resp.StatusCode})
+	}
+}
+
+func (c *Client) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if c.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}
+
+func (c *Client) do(req *http.Request) (*http.Response, error) {
+	req.Header.Set("Accept", "application/json")
+	if c.secret != "" {
+		req.Header.Set("Authorization", "Bearer "+c.secret)
+	}
+	return c.hc.Do(req)
+}
+
+// notSent reports whether err shows that no connection was ever made, so
+// nothing of the request can have reached the provider.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// notProcessed reports whether the provider guarantees, by its answer, that it
+// did not act on the request.
+func notProcessed(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusServiceUnavailable:
+		return strings.EqualFold(strings.TrimSpace(resp.Header.Get(HeaderNotProcessed)), "true")
+	case http.StatusTooManyRequests:
+		return true
+	default:
+		return false
+	}
+}
+
+// decodeResult reads a Result for reference whose status must be one of want.
+// A result that names no reference is taken to be for reference.
+func decodeResult(body io.Reader, reference string, want ...Status) (Result, error) {
+	data, err := io.ReadAll(io.LimitReader(body, maxResponseBytes))
+	if err != nil {
+		return Result{}, fmt.Errorf("read response: %w", err)
+	}
+	var res Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return Result{}, fmt.Errorf("decode response: %w", err)
+	}
+	if !slices.Contains(want, res.Status) {
+		return Result{}, fmt.Errorf("unexpected status %q in response", res.Status)
+	}
+	switch res.Reference {
+	case "":
+		res.Reference = reference
+	case reference:
+	default:
+		return Result{}, fmt.Errorf("response is for reference %q", res.Reference)
+	}
+	if res.Status == StatusCharged && res.ChargeID == "" {
+		return Result{}, errNoChargeID
+	}
+	return res, nil
+}
+
+// drainAndClose lets the connection be reused for the next call.
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxResponseBytes))
+	_ = body.Close()
+}

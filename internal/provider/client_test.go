@@ -1,0 +1,435 @@
+package provider_test
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+)
+
+// secretSource stands for a real card source, which must never leak.
+const secretSource = "tok_visa_4242424242424242"
+
+var sentinels = []error{provider.ErrUnavailable, provider.ErrAmbiguous, provider.ErrRejected}
+
+// wantKind checks that err wraps want and none of the other sentinels, and
+// that it does not reveal the source.
+func wantKind(t *testing.T, err, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("error = nil, want %v", want)
+	}
+	for _, s := range sentinels {
+		if got := errors.Is(err, s); got != (s == want) {
+			t.Errorf("errors.Is(%v, %v) = %v", err, s, got)
+		}
+	}
+	if strings.Contains(err.Error(), secretSource) {
+		t.Errorf("error reveals the source: %v", err)
+	}
+}
+
+func request(ref string) provider.ChargeRequest {
+	return provider.ChargeRequest{Reference: ref, Amount: 1250, Currency: "EUR", Source: secretSource}
+}
+
+// counting serves h and counts the requests it receives.
+func counting(t *testing.T, h http.HandlerFunc) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		h(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &n
+}
+
+func status(code int, header ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		for i := 0; i+1 < len(header); i += 2 {
+			w.Header().Set(header[i], header[i+1])
+		}
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, `{"error":"nope"}`)
+	}
+}
+
+func body(code int, s string) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(code)
+		_, _ = io.WriteString(w, s)
+	}
+}
+
+func drop(w http.ResponseWriter, _ *http.Request) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+// closedURL is the address of a server that no longer listens.
+func closedURL(t *testing.T) string {
+	t.Helper()
+	srv := httptest.NewServer(http.NotFoundHandler())
+	srv.Close()
+	return srv.URL
+}
+
+func TestChargeErrorClassification(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    error
+	}{
+		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable},
+		{"503 not processed, any case", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, " TRUE "), provider.ErrUnavailable},
+		{"429", status(http.StatusTooManyRequests), provider.ErrUnavailable},
+		{"503 without the signal", status(http.StatusServiceUnavailable), provider.ErrAmbiguous},
+		{"503 with a false signal", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "false"), provider.ErrAmbiguous},
+		{"500", status(http.StatusInternalServerError), provider.ErrAmbiguous},
+		{"502", status(http.StatusBadGateway), provider.ErrAmbiguous},
+		{"504", status(http.StatusGatewayTimeout), provider.ErrAmbiguous},
+		{"409 in flight", status(http.StatusConflict), provider.ErrAmbiguous},
+		{"202", status(http.StatusAccepted), provider.ErrAmbiguous},
+		{"dropped connection", drop, provider.ErrAmbiguous},
+		{"200 not JSON", body(http.StatusOK, "<html>"), provider.ErrAmbiguous},
+		{"200 unknown status", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"pending"}`), provider.ErrAmbiguous},
+		{"200 other reference", body(http.StatusOK, `{"id":"pc_1","reference":"order-2","status":"charged"}`), provider.ErrAmbiguous},
+		{"200 charged without id", body(http.StatusOK, `{"reference":"order-1","status":"charged"}`), provider.ErrAmbiguous},
+		{"200 not_found", body(http.StatusOK, `{"status":"not_found"}`), provider.ErrAmbiguous},
+		{"400", status(http.StatusBadRequest), provider.ErrRejected},
+		{"401", status(http.StatusUnauthorized), provider.ErrRejected},
+		{"404", status(http.StatusNotFound), provider.ErrRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, hits := counting(t, tt.handler)
+			c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
+			res, err := c.Charge(t.Context(), request("order-1"))
+			wantKind(t, err, tt.want)
+			if res != (provider.Result{}) {
+				t.Errorf("result = %+v alongside an error", res)
+			}
+			if !strings.Contains(err.Error(), "order-1") {
+				t.Errorf("error does not name the reference: %v", err)
+			}
+			if n := hits.Load(); n != 1 {
+				t.Errorf("provider received %d requests, want exactly 1 (no retries)", n)
+			}
+		})
+	}
+}
+
+func TestChargeStatusErrorIsVisible(t *testing.T) {
+	t.Parallel()
+	srv, _ := counting(t, status(http.StatusBadGateway))
+	_, err := provider.NewClient(srv.URL, "").Charge(t.Context(), request("order-1"))
+	var se *provider.StatusError
+	if !errors.As(err, &se) || se.StatusCode != http.StatusBadGateway {
+		t.Errorf("errors.As(%v, *StatusError) = %v, want status 502", err, se)
+	}
+}
+
+func TestChargeConnectionRefusedIsUnavailable(t *testing.T) {
+	t.Parallel()
+	c := provider.NewClient(closedURL(t), "")
+	_, err := c.Charge(t.Context(), request("order-1"))
+	wantKind(t, err, provider.ErrUnavailable)
+}
+
+func TestChargeNeverFollowsRedirects(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusTemporaryRedirect, http.StatusPermanentRedirect, http.StatusFound} {
+		t.Run(http.StatusText(code), func(t *testing.T) {
+			t.Parallel()
+			var elsewhere atomic.Int32
+			srv, hits := counting(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/elsewhere" {
+					elsewhere.Add(1)
+					_, _ = io.WriteString(w, `{"id":"pc_1","reference":"order-1","status":"charged"}`)
+					return
+				}
+				http.Redirect(w, r, "/elsewhere", code)
+			})
+			hc := srv.Client()
+			c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(hc))
+			_, err := c.Charge(t.Context(), request("order-1"))
+			wantKind(t, err, provider.ErrAmbiguous)
+			if n := hits.Load(); n != 1 || elsewhere.Load() != 0 {
+				t.Errorf("provider received %d requests (%d redirected), want 1 and none redirected", n, elsewhere.Load())
+			}
+			if hc.CheckRedirect != nil {
+				t.Error("NewClient modified the caller's http.Client")
+			}
+		})
+	}
+}
+
+func TestChargeRequestShape(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, secret, auth string
+		prefix             string
+	}{
+		{"no secret", "", "", ""},
+		{"secret", "s3cret", "Bearer s3cret", ""},
+		{"base URL with path and slash", "", "", "/api/"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			type seen struct {
+				method, path, auth, contentType string
+				body                            map[string]any
+			}
+			got := make(chan seen, 1)
+			srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+				s := seen{method: r.Method, path: r.URL.Path, auth: r.Header.Get("Authorization"), contentType: r.Header.Get("Content-Type")}
+				if err := json.NewDecoder(r.Body).Decode(&s.body); err != nil {
+					t.Errorf("decode body: %v", err)
+				}
+				got <- s
+				_, _ = io.WriteString(w, `{"id":"pc_0123456789abcdef","reference":"order-1","status":"charged"}`)
+			})
+			c := provider.NewClient(srv.URL+tt.prefix, tt.secret)
+			res, err := c.Charge(t.Context(), request("order-1"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := provider.Result{Status: provider.StatusCharged, Reference: "order-1", ChargeID: "pc_0123456789abcdef"}
+			if res != want {
+				t.Errorf("Charge = %+v, want %+v", res, want)
+			}
+			s := <-got
+			wantPath := strings.TrimSuffix(tt.prefix, "/") + "/v1/charges"
+			if s.method != http.MethodPost || s.path != wantPath || s.auth != tt.auth || s.contentType != "application/json" {
+				t.Errorf("request = %s %s, Authorization %q, Content-Type %q; want POST %s, %q, application/json",
+					s.method, s.path, s.auth, s.contentType, wantPath, tt.auth)
+			}
+			wantBody := map[string]any{"reference": "order-1", "amount": 1250.0, "currency": "EUR", "source": secretSource}
+			if fmt.Sprint(s.body) != fmt.Sprint(wantBody) {
+				t.Errorf("body = %v, want %v", s.body, wantBody)
+			}
+		})
+	}
+}
+
+func TestChargeDeclinedIsNotAnError(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(providersim.New())
+	t.Cleanup(srv.Close)
+	c := provider.NewClient(srv.URL, "")
+	req := request("order-1")
+	req.Source = providersim.SourceDecline
+	res, err := c.Charge(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Charge: %v", err)
+	}
+	if res.Status != provider.StatusDeclined || res.DeclineCode != providersim.DeclineCode {
+		t.Errorf("Charge = %+v, want declined with %s", res, providersim.DeclineCode)
+	}
+}
+
+func TestChargeRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	cancelled, cancel := context.WithCancel(t.Context())
+	cancel()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		req     provider.ChargeRequest
+		baseURL string // empty: the counting server
+		want    error
+	}{
+		{"empty reference", t.Context(), request(""), "", provider.ErrRejected},
+		{"cancelled context", cancelled, request("order-1"), "", provider.ErrUnavailable},
+		{"invalid base URL", t.Context(), request("order-1"), "http://bad host", provider.ErrRejected},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, hits := counting(t, status(http.StatusOK))
+			baseURL := cmp.Or(tt.baseURL, srv.URL)
+			_, err := provider.NewClient(baseURL, "").Charge(tt.ctx, tt.req)
+			wantKind(t, err, tt.want)
+			if n := hits.Load(); n != 0 {
+				t.Errorf("provider received %d requests, want none", n)
+			}
+		})
+	}
+}
+
+func TestChargeTimeoutDuringSlowChargeIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	sim := providersim.New(providersim.WithSlowDelay(time.Hour))
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()), provider.WithTimeout(50*time.Millisecond))
+	req := request("order-1")
+	req.Source = providersim.SourceSlow
+
+	start := time.Now()
+	_, err := c.Charge(t.Context(), req)
+	wantKind(t, err, provider.ErrAmbiguous)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("error = %v, want the deadline as its cause", err)
+	}
+	if elapsed := time.Since(start); elapsed > 10*time.Second {
+		t.Errorf("Charge took %s with a 50ms timeout", elapsed)
+	}
+
+	// The request reached the provider, which charged it before waiting;
+	// the server may still be catching up with a request it read late.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		res, err := c.Lookup(t.Context(), "order-1")
+		if err != nil {
+			t.Fatalf("Lookup: %v", err)
+		}
+		if res.Status == provider.StatusCharged {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Lookup = %+v, want charged", res)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := sim.Ledger().References["order-1"]; e.Charges != 1 || e.Calls != 1 {
+		t.Errorf("ledger = %+v, want one charge from one call", e)
+	}
+}
+
+func TestLookup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    provider.Result
+		wantErr bool // always ErrUnavailable
+	}{
+		{"charged", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"charged"}`),
+			provider.Result{Status: provider.StatusCharged, Reference: "order-1", ChargeID: "pc_1"}, false},
+		{"declined", body(http.StatusOK, `{"id":"pc_2","reference":"order-1","status":"declined","decline_code":"card_declined"}`),
+			provider.Result{Status: provider.StatusDeclined, Reference: "order-1", ChargeID: "pc_2", DeclineCode: "card_declined"}, false},
+		{"not found", body(http.StatusNotFound, `{"status":"not_found"}`),
+			provider.Result{Status: provider.StatusNotFound, Reference: "order-1"}, false},
+		{"bare 404", body(http.StatusNotFound, "404 page not found"), provider.Result{}, true},
+		{"200 not_found", body(http.StatusOK, `{"status":"not_found"}`), provider.Result{}, true},
+		{"other reference", body(http.StatusOK, `{"id":"pc_1","reference":"order-2","status":"charged"}`), provider.Result{}, true},
+		{"500", status(http.StatusInternalServerError), provider.Result{}, true},
+		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.Result{}, true},
+		{"401", status(http.StatusUnauthorized), provider.Result{}, true},
+		{"dropped connection", drop, provider.Result{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodGet || r.URL.Path != "/v1/charges/order-1" {
+					t.Errorf("request = %s %s, want GET /v1/charges/order-1", r.Method, r.URL.Path)
+				}
+				tt.handler(w, r)
+			})
+			res, err := provider.NewClient(srv.URL, "").Lookup(t.Context(), "order-1")
+			if tt.wantErr {
+				wantKind(t, err, provider.ErrUnavailable)
+				return
+			}
+			if err != nil {
+				t.Fatalf("Lookup: %v", err)
+			}
+			if res != tt.want {
+				t.Errorf("Lookup = %+v, want %+v", res, tt.want)
+			}
+		})
+	}
+}
+
+func TestLookupFailsUnavailable(t *testing.T) {
+	t.Parallel()
+	srv, hits := counting(t, status(http.StatusOK))
+	tests := []struct {
+		name, baseURL, ref string
+	}{
+		{"connection refused", closedURL(t), "order-1"},
+		{"empty reference", srv.URL, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := provider.NewClient(tt.baseURL, "").Lookup(t.Context(), tt.ref)
+			wantKind(t, err, provider.ErrUnavailable)
+		})
+	}
+	t.Cleanup(func() {
+		if n := hits.Load(); n != 0 {
+			t.Errorf("provider received %d requests, want none", n)
+		}
+	})
+}
+
+func TestLookupEscapesReference(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(providersim.New())
+	t.Cleanup(srv.Close)
+	c := provider.NewClient(srv.URL, "")
+	for _, ref := range []string{"order/1", "order 2?x=y#z", "ünïcode%20"} {
+		charged, err := c.Charge(t.Context(), request(ref))
+		if err != nil {
+			t.Fatalf("Charge(%q): %v", ref, err)
+		}
+		found, err := c.Lookup(t.Context(), ref)
+		if err != nil {
+			t.Fatalf("Lookup(%q): %v", ref, err)
+		}
+		if found != charged {
+			t.Errorf("Lookup(%q) = %+v, want %+v", ref, found, charged)
+		}
+	}
+}
+
+func TestChargeRequestRedactsSource(t *testing.T) {
+	t.Parallel()
+	req := request("order-1")
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("charging", "req", req)
+	outputs := map[string]string{
+		"%v":   fmt.Sprintf("%v", req),
+		"%+v":  fmt.Sprintf("%+v", req),
+		"%#v":  fmt.Sprintf("%#v", req),
+		"slog": logged.String(),
+	}
+	for verb, out := range outputs {
+		if strings.Contains(out, secretSource) {
+			t.Errorf("%s shows the source: %s", verb, out)
+		}
+		if !strings.Contains(out, "order-1") {
+			t.Errorf("%s lacks the reference: %s", verb, out)
+		}
+	}
+	data, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(secretSource)) {
+		t.Errorf("JSON for the provider lacks the source: %s", data)
+	}
+}

@@ -1,0 +1,85 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+)
+
+// Status is the provider's verdict on a reference.
+type Status string
+
+// The statuses the provider reports.
+const (
+	StatusCharged  Status = "charged"
+	StatusDeclined Status = "declined"
+	StatusNotFound Status = "not_found"
+)
+
+// HeaderNotProcessed is the response header by which the provider, answering
+// 503, guarantees that it did not process the request.
+const HeaderNotProcessed = "Provider-Not-Processed"
+
+// Sentinel errors; see the package documentation for what each one lets the
+// caller conclude. Errors returned by the Client wrap exactly one of them
+// together with the underlying cause.
+var (
+	ErrUnavailable = errors.New("provider unavailable, request not processed")
+	ErrAmbiguous   = errors.New("provider outcome unknown, request may have been processed")
+	ErrRejected    = errors.New("request rejected, nothing charged")
+)
+
+// redacted replaces the card source wherever a ChargeRequest is printed.
+const redacted = "[redacted]"
+
+// ChargeRequest asks the provider to charge Amount (in minor units of
+// Currency) to the card Source. Reference is the caller's idempotency key.
+//
+// Source is a secret: String, GoString and LogValue redact it, so printing or
+// logging a ChargeRequest never reveals it. Only the JSON encoding sent to the
+// provider carries it.
+type ChargeRequest struct {
+	Reference string `json:"reference"`
+	Amount    int64  `json:"amount"`
+	Currency  string `json:"currency"`
+	Source    string `json:"source"`
+}
+
+// String formats the request for %v and %s, with the source redacted.
+func (r ChargeRequest) String() string {
+	return fmt.Sprintf("{Reference:%s Amount:%d Currency:%s Source:%s}", r.Reference, r.Amount, r.Currency, redacted)
+}
+
+// GoString formats the request for %#v, with the source redacted.
+func (r ChargeRequest) GoString() string {
+	return fmt.Sprintf("provider.ChargeRequest{Reference:%q, Amount:%d, Currency:%q, Source:%q}", r.Reference, r.Amount, r.Currency, redacted)
+}
+
+// LogValue implements slog.LogValuer, leaving the source out.
+func (r ChargeRequest) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("reference", r.Reference),
+		slog.Int64("amount", r.Amount),
+		slog.String("currency", r.Currency),
+	)
+}
+
+// Result is the provider's answer for one reference.
+type Result struct {
+	Status      Status `json:"status"`
+	Reference   string `json:"reference,omitempty"`
+	ChargeID    string `json:"id,omitempty"` // the provider's id, e.g. "pc_..."
+	DeclineCode string `json:"decline_code,omitempty"`
+}
+
+// StatusError is the cause, wrapped together with a sentinel error, when the
+// provider answers with an HTTP status that is not a result. Retrieve it with
+// errors.As.
+type StatusError struct {
+	StatusCode int
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
+}

@@ -1,0 +1,38 @@
+// Package providersim provides a stateful simulator of the card provider's
+// HTTP API, to run in-process in tests (httptest.NewServer(sim)) or as the
+// providersim binary.
+//
+// Like the real provider it deduplicates charges by reference: a reference
+// gets at most one stored result, and every later POST for it answers that
+// result, whatever its body says.
+//
+// # API
+//
+//	POST /v1/charges             {"reference","amount","currency","source"}
+//	                             -> 200 {"id","reference","status","decline_code"?}
+//	GET  /v1/charges/{reference} -> 200 stored result, or 404 {"status":"not_found"}
+//	GET  /v1/ledger              -> what happened to every reference (see Ledger)
+//	POST /v1/faults              {"down": true|false} toggles a whole-provider outage
+//
+// When a secret is configured, every request must carry it as a bearer token
+// or gets 401. While the provider is down, charges and lookups answer 503 with
+// the Provider-Not-Processed header and change nothing.
+//
+// # Test sources
+//
+// The source field picks the simulated behaviour, like a test card token:
+//
+//	tok_decline          declined with decline_code card_declined (stored)
+//	tok_unavailable_once the reference's first call answers 503 Provider-Not-Processed
+//	                     and stores nothing; later calls charge
+//	tok_unavailable      every call answers 503 Provider-Not-Processed, nothing stored
+//	tok_timeout_once     the reference's first call creates the charge, then the
+//	                     connection is closed without a response
+//	tok_timeout          as tok_timeout_once, on every call
+//	tok_slow             creates the charge, then waits the slow delay before answering
+//	                     (the Sim-Delay header, a Go duration, overrides the delay)
+//	anything else        charged (tok_visa, by convention)
+//
+// The Sim-Fault request header (unavailable, timeout or slow) applies the
+// matching behaviour to a request whatever its source.
+package providersim

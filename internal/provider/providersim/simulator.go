@@ -1,0 +1,445 @@
+package providersim
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+)
+
+// DefaultSlowDelay is how long a slow charge waits before answering unless
+// WithSlowDelay or the Sim-Delay header says otherwise.
+const DefaultSlowDelay = 2 * time.Second
+
+// Request headers that inject faults into a single charge request.
+const (
+	HeaderFault = "Sim-Fault" // one of the Fault values
+	HeaderDelay = "Sim-Delay" // a Go duration overriding the slow delay
+)
+
+// Values of HeaderFault; each behaves like the matching test source.
+const (
+	FaultUnavailable = "unavailable"
+	FaultTimeout     = "timeout"
+	FaultSlow        = "slow"
+)
+
+// Test sources. Any source not listed here is charged.
+const (
+	SourceVisa            = "tok_visa"
+	SourceDecline         = "tok_decline"
+	SourceUnavailableOnce = "tok_unavailable_once"
+	SourceUnavailable     = "tok_unavailable"
+	SourceTimeoutOnce     = "tok_timeout_once"
+	SourceTimeout         = "tok_timeout"
+	SourceSlow            = "tok_slow"
+)
+
+// DeclineCode is the decline_code of a SourceDecline charge.
+const DeclineCode = "card_declined"
+
+// maxBodyBytes caps the size of a request body.
+const maxBodyBytes = 1 << 20
+
+// Option configures a Simulator.
+type Option func(*Simulator)
+
+// WithSecret makes the simulator answer 401 to every request that does not
+// carry secret as its bearer token. An empty secret accepts every request.
+func WithSecret(secret string) Option {
+	return func(s *Simulator) { s.secret = secret }
+}
+
+// WithSlowDelay sets how long slow charges wait before answering
+// (DefaultSlowDelay otherwise); a negative d counts as zero.
+func WithSlowDelay(d time.Duration) Option {
+	return func(s *Simulator) { s.slowDelay = max(d, 0) }
+}
+
+// WithLogger makes the simulator log one record per request: method, path,
+// reference and outcome, never the source. Without it nothing is logged.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Simulator) {
+		if l != nil {
+			s.log = l
+		}
+	}
+}
+
+// Simulator is a stateful, in-memory card provider. It implements
+// http.Handler and is safe for concurrent use.
+type Simulator struct {
+	secret    string
+	slowDelay time.Duration
+	log       *slog.Logger
+	mux       *http.ServeMux
+
+	mu   sync.Mutex
+	down bool
+	refs map[string]*reference
+}
+
+// reference is the simulator's state for one reference.
+type reference struct {
+	calls  int
+	result *provider.Result // nil until the reference is charged or declined
+}
+
+// LedgerEntry is what happened to one reference.
+type LedgerEntry struct {
+	// Charges is 1 once the reference has a stored result, charged or
+	// declined (Status tells which), and 0 before; never more.
+	Charges int `json:"charges"`
+	// Calls counts the POST /v1/charges received for the reference,
+	// including those answered with an error or a dropped connection.
+	Calls int `json:"calls"`
+	// Status is the stored result's status, or not_found.
+	Status provider.Status `json:"status"`
+}
+
+// Ledger is what happened to every reference a charge request named.
+type Ledger struct {
+	References   map[string]LedgerEntry `json:"references"`
+	TotalCharges int                    `json:"total_charges"`
+	TotalCalls   int                    `json:"total_calls"`
+}
+
+// New returns a Simulator with no charges, up and running.
+func New(opts ...Option) *Simulator {
+	s := &Simulator{
+		slowDelay: DefaultSlowDelay,
+		log:       slog.New(slog.DiscardHandler),
+		refs:      make(map[string]*reference),
+	}
+	for _, opt := range opts {
+		opt(s)
+	}
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/charges", s.handleCharge)
+	s.mux.HandleFunc("GET /v1/charges/{reference}", s.handleLookup)
+	s.mux.HandleFunc("GET /v1/ledger", s.handleLedger)
+	s.mux.HandleFunc("POST /v1/faults", s.handleFaults)
+	return s
+}
+
+// ServeHTTP serves the simulated provider API.
+func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.authorized(r) {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="providersim"`)
+		s.reply(w, r, http.StatusUnauthorized, errorBody{"missing or wrong bearer token"}, "", outcomeUnauthorized)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// Ledger returns what happened to every reference so far.
+func (s *Simulator) Ledger() Ledger {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l := Ledger{References: make(map[string]LedgerEntry, len(s.refs))}
+	for name, ref := range s.refs {
+		e := LedgerEntry{Calls: ref.calls, Status: provider.StatusNotFound}
+		if ref.result != nil {
+			e.Charges = 1
+			e.Status = ref.result.Status
+		}
+		l.References[name] = e
+		l.TotalCharges += e.Charges
+		l.TotalCalls += e.Calls
+	}
+	return l
+}
+
+// SetDown starts (true) or ends (false) a whole-provider outage, during which
+// charges and lookups answer 503 with the Provider-Not-Processed header.
+func (s *Simulator) SetDown(down bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = down
+}
+
+// outcome is what the simulator did with a request, for the logs.
+type outcome string
+
+const (
+	outcomeUnauthorized outcome = "unauthorized"
+	outcomeRejected     outcome = "rejected"
+	outcomeDown         outcome = "down"
+	outcomeNotProcessed outcome = "not_processed"
+	outcomeCreated      outcome = "created"
+	outcomeReplayed     outcome = "replayed"
+	outcomeFound        outcome = "found"
+	outcomeNotFound     outcome = "not_found"
+	outcomeOK           outcome = "ok"
+)
+
+// delivery is how the simulator answers a charge request.
+type delivery int
+
+const (
+	answer          delivery = iota // answer at once
+	unavailable                     // 503 not processed, nothing stored
+	unavailableOnce                 // unavailable on the reference's first call
+	drop                            // store, then close the connection unanswered
+	dropOnce                        // drop on the reference's first call
+	slow                            // store, then wait before answering
+)
+
+// forCall resolves the once-only deliveries for a reference's n-th call.
+func (d delivery) forCall(n int) delivery {
+	switch d {
+	case unavailableOnce:
+		if n == 1 {
+			return unavailable
+		}
+		return answer
+	case dropOnce:
+		if n == 1 {
+			return drop
+		}
+		return answer
+	default:
+		return d
+	}
+}
+
+func sourceDelivery(source string) delivery {
+	switch source {
+	case SourceUnavailableOnce:
+		return unavailableOnce
+	case SourceUnavailable:
+		return unavailable
+	case SourceTimeoutOnce:
+		return dropOnce
+	case SourceTimeout:
+		return drop
+	case SourceSlow:
+		return slow
+	default:
+		return answer
+	}
+}
+
+type errorBody struct {
+	Error string `json:"error"`
+}
+
+func (s *Simulator) handleCharge(w http.ResponseWriter, r *http.Request) {
+	var req provider.ChargeRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		// The decoder's message could quote the body, and so the source.
+		s.reply(w, r, http.StatusBadRequest, errorBody{"malformed JSON body"}, "", outcomeRejected)
+		return
+	}
+	d, delay, invalid := s.checkCharge(r.Header, req)
+	res, d, out := s.record(req, d, invalid)
+	switch {
+	case out == outcomeRejected:
+		s.reply(w, r, http.StatusBadRequest, errorBody{invalid.Error()}, req.Reference, out)
+	case out == outcomeDown || out == outcomeNotProcessed:
+		s.replyNotProcessed(w, r, req.Reference, out)
+	case d == drop:
+		s.logRequest(r, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "dropped"))
+		dropConnection(w)
+	case d == slow && !sleep(r.Context(), delay):
+		s.logRequest(r, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "abandoned"))
+	case d == slow:
+		s.reply(w, r, http.StatusOK, res, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "slow"))
+	default:
+		s.reply(w, r, http.StatusOK, res, req.Reference, out, slog.String("result", string(res.Status)))
+	}
+}
+
+// checkCharge validates a charge request and works out how to deliver it.
+func (s *Simulator) checkCharge(h http.Header, req provider.ChargeRequest) (delivery, time.Duration, error) {
+	switch {
+	case req.Reference == "":
+		return 0, 0, errors.New("reference is required")
+	case req.Amount < 1:
+		return 0, 0, errors.New("amount must be at least 1")
+	case req.Currency == "":
+		return 0, 0, errors.New("currency is required")
+	case req.Source == "":
+		return 0, 0, errors.New("source is required")
+	}
+	var d delivery
+	switch fault := h.Get(HeaderFault); fault {
+	case "":
+		d = sourceDelivery(req.Source)
+	case FaultUnavailable:
+		d = unavailable
+	case FaultTimeout:
+		d = drop
+	case FaultSlow:
+		d = slow
+	default:
+		return 0, 0, fmt.Errorf("%s must be %s, %s or %s", HeaderFault, FaultUnavailable, FaultTimeout, FaultSlow)
+	}
+	delay := s.slowDelay
+	if v := h.Get(HeaderDelay); v != "" {
+		parsed, err := time.ParseDuration(v)
+		if err != nil || parsed < 0 {
+			return 0, 0, fmt.Errorf("%s must be a non-negative Go duration", HeaderDelay)
+		}
+		delay = parsed
+	}
+	return d, delay, nil
+}
+
+// record counts the call and, unless the request fails, stores the
+// reference's result on its first successful call. It returns the stored
+// result, the delivery resolved for this call, and the outcome.
+func (s *Simulator) record(req provider.ChargeRequest, d delivery, invalid error) (provider.Result, delivery, outcome) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var ref *reference
+	if req.Reference != "" {
+		ref = s.refs[req.Reference]
+		if ref == nil {
+			ref = &reference{}
+			s.refs[req.Reference] = ref
+		}
+		ref.calls++
+	}
+	if s.down {
+		return provider.Result{}, d, outcomeDown
+	}
+	if invalid != nil {
+		return provider.Result{}, d, outcomeRejected
+	}
+	// A valid request names a reference, so ref is set.
+	d = d.forCall(ref.calls)
+	if d == unavailable {
+		return provider.Result{}, d, outcomeNotProcessed
+	}
+	if ref.result != nil {
+		return *ref.result, d, outcomeReplayed
+	}
+	ref.result = &provider.Result{
+		Status:    provider.StatusCharged,
+		Reference: req.Reference,
+		ChargeID:  newChargeID(),
+	}
+	if req.Source == SourceDecline {
+		ref.result.Status = provider.StatusDeclined
+		ref.result.DeclineCode = DeclineCode
+	}
+	return *ref.result, d, outcomeCreated
+}
+
+func (s *Simulator) handleLookup(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("reference")
+	s.mu.Lock()
+	down := s.down
+	var res *provider.Result
+	if ref := s.refs[name]; ref != nil && ref.result != nil {
+		stored := *ref.result
+		res = &stored
+	}
+	s.mu.Unlock()
+	switch {
+	case down:
+		s.replyNotProcessed(w, r, name, outcomeDown)
+	case res == nil:
+		s.reply(w, r, http.StatusNotFound, provider.Result{Status: provider.StatusNotFound}, name, outcomeNotFound)
+	default:
+		s.reply(w, r, http.StatusOK, res, name, outcomeFound, slog.String("result", string(res.Status)))
+	}
+}
+
+func (s *Simulator) handleLedger(w http.ResponseWriter, r *http.Request) {
+	s.reply(w, r, http.StatusOK, s.Ledger(), "", outcomeOK)
+}
+
+func (s *Simulator) handleFaults(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Down *bool `json:"down"`
+	}
+	if err := decodeBody(w, r, &body); err != nil || body.Down == nil {
+		s.reply(w, r, http.StatusBadRequest, errorBody{`body must be {"down": true|false}`}, "", outcomeRejected)
+		return
+	}
+	s.SetDown(*body.Down)
+	s.reply(w, r, http.StatusOK, body, "", outcomeOK, slog.Bool("down", *body.Down))
+}
+
+func (s *Simulator) authorized(r *http.Request) bool {
+	if s.secret == "" {
+		return true
+	}
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.secret)) == 1
+}
+
+func (s *Simulator) replyNotProcessed(w http.ResponseWriter, r *http.Request, reference string, out outcome) {
+	w.Header().Set(provider.HeaderNotProcessed, "true")
+	s.reply(w, r, http.StatusServiceUnavailable, errorBody{"provider unavailable, request not processed"}, reference, out)
+}
+
+// reply writes body as JSON with the status code and logs the request.
+func (s *Simulator) reply(w http.ResponseWriter, r *http.Request, code int, body any, reference string, out outcome, attrs ...slog.Attr) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	if err := json.NewEncoder(w).Encode(body); err != nil {
+		attrs = append(attrs, slog.String("write_error", err.Error()))
+	}
+	s.logRequest(r, reference, out, append(attrs, slog.Int("code", code))...)
+}
+
+func (s *Simulator) logRequest(r *http.Request, reference string, out outcome, attrs ...slog.Attr) {
+	base := []slog.Attr{
+		slog.String("method", r.Method),
+		slog.String("path", r.URL.Path),
+		slog.String("reference", reference),
+		slog.String("outcome", string(out)),
+	}
+	s.log.LogAttrs(r.Context(), slog.LevelInfo, "request", append(base, attrs...)...)
+}
+
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes)).Decode(v); err != nil {
+		return fmt.Errorf("decode body: %w", err)
+	}
+	return nil
+}
+
+// dropConnection closes the connection without writing a response, as a
+// provider that crashed after charging would.
+func dropConnection(w http.ResponseWriter) {
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		// Not hijackable (HTTP/2): abort the response, which resets the stream.
+		panic(http.ErrAbortHandler)
+	}
+	_ = conn.Close()
+}
+
+// sleep waits for d and reports whether it did, false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// newChargeID returns "pc_" and 16 random hex digits.
+func newChargeID() string {
+	var b [8]byte
+	// crypto/rand.Read never returns an error: it crashes the program instead.
+	_, _ = rand.Read(b[:])
+	return "pc_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,589 @@
+package providersim_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+)
+
+// start serves a new simulator and returns it with a client for it.
+func start(t *testing.T, opts ...providersim.Option) (*providersim.Simulator, *httptest.Server, *provider.Client) {
+	t.Helper()
+	sim := providersim.New(opts...)
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	return sim, srv, provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
+}
+
+func charge(ref, source string) provider.ChargeRequest {
+	return provider.ChargeRequest{Reference: ref, Amount: 1250, Currency: "EUR", Source: source}
+}
+
+// post sends a raw POST with the given headers and returns status, headers
+// and body; err is the transport error, if any.
+func post(t *testing.T, srv *httptest.Server, path string, body any, header http.Header) (int, http.Header, []byte, error) {
+	t.Helper()
+	data, err := json.Marshal(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+path, bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	return send(t, srv, req)
+}
+
+func get(t *testing.T, srv *httptest.Server, path string, header http.Header) (int, http.Header, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = header.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	code, h, body, err := send(t, srv, req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	return code, h, body
+}
+
+func send(t *testing.T, srv *httptest.Server, req *http.Request) (int, http.Header, []byte, error) {
+	t.Helper()
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read body: %v", err)
+	}
+	return resp.StatusCode, resp.Header, data, nil
+}
+
+func mustCharge(t *testing.T, c *provider.Client, req provider.ChargeRequest) provider.Result {
+	t.Helper()
+	res, err := c.Charge(t.Context(), req)
+	if err != nil {
+		t.Fatalf("Charge(%s): %v", req.Reference, err)
+	}
+	return res
+}
+
+func mustLookup(t *testing.T, c *provider.Client, ref string) provider.Result {
+	t.Helper()
+	res, err := c.Lookup(t.Context(), ref)
+	if err != nil {
+		t.Fatalf("Lookup(%s): %v", ref, err)
+	}
+	return res
+}
+
+func wantEntry(t *testing.T, sim *providersim.Simulator, ref string, want providersim.LedgerEntry) {
+	t.Helper()
+	if got := sim.Ledger().References[ref]; got != want {
+		t.Errorf("ledger[%s] = %+v, want %+v", ref, got, want)
+	}
+}
+
+var chargeID = regexp.MustCompile(`^pc_[0-9a-f]{16}$`)
+
+func TestChargeBySource(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		source      string
+		status      provider.Status
+		declineCode string
+	}{
+		{providersim.SourceVisa, provider.StatusCharged, ""},
+		{"tok_mastercard", provider.StatusCharged, ""},
+		{"pm_anything", provider.StatusCharged, ""},
+		{providersim.SourceDecline, provider.StatusDeclined, providersim.DeclineCode},
+	}
+	for _, tt := range tests {
+		t.Run(tt.source, func(t *testing.T) {
+			t.Parallel()
+			sim, _, c := start(t)
+			res := mustCharge(t, c, charge("order-1", tt.source))
+			if res.Status != tt.status || res.DeclineCode != tt.declineCode || res.Reference != "order-1" {
+				t.Errorf("Charge = %+v, want status %s, decline code %q", res, tt.status, tt.declineCode)
+			}
+			if !chargeID.MatchString(res.ChargeID) {
+				t.Errorf("charge id %q does not match %s", res.ChargeID, chargeID)
+			}
+			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: tt.status})
+			if got := mustLookup(t, c, "order-1"); got != res {
+				t.Errorf("Lookup = %+v, want %+v", got, res)
+			}
+		})
+	}
+}
+
+func TestChargeIDsDiffer(t *testing.T) {
+	t.Parallel()
+	_, _, c := start(t)
+	a := mustCharge(t, c, charge("order-a", providersim.SourceVisa))
+	b := mustCharge(t, c, charge("order-b", providersim.SourceVisa))
+	if a.ChargeID == b.ChargeID {
+		t.Errorf("two references share charge id %s", a.ChargeID)
+	}
+}
+
+func TestDedupeReturnsFirstResult(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		first, second string
+		status        provider.Status
+	}{
+		{"charged then decline source", providersim.SourceVisa, providersim.SourceDecline, provider.StatusCharged},
+		{"declined then visa source", providersim.SourceDecline, providersim.SourceVisa, provider.StatusDeclined},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sim, _, c := start(t)
+			first := mustCharge(t, c, charge("order-1", tt.first))
+			again := charge("order-1", tt.second)
+			again.Amount, again.Currency = 99999, "USD"
+			second := mustCharge(t, c, again)
+			if second != first {
+				t.Errorf("second Charge = %+v, want the first result %+v", second, first)
+			}
+			if first.Status != tt.status {
+				t.Errorf("status = %s, want %s", first.Status, tt.status)
+			}
+			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: tt.status})
+			if l := sim.Ledger(); l.TotalCharges != 1 || l.TotalCalls != 2 {
+				t.Errorf("totals = %d charges, %d calls; want 1, 2", l.TotalCharges, l.TotalCalls)
+			}
+		})
+	}
+}
+
+func TestUnavailableOnceThenCharges(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	req := charge("order-1", providersim.SourceUnavailableOnce)
+	if _, err := c.Charge(t.Context(), req); !errors.Is(err, provider.ErrUnavailable) {
+		t.Fatalf("first Charge error = %v, want ErrUnavailable", err)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 0, Calls: 1, Status: provider.StatusNotFound})
+	if got := mustLookup(t, c, "order-1"); got.Status != provider.StatusNotFound {
+		t.Errorf("Lookup after the 503 = %+v, want not_found", got)
+	}
+	res := mustCharge(t, c, req)
+	if res.Status != provider.StatusCharged {
+		t.Errorf("retry = %+v, want charged", res)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: provider.StatusCharged})
+}
+
+func TestUnavailableAlwaysChargesNothing(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	for i := range 3 {
+		if _, err := c.Charge(t.Context(), charge("order-1", providersim.SourceUnavailable)); !errors.Is(err, provider.ErrUnavailable) {
+			t.Fatalf("call %d: error = %v, want ErrUnavailable", i+1, err)
+		}
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 0, Calls: 3, Status: provider.StatusNotFound})
+	if l := sim.Ledger(); l.TotalCharges != 0 {
+		t.Errorf("total charges = %d, want 0", l.TotalCharges)
+	}
+}
+
+func TestTimeoutCreatesChargeOnce(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		source      string
+		retryIsLost bool // the retry's response is dropped too
+	}{
+		{providersim.SourceTimeoutOnce, false},
+		{providersim.SourceTimeout, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.source, func(t *testing.T) {
+			t.Parallel()
+			sim, _, c := start(t)
+			req := charge("order-1", tt.source)
+			if _, err := c.Charge(t.Context(), req); !errors.Is(err, provider.ErrAmbiguous) {
+				t.Fatalf("Charge error = %v, want ErrAmbiguous", err)
+			}
+			found := mustLookup(t, c, "order-1")
+			if found.Status != provider.StatusCharged || !chargeID.MatchString(found.ChargeID) {
+				t.Fatalf("Lookup = %+v, want charged with an id", found)
+			}
+			retry, err := c.Charge(t.Context(), req)
+			switch {
+			case tt.retryIsLost && !errors.Is(err, provider.ErrAmbiguous):
+				t.Errorf("retry error = %v, want ErrAmbiguous", err)
+			case !tt.retryIsLost && err != nil:
+				t.Errorf("retry error = %v", err)
+			case !tt.retryIsLost && retry != found:
+				t.Errorf("retry = %+v, want the stored %+v", retry, found)
+			}
+			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: provider.StatusCharged})
+		})
+	}
+}
+
+func TestSlowChargeIsRecordedBeforeTheWait(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t, providersim.WithSlowDelay(time.Hour))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Charge(ctx, charge("order-1", providersim.SourceSlow))
+		done <- err
+	}()
+	for sim.Ledger().References["order-1"].Charges == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("slow Charge returned early: %v", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	if got := mustLookup(t, c, "order-1"); got.Status != provider.StatusCharged {
+		t.Errorf("Lookup during the wait = %+v, want charged", got)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("slow Charge returned before its delay: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, provider.ErrAmbiguous) {
+		t.Errorf("cancelled slow Charge error = %v, want ErrAmbiguous", err)
+	}
+}
+
+func TestFaultHeaders(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		header  http.Header
+		source  string
+		code    int // 0: the connection is dropped
+		charges int
+	}{
+		{"unavailable", http.Header{providersim.HeaderFault: {providersim.FaultUnavailable}}, providersim.SourceVisa, http.StatusServiceUnavailable, 0},
+		{"timeout", http.Header{providersim.HeaderFault: {providersim.FaultTimeout}}, providersim.SourceVisa, 0, 1},
+		{"slow", http.Header{providersim.HeaderFault: {providersim.FaultSlow}, providersim.HeaderDelay: {"1ms"}}, providersim.SourceVisa, http.StatusOK, 1},
+		{"header overrides source", http.Header{providersim.HeaderFault: {providersim.FaultUnavailable}}, providersim.SourceTimeout, http.StatusServiceUnavailable, 0},
+		{"delay for tok_slow", http.Header{providersim.HeaderDelay: {"1ms"}}, providersim.SourceSlow, http.StatusOK, 1},
+		{"unknown fault", http.Header{providersim.HeaderFault: {"explode"}}, providersim.SourceVisa, http.StatusBadRequest, 0},
+		{"bad delay", http.Header{providersim.HeaderDelay: {"soon"}}, providersim.SourceSlow, http.StatusBadRequest, 0},
+		{"negative delay", http.Header{providersim.HeaderDelay: {"-1s"}}, providersim.SourceSlow, http.StatusBadRequest, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// An hour-long default delay fails the test by timeout if
+			// Sim-Delay is ignored.
+			sim, srv, _ := start(t, providersim.WithSlowDelay(time.Hour))
+			code, h, _, err := post(t, srv, "/v1/charges", charge("order-1", tt.source), tt.header)
+			switch {
+			case tt.code == 0 && err == nil:
+				t.Fatalf("got HTTP %d, want a dropped connection", code)
+			case tt.code != 0 && err != nil:
+				t.Fatalf("POST: %v", err)
+			case code != tt.code:
+				t.Fatalf("code = %d, want %d", code, tt.code)
+			}
+			if notProcessed := h.Get(provider.HeaderNotProcessed) == "true"; notProcessed != (code == http.StatusServiceUnavailable) {
+				t.Errorf("%s header = %q with code %d", provider.HeaderNotProcessed, h.Get(provider.HeaderNotProcessed), code)
+			}
+			if got := sim.Ledger().References["order-1"]; got.Charges != tt.charges || got.Calls != 1 {
+				t.Errorf("ledger = %+v, want %d charges, 1 call", got, tt.charges)
+			}
+		})
+	}
+}
+
+func TestBadChargeRequests(t *testing.T) {
+	t.Parallel()
+	valid := charge("order-1", providersim.SourceVisa)
+	with := func(edit func(*provider.ChargeRequest)) provider.ChargeRequest {
+		r := valid
+		edit(&r)
+		return r
+	}
+	tests := []struct {
+		name  string
+		body  any
+		calls int // counted against order-1
+	}{
+		{"malformed JSON", "not an object", 0},
+		{"missing reference", with(func(r *provider.ChargeRequest) { r.Reference = "" }), 0},
+		{"zero amount", with(func(r *provider.ChargeRequest) { r.Amount = 0 }), 1},
+		{"negative amount", with(func(r *provider.ChargeRequest) { r.Amount = -5 }), 1},
+		{"empty currency", with(func(r *provider.ChargeRequest) { r.Currency = "" }), 1},
+		{"empty source", with(func(r *provider.ChargeRequest) { r.Source = "" }), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sim, srv, _ := start(t)
+			code, _, body, err := post(t, srv, "/v1/charges", tt.body, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != http.StatusBadRequest {
+				t.Errorf("code = %d, want 400", code)
+			}
+			var e struct{ Error string }
+			if err := json.Unmarshal(body, &e); err != nil || e.Error == "" {
+				t.Errorf("body %s: want a JSON error message", body)
+			}
+			l := sim.Ledger()
+			if l.TotalCharges != 0 || l.References["order-1"].Calls != tt.calls {
+				t.Errorf("ledger = %+v, want no charges and %d calls for order-1", l, tt.calls)
+			}
+		})
+	}
+}
+
+func TestDown(t *testing.T) {
+	t.Parallel()
+	sim, srv, c := start(t)
+	mustCharge(t, c, charge("before", providersim.SourceVisa))
+	sim.SetDown(true)
+
+	if _, err := c.Charge(t.Context(), charge("during", providersim.SourceVisa)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("Charge while down: error = %v, want ErrUnavailable", err)
+	}
+	if _, err := c.Charge(t.Context(), charge("timeout", providersim.SourceTimeoutOnce)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("tok_timeout_once while down: error = %v, want ErrUnavailable", err)
+	}
+	if _, err := c.Lookup(t.Context(), "before"); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("Lookup while down: error = %v, want ErrUnavailable", err)
+	}
+	code, h, _ := get(t, srv, "/v1/charges/before", nil)
+	if code != http.StatusServiceUnavailable || h.Get(provider.HeaderNotProcessed) != "true" {
+		t.Errorf("raw lookup while down = %d, %s: %q", code, provider.HeaderNotProcessed, h.Get(provider.HeaderNotProcessed))
+	}
+	if l := sim.Ledger(); l.TotalCharges != 1 || l.References["during"].Calls != 1 {
+		t.Errorf("ledger while down = %+v, want 1 charge and the call counted", l)
+	}
+
+	// Back up through the endpoint.
+	code, _, body, err := post(t, srv, "/v1/faults", map[string]bool{"down": false}, nil)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("POST /v1/faults = %d %s, %v", code, body, err)
+	}
+	if res := mustCharge(t, c, charge("during", providersim.SourceVisa)); res.Status != provider.StatusCharged {
+		t.Errorf("Charge after recovery = %+v", res)
+	}
+	// The first call for this reference was swallowed by the outage, so the
+	// once-only timeout does not fire again.
+	if res := mustCharge(t, c, charge("timeout", providersim.SourceTimeoutOnce)); res.Status != provider.StatusCharged {
+		t.Errorf("tok_timeout_once after recovery = %+v", res)
+	}
+
+	// And down again through the endpoint.
+	if code, _, _, err := post(t, srv, "/v1/faults", map[string]bool{"down": true}, nil); err != nil || code != http.StatusOK {
+		t.Fatalf("POST /v1/faults = %d, %v", code, err)
+	}
+	if _, err := c.Charge(t.Context(), charge("after", providersim.SourceVisa)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("Charge when down again: error = %v, want ErrUnavailable", err)
+	}
+	if code, _, _, _ := post(t, srv, "/v1/faults", map[string]string{"up": "yes"}, nil); code != http.StatusBadRequest {
+		t.Errorf("POST /v1/faults without down = %d, want 400", code)
+	}
+}
+
+func TestSecret(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		header string
+		code   int
+	}{
+		{"no token", "", http.StatusUnauthorized},
+		{"wrong token", "Bearer nope", http.StatusUnauthorized},
+		{"not bearer", "Basic s3cret", http.StatusUnauthorized},
+		{"right token", "Bearer s3cret", http.StatusOK},
+	}
+	paths := []string{"/v1/charges/order-1", "/v1/ledger"}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			sim, srv, _ := start(t, providersim.WithSecret("s3cret"))
+			authed := provider.NewClient(srv.URL, "s3cret", provider.WithHTTPClient(srv.Client()))
+			mustCharge(t, authed, charge("order-1", providersim.SourceVisa))
+
+			h := http.Header{}
+			if tt.header != "" {
+				h.Set("Authorization", tt.header)
+			}
+			for _, path := range paths {
+				if code, _, _ := get(t, srv, path, h); code != tt.code {
+					t.Errorf("GET %s = %d, want %d", path, code, tt.code)
+				}
+			}
+			code, _, _, err := post(t, srv, "/v1/charges", charge("order-2", providersim.SourceVisa), h)
+			if err != nil || code != tt.code {
+				t.Errorf("POST /v1/charges = %d, %v; want %d", code, err, tt.code)
+			}
+			wantCharges := 1
+			if tt.code == http.StatusOK {
+				wantCharges = 2
+			}
+			if got := sim.Ledger().TotalCharges; got != wantCharges {
+				t.Errorf("total charges = %d, want %d", got, wantCharges)
+			}
+		})
+	}
+}
+
+func TestLookupNotFound(t *testing.T) {
+	t.Parallel()
+	_, srv, c := start(t)
+	code, _, body := get(t, srv, "/v1/charges/nobody", nil)
+	if code != http.StatusNotFound || strings.TrimSpace(string(body)) != `{"status":"not_found"}` {
+		t.Errorf("GET unknown = %d %s", code, body)
+	}
+	if res := mustLookup(t, c, "nobody"); res.Status != provider.StatusNotFound {
+		t.Errorf("Lookup = %+v, want not_found", res)
+	}
+}
+
+func TestLedgerEndpointMatchesMethod(t *testing.T) {
+	t.Parallel()
+	sim, srv, c := start(t)
+	mustCharge(t, c, charge("charged", providersim.SourceVisa))
+	mustCharge(t, c, charge("charged", providersim.SourceVisa))
+	mustCharge(t, c, charge("declined", providersim.SourceDecline))
+	_, _ = c.Charge(t.Context(), charge("unavailable", providersim.SourceUnavailable))
+
+	code, _, body := get(t, srv, "/v1/ledger", nil)
+	if code != http.StatusOK {
+		t.Fatalf("GET /v1/ledger = %d", code)
+	}
+	var fromHTTP providersim.Ledger
+	if err := json.Unmarshal(body, &fromHTTP); err != nil {
+		t.Fatal(err)
+	}
+	want := providersim.Ledger{
+		References: map[string]providersim.LedgerEntry{
+			"charged":     {Charges: 1, Calls: 2, Status: provider.StatusCharged},
+			"declined":    {Charges: 1, Calls: 1, Status: provider.StatusDeclined},
+			"unavailable": {Charges: 0, Calls: 1, Status: provider.StatusNotFound},
+		},
+		TotalCharges: 2,
+		TotalCalls:   4,
+	}
+	if got := sim.Ledger(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Ledger() = %+v, want %+v", got, want)
+	}
+	if !reflect.DeepEqual(fromHTTP, want) {
+		t.Errorf("GET /v1/ledger = %+v, want %+v", fromHTTP, want)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(body, &raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"references", "total_charges", "total_calls"} {
+		if _, ok := raw[key]; !ok {
+			t.Errorf("ledger JSON %s lacks %q", body, key)
+		}
+	}
+}
+
+func TestEmptyLedgerHasEmptyReferences(t *testing.T) {
+	t.Parallel()
+	_, srv, _ := start(t)
+	_, _, body := get(t, srv, "/v1/ledger", nil)
+	if got := strings.TrimSpace(string(body)); got != `{"references":{},"total_charges":0,"total_calls":0}` {
+		t.Errorf("empty ledger = %s", got)
+	}
+}
+
+func TestConcurrentChargesOneReference(t *testing.T) {
+	t.Parallel()
+	const n = 64
+	sim, _, c := start(t)
+	release := make(chan struct{})
+	results := make([]provider.Result, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-release
+			results[i], errs[i] = c.Charge(t.Context(), charge("order-1", providersim.SourceVisa))
+		})
+	}
+	close(release)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("call %d: %v", i, errs[i])
+		}
+		if results[i] != results[0] {
+			t.Errorf("call %d = %+v, call 0 = %+v", i, results[i], results[0])
+		}
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: n, Status: provider.StatusCharged})
+}
+
+func TestLogsNeverShowTheSource(t *testing.T) {
+	t.Parallel()
+	var buf lockedBuffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	_, srv, c := start(t, providersim.WithLogger(logger))
+	const secretSource = "tok_visa_4242424242424242"
+	mustCharge(t, c, charge("order-1", secretSource))
+	_, _, _, _ = post(t, srv, "/v1/charges", charge("order-2", secretSource), http.Header{providersim.HeaderFault: {"bogus"}})
+	_, _, _, _ = post(t, srv, "/v1/charges", fmt.Sprintf(`{"reference":"x","source":%q`, secretSource), nil)
+
+	logs := buf.String()
+	if strings.Contains(logs, secretSource) {
+		t.Errorf("logs show the source:\n%s", logs)
+	}
+	for _, want := range []string{`"reference":"order-1"`, `"outcome":"created"`, `"method":"POST"`, `"path":"/v1/charges"`, `"outcome":"rejected"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %s:\n%s", want, logs)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
