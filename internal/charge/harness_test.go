@@ -1,0 +1,184 @@
+package charge_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/legacy"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/setup"
+	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// harness is the charge function as deployed, on the emulator's DynamoDB
+// and SQS, with an in-process provider simulator.
+type harness struct {
+	t       *testing.T
+	handler *charge.Handler
+	sim     *providersim.Simulator
+	store   *idem.Store // the same table, for asserting what is stored
+	queue   queue.Queues
+	logs    *syncBuffer
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
+	t.Helper()
+	ctx := context.Background()
+	clients := testenv.Clients(t)
+	sim := providersim.New()
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	q, err := queue.Create(ctx, clients.SQS, testenv.UniqueName("reconcile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := setup.Charge{
+		IdempotencyTable:  testenv.CreateTable(t, idem.TableInput("idem")),
+		ChargesTable:      testenv.CreateTable(t, charge.TableInput("charges")),
+		ReconcileQueueURL: q.URL,
+		ProviderURL:       srv.URL,
+		TenantClaim:       "tenant_id",
+		Retention:         24 * time.Hour,
+	}
+	for _, fn := range tune {
+		fn(&cfg)
+	}
+	logs := &syncBuffer{}
+	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := idem.New(clients.DynamoDB, cfg.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &harness{t: t, handler: h, sim: sim, store: store, queue: q, logs: logs}
+}
+
+// post builds a POST /charges event as API Gateway sends it.
+func post(tenant, key, body string) events.APIGatewayV2HTTPRequest {
+	req := events.APIGatewayV2HTTPRequest{
+		RouteKey: charge.RouteCreate,
+		RawPath:  "/charges",
+		Headers:  map[string]string{"content-type": "application/json"},
+		Body:     body,
+	}
+	req.RequestContext.HTTP.Method = http.MethodPost
+	req.RequestContext.HTTP.Path = "/charges"
+	if key != "" {
+		req.Headers["idempotency-key"] = key
+	}
+	if tenant != "" {
+		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
+		}
+	}
+	return req
+}
+
+func get(tenant, id string) events.APIGatewayV2HTTPRequest {
+	req := post(tenant, "", "")
+	req.RouteKey, req.RawPath = charge.RouteGet, "/charges/"+id
+	req.Headers = map[string]string{}
+	req.PathParameters = map[string]string{"id": id}
+	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath
+	return req
+}
+
+// do sends one event through the handler and checks the response against
+// the OpenAPI document.
+func (h *harness) do(req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	h.t.Helper()
+	resp, err := h.handler.Handle(context.Background(), req)
+	if err != nil {
+		h.t.Fatalf("handler returned an error (client errors must be responses): %v", err)
+	}
+	validateContract(h.t, req, resp)
+	return resp
+}
+
+var (
+	specOnce   sync.Once
+	specRouter routers.Router
+	specErr    error
+)
+
+func validateContract(t *testing.T, req events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) {
+	t.Helper()
+	specOnce.Do(func() {
+		loader := openapi3.NewLoader()
+		doc, err := loader.LoadFromFile(filepath.Join(testenv.RepoRoot(), "api", "openapi.yaml"))
+		if err != nil {
+			specErr = err
+			return
+		}
+		if err = doc.Validate(loader.Context); err != nil {
+			specErr = err
+			return
+		}
+		doc.Servers = nil // match on paths alone, wherever the handler runs
+		specRouter, specErr = legacy.NewRouter(doc)
+	})
+	if specErr != nil {
+		t.Fatalf("openapi: %v", specErr)
+	}
+	httpReq, _ := http.NewRequest(req.RequestContext.HTTP.Method, "http://localhost"+req.RawPath, strings.NewReader(req.Body))
+	for k, v := range req.Headers {
+		httpReq.Header.Set(k, v)
+	}
+	route, params, err := specRouter.FindRoute(httpReq)
+	if err != nil {
+		t.Fatalf("openapi: no route for %s %s: %v", httpReq.Method, req.RawPath, err)
+	}
+	header := http.Header{}
+	for k, v := range resp.Headers {
+		header.Set(k, v)
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: httpReq, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status:  resp.StatusCode,
+		Header:  header,
+		Body:    io.NopCloser(strings.NewReader(resp.Body)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		t.Errorf("response %d %s violates api/openapi.yaml: %v", resp.StatusCode, resp.Body, err)
+	}
+}
