@@ -118,8 +118,9 @@ func routeOf(req events.APIGatewayV2HTTPRequest) string {
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
 func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (Result, string, error) {
+	var keyHash string // known once the key is valid
 	invalid := func(p ProblemType, detail string) (Result, string, error) {
-		return Result{Response: problem(p, detail), Outcome: OutcomeInvalid}, "", nil
+		return Result{Response: problem(p, detail), Outcome: OutcomeInvalid}, keyHash, nil
 	}
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
 	if err != nil || mt != ContentTypeJSON {
@@ -142,6 +143,8 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if err != nil {
 		return invalid(ProblemInvalidKey, "The Idempotency-Key must be 1 to 255 printable ASCII characters.")
 	}
+	key, _ := idem.NewKey(tenant, Operation, string(id)) // tenant and id are valid
+	keyHash = KeyHash(key)
 	canonical, err := idem.CanonicalJSON(body)
 	if err != nil {
 		return invalid(ProblemInvalidRequest, "The body is not a single valid JSON value without duplicate keys.")
@@ -163,11 +166,10 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 		if errors.As(err, &ie) {
 			return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
 		}
-		return Result{}, "", err
+		return Result{}, keyHash, err
 	}
-	key, _ := idem.NewKey(tenant, Operation, string(id)) // tenant and id are validated
 	res, err := h.svc.Create(ctx, tenant, id, r, idem.FingerprintOf(canonical))
-	return res, KeyHash(key), err
+	return res, keyHash, err
 }
 
 func header(req events.APIGatewayV2HTTPRequest, name string) string {
