@@ -1,0 +1,302 @@
+package charge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// FuzzCreate sends arbitrary POST /charges events through the real handler
+// over an in-memory table and a provider that is always unavailable. Every
+// event gets a response (never a Go error or a panic); an event that fails
+// any validation step gets a 4xx problem and touches neither the table nor
+// the provider; a valid one claims its key with the fingerprint of its
+// body, reaches the provider with the parsed values, and gets the 503 of
+// an unavailable provider.
+func FuzzCreate(f *testing.F) {
+	raw, err := os.ReadFile("testdata/bad_requests.json")
+	if err != nil {
+		f.Fatal(err)
+	}
+	var corpus struct{ Cases []badCase }
+	if err := json.Unmarshal(raw, &corpus); err != nil {
+		f.Fatal(err)
+	}
+	for _, tc := range corpus.Cases {
+		tenant, key, ct, body := "acme", "order-1", "application/json", ""
+		if tc.Tenant != nil {
+			tenant = *tc.Tenant
+		}
+		if tc.OmitAuth {
+			tenant = ""
+		}
+		if tc.Key != nil {
+			key = *tc.Key
+		}
+		if tc.ContentType != nil {
+			ct = *tc.ContentType
+		}
+		if tc.Body != nil {
+			body = *tc.Body
+		}
+		if tc.Repeat > 0 {
+			body = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", min(tc.Repeat, charge.MaxBodyBytes)) + `"}`
+		}
+		f.Add(tenant, key, !tc.OmitKey, ct, tc.Base64, []byte(body))
+	}
+	f.Add("acme", "order-1", true, "application/json; charset=utf-8", false,
+		[]byte(" {\"source\" : \"tok_visa\", \"description\":\"caf\\u00e9\", \"currency\":\"EUR\",\"amount\":1500}\n"))
+	f.Add("acme", "k", true, "application/json", true, []byte(base64.StdEncoding.EncodeToString([]byte(`{"amount":1,"currency":"JPY","source":"x"}`))))
+
+	f.Fuzz(func(t *testing.T, tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) {
+		db := &memTable{}
+		prov := &unavailableProvider{}
+		h := fuzzHandler(t, db, prov)
+
+		req := post(tenant, "", string(body))
+		req.Headers["content-type"] = contentType
+		if withKey {
+			req.Headers["idempotency-key"] = key
+		}
+		req.IsBase64Encoded = isBase64
+		resp, err := h.Handle(context.Background(), req)
+		if err != nil {
+			t.Fatalf("Handle returned an error: %v", err)
+		}
+
+		want, reason := expectCreate(tenant, key, withKey, contentType, isBase64, body)
+		if reason != "" {
+			if resp.StatusCode < 400 || resp.StatusCode >= 500 || resp.Headers["Content-Type"] != charge.ContentTypeProblem {
+				t.Fatalf("invalid request (%s) got %d %s", reason, resp.StatusCode, resp.Body)
+			}
+			if db.calls() != 0 || prov.calls() != 0 {
+				t.Fatalf("invalid request (%s) made %d table and %d provider calls", reason, db.calls(), prov.calls())
+			}
+			return
+		}
+		if resp.StatusCode != 503 || !strings.Contains(resp.Body, "provider-unavailable") {
+			t.Fatalf("valid request got %d %s, want the 503 of an unavailable provider", resp.StatusCode, resp.Body)
+		}
+		if got := prov.last(); got.Amount != want.Money.Amount || got.Currency != want.Money.Currency || got.Source != want.Source {
+			t.Fatalf("provider got %v, want %+v", got, want)
+		}
+		fp, _ := idem.FingerprintJSON(want.raw)
+		if !db.sawString(fp.String()) {
+			t.Fatalf("the claim does not carry the body's fingerprint %s", fp)
+		}
+	})
+}
+
+// parsed is what a valid create event should reach the provider with.
+type parsed struct {
+	charge.Request
+	raw []byte // the decoded body
+}
+
+// expectCreate validates an event step by step with the exported building
+// blocks, independently of the handler, and says why it is invalid ("" if
+// it is valid).
+func expectCreate(tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) (parsed, string) {
+	if _, err := idem.NewKey(tenant, charge.Operation, "probe"); err != nil {
+		return parsed{}, "tenant"
+	}
+	if mt, _, err := mime.ParseMediaType(contentType); err != nil || mt != charge.ContentTypeJSON {
+		return parsed{}, "content type"
+	}
+	if isBase64 {
+		var err error
+		if body, err = base64.StdEncoding.DecodeString(string(body)); err != nil {
+			return parsed{}, "base64"
+		}
+	}
+	if len(body) > charge.MaxBodyBytes {
+		return parsed{}, "size"
+	}
+	if !withKey {
+		return parsed{}, "no key"
+	}
+	if _, err := charge.ParseCommandID(key); err != nil {
+		return parsed{}, "key"
+	}
+	c, err := idem.CanonicalJSON(body)
+	if err != nil {
+		return parsed{}, "json"
+	}
+	var in struct {
+		Amount                        int64
+		Currency, Source, Description string
+	}
+	dec := json.NewDecoder(bytes.NewReader(c))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in); err != nil {
+		return parsed{}, "shape"
+	}
+	r, err := charge.NewRequest(in.Amount, in.Currency, in.Source, in.Description)
+	if err != nil {
+		return parsed{}, "values"
+	}
+	return parsed{Request: r, raw: body}, ""
+}
+
+func fuzzHandler(t *testing.T, db *memTable, prov charge.Provider) *charge.Handler {
+	t.Helper()
+	store, err := idem.New(db, "idem", func(o *idem.Options) {
+		o.Clock = func() time.Time { return time.Unix(1_700_000_000, 0) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := charge.NewService(charge.Config{Store: store, Charges: db, ChargesTable: "charges", Provider: prov})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := charge.NewHandler(svc, "tenant_id", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// memTable answers the idempotency store's calls as an empty table would:
+// every claim succeeds and every release finds its item.
+type memTable struct {
+	mu    sync.Mutex
+	n     int
+	items []map[string]types.AttributeValue
+}
+
+var errNotModelled = errors.New("memTable: call not modelled")
+
+func (m *memTable) record(item map[string]types.AttributeValue) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.n++
+	if item != nil {
+		m.items = append(m.items, item)
+	}
+}
+
+func (m *memTable) calls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n
+}
+
+func (m *memTable) sawString(v string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, item := range m.items {
+		for _, a := range item {
+			if s, ok := a.(*types.AttributeValueMemberS); ok && s.Value == v {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (m *memTable) PutItem(_ context.Context, in *dynamodb.PutItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
+	m.record(in.Item)
+	return &dynamodb.PutItemOutput{}, nil
+}
+
+func (m *memTable) DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
+	m.record(nil)
+	return &dynamodb.DeleteItemOutput{}, nil
+}
+
+func (m *memTable) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	m.record(nil)
+	return nil, errNotModelled
+}
+
+func (m *memTable) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	m.record(nil)
+	return nil, errNotModelled
+}
+
+func (m *memTable) TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
+	m.record(nil)
+	return nil, errNotModelled
+}
+
+func (m *memTable) Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
+	m.record(nil)
+	return nil, errNotModelled
+}
+
+// unavailableProvider refuses every charge as not processed.
+type unavailableProvider struct {
+	mu   sync.Mutex
+	reqs []provider.ChargeRequest
+}
+
+func (p *unavailableProvider) Charge(_ context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reqs = append(p.reqs, req)
+	return provider.Result{}, fmt.Errorf("fuzz: %w", provider.ErrUnavailable)
+}
+
+func (p *unavailableProvider) Lookup(context.Context, string) (provider.Result, error) {
+	return provider.Result{}, errNotModelled
+}
+
+func (p *unavailableProvider) calls() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.reqs)
+}
+
+func (p *unavailableProvider) last() provider.ChargeRequest {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.reqs) == 0 {
+		return provider.ChargeRequest{}
+	}
+	return p.reqs[len(p.reqs)-1]
+}
+
+// FuzzCommandID checks that ParseCommandID accepts exactly the keys the
+// store accepts, and that the ids derived from one client key differ
+// between tenants, so one tenant's charge can never be served to another.
+func FuzzCommandID(f *testing.F) {
+	f.Add("acme", "globex", "order-42")
+	f.Add("acme", "acme2", "a b#c!~")
+	f.Add("t", "u", "order\n1")
+	f.Add("a", "b", strings.Repeat("k", 256))
+	f.Fuzz(func(t *testing.T, tenantA, tenantB, s string) {
+		id, err := charge.ParseCommandID(s)
+		_, keyErr := idem.NewKey("acme", charge.Operation, s)
+		if (err == nil) != (keyErr == nil) {
+			t.Fatalf("ParseCommandID(%q) = %v, but NewKey says %v", s, err, keyErr)
+		}
+		if err != nil {
+			return
+		}
+		a, errA := idem.NewKey(tenantA, charge.Operation, string(id))
+		b, errB := idem.NewKey(tenantB, charge.Operation, string(id))
+		if errA != nil || errB != nil || tenantA == tenantB {
+			return
+		}
+		if charge.ChargeID(a) == charge.ChargeID(b) || charge.ProviderReference(a) == charge.ProviderReference(b) {
+			t.Fatalf("tenants %q and %q share ids for key %q", tenantA, tenantB, s)
+		}
+	})
+}
