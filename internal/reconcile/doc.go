@@ -1,0 +1,17 @@
+// Package reconcile provides the handler of the reconcile queue: for each
+// message it resolves the charge its key names by asking the provider what
+// happened (charge.Service.Reconcile), and it reports to Lambda, as batch
+// item failures, only the messages worth delivering again.
+//
+// A message whose reconciliation failed (the provider or the store could
+// not answer) is reported and comes back after the queue's visibility
+// timeout, up to queue.MaxReceiveCount deliveries before the dead-letter
+// queue; its record stays IN_FLIGHT and in the stuck-lease index, so the
+// sweeper queues it again even then. A malformed message is logged and
+// dropped, since no delivery of it can ever succeed. Every other outcome,
+// "still leased" among them (a live lease holder finishes the command, or
+// the sweeper finds it again), deletes the message.
+//
+// Logs carry the message id, the key's hash (charge.KeyHash) and the
+// outcome, never the key itself.
+package reconcile

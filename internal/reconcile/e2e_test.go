@@ -1,0 +1,706 @@
+package reconcile_test
+
+// End-to-end tests: the charge handler, the sweeper and the reconcile
+// handler as the functions assemble them (internal/setup), on the
+// emulator's DynamoDB and SQS, against the provider simulator. A settable
+// clock expires leases; SQS redelivery is driven with ReceiveMessage and
+// ChangeMessageVisibility, as the Lambda poller would see it.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/reconcile"
+	"github.com/chargeonce/chargeonce/internal/setup"
+	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+const tenant = "acme"
+
+// fakeClock is a settable clock shared by every handler of a stack.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// stack is one deployment: its own tables, queues and provider.
+type stack struct {
+	clock   *fakeClock
+	clients awsenv.Clients
+	calls   *testenv.CallCounter
+	sim     *providersim.Simulator
+	queues  queue.Queues
+	store   *idem.Store // the test's own view of the idempotency table
+	logs    *syncBuffer
+	deps    setup.Deps
+	recCfg  setup.Reconcile
+	charges string
+
+	charge  *charge.Handler
+	sweeper *sweeper.Sweeper
+	rec     *reconcile.Handler
+}
+
+type stackConfig struct {
+	sim            []providersim.Option
+	chargeProvider []provider.Option
+}
+
+func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
+	t.Helper()
+	ctx := context.Background()
+	var cfg stackConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	s := &stack{clock: &fakeClock{now: time.Now()}, calls: &testenv.CallCounter{}, logs: &syncBuffer{}}
+	s.clients = testenv.Clients(t, s.calls.Option())
+	idemTable := testenv.CreateTable(t, idem.TableInput("idem"))
+	s.charges = testenv.CreateTable(t, charge.TableInput("charges"))
+	q, err := queue.Create(ctx, s.clients.SQS, testenv.UniqueName("reconcile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, url := range []string{q.URL, q.DLQURL} {
+			_, _ = s.clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+		}
+	})
+	s.queues = q
+	s.sim = providersim.New(cfg.sim...)
+	srv := httptest.NewServer(s.sim)
+	t.Cleanup(srv.Close)
+	s.store, err = idem.New(s.clients.DynamoDB, idemTable, func(o *idem.Options) { o.Clock = s.clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	s.deps = setup.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
+	chargeDeps := s.deps
+	chargeDeps.ProviderOptions = cfg.chargeProvider
+	s.charge, err = setup.ChargeHandler(setup.Charge{
+		IdempotencyTable: idemTable, ChargesTable: s.charges, ReconcileQueueURL: q.URL,
+		ProviderURL: srv.URL, TenantClaim: "tenant_id", Retention: 24 * time.Hour,
+	}, chargeDeps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.sweeper, err = setup.SweeperHandler(setup.Sweeper{IdempotencyTable: idemTable, ReconcileQueueURL: q.URL}, s.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.recCfg = setup.Reconcile{IdempotencyTable: idemTable, ChargesTable: s.charges, ProviderURL: srv.URL, Retention: 24 * time.Hour}
+	s.rec = s.reconciler(t)
+	return s
+}
+
+// reconciler builds another reconcile function instance, its provider
+// client adjusted by opts.
+func (s *stack) reconciler(t *testing.T, opts ...provider.Option) *reconcile.Handler {
+	t.Helper()
+	d := s.deps
+	d.ProviderOptions = opts
+	h, err := setup.ReconcileHandler(s.recCfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func body(source string) string {
+	return fmt.Sprintf(`{"amount":1500,"currency":"EUR","source":%q}`, source)
+}
+
+func newKey(t *testing.T) idem.Key {
+	t.Helper()
+	k, err := idem.NewKey(tenant, charge.Operation, testenv.UniqueName("order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// post is the client's POST /charges through API Gateway.
+func (s *stack) post(t *testing.T, key idem.Key, source string) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	resp, err := s.charge.Handle(context.Background(), createRequest(key, source))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func createRequest(key idem.Key, source string) events.APIGatewayV2HTTPRequest {
+	return events.APIGatewayV2HTTPRequest{
+		RouteKey: charge.RouteCreate,
+		Headers:  map[string]string{"content-type": "application/json", "idempotency-key": key.ClientKey()},
+		Body:     body(source),
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
+			},
+		},
+	}
+}
+
+func (s *stack) get(t *testing.T, id string) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	resp, err := s.charge.Handle(context.Background(), events.APIGatewayV2HTTPRequest{
+		RouteKey:       charge.RouteGet,
+		PathParameters: map[string]string{"id": id},
+		RequestContext: events.APIGatewayV2HTTPRequestContext{
+			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
+			},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// ambiguous posts a charge whose provider call charges the card and then
+// drops the connection: the first attempt cannot tell what happened and
+// leaves the record IN_FLIGHT.
+func (s *stack) ambiguous(t *testing.T) idem.Key {
+	t.Helper()
+	k := newKey(t)
+	resp := s.post(t, k, providersim.SourceTimeoutOnce)
+	wantProblem(t, resp, http.StatusServiceUnavailable, "outcome-pending")
+	if e := s.sim.Ledger().References[charge.ProviderReference(k)]; e.Charges != 1 {
+		t.Fatalf("provider ledger for the key: %+v, want charged", e)
+	}
+	return k
+}
+
+func wantProblem(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int, slug string) {
+	t.Helper()
+	var p struct{ Type string }
+	_ = json.Unmarshal([]byte(resp.Body), &p)
+	if resp.StatusCode != status || p.Type != charge.ProblemBase+slug {
+		t.Fatalf("response %d %s, want %d %s", resp.StatusCode, resp.Body, status, slug)
+	}
+}
+
+func (s *stack) sweep(t *testing.T) sweeper.Summary {
+	t.Helper()
+	sum, err := s.sweeper.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// receive polls url until n messages arrived, within a bounded time.
+func (s *stack) receive(t *testing.T, url string, n int) []sqstypes.Message {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	var got []sqstypes.Message
+	for len(got) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("received %d messages from %s, want %d", len(got), url, n)
+		}
+		out, err := s.clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: int32(min(n-len(got), 10)), WaitTimeSeconds: 1,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, out.Messages...)
+	}
+	return got
+}
+
+// event is the SQS event Lambda would build from received messages.
+func event(msgs ...sqstypes.Message) events.SQSEvent {
+	var ev events.SQSEvent
+	for _, m := range msgs {
+		ev.Records = append(ev.Records, events.SQSMessage{
+			MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
+			Body: aws.ToString(m.Body), Attributes: m.Attributes, EventSource: "aws:sqs",
+		})
+	}
+	return ev
+}
+
+// deliver is one invocation of the reconcile function by the event source
+// mapping: n messages received, handled, and the settled ones deleted.
+func (s *stack) deliver(t *testing.T, h *reconcile.Handler, n int) ([]sqstypes.Message, events.SQSEventResponse) {
+	t.Helper()
+	msgs := s.receive(t, s.queues.URL, n)
+	resp, err := h.Handle(context.Background(), event(msgs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := failedIDs(resp)
+	for _, m := range msgs {
+		if slices.Contains(failed, aws.ToString(m.MessageId)) {
+			continue
+		}
+		if _, err := s.clients.SQS.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{
+			QueueUrl: aws.String(s.queues.URL), ReceiptHandle: m.ReceiptHandle,
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return msgs, resp
+}
+
+// outcomes lists the reconcile handler's logged outcomes for key.
+func (s *stack) outcomes(t *testing.T, key idem.Key) []string {
+	t.Helper()
+	var out []string
+	for _, r := range s.logs.records(t) {
+		if r["msg"] == "reconcile" && r["key_hash"] == charge.KeyHash(key) {
+			out = append(out, r["outcome"].(string))
+		}
+	}
+	return out
+}
+
+func (s *stack) status(t *testing.T, key idem.Key) idem.Status {
+	t.Helper()
+	rec, err := s.store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec.Status
+}
+
+// wantOneCharge checks the provider charged key's reference exactly once and
+// nothing else was charged.
+func (s *stack) wantOneCharge(t *testing.T, key idem.Key) {
+	t.Helper()
+	l := s.sim.Ledger()
+	if e := l.References[charge.ProviderReference(key)]; e.Charges != 1 || l.TotalCharges != 1 {
+		t.Fatalf("provider ledger %+v, want exactly one charge, for the key", l)
+	}
+}
+
+// wantReplayOfCharge checks that a retry (the same request again, with
+// source) gets the 201 the first attempt would have answered, marked as
+// replayed, and that the charge row exists.
+func (s *stack) wantReplayOfCharge(t *testing.T, key idem.Key, source string) {
+	t.Helper()
+	rec, err := s.store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := charge.ChargeID(key)
+	want, _ := json.Marshal(struct {
+		ID                string `json:"id"`
+		Amount            int64  `json:"amount"`
+		Currency          string `json:"currency"`
+		Status            string `json:"status"`
+		ProviderReference string `json:"provider_reference"`
+		CreatedAt         string `json:"created_at"`
+	}{id, 1500, "EUR", "succeeded", charge.ProviderReference(key), rec.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+
+	resp := s.post(t, key, source)
+	if resp.StatusCode != http.StatusCreated || resp.Body != string(want) ||
+		resp.Headers[charge.HeaderReplayed] != "true" || resp.Headers["Location"] != "/charges/"+id ||
+		resp.Headers["Content-Type"] != charge.ContentTypeJSON {
+		t.Fatalf("retry answered %d %v %s\nwant 201 replayed %s", resp.StatusCode, resp.Headers, resp.Body, want)
+	}
+	if got := s.get(t, id); got.StatusCode != http.StatusOK || got.Body != string(want) {
+		t.Fatalf("GET /charges/%s: %d %s, want the charge", id, got.StatusCode, got.Body)
+	}
+}
+
+// A normal first response, to compare the replay's shape with.
+func (s *stack) firstResponseFields(t *testing.T) []string {
+	t.Helper()
+	resp := s.post(t, newKey(t), providersim.SourceVisa)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("first charge: %d %s", resp.StatusCode, resp.Body)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(resp.Body), &m); err != nil {
+		t.Fatal(err)
+	}
+	return slices.Sorted(maps.Keys(m))
+}
+
+func TestCrashAfterChargeIsResolvedFromTheProvider(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	fields := s.firstResponseFields(t)
+	k := s.ambiguous(t)
+	if got := s.status(t, k); got != idem.StatusInFlight {
+		t.Fatalf("record %s after the crash, want IN_FLIGHT", got)
+	}
+
+	// Before the lease runs out the sweeper leaves the record alone.
+	if sum := s.sweep(t); sum.Found != 0 {
+		t.Fatalf("sweep inside the lease: %+v, want nothing found", sum)
+	}
+	s.clock.Advance(time.Minute)
+	if sum := s.sweep(t); sum.Found != 1 || sum.Queued != 1 {
+		t.Fatalf("sweep: %+v, want the key queued", sum)
+	}
+	msgs, resp := s.deliver(t, s.rec, 1)
+	if got, _ := queue.ParseMessage(aws.ToString(msgs[0].Body)); got != k {
+		t.Fatal("the queued message names another key")
+	}
+	if len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved)}) {
+		t.Fatalf("outcomes %v, want resolved_charged", got)
+	}
+	if got := s.status(t, k); got != idem.StatusSucceeded {
+		t.Fatalf("record %s, want SUCCEEDED", got)
+	}
+	s.wantReplayOfCharge(t, k, providersim.SourceTimeoutOnce)
+	var replay map[string]any
+	_ = json.Unmarshal([]byte(s.post(t, k, providersim.SourceTimeoutOnce).Body), &replay)
+	if got := slices.Sorted(maps.Keys(replay)); !slices.Equal(got, fields) {
+		t.Fatalf("replay fields %v, a first response has %v", got, fields)
+	}
+	if e := s.sim.Ledger().References[charge.ProviderReference(k)]; e.Charges != 1 || e.Calls != 1 {
+		t.Fatalf("provider ledger for the key %+v, want one call, one charge", e)
+	}
+}
+
+func TestCrashBeforeProviderCallIsReleased(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	k := newKey(t)
+	// The first attempt claims the key and dies before calling the provider.
+	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Begin(context.Background(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, s.post(t, k, providersim.SourceVisa), http.StatusConflict, "request-in-progress")
+
+	s.clock.Advance(time.Minute)
+	s.sweep(t)
+	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeReleased)}) {
+		t.Fatalf("outcomes %v, want released", got)
+	}
+	if _, err := s.store.Get(context.Background(), k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("record after release: %v, want none", err)
+	}
+
+	resp := s.post(t, k, providersim.SourceVisa)
+	if resp.StatusCode != http.StatusCreated || resp.Headers[charge.HeaderReplayed] != "" {
+		t.Fatalf("retry: %d %v %s, want a fresh 201", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	s.wantOneCharge(t, k)
+}
+
+func TestProviderSlowerThanTheLease(t *testing.T) {
+	t.Parallel()
+	// The provider records the charge, then takes its time; the first
+	// attempt's answer is held until the reconciler has finished.
+	release := make(chan struct{})
+	hold := provider.WithHTTPClient(&http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(r)
+		if r.Method == http.MethodPost {
+			<-release
+		}
+		return resp, err
+	})})
+	s := newStack(t, func(c *stackConfig) {
+		c.sim = []providersim.Option{providersim.WithSlowDelay(50 * time.Millisecond)}
+		c.chargeProvider = []provider.Option{hold}
+	})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the provider server closes
+	k := newKey(t)
+	first := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() {
+		resp, _ := s.charge.Handle(context.Background(), createRequest(k, providersim.SourceSlow))
+		first <- resp
+	}()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for s.sim.Ledger().References[charge.ProviderReference(k)].Charges == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the provider never recorded the first attempt's charge")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	s.clock.Advance(time.Minute) // the first attempt's lease runs out
+	s.sweep(t)
+	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved)}) {
+		t.Fatalf("outcomes %v, want resolved_charged", got)
+	}
+
+	once.Do(func() { close(release) })
+	// The first attempt's late Commit is refused: it answers "pending".
+	wantProblem(t, <-first, http.StatusServiceUnavailable, "outcome-pending")
+	// Its transaction fails on both its conditions, the lease fence and the
+	// charge row the reconciler wrote; idem.Commit currently reports the row
+	// (a *WriteConditionError, logged as store_error) before ErrLeaseLost.
+	refused := false
+	for _, r := range s.logs.records(t) {
+		refused = refused || r["key_hash"] == charge.KeyHash(k) && (r["cause"] == "lease_lost" || r["cause"] == "store_error")
+	}
+	if !refused {
+		t.Fatalf("the first attempt did not log its refused commit:\n%s", s.logs.String())
+	}
+	// It queued the key again; that reconcile finds nothing to do.
+	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved), string(charge.OutcomeNothingToDo)}) {
+		t.Fatalf("outcomes %v", got)
+	}
+
+	s.wantOneCharge(t, k)
+	if got := s.status(t, k); got != idem.StatusSucceeded {
+		t.Fatalf("record %s, want SUCCEEDED", got)
+	}
+	// The charge row holds the provider's own charge id.
+	looked, err := provider.NewClient(s.recCfg.ProviderURL, "").Lookup(context.Background(), charge.ProviderReference(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, err := s.clients.DynamoDB.GetItem(context.Background(), &dynamodb.GetItemInput{
+		TableName: aws.String(s.charges),
+		Key: map[string]ddbtypes.AttributeValue{
+			charge.AttrTenant: &ddbtypes.AttributeValueMemberS{Value: tenant},
+			charge.AttrID:     &ddbtypes.AttributeValueMemberS{Value: charge.ChargeID(k)},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := row.Item["provider_charge_id"].(*ddbtypes.AttributeValueMemberS); v == nil || v.Value != looked.ChargeID {
+		t.Fatalf("charge row %v, want provider charge id %s", row.Item, looked.ChargeID)
+	}
+	s.wantReplayOfCharge(t, k, providersim.SourceSlow)
+}
+
+func TestProviderDownEndsInDLQAndTheNextSweepResolves(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	k := s.ambiguous(t)
+	s.clock.Advance(time.Minute)
+	s.sim.SetDown(true)
+	s.sweep(t)
+
+	ctx := context.Background()
+	for i := 1; i <= queue.MaxReceiveCount; i++ {
+		msgs, resp := s.deliver(t, s.rec, 1)
+		m := msgs[0]
+		if got := m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)]; got != strconv.Itoa(i) {
+			t.Fatalf("delivery %d: receive count %s", i, got)
+		}
+		if got := failedIDs(resp); !slices.Equal(got, []string{aws.ToString(m.MessageId)}) {
+			t.Fatalf("delivery %d: failures %v, want the message", i, got)
+		}
+		// The visibility timeout passes: the message is visible again, and
+		// the reconciler's own lease has run out.
+		if _, err := s.clients.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(s.queues.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.Advance(queue.VisibilityTimeout)
+	}
+	if got := s.outcomes(t, k); len(got) != queue.MaxReceiveCount || slices.ContainsFunc(got, func(o string) bool { return o != "error" }) {
+		t.Fatalf("outcomes %v, want %d errors", got, queue.MaxReceiveCount)
+	}
+	// The next receive moves the message to the dead-letter queue.
+	out, err := s.clients.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(s.queues.URL), WaitTimeSeconds: 1})
+	if err != nil || len(out.Messages) != 0 {
+		t.Fatalf("receive after %d deliveries: %d messages, %v; want none", queue.MaxReceiveCount, len(out.Messages), err)
+	}
+	dead := s.receive(t, s.queues.DLQURL, 1)
+	if got, _ := queue.ParseMessage(aws.ToString(dead[0].Body)); got != k {
+		t.Fatal("the dead-letter queue holds another key")
+	}
+	if got := s.status(t, k); got != idem.StatusInFlight {
+		t.Fatalf("record %s, want still IN_FLIGHT", got)
+	}
+
+	// Nothing is lost: once the provider is back, the next sweep finds it.
+	s.sim.SetDown(false)
+	if sum := s.sweep(t); sum.Found != 1 || sum.Queued != 1 {
+		t.Fatalf("sweep after the outage: %+v", sum)
+	}
+	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); got[len(got)-1] != string(charge.OutcomeResolved) {
+		t.Fatalf("outcomes %v, want resolved_charged last", got)
+	}
+	s.wantOneCharge(t, k)
+	s.wantReplayOfCharge(t, k, providersim.SourceTimeoutOnce)
+}
+
+func TestDuplicateDeliveriesResolveOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	k := s.ambiguous(t)
+	s.clock.Advance(time.Minute)
+	s.sweep(t)
+	s.sweep(t) // two sweeps, two messages for one key
+	msgs := s.receive(t, s.queues.URL, 2)
+
+	s.calls.Snapshot()
+	for _, m := range msgs {
+		resp, err := s.rec.Handle(context.Background(), event(m))
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("Handle: %v, %v", resp, err)
+		}
+	}
+	if got := s.calls.Snapshot()["TransactWriteItems"]; got != 1 {
+		t.Fatalf("%d commits, want 1", got)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved), string(charge.OutcomeNothingToDo)}) {
+		t.Fatalf("outcomes %v, want one resolution, then nothing to do", got)
+	}
+	s.wantOneCharge(t, k)
+}
+
+func TestRacingReconcilersResolveOnce(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	k := s.ambiguous(t)
+	s.clock.Advance(time.Minute)
+	s.sweep(t)
+	msg := s.receive(t, s.queues.URL, 1)[0]
+
+	const n = 8
+	handlers := make([]*reconcile.Handler, n) // n function instances
+	for i := range handlers {
+		handlers[i] = s.reconciler(t)
+	}
+	s.calls.Snapshot()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	failures := make([][]string, n)
+	for i, h := range handlers {
+		wg.Go(func() {
+			<-start
+			resp, _ := h.Handle(context.Background(), event(msg)) // the same message, delivered n times
+			failures[i] = failedIDs(resp)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	for i, f := range failures {
+		if len(f) != 0 {
+			t.Errorf("reconciler %d reported %v", i, f)
+		}
+	}
+	if got := s.calls.Snapshot()["TransactWriteItems"]; got != 1 {
+		t.Fatalf("%d commits, want 1", got)
+	}
+	count := map[string]int{}
+	for _, o := range s.outcomes(t, k) {
+		count[o]++
+	}
+	if count[string(charge.OutcomeResolved)] != 1 ||
+		count[string(charge.OutcomeStillLeased)]+count[string(charge.OutcomeNothingToDo)] != n-1 {
+		t.Fatalf("outcomes %v, want one resolution and %d no-ops", count, n-1)
+	}
+	s.wantOneCharge(t, k)
+	if got := s.status(t, k); got != idem.StatusSucceeded {
+		t.Fatalf("record %s, want SUCCEEDED", got)
+	}
+}
+
+func TestBatchReportsOnlyTheFailingMessage(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	keys := []idem.Key{s.ambiguous(t), s.ambiguous(t), s.ambiguous(t)}
+	bad := keys[1]
+	s.clock.Advance(time.Minute)
+	if sum := s.sweep(t); sum.Queued != 3 {
+		t.Fatalf("sweep: %+v", sum)
+	}
+	if _, err := s.clients.SQS.SendMessage(context.Background(), &sqs.SendMessageInput{
+		QueueUrl: aws.String(s.queues.URL), MessageBody: aws.String("not a reconcile message"),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The provider cannot be reached for the bad key's reference only.
+	badRef := charge.ProviderReference(bad)
+	h := s.reconciler(t, provider.WithHTTPClient(&http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if strings.HasSuffix(r.URL.Path, "/"+badRef) {
+			return nil, errors.New("test: connection reset")
+		}
+		return http.DefaultTransport.RoundTrip(r)
+	})}))
+
+	msgs, resp := s.deliver(t, h, 4)
+	var want []string
+	for _, m := range msgs {
+		if got, err := queue.ParseMessage(aws.ToString(m.Body)); err == nil && got == bad {
+			want = append(want, aws.ToString(m.MessageId))
+		}
+	}
+	if got := failedIDs(resp); len(want) != 1 || !slices.Equal(got, want) {
+		t.Fatalf("failures %v, want only the bad key's message %v", got, want)
+	}
+	for _, k := range keys {
+		want := idem.StatusSucceeded
+		if k == bad {
+			want = idem.StatusInFlight
+		}
+		if got := s.status(t, k); got != want {
+			t.Errorf("record %s, want %s", got, want)
+		}
+	}
+	if !strings.Contains(s.logs.String(), "malformed message dropped") {
+		t.Fatal("the malformed message was not logged")
+	}
+}

@@ -1,0 +1,135 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Reconciler resolves one command whose outcome is unknown.
+type Reconciler interface {
+	Reconcile(ctx context.Context, key idem.Key) (charge.Outcome, error)
+}
+
+var _ Reconciler = (*charge.Service)(nil)
+
+// DefaultConcurrency is how many messages of a batch are reconciled at once
+// unless Options say otherwise.
+const DefaultConcurrency = 4
+
+// Options configure a Handler. Zero fields take the defaults.
+type Options struct {
+	// Concurrency bounds the messages reconciled at once; 1 handles a
+	// batch in order. Default DefaultConcurrency.
+	Concurrency int
+	// Logger receives one record per message. Default: discard.
+	Logger *slog.Logger
+}
+
+// Handler handles batches of reconcile messages. It is safe for concurrent
+// use.
+type Handler struct {
+	svc Reconciler
+	opt Options
+}
+
+// NewHandler returns a Handler resolving keys with svc.
+func NewHandler(svc Reconciler, optFns ...func(*Options)) (*Handler, error) {
+	if svc == nil {
+		return nil, errors.New("reconcile: nil reconciler")
+	}
+	var o Options
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = DefaultConcurrency
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{svc: svc, opt: o}, nil
+}
+
+// Handle reconciles a batch and returns, as batch item failures, the
+// messages to deliver again. It never returns an error: that would have
+// Lambda redeliver the whole batch, the settled messages with it.
+func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	retry := make([]bool, len(ev.Records))
+	slots := make(chan struct{}, h.opt.Concurrency)
+	var wg sync.WaitGroup
+	for i, m := range ev.Records {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			retry[i] = !h.handle(ctx, m)
+		})
+	}
+	wg.Wait()
+	var resp events.SQSEventResponse
+	for i, r := range retry {
+		if r {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
+		}
+	}
+	return resp, nil
+}
+
+// handle reconciles one message and reports whether it is settled (to be
+// deleted) rather than to be delivered again.
+func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
+	log := h.opt.Logger.With("message_id", m.MessageId, "receive_count", m.Attributes["ApproximateReceiveCount"])
+	key, err := queue.ParseMessage(m.Body)
+	if err == nil && key.Operation() != charge.Operation {
+		// Reconcile asks the card provider: for another operation's key it
+		// would find nothing and release a command it knows nothing about.
+		err = fmt.Errorf("operation %q is not reconciled here", key.Operation())
+	}
+	if err != nil {
+		// No delivery of a malformed message can ever succeed: reporting it
+		// would only cycle it through redeliveries into the dead-letter
+		// queue. It is logged, without its body (which may hold a key), and
+		// dropped.
+		log.ErrorContext(ctx, "reconcile: malformed message dropped", "error", err.Error())
+		return true
+	}
+	keyHash := charge.KeyHash(key)
+	outcome, err := h.svc.Reconcile(ctx, key)
+	if err != nil {
+		log.ErrorContext(ctx, "reconcile", "key_hash", keyHash, "outcome", "error",
+			"error_class", errorClass(err), "error", redact(err, key, keyHash))
+		return false
+	}
+	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
+	return true
+}
+
+// errorClass names the kind of failure, for filtering logs.
+func errorClass(err error) string {
+	switch {
+	case errors.Is(err, provider.ErrUnavailable):
+		return "provider_unavailable"
+	case errors.Is(err, idem.ErrLeaseLost):
+		return "lease_lost"
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return "deadline"
+	default:
+		return "internal"
+	}
+}
+
+// redact returns err's text with the key, which the store's errors name,
+// replaced by its hash.
+func redact(err error, key idem.Key, keyHash string) string {
+	return strings.ReplaceAll(err.Error(), key.String(), "key:"+keyHash)
+}

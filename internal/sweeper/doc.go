@@ -1,0 +1,22 @@
+// Package sweeper provides the scheduled sweep that finds idempotency
+// records stuck in flight and queues them for reconciliation.
+//
+// A record is stuck when its lease has run out before its attempt
+// completed it: the attempt crashed, timed out, or lost its enqueue of a
+// reconcile message. The sweeper never resolves a record itself and never
+// decides anything because a timer ran out; it only reads the sparse
+// stuck-lease index (pkg/idem's StuckLeases, shard by shard, no Scan) and
+// sends each key it finds to the reconcile queue, where the reconciler asks
+// the provider what happened.
+//
+// A run does bounded work: at most Options.MaxKeys keys, and it stops a
+// safety margin before its context's deadline. Nothing is lost by stopping
+// early, or by a message that could not be sent: an unresolved record stays
+// in the index, so the next run finds it again. Each run starts at a shard
+// that rotates with the clock's minute, so a run that stops early does not
+// always leave the same shards for last.
+//
+// Every run logs a summary and writes one CloudWatch embedded-metric-format
+// line (namespace chargeonce, no dimensions) with the metrics StuckLeases
+// and OldestLeaseAgeSeconds.
+package sweeper

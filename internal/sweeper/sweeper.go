@@ -1,0 +1,257 @@
+package sweeper
+
+import (
+	"context"
+	"errors"
+	"io"
+	"iter"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Index is the part of *idem.Store the sweeper reads: the stuck-lease index.
+type Index interface {
+	Shards() int
+	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error]
+}
+
+var _ Index = (*idem.Store)(nil)
+
+// Sender queues keys for reconciliation. It returns the keys it could not
+// queue and the first error of a whole call, if any.
+type Sender interface {
+	SendBatch(ctx context.Context, keys []idem.Key) (failed []idem.Key, err error)
+}
+
+var _ Sender = (*queue.Sender)(nil)
+
+// Defaults of the Options.
+const (
+	DefaultMaxKeys      = 1000
+	DefaultSafetyMargin = 5 * time.Second
+)
+
+// batchSize is how many keys are sent at once: one SendMessageBatch call.
+const batchSize = 10
+
+// Options configure a Sweeper. Zero fields take the defaults.
+type Options struct {
+	// MaxKeys bounds the keys one run queues. Default DefaultMaxKeys.
+	MaxKeys int
+	// SafetyMargin is how long before its context's deadline a run stops
+	// looking for more keys; at least a tenth of the time the run had left
+	// when it started. Default DefaultSafetyMargin.
+	SafetyMargin time.Duration
+	// Clock returns the current time; a lease that ran out before it is
+	// stuck. Default time.Now.
+	Clock func() time.Time
+	// Logger receives the run's summary. Default: discard.
+	Logger *slog.Logger
+	// Metrics receives one embedded-metric-format line per run. Default
+	// os.Stdout, where Lambda hands it to CloudWatch Logs.
+	Metrics io.Writer
+}
+
+// Sweeper finds stuck leases and queues their keys. It is safe for
+// concurrent use; each Run is independent.
+type Sweeper struct {
+	index   Index
+	sender  Sender
+	opt     Options
+	metrics metricWriter
+}
+
+// New returns a Sweeper reading index and queuing with sender.
+func New(index Index, sender Sender, optFns ...func(*Options)) (*Sweeper, error) {
+	switch {
+	case index == nil:
+		return nil, errors.New("sweeper: nil stuck-lease index")
+	case sender == nil:
+		return nil, errors.New("sweeper: nil sender")
+	case index.Shards() < 1:
+		return nil, errors.New("sweeper: the index has no shards")
+	}
+	var o Options
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	if o.MaxKeys <= 0 {
+		o.MaxKeys = DefaultMaxKeys
+	}
+	if o.SafetyMargin <= 0 {
+		o.SafetyMargin = DefaultSafetyMargin
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Metrics == nil {
+		o.Metrics = os.Stdout
+	}
+	return &Sweeper{index: index, sender: sender, opt: o, metrics: metricWriter{w: o.Metrics}}, nil
+}
+
+// Summary is what one run did.
+type Summary struct {
+	// StartShard is the shard the run read first.
+	StartShard int
+	// Found counts the stuck leases the run saw (at most MaxKeys).
+	Found int
+	// Queued and Failed split Found by whether the key's message was sent.
+	// A failed key is found again by the next run.
+	Queued, Failed int
+	// OldestAge is how long ago the oldest stuck lease seen ran out.
+	OldestAge time.Duration
+	// Limited: the run reached MaxKeys and looked no further.
+	Limited bool
+	// OutOfTime: the run stopped its safety margin before the deadline.
+	OutOfTime bool
+}
+
+// Handle is the Lambda handler for the scheduled event, whose payload
+// carries nothing the sweep needs.
+func (s *Sweeper) Handle(ctx context.Context) error {
+	_, err := s.Run(ctx)
+	return err
+}
+
+// Run sweeps once: it reads the stuck leases shard by shard, queues their
+// keys, then logs and emits the metrics. A failed query or send does not
+// stop the run; the errors are returned together at its end.
+func (s *Sweeper) Run(ctx context.Context) (Summary, error) {
+	started := time.Now()
+	w := &sweep{Sweeper: s, now: s.opt.Clock(), stopAt: s.stopAt(ctx, started)}
+	shards := s.index.Shards()
+	w.sum.StartShard = startShard(w.now, shards)
+	w.scan(ctx, shards)
+	// The safety margin leaves time to send what was found.
+	w.flush(ctx)
+	s.report(ctx, w, time.Since(started))
+	return w.sum, errors.Join(w.errs...)
+}
+
+// startShard rotates with the minute, the sweep's schedule, so over Shards
+// minutes every shard is read first once, with no state kept between runs.
+func startShard(now time.Time, shards int) int {
+	return int(now.Unix() / 60 % int64(shards))
+}
+
+// stopAt is when a run started at now stops taking keys; zero if its
+// context has no deadline. Deadlines are wall-clock times, so this is
+// measured with the real clock, not Options.Clock.
+func (s *Sweeper) stopAt(ctx context.Context, now time.Time) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	return deadline.Add(-max(s.opt.SafetyMargin, deadline.Sub(now)/10))
+}
+
+// sweep is the state of one run.
+type sweep struct {
+	*Sweeper
+	now     time.Time
+	stopAt  time.Time
+	sum     Summary
+	pending []idem.Key
+	errs    []error
+}
+
+func (w *sweep) scan(ctx context.Context, shards int) {
+	for i := range shards {
+		shard := (w.sum.StartShard + i) % shards
+		if !w.more(ctx) {
+			return
+		}
+		for sl, err := range w.index.StuckLeases(ctx, shard, w.now) {
+			if err != nil {
+				w.errs = append(w.errs, err)
+				w.opt.Logger.WarnContext(ctx, "sweep: stuck-lease query failed", "shard", shard, "error", err.Error())
+				break
+			}
+			if !w.more(ctx) {
+				return
+			}
+			w.add(ctx, sl)
+		}
+	}
+}
+
+// more reports whether the run may take another key, noting why not.
+func (w *sweep) more(ctx context.Context) bool {
+	switch {
+	case w.sum.Found >= w.opt.MaxKeys:
+		w.sum.Limited = true
+		return false
+	case ctx.Err() != nil || !w.stopAt.IsZero() && !time.Now().Before(w.stopAt):
+		w.sum.OutOfTime = true
+		return false
+	}
+	return true
+}
+
+func (w *sweep) add(ctx context.Context, sl idem.StuckLease) {
+	w.sum.Found++
+	w.sum.OldestAge = max(w.sum.OldestAge, w.now.Sub(sl.LeaseExpiresAt))
+	w.pending = append(w.pending, sl.Key)
+	if len(w.pending) == batchSize {
+		w.flush(ctx)
+	}
+}
+
+// flush sends the pending keys. Keys that could not be sent stay in the
+// index and are found again by the next run.
+func (w *sweep) flush(ctx context.Context) {
+	if len(w.pending) == 0 {
+		return
+	}
+	keys := w.pending
+	w.pending = nil
+	failed, err := w.sender.SendBatch(ctx, keys)
+	w.sum.Queued += len(keys) - len(failed)
+	w.sum.Failed += len(failed)
+	if err != nil {
+		w.errs = append(w.errs, err)
+	}
+	if len(failed) == 0 {
+		return
+	}
+	hashes := make([]string, len(failed))
+	for i, k := range failed {
+		hashes[i] = charge.KeyHash(k)
+	}
+	attrs := []any{"count", len(failed), "key_hashes", hashes}
+	if err != nil {
+		attrs = append(attrs, "error", err.Error())
+	}
+	w.opt.Logger.WarnContext(ctx, "sweep: keys not queued; the next run finds them again", attrs...)
+}
+
+// report logs the run's summary and writes its metrics line.
+func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
+	if err := s.metrics.write(w.now, w.sum.Found, w.sum.OldestAge); err != nil {
+		s.opt.Logger.ErrorContext(ctx, "sweep: writing metrics failed", "error", err.Error())
+	}
+	level := slog.LevelInfo
+	if w.sum.Failed > 0 || len(w.errs) > 0 {
+		level = slog.LevelWarn
+	}
+	s.opt.Logger.Log(ctx, level, "sweep",
+		"start_shard", w.sum.StartShard,
+		"stuck_leases", w.sum.Found,
+		"queued", w.sum.Queued,
+		"failed", w.sum.Failed,
+		"oldest_lease_age_s", w.sum.OldestAge.Seconds(),
+		"limited", w.sum.Limited,
+		"out_of_time", w.sum.OutOfTime,
+		"errors", len(w.errs),
+		"duration_ms", took.Milliseconds(),
+	)
+}

@@ -1,0 +1,435 @@
+package sweeper_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// fakeClock is a settable clock shared by a test's store and sweeper.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// fakeSender records what the sweeper queues. It fails the entries of the
+// keys in fail, fails whole calls with callErr, and calls before, if set,
+// at the start of each call.
+type fakeSender struct {
+	mu      sync.Mutex
+	calls   [][]idem.Key
+	fail    map[idem.Key]bool
+	callErr error
+	before  func()
+}
+
+func (f *fakeSender) SendBatch(_ context.Context, keys []idem.Key) ([]idem.Key, error) {
+	if f.before != nil {
+		f.before()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, slices.Clone(keys))
+	if f.callErr != nil {
+		return slices.Clone(keys), f.callErr
+	}
+	var failed []idem.Key
+	for _, k := range keys {
+		if f.fail[k] {
+			failed = append(failed, k)
+		}
+	}
+	return failed, nil
+}
+
+func (f *fakeSender) sent() []idem.Key {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []idem.Key
+	for _, c := range f.calls {
+		all = append(all, c...)
+	}
+	return all
+}
+
+// syncBuffer collects log or metric lines written from any goroutine.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type env struct {
+	clock   *fakeClock
+	store   *idem.Store
+	sender  *fakeSender
+	metrics *syncBuffer
+	logs    *syncBuffer
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	e := &env{
+		clock:   &fakeClock{now: time.Now().Truncate(time.Second)},
+		sender:  &fakeSender{},
+		metrics: &syncBuffer{},
+		logs:    &syncBuffer{},
+	}
+	table := testenv.CreateTable(t, idem.TableInput("idem"))
+	store, err := idem.New(testenv.Clients(t).DynamoDB, table, func(o *idem.Options) {
+		o.Clock = e.clock.Now
+		o.DefaultLease = 30 * time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.store = store
+	return e
+}
+
+func (e *env) sweeper(t *testing.T, optFns ...func(*sweeper.Options)) *sweeper.Sweeper {
+	t.Helper()
+	opts := append([]func(*sweeper.Options){func(o *sweeper.Options) {
+		o.Clock = e.clock.Now
+		o.Metrics = e.metrics
+		o.Logger = slog.New(slog.NewJSONHandler(e.logs, nil))
+	}}, optFns...)
+	s, err := sweeper.New(e.store, e.sender, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// begin claims a new key and advances the clock a second, so leases run
+// out one after the other, oldest first in creation order.
+func (e *env) begin(t *testing.T) (idem.Key, *idem.Lease) {
+	t.Helper()
+	k, err := idem.NewKey("acme", "create-charge", testenv.UniqueName("k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.store.Begin(context.Background(), k, idem.FingerprintOf([]byte(`{}`)), []byte(`{}`))
+	if err != nil || b.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", b, err)
+	}
+	e.clock.Advance(time.Second)
+	return k, b.Lease
+}
+
+// stuck creates n records whose attempts died, and lets their leases run
+// out.
+func (e *env) stuck(t *testing.T, n int) []idem.Key {
+	t.Helper()
+	keys := make([]idem.Key, n)
+	for i := range keys {
+		keys[i], _ = e.begin(t)
+	}
+	e.clock.Advance(2 * time.Minute)
+	return keys
+}
+
+func sameKeys(got, want []idem.Key) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	seen := map[idem.Key]int{}
+	for _, k := range got {
+		seen[k]++
+	}
+	for _, k := range want {
+		if seen[k] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// emfLine is the one metrics line a run writes.
+type emfLine struct {
+	AWS struct {
+		Timestamp         int64 `json:"Timestamp"`
+		CloudWatchMetrics []struct {
+			Namespace  string     `json:"Namespace"`
+			Dimensions [][]string `json:"Dimensions"`
+			Metrics    []struct {
+				Name, Unit string
+			} `json:"Metrics"`
+		} `json:"CloudWatchMetrics"`
+	} `json:"_aws"`
+	StuckLeases           *float64 `json:"StuckLeases"`
+	OldestLeaseAgeSeconds *float64 `json:"OldestLeaseAgeSeconds"`
+}
+
+func metricLines(t *testing.T, out string) []emfLine {
+	t.Helper()
+	var lines []emfLine
+	for l := range strings.Lines(out) {
+		var m emfLine
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("metrics line %q: %v", l, err)
+		}
+		lines = append(lines, m)
+	}
+	return lines
+}
+
+func TestRunQueuesOnlyStuckLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	first := e.clock.Now()
+	var want []idem.Key
+	for range 3 {
+		k, _ := e.begin(t)
+		want = append(want, k)
+	}
+	_, done := e.begin(t)
+	if err := e.store.Fail(ctx, done, idem.Response{Status: 402, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, released := e.begin(t)
+	if err := e.store.Release(ctx, released); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.begin(t) // live: its lease runs for 30 more seconds
+	now := e.clock.Now()
+
+	sum, err := e.sweeper(t).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.sender.sent(); !sameKeys(got, want) {
+		t.Fatalf("queued %v, want exactly the stuck keys %v", got, want)
+	}
+	wantAge := now.Sub(first.Add(30 * time.Second))
+	if sum.Found != 3 || sum.Queued != 3 || sum.Failed != 0 || sum.Limited || sum.OutOfTime || sum.OldestAge != wantAge {
+		t.Fatalf("summary %+v, want 3 found and queued, oldest %s", sum, wantAge)
+	}
+
+	lines := metricLines(t, e.metrics.String())
+	if len(lines) != 1 {
+		t.Fatalf("%d metrics lines, want 1", len(lines))
+	}
+	m := lines[0]
+	if *m.StuckLeases != 3 || *m.OldestLeaseAgeSeconds != wantAge.Seconds() || m.AWS.Timestamp != now.UnixMilli() {
+		t.Fatalf("metrics StuckLeases=%v OldestLeaseAgeSeconds=%v Timestamp=%d, want 3, %v, %d",
+			*m.StuckLeases, *m.OldestLeaseAgeSeconds, m.AWS.Timestamp, wantAge.Seconds(), now.UnixMilli())
+	}
+	if !strings.Contains(e.logs.String(), `"stuck_leases":3`) {
+		t.Fatalf("summary log missing: %s", e.logs.String())
+	}
+}
+
+func TestMetricsLineIsEMFWithoutDimensions(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.sweeper(t).Run(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// The SAM template's StuckLeasesAlarm matches chargeonce/StuckLeases
+	// with no dimensions: one empty dimension set.
+	want := `{"OldestLeaseAgeSeconds":0,"StuckLeases":0,"_aws":{"Timestamp":` +
+		strconv.FormatInt(e.clock.Now().UnixMilli(), 10) +
+		`,"CloudWatchMetrics":[{"Namespace":"chargeonce","Dimensions":[[]],"Metrics":[` +
+		`{"Name":"StuckLeases","Unit":"Count"},{"Name":"OldestLeaseAgeSeconds","Unit":"Seconds"}]}]}}` + "\n"
+	if got := e.metrics.String(); got != want {
+		t.Fatalf("metrics line\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestRunStopsAtMaxKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	all := e.stuck(t, 5)
+	sum, err := e.sweeper(t, func(o *sweeper.Options) { o.MaxKeys = 3 }).Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := e.sender.sent()
+	if sum.Found != 3 || sum.Queued != 3 || !sum.Limited || len(sent) != 3 {
+		t.Fatalf("summary %+v, %d sent; want 3 found and sent, limited", sum, len(sent))
+	}
+	for _, k := range sent {
+		if !slices.Contains(all, k) {
+			t.Fatalf("queued unknown key %v", k)
+		}
+	}
+}
+
+// A run limited to one key, repeated once a minute for as many minutes as
+// there are shards, reaches the oldest stuck lease of every shard.
+func TestRotatingStartShardStarvesNoShard(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.stuck(t, 8)
+	shards := e.store.Shards()
+	var want []idem.Key
+	for shard := range shards {
+		for sl, err := range e.store.StuckLeases(ctx, shard, e.clock.Now()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, sl.Key)
+			break
+		}
+	}
+	s := e.sweeper(t, func(o *sweeper.Options) { o.MaxKeys = 1 })
+	for m := range shards {
+		sum, err := s.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStart := int(e.clock.Now().Unix() / 60 % int64(shards))
+		if sum.StartShard != wantStart || sum.Queued != 1 {
+			t.Fatalf("minute %d: summary %+v, want start shard %d and one key queued", m, sum, wantStart)
+		}
+		e.clock.Advance(time.Minute)
+	}
+	got := slices.Compact(slices.SortedFunc(slices.Values(e.sender.sent()), func(a, b idem.Key) int {
+		return strings.Compare(a.String(), b.String())
+	}))
+	if !sameKeys(got, want) {
+		t.Fatalf("over %d minutes queued %v, want the oldest of each shard %v", shards, got, want)
+	}
+}
+
+func TestRunStopsBeforeDeadline(t *testing.T) {
+	t.Parallel()
+
+	t.Run("no time left at start", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.stuck(t, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		sum, err := e.sweeper(t).Run(ctx) // default margin 5s
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sum.OutOfTime || sum.Found != 0 || len(e.sender.sent()) != 0 {
+			t.Fatalf("summary %+v, sent %d; want out of time before taking a key", sum, len(e.sender.sent()))
+		}
+	})
+
+	t.Run("margin reached mid-run", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.stuck(t, 15)
+		const margin = 2 * time.Second
+		deadline := time.Now().Add(2 * margin)
+		// The first batch takes until the stop time has passed.
+		var once sync.Once
+		e.sender.before = func() { once.Do(func() { time.Sleep(time.Until(deadline.Add(-margin + 50*time.Millisecond))) }) }
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		defer cancel()
+		sum, err := e.sweeper(t, func(o *sweeper.Options) { o.SafetyMargin = margin }).Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sum.OutOfTime || sum.Found != 10 || sum.Queued != 10 {
+			t.Fatalf("summary %+v, want the first batch of 10 queued, then out of time", sum)
+		}
+		if !time.Now().Before(deadline) {
+			t.Fatal("the run did not end before its deadline")
+		}
+	})
+}
+
+func TestSendFailuresAreCounted(t *testing.T) {
+	t.Parallel()
+
+	t.Run("failed entries", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		keys := e.stuck(t, 12)
+		e.sender.fail = map[idem.Key]bool{keys[0]: true, keys[5]: true, keys[11]: true}
+		sum, err := e.sweeper(t).Run(context.Background())
+		if err != nil {
+			t.Fatalf("failed entries are not a run error, got %v", err)
+		}
+		if sum.Found != 12 || sum.Queued != 9 || sum.Failed != 3 {
+			t.Fatalf("summary %+v, want 12 found, 9 queued, 3 failed", sum)
+		}
+		if logs := e.logs.String(); !strings.Contains(logs, "keys not queued") || !strings.Contains(logs, `"failed":3`) {
+			t.Fatalf("failures not logged: %s", logs)
+		}
+		if strings.Contains(e.logs.String(), keys[0].ClientKey()) {
+			t.Fatal("a raw key was logged")
+		}
+	})
+
+	t.Run("failed call", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.stuck(t, 3)
+		errDown := errors.New("sqs down")
+		e.sender.callErr = errDown
+		sum, err := e.sweeper(t).Run(context.Background())
+		if !errors.Is(err, errDown) {
+			t.Fatalf("Run error %v, want the send error", err)
+		}
+		if sum.Found != 3 || sum.Failed != 3 || sum.Queued != 0 {
+			t.Fatalf("summary %+v, want 3 found and failed", sum)
+		}
+		if lines := metricLines(t, e.metrics.String()); len(lines) != 1 || *lines[0].StuckLeases != 3 {
+			t.Fatalf("metrics not written on a failed run: %q", e.metrics.String())
+		}
+	})
+}
+
+func TestNewRefusesMissingDependencies(t *testing.T) {
+	t.Parallel()
+	store, err := idem.New(testenv.Clients(t).DynamoDB, "unused")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		index  sweeper.Index
+		sender sweeper.Sender
+	}{
+		"nil index":  {nil, &fakeSender{}},
+		"nil sender": {store, nil},
+	} {
+		if _, err := sweeper.New(tc.index, tc.sender); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+}
