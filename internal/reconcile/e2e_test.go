@@ -484,11 +484,10 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	// The first attempt's late Commit is refused: it answers "pending".
 	wantProblem(t, <-first, http.StatusServiceUnavailable, "outcome-pending")
 	// Its transaction fails on both its conditions, the lease fence and the
-	// charge row the reconciler wrote; idem.Commit currently reports the row
-	// (a *WriteConditionError, logged as store_error) before ErrLeaseLost.
+	// charge row the reconciler wrote; the lost lease is what it reports.
 	refused := false
 	for _, r := range s.logs.records(t) {
-		refused = refused || r["key_hash"] == charge.KeyHash(k) && (r["cause"] == "lease_lost" || r["cause"] == "store_error")
+		refused = refused || r["key_hash"] == charge.KeyHash(k) && r["cause"] == "lease_lost"
 	}
 	if !refused {
 		t.Fatalf("the first attempt did not log its refused commit:\n%s", s.logs.String())

@@ -292,14 +292,18 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 	}
 	var tce *types.TransactionCanceledException
 	if errors.As(err, &tce) {
-		for i, r := range tce.CancellationReasons {
-			if aws.ToString(r.Code) != "ConditionalCheckFailed" {
-				continue
+		failed := func(i int) bool {
+			return i < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed"
+		}
+		// The fence first: a lost lease explains any business write that
+		// failed with it (the new owner wrote those rows).
+		if failed(len(writes)) {
+			return fmt.Errorf("idem: commit %s: %w", l.Key, ErrLeaseLost)
+		}
+		for i := range writes {
+			if failed(i) {
+				return fmt.Errorf("idem: commit %s: %w", l.Key, &WriteConditionError{Index: i})
 			}
-			if i == len(writes) {
-				return fmt.Errorf("idem: commit %s: %w", l.Key, ErrLeaseLost)
-			}
-			return fmt.Errorf("idem: commit %s: %w", l.Key, &WriteConditionError{Index: i})
 		}
 	}
 	return fmt.Errorf("idem: commit %s: %w", l.Key, err)
