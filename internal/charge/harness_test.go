@@ -1,7 +1,6 @@
 package charge_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -35,24 +34,7 @@ type harness struct {
 	sim     *providersim.Simulator
 	store   *idem.Store // the same table, for asserting what is stored
 	queue   queue.Queues
-	logs    *syncBuffer
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	logs    *testenv.LogBuffer
 }
 
 func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
@@ -77,7 +59,7 @@ func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
 	for _, fn := range tune {
 		fn(&cfg)
 	}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

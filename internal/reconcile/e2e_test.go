@@ -43,37 +43,19 @@ import (
 
 const tenant = "acme"
 
-// fakeClock is a settable clock shared by every handler of a stack.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // stack is one deployment: its own tables, queues and provider.
 type stack struct {
-	clock   *fakeClock
+	clock   *testenv.Clock
 	clients awsenv.Clients
 	calls   *testenv.CallCounter
 	sim     *providersim.Simulator
 	queues  queue.Queues
 	store   *idem.Store // the test's own view of the idempotency table
-	logs    *syncBuffer
+	logs    *testenv.LogBuffer
 	deps    setup.Deps
 	recCfg  setup.Reconcile
 	charges string
@@ -95,7 +77,7 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &stack{clock: &fakeClock{now: time.Now()}, calls: &testenv.CallCounter{}, logs: &syncBuffer{}}
+	s := &stack{clock: testenv.NewClock(time.Now()), calls: &testenv.CallCounter{}, logs: &testenv.LogBuffer{}}
 	s.clients = testenv.Clients(t, s.calls.Option())
 	idemTable := testenv.CreateTable(t, idem.TableInput("idem"))
 	s.charges = testenv.CreateTable(t, charge.TableInput("charges"))
@@ -294,7 +276,7 @@ func (s *stack) deliver(t *testing.T, h *reconcile.Handler, n int) ([]sqstypes.M
 func (s *stack) outcomes(t *testing.T, key idem.Key) []string {
 	t.Helper()
 	var out []string
-	for _, r := range s.logs.records(t) {
+	for _, r := range s.logs.Records(t) {
 		if r["msg"] == "reconcile" && r["key_hash"] == charge.KeyHash(key) {
 			out = append(out, r["outcome"].(string))
 		}
@@ -486,7 +468,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	// Its transaction fails on both its conditions, the lease fence and the
 	// charge row the reconciler wrote; the lost lease is what it reports.
 	refused := false
-	for _, r := range s.logs.records(t) {
+	for _, r := range s.logs.Records(t) {
 		refused = refused || r["key_hash"] == charge.KeyHash(k) && r["cause"] == "lease_lost"
 	}
 	if !refused {

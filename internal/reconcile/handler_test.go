@@ -1,7 +1,6 @@
 package reconcile_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
+	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -53,38 +53,6 @@ func (f *fakeService) Reconcile(_ context.Context, key idem.Key) (charge.Outcome
 	return charge.OutcomeResolved, nil
 }
 
-// syncBuffer collects log lines written from any goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// records parses the JSON log lines.
-func (b *syncBuffer) records(t *testing.T) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for l := range strings.Lines(b.String()) {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
 func loadEvent(t *testing.T, name string) events.SQSEvent {
 	t.Helper()
 	b, err := os.ReadFile("testdata/" + name)
@@ -111,7 +79,7 @@ func failedIDs(resp events.SQSEventResponse) []string {
 func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 	t.Parallel()
 	svc := &fakeService{fail: map[string]bool{"order-1002": true}}
-	logs := &syncBuffer{}
+	logs := &testenv.LogBuffer{}
 	h, err := reconcile.NewHandler(svc, func(o *reconcile.Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})
@@ -140,7 +108,7 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 	}
 	byID := map[string]map[string]any{}
 	dropped := 0
-	for _, r := range logs.records(t) {
+	for _, r := range logs.Records(t) {
 		if r["msg"] == "reconcile: malformed message dropped" {
 			dropped++
 			continue

@@ -1,7 +1,6 @@
 package sweeper_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,24 +16,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
-
-// fakeClock is a settable clock shared by a test's store and sweeper.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // fakeSender records what the sweeper queues. It fails the entries of the
 // keys in fail, fails whole calls with callErr, and calls before, if set,
@@ -76,39 +57,21 @@ func (f *fakeSender) sent() []idem.Key {
 	return all
 }
 
-// syncBuffer collects log or metric lines written from any goroutine.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type env struct {
-	clock   *fakeClock
+	clock   *testenv.Clock
 	store   *idem.Store
 	sender  *fakeSender
-	metrics *syncBuffer
-	logs    *syncBuffer
+	metrics *testenv.LogBuffer
+	logs    *testenv.LogBuffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{
-		clock:   &fakeClock{now: time.Now().Truncate(time.Second)},
+		clock:   testenv.NewClock(time.Now().Truncate(time.Second)),
 		sender:  &fakeSender{},
-		metrics: &syncBuffer{},
-		logs:    &syncBuffer{},
+		metrics: &testenv.LogBuffer{},
+		logs:    &testenv.LogBuffer{},
 	}
 	table := testenv.CreateTable(t, idem.TableInput("idem"))
 	store, err := idem.New(testenv.Clients(t).DynamoDB, table, func(o *idem.Options) {

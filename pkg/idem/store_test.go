@@ -19,37 +19,17 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// fakeClock is a settable clock shared by a test and its stores.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	table string
 	db    *dynamodb.Client
 	calls *testenv.CallCounter
-	clock *fakeClock
+	clock *testenv.Clock
 	store *idem.Store
 }
 
 func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
 	t.Helper()
-	e := &env{calls: &testenv.CallCounter{}, clock: newClock()}
+	e := &env{calls: &testenv.CallCounter{}, clock: testenv.NewClock(time.Now())}
 	e.table = testenv.CreateTable(t, idem.TableInput("idem"))
 	e.db = testenv.Clients(t, e.calls.Option()).DynamoDB
 	e.store = e.newStore(t, optFns...)
@@ -156,7 +136,7 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 		l := begin(t, e.store, k, fpA)
 		first := l.ExpiresAt
 		e2 := *e
-		e2.clock = &fakeClock{now: e.clock.Now().Add(20 * time.Second)}
+		e2.clock = testenv.NewClock(e.clock.Now().Add(20 * time.Second))
 		s2 := e2.newStore(t)
 		if err := s2.Heartbeat(ctx, l); err != nil {
 			t.Fatal(err)
