@@ -30,9 +30,26 @@ vet: ## go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+MODEL_PKG    := ./internal/model
+MODEL_CHECKS ?= 200
+FUZZTIME     ?= 5s
+FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalence ./pkg/idem:FuzzKeyRoundTrip \
+                ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID
+
 .PHONY: test
-test: venv fmt-check vet ## Lint, then every test with -race on the emulator
-	$(WITH_EMU) $(GO) test -race -count=1 ./...
+test: venv fmt-check vet fuzz ## Lint, short fuzz runs, then every test with -race on the emulator (200 model histories)
+	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
+		$(GO) test -race -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"'
+
+.PHONY: fuzz
+fuzz: ## Fuzz every target for FUZZTIME (default 5s) each
+	@for t in $(FUZZ_TARGETS); do \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done
+
+.PHONY: soak
+soak: ## Run 5,000 random histories of the model test on the emulator and print the count
+	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -count=1 -timeout 2h -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=5000 | grep -v "^=== RUN"'
 
 # ---- Lambda build (provided.al2023, one static `bootstrap` per function) ----
 # GOOS/GOARCH default to the Lambda target (template.yaml: arm64); override on
