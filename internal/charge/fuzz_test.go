@@ -12,18 +12,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// FuzzCreate sends arbitrary POST /charges events through the real handler
-// over an in-memory table and a provider that is always unavailable. Every
+// FuzzCreate sends arbitrary POST /charges events through the real handler,
+// on the emulator's DynamoDB, with a provider that is always unavailable. Every
 // event gets a response (never a Go error or a panic); an event that fails
 // any validation step gets a 4xx problem and touches neither the table nor
 // the provider; a valid one claims its key with the fingerprint of its
@@ -65,9 +62,13 @@ func FuzzCreate(f *testing.F) {
 	f.Add("acme", "k", true, "application/json", true, []byte(base64.StdEncoding.EncodeToString([]byte(`{"amount":1,"currency":"JPY","source":"x"}`))))
 
 	f.Fuzz(func(t *testing.T, tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) {
-		db := &memTable{}
-		prov := &unavailableProvider{}
-		h := fuzzHandler(t, db, prov)
+		h, prov := fuzzHandler(t)
+		if k, err := idem.NewKey(tenant, charge.Operation, key); err == nil {
+			prov.expect(k)
+		} else {
+			prov.expect(idem.Key{})
+		}
+		fuzzEnv.calls.Snapshot()
 
 		req := post(tenant, "", string(body))
 		req.Headers["content-type"] = contentType
@@ -85,8 +86,8 @@ func FuzzCreate(f *testing.F) {
 			if resp.StatusCode < 400 || resp.StatusCode >= 500 || resp.Headers["Content-Type"] != charge.ContentTypeProblem {
 				t.Fatalf("invalid request (%s) got %d %s", reason, resp.StatusCode, resp.Body)
 			}
-			if db.calls() != 0 || prov.calls() != 0 {
-				t.Fatalf("invalid request (%s) made %d table and %d provider calls", reason, db.calls(), prov.calls())
+			if calls := fuzzEnv.calls.Snapshot(); len(calls) != 0 || prov.calls() != 0 {
+				t.Fatalf("invalid request (%s) made table calls %v and %d provider calls", reason, calls, prov.calls())
 			}
 			return
 		}
@@ -97,7 +98,7 @@ func FuzzCreate(f *testing.F) {
 			t.Fatalf("provider got %v, want %+v", got, want)
 		}
 		fp, _ := idem.FingerprintJSON(want.raw)
-		if !db.sawString(fp.String()) {
+		if prov.storedFingerprint() != fp.String() {
 			t.Fatalf("the claim does not carry the body's fingerprint %s", fp)
 		}
 	})
@@ -142,9 +143,18 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 		Amount                        int64
 		Currency, Source, Description string
 	}
-	dec := json.NewDecoder(bytes.NewReader(c))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	var members map[string]json.RawMessage
+	if err := json.Unmarshal(c, &members); err != nil {
+		return parsed{}, "shape"
+	}
+	for name := range members { // exact names only, whatever encoding/json allows
+		switch name {
+		case "amount", "currency", "source", "description":
+		default:
+			return parsed{}, "shape"
+		}
+	}
+	if err := json.NewDecoder(bytes.NewReader(c)).Decode(&in); err != nil {
 		return parsed{}, "shape"
 	}
 	r, err := charge.NewRequest(in.Amount, in.Currency, in.Source, in.Description)
@@ -154,108 +164,84 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 	return parsed{Request: r, raw: body}, ""
 }
 
-func fuzzHandler(t *testing.T, db *memTable, prov charge.Provider) *charge.Handler {
+// fuzzEnv is one idempotency table on the emulator per fuzzing process,
+// with its DynamoDB calls counted.
+var fuzzEnv struct {
+	once  sync.Once
+	calls testenv.CallCounter
+	store *idem.Store
+	h     *charge.Handler
+	prov  *unavailableProvider
+	err   error
+}
+
+func fuzzHandler(t *testing.T) (*charge.Handler, *unavailableProvider) {
 	t.Helper()
-	store, err := idem.New(db, "idem", func(o *idem.Options) {
-		o.Clock = func() time.Time { return time.Unix(1_700_000_000, 0) }
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := charge.NewService(charge.Config{Store: store, Charges: db, ChargesTable: "charges", Provider: prov})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := charge.NewHandler(svc, "tenant_id", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
-// memTable answers the idempotency store's calls as an empty table would:
-// every claim succeeds and every release finds its item.
-type memTable struct {
-	mu    sync.Mutex
-	n     int
-	items []map[string]types.AttributeValue
-}
-
-var errNotModelled = errors.New("memTable: call not modelled")
-
-func (m *memTable) record(item map[string]types.AttributeValue) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.n++
-	if item != nil {
-		m.items = append(m.items, item)
-	}
-}
-
-func (m *memTable) calls() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.n
-}
-
-func (m *memTable) sawString(v string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, item := range m.items {
-		for _, a := range item {
-			if s, ok := a.(*types.AttributeValueMemberS); ok && s.Value == v {
-				return true
-			}
+	e := &fuzzEnv
+	e.once.Do(func() {
+		clients, err := testenv.NewClients(e.calls.Option())
+		if err != nil {
+			e.err = err
+			return
 		}
+		table, _, err := testenv.NewTable(context.Background(), idem.TableInput("fuzz-idem"))
+		if err != nil {
+			e.err = err
+			return
+		}
+		if e.store, err = idem.New(clients.DynamoDB, table); err != nil {
+			e.err = err
+			return
+		}
+		e.prov = &unavailableProvider{store: e.store}
+		svc, err := charge.NewService(charge.Config{Store: e.store, Charges: clients.DynamoDB, ChargesTable: "unused", Provider: e.prov})
+		if err != nil {
+			e.err = err
+			return
+		}
+		e.h, e.err = charge.NewHandler(svc, "tenant_id", nil)
+	})
+	if e.err != nil {
+		t.Fatal(e.err)
 	}
-	return false
+	return e.h, e.prov
 }
 
-func (m *memTable) PutItem(_ context.Context, in *dynamodb.PutItemInput, _ ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error) {
-	m.record(in.Item)
-	return &dynamodb.PutItemOutput{}, nil
-}
-
-func (m *memTable) DeleteItem(context.Context, *dynamodb.DeleteItemInput, ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error) {
-	m.record(nil)
-	return &dynamodb.DeleteItemOutput{}, nil
-}
-
-func (m *memTable) UpdateItem(context.Context, *dynamodb.UpdateItemInput, ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	m.record(nil)
-	return nil, errNotModelled
-}
-
-func (m *memTable) GetItem(context.Context, *dynamodb.GetItemInput, ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
-	m.record(nil)
-	return nil, errNotModelled
-}
-
-func (m *memTable) TransactWriteItems(context.Context, *dynamodb.TransactWriteItemsInput, ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error) {
-	m.record(nil)
-	return nil, errNotModelled
-}
-
-func (m *memTable) Query(context.Context, *dynamodb.QueryInput, ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error) {
-	m.record(nil)
-	return nil, errNotModelled
-}
-
-// unavailableProvider refuses every charge as not processed.
+// unavailableProvider refuses every charge as not processed, after noting
+// the request and the fingerprint of the record that claims it (the record
+// exists while the provider is called; the refusal then releases it).
 type unavailableProvider struct {
-	mu   sync.Mutex
-	reqs []provider.ChargeRequest
+	store  *idem.Store
+	mu     sync.Mutex
+	key    idem.Key // the key the next charge is expected for
+	reqs   []provider.ChargeRequest
+	stored string // the claimed record's fingerprint
 }
 
-func (p *unavailableProvider) Charge(_ context.Context, req provider.ChargeRequest) (provider.Result, error) {
+func (p *unavailableProvider) expect(k idem.Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.key, p.reqs, p.stored = k, nil, ""
+}
+
+func (p *unavailableProvider) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.reqs = append(p.reqs, req)
+	if rec, err := p.store.Get(ctx, p.key); err == nil {
+		p.stored = rec.Fingerprint
+	}
 	return provider.Result{}, fmt.Errorf("fuzz: %w", provider.ErrUnavailable)
 }
 
 func (p *unavailableProvider) Lookup(context.Context, string) (provider.Result, error) {
-	return provider.Result{}, errNotModelled
+	return provider.Result{}, errors.New("fuzz: lookups are not expected")
+}
+
+func (p *unavailableProvider) storedFingerprint() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stored
 }
 
 func (p *unavailableProvider) calls() int {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -32,6 +33,9 @@ const (
 	RouteCreate = "POST /charges"
 	RouteGet    = "GET /charges/{id}"
 )
+
+// requestFields are the exact member names of a create request.
+var requestFields = []string{"amount", "currency", "source", "description"}
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
 // events. Client errors are responses, never Go errors: the Lambda
@@ -155,10 +159,21 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 		Source      string `json:"source"`
 		Description string `json:"description"`
 	}
+	const shape = "The body must be an object with an integer amount and string currency, source and description, and no other fields."
+	// encoding/json matches field names case-insensitively; the contract
+	// names them exactly, so check the names before decoding.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(canonical, &fields); err != nil {
+		return invalid(ProblemInvalidRequest, shape)
+	}
+	for name := range fields {
+		if !slices.Contains(requestFields, name) {
+			return invalid(ProblemInvalidRequest, shape)
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(canonical))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		return invalid(ProblemInvalidRequest, "The body must be an object with an integer amount and string currency, source and description, and no other fields.")
+		return invalid(ProblemInvalidRequest, shape)
 	}
 	r, err := NewRequest(in.Amount, in.Currency, in.Source, in.Description)
 	if err != nil {
