@@ -42,10 +42,10 @@ test: venv fmt-check vet fuzz ## Lint, short fuzz runs, then every test with -ra
 		$(GO) test -race -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"'
 
 .PHONY: fuzz
-fuzz: ## Fuzz every target for FUZZTIME (default 5s) each
-	@for t in $(FUZZ_TARGETS); do \
-		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
-	done
+fuzz: venv ## Fuzz every target for FUZZTIME (default 5s) each, on the emulator
+	$(WITH_EMU) bash -c 'for t in $(FUZZ_TARGETS); do \
+		$(GO) test -run "^$$" -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+	done'
 
 .PHONY: soak
 soak: ## Run 5,000 random histories of the model test on the emulator and print the count
