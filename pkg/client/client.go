@@ -1,0 +1,320 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Header names of the API's idempotency contract.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotencyExpires = "Idempotency-Expires"
+	HeaderReplayed           = "Idempotent-Replayed"
+	HeaderRetryAfter         = "Retry-After"
+)
+
+// maxResponseBytes bounds how much of a response body is read.
+const maxResponseBytes = 1 << 20
+
+// CommandID identifies one intent to charge across every attempt to carry
+// it out: it is sent as the Idempotency-Key. Mint it once, with
+// NewCommandID, when the intent is formed, and keep it with the intent so
+// that a retry, or a resumed run after a crash, reuses it.
+type CommandID string
+
+// NewCommandID returns a new random id (a version 4 UUID from crypto/rand).
+func NewCommandID() CommandID {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return CommandID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
+}
+
+// Validate reports whether id can be an Idempotency-Key: 1 to 255
+// printable ASCII characters. The error matches ErrInvalid.
+func (id CommandID) Validate() error {
+	if len(id) == 0 || len(id) > 255 {
+		return fmt.Errorf("command id must be 1 to 255 characters, got %d: %w", len(id), ErrInvalid)
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < 0x20 || id[i] > 0x7e {
+			return fmt.Errorf("command id %q has a character that is not printable ASCII: %w", id, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// Money is an amount in a currency's minor units (cents for EUR).
+type Money struct {
+	Amount   int64
+	Currency string // ISO 4217 alphabetic code, upper case
+}
+
+// Charge is a charge as the API describes it.
+type Charge struct {
+	ID                string    `json:"id"`
+	Amount            int64     `json:"amount"`
+	Currency          string    `json:"currency"`
+	Description       string    `json:"description,omitempty"`
+	Status            string    `json:"status"`
+	ProviderReference string    `json:"provider_reference"`
+	CreatedAt         time.Time `json:"created_at"`
+}
+
+// Result is the outcome of a successful Create.
+type Result struct {
+	Charge Charge
+	// Replayed is true when the answer is the stored outcome of an earlier
+	// request with the same command id (this call, or another, already
+	// charged the card; it was not charged again).
+	Replayed bool
+	// KeyExpiresAt is until when the command id deduplicates
+	// (Idempotency-Expires). Zero if the answer did not say.
+	KeyExpiresAt time.Time
+	// Attempts is how many HTTP requests the call made.
+	Attempts int
+}
+
+// Doer sends one HTTP request; *http.Client is one.
+type Doer interface {
+	Do(*http.Request) (*http.Response, error)
+}
+
+var _ Doer = (*http.Client)(nil)
+
+// Client calls the charge API. It is safe for concurrent use.
+type Client struct {
+	base string // without a trailing slash
+	o    options
+}
+
+// New returns a Client for the API at baseURL (e.g.
+// "https://abc123.execute-api.eu-west-1.amazonaws.com" or
+// "http://127.0.0.1:3000").
+func New(baseURL string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("client: base url: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: base url %q: want http(s)://host[/path]", baseURL)
+	}
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	return &Client{base: strings.TrimRight(u.String(), "/"), o: o}, nil
+}
+
+// CreateOption sets an optional member of a charge request.
+type CreateOption func(*chargeRequest)
+
+// WithDescription sets the charge's free-text description. It is part of
+// the request: a retry with the same id must carry the same description.
+func WithDescription(d string) CreateOption {
+	return func(r *chargeRequest) { r.Description = d }
+}
+
+type chargeRequest struct {
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Source      string `json:"source"`
+	Description string `json:"description,omitempty"`
+}
+
+// Create charges source amount.Amount in amount.Currency, at most once for
+// id. It retries on network errors, timeouts, 409, 429 and 5xx answers,
+// always with id and the same body bytes, until it gets a final answer,
+// the maximum number of attempts is reached, or ctx ends. A declined card
+// is a *ProblemError matching ErrDeclined; see the package sentinels for
+// the others. Calling Create again later with the same id and arguments
+// resumes the intent: it never charges twice.
+func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source string, opts ...CreateOption) (Result, error) {
+	if err := id.Validate(); err != nil {
+		return Result{}, fmt.Errorf("client: create: %w", err)
+	}
+	req := chargeRequest{Amount: amount.Amount, Currency: amount.Currency, Source: source}
+	for _, opt := range opts {
+		opt(&req)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return Result{}, fmt.Errorf("client: create %s: %w", id, err)
+	}
+	header := http.Header{}
+	header.Set(HeaderIdempotencyKey, string(id))
+	header.Set("Content-Type", "application/json")
+	resp, attempts, err := c.send(ctx, http.MethodPost, c.base+"/charges", header, body)
+	if err != nil {
+		return Result{Attempts: attempts}, fmt.Errorf("client: create %s: %w", id, err)
+	}
+	res := Result{Replayed: resp.header.Get(HeaderReplayed) == "true", Attempts: attempts}
+	if exp := resp.header.Get(HeaderIdempotencyExpires); exp != "" {
+		if res.KeyExpiresAt, err = http.ParseTime(exp); err != nil {
+			return res, fmt.Errorf("client: create %s: %s %q: %w", id, HeaderIdempotencyExpires, exp, err)
+		}
+	}
+	if err := resp.decode(http.StatusCreated, &res.Charge); err != nil {
+		return res, fmt.Errorf("client: create %s: %w", id, err)
+	}
+	return res, nil
+}
+
+// Get reads the charge with the given id. It retries on network errors,
+// timeouts, 429 and 5xx answers. An unknown id, or another tenant's charge,
+// is a *ProblemError matching ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
+	resp, _, err := c.send(ctx, http.MethodGet, c.base+"/charges/"+url.PathEscape(id), http.Header{}, nil)
+	if err != nil {
+		return Charge{}, fmt.Errorf("client: get %s: %w", id, err)
+	}
+	var ch Charge
+	if err := resp.decode(http.StatusOK, &ch); err != nil {
+		return Charge{}, fmt.Errorf("client: get %s: %w", id, err)
+	}
+	return ch, nil
+}
+
+// response is one answer, read in full.
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// decode unmarshals a success body, or returns the answer's error.
+func (r *response) decode(want int, v any) error {
+	if r.status != want {
+		return r.problem()
+	}
+	if err := json.Unmarshal(r.body, v); err != nil {
+		return fmt.Errorf("decode %d answer: %w", r.status, err)
+	}
+	return nil
+}
+
+// problem is the answer as a *ProblemError.
+func (r *response) problem() *ProblemError {
+	p := &ProblemError{}
+	mt, _, _ := mime.ParseMediaType(r.header.Get("Content-Type"))
+	if mt != "application/problem+json" || json.Unmarshal(r.body, p) != nil || p.Type == "" {
+		p = &ProblemError{Type: "about:blank", Title: http.StatusText(r.status), Detail: snippet(r.body)}
+	}
+	p.Status = r.status
+	return p
+}
+
+func snippet(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 200 {
+		s = s[:200] + "..."
+	}
+	return s
+}
+
+// retryable reports whether an answer with this status may be retried.
+func retryable(status int) bool {
+	return status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500
+}
+
+// send makes the request until it gets a final answer (any status but
+// retryable ones), and returns it with the number of attempts. It gives up
+// with the last attempt's error when attempts run out or ctx ends (or would
+// end before the next attempt could start).
+func (c *Client) send(ctx context.Context, method, url string, header http.Header, body []byte) (*response, int, error) {
+	for attempt := 1; ; attempt++ {
+		resp, err := c.attempt(ctx, method, url, header, body)
+		var retryAfter time.Duration
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return nil, attempt, fmt.Errorf("attempt %d: %w", attempt, err)
+		case err == nil && !retryable(resp.status):
+			return resp, attempt, nil
+		case err == nil:
+			p := resp.problem()
+			p.RetryAfter = parseRetryAfter(resp.header.Get(HeaderRetryAfter), c.o.clock())
+			retryAfter, err = p.RetryAfter, p
+		}
+		if attempt >= c.o.maxAttempts {
+			return nil, attempt, fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		}
+		wait := max(c.o.backoff(attempt-1), retryAfter)
+		if deadline, ok := ctx.Deadline(); ok && c.o.clock().Add(wait).After(deadline) {
+			return nil, attempt, fmt.Errorf("gave up after %d attempts, next in %v is past the deadline: %w: %w",
+				attempt, wait, err, context.DeadlineExceeded)
+		}
+		if c.o.onRetry != nil {
+			c.o.onRetry(attempt, wait, err)
+		}
+		if serr := c.o.sleep(ctx, wait); serr != nil {
+			return nil, attempt, fmt.Errorf("gave up after %d attempts: %w: %w", attempt, err, serr)
+		}
+	}
+}
+
+// attempt makes one request and reads its answer.
+func (c *Client) attempt(ctx context.Context, method, url string, header http.Header, body []byte) (*response, error) {
+	if c.o.attemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.o.attemptTimeout)
+		defer cancel()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if body == nil {
+		req.Body, req.GetBody, req.ContentLength = http.NoBody, nil, 0
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	if c.o.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.o.token)
+	}
+	resp, err := c.o.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, fmt.Errorf("read %d answer: %w", resp.StatusCode, err)
+	}
+	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+}
+
+// parseRetryAfter reads a Retry-After value, delay-seconds or HTTP-date,
+// as a wait from now; 0 if v is empty or unusable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		return time.Duration(min(secs, int64(maxRetryAfter/time.Second))) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return min(t.Sub(now), maxRetryAfter)
+	}
+	return 0
+}

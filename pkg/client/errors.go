@@ -1,0 +1,107 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// ProblemBase is the prefix of every problem type URI the API answers with.
+const ProblemBase = "https://chargeonce.dev/problems/"
+
+// Sentinel errors, matched with errors.Is against the errors Create and Get
+// return. A *ProblemError matches the sentinel of its problem type.
+var (
+	// ErrInvalid: the request was refused as malformed (invalid-request,
+	// invalid-idempotency-key, payload-too-large, unsupported-media-type),
+	// or Create was given an id that cannot be an Idempotency-Key. Nothing
+	// was charged.
+	ErrInvalid = errors.New("client: invalid request")
+	// ErrUnauthorized: the token was refused or names no tenant.
+	ErrUnauthorized = errors.New("client: unauthorized")
+	// ErrDeclined: the card was declined. Final for the command id.
+	ErrDeclined = errors.New("client: card declined")
+	// ErrNotFound: no such charge for this tenant.
+	ErrNotFound = errors.New("client: not found")
+	// ErrInProgress: a request with the same command id is still running.
+	ErrInProgress = errors.New("client: request in progress")
+	// ErrKeyReused: the command id was first used with a different request
+	// (amount, currency, source or description). Nothing was charged.
+	ErrKeyReused = errors.New("client: command id reused with a different request")
+	// ErrOutcomePending: the charge's outcome is not known yet; the server
+	// settles it in the background. Retry later with the same command id.
+	ErrOutcomePending = errors.New("client: outcome pending")
+	// ErrUnavailable: the provider or the service is unavailable (503
+	// provider-unavailable, 429, or a 5xx without a problem body). Nothing
+	// was charged by the refused request; retrying with the same id is safe.
+	ErrUnavailable = errors.New("client: unavailable")
+	// ErrInternal: the service failed unexpectedly (500 internal-error).
+	// Retrying with the same command id is safe.
+	ErrInternal = errors.New("client: internal error")
+)
+
+// problemSentinels maps each problem type's slug to its sentinel.
+var problemSentinels = map[string]error{
+	"invalid-idempotency-key": ErrInvalid,
+	"invalid-request":         ErrInvalid,
+	"payload-too-large":       ErrInvalid,
+	"unsupported-media-type":  ErrInvalid,
+	"unauthorized":            ErrUnauthorized,
+	"card-declined":           ErrDeclined,
+	"not-found":               ErrNotFound,
+	"request-in-progress":     ErrInProgress,
+	"idempotency-key-reused":  ErrKeyReused,
+	"internal-error":          ErrInternal,
+	"provider-unavailable":    ErrUnavailable,
+	"outcome-pending":         ErrOutcomePending,
+}
+
+// ProblemError is an error answer from the API: the problem details of an
+// application/problem+json body, or, for answers without one (a gateway's
+// own 401 or 502, say), Type "about:blank" with the status's text as Title.
+type ProblemError struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	// RetryAfter is the wait the Retry-After header asked for, or 0.
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *ProblemError) Error() string {
+	msg := fmt.Sprintf("%d %s", e.Status, e.Title)
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// Slug is the last segment of Type ("card-declined"), or "" when Type is
+// not one of the API's problem types.
+func (e *ProblemError) Slug() string {
+	slug, ok := strings.CutPrefix(e.Type, ProblemBase)
+	if !ok {
+		return ""
+	}
+	return slug
+}
+
+// Is reports whether target is the sentinel of e's problem type. An answer
+// without a known problem type matches by status: 401 ErrUnauthorized, 404
+// ErrNotFound, 429 and 5xx ErrUnavailable.
+func (e *ProblemError) Is(target error) bool {
+	if s, ok := problemSentinels[e.Slug()]; ok {
+		return s == target
+	}
+	switch {
+	case e.Status == http.StatusUnauthorized:
+		return target == ErrUnauthorized
+	case e.Status == http.StatusNotFound:
+		return target == ErrNotFound
+	case e.Status == http.StatusTooManyRequests || e.Status >= 500:
+		return target == ErrUnavailable
+	}
+	return false
+}
