@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/client"
+)
+
+// Environment variables the flags default to.
+const (
+	EnvURL   = "CHARGEONCE_URL"
+	EnvToken = "CHARGEONCE_TOKEN"
+)
+
+// Defaults for the local stack.
+const (
+	DefaultURL     = "http://127.0.0.1:3000"
+	DefaultToken   = "dev:acme"
+	DefaultTimeout = 2 * time.Minute
+)
+
+// Exit statuses.
+const (
+	exitOK      = 0
+	exitFailed  = 1 // final: retrying the same id gives the same answer
+	exitUsage   = 2
+	exitPending = 3 // not known yet: resume with --id
+)
+
+const usage = `usage:
+  chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--id ID] [--json]
+  chargectl get [--json] CHARGE_ID
+common flags: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
+`
+
+// run is the whole command; main only wires the process to it.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "create":
+		return runCreate(ctx, args[1:], stdout, stderr)
+	case "get":
+		return runGet(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "chargectl: unknown command %q\n%s", args[0], usage)
+	return exitUsage
+}
+
+// common are the flags every command takes.
+type common struct {
+	url, token string
+	timeout    time.Duration
+	json       bool
+}
+
+func newFlagSet(name string, stderr io.Writer, c *common) *flag.FlagSet {
+	fs := flag.NewFlagSet("chargectl "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.url, "url", envOr(EnvURL, DefaultURL), "base URL of the API")
+	fs.StringVar(&c.token, "token", envOr(EnvToken, DefaultToken), "bearer token")
+	fs.DurationVar(&c.timeout, "timeout", DefaultTimeout, "budget for the request and all its retries")
+	fs.BoolVar(&c.json, "json", false, "print the result as JSON")
+	return fs
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// newClient builds the API client; retries are reported on stderr.
+func (c *common) newClient(stderr io.Writer) (*client.Client, error) {
+	return client.New(c.url, client.WithToken(c.token),
+		client.WithOnRetry(func(attempt int, wait time.Duration, err error) {
+			fmt.Fprintf(stderr, "attempt %d: %v; retrying in %v\n", attempt, err, wait.Round(time.Millisecond))
+		}))
+}
+
+func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		c           common
+		amount      int64
+		currency    string
+		source      string
+		description string
+		resume      string
+	)
+	fs := newFlagSet("create", stderr, &c)
+	fs.Int64Var(&amount, "amount", 0, "amount in minor units (cents), required")
+	fs.StringVar(&currency, "currency", "EUR", "ISO 4217 currency code")
+	fs.StringVar(&source, "source", "", "payment source (card token), required")
+	fs.StringVar(&description, "description", "", "free-text description")
+	fs.StringVar(&resume, "id", "", "command id of an earlier run to resume (default: mint a new one)")
+	if err := fs.Parse(args); err != nil {
+		return usageError(err)
+	}
+	if fs.NArg() > 0 || amount <= 0 || source == "" {
+		fmt.Fprintln(stderr, "chargectl create: --amount (positive) and --source are required, and no arguments")
+		return exitUsage
+	}
+	api, err := c.newClient(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "chargectl:", err)
+		return exitUsage
+	}
+	id := client.CommandID(resume)
+	if resume == "" {
+		id = client.NewCommandID()
+		fmt.Fprintf(stderr, "command id: %s (resume with --id %s)\n", id, id)
+	} else {
+		if err := id.Validate(); err != nil {
+			fmt.Fprintln(stderr, "chargectl create: --id:", err)
+			return exitUsage
+		}
+		fmt.Fprintf(stderr, "resuming command id: %s\n", id)
+	}
+	var opts []client.CreateOption
+	if description != "" {
+		opts = append(opts, client.WithDescription(description))
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	res, err := api.Create(ctx, id, client.Money{Amount: amount, Currency: currency}, source, opts...)
+	if err != nil {
+		return fail(stdout, stderr, c.json, id, err)
+	}
+	if c.json {
+		return printJSON(stdout, stderr, createOutput{
+			CommandID: id, Replayed: res.Replayed, KeyExpiresAt: res.KeyExpiresAt, Attempts: res.Attempts, Charge: res.Charge,
+		})
+	}
+	printCharge(stdout, res.Charge)
+	if res.Replayed {
+		fmt.Fprintln(stdout, "replayed:     yes (an earlier request with this id charged the card; not charged again)")
+	} else {
+		fmt.Fprintln(stdout, "replayed:     no")
+	}
+	if !res.KeyExpiresAt.IsZero() {
+		fmt.Fprintf(stdout, "id expires:   %s\n", res.KeyExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return exitOK
+}
+
+func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := newFlagSet("get", stderr, &c)
+	if err := fs.Parse(args); err != nil {
+		return usageError(err)
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "chargectl get: want exactly one charge id")
+		return exitUsage
+	}
+	api, err := c.newClient(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "chargectl:", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	ch, err := api.Get(ctx, fs.Arg(0))
+	if err != nil {
+		return fail(stdout, stderr, c.json, "", err)
+	}
+	if c.json {
+		return printJSON(stdout, stderr, ch)
+	}
+	printCharge(stdout, ch)
+	return exitOK
+}
+
+func usageError(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	return exitUsage
+}
+
+// createOutput is what create --json prints.
+type createOutput struct {
+	CommandID    client.CommandID `json:"command_id"`
+	Replayed     bool             `json:"replayed"`
+	KeyExpiresAt time.Time        `json:"key_expires_at,omitzero"`
+	Attempts     int              `json:"attempts"`
+	Charge       client.Charge    `json:"charge"`
+}
+
+// errorOutput is what --json prints on failure.
+type errorOutput struct {
+	CommandID client.CommandID     `json:"command_id,omitempty"`
+	Retryable bool                 `json:"retryable"`
+	Error     string               `json:"error"`
+	Problem   *client.ProblemError `json:"problem,omitempty"`
+}
+
+func printCharge(w io.Writer, ch client.Charge) {
+	fmt.Fprintf(w, "charge:       %s\n", ch.ID)
+	fmt.Fprintf(w, "status:       %s\n", ch.Status)
+	fmt.Fprintf(w, "amount:       %d %s (minor units)\n", ch.Amount, ch.Currency)
+	if ch.Description != "" {
+		fmt.Fprintf(w, "description:  %s\n", ch.Description)
+	}
+	fmt.Fprintf(w, "provider ref: %s\n", ch.ProviderReference)
+	fmt.Fprintf(w, "created:      %s\n", ch.CreatedAt.UTC().Format(time.RFC3339))
+}
+
+func printJSON(stdout, stderr io.Writer, v any) int {
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		fmt.Fprintln(stderr, "chargectl:", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// pending reports whether err leaves the outcome open: the same command,
+// resumed with its id, may still succeed.
+func pending(err error) bool {
+	for _, target := range []error{
+		client.ErrInProgress, client.ErrOutcomePending, client.ErrUnavailable, client.ErrInternal,
+		context.DeadlineExceeded, context.Canceled,
+	} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var p *client.ProblemError
+	return !errors.As(err, &p) // a network error: nothing is known
+}
+
+// fail reports err and returns the exit status for it.
+func fail(stdout, stderr io.Writer, asJSON bool, id client.CommandID, err error) int {
+	code := exitFailed
+	if pending(err) {
+		code = exitPending
+	}
+	fmt.Fprintln(stderr, "chargectl:", err)
+	if code == exitPending && id != "" {
+		fmt.Fprintf(stderr, "the outcome is not known yet; resume with: chargectl create ... --id %s\n", id)
+	}
+	if asJSON {
+		out := errorOutput{CommandID: id, Retryable: code == exitPending, Error: err.Error()}
+		var p *client.ProblemError
+		if errors.As(err, &p) {
+			out.Problem = p
+		}
+		if printJSON(stdout, stderr, out) != exitOK {
+			return exitFailed
+		}
+	}
+	return code
+}
