@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// emulator is scripts/emulator.py (moto's DynamoDB and SQS) run from the
+// project virtualenv.
+type emulator struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	url    string
+	exited chan struct{} // closed when the process has exited
+	stderr *tail
+}
+
+// startEmulator starts the emulator on 127.0.0.1:port (0 picks a free
+// port) and waits until it is ready. It exits when stop closes its stdin,
+// or when this process dies and the pipe closes with it.
+func startEmulator(root string, port int) (*emulator, error) {
+	python := filepath.Join(root, ".venv", "bin", "python")
+	cmd := exec.Command(python, filepath.Join(root, "scripts", "emulator.py"),
+		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--exit-with-stdin")
+	// Its own process group: a Ctrl-C in the terminal reaches this process
+	// only, which stops the emulator last, after what uses it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	e := &emulator{cmd: cmd, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	cmd.Stderr = e.stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("emulator: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("emulator: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("emulator: start %s (run `make venv`): %w", python, err)
+	}
+	e.stdin = stdin
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if url, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
+				ready <- url
+			}
+		}
+	}()
+	go func() {
+		_ = cmd.Wait()
+		close(e.exited)
+	}()
+	select {
+	case e.url = <-ready:
+		return e, nil
+	case <-e.exited:
+		return nil, fmt.Errorf("emulator exited before it was ready: %s", strings.TrimSpace(e.stderr.String()))
+	case <-time.After(60 * time.Second):
+		_ = e.stop()
+		return nil, errors.New("emulator not ready after 60s")
+	}
+}
+
+// stop closes the emulator's stdin, which makes it exit, and waits for it;
+// after five seconds it kills it.
+func (e *emulator) stop() error {
+	_ = e.stdin.Close()
+	select {
+	case <-e.exited:
+		return nil
+	case <-time.After(5 * time.Second):
+	}
+	if err := e.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("emulator: kill: %w", err)
+	}
+	<-e.exited
+	return nil
+}
+
+// tail keeps the last max bytes written to it: the emulator's request log
+// is not needed, only its last words if it fails.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if over := len(t.buf) - t.max; over > 0 {
+		t.buf = append(t.buf[:0], t.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.buf)
+}

@@ -1,0 +1,342 @@
+// Command localstack runs the whole service on loopback for development, in
+// the foreground until SIGINT or SIGTERM, then stops everything it started.
+//
+// It starts the DynamoDB/SQS emulator (scripts/emulator.py from .venv; or
+// uses DYNAMODB_ENDPOINT and SQS_ENDPOINT when both are set), creates the
+// tables, TTL and queues from the definitions the template is checked
+// against, serves the provider simulator, and serves the charge API through
+// a local API Gateway (package localgw) in front of the handler setup builds
+// for the Lambda, configured through the same environment variables. The
+// sweeper runs on a short interval and the reconcile handler is fed by a
+// local SQS event source (package eventsource).
+//
+// Usage:
+//
+//	localstack [-addr 127.0.0.1:3000] [-provider-addr 127.0.0.1:4010]
+//	           [-emulator-port 4566] [-sweep-every 5s] [-slow 5s] [-root .]
+//
+// The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
+// INFLIGHT_WAIT, LOG_LEVEL, PROVIDER_SECRET) are read from the environment.
+// Logs are JSON lines on standard output; the banner goes to standard error.
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/eventsource"
+	"github.com/chargeonce/chargeonce/internal/localgw"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/setup"
+	"github.com/chargeonce/chargeonce/internal/sweeper"
+)
+
+// The functions' timeouts in template.yaml; the reconcile function's is
+// queue.ReconcileTimeout.
+const (
+	chargeTimeout  = 10 * time.Second
+	sweeperTimeout = 50 * time.Second
+)
+
+// shutdownTimeout bounds how long in-flight requests may finish on exit.
+const shutdownTimeout = 10 * time.Second
+
+type options struct {
+	root         string
+	apiAddr      string
+	providerAddr string
+	emulatorPort int
+	sweepEvery   time.Duration
+	slow         time.Duration
+	getenv       func(string) string
+}
+
+// stack is where the running stack serves.
+type stack struct {
+	api, provider, dynamoDB, sqs string
+	queueURL                     string
+	sweepEvery, slow             time.Duration
+}
+
+func main() {
+	opts, err := parseFlags(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil))
+	if err == nil {
+		var level slog.Level
+		if err = level.UnmarshalText([]byte(cmp.Or(os.Getenv(setup.EnvLogLevel), "INFO"))); err == nil {
+			logger = setup.Logger(level)
+		}
+	}
+	if err != nil {
+		logger.Error("localstack: bad configuration", "error", err.Error())
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	context.AfterFunc(ctx, stop) // once stopping, a second Ctrl-C kills at once
+	err = run(ctx, opts, logger, func(s stack) { printBanner(os.Stderr, s) })
+	stop()
+	if err != nil {
+		logger.Error("localstack stopped", "error", err.Error())
+		os.Exit(1)
+	}
+	logger.Info("localstack stopped")
+}
+
+func parseFlags(args []string, getenv func(string) string) (options, error) {
+	fs := flag.NewFlagSet("localstack", flag.ContinueOnError)
+	o := options{getenv: getenv}
+	fs.StringVar(&o.root, "root", ".", "repository root (holds .venv and scripts/emulator.py)")
+	fs.StringVar(&o.apiAddr, "addr", "127.0.0.1:3000", "listen address of the charge API")
+	fs.StringVar(&o.providerAddr, "provider-addr", "127.0.0.1:4010", "listen address of the provider simulator")
+	fs.IntVar(&o.emulatorPort, "emulator-port", 4566, "port of the DynamoDB/SQS emulator (0: any free port)")
+	fs.DurationVar(&o.sweepEvery, "sweep-every", 5*time.Second, "interval of the sweeper")
+	fs.DurationVar(&o.slow, "slow", 5*time.Second, "how long the provider simulator takes to answer a tok_slow charge")
+	if err := fs.Parse(args); err != nil {
+		return options{}, err
+	}
+	if fs.NArg() > 0 || o.sweepEvery <= 0 || o.slow < 0 {
+		return options{}, fmt.Errorf("bad arguments %q", args)
+	}
+	return o, nil
+}
+
+// run starts the stack, calls ready once it serves, and stops it when ctx
+// is done (or when a part of it fails).
+func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack)) (err error) {
+	s := stack{dynamoDB: o.getenv(awsenv.EnvDynamoDBEndpoint), sqs: o.getenv(awsenv.EnvSQSEndpoint), sweepEvery: o.sweepEvery, slow: o.slow}
+	var emulatorExited <-chan struct{}
+	local := s.dynamoDB == "" || s.sqs == ""
+	if local {
+		emu, err := startEmulator(o.root, o.emulatorPort)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if serr := emu.stop(); serr != nil && err == nil {
+				err = serr
+			}
+			logger.Info("emulator stopped", "component", "localstack")
+		}()
+		emulatorExited = emu.exited
+		s.dynamoDB, s.sqs = cmp.Or(s.dynamoDB, emu.url), cmp.Or(s.sqs, emu.url)
+	}
+	clients, err := newClients(ctx, o.getenv, s.dynamoDB, s.sqs, local)
+	if err != nil {
+		return err
+	}
+	res, err := createResources(ctx, clients)
+	if err != nil {
+		return err
+	}
+	s.queueURL = res.queue.URL
+
+	providerLn, err := listen(o.providerAddr)
+	if err != nil {
+		return err
+	}
+	defer providerLn.Close()
+	s.provider = "http://" + providerLn.Addr().String()
+	sim := providersim.New(providersim.WithSecret(o.getenv(setup.EnvProviderSecret)), providersim.WithSlowDelay(o.slow),
+		providersim.WithLogger(logger.With("component", "provider")))
+
+	// The functions read these variables exactly as they do in Lambda; the
+	// template sets the same ones to the deployed resources.
+	env := map[string]string{
+		setup.EnvIdempotencyTable:  res.idempotencyTable,
+		setup.EnvChargesTable:      res.chargesTable,
+		setup.EnvReconcileQueueURL: res.queue.URL,
+		setup.EnvProviderURL:       s.provider,
+	}
+	getenv := func(name string) string {
+		if v, ok := env[name]; ok {
+			return v
+		}
+		return o.getenv(name)
+	}
+	gw, sweep, poller, err := functions(ctx, getenv, clients, logger)
+	if err != nil {
+		return err
+	}
+	apiLn, err := listen(o.apiAddr)
+	if err != nil {
+		return err
+	}
+	defer apiLn.Close()
+	s.api = "http://" + apiLn.Addr().String()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	failed := make(chan error, 2)
+	for _, srv := range []struct {
+		ln net.Listener
+		h  http.Handler
+	}{{providerLn, sim}, {apiLn, gw}} {
+		wg.Go(func() {
+			if err := serve(ctx, srv.ln, srv.h, logger); err != nil {
+				failed <- err
+			}
+		})
+	}
+	wg.Go(func() { sweepLoop(ctx, sweep, o.sweepEvery, logger) })
+	wg.Go(func() { _ = poller.Run(ctx) })
+	logger.Info("localstack ready", "component", "localstack", "api", s.api, "provider", s.provider,
+		"dynamodb", s.dynamoDB, "sqs", s.sqs, "reconcile_queue", s.queueURL)
+	ready(s)
+
+	select {
+	case <-ctx.Done():
+		logger.Info("stopping", "component", "localstack")
+	case err = <-failed:
+	case <-emulatorExited:
+		err = errors.New("the emulator exited")
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// functions builds the three functions' handlers with setup, as their
+// Lambda mains do, and the local event sources in front of them.
+func functions(ctx context.Context, getenv setup.Getenv, clients awsenv.Clients, logger *slog.Logger) (*localgw.Gateway, *sweeper.Sweeper, *eventsource.Poller, error) {
+	cc, err := setup.LoadCharge(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sc, err := setup.LoadSweeper(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rc, err := setup.LoadReconcile(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ch, err := setup.ChargeHandler(cc, setup.Deps{Clients: clients, Logger: logger.With("function", "charge")})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gw, err := localgw.New(ch.Handle, []string{charge.RouteCreate, charge.RouteGet},
+		localgw.WithTenantClaim(cc.TenantClaim), localgw.WithTimeout(chargeTimeout),
+		localgw.WithLogger(logger.With("component", "gateway")))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sw, err := setup.SweeperHandler(sc, setup.Deps{Clients: clients, Logger: logger.With("function", "sweeper")})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rh, err := setup.ReconcileHandler(rc, setup.Deps{Clients: clients, Logger: logger.With("function", "reconcile")})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	poller, err := eventsource.New(ctx, clients.SQS, sc.ReconcileQueueURL, rh.Handle, func(o *eventsource.Options) {
+		o.BatchSize = queue.BatchSize
+		o.Timeout = queue.ReconcileTimeout
+		o.Logger = logger.With("component", "eventsource")
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return gw, sw, poller, nil
+}
+
+// newClients builds the SDK clients: with dummy credentials for the
+// emulator this process started, with the default chain otherwise.
+func newClients(ctx context.Context, getenv func(string) string, dynamoURL, sqsURL string, dummyCredentials bool) (awsenv.Clients, error) {
+	opts := []func(*config.LoadOptions) error{config.WithRegion(cmp.Or(getenv("AWS_REGION"), awsenv.DefaultRegion))}
+	if dummyCredentials {
+		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return awsenv.Clients{}, fmt.Errorf("aws config: %w", err)
+	}
+	return awsenv.New(cfg, dynamoURL, sqsURL), nil
+}
+
+func listen(addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// serve serves h on ln until ctx is done, then lets requests in flight
+// finish.
+func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Logger) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shut down %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
+
+// sweepLoop runs the sweeper every interval, each run an invocation with
+// the sweeper function's timeout, as the schedule does every minute.
+func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, logger *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		rctx, cancel := context.WithTimeout(ctx, sweeperTimeout)
+		rctx = lambdacontext.NewContext(rctx, &lambdacontext.LambdaContext{AwsRequestID: fmt.Sprintf("sweep-%d", time.Now().UnixMilli())})
+		if err := s.Handle(rctx); err != nil && ctx.Err() == nil {
+			logger.Error("sweep failed", "function", "sweeper", "error", err.Error())
+		}
+		cancel()
+	}
+}
+
+func printBanner(w io.Writer, s stack) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nchargeonce local stack is up; Ctrl-C stops it.\n\n")
+	fmt.Fprintf(&b, "  charge API       %s   (POST /charges, GET /charges/{id}; token: Authorization: Bearer dev:<tenant>)\n", s.api)
+	fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
+	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
+	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
+	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s\n\n", s.sweepEvery, reconcileQueue)
+	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\"}'\n\n", s.api)
+	_, _ = io.WriteString(w, b.String())
+}

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/testenv"
+)
+
+// TestStackServesThenStopsEverything runs the stack as `make run` does, on
+// free ports with its own emulator, charges once through it, and checks
+// that cancelling stops the emulator it started.
+func TestStackServesThenStopsEverything(t *testing.T) {
+	t.Parallel()
+	// An empty environment: no DYNAMODB_ENDPOINT or SQS_ENDPOINT, so the
+	// stack starts its own emulator (its table names are fixed, and must
+	// not land on a shared endpoint), and every function setting defaults.
+	getenv := func(string) string { return "" }
+	o, err := parseFlags([]string{"-root", testenv.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0"}, getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ready := make(chan stack, 1)
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, o, slog.New(slog.DiscardHandler), func(s stack) { ready <- s }) }()
+	var s stack
+	select {
+	case s = <-ready:
+	case err := <-done:
+		t.Fatalf("run: %v", err)
+	case <-time.After(90 * time.Second):
+		t.Fatal("stack not ready after 90s")
+	}
+
+	var banner strings.Builder
+	printBanner(&banner, s)
+	curl := banner.String()[strings.Index(banner.String(), "curl "):]
+	if !strings.Contains(curl, s.api+"/charges") || !strings.Contains(curl, "Bearer dev:acme") {
+		t.Errorf("banner's curl does not target the API:\n%s", banner.String())
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges",
+		strings.NewReader(`{"amount":1500,"currency":"EUR","source":"tok_visa"}`))
+	req.Header.Set("Authorization", "Bearer dev:acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "order-1001")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /charges: %d %s", res.StatusCode, body)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("stack did not stop")
+	}
+	for _, url := range []string{s.dynamoDB, s.api, s.provider} {
+		if c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after the stack stopped", url)
+		}
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	t.Parallel()
+	o, err := parseFlags(nil, func(string) string { return "" })
+	if err != nil || o.apiAddr != "127.0.0.1:3000" || o.providerAddr != "127.0.0.1:4010" || o.emulatorPort != 4566 || o.sweepEvery != 5*time.Second {
+		t.Errorf("defaults: %+v %v", o, err)
+	}
+	for _, args := range [][]string{{"-sweep-every", "0s"}, {"-slow", "-1s"}, {"extra"}, {"-nope"}} {
+		if _, err := parseFlags(args, func(string) string { return "" }); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}
