@@ -51,6 +51,19 @@ fuzz: venv ## Fuzz every target for FUZZTIME (default 5s) each, on the emulator
 soak: ## Run 5,000 random histories of the model test on the emulator and print the count
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -count=1 -timeout 2h -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=5000 | grep -v "^=== RUN"'
 
+# ---- Local stack and end-to-end test ----
+# `make run RUN_ARGS="-emulator-port 0 -slow 8s"` passes flags to cmd/localstack.
+RUN_ARGS ?=
+
+.PHONY: run
+run: venv ## Run the whole stack on loopback (API 127.0.0.1:3000) in the foreground until Ctrl-C
+	$(GO) run ./cmd/localstack $(RUN_ARGS)
+
+# `make test` runs this test too, as part of ./...; this target shows its log.
+.PHONY: e2e
+e2e: venv ## Build the bootstraps, run them under the Lambda RIE (bin/tools) on the emulator, print sizes and init durations
+	$(WITH_EMU) $(GO) test -count=1 -v -run '^TestFunctionsUnderTheRuntimeEmulator$$' ./internal/e2e
+
 # ---- Lambda build (provided.al2023, one static `bootstrap` per function) ----
 # GOOS/GOARCH default to the Lambda target (template.yaml: arm64); override on
 # the command line, e.g. `make build GOARCH=amd64` for a host binary.
