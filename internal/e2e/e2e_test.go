@@ -37,6 +37,11 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, url := range []string{q.URL, q.DLQURL} {
+			_, _ = clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+		}
+	})
 	idemTable := testenv.CreateTable(t, idem.TableInput("idem"))
 	chargesTable := testenv.CreateTable(t, charge.TableInput("charges"))
 

@@ -50,7 +50,14 @@ func newQueue(t *testing.T, maxReceive int) testQueue {
 		t.Fatal(err)
 	}
 	url := aws.ToString(q.QueueUrl)
+	t.Cleanup(func() { deleteQueues(c, url, aws.ToString(dlq.QueueUrl)) })
 	return testQueue{client: c, url: url, dlq: aws.ToString(dlq.QueueUrl), arn: queueARN(t, c, url), dlqARN: dlqARN}
+}
+
+func deleteQueues(c *sqs.Client, urls ...string) {
+	for _, u := range urls {
+		_, _ = c.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(u)})
+	}
 }
 
 func queueARN(t *testing.T, c *sqs.Client, url string) string {

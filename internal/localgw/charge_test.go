@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/localgw"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
@@ -29,6 +32,11 @@ func TestChargeAPIThroughTheGateway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, url := range []string{q.URL, q.DLQURL} {
+			_, _ = clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+		}
+	})
 	env := map[string]string{
 		setup.EnvIdempotencyTable:  testenv.CreateTable(t, idem.TableInput("idem")),
 		setup.EnvChargesTable:      testenv.CreateTable(t, charge.TableInput("charges")),
