@@ -100,6 +100,36 @@ lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint
 	$(GO) mod tidy -diff
 	$(VENV)/bin/cfn-lint template.yaml
 
+# ---- Benchmarks: docs/benchmarks.md's figures ----
+BENCH_COUNT ?= 5
+BENCH_TIME  ?= 1s
+LOAD_N      ?= 20000
+STEADY_N    ?= 300
+STEADY_RATE ?= 10
+
+.PHONY: bench
+bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mix on the local stack; rewrites docs/benchmarks.md
+	@mkdir -p out
+	$(GO) build -o out/loadgen ./cmd/loadgen
+	$(GO) build -o out/localstack ./cmd/localstack
+	$(WITH_EMU) bash -c 'set -eo pipefail; \
+		$(GO) test -count=1 -v -run "^TestRoundTrips$$" ./internal/bench -args -roundtrips=$(CURDIR)/out/roundtrips.md; \
+		{ echo "loadavg: $$(cut -d" " -f1-3 /proc/loadavg)"; \
+		  $(GO) test -run "^$$" -bench . -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./internal/bench; } | tee out/bench.txt; \
+		$(GO) test -count=1 -v -run "^TestFunctionsUnderTheRuntimeEmulator$$" ./internal/e2e | tee out/e2e.txt'
+	@set -euo pipefail; \
+	if (exec 3<>/dev/tcp/127.0.0.1/3000) 2>/dev/null; then \
+		echo "bench: reusing the local stack on 127.0.0.1:3000"; \
+	else \
+		out/localstack >out/localstack.log 2>&1 & pid=$$!; \
+		trap 'kill -INT $$pid; wait $$pid || true' EXIT; \
+		for i in $$(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/3000) 2>/dev/null && break; sleep 0.1; done; \
+	fi; \
+	out/loadgen -n $(STEADY_N) -rate $(STEADY_RATE) -out out/load-steady; \
+	out/loadgen -n $(LOAD_N) -out out/load-seeds
+	out/loadgen doc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
+		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN)
+
 .PHONY: clean
 clean: ## Remove build outputs (bin/, .aws-sam/)
 	rm -rf $(BIN) .aws-sam

@@ -1,0 +1,402 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// docMain regenerates the generated sections of the benchmarks document
+// from the outputs of make bench:
+//
+//	loadgen doc -doc docs/benchmarks.md -bench out/bench.txt \
+//	    -roundtrips out/roundtrips.md -load out/load-seeds.json,out/load-steady.json \
+//	    -coldstart out/e2e.txt
+//
+// A section is the text between "<!-- generated:NAME -->" and
+// "<!-- /generated:NAME -->"; everything else in the document is kept.
+// Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
+// coldstart.
+func docMain(args []string) error {
+	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
+	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
+	bench := fs.String("bench", "out/bench.txt", "go test -bench output (with a loadavg: line)")
+	roundTrips := fs.String("roundtrips", "out/roundtrips.md", "TestRoundTrips' table")
+	loads := fs.String("load", "out/load.json", "comma-separated loadgen summaries")
+	coldStart := fs.String("coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
+	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	sections := map[string]string{"machine": machine()}
+
+	f, err := os.Open(*bench)
+	if err != nil {
+		return err
+	}
+	results, conf, err := parseBench(f)
+	_ = f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", *bench, err)
+	}
+	sections["benchmarks"] = benchTable(results, conf)
+	if sections["ratios"], err = ratios(results); err != nil {
+		return fmt.Errorf("%s: %w", *bench, err)
+	}
+
+	rt, err := os.ReadFile(*roundTrips)
+	if err != nil {
+		return err
+	}
+	sections["roundtrips"] = string(rt)
+
+	var summaries []Summary
+	for _, name := range strings.Split(*loads, ",") {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		var s Summary
+		if err := json.Unmarshal(b, &s); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		summaries = append(summaries, s)
+	}
+	sections["load"] = loadTable(summaries)
+	if sections["anchors"], err = anchors(results, summaries); err != nil {
+		return err
+	}
+
+	if *coldStart != "" {
+		b, err := os.ReadFile(*coldStart)
+		if err != nil {
+			return err
+		}
+		if sections["coldstart"], err = coldStartTable(string(b), *bin); err != nil {
+			return fmt.Errorf("%s: %w", *coldStart, err)
+		}
+	}
+
+	text, err := os.ReadFile(*doc)
+	if err != nil {
+		return err
+	}
+	out, err := fill(string(text), sections)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *doc, err)
+	}
+	return os.WriteFile(*doc, []byte(out), 0o644)
+}
+
+// fill replaces the body of every generated section of doc named in
+// sections. A section named but absent from doc is an error; sections of
+// doc not named are kept.
+func fill(doc string, sections map[string]string) (string, error) {
+	for _, name := range slices.Sorted(maps.Keys(sections)) {
+		begin, end := "<!-- generated:"+name+" -->\n", "<!-- /generated:"+name+" -->"
+		i := strings.Index(doc, begin)
+		j := strings.Index(doc, end)
+		if i < 0 || j < i {
+			return "", fmt.Errorf("no section %q (%s … %s)", name, strings.TrimSpace(begin), end)
+		}
+		body := strings.TrimRight(sections[name], "\n") + "\n"
+		doc = doc[:i+len(begin)] + body + doc[j:]
+	}
+	return doc, nil
+}
+
+// benchResult is one benchmark's values by unit, one per run (-count).
+type benchResult struct {
+	name   string
+	values map[string][]float64
+}
+
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
+
+// parseBench reads go test -bench output: result lines, and the
+// configuration lines ("cpu: …", "loadavg: …") before them. Results keep
+// the order of first appearance.
+func parseBench(r io.Reader) ([]benchResult, map[string]string, error) {
+	var results []benchResult
+	conf := map[string]string{}
+	index := map[string]int{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if k, v, ok := strings.Cut(line, ": "); ok && !strings.ContainsAny(k, " \t") && k == strings.ToLower(k) {
+			conf[k] = strings.TrimSpace(v)
+			continue
+		}
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		f := strings.Fields(m[3])
+		if len(f)%2 != 0 {
+			return nil, nil, fmt.Errorf("malformed result %q", line)
+		}
+		i, ok := index[m[1]]
+		if !ok {
+			i = len(results)
+			index[m[1]] = i
+			results = append(results, benchResult{name: m[1], values: map[string][]float64{}})
+		}
+		for j := 0; j < len(f); j += 2 {
+			v, err := strconv.ParseFloat(f[j], 64)
+			if err != nil {
+				return nil, nil, fmt.Errorf("malformed value in %q", line)
+			}
+			results[i].values[f[j+1]] = append(results[i].values[f[j+1]], v)
+		}
+	}
+	if len(results) == 0 {
+		return nil, nil, errors.New("no benchmark results")
+	}
+	return results, conf, sc.Err()
+}
+
+func median(vs []float64) float64 {
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (b benchResult) median(unit string) (float64, bool) {
+	vs := b.values[unit]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	return median(vs), true
+}
+
+func benchTable(results []benchResult, conf map[string]string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Load average when the benchmarks started: %s. Medians of %d runs; the spread is the range over the runs.\n\n",
+		orNone(conf["loadavg"]), len(results[0].values["ns/op"]))
+	b.WriteString("| benchmark | time/op (median) | spread | DynamoDB calls/op | B/op | allocs/op | req/s |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, r := range results {
+		ns, _ := r.median("ns/op")
+		lo, hi := slices.Min(r.values["ns/op"]), slices.Max(r.values["ns/op"])
+		cell := func(unit, format string) string {
+			if v, ok := r.median(unit); ok {
+				return fmt.Sprintf(format, v)
+			}
+			return "–"
+		}
+		fmt.Fprintf(&b, "| %s | %.2f ms | %.2f–%.2f ms | %s | %s | %s | %s |\n",
+			r.name, ns/1e6, lo/1e6, hi/1e6, cell("ddb-calls/op", "%.0f"), cell("B/op", "%.0f"), cell("allocs/op", "%.0f"), cell("req/s", "%.0f"))
+	}
+	return b.String()
+}
+
+// ratios compares the idempotent handler with the naive one: a first call
+// with a first call, and a replay with what a naive retry costs (another
+// first call, which charges again).
+func ratios(results []benchResult) (string, error) {
+	var v [4]float64
+	for i, name := range []string{"BenchmarkHandlerFirstCall", "BenchmarkHandlerReplay", "BenchmarkNaiveFirstCall", "BenchmarkEmulatorPutItem/serial"} {
+		var err error
+		if v[i], err = benchMedian(results, name); err != nil {
+			return "", err
+		}
+	}
+	first, replay, naive, put := v[0], v[1], v[2], v[3]
+	var b strings.Builder
+	b.WriteString("| comparison | idempotent | naive | ratio |\n|---|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "| first call (idempotent) vs first call (naive) | %.2f ms | %.2f ms | %.2f× |\n", first/1e6, naive/1e6, first/naive)
+	fmt.Fprintf(&b, "| replay (idempotent) vs a retry of the naive handler (a second charge) | %.2f ms | %.2f ms | %.2f× |\n", replay/1e6, naive/1e6, replay/naive)
+	fmt.Fprintf(&b, "\nOne emulator PutItem took %.2f ms in the same run: the idempotent first call costs %.1f of them, the replay %.1f, the naive call %.1f.\n",
+		put/1e6, first/put, replay/put, naive/put)
+	return b.String(), nil
+}
+
+// benchMedian is the median ns/op of the named benchmark.
+func benchMedian(results []benchResult, name string) (float64, error) {
+	for _, r := range results {
+		if r.name == name {
+			if v, ok := r.median("ns/op"); ok {
+				return v, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no ns/op for %s", name)
+}
+
+// anchors sets the measurements beside the seeds' figures: a completed
+// replay within 10 ms at p99, and 2,080 requests per second. Of the load
+// runs, the slowest offered is taken as the one below saturation and the
+// fastest as the seeds' rate.
+func anchors(results []benchResult, ss []Summary) (string, error) {
+	if len(ss) == 0 {
+		return "", errors.New("no load runs")
+	}
+	replay, err := benchMedian(results, "BenchmarkHandlerReplay")
+	if err != nil {
+		return "", err
+	}
+	put, err := benchMedian(results, "BenchmarkEmulatorPutItem/serial")
+	if err != nil {
+		return "", err
+	}
+	slow, fast := ss[0], ss[0]
+	for _, s := range ss {
+		if s.TargetRate < slow.TargetRate {
+			slow = s
+		}
+		if s.TargetRate > fast.TargetRate {
+			fast = s
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| the seeds' figure | measured here |\n|---|---|\n")
+	fmt.Fprintf(&b, "| a completed replay within 10 ms at p99 | %.2f ms per replay through the handler, one at a time (BenchmarkHandlerReplay, median); over HTTP at %.0f req/s, p50 / p95 / p99: %s |\n",
+		replay/1e6, slow.TargetRate, percentiles(slow.Latency["replay"]))
+	fmt.Fprintf(&b, "| 2,080 requests per second | %.1f answered per second with %.0f offered (%d of %d requests dropped at the cap of %d in flight); the emulator alone takes %.0f PutItem per second one at a time (BenchmarkEmulatorPutItem/serial) |\n",
+		fast.AchievedRate, fast.TargetRate, fast.Dropped, fast.Requests, fast.MaxInFlight, 1e9/put)
+	return b.String(), nil
+}
+
+func loadTable(ss []Summary) string {
+	var b strings.Builder
+	b.WriteString("| run | load avg at start | requests (planned / sent / dropped) | offered | answered | first call p50 / p95 / p99 | replay p50 / p95 / p99 | concurrent twin p99 | other answers | ledger charges / rows / logical | duplicates | missing |\n")
+	b.WriteString("|---|---|---|---:|---:|---|---|---:|---|---|---:|---:|\n")
+	for _, s := range ss {
+		fmt.Fprintf(&b, "| %d logical at %.0f req/s, cap %d | %s | %d / %d / %d | %.0f req/s | %.1f req/s | %s | %s | %s | %s | %d / %d / %d | %d | %d |\n",
+			s.Logical, s.TargetRate, s.MaxInFlight, orNone(s.LoadAvg), s.Requests, s.Sent, s.Dropped, s.TargetRate, s.AchievedRate,
+			percentiles(s.Latency["first"]), percentiles(s.Latency["replay"]), tail(s.Latency["concurrent"]),
+			otherAnswers(s.Answers), s.Check.LedgerCharges, s.Check.Rows, s.Check.Logical, s.Check.Duplicates, s.Check.Missing)
+	}
+	return b.String()
+}
+
+// otherAnswers lists the answers that are neither a 201 to a first call nor
+// a replay, by kind of request.
+func otherAnswers(answers map[string]map[string]int) string {
+	var parts []string
+	for _, k := range []string{"first", "retry", "concurrent"} {
+		for _, a := range slices.Sorted(maps.Keys(answers[k])) {
+			if (k == "first" && a == "201") || (k != "first" && a == "201 replayed") {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %s: %d", k, a, answers[k][a]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
+// percentiles is "p50 / p95 / p99 ms (n=N)", or a dash for no values.
+func percentiles(l Latency) string {
+	if l.Count == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s / %s / %s ms (n=%d)", num(l.P50), num(l.P95), num(l.P99), l.Count)
+}
+
+// tail is "p99 ms (n=N)", or a dash for no values.
+func tail(l Latency) string {
+	if l.Count == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%s ms (n=%d)", num(l.P99), l.Count)
+}
+
+func num(v float64) string {
+	switch {
+	case v >= 100:
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	case v >= 10:
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
+}
+
+// machine describes the host from /proc.
+func machine() string {
+	cpu, mem := "unknown", "unknown"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for l := range strings.Lines(string(b)) {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				cpu = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		for l := range strings.Lines(string(b)) {
+			if v, ok := strings.CutPrefix(l, "MemTotal:"); ok {
+				if kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64); err == nil {
+					mem = fmt.Sprintf("%.1f GiB", kb/(1<<20))
+				}
+			}
+		}
+	}
+	kernel := "unknown"
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		kernel = strings.TrimSpace(string(b))
+	}
+	return fmt.Sprintf("| | |\n|---|---|\n| CPU | %s |\n| cores (nproc) | %d |\n| memory | %s |\n| OS | %s/%s, Linux %s |\n| Go | %s |\n| generated | %s |\n",
+		cpu, runtime.NumCPU(), mem, runtime.GOOS, runtime.GOARCH, kernel, runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 UTC"))
+}
+
+// millis rounds a duration logged as "N ms" to a tenth of a millisecond.
+func millis(s string) string {
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, " ms"), 64)
+	if err != nil || !strings.HasSuffix(s, " ms") {
+		return s
+	}
+	return strconv.FormatFloat(v, 'f', 1, 64) + " ms"
+}
+
+var coldStartLine = regexp.MustCompile(`(\w+)\s+bootstrap (.+?); REPORT Init Duration (.+?); INIT REPORT (.+?)\s*$`)
+
+// coldStartTable combines the sizes of the Lambda bootstraps make build
+// wrote under bin with what the e2e test logged for each function: the
+// size of its host-architecture build and the Runtime Interface
+// Emulator's two init durations.
+func coldStartTable(e2e, bin string) (string, error) {
+	var b strings.Builder
+	b.WriteString("| function | bootstrap (make build, linux/arm64) | bootstrap (e2e build, host arch) | RIE REPORT Init Duration | RIE INIT REPORT |\n|---|---:|---:|---:|---:|\n")
+	n := 0
+	for l := range strings.Lines(e2e) {
+		m := coldStartLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		size := "n/a"
+		if fi, err := os.Stat(filepath.Join(bin, m[1], "bootstrap")); err == nil {
+			size = fmt.Sprintf("%.1f MiB", float64(fi.Size())/(1<<20))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", m[1], size, m[2], millis(m[3]), millis(m[4]))
+		n++
+	}
+	if n == 0 {
+		return "", errors.New("no cold-start lines (name bootstrap SIZE; REPORT Init Duration D; INIT REPORT D)")
+	}
+	return b.String(), nil
+}

@@ -1,0 +1,399 @@
+// Command loadgen replays the seeds' worked example against the local stack
+// (make run): N logical charges, 3% of them retried once and a separate
+// 0.5% twice with the same key and body, and a share sent twice at the same
+// instant, open-loop at a target rate (2,080 requests per second by
+// default) whatever the answers, with at most -max-inflight requests
+// outstanding; a request due while the cap is reached is dropped and
+// counted.
+//
+// Afterwards it checks the provider simulator's ledger and the charges
+// table for the run's tenant (fresh each run): one charge and one row per
+// logical charge, no duplicate, none missing. It prints a summary, and
+// writes it as JSON together with a PNG latency plot. It exits 1 if it found
+// a duplicate or a missing charge, not for drops or slow answers.
+//
+// It only talks to loopback addresses.
+//
+// Usage:
+//
+//	loadgen [-n 20000] [-rate 2080] [-retry-once 0.03] [-retry-twice 0.005]
+//	        [-concurrent 0.01] [-retry-delay 500ms] [-max-inflight 512]
+//	        [-target http://127.0.0.1:3000] [-provider http://127.0.0.1:4010]
+//	        [-dynamodb $DYNAMODB_ENDPOINT] [-charges-table chargeonce-charges]
+//	        [-out out/load]
+//	loadgen doc [flags]   (regenerates docs/benchmarks.md; see doc.go)
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image/png"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "doc" {
+		err = docMain(os.Args[2:])
+	} else {
+		err = loadMain(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	}
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "loadgen:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// loadConfig is a load run's configuration.
+type loadConfig struct {
+	workload
+	target, provider, dynamoDB string
+	idemTable, chargesTable    string
+	tenant                     string
+	maxInFlight                int
+	timeout, settle            time.Duration
+	keep                       bool
+	out                        string
+}
+
+func parseLoadFlags(args []string, getenv func(string) string) (loadConfig, error) {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	c := loadConfig{}
+	fs.IntVar(&c.Ops, "n", 20000, "logical charges")
+	fs.Float64Var(&c.Rate, "rate", 2080, "requests per second, sent whatever the answers")
+	fs.Float64Var(&c.RetryOnce, "retry-once", 0.03, "share of logical charges retried once")
+	fs.Float64Var(&c.RetryTwice, "retry-twice", 0.005, "share of logical charges retried twice")
+	fs.Float64Var(&c.Concurrent, "concurrent", 0.01, "share of logical charges sent twice at the same instant")
+	fs.DurationVar(&c.RetryDelay, "retry-delay", 500*time.Millisecond, "time from an attempt to its retry")
+	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the choice of retried charges")
+	fs.IntVar(&c.maxInFlight, "max-inflight", 512, "most requests outstanding; more are dropped")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "client timeout of one request")
+	fs.StringVar(&c.target, "target", "http://127.0.0.1:3000", "the charge API")
+	fs.StringVar(&c.provider, "provider", "http://127.0.0.1:4010", "the provider simulator")
+	fs.StringVar(&c.dynamoDB, "dynamodb", getenv(awsenv.EnvDynamoDBEndpoint), "DynamoDB endpoint of the stack (default $DYNAMODB_ENDPOINT, else http://127.0.0.1:4566)")
+	fs.StringVar(&c.idemTable, "idempotency-table", "chargeonce-idempotency", "the stack's idempotency table")
+	fs.StringVar(&c.chargesTable, "charges-table", "chargeonce-charges", "the stack's charges table")
+	fs.DurationVar(&c.settle, "settle", time.Minute, "how long to wait for commands left in flight to be reconciled before checking")
+	fs.BoolVar(&c.keep, "keep", false, "keep the run's records and rows (by default they are deleted after the check)")
+	fs.StringVar(&c.tenant, "tenant", "", "tenant to charge for (default load-<random>)")
+	fs.StringVar(&c.out, "out", "out/load", "write the summary to OUT.json and the latency plot to OUT.png")
+	if err := fs.Parse(args); err != nil {
+		return loadConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return loadConfig{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.dynamoDB == "" {
+		c.dynamoDB = "http://127.0.0.1:4566"
+	}
+	if c.tenant == "" {
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		c.tenant = "load-" + hex.EncodeToString(b[:])
+	}
+	if _, err := idem.NewKey(c.tenant, charge.Operation, "probe"); err != nil {
+		return loadConfig{}, fmt.Errorf("tenant: %w", err)
+	}
+	if err := c.validate(); err != nil {
+		return loadConfig{}, err
+	}
+	if c.maxInFlight < 1 || c.timeout <= 0 || c.settle < 0 {
+		return loadConfig{}, errors.New("-max-inflight and -timeout must be positive, -settle not negative")
+	}
+	for _, u := range []string{c.target, c.provider, c.dynamoDB} {
+		if err := loopback(u); err != nil {
+			return loadConfig{}, err
+		}
+	}
+	return c, nil
+}
+
+// loopback refuses a URL whose host is not a loopback address or
+// "localhost": the load is for the local stack only.
+func loopback(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%q is not an http URL", raw)
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%s is not a loopback address: loadgen only loads the local stack", host)
+}
+
+// Summary is what a run reports, and writes as JSON.
+type Summary struct {
+	Target       string  `json:"target"`
+	Tenant       string  `json:"tenant"`
+	Started      string  `json:"started"`
+	LoadAvg      string  `json:"loadavg_at_start"`
+	Logical      int     `json:"logical_charges"`
+	RetriedOnce  int     `json:"retried_once"`
+	RetriedTwice int     `json:"retried_twice"`
+	Concurrent   int     `json:"concurrent_twins"`
+	Requests     int     `json:"requests_planned"`
+	Sent         int     `json:"requests_sent"`
+	Dropped      int     `json:"requests_dropped"`
+	MaxInFlight  int     `json:"max_inflight"`
+	TargetRate   float64 `json:"target_rate"`
+	Seconds      float64 `json:"seconds"`
+	// AchievedRate is HTTP answers of any status per second of the run.
+	AchievedRate float64 `json:"achieved_rate"`
+	MaxLagMs     float64 `json:"max_send_lag_ms"`
+	// Latency: "first" are first attempts answered 201 (they charged),
+	// "replay" are retries answered 201 with Idempotent-Replayed, and
+	// "concurrent" the twins sent with a first attempt, whatever their
+	// answer.
+	Latency map[string]Latency `json:"latency"`
+	// Answers counts answers by kind of request ("first", "retry",
+	// "concurrent") and answer ("201", "201 replayed", "409", "dropped",
+	// "error: timeout").
+	Answers map[string]map[string]int `json:"answers"`
+	Check   Check                     `json:"check"`
+	// SettleSeconds is how long the check waited for commands left in
+	// flight to be reconciled.
+	SettleSeconds float64 `json:"settle_seconds"`
+}
+
+func loadMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseLoadFlags(args, getenv)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{
+		Timeout: c.timeout,
+		Transport: &http.Transport{
+			MaxIdleConns: c.maxInFlight, MaxIdleConnsPerHost: c.maxInFlight, IdleConnTimeout: 90 * time.Second,
+		},
+	}
+	if err := reachable(ctx, hc, c.target); err != nil {
+		return err
+	}
+	keys, refs := make([]string, c.Ops), make([]string, c.Ops)
+	for op := range c.Ops {
+		keys[op] = fmt.Sprintf("op-%07d", op)
+		k, err := idem.NewKey(c.tenant, charge.Operation, keys[op])
+		if err != nil {
+			return err
+		}
+		refs[op] = charge.ProviderReference(k)
+	}
+	plan := c.plan()
+	once, twice, twins := c.counts()
+	s := Summary{
+		Target: c.target, Tenant: c.tenant, Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: loadAvg(),
+		Logical: c.Ops, RetriedOnce: once, RetriedTwice: twice, Concurrent: twins, Requests: len(plan),
+		MaxInFlight: c.maxInFlight, TargetRate: c.Rate,
+	}
+	fmt.Fprintf(stderr, "loadgen: %d logical charges, %d requests at %.0f/s for tenant %s against %s\n",
+		c.Ops, len(plan), c.Rate, c.tenant, c.target)
+
+	r := &runner{client: hc, url: strings.TrimRight(c.target, "/") + "/charges", tenant: c.tenant, maxInFlight: c.maxInFlight, progress: stderr}
+	outcomes, elapsed := r.run(ctx, plan, func(op int) request {
+		return request{key: keys[op], body: fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"tok_visa","description":"load %d"}`, 100+op%9900, op)}
+	})
+	s.Seconds = elapsed.Seconds()
+	groups := tally(&s, plan, outcomes)
+
+	db, err := dynamoClient(ctx, c.dynamoDB)
+	if err != nil {
+		return err
+	}
+	byOp := make([][]outcome, c.Ops)
+	sent := make([]bool, c.Ops)
+	for i, o := range outcomes {
+		byOp[plan[i].op] = append(byOp[plan[i].op], o)
+		sent[plan[i].op] = sent[plan[i].op] || o.sent
+	}
+	var sentKeys []string // what the cleanup deletes
+	for op, ok := range sent {
+		if ok {
+			sentKeys = append(sentKeys, keys[op])
+		}
+	}
+	// A command left in flight (a request that ran out of time) is
+	// resolved by the stack's sweeper and reconciler: wait for them.
+	settleStart := time.Now()
+	for {
+		ledger, err := ledgerEntries(ctx, hc, c.provider)
+		if err != nil {
+			return err
+		}
+		rows, err := chargeRows(ctx, db, c.chargesTable, c.tenant)
+		if err != nil {
+			return err
+		}
+		s.Check = check(keys, refs, byOp, ledger, rows)
+		if s.Check.Missing == 0 || time.Since(settleStart) >= c.settle {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	s.SettleSeconds = time.Since(settleStart).Seconds()
+
+	if err := writeOutputs(c.out, s, groups); err != nil {
+		return err
+	}
+	printSummary(stdout, s)
+	if !c.keep {
+		if err := cleanup(ctx, db, c.idemTable, c.chargesTable, c.tenant, sentKeys); err != nil {
+			return err
+		}
+	}
+	if s.Check.Duplicates > 0 || s.Check.Missing > 0 || s.Check.Stray > 0 {
+		return fmt.Errorf("%d duplicates, %d missing, %d stray rows", s.Check.Duplicates, s.Check.Missing, s.Check.Stray)
+	}
+	return nil
+}
+
+// reachable fails fast when nothing answers at target.
+func reachable(ctx context.Context, hc *http.Client, target string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(target, "/")+"/charges/probe", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("nothing answers at %s (start the stack with `make run`): %w", target, err)
+	}
+	_ = resp.Body.Close()
+	return nil
+}
+
+// tally fills in the counts, rates and latencies of s, and returns the
+// latencies by group, sorted.
+func tally(s *Summary, plan []send, outcomes []outcome) map[string][]time.Duration {
+	groups := map[string][]time.Duration{"first": nil, "replay": nil, "concurrent": nil}
+	s.Answers = map[string]map[string]int{}
+	answered := 0
+	var lag time.Duration
+	for i, o := range outcomes {
+		k := plan[i].kind.String()
+		if s.Answers[k] == nil {
+			s.Answers[k] = map[string]int{}
+		}
+		s.Answers[k][o.answer()]++
+		if !o.sent {
+			s.Dropped++
+			continue
+		}
+		s.Sent++
+		lag = max(lag, o.lag)
+		if o.status == 0 {
+			continue
+		}
+		answered++
+		switch {
+		case plan[i].kind == kindFirst && o.status == http.StatusCreated && !o.replayed:
+			groups["first"] = append(groups["first"], o.latency)
+		case plan[i].kind == kindRetry && o.status == http.StatusCreated && o.replayed:
+			groups["replay"] = append(groups["replay"], o.latency)
+		case plan[i].kind == kindConcurrent:
+			groups["concurrent"] = append(groups["concurrent"], o.latency)
+		}
+	}
+	if s.Seconds > 0 {
+		s.AchievedRate = float64(answered) / s.Seconds
+	}
+	s.MaxLagMs = ms(lag)
+	s.Latency = map[string]Latency{}
+	for name, ds := range groups {
+		s.Latency[name] = summarize(ds)
+	}
+	return groups
+}
+
+func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error) {
+	// Loopback only: the emulator takes any credentials.
+	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(awsenv.DefaultRegion),
+		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	if err != nil {
+		return nil, err
+	}
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) }), nil
+}
+
+func writeOutputs(out string, s Summary, groups map[string][]time.Duration) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("POST /charges latency, %d logical charges at %.0f req/s offered, %.0f req/s answered", s.Logical, s.TargetRate, s.AchievedRate)
+	img := plotPercentiles(title, []series{
+		{name: "first call", color: rgb(31, 119, 180), sorted: groups["first"]},
+		{name: "replay", color: rgb(255, 127, 14), sorted: groups["replay"]},
+		{name: "concurrent twin", color: rgb(44, 160, 44), sorted: groups["concurrent"]},
+	})
+	f, err := os.Create(out + ".png")
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func printSummary(w io.Writer, s Summary) {
+	fmt.Fprintf(w, "requests: %d planned, %d sent, %d dropped at the in-flight cap of %d\n", s.Requests, s.Sent, s.Dropped, s.MaxInFlight)
+	fmt.Fprintf(w, "rate: %.0f req/s offered, %.1f req/s answered over %.1f s (send lag at most %.1f ms)\n", s.TargetRate, s.AchievedRate, s.Seconds, s.MaxLagMs)
+	for _, g := range []string{"first", "replay", "concurrent"} {
+		l := s.Latency[g]
+		fmt.Fprintf(w, "%-10s n=%-6d p50 %8.2f ms  p95 %8.2f ms  p99 %8.2f ms  max %8.2f ms\n", g, l.Count, l.P50, l.P95, l.P99, l.Max)
+	}
+	for _, k := range []string{"first", "retry", "concurrent"} {
+		fmt.Fprintf(w, "answers to %-10s %v\n", k, s.Answers[k])
+	}
+	c := s.Check
+	fmt.Fprintf(w, "check: %d logical, %d created, %d unanswered; ledger %d charges in %d provider calls; %d rows; %d duplicates, %d missing, %d stray; ok=%t\n",
+		c.Logical, c.Created, c.Unanswered, c.LedgerCharges, c.ProviderCalls, c.Rows, c.Duplicates, c.Missing, c.Stray, c.OK)
+}
+
+// loadAvg is /proc/loadavg's first three fields, or "" where there is none.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
+}

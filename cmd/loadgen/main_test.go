@@ -1,0 +1,51 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestLoopbackOnly(t *testing.T) {
+	for _, u := range []string{"http://127.0.0.1:3000", "http://localhost:3000", "http://[::1]:4010", "http://127.0.0.2"} {
+		if err := loopback(u); err != nil {
+			t.Errorf("%s refused: %v", u, err)
+		}
+	}
+	for _, u := range []string{"http://10.0.0.1:3000", "https://api.example.com", "http://0.0.0.0:3000", "127.0.0.1:3000", "ftp://127.0.0.1", "http://localhost.example.com"} {
+		if loopback(u) == nil {
+			t.Errorf("%s accepted", u)
+		}
+	}
+}
+
+func TestParseLoadFlags(t *testing.T) {
+	env := func(name string) string {
+		if name == "DYNAMODB_ENDPOINT" {
+			return "http://127.0.0.1:8000"
+		}
+		return ""
+	}
+	c, err := parseLoadFlags([]string{"-n", "50", "-rate", "10"}, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Ops != 50 || c.Rate != 10 || c.dynamoDB != "http://127.0.0.1:8000" || !strings.HasPrefix(c.tenant, "load-") {
+		t.Fatalf("config %+v", c)
+	}
+	if d, _ := parseLoadFlags(nil, func(string) string { return "" }); d.dynamoDB != "http://127.0.0.1:4566" || d.Ops != 20000 || d.Rate != 2080 {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, args := range [][]string{
+		{"-target", "http://192.168.1.10:3000"},
+		{"-provider", "http://example.com"},
+		{"-dynamodb", "https://dynamodb.us-east-1.amazonaws.com"},
+		{"-tenant", "has space"},
+		{"-rate", "0"},
+		{"-max-inflight", "0"},
+		{"extra"},
+	} {
+		if _, err := parseLoadFlags(args, env); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+)
+
+// Check is what the provider's ledger and the charges table say about the
+// run's logical charges, against what the API answered.
+type Check struct {
+	Logical int `json:"logical_charges"`
+	// Created: logical charges with at least one 201 answer.
+	Created int `json:"created"`
+	// Unanswered: logical charges no attempt of which got a 2xx or 4xx
+	// answer (every attempt dropped, failed or answered 5xx).
+	Unanswered int `json:"unanswered"`
+	// LedgerCharges: the run's references the provider charged.
+	LedgerCharges int `json:"ledger_charges"`
+	// ProviderCalls: charge requests the provider received for them.
+	ProviderCalls int `json:"provider_calls"`
+	// Rows: items in the charges table for the run's tenant.
+	Rows int `json:"rows"`
+	// Duplicates: provider calls beyond one per reference, plus rows beyond
+	// one per logical charge.
+	Duplicates int `json:"duplicates"`
+	// Missing: logical charges answered 201 without both a ledger charge
+	// and a row, plus ledger charges without a row and rows without a
+	// ledger charge.
+	Missing int `json:"missing"`
+	// Stray: rows under keys the run never sent (the tenant is the run's
+	// own, so there should be none).
+	Stray int  `json:"stray"`
+	OK    bool `json:"ok"`
+}
+
+// ledgerEntries fetches the provider simulator's ledger.
+func ledgerEntries(ctx context.Context, hc *http.Client, providerURL string) (map[string]providersim.LedgerEntry, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(providerURL, "/")+"/v1/ledger", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("ledger: HTTP %d", resp.StatusCode)
+	}
+	var l providersim.Ledger
+	if err := json.NewDecoder(resp.Body).Decode(&l); err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	return l.References, nil
+}
+
+// chargeRows returns the idempotency key of every row of tenant in the
+// charges table, a page at a time.
+func chargeRows(ctx context.Context, db dynamodb.QueryAPIClient, table, tenant string) ([]string, error) {
+	p := dynamodb.NewQueryPaginator(db, &dynamodb.QueryInput{
+		TableName:                 aws.String(table),
+		KeyConditionExpression:    aws.String("#t = :t"),
+		ProjectionExpression:      aws.String("#k"),
+		ExpressionAttributeNames:  map[string]string{"#t": charge.AttrTenant, "#k": "idempotency_key"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: tenant}},
+	})
+	var keys []string
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("charges table %s: %w", table, err)
+		}
+		for _, item := range page.Items {
+			k, _ := item["idempotency_key"].(*types.AttributeValueMemberS)
+			if k == nil {
+				return nil, fmt.Errorf("charges table %s: a row of %s has no idempotency_key", table, tenant)
+			}
+			keys = append(keys, k.Value)
+		}
+	}
+	return keys, nil
+}
+
+// check compares, for each logical charge (its key and provider
+// reference), the best answer the API gave with the ledger and the rows.
+func check(keys, refs []string, answers [][]outcome, ledger map[string]providersim.LedgerEntry, rows []string) Check {
+	c := Check{Logical: len(keys), Rows: len(rows)}
+	rowsOf := make(map[string]int, len(rows))
+	for _, k := range rows {
+		rowsOf[k]++
+	}
+	for i, key := range keys {
+		created, answered := false, false
+		for _, o := range answers[i] {
+			created = created || o.status == http.StatusCreated
+			answered = answered || (o.status >= 200 && o.status < 500)
+		}
+		e := ledger[refs[i]]
+		charged := e.Charges == 1 && e.Status == provider.StatusCharged
+		n := rowsOf[key]
+		delete(rowsOf, key)
+		c.ProviderCalls += e.Calls
+		c.Duplicates += max(0, e.Calls-1) + max(0, n-1)
+		if charged {
+			c.LedgerCharges++
+		}
+		if created {
+			c.Created++
+		}
+		if !answered {
+			c.Unanswered++
+		}
+		if (created && !(charged && n > 0)) || charged != (n > 0) {
+			c.Missing++
+		}
+	}
+	for _, n := range rowsOf {
+		c.Stray += n
+	}
+	c.OK = c.Duplicates == 0 && c.Missing == 0 && c.Stray == 0 && c.Unanswered == 0 &&
+		c.Created == c.Logical && c.LedgerCharges == c.Logical && c.Rows == c.Logical
+	return c
+}
