@@ -43,6 +43,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/emulator"
 	"github.com/chargeonce/chargeonce/internal/eventsource"
 	"github.com/chargeonce/chargeonce/internal/localgw"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
@@ -130,18 +131,18 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	var emulatorExited <-chan struct{}
 	local := s.dynamoDB == "" || s.sqs == ""
 	if local {
-		emu, err := startEmulator(o.root, o.emulatorPort)
+		emu, err := emulator.Start(o.root, o.emulatorPort)
 		if err != nil {
 			return err
 		}
 		defer func() {
-			if serr := emu.stop(); serr != nil && err == nil {
+			if serr := emu.Stop(); serr != nil && err == nil {
 				err = serr
 			}
 			logger.Info("emulator stopped", "component", "localstack")
 		}()
-		emulatorExited = emu.exited
-		s.dynamoDB, s.sqs = cmp.Or(s.dynamoDB, emu.url), cmp.Or(s.sqs, emu.url)
+		emulatorExited = emu.Exited()
+		s.dynamoDB, s.sqs = cmp.Or(s.dynamoDB, emu.URL()), cmp.Or(s.sqs, emu.URL())
 	}
 	clients, err := newClients(ctx, o.getenv, s.dynamoDB, s.sqs, local)
 	if err != nil {

@@ -9,17 +9,13 @@
 package testenv
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,6 +26,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/emulator"
 )
 
 type endpoints struct {
@@ -77,43 +74,17 @@ func resolve() (endpoints, error) {
 }
 
 func startEmulator() (string, error) {
-	root := RepoRoot()
-	python := filepath.Join(root, ".venv", "bin", "python")
-	if _, err := os.Stat(python); err != nil {
-		return "", fmt.Errorf("testenv: no virtualenv at %s (run `make venv`, or set %s and %s): %w",
-			python, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, err)
-	}
-	cmd := exec.Command(python, filepath.Join(root, "scripts", "emulator.py"), "--port", "0", "--exit-with-stdin")
-	cmd.Stderr = io.Discard
-	// The pipe stays open while cmd is referenced (by the Wait below) and
-	// closes when this process exits, which stops the launcher.
-	if _, err := cmd.StdinPipe(); err != nil {
-		return "", fmt.Errorf("testenv: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
+	e, err := emulator.Start(RepoRoot(), 0)
 	if err != nil {
-		return "", fmt.Errorf("testenv: %w", err)
+		return "", fmt.Errorf("testenv: %w (run `make venv`, or set %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint)
 	}
-	if err := cmd.Start(); err != nil {
-		return "", fmt.Errorf("testenv: start emulator: %w", err)
-	}
-	go func() { _ = cmd.Wait() }()
-	ready := make(chan string, 1)
+	// The goroutine keeps e, and so its stdin pipe, referenced for the life
+	// of the process; an emulator that dies early is said out loud.
 	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if url, ok := strings.CutPrefix(sc.Text(), "READY "); ok {
-				ready <- url
-			}
-		}
+		<-e.Exited()
+		fmt.Fprintln(os.Stderr, "testenv: the emulator exited")
 	}()
-	select {
-	case url := <-ready:
-		return url, nil
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		return "", fmt.Errorf("testenv: emulator did not start within 60s")
-	}
+	return e.URL(), nil
 }
 
 // LoadConfig returns an SDK configuration for the test endpoints.

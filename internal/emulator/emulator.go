@@ -1,4 +1,7 @@
-package main
+// Package emulator provides the local DynamoDB and SQS: scripts/emulator.py
+// (moto's server, DynamoDB requests serialized under one lock) run from
+// the project virtualenv, for the tests and the local stack.
+package emulator
 
 import (
 	"bufio"
@@ -14,9 +17,8 @@ import (
 	"time"
 )
 
-// emulator is scripts/emulator.py (moto's DynamoDB and SQS) run from the
-// project virtualenv.
-type emulator struct {
+// Emulator is a running scripts/emulator.py.
+type Emulator struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	url    string
@@ -24,17 +26,17 @@ type emulator struct {
 	stderr *tail
 }
 
-// startEmulator starts the emulator on 127.0.0.1:port (0 picks a free
-// port) and waits until it is ready. It exits when stop closes its stdin,
-// or when this process dies and the pipe closes with it.
-func startEmulator(root string, port int) (*emulator, error) {
+// Start starts the emulator of the repository at root on 127.0.0.1:port (0
+// picks a free port) and waits until it is ready. It exits when Stop closes
+// its stdin, or when this process dies and the pipe closes with it.
+func Start(root string, port int) (*Emulator, error) {
 	python := filepath.Join(root, ".venv", "bin", "python")
 	cmd := exec.Command(python, filepath.Join(root, "scripts", "emulator.py"),
 		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--exit-with-stdin")
 	// Its own process group: a Ctrl-C in the terminal reaches this process
 	// only, which stops the emulator last, after what uses it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	e := &emulator{cmd: cmd, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
+	e := &Emulator{cmd: cmd, exited: make(chan struct{}), stderr: &tail{max: 8 << 10}}
 	cmd.Stderr = e.stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -67,14 +69,20 @@ func startEmulator(root string, port int) (*emulator, error) {
 	case <-e.exited:
 		return nil, fmt.Errorf("emulator exited before it was ready: %s", strings.TrimSpace(e.stderr.String()))
 	case <-time.After(60 * time.Second):
-		_ = e.stop()
+		_ = e.Stop()
 		return nil, errors.New("emulator not ready after 60s")
 	}
 }
 
-// stop closes the emulator's stdin, which makes it exit, and waits for it;
+// URL is the endpoint of both DynamoDB and SQS.
+func (e *Emulator) URL() string { return e.url }
+
+// Exited is closed when the emulator process has exited.
+func (e *Emulator) Exited() <-chan struct{} { return e.exited }
+
+// Stop closes the emulator's stdin, which makes it exit, and waits for it;
 // after five seconds it kills it.
-func (e *emulator) stop() error {
+func (e *Emulator) Stop() error {
 	_ = e.stdin.Close()
 	select {
 	case <-e.exited:
