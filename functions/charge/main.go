@@ -5,33 +5,17 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/setup"
 )
 
 func main() {
-	cfg, err := setup.LoadCharge(os.Getenv)
+	h, err := setup.ChargeFromEnv(context.Background(), os.Getenv)
 	if err != nil {
-		fatal(err)
-	}
-	clients, err := awsenv.Load(context.Background())
-	if err != nil {
-		fatal(err)
-	}
-	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: setup.Logger(cfg.LogLevel)})
-	if err != nil {
-		fatal(err)
+		setup.Fatal("charge", err)
 	}
 	lambda.Start(h.Handle)
-}
-
-// fatal logs a start-up error and exits: Lambda reports it as an init error.
-func fatal(err error) {
-	slog.New(slog.NewJSONHandler(os.Stdout, nil)).Error("charge: cannot start", "error", err.Error())
-	os.Exit(1)
 }

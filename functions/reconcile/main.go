@@ -5,32 +5,17 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/setup"
 )
 
 func main() {
-	c, err := setup.LoadReconcile(os.Getenv)
+	h, err := setup.ReconcileFromEnv(context.Background(), os.Getenv)
 	if err != nil {
-		fatal(err)
-	}
-	clients, err := awsenv.Load(context.Background())
-	if err != nil {
-		fatal(err)
-	}
-	h, err := setup.ReconcileHandler(c, setup.Deps{Clients: clients, Logger: setup.Logger(c.LogLevel)})
-	if err != nil {
-		fatal(err)
+		setup.Fatal("reconcile", err)
 	}
 	lambda.Start(h.Handle)
-}
-
-func fatal(err error) {
-	setup.Logger(slog.LevelInfo).Error("reconcile: cannot start", "error", err.Error())
-	os.Exit(1)
 }
