@@ -5,12 +5,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/getkin/kin-openapi/openapi3"
@@ -23,6 +21,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -39,26 +38,12 @@ type harness struct {
 
 func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
 	t.Helper()
-	ctx := context.Background()
-	clients := testenv.Clients(t)
-	sim := providersim.New()
-	srv := httptest.NewServer(sim)
-	t.Cleanup(srv.Close)
-	q, err := queue.Create(ctx, clients.SQS, testenv.UniqueName("reconcile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := setup.Charge{
-		IdempotencyTable:  testenv.CreateTable(t, idem.TableInput("idem")),
-		ChargesTable:      testenv.CreateTable(t, charge.TableInput("charges")),
-		ReconcileQueueURL: q.URL,
-		ProviderURL:       srv.URL,
-		TenantClaim:       "tenant_id",
-		Retention:         24 * time.Hour,
-	}
+	d := teststack.Deploy(t)
+	cfg := d.Charge()
 	for _, fn := range tune {
 		fn(&cfg)
 	}
+	clients := testenv.Clients(t)
 	logs := &testenv.LogBuffer{}
 	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
@@ -68,7 +53,7 @@ func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, handler: h, sim: sim, store: store, queue: q, logs: logs}
+	return &harness{t: t, handler: h, sim: d.Sim, store: store, queue: d.Queues, logs: logs}
 }
 
 // post builds a POST /charges event as API Gateway sends it.

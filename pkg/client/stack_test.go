@@ -2,90 +2,39 @@ package client_test
 
 import (
 	"context"
-	"log/slog"
-	"net/http/httptest"
 	"testing"
-	"time"
 
-	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/localgw"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/setup"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/internal/teststack"
 )
 
 // stack is the charge function as deployed, on the emulator's DynamoDB and
 // SQS with an in-process provider simulator, served over HTTP by the local
 // API Gateway.
 type stack struct {
-	URL     string
-	Sim     *providersim.Simulator
-	cleanup []func()
+	URL   string
+	Sim   *providersim.Simulator
+	Close func()
 }
 
 // startStack starts a stack; Close stops it. It takes no *testing.T so that
 // examples can use it too.
-func startStack(ctx context.Context, simOpts []providersim.Option, tune ...func(*setup.Charge)) (st *stack, err error) {
-	st = &stack{Sim: providersim.New(simOpts...)}
-	defer func() {
-		if err != nil {
-			st.Close()
-		}
-	}()
-	provider := httptest.NewServer(st.Sim)
-	st.cleanup = append(st.cleanup, provider.Close)
-	clients, err := testenv.NewClients()
+func startStack(ctx context.Context, simOpts []providersim.Option, tune ...func(*setup.Charge)) (*stack, error) {
+	d, remove, err := teststack.New(ctx, simOpts...)
 	if err != nil {
-		return st, err
+		return nil, err
 	}
-	q, err := queue.Create(ctx, clients.SQS, testenv.UniqueName("reconcile"))
-	if err != nil {
-		return st, err
-	}
-	idemTable, drop, err := testenv.NewTable(ctx, idem.TableInput("idem"))
-	if err != nil {
-		return st, err
-	}
-	st.cleanup = append(st.cleanup, drop)
-	chargesTable, drop, err := testenv.NewTable(ctx, charge.TableInput("charges"))
-	if err != nil {
-		return st, err
-	}
-	st.cleanup = append(st.cleanup, drop)
-	cfg := setup.Charge{
-		IdempotencyTable:  idemTable,
-		ChargesTable:      chargesTable,
-		ReconcileQueueURL: q.URL,
-		ProviderURL:       provider.URL,
-		TenantClaim:       "tenant_id",
-		Retention:         24 * time.Hour,
-		InflightWait:      2 * time.Second,
-	}
+	cfg := d.Charge()
 	for _, fn := range tune {
 		fn(&cfg)
 	}
-	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)})
+	url, stop, err := d.Serve(cfg, nil)
 	if err != nil {
-		return st, err
+		remove()
+		return nil, err
 	}
-	gw, err := localgw.New(h.Handle, []string{charge.RouteCreate, charge.RouteGet},
-		localgw.WithTenantClaim(cfg.TenantClaim), localgw.WithTimeout(10*time.Second))
-	if err != nil {
-		return st, err
-	}
-	api := httptest.NewServer(gw)
-	st.cleanup = append(st.cleanup, api.Close)
-	st.URL = api.URL
-	return st, nil
-}
-
-// Close stops the servers and drops the tables.
-func (st *stack) Close() {
-	for i := len(st.cleanup) - 1; i >= 0; i-- {
-		st.cleanup[i]()
-	}
+	return &stack{URL: url, Sim: d.Sim, Close: func() { stop(); remove() }}, nil
 }
 
 // newStack is startStack for a test.
