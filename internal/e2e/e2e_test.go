@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -21,6 +20,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -29,28 +29,16 @@ import (
 // queue and provider, and drives them with the events in events/.
 func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	clients := testenv.Clients(t)
-	sim := providersim.New()
-	providerURL := startProvider(t, sim)
-	q, err := queue.Create(ctx, clients.SQS, testenv.UniqueName("reconcile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, url := range []string{q.URL, q.DLQURL} {
-			_, _ = clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
-		}
-	})
-	idemTable := testenv.CreateTable(t, idem.TableInput("idem"))
-	chargesTable := testenv.CreateTable(t, charge.TableInput("charges"))
+	d := teststack.Deploy(t)
+	sim, providerURL, q, idemTable, chargesTable := d.Sim, d.ProviderURL, d.Queues, d.IdempotencyTable, d.ChargesTable
 
 	bootstraps := buildBootstraps(t)
 	rie := installRIE(t)
 	config := map[string]map[string]string{
 		"charge": {
 			setup.EnvIdempotencyTable: idemTable, setup.EnvChargesTable: chargesTable,
-			setup.EnvReconcileQueueURL: q.URL, setup.EnvProviderURL: providerURL, setup.EnvTenantClaim: "tenant_id",
+			setup.EnvReconcileQueueURL: q.URL, setup.EnvProviderURL: providerURL, setup.EnvTenantClaim: teststack.TenantClaim,
 		},
 		"sweeper": {setup.EnvIdempotencyTable: idemTable, setup.EnvReconcileQueueURL: q.URL},
 		"reconcile": {

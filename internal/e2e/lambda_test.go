@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -281,13 +280,4 @@ func fileSize(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return fmt.Sprintf("%.1f MiB (%d bytes)", float64(fi.Size())/(1<<20), fi.Size())
-}
-
-// startProvider serves a provider simulator the functions reach over
-// loopback.
-func startProvider(t *testing.T, h http.Handler) string {
-	t.Helper()
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv.URL
 }

@@ -12,7 +12,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,9 +29,9 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -79,7 +78,7 @@ type env struct {
 	store   *idem.Store     // the same table, for crashes and for checks
 	sim     *providersim.Simulator
 	prov    *provider.Client // a crashed charge function's provider calls
-	clock   *fakeClock
+	clock   *testenv.Clock
 	faults  *faultyTransport
 }
 
@@ -91,7 +90,6 @@ const (
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	ctx := context.Background()
 	faults := &faultyTransport{base: http.DefaultTransport}
 	clients := testenv.Clients(t, func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: faults}
@@ -100,61 +98,32 @@ func newEnv(t *testing.T) *env {
 			so.RateLimiter = ratelimit.None
 		})
 	})
-	sim := providersim.New(providersim.WithSlowDelay(50 * time.Millisecond))
-	srv := httptest.NewServer(sim)
-	t.Cleanup(srv.Close)
-	q, err := queue.Create(ctx, clients.SQS, testenv.UniqueName("model"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	idemTable := testenv.CreateTable(t, idem.TableInput("model-idem"))
-	chargesTable := testenv.CreateTable(t, charge.TableInput("model-charges"))
-	clock := &fakeClock{now: time.Now()}
+	d := teststack.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
+	clock := testenv.NewClock(time.Now())
 	deps := setup.Deps{
 		Clients: clients, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
 		ProviderOptions: []provider.Option{provider.WithTimeout(5 * time.Second)},
 	}
-	h, err := setup.ChargeHandler(setup.Charge{
-		IdempotencyTable: idemTable, ChargesTable: chargesTable, ReconcileQueueURL: q.URL,
-		ProviderURL: srv.URL, TenantClaim: "tenant_id", Retention: 24 * time.Hour, InflightWait: inflightWait,
-	}, deps)
+	chargeCfg := d.Charge()
+	chargeCfg.InflightWait = inflightWait
+	h, err := setup.ChargeHandler(chargeCfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recon, err := setup.ReconcileService(setup.Reconcile{
-		IdempotencyTable: idemTable, ChargesTable: chargesTable, ProviderURL: srv.URL, Retention: 24 * time.Hour,
-	}, deps)
+	recon, err := setup.ReconcileService(d.Reconcile(), deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := idem.New(clients.DynamoDB, idemTable, func(o *idem.Options) {
+	store, err := idem.New(clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) {
 		o.Clock, o.Retention = clock.Now, 24*time.Hour
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{
-		handler: h, recon: recon, store: store, sim: sim, clock: clock, faults: faults,
-		prov: provider.NewClient(srv.URL, "", provider.WithTimeout(5*time.Second)),
+		handler: h, recon: recon, store: store, sim: d.Sim, clock: clock, faults: faults,
+		prov: provider.NewClient(d.ProviderURL, "", provider.WithTimeout(5*time.Second)),
 	}
-}
-
-// fakeClock is the time the store and the service see; tests move it.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // faultyTransport answers a share of DynamoDB requests itself with a

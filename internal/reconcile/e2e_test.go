@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +37,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -72,29 +72,16 @@ type stackConfig struct {
 
 func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	t.Helper()
-	ctx := context.Background()
 	var cfg stackConfig
 	for _, o := range opts {
 		o(&cfg)
 	}
 	s := &stack{clock: testenv.NewClock(time.Now()), calls: &testenv.CallCounter{}, logs: &testenv.LogBuffer{}}
 	s.clients = testenv.Clients(t, s.calls.Option())
-	idemTable := testenv.CreateTable(t, idem.TableInput("idem"))
-	s.charges = testenv.CreateTable(t, charge.TableInput("charges"))
-	q, err := queue.Create(ctx, s.clients.SQS, testenv.UniqueName("reconcile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		for _, url := range []string{q.URL, q.DLQURL} {
-			_, _ = s.clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
-		}
-	})
-	s.queues = q
-	s.sim = providersim.New(cfg.sim...)
-	srv := httptest.NewServer(s.sim)
-	t.Cleanup(srv.Close)
-	s.store, err = idem.New(s.clients.DynamoDB, idemTable, func(o *idem.Options) { o.Clock = s.clock.Now })
+	d := teststack.Deploy(t, cfg.sim...)
+	s.charges, s.queues, s.sim = d.ChargesTable, d.Queues, d.Sim
+	var err error
+	s.store, err = idem.New(s.clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = s.clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,18 +89,17 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	s.deps = setup.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
 	chargeDeps := s.deps
 	chargeDeps.ProviderOptions = cfg.chargeProvider
-	s.charge, err = setup.ChargeHandler(setup.Charge{
-		IdempotencyTable: idemTable, ChargesTable: s.charges, ReconcileQueueURL: q.URL,
-		ProviderURL: srv.URL, TenantClaim: "tenant_id", Retention: 24 * time.Hour,
-	}, chargeDeps)
+	chargeCfg := d.Charge()
+	chargeCfg.InflightWait = 0 // a retry while in flight answers 409 at once
+	s.charge, err = setup.ChargeHandler(chargeCfg, chargeDeps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.sweeper, err = setup.SweeperHandler(setup.Sweeper{IdempotencyTable: idemTable, ReconcileQueueURL: q.URL}, s.deps)
+	s.sweeper, err = setup.SweeperHandler(d.Sweeper(), s.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.recCfg = setup.Reconcile{IdempotencyTable: idemTable, ChargesTable: s.charges, ProviderURL: srv.URL, Retention: 24 * time.Hour}
+	s.recCfg = d.Reconcile()
 	s.rec = s.reconciler(t)
 	return s
 }
