@@ -10,7 +10,7 @@ WITH_EMU    := scripts/with-emulator.sh
 
 .PHONY: help
 help: ## List the targets
-	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-24s %s\n", $$1, $$2}'
 
 $(VENV)/.installed: requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,7 @@ FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalen
                 ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID
 
 .PHONY: test
-test: venv fmt-check vet fuzz ## Lint, short fuzz runs, then every test with -race on the emulator (200 model histories)
+test: lint fuzz ## make lint (with cfn-lint), short fuzz runs, then every test with -race on the emulator (200 model histories)
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
 		$(GO) test -race -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"'
 
