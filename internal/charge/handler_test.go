@@ -189,6 +189,9 @@ func TestSameKeyOtherBodyIsRejected(t *testing.T) {
 	wantStatus(t, first, 201)
 	other := h.do(post("acme", key, strings.Replace(visa, "1500", "9900", 1)))
 	wantStatus(t, other, http.StatusUnprocessableEntity)
+	if other.Headers["Idempotency-Expires"] != first.Headers["Idempotency-Expires"] {
+		t.Fatalf("mismatch says the key expires %q, the original %q", other.Headers["Idempotency-Expires"], first.Headers["Idempotency-Expires"])
+	}
 	if problemType(t, other) != "idempotency-key-reused" || strings.Contains(other.Body, `"id"`) {
 		t.Fatalf("mismatch answered %s", other.Body)
 	}

@@ -119,14 +119,17 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	}
 	in, _ := json.Marshal(intent{req.Money.Amount, req.Money.Currency, req.Description})
 	begun, err := s.begin(ctx, key, fp, in)
-	var inflight *idem.InFlightError
+	var (
+		inflight *idem.InFlightError
+		mismatch *idem.MismatchError
+	)
 	switch {
 	case errors.As(err, &inflight):
 		resp := problem(ProblemInProgress, "Another request with this key is being processed. Retry after the indicated time.")
 		resp.Headers["Retry-After"] = strconv.Itoa(retryAfter(s.cfg.Clock(), inflight.LeaseExpiresAt))
 		return Result{Response: resp, Outcome: OutcomeConflict, KeyExpiresAt: inflight.RecordExpiresAt}, nil
-	case errors.Is(err, idem.ErrFingerprintMismatch):
-		return Result{Response: problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request."), Outcome: OutcomeMismatch}, nil
+	case errors.As(err, &mismatch):
+		return Result{Response: problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request."), Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
 	case err != nil:
 		return Result{}, err
 	case begun.Replay != nil:

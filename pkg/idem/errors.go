@@ -10,7 +10,8 @@ import (
 // these are what the store's methods return.
 var (
 	// ErrFingerprintMismatch: the key was used before with a different
-	// request. The stored response is not returned.
+	// request. The stored response is not returned. Returned as
+	// *MismatchError.
 	ErrFingerprintMismatch = errors.New("idem: key reused with a different request")
 	// ErrInFlight: another attempt holds the key. Returned as *InFlightError.
 	ErrInFlight = errors.New("idem: request in flight")
@@ -40,6 +41,16 @@ func (e *InFlightError) Error() string {
 
 // Is makes errors.Is(err, ErrInFlight) true.
 func (e *InFlightError) Is(target error) bool { return target == ErrInFlight }
+
+// MismatchError reports a key already used for a different request.
+type MismatchError struct {
+	RecordExpiresAt time.Time // when the key stops deduplicating
+}
+
+func (e *MismatchError) Error() string { return ErrFingerprintMismatch.Error() }
+
+// Is makes errors.Is(err, ErrFingerprintMismatch) true.
+func (e *MismatchError) Is(target error) bool { return target == ErrFingerprintMismatch }
 
 // WriteConditionError names the business write, by its index in the
 // writes passed to Commit, whose condition failed.

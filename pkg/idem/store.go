@@ -203,7 +203,7 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	}
 	switch {
 	case rec.Fingerprint != fp.String():
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, ErrFingerprintMismatch)
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: rec.ExpiresAt})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: rec.ExpiresAt}, nil
 	default:
