@@ -104,7 +104,7 @@ lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint
 BENCH_COUNT ?= 5
 BENCH_TIME  ?= 1s
 LOAD_N      ?= 20000
-STEADY_N    ?= 300
+STEADY_N    ?= 600
 STEADY_RATE ?= 10
 
 .PHONY: bench
