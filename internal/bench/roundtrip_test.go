@@ -52,10 +52,7 @@ func TestRoundTrips(t *testing.T) {
 		s.cfg.IdempotencyTable: {key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
 		s.cfg.ChargesTable:     {key: []string{charge.AttrTenant, charge.AttrID}},
 	}
-	reconciler, err := setup.ReconcileService(setup.Reconcile{
-		IdempotencyTable: s.cfg.IdempotencyTable, ChargesTable: s.cfg.ChargesTable,
-		ProviderURL: s.cfg.ProviderURL, Retention: s.cfg.Retention,
-	}, s.deps)
+	reconciler, err := setup.ReconcileService(s.dep.Reconcile(), s.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +151,7 @@ func TestRoundTrips(t *testing.T) {
 			t.Errorf("%s reads on the request path: %v", r.outcome, r.calls)
 		}
 	}
-	if charges := s.sim.Ledger().TotalCharges; charges != 4 {
+	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 4 {
 		t.Errorf("provider charges %d, want 4 (first, decline, timed out, naive)", charges)
 	}
 

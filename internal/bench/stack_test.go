@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -19,10 +18,9 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
-	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -32,15 +30,15 @@ const tenant = "bench"
 // visa is the request body every first call sends.
 const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"order 42"}`
 
-// stack is the charge function as deployed, on the emulator's DynamoDB and
-// SQS with an in-process provider simulator, beside a naive handler on the
-// same tables and provider.
+// stack is the charge function as deployed, on a test deployment
+// (teststack: the emulator's tables and queue, a provider simulator),
+// beside a naive handler on the same tables and provider.
 type stack struct {
+	dep     *teststack.Deployment
 	cfg     setup.Charge
 	deps    setup.Deps
 	handler *charge.Handler
 	naive   *naiveHandler
-	sim     *providersim.Simulator
 	// store and db reach the same tables without the options under
 	// measurement, to set up states (an in-flight record) outside them.
 	store *idem.Store
@@ -52,38 +50,24 @@ type stack struct {
 // time.Now.
 func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration, dynamoOpts ...func(*dynamodb.Options)) *stack {
 	tb.Helper()
-	ctx := context.Background()
-	plain := testenv.Clients(tb)
-	sim := providersim.New()
-	srv := httptest.NewServer(sim)
-	tb.Cleanup(srv.Close)
-	q, err := queue.Create(ctx, plain.SQS, testenv.UniqueName("reconcile"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := setup.Charge{
-		IdempotencyTable:  testenv.CreateTable(tb, idem.TableInput("idem")),
-		ChargesTable:      testenv.CreateTable(tb, charge.TableInput("charges")),
-		ReconcileQueueURL: q.URL,
-		ProviderURL:       srv.URL,
-		TenantClaim:       "tenant_id",
-		Retention:         24 * time.Hour,
-		InflightWait:      inflightWait,
-	}
+	dep := teststack.Deploy(tb)
+	cfg := dep.Charge()
+	cfg.InflightWait = inflightWait
 	deps := setup.Deps{Clients: testenv.Clients(tb, dynamoOpts...), Clock: clock}
 	h, err := setup.ChargeHandler(cfg, deps)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	store, err := idem.New(plain.DynamoDB, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
+	plain := testenv.Clients(tb).DynamoDB
+	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return &stack{
-		cfg: cfg, deps: deps, handler: h, sim: sim, store: store, db: plain.DynamoDB,
+		dep: dep, cfg: cfg, deps: deps, handler: h, store: store, db: plain,
 		naive: &naiveHandler{
 			db: deps.Clients.DynamoDB, table: cfg.ChargesTable, tenantClaim: cfg.TenantClaim,
-			provider: provider.NewClient(srv.URL, ""),
+			provider: provider.NewClient(dep.ProviderURL, ""),
 		},
 	}
 }
@@ -99,7 +83,7 @@ func post(key, body string) events.APIGatewayV2HTTPRequest {
 	req.RequestContext.HTTP.Method = http.MethodPost
 	req.RequestContext.HTTP.Path = "/charges"
 	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{teststack.TenantClaim: tenant}},
 	}
 	return req
 }
