@@ -8,33 +8,16 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/chargeonce/chargeonce/internal/testenv"
 
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 )
 
-// syncBuffer is a bytes.Buffer safe to read while run writes to it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runCLI runs chargectl against url and returns its exit status and output.
-func runCLI(t *testing.T, url string, stderr *syncBuffer, args ...string) (int, string) {
+func runCLI(t *testing.T, url string, stderr *testenv.LogBuffer, args ...string) (int, string) {
 	t.Helper()
 	var stdout bytes.Buffer
 	args = append(args[:1:1], append([]string{"--url", url, "--token", "dev:acme"}, args[1:]...)...)
@@ -46,7 +29,7 @@ var mintedID = regexp.MustCompile(`command id: ([0-9a-f-]{36}) \(resume with --i
 
 func TestCreatePrintsIDFirstAndResumes(t *testing.T) {
 	t.Parallel()
-	stderr := &syncBuffer{}
+	stderr := &testenv.LogBuffer{}
 	// The API records whether the id was on stderr when the first request
 	// arrived.
 	var requests atomic.Int32
@@ -73,7 +56,7 @@ func TestCreatePrintsIDFirstAndResumes(t *testing.T) {
 		t.Fatalf("create printed:\n%s", out)
 	}
 
-	resumed := &syncBuffer{}
+	resumed := &testenv.LogBuffer{}
 	code, out = runCLI(t, st.URL, resumed, "create", "--amount", "1500", "--currency", "EUR", "--source", "tok_visa", "--description", "Order 9", "--id", id, "--json")
 	if code != exitOK || !strings.Contains(resumed.String(), "resuming command id: "+id) {
 		t.Fatalf("resume: exit %d, stderr %s", code, resumed)
@@ -89,11 +72,11 @@ func TestCreatePrintsIDFirstAndResumes(t *testing.T) {
 		t.Fatalf("provider ledger shows %d charges, want 1", n)
 	}
 
-	code, out = runCLI(t, st.URL, &syncBuffer{}, "get", chargeID[1])
+	code, out = runCLI(t, st.URL, &testenv.LogBuffer{}, "get", chargeID[1])
 	if code != exitOK || !strings.Contains(out, chargeID[1]) || !strings.Contains(out, "succeeded") {
 		t.Fatalf("get: exit %d, printed:\n%s", code, out)
 	}
-	getErr := &syncBuffer{}
+	getErr := &testenv.LogBuffer{}
 	if code, _ = runCLI(t, st.URL, getErr, "get", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(getErr.String(), "404") {
 		t.Fatalf("get unknown: exit %d, stderr %s", code, getErr)
 	}
@@ -112,7 +95,7 @@ func TestCreateRetriesADroppedResponse(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
-	stderr := &syncBuffer{}
+	stderr := &testenv.LogBuffer{}
 	code, out := runCLI(t, st.URL, stderr, "create", "--amount", "700", "--source", "tok_visa")
 	if code != exitOK || !strings.Contains(out, "replayed:     yes") || !strings.Contains(stderr.String(), "attempt 1:") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, stderr)
@@ -125,7 +108,7 @@ func TestCreateRetriesADroppedResponse(t *testing.T) {
 func TestCreateDeclined(t *testing.T) {
 	t.Parallel()
 	st := newStack(t, nil)
-	stderr := &syncBuffer{}
+	stderr := &testenv.LogBuffer{}
 	code, out := runCLI(t, st.URL, stderr, "create", "--amount", "1500", "--source", providersim.SourceDecline, "--json")
 	if code != exitFailed || !strings.Contains(stderr.String(), "402") {
 		t.Fatalf("exit %d, stderr %s", code, stderr)

@@ -9,12 +9,12 @@ import (
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/testenv"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -71,7 +71,7 @@ func TestHelpDoesNotShowTheSecret(t *testing.T) {
 
 func TestServeUntilCancelled(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	var lc net.ListenConfig
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
@@ -112,22 +112,4 @@ func TestServeUntilCancelled(t *testing.T) {
 			t.Errorf("logs lack %s:\n%s", want, out)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

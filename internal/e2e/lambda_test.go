@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -89,7 +88,7 @@ func installRIE(t *testing.T) string {
 type function struct {
 	name   string
 	url    string
-	output *syncBuffer
+	output *testenv.LogBuffer
 }
 
 // startFunction runs bootstrap under the emulator with env, on two free
@@ -105,7 +104,7 @@ func startFunction(t *testing.T, rie, name, bootstrap string, env map[string]str
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the function runs in its group
 	if err := cmd.Start(); err != nil {
@@ -205,24 +204,6 @@ func (f *function) initDurations(t *testing.T) (report, runtimeInit string) {
 	}
 	t.Errorf("%s: no REPORT line with Init Duration or INIT REPORT in the emulator output:\n%s", f.name, f.output.String())
 	return "unknown", "unknown"
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // readEvent reads events/<name>.json.

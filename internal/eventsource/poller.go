@@ -2,8 +2,6 @@ package eventsource
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/google/uuid"
 )
 
 // Handler is a Lambda handler for SQS events with ReportBatchItemFailures.
@@ -143,7 +142,7 @@ func (p *Poller) Poll(ctx context.Context) (Batch, error) {
 	for i, m := range out.Messages {
 		ev.Records[i] = p.record(m)
 	}
-	requestID := newRequestID()
+	requestID := uuid.NewString()
 	failed, err := p.invoke(ctx, requestID, ev)
 	if err != nil {
 		p.opt.Logger.ErrorContext(ctx, "sqs batch invocation failed; the whole batch is retried",
@@ -241,14 +240,4 @@ func (p *Poller) delete(ctx context.Context, entries []types.DeleteMessageBatchR
 			"queue_arn", p.arn, "code", aws.ToString(f.Code), "error", aws.ToString(f.Message))
 	}
 	return len(out.Successful)
-}
-
-// newRequestID is a random UUID, like Lambda's invocation ids.
-func newRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/google/uuid"
 )
 
 // HandlerFunc is a Lambda handler for HTTP API payload 2.0 events.
@@ -265,7 +265,7 @@ func (g *Gateway) event(r *http.Request, routeKey string, params map[string]stri
 func (g *Gateway) invoke(ctx context.Context, req events.APIGatewayV2HTTPRequest) (res events.APIGatewayV2HTTPResponse, err error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
 	defer cancel()
-	ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: lambdaRequestID()})
+	ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: uuid.NewString()})
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("localgw: handler panicked: %v", p)
@@ -333,14 +333,4 @@ func apiRequestID() string {
 	var b [10]byte
 	_, _ = rand.Read(b[:])
 	return base64.StdEncoding.EncodeToString(b[:])
-}
-
-// lambdaRequestID is a random UUID, like Lambda's invocation ids.
-func lambdaRequestID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }

@@ -3,8 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Header names of the API's idempotency contract.
@@ -34,14 +34,7 @@ const maxResponseBytes = 1 << 20
 type CommandID string
 
 // NewCommandID returns a new random id (a version 4 UUID from crypto/rand).
-func NewCommandID() CommandID {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return CommandID(h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32])
-}
+func NewCommandID() CommandID { return CommandID(uuid.NewString()) }
 
 // Validate reports whether id can be an Idempotency-Key: 1 to 255
 // printable ASCII characters. The error matches ErrInvalid.

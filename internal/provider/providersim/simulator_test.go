@@ -19,6 +19,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/testenv"
 )
 
 // start serves a new simulator and returns it with a client for it.
@@ -551,7 +552,7 @@ func TestConcurrentChargesOneReference(t *testing.T) {
 
 func TestLogsNeverShowTheSource(t *testing.T) {
 	t.Parallel()
-	var buf lockedBuffer
+	var buf testenv.LogBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	_, srv, c := start(t, providersim.WithLogger(logger))
 	const secretSource = "tok_visa_4242424242424242"
@@ -568,22 +569,4 @@ func TestLogsNeverShowTheSource(t *testing.T) {
 			t.Errorf("logs lack %s:\n%s", want, logs)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for the server's goroutines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
