@@ -22,7 +22,12 @@ from moto.moto_server.werkzeug_app import (
     MotoRequestHandler,
     create_backend_app,
 )
-from werkzeug.serving import make_server
+from werkzeug.serving import ThreadedWSGIServer, make_server
+
+# Parallel tests open many connections at once while DynamoDB requests wait
+# for the lock; werkzeug's accept queue of 128 can overflow, and a dropped
+# connection makes the SDK retry a call that may already have been applied.
+ThreadedWSGIServer.request_queue_size = 1024
 
 
 class SerializeDynamoDB:

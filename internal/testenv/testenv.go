@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/emulator"
@@ -162,7 +164,11 @@ func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func
 	}
 	in := *def
 	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
-	if _, err := c.DynamoDB.CreateTable(ctx, &in); err != nil {
+	// The name is new, so "already exists" means the SDK retried a call
+	// whose first attempt created the table but lost its answer (a busy
+	// emulator drops connections): the table is ours.
+	var inUse *types.ResourceInUseException
+	if _, err := c.DynamoDB.CreateTable(ctx, &in); err != nil && !errors.As(err, &inUse) {
 		return "", nil, fmt.Errorf("testenv: create table %s: %w", aws.ToString(in.TableName), err)
 	}
 	waiter := dynamodb.NewTableExistsWaiter(c.DynamoDB, func(o *dynamodb.TableExistsWaiterOptions) {
