@@ -197,6 +197,11 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if len(ccf.Item) == 0 {
 		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key)
 	}
+	if tok, ok := ccf.Item[attrLeaseToken].(*types.AttributeValueMemberS); ok && tok.Value == token {
+		// Our own put: the SDK retried a call whose first attempt was
+		// applied but whose answer was lost.
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
+	}
 	rec, err := decodeRecord(key, ccf.Item)
 	if err != nil {
 		return Begun{}, err
@@ -273,6 +278,8 @@ func (s *Store) completion(l *Lease, status Status, resp Response) (update strin
 // TransactWriteItems together with the caller's business writes: all of
 // them apply or none does. If the lease was lost it returns ErrLeaseLost;
 // if a business write's own condition failed, a *WriteConditionError.
+// A lease commits once: the lease token is the transaction's
+// ClientRequestToken, so DynamoDB applies an SDK retry of it only once.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
 	update, names, values, err := s.completion(l, StatusSucceeded, resp)
 	if err != nil {
@@ -286,7 +293,9 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	}})
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items})
+	// The lease token names this commit: DynamoDB applies a retried
+	// transaction with the same token once (for ten minutes).
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)})
 	if err == nil {
 		return nil
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -467,4 +469,63 @@ func TestConcurrentBeginHasOneOwner(t *testing.T) {
 			rwg.Wait()
 		}
 	}
+}
+
+// loseFirstAnswer forwards every request, but for the first one whose
+// X-Amz-Target ends with op it throws the answer away and reports a 500:
+// the write was applied and the caller does not know.
+type loseFirstAnswer struct {
+	op   string
+	mu   sync.Mutex
+	done bool
+}
+
+func (l *loseFirstAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), "."+l.op) {
+		return resp, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done {
+		return resp, err
+	}
+	l.done = true
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return &http.Response{
+		StatusCode: http.StatusInternalServerError, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {"InternalServerError"}},
+		Body:    io.NopCloser(strings.NewReader(`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"answer lost"}`)),
+		Request: req,
+	}, nil
+}
+
+// TestBeginRecognisesItsOwnRetriedPut: when the SDK retries a claim whose
+// first attempt was applied, the conditional put fails on the caller's own
+// record; Begin must see its own token and hand out the lease, not report
+// the key in flight to the one attempt that holds it.
+func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lossy := &loseFirstAnswer{op: "PutItem"}
+	db := testenv.Clients(t, e.calls.Option(), func(o *dynamodb.Options) {
+		o.HTTPClient = &http.Client{Transport: lossy}
+	}).DynamoDB
+	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key(t, "acme")
+	b, err := s.Begin(ctx, k, fpA, []byte("intent"))
+	if err != nil || b.Lease == nil {
+		t.Fatalf("Begin after a lost answer: %+v, %v", b, err)
+	}
+	if !lossy.done {
+		t.Fatal("the answer was not lost: the test proves nothing")
+	}
+	if err := s.Commit(ctx, b.Lease, resp); err != nil {
+		t.Fatalf("the owner's commit: %v", err)
+	}
+	wantReplay(t, e.store, k, resp)
 }
