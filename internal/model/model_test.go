@@ -21,9 +21,11 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"pgregory.net/rapid"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -67,6 +69,7 @@ func TestChargePathModel(t *testing.T) {
 		}
 		r.settle(rt)
 		r.checkFinal(rt)
+		r.removeItems()
 	})
 	t.Logf("%d histories in %s; %d DynamoDB faults injected", runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.injected.Load())
 }
@@ -80,6 +83,9 @@ type env struct {
 	prov    *provider.Client // a crashed charge function's provider calls
 	clock   *testenv.Clock
 	faults  *faultyTransport
+	// db (without faults) and d let a history remove what it stored.
+	db *dynamodb.Client
+	d  *teststack.Deployment
 }
 
 const (
@@ -122,6 +128,7 @@ func newEnv(t *testing.T) *env {
 	}
 	return &env{
 		handler: h, recon: recon, store: store, sim: d.Sim, clock: clock, faults: faults,
+		db: testenv.Clients(t).DynamoDB, d: d,
 		prov: provider.NewClient(d.ProviderURL, "", provider.WithTimeout(5*time.Second)),
 	}
 }
@@ -233,6 +240,27 @@ func (r *history) tenant(name string) string { return fmt.Sprintf("m%d-%s", r.id
 func (r *history) reset() {
 	r.env.faults.perMille.Store(0)
 	r.env.sim.SetDown(false)
+}
+
+// removeItems deletes the history's records and charge rows once it has
+// been checked. Histories never share keys, so this changes no outcome; it
+// keeps the tables small, which matters on moto, whose transactions copy
+// every table they touch.
+func (r *history) removeItems() {
+	ctx := context.Background()
+	for k := range r.keys {
+		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(r.env.d.IdempotencyTable),
+			Key:       map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
+		})
+		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(r.env.d.ChargesTable),
+			Key: map[string]types.AttributeValue{
+				charge.AttrTenant: &types.AttributeValueMemberS{Value: k.Tenant()},
+				charge.AttrID:     &types.AttributeValueMemberS{Value: charge.ChargeID(k)},
+			},
+		})
+	}
 }
 
 // pick draws a scoped key of this history, creating its state (and its
