@@ -44,9 +44,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -337,12 +334,11 @@ func tally(s *Summary, plan []send, outcomes []outcome) map[string][]time.Durati
 
 func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error) {
 	// Loopback only: the emulator takes any credentials.
-	cfg, err := config.LoadDefaultConfig(ctx, config.WithRegion(awsenv.DefaultRegion),
-		config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
+	cfg, err := awsenv.Config(ctx, true)
 	if err != nil {
 		return nil, err
 	}
-	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) }), nil
+	return awsenv.New(cfg, endpoint, "").DynamoDB, nil
 }
 
 func writeOutputs(out string, s Summary, groups map[string][]time.Duration) error {

@@ -38,8 +38,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -144,10 +142,11 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		emulatorExited = emu.Exited()
 		s.dynamoDB, s.sqs = cmp.Or(s.dynamoDB, emu.URL()), cmp.Or(s.sqs, emu.URL())
 	}
-	clients, err := newClients(ctx, o.getenv, s.dynamoDB, s.sqs, local)
+	cfg, err := awsenv.Config(ctx, local) // dummy credentials for the emulator this process started
 	if err != nil {
 		return err
 	}
+	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
 	res, err := createResources(ctx, clients)
 	if err != nil {
 		return err
@@ -262,20 +261,6 @@ func functions(ctx context.Context, getenv setup.Getenv, clients awsenv.Clients,
 		return nil, nil, nil, err
 	}
 	return gw, sw, poller, nil
-}
-
-// newClients builds the SDK clients: with dummy credentials for the
-// emulator this process started, with the default chain otherwise.
-func newClients(ctx context.Context, getenv func(string) string, dynamoURL, sqsURL string, dummyCredentials bool) (awsenv.Clients, error) {
-	opts := []func(*config.LoadOptions) error{config.WithRegion(cmp.Or(getenv("AWS_REGION"), awsenv.DefaultRegion))}
-	if dummyCredentials {
-		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	}
-	cfg, err := config.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
-		return awsenv.Clients{}, fmt.Errorf("aws config: %w", err)
-	}
-	return awsenv.New(cfg, dynamoURL, sqsURL), nil
 }
 
 func listen(addr string) (net.Listener, error) {

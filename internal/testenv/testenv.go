@@ -12,20 +12,15 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/emulator"
@@ -95,22 +90,7 @@ func LoadConfig() (aws.Config, error) {
 	if err != nil {
 		return aws.Config{}, err
 	}
-	opts := []func(*config.LoadOptions) error{config.WithRegion(regionOr(awsenv.DefaultRegion))}
-	if ep.static {
-		opts = append(opts, config.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("test", "test", "")))
-	}
-	cfg, err := config.LoadDefaultConfig(context.Background(), opts...)
-	if err != nil {
-		return aws.Config{}, fmt.Errorf("testenv: load config: %w", err)
-	}
-	return cfg, nil
-}
-
-func regionOr(def string) string {
-	if r := os.Getenv("AWS_REGION"); r != "" {
-		return r
-	}
-	return def
+	return awsenv.Config(context.Background(), ep.static)
 }
 
 // NewClients returns SDK clients for the test endpoints, with extra
@@ -164,19 +144,8 @@ func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func
 	}
 	in := *def
 	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
-	// The name is new, so "already exists" means the SDK retried a call
-	// whose first attempt created the table but lost its answer (a busy
-	// emulator drops connections): the table is ours.
-	var inUse *types.ResourceInUseException
-	if _, err := c.DynamoDB.CreateTable(ctx, &in); err != nil && !errors.As(err, &inUse) {
-		return "", nil, fmt.Errorf("testenv: create table %s: %w", aws.ToString(in.TableName), err)
-	}
-	waiter := dynamodb.NewTableExistsWaiter(c.DynamoDB, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay = 50 * time.Millisecond
-		o.MaxDelay = time.Second
-	})
-	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 2*time.Minute); err != nil {
-		return "", nil, fmt.Errorf("testenv: wait for table %s: %w", aws.ToString(in.TableName), err)
+	if _, err := awsenv.CreateTable(ctx, c.DynamoDB, &in); err != nil {
+		return "", nil, fmt.Errorf("testenv: %w", err)
 	}
 	drop := func() {
 		_, _ = c.DynamoDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName})
