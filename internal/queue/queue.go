@@ -37,6 +37,8 @@ const (
 	MaxDelay = 15 * time.Minute
 	// BatchSize is how many messages the reconcile function takes at once.
 	BatchSize = 10
+	// SendBatchMax is the most messages one SendMessageBatch call carries.
+	SendBatchMax = 10
 )
 
 // API is the part of *sqs.Client this package uses.
@@ -136,12 +138,12 @@ func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.
 	return nil
 }
 
-// SendBatch sends one message per key, ten to a SendMessageBatch call. It
+// SendBatch sends one message per key, SendBatchMax to a SendMessageBatch call. It
 // returns the keys whose entries failed (to be found again by the next
 // sweep) and the first call error, if any.
 func (s *Sender) SendBatch(ctx context.Context, keys []idem.Key) (failed []idem.Key, err error) {
-	for start := 0; start < len(keys); start += 10 {
-		chunk := keys[start:min(start+10, len(keys))]
+	for start := 0; start < len(keys); start += SendBatchMax {
+		chunk := keys[start:min(start+SendBatchMax, len(keys))]
 		entries := make([]types.SendMessageBatchRequestEntry, len(chunk))
 		for i, k := range chunk {
 			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(encode(k))}

@@ -36,9 +36,6 @@ const (
 	DefaultSafetyMargin = 5 * time.Second
 )
 
-// batchSize is how many keys are sent at once: one SendMessageBatch call.
-const batchSize = 10
-
 // Options configure a Sweeper. Zero fields take the defaults.
 type Options struct {
 	// MaxKeys bounds the keys one run queues. Default DefaultMaxKeys.
@@ -201,7 +198,7 @@ func (w *sweep) add(ctx context.Context, sl idem.StuckLease) {
 	w.sum.Found++
 	w.sum.OldestAge = max(w.sum.OldestAge, w.now.Sub(sl.LeaseExpiresAt))
 	w.pending = append(w.pending, sl.Key)
-	if len(w.pending) == batchSize {
+	if len(w.pending) == queue.SendBatchMax { // one SendMessageBatch call
 		w.flush(ctx)
 	}
 }
