@@ -84,8 +84,8 @@ func startEmulator() (string, error) {
 	return e.URL(), nil
 }
 
-// LoadConfig returns an SDK configuration for the test endpoints.
-func LoadConfig() (aws.Config, error) {
+// loadConfig returns an SDK configuration for the test endpoints.
+func loadConfig() (aws.Config, error) {
 	ep, err := resolve()
 	if err != nil {
 		return aws.Config{}, err
@@ -96,7 +96,7 @@ func LoadConfig() (aws.Config, error) {
 // NewClients returns SDK clients for the test endpoints, with extra
 // DynamoDB options applied (e.g. middleware that counts calls).
 func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
-	cfg, err := LoadConfig()
+	cfg, err := loadConfig()
 	if err != nil {
 		return awsenv.Clients{}, err
 	}
