@@ -10,11 +10,14 @@
 //	ABSENT     Begin                      IN_FLIGHT         conditional put wins (no read first)
 //	IN_FLIGHT  Commit by the lease owner  SUCCEEDED         fenced by the lease token, one transaction with the effect
 //	IN_FLIGHT  Fail by the lease owner    FAILED_PERMANENT  fenced by the lease token
-//	IN_FLIGHT  Release by the lease owner ABSENT            fenced; only when the effect verifiably did not happen
+//	IN_FLIGHT  Release by the lease owner RELEASED          fenced; only when the effect verifiably did not happen
+//	IN_FLIGHT  Heartbeat, Postpone        IN_FLIGHT         fenced; the lease moves, the owner keeps it
 //	IN_FLIGHT  TakeOver                   IN_FLIGHT         lease expired; new token, the old one stops working
 //	IN_FLIGHT  Begin (same request)       IN_FLIGHT         *InFlightError: wait or answer "in progress"
+//	RELEASED   Begin (same request)       IN_FLIGHT         same CreatedAt, so the same derived references
 //	terminal   Begin (same request)       terminal          the stored response is replayed
 //	any        Begin (other request)      unchanged         ErrFingerprintMismatch, nothing replayed
+//	settled    retention ends             ABSENT            the next Begin is a new command, with a new CreatedAt
 //
 // Forbidden, and refused: completing without the current lease token (a
 // second attempt's effect), reopening SUCCEEDED or FAILED_PERMANENT, and
@@ -30,9 +33,23 @@
 // other. While IN_FLIGHT, a record carries a shard and its lease expiry,
 // the keys of the sparse stuck-lease index that StuckLeases queries.
 //
-// Records expire after Options.Retention (DynamoDB TTL on AttrExpiresAt).
+// Every write a lease holder makes recognises itself: when the SDK retries
+// a call whose first answer was lost, the record already shows the
+// holder's token with the intended state, and the call reports success
+// instead of a lost lease.
+//
+// # Retention
+//
+//	Status            expires_at (DynamoDB TTL)
+//	IN_FLIGHT         none: TTL never deletes it; TakeOver resolves it at any age
+//	SUCCEEDED         end of the settling lease + Options.Retention
+//	FAILED_PERMANENT  end of the settling lease + Options.Retention
+//	RELEASED          end of the releasing lease + Options.Retention (the fingerprint is kept until then)
+//
 // TTL deletion is lazy, so the store treats a record past its expiry as
-// absent whether or not DynamoDB has deleted it yet.
+// absent whether or not DynamoDB has deleted it yet. After retention a
+// key names a new command: its CreatedAt differs, and so does anything
+// the caller derives from (Key, CreatedAt).
 //
 // The store never loads AWS configuration: it takes any DynamoDBAPI (a
 // *dynamodb.Client) and options, among them the clock and the random

@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"maps"
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -16,6 +17,11 @@ type Response struct {
 	Status  int
 	Headers map[string]string // a small set, e.g. Content-Type and Location
 	Body    []byte
+}
+
+// Equal reports whether r and o are the same answer, byte for byte.
+func (r Response) Equal(o Response) bool {
+	return r.Status == o.Status && bytes.Equal(r.Body, o.Body) && maps.Equal(r.Headers, o.Headers)
 }
 
 // Limits on what a record can hold. DynamoDB items are at most 400 KB,

@@ -9,6 +9,8 @@ import (
 	"hash/fnv"
 	"io"
 	"iter"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,6 +40,11 @@ const (
 	StatusInFlight        Status = "IN_FLIGHT"
 	StatusSucceeded       Status = "SUCCEEDED"
 	StatusFailedPermanent Status = "FAILED_PERMANENT"
+	// StatusReleased is ABSENT with a memory: the effect verifiably did not
+	// happen, and until retention ends the key may be claimed again by the
+	// same request only (with the same CreatedAt, so the same derived
+	// references), never by another.
+	StatusReleased Status = "RELEASED"
 )
 
 // Terminal reports whether no transition leaves s.
@@ -45,8 +52,10 @@ func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFail
 
 // Options configure a Store. Zero fields take the defaults.
 type Options struct {
-	// Retention is how long a key deduplicates after its first attempt
-	// (DynamoDB TTL; expired records read as absent). Default 24h.
+	// Retention is how long a key deduplicates once its command is
+	// settled (SUCCEEDED, FAILED_PERMANENT or RELEASED), counted from the
+	// end of the lease that settled it. An IN_FLIGHT record has no expiry:
+	// TTL never deletes it. Expired records read as absent. Default 24h.
 	Retention time.Duration
 	// LeaseMargin is added to the context's remaining time to make a lease.
 	// Default 5s.
@@ -111,19 +120,31 @@ func setDefault[T comparable](v *T, def T) {
 // Shards is the number of stuck-lease index shards.
 func (s *Store) Shards() int { return s.opt.Shards }
 
-// Retention is how long a key deduplicates after its first attempt.
+// Retention is how long a key deduplicates once settled.
 func (s *Store) Retention() time.Duration { return s.opt.Retention }
 
 // Lease is the right to complete one command, held by one attempt. Its
 // token fences every write: once the lease is taken over, the holder's
-// Commit, Fail, Release and Heartbeat all fail with ErrLeaseLost.
+// Commit, Fail, Release, Heartbeat and Postpone all fail with ErrLeaseLost.
 type Lease struct {
-	Key             Key
-	Token           string
-	ExpiresAt       time.Time // the lease
-	CreatedAt       time.Time // the command's first attempt
-	RecordExpiresAt time.Time // the end of retention
-	Intent          []byte    // what Begin stored for reconciliation
+	Key       Key
+	Token     string
+	ExpiresAt time.Time // the lease
+	// CreatedAt is the command's first attempt. It names this use of the
+	// key: a claim after a release keeps it, a claim after retention gets
+	// a new one, so references derived from (Key, CreatedAt) tell two
+	// intents under one key apart.
+	CreatedAt time.Time
+	// RecordExpiresAt is when the key stops deduplicating if this lease
+	// settles the command.
+	RecordExpiresAt time.Time
+	// AttemptDeadline is when the last attempt at the effect had to be
+	// sent by: the end of the lease it ran under (Begin, Heartbeat).
+	AttemptDeadline time.Time
+	// Attempts counts the take-overs: how often the command has been
+	// resolved by someone other than its first attempt.
+	Attempts int
+	Intent   []byte // what Begin stored for reconciliation
 }
 
 // Begun is the outcome of Begin that lets the caller go on: either it owns
@@ -139,7 +160,8 @@ type Begun struct {
 // conditional PutItem. The first attempt gets a Lease; an attempt after
 // completion gets the stored Replay; an attempt while another holds the key
 // gets an *InFlightError; an attempt with another fingerprint gets
-// ErrFingerprintMismatch and never another request's response.
+// ErrFingerprintMismatch and never another request's response. An attempt
+// on a RELEASED key with its fingerprint claims it again (a second call).
 //
 // intent is stored on the record for whoever has to finish the command if
 // its first attempt dies (the reconciler): what the request asked for.
@@ -158,23 +180,18 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if err != nil {
 		return Begun{}, err
 	}
-	lease := &Lease{
-		Key:             key,
-		Token:           token,
-		ExpiresAt:       s.leaseUntil(ctx, now),
-		CreatedAt:       now,
-		RecordExpiresAt: time.Unix(now.Add(s.opt.Retention).Unix(), 0),
-		Intent:          intent,
-	}
+	lease := &Lease{Key: key, Token: token, ExpiresAt: s.leaseUntil(ctx, now), CreatedAt: now, Intent: intent}
+	lease.AttemptDeadline = lease.ExpiresAt
+	lease.RecordExpiresAt = s.retainUntil(lease)
 	item := map[string]types.AttributeValue{
-		AttrPK:             str(key.String()),
-		attrStatus:         str(string(StatusInFlight)),
-		attrFingerprint:    str(fp.String()),
-		attrCreatedAt:      millis(lease.CreatedAt),
-		AttrExpiresAt:      seconds(lease.RecordExpiresAt),
-		attrLeaseToken:     str(token),
-		AttrLeaseExpiresAt: millis(lease.ExpiresAt),
-		AttrLeaseShard:     num(int64(s.shard(key))),
+		AttrPK:              str(key.String()),
+		attrStatus:          str(string(StatusInFlight)),
+		attrFingerprint:     str(fp.String()),
+		attrCreatedAt:       millis(lease.CreatedAt),
+		attrLeaseToken:      str(token),
+		AttrLeaseExpiresAt:  millis(lease.ExpiresAt),
+		AttrLeaseShard:      num(int64(s.shard(key))),
+		attrAttemptDeadline: millis(lease.AttemptDeadline),
 	}
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
@@ -190,6 +207,13 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if err == nil {
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
 	}
+	return s.claimed(ctx, lease, fp, err, 0)
+}
+
+// claimed answers a claim whose conditional write failed: err holds the
+// item that stood in its way.
+func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err error, reclaims int) (Begun, error) {
+	key := lease.Key
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, err)
@@ -197,9 +221,12 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if len(ccf.Item) == 0 {
 		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key)
 	}
-	if tok, ok := ccf.Item[attrLeaseToken].(*types.AttributeValueMemberS); ok && tok.Value == token {
-		// Our own put: the SDK retried a call whose first attempt was
+	if ownToken(ccf.Item, lease) {
+		// Our own write: the SDK retried a call whose first attempt was
 		// applied but whose answer was lost.
+		if rec, err := decodeRecord(key, ccf.Item); err == nil {
+			lease.CreatedAt = rec.CreatedAt
+		}
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
 	}
 	rec, err := decodeRecord(key, ccf.Item)
@@ -211,9 +238,56 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: rec.ExpiresAt})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: rec.ExpiresAt}, nil
+	case rec.Status == StatusReleased && reclaims < maxReclaims:
+		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
 	default:
-		return Begun{}, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: rec.ExpiresAt}
+		return Begun{}, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt}
 	}
+}
+
+// maxReclaims bounds how often one Begin chases a key that others keep
+// claiming and releasing.
+const maxReclaims = 3
+
+// reclaim claims a RELEASED record again for the same request, keeping its
+// CreatedAt: the effect runs again under the same references, so whatever
+// reached the provider before is found, not repeated.
+func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *Record, oldToken types.AttributeValue, reclaims int) (Begun, error) {
+	lease.CreatedAt = rec.CreatedAt
+	names := map[string]string{
+		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard,
+		"#ad": attrAttemptDeadline, "#exp": AttrExpiresAt, "#att": attrAttempts, "#fp": attrFingerprint,
+	}
+	values := map[string]types.AttributeValue{
+		":released": str(string(StatusReleased)), ":inflight": str(string(StatusInFlight)), ":fp": str(fp.String()),
+		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
+		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken,
+	}
+	update := "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = :ad"
+	if len(lease.Intent) > 0 {
+		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
+		update += ", #intent = :intent"
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.keyAttr(lease.Key),
+		UpdateExpression:                    aws.String(update + " REMOVE #exp, #att"),
+		ConditionExpression:                 aws.String("#status = :released AND #fp = :fp AND #tok = :oldtok"),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
+	}
+	return s.claimed(ctx, lease, fp, err, reclaims)
+}
+
+// ownToken reports whether item carries l's token: a write of l's that was
+// applied, whatever its caller was told.
+func ownToken(item map[string]types.AttributeValue, l *Lease) bool {
+	tok, ok := item[attrLeaseToken].(*types.AttributeValueMemberS)
+	return ok && tok.Value == l.Token
 }
 
 // leaseUntil gives the end of a lease starting at now: the context's
@@ -223,7 +297,14 @@ func (s *Store) leaseUntil(ctx context.Context, now time.Time) time.Time {
 	if deadline, ok := ctx.Deadline(); ok {
 		d = deadline.Sub(now) + s.opt.LeaseMargin
 	}
-	return now.Add(min(max(d, s.opt.LeaseMargin), s.opt.MaxLease))
+	return time.UnixMilli(now.Add(min(max(d, s.opt.LeaseMargin), s.opt.MaxLease)).UnixMilli())
+}
+
+// retainUntil is when a record settled under l stops deduplicating:
+// Retention after the lease ends, at the whole second TTL stores. It
+// depends on the lease alone, so a retried completion writes the same.
+func (s *Store) retainUntil(l *Lease) time.Time {
+	return time.Unix(l.ExpiresAt.Add(s.opt.Retention).Unix(), 0)
 }
 
 func (s *Store) newToken() (string, error) {
@@ -247,70 +328,134 @@ func fenceValues(l *Lease) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{":inflight": str(string(StatusInFlight)), ":tok": str(l.Token)}
 }
 
-// completion builds the update that moves a record from IN_FLIGHT to a
-// terminal status with its response, dropping the lease attributes (and so
-// leaving the stuck-lease index).
-func (s *Store) completion(l *Lease, status Status, resp Response) (update string, names map[string]string, values map[string]types.AttributeValue, err error) {
-	attrs, err := encodeResponse(resp, s.opt.CompressAbove, len(l.Intent))
-	if err != nil {
-		return "", nil, nil, err
+// settlement is the fenced update that moves a record from IN_FLIGHT to
+// status, with resp when the status is terminal. The record leaves the
+// stuck-lease index, starts its retention and keeps the lease token, by
+// which a retried settlement recognises itself. It is a function of its
+// arguments alone (attributes in a fixed order, times from the lease), so
+// a retried call sends the same request.
+type settlement struct {
+	op     string
+	status Status
+	resp   *Response
+	update string
+	names  map[string]string
+	values map[string]types.AttributeValue
+}
+
+func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (*settlement, error) {
+	st := &settlement{op: op, status: status, resp: resp, values: fenceValues(l)}
+	st.values[":status"] = str(string(status))
+	st.values[":exp"] = seconds(s.retainUntil(l))
+	st.names = map[string]string{
+		"#status": attrStatus, "#tok": attrLeaseToken, "#exp": AttrExpiresAt,
+		"#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline,
 	}
-	values = fenceValues(l)
-	values[":status"] = str(string(status))
-	values[":done"] = millis(s.opt.Clock())
-	names = map[string]string{
-		"#status": attrStatus, "#tok": attrLeaseToken, "#done": attrCompletedAt,
-		"#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard,
+	st.update = "SET #status = :status, #exp = :exp"
+	if resp != nil {
+		attrs, err := encodeResponse(*resp, s.opt.CompressAbove, len(l.Intent))
+		if err != nil {
+			return nil, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+		}
+		for i, name := range slices.Sorted(maps.Keys(attrs)) {
+			n, p := "#r"+strconv.Itoa(i), ":r"+strconv.Itoa(i)
+			st.names[n], st.values[p] = name, attrs[name]
+			st.update += ", " + n + " = " + p
+		}
 	}
-	update = "SET #status = :status, #done = :done"
-	i := 0
-	for name, v := range attrs {
-		i++
-		n, p := "#r"+strconv.Itoa(i), ":r"+strconv.Itoa(i)
-		names[n], values[p] = name, v
-		update += ", " + n + " = " + p
+	st.update += " REMOVE #lexp, #shard, #ad"
+	return st, nil
+}
+
+// settled explains a settlement whose fence failed, from the item that
+// stood in its way: the lease's own settlement, applied by an earlier
+// attempt whose answer was lost, is success; anything else is a lost lease.
+func (st *settlement) settled(l *Lease, item map[string]types.AttributeValue) error {
+	if len(item) > 0 && ownToken(item, l) {
+		rec, err := decodeRecord(l.Key, item)
+		if err == nil && rec.Status == st.status && (st.resp == nil || rec.Response.Equal(*st.resp)) {
+			return nil
+		}
 	}
-	update += " REMOVE #tok, #lexp, #shard"
-	return update, names, values, nil
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, ErrLeaseLost)
+}
+
+// apply writes the settlement alone, as one fenced UpdateItem.
+func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           aws.String(s.table),
+		Key:                                 s.keyAttr(l.Key),
+		UpdateExpression:                    aws.String(st.update),
+		ConditionExpression:                 aws.String(fence),
+		ExpressionAttributeNames:            st.names,
+		ExpressionAttributeValues:           st.values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if err == nil {
+		return nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return st.settled(l, ccf.Item)
+	}
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, err)
 }
 
 // Commit completes the command as SUCCEEDED with resp, in one
 // TransactWriteItems together with the caller's business writes: all of
 // them apply or none does. If the lease was lost it returns ErrLeaseLost;
 // if a business write's own condition failed, a *WriteConditionError.
-// A lease commits once: the lease token is the transaction's
-// ClientRequestToken, so DynamoDB applies an SDK retry of it only once.
+// Without business writes it is one UpdateItem.
+//
+// A lease commits once. A Commit retried with the same arguments after an
+// answer was lost returns nil: the lease token is the transaction's
+// ClientRequestToken, which DynamoDB honours for ten minutes, and after
+// that (or on an emulator that ignores it) the record shows the lease's
+// own commit. A second Commit with other arguments gets ErrLeaseLost.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
-	update, names, values, err := s.completion(l, StatusSucceeded, resp)
+	st, err := s.settlement("commit", l, StatusSucceeded, &resp)
 	if err != nil {
-		return fmt.Errorf("idem: commit %s: %w", l.Key, err)
+		return err
+	}
+	if len(writes) == 0 {
+		return s.apply(ctx, l, st)
 	}
 	items := append(writes[:len(writes):len(writes)], types.TransactWriteItem{Update: &types.Update{
-		TableName:                 aws.String(s.table),
-		Key:                       s.keyAttr(l.Key),
-		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(fence),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
+		TableName:                           aws.String(s.table),
+		Key:                                 s.keyAttr(l.Key),
+		UpdateExpression:                    aws.String(st.update),
+		ConditionExpression:                 aws.String(fence),
+		ExpressionAttributeNames:            st.names,
+		ExpressionAttributeValues:           st.values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}})
-	// The lease token names this commit: DynamoDB applies a retried
-	// transaction with the same token once (for ten minutes).
 	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)})
 	if err == nil {
 		return nil
 	}
-	var tce *types.TransactionCanceledException
-	if errors.As(err, &tce) {
-		failed := func(i int) bool {
-			return i < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed"
+	var (
+		tce      *types.TransactionCanceledException
+		mismatch *types.IdempotentParameterMismatchException
+	)
+	switch {
+	case errors.As(err, &mismatch):
+		// DynamoDB remembers this lease's token for another transaction:
+		// the lease was used to commit something else.
+		return fmt.Errorf("idem: commit %s: lease already used for another commit: %w", l.Key, ErrLeaseLost)
+	case errors.As(err, &tce):
+		reason := func(i int) (types.CancellationReason, bool) {
+			if i < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed" {
+				return tce.CancellationReasons[i], true
+			}
+			return types.CancellationReason{}, false
 		}
 		// The fence first: a lost lease explains any business write that
 		// failed with it (the new owner wrote those rows).
-		if failed(len(writes)) {
-			return fmt.Errorf("idem: commit %s: %w", l.Key, ErrLeaseLost)
+		if r, failed := reason(len(writes)); failed {
+			return st.settled(l, r.Item)
 		}
 		for i := range writes {
-			if failed(i) {
+			if _, failed := reason(i); failed {
 				return fmt.Errorf("idem: commit %s: %w", l.Key, &WriteConditionError{Index: i})
 			}
 		}
@@ -319,13 +464,70 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp (a refusal every
-// retry must get again, such as a declined card). Fenced like Commit.
+// retry must get again, such as a declined card). Fenced like Commit, and
+// like it recognises its own earlier write.
 func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
-	update, names, values, err := s.completion(l, StatusFailedPermanent, resp)
+	st, err := s.settlement("fail", l, StatusFailedPermanent, &resp)
 	if err != nil {
-		return fmt.Errorf("idem: fail %s: %w", l.Key, err)
+		return err
 	}
-	_, err = s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	return s.apply(ctx, l, st)
+}
+
+// Release marks the record RELEASED: the command did not happen, and a
+// retry of the same request runs it afresh, under the same CreatedAt. The
+// fingerprint is kept until retention ends, so another request under the
+// key is still refused. Call it only when the effect verifiably did not
+// happen (the provider refused before acting, or a look-up found nothing
+// once the provider's settle window had passed); a lease that merely ran
+// out is no such proof. Fenced like Commit.
+func (s *Store) Release(ctx context.Context, l *Lease) error {
+	st, err := s.settlement("release", l, StatusReleased, nil)
+	if err != nil {
+		return err
+	}
+	return s.apply(ctx, l, st)
+}
+
+// Heartbeat extends the lease for long work, to the same bound Begin would
+// give from ctx, and with it the attempt's deadline. Fenced like Commit.
+func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
+	until := s.leaseUntil(ctx, s.opt.Clock())
+	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
+		return err
+	}
+	l.ExpiresAt, l.AttemptDeadline = until, until
+	l.RecordExpiresAt = s.retainUntil(l)
+	return nil
+}
+
+// Postpone keeps the command IN_FLIGHT but gives up the lease until the
+// given time: nobody takes it over before then, and the stuck-lease index
+// lists it again after. A reconciler that cannot settle a command yet
+// (the provider is down, or its "not found" cannot be trusted yet) calls
+// it to say when to try next. Fenced like Commit.
+func (s *Store) Postpone(ctx context.Context, l *Lease, until time.Time) error {
+	until = time.UnixMilli(until.UnixMilli())
+	if err := s.extend(ctx, "postpone", l, until, false); err != nil {
+		return err
+	}
+	l.ExpiresAt = until
+	l.RecordExpiresAt = s.retainUntil(l)
+	return nil
+}
+
+// extend moves l's lease to until, and the attempt deadline with it if
+// attempt is set.
+func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time, attempt bool) error {
+	values := fenceValues(l)
+	values[":lexp"] = millis(until)
+	names := map[string]string{"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt}
+	update := "SET #lexp = :lexp"
+	if attempt {
+		names["#ad"] = attrAttemptDeadline
+		update += ", #ad = :lexp"
+	}
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 aws.String(s.table),
 		Key:                       s.keyAttr(l.Key),
 		UpdateExpression:          aws.String(update),
@@ -333,49 +535,12 @@ func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
-	return fenced("fail", l, err)
-}
-
-// Release deletes the record, returning the key to ABSENT so a retry runs
-// the command afresh. Call it only when the effect verifiably did not
-// happen (the provider refused before acting, or a look-up found nothing);
-// a lease that merely ran out is no such proof. Fenced like Commit.
-func (s *Store) Release(ctx context.Context, l *Lease) error {
-	_, err := s.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       s.keyAttr(l.Key),
-		ConditionExpression:       aws.String(fence),
-		ExpressionAttributeNames:  map[string]string{"#status": attrStatus, "#tok": attrLeaseToken},
-		ExpressionAttributeValues: fenceValues(l),
-	})
-	return fenced("release", l, err)
-}
-
-// Heartbeat extends the lease for long work, to the same bound Begin would
-// give from ctx. Fenced like Commit.
-func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
-	until := s.leaseUntil(ctx, s.opt.Clock())
-	values := fenceValues(l)
-	values[":lexp"] = millis(until)
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
-		Key:                       s.keyAttr(l.Key),
-		UpdateExpression:          aws.String("SET #lexp = :lexp"),
-		ConditionExpression:       aws.String(fence),
-		ExpressionAttributeNames:  map[string]string{"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt},
-		ExpressionAttributeValues: values,
-	})
-	if err := fenced("heartbeat", l, err); err != nil {
-		return err
-	}
-	l.ExpiresAt = until
-	return nil
-}
-
-func fenced(op string, l *Lease, err error) error {
 	if err == nil {
 		return nil
 	}
+	// Setting the same lease twice changes nothing, so a retried extension
+	// whose first answer was lost passes its own fence: a failed fence is
+	// always someone else's doing.
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key, ErrLeaseLost)
@@ -384,32 +549,37 @@ func fenced(op string, l *Lease, err error) error {
 }
 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
-// has expired, for reconciliation. The previous holder's token stops
-// working. A record still leased gives *InFlightError; a terminal one
-// ErrCompleted; none (or one past retention) ErrNotFound.
+// has expired, for reconciliation, and counts the attempt. The previous
+// holder's token stops working. An IN_FLIGHT record is taken over however
+// old it is (it never expires). A record still leased gives
+// *InFlightError; a terminal one ErrCompleted; a released, absent or
+// expired one ErrNotFound.
 func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
-	now := s.opt.Clock()
+	now := time.UnixMilli(s.opt.Clock().UnixMilli())
 	token, err := s.newToken()
 	if err != nil {
 		return nil, err
 	}
-	until := s.leaseUntil(ctx, now)
+	lease := &Lease{Key: key, Token: token, ExpiresAt: s.leaseUntil(ctx, now)}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.table),
 		Key:                 s.keyAttr(key),
-		UpdateExpression:    aws.String("SET #tok = :tok, #lexp = :lexp"),
-		ConditionExpression: aws.String("#status = :inflight AND #lexp < :now AND #exp >= :nowsec"),
+		UpdateExpression:    aws.String("SET #tok = :tok, #lexp = :lexp ADD #att :one"),
+		ConditionExpression: aws.String("#status = :inflight AND #lexp < :now"),
 		ExpressionAttributeNames: map[string]string{
-			"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#exp": AttrExpiresAt,
+			"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":inflight": str(string(StatusInFlight)), ":tok": str(token),
-			":lexp": millis(until), ":now": millis(now), ":nowsec": seconds(now),
+			":lexp": millis(lease.ExpiresAt), ":now": millis(now), ":one": num(1),
 		},
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
-	if err != nil {
+	var item map[string]types.AttributeValue
+	if err == nil {
+		item = out.Attributes
+	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
 			return nil, fmt.Errorf("idem: take over %s: %w", key, err)
@@ -417,27 +587,34 @@ func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
 		if len(ccf.Item) == 0 {
 			return nil, fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
 		}
-		rec, err := decodeRecord(key, ccf.Item)
-		if err != nil {
-			return nil, err
+		if !ownToken(ccf.Item, lease) {
+			return nil, s.notTaken(key, ccf.Item, now)
 		}
-		switch {
-		case rec.ExpiresAt.Before(now):
-			return nil, fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
-		case rec.Status.Terminal():
-			return nil, fmt.Errorf("idem: take over %s: %w", key, ErrCompleted)
-		default:
-			return nil, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: rec.ExpiresAt}
-		}
+		// Our own take-over, retried by the SDK after its answer was lost.
+		item = ccf.Item
 	}
-	rec, err := decodeRecord(key, out.Attributes)
+	rec, err := decodeRecord(key, item)
 	if err != nil {
 		return nil, err
 	}
-	return &Lease{
-		Key: key, Token: token, ExpiresAt: until,
-		CreatedAt: rec.CreatedAt, RecordExpiresAt: rec.ExpiresAt, Intent: rec.Intent,
-	}, nil
+	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.CreatedAt, rec.AttemptDeadline, rec.Attempts, rec.Intent
+	lease.RecordExpiresAt = s.retainUntil(lease)
+	return lease, nil
+}
+
+// notTaken explains a take-over refused by the record item.
+func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time.Time) error {
+	rec, err := decodeRecord(key, item)
+	switch {
+	case err != nil:
+		return err
+	case rec.Status == StatusReleased || rec.expired(now):
+		return fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
+	case rec.Status.Terminal():
+		return fmt.Errorf("idem: take over %s: %w", key, ErrCompleted)
+	default:
+		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt}
+	}
 }
 
 // Record is a stored command as Get reads it.
@@ -446,15 +623,24 @@ type Record struct {
 	Status         Status
 	Fingerprint    string
 	CreatedAt      time.Time
-	ExpiresAt      time.Time // end of retention
+	ExpiresAt      time.Time // end of retention; zero while IN_FLIGHT
 	LeaseExpiresAt time.Time // zero unless IN_FLIGHT
-	Intent         []byte
-	Response       *Response // nil while IN_FLIGHT
+	// AttemptDeadline is when the last attempt at the effect had to be
+	// sent by; zero unless IN_FLIGHT.
+	AttemptDeadline time.Time
+	Attempts        int // take-overs so far
+	Intent          []byte
+	Response        *Response // nil unless terminal
+}
+
+// expired reports whether the record's retention has ended at now.
+func (r *Record) expired(now time.Time) bool {
+	return !r.ExpiresAt.IsZero() && r.ExpiresAt.Before(now)
 }
 
 // Get reads the record for key with a strongly consistent read. A missing
 // record, or one past its retention that DynamoDB has not deleted yet,
-// gives ErrNotFound.
+// gives ErrNotFound. A RELEASED record is returned as it is.
 func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      aws.String(s.table),
@@ -471,7 +657,7 @@ func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rec.ExpiresAt.Before(s.opt.Clock()) {
+	if rec.expired(s.opt.Clock()) {
 		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
 	}
 	return rec, nil
@@ -481,6 +667,7 @@ func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 type StuckLease struct {
 	Key            Key
 	LeaseExpiresAt time.Time
+	Attempts       int // take-overs so far
 }
 
 // StuckLeases yields, from one shard of the stuck-lease index, the records
@@ -526,7 +713,8 @@ func decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
 	if err != nil {
 		return StuckLease{}, err
 	}
-	return StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms)}, nil
+	attempts, _ := numberAttr(item, attrAttempts) // absent until the first take-over
+	return StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
 }
 
 func (s *Store) keyAttr(k Key) map[string]types.AttributeValue {
@@ -548,23 +736,33 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 	if err != nil {
 		return nil, err
 	}
-	exp, err := numberAttr(item, AttrExpiresAt)
-	if err != nil {
-		return nil, err
+	rec.CreatedAt = time.UnixMilli(created)
+	if attempts, err := numberAttr(item, attrAttempts); err == nil {
+		rec.Attempts = int(attempts)
 	}
-	rec.CreatedAt, rec.ExpiresAt = time.UnixMilli(created), time.Unix(exp, 0)
-	switch {
-	case rec.Status == StatusInFlight:
+	if rec.Status == StatusInFlight {
 		lexp, err := numberAttr(item, AttrLeaseExpiresAt)
 		if err != nil {
 			return nil, err
 		}
-		rec.LeaseExpiresAt = time.UnixMilli(lexp)
+		deadline, err := numberAttr(item, attrAttemptDeadline)
+		if err != nil {
+			return nil, err
+		}
+		rec.LeaseExpiresAt, rec.AttemptDeadline = time.UnixMilli(lexp), time.UnixMilli(deadline)
+		return rec, nil
+	}
+	exp, err := numberAttr(item, AttrExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	rec.ExpiresAt = time.Unix(exp, 0)
+	switch {
 	case rec.Status.Terminal():
 		if rec.Response, err = decodeResponse(item); err != nil {
 			return nil, err
 		}
-	default:
+	case rec.Status != StatusReleased:
 		return nil, fmt.Errorf("idem: record %s has unknown status %q", key, rec.Status)
 	}
 	return rec, nil

@@ -122,16 +122,31 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 		}
 		wantReplay(t, e.store, k, declined)
 	})
-	t.Run("in flight to absent by fenced release", func(t *testing.T) {
+	t.Run("in flight to released by fenced release, claimed again by the same request only", func(t *testing.T) {
 		k := key(t, "acme")
 		l := begin(t, e.store, k, fpA)
+		e.clock.Advance(time.Second)
 		if err := e.store.Release(ctx, l); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
-			t.Fatalf("Get after release: %v", err)
+		rec, err := e.store.Get(ctx, k)
+		if err != nil || rec.Status != idem.StatusReleased || rec.Fingerprint != fpA.String() {
+			t.Fatalf("Get after release: %+v, %v", rec, err)
 		}
-		begin(t, e.store, k, fpB) // absent again: any request may claim it
+		if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+			t.Fatalf("another request on a released key: want mismatch, got %v", err)
+		}
+		again := begin(t, e.store, k, fpA)
+		if !again.CreatedAt.Equal(l.CreatedAt) || again.Token == l.Token {
+			t.Fatalf("claim after release: CreatedAt %v (was %v), token %s (was %s)", again.CreatedAt, l.CreatedAt, again.Token, l.Token)
+		}
+		if err := e.store.Release(ctx, l); !errors.Is(err, idem.ErrLeaseLost) {
+			t.Fatalf("the first lease after the key was claimed again: want ErrLeaseLost, got %v", err)
+		}
+		if err := e.store.Commit(ctx, again, resp); err != nil {
+			t.Fatal(err)
+		}
+		wantReplay(t, e.store, k, resp)
 	})
 	t.Run("heartbeat extends the lease", func(t *testing.T) {
 		k := key(t, "acme")
@@ -287,11 +302,20 @@ func TestExpiredRecordIsAbsent(t *testing.T) {
 	if err := e.store.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Advance(time.Hour + 2*time.Second) // moto never deletes by TTL; AWS deletes lazily
+	if want := l.ExpiresAt.Add(time.Hour).Truncate(time.Second); !l.RecordExpiresAt.Equal(want) {
+		t.Fatalf("retention ends %v, want an hour after the lease %v", l.RecordExpiresAt, want)
+	}
+	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()) + time.Second) // moto never deletes by TTL; AWS deletes lazily
 	if _, err := e.store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Get of an expired record: want ErrNotFound, got %v", err)
 	}
-	begin(t, e.store, k, fpB) // a new command under the old key
+	if _, err := e.store.TakeOver(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("TakeOver of an expired record: want ErrNotFound, got %v", err)
+	}
+	next := begin(t, e.store, k, fpB) // a new command under the old key
+	if !next.CreatedAt.After(l.CreatedAt) {
+		t.Fatalf("the new command's CreatedAt %v does not tell it from the old one's %v", next.CreatedAt, l.CreatedAt)
+	}
 }
 
 func TestMismatchNeverReplays(t *testing.T) {
@@ -341,10 +365,14 @@ func TestCallsPerOperation(t *testing.T) {
 	check("Begin, in flight", map[string]int{"PutItem": 1})
 	_, _ = e.store.Begin(ctx, k, fpB, nil)
 	check("Begin, mismatch", map[string]int{"PutItem": 1})
-	if err := e.store.Commit(ctx, l, resp); err != nil {
+	row := types.TransactWriteItem{Put: &types.Put{
+		TableName: aws.String(e.table),
+		Item:      map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
+	}}
+	if err := e.store.Commit(ctx, l, resp, row); err != nil {
 		t.Fatal(err)
 	}
-	check("Commit", map[string]int{"TransactWriteItems": 1})
+	check("Commit with a business write", map[string]int{"TransactWriteItems": 1})
 	wantReplay(t, e.store, k, resp)
 	check("Begin, replay", map[string]int{"PutItem": 1})
 
@@ -356,6 +384,10 @@ func TestCallsPerOperation(t *testing.T) {
 		t.Fatalf("oversized response: want ErrTooLarge, got %v", err)
 	}
 	check("Commit refused before writing", map[string]int{})
+	if err := e.store.Commit(ctx, l2, resp); err != nil {
+		t.Fatal(err)
+	}
+	check("Commit without business writes", map[string]int{"UpdateItem": 1})
 }
 
 func TestLargeResponseIsCompressedAndReplayedExactly(t *testing.T) {

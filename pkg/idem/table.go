@@ -21,16 +21,17 @@ const (
 	// IndexStuckLeases is the sparse GSI of in-flight records by lease expiry.
 	IndexStuckLeases = "stuck-leases"
 
-	attrStatus      = "status"
-	attrFingerprint = "fingerprint"
-	attrCreatedAt   = "created_at"
-	attrLeaseToken  = "lease_token"
-	attrIntent      = "intent"
-	attrRespStatus  = "resp_status"
-	attrRespHeaders = "resp_headers"
-	attrRespBody    = "resp_body"
-	attrRespGzip    = "resp_gzip"
-	attrCompletedAt = "completed_at"
+	attrStatus          = "status"
+	attrFingerprint     = "fingerprint"
+	attrCreatedAt       = "created_at"
+	attrLeaseToken      = "lease_token"
+	attrIntent          = "intent"
+	attrRespStatus      = "resp_status"
+	attrRespHeaders     = "resp_headers"
+	attrRespBody        = "resp_body"
+	attrRespGzip        = "resp_gzip"
+	attrAttempts        = "attempts"
+	attrAttemptDeadline = "attempt_deadline"
 )
 
 // TableInput returns the CreateTable request for an idempotency table named
@@ -54,7 +55,8 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 				{AttributeName: aws.String(AttrLeaseShard), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(AttrLeaseExpiresAt), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+			// The attempts ride along so a sweep sees which keys keep failing.
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{attrAttempts}},
 		}},
 	}
 }
