@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -16,13 +18,55 @@ type batchWriter interface {
 	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
 }
 
+// references returns, for each key of tenant that was sent, the provider
+// reference and charge id its command derived from its record's creation
+// ("" for a key that was not sent or has no record).
+func references(ctx context.Context, db idem.DynamoDBAPI, idemTable, tenant string, keys []string, sent []bool) (refs, ids []string, err error) {
+	store, err := idem.New(db, idemTable)
+	if err != nil {
+		return nil, nil, err
+	}
+	refs, ids = make([]string, len(keys)), make([]string, len(keys))
+	errs := make([]error, len(keys))
+	slots := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		if !sent[i] {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			key, err := idem.NewKey(tenant, charge.Operation, k)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			rec, err := store.Get(ctx, key)
+			switch {
+			case errors.Is(err, idem.ErrNotFound):
+			case err != nil:
+				errs[i] = err
+			default:
+				refs[i], ids[i] = charge.ProviderReference(key, rec.CreatedAt), charge.ChargeID(key, rec.CreatedAt)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, fmt.Errorf("references: %w", err)
+	}
+	return refs, ids, nil
+}
+
 // cleanup deletes the idempotency records and charge rows of the given
-// keys of tenant. The emulator's transactions slow down as its tables grow,
-// so a run that leaves its items behind slows the next one down.
-func cleanup(ctx context.Context, db batchWriter, idemTable, chargesTable, tenant string, keys []string) error {
+// keys of tenant (ids[i] names keys[i]'s row, "" for none). The emulator's
+// transactions slow down as its tables grow, so a run that leaves its
+// items behind slows the next one down.
+func cleanup(ctx context.Context, db batchWriter, idemTable, chargesTable, tenant string, keys, ids []string) error {
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	pending := map[string][]types.WriteRequest{}
-	for _, k := range keys {
+	for i, k := range keys {
 		key, err := idem.NewKey(tenant, charge.Operation, k)
 		if err != nil {
 			return err
@@ -30,9 +74,11 @@ func cleanup(ctx context.Context, db batchWriter, idemTable, chargesTable, tenan
 		pending[idemTable] = append(pending[idemTable], types.WriteRequest{DeleteRequest: &types.DeleteRequest{
 			Key: map[string]types.AttributeValue{idem.AttrPK: s(key.String())},
 		}})
-		pending[chargesTable] = append(pending[chargesTable], types.WriteRequest{DeleteRequest: &types.DeleteRequest{
-			Key: map[string]types.AttributeValue{charge.AttrTenant: s(tenant), charge.AttrID: s(charge.ChargeID(key))},
-		}})
+		if ids[i] != "" {
+			pending[chargesTable] = append(pending[chargesTable], types.WriteRequest{DeleteRequest: &types.DeleteRequest{
+				Key: map[string]types.AttributeValue{charge.AttrTenant: s(tenant), charge.AttrID: s(ids[i])},
+			}})
+		}
 	}
 	for {
 		batch, n := map[string][]types.WriteRequest{}, 0

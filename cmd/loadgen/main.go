@@ -194,14 +194,9 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 	if err := reachable(ctx, hc, c.target); err != nil {
 		return err
 	}
-	keys, refs := make([]string, c.Ops), make([]string, c.Ops)
+	keys := make([]string, c.Ops)
 	for op := range c.Ops {
 		keys[op] = fmt.Sprintf("op-%07d", op)
-		k, err := idem.NewKey(c.tenant, charge.Operation, keys[op])
-		if err != nil {
-			return err
-		}
-		refs[op] = charge.ProviderReference(k)
 	}
 	plan := c.plan()
 	once, twice, twins := c.counts()
@@ -230,10 +225,15 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 		byOp[plan[i].op] = append(byOp[plan[i].op], o)
 		sent[plan[i].op] = sent[plan[i].op] || o.sent
 	}
-	var sentKeys []string // what the cleanup deletes
+	// A command's references derive from its record's creation.
+	refs, ids, err := references(ctx, db, c.idemTable, c.tenant, keys, sent)
+	if err != nil {
+		return err
+	}
+	var sentKeys, sentIDs []string // what the cleanup deletes
 	for op, ok := range sent {
 		if ok {
-			sentKeys = append(sentKeys, keys[op])
+			sentKeys, sentIDs = append(sentKeys, keys[op]), append(sentIDs, ids[op])
 		}
 	}
 	// A command left in flight (a request that ran out of time) is
@@ -265,7 +265,7 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 	}
 	printSummary(stdout, s)
 	if !c.keep {
-		if err := cleanup(ctx, db, c.idemTable, c.chargesTable, c.tenant, sentKeys); err != nil {
+		if err := cleanup(ctx, db, c.idemTable, c.chargesTable, c.tenant, sentKeys, sentIDs); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -112,18 +113,28 @@ type Charge struct {
 	CreatedAt         time.Time
 }
 
-// ChargeID is the id of the charge an intent creates, derived from its key.
-func ChargeID(k idem.Key) string { return "ch_" + derive("charge-id", k)[:24] }
+// ChargeID is the id of the charge an intent creates, derived from its key
+// and its record's creation: a key reused after retention names a new
+// intent, with its own charge.
+func ChargeID(k idem.Key, created time.Time) string {
+	return "ch_" + derive("charge-id", k, created)[:24]
+}
 
 // ProviderReference is the reference sent to the provider for an intent,
-// derived from its key, never random: a re-execution must hit the
-// provider's deduplication.
-func ProviderReference(k idem.Key) string { return "co_" + derive("provider-reference", k)[:32] }
+// derived like ChargeID, never random: a re-execution of the intent must
+// hit the provider's deduplication, and a new intent under a reused key
+// must not.
+func ProviderReference(k idem.Key, created time.Time) string {
+	return "co_" + derive("provider-reference", k, created)[:32]
+}
 
-func derive(purpose string, k idem.Key) string {
-	sum := sha256.Sum256([]byte(purpose + "\x00" + k.String()))
+func derive(purpose string, k idem.Key, created time.Time) string {
+	sum := sha256.Sum256([]byte(purpose + "\x00" + k.String() + "\x00" + strconv.FormatInt(created.UnixMilli(), 10)))
 	return hex.EncodeToString(sum[:])
 }
 
 // KeyHash is a short digest of a key for logs, which never carry the key.
-func KeyHash(k idem.Key) string { return derive("log", k)[:16] }
+func KeyHash(k idem.Key) string {
+	sum := sha256.Sum256([]byte("log\x00" + k.String()))
+	return hex.EncodeToString(sum[:])[:16]
+}

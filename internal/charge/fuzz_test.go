@@ -11,7 +11,9 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
@@ -63,6 +65,7 @@ func FuzzCreate(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) {
 		h, prov := fuzzHandler(t)
+		fuzzEnv.epoch.Add(1)
 		if k, err := idem.NewKey(tenant, charge.Operation, key); err == nil {
 			prov.expect(k)
 		} else {
@@ -173,6 +176,10 @@ var fuzzEnv struct {
 	h     *charge.Handler
 	prov  *unavailableProvider
 	err   error
+	// epoch moves the store's clock two retentions on per input, so every
+	// input meets a table where earlier inputs' keys have expired (a
+	// released key keeps its fingerprint until then).
+	epoch atomic.Int64
 }
 
 func fuzzHandler(t *testing.T) (*charge.Handler, *unavailableProvider) {
@@ -189,7 +196,8 @@ func fuzzHandler(t *testing.T) (*charge.Handler, *unavailableProvider) {
 			e.err = err
 			return
 		}
-		if e.store, err = idem.New(clients.DynamoDB, table); err != nil {
+		clock := func() time.Time { return time.Now().Add(time.Duration(e.epoch.Load()) * 48 * time.Hour) }
+		if e.store, err = idem.New(clients.DynamoDB, table, func(o *idem.Options) { o.Clock = clock }); err != nil {
 			e.err = err
 			return
 		}
@@ -238,6 +246,8 @@ func (p *unavailableProvider) Lookup(context.Context, string) (provider.Result, 
 	return provider.Result{}, errors.New("fuzz: lookups are not expected")
 }
 
+func (p *unavailableProvider) Guarantees() provider.Guarantees { return provider.Guarantees{} }
+
 func (p *unavailableProvider) storedFingerprint() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -281,7 +291,8 @@ func FuzzCommandID(f *testing.F) {
 		if errA != nil || errB != nil || tenantA == tenantB {
 			return
 		}
-		if charge.ChargeID(a) == charge.ChargeID(b) || charge.ProviderReference(a) == charge.ProviderReference(b) {
+		created := time.UnixMilli(1_700_000_000_000)
+		if charge.ChargeID(a, created) == charge.ChargeID(b, created) || charge.ProviderReference(a, created) == charge.ProviderReference(b, created) {
 			t.Fatalf("tenants %q and %q share ids for key %q", tenantA, tenantB, s)
 		}
 	})

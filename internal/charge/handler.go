@@ -81,7 +81,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	if err != nil {
 		// The cause is logged by class, never sent: 5xx bodies reveal nothing.
-		attrs = append(attrs, "error_class", errorClass(err))
+		attrs = append(attrs, "error_class", ErrorClass(err))
 		res = Result{Response: problem(ProblemInternal, ""), Outcome: OutcomeError}
 	}
 	attrs = append(attrs, "request_id", requestID(ctx), "route", route, "tenant", tenant,

@@ -3,7 +3,6 @@ package charge_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -238,9 +237,11 @@ func TestUnavailableReleasesThenRetryChargesOnce(t *testing.T) {
 	if problemType(t, first) != "provider-unavailable" || first.Headers["Retry-After"] == "" {
 		t.Fatalf("unavailable answered %v %s", first.Headers, first.Body)
 	}
-	if _, err := h.store.Get(context.Background(), mustKey(t, "acme", key)); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("record after unavailable: want released, got %v", err)
+	if rec, err := h.store.Get(context.Background(), mustKey(t, "acme", key)); err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record after unavailable: want released, got %+v, %v", rec, err)
 	}
+	other := h.do(post("acme", key, strings.Replace(body, "1500", "9900", 1)))
+	wantStatus(t, other, http.StatusUnprocessableEntity) // the released key keeps its request
 	retry := h.do(post("acme", key, body))
 	wantStatus(t, retry, http.StatusCreated)
 	if charges, _ := h.ledger(t); charges != 1 {

@@ -60,18 +60,21 @@ const ProblemBase = "https://chargeonce.dev/problems/"
 
 // The problem types; api/openapi.yaml documents the same list.
 var (
-	ProblemInvalidKey       = ProblemType{"invalid-idempotency-key", "Invalid Idempotency-Key header", http.StatusBadRequest}
-	ProblemInvalidRequest   = ProblemType{"invalid-request", "Invalid request", http.StatusBadRequest}
-	ProblemTooLarge         = ProblemType{"payload-too-large", "Request body too large", http.StatusRequestEntityTooLarge}
-	ProblemUnsupportedMedia = ProblemType{"unsupported-media-type", "Unsupported media type", http.StatusUnsupportedMediaType}
-	ProblemUnauthorized     = ProblemType{"unauthorized", "No tenant in the authorizer context", http.StatusUnauthorized}
-	ProblemInProgress       = ProblemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
-	ProblemKeyReused        = ProblemType{"idempotency-key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
-	ProblemDeclined         = ProblemType{"card-declined", "Card declined", http.StatusPaymentRequired}
-	ProblemUnavailable      = ProblemType{"provider-unavailable", "Card provider unavailable; nothing was charged", http.StatusServiceUnavailable}
-	ProblemOutcomePending   = ProblemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
-	ProblemNotFound         = ProblemType{"not-found", "Charge not found", http.StatusNotFound}
-	ProblemInternal         = ProblemType{"internal-error", "Internal error", http.StatusInternalServerError}
+	ProblemInvalidKey         = ProblemType{"invalid-idempotency-key", "Invalid Idempotency-Key header", http.StatusBadRequest}
+	ProblemInvalidRequest     = ProblemType{"invalid-request", "Invalid request", http.StatusBadRequest}
+	ProblemTooLarge           = ProblemType{"payload-too-large", "Request body too large", http.StatusRequestEntityTooLarge}
+	ProblemUnsupportedMedia   = ProblemType{"unsupported-media-type", "Unsupported media type", http.StatusUnsupportedMediaType}
+	ProblemUnauthorized       = ProblemType{"unauthorized", "No tenant in the authorizer context", http.StatusUnauthorized}
+	ProblemInProgress         = ProblemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
+	ProblemKeyReused          = ProblemType{"idempotency-key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
+	ProblemDeclined           = ProblemType{"card-declined", "Card declined", http.StatusPaymentRequired}
+	ProblemUnavailable        = ProblemType{"provider-unavailable", "Card provider unavailable; nothing was charged", http.StatusServiceUnavailable}
+	ProblemOutcomePending     = ProblemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
+	ProblemNotFound           = ProblemType{"not-found", "Charge not found", http.StatusNotFound}
+	ProblemInternal           = ProblemType{"internal-error", "Internal error", http.StatusInternalServerError}
+	ProblemChargeConflict     = ProblemType{"charge-conflict", "Charge record conflicts with the provider", http.StatusInternalServerError}
+	ProblemProviderRejected   = ProblemType{"provider-rejected", "Card provider refused the request; nothing was charged", http.StatusBadGateway}
+	ProblemServiceUnavailable = ProblemType{"service-unavailable", "Service temporarily unavailable; nothing was charged", http.StatusServiceUnavailable}
 )
 
 type problemJSON struct {

@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -21,6 +23,7 @@ import (
 type Provider interface {
 	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
+	Guarantees() provider.Guarantees
 }
 
 // Reconciler queues a key whose outcome is unknown for reconciliation once
@@ -45,6 +48,7 @@ const (
 	OutcomeMismatch    Outcome = "mismatch"
 	OutcomeDeclined    Outcome = "declined"
 	OutcomeUnavailable Outcome = "unavailable"
+	OutcomeRejected    Outcome = "rejected"
 	OutcomeAmbiguous   Outcome = "ambiguous"
 	OutcomeInvalid     Outcome = "invalid"
 	OutcomeFound       Outcome = "found"
@@ -56,6 +60,13 @@ const (
 	OutcomeResolved    Outcome = "resolved_charged"
 	OutcomeResolvedDec Outcome = "resolved_declined"
 	OutcomeReleased    Outcome = "released"
+	// OutcomeNotSettled: the provider has no charge for the reference yet,
+	// but its settle window has not passed; the key is looked at again
+	// when it has.
+	OutcomeNotSettled Outcome = "not_settled"
+	// OutcomeDeferred: the provider could not be asked; the key is looked
+	// at again after a backoff that grows with its attempts.
+	OutcomeDeferred Outcome = "deferred"
 )
 
 // Config holds a Service's dependencies. Clock defaults to time.Now.
@@ -66,9 +77,24 @@ type Config struct {
 	Provider     Provider
 	Reconciler   Reconciler    // may be nil in the reconcile function
 	InflightWait time.Duration // how long Create waits for an in-flight twin
-	Clock        func() time.Time
-	Logger       *slog.Logger
+	// CommitReserve is the part of the request's time the provider call
+	// may not use: what recording the outcome (or queueing it for the
+	// reconciler) needs. Default DefaultCommitReserve.
+	CommitReserve time.Duration
+	// RetryBase and RetryCap bound the reconciler's backoff per key: the
+	// n-th failed attempt waits RetryBase·2ⁿ⁻¹, at most RetryCap.
+	// Defaults DefaultRetryBase and DefaultRetryCap.
+	RetryBase, RetryCap time.Duration
+	Clock               func() time.Time
+	Logger              *slog.Logger
 }
+
+// Defaults of the Config.
+const (
+	DefaultCommitReserve = 2 * time.Second
+	DefaultRetryBase     = time.Minute
+	DefaultRetryCap      = time.Hour
+)
 
 // Service creates, reads and reconciles charges.
 type Service struct{ cfg Config }
@@ -85,6 +111,15 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.CommitReserve <= 0 {
+		cfg.CommitReserve = DefaultCommitReserve
+	}
+	if cfg.RetryBase <= 0 {
+		cfg.RetryBase = DefaultRetryBase
+	}
+	if cfg.RetryCap <= 0 {
+		cfg.RetryCap = DefaultRetryCap
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -130,23 +165,28 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		return Result{Response: resp, Outcome: OutcomeConflict, KeyExpiresAt: inflight.RecordExpiresAt}, nil
 	case errors.As(err, &mismatch):
 		return Result{Response: problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request."), Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+	case transient(err):
+		// Nothing reached the provider: the key may be retried at once.
+		return s.storeUnavailable(), nil
 	case err != nil:
 		return Result{}, err
 	case begun.Replay != nil:
 		return Result{Response: *begun.Replay, Outcome: OutcomeReplayed, Replayed: true, KeyExpiresAt: begun.RecordExpiresAt}, nil
 	}
 	lease := begun.Lease
-	res, err := s.cfg.Provider.Charge(ctx, provider.ChargeRequest{
-		Reference: ProviderReference(key), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
+	res, err := s.charge(ctx, provider.ChargeRequest{
+		Reference: ProviderReference(key, lease.CreatedAt), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
 	})
 	switch {
 	case errors.Is(err, provider.ErrUnavailable) || errors.Is(err, provider.ErrRejected):
-		// The provider did not act: the key goes back to ABSENT.
+		// The provider did not act: the key is released for a retry of the
+		// same request.
 		if rerr := s.cfg.Store.Release(ctx, lease); rerr != nil {
 			return s.ambiguous(ctx, lease, rerr)
 		}
 		if errors.Is(err, provider.ErrRejected) {
-			return Result{}, fmt.Errorf("charge: provider rejected the request: %w", err)
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", KeyHash(key), "error_class", ErrorClass(err))
+			return Result{Response: problem(ProblemProviderRejected, "The card provider refused the request. Nothing was charged. Retrying the same request will not help."), Outcome: OutcomeRejected}, nil
 		}
 		resp := problem(ProblemUnavailable, "The card provider is unavailable. Nothing was charged; retry with the same key.")
 		resp.Headers["Retry-After"] = "2"
@@ -159,6 +199,50 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		return s.ambiguous(ctx, lease, err)
 	}
 	return Result{Response: resp, Outcome: outcome, KeyExpiresAt: lease.RecordExpiresAt}, nil
+}
+
+// charge calls the provider with what is left of the request's time minus
+// CommitReserve, so an answer that comes in time can still be recorded.
+func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-s.cfg.CommitReserve))
+		defer cancel()
+	}
+	return s.cfg.Provider.Charge(ctx, req)
+}
+
+// storeUnavailable answers a request the idempotency store could not take
+// (throttled, a transaction conflict, a 5xx): nothing happened, retry soon.
+func (s *Service) storeUnavailable() Result {
+	resp := problem(ProblemServiceUnavailable, "The service is busy. Nothing was charged; retry with the same key.")
+	resp.Headers["Retry-After"] = "1"
+	return Result{Response: resp, Outcome: OutcomeUnavailable}
+}
+
+// transient reports whether err is a failure of DynamoDB that a retry may
+// not meet: throttling, a transaction conflict, a server error, or time
+// running out.
+func transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		api  smithy.APIError
+		resp *awshttp.ResponseError
+	)
+	if errors.As(err, &api) {
+		switch api.ErrorCode() {
+		case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
+			"TransactionConflictException", "TransactionInProgressException", "InternalServerError",
+			"InternalFailure", "ServiceUnavailable":
+			return true
+		}
+	}
+	if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 {
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // begin claims the key, waiting up to InflightWait (and never past the
@@ -183,17 +267,23 @@ func (s *Service) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, 
 	}
 }
 
+// enqueueTimeout bounds the reconcile message's send on the ambiguous
+// path, which runs on its own time: the request's may be spent.
+const enqueueTimeout = 2 * time.Second
+
 // ambiguous answers when the charge may have happened but the record could
 // not be completed: the record stays IN_FLIGHT and is queued for the
 // reconciler once its lease has run out.
 func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
 	delay := lease.ExpiresAt.Sub(s.cfg.Clock())
 	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
-		"key_hash", KeyHash(lease.Key), "cause", errorClass(cause), "delay_ms", delay.Milliseconds())
+		"key_hash", KeyHash(lease.Key), "cause", ErrorClass(cause), "delay_ms", delay.Milliseconds())
 	if s.cfg.Reconciler != nil {
-		if err := s.cfg.Reconciler.EnqueueReconcile(ctx, lease.Key, delay); err != nil {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
+		defer cancel()
+		if err := s.cfg.Reconciler.EnqueueReconcile(qctx, lease.Key, delay); err != nil {
 			// The sweeper will find the lease once it expires.
-			s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", KeyHash(lease.Key), "error", err.Error())
+			s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", KeyHash(lease.Key), "error_class", ErrorClass(err))
 		}
 	}
 	resp := problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; you will not be charged twice.")
@@ -201,18 +291,24 @@ func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error)
 	return Result{Response: resp, Outcome: OutcomeAmbiguous, KeyExpiresAt: lease.RecordExpiresAt}, nil
 }
 
-// errorClass names an error for logs without its text, which may carry
-// request details.
-func errorClass(err error) string {
+// ErrorClass names an error for logs and metrics without its text, which
+// may carry request details. Every function uses this one vocabulary.
+func ErrorClass(err error) string {
 	switch {
 	case errors.Is(err, provider.ErrAmbiguous):
 		return "provider_ambiguous"
+	case errors.Is(err, provider.ErrUnavailable):
+		return "provider_unavailable"
+	case errors.Is(err, provider.ErrRejected):
+		return "provider_rejected"
 	case errors.Is(err, idem.ErrLeaseLost):
 		return "lease_lost"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return "deadline"
+	case transient(err):
+		return "store_unavailable"
 	default:
-		return "store_error"
+		return "internal"
 	}
 }
 
@@ -227,14 +323,18 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 	switch res.Status {
 	case provider.StatusCharged:
 		c := Charge{
-			ID: ChargeID(lease.Key), Tenant: lease.Key.Tenant(),
+			ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
 			Money:       Money{Amount: in.Amount, Currency: in.Currency},
-			Description: in.Description, ProviderReference: ProviderReference(lease.Key),
+			Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
 			ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
 			CreatedAt: lease.CreatedAt,
 		}
 		resp := createdResponse(c)
-		if err := s.cfg.Store.Commit(ctx, lease, resp, putRow(s.cfg.ChargesTable, c)); err != nil {
+		err := s.cfg.Store.Commit(ctx, lease, resp, putRow(s.cfg.ChargesTable, c))
+		if errors.Is(err, idem.ErrWriteConditionFailed) {
+			return s.rowExists(ctx, lease, c)
+		}
+		if err != nil {
 			return "", idem.Response{}, err
 		}
 		return OutcomeCreated, resp, nil
@@ -249,31 +349,79 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 	}
 }
 
-// Get returns tenant's charge id. Another tenant's charge is not found.
-func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
+// rowExists settles a command whose charge row is already there. Rows are
+// named by the command's key and CreatedAt, so that is this command's own
+// charge, recorded by an earlier attempt: if it names the provider's
+// charge, the command succeeds with the row's answer. Anything else is a
+// conflict no retry can mend: it is stored as a permanent 500 and logged
+// for an operator, never left IN_FLIGHT to cycle through the reconciler.
+func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (Outcome, idem.Response, error) {
+	row, found, err := s.row(ctx, c.Tenant, c.ID)
+	if err != nil {
+		return "", idem.Response{}, err
+	}
+	if found && row.ProviderChargeID == c.ProviderChargeID && row.ProviderReference == c.ProviderReference {
+		resp := createdResponse(row)
+		if err := s.cfg.Store.Commit(ctx, lease, resp); err != nil {
+			return "", idem.Response{}, err
+		}
+		return OutcomeCreated, resp, nil
+	}
+	s.cfg.Logger.ErrorContext(ctx, "charge row conflicts with the provider's answer; stored as a permanent error",
+		"key_hash", KeyHash(lease.Key), "charge_id", c.ID)
+	resp := problem(ProblemChargeConflict, "This charge's record conflicts with the provider's answer. Contact support with the Idempotency-Key.")
+	if err := s.cfg.Store.Fail(ctx, lease, resp); err != nil {
+		return "", idem.Response{}, err
+	}
+	return OutcomeError, resp, nil
+}
+
+// row reads tenant's charge id with a strongly consistent read.
+func (s *Service) row(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	out, err := s.cfg.Charges.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName: aws.String(s.cfg.ChargesTable),
-		Key:       map[string]types.AttributeValue{AttrTenant: attrS(tenant), AttrID: attrS(id)},
+		TableName:      aws.String(s.cfg.ChargesTable),
+		Key:            map[string]types.AttributeValue{AttrTenant: attrS(tenant), AttrID: attrS(id)},
+		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Result{}, fmt.Errorf("charge: get: %w", err)
+		return Charge{}, false, fmt.Errorf("charge: get: %w", err)
 	}
 	if len(out.Item) == 0 {
-		return Result{Response: problem(ProblemNotFound, ""), Outcome: OutcomeNotFound}, nil
+		return Charge{}, false, nil
 	}
 	c, err := rowCharge(out.Item)
 	if err != nil {
-		return Result{}, fmt.Errorf("charge: stored row: %w", err)
+		return Charge{}, false, fmt.Errorf("charge: stored row: %w", err)
+	}
+	return c, true, nil
+}
+
+// Get returns tenant's charge id, read strongly consistently so a charge
+// just answered 201 is found. Another tenant's charge is not found.
+func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
+	c, found, err := s.row(ctx, tenant, id)
+	switch {
+	case transient(err):
+		return s.storeUnavailable(), nil
+	case err != nil:
+		return Result{}, err
+	case !found:
+		return Result{Response: problem(ProblemNotFound, ""), Outcome: OutcomeNotFound}, nil
 	}
 	return Result{Response: idem.Response{Status: 200, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: c.body()}, Outcome: OutcomeFound}, nil
 }
 
 // Reconcile resolves a command whose first attempt may have died between
-// charging and recording: if its lease has run out, it takes the lease over
-// and asks the provider what happened to the command's reference. A charge
-// is committed with the exact 201 the API would have answered; a decline is
-// stored as the 402; nothing at all releases the key. A provider error is
-// returned, to be retried; the lease simply runs out again.
+// charging and recording, however old it is: if its lease has run out, it
+// takes the lease over and asks the provider what happened to the
+// command's reference. A charge is committed with the exact 201 the API
+// would have answered; a decline is stored as the 402. "Not found"
+// releases the key only once the provider's settle window has passed
+// since the last attempt had to be sent; before that the key is postponed
+// to then. If the provider cannot be asked, the key is postponed by a
+// backoff that grows with its attempts. Postponed keys come back through
+// the sweeper, never through redelivery of the message. Errors are left
+// for the message to be retried (the lease simply runs out again).
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
 	rec, err := s.cfg.Store.Get(ctx, key)
 	switch {
@@ -281,7 +429,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
-	case rec.Status.Terminal():
+	case rec.Status != idem.StatusInFlight:
 		return OutcomeNothingToDo, nil
 	case rec.LeaseExpiresAt.After(s.cfg.Clock()):
 		return OutcomeStillLeased, nil
@@ -295,22 +443,46 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	case err != nil:
 		return "", err
 	}
-	res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(key))
+	res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(key, lease.CreatedAt))
 	if err != nil {
-		return "", fmt.Errorf("charge: reconcile lookup: %w", err)
+		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
+		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
+			"key_hash", KeyHash(key), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
+		return s.postpone(ctx, lease, until, OutcomeDeferred)
 	}
 	if res.Status == provider.StatusNotFound {
+		if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
+			return s.postpone(ctx, lease, settled, OutcomeNotSettled)
+		}
 		if err := s.cfg.Store.Release(ctx, lease); err != nil {
 			return "", err
 		}
 		return OutcomeReleased, nil
 	}
 	outcome, _, err := s.complete(ctx, lease, res)
-	if err != nil {
+	switch {
+	case err != nil:
+		return "", err
+	case outcome == OutcomeDeclined:
+		return OutcomeResolvedDec, nil
+	case outcome == OutcomeCreated:
+		return OutcomeResolved, nil
+	}
+	return outcome, nil
+}
+
+func (s *Service) postpone(ctx context.Context, lease *idem.Lease, until time.Time, outcome Outcome) (Outcome, error) {
+	if err := s.cfg.Store.Postpone(ctx, lease, until); err != nil {
 		return "", err
 	}
-	if outcome == OutcomeDeclined {
-		return OutcomeResolvedDec, nil
+	return outcome, nil
+}
+
+// backoff is how long a key waits after its n-th failed attempt.
+func (s *Service) backoff(attempts int) time.Duration {
+	d := s.cfg.RetryBase
+	for i := 1; i < attempts && d < s.cfg.RetryCap; i++ {
+		d *= 2
 	}
-	return OutcomeResolved, nil
+	return min(d, s.cfg.RetryCap)
 }

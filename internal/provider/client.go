@@ -33,6 +33,7 @@ type Client struct {
 	secret     string
 	hc         *http.Client
 	timeout    time.Duration
+	guarantees Guarantees
 }
 
 // Option configures a Client.
@@ -54,6 +55,12 @@ func WithTimeout(d time.Duration) Option {
 	return func(c *Client) { c.timeout = d }
 }
 
+// WithGuarantees declares the provider's guarantees instead of the
+// defaults (deduplication for ever, DefaultSettleWindow).
+func WithGuarantees(g Guarantees) Option {
+	return func(c *Client) { c.guarantees = g }
+}
+
 // NewClient returns a Client for the provider at baseURL (scheme and host,
 // optionally a path prefix). A non-empty secret is sent as a bearer token.
 func NewClient(baseURL, secret string, opts ...Option) *Client {
@@ -62,6 +69,7 @@ func NewClient(baseURL, secret string, opts ...Option) *Client {
 		secret:     secret,
 		hc:         &http.Client{},
 		timeout:    DefaultTimeout,
+		guarantees: Guarantees{SettleWindow: DefaultSettleWindow},
 	}
 	for _, opt := range opts {
 		opt(c)
@@ -73,6 +81,9 @@ func NewClient(baseURL, secret string, opts ...Option) *Client {
 	c.hc = &hc
 	return c
 }
+
+// Guarantees are the provider's declared guarantees.
+func (c *Client) Guarantees() Guarantees { return c.guarantees }
 
 // Charge asks the provider to charge req. It sends the request exactly once.
 // A declined card is not an error: the Result has StatusDeclined and its

@@ -5,7 +5,26 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 )
+
+// Guarantees are what a provider adapter promises about the provider
+// behind it. The charge path relies on them; see the package doc.
+type Guarantees struct {
+	// DedupWindow is how long the provider deduplicates a reference: a
+	// charge sent again within it returns the first result instead of
+	// charging again. Zero means for ever.
+	DedupWindow time.Duration
+	// SettleWindow is how long after the last charge attempt had to be
+	// sent a "not found" from Lookup can be trusted. Before that, a
+	// request still travelling inside the provider (an edge that timed
+	// out while its backend goes on) may yet charge.
+	SettleWindow time.Duration
+}
+
+// DefaultSettleWindow is the settle window of a provider that states
+// none: long enough for any request the provider accepted to land.
+const DefaultSettleWindow = 5 * time.Minute
 
 // Status is the provider's verdict on a reference.
 type Status string

@@ -11,7 +11,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -107,25 +106,11 @@ func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
 	outcome, err := h.svc.Reconcile(ctx, key)
 	if err != nil {
 		log.ErrorContext(ctx, "reconcile", "key_hash", keyHash, "outcome", "error",
-			"error_class", errorClass(err), "error", redact(err, key, keyHash))
+			"error_class", charge.ErrorClass(err), "error", redact(err, key, keyHash))
 		return false
 	}
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
 	return true
-}
-
-// errorClass names the kind of failure, for filtering logs.
-func errorClass(err error) string {
-	switch {
-	case errors.Is(err, provider.ErrUnavailable):
-		return "provider_unavailable"
-	case errors.Is(err, idem.ErrLeaseLost):
-		return "lease_lost"
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		return "deadline"
-	default:
-		return "internal"
-	}
 }
 
 // redact returns err's text with the key, which the store's errors name,

@@ -28,6 +28,10 @@ const (
 	EnvTenantClaim       = "TENANT_CLAIM"
 	EnvIdempotencyTTL    = "IDEMPOTENCY_TTL"
 	EnvInflightWait      = "INFLIGHT_WAIT"
+	EnvCommitReserve     = "COMMIT_RESERVE"
+	EnvSettleWindow      = "PROVIDER_SETTLE_WINDOW"
+	EnvRetryBase         = "RECONCILE_RETRY_BASE"
+	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
 )
 
@@ -87,7 +91,7 @@ func (e *env) err() error {
 type Charge struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 	ProviderURL, ProviderSecret, TenantClaim          string
-	Retention, InflightWait                           time.Duration
+	Retention, InflightWait, CommitReserve            time.Duration
 	LogLevel                                          slog.Level
 }
 
@@ -103,6 +107,7 @@ func LoadCharge(get Getenv) (Charge, error) {
 		TenantClaim:       e.optional(EnvTenantClaim, "tenant_id"),
 		Retention:         e.duration(EnvIdempotencyTTL, 24*time.Hour),
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
+		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		LogLevel:          e.level(),
 	}
 	return c, e.err()
@@ -113,7 +118,10 @@ type Reconcile struct {
 	IdempotencyTable, ChargesTable string
 	ProviderURL, ProviderSecret    string
 	Retention                      time.Duration
-	LogLevel                       slog.Level
+	// SettleWindow is the provider's: see provider.Guarantees.
+	SettleWindow        time.Duration
+	RetryBase, RetryCap time.Duration
+	LogLevel            slog.Level
 }
 
 // LoadReconcile reads the reconcile function's configuration.
@@ -125,6 +133,9 @@ func LoadReconcile(get Getenv) (Reconcile, error) {
 		ProviderURL:      e.required(EnvProviderURL),
 		ProviderSecret:   e.optional(EnvProviderSecret, ""),
 		Retention:        e.duration(EnvIdempotencyTTL, 24*time.Hour),
+		SettleWindow:     e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
+		RetryBase:        e.duration(EnvRetryBase, charge.DefaultRetryBase),
+		RetryCap:         e.duration(EnvRetryCap, charge.DefaultRetryCap),
 		LogLevel:         e.level(),
 	}
 	return c, e.err()
@@ -169,14 +180,14 @@ func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) 
 	})
 }
 
-func (d Deps) service(cfg charge.Config, table string, retention time.Duration, providerURL, secret string) (*charge.Service, error) {
+func (d Deps) service(cfg charge.Config, table string, retention time.Duration, providerURL, secret string, providerOpts ...provider.Option) (*charge.Service, error) {
 	store, err := d.store(table, retention)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Store = store
 	cfg.Charges = d.Clients.DynamoDB
-	cfg.Provider = provider.NewClient(providerURL, secret, d.ProviderOptions...)
+	cfg.Provider = provider.NewClient(providerURL, secret, append(providerOpts, d.ProviderOptions...)...)
 	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger
 	return charge.NewService(cfg)
@@ -189,7 +200,7 @@ func ChargeHandler(c Charge, d Deps) (*charge.Handler, error) {
 		return nil, err
 	}
 	svc, err := d.service(charge.Config{
-		ChargesTable: c.ChargesTable, Reconciler: sender, InflightWait: c.InflightWait,
+		ChargesTable: c.ChargesTable, Reconciler: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
 	}, c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret)
 	if err != nil {
 		return nil, err
@@ -199,5 +210,7 @@ func ChargeHandler(c Charge, d Deps) (*charge.Handler, error) {
 
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c Reconcile, d Deps) (*charge.Service, error) {
-	return d.service(charge.Config{ChargesTable: c.ChargesTable}, c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret)
+	return d.service(charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
+		c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret,
+		provider.WithGuarantees(provider.Guarantees{SettleWindow: c.SettleWindow}))
 }

@@ -31,8 +31,10 @@ var (
 
 // InFlightError reports a key held by an unfinished attempt.
 type InFlightError struct {
-	LeaseExpiresAt  time.Time // when the holder's lease runs out
-	RecordExpiresAt time.Time // when the key stops deduplicating
+	LeaseExpiresAt time.Time // when the holder's lease runs out
+	// RecordExpiresAt is the earliest the key can stop deduplicating:
+	// retention starts when the command settles.
+	RecordExpiresAt time.Time
 }
 
 func (e *InFlightError) Error() string {

@@ -233,15 +233,21 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	if err != nil {
 		return Begun{}, err
 	}
+	expires := rec.ExpiresAt
+	if expires.IsZero() {
+		// IN_FLIGHT: retention starts once it settles, after this lease
+		// at the earliest.
+		expires = s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})
+	}
 	switch {
 	case rec.Fingerprint != fp.String():
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: rec.ExpiresAt})
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
-		return Begun{Replay: rec.Response, RecordExpiresAt: rec.ExpiresAt}, nil
+		return Begun{Replay: rec.Response, RecordExpiresAt: expires}, nil
 	case rec.Status == StatusReleased && reclaims < maxReclaims:
 		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
 	default:
-		return Begun{}, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt}
+		return Begun{}, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: expires}
 	}
 }
 
@@ -613,7 +619,7 @@ func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time
 	case rec.Status.Terminal():
 		return fmt.Errorf("idem: take over %s: %w", key, ErrCompleted)
 	default:
-		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt}
+		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})}
 	}
 }
 
