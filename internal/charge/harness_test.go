@@ -34,26 +34,44 @@ type harness struct {
 	store   *idem.Store // the same table, for asserting what is stored
 	queue   queue.Queues
 	logs    *testenv.LogBuffer
+	d       *teststack.Deployment
 }
 
 func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
 	t.Helper()
-	d := teststack.Deploy(t)
+	return newHarnessWith(t, harnessConfig{tune: tune})
+}
+
+// harnessConfig adjusts a harness: the function's configuration, its
+// dependencies (clock, DynamoDB client options) and the simulator.
+type harnessConfig struct {
+	tune []func(*setup.Charge)
+	deps func(*setup.Deps)
+	sim  []providersim.Option
+}
+
+func newHarnessWith(t *testing.T, hc harnessConfig) *harness {
+	t.Helper()
+	d := teststack.Deploy(t, hc.sim...)
 	cfg := d.Charge()
-	for _, fn := range tune {
+	for _, fn := range hc.tune {
 		fn(&cfg)
 	}
 	clients := testenv.Clients(t)
 	logs := &testenv.LogBuffer{}
-	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	deps := setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	if hc.deps != nil {
+		hc.deps(&deps)
+	}
+	h, err := setup.ChargeHandler(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := idem.New(clients.DynamoDB, cfg.IdempotencyTable)
+	store, err := idem.New(clients.DynamoDB, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = deps.Clock })
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{t: t, handler: h, sim: d.Sim, store: store, queue: d.Queues, logs: logs}
+	return &harness{t: t, handler: h, sim: d.Sim, store: store, queue: d.Queues, logs: logs, d: d}
 }
 
 // post builds a POST /charges event as API Gateway sends it.

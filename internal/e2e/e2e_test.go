@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"net/http"
@@ -78,8 +79,9 @@ func chargeEvents(t *testing.T, fn *function, sim *providersim.Simulator) {
 		t.Fatalf("create: %d %v %s", created.StatusCode, created.Headers, created.Body)
 	}
 	var c struct {
-		ID     string `json:"id"`
-		Amount int64  `json:"amount"`
+		ID                string `json:"id"`
+		Amount            int64  `json:"amount"`
+		ProviderReference string `json:"provider_reference"`
 	}
 	if err := json.Unmarshal([]byte(created.Body), &c); err != nil || c.Amount != 1500 || created.Headers["Location"] != "/charges/"+c.ID {
 		t.Errorf("create body %s (%v), Location %q", created.Body, err, created.Headers["Location"])
@@ -95,17 +97,20 @@ func chargeEvents(t *testing.T, fn *function, sim *providersim.Simulator) {
 	fn.invoke(t, readEvent(t, "charge-missing-key"), &missing)
 	wantProblem(t, "missing key", missing, http.StatusBadRequest, "invalid-idempotency-key")
 
-	// events/charge-get.json names the charge events/charge-create.json makes.
-	fn.invoke(t, readEvent(t, "charge-get"), &got)
+	// events/charge-get.json names an example charge: charge ids derive
+	// from the record's creation, so the test asks for the one just made.
+	fn.invoke(t, bytes.ReplaceAll(readEvent(t, "charge-get"), []byte(exampleChargeID), []byte(c.ID)), &got)
 	if got.StatusCode != http.StatusOK || got.Body != created.Body {
 		t.Errorf("get: %d %s, want 200 %s", got.StatusCode, got.Body, created.Body)
 	}
 
-	key, _ := idem.NewKey("acme", charge.Operation, "order-1001")
-	if e := sim.Ledger().References[charge.ProviderReference(key)]; e.Charges != 1 || e.Calls != 1 {
+	if e := sim.Ledger().References[c.ProviderReference]; e.Charges != 1 || e.Calls != 1 {
 		t.Errorf("provider ledger for order-1001: %+v, want one call and one charge", e)
 	}
 }
+
+// exampleChargeID is the charge events/charge-get.json asks for.
+const exampleChargeID = "ch_b3867622bf6161e6b485bdb9"
 
 func wantProblem(t *testing.T, what string, res events.APIGatewayV2HTTPResponse, status int, slug string) {
 	t.Helper()
@@ -140,7 +145,7 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 		t.Fatalf("begin: %+v %v", begun, err)
 	}
 	if _, err := provider.NewClient(providerURL, "").Charge(ctx, provider.ChargeRequest{
-		Reference: charge.ProviderReference(key), Amount: 2500, Currency: "EUR", Source: providersim.SourceVisa,
+		Reference: charge.ProviderReference(key, begun.Lease.CreatedAt), Amount: 2500, Currency: "EUR", Source: providersim.SourceVisa,
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +184,7 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 	if err != nil || rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
 		t.Fatalf("record after reconcile: %+v %v, want SUCCEEDED with a 201", rec, err)
 	}
-	if e := sim.Ledger().References[charge.ProviderReference(key)]; e.Charges != 1 || e.Calls != 1 {
+	if e := sim.Ledger().References[charge.ProviderReference(key, rec.CreatedAt)]; e.Charges != 1 || e.Calls != 1 {
 		t.Errorf("provider ledger for order-2002: %+v, want the one charge", e)
 	}
 

@@ -7,15 +7,16 @@ package reconcile_test
 // ChangeMessageVisibility, as the Lambda poller would see it.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -104,6 +106,19 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	return s
 }
 
+// reconcilerOn builds another reconcile function instance whose DynamoDB
+// client is adjusted by opt.
+func (s *stack) reconcilerOn(t *testing.T, opt func(*dynamodb.Options)) *reconcile.Handler {
+	t.Helper()
+	d := s.deps
+	d.Clients = testenv.Clients(t, s.calls.Option(), opt)
+	h, err := setup.ReconcileHandler(s.recCfg, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 // reconciler builds another reconcile function instance, its provider
 // client adjusted by opts.
 func (s *stack) reconciler(t *testing.T, opts ...provider.Option) *reconcile.Handler {
@@ -178,7 +193,7 @@ func (s *stack) ambiguous(t *testing.T) idem.Key {
 	k := newKey(t)
 	resp := s.post(t, k, providersim.SourceTimeoutOnce)
 	wantProblem(t, resp, http.StatusServiceUnavailable, "outcome-pending")
-	if e := s.sim.Ledger().References[charge.ProviderReference(k)]; e.Charges != 1 {
+	if e := s.sim.Ledger().References[s.ref(t, k)]; e.Charges != 1 {
 		t.Fatalf("provider ledger for the key: %+v, want charged", e)
 	}
 	return k
@@ -270,6 +285,27 @@ func (s *stack) outcomes(t *testing.T, key idem.Key) []string {
 	return out
 }
 
+// ref and chargeID are the provider reference and charge id of key's
+// command, derived from its record's creation.
+func (s *stack) ref(t *testing.T, key idem.Key) string {
+	t.Helper()
+	return charge.ProviderReference(key, s.record(t, key).CreatedAt)
+}
+
+func (s *stack) chargeID(t *testing.T, key idem.Key) string {
+	t.Helper()
+	return charge.ChargeID(key, s.record(t, key).CreatedAt)
+}
+
+func (s *stack) record(t *testing.T, key idem.Key) *idem.Record {
+	t.Helper()
+	rec, err := s.store.Get(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
 func (s *stack) status(t *testing.T, key idem.Key) idem.Status {
 	t.Helper()
 	rec, err := s.store.Get(context.Background(), key)
@@ -284,7 +320,7 @@ func (s *stack) status(t *testing.T, key idem.Key) idem.Status {
 func (s *stack) wantOneCharge(t *testing.T, key idem.Key) {
 	t.Helper()
 	l := s.sim.Ledger()
-	if e := l.References[charge.ProviderReference(key)]; e.Charges != 1 || l.TotalCharges != 1 {
+	if e := l.References[s.ref(t, key)]; e.Charges != 1 || l.TotalCharges != 1 {
 		t.Fatalf("provider ledger %+v, want exactly one charge, for the key", l)
 	}
 }
@@ -298,7 +334,7 @@ func (s *stack) wantReplayOfCharge(t *testing.T, key idem.Key, source string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := charge.ChargeID(key)
+	id := charge.ChargeID(key, rec.CreatedAt)
 	want, _ := json.Marshal(struct {
 		ID                string `json:"id"`
 		Amount            int64  `json:"amount"`
@@ -306,7 +342,7 @@ func (s *stack) wantReplayOfCharge(t *testing.T, key idem.Key, source string) {
 		Status            string `json:"status"`
 		ProviderReference string `json:"provider_reference"`
 		CreatedAt         string `json:"created_at"`
-	}{id, 1500, "EUR", "succeeded", charge.ProviderReference(key), rec.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+	}{id, 1500, "EUR", "succeeded", charge.ProviderReference(key, rec.CreatedAt), rec.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
 
 	resp := s.post(t, key, source)
 	if resp.StatusCode != http.StatusCreated || resp.Body != string(want) ||
@@ -369,7 +405,7 @@ func TestCrashAfterChargeIsResolvedFromTheProvider(t *testing.T) {
 	if got := slices.Sorted(maps.Keys(replay)); !slices.Equal(got, fields) {
 		t.Fatalf("replay fields %v, a first response has %v", got, fields)
 	}
-	if e := s.sim.Ledger().References[charge.ProviderReference(k)]; e.Charges != 1 || e.Calls != 1 {
+	if e := s.sim.Ledger().References[s.ref(t, k)]; e.Charges != 1 || e.Calls != 1 {
 		t.Fatalf("provider ledger for the key %+v, want one call, one charge", e)
 	}
 }
@@ -388,16 +424,31 @@ func TestCrashBeforeProviderCallIsReleased(t *testing.T) {
 	}
 	wantProblem(t, s.post(t, k, providersim.SourceVisa), http.StatusConflict, "request-in-progress")
 
+	// The provider has no trace of it, but its settle window has not
+	// passed: the key is postponed to the end of the window, not released.
 	s.clock.Advance(time.Minute)
 	s.sweep(t)
 	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", resp.BatchItemFailures)
 	}
-	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeReleased)}) {
-		t.Fatalf("outcomes %v, want released", got)
+	if got := s.status(t, k); got != idem.StatusInFlight {
+		t.Fatalf("record %s inside the settle window, want IN_FLIGHT", got)
 	}
-	if _, err := s.store.Get(context.Background(), k); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("record after release: %v, want none", err)
+	if sum := s.sweep(t); sum.Found != 0 {
+		t.Fatalf("sweep before the settle window passed: %+v, want nothing", sum)
+	}
+	s.clock.Advance(provider.DefaultSettleWindow)
+	if sum := s.sweep(t); sum.Queued != 1 {
+		t.Fatalf("sweep after the settle window: %+v, want the key queued", sum)
+	}
+	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeNotSettled), string(charge.OutcomeReleased)}) {
+		t.Fatalf("outcomes %v, want not_settled, then released", got)
+	}
+	if got := s.status(t, k); got != idem.StatusReleased {
+		t.Fatalf("record %s after release, want RELEASED", got)
 	}
 
 	resp := s.post(t, k, providersim.SourceVisa)
@@ -433,7 +484,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	}()
 
 	deadline := time.Now().Add(10 * time.Second)
-	for s.sim.Ledger().References[charge.ProviderReference(k)].Charges == 0 {
+	for s.sim.Ledger().TotalCharges == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the provider never recorded the first attempt's charge")
 		}
@@ -473,7 +524,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 		t.Fatalf("record %s, want SUCCEEDED", got)
 	}
 	// The charge row holds the provider's own charge id.
-	looked, err := provider.NewClient(s.recCfg.ProviderURL, "").Lookup(context.Background(), charge.ProviderReference(k))
+	looked, err := provider.NewClient(s.recCfg.ProviderURL, "").Lookup(context.Background(), s.ref(t, k))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +532,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 		TableName: aws.String(s.charges),
 		Key: map[string]ddbtypes.AttributeValue{
 			charge.AttrTenant: &ddbtypes.AttributeValueMemberS{Value: tenant},
-			charge.AttrID:     &ddbtypes.AttributeValueMemberS{Value: charge.ChargeID(k)},
+			charge.AttrID:     &ddbtypes.AttributeValueMemberS{Value: s.chargeID(t, k)},
 		},
 	})
 	if err != nil {
@@ -493,52 +544,40 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	s.wantReplayOfCharge(t, k, providersim.SourceSlow)
 }
 
-func TestProviderDownEndsInDLQAndTheNextSweepResolves(t *testing.T) {
+// TestProviderDownIsPostponedNotDeadLettered: while the provider cannot be
+// asked, a key is postponed by a backoff that doubles per attempt; each
+// message is settled, so nothing cycles into the dead-letter queue, and
+// the attempts show in the sweeper's summary.
+func TestProviderDownIsPostponedNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	k := s.ambiguous(t)
 	s.clock.Advance(time.Minute)
 	s.sim.SetDown(true)
-	s.sweep(t)
-
-	ctx := context.Background()
-	for i := 1; i <= queue.MaxReceiveCount; i++ {
-		msgs, resp := s.deliver(t, s.rec, 1)
-		m := msgs[0]
-		if got := m.Attributes[string(sqstypes.MessageSystemAttributeNameApproximateReceiveCount)]; got != strconv.Itoa(i) {
-			t.Fatalf("delivery %d: receive count %s", i, got)
+	for attempt, backoff := range []time.Duration{charge.DefaultRetryBase, 2 * charge.DefaultRetryBase, 4 * charge.DefaultRetryBase} {
+		if sum := s.sweep(t); sum.Queued != 1 || sum.MaxAttempts != attempt {
+			t.Fatalf("sweep %d: %+v, want the key queued after %d attempts", attempt+1, sum, attempt)
 		}
-		if got := failedIDs(resp); !slices.Equal(got, []string{aws.ToString(m.MessageId)}) {
-			t.Fatalf("delivery %d: failures %v, want the message", i, got)
+		if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("attempt %d: failures %v, want the message settled", attempt+1, resp.BatchItemFailures)
 		}
-		// The visibility timeout passes: the message is visible again, and
-		// the reconciler's own lease has run out.
-		if _, err := s.clients.SQS.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(s.queues.URL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0,
-		}); err != nil {
-			t.Fatal(err)
+		if got := s.outcomes(t, k); got[len(got)-1] != string(charge.OutcomeDeferred) {
+			t.Fatalf("attempt %d: outcomes %v, want deferred last", attempt+1, got)
 		}
-		s.clock.Advance(queue.VisibilityTimeout)
+		s.clock.Advance(backoff - time.Second)
+		if sum := s.sweep(t); sum.Found != 0 {
+			t.Fatalf("attempt %d: sweep inside the backoff found %+v", attempt+1, sum)
+		}
+		s.clock.Advance(2 * time.Second)
 	}
-	if got := s.outcomes(t, k); len(got) != queue.MaxReceiveCount || slices.ContainsFunc(got, func(o string) bool { return o != "error" }) {
-		t.Fatalf("outcomes %v, want %d errors", got, queue.MaxReceiveCount)
-	}
-	// The next receive moves the message to the dead-letter queue.
-	out, err := s.clients.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(s.queues.URL), WaitTimeSeconds: 1})
+	out, err := s.clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{QueueUrl: aws.String(s.queues.DLQURL), WaitTimeSeconds: 1})
 	if err != nil || len(out.Messages) != 0 {
-		t.Fatalf("receive after %d deliveries: %d messages, %v; want none", queue.MaxReceiveCount, len(out.Messages), err)
-	}
-	dead := s.receive(t, s.queues.DLQURL, 1)
-	if got, _ := queue.ParseMessage(aws.ToString(dead[0].Body)); got != k {
-		t.Fatal("the dead-letter queue holds another key")
-	}
-	if got := s.status(t, k); got != idem.StatusInFlight {
-		t.Fatalf("record %s, want still IN_FLIGHT", got)
+		t.Fatalf("dead-letter queue: %d messages, %v; want none", len(out.Messages), err)
 	}
 
-	// Nothing is lost: once the provider is back, the next sweep finds it.
+	// Once the provider is back, the next sweep resolves it.
 	s.sim.SetDown(false)
-	if sum := s.sweep(t); sum.Found != 1 || sum.Queued != 1 {
+	if sum := s.sweep(t); sum.Queued != 1 {
 		t.Fatalf("sweep after the outage: %+v", sum)
 	}
 	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
@@ -639,14 +678,23 @@ func TestBatchReportsOnlyTheFailingMessage(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// The provider cannot be reached for the bad key's reference only.
-	badRef := charge.ProviderReference(bad)
-	h := s.reconciler(t, provider.WithHTTPClient(&http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-		if strings.HasSuffix(r.URL.Path, "/"+badRef) {
-			return nil, errors.New("test: connection reset")
-		}
-		return http.DefaultTransport.RoundTrip(r)
-	})}))
+	// DynamoDB cannot be written for the bad key only: its take-over
+	// fails, and only its message is worth delivering again. (A provider
+	// that cannot be reached is no such failure: the key is postponed.)
+	h := s.reconcilerOn(t, func(o *dynamodb.Options) {
+		o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
+		o.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, err
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".UpdateItem") && bytes.Contains(b, []byte(bad.ClientKey())) {
+				return nil, errors.New("test: connection reset")
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+	})
 
 	msgs, resp := s.deliver(t, h, 4)
 	var want []string

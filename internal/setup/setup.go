@@ -4,6 +4,7 @@
 package setup
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -118,7 +119,8 @@ type Reconcile struct {
 	IdempotencyTable, ChargesTable string
 	ProviderURL, ProviderSecret    string
 	Retention                      time.Duration
-	// SettleWindow is the provider's: see provider.Guarantees.
+	// SettleWindow is the provider's (see provider.Guarantees); zero
+	// means provider.DefaultSettleWindow.
 	SettleWindow        time.Duration
 	RetryBase, RetryCap time.Duration
 	LogLevel            slog.Level
@@ -212,5 +214,5 @@ func ChargeHandler(c Charge, d Deps) (*charge.Handler, error) {
 func ReconcileService(c Reconcile, d Deps) (*charge.Service, error) {
 	return d.service(charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret,
-		provider.WithGuarantees(provider.Guarantees{SettleWindow: c.SettleWindow}))
+		provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}))
 }

@@ -8,12 +8,15 @@ import (
 )
 
 // The metrics, in CloudWatch embedded metric format. The SAM template's
-// StuckLeasesAlarm matches chargeonce/StuckLeases with no dimensions, so
-// the lines carry none.
+// StuckLeasesAlarm and ReconcileAttemptsAlarm match them with no
+// dimensions, so the lines carry none.
 const (
 	metricNamespace      = "chargeonce"
 	metricStuckLeases    = "StuckLeases"
 	metricOldestLeaseAge = "OldestLeaseAgeSeconds"
+	// metricMaxAttempts is the most reconcile attempts any stuck key seen
+	// has had: a key that keeps failing shows here, not in the DLQ.
+	metricMaxAttempts = "MaxReconcileAttempts"
 )
 
 type emfMetric struct {
@@ -39,7 +42,7 @@ type metricWriter struct {
 	w io.Writer
 }
 
-func (m metricWriter) write(at time.Time, stuck int, oldest time.Duration) error {
+func (m metricWriter) write(at time.Time, sum Summary) error {
 	// Strings and finite numbers only: Marshal cannot fail.
 	line, _ := json.Marshal(map[string]any{
 		"_aws": emfMetadata{
@@ -50,11 +53,13 @@ func (m metricWriter) write(at time.Time, stuck int, oldest time.Duration) error
 				Metrics: []emfMetric{
 					{Name: metricStuckLeases, Unit: "Count"},
 					{Name: metricOldestLeaseAge, Unit: "Seconds"},
+					{Name: metricMaxAttempts, Unit: "Count"},
 				},
 			}},
 		},
-		metricStuckLeases:    stuck,
-		metricOldestLeaseAge: oldest.Seconds(),
+		metricStuckLeases:    sum.Found,
+		metricOldestLeaseAge: sum.OldestAge.Seconds(),
+		metricMaxAttempts:    sum.MaxAttempts,
 	})
 	if _, err := m.w.Write(append(line, '\n')); err != nil {
 		return fmt.Errorf("sweeper: metrics: %w", err)

@@ -106,6 +106,10 @@ type Summary struct {
 	Queued, Failed int
 	// OldestAge is how long ago the oldest stuck lease seen ran out.
 	OldestAge time.Duration
+	// MaxAttempts is the most reconcile attempts of a stuck key seen: the
+	// reconciler postpones a key it cannot settle by a growing backoff,
+	// so a key that keeps failing shows here.
+	MaxAttempts int
 	// Limited: the run reached MaxKeys and looked no further.
 	Limited bool
 	// OutOfTime: the run stopped its safety margin before the deadline.
@@ -197,6 +201,7 @@ func (w *sweep) more(ctx context.Context) bool {
 func (w *sweep) add(ctx context.Context, sl idem.StuckLease) {
 	w.sum.Found++
 	w.sum.OldestAge = max(w.sum.OldestAge, w.now.Sub(sl.LeaseExpiresAt))
+	w.sum.MaxAttempts = max(w.sum.MaxAttempts, sl.Attempts)
 	w.pending = append(w.pending, sl.Key)
 	if len(w.pending) == queue.SendBatchMax { // one SendMessageBatch call
 		w.flush(ctx)
@@ -233,7 +238,7 @@ func (w *sweep) flush(ctx context.Context) {
 
 // report logs the run's summary and writes its metrics line.
 func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
-	if err := s.metrics.write(w.now, w.sum.Found, w.sum.OldestAge); err != nil {
+	if err := s.metrics.write(w.now, w.sum); err != nil {
 		s.opt.Logger.ErrorContext(ctx, "sweep: writing metrics failed", "error", err.Error())
 	}
 	level := slog.LevelInfo
@@ -246,6 +251,7 @@ func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
 		"queued", w.sum.Queued,
 		"failed", w.sum.Failed,
 		"oldest_lease_age_s", w.sum.OldestAge.Seconds(),
+		"max_attempts", w.sum.MaxAttempts,
 		"limited", w.sum.Limited,
 		"out_of_time", w.sum.OutOfTime,
 		"errors", len(w.errs),

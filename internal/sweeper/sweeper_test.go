@@ -157,6 +157,7 @@ type emfLine struct {
 	} `json:"_aws"`
 	StuckLeases           *float64 `json:"StuckLeases"`
 	OldestLeaseAgeSeconds *float64 `json:"OldestLeaseAgeSeconds"`
+	MaxReconcileAttempts  *float64 `json:"MaxReconcileAttempts"`
 }
 
 func metricLines(t *testing.T, out string) []emfLine {
@@ -228,10 +229,10 @@ func TestMetricsLineIsEMFWithoutDimensions(t *testing.T) {
 	}
 	// The SAM template's StuckLeasesAlarm matches chargeonce/StuckLeases
 	// with no dimensions: one empty dimension set.
-	want := `{"OldestLeaseAgeSeconds":0,"StuckLeases":0,"_aws":{"Timestamp":` +
+	want := `{"MaxReconcileAttempts":0,"OldestLeaseAgeSeconds":0,"StuckLeases":0,"_aws":{"Timestamp":` +
 		strconv.FormatInt(e.clock.Now().UnixMilli(), 10) +
 		`,"CloudWatchMetrics":[{"Namespace":"chargeonce","Dimensions":[[]],"Metrics":[` +
-		`{"Name":"StuckLeases","Unit":"Count"},{"Name":"OldestLeaseAgeSeconds","Unit":"Seconds"}]}]}}` + "\n"
+		`{"Name":"StuckLeases","Unit":"Count"},{"Name":"OldestLeaseAgeSeconds","Unit":"Seconds"},{"Name":"MaxReconcileAttempts","Unit":"Count"}]}]}}` + "\n"
 	if got := e.metrics.String(); got != want {
 		t.Fatalf("metrics line\n got %s\nwant %s", got, want)
 	}
@@ -394,5 +395,33 @@ func TestNewRefusesMissingDependencies(t *testing.T) {
 		if _, err := sweeper.New(tc.index, tc.sender); err == nil {
 			t.Errorf("%s: New succeeded", name)
 		}
+	}
+}
+
+// TestKeysThatKeepFailingShowInTheMetrics: every reconcile attempt on a
+// key is counted on its record, and the sweep reports the most any stuck
+// key has had, for the alarm on keys that keep failing.
+func TestKeysThatKeepFailingShowInTheMetrics(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	k, _ := e.begin(t)
+	e.begin(t) // another stuck key, never attempted
+	for range 3 {
+		e.clock.Advance(time.Hour)
+		if _, err := e.store.TakeOver(ctx, k); err != nil { // an attempt that dies
+			t.Fatal(err)
+		}
+	}
+	e.clock.Advance(time.Hour)
+	sum, err := e.sweeper(t).Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Found != 2 || sum.MaxAttempts != 3 {
+		t.Fatalf("summary %+v, want 2 stuck keys, the most attempts 3", sum)
+	}
+	if m := metricLines(t, e.metrics.String()); len(m) != 1 || *m[0].MaxReconcileAttempts != 3 {
+		t.Fatalf("metrics %q, want MaxReconcileAttempts 3", e.metrics.String())
 	}
 }

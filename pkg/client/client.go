@@ -221,9 +221,13 @@ func snippet(b []byte) string {
 	return s
 }
 
-// retryable reports whether an answer with this status may be retried.
-func retryable(status int) bool {
-	return status == http.StatusConflict || status == http.StatusTooManyRequests || status >= 500
+// retryable reports whether an answer may be retried: 409, 429 and 5xx,
+// except the problems the service states are final.
+func (r *response) retryable() bool {
+	if r.status != http.StatusConflict && r.status != http.StatusTooManyRequests && r.status < 500 {
+		return false
+	}
+	return r.status < 500 || !finalProblems[r.problem().Slug()]
 }
 
 // send makes the request until it gets a final answer (any status but
@@ -237,7 +241,7 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 		switch {
 		case err != nil && ctx.Err() != nil:
 			return nil, attempt, fmt.Errorf("attempt %d: %w", attempt, err)
-		case err == nil && !retryable(resp.status):
+		case err == nil && !resp.retryable():
 			return resp, attempt, nil
 		case err == nil:
 			p := resp.problem()

@@ -37,10 +37,19 @@ var (
 	// provider-unavailable, 429, or a 5xx without a problem body). Nothing
 	// was charged by the refused request; retrying with the same id is safe.
 	ErrUnavailable = errors.New("client: unavailable")
-	// ErrInternal: the service failed unexpectedly (500 internal-error).
-	// Retrying with the same command id is safe.
+	// ErrInternal: the service failed unexpectedly (500 internal-error), or
+	// the charge's record conflicts with the provider's answer (500
+	// charge-conflict, final: not retried). Retrying with the same command
+	// id is safe.
 	ErrInternal = errors.New("client: internal error")
+	// ErrRejected: the provider refused the request before charging (502
+	// provider-rejected). Final: retrying the same request will not help.
+	ErrRejected = errors.New("client: provider rejected the request")
 )
+
+// finalProblems are the 5xx problem types the client does not retry: the
+// service says no retry can change them.
+var finalProblems = map[string]bool{"provider-rejected": true, "charge-conflict": true}
 
 // problemSentinels maps each problem type's slug to its sentinel.
 var problemSentinels = map[string]error{
@@ -54,7 +63,10 @@ var problemSentinels = map[string]error{
 	"request-in-progress":     ErrInProgress,
 	"idempotency-key-reused":  ErrKeyReused,
 	"internal-error":          ErrInternal,
+	"charge-conflict":         ErrInternal,
+	"provider-rejected":       ErrRejected,
 	"provider-unavailable":    ErrUnavailable,
+	"service-unavailable":     ErrUnavailable,
 	"outcome-pending":         ErrOutcomePending,
 }
 

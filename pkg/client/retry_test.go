@@ -311,6 +311,8 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 		"payload-too-large":       {413, ErrInvalid},
 		"unsupported-media-type":  {415, ErrInvalid},
 		"idempotency-key-reused":  {422, ErrKeyReused},
+		"provider-rejected":       {502, ErrRejected},
+		"charge-conflict":         {500, ErrInternal},
 	} {
 		ft := &fakeTime{now: time.Now()}
 		c, s := newScripted(t, ft.options(0), problemReply(tc.status, slug, nil), created(false))
@@ -327,7 +329,7 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 
 func TestProblemErrorIs(t *testing.T) {
 	t.Parallel()
-	all := []error{ErrInvalid, ErrUnauthorized, ErrDeclined, ErrNotFound, ErrInProgress, ErrKeyReused, ErrOutcomePending, ErrUnavailable, ErrInternal}
+	all := []error{ErrInvalid, ErrUnauthorized, ErrDeclined, ErrNotFound, ErrInProgress, ErrKeyReused, ErrOutcomePending, ErrUnavailable, ErrInternal, ErrRejected}
 	for name, tc := range map[string]struct {
 		p    *ProblemError
 		want error
@@ -337,6 +339,8 @@ func TestProblemErrorIs(t *testing.T) {
 		"outcome-pending":      {&ProblemError{Type: ProblemBase + "outcome-pending", Status: 503}, ErrOutcomePending},
 		"provider-unavailable": {&ProblemError{Type: ProblemBase + "provider-unavailable", Status: 503}, ErrUnavailable},
 		"internal-error":       {&ProblemError{Type: ProblemBase + "internal-error", Status: 500}, ErrInternal},
+		"service-unavailable":  {&ProblemError{Type: ProblemBase + "service-unavailable", Status: 503}, ErrUnavailable},
+		"provider-rejected":    {&ProblemError{Type: ProblemBase + "provider-rejected", Status: 502}, ErrRejected},
 		"gateway 401":          {&ProblemError{Type: "about:blank", Status: 401}, ErrUnauthorized},
 		"gateway 502":          {&ProblemError{Type: "about:blank", Status: 502}, ErrUnavailable},
 		"429":                  {&ProblemError{Type: "about:blank", Status: 429}, ErrUnavailable},

@@ -635,8 +635,11 @@ type Record struct {
 	// sent by; zero unless IN_FLIGHT.
 	AttemptDeadline time.Time
 	Attempts        int // take-overs so far
-	Intent          []byte
-	Response        *Response // nil unless terminal
+	// LeaseToken is the token of the lease that holds the record (while
+	// IN_FLIGHT) or last held it: whoever settled it.
+	LeaseToken string
+	Intent     []byte
+	Response   *Response // nil unless terminal
 }
 
 // expired reports whether the record's retention has ended at now.
@@ -737,6 +740,9 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 	}
 	if v, ok := item[attrIntent].(*types.AttributeValueMemberB); ok {
 		rec.Intent = v.Value
+	}
+	if v, ok := item[attrLeaseToken].(*types.AttributeValueMemberS); ok {
+		rec.LeaseToken = v.Value
 	}
 	created, err := numberAttr(item, attrCreatedAt)
 	if err != nil {

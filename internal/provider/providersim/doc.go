@@ -31,6 +31,10 @@
 //	tok_timeout          as tok_timeout_once, on every call
 //	tok_slow             creates the charge, then waits the slow delay before answering
 //	                     (the Sim-Delay header, a Go duration, overrides the delay)
+//	tok_late_once        the reference's first call is accepted and the connection closed
+//	                     unanswered; the charge lands only when Land is called (an edge
+//	                     that timed out while the backend goes on). Until then lookups
+//	                     answer not_found and further calls 409 (in progress)
 //	anything else        charged (tok_visa, by convention)
 //
 // The Sim-Fault request header (unavailable, timeout or slow) applies the

@@ -43,6 +43,7 @@ const (
 	SourceTimeoutOnce     = "tok_timeout_once"
 	SourceTimeout         = "tok_timeout"
 	SourceSlow            = "tok_slow"
+	SourceLateOnce        = "tok_late_once"
 )
 
 // DeclineCode is the decline_code of a SourceDecline charge.
@@ -91,8 +92,10 @@ type Simulator struct {
 
 // reference is the simulator's state for one reference.
 type reference struct {
-	calls  int
-	result *provider.Result // nil until the reference is charged or declined
+	calls   int
+	amount  int64            // of the stored or pending result
+	result  *provider.Result // nil until the reference is charged or declined
+	pending *provider.Result // accepted, not landed yet (see SourceLateOnce)
 }
 
 // LedgerEntry is what happened to one reference.
@@ -105,6 +108,10 @@ type LedgerEntry struct {
 	Calls int `json:"calls"`
 	// Status is the stored result's status, or not_found.
 	Status provider.Status `json:"status"`
+	// Amount is what the stored result charged (or declined).
+	Amount int64 `json:"amount,omitempty"`
+	// Pending: a charge was accepted and has not landed yet.
+	Pending bool `json:"pending,omitempty"`
 }
 
 // Ledger is what happened to every reference a charge request named.
@@ -148,16 +155,32 @@ func (s *Simulator) Ledger() Ledger {
 	defer s.mu.Unlock()
 	l := Ledger{References: make(map[string]LedgerEntry, len(s.refs))}
 	for name, ref := range s.refs {
-		e := LedgerEntry{Calls: ref.calls, Status: provider.StatusNotFound}
+		e := LedgerEntry{Calls: ref.calls, Status: provider.StatusNotFound, Pending: ref.pending != nil}
 		if ref.result != nil {
 			e.Charges = 1
 			e.Status = ref.result.Status
+			e.Amount = ref.amount
 		}
 		l.References[name] = e
 		l.TotalCharges += e.Charges
 		l.TotalCalls += e.Calls
 	}
 	return l
+}
+
+// Land lands every pending charge (see SourceLateOnce), as the provider's
+// backend finishes them, and returns how many landed.
+func (s *Simulator) Land() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ref := range s.refs {
+		if ref.pending != nil {
+			ref.result, ref.pending = ref.pending, nil
+			n++
+		}
+	}
+	return n
 }
 
 // SetDown starts (true) or ends (false) a whole-provider outage, during which
@@ -178,6 +201,8 @@ const (
 	outcomeNotProcessed outcome = "not_processed"
 	outcomeCreated      outcome = "created"
 	outcomeReplayed     outcome = "replayed"
+	outcomeAccepted     outcome = "accepted"
+	outcomeInProgress   outcome = "in_progress"
 	outcomeFound        outcome = "found"
 	outcomeNotFound     outcome = "not_found"
 	outcomeOK           outcome = "ok"
@@ -193,6 +218,7 @@ const (
 	drop                            // store, then close the connection unanswered
 	dropOnce                        // drop on the reference's first call
 	slow                            // store, then wait before answering
+	lateOnce                        // first call: accept, close unanswered, land later
 )
 
 // forCall resolves the once-only deliveries for a reference's n-th call.
@@ -206,6 +232,11 @@ func (d delivery) forCall(n int) delivery {
 	case dropOnce:
 		if n == 1 {
 			return drop
+		}
+		return answer
+	case lateOnce:
+		if n == 1 {
+			return lateOnce
 		}
 		return answer
 	default:
@@ -225,6 +256,8 @@ func sourceDelivery(source string) delivery {
 		return drop
 	case SourceSlow:
 		return slow
+	case SourceLateOnce:
+		return lateOnce
 	default:
 		return answer
 	}
@@ -248,6 +281,11 @@ func (s *Simulator) handleCharge(w http.ResponseWriter, r *http.Request) {
 		s.reply(w, r, http.StatusBadRequest, errorBody{invalid.Error()}, req.Reference, out)
 	case out == outcomeDown || out == outcomeNotProcessed:
 		s.replyNotProcessed(w, r, req.Reference, out)
+	case out == outcomeInProgress:
+		s.reply(w, r, http.StatusConflict, errorBody{"a request for this reference is in progress"}, req.Reference, out)
+	case out == outcomeAccepted:
+		s.logRequest(r, req.Reference, out, slog.String("delivery", "dropped"))
+		dropConnection(w)
 	case d == drop:
 		s.logRequest(r, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "dropped"))
 		dropConnection(w)
@@ -322,18 +360,27 @@ func (s *Simulator) record(req provider.ChargeRequest, d delivery, invalid error
 	if d == unavailable {
 		return provider.Result{}, d, outcomeNotProcessed
 	}
-	if ref.result != nil {
+	switch {
+	case ref.result != nil:
 		return *ref.result, d, outcomeReplayed
+	case ref.pending != nil:
+		return provider.Result{}, d, outcomeInProgress
 	}
-	ref.result = &provider.Result{
+	res := &provider.Result{
 		Status:    provider.StatusCharged,
 		Reference: req.Reference,
 		ChargeID:  newChargeID(),
 	}
 	if req.Source == SourceDecline {
-		ref.result.Status = provider.StatusDeclined
-		ref.result.DeclineCode = DeclineCode
+		res.Status = provider.StatusDeclined
+		res.DeclineCode = DeclineCode
 	}
+	ref.amount = req.Amount
+	if d == lateOnce {
+		ref.pending = res
+		return provider.Result{}, d, outcomeAccepted
+	}
+	ref.result = res
 	return *ref.result, d, outcomeCreated
 }
 

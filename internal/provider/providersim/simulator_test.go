@@ -134,7 +134,7 @@ func TestChargeBySource(t *testing.T) {
 			if !chargeID.MatchString(res.ChargeID) {
 				t.Errorf("charge id %q does not match %s", res.ChargeID, chargeID)
 			}
-			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: tt.status})
+			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: tt.status, Amount: 1250})
 			if got := mustLookup(t, c, "order-1"); got != res {
 				t.Errorf("Lookup = %+v, want %+v", got, res)
 			}
@@ -176,7 +176,7 @@ func TestDedupeReturnsFirstResult(t *testing.T) {
 			if first.Status != tt.status {
 				t.Errorf("status = %s, want %s", first.Status, tt.status)
 			}
-			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: tt.status})
+			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: tt.status, Amount: 1250})
 			if l := sim.Ledger(); l.TotalCharges != 1 || l.TotalCalls != 2 {
 				t.Errorf("totals = %d charges, %d calls; want 1, 2", l.TotalCharges, l.TotalCalls)
 			}
@@ -199,7 +199,7 @@ func TestUnavailableOnceThenCharges(t *testing.T) {
 	if res.Status != provider.StatusCharged {
 		t.Errorf("retry = %+v, want charged", res)
 	}
-	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: provider.StatusCharged})
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: provider.StatusCharged, Amount: 1250})
 }
 
 func TestUnavailableAlwaysChargesNothing(t *testing.T) {
@@ -246,7 +246,7 @@ func TestTimeoutCreatesChargeOnce(t *testing.T) {
 			case !tt.retryIsLost && retry != found:
 				t.Errorf("retry = %+v, want the stored %+v", retry, found)
 			}
-			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: provider.StatusCharged})
+			wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 2, Status: provider.StatusCharged, Amount: 1250})
 		})
 	}
 }
@@ -490,8 +490,8 @@ func TestLedgerEndpointMatchesMethod(t *testing.T) {
 	}
 	want := providersim.Ledger{
 		References: map[string]providersim.LedgerEntry{
-			"charged":     {Charges: 1, Calls: 2, Status: provider.StatusCharged},
-			"declined":    {Charges: 1, Calls: 1, Status: provider.StatusDeclined},
+			"charged":     {Charges: 1, Calls: 2, Status: provider.StatusCharged, Amount: 1250},
+			"declined":    {Charges: 1, Calls: 1, Status: provider.StatusDeclined, Amount: 1250},
 			"unavailable": {Charges: 0, Calls: 1, Status: provider.StatusNotFound},
 		},
 		TotalCharges: 2,
@@ -547,7 +547,7 @@ func TestConcurrentChargesOneReference(t *testing.T) {
 			t.Errorf("call %d = %+v, call 0 = %+v", i, results[i], results[0])
 		}
 	}
-	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: n, Status: provider.StatusCharged})
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: n, Status: provider.StatusCharged, Amount: 1250})
 }
 
 func TestLogsNeverShowTheSource(t *testing.T) {
@@ -569,4 +569,35 @@ func TestLogsNeverShowTheSource(t *testing.T) {
 			t.Errorf("logs lack %s:\n%s", want, logs)
 		}
 	}
+}
+
+// TestLateChargeLandsAfterNotFound: tok_late_once is a provider whose
+// edge gives up while its backend goes on: the first call is closed
+// unanswered, lookups say not_found and retries 409 until the charge
+// lands, and then it is the reference's one result.
+func TestLateChargeLandsAfterNotFound(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	req := charge("order-1", providersim.SourceLateOnce)
+	if _, err := c.Charge(t.Context(), req); !errors.Is(err, provider.ErrAmbiguous) {
+		t.Fatalf("Charge error = %v, want ErrAmbiguous", err)
+	}
+	if got := mustLookup(t, c, "order-1"); got.Status != provider.StatusNotFound {
+		t.Fatalf("Lookup before landing = %+v, want not_found", got)
+	}
+	if _, err := c.Charge(t.Context(), req); !errors.Is(err, provider.ErrAmbiguous) {
+		t.Fatalf("retry while pending: %v, want ErrAmbiguous (409)", err)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Calls: 2, Status: provider.StatusNotFound, Pending: true})
+	if n := sim.Land(); n != 1 {
+		t.Fatalf("Land = %d, want 1", n)
+	}
+	found := mustLookup(t, c, "order-1")
+	if found.Status != provider.StatusCharged {
+		t.Fatalf("Lookup after landing = %+v, want charged", found)
+	}
+	if retry, err := c.Charge(t.Context(), req); err != nil || retry != found {
+		t.Fatalf("retry after landing = %+v, %v; want the landed %+v", retry, err, found)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 3, Status: provider.StatusCharged, Amount: 1250})
 }
