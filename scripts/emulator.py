@@ -6,17 +6,36 @@ evaluates a condition and applies the write as one step, so this launcher
 runs every DynamoDB request under one lock. SQS requests (long polls among
 them) stay concurrent.
 
+Constant-cost transactions (on; EMULATOR_FAST_TRANSACTIONS=0 or
+--no-fast-transactions turns them off). moto deep-copies every table a
+TransactWriteItems names, to put the copies back if the transaction fails,
+so a transaction costs time in proportion to the items already stored.
+Here a transaction snapshots only the items its actions name (and the
+length of each named table's stream) and restores those when it fails;
+moto's checks, errors and cancellation reasons are its own, unchanged. The
+lock above is what makes that enough: no other request can see or change
+a table while a transaction runs. Unlike moto, a transaction that names its
+table by ARN, or that puts two actions in one entry, is also rolled back.
+
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
+                   [--[no-]fast-transactions]
 Prints "READY http://HOST:PORT" on stdout once it accepts connections.
 With --exit-with-stdin it exits when its standard input closes, so a test
 process that started it cannot leave it behind.
 """
 
 import argparse
+import copy
+import functools
 import os
 import sys
 import threading
+from dataclasses import dataclass
 
+from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb.exceptions import ResourceNotFoundException
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
     MotoRequestHandler,
@@ -28,6 +47,8 @@ from werkzeug.serving import ThreadedWSGIServer, make_server
 # for the lock; werkzeug's accept queue of 128 can overflow, and a dropped
 # connection makes the SDK retry a call that may already have been applied.
 ThreadedWSGIServer.request_queue_size = 1024
+
+FAST_TRANSACTIONS_ENV = "EMULATOR_FAST_TRANSACTIONS"
 
 
 class SerializeDynamoDB:
@@ -47,6 +68,142 @@ class SerializeDynamoDB:
             return list(self._app(environ, start_response))
 
 
+# ---- Constant-cost transactions ----
+
+
+class _TablesByReference:
+    """The copy module as moto.dynamodb.models sees it with fast transactions.
+
+    moto's transact_write_items deep-copies each table it names before it
+    starts and puts the copies back if the transaction fails. Through this
+    stand-in a table's copy is the table itself, so putting it back changes
+    nothing and costs nothing; _NamedItems restores what the transaction
+    changed. Any other object is deep-copied as before.
+    """
+
+    def deepcopy(self, obj, memo=None):
+        """Return a Table itself, and a deep copy of anything else."""
+        if isinstance(obj, Table):
+            return obj
+        return copy.deepcopy(obj, memo)
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+
+@dataclass
+class _SavedItem:
+    """One item a transaction names, as it was before the transaction."""
+
+    table: Table
+    hash_key: DynamoType
+    range_key: DynamoType | None
+    item: object  # a deep copy of moto's Item, or None if it was absent
+    had_bucket: bool  # range tables: whether items[hash_key] existed
+
+
+class _NamedItems:
+    """A snapshot of the items a TransactWriteItems names, and their streams.
+
+    restore() puts back exactly those items (absent ones are removed again)
+    and cuts each named table's stream back to the records it had, which is
+    all a transaction can change.
+    """
+
+    def __init__(self, backend, transact_items):
+        self._items = {}
+        self._streams = {}
+        for entry in transact_items:
+            for action, op in entry.items():
+                self._save(backend, action, op)
+
+    def _save(self, backend, action, op):
+        try:
+            table = backend.get_table(op["TableName"])
+        except (KeyError, TypeError, ResourceNotFoundException):
+            return  # moto reports it; nothing of this action can be applied
+        key = self._key(table, op.get("Item" if action == "Put" else "Key"))
+        if key is None:
+            return
+        slot = (id(table),) + key
+        if slot in self._items:
+            return  # a duplicate: moto refuses the transaction
+        hash_key, range_key = key
+        if range_key is None:
+            item, had_bucket = table.items.get(hash_key), True
+        else:
+            bucket = table.items.get(hash_key)
+            item, had_bucket = (bucket or {}).get(range_key), bucket is not None
+        self._items[slot] = _SavedItem(
+            table, hash_key, range_key, copy.deepcopy(item), had_bucket
+        )
+        shard = table.stream_shard
+        if shard is not None and id(table) not in self._streams:
+            self._streams[id(table)] = (shard, shard.items, len(shard.items))
+
+    @staticmethod
+    def _key(table, attrs):
+        """The (hash, range) key attrs name in table, or None if they do not."""
+        names = [table.hash_key_attr, table.range_key_attr]
+        if not isinstance(attrs, dict) or any(
+            name is not None and name not in attrs for name in names
+        ):
+            return None
+        try:
+            return tuple(None if n is None else DynamoType(attrs[n]) for n in names)
+        except (AttributeError, IndexError, TypeError):
+            return None  # a malformed value: moto rejects the action
+
+    def restore(self):
+        """Put every named item and stream back as it was."""
+        for saved in self._items.values():
+            items = saved.table.items
+            if saved.range_key is None:
+                if saved.item is None:
+                    items.pop(saved.hash_key, None)
+                else:
+                    items[saved.hash_key] = saved.item
+            elif saved.item is not None:
+                items[saved.hash_key][saved.range_key] = saved.item
+            elif saved.hash_key in items:
+                items[saved.hash_key].pop(saved.range_key, None)
+                if not saved.had_bucket and not items[saved.hash_key]:
+                    del items[saved.hash_key]
+        for shard, records, count in self._streams.values():
+            del records[count:]
+            shard.items = records
+
+
+def install_fast_transactions():
+    """Make moto's TransactWriteItems snapshot named items, not whole tables."""
+    backend = dynamodb_models.DynamoDBBackend
+    original = backend.transact_write_items
+
+    @functools.wraps(original)
+    def transact_write_items(self, transact_items):
+        snapshot = _NamedItems(self, transact_items)
+        try:
+            return original(self, transact_items)
+        except Exception:
+            snapshot.restore()
+            raise
+
+    dynamodb_models.copy = _TablesByReference()
+    backend.transact_write_items = transact_write_items
+
+
+def _env_switch(name, default):
+    """The boolean environment variable name: 0/false/no/off or 1/true/yes/on."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    sys.exit(f"emulator.py: {name}={value!r}: want 0 or 1")
+
+
 def _exit_on_eof() -> None:
     sys.stdin.read()
     os._exit(0)
@@ -57,9 +214,18 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--exit-with-stdin", action="store_true")
+    parser.add_argument(
+        "--fast-transactions",
+        action=argparse.BooleanOptionalAction,
+        default=_env_switch(FAST_TRANSACTIONS_ENV, True),
+        help=f"snapshot named items, not whole tables (default: ${FAST_TRANSACTIONS_ENV}, else on)",
+    )
     args = parser.parse_args()
 
-    app = SerializeDynamoDB(DomainDispatcherApplication(create_backend_app))
+    if args.fast_transactions:
+        install_fast_transactions()
+    app = DomainDispatcherApplication(create_backend_app)
+    app = SerializeDynamoDB(app)
     server = make_server(
         args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
     )
