@@ -6,6 +6,8 @@ evaluates a condition and applies the write as one step, so this launcher
 runs every DynamoDB request under one lock. SQS requests (long polls among
 them) stay concurrent.
 
+Two more departures from plain moto, each with a switch:
+
 Constant-cost transactions (on; EMULATOR_FAST_TRANSACTIONS=0 or
 --no-fast-transactions turns them off). moto deep-copies every table a
 TransactWriteItems names, to put the copies back if the transaction fails,
@@ -17,8 +19,17 @@ lock above is what makes that enough: no other request can see or change
 a table while a transaction runs. Unlike moto, a transaction that names its
 table by ARN, or that puts two actions in one entry, is also rolled back.
 
+ClientRequestToken (off; EMULATOR_HONOUR_REQUEST_TOKEN=1 or
+--honour-request-token turns it on). moto ignores TransactWriteItems'
+ClientRequestToken. With the switch on, the launcher treats it as DynamoDB
+documents: for 10 minutes after a transaction with a token succeeded, a
+request with the same token and the same other parameters gets the same
+successful answer and changes nothing, and one with the same token and
+other parameters fails with IdempotentParameterMismatchException. A token
+whose transaction failed is not remembered: its next use runs afresh.
+
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
-                   [--[no-]fast-transactions]
+                   [--[no-]fast-transactions] [--[no-]honour-request-token]
 Prints "READY http://HOST:PORT" on stdout once it accepts connections.
 With --exit-with-stdin it exits when its standard input closes, so a test
 process that started it cannot leave it behind.
@@ -27,9 +38,15 @@ process that started it cannot leave it behind.
 import argparse
 import copy
 import functools
+import hashlib
+import io
+import json
 import os
 import sys
 import threading
+import time
+import zlib
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from moto.dynamodb import models as dynamodb_models
@@ -42,6 +59,7 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import ThreadedWSGIServer, make_server
+from werkzeug.wsgi import get_input_stream
 
 # Parallel tests open many connections at once while DynamoDB requests wait
 # for the lock; werkzeug's accept queue of 128 can overflow, and a dropped
@@ -49,6 +67,7 @@ from werkzeug.serving import ThreadedWSGIServer, make_server
 ThreadedWSGIServer.request_queue_size = 1024
 
 FAST_TRANSACTIONS_ENV = "EMULATOR_FAST_TRANSACTIONS"
+HONOUR_REQUEST_TOKEN_ENV = "EMULATOR_HONOUR_REQUEST_TOKEN"
 
 
 class SerializeDynamoDB:
@@ -192,6 +211,107 @@ def install_fast_transactions():
     backend.transact_write_items = transact_write_items
 
 
+# ---- ClientRequestToken ----
+
+
+@dataclass
+class _Answered:
+    """A successful transaction's answer, kept for its token's window."""
+
+    expires: float  # time.monotonic()
+    digest: str  # of the request's parameters other than the token
+    status: str
+    headers: list
+    body: bytes
+
+
+class HonourRequestTokens:
+    """WSGI middleware: TransactWriteItems' ClientRequestToken, as DynamoDB.
+
+    It must run under SerializeDynamoDB's lock: it reads and records tokens
+    without a lock of its own, and a request must not slip in between a
+    transaction and the recording of its token.
+    """
+
+    TARGET = "DynamoDB_20120810.TransactWriteItems"
+    WINDOW = 600.0  # seconds a token is remembered after its transaction
+    MISMATCH = "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException"
+
+    def __init__(self, app):
+        self._app = app
+        self._answered = OrderedDict()  # token -> _Answered, oldest first
+
+    def __call__(self, environ, start_response):
+        if environ.get("HTTP_X_AMZ_TARGET") != self.TARGET:
+            return self._app(environ, start_response)
+        body = get_input_stream(environ).read()
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        try:
+            params = json.loads(body)
+            token = params.pop("ClientRequestToken", None)
+        except (ValueError, AttributeError):
+            token = None  # not a JSON object: moto answers it
+        if token is None:
+            return self._app(environ, start_response)
+
+        digest = hashlib.sha256(
+            json.dumps(params, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+        now = time.monotonic()
+        self._forget_before(now)
+        answered = self._answered.get(token)
+        if answered is not None:
+            if answered.digest != digest:
+                return self._mismatch(start_response)
+            start_response(answered.status, list(answered.headers))
+            return [answered.body]
+
+        sent = {}
+
+        def keep_status(status, headers, exc_info=None):
+            sent["status"], sent["headers"] = status, list(headers)
+            return start_response(status, headers, exc_info)
+
+        response = b"".join(self._app(environ, keep_status))
+        if sent["status"].startswith("200"):
+            self._answered[token] = _Answered(
+                time.monotonic() + self.WINDOW,
+                digest,
+                sent["status"],
+                sent["headers"],
+                response,
+            )
+        return [response]
+
+    def _forget_before(self, now):
+        """Drop the tokens whose window ended (they are oldest first)."""
+        while self._answered:
+            token = next(iter(self._answered))
+            if self._answered[token].expires > now:
+                return
+            del self._answered[token]
+
+    def _mismatch(self, start_response):
+        body = json.dumps(
+            {
+                "__type": self.MISMATCH,
+                "message": "ClientRequestToken was used by an earlier "
+                "TransactWriteItems request with other parameters",
+            }
+        ).encode()
+        start_response(
+            "400 Bad Request",
+            [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("Content-Length", str(len(body))),
+                # The SDK checks DynamoDB answers against it, as moto's carry it.
+                ("x-amz-crc32", str(zlib.crc32(body))),
+            ],
+        )
+        return [body]
+
+
 def _env_switch(name, default):
     """The boolean environment variable name: 0/false/no/off or 1/true/yes/on."""
     value = os.environ.get(name, "").strip().lower()
@@ -218,13 +338,23 @@ def main() -> None:
         "--fast-transactions",
         action=argparse.BooleanOptionalAction,
         default=_env_switch(FAST_TRANSACTIONS_ENV, True),
-        help=f"snapshot named items, not whole tables (default: ${FAST_TRANSACTIONS_ENV}, else on)",
+        help="snapshot named items, not whole tables "
+        f"(default: ${FAST_TRANSACTIONS_ENV}, else on)",
+    )
+    parser.add_argument(
+        "--honour-request-token",
+        action=argparse.BooleanOptionalAction,
+        default=_env_switch(HONOUR_REQUEST_TOKEN_ENV, False),
+        help="honour TransactWriteItems' ClientRequestToken as DynamoDB does "
+        f"(default: ${HONOUR_REQUEST_TOKEN_ENV}, else off)",
     )
     args = parser.parse_args()
 
     if args.fast_transactions:
         install_fast_transactions()
     app = DomainDispatcherApplication(create_backend_app)
+    if args.honour_request_token:
+        app = HonourRequestTokens(app)
     app = SerializeDynamoDB(app)
     server = make_server(
         args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler

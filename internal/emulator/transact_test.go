@@ -450,3 +450,73 @@ func streamsCall(t *testing.T, sd side, action string, in, out any) {
 		t.Fatalf("streams %s: %v", action, err)
 	}
 }
+
+// TestClientRequestToken checks EMULATOR_HONOUR_REQUEST_TOKEN=1: a token
+// repeated with the same parameters answers success and applies nothing,
+// one repeated with other parameters fails, and the token of a failed
+// transaction stays free.
+func TestClientRequestToken(t *testing.T) {
+	t.Parallel()
+	sd := startSides(t, []string{emulator.EnvHonourRequestToken + "=1"})[0]
+	ctx := context.Background()
+	const table = "tokens"
+	if _, err := awsenv.CreateTable(ctx, sd.db, &dynamodb.CreateTableInput{
+		TableName:            aws.String(table),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// tx adds 1 to the counter, and applies the extra actions, under token.
+	tx := func(token string, extra ...types.TransactWriteItem) error {
+		_, err := sd.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{
+			ClientRequestToken: aws.String(token),
+			TransactItems:      append([]types.TransactWriteItem{update(table, hk("counter"), "ADD n :one", "")}, extra...),
+		})
+		return err
+	}
+	counter := func() string {
+		t.Helper()
+		out, err := sd.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: hk("counter"), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return render(out.Item)
+	}
+
+	for range 2 {
+		if err := tx("token-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, want := counter(), `{n=N1 pk=S"counter"}`; got != want {
+		t.Fatalf("after the same token twice: %s, want %s", got, want)
+	}
+
+	err := tx("token-1", put(table, hk("other"), ""))
+	var mismatch *types.IdempotentParameterMismatchException
+	if code := errorCode(err); code != "IdempotentParameterMismatchException" || !errors.As(err, &mismatch) {
+		t.Fatalf("the same token with other parameters: %v (code %q), want IdempotentParameterMismatchException", err, code)
+	}
+	if got, want := counter(), `{n=N1 pk=S"counter"}`; got != want {
+		t.Fatalf("after a mismatch: %s, want %s", got, want)
+	}
+
+	gated := check(table, hk("gate"), "attribute_exists(pk)")
+	if code := errorCode(tx("token-2", gated)); code != canceled {
+		t.Fatalf("a failing condition: code %q, want %s", code, canceled)
+	}
+	if _, err := sd.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: hk("gate")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx("token-2", gated); err != nil {
+		t.Fatalf("the token of a failed transaction again: %v", err)
+	}
+	if err := tx("token-3"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := counter(), `{n=N3 pk=S"counter"}`; got != want {
+		t.Fatalf("after two more tokens: %s, want %s", got, want)
+	}
+}
