@@ -242,6 +242,7 @@ class HonourRequestTokens:
         self._answered = OrderedDict()  # token -> _Answered, oldest first
 
     def __call__(self, environ, start_response):
+        """Replay, refuse or run a TransactWriteItems; pass anything else on."""
         if environ.get("HTTP_X_AMZ_TARGET") != self.TARGET:
             return self._app(environ, start_response)
         body = get_input_stream(environ).read()
@@ -293,6 +294,7 @@ class HonourRequestTokens:
             del self._answered[token]
 
     def _mismatch(self, start_response):
+        """Answer IdempotentParameterMismatchException, as DynamoDB would."""
         body = json.dumps(
             {
                 "__type": self.MISMATCH,
