@@ -6,28 +6,68 @@ evaluates a condition and applies the write as one step, so this launcher
 runs every DynamoDB request under one lock. SQS requests (long polls among
 them) stay concurrent.
 
+Two more departures from plain moto, each with a switch:
+
+Constant-cost transactions (on; EMULATOR_FAST_TRANSACTIONS=0 or
+--no-fast-transactions turns them off). moto deep-copies every table a
+TransactWriteItems names, to put the copies back if the transaction fails,
+so a transaction costs time in proportion to the items already stored.
+Here a transaction snapshots only the items its actions name (and the
+length of each named table's stream) and restores those when it fails;
+moto's checks, errors and cancellation reasons are its own, unchanged. The
+lock above is what makes that enough: no other request can see or change
+a table while a transaction runs. Unlike moto, a transaction that names its
+table by ARN, or that puts two actions in one entry, is also rolled back.
+
+ClientRequestToken (off; EMULATOR_HONOUR_REQUEST_TOKEN=1 or
+--honour-request-token turns it on). moto ignores TransactWriteItems'
+ClientRequestToken. With the switch on, the launcher treats it as DynamoDB
+documents: for 10 minutes after a transaction with a token succeeded, a
+request with the same token and the same other parameters gets the same
+successful answer and changes nothing, and one with the same token and
+other parameters fails with IdempotentParameterMismatchException. A token
+whose transaction failed is not remembered: its next use runs afresh.
+
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
+                   [--[no-]fast-transactions] [--[no-]honour-request-token]
 Prints "READY http://HOST:PORT" on stdout once it accepts connections.
 With --exit-with-stdin it exits when its standard input closes, so a test
 process that started it cannot leave it behind.
 """
 
 import argparse
+import copy
+import functools
+import hashlib
+import io
+import json
 import os
 import sys
 import threading
+import time
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
 
+from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb.exceptions import ResourceNotFoundException
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
     MotoRequestHandler,
     create_backend_app,
 )
 from werkzeug.serving import ThreadedWSGIServer, make_server
+from werkzeug.wsgi import get_input_stream
 
 # Parallel tests open many connections at once while DynamoDB requests wait
 # for the lock; werkzeug's accept queue of 128 can overflow, and a dropped
 # connection makes the SDK retry a call that may already have been applied.
 ThreadedWSGIServer.request_queue_size = 1024
+
+FAST_TRANSACTIONS_ENV = "EMULATOR_FAST_TRANSACTIONS"
+HONOUR_REQUEST_TOKEN_ENV = "EMULATOR_HONOUR_REQUEST_TOKEN"
 
 
 class SerializeDynamoDB:
@@ -47,6 +87,245 @@ class SerializeDynamoDB:
             return list(self._app(environ, start_response))
 
 
+# ---- Constant-cost transactions ----
+
+
+class _TablesByReference:
+    """The copy module as moto.dynamodb.models sees it with fast transactions.
+
+    moto's transact_write_items deep-copies each table it names before it
+    starts and puts the copies back if the transaction fails. Through this
+    stand-in a table's copy is the table itself, so putting it back changes
+    nothing and costs nothing; _NamedItems restores what the transaction
+    changed. Any other object is deep-copied as before.
+    """
+
+    def deepcopy(self, obj, memo=None):
+        """Return a Table itself, and a deep copy of anything else."""
+        if isinstance(obj, Table):
+            return obj
+        return copy.deepcopy(obj, memo)
+
+    def __getattr__(self, name):
+        return getattr(copy, name)
+
+
+@dataclass
+class _SavedItem:
+    """One item a transaction names, as it was before the transaction."""
+
+    table: Table
+    hash_key: DynamoType
+    range_key: DynamoType | None
+    item: object  # a deep copy of moto's Item, or None if it was absent
+    had_bucket: bool  # range tables: whether items[hash_key] existed
+
+
+class _NamedItems:
+    """A snapshot of the items a TransactWriteItems names, and their streams.
+
+    restore() puts back exactly those items (absent ones are removed again)
+    and cuts each named table's stream back to the records it had, which is
+    all a transaction can change.
+    """
+
+    def __init__(self, backend, transact_items):
+        self._items = {}
+        self._streams = {}
+        for entry in transact_items:
+            for action, op in entry.items():
+                self._save(backend, action, op)
+
+    def _save(self, backend, action, op):
+        try:
+            table = backend.get_table(op["TableName"])
+        except (KeyError, TypeError, ResourceNotFoundException):
+            return  # moto reports it; nothing of this action can be applied
+        key = self._key(table, op.get("Item" if action == "Put" else "Key"))
+        if key is None:
+            return
+        slot = (id(table),) + key
+        if slot in self._items:
+            return  # a duplicate: moto refuses the transaction
+        hash_key, range_key = key
+        if range_key is None:
+            item, had_bucket = table.items.get(hash_key), True
+        else:
+            bucket = table.items.get(hash_key)
+            item, had_bucket = (bucket or {}).get(range_key), bucket is not None
+        self._items[slot] = _SavedItem(
+            table, hash_key, range_key, copy.deepcopy(item), had_bucket
+        )
+        shard = table.stream_shard
+        if shard is not None and id(table) not in self._streams:
+            self._streams[id(table)] = (shard, shard.items, len(shard.items))
+
+    @staticmethod
+    def _key(table, attrs):
+        """The (hash, range) key attrs name in table, or None if they do not."""
+        names = [table.hash_key_attr, table.range_key_attr]
+        if not isinstance(attrs, dict) or any(
+            name is not None and name not in attrs for name in names
+        ):
+            return None
+        try:
+            return tuple(None if n is None else DynamoType(attrs[n]) for n in names)
+        except (AttributeError, IndexError, TypeError):
+            return None  # a malformed value: moto rejects the action
+
+    def restore(self):
+        """Put every named item and stream back as it was."""
+        for saved in self._items.values():
+            items = saved.table.items
+            if saved.range_key is None:
+                if saved.item is None:
+                    items.pop(saved.hash_key, None)
+                else:
+                    items[saved.hash_key] = saved.item
+            elif saved.item is not None:
+                items[saved.hash_key][saved.range_key] = saved.item
+            elif saved.hash_key in items:
+                items[saved.hash_key].pop(saved.range_key, None)
+                if not saved.had_bucket and not items[saved.hash_key]:
+                    del items[saved.hash_key]
+        for shard, records, count in self._streams.values():
+            del records[count:]
+            shard.items = records
+
+
+def install_fast_transactions():
+    """Make moto's TransactWriteItems snapshot named items, not whole tables."""
+    backend = dynamodb_models.DynamoDBBackend
+    original = backend.transact_write_items
+
+    @functools.wraps(original)
+    def transact_write_items(self, transact_items):
+        snapshot = _NamedItems(self, transact_items)
+        try:
+            return original(self, transact_items)
+        except Exception:
+            snapshot.restore()
+            raise
+
+    dynamodb_models.copy = _TablesByReference()
+    backend.transact_write_items = transact_write_items
+
+
+# ---- ClientRequestToken ----
+
+
+@dataclass
+class _Answered:
+    """A successful transaction's answer, kept for its token's window."""
+
+    expires: float  # time.monotonic()
+    digest: str  # of the request's parameters other than the token
+    status: str
+    headers: list
+    body: bytes
+
+
+class HonourRequestTokens:
+    """WSGI middleware: TransactWriteItems' ClientRequestToken, as DynamoDB.
+
+    It must run under SerializeDynamoDB's lock: it reads and records tokens
+    without a lock of its own, and a request must not slip in between a
+    transaction and the recording of its token.
+    """
+
+    TARGET = "DynamoDB_20120810.TransactWriteItems"
+    WINDOW = 600.0  # seconds a token is remembered after its transaction
+    MISMATCH = "com.amazonaws.dynamodb.v20120810#IdempotentParameterMismatchException"
+
+    def __init__(self, app):
+        self._app = app
+        self._answered = OrderedDict()  # token -> _Answered, oldest first
+
+    def __call__(self, environ, start_response):
+        """Replay, refuse or run a TransactWriteItems; pass anything else on."""
+        if environ.get("HTTP_X_AMZ_TARGET") != self.TARGET:
+            return self._app(environ, start_response)
+        body = get_input_stream(environ).read()
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        try:
+            params = json.loads(body)
+            token = params.pop("ClientRequestToken", None)
+        except (ValueError, AttributeError):
+            token = None  # not a JSON object: moto answers it
+        if token is None:
+            return self._app(environ, start_response)
+
+        digest = hashlib.sha256(
+            json.dumps(params, sort_keys=True, separators=(",", ":")).encode()
+        ).hexdigest()
+        now = time.monotonic()
+        self._forget_before(now)
+        answered = self._answered.get(token)
+        if answered is not None:
+            if answered.digest != digest:
+                return self._mismatch(start_response)
+            start_response(answered.status, list(answered.headers))
+            return [answered.body]
+
+        sent = {}
+
+        def keep_status(status, headers, exc_info=None):
+            sent["status"], sent["headers"] = status, list(headers)
+            return start_response(status, headers, exc_info)
+
+        response = b"".join(self._app(environ, keep_status))
+        if sent["status"].startswith("200"):
+            self._answered[token] = _Answered(
+                time.monotonic() + self.WINDOW,
+                digest,
+                sent["status"],
+                sent["headers"],
+                response,
+            )
+        return [response]
+
+    def _forget_before(self, now):
+        """Drop the tokens whose window ended (they are oldest first)."""
+        while self._answered:
+            token = next(iter(self._answered))
+            if self._answered[token].expires > now:
+                return
+            del self._answered[token]
+
+    def _mismatch(self, start_response):
+        """Answer IdempotentParameterMismatchException, as DynamoDB would."""
+        body = json.dumps(
+            {
+                "__type": self.MISMATCH,
+                "message": "ClientRequestToken was used by an earlier "
+                "TransactWriteItems request with other parameters",
+            }
+        ).encode()
+        start_response(
+            "400 Bad Request",
+            [
+                ("Content-Type", "application/x-amz-json-1.0"),
+                ("Content-Length", str(len(body))),
+                # The SDK checks DynamoDB answers against it, as moto's carry it.
+                ("x-amz-crc32", str(zlib.crc32(body))),
+            ],
+        )
+        return [body]
+
+
+def _env_switch(name, default):
+    """The boolean environment variable name: 0/false/no/off or 1/true/yes/on."""
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in ("0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    sys.exit(f"emulator.py: {name}={value!r}: want 0 or 1")
+
+
 def _exit_on_eof() -> None:
     sys.stdin.read()
     os._exit(0)
@@ -57,9 +336,28 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--exit-with-stdin", action="store_true")
+    parser.add_argument(
+        "--fast-transactions",
+        action=argparse.BooleanOptionalAction,
+        default=_env_switch(FAST_TRANSACTIONS_ENV, True),
+        help="snapshot named items, not whole tables "
+        f"(default: ${FAST_TRANSACTIONS_ENV}, else on)",
+    )
+    parser.add_argument(
+        "--honour-request-token",
+        action=argparse.BooleanOptionalAction,
+        default=_env_switch(HONOUR_REQUEST_TOKEN_ENV, False),
+        help="honour TransactWriteItems' ClientRequestToken as DynamoDB does "
+        f"(default: ${HONOUR_REQUEST_TOKEN_ENV}, else off)",
+    )
     args = parser.parse_args()
 
-    app = SerializeDynamoDB(DomainDispatcherApplication(create_backend_app))
+    if args.fast_transactions:
+        install_fast_transactions()
+    app = DomainDispatcherApplication(create_backend_app)
+    if args.honour_request_token:
+        app = HonourRequestTokens(app)
+    app = SerializeDynamoDB(app)
     server = make_server(
         args.host, args.port, app, threaded=True, request_handler=MotoRequestHandler
     )

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,16 @@ import (
 	"sync"
 	"syscall"
 	"time"
+)
+
+// Environment variables scripts/emulator.py reads; see its docstring.
+const (
+	// EnvFastTransactions: "0" makes TransactWriteItems copy whole tables,
+	// as moto does, instead of the items it names (the default).
+	EnvFastTransactions = "EMULATOR_FAST_TRANSACTIONS"
+	// EnvHonourRequestToken: "1" makes TransactWriteItems honour its
+	// ClientRequestToken as DynamoDB does (the default ignores it, as moto).
+	EnvHonourRequestToken = "EMULATOR_HONOUR_REQUEST_TOKEN"
 )
 
 // Emulator is a running scripts/emulator.py.
@@ -28,11 +39,14 @@ type Emulator struct {
 
 // Start starts the emulator of the repository at root on 127.0.0.1:port (0
 // picks a free port) and waits until it is ready. It exits when Stop closes
-// its stdin, or when this process dies and the pipe closes with it.
-func Start(root string, port int) (*Emulator, error) {
+// its stdin, or when this process dies and the pipe closes with it. env
+// ("KEY=VALUE") is added to the environment it inherits, e.g.
+// EnvFastTransactions+"=0".
+func Start(root string, port int, env ...string) (*Emulator, error) {
 	python := filepath.Join(root, ".venv", "bin", "python")
 	cmd := exec.Command(python, filepath.Join(root, "scripts", "emulator.py"),
 		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--exit-with-stdin")
+	cmd.Env = append(os.Environ(), env...)
 	// Its own process group: a Ctrl-C in the terminal reaches this process
 	// only, which stops the emulator last, after what uses it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
