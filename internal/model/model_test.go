@@ -57,41 +57,56 @@ func TestChargePathModel(t *testing.T) {
 			"crashAfterProvider": r.crashAfterProvider,
 			"crashAfterCommit":   r.request, // the client never reads the response
 			"advanceClock":       r.advanceClock,
+			"retentionPasses":    r.retentionPasses,
+			"providerLands":      r.providerLands,
 			"providerDown":       r.providerDown,
 			"dynamoFaults":       r.dynamoFaults,
 			"sweep":              r.sweep,
 			"reconcile":          r.reconcile,
+			"staleOwner":         r.staleOwner,
 		}
-		names := slices.Sorted(maps.Keys(actions))
+		// Crashed owners coming back late are drawn twice as often.
+		names := append(slices.Sorted(maps.Keys(actions)), "staleOwner")
 		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
 			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
 			r.checkInvariantsSoFar(rt)
 		}
 		r.settle(rt)
 		r.checkFinal(rt)
-		r.removeItems()
+		r.removeItems(rt)
 	})
-	t.Logf("%d histories in %s; %d DynamoDB faults injected", runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.injected.Load())
+	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused",
+		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load())
 }
 
 // env is the charge path as deployed, in-process.
 type env struct {
 	handler *charge.Handler
 	recon   *charge.Service // what the reconcile function runs per message
-	store   *idem.Store     // the same table, for crashes and for checks
+	store   *idem.Store     // the same table, for crashes, with the faults
+	reader  *idem.Store     // the same table, without faults, for checks
 	sim     *providersim.Simulator
 	prov    *provider.Client // a crashed charge function's provider calls
 	clock   *testenv.Clock
 	faults  *faultyTransport
-	// db (without faults) and d let a history remove what it stored.
+	// db (without faults) and d let a history read and remove what it
+	// stored.
 	db *dynamodb.Client
 	d  *teststack.Deployment
+	// staleRefused counts the writes of stale lease holders refused.
+	staleRefused atomic.Int64
 }
 
 const (
-	maxSteps     = 10               // per history: short histories keep 200 of them under a minute
+	maxSteps     = 12               // per history: short histories keep 1,000 of them to a few minutes
 	leaseExpiry  = 31 * time.Second // past the store's default 30s lease
 	inflightWait = 100 * time.Millisecond
+	retention    = 24 * time.Hour
+	// settleWindow is the simulated provider's: a charge it accepted lands
+	// within it (the history lands pending charges before the clock
+	// passes it), so "not found" after it is the truth.
+	settleWindow        = 2 * time.Minute
+	retryBase, retryCap = time.Minute, 4 * time.Minute
 )
 
 func newEnv(t *testing.T) *env {
@@ -111,45 +126,71 @@ func newEnv(t *testing.T) *env {
 		ProviderOptions: []provider.Option{provider.WithTimeout(5 * time.Second)},
 	}
 	chargeCfg := d.Charge()
-	chargeCfg.InflightWait = inflightWait
+	chargeCfg.InflightWait, chargeCfg.Retention = inflightWait, retention
 	h, err := setup.ChargeHandler(chargeCfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recon, err := setup.ReconcileService(d.Reconcile(), deps)
+	reconCfg := d.Reconcile()
+	reconCfg.Retention, reconCfg.SettleWindow, reconCfg.RetryBase, reconCfg.RetryCap = retention, settleWindow, retryBase, retryCap
+	recon, err := setup.ReconcileService(reconCfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	store, err := idem.New(clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) {
-		o.Clock, o.Retention = clock.Now, 24*time.Hour
+		o.Clock, o.Retention = clock.Now, retention
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testenv.Clients(t).DynamoDB
+	reader, err := idem.New(db, d.IdempotencyTable, func(o *idem.Options) {
+		o.Clock, o.Retention = clock.Now, retention
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &env{
-		handler: h, recon: recon, store: store, sim: d.Sim, clock: clock, faults: faults,
-		db: testenv.Clients(t).DynamoDB, d: d,
+		handler: h, recon: recon, store: store, reader: reader, sim: d.Sim, clock: clock, faults: faults,
+		db: db, d: d,
 		prov: provider.NewClient(d.ProviderURL, "", provider.WithTimeout(5*time.Second)),
 	}
 }
 
-// faultyTransport answers a share of DynamoDB requests itself with a
-// throttling or internal-server error, shaped as DynamoDB sends them,
-// without forwarding the request: nothing happened on the table.
+// faultyTransport makes a share of DynamoDB requests fail, shaped as
+// DynamoDB's throttling or internal-server errors. A refused request is
+// answered without being forwarded: nothing happened on the table. A lost
+// answer is forwarded and applied, and its answer thrown away: the SDK
+// retries a write that already happened.
 type faultyTransport struct {
-	base     http.RoundTripper
-	perMille atomic.Int64
-	injected atomic.Int64
+	base          http.RoundTripper
+	refuse, lose  atomic.Int64 // per mille
+	refused, lost atomic.Int64
 }
 
 func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if rand.Int64N(1000) >= f.perMille.Load() {
+	switch n := rand.Int64N(1000); {
+	case n < f.refuse.Load():
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		f.refused.Add(1)
+		return fault(req), nil
+	case n < f.refuse.Load()+f.lose.Load():
+		resp, err := f.base.RoundTrip(req)
+		if err != nil {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		f.lost.Add(1)
+		return fault(req), nil
+	default:
 		return f.base.RoundTrip(req)
 	}
-	if req.Body != nil {
-		_ = req.Body.Close()
-	}
-	f.injected.Add(1)
+}
+
+func fault(req *http.Request) *http.Response {
 	status, kind := http.StatusBadRequest, "ThrottlingException"
 	if rand.IntN(2) == 0 {
 		status, kind = http.StatusInternalServerError, "InternalServerError"
@@ -169,10 +210,11 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		Body:          io.NopCloser(strings.NewReader(body)),
 		ContentLength: int64(len(body)),
 		Request:       req,
-	}, nil
+	}
 }
 
-// history is the model of one random run: what every client was told.
+// history is the model of one random run: what every client was told,
+// and what the store and the provider did.
 type history struct {
 	env     *env
 	id      int64
@@ -180,14 +222,26 @@ type history struct {
 	keys    map[idem.Key]*keyState
 	faulty  bool // DynamoDB faults are being injected
 	down    bool // the provider is down
+	// zombies are the leases of charge functions that crashed: each may
+	// come back and write late.
+	zombies []*idem.Lease
+	// pendingSince is when the oldest charge the provider accepted but has
+	// not landed was sent (zero if none): it must land within the settle
+	// window, so the clock never passes pendingSince+settleWindow first.
+	pendingSince time.Time
 }
 
-// keyState is what the clients of one tenant-scoped key have seen.
+// keyState is what the clients of one tenant-scoped key have seen, and
+// every command (generation) the key has named.
 type keyState struct {
 	key      idem.Key
 	body     body
-	terminal *seen // the first 201 or 402, nil until one is seen
-	firsts   int   // 201/402 responses that were not replays
+	terminal *seen // the first 201 or 402 of the current intent, nil until one is seen
+	firsts   int   // 201/402 responses of the current intent that were not replays
+	// gens are the key's commands by their record's creation, with the
+	// last state each was seen in: a command's record is replaced only
+	// once settled and past retention, so its last state is its final one.
+	gens map[time.Time]*idem.Record
 }
 
 type seen struct {
@@ -228,6 +282,7 @@ var (
 	sources = []string{
 		providersim.SourceVisa, providersim.SourceVisa, providersim.SourceDecline,
 		providersim.SourceUnavailableOnce, providersim.SourceTimeoutOnce, providersim.SourceSlow,
+		providersim.SourceLateOnce,
 	}
 	clientKeys   = []string{"order-1", "order-2", "order-3"} // shared by the tenants
 	descriptions = []string{"", "order 42", "café <b>&</b>"}
@@ -238,29 +293,74 @@ func (r *history) tenant(name string) string { return fmt.Sprintf("m%d-%s", r.id
 // reset leaves the shared environment healthy for the next history, also
 // when this one failed.
 func (r *history) reset() {
-	r.env.faults.perMille.Store(0)
+	r.env.faults.refuse.Store(0)
+	r.env.faults.lose.Store(0)
 	r.env.sim.SetDown(false)
+	r.env.sim.Land()
 }
 
 // removeItems deletes the history's records and charge rows once it has
 // been checked. Histories never share keys, so this changes no outcome; it
-// keeps the tables small, which matters on moto, whose transactions copy
-// every table they touch.
-func (r *history) removeItems() {
+// keeps the tables small, which matters on moto, whose query of the
+// stuck-lease index reads the whole table.
+func (r *history) removeItems(rt *rapid.T) {
 	ctx := context.Background()
 	for k := range r.keys {
 		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName: aws.String(r.env.d.IdempotencyTable),
 			Key:       map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
 		})
-		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
-			TableName: aws.String(r.env.d.ChargesTable),
-			Key: map[string]types.AttributeValue{
-				charge.AttrTenant: &types.AttributeValueMemberS{Value: k.Tenant()},
-				charge.AttrID:     &types.AttributeValueMemberS{Value: charge.ChargeID(k)},
-			},
-		})
 	}
+	for _, tenant := range r.tenants {
+		for _, row := range r.rows(rt, tenant) {
+			_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+				TableName: aws.String(r.env.d.ChargesTable),
+				Key: map[string]types.AttributeValue{
+					charge.AttrTenant: &types.AttributeValueMemberS{Value: tenant},
+					charge.AttrID:     &types.AttributeValueMemberS{Value: row.ID},
+				},
+			})
+		}
+	}
+}
+
+// row is a charge row as the model reads it.
+type row struct {
+	ID, ProviderReference string
+	Amount                int64
+}
+
+// rows reads every charge row of tenant.
+func (r *history) rows(rt *rapid.T, tenant string) []row {
+	rt.Helper()
+	p := dynamodb.NewQueryPaginator(r.env.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(r.env.d.ChargesTable),
+		KeyConditionExpression:    aws.String("#t = :t"),
+		ExpressionAttributeNames:  map[string]string{"#t": charge.AttrTenant},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: tenant}},
+		ConsistentRead:            aws.Bool(true),
+	})
+	var out []row
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for _, item := range page.Items {
+			var w row
+			if v, ok := item[charge.AttrID].(*types.AttributeValueMemberS); ok {
+				w.ID = v.Value
+			}
+			if v, ok := item["provider_reference"].(*types.AttributeValueMemberS); ok {
+				w.ProviderReference = v.Value
+			}
+			if v, ok := item["amount"].(*types.AttributeValueMemberN); ok {
+				w.Amount, _ = strconv.ParseInt(v.Value, 10, 64)
+			}
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 // pick draws a scoped key of this history, creating its state (and its
@@ -274,14 +374,19 @@ func (r *history) pick(rt *rapid.T) *keyState {
 	if ks, ok := r.keys[key]; ok {
 		return ks
 	}
-	ks := &keyState{key: key, body: body{
+	ks := &keyState{key: key, body: newBody(rt), gens: map[time.Time]*idem.Record{}}
+	r.keys[key] = ks
+	return ks
+}
+
+// newBody draws the request of a new intent.
+func newBody(rt *rapid.T) body {
+	return body{
 		Amount:      int64(rapid.IntRange(charge.MinAmount, 100_000).Draw(rt, "amount")),
 		Currency:    rapid.SampledFrom([]string{"EUR", "USD", "JPY"}).Draw(rt, "currency"),
 		Source:      rapid.SampledFrom(sources).Draw(rt, "source"),
 		Description: rapid.SampledFrom(descriptions).Draw(rt, "description"),
-	}}
-	r.keys[key] = ks
-	return ks
+	}
 }
 
 // variant draws the body a client sends: usually its key's own body, in
@@ -397,9 +502,9 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 		rt.Fatalf("%s: unexpected %d %s", ks.key, status, resp.Body)
 	}
 	if status == http.StatusCreated {
-		var c struct{ ID string }
-		if err := json.Unmarshal([]byte(resp.Body), &c); err != nil || c.ID != charge.ChargeID(ks.key) {
-			rt.Fatalf("%s: 201 carries charge %q, want %q (this tenant's): %s", ks.key, c.ID, charge.ChargeID(ks.key), resp.Body)
+		c := parseCharge(rt, resp.Body)
+		if c.ID != charge.ChargeID(ks.key, c.created) || c.ProviderReference != charge.ProviderReference(ks.key, c.created) || c.Amount != b.Amount {
+			rt.Fatalf("%s: 201 %s is not this tenant's charge of %d for the command created at %s", ks.key, resp.Body, b.Amount, c.created)
 		}
 	}
 	if t := ks.terminal; t != nil {
@@ -422,6 +527,29 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 	}
 }
 
+// parsedCharge is a 201's body.
+type parsedCharge struct {
+	ID                string `json:"id"`
+	Amount            int64  `json:"amount"`
+	ProviderReference string `json:"provider_reference"`
+	CreatedAt         string `json:"created_at"`
+	created           time.Time
+}
+
+func parseCharge(rt *rapid.T, body string) parsedCharge {
+	rt.Helper()
+	var c parsedCharge
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		rt.Fatalf("charge body %s: %v", body, err)
+	}
+	created, err := time.Parse("2006-01-02T15:04:05.000Z07:00", c.CreatedAt)
+	if err != nil {
+		rt.Fatalf("charge body %s: %v", body, err)
+	}
+	c.created = created
+	return c
+}
+
 // claim is what a charge function does before calling the provider.
 func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
 	ks := r.pick(rt)
@@ -435,6 +563,7 @@ func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
 	if err != nil || begun.Lease == nil {
 		return ks, b, nil // in flight, replay, mismatch or a fault: nothing claimed
 	}
+	r.zombies = append(r.zombies, begun.Lease)
 	return ks, b, begun.Lease
 }
 
@@ -442,19 +571,55 @@ func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
 func (r *history) crashAfterClaim(rt *rapid.T) { r.claim(rt) }
 
 // crashAfterProvider is a charge function that dies after the provider
-// charged (or declined) but before it recorded the outcome.
+// charged (or declined, or accepted a charge that lands later) but before
+// it recorded the outcome.
 func (r *history) crashAfterProvider(rt *rapid.T) {
 	ks, b, lease := r.claim(rt)
 	if lease == nil {
 		return
 	}
 	_, _ = r.env.prov.Charge(context.Background(), provider.ChargeRequest{
-		Reference: charge.ProviderReference(ks.key), Amount: b.Amount, Currency: b.Currency, Source: b.Source,
+		Reference: charge.ProviderReference(ks.key, lease.CreatedAt), Amount: b.Amount, Currency: b.Currency, Source: b.Source,
 	})
 }
 
+// advance moves the clock, first landing the provider's pending charges
+// if the clock would pass their settle window: the provider lands what it
+// accepted within it.
+func (r *history) advance(d time.Duration) {
+	if !r.pendingSince.IsZero() && r.env.clock.Now().Add(d).After(r.pendingSince.Add(settleWindow)) {
+		r.env.sim.Land()
+		r.pendingSince = time.Time{}
+	}
+	r.env.clock.Advance(d)
+}
+
 func (r *history) advanceClock(rt *rapid.T) {
-	r.env.clock.Advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute}).Draw(rt, "advance"))
+	r.advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute}).Draw(rt, "advance"))
+}
+
+// retentionPasses moves the clock past every settled command's retention.
+// A key whose command is settled may then name a new intent: its clients
+// draw a new request. A command still IN_FLIGHT keeps its key.
+func (r *history) retentionPasses(rt *rapid.T) {
+	r.advance(retention + leaseExpiry + time.Minute)
+	for _, k := range slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+		ks := r.keys[k]
+		rec, err := r.env.store.Get(context.Background(), k)
+		if err == nil && rec.Status == idem.StatusInFlight {
+			continue
+		}
+		ks.terminal, ks.firsts = nil, 0
+		if rapid.Bool().Draw(rt, "newRequest") {
+			ks.body = newBody(rt)
+		}
+	}
+}
+
+// providerLands has the provider's backend finish the charges it accepted.
+func (r *history) providerLands(*rapid.T) {
+	r.env.sim.Land()
+	r.pendingSince = time.Time{}
 }
 
 func (r *history) providerDown(rt *rapid.T) {
@@ -463,9 +628,79 @@ func (r *history) providerDown(rt *rapid.T) {
 }
 
 func (r *history) dynamoFaults(rt *rapid.T) {
-	pm := rapid.SampledFrom([]int64{0, 50, 200}).Draw(rt, "faultsPerMille")
-	r.faulty = pm > 0
-	r.env.faults.perMille.Store(pm)
+	refuse := rapid.SampledFrom([]int64{0, 50, 200}).Draw(rt, "refusedPerMille")
+	lose := rapid.SampledFrom([]int64{0, 50, 200}).Draw(rt, "lostPerMille")
+	r.faulty = refuse+lose > 0
+	r.env.faults.refuse.Store(refuse)
+	r.env.faults.lose.Store(lose)
+}
+
+// staleOwner is a crashed charge function coming back with its lease and
+// writing late: a commit (with a charge row), a failure, a release, a
+// heartbeat or a postponement. If its lease is no longer the record's (it
+// was taken over, released and claimed again, or the key names a new
+// intent), every such write must be refused and change nothing. A live
+// lease is left alone: its owner is slow, not stale.
+func (r *history) staleOwner(rt *rapid.T) {
+	if len(r.zombies) == 0 {
+		return
+	}
+	l := rapid.SampledFrom(r.zombies).Draw(rt, "zombie")
+	ctx := context.Background()
+	before, err := r.env.reader.Get(ctx, l.Key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		before = nil
+	case err != nil:
+		r.allowed(rt, err)
+		return
+	case before.Status == idem.StatusInFlight && before.LeaseToken == l.Token:
+		// Its owner is slow, not stale (yet): it comes back after its lease
+		// ran out and the reconciler took the command over.
+		r.advance(max(l.ExpiresAt.Sub(r.env.clock.Now()), 0) + time.Second)
+		r.deliver(rt, l.Key, 1)
+		if before, err = r.env.reader.Get(ctx, l.Key); err != nil || before.LeaseToken == l.Token {
+			return
+		}
+	}
+	op := rapid.SampledFrom([]string{"commit", "fail", "release", "heartbeat", "postpone"}).Draw(rt, "write")
+	late := idem.Response{Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"stale"}`)}
+	switch op {
+	case "commit":
+		s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+		err = r.env.store.Commit(ctx, l, late, types.TransactWriteItem{Put: &types.Put{
+			TableName:                aws.String(r.env.d.ChargesTable),
+			Item:                     map[string]types.AttributeValue{charge.AttrTenant: s(l.Key.Tenant()), charge.AttrID: s("stale-" + l.Token)},
+			ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+			ExpressionAttributeNames: map[string]string{"#id": charge.AttrID},
+		}})
+	case "fail":
+		err = r.env.store.Fail(ctx, l, late)
+	case "release":
+		err = r.env.store.Release(ctx, l)
+	case "heartbeat":
+		err = r.env.store.Heartbeat(ctx, l)
+	case "postpone":
+		err = r.env.store.Postpone(ctx, l, r.env.clock.Now().Add(time.Hour))
+	}
+	switch {
+	case err == nil:
+		rt.Fatalf("%s: a stale lease's %s was applied", l.Key, op)
+	case !errors.Is(err, idem.ErrLeaseLost):
+		r.allowed(rt, err)
+	default:
+		r.env.staleRefused.Add(1)
+	}
+	after, aerr := r.env.reader.Get(ctx, l.Key)
+	switch {
+	case aerr != nil && !errors.Is(aerr, idem.ErrNotFound):
+		r.allowed(rt, aerr)
+	case (before == nil) != (aerr != nil):
+		rt.Fatalf("%s: a stale lease's refused %s changed the record from %+v to %+v", l.Key, op, before, after)
+	case before != nil && (after.Status != before.Status || after.LeaseToken != before.LeaseToken ||
+		!after.LeaseExpiresAt.Equal(before.LeaseExpiresAt) || !after.ExpiresAt.Equal(before.ExpiresAt)):
+		rt.Fatalf("%s: a stale lease's refused %s changed the record from %+v to %+v", l.Key, op, before, after)
+	}
 }
 
 // sweep finds this history's stuck leases as the sweeper does and delivers
@@ -524,95 +759,144 @@ func (r *history) allowed(rt *rapid.T, err error) {
 }
 
 // checkInvariantsSoFar runs between steps: nothing the provider charged
-// may be charged again, whatever the state of the records.
+// may be charged again, whatever the state of the records. It also notes
+// each key's command and its state, and when the provider accepted a
+// charge that has not landed.
 func (r *history) checkInvariantsSoFar(rt *rapid.T) {
+	r.note(rt)
 	ledger := r.env.sim.Ledger()
-	for k := range r.keys {
-		if e := ledger.References[charge.ProviderReference(k)]; e.Charges > 1 {
-			rt.Fatalf("%s: charged %d times", k, e.Charges)
+	for _, ks := range r.keys {
+		for created := range ks.gens {
+			e := ledger.References[charge.ProviderReference(ks.key, created)]
+			if e.Charges > 1 {
+				rt.Fatalf("%s: charged %d times", ks.key, e.Charges)
+			}
+			if e.Pending && r.pendingSince.IsZero() {
+				r.pendingSince = r.env.clock.Now()
+			}
 		}
 	}
 }
 
-// settle is the end of every history: faults stop, the provider recovers,
-// every lease runs out, and the sweeper and reconciler run to completion,
-// each message delivered twice.
-func (r *history) settle(rt *rapid.T) {
-	r.reset()
-	r.faulty, r.down = false, false
-	r.env.clock.Advance(leaseExpiry)
-	keys, err := r.stuck()
-	if err != nil {
-		rt.Fatal(err)
-	}
-	for k := range r.keys {
-		keys = append(keys, k) // the messages the charge function queued
-	}
-	for _, k := range keys {
-		r.deliver(rt, k, 2)
-	}
-}
-
-func (r *history) checkFinal(rt *rapid.T) {
-	ctx := context.Background()
-	ledger := r.env.sim.Ledger()
-	var charged, rows, succeeded int
-	for k, ks := range r.keys {
-		entry := ledger.References[charge.ProviderReference(k)]
-		if entry.Charges > 1 {
-			rt.Fatalf("%s: charged %d times", k, entry.Charges)
-		}
-		if entry.Status == provider.StatusCharged {
-			charged++
-		}
-		id := charge.ChargeID(k)
-		row, err := r.env.handler.Handle(ctx, getEvent(k.Tenant(), id))
-		if err != nil {
-			rt.Fatal(err)
-		}
-		if row.StatusCode == http.StatusOK {
-			rows++
-		}
-		for _, other := range r.tenants {
-			if other == k.Tenant() {
-				continue
-			}
-			if resp, _ := r.env.handler.Handle(ctx, getEvent(other, id)); resp.StatusCode != http.StatusNotFound {
-				rt.Fatalf("%s: tenant %s reads the charge with %d %s", k, other, resp.StatusCode, resp.Body)
-			}
-		}
-		rec, err := r.env.store.Get(ctx, k)
+// note reads every key's record (without faults) and keeps its state as
+// the latest seen of its command.
+func (r *history) note(rt *rapid.T) {
+	rt.Helper()
+	for _, ks := range r.keys {
+		rec, err := r.env.reader.Get(context.Background(), ks.key)
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
-			if entry.Status != "" && entry.Status != provider.StatusNotFound || ks.terminal != nil || row.StatusCode != http.StatusNotFound {
-				rt.Fatalf("%s: no record, but provider says %q, the row answers %d, a client saw %v", k, entry.Status, row.StatusCode, ks.terminal)
-			}
-			continue
+			continue // absent, or past retention: its last state was noted before
 		case err != nil:
 			rt.Fatal(err)
 		}
-		switch rec.Status {
-		case idem.StatusSucceeded:
-			succeeded++
-			if entry.Status != provider.StatusCharged || row.StatusCode != http.StatusOK {
-				rt.Fatalf("%s: SUCCEEDED, but provider says %q and the row answers %d", k, entry.Status, row.StatusCode)
+		ks.gens[rec.CreatedAt] = rec
+	}
+}
+
+// settle is the end of every history: faults stop, the provider recovers
+// and lands what it accepted, every lease, backoff and settle window runs
+// out, and the sweeper and reconciler run to completion, each message
+// delivered twice, until no command is left IN_FLIGHT.
+func (r *history) settle(rt *rapid.T) {
+	r.reset()
+	r.faulty, r.down, r.pendingSince = false, false, time.Time{}
+	for range 4 {
+		r.env.clock.Advance(retryCap + settleWindow + leaseExpiry)
+		keys, err := r.stuck()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for k := range r.keys {
+			keys = append(keys, k) // the messages the charge function queued
+		}
+		for _, k := range keys {
+			r.deliver(rt, k, 2)
+		}
+		if keys, err = r.stuck(); err != nil || len(keys) == 0 {
+			break
+		}
+	}
+	r.note(rt)
+}
+
+// checkFinal checks the history's end state. For every command (a key's
+// intent, named by its record's creation):
+//   - the provider charged its reference at most once;
+//   - it is SUCCEEDED exactly when the provider charged it, and then it has
+//     exactly one charge row, and the row, the stored 201 and the provider
+//     agree on the amount; FAILED_PERMANENT exactly when the provider
+//     declined it; RELEASED (or never claimed) when the provider has no
+//     charge for it; never left IN_FLIGHT;
+//
+// and for the history as a whole: provider charges = charge rows =
+// SUCCEEDED commands, other tenants never read a charge, and every client
+// of the current intent is replayed what the first was told.
+func (r *history) checkFinal(rt *rapid.T) {
+	ctx := context.Background()
+	ledger := r.env.sim.Ledger()
+	rows := map[string]row{}
+	for _, tenant := range r.tenants {
+		for _, w := range r.rows(rt, tenant) {
+			rows[w.ID] = w
+		}
+	}
+	var charged, succeeded int
+	for _, k := range slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+		ks := r.keys[k]
+		for created, rec := range ks.gens {
+			ref, id := charge.ProviderReference(k, created), charge.ChargeID(k, created)
+			e := ledger.References[ref]
+			w, hasRow := rows[id]
+			if e.Charges > 1 || e.Pending {
+				rt.Fatalf("%s@%s: provider ledger %+v", k, created, e)
 			}
-		case idem.StatusFailedPermanent:
-			if entry.Status != provider.StatusDeclined || row.StatusCode != http.StatusNotFound {
-				rt.Fatalf("%s: FAILED_PERMANENT, but provider says %q and the row answers %d", k, entry.Status, row.StatusCode)
+			if e.Status == provider.StatusCharged {
+				charged++
 			}
-		default:
-			rt.Fatalf("%s: left %s after the final sweep and reconcile", k, rec.Status)
+			switch rec.Status {
+			case idem.StatusSucceeded:
+				succeeded++
+				c := parseCharge(rt, string(rec.Response.Body))
+				if e.Status != provider.StatusCharged || !hasRow || w.Amount != e.Amount || c.Amount != e.Amount || c.ID != id || w.ProviderReference != ref {
+					rt.Fatalf("%s@%s: SUCCEEDED with %s, but the provider says %+v and the row is %+v (%t)", k, created, rec.Response.Body, e, w, hasRow)
+				}
+			case idem.StatusFailedPermanent:
+				if e.Status != provider.StatusDeclined || hasRow {
+					rt.Fatalf("%s@%s: FAILED_PERMANENT, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
+				}
+			case idem.StatusReleased:
+				if e.Charges != 0 || hasRow {
+					rt.Fatalf("%s@%s: RELEASED, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
+				}
+			default:
+				rt.Fatalf("%s@%s: left %s after the final sweep and reconcile", k, created, rec.Status)
+			}
+			for _, other := range r.tenants {
+				if other == k.Tenant() {
+					continue
+				}
+				if resp, _ := r.env.handler.Handle(ctx, getEvent(other, id)); resp.StatusCode != http.StatusNotFound {
+					rt.Fatalf("%s: tenant %s reads the charge with %d %s", k, other, resp.StatusCode, resp.Body)
+				}
+			}
+		}
+		rec, err := r.env.reader.Get(ctx, k)
+		if err != nil {
+			if ks.terminal != nil || !errors.Is(err, idem.ErrNotFound) {
+				rt.Fatalf("%s: no record (%v), but a client saw %+v", k, err, ks.terminal)
+			}
+			continue
 		}
 		if t := ks.terminal; t != nil {
-			if rec.Response.Status != t.status || string(rec.Response.Body) != t.body {
-				rt.Fatalf("%s: stored %d %s, clients saw %d %s", k, rec.Response.Status, rec.Response.Body, t.status, t.body)
+			if rec.Response == nil || rec.Response.Status != t.status || string(rec.Response.Body) != t.body {
+				rt.Fatalf("%s: stored %+v, clients saw %d %s", k, rec.Response, t.status, t.body)
 			}
 			resp, err := r.send(ks, t.req.spaced())
 			r.observe(rt, ks, t.req, resp, err)
 		}
 	}
-	if charged != rows || rows != succeeded {
-		rt.Fatalf("provider charges %d, charge rows %d, SUCCEEDED records %d", charged, rows, succeeded)
+	if charged != len(rows) || len(rows) != succeeded {
+		rt.Fatalf("provider charges %d, charge rows %d, SUCCEEDED commands %d", charged, len(rows), succeeded)
 	}
 }
