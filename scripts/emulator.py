@@ -19,10 +19,10 @@ lock above is what makes that enough: no other request can see or change
 a table while a transaction runs. Unlike moto, a transaction that names its
 table by ARN, or that puts two actions in one entry, is also rolled back.
 
-ClientRequestToken (off; EMULATOR_HONOUR_REQUEST_TOKEN=1 or
---honour-request-token turns it on). moto ignores TransactWriteItems'
-ClientRequestToken. With the switch on, the launcher treats it as DynamoDB
-documents: for 10 minutes after a transaction with a token succeeded, a
+ClientRequestToken (on; EMULATOR_HONOUR_REQUEST_TOKEN=0 or
+--no-honour-request-token turns it off, as moto). moto ignores
+TransactWriteItems' ClientRequestToken. With the switch on, the launcher
+treats it as DynamoDB documents: for 10 minutes after a transaction with a token succeeded, a
 request with the same token and the same other parameters gets the same
 successful answer and changes nothing, and one with the same token and
 other parameters fails with IdempotentParameterMismatchException. A token
@@ -346,9 +346,9 @@ def main() -> None:
     parser.add_argument(
         "--honour-request-token",
         action=argparse.BooleanOptionalAction,
-        default=_env_switch(HONOUR_REQUEST_TOKEN_ENV, False),
+        default=_env_switch(HONOUR_REQUEST_TOKEN_ENV, True),
         help="honour TransactWriteItems' ClientRequestToken as DynamoDB does "
-        f"(default: ${HONOUR_REQUEST_TOKEN_ENV}, else off)",
+        f"(default: ${HONOUR_REQUEST_TOKEN_ENV}, else on)",
     )
     args = parser.parse_args()
 

@@ -23,8 +23,9 @@ const (
 	// EnvFastTransactions: "0" makes TransactWriteItems copy whole tables,
 	// as moto does, instead of the items it names (the default).
 	EnvFastTransactions = "EMULATOR_FAST_TRANSACTIONS"
-	// EnvHonourRequestToken: "1" makes TransactWriteItems honour its
-	// ClientRequestToken as DynamoDB does (the default ignores it, as moto).
+	// EnvHonourRequestToken: "0" makes TransactWriteItems ignore its
+	// ClientRequestToken, as moto does, instead of honouring it as
+	// DynamoDB does (the default).
 	EnvHonourRequestToken = "EMULATOR_HONOUR_REQUEST_TOKEN"
 )
 
