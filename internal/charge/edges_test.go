@@ -17,8 +17,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -385,16 +383,7 @@ func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
 	if took := time.Since(started); took > 1500*time.Millisecond {
 		t.Fatalf("the handler answered after %s, past the request's deadline", took)
 	}
-	out, err := testenv.Clients(t).SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
-		QueueUrl:       aws.String(h.queue.URL),
-		AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.Attributes["ApproximateNumberOfMessagesDelayed"] != "1" && out.Attributes["ApproximateNumberOfMessages"] != "1" {
-		t.Fatalf("reconcile queue %v, want the key queued", out.Attributes)
-	}
+	h.wantOneQueued(t)
 }
 
 // TestGetReadsStronglyConsistent: a charge answered 201 is found by the

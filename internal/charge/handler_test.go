@@ -271,8 +271,14 @@ func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 	}
 	// The reconcile message is delayed until the lease runs out; SQS shows
 	// it as delayed until then.
-	sqsClient := testenv.Clients(t).SQS
-	out, err := sqsClient.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+	h.wantOneQueued(t)
+}
+
+// wantOneQueued checks the reconcile queue holds one message, delayed or
+// visible.
+func (h *harness) wantOneQueued(t *testing.T) {
+	t.Helper()
+	out, err := testenv.Clients(t).SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(h.queue.URL),
 		AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"},
 	})
