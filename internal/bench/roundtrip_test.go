@@ -16,8 +16,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -52,7 +52,7 @@ func TestRoundTrips(t *testing.T) {
 		s.cfg.IdempotencyTable: {key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
 		s.cfg.ChargesTable:     {key: []string{charge.AttrTenant, charge.AttrID}},
 	}
-	reconciler, err := setup.ReconcileService(s.dep.Reconcile(), s.deps)
+	reconciler, err := app.ReconcileService(s.dep.Reconcile(), s.deps)
 	if err != nil {
 		t.Fatal(err)
 	}

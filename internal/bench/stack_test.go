@@ -16,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -35,8 +35,8 @@ const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":
 // beside a naive handler on the same tables and provider.
 type stack struct {
 	dep     *teststack.Deployment
-	cfg     setup.Charge
-	deps    setup.Deps
+	cfg     app.Charge
+	deps    app.Deps
 	handler *charge.Handler
 	naive   *naiveHandler
 	// store and db reach the same tables without the options under
@@ -53,8 +53,8 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 	dep := teststack.Deploy(tb)
 	cfg := dep.Charge()
 	cfg.InflightWait = inflightWait
-	deps := setup.Deps{Clients: testenv.Clients(tb, dynamoOpts...), Clock: clock}
-	h, err := setup.ChargeHandler(cfg, deps)
+	deps := app.Deps{Clients: testenv.Clients(tb, dynamoOpts...), Clock: clock}
+	h, err := app.ChargeHandler(cfg, deps)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -78,7 +78,7 @@ func TestSameKeyTwiceChargesOnceAndReplays(t *testing.T) {
 
 func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *setup.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
 	const n = 64
 	key := newKey()
 	start := make(chan struct{})
@@ -250,7 +250,7 @@ func TestUnavailableReleasesThenRetryChargesOnce(t *testing.T) {
 
 func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *setup.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
 	key := newKey()
 	body := strings.Replace(visa, "tok_visa", "tok_timeout_once", 1)
 	first := h.do(post("acme", key, body))

@@ -16,10 +16,10 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -36,7 +36,7 @@ type harness struct {
 	logs    *testenv.LogBuffer
 }
 
-func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
+func newHarness(t *testing.T, tune ...func(*app.Charge)) *harness {
 	t.Helper()
 	d := teststack.Deploy(t)
 	cfg := d.Charge()
@@ -45,7 +45,7 @@ func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
 	}
 	clients := testenv.Clients(t)
 	logs := &testenv.LogBuffer{}
-	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	h, err := app.ChargeHandler(cfg, app.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

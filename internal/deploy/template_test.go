@@ -20,9 +20,9 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"gopkg.in/yaml.v3"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -41,7 +41,7 @@ type code struct {
 	idempotencyTable, chargesTable *dynamodb.CreateTableInput
 	ttl                            *dynamodb.UpdateTimeToLiveInput
 	// loaders are the configuration loaders of the template's functions.
-	loaders map[string]func(setup.Getenv)
+	loaders map[string]func(app.Getenv)
 }
 
 func currentCode() code {
@@ -49,10 +49,10 @@ func currentCode() code {
 		idempotencyTable: idem.TableInput("t"),
 		chargesTable:     charge.TableInput("t"),
 		ttl:              idem.TTLInput("t"),
-		loaders: map[string]func(setup.Getenv){
-			"ChargeFunction":    func(g setup.Getenv) { _, _ = setup.LoadCharge(g) },
-			"SweeperFunction":   func(g setup.Getenv) { _, _ = setup.LoadSweeper(g) },
-			"ReconcileFunction": func(g setup.Getenv) { _, _ = setup.LoadReconcile(g) },
+		loaders: map[string]func(app.Getenv){
+			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g) },
+			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g) },
+			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g) },
 		},
 	}
 }
@@ -91,10 +91,10 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		"charges key":   func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
 		"ttl attribute": func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
 		"new variable": func(k *code) {
-			k.loaders["SweeperFunction"] = func(g setup.Getenv) { _, _ = setup.LoadSweeper(g); g("SWEEP_LIMIT") }
+			k.loaders["SweeperFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g); g("SWEEP_LIMIT") }
 		},
-		"variable dropped": func(k *code) { k.loaders["ChargeFunction"] = func(g setup.Getenv) { _, _ = setup.LoadSweeper(g) } },
-		"new function":     func(k *code) { k.loaders["RefundFunction"] = func(setup.Getenv) {} },
+		"variable dropped": func(k *code) { k.loaders["ChargeFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g) } },
+		"new function":     func(k *code) { k.loaders["RefundFunction"] = func(app.Getenv) {} },
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -322,7 +322,7 @@ func (c *checker) sweeperPolicy() {
 
 // environments checks that each function's template environment is
 // exactly what its loader reads, and that its code directory exists.
-func (c *checker) environments(loaders map[string]func(setup.Getenv)) {
+func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 	res, _ := c.tmpl["Resources"].(map[string]any)
 	var global map[string]any
 	if g := asMap(asMap(asMap(asMap(c.tmpl["Globals"])["Function"])["Environment"])["Variables"]); g != nil {

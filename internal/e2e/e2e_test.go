@@ -14,11 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -37,12 +37,12 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	rie := installRIE(t)
 	config := map[string]map[string]string{
 		"charge": {
-			setup.EnvIdempotencyTable: idemTable, setup.EnvChargesTable: chargesTable,
-			setup.EnvReconcileQueueURL: q.URL, setup.EnvProviderURL: providerURL, setup.EnvTenantClaim: teststack.TenantClaim,
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable,
+			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: teststack.TenantClaim,
 		},
-		"sweeper": {setup.EnvIdempotencyTable: idemTable, setup.EnvReconcileQueueURL: q.URL},
+		"sweeper": {app.EnvIdempotencyTable: idemTable, app.EnvReconcileQueueURL: q.URL},
 		"reconcile": {
-			setup.EnvIdempotencyTable: idemTable, setup.EnvChargesTable: chargesTable, setup.EnvProviderURL: providerURL,
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvProviderURL: providerURL,
 		},
 	}
 	fns := map[string]*function{}

@@ -28,10 +28,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"pgregory.net/rapid"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/internal/teststack"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -106,17 +106,17 @@ func newEnv(t *testing.T) *env {
 	})
 	d := teststack.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
 	clock := testenv.NewClock(time.Now())
-	deps := setup.Deps{
+	deps := app.Deps{
 		Clients: clients, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
 		ProviderOptions: []provider.Option{provider.WithTimeout(5 * time.Second)},
 	}
 	chargeCfg := d.Charge()
 	chargeCfg.InflightWait = inflightWait
-	h, err := setup.ChargeHandler(chargeCfg, deps)
+	h, err := app.ChargeHandler(chargeCfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	recon, err := setup.ReconcileService(d.Reconcile(), deps)
+	recon, err := app.ReconcileService(d.Reconcile(), deps)
 	if err != nil {
 		t.Fatal(err)
 	}

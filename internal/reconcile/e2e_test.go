@@ -1,7 +1,7 @@
 package reconcile_test
 
 // End-to-end tests: the charge handler, the sweeper and the reconcile
-// handler as the functions assemble them (internal/setup), on the
+// handler as the functions assemble them (internal/app), on the
 // emulator's DynamoDB and SQS, against the provider simulator. A settable
 // clock expires leases; SQS redelivery is driven with ReceiveMessage and
 // ChangeMessageVisibility, as the Lambda poller would see it.
@@ -28,13 +28,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/internal/teststack"
@@ -56,8 +56,8 @@ type stack struct {
 	queues  queue.Queues
 	store   *idem.Store // the test's own view of the idempotency table
 	logs    *testenv.LogBuffer
-	deps    setup.Deps
-	recCfg  setup.Reconcile
+	deps    app.Deps
+	recCfg  app.Reconcile
 	charges string
 
 	charge  *charge.Handler
@@ -86,16 +86,16 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 		t.Fatal(err)
 	}
 
-	s.deps = setup.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
+	s.deps = app.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
 	chargeDeps := s.deps
 	chargeDeps.ProviderOptions = cfg.chargeProvider
 	chargeCfg := d.Charge()
 	chargeCfg.InflightWait = 0 // a retry while in flight answers 409 at once
-	s.charge, err = setup.ChargeHandler(chargeCfg, chargeDeps)
+	s.charge, err = app.ChargeHandler(chargeCfg, chargeDeps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.sweeper, err = setup.SweeperHandler(d.Sweeper(), s.deps)
+	s.sweeper, err = app.SweeperHandler(d.Sweeper(), s.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func (s *stack) reconciler(t *testing.T, opts ...provider.Option) *reconcile.Han
 	t.Helper()
 	d := s.deps
 	d.ProviderOptions = opts
-	h, err := setup.ReconcileHandler(s.recCfg, d)
+	h, err := app.ReconcileHandler(s.recCfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

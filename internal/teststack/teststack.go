@@ -16,11 +16,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/localgw"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -92,21 +92,21 @@ func Deploy(t testing.TB, simOpts ...providersim.Option) *Deployment {
 }
 
 // Charge is the charge function's configuration for the deployment.
-func (d *Deployment) Charge() setup.Charge {
-	return setup.Charge{
+func (d *Deployment) Charge() app.Charge {
+	return app.Charge{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
 		ProviderURL: d.ProviderURL, TenantClaim: TenantClaim, Retention: 24 * time.Hour, InflightWait: 2 * time.Second,
 	}
 }
 
 // Sweeper is the sweeper function's configuration for the deployment.
-func (d *Deployment) Sweeper() setup.Sweeper {
-	return setup.Sweeper{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
+func (d *Deployment) Sweeper() app.Sweeper {
+	return app.Sweeper{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
 }
 
 // Reconcile is the reconcile function's configuration for the deployment.
-func (d *Deployment) Reconcile() setup.Reconcile {
-	return setup.Reconcile{
+func (d *Deployment) Reconcile() app.Reconcile {
+	return app.Reconcile{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable,
 		ProviderURL: d.ProviderURL, Retention: 24 * time.Hour,
 	}
@@ -116,12 +116,12 @@ func (d *Deployment) Reconcile() setup.Reconcile {
 // HTTP behind the local API Gateway (tokens "Bearer dev:<tenant>"), wrapped
 // by wrap if it is not nil. It returns the base URL and a function that
 // stops the server.
-func (d *Deployment) Serve(cfg setup.Charge, wrap func(http.Handler) http.Handler) (string, func(), error) {
+func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler) (string, func(), error) {
 	clients, err := testenv.NewClients()
 	if err != nil {
 		return "", nil, err
 	}
-	h, err := setup.ChargeHandler(cfg, setup.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)})
+	h, err := app.ChargeHandler(cfg, app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return "", nil, err
 	}

@@ -1,7 +1,7 @@
-// Package setup provides each function's configuration, read from its
+// Package app provides each function's configuration, read from its
 // environment, and builds the function's handler from it. The Lambda mains,
 // the local stack and the end-to-end tests all assemble handlers here.
-package setup
+package app
 
 import (
 	"errors"

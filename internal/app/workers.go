@@ -1,4 +1,4 @@
-package setup
+package app
 
 import (
 	"github.com/chargeonce/chargeonce/internal/queue"
