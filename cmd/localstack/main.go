@@ -5,7 +5,7 @@
 // uses DYNAMODB_ENDPOINT and SQS_ENDPOINT when both are set), creates the
 // tables, TTL and queues from the definitions the template is checked
 // against, serves the provider simulator, and serves the charge API through
-// a local API Gateway (package localgw) in front of the handler app builds
+// a local API Gateway (package gateway) in front of the handler app builds
 // for the Lambda, configured through the same environment variables. The
 // sweeper runs on a short interval and the reconcile handler is fed by a
 // local SQS event source (package eventsource).
@@ -42,9 +42,9 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/emulator"
-	"github.com/chargeonce/chargeonce/internal/eventsource"
-	"github.com/chargeonce/chargeonce/internal/localgw"
+	"github.com/chargeonce/chargeonce/internal/local/emulator"
+	"github.com/chargeonce/chargeonce/internal/local/eventsource"
+	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
@@ -221,7 +221,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 
 // functions builds the three functions' handlers with app, as their
 // Lambda mains do, and the local event sources in front of them.
-func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, logger *slog.Logger) (*localgw.Gateway, *sweeper.Sweeper, *eventsource.Poller, error) {
+func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, *eventsource.Poller, error) {
 	cc, err := app.LoadCharge(getenv)
 	if err != nil {
 		return nil, nil, nil, err
@@ -238,9 +238,9 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, l
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	gw, err := localgw.New(ch.Handle, []string{charge.RouteCreate, charge.RouteGet},
-		localgw.WithTenantClaim(cc.TenantClaim), localgw.WithTimeout(chargeTimeout),
-		localgw.WithLogger(logger.With("component", "gateway")))
+	gw, err := gateway.New(ch.Handle, []string{charge.RouteCreate, charge.RouteGet},
+		gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
+		gateway.WithLogger(logger.With("component", "gateway")))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
-	"github.com/chargeonce/chargeonce/internal/emulator"
+	"github.com/chargeonce/chargeonce/internal/local/emulator"
 )
 
 type endpoints struct {

@@ -18,7 +18,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/localgw"
+	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testenv"
@@ -125,8 +125,8 @@ func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler)
 	if err != nil {
 		return "", nil, err
 	}
-	gw, err := localgw.New(h.Handle, []string{charge.RouteCreate, charge.RouteGet},
-		localgw.WithTenantClaim(cfg.TenantClaim), localgw.WithTimeout(10*time.Second))
+	gw, err := gateway.New(h.Handle, []string{charge.RouteCreate, charge.RouteGet},
+		gateway.WithTenantClaim(cfg.TenantClaim), gateway.WithTimeout(10*time.Second))
 	if err != nil {
 		return "", nil, err
 	}

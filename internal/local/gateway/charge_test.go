@@ -1,4 +1,4 @@
-package localgw_test
+package gateway_test
 
 import (
 	"net/http"

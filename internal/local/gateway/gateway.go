@@ -1,4 +1,4 @@
-package localgw
+package gateway
 
 import (
 	"context"

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/chargeonce/chargeonce/internal/eventsource"
+	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/testenv"
 )
 

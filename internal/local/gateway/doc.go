@@ -1,4 +1,4 @@
-// Package localgw provides a local stand-in for API Gateway HTTP APIs in
+// Package gateway provides a local stand-in for API Gateway HTTP APIs in
 // front of a Lambda handler: an http.Handler that turns each request into
 // the payload 2.0 event the deployed API would send
 // (events.APIGatewayV2HTTPRequest), invokes the handler in-process, and
@@ -13,4 +13,4 @@
 // as the JWT authorizer would answer. A handler error, a panic, an invalid
 // response or a handler that outlives the function timeout answers
 // 500 {"message":"Internal Server Error"}, as a failed Lambda invocation does.
-package localgw
+package gateway

@@ -1,4 +1,4 @@
-package localgw_test
+package gateway_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/chargeonce/chargeonce/internal/localgw"
+	"github.com/chargeonce/chargeonce/internal/local/gateway"
 )
 
 var routes = []string{"POST /charges", "GET /charges/{id}", "GET /charges/latest"}
@@ -47,9 +47,9 @@ func (r *recorder) only(t *testing.T) (events.APIGatewayV2HTTPRequest, context.C
 	return r.events[0], r.ctxs[0]
 }
 
-func serve(t *testing.T, h localgw.HandlerFunc, opts ...localgw.Option) *httptest.Server {
+func serve(t *testing.T, h gateway.HandlerFunc, opts ...gateway.Option) *httptest.Server {
 	t.Helper()
-	gw, err := localgw.New(h, routes, opts...)
+	gw, err := gateway.New(h, routes, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func do(t *testing.T, method, url, body string, header http.Header) (*http.Respo
 func TestEventLikeAPIGateway(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{res: events.APIGatewayV2HTTPResponse{StatusCode: 201}}
-	srv := serve(t, rec.handle, localgw.WithTenantClaim("org"), localgw.WithTimeout(7*time.Second))
+	srv := serve(t, rec.handle, gateway.WithTenantClaim("org"), gateway.WithTimeout(7*time.Second))
 	before := time.Now()
 	res, _ := do(t, http.MethodPost, srv.URL+"/charges?expand=a&expand=b&x=1", `{"amount":1500}`, http.Header{
 		"Authorization":   {"Bearer dev:acme"},
@@ -250,7 +250,7 @@ func TestResponseWrittenBack(t *testing.T) {
 
 func TestFailedInvocationIs500(t *testing.T) {
 	t.Parallel()
-	tests := map[string]localgw.HandlerFunc{
+	tests := map[string]gateway.HandlerFunc{
 		"error": func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 			return events.APIGatewayV2HTTPResponse{StatusCode: 200}, errors.New("boom")
 		},
@@ -271,7 +271,7 @@ func TestFailedInvocationIs500(t *testing.T) {
 	for name, h := range tests {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			srv := serve(t, h, localgw.WithTimeout(100*time.Millisecond))
+			srv := serve(t, h, gateway.WithTimeout(100*time.Millisecond))
 			res, body := do(t, http.MethodPost, srv.URL+"/charges", "{}", http.Header{"Authorization": {"Bearer dev:acme"}})
 			if res.StatusCode != 500 || body != `{"message":"Internal Server Error"}` {
 				t.Errorf("%d %s", res.StatusCode, body)
@@ -284,14 +284,14 @@ func TestNewRefusesBadRoutes(t *testing.T) {
 	t.Parallel()
 	h := (&recorder{}).handle
 	for _, key := range []string{"/charges", "POST charges", "GET /charges/{id", "GET /charges/{}"} {
-		if _, err := localgw.New(h, []string{key}); err == nil {
+		if _, err := gateway.New(h, []string{key}); err == nil {
 			t.Errorf("route key %q accepted", key)
 		}
 	}
-	if _, err := localgw.New(nil, routes); err == nil {
+	if _, err := gateway.New(nil, routes); err == nil {
 		t.Error("nil handler accepted")
 	}
-	if _, err := localgw.New(h, routes, localgw.WithTimeout(0)); err == nil {
+	if _, err := gateway.New(h, routes, gateway.WithTimeout(0)); err == nil {
 		t.Error("zero timeout accepted")
 	}
 }
