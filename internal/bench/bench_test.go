@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -26,15 +26,15 @@ import (
 // read against BenchmarkEmulatorPutItem, the cost of one call.
 
 // counted builds the stack with a call counter on its DynamoDB client.
-func counted(b *testing.B) (*stack, *testenv.CallCounter) {
+func counted(b *testing.B) (*stack, *testkit.CallCounter) {
 	b.Helper()
-	c := &testenv.CallCounter{}
+	c := &testkit.CallCounter{}
 	return newStack(b, nil, 0, c.Option()), c
 }
 
 // reportCalls reports the DynamoDB calls per operation since the last
 // snapshot.
-func reportCalls(b *testing.B, c *testenv.CallCounter) {
+func reportCalls(b *testing.B, c *testkit.CallCounter) {
 	total := 0
 	for _, n := range c.Snapshot() {
 		total += n
@@ -79,9 +79,9 @@ func storeKey(b *testing.B, client string) idem.Key {
 
 // BenchmarkBegin claims a fresh key: one conditional PutItem that wins.
 func BenchmarkBegin(b *testing.B) {
-	c := &testenv.CallCounter{}
-	clients := testenv.Clients(b, c.Option())
-	store, err := idem.New(clients.DynamoDB, testenv.CreateTable(b, idem.TableInput("idem")))
+	c := &testkit.CallCounter{}
+	clients := testkit.Clients(b, c.Option())
+	store, err := idem.New(clients.DynamoDB, testkit.TempTable(b, idem.TableInput("idem")))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -104,15 +104,15 @@ func BenchmarkBegin(b *testing.B) {
 // BenchmarkCommit completes a held lease together with a charge row: one
 // TransactWriteItems of two writes. Claiming the lease is not timed.
 func BenchmarkCommit(b *testing.B) {
-	c := &testenv.CallCounter{}
-	clients := testenv.Clients(b, c.Option())
-	charges := testenv.CreateTable(b, charge.TableInput("charges"))
-	table := testenv.CreateTable(b, idem.TableInput("idem"))
+	c := &testkit.CallCounter{}
+	clients := testkit.Clients(b, c.Option())
+	charges := testkit.TempTable(b, charge.TableInput("charges"))
+	table := testkit.TempTable(b, idem.TableInput("idem"))
 	store, err := idem.New(clients.DynamoDB, table)
 	if err != nil {
 		b.Fatal(err)
 	}
-	plain := testenv.Clients(b).DynamoDB
+	plain := testkit.Clients(b).DynamoDB
 	fp := idem.FingerprintOf([]byte(visa))
 	intent := []byte(`{"amount":1500,"currency":"EUR","description":"order 42"}`)
 	body := []byte(`{"id":"ch_0123456789abcdef01234567","amount":1500,"currency":"EUR","description":"order 42","status":"succeeded","provider_reference":"co_0123456789abcdef0123456789abcdef","created_at":"2026-01-01T00:00:00.000Z"}`)
@@ -237,8 +237,8 @@ func BenchmarkNaiveFirstCall(b *testing.B) {
 // 8 goroutines per GOMAXPROCS at once (parallel). The emulator runs DynamoDB requests
 // under one lock, so parallel callers cannot make it go faster.
 func BenchmarkEmulatorPutItem(b *testing.B) {
-	db := testenv.Clients(b).DynamoDB
-	table := testenv.CreateTable(b, idem.TableInput("idem"))
+	db := testkit.Clients(b).DynamoDB
+	table := testkit.TempTable(b, idem.TableInput("idem"))
 	var n atomic.Int64
 	put := func() error {
 		_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{
@@ -286,10 +286,10 @@ func BenchmarkEmulatorPutItem(b *testing.B) {
 // deep-copies every table a transaction touches before applying it, so its
 // cost grows with the table; DynamoDB's does not.
 func BenchmarkEmulatorTransactWriteItems(b *testing.B) {
-	db := testenv.Clients(b).DynamoDB
+	db := testkit.Clients(b).DynamoDB
 	for _, size := range []int{0, 1000, 4000} {
 		b.Run("items="+strconv.Itoa(size), func(b *testing.B) {
-			table := testenv.CreateTable(b, idem.TableInput("idem"))
+			table := testkit.TempTable(b, idem.TableInput("idem"))
 			fillTable(b, db, table, size)
 			item := func(pk string) types.TransactWriteItem {
 				return types.TransactWriteItem{Put: &types.Put{

@@ -2,7 +2,7 @@
 // tests and benchmarks only:
 //
 //   - TestRoundTrips drives the real handler and service, with
-//     testenv.CallCounter on the DynamoDB client, through every outcome
+//     testkit.CallCounter on the DynamoDB client, through every outcome
 //     (first charge, replay, in flight, mismatch, decline, provider
 //     unavailable, outcome unknown, reconcile, and a naive handler without
 //     idempotency), and asserts and prints the DynamoDB calls, items

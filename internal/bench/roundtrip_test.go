@@ -18,7 +18,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -40,13 +40,13 @@ type want struct {
 
 // TestRoundTrips drives the charge handler and the reconciler through each
 // outcome, one request at a time, and asserts the DynamoDB calls (counted
-// by testenv.CallCounter), the items written and the capacity units each
+// by testkit.CallCounter), the items written and the capacity units each
 // one costs, then prints them as a table.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	clock := testenv.NewClock(time.Now())
-	counter := &testenv.CallCounter{}
-	m := &meter{db: testenv.Clients(t).DynamoDB}
+	clock := testkit.NewClock(time.Now())
+	counter := &testkit.CallCounter{}
+	m := &meter{db: testkit.Clients(t).DynamoDB}
 	s := newStack(t, clock.Now, 0, counter.Option(), m.Option())
 	m.tables = map[string]tableLayout{
 		s.cfg.IdempotencyTable: {key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},

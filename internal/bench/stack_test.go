@@ -19,8 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -31,10 +30,10 @@ const tenant = "bench"
 const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"order 42"}`
 
 // stack is the charge function as deployed, on a test deployment
-// (teststack: the emulator's tables and queue, a provider simulator),
+// (testkit.Deployment: the emulator's tables and queue, a provider simulator),
 // beside a naive handler on the same tables and provider.
 type stack struct {
-	dep     *teststack.Deployment
+	dep     *testkit.Deployment
 	cfg     app.Charge
 	deps    app.Deps
 	handler *charge.Handler
@@ -50,15 +49,15 @@ type stack struct {
 // time.Now.
 func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration, dynamoOpts ...func(*dynamodb.Options)) *stack {
 	tb.Helper()
-	dep := teststack.Deploy(tb)
+	dep := testkit.Deploy(tb)
 	cfg := dep.Charge()
 	cfg.InflightWait = inflightWait
-	deps := app.Deps{Clients: testenv.Clients(tb, dynamoOpts...), Clock: clock}
+	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock}
 	h, err := app.ChargeHandler(cfg, deps)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	plain := testenv.Clients(tb).DynamoDB
+	plain := testkit.Clients(tb).DynamoDB
 	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
 	if err != nil {
 		tb.Fatal(err)
@@ -83,13 +82,13 @@ func post(key, body string) events.APIGatewayV2HTTPRequest {
 	req.RequestContext.HTTP.Method = http.MethodPost
 	req.RequestContext.HTTP.Path = "/charges"
 	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{teststack.TenantClaim: tenant}},
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{testkit.TenantClaim: tenant}},
 	}
 	return req
 }
 
 // newKey returns a fresh idempotency key.
-func newKey() string { return testenv.UniqueName("order") }
+func newKey() string { return testkit.UniqueName("order") }
 
 // naiveHandler is the handler without idempotency that the benchmarks
 // compare against: it validates the same body, charges the card under a

@@ -16,13 +16,13 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"order 42"}`
 
-func newKey() string { return testenv.UniqueName("order") }
+func newKey() string { return testkit.UniqueName("order") }
 
 func wantStatus(t *testing.T, resp events.APIGatewayV2HTTPResponse, want int) {
 	t.Helper()
@@ -270,7 +270,7 @@ func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 	}
 	// The reconcile message is delayed until the lease runs out; SQS shows
 	// it as delayed until then.
-	sqsClient := testenv.Clients(t).SQS
+	sqsClient := testkit.Clients(t).SQS
 	out, err := sqsClient.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(h.queue.URL),
 		AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"},

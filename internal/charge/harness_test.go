@@ -20,8 +20,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -33,18 +32,18 @@ type harness struct {
 	sim     *providersim.Simulator
 	store   *idem.Store // the same table, for asserting what is stored
 	queue   queue.Queues
-	logs    *testenv.LogBuffer
+	logs    *testkit.LogBuffer
 }
 
 func newHarness(t *testing.T, tune ...func(*app.Charge)) *harness {
 	t.Helper()
-	d := teststack.Deploy(t)
+	d := testkit.Deploy(t)
 	cfg := d.Charge()
 	for _, fn := range tune {
 		fn(&cfg)
 	}
-	clients := testenv.Clients(t)
-	logs := &testenv.LogBuffer{}
+	clients := testkit.Clients(t)
+	logs := &testkit.LogBuffer{}
 	h, err := app.ChargeHandler(cfg, app.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +107,7 @@ func validateContract(t *testing.T, req events.APIGatewayV2HTTPRequest, resp eve
 	t.Helper()
 	specOnce.Do(func() {
 		loader := openapi3.NewLoader()
-		doc, err := loader.LoadFromFile(filepath.Join(testenv.RepoRoot(), "api", "openapi.yaml"))
+		doc, err := loader.LoadFromFile(filepath.Join(testkit.RepoRoot(), "api", "openapi.yaml"))
 		if err != nil {
 			specErr = err
 			return

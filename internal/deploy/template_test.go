@@ -23,7 +23,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -59,7 +59,7 @@ func currentCode() code {
 
 func readTemplate(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "template.yaml"))
+	b, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "template.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,7 +357,7 @@ func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 			}
 		}
 		dir, _ := c.props(id)["CodeUri"].(string)
-		if _, err := os.Stat(filepath.Join(testenv.RepoRoot(), dir, "main.go")); err != nil {
+		if _, err := os.Stat(filepath.Join(testkit.RepoRoot(), dir, "main.go")); err != nil {
 			c.fail("%s CodeUri %q: %v", id, dir, err)
 		}
 	}

@@ -19,8 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -29,8 +28,8 @@ import (
 // queue and provider, and drives them with the events in events/.
 func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	t.Parallel()
-	clients := testenv.Clients(t)
-	d := teststack.Deploy(t)
+	clients := testkit.Clients(t)
+	d := testkit.Deploy(t)
 	sim, providerURL, q, idemTable, chargesTable := d.Sim, d.ProviderURL, d.Queues, d.IdempotencyTable, d.ChargesTable
 
 	bootstraps := buildBootstraps(t)
@@ -38,7 +37,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	config := map[string]map[string]string{
 		"charge": {
 			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable,
-			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: teststack.TenantClaim,
+			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: testkit.TenantClaim,
 		},
 		"sweeper": {app.EnvIdempotencyTable: idemTable, app.EnvReconcileQueueURL: q.URL},
 		"reconcile": {
@@ -121,7 +120,7 @@ func wantProblem(t *testing.T, what string, res events.APIGatewayV2HTTPResponse,
 func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, queueURL, idemTable, providerURL string, sim *providersim.Simulator) {
 	ctx := t.Context()
 	const lease = time.Second
-	store, err := idem.New(testenv.Clients(t).DynamoDB, idemTable, func(o *idem.Options) {
+	store, err := idem.New(testkit.Clients(t).DynamoDB, idemTable, func(o *idem.Options) {
 		o.DefaultLease, o.MaxLease, o.LeaseMargin = lease, lease, lease/10
 	})
 	if err != nil {

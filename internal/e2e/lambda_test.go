@@ -23,7 +23,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // rieModule is the Lambda Runtime Interface Emulator, pinned.
@@ -45,7 +45,7 @@ func goTool(t *testing.T) string {
 func runGo(t *testing.T, env []string, args ...string) {
 	t.Helper()
 	cmd := exec.Command(goTool(t), args...)
-	cmd.Dir = testenv.RepoRoot()
+	cmd.Dir = testkit.RepoRoot()
 	cmd.Env = append(os.Environ(), env...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -79,7 +79,7 @@ func buildBootstraps(t *testing.T) map[string]string {
 // installRIE installs the pinned emulator into bin/tools.
 func installRIE(t *testing.T) string {
 	t.Helper()
-	gobin := filepath.Join(testenv.RepoRoot(), "bin", "tools")
+	gobin := filepath.Join(testkit.RepoRoot(), "bin", "tools")
 	runGo(t, []string{"GOBIN=" + gobin}, "install", rieModule)
 	return filepath.Join(gobin, "aws-lambda-rie")
 }
@@ -88,7 +88,7 @@ func installRIE(t *testing.T) string {
 type function struct {
 	name   string
 	url    string
-	output *testenv.LogBuffer
+	output *testkit.LogBuffer
 }
 
 // startFunction runs bootstrap under the emulator with env, on two free
@@ -104,7 +104,7 @@ func startFunction(t *testing.T, rie, name, bootstrap string, env map[string]str
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	out := &testenv.LogBuffer{}
+	out := &testkit.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // the function runs in its group
 	if err := cmd.Start(); err != nil {
@@ -209,7 +209,7 @@ func (f *function) initDurations(t *testing.T) (report, runtimeInit string) {
 // readEvent reads events/<name>.json.
 func readEvent(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "events", name+".json"))
+	b, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "events", name+".json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func readEvent(t *testing.T, name string) []byte {
 // else the caller's AWS variables, passed through.
 func awsEnv(t *testing.T) map[string]string {
 	t.Helper()
-	dynamo, sqsURL := testenv.Endpoints(t)
+	dynamo, sqsURL := testkit.Endpoints(t)
 	env := map[string]string{awsenv.EnvDynamoDBEndpoint: dynamo, awsenv.EnvSQSEndpoint: sqsURL, "AWS_REGION": awsenv.DefaultRegion}
 	if os.Getenv(awsenv.EnvDynamoDBEndpoint) == "" || os.Getenv(awsenv.EnvSQSEndpoint) == "" {
 		env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = "test", "test"

@@ -32,8 +32,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -81,11 +80,11 @@ type env struct {
 	store   *idem.Store     // the same table, for crashes and for checks
 	sim     *providersim.Simulator
 	prov    *provider.Client // a crashed charge function's provider calls
-	clock   *testenv.Clock
+	clock   *testkit.Clock
 	faults  *faultyTransport
 	// db (without faults) and d let a history remove what it stored.
 	db *dynamodb.Client
-	d  *teststack.Deployment
+	d  *testkit.Deployment
 }
 
 const (
@@ -97,15 +96,15 @@ const (
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	faults := &faultyTransport{base: http.DefaultTransport}
-	clients := testenv.Clients(t, func(o *dynamodb.Options) {
+	clients := testkit.Clients(t, func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: faults}
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
 			so.MaxBackoff = 20 * time.Millisecond // keep the SDK's retries, not its pauses
 			so.RateLimiter = ratelimit.None
 		})
 	})
-	d := teststack.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
-	clock := testenv.NewClock(time.Now())
+	d := testkit.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
+	clock := testkit.NewClock(time.Now())
 	deps := app.Deps{
 		Clients: clients, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
 		ProviderOptions: []provider.Option{provider.WithTimeout(5 * time.Second)},
@@ -128,7 +127,7 @@ func newEnv(t *testing.T) *env {
 	}
 	return &env{
 		handler: h, recon: recon, store: store, sim: d.Sim, clock: clock, faults: faults,
-		db: testenv.Clients(t).DynamoDB, d: d,
+		db: testkit.Clients(t).DynamoDB, d: d,
 		prov: provider.NewClient(d.ProviderURL, "", provider.WithTimeout(5*time.Second)),
 	}
 }

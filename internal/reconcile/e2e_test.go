@@ -36,8 +36,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -49,13 +48,13 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // stack is one deployment: its own tables, queues and provider.
 type stack struct {
-	clock   *testenv.Clock
+	clock   *testkit.Clock
 	clients awsenv.Clients
-	calls   *testenv.CallCounter
+	calls   *testkit.CallCounter
 	sim     *providersim.Simulator
 	queues  queue.Queues
 	store   *idem.Store // the test's own view of the idempotency table
-	logs    *testenv.LogBuffer
+	logs    *testkit.LogBuffer
 	deps    app.Deps
 	recCfg  app.Reconcile
 	charges string
@@ -76,9 +75,9 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &stack{clock: testenv.NewClock(time.Now()), calls: &testenv.CallCounter{}, logs: &testenv.LogBuffer{}}
-	s.clients = testenv.Clients(t, s.calls.Option())
-	d := teststack.Deploy(t, cfg.sim...)
+	s := &stack{clock: testkit.NewClock(time.Now()), calls: &testkit.CallCounter{}, logs: &testkit.LogBuffer{}}
+	s.clients = testkit.Clients(t, s.calls.Option())
+	d := testkit.Deploy(t, cfg.sim...)
 	s.charges, s.queues, s.sim = d.ChargesTable, d.Queues, d.Sim
 	var err error
 	s.store, err = idem.New(s.clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = s.clock.Now })
@@ -123,7 +122,7 @@ func body(source string) string {
 
 func newKey(t *testing.T) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, testenv.UniqueName("order"))
+	k, err := idem.NewKey(tenant, charge.Operation, testkit.UniqueName("order"))
 	if err != nil {
 		t.Fatal(err)
 	}

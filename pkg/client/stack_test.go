@@ -6,7 +6,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // stack is the charge function as deployed, on the emulator's DynamoDB and
@@ -21,7 +21,7 @@ type stack struct {
 // startStack starts a stack; Close stops it. It takes no *testing.T so that
 // examples can use it too.
 func startStack(ctx context.Context, simOpts []providersim.Option, tune ...func(*app.Charge)) (*stack, error) {
-	d, remove, err := teststack.New(ctx, simOpts...)
+	d, remove, err := testkit.New(ctx, simOpts...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // visibility is the test queues' visibility timeout: short, so redelivery
@@ -34,8 +34,8 @@ type testQueue struct {
 func newQueue(t *testing.T, maxReceive int) testQueue {
 	t.Helper()
 	ctx := t.Context()
-	c := testenv.Clients(t).SQS
-	name := testenv.UniqueName("es")
+	c := testkit.Clients(t).SQS
+	name := testkit.UniqueName("es")
 	dlq, err := c.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-dlq")})
 	if err != nil {
 		t.Fatal(err)

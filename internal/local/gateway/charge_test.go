@@ -4,15 +4,14 @@ import (
 	"net/http"
 	"testing"
 
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // TestChargeAPIThroughTheGateway serves the real charge handler, on the
 // emulator, behind the gateway, and drives it over HTTP as a client would.
 func TestChargeAPIThroughTheGateway(t *testing.T) {
 	t.Parallel()
-	d := teststack.Deploy(t)
+	d := testkit.Deploy(t)
 	cfg := d.Charge()
 	cfg.TenantClaim = "org_id" // the gateway puts the tenant in the configured claim
 	api, stop, err := d.Serve(cfg, nil)
@@ -23,7 +22,7 @@ func TestChargeAPIThroughTheGateway(t *testing.T) {
 	create := http.Header{
 		"Authorization":   {"Bearer dev:acme"},
 		"Content-Type":    {"application/json"},
-		"Idempotency-Key": {testenv.UniqueName("order")},
+		"Idempotency-Key": {testkit.UniqueName("order")},
 	}
 	const body = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
 	first, firstBody := do(t, http.MethodPost, api+"/charges", body, create)

@@ -1,4 +1,5 @@
-// Package testenv gives tests real DynamoDB and SQS endpoints.
+// Package testkit gives tests real DynamoDB and SQS endpoints, and whole
+// deployments of the service on them (Deployment, in teststack.go).
 //
 // When DYNAMODB_ENDPOINT / SQS_ENDPOINT are set (make test sets them, and so
 // can anyone pointing the suite at DynamoDB Local or AWS), those are used
@@ -6,7 +7,7 @@
 // starts scripts/emulator.py from the project virtualenv (.venv) on a free
 // loopback port, shared by every test in the process, with static dummy
 // credentials. The launcher exits when the test process closes its stdin.
-package testenv
+package testkit
 
 import (
 	"context"
@@ -153,8 +154,8 @@ func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func
 	return aws.ToString(in.TableName), drop, nil
 }
 
-// CreateTable is NewTable for a test: the table is deleted when it ends.
-func CreateTable(t testing.TB, def *dynamodb.CreateTableInput) string {
+// TempTable is NewTable for a test: the table is deleted when it ends.
+func TempTable(t testing.TB, def *dynamodb.CreateTableInput) string {
 	t.Helper()
 	name, drop, err := NewTable(context.Background(), def)
 	if err != nil {

@@ -1,8 +1,9 @@
-// Package teststack provides, for tests, one deployment's worth of the
+// A Deployment provides, for tests, one deployment's worth of the
 // service on the test endpoints: the idempotency and charges tables, the
 // reconcile queue with its dead-letter queue, and a provider simulator
 // served over HTTP, with each function's configuration pointing at them.
-package teststack
+
+package testkit
 
 import (
 	"context"
@@ -21,7 +22,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/testenv"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -53,7 +53,7 @@ func New(ctx context.Context, simOpts ...providersim.Option) (*Deployment, func(
 	srv := httptest.NewServer(d.Sim)
 	undo = append(undo, srv.Close)
 	d.ProviderURL = srv.URL
-	clients, err := testenv.NewClients()
+	clients, err := NewClients()
 	if err != nil {
 		return fail(err)
 	}
@@ -62,14 +62,14 @@ func New(ctx context.Context, simOpts ...providersim.Option) (*Deployment, func(
 		prefix string
 		def    func(string) *dynamodb.CreateTableInput
 	}{{&d.IdempotencyTable, "idem", idem.TableInput}, {&d.ChargesTable, "charges", charge.TableInput}} {
-		name, drop, err := testenv.NewTable(ctx, t.def(t.prefix))
+		name, drop, err := NewTable(ctx, t.def(t.prefix))
 		if err != nil {
 			return fail(err)
 		}
 		*t.name = name
 		undo = append(undo, drop)
 	}
-	if d.Queues, err = queue.Create(ctx, clients.SQS, testenv.UniqueName("reconcile")); err != nil {
+	if d.Queues, err = queue.Create(ctx, clients.SQS, UniqueName("reconcile")); err != nil {
 		return fail(err)
 	}
 	undo = append(undo, func() {
@@ -117,7 +117,7 @@ func (d *Deployment) Reconcile() app.Reconcile {
 // by wrap if it is not nil. It returns the base URL and a function that
 // stops the server.
 func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler) (string, func(), error) {
-	clients, err := testenv.NewClients()
+	clients, err := NewClients()
 	if err != nil {
 		return "", nil, err
 	}
