@@ -30,7 +30,7 @@ vet: ## go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-MODEL_PKG    := ./internal/model
+MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
 FUZZTIME     ?= 5s
 FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalence ./pkg/idem:FuzzKeyRoundTrip \
@@ -68,7 +68,7 @@ run: venv ## Run the whole stack on loopback (API 127.0.0.1:3000) in the foregro
 # `make test` runs this test too, as part of ./...; this target shows its log.
 .PHONY: e2e
 e2e: venv ## Build the bootstraps, run them under the Lambda RIE (bin/tools) on the emulator, print sizes and init durations
-	$(WITH_EMU) $(GO) test -count=1 -v -run '^TestFunctionsUnderTheRuntimeEmulator$$' ./internal/e2e
+	$(WITH_EMU) $(GO) test -count=1 -v -run '^TestFunctionsUnderTheRuntimeEmulator$$' ./test/e2e
 
 # ---- Lambda build (provided.al2023, one static `bootstrap` per function) ----
 # GOOS/GOARCH default to the Lambda target (template.yaml: arm64); override on
@@ -123,10 +123,10 @@ bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mi
 	$(GO) build -o out/localstack ./cmd/localstack
 	@$(WAIT_QUIET)
 	$(WITH_EMU) bash -c 'set -eo pipefail; \
-		$(GO) test -count=1 -v -run "^TestRoundTrips$$" ./internal/bench -args -roundtrips=$(CURDIR)/out/roundtrips.md; \
+		$(GO) test -count=1 -v -run "^TestRoundTrips$$" ./test/bench -args -roundtrips=$(CURDIR)/out/roundtrips.md; \
 		{ echo "loadavg: $$(cut -d" " -f1-3 /proc/loadavg)"; \
-		  $(GO) test -run "^$$" -bench . -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./internal/bench; } | tee out/bench.txt; \
-		$(GO) test -count=1 -v -run "^TestFunctionsUnderTheRuntimeEmulator$$" ./internal/e2e | tee out/e2e.txt'
+		  $(GO) test -run "^$$" -bench . -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench; } | tee out/bench.txt; \
+		$(GO) test -count=1 -v -run "^TestFunctionsUnderTheRuntimeEmulator$$" ./test/e2e | tee out/e2e.txt'
 	@set -euo pipefail; \
 	if (exec 3<>/dev/tcp/127.0.0.1/3000) 2>/dev/null; then \
 		echo "bench: reusing the local stack on 127.0.0.1:3000"; \

@@ -11,13 +11,13 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 )
 
 // runCLI runs chargectl against url and returns its exit status and output.
-func runCLI(t *testing.T, url string, stderr *testenv.LogBuffer, args ...string) (int, string) {
+func runCLI(t *testing.T, url string, stderr *testkit.LogBuffer, args ...string) (int, string) {
 	t.Helper()
 	var stdout bytes.Buffer
 	args = append(args[:1:1], append([]string{"--url", url, "--token", "dev:acme"}, args[1:]...)...)
@@ -29,7 +29,7 @@ var mintedID = regexp.MustCompile(`command id: ([0-9a-f-]{36}) \(resume with --i
 
 func TestCreatePrintsIDFirstAndResumes(t *testing.T) {
 	t.Parallel()
-	stderr := &testenv.LogBuffer{}
+	stderr := &testkit.LogBuffer{}
 	// The API records whether the id was on stderr when the first request
 	// arrived.
 	var requests atomic.Int32
@@ -56,7 +56,7 @@ func TestCreatePrintsIDFirstAndResumes(t *testing.T) {
 		t.Fatalf("create printed:\n%s", out)
 	}
 
-	resumed := &testenv.LogBuffer{}
+	resumed := &testkit.LogBuffer{}
 	code, out = runCLI(t, st.URL, resumed, "create", "--amount", "1500", "--currency", "EUR", "--source", "tok_visa", "--description", "Order 9", "--id", id, "--json")
 	if code != exitOK || !strings.Contains(resumed.String(), "resuming command id: "+id) {
 		t.Fatalf("resume: exit %d, stderr %s", code, resumed)
@@ -72,11 +72,11 @@ func TestCreatePrintsIDFirstAndResumes(t *testing.T) {
 		t.Fatalf("provider ledger shows %d charges, want 1", n)
 	}
 
-	code, out = runCLI(t, st.URL, &testenv.LogBuffer{}, "get", chargeID[1])
+	code, out = runCLI(t, st.URL, &testkit.LogBuffer{}, "get", chargeID[1])
 	if code != exitOK || !strings.Contains(out, chargeID[1]) || !strings.Contains(out, "succeeded") {
 		t.Fatalf("get: exit %d, printed:\n%s", code, out)
 	}
-	getErr := &testenv.LogBuffer{}
+	getErr := &testkit.LogBuffer{}
 	if code, _ = runCLI(t, st.URL, getErr, "get", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(getErr.String(), "404") {
 		t.Fatalf("get unknown: exit %d, stderr %s", code, getErr)
 	}
@@ -95,7 +95,7 @@ func TestCreateRetriesADroppedResponse(t *testing.T) {
 			next.ServeHTTP(w, r)
 		})
 	})
-	stderr := &testenv.LogBuffer{}
+	stderr := &testkit.LogBuffer{}
 	code, out := runCLI(t, st.URL, stderr, "create", "--amount", "700", "--source", "tok_visa")
 	if code != exitOK || !strings.Contains(out, "replayed:     yes") || !strings.Contains(stderr.String(), "attempt 1:") {
 		t.Fatalf("exit %d, stdout:\n%s\nstderr:\n%s", code, out, stderr)
@@ -108,7 +108,7 @@ func TestCreateRetriesADroppedResponse(t *testing.T) {
 func TestCreateDeclined(t *testing.T) {
 	t.Parallel()
 	st := newStack(t, nil)
-	stderr := &testenv.LogBuffer{}
+	stderr := &testkit.LogBuffer{}
 	code, out := runCLI(t, st.URL, stderr, "create", "--amount", "1500", "--source", providersim.SourceDecline, "--json")
 	if code != exitFailed || !strings.Contains(stderr.String(), "402") {
 		t.Fatalf("exit %d, stderr %s", code, stderr)

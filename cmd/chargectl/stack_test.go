@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // stack is the charge function as deployed, on the emulator's DynamoDB and
@@ -20,7 +20,7 @@ type stack struct {
 // stops when the test ends.
 func newStack(t *testing.T, wrap func(http.Handler) http.Handler) *stack {
 	t.Helper()
-	d := teststack.Deploy(t)
+	d := testkit.Deploy(t)
 	url, stop, err := d.Serve(d.Charge(), wrap)
 	if err != nil {
 		t.Fatalf("start stack: %v", err)

@@ -10,7 +10,7 @@ import (
 const benchOutput = `loadavg: 0.42 0.50 0.61
 goos: linux
 goarch: amd64
-pkg: github.com/chargeonce/chargeonce/internal/bench
+pkg: github.com/chargeonce/chargeonce/test/bench
 cpu: AMD EPYC
 === RUN   TestRoundTrips
     roundtrip_test.go:160: 
@@ -26,7 +26,7 @@ BenchmarkNaiveFirstCall-2     	     100	   2000000 ns/op	         1.000 ddb-call
 BenchmarkEmulatorPutItem/serial-2       	      10	   2000000 ns/op	       500.0 req/s	   50944 B/op	     426 allocs/op
 BenchmarkHandlerFirstCall-2   	     100	  10000000 ns/op	         2.000 ddb-calls/op	  119905 B/op	    1234 allocs/op
 PASS
-ok  	github.com/chargeonce/chargeonce/internal/bench	2.418s
+ok  	github.com/chargeonce/chargeonce/test/bench	2.418s
 `
 
 func TestParseBench(t *testing.T) {

@@ -5,7 +5,7 @@
 // uses DYNAMODB_ENDPOINT and SQS_ENDPOINT when both are set), creates the
 // tables, TTL and queues from the definitions the template is checked
 // against, serves the provider simulator, and serves the charge API through
-// a local API Gateway (package localgw) in front of the handler setup builds
+// a local API Gateway (package gateway) in front of the handler app builds
 // for the Lambda, configured through the same environment variables. The
 // sweeper runs on a short interval and the reconcile handler is fed by a
 // local SQS event source (package eventsource).
@@ -39,14 +39,14 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/emulator"
-	"github.com/chargeonce/chargeonce/internal/eventsource"
-	"github.com/chargeonce/chargeonce/internal/localgw"
+	"github.com/chargeonce/chargeonce/internal/local/emulator"
+	"github.com/chargeonce/chargeonce/internal/local/eventsource"
+	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 )
 
@@ -85,8 +85,8 @@ func main() {
 	logger := slog.New(slog.NewJSONHandler(os.Stdout, nil))
 	if err == nil {
 		var level slog.Level
-		if err = level.UnmarshalText([]byte(cmp.Or(os.Getenv(setup.EnvLogLevel), "INFO"))); err == nil {
-			logger = setup.Logger(level)
+		if err = level.UnmarshalText([]byte(cmp.Or(os.Getenv(app.EnvLogLevel), "INFO"))); err == nil {
+			logger = app.Logger(level)
 		}
 	}
 	if err != nil {
@@ -159,16 +159,16 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	}
 	defer providerLn.Close()
 	s.provider = "http://" + providerLn.Addr().String()
-	sim := providersim.New(providersim.WithSecret(o.getenv(setup.EnvProviderSecret)), providersim.WithSlowDelay(o.slow),
+	sim := providersim.New(providersim.WithSecret(o.getenv(app.EnvProviderSecret)), providersim.WithSlowDelay(o.slow),
 		providersim.WithLogger(logger.With("component", "provider")))
 
 	// The functions read these variables exactly as they do in Lambda; the
 	// template sets the same ones to the deployed resources.
 	env := map[string]string{
-		setup.EnvIdempotencyTable:  res.idempotencyTable,
-		setup.EnvChargesTable:      res.chargesTable,
-		setup.EnvReconcileQueueURL: res.queue.URL,
-		setup.EnvProviderURL:       s.provider,
+		app.EnvIdempotencyTable:  res.idempotencyTable,
+		app.EnvChargesTable:      res.chargesTable,
+		app.EnvReconcileQueueURL: res.queue.URL,
+		app.EnvProviderURL:       s.provider,
 	}
 	getenv := func(name string) string {
 		if v, ok := env[name]; ok {
@@ -219,36 +219,36 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	return err
 }
 
-// functions builds the three functions' handlers with setup, as their
+// functions builds the three functions' handlers with app, as their
 // Lambda mains do, and the local event sources in front of them.
-func functions(ctx context.Context, getenv setup.Getenv, clients awsenv.Clients, logger *slog.Logger) (*localgw.Gateway, *sweeper.Sweeper, *eventsource.Poller, error) {
-	cc, err := setup.LoadCharge(getenv)
+func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, *eventsource.Poller, error) {
+	cc, err := app.LoadCharge(getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	sc, err := setup.LoadSweeper(getenv)
+	sc, err := app.LoadSweeper(getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rc, err := setup.LoadReconcile(getenv)
+	rc, err := app.LoadReconcile(getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ch, err := setup.ChargeHandler(cc, setup.Deps{Clients: clients, Logger: logger.With("function", "charge")})
+	ch, err := app.ChargeHandler(cc, app.Deps{Clients: clients, Logger: logger.With("function", "charge")})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	gw, err := localgw.New(ch.Handle, []string{charge.RouteCreate, charge.RouteGet},
-		localgw.WithTenantClaim(cc.TenantClaim), localgw.WithTimeout(chargeTimeout),
-		localgw.WithLogger(logger.With("component", "gateway")))
+	gw, err := gateway.New(ch.Handle, []string{charge.RouteCreate, charge.RouteGet},
+		gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
+		gateway.WithLogger(logger.With("component", "gateway")))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	sw, err := setup.SweeperHandler(sc, setup.Deps{Clients: clients, Logger: logger.With("function", "sweeper")})
+	sw, err := app.SweeperHandler(sc, app.Deps{Clients: clients, Logger: logger.With("function", "sweeper")})
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rh, err := setup.ReconcileHandler(rc, setup.Deps{Clients: clients, Logger: logger.With("function", "reconcile")})
+	rh, err := app.ReconcileHandler(rc, app.Deps{Clients: clients, Logger: logger.With("function", "reconcile")})
 	if err != nil {
 		return nil, nil, nil, err
 	}

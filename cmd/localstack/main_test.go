@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // TestStackServesThenStopsEverything runs the stack as `make run` does, on
@@ -22,7 +22,7 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 	// stack starts its own emulator (its table names are fixed, and must
 	// not land on a shared endpoint), and every function setting defaults.
 	getenv := func(string) string { return "" }
-	o, err := parseFlags([]string{"-root", testenv.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0"}, getenv)
+	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0"}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -71,7 +71,7 @@ func TestHelpDoesNotShowTheSecret(t *testing.T) {
 
 func TestServeUntilCancelled(t *testing.T) {
 	t.Parallel()
-	var logs testenv.LogBuffer
+	var logs testkit.LogBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	var lc net.ListenConfig
 	ln, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")

@@ -1,6 +1,6 @@
 // Command charge is the ChargeFunction Lambda: the HTTP API's POST /charges
 // and GET /charges/{id}. It reads its configuration from the environment
-// (see package setup) and serves API Gateway HTTP API (payload 2.0) events.
+// (see package app) and serves API Gateway HTTP API (payload 2.0) events.
 package main
 
 import (
@@ -9,13 +9,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/chargeonce/chargeonce/internal/setup"
+	"github.com/chargeonce/chargeonce/internal/app"
 )
 
 func main() {
-	h, err := setup.ChargeFromEnv(context.Background(), os.Getenv)
+	h, err := app.ChargeFromEnv(context.Background(), os.Getenv)
 	if err != nil {
-		setup.Fatal("charge", err)
+		app.Fatal("charge", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -9,13 +9,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/chargeonce/chargeonce/internal/setup"
+	"github.com/chargeonce/chargeonce/internal/app"
 )
 
 func main() {
-	h, err := setup.ReconcileFromEnv(context.Background(), os.Getenv)
+	h, err := app.ReconcileFromEnv(context.Background(), os.Getenv)
 	if err != nil {
-		setup.Fatal("reconcile", err)
+		app.Fatal("reconcile", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -8,13 +8,13 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/chargeonce/chargeonce/internal/setup"
+	"github.com/chargeonce/chargeonce/internal/app"
 )
 
 func main() {
-	h, err := setup.SweeperFromEnv(context.Background(), os.Getenv)
+	h, err := app.SweeperFromEnv(context.Background(), os.Getenv)
 	if err != nil {
-		setup.Fatal("sweeper", err)
+		app.Fatal("sweeper", err)
 	}
 	lambda.Start(h.Handle)
 }

@@ -19,11 +19,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/setup"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -31,17 +31,17 @@ import (
 // a reconcile service on the same deployment and clock.
 type clocked struct {
 	*harness
-	clock *testenv.Clock
+	clock *testkit.Clock
 	recon *charge.Service
 }
 
-func newClocked(t *testing.T, tune ...func(*setup.Charge)) *clocked {
+func newClocked(t *testing.T, tune ...func(*app.Charge)) *clocked {
 	t.Helper()
-	clock := testenv.NewClock(time.Now())
-	h := newHarnessWith(t, harnessConfig{tune: tune, deps: func(d *setup.Deps) { d.Clock = clock.Now }})
+	clock := testkit.NewClock(time.Now())
+	h := newHarnessWith(t, harnessConfig{tune: tune, deps: func(d *app.Deps) { d.Clock = clock.Now }})
 	rc := h.d.Reconcile()
 	rc.SettleWindow, rc.RetryBase, rc.RetryCap = 2*time.Minute, time.Minute, 4*time.Minute
-	recon, err := setup.ReconcileService(rc, setup.Deps{Clients: testenv.Clients(t), Clock: clock.Now})
+	recon, err := app.ReconcileService(rc, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 				providerID = "pc_someone_else"
 			}
 			s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-			_, err = testenv.Clients(t).DynamoDB.PutItem(context.Background(), &dynamodb.PutItemInput{
+			_, err = testkit.Clients(t).DynamoDB.PutItem(context.Background(), &dynamodb.PutItemInput{
 				TableName: aws.String(h.d.ChargesTable),
 				Item: map[string]types.AttributeValue{
 					charge.AttrTenant: s("acme"), charge.AttrID: s(charge.ChargeID(l.Key, l.CreatedAt)),
@@ -307,7 +307,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 // client told, with a problem it does not retry, instead of a 500.
 func TestProviderRejectionIsFinal(t *testing.T) {
 	t.Parallel()
-	h := newClocked(t, func(c *setup.Charge) { c.ProviderURL += "/no-such-prefix" })
+	h := newClocked(t, func(c *app.Charge) { c.ProviderURL += "/no-such-prefix" })
 	key := newKey()
 	resp := h.do(post("acme", key, visa))
 	wantStatus(t, resp, http.StatusBadGateway)
@@ -342,8 +342,8 @@ func (throttle) RoundTrip(req *http.Request) (*http.Response, error) {
 // once, and the provider is never called.
 func TestThrottledClaimAnswers503(t *testing.T) {
 	t.Parallel()
-	h := newHarnessWith(t, harnessConfig{deps: func(d *setup.Deps) {
-		d.Clients = testenv.Clients(t, func(o *dynamodb.Options) {
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
 			o.HTTPClient = &http.Client{Transport: throttle{}}
 			o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
 		})
@@ -366,7 +366,7 @@ func TestThrottledClaimAnswers503(t *testing.T) {
 func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
 	t.Parallel()
 	h := newHarnessWith(t, harnessConfig{
-		tune: []func(*setup.Charge){func(c *setup.Charge) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
+		tune: []func(*app.Charge){func(c *app.Charge) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
 		sim:  []providersim.Option{providersim.WithSlowDelay(3 * time.Second)},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
@@ -392,8 +392,8 @@ func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
 func TestGetReadsStronglyConsistent(t *testing.T) {
 	t.Parallel()
 	var consistent []bool
-	h := newHarnessWith(t, harnessConfig{deps: func(d *setup.Deps) {
-		d.Clients = testenv.Clients(t, func(o *dynamodb.Options) {
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
 			o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 				return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SeeGetItem",
 					func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -171,7 +171,7 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 // with its DynamoDB calls counted.
 var fuzzEnv struct {
 	once  sync.Once
-	calls testenv.CallCounter
+	calls testkit.CallCounter
 	store *idem.Store
 	h     *charge.Handler
 	prov  *unavailableProvider
@@ -186,12 +186,12 @@ func fuzzHandler(t *testing.T) (*charge.Handler, *unavailableProvider) {
 	t.Helper()
 	e := &fuzzEnv
 	e.once.Do(func() {
-		clients, err := testenv.NewClients(e.calls.Option())
+		clients, err := testkit.NewClients(e.calls.Option())
 		if err != nil {
 			e.err = err
 			return
 		}
-		table, _, err := testenv.NewTable(context.Background(), idem.TableInput("fuzz-idem"))
+		table, _, err := testkit.NewTable(context.Background(), idem.TableInput("fuzz-idem"))
 		if err != nil {
 			e.err = err
 			return

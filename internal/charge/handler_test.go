@@ -13,15 +13,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/setup"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"order 42"}`
 
-func newKey() string { return testenv.UniqueName("order") }
+func newKey() string { return testkit.UniqueName("order") }
 
 func wantStatus(t *testing.T, resp events.APIGatewayV2HTTPResponse, want int) {
 	t.Helper()
@@ -77,7 +77,7 @@ func TestSameKeyTwiceChargesOnceAndReplays(t *testing.T) {
 
 func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *setup.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
 	const n = 64
 	key := newKey()
 	start := make(chan struct{})
@@ -251,7 +251,7 @@ func TestUnavailableReleasesThenRetryChargesOnce(t *testing.T) {
 
 func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *setup.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
 	key := newKey()
 	body := strings.Replace(visa, "tok_visa", "tok_timeout_once", 1)
 	first := h.do(post("acme", key, body))
@@ -278,7 +278,7 @@ func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 // visible.
 func (h *harness) wantOneQueued(t *testing.T) {
 	t.Helper()
-	out, err := testenv.Clients(t).SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+	out, err := testkit.Clients(t).SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(h.queue.URL),
 		AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"},
 	})

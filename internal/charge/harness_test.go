@@ -16,12 +16,11 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/legacy"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/internal/setup"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -33,11 +32,11 @@ type harness struct {
 	sim     *providersim.Simulator
 	store   *idem.Store // the same table, for asserting what is stored
 	queue   queue.Queues
-	logs    *testenv.LogBuffer
-	d       *teststack.Deployment
+	logs    *testkit.LogBuffer
+	d       *testkit.Deployment
 }
 
-func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
+func newHarness(t *testing.T, tune ...func(*app.Charge)) *harness {
 	t.Helper()
 	return newHarnessWith(t, harnessConfig{tune: tune})
 }
@@ -45,25 +44,25 @@ func newHarness(t *testing.T, tune ...func(*setup.Charge)) *harness {
 // harnessConfig adjusts a harness: the function's configuration, its
 // dependencies (clock, DynamoDB client options) and the simulator.
 type harnessConfig struct {
-	tune []func(*setup.Charge)
-	deps func(*setup.Deps)
+	tune []func(*app.Charge)
+	deps func(*app.Deps)
 	sim  []providersim.Option
 }
 
 func newHarnessWith(t *testing.T, hc harnessConfig) *harness {
 	t.Helper()
-	d := teststack.Deploy(t, hc.sim...)
+	d := testkit.Deploy(t, hc.sim...)
 	cfg := d.Charge()
 	for _, fn := range hc.tune {
 		fn(&cfg)
 	}
-	clients := testenv.Clients(t)
-	logs := &testenv.LogBuffer{}
-	deps := setup.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
+	clients := testkit.Clients(t)
+	logs := &testkit.LogBuffer{}
+	deps := app.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
 	if hc.deps != nil {
 		hc.deps(&deps)
 	}
-	h, err := setup.ChargeHandler(cfg, deps)
+	h, err := app.ChargeHandler(cfg, deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +125,7 @@ func validateContract(t *testing.T, req events.APIGatewayV2HTTPRequest, resp eve
 	t.Helper()
 	specOnce.Do(func() {
 		loader := openapi3.NewLoader()
-		doc, err := loader.LoadFromFile(filepath.Join(testenv.RepoRoot(), "api", "openapi.yaml"))
+		doc, err := loader.LoadFromFile(filepath.Join(testkit.RepoRoot(), "api", "openapi.yaml"))
 		if err != nil {
 			specErr = err
 			return

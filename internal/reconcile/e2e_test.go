@@ -1,7 +1,7 @@
 package reconcile_test
 
 // End-to-end tests: the charge handler, the sweeper and the reconcile
-// handler as the functions assemble them (internal/setup), on the
+// handler as the functions assemble them (internal/app), on the
 // emulator's DynamoDB and SQS, against the provider simulator. A settable
 // clock expires leases; SQS redelivery is driven with ReceiveMessage and
 // ChangeMessageVisibility, as the Lambda poller would see it.
@@ -30,16 +30,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
-	"github.com/chargeonce/chargeonce/internal/testenv"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -51,15 +50,15 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // stack is one deployment: its own tables, queues and provider.
 type stack struct {
-	clock   *testenv.Clock
+	clock   *testkit.Clock
 	clients awsenv.Clients
-	calls   *testenv.CallCounter
+	calls   *testkit.CallCounter
 	sim     *providersim.Simulator
 	queues  queue.Queues
 	store   *idem.Store // the test's own view of the idempotency table
-	logs    *testenv.LogBuffer
-	deps    setup.Deps
-	recCfg  setup.Reconcile
+	logs    *testkit.LogBuffer
+	deps    app.Deps
+	recCfg  app.Reconcile
 	charges string
 
 	charge  *charge.Handler
@@ -78,9 +77,9 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	s := &stack{clock: testenv.NewClock(time.Now()), calls: &testenv.CallCounter{}, logs: &testenv.LogBuffer{}}
-	s.clients = testenv.Clients(t, s.calls.Option())
-	d := teststack.Deploy(t, cfg.sim...)
+	s := &stack{clock: testkit.NewClock(time.Now()), calls: &testkit.CallCounter{}, logs: &testkit.LogBuffer{}}
+	s.clients = testkit.Clients(t, s.calls.Option())
+	d := testkit.Deploy(t, cfg.sim...)
 	s.charges, s.queues, s.sim = d.ChargesTable, d.Queues, d.Sim
 	var err error
 	s.store, err = idem.New(s.clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = s.clock.Now })
@@ -88,16 +87,16 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 		t.Fatal(err)
 	}
 
-	s.deps = setup.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
+	s.deps = app.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
 	chargeDeps := s.deps
 	chargeDeps.ProviderOptions = cfg.chargeProvider
 	chargeCfg := d.Charge()
 	chargeCfg.InflightWait = 0 // a retry while in flight answers 409 at once
-	s.charge, err = setup.ChargeHandler(chargeCfg, chargeDeps)
+	s.charge, err = app.ChargeHandler(chargeCfg, chargeDeps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.sweeper, err = setup.SweeperHandler(d.Sweeper(), s.deps)
+	s.sweeper, err = app.SweeperHandler(d.Sweeper(), s.deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +110,8 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 func (s *stack) reconcilerOn(t *testing.T, opt func(*dynamodb.Options)) *reconcile.Handler {
 	t.Helper()
 	d := s.deps
-	d.Clients = testenv.Clients(t, s.calls.Option(), opt)
-	h, err := setup.ReconcileHandler(s.recCfg, d)
+	d.Clients = testkit.Clients(t, s.calls.Option(), opt)
+	h, err := app.ReconcileHandler(s.recCfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +124,7 @@ func (s *stack) reconciler(t *testing.T, opts ...provider.Option) *reconcile.Han
 	t.Helper()
 	d := s.deps
 	d.ProviderOptions = opts
-	h, err := setup.ReconcileHandler(s.recCfg, d)
+	h, err := app.ReconcileHandler(s.recCfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func body(source string) string {
 
 func newKey(t *testing.T) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, testenv.UniqueName("order"))
+	k, err := idem.NewKey(tenant, charge.Operation, testkit.UniqueName("order"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -79,7 +79,7 @@ func failedIDs(resp events.SQSEventResponse) []string {
 func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 	t.Parallel()
 	svc := &fakeService{fail: map[string]bool{"order-1002": true}}
-	logs := &testenv.LogBuffer{}
+	logs := &testkit.LogBuffer{}
 	h, err := reconcile.NewHandler(svc, func(o *reconcile.Options) {
 		o.Logger = slog.New(slog.NewJSONHandler(logs, nil))
 	})

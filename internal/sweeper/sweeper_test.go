@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/sweeper"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -58,23 +58,23 @@ func (f *fakeSender) sent() []idem.Key {
 }
 
 type env struct {
-	clock   *testenv.Clock
+	clock   *testkit.Clock
 	store   *idem.Store
 	sender  *fakeSender
-	metrics *testenv.LogBuffer
-	logs    *testenv.LogBuffer
+	metrics *testkit.LogBuffer
+	logs    *testkit.LogBuffer
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	e := &env{
-		clock:   testenv.NewClock(time.Now().Truncate(time.Second)),
+		clock:   testkit.NewClock(time.Now().Truncate(time.Second)),
 		sender:  &fakeSender{},
-		metrics: &testenv.LogBuffer{},
-		logs:    &testenv.LogBuffer{},
+		metrics: &testkit.LogBuffer{},
+		logs:    &testkit.LogBuffer{},
 	}
-	table := testenv.CreateTable(t, idem.TableInput("idem"))
-	store, err := idem.New(testenv.Clients(t).DynamoDB, table, func(o *idem.Options) {
+	table := testkit.TempTable(t, idem.TableInput("idem"))
+	store, err := idem.New(testkit.Clients(t).DynamoDB, table, func(o *idem.Options) {
 		o.Clock = e.clock.Now
 		o.DefaultLease = 30 * time.Second
 	})
@@ -103,7 +103,7 @@ func (e *env) sweeper(t *testing.T, optFns ...func(*sweeper.Options)) *sweeper.S
 // out one after the other, oldest first in creation order.
 func (e *env) begin(t *testing.T) (idem.Key, *idem.Lease) {
 	t.Helper()
-	k, err := idem.NewKey("acme", "create-charge", testenv.UniqueName("k"))
+	k, err := idem.NewKey("acme", "create-charge", testkit.UniqueName("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestSendFailuresAreCounted(t *testing.T) {
 
 func TestNewRefusesMissingDependencies(t *testing.T) {
 	t.Parallel()
-	store, err := idem.New(testenv.Clients(t).DynamoDB, "unused")
+	store, err := idem.New(testkit.Clients(t).DynamoDB, "unused")
 	if err != nil {
 		t.Fatal(err)
 	}

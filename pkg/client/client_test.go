@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/setup"
 	"github.com/chargeonce/chargeonce/pkg/client"
 )
 
@@ -123,7 +123,7 @@ func TestRetryAfterLostResponseReplays(t *testing.T) {
 func TestInProgressIsRetriedUntilReplay(t *testing.T) {
 	t.Parallel()
 	st := newStack(t, []providersim.Option{providersim.WithSlowDelay(time.Second)},
-		func(c *setup.Charge) { c.InflightWait = 0 })
+		func(c *app.Charge) { c.InflightWait = 0 })
 	// The injected sleep waits a little, not the Retry-After asked for,
 	// and records what was asked.
 	var mu sync.Mutex

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/setup"
-	"github.com/chargeonce/chargeonce/internal/teststack"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // stack is the charge function as deployed, on the emulator's DynamoDB and
@@ -20,8 +20,8 @@ type stack struct {
 
 // startStack starts a stack; Close stops it. It takes no *testing.T so that
 // examples can use it too.
-func startStack(ctx context.Context, simOpts []providersim.Option, tune ...func(*setup.Charge)) (*stack, error) {
-	d, remove, err := teststack.New(ctx, simOpts...)
+func startStack(ctx context.Context, simOpts []providersim.Option, tune ...func(*app.Charge)) (*stack, error) {
+	d, remove, err := testkit.New(ctx, simOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func startStack(ctx context.Context, simOpts []providersim.Option, tune ...func(
 }
 
 // newStack is startStack for a test.
-func newStack(t *testing.T, simOpts []providersim.Option, tune ...func(*setup.Charge)) *stack {
+func newStack(t *testing.T, simOpts []providersim.Option, tune ...func(*app.Charge)) *stack {
 	t.Helper()
 	st, err := startStack(context.Background(), simOpts, tune...)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -152,7 +152,7 @@ func TestSettlementsRecogniseTheirOwnRetriedWrite(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			lossy := &loseFirstAnswer{op: c.op}
-			db := testenv.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
+			db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
 			s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
 			if err != nil {
 				t.Fatal(err)

@@ -5,18 +5,18 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 func ExampleStore() {
 	ctx := context.Background()
-	clients, err := testenv.NewClients()
+	clients, err := testkit.NewClients()
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	table, drop, err := testenv.NewTable(ctx, idem.TableInput("example"))
+	table, drop, err := testkit.NewTable(ctx, idem.TableInput("example"))
 	if err != nil {
 		fmt.Println(err)
 		return

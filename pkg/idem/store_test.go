@@ -17,23 +17,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 type env struct {
 	table string
 	db    *dynamodb.Client
-	calls *testenv.CallCounter
-	clock *testenv.Clock
+	calls *testkit.CallCounter
+	clock *testkit.Clock
 	store *idem.Store
 }
 
 func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
 	t.Helper()
-	e := &env{calls: &testenv.CallCounter{}, clock: testenv.NewClock(time.Now())}
-	e.table = testenv.CreateTable(t, idem.TableInput("idem"))
-	e.db = testenv.Clients(t, e.calls.Option()).DynamoDB
+	e := &env{calls: &testkit.CallCounter{}, clock: testkit.NewClock(time.Now())}
+	e.table = testkit.TempTable(t, idem.TableInput("idem"))
+	e.db = testkit.Clients(t, e.calls.Option()).DynamoDB
 	e.store = e.newStore(t, optFns...)
 	return e
 }
@@ -53,7 +53,7 @@ func (e *env) newStore(t *testing.T, optFns ...func(*idem.Options)) *idem.Store 
 
 func key(t *testing.T, tenant string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, "create-charge", testenv.UniqueName("k"))
+	k, err := idem.NewKey(tenant, "create-charge", testkit.UniqueName("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 		l := begin(t, e.store, k, fpA)
 		first := l.ExpiresAt
 		e2 := *e
-		e2.clock = testenv.NewClock(e.clock.Now().Add(20 * time.Second))
+		e2.clock = testkit.NewClock(e.clock.Now().Add(20 * time.Second))
 		s2 := e2.newStore(t)
 		if err := s2.Heartbeat(ctx, l); err != nil {
 			t.Fatal(err)
@@ -235,7 +235,7 @@ func TestLifecycleForbiddenTransitions(t *testing.T) {
 func TestFencingAfterTakeOver(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	business := testenv.CreateTable(t, &dynamodb.CreateTableInput{
+	business := testkit.TempTable(t, &dynamodb.CreateTableInput{
 		TableName:            aws.String("business"),
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
@@ -541,7 +541,7 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	lossy := &loseFirstAnswer{op: "PutItem"}
-	db := testenv.Clients(t, e.calls.Option(), func(o *dynamodb.Options) {
+	db := testkit.Clients(t, e.calls.Option(), func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: lossy}
 	}).DynamoDB
 	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })

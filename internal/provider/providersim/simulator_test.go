@@ -19,7 +19,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/testenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // start serves a new simulator and returns it with a client for it.
@@ -552,7 +552,7 @@ func TestConcurrentChargesOneReference(t *testing.T) {
 
 func TestLogsNeverShowTheSource(t *testing.T) {
 	t.Parallel()
-	var buf testenv.LogBuffer
+	var buf testkit.LogBuffer
 	logger := slog.New(slog.NewJSONHandler(&buf, nil))
 	_, srv, c := start(t, providersim.WithLogger(logger))
 	const secretSource = "tok_visa_4242424242424242"

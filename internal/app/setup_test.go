@@ -1,0 +1,54 @@
+package app_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+)
+
+func envOf(m map[string]string) app.Getenv { return func(k string) string { return m[k] } }
+
+func TestLoadChargeListsEveryMissingVariable(t *testing.T) {
+	t.Parallel()
+	_, err := app.LoadCharge(envOf(nil))
+	if err == nil {
+		t.Fatal("empty environment accepted")
+	}
+	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvReconcileQueueURL, app.EnvProviderURL} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+}
+
+func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
+		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "http://p",
+	}
+	c, err := app.LoadCharge(envOf(base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo {
+		t.Fatalf("defaults: %+v", c)
+	}
+	base[app.EnvIdempotencyTTL], base[app.EnvInflightWait], base[app.EnvLogLevel] = "1h", "0s", "DEBUG"
+	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug {
+		t.Fatalf("overrides: %+v %v", c, err)
+	}
+	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD"} {
+		env := map[string]string{}
+		for k, v := range base {
+			env[k] = v
+		}
+		env[name] = bad
+		if _, err := app.LoadCharge(envOf(env)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%q: error %v", name, bad, err)
+		}
+	}
+}

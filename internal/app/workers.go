@@ -1,0 +1,34 @@
+package app
+
+import (
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/reconcile"
+	"github.com/chargeonce/chargeonce/internal/sweeper"
+)
+
+// SweeperHandler builds the sweeper function's handler: the stuck-lease
+// index of the idempotency table, and a sender to the reconcile queue.
+func SweeperHandler(c Sweeper, d Deps) (*sweeper.Sweeper, error) {
+	// Retention plays no part in reading the index: the default serves.
+	store, err := d.store(c.IdempotencyTable, 0)
+	if err != nil {
+		return nil, err
+	}
+	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	if err != nil {
+		return nil, err
+	}
+	return sweeper.New(store, sender, func(o *sweeper.Options) {
+		o.Clock = d.Clock
+		o.Logger = d.Logger
+	})
+}
+
+// ReconcileHandler builds the reconcile function's SQS handler.
+func ReconcileHandler(c Reconcile, d Deps) (*reconcile.Handler, error) {
+	svc, err := ReconcileService(c, d)
+	if err != nil {
+		return nil, err
+	}
+	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger = d.Logger })
+}

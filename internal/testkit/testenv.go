@@ -1,0 +1,166 @@
+// Package testkit gives tests real DynamoDB and SQS endpoints, and whole
+// deployments of the service on them (Deployment, in teststack.go).
+//
+// When DYNAMODB_ENDPOINT / SQS_ENDPOINT are set (make test sets them, and so
+// can anyone pointing the suite at DynamoDB Local or AWS), those are used
+// with the SDK's default credential chain. Otherwise the first test that asks
+// starts scripts/emulator.py from the project virtualenv (.venv) on a free
+// loopback port, shared by every test in the process, with static dummy
+// credentials. The launcher exits when the test process closes its stdin.
+package testkit
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/local/emulator"
+)
+
+type endpoints struct {
+	dynamo, sqs string
+	static      bool // dummy credentials: we started the emulator ourselves
+}
+
+var (
+	once    sync.Once
+	started endpoints
+	errInit error
+)
+
+// RepoRoot is the directory holding go.mod.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+func resolve() (endpoints, error) {
+	once.Do(func() {
+		ep := endpoints{
+			dynamo: os.Getenv(awsenv.EnvDynamoDBEndpoint),
+			sqs:    os.Getenv(awsenv.EnvSQSEndpoint),
+		}
+		if ep.dynamo != "" && ep.sqs != "" {
+			started = ep
+			return
+		}
+		url, err := startEmulator()
+		if err != nil {
+			errInit = err
+			return
+		}
+		if ep.dynamo == "" {
+			ep.dynamo = url
+		}
+		if ep.sqs == "" {
+			ep.sqs = url
+		}
+		ep.static = true
+		started = ep
+	})
+	return started, errInit
+}
+
+func startEmulator() (string, error) {
+	e, err := emulator.Start(RepoRoot(), 0)
+	if err != nil {
+		return "", fmt.Errorf("testenv: %w (run `make venv`, or set %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint)
+	}
+	// The goroutine keeps e, and so its stdin pipe, referenced for the life
+	// of the process; an emulator that dies early is said out loud.
+	go func() {
+		<-e.Exited()
+		fmt.Fprintln(os.Stderr, "testenv: the emulator exited")
+	}()
+	return e.URL(), nil
+}
+
+// loadConfig returns an SDK configuration for the test endpoints.
+func loadConfig() (aws.Config, error) {
+	ep, err := resolve()
+	if err != nil {
+		return aws.Config{}, err
+	}
+	return awsenv.Config(context.Background(), ep.static)
+}
+
+// NewClients returns SDK clients for the test endpoints, with extra
+// DynamoDB options applied (e.g. middleware that counts calls).
+func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return awsenv.Clients{}, err
+	}
+	c := awsenv.New(cfg, started.dynamo, started.sqs)
+	if len(dynamoOpts) > 0 {
+		c.DynamoDB = dynamodb.New(c.DynamoDB.Options(), dynamoOpts...)
+	}
+	return c, nil
+}
+
+// Clients is NewClients for a test: it fails the test on error.
+func Clients(t testing.TB, dynamoOpts ...func(*dynamodb.Options)) awsenv.Clients {
+	t.Helper()
+	c, err := NewClients(dynamoOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Endpoints returns the DynamoDB and SQS endpoints in use.
+func Endpoints(t testing.TB) (dynamo, sqs string) {
+	t.Helper()
+	ep, err := resolve()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ep.dynamo, ep.sqs
+}
+
+// UniqueName returns prefix followed by a random suffix, for tables, queues
+// and keys that must not collide across parallel tests or runs.
+func UniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// NewTable creates a table from def under a unique name and waits until it
+// is active. It returns the name and a function that deletes the table.
+func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func(), error) {
+	c, err := NewClients()
+	if err != nil {
+		return "", nil, err
+	}
+	in := *def
+	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
+	if _, err := awsenv.CreateTable(ctx, c.DynamoDB, &in); err != nil {
+		return "", nil, fmt.Errorf("testenv: %w", err)
+	}
+	drop := func() {
+		_, _ = c.DynamoDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName})
+	}
+	return aws.ToString(in.TableName), drop, nil
+}
+
+// TempTable is NewTable for a test: the table is deleted when it ends.
+func TempTable(t testing.TB, def *dynamodb.CreateTableInput) string {
+	t.Helper()
+	name, drop, err := NewTable(context.Background(), def)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	return name
+}

@@ -1,0 +1,139 @@
+// A Deployment provides, for tests, one deployment's worth of the
+// service on the test endpoints: the idempotency and charges tables, the
+// reconcile queue with its dead-letter queue, and a provider simulator
+// served over HTTP, with each function's configuration pointing at them.
+
+package testkit
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/local/gateway"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// TenantClaim is the JWT claim the deployment's charge function reads.
+const TenantClaim = "tenant_id"
+
+// Deployment is the resources of one deployment. Names are unique, so
+// deployments of parallel tests never meet.
+type Deployment struct {
+	IdempotencyTable, ChargesTable string
+	Queues                         queue.Queues
+	Sim                            *providersim.Simulator
+	ProviderURL                    string
+}
+
+// New creates a deployment; the function it returns removes it.
+func New(ctx context.Context, simOpts ...providersim.Option) (*Deployment, func(), error) {
+	var undo []func()
+	remove := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	fail := func(err error) (*Deployment, func(), error) {
+		remove()
+		return nil, nil, err
+	}
+	d := &Deployment{Sim: providersim.New(simOpts...)}
+	srv := httptest.NewServer(d.Sim)
+	undo = append(undo, srv.Close)
+	d.ProviderURL = srv.URL
+	clients, err := NewClients()
+	if err != nil {
+		return fail(err)
+	}
+	for _, t := range []struct {
+		name   *string
+		prefix string
+		def    func(string) *dynamodb.CreateTableInput
+	}{{&d.IdempotencyTable, "idem", idem.TableInput}, {&d.ChargesTable, "charges", charge.TableInput}} {
+		name, drop, err := NewTable(ctx, t.def(t.prefix))
+		if err != nil {
+			return fail(err)
+		}
+		*t.name = name
+		undo = append(undo, drop)
+	}
+	if d.Queues, err = queue.Create(ctx, clients.SQS, UniqueName("reconcile")); err != nil {
+		return fail(err)
+	}
+	undo = append(undo, func() {
+		for _, url := range []string{d.Queues.URL, d.Queues.DLQURL} {
+			_, _ = clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+		}
+	})
+	return d, remove, nil
+}
+
+// Deploy is New for a test: the deployment is removed when the test ends.
+func Deploy(t testing.TB, simOpts ...providersim.Option) *Deployment {
+	t.Helper()
+	d, remove, err := New(context.Background(), simOpts...)
+	if err != nil {
+		t.Fatalf("teststack: %v", err)
+	}
+	t.Cleanup(remove)
+	return d
+}
+
+// Charge is the charge function's configuration for the deployment.
+func (d *Deployment) Charge() app.Charge {
+	return app.Charge{
+		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
+		ProviderURL: d.ProviderURL, TenantClaim: TenantClaim, Retention: 24 * time.Hour, InflightWait: 2 * time.Second,
+	}
+}
+
+// Sweeper is the sweeper function's configuration for the deployment.
+func (d *Deployment) Sweeper() app.Sweeper {
+	return app.Sweeper{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
+}
+
+// Reconcile is the reconcile function's configuration for the deployment.
+func (d *Deployment) Reconcile() app.Reconcile {
+	return app.Reconcile{
+		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable,
+		ProviderURL: d.ProviderURL, Retention: 24 * time.Hour,
+	}
+}
+
+// Serve serves the deployment's charge function, configured by cfg, over
+// HTTP behind the local API Gateway (tokens "Bearer dev:<tenant>"), wrapped
+// by wrap if it is not nil. It returns the base URL and a function that
+// stops the server.
+func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler) (string, func(), error) {
+	clients, err := NewClients()
+	if err != nil {
+		return "", nil, err
+	}
+	h, err := app.ChargeHandler(cfg, app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return "", nil, err
+	}
+	gw, err := gateway.New(h.Handle, []string{charge.RouteCreate, charge.RouteGet},
+		gateway.WithTenantClaim(cfg.TenantClaim), gateway.WithTimeout(10*time.Second))
+	if err != nil {
+		return "", nil, err
+	}
+	var api http.Handler = gw
+	if wrap != nil {
+		api = wrap(gw)
+	}
+	srv := httptest.NewServer(api)
+	return srv.URL, srv.Close, nil
+}

@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+var roundTripsOut = flag.String("roundtrips", "", "also write TestRoundTrips' table, as Markdown, to this file")
+
+// roundTrip is what one outcome cost.
+type roundTrip struct {
+	outcome string
+	status  string // the HTTP answer, or what the reconciler did
+	calls   map[string]int
+	used    usage
+}
+
+// want is what an outcome must cost.
+type want struct {
+	calls                      map[string]int
+	written, wcu, indexWC, rcu int
+}
+
+// TestRoundTrips drives the charge handler and the reconciler through each
+// outcome, one request at a time, and asserts the DynamoDB calls (counted
+// by testkit.CallCounter), the items written and the capacity units each
+// one costs, then prints them as a table.
+func TestRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	clock := testkit.NewClock(time.Now())
+	counter := &testkit.CallCounter{}
+	m := &meter{db: testkit.Clients(t).DynamoDB}
+	s := newStack(t, clock.Now, 0, counter.Option(), m.Option())
+	m.tables = map[string]tableLayout{
+		s.cfg.IdempotencyTable: {key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
+		s.cfg.ChargesTable:     {key: []string{charge.AttrTenant, charge.AttrID}},
+	}
+	reconciler, err := app.ReconcileService(s.dep.Reconcile(), s.deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var rows []roundTrip
+	measure := func(outcome string, w want, do func() string) {
+		t.Helper()
+		counter.Snapshot()
+		if _, err := m.Snapshot(); err != nil {
+			t.Fatalf("%s: before: %v", outcome, err)
+		}
+		status := do()
+		r := roundTrip{outcome: outcome, status: status, calls: counter.Snapshot()}
+		r.used, err = m.Snapshot()
+		if err != nil {
+			t.Fatalf("%s: %v", outcome, err)
+		}
+		rows = append(rows, r)
+		got := want{calls: r.calls, written: r.used.Written, wcu: r.used.WCU, indexWC: r.used.IndexWC, rcu: r.used.RCU}
+		if !maps.Equal(got.calls, w.calls) || got.written != w.written || got.wcu != w.wcu || got.indexWC != w.indexWC || got.rcu != w.rcu {
+			t.Errorf("%s: calls %v, written %d, WCU %d, index WCU %d, RCU %d; want calls %v, written %d, WCU %d, index WCU %d, RCU %d",
+				outcome, got.calls, got.written, got.wcu, got.indexWC, got.rcu, w.calls, w.written, w.wcu, w.indexWC, w.rcu)
+		}
+	}
+	handle := func(req events.APIGatewayV2HTTPRequest, wantStatus int, wantReplayed bool) func() string {
+		return func() string {
+			t.Helper()
+			resp, err := s.handler.Handle(ctx, req)
+			if err != nil || resp.StatusCode != wantStatus || (resp.Headers[charge.HeaderReplayed] == "true") != wantReplayed {
+				t.Fatalf("%s %s: %d %v %s, %v; want %d", req.Headers["idempotency-key"], req.Body, resp.StatusCode, resp.Headers, resp.Body, err, wantStatus)
+			}
+			return answer(resp)
+		}
+	}
+	with := func(source string) string { return strings.Replace(visa, "tok_visa", source, 1) }
+
+	key := newKey()
+	measure("first charge", want{calls: map[string]int{"PutItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 2},
+		handle(post(key, visa), http.StatusCreated, false))
+	measure("replay", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
+		handle(post(key, visa), http.StatusCreated, true))
+
+	held := newKey()
+	fp, err := idem.FingerprintJSON([]byte(visa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heldKey, err := idem.NewKey(tenant, charge.Operation, held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the handler's own Begin would store: the request's intent.
+	intent := []byte(`{"amount":1500,"currency":"EUR","description":"order 42"}`)
+	if _, err := s.store.Begin(ctx, heldKey, fp, intent); err != nil {
+		t.Fatal(err)
+	}
+	measure("in flight (INFLIGHT_WAIT=0)", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
+		handle(post(held, visa), http.StatusConflict, false))
+	measure("mismatch", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
+		handle(post(key, strings.Replace(visa, "1500", "9900", 1)), http.StatusUnprocessableEntity, false))
+	measure("decline", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1}, written: 2, wcu: 2, indexWC: 2},
+		handle(post(newKey(), with("tok_decline")), http.StatusPaymentRequired, false))
+	measure("provider unavailable (key released)", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1}, written: 2, wcu: 2, indexWC: 2},
+		handle(post(newKey(), with("tok_unavailable")), http.StatusServiceUnavailable, false))
+
+	lost := newKey()
+	measure("outcome unknown (provider timed out)", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1, indexWC: 1},
+		handle(post(lost, with("tok_timeout_once")), http.StatusServiceUnavailable, false))
+	lostKey, err := idem.NewKey(tenant, charge.Operation, lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute) // past the lease
+	measure("reconcile (provider had charged)", want{calls: map[string]int{"GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 3, rcu: 1},
+		func() string {
+			out, err := reconciler.Reconcile(ctx, lostKey)
+			if err != nil || out != charge.OutcomeResolved {
+				t.Fatalf("reconcile: %s, %v", out, err)
+			}
+			return string(out)
+		})
+	measure("naive handler, no idempotency", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1},
+		func() string {
+			resp, err := s.naive.Handle(ctx, post(newKey(), visa))
+			if err != nil || resp.StatusCode != http.StatusCreated {
+				t.Fatalf("naive: %d %s, %v", resp.StatusCode, resp.Body, err)
+			}
+			return answer(resp)
+		})
+
+	for _, r := range rows {
+		if r.outcome == "reconcile (provider had charged)" {
+			continue // the reconciler reads; the request path must not
+		}
+		if r.calls["GetItem"]+r.calls["Query"] != 0 {
+			t.Errorf("%s reads on the request path: %v", r.outcome, r.calls)
+		}
+	}
+	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 4 {
+		t.Errorf("provider charges %d, want 4 (first, decline, timed out, naive)", charges)
+	}
+
+	table := roundTripTable(rows)
+	t.Log("\n" + table)
+	if *roundTripsOut != "" {
+		if err := os.WriteFile(*roundTripsOut, []byte(table), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func answer(resp events.APIGatewayV2HTTPResponse) string {
+	a := strconv.Itoa(resp.StatusCode)
+	if resp.Headers[charge.HeaderReplayed] == "true" {
+		a += " (replayed)"
+	}
+	return a
+}
+
+// callOrder lists operations in the order the charge path makes them.
+var callOrder = []string{"GetItem", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "Query"}
+
+func roundTripTable(rows []roundTrip) string {
+	var b strings.Builder
+	b.WriteString("| outcome | answer | DynamoDB calls | items written | WCU | index WCU | RCU | largest item |\n")
+	b.WriteString("|---|---|---|---:|---:|---:|---:|---:|\n")
+	for _, r := range rows {
+		ops := slices.SortedFunc(maps.Keys(r.calls), func(a, b string) int {
+			return cmp.Or(cmp.Compare(rank(a), rank(b)), strings.Compare(a, b))
+		})
+		total := 0
+		var names []string
+		for _, op := range ops {
+			total += r.calls[op]
+			name := op
+			if r.calls[op] > 1 {
+				name = fmt.Sprintf("%d× %s", r.calls[op], op)
+			}
+			names = append(names, name)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d: %s | %d | %d | %d | %d | %d B |\n",
+			r.outcome, r.status, total, strings.Join(names, " + "), r.used.Written, r.used.WCU, r.used.IndexWC, r.used.RCU, r.used.MaxItemBytes)
+	}
+	return b.String()
+}
+
+func rank(op string) int {
+	if i := slices.Index(callOrder, op); i >= 0 {
+		return i
+	}
+	return len(callOrder)
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// tenant is the tenant every request of the package charges for.
+const tenant = "bench"
+
+// visa is the request body every first call sends.
+const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"order 42"}`
+
+// stack is the charge function as deployed, on a test deployment
+// (testkit.Deployment: the emulator's tables and queue, a provider simulator),
+// beside a naive handler on the same tables and provider.
+type stack struct {
+	dep     *testkit.Deployment
+	cfg     app.Charge
+	deps    app.Deps
+	handler *charge.Handler
+	naive   *naiveHandler
+	// store and db reach the same tables without the options under
+	// measurement, to set up states (an in-flight record) outside them.
+	store *idem.Store
+	db    *dynamodb.Client
+}
+
+// newStack builds the stack; dynamoOpts (a call counter, a meter) apply to
+// the DynamoDB client of the handlers and nothing else. A nil clock is
+// time.Now.
+func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration, dynamoOpts ...func(*dynamodb.Options)) *stack {
+	tb.Helper()
+	dep := testkit.Deploy(tb)
+	cfg := dep.Charge()
+	cfg.InflightWait = inflightWait
+	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock}
+	h, err := app.ChargeHandler(cfg, deps)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	plain := testkit.Clients(tb).DynamoDB
+	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &stack{
+		dep: dep, cfg: cfg, deps: deps, handler: h, store: store, db: plain,
+		naive: &naiveHandler{
+			db: deps.Clients.DynamoDB, table: cfg.ChargesTable, tenantClaim: cfg.TenantClaim,
+			provider: provider.NewClient(dep.ProviderURL, ""),
+		},
+	}
+}
+
+// post builds a POST /charges event as API Gateway sends it.
+func post(key, body string) events.APIGatewayV2HTTPRequest {
+	req := events.APIGatewayV2HTTPRequest{
+		RouteKey: charge.RouteCreate,
+		RawPath:  "/charges",
+		Headers:  map[string]string{"content-type": "application/json", "idempotency-key": key},
+		Body:     body,
+	}
+	req.RequestContext.HTTP.Method = http.MethodPost
+	req.RequestContext.HTTP.Path = "/charges"
+	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{testkit.TenantClaim: tenant}},
+	}
+	return req
+}
+
+// newKey returns a fresh idempotency key.
+func newKey() string { return testkit.UniqueName("order") }
+
+// naiveHandler is the handler without idempotency that the benchmarks
+// compare against: it validates the same body, charges the card under a
+// fresh reference and writes the charge row with one unconditional
+// PutItem. A retry charges again.
+type naiveHandler struct {
+	db          *dynamodb.Client
+	table       string
+	tenantClaim string
+	provider    *provider.Client
+}
+
+func (n *naiveHandler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	tenant := req.RequestContext.Authorizer.JWT.Claims[n.tenantClaim]
+	var in struct {
+		Amount      int64  `json:"amount"`
+		Currency    string `json:"currency"`
+		Source      string `json:"source"`
+		Description string `json:"description"`
+	}
+	if err := json.Unmarshal([]byte(req.Body), &in); err != nil {
+		return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadRequest}, nil
+	}
+	r, err := charge.NewRequest(in.Amount, in.Currency, in.Source, in.Description)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{StatusCode: http.StatusBadRequest}, nil
+	}
+	ref, id := "naive_"+randomHex(), "ch_"+randomHex()
+	res, err := n.provider.Charge(ctx, provider.ChargeRequest{
+		Reference: ref, Amount: r.Money.Amount, Currency: r.Money.Currency, Source: r.Source,
+	})
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	if res.Status != provider.StatusCharged {
+		return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("naive: provider answered %s", res.Status)
+	}
+	created := time.Now().UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	_, err = n.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(n.table),
+		Item: map[string]types.AttributeValue{
+			charge.AttrTenant:    &types.AttributeValueMemberS{Value: tenant},
+			charge.AttrID:        &types.AttributeValueMemberS{Value: id},
+			"amount":             &types.AttributeValueMemberN{Value: strconv.FormatInt(r.Money.Amount, 10)},
+			"currency":           &types.AttributeValueMemberS{Value: r.Money.Currency},
+			"description":        &types.AttributeValueMemberS{Value: r.Description},
+			"status":             &types.AttributeValueMemberS{Value: "succeeded"},
+			"provider_reference": &types.AttributeValueMemberS{Value: ref},
+			"provider_charge_id": &types.AttributeValueMemberS{Value: res.ChargeID},
+			"created_at":         &types.AttributeValueMemberS{Value: created},
+		},
+	})
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
+	body, _ := json.Marshal(map[string]any{ // strings and an integer: cannot fail
+		"id": id, "amount": r.Money.Amount, "currency": r.Money.Currency, "description": r.Description,
+		"status": "succeeded", "provider_reference": ref, "created_at": created,
+	})
+	return events.APIGatewayV2HTTPResponse{
+		StatusCode: http.StatusCreated,
+		Headers:    map[string]string{"Content-Type": charge.ContentTypeJSON, "Location": "/charges/" + id},
+		Body:       string(body),
+	}, nil
+}
+
+func randomHex() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return hex.EncodeToString(b[:])
+}

@@ -1,0 +1,520 @@
+package deploy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"gopkg.in/yaml.v3"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Logical IDs in template.yaml.
+const (
+	idempotencyTable = "IdempotencyTable"
+	chargesTable     = "ChargesTable"
+	reconcileQueue   = "ReconcileQueue"
+	deadLetterQueue  = "ReconcileDeadLetterQueue"
+	reconcileFn      = "ReconcileFunction"
+)
+
+// code is the side of the code the template is checked against.
+type code struct {
+	idempotencyTable, chargesTable *dynamodb.CreateTableInput
+	ttl                            *dynamodb.UpdateTimeToLiveInput
+	// loaders are the configuration loaders of the template's functions.
+	loaders map[string]func(app.Getenv)
+}
+
+func currentCode() code {
+	return code{
+		idempotencyTable: idem.TableInput("t"),
+		chargesTable:     charge.TableInput("t"),
+		ttl:              idem.TTLInput("t"),
+		loaders: map[string]func(app.Getenv){
+			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g) },
+			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g) },
+			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g) },
+		},
+	}
+}
+
+func readTemplate(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testkit.RepoRoot(), "template.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestTemplateMatchesCode(t *testing.T) {
+	t.Parallel()
+	problems, err := check(readTemplate(t), currentCode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// TestCheckCatchesCodeDrift changes the code's side one way at a time and
+// expects the check to notice each change.
+func TestCheckCatchesCodeDrift(t *testing.T) {
+	t.Parallel()
+	tmpl := readTemplate(t)
+	tests := map[string]func(*code){
+		"new table attribute": func(k *code) {
+			k.idempotencyTable.AttributeDefinitions = append(k.idempotencyTable.AttributeDefinitions,
+				ddbtypes.AttributeDefinition{AttributeName: aws.String("x"), AttributeType: ddbtypes.ScalarAttributeTypeS})
+		},
+		"index dropped": func(k *code) { k.idempotencyTable.GlobalSecondaryIndexes = nil },
+		"charges key":   func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
+		"ttl attribute": func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
+		"new variable": func(k *code) {
+			k.loaders["SweeperFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g); g("SWEEP_LIMIT") }
+		},
+		"variable dropped": func(k *code) { k.loaders["ChargeFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g) } },
+		"new function":     func(k *code) { k.loaders["RefundFunction"] = func(app.Getenv) {} },
+	}
+	for name, change := range tests {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := currentCode()
+			change(&k)
+			problems, err := check(tmpl, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(problems) == 0 {
+				t.Error("went unnoticed")
+			}
+		})
+	}
+}
+
+// TestCheckCatchesDrift changes the template one way at a time and expects
+// the check to notice each change.
+func TestCheckCatchesDrift(t *testing.T) {
+	t.Parallel()
+	orig := readTemplate(t)
+	tests := []struct{ name, old, new string }{
+		{"idempotency key type", "        - AttributeName: pk\n          KeyType: HASH", "        - AttributeName: pk\n          KeyType: RANGE"},
+		{"attribute type", "        - AttributeName: lease_shard\n          AttributeType: N", "        - AttributeName: lease_shard\n          AttributeType: S"},
+		{"index name", "IndexName: stuck-leases", "IndexName: stuck"},
+		{"index projection", "ProjectionType: INCLUDE", "ProjectionType: ALL"},
+		{"index attributes", "              - attempts\n", "              - attempts\n              - status\n"},
+		{"ttl attribute", "AttributeName: expires_at", "AttributeName: ttl"},
+		{"ttl disabled", "        AttributeName: expires_at\n        Enabled: true", "        AttributeName: expires_at\n        Enabled: false"},
+		{"charges range key", "        - AttributeName: id\n          KeyType: RANGE", "        - AttributeName: id\n          KeyType: HASH"},
+		{"billing mode", "BillingMode: PAY_PER_REQUEST\n      AttributeDefinitions:\n        - AttributeName: tenant", "BillingMode: PROVISIONED\n      AttributeDefinitions:\n        - AttributeName: tenant"},
+		{"extra index", "              - attempts\n", "              - attempts\n        - IndexName: extra\n          KeySchema:\n            - AttributeName: pk\n              KeyType: HASH\n          Projection:\n            ProjectionType: KEYS_ONLY\n"},
+		{"visibility timeout", "VisibilityTimeout: 180", "VisibilityTimeout: 30"},
+		{"retention", "MessageRetentionPeriod: 345600", "MessageRetentionPeriod: 86400"},
+		{"dlq retention", "MessageRetentionPeriod: 1209600", "MessageRetentionPeriod: 345600"},
+		{"max receive count", "maxReceiveCount: 5", "maxReceiveCount: 3"},
+		{"dead-letter target", "deadLetterTargetArn: !GetAtt ReconcileDeadLetterQueue.Arn", "deadLetterTargetArn: !GetAtt ReconcileQueue.Arn"},
+		{"extra queue setting", "      SqsManagedSseEnabled: true\n      RedrivePolicy:", "      SqsManagedSseEnabled: true\n      DelaySeconds: 5\n      RedrivePolicy:"},
+		{"reconcile timeout", "CodeUri: functions/reconcile\n      Timeout: 30", "CodeUri: functions/reconcile\n      Timeout: 60"},
+		{"batch size", "BatchSize: 10", "BatchSize: 5"},
+		{"batch item failures", "              - ReportBatchItemFailures", "              - SomethingElse"},
+		{"event queue", "Queue: !GetAtt ReconcileQueue.Arn", "Queue: !GetAtt ReconcileDeadLetterQueue.Arn"},
+		{"variable missing", "          INFLIGHT_WAIT: !Ref InflightWait\n", ""},
+		{"variable not read", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          LOG_LEVEL", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          INFLIGHT_WAIT: 1s\n          LOG_LEVEL"},
+		{"index in policy", `"${IdempotencyTable.Arn}/index/stuck-leases"`, `"${IdempotencyTable.Arn}/index/stuck"`},
+		{"code dir", "CodeUri: functions/sweeper", "CodeUri: functions/sweep"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			if strings.Count(orig, tt.old) != 1 {
+				t.Fatalf("template.yaml holds %q %d times, want once: update this case", tt.old, strings.Count(orig, tt.old))
+			}
+			problems, err := check(strings.Replace(orig, tt.old, tt.new, 1), currentCode())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(problems) == 0 {
+				t.Errorf("replacing %q by %q went unnoticed", tt.old, tt.new)
+			}
+		})
+	}
+}
+
+// check parses a template and lists how it differs from the code.
+func check(src string, k code) ([]string, error) {
+	tmpl, err := parseTemplate(src)
+	if err != nil {
+		return nil, err
+	}
+	c := &checker{tmpl: tmpl}
+	c.table(idempotencyTable, k.idempotencyTable)
+	c.ttl(idempotencyTable, k.ttl)
+	c.table(chargesTable, k.chargesTable)
+	c.queues()
+	c.reconcileFunction()
+	c.sweeperPolicy()
+	c.environments(k.loaders)
+	return c.problems, nil
+}
+
+type checker struct {
+	tmpl     map[string]any
+	problems []string
+}
+
+func (c *checker) fail(format string, args ...any) {
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+func (c *checker) resource(id string) map[string]any {
+	r := asMap(asMap(c.tmpl["Resources"])[id])
+	if r == nil {
+		c.fail("template has no resource %s", id)
+		return map[string]any{}
+	}
+	return r
+}
+
+func (c *checker) props(id string) map[string]any {
+	p, _ := c.resource(id)["Properties"].(map[string]any)
+	if p == nil {
+		return map[string]any{}
+	}
+	return p
+}
+
+// table compares a table's billing mode, keys, attributes and indexes
+// with the CreateTable request the code makes.
+func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
+	p := c.props(id)
+	c.equal(id+" BillingMode", p["BillingMode"], string(want.BillingMode))
+	c.equal(id+" KeySchema", p["KeySchema"], keySchema(want.KeySchema))
+	var attrs []any
+	for _, a := range want.AttributeDefinitions {
+		attrs = append(attrs, map[string]any{"AttributeName": aws.ToString(a.AttributeName), "AttributeType": string(a.AttributeType)})
+	}
+	c.equal(id+" AttributeDefinitions", sortByName(p["AttributeDefinitions"], "AttributeName"), sortByName(attrs, "AttributeName"))
+	var gsis []any
+	for _, g := range want.GlobalSecondaryIndexes {
+		proj := map[string]any{"ProjectionType": string(g.Projection.ProjectionType)}
+		if len(g.Projection.NonKeyAttributes) > 0 {
+			proj["NonKeyAttributes"] = toAny(g.Projection.NonKeyAttributes)
+		}
+		gsis = append(gsis, map[string]any{"IndexName": aws.ToString(g.IndexName), "KeySchema": keySchema(g.KeySchema), "Projection": proj})
+	}
+	c.equal(id+" GlobalSecondaryIndexes", sortByName(p["GlobalSecondaryIndexes"], "IndexName"), sortByName(gsis, "IndexName"))
+}
+
+func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
+	spec := want.TimeToLiveSpecification
+	c.equal(id+" TimeToLiveSpecification", c.props(id)["TimeToLiveSpecification"], map[string]any{
+		"AttributeName": aws.ToString(spec.AttributeName), "Enabled": aws.ToBool(spec.Enabled),
+	})
+	if aws.ToString(spec.AttributeName) != idem.AttrExpiresAt {
+		c.fail("idem.TTLInput enables TTL on %q, not idem.AttrExpiresAt", aws.ToString(spec.AttributeName))
+	}
+}
+
+// queues compares the reconcile queue and its DLQ with the attributes
+// queue.Create sets.
+func (c *checker) queues() {
+	created, err := createdQueues()
+	if err != nil {
+		c.fail("queue.Create: %v", err)
+		return
+	}
+	for id, name := range map[string]string{reconcileQueue: "q", deadLetterQueue: "q-dlq"} {
+		want := created[name]
+		got := c.props(id)
+		for attr, v := range want {
+			if attr == string(sqstypes.QueueAttributeNameRedrivePolicy) {
+				c.redrive(id, got[attr], v)
+				continue
+			}
+			c.equal(id+" "+attr, fmt.Sprint(got[attr]), v)
+		}
+		for attr := range got {
+			if _, ok := want[attr]; !ok && attr != "SqsManagedSseEnabled" {
+				c.fail("%s sets %s, which queue.Create does not", id, attr)
+			}
+		}
+	}
+	c.equal("queue.VisibilityTimeout", fmt.Sprint(c.props(reconcileQueue)["VisibilityTimeout"]), seconds(queue.VisibilityTimeout))
+	c.equal("queue.Retention", fmt.Sprint(c.props(reconcileQueue)["MessageRetentionPeriod"]), seconds(queue.Retention))
+	c.equal("queue.DLQRetention", fmt.Sprint(c.props(deadLetterQueue)["MessageRetentionPeriod"]), seconds(queue.DLQRetention))
+}
+
+func (c *checker) redrive(id string, got any, want string) {
+	var w map[string]any
+	if err := json.Unmarshal([]byte(want), &w); err != nil {
+		c.fail("queue.Create's redrive policy %q: %v", want, err)
+		return
+	}
+	g, _ := got.(map[string]any)
+	c.equal(id+" maxReceiveCount", fmt.Sprint(g["maxReceiveCount"]), fmt.Sprint(w["maxReceiveCount"]))
+	c.equal(id+" maxReceiveCount", fmt.Sprint(g["maxReceiveCount"]), strconv.Itoa(queue.MaxReceiveCount))
+	if w["deadLetterTargetArn"] != fakeARN("q-dlq") {
+		c.fail("queue.Create's redrive policy targets %v, not its DLQ", w["deadLetterTargetArn"])
+	}
+	c.equal(id+" deadLetterTargetArn", g["deadLetterTargetArn"], getAtt(deadLetterQueue, "Arn"))
+	if len(g) != 2 {
+		c.fail("%s RedrivePolicy has %d members, want deadLetterTargetArn and maxReceiveCount", id, len(g))
+	}
+}
+
+// reconcileFunction checks the timeout and the SQS event source the queue
+// settings and the handler assume.
+func (c *checker) reconcileFunction() {
+	p := c.props(reconcileFn)
+	c.equal(reconcileFn+" Timeout", fmt.Sprint(p["Timeout"]), seconds(queue.ReconcileTimeout))
+	evs, _ := p["Events"].(map[string]any)
+	found := 0
+	for name, e := range evs {
+		e, _ := e.(map[string]any)
+		if e["Type"] != "SQS" {
+			continue
+		}
+		found++
+		ep, _ := e["Properties"].(map[string]any)
+		c.equal(reconcileFn+" event "+name+" Queue", ep["Queue"], getAtt(reconcileQueue, "Arn"))
+		c.equal(reconcileFn+" event "+name+" BatchSize", fmt.Sprint(ep["BatchSize"]), strconv.Itoa(queue.BatchSize))
+		// The handler answers batch item failures; without this Lambda
+		// would ignore them and delete every message.
+		c.equal(reconcileFn+" event "+name+" FunctionResponseTypes", ep["FunctionResponseTypes"], []any{"ReportBatchItemFailures"})
+	}
+	if found != 1 {
+		c.fail("%s has %d SQS events, want 1", reconcileFn, found)
+	}
+}
+
+// sweeperPolicy checks that the sweeper may query the index it reads.
+func (c *checker) sweeperPolicy() {
+	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + idem.IndexStuckLeases}
+	for _, pol := range asList(c.props("SweeperFunction")["Policies"]) {
+		for _, st := range asList(asMap(pol)["Statement"]) {
+			if asMap(st)["Action"] == "dynamodb:Query" {
+				c.equal("SweeperFunction dynamodb:Query resource", asMap(st)["Resource"], want)
+				return
+			}
+		}
+	}
+	c.fail("SweeperFunction has no dynamodb:Query statement")
+}
+
+// environments checks that each function's template environment is
+// exactly what its loader reads, and that its code directory exists.
+func (c *checker) environments(loaders map[string]func(app.Getenv)) {
+	res, _ := c.tmpl["Resources"].(map[string]any)
+	var global map[string]any
+	if g := asMap(asMap(asMap(asMap(c.tmpl["Globals"])["Function"])["Environment"])["Variables"]); g != nil {
+		global = g
+	}
+	for id, r := range res {
+		if asMap(r)["Type"] != "AWS::Serverless::Function" {
+			continue
+		}
+		load, ok := loaders[id]
+		if !ok {
+			c.fail("function %s has no loader in this test", id)
+			continue
+		}
+		read := map[string]bool{}
+		load(func(name string) string { read[name] = true; return "" })
+		set := map[string]bool{}
+		for name := range global {
+			set[name] = true
+		}
+		for name := range asMap(asMap(c.props(id)["Environment"])["Variables"]) {
+			set[name] = true
+		}
+		for _, name := range slices.Sorted(maps.Keys(read)) {
+			if !set[name] {
+				c.fail("%s reads %s, which the template does not set", id, name)
+			}
+		}
+		for _, name := range slices.Sorted(maps.Keys(set)) {
+			if !read[name] {
+				c.fail("the template sets %s on %s, which does not read it", name, id)
+			}
+		}
+		dir, _ := c.props(id)["CodeUri"].(string)
+		if _, err := os.Stat(filepath.Join(testkit.RepoRoot(), dir, "main.go")); err != nil {
+			c.fail("%s CodeUri %q: %v", id, dir, err)
+		}
+	}
+	for id := range loaders {
+		if _, ok := res[id]; !ok {
+			c.fail("template has no function %s", id)
+		}
+	}
+}
+
+func (c *checker) equal(what string, got, want any) {
+	if !reflect.DeepEqual(got, want) {
+		c.fail("%s: template has %s, code has %s", what, show(got), show(want))
+	}
+}
+
+func show(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
+
+func keySchema(ks []ddbtypes.KeySchemaElement) []any {
+	out := make([]any, len(ks))
+	for i, k := range ks {
+		out[i] = map[string]any{"AttributeName": aws.ToString(k.AttributeName), "KeyType": string(k.KeyType)}
+	}
+	return out
+}
+
+// sortByName orders a list of objects by their member field, so that
+// lists whose order does not matter compare equal.
+func sortByName(v any, field string) []any {
+	out := slices.Clone(asList(v))
+	slices.SortFunc(out, func(a, b any) int {
+		return strings.Compare(fmt.Sprint(asMap(a)[field]), fmt.Sprint(asMap(b)[field]))
+	})
+	return out
+}
+
+func toAny[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
+func asList(v any) []any         { l, _ := v.([]any); return l }
+
+func seconds(d interface{ Seconds() float64 }) string {
+	return strconv.Itoa(int(d.Seconds()))
+}
+
+func getAtt(id, attr string) any { return map[string]any{"Fn::GetAtt": []any{id, attr}} }
+
+// createdQueues runs queue.Create against a recorder and returns the
+// attributes it set on each queue, by name.
+func createdQueues() (map[string]map[string]string, error) {
+	r := &queueRecorder{created: map[string]map[string]string{}}
+	if _, err := queue.Create(context.Background(), r, "q"); err != nil {
+		return nil, err
+	}
+	return r.created, nil
+}
+
+type queueRecorder struct {
+	queue.API
+	created map[string]map[string]string
+}
+
+func fakeARN(name string) string { return "arn:aws:sqs:us-east-1:000000000000:" + name }
+
+func (r *queueRecorder) CreateQueue(_ context.Context, in *sqs.CreateQueueInput, _ ...func(*sqs.Options)) (*sqs.CreateQueueOutput, error) {
+	name := aws.ToString(in.QueueName)
+	r.created[name] = maps.Clone(in.Attributes)
+	return &sqs.CreateQueueOutput{QueueUrl: aws.String("https://sqs.local/000000000000/" + name)}, nil
+}
+
+func (r *queueRecorder) GetQueueAttributes(_ context.Context, in *sqs.GetQueueAttributesInput, _ ...func(*sqs.Options)) (*sqs.GetQueueAttributesOutput, error) {
+	name := aws.ToString(in.QueueUrl)[strings.LastIndex(aws.ToString(in.QueueUrl), "/")+1:]
+	return &sqs.GetQueueAttributesOutput{Attributes: map[string]string{string(sqstypes.QueueAttributeNameQueueArn): fakeARN(name)}}, nil
+}
+
+// parseTemplate reads a CloudFormation template into maps, lists and
+// scalars, turning the short-form intrinsic functions (!Ref, !GetAtt,
+// !Sub, ...) into their long form ({"Ref": ...}, {"Fn::GetAtt": [...]}).
+func parseTemplate(src string) (map[string]any, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(src), &doc); err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
+	if doc.Kind != yaml.DocumentNode || len(doc.Content) != 1 {
+		return nil, fmt.Errorf("template: not one YAML document")
+	}
+	v, err := fromNode(doc.Content[0])
+	if err != nil {
+		return nil, err
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("template: not a mapping")
+	}
+	return m, nil
+}
+
+func fromNode(n *yaml.Node) (any, error) {
+	// Custom tags have one "!"; the resolved YAML ones ("!!str") two.
+	if fn, ok := strings.CutPrefix(n.Tag, "!"); ok && !strings.HasPrefix(fn, "!") {
+		plain := *n
+		plain.Tag = ""
+		arg, err := fromNode(&plain)
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case fn == "Ref":
+			return map[string]any{"Ref": arg}, nil
+		case fn == "GetAtt" && n.Kind == yaml.ScalarNode:
+			id, attr, _ := strings.Cut(n.Value, ".")
+			return map[string]any{"Fn::GetAtt": []any{id, attr}}, nil
+		default:
+			return map[string]any{"Fn::" + fn: arg}, nil
+		}
+	}
+	switch n.Kind {
+	case yaml.MappingNode:
+		m := make(map[string]any, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			v, err := fromNode(n.Content[i+1])
+			if err != nil {
+				return nil, err
+			}
+			m[n.Content[i].Value] = v
+		}
+		return m, nil
+	case yaml.SequenceNode:
+		l := make([]any, len(n.Content))
+		for i, c := range n.Content {
+			v, err := fromNode(c)
+			if err != nil {
+				return nil, err
+			}
+			l[i] = v
+		}
+		return l, nil
+	case yaml.AliasNode:
+		return fromNode(n.Alias)
+	default:
+		var v any
+		if err := n.Decode(&v); err != nil {
+			return nil, fmt.Errorf("template line %d: %w", n.Line, err)
+		}
+		return v, nil
+	}
+}

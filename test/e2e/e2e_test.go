@@ -1,0 +1,204 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// TestFunctionsUnderTheRuntimeEmulator runs the three Lambda binaries
+// under the Runtime Interface Emulator against one deployment's tables,
+// queue and provider, and drives them with the events in events/.
+func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
+	t.Parallel()
+	clients := testkit.Clients(t)
+	d := testkit.Deploy(t)
+	sim, providerURL, q, idemTable, chargesTable := d.Sim, d.ProviderURL, d.Queues, d.IdempotencyTable, d.ChargesTable
+
+	bootstraps := buildBootstraps(t)
+	rie := installRIE(t)
+	config := map[string]map[string]string{
+		"charge": {
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable,
+			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: testkit.TenantClaim,
+		},
+		"sweeper": {app.EnvIdempotencyTable: idemTable, app.EnvReconcileQueueURL: q.URL},
+		"reconcile": {
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvProviderURL: providerURL,
+		},
+	}
+	fns := map[string]*function{}
+	for _, name := range slices.Sorted(maps.Keys(functions)) {
+		env := awsEnv(t)
+		maps.Copy(env, config[name])
+		env["AWS_LAMBDA_FUNCTION_NAME"] = "chargeonce-" + name
+		env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = strconv.Itoa(int(functions[name].Seconds()))
+		env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = "256"
+		fns[name] = startFunction(t, rie, name, bootstraps[name], env)
+	}
+
+	t.Run("charge", func(t *testing.T) { chargeEvents(t, fns["charge"], sim) })
+	t.Run("sweep and reconcile a stuck record", func(t *testing.T) {
+		stuckRecord(t, fns, clients.SQS, q.URL, idemTable, providerURL, sim)
+	})
+
+	for _, name := range slices.Sorted(maps.Keys(functions)) {
+		report, runtimeInit := fns[name].initDurations(t)
+		t.Logf("%-9s bootstrap %s; REPORT Init Duration %s; INIT REPORT %s", name, fileSize(t, bootstraps[name]), report, runtimeInit)
+	}
+}
+
+type problemBody struct {
+	Type   string `json:"type"`
+	Status int    `json:"status"`
+}
+
+func chargeEvents(t *testing.T, fn *function, sim *providersim.Simulator) {
+	var created, replayed, mismatch, missing, got events.APIGatewayV2HTTPResponse
+	fn.invoke(t, readEvent(t, "charge-create"), &created)
+	if created.StatusCode != http.StatusCreated || created.Headers[charge.HeaderReplayed] != "" {
+		t.Fatalf("create: %d %v %s", created.StatusCode, created.Headers, created.Body)
+	}
+	var c struct {
+		ID                string `json:"id"`
+		Amount            int64  `json:"amount"`
+		ProviderReference string `json:"provider_reference"`
+	}
+	if err := json.Unmarshal([]byte(created.Body), &c); err != nil || c.Amount != 1500 || created.Headers["Location"] != "/charges/"+c.ID {
+		t.Errorf("create body %s (%v), Location %q", created.Body, err, created.Headers["Location"])
+	}
+
+	fn.invoke(t, readEvent(t, "charge-replay"), &replayed)
+	if replayed.StatusCode != http.StatusCreated || replayed.Headers[charge.HeaderReplayed] != "true" || replayed.Body != created.Body {
+		t.Errorf("replay: %d %v %s, want 201 replayed with the first body %s", replayed.StatusCode, replayed.Headers, replayed.Body, created.Body)
+	}
+
+	fn.invoke(t, readEvent(t, "charge-mismatch"), &mismatch)
+	wantProblem(t, "mismatch", mismatch, http.StatusUnprocessableEntity, "idempotency-key-reused")
+	fn.invoke(t, readEvent(t, "charge-missing-key"), &missing)
+	wantProblem(t, "missing key", missing, http.StatusBadRequest, "invalid-idempotency-key")
+
+	// events/charge-get.json names an example charge: charge ids derive
+	// from the record's creation, so the test asks for the one just made.
+	fn.invoke(t, bytes.ReplaceAll(readEvent(t, "charge-get"), []byte(exampleChargeID), []byte(c.ID)), &got)
+	if got.StatusCode != http.StatusOK || got.Body != created.Body {
+		t.Errorf("get: %d %s, want 200 %s", got.StatusCode, got.Body, created.Body)
+	}
+
+	if e := sim.Ledger().References[c.ProviderReference]; e.Charges != 1 || e.Calls != 1 {
+		t.Errorf("provider ledger for order-1001: %+v, want one call and one charge", e)
+	}
+}
+
+// exampleChargeID is the charge events/charge-get.json asks for.
+const exampleChargeID = "ch_b3867622bf6161e6b485bdb9"
+
+func wantProblem(t *testing.T, what string, res events.APIGatewayV2HTTPResponse, status int, slug string) {
+	t.Helper()
+	var p problemBody
+	if err := json.Unmarshal([]byte(res.Body), &p); err != nil || res.StatusCode != status || p.Type != charge.ProblemBase+slug {
+		t.Errorf("%s: %d %s, want %d %s", what, res.StatusCode, res.Body, status, slug)
+	}
+}
+
+// stuckRecord abandons an attempt after the provider charged it, as a
+// crashed function would, and has the sweeper and the reconcile function
+// settle it; a retry then replays the settled charge.
+func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, queueURL, idemTable, providerURL string, sim *providersim.Simulator) {
+	ctx := t.Context()
+	const lease = time.Second
+	store, err := idem.New(testkit.Clients(t).DynamoDB, idemTable, func(o *idem.Options) {
+		o.DefaultLease, o.MaxLease, o.LeaseMargin = lease, lease, lease/10
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := idem.NewKey("acme", charge.Operation, "order-2002")
+	const body = `{"amount":2500,"currency":"EUR","source":"tok_visa"}`
+	canonical, err := idem.CanonicalJSON([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the charge function stores as the intent (the card source is
+	// never stored).
+	begun, err := store.Begin(ctx, key, idem.FingerprintOf(canonical), []byte(`{"amount":2500,"currency":"EUR"}`))
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("begin: %+v %v", begun, err)
+	}
+	if _, err := provider.NewClient(providerURL, "").Charge(ctx, provider.ChargeRequest{
+		Reference: charge.ProviderReference(key, begun.Lease.CreatedAt), Amount: 2500, Currency: "EUR", Source: providersim.SourceVisa,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The attempt dies here. Its lease runs out in real time, which is
+	// what the functions' clocks read.
+	time.Sleep(time.Until(begun.Lease.ExpiresAt) + 200*time.Millisecond)
+
+	fns["sweeper"].invoke(t, readEvent(t, "sweeper-schedule"), nil)
+	msg := receive(t, sqsClient, queueURL)
+	if got, err := queue.ParseMessage(aws.ToString(msg.Body)); err != nil || got != key {
+		t.Fatalf("swept message %q: key %v, %v", aws.ToString(msg.Body), got, err)
+	}
+
+	var ev events.SQSEvent
+	if err := json.Unmarshal(readEvent(t, "reconcile-sqs"), &ev); err != nil || len(ev.Records) != 1 {
+		t.Fatalf("events/reconcile-sqs.json: %v", err)
+	}
+	arn, err := sqsClient.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: aws.String(queueURL), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &ev.Records[0]
+	r.MessageId, r.ReceiptHandle, r.Body, r.Md5OfBody = aws.ToString(msg.MessageId), aws.ToString(msg.ReceiptHandle), aws.ToString(msg.Body), aws.ToString(msg.MD5OfBody)
+	r.Attributes = msg.Attributes
+	r.EventSourceARN = arn.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]
+	payload, _ := json.Marshal(ev)
+	var res events.SQSEventResponse
+	fns["reconcile"].invoke(t, payload, &res)
+	if len(res.BatchItemFailures) != 0 {
+		t.Fatalf("reconcile reported failures: %+v", res.BatchItemFailures)
+	}
+
+	rec, err := store.Get(ctx, key)
+	if err != nil || rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("record after reconcile: %+v %v, want SUCCEEDED with a 201", rec, err)
+	}
+	if e := sim.Ledger().References[charge.ProviderReference(key, rec.CreatedAt)]; e.Charges != 1 || e.Calls != 1 {
+		t.Errorf("provider ledger for order-2002: %+v, want the one charge", e)
+	}
+
+	// The client's retry gets the charge the reconciler recorded.
+	var retry events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(readEvent(t, "charge-create"), &retry); err != nil {
+		t.Fatal(err)
+	}
+	retry.Headers["idempotency-key"] = key.ClientKey()
+	retry.Headers["content-length"] = strconv.Itoa(len(body))
+	retry.Body = body
+	payload, _ = json.Marshal(retry)
+	var replay events.APIGatewayV2HTTPResponse
+	fns["charge"].invoke(t, payload, &replay)
+	if replay.StatusCode != http.StatusCreated || replay.Headers[charge.HeaderReplayed] != "true" || replay.Body != string(rec.Response.Body) {
+		t.Errorf("retry after reconcile: %d %v %s, want the recorded 201 %s", replay.StatusCode, replay.Headers, replay.Body, rec.Response.Body)
+	}
+}

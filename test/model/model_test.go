@@ -1,0 +1,901 @@
+package model_test
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"pgregory.net/rapid"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// TestChargePathModel runs random histories against the real charge path
+// and checks, after each, that retries never charged twice and that every
+// client saw a consistent story. One set of tables, queue and simulator
+// serves every history; each history uses fresh tenants, so histories never
+// share a scoped key.
+func TestChargePathModel(t *testing.T) {
+	e := newEnv(t)
+	var runs atomic.Int64
+	start := time.Now()
+	rapid.Check(t, func(rt *rapid.T) {
+		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}}
+		defer r.reset()
+		r.tenants = []string{r.tenant("a"), r.tenant("b")}
+		actions := map[string]func(*rapid.T){
+			"request":            r.request,
+			"concurrent":         r.concurrent,
+			"crashAfterClaim":    r.crashAfterClaim,
+			"crashAfterProvider": r.crashAfterProvider,
+			"crashAfterCommit":   r.request, // the client never reads the response
+			"advanceClock":       r.advanceClock,
+			"retentionPasses":    r.retentionPasses,
+			"providerLands":      r.providerLands,
+			"providerDown":       r.providerDown,
+			"dynamoFaults":       r.dynamoFaults,
+			"sweep":              r.sweep,
+			"reconcile":          r.reconcile,
+			"staleOwner":         r.staleOwner,
+		}
+		// Crashed owners coming back late are drawn twice as often.
+		names := append(slices.Sorted(maps.Keys(actions)), "staleOwner")
+		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
+			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
+			r.checkInvariantsSoFar(rt)
+		}
+		r.settle(rt)
+		r.checkFinal(rt)
+		r.removeItems(rt)
+	})
+	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused",
+		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load())
+}
+
+// env is the charge path as deployed, in-process.
+type env struct {
+	handler *charge.Handler
+	recon   *charge.Service // what the reconcile function runs per message
+	store   *idem.Store     // the same table, for crashes, with the faults
+	reader  *idem.Store     // the same table, without faults, for checks
+	sim     *providersim.Simulator
+	prov    *provider.Client // a crashed charge function's provider calls
+	clock   *testkit.Clock
+	faults  *faultyTransport
+	// db (without faults) and d let a history read and remove what it
+	// stored.
+	db *dynamodb.Client
+	d  *testkit.Deployment
+	// staleRefused counts the writes of stale lease holders refused.
+	staleRefused atomic.Int64
+}
+
+const (
+	maxSteps     = 12               // per history: short histories keep 1,000 of them to a few minutes
+	leaseExpiry  = 31 * time.Second // past the store's default 30s lease
+	inflightWait = 100 * time.Millisecond
+	retention    = 24 * time.Hour
+	// settleWindow is the simulated provider's: a charge it accepted lands
+	// within it (the history lands pending charges before the clock
+	// passes it), so "not found" after it is the truth.
+	settleWindow        = 2 * time.Minute
+	retryBase, retryCap = time.Minute, 4 * time.Minute
+)
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	faults := &faultyTransport{base: http.DefaultTransport}
+	clients := testkit.Clients(t, func(o *dynamodb.Options) {
+		o.HTTPClient = &http.Client{Transport: faults}
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+			so.MaxBackoff = 20 * time.Millisecond // keep the SDK's retries, not its pauses
+			so.RateLimiter = ratelimit.None
+		})
+	})
+	d := testkit.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
+	clock := testkit.NewClock(time.Now())
+	deps := app.Deps{
+		Clients: clients, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
+		ProviderOptions: []provider.Option{provider.WithTimeout(5 * time.Second)},
+	}
+	chargeCfg := d.Charge()
+	chargeCfg.InflightWait, chargeCfg.Retention = inflightWait, retention
+	h, err := app.ChargeHandler(chargeCfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reconCfg := d.Reconcile()
+	reconCfg.Retention, reconCfg.SettleWindow, reconCfg.RetryBase, reconCfg.RetryCap = retention, settleWindow, retryBase, retryCap
+	recon, err := app.ReconcileService(reconCfg, deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := idem.New(clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) {
+		o.Clock, o.Retention = clock.Now, retention
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := testkit.Clients(t).DynamoDB
+	reader, err := idem.New(db, d.IdempotencyTable, func(o *idem.Options) {
+		o.Clock, o.Retention = clock.Now, retention
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{
+		handler: h, recon: recon, store: store, reader: reader, sim: d.Sim, clock: clock, faults: faults,
+		db: db, d: d,
+		prov: provider.NewClient(d.ProviderURL, "", provider.WithTimeout(5*time.Second)),
+	}
+}
+
+// faultyTransport makes a share of DynamoDB requests fail, shaped as
+// DynamoDB's throttling or internal-server errors. A refused request is
+// answered without being forwarded: nothing happened on the table. A lost
+// answer is forwarded and applied, and its answer thrown away: the SDK
+// retries a write that already happened.
+type faultyTransport struct {
+	base          http.RoundTripper
+	refuse, lose  atomic.Int64 // per mille
+	refused, lost atomic.Int64
+}
+
+func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	switch n := rand.Int64N(1000); {
+	case n < f.refuse.Load():
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		f.refused.Add(1)
+		return fault(req), nil
+	case n < f.refuse.Load()+f.lose.Load():
+		resp, err := f.base.RoundTrip(req)
+		if err != nil {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		f.lost.Add(1)
+		return fault(req), nil
+	default:
+		return f.base.RoundTrip(req)
+	}
+}
+
+func fault(req *http.Request) *http.Response {
+	status, kind := http.StatusBadRequest, "ThrottlingException"
+	if rand.IntN(2) == 0 {
+		status, kind = http.StatusInternalServerError, "InternalServerError"
+	}
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#` + kind + `","message":"injected by the model test"}`
+	return &http.Response{
+		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode: status,
+		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{
+			"Content-Type":     {"application/x-amz-json-1.0"},
+			"X-Amzn-Errortype": {kind},
+			"X-Amzn-Requestid": {"injected"},
+			"Content-Length":   {strconv.Itoa(len(body))},
+			"X-Amz-Crc32":      {strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(body))), 10)},
+		},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}
+
+// history is the model of one random run: what every client was told,
+// and what the store and the provider did.
+type history struct {
+	env     *env
+	id      int64
+	tenants []string
+	keys    map[idem.Key]*keyState
+	faulty  bool // DynamoDB faults are being injected
+	down    bool // the provider is down
+	// zombies are the leases of charge functions that crashed: each may
+	// come back and write late.
+	zombies []*idem.Lease
+	// pendingSince is when the oldest charge the provider accepted but has
+	// not landed was sent (zero if none): it must land within the settle
+	// window, so the clock never passes pendingSince+settleWindow first.
+	pendingSince time.Time
+}
+
+// keyState is what the clients of one tenant-scoped key have seen, and
+// every command (generation) the key has named.
+type keyState struct {
+	key      idem.Key
+	body     body
+	terminal *seen // the first 201 or 402 of the current intent, nil until one is seen
+	firsts   int   // 201/402 responses of the current intent that were not replays
+	// gens are the key's commands by their record's creation, with the
+	// last state each was seen in: a command's record is replaced only
+	// once settled and past retention, so its last state is its final one.
+	gens map[time.Time]*idem.Record
+}
+
+type seen struct {
+	status int
+	body   string
+	fp     idem.Fingerprint
+	req    body // a request body that gets this replay
+}
+
+type body struct {
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Source      string `json:"source"`
+	Description string `json:"description,omitempty"`
+}
+
+func (b body) compact() string {
+	out, _ := json.Marshal(b)
+	return string(out)
+}
+
+// spaced writes the same document with the keys reversed and whitespace.
+func (b body) spaced() string {
+	q := func(s string) string { out, _ := json.Marshal(s); return string(out) }
+	s := "{\n  \"source\" : " + q(b.Source) + ",\n  \"currency\":" + q(b.Currency)
+	if b.Description != "" {
+		s += ",\t\"description\" : " + q(b.Description)
+	}
+	return s + ",\n  \"amount\" : " + strconv.FormatInt(b.Amount, 10) + "\n}\n"
+}
+
+func (b body) fingerprint() idem.Fingerprint {
+	fp, _ := idem.FingerprintJSON([]byte(b.compact()))
+	return fp
+}
+
+var (
+	sources = []string{
+		providersim.SourceVisa, providersim.SourceVisa, providersim.SourceDecline,
+		providersim.SourceUnavailableOnce, providersim.SourceTimeoutOnce, providersim.SourceSlow,
+		providersim.SourceLateOnce,
+	}
+	clientKeys   = []string{"order-1", "order-2", "order-3"} // shared by the tenants
+	descriptions = []string{"", "order 42", "café <b>&</b>"}
+)
+
+func (r *history) tenant(name string) string { return fmt.Sprintf("m%d-%s", r.id, name) }
+
+// reset leaves the shared environment healthy for the next history, also
+// when this one failed.
+func (r *history) reset() {
+	r.env.faults.refuse.Store(0)
+	r.env.faults.lose.Store(0)
+	r.env.sim.SetDown(false)
+	r.env.sim.Land()
+}
+
+// removeItems deletes the history's records and charge rows once it has
+// been checked. Histories never share keys, so this changes no outcome; it
+// keeps the tables small, which matters on moto, whose query of the
+// stuck-lease index reads the whole table.
+func (r *history) removeItems(rt *rapid.T) {
+	ctx := context.Background()
+	for k := range r.keys {
+		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+			TableName: aws.String(r.env.d.IdempotencyTable),
+			Key:       map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
+		})
+	}
+	for _, tenant := range r.tenants {
+		for _, row := range r.rows(rt, tenant) {
+			_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+				TableName: aws.String(r.env.d.ChargesTable),
+				Key: map[string]types.AttributeValue{
+					charge.AttrTenant: &types.AttributeValueMemberS{Value: tenant},
+					charge.AttrID:     &types.AttributeValueMemberS{Value: row.ID},
+				},
+			})
+		}
+	}
+}
+
+// row is a charge row as the model reads it.
+type row struct {
+	ID, ProviderReference string
+	Amount                int64
+}
+
+// rows reads every charge row of tenant.
+func (r *history) rows(rt *rapid.T, tenant string) []row {
+	rt.Helper()
+	p := dynamodb.NewQueryPaginator(r.env.db, &dynamodb.QueryInput{
+		TableName:                 aws.String(r.env.d.ChargesTable),
+		KeyConditionExpression:    aws.String("#t = :t"),
+		ExpressionAttributeNames:  map[string]string{"#t": charge.AttrTenant},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: tenant}},
+		ConsistentRead:            aws.Bool(true),
+	})
+	var out []row
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for _, item := range page.Items {
+			var w row
+			if v, ok := item[charge.AttrID].(*types.AttributeValueMemberS); ok {
+				w.ID = v.Value
+			}
+			if v, ok := item["provider_reference"].(*types.AttributeValueMemberS); ok {
+				w.ProviderReference = v.Value
+			}
+			if v, ok := item["amount"].(*types.AttributeValueMemberN); ok {
+				w.Amount, _ = strconv.ParseInt(v.Value, 10, 64)
+			}
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// pick draws a scoped key of this history, creating its state (and its
+// request body) on first use.
+func (r *history) pick(rt *rapid.T) *keyState {
+	tenant := rapid.SampledFrom(r.tenants).Draw(rt, "tenant")
+	key, err := idem.NewKey(tenant, charge.Operation, rapid.SampledFrom(clientKeys).Draw(rt, "clientKey"))
+	if err != nil {
+		rt.Fatal(err)
+	}
+	if ks, ok := r.keys[key]; ok {
+		return ks
+	}
+	ks := &keyState{key: key, body: newBody(rt), gens: map[time.Time]*idem.Record{}}
+	r.keys[key] = ks
+	return ks
+}
+
+// newBody draws the request of a new intent.
+func newBody(rt *rapid.T) body {
+	return body{
+		Amount:      int64(rapid.IntRange(charge.MinAmount, 100_000).Draw(rt, "amount")),
+		Currency:    rapid.SampledFrom([]string{"EUR", "USD", "JPY"}).Draw(rt, "currency"),
+		Source:      rapid.SampledFrom(sources).Draw(rt, "source"),
+		Description: rapid.SampledFrom(descriptions).Draw(rt, "description"),
+	}
+}
+
+// variant draws the body a client sends: usually its key's own body, in
+// either layout, sometimes with a changed amount.
+func variant(rt *rapid.T, ks *keyState) (body, string) {
+	b := ks.body
+	if rapid.IntRange(0, 4).Draw(rt, "changedBody") == 0 {
+		b.Amount++
+	}
+	if rapid.Bool().Draw(rt, "spaced") {
+		return b, b.spaced()
+	}
+	return b, b.compact()
+}
+
+func postEvent(tenant, key, payload string) events.APIGatewayV2HTTPRequest {
+	req := events.APIGatewayV2HTTPRequest{
+		RouteKey: charge.RouteCreate, RawPath: "/charges", Body: payload,
+		Headers: map[string]string{"content-type": "application/json", "idempotency-key": key},
+	}
+	req.RequestContext.HTTP.Method = http.MethodPost
+	req.RequestContext.HTTP.Path = "/charges"
+	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
+	}
+	return req
+}
+
+func getEvent(tenant, id string) events.APIGatewayV2HTTPRequest {
+	req := postEvent(tenant, "", "")
+	req.RouteKey, req.RawPath, req.Body = charge.RouteGet, "/charges/"+id, ""
+	req.Headers = map[string]string{}
+	req.PathParameters = map[string]string{"id": id}
+	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath
+	return req
+}
+
+func (r *history) send(ks *keyState, payload string) (events.APIGatewayV2HTTPResponse, error) {
+	return r.env.handler.Handle(context.Background(), postEvent(ks.key.Tenant(), ks.key.ClientKey(), payload))
+}
+
+func (r *history) request(rt *rapid.T) {
+	ks := r.pick(rt)
+	b, payload := variant(rt, ks)
+	resp, err := r.send(ks, payload)
+	r.observe(rt, ks, b, resp, err)
+}
+
+// concurrent sends the same request 2 to 4 times at once, as a client
+// that retries without waiting, or several of its instances, would.
+func (r *history) concurrent(rt *rapid.T) {
+	ks := r.pick(rt)
+	b, _ := variant(rt, ks)
+	n := rapid.IntRange(2, 4).Draw(rt, "duplicates")
+	payloads := make([]string, n)
+	for i := range payloads {
+		payloads[i] = b.compact()
+		if rapid.Bool().Draw(rt, "spaced") {
+			payloads[i] = b.spaced()
+		}
+	}
+	resps := make([]events.APIGatewayV2HTTPResponse, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	release := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-release
+			resps[i], errs[i] = r.send(ks, payloads[i])
+		})
+	}
+	close(release)
+	wg.Wait()
+	// The first final answer came before any replay of it; an answer that
+	// is not final (409, 503) may have been given before either, so it is
+	// judged by what was known before the duplicates were sent.
+	slices.SortStableFunc(resps, func(a, b events.APIGatewayV2HTTPResponse) int {
+		return cmp.Compare(a.Headers[charge.HeaderReplayed], b.Headers[charge.HeaderReplayed])
+	})
+	before, err := ks.terminal, errors.Join(errs...)
+	for _, resp := range resps {
+		if isFinal(resp.StatusCode) {
+			r.observe(rt, ks, b, resp, err)
+			continue
+		}
+		after := ks.terminal
+		ks.terminal = before
+		r.observe(rt, ks, b, resp, err)
+		ks.terminal = after
+	}
+}
+
+func isFinal(status int) bool {
+	return status == http.StatusCreated || status == http.StatusPaymentRequired
+}
+
+// observe checks one response against what the key's clients saw before.
+func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGatewayV2HTTPResponse, err error) {
+	rt.Helper()
+	if err != nil {
+		rt.Fatalf("%s: handler returned an error: %v", ks.key, err)
+	}
+	fp := b.fingerprint()
+	status, replayed := resp.StatusCode, resp.Headers[charge.HeaderReplayed] == "true"
+	switch status {
+	case http.StatusCreated, http.StatusPaymentRequired, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
+	case http.StatusInternalServerError:
+		if !r.faulty {
+			rt.Fatalf("%s: 500 without DynamoDB faults: %s", ks.key, resp.Body)
+		}
+		return
+	default:
+		rt.Fatalf("%s: unexpected %d %s", ks.key, status, resp.Body)
+	}
+	if status == http.StatusCreated {
+		c := parseCharge(rt, resp.Body)
+		if c.ID != charge.ChargeID(ks.key, c.created) || c.ProviderReference != charge.ProviderReference(ks.key, c.created) || c.Amount != b.Amount {
+			rt.Fatalf("%s: 201 %s is not this tenant's charge of %d for the command created at %s", ks.key, resp.Body, b.Amount, c.created)
+		}
+	}
+	if t := ks.terminal; t != nil {
+		switch {
+		case fp != t.fp && status != http.StatusUnprocessableEntity:
+			rt.Fatalf("%s: a changed body after a final answer got %d %s, want 422", ks.key, status, resp.Body)
+		case fp == t.fp && (status != t.status || resp.Body != t.body || !replayed):
+			rt.Fatalf("%s: replay got %d %s (replayed=%t), want the first answer %d %s", ks.key, status, resp.Body, replayed, t.status, t.body)
+		}
+		return
+	}
+	if isFinal(status) {
+		ks.terminal = &seen{status: status, body: resp.Body, fp: fp, req: b}
+		if !replayed {
+			ks.firsts++
+		}
+	}
+	if ks.firsts > 1 {
+		rt.Fatalf("%s: %d first (not replayed) final answers", ks.key, ks.firsts)
+	}
+}
+
+// parsedCharge is a 201's body.
+type parsedCharge struct {
+	ID                string `json:"id"`
+	Amount            int64  `json:"amount"`
+	ProviderReference string `json:"provider_reference"`
+	CreatedAt         string `json:"created_at"`
+	created           time.Time
+}
+
+func parseCharge(rt *rapid.T, body string) parsedCharge {
+	rt.Helper()
+	var c parsedCharge
+	if err := json.Unmarshal([]byte(body), &c); err != nil {
+		rt.Fatalf("charge body %s: %v", body, err)
+	}
+	created, err := time.Parse("2006-01-02T15:04:05.000Z07:00", c.CreatedAt)
+	if err != nil {
+		rt.Fatalf("charge body %s: %v", body, err)
+	}
+	c.created = created
+	return c
+}
+
+// claim is what a charge function does before calling the provider.
+func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
+	ks := r.pick(rt)
+	b, _ := variant(rt, ks)
+	intent, _ := json.Marshal(struct {
+		Amount      int64  `json:"amount"`
+		Currency    string `json:"currency"`
+		Description string `json:"description,omitempty"`
+	}{b.Amount, b.Currency, b.Description})
+	begun, err := r.env.store.Begin(context.Background(), ks.key, b.fingerprint(), intent)
+	if err != nil || begun.Lease == nil {
+		return ks, b, nil // in flight, replay, mismatch or a fault: nothing claimed
+	}
+	r.zombies = append(r.zombies, begun.Lease)
+	return ks, b, begun.Lease
+}
+
+// crashAfterClaim is a charge function that dies right after its claim.
+func (r *history) crashAfterClaim(rt *rapid.T) { r.claim(rt) }
+
+// crashAfterProvider is a charge function that dies after the provider
+// charged (or declined, or accepted a charge that lands later) but before
+// it recorded the outcome.
+func (r *history) crashAfterProvider(rt *rapid.T) {
+	ks, b, lease := r.claim(rt)
+	if lease == nil {
+		return
+	}
+	_, _ = r.env.prov.Charge(context.Background(), provider.ChargeRequest{
+		Reference: charge.ProviderReference(ks.key, lease.CreatedAt), Amount: b.Amount, Currency: b.Currency, Source: b.Source,
+	})
+}
+
+// advance moves the clock, first landing the provider's pending charges
+// if the clock would pass their settle window: the provider lands what it
+// accepted within it.
+func (r *history) advance(d time.Duration) {
+	if !r.pendingSince.IsZero() && r.env.clock.Now().Add(d).After(r.pendingSince.Add(settleWindow)) {
+		r.env.sim.Land()
+		r.pendingSince = time.Time{}
+	}
+	r.env.clock.Advance(d)
+}
+
+func (r *history) advanceClock(rt *rapid.T) {
+	r.advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute}).Draw(rt, "advance"))
+}
+
+// retentionPasses moves the clock past every settled command's retention.
+// A key whose command is settled may then name a new intent: its clients
+// draw a new request. A command still IN_FLIGHT keeps its key.
+func (r *history) retentionPasses(rt *rapid.T) {
+	r.advance(retention + leaseExpiry + time.Minute)
+	for _, k := range slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+		ks := r.keys[k]
+		rec, err := r.env.store.Get(context.Background(), k)
+		if err == nil && rec.Status == idem.StatusInFlight {
+			continue
+		}
+		ks.terminal, ks.firsts = nil, 0
+		if rapid.Bool().Draw(rt, "newRequest") {
+			ks.body = newBody(rt)
+		}
+	}
+}
+
+// providerLands has the provider's backend finish the charges it accepted.
+func (r *history) providerLands(*rapid.T) {
+	r.env.sim.Land()
+	r.pendingSince = time.Time{}
+}
+
+func (r *history) providerDown(rt *rapid.T) {
+	r.down = rapid.Bool().Draw(rt, "down")
+	r.env.sim.SetDown(r.down)
+}
+
+func (r *history) dynamoFaults(rt *rapid.T) {
+	refuse := rapid.SampledFrom([]int64{0, 50, 200}).Draw(rt, "refusedPerMille")
+	lose := rapid.SampledFrom([]int64{0, 50, 200}).Draw(rt, "lostPerMille")
+	r.faulty = refuse+lose > 0
+	r.env.faults.refuse.Store(refuse)
+	r.env.faults.lose.Store(lose)
+}
+
+// staleOwner is a crashed charge function coming back with its lease and
+// writing late: a commit (with a charge row), a failure, a release, a
+// heartbeat or a postponement. If its lease is no longer the record's (it
+// was taken over, released and claimed again, or the key names a new
+// intent), every such write must be refused and change nothing. A live
+// lease is left alone: its owner is slow, not stale.
+func (r *history) staleOwner(rt *rapid.T) {
+	if len(r.zombies) == 0 {
+		return
+	}
+	l := rapid.SampledFrom(r.zombies).Draw(rt, "zombie")
+	ctx := context.Background()
+	before, err := r.env.reader.Get(ctx, l.Key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		before = nil
+	case err != nil:
+		r.allowed(rt, err)
+		return
+	case before.Status == idem.StatusInFlight && before.LeaseToken == l.Token:
+		// Its owner is slow, not stale (yet): it comes back after its lease
+		// ran out and the reconciler took the command over.
+		r.advance(max(l.ExpiresAt.Sub(r.env.clock.Now()), 0) + time.Second)
+		r.deliver(rt, l.Key, 1)
+		if before, err = r.env.reader.Get(ctx, l.Key); err != nil || before.LeaseToken == l.Token {
+			return
+		}
+	}
+	op := rapid.SampledFrom([]string{"commit", "fail", "release", "heartbeat", "postpone"}).Draw(rt, "write")
+	late := idem.Response{Status: http.StatusCreated, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"stale"}`)}
+	switch op {
+	case "commit":
+		s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+		err = r.env.store.Commit(ctx, l, late, types.TransactWriteItem{Put: &types.Put{
+			TableName:                aws.String(r.env.d.ChargesTable),
+			Item:                     map[string]types.AttributeValue{charge.AttrTenant: s(l.Key.Tenant()), charge.AttrID: s("stale-" + l.Token)},
+			ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+			ExpressionAttributeNames: map[string]string{"#id": charge.AttrID},
+		}})
+	case "fail":
+		err = r.env.store.Fail(ctx, l, late)
+	case "release":
+		err = r.env.store.Release(ctx, l)
+	case "heartbeat":
+		err = r.env.store.Heartbeat(ctx, l)
+	case "postpone":
+		err = r.env.store.Postpone(ctx, l, r.env.clock.Now().Add(time.Hour))
+	}
+	switch {
+	case err == nil:
+		rt.Fatalf("%s: a stale lease's %s was applied", l.Key, op)
+	case !errors.Is(err, idem.ErrLeaseLost):
+		r.allowed(rt, err)
+	default:
+		r.env.staleRefused.Add(1)
+	}
+	after, aerr := r.env.reader.Get(ctx, l.Key)
+	switch {
+	case aerr != nil && !errors.Is(aerr, idem.ErrNotFound):
+		r.allowed(rt, aerr)
+	case (before == nil) != (aerr != nil):
+		rt.Fatalf("%s: a stale lease's refused %s changed the record from %+v to %+v", l.Key, op, before, after)
+	case before != nil && (after.Status != before.Status || after.LeaseToken != before.LeaseToken ||
+		!after.LeaseExpiresAt.Equal(before.LeaseExpiresAt) || !after.ExpiresAt.Equal(before.ExpiresAt)):
+		rt.Fatalf("%s: a stale lease's refused %s changed the record from %+v to %+v", l.Key, op, before, after)
+	}
+}
+
+// sweep finds this history's stuck leases as the sweeper does and delivers
+// each to the reconciler, sometimes twice (SQS delivers at least once).
+func (r *history) sweep(rt *rapid.T) {
+	keys, err := r.stuck()
+	if err != nil {
+		r.allowed(rt, err)
+		return
+	}
+	for _, k := range keys {
+		r.deliver(rt, k, rapid.IntRange(1, 2).Draw(rt, "deliveries"))
+	}
+}
+
+func (r *history) stuck() ([]idem.Key, error) {
+	var keys []idem.Key
+	for shard := range r.env.store.Shards() {
+		for sl, err := range r.env.store.StuckLeases(context.Background(), shard, r.env.clock.Now()) {
+			if err != nil {
+				return nil, err
+			}
+			if _, ours := r.keys[sl.Key]; ours {
+				keys = append(keys, sl.Key)
+			}
+		}
+	}
+	return keys, nil
+}
+
+// reconcile delivers a reconcile message for one key, possibly duplicated
+// and concurrently, as the reconcile function would process it.
+func (r *history) reconcile(rt *rapid.T) {
+	r.deliver(rt, r.pick(rt).key, rapid.IntRange(1, 3).Draw(rt, "deliveries"))
+}
+
+func (r *history) deliver(rt *rapid.T, key idem.Key, n int) {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { _, errs[i] = r.env.recon.Reconcile(context.Background(), key) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		r.allowed(rt, err)
+	}
+}
+
+// allowed fails on an error that neither a DynamoDB fault nor a provider
+// outage explains.
+func (r *history) allowed(rt *rapid.T, err error) {
+	rt.Helper()
+	if err != nil && !r.faulty && !r.down {
+		rt.Fatalf("error with DynamoDB and the provider healthy: %v", err)
+	}
+}
+
+// checkInvariantsSoFar runs between steps: nothing the provider charged
+// may be charged again, whatever the state of the records. It also notes
+// each key's command and its state, and when the provider accepted a
+// charge that has not landed.
+func (r *history) checkInvariantsSoFar(rt *rapid.T) {
+	r.note(rt)
+	ledger := r.env.sim.Ledger()
+	for _, ks := range r.keys {
+		for created := range ks.gens {
+			e := ledger.References[charge.ProviderReference(ks.key, created)]
+			if e.Charges > 1 {
+				rt.Fatalf("%s: charged %d times", ks.key, e.Charges)
+			}
+			if e.Pending && r.pendingSince.IsZero() {
+				r.pendingSince = r.env.clock.Now()
+			}
+		}
+	}
+}
+
+// note reads every key's record (without faults) and keeps its state as
+// the latest seen of its command.
+func (r *history) note(rt *rapid.T) {
+	rt.Helper()
+	for _, ks := range r.keys {
+		rec, err := r.env.reader.Get(context.Background(), ks.key)
+		switch {
+		case errors.Is(err, idem.ErrNotFound):
+			continue // absent, or past retention: its last state was noted before
+		case err != nil:
+			rt.Fatal(err)
+		}
+		ks.gens[rec.CreatedAt] = rec
+	}
+}
+
+// settle is the end of every history: faults stop, the provider recovers
+// and lands what it accepted, every lease, backoff and settle window runs
+// out, and the sweeper and reconciler run to completion, each message
+// delivered twice, until no command is left IN_FLIGHT.
+func (r *history) settle(rt *rapid.T) {
+	r.reset()
+	r.faulty, r.down, r.pendingSince = false, false, time.Time{}
+	for range 4 {
+		r.env.clock.Advance(retryCap + settleWindow + leaseExpiry)
+		keys, err := r.stuck()
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for k := range r.keys {
+			keys = append(keys, k) // the messages the charge function queued
+		}
+		for _, k := range keys {
+			r.deliver(rt, k, 2)
+		}
+		if keys, err = r.stuck(); err != nil || len(keys) == 0 {
+			break
+		}
+	}
+	r.note(rt)
+}
+
+// checkFinal checks the history's end state. For every command (a key's
+// intent, named by its record's creation):
+//   - the provider charged its reference at most once;
+//   - it is SUCCEEDED exactly when the provider charged it, and then it has
+//     exactly one charge row, and the row, the stored 201 and the provider
+//     agree on the amount; FAILED_PERMANENT exactly when the provider
+//     declined it; RELEASED (or never claimed) when the provider has no
+//     charge for it; never left IN_FLIGHT;
+//
+// and for the history as a whole: provider charges = charge rows =
+// SUCCEEDED commands, other tenants never read a charge, and every client
+// of the current intent is replayed what the first was told.
+func (r *history) checkFinal(rt *rapid.T) {
+	ctx := context.Background()
+	ledger := r.env.sim.Ledger()
+	rows := map[string]row{}
+	for _, tenant := range r.tenants {
+		for _, w := range r.rows(rt, tenant) {
+			rows[w.ID] = w
+		}
+	}
+	var charged, succeeded int
+	for _, k := range slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+		ks := r.keys[k]
+		for created, rec := range ks.gens {
+			ref, id := charge.ProviderReference(k, created), charge.ChargeID(k, created)
+			e := ledger.References[ref]
+			w, hasRow := rows[id]
+			if e.Charges > 1 || e.Pending {
+				rt.Fatalf("%s@%s: provider ledger %+v", k, created, e)
+			}
+			if e.Status == provider.StatusCharged {
+				charged++
+			}
+			switch rec.Status {
+			case idem.StatusSucceeded:
+				succeeded++
+				c := parseCharge(rt, string(rec.Response.Body))
+				if e.Status != provider.StatusCharged || !hasRow || w.Amount != e.Amount || c.Amount != e.Amount || c.ID != id || w.ProviderReference != ref {
+					rt.Fatalf("%s@%s: SUCCEEDED with %s, but the provider says %+v and the row is %+v (%t)", k, created, rec.Response.Body, e, w, hasRow)
+				}
+			case idem.StatusFailedPermanent:
+				if e.Status != provider.StatusDeclined || hasRow {
+					rt.Fatalf("%s@%s: FAILED_PERMANENT, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
+				}
+			case idem.StatusReleased:
+				if e.Charges != 0 || hasRow {
+					rt.Fatalf("%s@%s: RELEASED, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
+				}
+			default:
+				rt.Fatalf("%s@%s: left %s after the final sweep and reconcile", k, created, rec.Status)
+			}
+			for _, other := range r.tenants {
+				if other == k.Tenant() {
+					continue
+				}
+				if resp, _ := r.env.handler.Handle(ctx, getEvent(other, id)); resp.StatusCode != http.StatusNotFound {
+					rt.Fatalf("%s: tenant %s reads the charge with %d %s", k, other, resp.StatusCode, resp.Body)
+				}
+			}
+		}
+		rec, err := r.env.reader.Get(ctx, k)
+		if err != nil {
+			if ks.terminal != nil || !errors.Is(err, idem.ErrNotFound) {
+				rt.Fatalf("%s: no record (%v), but a client saw %+v", k, err, ks.terminal)
+			}
+			continue
+		}
+		if t := ks.terminal; t != nil {
+			if rec.Response == nil || rec.Response.Status != t.status || string(rec.Response.Body) != t.body {
+				rt.Fatalf("%s: stored %+v, clients saw %d %s", k, rec.Response, t.status, t.body)
+			}
+			resp, err := r.send(ks, t.req.spaced())
+			r.observe(rt, ks, t.req, resp, err)
+		}
+	}
+	if charged != len(rows) || len(rows) != succeeded {
+		rt.Fatalf("provider charges %d, charge rows %d, SUCCEEDED commands %d", charged, len(rows), succeeded)
+	}
+}
