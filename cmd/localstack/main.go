@@ -41,7 +41,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
-	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
@@ -238,7 +238,7 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, l
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	gw, err := gateway.New(ch.Handle, []string{charge.RouteCreate, charge.RouteGet},
+	gw, err := gateway.New(ch.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet},
 		gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
 		gateway.WithLogger(logger.With("component", "gateway")))
 	if err != nil {

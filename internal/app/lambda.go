@@ -6,7 +6,7 @@ import (
 	"os"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
-	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 )
@@ -27,7 +27,7 @@ func fromEnv[C, H any](ctx context.Context, get Getenv, load func(Getenv) (C, er
 }
 
 // ChargeFromEnv builds the charge function's handler from its environment.
-func ChargeFromEnv(ctx context.Context, get Getenv) (*charge.Handler, error) {
+func ChargeFromEnv(ctx context.Context, get Getenv) (*httpapi.Handler, error) {
 	return fromEnv(ctx, get, LoadCharge, func(c Charge) slog.Level { return c.LogLevel }, ChargeHandler)
 }
 

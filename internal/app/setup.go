@@ -13,6 +13,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -182,37 +183,59 @@ func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) 
 	})
 }
 
-func (d Deps) service(cfg charge.Config, table string, retention time.Duration, providerURL, secret string, providerOpts ...provider.Option) (*charge.Service, error) {
-	store, err := d.store(table, retention)
+// service is what a function's charge service is built from besides
+// Deps.
+type service struct {
+	charge.Config
+	IdempotencyTable            string
+	Retention                   time.Duration
+	ProviderURL, ProviderSecret string
+	ProviderOptions             []provider.Option
+}
+
+// service builds a charge service; its stored answers are the HTTP API's.
+func (d Deps) service(sc service) (*charge.Service, error) {
+	store, err := d.store(sc.IdempotencyTable, sc.Retention)
 	if err != nil {
 		return nil, err
 	}
+	cfg := sc.Config
 	cfg.Store = store
 	cfg.Charges = d.Clients.DynamoDB
-	cfg.Provider = provider.NewClient(providerURL, secret, append(providerOpts, d.ProviderOptions...)...)
+	cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, append(sc.ProviderOptions, d.ProviderOptions...)...)
+	cfg.Answers = httpapi.Answers{}
 	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger
 	return charge.NewService(cfg)
 }
 
 // ChargeHandler builds the charge function's API Gateway handler.
-func ChargeHandler(c Charge, d Deps) (*charge.Handler, error) {
+func ChargeHandler(c Charge, d Deps) (*httpapi.Handler, error) {
 	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
 	if err != nil {
 		return nil, err
 	}
-	svc, err := d.service(charge.Config{
-		ChargesTable: c.ChargesTable, Reconciler: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
-	}, c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret)
+	svc, err := d.service(service{
+		Config: charge.Config{
+			ChargesTable: c.ChargesTable, Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
+		},
+		IdempotencyTable: c.IdempotencyTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+	})
 	if err != nil {
 		return nil, err
 	}
-	return charge.NewHandler(svc, c.TenantClaim, d.Logger)
+	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
+		o.TenantClaim, o.Logger, o.Clock = c.TenantClaim, d.Logger, d.Clock
+	})
 }
 
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c Reconcile, d Deps) (*charge.Service, error) {
-	return d.service(charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
-		c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret,
-		provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}))
+	return d.service(service{
+		Config:           charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
+		IdempotencyTable: c.IdempotencyTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		ProviderOptions: []provider.Option{
+			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
+		},
+	})
 }

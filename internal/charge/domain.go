@@ -132,9 +132,3 @@ func derive(purpose string, k idem.Key, created time.Time) string {
 	sum := sha256.Sum256([]byte(purpose + "\x00" + k.String() + "\x00" + strconv.FormatInt(created.UnixMilli(), 10)))
 	return hex.EncodeToString(sum[:])
 }
-
-// KeyHash is a short digest of a key for logs, which never carry the key.
-func KeyHash(k idem.Key) string {
-	sum := sha256.Sum256([]byte("log\x00" + k.String()))
-	return hex.EncodeToString(sum[:])[:16]
-}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -85,14 +86,14 @@ func TestKeyReusedAfterRetentionIsANewIntent(t *testing.T) {
 	second := h.do(post("acme", key, reused))
 	wantStatus(t, second, http.StatusCreated)
 	secondID, amount := chargeOf(t, second.Body)
-	if secondID == firstID || amount != 9900 || second.Headers[charge.HeaderReplayed] != "" {
+	if secondID == firstID || amount != 9900 || second.Headers[httpapi.HeaderReplayed] != "" {
 		t.Fatalf("the new intent answered %v %s (the first was %s)", second.Headers, second.Body, firstID)
 	}
 	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
 		t.Fatalf("provider charges %d, calls %d; want 2 and 2", charges, calls)
 	}
 	replay := h.do(post("acme", key, reused))
-	if replay.Body != second.Body || replay.Headers[charge.HeaderReplayed] != "true" {
+	if replay.Body != second.Body || replay.Headers[httpapi.HeaderReplayed] != "true" {
 		t.Fatalf("retry of the new intent: %v %s", replay.Headers, replay.Body)
 	}
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusUnprocessableEntity)
@@ -256,7 +257,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 		status     int
 	}{
 		{"the command's own row", true, charge.OutcomeResolved, http.StatusCreated},
-		{"a conflicting row", false, charge.OutcomeError, http.StatusInternalServerError},
+		{"a conflicting row", false, charge.OutcomeChargeConflict, http.StatusInternalServerError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -295,7 +296,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 			}
 			replay := h.do(post("acme", key, visa))
 			wantStatus(t, replay, tc.status)
-			if replay.Headers[charge.HeaderReplayed] != "true" {
+			if replay.Headers[httpapi.HeaderReplayed] != "true" {
 				t.Fatalf("retry: %v %s, want the stored answer", replay.Headers, replay.Body)
 			}
 		})

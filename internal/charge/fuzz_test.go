@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -55,7 +56,7 @@ func FuzzCreate(f *testing.F) {
 			body = *tc.Body
 		}
 		if tc.Repeat > 0 {
-			body = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", min(tc.Repeat, charge.MaxBodyBytes)) + `"}`
+			body = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"` + strings.Repeat("x", min(tc.Repeat, httpapi.MaxBodyBytes)) + `"}`
 		}
 		f.Add(tenant, key, !tc.OmitKey, ct, tc.Base64, []byte(body))
 	}
@@ -86,7 +87,7 @@ func FuzzCreate(f *testing.F) {
 
 		want, reason := expectCreate(tenant, key, withKey, contentType, isBase64, body)
 		if reason != "" {
-			if resp.StatusCode < 400 || resp.StatusCode >= 500 || resp.Headers["Content-Type"] != charge.ContentTypeProblem {
+			if resp.StatusCode < 400 || resp.StatusCode >= 500 || resp.Headers["Content-Type"] != httpapi.ContentTypeProblem {
 				t.Fatalf("invalid request (%s) got %d %s", reason, resp.StatusCode, resp.Body)
 			}
 			if calls := fuzzEnv.calls.Snapshot(); len(calls) != 0 || prov.calls() != 0 {
@@ -120,7 +121,7 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 	if _, err := idem.NewKey(tenant, charge.Operation, "probe"); err != nil {
 		return parsed{}, "tenant"
 	}
-	if mt, _, err := mime.ParseMediaType(contentType); err != nil || mt != charge.ContentTypeJSON {
+	if mt, _, err := mime.ParseMediaType(contentType); err != nil || mt != httpapi.ContentTypeJSON {
 		return parsed{}, "content type"
 	}
 	if isBase64 {
@@ -129,7 +130,7 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 			return parsed{}, "base64"
 		}
 	}
-	if len(body) > charge.MaxBodyBytes {
+	if len(body) > httpapi.MaxBodyBytes {
 		return parsed{}, "size"
 	}
 	if !withKey {
@@ -173,7 +174,7 @@ var fuzzEnv struct {
 	once  sync.Once
 	calls testkit.CallCounter
 	store *idem.Store
-	h     *charge.Handler
+	h     *httpapi.Handler
 	prov  *unavailableProvider
 	err   error
 	// epoch moves the store's clock two retentions on per input, so every
@@ -182,7 +183,7 @@ var fuzzEnv struct {
 	epoch atomic.Int64
 }
 
-func fuzzHandler(t *testing.T) (*charge.Handler, *unavailableProvider) {
+func fuzzHandler(t *testing.T) (*httpapi.Handler, *unavailableProvider) {
 	t.Helper()
 	e := &fuzzEnv
 	e.once.Do(func() {
@@ -202,12 +203,12 @@ func fuzzHandler(t *testing.T) (*charge.Handler, *unavailableProvider) {
 			return
 		}
 		e.prov = &unavailableProvider{store: e.store}
-		svc, err := charge.NewService(charge.Config{Store: e.store, Charges: clients.DynamoDB, ChargesTable: "unused", Provider: e.prov})
+		svc, err := charge.NewService(charge.Config{Store: e.store, Charges: clients.DynamoDB, ChargesTable: "unused", Provider: e.prov, Answers: httpapi.Answers{}})
 		if err != nil {
 			e.err = err
 			return
 		}
-		e.h, e.err = charge.NewHandler(svc, "tenant_id", nil)
+		e.h, e.err = httpapi.NewHandler(svc)
 	})
 	if e.err != nil {
 		t.Fatal(e.err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -36,7 +37,7 @@ func problemType(t *testing.T, resp events.APIGatewayV2HTTPResponse) string {
 	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
 		t.Fatalf("problem body %q: %v", resp.Body, err)
 	}
-	return strings.TrimPrefix(p.Type, charge.ProblemBase)
+	return strings.TrimPrefix(p.Type, httpapi.ProblemBase)
 }
 
 func (h *harness) ledger(t *testing.T) (charges, calls int) {

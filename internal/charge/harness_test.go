@@ -17,7 +17,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/chargeonce/chargeonce/internal/app"
-	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -28,7 +28,7 @@ import (
 // and SQS, with an in-process provider simulator.
 type harness struct {
 	t       *testing.T
-	handler *charge.Handler
+	handler *httpapi.Handler
 	sim     *providersim.Simulator
 	store   *idem.Store // the same table, for asserting what is stored
 	queue   queue.Queues
@@ -76,7 +76,7 @@ func newHarnessWith(t *testing.T, hc harnessConfig) *harness {
 // post builds a POST /charges event as API Gateway sends it.
 func post(tenant, key, body string) events.APIGatewayV2HTTPRequest {
 	req := events.APIGatewayV2HTTPRequest{
-		RouteKey: charge.RouteCreate,
+		RouteKey: httpapi.RouteCreate,
 		RawPath:  "/charges",
 		Headers:  map[string]string{"content-type": "application/json"},
 		Body:     body,
@@ -96,7 +96,7 @@ func post(tenant, key, body string) events.APIGatewayV2HTTPRequest {
 
 func get(tenant, id string) events.APIGatewayV2HTTPRequest {
 	req := post(tenant, "", "")
-	req.RouteKey, req.RawPath = charge.RouteGet, "/charges/"+id
+	req.RouteKey, req.RawPath = httpapi.RouteGet, "/charges/"+id
 	req.Headers = map[string]string{}
 	req.PathParameters = map[string]string{"id": id}
 	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -26,10 +25,23 @@ type Provider interface {
 	Guarantees() provider.Guarantees
 }
 
-// Reconciler queues a key whose outcome is unknown for reconciliation once
-// its lease has run out.
-type Reconciler interface {
+// ReconcileQueue queues a key whose outcome is unknown, for the
+// reconciler to resolve once its lease has run out.
+type ReconcileQueue interface {
 	EnqueueReconcile(ctx context.Context, key idem.Key, delay time.Duration) error
+}
+
+// Answers renders the answers a command stores: every retry replays them
+// byte for byte, whoever settled the command (the handler or the
+// reconciler). The HTTP layer provides them.
+type Answers interface {
+	// Created is the answer to a charge that succeeded.
+	Created(c Charge) idem.Response
+	// Declined is the answer to a declined card.
+	Declined(declineCode string) idem.Response
+	// Conflicting is the answer to a command whose charge row conflicts
+	// with the provider's answer.
+	Conflicting() idem.Response
 }
 
 // ChargesReader reads the charges table.
@@ -48,12 +60,17 @@ const (
 	OutcomeMismatch    Outcome = "mismatch"
 	OutcomeDeclined    Outcome = "declined"
 	OutcomeUnavailable Outcome = "unavailable"
-	OutcomeRejected    Outcome = "rejected"
-	OutcomeAmbiguous   Outcome = "ambiguous"
-	OutcomeInvalid     Outcome = "invalid"
-	OutcomeFound       Outcome = "found"
-	OutcomeNotFound    Outcome = "not_found"
-	OutcomeError       Outcome = "error"
+	// OutcomeBusy: the store was throttled or failing; nothing happened.
+	OutcomeBusy      Outcome = "busy"
+	OutcomeRejected  Outcome = "rejected"
+	OutcomeAmbiguous Outcome = "ambiguous"
+	OutcomeInvalid   Outcome = "invalid"
+	OutcomeFound     Outcome = "found"
+	OutcomeNotFound  Outcome = "not_found"
+	OutcomeError     Outcome = "error"
+	// OutcomeChargeConflict: the charge row conflicts with the provider's
+	// answer; stored as a permanent failure.
+	OutcomeChargeConflict Outcome = "charge_conflict"
 	// Reconciliation outcomes.
 	OutcomeNothingToDo Outcome = "nothing_to_do"
 	OutcomeStillLeased Outcome = "still_leased"
@@ -75,8 +92,9 @@ type Config struct {
 	Charges      ChargesReader
 	ChargesTable string
 	Provider     Provider
-	Reconciler   Reconciler    // may be nil in the reconcile function
-	InflightWait time.Duration // how long Create waits for an in-flight twin
+	Answers      Answers
+	Queue        ReconcileQueue // may be nil in the reconcile function
+	InflightWait time.Duration  // how long Create waits for an in-flight twin
 	// CommitReserve is the part of the request's time the provider call
 	// may not use: what recording the outcome (or queueing it for the
 	// reconciler) needs. Default DefaultCommitReserve.
@@ -108,6 +126,8 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("charge: no charges table")
 	case cfg.Provider == nil:
 		return nil, errors.New("charge: nil provider")
+	case cfg.Answers == nil:
+		return nil, errors.New("charge: nil answers")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
@@ -127,13 +147,19 @@ func NewService(cfg Config) (*Service, error) {
 	return &Service{cfg: cfg}, nil
 }
 
-// Result is the answer to a request: the response to send, what happened,
-// and until when the key deduplicates (zero when nothing is stored).
+// Result is what became of a request, for the HTTP layer to answer.
 type Result struct {
-	Response     idem.Response
-	Outcome      Outcome
-	Replayed     bool
-	KeyExpiresAt time.Time
+	Outcome Outcome
+	// Stored is the command's stored answer (created, declined, charge
+	// conflict, and their replays), to send as it is.
+	Stored   *idem.Response
+	Replayed bool
+	// Charge is the charge Get found.
+	Charge *Charge
+	// KeyExpiresAt is until when the key deduplicates (zero when nothing
+	// is stored); RetryAt when a retry may find the outcome settled
+	// (conflict, ambiguous).
+	KeyExpiresAt, RetryAt time.Time
 }
 
 // intent is what a record keeps of the request, for the reconciler. The card
@@ -160,18 +186,16 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	)
 	switch {
 	case errors.As(err, &inflight):
-		resp := problem(ProblemInProgress, "Another request with this key is being processed. Retry after the indicated time.")
-		resp.Headers["Retry-After"] = strconv.Itoa(retryAfter(s.cfg.Clock(), inflight.LeaseExpiresAt))
-		return Result{Response: resp, Outcome: OutcomeConflict, KeyExpiresAt: inflight.RecordExpiresAt}, nil
+		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
 	case errors.As(err, &mismatch):
-		return Result{Response: problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request."), Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
 	case transient(err):
 		// Nothing reached the provider: the key may be retried at once.
-		return s.storeUnavailable(), nil
+		return Result{Outcome: OutcomeBusy}, nil
 	case err != nil:
 		return Result{}, err
 	case begun.Replay != nil:
-		return Result{Response: *begun.Replay, Outcome: OutcomeReplayed, Replayed: true, KeyExpiresAt: begun.RecordExpiresAt}, nil
+		return Result{Outcome: OutcomeReplayed, Stored: begun.Replay, Replayed: true, KeyExpiresAt: begun.RecordExpiresAt}, nil
 	}
 	lease := begun.Lease
 	res, err := s.charge(ctx, provider.ChargeRequest{
@@ -185,12 +209,10 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 			return s.ambiguous(ctx, lease, rerr)
 		}
 		if errors.Is(err, provider.ErrRejected) {
-			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", KeyHash(key), "error_class", ErrorClass(err))
-			return Result{Response: problem(ProblemProviderRejected, "The card provider refused the request. Nothing was charged. Retrying the same request will not help."), Outcome: OutcomeRejected}, nil
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+			return Result{Outcome: OutcomeRejected}, nil
 		}
-		resp := problem(ProblemUnavailable, "The card provider is unavailable. Nothing was charged; retry with the same key.")
-		resp.Headers["Retry-After"] = "2"
-		return Result{Response: resp, Outcome: OutcomeUnavailable}, nil
+		return Result{Outcome: OutcomeUnavailable}, nil
 	case err != nil:
 		return s.ambiguous(ctx, lease, err)
 	}
@@ -198,7 +220,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	if err != nil {
 		return s.ambiguous(ctx, lease, err)
 	}
-	return Result{Response: resp, Outcome: outcome, KeyExpiresAt: lease.RecordExpiresAt}, nil
+	return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: lease.RecordExpiresAt}, nil
 }
 
 // charge calls the provider with what is left of the request's time minus
@@ -210,14 +232,6 @@ func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provi
 		defer cancel()
 	}
 	return s.cfg.Provider.Charge(ctx, req)
-}
-
-// storeUnavailable answers a request the idempotency store could not take
-// (throttled, a transaction conflict, a 5xx): nothing happened, retry soon.
-func (s *Service) storeUnavailable() Result {
-	resp := problem(ProblemServiceUnavailable, "The service is busy. Nothing was charged; retry with the same key.")
-	resp.Headers["Retry-After"] = "1"
-	return Result{Response: resp, Outcome: OutcomeUnavailable}
 }
 
 // transient reports whether err is a failure of DynamoDB that a retry may
@@ -277,18 +291,16 @@ const enqueueTimeout = 2 * time.Second
 func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
 	delay := lease.ExpiresAt.Sub(s.cfg.Clock())
 	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
-		"key_hash", KeyHash(lease.Key), "cause", ErrorClass(cause), "delay_ms", delay.Milliseconds())
-	if s.cfg.Reconciler != nil {
+		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", delay.Milliseconds())
+	if s.cfg.Queue != nil {
 		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 		defer cancel()
-		if err := s.cfg.Reconciler.EnqueueReconcile(qctx, lease.Key, delay); err != nil {
+		if err := s.cfg.Queue.EnqueueReconcile(qctx, lease.Key, delay); err != nil {
 			// The sweeper will find the lease once it expires.
-			s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", KeyHash(lease.Key), "error_class", ErrorClass(err))
+			s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", lease.Key.LogHash(), "error_class", ErrorClass(err))
 		}
 	}
-	resp := problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; you will not be charged twice.")
-	resp.Headers["Retry-After"] = strconv.Itoa(retryAfter(s.cfg.Clock(), lease.ExpiresAt))
-	return Result{Response: resp, Outcome: OutcomeAmbiguous, KeyExpiresAt: lease.RecordExpiresAt}, nil
+	return Result{Outcome: OutcomeAmbiguous, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
 }
 
 // ErrorClass names an error for logs and metrics without its text, which
@@ -329,7 +341,7 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 			ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
 			CreatedAt: lease.CreatedAt,
 		}
-		resp := createdResponse(c)
+		resp := s.cfg.Answers.Created(c)
 		err := s.cfg.Store.Commit(ctx, lease, resp, putRow(s.cfg.ChargesTable, c))
 		if errors.Is(err, idem.ErrWriteConditionFailed) {
 			return s.rowExists(ctx, lease, c)
@@ -339,7 +351,7 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 		}
 		return OutcomeCreated, resp, nil
 	case provider.StatusDeclined:
-		resp := declinedResponse(res.DeclineCode)
+		resp := s.cfg.Answers.Declined(res.DeclineCode)
 		if err := s.cfg.Store.Fail(ctx, lease, resp); err != nil {
 			return "", idem.Response{}, err
 		}
@@ -361,19 +373,19 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 		return "", idem.Response{}, err
 	}
 	if found && row.ProviderChargeID == c.ProviderChargeID && row.ProviderReference == c.ProviderReference {
-		resp := createdResponse(row)
+		resp := s.cfg.Answers.Created(row)
 		if err := s.cfg.Store.Commit(ctx, lease, resp); err != nil {
 			return "", idem.Response{}, err
 		}
 		return OutcomeCreated, resp, nil
 	}
 	s.cfg.Logger.ErrorContext(ctx, "charge row conflicts with the provider's answer; stored as a permanent error",
-		"key_hash", KeyHash(lease.Key), "charge_id", c.ID)
-	resp := problem(ProblemChargeConflict, "This charge's record conflicts with the provider's answer. Contact support with the Idempotency-Key.")
+		"key_hash", lease.Key.LogHash(), "charge_id", c.ID)
+	resp := s.cfg.Answers.Conflicting()
 	if err := s.cfg.Store.Fail(ctx, lease, resp); err != nil {
 		return "", idem.Response{}, err
 	}
-	return OutcomeError, resp, nil
+	return OutcomeChargeConflict, resp, nil
 }
 
 // row reads tenant's charge id with a strongly consistent read.
@@ -402,13 +414,13 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	c, found, err := s.row(ctx, tenant, id)
 	switch {
 	case transient(err):
-		return s.storeUnavailable(), nil
+		return Result{Outcome: OutcomeBusy}, nil
 	case err != nil:
 		return Result{}, err
 	case !found:
-		return Result{Response: problem(ProblemNotFound, ""), Outcome: OutcomeNotFound}, nil
+		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	return Result{Response: idem.Response{Status: 200, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: c.body()}, Outcome: OutcomeFound}, nil
+	return Result{Outcome: OutcomeFound, Charge: &c}, nil
 }
 
 // Reconcile resolves a command whose first attempt may have died between
@@ -447,7 +459,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
 		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
-			"key_hash", KeyHash(key), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
+			"key_hash", key.LogHash(), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
 		return s.postpone(ctx, lease, until, OutcomeDeferred)
 	}
 	if res.Status == provider.StatusNotFound {

@@ -9,6 +9,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
+// TimeLayout is how a charge's creation time is written, in its row and
+// in the API: milliseconds, the precision records store.
+const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // The charges table: one item per charge, keyed by tenant and id, so a
 // read is always scoped to the caller's tenant.
 const (
@@ -46,7 +50,7 @@ func putRow(table string, c Charge) types.TransactWriteItem {
 		"provider_reference": attrS(c.ProviderReference),
 		"provider_charge_id": attrS(c.ProviderChargeID),
 		"idempotency_key":    attrS(string(c.IdempotencyKey)),
-		"created_at":         attrS(c.CreatedAt.UTC().Format(timeLayout)),
+		"created_at":         attrS(c.CreatedAt.UTC().Format(TimeLayout)),
 	}
 	if c.Description != "" {
 		item["description"] = attrS(c.Description)
@@ -70,7 +74,7 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 	if v, ok := item["amount"].(*types.AttributeValueMemberN); ok {
 		amount, _ = strconv.ParseInt(v.Value, 10, 64)
 	}
-	created, err := time.Parse(timeLayout, str("created_at"))
+	created, err := time.Parse(TimeLayout, str("created_at"))
 	if err != nil {
 		return Charge{}, err
 	}

@@ -12,6 +12,6 @@
 // "still leased" among them (a live lease holder finishes the command, or
 // the sweeper finds it again), deletes the message.
 //
-// Logs carry the message id, the key's hash (charge.KeyHash) and the
+// Logs carry the message id, the key's hash (idem.Key.LogHash) and the
 // outcome, never the key itself.
 package reconcile

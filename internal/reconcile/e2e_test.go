@@ -33,6 +33,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -61,7 +62,7 @@ type stack struct {
 	recCfg  app.Reconcile
 	charges string
 
-	charge  *charge.Handler
+	charge  *httpapi.Handler
 	sweeper *sweeper.Sweeper
 	rec     *reconcile.Handler
 }
@@ -156,7 +157,7 @@ func (s *stack) post(t *testing.T, key idem.Key, source string) events.APIGatewa
 
 func createRequest(key idem.Key, source string) events.APIGatewayV2HTTPRequest {
 	return events.APIGatewayV2HTTPRequest{
-		RouteKey: charge.RouteCreate,
+		RouteKey: httpapi.RouteCreate,
 		Headers:  map[string]string{"content-type": "application/json", "idempotency-key": key.ClientKey()},
 		Body:     body(source),
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
@@ -170,7 +171,7 @@ func createRequest(key idem.Key, source string) events.APIGatewayV2HTTPRequest {
 func (s *stack) get(t *testing.T, id string) events.APIGatewayV2HTTPResponse {
 	t.Helper()
 	resp, err := s.charge.Handle(context.Background(), events.APIGatewayV2HTTPRequest{
-		RouteKey:       charge.RouteGet,
+		RouteKey:       httpapi.RouteGet,
 		PathParameters: map[string]string{"id": id},
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
@@ -202,7 +203,7 @@ func wantProblem(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int,
 	t.Helper()
 	var p struct{ Type string }
 	_ = json.Unmarshal([]byte(resp.Body), &p)
-	if resp.StatusCode != status || p.Type != charge.ProblemBase+slug {
+	if resp.StatusCode != status || p.Type != httpapi.ProblemBase+slug {
 		t.Fatalf("response %d %s, want %d %s", resp.StatusCode, resp.Body, status, slug)
 	}
 }
@@ -277,7 +278,7 @@ func (s *stack) outcomes(t *testing.T, key idem.Key) []string {
 	t.Helper()
 	var out []string
 	for _, r := range s.logs.Records(t) {
-		if r["msg"] == "reconcile" && r["key_hash"] == charge.KeyHash(key) {
+		if r["msg"] == "reconcile" && r["key_hash"] == key.LogHash() {
 			out = append(out, r["outcome"].(string))
 		}
 	}
@@ -345,8 +346,8 @@ func (s *stack) wantReplayOfCharge(t *testing.T, key idem.Key, source string) {
 
 	resp := s.post(t, key, source)
 	if resp.StatusCode != http.StatusCreated || resp.Body != string(want) ||
-		resp.Headers[charge.HeaderReplayed] != "true" || resp.Headers["Location"] != "/charges/"+id ||
-		resp.Headers["Content-Type"] != charge.ContentTypeJSON {
+		resp.Headers[httpapi.HeaderReplayed] != "true" || resp.Headers["Location"] != "/charges/"+id ||
+		resp.Headers["Content-Type"] != httpapi.ContentTypeJSON {
 		t.Fatalf("retry answered %d %v %s\nwant 201 replayed %s", resp.StatusCode, resp.Headers, resp.Body, want)
 	}
 	if got := s.get(t, id); got.StatusCode != http.StatusOK || got.Body != string(want) {
@@ -451,7 +452,7 @@ func TestCrashBeforeProviderCallIsReleased(t *testing.T) {
 	}
 
 	resp := s.post(t, k, providersim.SourceVisa)
-	if resp.StatusCode != http.StatusCreated || resp.Headers[charge.HeaderReplayed] != "" {
+	if resp.StatusCode != http.StatusCreated || resp.Headers[httpapi.HeaderReplayed] != "" {
 		t.Fatalf("retry: %d %v %s, want a fresh 201", resp.StatusCode, resp.Headers, resp.Body)
 	}
 	s.wantOneCharge(t, k)
@@ -505,7 +506,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	// charge row the reconciler wrote; the lost lease is what it reports.
 	refused := false
 	for _, r := range s.logs.Records(t) {
-		refused = refused || r["key_hash"] == charge.KeyHash(k) && r["cause"] == "lease_lost"
+		refused = refused || r["key_hash"] == k.LogHash() && r["cause"] == "lease_lost"
 	}
 	if !refused {
 		t.Fatalf("the first attempt did not log its refused commit:\n%s", s.logs.String())

@@ -102,7 +102,7 @@ func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
 		log.ErrorContext(ctx, "reconcile: malformed message dropped", "error", err.Error())
 		return true
 	}
-	keyHash := charge.KeyHash(key)
+	keyHash := key.LogHash()
 	outcome, err := h.svc.Reconcile(ctx, key)
 	if err != nil {
 		log.ErrorContext(ctx, "reconcile", "key_hash", keyHash, "outcome", "error",

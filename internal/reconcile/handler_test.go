@@ -121,11 +121,11 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 	switch {
 	case dropped != 2:
 		t.Errorf("%d messages logged as dropped, want 2", dropped)
-	case ok["outcome"] != string(charge.OutcomeResolved) || ok["key_hash"] != charge.KeyHash(k1):
+	case ok["outcome"] != string(charge.OutcomeResolved) || ok["key_hash"] != k1.LogHash():
 		t.Errorf("log of the reconciled message: %v", ok)
 	case failed["outcome"] != "error" || failed["error_class"] != "provider_unavailable" ||
-		failed["key_hash"] != charge.KeyHash(k2) || failed["receive_count"] != "3" ||
-		!strings.Contains(failed["error"].(string), "key:"+charge.KeyHash(k2)):
+		failed["key_hash"] != k2.LogHash() || failed["receive_count"] != "3" ||
+		!strings.Contains(failed["error"].(string), "key:"+k2.LogHash()):
 		t.Errorf("log of the failed message: %v", failed)
 	}
 }

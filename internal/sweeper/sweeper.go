@@ -9,7 +9,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -227,7 +226,7 @@ func (w *sweep) flush(ctx context.Context) {
 	}
 	hashes := make([]string, len(failed))
 	for i, k := range failed {
-		hashes[i] = charge.KeyHash(k)
+		hashes[i] = k.LogHash()
 	}
 	attrs := []any{"count", len(failed), "key_hashes", hashes}
 	if err != nil {

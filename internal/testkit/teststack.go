@@ -19,6 +19,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -125,7 +126,7 @@ func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler)
 	if err != nil {
 		return "", nil, err
 	}
-	gw, err := gateway.New(h.Handle, []string{charge.RouteCreate, charge.RouteGet},
+	gw, err := gateway.New(h.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet},
 		gateway.WithTenantClaim(cfg.TenantClaim), gateway.WithTimeout(10*time.Second))
 	if err != nil {
 		return "", nil, err

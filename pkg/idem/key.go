@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -111,3 +113,11 @@ func (k Key) ClientKey() string { return k.client }
 
 // IsZero reports whether k is the zero Key.
 func (k Key) IsZero() bool { return k == Key{} }
+
+// LogHash is a short digest of the key for logs and metrics, which must
+// never carry the key itself (it may hold a customer's order number):
+// the same key always gives the same hash, so its lines can be found.
+func (k Key) LogHash() string {
+	sum := sha256.Sum256([]byte("log\x00" + k.String()))
+	return hex.EncodeToString(sum[:8])
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -130,7 +131,7 @@ func BenchmarkCommit(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		resp := idem.Response{Status: http.StatusCreated, Headers: map[string]string{"Content-Type": charge.ContentTypeJSON, "Location": "/charges/" + id}, Body: body}
+		resp := idem.Response{Status: http.StatusCreated, Headers: map[string]string{"Content-Type": httpapi.ContentTypeJSON, "Location": "/charges/" + id}, Body: body}
 		if err := store.Commit(ctx, begun.Lease, resp, chargeRow(charges, id)); err != nil {
 			b.Fatal(err)
 		}

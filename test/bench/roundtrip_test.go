@@ -18,6 +18,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -81,7 +82,7 @@ func TestRoundTrips(t *testing.T) {
 		return func() string {
 			t.Helper()
 			resp, err := s.handler.Handle(ctx, req)
-			if err != nil || resp.StatusCode != wantStatus || (resp.Headers[charge.HeaderReplayed] == "true") != wantReplayed {
+			if err != nil || resp.StatusCode != wantStatus || (resp.Headers[httpapi.HeaderReplayed] == "true") != wantReplayed {
 				t.Fatalf("%s %s: %d %v %s, %v; want %d", req.Headers["idempotency-key"], req.Body, resp.StatusCode, resp.Headers, resp.Body, err, wantStatus)
 			}
 			return answer(resp)
@@ -166,7 +167,7 @@ func TestRoundTrips(t *testing.T) {
 
 func answer(resp events.APIGatewayV2HTTPResponse) string {
 	a := strconv.Itoa(resp.StatusCode)
-	if resp.Headers[charge.HeaderReplayed] == "true" {
+	if resp.Headers[httpapi.HeaderReplayed] == "true" {
 		a += " (replayed)"
 	}
 	return a

@@ -18,6 +18,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -36,7 +37,7 @@ type stack struct {
 	dep     *testkit.Deployment
 	cfg     app.Charge
 	deps    app.Deps
-	handler *charge.Handler
+	handler *httpapi.Handler
 	naive   *naiveHandler
 	// store and db reach the same tables without the options under
 	// measurement, to set up states (an in-flight record) outside them.
@@ -74,7 +75,7 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 // post builds a POST /charges event as API Gateway sends it.
 func post(key, body string) events.APIGatewayV2HTTPRequest {
 	req := events.APIGatewayV2HTTPRequest{
-		RouteKey: charge.RouteCreate,
+		RouteKey: httpapi.RouteCreate,
 		RawPath:  "/charges",
 		Headers:  map[string]string{"content-type": "application/json", "idempotency-key": key},
 		Body:     body,
@@ -150,7 +151,7 @@ func (n *naiveHandler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRe
 	})
 	return events.APIGatewayV2HTTPResponse{
 		StatusCode: http.StatusCreated,
-		Headers:    map[string]string{"Content-Type": charge.ContentTypeJSON, "Location": "/charges/" + id},
+		Headers:    map[string]string{"Content-Type": httpapi.ContentTypeJSON, "Location": "/charges/" + id},
 		Body:       string(body),
 	}, nil
 }

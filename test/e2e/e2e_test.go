@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -74,7 +75,7 @@ type problemBody struct {
 func chargeEvents(t *testing.T, fn *function, sim *providersim.Simulator) {
 	var created, replayed, mismatch, missing, got events.APIGatewayV2HTTPResponse
 	fn.invoke(t, readEvent(t, "charge-create"), &created)
-	if created.StatusCode != http.StatusCreated || created.Headers[charge.HeaderReplayed] != "" {
+	if created.StatusCode != http.StatusCreated || created.Headers[httpapi.HeaderReplayed] != "" {
 		t.Fatalf("create: %d %v %s", created.StatusCode, created.Headers, created.Body)
 	}
 	var c struct {
@@ -87,7 +88,7 @@ func chargeEvents(t *testing.T, fn *function, sim *providersim.Simulator) {
 	}
 
 	fn.invoke(t, readEvent(t, "charge-replay"), &replayed)
-	if replayed.StatusCode != http.StatusCreated || replayed.Headers[charge.HeaderReplayed] != "true" || replayed.Body != created.Body {
+	if replayed.StatusCode != http.StatusCreated || replayed.Headers[httpapi.HeaderReplayed] != "true" || replayed.Body != created.Body {
 		t.Errorf("replay: %d %v %s, want 201 replayed with the first body %s", replayed.StatusCode, replayed.Headers, replayed.Body, created.Body)
 	}
 
@@ -114,7 +115,7 @@ const exampleChargeID = "ch_b3867622bf6161e6b485bdb9"
 func wantProblem(t *testing.T, what string, res events.APIGatewayV2HTTPResponse, status int, slug string) {
 	t.Helper()
 	var p problemBody
-	if err := json.Unmarshal([]byte(res.Body), &p); err != nil || res.StatusCode != status || p.Type != charge.ProblemBase+slug {
+	if err := json.Unmarshal([]byte(res.Body), &p); err != nil || res.StatusCode != status || p.Type != httpapi.ProblemBase+slug {
 		t.Errorf("%s: %d %s, want %d %s", what, res.StatusCode, res.Body, status, slug)
 	}
 }
@@ -198,7 +199,7 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 	payload, _ = json.Marshal(retry)
 	var replay events.APIGatewayV2HTTPResponse
 	fns["charge"].invoke(t, payload, &replay)
-	if replay.StatusCode != http.StatusCreated || replay.Headers[charge.HeaderReplayed] != "true" || replay.Body != string(rec.Response.Body) {
+	if replay.StatusCode != http.StatusCreated || replay.Headers[httpapi.HeaderReplayed] != "true" || replay.Body != string(rec.Response.Body) {
 		t.Errorf("retry after reconcile: %d %v %s, want the recorded 201 %s", replay.StatusCode, replay.Headers, replay.Body, rec.Response.Body)
 	}
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -80,7 +81,7 @@ func TestChargePathModel(t *testing.T) {
 
 // env is the charge path as deployed, in-process.
 type env struct {
-	handler *charge.Handler
+	handler *httpapi.Handler
 	recon   *charge.Service // what the reconcile function runs per message
 	store   *idem.Store     // the same table, for crashes, with the faults
 	reader  *idem.Store     // the same table, without faults, for checks
@@ -403,7 +404,7 @@ func variant(rt *rapid.T, ks *keyState) (body, string) {
 
 func postEvent(tenant, key, payload string) events.APIGatewayV2HTTPRequest {
 	req := events.APIGatewayV2HTTPRequest{
-		RouteKey: charge.RouteCreate, RawPath: "/charges", Body: payload,
+		RouteKey: httpapi.RouteCreate, RawPath: "/charges", Body: payload,
 		Headers: map[string]string{"content-type": "application/json", "idempotency-key": key},
 	}
 	req.RequestContext.HTTP.Method = http.MethodPost
@@ -416,7 +417,7 @@ func postEvent(tenant, key, payload string) events.APIGatewayV2HTTPRequest {
 
 func getEvent(tenant, id string) events.APIGatewayV2HTTPRequest {
 	req := postEvent(tenant, "", "")
-	req.RouteKey, req.RawPath, req.Body = charge.RouteGet, "/charges/"+id, ""
+	req.RouteKey, req.RawPath, req.Body = httpapi.RouteGet, "/charges/"+id, ""
 	req.Headers = map[string]string{}
 	req.PathParameters = map[string]string{"id": id}
 	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath
@@ -463,7 +464,7 @@ func (r *history) concurrent(rt *rapid.T) {
 	// is not final (409, 503) may have been given before either, so it is
 	// judged by what was known before the duplicates were sent.
 	slices.SortStableFunc(resps, func(a, b events.APIGatewayV2HTTPResponse) int {
-		return cmp.Compare(a.Headers[charge.HeaderReplayed], b.Headers[charge.HeaderReplayed])
+		return cmp.Compare(a.Headers[httpapi.HeaderReplayed], b.Headers[httpapi.HeaderReplayed])
 	})
 	before, err := ks.terminal, errors.Join(errs...)
 	for _, resp := range resps {
@@ -489,7 +490,7 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 		rt.Fatalf("%s: handler returned an error: %v", ks.key, err)
 	}
 	fp := b.fingerprint()
-	status, replayed := resp.StatusCode, resp.Headers[charge.HeaderReplayed] == "true"
+	status, replayed := resp.StatusCode, resp.Headers[httpapi.HeaderReplayed] == "true"
 	switch status {
 	case http.StatusCreated, http.StatusPaymentRequired, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
 	case http.StatusInternalServerError:

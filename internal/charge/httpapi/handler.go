@@ -1,4 +1,4 @@
-package charge
+package httpapi
 
 import (
 	"bytes"
@@ -11,22 +11,17 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // MaxBodyBytes is the largest request body accepted.
 const MaxBodyBytes = 16 * 1024
-
-// Headers of the idempotency contract.
-const (
-	HeaderIdempotencyKey     = "Idempotency-Key"
-	HeaderIdempotencyExpires = "Idempotency-Expires"
-	HeaderReplayed           = "Idempotent-Replayed"
-)
 
 // Route keys of the HTTP API.
 const (
@@ -37,69 +32,104 @@ const (
 // requestFields are the exact member names of a create request.
 var requestFields = []string{"amount", "currency", "source", "description"}
 
+// Service is what the handler asks of the charge service.
+type Service interface {
+	Create(ctx context.Context, tenant string, id charge.CommandID, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
+	Get(ctx context.Context, tenant, id string) (charge.Result, error)
+}
+
+var _ Service = (*charge.Service)(nil)
+
+// Options configure a Handler. Zero fields take the defaults.
+type Options struct {
+	// TenantClaim names the JWT claim, in the authorizer context, that
+	// holds the tenant. Default "tenant_id".
+	TenantClaim string
+	// Logger receives one record per request. Default: discard.
+	Logger *slog.Logger
+	// Clock returns the current time, for Retry-After. Default time.Now.
+	Clock func() time.Time
+}
+
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
 // events. Client errors are responses, never Go errors: the Lambda
 // invocation only fails if the handler itself is broken.
 type Handler struct {
-	svc         *Service
-	tenantClaim string
-	log         *slog.Logger
+	svc Service
+	opt Options
 }
 
-// NewHandler returns a Handler reading the tenant from the JWT claim named
-// tenantClaim in the authorizer context.
-func NewHandler(svc *Service, tenantClaim string, log *slog.Logger) (*Handler, error) {
-	if svc == nil || tenantClaim == "" {
-		return nil, errors.New("charge: handler needs a service and a tenant claim")
+// NewHandler returns a Handler answering with svc.
+func NewHandler(svc Service, optFns ...func(*Options)) (*Handler, error) {
+	if svc == nil {
+		return nil, errors.New("httpapi: nil service")
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	var o Options
+	for _, fn := range optFns {
+		fn(&o)
 	}
-	return &Handler{svc: svc, tenantClaim: tenantClaim, log: log}, nil
+	if o.TenantClaim == "" {
+		o.TenantClaim = "tenant_id"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return &Handler{svc: svc, opt: o}, nil
 }
 
 // Handle answers one request.
 func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	var (
-		res   Result
-		err   error
-		attrs []any
+		res     charge.Result
+		refused *idem.Response // a request refused before the service saw it
+		err     error
+		attrs   []any
 	)
 	tenant, ok := h.tenant(req)
 	route := routeOf(req)
 	switch {
 	case !ok:
-		res = Result{Response: problem(ProblemUnauthorized, ""), Outcome: OutcomeInvalid}
+		refused = ref(problem(ProblemUnauthorized, ""))
 	case route == RouteCreate:
 		var keyHash string
-		res, keyHash, err = h.create(ctx, tenant, req)
+		res, refused, keyHash, err = h.create(ctx, tenant, req)
 		attrs = append(attrs, "key_hash", keyHash)
 	case route == RouteGet:
 		res, err = h.svc.Get(ctx, tenant, req.PathParameters["id"])
 	default:
-		res = Result{Response: problem(ProblemNotFound, "No such route."), Outcome: OutcomeNotFound}
+		res = charge.Result{Outcome: charge.OutcomeNotFound}
 	}
 	if err != nil {
 		// The cause is logged by class, never sent: 5xx bodies reveal nothing.
-		attrs = append(attrs, "error_class", ErrorClass(err))
-		res = Result{Response: problem(ProblemInternal, ""), Outcome: OutcomeError}
+		attrs = append(attrs, "error_class", charge.ErrorClass(err))
+		res = charge.Result{Outcome: charge.OutcomeError}
+	}
+	resp := answer(res, h.opt.Clock())
+	if refused != nil {
+		res.Outcome = charge.OutcomeInvalid
+		resp = events.APIGatewayV2HTTPResponse{StatusCode: refused.Status, Headers: refused.Headers, Body: string(refused.Body)}
 	}
 	attrs = append(attrs, "request_id", requestID(ctx), "route", route, "tenant", tenant,
-		"outcome", string(res.Outcome), "status", res.Response.Status)
+		"outcome", string(res.Outcome), "status", resp.StatusCode)
 	level := slog.LevelInfo
-	if res.Response.Status >= 500 {
+	if resp.StatusCode >= 500 {
 		level = slog.LevelError
 	}
-	h.log.Log(ctx, level, "request", attrs...)
-	return toEvent(res), nil
+	h.opt.Logger.Log(ctx, level, "request", attrs...)
+	return resp, nil
 }
+
+func ref(r idem.Response) *idem.Response { return &r }
 
 func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 	if req.RequestContext.Authorizer == nil || req.RequestContext.Authorizer.JWT == nil {
 		return "", false
 	}
-	t := req.RequestContext.Authorizer.JWT.Claims[h.tenantClaim]
-	if _, err := idem.NewKey(t, Operation, "probe"); err != nil {
+	t := req.RequestContext.Authorizer.JWT.Claims[h.opt.TenantClaim]
+	if _, err := idem.NewKey(t, charge.Operation, "probe"); err != nil {
 		return "", false // absent, or not usable as a tenant identifier
 	}
 	return t, true
@@ -121,10 +151,10 @@ func routeOf(req events.APIGatewayV2HTTPRequest) string {
 
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
-func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (Result, string, error) {
+func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, string, error) {
 	var keyHash string // known once the key is valid
-	invalid := func(p ProblemType, detail string) (Result, string, error) {
-		return Result{Response: problem(p, detail), Outcome: OutcomeInvalid}, keyHash, nil
+	invalid := func(p ProblemType, detail string) (charge.Result, *idem.Response, string, error) {
+		return charge.Result{}, ref(problem(p, detail)), keyHash, nil
 	}
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
 	if err != nil || mt != ContentTypeJSON {
@@ -143,12 +173,12 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if !present {
 		return invalid(ProblemInvalidKey, "The Idempotency-Key header is required: mint one per payment intent and reuse it on every retry.")
 	}
-	id, err := ParseCommandID(rawKey)
+	id, err := charge.ParseCommandID(rawKey)
 	if err != nil {
 		return invalid(ProblemInvalidKey, "The Idempotency-Key must be 1 to 255 printable ASCII characters.")
 	}
-	key, _ := idem.NewKey(tenant, Operation, string(id)) // tenant and id are valid
-	keyHash = KeyHash(key)
+	key, _ := idem.NewKey(tenant, charge.Operation, string(id)) // tenant and id are valid
+	keyHash = key.LogHash()
 	canonical, err := idem.CanonicalJSON(body)
 	if err != nil {
 		return invalid(ProblemInvalidRequest, "The body is not a single valid JSON value without duplicate keys.")
@@ -175,16 +205,16 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if err := dec.Decode(&in); err != nil {
 		return invalid(ProblemInvalidRequest, shape)
 	}
-	r, err := NewRequest(in.Amount, in.Currency, in.Source, in.Description)
+	r, err := charge.NewRequest(in.Amount, in.Currency, in.Source, in.Description)
 	if err != nil {
-		var ie *InvalidError
+		var ie *charge.InvalidError
 		if errors.As(err, &ie) {
 			return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
 		}
-		return Result{}, keyHash, err
+		return charge.Result{}, nil, keyHash, err
 	}
 	res, err := h.svc.Create(ctx, tenant, id, r, idem.FingerprintOf(canonical))
-	return res, keyHash, err
+	return res, nil, keyHash, err
 }
 
 func header(req events.APIGatewayV2HTTPRequest, name string) string {
@@ -203,20 +233,6 @@ func headerOK(req events.APIGatewayV2HTTPRequest, name string) (string, bool) {
 		}
 	}
 	return "", false
-}
-
-func toEvent(res Result) events.APIGatewayV2HTTPResponse {
-	headers := make(map[string]string, len(res.Response.Headers)+2)
-	for k, v := range res.Response.Headers {
-		headers[k] = v
-	}
-	if !res.KeyExpiresAt.IsZero() {
-		headers[HeaderIdempotencyExpires] = res.KeyExpiresAt.UTC().Format(http.TimeFormat)
-	}
-	if res.Replayed {
-		headers[HeaderReplayed] = "true"
-	}
-	return events.APIGatewayV2HTTPResponse{StatusCode: res.Response.Status, Headers: headers, Body: string(res.Response.Body)}
 }
 
 func requestID(ctx context.Context) string {

@@ -1,0 +1,13 @@
+// Package httpapi is the charge API's HTTP layer: it turns API Gateway
+// HTTP API (payload 2.0) events into calls of the charge service, and the
+// service's outcomes into answers. It is the one place that knows the
+// contract of api/openapi.yaml: routes, headers (Idempotency-Key,
+// Idempotency-Expires, Idempotent-Replayed, Retry-After), statuses and the
+// problem types, and the bodies the service stores (Answers), so that a
+// replay is byte-identical whoever settled the command.
+//
+// To change an HTTP answer, change answer in problems.go (or Answers for a
+// stored one) and api/openapi.yaml together: TestProblemsMatchTheSpec holds
+// them to each other, and pkg/client's own test holds its mapping to the
+// spec.
+package httpapi

@@ -1,0 +1,129 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Headers of the idempotency contract.
+const (
+	HeaderIdempotencyKey     = "Idempotency-Key"
+	HeaderIdempotencyExpires = "Idempotency-Expires"
+	HeaderReplayed           = "Idempotent-Replayed"
+	HeaderRetryAfter         = "Retry-After"
+)
+
+// ContentTypeJSON and ContentTypeProblem are the response media types.
+const (
+	ContentTypeJSON    = "application/json"
+	ContentTypeProblem = "application/problem+json"
+)
+
+// ProblemType is a stable problem type (RFC 9457) the API answers with.
+type ProblemType struct {
+	Slug   string
+	Title  string
+	Status int
+}
+
+// ProblemBase prefixes every problem type URI.
+const ProblemBase = "https://chargeonce.dev/problems/"
+
+// The problem types; api/openapi.yaml documents the same list (a test
+// holds the two together).
+var (
+	ProblemInvalidKey         = ProblemType{"invalid-idempotency-key", "Invalid Idempotency-Key header", http.StatusBadRequest}
+	ProblemInvalidRequest     = ProblemType{"invalid-request", "Invalid request", http.StatusBadRequest}
+	ProblemTooLarge           = ProblemType{"payload-too-large", "Request body too large", http.StatusRequestEntityTooLarge}
+	ProblemUnsupportedMedia   = ProblemType{"unsupported-media-type", "Unsupported media type", http.StatusUnsupportedMediaType}
+	ProblemUnauthorized       = ProblemType{"unauthorized", "No tenant in the authorizer context", http.StatusUnauthorized}
+	ProblemInProgress         = ProblemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
+	ProblemKeyReused          = ProblemType{"idempotency-key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
+	ProblemDeclined           = ProblemType{"card-declined", "Card declined", http.StatusPaymentRequired}
+	ProblemUnavailable        = ProblemType{"provider-unavailable", "Card provider unavailable; nothing was charged", http.StatusServiceUnavailable}
+	ProblemServiceUnavailable = ProblemType{"service-unavailable", "Service temporarily unavailable; nothing was charged", http.StatusServiceUnavailable}
+	ProblemOutcomePending     = ProblemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
+	ProblemProviderRejected   = ProblemType{"provider-rejected", "Card provider refused the request; nothing was charged", http.StatusBadGateway}
+	ProblemNotFound           = ProblemType{"not-found", "Charge not found", http.StatusNotFound}
+	ProblemChargeConflict     = ProblemType{"charge-conflict", "Charge record conflicts with the provider", http.StatusInternalServerError}
+	ProblemInternal           = ProblemType{"internal-error", "Internal error", http.StatusInternalServerError}
+)
+
+// Problems lists every problem type the API answers with.
+var Problems = []ProblemType{
+	ProblemInvalidKey, ProblemInvalidRequest, ProblemTooLarge, ProblemUnsupportedMedia, ProblemUnauthorized,
+	ProblemInProgress, ProblemKeyReused, ProblemDeclined, ProblemUnavailable, ProblemServiceUnavailable,
+	ProblemOutcomePending, ProblemProviderRejected, ProblemNotFound, ProblemChargeConflict, ProblemInternal,
+}
+
+type problemJSON struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// problem renders p with an optional detail. Details come from this package's
+// own messages, never from an internal error.
+func problem(p ProblemType, detail string) idem.Response {
+	b, _ := json.Marshal(problemJSON{Type: ProblemBase + p.Slug, Title: p.Title, Status: p.Status, Detail: detail})
+	return idem.Response{Status: p.Status, Headers: map[string]string{"Content-Type": ContentTypeProblem}, Body: b}
+}
+
+// withRetryAfter adds Retry-After, in seconds, to resp.
+func withRetryAfter(resp idem.Response, seconds int) idem.Response {
+	resp.Headers[HeaderRetryAfter] = strconv.Itoa(seconds)
+	return resp
+}
+
+// retryAfter is the Retry-After value (seconds) for a wait until until.
+func retryAfter(now, until time.Time) int {
+	s := int(until.Sub(now).Seconds() + 0.999)
+	return min(max(s, 1), 30)
+}
+
+// answer is the one place an outcome becomes an HTTP answer: its status,
+// problem and headers.
+func answer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
+	var resp idem.Response
+	switch res.Outcome {
+	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict:
+		resp = *res.Stored
+	case charge.OutcomeFound:
+		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: chargeBody(*res.Charge)}
+	case charge.OutcomeConflict:
+		resp = withRetryAfter(problem(ProblemInProgress, "Another request with this key is being processed. Retry after the indicated time."), retryAfter(now, res.RetryAt))
+	case charge.OutcomeMismatch:
+		resp = problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request.")
+	case charge.OutcomeUnavailable:
+		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was charged; retry with the same key."), 2)
+	case charge.OutcomeBusy:
+		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy. Nothing was charged; retry with the same key."), 1)
+	case charge.OutcomeRejected:
+		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was charged. Retrying the same request will not help.")
+	case charge.OutcomeAmbiguous:
+		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; you will not be charged twice."), retryAfter(now, res.RetryAt))
+	case charge.OutcomeNotFound:
+		resp = problem(ProblemNotFound, "")
+	default:
+		resp = problem(ProblemInternal, "")
+	}
+	headers := make(map[string]string, len(resp.Headers)+2)
+	for k, v := range resp.Headers {
+		headers[k] = v
+	}
+	if !res.KeyExpiresAt.IsZero() {
+		headers[HeaderIdempotencyExpires] = res.KeyExpiresAt.UTC().Format(http.TimeFormat)
+	}
+	if res.Replayed {
+		headers[HeaderReplayed] = "true"
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: headers, Body: string(resp.Body)}
+}
