@@ -106,7 +106,7 @@ func LoadCharge(get Getenv) (Charge, error) {
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
 		ProviderURL:       e.required(EnvProviderURL),
 		ProviderSecret:    e.optional(EnvProviderSecret, ""),
-		TenantClaim:       e.optional(EnvTenantClaim, "tenant_id"),
+		TenantClaim:       e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
 		Retention:         e.duration(EnvIdempotencyTTL, 24*time.Hour),
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),

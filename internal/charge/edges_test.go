@@ -40,12 +40,10 @@ func newClocked(t *testing.T, tune ...func(*app.Charge)) *clocked {
 	t.Helper()
 	clock := testkit.NewClock(time.Now())
 	h := newHarnessWith(t, harnessConfig{tune: tune, deps: func(d *app.Deps) { d.Clock = clock.Now }})
-	rc := h.d.Reconcile()
-	rc.SettleWindow, rc.RetryBase, rc.RetryCap = 2*time.Minute, time.Minute, 4*time.Minute
-	recon, err := app.ReconcileService(rc, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
+	recon := h.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Reconcile.SettleWindow, w.Reconcile.RetryBase, w.Reconcile.RetryCap = 2*time.Minute, time.Minute, 4*time.Minute
+		w.Deps.Clock = clock.Now
+	})
 	return &clocked{harness: h, clock: clock, recon: recon}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/getkin/kin-openapi/openapi3"
@@ -52,56 +53,30 @@ type harnessConfig struct {
 func newHarnessWith(t *testing.T, hc harnessConfig) *harness {
 	t.Helper()
 	d := testkit.Deploy(t, hc.sim...)
-	cfg := d.Charge()
-	for _, fn := range hc.tune {
-		fn(&cfg)
-	}
-	clients := testkit.Clients(t)
 	logs := &testkit.LogBuffer{}
-	deps := app.Deps{Clients: clients, Logger: slog.New(slog.NewJSONHandler(logs, nil))}
-	if hc.deps != nil {
-		hc.deps(&deps)
-	}
-	h, err := app.ChargeHandler(cfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := idem.New(clients.DynamoDB, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = deps.Clock })
+	var clock func() time.Time
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		for _, fn := range hc.tune {
+			fn(&w.Charge)
+		}
+		w.Deps.Logger = slog.New(slog.NewJSONHandler(logs, nil))
+		if hc.deps != nil {
+			hc.deps(&w.Deps)
+		}
+		clock = w.Deps.Clock
+	})
+	store, err := idem.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &harness{t: t, handler: h, sim: d.Sim, store: store, queue: d.Queues, logs: logs, d: d}
 }
 
-// post builds a POST /charges event as API Gateway sends it.
-func post(tenant, key, body string) events.APIGatewayV2HTTPRequest {
-	req := events.APIGatewayV2HTTPRequest{
-		RouteKey: httpapi.RouteCreate,
-		RawPath:  "/charges",
-		Headers:  map[string]string{"content-type": "application/json"},
-		Body:     body,
-	}
-	req.RequestContext.HTTP.Method = http.MethodPost
-	req.RequestContext.HTTP.Path = "/charges"
-	if key != "" {
-		req.Headers["idempotency-key"] = key
-	}
-	if tenant != "" {
-		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
-		}
-	}
-	return req
-}
-
-func get(tenant, id string) events.APIGatewayV2HTTPRequest {
-	req := post(tenant, "", "")
-	req.RouteKey, req.RawPath = httpapi.RouteGet, "/charges/"+id
-	req.Headers = map[string]string{}
-	req.PathParameters = map[string]string{"id": id}
-	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath
-	return req
-}
+// post and get are the charge API's events, as API Gateway sends them.
+var (
+	post = testkit.PostCharge
+	get  = testkit.GetCharge
+)
 
 // do sends one event through the handler and checks the response against
 // the OpenAPI document.

@@ -89,14 +89,11 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	}
 
 	s.deps = app.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
-	chargeDeps := s.deps
-	chargeDeps.ProviderOptions = cfg.chargeProvider
-	chargeCfg := d.Charge()
-	chargeCfg.InflightWait = 0 // a retry while in flight answers 409 at once
-	s.charge, err = app.ChargeHandler(chargeCfg, chargeDeps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s.charge = d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Deps = s.deps
+		w.Deps.ProviderOptions = cfg.chargeProvider
+		w.Charge.InflightWait = 0 // a retry while in flight answers 409 at once
+	})
 	s.sweeper, err = app.SweeperHandler(d.Sweeper(), s.deps)
 	if err != nil {
 		t.Fatal(err)
@@ -156,29 +153,12 @@ func (s *stack) post(t *testing.T, key idem.Key, source string) events.APIGatewa
 }
 
 func createRequest(key idem.Key, source string) events.APIGatewayV2HTTPRequest {
-	return events.APIGatewayV2HTTPRequest{
-		RouteKey: httpapi.RouteCreate,
-		Headers:  map[string]string{"content-type": "application/json", "idempotency-key": key.ClientKey()},
-		Body:     body(source),
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
-			},
-		},
-	}
+	return testkit.PostCharge(key.Tenant(), key.ClientKey(), body(source))
 }
 
 func (s *stack) get(t *testing.T, id string) events.APIGatewayV2HTTPResponse {
 	t.Helper()
-	resp, err := s.charge.Handle(context.Background(), events.APIGatewayV2HTTPRequest{
-		RouteKey:       httpapi.RouteGet,
-		PathParameters: map[string]string{"id": id},
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
-			},
-		},
-	})
+	resp, err := s.charge.Handle(context.Background(), testkit.GetCharge(tenant, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,24 +218,12 @@ func (s *stack) receive(t *testing.T, url string, n int) []sqstypes.Message {
 	return got
 }
 
-// event is the SQS event Lambda would build from received messages.
-func event(msgs ...sqstypes.Message) events.SQSEvent {
-	var ev events.SQSEvent
-	for _, m := range msgs {
-		ev.Records = append(ev.Records, events.SQSMessage{
-			MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
-			Body: aws.ToString(m.Body), Attributes: m.Attributes, EventSource: "aws:sqs",
-		})
-	}
-	return ev
-}
-
 // deliver is one invocation of the reconcile function by the event source
 // mapping: n messages received, handled, and the settled ones deleted.
 func (s *stack) deliver(t *testing.T, h *reconcile.Handler, n int) ([]sqstypes.Message, events.SQSEventResponse) {
 	t.Helper()
 	msgs := s.receive(t, s.queues.URL, n)
-	resp, err := h.Handle(context.Background(), event(msgs...))
+	resp, err := h.Handle(context.Background(), testkit.SQSEvent(msgs...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +569,7 @@ func TestDuplicateDeliveriesResolveOnce(t *testing.T) {
 
 	s.calls.Snapshot()
 	for _, m := range msgs {
-		resp, err := s.rec.Handle(context.Background(), event(m))
+		resp, err := s.rec.Handle(context.Background(), testkit.SQSEvent(m))
 		if err != nil || len(resp.BatchItemFailures) != 0 {
 			t.Fatalf("Handle: %v, %v", resp, err)
 		}
@@ -635,7 +603,7 @@ func TestRacingReconcilersResolveOnce(t *testing.T) {
 	for i, h := range handlers {
 		wg.Go(func() {
 			<-start
-			resp, _ := h.Handle(context.Background(), event(msg)) // the same message, delivered n times
+			resp, _ := h.Handle(context.Background(), testkit.SQSEvent(msg)) // the same message, delivered n times
 			failures[i] = failedIDs(resp)
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
@@ -27,7 +28,7 @@ import (
 )
 
 // TenantClaim is the JWT claim the deployment's charge function reads.
-const TenantClaim = "tenant_id"
+const TenantClaim = httpapi.DefaultTenantClaim
 
 // Deployment is the resources of one deployment. Names are unique, so
 // deployments of parallel tests never meet.
@@ -113,6 +114,49 @@ func (d *Deployment) Reconcile() app.Reconcile {
 	}
 }
 
+// Wiring is what a test may change of a function built on a Deployment:
+// its configuration and its dependencies.
+type Wiring struct {
+	Charge    app.Charge
+	Reconcile app.Reconcile
+	Deps      app.Deps
+}
+
+func (d *Deployment) wiring(clients awsenv.Clients, optFns []func(*Wiring)) Wiring {
+	w := Wiring{
+		Charge: d.Charge(), Reconcile: d.Reconcile(),
+		Deps: app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)},
+	}
+	for _, fn := range optFns {
+		fn(&w)
+	}
+	return w
+}
+
+// ChargeHandler builds the deployment's charge function the way the
+// function itself does (app.ChargeHandler): the one way tests build it.
+func (d *Deployment) ChargeHandler(t testing.TB, optFns ...func(*Wiring)) *httpapi.Handler {
+	t.Helper()
+	w := d.wiring(Clients(t), optFns)
+	h, err := app.ChargeHandler(w.Charge, w.Deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// ReconcileService builds the service the deployment's reconcile function
+// drives, the way the function does (app.ReconcileService).
+func (d *Deployment) ReconcileService(t testing.TB, optFns ...func(*Wiring)) *charge.Service {
+	t.Helper()
+	w := d.wiring(Clients(t), optFns)
+	svc, err := app.ReconcileService(w.Reconcile, w.Deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
 // Serve serves the deployment's charge function, configured by cfg, over
 // HTTP behind the local API Gateway (tokens "Bearer dev:<tenant>"), wrapped
 // by wrap if it is not nil. It returns the base URL and a function that
@@ -122,7 +166,8 @@ func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler)
 	if err != nil {
 		return "", nil, err
 	}
-	h, err := app.ChargeHandler(cfg, app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)})
+	w := d.wiring(clients, []func(*Wiring){func(w *Wiring) { w.Charge = cfg }})
+	h, err := app.ChargeHandler(w.Charge, w.Deps)
 	if err != nil {
 		return "", nil, err
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -53,10 +52,7 @@ func TestRoundTrips(t *testing.T) {
 		s.cfg.IdempotencyTable: {key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
 		s.cfg.ChargesTable:     {key: []string{charge.AttrTenant, charge.AttrID}},
 	}
-	reconciler, err := app.ReconcileService(s.dep.Reconcile(), s.deps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reconciler := s.dep.ReconcileService(t, func(w *testkit.Wiring) { w.Deps = s.deps })
 
 	var rows []roundTrip
 	measure := func(outcome string, w want, do func() string) {
@@ -67,6 +63,7 @@ func TestRoundTrips(t *testing.T) {
 		}
 		status := do()
 		r := roundTrip{outcome: outcome, status: status, calls: counter.Snapshot()}
+		var err error
 		r.used, err = m.Snapshot()
 		if err != nil {
 			t.Fatalf("%s: %v", outcome, err)

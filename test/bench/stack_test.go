@@ -54,10 +54,7 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 	cfg := dep.Charge()
 	cfg.InflightWait = inflightWait
 	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock}
-	h, err := app.ChargeHandler(cfg, deps)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	h := dep.ChargeHandler(tb, func(w *testkit.Wiring) { w.Charge, w.Deps = cfg, deps })
 	plain := testkit.Clients(tb).DynamoDB
 	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"net/http"
@@ -28,7 +27,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"pgregory.net/rapid"
 
-	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
@@ -121,22 +119,13 @@ func newEnv(t *testing.T) *env {
 	})
 	d := testkit.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
 	clock := testkit.NewClock(time.Now())
-	deps := app.Deps{
-		Clients: clients, Clock: clock.Now, Logger: slog.New(slog.DiscardHandler),
-		ProviderOptions: []provider.Option{provider.WithTimeout(5 * time.Second)},
+	wire := func(w *testkit.Wiring) {
+		w.Deps.Clients, w.Deps.Clock = clients, clock.Now
+		w.Deps.ProviderOptions = []provider.Option{provider.WithTimeout(5 * time.Second)}
+		w.Charge.InflightWait, w.Charge.Retention = inflightWait, retention
+		w.Reconcile.Retention, w.Reconcile.SettleWindow, w.Reconcile.RetryBase, w.Reconcile.RetryCap = retention, settleWindow, retryBase, retryCap
 	}
-	chargeCfg := d.Charge()
-	chargeCfg.InflightWait, chargeCfg.Retention = inflightWait, retention
-	h, err := app.ChargeHandler(chargeCfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reconCfg := d.Reconcile()
-	reconCfg.Retention, reconCfg.SettleWindow, reconCfg.RetryBase, reconCfg.RetryCap = retention, settleWindow, retryBase, retryCap
-	recon, err := app.ReconcileService(reconCfg, deps)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, recon := d.ChargeHandler(t, wire), d.ReconcileService(t, wire)
 	store, err := idem.New(clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) {
 		o.Clock, o.Retention = clock.Now, retention
 	})
@@ -402,30 +391,8 @@ func variant(rt *rapid.T, ks *keyState) (body, string) {
 	return b, b.compact()
 }
 
-func postEvent(tenant, key, payload string) events.APIGatewayV2HTTPRequest {
-	req := events.APIGatewayV2HTTPRequest{
-		RouteKey: httpapi.RouteCreate, RawPath: "/charges", Body: payload,
-		Headers: map[string]string{"content-type": "application/json", "idempotency-key": key},
-	}
-	req.RequestContext.HTTP.Method = http.MethodPost
-	req.RequestContext.HTTP.Path = "/charges"
-	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": tenant}},
-	}
-	return req
-}
-
-func getEvent(tenant, id string) events.APIGatewayV2HTTPRequest {
-	req := postEvent(tenant, "", "")
-	req.RouteKey, req.RawPath, req.Body = httpapi.RouteGet, "/charges/"+id, ""
-	req.Headers = map[string]string{}
-	req.PathParameters = map[string]string{"id": id}
-	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath
-	return req
-}
-
 func (r *history) send(ks *keyState, payload string) (events.APIGatewayV2HTTPResponse, error) {
-	return r.env.handler.Handle(context.Background(), postEvent(ks.key.Tenant(), ks.key.ClientKey(), payload))
+	return r.env.handler.Handle(context.Background(), testkit.PostCharge(ks.key.Tenant(), ks.key.ClientKey(), payload))
 }
 
 func (r *history) request(rt *rapid.T) {
@@ -876,7 +843,7 @@ func (r *history) checkFinal(rt *rapid.T) {
 				if other == k.Tenant() {
 					continue
 				}
-				if resp, _ := r.env.handler.Handle(ctx, getEvent(other, id)); resp.StatusCode != http.StatusNotFound {
+				if resp, _ := r.env.handler.Handle(ctx, testkit.GetCharge(other, id)); resp.StatusCode != http.StatusNotFound {
 					rt.Fatalf("%s: tenant %s reads the charge with %d %s", k, other, resp.StatusCode, resp.Body)
 				}
 			}

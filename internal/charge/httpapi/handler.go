@@ -32,6 +32,10 @@ const (
 // requestFields are the exact member names of a create request.
 var requestFields = []string{"amount", "currency", "source", "description"}
 
+// DefaultTenantClaim is the JWT claim that names the tenant unless
+// configured otherwise.
+const DefaultTenantClaim = "tenant_id"
+
 // Service is what the handler asks of the charge service.
 type Service interface {
 	Create(ctx context.Context, tenant string, id charge.CommandID, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
@@ -43,7 +47,7 @@ var _ Service = (*charge.Service)(nil)
 // Options configure a Handler. Zero fields take the defaults.
 type Options struct {
 	// TenantClaim names the JWT claim, in the authorizer context, that
-	// holds the tenant. Default "tenant_id".
+	// holds the tenant. Default DefaultTenantClaim.
 	TenantClaim string
 	// Logger receives one record per request. Default: discard.
 	Logger *slog.Logger
@@ -69,7 +73,7 @@ func NewHandler(svc Service, optFns ...func(*Options)) (*Handler, error) {
 		fn(&o)
 	}
 	if o.TenantClaim == "" {
-		o.TenantClaim = "tenant_id"
+		o.TenantClaim = DefaultTenantClaim
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

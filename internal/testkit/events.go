@@ -1,0 +1,58 @@
+package testkit
+
+import (
+	"net/http"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+)
+
+// PostCharge is the POST /charges event API Gateway hands the charge
+// function: tenant in the authorizer's TenantClaim claim (no authorizer
+// context if tenant is empty), key as Idempotency-Key (no header if
+// empty), body as JSON.
+func PostCharge(tenant, key, body string) events.APIGatewayV2HTTPRequest {
+	req := events.APIGatewayV2HTTPRequest{
+		RouteKey: httpapi.RouteCreate,
+		RawPath:  "/charges",
+		Headers:  map[string]string{"content-type": httpapi.ContentTypeJSON},
+		Body:     body,
+	}
+	req.RequestContext.HTTP.Method = http.MethodPost
+	req.RequestContext.HTTP.Path = req.RawPath
+	if key != "" {
+		req.Headers["idempotency-key"] = key
+	}
+	if tenant != "" {
+		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{TenantClaim: tenant}},
+		}
+	}
+	return req
+}
+
+// GetCharge is the GET /charges/{id} event, tenant as for PostCharge.
+func GetCharge(tenant, id string) events.APIGatewayV2HTTPRequest {
+	req := PostCharge(tenant, "", "")
+	req.RouteKey, req.RawPath = httpapi.RouteGet, "/charges/"+id
+	req.Headers = map[string]string{}
+	req.PathParameters = map[string]string{"id": id}
+	req.RequestContext.HTTP.Method, req.RequestContext.HTTP.Path = http.MethodGet, req.RawPath
+	return req
+}
+
+// SQSEvent is the event Lambda's SQS event source hands a function for
+// messages it received.
+func SQSEvent(msgs ...sqstypes.Message) events.SQSEvent {
+	var ev events.SQSEvent
+	for _, m := range msgs {
+		ev.Records = append(ev.Records, events.SQSMessage{
+			MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
+			Body: aws.ToString(m.Body), Attributes: m.Attributes, EventSource: "aws:sqs",
+		})
+	}
+	return ev
+}
