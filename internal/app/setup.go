@@ -173,7 +173,7 @@ type Deps struct {
 	Clock   func() time.Time
 	Logger  *slog.Logger
 	// ProviderOptions adjust the provider client (e.g. its HTTP client).
-	ProviderOptions []provider.Option
+	ProviderOptions []func(*provider.Options)
 }
 
 func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) {
@@ -190,7 +190,7 @@ type service struct {
 	IdempotencyTable            string
 	Retention                   time.Duration
 	ProviderURL, ProviderSecret string
-	ProviderOptions             []provider.Option
+	ProviderOptions             []func(*provider.Options)
 }
 
 // service builds a charge service; its stored answers are the HTTP API's.
@@ -234,7 +234,7 @@ func ReconcileService(c Reconcile, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
-		ProviderOptions: []provider.Option{
+		ProviderOptions: []func(*provider.Options){
 			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
 		},
 	})

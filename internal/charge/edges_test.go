@@ -366,7 +366,7 @@ func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
 	t.Parallel()
 	h := newHarnessWith(t, harnessConfig{
 		tune: []func(*app.Charge){func(c *app.Charge) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
-		sim:  []providersim.Option{providersim.WithSlowDelay(3 * time.Second)},
+		sim:  []func(*providersim.Options){providersim.WithSlowDelay(3 * time.Second)},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
 	defer cancel()

@@ -47,7 +47,7 @@ func newHarness(t *testing.T, tune ...func(*app.Charge)) *harness {
 type harnessConfig struct {
 	tune []func(*app.Charge)
 	deps func(*app.Deps)
-	sim  []providersim.Option
+	sim  []func(*providersim.Options)
 }
 
 func newHarnessWith(t *testing.T, hc harnessConfig) *harness {

@@ -36,43 +36,54 @@ type Client struct {
 	guarantees Guarantees
 }
 
-// Option configures a Client.
-type Option func(*Client)
+// Options configure a Client.
+type Options struct {
+	// HTTPClient sends the requests; the Client works on a copy that never
+	// follows redirects. Default: a new http.Client.
+	HTTPClient *http.Client
+	// Timeout bounds each call; <= 0 leaves only the caller's context to
+	// bound it. Default DefaultTimeout.
+	Timeout time.Duration
+	// Guarantees are the provider's declared guarantees. Default:
+	// deduplication for ever, DefaultSettleWindow.
+	Guarantees Guarantees
+}
 
 // WithHTTPClient makes the Client send its requests through hc (nil keeps the
-// default). The Client works on a copy of hc that never follows redirects.
-func WithHTTPClient(hc *http.Client) Option {
-	return func(c *Client) {
+// default).
+func WithHTTPClient(hc *http.Client) func(*Options) {
+	return func(o *Options) {
 		if hc != nil {
-			c.hc = hc
+			o.HTTPClient = hc
 		}
 	}
 }
 
 // WithTimeout bounds each call to d instead of DefaultTimeout; d <= 0 leaves
 // only the caller's context to bound it.
-func WithTimeout(d time.Duration) Option {
-	return func(c *Client) { c.timeout = d }
+func WithTimeout(d time.Duration) func(*Options) {
+	return func(o *Options) { o.Timeout = d }
 }
 
 // WithGuarantees declares the provider's guarantees instead of the
-// defaults (deduplication for ever, DefaultSettleWindow).
-func WithGuarantees(g Guarantees) Option {
-	return func(c *Client) { c.guarantees = g }
+// defaults.
+func WithGuarantees(g Guarantees) func(*Options) {
+	return func(o *Options) { o.Guarantees = g }
 }
 
 // NewClient returns a Client for the provider at baseURL (scheme and host,
 // optionally a path prefix). A non-empty secret is sent as a bearer token.
-func NewClient(baseURL, secret string, opts ...Option) *Client {
+func NewClient(baseURL, secret string, optFns ...func(*Options)) *Client {
+	o := Options{HTTPClient: &http.Client{}, Timeout: DefaultTimeout, Guarantees: Guarantees{SettleWindow: DefaultSettleWindow}}
+	for _, fn := range optFns {
+		fn(&o)
+	}
 	c := &Client{
 		chargesURL: strings.TrimRight(baseURL, "/") + "/v1/charges",
 		secret:     secret,
-		hc:         &http.Client{},
-		timeout:    DefaultTimeout,
-		guarantees: Guarantees{SettleWindow: DefaultSettleWindow},
-	}
-	for _, opt := range opts {
-		opt(c)
+		hc:         o.HTTPClient,
+		timeout:    o.Timeout,
+		guarantees: o.Guarantees,
 	}
 	// Following a 307/308 would send the charge a second time, and any other
 	// redirect would turn it into a GET: answer with the redirect instead.

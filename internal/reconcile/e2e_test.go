@@ -68,8 +68,8 @@ type stack struct {
 }
 
 type stackConfig struct {
-	sim            []providersim.Option
-	chargeProvider []provider.Option
+	sim            []func(*providersim.Options)
+	chargeProvider []func(*provider.Options)
 }
 
 func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
@@ -118,7 +118,7 @@ func (s *stack) reconcilerOn(t *testing.T, opt func(*dynamodb.Options)) *reconci
 
 // reconciler builds another reconcile function instance, its provider
 // client adjusted by opts.
-func (s *stack) reconciler(t *testing.T, opts ...provider.Option) *reconcile.Handler {
+func (s *stack) reconciler(t *testing.T, opts ...func(*provider.Options)) *reconcile.Handler {
 	t.Helper()
 	d := s.deps
 	d.ProviderOptions = opts
@@ -439,8 +439,8 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 		return resp, err
 	})})
 	s := newStack(t, func(c *stackConfig) {
-		c.sim = []providersim.Option{providersim.WithSlowDelay(50 * time.Millisecond)}
-		c.chargeProvider = []provider.Option{hold}
+		c.sim = []func(*providersim.Options){providersim.WithSlowDelay(50 * time.Millisecond)}
+		c.chargeProvider = []func(*provider.Options){hold}
 	})
 	var once sync.Once
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before the provider server closes

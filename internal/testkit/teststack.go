@@ -40,7 +40,7 @@ type Deployment struct {
 }
 
 // New creates a deployment; the function it returns removes it.
-func New(ctx context.Context, simOpts ...providersim.Option) (*Deployment, func(), error) {
+func New(ctx context.Context, simOpts ...func(*providersim.Options)) (*Deployment, func(), error) {
 	var undo []func()
 	remove := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
@@ -83,7 +83,7 @@ func New(ctx context.Context, simOpts ...providersim.Option) (*Deployment, func(
 }
 
 // Deploy is New for a test: the deployment is removed when the test ends.
-func Deploy(t testing.TB, simOpts ...providersim.Option) *Deployment {
+func Deploy(t testing.TB, simOpts ...func(*providersim.Options)) *Deployment {
 	t.Helper()
 	d, remove, err := New(context.Background(), simOpts...)
 	if err != nil {

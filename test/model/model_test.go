@@ -121,7 +121,7 @@ func newEnv(t *testing.T) *env {
 	clock := testkit.NewClock(time.Now())
 	wire := func(w *testkit.Wiring) {
 		w.Deps.Clients, w.Deps.Clock = clients, clock.Now
-		w.Deps.ProviderOptions = []provider.Option{provider.WithTimeout(5 * time.Second)}
+		w.Deps.ProviderOptions = []func(*provider.Options){provider.WithTimeout(5 * time.Second)}
 		w.Charge.InflightWait, w.Charge.Retention = inflightWait, retention
 		w.Reconcile.Retention, w.Reconcile.SettleWindow, w.Reconcile.RetryBase, w.Reconcile.RetryCap = retention, settleWindow, retryBase, retryCap
 	}

@@ -36,26 +36,34 @@ const (
 	DefaultTimeout     = 30 * time.Second
 )
 
-// Option configures a Gateway.
-type Option func(*Gateway)
-
-// WithTenantClaim names the JWT claim the dev token's tenant is put under
-// (DefaultTenantClaim otherwise): the charge function's TENANT_CLAIM.
-func WithTenantClaim(name string) Option {
-	return func(g *Gateway) { g.claim = name }
+// Options configure a Gateway.
+type Options struct {
+	// TenantClaim names the JWT claim the dev token's tenant is put under:
+	// the charge function's TENANT_CLAIM. Default DefaultTenantClaim.
+	TenantClaim string
+	// Timeout is the function timeout: each invocation's context has this
+	// deadline, as a Lambda invocation's has. Default DefaultTimeout.
+	Timeout time.Duration
+	// Logger receives one access-log record per request. Default: discard.
+	Logger *slog.Logger
 }
 
-// WithTimeout is the function timeout: each invocation's context has this
-// deadline, as a Lambda invocation's has (DefaultTimeout otherwise).
-func WithTimeout(d time.Duration) Option {
-	return func(g *Gateway) { g.timeout = d }
+// WithTenantClaim names the JWT claim the dev token's tenant is put under.
+func WithTenantClaim(name string) func(*Options) {
+	return func(o *Options) { o.TenantClaim = name }
 }
 
-// WithLogger makes the gateway write one access-log record per request.
-func WithLogger(l *slog.Logger) Option {
-	return func(g *Gateway) {
+// WithTimeout sets the function timeout.
+func WithTimeout(d time.Duration) func(*Options) {
+	return func(o *Options) { o.Timeout = d }
+}
+
+// WithLogger makes the gateway write one access-log record per request
+// (nil keeps the default).
+func WithLogger(l *slog.Logger) func(*Options) {
+	return func(o *Options) {
 		if l != nil {
-			g.log = l
+			o.Logger = l
 		}
 	}
 }
@@ -79,14 +87,15 @@ type route struct {
 
 // New returns a Gateway that invokes h for the given route keys, such as
 // "POST /charges" and "GET /charges/{id}".
-func New(h HandlerFunc, routeKeys []string, opts ...Option) (*Gateway, error) {
+func New(h HandlerFunc, routeKeys []string, optFns ...func(*Options)) (*Gateway, error) {
 	if h == nil {
 		return nil, errors.New("localgw: nil handler")
 	}
-	g := &Gateway{handler: h, claim: DefaultTenantClaim, timeout: DefaultTimeout, log: slog.New(slog.DiscardHandler)}
-	for _, opt := range opts {
-		opt(g)
+	o := Options{TenantClaim: DefaultTenantClaim, Timeout: DefaultTimeout, Logger: slog.New(slog.DiscardHandler)}
+	for _, fn := range optFns {
+		fn(&o)
 	}
+	g := &Gateway{handler: h, claim: o.TenantClaim, timeout: o.Timeout, log: o.Logger}
 	if g.claim == "" || g.timeout <= 0 {
 		return nil, errors.New("localgw: the tenant claim must be named and the timeout positive")
 	}

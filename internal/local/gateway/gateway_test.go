@@ -47,7 +47,7 @@ func (r *recorder) only(t *testing.T) (events.APIGatewayV2HTTPRequest, context.C
 	return r.events[0], r.ctxs[0]
 }
 
-func serve(t *testing.T, h gateway.HandlerFunc, opts ...gateway.Option) *httptest.Server {
+func serve(t *testing.T, h gateway.HandlerFunc, opts ...func(*gateway.Options)) *httptest.Server {
 	t.Helper()
 	gw, err := gateway.New(h, routes, opts...)
 	if err != nil {

@@ -52,27 +52,36 @@ const DeclineCode = "card_declined"
 // maxBodyBytes caps the size of a request body.
 const maxBodyBytes = 1 << 20
 
-// Option configures a Simulator.
-type Option func(*Simulator)
+// Options configure a Simulator.
+type Options struct {
+	// Secret, if not empty, is the bearer token every request must carry
+	// (401 otherwise).
+	Secret string
+	// SlowDelay is how long slow charges wait before answering; negative
+	// counts as zero. Default DefaultSlowDelay.
+	SlowDelay time.Duration
+	// Logger receives one record per request: method, path, reference and
+	// outcome, never the source. Default: discard.
+	Logger *slog.Logger
+}
 
 // WithSecret makes the simulator answer 401 to every request that does not
 // carry secret as its bearer token. An empty secret accepts every request.
-func WithSecret(secret string) Option {
-	return func(s *Simulator) { s.secret = secret }
+func WithSecret(secret string) func(*Options) {
+	return func(o *Options) { o.Secret = secret }
 }
 
-// WithSlowDelay sets how long slow charges wait before answering
-// (DefaultSlowDelay otherwise); a negative d counts as zero.
-func WithSlowDelay(d time.Duration) Option {
-	return func(s *Simulator) { s.slowDelay = max(d, 0) }
+// WithSlowDelay sets how long slow charges wait before answering.
+func WithSlowDelay(d time.Duration) func(*Options) {
+	return func(o *Options) { o.SlowDelay = d }
 }
 
-// WithLogger makes the simulator log one record per request: method, path,
-// reference and outcome, never the source. Without it nothing is logged.
-func WithLogger(l *slog.Logger) Option {
-	return func(s *Simulator) {
+// WithLogger makes the simulator log one record per request (nil keeps
+// the default).
+func WithLogger(l *slog.Logger) func(*Options) {
+	return func(o *Options) {
 		if l != nil {
-			s.log = l
+			o.Logger = l
 		}
 	}
 }
@@ -122,14 +131,16 @@ type Ledger struct {
 }
 
 // New returns a Simulator with no charges, up and running.
-func New(opts ...Option) *Simulator {
-	s := &Simulator{
-		slowDelay: DefaultSlowDelay,
-		log:       slog.New(slog.DiscardHandler),
-		refs:      make(map[string]*reference),
+func New(optFns ...func(*Options)) *Simulator {
+	o := Options{SlowDelay: DefaultSlowDelay, Logger: slog.New(slog.DiscardHandler)}
+	for _, fn := range optFns {
+		fn(&o)
 	}
-	for _, opt := range opts {
-		opt(s)
+	s := &Simulator{
+		secret:    o.Secret,
+		slowDelay: max(o.SlowDelay, 0),
+		log:       o.Logger,
+		refs:      make(map[string]*reference),
 	}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/charges", s.handleCharge)

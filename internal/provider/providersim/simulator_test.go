@@ -23,7 +23,7 @@ import (
 )
 
 // start serves a new simulator and returns it with a client for it.
-func start(t *testing.T, opts ...providersim.Option) (*providersim.Simulator, *httptest.Server, *provider.Client) {
+func start(t *testing.T, opts ...func(*providersim.Options)) (*providersim.Simulator, *httptest.Server, *provider.Client) {
 	t.Helper()
 	sim := providersim.New(opts...)
 	srv := httptest.NewServer(sim)
