@@ -28,18 +28,18 @@ func fromEnv[C, H any](ctx context.Context, get Getenv, load func(Getenv) (C, er
 
 // ChargeFromEnv builds the charge function's handler from its environment.
 func ChargeFromEnv(ctx context.Context, get Getenv) (*httpapi.Handler, error) {
-	return fromEnv(ctx, get, LoadCharge, func(c Charge) slog.Level { return c.LogLevel }, ChargeHandler)
+	return fromEnv(ctx, get, LoadCharge, func(c ChargeConfig) slog.Level { return c.LogLevel }, ChargeHandler)
 }
 
 // SweeperFromEnv builds the sweeper function's handler from its environment.
 func SweeperFromEnv(ctx context.Context, get Getenv) (*sweeper.Sweeper, error) {
-	return fromEnv(ctx, get, LoadSweeper, func(c Sweeper) slog.Level { return c.LogLevel }, SweeperHandler)
+	return fromEnv(ctx, get, LoadSweeper, func(c SweeperConfig) slog.Level { return c.LogLevel }, SweeperHandler)
 }
 
 // ReconcileFromEnv builds the reconcile function's handler from its
 // environment.
 func ReconcileFromEnv(ctx context.Context, get Getenv) (*reconcile.Handler, error) {
-	return fromEnv(ctx, get, LoadReconcile, func(c Reconcile) slog.Level { return c.LogLevel }, ReconcileHandler)
+	return fromEnv(ctx, get, LoadReconcile, func(c ReconcileConfig) slog.Level { return c.LogLevel }, ReconcileHandler)
 }
 
 // Fatal logs a function's start-up error and exits; Lambda reports it as an

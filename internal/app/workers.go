@@ -8,7 +8,7 @@ import (
 
 // SweeperHandler builds the sweeper function's handler: the stuck-lease
 // index of the idempotency table, and a sender to the reconcile queue.
-func SweeperHandler(c Sweeper, d Deps) (*sweeper.Sweeper, error) {
+func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	// Retention plays no part in reading the index: the default serves.
 	store, err := d.store(c.IdempotencyTable, 0)
 	if err != nil {
@@ -25,7 +25,7 @@ func SweeperHandler(c Sweeper, d Deps) (*sweeper.Sweeper, error) {
 }
 
 // ReconcileHandler builds the reconcile function's SQS handler.
-func ReconcileHandler(c Reconcile, d Deps) (*reconcile.Handler, error) {
+func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
 	svc, err := ReconcileService(c, d)
 	if err != nil {
 		return nil, err

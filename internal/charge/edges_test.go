@@ -36,7 +36,7 @@ type clocked struct {
 	recon *charge.Service
 }
 
-func newClocked(t *testing.T, tune ...func(*app.Charge)) *clocked {
+func newClocked(t *testing.T, tune ...func(*app.ChargeConfig)) *clocked {
 	t.Helper()
 	clock := testkit.NewClock(time.Now())
 	h := newHarnessWith(t, harnessConfig{tune: tune, deps: func(d *app.Deps) { d.Clock = clock.Now }})
@@ -306,7 +306,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 // client told, with a problem it does not retry, instead of a 500.
 func TestProviderRejectionIsFinal(t *testing.T) {
 	t.Parallel()
-	h := newClocked(t, func(c *app.Charge) { c.ProviderURL += "/no-such-prefix" })
+	h := newClocked(t, func(c *app.ChargeConfig) { c.ProviderURL += "/no-such-prefix" })
 	key := newKey()
 	resp := h.do(post("acme", key, visa))
 	wantStatus(t, resp, http.StatusBadGateway)
@@ -365,7 +365,7 @@ func TestThrottledClaimAnswers503(t *testing.T) {
 func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
 	t.Parallel()
 	h := newHarnessWith(t, harnessConfig{
-		tune: []func(*app.Charge){func(c *app.Charge) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
 		sim:  []func(*providersim.Options){providersim.WithSlowDelay(3 * time.Second)},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)

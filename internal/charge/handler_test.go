@@ -78,7 +78,7 @@ func TestSameKeyTwiceChargesOnceAndReplays(t *testing.T) {
 
 func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.ChargeConfig) { c.InflightWait = 0 })
 	const n = 64
 	key := newKey()
 	start := make(chan struct{})
@@ -252,7 +252,7 @@ func TestUnavailableReleasesThenRetryChargesOnce(t *testing.T) {
 
 func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.ChargeConfig) { c.InflightWait = 0 })
 	key := newKey()
 	body := strings.Replace(visa, "tok_visa", "tok_timeout_once", 1)
 	first := h.do(post("acme", key, body))

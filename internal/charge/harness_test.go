@@ -37,7 +37,7 @@ type harness struct {
 	d       *testkit.Deployment
 }
 
-func newHarness(t *testing.T, tune ...func(*app.Charge)) *harness {
+func newHarness(t *testing.T, tune ...func(*app.ChargeConfig)) *harness {
 	t.Helper()
 	return newHarnessWith(t, harnessConfig{tune: tune})
 }
@@ -45,7 +45,7 @@ func newHarness(t *testing.T, tune ...func(*app.Charge)) *harness {
 // harnessConfig adjusts a harness: the function's configuration, its
 // dependencies (clock, DynamoDB client options) and the simulator.
 type harnessConfig struct {
-	tune []func(*app.Charge)
+	tune []func(*app.ChargeConfig)
 	deps func(*app.Deps)
 	sim  []func(*providersim.Options)
 }

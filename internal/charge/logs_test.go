@@ -13,7 +13,7 @@ import (
 // source, the raw body or the raw key.
 func TestLogsCarryNoSecrets(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *app.Charge) { c.InflightWait = 0 })
+	h := newHarness(t, func(c *app.ChargeConfig) { c.InflightWait = 0 })
 	key := "secret-key-" + newKey()
 	sources := []string{"tok_visa", "tok_decline", "tok_timeout_once", "tok_unavailable_once"}
 	var bodies []string
@@ -57,7 +57,7 @@ func TestLogsCarryNoSecrets(t *testing.T) {
 // body is the generic problem, with no trace of the cause.
 func TestInternalErrorsRevealNothing(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t, func(c *app.Charge) { c.ChargesTable = "no-such-table-x1" })
+	h := newHarness(t, func(c *app.ChargeConfig) { c.ChargesTable = "no-such-table-x1" })
 	resp := h.do(get("acme", "ch_000000000000000000000000"))
 	wantStatus(t, resp, 500)
 	if problemType(t, resp) != "internal-error" {

@@ -59,7 +59,7 @@ type stack struct {
 	store   *idem.Store // the test's own view of the idempotency table
 	logs    *testkit.LogBuffer
 	deps    app.Deps
-	recCfg  app.Reconcile
+	recCfg  app.ReconcileConfig
 	charges string
 
 	charge  *httpapi.Handler

@@ -123,7 +123,7 @@ func TestRetryAfterLostResponseReplays(t *testing.T) {
 func TestInProgressIsRetriedUntilReplay(t *testing.T) {
 	t.Parallel()
 	st := newStack(t, []func(*providersim.Options){providersim.WithSlowDelay(time.Second)},
-		func(c *app.Charge) { c.InflightWait = 0 })
+		func(c *app.ChargeConfig) { c.InflightWait = 0 })
 	// The injected sleep waits a little, not the Retry-After asked for,
 	// and records what was asked.
 	var mu sync.Mutex

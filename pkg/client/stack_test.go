@@ -20,7 +20,7 @@ type stack struct {
 
 // startStack starts a stack; Close stops it. It takes no *testing.T so that
 // examples can use it too.
-func startStack(ctx context.Context, simOpts []func(*providersim.Options), tune ...func(*app.Charge)) (*stack, error) {
+func startStack(ctx context.Context, simOpts []func(*providersim.Options), tune ...func(*app.ChargeConfig)) (*stack, error) {
 	d, remove, err := testkit.New(ctx, simOpts...)
 	if err != nil {
 		return nil, err
@@ -38,7 +38,7 @@ func startStack(ctx context.Context, simOpts []func(*providersim.Options), tune 
 }
 
 // newStack is startStack for a test.
-func newStack(t *testing.T, simOpts []func(*providersim.Options), tune ...func(*app.Charge)) *stack {
+func newStack(t *testing.T, simOpts []func(*providersim.Options), tune ...func(*app.ChargeConfig)) *stack {
 	t.Helper()
 	st, err := startStack(context.Background(), simOpts, tune...)
 	if err != nil {

@@ -35,7 +35,7 @@ const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":
 // beside a naive handler on the same tables and provider.
 type stack struct {
 	dep     *testkit.Deployment
-	cfg     app.Charge
+	cfg     app.ChargeConfig
 	deps    app.Deps
 	handler *httpapi.Handler
 	naive   *naiveHandler

@@ -89,7 +89,7 @@ type route struct {
 // "POST /charges" and "GET /charges/{id}".
 func New(h HandlerFunc, routeKeys []string, optFns ...func(*Options)) (*Gateway, error) {
 	if h == nil {
-		return nil, errors.New("localgw: nil handler")
+		return nil, errors.New("gateway: nil handler")
 	}
 	o := Options{TenantClaim: DefaultTenantClaim, Timeout: DefaultTimeout, Logger: slog.New(slog.DiscardHandler)}
 	for _, fn := range optFns {
@@ -97,7 +97,7 @@ func New(h HandlerFunc, routeKeys []string, optFns ...func(*Options)) (*Gateway,
 	}
 	g := &Gateway{handler: h, claim: o.TenantClaim, timeout: o.Timeout, log: o.Logger}
 	if g.claim == "" || g.timeout <= 0 {
-		return nil, errors.New("localgw: the tenant claim must be named and the timeout positive")
+		return nil, errors.New("gateway: the tenant claim must be named and the timeout positive")
 	}
 	for _, key := range routeKeys {
 		r, err := parseRoute(key)
@@ -114,12 +114,12 @@ func New(h HandlerFunc, routeKeys []string, optFns ...func(*Options)) (*Gateway,
 func parseRoute(key string) (route, error) {
 	method, path, ok := strings.Cut(key, " ")
 	if !ok || method == "" || !strings.HasPrefix(path, "/") {
-		return route{}, fmt.Errorf("localgw: route key %q is not \"METHOD /path\"", key)
+		return route{}, fmt.Errorf("gateway: route key %q is not \"METHOD /path\"", key)
 	}
 	r := route{key: key, method: method, segments: strings.Split(path[1:], "/")}
 	for _, s := range r.segments {
 		if strings.HasPrefix(s, "{") != strings.HasSuffix(s, "}") || s == "{}" {
-			return route{}, fmt.Errorf("localgw: route key %q: bad segment %q", key, s)
+			return route{}, fmt.Errorf("gateway: route key %q: bad segment %q", key, s)
 		}
 		if strings.HasPrefix(s, "{") {
 			r.params++
@@ -277,17 +277,17 @@ func (g *Gateway) invoke(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	ctx = lambdacontext.NewContext(ctx, &lambdacontext.LambdaContext{AwsRequestID: uuid.NewString()})
 	defer func() {
 		if p := recover(); p != nil {
-			err = fmt.Errorf("localgw: handler panicked: %v", p)
+			err = fmt.Errorf("gateway: handler panicked: %v", p)
 		}
 	}()
 	res, err = g.handler(ctx, req)
 	switch {
 	case err != nil:
-		return res, fmt.Errorf("localgw: handler: %w", err)
+		return res, fmt.Errorf("gateway: handler: %w", err)
 	case ctx.Err() != nil:
-		return res, fmt.Errorf("localgw: task timed out after %s", g.timeout)
+		return res, fmt.Errorf("gateway: task timed out after %s", g.timeout)
 	case res.StatusCode < 100 || res.StatusCode > 599:
-		return res, fmt.Errorf("localgw: handler answered status %d", res.StatusCode)
+		return res, fmt.Errorf("gateway: handler answered status %d", res.StatusCode)
 	}
 	return res, nil
 }

@@ -1,5 +1,5 @@
 // Package testkit gives tests real DynamoDB and SQS endpoints, and whole
-// deployments of the service on them (Deployment, in teststack.go).
+// deployments of the service on them (Deployment, in deployment.go).
 //
 // When DYNAMODB_ENDPOINT / SQS_ENDPOINT are set (make test sets them, and so
 // can anyone pointing the suite at DynamoDB Local or AWS), those are used
@@ -74,13 +74,13 @@ func resolve() (endpoints, error) {
 func startEmulator() (string, error) {
 	e, err := emulator.Start(RepoRoot(), 0)
 	if err != nil {
-		return "", fmt.Errorf("testenv: %w (run `make venv`, or set %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint)
+		return "", fmt.Errorf("testkit: %w (run `make venv`, or set %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint)
 	}
 	// The goroutine keeps e, and so its stdin pipe, referenced for the life
 	// of the process; an emulator that dies early is said out loud.
 	go func() {
 		<-e.Exited()
-		fmt.Fprintln(os.Stderr, "testenv: the emulator exited")
+		fmt.Fprintln(os.Stderr, "testkit: the emulator exited")
 	}()
 	return e.URL(), nil
 }
@@ -146,7 +146,7 @@ func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func
 	in := *def
 	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
 	if _, err := awsenv.CreateTable(ctx, c.DynamoDB, &in); err != nil {
-		return "", nil, fmt.Errorf("testenv: %w", err)
+		return "", nil, fmt.Errorf("testkit: %w", err)
 	}
 	drop := func() {
 		_, _ = c.DynamoDB.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName})

@@ -86,11 +86,11 @@ func (e *env) err() error {
 	if len(e.errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("setup: %w", errors.Join(e.errs...))
+	return fmt.Errorf("app: %w", errors.Join(e.errs...))
 }
 
-// Charge is the charge function's configuration.
-type Charge struct {
+// ChargeConfig is the charge function's configuration.
+type ChargeConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 	ProviderURL, ProviderSecret, TenantClaim          string
 	Retention, InflightWait, CommitReserve            time.Duration
@@ -98,9 +98,9 @@ type Charge struct {
 }
 
 // LoadCharge reads the charge function's configuration.
-func LoadCharge(get Getenv) (Charge, error) {
+func LoadCharge(get Getenv) (ChargeConfig, error) {
 	e := &env{get: get}
-	c := Charge{
+	c := ChargeConfig{
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ChargesTable:      e.required(EnvChargesTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
@@ -115,8 +115,8 @@ func LoadCharge(get Getenv) (Charge, error) {
 	return c, e.err()
 }
 
-// Reconcile is the reconcile function's configuration.
-type Reconcile struct {
+// ReconcileConfig is the reconcile function's configuration.
+type ReconcileConfig struct {
 	IdempotencyTable, ChargesTable string
 	ProviderURL, ProviderSecret    string
 	Retention                      time.Duration
@@ -128,9 +128,9 @@ type Reconcile struct {
 }
 
 // LoadReconcile reads the reconcile function's configuration.
-func LoadReconcile(get Getenv) (Reconcile, error) {
+func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 	e := &env{get: get}
-	c := Reconcile{
+	c := ReconcileConfig{
 		IdempotencyTable: e.required(EnvIdempotencyTable),
 		ChargesTable:     e.required(EnvChargesTable),
 		ProviderURL:      e.required(EnvProviderURL),
@@ -144,16 +144,16 @@ func LoadReconcile(get Getenv) (Reconcile, error) {
 	return c, e.err()
 }
 
-// Sweeper is the sweeper function's configuration.
-type Sweeper struct {
+// SweeperConfig is the sweeper function's configuration.
+type SweeperConfig struct {
 	IdempotencyTable, ReconcileQueueURL string
 	LogLevel                            slog.Level
 }
 
 // LoadSweeper reads the sweeper function's configuration.
-func LoadSweeper(get Getenv) (Sweeper, error) {
+func LoadSweeper(get Getenv) (SweeperConfig, error) {
 	e := &env{get: get}
-	c := Sweeper{
+	c := SweeperConfig{
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
 		LogLevel:          e.level(),
@@ -210,7 +210,7 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 }
 
 // ChargeHandler builds the charge function's API Gateway handler.
-func ChargeHandler(c Charge, d Deps) (*httpapi.Handler, error) {
+func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
 	if err != nil {
 		return nil, err
@@ -230,7 +230,7 @@ func ChargeHandler(c Charge, d Deps) (*httpapi.Handler, error) {
 }
 
 // ReconcileService builds the service the reconcile function drives.
-func ReconcileService(c Reconcile, d Deps) (*charge.Service, error) {
+func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,

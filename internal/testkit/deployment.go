@@ -87,28 +87,28 @@ func Deploy(t testing.TB, simOpts ...func(*providersim.Options)) *Deployment {
 	t.Helper()
 	d, remove, err := New(context.Background(), simOpts...)
 	if err != nil {
-		t.Fatalf("teststack: %v", err)
+		t.Fatalf("testkit: %v", err)
 	}
 	t.Cleanup(remove)
 	return d
 }
 
 // Charge is the charge function's configuration for the deployment.
-func (d *Deployment) Charge() app.Charge {
-	return app.Charge{
+func (d *Deployment) Charge() app.ChargeConfig {
+	return app.ChargeConfig{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
 		ProviderURL: d.ProviderURL, TenantClaim: TenantClaim, Retention: 24 * time.Hour, InflightWait: 2 * time.Second,
 	}
 }
 
 // Sweeper is the sweeper function's configuration for the deployment.
-func (d *Deployment) Sweeper() app.Sweeper {
-	return app.Sweeper{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
+func (d *Deployment) Sweeper() app.SweeperConfig {
+	return app.SweeperConfig{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
 }
 
 // Reconcile is the reconcile function's configuration for the deployment.
-func (d *Deployment) Reconcile() app.Reconcile {
-	return app.Reconcile{
+func (d *Deployment) Reconcile() app.ReconcileConfig {
+	return app.ReconcileConfig{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable,
 		ProviderURL: d.ProviderURL, Retention: 24 * time.Hour,
 	}
@@ -117,8 +117,8 @@ func (d *Deployment) Reconcile() app.Reconcile {
 // Wiring is what a test may change of a function built on a Deployment:
 // its configuration and its dependencies.
 type Wiring struct {
-	Charge    app.Charge
-	Reconcile app.Reconcile
+	Charge    app.ChargeConfig
+	Reconcile app.ReconcileConfig
 	Deps      app.Deps
 }
 
@@ -161,7 +161,7 @@ func (d *Deployment) ReconcileService(t testing.TB, optFns ...func(*Wiring)) *ch
 // HTTP behind the local API Gateway (tokens "Bearer dev:<tenant>"), wrapped
 // by wrap if it is not nil. It returns the base URL and a function that
 // stops the server.
-func (d *Deployment) Serve(cfg app.Charge, wrap func(http.Handler) http.Handler) (string, func(), error) {
+func (d *Deployment) Serve(cfg app.ChargeConfig, wrap func(http.Handler) http.Handler) (string, func(), error) {
 	clients, err := NewClients()
 	if err != nil {
 		return "", nil, err
