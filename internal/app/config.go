@@ -187,10 +187,10 @@ func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) 
 // Deps.
 type service struct {
 	charge.Config
-	IdempotencyTable            string
-	Retention                   time.Duration
-	ProviderURL, ProviderSecret string
-	ProviderOptions             []func(*provider.Options)
+	IdempotencyTable, ChargesTable string
+	Retention                      time.Duration
+	ProviderURL, ProviderSecret    string
+	ProviderOptions                []func(*provider.Options)
 }
 
 // service builds a charge service; its stored answers are the HTTP API's.
@@ -199,9 +199,12 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	rows, err := charge.NewRows(d.Clients.DynamoDB, sc.ChargesTable)
+	if err != nil {
+		return nil, err
+	}
 	cfg := sc.Config
-	cfg.Store = store
-	cfg.Charges = d.Clients.DynamoDB
+	cfg.Store, cfg.Rows = store, rows
 	cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, append(sc.ProviderOptions, d.ProviderOptions...)...)
 	cfg.Answers = httpapi.Answers{}
 	cfg.Clock = d.Clock
@@ -217,9 +220,9 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	}
 	svc, err := d.service(service{
 		Config: charge.Config{
-			ChargesTable: c.ChargesTable, Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
+			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
 		},
-		IdempotencyTable: c.IdempotencyTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
 	})
 	if err != nil {
 		return nil, err
@@ -232,8 +235,8 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
-		Config:           charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
-		IdempotencyTable: c.IdempotencyTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
 		ProviderOptions: []func(*provider.Options){
 			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
 		},

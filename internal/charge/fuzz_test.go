@@ -203,7 +203,12 @@ func fuzzHandler(t *testing.T) (*httpapi.Handler, *unavailableProvider) {
 			return
 		}
 		e.prov = &unavailableProvider{store: e.store}
-		svc, err := charge.NewService(charge.Config{Store: e.store, Charges: clients.DynamoDB, ChargesTable: "unused", Provider: e.prov, Answers: httpapi.Answers{}})
+		rows, err := charge.NewRows(clients.DynamoDB, "unused")
+		if err != nil {
+			e.err = err
+			return
+		}
+		svc, err := charge.NewService(charge.Config{Store: e.store, Rows: rows, Provider: e.prov, Answers: httpapi.Answers{}})
 		if err != nil {
 			e.err = err
 			return

@@ -8,10 +8,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
@@ -42,11 +39,6 @@ type Answers interface {
 	// Conflicting is the answer to a command whose charge row conflicts
 	// with the provider's answer.
 	Conflicting() idem.Response
-}
-
-// ChargesReader reads the charges table.
-type ChargesReader interface {
-	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 }
 
 // Outcome names what became of a request, for logs and metrics.
@@ -89,8 +81,7 @@ const (
 // Config holds a Service's dependencies. Clock defaults to time.Now.
 type Config struct {
 	Store        *idem.Store
-	Charges      ChargesReader
-	ChargesTable string
+	Rows         *Rows
 	Provider     Provider
 	Answers      Answers
 	Queue        ReconcileQueue // may be nil in the reconcile function
@@ -122,7 +113,7 @@ func NewService(cfg Config) (*Service, error) {
 	switch {
 	case cfg.Store == nil:
 		return nil, errors.New("charge: nil idempotency store")
-	case cfg.Charges == nil || cfg.ChargesTable == "":
+	case cfg.Rows == nil:
 		return nil, errors.New("charge: no charges table")
 	case cfg.Provider == nil:
 		return nil, errors.New("charge: nil provider")
@@ -342,7 +333,7 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 			CreatedAt: lease.CreatedAt,
 		}
 		resp := s.cfg.Answers.Created(c)
-		err := s.cfg.Store.Commit(ctx, lease, resp, putRow(s.cfg.ChargesTable, c))
+		err := s.cfg.Store.Commit(ctx, lease, resp, s.cfg.Rows.Insert(c))
 		if errors.Is(err, idem.ErrWriteConditionFailed) {
 			return s.rowExists(ctx, lease, c)
 		}
@@ -368,7 +359,7 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 // conflict no retry can mend: it is stored as a permanent 500 and logged
 // for an operator, never left IN_FLIGHT to cycle through the reconciler.
 func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (Outcome, idem.Response, error) {
-	row, found, err := s.row(ctx, c.Tenant, c.ID)
+	row, found, err := s.cfg.Rows.Get(ctx, c.Tenant, c.ID)
 	if err != nil {
 		return "", idem.Response{}, err
 	}
@@ -388,30 +379,10 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 	return OutcomeChargeConflict, resp, nil
 }
 
-// row reads tenant's charge id with a strongly consistent read.
-func (s *Service) row(ctx context.Context, tenant, id string) (Charge, bool, error) {
-	out, err := s.cfg.Charges.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(s.cfg.ChargesTable),
-		Key:            map[string]types.AttributeValue{AttrTenant: attrS(tenant), AttrID: attrS(id)},
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return Charge{}, false, fmt.Errorf("charge: get: %w", err)
-	}
-	if len(out.Item) == 0 {
-		return Charge{}, false, nil
-	}
-	c, err := rowCharge(out.Item)
-	if err != nil {
-		return Charge{}, false, fmt.Errorf("charge: stored row: %w", err)
-	}
-	return c, true, nil
-}
-
 // Get returns tenant's charge id, read strongly consistently so a charge
 // just answered 201 is found. Another tenant's charge is not found.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
-	c, found, err := s.row(ctx, tenant, id)
+	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 	switch {
 	case transient(err):
 		return Result{Outcome: OutcomeBusy}, nil

@@ -1,6 +1,9 @@
 package charge
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -38,9 +41,52 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 
 func attrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 
-// putRow is the charge's row, written only if no row has its id, inside the
-// transaction that completes the idempotency record.
-func putRow(table string, c Charge) types.TransactWriteItem {
+// RowsAPI is the part of *dynamodb.Client the charges table is read with.
+type RowsAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+}
+
+var _ RowsAPI = (*dynamodb.Client)(nil)
+
+// Rows is the charges table: the one place that knows its items.
+type Rows struct {
+	db    RowsAPI
+	table string
+}
+
+// NewRows returns the charges table named table.
+func NewRows(db RowsAPI, table string) (*Rows, error) {
+	if db == nil || table == "" {
+		return nil, errors.New("charge: the charges table needs a client and a name")
+	}
+	return &Rows{db: db, table: table}, nil
+}
+
+// Get reads tenant's charge id with a strongly consistent read; another
+// tenant's charge is not found.
+func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error) {
+	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      aws.String(r.table),
+		Key:            map[string]types.AttributeValue{AttrTenant: attrS(tenant), AttrID: attrS(id)},
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return Charge{}, false, fmt.Errorf("charge: get: %w", err)
+	}
+	if len(out.Item) == 0 {
+		return Charge{}, false, nil
+	}
+	c, err := rowCharge(out.Item)
+	if err != nil {
+		return Charge{}, false, fmt.Errorf("charge: stored row: %w", err)
+	}
+	return c, true, nil
+}
+
+// Insert is the write of c's row, only if no row has its id, for the
+// transaction that settles the command (idem.Store.Commit).
+func (r *Rows) Insert(c Charge) types.TransactWriteItem {
+	table := r.table
 	item := map[string]types.AttributeValue{
 		AttrTenant:           attrS(c.Tenant),
 		AttrID:               attrS(c.ID),
