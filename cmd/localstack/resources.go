@@ -6,6 +6,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -27,7 +28,7 @@ type resources struct {
 // queues from the same definitions the template is checked against. Tables
 // that already exist (a reused DynamoDB Local) are kept as they are.
 func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
-	created, err := awsenv.CreateTable(ctx, c.DynamoDB, idem.TableInput(idempotencyTable))
+	created, err := provision.CreateTable(ctx, c.DynamoDB, idem.TableInput(idempotencyTable))
 	if err != nil {
 		return resources{}, err
 	}
@@ -36,7 +37,7 @@ func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
 			return resources{}, fmt.Errorf("ttl on %s: %w", idempotencyTable, err)
 		}
 	}
-	if _, err := awsenv.CreateTable(ctx, c.DynamoDB, charge.TableInput(chargesTable)); err != nil {
+	if _, err := provision.CreateTable(ctx, c.DynamoDB, charge.TableInput(chargesTable)); err != nil {
 		return resources{}, err
 	}
 	q, err := queue.Create(ctx, c.SQS, reconcileQueue)

@@ -1,20 +1,16 @@
 // Package awsenv builds the AWS SDK clients the service uses, honouring the
-// endpoint overrides that point them at an emulator, DynamoDB Local or AWS,
-// and creates tables on them for the local stack and the tests.
+// endpoint overrides that point them at an emulator, DynamoDB Local or AWS.
 package awsenv
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 )
 
@@ -75,25 +71,4 @@ func New(cfg aws.Config, dynamoEndpoint, sqsEndpoint string) Clients {
 			}
 		}),
 	}
-}
-
-// CreateTable creates a table and waits until it is active. A table of that
-// name that already exists is waited for and kept as it is, and reported
-// with created false: a reused DynamoDB Local, or an SDK retry of a call
-// whose first attempt created the table but whose answer was lost.
-func CreateTable(ctx context.Context, db *dynamodb.Client, in *dynamodb.CreateTableInput) (created bool, err error) {
-	name := aws.ToString(in.TableName)
-	_, err = db.CreateTable(ctx, in)
-	var inUse *types.ResourceInUseException
-	if err != nil && !errors.As(err, &inUse) {
-		return false, fmt.Errorf("awsenv: create table %s: %w", name, err)
-	}
-	created = err == nil
-	w := dynamodb.NewTableExistsWaiter(db, func(o *dynamodb.TableExistsWaiterOptions) {
-		o.MinDelay, o.MaxDelay = 50*time.Millisecond, time.Second
-	})
-	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, 2*time.Minute); err != nil {
-		return false, fmt.Errorf("awsenv: wait for table %s: %w", name, err)
-	}
-	return created, nil
 }

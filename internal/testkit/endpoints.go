@@ -25,6 +25,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
+	"github.com/chargeonce/chargeonce/internal/local/provision"
 )
 
 type endpoints struct {
@@ -145,7 +146,7 @@ func NewTable(ctx context.Context, def *dynamodb.CreateTableInput) (string, func
 	}
 	in := *def
 	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
-	if _, err := awsenv.CreateTable(ctx, c.DynamoDB, &in); err != nil {
+	if _, err := provision.CreateTable(ctx, c.DynamoDB, &in); err != nil {
 		return "", nil, fmt.Errorf("testkit: %w", err)
 	}
 	drop := func() {

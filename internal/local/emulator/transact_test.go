@@ -21,6 +21,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
+	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
@@ -247,7 +248,7 @@ func seed(t *testing.T, db *dynamodb.Client, h, r string, streams bool) {
 	} {
 		in.BillingMode = types.BillingModePayPerRequest
 		in.StreamSpecification = spec
-		if _, err := awsenv.CreateTable(ctx, db, in); err != nil {
+		if _, err := provision.CreateTable(ctx, db, in); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -460,7 +461,7 @@ func TestClientRequestToken(t *testing.T) {
 	sd := startSides(t, []string{emulator.EnvHonourRequestToken + "=1"})[0]
 	ctx := context.Background()
 	const table = "tokens"
-	if _, err := awsenv.CreateTable(ctx, sd.db, &dynamodb.CreateTableInput{
+	if _, err := provision.CreateTable(ctx, sd.db, &dynamodb.CreateTableInput{
 		TableName:            aws.String(table),
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("pk"), AttributeType: types.ScalarAttributeTypeS}},
