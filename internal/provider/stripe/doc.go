@@ -47,7 +47,10 @@
 //     once the endpoint began executing, so nothing is known.
 //
 // The adapter never retries (stripe-go's own retries are off): the caller
-// decides, and the reference keeps every retry idempotent.
+// decides, and the reference keeps every retry idempotent. Go's HTTP
+// transport may still re-send a request whose reused connection closed
+// before any answer (it treats a request with an Idempotency-Key as
+// replayable); to Stripe that is a replay, never a second charge.
 //
 // Errors carry Stripe's type, code, decline code, parameter name and
 // request id (an *Error), never its message: Stripe quotes the request in

@@ -37,10 +37,15 @@
 //	                                        402 card_error authentication_required
 //	pm_sim_rate_limited                     429 rate_limit, nothing executed or saved
 //	pm_sim_api_error                        charges, then answers (and saves) 500 api_error
-//	pm_sim_timeout                          charges and saves the answer, then closes the
-//	                                        connection unanswered (replays answer normally)
-//	pm_sim_late                             closes the connection at once while the key stays
-//	                                        in progress; the charge lands only when Land is called
+//	pm_sim_timeout                          charges and saves the answer, then answers nothing
+//	                                        until the client gives up (replays answer normally)
+//	pm_sim_late                             answers nothing until the client gives up, while the
+//	                                        key stays in progress; the charge lands only when
+//	                                        Land is called (an edge that timed out while its
+//	                                        backend goes on)
+//
+// A request left unanswered waits at most 30 seconds for its client to give
+// up; clients under test should time out sooner.
 //	anything else                           400 resource_missing, "No such PaymentMethod: '…'"
 //	                                        (Stripe quotes it: adapters must not pass it on)
 package stripesim

@@ -185,8 +185,12 @@ type delivery int
 
 const (
 	answer delivery = iota
-	drop            // close the connection unanswered
+	hang            // answer nothing until the client gives up
 )
+
+// maxHang bounds how long a hung request waits for its client to give up
+// before the connection is closed unanswered.
+const maxHang = 30 * time.Second
 
 func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
@@ -196,9 +200,9 @@ func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 	idemKey := r.Header.Get("Idempotency-Key")
 	code, body, d, replayed := s.create(idemKey, r.PostForm)
 	switch {
-	case d == drop:
-		s.log(r, idemKey, 0, "dropped")
-		dropConnection(w)
+	case d == hang:
+		s.log(r, idemKey, 0, "unanswered")
+		hangUp(w, r)
 		return
 	case replayed:
 		w.Header().Set("Idempotent-Replayed", "true")
@@ -247,14 +251,14 @@ func (s *Simulator) create(idemKey string, form map[string][]string) (int, []byt
 		if idemKey != "" {
 			s.keys[idemKey] = &key{fingerprint: fp, firstUsed: now, inProgress: true}
 		}
-		return 0, nil, drop, false
+		return 0, nil, hang, false
 	}
 	code, body := s.execute(pi, form, now)
 	if idemKey != "" {
 		s.keys[idemKey] = &key{fingerprint: fp, firstUsed: now, status: code, body: body}
 	}
 	if pi.PaymentMethod == PMTimeout {
-		return code, body, drop, false
+		return code, body, hang, false
 	}
 	return code, body, answer, false
 }
@@ -426,8 +430,17 @@ func mustJSON(v any) []byte {
 	return b
 }
 
-// dropConnection closes the connection without an answer.
-func dropConnection(w http.ResponseWriter) {
+// hangUp answers nothing until the client gives up (or maxHang passes),
+// then closes the connection. Closing at once would not do: Go's
+// transport re-sends a request that carries an Idempotency-Key when a
+// reused connection closes before any answer.
+func hangUp(w http.ResponseWriter, r *http.Request) {
+	t := time.NewTimer(maxHang)
+	defer t.Stop()
+	select {
+	case <-r.Context().Done():
+	case <-t.C:
+	}
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		panic(http.ErrAbortHandler)
