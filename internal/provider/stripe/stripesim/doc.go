@@ -46,6 +46,7 @@
 //
 // A request left unanswered waits at most 30 seconds for its client to give
 // up; clients under test should time out sooner.
+//
 //	anything else                           400 resource_missing, "No such PaymentMethod: '…'"
 //	                                        (Stripe quotes it: adapters must not pass it on)
 package stripesim
