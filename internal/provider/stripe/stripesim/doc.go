@@ -43,10 +43,9 @@
 //	                                        key stays in progress; the charge lands only when
 //	                                        Land is called (an edge that timed out while its
 //	                                        backend goes on)
+//	anything else                           400 resource_missing, "No such PaymentMethod: '…'"
+//	                                        (Stripe quotes it: adapters must not pass it on)
 //
 // A request left unanswered waits at most 30 seconds for its client to give
 // up; clients under test should time out sooner.
-//
-//	anything else                           400 resource_missing, "No such PaymentMethod: '…'"
-//	                                        (Stripe quotes it: adapters must not pass it on)
 package stripesim
