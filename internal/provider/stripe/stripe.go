@@ -261,9 +261,6 @@ func (a *Adapter) search(ctx context.Context, reference string) (provider.Result
 		if err != nil {
 			return provider.Result{}, causeOf(err)
 		}
-		if hit.Metadata[MetadataReference] != reference {
-			continue
-		}
 		// Search results may be stale; a read by id is not.
 		pi, err := a.intents.Retrieve(ctx, hit.ID, nil)
 		if err != nil {
