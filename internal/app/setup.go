@@ -14,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -24,6 +25,7 @@ const (
 	EnvIdempotencyTable  = "IDEMPOTENCY_TABLE"
 	EnvChargesTable      = "CHARGES_TABLE"
 	EnvReconcileQueueURL = "RECONCILE_QUEUE_URL"
+	EnvProvider          = "PROVIDER"
 	EnvProviderURL       = "PROVIDER_URL"
 	EnvProviderSecret    = "PROVIDER_SECRET"
 	EnvTenantClaim       = "TENANT_CLAIM"
@@ -34,6 +36,14 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+)
+
+// The providers PROVIDER names: our provider API (providersim locally),
+// the default, or Stripe, with PROVIDER_SECRET its secret API key and
+// PROVIDER_URL its API (https://api.stripe.com).
+const (
+	ProviderSim    = "sim"
+	ProviderStripe = "stripe"
 )
 
 // Getenv looks up one variable; os.Getenv is one.
@@ -73,6 +83,14 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+func (e *env) provider() string {
+	v := e.optional(EnvProvider, ProviderSim)
+	if v != ProviderSim && v != ProviderStripe {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is neither %s nor %s", EnvProvider, v, ProviderSim, ProviderStripe))
+	}
+	return v
+}
+
 func (e *env) level() slog.Level {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(e.optional(EnvLogLevel, "INFO"))); err != nil {
@@ -91,6 +109,7 @@ func (e *env) err() error {
 // Charge is the charge function's configuration.
 type Charge struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
+	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret, TenantClaim          string
 	Retention, InflightWait, CommitReserve            time.Duration
 	LogLevel                                          slog.Level
@@ -103,6 +122,7 @@ func LoadCharge(get Getenv) (Charge, error) {
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ChargesTable:      e.required(EnvChargesTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
+		Provider:          e.provider(),
 		ProviderURL:       e.required(EnvProviderURL),
 		ProviderSecret:    e.optional(EnvProviderSecret, ""),
 		TenantClaim:       e.optional(EnvTenantClaim, "tenant_id"),
@@ -117,10 +137,12 @@ func LoadCharge(get Getenv) (Charge, error) {
 // Reconcile is the reconcile function's configuration.
 type Reconcile struct {
 	IdempotencyTable, ChargesTable string
+	Provider                       string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret    string
 	Retention                      time.Duration
-	// SettleWindow is the provider's (see provider.Guarantees); zero
-	// means provider.DefaultSettleWindow.
+	// SettleWindow is the sim provider's (see provider.Guarantees); zero
+	// means provider.DefaultSettleWindow. The Stripe adapter declares
+	// its own.
 	SettleWindow        time.Duration
 	RetryBase, RetryCap time.Duration
 	LogLevel            slog.Level
@@ -132,6 +154,7 @@ func LoadReconcile(get Getenv) (Reconcile, error) {
 	c := Reconcile{
 		IdempotencyTable: e.required(EnvIdempotencyTable),
 		ChargesTable:     e.required(EnvChargesTable),
+		Provider:         e.provider(),
 		ProviderURL:      e.required(EnvProviderURL),
 		ProviderSecret:   e.optional(EnvProviderSecret, ""),
 		Retention:        e.duration(EnvIdempotencyTTL, 24*time.Hour),
@@ -171,7 +194,8 @@ type Deps struct {
 	Clients awsenv.Clients
 	Clock   func() time.Time
 	Logger  *slog.Logger
-	// ProviderOptions adjust the provider client (e.g. its HTTP client).
+	// ProviderOptions adjust the sim provider's client (e.g. its HTTP
+	// client).
 	ProviderOptions []provider.Option
 }
 
@@ -182,14 +206,23 @@ func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) 
 	})
 }
 
-func (d Deps) service(cfg charge.Config, table string, retention time.Duration, providerURL, secret string, providerOpts ...provider.Option) (*charge.Service, error) {
+func (d Deps) service(cfg charge.Config, table string, retention time.Duration, kind, providerURL, secret string, providerOpts ...provider.Option) (*charge.Service, error) {
 	store, err := d.store(table, retention)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Store = store
 	cfg.Charges = d.Clients.DynamoDB
-	cfg.Provider = provider.NewClient(providerURL, secret, append(providerOpts, d.ProviderOptions...)...)
+	switch kind {
+	case ProviderStripe:
+		a, err := stripe.New(secret, func(o *stripe.Options) { o.BaseURL, o.Logger = providerURL, d.Logger })
+		if err != nil {
+			return nil, fmt.Errorf("setup: %w", err)
+		}
+		cfg.Provider = a
+	default:
+		cfg.Provider = provider.NewClient(providerURL, secret, append(providerOpts, d.ProviderOptions...)...)
+	}
 	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger
 	return charge.NewService(cfg)
@@ -203,7 +236,7 @@ func ChargeHandler(c Charge, d Deps) (*charge.Handler, error) {
 	}
 	svc, err := d.service(charge.Config{
 		ChargesTable: c.ChargesTable, Reconciler: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
-	}, c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret)
+	}, c.IdempotencyTable, c.Retention, c.Provider, c.ProviderURL, c.ProviderSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -213,6 +246,6 @@ func ChargeHandler(c Charge, d Deps) (*charge.Handler, error) {
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c Reconcile, d Deps) (*charge.Service, error) {
 	return d.service(charge.Config{ChargesTable: c.ChargesTable, RetryBase: c.RetryBase, RetryCap: c.RetryCap},
-		c.IdempotencyTable, c.Retention, c.ProviderURL, c.ProviderSecret,
+		c.IdempotencyTable, c.Retention, c.Provider, c.ProviderURL, c.ProviderSecret,
 		provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}))
 }
