@@ -48,7 +48,6 @@ var (
 	errBadCurrency      = errors.New("currency must be a three-letter ISO code")
 	errUnreadable       = errors.New("unreadable answer from Stripe")
 	errNotSettled       = errors.New("the PaymentIntent has no final outcome yet")
-	errUnexpected       = errors.New("unexpected PaymentIntent status")
 )
 
 var (
