@@ -15,6 +15,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -25,6 +26,7 @@ const (
 	EnvIdempotencyTable  = "IDEMPOTENCY_TABLE"
 	EnvChargesTable      = "CHARGES_TABLE"
 	EnvReconcileQueueURL = "RECONCILE_QUEUE_URL"
+	EnvProvider          = "PROVIDER"
 	EnvProviderURL       = "PROVIDER_URL"
 	EnvProviderSecret    = "PROVIDER_SECRET"
 	EnvTenantClaim       = "TENANT_CLAIM"
@@ -35,6 +37,14 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+)
+
+// The providers PROVIDER names: our provider API (providersim locally),
+// the default, or Stripe, with PROVIDER_SECRET its secret API key and
+// PROVIDER_URL its API (https://api.stripe.com).
+const (
+	ProviderSim    = "sim"
+	ProviderStripe = "stripe"
 )
 
 // Getenv looks up one variable; os.Getenv is one.
@@ -74,6 +84,14 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+func (e *env) provider() string {
+	v := e.optional(EnvProvider, ProviderSim)
+	if v != ProviderSim && v != ProviderStripe {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is neither %s nor %s", EnvProvider, v, ProviderSim, ProviderStripe))
+	}
+	return v
+}
+
 func (e *env) level() slog.Level {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(e.optional(EnvLogLevel, "INFO"))); err != nil {
@@ -92,6 +110,7 @@ func (e *env) err() error {
 // ChargeConfig is the charge function's configuration.
 type ChargeConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
+	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret, TenantClaim          string
 	Retention, InflightWait, CommitReserve            time.Duration
 	LogLevel                                          slog.Level
@@ -104,6 +123,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ChargesTable:      e.required(EnvChargesTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
+		Provider:          e.provider(),
 		ProviderURL:       e.required(EnvProviderURL),
 		ProviderSecret:    e.optional(EnvProviderSecret, ""),
 		TenantClaim:       e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
@@ -118,10 +138,12 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 // ReconcileConfig is the reconcile function's configuration.
 type ReconcileConfig struct {
 	IdempotencyTable, ChargesTable string
+	Provider                       string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret    string
 	Retention                      time.Duration
-	// SettleWindow is the provider's (see provider.Guarantees); zero
-	// means provider.DefaultSettleWindow.
+	// SettleWindow is the sim provider's (see provider.Guarantees); zero
+	// means provider.DefaultSettleWindow. The Stripe adapter declares
+	// its own.
 	SettleWindow        time.Duration
 	RetryBase, RetryCap time.Duration
 	LogLevel            slog.Level
@@ -133,6 +155,7 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 	c := ReconcileConfig{
 		IdempotencyTable: e.required(EnvIdempotencyTable),
 		ChargesTable:     e.required(EnvChargesTable),
+		Provider:         e.provider(),
 		ProviderURL:      e.required(EnvProviderURL),
 		ProviderSecret:   e.optional(EnvProviderSecret, ""),
 		Retention:        e.duration(EnvIdempotencyTTL, 24*time.Hour),
@@ -189,8 +212,9 @@ type service struct {
 	charge.Config
 	IdempotencyTable, ChargesTable string
 	Retention                      time.Duration
-	ProviderURL, ProviderSecret    string
-	ProviderOptions                []func(*provider.Options)
+	// ProviderKind picks the adapter: ProviderSim or ProviderStripe.
+	ProviderKind, ProviderURL, ProviderSecret string
+	ProviderOptions                           []func(*provider.Options)
 }
 
 // service builds a charge service; its stored answers are the HTTP API's.
@@ -205,7 +229,16 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	}
 	cfg := sc.Config
 	cfg.Store, cfg.Rows = store, rows
-	cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, append(sc.ProviderOptions, d.ProviderOptions...)...)
+	switch sc.ProviderKind {
+	case ProviderStripe:
+		a, err := stripe.New(sc.ProviderSecret, func(o *stripe.Options) { o.BaseURL, o.Logger = sc.ProviderURL, d.Logger })
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		cfg.Provider = a
+	default:
+		cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, append(sc.ProviderOptions, d.ProviderOptions...)...)
+	}
 	cfg.Answers = httpapi.Answers{}
 	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger
@@ -222,7 +255,8 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 		Config: charge.Config{
 			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
 		},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
+		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
 	})
 	if err != nil {
 		return nil, err
@@ -236,7 +270,8 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
+		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
 		ProviderOptions: []func(*provider.Options){
 			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
 		},

@@ -52,3 +52,25 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadProvider(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
+		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "http://p",
+	}
+	for value, want := range map[string]string{"": app.ProviderSim, "sim": app.ProviderSim, "stripe": app.ProviderStripe, "paypal": ""} {
+		env := map[string]string{app.EnvProvider: value}
+		for k, v := range base {
+			env[k] = v
+		}
+		c, err := app.LoadCharge(envOf(env))
+		r, rerr := app.LoadReconcile(envOf(env))
+		switch {
+		case want == "" && (err == nil || rerr == nil || !strings.Contains(err.Error(), app.EnvProvider)):
+			t.Errorf("%s=%q accepted: %v, %v", app.EnvProvider, value, err, rerr)
+		case want != "" && (err != nil || rerr != nil || c.Provider != want || r.Provider != want):
+			t.Errorf("%s=%q: %q %v, %q %v; want %q", app.EnvProvider, value, c.Provider, err, r.Provider, rerr, want)
+		}
+	}
+}

@@ -1,27 +1,63 @@
-// Package provider provides the wire types and an HTTP client for the card
-// provider that moves the money.
+// Package provider provides the contract every card provider adapter keeps,
+// the wire types, and an HTTP client for our own provider API (the one
+// providersim simulates).
 //
-// Every charge carries a caller-chosen Reference that the provider uses to
-// deduplicate: a reference is charged at most once, however many times it is
-// sent. The client never retries on its own (it also refuses redirects, which
-// would re-send a charge); instead it classifies each failure so the caller
-// can decide what to do:
+// # The contract
 //
-//   - ErrUnavailable: the provider did not process the request. It said so
-//     (HTTP 503 with the Provider-Not-Processed header, or 429), or no
-//     connection could be made. Nothing happened; it is safe to retry.
+// The charge path (internal/charge) calls an adapter with three methods:
+// Charge, Lookup and Guarantees. An adapter for any provider, ours or a
+// real one such as Stripe (package stripe), must keep these promises; the
+// suite in package providertest checks them against every adapter.
+//
+// Deduplication. Every charge carries a caller-chosen Reference. Within the
+// adapter's DedupWindow a reference is charged at most once, however many
+// times and however concurrently it is sent: a later send answers the first
+// send's result (the same ChargeID, the same decline) or an error, never a
+// second charge. A zero DedupWindow means for ever. Past the window a
+// reference sent again may be charged again: the caller must not re-send a
+// reference that old.
+//
+// Lookup. Lookup(reference) has no side effects. It answers StatusCharged
+// or StatusDeclined with the same ChargeID and DeclineCode that Charge
+// answered, or StatusNotFound. A "not found" is trustworthy only once the
+// adapter's SettleWindow has passed since the last send of the reference
+// had to be on its way: before that, a request still travelling inside the
+// provider (an edge that timed out while its backend goes on, an index that
+// lags) may yet show up. The caller waits out the window before it acts on
+// "not found" (internal/charge postpones the key until then).
+//
+// Errors. A declined card is a result, not an error: Charge answers
+// StatusDeclined with a DeclineCode and a nil error. Every error from
+// Charge wraps exactly one of:
+//
+//   - ErrUnavailable: nothing happened. The provider guaranteed it did not
+//     process the request (for our API a 503 with the Provider-Not-Processed
+//     header, or a 429), or no connection could be made, or the context was
+//     done before sending. Safe to retry at once.
+//   - ErrRejected: nothing happened, and sending the same request again will
+//     not help: the provider refused it as invalid (a 4xx), or the adapter
+//     refused it before sending.
 //   - ErrAmbiguous: the request may have been processed (a timeout after
-//     sending, a connection dropped while waiting for the answer, any other
-//     5xx, an unreadable answer). The outcome is unknown and must be
-//     reconciled with Lookup before the reference is released.
-//   - ErrRejected: the request was refused as invalid, by the provider (a
-//     4xx) or before sending. Nothing was charged, and sending the same
-//     request again will not help.
+//     sending, a connection dropped while waiting for the answer, a 5xx, an
+//     unreadable answer, another request for the reference in progress).
+//     The outcome is unknown: reconcile with Lookup before the reference is
+//     released.
 //
-// A declined card is a result, not an error: Charge returns StatusDeclined
-// with a nil error. Every Lookup failure wraps ErrUnavailable, since a lookup
-// has no side effects.
+// Every Lookup error wraps ErrUnavailable: a lookup has no side effects, so
+// "ask again later" is always the right answer.
 //
-// The card source is a secret: the client never puts it in an error, and
-// ChargeRequest redacts it when printed or logged.
+// Secrets. The card source is a secret: no adapter puts it in an error or
+// a log record, and ChargeRequest redacts it when printed or logged.
+// Providers quote what they were sent in their error messages, so an
+// adapter keeps only their codes.
+//
+// Guarantees. Each adapter declares its DedupWindow and SettleWindow with
+// Guarantees(); the charge path reads them instead of assuming.
+//
+// # The HTTP client
+//
+// Client talks to our provider API. The provider deduplicates for ever
+// (DedupWindow zero) and its lookup is authoritative once a travelling
+// request has landed (DefaultSettleWindow). The client never retries on its
+// own, and it refuses redirects, which would re-send a charge.
 package provider

@@ -84,6 +84,18 @@ func (r ChargeRequest) LogValue() slog.Value {
 	)
 }
 
+// LookupRequest asks what became of a charge, carrying what an adapter
+// that looks up by replaying the original request needs (the stripe
+// adapter replays it while Stripe still holds the idempotency key): the
+// original request, Source included, and when its reference was first
+// sent. Printing or logging it redacts the source, as for ChargeRequest.
+type LookupRequest struct {
+	ChargeRequest
+	// FirstSent is at or before the reference's first send; an adapter
+	// measures its DedupWindow from it.
+	FirstSent time.Time
+}
+
 // Result is the provider's answer for one reference.
 type Result struct {
 	Status      Status `json:"status"`

@@ -1,0 +1,59 @@
+package provider_test
+
+import (
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/provider/providertest"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+// TestContract runs the provider contract suite against the Client on the
+// simulator.
+func TestContract(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) providertest.Subject {
+		logs := &testkit.LogBuffer{}
+		sim := providersim.New(providersim.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
+		srv := httptest.NewServer(sim)
+		t.Cleanup(srv.Close)
+		return providertest.Subject{
+			Provider:    provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client())),
+			Unreachable: provider.NewClient("http://"+closedAddr(t), ""),
+			Sources: providertest.Sources{
+				Charge:      providersim.SourceVisa,
+				Decline:     providersim.SourceDecline,
+				Unavailable: providersim.SourceUnavailable,
+				LostAnswer:  providersim.SourceTimeoutOnce,
+				Late:        providersim.SourceLateOnce,
+				Unknown:     "tok_unknown_5f0c9d2e",
+			},
+			Charged: func(reference string) int {
+				if e := sim.Ledger().References[reference]; e.Status == provider.StatusCharged {
+					return e.Charges
+				}
+				return 0
+			},
+			// The simulator's lookup is authoritative once late charges land.
+			Settle: func() { sim.Land() },
+			Logs:   logs.String,
+		}
+	})
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}

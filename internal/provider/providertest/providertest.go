@@ -1,0 +1,385 @@
+// Package providertest provides the contract suite every card provider
+// adapter must pass: Run checks, against a fresh backend per check, the
+// promises package provider's documentation lists.
+package providertest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+)
+
+// Provider is the adapter under test: what the charge path calls.
+type Provider interface {
+	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
+	Lookup(ctx context.Context, reference string) (provider.Result, error)
+	Guarantees() provider.Guarantees
+}
+
+// Sources are card sources the backend under test recognises.
+type Sources struct {
+	// Charge is charged.
+	Charge string
+	// Decline is declined with a decline code.
+	Decline string
+	// Unavailable is refused every time, with the backend's guarantee
+	// that it processed nothing.
+	Unavailable string
+	// LostAnswer is charged, and the answer never arrives.
+	LostAnswer string
+	// Late is accepted and the answer never arrives; the charge lands
+	// only when Subject.Settle runs (an edge that timed out while its
+	// backend goes on).
+	Late string
+	// Unknown is a source the backend has never heard of, whatever it
+	// does with it.
+	Unknown string
+}
+
+// Subject is one adapter on its own backend.
+type Subject struct {
+	Provider Provider
+	// Unreachable is the same adapter pointed at an address where
+	// nothing listens.
+	Unreachable Provider
+	Sources     Sources
+	// Charged counts the charges that took money for reference at the
+	// backend.
+	Charged func(reference string) int
+	// Settle lands whatever the backend still has in flight and lets the
+	// adapter's settle window pass (on the backend's clock).
+	Settle func()
+	// Logs returns what the adapter and the backend have logged.
+	Logs func() string
+}
+
+// Run runs the contract suite; newSubject builds a fresh Subject for each
+// check, which runs in parallel with the others.
+func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
+	checks := []struct {
+		name  string
+		check func(t *testing.T, s Subject)
+	}{
+		{"Guarantees", checkGuarantees},
+		{"ChargedAtMostOnce", checkChargedAtMostOnce},
+		{"ConcurrentSendsChargeOnce", checkConcurrentSends},
+		{"LookupFindsTheCharge", checkLookupFindsCharge},
+		{"LookupOfUnknownIsNotFound", checkLookupUnknown},
+		{"DeclineIsAResult", checkDecline},
+		{"RefusedRequestsAreRejected", checkRejected},
+		{"UnavailableProcessedNothing", checkUnavailable},
+		{"UnreachableIsUnavailable", checkUnreachable},
+		{"DoneContextIsUnavailable", checkDoneContext},
+		{"LostAnswerIsAmbiguous", checkLostAnswer},
+		{"LateChargeLandsWithinTheSettleWindow", checkLate},
+		{"SourceNeverLeaks", checkSourceNeverLeaks},
+	}
+	for _, c := range checks {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := newSubject(t)
+			c.check(t, s)
+			if logs := s.Logs(); leaks(logs, s.Sources) {
+				t.Errorf("a card source appears in the logs:\n%s", logs)
+			}
+		})
+	}
+}
+
+// newRequest returns a charge of 1500 EUR minor units with a fresh
+// reference.
+func newRequest(source string) provider.ChargeRequest {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return provider.ChargeRequest{Reference: "ref_" + hex.EncodeToString(b[:]), Amount: 1500, Currency: "EUR", Source: source}
+}
+
+// lookupSettled looks reference up, and again after the settle window if
+// the first answer is not trustworthy yet. Before the window only
+// not_found or ErrUnavailable may stand for a charge that exists.
+func lookupSettled(t *testing.T, s Subject, reference string) provider.Result {
+	t.Helper()
+	res, err := s.Provider.Lookup(context.Background(), reference)
+	switch {
+	case err != nil:
+		assertKind(t, "lookup", err, provider.ErrUnavailable)
+	case res.Status != provider.StatusNotFound:
+		return res
+	}
+	s.Settle()
+	res, err = s.Provider.Lookup(context.Background(), reference)
+	if err != nil {
+		t.Fatalf("lookup %s after the settle window: %v", reference, err)
+	}
+	return res
+}
+
+// assertKind fails unless err wraps want and no other sentinel.
+func assertKind(t *testing.T, what string, err error, want error) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("%s: no error, want %v", what, want)
+	}
+	var got []error
+	for _, kind := range []error{provider.ErrUnavailable, provider.ErrAmbiguous, provider.ErrRejected} {
+		if errors.Is(err, kind) {
+			got = append(got, kind)
+		}
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("%s: error %q wraps %v, want exactly %v", what, err, got, want)
+	}
+}
+
+func assertCharged(t *testing.T, s Subject, reference string, want int) {
+	t.Helper()
+	if got := s.Charged(reference); got != want {
+		t.Fatalf("the backend charged %s %d times, want %d", reference, got, want)
+	}
+}
+
+func checkGuarantees(t *testing.T, s Subject) {
+	g := s.Provider.Guarantees()
+	if g.SettleWindow <= 0 {
+		t.Errorf("SettleWindow %v: an adapter must state how long a not_found takes to be trustworthy", g.SettleWindow)
+	}
+	if g.DedupWindow < 0 {
+		t.Errorf("DedupWindow %v is negative", g.DedupWindow)
+	}
+	if g.DedupWindow > 0 && g.DedupWindow < g.SettleWindow {
+		t.Errorf("DedupWindow %v is shorter than SettleWindow %v: a reference released after a trusted not_found could charge twice", g.DedupWindow, g.SettleWindow)
+	}
+}
+
+func checkChargedAtMostOnce(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.Charge)
+	var first provider.Result
+	for i := range 3 {
+		res, err := s.Provider.Charge(context.Background(), req)
+		if err != nil {
+			t.Fatalf("send %d: %v", i+1, err)
+		}
+		if res.Status != provider.StatusCharged || res.ChargeID == "" || res.Reference != req.Reference {
+			t.Fatalf("send %d: %+v, want charged with an id for %s", i+1, res, req.Reference)
+		}
+		if i == 0 {
+			first = res
+		} else if res != first {
+			t.Fatalf("send %d answered %+v, the first %+v", i+1, res, first)
+		}
+	}
+	assertCharged(t, s, req.Reference, 1)
+}
+
+func checkConcurrentSends(t *testing.T, s Subject) {
+	const n = 8
+	req := newRequest(s.Sources.Charge)
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]provider.Result, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.Provider.Charge(context.Background(), req)
+		})
+	}
+	close(start)
+	wg.Wait()
+	ids := map[string]bool{}
+	for i := range n {
+		if errs[i] != nil {
+			// Another send in progress: unknown for this one, or not processed.
+			if !errors.Is(errs[i], provider.ErrAmbiguous) && !errors.Is(errs[i], provider.ErrUnavailable) {
+				t.Errorf("send %d: %v, want charged, ErrAmbiguous or ErrUnavailable", i, errs[i])
+			}
+			continue
+		}
+		if results[i].Status != provider.StatusCharged {
+			t.Errorf("send %d: %+v", i, results[i])
+		}
+		ids[results[i].ChargeID] = true
+	}
+	if len(ids) > 1 {
+		t.Errorf("concurrent sends answered %d charge ids: %v", len(ids), ids)
+	}
+	if got := lookupSettled(t, s, req.Reference); got.Status != provider.StatusCharged || (len(ids) == 1 && !ids[got.ChargeID]) {
+		t.Errorf("lookup after concurrent sends: %+v, sends answered %v", got, ids)
+	}
+	assertCharged(t, s, req.Reference, 1)
+}
+
+func checkLookupFindsCharge(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.Charge)
+	charged, err := s.Provider.Charge(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := lookupSettled(t, s, req.Reference); got != charged {
+		t.Fatalf("lookup answered %+v, the charge %+v", got, charged)
+	}
+}
+
+func checkLookupUnknown(t *testing.T, s Subject) {
+	ref := newRequest("").Reference
+	res, err := s.Provider.Lookup(context.Background(), ref)
+	if err != nil {
+		t.Fatalf("lookup of an unknown reference: %v", err)
+	}
+	if res.Status != provider.StatusNotFound {
+		t.Fatalf("lookup of an unknown reference: %+v", res)
+	}
+	if got := lookupSettled(t, s, ref); got.Status != provider.StatusNotFound {
+		t.Fatalf("lookup of an unknown reference after the settle window: %+v", got)
+	}
+	assertCharged(t, s, ref, 0)
+}
+
+func checkDecline(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.Decline)
+	first, err := s.Provider.Charge(context.Background(), req)
+	if err != nil {
+		t.Fatalf("a decline must be a result: %v", err)
+	}
+	if first.Status != provider.StatusDeclined || first.DeclineCode == "" {
+		t.Fatalf("decline: %+v, want declined with a code", first)
+	}
+	again, err := s.Provider.Charge(context.Background(), req)
+	if err != nil || again != first {
+		t.Fatalf("the decline sent again: %+v, %v; first %+v", again, err, first)
+	}
+	if got := lookupSettled(t, s, req.Reference); got.Status != provider.StatusDeclined || got.DeclineCode != first.DeclineCode {
+		t.Fatalf("lookup of the decline: %+v, the charge answered %+v", got, first)
+	}
+	assertCharged(t, s, req.Reference, 0)
+}
+
+func checkRejected(t *testing.T, s Subject) {
+	for name, mutate := range map[string]func(*provider.ChargeRequest){
+		"empty reference": func(r *provider.ChargeRequest) { r.Reference = "" },
+		"zero amount":     func(r *provider.ChargeRequest) { r.Amount = 0 },
+		"no source":       func(r *provider.ChargeRequest) { r.Source = "" },
+	} {
+		req := newRequest(s.Sources.Charge)
+		mutate(&req)
+		_, err := s.Provider.Charge(context.Background(), req)
+		assertKind(t, name, err, provider.ErrRejected)
+		if req.Reference != "" {
+			assertCharged(t, s, req.Reference, 0)
+		}
+	}
+}
+
+func checkUnavailable(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.Unavailable)
+	for i := range 2 {
+		_, err := s.Provider.Charge(context.Background(), req)
+		assertKind(t, fmt.Sprintf("send %d", i+1), err, provider.ErrUnavailable)
+	}
+	if got := lookupSettled(t, s, req.Reference); got.Status != provider.StatusNotFound {
+		t.Fatalf("lookup after ErrUnavailable: %+v", got)
+	}
+	assertCharged(t, s, req.Reference, 0)
+}
+
+func checkUnreachable(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.Charge)
+	_, err := s.Unreachable.Charge(context.Background(), req)
+	assertKind(t, "charge", err, provider.ErrUnavailable)
+	_, err = s.Unreachable.Lookup(context.Background(), req.Reference)
+	assertKind(t, "lookup", err, provider.ErrUnavailable)
+}
+
+func checkDoneContext(t *testing.T, s Subject) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := newRequest(s.Sources.Charge)
+	_, err := s.Provider.Charge(ctx, req)
+	assertKind(t, "charge", err, provider.ErrUnavailable)
+	_, err = s.Provider.Lookup(ctx, req.Reference)
+	assertKind(t, "lookup", err, provider.ErrUnavailable)
+	assertCharged(t, s, req.Reference, 0)
+}
+
+func checkLostAnswer(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.LostAnswer)
+	_, err := s.Provider.Charge(context.Background(), req)
+	assertKind(t, "charge", err, provider.ErrAmbiguous)
+	found := lookupSettled(t, s, req.Reference)
+	if found.Status != provider.StatusCharged {
+		t.Fatalf("lookup after a lost answer: %+v", found)
+	}
+	// The reference deduplicates whatever the delivery of this send.
+	if res, err := s.Provider.Charge(context.Background(), req); err == nil && res.ChargeID != found.ChargeID {
+		t.Fatalf("the reference sent again answered %+v, the lookup %+v", res, found)
+	}
+	assertCharged(t, s, req.Reference, 1)
+}
+
+func checkLate(t *testing.T, s Subject) {
+	req := newRequest(s.Sources.Late)
+	_, err := s.Provider.Charge(context.Background(), req)
+	assertKind(t, "charge", err, provider.ErrAmbiguous)
+	// In flight: a resend must not charge a second time, and a lookup
+	// may not know yet, which is what the settle window is for.
+	if res, err := s.Provider.Charge(context.Background(), req); err == nil {
+		t.Fatalf("a resend while the first is in flight answered %+v", res)
+	} else {
+		assertKind(t, "resend in flight", err, provider.ErrAmbiguous)
+	}
+	if res, err := s.Provider.Lookup(context.Background(), req.Reference); err == nil && res.Status != provider.StatusNotFound {
+		t.Fatalf("lookup while in flight: %+v", res)
+	}
+	s.Settle()
+	res, err := s.Provider.Lookup(context.Background(), req.Reference)
+	if err != nil || res.Status != provider.StatusCharged {
+		t.Fatalf("lookup after the settle window: %+v, %v", res, err)
+	}
+	again, err := s.Provider.Charge(context.Background(), req)
+	if err != nil || again.ChargeID != res.ChargeID {
+		t.Fatalf("the reference sent again after landing: %+v, %v; lookup %+v", again, err, res)
+	}
+	assertCharged(t, s, req.Reference, 1)
+}
+
+func checkSourceNeverLeaks(t *testing.T, s Subject) {
+	var errs []error
+	collect := func(_ provider.Result, err error) {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, src := range []string{s.Sources.Unknown, s.Sources.Unavailable, s.Sources.LostAnswer, s.Sources.Decline} {
+		req := newRequest(src)
+		collect(s.Provider.Charge(context.Background(), req))
+		collect(s.Unreachable.Charge(context.Background(), req))
+		req.Amount = -1
+		collect(s.Provider.Charge(context.Background(), req))
+	}
+	for _, err := range errs {
+		for _, text := range []string{err.Error(), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)} {
+			if leaks(text, s.Sources) {
+				t.Errorf("a card source appears in the error %q", text)
+			}
+		}
+	}
+}
+
+// leaks reports whether text quotes any of the sources.
+func leaks(text string, src Sources) bool {
+	for _, s := range []string{src.Charge, src.Decline, src.Unavailable, src.LostAnswer, src.Late, src.Unknown} {
+		if s != "" && strings.Contains(text, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,114 @@
+package stripe_test
+
+import (
+	"log/slog"
+	"net"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/provider/providertest"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+const testKey = "sk_test_chargeonce"
+
+// clock is a manual clock for the simulator and the adapter.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newClock() *clock { return &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// backend is the adapter on its own stripesim.
+type backend struct {
+	sim     *stripesim.Simulator
+	adapter *stripe.Adapter
+	clock   *clock
+	url     string
+	logs    *testkit.LogBuffer
+}
+
+// newBackend starts a stripesim whose search lags by stripe.SearchLag and
+// an adapter that talks to it; both log to one buffer.
+func newBackend(t *testing.T, optFns ...func(*stripesim.Options)) *backend {
+	t.Helper()
+	b := &backend{clock: newClock(), logs: &testkit.LogBuffer{}}
+	logger := slog.New(slog.NewJSONHandler(b.logs, nil))
+	b.sim = stripesim.New(append([]func(*stripesim.Options){func(o *stripesim.Options) {
+		o.SecretKey, o.Clock, o.SearchLag, o.Logger = testKey, b.clock.Now, stripe.SearchLag, logger
+	}}, optFns...)...)
+	srv := httptest.NewServer(b.sim)
+	t.Cleanup(srv.Close)
+	b.url = srv.URL
+	b.adapter = newAdapter(t, srv.URL, func(o *stripe.Options) {
+		// Lost answers cost a timeout each.
+		o.Logger, o.Clock, o.Timeout = logger, b.clock.Now, time.Second
+	})
+	return b
+}
+
+func newAdapter(t *testing.T, url string, optFns ...func(*stripe.Options)) *stripe.Adapter {
+	t.Helper()
+	a, err := stripe.New(testKey, append([]func(*stripe.Options){func(o *stripe.Options) { o.BaseURL = url }}, optFns...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestContract runs the provider contract suite against the adapter on
+// stripesim.
+func TestContract(t *testing.T) {
+	providertest.Run(t, func(t *testing.T) providertest.Subject {
+		b := newBackend(t)
+		return providertest.Subject{
+			Provider:    b.adapter,
+			Unreachable: newAdapter(t, "http://"+closedAddr(t)),
+			Sources: providertest.Sources{
+				Charge:      stripesim.PMVisa,
+				Decline:     stripesim.PMDeclined,
+				Unavailable: stripesim.PMRateLimited,
+				LostAnswer:  stripesim.PMTimeout,
+				Late:        stripesim.PMLate,
+				Unknown:     "pm_unknown_5f0c9d2e",
+			},
+			Charged: b.sim.Charged,
+			Settle: func() {
+				b.sim.Land()
+				b.clock.Advance(stripe.SettleWindow)
+			},
+			Logs: b.logs.String,
+		}
+	})
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}

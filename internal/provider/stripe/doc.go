@@ -1,0 +1,97 @@
+// Package stripe provides a card provider adapter for Stripe, on
+// stripe-go, keeping the contract of package provider.
+//
+// # Charge
+//
+// A charge is one PaymentIntent, created and confirmed in one call
+// (POST /v1/payment_intents with confirm=true): amount in minor units,
+// currency in lower case, payment_method the request's Source, which must
+// be a PaymentMethod id ("pm_…"; the adapter refuses anything else, and
+// never sees card numbers), payment_method_types=card, and our Reference
+// both as the Idempotency-Key and as metadata[chargeonce_reference].
+//
+// The Result's ChargeID is the PaymentIntent's id ("pi_…"), for charges and
+// for declines alike: it exists for every outcome, the idempotency key
+// created exactly it, search finds it, and refunds take it. (The charge
+// behind it, latest_charge, changes if a PaymentIntent is confirmed again,
+// which this adapter never does.)
+//
+// Outcomes:
+//
+//   - succeeded: StatusCharged.
+//   - a card error (HTTP 402: card_declined, expired_card, incorrect_cvc,
+//     …): StatusDeclined with Stripe's decline_code, or its error code
+//     when it gives none.
+//   - 3-D Secure and other customer actions are out of scope: the adapter
+//     sends error_on_requires_action=true, so Stripe fails such a payment
+//     with the card error authentication_required, a decline. A
+//     PaymentIntent found in requires_action reads the same way.
+//   - processing (an asynchronous payment): ErrAmbiguous; the lookup
+//     resolves it once Stripe has.
+//
+// Errors, per the contract:
+//
+//   - 429 (rate limits, lock timeouts), a connection that was never made,
+//     or a context done before sending: ErrUnavailable. Stripe executes
+//     nothing and saves no idempotent result for these.
+//   - 409 idempotency_key_in_use: ErrAmbiguous. This request did nothing,
+//     but another one with the same reference is executing.
+//   - 400 idempotency_error (the reference was first used with other
+//     parameters): ErrRejected wrapping ErrKeyReused. This request charged
+//     nothing; the first one may have. It cannot happen while the charge
+//     path sends one intent's parameters under one reference.
+//   - any other 4xx (invalid parameters, an unknown PaymentMethod, a bad
+//     API key): ErrRejected.
+//   - 5xx, a connection dropped after sending, a timeout, an unreadable
+//     answer: ErrAmbiguous. Stripe saves even a 500 as the key's answer
+//     once the endpoint began executing, so nothing is known.
+//
+// The adapter never retries (stripe-go's own retries are off): the caller
+// decides, and the reference keeps every retry idempotent. Go's HTTP
+// transport may still re-send a request whose reused connection closed
+// before any answer (it treats a request with an Idempotency-Key as
+// replayable); to Stripe that is a replay, never a second charge.
+//
+// Errors carry Stripe's type, code, decline code, parameter name and
+// request id (an *Error), never its message: Stripe quotes the request in
+// messages ("No such PaymentMethod: 'pm_…'"). For the same reason
+// stripe-go's own logging is off; the adapter logs one record per call
+// through its Logger, without the source.
+//
+// # Lookup
+//
+// Lookup(reference) searches PaymentIntents by metadata and reads each hit
+// by id, which is strongly consistent. Stripe's search is eventually
+// consistent: "under normal operating conditions, data is searchable in
+// less than a minute; occasionally propagation can be up to an hour behind
+// during outages". A search miss is therefore answered as not_found but is
+// trustworthy only after the settle window below, which the charge path
+// waits out. If several PaymentIntents carry the reference (a reference
+// re-sent after its key expired), a succeeded one wins.
+//
+// LookupRequest(provider.LookupRequest) is the surer lookup: while Stripe
+// still holds the key (FirstSent plus DedupWindow, less an hour's margin
+// for clock skew and transit) it replays the original request under the
+// same key. The replay is authoritative at once: Stripe answers the saved
+// result, or 409 while the first request still executes (ErrUnavailable:
+// ask again), or, if the first request never reached Stripe, executes it
+// now. That last case charges, exactly once, the intent the client asked
+// for, so a replay never answers not_found: it rolls the intent forward.
+// A replay needs the original parameters, Source included; outside the
+// window (or if Stripe reports the key reused) it falls back to search.
+//
+// # Guarantees
+//
+//   - DedupWindow 24h: Stripe keeps an idempotency key at least 24 hours
+//     after its first use; a reference re-sent later may charge again.
+//   - SettleWindow 65m: the search index may lag up to an hour during
+//     outages (SearchLag), plus provider.DefaultSettleWindow for a request
+//     Stripe accepted to finish executing after our side gave up.
+//
+// # Configuration
+//
+// New takes the secret API key (sk_… or a restricted rk_… key allowed to
+// write PaymentIntents; publishable keys are refused). In production it
+// comes from AWS Secrets Manager, never from the template in clear text;
+// the adapter keeps it inside stripe-go's client and never logs it.
+package stripe

@@ -1,0 +1,51 @@
+// Package stripesim provides a stateful, in-memory simulation of the part
+// of Stripe's API the stripe adapter uses, with Stripe's idempotency
+// semantics, to run in-process in tests (httptest.NewServer(sim)).
+//
+// stripe-mock checks that requests are well formed but keeps no state; this
+// simulator keeps what the contract depends on:
+//
+//   - Idempotency keys: a request with a known key and the same parameters
+//     replays the saved answer (status and body, with Idempotent-Replayed:
+//     true); with other parameters it answers 400 idempotency_error; while
+//     the first request is still executing it answers 409
+//     idempotency_key_in_use. Requests that fail validation or are rate
+//     limited save nothing. A key expires KeyWindow (24 hours unless
+//     Options say otherwise) after its first use, by the simulator's clock;
+//     after that the same request executes again.
+//   - Search lags: a PaymentIntent shows up in /v1/payment_intents/search
+//     only SearchLag after it was created, as Stripe's eventually
+//     consistent search does. Retrieving it by id sees it at once.
+//
+// # API
+//
+//	POST /v1/payment_intents             amount, currency, payment_method, confirm=true,
+//	                                     metadata[...], error_on_requires_action, payment_method_types[]
+//	GET  /v1/payment_intents/{id}
+//	GET  /v1/payment_intents/search      query=metadata['KEY']:'VALUE' (the only form supported)
+//
+// Every request must carry the configured secret key as a bearer token.
+//
+// # Test payment methods
+//
+// The payment_method picks the behaviour, like Stripe's test PaymentMethods:
+//
+//	pm_card_visa, pm_card_*                 succeeded
+//	pm_card_chargeDeclined                  402 card_error card_declined, decline_code generic_decline
+//	pm_card_chargeDeclinedInsufficientFunds 402 card_error card_declined, decline_code insufficient_funds
+//	pm_card_authenticationRequired          requires_action, or with error_on_requires_action
+//	                                        402 card_error authentication_required
+//	pm_sim_rate_limited                     429 rate_limit, nothing executed or saved
+//	pm_sim_api_error                        charges, then answers (and saves) 500 api_error
+//	pm_sim_timeout                          charges and saves the answer, then answers nothing
+//	                                        until the client gives up (replays answer normally)
+//	pm_sim_late                             answers nothing until the client gives up, while the
+//	                                        key stays in progress; the charge lands only when
+//	                                        Land is called (an edge that timed out while its
+//	                                        backend goes on)
+//	anything else                           400 resource_missing, "No such PaymentMethod: '…'"
+//	                                        (Stripe quotes it: adapters must not pass it on)
+//
+// A request left unanswered waits at most 30 seconds for its client to give
+// up; clients under test should time out sooner.
+package stripesim
