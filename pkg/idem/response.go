@@ -34,6 +34,9 @@ const MaxHeaders = policy.MaxHeaders
 // response that together with the intent would not fit in an item.
 func encodeResponse(r Response, compressAbove, intentLen int) (map[string]types.AttributeValue, error) {
 	body, gzipped := policy.StoredBody(r.Body, compressAbove)
+	if body == nil {
+		body = []byte{} // a nil B is no attribute value at all: DynamoDB refuses it
+	}
 	if why := policy.TooLarge(r.Headers, body, intentLen); why != "" {
 		return nil, fmt.Errorf("%w: %s", ErrTooLarge, why)
 	}

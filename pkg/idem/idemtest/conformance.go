@@ -68,6 +68,7 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 	}{
 		{"Commit then replay", nil, commitThenReplay},
 		{"Fail then replay", nil, failThenReplay},
+		{"Empty response", nil, emptyResponse},
 		{"Release keeps the fingerprint", nil, releaseKeepsFingerprint},
 		{"Heartbeat extends the lease", nil, heartbeatExtends},
 		{"Terminal records are final", nil, terminalIsFinal},
@@ -126,6 +127,28 @@ func failThenReplay(t *testing.T, c *suite) {
 		t.Fatal(err)
 	}
 	c.wantReplay(t, k, declined, idem.StatusFailedPermanent)
+}
+
+func emptyResponse(t *testing.T, c *suite) {
+	ctx := context.Background()
+	empty := idem.Response{}
+	k := UniqueKey(t, "acme")
+	if err := c.Store.Commit(ctx, c.begin(t, k, fpA), empty); err != nil {
+		t.Fatalf("commit of an empty response: %v", err)
+	}
+	c.wantReplay(t, k, empty, idem.StatusSucceeded)
+	if c.Row != nil {
+		k := UniqueKey(t, "acme")
+		if err := c.Store.Commit(ctx, c.begin(t, k, fpA), empty, c.Row("empty-"+k.ClientKey())); err != nil {
+			t.Fatalf("commit of an empty response with a business write: %v", err)
+		}
+		c.wantReplay(t, k, empty, idem.StatusSucceeded)
+	}
+	k = UniqueKey(t, "acme")
+	if err := c.Store.Fail(ctx, c.begin(t, k, fpA), empty); err != nil {
+		t.Fatalf("fail with an empty response: %v", err)
+	}
+	c.wantReplay(t, k, empty, idem.StatusFailedPermanent)
 }
 
 func releaseKeepsFingerprint(t *testing.T, c *suite) {
