@@ -53,5 +53,73 @@
 //
 // The store never loads AWS configuration: it takes any DynamoDBAPI (a
 // *dynamodb.Client) and options, among them the clock and the random
-// source of lease tokens.
+// source of lease tokens. Options.KeyAttribute and Options.KeyPrefix put
+// the records in an existing table; Store.TableInput follows them.
+//
+// # Three ways to use it
+//
+// One call for an operation: Do claims the key, runs the function at most
+// once per intent and settles the record as the function's Outcome says.
+// The business writes of a Succeeded outcome commit in the record's
+// transaction.
+//
+//	store, err := idem.New(dynamodb.NewFromConfig(cfg), "idempotency")
+//	...
+//	key, err := idem.NewKey(tenant, "create-charge", clientKey)
+//	fp, err := idem.FingerprintJSON(body)
+//	res, err := idem.Do(ctx, store, key, fp, body, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+//		ch, err := provider.Charge(ctx, reference(l.Key, l.CreatedAt), amount)
+//		switch {
+//		case errors.Is(err, provider.ErrRefused): // it did not act
+//			return idem.NotApplied(unavailable), nil
+//		case err != nil: // it may have acted: leave it to the reconciler
+//			return idem.Unknown(pending), err
+//		case ch.Declined:
+//			return idem.Failed(declined(ch)), nil
+//		}
+//		return idem.Succeeded(created(ch), putChargeRow(ch)), nil
+//	}, func(o *idem.DoOptions) { o.Wait = 2 * time.Second })
+//	var inflight *idem.InFlightError
+//	switch {
+//	case errors.As(err, &inflight): // 409, Retry-After from inflight.LeaseExpiresAt
+//	case errors.Is(err, idem.ErrFingerprintMismatch): // 422
+//	case err != nil && res.Lease != nil: // ran, not settled: queue res.Lease.Key for reconciliation
+//	case err != nil: // nothing ran: 503, retry
+//	default: // answer res.Response; res.Replayed says it is a replay
+//	}
+//
+// HTTP middleware (package lambdaidem): the key from the Idempotency-Key
+// header, the tenant from the authorizer, the fingerprint from the
+// canonical JSON body; replays carry Idempotent-Replayed: true, and the
+// contract's refusals are problem+json (409, 422, 400).
+//
+//	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+//		order, err := newOrder(l.Key, l.CreatedAt, req.Body)
+//		if err != nil {
+//			return idem.Failed(badRequest(err)), nil
+//		}
+//		return idem.Succeeded(created(order), putOrderRow(order)), nil
+//	}
+//	lambda.Start(lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.HTTPOptions) {
+//		o.Tenant = lambdaidem.TenantFromJWTClaim("tenant_id")
+//	}))
+//
+// SQS middleware (package lambdaidem), the inbox pattern: each message is
+// processed at most once per key, its writes commit with its record, and
+// the messages to redeliver come back in BatchItemFailures.
+//
+//	fulfil := func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error) {
+//		shipment, err := ship(ctx, msg.Body)
+//		if err != nil {
+//			return idem.NotApplied(idem.Response{}), err // redelivered, run again
+//		}
+//		return idem.Succeeded(idem.Response{}, putShipmentRow(shipment)), nil
+//	}
+//	lambda.Start(lambdaidem.SQS(store, "fulfil-order", fulfil, func(o *lambdaidem.SQSOptions) {
+//		o.Key = lambdaidem.KeyFromAttribute("order-id")
+//	}))
+//
+// Tests use the in-memory store of package memstore, which keeps the same
+// contract (package idemtest's RunConformance checks both), and an
+// optional ReplayCache answers warm replays from process memory.
 package idem

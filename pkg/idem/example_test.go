@@ -5,28 +5,79 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
-func ExampleStore() {
+// errProviderDown and errProviderTimeout stand for a payment provider's
+// answers: it refused before acting, or it may have acted.
+var (
+	errProviderDown    = errors.New("provider unavailable")
+	errProviderTimeout = errors.New("provider timed out")
+)
+
+// Do runs the charge once per intent. The function tells Do what became
+// of the effect: success with the charge row to commit with the record,
+// a decline to store, "did not happen" to release the key, or "unknown"
+// to leave the record IN_FLIGHT for a reconciler. In production the
+// backend is an *idem.Store on DynamoDB; here it is the in-memory store.
+func ExampleDo() {
 	ctx := context.Background()
-	clients, err := testkit.NewClients()
-	if err != nil {
-		fmt.Println(err)
-		return
+	store := memstore.New()
+	key, _ := idem.NewKey("acme", "create-charge", "order-42")
+	fp, _ := idem.FingerprintJSON([]byte(`{"amount": 1500, "currency": "EUR"}`))
+
+	// chargeCard stands for the provider's client.
+	chargeCard := func(ctx context.Context, reference string) (string, error) {
+		fmt.Println("charging card")
+		return "ch_1", nil
 	}
-	table, drop, err := testkit.NewTable(ctx, idem.TableInput("example"))
-	if err != nil {
-		fmt.Println(err)
-		return
+	charge := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		// The provider's reference derives from (Key, CreatedAt), so a retry
+		// after a release reaches the provider under the same reference.
+		id, err := chargeCard(ctx, fmt.Sprint(l.Key, "@", l.CreatedAt.UnixMilli()))
+		switch {
+		case errors.Is(err, errProviderDown):
+			return idem.NotApplied(idem.Response{Status: 503}), nil
+		case errors.Is(err, errProviderTimeout):
+			return idem.Unknown(idem.Response{Status: 503}), nil
+		case err != nil:
+			return idem.Outcome{}, err // unknown too, and err is returned
+		}
+		row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String("charges") /* the charge row */}}
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"` + id + `"}`)}, row), nil
 	}
-	defer drop()
-	store, err := idem.New(clients.DynamoDB, table)
-	if err != nil {
-		fmt.Println(err)
-		return
+
+	for attempt := 1; attempt <= 2; attempt++ {
+		res, err := idem.Do(ctx, store, key, fp, []byte(`{"amount":1500}`), charge)
+		var inflight *idem.InFlightError
+		switch {
+		case errors.As(err, &inflight):
+			fmt.Println("409: in progress until", inflight.LeaseExpiresAt)
+		case errors.Is(err, idem.ErrFingerprintMismatch):
+			fmt.Println("422: key reused")
+		case err != nil:
+			fmt.Println("500:", err)
+		default:
+			fmt.Printf("attempt %d: %d %s replayed=%v\n", attempt, res.Response.Status, res.Response.Body, res.Replayed)
+		}
 	}
+	fmt.Println("rows committed:", len(store.Writes()))
+	// Output:
+	// charging card
+	// attempt 1: 201 {"id":"ch_1"} replayed=false
+	// attempt 2: 201 {"id":"ch_1"} replayed=true
+	// rows committed: 1
+}
+
+// The lifecycle by hand: Begin, then Commit, Fail or Release. *idem.Store
+// has the same methods on DynamoDB.
+func Example_lifecycle() {
+	ctx := context.Background()
+	store := memstore.New()
 
 	// The client minted "order-42" once, when the customer pressed Pay.
 	key, _ := idem.NewKey("acme", "create-charge", "order-42")
@@ -54,7 +105,7 @@ func ExampleStore() {
 
 	// The same key with another body is refused, never reinterpreted.
 	other, _ := idem.FingerprintJSON([]byte(`{"amount": 9900, "currency": "EUR"}`))
-	_, err = store.Begin(ctx, key, other, nil)
+	_, err := store.Begin(ctx, key, other, nil)
 	fmt.Println(errors.Is(err, idem.ErrFingerprintMismatch))
 	// Output:
 	// attempt 1: charged

@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // Response is what a completed command answered: replayed byte for byte to
@@ -24,38 +26,23 @@ func (r Response) Equal(o Response) bool {
 	return r.Status == o.Status && bytes.Equal(r.Body, o.Body) && maps.Equal(r.Headers, o.Headers)
 }
 
-// Limits on what a record can hold. DynamoDB items are at most 400 KB,
-// attribute names included; the rest of a record is well under 2 KB.
-const (
-	MaxHeaders       = 16
-	maxStoredPayload = 380 * 1024
-)
+// MaxHeaders is the most response headers a record holds.
+const MaxHeaders = policy.MaxHeaders
 
 // encodeResponse returns the response attributes, compressing the body when
 // it is larger than compressAbove bytes. It refuses, with ErrTooLarge, a
 // response that together with the intent would not fit in an item.
 func encodeResponse(r Response, compressAbove, intentLen int) (map[string]types.AttributeValue, error) {
-	if len(r.Headers) > MaxHeaders {
-		return nil, fmt.Errorf("%w: %d response headers, at most %d", ErrTooLarge, len(r.Headers), MaxHeaders)
+	body, gzipped := policy.StoredBody(r.Body, compressAbove)
+	if body == nil {
+		body = []byte{} // a nil B is no attribute value at all: DynamoDB refuses it
 	}
-	body, gzipped := r.Body, false
-	if len(body) > compressAbove {
-		var buf bytes.Buffer
-		zw := gzip.NewWriter(&buf)
-		_, _ = zw.Write(body) // writes to a bytes.Buffer cannot fail
-		_ = zw.Close()
-		if buf.Len() < len(body) {
-			body, gzipped = buf.Bytes(), true
-		}
+	if why := policy.TooLarge(r.Headers, body, intentLen); why != "" {
+		return nil, fmt.Errorf("%w: %s", ErrTooLarge, why)
 	}
-	size := intentLen + len(body)
 	headers := make(map[string]types.AttributeValue, len(r.Headers))
 	for k, v := range r.Headers {
-		size += len(k) + len(v)
 		headers[k] = &types.AttributeValueMemberS{Value: v}
-	}
-	if size > maxStoredPayload {
-		return nil, fmt.Errorf("%w: response and intent need %d bytes, at most %d", ErrTooLarge, size, maxStoredPayload)
 	}
 	return map[string]types.AttributeValue{
 		attrRespStatus:  &types.AttributeValueMemberN{Value: strconv.Itoa(r.Status)},

@@ -2,21 +2,21 @@ package idem
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"iter"
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // DynamoDBAPI is the part of *dynamodb.Client the store uses.
@@ -73,6 +73,33 @@ type Options struct {
 	Clock func() time.Time
 	// Random is the source of lease tokens. Default crypto/rand.Reader.
 	Random io.Reader
+	// KeyAttribute names the table's partition key, so records can live
+	// in an existing table whose partition key is a string attribute of
+	// another name. Default AttrPK.
+	KeyAttribute string
+	// KeyPrefix is put before every record's key (KeyPrefix +
+	// Key.String()), to tell the records apart from the table's other
+	// items. Default none.
+	KeyPrefix string
+}
+
+// policy is the part of o every store applies alike, with its defaults.
+func (o Options) policy() policy.Policy {
+	return policy.WithDefaults(policy.Policy{
+		Retention: o.Retention, LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease,
+		Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
+	})
+}
+
+// withDefaults returns o with every zero field set to its default.
+func (o Options) withDefaults() Options {
+	p := o.policy()
+	o.Retention, o.LeaseMargin, o.MaxLease, o.DefaultLease = p.Retention, p.LeaseMargin, p.MaxLease, p.DefaultLease
+	o.Shards, o.CompressAbove, o.Clock, o.Random = p.Shards, p.CompressAbove, p.Clock, p.Random
+	if o.KeyAttribute == "" {
+		o.KeyAttribute = AttrPK
+	}
+	return o
 }
 
 // Store is an idempotency store on one DynamoDB table. It is safe for
@@ -81,6 +108,7 @@ type Store struct {
 	db    DynamoDBAPI
 	table string
 	opt   Options
+	pol   policy.Policy
 }
 
 // New returns a Store on table. optFns adjust the defaults.
@@ -95,26 +123,8 @@ func New(db DynamoDBAPI, table string, optFns ...func(*Options)) (*Store, error)
 	for _, fn := range optFns {
 		fn(&o)
 	}
-	setDefault(&o.Retention, 24*time.Hour)
-	setDefault(&o.LeaseMargin, 5*time.Second)
-	setDefault(&o.MaxLease, 15*time.Minute)
-	setDefault(&o.DefaultLease, 30*time.Second)
-	setDefault(&o.Shards, 16)
-	setDefault(&o.CompressAbove, 1024)
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
-	if o.Random == nil {
-		o.Random = rand.Reader
-	}
-	return &Store{db: db, table: table, opt: o}, nil
-}
-
-func setDefault[T comparable](v *T, def T) {
-	var zero T
-	if *v == zero {
-		*v = def
-	}
+	o = o.withDefaults()
+	return &Store{db: db, table: table, opt: o, pol: o.policy()}, nil
 }
 
 // Shards is the number of stuck-lease index shards.
@@ -154,6 +164,8 @@ type Begun struct {
 	Lease           *Lease
 	Replay          *Response
 	RecordExpiresAt time.Time
+	// Status is IN_FLIGHT with a Lease, the terminal status with a Replay.
+	Status Status
 }
 
 // Begin claims key for a request with fingerprint fp, in exactly one
@@ -169,22 +181,22 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if key.IsZero() {
 		return Begun{}, &ValidationError{Field: "key", Reason: "zero Key"}
 	}
-	if len(intent) > maxStoredPayload/2 {
+	if len(intent) > policy.MaxIntent {
 		return Begun{}, fmt.Errorf("%w: intent of %d bytes", ErrTooLarge, len(intent))
 	}
 	// Times are kept at the precision they are stored with, so what the
 	// caller builds from this lease matches what a reader of the record
 	// (the reconciler) builds from the record.
-	now := time.UnixMilli(s.opt.Clock().UnixMilli())
-	token, err := s.newToken()
+	now := s.pol.Now()
+	token, err := s.pol.Token()
 	if err != nil {
 		return Begun{}, err
 	}
-	lease := &Lease{Key: key, Token: token, ExpiresAt: s.leaseUntil(ctx, now), CreatedAt: now, Intent: intent}
+	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.retainUntil(lease)
 	item := map[string]types.AttributeValue{
-		AttrPK:              str(key.String()),
+		s.opt.KeyAttribute:  str(s.stored(key)),
 		attrStatus:          str(string(StatusInFlight)),
 		attrFingerprint:     str(fp.String()),
 		attrCreatedAt:       millis(lease.CreatedAt),
@@ -200,12 +212,12 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 		TableName:                           aws.String(s.table),
 		Item:                                item,
 		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #exp < :now"),
-		ExpressionAttributeNames:            map[string]string{"#pk": AttrPK, "#exp": AttrExpiresAt},
+		ExpressionAttributeNames:            map[string]string{"#pk": s.opt.KeyAttribute, "#exp": AttrExpiresAt},
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
 	return s.claimed(ctx, lease, fp, err, 0)
 }
@@ -227,7 +239,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 		if rec, err := decodeRecord(key, ccf.Item); err == nil {
 			lease.CreatedAt = rec.CreatedAt
 		}
-		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
 	rec, err := decodeRecord(key, ccf.Item)
 	if err != nil {
@@ -243,7 +255,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	case rec.Fingerprint != fp.String():
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
-		return Begun{Replay: rec.Response, RecordExpiresAt: expires}, nil
+		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
 	case rec.Status == StatusReleased && reclaims < maxReclaims:
 		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
 	default:
@@ -284,7 +296,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	if err == nil {
-		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt}, nil
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
 	return s.claimed(ctx, lease, fp, err, reclaims)
 }
@@ -296,36 +308,17 @@ func ownToken(item map[string]types.AttributeValue, l *Lease) bool {
 	return ok && tok.Value == l.Token
 }
 
-// leaseUntil gives the end of a lease starting at now: the context's
-// deadline (a Lambda's remaining time) plus a margin, capped by MaxLease.
-func (s *Store) leaseUntil(ctx context.Context, now time.Time) time.Time {
-	d := s.opt.DefaultLease
-	if deadline, ok := ctx.Deadline(); ok {
-		d = deadline.Sub(now) + s.opt.LeaseMargin
-	}
-	return time.UnixMilli(now.Add(min(max(d, s.opt.LeaseMargin), s.opt.MaxLease)).UnixMilli())
-}
-
 // retainUntil is when a record settled under l stops deduplicating:
 // Retention after the lease ends, at the whole second TTL stores. It
 // depends on the lease alone, so a retried completion writes the same.
-func (s *Store) retainUntil(l *Lease) time.Time {
-	return time.Unix(l.ExpiresAt.Add(s.opt.Retention).Unix(), 0)
-}
+func (s *Store) retainUntil(l *Lease) time.Time { return s.pol.RetainUntil(l.ExpiresAt) }
 
-func (s *Store) newToken() (string, error) {
-	var b [16]byte
-	if _, err := io.ReadFull(s.opt.Random, b[:]); err != nil {
-		return "", fmt.Errorf("idem: lease token: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
+// shard is key's stuck-lease shard. It hashes Key.String() whatever the
+// KeyPrefix, so every store agrees on it.
+func (s *Store) shard(key Key) int { return s.pol.Shard(key.String()) }
 
-func (s *Store) shard(key Key) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key.String()))
-	return int(h.Sum32() % uint32(s.opt.Shards))
-}
+// stored is key as the table's partition key holds it.
+func (s *Store) stored(key Key) string { return s.opt.KeyPrefix + key.String() }
 
 // fence is the condition every write by a lease holder carries.
 const fence = "#status = :inflight AND #tok = :tok"
@@ -498,7 +491,7 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 // Heartbeat extends the lease for long work, to the same bound Begin would
 // give from ctx, and with it the attempt's deadline. Fenced like Commit.
 func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
-	until := s.leaseUntil(ctx, s.opt.Clock())
+	until := s.pol.LeaseUntil(ctx, s.opt.Clock())
 	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
 		return err
 	}
@@ -561,12 +554,12 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 // *InFlightError; a terminal one ErrCompleted; a released, absent or
 // expired one ErrNotFound.
 func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
-	now := time.UnixMilli(s.opt.Clock().UnixMilli())
-	token, err := s.newToken()
+	now := s.pol.Now()
+	token, err := s.pol.Token()
 	if err != nil {
 		return nil, err
 	}
-	lease := &Lease{Key: key, Token: token, ExpiresAt: s.leaseUntil(ctx, now)}
+	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           aws.String(s.table),
 		Key:                 s.keyAttr(key),
@@ -700,7 +693,7 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 				return
 			}
 			for _, item := range page.Items {
-				sl, err := decodeStuck(item)
+				sl, err := s.decodeStuck(item)
 				if !yield(sl, err) {
 					return
 				}
@@ -709,12 +702,16 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 	}
 }
 
-func decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
-	pk, ok := item[AttrPK].(*types.AttributeValueMemberS)
+func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
+	pk, ok := item[s.opt.KeyAttribute].(*types.AttributeValueMemberS)
 	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s", AttrPK)
+		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s", s.opt.KeyAttribute)
 	}
-	key, err := ParseKey(pk.Value)
+	stored, ok := strings.CutPrefix(pk.Value, s.opt.KeyPrefix)
+	if !ok {
+		return StuckLease{}, fmt.Errorf("idem: stuck lease %q without the key prefix %q", pk.Value, s.opt.KeyPrefix)
+	}
+	key, err := ParseKey(stored)
 	if err != nil {
 		return StuckLease{}, err
 	}
@@ -727,7 +724,7 @@ func decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
 }
 
 func (s *Store) keyAttr(k Key) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{AttrPK: str(k.String())}
+	return map[string]types.AttributeValue{s.opt.KeyAttribute: str(s.stored(k))}
 }
 
 func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error) {

@@ -9,7 +9,8 @@ import (
 // The table layout. This is the one definition of it: the tests, the local
 // stack and the SAM template (checked by a test) all follow these names.
 const (
-	// AttrPK is the partition key: Key.String().
+	// AttrPK is the default partition key (Options.KeyAttribute):
+	// Options.KeyPrefix + Key.String().
 	AttrPK = "pk"
 	// AttrExpiresAt is the record's retention deadline in epoch seconds,
 	// the attribute DynamoDB's TTL is enabled on.
@@ -35,19 +36,27 @@ const (
 )
 
 // TableInput returns the CreateTable request for an idempotency table named
-// name. TTL is not part of CreateTable: enable it on AttrExpiresAt with
-// UpdateTimeToLive (see TTLInput).
-func TableInput(name string) *dynamodb.CreateTableInput {
+// name with the default attribute names. TTL is not part of CreateTable:
+// enable it on AttrExpiresAt with UpdateTimeToLive (see TTLInput).
+func TableInput(name string) *dynamodb.CreateTableInput { return tableInput(name, AttrPK) }
+
+// TableInput returns the CreateTable request for the store's table, with
+// its key attribute (Options.KeyAttribute).
+func (s *Store) TableInput() *dynamodb.CreateTableInput {
+	return tableInput(s.table, s.opt.KeyAttribute)
+}
+
+func tableInput(name, keyAttr string) *dynamodb.CreateTableInput {
 	return &dynamodb.CreateTableInput{
 		TableName:   aws.String(name),
 		BillingMode: types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(keyAttr), AttributeType: types.ScalarAttributeTypeS},
 			{AttributeName: aws.String(AttrLeaseShard), AttributeType: types.ScalarAttributeTypeN},
 			{AttributeName: aws.String(AttrLeaseExpiresAt), AttributeType: types.ScalarAttributeTypeN},
 		},
 		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(keyAttr), KeyType: types.KeyTypeHash},
 		},
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
 			IndexName: aws.String(IndexStuckLeases),

@@ -1,0 +1,121 @@
+package idem
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"maps"
+	"sync"
+	"time"
+)
+
+// ReplayCache is a Backend that keeps, in process memory, the stored
+// responses of settled commands (SUCCEEDED and FAILED_PERMANENT) that
+// Begin has replayed, so a warm replay makes no call to the store. It
+// holds at most a fixed number of entries, dropping the least recently
+// used; an entry answers only its own key (which names the tenant) and
+// fingerprint, and never once the record's retention has ended. Anything
+// else goes to the wrapped Backend. It is safe for concurrent use.
+//
+// Settled records never change until their retention ends, so a cached
+// replay is the one the store would give. The cache is off unless you
+// wrap a store in it.
+type ReplayCache struct {
+	Backend
+
+	max   int
+	clock func() time.Time
+
+	mu      sync.Mutex
+	lru     *list.List // of *cached, most recently used first
+	entries map[Key]*list.Element
+}
+
+var _ Backend = (*ReplayCache)(nil)
+
+type cached struct {
+	key     Key
+	fp      Fingerprint
+	status  Status
+	resp    Response
+	expires time.Time
+}
+
+// CacheOptions adjust a ReplayCache.
+type CacheOptions struct {
+	// Clock returns the current time, to honour retention; give it the
+	// store's clock. Default time.Now.
+	Clock func() time.Time
+}
+
+// NewReplayCache wraps b in a cache of at most maxEntries replays (at
+// least 1).
+func NewReplayCache(b Backend, maxEntries int, optFns ...func(*CacheOptions)) *ReplayCache {
+	o := CacheOptions{Clock: time.Now}
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	return &ReplayCache{Backend: b, max: max(maxEntries, 1), clock: o.Clock, lru: list.New(), entries: map[Key]*list.Element{}}
+}
+
+// Begin answers a replay from the cache when it can, and otherwise asks
+// the wrapped Backend, keeping any replay it gives.
+func (c *ReplayCache) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
+	if b, ok := c.lookup(key, fp); ok {
+		return b, nil
+	}
+	b, err := c.Backend.Begin(ctx, key, fp, intent)
+	if err == nil && b.Replay != nil && b.Status.Terminal() {
+		c.keep(&cached{key: key, fp: fp, status: b.Status, resp: copyResponse(*b.Replay), expires: b.RecordExpiresAt})
+	}
+	return b, err
+}
+
+func (c *ReplayCache) lookup(key Key, fp Fingerprint) (Begun, bool) {
+	now := c.clock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[key]
+	if !ok {
+		return Begun{}, false
+	}
+	e := el.Value.(*cached)
+	if !now.Before(e.expires) {
+		c.lru.Remove(el)
+		delete(c.entries, key)
+		return Begun{}, false
+	}
+	if e.fp != fp {
+		return Begun{}, false // the store refuses it, and says until when
+	}
+	c.lru.MoveToFront(el)
+	resp := copyResponse(e.resp)
+	return Begun{Replay: &resp, RecordExpiresAt: e.expires, Status: e.status}, true
+}
+
+func (c *ReplayCache) keep(e *cached) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.entries[e.key]; ok {
+		el.Value = e
+		c.lru.MoveToFront(el)
+		return
+	}
+	c.entries[e.key] = c.lru.PushFront(e)
+	if c.lru.Len() > c.max {
+		oldest := c.lru.Back()
+		c.lru.Remove(oldest)
+		delete(c.entries, oldest.Value.(*cached).key)
+	}
+}
+
+// Len is the number of cached replays.
+func (c *ReplayCache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}
+
+func copyResponse(r Response) Response {
+	return Response{Status: r.Status, Headers: maps.Clone(r.Headers), Body: bytes.Clone(r.Body)}
+}

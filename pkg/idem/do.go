@@ -1,0 +1,185 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Verdict is what an operation's function says became of its effect.
+type Verdict int
+
+// The verdicts, and what Do does with each.
+const (
+	// VerdictUnknown: the effect may have happened. The record stays
+	// IN_FLIGHT until whoever takes it over (a reconciler) finds out. It
+	// is the zero Outcome's verdict, so a function that only returns an
+	// error never frees its key by accident.
+	VerdictUnknown Verdict = iota
+	// VerdictSucceeded: Commit, with the business writes in the same
+	// transaction.
+	VerdictSucceeded
+	// VerdictFailed: Fail; the response is a refusal every retry gets
+	// again.
+	VerdictFailed
+	// VerdictNotApplied: Release; the effect verifiably did not happen,
+	// and a retry of the same request runs it afresh.
+	VerdictNotApplied
+)
+
+// Outcome is an operation's verdict on its effect, with the response to
+// answer and, on success, the business writes to commit with the record.
+// Only a Succeeded or Failed response is stored and replayed; the others
+// are answered once.
+type Outcome struct {
+	Verdict  Verdict
+	Response Response
+	Writes   []types.TransactWriteItem
+}
+
+// Succeeded is the outcome of an effect that happened: resp is stored and
+// replayed, and writes are committed in one transaction with the record.
+func Succeeded(resp Response, writes ...types.TransactWriteItem) Outcome {
+	return Outcome{Verdict: VerdictSucceeded, Response: resp, Writes: writes}
+}
+
+// Failed is the outcome of a permanent refusal (a declined card): resp is
+// stored and replayed.
+func Failed(resp Response) Outcome { return Outcome{Verdict: VerdictFailed, Response: resp} }
+
+// NotApplied is the outcome of an effect that verifiably did not happen
+// (the provider refused before acting): the key is released, and resp,
+// if any, answered but not stored.
+func NotApplied(resp Response) Outcome { return Outcome{Verdict: VerdictNotApplied, Response: resp} }
+
+// Unknown is the outcome of an effect that may have happened (a timeout):
+// the record stays IN_FLIGHT for reconciliation, and resp, if any, is
+// answered but not stored.
+func Unknown(resp Response) Outcome { return Outcome{Verdict: VerdictUnknown, Response: resp} }
+
+// DoOptions adjust Do.
+type DoOptions struct {
+	// Wait is how long Do waits, retrying with a growing pause, for
+	// another attempt that holds the key to finish. Default 0: an
+	// in-flight key is answered with *InFlightError at once.
+	Wait time.Duration
+	// Reserve is the part of the context's remaining time Do keeps for
+	// itself: it stops waiting Reserve before the deadline, and fn's
+	// context ends Reserve before it, so fn's outcome can still be
+	// recorded. Default 1s; it applies only to a context with a deadline.
+	Reserve time.Duration
+}
+
+// Result is what Do did.
+type Result struct {
+	// Response is the answer: the stored one on a replay, fn's otherwise.
+	Response Response
+	Replayed bool
+	// Status is the record's status as this call left it or found it; on
+	// a settlement error it is IN_FLIGHT, as far as the call knows.
+	Status Status
+	// Lease is the lease fn ran under, nil on a replay. After an Unknown
+	// outcome or a settlement error it is the lease a reconciler would
+	// take over (it ends at Lease.ExpiresAt).
+	Lease *Lease
+	// RecordExpiresAt is when the key stops deduplicating.
+	RecordExpiresAt time.Time
+}
+
+// Pauses between claims of an in-flight key.
+const (
+	firstPause = 50 * time.Millisecond
+	maxPause   = 400 * time.Millisecond
+)
+
+// Do runs fn at most once for the intent named by key and fingerprinted
+// by fp, and settles the record as fn's Outcome says. intent is stored for
+// a reconciler (see Begin).
+//
+// A key already settled gives its stored response (Result.Replayed). A
+// key held by another attempt gives *InFlightError once DoOptions.Wait
+// has run out; a key used for another request, *MismatchError; neither
+// runs fn. When fn ran, the Result carries its lease and response even if
+// Do also returns an error: fn's own (wrapped; its Outcome is still
+// applied), or the settlement's — ErrLeaseLost when the lease was taken
+// over meanwhile, *WriteConditionError when a business write's condition
+// failed, ErrTooLarge for a response that does not fit — and then the
+// record stays IN_FLIGHT. If fn panics, the record stays IN_FLIGHT.
+func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
+	fn func(ctx context.Context, l *Lease) (Outcome, error), optFns ...func(*DoOptions)) (Result, error) {
+	o := DoOptions{Reserve: time.Second}
+	for _, f := range optFns {
+		f(&o)
+	}
+	begun, err := claim(ctx, b, key, fp, intent, o)
+	if err != nil {
+		return Result{}, err
+	}
+	if begun.Replay != nil {
+		return Result{Response: *begun.Replay, Replayed: true, Status: begun.Status, RecordExpiresAt: begun.RecordExpiresAt}, nil
+	}
+	l := begun.Lease
+	out, fnErr := run(ctx, l, fn, o.Reserve)
+	if fnErr != nil {
+		fnErr = fmt.Errorf("idem: do %s: %w", key, fnErr)
+	}
+	res := Result{Response: out.Response, Status: StatusInFlight, Lease: l, RecordExpiresAt: l.RecordExpiresAt}
+	var (
+		settled Status
+		setErr  error
+	)
+	switch out.Verdict {
+	case VerdictUnknown:
+		return res, fnErr
+	case VerdictSucceeded:
+		settled, setErr = StatusSucceeded, b.Commit(ctx, l, out.Response, out.Writes...)
+	case VerdictFailed:
+		settled, setErr = StatusFailedPermanent, b.Fail(ctx, l, out.Response)
+	case VerdictNotApplied:
+		settled, setErr = StatusReleased, b.Release(ctx, l)
+	default:
+		setErr = fmt.Errorf("idem: do %s: unknown verdict %d", key, out.Verdict)
+	}
+	if setErr != nil {
+		return res, errors.Join(fnErr, setErr)
+	}
+	res.Status, res.RecordExpiresAt = settled, l.RecordExpiresAt
+	return res, fnErr
+}
+
+// run calls fn with a context that ends reserve before ctx does.
+func run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) (Outcome, error), reserve time.Duration) (Outcome, error) {
+	if deadline, ok := ctx.Deadline(); ok && reserve > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
+		defer cancel()
+	}
+	return fn(ctx, l)
+}
+
+// claim begins key, waiting up to o.Wait (and never past the context's
+// deadline less o.Reserve) for an attempt that holds it to finish.
+func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte, o DoOptions) (Begun, error) {
+	waitUntil := time.Now().Add(o.Wait)
+	if d, ok := ctx.Deadline(); ok && d.Add(-o.Reserve).Before(waitUntil) {
+		waitUntil = d.Add(-o.Reserve)
+	}
+	pause := firstPause
+	for {
+		begun, err := b.Begin(ctx, key, fp, intent)
+		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
+			return begun, err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return begun, err
+		case <-t.C:
+		}
+		pause = min(2*pause, maxPause)
+	}
+}

@@ -1,0 +1,168 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
+)
+
+// counted returns a function for Do that counts its runs and answers out.
+func counted(runs *atomic.Int32, out idem.Outcome, err error) func(context.Context, *idem.Lease) (idem.Outcome, error) {
+	return func(context.Context, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return out, err
+	}
+}
+
+func TestDoVerdicts(t *testing.T) {
+	t.Parallel()
+	row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String("rows")}}
+	declined := idem.Response{Status: 402, Body: []byte("declined")}
+	busy := idem.Response{Status: 503, Body: []byte("busy")}
+	cases := []struct {
+		name       string
+		out        idem.Outcome
+		err        error
+		wantStatus idem.Status
+		// then: what a second Do with the same request does.
+		wantReplay bool
+		wantRuns   int32
+		wantWrites int
+	}{
+		{"succeeded", idem.Succeeded(resp, row), nil, idem.StatusSucceeded, true, 1, 1},
+		{"failed", idem.Failed(declined), nil, idem.StatusFailedPermanent, true, 1, 0},
+		{"not applied", idem.NotApplied(busy), nil, idem.StatusReleased, false, 2, 0},
+		{"unknown", idem.Unknown(busy), nil, idem.StatusInFlight, false, 1, 0},
+		{"error alone", idem.Outcome{}, errors.New("boom"), idem.StatusInFlight, false, 1, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			s := memstore.New()
+			k := idemtest.UniqueKey(t, "acme")
+			var runs atomic.Int32
+			res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, c.out, c.err))
+			if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
+				t.Fatalf("Do error %v, want %v", err, c.err)
+			}
+			if res.Status != c.wantStatus || res.Replayed || res.Lease == nil || !res.Response.Equal(c.out.Response) {
+				t.Fatalf("first Do = %+v", res)
+			}
+			again, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, c.out, nil))
+			switch {
+			case c.wantReplay:
+				if err != nil || !again.Replayed || again.Status != c.wantStatus || !again.Response.Equal(c.out.Response) || again.Lease != nil {
+					t.Fatalf("second Do = %+v, %v; want a replay", again, err)
+				}
+			case c.wantStatus == idem.StatusInFlight:
+				wantInFlight(t, err)
+			default:
+				if err != nil || again.Lease == nil || !again.Lease.CreatedAt.Equal(res.Lease.CreatedAt) {
+					t.Fatalf("second Do = %+v, %v; want fn run again under the same CreatedAt", again, err)
+				}
+			}
+			if got := runs.Load(); got != c.wantRuns {
+				t.Errorf("fn ran %d times, want %d", got, c.wantRuns)
+			}
+			if got := len(s.Writes()); got != c.wantWrites {
+				t.Errorf("%d business writes committed, want %d", got, c.wantWrites)
+			}
+		})
+	}
+}
+
+func TestDoRefusesAnotherRequest(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	k := idemtest.UniqueKey(t, "acme")
+	var runs atomic.Int32
+	if _, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil)); err != nil {
+		t.Fatal(err)
+	}
+	res, err := idem.Do(ctx, s, k, fpB, nil, counted(&runs, idem.Succeeded(resp), nil))
+	var mismatch *idem.MismatchError
+	if !errors.As(err, &mismatch) || res.Replayed || runs.Load() != 1 {
+		t.Fatalf("another request: %+v, %v, %d runs; want *MismatchError and one run", res, err, runs.Load())
+	}
+}
+
+func TestDoWaitsForATwin(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	k := idemtest.UniqueKey(t, "acme")
+	b, err := s.Begin(ctx, k, fpA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		_ = s.Commit(ctx, b.Lease, resp)
+	}()
+	var runs atomic.Int32
+	res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) { o.Wait = 5 * time.Second })
+	if err != nil || !res.Replayed || runs.Load() != 0 {
+		t.Fatalf("Do after waiting: %+v, %v, %d runs; want the twin's replay", res, err, runs.Load())
+	}
+
+	t.Run("never past the context's deadline", func(t *testing.T) {
+		k := idemtest.UniqueKey(t, "acme")
+		if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
+			t.Fatal(err)
+		}
+		dctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := idem.Do(dctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) { o.Wait = time.Minute })
+		wantInFlight(t, err)
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("waited %v, past the deadline less the 1s reserve", took)
+		}
+	})
+}
+
+func TestDoLeaseLost(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	k := idemtest.UniqueKey(t, "acme")
+	res, err := idem.Do(ctx, s, k, fpA, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		clock.Advance(time.Hour) // the attempt stalls; a reconciler settles the command
+		taken, err := s.TakeOver(ctx, l.Key)
+		if err != nil {
+			return idem.Outcome{}, err
+		}
+		if err := s.Commit(ctx, taken, resp); err != nil {
+			return idem.Outcome{}, err
+		}
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte("late")}), nil
+	})
+	if !errors.Is(err, idem.ErrLeaseLost) || res.Lease == nil || res.Status != idem.StatusInFlight {
+		t.Fatalf("late settlement: %+v, %v; want ErrLeaseLost with the lease", res, err)
+	}
+}
+
+func TestDoReservesTimeToSettle(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	outer, _ := dctx.Deadline()
+	_, err := idem.Do(dctx, s, idemtest.UniqueKey(t, "acme"), fpA, nil, func(ctx context.Context, _ *idem.Lease) (idem.Outcome, error) {
+		if inner, ok := ctx.Deadline(); !ok || !inner.Equal(outer.Add(-5*time.Second)) {
+			t.Errorf("fn's deadline %v, want %v", inner, outer.Add(-5*time.Second))
+		}
+		return idem.Succeeded(resp), nil
+	}, func(o *idem.DoOptions) { o.Reserve = 5 * time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,131 @@
+// Package policy holds the rules every idempotency store in pkg/idem
+// follows alike: how long a lease lasts, when retention ends, which
+// stuck-lease shard a key belongs to, how lease tokens are made and how
+// large a stored response may be. The DynamoDB store and the in-memory
+// store both apply them, so they cannot drift apart.
+package policy
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"time"
+)
+
+// Policy is the part of a store's options that decides times and sizes.
+type Policy struct {
+	Retention     time.Duration
+	LeaseMargin   time.Duration
+	MaxLease      time.Duration
+	DefaultLease  time.Duration
+	Shards        int
+	CompressAbove int
+	Clock         func() time.Time
+	Random        io.Reader
+}
+
+// WithDefaults returns p with every zero field set to its default.
+func WithDefaults(p Policy) Policy {
+	setDefault(&p.Retention, 24*time.Hour)
+	setDefault(&p.LeaseMargin, 5*time.Second)
+	setDefault(&p.MaxLease, 15*time.Minute)
+	setDefault(&p.DefaultLease, 30*time.Second)
+	setDefault(&p.Shards, 16)
+	setDefault(&p.CompressAbove, 1024)
+	if p.Clock == nil {
+		p.Clock = time.Now
+	}
+	if p.Random == nil {
+		p.Random = rand.Reader
+	}
+	return p
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Now is the clock's time at the millisecond precision records keep.
+func (p Policy) Now() time.Time { return time.UnixMilli(p.Clock().UnixMilli()) }
+
+// LeaseUntil gives the end of a lease starting at now: the context's
+// deadline (a Lambda's remaining time) plus a margin, capped by MaxLease.
+func (p Policy) LeaseUntil(ctx context.Context, now time.Time) time.Time {
+	d := p.DefaultLease
+	if deadline, ok := ctx.Deadline(); ok {
+		d = deadline.Sub(now) + p.LeaseMargin
+	}
+	return time.UnixMilli(now.Add(min(max(d, p.LeaseMargin), p.MaxLease)).UnixMilli())
+}
+
+// RetainUntil is when a record settled under a lease ending at leaseEnd
+// stops deduplicating: Retention later, at the whole second TTL stores.
+func (p Policy) RetainUntil(leaseEnd time.Time) time.Time {
+	return time.Unix(leaseEnd.Add(p.Retention).Unix(), 0)
+}
+
+// Token returns a new lease token.
+func (p Policy) Token() (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(p.Random, b[:]); err != nil {
+		return "", fmt.Errorf("idem: lease token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Shard is the stuck-lease shard of a key, given in its stored form.
+func (p Policy) Shard(key string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(p.Shards))
+}
+
+// Limits on what a record can hold. DynamoDB items are at most 400 KB,
+// attribute names included; the rest of a record is well under 2 KB.
+const (
+	MaxHeaders       = 16
+	MaxStoredPayload = 380 * 1024
+	// MaxIntent is the largest intent a record takes.
+	MaxIntent = MaxStoredPayload / 2
+)
+
+// StoredBody returns the body as a record keeps it: gzipped when it is
+// larger than compressAbove bytes and compression makes it smaller.
+func StoredBody(body []byte, compressAbove int) (stored []byte, gzipped bool) {
+	if len(body) <= compressAbove {
+		return body, false
+	}
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	_, _ = zw.Write(body) // writes to a bytes.Buffer cannot fail
+	_ = zw.Close()
+	if buf.Len() < len(body) {
+		return buf.Bytes(), true
+	}
+	return body, false
+}
+
+// TooLarge explains why a response with these headers and stored body,
+// beside an intent of intentLen bytes, does not fit in a record; "" if it
+// fits.
+func TooLarge(headers map[string]string, storedBody []byte, intentLen int) string {
+	if len(headers) > MaxHeaders {
+		return fmt.Sprintf("%d response headers, at most %d", len(headers), MaxHeaders)
+	}
+	size := intentLen + len(storedBody)
+	for k, v := range headers {
+		size += len(k) + len(v)
+	}
+	if size > MaxStoredPayload {
+		return fmt.Sprintf("response and intent need %d bytes, at most %d", size, MaxStoredPayload)
+	}
+	return ""
+}

@@ -1,0 +1,176 @@
+package lambdaidem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// SQSFunc processes one message under its lease and says what became of
+// its effect (see idem.Outcome). Business writes in a Succeeded outcome
+// are committed with the message's record, in one transaction.
+type SQSFunc func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error)
+
+// SQSOptions configure SQS.
+type SQSOptions struct {
+	// Key gives a message's idempotency key. Default KeyFromMessageID.
+	Key func(msg events.SQSMessage) (string, error)
+	// Tenant scopes the keys. Default: the queue's name, from the
+	// message's event source ARN.
+	Tenant func(msg events.SQSMessage) (string, error)
+	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
+	Wait, Reserve time.Duration
+	// OnError sees every message reported for another delivery, with why.
+	OnError func(ctx context.Context, msg events.SQSMessage, err error)
+}
+
+// KeyFromMessageID keys a message by its SQS message id: redeliveries of
+// one message are one intent.
+func KeyFromMessageID(msg events.SQSMessage) (string, error) { return msg.MessageId, nil }
+
+// KeyFromAttribute keys a message by its string message attribute name:
+// the producer's own id, the same for every copy it sends.
+func KeyFromAttribute(name string) func(events.SQSMessage) (string, error) {
+	return func(msg events.SQSMessage) (string, error) {
+		a, ok := msg.MessageAttributes[name]
+		if !ok || a.StringValue == nil || *a.StringValue == "" {
+			return "", fmt.Errorf("lambdaidem: message %s has no string attribute %q", msg.MessageId, name)
+		}
+		return *a.StringValue, nil
+	}
+}
+
+// KeyFromJSONField keys a message by a top-level string field of its JSON
+// body.
+func KeyFromJSONField(field string) func(events.SQSMessage) (string, error) {
+	return func(msg events.SQSMessage) (string, error) {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(msg.Body), &fields); err != nil {
+			return "", fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
+		}
+		var key string
+		if err := json.Unmarshal(fields[field], &key); err != nil || key == "" {
+			return "", fmt.Errorf("lambdaidem: message %s has no string field %q", msg.MessageId, field)
+		}
+		return key, nil
+	}
+}
+
+// queueName is the last part of the message's event source ARN.
+func queueName(msg events.SQSMessage) (string, error) {
+	i := strings.LastIndexByte(msg.EventSourceARN, ':')
+	if i < 0 || i == len(msg.EventSourceARN)-1 {
+		return "", fmt.Errorf("lambdaidem: message %s: no queue in event source %q", msg.MessageId, msg.EventSourceARN)
+	}
+	return msg.EventSourceARN[i+1:], nil
+}
+
+// errRedeliver: the message is held elsewhere, or was not processed.
+var errRedeliver = errors.New("lambdaidem: not processed; redeliver")
+
+// SQS wraps next as an SQS batch handler (report batch item failures must
+// be on for the event source mapping). Each message is processed at most
+// once per key: a message already processed, or a duplicate of one
+// earlier in the batch, is a no-op. A message is reported in
+// BatchItemFailures, for another delivery, when its key cannot be read,
+// its key is in flight elsewhere or was used for another body, its
+// processing did not happen (NotApplied) or its outcome is unknown (a
+// record left IN_FLIGHT is resolved by taking it over, not by
+// redelivery). A Failed outcome is final: the message is not redelivered.
+// On a FIFO queue, the messages after a reported one are reported too, to
+// keep their order.
+func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOptions)) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	o := SQSOptions{Key: KeyFromMessageID, Tenant: queueName}
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	if o.OnError == nil {
+		o.OnError = func(context.Context, events.SQSMessage, error) {}
+	}
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		var out events.SQSEventResponse
+		// Within this batch: whether each (key, body) was processed.
+		type intent struct {
+			key idem.Key
+			fp  idem.Fingerprint
+		}
+		done := map[intent]bool{}
+		failed := false
+		for _, msg := range ev.Records {
+			if failed && strings.HasSuffix(msg.EventSourceARN, ".fifo") {
+				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
+				continue
+			}
+			key, err := o.key(msg, operation)
+			if err == nil {
+				in := intent{key, fingerprint(msg)}
+				ok, seen := done[in]
+				switch {
+				case seen && !ok:
+					err = fmt.Errorf("%w: a duplicate of a message in this batch that was not processed", errRedeliver)
+				case !seen:
+					err = o.process(ctx, b, in.key, in.fp, msg, next)
+					done[in] = err == nil
+				}
+			}
+			if err != nil {
+				failed = true
+				o.OnError(ctx, msg, err)
+				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
+			}
+		}
+		return out, nil
+	}
+}
+
+func (o *SQSOptions) key(msg events.SQSMessage, operation string) (idem.Key, error) {
+	tenant, err := o.Tenant(msg)
+	if err != nil {
+		return idem.Key{}, err
+	}
+	client, err := o.Key(msg)
+	if err != nil {
+		return idem.Key{}, err
+	}
+	key, err := idem.NewKey(tenant, operation, client)
+	if err != nil {
+		return idem.Key{}, fmt.Errorf("lambdaidem: message %s: %w", msg.MessageId, err)
+	}
+	return key, nil
+}
+
+// fingerprint is the canonical JSON body's, or the raw body's when it is
+// not JSON.
+func fingerprint(msg events.SQSMessage) idem.Fingerprint {
+	if fp, err := idem.FingerprintJSON([]byte(msg.Body)); err == nil {
+		return fp
+	}
+	return idem.FingerprintOf([]byte(msg.Body))
+}
+
+// process runs one message through idem.Do; nil means it needs no other
+// delivery.
+func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, fp idem.Fingerprint, msg events.SQSMessage, next SQSFunc) error {
+	res, err := idem.Do(ctx, b, key, fp, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		return next(ctx, msg, l)
+	}, func(d *idem.DoOptions) {
+		d.Wait = o.Wait
+		if o.Reserve > 0 {
+			d.Reserve = o.Reserve
+		}
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("lambdaidem: message %s: %w", msg.MessageId, err)
+	case res.Status == idem.StatusInFlight || res.Status == idem.StatusReleased:
+		return fmt.Errorf("%w: message %s left %s", errRedeliver, msg.MessageId, res.Status)
+	}
+	return nil
+}

@@ -1,0 +1,324 @@
+// Package memstore provides an in-memory idempotency store with the
+// semantics of pkg/idem's DynamoDB store, for unit tests that should not
+// need DynamoDB: the same conditional claim, fencing by lease token,
+// take-over, RELEASED records that keep their fingerprint, retention
+// counted from the settling lease's end (IN_FLIGHT never expires), the
+// same size limit (idem.ErrTooLarge) and the same stuck-lease listing.
+// Both stores pass the conformance suite of package idemtest.
+//
+// Business writes given to Commit are not evaluated (this is no DynamoDB):
+// they are kept with the record, in one step with it, and Writes returns
+// them so a test can check what a command committed. A write whose
+// condition would fail is not detected.
+//
+// The store is safe for concurrent use. Give it a clock through
+// idem.Options.Clock to move time in tests.
+package memstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"iter"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
+)
+
+// Store is an in-memory idempotency store.
+type Store struct {
+	pol policy.Policy
+
+	mu      sync.Mutex
+	records map[idem.Key]*record
+	writes  []types.TransactWriteItem
+}
+
+var _ idem.RecoveryBackend = (*Store)(nil)
+
+// record is one key's record, as the DynamoDB store keeps it.
+type record struct {
+	status      idem.Status
+	fingerprint string
+	createdAt   time.Time
+	token       string
+	intent      []byte
+	attempts    int
+	resp        *idem.Response
+	// expiresAt is the end of retention, at a whole second; zero while
+	// IN_FLIGHT.
+	expiresAt time.Time
+	// leaseExpiresAt and attemptDeadline are set only while IN_FLIGHT.
+	leaseExpiresAt  time.Time
+	attemptDeadline time.Time
+}
+
+// New returns an empty Store. Of the options, Retention, LeaseMargin,
+// MaxLease, DefaultLease, Shards, CompressAbove (for the size limit),
+// Clock and Random apply, with the DynamoDB store's defaults; the table
+// layout options have no meaning here.
+func New(optFns ...func(*idem.Options)) *Store {
+	var o idem.Options
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	return &Store{
+		pol: policy.WithDefaults(policy.Policy{
+			Retention: o.Retention, LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease,
+			Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
+		}),
+		records: map[idem.Key]*record{},
+	}
+}
+
+// Shards is the number of stuck-lease shards.
+func (s *Store) Shards() int { return s.pol.Shards }
+
+// Retention is how long a key deduplicates once settled.
+func (s *Store) Retention() time.Duration { return s.pol.Retention }
+
+// Writes returns the business writes committed so far, in commit order.
+func (s *Store) Writes() []types.TransactWriteItem {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.writes)
+}
+
+// Begin claims key for a request with fingerprint fp, as idem.Store.Begin.
+func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	if key.IsZero() {
+		return idem.Begun{}, &idem.ValidationError{Field: "key", Reason: "zero Key"}
+	}
+	if len(intent) > policy.MaxIntent {
+		return idem.Begun{}, fmt.Errorf("%w: intent of %d bytes", idem.ErrTooLarge, len(intent))
+	}
+	now := s.pol.Now()
+	token, err := s.pol.Token()
+	if err != nil {
+		return idem.Begun{}, err
+	}
+	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: bytes.Clone(intent)}
+	return s.begin(lease, fp, now)
+}
+
+func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
+	lease.AttemptDeadline = lease.ExpiresAt
+	lease.RecordExpiresAt = s.pol.RetainUntil(lease.ExpiresAt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[lease.Key]
+	// The DynamoDB store's condition compares whole seconds.
+	if !ok || !rec.expiresAt.IsZero() && rec.expiresAt.Unix() < now.Unix() {
+		s.records[lease.Key] = &record{
+			status: idem.StatusInFlight, fingerprint: fp.String(), createdAt: lease.CreatedAt, token: lease.Token,
+			intent: lease.Intent, leaseExpiresAt: lease.ExpiresAt, attemptDeadline: lease.AttemptDeadline,
+		}
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+	}
+	expires := rec.expiresAt
+	if expires.IsZero() {
+		expires = s.pol.RetainUntil(rec.leaseExpiresAt)
+	}
+	switch {
+	case rec.fingerprint != fp.String():
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key, &idem.MismatchError{RecordExpiresAt: expires})
+	case rec.status.Terminal():
+		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, nil
+	case rec.status == idem.StatusReleased:
+		// Claimed again by the same request, under the same CreatedAt.
+		lease.CreatedAt = rec.createdAt
+		rec.status, rec.token, rec.leaseExpiresAt, rec.attemptDeadline = idem.StatusInFlight, lease.Token, lease.ExpiresAt, lease.AttemptDeadline
+		rec.expiresAt, rec.attempts = time.Time{}, 0
+		if len(lease.Intent) > 0 {
+			rec.intent = lease.Intent
+		}
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+	default:
+		return idem.Begun{}, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: expires}
+	}
+}
+
+// Commit completes the command as SUCCEEDED with resp, keeping writes with
+// the record in one step, as idem.Store.Commit. A Commit repeated with the
+// same response by the lease that made it returns nil again.
+func (s *Store) Commit(_ context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
+	return s.settle("commit", l, idem.StatusSucceeded, &resp, writes)
+}
+
+// Fail completes the command as FAILED_PERMANENT with resp, as
+// idem.Store.Fail.
+func (s *Store) Fail(_ context.Context, l *idem.Lease, resp idem.Response) error {
+	return s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil)
+}
+
+// Release marks the record RELEASED, keeping its fingerprint until
+// retention ends, as idem.Store.Release.
+func (s *Store) Release(_ context.Context, l *idem.Lease) error {
+	return s.settle("release", l, idem.StatusReleased, nil, nil)
+}
+
+func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
+	if resp != nil {
+		body, _ := policy.StoredBody(resp.Body, s.pol.CompressAbove)
+		if why := policy.TooLarge(resp.Headers, body, len(l.Intent)); why != "" {
+			return fmt.Errorf("idem: %s %s: %w: %s", op, l.Key, idem.ErrTooLarge, why)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[l.Key]
+	if !ok || !s.fenced(rec, l) {
+		// The lease's own settlement, repeated, succeeds again.
+		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) {
+			return nil
+		}
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key, idem.ErrLeaseLost)
+	}
+	rec.status, rec.expiresAt = status, s.pol.RetainUntil(l.ExpiresAt)
+	rec.leaseExpiresAt, rec.attemptDeadline = time.Time{}, time.Time{}
+	if resp != nil {
+		rec.resp = normalized(*resp)
+	}
+	s.writes = append(s.writes, writes...)
+	return nil
+}
+
+// fenced reports whether l holds rec: the guard of every write by a lease
+// holder.
+func (s *Store) fenced(rec *record, l *idem.Lease) bool {
+	return rec.status == idem.StatusInFlight && rec.token == l.Token
+}
+
+// Heartbeat extends the lease, as idem.Store.Heartbeat.
+func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
+	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
+	if err := s.extend("heartbeat", l, until, true); err != nil {
+		return err
+	}
+	l.ExpiresAt, l.AttemptDeadline = until, until
+	l.RecordExpiresAt = s.pol.RetainUntil(until)
+	return nil
+}
+
+// Postpone gives up the lease until the given time, keeping the command
+// IN_FLIGHT, as idem.Store.Postpone.
+func (s *Store) Postpone(_ context.Context, l *idem.Lease, until time.Time) error {
+	until = time.UnixMilli(until.UnixMilli())
+	if err := s.extend("postpone", l, until, false); err != nil {
+		return err
+	}
+	l.ExpiresAt = until
+	l.RecordExpiresAt = s.pol.RetainUntil(until)
+	return nil
+}
+
+func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[l.Key]
+	if !ok || !s.fenced(rec, l) {
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key, idem.ErrLeaseLost)
+	}
+	rec.leaseExpiresAt = until
+	if attempt {
+		rec.attemptDeadline = until
+	}
+	return nil
+}
+
+// TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
+// has expired, as idem.Store.TakeOver.
+func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
+	now := s.pol.Now()
+	token, err := s.pol.Token()
+	if err != nil {
+		return nil, err
+	}
+	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[key]
+	switch {
+	case !ok || rec.status == idem.StatusReleased || rec.expired(now):
+		return nil, fmt.Errorf("idem: take over %s: %w", key, idem.ErrNotFound)
+	case rec.status.Terminal():
+		return nil, fmt.Errorf("idem: take over %s: %w", key, idem.ErrCompleted)
+	case !rec.leaseExpiresAt.Before(now):
+		return nil, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: s.pol.RetainUntil(rec.leaseExpiresAt)}
+	}
+	rec.token, rec.leaseExpiresAt = token, lease.ExpiresAt
+	rec.attempts++
+	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.createdAt, rec.attemptDeadline, rec.attempts, bytes.Clone(rec.intent)
+	lease.RecordExpiresAt = s.pol.RetainUntil(lease.ExpiresAt)
+	return lease, nil
+}
+
+// Get returns the record for key, as idem.Store.Get: ErrNotFound when it
+// is absent or past retention.
+func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
+	now := s.pol.Clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[key]
+	if !ok || rec.expired(now) {
+		return nil, fmt.Errorf("idem: get %s: %w", key, idem.ErrNotFound)
+	}
+	return &idem.Record{
+		Key: key, Status: rec.status, Fingerprint: rec.fingerprint, CreatedAt: rec.createdAt, ExpiresAt: rec.expiresAt,
+		LeaseExpiresAt: rec.leaseExpiresAt, AttemptDeadline: rec.attemptDeadline, Attempts: rec.attempts,
+		LeaseToken: rec.token, Intent: bytes.Clone(rec.intent), Response: cloned(rec.resp),
+	}, nil
+}
+
+// StuckLeases yields, from one shard, the IN_FLIGHT records whose lease
+// expired before the given time, oldest first, as idem.Store.StuckLeases.
+func (s *Store) StuckLeases(_ context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error] {
+	s.mu.Lock()
+	var stuck []idem.StuckLease
+	for key, rec := range s.records {
+		if rec.status == idem.StatusInFlight && rec.leaseExpiresAt.Before(before) && s.pol.Shard(key.String()) == shard {
+			stuck = append(stuck, idem.StuckLease{Key: key, LeaseExpiresAt: rec.leaseExpiresAt, Attempts: rec.attempts})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(stuck, func(a, b idem.StuckLease) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
+	return func(yield func(idem.StuckLease, error) bool) {
+		for _, sl := range stuck {
+			if !yield(sl, nil) {
+				return
+			}
+		}
+	}
+}
+
+// expired reports whether the record's retention has ended at now.
+func (r *record) expired(now time.Time) bool {
+	return !r.expiresAt.IsZero() && r.expiresAt.Before(now)
+}
+
+// normalized copies resp as a stored response reads back: a headers map
+// and a body, both non-nil.
+func normalized(resp idem.Response) *idem.Response {
+	out := &idem.Response{Status: resp.Status, Headers: maps.Clone(resp.Headers), Body: bytes.Clone(resp.Body)}
+	if out.Headers == nil {
+		out.Headers = map[string]string{}
+	}
+	if out.Body == nil {
+		out.Body = []byte{}
+	}
+	return out
+}
+
+// cloned is a copy of a stored response, nil for none.
+func cloned(r *idem.Response) *idem.Response {
+	if r == nil {
+		return nil
+	}
+	return normalized(*r)
+}
