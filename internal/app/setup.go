@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -34,6 +35,9 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
+	// function reads: only chargectl admin does.
+	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
 )
 
 // Getenv looks up one variable; os.Getenv is one.
@@ -156,6 +160,30 @@ func LoadSweeper(get Getenv) (Sweeper, error) {
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
 		LogLevel:          e.level(),
+	}
+	return c, e.err()
+}
+
+// Admin is chargectl admin's configuration: the deployment's resources,
+// named by the variables the functions read, and the dead-letter queue.
+type Admin struct {
+	IdempotencyTable, ReconcileQueueURL, ReconcileDLQURL string
+}
+
+// LoadAdmin reads chargectl admin's configuration. The variables in need
+// are required; the others are read if set.
+func LoadAdmin(get Getenv, need ...string) (Admin, error) {
+	e := &env{get: get}
+	read := func(name string) string {
+		if slices.Contains(need, name) {
+			return e.required(name)
+		}
+		return e.optional(name, "")
+	}
+	c := Admin{
+		IdempotencyTable:  read(EnvIdempotencyTable),
+		ReconcileQueueURL: read(EnvReconcileQueueURL),
+		ReconcileDLQURL:   read(EnvReconcileDLQURL),
 	}
 	return c, e.err()
 }
