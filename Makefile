@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Create the Python virtualenv (moto, cfn-lint)
+venv: $(VENV)/.installed ## Create the Python virtualenv (moto, cfn-lint, aws-sam-cli)
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-ed
@@ -101,10 +101,18 @@ $(SAM_TARGETS): build-%:
 	$(if $(ARTIFACTS_DIR),,$(error ARTIFACTS_DIR is not set: $@ is run by `sam build`; use `make build`))
 	$(GO_BUILD) -o $(ARTIFACTS_DIR)/bootstrap ./functions/$(SAM_FUNCTION_$*)
 
+# The pinned SAM CLI from the virtualenv, without telemetry. Both steps work
+# offline and without Docker: validate --lint runs cfn-lint on the
+# transformed template, build runs the build-<LogicalId> targets above into
+# .aws-sam/build (git-ignored; `make clean` removes it).
+SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
+
 .PHONY: lint
-lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint
+lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, sam validate --lint, sam build
 	$(GO) mod tidy -diff
 	$(VENV)/bin/cfn-lint template.yaml
+	$(SAM) validate --lint
+	$(SAM) build
 
 # ---- Benchmarks: docs/benchmarks.md's figures ----
 BENCH_COUNT ?= 5

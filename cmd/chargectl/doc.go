@@ -1,10 +1,16 @@
 // Command chargectl creates and reads charges through the chargeonce API
-// with package client.
+// with package client, and answers an operator's questions about a
+// deployment (chargectl admin).
 //
 // Usage:
 //
 //	chargectl create --amount 1500 --currency EUR --source tok_visa [--description TEXT] [--id ID] [--json]
 //	chargectl get [--json] CHARGE_ID
+//	chargectl admin record [--json] TENANT KEY
+//	chargectl admin stuck [--json] [--max N]
+//	chargectl admin reconcile [--json] TENANT KEY
+//	chargectl admin dlq list [--json] [--max N]
+//	chargectl admin dlq redrive [--json] [--key TENANT KEY]
 //
 // Both take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
@@ -14,6 +20,20 @@
 // request, so that an interrupted or failed run can be resumed with
 // --id: the resumed run sends the same id and cannot charge twice. The
 // result goes to stdout, human-readable, or as one JSON object with --json.
+//
+// The admin commands read the deployment's tables and queues directly, with
+// the configuration the functions read: IDEMPOTENCY_TABLE,
+// RECONCILE_QUEUE_URL, RECONCILE_DLQ_URL (the dead-letter queue, which no
+// function reads), DYNAMODB_ENDPOINT and SQS_ENDPOINT (unset: AWS) and the
+// SDK's AWS_* variables; each command requires only what it uses. KEY is
+// the Idempotency-Key (the command id) of a charge request. record shows a
+// key's idempotency record: status, lease owner (a prefix of its lease
+// token), lease and record expiry, reconcile attempts, fingerprint prefix
+// and the stored answer. stuck lists the stuck-lease index over all shards,
+// oldest first. reconcile queues a key for the reconciler now. dlq list
+// shows the dead-letter queue's messages and the keys they name, and puts
+// them back at once; dlq redrive moves them (or only those of one key) to
+// the reconcile queue and says what moved.
 //
 // Exit status: 0 success; 1 a final failure (declined, invalid, key
 // reused, not found, unauthorized); 2 a usage error; 3 the outcome is not

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/pkg/client"
 )
 
@@ -37,7 +38,8 @@ const (
 const usage = `usage:
   chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--id ID] [--json]
   chargectl get [--json] CHARGE_ID
-common flags: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
+  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive: chargectl admin help)
+create and get take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 
 // run is the whole command; main only wires the process to it.
@@ -51,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCreate(ctx, args[1:], stdout, stderr)
 	case "get":
 		return runGet(ctx, args[1:], stdout, stderr)
+	case "admin":
+		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, clock: time.Now}, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -73,8 +73,11 @@ type options struct {
 // stack is where the running stack serves.
 type stack struct {
 	api, provider, dynamoDB, sqs string
-	queueURL                     string
-	sweepEvery, slow             time.Duration
+	queueURL, dlqURL             string
+	// dummyCredentials: the stack started its own emulator, which takes
+	// any credentials.
+	dummyCredentials bool
+	sweepEvery, slow time.Duration
 }
 
 func main() {
@@ -151,7 +154,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	if err != nil {
 		return err
 	}
-	s.queueURL = res.queue.URL
+	s.queueURL, s.dlqURL, s.dummyCredentials = res.queue.URL, res.queue.DLQURL, local
 
 	providerLn, err := listen(o.providerAddr)
 	if err != nil {
@@ -315,6 +318,23 @@ func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, log
 	}
 }
 
+// adminEnv is the environment, as NAME=value, that points chargectl admin
+// at the stack: the functions' variables, and dummy credentials for an
+// emulator the stack started.
+func adminEnv(s stack) []string {
+	env := []string{
+		app.EnvIdempotencyTable + "=" + idempotencyTable,
+		app.EnvReconcileQueueURL + "=" + s.queueURL,
+		app.EnvReconcileDLQURL + "=" + s.dlqURL,
+		awsenv.EnvDynamoDBEndpoint + "=" + s.dynamoDB,
+		awsenv.EnvSQSEndpoint + "=" + s.sqs,
+	}
+	if s.dummyCredentials {
+		env = append(env, "AWS_REGION="+awsenv.DefaultRegion, "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test")
+	}
+	return env
+}
+
 func printBanner(w io.Writer, s stack) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchargeonce local stack is up; Ctrl-C stops it.\n\n")
@@ -323,6 +343,7 @@ func printBanner(w io.Writer, s stack) {
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s\n\n", s.sweepEvery, reconcileQueue)
+	fmt.Fprintf(&b, "Operate it with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive) after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\"}'\n\n", s.api)
 	_, _ = io.WriteString(w, b.String())
 }

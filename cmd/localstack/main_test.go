@@ -46,6 +46,12 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 	if !strings.Contains(curl, s.api+"/charges") || !strings.Contains(curl, "Bearer dev:acme") {
 		t.Errorf("banner's curl does not target the API:\n%s", banner.String())
 	}
+	for _, want := range []string{"IDEMPOTENCY_TABLE=chargeonce-idempotency", "RECONCILE_QUEUE_URL=" + s.queueURL, "RECONCILE_DLQ_URL=" + s.dlqURL,
+		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "AWS_ACCESS_KEY_ID=test"} {
+		if s.queueURL == "" || s.dlqURL == "" || !strings.Contains(banner.String(), want) {
+			t.Errorf("banner's chargectl admin environment lacks %s:\n%s", want, banner.String())
+		}
+	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges",
 		strings.NewReader(`{"amount":1500,"currency":"EUR","source":"tok_visa"}`))
 	req.Header.Set("Authorization", "Bearer dev:acme")

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -37,6 +38,9 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
+	// function reads: only chargectl admin does.
+	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
 )
 
 // The providers PROVIDER names: our provider API (providersim locally),
@@ -180,6 +184,30 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
 		LogLevel:          e.level(),
+	}
+	return c, e.err()
+}
+
+// AdminConfig is chargectl admin's configuration: the deployment's resources,
+// named by the variables the functions read, and the dead-letter queue.
+type AdminConfig struct {
+	IdempotencyTable, ReconcileQueueURL, ReconcileDLQURL string
+}
+
+// LoadAdmin reads chargectl admin's configuration. The variables in need
+// are required; the others are read if set.
+func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
+	e := &env{get: get}
+	read := func(name string) string {
+		if slices.Contains(need, name) {
+			return e.required(name)
+		}
+		return e.optional(name, "")
+	}
+	c := AdminConfig{
+		IdempotencyTable:  read(EnvIdempotencyTable),
+		ReconcileQueueURL: read(EnvReconcileQueueURL),
+		ReconcileDLQURL:   read(EnvReconcileDLQURL),
 	}
 	return c, e.err()
 }

@@ -74,3 +74,16 @@ func TestLoadProvider(t *testing.T) {
 		}
 	}
 }
+
+func TestLoadAdminRequiresWhatACommandNeeds(t *testing.T) {
+	t.Parallel()
+	env := envOf(map[string]string{app.EnvIdempotencyTable: "idem"})
+	c, err := app.LoadAdmin(env, app.EnvIdempotencyTable)
+	if err != nil || c.IdempotencyTable != "idem" || c.ReconcileQueueURL != "" {
+		t.Fatalf("LoadAdmin: %+v, %v", c, err)
+	}
+	_, err = app.LoadAdmin(env, app.EnvReconcileQueueURL, app.EnvReconcileDLQURL)
+	if err == nil || !strings.Contains(err.Error(), app.EnvReconcileQueueURL) || !strings.Contains(err.Error(), app.EnvReconcileDLQURL) {
+		t.Fatalf("LoadAdmin without the queues: %v, want both named", err)
+	}
+}

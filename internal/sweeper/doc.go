@@ -17,6 +17,7 @@
 // always leave the same shards for last.
 //
 // Every run logs a summary and writes one CloudWatch embedded-metric-format
-// line (namespace chargeonce, no dimensions) with the metrics StuckLeases
-// and OldestLeaseAgeSeconds.
+// line (package metrics: namespace chargeonce, dimension Function=sweeper)
+// with the metrics StuckLeases, OldestLeaseAgeSeconds, MaxReconcileAttempts
+// and Queued.
 package sweeper

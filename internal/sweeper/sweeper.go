@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -59,7 +60,7 @@ type Sweeper struct {
 	index   Index
 	sender  Sender
 	opt     Options
-	metrics metricWriter
+	metrics *metrics.Emitter
 }
 
 // New returns a Sweeper reading index and queuing with sender.
@@ -91,7 +92,8 @@ func New(index Index, sender Sender, optFns ...func(*Options)) (*Sweeper, error)
 	if o.Metrics == nil {
 		o.Metrics = os.Stdout
 	}
-	return &Sweeper{index: index, sender: sender, opt: o, metrics: metricWriter{w: o.Metrics}}, nil
+	m := metrics.New(o.Metrics, metrics.FunctionSweeper, func(mo *metrics.Options) { mo.Clock = o.Clock })
+	return &Sweeper{index: index, sender: sender, opt: o, metrics: m}, nil
 }
 
 // Summary is what one run did.
@@ -237,7 +239,12 @@ func (w *sweep) flush(ctx context.Context) {
 
 // report logs the run's summary and writes its metrics line.
 func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
-	if err := s.metrics.write(w.now, w.sum); err != nil {
+	rec := s.metrics.Record()
+	rec.Add(metrics.StuckLeases, w.sum.Found)
+	rec.Add(metrics.Queued, w.sum.Queued)
+	rec.Add(metrics.MaxReconcileAttempts, w.sum.MaxAttempts)
+	rec.Time(metrics.OldestLeaseAgeSeconds, w.sum.OldestAge)
+	if err := rec.Flush(ctx); err != nil {
 		s.opt.Logger.ErrorContext(ctx, "sweep: writing metrics failed", "error", err.Error())
 	}
 	level := slog.LevelInfo

@@ -155,9 +155,11 @@ type emfLine struct {
 			} `json:"Metrics"`
 		} `json:"CloudWatchMetrics"`
 	} `json:"_aws"`
+	Function              string   `json:"Function"`
 	StuckLeases           *float64 `json:"StuckLeases"`
 	OldestLeaseAgeSeconds *float64 `json:"OldestLeaseAgeSeconds"`
 	MaxReconcileAttempts  *float64 `json:"MaxReconcileAttempts"`
+	Queued                *float64 `json:"Queued"`
 }
 
 func metricLines(t *testing.T, out string) []emfLine {
@@ -212,27 +214,29 @@ func TestRunQueuesOnlyStuckLeases(t *testing.T) {
 		t.Fatalf("%d metrics lines, want 1", len(lines))
 	}
 	m := lines[0]
-	if *m.StuckLeases != 3 || *m.OldestLeaseAgeSeconds != wantAge.Seconds() || m.AWS.Timestamp != now.UnixMilli() {
-		t.Fatalf("metrics StuckLeases=%v OldestLeaseAgeSeconds=%v Timestamp=%d, want 3, %v, %d",
-			*m.StuckLeases, *m.OldestLeaseAgeSeconds, m.AWS.Timestamp, wantAge.Seconds(), now.UnixMilli())
+	if *m.StuckLeases != 3 || *m.Queued != 3 || *m.OldestLeaseAgeSeconds != wantAge.Seconds() || m.AWS.Timestamp != now.UnixMilli() {
+		t.Fatalf("metrics StuckLeases=%v Queued=%v OldestLeaseAgeSeconds=%v Timestamp=%d, want 3, 3, %v, %d",
+			*m.StuckLeases, *m.Queued, *m.OldestLeaseAgeSeconds, m.AWS.Timestamp, wantAge.Seconds(), now.UnixMilli())
 	}
 	if !strings.Contains(e.logs.String(), `"stuck_leases":3`) {
 		t.Fatalf("summary log missing: %s", e.logs.String())
 	}
 }
 
-func TestMetricsLineIsEMFWithoutDimensions(t *testing.T) {
+func TestMetricsLineIsEMFWithTheFunctionDimension(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	if _, err := e.sweeper(t).Run(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// The SAM template's StuckLeasesAlarm matches chargeonce/StuckLeases
-	// with no dimensions: one empty dimension set.
-	want := `{"MaxReconcileAttempts":0,"OldestLeaseAgeSeconds":0,"StuckLeases":0,"_aws":{"Timestamp":` +
+	// The SAM template's StuckLeasesAlarm and ReconcileAttemptsAlarm match
+	// chargeonce/StuckLeases and chargeonce/MaxReconcileAttempts under the
+	// dimension Function=sweeper, and nothing else: one dimension set.
+	want := `{"Function":"sweeper","MaxReconcileAttempts":0,"OldestLeaseAgeSeconds":0,"Queued":0,"StuckLeases":0,"_aws":{"Timestamp":` +
 		strconv.FormatInt(e.clock.Now().UnixMilli(), 10) +
-		`,"CloudWatchMetrics":[{"Namespace":"chargeonce","Dimensions":[[]],"Metrics":[` +
-		`{"Name":"StuckLeases","Unit":"Count"},{"Name":"OldestLeaseAgeSeconds","Unit":"Seconds"},{"Name":"MaxReconcileAttempts","Unit":"Count"}]}]}}` + "\n"
+		`,"CloudWatchMetrics":[{"Namespace":"chargeonce","Dimensions":[["Function"]],"Metrics":[` +
+		`{"Name":"StuckLeases","Unit":"Count"},{"Name":"MaxReconcileAttempts","Unit":"Count"},{"Name":"Queued","Unit":"Count"},` +
+		`{"Name":"OldestLeaseAgeSeconds","Unit":"Seconds"}]}]}}` + "\n"
 	if got := e.metrics.String(); got != want {
 		t.Fatalf("metrics line\n got %s\nwant %s", got, want)
 	}
@@ -373,7 +377,7 @@ func TestSendFailuresAreCounted(t *testing.T) {
 		if sum.Found != 3 || sum.Failed != 3 || sum.Queued != 0 {
 			t.Fatalf("summary %+v, want 3 found and failed", sum)
 		}
-		if lines := metricLines(t, e.metrics.String()); len(lines) != 1 || *lines[0].StuckLeases != 3 {
+		if lines := metricLines(t, e.metrics.String()); len(lines) != 1 || *lines[0].StuckLeases != 3 || *lines[0].Queued != 0 {
 			t.Fatalf("metrics not written on a failed run: %q", e.metrics.String())
 		}
 	})

@@ -2,5 +2,8 @@
 // (template.yaml) against the code: its tests assert that the tables, the
 // TTL, the reconcile queues, the reconcile function's timeout and event
 // source, and every function's environment are what the code defines and
-// reads, so that neither side can change alone.
+// reads, and that every metric an alarm or the dashboard names is one the
+// code emits (package metrics) under the dimensions it emits it with, every
+// alarm notifies the alarm topic, and the dashboard shows every metric and
+// outcome the code emits, so that neither side can change alone.
 package deploy

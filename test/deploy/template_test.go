@@ -22,6 +22,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -42,6 +43,9 @@ type code struct {
 	ttl                            *dynamodb.UpdateTimeToLiveInput
 	// loaders are the configuration loaders of the template's functions.
 	loaders map[string]func(app.Getenv)
+	// metrics and outcomes are what the code emits (package metrics).
+	metrics  []metrics.Definition
+	outcomes map[string][]metrics.Outcome
 }
 
 func currentCode() code {
@@ -53,6 +57,12 @@ func currentCode() code {
 			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g) },
 			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g) },
 			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g) },
+		},
+		metrics: metrics.Definitions(),
+		outcomes: map[string][]metrics.Outcome{
+			metrics.FunctionCharge:    metrics.Outcomes(metrics.FunctionCharge),
+			metrics.FunctionReconcile: metrics.Outcomes(metrics.FunctionReconcile),
+			metrics.FunctionSweeper:   metrics.Outcomes(metrics.FunctionSweeper),
 		},
 	}
 }
@@ -95,6 +105,25 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		},
 		"variable dropped": func(k *code) { k.loaders["ChargeFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g) } },
 		"new function":     func(k *code) { k.loaders["RefundFunction"] = func(app.Getenv) {} },
+		"metric dropped": func(k *code) {
+			k.metrics = slices.DeleteFunc(k.metrics, func(d metrics.Definition) bool { return d.Name == metrics.MaxReconcileAttempts })
+		},
+		"metric renamed": func(k *code) { k.metrics[0].Name = "Commands" },
+		"metric moved": func(k *code) {
+			i := slices.IndexFunc(k.metrics, func(d metrics.Definition) bool { return d.Name == metrics.StuckLeases })
+			k.metrics[i].Functions = []string{metrics.FunctionReconcile}
+		},
+		"outcome dimension dropped": func(k *code) { k.metrics[0].ByOutcome = false },
+		"outcome dropped": func(k *code) {
+			k.outcomes[metrics.FunctionCharge] = slices.DeleteFunc(k.outcomes[metrics.FunctionCharge],
+				func(o metrics.Outcome) bool { return o == metrics.OutcomePending })
+		},
+		"new metric": func(k *code) {
+			k.metrics = append(k.metrics, metrics.Definition{Name: "RefundLatency", Unit: metrics.UnitMilliseconds, Functions: []string{metrics.FunctionCharge}})
+		},
+		"new outcome": func(k *code) {
+			k.outcomes[metrics.FunctionReconcile] = append(k.outcomes[metrics.FunctionReconcile], "refunded")
+		},
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -142,6 +171,17 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"variable not read", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          LOG_LEVEL", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          INFLIGHT_WAIT: 1s\n          LOG_LEVEL"},
 		{"index in policy", `"${IdempotencyTable.Arn}/index/stuck-leases"`, `"${IdempotencyTable.Arn}/index/stuck"`},
 		{"code dir", "CodeUri: functions/sweeper", "CodeUri: functions/sweep"},
+		{"alarm metric name", "MetricName: StuckLeases", "MetricName: StuckLease"},
+		{"alarm function", "MetricName: StuckLeases\n      Dimensions:\n        - Name: Function\n          Value: sweeper", "MetricName: StuckLeases\n      Dimensions:\n        - Name: Function\n          Value: charge"},
+		{"alarm without dimensions", "MetricName: MaxReconcileAttempts\n      Dimensions:\n        - Name: Function\n          Value: sweeper\n", "MetricName: MaxReconcileAttempts\n"},
+		{"alarm tenant dimension", "          Value: lease-lost\n", "          Value: lease-lost\n        - Name: Tenant\n          Value: acme\n"},
+		{"alarm outcome", "                  Value: outcome-pending", "                  Value: pending"},
+		{"alarm math metric", "                  Value: reconcile\n                - Name: Outcome\n                  Value: error", "                  Value: reconcile\n                - Name: Outcome\n                  Value: failed"},
+		{"alarm without action", "  LeaseLostAlarm:\n    Type: AWS::CloudWatch::Alarm\n    Properties:\n      AlarmActions: [!Ref AlarmTopic]\n", "  LeaseLostAlarm:\n    Type: AWS::CloudWatch::Alarm\n    Properties:\n"},
+		{"dashboard metric name", `["chargeonce", "Queued", "Function", "sweeper"]`, `["chargeonce", "QueuedKeys", "Function", "sweeper"]`},
+		{"dashboard dimension", `["chargeonce", "BeginLatency", "Function", "charge"]`, `["chargeonce", "BeginLatency", "Function", "charge", "Tenant", "acme"]`},
+		{"dashboard misses an outcome", `["chargeonce", "Requests", "Function", "reconcile", "Outcome", "resolved-declined"],`, ""},
+		{"dashboard misses a metric", `["chargeonce", "CommitLatency", "Function", "charge"],`, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -174,6 +214,7 @@ func check(src string, k code) ([]string, error) {
 	c.reconcileFunction()
 	c.sweeperPolicy()
 	c.environments(k.loaders)
+	c.metrics(k.metrics, k.outcomes)
 	return c.problems, nil
 }
 
@@ -367,6 +408,146 @@ func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 			c.fail("template has no function %s", id)
 		}
 	}
+}
+
+// metrics checks that every alarm notifies the alarm topic, that every
+// metric of the namespace chargeonce an alarm or the dashboard names is one
+// the code emits, under dimensions it emits it with, and that the
+// dashboard shows every metric and every outcome the code emits.
+func (c *checker) metrics(defs []metrics.Definition, outcomes map[string][]metrics.Outcome) {
+	m := &metricCheck{checker: c, defs: defs, outcomes: outcomes, shown: map[string]bool{}}
+	for _, id := range slices.Sorted(maps.Keys(asMap(c.tmpl["Resources"]))) {
+		switch asMap(asMap(c.tmpl["Resources"])[id])["Type"] {
+		case "AWS::CloudWatch::Alarm":
+			m.alarm(id)
+		case "AWS::CloudWatch::Dashboard":
+			m.dashboard(id)
+		}
+	}
+	if !m.dashboards {
+		c.fail("template has no AWS::CloudWatch::Dashboard")
+	}
+	for _, d := range defs {
+		for _, f := range d.Functions {
+			if !m.shown[string(d.Name)+" "+f] {
+				c.fail("the dashboard does not show %s of Function=%s", d.Name, f)
+			}
+			if !d.ByOutcome {
+				continue
+			}
+			for _, o := range outcomes[f] {
+				if !m.shown[string(d.Name)+" "+f+" "+string(o)] {
+					c.fail("the dashboard does not show %s of Function=%s, Outcome=%s", d.Name, f, o)
+				}
+			}
+		}
+	}
+}
+
+type metricCheck struct {
+	*checker
+	defs       []metrics.Definition
+	outcomes   map[string][]metrics.Outcome
+	shown      map[string]bool // "name function" and "name function outcome" on the dashboard
+	dashboards bool
+}
+
+func (m *metricCheck) alarm(id string) {
+	p := m.props(id)
+	if !slices.ContainsFunc(asList(p["AlarmActions"]), func(a any) bool { return reflect.DeepEqual(a, map[string]any{"Ref": "AlarmTopic"}) }) {
+		m.fail("alarm %s does not notify AlarmTopic", id)
+	}
+	metric := func(where string, ns, name any, dims []any) {
+		if ns != metrics.Namespace {
+			return
+		}
+		names := map[string]string{}
+		for _, d := range dims {
+			names[fmt.Sprint(asMap(d)["Name"])] = fmt.Sprint(asMap(d)["Value"])
+		}
+		m.emitted(where, fmt.Sprint(name), names)
+	}
+	metric("alarm "+id, p["Namespace"], p["MetricName"], asList(p["Dimensions"]))
+	for _, q := range asList(p["Metrics"]) {
+		mt := asMap(asMap(asMap(q)["MetricStat"])["Metric"])
+		metric("alarm "+id+" metric "+fmt.Sprint(asMap(q)["Id"]), mt["Namespace"], mt["MetricName"], asList(mt["Dimensions"]))
+	}
+}
+
+// dashboard reads the metrics of the dashboard's widgets, in their
+// ["namespace", "name", "dim", "value", ..., {options}] form.
+func (m *metricCheck) dashboard(id string) {
+	m.dashboards = true
+	sub := asMap(m.props(id)["DashboardBody"])["Fn::Sub"]
+	var body struct {
+		Widgets []struct {
+			Properties struct {
+				Title   string
+				Metrics [][]any
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(fmt.Sprint(sub)), &body); err != nil {
+		m.fail("%s DashboardBody is not a !Sub of JSON: %v", id, err)
+		return
+	}
+	for _, w := range body.Widgets {
+		for _, line := range w.Properties.Metrics {
+			var parts []string
+			for _, v := range line {
+				if s, ok := v.(string); ok {
+					parts = append(parts, s)
+				}
+			}
+			if len(parts) < 2 || parts[0] != metrics.Namespace {
+				continue
+			}
+			if len(parts)%2 != 0 {
+				m.fail("dashboard widget %q: metric %v has a dimension without a value", w.Properties.Title, parts)
+				continue
+			}
+			dims := map[string]string{}
+			for i := 2; i < len(parts); i += 2 {
+				dims[parts[i]] = parts[i+1]
+			}
+			if m.emitted(fmt.Sprintf("dashboard widget %q", w.Properties.Title), parts[1], dims) {
+				m.shown[parts[1]+" "+dims[metrics.DimFunction]] = true
+				if o, ok := dims[metrics.DimOutcome]; ok {
+					m.shown[parts[1]+" "+dims[metrics.DimFunction]+" "+o] = true
+				}
+			}
+		}
+	}
+}
+
+// emitted reports whether the code emits metric name under exactly dims,
+// noting why not.
+func (m *metricCheck) emitted(where, name string, dims map[string]string) bool {
+	i := slices.IndexFunc(m.defs, func(d metrics.Definition) bool { return string(d.Name) == name })
+	if i < 0 {
+		m.fail("%s names metric %s/%s, which the code does not emit", where, metrics.Namespace, name)
+		return false
+	}
+	d := m.defs[i]
+	fn, hasFn := dims[metrics.DimFunction]
+	outcome, hasOutcome := dims[metrics.DimOutcome]
+	switch {
+	case !hasFn || len(dims) > 2 || len(dims) == 2 && !hasOutcome:
+		sets := "{" + metrics.DimFunction + "}"
+		if d.ByOutcome {
+			sets += " and {" + metrics.DimFunction + ", " + metrics.DimOutcome + "}"
+		}
+		m.fail("%s: %s with dimensions %v; the code emits it under %s", where, name, dims, sets)
+	case !slices.Contains(d.Functions, fn):
+		m.fail("%s: %s with Function=%s; the code emits it from %v", where, name, fn, d.Functions)
+	case hasOutcome && !d.ByOutcome:
+		m.fail("%s: %s with an Outcome; the code emits it without", where, name)
+	case hasOutcome && !slices.Contains(m.outcomes[fn], metrics.Outcome(outcome)):
+		m.fail("%s: %s with Outcome=%s; Function=%s has the outcomes %v", where, name, outcome, fn, m.outcomes[fn])
+	default:
+		return true
+	}
+	return false
 }
 
 func (c *checker) equal(what string, got, want any) {

@@ -1,0 +1,326 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+const adminUsage = `usage:
+  chargectl admin record [--json] TENANT KEY      the idempotency record of a key
+  chargectl admin stuck [--json] [--max N]        stuck leases, oldest first, from the stuck-lease index
+  chargectl admin reconcile [--json] TENANT KEY   queue a key for reconciliation now
+  chargectl admin dlq list [--json] [--max N]     the dead-letter queue's messages (left in place)
+  chargectl admin dlq redrive [--json] [--key TENANT KEY]
+                                                   move dead letters back to the reconcile queue
+configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvReconcileQueueURL + `,
+` + app.EnvReconcileDLQURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and ` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
+`
+
+// Prefix lengths of what record shows of a lease token and a fingerprint:
+// enough to tell two apart, too little to forge a fenced write.
+const (
+	ownerPrefix       = 8
+	fingerprintPrefix = 12
+)
+
+// adminEnv is what the admin commands run on: the deployment's
+// configuration and AWS clients, and the clock.
+type adminEnv struct {
+	getenv  app.Getenv
+	clients func(context.Context) (awsenv.Clients, error)
+	clock   func() time.Time
+}
+
+// admin is one admin command, configured.
+type admin struct {
+	adminEnv
+	cfg            app.AdminConfig
+	clients        awsenv.Clients
+	json           bool
+	stdout, stderr io.Writer
+}
+
+func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, adminUsage)
+		return exitUsage
+	}
+	cmd, args := args[0], args[1:]
+	if cmd == "dlq" {
+		if len(args) == 0 {
+			fmt.Fprint(stderr, adminUsage)
+			return exitUsage
+		}
+		cmd, args = "dlq "+args[0], args[1:]
+	}
+	a := &admin{adminEnv: env, stdout: stdout, stderr: stderr}
+	fs := flag.NewFlagSet("chargectl admin "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&a.json, "json", false, "print the result as JSON")
+	var (
+		nargs int
+		need  []string
+		do    func(context.Context, []string) error
+		limit int
+		byKey bool
+	)
+	switch cmd {
+	case "record":
+		nargs, need = 2, []string{app.EnvIdempotencyTable}
+		do = a.record
+	case "stuck":
+		need = []string{app.EnvIdempotencyTable}
+		fs.IntVar(&limit, "max", 1000, "list at most this many")
+		do = func(ctx context.Context, _ []string) error { return a.stuck(ctx, limit) }
+	case "reconcile":
+		nargs, need = 2, []string{app.EnvReconcileQueueURL}
+		do = a.reconcile
+	case "dlq list":
+		need = []string{app.EnvReconcileDLQURL}
+		fs.IntVar(&limit, "max", 1000, "list at most this many")
+		do = func(ctx context.Context, _ []string) error { return a.dlqList(ctx, limit) }
+	case "dlq redrive":
+		need = []string{app.EnvReconcileQueueURL, app.EnvReconcileDLQURL}
+		fs.BoolVar(&byKey, "key", false, "move only the messages of the key TENANT KEY given as arguments")
+		do = a.dlqRedrive
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, adminUsage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "chargectl admin: unknown command %q\n%s", cmd, adminUsage)
+		return exitUsage
+	}
+	if err := fs.Parse(args); err != nil {
+		return usageError(err)
+	}
+	if byKey {
+		nargs = 2
+	}
+	if fs.NArg() != nargs {
+		fmt.Fprintf(stderr, "chargectl admin %s: want %d arguments, got %d\n%s", cmd, nargs, fs.NArg(), adminUsage)
+		return exitUsage
+	}
+	cfg, err := app.LoadAdmin(env.getenv, need...)
+	if err != nil {
+		fmt.Fprintf(stderr, "chargectl admin %s: %v\n", cmd, err)
+		return exitUsage
+	}
+	a.cfg = cfg
+	if a.clients, err = env.clients(ctx); err != nil {
+		fmt.Fprintln(stderr, "chargectl admin:", err)
+		return exitFailed
+	}
+	if err := do(ctx, fs.Args()); err != nil {
+		fmt.Fprintf(stderr, "chargectl admin %s: %v\n", cmd, err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// chargeKey is the idempotency key of a charge request with the client
+// key clientKey (its Idempotency-Key) from tenant.
+func chargeKey(tenant, clientKey string) (idem.Key, error) {
+	return idem.NewKey(tenant, charge.Operation, clientKey)
+}
+
+func (a *admin) store() (*idem.Store, error) {
+	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = a.clock })
+}
+
+// recordOutput is what record prints.
+type recordOutput struct {
+	Tenant          string        `json:"tenant"`
+	Key             string        `json:"key"`
+	Status          idem.Status   `json:"status"`
+	CreatedAt       time.Time     `json:"created_at"`
+	LeaseOwner      string        `json:"lease_owner,omitempty"`
+	LeaseExpiresAt  time.Time     `json:"lease_expires_at,omitzero"`
+	AttemptDeadline time.Time     `json:"attempt_deadline,omitzero"`
+	RecordExpiresAt time.Time     `json:"record_expires_at,omitzero"`
+	Attempts        int           `json:"attempts"`
+	Fingerprint     string        `json:"fingerprint"`
+	Answer          *answerOutput `json:"answer,omitempty"`
+}
+
+type answerOutput struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers,omitempty"`
+	Body    string            `json:"body"`
+}
+
+func (a *admin) record(ctx context.Context, args []string) error {
+	key, err := chargeKey(args[0], args[1])
+	if err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	rec, err := st.Get(ctx, key)
+	if errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("no record for %s: never used, or past its retention", keyText(key))
+	}
+	if err != nil {
+		return err
+	}
+	out := recordOutput{
+		Tenant: key.Tenant(), Key: key.ClientKey(), Status: rec.Status, CreatedAt: rec.CreatedAt,
+		LeaseOwner: prefix(rec.LeaseToken, ownerPrefix), LeaseExpiresAt: rec.LeaseExpiresAt, AttemptDeadline: rec.AttemptDeadline,
+		RecordExpiresAt: rec.ExpiresAt, Attempts: rec.Attempts, Fingerprint: prefix(rec.Fingerprint, fingerprintPrefix),
+	}
+	if r := rec.Response; r != nil {
+		out.Answer = &answerOutput{Status: r.Status, Headers: r.Headers, Body: string(r.Body)}
+	}
+	if a.json {
+		return a.printJSON(out)
+	}
+	now := a.clock()
+	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "key:\t%s / %s (%s)\n", out.Tenant, out.Key, charge.Operation)
+	fmt.Fprintf(w, "status:\t%s\n", out.Status)
+	fmt.Fprintf(w, "created:\t%s\n", stamp(out.CreatedAt))
+	fmt.Fprintf(w, "lease owner:\t%s\n", cmp.Or(out.LeaseOwner, "-"))
+	if !out.LeaseExpiresAt.IsZero() {
+		fmt.Fprintf(w, "lease expires:\t%s\n", relative(out.LeaseExpiresAt, now))
+		fmt.Fprintf(w, "attempt deadline:\t%s\n", relative(out.AttemptDeadline, now))
+	}
+	if out.RecordExpiresAt.IsZero() {
+		fmt.Fprintf(w, "record expires:\tnot while in flight\n")
+	} else {
+		fmt.Fprintf(w, "record expires:\t%s\n", relative(out.RecordExpiresAt, now))
+	}
+	fmt.Fprintf(w, "attempts:\t%d (reconciler take-overs)\n", out.Attempts)
+	fmt.Fprintf(w, "fingerprint:\t%s…\n", out.Fingerprint)
+	if out.Answer == nil {
+		fmt.Fprintf(w, "stored answer:\tnone\n")
+	} else {
+		fmt.Fprintf(w, "stored answer:\t%d\n", out.Answer.Status)
+		fmt.Fprintf(w, "answer body:\t%s\n", out.Answer.Body)
+	}
+	return w.Flush()
+}
+
+// stuckOutput is one line of stuck.
+type stuckOutput struct {
+	Tenant         string    `json:"tenant"`
+	Key            string    `json:"key"`
+	Operation      string    `json:"operation"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	AgeSeconds     float64   `json:"age_seconds"`
+	Attempts       int       `json:"attempts"`
+}
+
+func (a *admin) stuck(ctx context.Context, limit int) error {
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	now := a.clock()
+	var found []idem.StuckLease
+	var errs []error
+	for shard := range st.Shards() {
+		for sl, err := range st.StuckLeases(ctx, shard, now) {
+			if err != nil {
+				errs = append(errs, err)
+				break
+			}
+			found = append(found, sl)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	slices.SortFunc(found, func(x, y idem.StuckLease) int { return x.LeaseExpiresAt.Compare(y.LeaseExpiresAt) })
+	more := len(found) > limit
+	found = found[:min(len(found), limit)]
+	out := make([]stuckOutput, len(found))
+	for i, sl := range found {
+		out[i] = stuckOutput{
+			Tenant: sl.Key.Tenant(), Key: sl.Key.ClientKey(), Operation: sl.Key.Operation(),
+			LeaseExpiresAt: sl.LeaseExpiresAt, AgeSeconds: now.Sub(sl.LeaseExpiresAt).Seconds(), Attempts: sl.Attempts,
+		}
+	}
+	if a.json {
+		return a.printJSON(struct {
+			Stuck     []stuckOutput `json:"stuck"`
+			Truncated bool          `json:"truncated"`
+		}{out, more})
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(a.stdout, "no stuck leases")
+		return nil
+	}
+	fmt.Fprintf(a.stdout, "%d stuck leases, oldest first:\n", len(out))
+	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "AGE\tLEASE EXPIRED\tATTEMPTS\tTENANT\tKEY")
+	for _, s := range out {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", now.Sub(s.LeaseExpiresAt).Round(time.Second), stamp(s.LeaseExpiresAt), s.Attempts, s.Tenant, s.Key)
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if more {
+		fmt.Fprintf(a.stdout, "more not shown (--max %d)\n", limit)
+	}
+	return nil
+}
+
+func (a *admin) reconcile(ctx context.Context, args []string) error {
+	key, err := chargeKey(args[0], args[1])
+	if err != nil {
+		return err
+	}
+	sender, err := queue.NewSender(a.clients.SQS, a.cfg.ReconcileQueueURL)
+	if err != nil {
+		return err
+	}
+	if err := sender.EnqueueReconcile(ctx, key, 0); err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(map[string]string{"queued_tenant": key.Tenant(), "queued_key": key.ClientKey(), "queue": a.cfg.ReconcileQueueURL})
+	}
+	fmt.Fprintf(a.stdout, "queued %s / %s for reconciliation now\n", key.Tenant(), key.ClientKey())
+	fmt.Fprintln(a.stdout, "the reconciler settles it if its lease has run out, and does nothing otherwise; check with: chargectl admin record", key.Tenant(), key.ClientKey())
+	return nil
+}
+
+func (a *admin) printJSON(v any) error {
+	if printJSON(a.stdout, a.stderr, v) != exitOK {
+		return errors.New("cannot write the output")
+	}
+	return nil
+}
+
+func prefix(s string, n int) string { return s[:min(len(s), n)] }
+
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// relative shows t and how far it is from now.
+func relative(t, now time.Time) string {
+	d := t.Sub(now).Round(time.Second)
+	if d < 0 {
+		return fmt.Sprintf("%s (%s ago)", stamp(t), -d)
+	}
+	return fmt.Sprintf("%s (in %s)", stamp(t), d)
+}
+
+// keyText is how a key shows in lists: tenant / key.
+func keyText(k idem.Key) string {
+	return strings.Join([]string{k.Tenant(), k.ClientKey()}, " / ")
+}

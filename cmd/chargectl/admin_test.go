@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// adminStack is a deployment with its charge API served, and chargectl
+// admin configured for it as it would be from the environment.
+type adminStack struct {
+	*testkit.Deployment
+	url     string
+	clients awsenv.Clients
+	env     map[string]string
+}
+
+func newAdminStack(t *testing.T) *adminStack {
+	t.Helper()
+	d := testkit.Deploy(t)
+	url, stop, err := d.Serve(d.Charge(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	return &adminStack{Deployment: d, url: url, clients: testkit.Clients(t), env: map[string]string{
+		app.EnvIdempotencyTable:  d.IdempotencyTable,
+		app.EnvChargesTable:      d.ChargesTable,
+		app.EnvReconcileQueueURL: d.Queues.URL,
+		app.EnvReconcileDLQURL:   d.Queues.DLQURL,
+	}}
+}
+
+// admin runs chargectl admin and returns its exit status and output; the
+// output is logged, so that `go test -v` shows what an operator sees.
+func (s *adminStack) admin(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	env := adminEnv{
+		getenv:  func(name string) string { return s.env[name] },
+		clients: func(context.Context) (awsenv.Clients, error) { return s.clients, nil },
+		clock:   time.Now,
+	}
+	code := runAdmin(context.Background(), args, env, &stdout, &stderr)
+	t.Logf("$ chargectl admin %s\n%s%s(exit %d)", strings.Join(args, " "), stdout.String(), stderr.String(), code)
+	return code, stdout.String(), stderr.String()
+}
+
+func (s *adminStack) create(t *testing.T, id, source string) {
+	t.Helper()
+	if code, _ := runCLI(t, s.url, &testkit.LogBuffer{}, "create", "--amount", "1500", "--source", source, "--id", id); code != exitOK && code != exitFailed {
+		t.Fatalf("create %s: exit %d", id, code)
+	}
+}
+
+func (s *adminStack) key(t *testing.T, clientKey string) idem.Key {
+	t.Helper()
+	k, err := idem.NewKey("acme", charge.Operation, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// stuck leaves a key in flight after attempts take-overs that died, its
+// last lease (30 s) having run out ago.
+func (s *adminStack) stuck(t *testing.T, clientKey string, ago time.Duration, attempts int) {
+	t.Helper()
+	ctx := context.Background()
+	const lease = 30 * time.Second
+	clock := testkit.NewClock(time.Now().Add(-ago - lease - time.Duration(attempts)*time.Minute))
+	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *idem.Options) {
+		o.Clock = clock.Now
+		o.DefaultLease = lease
+		o.LeaseMargin = time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := s.key(t, clientKey)
+	if _, err := st.Begin(ctx, k, idem.FingerprintOf([]byte(`{}`)), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for range attempts {
+		clock.Advance(time.Minute)
+		if _, err := st.TakeOver(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestAdminRecord(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	s.create(t, "order-1001", "tok_visa")
+	s.create(t, "order-1003", providersim.SourceDecline)
+
+	code, out, _ := s.admin(t, "record", "acme", "order-1001")
+	for _, want := range []string{`acme / order-1001`, `status: +SUCCEEDED`, `stored answer: +201`, `"status":"succeeded"`, `lease owner: +[0-9a-f]{8}\n`, `record expires: .*\(in 24h`} {
+		if code != exitOK || !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("record: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	code, out, _ = s.admin(t, "record", "--json", "acme", "order-1003")
+	var rec recordOutput
+	if err := json.Unmarshal([]byte(out), &rec); code != exitOK || err != nil {
+		t.Fatalf("record --json: exit %d, %v: %s", code, err, out)
+	}
+	if rec.Status != idem.StatusFailedPermanent || rec.Answer == nil || rec.Answer.Status != 402 ||
+		!strings.Contains(rec.Answer.Body, "card-declined") || len(rec.Fingerprint) != fingerprintPrefix || len(rec.LeaseOwner) != ownerPrefix {
+		t.Fatalf("record --json: %+v", rec)
+	}
+
+	s.stuck(t, "order-1004", time.Minute, 2)
+	code, out, _ = s.admin(t, "record", "acme", "order-1004")
+	for _, want := range []string{`status: +IN_FLIGHT`, `lease expires: .*s ago\)`, `record expires: +not while in flight`, `attempts: +2 `, `stored answer: +none`} {
+		if code != exitOK || !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("record of a stuck key: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+
+	if code, _, errOut := s.admin(t, "record", "globex", "order-1001"); code != exitFailed || !strings.Contains(errOut, "no record") {
+		t.Fatalf("another tenant's key: exit %d, %s", code, errOut)
+	}
+}
+
+func TestAdminStuck(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	if code, out, _ := s.admin(t, "stuck"); code != exitOK || !strings.Contains(out, "no stuck leases") {
+		t.Fatalf("stuck on an empty table: exit %d\n%s", code, out)
+	}
+	s.create(t, "order-2001", "tok_visa") // settled: not stuck
+	s.stuck(t, "order-2002", 2*time.Minute, 0)
+	s.stuck(t, "order-2003", 10*time.Minute, 4)
+	s.stuck(t, "order-2004", 5*time.Minute, 1)
+
+	code, out, _ := s.admin(t, "stuck")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != exitOK || len(lines) != 5 || !strings.HasPrefix(lines[0], "3 stuck leases") {
+		t.Fatalf("stuck: exit %d\n%s", code, out)
+	}
+	for i, want := range []string{`^10m\d+s .* 4 +acme +order-2003$`, `^5m\d+s .* 1 +acme +order-2004$`, `^2m\d+s .* 0 +acme +order-2002$`} {
+		if !regexp.MustCompile(want).MatchString(lines[i+2]) {
+			t.Errorf("line %d %q does not match %s", i+2, lines[i+2], want)
+		}
+	}
+
+	code, out, _ = s.admin(t, "stuck", "--json", "--max", "2")
+	var got struct {
+		Stuck     []stuckOutput
+		Truncated bool
+	}
+	if err := json.Unmarshal([]byte(out), &got); code != exitOK || err != nil || !got.Truncated || len(got.Stuck) != 2 ||
+		got.Stuck[0].Key != "order-2003" || got.Stuck[0].Attempts != 4 || got.Stuck[0].AgeSeconds < 600 {
+		t.Fatalf("stuck --json --max 2: exit %d, %v, %+v", code, err, got)
+	}
+}
+
+func TestAdminReconcile(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	code, out, _ := s.admin(t, "reconcile", "acme", "order-3001")
+	if code != exitOK || !strings.Contains(out, "queued acme / order-3001") {
+		t.Fatalf("reconcile: exit %d\n%s", code, out)
+	}
+	msgs := s.receive(t, s.Queues.URL)
+	if len(msgs) != 1 || msgs[0] != s.key(t, "order-3001") {
+		t.Fatalf("the reconcile queue holds %v", msgs)
+	}
+}
+
+// receive drains url and returns the keys of its messages.
+func (s *adminStack) receive(t *testing.T, url string) []idem.Key {
+	t.Helper()
+	var keys []idem.Key
+	for {
+		out, err := s.clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(url), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Messages) == 0 {
+			return keys
+		}
+		for _, m := range out.Messages {
+			k, err := queue.ParseMessage(aws.ToString(m.Body))
+			if err != nil {
+				t.Fatalf("message %q: %v", aws.ToString(m.Body), err)
+			}
+			keys = append(keys, k)
+			if _, err := s.clients.SQS.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func TestAdminDeadLetters(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	ctx := context.Background()
+	dlq, err := queue.NewSender(s.clients.SQS, s.Queues.DLQURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the reconcile queue's redrive policy leaves in the DLQ: two
+	// keys' messages (one of them twice) and one that names no key.
+	for _, k := range []string{"order-4001", "order-4002", "order-4001"} {
+		if err := dlq.EnqueueReconcile(ctx, s.key(t, k), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.clients.SQS.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: aws.String(s.Queues.DLQURL), MessageBody: aws.String("not json")}); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, _ := s.admin(t, "dlq", "list")
+	if code != exitOK || !strings.HasPrefix(out, "4 messages in the dead-letter queue") || strings.Count(out, "order-4001") != 2 || !strings.Contains(out, "(malformed:") {
+		t.Fatalf("dlq list: exit %d\n%s", code, out)
+	}
+	// The listing left them in place, visible at once.
+	code, out, _ = s.admin(t, "dlq", "list", "--json")
+	var listed struct{ Messages []letterOutput }
+	if err := json.Unmarshal([]byte(out), &listed); code != exitOK || err != nil || len(listed.Messages) != 4 {
+		t.Fatalf("dlq list --json again: exit %d, %v\n%s", code, err, out)
+	}
+
+	code, out, _ = s.admin(t, "dlq", "redrive", "--key", "acme", "order-4001")
+	if code != exitOK || !strings.HasPrefix(out, "moved 2 messages") || !strings.Contains(out, "left 1 messages of other keys") {
+		t.Fatalf("dlq redrive --key: exit %d\n%s", code, out)
+	}
+	if got := s.receive(t, s.Queues.URL); len(got) != 2 || got[0] != s.key(t, "order-4001") || got[1] != got[0] {
+		t.Fatalf("the reconcile queue holds %v, want order-4001 twice", got)
+	}
+
+	code, out, _ = s.admin(t, "dlq", "redrive", "--json")
+	var moved redriveOutput
+	if err := json.Unmarshal([]byte(out), &moved); code != exitOK || err != nil || len(moved.Moved) != 1 || moved.Moved[0].Key != "order-4002" || len(moved.Malformed) != 1 {
+		t.Fatalf("dlq redrive: exit %d, %v, %+v", code, err, moved)
+	}
+	if got := s.receive(t, s.Queues.URL); len(got) != 1 || got[0] != s.key(t, "order-4002") {
+		t.Fatalf("the reconcile queue holds %v, want order-4002", got)
+	}
+	if code, out, _ = s.admin(t, "dlq", "list"); code != exitOK || !strings.HasPrefix(out, "1 messages") || !strings.Contains(out, "malformed") {
+		t.Fatalf("dlq list after the redrives: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := s.admin(t, "dlq", "redrive", "--key", "acme", "order-4001"); code != exitFailed || !strings.Contains(errOut, "no message of acme / order-4001") {
+		t.Fatalf("dlq redrive of a key not there: exit %d, %s", code, errOut)
+	}
+}
+
+func TestAdminUsage(t *testing.T) {
+	t.Parallel()
+	env := adminEnv{
+		getenv: func(string) string { return "" },
+		clients: func(context.Context) (awsenv.Clients, error) {
+			t.Fatal("no command should get this far")
+			return awsenv.Clients{}, nil
+		},
+		clock: time.Now,
+	}
+	for name, args := range map[string][]string{
+		"no command":        {},
+		"unknown command":   {"purge"},
+		"dlq alone":         {"dlq"},
+		"unknown dlq":       {"dlq", "purge"},
+		"record one arg":    {"record", "acme"},
+		"stuck with args":   {"stuck", "acme"},
+		"redrive one key":   {"dlq", "redrive", "--key", "acme"},
+		"no table":          {"record", "acme", "k"},
+		"no dead-letters":   {"dlq", "list"},
+		"no reconcile url":  {"reconcile", "acme", "k"},
+		"unknown flag":      {"stuck", "--all"},
+		"redrive with args": {"dlq", "redrive", "acme", "k"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := runAdmin(context.Background(), args, env, &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
+			t.Errorf("%s: exit %d, stderr %q; want %d with a message", name, code, stderr.String(), exitUsage)
+		}
+	}
+}

@@ -1,0 +1,156 @@
+package metrics
+
+import "slices"
+
+// Namespace is the CloudWatch namespace of every metric.
+const Namespace = "chargeonce"
+
+// Dimension names. These two are the only dimensions.
+const (
+	DimFunction = "Function"
+	DimOutcome  = "Outcome"
+)
+
+// Function dimension values: the functions that emit metrics.
+const (
+	FunctionCharge    = "charge"
+	FunctionReconcile = "reconcile"
+	FunctionSweeper   = "sweeper"
+)
+
+// Name is a metric name.
+type Name string
+
+// The metrics the code emits; Definitions says by whom and in which unit.
+const (
+	// Requests counts the commands a function handled, by Outcome: the
+	// charge function's POST /charges, the reconcile function's messages.
+	Requests Name = "Requests"
+	// BeginLatency is the idempotency claim (Begin) of a charge request.
+	BeginLatency Name = "BeginLatency"
+	// ProviderLatency is one call to the card provider (a charge, or the
+	// reconciler's lookup).
+	ProviderLatency Name = "ProviderLatency"
+	// CommitLatency is the write that settles a command (Commit, Fail or
+	// Release).
+	CommitLatency Name = "CommitLatency"
+	// StoredResponseBytes is the size of an answer stored for replay.
+	StoredResponseBytes Name = "StoredResponseBytes"
+	// StuckLeases is how many stuck leases a sweep found.
+	StuckLeases Name = "StuckLeases"
+	// OldestLeaseAgeSeconds is how long ago the oldest stuck lease a sweep
+	// found ran out.
+	OldestLeaseAgeSeconds Name = "OldestLeaseAgeSeconds"
+	// MaxReconcileAttempts is the most reconcile attempts of a stuck key a
+	// sweep found: a key that keeps failing shows here, not in the DLQ.
+	MaxReconcileAttempts Name = "MaxReconcileAttempts"
+	// Queued is how many stuck keys a sweep sent to the reconcile queue.
+	Queued Name = "Queued"
+)
+
+// Unit is a CloudWatch unit.
+type Unit string
+
+// The units the metrics use.
+const (
+	UnitCount        Unit = "Count"
+	UnitMilliseconds Unit = "Milliseconds"
+	UnitSeconds      Unit = "Seconds"
+	UnitBytes        Unit = "Bytes"
+)
+
+// Outcome is a value of the Outcome dimension.
+type Outcome string
+
+// The charge function's outcomes.
+const (
+	OutcomeCreated     Outcome = "created"
+	OutcomeReplayed    Outcome = "replayed"
+	OutcomeConflict    Outcome = "conflict"
+	OutcomeMismatch    Outcome = "mismatch"
+	OutcomeDeclined    Outcome = "declined"
+	OutcomeUnavailable Outcome = "unavailable"
+	OutcomeRejected    Outcome = "rejected"
+	// OutcomePending: the outcome is unknown (503 outcome-pending); the
+	// reconciler settles it.
+	OutcomePending Outcome = "outcome-pending"
+	// OutcomeLeaseLost: the request's lease was taken over before it could
+	// record its outcome.
+	OutcomeLeaseLost Outcome = "lease-lost"
+	OutcomeInvalid   Outcome = "invalid"
+)
+
+// The reconcile function's outcomes.
+const (
+	OutcomeResolvedCharged  Outcome = "resolved-charged"
+	OutcomeResolvedDeclined Outcome = "resolved-declined"
+	OutcomeReleased         Outcome = "released"
+	OutcomeStillLeased      Outcome = "still-leased"
+	OutcomeNothingToDo      Outcome = "nothing-to-do"
+	OutcomeNotSettled       Outcome = "not-settled"
+	OutcomeDeferred         Outcome = "deferred"
+)
+
+// OutcomeError is an internal error, in either function.
+const OutcomeError Outcome = "error"
+
+// Definition says how a metric is emitted.
+type Definition struct {
+	Name Name
+	Unit Unit
+	// Functions are the Function dimension values it is emitted under.
+	Functions []string
+	// ByOutcome: also under {Function, Outcome}, with the Outcome values
+	// of Outcomes(function).
+	ByOutcome bool
+}
+
+var (
+	definitions = []Definition{
+		{Requests, UnitCount, []string{FunctionCharge, FunctionReconcile}, true},
+		{BeginLatency, UnitMilliseconds, []string{FunctionCharge}, false},
+		{ProviderLatency, UnitMilliseconds, []string{FunctionCharge, FunctionReconcile}, false},
+		{CommitLatency, UnitMilliseconds, []string{FunctionCharge, FunctionReconcile}, false},
+		{StoredResponseBytes, UnitBytes, []string{FunctionCharge, FunctionReconcile}, false},
+		{StuckLeases, UnitCount, []string{FunctionSweeper}, false},
+		{OldestLeaseAgeSeconds, UnitSeconds, []string{FunctionSweeper}, false},
+		{MaxReconcileAttempts, UnitCount, []string{FunctionSweeper}, false},
+		{Queued, UnitCount, []string{FunctionSweeper}, false},
+	}
+	outcomes = map[string][]Outcome{
+		FunctionCharge: {
+			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
+			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
+		},
+		FunctionReconcile: {
+			OutcomeResolvedCharged, OutcomeResolvedDeclined, OutcomeReleased, OutcomeStillLeased,
+			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeError,
+		},
+	}
+)
+
+// Definitions returns every metric the code emits, in a fixed order.
+func Definitions() []Definition {
+	out := slices.Clone(definitions)
+	for i := range out {
+		out[i].Functions = slices.Clone(out[i].Functions)
+	}
+	return out
+}
+
+// Outcomes returns the Outcome values function emits; none for a function
+// whose metrics have no Outcome.
+func Outcomes(function string) []Outcome {
+	return slices.Clone(outcomes[function])
+}
+
+// lookup returns the definition of name for function, and its position in
+// Definitions.
+func lookup(function string, name Name) (Definition, int, bool) {
+	for i, d := range definitions {
+		if d.Name == name && slices.Contains(d.Functions, function) {
+			return d, i, true
+		}
+	}
+	return Definition{}, 0, false
+}
