@@ -7,9 +7,11 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -34,6 +36,7 @@ const (
 	EnvIdempotencyTTL    = "IDEMPOTENCY_TTL"
 	EnvInflightWait      = "INFLIGHT_WAIT"
 	EnvCommitReserve     = "COMMIT_RESERVE"
+	EnvReplayCache       = "REPLAY_CACHE_ENTRIES"
 	EnvSettleWindow      = "PROVIDER_SETTLE_WINDOW"
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
@@ -50,6 +53,11 @@ const (
 	ProviderSim    = "sim"
 	ProviderStripe = "stripe"
 )
+
+// DefaultReplayCache is how many settled answers the charge function keeps
+// for replays unless REPLAY_CACHE_ENTRIES says otherwise (about 1 KiB
+// each).
+const DefaultReplayCache = 10_000
 
 // Getenv looks up one variable; os.Getenv is one.
 type Getenv func(string) string
@@ -88,6 +96,18 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+func (e *env) count(name string, def int) int {
+	v := e.get(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a count", name, v))
+	}
+	return n
+}
+
 func (e *env) provider() string {
 	v := e.optional(EnvProvider, ProviderSim)
 	if v != ProviderSim && v != ProviderStripe {
@@ -117,7 +137,10 @@ type ChargeConfig struct {
 	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret, TenantClaim          string
 	Retention, InflightWait, CommitReserve            time.Duration
-	LogLevel                                          slog.Level
+	// ReplayCache is how many settled answers the function keeps in
+	// memory to replay without a DynamoDB call; 0 turns the cache off.
+	ReplayCache int
+	LogLevel    slog.Level
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -134,6 +157,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		Retention:         e.duration(EnvIdempotencyTTL, 24*time.Hour),
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
+		ReplayCache:       e.count(EnvReplayCache, DefaultReplayCache),
 		LogLevel:          e.level(),
 	}
 	return c, e.err()
@@ -223,6 +247,9 @@ type Deps struct {
 	Clients awsenv.Clients
 	Clock   func() time.Time
 	Logger  *slog.Logger
+	// Metrics receives the functions' embedded-metric-format lines.
+	// Default os.Stdout.
+	Metrics io.Writer
 	// ProviderOptions adjust the provider client (e.g. its HTTP client).
 	ProviderOptions []func(*provider.Options)
 }
@@ -281,7 +308,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	}
 	svc, err := d.service(service{
 		Config: charge.Config{
-			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve,
+			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve, ReplayCache: c.ReplayCache,
 		},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
@@ -290,7 +317,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 		return nil, err
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
-		o.TenantClaim, o.Logger, o.Clock = c.TenantClaim, d.Logger, d.Clock
+		o.TenantClaim, o.Logger, o.Clock, o.Metrics = c.TenantClaim, d.Logger, d.Clock, d.Metrics
 	})
 }
 

@@ -21,6 +21,7 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	return sweeper.New(store, sender, func(o *sweeper.Options) {
 		o.Clock = d.Clock
 		o.Logger = d.Logger
+		o.Metrics = d.Metrics
 	})
 }
 
@@ -30,5 +31,5 @@ func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger = d.Logger })
+	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger, o.Metrics = d.Logger, d.Metrics })
 }

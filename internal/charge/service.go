@@ -11,6 +11,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -56,6 +57,9 @@ const (
 	OutcomeBusy      Outcome = "busy"
 	OutcomeRejected  Outcome = "rejected"
 	OutcomeAmbiguous Outcome = "ambiguous"
+	// OutcomeLeaseLost: the outcome is unknown because the request's lease
+	// was taken over before it could record it.
+	OutcomeLeaseLost Outcome = "lease_lost"
 	OutcomeInvalid   Outcome = "invalid"
 	OutcomeFound     Outcome = "found"
 	OutcomeNotFound  Outcome = "not_found"
@@ -94,8 +98,11 @@ type Config struct {
 	// n-th failed attempt waits RetryBase·2ⁿ⁻¹, at most RetryCap.
 	// Defaults DefaultRetryBase and DefaultRetryCap.
 	RetryBase, RetryCap time.Duration
-	Clock               func() time.Time
-	Logger              *slog.Logger
+	// ReplayCache, if positive, is how many settled answers a process
+	// keeps to replay without asking DynamoDB (idem.ReplayCache).
+	ReplayCache int
+	Clock       func() time.Time
+	Logger      *slog.Logger
 }
 
 // Defaults of the Config.
@@ -106,7 +113,12 @@ const (
 )
 
 // Service creates, reads and reconciles charges.
-type Service struct{ cfg Config }
+type Service struct {
+	cfg Config
+	// backend is the store as the charge path uses it: timed into the
+	// invocation's metrics, behind the replay cache if there is one.
+	backend idem.Backend
+}
 
 // NewService checks the dependencies and returns a Service.
 func NewService(cfg Config) (*Service, error) {
@@ -135,7 +147,11 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg}, nil
+	var backend idem.Backend = timed{cfg.Store}
+	if cfg.ReplayCache > 0 {
+		backend = idem.NewReplayCache(backend, cfg.ReplayCache, func(o *idem.CacheOptions) { o.Clock = cfg.Clock })
+	}
+	return &Service{cfg: cfg, backend: backend}, nil
 }
 
 // Result is what became of a request, for the HTTP layer to answer.
@@ -170,7 +186,29 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		return Result{}, fmt.Errorf("charge: %w", err)
 	}
 	in, _ := json.Marshal(intent{req.Money.Amount, req.Money.Currency, req.Description})
-	begun, err := s.begin(ctx, key, fp, in)
+	var (
+		charged *Charge // what the provider charged, to record
+		refused Outcome // why the provider did not act
+	)
+	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		pres, err := s.charge(ctx, provider.ChargeRequest{
+			Reference: ProviderReference(key, l.CreatedAt), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
+		})
+		switch {
+		case errors.Is(err, provider.ErrRejected):
+			refused = OutcomeRejected
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+			return idem.NotApplied(idem.Response{}), nil
+		case errors.Is(err, provider.ErrUnavailable):
+			refused = OutcomeUnavailable
+			return idem.NotApplied(idem.Response{}), nil
+		case err != nil:
+			return idem.Unknown(idem.Response{}), err
+		}
+		out, c, err := s.verdict(l, pres)
+		charged = c
+		return out, err
+	}, func(o *idem.DoOptions) { o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve })
 	var (
 		inflight *idem.InFlightError
 		mismatch *idem.MismatchError
@@ -180,49 +218,40 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
 	case errors.As(err, &mismatch):
 		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
-	case transient(err):
-		// Nothing reached the provider: the key may be retried at once.
+	case res.Lease == nil && transient(err):
+		// The claim failed: nothing reached the provider, retry at once.
 		return Result{Outcome: OutcomeBusy}, nil
-	case err != nil:
+	case res.Lease == nil && err != nil:
 		return Result{}, err
-	case begun.Replay != nil:
-		return Result{Outcome: OutcomeReplayed, Stored: begun.Replay, Replayed: true, KeyExpiresAt: begun.RecordExpiresAt}, nil
-	}
-	lease := begun.Lease
-	res, err := s.charge(ctx, provider.ChargeRequest{
-		Reference: ProviderReference(key, lease.CreatedAt), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
-	})
-	switch {
-	case errors.Is(err, provider.ErrUnavailable) || errors.Is(err, provider.ErrRejected):
-		// The provider did not act: the key is released for a retry of the
-		// same request.
-		if rerr := s.cfg.Store.Release(ctx, lease); rerr != nil {
-			return s.ambiguous(ctx, lease, rerr)
+	case res.Replayed:
+		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:
+		outcome, resp, err := s.rowExists(ctx, res.Lease, *charged)
+		if err != nil {
+			return s.ambiguous(ctx, res.Lease, err)
 		}
-		if errors.Is(err, provider.ErrRejected) {
-			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
-			return Result{Outcome: OutcomeRejected}, nil
-		}
-		return Result{Outcome: OutcomeUnavailable}, nil
-	case err != nil:
-		return s.ambiguous(ctx, lease, err)
+		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
+	case err != nil || res.Status == idem.StatusInFlight:
+		return s.ambiguous(ctx, res.Lease, err)
+	case res.Status == idem.StatusReleased:
+		return Result{Outcome: refused}, nil
+	case res.Status == idem.StatusSucceeded:
+		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	default:
+		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
 	}
-	outcome, resp, err := s.complete(ctx, lease, res)
-	if err != nil {
-		return s.ambiguous(ctx, lease, err)
-	}
-	return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: lease.RecordExpiresAt}, nil
 }
 
-// charge calls the provider with what is left of the request's time minus
-// CommitReserve, so an answer that comes in time can still be recorded.
+// charge calls the provider, timed into the invocation's metrics.
 func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-s.cfg.CommitReserve))
-		defer cancel()
-	}
+	defer since(ctx, metrics.ProviderLatency, time.Now())
 	return s.cfg.Provider.Charge(ctx, req)
+}
+
+// lookup asks the provider about reference, timed likewise.
+func (s *Service) lookup(ctx context.Context, reference string) (provider.Result, error) {
+	defer since(ctx, metrics.ProviderLatency, time.Now())
+	return s.cfg.Provider.Lookup(ctx, reference)
 }
 
 // transient reports whether err is a failure of DynamoDB that a retry may
@@ -250,28 +279,6 @@ func transient(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// begin claims the key, waiting up to InflightWait (and never past the
-// context's deadline) for an in-flight twin to finish.
-func (s *Service) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in []byte) (idem.Begun, error) {
-	waitUntil := time.Now().Add(s.cfg.InflightWait)
-	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(waitUntil) {
-		waitUntil = d.Add(-time.Second)
-	}
-	pause := 50 * time.Millisecond
-	for {
-		begun, err := s.cfg.Store.Begin(ctx, key, fp, in)
-		if !errors.Is(err, idem.ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
-			return begun, err
-		}
-		select {
-		case <-ctx.Done():
-			return begun, err
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 400*time.Millisecond)
-	}
-}
-
 // enqueueTimeout bounds the reconcile message's send on the ambiguous
 // path, which runs on its own time: the request's may be spent.
 const enqueueTimeout = 2 * time.Second
@@ -291,7 +298,11 @@ func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error)
 			s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", lease.Key.LogHash(), "error_class", ErrorClass(err))
 		}
 	}
-	return Result{Outcome: OutcomeAmbiguous, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
+	outcome := OutcomeAmbiguous
+	if errors.Is(cause, idem.ErrLeaseLost) {
+		outcome = OutcomeLeaseLost
+	}
+	return Result{Outcome: outcome, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
 }
 
 // ErrorClass names an error for logs and metrics without its text, which
@@ -315,13 +326,13 @@ func ErrorClass(err error) string {
 	}
 }
 
-// complete records the provider's verdict on the lease holder's command:
-// SUCCEEDED with the charge row in one transaction, or FAILED_PERMANENT for
-// a decline. The handler and the reconciler both finish commands here.
-func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error) {
+// verdict is what the provider's answer means for the command the lease
+// holds: a charge to commit together with its row (returned, to record),
+// or a decline to store. The handler and the reconciler both decide here.
+func (s *Service) verdict(lease *idem.Lease, res provider.Result) (idem.Outcome, *Charge, error) {
 	var in intent
 	if err := json.Unmarshal(lease.Intent, &in); err != nil {
-		return "", idem.Response{}, fmt.Errorf("charge: stored intent: %w", err)
+		return idem.Outcome{}, nil, fmt.Errorf("charge: stored intent: %w", err)
 	}
 	switch res.Status {
 	case provider.StatusCharged:
@@ -332,23 +343,11 @@ func (s *Service) complete(ctx context.Context, lease *idem.Lease, res provider.
 			ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
 			CreatedAt: lease.CreatedAt,
 		}
-		resp := s.cfg.Answers.Created(c)
-		err := s.cfg.Store.Commit(ctx, lease, resp, s.cfg.Rows.Insert(c))
-		if errors.Is(err, idem.ErrWriteConditionFailed) {
-			return s.rowExists(ctx, lease, c)
-		}
-		if err != nil {
-			return "", idem.Response{}, err
-		}
-		return OutcomeCreated, resp, nil
+		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), &c, nil
 	case provider.StatusDeclined:
-		resp := s.cfg.Answers.Declined(res.DeclineCode)
-		if err := s.cfg.Store.Fail(ctx, lease, resp); err != nil {
-			return "", idem.Response{}, err
-		}
-		return OutcomeDeclined, resp, nil
+		return idem.Failed(s.cfg.Answers.Declined(res.DeclineCode)), nil, nil
 	default:
-		return "", idem.Response{}, fmt.Errorf("charge: unexpected provider status %q", res.Status)
+		return idem.Outcome{}, nil, fmt.Errorf("charge: unexpected provider status %q", res.Status)
 	}
 }
 
@@ -365,7 +364,7 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 	}
 	if found && row.ProviderChargeID == c.ProviderChargeID && row.ProviderReference == c.ProviderReference {
 		resp := s.cfg.Answers.Created(row)
-		if err := s.cfg.Store.Commit(ctx, lease, resp); err != nil {
+		if err := s.backend.Commit(ctx, lease, resp); err != nil {
 			return "", idem.Response{}, err
 		}
 		return OutcomeCreated, resp, nil
@@ -373,7 +372,7 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 	s.cfg.Logger.ErrorContext(ctx, "charge row conflicts with the provider's answer; stored as a permanent error",
 		"key_hash", lease.Key.LogHash(), "charge_id", c.ID)
 	resp := s.cfg.Answers.Conflicting()
-	if err := s.cfg.Store.Fail(ctx, lease, resp); err != nil {
+	if err := s.backend.Fail(ctx, lease, resp); err != nil {
 		return "", idem.Response{}, err
 	}
 	return OutcomeChargeConflict, resp, nil
@@ -426,32 +425,40 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	case err != nil:
 		return "", err
 	}
-	res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(key, lease.CreatedAt))
+	res, err := s.lookup(ctx, ProviderReference(key, lease.CreatedAt))
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
 		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
 		return s.postpone(ctx, lease, until, OutcomeDeferred)
 	}
+	var out idem.Outcome
+	var charged *Charge
 	if res.Status == provider.StatusNotFound {
 		if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
 			return s.postpone(ctx, lease, settled, OutcomeNotSettled)
 		}
-		if err := s.cfg.Store.Release(ctx, lease); err != nil {
-			return "", err
-		}
-		return OutcomeReleased, nil
+		out = idem.NotApplied(idem.Response{})
+	} else if out, charged, err = s.verdict(lease, res); err != nil {
+		return "", err
 	}
-	outcome, _, err := s.complete(ctx, lease, res)
+	status, err := idem.Settle(ctx, s.backend, lease, out)
 	switch {
+	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:
+		outcome, _, err := s.rowExists(ctx, lease, *charged)
+		if outcome == OutcomeCreated {
+			outcome = OutcomeResolved
+		}
+		return outcome, err
 	case err != nil:
 		return "", err
-	case outcome == OutcomeDeclined:
-		return OutcomeResolvedDec, nil
-	case outcome == OutcomeCreated:
+	case status == idem.StatusReleased:
+		return OutcomeReleased, nil
+	case status == idem.StatusSucceeded:
 		return OutcomeResolved, nil
+	default:
+		return OutcomeResolvedDec, nil
 	}
-	return outcome, nil
 }
 
 func (s *Service) postpone(ctx context.Context, lease *idem.Lease, until time.Time, outcome Outcome) (Outcome, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -33,13 +35,17 @@ type Options struct {
 	Concurrency int
 	// Logger receives one record per message. Default: discard.
 	Logger *slog.Logger
+	// Metrics receives each batch's metrics in embedded metric format.
+	// Default os.Stdout, where Lambda hands them to CloudWatch.
+	Metrics io.Writer
 }
 
 // Handler handles batches of reconcile messages. It is safe for concurrent
 // use.
 type Handler struct {
-	svc Reconciler
-	opt Options
+	svc     Reconciler
+	opt     Options
+	metrics *metrics.Emitter
 }
 
 // NewHandler returns a Handler resolving keys with svc.
@@ -57,13 +63,15 @@ func NewHandler(svc Reconciler, optFns ...func(*Options)) (*Handler, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Handler{svc: svc, opt: o}, nil
+	return &Handler{svc: svc, opt: o, metrics: metrics.New(o.Metrics, metrics.FunctionReconcile)}, nil
 }
 
 // Handle reconciles a batch and returns, as batch item failures, the
 // messages to deliver again. It never returns an error: that would have
 // Lambda redeliver the whole batch, the settled messages with it.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	rec := h.metrics.Record()
+	ctx = metrics.NewContext(ctx, rec)
 	retry := make([]bool, len(ev.Records))
 	slots := make(chan struct{}, h.opt.Concurrency)
 	var wg sync.WaitGroup
@@ -81,7 +89,22 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
 		}
 	}
+	if err := rec.Flush(ctx); err != nil {
+		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
+	}
 	return resp, nil
+}
+
+// messageOutcome is the metrics' name for what became of a message.
+var messageOutcome = map[charge.Outcome]metrics.Outcome{
+	charge.OutcomeResolved:       metrics.OutcomeResolvedCharged,
+	charge.OutcomeResolvedDec:    metrics.OutcomeResolvedDeclined,
+	charge.OutcomeReleased:       metrics.OutcomeReleased,
+	charge.OutcomeStillLeased:    metrics.OutcomeStillLeased,
+	charge.OutcomeNothingToDo:    metrics.OutcomeNothingToDo,
+	charge.OutcomeNotSettled:     metrics.OutcomeNotSettled,
+	charge.OutcomeDeferred:       metrics.OutcomeDeferred,
+	charge.OutcomeChargeConflict: metrics.OutcomeError,
 }
 
 // handle reconciles one message and reports whether it is settled (to be
@@ -105,10 +128,12 @@ func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
 	keyHash := key.LogHash()
 	outcome, err := h.svc.Reconcile(ctx, key)
 	if err != nil {
+		metrics.FromContext(ctx).Count(metrics.Requests, metrics.OutcomeError)
 		log.ErrorContext(ctx, "reconcile", "key_hash", keyHash, "outcome", "error",
 			"error_class", charge.ErrorClass(err), "error", redact(err, key, keyHash))
 		return false
 	}
+	metrics.FromContext(ctx).Count(metrics.Requests, messageOutcome[outcome])
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
 	return true
 }

@@ -7,6 +7,7 @@ package testkit
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -125,7 +126,7 @@ type Wiring struct {
 func (d *Deployment) wiring(clients awsenv.Clients, optFns []func(*Wiring)) Wiring {
 	w := Wiring{
 		Charge: d.Charge(), Reconcile: d.Reconcile(),
-		Deps: app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler)},
+		Deps: app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard},
 	}
 	for _, fn := range optFns {
 		fn(&w)

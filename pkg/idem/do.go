@@ -127,27 +127,32 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 		fnErr = fmt.Errorf("idem: do %s: %w", key, fnErr)
 	}
 	res := Result{Response: out.Response, Status: StatusInFlight, Lease: l, RecordExpiresAt: l.RecordExpiresAt}
-	var (
-		settled Status
-		setErr  error
-	)
-	switch out.Verdict {
-	case VerdictUnknown:
-		return res, fnErr
-	case VerdictSucceeded:
-		settled, setErr = StatusSucceeded, b.Commit(ctx, l, out.Response, out.Writes...)
-	case VerdictFailed:
-		settled, setErr = StatusFailedPermanent, b.Fail(ctx, l, out.Response)
-	case VerdictNotApplied:
-		settled, setErr = StatusReleased, b.Release(ctx, l)
-	default:
-		setErr = fmt.Errorf("idem: do %s: unknown verdict %d", key, out.Verdict)
-	}
+	settled, setErr := Settle(ctx, b, l, out)
 	if setErr != nil {
 		return res, errors.Join(fnErr, setErr)
 	}
 	res.Status, res.RecordExpiresAt = settled, l.RecordExpiresAt
 	return res, fnErr
+}
+
+// Settle applies out to the command l holds, as Do does with its
+// function's outcome: Commit, Fail or Release, or nothing for an Unknown
+// verdict. It returns the status the record was left in. A reconciler that
+// took a lease over settles it here once it has found out what happened.
+// The status is the one the record is left in when the error is nil.
+func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, error) {
+	switch out.Verdict {
+	case VerdictUnknown:
+		return StatusInFlight, nil
+	case VerdictSucceeded:
+		return StatusSucceeded, b.Commit(ctx, l, out.Response, out.Writes...)
+	case VerdictFailed:
+		return StatusFailedPermanent, b.Fail(ctx, l, out.Response)
+	case VerdictNotApplied:
+		return StatusReleased, b.Release(ctx, l)
+	default:
+		return StatusInFlight, fmt.Errorf("idem: settle %s: unknown verdict %d", l.Key, out.Verdict)
+	}
 }
 
 // run calls fn with a context that ends reserve before ctx does.

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -53,14 +55,19 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock returns the current time, for Retry-After. Default time.Now.
 	Clock func() time.Time
+	// Metrics receives each request's metrics, one embedded-metric-format
+	// line per request. Default os.Stdout, where Lambda hands them to
+	// CloudWatch.
+	Metrics io.Writer
 }
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
 // events. Client errors are responses, never Go errors: the Lambda
 // invocation only fails if the handler itself is broken.
 type Handler struct {
-	svc Service
-	opt Options
+	svc     Service
+	opt     Options
+	metrics *metrics.Emitter
 }
 
 // NewHandler returns a Handler answering with svc.
@@ -81,7 +88,8 @@ func NewHandler(svc Service, optFns ...func(*Options)) (*Handler, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	return &Handler{svc: svc, opt: o}, nil
+	m := metrics.New(o.Metrics, metrics.FunctionCharge, func(mo *metrics.Options) { mo.Clock = o.Clock })
+	return &Handler{svc: svc, opt: o, metrics: m}, nil
 }
 
 // Handle answers one request.
@@ -92,6 +100,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		err     error
 		attrs   []any
 	)
+	rec := h.metrics.Record()
+	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
 	route := routeOf(req)
 	switch {
@@ -123,7 +133,30 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		level = slog.LevelError
 	}
 	h.opt.Logger.Log(ctx, level, "request", attrs...)
+	if route == RouteCreate || refused != nil {
+		rec.Count(metrics.Requests, requestOutcome[res.Outcome])
+	}
+	if err := rec.Flush(ctx); err != nil {
+		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
+	}
 	return resp, nil
+}
+
+// requestOutcome is the metrics' name for what became of a POST /charges.
+var requestOutcome = map[charge.Outcome]metrics.Outcome{
+	charge.OutcomeCreated:        metrics.OutcomeCreated,
+	charge.OutcomeReplayed:       metrics.OutcomeReplayed,
+	charge.OutcomeConflict:       metrics.OutcomeConflict,
+	charge.OutcomeMismatch:       metrics.OutcomeMismatch,
+	charge.OutcomeDeclined:       metrics.OutcomeDeclined,
+	charge.OutcomeUnavailable:    metrics.OutcomeUnavailable,
+	charge.OutcomeBusy:           metrics.OutcomeUnavailable,
+	charge.OutcomeRejected:       metrics.OutcomeRejected,
+	charge.OutcomeAmbiguous:      metrics.OutcomePending,
+	charge.OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
+	charge.OutcomeInvalid:        metrics.OutcomeInvalid,
+	charge.OutcomeChargeConflict: metrics.OutcomeError,
+	charge.OutcomeError:          metrics.OutcomeError,
 }
 
 func ref(r idem.Response) *idem.Response { return &r }

@@ -108,7 +108,7 @@ func answer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
 		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy. Nothing was charged; retry with the same key."), 1)
 	case charge.OutcomeRejected:
 		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was charged. Retrying the same request will not help.")
-	case charge.OutcomeAmbiguous:
+	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:
 		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; you will not be charged twice."), retryAfter(now, res.RetryAt))
 	case charge.OutcomeNotFound:
 		resp = problem(ProblemNotFound, "")
