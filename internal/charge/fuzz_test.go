@@ -151,10 +151,13 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 	if err := json.Unmarshal(c, &members); err != nil {
 		return parsed{}, "shape"
 	}
-	for name := range members { // exact names only, whatever encoding/json allows
+	for name, value := range members { // exact names only, whatever encoding/json allows
 		switch name {
 		case "amount", "currency", "source", "description":
 		default:
+			return parsed{}, "shape"
+		}
+		if string(value) == "null" { // a null member is not an absent one
 			return parsed{}, "shape"
 		}
 	}

@@ -168,8 +168,8 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if err := json.Unmarshal(canonical, &fields); err != nil {
 		return invalid(ProblemInvalidRequest, shape)
 	}
-	for name := range fields {
-		if !slices.Contains(requestFields, name) {
+	for name, value := range fields {
+		if !slices.Contains(requestFields, name) || string(value) == "null" {
 			return invalid(ProblemInvalidRequest, shape)
 		}
 	}
