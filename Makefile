@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Create the Python virtualenv (moto, cfn-lint, aws-sam-cli)
+venv: $(VENV)/.installed ## Create the Python virtualenv (moto, cfn-lint, aws-sam-cli, Schemathesis)
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-ed
@@ -41,7 +41,7 @@ FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalen
 TOKEN_BLIND_TESTS := Lifecycle|Fencing|Settlements|CommitRetried|RetriedPut
 
 .PHONY: test
-test: lint fuzz ## make lint (with cfn-lint), short fuzz runs, then every test with -race on the emulator, then 1,000 model histories
+test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
 		$(GO) test -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"'
 	@echo "the store's lifecycle and fencing tests again, on an emulator that ignores ClientRequestToken as moto does:"
@@ -64,6 +64,17 @@ RUN_ARGS ?=
 .PHONY: run
 run: venv ## Run the whole stack on loopback (API 127.0.0.1:3000) in the foreground until Ctrl-C
 	$(GO) run ./cmd/localstack $(RUN_ARGS)
+
+# Schemathesis (pinned in requirements.txt) generates requests from
+# api/openapi.yaml against a local stack that scripts/schemathesis.sh starts
+# on free ports and stops; seed, example count and checks are in
+# scripts/schemathesis.toml. `make schemathesis SCHEMATHESIS_ARGS="--seed 7"`
+# passes more options to `schemathesis run`.
+SCHEMATHESIS_ARGS ?=
+
+.PHONY: schemathesis
+schemathesis: venv ## Spec-driven API test: Schemathesis (50 examples per operation, fixed seed) on a local stack on free ports
+	scripts/schemathesis.sh $(SCHEMATHESIS_ARGS)
 
 # `make test` runs this test too, as part of ./...; this target shows its log.
 .PHONY: e2e

@@ -3,8 +3,10 @@ package charge
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"math/big"
 	"strconv"
 	"time"
 	"unicode"
@@ -61,6 +63,26 @@ func (e *InvalidError) Error() string { return fmt.Sprintf("charge: %s: %s", e.F
 
 // Is makes errors.Is(err, ErrInvalidRequest) true.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalidRequest }
+
+// ParseAmount reads an amount written as a JSON number. As in JSON Schema's
+// integer, what counts is the value, not how it is written: 1500, 1500.0
+// and 1.5e3 are all 1500; 1500.5 is refused, and so is anything but a
+// number (an empty n). NewRequest checks the range of what it returns.
+func ParseAmount(n json.Number) (int64, error) {
+	if i, err := n.Int64(); err == nil {
+		return i, nil
+	}
+	invalid := &InvalidError{"amount", fmt.Sprintf("must be a whole number between %d and %d minor units", MinAmount, MaxAmount)}
+	// Once the value is known to be in range, its exponent is small enough
+	// to check exactly: 1500.0000000000000001 is 1500 as a float64.
+	if f, err := n.Float64(); err != nil || f < MinAmount || f > MaxAmount {
+		return 0, invalid
+	}
+	if r, ok := new(big.Rat).SetString(n.String()); ok && r.IsInt() {
+		return r.Num().Int64(), nil
+	}
+	return 0, invalid
+}
 
 // NewRequest validates the parts of a charge request.
 func NewRequest(amount int64, currency, source, description string) (Request, error) {

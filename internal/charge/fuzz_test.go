@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"mime"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,7 @@ func FuzzCreate(f *testing.F) {
 	}
 	f.Add("acme", "order-1", true, "application/json; charset=utf-8", false,
 		[]byte(" {\"source\" : \"tok_visa\", \"description\":\"caf\\u00e9\", \"currency\":\"EUR\",\"amount\":1500}\n"))
+	f.Add("acme", "order-2", true, "application/json", false, []byte(`{"amount":3.2084e4,"currency":"EUR","source":"tok_visa"}`))
 	f.Add("acme", "k", true, "application/json", true, []byte(base64.StdEncoding.EncodeToString([]byte(`{"amount":1,"currency":"JPY","source":"x"}`))))
 
 	f.Fuzz(func(t *testing.T, tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) {
@@ -111,7 +113,7 @@ func FuzzCreate(f *testing.F) {
 // parsed is what a valid create event should reach the provider with.
 type parsed struct {
 	charge.Request
-	raw []byte // the decoded body
+	raw []byte // the decoded body, its amount written as an integer
 }
 
 // expectCreate validates an event step by step with the exported building
@@ -144,28 +146,50 @@ func expectCreate(tenant, key string, withKey bool, contentType string, isBase64
 		return parsed{}, "json"
 	}
 	var in struct {
-		Amount                        int64
 		Currency, Source, Description string
 	}
 	var members map[string]json.RawMessage
 	if err := json.Unmarshal(c, &members); err != nil {
 		return parsed{}, "shape"
 	}
-	for name := range members { // exact names only, whatever encoding/json allows
+	for name, value := range members { // exact names only, whatever encoding/json allows
 		switch name {
 		case "amount", "currency", "source", "description":
 		default:
+			return parsed{}, "shape"
+		}
+		if string(value) == "null" { // a null member is not an absent one
 			return parsed{}, "shape"
 		}
 	}
 	if err := json.NewDecoder(bytes.NewReader(c)).Decode(&in); err != nil {
 		return parsed{}, "shape"
 	}
-	r, err := charge.NewRequest(in.Amount, in.Currency, in.Source, in.Description)
+	var number json.Number // stays empty unless the amount is a JSON number
+	if raw := members["amount"]; len(raw) > 0 && raw[0] != '"' {
+		_ = json.Unmarshal(raw, &number)
+	}
+	amount, err := charge.ParseAmount(number)
 	if err != nil {
 		return parsed{}, "values"
 	}
-	return parsed{Request: r, raw: body}, ""
+	r, err := charge.NewRequest(amount, in.Currency, in.Source, in.Description)
+	if err != nil {
+		return parsed{}, "values"
+	}
+	// The request is fingerprinted with its amount as an integer literal.
+	var doc map[string]any
+	dec := json.NewDecoder(bytes.NewReader(c))
+	dec.UseNumber()
+	if err := dec.Decode(&doc); err != nil {
+		return parsed{}, "shape"
+	}
+	doc["amount"] = json.Number(strconv.FormatInt(amount, 10))
+	normal, err := json.Marshal(doc)
+	if err != nil {
+		return parsed{}, "shape"
+	}
+	return parsed{Request: r, raw: normal}, ""
 }
 
 // fuzzEnv is one idempotency table on the emulator per fuzzing process,

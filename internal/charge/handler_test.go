@@ -204,6 +204,40 @@ func TestSameKeyOtherBodyIsRejected(t *testing.T) {
 	}
 }
 
+// TestWholeAmountWrittenAnyWayIsOneRequest: 32084.0 is an integer in JSON
+// Schema's sense, so the handler takes it as 32084, and a retry that writes
+// the amount another way is the same request under the key.
+func TestWholeAmountWrittenAnyWayIsOneRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	body := func(amount string) string {
+		return `{"amount":` + amount + `,"currency":"EUR","source":"tok_visa"}`
+	}
+	key := newKey()
+	first := h.do(post("acme", key, body("32084.0")))
+	wantStatus(t, first, http.StatusCreated)
+	if _, amount := chargeOf(t, first.Body); amount != 32084 {
+		t.Fatalf("charged %d, want 32084: %s", amount, first.Body)
+	}
+	for _, amount := range []string{"32084", "3.2084e4", "320840E-1", "32084.000"} {
+		again := h.do(post("acme", key, body(amount)))
+		wantStatus(t, again, http.StatusCreated)
+		if again.Body != first.Body || again.Headers["Idempotent-Replayed"] != "true" {
+			t.Fatalf("amount %s: %v %s, want the replay of %s", amount, again.Headers, again.Body, first.Body)
+		}
+	}
+	if other := h.do(post("acme", key, body("32085.0"))); other.StatusCode != http.StatusUnprocessableEntity {
+		t.Fatalf("another amount under the key: %d %s", other.StatusCode, other.Body)
+	}
+	if fraction := h.do(post("acme", newKey(), body("32084.5"))); fraction.StatusCode != http.StatusBadRequest ||
+		!strings.Contains(fraction.Body, "amount: must be a whole number") {
+		t.Fatalf("a fraction: %d %s", fraction.StatusCode, fraction.Body)
+	}
+	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
+		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
+	}
+}
+
 func TestDeclineIsStoredAndReplayed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

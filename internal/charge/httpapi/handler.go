@@ -6,11 +6,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,34 +223,51 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 		return invalid(ProblemInvalidRequest, "The body is not a single valid JSON value without duplicate keys.")
 	}
 	var in struct {
-		Amount      int64  `json:"amount"`
+		Amount      any    `json:"amount"` // a json.Number if it is a number
 		Currency    string `json:"currency"`
 		Source      string `json:"source"`
 		Description string `json:"description"`
 	}
-	const shape = "The body must be an object with an integer amount and string currency, source and description, and no other fields."
+	const shape = "The body must be an object with a number amount and string currency, source and description, and no other fields."
 	// encoding/json matches field names case-insensitively; the contract
 	// names them exactly, so check the names before decoding.
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(canonical, &fields); err != nil {
 		return invalid(ProblemInvalidRequest, shape)
 	}
-	for name := range fields {
-		if !slices.Contains(requestFields, name) {
+	for name, value := range fields {
+		if !slices.Contains(requestFields, name) || string(value) == "null" {
 			return invalid(ProblemInvalidRequest, shape)
 		}
 	}
 	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
 	if err := dec.Decode(&in); err != nil {
 		return invalid(ProblemInvalidRequest, shape)
 	}
-	r, err := charge.NewRequest(in.Amount, in.Currency, in.Source, in.Description)
+	number, _ := in.Amount.(json.Number)
+	amount, err := charge.ParseAmount(number)
+	var r charge.Request
+	if err == nil {
+		r, err = charge.NewRequest(amount, in.Currency, in.Source, in.Description)
+	}
 	if err != nil {
 		var ie *charge.InvalidError
 		if errors.As(err, &ie) {
 			return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
 		}
 		return charge.Result{}, nil, keyHash, err
+	}
+	if whole := strconv.FormatInt(amount, 10); number.String() != whole {
+		// 1500.0 and 1.5e3 are the amount 1500: the same request, so the
+		// same fingerprint as the body with "amount":1500.
+		fields["amount"] = json.RawMessage(whole)
+		if canonical, err = json.Marshal(fields); err == nil {
+			canonical, err = idem.CanonicalJSON(canonical)
+		}
+		if err != nil {
+			return charge.Result{}, nil, keyHash, fmt.Errorf("httpapi: re-canonicalize the body: %w", err)
+		}
 	}
 	res, err := h.svc.Create(ctx, tenant, id, r, idem.FingerprintOf(canonical))
 	return res, nil, keyHash, err
