@@ -45,7 +45,7 @@ func TestChargePathModel(t *testing.T) {
 	var runs atomic.Int64
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
-		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}}
+		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}}
 		defer r.reset()
 		r.tenants = []string{r.tenant("a"), r.tenant("b")}
 		actions := map[string]func(*rapid.T){
@@ -214,6 +214,9 @@ type history struct {
 	// zombies are the leases of charge functions that crashed: each may
 	// come back and write late.
 	zombies []*idem.Lease
+	// touched are the keys a step may have changed, whose records note
+	// reads after it: a record changes only when a step acts on its key.
+	touched map[idem.Key]bool
 	// pendingSince is when the oldest charge the provider accepted but has
 	// not landed was sent (zero if none): it must land within the settle
 	// window, so the clock never passes pendingSince+settleWindow first.
@@ -352,6 +355,12 @@ func (r *history) rows(rt *rapid.T, tenant string) []row {
 	return out
 }
 
+// sortedKeys are the history's keys in a fixed order, so that a history
+// replays the same steps from the same seed.
+func (r *history) sortedKeys() []idem.Key {
+	return slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) })
+}
+
 // pick draws a scoped key of this history, creating its state (and its
 // request body) on first use.
 func (r *history) pick(rt *rapid.T) *keyState {
@@ -360,6 +369,7 @@ func (r *history) pick(rt *rapid.T) *keyState {
 	if err != nil {
 		rt.Fatal(err)
 	}
+	r.touched[key] = true
 	if ks, ok := r.keys[key]; ok {
 		return ks
 	}
@@ -570,7 +580,7 @@ func (r *history) advanceClock(rt *rapid.T) {
 // draw a new request. A command still IN_FLIGHT keeps its key.
 func (r *history) retentionPasses(rt *rapid.T) {
 	r.advance(retention + leaseExpiry + time.Minute)
-	for _, k := range slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+	for _, k := range r.sortedKeys() {
 		ks := r.keys[k]
 		rec, err := r.env.store.Get(context.Background(), k)
 		if err == nil && rec.Status == idem.StatusInFlight {
@@ -613,6 +623,7 @@ func (r *history) staleOwner(rt *rapid.T) {
 		return
 	}
 	l := rapid.SampledFrom(r.zombies).Draw(rt, "zombie")
+	r.touched[l.Key] = true
 	ctx := context.Background()
 	before, err := r.env.reader.Get(ctx, l.Key)
 	switch {
@@ -705,6 +716,7 @@ func (r *history) reconcile(rt *rapid.T) {
 }
 
 func (r *history) deliver(rt *rapid.T, key idem.Key, n int) {
+	r.touched[key] = true
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -745,11 +757,16 @@ func (r *history) checkInvariantsSoFar(rt *rapid.T) {
 	}
 }
 
-// note reads every key's record (without faults) and keeps its state as
-// the latest seen of its command.
+// note reads the record of every key the step touched (without faults)
+// and keeps its state as the latest seen of its command.
 func (r *history) note(rt *rapid.T) {
 	rt.Helper()
-	for _, ks := range r.keys {
+	for k := range r.touched {
+		delete(r.touched, k)
+		ks := r.keys[k]
+		if ks == nil {
+			continue // another history's key, swept by this one's sweep
+		}
 		rec, err := r.env.reader.Get(context.Background(), ks.key)
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
@@ -770,19 +787,21 @@ func (r *history) settle(rt *rapid.T) {
 	r.faulty, r.down, r.pendingSince = false, false, time.Time{}
 	for range 4 {
 		r.env.clock.Advance(retryCap + settleWindow + leaseExpiry)
+		// Every key: the messages the charge function queued, and those
+		// the sweeper sends for the stuck ones among them.
+		for _, k := range r.sortedKeys() {
+			r.deliver(rt, k, 2)
+		}
 		keys, err := r.stuck()
 		if err != nil {
 			rt.Fatal(err)
 		}
-		for k := range r.keys {
-			keys = append(keys, k) // the messages the charge function queued
-		}
-		for _, k := range keys {
-			r.deliver(rt, k, 2)
-		}
-		if keys, err = r.stuck(); err != nil || len(keys) == 0 {
+		if len(keys) == 0 {
 			break
 		}
+	}
+	for k := range r.keys {
+		r.touched[k] = true
 	}
 	r.note(rt)
 }
@@ -809,7 +828,7 @@ func (r *history) checkFinal(rt *rapid.T) {
 		}
 	}
 	var charged, succeeded int
-	for _, k := range slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) }) {
+	for _, k := range r.sortedKeys() {
 		ks := r.keys[k]
 		for created, rec := range ks.gens {
 			ref, id := charge.ProviderReference(k, created), charge.ChargeID(k, created)
