@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,7 +16,9 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/pkg/client"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -26,8 +29,11 @@ const adminUsage = `usage:
   chargectl admin dlq list [--json] [--max N]     the dead-letter queue's messages (left in place)
   chargectl admin dlq redrive [--json] [--key TENANT KEY]
                                                    move dead letters back to the reconcile queue
+  chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
+                                                   submit a charge on the charge-requests queue
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvReconcileQueueURL + `,
-` + app.EnvReconcileDLQURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and ` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
+` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and ` + awsenv.EnvSQSEndpoint + `
+(unset: AWS), and the SDK's AWS_* variables
 `
 
 // Prefix lengths of what record shows of a lease token and a fingerprint:
@@ -77,6 +83,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		do    func(context.Context, []string) error
 		limit int
 		byKey bool
+		sub   submission
 	)
 	switch cmd {
 	case "record":
@@ -97,6 +104,15 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		need = []string{app.EnvReconcileQueueURL, app.EnvReconcileDLQURL}
 		fs.BoolVar(&byKey, "key", false, "move only the messages of the key TENANT KEY given as arguments")
 		do = a.dlqRedrive
+	case "submit":
+		need = []string{app.EnvChargeRequestsQueueURL}
+		fs.StringVar(&sub.tenant, "tenant", "", "the tenant to charge for, required")
+		fs.Int64Var(&sub.req.Amount, "amount", 0, "amount in minor units (cents), required")
+		fs.StringVar(&sub.req.Currency, "currency", "EUR", "ISO 4217 currency code")
+		fs.StringVar(&sub.req.Source, "source", "", "payment source (card token), required")
+		fs.StringVar(&sub.req.Description, "description", "", "free-text description")
+		fs.StringVar(&sub.id, "id", "", "command id (default: mint a new one); submit again with the same id to resubmit")
+		do = func(ctx context.Context, _ []string) error { return a.submit(ctx, sub) }
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, adminUsage)
 		return exitOK
@@ -297,6 +313,56 @@ func (a *admin) reconcile(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(a.stdout, "queued %s / %s for reconciliation now\n", key.Tenant(), key.ClientKey())
 	fmt.Fprintln(a.stdout, "the reconciler settles it if its lease has run out, and does nothing otherwise; check with: chargectl admin record", key.Tenant(), key.ClientKey())
+	return nil
+}
+
+// submission is what submit sends: a POST /charges body, as the command
+// id of tenant.
+type submission struct {
+	tenant, id string
+	req        struct {
+		Amount      int64  `json:"amount"`
+		Currency    string `json:"currency"`
+		Source      string `json:"source"`
+		Description string `json:"description,omitempty"`
+	}
+}
+
+// submitOutput is what submit prints.
+type submitOutput struct {
+	Tenant    string `json:"tenant"`
+	CommandID string `json:"command_id"`
+	MessageID string `json:"message_id"`
+}
+
+// submit sends a charge-requests message, checked first as the intake
+// checks it, so a malformed one is refused here rather than dead-lettered.
+func (a *admin) submit(ctx context.Context, sub submission) error {
+	if sub.id == "" {
+		sub.id = string(client.NewCommandID())
+		fmt.Fprintf(a.stderr, "command id: %s (submit again with --id %s; POST /charges with Idempotency-Key %s replays it)\n", sub.id, sub.id, sub.id)
+	}
+	body, _ := json.Marshal(sub.req) // strings and an integer: cannot fail
+	msg, err := intake.EncodeMessage(sub.tenant, charge.CommandID(sub.id), body)
+	if err != nil {
+		return err
+	}
+	if _, err := intake.ParseMessage(msg); err != nil {
+		return err
+	}
+	q, err := intake.NewQueue(a.clients.SQS, a.cfg.ChargeRequestsQueueURL)
+	if err != nil {
+		return err
+	}
+	messageID, err := q.Submit(ctx, sub.tenant, charge.CommandID(sub.id), body)
+	if err != nil {
+		return err
+	}
+	if a.json {
+		return a.printJSON(submitOutput{Tenant: sub.tenant, CommandID: sub.id, MessageID: messageID})
+	}
+	fmt.Fprintf(a.stdout, "submitted %s / %s (message %s)\n", sub.tenant, sub.id, messageID)
+	fmt.Fprintln(a.stdout, "the intake charges it once however often it is delivered; check with: chargectl admin record", sub.tenant, sub.id)
 	return nil
 }
 

@@ -39,10 +39,11 @@ func newAdminStack(t *testing.T) *adminStack {
 	}
 	t.Cleanup(stop)
 	return &adminStack{Deployment: d, url: url, clients: testkit.Clients(t), env: map[string]string{
-		app.EnvIdempotencyTable:  d.IdempotencyTable,
-		app.EnvChargesTable:      d.ChargesTable,
-		app.EnvReconcileQueueURL: d.Queues.URL,
-		app.EnvReconcileDLQURL:   d.Queues.DLQURL,
+		app.EnvIdempotencyTable:       d.IdempotencyTable,
+		app.EnvChargesTable:           d.ChargesTable,
+		app.EnvReconcileQueueURL:      d.Queues.URL,
+		app.EnvReconcileDLQURL:        d.Queues.DLQURL,
+		app.EnvChargeRequestsQueueURL: d.ChargeRequests.URL,
 	}}
 }
 
@@ -186,6 +187,39 @@ func TestAdminReconcile(t *testing.T) {
 	}
 }
 
+// A charge submitted on the queue is charged once by the intake, and
+// chargectl create with the same id and request replays it.
+func TestAdminSubmit(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	code, out, _ := s.admin(t, "submit", "--json", "--tenant", "acme", "--id", "renewal-2026-12-acme-42", "--amount", "1500", "--source", "tok_visa")
+	var sub submitOutput
+	if err := json.Unmarshal([]byte(out), &sub); code != exitOK || err != nil || sub.CommandID != "renewal-2026-12-acme-42" || sub.MessageID == "" {
+		t.Fatalf("submit: exit %d, %+v (%v)", code, sub, err)
+	}
+	if code, _, stderr := s.admin(t, "submit", "--tenant", "acme", "--amount", "1500.5", "--source", "tok_visa"); code != exitUsage || !strings.Contains(stderr, "amount") {
+		t.Errorf("a fractional amount: exit %d, %q; want a usage error", code, stderr)
+	}
+	if code, _, stderr := s.admin(t, "submit", "--tenant", "acme", "--amount", "0", "--source", "tok_visa"); code != exitFailed || !strings.Contains(stderr, "request: amount") {
+		t.Errorf("an amount of 0: exit %d, %q; want it refused before sending", code, stderr)
+	}
+
+	msgs, err := s.clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
+		QueueUrl: aws.String(s.ChargeRequests.URL), MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+	})
+	if err != nil || len(msgs.Messages) != 1 {
+		t.Fatalf("the charge-requests queue holds %d messages (%v), want 1", len(msgs.Messages), err)
+	}
+	resp, _ := s.IntakeHandler(t).Handle(context.Background(), testkit.SQSEvent(msgs.Messages...))
+	if len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("intake reported %v", resp.BatchItemFailures)
+	}
+	code, created := runCLI(t, s.url, &testkit.LogBuffer{}, "create", "--json", "--amount", "1500", "--source", "tok_visa", "--id", "renewal-2026-12-acme-42")
+	if code != exitOK || !strings.Contains(created, `"replayed": true`) {
+		t.Errorf("create with the submitted id: exit %d\n%s", code, created)
+	}
+}
+
 // receive drains url and returns the keys of its messages.
 func (s *adminStack) receive(t *testing.T, url string) []idem.Key {
 	t.Helper()
@@ -290,6 +324,8 @@ func TestAdminUsage(t *testing.T) {
 		"no reconcile url":  {"reconcile", "acme", "k"},
 		"unknown flag":      {"stuck", "--all"},
 		"redrive with args": {"dlq", "redrive", "acme", "k"},
+		"no requests queue": {"submit", "--tenant", "acme", "--amount", "1500", "--source", "tok_visa"},
+		"submit with args":  {"submit", "acme"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := runAdmin(context.Background(), args, env, &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {

@@ -11,6 +11,7 @@
 //	chargectl admin reconcile [--json] TENANT KEY
 //	chargectl admin dlq list [--json] [--max N]
 //	chargectl admin dlq redrive [--json] [--key TENANT KEY]
+//	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
 //
 // Both take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
@@ -33,7 +34,12 @@
 // oldest first. reconcile queues a key for the reconciler now. dlq list
 // shows the dead-letter queue's messages and the keys they name, and puts
 // them back at once; dlq redrive moves them (or only those of one key) to
-// the reconcile queue and says what moved.
+// the reconcile queue and says what moved. submit sends a charge request
+// to the charge-requests queue (CHARGE_REQUESTS_QUEUE_URL) as the command
+// id --id of --tenant (minting an id, printed on stderr, if none is
+// given), after checking it as the intake function will: the intake
+// charges it once, under the key a POST /charges with that
+// Idempotency-Key and body replays.
 //
 // Exit status: 0 success; 1 a final failure (declined, invalid, key
 // reused, not found, unauthorized); 2 a usage error; 3 the outcome is not

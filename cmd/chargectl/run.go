@@ -38,7 +38,7 @@ const (
 const usage = `usage:
   chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--id ID] [--json]
   chargectl get [--json] CHARGE_ID
-  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive: chargectl admin help)
+  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit: chargectl admin help)
 create and get take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 

@@ -7,8 +7,9 @@
 // against, serves the provider simulator, and serves the charge API through
 // a local API Gateway (package gateway) in front of the handler app builds
 // for the Lambda, configured through the same environment variables. The
-// sweeper runs on a short interval and the reconcile handler is fed by a
-// local SQS event source (package eventsource).
+// sweeper runs on a short interval; the reconcile and intake handlers are
+// each fed by a local SQS event source (package eventsource) on their
+// queue.
 //
 // Usage:
 //
@@ -74,6 +75,8 @@ type options struct {
 type stack struct {
 	api, provider, dynamoDB, sqs string
 	queueURL, dlqURL             string
+	// intakeURL and intakeDLQURL are the charge-requests queue and its DLQ.
+	intakeURL, intakeDLQURL string
 	// dummyCredentials: the stack started its own emulator, which takes
 	// any credentials.
 	dummyCredentials bool
@@ -155,6 +158,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		return err
 	}
 	s.queueURL, s.dlqURL, s.dummyCredentials = res.queue.URL, res.queue.DLQURL, local
+	s.intakeURL, s.intakeDLQURL = res.chargeRequests.URL, res.chargeRequests.DLQURL
 
 	providerLn, err := listen(o.providerAddr)
 	if err != nil {
@@ -172,6 +176,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		app.EnvChargesTable:      res.chargesTable,
 		app.EnvReconcileQueueURL: res.queue.URL,
 		app.EnvProviderURL:       s.provider,
+		// The intake's queue is its event source, not a variable.
+		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
 	}
 	getenv := func(name string) string {
 		if v, ok := env[name]; ok {
@@ -179,7 +185,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		}
 		return o.getenv(name)
 	}
-	gw, sweep, poller, err := functions(ctx, getenv, clients, logger)
+	gw, sweep, pollers, err := functions(ctx, getenv, clients, res.chargeRequests.URL, logger)
 	if err != nil {
 		return err
 	}
@@ -205,9 +211,11 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		})
 	}
 	wg.Go(func() { sweepLoop(ctx, sweep, o.sweepEvery, logger) })
-	wg.Go(func() { _ = poller.Run(ctx) })
+	for _, p := range pollers {
+		wg.Go(func() { _ = p.Run(ctx) })
+	}
 	logger.Info("localstack ready", "component", "localstack", "api", s.api, "provider", s.provider,
-		"dynamodb", s.dynamoDB, "sqs", s.sqs, "reconcile_queue", s.queueURL)
+		"dynamodb", s.dynamoDB, "sqs", s.sqs, "reconcile_queue", s.queueURL, "charge_requests_queue", s.intakeURL)
 	ready(s)
 
 	select {
@@ -222,9 +230,11 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	return err
 }
 
-// functions builds the three functions' handlers with app, as their
-// Lambda mains do, and the local event sources in front of them.
-func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, *eventsource.Poller, error) {
+// functions builds the four functions' handlers with app, as their Lambda
+// mains do, and the local event sources in front of them: the gateway,
+// and a poller each for the reconcile queue and for the charge-requests
+// queue at intakeURL.
+func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, intakeURL string, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []*eventsource.Poller, error) {
 	cc, err := app.LoadCharge(getenv)
 	if err != nil {
 		return nil, nil, nil, err
@@ -255,15 +265,31 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, l
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	poller, err := eventsource.New(ctx, clients.SQS, sc.ReconcileQueueURL, rh.Handle, func(o *eventsource.Options) {
-		o.BatchSize = queue.BatchSize
-		o.Timeout = queue.ReconcileTimeout
-		o.Logger = logger.With("component", "eventsource")
-	})
+	ic, err := app.LoadIntake(getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return gw, sw, poller, nil
+	ih, err := app.IntakeHandler(ic, app.Deps{Clients: clients, Logger: logger.With("function", "intake")})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var pollers []*eventsource.Poller
+	for _, src := range []struct {
+		url     string
+		h       eventsource.Handler
+		timeout time.Duration
+	}{{sc.ReconcileQueueURL, rh.Handle, queue.ReconcileTimeout}, {intakeURL, ih.Handle, queue.IntakeTimeout}} {
+		p, err := eventsource.New(ctx, clients.SQS, src.url, src.h, func(o *eventsource.Options) {
+			o.BatchSize = queue.BatchSize
+			o.Timeout = src.timeout
+			o.Logger = logger.With("component", "eventsource")
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		pollers = append(pollers, p)
+	}
+	return gw, sw, pollers, nil
 }
 
 func listen(addr string) (net.Listener, error) {
@@ -326,6 +352,7 @@ func adminEnv(s stack) []string {
 		app.EnvIdempotencyTable + "=" + idempotencyTable,
 		app.EnvReconcileQueueURL + "=" + s.queueURL,
 		app.EnvReconcileDLQURL + "=" + s.dlqURL,
+		app.EnvChargeRequestsQueueURL + "=" + s.intakeURL,
 		awsenv.EnvDynamoDBEndpoint + "=" + s.dynamoDB,
 		awsenv.EnvSQSEndpoint + "=" + s.sqs,
 	}
@@ -342,8 +369,10 @@ func printBanner(w io.Writer, s stack) {
 	fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
-	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s\n\n", s.sweepEvery, reconcileQueue)
-	fmt.Fprintf(&b, "Operate it with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive) after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
-	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\"}'\n\n", s.api)
+	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
+	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
+	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
+	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\"}'\n", s.api)
+	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source tok_visa   (after the export)\n\n")
 	_, _ = io.WriteString(w, b.String())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
@@ -47,8 +50,9 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 		t.Errorf("banner's curl does not target the API:\n%s", banner.String())
 	}
 	for _, want := range []string{"IDEMPOTENCY_TABLE=chargeonce-idempotency", "RECONCILE_QUEUE_URL=" + s.queueURL, "RECONCILE_DLQ_URL=" + s.dlqURL,
+		"CHARGE_REQUESTS_QUEUE_URL=" + s.intakeURL,
 		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "AWS_ACCESS_KEY_ID=test"} {
-		if s.queueURL == "" || s.dlqURL == "" || !strings.Contains(banner.String(), want) {
+		if s.queueURL == "" || s.dlqURL == "" || s.intakeURL == "" || !strings.Contains(banner.String(), want) {
 			t.Errorf("banner's chargectl admin environment lacks %s:\n%s", want, banner.String())
 		}
 	}
@@ -66,6 +70,7 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /charges: %d %s", res.StatusCode, body)
 	}
+	submitAndReplay(t, s)
 
 	cancel()
 	select {
@@ -94,5 +99,55 @@ func TestParseFlags(t *testing.T) {
 		if _, err := parseFlags(args, func(string) string { return "" }); err == nil {
 			t.Errorf("%q accepted", args)
 		}
+	}
+}
+
+// submitAndReplay submits a charge on the stack's charge-requests queue,
+// waits for the intake to charge it, and has POST /charges with its
+// command id replay it.
+func submitAndReplay(t *testing.T, s stack) {
+	t.Helper()
+	ctx := t.Context()
+	cfg, err := awsenv.Config(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := intake.NewQueue(awsenv.New(cfg, s.dynamoDB, s.sqs).SQS, s.intakeURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const body = `{"amount":2500,"currency":"EUR","source":"tok_visa"}`
+	if _, err := q.Submit(ctx, "acme", "renewal-1", []byte(body)); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		res, err := http.Get(s.provider + "/v1/ledger")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var l struct {
+			TotalCharges int `json:"total_charges"`
+		}
+		err = json.NewDecoder(res.Body).Decode(&l)
+		res.Body.Close()
+		if err == nil && l.TotalCharges == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the intake did not charge the submitted message within 30s (ledger: %+v, %v)", l, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer dev:acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "renewal-1")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("POST /charges with the submitted command id: %d %v, want the intake's 201 replayed", res.StatusCode, res.Header)
 	}
 }

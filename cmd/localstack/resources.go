@@ -11,17 +11,18 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Names of the local stack's tables and queue.
+// Names of the local stack's tables and queues.
 const (
-	idempotencyTable = "chargeonce-idempotency"
-	chargesTable     = "chargeonce-charges"
-	reconcileQueue   = "chargeonce-reconcile"
+	idempotencyTable    = "chargeonce-idempotency"
+	chargesTable        = "chargeonce-charges"
+	reconcileQueue      = "chargeonce-reconcile"
+	chargeRequestsQueue = "chargeonce-charge-requests"
 )
 
 // resources are what the template's resources are locally.
 type resources struct {
 	idempotencyTable, chargesTable string
-	queue                          queue.Queues
+	queue, chargeRequests          queue.Queues
 }
 
 // createResources creates the tables, the idempotency table's TTL and the
@@ -44,5 +45,9 @@ func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
 	if err != nil {
 		return resources{}, err
 	}
-	return resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, queue: q}, nil
+	cr, err := queue.Create(ctx, c.SQS, chargeRequestsQueue)
+	if err != nil {
+		return resources{}, err
+	}
+	return resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, queue: q, chargeRequests: cr}, nil
 }

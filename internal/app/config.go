@@ -17,6 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -41,6 +42,12 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+	// EnvChargeRequestsDLQURL is the charge-requests dead-letter queue,
+	// where the intake function sends malformed messages.
+	EnvChargeRequestsDLQURL = "CHARGE_REQUESTS_DLQ_URL"
+	// EnvChargeRequestsQueueURL is the charge-requests queue, which no
+	// function reads: chargectl submit sends to it.
+	EnvChargeRequestsQueueURL = "CHARGE_REQUESTS_QUEUE_URL"
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
@@ -195,6 +202,37 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 	return c, e.err()
 }
 
+// IntakeConfig is the intake function's configuration: the charge
+// function's, less what only HTTP needs, plus the dead-letter queue of
+// the charge-requests queue.
+type IntakeConfig struct {
+	IdempotencyTable, ChargesTable, ReconcileQueueURL string
+	DeadLetterQueueURL                                string
+	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
+	ProviderURL, ProviderSecret                       string
+	Retention, InflightWait, CommitReserve            time.Duration
+	LogLevel                                          slog.Level
+}
+
+// LoadIntake reads the intake function's configuration.
+func LoadIntake(get Getenv) (IntakeConfig, error) {
+	e := &env{get: get}
+	c := IntakeConfig{
+		IdempotencyTable:   e.required(EnvIdempotencyTable),
+		ChargesTable:       e.required(EnvChargesTable),
+		ReconcileQueueURL:  e.required(EnvReconcileQueueURL),
+		DeadLetterQueueURL: e.required(EnvChargeRequestsDLQURL),
+		Provider:           e.provider(),
+		ProviderURL:        e.required(EnvProviderURL),
+		ProviderSecret:     e.optional(EnvProviderSecret, ""),
+		Retention:          e.duration(EnvIdempotencyTTL, 24*time.Hour),
+		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
+		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
+		LogLevel:           e.level(),
+	}
+	return c, e.err()
+}
+
 // SweeperConfig is the sweeper function's configuration.
 type SweeperConfig struct {
 	IdempotencyTable, ReconcileQueueURL string
@@ -212,10 +250,13 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 	return c, e.err()
 }
 
-// AdminConfig is chargectl admin's configuration: the deployment's resources,
-// named by the variables the functions read, and the dead-letter queue.
+// AdminConfig is chargectl's configuration for the commands that use the
+// deployment's resources directly (admin, submit): named by the variables
+// the functions read, the reconcile dead-letter queue and the
+// charge-requests queue.
 type AdminConfig struct {
 	IdempotencyTable, ReconcileQueueURL, ReconcileDLQURL string
+	ChargeRequestsQueueURL                               string
 }
 
 // LoadAdmin reads chargectl admin's configuration. The variables in need
@@ -229,9 +270,10 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		return e.optional(name, "")
 	}
 	c := AdminConfig{
-		IdempotencyTable:  read(EnvIdempotencyTable),
-		ReconcileQueueURL: read(EnvReconcileQueueURL),
-		ReconcileDLQURL:   read(EnvReconcileDLQURL),
+		IdempotencyTable:       read(EnvIdempotencyTable),
+		ReconcileQueueURL:      read(EnvReconcileQueueURL),
+		ReconcileDLQURL:        read(EnvReconcileDLQURL),
+		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
 	}
 	return c, e.err()
 }
@@ -319,6 +361,29 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics = c.TenantClaim, d.Logger, d.Clock, d.Metrics
 	})
+}
+
+// IntakeHandler builds the intake function's SQS handler: the charge
+// function's service (its answers are the ones an HTTP retry replays),
+// and the charge-requests dead-letter queue.
+func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
+	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	if err != nil {
+		return nil, err
+	}
+	dlq, err := intake.NewQueue(d.Clients.SQS, c.DeadLetterQueueURL)
+	if err != nil {
+		return nil, err
+	}
+	svc, err := d.service(service{
+		Config:           charge.Config{Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve},
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
+		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return intake.NewHandler(svc, dlq, func(o *intake.Options) { o.Logger, o.Metrics = d.Logger, d.Metrics })
 }
 
 // ReconcileService builds the service the reconcile function drives.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 )
@@ -40,6 +41,11 @@ func SweeperFromEnv(ctx context.Context, get Getenv) (*sweeper.Sweeper, error) {
 // environment.
 func ReconcileFromEnv(ctx context.Context, get Getenv) (*reconcile.Handler, error) {
 	return fromEnv(ctx, get, LoadReconcile, func(c ReconcileConfig) slog.Level { return c.LogLevel }, ReconcileHandler)
+}
+
+// IntakeFromEnv builds the intake function's handler from its environment.
+func IntakeFromEnv(ctx context.Context, get Getenv) (*intake.Handler, error) {
+	return fromEnv(ctx, get, LoadIntake, func(c IntakeConfig) slog.Level { return c.LogLevel }, IntakeHandler)
 }
 
 // Fatal logs a function's start-up error and exits; Lambda reports it as an

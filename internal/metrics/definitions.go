@@ -16,6 +16,7 @@ const (
 	FunctionCharge    = "charge"
 	FunctionReconcile = "reconcile"
 	FunctionSweeper   = "sweeper"
+	FunctionIntake    = "intake"
 )
 
 // Name is a metric name.
@@ -24,7 +25,8 @@ type Name string
 // The metrics the code emits; Definitions says by whom and in which unit.
 const (
 	// Requests counts the commands a function handled, by Outcome: the
-	// charge function's POST /charges, the reconcile function's messages.
+	// charge function's POST /charges, the reconcile and intake functions'
+	// messages.
 	Requests Name = "Requests"
 	// BeginLatency is the idempotency claim (Begin) of a charge request.
 	BeginLatency Name = "BeginLatency"
@@ -62,7 +64,7 @@ const (
 // Outcome is a value of the Outcome dimension.
 type Outcome string
 
-// The charge function's outcomes.
+// The charge function's outcomes, which the intake function shares.
 const (
 	OutcomeCreated     Outcome = "created"
 	OutcomeReplayed    Outcome = "replayed"
@@ -91,7 +93,7 @@ const (
 	OutcomeDeferred         Outcome = "deferred"
 )
 
-// OutcomeError is an internal error, in either function.
+// OutcomeError is an internal error, in any function.
 const OutcomeError Outcome = "error"
 
 // Definition says how a metric is emitted.
@@ -107,11 +109,11 @@ type Definition struct {
 
 var (
 	definitions = []Definition{
-		{Requests, UnitCount, []string{FunctionCharge, FunctionReconcile}, true},
-		{BeginLatency, UnitMilliseconds, []string{FunctionCharge}, false},
-		{ProviderLatency, UnitMilliseconds, []string{FunctionCharge, FunctionReconcile}, false},
-		{CommitLatency, UnitMilliseconds, []string{FunctionCharge, FunctionReconcile}, false},
-		{StoredResponseBytes, UnitBytes, []string{FunctionCharge, FunctionReconcile}, false},
+		{Requests, UnitCount, []string{FunctionCharge, FunctionReconcile, FunctionIntake}, true},
+		{BeginLatency, UnitMilliseconds, []string{FunctionCharge, FunctionIntake}, false},
+		{ProviderLatency, UnitMilliseconds, []string{FunctionCharge, FunctionReconcile, FunctionIntake}, false},
+		{CommitLatency, UnitMilliseconds, []string{FunctionCharge, FunctionReconcile, FunctionIntake}, false},
+		{StoredResponseBytes, UnitBytes, []string{FunctionCharge, FunctionReconcile, FunctionIntake}, false},
 		{StuckLeases, UnitCount, []string{FunctionSweeper}, false},
 		{OldestLeaseAgeSeconds, UnitSeconds, []string{FunctionSweeper}, false},
 		{MaxReconcileAttempts, UnitCount, []string{FunctionSweeper}, false},
@@ -125,6 +127,12 @@ var (
 		FunctionReconcile: {
 			OutcomeResolvedCharged, OutcomeResolvedDeclined, OutcomeReleased, OutcomeStillLeased,
 			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeError,
+		},
+		// The intake function's messages: the charge function's outcomes;
+		// invalid is a malformed message, sent to the dead-letter queue.
+		FunctionIntake: {
+			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
+			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
 		},
 	}
 )

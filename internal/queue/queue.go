@@ -1,7 +1,8 @@
-// Package queue provides the reconcile queue: its definition (main queue,
-// dead-letter queue, redrive policy, timeouts), the one place tests, the
-// local stack and the SAM template check take it from, and the messages
-// the charge function and the sweeper send on it.
+// Package queue provides the queues' definition (main queue, dead-letter
+// queue, redrive policy, timeouts), the one place tests, the local stack
+// and the SAM template check take it from, shared by the reconcile queue
+// and the charge-requests queue (package intake has its messages), and the
+// reconcile messages the charge function and the sweeper send.
 package queue
 
 import (
@@ -20,12 +21,15 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// The reconcile queue's settings. template.yaml must agree (a test checks).
+// The queues' settings. template.yaml must agree (a test checks).
 const (
 	// ReconcileTimeout is the reconcile function's timeout.
 	ReconcileTimeout = 30 * time.Second
-	// VisibilityTimeout is six times ReconcileTimeout, as Lambda advises for
-	// SQS event sources.
+	// IntakeTimeout is the intake function's timeout; the charge-requests
+	// queue's visibility timeout assumes it is ReconcileTimeout.
+	IntakeTimeout = ReconcileTimeout
+	// VisibilityTimeout is six times the functions' timeout, as Lambda
+	// advises for SQS event sources.
 	VisibilityTimeout = 6 * ReconcileTimeout
 	// MaxReceiveCount deliveries, then the message goes to the DLQ.
 	MaxReceiveCount = 5
@@ -35,7 +39,8 @@ const (
 	DLQRetention = 14 * 24 * time.Hour
 	// MaxDelay is the longest delivery delay SQS allows.
 	MaxDelay = 15 * time.Minute
-	// BatchSize is how many messages the reconcile function takes at once.
+	// BatchSize is how many messages the reconcile and intake functions
+	// take at once.
 	BatchSize = 10
 	// SendBatchMax is the most messages one SendMessageBatch call carries.
 	SendBatchMax = 10
@@ -51,14 +56,14 @@ type API interface {
 
 var _ API = (*sqs.Client)(nil)
 
-// Queues are the URLs of a created reconcile queue and its DLQ.
+// Queues are the URLs of a created queue and its DLQ.
 type Queues struct {
 	URL, DLQURL string
 }
 
 func seconds(d time.Duration) string { return strconv.Itoa(int(d.Seconds())) }
 
-// Create creates the reconcile queue named name and its DLQ (name-dlq)
+// Create creates the queue named name and its DLQ (name-dlq)
 // with the settings above. It is what tests and the local stack use.
 func Create(ctx context.Context, client API, name string) (Queues, error) {
 	dlq, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{

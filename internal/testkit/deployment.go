@@ -1,6 +1,7 @@
 // A Deployment provides, for tests, one deployment's worth of the
 // service on the test endpoints: the idempotency and charges tables, the
-// reconcile queue with its dead-letter queue, and a provider simulator
+// reconcile and charge-requests queues with their dead-letter queues, and
+// a provider simulator
 // served over HTTP, with each function's configuration pointing at them.
 
 package testkit
@@ -22,6 +23,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -35,7 +37,8 @@ const TenantClaim = httpapi.DefaultTenantClaim
 // deployments of parallel tests never meet.
 type Deployment struct {
 	IdempotencyTable, ChargesTable string
-	Queues                         queue.Queues
+	Queues                         queue.Queues // the reconcile queue
+	ChargeRequests                 queue.Queues // the intake's queue
 	Sim                            *providersim.Simulator
 	ProviderURL                    string
 }
@@ -72,14 +75,20 @@ func New(ctx context.Context, simOpts ...func(*providersim.Options)) (*Deploymen
 		*t.name = name
 		undo = append(undo, drop)
 	}
-	if d.Queues, err = queue.Create(ctx, clients.SQS, UniqueName("reconcile")); err != nil {
-		return fail(err)
-	}
-	undo = append(undo, func() {
-		for _, url := range []string{d.Queues.URL, d.Queues.DLQURL} {
-			_, _ = clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+	for _, q := range []struct {
+		to     *queue.Queues
+		prefix string
+	}{{&d.Queues, "reconcile"}, {&d.ChargeRequests, "charge-requests"}} {
+		if *q.to, err = queue.Create(ctx, clients.SQS, UniqueName(q.prefix)); err != nil {
+			return fail(err)
 		}
-	})
+		created := *q.to
+		undo = append(undo, func() {
+			for _, url := range []string{created.URL, created.DLQURL} {
+				_, _ = clients.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: aws.String(url)})
+			}
+		})
+	}
 	return d, remove, nil
 }
 
@@ -107,6 +116,15 @@ func (d *Deployment) Sweeper() app.SweeperConfig {
 	return app.SweeperConfig{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
 }
 
+// Intake is the intake function's configuration for the deployment.
+func (d *Deployment) Intake() app.IntakeConfig {
+	return app.IntakeConfig{
+		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
+		DeadLetterQueueURL: d.ChargeRequests.DLQURL, ProviderURL: d.ProviderURL,
+		Retention: 24 * time.Hour, InflightWait: 2 * time.Second,
+	}
+}
+
 // Reconcile is the reconcile function's configuration for the deployment.
 func (d *Deployment) Reconcile() app.ReconcileConfig {
 	return app.ReconcileConfig{
@@ -120,12 +138,13 @@ func (d *Deployment) Reconcile() app.ReconcileConfig {
 type Wiring struct {
 	Charge    app.ChargeConfig
 	Reconcile app.ReconcileConfig
+	Intake    app.IntakeConfig
 	Deps      app.Deps
 }
 
 func (d *Deployment) wiring(clients awsenv.Clients, optFns []func(*Wiring)) Wiring {
 	w := Wiring{
-		Charge: d.Charge(), Reconcile: d.Reconcile(),
+		Charge: d.Charge(), Reconcile: d.Reconcile(), Intake: d.Intake(),
 		Deps: app.Deps{Clients: clients, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard},
 	}
 	for _, fn := range optFns {
@@ -140,6 +159,18 @@ func (d *Deployment) ChargeHandler(t testing.TB, optFns ...func(*Wiring)) *httpa
 	t.Helper()
 	w := d.wiring(Clients(t), optFns)
 	h, err := app.ChargeHandler(w.Charge, w.Deps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// IntakeHandler builds the deployment's intake function the way the
+// function itself does (app.IntakeHandler).
+func (d *Deployment) IntakeHandler(t testing.TB, optFns ...func(*Wiring)) *intake.Handler {
+	t.Helper()
+	w := d.wiring(Clients(t), optFns)
+	h, err := app.IntakeHandler(w.Intake, w.Deps)
 	if err != nil {
 		t.Fatal(err)
 	}

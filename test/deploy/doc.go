@@ -1,7 +1,7 @@
 // Package deploy provides consistency checks of the deployment template
 // (template.yaml) against the code: its tests assert that the tables, the
-// TTL, the reconcile queues, the reconcile function's timeout and event
-// source, and every function's environment are what the code defines and
+// TTL, the reconcile and charge-requests queues, the reconcile and intake
+// functions' timeouts and event sources, and every function's environment are what the code defines and
 // reads, and that every metric an alarm or the dashboard names is one the
 // code emits (package metrics) under the dimensions it emits it with, every
 // alarm notifies the alarm topic, and the dashboard shows every metric and

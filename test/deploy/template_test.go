@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -35,6 +36,9 @@ const (
 	reconcileQueue   = "ReconcileQueue"
 	deadLetterQueue  = "ReconcileDeadLetterQueue"
 	reconcileFn      = "ReconcileFunction"
+	intakeQueue      = "ChargeRequestsQueue"
+	intakeDLQ        = "ChargeRequestsDeadLetterQueue"
+	intakeFn         = "IntakeFunction"
 )
 
 // code is the side of the code the template is checked against.
@@ -57,12 +61,14 @@ func currentCode() code {
 			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g) },
 			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g) },
 			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g) },
+			"IntakeFunction":    func(g app.Getenv) { _, _ = app.LoadIntake(g) },
 		},
 		metrics: metrics.Definitions(),
 		outcomes: map[string][]metrics.Outcome{
 			metrics.FunctionCharge:    metrics.Outcomes(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Outcomes(metrics.FunctionReconcile),
 			metrics.FunctionSweeper:   metrics.Outcomes(metrics.FunctionSweeper),
+			metrics.FunctionIntake:    metrics.Outcomes(metrics.FunctionIntake),
 		},
 	}
 }
@@ -121,6 +127,11 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		"new metric": func(k *code) {
 			k.metrics = append(k.metrics, metrics.Definition{Name: "RefundLatency", Unit: metrics.UnitMilliseconds, Functions: []string{metrics.FunctionCharge}})
 		},
+		"intake outcome dropped": func(k *code) {
+			k.outcomes[metrics.FunctionIntake] = slices.DeleteFunc(k.outcomes[metrics.FunctionIntake],
+				func(o metrics.Outcome) bool { return o == metrics.OutcomeInvalid })
+		},
+		"intake variable dropped": func(k *code) { k.loaders["IntakeFunction"] = func(g app.Getenv) { _, _ = app.LoadCharge(g) } },
 		"new outcome": func(k *code) {
 			k.outcomes[metrics.FunctionReconcile] = append(k.outcomes[metrics.FunctionReconcile], "refunded")
 		},
@@ -141,6 +152,13 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 	}
 }
 
+// Template text between a queue's logical id and its first property, and
+// between an SQS event's Queue and its function response type.
+const (
+	sqsQueueHead = "    Type: AWS::SQS::Queue\n    DeletionPolicy: Delete\n    UpdateReplacePolicy: Delete\n    Properties:\n      "
+	sqsEventTail = "            BatchSize: 10\n            MaximumBatchingWindowInSeconds: 1\n            FunctionResponseTypes:\n              - "
+)
+
 // TestCheckCatchesDrift changes the template one way at a time and expects
 // the check to notice each change.
 func TestCheckCatchesDrift(t *testing.T) {
@@ -157,17 +175,28 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"charges range key", "        - AttributeName: id\n          KeyType: RANGE", "        - AttributeName: id\n          KeyType: HASH"},
 		{"billing mode", "BillingMode: PAY_PER_REQUEST\n      AttributeDefinitions:\n        - AttributeName: tenant", "BillingMode: PROVISIONED\n      AttributeDefinitions:\n        - AttributeName: tenant"},
 		{"extra index", "              - attempts\n", "              - attempts\n        - IndexName: extra\n          KeySchema:\n            - AttributeName: pk\n              KeyType: HASH\n          Projection:\n            ProjectionType: KEYS_ONLY\n"},
-		{"visibility timeout", "VisibilityTimeout: 180", "VisibilityTimeout: 30"},
-		{"retention", "MessageRetentionPeriod: 345600", "MessageRetentionPeriod: 86400"},
-		{"dlq retention", "MessageRetentionPeriod: 1209600", "MessageRetentionPeriod: 345600"},
-		{"max receive count", "maxReceiveCount: 5", "maxReceiveCount: 3"},
+		{"visibility timeout", "event sources.\n      VisibilityTimeout: 180", "event sources.\n      VisibilityTimeout: 30"},
+		{"retention", "MessageRetentionPeriod: 345600 # 4 days\n", "MessageRetentionPeriod: 86400\n"},
+		{"dlq retention", "ReconcileDeadLetterQueue:\n" + sqsQueueHead + "MessageRetentionPeriod: 1209600", "ReconcileDeadLetterQueue:\n" + sqsQueueHead + "MessageRetentionPeriod: 345600"},
+		{"max receive count", "ReconcileDeadLetterQueue.Arn\n        maxReceiveCount: 5", "ReconcileDeadLetterQueue.Arn\n        maxReceiveCount: 3"},
 		{"dead-letter target", "deadLetterTargetArn: !GetAtt ReconcileDeadLetterQueue.Arn", "deadLetterTargetArn: !GetAtt ReconcileQueue.Arn"},
-		{"extra queue setting", "      SqsManagedSseEnabled: true\n      RedrivePolicy:", "      SqsManagedSseEnabled: true\n      DelaySeconds: 5\n      RedrivePolicy:"},
+		{"extra queue setting", "      SqsManagedSseEnabled: true\n      RedrivePolicy:\n        deadLetterTargetArn: !GetAtt ReconcileDeadLetterQueue.Arn", "      SqsManagedSseEnabled: true\n      DelaySeconds: 5\n      RedrivePolicy:\n        deadLetterTargetArn: !GetAtt ReconcileDeadLetterQueue.Arn"},
 		{"reconcile timeout", "CodeUri: functions/reconcile\n      Timeout: 30", "CodeUri: functions/reconcile\n      Timeout: 60"},
-		{"batch size", "BatchSize: 10", "BatchSize: 5"},
-		{"batch item failures", "              - ReportBatchItemFailures", "              - SomethingElse"},
+		{"batch size", "Queue: !GetAtt ReconcileQueue.Arn\n            BatchSize: 10", "Queue: !GetAtt ReconcileQueue.Arn\n            BatchSize: 5"},
+		{"batch item failures", "Queue: !GetAtt ReconcileQueue.Arn\n" + sqsEventTail + "ReportBatchItemFailures", "Queue: !GetAtt ReconcileQueue.Arn\n" + sqsEventTail + "SomethingElse"},
 		{"event queue", "Queue: !GetAtt ReconcileQueue.Arn", "Queue: !GetAtt ReconcileDeadLetterQueue.Arn"},
-		{"variable missing", "          INFLIGHT_WAIT: !Ref InflightWait\n", ""},
+		{"intake visibility timeout", "(30 s).\n      VisibilityTimeout: 180", "(30 s).\n      VisibilityTimeout: 60"},
+		{"intake retention", "MessageRetentionPeriod: 345600 # 4 days, as", "MessageRetentionPeriod: 86400 # 4 days, as"},
+		{"intake dlq retention", "ChargeRequestsDeadLetterQueue:\n" + sqsQueueHead + "MessageRetentionPeriod: 1209600", "ChargeRequestsDeadLetterQueue:\n" + sqsQueueHead + "MessageRetentionPeriod: 345600"},
+		{"intake max receive count", "ChargeRequestsDeadLetterQueue.Arn\n        maxReceiveCount: 5", "ChargeRequestsDeadLetterQueue.Arn\n        maxReceiveCount: 10"},
+		{"intake dead-letter target", "deadLetterTargetArn: !GetAtt ChargeRequestsDeadLetterQueue.Arn", "deadLetterTargetArn: !GetAtt ReconcileDeadLetterQueue.Arn"},
+		{"intake timeout", "CodeUri: functions/intake\n      Timeout: 30", "CodeUri: functions/intake\n      Timeout: 10"},
+		{"intake batch size", "Queue: !GetAtt ChargeRequestsQueue.Arn\n            BatchSize: 10", "Queue: !GetAtt ChargeRequestsQueue.Arn\n            BatchSize: 1"},
+		{"intake batch item failures", "Queue: !GetAtt ChargeRequestsQueue.Arn\n" + sqsEventTail + "ReportBatchItemFailures", "Queue: !GetAtt ChargeRequestsQueue.Arn\n" + sqsEventTail + "SomethingElse"},
+		{"intake event queue", "Queue: !GetAtt ChargeRequestsQueue.Arn", "Queue: !GetAtt ReconcileQueue.Arn"},
+		{"intake variable missing", "          CHARGE_REQUESTS_DLQ_URL: !Ref ChargeRequestsDeadLetterQueue\n", ""},
+		{"dashboard misses an intake outcome", `["chargeonce", "Requests", "Function", "intake", "Outcome", "invalid"],`, ""},
+		{"variable missing", "          INFLIGHT_WAIT: !Ref InflightWait\n          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY", "          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY"},
 		{"variable not read", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          LOG_LEVEL", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          INFLIGHT_WAIT: 1s\n          LOG_LEVEL"},
 		{"index in policy", `"${IdempotencyTable.Arn}/index/stuck-leases"`, `"${IdempotencyTable.Arn}/index/stuck"`},
 		{"code dir", "CodeUri: functions/sweeper", "CodeUri: functions/sweep"},
@@ -210,8 +239,10 @@ func check(src string, k code) ([]string, error) {
 	c.table(idempotencyTable, k.idempotencyTable)
 	c.ttl(idempotencyTable, k.ttl)
 	c.table(chargesTable, k.chargesTable)
-	c.queues()
-	c.reconcileFunction()
+	c.queues(reconcileQueue, deadLetterQueue)
+	c.queues(intakeQueue, intakeDLQ)
+	c.sqsFunction(reconcileFn, reconcileQueue, queue.ReconcileTimeout)
+	c.sqsFunction(intakeFn, intakeQueue, queue.IntakeTimeout)
 	c.sweeperPolicy()
 	c.environments(k.loaders)
 	c.metrics(k.metrics, k.outcomes)
@@ -276,20 +307,20 @@ func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
 	}
 }
 
-// queues compares the reconcile queue and its DLQ with the attributes
-// queue.Create sets.
-func (c *checker) queues() {
+// queues compares a queue and its DLQ with the attributes queue.Create
+// sets.
+func (c *checker) queues(mainID, dlqID string) {
 	created, err := createdQueues()
 	if err != nil {
 		c.fail("queue.Create: %v", err)
 		return
 	}
-	for id, name := range map[string]string{reconcileQueue: "q", deadLetterQueue: "q-dlq"} {
+	for id, name := range map[string]string{mainID: "q", dlqID: "q-dlq"} {
 		want := created[name]
 		got := c.props(id)
 		for attr, v := range want {
 			if attr == string(sqstypes.QueueAttributeNameRedrivePolicy) {
-				c.redrive(id, got[attr], v)
+				c.redrive(id, dlqID, got[attr], v)
 				continue
 			}
 			c.equal(id+" "+attr, fmt.Sprint(got[attr]), v)
@@ -300,12 +331,12 @@ func (c *checker) queues() {
 			}
 		}
 	}
-	c.equal("queue.VisibilityTimeout", fmt.Sprint(c.props(reconcileQueue)["VisibilityTimeout"]), seconds(queue.VisibilityTimeout))
-	c.equal("queue.Retention", fmt.Sprint(c.props(reconcileQueue)["MessageRetentionPeriod"]), seconds(queue.Retention))
-	c.equal("queue.DLQRetention", fmt.Sprint(c.props(deadLetterQueue)["MessageRetentionPeriod"]), seconds(queue.DLQRetention))
+	c.equal(mainID+" queue.VisibilityTimeout", fmt.Sprint(c.props(mainID)["VisibilityTimeout"]), seconds(queue.VisibilityTimeout))
+	c.equal(mainID+" queue.Retention", fmt.Sprint(c.props(mainID)["MessageRetentionPeriod"]), seconds(queue.Retention))
+	c.equal(dlqID+" queue.DLQRetention", fmt.Sprint(c.props(dlqID)["MessageRetentionPeriod"]), seconds(queue.DLQRetention))
 }
 
-func (c *checker) redrive(id string, got any, want string) {
+func (c *checker) redrive(id, dlqID string, got any, want string) {
 	var w map[string]any
 	if err := json.Unmarshal([]byte(want), &w); err != nil {
 		c.fail("queue.Create's redrive policy %q: %v", want, err)
@@ -317,17 +348,20 @@ func (c *checker) redrive(id string, got any, want string) {
 	if w["deadLetterTargetArn"] != fakeARN("q-dlq") {
 		c.fail("queue.Create's redrive policy targets %v, not its DLQ", w["deadLetterTargetArn"])
 	}
-	c.equal(id+" deadLetterTargetArn", g["deadLetterTargetArn"], getAtt(deadLetterQueue, "Arn"))
+	c.equal(id+" deadLetterTargetArn", g["deadLetterTargetArn"], getAtt(dlqID, "Arn"))
 	if len(g) != 2 {
 		c.fail("%s RedrivePolicy has %d members, want deadLetterTargetArn and maxReceiveCount", id, len(g))
 	}
 }
 
-// reconcileFunction checks the timeout and the SQS event source the queue
-// settings and the handler assume.
-func (c *checker) reconcileFunction() {
-	p := c.props(reconcileFn)
-	c.equal(reconcileFn+" Timeout", fmt.Sprint(p["Timeout"]), seconds(queue.ReconcileTimeout))
+// sqsFunction checks the timeout and the SQS event source the queue
+// settings and the function's handler assume.
+func (c *checker) sqsFunction(fn, queueID string, timeout time.Duration) {
+	p := c.props(fn)
+	c.equal(fn+" Timeout", fmt.Sprint(p["Timeout"]), seconds(timeout))
+	if 6*timeout > queue.VisibilityTimeout {
+		c.fail("%s's timeout %s is more than a sixth of the queues' visibility timeout %s", fn, timeout, queue.VisibilityTimeout)
+	}
 	evs, _ := p["Events"].(map[string]any)
 	found := 0
 	for name, e := range evs {
@@ -337,14 +371,14 @@ func (c *checker) reconcileFunction() {
 		}
 		found++
 		ep, _ := e["Properties"].(map[string]any)
-		c.equal(reconcileFn+" event "+name+" Queue", ep["Queue"], getAtt(reconcileQueue, "Arn"))
-		c.equal(reconcileFn+" event "+name+" BatchSize", fmt.Sprint(ep["BatchSize"]), strconv.Itoa(queue.BatchSize))
+		c.equal(fn+" event "+name+" Queue", ep["Queue"], getAtt(queueID, "Arn"))
+		c.equal(fn+" event "+name+" BatchSize", fmt.Sprint(ep["BatchSize"]), strconv.Itoa(queue.BatchSize))
 		// The handler answers batch item failures; without this Lambda
 		// would ignore them and delete every message.
-		c.equal(reconcileFn+" event "+name+" FunctionResponseTypes", ep["FunctionResponseTypes"], []any{"ReportBatchItemFailures"})
+		c.equal(fn+" event "+name+" FunctionResponseTypes", ep["FunctionResponseTypes"], []any{"ReportBatchItemFailures"})
 	}
 	if found != 1 {
-		c.fail("%s has %d SQS events, want 1", reconcileFn, found)
+		c.fail("%s has %d SQS events, want 1", fn, found)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package e2e provides the end-to-end test of the deployable artifacts:
-// the three functions' bootstrap binaries, built as `sam build` builds
+// the four functions' bootstrap binaries, built as `sam build` builds
 // them, each run under the Lambda Runtime Interface Emulator and invoked
 // with the events in events/, against the DynamoDB/SQS emulator and the
 // provider simulator. `make e2e` runs it verbosely; `make test` runs it

@@ -25,7 +25,7 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// TestFunctionsUnderTheRuntimeEmulator runs the three Lambda binaries
+// TestFunctionsUnderTheRuntimeEmulator runs the four Lambda binaries
 // under the Runtime Interface Emulator against one deployment's tables,
 // queue and provider, and drives them with the events in events/.
 func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
@@ -45,6 +45,10 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 		"reconcile": {
 			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvProviderURL: providerURL,
 		},
+		"intake": {
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvReconcileQueueURL: q.URL,
+			app.EnvChargeRequestsDLQURL: d.ChargeRequests.DLQURL, app.EnvProviderURL: providerURL,
+		},
 	}
 	fns := map[string]*function{}
 	for _, name := range slices.Sorted(maps.Keys(functions)) {
@@ -57,6 +61,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	}
 
 	t.Run("charge", func(t *testing.T) { chargeEvents(t, fns["charge"], sim) })
+	t.Run("intake", func(t *testing.T) { intakeEvent(t, fns, idemTable, sim) })
 	t.Run("sweep and reconcile a stuck record", func(t *testing.T) {
 		stuckRecord(t, fns, clients.SQS, q.URL, idemTable, providerURL, sim)
 	})
@@ -106,6 +111,67 @@ func chargeEvents(t *testing.T, fn *function, sim *providersim.Simulator) {
 
 	if e := sim.Ledger().References[c.ProviderReference]; e.Charges != 1 || e.Calls != 1 {
 		t.Errorf("provider ledger for order-1001: %+v, want one call and one charge", e)
+	}
+}
+
+// intakeEvent hands the intake function events/intake-sqs.json twice, as
+// a redelivery would: one charge, which GET returns, and which a POST
+// /charges with the message's command id and request replays.
+func intakeEvent(t *testing.T, fns map[string]*function, idemTable string, sim *providersim.Simulator) {
+	ev := readEvent(t, "intake-sqs")
+	for i := range 2 {
+		var res events.SQSEventResponse
+		fns["intake"].invoke(t, ev, &res)
+		if len(res.BatchItemFailures) != 0 {
+			t.Fatalf("delivery %d: intake reported %+v", i+1, res.BatchItemFailures)
+		}
+	}
+	var sqsEv events.SQSEvent
+	if err := json.Unmarshal(ev, &sqsEv); err != nil {
+		t.Fatal(err)
+	}
+	var msg struct {
+		Tenant    string          `json:"tenant"`
+		CommandID string          `json:"command_id"`
+		Request   json.RawMessage `json:"request"`
+	}
+	if err := json.Unmarshal([]byte(sqsEv.Records[0].Body), &msg); err != nil {
+		t.Fatal(err)
+	}
+	key, _ := idem.NewKey(msg.Tenant, charge.Operation, msg.CommandID)
+	store, err := idem.New(testkit.Clients(t).DynamoDB, idemTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.Get(t.Context(), key)
+	if err != nil || rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("record after the intake: %+v %v, want SUCCEEDED with a 201", rec, err)
+	}
+	if e := sim.Ledger().References[charge.ProviderReference(key, rec.CreatedAt)]; e.Charges != 1 || e.Calls != 1 {
+		t.Errorf("provider ledger for %s: %+v, want one call and one charge for two deliveries", msg.CommandID, e)
+	}
+	var c struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(rec.Response.Body, &c); err != nil {
+		t.Fatal(err)
+	}
+	var got, replay events.APIGatewayV2HTTPResponse
+	fns["charge"].invoke(t, bytes.ReplaceAll(readEvent(t, "charge-get"), []byte(exampleChargeID), []byte(c.ID)), &got)
+	if got.StatusCode != http.StatusOK || got.Body != string(rec.Response.Body) {
+		t.Errorf("get: %d %s, want 200 %s", got.StatusCode, got.Body, rec.Response.Body)
+	}
+	var retry events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(readEvent(t, "charge-create"), &retry); err != nil {
+		t.Fatal(err)
+	}
+	retry.Headers["idempotency-key"] = msg.CommandID
+	retry.Headers["content-length"] = strconv.Itoa(len(msg.Request))
+	retry.Body = string(msg.Request)
+	payload, _ := json.Marshal(retry)
+	fns["charge"].invoke(t, payload, &replay)
+	if replay.StatusCode != http.StatusCreated || replay.Headers[httpapi.HeaderReplayed] != "true" || replay.Body != string(rec.Response.Body) {
+		t.Errorf("POST /charges with the message's command id: %d %v %s, want the intake's 201 replayed", replay.StatusCode, replay.Headers, replay.Body)
 	}
 }
 

@@ -1,18 +1,13 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"mime"
 	"net/http"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -25,16 +20,13 @@ import (
 )
 
 // MaxBodyBytes is the largest request body accepted.
-const MaxBodyBytes = 16 * 1024
+const MaxBodyBytes = charge.MaxBodyBytes
 
 // Route keys of the HTTP API.
 const (
 	RouteCreate = "POST /charges"
 	RouteGet    = "GET /charges/{id}"
 )
-
-// requestFields are the exact member names of a create request.
-var requestFields = []string{"amount", "currency", "source", "description"}
 
 // DefaultTenantClaim is the JWT claim that names the tenant unless
 // configured otherwise.
@@ -218,58 +210,20 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	}
 	key, _ := idem.NewKey(tenant, charge.Operation, string(id)) // tenant and id are valid
 	keyHash = key.LogHash()
-	canonical, err := idem.CanonicalJSON(body)
-	if err != nil {
-		return invalid(ProblemInvalidRequest, "The body is not a single valid JSON value without duplicate keys.")
-	}
-	var in struct {
-		Amount      any    `json:"amount"` // a json.Number if it is a number
-		Currency    string `json:"currency"`
-		Source      string `json:"source"`
-		Description string `json:"description"`
-	}
-	const shape = "The body must be an object with a number amount and string currency, source and description, and no other fields."
-	// encoding/json matches field names case-insensitively; the contract
-	// names them exactly, so check the names before decoding.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(canonical, &fields); err != nil {
-		return invalid(ProblemInvalidRequest, shape)
-	}
-	for name, value := range fields {
-		if !slices.Contains(requestFields, name) || string(value) == "null" {
-			return invalid(ProblemInvalidRequest, shape)
-		}
-	}
-	dec := json.NewDecoder(bytes.NewReader(canonical))
-	dec.UseNumber()
-	if err := dec.Decode(&in); err != nil {
-		return invalid(ProblemInvalidRequest, shape)
-	}
-	number, _ := in.Amount.(json.Number)
-	amount, err := charge.ParseAmount(number)
-	var r charge.Request
-	if err == nil {
-		r, err = charge.NewRequest(amount, in.Currency, in.Source, in.Description)
-	}
-	if err != nil {
-		var ie *charge.InvalidError
-		if errors.As(err, &ie) {
-			return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
-		}
+	r, fp, err := charge.ParseBody(body)
+	var (
+		be *charge.BodyError
+		ie *charge.InvalidError
+	)
+	switch {
+	case errors.As(err, &be):
+		return invalid(ProblemInvalidRequest, be.Reason)
+	case errors.As(err, &ie):
+		return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
+	case err != nil:
 		return charge.Result{}, nil, keyHash, err
 	}
-	if whole := strconv.FormatInt(amount, 10); number.String() != whole {
-		// 1500.0 and 1.5e3 are the amount 1500: the same request, so the
-		// same fingerprint as the body with "amount":1500.
-		fields["amount"] = json.RawMessage(whole)
-		if canonical, err = json.Marshal(fields); err == nil {
-			canonical, err = idem.CanonicalJSON(canonical)
-		}
-		if err != nil {
-			return charge.Result{}, nil, keyHash, fmt.Errorf("httpapi: re-canonicalize the body: %w", err)
-		}
-	}
-	res, err := h.svc.Create(ctx, tenant, id, r, idem.FingerprintOf(canonical))
+	res, err := h.svc.Create(ctx, tenant, id, r, fp)
 	return res, nil, keyHash, err
 }
 
