@@ -1,30 +1,15 @@
 package testkit
 
 import (
-	"sync"
 	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
-// Clock is a settable clock, safe for concurrent use, that tests share with
-// the stores and handlers they build (pass its Now as their clock).
-type Clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// Clock is the settable clock tests share with the stores and handlers
+// they build (pass its Now as their clock): pkg/idem's, which users'
+// tests have too.
+type Clock = idemtest.Clock
 
 // NewClock returns a Clock reading t.
-func NewClock(t time.Time) *Clock { return &Clock{now: t} }
-
-// Now returns the clock's time.
-func (c *Clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Advance moves the clock by d.
-func (c *Clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func NewClock(t time.Time) *Clock { return idemtest.NewClock(t) }

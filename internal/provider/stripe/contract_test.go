@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,31 +15,11 @@ import (
 
 const testKey = "sk_test_chargeonce"
 
-// clock is a manual clock for the simulator and the adapter.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // backend is the adapter on its own stripesim.
 type backend struct {
 	sim     *stripesim.Simulator
 	adapter *stripe.Adapter
-	clock   *clock
+	clock   *testkit.Clock
 	url     string
 	logs    *testkit.LogBuffer
 }
@@ -49,7 +28,7 @@ type backend struct {
 // an adapter that talks to it; both log to one buffer.
 func newBackend(t *testing.T, optFns ...func(*stripesim.Options)) *backend {
 	t.Helper()
-	b := &backend{clock: newClock(), logs: &testkit.LogBuffer{}}
+	b := &backend{clock: testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), logs: &testkit.LogBuffer{}}
 	logger := slog.New(slog.NewJSONHandler(b.logs, nil))
 	b.sim = stripesim.New(append([]func(*stripesim.Options){func(o *stripesim.Options) {
 		o.SecretKey, o.Clock, o.SearchLag, o.Logger = testKey, b.clock.Now, stripe.SearchLag, logger
