@@ -139,21 +139,6 @@ var settles = map[charge.Outcome]bool{
 	charge.OutcomeChargeConflict: true,
 }
 
-// messageOutcome is the metrics' name for what became of a message.
-var messageOutcome = map[charge.Outcome]metrics.Outcome{
-	charge.OutcomeCreated:        metrics.OutcomeCreated,
-	charge.OutcomeReplayed:       metrics.OutcomeReplayed,
-	charge.OutcomeConflict:       metrics.OutcomeConflict,
-	charge.OutcomeMismatch:       metrics.OutcomeMismatch,
-	charge.OutcomeDeclined:       metrics.OutcomeDeclined,
-	charge.OutcomeUnavailable:    metrics.OutcomeUnavailable,
-	charge.OutcomeBusy:           metrics.OutcomeUnavailable,
-	charge.OutcomeRejected:       metrics.OutcomeRejected,
-	charge.OutcomeAmbiguous:      metrics.OutcomePending,
-	charge.OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
-	charge.OutcomeChargeConflict: metrics.OutcomeError,
-}
-
 // handle processes one message and reports whether it is settled (to be
 // deleted) rather than to be delivered again.
 func (h *Handler) handle(ctx context.Context, p parsed) bool {
@@ -171,7 +156,7 @@ func (h *Handler) handle(ctx context.Context, p parsed) bool {
 		return false
 	}
 	settled := settles[res.Outcome]
-	rec.Count(metrics.Requests, messageOutcome[res.Outcome])
+	rec.Count(metrics.Requests, res.Outcome.Metric())
 	level := slog.LevelInfo
 	if !settled || res.Outcome == charge.OutcomeMismatch || res.Outcome == charge.OutcomeChargeConflict {
 		level = slog.LevelWarn // to be retried, a reused command id, or a case for an operator

@@ -95,18 +95,6 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 	return resp, nil
 }
 
-// messageOutcome is the metrics' name for what became of a message.
-var messageOutcome = map[charge.Outcome]metrics.Outcome{
-	charge.OutcomeResolved:       metrics.OutcomeResolvedCharged,
-	charge.OutcomeResolvedDec:    metrics.OutcomeResolvedDeclined,
-	charge.OutcomeReleased:       metrics.OutcomeReleased,
-	charge.OutcomeStillLeased:    metrics.OutcomeStillLeased,
-	charge.OutcomeNothingToDo:    metrics.OutcomeNothingToDo,
-	charge.OutcomeNotSettled:     metrics.OutcomeNotSettled,
-	charge.OutcomeDeferred:       metrics.OutcomeDeferred,
-	charge.OutcomeChargeConflict: metrics.OutcomeError,
-}
-
 // handle reconciles one message and reports whether it is settled (to be
 // deleted) rather than to be delivered again.
 func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
@@ -133,7 +121,7 @@ func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
 			"error_class", charge.ErrorClass(err), "error", redact(err, key, keyHash))
 		return false
 	}
-	metrics.FromContext(ctx).Count(metrics.Requests, messageOutcome[outcome])
+	metrics.FromContext(ctx).Count(metrics.Requests, outcome.Metric())
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
 	return true
 }

@@ -128,29 +128,12 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	h.opt.Logger.Log(ctx, level, "request", attrs...)
 	if route == RouteCreate || refused != nil {
-		rec.Count(metrics.Requests, requestOutcome[res.Outcome])
+		rec.Count(metrics.Requests, res.Outcome.Metric())
 	}
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}
 	return resp, nil
-}
-
-// requestOutcome is the metrics' name for what became of a POST /charges.
-var requestOutcome = map[charge.Outcome]metrics.Outcome{
-	charge.OutcomeCreated:        metrics.OutcomeCreated,
-	charge.OutcomeReplayed:       metrics.OutcomeReplayed,
-	charge.OutcomeConflict:       metrics.OutcomeConflict,
-	charge.OutcomeMismatch:       metrics.OutcomeMismatch,
-	charge.OutcomeDeclined:       metrics.OutcomeDeclined,
-	charge.OutcomeUnavailable:    metrics.OutcomeUnavailable,
-	charge.OutcomeBusy:           metrics.OutcomeUnavailable,
-	charge.OutcomeRejected:       metrics.OutcomeRejected,
-	charge.OutcomeAmbiguous:      metrics.OutcomePending,
-	charge.OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
-	charge.OutcomeInvalid:        metrics.OutcomeInvalid,
-	charge.OutcomeChargeConflict: metrics.OutcomeError,
-	charge.OutcomeError:          metrics.OutcomeError,
 }
 
 func ref(r idem.Response) *idem.Response { return &r }
