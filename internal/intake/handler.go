@@ -5,12 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -74,10 +74,9 @@ func NewHandler(svc Creator, dlq DeadLetters, optFns ...func(*Options)) (*Handle
 
 // parsed is one record of a batch with what its body says.
 type parsed struct {
-	index int
-	msg   events.SQSMessage
-	cmd   Command
-	err   error
+	msg events.SQSMessage
+	cmd Command
+	err error
 }
 
 // Handle creates the batch's charges and returns, as batch item failures,
@@ -89,39 +88,23 @@ type parsed struct {
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
-	var groups [][]parsed
+	records := make([]parsed, len(ev.Records))
+	var groups [][]int
 	byKey := map[idem.Key]int{}
 	for i, m := range ev.Records {
-		p := parsed{index: i, msg: m}
+		p := parsed{msg: m}
 		p.cmd, p.err = ParseMessage(m.Body)
+		records[i] = p
 		if g, ok := byKey[p.cmd.Key]; ok && p.err == nil {
-			groups[g] = append(groups[g], p)
+			groups[g] = append(groups[g], i)
 			continue
 		}
 		if p.err == nil {
 			byKey[p.cmd.Key] = len(groups)
 		}
-		groups = append(groups, []parsed{p})
+		groups = append(groups, []int{i})
 	}
-	retry := make([]bool, len(ev.Records))
-	slots := make(chan struct{}, h.opt.Concurrency)
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			for _, p := range g {
-				retry[p.index] = !h.handle(ctx, p)
-			}
-		})
-	}
-	wg.Wait()
-	var resp events.SQSEventResponse
-	for i, r := range retry {
-		if r {
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
-		}
-	}
+	resp := queue.HandleBatch(ev, groups, h.opt.Concurrency, func(i int) bool { return h.handle(ctx, records[i]) })
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -72,23 +71,7 @@ func NewHandler(svc Reconciler, optFns ...func(*Options)) (*Handler, error) {
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
-	retry := make([]bool, len(ev.Records))
-	slots := make(chan struct{}, h.opt.Concurrency)
-	var wg sync.WaitGroup
-	for i, m := range ev.Records {
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			retry[i] = !h.handle(ctx, m)
-		})
-	}
-	wg.Wait()
-	var resp events.SQSEventResponse
-	for i, r := range retry {
-		if r {
-			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
-		}
-	}
+	resp := queue.HandleBatch(ev, nil, h.opt.Concurrency, func(i int) bool { return h.handle(ctx, ev.Records[i]) })
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}
