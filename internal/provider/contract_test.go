@@ -2,7 +2,6 @@ package provider_test
 
 import (
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"testing"
 
@@ -22,7 +21,7 @@ func TestContract(t *testing.T) {
 		t.Cleanup(srv.Close)
 		return providertest.Subject{
 			Provider:    provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client())),
-			Unreachable: provider.NewClient("http://"+closedAddr(t), ""),
+			Unreachable: provider.NewClient("http://"+providertest.ClosedAddr(t), ""),
 			Sources: providertest.Sources{
 				Charge:      providersim.SourceVisa,
 				Decline:     providersim.SourceDecline,
@@ -42,18 +41,4 @@ func TestContract(t *testing.T) {
 			Logs:   logs.String,
 		}
 	})
-}
-
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -382,4 +383,19 @@ func leaks(text string, src Sources) bool {
 		}
 	}
 	return false
+}
+
+// ClosedAddr returns a loopback address where nothing listens: where to
+// point a Subject's Unreachable adapter.
+func ClosedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
 }

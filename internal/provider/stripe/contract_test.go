@@ -2,7 +2,6 @@ package stripe_test
 
 import (
 	"log/slog"
-	"net"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -59,7 +58,7 @@ func TestContract(t *testing.T) {
 		b := newBackend(t)
 		return providertest.Subject{
 			Provider:    b.adapter,
-			Unreachable: newAdapter(t, "http://"+closedAddr(t)),
+			Unreachable: newAdapter(t, "http://"+providertest.ClosedAddr(t)),
 			Sources: providertest.Sources{
 				Charge:      stripesim.PMVisa,
 				Decline:     stripesim.PMDeclined,
@@ -76,18 +75,4 @@ func TestContract(t *testing.T) {
 			Logs: b.logs.String,
 		}
 	})
-}
-
-// closedAddr returns a loopback address where nothing listens.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
 }
