@@ -34,8 +34,8 @@ MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a duration runs out while a worker is
-# busy (golang/go#75804, fixed in Go 1.27). 5,000 inputs take 1-13 s a target.
-FUZZTIME     ?= 5000x
+# busy (golang/go#75804, fixed in Go 1.27). 20,000 inputs take 3-50 s a target.
+FUZZTIME     ?= 20000x
 FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalence ./pkg/idem:FuzzKeyRoundTrip \
                 ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID
 
@@ -51,7 +51,7 @@ test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Sche
 	EMULATOR_HONOUR_REQUEST_TOKEN=0 $(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' ./pkg/idem
 
 .PHONY: fuzz
-fuzz: venv ## Fuzz every target for FUZZTIME (default 5000 inputs) each, on the emulator
+fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on the emulator
 	$(WITH_EMU) bash -c 'for t in $(FUZZ_TARGETS); do \
 		$(GO) test -run "^$$" -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
 	done'

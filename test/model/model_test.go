@@ -478,6 +478,14 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 	default:
 		rt.Fatalf("%s: unexpected %d %s", ks.key, status, resp.Body)
 	}
+	if strings.Contains(resp.Body, httpapi.ProblemBase+httpapi.ProblemServiceUnavailable.Slug) {
+		// The store could not be asked: like a 500 before it, an answer
+		// that tells nothing, and only DynamoDB faults explain it.
+		if !r.faulty {
+			rt.Fatalf("%s: service-unavailable without DynamoDB faults: %s", ks.key, resp.Body)
+		}
+		return
+	}
 	if status == http.StatusCreated {
 		c := parseCharge(rt, resp.Body)
 		if c.ID != charge.ChargeID(ks.key, c.created) || c.ProviderReference != charge.ProviderReference(ks.key, c.created) || c.Amount != b.Amount {
