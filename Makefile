@@ -34,7 +34,7 @@ MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a duration runs out while a worker is
-# busy (golang/go#75804, fixed in Go 1.27). 20,000 inputs take 3-50 s a target.
+# busy (golang/go#75804, fixed in Go 1.27). 20,000 inputs took 3-17 s a target in a clean-clone make test.
 FUZZTIME     ?= 20000x
 FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalence ./pkg/idem:FuzzKeyRoundTrip \
                 ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID
