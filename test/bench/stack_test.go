@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"testing"
@@ -53,7 +54,9 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 	dep := testkit.Deploy(tb)
 	cfg := dep.Charge()
 	cfg.InflightWait = inflightWait
-	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock}
+	// Metrics lines to io.Discard, not the default os.Stdout: on stdout they
+	// would cut into go test -bench's result lines.
+	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock, Metrics: io.Discard}
 	h := dep.ChargeHandler(tb, func(w *testkit.Wiring) { w.Charge, w.Deps = cfg, deps })
 	plain := testkit.Clients(tb).DynamoDB
 	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
