@@ -12,5 +12,7 @@
 //     BenchmarkEmulatorPutItem time the store, the handler, a naive handler
 //     and the emulator itself in one run, so their ratios are comparable.
 //
-// make bench runs both and writes the figures into docs/benchmarks.md.
+// make bench runs both and writes the figures into docs/benchmarks.md;
+// TestRoundTrips' JSON figures (-roundtrips-json) also feed the capacity
+// model, docs/capacity.md (cmd/loadgen capacity).
 package bench

@@ -14,14 +14,16 @@ import (
 	"github.com/aws/smithy-go/middleware"
 )
 
-// tableLayout is what the meter needs to know of a table: its primary key
-// attributes, and the key attributes of its one (sparse, keys-only) global
-// secondary index, if any.
+// tableLayout is what the meter needs to know of a table: the role it
+// reports the table's usage under ("idempotency", "charges"), its primary
+// key attributes, and the key attributes of its one (sparse, keys-only)
+// global secondary index, if any.
 type tableLayout struct {
+	role       string
 	key, index []string
 }
 
-// usage is what a sequence of DynamoDB calls cost, by DynamoDB's published
+// use is what a sequence of DynamoDB calls cost, by DynamoDB's published
 // rules for on-demand and provisioned capacity:
 //
 //   - a write costs 1 WCU per started KB of the larger of the item before
@@ -34,11 +36,32 @@ type tableLayout struct {
 //
 // Item sizes follow DynamoDB's size rules (see itemSize). Written counts the
 // item writes DynamoDB applied, so a failed conditional write counts none.
-type usage struct {
+type use struct {
 	Written      int
 	WCU, IndexWC int
 	RCU          int
 	MaxItemBytes int // the largest item any call touched
+}
+
+func (u use) plus(v use) use {
+	return use{
+		Written: u.Written + v.Written, WCU: u.WCU + v.WCU, IndexWC: u.IndexWC + v.IndexWC, RCU: u.RCU + v.RCU,
+		MaxItemBytes: max(u.MaxItemBytes, v.MaxItemBytes),
+	}
+}
+
+// usage is the use of all tables together, and of each by its role.
+type usage struct {
+	use
+	Tables map[string]use
+}
+
+func (u *usage) add(role string, v use) {
+	u.use = u.use.plus(v)
+	if u.Tables == nil {
+		u.Tables = map[string]use{}
+	}
+	u.Tables[role] = u.Tables[role].plus(v)
 }
 
 // meter prices every DynamoDB call made through a client it is installed
@@ -167,21 +190,22 @@ func (m *meter) account(ts []target, before, after []map[string]types.AttributeV
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, t := range ts {
+		layout := m.tables[t.table]
 		size := max(itemSize(before[i]), itemSize(after[i]))
-		m.used.MaxItemBytes = max(m.used.MaxItemBytes, size)
-		if !t.write {
-			m.used.RCU += max(1, ceilDiv(size, 4096))
-			continue
+		u := use{MaxItemBytes: size}
+		switch {
+		case !t.write:
+			u.RCU = max(1, ceilDiv(size, 4096))
+		case t.trans:
+			u.WCU = 2 * max(1, ceilDiv(size, 1024))
+		default:
+			u.WCU = max(1, ceilDiv(size, 1024))
 		}
-		wcu := max(1, ceilDiv(size, 1024))
-		if t.trans {
-			wcu *= 2
+		if t.write && applied {
+			u.Written = 1
+			u.IndexWC = indexWrites(layout.index, before[i], after[i])
 		}
-		m.used.WCU += wcu
-		if applied {
-			m.used.Written++
-			m.used.IndexWC += indexWrites(m.tables[t.table].index, before[i], after[i])
-		}
+		m.used.add(layout.role, u)
 	}
 }
 

@@ -3,14 +3,17 @@ package bench
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/http"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,14 +25,28 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-var roundTripsOut = flag.String("roundtrips", "", "also write TestRoundTrips' table, as Markdown, to this file")
+var (
+	roundTripsOut  = flag.String("roundtrips", "", "also write TestRoundTrips' table, as Markdown, to this file")
+	roundTripsJSON = flag.String("roundtrips-json", "", "also write TestRoundTrips' figures, as JSON (see roundTripFile), to this file")
+)
+
+// Table roles in the figures: the meter's tableLayout.role.
+const (
+	roleIdempotency = "idempotency"
+	roleCharges     = "charges"
+)
 
 // roundTrip is what one outcome cost.
 type roundTrip struct {
+	id      string // stable, for the JSON figures
 	outcome string
 	status  string // the HTTP answer, or what the reconciler did
 	calls   map[string]int
 	used    usage
+	// logBytes is what the charge function wrote to its log (the request
+	// line at LOG_LEVEL=INFO and the metrics line); 0 where the outcome is
+	// not the charge function's (the reconciler, the naive handler).
+	logBytes int64
 }
 
 // want is what an outcome must cost.
@@ -49,20 +66,30 @@ func TestRoundTrips(t *testing.T) {
 	m := &meter{db: testkit.Clients(t).DynamoDB}
 	s := newStack(t, clock.Now, 0, counter.Option(), m.Option())
 	m.tables = map[string]tableLayout{
-		s.cfg.IdempotencyTable: {key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
-		s.cfg.ChargesTable:     {key: []string{charge.AttrTenant, charge.AttrID}},
+		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
+		s.cfg.ChargesTable:     {role: roleCharges, key: []string{charge.AttrTenant, charge.AttrID}},
 	}
 	reconciler := s.dep.ReconcileService(t, func(w *testkit.Wiring) { w.Deps = s.deps })
+	// The charge function as deployed logs JSON at LOG_LEVEL=INFO (app.Logger)
+	// and writes a metrics line per request; here both go to a counter.
+	logs := &byteCounter{}
+	logged := func(w *testkit.Wiring) {
+		w.Charge, w.Deps = s.cfg, s.deps
+		w.Deps.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		w.Deps.Metrics = logs
+	}
+	handler := s.dep.ChargeHandler(t, logged)
 
 	var rows []roundTrip
-	measure := func(outcome string, w want, do func() string) {
+	measure := func(id, outcome string, w want, do func() string) {
 		t.Helper()
 		counter.Snapshot()
 		if _, err := m.Snapshot(); err != nil {
 			t.Fatalf("%s: before: %v", outcome, err)
 		}
+		logsBefore := logs.n.Load()
 		status := do()
-		r := roundTrip{outcome: outcome, status: status, calls: counter.Snapshot()}
+		r := roundTrip{id: id, outcome: outcome, status: status, calls: counter.Snapshot(), logBytes: logs.n.Load() - logsBefore}
 		var err error
 		r.used, err = m.Snapshot()
 		if err != nil {
@@ -78,7 +105,7 @@ func TestRoundTrips(t *testing.T) {
 	handle := func(req events.APIGatewayV2HTTPRequest, wantStatus int, wantReplayed bool) func() string {
 		return func() string {
 			t.Helper()
-			resp, err := s.handler.Handle(ctx, req)
+			resp, err := handler.Handle(ctx, req)
 			if err != nil || resp.StatusCode != wantStatus || (resp.Headers[httpapi.HeaderReplayed] == "true") != wantReplayed {
 				t.Fatalf("%s %s: %d %v %s, %v; want %d", req.Headers["idempotency-key"], req.Body, resp.StatusCode, resp.Headers, resp.Body, err, wantStatus)
 			}
@@ -88,20 +115,20 @@ func TestRoundTrips(t *testing.T) {
 	with := func(source string) string { return strings.Replace(visa, "tok_visa", source, 1) }
 
 	key := newKey()
-	measure("first charge", want{calls: map[string]int{"PutItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 2},
+	measure("first", "first charge", want{calls: map[string]int{"PutItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 2},
 		handle(post(key, visa), http.StatusCreated, false))
-	measure("replay", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
+	measure("replay", "replay", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
 		handle(post(key, visa), http.StatusCreated, true))
 	// The charge function's replay cache: its first replay asks DynamoDB
 	// and keeps the answer, the next is served from memory.
 	cached := s.dep.ChargeHandler(t, func(w *testkit.Wiring) {
-		w.Charge, w.Deps = s.cfg, s.deps
+		logged(w)
 		w.Charge.ReplayCache = 100
 	})
 	if resp, err := cached.Handle(ctx, post(key, visa)); err != nil || resp.Headers[httpapi.HeaderReplayed] != "true" {
 		t.Fatalf("cold replay through the cache: %d %v, %v", resp.StatusCode, resp.Headers, err)
 	}
-	measure("replay, warm cache", want{calls: map[string]int{}},
+	measure("replay-cached", "replay, warm cache", want{calls: map[string]int{}},
 		func() string {
 			resp, err := cached.Handle(ctx, post(key, visa))
 			if err != nil || resp.StatusCode != http.StatusCreated || resp.Headers[httpapi.HeaderReplayed] != "true" {
@@ -124,24 +151,24 @@ func TestRoundTrips(t *testing.T) {
 	if _, err := s.store.Begin(ctx, heldKey, fp, intent); err != nil {
 		t.Fatal(err)
 	}
-	measure("in flight (INFLIGHT_WAIT=0)", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
+	measure("in-flight", "in flight (INFLIGHT_WAIT=0)", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
 		handle(post(held, visa), http.StatusConflict, false))
-	measure("mismatch", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
+	measure("mismatch", "mismatch", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
 		handle(post(key, strings.Replace(visa, "1500", "9900", 1)), http.StatusUnprocessableEntity, false))
-	measure("decline", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1}, written: 2, wcu: 2, indexWC: 2},
+	measure("decline", "decline", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1}, written: 2, wcu: 2, indexWC: 2},
 		handle(post(newKey(), with("tok_decline")), http.StatusPaymentRequired, false))
-	measure("provider unavailable (key released)", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1}, written: 2, wcu: 2, indexWC: 2},
+	measure("released", "provider unavailable (key released)", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1}, written: 2, wcu: 2, indexWC: 2},
 		handle(post(newKey(), with("tok_unavailable")), http.StatusServiceUnavailable, false))
 
 	lost := newKey()
-	measure("outcome unknown (provider timed out)", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1, indexWC: 1},
+	measure("unknown", "outcome unknown (provider timed out)", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1, indexWC: 1},
 		handle(post(lost, with("tok_timeout_once")), http.StatusServiceUnavailable, false))
 	lostKey, err := idem.NewKey(tenant, charge.Operation, lost)
 	if err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute) // past the lease
-	measure("reconcile (provider had charged)", want{calls: map[string]int{"GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 3, rcu: 1},
+	measure("reconcile", "reconcile (provider had charged)", want{calls: map[string]int{"GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 3, rcu: 1},
 		func() string {
 			out, err := reconciler.Reconcile(ctx, lostKey)
 			if err != nil || out != charge.OutcomeResolved {
@@ -149,7 +176,7 @@ func TestRoundTrips(t *testing.T) {
 			}
 			return string(out)
 		})
-	measure("naive handler, no idempotency", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1},
+	measure("naive", "naive handler, no idempotency", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1},
 		func() string {
 			resp, err := s.naive.Handle(ctx, post(newKey(), visa))
 			if err != nil || resp.StatusCode != http.StatusCreated {
@@ -159,7 +186,7 @@ func TestRoundTrips(t *testing.T) {
 		})
 
 	for _, r := range rows {
-		if r.outcome == "reconcile (provider had charged)" {
+		if r.id == "reconcile" {
 			continue // the reconciler reads; the request path must not
 		}
 		if r.calls["GetItem"]+r.calls["Query"] != 0 {
@@ -177,6 +204,74 @@ func TestRoundTrips(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if *roundTripsJSON != "" {
+		b, err := json.MarshalIndent(roundTripFigures(rows), "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(*roundTripsJSON, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// byteCounter counts the bytes written to it.
+type byteCounter struct{ n atomic.Int64 }
+
+func (c *byteCounter) Write(p []byte) (int, error) {
+	c.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// roundTripFile is the JSON form of TestRoundTrips' figures (make bench:
+// out/roundtrips.json), which cmd/loadgen capacity reads. Outcomes are
+// named by a stable id: first, replay, replay-cached, in-flight, mismatch,
+// decline, released, unknown, reconcile, naive.
+type roundTripFile struct {
+	// Index names the global secondary index whose writes index_wcu
+	// counts (on the idempotency table).
+	Index    string             `json:"index"`
+	Outcomes []roundTripOutcome `json:"outcomes"`
+}
+
+type roundTripOutcome struct {
+	ID      string         `json:"id"`
+	Outcome string         `json:"outcome"`
+	Answer  string         `json:"answer"`
+	Calls   map[string]int `json:"calls"`
+	tableFigures
+	// Tables splits the figures by table: idempotency, charges.
+	Tables map[string]tableFigures `json:"tables"`
+	// LogBytes is what the charge function logged (absent for the
+	// reconciler and the naive handler, whose logs are not captured).
+	LogBytes int64 `json:"log_bytes,omitempty"`
+}
+
+type tableFigures struct {
+	Written          int `json:"written"`
+	WCU              int `json:"wcu"`
+	IndexWCU         int `json:"index_wcu"`
+	RCU              int `json:"rcu"`
+	LargestItemBytes int `json:"largest_item_bytes"`
+}
+
+func figuresOf(u use) tableFigures {
+	return tableFigures{Written: u.Written, WCU: u.WCU, IndexWCU: u.IndexWC, RCU: u.RCU, LargestItemBytes: u.MaxItemBytes}
+}
+
+func roundTripFigures(rows []roundTrip) roundTripFile {
+	f := roundTripFile{Index: idem.IndexStuckLeases}
+	for _, r := range rows {
+		o := roundTripOutcome{
+			ID: r.id, Outcome: r.outcome, Answer: r.status, Calls: r.calls,
+			tableFigures: figuresOf(r.used.use), Tables: map[string]tableFigures{}, LogBytes: r.logBytes,
+		}
+		for role, u := range r.used.Tables {
+			o.Tables[role] = figuresOf(u)
+		}
+		f.Outcomes = append(f.Outcomes, o)
+	}
+	return f
 }
 
 func answer(resp events.APIGatewayV2HTTPResponse) string {
