@@ -141,13 +141,13 @@ STEADY_RATE ?= 10
 WAIT_QUIET   = for i in $$(seq 1 24); do awk '{exit !($$1 < 1.5)}' /proc/loadavg && break; sleep 5; done
 
 .PHONY: bench
-bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mix on the local stack; rewrites docs/benchmarks.md
+bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mix on the local stack; rewrites docs/benchmarks.md and docs/capacity.md
 	@mkdir -p out
 	$(GO) build -o out/loadgen ./cmd/loadgen
 	$(GO) build -o out/localstack ./cmd/localstack
 	@$(WAIT_QUIET)
 	$(WITH_EMU) bash -c 'set -eo pipefail; \
-		$(GO) test -count=1 -v -run "^TestRoundTrips$$" ./test/bench -args -roundtrips=$(CURDIR)/out/roundtrips.md; \
+		$(GO) test -count=1 -v -run "^TestRoundTrips$$" ./test/bench -args -roundtrips=$(CURDIR)/out/roundtrips.md -roundtrips-json=$(CURDIR)/out/roundtrips.json; \
 		{ echo "loadavg: $$(cut -d" " -f1-3 /proc/loadavg)"; \
 		  $(GO) test -run "^$$" -bench . -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench; } | tee out/bench.txt; \
 		$(GO) test -count=1 -v -run "^TestFunctionsUnderTheRuntimeEmulator$$" ./test/e2e | tee out/e2e.txt'
@@ -164,6 +164,15 @@ bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mi
 	out/loadgen -n $(LOAD_N) -out out/load-seeds
 	out/loadgen doc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
 		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN)
+	out/loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
+
+# The capacity model reads make bench's measurements from the snapshot it
+# keeps (docs/capacity-measured.json), so a change of its cited inputs
+# (docs/capacity-inputs.json), of its template or of template.yaml needs
+# no new measurement.
+.PHONY: capacity
+capacity: ## Rewrite docs/capacity.md from the committed measurements, inputs and template.yaml
+	$(GO) run ./cmd/loadgen capacity
 
 .PHONY: clean
 clean: ## Remove build outputs (bin/, .aws-sam/)

@@ -21,7 +21,8 @@
 //	        [-target http://127.0.0.1:3000] [-provider http://127.0.0.1:4010]
 //	        [-dynamodb $DYNAMODB_ENDPOINT] [-charges-table chargeonce-charges]
 //	        [-out out/load]
-//	loadgen doc [flags]   (regenerates docs/benchmarks.md; see doc.go)
+//	loadgen doc [flags]        (regenerates docs/benchmarks.md; see docgen.go)
+//	loadgen capacity [flags]   (regenerates docs/capacity.md; see capacity.go)
 package main
 
 import (
@@ -55,9 +56,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if len(os.Args) > 1 && os.Args[1] == "doc" {
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "doc":
 		err = docMain(os.Args[2:])
-	} else {
+	case len(os.Args) > 1 && os.Args[1] == "capacity":
+		err = capacityMain(os.Args[2:])
+	default:
 		err = loadMain(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	}
 	if err != nil {

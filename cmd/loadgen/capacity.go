@@ -1,0 +1,540 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"gopkg.in/yaml.v3"
+
+	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// capacityMain regenerates docs/capacity.md, a capacity model of the seeds'
+// load on AWS, from figures make bench measured and figures cited from AWS
+// documentation and pricing pages:
+//
+//	loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
+//	loadgen capacity
+//
+// With -roundtrips and -bench it first takes what the model needs from
+// those make bench outputs into the measured snapshot
+// (docs/capacity-measured.json); without them it renders from the snapshot
+// as committed, which is what a change of inputs, prices or template.yaml
+// needs. The cited figures are in docs/capacity-inputs.json, each with its
+// source; the deployment's own figures (memory, timeouts, schedule) are
+// read from template.yaml.
+func capacityMain(args []string) error {
+	fs := flag.NewFlagSet("loadgen capacity", flag.ContinueOnError)
+	roundTrips := fs.String("roundtrips", "", "TestRoundTrips' JSON figures (make bench: out/roundtrips.json)")
+	bench := fs.String("bench", "", "go test -bench output (make bench: out/bench.txt)")
+	measured := fs.String("measured", "docs/capacity-measured.json", "the measured snapshot: written from -roundtrips and -bench when given, read otherwise")
+	inputs := fs.String("inputs", "docs/capacity-inputs.json", "the cited inputs")
+	tmpl := fs.String("template", "template.yaml", "the SAM template")
+	doc := fs.String("doc", "docs/capacity.md", "the document to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if (*roundTrips == "") != (*bench == "") {
+		return errors.New("-roundtrips and -bench go together")
+	}
+	if *roundTrips != "" {
+		m, err := measure(*roundTrips, *bench, time.Now())
+		if err != nil {
+			return err
+		}
+		b, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*measured, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	text, err := capacityDoc(*measured, *inputs, *tmpl)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(*doc, []byte(text), 0o644)
+}
+
+// capacityDoc renders the document from the three files it is made from.
+func capacityDoc(measuredPath, inputsPath, templatePath string) (string, error) {
+	var m measurement
+	if err := readJSON(measuredPath, &m); err != nil {
+		return "", err
+	}
+	in, err := readInputs(inputsPath)
+	if err != nil {
+		return "", err
+	}
+	src, err := os.ReadFile(templatePath)
+	if err != nil {
+		return "", err
+	}
+	d, err := readDeployment(src)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", templatePath, err)
+	}
+	c, err := model(m, in, d)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	if err := capacityTemplate.Execute(&b, c); err != nil {
+		return "", err
+	}
+	return b.String(), nil
+}
+
+func readJSON(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// ---- What make bench measured ----
+
+// measurement is the measured snapshot: what the model takes from make
+// bench's outputs, kept in the repository so the document can be
+// regenerated without measuring again.
+type measurement struct {
+	MeasuredAt string                 `json:"measured_at"` // when the snapshot was taken, UTC
+	From       []string               `json:"from"`        // the make bench outputs it was read from
+	LoadAvg    string                 `json:"loadavg"`     // when the benchmarks started
+	CPU        string                 `json:"cpu"`
+	RoundTrips roundTripFigures       `json:"roundtrips"`
+	Bench      map[string]benchFigure `json:"bench"`
+}
+
+// roundTripFigures is the part of TestRoundTrips' JSON (test/bench,
+// -roundtrips-json) the model reads.
+type roundTripFigures struct {
+	Index    string           `json:"index"`
+	Outcomes []outcomeFigures `json:"outcomes"`
+}
+
+type outcomeFigures struct {
+	ID       string                  `json:"id"`
+	Outcome  string                  `json:"outcome"`
+	Calls    map[string]int          `json:"calls"`
+	Tables   map[string]tableFigures `json:"tables"`
+	LogBytes int                     `json:"log_bytes,omitempty"`
+}
+
+type tableFigures struct {
+	WCU              int `json:"wcu"`
+	IndexWCU         int `json:"index_wcu"`
+	RCU              int `json:"rcu"`
+	LargestItemBytes int `json:"largest_item_bytes"`
+}
+
+// benchFigure is one benchmark's medians over the runs.
+type benchFigure struct {
+	MsPerOp float64 `json:"ms_per_op"`
+	P50Ms   float64 `json:"p50_ms,omitempty"`
+	P99Ms   float64 `json:"p99_ms,omitempty"`
+}
+
+// The benchmarks the model reads, and the outcomes.
+const (
+	benchFirstCall   = "BenchmarkHandlerFirstCall"
+	benchReplay      = "BenchmarkHandlerReplay"
+	benchEmulatorPut = "BenchmarkEmulatorPutItem/serial"
+	benchEmulatorTx  = "BenchmarkEmulatorTransactWriteItems/items=0"
+
+	outcomeFirst     = "first"
+	outcomeReplay    = "replay"
+	outcomeCached    = "replay-cached"
+	outcomeInFlight  = "in-flight"
+	outcomeUnknown   = "unknown"
+	outcomeReconcile = "reconcile"
+
+	tableIdempotency = "idempotency"
+	tableCharges     = "charges"
+)
+
+// measure reads make bench's outputs into a snapshot taken at now.
+func measure(roundTripsPath, benchPath string, now time.Time) (measurement, error) {
+	m := measurement{MeasuredAt: now.UTC().Format("2006-01-02 15:04 UTC"), From: []string{roundTripsPath, benchPath}, Bench: map[string]benchFigure{}}
+	if err := readJSON(roundTripsPath, &m.RoundTrips); err != nil {
+		return measurement{}, err
+	}
+	f, err := os.Open(benchPath)
+	if err != nil {
+		return measurement{}, err
+	}
+	defer f.Close()
+	results, conf, err := parseBench(f)
+	if err != nil {
+		return measurement{}, fmt.Errorf("%s: %w", benchPath, err)
+	}
+	m.LoadAvg, m.CPU = conf["loadavg"], conf["cpu"]
+	for _, r := range results {
+		if !slices.Contains([]string{benchFirstCall, benchReplay, benchEmulatorPut, benchEmulatorTx}, r.name) {
+			continue
+		}
+		ns, _ := r.median("ns/op")
+		p50, _ := r.median("p50-ms")
+		p99, _ := r.median("p99-ms")
+		m.Bench[r.name] = benchFigure{MsPerOp: ns / 1e6, P50Ms: p50, P99Ms: p99}
+	}
+	return m, m.check()
+}
+
+// check reports what the model needs and the snapshot lacks.
+func (m measurement) check() error {
+	var errs []error
+	for _, name := range []string{benchFirstCall, benchReplay, benchEmulatorPut, benchEmulatorTx} {
+		if m.Bench[name].MsPerOp <= 0 {
+			errs = append(errs, fmt.Errorf("no time per op for %s", name))
+		}
+	}
+	for _, name := range []string{benchFirstCall, benchReplay} {
+		if m.Bench[name].P50Ms <= 0 || m.Bench[name].P99Ms <= 0 {
+			errs = append(errs, fmt.Errorf("no p50-ms and p99-ms for %s", name))
+		}
+	}
+	for _, id := range []string{outcomeFirst, outcomeReplay, outcomeCached, outcomeInFlight, outcomeUnknown, outcomeReconcile} {
+		if _, ok := m.outcome(id); !ok {
+			errs = append(errs, fmt.Errorf("no round-trip outcome %q", id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (m measurement) outcome(id string) (outcomeFigures, bool) {
+	for _, o := range m.RoundTrips.Outcomes {
+		if o.ID == id {
+			return o, true
+		}
+	}
+	return outcomeFigures{}, false
+}
+
+// ---- What is cited ----
+
+// capacityInputs is docs/capacity-inputs.json: every figure the model uses
+// that make bench does not measure, each with its source.
+type capacityInputs struct {
+	Region  string   `json:"region"`
+	Checked string   `json:"checked"` // the date the sources were read
+	How     string   `json:"how"`     // how they were read
+	Figures []figure `json:"figures"`
+}
+
+type figure struct {
+	Key    string  `json:"key"`
+	Label  string  `json:"label"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
+	Tiers  []tier  `json:"tiers,omitempty"` // a price by volume; Value is the first tier's
+	Source string  `json:"source"`
+	Note   string  `json:"note,omitempty"` // what the source says, or how the figure is read from it
+}
+
+// tier is a price up to a cumulative quantity (UpTo, in the unit the
+// price is per; 0 for the last tier, which has no end).
+type tier struct {
+	UpTo  float64 `json:"up_to,omitempty"`
+	Price float64 `json:"price"`
+}
+
+// The keys of the cited figures.
+const (
+	inLogical        = "logical_per_second"
+	inRetriedOnce    = "retried_once"
+	inRetriedTwice   = "retried_twice"
+	inRetentionShort = "retention_short_hours"
+	inRetentionLong  = "retention_long_hours"
+	inTwins          = "concurrent_twins"
+	inAmbiguous      = "ambiguous"
+
+	inPartitionWCU  = "partition_wcu"
+	inPartitionRCU  = "partition_rcu"
+	inPartitionGB   = "partition_gb"
+	inItemOverhead  = "item_overhead_bytes"
+	inTTLLag        = "ttl_delete_lag_hours"
+	inWarmWRU       = "on_demand_initial_wru"
+	inWarmRRU       = "on_demand_initial_rru"
+	inEventualRRU   = "eventual_read_rru"
+	inDynamoLatency = "dynamodb_call_latency_ms"
+	inLambdaQuota   = "lambda_concurrency_quota"
+	inLambdaScaling = "lambda_scaling_per_10s"
+	inXRayReservoir = "xray_reservoir_per_second"
+	inXRayRate      = "xray_sampled_share"
+	inFirstPause    = "inflight_first_pause_ms"
+	inMaxPause      = "inflight_max_pause_ms"
+	inHoursPerMonth = "hours_per_month"
+	priceWrite      = "price_dynamodb_write_million"
+	priceRead       = "price_dynamodb_read_million"
+	priceStorage    = "price_dynamodb_storage_gb_month"
+	pricePITR       = "price_dynamodb_pitr_gb_month"
+	priceLambdaGBs  = "price_lambda_arm_gb_second"
+	priceLambdaReq  = "price_lambda_requests_million"
+	priceAPIGateway = "price_http_api_million"
+	priceSQS        = "price_sqs_million"
+	priceLogs       = "price_lambda_logs_gb"
+	priceXRay       = "price_xray_traces_million"
+)
+
+var capacityKeys = []string{
+	inLogical, inRetriedOnce, inRetriedTwice, inRetentionShort, inRetentionLong, inTwins, inAmbiguous,
+	inPartitionWCU, inPartitionRCU, inPartitionGB, inItemOverhead, inTTLLag, inWarmWRU, inWarmRRU, inEventualRRU,
+	inDynamoLatency, inLambdaQuota, inLambdaScaling, inXRayReservoir, inXRayRate, inFirstPause, inMaxPause, inHoursPerMonth,
+	priceWrite, priceRead, priceStorage, pricePITR, priceLambdaGBs, priceLambdaReq, priceAPIGateway, priceSQS, priceLogs, priceXRay,
+}
+
+func readInputs(path string) (capacityInputs, error) {
+	var in capacityInputs
+	if err := readJSON(path, &in); err != nil {
+		return in, err
+	}
+	if err := in.check(); err != nil {
+		return in, fmt.Errorf("%s: %w", path, err)
+	}
+	return in, nil
+}
+
+// check requires every key the model reads, once, each with a source,
+// and no other.
+func (in capacityInputs) check() error {
+	var errs []error
+	if in.Region == "" || in.Checked == "" {
+		errs = append(errs, errors.New("region and checked are required"))
+	}
+	seen := map[string]bool{}
+	for _, f := range in.Figures {
+		switch {
+		case seen[f.Key]:
+			errs = append(errs, fmt.Errorf("%s: given twice", f.Key))
+		case !slices.Contains(capacityKeys, f.Key):
+			errs = append(errs, fmt.Errorf("%s: not an input of the model", f.Key))
+		case f.Source == "" || f.Label == "":
+			errs = append(errs, fmt.Errorf("%s: no label or source", f.Key))
+		case len(f.Tiers) > 0 && (f.Tiers[0].Price != f.Value || f.Tiers[len(f.Tiers)-1].UpTo != 0):
+			errs = append(errs, fmt.Errorf("%s: the value must be the first tier's price, and the last tier open", f.Key))
+		}
+		seen[f.Key] = true
+	}
+	for _, k := range capacityKeys {
+		if !seen[k] {
+			errs = append(errs, fmt.Errorf("%s: missing", k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (in capacityInputs) get(key string) figure {
+	for _, f := range in.Figures {
+		if f.Key == key {
+			return f
+		}
+	}
+	panic("capacity: unchecked input " + key) // check ran when the inputs were read
+}
+
+func (in capacityInputs) v(key string) float64 { return in.get(key).Value }
+
+// cost prices quantity (in the figure's unit) through its tiers.
+func (f figure) cost(quantity float64) float64 {
+	if len(f.Tiers) == 0 {
+		return quantity * f.Value
+	}
+	total, from := 0.0, 0.0
+	for _, t := range f.Tiers {
+		to := t.UpTo
+		if to == 0 || to > quantity {
+			to = quantity
+		}
+		if to > from {
+			total += (to - from) * t.Price
+			from = to
+		}
+	}
+	return total
+}
+
+// ---- What template.yaml and the code set ----
+
+// deployment is what the model reads from template.yaml and from the
+// code's defaults.
+type deployment struct {
+	MemoryMB       float64
+	ChargeTimeout  time.Duration
+	CommitReserve  time.Duration
+	InflightWait   time.Duration
+	ReplayCache    int
+	SweepEvery     time.Duration
+	SweepSchedule  string
+	ReconcileBatch int
+	Shards         int // idem's default: every function uses it
+	SweepMaxKeys   int // the sweeper's default
+}
+
+func readDeployment(src []byte) (deployment, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(src, &root); err != nil {
+		return deployment{}, err
+	}
+	var errs []error
+	scalar := func(path ...string) string {
+		n := &root
+		if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+			n = n.Content[0]
+		}
+		for _, name := range path {
+			var next *yaml.Node
+			for i := 0; n.Kind == yaml.MappingNode && i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == name {
+					next = n.Content[i+1]
+				}
+			}
+			if next == nil {
+				errs = append(errs, fmt.Errorf("no %s", strings.Join(path, ".")))
+				return ""
+			}
+			n = next
+		}
+		return n.Value
+	}
+	number := func(path ...string) float64 {
+		s := scalar(path...)
+		v, err := strconv.ParseFloat(s, 64)
+		if s != "" && err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", strings.Join(path, "."), err))
+		}
+		return v
+	}
+	duration := func(path ...string) time.Duration {
+		s := scalar(path...)
+		v, err := time.ParseDuration(s)
+		if s != "" && err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", strings.Join(path, "."), err))
+		}
+		return v
+	}
+	store, err := idem.New(&dynamodb.Client{}, "capacity") // reads nothing: asked only for its default shards
+	if err != nil {
+		return deployment{}, err
+	}
+	d := deployment{
+		MemoryMB:       number("Globals", "Function", "MemorySize"),
+		ChargeTimeout:  time.Duration(number("Resources", "ChargeFunction", "Properties", "Timeout")) * time.Second,
+		CommitReserve:  duration("Parameters", "CommitReserve", "Default"),
+		InflightWait:   duration("Parameters", "InflightWait", "Default"),
+		ReplayCache:    int(number("Parameters", "ReplayCacheEntries", "Default")),
+		SweepSchedule:  scalar("Resources", "SweeperFunction", "Properties", "Events", "EveryMinute", "Properties", "Schedule"),
+		ReconcileBatch: int(number("Resources", "ReconcileFunction", "Properties", "Events", "Reconcile", "Properties", "BatchSize")),
+		Shards:         store.Shards(),
+		SweepMaxKeys:   sweeper.DefaultMaxKeys,
+	}
+	if d.SweepSchedule != "" {
+		if d.SweepEvery, err = parseRate(d.SweepSchedule); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return d, errors.Join(errs...)
+}
+
+// parseRate reads an EventBridge rate expression: rate(1 minute),
+// rate(5 minutes), rate(2 hours), rate(1 day).
+func parseRate(expr string) (time.Duration, error) {
+	inner, ok := strings.CutPrefix(expr, "rate(")
+	inner, ok2 := strings.CutSuffix(inner, ")")
+	n, unit, ok3 := strings.Cut(inner, " ")
+	count, err := strconv.Atoi(n)
+	units := map[string]time.Duration{"minute": time.Minute, "minutes": time.Minute, "hour": time.Hour, "hours": time.Hour, "day": 24 * time.Hour, "days": 24 * time.Hour}
+	if !ok || !ok2 || !ok3 || err != nil || count < 1 || units[unit] == 0 {
+		return 0, fmt.Errorf("schedule %q is not a rate expression", expr)
+	}
+	return time.Duration(count) * units[unit], nil
+}
+
+//go:embed capacity.md.tmpl
+var capacityText string
+
+var capacityTemplate = template.Must(template.New("capacity").Funcs(template.FuncMap{
+	"n":    func(v float64) string { return grouped(v, 0) },
+	"n1":   func(v float64) string { return grouped(v, 1) },
+	"n2":   func(v float64) string { return grouped(v, 2) },
+	"usd":  func(v float64) string { return "$" + grouped(v, 0) },
+	"pct":  func(v float64) string { return strconv.FormatFloat(v*100, 'f', -1, 64) + "%" },
+	"pct1": func(v float64) string { return strconv.FormatFloat(v*100, 'f', 0, 64) + "%" },
+	"add":  func(a, b int) int { return a + b },
+	"sum":  func(a, b float64) float64 { return a + b },
+	"neg":  func(a float64) float64 { return -a },
+	"join": strings.Join,
+	"bytes": func(n int) string {
+		if n == 0 {
+			return "–"
+		}
+		return strconv.Itoa(n) + " B"
+	},
+	"i": func(v int) string { return grouped(float64(v), 0) },
+	"and": func(items []string) string {
+		if len(items) < 2 {
+			return strings.Join(items, "")
+		}
+		return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
+	},
+	"price": func(f figure) string {
+		if len(f.Tiers) == 0 {
+			if f.Value >= 1000 {
+				return grouped(f.Value, 0)
+			}
+			return strconv.FormatFloat(f.Value, 'f', -1, 64)
+		}
+		var parts []string
+		from := 0.0
+		for _, t := range f.Tiers {
+			p := strconv.FormatFloat(t.Price, 'f', -1, 64)
+			if t.UpTo == 0 {
+				parts = append(parts, fmt.Sprintf("%s beyond %s", p, grouped(from, 0)))
+			} else {
+				parts = append(parts, fmt.Sprintf("%s to %s", p, grouped(t.UpTo, 0)))
+			}
+			from = t.UpTo
+		}
+		return strings.Join(parts, ", ")
+	},
+}).Parse(capacityText))
+
+// grouped formats v with the given decimals and thousands separators.
+func grouped(v float64, decimals int) string {
+	s := strconv.FormatFloat(math.Abs(v), 'f', decimals, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	var b strings.Builder
+	if v < 0 && strings.Trim(s, "0.") != "" {
+		b.WriteByte('-')
+	}
+	for i, c := range whole {
+		if i > 0 && (len(whole)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if frac != "" {
+		b.WriteString("." + frac)
+	}
+	return b.String()
+}
