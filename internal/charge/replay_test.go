@@ -210,3 +210,32 @@ func TestSourceOtherThanAPaymentMethodIsNeverStored(t *testing.T) {
 		t.Fatalf("%d requests to Stripe, want none", got)
 	}
 }
+
+// TestSearchMissAfterAReplayWaitsFromTheReplay: Stripe saved a 500 as the
+// key's answer after it charged, so the replay tells nothing and the
+// reconciler searches, which does not show the charge yet. The miss is
+// trusted only a settle window after the replay (a send, which moved the
+// attempt deadline), by which time search finds the charge.
+func TestSearchMissAfterAReplayWaitsFromTheReplay(t *testing.T) {
+	t.Parallel()
+	s := newOnStripe(t)
+	key := newKey()
+	body := strings.Replace(stripeVisa, stripesim.PMVisa, stripesim.PMAPIError, 1)
+	if got := s.do(key, body).StatusCode; got != http.StatusServiceUnavailable {
+		t.Fatalf("a saved 500: %d, want 503 outcome-pending", got)
+	}
+	s.clock.Advance(10 * time.Minute)
+	if got := s.reconcile(key); got != charge.OutcomeNotSettled {
+		t.Fatalf("reconcile inside the search lag: %s, want %s", got, charge.OutcomeNotSettled)
+	}
+	if rec := s.record(key); rec.Status != idem.StatusInFlight || !rec.LeaseExpiresAt.After(s.clock.Now().Add(stripe.SettleWindow)) {
+		t.Fatalf("record after the miss: %s, lease until %s, want a settle window after the replay (%s)", rec.Status, rec.LeaseExpiresAt, s.clock.Now())
+	}
+	s.clock.Advance(stripe.SettleWindow + time.Minute)
+	if got := s.reconcile(key); got != charge.OutcomeResolved {
+		t.Fatalf("reconcile after the settle window: %s, want %s", got, charge.OutcomeResolved)
+	}
+	if n := s.sim.Charged(s.reference(key)); n != 1 {
+		t.Fatalf("charged %d times, want 1", n)
+	}
+}
