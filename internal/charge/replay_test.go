@@ -72,6 +72,15 @@ func (s *onStripe) do(key, body string) *http.Response {
 	return &http.Response{StatusCode: resp.StatusCode, Header: http.Header{httpapi.HeaderReplayed: {resp.Headers[httpapi.HeaderReplayed]}}}
 }
 
+// pending charges source under key, and requires the outcome-pending 503
+// of a charge whose outcome is unknown.
+func (s *onStripe) pending(key, source string) {
+	s.t.Helper()
+	if got := s.do(key, strings.Replace(stripeVisa, stripesim.PMVisa, source, 1)).StatusCode; got != http.StatusServiceUnavailable {
+		s.t.Fatalf("%s: %d, want 503 outcome-pending", source, got)
+	}
+}
+
 // pastLease moves the clock past the lease of a request just made (30s
 // without a deadline).
 func (s *onStripe) pastLease() { s.clock.Advance(31 * time.Second) }
@@ -111,9 +120,7 @@ func TestReplayRollsForwardAChargeThatNeverArrived(t *testing.T) {
 	s := newOnStripe(t)
 	key := newKey()
 	s.lost.lose = true
-	if got := s.do(key, stripeVisa).StatusCode; got != http.StatusServiceUnavailable {
-		t.Fatalf("lost request: %d, want 503 outcome-pending", got)
-	}
+	s.pending(key, stripesim.PMVisa)
 	s.lost.lose = false
 	ref := s.reference(key)
 	if n := s.sim.Charged(ref); n != 0 {
@@ -143,10 +150,7 @@ func TestReplayNeedsNoSettleWindow(t *testing.T) {
 	t.Parallel()
 	s := newOnStripe(t)
 	key := newKey()
-	body := strings.Replace(stripeVisa, stripesim.PMVisa, stripesim.PMTimeout, 1)
-	if got := s.do(key, body).StatusCode; got != http.StatusServiceUnavailable {
-		t.Fatalf("lost answer: %d, want 503 outcome-pending", got)
-	}
+	s.pending(key, stripesim.PMTimeout)
 	s.pastLease()
 	if got := s.reconcile(key); got != charge.OutcomeResolved {
 		t.Fatalf("reconcile inside the search lag: %s, want %s", got, charge.OutcomeResolved)
@@ -220,10 +224,7 @@ func TestSearchMissAfterAReplayWaitsFromTheReplay(t *testing.T) {
 	t.Parallel()
 	s := newOnStripe(t)
 	key := newKey()
-	body := strings.Replace(stripeVisa, stripesim.PMVisa, stripesim.PMAPIError, 1)
-	if got := s.do(key, body).StatusCode; got != http.StatusServiceUnavailable {
-		t.Fatalf("a saved 500: %d, want 503 outcome-pending", got)
-	}
+	s.pending(key, stripesim.PMAPIError)
 	s.clock.Advance(10 * time.Minute)
 	if got := s.reconcile(key); got != charge.OutcomeNotSettled {
 		t.Fatalf("reconcile inside the search lag: %s, want %s", got, charge.OutcomeNotSettled)
