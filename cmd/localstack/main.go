@@ -18,6 +18,13 @@
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
 // INFLIGHT_WAIT, LOG_LEVEL, PROVIDER_SECRET) are read from the environment.
+//
+// PROVIDER picks the provider side. sim (the default): the provider
+// simulator (providersim) on -provider-addr. stripe: the functions use the
+// Stripe adapter, against PROVIDER_URL if it is set (a running stripe-mock,
+// say), else against the stateful Stripe simulator (stripesim) served on
+// -provider-addr, with PROVIDER_SECRET as its key (sk_test_localstack if
+// unset).
 // Logs are JSON lines on standard output; the banner goes to standard error.
 package main
 
@@ -47,6 +54,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 )
@@ -71,6 +79,16 @@ type options struct {
 	getenv       func(string) string
 }
 
+// stripeSimKey is the stripesim's secret key unless PROVIDER_SECRET names
+// one.
+const stripeSimKey = "sk_test_localstack"
+
+// server is a listener and what it serves.
+type server struct {
+	ln net.Listener
+	h  http.Handler
+}
+
 // stack is where the running stack serves.
 type stack struct {
 	api, provider, dynamoDB, sqs string
@@ -81,6 +99,10 @@ type stack struct {
 	// any credentials.
 	dummyCredentials bool
 	sweepEvery, slow time.Duration
+	// providerKind is PROVIDER; simulated: a stripe provider is the
+	// stack's stripesim, not PROVIDER_URL.
+	providerKind string
+	simulated    bool
 }
 
 func main() {
@@ -160,24 +182,36 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	s.queueURL, s.dlqURL, s.dummyCredentials = res.queue.URL, res.queue.DLQURL, local
 	s.intakeURL, s.intakeDLQURL = res.chargeRequests.URL, res.chargeRequests.DLQURL
 
-	providerLn, err := listen(o.providerAddr)
-	if err != nil {
-		return err
-	}
-	defer providerLn.Close()
-	s.provider = "http://" + providerLn.Addr().String()
-	sim := providersim.New(providersim.WithSecret(o.getenv(app.EnvProviderSecret)), providersim.WithSlowDelay(o.slow),
-		providersim.WithLogger(logger.With("component", "provider")))
-
 	// The functions read these variables exactly as they do in Lambda; the
 	// template sets the same ones to the deployed resources.
 	env := map[string]string{
 		app.EnvIdempotencyTable:  res.idempotencyTable,
 		app.EnvChargesTable:      res.chargesTable,
 		app.EnvReconcileQueueURL: res.queue.URL,
-		app.EnvProviderURL:       s.provider,
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
+	}
+	s.providerKind = cmp.Or(o.getenv(app.EnvProvider), app.ProviderSim)
+	var servers []server
+	if s.providerKind == app.ProviderStripe && o.getenv(app.EnvProviderURL) != "" {
+		s.provider = o.getenv(app.EnvProviderURL)
+	} else {
+		providerLn, err := listen(o.providerAddr)
+		if err != nil {
+			return err
+		}
+		defer providerLn.Close()
+		s.provider = "http://" + providerLn.Addr().String()
+		env[app.EnvProviderURL] = s.provider
+		plog := logger.With("component", "provider")
+		var sim http.Handler = providersim.New(providersim.WithSecret(o.getenv(app.EnvProviderSecret)),
+			providersim.WithSlowDelay(o.slow), providersim.WithLogger(plog))
+		if s.providerKind == app.ProviderStripe {
+			s.simulated = true
+			env[app.EnvProviderSecret] = cmp.Or(o.getenv(app.EnvProviderSecret), stripeSimKey)
+			sim = stripesim.New(func(so *stripesim.Options) { so.SecretKey, so.Logger = env[app.EnvProviderSecret], plog })
+		}
+		servers = append(servers, server{providerLn, sim})
 	}
 	getenv := func(name string) string {
 		if v, ok := env[name]; ok {
@@ -200,10 +234,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	defer cancel()
 	var wg sync.WaitGroup
 	failed := make(chan error, 2)
-	for _, srv := range []struct {
-		ln net.Listener
-		h  http.Handler
-	}{{providerLn, sim}, {apiLn, gw}} {
+	for _, srv := range append(servers, server{apiLn, gw}) {
 		wg.Go(func() {
 			if err := serve(ctx, srv.ln, srv.h, logger); err != nil {
 				failed <- err
@@ -366,13 +397,23 @@ func printBanner(w io.Writer, s stack) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchargeonce local stack is up; Ctrl-C stops it.\n\n")
 	fmt.Fprintf(&b, "  charge API       %s   (POST /charges, GET /charges/{id}; token: Authorization: Bearer dev:<tenant>)\n", s.api)
-	fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
+	source := "tok_visa"
+	switch {
+	case s.providerKind != app.ProviderStripe:
+		fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
+	case s.simulated:
+		source = stripesim.PMVisa
+		fmt.Fprintf(&b, "  Stripe (sim)     %s   (PROVIDER=stripe on stripesim; sources pm_card_visa, pm_card_chargeDeclined, pm_sim_timeout, pm_sim_rate_limited, ...)\n", s.provider)
+	default:
+		source = stripesim.PMVisa
+		fmt.Fprintf(&b, "  Stripe           %s   (PROVIDER=stripe at PROVIDER_URL; sources pm_...)\n", s.provider)
+	}
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
 	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
-	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\"}'\n", s.api)
-	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source tok_visa   (after the export)\n\n")
+	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
+	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
 	_, _ = io.WriteString(w, b.String())
 }

@@ -294,6 +294,9 @@ type Deps struct {
 	Metrics io.Writer
 	// ProviderOptions adjust the provider client (e.g. its HTTP client).
 	ProviderOptions []func(*provider.Options)
+	// StripeOptions adjust the Stripe adapter (PROVIDER=stripe), after
+	// the configuration and Clock have set its own.
+	StripeOptions []func(*stripe.Options)
 }
 
 func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) {
@@ -328,7 +331,9 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	cfg.Store, cfg.Rows = store, rows
 	switch sc.ProviderKind {
 	case ProviderStripe:
-		a, err := stripe.New(sc.ProviderSecret, func(o *stripe.Options) { o.BaseURL, o.Logger = sc.ProviderURL, d.Logger })
+		a, err := stripe.New(sc.ProviderSecret, append([]func(*stripe.Options){func(o *stripe.Options) {
+			o.BaseURL, o.Logger, o.Clock = sc.ProviderURL, d.Logger, d.Clock
+		}}, d.StripeOptions...)...)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
