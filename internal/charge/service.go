@@ -10,9 +10,11 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -103,6 +105,9 @@ type Config struct {
 	ReplayCache int
 	Clock       func() time.Time
 	Logger      *slog.Logger
+	// Tracer records the store's and the provider's calls as spans; nil
+	// traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Defaults of the Config.
@@ -147,7 +152,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var backend idem.Backend = timed{cfg.Store}
+	var backend idem.Backend = timed{cfg.Store, cfg.Tracer}
 	if cfg.ReplayCache > 0 {
 		backend = idem.NewReplayCache(backend, cfg.ReplayCache, func(o *idem.CacheOptions) { o.Clock = cfg.Clock })
 	}
@@ -242,16 +247,33 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	}
 }
 
-// charge calls the provider, timed into the invocation's metrics.
+// charge calls the provider, timed into the invocation's metrics and
+// traced as the span provider.Charge.
 func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Charge")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	return s.cfg.Provider.Charge(ctx, req)
+	res, err := s.cfg.Provider.Charge(ctx, req)
+	return answered(span, res, err)
 }
 
-// lookup asks the provider about reference, timed likewise.
+// lookup asks the provider about reference, timed and traced likewise.
 func (s *Service) lookup(ctx context.Context, reference string) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	return s.cfg.Provider.Lookup(ctx, reference)
+	res, err := s.cfg.Provider.Lookup(ctx, reference)
+	return answered(span, res, err)
+}
+
+// answered ends a provider call's span with the provider's status or the
+// class of its failure.
+func answered(span trace.Span, res provider.Result, err error) (provider.Result, error) {
+	defer span.End()
+	if err != nil {
+		tracing.Error(span, ErrorClass(err))
+	} else {
+		tracing.Outcome(span, string(res.Status))
+	}
+	return res, err
 }
 
 // transient reports whether err is a failure of DynamoDB that a retry may
@@ -425,6 +447,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	case err != nil:
 		return "", err
 	}
+	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
 	res, err := s.lookup(ctx, ProviderReference(key, lease.CreatedAt))
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))

@@ -1,0 +1,41 @@
+package tracing
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+)
+
+// resourceOf names the service whose spans a provider records.
+func resourceOf(service string) *resource.Resource {
+	return resource.NewSchemaless(attribute.String("service.name", service))
+}
+
+// NewOTLP returns a Tracer exporting over OTLP/HTTP to endpoint (a base
+// URL such as the ADOT collector layer's http://localhost:4318), batching
+// spans and flushing them after every invocation. The exporter's other
+// settings come from the standard OTEL_EXPORTER_OTLP_* variables.
+func NewOTLP(ctx context.Context, service, endpoint string) (*Tracer, error) {
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+	if err != nil {
+		return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
+	}
+	return New(sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(resourceOf(service)))), nil
+}
+
+// NewJSON returns a Tracer writing every span to w as one JSON line when
+// it ends, and a function that stops it.
+func NewJSON(w io.Writer, service string) (*Tracer, func(context.Context) error, error) {
+	exp, err := stdouttrace.New(stdouttrace.WithWriter(w))
+	if err != nil {
+		return nil, nil, fmt.Errorf("tracing: json exporter: %w", err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(resourceOf(service)))
+	return New(tp), tp.Shutdown, nil
+}
