@@ -29,13 +29,12 @@ func NewOTLP(ctx context.Context, service, endpoint string) (*Tracer, error) {
 	return New(sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(resourceOf(service)))), nil
 }
 
-// NewJSON returns a Tracer writing every span to w as one JSON line when
-// it ends, and a function that stops it.
-func NewJSON(w io.Writer, service string) (*Tracer, func(context.Context) error, error) {
+// NewJSON returns a Tracer writing every span to w as one JSON line as it
+// ends (stdouttrace, unbatched: nothing is left to flush or stop).
+func NewJSON(w io.Writer, service string) (*Tracer, error) {
 	exp, err := stdouttrace.New(stdouttrace.WithWriter(w))
 	if err != nil {
-		return nil, nil, fmt.Errorf("tracing: json exporter: %w", err)
+		return nil, fmt.Errorf("tracing: json exporter: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(resourceOf(service)))
-	return New(tp), tp.Shutdown, nil
+	return New(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(resourceOf(service)))), nil
 }
