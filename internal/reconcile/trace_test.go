@@ -108,12 +108,12 @@ func wantNoSecrets(t *testing.T, spans []sdktrace.ReadOnlySpan, secrets ...strin
 	for _, s := range spans {
 		texts := []string{s.Name(), s.Status().Description}
 		for _, a := range s.Attributes() {
-			texts = append(texts, a.Value.Emit())
+			texts = append(texts, a.Value.String())
 		}
 		for _, e := range s.Events() {
 			texts = append(texts, e.Name)
 			for _, a := range e.Attributes {
-				texts = append(texts, a.Value.Emit())
+				texts = append(texts, a.Value.String())
 			}
 		}
 		for _, text := range texts {
@@ -209,7 +209,7 @@ func TestAmbiguousChargeIsOneTrace(t *testing.T) {
 // hasAttr reports whether s has the attribute key with the value want.
 func hasAttr(s sdktrace.ReadOnlySpan, key attribute.Key, want string) bool {
 	for _, a := range s.Attributes() {
-		if a.Key == key && a.Value.Emit() == want {
+		if a.Key == key && a.Value.String() == want {
 			return true
 		}
 	}
