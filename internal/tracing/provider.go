@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -17,12 +18,14 @@ func resourceOf(service string) *resource.Resource {
 	return resource.NewSchemaless(attribute.String("service.name", service))
 }
 
-// NewOTLP returns a Tracer exporting over OTLP/HTTP to endpoint (a base
-// URL such as the ADOT collector layer's http://localhost:4318), batching
-// spans and flushing them after every invocation. The exporter's other
-// settings come from the standard OTEL_EXPORTER_OTLP_* variables.
+// NewOTLP returns a Tracer exporting over OTLP/HTTP to endpoint, batching
+// spans and flushing them after every invocation. endpoint is a base URL
+// such as the ADOT collector layer's http://localhost:4318, as
+// OTEL_EXPORTER_OTLP_ENDPOINT means it: spans go to its /v1/traces. The
+// exporter's other settings come from the standard OTEL_EXPORTER_OTLP_*
+// variables.
 func NewOTLP(ctx context.Context, service, endpoint string) (*Tracer, error) {
-	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(endpoint))
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(strings.TrimRight(endpoint, "/")+"/v1/traces"))
 	if err != nil {
 		return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
 	}
