@@ -15,6 +15,7 @@
 //
 //	localstack [-addr 127.0.0.1:3000] [-provider-addr 127.0.0.1:4010]
 //	           [-emulator-port 4566] [-sweep-every 5s] [-slow 5s] [-root .]
+//	           [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
 // INFLIGHT_WAIT, LOG_LEVEL, PROVIDER_SECRET) are read from the environment.
@@ -26,6 +27,9 @@
 // -provider-addr, with PROVIDER_SECRET as its key (sk_test_localstack if
 // unset).
 // Logs are JSON lines on standard output; the banner goes to standard error.
+// With -trace-json, every function's spans are JSON lines on standard
+// output too (stdouttrace), one per span as it ends; without it tracing is
+// off, as in a deployment without the ADOT layer.
 package main
 
 import (
@@ -53,10 +57,12 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 )
 
 // The functions' timeouts in template.yaml; the reconcile function's is
@@ -76,7 +82,10 @@ type options struct {
 	emulatorPort int
 	sweepEvery   time.Duration
 	slow         time.Duration
-	getenv       func(string) string
+	// spans receives the functions' spans as JSON lines; nil, tracing
+	// is off.
+	spans  io.Writer
+	getenv func(string) string
 }
 
 // stripeSimKey is the stripesim's secret key unless PROVIDER_SECRET names
@@ -141,8 +150,12 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.IntVar(&o.emulatorPort, "emulator-port", 4566, "port of the DynamoDB/SQS emulator (0: any free port)")
 	fs.DurationVar(&o.sweepEvery, "sweep-every", 5*time.Second, "interval of the sweeper")
 	fs.DurationVar(&o.slow, "slow", 5*time.Second, "how long the provider simulator takes to answer a tok_slow charge")
+	traceJSON := fs.Bool("trace-json", false, "print the functions' spans as JSON lines on standard output")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
+	}
+	if *traceJSON {
+		o.spans = os.Stdout
 	}
 	if fs.NArg() > 0 || o.sweepEvery <= 0 || o.slow < 0 {
 		return options{}, fmt.Errorf("bad arguments %q", args)
@@ -219,7 +232,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		}
 		return o.getenv(name)
 	}
-	gw, sweep, pollers, err := functions(ctx, getenv, clients, res.chargeRequests.URL, logger)
+	gw, sweep, pollers, err := functions(ctx, getenv, clients, res.chargeRequests.URL, o.spans, logger)
 	if err != nil {
 		return err
 	}
@@ -264,8 +277,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 // functions builds the four functions' handlers with app, as their Lambda
 // mains do, and the local event sources in front of them: the gateway,
 // and a poller each for the reconcile queue and for the charge-requests
-// queue at intakeURL.
-func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, intakeURL string, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []*eventsource.Poller, error) {
+// queue at intakeURL. With spans, each function traces to it.
+func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, intakeURL string, spans io.Writer, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []*eventsource.Poller, error) {
 	cc, err := app.LoadCharge(getenv)
 	if err != nil {
 		return nil, nil, nil, err
@@ -278,7 +291,21 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ch, err := app.ChargeHandler(cc, app.Deps{Clients: clients, Logger: logger.With("function", "charge")})
+	ic, err := app.LoadIntake(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	deps := map[string]app.Deps{}
+	for _, fn := range []string{metrics.FunctionCharge, metrics.FunctionSweeper, metrics.FunctionReconcile, metrics.FunctionIntake} {
+		d := app.Deps{Clients: clients, Logger: logger.With("function", fn)}
+		if spans != nil {
+			if d.Tracer, err = tracing.NewJSON(spans, fn); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		deps[fn] = d
+	}
+	ch, err := app.ChargeHandler(cc, deps[metrics.FunctionCharge])
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -288,19 +315,15 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	sw, err := app.SweeperHandler(sc, app.Deps{Clients: clients, Logger: logger.With("function", "sweeper")})
+	sw, err := app.SweeperHandler(sc, deps[metrics.FunctionSweeper])
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rh, err := app.ReconcileHandler(rc, app.Deps{Clients: clients, Logger: logger.With("function", "reconcile")})
+	rh, err := app.ReconcileHandler(rc, deps[metrics.FunctionReconcile])
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ic, err := app.LoadIntake(getenv)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ih, err := app.IntakeHandler(ic, app.Deps{Clients: clients, Logger: logger.With("function", "intake")})
+	ih, err := app.IntakeHandler(ic, deps[metrics.FunctionIntake])
 	if err != nil {
 		return nil, nil, nil, err
 	}

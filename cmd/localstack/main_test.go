@@ -44,10 +44,15 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 }
 
 func stackServesThenStops(t *testing.T, getenv func(string) string, source string) {
-	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0"}, getenv)
+	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0", "-trace-json"}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.spans == nil {
+		t.Fatal("-trace-json: no span output")
+	}
+	spans := &testkit.LogBuffer{}
+	o.spans = spans
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	ready := make(chan stack, 1)
@@ -92,6 +97,7 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 	if !strings.Contains(curl, source) {
 		t.Errorf("banner's curl does not charge %s:\n%s", source, banner.String())
 	}
+	wantSpans(t, spans, "order-1001", source)
 	submitAndReplay(t, s, source)
 
 	cancel()
@@ -111,10 +117,33 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 	}
 }
 
+// wantSpans checks that the charge just made printed its spans as JSON
+// lines, the invocation's and the store's and provider's within it in one
+// trace, and that none names the raw key or source.
+func wantSpans(t *testing.T, spans *testkit.LogBuffer, secrets ...string) {
+	t.Helper()
+	traceOf := map[string]string{}
+	for _, r := range spans.Records(t) {
+		name, _ := r["Name"].(string)
+		sc, _ := r["SpanContext"].(map[string]any)
+		traceOf[name], _ = sc["TraceID"].(string)
+	}
+	for _, name := range []string{"charge", "idem.Begin", "provider.Charge", "idem.Commit", "DynamoDB.PutItem", "DynamoDB.TransactWriteItems"} {
+		if traceOf[name] == "" || traceOf[name] != traceOf["charge"] {
+			t.Errorf("span %s: trace %q, want the charge's %q; spans: %v", name, traceOf[name], traceOf["charge"], traceOf)
+		}
+	}
+	for _, secret := range secrets {
+		if strings.Contains(spans.String(), secret) {
+			t.Errorf("the spans name %q", secret)
+		}
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	t.Parallel()
 	o, err := parseFlags(nil, func(string) string { return "" })
-	if err != nil || o.apiAddr != "127.0.0.1:3000" || o.providerAddr != "127.0.0.1:4010" || o.emulatorPort != 4566 || o.sweepEvery != 5*time.Second {
+	if err != nil || o.apiAddr != "127.0.0.1:3000" || o.providerAddr != "127.0.0.1:4010" || o.emulatorPort != 4566 || o.sweepEvery != 5*time.Second || o.spans != nil {
 		t.Errorf("defaults: %+v %v", o, err)
 	}
 	for _, args := range [][]string{{"-sweep-every", "0s"}, {"-slow", "-1s"}, {"extra"}, {"-nope"}} {

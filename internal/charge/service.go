@@ -10,9 +10,11 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -120,6 +122,9 @@ type Config struct {
 	ReplayCache int
 	Clock       func() time.Time
 	Logger      *slog.Logger
+	// Tracer records the store's and the provider's calls as spans; nil
+	// traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Defaults of the Config.
@@ -164,7 +169,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var backend idem.Backend = timed{cfg.Store}
+	var backend idem.Backend = timed{cfg.Store, cfg.Tracer}
 	if cfg.ReplayCache > 0 {
 		backend = idem.NewReplayCache(backend, cfg.ReplayCache, func(o *idem.CacheOptions) { o.Clock = cfg.Clock })
 	}
@@ -269,25 +274,31 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	}
 }
 
-// charge calls the provider, timed into the invocation's metrics.
+// charge calls the provider, timed into the invocation's metrics and
+// traced as the span provider.Charge.
 func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Charge")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	return s.cfg.Provider.Charge(ctx, req)
+	res, err := s.cfg.Provider.Charge(ctx, req)
+	return answered(span, res, err)
 }
 
 // lookup asks the provider what became of the command lease holds, timed
-// likewise: by replaying its request (in, under its reference) if rp is
+// likewise and traced as the span provider.Lookup: by replaying its request (in, under its reference) if rp is
 // not nil, else by looking its reference up, which sends nothing.
 func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp Replayer) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
 	ref := ProviderReference(lease.Key, lease.CreatedAt)
 	if rp == nil {
-		return s.cfg.Provider.Lookup(ctx, ref)
+		res, err := s.cfg.Provider.Lookup(ctx, ref)
+		return answered(span, res, err)
 	}
-	return rp.LookupRequest(ctx, provider.LookupRequest{
+	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
 		ChargeRequest: provider.ChargeRequest{Reference: ref, Amount: in.Amount, Currency: in.Currency, Source: in.Source},
 		FirstSent:     lease.CreatedAt,
 	})
+	return answered(span, res, err)
 }
 
 // replayer is the provider as a Replayer if the command lease holds is to
@@ -306,6 +317,18 @@ func (s *Service) replayer(lease *idem.Lease, in intent) Replayer {
 func (s *Service) deduplicated(lease *idem.Lease) bool {
 	w := s.cfg.Provider.Guarantees().DedupWindow
 	return w == 0 || s.cfg.Clock().Before(lease.CreatedAt.Add(w))
+}
+
+// answered ends a provider call's span with the provider's status or the
+// class of its failure.
+func answered(span trace.Span, res provider.Result, err error) (provider.Result, error) {
+	defer span.End()
+	if err != nil {
+		tracing.Error(span, ErrorClass(err))
+	} else {
+		tracing.Outcome(span, string(res.Status))
+	}
+	return res, err
 }
 
 // transient reports whether err is a failure of DynamoDB that a retry may
@@ -515,6 +538,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 			return "", err
 		}
 	}
+	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
 	res, err := s.lookup(ctx, lease, in, rp)
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
