@@ -29,7 +29,7 @@ func FingerprintJSON(doc []byte) (Fingerprint, error) {
 	return FingerprintOf(c), nil
 }
 
-// String is the lower-case hex form, as stored.
+// String is the lower-case hex form (Record.Fingerprint).
 func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
 
 // ErrInvalidJSON is returned by CanonicalJSON for input it refuses.

@@ -1,13 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"iter"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,8 +196,8 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	lease.RecordExpiresAt = s.retainUntil(lease)
 	item := map[string]types.AttributeValue{
 		s.opt.KeyAttribute:  str(s.stored(key)),
-		attrStatus:          str(string(StatusInFlight)),
-		attrFingerprint:     str(fp.String()),
+		attrStatus:          inFlight,
+		attrFingerprint:     fpAttr(fp),
 		attrCreatedAt:       millis(lease.CreatedAt),
 		attrLeaseToken:      str(token),
 		AttrLeaseExpiresAt:  millis(lease.ExpiresAt),
@@ -251,7 +251,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 		expires = s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})
 	}
 	switch {
-	case rec.Fingerprint != fp.String():
+	case !sameFingerprint(ccf.Item, fp):
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
@@ -276,7 +276,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		"#ad": attrAttemptDeadline, "#exp": AttrExpiresAt, "#att": attrAttempts, "#fp": attrFingerprint,
 	}
 	values := map[string]types.AttributeValue{
-		":released": str(string(StatusReleased)), ":inflight": str(string(StatusInFlight)), ":fp": str(fp.String()),
+		":released": str(string(StatusReleased)), ":inflight": str(string(StatusInFlight)), ":fp": fpAttr(fp),
 		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
 		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken,
 	}
@@ -323,8 +323,12 @@ func (s *Store) stored(key Key) string { return s.opt.KeyPrefix + key.String() }
 const fence = "#status = :inflight AND #tok = :tok"
 
 func fenceValues(l *Lease) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{":inflight": str(string(StatusInFlight)), ":tok": str(l.Token)}
+	return map[string]types.AttributeValue{":inflight": inFlight, ":tok": str(l.Token)}
 }
+
+// inFlight is the status IN_FLIGHT as an attribute value, shared by every
+// request (the SDK only reads its input).
+var inFlight types.AttributeValue = &types.AttributeValueMemberS{Value: string(StatusInFlight)}
 
 // settlement is the fenced update that moves a record from IN_FLIGHT to
 // status, with resp when the status is terminal. The record leaves the
@@ -341,27 +345,38 @@ type settlement struct {
 	values map[string]types.AttributeValue
 }
 
+// The settlements' update expressions: the response's attributes are set
+// only by a terminal status, the gzip mark only on a gzipped body.
+const (
+	settleSet      = "SET #status = :status, #exp = :exp"
+	settleResponse = ", #rs = :rs, #rh = :rh, #rb = :rb"
+	settleGzip     = ", #rz = :rz"
+	settleRemove   = " REMOVE #lexp, #shard, #ad"
+)
+
 func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (*settlement, error) {
-	st := &settlement{op: op, status: status, resp: resp, values: fenceValues(l)}
-	st.values[":status"] = str(string(status))
-	st.values[":exp"] = seconds(s.retainUntil(l))
+	st := &settlement{op: op, status: status, resp: resp, update: settleSet + settleRemove}
 	st.names = map[string]string{
 		"#status": attrStatus, "#tok": attrLeaseToken, "#exp": AttrExpiresAt,
 		"#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline,
 	}
-	st.update = "SET #status = :status, #exp = :exp"
-	if resp != nil {
-		attrs, err := encodeResponse(*resp, s.opt.CompressAbove, len(l.Intent))
-		if err != nil {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
-		}
-		for i, name := range slices.Sorted(maps.Keys(attrs)) {
-			n, p := "#r"+strconv.Itoa(i), ":r"+strconv.Itoa(i)
-			st.names[n], st.values[p] = name, attrs[name]
-			st.update += ", " + n + " = " + p
-		}
+	st.values = map[string]types.AttributeValue{
+		":inflight": inFlight, ":tok": str(l.Token), ":status": str(string(status)), ":exp": seconds(s.retainUntil(l)),
 	}
-	st.update += " REMOVE #lexp, #shard, #ad"
+	if resp == nil {
+		return st, nil
+	}
+	attrs, err := encodeResponse(*resp, s.opt.CompressAbove, len(l.Intent))
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+	}
+	st.names["#rs"], st.names["#rh"], st.names["#rb"] = attrRespStatus, attrRespHeaders, attrRespBody
+	st.values[":rs"], st.values[":rh"], st.values[":rb"] = attrs.status, attrs.headers, attrs.body
+	st.update = settleSet + settleResponse + settleRemove
+	if attrs.gzipped {
+		st.names["#rz"], st.values[":rz"] = attrRespGzip, &types.AttributeValueMemberBOOL{Value: true}
+		st.update = settleSet + settleResponse + settleGzip + settleRemove
+	}
 	return st, nil
 }
 
@@ -619,7 +634,7 @@ func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time
 type Record struct {
 	Key            Key
 	Status         Status
-	Fingerprint    string
+	Fingerprint    string // the lower-case hex form, Fingerprint.String
 	CreatedAt      time.Time
 	ExpiresAt      time.Time // end of retention; zero while IN_FLIGHT
 	LeaseExpiresAt time.Time // zero unless IN_FLIGHT
@@ -731,8 +746,8 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 	if v, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {
 		rec.Status = Status(v.Value)
 	}
-	if v, ok := item[attrFingerprint].(*types.AttributeValueMemberS); ok {
-		rec.Fingerprint = v.Value
+	if v, ok := item[attrFingerprint].(*types.AttributeValueMemberB); ok {
+		rec.Fingerprint = hex.EncodeToString(v.Value)
 	}
 	if v, ok := item[attrIntent].(*types.AttributeValueMemberB); ok {
 		rec.Intent = v.Value
@@ -786,6 +801,18 @@ func numberAttr(item map[string]types.AttributeValue, name string) (int64, error
 		return 0, fmt.Errorf("idem: record attribute %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// fpAttr is fp as a record stores it: its 32 bytes, half the size of the
+// hex form.
+func fpAttr(fp Fingerprint) types.AttributeValue {
+	return &types.AttributeValueMemberB{Value: fp[:]}
+}
+
+// sameFingerprint reports whether item was stored for fp.
+func sameFingerprint(item map[string]types.AttributeValue, fp Fingerprint) bool {
+	v, ok := item[attrFingerprint].(*types.AttributeValueMemberB)
+	return ok && bytes.Equal(v.Value, fp[:])
 }
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }
