@@ -185,8 +185,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	if err != nil {
 		return Result{}, fmt.Errorf("charge: %w", err)
 	}
-	want := intent{req.Money.Amount, req.Money.Currency, req.Description}
-	in, _ := json.Marshal(want)
+	in, _ := json.Marshal(intent{req.Money.Amount, req.Money.Currency, req.Description})
 	var (
 		charged *Charge // what the provider charged, to record
 		refused Outcome // why the provider did not act
@@ -206,10 +205,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		case err != nil:
 			return idem.Unknown(idem.Response{}), err
 		}
-		// The lease holds this request's intent (Begin stored in, or a
-		// released claim of the same request, with the same fingerprint,
-		// stored it): no need to decode it again.
-		out, c, err := s.verdict(l, want, pres)
+		out, c, err := s.verdict(l, pres)
 		charged = c
 		return out, err
 	}, func(o *idem.DoOptions) { o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve })
@@ -331,10 +327,13 @@ func ErrorClass(err error) string {
 }
 
 // verdict is what the provider's answer means for the command the lease
-// holds, whose intent is in: a charge to commit together with its row
-// (returned, to record), or a decline to store. The handler and the
-// reconciler both decide here.
-func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, *Charge, error) {
+// holds: a charge to commit together with its row (returned, to record),
+// or a decline to store. The handler and the reconciler both decide here.
+func (s *Service) verdict(lease *idem.Lease, res provider.Result) (idem.Outcome, *Charge, error) {
+	var in intent
+	if err := json.Unmarshal(lease.Intent, &in); err != nil {
+		return idem.Outcome{}, nil, fmt.Errorf("charge: stored intent: %w", err)
+	}
 	switch res.Status {
 	case provider.StatusCharged:
 		c := Charge{
@@ -440,14 +439,8 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 			return s.postpone(ctx, lease, settled, OutcomeNotSettled)
 		}
 		out = idem.NotApplied(idem.Response{})
-	} else {
-		var in intent
-		if err := json.Unmarshal(lease.Intent, &in); err != nil {
-			return "", fmt.Errorf("charge: stored intent: %w", err)
-		}
-		if out, charged, err = s.verdict(lease, in, res); err != nil {
-			return "", err
-		}
+	} else if out, charged, err = s.verdict(lease, res); err != nil {
+		return "", err
 	}
 	status, err := idem.Settle(ctx, s.backend, lease, out)
 	switch {
