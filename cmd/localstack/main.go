@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -46,6 +47,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
@@ -57,6 +59,16 @@ const (
 	chargeTimeout  = 10 * time.Second
 	sweeperTimeout = 50 * time.Second
 )
+
+// idleConns is how many idle connections the stack keeps open to the
+// emulator and to the provider simulator. In Lambda each instance serves
+// one request at a time; here one process serves them all, and with the
+// SDK's default of 10 idle connections per host (a plain http.Client's: 2)
+// every request beyond them closed its connection after use and the next
+// opened another, for which the emulator starts a thread.
+const idleConns = 1024
+
+func keepIdle(t *http.Transport) { t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConns, idleConns }
 
 // shutdownTimeout bounds how long in-flight requests may finish on exit.
 const shutdownTimeout = 10 * time.Second
@@ -152,6 +164,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	if err != nil {
 		return err
 	}
+	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(keepIdle)
 	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
 	res, err := createResources(ctx, clients)
 	if err != nil {
@@ -247,7 +260,13 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ch, err := app.ChargeHandler(cc, app.Deps{Clients: clients, Logger: logger.With("function", "charge")})
+	providerTransport := http.DefaultTransport.(*http.Transport).Clone()
+	keepIdle(providerTransport)
+	deps := func(function string) app.Deps {
+		return app.Deps{Clients: clients, Logger: logger.With("function", function),
+			ProviderOptions: []func(*provider.Options){provider.WithHTTPClient(&http.Client{Transport: providerTransport})}}
+	}
+	ch, err := app.ChargeHandler(cc, deps("charge"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -257,11 +276,11 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	sw, err := app.SweeperHandler(sc, app.Deps{Clients: clients, Logger: logger.With("function", "sweeper")})
+	sw, err := app.SweeperHandler(sc, deps("sweeper"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	rh, err := app.ReconcileHandler(rc, app.Deps{Clients: clients, Logger: logger.With("function", "reconcile")})
+	rh, err := app.ReconcileHandler(rc, deps("reconcile"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -269,7 +288,7 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ih, err := app.IntakeHandler(ic, app.Deps{Clients: clients, Logger: logger.With("function", "intake")})
+	ih, err := app.IntakeHandler(ic, deps("intake"))
 	if err != nil {
 		return nil, nil, nil, err
 	}
