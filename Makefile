@@ -136,6 +136,8 @@ BENCH_TIME  ?= 1s
 LOAD_N      ?= 20000
 STEADY_N    ?= 600
 STEADY_RATE ?= 10
+# How long loadgen sustain runs each offered rate.
+SUSTAIN_STEP ?= 60s
 # Wait up to two minutes for the 1-minute load average to fall below 1.5:
 # the machine may be shared, and each step loads it for the next.
 WAIT_QUIET   = for i in $$(seq 1 24); do awk '{exit !($$1 < 1.5)}' /proc/loadavg && break; sleep 5; done
@@ -161,9 +163,11 @@ bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mi
 	fi; \
 	$(WAIT_QUIET); \
 	out/loadgen -n $(STEADY_N) -rate $(STEADY_RATE) -out out/load-steady; \
+	$(WAIT_QUIET); \
+	out/loadgen sustain -bench out/bench.txt -duration $(SUSTAIN_STEP) -out out/sustain; \
 	out/loadgen -n $(LOAD_N) -out out/load-seeds
 	out/loadgen doc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
-		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN)
+		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) -sustain out/sustain.json
 	out/loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 
 # The capacity model reads make bench's measurements from the snapshot it

@@ -28,7 +28,8 @@ import (
 // A section is the text between "<!-- generated:NAME -->" and
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart.
+// coldstart, sustain (with -sustain out/sustain.json, whose PNG it copies
+// to the document's directory as benchmarks-sustain.png).
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
 	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
@@ -37,6 +38,7 @@ func docMain(args []string) error {
 	loads := fs.String("load", "out/load.json", "comma-separated loadgen summaries")
 	coldStart := fs.String("coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
 	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
+	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate; its PNG is copied beside the document (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -86,6 +88,12 @@ func docMain(args []string) error {
 		}
 		if sections["coldstart"], err = coldStartTable(string(b), *bin); err != nil {
 			return fmt.Errorf("%s: %w", *coldStart, err)
+		}
+	}
+
+	if *sustain != "" {
+		if sections["sustain"], err = sustainSection(*sustain, *doc); err != nil {
+			return err
 		}
 	}
 
@@ -410,4 +418,49 @@ func coldStartTable(e2e, bin string) (string, error) {
 		return "", errors.New("no cold-start lines (name bootstrap SIZE; REPORT Init Duration D; INIT REPORT D)")
 	}
 	return b.String(), nil
+}
+
+// sustainPNG is the name, beside the document, of the plot of a sustain
+// run.
+const sustainPNG = "benchmarks-sustain.png"
+
+// sustainSection reads a sustain run's summary, copies its plot beside
+// doc, and sets out the ceiling, the sustained rate and every step.
+func sustainSection(summary, doc string) (string, error) {
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		return "", err
+	}
+	var s Sustain
+	if err := json.Unmarshal(b, &s); err != nil {
+		return "", fmt.Errorf("%s: %w", summary, err)
+	}
+	img, err := os.ReadFile(strings.TrimSuffix(summary, ".json") + ".png")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(doc), sustainPNG), img, 0o644); err != nil {
+		return "", err
+	}
+	return sustainTable(s), nil
+}
+
+func sustainTable(s Sustain) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Load average when the search started: %s; %.0f s a step.\n\n", orNone(s.LoadAvg), s.StepSeconds)
+	fmt.Fprintf(&b, "| | |\n|---|---|\n| the emulator's ceiling | **%.0f req/s**: %.0f PutItem/s (BenchmarkEmulatorPutItem/serial) ÷ %.2f DynamoDB calls per request of the mix |\n", s.Ceiling, s.PutItemPerSecond, s.CallsPerRequest)
+	if s.Sustained > 0 {
+		fmt.Fprintf(&b, "| the highest rate sustained | **%.0f req/s** offered (%.1f answered): **%.0f%%** of the ceiling |\n\n", s.Sustained, s.SustainedAnswered, 100*s.Sustained/s.Ceiling)
+	} else {
+		b.WriteString("| the highest rate sustained | none of the rates tried |\n\n")
+	}
+	b.WriteString("| offered | of the ceiling | load avg at start | answered | dropped | timed out | other failures | first call p50 / p95 / p99 | replay p50 / p95 / p99 | duplicates | missing | sustained |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---|---|---:|---:|---|\n")
+	for _, st := range s.Steps {
+		fmt.Fprintf(&b, "| %.0f req/s | %.0f%% | %s | %.1f req/s | %d | %d | %d | %s | %s | %d | %d | %s |\n",
+			st.Offered, 100*st.Fraction, orNone(st.LoadAvg), st.Answered, st.Dropped, st.Timeouts, st.OtherFailures,
+			percentiles(st.First), percentiles(st.Replay), st.Duplicates, st.Missing, map[bool]string{true: "yes", false: "no"}[st.OK])
+	}
+	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", sustainPNG)
+	return b.String()
 }
