@@ -34,6 +34,11 @@ the threads that serve: under load that was an eighth of the emulator's
 time (py-spy), spent before the next request could take the DynamoDB lock.
 Errors are logged either way.
 
+Two lookups moto repeats on every request are cached, as they cannot change
+while it runs: the list of its service modules (a directory listing, taken
+under the dispatcher's lock, that every request waited for) and the method
+names of a response class (an inspect.getmembers walk).
+
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
                    [--[no-]fast-transactions] [--[no-]honour-request-token]
                    [--[no-]request-log]
@@ -56,6 +61,8 @@ import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from moto import backends
+from moto.core import responses as core_responses
 from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.exceptions import ResourceNotFoundException
 from moto.dynamodb.models.dynamo_type import DynamoType
@@ -93,6 +100,19 @@ class SerializeDynamoDB:
             # Materialize the body inside the lock so the whole request,
             # condition check and write alike, happens while it is held.
             return list(self._app(environ, start_response))
+
+
+# ---- Lookups moto repeats on every request ----
+
+
+def install_lookup_caches():
+    """Cache moto's per-request module listing and method-name walk."""
+    modules = tuple(backends.list_of_moto_modules())
+    backends.list_of_moto_modules = lambda: modules
+    names = core_responses.method_names_from_class
+    core_responses.method_names_from_class = functools.cache(
+        lambda clazz: tuple(names(clazz))
+    )
 
 
 # ---- Constant-cost transactions ----
@@ -373,6 +393,7 @@ def main() -> None:
     )
     args = parser.parse_args()
 
+    install_lookup_caches()
     if args.fast_transactions:
         install_fast_transactions()
     app = DomainDispatcherApplication(create_backend_app)
