@@ -28,7 +28,7 @@ import (
 // A section is the text between "<!-- generated:NAME -->" and
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart, sustain (with -sustain out/sustain.json, whose PNG it copies
+// coldstart, powertools (with -sidebyside out/sidebyside.json), sustain (with -sustain out/sustain.json, whose PNG it copies
 // to the document's directory as benchmarks-sustain.png).
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
@@ -38,6 +38,7 @@ func docMain(args []string) error {
 	loads := fs.String("load", "out/load.json", "comma-separated loadgen summaries")
 	coldStart := fs.String("coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
 	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
+	sideBySide := fs.String("sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
 	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate; its PNG is copied beside the document (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -91,6 +92,19 @@ func docMain(args []string) error {
 		}
 	}
 
+	if *sideBySide != "" {
+		b, err := os.ReadFile(*sideBySide)
+		if err != nil {
+			return err
+		}
+		var f sideBySideFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("%s: %w", *sideBySide, err)
+		}
+		if sections["powertools"], err = sideBySideTable(f); err != nil {
+			return fmt.Errorf("%s: %w", *sideBySide, err)
+		}
+	}
 	if *sustain != "" {
 		if sections["sustain"], err = sustainSection(*sustain, *doc); err != nil {
 			return err
@@ -463,4 +477,119 @@ func sustainTable(s Sustain) string {
 	}
 	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", sustainPNG)
 	return b.String()
+}
+
+// sideBySideFile is TestSideBySide's output (test/bench/sidebyside_test.go
+// writes it): by handler, the runs one at a time ("serial") and at a fixed
+// concurrency ("concurrent"), and the capacity of one first call and one
+// replay.
+type sideBySideFile struct {
+	N        int `json:"n"`
+	Handlers map[string]struct {
+		Runs map[string]struct {
+			Concurrency int                `json:"concurrency"`
+			First       sideLatency        `json:"first"`
+			Replay      *sideLatency       `json:"replay"`
+			FirstCalls  map[string]float64 `json:"first_calls"`
+			ReplayCalls map[string]float64 `json:"replay_calls"`
+		} `json:"runs"`
+		FirstWCU          int    `json:"first_wcu"`
+		FirstIndexWCU     int    `json:"first_index_wcu"`
+		ReplayWCU         int    `json:"replay_wcu"`
+		PowertoolsVersion string `json:"powertools_version"`
+	} `json:"handlers"`
+}
+
+type sideLatency struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+// sideBySideHandlers are the handlers compared, in the table's order, with
+// what each does not do.
+var sideBySideHandlers = []struct{ id, name, lacks string }{
+	{"chargeonce", "chargeonce", "–"},
+	{"powertools", "Powertools `@idempotent`", "no atomic business write (the charge row and the record's completion are two writes: a crash between them leaves a charge whose record says in progress); no fencing (a stale holder can still complete a record another took over); no reconciliation (an in-progress record whose outcome is unknown just expires, and the next retry charges again)"},
+	{"naive", "naive", "no idempotency: a retry charges again"},
+}
+
+func sideBySideTable(f sideBySideFile) (string, error) {
+	var b strings.Builder
+	pt := f.Handlers["powertools"]
+	fmt.Fprintf(&b, "%d first calls and %d replays per handler and concurrency; Powertools %s. Latencies p50 / p99.\n\n", f.N, f.N, orNone(pt.PowertoolsVersion))
+	b.WriteString("| handler | concurrency | first call | replay | DynamoDB calls: first / replay | WCU: first / replay | what it does not do |\n")
+	b.WriteString("|---|---:|---:|---:|---|---:|---|\n")
+	calls := func(c map[string]float64) string {
+		if len(c) == 0 {
+			return "–"
+		}
+		var parts []string
+		for _, op := range slices.Sorted(maps.Keys(c)) {
+			parts = append(parts, fmt.Sprintf("%s %s", strconv.FormatFloat(c[op], 'f', -1, 64), op))
+		}
+		return strings.Join(parts, " + ")
+	}
+	lat := func(l *sideLatency) string {
+		if l == nil {
+			return "– (a retry is another first call)"
+		}
+		return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99))
+	}
+	for _, h := range sideBySideHandlers {
+		fig, ok := f.Handlers[h.id]
+		if !ok {
+			return "", fmt.Errorf("no figures for %s", h.id)
+		}
+		wcu := fmt.Sprintf("%d / %d", fig.FirstWCU, fig.ReplayWCU)
+		if fig.FirstIndexWCU > 0 {
+			wcu = fmt.Sprintf("%d (+%d index) / %d", fig.FirstWCU, fig.FirstIndexWCU, fig.ReplayWCU)
+		}
+		if h.id == "naive" {
+			wcu = fmt.Sprintf("%d / –", fig.FirstWCU)
+		}
+		for _, mode := range []string{"serial", "concurrent"} {
+			r, ok := fig.Runs[mode]
+			if !ok {
+				return "", fmt.Errorf("no %s run for %s", mode, h.id)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s / %s | %s | %s |\n", h.name, r.Concurrency, lat(&r.First), lat(r.Replay),
+				calls(r.FirstCalls), calls(r.ReplayCalls), wcu, h.lacks)
+		}
+	}
+	b.WriteString("\n| ratio, p50 (p99) | one at a time | concurrent |\n|---|---:|---:|\n")
+	ours, naive := f.Handlers["chargeonce"], f.Handlers["naive"]
+	ratio := func(a, b sideLatency) string {
+		return fmt.Sprintf("%.2f× (%.2f×)", a.P50/b.P50, a.P99/b.P99)
+	}
+	row := func(name string, get func(mode string) (sideLatency, sideLatency, bool)) {
+		cells := []string{name}
+		for _, mode := range []string{"serial", "concurrent"} {
+			a, b, ok := get(mode)
+			if !ok {
+				cells = append(cells, "–")
+				continue
+			}
+			cells = append(cells, ratio(a, b))
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+	}
+	row("chargeonce first call ÷ Powertools first call", func(m string) (sideLatency, sideLatency, bool) {
+		return ours.Runs[m].First, pt.Runs[m].First, true
+	})
+	row("chargeonce replay ÷ Powertools replay", func(m string) (sideLatency, sideLatency, bool) {
+		if ours.Runs[m].Replay == nil || pt.Runs[m].Replay == nil {
+			return sideLatency{}, sideLatency{}, false
+		}
+		return *ours.Runs[m].Replay, *pt.Runs[m].Replay, true
+	})
+	row("chargeonce first call ÷ naive first call", func(m string) (sideLatency, sideLatency, bool) {
+		return ours.Runs[m].First, naive.Runs[m].First, true
+	})
+	row("chargeonce replay ÷ naive first call (its retry)", func(m string) (sideLatency, sideLatency, bool) {
+		if ours.Runs[m].Replay == nil {
+			return sideLatency{}, sideLatency{}, false
+		}
+		return *ours.Runs[m].Replay, naive.Runs[m].First, true
+	})
+	return b.String(), nil
 }
