@@ -34,10 +34,13 @@ the threads that serve: under load that was an eighth of the emulator's
 time (py-spy), spent before the next request could take the DynamoDB lock.
 Errors are logged either way.
 
-Two lookups moto repeats on every request are cached, as they cannot change
-while it runs: the list of its service modules (a directory listing, taken
-under the dispatcher's lock, that every request waited for) and the method
-names of a response class (an inspect.getmembers walk).
+Three lookups moto repeats on every request are cached, as they cannot
+change while it runs: the list of its service modules (a directory listing,
+taken under the dispatcher's lock, that every request waited for), the
+method names of a response class (an inspect.getmembers walk), and the node
+types each pass over an UpdateExpression's syntax tree processes (rebuilt
+for every node it visits: most of the time of a TransactWriteItems with a
+long UpdateExpression, such as a commit's).
 
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
                    [--[no-]fast-transactions] [--[no-]honour-request-token]
@@ -64,6 +67,7 @@ from dataclasses import dataclass
 from moto import backends
 from moto.core import responses as core_responses
 from moto.dynamodb import models as dynamodb_models
+from moto.dynamodb.parsing import ast_nodes
 from moto.dynamodb.exceptions import ResourceNotFoundException
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
@@ -113,6 +117,15 @@ def install_lookup_caches():
     core_responses.method_names_from_class = functools.cache(
         lambda clazz: tuple(names(clazz))
     )
+    node_types = {}  # traverser class -> the node types its map names
+
+    def nodes_to_be_processed(self):
+        types = node_types.get(type(self))
+        if types is None:
+            types = node_types[type(self)] = tuple(self._processing_map())
+        return types
+
+    ast_nodes.DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
 
 
 # ---- Constant-cost transactions ----
