@@ -38,13 +38,14 @@ type sustainConfig struct {
 	bench          string
 	from, step, to float64 // fractions of the ceiling
 	duration       time.Duration
+	cooldown       time.Duration
 	bisect         int
 }
 
 // sustainMain finds the highest offered rate the local stack sustains:
 //
 //	loadgen sustain -bench out/bench.txt [-from 0.4] [-step 0.1] [-to 1]
-//	        [-bisect 1] [-duration 60s] [load flags] [-out out/sustain]
+//	        [-bisect 1] [-cooldown 30s] [-duration 60s] [load flags] [-out out/sustain]
 //
 // The ceiling is the emulator's PutItem per second (the median of
 // BenchmarkEmulatorPutItem/serial in -bench) divided by the DynamoDB calls
@@ -56,7 +57,7 @@ type sustainConfig struct {
 // the in-flight cap, none timed out or got another 5xx or transport error,
 // and the check found no duplicate and no missing charge. After a failed
 // step it tries -bisect more rates, each halfway between the highest
-// passing rate and the lowest failing one. It writes OUT.json (see
+// passing rate and the lowest failing one, after a -cooldown pause. It writes OUT.json (see
 // Sustain) and OUT.png (answered against offered), and each step's own
 // summary and latency plot as OUT-<offered>.json/.png.
 func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -121,6 +122,13 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 		if fail == 0 {
 			break
 		}
+		// A failed step leaves work behind (commands to reconcile):
+		// let the stack drain it before the next.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.cooldown):
+		}
 		mid := (pass + fail) / 2
 		st, err := try(mid)
 		if err != nil {
@@ -152,6 +160,7 @@ func parseSustainFlags(args []string, getenv func(string) string) (sustainConfig
 	fs.Float64Var(&c.to, "to", 1, "last offered rate, as a fraction of the ceiling")
 	fs.IntVar(&c.bisect, "bisect", 1, "rates tried between the highest passing and the lowest failing step")
 	fs.DurationVar(&c.duration, "duration", time.Minute, "how long each step sends")
+	fs.DurationVar(&c.cooldown, "cooldown", 30*time.Second, "pause after a failed step, for the stack to drain what it left")
 	if err := fs.Set("out", "out/sustain"); err != nil {
 		return sustainConfig{}, err
 	}
@@ -165,8 +174,8 @@ func parseSustainFlags(args []string, getenv func(string) string) (sustainConfig
 	if c.loadConfig, err = lc.finish(fs); err != nil {
 		return sustainConfig{}, err
 	}
-	if !(c.from > 0) || !(c.step > 0) || c.to < c.from || c.bisect < 0 || c.duration <= 0 {
-		return sustainConfig{}, errors.New("want 0 < -from <= -to, -step and -duration positive, -bisect not negative")
+	if !(c.from > 0) || !(c.step > 0) || c.to < c.from || c.bisect < 0 || c.duration <= 0 || c.cooldown < 0 {
+		return sustainConfig{}, errors.New("want 0 < -from <= -to, -step and -duration positive, -bisect and -cooldown not negative")
 	}
 	return c, nil
 }

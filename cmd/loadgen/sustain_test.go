@@ -2,6 +2,7 @@ package main
 
 import (
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -72,5 +73,43 @@ func TestPlotRatesDrawsEveryStep(t *testing.T) {
 	}
 	if n := count[[3]uint8{255, 127, 14}]; n < 121-49 {
 		t.Errorf("the failing step drew %d pixels", n)
+	}
+}
+
+func TestSustainTable(t *testing.T) {
+	s := Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
+		Sustained: 240, SustainedAnswered: 239.5, Steps: []Step{
+			{Fraction: 0.8, Offered: 240, Answered: 239.5, OK: true},
+			{Fraction: 0.9, Offered: 270, Answered: 200, Timeouts: 12},
+		}}
+	got := sustainTable(s)
+	for _, want := range []string{
+		"**300 req/s**: 600 PutItem/s",
+		"**240 req/s** offered (239.5 answered): **80%** of the ceiling",
+		"| 270 req/s | 90% | n/a | 200.0 req/s | 0 | 12 | 0 |",
+		"![answered against offered rate](benchmarks-sustain.png)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	s.Sustained = 0
+	if got := sustainTable(s); !strings.Contains(got, "none of the rates tried") {
+		t.Errorf("no rate sustained:\n%s", got)
+	}
+}
+
+func TestParseSustainFlags(t *testing.T) {
+	c, err := parseSustainFlags([]string{"-from", "0.5", "-duration", "10s"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.from != 0.5 || c.step != 0.1 || c.to != 1 || c.bisect != 1 || c.duration.Seconds() != 10 || c.cooldown.Seconds() != 30 || c.out != "out/sustain" || c.settle.Seconds() != 30 {
+		t.Fatalf("config %+v", c)
+	}
+	for _, args := range [][]string{{"-from", "0"}, {"-from", "0.8", "-to", "0.5"}, {"-step", "0"}, {"-bisect", "-1"}, {"-cooldown", "-1s"}, {"-target", "http://10.0.0.1"}} {
+		if _, err := parseSustainFlags(args, func(string) string { return "" }); err == nil {
+			t.Errorf("%q accepted", args)
+		}
 	}
 }
