@@ -59,7 +59,8 @@ type sustainConfig struct {
 // step it tries -bisect more rates, each halfway between the highest
 // passing rate and the lowest failing one, after a -cooldown pause. It writes OUT.json (see
 // Sustain) and OUT.png (answered against offered), and each step's own
-// summary and latency plot as OUT-<offered>.json/.png.
+// summary and latency plot as OUT-<offered>.json/.png. Like a load run,
+// it exits 1 if a step found a duplicate or a missing charge.
 func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseSustainFlags(args, getenv)
 	if err != nil {
@@ -147,7 +148,15 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 	}
 	fmt.Fprintf(stdout, "sustained: %.0f req/s offered (%.1f answered), %.0f%% of the ceiling of %.0f req/s\n",
 		out.Sustained, out.SustainedAnswered, 100*out.Sustained/out.Ceiling, out.Ceiling)
-	return writeSustain(c.out, out)
+	if err := writeSustain(c.out, out); err != nil {
+		return err
+	}
+	for _, st := range out.Steps {
+		if st.Duplicates > 0 || st.Missing > 0 || st.Stray > 0 {
+			return fmt.Errorf("at %.0f req/s: %d duplicates, %d missing, %d stray rows", st.Offered, st.Duplicates, st.Missing, st.Stray)
+		}
+	}
+	return nil
 }
 
 func parseSustainFlags(args []string, getenv func(string) string) (sustainConfig, error) {
