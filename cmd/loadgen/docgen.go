@@ -43,43 +43,58 @@ func docMain(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sections := map[string]string{"machine": machine()}
+	sections := map[string]string{}
 
-	f, err := os.Open(*bench)
-	if err != nil {
-		return err
-	}
-	results, conf, err := parseBench(f)
-	_ = f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", *bench, err)
-	}
-	sections["benchmarks"] = benchTable(results, conf)
-	if sections["ratios"], err = ratios(results); err != nil {
-		return fmt.Errorf("%s: %w", *bench, err)
-	}
-
-	rt, err := os.ReadFile(*roundTrips)
-	if err != nil {
-		return err
-	}
-	sections["roundtrips"] = string(rt)
-
-	var summaries []Summary
-	for _, name := range strings.Split(*loads, ",") {
-		b, err := os.ReadFile(name)
+	// An empty -bench, -roundtrips or -load keeps the sections drawn from
+	// it (the machine's with -bench, the anchors with -bench and -load) as
+	// they are, to refresh the others alone.
+	var results []benchResult
+	if *bench != "" {
+		f, err := os.Open(*bench)
 		if err != nil {
 			return err
 		}
-		var s Summary
-		if err := json.Unmarshal(b, &s); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		var conf map[string]string
+		results, conf, err = parseBench(f)
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *bench, err)
 		}
-		summaries = append(summaries, s)
+		sections["machine"] = machine()
+		sections["benchmarks"] = benchTable(results, conf)
+		if sections["ratios"], err = ratios(results); err != nil {
+			return fmt.Errorf("%s: %w", *bench, err)
+		}
 	}
-	sections["load"] = loadTable(summaries)
-	if sections["anchors"], err = anchors(results, summaries); err != nil {
-		return err
+
+	if *roundTrips != "" {
+		rt, err := os.ReadFile(*roundTrips)
+		if err != nil {
+			return err
+		}
+		sections["roundtrips"] = string(rt)
+	}
+
+	if *loads != "" {
+		var summaries []Summary
+		for _, name := range strings.Split(*loads, ",") {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				return err
+			}
+			var s Summary
+			if err := json.Unmarshal(b, &s); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			summaries = append(summaries, s)
+		}
+		sections["load"] = loadTable(summaries)
+		if results != nil {
+			var err error
+			if sections["anchors"], err = anchors(results, summaries); err != nil {
+				return err
+			}
+		}
 	}
 
 	if *coldStart != "" {
@@ -106,6 +121,7 @@ func docMain(args []string) error {
 		}
 	}
 	if *sustain != "" {
+		var err error
 		if sections["sustain"], err = sustainSection(*sustain, *doc); err != nil {
 			return err
 		}
