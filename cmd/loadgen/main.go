@@ -30,7 +30,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,7 +39,6 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -382,23 +380,13 @@ func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error
 }
 
 func writeOutputs(out string, s Summary, groups map[string][]time.Duration) error {
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
-		return err
-	}
 	title := fmt.Sprintf("POST /charges latency, %d logical charges at %.0f req/s offered, %.0f req/s answered", s.Logical, s.TargetRate, s.AchievedRate)
 	img := plotPercentiles(title, []series{
 		{name: "first call", color: rgb(31, 119, 180), sorted: groups["first"]},
 		{name: "replay", color: rgb(255, 127, 14), sorted: groups["replay"]},
 		{name: "concurrent twin", color: rgb(44, 160, 44), sorted: groups["concurrent"]},
 	})
-	return writePNG(out+".png", img)
+	return writeResult(out, s, img)
 }
 
 func printSummary(w io.Writer, s Summary) {

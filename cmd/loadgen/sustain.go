@@ -148,7 +148,7 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 	}
 	fmt.Fprintf(stdout, "sustained: %.0f req/s offered (%.1f answered), %.0f%% of the ceiling of %.0f req/s\n",
 		out.Sustained, out.SustainedAnswered, 100*out.Sustained/out.Ceiling, out.Ceiling)
-	if err := writeSustain(c.out, out); err != nil {
+	if err := writeResult(c.out, out, plotRates(out)); err != nil {
 		return err
 	}
 	for _, st := range out.Steps {
@@ -266,22 +266,19 @@ func verdict(st Step) string {
 	return "not sustained"
 }
 
-func writeSustain(out string, s Sustain) error {
+// writeResult writes v as OUT.json and img as OUT.png.
+func writeResult(out string, v any, img image.Image) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(s, "", "  ")
+	js, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
 	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
 		return err
 	}
-	return writePNG(out+".png", plotRates(s))
-}
-
-func writePNG(name string, img image.Image) error {
-	f, err := os.Create(name)
+	f, err := os.Create(out + ".png")
 	if err != nil {
 		return err
 	}
