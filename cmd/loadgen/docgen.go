@@ -500,7 +500,8 @@ func sustainTable(s Sustain) string {
 // concurrency ("concurrent"), and the capacity of one first call and one
 // replay.
 type sideBySideFile struct {
-	N        int `json:"n"`
+	LoadAvg  string `json:"loadavg_at_start"`
+	N        int    `json:"n"`
 	Handlers map[string]struct {
 		Runs map[string]struct {
 			Concurrency int                `json:"concurrency"`
@@ -532,7 +533,8 @@ var sideBySideHandlers = []struct{ id, name, lacks string }{
 func sideBySideTable(f sideBySideFile) (string, error) {
 	var b strings.Builder
 	pt := f.Handlers["powertools"]
-	fmt.Fprintf(&b, "%d first calls and %d replays per handler and concurrency; Powertools %s. Latencies p50 / p99.\n\n", f.N, f.N, orNone(pt.PowertoolsVersion))
+	fmt.Fprintf(&b, "Load average when the test started: %s. %d first calls and %d replays per handler and concurrency; Powertools %s. Latencies p50 / p99.\n\n",
+		orNone(f.LoadAvg), f.N, f.N, orNone(pt.PowertoolsVersion))
 	b.WriteString("| handler | concurrency | first call | replay | DynamoDB calls: first / replay | WCU: first / replay | what it does not do |\n")
 	b.WriteString("|---|---:|---:|---:|---|---:|---|\n")
 	calls := func(c map[string]float64) string {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +40,8 @@ var (
 // and at the fixed concurrency ("concurrent"), and what one first call and
 // one replay cost in capacity.
 type sideBySideFile struct {
+	// LoadAvg is /proc/loadavg's first three fields when the test started.
+	LoadAvg  string                 `json:"loadavg_at_start"`
 	N        int                    `json:"n"`
 	Handlers map[string]sideHandler `json:"handlers"`
 }
@@ -90,7 +93,7 @@ func TestSideBySide(t *testing.T) {
 	n, conc := *sideBySideN, *sideBySideConcurrency
 	counter := &testkit.CallCounter{}
 	s := newStack(t, nil, 0, counter.Option())
-	out := sideBySideFile{N: n, Handlers: map[string]sideHandler{}}
+	out := sideBySideFile{LoadAvg: loadAvg(), N: n, Handlers: map[string]sideHandler{}}
 	modes := []struct {
 		name        string
 		concurrency int
@@ -285,4 +288,14 @@ func largestItem(t *testing.T, db *dynamodb.Client, table string) int {
 		t.Fatalf("%s is empty", table)
 	}
 	return largest
+}
+
+// loadAvg is /proc/loadavg's first three fields, or "" where there is none.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
