@@ -241,7 +241,7 @@ func plotRates(s Sustain) *image.RGBA {
 		c    color.RGBA
 		text string
 	}{
-		{ok, "a step sustained (no drop, time-out, duplicate or missing charge)"},
+		{ok, "a step sustained (95% answered; no drop, time-out, duplicate or missing charge)"},
 		{failed, "a step not sustained"},
 		{ideal, "answered = offered"},
 		{ceiling, fmt.Sprintf("ceiling: %.0f PutItem/s / %.2f calls per request", s.PutItemPerSecond, s.CallsPerRequest)},
