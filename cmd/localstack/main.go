@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -58,6 +59,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -71,6 +73,16 @@ const (
 	chargeTimeout  = 10 * time.Second
 	sweeperTimeout = 50 * time.Second
 )
+
+// idleConns is how many idle connections the stack keeps open to the
+// emulator and to the provider simulator. In Lambda each instance serves
+// one request at a time; here one process serves them all, and with the
+// SDK's default of 10 idle connections per host (a plain http.Client's: 2)
+// every request beyond them closed its connection after use and the next
+// opened another, for which the emulator starts a thread.
+const idleConns = 1024
+
+func keepIdle(t *http.Transport) { t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConns, idleConns }
 
 // shutdownTimeout bounds how long in-flight requests may finish on exit.
 const shutdownTimeout = 10 * time.Second
@@ -187,6 +199,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	if err != nil {
 		return err
 	}
+	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(keepIdle)
 	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
 	res, err := createResources(ctx, clients)
 	if err != nil {
@@ -295,9 +308,12 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	providerTransport := http.DefaultTransport.(*http.Transport).Clone()
+	keepIdle(providerTransport)
 	deps := map[string]app.Deps{}
 	for _, fn := range []string{metrics.FunctionCharge, metrics.FunctionSweeper, metrics.FunctionReconcile, metrics.FunctionIntake} {
-		d := app.Deps{Clients: clients, Logger: logger.With("function", fn)}
+		d := app.Deps{Clients: clients, Logger: logger.With("function", fn),
+			ProviderOptions: []func(*provider.Options){provider.WithHTTPClient(&http.Client{Transport: providerTransport})}}
 		if spans != nil {
 			if d.Tracer, err = tracing.NewJSON(spans, fn); err != nil {
 				return nil, nil, nil, err
