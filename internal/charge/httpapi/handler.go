@@ -125,9 +125,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		attrs = append(attrs, "error_class", charge.ErrorClass(err))
 		res = charge.Result{Outcome: charge.OutcomeError}
 	}
-	resp := answer(res, h.opt.Clock())
-	if route == RouteWebhook && err == nil {
+	var resp events.APIGatewayV2HTTPResponse
+	if route == RouteWebhook {
 		resp = webhookAnswer(res, h.opt.Clock())
+	} else {
+		resp = answer(res, h.opt.Clock())
 	}
 	if refused != nil {
 		res.Outcome = charge.OutcomeInvalid
