@@ -299,7 +299,9 @@ func TestWebhookSettlesAnAmbiguousCharge(t *testing.T) {
 	if retry.status != http.StatusCreated || retry.header.Get(httpapi.HeaderReplayed) != "true" || retry.body != string(rec.Response.Body) {
 		t.Fatalf("retry = %d %v %s, want the stored 201 replayed", retry.status, retry.header, retry.body)
 	}
-	var body struct{ ProviderReference string `json:"provider_reference"` }
+	var body struct {
+		ProviderReference string `json:"provider_reference"`
+	}
 	_ = json.Unmarshal([]byte(retry.body), &body)
 	if n := s.sim.Charged(body.ProviderReference); n != 1 {
 		t.Errorf("Stripe charged %d times, want 1", n)
@@ -452,7 +454,9 @@ func TestWebhookFencesOffTheLateOriginal(t *testing.T) {
 	if retry.status != http.StatusCreated || retry.body != string(rec.Response.Body) {
 		t.Fatalf("retry = %d %s, want the webhook's 201", retry.status, retry.body)
 	}
-	var body struct{ ProviderReference string `json:"provider_reference"` }
+	var body struct {
+		ProviderReference string `json:"provider_reference"`
+	}
 	_ = json.Unmarshal([]byte(retry.body), &body)
 	if n := s.sim.Charged(body.ProviderReference); n != 1 {
 		t.Errorf("Stripe charged %d times, want 1", n)
