@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -135,7 +136,15 @@ func (s *stripeStack) deliver(payload []byte, signature string) response {
 	if signature != "" {
 		req.Header.Set(httpapi.HeaderStripeSignature, signature)
 	}
-	return s.send(req)
+	resp := s.send(req)
+	ev := events.APIGatewayV2HTTPRequest{RawPath: "/webhooks/stripe", Body: string(payload), Headers: map[string]string{"content-type": "application/json"}}
+	ev.RequestContext.HTTP.Method = http.MethodPost
+	out := events.APIGatewayV2HTTPResponse{StatusCode: resp.status, Body: resp.body, Headers: map[string]string{}}
+	for k := range resp.header {
+		out.Headers[k] = resp.header.Get(k)
+	}
+	validateContract(s.t, ev, out)
+	return resp
 }
 
 // sign signs payload as Stripe does, at ts.
