@@ -92,10 +92,11 @@ func (w *webhooks) deliver(typ string, body []byte) {
 }
 
 // post sends one signed delivery and returns the answer's status, 0 if
-// none came.
+// none came. It is signed at the wall clock's time, not the simulator's:
+// the receiver checks the timestamp against its own clock.
 func (w *webhooks) post(body []byte) int {
 	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{
-		Payload: body, Secret: w.opts.WebhookSecret, Timestamp: w.opts.Clock(),
+		Payload: body, Secret: w.opts.WebhookSecret, Timestamp: time.Now(),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), webhookTimeout)
 	defer cancel()
