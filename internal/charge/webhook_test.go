@@ -370,6 +370,17 @@ func TestWebhookRefusesABadSignature(t *testing.T) {
 	if ev := s.eventRecord(eventID(t, payload)); ev != nil {
 		t.Errorf("a refused delivery stored the event: %+v", ev)
 	}
+
+	// Without a signing secret configured, nothing verifies.
+	off := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecret = "" }, nil)
+	ref = off.begin(tenant, key, stripesim.PMVisa)
+	payload = piEvent("payment_intent.succeeded", tenant, key, ref)
+	if resp := off.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusBadRequest {
+		t.Errorf("with no secret configured: answer = %d %s, want 400", resp.status, resp.body)
+	}
+	if rec := off.record(tenant, key); rec.Status != idem.StatusInFlight {
+		t.Errorf("with no secret configured, a delivery changed the command: %+v", rec)
+	}
 }
 
 // TestWebhookSettlesADeclineAndIgnoresTheRest: payment_failed settles an

@@ -142,7 +142,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		level = slog.LevelError
 	}
 	h.opt.Logger.Log(ctx, level, "request", attrs...)
-	if route == RouteCreate || refused != nil {
+	if route == RouteCreate || refused != nil && route != RouteWebhook {
 		rec.Count(metrics.Requests, res.Outcome.Metric())
 	}
 	if err := rec.Flush(ctx); err != nil {

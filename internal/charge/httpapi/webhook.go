@@ -50,6 +50,9 @@ func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPReques
 	}
 	n, err := h.opt.Webhook(body, header(req, HeaderStripeSignature))
 	if err != nil {
+		// The verifier's errors name what failed, never the payload or
+		// the secret.
+		h.opt.Logger.WarnContext(ctx, "webhook refused", "request_id", requestID(ctx), "reason", err.Error())
 		return charge.Result{}, ref(problem(ProblemInvalidRequest, "The webhook's Stripe-Signature does not verify, or its event cannot be read.")), nil
 	}
 	res, err := h.svc.Notify(ctx, n)
