@@ -189,6 +189,24 @@ func (s *stripeStack) chargeRows(tenant string) int {
 	return len(out.Items)
 }
 
+// chargedOnce checks that the charge a 201 body names was charged once at
+// Stripe and has one row, the tenant's only one.
+func (s *stripeStack) chargedOnce(tenant, created string) {
+	s.t.Helper()
+	var body struct {
+		ProviderReference string `json:"provider_reference"`
+	}
+	if err := json.Unmarshal([]byte(created), &body); err != nil {
+		s.t.Fatal(err)
+	}
+	if n := s.sim.Charged(body.ProviderReference); n != 1 {
+		s.t.Errorf("Stripe charged %d times, want 1", n)
+	}
+	if n := s.chargeRows(tenant); n != 1 {
+		s.t.Errorf("%d charge rows, want 1", n)
+	}
+}
+
 // waitSettled polls the command's record until it is no longer IN_FLIGHT,
 // for at most within, and returns it.
 func (s *stripeStack) waitSettled(tenant, key string, within time.Duration) *idem.Record {
@@ -308,16 +326,7 @@ func TestWebhookSettlesAnAmbiguousCharge(t *testing.T) {
 	if retry.status != http.StatusCreated || retry.header.Get(httpapi.HeaderReplayed) != "true" || retry.body != string(rec.Response.Body) {
 		t.Fatalf("retry = %d %v %s, want the stored 201 replayed", retry.status, retry.header, retry.body)
 	}
-	var body struct {
-		ProviderReference string `json:"provider_reference"`
-	}
-	_ = json.Unmarshal([]byte(retry.body), &body)
-	if n := s.sim.Charged(body.ProviderReference); n != 1 {
-		t.Errorf("Stripe charged %d times, want 1", n)
-	}
-	if n := s.chargeRows(tenant); n != 1 {
-		t.Errorf("%d charge rows, want 1", n)
-	}
+	s.chargedOnce(tenant, retry.body)
 
 	// Stripe delivers at least once: the same event again is
 	// acknowledged as a replay and changes nothing.
@@ -474,14 +483,5 @@ func TestWebhookFencesOffTheLateOriginal(t *testing.T) {
 	if retry.status != http.StatusCreated || retry.body != string(rec.Response.Body) {
 		t.Fatalf("retry = %d %s, want the webhook's 201", retry.status, retry.body)
 	}
-	var body struct {
-		ProviderReference string `json:"provider_reference"`
-	}
-	_ = json.Unmarshal([]byte(retry.body), &body)
-	if n := s.sim.Charged(body.ProviderReference); n != 1 {
-		t.Errorf("Stripe charged %d times, want 1", n)
-	}
-	if n := s.chargeRows(tenant); n != 1 {
-		t.Errorf("%d charge rows, want 1", n)
-	}
+	s.chargedOnce(tenant, retry.body)
 }
