@@ -137,6 +137,14 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
+	case rec.Status == idem.StatusReleased && n.Result.Status == provider.StatusCharged:
+		// Released on a "not found" the provider now contradicts. A retry
+		// of the key sends the same reference, which the provider
+		// deduplicates into this charge; without one, an operator must
+		// look.
+		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports a charge for a released command",
+			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
+		return OutcomeNothingToDo, nil
 	case rec.Status != idem.StatusInFlight:
 		return OutcomeNothingToDo, nil
 	case ProviderReference(n.Command, rec.CreatedAt) != n.Reference:
