@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +54,12 @@ func webhookSettles(t *testing.T, rie, bootstrap string, chargeEnv map[string]st
 		"AWS_LAMBDA_FUNCTION_TIMEOUT": strconv.Itoa(int(functions["charge"].Seconds())),
 	})
 	fn := startFunction(t, rie, "charge-stripe", bootstrap, env)
+	// The emulator runs one invocation at a time (one Lambda instance);
+	// the gateway's requests wait their turn, as for a concurrency of 1.
+	var one sync.Mutex
 	gw, err := gateway.New(func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		one.Lock()
+		defer one.Unlock()
 		payload, err := json.Marshal(req)
 		if err != nil {
 			return events.APIGatewayV2HTTPResponse{}, err
