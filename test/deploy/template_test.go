@@ -204,6 +204,9 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"dashboard misses an intake outcome", `["chargeonce", "Requests", "Function", "intake", "Outcome", "invalid"],`, ""},
 		{"variable missing", "          INFLIGHT_WAIT: !Ref InflightWait\n          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY", "          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY"},
 		{"variable not read", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          LOG_LEVEL", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          INFLIGHT_WAIT: 1s\n          LOG_LEVEL"},
+		{"tracing layer always", "      - !If [HasTracingLayer, !Ref TracingLayerArn, !Ref AWS::NoValue]", "      - !Ref TracingLayerArn"},
+		{"trace endpoint always", `OTEL_EXPORTER_OTLP_ENDPOINT: !If [HasTracingLayer, "http://localhost:4318", !Ref AWS::NoValue]`, `OTEL_EXPORTER_OTLP_ENDPOINT: "http://localhost:4318"`},
+		{"tracing condition", `HasTracingLayer: !Not [!Equals [!Ref TracingLayerArn, ""]]`, `HasTracingLayer: !Equals [!Ref TracingLayerArn, ""]`},
 		{"index in policy", `"${IdempotencyTable.Arn}/index/stuck-leases"`, `"${IdempotencyTable.Arn}/index/stuck"`},
 		{"code dir", "CodeUri: functions/sweeper", "CodeUri: functions/sweep"},
 		{"alarm metric name", "MetricName: StuckLeases", "MetricName: StuckLease"},
@@ -255,6 +258,7 @@ func check(src string, k code) ([]string, error) {
 	c.sweeperPolicy()
 	c.routes(k.routes, k.public)
 	c.environments(k.loaders)
+	c.tracing()
 	c.metrics(k.metrics, k.outcomes)
 	return c.problems, nil
 }
@@ -481,6 +485,22 @@ func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 		if _, ok := res[id]; !ok {
 			c.fail("template has no function %s", id)
 		}
+	}
+}
+
+// tracing checks that the functions get the ADOT collector layer and the
+// variable that turns tracing on (app.EnvTraceEndpoint) together, both only
+// when TracingLayerArn is set.
+func (c *checker) tracing() {
+	const cond = "HasTracingLayer"
+	noValue := map[string]any{"Ref": "AWS::NoValue"}
+	c.equal("Conditions "+cond, asMap(c.tmpl["Conditions"])[cond],
+		map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "TracingLayerArn"}, ""}}}})
+	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
+	c.equal("Globals Layers", fn["Layers"], []any{map[string]any{"Fn::If": []any{cond, map[string]any{"Ref": "TracingLayerArn"}, noValue}}})
+	endpoint := asList(asMap(asMap(asMap(fn["Environment"])["Variables"])[app.EnvTraceEndpoint])["Fn::If"])
+	if len(endpoint) != 3 || endpoint[0] != cond || endpoint[1] == "" || !reflect.DeepEqual(endpoint[2], noValue) {
+		c.fail("Globals %s is %v, want set only if %s", app.EnvTraceEndpoint, endpoint, cond)
 	}
 }
 

@@ -13,9 +13,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -57,6 +59,9 @@ type Options struct {
 	// Webhook verifies the deliveries to RouteWebhook. Default: none is
 	// configured, and every delivery is refused (400).
 	Webhook WebhookVerifier
+	// Tracer records each request as a span, its route, status and
+	// outcome; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
@@ -101,6 +106,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		err     error
 		attrs   []any
 	)
+	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
+	defer h.opt.Tracer.End(ctx, span)
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
@@ -142,6 +149,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		level = slog.LevelError
 	}
 	h.opt.Logger.Log(ctx, level, "request", attrs...)
+	if span.IsRecording() {
+		h.traced(span, route, res.Outcome, resp.StatusCode, err)
+	}
 	if route == RouteCreate || refused != nil && route != RouteWebhook {
 		rec.Count(metrics.Requests, res.Outcome.Metric())
 	}
@@ -149,6 +159,20 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}
 	return resp, nil
+}
+
+// traced sets the request's span attributes: the route if it is one of
+// the API's (any other path could carry anything), the outcome, the
+// status, and the class of a failure.
+func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, status int, err error) {
+	if route == RouteCreate || route == RouteGet {
+		tracing.String(span, tracing.AttrRoute, route)
+	}
+	tracing.Outcome(span, string(outcome))
+	tracing.Int(span, tracing.AttrStatus, status)
+	if err != nil {
+		tracing.Error(span, charge.ErrorClass(err))
+	}
 }
 
 func ref(r idem.Response) *idem.Response { return &r }

@@ -71,16 +71,20 @@
 // waits out. If several PaymentIntents carry the reference (a reference
 // re-sent after its key expired), a succeeded one wins.
 //
-// LookupRequest(provider.LookupRequest) is the surer lookup: while Stripe
-// still holds the key (FirstSent plus DedupWindow, less an hour's margin
-// for clock skew and transit) it replays the original request under the
-// same key. The replay is authoritative at once: Stripe answers the saved
-// result, or 409 while the first request still executes (ErrUnavailable:
-// ask again), or, if the first request never reached Stripe, executes it
-// now. That last case charges, exactly once, the intent the client asked
-// for, so a replay never answers not_found: it rolls the intent forward.
-// A replay needs the original parameters, Source included; outside the
-// window (or if Stripe reports the key reused) it falls back to search.
+// LookupRequest(provider.LookupRequest) is the surer lookup, the one the
+// charge path's reconciler uses: while Stripe still holds the key
+// (FirstSent plus DedupWindow, less an hour's margin for clock skew and
+// transit) it replays the original request under the same key. The replay
+// is authoritative at once: Stripe answers the saved result, or 409 while
+// the first request still executes (ErrUnavailable: ask again), or, if the
+// first request never reached Stripe, executes it now. That last case
+// charges, exactly once, the intent the client asked for, so a replay
+// never answers not_found: it rolls the intent forward. A replay needs the
+// original parameters, Source included: the charge path keeps the source
+// with the intent once CheckSource has found it a PaymentMethod id, so it
+// never stores card data. Outside the window, if Stripe reports the key
+// reused, or if the replay answers (or replays its saved) server error, it
+// falls back to search.
 //
 // # Guarantees
 //
