@@ -495,3 +495,28 @@ func TestWebhookFencesOffTheLateOriginal(t *testing.T) {
 	}
 	s.chargedOnce(tenant, retry.body)
 }
+
+// TestWebhookSettlesWhileTheRequestWaits: Stripe charges but its answer
+// never comes (pm_sim_timeout); its webhook arrives while the request is
+// still waiting, is given INFLIGHT_WAIT, then settles the command, so the
+// request's eventual 503 outcome-pending is already out of date: the
+// retry replays the webhook's 201, and Stripe charged once.
+func TestWebhookSettlesWhileTheRequestWaits(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 8*time.Second, nil, nil)
+	tenant, key := testkit.UniqueName("acme"), "order-timeout"
+	start := time.Now()
+	first := s.charge(tenant, key, stripesim.PMTimeout)
+	if first.status != http.StatusServiceUnavailable || !strings.Contains(first.body, "outcome-pending") {
+		t.Fatalf("the request whose answer never came = %d %s, want 503 outcome-pending", first.status, first.body)
+	}
+	rec := s.record(tenant, key)
+	if rec.Status != idem.StatusSucceeded {
+		t.Fatalf("when the request gave up after %v the record was %s, want SUCCEEDED by the webhook", time.Since(start).Round(time.Millisecond), rec.Status)
+	}
+	retry := s.charge(tenant, key, stripesim.PMTimeout)
+	if retry.status != http.StatusCreated || retry.body != string(rec.Response.Body) {
+		t.Fatalf("retry = %d %s, want the webhook's 201", retry.status, retry.body)
+	}
+	s.chargedOnce(tenant, retry.body)
+}
