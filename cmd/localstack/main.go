@@ -25,6 +25,8 @@
 // Stripe adapter, against PROVIDER_URL if it is set (a running stripe-mock,
 // say), else against the stateful Stripe simulator (stripesim) served on
 // -provider-addr, with PROVIDER_SECRET as its key (sk_test_localstack if
+// unset), which sends its signed webhooks to the API's POST
+// /webhooks/stripe, signed with STRIPE_WEBHOOK_SECRET (whsec_localstack if
 // unset).
 // Logs are JSON lines on standard output; the banner goes to standard error.
 // With -trace-json, every function's spans are JSON lines on standard
@@ -104,6 +106,10 @@ type options struct {
 // one.
 const stripeSimKey = "sk_test_localstack"
 
+// stripeSimWebhookSecret signs stripesim's webhooks to the stack's POST
+// /webhooks/stripe unless STRIPE_WEBHOOK_SECRET names another.
+const stripeSimWebhookSecret = "whsec_localstack"
+
 // server is a listener and what it serves.
 type server struct {
 	ln net.Listener
@@ -124,6 +130,8 @@ type stack struct {
 	// stack's stripesim, not PROVIDER_URL.
 	providerKind string
 	simulated    bool
+	// stripeSim is the stack's stripesim, when simulated.
+	stripeSim *stripesim.Simulator
 }
 
 func main() {
@@ -217,6 +225,12 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
 	}
+	apiLn, err := listen(o.apiAddr)
+	if err != nil {
+		return err
+	}
+	defer apiLn.Close()
+	s.api = "http://" + apiLn.Addr().String()
 	s.providerKind = cmp.Or(o.getenv(app.EnvProvider), app.ProviderSim)
 	var servers []server
 	if s.providerKind == app.ProviderStripe && o.getenv(app.EnvProviderURL) != "" {
@@ -235,7 +249,14 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		if s.providerKind == app.ProviderStripe {
 			s.simulated = true
 			env[app.EnvProviderSecret] = cmp.Or(o.getenv(app.EnvProviderSecret), stripeSimKey)
-			sim = stripesim.New(func(so *stripesim.Options) { so.SecretKey, so.Logger = env[app.EnvProviderSecret], plog })
+			// stripesim sends its signed webhooks to the stack's API, as
+			// Stripe does to a registered endpoint.
+			env[app.EnvWebhookSecret] = cmp.Or(o.getenv(app.EnvWebhookSecret), stripeSimWebhookSecret)
+			s.stripeSim = stripesim.New(func(so *stripesim.Options) {
+				so.SecretKey, so.Logger = env[app.EnvProviderSecret], plog
+				so.WebhookURL, so.WebhookSecret = s.api+"/webhooks/stripe", env[app.EnvWebhookSecret]
+			})
+			sim = s.stripeSim
 		}
 		servers = append(servers, server{providerLn, sim})
 	}
@@ -249,12 +270,6 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	if err != nil {
 		return err
 	}
-	apiLn, err := listen(o.apiAddr)
-	if err != nil {
-		return err
-	}
-	defer apiLn.Close()
-	s.api = "http://" + apiLn.Addr().String()
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -325,8 +340,8 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	gw, err := gateway.New(ch.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet},
-		gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
+	gw, err := gateway.New(ch.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+		gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
 		gateway.WithLogger(logger.With("component", "gateway")))
 	if err != nil {
 		return nil, nil, nil, err
@@ -442,7 +457,7 @@ func printBanner(w io.Writer, s stack) {
 		fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
 	case s.simulated:
 		source = stripesim.PMVisa
-		fmt.Fprintf(&b, "  Stripe (sim)     %s   (PROVIDER=stripe on stripesim; sources pm_card_visa, pm_card_chargeDeclined, pm_sim_timeout, pm_sim_rate_limited, ...)\n", s.provider)
+		fmt.Fprintf(&b, "  Stripe (sim)     %s   (PROVIDER=stripe on stripesim; sources pm_card_visa, pm_card_chargeDeclined, pm_sim_timeout, pm_sim_rate_limited, ...; signed webhooks to %s/webhooks/stripe)\n", s.provider, s.api)
 	default:
 		source = stripesim.PMVisa
 		fmt.Fprintf(&b, "  Stripe           %s   (PROVIDER=stripe at PROVIDER_URL; sources pm_...)\n", s.provider)

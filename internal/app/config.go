@@ -43,6 +43,10 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+	// EnvWebhookSecret is the signing secret (whsec_…) of the Stripe
+	// webhook endpoint POST /webhooks/stripe; empty refuses every
+	// delivery.
+	EnvWebhookSecret = "STRIPE_WEBHOOK_SECRET"
 	// EnvTraceEndpoint is the OTLP/HTTP endpoint the functions export
 	// their spans to (the ADOT collector layer's); empty, tracing is off.
 	EnvTraceEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -152,6 +156,8 @@ type ChargeConfig struct {
 	// memory to replay without a DynamoDB call; 0 turns the cache off.
 	ReplayCache int
 	LogLevel    slog.Level
+	// WebhookSecret verifies Stripe's webhook deliveries; never logged.
+	WebhookSecret string
 	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
 	// empty, nowhere: tracing is off. Every function reads it.
 	TraceEndpoint string
@@ -168,6 +174,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		ProviderURL:       e.required(EnvProviderURL),
 		ProviderSecret:    e.optional(EnvProviderSecret, ""),
 		TenantClaim:       e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
+		WebhookSecret:     e.optional(EnvWebhookSecret, ""),
 		Retention:         e.duration(EnvIdempotencyTTL, 24*time.Hour),
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
@@ -397,7 +404,28 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		if c.WebhookSecret != "" {
+			o.Webhook = StripeWebhook(c.WebhookSecret)
+		}
 	})
+}
+
+// StripeWebhook verifies Stripe's webhook deliveries with the endpoint's
+// signing secret and reads each into the notification the charge service
+// settles: the command from the PaymentIntent's metadata (zero if it names
+// none), its reference and outcome.
+func StripeWebhook(secret string) httpapi.WebhookVerifier {
+	return func(payload []byte, signature string) (charge.Notification, error) {
+		ev, err := stripe.ParseWebhook(payload, signature, secret, 0)
+		if err != nil {
+			return charge.Notification{}, err
+		}
+		n := charge.Notification{Provider: ProviderStripe, EventID: ev.ID, Reference: ev.Reference, Result: ev.Result}
+		if k, err := idem.ParseKey(ev.Command); err == nil {
+			n.Command = k
+		}
+		return n, nil
+	}
 }
 
 // IntakeHandler builds the intake function's SQS handler: the charge

@@ -225,6 +225,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		pres, err := s.charge(ctx, provider.ChargeRequest{
 			Reference: ProviderReference(key, l.CreatedAt), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
+			Command: key.String(),
 		})
 		switch {
 		case errors.Is(err, provider.ErrRejected):
@@ -295,8 +296,12 @@ func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp R
 		return answered(span, res, err)
 	}
 	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
-		ChargeRequest: provider.ChargeRequest{Reference: ref, Amount: in.Amount, Currency: in.Currency, Source: in.Source},
-		FirstSent:     lease.CreatedAt,
+		// The request as Create sent it, Command included: the provider
+		// replays a key only for the same parameters.
+		ChargeRequest: provider.ChargeRequest{
+			Reference: ref, Amount: in.Amount, Currency: in.Currency, Source: in.Source, Command: lease.Key.String(),
+		},
+		FirstSent: lease.CreatedAt,
 	})
 	return answered(span, res, err)
 }
@@ -561,6 +566,13 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	} else if out, charged, err = s.verdict(lease, res); err != nil {
 		return "", err
 	}
+	return s.settle(ctx, lease, out, charged)
+}
+
+// settle completes a command taken over from its first attempt (by
+// Reconcile, or Notify) as out says; charged is the charge out commits,
+// if any.
+func (s *Service) settle(ctx context.Context, lease *idem.Lease, out idem.Outcome, charged *Charge) (Outcome, error) {
 	status, err := idem.Settle(ctx, s.backend, lease, out)
 	switch {
 	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:

@@ -13,6 +13,7 @@
 //	IN_FLIGHT  Release by the lease owner RELEASED          fenced; only when the effect verifiably did not happen
 //	IN_FLIGHT  Heartbeat, Postpone        IN_FLIGHT         fenced; the lease moves, the owner keeps it
 //	IN_FLIGHT  TakeOver                   IN_FLIGHT         lease expired; new token, the old one stops working
+//	IN_FLIGHT  Preempt                    IN_FLIGHT         any lease, for a caller that knows the effect's outcome; new token
 //	IN_FLIGHT  Begin (same request)       IN_FLIGHT         *InFlightError: wait or answer "in progress"
 //	RELEASED   Begin (same request)       IN_FLIGHT         same CreatedAt, so the same derived references
 //	terminal   Begin (same request)       terminal          the stored response is replayed

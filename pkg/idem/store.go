@@ -599,24 +599,48 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 // *InFlightError; a terminal one ErrCompleted; a released, absent or
 // expired one ErrNotFound.
 func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
+	return s.takeOver(ctx, key, "take over", false)
+}
+
+// Preempt takes over an IN_FLIGHT record whatever its lease, like
+// TakeOver otherwise: the holder's token stops working at once, so its
+// late Commit, Fail or Release fails with ErrLeaseLost and cannot
+// settle the command a second time. It is only for a caller that already
+// knows the effect's outcome from the effect's own source (a payment
+// provider's signed notification), and so need not wait for the holder to
+// give up; a caller that still has to find out must use TakeOver. A
+// terminal record gives ErrCompleted; a released, absent or expired one
+// ErrNotFound.
+func (s *Store) Preempt(ctx context.Context, key Key) (*Lease, error) {
+	return s.takeOver(ctx, key, "preempt", true)
+}
+
+// takeOver gives the caller a new lease on an IN_FLIGHT record: only
+// once its lease has run out unless live is set.
+func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*Lease, error) {
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
 		return nil, err
 	}
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
+	cond := "#status = :inflight"
+	values := map[string]types.AttributeValue{
+		":inflight": str(string(StatusInFlight)), ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
+	}
+	if !live {
+		cond += " AND #lexp < :now"
+		values[":now"] = millis(now)
+	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           s.tableName,
 		Key:                 s.keyAttr(key),
 		UpdateExpression:    aws.String("SET #tok = :tok, #lexp = :lexp ADD #att :one"),
-		ConditionExpression: aws.String("#status = :inflight AND #lexp < :now"),
+		ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: map[string]string{
 			"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
 		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":inflight": str(string(StatusInFlight)), ":tok": str(token),
-			":lexp": millis(lease.ExpiresAt), ":now": millis(now), ":one": num(1),
-		},
+		ExpressionAttributeValues:           values,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -626,10 +650,10 @@ func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return nil, fmt.Errorf("idem: take over %s: %w", key, err)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, err)
 		}
 		if len(ccf.Item) == 0 {
-			return nil, fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, ErrNotFound)
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, s.notTaken(key, ccf.Item, now)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -50,6 +51,9 @@ type code struct {
 	// metrics and outcomes are what the code emits (package metrics).
 	metrics  []metrics.Definition
 	outcomes map[string][]metrics.Outcome
+	// routes are the charge function's route keys; public those of them
+	// served without the JWT authorizer.
+	routes, public []string
 }
 
 func currentCode() code {
@@ -64,6 +68,8 @@ func currentCode() code {
 			"IntakeFunction":    func(g app.Getenv) { _, _ = app.LoadIntake(g) },
 		},
 		metrics: metrics.Definitions(),
+		routes:  []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+		public:  []string{httpapi.RouteWebhook},
 		outcomes: map[string][]metrics.Outcome{
 			metrics.FunctionCharge:    metrics.Outcomes(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Outcomes(metrics.FunctionReconcile),
@@ -214,6 +220,9 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"dashboard dimension", `["chargeonce", "BeginLatency", "Function", "charge"]`, `["chargeonce", "BeginLatency", "Function", "charge", "Tenant", "acme"]`},
 		{"dashboard misses an outcome", `["chargeonce", "Requests", "Function", "reconcile", "Outcome", "resolved-declined"],`, ""},
 		{"dashboard misses a metric", `["chargeonce", "CommitLatency", "Function", "charge"],`, ""},
+		{"webhook behind the authorizer", "            Auth:\n              Authorizer: NONE\n", ""},
+		{"webhook path", "Path: /webhooks/stripe", "Path: /webhook/stripe"},
+		{"route dropped", "            Method: GET\n            Path: /charges/{id}\n", "            Method: GET\n            Path: /charges\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -247,6 +256,7 @@ func check(src string, k code) ([]string, error) {
 	c.sqsFunction(reconcileFn, reconcileQueue, queue.ReconcileTimeout)
 	c.sqsFunction(intakeFn, intakeQueue, queue.IntakeTimeout)
 	c.sweeperPolicy()
+	c.routes(k.routes, k.public)
 	c.environments(k.loaders)
 	c.tracing()
 	c.metrics(k.metrics, k.outcomes)
@@ -383,6 +393,36 @@ func (c *checker) sqsFunction(fn, queueID string, timeout time.Duration) {
 	}
 	if found != 1 {
 		c.fail("%s has %d SQS events, want 1", fn, found)
+	}
+}
+
+// routes checks that the charge function's HTTP API events are exactly
+// the routes its handler serves, each behind the JWT authorizer (the API's
+// default) unless it is public, and then with the authorizer turned off.
+func (c *checker) routes(routes, public []string) {
+	found := map[string]bool{}
+	for name, e := range asMap(c.props("ChargeFunction")["Events"]) {
+		if asMap(e)["Type"] != "HttpApi" {
+			continue
+		}
+		p := asMap(asMap(e)["Properties"])
+		key := fmt.Sprint(p["Method"], " ", p["Path"])
+		found[key] = true
+		if !slices.Contains(routes, key) {
+			c.fail("ChargeFunction event %s routes %s, which the handler does not serve", name, key)
+			continue
+		}
+		c.equal("ChargeFunction event "+name+" ApiId", p["ApiId"], map[string]any{"Ref": "HttpApi"})
+		var want any // the API's default authorizer
+		if slices.Contains(public, key) {
+			want = map[string]any{"Authorizer": "NONE"}
+		}
+		c.equal("ChargeFunction event "+name+" Auth", p["Auth"], want)
+	}
+	for _, key := range routes {
+		if !found[key] {
+			c.fail("the handler serves %s, which no ChargeFunction event routes", key)
+		}
 	}
 }
 

@@ -8,7 +8,9 @@
 // currency in lower case, payment_method the request's Source, which must
 // be a PaymentMethod id ("pm_…"; the adapter refuses anything else, and
 // never sees card numbers), payment_method_types=card, and our Reference
-// both as the Idempotency-Key and as metadata[chargeonce_reference].
+// both as the Idempotency-Key and as metadata[chargeonce_reference]; the
+// request's Command, if any, as metadata[chargeonce_command], so that a
+// webhook event about the PaymentIntent leads back to the command.
 //
 // The Result's ChargeID is the PaymentIntent's id ("pi_…"), for charges and
 // for declines alike: it exists for every outcome, the idempotency key
@@ -98,4 +100,13 @@
 // write PaymentIntents; publishable keys are refused). In production it
 // comes from AWS Secrets Manager, never from the template in clear text;
 // the adapter keeps it inside stripe-go's client and never logs it.
+//
+// # Webhooks
+//
+// ParseWebhook verifies a webhook delivery's Stripe-Signature with
+// stripe-go's webhook package (the endpoint's signing secret, a timestamp
+// at most DefaultWebhookTolerance old) and reads payment_intent.succeeded
+// and payment_intent.payment_failed events into the reference, the command
+// and the outcome, read from the PaymentIntent as Lookup reads it. An event
+// whose type and PaymentIntent disagree is refused, like a bad signature.
 package stripe

@@ -21,6 +21,11 @@ import (
 // our reference.
 const MetadataReference = "chargeonce_reference"
 
+// MetadataCommand is the metadata key under which a PaymentIntent carries
+// the command it was charged for (provider.ChargeRequest.Command), so a
+// webhook event about it leads back to the idempotency record.
+const MetadataCommand = "chargeonce_command"
+
 // The adapter's guarantees; see the package documentation.
 const (
 	// DedupWindow is how long Stripe keeps an idempotency key.
@@ -329,6 +334,9 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (*stri
 		Confirm:               stripego.Bool(true),
 		ErrorOnRequiresAction: stripego.Bool(true),
 		Metadata:              map[string]string{MetadataReference: req.Reference},
+	}
+	if req.Command != "" {
+		params.Metadata[MetadataCommand] = req.Command
 	}
 	params.SetIdempotencyKey(req.Reference)
 	return a.intents.Create(ctx, params)
