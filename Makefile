@@ -18,7 +18,7 @@ $(VENV)/.installed: requirements.txt
 	touch $@
 
 .PHONY: venv
-venv: $(VENV)/.installed ## Create the Python virtualenv (moto, cfn-lint, aws-sam-cli, Schemathesis)
+venv: $(VENV)/.installed ## Create the Python virtualenv (moto, cfn-lint, aws-sam-cli, Schemathesis, Powertools)
 
 .PHONY: fmt-check
 fmt-check: ## Fail if any Go file is not gofmt-ed
@@ -32,6 +32,9 @@ vet: ## go vet and staticcheck
 
 MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
+# The same model with PROVIDER=stripe on stripesim: fewer histories, each
+# slower (a lost answer costs the adapter's timeout).
+MODEL_STRIPE_CHECKS ?= 200
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a duration runs out while a worker is
 # busy (golang/go#75804, fixed in Go 1.27). 20,000 inputs took 3-17 s a target in a clean-clone make test.
@@ -44,9 +47,10 @@ FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalen
 TOKEN_BLIND_TESTS := Lifecycle|Fencing|Settlements|CommitRetried|RetriedPut
 
 .PHONY: test
-test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories
+test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
-		$(GO) test -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"'
+		$(GO) test -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
+		$(GO) test -count=1 -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"'
 ifneq ($(EMULATOR),fakecloud)
 	@echo "the store's lifecycle and fencing tests again, on an emulator that ignores ClientRequestToken as moto does:"
 	EMULATOR_HONOUR_REQUEST_TOKEN=0 $(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' ./pkg/idem
@@ -149,18 +153,21 @@ BENCH_TIME  ?= 1s
 LOAD_N      ?= 20000
 STEADY_N    ?= 600
 STEADY_RATE ?= 10
+# How long loadgen sustain runs each offered rate.
+SUSTAIN_STEP ?= 60s
 # Wait up to two minutes for the 1-minute load average to fall below 1.5:
 # the machine may be shared, and each step loads it for the next.
 WAIT_QUIET   = for i in $$(seq 1 24); do awk '{exit !($$1 < 1.5)}' /proc/loadavg && break; sleep 5; done
 
 .PHONY: bench
-bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mix on the local stack; rewrites docs/benchmarks.md and docs/capacity.md
+bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold start, the seeds' retry mix and the sustained rate on the local stack; rewrites docs/benchmarks.md and docs/capacity.md
 	@mkdir -p out
 	$(GO) build -o out/loadgen ./cmd/loadgen
 	$(GO) build -o out/localstack ./cmd/localstack
 	@$(WAIT_QUIET)
 	$(WITH_EMU) bash -c 'set -eo pipefail; \
 		$(GO) test -count=1 -v -run "^TestRoundTrips$$" ./test/bench -args -roundtrips=$(CURDIR)/out/roundtrips.md -roundtrips-json=$(CURDIR)/out/roundtrips.json; \
+		$(GO) test -count=1 -v -run "^TestSideBySide$$" ./test/bench -args -sidebyside-json=$(CURDIR)/out/sidebyside.json; \
 		{ echo "loadavg: $$(cut -d" " -f1-3 /proc/loadavg)"; \
 		  $(GO) test -run "^$$" -bench . -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench; } | tee out/bench.txt; \
 		$(GO) test -count=1 -v -run "^TestFunctionsUnderTheRuntimeEmulator$$" ./test/e2e | tee out/e2e.txt'
@@ -174,9 +181,12 @@ bench: venv build ## Round trips, Go benchmarks, cold start, the seeds' retry mi
 	fi; \
 	$(WAIT_QUIET); \
 	out/loadgen -n $(STEADY_N) -rate $(STEADY_RATE) -out out/load-steady; \
+	$(WAIT_QUIET); \
+	out/loadgen sustain -bench out/bench.txt -duration $(SUSTAIN_STEP) -out out/sustain; \
 	out/loadgen -n $(LOAD_N) -out out/load-seeds
 	out/loadgen doc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
-		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN)
+		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) \
+		-sidebyside out/sidebyside.json -sustain out/sustain.json
 	out/loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 
 # The capacity model reads make bench's measurements from the snapshot it

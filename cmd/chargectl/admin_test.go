@@ -112,7 +112,7 @@ func TestAdminRecord(t *testing.T) {
 	s.create(t, "order-1003", providersim.SourceDecline)
 
 	code, out, _ := s.admin(t, "record", "acme", "order-1001")
-	for _, want := range []string{`acme / order-1001`, `status: +SUCCEEDED`, `stored answer: +201`, `"status":"succeeded"`, `lease owner: +[0-9a-f]{8}\n`, `record expires: .*\(in 24h`} {
+	for _, want := range []string{`acme / order-1001`, `status: +SUCCEEDED`, `stored answer: +201`, `"status":"succeeded"`, `lease owner: +[0-9A-Za-z_-]{8}\n`, `record expires: .*\(in 24h`} {
 		if code != exitOK || !regexp.MustCompile(want).MatchString(out) {
 			t.Fatalf("record: exit %d, output lacks %q:\n%s", code, want, out)
 		}

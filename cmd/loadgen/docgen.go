@@ -28,7 +28,8 @@ import (
 // A section is the text between "<!-- generated:NAME -->" and
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart.
+// coldstart, powertools (with -sidebyside out/sidebyside.json), sustain (with -sustain out/sustain.json, whose PNG it copies
+// to the document's directory as benchmarks-sustain.png).
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
 	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
@@ -37,46 +38,63 @@ func docMain(args []string) error {
 	loads := fs.String("load", "out/load.json", "comma-separated loadgen summaries")
 	coldStart := fs.String("coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
 	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
+	sideBySide := fs.String("sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
+	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate; its PNG is copied beside the document (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	sections := map[string]string{"machine": machine()}
+	sections := map[string]string{}
 
-	f, err := os.Open(*bench)
-	if err != nil {
-		return err
-	}
-	results, conf, err := parseBench(f)
-	_ = f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", *bench, err)
-	}
-	sections["benchmarks"] = benchTable(results, conf)
-	if sections["ratios"], err = ratios(results); err != nil {
-		return fmt.Errorf("%s: %w", *bench, err)
-	}
-
-	rt, err := os.ReadFile(*roundTrips)
-	if err != nil {
-		return err
-	}
-	sections["roundtrips"] = string(rt)
-
-	var summaries []Summary
-	for _, name := range strings.Split(*loads, ",") {
-		b, err := os.ReadFile(name)
+	// An empty -bench, -roundtrips or -load keeps the sections drawn from
+	// it (the machine's with -bench, the anchors with -bench and -load) as
+	// they are, to refresh the others alone.
+	var results []benchResult
+	if *bench != "" {
+		f, err := os.Open(*bench)
 		if err != nil {
 			return err
 		}
-		var s Summary
-		if err := json.Unmarshal(b, &s); err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+		var conf map[string]string
+		results, conf, err = parseBench(f)
+		_ = f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", *bench, err)
 		}
-		summaries = append(summaries, s)
+		sections["machine"] = machine()
+		sections["benchmarks"] = benchTable(results, conf)
+		if sections["ratios"], err = ratios(results); err != nil {
+			return fmt.Errorf("%s: %w", *bench, err)
+		}
 	}
-	sections["load"] = loadTable(summaries)
-	if sections["anchors"], err = anchors(results, summaries); err != nil {
-		return err
+
+	if *roundTrips != "" {
+		rt, err := os.ReadFile(*roundTrips)
+		if err != nil {
+			return err
+		}
+		sections["roundtrips"] = string(rt)
+	}
+
+	if *loads != "" {
+		var summaries []Summary
+		for _, name := range strings.Split(*loads, ",") {
+			b, err := os.ReadFile(name)
+			if err != nil {
+				return err
+			}
+			var s Summary
+			if err := json.Unmarshal(b, &s); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			summaries = append(summaries, s)
+		}
+		sections["load"] = loadTable(summaries)
+		if results != nil {
+			var err error
+			if sections["anchors"], err = anchors(results, summaries); err != nil {
+				return err
+			}
+		}
 	}
 
 	if *coldStart != "" {
@@ -86,6 +104,26 @@ func docMain(args []string) error {
 		}
 		if sections["coldstart"], err = coldStartTable(string(b), *bin); err != nil {
 			return fmt.Errorf("%s: %w", *coldStart, err)
+		}
+	}
+
+	if *sideBySide != "" {
+		b, err := os.ReadFile(*sideBySide)
+		if err != nil {
+			return err
+		}
+		var f sideBySideFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			return fmt.Errorf("%s: %w", *sideBySide, err)
+		}
+		if sections["powertools"], err = sideBySideTable(f); err != nil {
+			return fmt.Errorf("%s: %w", *sideBySide, err)
+		}
+	}
+	if *sustain != "" {
+		var err error
+		if sections["sustain"], err = sustainSection(*sustain, *doc); err != nil {
+			return err
 		}
 	}
 
@@ -409,5 +447,167 @@ func coldStartTable(e2e, bin string) (string, error) {
 	if n == 0 {
 		return "", errors.New("no cold-start lines (name bootstrap SIZE; REPORT Init Duration D; INIT REPORT D)")
 	}
+	return b.String(), nil
+}
+
+// sustainPNG is the name, beside the document, of the plot of a sustain
+// run.
+const sustainPNG = "benchmarks-sustain.png"
+
+// sustainSection reads a sustain run's summary, copies its plot beside
+// doc, and sets out the ceiling, the sustained rate and every step.
+func sustainSection(summary, doc string) (string, error) {
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		return "", err
+	}
+	var s Sustain
+	if err := json.Unmarshal(b, &s); err != nil {
+		return "", fmt.Errorf("%s: %w", summary, err)
+	}
+	img, err := os.ReadFile(strings.TrimSuffix(summary, ".json") + ".png")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(filepath.Dir(doc), sustainPNG), img, 0o644); err != nil {
+		return "", err
+	}
+	return sustainTable(s), nil
+}
+
+func sustainTable(s Sustain) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Load average when the search started: %s; %.0f s a step.\n\n", orNone(s.LoadAvg), s.StepSeconds)
+	fmt.Fprintf(&b, "| | |\n|---|---|\n| the emulator's ceiling | **%.0f req/s**: %.0f PutItem/s (BenchmarkEmulatorPutItem/serial) ÷ %.2f DynamoDB calls per request of the mix |\n", s.Ceiling, s.PutItemPerSecond, s.CallsPerRequest)
+	if s.Sustained > 0 {
+		fmt.Fprintf(&b, "| the highest rate sustained | **%.0f req/s** offered (%.1f answered): **%.0f%%** of the ceiling |\n\n", s.Sustained, s.SustainedAnswered, 100*s.Sustained/s.Ceiling)
+	} else {
+		b.WriteString("| the highest rate sustained | none of the rates tried |\n\n")
+	}
+	b.WriteString("| offered | of the ceiling | load avg at start | answered | dropped | timed out | other failures | first call p50 / p95 / p99 | replay p50 / p95 / p99 | duplicates | missing | sustained |\n")
+	b.WriteString("|---:|---:|---|---:|---:|---:|---:|---|---|---:|---:|---|\n")
+	for _, st := range s.Steps {
+		fmt.Fprintf(&b, "| %.0f req/s | %.0f%% | %s | %.1f req/s | %d | %d | %d | %s | %s | %d | %d | %s |\n",
+			st.Offered, 100*st.Fraction, orNone(st.LoadAvg), st.Answered, st.Dropped, st.Timeouts, st.OtherFailures,
+			percentiles(st.First), percentiles(st.Replay), st.Duplicates, st.Missing, map[bool]string{true: "yes", false: "no"}[st.OK])
+	}
+	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", sustainPNG)
+	return b.String()
+}
+
+// sideBySideFile is TestSideBySide's output (test/bench/sidebyside_test.go
+// writes it): by handler, the runs one at a time ("serial") and at a fixed
+// concurrency ("concurrent"), and the capacity of one first call and one
+// replay.
+type sideBySideFile struct {
+	LoadAvg  string `json:"loadavg_at_start"`
+	N        int    `json:"n"`
+	Handlers map[string]struct {
+		Runs map[string]struct {
+			Concurrency int                `json:"concurrency"`
+			First       sideLatency        `json:"first"`
+			Replay      *sideLatency       `json:"replay"`
+			FirstCalls  map[string]float64 `json:"first_calls"`
+			ReplayCalls map[string]float64 `json:"replay_calls"`
+		} `json:"runs"`
+		FirstWCU          int    `json:"first_wcu"`
+		FirstIndexWCU     int    `json:"first_index_wcu"`
+		ReplayWCU         int    `json:"replay_wcu"`
+		PowertoolsVersion string `json:"powertools_version"`
+	} `json:"handlers"`
+}
+
+type sideLatency struct {
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+// sideBySideHandlers are the handlers compared, in the table's order, with
+// what each does not do.
+var sideBySideHandlers = []struct{ id, name, lacks string }{
+	{"chargeonce", "chargeonce", "–"},
+	{"powertools", "Powertools `@idempotent`", "no atomic business write (the charge row and the record's completion are two writes: a crash between them leaves a charge whose record says in progress); no fencing (a stale holder can still complete a record another took over); no reconciliation (an in-progress record whose outcome is unknown just expires, and the next retry charges again)"},
+	{"naive", "naive", "no idempotency: a retry charges again"},
+}
+
+func sideBySideTable(f sideBySideFile) (string, error) {
+	var b strings.Builder
+	pt := f.Handlers["powertools"]
+	fmt.Fprintf(&b, "Load average when the test started: %s. %d first calls and %d replays per handler and concurrency; Powertools %s. Latencies p50 / p99.\n\n",
+		orNone(f.LoadAvg), f.N, f.N, orNone(pt.PowertoolsVersion))
+	b.WriteString("| handler | concurrency | first call | replay | DynamoDB calls: first / replay | WCU: first / replay | what it does not do |\n")
+	b.WriteString("|---|---:|---:|---:|---|---:|---|\n")
+	calls := func(c map[string]float64) string {
+		if len(c) == 0 {
+			return "–"
+		}
+		var parts []string
+		for _, op := range slices.Sorted(maps.Keys(c)) {
+			parts = append(parts, fmt.Sprintf("%s %s", strconv.FormatFloat(c[op], 'f', -1, 64), op))
+		}
+		return strings.Join(parts, " + ")
+	}
+	lat := func(l *sideLatency) string {
+		if l == nil {
+			return "– (a retry is another first call)"
+		}
+		return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99))
+	}
+	for _, h := range sideBySideHandlers {
+		fig, ok := f.Handlers[h.id]
+		if !ok {
+			return "", fmt.Errorf("no figures for %s", h.id)
+		}
+		wcu := fmt.Sprintf("%d / %d", fig.FirstWCU, fig.ReplayWCU)
+		if fig.FirstIndexWCU > 0 {
+			wcu = fmt.Sprintf("%d (+%d index) / %d", fig.FirstWCU, fig.FirstIndexWCU, fig.ReplayWCU)
+		}
+		if h.id == "naive" {
+			wcu = fmt.Sprintf("%d / –", fig.FirstWCU)
+		}
+		for _, mode := range []string{"serial", "concurrent"} {
+			r, ok := fig.Runs[mode]
+			if !ok {
+				return "", fmt.Errorf("no %s run for %s", mode, h.id)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s / %s | %s | %s |\n", h.name, r.Concurrency, lat(&r.First), lat(r.Replay),
+				calls(r.FirstCalls), calls(r.ReplayCalls), wcu, h.lacks)
+		}
+	}
+	b.WriteString("\n| ratio, p50 (p99) | one at a time | concurrent |\n|---|---:|---:|\n")
+	ours, naive := f.Handlers["chargeonce"], f.Handlers["naive"]
+	ratio := func(a, b sideLatency) string {
+		return fmt.Sprintf("%.2f× (%.2f×)", a.P50/b.P50, a.P99/b.P99)
+	}
+	row := func(name string, get func(mode string) (sideLatency, sideLatency, bool)) {
+		cells := []string{name}
+		for _, mode := range []string{"serial", "concurrent"} {
+			a, b, ok := get(mode)
+			if !ok {
+				cells = append(cells, "–")
+				continue
+			}
+			cells = append(cells, ratio(a, b))
+		}
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+	}
+	row("chargeonce first call ÷ Powertools first call", func(m string) (sideLatency, sideLatency, bool) {
+		return ours.Runs[m].First, pt.Runs[m].First, true
+	})
+	row("chargeonce replay ÷ Powertools replay", func(m string) (sideLatency, sideLatency, bool) {
+		if ours.Runs[m].Replay == nil || pt.Runs[m].Replay == nil {
+			return sideLatency{}, sideLatency{}, false
+		}
+		return *ours.Runs[m].Replay, *pt.Runs[m].Replay, true
+	})
+	row("chargeonce first call ÷ naive first call", func(m string) (sideLatency, sideLatency, bool) {
+		return ours.Runs[m].First, naive.Runs[m].First, true
+	})
+	row("chargeonce replay ÷ naive first call (its retry)", func(m string) (sideLatency, sideLatency, bool) {
+		if ours.Runs[m].Replay == nil {
+			return sideLatency{}, sideLatency{}, false
+		}
+		return *ours.Runs[m].Replay, naive.Runs[m].First, true
+	})
 	return b.String(), nil
 }

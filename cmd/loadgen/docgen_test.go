@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -153,5 +155,46 @@ func TestAnchors(t *testing.T) {
 	}
 	if _, err := anchors(results, nil); err == nil {
 		t.Fatal("no load runs accepted")
+	}
+}
+
+func TestSideBySideTable(t *testing.T) {
+	run := func(first, replay float64) string {
+		r := fmt.Sprintf(`"first": {"p50_ms": %g, "p99_ms": %g}`, first, 2*first)
+		if replay > 0 {
+			r += fmt.Sprintf(`, "replay": {"p50_ms": %g, "p99_ms": %g}, "replay_calls": {"PutItem": 1}`, replay, 2*replay)
+		}
+		return r
+	}
+	js := fmt.Sprintf(`{"n": 10, "handlers": {
+		"chargeonce": {"runs": {"serial": {"concurrency": 1, %s, "first_calls": {"PutItem": 1, "TransactWriteItems": 1}}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 5, "first_index_wcu": 2, "replay_wcu": 1},
+		"powertools": {"runs": {"serial": {"concurrency": 1, %s, "first_calls": {"PutItem": 2, "UpdateItem": 1}}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 3, "replay_wcu": 1, "powertools_version": "3.37.0"},
+		"naive": {"runs": {"serial": {"concurrency": 1, %s}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 1}}}`,
+		run(10, 2), run(40, 8), run(20, 8), run(40, 16), run(4, 0), run(10, 0))
+	var f sideBySideFile
+	if err := json.Unmarshal([]byte(js), &f); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sideBySideTable(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| chargeonce | 1 | 10.0 / 20.0 ms | 2.00 / 4.00 ms | 1 PutItem + 1 TransactWriteItems / 1 PutItem | 5 (+2 index) / 1 | – |",
+		"| Powertools `@idempotent` | 1 | 20.0 / 40.0 ms | 8.00 / 16.0 ms | 2 PutItem + 1 UpdateItem / 1 PutItem | 3 / 1 | no atomic business write",
+		"| naive | 8 | 10.0 / 20.0 ms | – (a retry is another first call) | – / – | 1 / – | no idempotency",
+		"| chargeonce first call ÷ Powertools first call | 0.50× (0.50×) | 1.00× (1.00×) |",
+		"| chargeonce replay ÷ Powertools replay | 0.25× (0.25×) | 0.50× (0.50×) |",
+		"| chargeonce first call ÷ naive first call | 2.50× (2.50×) | 4.00× (4.00×) |",
+		"| chargeonce replay ÷ naive first call (its retry) | 0.50× (0.50×) | 0.80× (0.80×) |",
+		"Powertools 3.37.0",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	delete(f.Handlers, "naive")
+	if _, err := sideBySideTable(f); err == nil {
+		t.Error("a missing handler passed")
 	}
 }

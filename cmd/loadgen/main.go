@@ -23,24 +23,22 @@
 //	        [-out out/load]
 //	loadgen doc [flags]        (regenerates docs/benchmarks.md; see docgen.go)
 //	loadgen capacity [flags]   (regenerates docs/capacity.md; see capacity.go)
+//	loadgen sustain [flags]    (steps the offered rate up to the emulator's ceiling; see sustain.go)
 package main
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"image/png"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -61,6 +59,8 @@ func main() {
 		err = docMain(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "capacity":
 		err = capacityMain(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "sustain":
+		err = sustainMain(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	default:
 		err = loadMain(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	}
@@ -86,7 +86,18 @@ type loadConfig struct {
 
 func parseLoadFlags(args []string, getenv func(string) string) (loadConfig, error) {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
-	c := loadConfig{}
+	c := loadFlags(fs, getenv)
+	if err := fs.Parse(args); err != nil {
+		return loadConfig{}, err
+	}
+	return c.finish(fs)
+}
+
+// loadFlags defines a load run's flags on fs, and returns the
+// configuration they fill in; finish completes and checks it once fs is
+// parsed.
+func loadFlags(fs *flag.FlagSet, getenv func(string) string) *loadConfig {
+	c := &loadConfig{}
 	fs.IntVar(&c.Ops, "n", 20000, "logical charges")
 	fs.Float64Var(&c.Rate, "rate", 2080, "requests per second, sent whatever the answers")
 	fs.Float64Var(&c.RetryOnce, "retry-once", 0.03, "share of logical charges retried once")
@@ -105,9 +116,10 @@ func parseLoadFlags(args []string, getenv func(string) string) (loadConfig, erro
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's records and rows (by default they are deleted after the check)")
 	fs.StringVar(&c.tenant, "tenant", "", "tenant to charge for (default load-<random>)")
 	fs.StringVar(&c.out, "out", "out/load", "write the summary to OUT.json and the latency plot to OUT.png")
-	if err := fs.Parse(args); err != nil {
-		return loadConfig{}, err
-	}
+	return c
+}
+
+func (c *loadConfig) finish(fs *flag.FlagSet) (loadConfig, error) {
 	if fs.NArg() > 0 {
 		return loadConfig{}, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -133,7 +145,7 @@ func parseLoadFlags(args []string, getenv func(string) string) (loadConfig, erro
 			return loadConfig{}, err
 		}
 	}
-	return c, nil
+	return *c, nil
 }
 
 // loopback refuses a URL whose host is not a loopback address or
@@ -189,15 +201,41 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 	if err != nil {
 		return err
 	}
-	hc := &http.Client{
+	hc := c.client()
+	if err := reachable(ctx, hc, c.target); err != nil {
+		return err
+	}
+	s, err := runLoad(ctx, c, hc, stderr)
+	if err != nil {
+		return err
+	}
+	printSummary(stdout, s)
+	return s.Check.err()
+}
+
+// client is the HTTP client of a load run: one idle connection kept per
+// request that may be in flight.
+func (c loadConfig) client() *http.Client {
+	return &http.Client{
 		Timeout: c.timeout,
 		Transport: &http.Transport{
 			MaxIdleConns: c.maxInFlight, MaxIdleConnsPerHost: c.maxInFlight, IdleConnTimeout: 90 * time.Second,
 		},
 	}
-	if err := reachable(ctx, hc, c.target); err != nil {
-		return err
+}
+
+// err reports duplicate, missing and stray charges.
+func (c Check) err() error {
+	if c.Duplicates > 0 || c.Missing > 0 || c.Stray > 0 {
+		return fmt.Errorf("%d duplicates, %d missing, %d stray rows", c.Duplicates, c.Missing, c.Stray)
 	}
+	return nil
+}
+
+// runLoad sends c's plan, checks the ledger and the charges table, writes
+// the summary and the latency plot under c.out, and deletes the run's
+// records and rows unless c.keep.
+func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Writer) (Summary, error) {
 	keys := make([]string, c.Ops)
 	for op := range c.Ops {
 		keys[op] = fmt.Sprintf("op-%07d", op)
@@ -221,7 +259,7 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 
 	db, err := dynamoClient(ctx, c.dynamoDB)
 	if err != nil {
-		return err
+		return Summary{}, err
 	}
 	byOp := make([][]outcome, c.Ops)
 	sent := make([]bool, c.Ops)
@@ -232,7 +270,7 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 	// A command's references derive from its record's creation.
 	refs, ids, err := references(ctx, db, c.idemTable, c.tenant, keys, sent)
 	if err != nil {
-		return err
+		return Summary{}, err
 	}
 	var sentKeys, sentIDs []string // what the cleanup deletes
 	for op, ok := range sent {
@@ -246,11 +284,11 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 	for {
 		ledger, err := ledgerEntries(ctx, hc, c.provider)
 		if err != nil {
-			return err
+			return Summary{}, err
 		}
 		rows, err := chargeRows(ctx, db, c.chargesTable, c.tenant)
 		if err != nil {
-			return err
+			return Summary{}, err
 		}
 		s.Check = check(keys, refs, byOp, ledger, rows)
 		if s.Check.Missing == 0 || time.Since(settleStart) >= c.settle {
@@ -258,25 +296,21 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return Summary{}, ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
 	}
 	s.SettleSeconds = time.Since(settleStart).Seconds()
 
 	if err := writeOutputs(c.out, s, groups); err != nil {
-		return err
+		return Summary{}, err
 	}
-	printSummary(stdout, s)
 	if !c.keep {
 		if err := cleanup(ctx, db, c.idemTable, c.chargesTable, c.tenant, sentKeys, sentIDs); err != nil {
-			return err
+			return Summary{}, err
 		}
 	}
-	if s.Check.Duplicates > 0 || s.Check.Missing > 0 || s.Check.Stray > 0 {
-		return fmt.Errorf("%d duplicates, %d missing, %d stray rows", s.Check.Duplicates, s.Check.Missing, s.Check.Stray)
-	}
-	return nil
+	return s, nil
 }
 
 // reachable fails fast when nothing answers at target.
@@ -346,31 +380,13 @@ func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error
 }
 
 func writeOutputs(out string, s Summary, groups map[string][]time.Duration) error {
-	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
-		return err
-	}
-	js, err := json.MarshalIndent(s, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
-		return err
-	}
 	title := fmt.Sprintf("POST /charges latency, %d logical charges at %.0f req/s offered, %.0f req/s answered", s.Logical, s.TargetRate, s.AchievedRate)
 	img := plotPercentiles(title, []series{
 		{name: "first call", color: rgb(31, 119, 180), sorted: groups["first"]},
 		{name: "replay", color: rgb(255, 127, 14), sorted: groups["replay"]},
 		{name: "concurrent twin", color: rgb(44, 160, 44), sorted: groups["concurrent"]},
 	})
-	f, err := os.Create(out + ".png")
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return writeResult(out, s, img)
 }
 
 func printSummary(w io.Writer, s Summary) {

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"image"
 	"image/color"
 	"image/draw"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -181,4 +183,72 @@ func sign(n int) int {
 		return -1
 	}
 	return 0
+}
+
+// plotRates draws each step of a sustain run as answered against offered
+// rate, passing steps filled and failing ones hollow, beside the line
+// answered = offered and the ceiling.
+func plotRates(s Sustain) *image.RGBA {
+	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
+	draw.Draw(img, img.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
+	x0, x1, y0, y1 := marginL, plotW-marginR, plotH-marginB, marginT
+
+	top := s.Ceiling
+	for _, st := range s.Steps {
+		top = max(top, st.Offered, st.Answered)
+	}
+	step, axis := niceScale(1.05 * top)
+	xOf := func(v float64) int { return x0 + int(math.Round(v/axis*float64(x1-x0))) }
+	yOf := func(v float64) int { return y0 - int(math.Round(v/axis*float64(y0-y1))) }
+	for v := 0.0; v <= axis+step/2; v += step {
+		text := strconv.FormatFloat(v, 'f', -1, 64)
+		hline(img, x0, x1, yOf(v), grey)
+		hline(img, x0-5, x0, yOf(v), black)
+		label(img, text, x0-8, yOf(v)+4, alignRight)
+		vline(img, xOf(v), y1, y0, grey)
+		vline(img, xOf(v), y0, y0+5, black)
+		label(img, text, xOf(v), y0+18, alignCenter)
+	}
+	hline(img, x0, x1, y0, black)
+	vline(img, x0, y1, y0, black)
+	label(img, "offered, req/s", (x0+x1)/2, plotH-12, alignCenter)
+	label(img, "answered", x0-8, y1-10, alignRight)
+	label(img, fmt.Sprintf("The local stack: answered against offered rate, %.0f s a step; sustained %.0f req/s of a ceiling of %.0f",
+		s.StepSeconds, s.Sustained, s.Ceiling), (x0+x1)/2, 22, alignCenter)
+
+	ideal, ceiling, ok, failed := rgb(150, 150, 150), rgb(214, 39, 40), rgb(31, 119, 180), rgb(255, 127, 14)
+	segment(img, xOf(0), yOf(0), xOf(axis), yOf(axis), ideal)
+	for y := y1; y < y0; y += 8 { // dashed
+		vline(img, xOf(s.Ceiling), y, min(y+4, y0), ceiling)
+	}
+	steps := slices.Clone(s.Steps)
+	slices.SortFunc(steps, func(a, b Step) int { return cmp.Compare(a.Offered, b.Offered) })
+	for i, st := range steps {
+		if i > 0 {
+			segment(img, xOf(steps[i-1].Offered), yOf(steps[i-1].Answered), xOf(st.Offered), yOf(st.Answered), ok)
+		}
+	}
+	for _, st := range steps {
+		x, y := xOf(st.Offered), yOf(st.Answered)
+		if st.OK {
+			fillRect(img, image.Rect(x-4, y-4, x+5, y+5), ok)
+			continue
+		}
+		fillRect(img, image.Rect(x-5, y-5, x+6, y+6), failed)
+		fillRect(img, image.Rect(x-3, y-3, x+4, y+4), white)
+	}
+	for i, l := range []struct {
+		c    color.RGBA
+		text string
+	}{
+		{ok, "a step sustained (95% answered; no drop, time-out, duplicate or missing charge)"},
+		{failed, "a step not sustained"},
+		{ideal, "answered = offered"},
+		{ceiling, fmt.Sprintf("ceiling: %.0f PutItem/s / %.2f calls per request", s.PutItemPerSecond, s.CallsPerRequest)},
+	} {
+		ly := y1 + 10 + i*legendRow
+		fillRect(img, image.Rect(x0+14, ly-legendBox+2, x0+14+legendBox, ly+2), l.c)
+		label(img, l.text, x0+30, ly+2, alignLeft)
+	}
+	return img
 }

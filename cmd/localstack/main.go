@@ -15,10 +15,23 @@
 //
 //	localstack [-addr 127.0.0.1:3000] [-provider-addr 127.0.0.1:4010]
 //	           [-emulator-port 4566] [-sweep-every 5s] [-slow 5s] [-root .]
+//	           [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
 // INFLIGHT_WAIT, LOG_LEVEL, PROVIDER_SECRET) are read from the environment.
+//
+// PROVIDER picks the provider side. sim (the default): the provider
+// simulator (providersim) on -provider-addr. stripe: the functions use the
+// Stripe adapter, against PROVIDER_URL if it is set (a running stripe-mock,
+// say), else against the stateful Stripe simulator (stripesim) served on
+// -provider-addr, with PROVIDER_SECRET as its key (sk_test_localstack if
+// unset), which sends its signed webhooks to the API's POST
+// /webhooks/stripe, signed with STRIPE_WEBHOOK_SECRET (whsec_localstack if
+// unset).
 // Logs are JSON lines on standard output; the banner goes to standard error.
+// With -trace-json, every function's spans are JSON lines on standard
+// output too (stdouttrace), one per span as it ends; without it tracing is
+// off, as in a deployment without the ADOT layer.
 package main
 
 import (
@@ -39,6 +52,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -46,9 +60,13 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
 	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
+	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 )
 
 // The functions' timeouts in template.yaml; the reconcile function's is
@@ -57,6 +75,16 @@ const (
 	chargeTimeout  = 10 * time.Second
 	sweeperTimeout = 50 * time.Second
 )
+
+// idleConns is how many idle connections the stack keeps open to the
+// emulator and to the provider simulator. In Lambda each instance serves
+// one request at a time; here one process serves them all, and with the
+// SDK's default of 10 idle connections per host (a plain http.Client's: 2)
+// every request beyond them closed its connection after use and the next
+// opened another, for which the emulator starts a thread.
+const idleConns = 1024
+
+func keepIdle(t *http.Transport) { t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConns, idleConns }
 
 // shutdownTimeout bounds how long in-flight requests may finish on exit.
 const shutdownTimeout = 10 * time.Second
@@ -68,7 +96,24 @@ type options struct {
 	emulatorPort int
 	sweepEvery   time.Duration
 	slow         time.Duration
-	getenv       func(string) string
+	// spans receives the functions' spans as JSON lines; nil, tracing
+	// is off.
+	spans  io.Writer
+	getenv func(string) string
+}
+
+// stripeSimKey is the stripesim's secret key unless PROVIDER_SECRET names
+// one.
+const stripeSimKey = "sk_test_localstack"
+
+// stripeSimWebhookSecret signs stripesim's webhooks to the stack's POST
+// /webhooks/stripe unless STRIPE_WEBHOOK_SECRET names another.
+const stripeSimWebhookSecret = "whsec_localstack"
+
+// server is a listener and what it serves.
+type server struct {
+	ln net.Listener
+	h  http.Handler
 }
 
 // stack is where the running stack serves.
@@ -81,6 +126,12 @@ type stack struct {
 	// any credentials.
 	dummyCredentials bool
 	sweepEvery, slow time.Duration
+	// providerKind is PROVIDER; simulated: a stripe provider is the
+	// stack's stripesim, not PROVIDER_URL.
+	providerKind string
+	simulated    bool
+	// stripeSim is the stack's stripesim, when simulated.
+	stripeSim *stripesim.Simulator
 }
 
 func main() {
@@ -119,8 +170,12 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.IntVar(&o.emulatorPort, "emulator-port", 4566, "port of the DynamoDB/SQS emulator (0: any free port)")
 	fs.DurationVar(&o.sweepEvery, "sweep-every", 5*time.Second, "interval of the sweeper")
 	fs.DurationVar(&o.slow, "slow", 5*time.Second, "how long the provider simulator takes to answer a tok_slow charge")
+	traceJSON := fs.Bool("trace-json", false, "print the functions' spans as JSON lines on standard output")
 	if err := fs.Parse(args); err != nil {
 		return options{}, err
+	}
+	if *traceJSON {
+		o.spans = os.Stdout
 	}
 	if fs.NArg() > 0 || o.sweepEvery <= 0 || o.slow < 0 {
 		return options{}, fmt.Errorf("bad arguments %q", args)
@@ -152,6 +207,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	if err != nil {
 		return err
 	}
+	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(keepIdle)
 	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
 	res, err := createResources(ctx, clients)
 	if err != nil {
@@ -160,34 +216,14 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	s.queueURL, s.dlqURL, s.dummyCredentials = res.queue.URL, res.queue.DLQURL, local
 	s.intakeURL, s.intakeDLQURL = res.chargeRequests.URL, res.chargeRequests.DLQURL
 
-	providerLn, err := listen(o.providerAddr)
-	if err != nil {
-		return err
-	}
-	defer providerLn.Close()
-	s.provider = "http://" + providerLn.Addr().String()
-	sim := providersim.New(providersim.WithSecret(o.getenv(app.EnvProviderSecret)), providersim.WithSlowDelay(o.slow),
-		providersim.WithLogger(logger.With("component", "provider")))
-
 	// The functions read these variables exactly as they do in Lambda; the
 	// template sets the same ones to the deployed resources.
 	env := map[string]string{
 		app.EnvIdempotencyTable:  res.idempotencyTable,
 		app.EnvChargesTable:      res.chargesTable,
 		app.EnvReconcileQueueURL: res.queue.URL,
-		app.EnvProviderURL:       s.provider,
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
-	}
-	getenv := func(name string) string {
-		if v, ok := env[name]; ok {
-			return v
-		}
-		return o.getenv(name)
-	}
-	gw, sweep, pollers, err := functions(ctx, getenv, clients, res.chargeRequests.URL, logger)
-	if err != nil {
-		return err
 	}
 	apiLn, err := listen(o.apiAddr)
 	if err != nil {
@@ -195,15 +231,51 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	}
 	defer apiLn.Close()
 	s.api = "http://" + apiLn.Addr().String()
+	s.providerKind = cmp.Or(o.getenv(app.EnvProvider), app.ProviderSim)
+	var servers []server
+	if s.providerKind == app.ProviderStripe && o.getenv(app.EnvProviderURL) != "" {
+		s.provider = o.getenv(app.EnvProviderURL)
+	} else {
+		providerLn, err := listen(o.providerAddr)
+		if err != nil {
+			return err
+		}
+		defer providerLn.Close()
+		s.provider = "http://" + providerLn.Addr().String()
+		env[app.EnvProviderURL] = s.provider
+		plog := logger.With("component", "provider")
+		var sim http.Handler = providersim.New(providersim.WithSecret(o.getenv(app.EnvProviderSecret)),
+			providersim.WithSlowDelay(o.slow), providersim.WithLogger(plog))
+		if s.providerKind == app.ProviderStripe {
+			s.simulated = true
+			env[app.EnvProviderSecret] = cmp.Or(o.getenv(app.EnvProviderSecret), stripeSimKey)
+			// stripesim sends its signed webhooks to the stack's API, as
+			// Stripe does to a registered endpoint.
+			env[app.EnvWebhookSecret] = cmp.Or(o.getenv(app.EnvWebhookSecret), stripeSimWebhookSecret)
+			s.stripeSim = stripesim.New(func(so *stripesim.Options) {
+				so.SecretKey, so.Logger = env[app.EnvProviderSecret], plog
+				so.WebhookURL, so.WebhookSecret = s.api+"/webhooks/stripe", env[app.EnvWebhookSecret]
+			})
+			sim = s.stripeSim
+		}
+		servers = append(servers, server{providerLn, sim})
+	}
+	getenv := func(name string) string {
+		if v, ok := env[name]; ok {
+			return v
+		}
+		return o.getenv(name)
+	}
+	gw, sweep, pollers, err := functions(ctx, getenv, clients, res.chargeRequests.URL, o.spans, logger)
+	if err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	failed := make(chan error, 2)
-	for _, srv := range []struct {
-		ln net.Listener
-		h  http.Handler
-	}{{providerLn, sim}, {apiLn, gw}} {
+	for _, srv := range append(servers, server{apiLn, gw}) {
 		wg.Go(func() {
 			if err := serve(ctx, srv.ln, srv.h, logger); err != nil {
 				failed <- err
@@ -233,8 +305,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 // functions builds the four functions' handlers with app, as their Lambda
 // mains do, and the local event sources in front of them: the gateway,
 // and a poller each for the reconcile queue and for the charge-requests
-// queue at intakeURL.
-func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, intakeURL string, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []*eventsource.Poller, error) {
+// queue at intakeURL. With spans, each function traces to it.
+func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, intakeURL string, spans io.Writer, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []*eventsource.Poller, error) {
 	cc, err := app.LoadCharge(getenv)
 	if err != nil {
 		return nil, nil, nil, err
@@ -247,29 +319,42 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ch, err := app.ChargeHandler(cc, app.Deps{Clients: clients, Logger: logger.With("function", "charge")})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	gw, err := gateway.New(ch.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet},
-		gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
-		gateway.WithLogger(logger.With("component", "gateway")))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	sw, err := app.SweeperHandler(sc, app.Deps{Clients: clients, Logger: logger.With("function", "sweeper")})
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	rh, err := app.ReconcileHandler(rc, app.Deps{Clients: clients, Logger: logger.With("function", "reconcile")})
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	ic, err := app.LoadIntake(getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ih, err := app.IntakeHandler(ic, app.Deps{Clients: clients, Logger: logger.With("function", "intake")})
+	providerTransport := http.DefaultTransport.(*http.Transport).Clone()
+	keepIdle(providerTransport)
+	deps := map[string]app.Deps{}
+	for _, fn := range []string{metrics.FunctionCharge, metrics.FunctionSweeper, metrics.FunctionReconcile, metrics.FunctionIntake} {
+		d := app.Deps{Clients: clients, Logger: logger.With("function", fn),
+			ProviderOptions: []func(*provider.Options){provider.WithHTTPClient(&http.Client{Transport: providerTransport})}}
+		if spans != nil {
+			if d.Tracer, err = tracing.NewJSON(spans, fn); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		deps[fn] = d
+	}
+	ch, err := app.ChargeHandler(cc, deps[metrics.FunctionCharge])
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	gw, err := gateway.New(ch.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+		gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
+		gateway.WithLogger(logger.With("component", "gateway")))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sw, err := app.SweeperHandler(sc, deps[metrics.FunctionSweeper])
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	rh, err := app.ReconcileHandler(rc, deps[metrics.FunctionReconcile])
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ih, err := app.IntakeHandler(ic, deps[metrics.FunctionIntake])
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -366,13 +451,23 @@ func printBanner(w io.Writer, s stack) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchargeonce local stack is up; Ctrl-C stops it.\n\n")
 	fmt.Fprintf(&b, "  charge API       %s   (POST /charges, GET /charges/{id}; token: Authorization: Bearer dev:<tenant>)\n", s.api)
-	fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
+	source := "tok_visa"
+	switch {
+	case s.providerKind != app.ProviderStripe:
+		fmt.Fprintf(&b, "  provider sim     %s   (sources tok_visa, tok_decline, tok_slow (%s), tok_timeout_once, tok_unavailable; GET /v1/ledger)\n", s.provider, s.slow)
+	case s.simulated:
+		source = stripesim.PMVisa
+		fmt.Fprintf(&b, "  Stripe (sim)     %s   (PROVIDER=stripe on stripesim; sources pm_card_visa, pm_card_chargeDeclined, pm_sim_timeout, pm_sim_rate_limited, ...; signed webhooks to %s/webhooks/stripe)\n", s.provider, s.api)
+	default:
+		source = stripesim.PMVisa
+		fmt.Fprintf(&b, "  Stripe           %s   (PROVIDER=stripe at PROVIDER_URL; sources pm_...)\n", s.provider)
+	}
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
 	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
-	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\"}'\n", s.api)
-	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source tok_visa   (after the export)\n\n")
+	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
+	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
 	_, _ = io.WriteString(w, b.String())
 }

@@ -1,8 +1,8 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -11,24 +11,48 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // TestStackServesThenStopsEverything runs the stack as `make run` does, on
 // free ports with its own emulator, charges once through it, and checks
-// that cancelling stops the emulator it started.
+// that cancelling stops the emulator it started: with the provider
+// simulator, and with PROVIDER=stripe on the Stripe simulator.
 func TestStackServesThenStopsEverything(t *testing.T) {
 	t.Parallel()
-	// An empty environment: no DYNAMODB_ENDPOINT or SQS_ENDPOINT, so the
-	// stack starts its own emulator (its table names are fixed, and must
-	// not land on a shared endpoint), and every function setting defaults.
-	getenv := func(string) string { return "" }
-	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0"}, getenv)
+	for provider, source := range map[string]string{"": "tok_visa", app.ProviderStripe: stripesim.PMVisa} {
+		t.Run(cmp.Or(provider, app.ProviderSim), func(t *testing.T) {
+			t.Parallel()
+			// An empty environment but PROVIDER: no DYNAMODB_ENDPOINT or
+			// SQS_ENDPOINT, so the stack starts its own emulator (its table
+			// names are fixed, and must not land on a shared endpoint), and
+			// every other function setting defaults.
+			stackServesThenStops(t, func(name string) string {
+				if name == app.EnvProvider {
+					return provider
+				}
+				return ""
+			}, source)
+		})
+	}
+}
+
+func stackServesThenStops(t *testing.T, getenv func(string) string, source string) {
+	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0", "-trace-json"}, getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if o.spans == nil {
+		t.Fatal("-trace-json: no span output")
+	}
+	spans := &testkit.LogBuffer{}
+	o.spans = spans
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	ready := make(chan stack, 1)
@@ -57,7 +81,7 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 		}
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges",
-		strings.NewReader(`{"amount":1500,"currency":"EUR","source":"tok_visa"}`))
+		strings.NewReader(`{"amount":1500,"currency":"EUR","source":"`+source+`"}`))
 	req.Header.Set("Authorization", "Bearer dev:acme")
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Idempotency-Key", "order-1001")
@@ -70,7 +94,20 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 	if res.StatusCode != http.StatusCreated {
 		t.Fatalf("POST /charges: %d %s", res.StatusCode, body)
 	}
-	submitAndReplay(t, s)
+	if !strings.Contains(curl, source) {
+		t.Errorf("banner's curl does not charge %s:\n%s", source, banner.String())
+	}
+	if s.stripeSim != nil {
+		// stripesim's payment_intent.succeeded reaches the stack's
+		// POST /webhooks/stripe, verifies and is acknowledged.
+		for deadline := time.Now().Add(10 * time.Second); s.stripeSim.WebhooksDelivered() == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("stripesim's webhook was not acknowledged by the stack within 10s")
+			}
+		}
+	}
+	wantSpans(t, spans, "order-1001", source)
+	submitAndReplay(t, s, source)
 
 	cancel()
 	select {
@@ -89,10 +126,46 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 	}
 }
 
+// wantSpans checks that the charge just made printed its spans as JSON
+// lines, the invocation's and the store's and provider's within it in one
+// trace, and that none names the raw key or source.
+func wantSpans(t *testing.T, spans *testkit.LogBuffer, secrets ...string) {
+	t.Helper()
+	// Other invocations (a webhook from stripesim) may have traces of
+	// their own: the charge's is the one its provider call is in.
+	tracesOf := map[string]map[string]bool{}
+	for _, r := range spans.Records(t) {
+		name, _ := r["Name"].(string)
+		sc, _ := r["SpanContext"].(map[string]any)
+		id, _ := sc["TraceID"].(string)
+		if tracesOf[name] == nil {
+			tracesOf[name] = map[string]bool{}
+		}
+		tracesOf[name][id] = true
+	}
+	var charge string
+	for id := range tracesOf["provider.Charge"] {
+		charge = id
+	}
+	if len(tracesOf["provider.Charge"]) != 1 {
+		t.Errorf("provider.Charge spans in %d traces, want 1: %v", len(tracesOf["provider.Charge"]), tracesOf)
+	}
+	for _, name := range []string{"charge", "idem.Begin", "idem.Commit", "DynamoDB.PutItem", "DynamoDB.TransactWriteItems"} {
+		if !tracesOf[name][charge] {
+			t.Errorf("span %s: traces %v, want the charge's %q; spans: %v", name, tracesOf[name], charge, tracesOf)
+		}
+	}
+	for _, secret := range secrets {
+		if strings.Contains(spans.String(), secret) {
+			t.Errorf("the spans name %q", secret)
+		}
+	}
+}
+
 func TestParseFlags(t *testing.T) {
 	t.Parallel()
 	o, err := parseFlags(nil, func(string) string { return "" })
-	if err != nil || o.apiAddr != "127.0.0.1:3000" || o.providerAddr != "127.0.0.1:4010" || o.emulatorPort != 4566 || o.sweepEvery != 5*time.Second {
+	if err != nil || o.apiAddr != "127.0.0.1:3000" || o.providerAddr != "127.0.0.1:4010" || o.emulatorPort != 4566 || o.sweepEvery != 5*time.Second || o.spans != nil {
 		t.Errorf("defaults: %+v %v", o, err)
 	}
 	for _, args := range [][]string{{"-sweep-every", "0s"}, {"-slow", "-1s"}, {"extra"}, {"-nope"}} {
@@ -105,36 +178,37 @@ func TestParseFlags(t *testing.T) {
 // submitAndReplay submits a charge on the stack's charge-requests queue,
 // waits for the intake to charge it, and has POST /charges with its
 // command id replay it.
-func submitAndReplay(t *testing.T, s stack) {
+func submitAndReplay(t *testing.T, s stack, source string) {
 	t.Helper()
 	ctx := t.Context()
 	cfg, err := awsenv.Config(ctx, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := intake.NewQueue(awsenv.New(cfg, s.dynamoDB, s.sqs).SQS, s.intakeURL)
+	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
+	q, err := intake.NewQueue(clients.SQS, s.intakeURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const body = `{"amount":2500,"currency":"EUR","source":"tok_visa"}`
+	body := `{"amount":2500,"currency":"EUR","source":"` + source + `"}`
 	if _, err := q.Submit(ctx, "acme", "renewal-1", []byte(body)); err != nil {
 		t.Fatal(err)
 	}
+	store, err := idem.New(clients.DynamoDB, idempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := idem.NewKey("acme", charge.Operation, "renewal-1")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		res, err := http.Get(s.provider + "/v1/ledger")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var l struct {
-			TotalCharges int `json:"total_charges"`
-		}
-		err = json.NewDecoder(res.Body).Decode(&l)
-		res.Body.Close()
-		if err == nil && l.TotalCharges == 2 {
+		rec, err := store.Get(ctx, key)
+		if err == nil && rec.Status == idem.StatusSucceeded {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the intake did not charge the submitted message within 30s (ledger: %+v, %v)", l, err)
+			t.Fatalf("the intake did not charge the submitted message within 30s (record: %+v, %v)", rec, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

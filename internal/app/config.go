@@ -21,6 +21,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -42,6 +43,13 @@ const (
 	EnvRetryBase         = "RECONCILE_RETRY_BASE"
 	EnvRetryCap          = "RECONCILE_RETRY_CAP"
 	EnvLogLevel          = "LOG_LEVEL"
+	// EnvWebhookSecret is the signing secret (whsec_…) of the Stripe
+	// webhook endpoint POST /webhooks/stripe; empty refuses every
+	// delivery.
+	EnvWebhookSecret = "STRIPE_WEBHOOK_SECRET"
+	// EnvTraceEndpoint is the OTLP/HTTP endpoint the functions export
+	// their spans to (the ADOT collector layer's); empty, tracing is off.
+	EnvTraceEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
 	// EnvChargeRequestsDLQURL is the charge-requests dead-letter queue,
 	// where the intake function sends malformed messages.
 	EnvChargeRequestsDLQURL = "CHARGE_REQUESTS_DLQ_URL"
@@ -148,6 +156,11 @@ type ChargeConfig struct {
 	// memory to replay without a DynamoDB call; 0 turns the cache off.
 	ReplayCache int
 	LogLevel    slog.Level
+	// WebhookSecret verifies Stripe's webhook deliveries; never logged.
+	WebhookSecret string
+	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
+	// empty, nowhere: tracing is off. Every function reads it.
+	TraceEndpoint string
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -161,11 +174,13 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		ProviderURL:       e.required(EnvProviderURL),
 		ProviderSecret:    e.optional(EnvProviderSecret, ""),
 		TenantClaim:       e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
+		WebhookSecret:     e.optional(EnvWebhookSecret, ""),
 		Retention:         e.duration(EnvIdempotencyTTL, 24*time.Hour),
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:       e.count(EnvReplayCache, DefaultReplayCache),
 		LogLevel:          e.level(),
+		TraceEndpoint:     e.optional(EnvTraceEndpoint, ""),
 	}
 	return c, e.err()
 }
@@ -182,6 +197,7 @@ type ReconcileConfig struct {
 	SettleWindow        time.Duration
 	RetryBase, RetryCap time.Duration
 	LogLevel            slog.Level
+	TraceEndpoint       string
 }
 
 // LoadReconcile reads the reconcile function's configuration.
@@ -198,6 +214,7 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 		RetryBase:        e.duration(EnvRetryBase, charge.DefaultRetryBase),
 		RetryCap:         e.duration(EnvRetryCap, charge.DefaultRetryCap),
 		LogLevel:         e.level(),
+		TraceEndpoint:    e.optional(EnvTraceEndpoint, ""),
 	}
 	return c, e.err()
 }
@@ -212,6 +229,7 @@ type IntakeConfig struct {
 	ProviderURL, ProviderSecret                       string
 	Retention, InflightWait, CommitReserve            time.Duration
 	LogLevel                                          slog.Level
+	TraceEndpoint                                     string
 }
 
 // LoadIntake reads the intake function's configuration.
@@ -229,6 +247,7 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		LogLevel:           e.level(),
+		TraceEndpoint:      e.optional(EnvTraceEndpoint, ""),
 	}
 	return c, e.err()
 }
@@ -237,6 +256,7 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 type SweeperConfig struct {
 	IdempotencyTable, ReconcileQueueURL string
 	LogLevel                            slog.Level
+	TraceEndpoint                       string
 }
 
 // LoadSweeper reads the sweeper function's configuration.
@@ -246,6 +266,7 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
 		LogLevel:          e.level(),
+		TraceEndpoint:     e.optional(EnvTraceEndpoint, ""),
 	}
 	return c, e.err()
 }
@@ -294,6 +315,21 @@ type Deps struct {
 	Metrics io.Writer
 	// ProviderOptions adjust the provider client (e.g. its HTTP client).
 	ProviderOptions []func(*provider.Options)
+	// StripeOptions adjust the Stripe adapter (PROVIDER=stripe), after
+	// the configuration and Clock have set its own.
+	StripeOptions []func(*stripe.Options)
+	// Tracer records the function's spans; nil, the default, traces
+	// nothing and instruments no client.
+	Tracer *tracing.Tracer
+}
+
+// traced is d with its AWS clients instrumented for d.Tracer: each
+// builder calls it once, so no client is instrumented twice.
+func (d Deps) traced() Deps {
+	if d.Tracer != nil {
+		d.Clients = awsenv.Traced(d.Clients, d.Tracer.Provider())
+	}
+	return d
 }
 
 func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) {
@@ -328,22 +364,30 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	cfg.Store, cfg.Rows = store, rows
 	switch sc.ProviderKind {
 	case ProviderStripe:
-		a, err := stripe.New(sc.ProviderSecret, func(o *stripe.Options) { o.BaseURL, o.Logger = sc.ProviderURL, d.Logger })
+		a, err := stripe.New(sc.ProviderSecret, append([]func(*stripe.Options){func(o *stripe.Options) {
+			o.BaseURL, o.Logger, o.Clock, o.HTTPClient = sc.ProviderURL, d.Logger, d.Clock, d.Tracer.HTTPClient(o.HTTPClient)
+		}}, d.StripeOptions...)...)
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}
 		cfg.Provider = a
 	default:
-		cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, append(sc.ProviderOptions, d.ProviderOptions...)...)
+		opts := append(sc.ProviderOptions, d.ProviderOptions...)
+		if d.Tracer != nil {
+			opts = append(opts, func(o *provider.Options) { o.HTTPClient = d.Tracer.HTTPClient(o.HTTPClient) })
+		}
+		cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, opts...)
 	}
 	cfg.Answers = httpapi.Answers{}
 	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger
+	cfg.Tracer = d.Tracer
 	return charge.NewService(cfg)
 }
 
 // ChargeHandler builds the charge function's API Gateway handler.
 func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
+	d = d.traced()
 	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
 	if err != nil {
 		return nil, err
@@ -359,14 +403,36 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 		return nil, err
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
-		o.TenantClaim, o.Logger, o.Clock, o.Metrics = c.TenantClaim, d.Logger, d.Clock, d.Metrics
+		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		if c.WebhookSecret != "" {
+			o.Webhook = StripeWebhook(c.WebhookSecret)
+		}
 	})
+}
+
+// StripeWebhook verifies Stripe's webhook deliveries with the endpoint's
+// signing secret and reads each into the notification the charge service
+// settles: the command from the PaymentIntent's metadata (zero if it names
+// none), its reference and outcome.
+func StripeWebhook(secret string) httpapi.WebhookVerifier {
+	return func(payload []byte, signature string) (charge.Notification, error) {
+		ev, err := stripe.ParseWebhook(payload, signature, secret, 0)
+		if err != nil {
+			return charge.Notification{}, err
+		}
+		n := charge.Notification{Provider: ProviderStripe, EventID: ev.ID, Reference: ev.Reference, Result: ev.Result}
+		if k, err := idem.ParseKey(ev.Command); err == nil {
+			n.Command = k
+		}
+		return n, nil
+	}
 }
 
 // IntakeHandler builds the intake function's SQS handler: the charge
 // function's service (its answers are the ones an HTTP retry replays),
 // and the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
+	d = d.traced()
 	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
 	if err != nil {
 		return nil, err
@@ -383,11 +449,15 @@ func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return intake.NewHandler(svc, dlq, func(o *intake.Options) { o.Logger, o.Metrics = d.Logger, d.Metrics })
+	return intake.NewHandler(svc, dlq, func(o *intake.Options) { o.Logger, o.Metrics, o.Tracer = d.Logger, d.Metrics, d.Tracer })
 }
 
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
+	return reconcileService(c, d.traced())
+}
+
+func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,

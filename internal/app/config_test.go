@@ -87,3 +87,29 @@ func TestLoadAdminRequiresWhatACommandNeeds(t *testing.T) {
 		t.Fatalf("LoadAdmin without the queues: %v, want both named", err)
 	}
 }
+
+func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "http://q",
+		app.EnvProviderURL: "http://p", app.EnvChargeRequestsDLQURL: "http://dlq",
+	}
+	endpoints := func() []string {
+		c, _ := app.LoadCharge(envOf(env))
+		r, _ := app.LoadReconcile(envOf(env))
+		i, _ := app.LoadIntake(envOf(env))
+		s, _ := app.LoadSweeper(envOf(env))
+		return []string{c.TraceEndpoint, r.TraceEndpoint, i.TraceEndpoint, s.TraceEndpoint}
+	}
+	for _, got := range endpoints() {
+		if got != "" {
+			t.Fatalf("trace endpoint %q without %s, want empty: tracing off", got, app.EnvTraceEndpoint)
+		}
+	}
+	env[app.EnvTraceEndpoint] = "http://localhost:4318"
+	for _, got := range endpoints() {
+		if got != "http://localhost:4318" {
+			t.Fatalf("trace endpoint %q, want %s's", got, app.EnvTraceEndpoint)
+		}
+	}
+}

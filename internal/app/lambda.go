@@ -8,13 +8,16 @@ import (
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 )
 
 // fromEnv is what every Lambda main does before lambda.Start: read the
-// configuration, build the AWS clients once, and build the handler.
-func fromEnv[C, H any](ctx context.Context, get Getenv, load func(Getenv) (C, error), level func(C) slog.Level, build func(C, Deps) (H, error)) (H, error) {
+// configuration, build the AWS clients once, start tracing if the
+// configuration names an endpoint, and build the handler.
+func fromEnv[C, H any](ctx context.Context, get Getenv, function string, load func(Getenv) (C, error), obs func(C) (slog.Level, string), build func(C, Deps) (H, error)) (H, error) {
 	var zero H
 	c, err := load(get)
 	if err != nil {
@@ -24,28 +27,39 @@ func fromEnv[C, H any](ctx context.Context, get Getenv, load func(Getenv) (C, er
 	if err != nil {
 		return zero, err
 	}
-	return build(c, Deps{Clients: clients, Logger: Logger(level(c))})
+	level, endpoint := obs(c)
+	d := Deps{Clients: clients, Logger: Logger(level)}
+	if endpoint != "" {
+		if d.Tracer, err = tracing.NewOTLP(ctx, function, endpoint); err != nil {
+			return zero, err
+		}
+	}
+	return build(c, d)
 }
 
 // ChargeFromEnv builds the charge function's handler from its environment.
 func ChargeFromEnv(ctx context.Context, get Getenv) (*httpapi.Handler, error) {
-	return fromEnv(ctx, get, LoadCharge, func(c ChargeConfig) slog.Level { return c.LogLevel }, ChargeHandler)
+	return fromEnv(ctx, get, metrics.FunctionCharge, LoadCharge,
+		func(c ChargeConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, ChargeHandler)
 }
 
 // SweeperFromEnv builds the sweeper function's handler from its environment.
 func SweeperFromEnv(ctx context.Context, get Getenv) (*sweeper.Sweeper, error) {
-	return fromEnv(ctx, get, LoadSweeper, func(c SweeperConfig) slog.Level { return c.LogLevel }, SweeperHandler)
+	return fromEnv(ctx, get, metrics.FunctionSweeper, LoadSweeper,
+		func(c SweeperConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, SweeperHandler)
 }
 
 // ReconcileFromEnv builds the reconcile function's handler from its
 // environment.
 func ReconcileFromEnv(ctx context.Context, get Getenv) (*reconcile.Handler, error) {
-	return fromEnv(ctx, get, LoadReconcile, func(c ReconcileConfig) slog.Level { return c.LogLevel }, ReconcileHandler)
+	return fromEnv(ctx, get, metrics.FunctionReconcile, LoadReconcile,
+		func(c ReconcileConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, ReconcileHandler)
 }
 
 // IntakeFromEnv builds the intake function's handler from its environment.
 func IntakeFromEnv(ctx context.Context, get Getenv) (*intake.Handler, error) {
-	return fromEnv(ctx, get, LoadIntake, func(c IntakeConfig) slog.Level { return c.LogLevel }, IntakeHandler)
+	return fromEnv(ctx, get, metrics.FunctionIntake, LoadIntake,
+		func(c IntakeConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, IntakeHandler)
 }
 
 // Fatal logs a function's start-up error and exits; Lambda reports it as an

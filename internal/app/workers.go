@@ -9,6 +9,7 @@ import (
 // SweeperHandler builds the sweeper function's handler: the stuck-lease
 // index of the idempotency table, and a sender to the reconcile queue.
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
+	d = d.traced()
 	// Retention plays no part in reading the index: the default serves.
 	store, err := d.store(c.IdempotencyTable, 0)
 	if err != nil {
@@ -22,14 +23,16 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 		o.Clock = d.Clock
 		o.Logger = d.Logger
 		o.Metrics = d.Metrics
+		o.Tracer = d.Tracer
 	})
 }
 
 // ReconcileHandler builds the reconcile function's SQS handler.
 func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
-	svc, err := ReconcileService(c, d)
+	d = d.traced()
+	svc, err := reconcileService(c, d)
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger, o.Metrics = d.Logger, d.Metrics })
+	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger, o.Metrics, o.Tracer = d.Logger, d.Metrics, d.Tracer })
 }

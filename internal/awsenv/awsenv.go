@@ -6,12 +6,17 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+	//lint:ignore SA1019 otelaws is the instrumentation issue 12 chose; it still works with SDK v1.48 (the trace tests hold its spans). Its successor is the SDK's own tracing (smithy-go's smithyoteltracing).
+	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Environment variables that redirect the SDK clients. Unset means AWS.
@@ -70,5 +75,20 @@ func New(cfg aws.Config, dynamoEndpoint, sqsEndpoint string) Clients {
 				o.BaseEndpoint = aws.String(sqsEndpoint)
 			}
 		}),
+	}
+}
+
+// Traced returns copies of c whose every call is a client span of tp
+// (otelaws), DynamoDB's and SQS's attributes included: table and queue,
+// never an item or a message body.
+func Traced(c Clients, tp trace.TracerProvider) Clients {
+	instrument := func(apiOptions *[]func(*middleware.Stack) error) {
+		// A clone: the copied options share the original's backing array.
+		*apiOptions = slices.Clone(*apiOptions)
+		otelaws.AppendMiddlewares(apiOptions, otelaws.WithTracerProvider(tp))
+	}
+	return Clients{
+		DynamoDB: dynamodb.New(c.DynamoDB.Options(), func(o *dynamodb.Options) { instrument(&o.APIOptions) }),
+		SQS:      sqs.New(c.SQS.Options(), func(o *sqs.Options) { instrument(&o.APIOptions) }),
 	}
 }

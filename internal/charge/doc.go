@@ -1,6 +1,8 @@
 // Package charge provides the charge service: creating a card charge at
 // most once per customer intent, reading charges back, and resolving
-// charges whose outcome was left unknown, all on top of pkg/idem.
+// charges whose outcome was left unknown, by the reconciler's lookup or by
+// the provider's own notification (a webhook, Notify), all on top of
+// pkg/idem.
 //
 // The intent's identity is the client's Idempotency-Key, carried as a
 // CommandID that every entry point requires. The provider reference and

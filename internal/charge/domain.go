@@ -139,7 +139,7 @@ type Charge struct {
 // and its record's creation: a key reused after retention names a new
 // intent, with its own charge.
 func ChargeID(k idem.Key, created time.Time) string {
-	return "ch_" + derive("charge-id", k, created)[:24]
+	return derive("ch_", "charge-id", k, created, 24)
 }
 
 // ProviderReference is the reference sent to the provider for an intent,
@@ -147,10 +147,18 @@ func ChargeID(k idem.Key, created time.Time) string {
 // hit the provider's deduplication, and a new intent under a reused key
 // must not.
 func ProviderReference(k idem.Key, created time.Time) string {
-	return "co_" + derive("provider-reference", k, created)[:32]
+	return derive("co_", "provider-reference", k, created, 32)
 }
 
-func derive(purpose string, k idem.Key, created time.Time) string {
-	sum := sha256.Sum256([]byte(purpose + "\x00" + k.String() + "\x00" + strconv.FormatInt(created.UnixMilli(), 10)))
-	return hex.EncodeToString(sum[:])
+// derive is the hex SHA-256 of purpose, k and created, behind prefix and
+// cut to n hex digits.
+func derive(prefix, purpose string, k idem.Key, created time.Time, n int) string {
+	var in [320]byte // most inputs fit: the buffer then stays on the stack
+	b := append(append(append(in[:0], purpose...), 0), k.String()...)
+	b = strconv.AppendInt(append(b, 0), created.UnixMilli(), 10)
+	sum := sha256.Sum256(b)
+	var out [3 + 2*sha256.Size]byte
+	h := append(out[:0], prefix...)
+	h = hex.AppendEncode(h, sum[:])
+	return string(h[:len(prefix)+n])
 }

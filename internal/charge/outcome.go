@@ -25,6 +25,7 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 	OutcomeNothingToDo:    metrics.OutcomeNothingToDo,
 	OutcomeNotSettled:     metrics.OutcomeNotSettled,
 	OutcomeDeferred:       metrics.OutcomeDeferred,
+	OutcomeParked:         metrics.OutcomeParked,
 }
 
 // Metric is o's name in the metrics (the Outcome dimension of Requests).

@@ -10,9 +10,11 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -21,6 +23,18 @@ type Provider interface {
 	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
 	Guarantees() provider.Guarantees
+}
+
+// Replayer is a Provider that also looks a charge up by replaying its
+// request under its reference while the provider still deduplicates it
+// (provider.LookupRequest; the stripe adapter does). A replay must be the
+// request as first sent, so with a Replayer the intent keeps the request's
+// source. CheckSource refuses, before anything is stored, a source that is
+// not a reference to a card the provider holds (a PaymentMethod id): card
+// data is never kept.
+type Replayer interface {
+	LookupRequest(ctx context.Context, req provider.LookupRequest) (provider.Result, error)
+	CheckSource(source string) error
 }
 
 // ReconcileQueue queues a key whose outcome is unknown, for the
@@ -80,6 +94,11 @@ const (
 	// OutcomeDeferred: the provider could not be asked; the key is looked
 	// at again after a backoff that grows with its attempts.
 	OutcomeDeferred Outcome = "deferred"
+	// OutcomeParked: the provider has no charge for a command older than
+	// its dedup window. Releasing it would let a retry send its reference
+	// again, which the provider would no longer deduplicate; it stays
+	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
+	OutcomeParked Outcome = "parked"
 )
 
 // Config holds a Service's dependencies. Clock defaults to time.Now.
@@ -103,6 +122,9 @@ type Config struct {
 	ReplayCache int
 	Clock       func() time.Time
 	Logger      *slog.Logger
+	// Tracer records the store's and the provider's calls as spans; nil
+	// traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Defaults of the Config.
@@ -147,7 +169,7 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var backend idem.Backend = timed{cfg.Store}
+	var backend idem.Backend = timed{cfg.Store, cfg.Tracer}
 	if cfg.ReplayCache > 0 {
 		backend = idem.NewReplayCache(backend, cfg.ReplayCache, func(o *idem.CacheOptions) { o.Clock = cfg.Clock })
 	}
@@ -170,11 +192,13 @@ type Result struct {
 }
 
 // intent is what a record keeps of the request, for the reconciler. The card
-// source is not kept.
+// source is kept only for a Replayer, which needs it to replay the request
+// and has checked it is a reference, not card data.
 type intent struct {
 	Amount      int64  `json:"amount"`
 	Currency    string `json:"currency"`
 	Description string `json:"description,omitempty"`
+	Source      string `json:"source,omitempty"`
 }
 
 // Create charges req once for the intent id names within tenant. fp is the
@@ -185,7 +209,15 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	if err != nil {
 		return Result{}, fmt.Errorf("charge: %w", err)
 	}
-	in, _ := json.Marshal(intent{req.Money.Amount, req.Money.Currency, req.Description})
+	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description}
+	if rp, ok := s.cfg.Provider.(Replayer); ok {
+		if err := rp.CheckSource(req.Source); err != nil {
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+			return Result{Outcome: OutcomeRejected}, nil
+		}
+		kept.Source = req.Source
+	}
+	in, _ := json.Marshal(kept)
 	var (
 		charged *Charge // what the provider charged, to record
 		refused Outcome // why the provider did not act
@@ -193,6 +225,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		pres, err := s.charge(ctx, provider.ChargeRequest{
 			Reference: ProviderReference(key, l.CreatedAt), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
+			Command: key.String(),
 		})
 		switch {
 		case errors.Is(err, provider.ErrRejected):
@@ -242,16 +275,65 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 	}
 }
 
-// charge calls the provider, timed into the invocation's metrics.
+// charge calls the provider, timed into the invocation's metrics and
+// traced as the span provider.Charge.
 func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Charge")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	return s.cfg.Provider.Charge(ctx, req)
+	res, err := s.cfg.Provider.Charge(ctx, req)
+	return answered(span, res, err)
 }
 
-// lookup asks the provider about reference, timed likewise.
-func (s *Service) lookup(ctx context.Context, reference string) (provider.Result, error) {
+// lookup asks the provider what became of the command lease holds, timed
+// likewise and traced as the span provider.Lookup: by replaying its request (in, under its reference) if rp is
+// not nil, else by looking its reference up, which sends nothing.
+func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp Replayer) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	return s.cfg.Provider.Lookup(ctx, reference)
+	ref := ProviderReference(lease.Key, lease.CreatedAt)
+	if rp == nil {
+		res, err := s.cfg.Provider.Lookup(ctx, ref)
+		return answered(span, res, err)
+	}
+	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
+		// The request as Create sent it, Command included: the provider
+		// replays a key only for the same parameters.
+		ChargeRequest: provider.ChargeRequest{
+			Reference: ref, Amount: in.Amount, Currency: in.Currency, Source: in.Source, Command: lease.Key.String(),
+		},
+		FirstSent: lease.CreatedAt,
+	})
+	return answered(span, res, err)
+}
+
+// replayer is the provider as a Replayer if the command lease holds is to
+// be looked up by replaying it: the intent kept its source, and the
+// provider still deduplicates its reference (counted from the record's
+// creation, at or before the first send). Otherwise nil.
+func (s *Service) replayer(lease *idem.Lease, in intent) Replayer {
+	if rp, ok := s.cfg.Provider.(Replayer); ok && in.Source != "" && s.deduplicated(lease) {
+		return rp
+	}
+	return nil
+}
+
+// deduplicated reports whether the provider still deduplicates the
+// reference of the command lease holds: a zero DedupWindow is for ever.
+func (s *Service) deduplicated(lease *idem.Lease) bool {
+	w := s.cfg.Provider.Guarantees().DedupWindow
+	return w == 0 || s.cfg.Clock().Before(lease.CreatedAt.Add(w))
+}
+
+// answered ends a provider call's span with the provider's status or the
+// class of its failure.
+func answered(span trace.Span, res provider.Result, err error) (provider.Result, error) {
+	defer span.End()
+	if err != nil {
+		tracing.Error(span, ErrorClass(err))
+	} else {
+		tracing.Outcome(span, string(res.Status))
+	}
+	return res, err
 }
 
 // transient reports whether err is a failure of DynamoDB that a retry may
@@ -330,9 +412,9 @@ func ErrorClass(err error) string {
 // holds: a charge to commit together with its row (returned, to record),
 // or a decline to store. The handler and the reconciler both decide here.
 func (s *Service) verdict(lease *idem.Lease, res provider.Result) (idem.Outcome, *Charge, error) {
-	var in intent
-	if err := json.Unmarshal(lease.Intent, &in); err != nil {
-		return idem.Outcome{}, nil, fmt.Errorf("charge: stored intent: %w", err)
+	in, err := storedIntent(lease)
+	if err != nil {
+		return idem.Outcome{}, nil, err
 	}
 	switch res.Status {
 	case provider.StatusCharged:
@@ -349,6 +431,15 @@ func (s *Service) verdict(lease *idem.Lease, res provider.Result) (idem.Outcome,
 	default:
 		return idem.Outcome{}, nil, fmt.Errorf("charge: unexpected provider status %q", res.Status)
 	}
+}
+
+// storedIntent reads the intent Begin stored with the command.
+func storedIntent(lease *idem.Lease) (intent, error) {
+	var in intent
+	if err := json.Unmarshal(lease.Intent, &in); err != nil {
+		return intent{}, fmt.Errorf("charge: stored intent: %w", err)
+	}
+	return in, nil
 }
 
 // rowExists settles a command whose charge row is already there. Rows are
@@ -396,12 +487,24 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 // Reconcile resolves a command whose first attempt may have died between
 // charging and recording, however old it is: if its lease has run out, it
 // takes the lease over and asks the provider what happened to the
-// command's reference. A charge is committed with the exact 201 the API
-// would have answered; a decline is stored as the 402. "Not found"
-// releases the key only once the provider's settle window has passed
-// since the last attempt had to be sent; before that the key is postponed
-// to then. If the provider cannot be asked, the key is postponed by a
-// backoff that grows with its attempts. Postponed keys come back through
+// command's reference (lookup: by replaying the request, for a Replayer
+// inside the provider's dedup window). A charge is committed with the
+// exact 201 the API would have answered; a decline is stored as the 402.
+//
+// A replay whose request never reached the provider executes it now: the
+// charge the client asked for, once, under the same reference. The
+// reconciler then completes the command with that charge (rolls it
+// forward) rather than releasing it, so a replay never answers "not
+// found".
+//
+// "Not found" releases the key only once the provider's settle window has
+// passed since the last attempt had to be sent; before that the key is
+// postponed to then. A command older than the provider's dedup window is
+// never released on "not found", nor replayed: a retry would send its
+// reference again, which the provider no longer deduplicates. It is parked
+// (OutcomeParked, logged as an error for an operator) and looked at again
+// every RetryCap. If the provider cannot be asked, the key is postponed by
+// a backoff that grows with its attempts. Postponed keys come back through
 // the sweeper, never through redelivery of the message. Errors are left
 // for the message to be retried (the lease simply runs out again).
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
@@ -425,7 +528,23 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	case err != nil:
 		return "", err
 	}
-	res, err := s.lookup(ctx, ProviderReference(key, lease.CreatedAt))
+	in, err := storedIntent(lease)
+	if err != nil {
+		return "", err
+	}
+	rp := s.replayer(lease, in)
+	if rp != nil {
+		// A replay is a send: the heartbeat moves the attempt deadline,
+		// from which a later "not found" waits out the settle window.
+		switch err := s.cfg.Store.Heartbeat(ctx, lease); {
+		case errors.Is(err, idem.ErrLeaseLost):
+			return OutcomeStillLeased, nil
+		case err != nil:
+			return "", err
+		}
+	}
+	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
+	res, err := s.lookup(ctx, lease, in, rp)
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
 		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
@@ -438,10 +557,22 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 		if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
 			return s.postpone(ctx, lease, settled, OutcomeNotSettled)
 		}
+		if !s.deduplicated(lease) {
+			s.cfg.Logger.ErrorContext(ctx, "reconcile: no charge found for a command older than the provider's dedup window; parked for an operator, not released",
+				"key_hash", key.LogHash(), "created_at", lease.CreatedAt, "attempts", lease.Attempts)
+			return s.postpone(ctx, lease, s.cfg.Clock().Add(s.cfg.RetryCap), OutcomeParked)
+		}
 		out = idem.NotApplied(idem.Response{})
 	} else if out, charged, err = s.verdict(lease, res); err != nil {
 		return "", err
 	}
+	return s.settle(ctx, lease, out, charged)
+}
+
+// settle completes a command taken over from its first attempt (by
+// Reconcile, or Notify) as out says; charged is the charge out commits,
+// if any.
+func (s *Service) settle(ctx context.Context, lease *idem.Lease, out idem.Outcome, charged *Charge) (Outcome, error) {
 	status, err := idem.Settle(ctx, s.backend, lease, out)
 	switch {
 	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:

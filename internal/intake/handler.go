@@ -11,6 +11,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -42,6 +43,9 @@ type Options struct {
 	// Metrics receives each batch's metrics in embedded metric format.
 	// Default os.Stdout, where Lambda hands them to CloudWatch.
 	Metrics io.Writer
+	// Tracer records each batch and each message as spans, a message's in
+	// its sender's trace; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Handler handles batches of charge-requests messages. It is safe for
@@ -86,6 +90,8 @@ type parsed struct {
 // that would have Lambda redeliver the whole batch, the settled messages
 // with it.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, span := h.opt.Tracer.StartBatch(ctx, metrics.FunctionIntake, ev)
+	defer h.opt.Tracer.End(ctx, span)
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	records := make([]parsed, len(ev.Records))
@@ -104,7 +110,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 		}
 		groups = append(groups, []int{i})
 	}
-	resp := queue.HandleBatch(ev, groups, h.opt.Concurrency, func(i int) bool { return h.handle(ctx, records[i]) })
+	resp := queue.HandleBatch(ev, groups, h.opt.Concurrency, func(i int) bool { return h.handle(ctx, len(records), records[i]) })
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}
@@ -124,21 +130,26 @@ var settles = map[charge.Outcome]bool{
 
 // handle processes one message and reports whether it is settled (to be
 // deleted) rather than to be delivered again.
-func (h *Handler) handle(ctx context.Context, p parsed) bool {
+func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
+	ctx, span := h.opt.Tracer.StartMessage(ctx, "intake.message", batch, p.msg)
+	defer span.End()
 	log := h.opt.Logger.With("message_id", p.msg.MessageId, "receive_count", p.msg.Attributes["ApproximateReceiveCount"])
 	rec := metrics.FromContext(ctx)
 	if p.err != nil {
+		tracing.Outcome(span, string(charge.OutcomeInvalid))
 		return h.deadLetter(ctx, log, p)
 	}
 	keyHash := p.cmd.Key.LogHash()
 	res, err := h.svc.Create(ctx, p.cmd.Key.Tenant(), charge.CommandID(p.cmd.Key.ClientKey()), p.cmd.Request, p.cmd.Fingerprint)
 	if err != nil {
+		tracing.Error(span, charge.ErrorClass(err))
 		rec.Count(metrics.Requests, metrics.OutcomeError)
 		log.ErrorContext(ctx, "intake", "key_hash", keyHash, "tenant", p.cmd.Key.Tenant(), "outcome", "error",
 			"error_class", charge.ErrorClass(err), "settled", false)
 		return false
 	}
 	settled := settles[res.Outcome]
+	tracing.Outcome(span, string(res.Outcome))
 	rec.Count(metrics.Requests, res.Outcome.Metric())
 	level := slog.LevelInfo
 	if !settled || res.Outcome == charge.OutcomeMismatch || res.Outcome == charge.OutcomeChargeConflict {

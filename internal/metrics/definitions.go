@@ -91,6 +91,9 @@ const (
 	OutcomeNothingToDo      Outcome = "nothing-to-do"
 	OutcomeNotSettled       Outcome = "not-settled"
 	OutcomeDeferred         Outcome = "deferred"
+	// OutcomeParked: a command older than the provider's dedup window
+	// that the provider has no charge for, left for an operator.
+	OutcomeParked Outcome = "parked"
 )
 
 // OutcomeError is an internal error, in any function.
@@ -126,7 +129,7 @@ var (
 		},
 		FunctionReconcile: {
 			OutcomeResolvedCharged, OutcomeResolvedDeclined, OutcomeReleased, OutcomeStillLeased,
-			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeError,
+			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeParked, OutcomeError,
 		},
 		// The intake function's messages: the charge function's outcomes;
 		// invalid is a malformed message, sent to the dead-letter queue.

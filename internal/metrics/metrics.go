@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -202,22 +204,48 @@ type emfMetadata struct {
 	CloudWatchMetrics []emfDirective `json:"CloudWatchMetrics"`
 }
 
-// line is one EMF document under construction.
+// line is one EMF document under construction: its members, the
+// metadata aside.
 type line struct {
-	doc        map[string]any
+	function   string
+	members    []member
 	byOutcome  []emfMetric
 	byFunction []emfMetric
 }
 
+// member is one of a line's top-level members. Its key is a dimension or
+// metric name, an identifier that needs no escaping.
+type member struct {
+	key   string
+	value any
+}
+
 func (l *line) set(name Name, v any, byOutcome bool) {
-	d, _, _ := lookup(l.doc[DimFunction].(string), name)
+	d, _, _ := lookup(l.function, name)
 	m := emfMetric{Name: name, Unit: d.Unit}
 	if byOutcome {
 		l.byOutcome = append(l.byOutcome, m)
 	} else {
 		l.byFunction = append(l.byFunction, m)
 	}
-	l.doc[string(name)] = v
+	l.members = append(l.members, member{string(name), v})
+}
+
+// write writes the line as one JSON object, its members in key order (as
+// encoding/json orders a map's), and a newline.
+func (l *line) write(buf *bytes.Buffer, enc *json.Encoder) {
+	slices.SortFunc(l.members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	buf.WriteByte('{')
+	for i, m := range l.members {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		buf.WriteString(`"` + m.key + `":`)
+		// Strings, finite numbers and the metadata only: Encode cannot fail.
+		_ = enc.Encode(m.value)
+		buf.Truncate(buf.Len() - 1) // Encode ends the value with a newline
+	}
+	buf.WriteString("}\n")
 }
 
 // lines renders the recorded values as EMF lines: one per Outcome, the
@@ -233,13 +261,14 @@ func (e *Emitter) lines(at time.Time, requestID string, counts map[Outcome]map[N
 	}
 	docs := make([]line, n)
 	for i := range docs {
-		docs[i].doc = map[string]any{DimFunction: e.function}
+		docs[i].function = e.function
+		docs[i].members = append(docs[i].members, member{DimFunction, e.function})
 		if requestID != "" {
-			docs[i].doc["RequestId"] = requestID
+			docs[i].members = append(docs[i].members, member{"RequestId", requestID})
 		}
 	}
 	for i, o := range slices.Sorted(maps.Keys(counts)) {
-		docs[i].doc[DimOutcome] = string(o)
+		docs[i].members = append(docs[i].members, member{DimOutcome, string(o)})
 		for _, name := range ordered(e.function, counts[o]) {
 			docs[i].set(name, counts[o][name], true)
 		}
@@ -256,7 +285,8 @@ func (e *Emitter) lines(at time.Time, requestID string, counts map[Outcome]map[N
 			}
 		}
 	}
-	var out []byte
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
 	for _, l := range docs {
 		meta := emfMetadata{Timestamp: at.UnixMilli()}
 		if len(l.byOutcome) > 0 {
@@ -269,12 +299,10 @@ func (e *Emitter) lines(at time.Time, requestID string, counts map[Outcome]map[N
 				Namespace: Namespace, Dimensions: [][]string{{DimFunction}}, Metrics: l.byFunction,
 			})
 		}
-		l.doc["_aws"] = meta
-		// Strings and finite numbers only: Marshal cannot fail.
-		b, _ := json.Marshal(l.doc)
-		out = append(append(out, b...), '\n')
+		l.members = append(l.members, member{"_aws", meta})
+		l.write(&out, enc)
 	}
-	return out
+	return out.Bytes()
 }
 
 // ordered returns the names of m in Definitions' order.

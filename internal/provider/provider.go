@@ -58,11 +58,19 @@ const redacted = "[redacted]"
 // Source is a secret: String, GoString and LogValue redact it, so printing or
 // logging a ChargeRequest never reveals it. Only the JSON encoding sent to the
 // provider carries it.
+//
+// Command names the command the charge belongs to (an idem.Key's String,
+// tenant#operation#client-key), for an adapter that attaches it to the
+// charge so that the provider's notifications lead back to the command (the
+// stripe adapter sends it as metadata). Logs name keys only by hash, so
+// String, GoString and LogValue leave it out too, and our provider API is
+// not sent it.
 type ChargeRequest struct {
 	Reference string `json:"reference"`
 	Amount    int64  `json:"amount"`
 	Currency  string `json:"currency"`
 	Source    string `json:"source"`
+	Command   string `json:"-"`
 }
 
 // String formats the request for %v and %s, with the source redacted.

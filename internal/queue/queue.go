@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -131,11 +132,13 @@ func NewSender(client API, url string) (*Sender, error) {
 }
 
 // EnqueueReconcile asks for key to be reconciled after delay (rounded up to
-// whole seconds, at most MaxDelay): when its lease will have run out.
+// whole seconds, at most MaxDelay): when its lease will have run out. The
+// message carries ctx's trace context, if any (tracing.MessageAttributes).
 func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.Duration) error {
 	secs := int32(math.Ceil(min(max(delay, 0), MaxDelay).Seconds()))
 	_, err := s.client.SendMessage(ctx, &sqs.SendMessageInput{
 		QueueUrl: aws.String(s.url), MessageBody: aws.String(encode(key)), DelaySeconds: secs,
+		MessageAttributes: tracing.MessageAttributes(ctx),
 	})
 	if err != nil {
 		return fmt.Errorf("queue: send: %w", err)
@@ -145,13 +148,17 @@ func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.
 
 // SendBatch sends one message per key, SendBatchMax to a SendMessageBatch call. It
 // returns the keys whose entries failed (to be found again by the next
-// sweep) and the first call error, if any.
+// sweep) and the first call error, if any. Every message carries ctx's
+// trace context, if any.
 func (s *Sender) SendBatch(ctx context.Context, keys []idem.Key) (failed []idem.Key, err error) {
+	attrs := tracing.MessageAttributes(ctx)
 	for start := 0; start < len(keys); start += SendBatchMax {
 		chunk := keys[start:min(start+SendBatchMax, len(keys))]
 		entries := make([]types.SendMessageBatchRequestEntry, len(chunk))
 		for i, k := range chunk {
-			entries[i] = types.SendMessageBatchRequestEntry{Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(encode(k))}
+			entries[i] = types.SendMessageBatchRequestEntry{
+				Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(encode(k)), MessageAttributes: attrs,
+			}
 		}
 		out, cerr := s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.url), Entries: entries})
 		if cerr != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -70,6 +71,10 @@ type stack struct {
 type stackConfig struct {
 	sim            []func(*providersim.Options)
 	chargeProvider []func(*provider.Options)
+	// tracer traces every function of the stack; chargeSQS adjusts the
+	// charge function's SQS client.
+	tracer    *tracing.Tracer
+	chargeSQS []func(*sqs.Options)
 }
 
 func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
@@ -88,9 +93,10 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 		t.Fatal(err)
 	}
 
-	s.deps = app.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil))}
+	s.deps = app.Deps{Clients: s.clients, Clock: s.clock.Now, Logger: slog.New(slog.NewJSONHandler(s.logs, nil)), Tracer: cfg.tracer}
 	s.charge = d.ChargeHandler(t, func(w *testkit.Wiring) {
 		w.Deps = s.deps
+		w.Deps.Clients.SQS = sqs.New(s.clients.SQS.Options(), cfg.chargeSQS...)
 		w.Deps.ProviderOptions = cfg.chargeProvider
 		w.Charge.InflightWait = 0 // a retry while in flight answers 409 at once
 	})
@@ -209,6 +215,7 @@ func (s *stack) receive(t *testing.T, url string, n int) []sqstypes.Message {
 		out, err := s.clients.SQS.ReceiveMessage(context.Background(), &sqs.ReceiveMessageInput{
 			QueueUrl: aws.String(url), MaxNumberOfMessages: int32(min(n-len(got), 10)), WaitTimeSeconds: 1,
 			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -37,6 +38,9 @@ type Options struct {
 	// Metrics receives each batch's metrics in embedded metric format.
 	// Default os.Stdout, where Lambda hands them to CloudWatch.
 	Metrics io.Writer
+	// Tracer records each batch and each message as spans, a message's in
+	// its sender's trace; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Handler handles batches of reconcile messages. It is safe for concurrent
@@ -69,9 +73,11 @@ func NewHandler(svc Reconciler, optFns ...func(*Options)) (*Handler, error) {
 // messages to deliver again. It never returns an error: that would have
 // Lambda redeliver the whole batch, the settled messages with it.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	ctx, span := h.opt.Tracer.StartBatch(ctx, metrics.FunctionReconcile, ev)
+	defer h.opt.Tracer.End(ctx, span)
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
-	resp := queue.HandleBatch(ev, nil, h.opt.Concurrency, func(i int) bool { return h.handle(ctx, ev.Records[i]) })
+	resp := queue.HandleBatch(ev, nil, h.opt.Concurrency, func(i int) bool { return h.handle(ctx, len(ev.Records), ev.Records[i]) })
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}
@@ -80,7 +86,9 @@ func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEve
 
 // handle reconciles one message and reports whether it is settled (to be
 // deleted) rather than to be delivered again.
-func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
+func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bool {
+	ctx, span := h.opt.Tracer.StartMessage(ctx, "reconcile.message", batch, m)
+	defer span.End()
 	log := h.opt.Logger.With("message_id", m.MessageId, "receive_count", m.Attributes["ApproximateReceiveCount"])
 	key, err := queue.ParseMessage(m.Body)
 	if err == nil && key.Operation() != charge.Operation {
@@ -94,16 +102,19 @@ func (h *Handler) handle(ctx context.Context, m events.SQSMessage) bool {
 		// queue. It is logged, without its body (which may hold a key), and
 		// dropped.
 		log.ErrorContext(ctx, "reconcile: malformed message dropped", "error", err.Error())
+		tracing.Outcome(span, string(charge.OutcomeInvalid))
 		return true
 	}
 	keyHash := key.LogHash()
 	outcome, err := h.svc.Reconcile(ctx, key)
 	if err != nil {
+		tracing.Error(span, charge.ErrorClass(err))
 		metrics.FromContext(ctx).Count(metrics.Requests, metrics.OutcomeError)
 		log.ErrorContext(ctx, "reconcile", "key_hash", keyHash, "outcome", "error",
 			"error_class", charge.ErrorClass(err), "error", redact(err, key, keyHash))
 		return false
 	}
+	tracing.Outcome(span, string(outcome))
 	metrics.FromContext(ctx).Count(metrics.Requests, outcome.Metric())
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
 	return true

@@ -9,8 +9,12 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -52,6 +56,9 @@ type Options struct {
 	// Metrics receives one embedded-metric-format line per run. Default
 	// os.Stdout, where Lambda hands it to CloudWatch Logs.
 	Metrics io.Writer
+	// Tracer records each run as a span, the trace its messages carry;
+	// nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Sweeper finds stuck leases and queues their keys. It is safe for
@@ -128,6 +135,8 @@ func (s *Sweeper) Handle(ctx context.Context) error {
 // keys, then logs and emits the metrics. A failed query or send does not
 // stop the run; the errors are returned together at its end.
 func (s *Sweeper) Run(ctx context.Context) (Summary, error) {
+	ctx, span := s.opt.Tracer.StartInvocation(ctx, metrics.FunctionSweeper, trace.SpanKindInternal)
+	defer s.opt.Tracer.End(ctx, span)
 	started := time.Now()
 	w := &sweep{Sweeper: s, now: s.opt.Clock(), stopAt: s.stopAt(ctx, started)}
 	shards := s.index.Shards()
@@ -136,8 +145,21 @@ func (s *Sweeper) Run(ctx context.Context) (Summary, error) {
 	// The safety margin leaves time to send what was found.
 	w.flush(ctx)
 	s.report(ctx, w, time.Since(started))
+	tracing.Int(span, attrFound, w.sum.Found)
+	tracing.Int(span, attrQueued, w.sum.Queued)
+	tracing.Int(span, attrFailed, w.sum.Failed)
+	if len(w.errs) > 0 {
+		tracing.Error(span, "sweep_failed")
+	}
 	return w.sum, errors.Join(w.errs...)
 }
+
+// A run's span attributes: what it found, queued and failed to queue.
+const (
+	attrFound  = attribute.Key("chargeonce.sweep.found")
+	attrQueued = attribute.Key("chargeonce.sweep.queued")
+	attrFailed = attribute.Key("chargeonce.sweep.failed")
+)
 
 // startShard rotates with the minute, the sweep's schedule, so over Shards
 // minutes every shard is read first once, with no state kept between runs.

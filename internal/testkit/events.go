@@ -49,10 +49,18 @@ func GetCharge(tenant, id string) events.APIGatewayV2HTTPRequest {
 func SQSEvent(msgs ...sqstypes.Message) events.SQSEvent {
 	var ev events.SQSEvent
 	for _, m := range msgs {
-		ev.Records = append(ev.Records, events.SQSMessage{
+		r := events.SQSMessage{
 			MessageId: aws.ToString(m.MessageId), ReceiptHandle: aws.ToString(m.ReceiptHandle),
 			Body: aws.ToString(m.Body), Attributes: m.Attributes, EventSource: "aws:sqs",
-		})
+		}
+		// The message attributes the receive asked for (the trace context).
+		for name, v := range m.MessageAttributes {
+			if r.MessageAttributes == nil {
+				r.MessageAttributes = map[string]events.SQSMessageAttribute{}
+			}
+			r.MessageAttributes[name] = events.SQSMessageAttribute{StringValue: v.StringValue, DataType: aws.ToString(v.DataType)}
+		}
+		ev.Records = append(ev.Records, r)
 	}
 	return ev
 }

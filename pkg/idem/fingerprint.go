@@ -7,8 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"sort"
+	"slices"
+	"strings"
+	"unicode/utf8"
 )
 
 // Fingerprint identifies the content of a request, so that a key reused
@@ -29,7 +30,7 @@ func FingerprintJSON(doc []byte) (Fingerprint, error) {
 	return FingerprintOf(c), nil
 }
 
-// String is the lower-case hex form, as stored.
+// String is the lower-case hex form (Record.Fingerprint).
 func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
 
 // ErrInvalidJSON is returned by CanonicalJSON for input it refuses.
@@ -39,112 +40,183 @@ var ErrInvalidJSON = errors.New("idem: invalid JSON")
 // sorted by their UTF-8 bytes, no insignificant whitespace, strings
 // re-escaped one way, numbers kept exactly as written. Duplicate object
 // keys and trailing data are refused with an error wrapping ErrInvalidJSON.
+//
+// The canonical form is what encoding/json writes for the value decoded
+// with UseNumber (HTML characters unescaped). A string that needs no
+// re-escaping, the common case, is copied as it is: a request of a few
+// members costs a handful of allocations, not one per token.
 func CanonicalJSON(doc []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.UseNumber()
-	var out bytes.Buffer
-	if err := canonValue(dec, &out); err != nil {
-		return nil, err
+	if !json.Valid(doc) {
+		var v any
+		return nil, fmt.Errorf("%w: %w", ErrInvalidJSON, json.Unmarshal(doc, &v))
 	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: data after the top-level value", ErrInvalidJSON)
-	}
-	return out.Bytes(), nil
+	c := canonicalizer{src: doc}
+	return c.value(make([]byte, 0, len(doc)))
 }
 
-func canonValue(dec *json.Decoder, out *bytes.Buffer) error {
-	tok, err := dec.Token()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			return canonObject(dec, out)
-		case '[':
-			return canonArray(dec, out)
-		}
-		return fmt.Errorf("%w: unexpected %q", ErrInvalidJSON, t)
-	case json.Number:
-		out.WriteString(t.String())
-	case string:
-		writeString(out, t)
-	case bool:
-		if t {
-			out.WriteString("true")
-		} else {
-			out.WriteString("false")
-		}
-	case nil:
-		out.WriteString("null")
-	}
-	return nil
+// canonicalizer walks a document json.Valid accepted, so it meets no syntax
+// errors: only duplicate keys are refused here.
+type canonicalizer struct {
+	src []byte
+	pos int
 }
 
-func canonObject(dec *json.Decoder, out *bytes.Buffer) error {
-	type member struct {
-		key string
-		val []byte
+func (c *canonicalizer) skipSpace() {
+	for c.pos < len(c.src) {
+		switch c.src[c.pos] {
+		case ' ', '\t', '\n', '\r':
+			c.pos++
+		default:
+			return
+		}
 	}
-	var members []member
-	seen := map[string]bool{}
-	for dec.More() {
-		tok, err := dec.Token()
+}
+
+// value appends the canonical form of the value at c.pos to out.
+func (c *canonicalizer) value(out []byte) ([]byte, error) {
+	c.skipSpace()
+	switch c.src[c.pos] {
+	case '{':
+		return c.object(out)
+	case '[':
+		return c.array(out)
+	case '"':
+		raw := c.rawString()
+		if plain(raw) {
+			return append(out, raw...), nil
+		}
+		s, err := unquote(raw)
+		return appendString(out, s), err
+	}
+	// A number or a literal, kept as written: it ends at a delimiter.
+	start := c.pos
+	for c.pos < len(c.src) {
+		switch c.src[c.pos] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return append(out, c.src[start:c.pos]...), nil
+		}
+		c.pos++
+	}
+	return append(out, c.src[start:]...), nil
+}
+
+// rawString returns the string at c.pos with its quotes, as written.
+func (c *canonicalizer) rawString() []byte {
+	start := c.pos
+	for c.pos++; c.src[c.pos] != '"'; c.pos++ {
+		if c.src[c.pos] == '\\' {
+			c.pos++ // the escaped character; \uXXXX's digits need no care
+		}
+	}
+	c.pos++
+	return c.src[start:c.pos]
+}
+
+// member is an object member: its key decoded, and where its canonical
+// "key":value sits in the object's scratch buffer.
+type member struct {
+	key        string
+	start, end int
+}
+
+func (c *canonicalizer) object(out []byte) ([]byte, error) {
+	c.pos++ // '{'
+	var (
+		members []member
+		scratch []byte
+	)
+	for {
+		c.skipSpace()
+		if c.src[c.pos] == '}' {
+			c.pos++
+			break
+		}
+		if c.src[c.pos] == ',' {
+			c.pos++
+			c.skipSpace()
+		}
+		raw := c.rawString()
+		key, err := unquote(raw)
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+			return nil, err
 		}
-		key, ok := tok.(string)
-		if !ok {
-			return fmt.Errorf("%w: object key is not a string", ErrInvalidJSON)
+		start := len(scratch)
+		if plain(raw) {
+			scratch = append(scratch, raw...)
+		} else {
+			scratch = appendString(scratch, key)
 		}
-		if seen[key] {
-			return fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, key)
+		c.skipSpace()
+		c.pos++ // ':'
+		scratch = append(scratch, ':')
+		if scratch, err = c.value(scratch); err != nil {
+			return nil, err
 		}
-		seen[key] = true
-		var val bytes.Buffer
-		if err := canonValue(dec, &val); err != nil {
-			return err
-		}
-		members = append(members, member{key, val.Bytes()})
+		members = append(members, member{key: key, start: start, end: len(scratch)})
 	}
-	if _, err := dec.Token(); err != nil { // '}'
-		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	sort.Slice(members, func(i, j int) bool { return members[i].key < members[j].key })
-	out.WriteByte('{')
+	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+	out = append(out, '{')
 	for i, m := range members {
 		if i > 0 {
-			out.WriteByte(',')
+			if m.key == members[i-1].key {
+				return nil, fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, m.key)
+			}
+			out = append(out, ',')
 		}
-		writeString(out, m.key)
-		out.WriteByte(':')
-		out.Write(m.val)
+		out = append(out, scratch[m.start:m.end]...)
 	}
-	out.WriteByte('}')
-	return nil
+	return append(out, '}'), nil
 }
 
-func canonArray(dec *json.Decoder, out *bytes.Buffer) error {
-	out.WriteByte('[')
-	for i := 0; dec.More(); i++ {
-		if i > 0 {
-			out.WriteByte(',')
+func (c *canonicalizer) array(out []byte) ([]byte, error) {
+	c.pos++ // '['
+	out = append(out, '[')
+	for first := true; ; first = false {
+		c.skipSpace()
+		switch c.src[c.pos] {
+		case ']':
+			c.pos++
+			return append(out, ']'), nil
+		case ',':
+			c.pos++
 		}
-		if err := canonValue(dec, out); err != nil {
-			return err
+		if !first {
+			out = append(out, ',')
+		}
+		var err error
+		if out, err = c.value(out); err != nil {
+			return nil, err
 		}
 	}
-	if _, err := dec.Token(); err != nil { // ']'
-		return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
-	}
-	out.WriteByte(']')
-	return nil
 }
 
-func writeString(out *bytes.Buffer, s string) {
-	enc := json.NewEncoder(out)
+// plain reports whether a string as written is already in canonical form:
+// no escapes, valid UTF-8, and neither U+2028 nor U+2029 (which
+// encoding/json escapes).
+func plain(raw []byte) bool {
+	return bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) &&
+		!bytes.Contains(raw, []byte("\u2028")) && !bytes.Contains(raw, []byte("\u2029"))
+}
+
+// unquote decodes a string as written. Its key is compared decoded, so
+// "\u0061" and "a" are one key.
+func unquote(raw []byte) (string, error) {
+	if plain(raw) {
+		return string(raw[1 : len(raw)-1]), nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidJSON, err)
+	}
+	return s, nil
+}
+
+// appendString appends s as encoding/json writes it, HTML characters
+// unescaped.
+func appendString(out []byte, s string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(s)           // a Go string always encodes
-	out.Truncate(out.Len() - 1) // Encode appends a newline
+	_ = enc.Encode(s) // a Go string always encodes
+	return append(out, bytes.TrimSuffix(b.Bytes(), []byte("\n"))...)
 }

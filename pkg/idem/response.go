@@ -29,26 +29,34 @@ func (r Response) Equal(o Response) bool {
 // MaxHeaders is the most response headers a record holds.
 const MaxHeaders = policy.MaxHeaders
 
+// respAttrs are a response's attributes as a record stores them, in a
+// fixed order.
+type respAttrs struct {
+	status, headers, body types.AttributeValue
+	// gzipped marks a gzipped body; a plain one is not marked.
+	gzipped bool
+}
+
 // encodeResponse returns the response attributes, compressing the body when
 // it is larger than compressAbove bytes. It refuses, with ErrTooLarge, a
 // response that together with the intent would not fit in an item.
-func encodeResponse(r Response, compressAbove, intentLen int) (map[string]types.AttributeValue, error) {
+func encodeResponse(r Response, compressAbove, intentLen int) (respAttrs, error) {
 	body, gzipped := policy.StoredBody(r.Body, compressAbove)
 	if body == nil {
 		body = []byte{} // a nil B is no attribute value at all: DynamoDB refuses it
 	}
 	if why := policy.TooLarge(r.Headers, body, intentLen); why != "" {
-		return nil, fmt.Errorf("%w: %s", ErrTooLarge, why)
+		return respAttrs{}, fmt.Errorf("%w: %s", ErrTooLarge, why)
 	}
 	headers := make(map[string]types.AttributeValue, len(r.Headers))
 	for k, v := range r.Headers {
 		headers[k] = &types.AttributeValueMemberS{Value: v}
 	}
-	return map[string]types.AttributeValue{
-		attrRespStatus:  &types.AttributeValueMemberN{Value: strconv.Itoa(r.Status)},
-		attrRespHeaders: &types.AttributeValueMemberM{Value: headers},
-		attrRespBody:    &types.AttributeValueMemberB{Value: body},
-		attrRespGzip:    &types.AttributeValueMemberBOOL{Value: gzipped},
+	return respAttrs{
+		status:  &types.AttributeValueMemberN{Value: strconv.Itoa(r.Status)},
+		headers: &types.AttributeValueMemberM{Value: headers},
+		body:    &types.AttributeValueMemberB{Value: body},
+		gzipped: gzipped,
 	}, nil
 }
 

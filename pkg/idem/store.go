@@ -1,13 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"iter"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -108,6 +108,10 @@ type Store struct {
 	table string
 	opt   Options
 	pol   policy.Policy
+	// The parts of the requests that are the same for every call, built
+	// once: the SDK only reads its input.
+	tableName  *string
+	beginNames map[string]string
 }
 
 // New returns a Store on table. optFns adjust the defaults.
@@ -123,7 +127,10 @@ func New(db DynamoDBAPI, table string, optFns ...func(*Options)) (*Store, error)
 		fn(&o)
 	}
 	o = o.withDefaults()
-	return &Store{db: db, table: table, opt: o, pol: o.policy()}, nil
+	return &Store{
+		db: db, table: table, opt: o, pol: o.policy(), tableName: aws.String(table),
+		beginNames: map[string]string{"#pk": o.KeyAttribute, "#exp": AttrExpiresAt},
+	}, nil
 }
 
 // Shards is the number of stuck-lease index shards.
@@ -196,8 +203,8 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	lease.RecordExpiresAt = s.retainUntil(lease)
 	item := map[string]types.AttributeValue{
 		s.opt.KeyAttribute:  str(s.stored(key)),
-		attrStatus:          str(string(StatusInFlight)),
-		attrFingerprint:     str(fp.String()),
+		attrStatus:          inFlight,
+		attrFingerprint:     fpAttr(fp),
 		attrCreatedAt:       millis(lease.CreatedAt),
 		attrLeaseToken:      str(token),
 		AttrLeaseExpiresAt:  millis(lease.ExpiresAt),
@@ -208,10 +215,10 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
 	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                           aws.String(s.table),
+		TableName:                           s.tableName,
 		Item:                                item,
-		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #exp < :now"),
-		ExpressionAttributeNames:            map[string]string{"#pk": s.opt.KeyAttribute, "#exp": AttrExpiresAt},
+		ConditionExpression:                 beginCondition,
+		ExpressionAttributeNames:            s.beginNames,
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -251,7 +258,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 		expires = s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})
 	}
 	switch {
-	case rec.Fingerprint != fp.String():
+	case !sameFingerprint(ccf.Item, fp):
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
@@ -276,7 +283,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		"#ad": attrAttemptDeadline, "#exp": AttrExpiresAt, "#att": attrAttempts, "#fp": attrFingerprint,
 	}
 	values := map[string]types.AttributeValue{
-		":released": str(string(StatusReleased)), ":inflight": str(string(StatusInFlight)), ":fp": str(fp.String()),
+		":released": str(string(StatusReleased)), ":inflight": str(string(StatusInFlight)), ":fp": fpAttr(fp),
 		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
 		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken,
 	}
@@ -286,7 +293,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		update += ", #intent = :intent"
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
+		TableName:                           s.tableName,
 		Key:                                 s.keyAttr(lease.Key),
 		UpdateExpression:                    aws.String(update + " REMOVE #exp, #att"),
 		ConditionExpression:                 aws.String("#status = :released AND #fp = :fp AND #tok = :oldtok"),
@@ -322,9 +329,19 @@ func (s *Store) stored(key Key) string { return s.opt.KeyPrefix + key.String() }
 // fence is the condition every write by a lease holder carries.
 const fence = "#status = :inflight AND #tok = :tok"
 
+// The conditions and update expressions every request shares.
+var (
+	beginCondition = aws.String("attribute_not_exists(#pk) OR #exp < :now")
+	fenceCondition = aws.String(fence)
+)
+
 func fenceValues(l *Lease) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{":inflight": str(string(StatusInFlight)), ":tok": str(l.Token)}
+	return map[string]types.AttributeValue{":inflight": inFlight, ":tok": str(l.Token)}
 }
+
+// inFlight is the status IN_FLIGHT as an attribute value, shared by every
+// request (the SDK only reads its input).
+var inFlight types.AttributeValue = &types.AttributeValueMemberS{Value: string(StatusInFlight)}
 
 // settlement is the fenced update that moves a record from IN_FLIGHT to
 // status, with resp when the status is terminal. The record leaves the
@@ -336,32 +353,61 @@ type settlement struct {
 	op     string
 	status Status
 	resp   *Response
-	update string
+	update *string
 	names  map[string]string
 	values map[string]types.AttributeValue
 }
 
-func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (*settlement, error) {
-	st := &settlement{op: op, status: status, resp: resp, values: fenceValues(l)}
-	st.values[":status"] = str(string(status))
-	st.values[":exp"] = seconds(s.retainUntil(l))
-	st.names = map[string]string{
+// The settlements' update expressions and attribute names: the response's
+// attributes are set only by a terminal status, the gzip mark only on a
+// gzipped body.
+const (
+	settleSet      = "SET #status = :status, #exp = :exp"
+	settleResponse = ", #rs = :rs, #rh = :rh, #rb = :rb"
+	settleGzip     = ", #rz = :rz"
+	settleRemove   = " REMOVE #lexp, #shard, #ad"
+)
+
+var (
+	settleUpdate        = aws.String(settleSet + settleRemove)
+	settleUpdateResp    = aws.String(settleSet + settleResponse + settleRemove)
+	settleUpdateRespGz  = aws.String(settleSet + settleResponse + settleGzip + settleRemove)
+	settleNames         = settlementNames()
+	settleNamesResp     = settlementNames("#rs", attrRespStatus, "#rh", attrRespHeaders, "#rb", attrRespBody)
+	settleNamesRespGzip = settlementNames("#rs", attrRespStatus, "#rh", attrRespHeaders, "#rb", attrRespBody, "#rz", attrRespGzip)
+	gzipMark            = &types.AttributeValueMemberBOOL{Value: true}
+)
+
+// settlementNames are the names every settlement uses, and the pairs given.
+func settlementNames(pairs ...string) map[string]string {
+	names := map[string]string{
 		"#status": attrStatus, "#tok": attrLeaseToken, "#exp": AttrExpiresAt,
 		"#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline,
 	}
-	st.update = "SET #status = :status, #exp = :exp"
-	if resp != nil {
-		attrs, err := encodeResponse(*resp, s.opt.CompressAbove, len(l.Intent))
-		if err != nil {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
-		}
-		for i, name := range slices.Sorted(maps.Keys(attrs)) {
-			n, p := "#r"+strconv.Itoa(i), ":r"+strconv.Itoa(i)
-			st.names[n], st.values[p] = name, attrs[name]
-			st.update += ", " + n + " = " + p
-		}
+	for i := 0; i < len(pairs); i += 2 {
+		names[pairs[i]] = pairs[i+1]
 	}
-	st.update += " REMOVE #lexp, #shard, #ad"
+	return names
+}
+
+func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (*settlement, error) {
+	st := &settlement{op: op, status: status, resp: resp, update: settleUpdate, names: settleNames}
+	st.values = make(map[string]types.AttributeValue, 8)
+	st.values[":inflight"], st.values[":tok"] = inFlight, str(l.Token)
+	st.values[":status"], st.values[":exp"] = str(string(status)), seconds(s.retainUntil(l))
+	if resp == nil {
+		return st, nil
+	}
+	attrs, err := encodeResponse(*resp, s.opt.CompressAbove, len(l.Intent))
+	if err != nil {
+		return nil, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+	}
+	st.values[":rs"], st.values[":rh"], st.values[":rb"] = attrs.status, attrs.headers, attrs.body
+	st.update, st.names = settleUpdateResp, settleNamesResp
+	if attrs.gzipped {
+		st.values[":rz"] = gzipMark
+		st.update, st.names = settleUpdateRespGz, settleNamesRespGzip
+	}
 	return st, nil
 }
 
@@ -381,10 +427,10 @@ func (st *settlement) settled(l *Lease, item map[string]types.AttributeValue) er
 // apply writes the settlement alone, as one fenced UpdateItem.
 func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                           aws.String(s.table),
+		TableName:                           s.tableName,
 		Key:                                 s.keyAttr(l.Key),
-		UpdateExpression:                    aws.String(st.update),
-		ConditionExpression:                 aws.String(fence),
+		UpdateExpression:                    st.update,
+		ConditionExpression:                 fenceCondition,
 		ExpressionAttributeNames:            st.names,
 		ExpressionAttributeValues:           st.values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -419,10 +465,10 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 		return s.apply(ctx, l, st)
 	}
 	items := append(writes[:len(writes):len(writes)], types.TransactWriteItem{Update: &types.Update{
-		TableName:                           aws.String(s.table),
+		TableName:                           s.tableName,
 		Key:                                 s.keyAttr(l.Key),
-		UpdateExpression:                    aws.String(st.update),
-		ConditionExpression:                 aws.String(fence),
+		UpdateExpression:                    st.update,
+		ConditionExpression:                 fenceCondition,
 		ExpressionAttributeNames:            st.names,
 		ExpressionAttributeValues:           st.values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -526,10 +572,10 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 		update += ", #ad = :lexp"
 	}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.table),
+		TableName:                 s.tableName,
 		Key:                       s.keyAttr(l.Key),
 		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String(fence),
+		ConditionExpression:       fenceCondition,
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
@@ -553,24 +599,48 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 // *InFlightError; a terminal one ErrCompleted; a released, absent or
 // expired one ErrNotFound.
 func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
+	return s.takeOver(ctx, key, "take over", false)
+}
+
+// Preempt takes over an IN_FLIGHT record whatever its lease, like
+// TakeOver otherwise: the holder's token stops working at once, so its
+// late Commit, Fail or Release fails with ErrLeaseLost and cannot
+// settle the command a second time. It is only for a caller that already
+// knows the effect's outcome from the effect's own source (a payment
+// provider's signed notification), and so need not wait for the holder to
+// give up; a caller that still has to find out must use TakeOver. A
+// terminal record gives ErrCompleted; a released, absent or expired one
+// ErrNotFound.
+func (s *Store) Preempt(ctx context.Context, key Key) (*Lease, error) {
+	return s.takeOver(ctx, key, "preempt", true)
+}
+
+// takeOver gives the caller a new lease on an IN_FLIGHT record: only
+// once its lease has run out unless live is set.
+func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*Lease, error) {
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
 		return nil, err
 	}
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
+	cond := "#status = :inflight"
+	values := map[string]types.AttributeValue{
+		":inflight": str(string(StatusInFlight)), ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
+	}
+	if !live {
+		cond += " AND #lexp < :now"
+		values[":now"] = millis(now)
+	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           aws.String(s.table),
+		TableName:           s.tableName,
 		Key:                 s.keyAttr(key),
 		UpdateExpression:    aws.String("SET #tok = :tok, #lexp = :lexp ADD #att :one"),
-		ConditionExpression: aws.String("#status = :inflight AND #lexp < :now"),
+		ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: map[string]string{
 			"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
 		},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":inflight": str(string(StatusInFlight)), ":tok": str(token),
-			":lexp": millis(lease.ExpiresAt), ":now": millis(now), ":one": num(1),
-		},
+		ExpressionAttributeValues:           values,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -580,10 +650,10 @@ func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return nil, fmt.Errorf("idem: take over %s: %w", key, err)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, err)
 		}
 		if len(ccf.Item) == 0 {
-			return nil, fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, ErrNotFound)
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, s.notTaken(key, ccf.Item, now)
@@ -619,7 +689,7 @@ func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time
 type Record struct {
 	Key            Key
 	Status         Status
-	Fingerprint    string
+	Fingerprint    string // the lower-case hex form, Fingerprint.String
 	CreatedAt      time.Time
 	ExpiresAt      time.Time // end of retention; zero while IN_FLIGHT
 	LeaseExpiresAt time.Time // zero unless IN_FLIGHT
@@ -644,7 +714,7 @@ func (r *Record) expired(now time.Time) bool {
 // gives ErrNotFound. A RELEASED record is returned as it is.
 func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(s.table),
+		TableName:      s.tableName,
 		Key:            s.keyAttr(key),
 		ConsistentRead: aws.Bool(true),
 	})
@@ -678,7 +748,7 @@ type StuckLease struct {
 func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
 	return func(yield func(StuckLease, error) bool) {
 		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-			TableName:                 aws.String(s.table),
+			TableName:                 s.tableName,
 			IndexName:                 aws.String(IndexStuckLeases),
 			KeyConditionExpression:    aws.String("#shard = :shard AND #lexp < :before"),
 			ExpressionAttributeNames:  map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt},
@@ -731,8 +801,8 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 	if v, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {
 		rec.Status = Status(v.Value)
 	}
-	if v, ok := item[attrFingerprint].(*types.AttributeValueMemberS); ok {
-		rec.Fingerprint = v.Value
+	if v, ok := item[attrFingerprint].(*types.AttributeValueMemberB); ok {
+		rec.Fingerprint = hex.EncodeToString(v.Value)
 	}
 	if v, ok := item[attrIntent].(*types.AttributeValueMemberB); ok {
 		rec.Intent = v.Value
@@ -786,6 +856,18 @@ func numberAttr(item map[string]types.AttributeValue, name string) (int64, error
 		return 0, fmt.Errorf("idem: record attribute %s: %w", name, err)
 	}
 	return n, nil
+}
+
+// fpAttr is fp as a record stores it: its 32 bytes, half the size of the
+// hex form.
+func fpAttr(fp Fingerprint) types.AttributeValue {
+	return &types.AttributeValueMemberB{Value: fp[:]}
+}
+
+// sameFingerprint reports whether item was stored for fp.
+func sameFingerprint(item map[string]types.AttributeValue, fp Fingerprint) bool {
+	v, ok := item[attrFingerprint].(*types.AttributeValueMemberB)
+	return ok && bytes.Equal(v.Value, fp[:])
 }
 
 func str(s string) types.AttributeValue { return &types.AttributeValueMemberS{Value: s} }

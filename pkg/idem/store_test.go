@@ -294,6 +294,39 @@ func TestFencingAfterTakeOver(t *testing.T) {
 	})
 }
 
+func TestPreemptFencesALiveHolder(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	k := key(t, "acme")
+	a := begin(t, e.store, k, fpA)
+	if _, err := e.store.TakeOver(ctx, k); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("TakeOver of a live lease: want ErrInFlight, got %v", err)
+	}
+	b, err := e.store.Preempt(ctx, k)
+	if err != nil {
+		t.Fatalf("Preempt of a live lease: %v", err)
+	}
+	if b.Token == a.Token || !b.CreatedAt.Equal(a.CreatedAt) || b.Attempts != 1 || string(b.Intent) != "intent" {
+		t.Fatalf("preempting lease = %+v (A's: %+v)", b, a)
+	}
+	if err := e.store.Commit(ctx, a, idem.Response{Status: 201, Body: []byte("A")}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the preempted holder's commit: want ErrLeaseLost, got %v", err)
+	}
+	if err := e.store.Commit(ctx, b, resp); err != nil {
+		t.Fatalf("the preempting commit: %v", err)
+	}
+	if err := e.store.Fail(ctx, a, idem.Response{Status: 402}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the preempted holder's late fail: want ErrLeaseLost, got %v", err)
+	}
+	wantReplay(t, e.store, k, resp)
+	if _, err := e.store.Preempt(ctx, k); !errors.Is(err, idem.ErrCompleted) {
+		t.Fatalf("Preempt of a settled record: want ErrCompleted, got %v", err)
+	}
+	if _, err := e.store.Preempt(ctx, key(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Preempt of an absent key: want ErrNotFound, got %v", err)
+	}
+}
+
 func TestExpiredRecordIsAbsent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })

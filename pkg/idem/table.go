@@ -22,17 +22,19 @@ const (
 	// IndexStuckLeases is the sparse GSI of in-flight records by lease expiry.
 	IndexStuckLeases = "stuck-leases"
 
-	attrStatus          = "status"
-	attrFingerprint     = "fingerprint"
-	attrCreatedAt       = "created_at"
-	attrLeaseToken      = "lease_token"
-	attrIntent          = "intent"
-	attrRespStatus      = "resp_status"
-	attrRespHeaders     = "resp_headers"
-	attrRespBody        = "resp_body"
-	attrRespGzip        = "resp_gzip"
-	attrAttempts        = "attempts"
-	attrAttemptDeadline = "attempt_deadline"
+	// The other attributes have short names: a record pays for each name's
+	// bytes in every write (doc.go lists them, "Record layout").
+	attrStatus          = "st"
+	attrFingerprint     = "fp"
+	attrCreatedAt       = "ct"
+	attrLeaseToken      = "tok"
+	attrIntent          = "in"
+	attrRespStatus      = "rs"
+	attrRespHeaders     = "rh"
+	attrRespBody        = "rb"
+	attrRespGzip        = "rz"
+	attrAttempts        = "attempts" // projected into the stuck-lease index: template.yaml names it
+	attrAttemptDeadline = "ad"
 )
 
 // TableInput returns the CreateTable request for an idempotency table named

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -56,6 +57,27 @@ func (l latencies) report(b *testing.B) {
 	at := func(p int) float64 { return float64(l[max(0, (p*len(l)+99)/100-1)]) / 1e6 }
 	b.ReportMetric(at(50), "p50-ms")
 	b.ReportMetric(at(99), "p99-ms")
+}
+
+// cpuClock adds up the CPU time (user and system, every goroutine) the
+// benchmark process spends while it runs. The emulator is another process,
+// so its time is not counted: what is left is the handler's own code, the
+// SDK's and net/http's, and the in-process provider simulator's. Stop it
+// around untimed work.
+type cpuClock struct{ spent, since time.Duration }
+
+func (c *cpuClock) start() { c.since = processCPU() }
+func (c *cpuClock) stop()  { c.spent += processCPU() - c.since }
+
+// report reports the CPU microseconds per operation.
+func (c *cpuClock) report(b *testing.B) {
+	b.ReportMetric(float64(c.spent.Nanoseconds())/1e3/float64(b.N), "cpu-us/op")
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // handle sends req through h, adds its duration to lat, and returns the id
@@ -188,16 +210,24 @@ func chargeRow(table, id string) types.TransactWriteItem {
 // real handler: Begin, the provider simulator over HTTP, Commit.
 func BenchmarkHandlerFirstCall(b *testing.B) {
 	s, c := counted(b)
-	var lat latencies
+	var (
+		lat latencies
+		cpu cpuClock
+	)
 	b.ReportAllocs()
 	c.Snapshot()
+	cpu.start()
 	for b.Loop() {
 		key := newKey()
 		id := handle(b, &lat, s.handler.Handle, post(key, visa), http.StatusCreated)
+		cpu.stop()
 		forget(b, s.db, s.cfg.IdempotencyTable, storeKey(b, key).String(), s.cfg.ChargesTable, id)
+		cpu.start()
 	}
+	cpu.stop()
 	reportCalls(b, c)
 	lat.report(b)
+	cpu.report(b)
 }
 
 // BenchmarkHandlerReplay repeats one completed request: Begin fails its
@@ -208,13 +238,17 @@ func BenchmarkHandlerReplay(b *testing.B) {
 	var lat latencies
 	handle(b, &lat, s.handler.Handle, req, http.StatusCreated)
 	lat = nil
+	var cpu cpuClock
 	b.ReportAllocs()
 	c.Snapshot()
+	cpu.start()
 	for b.Loop() {
 		handle(b, &lat, s.handler.Handle, req, http.StatusCreated)
 	}
+	cpu.stop()
 	reportCalls(b, c)
 	lat.report(b)
+	cpu.report(b)
 }
 
 // BenchmarkNaiveFirstCall is the same request through a handler without
@@ -222,15 +256,23 @@ func BenchmarkHandlerReplay(b *testing.B) {
 // retry is another first call, which charges again.
 func BenchmarkNaiveFirstCall(b *testing.B) {
 	s, c := counted(b)
-	var lat latencies
+	var (
+		lat latencies
+		cpu cpuClock
+	)
 	b.ReportAllocs()
 	c.Snapshot()
+	cpu.start()
 	for b.Loop() {
 		id := handle(b, &lat, s.naive.Handle, post(newKey(), visa), http.StatusCreated)
+		cpu.stop()
 		forget(b, s.db, "", "", s.cfg.ChargesTable, id)
+		cpu.start()
 	}
+	cpu.stop()
 	reportCalls(b, c)
 	lat.report(b)
+	cpu.report(b)
 }
 
 // BenchmarkEmulatorPutItem is the floor under every figure above: one

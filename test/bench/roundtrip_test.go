@@ -117,6 +117,10 @@ func TestRoundTrips(t *testing.T) {
 	key := newKey()
 	measure("first", "first charge", want{calls: map[string]int{"PutItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 2},
 		handle(post(key, visa), http.StatusCreated, false))
+	// The record of a first charge, the item every replay reads back.
+	if got := rows[len(rows)-1].used.Tables[roleIdempotency].MaxItemBytes; got > recordBudget {
+		t.Errorf("first charge: record of %d B, want at most %d B", got, recordBudget)
+	}
 	measure("replay", "replay", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
 		handle(post(key, visa), http.StatusCreated, true))
 	// The charge function's replay cache: its first replay asks DynamoDB
@@ -214,6 +218,10 @@ func TestRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// recordBudget is the most bytes the record of a first charge may take
+// (pkg/idem's doc, "Record layout", lists what they hold).
+const recordBudget = 500
 
 // byteCounter counts the bytes written to it.
 type byteCounter struct{ n atomic.Int64 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,12 +17,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -56,7 +60,7 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 	cfg.InflightWait = inflightWait
 	// Metrics lines to io.Discard, not the default os.Stdout: on stdout they
 	// would cut into go test -bench's result lines.
-	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock, Metrics: io.Discard}
+	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock, Metrics: io.Discard, Tracer: benchTracer(tb)}
 	h := dep.ChargeHandler(tb, func(w *testkit.Wiring) { w.Charge, w.Deps = cfg, deps })
 	plain := testkit.Clients(tb).DynamoDB
 	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
@@ -70,6 +74,21 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 			provider: provider.NewClient(dep.ProviderURL, ""),
 		},
 	}
+}
+
+// traced turns tracing on for the handlers, to measure what it costs:
+// go test -bench Handler ./test/bench -args -traced. Off, the default, is
+// the functions' default: no ADOT layer, no tracer.
+var traced = flag.Bool("traced", false, "trace the handlers (spans batched to an exporter that drops them, flushed after each invocation as in Lambda)")
+
+// benchTracer is the handlers' tracer: nil unless -traced.
+func benchTracer(tb testing.TB) *tracing.Tracer {
+	if !*traced {
+		return nil
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	tb.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tracing.New(tp)
 }
 
 // post builds a POST /charges event as API Gateway sends it.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -50,6 +51,9 @@ type code struct {
 	// metrics and outcomes are what the code emits (package metrics).
 	metrics  []metrics.Definition
 	outcomes map[string][]metrics.Outcome
+	// routes are the charge function's route keys; public those of them
+	// served without the JWT authorizer.
+	routes, public []string
 }
 
 func currentCode() code {
@@ -64,6 +68,8 @@ func currentCode() code {
 			"IntakeFunction":    func(g app.Getenv) { _, _ = app.LoadIntake(g) },
 		},
 		metrics: metrics.Definitions(),
+		routes:  []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+		public:  []string{httpapi.RouteWebhook},
 		outcomes: map[string][]metrics.Outcome{
 			metrics.FunctionCharge:    metrics.Outcomes(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Outcomes(metrics.FunctionReconcile),
@@ -198,6 +204,9 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"dashboard misses an intake outcome", `["chargeonce", "Requests", "Function", "intake", "Outcome", "invalid"],`, ""},
 		{"variable missing", "          INFLIGHT_WAIT: !Ref InflightWait\n          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY", "          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY"},
 		{"variable not read", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          LOG_LEVEL", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          INFLIGHT_WAIT: 1s\n          LOG_LEVEL"},
+		{"tracing layer always", "      - !If [HasTracingLayer, !Ref TracingLayerArn, !Ref AWS::NoValue]", "      - !Ref TracingLayerArn"},
+		{"trace endpoint always", `OTEL_EXPORTER_OTLP_ENDPOINT: !If [HasTracingLayer, "http://localhost:4318", !Ref AWS::NoValue]`, `OTEL_EXPORTER_OTLP_ENDPOINT: "http://localhost:4318"`},
+		{"tracing condition", `HasTracingLayer: !Not [!Equals [!Ref TracingLayerArn, ""]]`, `HasTracingLayer: !Equals [!Ref TracingLayerArn, ""]`},
 		{"index in policy", `"${IdempotencyTable.Arn}/index/stuck-leases"`, `"${IdempotencyTable.Arn}/index/stuck"`},
 		{"code dir", "CodeUri: functions/sweeper", "CodeUri: functions/sweep"},
 		{"alarm metric name", "MetricName: StuckLeases", "MetricName: StuckLease"},
@@ -211,6 +220,9 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"dashboard dimension", `["chargeonce", "BeginLatency", "Function", "charge"]`, `["chargeonce", "BeginLatency", "Function", "charge", "Tenant", "acme"]`},
 		{"dashboard misses an outcome", `["chargeonce", "Requests", "Function", "reconcile", "Outcome", "resolved-declined"],`, ""},
 		{"dashboard misses a metric", `["chargeonce", "CommitLatency", "Function", "charge"],`, ""},
+		{"webhook behind the authorizer", "            Auth:\n              Authorizer: NONE\n", ""},
+		{"webhook path", "Path: /webhooks/stripe", "Path: /webhook/stripe"},
+		{"route dropped", "            Method: GET\n            Path: /charges/{id}\n", "            Method: GET\n            Path: /charges\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,7 +256,9 @@ func check(src string, k code) ([]string, error) {
 	c.sqsFunction(reconcileFn, reconcileQueue, queue.ReconcileTimeout)
 	c.sqsFunction(intakeFn, intakeQueue, queue.IntakeTimeout)
 	c.sweeperPolicy()
+	c.routes(k.routes, k.public)
 	c.environments(k.loaders)
+	c.tracing()
 	c.metrics(k.metrics, k.outcomes)
 	return c.problems, nil
 }
@@ -382,6 +396,36 @@ func (c *checker) sqsFunction(fn, queueID string, timeout time.Duration) {
 	}
 }
 
+// routes checks that the charge function's HTTP API events are exactly
+// the routes its handler serves, each behind the JWT authorizer (the API's
+// default) unless it is public, and then with the authorizer turned off.
+func (c *checker) routes(routes, public []string) {
+	found := map[string]bool{}
+	for name, e := range asMap(c.props("ChargeFunction")["Events"]) {
+		if asMap(e)["Type"] != "HttpApi" {
+			continue
+		}
+		p := asMap(asMap(e)["Properties"])
+		key := fmt.Sprint(p["Method"], " ", p["Path"])
+		found[key] = true
+		if !slices.Contains(routes, key) {
+			c.fail("ChargeFunction event %s routes %s, which the handler does not serve", name, key)
+			continue
+		}
+		c.equal("ChargeFunction event "+name+" ApiId", p["ApiId"], map[string]any{"Ref": "HttpApi"})
+		var want any // the API's default authorizer
+		if slices.Contains(public, key) {
+			want = map[string]any{"Authorizer": "NONE"}
+		}
+		c.equal("ChargeFunction event "+name+" Auth", p["Auth"], want)
+	}
+	for _, key := range routes {
+		if !found[key] {
+			c.fail("the handler serves %s, which no ChargeFunction event routes", key)
+		}
+	}
+}
+
 // sweeperPolicy checks that the sweeper may query the index it reads.
 func (c *checker) sweeperPolicy() {
 	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + idem.IndexStuckLeases}
@@ -441,6 +485,22 @@ func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 		if _, ok := res[id]; !ok {
 			c.fail("template has no function %s", id)
 		}
+	}
+}
+
+// tracing checks that the functions get the ADOT collector layer and the
+// variable that turns tracing on (app.EnvTraceEndpoint) together, both only
+// when TracingLayerArn is set.
+func (c *checker) tracing() {
+	const cond = "HasTracingLayer"
+	noValue := map[string]any{"Ref": "AWS::NoValue"}
+	c.equal("Conditions "+cond, asMap(c.tmpl["Conditions"])[cond],
+		map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "TracingLayerArn"}, ""}}}})
+	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
+	c.equal("Globals Layers", fn["Layers"], []any{map[string]any{"Fn::If": []any{cond, map[string]any{"Ref": "TracingLayerArn"}, noValue}}})
+	endpoint := asList(asMap(asMap(asMap(fn["Environment"])["Variables"])[app.EnvTraceEndpoint])["Fn::If"])
+	if len(endpoint) != 3 || endpoint[0] != cond || endpoint[1] == "" || !reflect.DeepEqual(endpoint[2], noValue) {
+		c.fail("Globals %s is %v, want set only if %s", app.EnvTraceEndpoint, endpoint, cond)
 	}
 }
 

@@ -65,6 +65,9 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	t.Run("sweep and reconcile a stuck record", func(t *testing.T) {
 		stuckRecord(t, fns, clients.SQS, q.URL, idemTable, providerURL, sim)
 	})
+	t.Run("a Stripe webhook settles an ambiguous charge", func(t *testing.T) {
+		webhookSettles(t, rie, bootstraps["charge"], config["charge"], idemTable)
+	})
 
 	for _, name := range slices.Sorted(maps.Keys(functions)) {
 		report, runtimeInit := fns[name].initDurations(t)

@@ -156,31 +156,39 @@ func (f *function) invoke(t *testing.T, payload []byte, out any) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
+	if err := f.call(ctx, payload, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// call is invoke for any goroutine: it returns what went wrong.
+func (f *function) call(ctx context.Context, payload []byte, out any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.url, bytes.NewReader(payload))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("invoke %s: %v", f.name, err)
+		return fmt.Errorf("invoke %s: %w", f.name, err)
 	}
 	defer res.Body.Close()
 	body, err := io.ReadAll(res.Body)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var fnErr struct {
 		ErrorMessage string `json:"errorMessage"`
 		ErrorType    string `json:"errorType"`
 	}
 	if res.StatusCode != http.StatusOK || json.Unmarshal(body, &fnErr) == nil && fnErr.ErrorType != "" {
-		t.Fatalf("invoke %s: %d %s", f.name, res.StatusCode, body)
+		return fmt.Errorf("invoke %s: %d %s", f.name, res.StatusCode, body)
 	}
 	if out != nil {
 		if err := json.Unmarshal(body, out); err != nil {
-			t.Fatalf("invoke %s: result %s: %v", f.name, body, err)
+			return fmt.Errorf("invoke %s: result %s: %w", f.name, body, err)
 		}
 	}
+	return nil
 }
 
 var (

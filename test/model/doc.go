@@ -7,7 +7,15 @@
 // outages, DynamoDB refusals and lost answers, and crashed owners coming
 // back to write with stale leases.
 //
+// TestChargePathModelStripe runs the same model with PROVIDER=stripe: the
+// Stripe adapter on the stateful Stripe simulator (stripesim), whose search
+// lags by an hour, with Stripe's test PaymentMethods as sources and an
+// outage that answers 503. There the reconciler replays requests, rolls
+// forward those that never arrived, and parks a command older than
+// Stripe's key window that Stripe has no charge for: the one end state
+// besides SUCCEEDED, FAILED_PERMANENT and RELEASED the model accepts.
+//
 // The package holds tests only. `make test` runs 1,000 random histories
-// and `make soak` runs 20,000; a failure prints the rapid seed and the
-// shrunk sequence of steps that reproduces it.
+// and 200 in Stripe mode, and `make soak` runs 20,000; a failure prints
+// the rapid seed and the shrunk sequence of steps that reproduces it.
 package model

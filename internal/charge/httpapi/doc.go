@@ -4,7 +4,9 @@
 // contract of api/openapi.yaml: routes, headers (Idempotency-Key,
 // Idempotency-Expires, Idempotent-Replayed, Retry-After), statuses and the
 // problem types, and the bodies the service stores (Answers), so that a
-// replay is byte-identical whoever settled the command.
+// replay is byte-identical whoever settled the command. RouteWebhook,
+// Stripe's POST /webhooks/stripe, is the one route without a tenant: its
+// deliveries are verified by signature (a WebhookVerifier) instead.
 //
 // To change an HTTP answer, change answer in problems.go (or Answers for a
 // stored one) and api/openapi.yaml together: TestProblemsMatchTheSpec holds

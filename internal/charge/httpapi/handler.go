@@ -13,9 +13,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -36,6 +38,7 @@ const DefaultTenantClaim = "tenant_id"
 type Service interface {
 	Create(ctx context.Context, tenant string, id charge.CommandID, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
 	Get(ctx context.Context, tenant, id string) (charge.Result, error)
+	Notify(ctx context.Context, n charge.Notification) (charge.Result, error)
 }
 
 var _ Service = (*charge.Service)(nil)
@@ -53,6 +56,12 @@ type Options struct {
 	// line per request. Default os.Stdout, where Lambda hands them to
 	// CloudWatch.
 	Metrics io.Writer
+	// Webhook verifies the deliveries to RouteWebhook. Default: none is
+	// configured, and every delivery is refused (400).
+	Webhook WebhookVerifier
+	// Tracer records each request as a span, its route, status and
+	// outcome; nil traces nothing.
+	Tracer *tracing.Tracer
 }
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
@@ -82,6 +91,9 @@ func NewHandler(svc Service, optFns ...func(*Options)) (*Handler, error) {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
+	if o.Webhook == nil {
+		o.Webhook = func([]byte, string) (charge.Notification, error) { return charge.Notification{}, ErrWebhooksOff }
+	}
 	m := metrics.New(o.Metrics, metrics.FunctionCharge, func(mo *metrics.Options) { mo.Clock = o.Clock })
 	return &Handler{svc: svc, opt: o, metrics: m}, nil
 }
@@ -94,11 +106,16 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		err     error
 		attrs   []any
 	)
+	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
+	defer h.opt.Tracer.End(ctx, span)
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
 	route := routeOf(req)
 	switch {
+	case route == RouteWebhook:
+		// Signed by Stripe, not authorised by a tenant's JWT.
+		res, refused, err = h.webhook(ctx, req)
 	case !ok:
 		refused = ref(problem(ProblemUnauthorized, ""))
 	case route == RouteCreate:
@@ -115,7 +132,12 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		attrs = append(attrs, "error_class", charge.ErrorClass(err))
 		res = charge.Result{Outcome: charge.OutcomeError}
 	}
-	resp := answer(res, h.opt.Clock())
+	var resp events.APIGatewayV2HTTPResponse
+	if route == RouteWebhook {
+		resp = webhookAnswer(res, h.opt.Clock())
+	} else {
+		resp = answer(res, h.opt.Clock())
+	}
 	if refused != nil {
 		res.Outcome = charge.OutcomeInvalid
 		resp = events.APIGatewayV2HTTPResponse{StatusCode: refused.Status, Headers: refused.Headers, Body: string(refused.Body)}
@@ -127,13 +149,30 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		level = slog.LevelError
 	}
 	h.opt.Logger.Log(ctx, level, "request", attrs...)
-	if route == RouteCreate || refused != nil {
+	if span.IsRecording() {
+		h.traced(span, route, res.Outcome, resp.StatusCode, err)
+	}
+	if route == RouteCreate || refused != nil && route != RouteWebhook {
 		rec.Count(metrics.Requests, res.Outcome.Metric())
 	}
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
 	}
 	return resp, nil
+}
+
+// traced sets the request's span attributes: the route if it is one of
+// the API's (any other path could carry anything), the outcome, the
+// status, and the class of a failure.
+func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, status int, err error) {
+	if route == RouteCreate || route == RouteGet {
+		tracing.String(span, tracing.AttrRoute, route)
+	}
+	tracing.Outcome(span, string(outcome))
+	tracing.Int(span, tracing.AttrStatus, status)
+	if err != nil {
+		tracing.Error(span, charge.ErrorClass(err))
+	}
 }
 
 func ref(r idem.Response) *idem.Response { return &r }
@@ -157,6 +196,8 @@ func routeOf(req events.APIGatewayV2HTTPRequest) string {
 	switch {
 	case method == http.MethodPost && path == "/charges":
 		return RouteCreate
+	case method == http.MethodPost && path == "/webhooks/stripe":
+		return RouteWebhook
 	case method == http.MethodGet && strings.HasPrefix(path, "/charges/") && !strings.Contains(path[len("/charges/"):], "/"):
 		return RouteGet
 	}

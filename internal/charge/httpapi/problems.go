@@ -115,6 +115,25 @@ func answer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
 	default:
 		resp = problem(ProblemInternal, "")
 	}
+	return withHeaders(res, resp)
+}
+
+// webhookAnswer is the answer to a webhook delivery: acknowledged, so the
+// provider stops redelivering it, unless it could not be processed yet.
+func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
+	switch res.Outcome {
+	case charge.OutcomeConflict:
+		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemInProgress, "Another delivery of this event is being processed."), retryAfter(now, res.RetryAt)))
+	case charge.OutcomeBusy:
+		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy; deliver the event again."), 1))
+	case charge.OutcomeError:
+		return answer(res, now)
+	}
+	return withHeaders(res, received())
+}
+
+// withHeaders adds the idempotency contract's headers to resp.
+func withHeaders(res charge.Result, resp idem.Response) events.APIGatewayV2HTTPResponse {
 	headers := make(map[string]string, len(resp.Headers)+2)
 	for k, v := range resp.Headers {
 		headers[k] = v

@@ -46,6 +46,10 @@ type Options struct {
 	Timeout time.Duration
 	// Logger receives one access-log record per request. Default: discard.
 	Logger *slog.Logger
+	// Public lists the route keys served without the JWT authorizer (a
+	// webhook, authenticated by its own signature): their events carry no
+	// authorizer context.
+	Public []string
 }
 
 // WithTenantClaim names the JWT claim the dev token's tenant is put under.
@@ -68,10 +72,16 @@ func WithLogger(l *slog.Logger) func(*Options) {
 	}
 }
 
+// WithPublicRoutes serves the given route keys without the JWT authorizer.
+func WithPublicRoutes(keys ...string) func(*Options) {
+	return func(o *Options) { o.Public = append(o.Public, keys...) }
+}
+
 // Gateway is the local API. It is safe for concurrent use.
 type Gateway struct {
 	handler HandlerFunc
 	routes  []route
+	public  []string
 	claim   string
 	timeout time.Duration
 	log     *slog.Logger
@@ -95,7 +105,7 @@ func New(h HandlerFunc, routeKeys []string, optFns ...func(*Options)) (*Gateway,
 	for _, fn := range optFns {
 		fn(&o)
 	}
-	g := &Gateway{handler: h, claim: o.TenantClaim, timeout: o.Timeout, log: o.Logger}
+	g := &Gateway{handler: h, public: o.Public, claim: o.TenantClaim, timeout: o.Timeout, log: o.Logger}
 	if g.claim == "" || g.timeout <= 0 {
 		return nil, errors.New("gateway: the tenant claim must be named and the timeout positive")
 	}
@@ -177,8 +187,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, requestID string
 	if !ok {
 		return message(w, http.StatusNotFound, "Not Found"), ""
 	}
+	public := slices.Contains(g.public, rt.key)
 	tenant, ok := devTenant(r.Header.Get("Authorization"))
-	if !ok {
+	if !ok && !public {
 		w.Header().Set("Www-Authenticate", "Bearer")
 		return message(w, http.StatusUnauthorized, "Unauthorized"), rt.key
 	}
@@ -190,6 +201,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, requestID string
 		return message(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large"), rt.key
 	}
 	req := g.event(r, rt.key, params, tenant, body, requestID, start)
+	if public {
+		req.RequestContext.Authorizer = nil
+	}
 	res, err := g.invoke(r.Context(), req)
 	if err != nil {
 		g.log.LogAttrs(r.Context(), slog.LevelError, "invocation failed",

@@ -295,3 +295,43 @@ func TestNewRefusesBadRoutes(t *testing.T) {
 		t.Error("zero timeout accepted")
 	}
 }
+
+// TestPublicRouteSkipsTheAuthorizer: a public route (a webhook) is invoked
+// without a token, and its event carries no authorizer context even when
+// a token is sent; the other routes still require one.
+func TestPublicRouteSkipsTheAuthorizer(t *testing.T) {
+	rec := &recorder{res: events.APIGatewayV2HTTPResponse{StatusCode: http.StatusOK}}
+	gw, err := gateway.New(rec.handle, append([]string{"POST /webhooks/stripe"}, routes...), gateway.WithPublicRoutes("POST /webhooks/stripe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	for _, token := range []string{"", "Bearer " + gateway.TokenPrefix + "acme"} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/webhooks/stripe", strings.NewReader(`{"id":"evt_1"}`))
+		if token != "" {
+			req.Header.Set("Authorization", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("public route with token %q: %d, want 200", token, resp.StatusCode)
+		}
+		ev, _ := rec.only(t)
+		if ev.RouteKey != "POST /webhooks/stripe" || ev.RequestContext.Authorizer != nil || ev.Body != `{"id":"evt_1"}` {
+			t.Fatalf("public route event = %s, authorizer %+v, body %q", ev.RouteKey, ev.RequestContext.Authorizer, ev.Body)
+		}
+		rec.events, rec.ctxs = nil, nil
+	}
+	resp, err := http.Post(srv.URL+"/charges", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || len(rec.events) != 0 {
+		t.Fatalf("a private route without a token: %d (%d invocations), want 401 and none", resp.StatusCode, len(rec.events))
+	}
+}

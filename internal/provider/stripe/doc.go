@@ -8,7 +8,9 @@
 // currency in lower case, payment_method the request's Source, which must
 // be a PaymentMethod id ("pm_…"; the adapter refuses anything else, and
 // never sees card numbers), payment_method_types=card, and our Reference
-// both as the Idempotency-Key and as metadata[chargeonce_reference].
+// both as the Idempotency-Key and as metadata[chargeonce_reference]; the
+// request's Command, if any, as metadata[chargeonce_command], so that a
+// webhook event about the PaymentIntent leads back to the command.
 //
 // The Result's ChargeID is the PaymentIntent's id ("pi_…"), for charges and
 // for declines alike: it exists for every outcome, the idempotency key
@@ -69,16 +71,20 @@
 // waits out. If several PaymentIntents carry the reference (a reference
 // re-sent after its key expired), a succeeded one wins.
 //
-// LookupRequest(provider.LookupRequest) is the surer lookup: while Stripe
-// still holds the key (FirstSent plus DedupWindow, less an hour's margin
-// for clock skew and transit) it replays the original request under the
-// same key. The replay is authoritative at once: Stripe answers the saved
-// result, or 409 while the first request still executes (ErrUnavailable:
-// ask again), or, if the first request never reached Stripe, executes it
-// now. That last case charges, exactly once, the intent the client asked
-// for, so a replay never answers not_found: it rolls the intent forward.
-// A replay needs the original parameters, Source included; outside the
-// window (or if Stripe reports the key reused) it falls back to search.
+// LookupRequest(provider.LookupRequest) is the surer lookup, the one the
+// charge path's reconciler uses: while Stripe still holds the key
+// (FirstSent plus DedupWindow, less an hour's margin for clock skew and
+// transit) it replays the original request under the same key. The replay
+// is authoritative at once: Stripe answers the saved result, or 409 while
+// the first request still executes (ErrUnavailable: ask again), or, if the
+// first request never reached Stripe, executes it now. That last case
+// charges, exactly once, the intent the client asked for, so a replay
+// never answers not_found: it rolls the intent forward. A replay needs the
+// original parameters, Source included: the charge path keeps the source
+// with the intent once CheckSource has found it a PaymentMethod id, so it
+// never stores card data. Outside the window, if Stripe reports the key
+// reused, or if the replay answers (or replays its saved) server error, it
+// falls back to search.
 //
 // # Guarantees
 //
@@ -94,4 +100,13 @@
 // write PaymentIntents; publishable keys are refused). In production it
 // comes from AWS Secrets Manager, never from the template in clear text;
 // the adapter keeps it inside stripe-go's client and never logs it.
+//
+// # Webhooks
+//
+// ParseWebhook verifies a webhook delivery's Stripe-Signature with
+// stripe-go's webhook package (the endpoint's signing secret, a timestamp
+// at most DefaultWebhookTolerance old) and reads payment_intent.succeeded
+// and payment_intent.payment_failed events into the reference, the command
+// and the outcome, read from the PaymentIntent as Lookup reads it. An event
+// whose type and PaymentIntent disagree is refused, like a bad signature.
 package stripe

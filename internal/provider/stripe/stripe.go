@@ -21,6 +21,11 @@ import (
 // our reference.
 const MetadataReference = "chargeonce_reference"
 
+// MetadataCommand is the metadata key under which a PaymentIntent carries
+// the command it was charged for (provider.ChargeRequest.Command), so a
+// webhook event about it leads back to the idempotency record.
+const MetadataCommand = "chargeonce_command"
+
 // The adapter's guarantees; see the package documentation.
 const (
 	// DedupWindow is how long Stripe keeps an idempotency key.
@@ -53,6 +58,9 @@ var (
 var (
 	referencePattern = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,255}$`)
 	currencyPattern  = regexp.MustCompile(`^[A-Za-z]{3}$`)
+	// paymentMethodPattern is a PaymentMethod id: "pm_", then letters,
+	// digits and underscores (Stripe's test ones: pm_card_visa).
+	paymentMethodPattern = regexp.MustCompile(`^pm_[A-Za-z0-9_]{1,61}$`)
 )
 
 // Error is what Stripe answered to a failed request, without its message,
@@ -208,7 +216,11 @@ func (a *Adapter) LookupRequest(ctx context.Context, req provider.LookupRequest)
 		return a.lookupDone(ctx, "lookup_search", req.Reference, res, err)
 	}
 	res, err := a.replay(ctx, req.ChargeRequest)
-	if errors.Is(err, ErrKeyReused) {
+	var e *Error
+	if errors.Is(err, ErrKeyReused) || errors.As(err, &e) && e.HTTPStatus >= 500 {
+		// Stripe holds the key for other parameters, or answered (or
+		// replayed its saved) server error: only the PaymentIntent's
+		// state can tell.
 		res, err = a.search(ctx, req.Reference)
 		return a.lookupDone(ctx, "lookup_search", req.Reference, res, err)
 	}
@@ -223,6 +235,17 @@ func (a *Adapter) lookupDone(ctx context.Context, op, reference string, res prov
 	res.Reference = reference
 	a.logCall(ctx, op, reference, res, nil, nil)
 	return res, nil
+}
+
+// CheckSource refuses a source that is not a PaymentMethod id: the charge
+// path keeps the source with the intent, to replay its request, only once
+// the adapter has accepted it, so card data is never stored. The error
+// wraps provider.ErrRejected.
+func (a *Adapter) CheckSource(source string) error {
+	if !paymentMethodPattern.MatchString(source) {
+		return fmt.Errorf("stripe: %w: %w", provider.ErrRejected, errNotPaymentMethod)
+	}
+	return nil
 }
 
 // replay sends req again under its reference and reads the PaymentIntent's
@@ -311,6 +334,9 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (*stri
 		Confirm:               stripego.Bool(true),
 		ErrorOnRequiresAction: stripego.Bool(true),
 		Metadata:              map[string]string{MetadataReference: req.Reference},
+	}
+	if req.Command != "" {
+		params.Metadata[MetadataCommand] = req.Command
 	}
 	params.SetIdempotencyKey(req.Reference)
 	return a.intents.Create(ctx, params)
@@ -420,7 +446,7 @@ func validate(req provider.ChargeRequest) error {
 		return errBadAmount
 	case !currencyPattern.MatchString(req.Currency):
 		return errBadCurrency
-	case !strings.HasPrefix(req.Source, "pm_"):
+	case !paymentMethodPattern.MatchString(req.Source):
 		return errNotPaymentMethod
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providertest"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 )
@@ -220,6 +221,42 @@ func TestLookupRequest(t *testing.T) {
 		}
 		if n := b.sim.Charged(req.Reference); n != 0 {
 			t.Fatalf("charged %d times", n)
+		}
+	})
+
+	t.Run("a replayed server error falls back to search", func(t *testing.T) {
+		t.Parallel()
+		b := newBackend(t)
+		req := charge("co_replay_api_error", stripesim.PMAPIError)
+		if _, err := b.adapter.Charge(ctx, req); !errors.Is(err, provider.ErrAmbiguous) {
+			t.Fatalf("charge: %v", err)
+		}
+		lr := provider.LookupRequest{ChargeRequest: req, FirstSent: b.clock.Now()}
+		// Stripe replays its saved 500; search does not show the charge yet.
+		if got, err := b.adapter.LookupRequest(ctx, lr); err != nil || got.Status != provider.StatusNotFound {
+			t.Fatalf("lookup inside the search lag: %+v, %v", got, err)
+		}
+		b.clock.Advance(stripe.SearchLag)
+		if got, err := b.adapter.LookupRequest(ctx, lr); err != nil || got.Status != provider.StatusCharged {
+			t.Fatalf("lookup after the search lag: %+v, %v", got, err)
+		}
+		if n := b.sim.Charged(req.Reference); n != 1 {
+			t.Fatalf("charged %d times", n)
+		}
+	})
+
+	t.Run("CheckSource takes PaymentMethod ids only", func(t *testing.T) {
+		t.Parallel()
+		a := newAdapter(t, "http://"+providertest.ClosedAddr(t))
+		for _, src := range []string{stripesim.PMVisa, "pm_1Q0PsIJvEtkwdCNYMhYVkTs7"} {
+			if err := a.CheckSource(src); err != nil {
+				t.Errorf("CheckSource(%q): %v", src, err)
+			}
+		}
+		for _, src := range []string{"4242424242424242", "tok_visa", "pm_!", "pm_card visa", "card_1Q0Ps"} {
+			if err := a.CheckSource(src); !errors.Is(err, provider.ErrRejected) || strings.Contains(err.Error(), src) {
+				t.Errorf("CheckSource(%q): %v, want ErrRejected without the source", src, err)
+			}
 		}
 	})
 

@@ -38,7 +38,7 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	req := provider.ChargeRequest{Reference: "co_stripe_mock", Amount: 1500, Currency: "EUR", Source: stripesim.PMVisa}
+	req := provider.ChargeRequest{Reference: "co_stripe_mock", Amount: 1500, Currency: "EUR", Source: stripesim.PMVisa, Command: "acme#create-charge#order-1001"}
 	// stripe-mock answers its fixture whatever was sent (a declined
 	// PaymentIntent): what counts is that every request was accepted.
 	res, err := a.Charge(ctx, req)

@@ -48,4 +48,18 @@
 //
 // A request left unanswered waits at most 30 seconds for its client to give
 // up; clients under test should time out sooner.
+//
+// # Webhooks
+//
+// With Options.WebhookURL and WebhookSecret set, every PaymentIntent that
+// settles (succeeded, or declined with a last payment error; a pm_sim_late
+// charge when it lands) raises one event, payment_intent.succeeded or
+// payment_intent.payment_failed, with the PaymentIntent as its object. It
+// is posted from its own goroutine, signed as Stripe signs
+// (Stripe-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "<t>.<payload>">,
+// made with stripe-go's webhook package), and posted again, signed anew,
+// until it is answered 2xx or has had WebhookAttempts tries, after a
+// pause of WebhookRetry that doubles each time. WebhooksDelivered counts
+// the acknowledged events; WaitWebhooks waits for the deliveries in
+// progress.
 package stripesim

@@ -48,6 +48,18 @@ type Options struct {
 	// Logger gets one record per request (method, path, idempotency key,
 	// status), never a parameter. Discarded by default.
 	Logger *slog.Logger
+	// WebhookURL, if set, receives a signed webhook event whenever a
+	// PaymentIntent settles (payment_intent.succeeded,
+	// payment_intent.payment_failed), including a charge that lands after
+	// its edge timed out. WebhookSecret (whsec_…) signs them as Stripe
+	// does (the Stripe-Signature header). A delivery not answered 2xx is
+	// repeated after WebhookRetry (DefaultWebhookRetry), then twice as
+	// long each time, WebhookAttempts times in all
+	// (DefaultWebhookAttempts), with WebhookClient (http.DefaultClient).
+	WebhookURL, WebhookSecret string
+	WebhookRetry              time.Duration
+	WebhookAttempts           int
+	WebhookClient             *http.Client
 }
 
 // Simulator is a stateful, in-memory Stripe. It implements http.Handler and
@@ -62,6 +74,7 @@ type Simulator struct {
 	keys     map[string]*key    // by idempotency key
 	pending  []*pendingCharge   // pm_sim_late charges not landed yet
 	requests int
+	hooks    *webhooks
 }
 
 // intent is a stored PaymentIntent.
@@ -120,7 +133,16 @@ func New(optFns ...func(*Options)) *Simulator {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Simulator{opts: o, intents: map[string]*intent{}, keys: map[string]*key{}}
+	if o.WebhookRetry <= 0 {
+		o.WebhookRetry = DefaultWebhookRetry
+	}
+	if o.WebhookAttempts <= 0 {
+		o.WebhookAttempts = DefaultWebhookAttempts
+	}
+	if o.WebhookClient == nil {
+		o.WebhookClient = http.DefaultClient
+	}
+	s := &Simulator{opts: o, intents: map[string]*intent{}, keys: map[string]*key{}, hooks: &webhooks{opts: o}}
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
 	s.mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
@@ -302,6 +324,7 @@ func (s *Simulator) store(pi *intent, now time.Time) {
 	pi.Created, pi.createdAt = now.Unix(), now
 	s.intents[pi.ID] = pi
 	s.order = append(s.order, pi)
+	s.hooks.notify(pi, now)
 }
 
 // newIntent validates a create request's parameters into a PaymentIntent

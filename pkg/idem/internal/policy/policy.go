@@ -10,7 +10,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
+	"encoding/base64"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -72,13 +72,15 @@ func (p Policy) RetainUntil(leaseEnd time.Time) time.Time {
 	return time.Unix(leaseEnd.Add(p.Retention).Unix(), 0)
 }
 
-// Token returns a new lease token.
+// Token returns a new lease token: 128 random bits in unpadded URL-safe
+// base64, 22 characters (a record stores it, and DynamoDB takes it as a
+// ClientRequestToken, at most 36).
 func (p Policy) Token() (string, error) {
 	var b [16]byte
 	if _, err := io.ReadFull(p.Random, b[:]); err != nil {
 		return "", fmt.Errorf("idem: lease token: %w", err)
 	}
-	return hex.EncodeToString(b[:]), nil
+	return base64.RawURLEncoding.EncodeToString(b[:]), nil
 }
 
 // Shard is the stuck-lease shard of a key, given in its stored form.

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"image"
+	"image/png"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// The DynamoDB calls one request of the seeds' mix makes on the request
+// path, as TestRoundTrips asserts them: a first charge makes two (PutItem +
+// TransactWriteItems), a replay one, and a concurrent twin one when its
+// first attempt is still in flight (the 409, or a replay once it is done).
+const (
+	callsFirst = 2
+	callsRetry = 1
+	callsTwin  = 1
+)
+
+// keepUp is the least share of the offered rate a passing step answers:
+// answers that fall ever further behind have not reached the function's
+// timeout yet, but would.
+const keepUp = 0.95
+
+// sustainConfig is a sustain run's configuration: the load flags, and the
+// steps.
+type sustainConfig struct {
+	loadConfig
+	bench          string
+	from, step, to float64 // fractions of the ceiling
+	duration       time.Duration
+	cooldown       time.Duration
+	bisect         int
+}
+
+// sustainMain finds the highest offered rate the local stack sustains:
+//
+//	loadgen sustain -bench out/bench.txt [-from 0.4] [-step 0.1] [-to 1]
+//	        [-bisect 1] [-cooldown 30s] [-duration 60s] [load flags] [-out out/sustain]
+//
+// The ceiling is the emulator's PutItem per second (the median of
+// BenchmarkEmulatorPutItem/serial in -bench) divided by the DynamoDB calls
+// one request of the mix makes. It runs the seeds' mix for -duration at
+// -from times the ceiling, then at each -step more up to -to, and stops at
+// the first step that fails: a step passes when the stack answered at
+// least 95% of the offered rate over the step (answering ever later is
+// not sustaining it), no request was dropped at
+// the in-flight cap, none timed out or got another 5xx or transport error,
+// and the check found no duplicate and no missing charge. After a failed
+// step it tries -bisect more rates, each halfway between the highest
+// passing rate and the lowest failing one, after a -cooldown pause. It writes OUT.json (see
+// Sustain) and OUT.png (answered against offered), and each step's own
+// summary and latency plot as OUT-<offered>.json/.png. Like a load run,
+// it exits 1 if a step found a duplicate or a missing charge.
+func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseSustainFlags(args, getenv)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(c.bench)
+	if err != nil {
+		return err
+	}
+	results, _, err := parseBench(f)
+	_ = f.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.bench, err)
+	}
+	put, err := benchMedian(results, "BenchmarkEmulatorPutItem/serial")
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.bench, err)
+	}
+	hc := c.client()
+	if err := reachable(ctx, hc, c.target); err != nil {
+		return err
+	}
+	out := Sustain{
+		Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: loadAvg(),
+		PutItemPerSecond: 1e9 / put, CallsPerRequest: callsPerRequest(c.workload), StepSeconds: c.duration.Seconds(),
+	}
+	out.Ceiling = out.PutItemPerSecond / out.CallsPerRequest
+	fmt.Fprintf(stderr, "loadgen sustain: ceiling %.0f req/s (%.0f PutItem/s ÷ %.2f calls per request)\n",
+		out.Ceiling, out.PutItemPerSecond, out.CallsPerRequest)
+
+	try := func(fraction float64) (Step, error) {
+		step := c.loadConfig
+		step.Rate = fraction * out.Ceiling
+		step.Ops = max(1, int(math.Round(step.Rate*c.duration.Seconds()/requestsPerCharge(c.workload))))
+		step.tenant = fmt.Sprintf("%s-%d", c.tenant, len(out.Steps)+1)
+		step.out = fmt.Sprintf("%s-%.0f", c.out, step.Rate)
+		s, err := runLoad(ctx, step, hc, stderr)
+		if err != nil {
+			return Step{}, err
+		}
+		st := stepOf(s, fraction)
+		out.Steps = append(out.Steps, st)
+		fmt.Fprintf(stdout, "%4.0f%% of the ceiling: %.0f req/s offered, %.1f answered; %d dropped, %d timed out, %d other failures, %d duplicates, %d missing: %s\n",
+			100*fraction, st.Offered, st.Answered, st.Dropped, st.Timeouts, st.OtherFailures, st.Duplicates, st.Missing, verdict(st))
+		return st, nil
+	}
+	pass, fail := 0.0, 0.0
+	for fraction := c.from; fraction <= c.to+1e-9; fraction += c.step {
+		st, err := try(fraction)
+		if err != nil {
+			return err
+		}
+		if !st.OK {
+			fail = fraction
+			break
+		}
+		pass = fraction
+	}
+	for range c.bisect {
+		if fail == 0 {
+			break
+		}
+		// A failed step leaves work behind (commands to reconcile):
+		// let the stack drain it before the next.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(c.cooldown):
+		}
+		mid := (pass + fail) / 2
+		st, err := try(mid)
+		if err != nil {
+			return err
+		}
+		if st.OK {
+			pass = mid
+		} else {
+			fail = mid
+		}
+	}
+	for _, st := range out.Steps {
+		if st.OK && st.Offered > out.Sustained {
+			out.Sustained, out.SustainedAnswered = st.Offered, st.Answered
+		}
+	}
+	fmt.Fprintf(stdout, "sustained: %.0f req/s offered (%.1f answered), %.0f%% of the ceiling of %.0f req/s\n",
+		out.Sustained, out.SustainedAnswered, 100*out.Sustained/out.Ceiling, out.Ceiling)
+	if err := writeResult(c.out, out, plotRates(out)); err != nil {
+		return err
+	}
+	for _, st := range out.Steps {
+		if st.Duplicates > 0 || st.Missing > 0 || st.Stray > 0 {
+			return fmt.Errorf("at %.0f req/s: %d duplicates, %d missing, %d stray rows", st.Offered, st.Duplicates, st.Missing, st.Stray)
+		}
+	}
+	return nil
+}
+
+func parseSustainFlags(args []string, getenv func(string) string) (sustainConfig, error) {
+	fs := flag.NewFlagSet("loadgen sustain", flag.ContinueOnError)
+	lc := loadFlags(fs, getenv)
+	c := sustainConfig{}
+	fs.StringVar(&c.bench, "bench", "out/bench.txt", "go test -bench output holding BenchmarkEmulatorPutItem/serial")
+	fs.Float64Var(&c.from, "from", 0.4, "first offered rate, as a fraction of the ceiling")
+	fs.Float64Var(&c.step, "step", 0.1, "step of the offered rate, as a fraction of the ceiling")
+	fs.Float64Var(&c.to, "to", 1, "last offered rate, as a fraction of the ceiling")
+	fs.IntVar(&c.bisect, "bisect", 1, "rates tried between the highest passing and the lowest failing step")
+	fs.DurationVar(&c.duration, "duration", time.Minute, "how long each step sends")
+	fs.DurationVar(&c.cooldown, "cooldown", 30*time.Second, "pause after a failed step, for the stack to drain what it left")
+	if err := fs.Set("out", "out/sustain"); err != nil {
+		return sustainConfig{}, err
+	}
+	if err := fs.Set("settle", "30s"); err != nil {
+		return sustainConfig{}, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return sustainConfig{}, err
+	}
+	var err error
+	if c.loadConfig, err = lc.finish(fs); err != nil {
+		return sustainConfig{}, err
+	}
+	if !(c.from > 0) || !(c.step > 0) || c.to < c.from || c.bisect < 0 || c.duration <= 0 || c.cooldown < 0 {
+		return sustainConfig{}, errors.New("want 0 < -from <= -to, -step and -duration positive, -bisect and -cooldown not negative")
+	}
+	return c, nil
+}
+
+// requestsPerCharge is how many requests the mix sends per logical charge.
+func requestsPerCharge(w workload) float64 {
+	return 1 + w.RetryOnce + 2*w.RetryTwice + w.Concurrent
+}
+
+// callsPerRequest is the DynamoDB calls one request of the mix makes, on
+// average.
+func callsPerRequest(w workload) float64 {
+	calls := callsFirst + callsRetry*(w.RetryOnce+2*w.RetryTwice) + callsTwin*w.Concurrent
+	return calls / requestsPerCharge(w)
+}
+
+// Sustain is what a sustain run reports, and writes as JSON.
+type Sustain struct {
+	Started          string  `json:"started"`
+	LoadAvg          string  `json:"loadavg_at_start"`
+	PutItemPerSecond float64 `json:"emulator_putitem_per_second"`
+	CallsPerRequest  float64 `json:"ddb_calls_per_request"`
+	// Ceiling is PutItemPerSecond / CallsPerRequest, requests per second.
+	Ceiling     float64 `json:"ceiling_rate"`
+	StepSeconds float64 `json:"step_seconds"`
+	Steps       []Step  `json:"steps"`
+	// Sustained is the highest offered rate of a passing step (0: none
+	// passed), SustainedAnswered what was answered at it.
+	Sustained         float64 `json:"sustained_rate"`
+	SustainedAnswered float64 `json:"sustained_answered_rate"`
+}
+
+// Step is one offered rate of a sustain run.
+type Step struct {
+	Fraction float64 `json:"of_ceiling"`
+	Offered  float64 `json:"offered_rate"`
+	Answered float64 `json:"answered_rate"`
+	LoadAvg  string  `json:"loadavg_at_start"`
+	Requests int     `json:"requests_planned"`
+	Dropped  int     `json:"requests_dropped"`
+	// Timeouts: the gateway's 500 at the function's timeout, and the
+	// client's own.
+	Timeouts int `json:"timeouts"`
+	// OtherFailures: other 5xx answers and transport errors.
+	OtherFailures int     `json:"other_failures"`
+	Duplicates    int     `json:"duplicates"`
+	Missing       int     `json:"missing"`
+	Stray         int     `json:"stray"`
+	First         Latency `json:"first_call"`
+	Replay        Latency `json:"replay"`
+	OK            bool    `json:"ok"`
+}
+
+func stepOf(s Summary, fraction float64) Step {
+	st := Step{
+		Fraction: fraction, Offered: s.TargetRate, Answered: s.AchievedRate, LoadAvg: s.LoadAvg,
+		Requests: s.Requests, Dropped: s.Dropped,
+		Duplicates: s.Check.Duplicates, Missing: s.Check.Missing, Stray: s.Check.Stray,
+		First: s.Latency["first"], Replay: s.Latency["replay"],
+	}
+	for _, byAnswer := range s.Answers {
+		for a, n := range byAnswer {
+			switch {
+			case a == "500" || a == "error: timeout":
+				st.Timeouts += n
+			case strings.HasPrefix(a, "5") || strings.HasPrefix(a, "error: "):
+				st.OtherFailures += n
+			}
+		}
+	}
+	st.OK = st.Answered >= keepUp*st.Offered && st.Dropped == 0 && st.Timeouts == 0 && st.OtherFailures == 0 && st.Duplicates == 0 && st.Missing == 0 && st.Stray == 0
+	return st
+}
+
+func verdict(st Step) string {
+	if st.OK {
+		return "sustained"
+	}
+	return "not sustained"
+}
+
+// writeResult writes v as OUT.json and img as OUT.png.
+func writeResult(out string, v any, img image.Image) error {
+	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+		return err
+	}
+	js, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
+		return err
+	}
+	f, err := os.Create(out + ".png")
+	if err != nil {
+		return err
+	}
+	if err := png.Encode(f, img); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestCallsPerRequestOfTheSeedsMix(t *testing.T) {
+	w := workload{RetryOnce: 0.03, RetryTwice: 0.005, Concurrent: 0.01}
+	// 2 calls a first attempt, 1 a retry or twin: (2 + 0.04 + 0.01) / 1.05.
+	if got := callsPerRequest(w); math.Abs(got-2.05/1.05) > 1e-9 {
+		t.Fatalf("calls per request %v", got)
+	}
+	if got := requestsPerCharge(w); math.Abs(got-1.05) > 1e-9 {
+		t.Fatalf("requests per charge %v", got)
+	}
+}
+
+func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
+	clean := Summary{TargetRate: 100, AchievedRate: 99, Answers: map[string]map[string]int{
+		"first": {"201": 5000}, "retry": {"201 replayed": 200, "409": 3}, "concurrent": {"409": 50},
+	}}
+	if st := stepOf(clean, 0.5); !st.OK || st.Timeouts != 0 || st.OtherFailures != 0 {
+		t.Fatalf("clean step %+v", st)
+	}
+	for name, mutate := range map[string]func(*Summary){
+		"behind":     func(s *Summary) { s.AchievedRate = 90 },
+		"dropped":    func(s *Summary) { s.Dropped = 1 },
+		"timeout":    func(s *Summary) { s.Answers["first"]["500"] = 1 },
+		"client":     func(s *Summary) { s.Answers["retry"]["error: timeout"] = 1 },
+		"503":        func(s *Summary) { s.Answers["first"]["503"] = 1 },
+		"transport":  func(s *Summary) { s.Answers["first"]["error: transport"] = 1 },
+		"duplicate":  func(s *Summary) { s.Check.Duplicates = 1 },
+		"missing":    func(s *Summary) { s.Check.Missing = 1 },
+		"stray rows": func(s *Summary) { s.Check.Stray = 1 },
+	} {
+		s := clean
+		s.Answers = map[string]map[string]int{}
+		for k, v := range clean.Answers {
+			s.Answers[k] = map[string]int{}
+			for a, n := range v {
+				s.Answers[k][a] = n
+			}
+		}
+		mutate(&s)
+		if st := stepOf(s, 0.5); st.OK {
+			t.Errorf("%s: step passed: %+v", name, st)
+		}
+	}
+	st := stepOf(Summary{TargetRate: 10, AchievedRate: 10, Answers: map[string]map[string]int{"first": {"500": 2, "error: timeout": 1, "503": 4}}}, 1)
+	if st.Timeouts != 3 || st.OtherFailures != 4 {
+		t.Fatalf("timeouts %d, other failures %d", st.Timeouts, st.OtherFailures)
+	}
+}
+
+func TestPlotRatesDrawsEveryStep(t *testing.T) {
+	s := Sustain{PutItemPerSecond: 500, CallsPerRequest: 2, Ceiling: 250, StepSeconds: 60, Sustained: 150, Steps: []Step{
+		{Offered: 100, Answered: 100, OK: true}, {Offered: 200, Answered: 120}, {Offered: 150, Answered: 149, OK: true},
+	}}
+	img := plotRates(s)
+	if b := img.Bounds(); b.Dx() != plotW || b.Dy() != plotH {
+		t.Fatalf("size %v", b)
+	}
+	count := map[[3]uint8]int{}
+	for i := 0; i < len(img.Pix); i += 4 {
+		count[[3]uint8{img.Pix[i], img.Pix[i+1], img.Pix[i+2]}]++
+	}
+	// Two filled markers (81 pixels each) and a legend box, and one hollow
+	// marker's ring (121 - 49) and a legend box.
+	if n := count[[3]uint8{31, 119, 180}]; n < 2*81 {
+		t.Errorf("passing steps drew %d pixels", n)
+	}
+	if n := count[[3]uint8{255, 127, 14}]; n < 121-49 {
+		t.Errorf("the failing step drew %d pixels", n)
+	}
+}
+
+func TestSustainTable(t *testing.T) {
+	s := Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
+		Sustained: 240, SustainedAnswered: 239.5, Steps: []Step{
+			{Fraction: 0.8, Offered: 240, Answered: 239.5, OK: true},
+			{Fraction: 0.9, Offered: 270, Answered: 200, Timeouts: 12},
+		}}
+	got := sustainTable(s)
+	for _, want := range []string{
+		"**300 req/s**: 600 PutItem/s",
+		"**240 req/s** offered (239.5 answered): **80%** of the ceiling",
+		"| 270 req/s | 90% | n/a | 200.0 req/s | 0 | 12 | 0 |",
+		"![answered against offered rate](benchmarks-sustain.png)",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	s.Sustained = 0
+	if got := sustainTable(s); !strings.Contains(got, "none of the rates tried") {
+		t.Errorf("no rate sustained:\n%s", got)
+	}
+}
+
+func TestParseSustainFlags(t *testing.T) {
+	c, err := parseSustainFlags([]string{"-from", "0.5", "-duration", "10s"}, func(string) string { return "" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.from != 0.5 || c.step != 0.1 || c.to != 1 || c.bisect != 1 || c.duration.Seconds() != 10 || c.cooldown.Seconds() != 30 || c.out != "out/sustain" || c.settle.Seconds() != 30 {
+		t.Fatalf("config %+v", c)
+	}
+	for _, args := range [][]string{{"-from", "0"}, {"-from", "0.8", "-to", "0.5"}, {"-step", "0"}, {"-bisect", "-1"}, {"-cooldown", "-1s"}, {"-target", "http://10.0.0.1"}} {
+		if _, err := parseSustainFlags(args, func(string) string { return "" }); err == nil {
+			t.Errorf("%q accepted", args)
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package charge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// NotificationOperation scopes the idempotency keys that deduplicate a
+// provider's notifications, by their event id, under the provider's name
+// as the tenant: "stripe#provider-event#evt_…".
+const NotificationOperation = "provider-event"
+
+// Notification is the provider's own, verified word on a charge's outcome:
+// a signed webhook event, delivered at least once.
+type Notification struct {
+	// Provider names the sender ("stripe"); EventID is its id for the
+	// event, the same for every delivery.
+	Provider, EventID string
+	// Command is the command the charge was sent for, as the charge
+	// carried it (provider.ChargeRequest.Command); zero when the event is
+	// about nothing of ours.
+	Command idem.Key
+	// Reference is the provider reference the charge was sent under.
+	Reference string
+	// Result is the charge's outcome: StatusCharged or StatusDeclined; any
+	// other status settles nothing.
+	Result provider.Result
+}
+
+// settles reports whether n can settle a charge command at all.
+func (n Notification) settles() bool {
+	return !n.Command.IsZero() && n.Command.Operation() == Operation &&
+		(n.Result.Status == provider.StatusCharged || n.Result.Status == provider.StatusDeclined)
+}
+
+// Notify settles the command a notification names, once per event id: the
+// first delivery of an event settles, a later one is acknowledged as
+// OutcomeReplayed without settling again. A notification for a charge of
+// an IN_FLIGHT command whose reference is the command's own settles it as
+// Reconcile does once it has found the charge (the charge row and the 201,
+// or the 402), only sooner, since the provider has said what happened and
+// no lookup is needed. If an attempt at the charge may still be running
+// (its attempt deadline has not passed), Notify first gives it
+// InflightWait to record the outcome itself; then, or at once for a
+// command that only waits for the reconciler, it preempts the lease
+// (idem.Store.Preempt), so whoever held it can no longer settle the
+// command: the charge is recorded once, whoever answered the provider.
+// Anything else (an unknown command, a settled one, an older intent
+// under a reused key, an event that settles nothing) is OutcomeNothingToDo.
+//
+// While another delivery of the same event is being processed, Notify
+// answers OutcomeConflict (RetryAt says when its lease ends); if the store
+// is failing, OutcomeBusy. Either way nothing is recorded for the event,
+// and the provider's redelivery settles it.
+func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
+	if !n.settles() {
+		return Result{Outcome: OutcomeNothingToDo}, nil
+	}
+	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
+	if err != nil {
+		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
+	}
+	lease, res, err := s.claimEvent(ctx, dedup)
+	if lease == nil {
+		return res, err
+	}
+	outcome, err := s.settleNotified(ctx, n)
+	if err != nil {
+		// Released for the redelivery, which settles the command again
+		// from the start (settling twice changes nothing).
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
+		defer cancel()
+		if rerr := s.cfg.Store.Release(rctx, lease); rerr != nil {
+			s.cfg.Logger.WarnContext(ctx, "notify: releasing the event failed", "error_class", ErrorClass(rerr))
+		}
+		if transient(err) {
+			return Result{Outcome: OutcomeBusy}, nil
+		}
+		return Result{}, err
+	}
+	if err := s.cfg.Store.Commit(ctx, lease, idem.Response{}); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
+		// The command is settled; only the event's record is not. A
+		// redelivery finds the command settled.
+		s.cfg.Logger.WarnContext(ctx, "notify: recording the event failed", "error_class", ErrorClass(err))
+	}
+	return Result{Outcome: outcome}, nil
+}
+
+// claimEvent claims the event's deduplication key: a lease to process it,
+// or the Result to answer without processing. An event whose processing
+// died (its lease ran out unsettled) is taken over and processed again.
+func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Result, error) {
+	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), nil)
+	var inflight *idem.InFlightError
+	switch {
+	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Clock()):
+		lease, err := s.cfg.Store.TakeOver(ctx, key)
+		switch {
+		case errors.As(err, &inflight):
+			return nil, Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt}, nil
+		case errors.Is(err, idem.ErrCompleted):
+			return nil, Result{Outcome: OutcomeReplayed, Replayed: true}, nil
+		case err != nil:
+			return unclaimed(err)
+		}
+		return lease, Result{}, nil
+	case errors.As(err, &inflight):
+		return nil, Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt}, nil
+	case err != nil:
+		return unclaimed(err)
+	case begun.Replay != nil:
+		return nil, Result{Outcome: OutcomeReplayed, Replayed: true}, nil
+	}
+	return begun.Lease, Result{}, nil
+}
+
+// unclaimed answers an event whose key could not be claimed: busy if the
+// store is failing for now.
+func unclaimed(err error) (*idem.Lease, Result, error) {
+	if transient(err) {
+		return nil, Result{Outcome: OutcomeBusy}, nil
+	}
+	return nil, Result{}, err
+}
+
+// settleNotified settles the command n names, if it is IN_FLIGHT under
+// n's reference.
+func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, error) {
+	rec, err := s.waitAttempt(ctx, n.Command)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return OutcomeNothingToDo, nil
+	case err != nil:
+		return "", err
+	case rec.Status == idem.StatusReleased && n.Result.Status == provider.StatusCharged:
+		// Released on a "not found" the provider now contradicts. A retry
+		// of the key sends the same reference, which the provider
+		// deduplicates into this charge; without one, an operator must
+		// look.
+		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports a charge for a released command",
+			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
+		return OutcomeNothingToDo, nil
+	case rec.Status != idem.StatusInFlight:
+		return OutcomeNothingToDo, nil
+	case ProviderReference(n.Command, rec.CreatedAt) != n.Reference:
+		// Another intent under the same key (an earlier one, past
+		// retention): its notification is not this command's.
+		return OutcomeNothingToDo, nil
+	}
+	lease, err := s.cfg.Store.Preempt(ctx, n.Command)
+	switch {
+	case errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrCompleted):
+		return OutcomeNothingToDo, nil
+	case err != nil:
+		return "", err
+	}
+	out, charged, err := s.verdict(lease, n.Result)
+	if err != nil {
+		return "", err
+	}
+	return s.settle(ctx, lease, out, charged)
+}
+
+// waitAttempt reads the command's record, and while it is IN_FLIGHT with
+// an attempt that may still be running, reads it again for up to
+// InflightWait, so an attempt about to record its own outcome is not
+// preempted for nothing.
+func (s *Service) waitAttempt(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	until := s.cfg.Clock().Add(s.cfg.InflightWait)
+	for {
+		rec, err := s.cfg.Store.Get(ctx, key)
+		now := s.cfg.Clock()
+		if err != nil || rec.Status != idem.StatusInFlight || !now.Before(rec.AttemptDeadline) || !now.Before(until) {
+			return rec, err
+		}
+		t := time.NewTimer(min(notifyPause, until.Sub(now)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("charge: notify: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// notifyPause is how often waitAttempt reads the record again.
+const notifyPause = 100 * time.Millisecond

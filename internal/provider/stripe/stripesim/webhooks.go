@@ -1,0 +1,126 @@
+package stripesim
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v84"
+	"github.com/stripe/stripe-go/v84/webhook"
+)
+
+// Webhook delivery defaults; see Options.
+const (
+	DefaultWebhookRetry    = time.Second
+	DefaultWebhookAttempts = 5
+	webhookTimeout         = 10 * time.Second
+)
+
+// event is a webhook event as Stripe sends it.
+type event struct {
+	ID         string    `json:"id"`
+	Object     string    `json:"object"`
+	APIVersion string    `json:"api_version"`
+	Created    int64     `json:"created"`
+	Type       string    `json:"type"`
+	Livemode   bool      `json:"livemode"`
+	Data       eventData `json:"data"`
+}
+
+type eventData struct {
+	Object *intent `json:"object"`
+}
+
+// webhooks sends the simulator's events to Options.WebhookURL.
+type webhooks struct {
+	opts      Options
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	delivered int
+}
+
+// notify sends the event a PaymentIntent's outcome raises, if it raises
+// one and webhooks are configured: payment_intent.succeeded, or
+// payment_intent.payment_failed for a decline. The event is built now
+// (under the simulator's lock) and sent from its own goroutine, as Stripe
+// sends events apart from the request that caused them.
+func (w *webhooks) notify(pi *intent, now time.Time) {
+	if w.opts.WebhookURL == "" {
+		return
+	}
+	var typ string
+	switch {
+	case pi.Status == "succeeded":
+		typ = "payment_intent.succeeded"
+	case pi.Status == "requires_payment_method" && pi.LastPaymentError != nil:
+		typ = "payment_intent.payment_failed"
+	default:
+		return
+	}
+	snapshot := *pi
+	body := mustJSON(event{ID: newID("evt_"), Object: "event", APIVersion: stripego.APIVersion, Created: now.Unix(),
+		Type: typ, Data: eventData{Object: &snapshot}})
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		w.deliver(typ, body)
+	}()
+}
+
+// deliver posts one event until the endpoint answers 2xx, at most
+// WebhookAttempts times, pausing WebhookRetry, then twice as long each
+// time, as Stripe redelivers (its pauses are minutes to hours). Each
+// attempt is signed anew, with its own timestamp, as Stripe's are.
+func (w *webhooks) deliver(typ string, body []byte) {
+	pause := w.opts.WebhookRetry
+	for attempt := 1; attempt <= w.opts.WebhookAttempts; attempt++ {
+		status := w.post(body)
+		w.opts.Logger.LogAttrs(context.Background(), slog.LevelInfo, "webhook",
+			slog.String("type", typ), slog.Int("attempt", attempt), slog.Int("code", status))
+		if status >= 200 && status < 300 {
+			w.mu.Lock()
+			w.delivered++
+			w.mu.Unlock()
+			return
+		}
+		time.Sleep(pause)
+		pause *= 2
+	}
+}
+
+// post sends one signed delivery and returns the answer's status, 0 if
+// none came. It is signed at the wall clock's time, not the simulator's:
+// the receiver checks the timestamp against its own clock.
+func (w *webhooks) post(body []byte) int {
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{
+		Payload: body, Secret: w.opts.WebhookSecret, Timestamp: time.Now(),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), webhookTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.opts.WebhookURL, bytes.NewReader(body))
+	if err != nil {
+		return 0
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	req.Header.Set("Stripe-Signature", signed.Header)
+	resp, err := w.opts.WebhookClient.Do(req)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// WebhooksDelivered counts the events an endpoint has acknowledged (2xx).
+func (s *Simulator) WebhooksDelivered() int {
+	s.hooks.mu.Lock()
+	defer s.hooks.mu.Unlock()
+	return s.hooks.delivered
+}
+
+// WaitWebhooks waits until every event raised so far is delivered or has
+// run out of attempts.
+func (s *Simulator) WaitWebhooks() { s.hooks.wg.Wait() }
