@@ -101,6 +101,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	)
 	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
 	defer h.opt.Tracer.End(ctx, span)
+	attrs = make([]any, 0, 14) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
