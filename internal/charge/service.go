@@ -242,15 +242,15 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		charged = c
 		return out, err
 	}, func(o *idem.DoOptions) { o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve })
-	var (
-		inflight *idem.InFlightError
-		mismatch *idem.MismatchError
-	)
-	switch {
-	case errors.As(err, &inflight):
+	// errors.AsType, not As: no target variable escapes on the way that
+	// succeeds.
+	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
 		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
-	case errors.As(err, &mismatch):
+	}
+	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
 		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+	}
+	switch {
 	case res.Lease == nil && transient(err):
 		// The claim failed: nothing reached the provider, retry at once.
 		return Result{Outcome: OutcomeBusy}, nil
