@@ -507,6 +507,10 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 // a backoff that grows with its attempts. Postponed keys come back through
 // the sweeper, never through redelivery of the message. Errors are left
 // for the message to be retried (the lease simply runs out again).
+//
+// A provider event's deduplication record (NotificationOperation) whose
+// delivery died is not looked up: it is released for the provider's
+// redelivery (releaseEvent).
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
 	rec, err := s.cfg.Store.Get(ctx, key)
 	switch {
@@ -527,6 +531,9 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
+	}
+	if key.Operation() == NotificationOperation {
+		return s.releaseEvent(ctx, lease)
 	}
 	in, err := storedIntent(lease)
 	if err != nil {
