@@ -264,6 +264,11 @@ func ratios(results []benchResult) (string, error) {
 	b.WriteString("| comparison | idempotent | naive | ratio |\n|---|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| first call (idempotent) vs first call (naive) | %.2f ms | %.2f ms | %.2f× |\n", first/1e6, naive/1e6, first/naive)
 	fmt.Fprintf(&b, "| replay (idempotent) vs a retry of the naive handler (a second charge) | %.2f ms | %.2f ms | %.2f× |\n", replay/1e6, naive/1e6, replay/naive)
+	own, okFirst := benchValue(results, "BenchmarkHandlerFirstCall", "own-allocs/op")
+	ownNaive, okNaive := benchValue(results, "BenchmarkNaiveFirstCall", "own-allocs/op")
+	if okFirst && okNaive {
+		fmt.Fprintf(&b, "| our own allocations in a first call (own-allocs/op: the SDK's and net/http's left out) | %.0f | %.0f | %.2f× |\n", own, ownNaive, own/ownNaive)
+	}
 	fmt.Fprintf(&b, "\nOne emulator PutItem took %.2f ms in the same run: the idempotent first call costs %.1f of them, the replay %.1f, the naive call %.1f.\n",
 		put/1e6, first/put, replay/put, naive/put)
 	return b.String(), nil
@@ -271,14 +276,22 @@ func ratios(results []benchResult) (string, error) {
 
 // benchMedian is the median ns/op of the named benchmark.
 func benchMedian(results []benchResult, name string) (float64, error) {
+	if v, ok := benchValue(results, name, "ns/op"); ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("no ns/op for %s", name)
+}
+
+// benchValue is the median of the named benchmark's values in unit.
+func benchValue(results []benchResult, name, unit string) (float64, bool) {
 	for _, r := range results {
 		if r.name == name {
-			if v, ok := r.median("ns/op"); ok {
-				return v, nil
+			if v, ok := r.median(unit); ok {
+				return v, true
 			}
 		}
 	}
-	return 0, fmt.Errorf("no ns/op for %s", name)
+	return 0, false
 }
 
 // anchors sets the measurements beside the seeds' figures: a completed

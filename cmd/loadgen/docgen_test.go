@@ -79,6 +79,27 @@ func TestRatios(t *testing.T) {
 	}
 }
 
+// TestRatiosOwnAllocs: with own-allocs/op in both first-call benchmarks,
+// the ratios compare them too.
+func TestRatiosOwnAllocs(t *testing.T) {
+	out := `BenchmarkHandlerFirstCall-2   	     100	   8000000 ns/op	       130.0 own-allocs/op	    1177 allocs/op
+BenchmarkHandlerReplay-2      	     100	   2200000 ns/op	     712 allocs/op
+BenchmarkNaiveFirstCall-2     	     100	   2000000 ns/op	       100.0 own-allocs/op	     601 allocs/op
+BenchmarkEmulatorPutItem/serial-2       	      10	   2000000 ns/op	     426 allocs/op
+`
+	results, _, err := parseBench(strings.NewReader(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ratios(results)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "| 130 | 100 | 1.30× |"; !strings.Contains(got, want) {
+		t.Errorf("ratios lack %q:\n%s", want, got)
+	}
+}
+
 func TestFillSections(t *testing.T) {
 	doc := "# T\n\nprose\n<!-- generated:a -->\nold a\n<!-- /generated:a -->\nmore\n<!-- generated:b -->\n<!-- /generated:b -->\nend\n"
 	got, err := fill(doc, map[string]string{"a": "new a", "b": "new b\n\n"})

@@ -51,29 +51,31 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonJSON}
 	}
-	// encoding/json matches field names case-insensitively; the contract
-	// names them exactly, so check the names before decoding.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(canonical, &fields); err != nil {
+	// A map keeps the names exactly as sent (encoding/json would match a
+	// struct's case-insensitively), and with UseNumber the amount as written.
+	var fields map[string]any
+	dec := json.NewDecoder(bytes.NewReader(canonical))
+	dec.UseNumber()
+	if err := dec.Decode(&fields); err != nil {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
 	}
 	for name, value := range fields {
-		if !slices.Contains(requestFields, name) || string(value) == "null" {
+		if !slices.Contains(requestFields, name) || value == nil {
 			return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
 		}
 	}
-	var in struct {
-		Amount      any    `json:"amount"` // a json.Number if it is a number
-		Currency    string `json:"currency"`
-		Source      string `json:"source"`
-		Description string `json:"description"`
+	var in struct{ Currency, Source, Description string }
+	for _, m := range [...]struct {
+		name string
+		to   *string
+	}{{"currency", &in.Currency}, {"source", &in.Source}, {"description", &in.Description}} {
+		if v, ok := fields[m.name]; ok {
+			if *m.to, ok = v.(string); !ok {
+				return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
+			}
+		}
 	}
-	dec := json.NewDecoder(bytes.NewReader(canonical))
-	dec.UseNumber()
-	if err := dec.Decode(&in); err != nil {
-		return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
-	}
-	number, _ := in.Amount.(json.Number)
+	number, _ := fields["amount"].(json.Number)
 	amount, err := ParseAmount(number)
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, err
@@ -85,13 +87,25 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if whole := strconv.FormatInt(amount, 10); number.String() != whole {
 		// 1500.0 and 1.5e3 are the amount 1500: the same request, so the
 		// same fingerprint as the body with "amount":1500.
-		fields["amount"] = json.RawMessage(whole)
-		if canonical, err = json.Marshal(fields); err == nil {
-			canonical, err = idem.CanonicalJSON(canonical)
-		}
+		canonical, err = withAmount(canonical, whole)
 		if err != nil {
 			return Request{}, idem.Fingerprint{}, fmt.Errorf("charge: re-canonicalize the body: %w", err)
 		}
 	}
 	return r, idem.FingerprintOf(canonical), nil
+}
+
+// withAmount is the canonical body with the amount written as whole, the
+// other members kept as they are.
+func withAmount(canonical []byte, whole string) ([]byte, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(canonical, &fields); err != nil {
+		return nil, err
+	}
+	fields["amount"] = json.RawMessage(whole)
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return nil, err
+	}
+	return idem.CanonicalJSON(b)
 }

@@ -56,7 +56,11 @@ func (n Notification) settles() bool {
 // While another delivery of the same event is being processed, Notify
 // answers OutcomeConflict (RetryAt says when its lease ends); if the store
 // is failing, OutcomeBusy. Either way nothing is recorded for the event,
-// and the provider's redelivery settles it.
+// and the provider's redelivery settles it. A delivery that dies leaves
+// the event's record IN_FLIGHT: once its lease has run out, a redelivery
+// takes it over (claimEvent), and the sweeper's Reconcile releases it
+// (releaseEvent), so it does not stay stuck until then; a redelivery
+// claims a released record again.
 func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !n.settles() {
 		return Result{Outcome: OutcomeNothingToDo}, nil
@@ -117,6 +121,16 @@ func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Re
 		return nil, Result{Outcome: OutcomeReplayed, Replayed: true}, nil
 	}
 	return begun.Lease, Result{}, nil
+}
+
+// releaseEvent settles the record of an event whose delivery died, taken
+// over by Reconcile once its lease ran out, as RELEASED: it leaves the
+// stuck-lease index, and the provider's redelivery of the event (it
+// redelivers until it is answered 2xx) claims it again and processes it
+// from the start. Nothing is asked: settling the command twice changes
+// nothing, since its settlement is fenced.
+func (s *Service) releaseEvent(ctx context.Context, lease *idem.Lease) (Outcome, error) {
+	return s.settle(ctx, lease, idem.NotApplied(idem.Response{}), nil)
 }
 
 // unclaimed answers an event whose key could not be claimed: busy if the

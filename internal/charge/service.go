@@ -242,15 +242,15 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		charged = c
 		return out, err
 	}, func(o *idem.DoOptions) { o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve })
-	var (
-		inflight *idem.InFlightError
-		mismatch *idem.MismatchError
-	)
-	switch {
-	case errors.As(err, &inflight):
+	// errors.AsType, not As: no target variable escapes on the way that
+	// succeeds.
+	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
 		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
-	case errors.As(err, &mismatch):
+	}
+	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
 		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+	}
+	switch {
 	case res.Lease == nil && transient(err):
 		// The claim failed: nothing reached the provider, retry at once.
 		return Result{Outcome: OutcomeBusy}, nil
@@ -507,6 +507,10 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 // a backoff that grows with its attempts. Postponed keys come back through
 // the sweeper, never through redelivery of the message. Errors are left
 // for the message to be retried (the lease simply runs out again).
+//
+// A provider event's deduplication record (NotificationOperation) whose
+// delivery died is not looked up: it is released for the provider's
+// redelivery (releaseEvent).
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
 	rec, err := s.cfg.Store.Get(ctx, key)
 	switch {
@@ -527,6 +531,9 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
+	}
+	if key.Operation() == NotificationOperation {
+		return s.releaseEvent(ctx, lease)
 	}
 	in, err := storedIntent(lease)
 	if err != nil {

@@ -105,9 +105,13 @@ func (r *Rows) Insert(c Charge) types.TransactWriteItem {
 		TableName:                aws.String(table),
 		Item:                     item,
 		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
-		ExpressionAttributeNames: map[string]string{"#id": AttrID},
+		ExpressionAttributeNames: insertNames,
 	}}
 }
+
+// insertNames are the names of Insert's condition, shared by every write
+// (the SDK only reads them).
+var insertNames = map[string]string{"#id": AttrID}
 
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 	str := func(name string) string {

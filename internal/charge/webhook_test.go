@@ -269,14 +269,20 @@ func eventID(t *testing.T, payload []byte) string {
 	return ev.ID
 }
 
-// eventRecord reads the deduplication record of a Stripe event.
-func (s *stripeStack) eventRecord(id string) *idem.Record {
+// eventKey is the deduplication key of a Stripe event.
+func (s *stripeStack) eventKey(id string) idem.Key {
 	s.t.Helper()
 	k, err := idem.NewKey(app.ProviderStripe, charge.NotificationOperation, id)
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	rec, err := s.store.Get(context.Background(), k)
+	return k
+}
+
+// eventRecord reads the deduplication record of a Stripe event.
+func (s *stripeStack) eventRecord(id string) *idem.Record {
+	s.t.Helper()
+	rec, err := s.store.Get(context.Background(), s.eventKey(id))
 	if errors.Is(err, idem.ErrNotFound) {
 		return nil
 	}
@@ -519,4 +525,89 @@ func TestWebhookSettlesWhileTheRequestWaits(t *testing.T) {
 		t.Fatalf("retry = %d %s, want the webhook's 201", retry.status, retry.body)
 	}
 	s.chargedOnce(tenant, retry.body)
+}
+
+// stuck reports whether key is in the stuck-lease index with a lease that
+// ends before before, in any shard: what the sweeper queues.
+func (s *stripeStack) stuck(key idem.Key, before time.Time) bool {
+	s.t.Helper()
+	for shard := range s.store.Shards() {
+		for sl, err := range s.store.StuckLeases(context.Background(), shard, before) {
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			if sl.Key == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestReconcileReleasesADeadDelivery: a delivery that claimed its event
+// and died leaves the event's record IN_FLIGHT. While its lease runs, the
+// reconciler leaves it alone; once the lease has run out, it takes the
+// record over and releases it, without asking Stripe, so it leaves the
+// stuck-lease index (the sweeper queues it no more). Stripe's redelivery
+// then claims the released record again and settles the command as the
+// first delivery would have: one charge row, the command and the event
+// SUCCEEDED.
+func TestReconcileReleasesADeadDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.InflightWait = 100 * time.Millisecond }, nil)
+	clock := testkit.NewClock(time.Now())
+	recon := s.d.ReconcileService(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	reconcile := func(key idem.Key, want charge.Outcome) {
+		t.Helper()
+		if got, err := recon.Reconcile(ctx, key); err != nil || got != want {
+			t.Fatalf("Reconcile = %q, %v; want %q", got, err, want)
+		}
+	}
+	tenant, key := testkit.UniqueName("acme"), "order-dead-delivery"
+	ref, _ := s.begin(tenant, key, stripesim.PMVisa)
+	payload := piEvent("payment_intent.succeeded", tenant, key, ref)
+	id := eventID(t, payload)
+	ev := s.eventKey(id)
+	reconcile(ev, charge.OutcomeNothingToDo) // no delivery yet
+
+	// The delivery that died: it claimed the event as Notify does.
+	if _, err := s.store.Begin(ctx, ev, idem.FingerprintOf([]byte(id)), nil); err != nil {
+		t.Fatal(err)
+	}
+	claimed := s.eventRecord(id)
+	reconcile(ev, charge.OutcomeStillLeased)
+	if rec := s.eventRecord(id); rec.Status != idem.StatusInFlight || rec.LeaseToken != claimed.LeaseToken || rec.Attempts != 0 {
+		t.Fatalf("a live lease was touched: %+v", rec)
+	}
+
+	clock.Advance(time.Minute) // past the dead delivery's lease
+	if !s.stuck(ev, clock.Now()) {
+		t.Fatal("the dead delivery's record is not in the stuck-lease index")
+	}
+	reconcile(ev, charge.OutcomeReleased)
+	if rec := s.eventRecord(id); rec.Status != idem.StatusReleased || rec.Attempts != 1 {
+		t.Fatalf("event record = %s (attempts %d), want RELEASED by one take-over", rec.Status, rec.Attempts)
+	}
+	if s.stuck(ev, clock.Now().Add(time.Hour)) {
+		t.Fatal("the released record is still in the stuck-lease index")
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusInFlight {
+		t.Fatalf("releasing the event settled the command: %+v", rec)
+	}
+
+	resp := s.deliver(payload, sign(payload, testWhsec, time.Now()))
+	if resp.status != http.StatusOK || resp.header.Get(httpapi.HeaderReplayed) != "" {
+		t.Fatalf("redelivery = %d %v %s, want 200, not a replay", resp.status, resp.header, resp.body)
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusSucceeded || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("command = %s %+v, want SUCCEEDED with the 201", rec.Status, rec.Response)
+	}
+	if n := s.chargeRows(tenant); n != 1 {
+		t.Errorf("%d charge rows, want 1", n)
+	}
+	if rec := s.eventRecord(id); rec.Status != idem.StatusSucceeded {
+		t.Errorf("event record = %s, want SUCCEEDED", rec.Status)
+	}
+	reconcile(ev, charge.OutcomeNothingToDo) // a settled event's stale message
 }

@@ -261,13 +261,18 @@ func (e *Emitter) lines(at time.Time, requestID string, counts map[Outcome]map[N
 	}
 	docs := make([]line, n)
 	for i := range docs {
+		// Room for every member a line can have: the dimensions, the
+		// request id, the values, the metadata.
 		docs[i].function = e.function
+		docs[i].members = make([]member, 0, 4+len(sums)+len(samples)+maxLen(counts))
+		docs[i].byFunction = make([]emfMetric, 0, len(sums)+len(samples))
 		docs[i].members = append(docs[i].members, member{DimFunction, e.function})
 		if requestID != "" {
 			docs[i].members = append(docs[i].members, member{"RequestId", requestID})
 		}
 	}
 	for i, o := range slices.Sorted(maps.Keys(counts)) {
+		docs[i].byOutcome = make([]emfMetric, 0, len(counts[o]))
 		docs[i].members = append(docs[i].members, member{DimOutcome, string(o)})
 		for _, name := range ordered(e.function, counts[o]) {
 			docs[i].set(name, counts[o][name], true)
@@ -277,32 +282,50 @@ func (e *Emitter) lines(at time.Time, requestID string, counts map[Outcome]map[N
 		docs[0].set(name, sums[name], false)
 	}
 	for _, name := range ordered(e.function, samples) {
-		for i, chunk := range slices.Collect(slices.Chunk(samples[name], MaxValues)) {
+		i := 0
+		for chunk := range slices.Chunk(samples[name], MaxValues) {
 			if len(chunk) == 1 {
 				docs[i].set(name, chunk[0], false)
 			} else {
 				docs[i].set(name, chunk, false)
 			}
+			i++
 		}
 	}
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
 	for _, l := range docs {
-		meta := emfMetadata{Timestamp: at.UnixMilli()}
+		meta := emfMetadata{Timestamp: at.UnixMilli(), CloudWatchMetrics: make([]emfDirective, 0, 2)}
 		if len(l.byOutcome) > 0 {
 			meta.CloudWatchMetrics = append(meta.CloudWatchMetrics, emfDirective{
-				Namespace: Namespace, Dimensions: [][]string{{DimFunction}, {DimFunction, DimOutcome}}, Metrics: l.byOutcome,
+				Namespace: Namespace, Dimensions: byOutcomeDimensions, Metrics: l.byOutcome,
 			})
 		}
 		if len(l.byFunction) > 0 {
 			meta.CloudWatchMetrics = append(meta.CloudWatchMetrics, emfDirective{
-				Namespace: Namespace, Dimensions: [][]string{{DimFunction}}, Metrics: l.byFunction,
+				Namespace: Namespace, Dimensions: byFunctionDimensions, Metrics: l.byFunction,
 			})
 		}
 		l.members = append(l.members, member{"_aws", meta})
 		l.write(&out, enc)
 	}
 	return out.Bytes()
+}
+
+// The dimension sets of a line's directives, shared by every line (the
+// encoder only reads them).
+var (
+	byOutcomeDimensions  = [][]string{{DimFunction}, {DimFunction, DimOutcome}}
+	byFunctionDimensions = [][]string{{DimFunction}}
+)
+
+// maxLen is the length of the longest of m's maps.
+func maxLen[K comparable, V any](m map[K]map[Name]V) int {
+	n := 0
+	for _, v := range m {
+		n = max(n, len(v))
+	}
+	return n
 }
 
 // ordered returns the names of m in Definitions' order.

@@ -1,7 +1,10 @@
 // Package reconcile provides the handler of the reconcile queue: for each
 // message it resolves the charge its key names by asking the provider what
 // happened (charge.Service.Reconcile), and it reports to Lambda, as batch
-// item failures, only the messages worth delivering again.
+// item failures, only the messages worth delivering again. A message for
+// a provider event's deduplication record (charge.NotificationOperation),
+// left IN_FLIGHT by a webhook delivery that died, releases it for the
+// provider's redelivery, without asking the provider.
 //
 // A message whose reconciliation failed (the provider or the store could
 // not answer) is reported and comes back after the queue's visibility

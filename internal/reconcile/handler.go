@@ -17,7 +17,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Reconciler resolves one command whose outcome is unknown.
+// Reconciler resolves one command whose outcome is unknown: a charge, or
+// a provider event's deduplication record.
 type Reconciler interface {
 	Reconcile(ctx context.Context, key idem.Key) (charge.Outcome, error)
 }
@@ -91,8 +92,10 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	defer span.End()
 	log := h.opt.Logger.With("message_id", m.MessageId, "receive_count", m.Attributes["ApproximateReceiveCount"])
 	key, err := queue.ParseMessage(m.Body)
-	if err == nil && key.Operation() != charge.Operation {
-		// Reconcile asks the card provider: for another operation's key it
+	if err == nil && key.Operation() != charge.Operation && key.Operation() != charge.NotificationOperation {
+		// Reconcile resolves charges (asking the card provider) and
+		// provider events' deduplication records (releasing a dead
+		// delivery's for the redelivery): for another operation's key it
 		// would find nothing and release a command it knows nothing about.
 		err = fmt.Errorf("operation %q is not reconciled here", key.Operation())
 	}

@@ -75,7 +75,8 @@ func failedIDs(resp events.SQSEventResponse) []string {
 }
 
 // The fixture holds a message that reconciles, one whose reconcile fails, a
-// malformed one and one naming another operation's key.
+// malformed one, one naming another operation's key and one naming a
+// provider event's deduplication record, which is reconciled too.
 func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 	t.Parallel()
 	svc := &fakeService{fail: map[string]bool{"order-1002": true}}
@@ -99,11 +100,11 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 		reconciled = append(reconciled, k.String())
 	}
 	slices.Sort(reconciled)
-	if want := []string{"acme#create-charge#order-1001", "acme#create-charge#order-1002"}; !slices.Equal(reconciled, want) {
+	if want := []string{"acme#create-charge#order-1001", "acme#create-charge#order-1002", "stripe#provider-event#evt_1003"}; !slices.Equal(reconciled, want) {
 		t.Fatalf("reconciled %v, want %v", reconciled, want)
 	}
 
-	if out := logs.String(); strings.Contains(out, "order-100") {
+	if out := logs.String(); strings.Contains(out, "order-100") || strings.Contains(out, "evt_1003") {
 		t.Fatalf("a raw key reached the logs:\n%s", out)
 	}
 	byID := map[string]map[string]any{}
@@ -115,7 +116,8 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 		}
 		byID[r["message_id"].(string)] = r
 	}
-	ok, failed := byID[ev.Records[0].MessageId], byID[ev.Records[1].MessageId]
+	ok, failed, event := byID[ev.Records[0].MessageId], byID[ev.Records[1].MessageId], byID[ev.Records[4].MessageId]
+	k3, _ := idem.ParseKey("stripe#provider-event#evt_1003")
 	k1, _ := idem.ParseKey("acme#create-charge#order-1001")
 	k2, _ := idem.ParseKey("acme#create-charge#order-1002")
 	switch {
@@ -123,6 +125,8 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 		t.Errorf("%d messages logged as dropped, want 2", dropped)
 	case ok["outcome"] != string(charge.OutcomeResolved) || ok["key_hash"] != k1.LogHash():
 		t.Errorf("log of the reconciled message: %v", ok)
+	case event["outcome"] != string(charge.OutcomeResolved) || event["key_hash"] != k3.LogHash():
+		t.Errorf("log of the provider event's message: %v", event)
 	case failed["outcome"] != "error" || failed["error_class"] != "provider_unavailable" ||
 		failed["key_hash"] != k2.LogHash() || failed["receive_count"] != "3" ||
 		!strings.Contains(failed["error"].(string), "key:"+k2.LogHash()):

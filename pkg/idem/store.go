@@ -201,16 +201,15 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.retainUntil(lease)
-	item := map[string]types.AttributeValue{
-		s.opt.KeyAttribute:  str(s.stored(key)),
-		attrStatus:          inFlight,
-		attrFingerprint:     fpAttr(fp),
-		attrCreatedAt:       millis(lease.CreatedAt),
-		attrLeaseToken:      str(token),
-		AttrLeaseExpiresAt:  millis(lease.ExpiresAt),
-		AttrLeaseShard:      num(int64(s.shard(key))),
-		attrAttemptDeadline: millis(lease.AttemptDeadline),
-	}
+	item := make(map[string]types.AttributeValue, 9) // sized for the intent too: no growing
+	item[s.opt.KeyAttribute] = str(s.stored(key))
+	item[attrStatus] = inFlight
+	item[attrFingerprint] = fpAttr(fp)
+	item[attrCreatedAt] = millis(lease.CreatedAt)
+	item[attrLeaseToken] = str(token)
+	item[AttrLeaseExpiresAt] = millis(lease.ExpiresAt)
+	item[AttrLeaseShard] = num(int64(s.shard(key)))
+	item[attrAttemptDeadline] = millis(lease.AttemptDeadline)
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +79,119 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // cannot fail for RUSAGE_SELF
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// ownAllocs counts the allocations our own code makes in an operation:
+// every allocation the process makes while the operation runs (the
+// runtime's memory profile at MemProfileRate 1, so none is sampled out),
+// less those whose stack passes through the AWS SDK, smithy-go or net/http.
+// Those are the DynamoDB client's and the HTTP transports' (each handler
+// has both: its DynamoDB calls, its provider call), and the in-process
+// provider simulator's server. What remains is the handler's code and the
+// standard library it calls directly, which is what differs between the
+// idempotent handler and the naive one. The operations it measures run
+// after the timed loop, so profiling every allocation does not slow the
+// loop down.
+type ownAllocs struct {
+	ops        int
+	own, total int64
+}
+
+// ownAllocsOps is how many operations ownAllocs measures after the loop.
+const ownAllocsOps = 20
+
+// sdkFrames are the packages whose allocations are not our own.
+var sdkFrames = []string{"github.com/aws/aws-sdk-go-v2/", "github.com/aws/smithy-go", "net/http."}
+
+// measure runs op with every allocation profiled.
+func (a *ownAllocs) measure(op func()) {
+	settle()
+	own0, total0 := profiledAllocs()
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	op()
+	runtime.MemProfileRate = rate
+	settle()
+	own1, total1 := profiledAllocs()
+	a.ops++
+	a.own += own1 - own0
+	a.total += total1 - total0
+}
+
+// report reports our own allocations per operation, and all the process
+// made while the operations ran (allocs/op less what the benchmark's own
+// loop makes), for comparison.
+func (a *ownAllocs) report(b *testing.B) {
+	if a.ops == 0 {
+		return
+	}
+	b.ReportMetric(float64(a.own)/float64(a.ops), "own-allocs/op")
+	b.ReportMetric(float64(a.total)/float64(a.ops), "profiled-allocs/op")
+}
+
+// settle publishes the allocations made so far to the memory profile,
+// which is up to two garbage collection cycles old.
+func settle() {
+	runtime.GC()
+	runtime.GC()
+}
+
+// profiledAllocs sums the allocations in the memory profile, those of our
+// own code and all.
+func profiledAllocs() (own, total int64) {
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(recs, true)
+		if ok {
+			recs = recs[:n]
+			break
+		}
+		recs = make([]runtime.MemProfileRecord, n+64)
+	}
+	for _, r := range recs {
+		total += r.AllocObjects
+		if !throughSDK(r.Stack()) {
+			own += r.AllocObjects
+		}
+	}
+	return own, total
+}
+
+func throughSDK(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		for _, p := range sdkFrames {
+			if strings.HasPrefix(f.Function, p) {
+				return true
+			}
+		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// measureOwn measures our own allocations in ownAllocsOps first calls
+// through h, after the timed loop; done(id, key) removes what a call stored,
+// outside the measurement.
+func measureOwn(b *testing.B, h func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), done func(key, id string)) {
+	var a ownAllocs
+	for range ownAllocsOps {
+		key := newKey()
+		req := post(key, visa)
+		var (
+			resp events.APIGatewayV2HTTPResponse
+			err  error
+		)
+		a.measure(func() { resp, err = h(context.Background(), req) })
+		if err != nil || resp.StatusCode != http.StatusCreated {
+			b.Fatalf("%d %s, %v; want %d", resp.StatusCode, resp.Body, err, http.StatusCreated)
+		}
+		done(key, strings.TrimPrefix(resp.Headers["Location"], "/charges/"))
+		b.StopTimer() // done may restart it (forget does)
+	}
+	a.report(b)
 }
 
 // handle sends req through h, adds its duration to lat, and returns the id
@@ -228,6 +342,9 @@ func BenchmarkHandlerFirstCall(b *testing.B) {
 	reportCalls(b, c)
 	lat.report(b)
 	cpu.report(b)
+	measureOwn(b, s.handler.Handle, func(key, id string) {
+		forget(b, s.db, s.cfg.IdempotencyTable, storeKey(b, key).String(), s.cfg.ChargesTable, id)
+	})
 }
 
 // BenchmarkHandlerReplay repeats one completed request: Begin fails its
@@ -273,6 +390,7 @@ func BenchmarkNaiveFirstCall(b *testing.B) {
 	reportCalls(b, c)
 	lat.report(b)
 	cpu.report(b)
+	measureOwn(b, s.naive.Handle, func(_, id string) { forget(b, s.db, "", "", s.cfg.ChargesTable, id) })
 }
 
 // BenchmarkEmulatorPutItem is the floor under every figure above: one

@@ -108,6 +108,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	)
 	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
 	defer h.opt.Tracer.End(ctx, span)
+	attrs = make([]any, 0, 14) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
@@ -235,16 +236,15 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	key, _ := idem.NewKey(tenant, charge.Operation, string(id)) // tenant and id are valid
 	keyHash = key.LogHash()
 	r, fp, err := charge.ParseBody(body)
-	var (
-		be *charge.BodyError
-		ie *charge.InvalidError
-	)
-	switch {
-	case errors.As(err, &be):
+	// errors.AsType, not As: no target variable escapes on the way that
+	// succeeds.
+	if be, ok := errors.AsType[*charge.BodyError](err); ok {
 		return invalid(ProblemInvalidRequest, be.Reason)
-	case errors.As(err, &ie):
+	}
+	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
 		return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
-	case err != nil:
+	}
+	if err != nil {
 		return charge.Result{}, nil, keyHash, err
 	}
 	res, err := h.svc.Create(ctx, tenant, id, r, fp)
