@@ -51,8 +51,21 @@ test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Sche
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
 		$(GO) test -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
 		$(GO) test -count=1 -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"'
+ifneq ($(EMULATOR),fakecloud)
 	@echo "the store's lifecycle and fencing tests again, on an emulator that ignores ClientRequestToken as moto does:"
 	EMULATOR_HONOUR_REQUEST_TOKEN=0 $(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' ./pkg/idem
+endif
+
+# EMULATOR=fakecloud runs make test, make run and make bench on fakecloud
+# instead of moto (scripts/fakecloud.py finds it on PATH or in
+# bin/tools/bin). It is optional: cargo compiles it for about 40 minutes on
+# two cores, so nothing else depends on it. fakecloud always honours
+# ClientRequestToken, so make test's token-blind second run is moto's only.
+FAKECLOUD_VERSION := 0.51.0
+
+.PHONY: fakecloud
+fakecloud: ## Install the pinned fakecloud (cargo, ~40 min on 2 cores) into bin/tools/bin, for EMULATOR=fakecloud
+	cargo install fakecloud --version $(FAKECLOUD_VERSION) --locked --root $(CURDIR)/bin/tools
 
 .PHONY: fuzz
 fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on the emulator

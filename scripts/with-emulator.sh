@@ -2,7 +2,8 @@
 # Run a command with the DynamoDB/SQS emulator up, then stop the emulator,
 # whatever the command's exit status. Endpoints already set in the
 # environment (DynamoDB Local, AWS) are used as they are, and then no
-# emulator is started.
+# emulator is started. EMULATOR=fakecloud starts fakecloud (scripts/fakecloud.py,
+# `make fakecloud` installs it) instead of moto (scripts/emulator.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -10,8 +11,14 @@ if [[ -n "${DYNAMODB_ENDPOINT:-}" && -n "${SQS_ENDPOINT:-}" ]]; then
   exec "$@"
 fi
 
+case "${EMULATOR:-moto}" in
+  moto) launcher=emulator.py ;;
+  fakecloud) launcher=fakecloud.py ;;
+  *) echo "EMULATOR=$EMULATOR: want moto or fakecloud" >&2; exit 2 ;;
+esac
+
 log=$(mktemp)
-"$root/.venv/bin/python" "$root/scripts/emulator.py" --port 0 >"$log" 2>"$log.err" &
+"$root/.venv/bin/python" "$root/scripts/$launcher" --port 0 >"$log" 2>"$log.err" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -f "$log" "$log.err"' EXIT
 

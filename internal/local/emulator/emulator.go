@@ -1,6 +1,8 @@
-// Package emulator provides the local DynamoDB and SQS: scripts/emulator.py
-// (moto's server, DynamoDB requests serialized under one lock) run from
-// the project virtualenv, for the tests and the local stack.
+// Package emulator provides the local DynamoDB and SQS for the tests and
+// the local stack: scripts/emulator.py (moto's server, DynamoDB requests
+// serialized under one lock) run from the project virtualenv, or, with
+// EMULATOR=fakecloud, scripts/fakecloud.py (the fakecloud binary behind
+// the same command line).
 package emulator
 
 import (
@@ -27,7 +29,14 @@ const (
 	// ClientRequestToken, as moto does, instead of honouring it as
 	// DynamoDB does (the default).
 	EnvHonourRequestToken = "EMULATOR_HONOUR_REQUEST_TOKEN"
+	// EnvKind picks the emulator: "moto" (the default) or "fakecloud".
+	// The two switches above are moto's; fakecloud has neither copy to
+	// avoid nor a token to learn to honour.
+	EnvKind = "EMULATOR"
 )
+
+// launchers maps an EnvKind value to its script under scripts/.
+var launchers = map[string]string{"": "emulator.py", "moto": "emulator.py", "fakecloud": "fakecloud.py"}
 
 // Emulator is a running scripts/emulator.py.
 type Emulator struct {
@@ -42,12 +51,19 @@ type Emulator struct {
 // picks a free port) and waits until it is ready. It exits when Stop closes
 // its stdin, or when this process dies and the pipe closes with it. env
 // ("KEY=VALUE") is added to the environment it inherits, e.g.
-// EnvFastTransactions+"=0".
+// EnvFastTransactions+"=0"; its EnvKind, else the inherited one, picks the
+// emulator.
 func Start(root string, port int, env ...string) (*Emulator, error) {
+	env = append(os.Environ(), env...)
+	kind := kindOf(env)
+	script, ok := launchers[kind]
+	if !ok {
+		return nil, fmt.Errorf("emulator: %s=%q: want moto or fakecloud", EnvKind, kind)
+	}
 	python := filepath.Join(root, ".venv", "bin", "python")
-	cmd := exec.Command(python, filepath.Join(root, "scripts", "emulator.py"),
+	cmd := exec.Command(python, filepath.Join(root, "scripts", script),
 		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--exit-with-stdin")
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = env
 	// Its own process group: a Ctrl-C in the terminal reaches this process
 	// only, which stops the emulator last, after what uses it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -87,6 +103,17 @@ func Start(root string, port int, env ...string) (*Emulator, error) {
 		_ = e.Stop()
 		return nil, errors.New("emulator not ready after 60s")
 	}
+}
+
+// kindOf is the last EnvKind setting in env, as the process would see it.
+func kindOf(env []string) string {
+	kind := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, EnvKind+"="); ok {
+			kind = v
+		}
+	}
+	return kind
 }
 
 // URL is the endpoint of both DynamoDB and SQS.

@@ -41,7 +41,8 @@ func startSides(t *testing.T, envs ...[]string) []side {
 	var wg sync.WaitGroup
 	for i, env := range envs {
 		wg.Go(func() {
-			e, err := emulator.Start(testkit.RepoRoot(), 0, env...)
+			// emulator.py is what is under test, whatever EMULATOR says.
+			e, err := emulator.Start(testkit.RepoRoot(), 0, append([]string{emulator.EnvKind + "=moto"}, env...)...)
 			if err != nil {
 				t.Error(err)
 				return
