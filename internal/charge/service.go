@@ -223,10 +223,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		refused Outcome // why the provider did not act
 	)
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		pres, err := s.charge(ctx, provider.ChargeRequest{
-			Reference: ProviderReference(key, l.CreatedAt), Amount: req.Money.Amount, Currency: req.Money.Currency, Source: req.Source,
-			Command: key.String(),
-		})
+		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, req.Money.Amount, req.Money.Currency, req.Source))
 		switch {
 		case errors.Is(err, provider.ErrRejected):
 			refused = OutcomeRejected
@@ -285,25 +282,30 @@ func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provi
 }
 
 // lookup asks the provider what became of the command lease holds, timed
-// likewise and traced as the span provider.Lookup: by replaying its request (in, under its reference) if rp is
-// not nil, else by looking its reference up, which sends nothing.
+// likewise and traced as the span provider.Lookup: by replaying its
+// request (rebuilt from in) if rp is not nil, else by looking its
+// reference up, which sends nothing.
 func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp Replayer) (provider.Result, error) {
 	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	ref := ProviderReference(lease.Key, lease.CreatedAt)
 	if rp == nil {
-		res, err := s.cfg.Provider.Lookup(ctx, ref)
+		res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(lease.Key, lease.CreatedAt))
 		return answered(span, res, err)
 	}
 	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
-		// The request as Create sent it, Command included: the provider
-		// replays a key only for the same parameters.
-		ChargeRequest: provider.ChargeRequest{
-			Reference: ref, Amount: in.Amount, Currency: in.Currency, Source: in.Source, Command: lease.Key.String(),
-		},
-		FirstSent: lease.CreatedAt,
+		ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in.Amount, in.Currency, in.Source),
+		FirstSent:     lease.CreatedAt,
 	})
 	return answered(span, res, err)
+}
+
+// chargeRequest is the provider request of the command key names, claimed
+// at created. Create sends it and a replay sends it again, built here in
+// one place: the provider replays a key only for the same parameters.
+func chargeRequest(key idem.Key, created time.Time, amount int64, currency, source string) provider.ChargeRequest {
+	return provider.ChargeRequest{
+		Reference: ProviderReference(key, created), Amount: amount, Currency: currency, Source: source, Command: key.String(),
+	}
 }
 
 // replayer is the provider as a Replayer if the command lease holds is to

@@ -625,7 +625,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
 	cond := "#status = :inflight"
 	values := map[string]types.AttributeValue{
-		":inflight": str(string(StatusInFlight)), ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
+		":inflight": inFlight, ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
 	}
 	if !live {
 		cond += " AND #lexp < :now"
