@@ -178,6 +178,23 @@ func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, 
 
 func ref(r idem.Response) *idem.Response { return &r }
 
+// requestBody is req's body, decoded if API Gateway base64-encoded it, or
+// the problem that answers a body that does not decode (400) or is longer
+// than limit bytes (413, with tooLarge as its detail).
+func requestBody(req events.APIGatewayV2HTTPRequest, limit int, tooLarge string) ([]byte, *idem.Response) {
+	body := []byte(req.Body)
+	if req.IsBase64Encoded {
+		var err error
+		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
+			return nil, ref(problem(ProblemInvalidRequest, "The body is not valid base64."))
+		}
+	}
+	if len(body) > limit {
+		return nil, ref(problem(ProblemTooLarge, tooLarge))
+	}
+	return body, nil
+}
+
 func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 	if req.RequestContext.Authorizer == nil || req.RequestContext.Authorizer.JWT == nil {
 		return "", false
@@ -216,14 +233,9 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if err != nil || mt != ContentTypeJSON {
 		return invalid(ProblemUnsupportedMedia, "Send the body as application/json.")
 	}
-	body := []byte(req.Body)
-	if req.IsBase64Encoded {
-		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
-			return invalid(ProblemInvalidRequest, "The body is not valid base64.")
-		}
-	}
-	if len(body) > MaxBodyBytes {
-		return invalid(ProblemTooLarge, "The body must be at most 16384 bytes.")
+	body, refused := requestBody(req, MaxBodyBytes, "The body must be at most 16384 bytes.")
+	if refused != nil {
+		return charge.Result{}, refused, keyHash, nil
 	}
 	rawKey, present := headerOK(req, HeaderIdempotencyKey)
 	if !present {

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"net/http"
 
@@ -38,15 +37,9 @@ var ErrWebhooksOff = errors.New("httpapi: no webhook signing secret configured")
 // Outcomes that are acknowledged (200) make the provider stop
 // redelivering; the others are answered so that it redelivers.
 func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
-	body := []byte(req.Body)
-	if req.IsBase64Encoded {
-		var err error
-		if body, err = base64.StdEncoding.DecodeString(req.Body); err != nil {
-			return charge.Result{}, ref(problem(ProblemInvalidRequest, "The body is not valid base64.")), nil
-		}
-	}
-	if len(body) > MaxWebhookBytes {
-		return charge.Result{}, ref(problem(ProblemTooLarge, "A webhook payload must be at most 262144 bytes.")), nil
+	body, refused := requestBody(req, MaxWebhookBytes, "A webhook payload must be at most 262144 bytes.")
+	if refused != nil {
+		return charge.Result{}, refused, nil
 	}
 	n, err := h.opt.Webhook(body, header(req, HeaderStripeSignature))
 	if err != nil {
