@@ -42,7 +42,9 @@ types each pass over an UpdateExpression's syntax tree processes (rebuilt
 for every node it visits). And the deep copy of that tree before it is
 validated takes a shorter path than copy's generic one. Those two were
 most of the time of a TransactWriteItems with a long UpdateExpression,
-such as a commit's.
+such as a commit's. Parsed expressions are cached too (see
+install_expression_caches): moto parsed a commit's update expression twice
+and each condition two or three times.
 
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
                    [--[no-]fast-transactions] [--[no-]honour-request-token]
@@ -68,8 +70,9 @@ from dataclasses import dataclass
 
 from moto import backends
 from moto.core import responses as core_responses
+from moto.dynamodb import comparisons
 from moto.dynamodb import models as dynamodb_models
-from moto.dynamodb.parsing import ast_nodes
+from moto.dynamodb.parsing import ast_nodes, expressions
 from moto.dynamodb.exceptions import ResourceNotFoundException
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
@@ -129,6 +132,56 @@ def install_lookup_caches():
 
     ast_nodes.DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
     ast_nodes.Node.__deepcopy__ = _copy_node
+    install_expression_caches()
+
+
+# How many parsed expressions each cache keeps.
+EXPRESSION_CACHE_SIZE = 1024
+
+
+def install_expression_caches():
+    """Parse each update and condition expression once, not at every use.
+
+    moto parses a transaction's UpdateExpression twice and a condition
+    expression up to three times (to validate the request, to check it,
+    to apply the write). An update expression's syntax tree depends on its
+    text alone, and moto deep-copies it before it validates or applies it,
+    so one tree serves every use. A parsed condition depends on its text,
+    names and values, and is only read once parsed, so it is cached under
+    all three (their repr: the values hold bytes, and a miss only costs a
+    parse), with the names and values the parser reports having found.
+    """
+    make = expressions.UpdateExpressionParser.make.__func__
+    cached_make = functools.lru_cache(EXPRESSION_CACHE_SIZE)(
+        lambda expression: make(expressions.UpdateExpressionParser, expression)
+    )
+    expressions.UpdateExpressionParser.make = classmethod(
+        lambda cls, expression: cached_make(expression)
+    )
+
+    parse = comparisons.ConditionExpressionParser.parse
+    parsed = OrderedDict()  # key -> (op, names found, values found)
+
+    def cached_parse(self):
+        key = (
+            self.condition_expression,
+            repr(self.expression_attribute_names),
+            repr(self.expression_attribute_values),
+        )
+        hit = parsed.get(key)
+        if hit is None:
+            op = parse(self)
+            hit = (op, list(self.expr_attr_names_found), list(self.expr_attr_values_found))
+            parsed[key] = hit
+            if len(parsed) > EXPRESSION_CACHE_SIZE:
+                parsed.popitem(last=False)
+            return op
+        op, names, values = hit
+        self.expr_attr_names_found.extend(names)
+        self.expr_attr_values_found.extend(values)
+        return op
+
+    comparisons.ConditionExpressionParser.parse = cached_parse
 
 
 def _copy_node(node, memo):
