@@ -193,7 +193,7 @@ func plotRates(s Sustain) *image.RGBA {
 	draw.Draw(img, img.Bounds(), &image.Uniform{white}, image.Point{}, draw.Src)
 	x0, x1, y0, y1 := marginL, plotW-marginR, plotH-marginB, marginT
 
-	top := s.Ceiling
+	top := max(s.Ceiling, s.MixCeiling)
 	for _, st := range s.Steps {
 		top = max(top, st.Offered, st.Answered)
 	}
@@ -213,13 +213,14 @@ func plotRates(s Sustain) *image.RGBA {
 	vline(img, x0, y1, y0, black)
 	label(img, "offered, req/s", (x0+x1)/2, plotH-12, alignCenter)
 	label(img, "answered", x0-8, y1-10, alignRight)
-	label(img, fmt.Sprintf("The local stack: answered against offered rate, %.0f s a step; sustained %.0f req/s of a ceiling of %.0f",
-		s.StepSeconds, s.Sustained, s.Ceiling), (x0+x1)/2, 22, alignCenter)
+	label(img, fmt.Sprintf("The local stack: answered against offered rate, %.0f s a step; sustained %.0f req/s, ceilings %.0f and %.0f",
+		s.StepSeconds, s.Sustained, s.Ceiling, s.MixCeiling), (x0+x1)/2, 22, alignCenter)
 
-	ideal, ceiling, ok, failed := rgb(150, 150, 150), rgb(214, 39, 40), rgb(31, 119, 180), rgb(255, 127, 14)
+	ideal, ceiling, mix, ok, failed := rgb(150, 150, 150), rgb(214, 39, 40), rgb(148, 103, 189), rgb(31, 119, 180), rgb(255, 127, 14)
 	segment(img, xOf(0), yOf(0), xOf(axis), yOf(axis), ideal)
 	for y := y1; y < y0; y += 8 { // dashed
 		vline(img, xOf(s.Ceiling), y, min(y+4, y0), ceiling)
+		vline(img, xOf(s.MixCeiling), y, min(y+4, y0), mix)
 	}
 	steps := slices.Clone(s.Steps)
 	slices.SortFunc(steps, func(a, b Step) int { return cmp.Compare(a.Offered, b.Offered) })
@@ -245,6 +246,7 @@ func plotRates(s Sustain) *image.RGBA {
 		{failed, "a step not sustained"},
 		{ideal, "answered = offered"},
 		{ceiling, fmt.Sprintf("ceiling: %.0f PutItem/s / %.2f calls per request", s.PutItemPerSecond, s.CallsPerRequest)},
+		{mix, fmt.Sprintf("the mix's ceiling: its own calls one at a time (Begin %.2f ms, Commit %.2f ms)", s.BeginMs, s.CommitMs)},
 	} {
 		ly := y1 + 10 + i*legendRow
 		fillRect(img, image.Rect(x0+14, ly-legendBox+2, x0+14+legendBox, ly+2), l.c)

@@ -17,6 +17,14 @@ func TestCallsPerRequestOfTheSeedsMix(t *testing.T) {
 	}
 }
 
+func TestMixCeilingOfTheSeedsMix(t *testing.T) {
+	w := workload{RetryOnce: 0.03, RetryTwice: 0.005, Concurrent: 0.01}
+	// 1.05 requests a charge cost 2 + 6 ms, and 0.05 more Begins at 2 ms.
+	if got, want := mixCeiling(w, 2, 6), 1e3*1.05/(8+0.05*2); math.Abs(got-want) > 1e-9 {
+		t.Fatalf("mix ceiling %v, want %v", got, want)
+	}
+}
+
 func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
 	clean := Summary{TargetRate: 100, AchievedRate: 99, Answers: map[string]map[string]int{
 		"first": {"201": 5000}, "retry": {"201 replayed": 200, "409": 3}, "concurrent": {"409": 50},
@@ -78,15 +86,16 @@ func TestPlotRatesDrawsEveryStep(t *testing.T) {
 
 func TestSustainTable(t *testing.T) {
 	s := Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
-		Sustained: 240, SustainedAnswered: 239.5, Steps: []Step{
-			{Fraction: 0.8, Offered: 240, Answered: 239.5, OK: true},
-			{Fraction: 0.9, Offered: 270, Answered: 200, Timeouts: 12},
+		BeginMs: 2.5, CommitMs: 5, MixCeiling: 150, Sustained: 240, SustainedAnswered: 239.5, Steps: []Step{
+			{Fraction: 1.6, Offered: 240, Answered: 239.5, OK: true},
+			{Fraction: 1.8, Offered: 270, Answered: 200, Timeouts: 12},
 		}}
 	got := sustainTable(s)
 	for _, want := range []string{
 		"**300 req/s**: 600 PutItem/s",
-		"**240 req/s** offered (239.5 answered): **80%** of the ceiling",
-		"| 270 req/s | 90% | n/a | 200.0 req/s | 0 | 12 | 0 |",
+		"**150 req/s**: the mix's own calls one at a time, a first charge's Begin (2.50 ms, BenchmarkBegin) and Commit (5.00 ms",
+		"**240 req/s** offered (239.5 answered): **80%** of the ceiling, **160%** of the mix's ceiling",
+		"| 270 req/s | 90% | 180% | n/a | 200.0 req/s | 0 | 12 | 0 |",
 		"![answered against offered rate](benchmarks-sustain.png)",
 	} {
 		if !strings.Contains(got, want) {
@@ -104,7 +113,7 @@ func TestParseSustainFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.from != 0.5 || c.step != 0.1 || c.to != 1 || c.bisect != 1 || c.duration.Seconds() != 10 || c.cooldown.Seconds() != 30 || c.out != "out/sustain" || c.settle.Seconds() != 30 {
+	if c.from != 0.5 || c.step != 0.1 || c.to != 1.5 || c.bisect != 1 || c.duration.Seconds() != 10 || c.cooldown.Seconds() != 30 || c.out != "out/sustain" || c.settle.Seconds() != 30 {
 		t.Fatalf("config %+v", c)
 	}
 	for _, args := range [][]string{{"-from", "0"}, {"-from", "0.8", "-to", "0.5"}, {"-step", "0"}, {"-bisect", "-1"}, {"-cooldown", "-1s"}, {"-target", "http://10.0.0.1"}} {
