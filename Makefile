@@ -62,6 +62,8 @@ endif
 # two cores, so nothing else depends on it. fakecloud always honours
 # ClientRequestToken, so make test's token-blind second run is moto's only.
 FAKECLOUD_VERSION := 0.51.0
+# Where scripts/fakecloud.py finds it; empty when it is not installed.
+FAKECLOUD_BIN      = $(firstword $(shell command -v fakecloud) $(wildcard bin/tools/bin/fakecloud))
 
 .PHONY: fakecloud
 fakecloud: ## Install the pinned fakecloud (cargo, ~40 min on 2 cores) into bin/tools/bin, for EMULATOR=fakecloud
@@ -184,9 +186,24 @@ bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold s
 	$(WAIT_QUIET); \
 	out/loadgen sustain -bench out/bench.txt -duration $(SUSTAIN_STEP) -out out/sustain; \
 	out/loadgen -n $(LOAD_N) -out out/load-seeds
+ifneq ($(FAKECLOUD_BIN),)
+	@echo "bench: the sustained rate again on fakecloud ($(FAKECLOUD_BIN)), the stack on 127.0.0.1:3001"
+	@$(WAIT_QUIET)
+	EMULATOR=fakecloud $(WITH_EMU) $(GO) test -run '^$$' -bench '^Benchmark(EmulatorPutItem|Begin|Commit)$$/^serial$$' \
+		-count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench | tee out/bench-fakecloud.txt
+	@set -euo pipefail; \
+	EMULATOR=fakecloud out/localstack -addr 127.0.0.1:3001 -provider-addr 127.0.0.1:4011 -emulator-port 4567 \
+		>out/localstack-fakecloud.log 2>&1 & pid=$$!; \
+	trap 'kill -INT $$pid; wait $$pid || true' EXIT; \
+	for i in $$(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/3001) 2>/dev/null && break; sleep 0.1; done; \
+	$(WAIT_QUIET); \
+	out/loadgen sustain -bench out/bench-fakecloud.txt -duration $(SUSTAIN_STEP) -out out/sustain-fakecloud \
+		-target http://127.0.0.1:3001 -provider http://127.0.0.1:4011 -dynamodb http://127.0.0.1:4567
+endif
 	out/loadgen doc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
 		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) \
-		-sidebyside out/sidebyside.json -sustain out/sustain.json
+		-sidebyside out/sidebyside.json -sustain out/sustain.json \
+		$(if $(FAKECLOUD_BIN),-sustain-fakecloud out/sustain-fakecloud.json)
 	out/loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 
 # The capacity model reads make bench's measurements from the snapshot it

@@ -29,7 +29,9 @@ import (
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
 // coldstart, powertools (with -sidebyside out/sidebyside.json), sustain (with -sustain out/sustain.json, whose PNG it copies
-// to the document's directory as benchmarks-sustain.png).
+// to the document's directory as benchmarks-sustain.png), and
+// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud, as
+// benchmarks-sustain-fakecloud.png).
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
 	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
@@ -40,6 +42,7 @@ func docMain(args []string) error {
 	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
 	sideBySide := fs.String("sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
 	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate; its PNG is copied beside the document (optional)")
+	sustainFakecloud := fs.String("sustain-fakecloud", "", "the same for a stack on fakecloud (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -120,9 +123,15 @@ func docMain(args []string) error {
 			return fmt.Errorf("%s: %w", *sideBySide, err)
 		}
 	}
-	if *sustain != "" {
+	for _, run := range []struct{ section, summary, png string }{
+		{"sustain", *sustain, sustainPNG},
+		{"sustain-fakecloud", *sustainFakecloud, "benchmarks-sustain-fakecloud.png"},
+	} {
+		if run.summary == "" {
+			continue
+		}
 		var err error
-		if sections["sustain"], err = sustainSection(*sustain, *doc); err != nil {
+		if sections[run.section], err = sustainSection(run.summary, *doc, run.png); err != nil {
 			return err
 		}
 	}
@@ -468,8 +477,8 @@ func coldStartTable(e2e, bin string) (string, error) {
 const sustainPNG = "benchmarks-sustain.png"
 
 // sustainSection reads a sustain run's summary, copies its plot beside
-// doc, and sets out the ceiling, the sustained rate and every step.
-func sustainSection(summary, doc string) (string, error) {
+// doc as png, and sets out the ceilings, the sustained rate and every step.
+func sustainSection(summary, doc, png string) (string, error) {
 	b, err := os.ReadFile(summary)
 	if err != nil {
 		return "", err
@@ -482,15 +491,15 @@ func sustainSection(summary, doc string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(doc), sustainPNG), img, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(filepath.Dir(doc), png), img, 0o644); err != nil {
 		return "", err
 	}
-	return sustainTable(s), nil
+	return sustainTable(s, png), nil
 }
 
-func sustainTable(s Sustain) string {
+func sustainTable(s Sustain, png string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Load average when the search started: %s; %.0f s a step.\n\n", orNone(s.LoadAvg), s.StepSeconds)
+	fmt.Fprintf(&b, "Started %s, load average %s; %.0f s a step.\n\n", orNone(s.Started), orNone(s.LoadAvg), s.StepSeconds)
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| the emulator's ceiling | **%.0f req/s**: %.0f PutItem/s (BenchmarkEmulatorPutItem/serial) ÷ %.2f DynamoDB calls per request of the mix |\n", s.Ceiling, s.PutItemPerSecond, s.CallsPerRequest)
 	fmt.Fprintf(&b, "| the mix's ceiling | **%.0f req/s**: the mix's own calls one at a time, a first charge's Begin (%.2f ms, BenchmarkBegin) and Commit (%.2f ms, BenchmarkCommit), a retry's or twin's one conditional PutItem (as a Begin) |\n", s.MixCeiling, s.BeginMs, s.CommitMs)
 	if s.Sustained > 0 {
@@ -505,7 +514,7 @@ func sustainTable(s Sustain) string {
 			st.Offered, 100*st.Offered/s.Ceiling, 100*st.Fraction, orNone(st.LoadAvg), st.Answered, st.Dropped, st.Timeouts, st.OtherFailures,
 			percentiles(st.First), percentiles(st.Replay), st.Duplicates, st.Missing, map[bool]string{true: "yes", false: "no"}[st.OK])
 	}
-	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", sustainPNG)
+	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", png)
 	return b.String()
 }
 

@@ -90,7 +90,7 @@ func TestSustainTable(t *testing.T) {
 			{Fraction: 1.6, Offered: 240, Answered: 239.5, OK: true},
 			{Fraction: 1.8, Offered: 270, Answered: 200, Timeouts: 12},
 		}}
-	got := sustainTable(s)
+	got := sustainTable(s, sustainPNG)
 	for _, want := range []string{
 		"**300 req/s**: 600 PutItem/s",
 		"**150 req/s**: the mix's own calls one at a time, a first charge's Begin (2.50 ms, BenchmarkBegin) and Commit (5.00 ms",
@@ -103,7 +103,7 @@ func TestSustainTable(t *testing.T) {
 		}
 	}
 	s.Sustained = 0
-	if got := sustainTable(s); !strings.Contains(got, "none of the rates tried") {
+	if got := sustainTable(s, sustainPNG); !strings.Contains(got, "none of the rates tried") {
 		t.Errorf("no rate sustained:\n%s", got)
 	}
 }
