@@ -259,7 +259,9 @@ func (e *Emitter) lines(at time.Time, requestID string, counts []count, sums, sa
 		run, rest = nextRun(rest)
 		n = max(n, (len(run)+MaxValues-1)/MaxValues)
 	}
-	var out []byte
+	// A charge invocation's line is about 600 bytes: room for it
+	// spares the appends growing out again and again.
+	out := make([]byte, 0, n*lineRoom)
 	for i := range n {
 		// Room for every member a line usually has: the dimensions, the
 		// request id, the values, the metadata.
@@ -332,6 +334,9 @@ func (e *Emitter) lines(at time.Time, requestID string, counts []count, sums, sa
 	}
 	return out
 }
+
+// lineRoom is the room lines makes for each line.
+const lineRoom = 1024
 
 // nextRun splits off the values of vs's first metric (vs is in
 // definitions' order).
