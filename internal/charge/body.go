@@ -124,9 +124,13 @@ func requestMembers(doc string) (members, bool) {
 		}
 		if !strings.Contains(value, `\`) {
 			*to = value[1 : len(value)-1]
-		} else if json.Unmarshal([]byte(value), to) != nil {
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(value), &s) != nil {
 			return m, false // cannot happen: a valid document's string
 		}
+		*to = s
 	}
 	return m, true
 }
