@@ -200,7 +200,7 @@ func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 		return "", false
 	}
 	t := req.RequestContext.Authorizer.JWT.Claims[h.opt.TenantClaim]
-	if _, err := idem.NewKey(t, charge.Operation, "probe"); err != nil {
+	if err := idem.CheckTenant(t); err != nil {
 		return "", false // absent, or not usable as a tenant identifier
 	}
 	return t, true
