@@ -82,8 +82,8 @@ type members struct {
 // idem.CanonicalJSON returns: no whitespace, keys unique and escaped one
 // way, so a name matches only as it is spelled here). The body must be an
 // object, or null (no members), whose members are among amount, currency,
-// source and description, none null, the last three strings. Their values
-// are parts of doc: reading them allocates nothing.
+// source and description, none null, the last three strings. A value
+// that needs no unescaping (the usual) is a part of doc, not a copy.
 func requestMembers(doc string) (members, bool) {
 	var m members
 	if doc == "null" {
