@@ -201,13 +201,13 @@ type intent struct {
 	Source      string `json:"source,omitempty"`
 }
 
-// Create charges req once for the intent id names within tenant. fp is the
-// fingerprint of the request as the client sent it; a later request with
-// the same id and another fingerprint is refused.
-func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req Request, fp idem.Fingerprint) (Result, error) {
-	key, err := idem.NewKey(tenant, Operation, string(id))
-	if err != nil {
-		return Result{}, fmt.Errorf("charge: %w", err)
+// Create charges req once for the intent key names: a key of Operation,
+// the client's CommandID within its tenant. fp is the fingerprint of the
+// request as the client sent it; a later request with the same key and
+// another fingerprint is refused.
+func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem.Fingerprint) (Result, error) {
+	if key.Operation() != Operation {
+		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
 	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {

@@ -36,7 +36,7 @@ const DefaultTenantClaim = "tenant_id"
 
 // Service is what the handler asks of the charge service.
 type Service interface {
-	Create(ctx context.Context, tenant string, id charge.CommandID, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
+	Create(ctx context.Context, key idem.Key, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
 	Get(ctx context.Context, tenant, id string) (charge.Result, error)
 	Notify(ctx context.Context, n charge.Notification) (charge.Result, error)
 }
@@ -259,7 +259,7 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if err != nil {
 		return charge.Result{}, nil, keyHash, err
 	}
-	res, err := h.svc.Create(ctx, tenant, id, r, fp)
+	res, err := h.svc.Create(ctx, key, r, fp)
 	return res, nil, keyHash, err
 }
 
