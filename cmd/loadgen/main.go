@@ -46,7 +46,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
-	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -131,7 +130,7 @@ func (c *loadConfig) finish(fs *flag.FlagSet) (loadConfig, error) {
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 		c.tenant = "load-" + hex.EncodeToString(b[:])
 	}
-	if _, err := idem.NewKey(c.tenant, charge.Operation, "probe"); err != nil {
+	if err := idem.CheckTenant(c.tenant); err != nil {
 		return loadConfig{}, fmt.Errorf("tenant: %w", err)
 	}
 	if err := c.validate(); err != nil {

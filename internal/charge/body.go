@@ -1,11 +1,10 @@
 package charge
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -13,9 +12,6 @@ import (
 // MaxBodyBytes is the largest request body accepted, however it arrives
 // (POST /charges, or the request of a charge-requests message).
 const MaxBodyBytes = 16 * 1024
-
-// requestFields are the exact member names of a create request.
-var requestFields = []string{"amount", "currency", "source", "description"}
 
 // BodyError says why a request body is not one the contract accepts as a
 // whole (its size, its JSON, its members); a member's value that is wrong
@@ -51,48 +47,128 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonJSON}
 	}
-	// A map keeps the names exactly as sent (encoding/json would match a
-	// struct's case-insensitively), and with UseNumber the amount as written.
-	var fields map[string]any
-	dec := json.NewDecoder(bytes.NewReader(canonical))
-	dec.UseNumber()
-	if err := dec.Decode(&fields); err != nil {
+	in, ok := requestMembers(string(canonical))
+	if !ok {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
 	}
-	for name, value := range fields {
-		if !slices.Contains(requestFields, name) || value == nil {
-			return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
-		}
-	}
-	var in struct{ Currency, Source, Description string }
-	for _, m := range [...]struct {
-		name string
-		to   *string
-	}{{"currency", &in.Currency}, {"source", &in.Source}, {"description", &in.Description}} {
-		if v, ok := fields[m.name]; ok {
-			if *m.to, ok = v.(string); !ok {
-				return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
-			}
-		}
-	}
-	number, _ := fields["amount"].(json.Number)
-	amount, err := ParseAmount(number)
+	amount, err := ParseAmount(in.amount)
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, err
 	}
-	r, err := NewRequest(amount, in.Currency, in.Source, in.Description)
+	r, err := NewRequest(amount, in.currency, in.source, in.description)
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, err
 	}
-	if whole := strconv.FormatInt(amount, 10); number.String() != whole {
+	var digits [20]byte // any int64
+	if whole := strconv.AppendInt(digits[:0], amount, 10); string(whole) != in.amount.String() {
 		// 1500.0 and 1.5e3 are the amount 1500: the same request, so the
 		// same fingerprint as the body with "amount":1500.
-		canonical, err = withAmount(canonical, whole)
+		canonical, err = withAmount(canonical, string(whole))
 		if err != nil {
 			return Request{}, idem.Fingerprint{}, fmt.Errorf("charge: re-canonicalize the body: %w", err)
 		}
 	}
 	return r, idem.FingerprintOf(canonical), nil
+}
+
+// members are a create request's members as sent: the amount as written
+// if it is a number (empty if it is anything else), the others decoded.
+type members struct {
+	amount                        json.Number
+	currency, source, description string
+}
+
+// requestMembers reads the members of a canonical body (what
+// idem.CanonicalJSON returns: no whitespace, keys unique and escaped one
+// way, so a name matches only as it is spelled here). The body must be an
+// object, or null (no members), whose members are among amount, currency,
+// source and description, none null, the last three strings. A value
+// that needs no unescaping (the usual) is a part of doc, not a copy.
+func requestMembers(doc string) (members, bool) {
+	var m members
+	if doc == "null" {
+		return m, true
+	}
+	if doc[0] != '{' {
+		return m, false
+	}
+	for i := 1; doc[i] != '}'; {
+		if doc[i] == ',' {
+			i++
+		}
+		nameEnd := stringEnd(doc, i)
+		name := doc[i:nameEnd]
+		i = valueEnd(doc, nameEnd+1) // past the ':'
+		value := doc[nameEnd+1 : i]
+		if value == "null" {
+			return m, false
+		}
+		var to *string
+		switch name {
+		case `"amount"`:
+			if c := value[0]; c == '-' || c >= '0' && c <= '9' {
+				m.amount = json.Number(value)
+			}
+			continue
+		case `"currency"`:
+			to = &m.currency
+		case `"source"`:
+			to = &m.source
+		case `"description"`:
+			to = &m.description
+		default:
+			return m, false
+		}
+		if value[0] != '"' {
+			return m, false
+		}
+		if !strings.Contains(value, `\`) {
+			*to = value[1 : len(value)-1]
+			continue
+		}
+		var s string
+		if json.Unmarshal([]byte(value), &s) != nil {
+			return m, false // cannot happen: a valid document's string
+		}
+		*to = s
+	}
+	return m, true
+}
+
+// stringEnd is the end of the string that starts at doc[i], past its
+// closing quote.
+func stringEnd(doc string, i int) int {
+	for i++; doc[i] != '"'; i++ {
+		if doc[i] == '\\' {
+			i++ // the escaped character
+		}
+	}
+	return i + 1
+}
+
+// valueEnd is the end of the value that starts at doc[i]: the comma or
+// brace that ends its member.
+func valueEnd(doc string, i int) int {
+	depth := 0
+	for ; ; i++ {
+		switch doc[i] {
+		case '"':
+			i = stringEnd(doc, i) - 1
+		case '{', '[':
+			depth++
+		case ']':
+			depth--
+		case '}':
+			if depth == 0 {
+				return i
+			}
+			depth--
+		case ',':
+			if depth == 0 {
+				return i
+			}
+		}
+	}
 }
 
 // withAmount is the canonical body with the amount written as whole, the

@@ -173,7 +173,11 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 	case err != nil:
 		return "", err
 	}
-	out, charged, err := s.verdict(lease, n.Result)
+	in, err := storedIntent(lease)
+	if err != nil {
+		return "", err
+	}
+	out, charged, err := s.verdict(lease, in, n.Result)
 	if err != nil {
 		return "", err
 	}

@@ -201,13 +201,13 @@ type intent struct {
 	Source      string `json:"source,omitempty"`
 }
 
-// Create charges req once for the intent id names within tenant. fp is the
-// fingerprint of the request as the client sent it; a later request with
-// the same id and another fingerprint is refused.
-func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req Request, fp idem.Fingerprint) (Result, error) {
-	key, err := idem.NewKey(tenant, Operation, string(id))
-	if err != nil {
-		return Result{}, fmt.Errorf("charge: %w", err)
+// Create charges req once for the intent key names: a key of Operation,
+// the client's CommandID within its tenant. fp is the fingerprint of the
+// request as the client sent it; a later request with the same key and
+// another fingerprint is refused.
+func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem.Fingerprint) (Result, error) {
+	if key.Operation() != Operation {
+		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
 	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {
@@ -235,7 +235,7 @@ func (s *Service) Create(ctx context.Context, tenant string, id CommandID, req R
 		case err != nil:
 			return idem.Unknown(idem.Response{}), err
 		}
-		out, c, err := s.verdict(l, pres)
+		out, c, err := s.verdict(l, kept, pres)
 		charged = c
 		return out, err
 	}, func(o *idem.DoOptions) { o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve })
@@ -411,13 +411,10 @@ func ErrorClass(err error) string {
 }
 
 // verdict is what the provider's answer means for the command the lease
-// holds: a charge to commit together with its row (returned, to record),
-// or a decline to store. The handler and the reconciler both decide here.
-func (s *Service) verdict(lease *idem.Lease, res provider.Result) (idem.Outcome, *Charge, error) {
-	in, err := storedIntent(lease)
-	if err != nil {
-		return idem.Outcome{}, nil, err
-	}
+// holds, whose intent is in: a charge to commit together with its row
+// (returned, to record), or a decline to store. The handler and the
+// reconciler both decide here.
+func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, *Charge, error) {
 	switch res.Status {
 	case provider.StatusCharged:
 		c := Charge{
@@ -572,7 +569,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 			return s.postpone(ctx, lease, s.cfg.Clock().Add(s.cfg.RetryCap), OutcomeParked)
 		}
 		out = idem.NotApplied(idem.Response{})
-	} else if out, charged, err = s.verdict(lease, res); err != nil {
+	} else if out, charged, err = s.verdict(lease, in, res); err != nil {
 		return "", err
 	}
 	return s.settle(ctx, lease, out, charged)

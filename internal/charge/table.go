@@ -50,8 +50,8 @@ var _ RowsAPI = (*dynamodb.Client)(nil)
 
 // Rows is the charges table: the one place that knows its items.
 type Rows struct {
-	db    RowsAPI
-	table string
+	db        RowsAPI
+	tableName *string // the SDK only reads it: one for every request
 }
 
 // NewRows returns the charges table named table.
@@ -59,14 +59,14 @@ func NewRows(db RowsAPI, table string) (*Rows, error) {
 	if db == nil || table == "" {
 		return nil, errors.New("charge: the charges table needs a client and a name")
 	}
-	return &Rows{db: db, table: table}, nil
+	return &Rows{db: db, tableName: aws.String(table)}, nil
 }
 
 // Get reads tenant's charge id with a strongly consistent read; another
 // tenant's charge is not found.
 func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      aws.String(r.table),
+		TableName:      r.tableName,
 		Key:            map[string]types.AttributeValue{AttrTenant: attrS(tenant), AttrID: attrS(id)},
 		ConsistentRead: aws.Bool(true),
 	})
@@ -86,31 +86,46 @@ func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error)
 // Insert is the write of c's row, only if no row has its id, for the
 // transaction that settles the command (idem.Store.Commit).
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
-	table := r.table
-	item := map[string]types.AttributeValue{
-		AttrTenant:           attrS(c.Tenant),
-		AttrID:               attrS(c.ID),
-		"amount":             &types.AttributeValueMemberN{Value: strconv.FormatInt(c.Money.Amount, 10)},
-		"currency":           attrS(c.Money.Currency),
-		"status":             attrS("succeeded"),
-		"provider_reference": attrS(c.ProviderReference),
-		"provider_charge_id": attrS(c.ProviderChargeID),
-		"idempotency_key":    attrS(string(c.IdempotencyKey)),
-		"created_at":         attrS(c.CreatedAt.UTC().Format(TimeLayout)),
-	}
+	strs := make(strAttrs, 0, 8)
+	item := make(map[string]types.AttributeValue, 10)
+	item[AttrTenant] = strs.of(c.Tenant)
+	item[AttrID] = strs.of(c.ID)
+	item["amount"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(c.Money.Amount, 10)}
+	item["currency"] = strs.of(c.Money.Currency)
+	item["status"] = statusSucceeded
+	item["provider_reference"] = strs.of(c.ProviderReference)
+	item["provider_charge_id"] = strs.of(c.ProviderChargeID)
+	item["idempotency_key"] = strs.of(string(c.IdempotencyKey))
+	item["created_at"] = strs.of(c.CreatedAt.UTC().Format(TimeLayout))
 	if c.Description != "" {
-		item["description"] = attrS(c.Description)
+		item["description"] = strs.of(c.Description)
 	}
 	return types.TransactWriteItem{Put: &types.Put{
-		TableName:                aws.String(table),
+		TableName:                r.tableName,
 		Item:                     item,
-		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ConditionExpression:      insertCondition,
 		ExpressionAttributeNames: insertNames,
 	}}
 }
 
-// insertNames are the names of Insert's condition, shared by every write
-// (the SDK only reads them).
+// strAttrs hands out string attribute values from one backing array, so an
+// item's strings cost one allocation, not one each. A value keeps pointing
+// at its element if a later one makes the array grow.
+type strAttrs []types.AttributeValueMemberS
+
+func (a *strAttrs) of(v string) types.AttributeValue {
+	*a = append(*a, types.AttributeValueMemberS{Value: v})
+	return &(*a)[len(*a)-1]
+}
+
+// statusSucceeded, insertCondition and insertNames are shared by every
+// write (the SDK only reads its input).
+var (
+	statusSucceeded types.AttributeValue = &types.AttributeValueMemberS{Value: "succeeded"}
+	insertCondition                      = aws.String("attribute_not_exists(#id)")
+)
+
+// insertNames are the names of Insert's condition.
 var insertNames = map[string]string{"#id": AttrID}
 
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {

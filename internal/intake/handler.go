@@ -17,7 +17,7 @@ import (
 
 // Creator creates a charge once per command.
 type Creator interface {
-	Create(ctx context.Context, tenant string, id charge.CommandID, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
+	Create(ctx context.Context, key idem.Key, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
 }
 
 var _ Creator = (*charge.Service)(nil)
@@ -140,7 +140,7 @@ func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
 		return h.deadLetter(ctx, log, p)
 	}
 	keyHash := p.cmd.Key.LogHash()
-	res, err := h.svc.Create(ctx, p.cmd.Key.Tenant(), charge.CommandID(p.cmd.Key.ClientKey()), p.cmd.Request, p.cmd.Fingerprint)
+	res, err := h.svc.Create(ctx, p.cmd.Key, p.cmd.Request, p.cmd.Fingerprint)
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
 		rec.Count(metrics.Requests, metrics.OutcomeError)

@@ -83,7 +83,7 @@ func ParseMessage(body string) (Command, error) {
 			return malformed(m.name, "not a string")
 		}
 	}
-	if _, err := idem.NewKey(tenant, charge.Operation, "probe"); err != nil {
+	if err := idem.CheckTenant(tenant); err != nil {
 		return malformed(FieldTenant, "not a tenant identifier (letters, digits and . _ - : @, at most 128)")
 	}
 	cid, err := charge.ParseCommandID(id)

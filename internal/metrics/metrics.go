@@ -1,15 +1,16 @@
 package metrics
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -58,17 +59,42 @@ func New(w io.Writer, function string, optFns ...func(*Options)) *Emitter {
 }
 
 // Record returns a Recorder for one invocation.
-func (e *Emitter) Record() *Recorder { return &Recorder{e: e} }
+func (e *Emitter) Record() *Recorder {
+	r := &Recorder{e: e}
+	r.reset()
+	return r
+}
 
 // Recorder collects one invocation's metrics until Flush. It is safe for
 // concurrent use. Every method of a nil *Recorder does nothing.
 type Recorder struct {
 	e        *Emitter
 	mu       sync.Mutex
-	counts   map[Outcome]map[Name]float64
-	sums     map[Name]float64
-	samples  map[Name][]float64
+	counts   []count // one per outcome and metric
+	sums     []value // one per metric
+	samples  []value // in the order recorded
 	problems []error
+	// Room for an invocation's usual values, so that recording them
+	// allocates nothing.
+	countRoom  [2]count
+	sumRoom    [4]value
+	sampleRoom [8]value
+}
+
+// value is a value of the metric definitions[def].
+type value struct {
+	def int
+	v   float64
+}
+
+// count is a value of a metric with an Outcome dimension.
+type count struct {
+	outcome Outcome
+	value
+}
+
+func (r *Recorder) reset() {
+	r.counts, r.sums, r.samples, r.problems = r.countRoom[:0], r.sumRoom[:0], r.sampleRoom[:0], nil
 }
 
 // Count adds one to name under outcome, a metric with an Outcome
@@ -79,18 +105,18 @@ func (r *Recorder) Count(name Name, outcome Outcome) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	d, _, ok := lookup(r.e.function, name)
+	d, def, ok := lookup(r.e.function, name)
 	if !ok || !d.ByOutcome || !slices.Contains(outcomes[r.e.function], outcome) {
 		r.undefined("count %s with outcome %q", name, outcome)
 		return
 	}
-	if r.counts == nil {
-		r.counts = map[Outcome]map[Name]float64{}
+	for i, c := range r.counts {
+		if c.outcome == outcome && c.def == def {
+			r.counts[i].v++
+			return
+		}
 	}
-	if r.counts[outcome] == nil {
-		r.counts[outcome] = map[Name]float64{}
-	}
-	r.counts[outcome][name]++
+	r.counts = append(r.counts, count{outcome, value{def, 1}})
 }
 
 // Add adds n to name, a count without an Outcome dimension. Adding zero
@@ -101,14 +127,18 @@ func (r *Recorder) Add(name Name, n int) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.is(name, UnitCount) {
+	def, ok := r.is(name, UnitCount)
+	if !ok {
 		r.undefined("add to %s", name)
 		return
 	}
-	if r.sums == nil {
-		r.sums = map[Name]float64{}
+	for i, s := range r.sums {
+		if s.def == def {
+			r.sums[i].v += float64(n)
+			return
+		}
 	}
-	r.sums[name] += float64(n)
+	r.sums = append(r.sums, value{def, float64(n)})
 }
 
 // Time records a duration sample of name in the metric's unit
@@ -119,12 +149,11 @@ func (r *Recorder) Time(name Name, d time.Duration) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	switch {
-	case r.is(name, UnitMilliseconds):
-		r.sample(name, float64(d)/float64(time.Millisecond))
-	case r.is(name, UnitSeconds):
-		r.sample(name, d.Seconds())
-	default:
+	if def, ok := r.is(name, UnitMilliseconds); ok {
+		r.samples = append(r.samples, value{def, float64(d) / float64(time.Millisecond)})
+	} else if def, ok := r.is(name, UnitSeconds); ok {
+		r.samples = append(r.samples, value{def, d.Seconds()})
+	} else {
 		r.undefined("time %s", name)
 	}
 }
@@ -136,23 +165,19 @@ func (r *Recorder) Size(name Name, bytes int) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.is(name, UnitBytes) {
+	def, ok := r.is(name, UnitBytes)
+	if !ok {
 		r.undefined("size %s", name)
 		return
 	}
-	r.sample(name, float64(bytes))
+	r.samples = append(r.samples, value{def, float64(bytes)})
 }
 
-func (r *Recorder) is(name Name, unit Unit) bool {
-	d, _, ok := lookup(r.e.function, name)
-	return ok && !d.ByOutcome && d.Unit == unit
-}
-
-func (r *Recorder) sample(name Name, v float64) {
-	if r.samples == nil {
-		r.samples = map[Name][]float64{}
-	}
-	r.samples[name] = append(r.samples[name], v)
+// is returns the position of name's definition if the function emits it
+// in unit, without an Outcome.
+func (r *Recorder) is(name Name, unit Unit) (int, bool) {
+	d, def, ok := lookup(r.e.function, name)
+	return def, ok && !d.ByOutcome && d.Unit == unit
 }
 
 func (r *Recorder) undefined(format string, args ...any) {
@@ -166,16 +191,15 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	if r == nil {
 		return nil
 	}
-	r.mu.Lock()
-	counts, sums, samples, problems := r.counts, r.sums, r.samples, r.problems
-	r.counts, r.sums, r.samples, r.problems = nil, nil, nil, nil
-	r.mu.Unlock()
-
 	var requestID string
 	if lc, ok := lambdacontext.FromContext(ctx); ok {
 		requestID = lc.AwsRequestID
 	}
-	lines := r.e.lines(r.e.clock(), requestID, counts, sums, samples)
+	r.mu.Lock()
+	lines := r.e.lines(r.e.clock(), requestID, r.counts, r.sums, r.samples)
+	problems := r.problems
+	r.reset()
+	r.mu.Unlock()
 	if len(lines) == 0 {
 		return errors.Join(problems...)
 	}
@@ -188,156 +212,204 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return errors.Join(problems...)
 }
 
-type emfMetric struct {
-	Name Name `json:"Name"`
-	Unit Unit `json:"Unit"`
-}
-
-type emfDirective struct {
-	Namespace  string      `json:"Namespace"`
-	Dimensions [][]string  `json:"Dimensions"`
-	Metrics    []emfMetric `json:"Metrics"`
-}
-
-type emfMetadata struct {
-	Timestamp         int64          `json:"Timestamp"` // epoch milliseconds
-	CloudWatchMetrics []emfDirective `json:"CloudWatchMetrics"`
-}
-
-// line is one EMF document under construction: its members, the
-// metadata aside.
-type line struct {
-	function   string
-	members    []member
-	byOutcome  []emfMetric
-	byFunction []emfMetric
-}
-
-// member is one of a line's top-level members. Its key is a dimension or
-// metric name, an identifier that needs no escaping.
+// member is one of an EMF line's top-level members: a dimension (str), a
+// metric's value (num) or values (an array of more than one), or the
+// metadata. Its key is a dimension or metric name, an identifier that
+// needs no escaping.
 type member struct {
-	key   string
-	value any
+	key    string
+	kind   memberKind
+	str    string
+	num    float64
+	values []value
 }
 
-func (l *line) set(name Name, v any, byOutcome bool) {
-	d, _, _ := lookup(l.function, name)
-	m := emfMetric{Name: name, Unit: d.Unit}
-	if byOutcome {
-		l.byOutcome = append(l.byOutcome, m)
-	} else {
-		l.byFunction = append(l.byFunction, m)
-	}
-	l.members = append(l.members, member{string(name), v})
-}
+type memberKind int
 
-// write writes the line as one JSON object, its members in key order (as
-// encoding/json orders a map's), and a newline.
-func (l *line) write(buf *bytes.Buffer, enc *json.Encoder) {
-	slices.SortFunc(l.members, func(a, b member) int { return strings.Compare(a.key, b.key) })
-	buf.WriteByte('{')
-	for i, m := range l.members {
-		if i > 0 {
-			buf.WriteByte(',')
-		}
-		buf.WriteString(`"` + m.key + `":`)
-		// Strings, finite numbers and the metadata only: Encode cannot fail.
-		_ = enc.Encode(m.value)
-		buf.Truncate(buf.Len() - 1) // Encode ends the value with a newline
-	}
-	buf.WriteString("}\n")
-}
+const (
+	memberStr memberKind = iota
+	memberNum
+	memberValues
+	memberMeta
+)
 
 // lines renders the recorded values as EMF lines: one per Outcome, the
 // values without an Outcome on the first, and further lines for samples
-// beyond MaxValues.
-func (e *Emitter) lines(at time.Time, requestID string, counts map[Outcome]map[Name]float64, sums map[Name]float64, samples map[Name][]float64) []byte {
-	n := len(counts)
+// beyond MaxValues. Every line's metrics are in Definitions' order (in
+// its metadata, the sums before the samples), its members in key order
+// (as encoding/json orders a map's). It sorts the values it is given.
+func (e *Emitter) lines(at time.Time, requestID string, counts []count, sums, samples []value) []byte {
+	slices.SortFunc(counts, func(a, b count) int {
+		return cmp.Or(strings.Compare(string(a.outcome), string(b.outcome)), a.def-b.def)
+	})
+	byDef := func(a, b value) int { return a.def - b.def }
+	slices.SortFunc(sums, byDef)
+	slices.SortStableFunc(samples, byDef) // a metric's samples in the order recorded
+	n := 0
+	for i, c := range counts {
+		if i == 0 || c.outcome != counts[i-1].outcome {
+			n++
+		}
+	}
 	if len(sums) > 0 {
 		n = max(n, 1)
 	}
-	for _, s := range samples {
-		n = max(n, (len(s)+MaxValues-1)/MaxValues)
+	for rest := samples; len(rest) > 0; {
+		var run []value
+		run, rest = nextRun(rest)
+		n = max(n, (len(run)+MaxValues-1)/MaxValues)
 	}
-	docs := make([]line, n)
-	for i := range docs {
-		// Room for every member a line can have: the dimensions, the
+	// A charge invocation's line is about 600 bytes: room for it
+	// spares the appends growing out again and again.
+	out := make([]byte, 0, n*lineRoom)
+	for i := range n {
+		// Room for every member a line usually has: the dimensions, the
 		// request id, the values, the metadata.
-		docs[i].function = e.function
-		docs[i].members = make([]member, 0, 4+len(sums)+len(samples)+maxLen(counts))
-		docs[i].byFunction = make([]emfMetric, 0, len(sums)+len(samples))
-		docs[i].members = append(docs[i].members, member{DimFunction, e.function})
+		var room [16]member
+		members := append(room[:0], member{key: DimFunction, str: e.function})
 		if requestID != "" {
-			docs[i].members = append(docs[i].members, member{"RequestId", requestID})
+			members = append(members, member{key: "RequestId", str: requestID})
 		}
-	}
-	for i, o := range slices.Sorted(maps.Keys(counts)) {
-		docs[i].byOutcome = make([]emfMetric, 0, len(counts[o]))
-		docs[i].members = append(docs[i].members, member{DimOutcome, string(o)})
-		for _, name := range ordered(e.function, counts[o]) {
-			docs[i].set(name, counts[o][name], true)
-		}
-	}
-	for _, name := range ordered(e.function, sums) {
-		docs[0].set(name, sums[name], false)
-	}
-	for _, name := range ordered(e.function, samples) {
-		i := 0
-		for chunk := range slices.Chunk(samples[name], MaxValues) {
-			if len(chunk) == 1 {
-				docs[i].set(name, chunk[0], false)
-			} else {
-				docs[i].set(name, chunk, false)
+		var byOutcome []count // this line's counts, all of one Outcome
+		if len(counts) > 0 {
+			end := 1
+			for end < len(counts) && counts[end].outcome == counts[0].outcome {
+				end++
 			}
-			i++
+			byOutcome, counts = counts[:end], counts[end:]
+			members = append(members, member{key: DimOutcome, str: string(byOutcome[0].outcome)})
+			for _, c := range byOutcome {
+				members = append(members, member{key: string(definitions[c.def].Name), kind: memberNum, num: c.v})
+			}
 		}
+		var fnRoom [16]value
+		byFunction := fnRoom[:0] // a value of each of this line's metrics without an Outcome
+		if i == 0 {
+			for _, v := range sums {
+				members = append(members, member{key: string(definitions[v.def].Name), kind: memberNum, num: v.v})
+			}
+			byFunction = append(byFunction, sums...)
+		}
+		for rest := samples; len(rest) > 0; {
+			var run []value
+			run, rest = nextRun(rest)
+			if i*MaxValues >= len(run) {
+				continue
+			}
+			chunk := run[i*MaxValues : min((i+1)*MaxValues, len(run))]
+			m := member{key: string(definitions[chunk[0].def].Name), kind: memberValues, values: chunk}
+			if len(chunk) == 1 {
+				m.kind, m.num = memberNum, chunk[0].v
+			}
+			members = append(members, m)
+			byFunction = append(byFunction, chunk[0])
+		}
+		members = append(members, member{key: "_aws", kind: memberMeta})
+		slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
+		out = append(out, '{')
+		for j, m := range members {
+			if j > 0 {
+				out = append(out, ',')
+			}
+			out = append(append(append(out, '"'), m.key...), `":`...)
+			switch m.kind {
+			case memberStr:
+				out = appendString(out, m.str)
+			case memberNum:
+				out = appendFloat(out, m.num)
+			case memberValues:
+				out = append(out, '[')
+				for k, v := range m.values {
+					if k > 0 {
+						out = append(out, ',')
+					}
+					out = appendFloat(out, v.v)
+				}
+				out = append(out, ']')
+			case memberMeta:
+				out = appendMetadata(out, at, byOutcome, byFunction)
+			}
+		}
+		out = append(out, "}\n"...)
 	}
-	var out bytes.Buffer
-	enc := json.NewEncoder(&out)
-	for _, l := range docs {
-		meta := emfMetadata{Timestamp: at.UnixMilli(), CloudWatchMetrics: make([]emfDirective, 0, 2)}
-		if len(l.byOutcome) > 0 {
-			meta.CloudWatchMetrics = append(meta.CloudWatchMetrics, emfDirective{
-				Namespace: Namespace, Dimensions: byOutcomeDimensions, Metrics: l.byOutcome,
-			})
-		}
-		if len(l.byFunction) > 0 {
-			meta.CloudWatchMetrics = append(meta.CloudWatchMetrics, emfDirective{
-				Namespace: Namespace, Dimensions: byFunctionDimensions, Metrics: l.byFunction,
-			})
-		}
-		l.members = append(l.members, member{"_aws", meta})
-		l.write(&out, enc)
-	}
-	return out.Bytes()
+	return out
 }
 
-// The dimension sets of a line's directives, shared by every line (the
-// encoder only reads them).
-var (
-	byOutcomeDimensions  = [][]string{{DimFunction}, {DimFunction, DimOutcome}}
-	byFunctionDimensions = [][]string{{DimFunction}}
-)
+// lineRoom is the room lines makes for each line.
+const lineRoom = 1024
 
-// maxLen is the length of the longest of m's maps.
-func maxLen[K comparable, V any](m map[K]map[Name]V) int {
-	n := 0
-	for _, v := range m {
-		n = max(n, len(v))
+// nextRun splits off the values of vs's first metric (vs is in
+// definitions' order).
+func nextRun(vs []value) (run, rest []value) {
+	end := 1
+	for end < len(vs) && vs[end].def == vs[0].def {
+		end++
 	}
-	return n
+	return vs[:end], vs[end:]
 }
 
-// ordered returns the names of m in Definitions' order.
-func ordered[V any](function string, m map[Name]V) []Name {
-	names := make([]Name, 0, len(m))
-	for name := range m {
-		names = append(names, name)
+// appendMetadata appends a line's _aws member: its time, and a directive
+// for its metrics by Outcome (the counts) and one for those by Function
+// alone, those it has. Every name in it is an identifier: none needs
+// escaping.
+func appendMetadata(out []byte, at time.Time, byOutcome []count, byFunction []value) []byte {
+	out = strconv.AppendInt(append(out, `{"Timestamp":`...), at.UnixMilli(), 10)
+	out = append(out, `,"CloudWatchMetrics":[`...)
+	if len(byOutcome) > 0 {
+		out = append(out, `{"Namespace":"`+Namespace+`","Dimensions":[["`+DimFunction+`"],["`+DimFunction+`","`+DimOutcome+`"]],"Metrics":[`...)
+		for i, c := range byOutcome {
+			out = appendMetric(out, i, c.def)
+		}
+		out = append(out, "]}"...)
+		if len(byFunction) > 0 {
+			out = append(out, ',')
+		}
 	}
-	slices.SortFunc(names, func(a, b Name) int {
-		_, i, _ := lookup(function, a)
-		_, j, _ := lookup(function, b)
-		return i - j
-	})
-	return names
+	if len(byFunction) > 0 {
+		out = append(out, `{"Namespace":"`+Namespace+`","Dimensions":[["`+DimFunction+`"]],"Metrics":[`...)
+		for i, v := range byFunction {
+			out = appendMetric(out, i, v.def)
+		}
+		out = append(out, "]}"...)
+	}
+	return append(out, "]}"...)
+}
+
+// appendMetric appends the i-th metric of a directive, definitions[def].
+func appendMetric(out []byte, i, def int) []byte {
+	if i > 0 {
+		out = append(out, ',')
+	}
+	d := definitions[def]
+	out = append(append(append(out, `{"Name":"`...), d.Name...), `","Unit":"`...)
+	return append(append(out, d.Unit...), `"}`...)
+}
+
+// appendString appends s as encoding/json writes it: as it is, quoted,
+// when it has only printable ASCII characters that need no escaping (the
+// function, the outcome, a request id), through encoding/json otherwise.
+func appendString(out []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(out, b...)
+		}
+	}
+	return append(append(append(out, '"'), s...), '"')
+}
+
+// appendFloat appends a finite f as encoding/json writes a float64: as
+// ECMAScript does, the exponent form only below 1e-6 or from 1e21 on, the
+// exponent without padding.
+func appendFloat(out []byte, f float64) []byte {
+	format := byte('f')
+	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		format = 'e'
+	}
+	out = strconv.AppendFloat(out, f, format, -1, 64)
+	if n := len(out); format == 'e' && out[n-4] == 'e' && out[n-3] == '-' && out[n-2] == '0' {
+		out[n-2] = out[n-1] // e-07 is e-7
+		out = out[:n-1]
+	}
+	return out
 }

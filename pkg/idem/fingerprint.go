@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -59,6 +58,9 @@ func CanonicalJSON(doc []byte) ([]byte, error) {
 type canonicalizer struct {
 	src []byte
 	pos int
+	// sorting holds an object's members while they are put in order, for
+	// one object after the other (an inner one is done before its outer).
+	sorting []byte
 }
 
 func (c *canonicalizer) skipSpace() {
@@ -113,18 +115,20 @@ func (c *canonicalizer) rawString() []byte {
 }
 
 // member is an object member: its key decoded, and where its canonical
-// "key":value sits in the object's scratch buffer.
+// "key":value sits in the output.
 type member struct {
-	key        string
+	key        []byte
 	start, end int
 }
 
+// object appends the members in the order they come, then moves them into
+// key order.
 func (c *canonicalizer) object(out []byte) ([]byte, error) {
 	c.pos++ // '{'
-	var (
-		members []member
-		scratch []byte
-	)
+	// Most objects have at most 8 members: then members needs no allocation.
+	var few [8]member
+	members := few[:0]
+	base := len(out)
 	for {
 		c.skipSpace()
 		if c.src[c.pos] == '}' {
@@ -135,35 +139,39 @@ func (c *canonicalizer) object(out []byte) ([]byte, error) {
 			c.pos++
 			c.skipSpace()
 		}
+		start := len(out)
 		raw := c.rawString()
-		key, err := unquote(raw)
-		if err != nil {
-			return nil, err
-		}
-		start := len(scratch)
+		key := raw[1 : len(raw)-1]
 		if plain(raw) {
-			scratch = append(scratch, raw...)
+			out = append(out, raw...)
 		} else {
-			scratch = appendString(scratch, key)
+			s, err := unquote(raw)
+			if err != nil {
+				return nil, err
+			}
+			key = []byte(s)
+			out = appendString(out, s)
 		}
 		c.skipSpace()
 		c.pos++ // ':'
-		scratch = append(scratch, ':')
-		if scratch, err = c.value(scratch); err != nil {
+		out = append(out, ':')
+		var err error
+		if out, err = c.value(out); err != nil {
 			return nil, err
 		}
-		members = append(members, member{key: key, start: start, end: len(scratch)})
+		members = append(members, member{key: key, start: start, end: len(out)})
 	}
-	slices.SortFunc(members, func(a, b member) int { return strings.Compare(a.key, b.key) })
-	out = append(out, '{')
+	slices.SortFunc(members, func(a, b member) int { return bytes.Compare(a.key, b.key) })
+	c.sorting = append(c.sorting[:0], out[base:]...)
+	out = append(out[:base], '{')
 	for i, m := range members {
 		if i > 0 {
-			if m.key == members[i-1].key {
+			if bytes.Equal(m.key, members[i-1].key) {
 				return nil, fmt.Errorf("%w: duplicate object key %q", ErrInvalidJSON, m.key)
 			}
 			out = append(out, ',')
 		}
-		out = append(out, scratch[m.start:m.end]...)
+		out = append(out, c.sorting[m.start-base:m.end-base]...)
 	}
 	return append(out, '}'), nil
 }
@@ -198,12 +206,9 @@ func plain(raw []byte) bool {
 		!bytes.Contains(raw, []byte("\u2028")) && !bytes.Contains(raw, []byte("\u2029"))
 }
 
-// unquote decodes a string as written. Its key is compared decoded, so
-// "\u0061" and "a" are one key.
+// unquote decodes a string as written that is not plain. A key is compared
+// decoded, so "\u0061" and "a" are one key.
 func unquote(raw []byte) (string, error) {
-	if plain(raw) {
-		return string(raw[1 : len(raw)-1]), nil
-	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidJSON, err)

@@ -45,7 +45,7 @@ const keySep = "#"
 // identifiers (letters, digits and . _ - : @); the client key is 1 to 255
 // printable ASCII characters.
 func NewKey(tenant, operation, clientKey string) (Key, error) {
-	if err := checkIdent("tenant", tenant, MaxTenantLen); err != nil {
+	if err := CheckTenant(tenant); err != nil {
 		return Key{}, err
 	}
 	if err := checkIdent("operation", operation, MaxOperationLen); err != nil {
@@ -56,6 +56,10 @@ func NewKey(tenant, operation, clientKey string) (Key, error) {
 	}
 	return Key{tenant: tenant, operation: operation, client: clientKey, full: tenant + keySep + operation + keySep + clientKey}, nil
 }
+
+// CheckTenant reports whether s is a valid tenant: what NewKey accepts as
+// one, checked without building a key.
+func CheckTenant(s string) error { return checkIdent("tenant", s, MaxTenantLen) }
 
 // CheckClientKey reports whether s is a valid client key.
 func CheckClientKey(s string) error {

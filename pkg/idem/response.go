@@ -49,8 +49,10 @@ func encodeResponse(r Response, compressAbove, intentLen int) (respAttrs, error)
 		return respAttrs{}, fmt.Errorf("%w: %s", ErrTooLarge, why)
 	}
 	headers := make(map[string]types.AttributeValue, len(r.Headers))
+	values := make([]types.AttributeValueMemberS, 0, len(r.Headers)) // one allocation for them all
 	for k, v := range r.Headers {
-		headers[k] = &types.AttributeValueMemberS{Value: v}
+		values = append(values, types.AttributeValueMemberS{Value: v})
+		headers[k] = &values[len(values)-1]
 	}
 	return respAttrs{
 		status:  &types.AttributeValueMemberN{Value: strconv.Itoa(r.Status)},

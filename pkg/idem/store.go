@@ -209,7 +209,7 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	item[attrLeaseToken] = str(token)
 	item[AttrLeaseExpiresAt] = millis(lease.ExpiresAt)
 	item[AttrLeaseShard] = num(int64(s.shard(key)))
-	item[attrAttemptDeadline] = millis(lease.AttemptDeadline)
+	item[attrAttemptDeadline] = item[AttrLeaseExpiresAt] // the same time: the attempt runs under this lease
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
 	}
@@ -282,7 +282,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		"#ad": attrAttemptDeadline, "#exp": AttrExpiresAt, "#att": attrAttempts, "#fp": attrFingerprint,
 	}
 	values := map[string]types.AttributeValue{
-		":released": str(string(StatusReleased)), ":inflight": str(string(StatusInFlight)), ":fp": fpAttr(fp),
+		":released": statusAttrs[StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),
 		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
 		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken,
 	}
@@ -338,9 +338,15 @@ func fenceValues(l *Lease) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{":inflight": inFlight, ":tok": str(l.Token)}
 }
 
-// inFlight is the status IN_FLIGHT as an attribute value, shared by every
+// statusAttrs are the statuses as attribute values, shared by every
 // request (the SDK only reads its input).
-var inFlight types.AttributeValue = &types.AttributeValueMemberS{Value: string(StatusInFlight)}
+var statusAttrs = map[Status]types.AttributeValue{
+	StatusInFlight: str(string(StatusInFlight)), StatusSucceeded: str(string(StatusSucceeded)),
+	StatusFailedPermanent: str(string(StatusFailedPermanent)), StatusReleased: str(string(StatusReleased)),
+}
+
+// inFlight is the status IN_FLIGHT as an attribute value.
+var inFlight = statusAttrs[StatusInFlight]
 
 // settlement is the fenced update that moves a record from IN_FLIGHT to
 // status, with resp when the status is terminal. The record leaves the
@@ -351,10 +357,13 @@ var inFlight types.AttributeValue = &types.AttributeValueMemberS{Value: string(S
 type settlement struct {
 	op     string
 	status Status
-	resp   *Response
-	update *string
-	names  map[string]string
-	values map[string]types.AttributeValue
+	// resp is stored if hasResp (a terminal status): a copy, not a
+	// pointer, which would move the caller's Response to the heap.
+	resp    Response
+	hasResp bool
+	update  *string
+	names   map[string]string
+	values  map[string]types.AttributeValue
 }
 
 // The settlements' update expressions and attribute names: the response's
@@ -389,17 +398,18 @@ func settlementNames(pairs ...string) map[string]string {
 	return names
 }
 
-func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (*settlement, error) {
-	st := &settlement{op: op, status: status, resp: resp, update: settleUpdate, names: settleNames}
+func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (settlement, error) {
+	st := settlement{op: op, status: status, update: settleUpdate, names: settleNames}
 	st.values = make(map[string]types.AttributeValue, 8)
 	st.values[":inflight"], st.values[":tok"] = inFlight, str(l.Token)
-	st.values[":status"], st.values[":exp"] = str(string(status)), seconds(s.retainUntil(l))
+	st.values[":status"], st.values[":exp"] = statusAttrs[status], seconds(s.retainUntil(l))
 	if resp == nil {
 		return st, nil
 	}
+	st.resp, st.hasResp = *resp, true
 	attrs, err := encodeResponse(*resp, s.opt.CompressAbove, len(l.Intent))
 	if err != nil {
-		return nil, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+		return settlement{}, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
 	}
 	st.values[":rs"], st.values[":rh"], st.values[":rb"] = attrs.status, attrs.headers, attrs.body
 	st.update, st.names = settleUpdateResp, settleNamesResp
@@ -416,7 +426,7 @@ func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (
 func (st *settlement) settled(l *Lease, item map[string]types.AttributeValue) error {
 	if len(item) > 0 && ownToken(item, l) {
 		rec, err := decodeRecord(l.Key, item)
-		if err == nil && rec.Status == st.status && (st.resp == nil || rec.Response.Equal(*st.resp)) {
+		if err == nil && rec.Status == st.status && (!st.hasResp || rec.Response.Equal(st.resp)) {
 			return nil
 		}
 	}
@@ -461,7 +471,7 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 		return err
 	}
 	if len(writes) == 0 {
-		return s.apply(ctx, l, st)
+		return s.apply(ctx, l, &st)
 	}
 	items := append(writes[:len(writes):len(writes)], types.TransactWriteItem{Update: &types.Update{
 		TableName:                           s.tableName,
@@ -514,7 +524,7 @@ func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
 	if err != nil {
 		return err
 	}
-	return s.apply(ctx, l, st)
+	return s.apply(ctx, l, &st)
 }
 
 // Release marks the record RELEASED: the command did not happen, and a
@@ -529,7 +539,7 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return err
 	}
-	return s.apply(ctx, l, st)
+	return s.apply(ctx, l, &st)
 }
 
 // Heartbeat extends the lease for long work, to the same bound Begin would

@@ -36,7 +36,7 @@ const DefaultTenantClaim = "tenant_id"
 
 // Service is what the handler asks of the charge service.
 type Service interface {
-	Create(ctx context.Context, tenant string, id charge.CommandID, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
+	Create(ctx context.Context, key idem.Key, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
 	Get(ctx context.Context, tenant, id string) (charge.Result, error)
 	Notify(ctx context.Context, n charge.Notification) (charge.Result, error)
 }
@@ -104,11 +104,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		res     charge.Result
 		refused *idem.Response // a request refused before the service saw it
 		err     error
-		attrs   []any
+		attrs   []slog.Attr
 	)
 	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
 	defer h.opt.Tracer.End(ctx, span)
-	attrs = make([]any, 0, 14) // every attribute the log line can have
+	attrs = make([]slog.Attr, 0, 7) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
@@ -122,7 +122,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	case route == RouteCreate:
 		var keyHash string
 		res, refused, keyHash, err = h.create(ctx, tenant, req)
-		attrs = append(attrs, "key_hash", keyHash)
+		attrs = append(attrs, slog.String("key_hash", keyHash))
 	case route == RouteGet:
 		res, err = h.svc.Get(ctx, tenant, req.PathParameters["id"])
 	default:
@@ -130,7 +130,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	if err != nil {
 		// The cause is logged by class, never sent: 5xx bodies reveal nothing.
-		attrs = append(attrs, "error_class", charge.ErrorClass(err))
+		attrs = append(attrs, slog.String("error_class", charge.ErrorClass(err)))
 		res = charge.Result{Outcome: charge.OutcomeError}
 	}
 	var resp events.APIGatewayV2HTTPResponse
@@ -143,13 +143,13 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		res.Outcome = charge.OutcomeInvalid
 		resp = events.APIGatewayV2HTTPResponse{StatusCode: refused.Status, Headers: refused.Headers, Body: string(refused.Body)}
 	}
-	attrs = append(attrs, "request_id", requestID(ctx), "route", route, "tenant", tenant,
-		"outcome", string(res.Outcome), "status", resp.StatusCode)
+	attrs = append(attrs, slog.String("request_id", requestID(ctx)), slog.String("route", route), slog.String("tenant", tenant),
+		slog.String("outcome", string(res.Outcome)), slog.Int("status", resp.StatusCode))
 	level := slog.LevelInfo
 	if resp.StatusCode >= 500 {
 		level = slog.LevelError
 	}
-	h.opt.Logger.Log(ctx, level, "request", attrs...)
+	h.opt.Logger.LogAttrs(ctx, level, "request", attrs...)
 	if span.IsRecording() {
 		h.traced(span, route, res.Outcome, resp.StatusCode, err)
 	}
@@ -200,7 +200,7 @@ func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 		return "", false
 	}
 	t := req.RequestContext.Authorizer.JWT.Claims[h.opt.TenantClaim]
-	if _, err := idem.NewKey(t, charge.Operation, "probe"); err != nil {
+	if err := idem.CheckTenant(t); err != nil {
 		return "", false // absent, or not usable as a tenant identifier
 	}
 	return t, true
@@ -259,7 +259,7 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if err != nil {
 		return charge.Result{}, nil, keyHash, err
 	}
-	res, err := h.svc.Create(ctx, tenant, id, r, fp)
+	res, err := h.svc.Create(ctx, key, r, fp)
 	return res, nil, keyHash, err
 }
 
