@@ -463,8 +463,9 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 // A lease commits once. A Commit retried with the same arguments after an
 // answer was lost returns nil: the lease token is the transaction's
 // ClientRequestToken, which DynamoDB honours for ten minutes, and after
-// that (or on an emulator that ignores it) the record shows the lease's
-// own commit. A second Commit with other arguments gets ErrLeaseLost.
+// that (or on an emulator that ignores it, or where the token is
+// refused as used with other parameters) the record shows the lease's own
+// commit. A second Commit with other arguments gets ErrLeaseLost.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
 	st, err := s.settlement("commit", l, StatusSucceeded, &resp)
 	if err != nil {
@@ -492,9 +493,18 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 	)
 	switch {
 	case errors.As(err, &mismatch):
-		// DynamoDB remembers this lease's token for another transaction:
-		// the lease was used to commit something else.
-		return fmt.Errorf("idem: commit %s: lease already used for another commit: %w", l.Key, ErrLeaseLost)
+		// The lease's token is remembered for a transaction with other
+		// parameters. That may be this same commit sent again with its
+		// maps' members in another order (the SDK writes a Go map in its
+		// iteration order, and fakecloud compares requests as written), so
+		// the record decides: it shows this lease's own commit, or another.
+		out, gerr := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: s.tableName, Key: s.keyAttr(l.Key), ConsistentRead: aws.Bool(true),
+		})
+		if gerr != nil {
+			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key, gerr)
+		}
+		return st.settled(l, out.Item)
 	case errors.As(err, &tce):
 		reason := func(i int) (types.CancellationReason, bool) {
 			if i < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed" {
