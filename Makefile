@@ -189,7 +189,7 @@ bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold s
 ifneq ($(FAKECLOUD_BIN),)
 	@echo "bench: the sustained rate again on fakecloud ($(FAKECLOUD_BIN)), the stack on 127.0.0.1:3001"
 	@$(WAIT_QUIET)
-	EMULATOR=fakecloud $(WITH_EMU) $(GO) test -run '^$$' -bench '^Benchmark(EmulatorPutItem|Begin|Commit)$$/^serial$$' \
+	EMULATOR=fakecloud $(WITH_EMU) $(GO) test -run '^$$' -bench '^Benchmark(EmulatorPutItem|Begin|Commit)$$' \
 		-count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench | tee out/bench-fakecloud.txt
 	@set -euo pipefail; \
 	EMULATOR=fakecloud out/localstack -addr 127.0.0.1:3001 -provider-addr 127.0.0.1:4011 -emulator-port 4567 \
