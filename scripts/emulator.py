@@ -46,6 +46,10 @@ such as a commit's. Parsed expressions are cached too (see
 install_expression_caches): moto parsed a commit's update expression twice
 and each condition two or three times.
 
+Three costs moto's server adds to every request are dropped (see
+install_lighter_requests): Flask's debug mode, a CORS handler, and an XML
+rendering of every JSON error that is then thrown away.
+
 Usage: emulator.py [--host 127.0.0.1] [--port 0] [--exit-with-stdin]
                    [--[no-]fast-transactions] [--[no-]honour-request-token]
                    [--[no-]request-log]
@@ -69,6 +73,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from moto import backends
+from moto.core import exceptions as core_exceptions
 from moto.core import responses as core_responses
 from moto.dynamodb import comparisons
 from moto.dynamodb import models as dynamodb_models
@@ -76,11 +81,9 @@ from moto.dynamodb.parsing import ast_nodes, expressions
 from moto.dynamodb.exceptions import ResourceNotFoundException
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
+from moto.moto_server import werkzeug_app
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler
+from werkzeug.exceptions import HTTPException
 from werkzeug.serving import ThreadedWSGIServer, make_server
 from werkzeug.wsgi import get_input_stream
 
@@ -133,6 +136,40 @@ def install_lookup_caches():
     ast_nodes.DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
     ast_nodes.Node.__deepcopy__ = _copy_node
     install_expression_caches()
+
+
+def install_lighter_requests():
+    """Drop three costs moto's server adds to every request and error.
+
+    py-spy on a replay (a conditional PutItem that fails and returns the
+    item) found about an eighth of the emulator's time in them:
+    - moto's Flask apps run in debug mode, in which Flask wraps each
+      request's (empty) form data in a helper that explains missing
+      uploads; debug off, errors still answer 500 with the traceback logged;
+    - a CORS handler runs after every request (moto's own switch,
+      MOTO_DISABLE_GLOBAL_CORS, read when moto is imported): no browser
+      talks to this emulator;
+    - every JSON error first renders an XML body, then replaces it with the
+      JSON one: here it builds the JSON body alone, the same text.
+    """
+    werkzeug_app.DISABLE_GLOBAL_CORS = True
+    create = werkzeug_app.create_backend_app
+
+    def create_backend_app(service):
+        app = create(service)
+        app.debug = False
+        return app
+
+    werkzeug_app.create_backend_app = create_backend_app
+
+    def json_error_init(self, error_type, message, _="", **__):
+        HTTPException.__init__(self)
+        self.error_type = error_type
+        self.message = message
+        self.description = json.dumps({"__type": error_type, "message": message})
+        self.content_type = "application/json"
+
+    core_exceptions.JsonRESTError.__init__ = json_error_init
 
 
 # How many parsed expressions each cache keeps.
@@ -188,18 +225,29 @@ def _copy_node(node, memo):
     """copy.deepcopy of a syntax-tree node, without the generic reduce path.
 
     Every UpdateExpression is deep-copied before it is validated; the result
-    is what deepcopy makes (the same memo, every attribute copied), only
-    faster.
+    is what deepcopy makes (the same memo, every attribute copied, a node
+    met twice, as a parent is, copied once), only faster: nodes, lists and
+    strings, which are most of a tree, are copied here, anything else by
+    copy.deepcopy.
     """
     new = object.__new__(type(node))
     memo[id(node)] = new
     new.__dict__.update(
-        (name, copy.deepcopy(value, memo)) for name, value in node.__dict__.items()
+        (name, _copy_value(value, memo)) for name, value in node.__dict__.items()
     )
     return new
 
 
-# ---- Constant-cost transactions ----
+def _copy_value(value, memo):
+    kind = type(value)
+    if value is None or kind is str:
+        return value
+    if kind is list:
+        return [_copy_value(v, memo) for v in value]
+    if isinstance(value, ast_nodes.Node):
+        done = memo.get(id(value))
+        return done if done is not None else _copy_node(value, memo)
+    return copy.deepcopy(value, memo)
 
 
 class _TablesByReference:
@@ -478,9 +526,10 @@ def main() -> None:
     args = parser.parse_args()
 
     install_lookup_caches()
+    install_lighter_requests()
     if args.fast_transactions:
         install_fast_transactions()
-    app = DomainDispatcherApplication(create_backend_app)
+    app = DomainDispatcherApplication(werkzeug_app.create_backend_app)
     if args.honour_request_token:
         app = HonourRequestTokens(app)
     app = SerializeDynamoDB(app)
