@@ -40,7 +40,8 @@ MODEL_STRIPE_CHECKS ?= 200
 # busy (golang/go#75804, fixed in Go 1.27). 20,000 inputs took 3-17 s a target in a clean-clone make test.
 FUZZTIME     ?= 20000x
 FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalence ./pkg/idem:FuzzKeyRoundTrip \
-                ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID
+                ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID \
+                ./internal/metrics:FuzzAppendString ./internal/metrics:FuzzAppendFloat
 
 # The store tests whose answers depend on DynamoDB honouring a retried
 # transaction's ClientRequestToken (the emulator does by default).
