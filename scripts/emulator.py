@@ -250,6 +250,9 @@ def _copy_value(value, memo):
     return copy.deepcopy(value, memo)
 
 
+# ---- Constant-cost transactions ----
+
+
 class _TablesByReference:
     """The copy module as moto.dynamodb.models sees it with fast transactions.
 
