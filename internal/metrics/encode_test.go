@@ -12,7 +12,7 @@ import (
 // targets beyond their seeds.
 
 func FuzzAppendString(f *testing.F) {
-	for _, s := range []string{"", "charge", "created", "req-0f3a", `a"b`, `a\b`, "<&>", "tab\there", "\x00\x1f\x7f", "é", "\u2028", "\xff\xfe", "日本"} {
+	for _, s := range []string{"", "charge", "created", "req-0f3a", `a"b`, `a\b`, "<&>", "<b>", "a>b", "tab\there", "\x00\x1f\x7f", "é", "\u2028", "\xff\xfe", "日本"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
