@@ -82,7 +82,11 @@ from moto.dynamodb.exceptions import ResourceNotFoundException
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.moto_server import werkzeug_app
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import ThreadedWSGIServer, make_server
 from werkzeug.wsgi import get_input_stream
@@ -153,14 +157,6 @@ def install_lighter_requests():
       JSON one: here it builds the JSON body alone, the same text.
     """
     werkzeug_app.DISABLE_GLOBAL_CORS = True
-    create = werkzeug_app.create_backend_app
-
-    def create_backend_app(service):
-        app = create(service)
-        app.debug = False
-        return app
-
-    werkzeug_app.create_backend_app = create_backend_app
 
     def json_error_init(self, error_type, message, _="", **__):
         HTTPException.__init__(self)
@@ -170,6 +166,13 @@ def install_lighter_requests():
         self.content_type = "application/json"
 
     core_exceptions.JsonRESTError.__init__ = json_error_init
+
+
+def _create_backend_app(service):
+    """moto's Flask app for one service, out of debug mode (see above)."""
+    app = create_backend_app(service)
+    app.debug = False
+    return app
 
 
 # How many parsed expressions each cache keeps.
@@ -532,7 +535,7 @@ def main() -> None:
     install_lighter_requests()
     if args.fast_transactions:
         install_fast_transactions()
-    app = DomainDispatcherApplication(werkzeug_app.create_backend_app)
+    app = DomainDispatcherApplication(_create_backend_app)
     if args.honour_request_token:
         app = HonourRequestTokens(app)
     app = SerializeDynamoDB(app)
