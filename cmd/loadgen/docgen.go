@@ -507,12 +507,12 @@ func sustainTable(s Sustain, png string) string {
 	} else {
 		b.WriteString("| the highest rate sustained | none of the rates tried |\n\n")
 	}
-	b.WriteString("| offered | of the ceiling | of the mix's ceiling | load avg at start | answered | dropped | timed out | other failures | first call p50 / p95 / p99 | replay p50 / p95 / p99 | duplicates | missing | sustained |\n")
+	b.WriteString("| offered | of the ceiling | of the mix's ceiling | load avg at start | answered | dropped | timed out | other failures | first call p50 / p95 / p99 | replay p50 / p95 / p99 | duplicates | missing after the settle / the drain | sustained |\n")
 	b.WriteString("|---:|---:|---:|---|---:|---:|---:|---:|---|---|---:|---:|---|\n")
 	for _, st := range s.Steps {
-		fmt.Fprintf(&b, "| %.0f req/s | %.0f%% | %.0f%% | %s | %.1f req/s | %d | %d | %d | %s | %s | %d | %d | %s |\n",
+		fmt.Fprintf(&b, "| %.0f req/s | %.0f%% | %.0f%% | %s | %.1f req/s | %d | %d | %d | %s | %s | %d | %d / %d | %s |\n",
 			st.Offered, 100*st.Offered/s.Ceiling, 100*st.Fraction, orNone(st.LoadAvg), st.Answered, st.Dropped, st.Timeouts, st.OtherFailures,
-			percentiles(st.First), percentiles(st.Replay), st.Duplicates, st.Missing, map[bool]string{true: "yes", false: "no"}[st.OK])
+			percentiles(st.First), percentiles(st.Replay), st.Duplicates, st.MissingAtSettle, st.Missing, map[bool]string{true: "yes", false: "no"}[st.OK])
 	}
 	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", png)
 	return b.String()

@@ -78,7 +78,7 @@ type loadConfig struct {
 	idemTable, chargesTable    string
 	tenant                     string
 	maxInFlight                int
-	timeout, settle            time.Duration
+	timeout, settle, drain     time.Duration
 	keep                       bool
 	out                        string
 }
@@ -112,6 +112,7 @@ func loadFlags(fs *flag.FlagSet, getenv func(string) string) *loadConfig {
 	fs.StringVar(&c.idemTable, "idempotency-table", "chargeonce-idempotency", "the stack's idempotency table")
 	fs.StringVar(&c.chargesTable, "charges-table", "chargeonce-charges", "the stack's charges table")
 	fs.DurationVar(&c.settle, "settle", time.Minute, "how long to wait for commands left in flight to be reconciled before checking")
+	fs.DurationVar(&c.drain, "drain", 0, "how much longer than -settle to wait for charges still missing then: a stack that fell behind resolves them late, one that lost them never")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's records and rows (by default they are deleted after the check)")
 	fs.StringVar(&c.tenant, "tenant", "", "tenant to charge for (default load-<random>)")
 	fs.StringVar(&c.out, "out", "out/load", "write the summary to OUT.json and the latency plot to OUT.png")
@@ -136,8 +137,8 @@ func (c *loadConfig) finish(fs *flag.FlagSet) (loadConfig, error) {
 	if err := c.validate(); err != nil {
 		return loadConfig{}, err
 	}
-	if c.maxInFlight < 1 || c.timeout <= 0 || c.settle < 0 {
-		return loadConfig{}, errors.New("-max-inflight and -timeout must be positive, -settle not negative")
+	if c.maxInFlight < 1 || c.timeout <= 0 || c.settle < 0 || c.drain < 0 {
+		return loadConfig{}, errors.New("-max-inflight and -timeout must be positive, -settle and -drain not negative")
 	}
 	for _, u := range []string{c.target, c.provider, c.dynamoDB} {
 		if err := loopback(u); err != nil {
@@ -189,10 +190,15 @@ type Summary struct {
 	// "concurrent") and answer ("201", "201 replayed", "409", "dropped",
 	// "error: timeout").
 	Answers map[string]map[string]int `json:"answers"`
-	Check   Check                     `json:"check"`
+	// Check is what the ledger and the rows said at the end of the wait
+	// (the settle and any drain).
+	Check Check `json:"check"`
 	// SettleSeconds is how long the check waited for commands left in
-	// flight to be reconciled.
-	SettleSeconds float64 `json:"settle_seconds"`
+	// flight to be reconciled, and MissingAtSettle what was missing then.
+	SettleSeconds   float64 `json:"settle_seconds"`
+	MissingAtSettle int     `json:"missing_at_settle"`
+	// DrainSeconds is how much longer it waited for those to be resolved.
+	DrainSeconds float64 `json:"drain_seconds"`
 }
 
 func loadMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -279,27 +285,28 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 	}
 	// A command left in flight (a request that ran out of time) is
 	// resolved by the stack's sweeper and reconciler: wait for them.
-	settleStart := time.Now()
-	for {
+	w, err := waitForCharges(ctx, c.settle, c.drain, 2*time.Second, func(ctx context.Context) (Check, error) {
 		ledger, err := ledgerEntries(ctx, hc, c.provider)
 		if err != nil {
-			return Summary{}, err
+			return Check{}, err
 		}
 		rows, err := chargeRows(ctx, db, c.chargesTable, c.tenant)
 		if err != nil {
+			return Check{}, err
+		}
+		return check(keys, refs, byOp, ledger, rows), nil
+	})
+	if err != nil {
+		return Summary{}, err
+	}
+	s.Check, s.SettleSeconds, s.MissingAtSettle, s.DrainSeconds = w.check, w.settle.Seconds(), w.missingAtSettle, w.drain.Seconds()
+	if s.MissingAtSettle > 0 {
+		fmt.Fprintf(stderr, "loadgen: %d charges missing after the %.0f s settle, %d after %.0f s more\n",
+			s.MissingAtSettle, s.SettleSeconds, s.Check.Missing, s.DrainSeconds)
+		if err := describeMissing(ctx, stderr, db, c.idemTable, c.tenant, keys, s.Check.missing); err != nil {
 			return Summary{}, err
 		}
-		s.Check = check(keys, refs, byOp, ledger, rows)
-		if s.Check.Missing == 0 || time.Since(settleStart) >= c.settle {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return Summary{}, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
 	}
-	s.SettleSeconds = time.Since(settleStart).Seconds()
 
 	if err := writeOutputs(c.out, s, groups); err != nil {
 		return Summary{}, err
@@ -310,6 +317,41 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 		}
 	}
 	return s, nil
+}
+
+// waited is what waitForCharges saw.
+type waited struct {
+	check           Check         // the last check
+	settle, drain   time.Duration // how long it waited for each
+	missingAtSettle int
+}
+
+// waitForCharges checks every poll interval until nothing is missing or
+// settle has passed, and notes what was missing then; while charges are
+// still missing it goes on for up to drain more.
+func waitForCharges(ctx context.Context, settle, drain, every time.Duration, poll func(context.Context) (Check, error)) (waited, error) {
+	var w waited
+	start, settled := time.Now(), false
+	for {
+		c, err := poll(ctx)
+		if err != nil {
+			return waited{}, err
+		}
+		w.check = c
+		elapsed := time.Since(start)
+		if !settled && (c.Missing == 0 || elapsed >= settle) {
+			settled, w.settle, w.missingAtSettle = true, elapsed, c.Missing
+		}
+		if c.Missing == 0 || elapsed >= settle+drain {
+			w.drain = elapsed - w.settle
+			return w, nil
+		}
+		select {
+		case <-ctx.Done():
+			return waited{}, ctx.Err()
+		case <-time.After(every):
+		}
+	}
 }
 
 // reachable fails fast when nothing answers at target.
@@ -401,6 +443,9 @@ func printSummary(w io.Writer, s Summary) {
 	c := s.Check
 	fmt.Fprintf(w, "check: %d logical, %d created, %d unanswered; ledger %d charges in %d provider calls; %d rows; %d duplicates, %d missing, %d stray; ok=%t\n",
 		c.Logical, c.Created, c.Unanswered, c.LedgerCharges, c.ProviderCalls, c.Rows, c.Duplicates, c.Missing, c.Stray, c.OK)
+	if s.MissingAtSettle > 0 {
+		fmt.Fprintf(w, "missing: %d after the %.0f s settle, %d after %.0f s more\n", s.MissingAtSettle, s.SettleSeconds, c.Missing, s.DrainSeconds)
+	}
 }
 
 // loadAvg is /proc/loadavg's first three fields, or "" where there is none.

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoopbackOnly(t *testing.T) {
@@ -47,5 +49,45 @@ func TestParseLoadFlags(t *testing.T) {
 		if _, err := parseLoadFlags(args, env); err == nil {
 			t.Errorf("%q accepted", args)
 		}
+	}
+}
+
+func TestWaitForChargesDrainsWhatTheSettleLeft(t *testing.T) {
+	// Missing 3, 2, 1, 0 on successive checks, a millisecond apart.
+	missing := []int{3, 2, 1, 0}
+	poll := func(n *int) func(context.Context) (Check, error) {
+		return func(context.Context) (Check, error) {
+			c := Check{Missing: missing[min(*n, len(missing)-1)]}
+			*n++
+			return c, nil
+		}
+	}
+	ctx := context.Background()
+
+	var n int
+	w, err := waitForCharges(ctx, 0, time.Minute, time.Millisecond, poll(&n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.missingAtSettle != 3 || w.check.Missing != 0 || n != 4 {
+		t.Fatalf("no settle, a drain: %+v after %d checks", w, n)
+	}
+
+	n = 0
+	w, err = waitForCharges(ctx, 0, 0, time.Millisecond, poll(&n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.missingAtSettle != 3 || w.check.Missing != 3 || n != 1 {
+		t.Fatalf("no settle, no drain: %+v after %d checks", w, n)
+	}
+
+	n = 0
+	w, err = waitForCharges(ctx, time.Minute, 0, time.Millisecond, poll(&n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.missingAtSettle != 0 || w.check.Missing != 0 || w.drain != 0 || n != 4 {
+		t.Fatalf("resolved within the settle: %+v after %d checks", w, n)
 	}
 }

@@ -45,7 +45,8 @@ type sustainConfig struct {
 // sustainMain finds the highest offered rate the local stack sustains:
 //
 //	loadgen sustain -bench out/bench.txt [-from 0.4] [-step 0.1] [-to 1]
-//	        [-bisect 1] [-cooldown 30s] [-duration 60s] [load flags] [-out out/sustain]
+//	        [-bisect 1] [-cooldown 30s] [-duration 60s] [-settle 30s]
+//	        [-drain 5m] [load flags] [-out out/sustain]
 //
 // The ceiling is the emulator's PutItem per second (the median of
 // BenchmarkEmulatorPutItem/serial in -bench) divided by the DynamoDB calls
@@ -54,17 +55,20 @@ type sustainConfig struct {
 // Commit (BenchmarkBegin, BenchmarkCommit), a retry's or twin's one
 // conditional PutItem (a Begin that loses), averaged over the mix's
 // requests (see mixCeiling). It runs the seeds' mix for -duration at
-// -from times the mix's ceiling, then at each -step more up to -to, and stops at
-// the first step that fails: a step passes when the stack answered at
-// least 95% of the offered rate over the step (answering ever later is
-// not sustaining it), no request was dropped at
-// the in-flight cap, none timed out or got another 5xx or transport error,
-// and the check found no duplicate and no missing charge. After a failed
-// step it tries -bisect more rates, each halfway between the highest
-// passing rate and the lowest failing one, after a -cooldown pause. It writes OUT.json (see
-// Sustain) and OUT.png (answered against offered), and each step's own
-// summary and latency plot as OUT-<offered>.json/.png. Like a load run,
-// it exits 1 if a step found a duplicate or a missing charge.
+// -from times the mix's ceiling, then at each -step more up to -to, and
+// stops at the first step that fails: a step passes when the stack
+// answered at least 95% of the offered rate over the step (answering ever
+// later is not sustaining it), no request was dropped at the in-flight
+// cap, none timed out or got another 5xx or transport error, and the
+// check found no duplicate and, -settle after the step, no missing
+// charge. A charge still missing then is waited for up to -drain more: a
+// stack that fell behind resolves it late, and only one still missing
+// after that is lost. After a failed step it tries -bisect more rates,
+// each halfway between the highest passing rate and the lowest failing
+// one, after a -cooldown pause. It writes OUT.json (see Sustain) and
+// OUT.png (answered against offered), and each step's own summary and
+// latency plot as OUT-<offered>.json/.png. Like a load run, it exits 1 if
+// a step found a duplicate or a lost charge.
 func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseSustainFlags(args, getenv)
 	if err != nil {
@@ -112,8 +116,8 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 		}
 		st := stepOf(s, fraction)
 		out.Steps = append(out.Steps, st)
-		fmt.Fprintf(stdout, "%4.0f%% of the mix's ceiling: %.0f req/s offered, %.1f answered; %d dropped, %d timed out, %d other failures, %d duplicates, %d missing: %s\n",
-			100*fraction, st.Offered, st.Answered, st.Dropped, st.Timeouts, st.OtherFailures, st.Duplicates, st.Missing, verdict(st))
+		fmt.Fprintf(stdout, "%4.0f%% of the mix's ceiling: %.0f req/s offered, %.1f answered; %d dropped, %d timed out, %d other failures, %d duplicates, %d missing after the settle and %d after the drain: %s\n",
+			100*fraction, st.Offered, st.Answered, st.Dropped, st.Timeouts, st.OtherFailures, st.Duplicates, st.MissingAtSettle, st.Missing, verdict(st))
 		return st, nil
 	}
 	pass, fail := 0.0, 0.0
@@ -185,6 +189,9 @@ func parseSustainFlags(args []string, getenv func(string) string) (sustainConfig
 	if err := fs.Set("settle", "30s"); err != nil {
 		return sustainConfig{}, err
 	}
+	if err := fs.Set("drain", "5m"); err != nil {
+		return sustainConfig{}, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return sustainConfig{}, err
 	}
@@ -254,20 +261,23 @@ type Step struct {
 	// client's own.
 	Timeouts int `json:"timeouts"`
 	// OtherFailures: other 5xx answers and transport errors.
-	OtherFailures int     `json:"other_failures"`
-	Duplicates    int     `json:"duplicates"`
-	Missing       int     `json:"missing"`
-	Stray         int     `json:"stray"`
-	First         Latency `json:"first_call"`
-	Replay        Latency `json:"replay"`
-	OK            bool    `json:"ok"`
+	OtherFailures int `json:"other_failures"`
+	Duplicates    int `json:"duplicates"`
+	// MissingAtSettle: charges missing after the settle (the stack was
+	// behind); Missing: after the drain too (lost).
+	MissingAtSettle int     `json:"missing_at_settle"`
+	Missing         int     `json:"missing"`
+	Stray           int     `json:"stray"`
+	First           Latency `json:"first_call"`
+	Replay          Latency `json:"replay"`
+	OK              bool    `json:"ok"`
 }
 
 func stepOf(s Summary, fraction float64) Step {
 	st := Step{
 		Fraction: fraction, Offered: s.TargetRate, Answered: s.AchievedRate, LoadAvg: s.LoadAvg,
 		Requests: s.Requests, Dropped: s.Dropped,
-		Duplicates: s.Check.Duplicates, Missing: s.Check.Missing, Stray: s.Check.Stray,
+		Duplicates: s.Check.Duplicates, MissingAtSettle: s.MissingAtSettle, Missing: s.Check.Missing, Stray: s.Check.Stray,
 		First: s.Latency["first"], Replay: s.Latency["replay"],
 	}
 	for _, byAnswer := range s.Answers {
@@ -280,7 +290,7 @@ func stepOf(s Summary, fraction float64) Step {
 			}
 		}
 	}
-	st.OK = st.Answered >= keepUp*st.Offered && st.Dropped == 0 && st.Timeouts == 0 && st.OtherFailures == 0 && st.Duplicates == 0 && st.Missing == 0 && st.Stray == 0
+	st.OK = st.Answered >= keepUp*st.Offered && st.Dropped == 0 && st.Timeouts == 0 && st.OtherFailures == 0 && st.Duplicates == 0 && st.MissingAtSettle == 0 && st.Missing == 0 && st.Stray == 0
 	return st
 }
 

@@ -41,6 +41,7 @@ func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
 		"transport":  func(s *Summary) { s.Answers["first"]["error: transport"] = 1 },
 		"duplicate":  func(s *Summary) { s.Check.Duplicates = 1 },
 		"missing":    func(s *Summary) { s.Check.Missing = 1 },
+		"late":       func(s *Summary) { s.MissingAtSettle = 1 },
 		"stray rows": func(s *Summary) { s.Check.Stray = 1 },
 	} {
 		s := clean

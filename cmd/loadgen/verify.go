@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -14,6 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // Check is what the provider's ledger and the charges table say about the
@@ -42,6 +46,8 @@ type Check struct {
 	// own, so there should be none).
 	Stray int  `json:"stray"`
 	OK    bool `json:"ok"`
+	// missing holds the indexes of the missing logical charges.
+	missing []int
 }
 
 // ledgerEntries fetches the provider simulator's ledger.
@@ -123,6 +129,7 @@ func check(keys, refs []string, answers [][]outcome, ledger map[string]providers
 		}
 		if (created && !(charged && n > 0)) || charged != (n > 0) {
 			c.Missing++
+			c.missing = append(c.missing, i)
 		}
 	}
 	for _, n := range rowsOf {
@@ -131,4 +138,31 @@ func check(keys, refs []string, answers [][]outcome, ledger map[string]providers
 	c.OK = c.Duplicates == 0 && c.Missing == 0 && c.Stray == 0 && c.Unanswered == 0 &&
 		c.Created == c.Logical && c.LedgerCharges == c.Logical && c.Rows == c.Logical
 	return c
+}
+
+// describeMissing writes, for the first few missing logical charges, what
+// their records say, which tells a command the stack has still to resolve
+// (IN_FLIGHT) from one it settled without its row.
+func describeMissing(ctx context.Context, w io.Writer, db idem.DynamoDBAPI, idemTable, tenant string, keys []string, missing []int) error {
+	store, err := idem.New(db, idemTable)
+	if err != nil {
+		return err
+	}
+	for _, i := range missing[:min(len(missing), 5)] {
+		key, err := idem.NewKey(tenant, charge.Operation, keys[i])
+		if err != nil {
+			return err
+		}
+		rec, err := store.Get(ctx, key)
+		switch {
+		case errors.Is(err, idem.ErrNotFound):
+			fmt.Fprintf(w, "loadgen: missing %s: no record\n", keys[i])
+		case err != nil:
+			return fmt.Errorf("missing %s: %w", keys[i], err)
+		default:
+			fmt.Fprintf(w, "loadgen: missing %s: record %s, %d take-overs, lease until %s\n",
+				keys[i], rec.Status, rec.Attempts, rec.LeaseExpiresAt.Format(time.RFC3339))
+		}
+	}
+	return nil
 }

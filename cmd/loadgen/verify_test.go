@@ -1,6 +1,7 @@
 package main
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
@@ -34,7 +35,7 @@ func TestCheck(t *testing.T) {
 		answers: [][]outcome{created, created},
 		ledger:  map[string]providersim.LedgerEntry{"ref-a": charged, "ref-b": charged},
 		rows:    []string{"a", "z"},
-		want:    Check{Logical: 2, Created: 2, LedgerCharges: 2, ProviderCalls: 2, Rows: 2, Missing: 1, Stray: 1},
+		want:    Check{Logical: 2, Created: 2, LedgerCharges: 2, ProviderCalls: 2, Rows: 2, Missing: 1, Stray: 1, missing: []int{1}},
 	}, {
 		name:    "dropped and failed",
 		answers: [][]outcome{{{}}, {{sent: true, failure: "timeout"}, {sent: true, status: 503}}},
@@ -42,7 +43,7 @@ func TestCheck(t *testing.T) {
 		want:    Check{Logical: 2, Unanswered: 2},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := check(keys, refs, tc.answers, tc.ledger, tc.rows); got != tc.want {
+			if got := check(keys, refs, tc.answers, tc.ledger, tc.rows); !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("check %+v, want %+v", got, tc.want)
 			}
 		})
