@@ -37,16 +37,17 @@ Errors are logged either way.
 Three lookups moto repeats on every request are cached, as they cannot
 change while it runs: the list of its service modules (a directory listing,
 taken under the dispatcher's lock, that every request waited for), the
-method names of a response class (an inspect.getmembers walk), and the node
-types each pass over an UpdateExpression's syntax tree processes (rebuilt
-for every node it visits). And the deep copy of that tree before it is
-validated is a pickle round trip, not copy's generic path. Those two were
-most of the time of a TransactWriteItems with a long UpdateExpression,
-such as a commit's. Parsed expressions are cached too (see
-install_expression_caches): moto parsed a commit's update expression twice
-and each condition two or three times; and the checks of an update
-expression's structure run once for each tree, names and table (see
-install_structure_checks_once), not at every use.
+method names of a response class (an inspect.getmembers walk), and which
+nodes each pass over an UpdateExpression's syntax tree processes (two
+isinstance tests at every node it visits, see _traverse). And the deep
+copy of that tree before it is validated is a pickle round trip, not
+copy's generic path. Those two were most of the time of a
+TransactWriteItems with a long UpdateExpression, such as a commit's.
+Parsed expressions are cached too (see install_expression_caches): moto
+parsed a commit's update expression twice and each condition two or three
+times; and the checks of an update expression's structure run once for
+each tree, names and table (see install_structure_checks_once), not at
+every use.
 
 Three costs moto's server adds to every request are dropped (see
 install_lighter_requests): Flask's debug mode, a CORS handler, and an XML
@@ -125,22 +126,14 @@ class SerializeDynamoDB:
 
 
 def install_lookup_caches():
-    """Cache moto's per-request module listing and method-name walk."""
+    """Cache moto's per-request lookups (see the module's docstring)."""
     modules = tuple(backends.list_of_moto_modules())
     backends.list_of_moto_modules = lambda: modules
     names = core_responses.method_names_from_class
     core_responses.method_names_from_class = functools.cache(
         lambda clazz: tuple(names(clazz))
     )
-    node_types = {}  # traverser class -> the node types its map names
-
-    def nodes_to_be_processed(self):
-        types = node_types.get(type(self))
-        if types is None:
-            types = node_types[type(self)] = tuple(self._processing_map())
-        return types
-
-    ast_nodes.DepthFirstTraverser.nodes_to_be_processed = nodes_to_be_processed
+    ast_nodes.DepthFirstTraverser.traverse_node_recursively = _traverse
     ast_nodes.Node.__deepcopy__ = _copy_node
     install_expression_caches()
 
@@ -226,6 +219,34 @@ def install_expression_caches():
 
     comparisons.ConditionExpressionParser.parse = cached_parse
     install_structure_checks_once()
+
+
+# (traverser class, node class) -> (is it a Node, does the traverser process it)
+_PROCESSES = {}
+
+
+def _traverse(self, node, child_id=-1):
+    """moto's DepthFirstTraverser.traverse_node_recursively, unchanged but
+    for its two isinstance tests (the second against a tuple it rebuilt
+    every time), answered once for each traverser and node class."""
+    key = (type(self), type(node))
+    is_node, processed = _PROCESSES.get(key) or _PROCESSES.setdefault(
+        key,
+        (isinstance(node, ast_nodes.Node), isinstance(node, self.nodes_to_be_processed())),
+    )
+    if not is_node:
+        return node
+    parent_node = node.parent
+    if node.children is not None:
+        for i, child_node in enumerate(node.children):
+            self.pre_processing_of_child(node, i)
+            self.traverse_node_recursively(child_node, i)
+    if processed:
+        node = self.process(node)
+        node.parent = parent_node
+        if parent_node:
+            parent_node.children[child_id] = node
+    return node
 
 
 # The passes over an UpdateExpression's tree that read only its shape, its
