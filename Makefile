@@ -161,6 +161,14 @@ SUSTAIN_STEP ?= 60s
 # Wait up to two minutes for the 1-minute load average to fall below 1.5:
 # the machine may be shared, and each step loads it for the next.
 WAIT_QUIET   = for i in $$(seq 1 24); do awk '{exit !($$1 < 1.5)}' /proc/loadavg && break; sleep 5; done
+# $(call PORT_OPEN,PORT) succeeds when something accepts on 127.0.0.1:PORT.
+PORT_OPEN    = (exec 3<>/dev/tcp/127.0.0.1/$(1)) 2>/dev/null
+# $(call START_STACK,PORT,LOG,FLAGS) starts out/localstack FLAGS in the
+# background, logging to LOG, stops it when the recipe's shell exits, and
+# waits for its API on PORT.
+START_STACK  = out/localstack $(3) >$(2) 2>&1 & pid=$$!; \
+	trap 'kill -INT $$pid; wait $$pid || true' EXIT; \
+	for i in $$(seq 1 600); do $(call PORT_OPEN,$(1)) && break; sleep 0.1; done
 
 .PHONY: bench
 bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold start, the seeds' retry mix and the sustained rate on the local stack; rewrites docs/benchmarks.md and docs/capacity.md
@@ -175,12 +183,10 @@ bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold s
 		  $(GO) test -run "^$$" -bench . -count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench; } | tee out/bench.txt; \
 		$(GO) test -count=1 -v -run "^TestFunctionsUnderTheRuntimeEmulator$$" ./test/e2e | tee out/e2e.txt'
 	@set -euo pipefail; \
-	if (exec 3<>/dev/tcp/127.0.0.1/3000) 2>/dev/null; then \
+	if $(call PORT_OPEN,3000); then \
 		echo "bench: reusing the local stack on 127.0.0.1:3000"; \
 	else \
-		out/localstack >out/localstack.log 2>&1 & pid=$$!; \
-		trap 'kill -INT $$pid; wait $$pid || true' EXIT; \
-		for i in $$(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/3000) 2>/dev/null && break; sleep 0.1; done; \
+		$(call START_STACK,3000,out/localstack.log,); \
 	fi; \
 	$(WAIT_QUIET); \
 	out/loadgen -n $(STEADY_N) -rate $(STEADY_RATE) -out out/load-steady; \
@@ -193,10 +199,8 @@ ifneq ($(FAKECLOUD_BIN),)
 	EMULATOR=fakecloud $(WITH_EMU) $(GO) test -run '^$$' -bench '^Benchmark(EmulatorPutItem|EmulatorTransactWriteItems|Begin|Commit)$$' \
 		-count $(BENCH_COUNT) -benchtime $(BENCH_TIME) ./test/bench | tee out/bench-fakecloud.txt
 	@set -euo pipefail; \
-	EMULATOR=fakecloud out/localstack -addr 127.0.0.1:3001 -provider-addr 127.0.0.1:4011 -emulator-port 4567 \
-		>out/localstack-fakecloud.log 2>&1 & pid=$$!; \
-	trap 'kill -INT $$pid; wait $$pid || true' EXIT; \
-	for i in $$(seq 1 600); do (exec 3<>/dev/tcp/127.0.0.1/3001) 2>/dev/null && break; sleep 0.1; done; \
+	export EMULATOR=fakecloud; \
+	$(call START_STACK,3001,out/localstack-fakecloud.log,-addr 127.0.0.1:3001 -provider-addr 127.0.0.1:4011 -emulator-port 4567); \
 	$(WAIT_QUIET); \
 	rc=0; out/loadgen sustain -bench out/bench-fakecloud.txt -duration $(SUSTAIN_STEP) -out out/sustain-fakecloud \
 		-target http://127.0.0.1:3001 -provider http://127.0.0.1:4011 -dynamodb http://127.0.0.1:4567 || rc=$$?; \
