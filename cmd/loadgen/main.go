@@ -46,6 +46,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -248,7 +249,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 	plan := c.plan()
 	once, twice, twins := c.counts()
 	s := Summary{
-		Target: c.target, Tenant: c.tenant, Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: loadAvg(),
+		Target: c.target, Tenant: c.tenant, Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: testkit.LoadAvg(),
 		Logical: c.Ops, RetriedOnce: once, RetriedTwice: twice, Concurrent: twins, Requests: len(plan),
 		MaxInFlight: c.maxInFlight, TargetRate: c.Rate,
 	}
@@ -446,14 +447,4 @@ func printSummary(w io.Writer, s Summary) {
 	if s.MissingAtSettle > 0 {
 		fmt.Fprintf(w, "missing: %d after the %.0f s settle, %d after %.0f s more\n", s.MissingAtSettle, s.SettleSeconds, c.Missing, s.DrainSeconds)
 	}
-}
-
-// loadAvg is /proc/loadavg's first three fields, or "" where there is none.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }

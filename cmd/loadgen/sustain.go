@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // The DynamoDB calls one request of the seeds' mix makes on the request
@@ -95,7 +97,7 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 		return err
 	}
 	out := Sustain{
-		Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: loadAvg(),
+		Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: testkit.LoadAvg(),
 		PutItemPerSecond: 1e9 / put, CallsPerRequest: callsPerRequest(c.workload), StepSeconds: c.duration.Seconds(),
 		BeginMs: begin / 1e6, CommitMs: commit / 1e6,
 	}

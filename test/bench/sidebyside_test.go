@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -93,7 +92,7 @@ func TestSideBySide(t *testing.T) {
 	n, conc := *sideBySideN, *sideBySideConcurrency
 	counter := &testkit.CallCounter{}
 	s := newStack(t, nil, 0, counter.Option())
-	out := sideBySideFile{LoadAvg: loadAvg(), N: n, Handlers: map[string]sideHandler{}}
+	out := sideBySideFile{LoadAvg: testkit.LoadAvg(), N: n, Handlers: map[string]sideHandler{}}
 	modes := []struct {
 		name        string
 		concurrency int
@@ -288,14 +287,4 @@ func largestItem(t *testing.T, db *dynamodb.Client, table string) int {
 		t.Fatalf("%s is empty", table)
 	}
 	return largest
-}
-
-// loadAvg is /proc/loadavg's first three fields, or "" where there is none.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
