@@ -270,14 +270,12 @@ def install_structure_checks_once():
     those three. A validation that fails is not remembered, so it fails
     again as moto's would.
     """
-    init = validators.Validator.__init__
-    validate = validators.Validator.validate
+    checker = validators.UpdateExpressionValidator
+    init, validate = checker.__init__, checker.validate
     passed = OrderedDict()  # (id of the tree, names, table keys) -> the tree
 
     def checked_init(self, expression, expression_attribute_names, expression_attribute_values, item, table):
         init(self, expression, expression_attribute_names, expression_attribute_values, item, table)
-        if not isinstance(self, validators.UpdateExpressionValidator):
-            return
         key = (
             id(expression),
             tuple(sorted((expression_attribute_names or {}).items())),
@@ -297,8 +295,8 @@ def install_structure_checks_once():
                 passed.popitem(last=False)
         return node
 
-    validators.Validator.__init__ = checked_init
-    validators.Validator.validate = checked_validate
+    checker.__init__ = checked_init
+    checker.validate = checked_validate
 
 
 def _copy_node(node, memo):

@@ -37,18 +37,12 @@ func references(ctx context.Context, db idem.DynamoDBAPI, idemTable, tenant stri
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			key, err := idem.NewKey(tenant, charge.Operation, k)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			rec, err := store.Get(ctx, key)
+			rec, err := recordOf(ctx, store, tenant, k)
 			switch {
-			case errors.Is(err, idem.ErrNotFound):
 			case err != nil:
 				errs[i] = err
-			default:
-				refs[i], ids[i] = charge.ProviderReference(key, rec.CreatedAt), charge.ChargeID(key, rec.CreatedAt)
+			case rec != nil:
+				refs[i], ids[i] = charge.ProviderReference(rec.Key, rec.CreatedAt), charge.ChargeID(rec.Key, rec.CreatedAt)
 			}
 		})
 	}
@@ -57,6 +51,20 @@ func references(ctx context.Context, db idem.DynamoDBAPI, idemTable, tenant stri
 		return nil, nil, fmt.Errorf("references: %w", err)
 	}
 	return refs, ids, nil
+}
+
+// recordOf reads the record of tenant's charge under the client key k: nil
+// if there is none.
+func recordOf(ctx context.Context, store *idem.Store, tenant, k string) (*idem.Record, error) {
+	key, err := idem.NewKey(tenant, charge.Operation, k)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := store.Get(ctx, key)
+	if errors.Is(err, idem.ErrNotFound) {
+		return nil, nil
+	}
+	return rec, err
 }
 
 // cleanup deletes the idempotency records and charge rows of the given

@@ -444,7 +444,4 @@ func printSummary(w io.Writer, s Summary) {
 	c := s.Check
 	fmt.Fprintf(w, "check: %d logical, %d created, %d unanswered; ledger %d charges in %d provider calls; %d rows; %d duplicates, %d missing, %d stray; ok=%t\n",
 		c.Logical, c.Created, c.Unanswered, c.LedgerCharges, c.ProviderCalls, c.Rows, c.Duplicates, c.Missing, c.Stray, c.OK)
-	if s.MissingAtSettle > 0 {
-		fmt.Fprintf(w, "missing: %d after the %.0f s settle, %d after %.0f s more\n", s.MissingAtSettle, s.SettleSeconds, c.Missing, s.DrainSeconds)
-	}
 }

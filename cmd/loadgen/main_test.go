@@ -90,4 +90,14 @@ func TestWaitForChargesDrainsWhatTheSettleLeft(t *testing.T) {
 	if w.missingAtSettle != 0 || w.check.Missing != 0 || w.drain != 0 || n != 4 {
 		t.Fatalf("resolved within the settle: %+v after %d checks", w, n)
 	}
+
+	// Still missing when the drain runs out: it stops, and says so.
+	always := func(context.Context) (Check, error) { return Check{Missing: 1}, nil }
+	w, err = waitForCharges(ctx, 0, 20*time.Millisecond, time.Millisecond, always)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.missingAtSettle != 1 || w.check.Missing != 1 || w.drain < 20*time.Millisecond {
+		t.Fatalf("drain ran out: %+v", w)
+	}
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -149,16 +148,12 @@ func describeMissing(ctx context.Context, w io.Writer, db idem.DynamoDBAPI, idem
 		return err
 	}
 	for _, i := range missing[:min(len(missing), 5)] {
-		key, err := idem.NewKey(tenant, charge.Operation, keys[i])
-		if err != nil {
-			return err
-		}
-		rec, err := store.Get(ctx, key)
+		rec, err := recordOf(ctx, store, tenant, keys[i])
 		switch {
-		case errors.Is(err, idem.ErrNotFound):
-			fmt.Fprintf(w, "loadgen: missing %s: no record\n", keys[i])
 		case err != nil:
 			return fmt.Errorf("missing %s: %w", keys[i], err)
+		case rec == nil:
+			fmt.Fprintf(w, "loadgen: missing %s: no record\n", keys[i])
 		default:
 			fmt.Fprintf(w, "loadgen: missing %s: record %s, %d take-overs, lease until %s\n",
 				keys[i], rec.Status, rec.Attempts, rec.LeaseExpiresAt.Format(time.RFC3339))
