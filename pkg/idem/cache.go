@@ -7,6 +7,8 @@ import (
 	"maps"
 	"sync"
 	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // ReplayCache is a Backend that keeps, in process memory, the stored
@@ -80,7 +82,7 @@ func (c *ReplayCache) lookup(key Key, fp Fingerprint) (Begun, bool) {
 		return Begun{}, false
 	}
 	e := el.Value.(*cached)
-	if !now.Before(e.expires) {
+	if policy.Expired(e.expires, now) {
 		c.lru.Remove(el)
 		delete(c.entries, key)
 		return Begun{}, false

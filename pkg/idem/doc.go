@@ -14,6 +14,7 @@
 //	IN_FLIGHT  Heartbeat, Postpone        IN_FLIGHT         fenced; the lease moves, the owner keeps it
 //	IN_FLIGHT  TakeOver                   IN_FLIGHT         lease expired; new token, the old one stops working
 //	IN_FLIGHT  Preempt                    IN_FLIGHT         any lease, for a caller that knows the effect's outcome; new token
+//	RELEASED   Preempt                    IN_FLIGHT         within retention, for a caller with proof the effect happened after all
 //	IN_FLIGHT  Begin (same request)       IN_FLIGHT         *InFlightError: wait or answer "in progress"
 //	RELEASED   Begin (same request)       IN_FLIGHT         same CreatedAt, so the same derived references
 //	terminal   Begin (same request)       terminal          the stored response is replayed
@@ -28,7 +29,9 @@
 //
 // Begin is a single PutItem conditioned on the key being absent or past
 // retention; on failure DynamoDB returns the existing item, so the caller
-// learns whether to replay, wait or refuse without a second call. Commit is
+// learns whether to replay, wait or refuse without a second call. A put
+// DynamoDB did not answer with a verdict may have landed: Begin returns
+// *UnknownClaimError, and the caller must not say nothing happened. Commit is
 // a single TransactWriteItems holding the caller's business writes and the
 // record's move to SUCCEEDED, so a crash can never leave one without the
 // other. While IN_FLIGHT, a record carries a shard and its lease expiry,
@@ -45,10 +48,14 @@
 //	IN_FLIGHT         none: TTL never deletes it; TakeOver resolves it at any age
 //	SUCCEEDED         end of the settling lease + Options.Retention
 //	FAILED_PERMANENT  end of the settling lease + Options.Retention
-//	RELEASED          end of the releasing lease + Options.Retention (the fingerprint is kept until then)
+//	RELEASED          CreatedAt + Options.ReleaseRetention, however often released (the fingerprint is kept until then)
 //
-// TTL deletion is lazy, so the store treats a record past its expiry as
-// absent whether or not DynamoDB has deleted it yet. After retention a
+// TTL deletion is lazy, so the store treats a record as absent from the
+// second its expiry names (expires_at <= now), whether or not DynamoDB has
+// deleted it yet; memstore and the replay cache use the same rule. A
+// release does not restart retention: a reference derived from (Key,
+// CreatedAt) must not stay re-sendable for longer than the effect's own
+// deduplication lasts. After retention a
 // key names a new command: its CreatedAt differs, and so does anything
 // the caller derives from (Key, CreatedAt).
 //
@@ -108,10 +115,12 @@
 //		return idem.Succeeded(created(ch), putChargeRow(ch)), nil
 //	}, func(o *idem.DoOptions) { o.Wait = 2 * time.Second })
 //	var inflight *idem.InFlightError
+//	var unknown *idem.UnknownClaimError
 //	switch {
 //	case errors.As(err, &inflight): // 409, Retry-After from inflight.LeaseExpiresAt
 //	case errors.Is(err, idem.ErrFingerprintMismatch): // 422
 //	case err != nil && res.Lease != nil: // ran, not settled: queue res.Lease.Key for reconciliation
+//	case errors.As(err, &unknown): // the claim may have landed: "pending", retry with the key
 //	case err != nil: // nothing ran: 503, retry
 //	default: // answer res.Response; res.Replayed says it is a replay
 //	}

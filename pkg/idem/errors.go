@@ -66,3 +66,23 @@ func (e *WriteConditionError) Error() string {
 
 // Is makes errors.Is(err, ErrWriteConditionFailed) true.
 func (e *WriteConditionError) Is(target error) bool { return target == ErrWriteConditionFailed }
+
+// UnknownClaimError reports a claim whose write DynamoDB did not answer
+// with a verdict at some attempt (a timeout, a server error), however the
+// SDK's last retry ended: it may have been applied, its answer lost, so
+// the key may now be IN_FLIGHT under a lease nobody holds. Only a claim
+// refused by its condition, or throttled at every attempt, is known not to
+// have happened; Begin returns that one's error as it is. Whoever takes the lease over
+// once it ends (a reconciler) finds the record; a retry meanwhile gets
+// *InFlightError. Err is the SDK's error.
+type UnknownClaimError struct {
+	// LeaseExpiresAt and RecordExpiresAt are the claim's, had it landed.
+	LeaseExpiresAt, RecordExpiresAt time.Time
+	Err                             error
+}
+
+func (e *UnknownClaimError) Error() string {
+	return "idem: claim outcome unknown: " + e.Err.Error()
+}
+
+func (e *UnknownClaimError) Unwrap() error { return e.Err }

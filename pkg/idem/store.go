@@ -52,10 +52,16 @@ func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFail
 // Options configure a Store. Zero fields take the defaults.
 type Options struct {
 	// Retention is how long a key deduplicates once its command is
-	// settled (SUCCEEDED, FAILED_PERMANENT or RELEASED), counted from the
-	// end of the lease that settled it. An IN_FLIGHT record has no expiry:
-	// TTL never deletes it. Expired records read as absent. Default 24h.
+	// settled (SUCCEEDED or FAILED_PERMANENT), counted from the end of the
+	// lease that settled it. An IN_FLIGHT record has no expiry: TTL never
+	// deletes it. Expired records read as absent. Default 24h.
 	Retention time.Duration
+	// ReleaseRetention is how long a RELEASED command's key still names
+	// it, counted from its creation: a release does not restart it. A
+	// caller that derives a provider's idempotency reference from (Key,
+	// CreatedAt) sets it within the provider's deduplication window.
+	// Default Retention.
+	ReleaseRetention time.Duration
 	// LeaseMargin is added to the context's remaining time to make a lease.
 	// Default 5s.
 	LeaseMargin time.Duration
@@ -85,15 +91,15 @@ type Options struct {
 // policy is the part of o every store applies alike, with its defaults.
 func (o Options) policy() policy.Policy {
 	return policy.WithDefaults(policy.Policy{
-		Retention: o.Retention, LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease,
-		Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
+		Retention: o.Retention, ReleaseRetention: o.ReleaseRetention,
+		LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease, Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
 	})
 }
 
 // withDefaults returns o with every zero field set to its default.
 func (o Options) withDefaults() Options {
 	p := o.policy()
-	o.Retention, o.LeaseMargin, o.MaxLease, o.DefaultLease = p.Retention, p.LeaseMargin, p.MaxLease, p.DefaultLease
+	o.Retention, o.ReleaseRetention, o.LeaseMargin, o.MaxLease, o.DefaultLease = p.Retention, p.ReleaseRetention, p.LeaseMargin, p.MaxLease, p.DefaultLease
 	o.Shards, o.CompressAbove, o.Clock, o.Random = p.Shards, p.CompressAbove, p.Clock, p.Random
 	if o.KeyAttribute == "" {
 		o.KeyAttribute = AttrPK
@@ -213,6 +219,7 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
 	}
+	var tries attempts
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           s.tableName,
 		Item:                                item,
@@ -220,20 +227,26 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 		ExpressionAttributeNames:            s.beginNames,
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, tries.option)
 	if err == nil {
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
-	return s.claimed(ctx, lease, fp, err, 0)
+	return s.claimed(ctx, lease, fp, err, &tries, 0)
 }
 
 // claimed answers a claim whose conditional write failed: err holds the
-// item that stood in its way.
-func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err error, reclaims int) (Begun, error) {
+// item that stood in its way, or tries tells whether the write may have
+// been applied.
+func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err error, tries *attempts, reclaims int) (Begun, error) {
 	key := lease.Key
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, err)
+		if tries.refused() {
+			return Begun{}, fmt.Errorf("idem: begin %s: %w", key, err)
+		}
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &UnknownClaimError{
+			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: err,
+		})
 	}
 	if len(ccf.Item) == 0 {
 		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key)
@@ -291,6 +304,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
 		update += ", #intent = :intent"
 	}
+	var tries attempts
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
 		Key:                                 s.keyAttr(lease.Key),
@@ -299,11 +313,11 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, tries.option)
 	if err == nil {
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
-	return s.claimed(ctx, lease, fp, err, reclaims)
+	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
 // ownToken reports whether item carries l's token: a write of l's that was
@@ -318,6 +332,14 @@ func ownToken(item map[string]types.AttributeValue, l *Lease) bool {
 // depends on the lease alone, so a retried completion writes the same.
 func (s *Store) retainUntil(l *Lease) time.Time { return s.pol.RetainUntil(l.ExpiresAt) }
 
+// settledUntil is when a record l settles as status stops deduplicating.
+func (s *Store) settledUntil(l *Lease, status Status) time.Time {
+	if status == StatusReleased {
+		return s.pol.ReleasedUntil(l.CreatedAt)
+	}
+	return s.retainUntil(l)
+}
+
 // shard is key's stuck-lease shard. It hashes Key.String() whatever the
 // KeyPrefix, so every store agrees on it.
 func (s *Store) shard(key Key) int { return s.pol.Shard(key.String()) }
@@ -330,7 +352,9 @@ const fence = "#status = :inflight AND #tok = :tok"
 
 // The conditions and update expressions every request shares.
 var (
-	beginCondition = aws.String("attribute_not_exists(#pk) OR #exp < :now")
+	// :now is whole seconds, as #exp is: a record is absent from the
+	// second its retention ends (policy.Expired).
+	beginCondition = aws.String("attribute_not_exists(#pk) OR #exp <= :now")
 	fenceCondition = aws.String(fence)
 )
 
@@ -402,7 +426,7 @@ func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (
 	st := settlement{op: op, status: status, update: settleUpdate, names: settleNames}
 	st.values = make(map[string]types.AttributeValue, 8)
 	st.values[":inflight"], st.values[":tok"] = inFlight, str(l.Token)
-	st.values[":status"], st.values[":exp"] = statusAttrs[status], seconds(s.retainUntil(l))
+	st.values[":status"], st.values[":exp"] = statusAttrs[status], seconds(s.settledUntil(l, status))
 	if resp == nil {
 		return st, nil
 	}
@@ -539,8 +563,8 @@ func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
 
 // Release marks the record RELEASED: the command did not happen, and a
 // retry of the same request runs it afresh, under the same CreatedAt. The
-// fingerprint is kept until retention ends, so another request under the
-// key is still refused. Call it only when the effect verifiably did not
+// fingerprint is kept until ReleaseRetention after the command's creation,
+// so another request under the key is still refused. Call it only when the effect verifiably did not
 // happen (the provider refused before acting, or a look-up found nothing
 // once the provider's settle window had passed); a lease that merely ran
 // out is no such proof. Fenced like Commit.
@@ -549,7 +573,11 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return err
 	}
-	return s.apply(ctx, l, &st)
+	if err := s.apply(ctx, l, &st); err != nil {
+		return err
+	}
+	l.RecordExpiresAt = s.settledUntil(l, StatusReleased)
+	return nil
 }
 
 // Heartbeat extends the lease for long work, to the same bound Begin would
@@ -627,9 +655,12 @@ func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
 // settle the command a second time. It is only for a caller that already
 // knows the effect's outcome from the effect's own source (a payment
 // provider's signed notification), and so need not wait for the holder to
-// give up; a caller that still has to find out must use TakeOver. A
-// terminal record gives ErrCompleted; a released, absent or expired one
-// ErrNotFound.
+// give up; a caller that still has to find out must use TakeOver.
+//
+// A RELEASED record within its retention is claimed back to IN_FLIGHT the
+// same way: such a caller has proof that the effect happened after all,
+// which the release missed, and must record it. A terminal record gives
+// ErrCompleted; an absent or expired one ErrNotFound.
 func (s *Store) Preempt(ctx context.Context, key Key) (*Lease, error) {
 	return s.takeOver(ctx, key, "preempt", true)
 }
@@ -643,22 +674,30 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 		return nil, err
 	}
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
-	cond := "#status = :inflight"
+	cond, update := "#status = :inflight", "SET #tok = :tok, #lexp = :lexp"
+	names := map[string]string{
+		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
+	}
 	values := map[string]types.AttributeValue{
 		":inflight": inFlight, ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
 	}
-	if !live {
+	if live {
+		// A live RELEASED record goes back to IN_FLIGHT, into the
+		// stuck-lease index, with no expiry, as a re-claim does.
+		cond = "#status = :inflight OR (#status = :released AND #exp > :nows)"
+		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
+		names["#exp"], names["#shard"], names["#ad"] = AttrExpiresAt, AttrLeaseShard, attrAttemptDeadline
+		values[":released"], values[":nows"], values[":shard"] = statusAttrs[StatusReleased], seconds(now), num(int64(s.shard(key)))
+	} else {
 		cond += " AND #lexp < :now"
 		values[":now"] = millis(now)
 	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           s.tableName,
-		Key:                 s.keyAttr(key),
-		UpdateExpression:    aws.String("SET #tok = :tok, #lexp = :lexp ADD #att :one"),
-		ConditionExpression: aws.String(cond),
-		ExpressionAttributeNames: map[string]string{
-			"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
-		},
+		TableName:                           s.tableName,
+		Key:                                 s.keyAttr(key),
+		UpdateExpression:                    aws.String(update + " ADD #att :one"),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
@@ -724,9 +763,7 @@ type Record struct {
 }
 
 // expired reports whether the record's retention has ended at now.
-func (r *Record) expired(now time.Time) bool {
-	return !r.ExpiresAt.IsZero() && r.ExpiresAt.Before(now)
-}
+func (r *Record) expired(now time.Time) bool { return policy.Expired(r.ExpiresAt, now) }
 
 // Get reads the record for key with a strongly consistent read. A missing
 // record, or one past its retention that DynamoDB has not deleted yet,

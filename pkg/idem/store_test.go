@@ -594,3 +594,92 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 	}
 	wantReplay(t, e.store, k, resp)
 }
+
+// TestPreemptClaimsBackARelease: a caller with proof that a released
+// command's effect happened after all (a provider's notification) claims
+// the record back under the command's CreatedAt and intent, and commits;
+// a released record past its retention is a new command's, not its.
+func TestPreemptClaimsBackARelease(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
+	k := key(t, "acme")
+	a := begin(t, e.store, k, fpA)
+	if err := e.store.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.store.Preempt(ctx, k)
+	if err != nil {
+		t.Fatalf("Preempt of a released record: %v", err)
+	}
+	if !b.CreatedAt.Equal(a.CreatedAt) || string(b.Intent) != "intent" {
+		t.Fatalf("preempting lease = %+v (the release's: %+v)", b, a)
+	}
+	if rec, err := e.store.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || !rec.ExpiresAt.IsZero() {
+		t.Fatalf("record after the preempt: %+v, %v; want IN_FLIGHT with no expiry", rec, err)
+	}
+	if err := e.store.Commit(ctx, b, resp); err != nil {
+		t.Fatalf("commit after the preempt: %v", err)
+	}
+	wantReplay(t, e.store, k, resp)
+
+	old := key(t, "acme")
+	l := begin(t, e.store, old, fpA)
+	if err := e.store.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()))
+	if _, err := e.store.Preempt(ctx, old); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Preempt of an expired release: want ErrNotFound, got %v", err)
+	}
+}
+
+// loseThenThrottle forwards the first PutItem and throws its answer away,
+// then answers every later request as throttled without forwarding it: a
+// claim that landed while the SDK's retries were all refused.
+type loseThenThrottle struct {
+	mu   sync.Mutex
+	lost bool
+}
+
+func (l *loseThenThrottle) RoundTrip(req *http.Request) (*http.Response, error) {
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	if lost {
+		return testkit.DynamoDBFault(req, "ThrottlingException"), nil
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	l.mu.Lock()
+	l.lost = true
+	l.mu.Unlock()
+	return testkit.DynamoDBFault(req, "InternalServerError"), nil
+}
+
+// TestBeginWhoseAnswerIsLostIsUnknown: a claim that landed, its answer
+// lost and every retry throttled, is *UnknownClaimError with the lease the
+// record holds: never a refusal the caller could take for "nothing ran".
+func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	lossy := &loseThenThrottle{}
+	db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
+	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key(t, "acme")
+	_, err = s.Begin(ctx, k, fpA, []byte("intent"))
+	var unknown *idem.UnknownClaimError
+	if !errors.As(err, &unknown) {
+		t.Fatalf("Begin whose answer was lost: %v, want *UnknownClaimError", err)
+	}
+	rec, gerr := e.store.Get(ctx, k)
+	if gerr != nil || rec.Status != idem.StatusInFlight || !rec.LeaseExpiresAt.Equal(unknown.LeaseExpiresAt) {
+		t.Fatalf("the record the claim left: %+v, %v; the error says lease until %v", rec, gerr, unknown.LeaseExpiresAt)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"maps"
 	"math/rand/v2"
@@ -315,26 +314,10 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func fault(req *http.Request) *http.Response {
-	status, kind := http.StatusBadRequest, "ThrottlingException"
 	if rand.IntN(2) == 0 {
-		status, kind = http.StatusInternalServerError, "InternalServerError"
+		return testkit.DynamoDBFault(req, "InternalServerError")
 	}
-	body := `{"__type":"com.amazonaws.dynamodb.v20120810#` + kind + `","message":"injected by the model test"}`
-	return &http.Response{
-		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
-		StatusCode: status,
-		Proto:      "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: http.Header{
-			"Content-Type":     {"application/x-amz-json-1.0"},
-			"X-Amzn-Errortype": {kind},
-			"X-Amzn-Requestid": {"injected"},
-			"Content-Length":   {strconv.Itoa(len(body))},
-			"X-Amz-Crc32":      {strconv.FormatUint(uint64(crc32.ChecksumIEEE([]byte(body))), 10)},
-		},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       req,
-	}
+	return testkit.DynamoDBFault(req, "ThrottlingException")
 }
 
 // history is the model of one random run: what every client was told,

@@ -79,6 +79,7 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		{"Retention from the lease's end", []func(*idem.Options){retention(time.Hour)}, retentionFromLeaseEnd},
 		{"IN_FLIGHT outlives retention", []func(*idem.Options){retention(time.Hour)}, inFlightOutlivesRetention},
 		{"RELEASED until retention ends", []func(*idem.Options){retention(time.Hour)}, releasedUntilRetention},
+		{"Expired from the second it names", []func(*idem.Options){retention(time.Hour)}, expiredFromItsSecond},
 		{"Mismatch never replays", nil, mismatchNeverReplays},
 		{"Tenants do not share keys", nil, tenantsApart},
 		{"Size limit", nil, sizeLimit},
@@ -399,6 +400,9 @@ func inFlightOutlivesRetention(t *testing.T, c *suite) {
 	}
 }
 
+// releasedUntilRetention: a released command's key lives Retention from
+// its creation, however often it is released; a re-claim and a second
+// release do not move its end.
 func releasedUntilRetention(t *testing.T, c *suite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
@@ -406,7 +410,22 @@ func releasedUntilRetention(t *testing.T, c *suite) {
 	if err := c.Store.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
-	c.clock.Advance(l.RecordExpiresAt.Sub(c.clock.Now()) - time.Second)
+	end := time.Unix(l.CreatedAt.Add(time.Hour).Unix(), 0)
+	if !l.RecordExpiresAt.Equal(end) {
+		t.Fatalf("released until %v, want an hour after its creation %v", l.RecordExpiresAt, end)
+	}
+	c.clock.Advance(40 * time.Minute)
+	again := c.begin(t, k, fpA)
+	if !again.CreatedAt.Equal(l.CreatedAt) {
+		t.Fatalf("the re-claim's CreatedAt %v, want the command's %v", again.CreatedAt, l.CreatedAt)
+	}
+	if err := c.Store.Release(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := c.Store.Get(ctx, k); err != nil || !rec.ExpiresAt.Equal(end) || !again.RecordExpiresAt.Equal(end) {
+		t.Fatalf("after a second release: %+v, %v, lease says %v; want it to end at %v still", rec, err, again.RecordExpiresAt, end)
+	}
+	c.clock.Advance(end.Sub(c.clock.Now()) - time.Second)
 	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
 		t.Fatalf("just before retention ends: want mismatch, got %v", err)
 	}
@@ -414,6 +433,34 @@ func releasedUntilRetention(t *testing.T, c *suite) {
 	next := c.begin(t, k, fpB)
 	if next.CreatedAt.Equal(l.CreatedAt) {
 		t.Fatal("a new command after retention kept the released one's CreatedAt")
+	}
+}
+
+// expiredFromItsSecond: a record is absent from the instant its expiry
+// names (the Idempotency-Expires a client is told), to the millisecond,
+// for Get and for Begin alike: another request under the key in that
+// second is a new command, not a mismatch.
+func expiredFromItsSecond(t *testing.T, c *suite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	l := c.begin(t, k, fpA)
+	if err := c.Store.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	c.clock.Advance(l.RecordExpiresAt.Sub(c.clock.Now()) - time.Millisecond)
+	if _, err := c.Store.Get(ctx, k); err != nil {
+		t.Fatalf("Get a millisecond before expiry: %v", err)
+	}
+	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("another request a millisecond before expiry: want mismatch, got %v", err)
+	}
+	c.clock.Advance(time.Millisecond + 500*time.Millisecond) // inside the expiry's second
+	if _, err := c.Store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get in the expiry's second: want ErrNotFound, got %v", err)
+	}
+	next := c.begin(t, k, fpB)
+	if next.CreatedAt.Equal(l.CreatedAt) {
+		t.Fatal("a new command in the expiry's second kept the old one's CreatedAt")
 	}
 }
 

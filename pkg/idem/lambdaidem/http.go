@@ -194,6 +194,7 @@ func (o *Options) serve(ctx context.Context, b idem.Backend, operation string, r
 	var (
 		inflight *idem.InFlightError
 		mismatch *idem.MismatchError
+		unknown  *idem.UnknownClaimError
 	)
 	switch {
 	case errors.As(err, &inflight):
@@ -202,6 +203,13 @@ func (o *Options) serve(ctx context.Context, b idem.Backend, operation string, r
 		return p
 	case errors.As(err, &mismatch):
 		return o.problem(problemKeyReused, "This key was used with a different request body. Use a new key for a new request.")
+	case errors.As(err, &unknown):
+		// The claim may have landed: the function has not run, but a
+		// reconciler may yet run it, so "nothing was done" is not known.
+		o.OnError(ctx, err)
+		p := o.problem(problemPending, "The outcome is not known yet. Retry with the same key; it will not be done twice.")
+		p.Headers["Retry-After"] = retryAfter(o.Clock(), unknown.LeaseExpiresAt)
+		return p
 	case err != nil && res.Lease == nil:
 		o.OnError(ctx, err)
 		p := o.problem(problemUnavailable, "Nothing was done; retry with the same key.")

@@ -70,7 +70,7 @@ func New(optFns ...func(*idem.Options)) *Store {
 	}
 	return &Store{
 		pol: policy.WithDefaults(policy.Policy{
-			Retention: o.Retention, LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease,
+			Retention: o.Retention, ReleaseRetention: o.ReleaseRetention, LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease,
 			Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
 		}),
 		records: map[idem.Key]*record{},
@@ -113,8 +113,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[lease.Key]
-	// The DynamoDB store's condition compares whole seconds.
-	if !ok || !rec.expiresAt.IsZero() && rec.expiresAt.Unix() < now.Unix() {
+	if !ok || policy.Expired(rec.expiresAt, now) {
 		s.records[lease.Key] = &record{
 			status: idem.StatusInFlight, fingerprint: fp.String(), createdAt: lease.CreatedAt, token: lease.Token,
 			intent: lease.Intent, leaseExpiresAt: lease.ExpiresAt, attemptDeadline: lease.AttemptDeadline,
@@ -181,6 +180,10 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key, idem.ErrLeaseLost)
 	}
 	rec.status, rec.expiresAt = status, s.pol.RetainUntil(l.ExpiresAt)
+	if status == idem.StatusReleased {
+		rec.expiresAt = s.pol.ReleasedUntil(l.CreatedAt)
+		l.RecordExpiresAt = rec.expiresAt
+	}
 	rec.leaseExpiresAt, rec.attemptDeadline = time.Time{}, time.Time{}
 	if resp != nil {
 		rec.resp = normalized(*resp)
@@ -298,9 +301,7 @@ func (s *Store) StuckLeases(_ context.Context, shard int, before time.Time) iter
 }
 
 // expired reports whether the record's retention has ended at now.
-func (r *record) expired(now time.Time) bool {
-	return !r.expiresAt.IsZero() && r.expiresAt.Before(now)
-}
+func (r *record) expired(now time.Time) bool { return policy.Expired(r.expiresAt, now) }
 
 // normalized copies resp as a stored response reads back: a headers map
 // and a body, both non-nil.

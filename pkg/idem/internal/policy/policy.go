@@ -19,19 +19,21 @@ import (
 
 // Policy is the part of a store's options that decides times and sizes.
 type Policy struct {
-	Retention     time.Duration
-	LeaseMargin   time.Duration
-	MaxLease      time.Duration
-	DefaultLease  time.Duration
-	Shards        int
-	CompressAbove int
-	Clock         func() time.Time
-	Random        io.Reader
+	Retention        time.Duration
+	ReleaseRetention time.Duration
+	LeaseMargin      time.Duration
+	MaxLease         time.Duration
+	DefaultLease     time.Duration
+	Shards           int
+	CompressAbove    int
+	Clock            func() time.Time
+	Random           io.Reader
 }
 
 // WithDefaults returns p with every zero field set to its default.
 func WithDefaults(p Policy) Policy {
 	setDefault(&p.Retention, 24*time.Hour)
+	setDefault(&p.ReleaseRetention, p.Retention)
 	setDefault(&p.LeaseMargin, 5*time.Second)
 	setDefault(&p.MaxLease, 15*time.Minute)
 	setDefault(&p.DefaultLease, 30*time.Second)
@@ -70,6 +72,23 @@ func (p Policy) LeaseUntil(ctx context.Context, now time.Time) time.Time {
 // stops deduplicating: Retention later, at the whole second TTL stores.
 func (p Policy) RetainUntil(leaseEnd time.Time) time.Time {
 	return time.Unix(leaseEnd.Add(p.Retention).Unix(), 0)
+}
+
+// ReleasedUntil is when a RELEASED command created at created stops
+// deduplicating: ReleaseRetention after its creation, at a whole second,
+// however often it was released. A release does not restart retention, so
+// a key never outlives what its caller derived from (Key, CreatedAt) by
+// more than ReleaseRetention (a provider's deduplication of a reference).
+func (p Policy) ReleasedUntil(created time.Time) time.Time {
+	return time.Unix(created.Add(p.ReleaseRetention).Unix(), 0)
+}
+
+// Expired reports whether a record whose retention ends at expiresAt (a
+// whole second; zero for none) is past it at now. It is from that instant
+// on, the Idempotency-Expires a client is told: every store, and the
+// replay cache, use this one rule.
+func Expired(expiresAt, now time.Time) bool {
+	return !expiresAt.IsZero() && !now.Before(expiresAt)
 }
 
 // Token returns a new lease token: 128 random bits in unpadded URL-safe
