@@ -332,9 +332,16 @@ func (d Deps) traced() Deps {
 	return d
 }
 
-func (d Deps) store(table string, retention time.Duration) (*idem.Store, error) {
+// store is the idempotency store of a service whose provider promises g.
+// A released command's key lives only while the provider deduplicates its
+// reference (less the margin): a retry after that is a new command with a
+// new reference, never a re-send the provider would charge again.
+func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*idem.Store, error) {
 	return idem.New(d.Clients.DynamoDB, table, func(o *idem.Options) {
-		o.Retention = retention
+		o.Retention, o.ReleaseRetention = retention, retention
+		if g.DedupWindow > 0 {
+			o.ReleaseRetention = min(retention, g.DedupWindow-g.DedupMargin)
+		}
 		o.Clock = d.Clock
 	})
 }
@@ -352,16 +359,7 @@ type service struct {
 
 // service builds a charge service; its stored answers are the HTTP API's.
 func (d Deps) service(sc service) (*charge.Service, error) {
-	store, err := d.store(sc.IdempotencyTable, sc.Retention)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := charge.NewRows(d.Clients.DynamoDB, sc.ChargesTable)
-	if err != nil {
-		return nil, err
-	}
 	cfg := sc.Config
-	cfg.Store, cfg.Rows = store, rows
 	switch sc.ProviderKind {
 	case ProviderStripe:
 		a, err := stripe.New(sc.ProviderSecret, append([]func(*stripe.Options){func(o *stripe.Options) {
@@ -378,6 +376,15 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 		}
 		cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, opts...)
 	}
+	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees())
+	if err != nil {
+		return nil, err
+	}
+	rows, err := charge.NewRows(d.Clients.DynamoDB, sc.ChargesTable)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store, cfg.Rows = store, rows
 	cfg.Answers = httpapi.Answers{}
 	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
@@ -10,8 +11,8 @@ import (
 // index of the idempotency table, and a sender to the reconcile queue.
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	d = d.traced()
-	// Retention plays no part in reading the index: the default serves.
-	store, err := d.store(c.IdempotencyTable, 0)
+	// Retention plays no part in reading the index: the defaults serve.
+	store, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
 	if err != nil {
 		return nil, err
 	}

@@ -49,7 +49,9 @@ func (n Notification) settles() bool {
 // InflightWait to record the outcome itself; then, or at once for a
 // command that only waits for the reconciler, it preempts the lease
 // (idem.Store.Preempt), so whoever held it can no longer settle the
-// command: the charge is recorded once, whoever answered the provider.
+// command: the charge is recorded once, whoever answered the provider. A
+// RELEASED command's own notification is recorded the same way: the
+// release was wrong, and the charge would otherwise never be known.
 // Anything else (an unknown command, a settled one, an older intent
 // under a reused key, an event that settles nothing) is OutcomeNothingToDo.
 //
@@ -151,20 +153,19 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
-	case rec.Status == idem.StatusReleased && n.Result.Status == provider.StatusCharged:
-		// Released on a "not found" the provider now contradicts. A retry
-		// of the key sends the same reference, which the provider
-		// deduplicates into this charge; without one, an operator must
-		// look.
-		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports a charge for a released command",
-			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
-		return OutcomeNothingToDo, nil
-	case rec.Status != idem.StatusInFlight:
+	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
 	case ProviderReference(n.Command, rec.CreatedAt) != n.Reference:
 		// Another intent under the same key (an earlier one, past
 		// retention): its notification is not this command's.
 		return OutcomeNothingToDo, nil
+	}
+	if rec.Status == idem.StatusReleased {
+		// Released on evidence the provider now contradicts: the charge is
+		// recorded, or no retry may ever learn of it (and one past the
+		// dedup window would charge again).
+		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports an outcome for a released command; recorded",
+			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
 	}
 	lease, err := s.cfg.Store.Preempt(ctx, n.Command)
 	switch {

@@ -24,6 +24,7 @@ type onStripe struct {
 	recon   *charge.Service
 	sim     *stripesim.Simulator
 	store   *idem.Store
+	table   string // the idempotency table
 	clock   *testkit.Clock
 	lost    *lossyTransport
 }
@@ -40,17 +41,19 @@ func (l *lossyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(req)
 }
 
-func newOnStripe(t *testing.T) *onStripe {
+// newOnStripe builds the stack; tune adjusts the charge function's wiring
+// only.
+func newOnStripe(t *testing.T, tune ...func(*testkit.Wiring)) *onStripe {
 	t.Helper()
 	d := testkit.Deploy(t)
 	clock := testkit.NewClock(time.Now())
 	sim, wire := testkit.Stripe(t, clock.Now)
 	s := &onStripe{t: t, sim: sim, clock: clock, lost: &lossyTransport{}}
-	s.handler = d.ChargeHandler(t, wire, func(w *testkit.Wiring) {
+	s.handler = d.ChargeHandler(t, append([]func(*testkit.Wiring){wire, func(w *testkit.Wiring) {
 		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) {
 			o.HTTPClient, o.Timeout = &http.Client{Transport: s.lost}, time.Second
 		})
-	})
+	}}, tune...)...)
 	s.recon = d.ReconcileService(t, wire, func(w *testkit.Wiring) {
 		w.Reconcile.RetryBase, w.Reconcile.RetryCap = time.Minute, 4*time.Minute
 	})
@@ -58,7 +61,7 @@ func newOnStripe(t *testing.T) *onStripe {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.store = store
+	s.store, s.table = store, d.IdempotencyTable
 	return s
 }
 

@@ -223,6 +223,11 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		refused Outcome // why the provider did not act
 	)
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		if !s.deduplicated(l) {
+			out, c, err := s.lookupStale(ctx, l, kept)
+			charged = c
+			return out, err
+		}
 		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, req.Money.Amount, req.Money.Currency, req.Source))
 		switch {
 		case errors.Is(err, provider.ErrRejected):
@@ -247,9 +252,14 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
 		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
 	}
+	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		return s.unknownClaim(ctx, key, unknown)
+	}
 	switch {
 	case res.Lease == nil && transient(err):
-		// The claim failed: nothing reached the provider, retry at once.
+		// DynamoDB refused the claim unprocessed at every attempt (idem
+		// returns any other failure as *UnknownClaimError): nothing is
+		// stored and nothing reached the provider.
 		return Result{Outcome: OutcomeBusy}, nil
 	case res.Lease == nil && err != nil:
 		return Result{}, err
@@ -264,7 +274,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	case err != nil || res.Status == idem.StatusInFlight:
 		return s.ambiguous(ctx, res.Lease, err)
 	case res.Status == idem.StatusReleased:
-		return Result{Outcome: refused}, nil
+		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
 	case res.Status == idem.StatusSucceeded:
 		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
 	default:
@@ -320,10 +330,41 @@ func (s *Service) replayer(lease *idem.Lease, in intent) Replayer {
 }
 
 // deduplicated reports whether the provider still deduplicates the
-// reference of the command lease holds: a zero DedupWindow is for ever.
+// reference of the command lease holds, with its margin to spare
+// (provider.Guarantees.Deduplicates). Every path that sends a request to
+// the provider asks this first: Create, a re-claim, the reconciler.
 func (s *Service) deduplicated(lease *idem.Lease) bool {
-	w := s.cfg.Provider.Guarantees().DedupWindow
-	return w == 0 || s.cfg.Clock().Before(lease.CreatedAt.Add(w))
+	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Clock())
+}
+
+// lookupStale settles, without sending anything, a command re-claimed
+// after the provider stopped deduplicating its reference: a request sent
+// now would be a new charge if the first one landed. The provider is asked
+// by reference; a charge or decline settles the command, anything else
+// leaves it IN_FLIGHT for the reconciler, which parks it.
+func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent) (idem.Outcome, *Charge, error) {
+	s.cfg.Logger.WarnContext(ctx, "charge: reference past the provider's dedup window; looked up, not sent",
+		"key_hash", lease.Key.LogHash(), "created_at", lease.CreatedAt)
+	res, err := s.lookup(ctx, lease, in, nil)
+	switch {
+	case err != nil:
+		return idem.Unknown(idem.Response{}), nil, err
+	case res.Status == provider.StatusNotFound:
+		return idem.Unknown(idem.Response{}), nil, nil
+	}
+	return s.verdict(lease, in, res)
+}
+
+// unknownClaim answers a claim that may have landed without its answer:
+// the record may be IN_FLIGHT with the request, and the reconciler may
+// charge it once its lease has run out, so the client hears "pending",
+// never "nothing was charged". The reconcile message is queued as for an
+// ambiguous charge; the sweeper finds the lease if that fails too.
+func (s *Service) unknownClaim(ctx context.Context, key idem.Key, unknown *idem.UnknownClaimError) (Result, error) {
+	s.cfg.Logger.WarnContext(ctx, "charge: claim outcome unknown; queued for reconciliation",
+		"key_hash", key.LogHash(), "cause", ErrorClass(unknown.Err))
+	s.enqueue(ctx, key, unknown.LeaseExpiresAt)
+	return Result{Outcome: OutcomeAmbiguous, RetryAt: unknown.LeaseExpiresAt, KeyExpiresAt: unknown.RecordExpiresAt}, nil
 }
 
 // answered ends a provider call's span with the provider's status or the
@@ -371,22 +412,27 @@ const enqueueTimeout = 2 * time.Second
 // not be completed: the record stays IN_FLIGHT and is queued for the
 // reconciler once its lease has run out.
 func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
-	delay := lease.ExpiresAt.Sub(s.cfg.Clock())
 	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
-		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", delay.Milliseconds())
-	if s.cfg.Queue != nil {
-		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
-		defer cancel()
-		if err := s.cfg.Queue.EnqueueReconcile(qctx, lease.Key, delay); err != nil {
-			// The sweeper will find the lease once it expires.
-			s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", lease.Key.LogHash(), "error_class", ErrorClass(err))
-		}
-	}
+		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", lease.ExpiresAt.Sub(s.cfg.Clock()).Milliseconds())
+	s.enqueue(ctx, lease.Key, lease.ExpiresAt)
 	outcome := OutcomeAmbiguous
 	if errors.Is(cause, idem.ErrLeaseLost) {
 		outcome = OutcomeLeaseLost
 	}
 	return Result{Outcome: outcome, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
+}
+
+// enqueue queues key for the reconciler once its lease ends at until.
+func (s *Service) enqueue(ctx context.Context, key idem.Key, until time.Time) {
+	if s.cfg.Queue == nil {
+		return
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
+	defer cancel()
+	if err := s.cfg.Queue.EnqueueReconcile(qctx, key, until.Sub(s.cfg.Clock())); err != nil {
+		// The sweeper will find the lease once it expires.
+		s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+	}
 }
 
 // ErrorClass names an error for logs and metrics without its text, which
@@ -551,6 +597,14 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	}
 	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
 	res, err := s.lookup(ctx, lease, in, rp)
+	if errors.Is(err, provider.ErrRejected) {
+		// The replay was refused in a way that proves it cannot succeed
+		// (provider.LookupRequest): nothing was or will be charged, and
+		// a retry is answered provider-rejected once it asks again.
+		s.cfg.Logger.WarnContext(ctx, "reconcile: the provider refused the replayed request; released",
+			"key_hash", key.LogHash(), "error_class", ErrorClass(err))
+		return s.settle(ctx, lease, idem.NotApplied(idem.Response{}), nil)
+	}
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
 		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",

@@ -442,16 +442,6 @@ func TestWebhookSettlesADeclineAndIgnoresTheRest(t *testing.T) {
 	if rec := s.record(tenant, "order-reused"); rec.Status != idem.StatusInFlight || rec.Attempts != 0 {
 		t.Errorf("an event for another intent's reference changed the command: %+v", rec)
 	}
-	// Released (a "not found" the event now contradicts): left as it is,
-	// for a retry to settle through the provider's deduplication.
-	ref, lease := s.begin(tenant, "order-released", stripesim.PMVisa)
-	if err := s.store.Release(context.Background(), lease); err != nil {
-		t.Fatal(err)
-	}
-	deliver(piEvent("payment_intent.succeeded", tenant, "order-released", ref))
-	if rec := s.record(tenant, "order-released"); rec.Status != idem.StatusReleased {
-		t.Errorf("an event for a released command changed it: %+v", rec)
-	}
 	// Another event type, and a PaymentIntent without our metadata.
 	other := bytes.Replace(piEvent("payment_intent.succeeded", tenant, "order-reused", "x"), []byte(`"payment_intent.succeeded"`), []byte(`"charge.refunded"`), 1)
 	deliver(other)

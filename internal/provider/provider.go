@@ -15,11 +15,23 @@ type Guarantees struct {
 	// charge sent again within it returns the first result instead of
 	// charging again. Zero means for ever.
 	DedupWindow time.Duration
+	// DedupMargin is the part of DedupWindow no request may start in: a
+	// request sent then could still reach the provider after the window,
+	// as a new charge. Deduplicates applies it.
+	DedupMargin time.Duration
 	// SettleWindow is how long after the last charge attempt had to be
 	// sent a "not found" from Lookup can be trusted. Before that, a
 	// request still travelling inside the provider (an edge that timed
 	// out while its backend goes on) may yet charge.
 	SettleWindow time.Duration
+}
+
+// Deduplicates reports whether a reference first sent at or after created
+// may still be sent at now: only while the provider will deduplicate it,
+// DedupMargin to spare. Every path that sends a request asks this first;
+// one that may not send looks the reference up instead.
+func (g Guarantees) Deduplicates(created, now time.Time) bool {
+	return g.DedupWindow == 0 || now.Before(created.Add(g.DedupWindow-g.DedupMargin))
 }
 
 // DefaultSettleWindow is the settle window of a provider that states

@@ -35,9 +35,9 @@ const (
 	// SettleWindow is how long after the last send a search miss can be
 	// trusted.
 	SettleWindow = SearchLag + provider.DefaultSettleWindow
-	// replayMargin is how far from expiring a key must be for
-	// LookupRequest to replay under it.
-	replayMargin = time.Hour
+	// DedupMargin is how far from expiring a key must be for a request to
+	// be sent under it, a replay included: far more than any request takes.
+	DedupMargin = time.Hour
 	// searchLimit bounds how many PaymentIntents a lookup reads.
 	searchLimit = 10
 )
@@ -161,7 +161,7 @@ func New(secretKey string, optFns ...func(*Options)) (*Adapter, error) {
 
 // Guarantees are Stripe's: see the package documentation.
 func (a *Adapter) Guarantees() provider.Guarantees {
-	return provider.Guarantees{DedupWindow: DedupWindow, SettleWindow: SettleWindow}
+	return provider.Guarantees{DedupWindow: DedupWindow, DedupMargin: DedupMargin, SettleWindow: SettleWindow}
 }
 
 // Charge creates and confirms a PaymentIntent for req, with req.Reference
@@ -206,17 +206,23 @@ func (a *Adapter) Lookup(ctx context.Context, reference string) (provider.Result
 // LookupRequest looks req up by replaying it under its reference while
 // Stripe still holds the key, which is authoritative at once and may
 // charge an intent whose first request never reached Stripe (see the
-// package documentation); otherwise it searches, as Lookup. Every error
-// wraps provider.ErrUnavailable.
+// package documentation); otherwise it searches, as Lookup. A replay
+// refused with an answer that proves it cannot succeed (refusedForGood)
+// wraps provider.ErrRejected: nothing was or will be charged. Every other
+// error wraps provider.ErrUnavailable.
 func (a *Adapter) LookupRequest(ctx context.Context, req provider.LookupRequest) (provider.Result, error) {
 	ctx, cancel := a.withTimeout(ctx)
 	defer cancel()
-	if req.FirstSent.IsZero() || !a.opts.Clock().Before(req.FirstSent.Add(DedupWindow-replayMargin)) {
+	if req.FirstSent.IsZero() || !a.Guarantees().Deduplicates(req.FirstSent, a.opts.Clock()) {
 		res, err := a.search(ctx, req.Reference)
 		return a.lookupDone(ctx, "lookup_search", req.Reference, res, err)
 	}
 	res, err := a.replay(ctx, req.ChargeRequest)
 	var e *Error
+	if refusedForGood(err) {
+		a.logCall(ctx, "lookup_replay", req.Reference, res, provider.ErrRejected, err)
+		return provider.Result{}, fmt.Errorf("stripe: lookup %s: %w: %w", req.Reference, provider.ErrRejected, err)
+	}
 	if errors.Is(err, ErrKeyReused) || errors.As(err, &e) && e.HTTPStatus >= 500 {
 		// Stripe holds the key for other parameters, or answered (or
 		// replayed its saved) server error: only the PaymentIntent's
@@ -263,6 +269,25 @@ func (a *Adapter) replay(ctx context.Context, req provider.ChargeRequest) (provi
 		return res, nil
 	}
 	return a.current(ctx, pi.ID)
+}
+
+// refusedForGood reports whether a replay's error is Stripe refusing the
+// request itself (a 4xx other than the ones below), which it answers the
+// same to every send of it: the key's saved answer to a first request that
+// failed the same way, or a fresh refusal of a request it never saw. Either
+// way nothing was charged. Not so for 401 and 403, which may come from an
+// API key other than the one the original ran under; 409 and 429, which
+// say nothing about the request; and a key held for other parameters.
+func refusedForGood(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) || errors.Is(err, ErrKeyReused) || e.Type == string(stripego.ErrorTypeCard) {
+		return false
+	}
+	switch e.HTTPStatus {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusConflict, http.StatusTooManyRequests:
+		return false
+	}
+	return e.HTTPStatus >= 400 && e.HTTPStatus < 500
 }
 
 // search finds the PaymentIntents that carry reference and answers the

@@ -1,0 +1,262 @@
+package charge_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// The tests here hold the charge path to one rule: it tells a client
+// "nothing was charged" only with proof, and never sends the provider a
+// request it can no longer deduplicate.
+
+// handlerTransport serves requests with a handler in process: a second
+// client of the same Stripe simulator, for what a test has Stripe do
+// behind the service's back.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// stripeBehind is an adapter on the same simulator, on the test's clock.
+func (s *onStripe) stripeBehind() *stripe.Adapter {
+	s.t.Helper()
+	a, err := stripe.New(testkit.StripeSecret, func(o *stripe.Options) {
+		o.BaseURL, o.Clock, o.HTTPClient = "http://stripe.invalid", s.clock.Now, &http.Client{Transport: handlerTransport{s.sim}}
+	})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return a
+}
+
+// TestReclaimPastTheDedupWindowIsLookedUpNotSent: Stripe charged a
+// command that was nevertheless released, and its key outlived Stripe's
+// 24-hour key window (a retention counted from a later release). A retry
+// then must not send the old reference, which Stripe would take as a new
+// charge: the charge path searches for it, finds the charge and records
+// it, and the card is charged once.
+func TestReclaimPastTheDedupWindowIsLookedUpNotSent(t *testing.T) {
+	t.Parallel()
+	s := newOnStripe(t)
+	key := newKey()
+	k := mustKey(t, "acme", key)
+	_, fp, err := charge.ParseBody([]byte(stripeVisa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := idem.New(testkit.Clients(t).DynamoDB, s.table, func(o *idem.Options) {
+		o.Clock, o.Retention = s.clock.Now, 48*time.Hour
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	b, err := long.Begin(ctx, k, fp, []byte(`{"amount":1500,"currency":"EUR","source":"pm_card_visa"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := charge.ProviderReference(k, b.Lease.CreatedAt)
+	first, err := s.stripeBehind().Charge(ctx, provider.ChargeRequest{Reference: ref, Amount: 1500, Currency: "EUR", Source: stripesim.PMVisa, Command: k.String()})
+	if err != nil || first.Status != provider.StatusCharged {
+		t.Fatalf("the first charge: %+v, %v", first, err)
+	}
+	if err := long.Release(ctx, b.Lease); err != nil { // the wrong release
+		t.Fatal(err)
+	}
+	s.clock.Advance(stripe.DedupWindow + time.Hour)
+
+	resp, err := s.handler.Handle(ctx, post("acme", key, stripeVisa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.sim.Charged(ref); n != 1 {
+		t.Fatalf("Stripe charged the reference %d times, want 1", n)
+	}
+	var c struct {
+		ProviderReference string `json:"provider_reference"`
+	}
+	_ = json.Unmarshal([]byte(resp.Body), &c)
+	if resp.StatusCode != http.StatusCreated || c.ProviderReference != ref || s.record(key).Status != idem.StatusSucceeded {
+		t.Fatalf("retry past the key window: %d %s, want the 201 of the charge under %s", resp.StatusCode, resp.Body, ref)
+	}
+}
+
+// TestReleasedKeyLivesWithinTheDedupWindow: a key released because Stripe
+// refused the charge (a rate limit) expires within Stripe's key window,
+// counted from its creation, and the answer says when; a retry after that
+// is a new command with a new reference.
+func TestReleasedKeyLivesWithinTheDedupWindow(t *testing.T) {
+	t.Parallel()
+	s := newOnStripe(t)
+	key := newKey()
+	body := strings.Replace(stripeVisa, stripesim.PMVisa, stripesim.PMRateLimited, 1)
+	req := post("acme", key, body)
+	resp, err := s.handler.Handle(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateContract(t, req, resp)
+	rec := s.record(key)
+	want := time.Unix(rec.CreatedAt.Add(stripe.DedupWindow-stripe.DedupMargin).Unix(), 0)
+	if resp.StatusCode != http.StatusServiceUnavailable || rec.Status != idem.StatusReleased || !rec.ExpiresAt.Equal(want) {
+		t.Fatalf("answer %d, record %s until %v; want 503 and RELEASED until %v", resp.StatusCode, rec.Status, rec.ExpiresAt, want)
+	}
+	if got := resp.Headers[httpapi.HeaderIdempotencyExpires]; got != want.UTC().Format(http.TimeFormat) {
+		t.Fatalf("Idempotency-Expires = %q, want %s", got, want.UTC().Format(http.TimeFormat))
+	}
+}
+
+// TestWebhookRecordsAChargeOfAReleasedCommand: a command was released on
+// evidence Stripe's own notification now contradicts. The charge is
+// recorded (SUCCEEDED, one row) and a retry replays its 201; it is never
+// just logged, since no one would learn of it otherwise.
+func TestWebhookRecordsAChargeOfAReleasedCommand(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 4*time.Second, nil, nil)
+	tenant := testkit.UniqueName("acme")
+	ref, lease := s.begin(tenant, "order-released", stripesim.PMVisa)
+	if err := s.store.Release(context.Background(), lease); err != nil {
+		t.Fatal(err)
+	}
+	payload := piEvent("payment_intent.succeeded", tenant, "order-released", ref)
+	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusOK {
+		t.Fatalf("delivery: %d %s", resp.status, resp.body)
+	}
+	rec := s.record(tenant, "order-released")
+	if rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("after the event: %+v, want SUCCEEDED with the 201", rec)
+	}
+	if n := s.chargeRows(tenant); n != 1 {
+		t.Fatalf("%d charge rows, want 1", n)
+	}
+	if resp := s.charge(tenant, "order-released", stripesim.PMVisa); resp.status != http.StatusCreated || resp.header.Get(httpapi.HeaderReplayed) != "true" {
+		t.Fatalf("retry: %d %s, want the stored 201 replayed", resp.status, resp.body)
+	}
+}
+
+// claimLoser loses the answer of the first PutItem after it is armed (the
+// write is applied), then refuses every request as throttled until it is
+// disarmed: a claim that landed while the SDK's retries all failed.
+type claimLoser struct {
+	mu                sync.Mutex
+	armed, throttling bool
+}
+
+func (c *claimLoser) set(armed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.throttling = armed, false
+}
+
+func (c *claimLoser) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	armed, throttling := c.armed, c.throttling
+	c.mu.Unlock()
+	if throttling {
+		return testkit.DynamoDBFault(req, "ThrottlingException"), nil
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !armed || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	c.mu.Lock()
+	c.throttling = true
+	c.mu.Unlock()
+	return testkit.DynamoDBFault(req, "InternalServerError"), nil
+}
+
+// TestClaimWhoseAnswerIsLostIsPending: the claim lands, but its answer is
+// lost and the SDK's retries are throttled. The record is IN_FLIGHT with
+// the request, and the reconciler will replay it, so the answer is
+// outcome-pending, never "nothing was charged"; a retry gets 409 while the
+// lease runs, then the charge the reconciler made, once.
+func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
+	t.Parallel()
+	loser := &claimLoser{}
+	s := newOnStripe(t, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+			o.HTTPClient = &http.Client{Transport: loser}
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
+				so.MaxBackoff, so.RateLimiter = 20*time.Millisecond, ratelimit.None
+			})
+		})
+	})
+	key := newKey()
+	loser.set(true)
+	req := post("acme", key, stripeVisa)
+	resp, err := s.handler.Handle(context.Background(), req)
+	loser.set(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateContract(t, req, resp)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Body, httpapi.ProblemOutcomePending.Slug) {
+		t.Fatalf("a claim whose answer was lost: %d %s, want 503 outcome-pending", resp.StatusCode, resp.Body)
+	}
+	if rec := s.record(key); rec.Status != idem.StatusInFlight {
+		t.Fatalf("record %s, want IN_FLIGHT", rec.Status)
+	}
+	if got := s.do(key, stripeVisa).StatusCode; got != http.StatusConflict {
+		t.Fatalf("retry under the lease: %d, want 409", got)
+	}
+	s.pastLease()
+	if got := s.reconcile(key); got != charge.OutcomeResolved {
+		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolved)
+	}
+	if r := s.do(key, stripeVisa); r.StatusCode != http.StatusCreated || r.Header.Get(httpapi.HeaderReplayed) != "true" {
+		t.Fatalf("retry after the reconciler: %d, want the stored 201", r.StatusCode)
+	}
+	if n := s.sim.Charged(s.reference(key)); n != 1 {
+		t.Fatalf("charged %d times, want 1", n)
+	}
+}
+
+// TestReplayRefusedOutrightReleasesTheKey: the create never reached
+// Stripe, and its PaymentMethod id is well formed but unknown to Stripe.
+// The reconciler's replay is refused with 400 resource_missing, which
+// proves nothing was or will be charged: the key is released, and the
+// next retry is answered provider-rejected rather than 409 for ever.
+func TestReplayRefusedOutrightReleasesTheKey(t *testing.T) {
+	t.Parallel()
+	s := newOnStripe(t)
+	key := newKey()
+	const unknownPM = "pm_unknown_to_stripe"
+	body := strings.Replace(stripeVisa, stripesim.PMVisa, unknownPM, 1)
+	s.lost.lose = true
+	s.pending(key, unknownPM)
+	s.lost.lose = false
+	s.pastLease()
+	if got := s.reconcile(key); got != charge.OutcomeReleased {
+		t.Fatalf("reconcile of a replay Stripe refuses: %s, want %s", got, charge.OutcomeReleased)
+	}
+	if got := s.do(key, body).StatusCode; got != http.StatusBadGateway {
+		t.Fatalf("retry: %d, want 502 provider-rejected", got)
+	}
+	if n := s.sim.Charged(s.reference(key)); n != 0 {
+		t.Fatalf("charged %d times", n)
+	}
+}
