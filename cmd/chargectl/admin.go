@@ -157,6 +157,15 @@ func (a *admin) store() (*idem.Store, error) {
 	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = a.clock })
 }
 
+// get reads key's record, saying what no record means.
+func (a *admin) get(ctx context.Context, st *idem.Store, key idem.Key) (*idem.Record, error) {
+	rec, err := st.Get(ctx, key)
+	if errors.Is(err, idem.ErrNotFound) {
+		return nil, fmt.Errorf("no record for %s: never used, or past its retention", keyText(key))
+	}
+	return rec, err
+}
+
 // recordOutput is what record prints.
 type recordOutput struct {
 	Tenant          string        `json:"tenant"`
@@ -187,13 +196,20 @@ func (a *admin) record(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rec, err := st.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return fmt.Errorf("no record for %s: never used, or past its retention", keyText(key))
-	}
+	rec, err := a.get(ctx, st, key)
 	if err != nil {
 		return err
 	}
+	out := newRecordOutput(key, rec)
+	if a.json {
+		return a.printJSON(out)
+	}
+	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	a.printRecord(w, out)
+	return w.Flush()
+}
+
+func newRecordOutput(key idem.Key, rec *idem.Record) recordOutput {
 	out := recordOutput{
 		Tenant: key.Tenant(), Key: key.ClientKey(), Status: rec.Status, CreatedAt: rec.CreatedAt,
 		LeaseOwner: prefix(rec.LeaseToken, ownerPrefix), LeaseExpiresAt: rec.LeaseExpiresAt, AttemptDeadline: rec.AttemptDeadline,
@@ -202,11 +218,13 @@ func (a *admin) record(ctx context.Context, args []string) error {
 	if r := rec.Response; r != nil {
 		out.Answer = &answerOutput{Status: r.Status, Headers: r.Headers, Body: string(r.Body)}
 	}
-	if a.json {
-		return a.printJSON(out)
-	}
+	return out
+}
+
+// printRecord writes out's lines to w, for the caller to add its own
+// lines aligned with them and flush.
+func (a *admin) printRecord(w io.Writer, out recordOutput) {
 	now := a.clock()
-	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "key:\t%s / %s (%s)\n", out.Tenant, out.Key, charge.Operation)
 	fmt.Fprintf(w, "status:\t%s\n", out.Status)
 	fmt.Fprintf(w, "created:\t%s\n", stamp(out.CreatedAt))
@@ -228,7 +246,6 @@ func (a *admin) record(ctx context.Context, args []string) error {
 		fmt.Fprintf(w, "stored answer:\t%d\n", out.Answer.Status)
 		fmt.Fprintf(w, "answer body:\t%s\n", out.Answer.Body)
 	}
-	return w.Flush()
 }
 
 // stuckOutput is one line of stuck.
