@@ -17,6 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/client"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -31,9 +32,12 @@ const adminUsage = `usage:
                                                    move dead letters back to the reconcile queue
   chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
                                                    submit a charge on the charge-requests queue
-configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvReconcileQueueURL + `,
-` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and ` + awsenv.EnvSQSEndpoint + `
-(unset: AWS), and the SDK's AWS_* variables
+  chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
+                                                   settle an in-flight (parked) key as the provider's records say,
+                                                   after showing its evidence and asking you to type KEY
+configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
+` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and
+` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
 
 // Prefix lengths of what record shows of a lease token and a fingerprint:
@@ -44,11 +48,13 @@ const (
 )
 
 // adminEnv is what the admin commands run on: the deployment's
-// configuration and AWS clients, and the clock.
+// configuration and AWS clients, the clock, and the operator's input
+// (settle's confirmation).
 type adminEnv struct {
 	getenv  app.Getenv
 	clients func(context.Context) (awsenv.Clients, error)
 	clock   func() time.Time
+	stdin   io.Reader
 }
 
 // admin is one admin command, configured.
@@ -84,6 +90,10 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		limit int
 		byKey bool
 		sub   submission
+		// check refuses, as a usage error, flags that do not fit together.
+		check   func() error
+		set     settlement
+		settled provider.Result
 	)
 	switch cmd {
 	case "record":
@@ -113,6 +123,18 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		fs.StringVar(&sub.req.Description, "description", "", "free-text description")
 		fs.StringVar(&sub.id, "id", "", "command id (default: mint a new one); submit again with the same id to resubmit")
 		do = func(ctx context.Context, _ []string) error { return a.submit(ctx, sub) }
+	case "settle":
+		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable}
+		fs.StringVar(&set.chargeID, "charged", "", "the provider charged it: its id for the charge is `REF`")
+		fs.BoolVar(&set.declined, "declined", false, "the provider declined it")
+		fs.StringVar(&set.declineCode, "decline-code", "card_declined", "with --declined, the provider's decline `CODE`, which the 402 names")
+		fs.BoolVar(&set.released, "released", false, "the provider has no charge for it: release the key, so a retry charges it")
+		fs.BoolVar(&set.yes, "yes", false, "settle without asking to type the key")
+		check = func() (err error) {
+			settled, err = set.result()
+			return err
+		}
+		do = func(ctx context.Context, args []string) error { return a.settle(ctx, args, settled, set.yes) }
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, adminUsage)
 		return exitOK
@@ -129,6 +151,12 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	if fs.NArg() != nargs {
 		fmt.Fprintf(stderr, "chargectl admin %s: want %d arguments, got %d\n%s", cmd, nargs, fs.NArg(), adminUsage)
 		return exitUsage
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			fmt.Fprintf(stderr, "chargectl admin %s: %v\n%s", cmd, err, adminUsage)
+			return exitUsage
+		}
 	}
 	cfg, err := app.LoadAdmin(env.getenv, need...)
 	if err != nil {
@@ -154,7 +182,16 @@ func chargeKey(tenant, clientKey string) (idem.Key, error) {
 }
 
 func (a *admin) store() (*idem.Store, error) {
-	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = a.clock })
+	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, func(o *idem.Options) { o.Clock, o.Retention = a.clock, a.cfg.Retention })
+}
+
+// get reads key's record, saying what no record means.
+func (a *admin) get(ctx context.Context, st *idem.Store, key idem.Key) (*idem.Record, error) {
+	rec, err := st.Get(ctx, key)
+	if errors.Is(err, idem.ErrNotFound) {
+		return nil, fmt.Errorf("no record for %s: never used, or past its retention", keyText(key))
+	}
+	return rec, err
 }
 
 // recordOutput is what record prints.
@@ -187,13 +224,20 @@ func (a *admin) record(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rec, err := st.Get(ctx, key)
-	if errors.Is(err, idem.ErrNotFound) {
-		return fmt.Errorf("no record for %s: never used, or past its retention", keyText(key))
-	}
+	rec, err := a.get(ctx, st, key)
 	if err != nil {
 		return err
 	}
+	out := newRecordOutput(key, rec)
+	if a.json {
+		return a.printJSON(out)
+	}
+	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	a.printRecord(w, out)
+	return w.Flush()
+}
+
+func newRecordOutput(key idem.Key, rec *idem.Record) recordOutput {
 	out := recordOutput{
 		Tenant: key.Tenant(), Key: key.ClientKey(), Status: rec.Status, CreatedAt: rec.CreatedAt,
 		LeaseOwner: prefix(rec.LeaseToken, ownerPrefix), LeaseExpiresAt: rec.LeaseExpiresAt, AttemptDeadline: rec.AttemptDeadline,
@@ -202,11 +246,13 @@ func (a *admin) record(ctx context.Context, args []string) error {
 	if r := rec.Response; r != nil {
 		out.Answer = &answerOutput{Status: r.Status, Headers: r.Headers, Body: string(r.Body)}
 	}
-	if a.json {
-		return a.printJSON(out)
-	}
+	return out
+}
+
+// printRecord writes out's lines to w, for the caller to add its own
+// lines aligned with them and flush.
+func (a *admin) printRecord(w io.Writer, out recordOutput) {
 	now := a.clock()
-	w := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "key:\t%s / %s (%s)\n", out.Tenant, out.Key, charge.Operation)
 	fmt.Fprintf(w, "status:\t%s\n", out.Status)
 	fmt.Fprintf(w, "created:\t%s\n", stamp(out.CreatedAt))
@@ -228,7 +274,6 @@ func (a *admin) record(ctx context.Context, args []string) error {
 		fmt.Fprintf(w, "stored answer:\t%d\n", out.Answer.Status)
 		fmt.Fprintf(w, "answer body:\t%s\n", out.Answer.Body)
 	}
-	return w.Flush()
 }
 
 // stuckOutput is one line of stuck.

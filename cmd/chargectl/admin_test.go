@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -51,11 +56,18 @@ func newAdminStack(t *testing.T) *adminStack {
 // output is logged, so that `go test -v` shows what an operator sees.
 func (s *adminStack) admin(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
+	return s.adminTyping(t, strings.NewReader(""), args...)
+}
+
+// adminTyping runs chargectl admin with typed as what the operator types.
+func (s *adminStack) adminTyping(t *testing.T, typed io.Reader, args ...string) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	env := adminEnv{
 		getenv:  func(name string) string { return s.env[name] },
 		clients: func(context.Context) (awsenv.Clients, error) { return s.clients, nil },
 		clock:   time.Now,
+		stdin:   typed,
 	}
 	code := runAdmin(context.Background(), args, env, &stdout, &stderr)
 	t.Logf("$ chargectl admin %s\n%s%s(exit %d)", strings.Join(args, " "), stdout.String(), stderr.String(), code)
@@ -326,10 +338,205 @@ func TestAdminUsage(t *testing.T) {
 		"redrive with args": {"dlq", "redrive", "acme", "k"},
 		"no requests queue": {"submit", "--tenant", "acme", "--amount", "1500", "--source", "tok_visa"},
 		"submit with args":  {"submit", "acme"},
+		"settle as nothing": {"settle", "acme", "k"},
+		"settle as two":     {"settle", "--declined", "--released", "acme", "k"},
+		"settle no code":    {"settle", "--declined", "--decline-code", "", "acme", "k"},
+		"settle no charges": {"settle", "--released", "acme", "k"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := runAdmin(context.Background(), args, env, &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
 			t.Errorf("%s: exit %d, stderr %q; want %d with a message", name, code, stderr.String(), exitUsage)
 		}
 	}
+}
+
+// settleBody is the request of the parked commands TestAdminSettle makes,
+// as a client's retry sends it again.
+const settleBody = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+
+// parked leaves a command for settleBody in flight as the reconciler parks
+// one: claimed, then its lease postponed far ahead, so that neither a
+// take-over nor the sweeper touches it. The lease is returned: its holder
+// is the stale writer an operator's settle must fence out.
+func (s *adminStack) parked(t *testing.T, clientKey string) *idem.Lease {
+	t.Helper()
+	ctx := context.Background()
+	_, fp, err := charge.ParseBody([]byte(settleBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The intent as the charge service keeps it for our provider API: no
+	// source.
+	begun, err := st.Begin(ctx, s.key(t, clientKey), fp, []byte(`{"amount":1500,"currency":"EUR"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Postpone(ctx, begun.Lease, time.Now().Add(30*24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	return begun.Lease
+}
+
+// post sends settleBody as POST /charges under clientKey, as a client's
+// retry does, and returns the answer's status and body.
+func (s *adminStack) post(t *testing.T, clientKey string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, s.url+"/charges", strings.NewReader(settleBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer dev:acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", clientKey)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.StatusCode, string(body)
+}
+
+// chargeRows counts the rows of the charges table.
+func (s *adminStack) chargeRows(t *testing.T) int32 {
+	t.Helper()
+	out, err := s.clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{
+		TableName: aws.String(s.ChargesTable), Select: ddbtypes.SelectCount, ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.Count
+}
+
+func TestAdminSettle(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	ctx := context.Background()
+	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Charged: the row and the 201 in one settlement, fencing out the
+	// lease's holder.
+	stale := s.parked(t, "order-5001")
+	code, out, _ := s.adminTyping(t, strings.NewReader("order-5001\n"), "settle", "--charged", "pc_operator_5001", "acme", "order-5001")
+	reference := charge.ProviderReference(stale.Key, stale.CreatedAt)
+	for _, want := range []string{`status: +IN_FLIGHT`, `lease expires: .*\(in 7\d\dh`, `attempts: +0 `, `provider reference: +` + reference,
+		`amount: +1500 EUR`, `will settle it as: +charged by provider charge pc_operator_5001: SUCCEEDED`,
+		`type the key to confirm \(order-5001\): settled acme / order-5001 as charged \(outcome resolved_charged\): status SUCCEEDED, stored answer 201`} {
+		if code != exitOK || !regexp.MustCompile(want).MatchString(out) {
+			t.Fatalf("settle --charged: exit %d, output lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, "tok_visa") {
+		t.Fatalf("settle printed the card source:\n%s", out)
+	}
+	rows, err := charge.NewRows(s.clients.DynamoDB, s.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row, found, err := rows.Get(ctx, "acme", charge.ChargeID(stale.Key, stale.CreatedAt))
+	if n := s.chargeRows(t); err != nil || !found || n != 1 || row.ProviderChargeID != "pc_operator_5001" || row.ProviderReference != reference || row.Money.Amount != 1500 {
+		t.Fatalf("charges table: %d rows, %+v found %v (%v); want the one row of pc_operator_5001", n, row, found, err)
+	}
+	rec, err := st.Get(ctx, stale.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status, body := s.post(t, "order-5001"); status != http.StatusCreated || body != string(rec.Response.Body) || !strings.Contains(body, row.ID) {
+		t.Fatalf("a retry of order-5001: %d %s; want the stored 201 %s", status, body, rec.Response.Body)
+	}
+	if err := st.Commit(ctx, stale, idem.Response{Status: http.StatusCreated}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale holder's Commit after the settle: %v, want %v", err, idem.ErrLeaseLost)
+	}
+	// Settled, it is refused, and says what it is.
+	if code, _, errOut := s.adminTyping(t, strings.NewReader("order-5001\n"), "settle", "--released", "acme", "order-5001"); code != exitFailed ||
+		!strings.Contains(errOut, "acme / order-5001 is SUCCEEDED, stored answer 201, not IN_FLIGHT") {
+		t.Fatalf("settle of a settled key: exit %d, %s", code, errOut)
+	}
+
+	// Declined, with --json and --yes: the 402, and no row.
+	s.parked(t, "order-5002")
+	code, out, errOut := s.admin(t, "settle", "--json", "--yes", "--declined", "acme", "order-5002")
+	var settled settleOutput
+	if err := json.Unmarshal([]byte(out), &settled); code != exitOK || err != nil || settled.SettledAs != "declined" || settled.Outcome != charge.OutcomeResolvedDec ||
+		settled.Evidence.Status != idem.StatusInFlight || settled.Evidence.Amount != 1500 || settled.Evidence.ProviderReference == "" ||
+		settled.Record.Status != idem.StatusFailedPermanent || settled.Record.Answer == nil || settled.Record.Answer.Status != http.StatusPaymentRequired {
+		t.Fatalf("settle --json --declined: exit %d, %v, %+v", code, err, settled)
+	}
+	if !strings.Contains(errOut, "will settle it as:") || strings.Contains(errOut, "type the key") {
+		t.Fatalf("settle --json --yes: the evidence is not on stderr, or it asked:\n%s", errOut)
+	}
+	if status, body := s.post(t, "order-5002"); status != http.StatusPaymentRequired || !strings.Contains(body, "card_declined") {
+		t.Fatalf("a retry of order-5002: %d %s; want the stored 402", status, body)
+	}
+
+	// Released: the key is free for the same request again.
+	s.parked(t, "order-5003")
+	if code, out, _ := s.adminTyping(t, strings.NewReader("order-5003"), "settle", "--released", "acme", "order-5003"); code != exitOK || !strings.Contains(out, "as released (outcome released): status RELEASED\n") {
+		t.Fatalf("settle --released: exit %d\n%s", code, out)
+	}
+	if n := s.chargeRows(t); n != 1 {
+		t.Fatalf("charges table: %d rows after a decline and a release, want 1", n)
+	}
+
+	// Not confirmed: nothing written, the holder still holds it.
+	held := s.parked(t, "order-5004")
+	before, err := st.Get(ctx, held.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, typed := range []string{"", "order-5001\n", "y\n"} {
+		if code, _, errOut := s.adminTyping(t, strings.NewReader(typed), "settle", "--charged", "pc_operator_5004", "acme", "order-5004"); code != exitFailed || !strings.Contains(errOut, "not confirmed") {
+			t.Fatalf("settle typing %q: exit %d, %s", typed, code, errOut)
+		}
+	}
+	after, err := st.Get(ctx, held.Key)
+	if err != nil || after.Status != idem.StatusInFlight || after.LeaseToken != before.LeaseToken || !after.LeaseExpiresAt.Equal(before.LeaseExpiresAt) || after.Attempts != 0 {
+		t.Fatalf("after the refusals: %+v (%v), want it as it was: %+v", after, err, before)
+	}
+	if err := st.Release(ctx, held); err != nil {
+		t.Fatalf("the holder's Release after the refusals: %v", err)
+	}
+
+	// Settled by someone else while the operator read the evidence:
+	// nothing written.
+	late := s.parked(t, "order-5005")
+	typed := &typedAfter{do: func() {
+		if err := st.Release(ctx, late); err != nil {
+			t.Error(err)
+		}
+	}, typed: strings.NewReader("order-5005\n")}
+	if code, _, errOut := s.adminTyping(t, typed, "settle", "--charged", "pc_operator_5005", "acme", "order-5005"); code != exitFailed ||
+		!strings.Contains(errOut, "changed since it was read (now RELEASED") || s.chargeRows(t) != 1 {
+		t.Fatalf("settle of a key released meanwhile: exit %d, %s", code, errOut)
+	}
+
+	if code, _, errOut := s.admin(t, "settle", "--yes", "--released", "acme", "order-5999"); code != exitFailed || !strings.Contains(errOut, "no record") {
+		t.Fatalf("settle of an unknown key: exit %d, %s", code, errOut)
+	}
+}
+
+// typedAfter is an operator who types typed once do has run: what
+// happens to a record while they read its evidence.
+type typedAfter struct {
+	do    func()
+	typed io.Reader
+}
+
+func (r *typedAfter) Read(p []byte) (int, error) {
+	if r.do != nil {
+		r.do()
+		r.do = nil
+	}
+	return r.typed.Read(p)
 }

@@ -12,6 +12,7 @@
 //	chargectl admin dlq list [--json] [--max N]
 //	chargectl admin dlq redrive [--json] [--key TENANT KEY]
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
+//	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
 //
 // Both take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
@@ -23,10 +24,11 @@
 // result goes to stdout, human-readable, or as one JSON object with --json.
 //
 // The admin commands read the deployment's tables and queues directly, with
-// the configuration the functions read: IDEMPOTENCY_TABLE,
-// RECONCILE_QUEUE_URL, RECONCILE_DLQ_URL (the dead-letter queue, which no
-// function reads), DYNAMODB_ENDPOINT and SQS_ENDPOINT (unset: AWS) and the
-// SDK's AWS_* variables; each command requires only what it uses. KEY is
+// the configuration the functions read: IDEMPOTENCY_TABLE, CHARGES_TABLE,
+// IDEMPOTENCY_TTL (default 24h), RECONCILE_QUEUE_URL, RECONCILE_DLQ_URL
+// (the dead-letter queue, which no function reads), DYNAMODB_ENDPOINT and
+// SQS_ENDPOINT (unset: AWS) and the SDK's AWS_* variables; each command
+// requires only what it uses. KEY is
 // the Idempotency-Key (the command id) of a charge request. record shows a
 // key's idempotency record: status, lease owner (a prefix of its lease
 // token), lease and record expiry, reconcile attempts, fingerprint prefix
@@ -39,7 +41,14 @@
 // id --id of --tenant (minting an id, printed on stderr, if none is
 // given), after checking it as the intake function will: the intake
 // charges it once, under the key a POST /charges with that
-// Idempotency-Key and body replays.
+// Idempotency-Key and body replays. settle settles an IN_FLIGHT key (a
+// parked one, which nothing automatic settles) as the operator found it
+// in the provider's records: charged as the provider's charge REF (the
+// charge row and the 201), declined (the 402) or released (no charge: a
+// retry charges it). It shows the record's evidence, its provider
+// reference and amount first, and writes only once the operator has typed
+// KEY (or with --yes), preempting the lease so that any holder's late
+// write fails.
 //
 // Exit status: 0 success; 1 a final failure (declined, invalid, key
 // reused, not found, unauthorized); 2 a usage error; 3 the outcome is not

@@ -435,6 +435,7 @@ func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, log
 func adminEnv(s stack) []string {
 	env := []string{
 		app.EnvIdempotencyTable + "=" + idempotencyTable,
+		app.EnvChargesTable + "=" + chargesTable,
 		app.EnvReconcileQueueURL + "=" + s.queueURL,
 		app.EnvReconcileDLQURL + "=" + s.dlqURL,
 		app.EnvChargeRequestsQueueURL + "=" + s.intakeURL,
@@ -466,7 +467,7 @@ func printBanner(w io.Writer, s stack) {
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
-	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
+	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
 	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
 	_, _ = io.WriteString(w, b.String())

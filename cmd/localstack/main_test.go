@@ -73,7 +73,7 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 	if !strings.Contains(curl, s.api+"/charges") || !strings.Contains(curl, "Bearer dev:acme") {
 		t.Errorf("banner's curl does not target the API:\n%s", banner.String())
 	}
-	for _, want := range []string{"IDEMPOTENCY_TABLE=chargeonce-idempotency", "RECONCILE_QUEUE_URL=" + s.queueURL, "RECONCILE_DLQ_URL=" + s.dlqURL,
+	for _, want := range []string{"IDEMPOTENCY_TABLE=chargeonce-idempotency", "CHARGES_TABLE=chargeonce-charges", "RECONCILE_QUEUE_URL=" + s.queueURL, "RECONCILE_DLQ_URL=" + s.dlqURL,
 		"CHARGE_REQUESTS_QUEUE_URL=" + s.intakeURL,
 		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "AWS_ACCESS_KEY_ID=test"} {
 		if s.queueURL == "" || s.dlqURL == "" || s.intakeURL == "" || !strings.Contains(banner.String(), want) {

@@ -111,6 +111,9 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 	return d
 }
 
+// retention is IDEMPOTENCY_TTL, which every reader of it defaults alike.
+func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 24*time.Hour) }
+
 func (e *env) count(name string, def int) int {
 	v := e.get(name)
 	if v == "" {
@@ -175,7 +178,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		ProviderSecret:    e.optional(EnvProviderSecret, ""),
 		TenantClaim:       e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
 		WebhookSecret:     e.optional(EnvWebhookSecret, ""),
-		Retention:         e.duration(EnvIdempotencyTTL, 24*time.Hour),
+		Retention:         e.retention(),
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:       e.count(EnvReplayCache, DefaultReplayCache),
@@ -209,7 +212,7 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 		Provider:         e.provider(),
 		ProviderURL:      e.required(EnvProviderURL),
 		ProviderSecret:   e.optional(EnvProviderSecret, ""),
-		Retention:        e.duration(EnvIdempotencyTTL, 24*time.Hour),
+		Retention:        e.retention(),
 		SettleWindow:     e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
 		RetryBase:        e.duration(EnvRetryBase, charge.DefaultRetryBase),
 		RetryCap:         e.duration(EnvRetryCap, charge.DefaultRetryCap),
@@ -243,7 +246,7 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 		Provider:           e.provider(),
 		ProviderURL:        e.required(EnvProviderURL),
 		ProviderSecret:     e.optional(EnvProviderSecret, ""),
-		Retention:          e.duration(EnvIdempotencyTTL, 24*time.Hour),
+		Retention:          e.retention(),
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		LogLevel:           e.level(),
@@ -276,8 +279,11 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 // the functions read, the reconcile dead-letter queue and the
 // charge-requests queue.
 type AdminConfig struct {
-	IdempotencyTable, ReconcileQueueURL, ReconcileDLQURL string
-	ChargeRequestsQueueURL                               string
+	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
+	ChargeRequestsQueueURL                                             string
+	// Retention is the functions' IDEMPOTENCY_TTL: a command an operator
+	// settles deduplicates as long as one the functions settle.
+	Retention time.Duration
 }
 
 // LoadAdmin reads chargectl admin's configuration. The variables in need
@@ -292,9 +298,11 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 	}
 	c := AdminConfig{
 		IdempotencyTable:       read(EnvIdempotencyTable),
+		ChargesTable:           read(EnvChargesTable),
 		ReconcileQueueURL:      read(EnvReconcileQueueURL),
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
+		Retention:              e.retention(),
 	}
 	return c, e.err()
 }

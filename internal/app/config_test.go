@@ -79,7 +79,7 @@ func TestLoadAdminRequiresWhatACommandNeeds(t *testing.T) {
 	t.Parallel()
 	env := envOf(map[string]string{app.EnvIdempotencyTable: "idem"})
 	c, err := app.LoadAdmin(env, app.EnvIdempotencyTable)
-	if err != nil || c.IdempotencyTable != "idem" || c.ReconcileQueueURL != "" {
+	if err != nil || c.IdempotencyTable != "idem" || c.ReconcileQueueURL != "" || c.Retention != 24*time.Hour {
 		t.Fatalf("LoadAdmin: %+v, %v", c, err)
 	}
 	_, err = app.LoadAdmin(env, app.EnvReconcileQueueURL, app.EnvReconcileDLQURL)

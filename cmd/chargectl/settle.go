@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// settlement is what settle's flags say the provider's records show.
+type settlement struct {
+	chargeID, declineCode   string
+	declined, released, yes bool
+}
+
+// result is the settlement as the provider's answer SettleByOperator
+// takes, refused unless exactly one outcome is given.
+func (s settlement) result() (provider.Result, error) {
+	var given []provider.Result
+	if s.chargeID != "" {
+		given = append(given, provider.Result{Status: provider.StatusCharged, ChargeID: s.chargeID})
+	}
+	if s.declined {
+		given = append(given, provider.Result{Status: provider.StatusDeclined, DeclineCode: s.declineCode})
+	}
+	if s.released {
+		given = append(given, provider.Result{Status: provider.StatusNotFound})
+	}
+	if len(given) != 1 {
+		return provider.Result{}, errors.New("give exactly one of --charged REF, --declined, --released")
+	}
+	if s.declined && s.declineCode == "" {
+		return provider.Result{}, errors.New("--declined needs a --decline-code")
+	}
+	return given[0], nil
+}
+
+// noProvider is the provider of the service settle drives. An operator
+// settles from the provider's own records, so settling asks the provider
+// nothing: a call would be a bug, refused before anything is sent.
+type noProvider struct{}
+
+var errNoProvider = errors.New("chargectl: an operator's settle calls no provider")
+
+func (noProvider) Charge(context.Context, provider.ChargeRequest) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
+func (noProvider) Lookup(context.Context, string) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
+func (noProvider) Guarantees() provider.Guarantees { return provider.Guarantees{} }
+
+// service is the charge service on st and the charges table, storing the
+// HTTP API's answers, so a retry replays what the API would have answered.
+func (a *admin) service(st *idem.Store) (*charge.Service, error) {
+	rows, err := charge.NewRows(a.clients.DynamoDB, a.cfg.ChargesTable)
+	if err != nil {
+		return nil, err
+	}
+	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}, Clock: a.clock})
+}
+
+// evidenceOutput is what settle shows of a record before it writes: the
+// record, the reference to look up at the provider, and what was asked
+// for (never the card source the intent may keep).
+type evidenceOutput struct {
+	recordOutput
+	ProviderReference string `json:"provider_reference"`
+	Amount            int64  `json:"amount"`
+	Currency          string `json:"currency"`
+}
+
+// settleOutput is what settle prints once it has settled.
+type settleOutput struct {
+	Evidence         evidenceOutput `json:"evidence"`
+	SettledAs        string         `json:"settled_as"` // charged, declined or released
+	ProviderChargeID string         `json:"provider_charge_id,omitempty"`
+	Outcome          charge.Outcome `json:"outcome"`
+	Record           recordOutput   `json:"record"`
+}
+
+// settle settles an IN_FLIGHT key as res says, once the operator has seen
+// its evidence and typed the key (unless yes). The evidence and the
+// question go where the text output goes, and to stderr with --json, so
+// that stdout holds one JSON object.
+func (a *admin) settle(ctx context.Context, args []string, res provider.Result, yes bool) error {
+	key, err := chargeKey(args[0], args[1])
+	if err != nil {
+		return err
+	}
+	st, err := a.store()
+	if err != nil {
+		return err
+	}
+	svc, err := a.service(st)
+	if err != nil {
+		return err
+	}
+	rec, err := a.get(ctx, st, key)
+	if err != nil {
+		return err
+	}
+	if rec.Status != idem.StatusInFlight {
+		return fmt.Errorf("%s is %s%s, not IN_FLIGHT: nothing to settle", keyText(key), rec.Status, answered(rec))
+	}
+	// The reference binds the settlement to the intent shown here: if the
+	// record is another by the time it is preempted, nothing is written.
+	res.Reference = charge.ProviderReference(key, rec.CreatedAt)
+	var in struct {
+		Amount   int64  `json:"amount"`
+		Currency string `json:"currency"`
+	}
+	if err := json.Unmarshal(rec.Intent, &in); err != nil {
+		return fmt.Errorf("stored intent: %w", err)
+	}
+	ev := evidenceOutput{recordOutput: newRecordOutput(key, rec), ProviderReference: res.Reference, Amount: in.Amount, Currency: in.Currency}
+	as, plan := describe(key, rec, res)
+	talk := a.stdout
+	if a.json {
+		talk = a.stderr
+	}
+	w := tabwriter.NewWriter(talk, 0, 4, 2, ' ', 0)
+	a.printRecord(w, ev.recordOutput)
+	fmt.Fprintf(w, "provider reference:\t%s\n", ev.ProviderReference)
+	fmt.Fprintf(w, "amount:\t%d %s (minor units)\n", ev.Amount, ev.Currency)
+	fmt.Fprintf(w, "will settle it as:\t%s\n", plan)
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if !yes {
+		if err := a.confirm(talk, key); err != nil {
+			return err
+		}
+	}
+	outcome, after, err := svc.SettleByOperator(ctx, key, res)
+	if err != nil {
+		return err
+	}
+	if outcome == charge.OutcomeNothingToDo {
+		return fmt.Errorf("%s changed since it was read (now %s%s, created %s): nothing written", keyText(key), after.Status, answered(after), stamp(after.CreatedAt))
+	}
+	out := settleOutput{Evidence: ev, SettledAs: as, ProviderChargeID: res.ChargeID, Outcome: outcome, Record: newRecordOutput(key, after)}
+	if a.json {
+		return a.printJSON(out)
+	}
+	fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): status %s%s\n", keyText(key), as, outcome, after.Status, answered(after))
+	fmt.Fprintln(a.stdout, "check with: chargectl admin record", key.Tenant(), key.ClientKey())
+	return nil
+}
+
+// describe names what settling rec as res does, in a word and in full.
+func describe(key idem.Key, rec *idem.Record, res provider.Result) (string, string) {
+	switch res.Status {
+	case provider.StatusCharged:
+		return "charged", fmt.Sprintf("charged by provider charge %s: SUCCEEDED, with its charge row %s and the 201 the API answers",
+			res.ChargeID, charge.ChargeID(key, rec.CreatedAt))
+	case provider.StatusDeclined:
+		return "declined", fmt.Sprintf("declined (%s): FAILED_PERMANENT, with the 402 the API answers", res.DeclineCode)
+	default:
+		return "released", "not charged: RELEASED, and a retry of the same request then charges it"
+	}
+}
+
+// answered is rec's stored answer, as a suffix to its status.
+func answered(rec *idem.Record) string {
+	if rec.Response == nil {
+		return ""
+	}
+	return fmt.Sprintf(", stored answer %d", rec.Response.Status)
+}
+
+// confirm asks the operator to type key's client key: a settlement cannot
+// be undone, so it takes more than a stray Enter, and a key pasted into
+// the wrong command is refused.
+func (a *admin) confirm(w io.Writer, key idem.Key) error {
+	fmt.Fprintf(w, "type the key to confirm (%s): ", key.ClientKey())
+	line, err := bufio.NewReader(a.stdin).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read the confirmation: %w", err)
+	}
+	if typed := strings.TrimSpace(line); typed != key.ClientKey() {
+		return fmt.Errorf("not confirmed (typed %q): nothing written", typed)
+	}
+	return nil
+}

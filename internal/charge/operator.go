@@ -1,0 +1,69 @@
+package charge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// SettleByOperator settles the IN_FLIGHT command key names as an operator
+// found it in the provider's own records: res.Status is StatusCharged
+// (ChargeID the provider's id for the charge), StatusDeclined (with its
+// DeclineCode), or StatusNotFound, which releases the key. It is the way
+// out for a parked command (OutcomeParked), which nothing automatic
+// settles: its lease is postponed, so TakeOver refuses it, and the
+// provider no longer deduplicates its reference, so no retry may resend
+// it.
+//
+// res.Reference must be the command's provider reference, the one the
+// operator looked up: a record that is not IN_FLIGHT, or is another intent
+// under a reused key, is left alone and returned as it is, with
+// OutcomeNothingToDo. Otherwise the lease is preempted (idem.Store.Preempt),
+// so whoever held it can no longer write, and the command is settled as
+// Reconcile settles it: the charge row and the 201 the API answers in one
+// transaction, the 402, or RELEASED. The record returned is the settled
+// one, read back. An error leaves the command IN_FLIGHT, for the operator
+// to settle again: every step is fenced, so a second run settles it once.
+func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
+	switch {
+	case key.Operation() != Operation:
+		return "", nil, fmt.Errorf("charge: operator settle under a key of operation %q", key.Operation())
+	case res.Status == provider.StatusCharged && res.ChargeID == "":
+		return "", nil, errors.New("charge: operator settle: a charge needs the provider's charge id")
+	case res.Status != provider.StatusCharged && res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
+		// Checked before the preemption, so a bad call takes no lease.
+		return "", nil, fmt.Errorf("charge: operator settle: unexpected provider status %q", res.Status)
+	}
+	rec, err := s.cfg.Store.Get(ctx, key)
+	if err != nil {
+		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
+	}
+	if rec.Status != idem.StatusInFlight || ProviderReference(key, rec.CreatedAt) != res.Reference {
+		return OutcomeNothingToDo, rec, nil
+	}
+	lease, err := s.cfg.Store.Preempt(ctx, key)
+	if err != nil {
+		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
+	}
+	out, charged := idem.NotApplied(idem.Response{}), (*Charge)(nil)
+	if res.Status != provider.StatusNotFound {
+		in, err := storedIntent(lease)
+		if err != nil {
+			return "", nil, err
+		}
+		if out, charged, err = s.verdict(lease, in, res); err != nil {
+			return "", nil, err
+		}
+	}
+	outcome, err := s.settle(ctx, lease, out, charged)
+	if err != nil {
+		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
+	}
+	if rec, err = s.cfg.Store.Get(ctx, key); err != nil {
+		return outcome, nil, fmt.Errorf("charge: operator settle: read back: %w", err)
+	}
+	return outcome, rec, nil
+}
