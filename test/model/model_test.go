@@ -9,8 +9,10 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,6 +73,10 @@ func runModel(t *testing.T, e *env) {
 			"sweep":              r.sweep,
 			"reconcile":          r.reconcile,
 			"staleOwner":         r.staleOwner,
+			"connectionDrops":    r.connectionDrops,
+			"claimAnswerLost":    r.claimAnswerLost,
+			"dedupWindowNears":   r.dedupWindowNears,
+			"atTheExpirySecond":  r.atTheExpirySecond,
 		}
 		// Crashed owners coming back late are drawn twice as often.
 		names := append(slices.Sorted(maps.Keys(actions)), "staleOwner")
@@ -82,8 +88,10 @@ func runModel(t *testing.T, e *env) {
 		r.checkFinal(rt)
 		r.removeItems(rt)
 	})
-	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused; %d commands parked",
-		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load())
+	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused; %d commands parked; "+
+		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged",
+		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load(),
+		e.drop.dropped.Load(), e.faults.claimsLost.Load(), e.toldNothing.Load())
 }
 
 // env is the charge path as deployed, in-process.
@@ -107,9 +115,19 @@ type env struct {
 	// stored.
 	db *dynamodb.Client
 	d  *testkit.Deployment
+	// archive reads the same table as of the epoch, so a record past its
+	// retention still reads: its last state, for the checks.
+	archive *idem.Store
+	// drop is the charge function's connection to the provider, which a
+	// history can break after the provider executed a charge.
+	drop *connDrop
+	// unanswerable are the sources whose replays the provider never
+	// answers (a card it always rate-limits).
+	unanswerable map[string]bool
 	// staleRefused counts the writes of stale lease holders refused;
-	// parked the commands left parked at the end of a history.
-	staleRefused, parked atomic.Int64
+	// parked the commands left parked at the end of a history;
+	// toldNothing the answers that said nothing was charged.
+	staleRefused, parked, toldNothing atomic.Int64
 }
 
 const (
@@ -133,6 +151,11 @@ type backend interface {
 	SetDown(down bool)
 	// entries are what became of every reference sent.
 	entries() map[string]entry
+	// lateSends are the references sent again after the provider stopped
+	// deduplicating them, less its margin; none may be.
+	lateSends() []string
+	// sent reports whether a request under reference reached the provider.
+	sent(reference string) bool
 }
 
 // entry is what became of one reference at the provider.
@@ -153,6 +176,12 @@ type charger interface {
 // simBackend is the provider simulator.
 type simBackend struct{ *providersim.Simulator }
 
+// lateSends: the simulator deduplicates for ever.
+func (simBackend) lateSends() []string { return nil }
+
+// sent: only the Stripe mode parks, so only it asks.
+func (simBackend) sent(string) bool { return true }
+
 func (b simBackend) entries() map[string]entry {
 	out := map[string]entry{}
 	for ref, e := range b.Ledger().References {
@@ -163,12 +192,22 @@ func (b simBackend) entries() map[string]entry {
 
 // stripeBackend is the Stripe simulator; while it is down, every request
 // answers 503 and executes nothing (to the adapter an ambiguous charge).
+// It notes when each reference was first sent, and every send of it after
+// Stripe's key window less the adapter's margin.
 type stripeBackend struct {
-	sim  *stripesim.Simulator
-	down atomic.Bool
+	sim   *stripesim.Simulator
+	clock func() time.Time
+	down  atomic.Bool
+
+	mu        sync.Mutex
+	firstSent map[string]time.Time
+	late      []string
 }
 
 func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		b.noteSend(r)
+	}
 	if b.down.Load() {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -176,6 +215,40 @@ func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.sim.ServeHTTP(w, r)
+}
+
+// noteSend notes a create request's reference, leaving its body readable.
+func (b *stripeBackend) noteSend(r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	form, _ := url.ParseQuery(string(body))
+	ref := form.Get("metadata[" + stripe.MetadataReference + "]")
+	if ref == "" {
+		return
+	}
+	now := b.clock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	first, ok := b.firstSent[ref]
+	switch {
+	case !ok:
+		b.firstSent[ref] = now
+	case !now.Before(first.Add(stripe.DedupWindow - stripe.DedupMargin)):
+		b.late = append(b.late, ref)
+	}
+}
+
+func (b *stripeBackend) lateSends() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.late)
+}
+
+func (b *stripeBackend) sent(reference string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.firstSent[reference]
+	return ok
 }
 
 func (b *stripeBackend) Land() int         { return b.sim.Land() }
@@ -203,7 +276,7 @@ const stripeTimeout = 500 * time.Millisecond
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	d := testkit.Deploy(t, providersim.WithSlowDelay(50*time.Millisecond))
-	e := newEnvOn(t, d, testkit.NewClock(time.Now()), func(w *testkit.Wiring) {
+	e := newEnvOn(t, d, testkit.NewClock(time.Now()), newConnDrop(t, d.Sim), func(w *testkit.Wiring) {
 		w.Deps.ProviderOptions = []func(*provider.Options){provider.WithTimeout(5 * time.Second)}
 		w.Reconcile.SettleWindow = simSettleWindow
 	})
@@ -223,12 +296,12 @@ func newStripeEnv(t *testing.T) *env {
 	t.Helper()
 	d := testkit.Deploy(t)
 	clock := testkit.NewClock(time.Now())
-	b := &stripeBackend{}
+	b := &stripeBackend{clock: clock.Now, firstSent: map[string]time.Time{}}
 	var wire func(*testkit.Wiring)
 	b.sim, wire = testkit.Stripe(t, clock.Now)
 	srv := httptest.NewServer(b)
 	t.Cleanup(srv.Close)
-	e := newEnvOn(t, d, clock, wire, func(w *testkit.Wiring) {
+	e := newEnvOn(t, d, clock, newConnDrop(t, b), wire, func(w *testkit.Wiring) {
 		w.Charge.ProviderURL, w.Reconcile.ProviderURL = srv.URL, srv.URL
 		w.Deps.StripeOptions = []func(*stripe.Options){func(o *stripe.Options) { o.Timeout = stripeTimeout }}
 	})
@@ -239,16 +312,21 @@ func newStripeEnv(t *testing.T) *env {
 	e.sim, e.prov, e.keepsSource = b, a, true
 	g := a.Guarantees()
 	e.settleWindow, e.dedupWindow = g.SettleWindow, g.DedupWindow
+	// pmUnknown is well formed but unknown to Stripe, which refuses every
+	// send of it outright (400 resource_missing).
+	const pmUnknown = "pm_unknown_to_stripe"
 	e.sources = []string{
 		stripesim.PMVisa, stripesim.PMVisa, stripesim.PMDeclined, stripesim.PMRateLimited,
-		stripesim.PMTimeout, stripesim.PMAPIError, stripesim.PMLate,
+		stripesim.PMTimeout, stripesim.PMAPIError, stripesim.PMLate, pmUnknown,
 	}
+	e.unanswerable = map[string]bool{stripesim.PMRateLimited: true}
 	return e
 }
 
 // newEnvOn builds the charge and reconcile functions on d, as wire says,
-// on clock and a DynamoDB client that injects faults.
-func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, wire ...func(*testkit.Wiring)) *env {
+// on clock and a DynamoDB client that injects faults; the charge function
+// reaches the provider through drop.
+func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *connDrop, wire ...func(*testkit.Wiring)) *env {
 	t.Helper()
 	faults := &faultyTransport{base: http.DefaultTransport}
 	clients := testkit.Clients(t, func(o *dynamodb.Options) {
@@ -263,7 +341,12 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, wire ..
 		w.Charge.InflightWait, w.Charge.Retention = inflightWait, retention
 		w.Reconcile.Retention, w.Reconcile.RetryBase, w.Reconcile.RetryCap = retention, retryBase, retryCap
 	}}, wire...)
-	h, recon := d.ChargeHandler(t, wire...), d.ReconcileService(t, wire...)
+	recon := d.ReconcileService(t, wire...)
+	h := d.ChargeHandler(t, append(wire, func(w *testkit.Wiring) {
+		w.Charge.ProviderURL = drop.url
+		w.Deps.ProviderOptions = append(w.Deps.ProviderOptions, provider.WithHTTPClient(drop.client))
+		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) { o.HTTPClient = drop.client })
+	})...)
 	store, err := idem.New(clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) {
 		o.Clock, o.Retention = clock.Now, retention
 	})
@@ -277,21 +360,114 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, wire ..
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{handler: h, recon: recon, store: store, reader: reader, clock: clock, faults: faults, db: db, d: d}
+	archive, err := idem.New(db, d.IdempotencyTable, func(o *idem.Options) {
+		o.Clock, o.Retention = func() time.Time { return time.Unix(1, 0) }, retention
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{handler: h, recon: recon, store: store, reader: reader, archive: archive, clock: clock, faults: faults, db: db, d: d, drop: drop}
 }
+
+// connDrop is the charge function's way to the provider: a server in
+// front of it and a client whose dials it controls. Armed, the server
+// lets the provider execute the next charge, then drops the connection
+// without an answer, and every dial fails: Go's transport re-sends a
+// request with an Idempotency-Key on a new connection when a kept-alive one
+// drops after the request was written, and that re-send fails to dial.
+type connDrop struct {
+	h             http.Handler
+	url           string
+	client        *http.Client
+	armed, noDial atomic.Bool
+	dropped       atomic.Int64
+}
+
+func newConnDrop(t *testing.T, provider http.Handler) *connDrop {
+	t.Helper()
+	c := &connDrop{h: provider}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	c.url = srv.URL
+	c.client = &http.Client{Transport: &http.Transport{DialContext: c.dial}}
+	return c
+}
+
+func (c *connDrop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == "/warm" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if r.Method != http.MethodPost || !c.armed.CompareAndSwap(true, false) {
+		c.h.ServeHTTP(w, r)
+		return
+	}
+	c.h.ServeHTTP(unanswered{w}, r) // executed; its answer goes nowhere
+	c.dropped.Add(1)
+	if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+		_ = conn.Close()
+	}
+}
+
+func (c *connDrop) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	if c.noDial.Load() {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: errors.New("connection refused (injected)")}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// warm leaves a kept-alive connection in the client's pool, for the next
+// request to reuse.
+func (c *connDrop) warm() error {
+	resp, err := c.client.Get(c.url + "/warm")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// unanswered throws a handler's answer away; Unwrap lets a handler that
+// hangs up hijack the connection itself.
+type unanswered struct{ w http.ResponseWriter }
+
+func (u unanswered) Header() http.Header         { return http.Header{} }
+func (u unanswered) Write(b []byte) (int, error) { return len(b), nil }
+func (u unanswered) WriteHeader(int)             {}
+func (u unanswered) Unwrap() http.ResponseWriter { return u.w }
 
 // faultyTransport makes a share of DynamoDB requests fail, shaped as
 // DynamoDB's throttling or internal-server errors. A refused request is
 // answered without being forwarded: nothing happened on the table. A lost
-// answer is forwarded and applied, and its answer thrown away: the SDK
-// retries a write that already happened.
+// answer is forwarded and applied, and its answer thrown away (a server
+// error, as DynamoDB's answer to a write it applied can never be
+// throttling): the SDK retries a write that already happened. Armed with
+// loseClaim, the next PutItem (a claim) is applied and its answer lost,
+// and then every request is refused until throttle is cleared.
 type faultyTransport struct {
-	base          http.RoundTripper
-	refuse, lose  atomic.Int64 // per mille
-	refused, lost atomic.Int64
+	base                      http.RoundTripper
+	refuse, lose              atomic.Int64 // per mille
+	refused, lost, claimsLost atomic.Int64
+	loseClaim, throttle       atomic.Bool
 }
 
 func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if f.throttle.Load() {
+		f.refused.Add(1)
+		return testkit.DynamoDBFault(req, "ThrottlingException"), nil
+	}
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") && f.loseClaim.CompareAndSwap(true, false) {
+		resp, err := f.base.RoundTrip(req)
+		if err != nil {
+			return resp, err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		f.claimsLost.Add(1)
+		f.throttle.Store(true)
+		return testkit.DynamoDBFault(req, "InternalServerError"), nil
+	}
 	switch n := rand.Int64N(1000); {
 	case n < f.refuse.Load():
 		if req.Body != nil {
@@ -307,12 +483,13 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
 		f.lost.Add(1)
-		return fault(req), nil
+		return testkit.DynamoDBFault(req, "InternalServerError"), nil
 	default:
 		return f.base.RoundTrip(req)
 	}
 }
 
+// fault is a refusal: throttling (provably unprocessed) or a server error.
 func fault(req *http.Request) *http.Response {
 	if rand.IntN(2) == 0 {
 		return testkit.DynamoDBFault(req, "InternalServerError")
@@ -352,6 +529,10 @@ type keyState struct {
 	// last state each was seen in: a command's record is replaced only
 	// once settled and past retention, so its last state is its final one.
 	gens map[time.Time]*idem.Record
+	// told is the provider reference of the command whose client was last
+	// told "nothing was charged", until the client sends again: the
+	// provider must never charge it.
+	told string
 }
 
 type seen struct {
@@ -515,6 +696,7 @@ func variant(rt *rapid.T, ks *keyState) (body, string) {
 }
 
 func (r *history) send(ks *keyState, payload string) (events.APIGatewayV2HTTPResponse, error) {
+	ks.told = "" // a retry may charge the command it was told of
 	return r.env.handler.Handle(context.Background(), testkit.PostCharge(ks.key.Tenant(), ks.key.ClientKey(), payload))
 }
 
@@ -523,6 +705,115 @@ func (r *history) request(rt *rapid.T) {
 	b, payload := variant(rt, ks)
 	resp, err := r.send(ks, payload)
 	r.observe(rt, ks, b, resp, err)
+	r.noteNothingCharged(rt, ks, resp)
+}
+
+// nothingCharged are the problems that tell a client nothing was charged.
+var nothingCharged = []string{
+	httpapi.ProblemUnavailable.Slug, httpapi.ProblemServiceUnavailable.Slug, httpapi.ProblemProviderRejected.Slug,
+}
+
+// noteNothingCharged checks an answer of a request sent alone: one that
+// says nothing was charged must be true now, and stay true until the
+// client sends again. (Of duplicates sent at once, one may be told so
+// while another charges.)
+func (r *history) noteNothingCharged(rt *rapid.T, ks *keyState, resp events.APIGatewayV2HTTPResponse) {
+	rt.Helper()
+	if !slices.ContainsFunc(nothingCharged, func(slug string) bool { return strings.Contains(resp.Body, httpapi.ProblemBase+slug+`"`) }) {
+		return
+	}
+	r.env.toldNothing.Add(1)
+	rec, err := r.env.archive.Get(context.Background(), ks.key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return // nothing stored: no command to charge
+	case err != nil:
+		rt.Fatal(err)
+	}
+	ref := charge.ProviderReference(ks.key, rec.CreatedAt)
+	if e := r.env.sim.entries()[ref]; e.status == provider.StatusCharged || e.pending {
+		rt.Fatalf("%s: told %d %s, but the provider has %+v for its reference", ks.key, resp.StatusCode, resp.Body, e)
+	}
+	ks.told = ref
+}
+
+// connectionDrops is a charge whose connection to the provider drops
+// after the provider executed it, and whose re-send on a new connection
+// fails to dial.
+func (r *history) connectionDrops(rt *rapid.T) {
+	if err := r.env.drop.warm(); err != nil {
+		rt.Fatal(err)
+	}
+	r.env.drop.armed.Store(true)
+	r.env.drop.noDial.Store(true)
+	defer r.env.drop.armed.Store(false)
+	defer r.env.drop.noDial.Store(false)
+	r.request(rt)
+}
+
+// claimAnswerLost is a request whose claim lands in DynamoDB while its
+// answer is lost and the SDK's retries are all throttled.
+func (r *history) claimAnswerLost(rt *rapid.T) {
+	faulty := r.faulty
+	r.faulty = true
+	r.env.faults.loseClaim.Store(true)
+	defer func() {
+		r.env.faults.loseClaim.Store(false)
+		r.env.faults.throttle.Store(false)
+		r.faulty = faulty
+	}()
+	r.request(rt)
+}
+
+// dedupWindowNears moves the clock to half an hour before the provider's
+// dedup window ends (its margin is an hour), or before retention does for
+// a provider that deduplicates for ever. Keys whose records are gone by
+// then name new intents.
+func (r *history) dedupWindowNears(rt *rapid.T) {
+	w := r.env.dedupWindow
+	if w == 0 {
+		w = retention
+	}
+	r.advance(w - 30*time.Minute)
+	r.forgetExpired(rt)
+}
+
+// forgetExpired forgets what the clients of every key whose record has
+// expired saw: the key names a new intent.
+func (r *history) forgetExpired(rt *rapid.T) {
+	for _, k := range r.sortedKeys() {
+		if _, err := r.env.reader.Get(context.Background(), k); errors.Is(err, idem.ErrNotFound) {
+			ks := r.keys[k]
+			ks.terminal, ks.firsts = nil, 0
+		} else if err != nil {
+			rt.Fatal(err)
+		}
+	}
+}
+
+// atTheExpirySecond sends a request under a settled key at the instant
+// its Idempotency-Expires names, or within that second: the key names a
+// new intent then, so the answer is neither a replay nor a mismatch.
+func (r *history) atTheExpirySecond(rt *rapid.T) {
+	ks := r.pick(rt)
+	rec, err := r.env.reader.Get(context.Background(), ks.key)
+	if err != nil || rec.Status == idem.StatusInFlight || !rec.ExpiresAt.After(r.env.clock.Now()) {
+		return
+	}
+	into := time.Duration(rapid.SampledFrom([]int{0, 1, 500, 999}).Draw(rt, "msIntoTheSecond")) * time.Millisecond
+	r.advance(rec.ExpiresAt.Sub(r.env.clock.Now()) + into)
+	r.forgetExpired(rt)
+	if rapid.Bool().Draw(rt, "newRequest") {
+		ks.body = r.newBody(rt)
+	}
+	b, payload := variant(rt, ks)
+	resp, err := r.send(ks, payload)
+	if resp.StatusCode == http.StatusUnprocessableEntity || resp.Headers[httpapi.HeaderReplayed] == "true" {
+		rt.Fatalf("%s: %d (replayed=%s) %s at %s, %s after the key's expiry %s", ks.key, resp.StatusCode,
+			resp.Headers[httpapi.HeaderReplayed], resp.Body, r.env.clock.Now(), into, rec.ExpiresAt)
+	}
+	r.observe(rt, ks, b, resp, err)
+	r.noteNothingCharged(rt, ks, resp)
 }
 
 // concurrent sends the same request 2 to 4 times at once, as a client
@@ -582,7 +873,8 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 	fp := b.fingerprint()
 	status, replayed := resp.StatusCode, resp.Headers[httpapi.HeaderReplayed] == "true"
 	switch status {
-	case http.StatusCreated, http.StatusPaymentRequired, http.StatusConflict, http.StatusUnprocessableEntity, http.StatusServiceUnavailable:
+	case http.StatusCreated, http.StatusPaymentRequired, http.StatusConflict, http.StatusUnprocessableEntity,
+		http.StatusServiceUnavailable, http.StatusBadGateway:
 	case http.StatusInternalServerError:
 		if !r.faulty {
 			rt.Fatalf("%s: 500 without DynamoDB faults: %s", ks.key, resp.Body)
@@ -698,7 +990,7 @@ func (r *history) advance(d time.Duration) {
 }
 
 func (r *history) advanceClock(rt *rapid.T) {
-	r.advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute}).Draw(rt, "advance"))
+	r.advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute, time.Hour}).Draw(rt, "advance"))
 }
 
 // retentionPasses moves the clock past every settled command's retention.
@@ -876,6 +1168,9 @@ func (r *history) allowed(rt *rapid.T, err error) {
 // charge that has not landed.
 func (r *history) checkInvariantsSoFar(rt *rapid.T) {
 	r.note(rt)
+	if late := r.env.sim.lateSends(); len(late) > 0 {
+		rt.Fatalf("references sent after the provider's dedup window less its margin: %v", late)
+	}
 	ledger := r.env.sim.entries()
 	for _, ks := range r.keys {
 		for created := range ks.gens {
@@ -900,10 +1195,10 @@ func (r *history) note(rt *rapid.T) {
 		if ks == nil {
 			continue // another history's key, swept by this one's sweep
 		}
-		rec, err := r.env.reader.Get(context.Background(), ks.key)
+		rec, err := r.env.archive.Get(context.Background(), ks.key)
 		switch {
 		case errors.Is(err, idem.ErrNotFound):
-			continue // absent, or past retention: its last state was noted before
+			continue // absent: its last state was noted before
 		case err != nil:
 			rt.Fatal(err)
 		}
@@ -1018,8 +1313,13 @@ func (r *history) checkFinal(rt *rapid.T) {
 					rt.Fatalf("%s@%s: RELEASED, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
 				}
 			case idem.StatusInFlight:
-				if r.env.dedupWindow == 0 || r.env.clock.Now().Before(created.Add(r.env.dedupWindow)) || e.results != 0 || hasRow {
-					rt.Fatalf("%s@%s: left IN_FLIGHT after the final sweep and reconcile, the provider says %+v, a row exists: %t", k, created, e, hasRow)
+				// Parked: past the dedup window, no charge, and the
+				// reconciler never had an answer to a send of it.
+				var in struct{ Source string }
+				_ = json.Unmarshal(rec.Intent, &in)
+				if r.env.dedupWindow == 0 || r.env.clock.Now().Before(created.Add(r.env.dedupWindow)) || e.results != 0 || hasRow ||
+					!r.env.unanswerable[in.Source] && r.env.sim.sent(ref) {
+					rt.Fatalf("%s@%s: left IN_FLIGHT after the final sweep and reconcile (source %q), the provider says %+v, a row exists: %t", k, created, in.Source, e, hasRow)
 				}
 				r.env.parked.Add(1)
 			default:
@@ -1033,6 +1333,9 @@ func (r *history) checkFinal(rt *rapid.T) {
 					rt.Fatalf("%s: tenant %s reads the charge with %d %s", k, other, resp.StatusCode, resp.Body)
 				}
 			}
+		}
+		if ks.told != "" && ledger[ks.told].status == provider.StatusCharged {
+			rt.Fatalf("%s: its client was told nothing was charged, and the provider charged %s", k, ks.told)
 		}
 		rec, err := r.env.reader.Get(ctx, k)
 		if err != nil {
