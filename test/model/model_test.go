@@ -891,6 +891,12 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 		}
 		return
 	}
+	if r.faulty && strings.Contains(resp.Body, httpapi.ProblemBase+httpapi.ProblemOutcomePending.Slug) {
+		// Under DynamoDB faults a claim's own answer may be lost, so even
+		// a settled key's may be "not known yet": honest, and it tells
+		// nothing; the retry replays.
+		return
+	}
 	if status == http.StatusCreated {
 		c := parseCharge(rt, resp.Body)
 		if c.ID != charge.ChargeID(ks.key, c.created) || c.ProviderReference != charge.ProviderReference(ks.key, c.created) || c.Amount != b.Amount {
@@ -954,6 +960,7 @@ func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
 		kept.Source = b.Source
 	}
 	intent, _ := json.Marshal(kept)
+	ks.told = "" // a request, if one that crashes
 	begun, err := r.env.store.Begin(context.Background(), ks.key, b.fingerprint(), intent)
 	if err != nil || begun.Lease == nil {
 		return ks, b, nil // in flight, replay, mismatch or a fault: nothing claimed
@@ -991,6 +998,7 @@ func (r *history) advance(d time.Duration) {
 
 func (r *history) advanceClock(rt *rapid.T) {
 	r.advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute, time.Hour}).Draw(rt, "advance"))
+	r.forgetExpired(rt)
 }
 
 // retentionPasses moves the clock past every settled command's retention.
@@ -1218,6 +1226,7 @@ func (r *history) settle(rt *rapid.T) {
 	r.faulty, r.down, r.pendingSince = false, false, time.Time{}
 	stuck := r.settleRounds(rt)
 	r.noteAll(rt)
+	r.forgetExpired(rt)
 	if stuck && r.env.dedupWindow > 0 {
 		// Records settled so far pass their retention meanwhile: their
 		// final state is noted, and their keys may name new intents.
