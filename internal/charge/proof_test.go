@@ -3,11 +3,9 @@ package charge_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -156,39 +154,6 @@ func TestWebhookRecordsAChargeOfAReleasedCommand(t *testing.T) {
 	}
 }
 
-// claimLoser loses the answer of the first PutItem after it is armed (the
-// write is applied), then refuses every request as throttled until it is
-// disarmed: a claim that landed while the SDK's retries all failed.
-type claimLoser struct {
-	mu                sync.Mutex
-	armed, throttling bool
-}
-
-func (c *claimLoser) set(armed bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.armed, c.throttling = armed, false
-}
-
-func (c *claimLoser) RoundTrip(req *http.Request) (*http.Response, error) {
-	c.mu.Lock()
-	armed, throttling := c.armed, c.throttling
-	c.mu.Unlock()
-	if throttling {
-		return testkit.DynamoDBFault(req, "ThrottlingException"), nil
-	}
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil || !armed || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
-		return resp, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	c.mu.Lock()
-	c.throttling = true
-	c.mu.Unlock()
-	return testkit.DynamoDBFault(req, "InternalServerError"), nil
-}
-
 // TestClaimWhoseAnswerIsLostIsPending: the claim lands, but its answer is
 // lost and the SDK's retries are throttled. The record is IN_FLIGHT with
 // the request, and the reconciler will replay it, so the answer is
@@ -196,7 +161,7 @@ func (c *claimLoser) RoundTrip(req *http.Request) (*http.Response, error) {
 // lease runs, then the charge the reconciler made, once.
 func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 	t.Parallel()
-	loser := &claimLoser{}
+	loser := &testkit.LostClaim{}
 	s := newOnStripe(t, func(w *testkit.Wiring) {
 		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
 			o.HTTPClient = &http.Client{Transport: loser}
@@ -206,10 +171,10 @@ func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 		})
 	})
 	key := newKey()
-	loser.set(true)
+	loser.Arm()
 	req := post("acme", key, stripeVisa)
 	resp, err := s.handler.Handle(context.Background(), req)
-	loser.set(false)
+	loser.Disarm()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // DynamoDBFault is DynamoDB's error answer of kind ("ThrottlingException",
@@ -33,4 +34,45 @@ func DynamoDBFault(req *http.Request, kind string) *http.Response {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}
+}
+
+// LostClaim is a DynamoDB transport for a claim that lands unanswered:
+// once armed, the next PutItem is applied and its answer lost (a server
+// error), and every request after it is refused as throttled, unsent,
+// until Disarm. Other requests pass to http.DefaultTransport.
+type LostClaim struct {
+	mu                sync.Mutex
+	armed, throttling bool
+}
+
+// Arm makes the next PutItem land unanswered.
+func (c *LostClaim) Arm() { c.set(true) }
+
+// Disarm ends the throttling, and an arming not yet used.
+func (c *LostClaim) Disarm() { c.set(false) }
+
+func (c *LostClaim) set(armed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.armed, c.throttling = armed, false
+}
+
+// RoundTrip implements http.RoundTripper.
+func (c *LostClaim) RoundTrip(req *http.Request) (*http.Response, error) {
+	c.mu.Lock()
+	armed, throttling := c.armed, c.throttling
+	c.mu.Unlock()
+	if throttling {
+		return DynamoDBFault(req, "ThrottlingException"), nil
+	}
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || !armed || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	c.mu.Lock()
+	c.armed, c.throttling = false, true
+	c.mu.Unlock()
+	return DynamoDBFault(req, "InternalServerError"), nil
 }

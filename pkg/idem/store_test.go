@@ -633,40 +633,14 @@ func TestPreemptClaimsBackARelease(t *testing.T) {
 	}
 }
 
-// loseThenThrottle forwards the first PutItem and throws its answer away,
-// then answers every later request as throttled without forwarding it: a
-// claim that landed while the SDK's retries were all refused.
-type loseThenThrottle struct {
-	mu   sync.Mutex
-	lost bool
-}
-
-func (l *loseThenThrottle) RoundTrip(req *http.Request) (*http.Response, error) {
-	l.mu.Lock()
-	lost := l.lost
-	l.mu.Unlock()
-	if lost {
-		return testkit.DynamoDBFault(req, "ThrottlingException"), nil
-	}
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
-		return resp, err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	l.mu.Lock()
-	l.lost = true
-	l.mu.Unlock()
-	return testkit.DynamoDBFault(req, "InternalServerError"), nil
-}
-
 // TestBeginWhoseAnswerIsLostIsUnknown: a claim that landed, its answer
 // lost and every retry throttled, is *UnknownClaimError with the lease the
 // record holds: never a refusal the caller could take for "nothing ran".
 func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lossy := &loseThenThrottle{}
+	lossy := &testkit.LostClaim{}
+	lossy.Arm()
 	db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
 	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
 	if err != nil {
