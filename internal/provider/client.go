@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -127,6 +126,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	if err := ctx.Err(); err != nil {
 		return fail(ErrUnavailable, err)
 	}
+	ctx, notSent := TraceSend(ctx)
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL, bytes.NewReader(body))
 	if err != nil {
 		return fail(ErrRejected, err)
@@ -135,7 +135,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 
 	resp, err := c.do(httpReq)
 	if err != nil {
-		if notSent(err) {
+		if notSent() {
 			return fail(ErrUnavailable, err)
 		}
 		return fail(ErrAmbiguous, err)
@@ -217,13 +217,6 @@ func (c *Client) do(req *http.Request) (*http.Response, error) {
 		req.Header.Set("Authorization", "Bearer "+c.secret)
 	}
 	return c.hc.Do(req)
-}
-
-// notSent reports whether err shows that no connection was ever made, so
-// nothing of the request can have reached the provider.
-func notSent(err error) bool {
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
 // notProcessed reports whether the provider guarantees, by its answer, that it

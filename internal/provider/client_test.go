@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/provider/providertest"
 )
 
 // secretSource stands for a real card source, which must never leak.
@@ -154,6 +156,46 @@ func TestChargeConnectionRefusedIsUnavailable(t *testing.T) {
 	_, err := c.Charge(t.Context(), request("order-1"))
 	wantKind(t, err, provider.ErrUnavailable)
 }
+
+// TestChargeDroppedOnReusedConnectionIsAmbiguous: the provider executes a
+// charge sent on a kept-alive connection that then drops without an
+// answer, and the provider stops listening. Go's transport does not
+// re-send a POST without an Idempotency-Key, so no dial follows; the
+// charge may have happened either way.
+func TestChargeDroppedOnReusedConnectionIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	sim := providersim.New()
+	var posts atomic.Int32
+	srv := providertest.DropServer(t, sim, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && posts.Add(1) == 2
+	})
+	c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
+	// The first charge leaves its connection in the client's pool.
+	if _, err := c.Charge(t.Context(), request("order-0")); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Charge(t.Context(), request("order-1"))
+	wantKind(t, err, provider.ErrAmbiguous)
+	if e := sim.Ledger().References["order-1"]; e.Charges != 1 || e.Calls != 1 {
+		t.Errorf("ledger = %+v, want the dropped request executed once", e)
+	}
+}
+
+// TestChargeUntracedTransportErrorIsAmbiguous: a transport that reports
+// no attempt to get a connection proves nothing about what it sent, even
+// when it fails with a dial error.
+func TestChargeUntracedTransportErrorIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	hc := &http.Client{Transport: roundTripFunc(func(*http.Request) (*http.Response, error) {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+	})}
+	_, err := provider.NewClient("http://provider.invalid", "", provider.WithHTTPClient(hc)).Charge(t.Context(), request("order-1"))
+	wantKind(t, err, provider.ErrAmbiguous)
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestChargeNeverFollowsRedirects(t *testing.T) {
 	t.Parallel()

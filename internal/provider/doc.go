@@ -32,14 +32,16 @@
 //
 //   - ErrUnavailable: nothing happened. The provider guaranteed it did not
 //     process the request (for our API a 503 with the Provider-Not-Processed
-//     header, or a 429), or no connection could be made, or the context was
-//     done before sending. Safe to retry at once.
+//     header, or a 429), or the transport never got a connection for any
+//     attempt at it (TraceSend), or the context was done before sending.
+//     Safe to retry at once.
 //   - ErrRejected: nothing happened, and sending the same request again will
 //     not help: the provider refused it as invalid (a 4xx), or the adapter
 //     refused it before sending.
 //   - ErrAmbiguous: the request may have been processed (a timeout after
-//     sending, a connection dropped while waiting for the answer, a 5xx, an
-//     unreadable answer, another request for the reference in progress).
+//     sending, a connection dropped while waiting for the answer, a dial
+//     error after an earlier attempt got a connection, a 5xx, an unreadable
+//     answer, another request for the reference in progress).
 //     The outcome is unknown: reconcile with Lookup before the reference is
 //     released.
 //

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -398,4 +400,31 @@ func ClosedAddr(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return addr
+}
+
+// DropServer starts a server that passes requests to h until one for
+// which drop is true. That one h executes, its answer thrown away; then
+// the server stops listening and closes the connection without answering.
+// The client sees its connection drop after the request went out, and
+// every later dial is refused: a transport that re-sends the request on
+// its own fails to dial, though the backend acted on it.
+func DropServer(t *testing.T, h http.Handler, drop func(*http.Request) bool) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(nil)
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !drop(r) {
+			h.ServeHTTP(w, r)
+			return
+		}
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		_ = srv.Listener.Close()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			panic(http.ErrAbortHandler)
+		}
+		_ = conn.Close()
+	})
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv
 }

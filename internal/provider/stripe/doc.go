@@ -33,9 +33,10 @@
 //
 // Errors, per the contract:
 //
-//   - 429 (rate limits, lock timeouts), a connection that was never made,
-//     or a context done before sending: ErrUnavailable. Stripe executes
-//     nothing and saves no idempotent result for these.
+//   - 429 (rate limits, lock timeouts), a request for which no attempt
+//     got a connection (provider.TraceSend), or a context done before
+//     sending: ErrUnavailable. Stripe executes nothing and saves no
+//     idempotent result for these.
 //   - 409 idempotency_key_in_use: ErrAmbiguous. This request did nothing,
 //     but another one with the same reference is executing.
 //   - 400 idempotency_error (the reference was first used with other
@@ -52,7 +53,10 @@
 // decides, and the reference keeps every retry idempotent. Go's HTTP
 // transport may still re-send a request whose reused connection closed
 // before any answer (it treats a request with an Idempotency-Key as
-// replayable); to Stripe that is a replay, never a second charge.
+// replayable); to Stripe that is a replay, never a second charge. If that
+// re-send cannot dial, Stripe may have executed the first send: the charge
+// is ErrAmbiguous, not ErrUnavailable, since a request counts as never
+// sent only when no attempt got a connection.
 //
 // Errors carry Stripe's type, code, decline code, parameter name and
 // request id (an *Error), never its message: Stripe quotes the request in

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -260,8 +259,8 @@ func (a *Adapter) replay(ctx context.Context, req provider.ChargeRequest) (provi
 	if err := validate(req); err != nil {
 		return provider.Result{}, err
 	}
-	pi, err := a.create(ctx, req)
-	res, kind, cause := outcome(pi, err)
+	pi, notSent, err := a.create(ctx, req)
+	res, kind, cause := outcome(pi, notSent, err)
 	switch {
 	case kind != nil:
 		return provider.Result{}, cause
@@ -350,7 +349,11 @@ func (a *Adapter) current(ctx context.Context, id string) (provider.Result, erro
 	return provider.Result{}, fmt.Errorf("%w: %s is %s", errNotSettled, pi.ID, pi.Status)
 }
 
-func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (*stripego.PaymentIntent, error) {
+// create sends req as a PaymentIntent under its reference. notSent
+// reports, for a failed send, whether none of the request can have left
+// (provider.TraceSend); stripe-go builds its http.Request from ctx, so the
+// trace follows the transport's own re-sends too.
+func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *stripego.PaymentIntent, notSent bool, err error) {
 	params := &stripego.PaymentIntentCreateParams{
 		Amount:                stripego.Int64(req.Amount),
 		Currency:              stripego.String(strings.ToLower(req.Currency)),
@@ -364,13 +367,16 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (*stri
 		params.Metadata[MetadataCommand] = req.Command
 	}
 	params.SetIdempotencyKey(req.Reference)
-	return a.intents.Create(ctx, params)
+	ctx, unsent := provider.TraceSend(ctx)
+	pi, err = a.intents.Create(ctx, params)
+	return pi, unsent(), err
 }
 
 // outcome reads the answer to a create: a Result (a zero Status when the
 // PaymentIntent has no final outcome yet), or the kind of error (one of the
-// provider's sentinels) and its cause.
-func outcome(pi *stripego.PaymentIntent, err error) (provider.Result, error, error) {
+// provider's sentinels) and its cause. A failed send is unavailable only if
+// create knows it notSent.
+func outcome(pi *stripego.PaymentIntent, notSent bool, err error) (provider.Result, error, error) {
 	if err == nil {
 		if res, ok := settled(pi); ok {
 			return res, nil, nil
@@ -380,7 +386,7 @@ func outcome(pi *stripego.PaymentIntent, err error) (provider.Result, error, err
 	var se *stripego.Error
 	if !errors.As(err, &se) {
 		cause := causeOf(err)
-		if notSent(err) {
+		if notSent {
 			return provider.Result{}, provider.ErrUnavailable, cause
 		}
 		return provider.Result{}, provider.ErrAmbiguous, cause
@@ -455,12 +461,6 @@ func causeOf(err error) error {
 		// stripe-go's decoding errors quote the answer's body.
 		return errUnreadable
 	}
-}
-
-// notSent reports whether err shows that no connection was ever made.
-func notSent(err error) bool {
-	var opErr *net.OpError
-	return errors.As(err, &opErr) && opErr.Op == "dial"
 }
 
 func validate(req provider.ChargeRequest) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -276,6 +277,36 @@ func TestLookupRequest(t *testing.T) {
 			t.Fatalf("lookup: %+v, %v; charge %+v", got, err, res)
 		}
 	})
+}
+
+// TestResentChargeThatCannotDialIsAmbiguous: Stripe executes a charge sent
+// on a kept-alive connection that then drops without an answer; Go's
+// transport re-sends it (it carries an Idempotency-Key) and the re-dial is
+// refused. The charge may have happened: the dial error must not pass for
+// "never sent".
+func TestResentChargeThatCannotDialIsAmbiguous(t *testing.T) {
+	t.Parallel()
+	b := newBackend(t)
+	const dropped = "co_dropped"
+	srv := providertest.DropServer(t, b.sim, func(r *http.Request) bool {
+		return r.Method == http.MethodPost && r.Header.Get("Idempotency-Key") == dropped
+	})
+	a := newAdapter(t, srv.URL, func(o *stripe.Options) { o.HTTPClient, o.Clock = srv.Client(), b.clock.Now })
+	// The first charge leaves its connection in the client's pool.
+	if _, err := a.Charge(context.Background(), charge("co_first", stripesim.PMVisa)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a.Charge(context.Background(), charge(dropped, stripesim.PMVisa))
+	var opErr *net.OpError
+	if !errors.As(err, &opErr) || opErr.Op != "dial" {
+		t.Fatalf("charge: %v; want the re-send's dial error in the chain", err)
+	}
+	if !errors.Is(err, provider.ErrAmbiguous) || errors.Is(err, provider.ErrUnavailable) {
+		t.Fatalf("charge: %v; want ErrAmbiguous only", err)
+	}
+	if n := b.sim.Charged(dropped); n != 1 {
+		t.Fatalf("charged %d times, want the dropped request executed once", n)
+	}
 }
 
 func TestNewRefusesPublishableKeys(t *testing.T) {
