@@ -121,9 +121,6 @@ type env struct {
 	// drop is the charge function's connection to the provider, which a
 	// history can break after the provider executed a charge.
 	drop *connDrop
-	// unanswerable are the sources whose replays the provider never
-	// answers (a card it always rate-limits).
-	unanswerable map[string]bool
 	// staleRefused counts the writes of stale lease holders refused;
 	// parked the commands left parked at the end of a history;
 	// toldNothing the answers that said nothing was charged.
@@ -154,8 +151,9 @@ type backend interface {
 	// lateSends are the references sent again after the provider stopped
 	// deduplicating them, less its margin; none may be.
 	lateSends() []string
-	// sent reports whether a request under reference reached the provider.
-	sent(reference string) bool
+	// refused reports whether the provider refused a reconciler's replay
+	// under reference outright (a 4xx about the request itself).
+	refused(reference string) bool
 }
 
 // entry is what became of one reference at the provider.
@@ -179,8 +177,8 @@ type simBackend struct{ *providersim.Simulator }
 // lateSends: the simulator deduplicates for ever.
 func (simBackend) lateSends() []string { return nil }
 
-// sent: only the Stripe mode parks, so only it asks.
-func (simBackend) sent(string) bool { return true }
+// refused: only the Stripe mode parks, so only it asks.
+func (simBackend) refused(string) bool { return false }
 
 func (b simBackend) entries() map[string]entry {
 	out := map[string]entry{}
@@ -192,8 +190,9 @@ func (b simBackend) entries() map[string]entry {
 
 // stripeBackend is the Stripe simulator; while it is down, every request
 // answers 503 and executes nothing (to the adapter an ambiguous charge).
-// It notes when each reference was first sent, and every send of it after
-// Stripe's key window less the adapter's margin.
+// It notes when each reference was first sent, every send of it after
+// Stripe's key window less the adapter's margin, and the references whose
+// requests Stripe refused outright.
 type stripeBackend struct {
 	sim   *stripesim.Simulator
 	clock func() time.Time
@@ -202,9 +201,21 @@ type stripeBackend struct {
 	mu        sync.Mutex
 	firstSent map[string]time.Time
 	late      []string
+	refusals  map[string]bool
 }
 
 func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost && !b.down.Load() {
+		ref := b.noteSend(r)
+		rec := &statusRecorder{ResponseWriter: w}
+		b.sim.ServeHTTP(rec, r)
+		if c := rec.status; r.Header.Get(headerSender) == senderReconciler && (c == http.StatusBadRequest || c == http.StatusNotFound) {
+			b.mu.Lock()
+			b.refusals[ref] = true
+			b.mu.Unlock()
+		}
+		return
+	}
 	if r.Method == http.MethodPost {
 		b.noteSend(r)
 	}
@@ -217,14 +228,15 @@ func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b.sim.ServeHTTP(w, r)
 }
 
-// noteSend notes a create request's reference, leaving its body readable.
-func (b *stripeBackend) noteSend(r *http.Request) {
+// noteSend notes a create request's reference, and returns it, leaving
+// the body readable.
+func (b *stripeBackend) noteSend(r *http.Request) string {
 	body, _ := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(strings.NewReader(string(body)))
 	form, _ := url.ParseQuery(string(body))
 	ref := form.Get("metadata[" + stripe.MetadataReference + "]")
 	if ref == "" {
-		return
+		return ""
 	}
 	now := b.clock()
 	b.mu.Lock()
@@ -236,7 +248,33 @@ func (b *stripeBackend) noteSend(r *http.Request) {
 	case !now.Before(first.Add(stripe.DedupWindow - stripe.DedupMargin)):
 		b.late = append(b.late, ref)
 	}
+	return ref
 }
+
+// headerSender marks the reconciler's requests to the provider.
+const headerSender, senderReconciler = "X-Model-Sender", "reconciler"
+
+// marked adds headerSender to every request.
+type marked struct{ base http.RoundTripper }
+
+func (m marked) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	req.Header.Set(headerSender, senderReconciler)
+	return m.base.RoundTrip(req)
+}
+
+// statusRecorder notes the status a handler answers.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 func (b *stripeBackend) lateSends() []string {
 	b.mu.Lock()
@@ -244,11 +282,10 @@ func (b *stripeBackend) lateSends() []string {
 	return slices.Clone(b.late)
 }
 
-func (b *stripeBackend) sent(reference string) bool {
+func (b *stripeBackend) refused(reference string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	_, ok := b.firstSent[reference]
-	return ok
+	return b.refusals[reference]
 }
 
 func (b *stripeBackend) Land() int         { return b.sim.Land() }
@@ -296,7 +333,7 @@ func newStripeEnv(t *testing.T) *env {
 	t.Helper()
 	d := testkit.Deploy(t)
 	clock := testkit.NewClock(time.Now())
-	b := &stripeBackend{clock: clock.Now, firstSent: map[string]time.Time{}}
+	b := &stripeBackend{clock: clock.Now, firstSent: map[string]time.Time{}, refusals: map[string]bool{}}
 	var wire func(*testkit.Wiring)
 	b.sim, wire = testkit.Stripe(t, clock.Now)
 	srv := httptest.NewServer(b)
@@ -319,7 +356,6 @@ func newStripeEnv(t *testing.T) *env {
 		stripesim.PMVisa, stripesim.PMVisa, stripesim.PMDeclined, stripesim.PMRateLimited,
 		stripesim.PMTimeout, stripesim.PMAPIError, stripesim.PMLate, pmUnknown,
 	}
-	e.unanswerable = map[string]bool{stripesim.PMRateLimited: true}
 	return e
 }
 
@@ -341,7 +377,11 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *c
 		w.Charge.InflightWait, w.Charge.Retention = inflightWait, retention
 		w.Reconcile.Retention, w.Reconcile.RetryBase, w.Reconcile.RetryCap = retention, retryBase, retryCap
 	}}, wire...)
-	recon := d.ReconcileService(t, wire...)
+	recon := d.ReconcileService(t, append(wire, func(w *testkit.Wiring) {
+		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) {
+			o.HTTPClient = &http.Client{Transport: marked{http.DefaultTransport}}
+		})
+	})...)
 	h := d.ChargeHandler(t, append(wire, func(w *testkit.Wiring) {
 		w.Charge.ProviderURL = drop.url
 		w.Deps.ProviderOptions = append(w.Deps.ProviderOptions, provider.WithHTTPClient(drop.client))
@@ -1322,13 +1362,12 @@ func (r *history) checkFinal(rt *rapid.T) {
 					rt.Fatalf("%s@%s: RELEASED, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
 				}
 			case idem.StatusInFlight:
-				// Parked: past the dedup window, no charge, and the
-				// reconciler never had an answer to a send of it.
-				var in struct{ Source string }
-				_ = json.Unmarshal(rec.Intent, &in)
-				if r.env.dedupWindow == 0 || r.env.clock.Now().Before(created.Add(r.env.dedupWindow)) || e.results != 0 || hasRow ||
-					!r.env.unanswerable[in.Source] && r.env.sim.sent(ref) {
-					rt.Fatalf("%s@%s: left IN_FLIGHT after the final sweep and reconcile (source %q), the provider says %+v, a row exists: %t", k, created, in.Source, e, hasRow)
+				// Parked: past the dedup window, no charge, and never a
+				// request the provider refused outright, which proves
+				// nothing was or will be charged.
+				if r.env.dedupWindow == 0 || r.env.clock.Now().Before(created.Add(r.env.dedupWindow)) || e.results != 0 || hasRow || r.env.sim.refused(ref) {
+					rt.Fatalf("%s@%s: left IN_FLIGHT after the final sweep and reconcile, the provider says %+v (refused outright: %t), a row exists: %t",
+						k, created, e, r.env.sim.refused(ref), hasRow)
 				}
 				r.env.parked.Add(1)
 			default:
