@@ -28,7 +28,7 @@ func (e *BodyError) Is(target error) bool { return target == ErrInvalidRequest }
 // The reasons of a *BodyError.
 const (
 	reasonTooLarge = "The body must be at most 16384 bytes."
-	reasonJSON     = "The body is not a single valid JSON value without duplicate keys."
+	reasonJSON     = "The body is not a single valid JSON value of UTF-8 text without duplicate keys."
 	reasonShape    = "The body must be an object with a number amount and string currency, source and description, and no other fields."
 )
 
@@ -37,8 +37,10 @@ const (
 // the command is claimed with: SHA-256 over the body's canonical JSON with
 // the amount written as an integer, so that every way of sending the same
 // request (re-serialized, 1500.0 for 1500, over HTTP or on the queue) has
-// the same fingerprint. An invalid body is a *BodyError or an
-// *InvalidError; both match ErrInvalidRequest.
+// the same fingerprint. A string that is not Unicode text (bytes that are
+// not UTF-8, a lone surrogate's \u escape) is refused with the JSON, as
+// canonicalisation would make it U+FFFD. An invalid body is a *BodyError
+// or an *InvalidError; both match ErrInvalidRequest.
 func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if len(body) > MaxBodyBytes {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonTooLarge}
