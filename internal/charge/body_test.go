@@ -38,3 +38,26 @@ func TestParseBodyRefusesIllFormedText(t *testing.T) {
 		t.Fatalf("a surrogate pair: %+v, %v; want the description 😀 café", r, err)
 	}
 }
+
+// TestEmptyDescriptionIsNoDescription: an empty description is neither
+// stored nor returned, so a body that sends one is the request without it,
+// with its fingerprint, however the rest is written.
+func TestEmptyDescriptionIsNoDescription(t *testing.T) {
+	t.Parallel()
+	_, want, err := charge.ParseBody([]byte(`{"amount":1500,"currency":"EUR","source":"tok_visa"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{
+		`{"amount":1500,"currency":"EUR","source":"tok_visa","description":""}`,
+		`{ "description" : "", "source":"tok_visa", "currency":"EUR", "amount": 1.5e3 }`,
+	} {
+		r, fp, err := charge.ParseBody([]byte(body))
+		if err != nil || fp != want || r.Description != "" || r.Money.Amount != 1500 {
+			t.Errorf("%s: %+v, %s, %v; want the fingerprint %s of the body without a description", body, r, fp, err, want)
+		}
+	}
+	if _, fp, err := charge.ParseBody([]byte(`{"amount":1500,"currency":"EUR","source":"tok_visa","description":" "}`)); err != nil || fp == want {
+		t.Errorf("a description of one space: %s, %v; want a fingerprint of its own", fp, err)
+	}
+}
