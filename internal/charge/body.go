@@ -28,17 +28,20 @@ func (e *BodyError) Is(target error) bool { return target == ErrInvalidRequest }
 // The reasons of a *BodyError.
 const (
 	reasonTooLarge = "The body must be at most 16384 bytes."
-	reasonJSON     = "The body is not a single valid JSON value without duplicate keys."
+	reasonJSON     = "The body is not a single valid JSON value of UTF-8 text without duplicate keys."
 	reasonShape    = "The body must be an object with a number amount and string currency, source and description, and no other fields."
 )
 
 // ParseBody validates a create request body, the JSON object of
 // POST /charges, completely, and returns the request and the fingerprint
 // the command is claimed with: SHA-256 over the body's canonical JSON with
-// the amount written as an integer, so that every way of sending the same
-// request (re-serialized, 1500.0 for 1500, over HTTP or on the queue) has
-// the same fingerprint. An invalid body is a *BodyError or an
-// *InvalidError; both match ErrInvalidRequest.
+// the amount written as an integer and an empty description left out, so
+// that every way of sending the same request (re-serialized, 1500.0 for
+// 1500, "description":"" or none, over HTTP or on the queue) has the same
+// fingerprint. A string that is not Unicode text (bytes that are
+// not UTF-8, a lone surrogate's \u escape) is refused with the JSON, as
+// canonicalisation would make it U+FFFD. An invalid body is a *BodyError
+// or an *InvalidError; both match ErrInvalidRequest.
 func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if len(body) > MaxBodyBytes {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonTooLarge}
@@ -60,10 +63,14 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 		return Request{}, idem.Fingerprint{}, err
 	}
 	var digits [20]byte // any int64
-	if whole := strconv.AppendInt(digits[:0], amount, 10); string(whole) != in.amount.String() {
-		// 1500.0 and 1.5e3 are the amount 1500: the same request, so the
-		// same fingerprint as the body with "amount":1500.
-		canonical, err = withAmount(canonical, string(whole))
+	whole := strconv.AppendInt(digits[:0], amount, 10)
+	emptyDescription := in.described && in.description == ""
+	if string(whole) != in.amount.String() || emptyDescription {
+		// 1500.0 and 1.5e3 are the amount 1500, and an empty description
+		// is none (it is neither stored nor returned): the same request,
+		// so the same fingerprint as the body with "amount":1500 and no
+		// description member.
+		canonical, err = normalised(canonical, string(whole), emptyDescription)
 		if err != nil {
 			return Request{}, idem.Fingerprint{}, fmt.Errorf("charge: re-canonicalize the body: %w", err)
 		}
@@ -72,10 +79,12 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 }
 
 // members are a create request's members as sent: the amount as written
-// if it is a number (empty if it is anything else), the others decoded.
+// if it is a number (empty if it is anything else), the others decoded,
+// and whether a description was sent at all.
 type members struct {
 	amount                        json.Number
 	currency, source, description string
+	described                     bool
 }
 
 // requestMembers reads the members of a canonical body (what
@@ -115,7 +124,7 @@ func requestMembers(doc string) (members, bool) {
 		case `"source"`:
 			to = &m.source
 		case `"description"`:
-			to = &m.description
+			to, m.described = &m.description, true
 		default:
 			return m, false
 		}
@@ -171,14 +180,18 @@ func valueEnd(doc string, i int) int {
 	}
 }
 
-// withAmount is the canonical body with the amount written as whole, the
-// other members kept as they are.
-func withAmount(canonical []byte, whole string) ([]byte, error) {
+// normalised is the canonical body with the amount written as whole and,
+// if dropDescription, without its description member; the other members
+// are kept as they are.
+func normalised(canonical []byte, whole string, dropDescription bool) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(canonical, &fields); err != nil {
 		return nil, err
 	}
 	fields["amount"] = json.RawMessage(whole)
+	if dropDescription {
+		delete(fields, "description")
+	}
 	b, err := json.Marshal(fields)
 	if err != nil {
 		return nil, err

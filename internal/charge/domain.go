@@ -100,6 +100,8 @@ func NewRequest(amount int64, currency, source, description string) (Request, er
 	case utf8.RuneCountInString(description) > MaxDescription:
 		return Request{}, &InvalidError{"description", fmt.Sprintf("longer than %d characters", MaxDescription)}
 	case !utf8.ValidString(description) || hasControl(description):
+		// ParseBody has already refused a body whose strings are not
+		// UTF-8; this holds for a caller that passes its own strings.
 		return Request{}, &InvalidError{"description", "contains control characters or invalid UTF-8"}
 	}
 	return Request{Money: Money{Amount: amount, Currency: currency}, Source: source, Description: description}, nil

@@ -238,6 +238,32 @@ func TestWholeAmountWrittenAnyWayIsOneRequest(t *testing.T) {
 	}
 }
 
+// TestEmptyDescriptionIsTheSameRequest: "description":"" and no
+// description are one request under a key, whichever comes first: a retry
+// that adds or drops the empty member is replayed, not refused with 422.
+func TestEmptyDescriptionIsTheSameRequest(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const without = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+	const empty = `{"amount":1500,"currency":"EUR","source":"tok_visa","description":""}`
+	for _, order := range [][2]string{{without, empty}, {empty, without}} {
+		key := newKey()
+		first := h.do(post("acme", key, order[0]))
+		wantStatus(t, first, http.StatusCreated)
+		if strings.Contains(first.Body, "description") {
+			t.Fatalf("%s: the charge has a description: %s", order[0], first.Body)
+		}
+		again := h.do(post("acme", key, order[1]))
+		wantStatus(t, again, http.StatusCreated)
+		if again.Body != first.Body || again.Headers["Idempotent-Replayed"] != "true" {
+			t.Fatalf("%s after %s: %v %s, want the replay of %s", order[1], order[0], again.Headers, again.Body, first.Body)
+		}
+	}
+	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
+		t.Fatalf("provider charges %d, calls %d; want 2 and 2", charges, calls)
+	}
+}
+
 func TestDeclineIsStoredAndReplayed(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

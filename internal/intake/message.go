@@ -56,7 +56,7 @@ func ParseMessage(body string) (Command, error) {
 		return Command{}, &MalformedError{Field: field, Reason: reason}
 	}
 	if _, err := idem.CanonicalJSON([]byte(body)); err != nil {
-		return malformed("", "not a single JSON value without duplicate keys")
+		return malformed("", "not a single JSON value of UTF-8 text without duplicate keys")
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(body), &fields); err != nil {

@@ -27,6 +27,8 @@ func TestParseMessageRefusesMalformedMessages(t *testing.T) {
 		"request as string":   {`{"tenant":"acme","command_id":"a","request":"{\"amount\":1500}"}`, "request"},
 		"fractional amount":   {`{"tenant":"acme","command_id":"a","request":{"amount":1.5,"currency":"EUR","source":"tok_visa"}}`, "request"},
 		"extra request field": {`{"tenant":"acme","command_id":"a","request":{"amount":1500,"currency":"EUR","source":"tok_visa","x":1}}`, "request"},
+		"lone surrogate":      {`{"tenant":"acme","command_id":"a","request":{"amount":1500,"currency":"EUR","source":"tok_visa","description":"\ud800"}}`, ""},
+		"invalid UTF-8":       {"{\"tenant\":\"acme\",\"command_id\":\"a\",\"request\":{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"tok_visa\",\"description\":\"caf\xe9\"}}", ""},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {

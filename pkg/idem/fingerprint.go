@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -38,7 +39,9 @@ var ErrInvalidJSON = errors.New("idem: invalid JSON")
 // CanonicalJSON rewrites one JSON value in a canonical form: object keys
 // sorted by their UTF-8 bytes, no insignificant whitespace, strings
 // re-escaped one way, numbers kept exactly as written. Duplicate object
-// keys and trailing data are refused with an error wrapping ErrInvalidJSON.
+// keys, trailing data and strings that are not Unicode text (a byte
+// sequence that is not UTF-8, a \u escape of a surrogate that is not half
+// of a pair) are refused with an error wrapping ErrInvalidJSON.
 //
 // The canonical form is what encoding/json writes for the value decoded
 // with UseNumber (HTML characters unescaped). A string that needs no
@@ -54,7 +57,7 @@ func CanonicalJSON(doc []byte) ([]byte, error) {
 }
 
 // canonicalizer walks a document json.Valid accepted, so it meets no syntax
-// errors: only duplicate keys are refused here.
+// errors: only duplicate keys and ill-formed strings are refused here.
 type canonicalizer struct {
 	src []byte
 	pos int
@@ -209,11 +212,61 @@ func plain(raw []byte) bool {
 // unquote decodes a string as written that is not plain. A key is compared
 // decoded, so "\u0061" and "a" are one key.
 func unquote(raw []byte) (string, error) {
+	if !wellFormed(raw) {
+		return "", fmt.Errorf("%w: a string that is not UTF-8 text", ErrInvalidJSON)
+	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return "", fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 	}
 	return s, nil
+}
+
+// wellFormed reports whether a string as written (json.Valid accepted it)
+// stands for Unicode text: its bytes are UTF-8 and each \u escape of a
+// surrogate is half of a pair. encoding/json decodes anything else as
+// U+FFFD, which would give different documents one canonical form.
+func wellFormed(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if i++; raw[i] != 'u' {
+			continue // a one-character escape
+		}
+		r := hex4(raw[i+1:])
+		i += 4
+		if !utf16.IsSurrogate(r) {
+			continue
+		}
+		// A pair is a high surrogate's escape followed directly by a low
+		// one's; valid JSON has four hex digits after any \u.
+		if raw[i+1] != '\\' || raw[i+2] != 'u' || utf16.DecodeRune(r, hex4(raw[i+3:])) == utf8.RuneError {
+			return false
+		}
+		i += 6
+	}
+	return true
+}
+
+// hex4 is the value of the four hex digits that start b.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c >= 'a':
+			c -= 'a' - 10
+		case c >= 'A':
+			c -= 'A' - 10
+		default:
+			c -= '0'
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 // appendString appends s as encoding/json writes it, HTML characters

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -17,11 +18,15 @@ import (
 // input, it must not panic and must either fail with ErrInvalidJSON or
 // return valid JSON that is its own canonical form; the input re-indented,
 // or decoded and re-encoded with Go's encoder, must keep the fingerprint.
+// An accepted input is UTF-8, and its canonical form has a U+FFFD only
+// where the input wrote one: nothing was replaced.
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"amount":1500,"currency":"EUR","source":"tok_visa"}`,
 		"{ \"b\" : [1, 2.50, {\"y\":null,\"x\":true}],\n \"a\" : \"\\u0041<>&\" }",
 		`{"a":1,"a":2}`, `{} {}`, `{"a":`, `"\ud800"`, `-0`, `1e400`, ``,
+		`"\udc00"`, `"\ud800\udc00"`, `"\udc00\ud800"`, `"\ud800\u0041"`, `"\\ud800"`, `{"\ud800":1}`,
+		"\"caf\xe9\"", "{\"\xff\":1}", "\"\xed\xa0\x80\"", "\"\\n\xc0\xaf\"", "\"\ufffd\\uFFFD\"",
 	} {
 		f.Add([]byte(s))
 	}
@@ -35,6 +40,12 @@ func FuzzCanonicalJSON(f *testing.F) {
 		}
 		if !json.Valid(c) {
 			t.Fatalf("canonical form %q is not valid JSON", c)
+		}
+		if !utf8.Valid(doc) {
+			t.Fatalf("CanonicalJSON accepted %q, which is not UTF-8", doc)
+		}
+		if bytes.ContainsRune(c, utf8.RuneError) && !bytes.Contains(doc, []byte("\uFFFD")) && !bytes.Contains(bytes.ToLower(doc), []byte(`ufffd`)) {
+			t.Fatalf("CanonicalJSON(%q) = %q: a U+FFFD the input did not write", doc, c)
 		}
 		again, err := idem.CanonicalJSON(c)
 		if err != nil || !bytes.Equal(again, c) {
@@ -71,6 +82,9 @@ func FuzzFingerprintEquivalence(f *testing.F) {
 	f.Add(int64(1500), "EUR", "tok_visa", "", "metadata", "order 42")
 	f.Add(int64(-1), "", "", "<b>\"café\"</b>\n", "", "")
 	f.Add(int64(9223372036854775807), "JPY", "tok_decline", "€ 😀 \\", "a\u2028", "\x00")
+	// Go's encoder writes a string that is not UTF-8 with U+FFFD in place
+	// of each bad byte: what it sends is text, and canonicalises.
+	f.Add(int64(1), "EUR", "tok_visa", "caf\xe9 \xed\xa0\x80", "\xff", "\ufffd")
 	f.Fuzz(func(t *testing.T, amount int64, currency, source, description, extraKey, extraVal string) {
 		doc := map[string]any{"amount": amount, "currency": currency, "source": source, "description": description}
 		if _, taken := doc[extraKey]; !taken {

@@ -59,6 +59,9 @@ func TestCanonicalJSON(t *testing.T) {
 		{"nested", `{"z":{"y":[3,{"b":true,"a":null}]},"a":"x"}`, `{"a":"x","z":{"y":[3,{"a":null,"b":true}]}}`, false},
 		{"numbers exactly as written", `{"a":1.50,"b":1e3,"c":-0}`, `{"a":1.50,"b":1e3,"c":-0}`, false},
 		{"one escaping", `{"s":"\u0041\/<>"}`, `{"s":"A/<>"}`, false},
+		{"surrogate pair", `{"s":"\ud83d\uDE00"}`, `{"s":"😀"}`, false},
+		{"U+FFFD as sent", "{\"s\":\"\\ufffd\uFFFD\"}", "{\"s\":\"\uFFFD\uFFFD\"}", false},
+		{"escaped backslash before u", `{"s":"\\ud800"}`, `{"s":"\\ud800"}`, false},
 		{"scalar", ` 42 `, `42`, false},
 		{"duplicate keys", `{"a":1,"a":1}`, "", true},
 		{"nested duplicate keys", `{"x":{"a":1,"a":2}}`, "", true},
@@ -79,6 +82,43 @@ func TestCanonicalJSON(t *testing.T) {
 			}
 			if err != nil || string(got) != tc.want {
 				t.Fatalf("CanonicalJSON = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestCanonicalJSONRefusesIllFormedText: encoding/json decodes a byte
+// that is not UTF-8, and a \u escape of a surrogate that is not half of a
+// pair, as U+FFFD. Canonicalised that way, documents that differ would
+// share one canonical form (and one fingerprint), and what a caller stores
+// would not be what was sent; CanonicalJSON refuses them instead.
+func TestCanonicalJSONRefusesIllFormedText(t *testing.T) {
+	t.Parallel()
+	for name, doc := range map[string]string{
+		"lone high surrogate":         `"\ud800"`,
+		"lone low surrogate":          `"a\uDC00b"`,
+		"high surrogate at the end":   `"x\udbff"`,
+		"high surrogate, then a char": `"\ud800\u0041"`,
+		"two high surrogates":         `"\ud800\ud800\udc00"`,
+		"pair reversed":               `"\udc00\ud800"`,
+		"high surrogate, then escape": `"\ud800\n"`,
+		"in a key":                    `{"\ud800":1}`,
+		"in a nested value":           `{"a":[{"b":"\udfff"}]}`,
+		"invalid byte":                "\"caf\xe9\"",
+		"invalid byte among escapes":  "\"\\n\xff\"",
+		"truncated sequence":          "\"\xe2\x82\"",
+		"overlong encoding":           "\"\xc0\xaf\"",
+		"surrogate encoded in UTF-8":  "\"\xed\xa0\x80\"",
+		"invalid byte in a key":       "{\"\xff\":1}",
+		"invalid byte in a plain key": "{\"a\xfe\":1,\"b\":2}",
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			if got, err := idem.CanonicalJSON([]byte(doc)); !errors.Is(err, idem.ErrInvalidJSON) {
+				t.Fatalf("CanonicalJSON(%q) = %q, %v; want ErrInvalidJSON", doc, got, err)
+			}
+			if _, err := idem.FingerprintJSON([]byte(doc)); !errors.Is(err, idem.ErrInvalidJSON) {
+				t.Fatalf("FingerprintJSON(%q): %v; want ErrInvalidJSON", doc, err)
 			}
 		})
 	}

@@ -187,7 +187,7 @@ func (o *Options) serve(ctx context.Context, b idem.Backend, operation string, r
 	fp := idem.FingerprintOf(nil)
 	if len(body) > 0 {
 		if fp, err = idem.FingerprintJSON(body); err != nil {
-			return o.problem(problemInvalidRequest, "The body is not a single valid JSON value without duplicate keys.")
+			return o.problem(problemInvalidRequest, "The body is not a single valid JSON value of UTF-8 text without duplicate keys.")
 		}
 	}
 	res, err := idem.Do(ctx, b, key, fp, nil, fn, o.doOptions)

@@ -156,6 +156,7 @@ func TestHTTP(t *testing.T) {
 		wantProblem(t, call(httpRequest("acme", "bad\x01key", `{}`)), 400, "invalid-idempotency-key")
 		wantProblem(t, call(httpRequest("", key, `{}`)), 401, "unauthorized")
 		wantProblem(t, call(httpRequest("acme", key+"-j", `{"a":1,"a":2}`)), 400, "invalid-request")
+		wantProblem(t, call(httpRequest("acme", key+"-u", `{"item":"\ud800"}`)), 400, "invalid-request")
 		if other := call(httpRequest("globex", key, `{"item":"book","qty":1}`)); other.StatusCode != 201 || other.Headers[lambdaidem.HeaderReplayed] != "" || runs.Load() != 2 {
 			t.Fatalf("another tenant's same key: %+v (runs %d)", other, runs.Load())
 		}
