@@ -476,66 +476,6 @@ func TestStuckLeaseIndex(t *testing.T) {
 	}
 }
 
-// TestConcurrentBeginHasOneOwner releases 64 goroutines together on one key,
-// round after round: exactly one may own the key, the rest see it in
-// flight, and after the owner commits everyone replays the same bytes.
-func TestConcurrentBeginHasOneOwner(t *testing.T) {
-	t.Parallel()
-	const workers, rounds = 64, 200
-	e := newEnv(t)
-	for round := range rounds {
-		k := key(t, "acme")
-		start := make(chan struct{})
-		var (
-			wg       sync.WaitGroup
-			mu       sync.Mutex
-			owners   []*idem.Lease
-			inFlight int
-		)
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				<-start
-				b, err := e.store.Begin(ctx, k, fpA, nil)
-				mu.Lock()
-				defer mu.Unlock()
-				switch {
-				case err == nil && b.Lease != nil:
-					owners = append(owners, b.Lease)
-				case errors.Is(err, idem.ErrInFlight):
-					inFlight++
-				default:
-					t.Errorf("round %d: unexpected Begin result %+v, %v", round, b, err)
-				}
-			}()
-		}
-		close(start)
-		wg.Wait()
-		if len(owners) != 1 || inFlight != workers-1 {
-			t.Fatalf("round %d: %d owners and %d in flight, want 1 and %d", round, len(owners), inFlight, workers-1)
-		}
-		body := []byte(fmt.Sprintf(`{"round":%d}`, round))
-		if err := e.store.Commit(ctx, owners[0], idem.Response{Status: 201, Body: body}); err != nil {
-			t.Fatal(err)
-		}
-		if round%20 == 0 { // replays after commit, concurrently
-			var rwg sync.WaitGroup
-			for range 8 {
-				rwg.Add(1)
-				go func() {
-					defer rwg.Done()
-					b, err := e.store.Begin(ctx, k, fpA, nil)
-					if err != nil || b.Replay == nil || !bytes.Equal(b.Replay.Body, body) {
-						t.Errorf("round %d: replay %+v, %v", round, b, err)
-					}
-				}()
-			}
-			rwg.Wait()
-		}
-	}
-}
-
 // loseFirstAnswer forwards every request, but for the first one whose
 // X-Amz-Target ends with op it throws the answer away and reports a 500:
 // the write was applied and the caller does not know.

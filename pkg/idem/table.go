@@ -45,7 +45,7 @@ func TableInput(name string) *dynamodb.CreateTableInput { return tableInput(name
 // TableInput returns the CreateTable request for the store's table, with
 // its key attribute (Options.KeyAttribute).
 func (s *Store) TableInput() *dynamodb.CreateTableInput {
-	return tableInput(s.table, s.opt.KeyAttribute)
+	return tableInput(s.table, s.pkAttr)
 }
 
 func tableInput(name, keyAttr string) *dynamodb.CreateTableInput {

@@ -1,0 +1,165 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
+)
+
+// Begin claims key for a request with fingerprint fp, in exactly one
+// conditional PutItem. The first attempt gets a Lease; an attempt after
+// completion gets the stored Replay; an attempt while another holds the key
+// gets an *InFlightError; an attempt with another fingerprint gets
+// ErrFingerprintMismatch and never another request's response. An attempt
+// on a RELEASED key with its fingerprint claims it again (a second call).
+//
+// intent is stored on the record for whoever has to finish the command if
+// its first attempt dies (the reconciler): what the request asked for.
+func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
+	if key.IsZero() {
+		return Begun{}, &ValidationError{Field: "key", Reason: "zero Key"}
+	}
+	if len(intent) > policy.MaxIntent {
+		return Begun{}, fmt.Errorf("%w: intent of %d bytes", ErrTooLarge, len(intent))
+	}
+	// Times are kept at the precision they are stored with, so what the
+	// caller builds from this lease matches what a reader of the record
+	// (the reconciler) builds from the record.
+	now := s.pol.Now()
+	token, err := s.pol.Token()
+	if err != nil {
+		return Begun{}, err
+	}
+	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
+	lease.AttemptDeadline = lease.ExpiresAt
+	lease.RecordExpiresAt = s.retainUntil(lease)
+	item := make(map[string]types.AttributeValue, 9) // sized for the intent too: no growing
+	item[s.pkAttr] = str(s.stored(key))
+	item[attrStatus] = inFlight
+	item[attrFingerprint] = fpAttr(fp)
+	item[attrCreatedAt] = millis(lease.CreatedAt)
+	item[attrLeaseToken] = str(token)
+	item[AttrLeaseExpiresAt] = millis(lease.ExpiresAt)
+	item[AttrLeaseShard] = num(int64(s.shard(key)))
+	item[attrAttemptDeadline] = item[AttrLeaseExpiresAt] // the same time: the attempt runs under this lease
+	if len(intent) > 0 {
+		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
+	}
+	var tries attempts
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           s.tableName,
+		Item:                                item,
+		ConditionExpression:                 aws.String(beginCondition),
+		ExpressionAttributeNames:            s.beginNames,
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, tries.option)
+	if err == nil {
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
+	}
+	return s.claimed(ctx, lease, fp, err, &tries, 0)
+}
+
+// claimed answers a claim whose conditional write failed: err holds the
+// item that stood in its way, or tries tells whether the write may have
+// been applied.
+func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err error, tries *attempts, reclaims int) (Begun, error) {
+	key := lease.Key
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		if tries.refused() {
+			return Begun{}, fmt.Errorf("idem: begin %s: %w", key, err)
+		}
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &UnknownClaimError{
+			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: err,
+		})
+	}
+	if len(ccf.Item) == 0 {
+		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key)
+	}
+	if ownToken(ccf.Item, lease) {
+		// Our own write: the SDK retried a call whose first attempt was
+		// applied but whose answer was lost.
+		if rec, err := decodeRecord(key, ccf.Item); err == nil {
+			lease.CreatedAt = rec.CreatedAt
+		}
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
+	}
+	rec, err := decodeRecord(key, ccf.Item)
+	if err != nil {
+		return Begun{}, err
+	}
+	expires := rec.ExpiresAt
+	if expires.IsZero() {
+		// IN_FLIGHT: retention starts once it settles, after this lease
+		// at the earliest.
+		expires = s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})
+	}
+	switch {
+	case !sameFingerprint(ccf.Item, fp):
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
+	case rec.Status.Terminal():
+		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
+	case rec.Status == StatusReleased && reclaims < maxReclaims:
+		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
+	default:
+		return Begun{}, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: expires}
+	}
+}
+
+// beginCondition claims a key absent or past retention. :now is whole
+// seconds, as #exp is: a record is absent from the second its retention
+// ends (policy.Expired).
+const beginCondition = "attribute_not_exists(#pk) OR #exp <= :now"
+
+// maxReclaims bounds how often one Begin chases a key that others keep
+// claiming and releasing.
+const maxReclaims = 3
+
+// reclaim claims a RELEASED record again for the same request, keeping its
+// CreatedAt: the effect runs again under the same references, so whatever
+// reached the provider before is found, not repeated.
+func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *Record, oldToken types.AttributeValue, reclaims int) (Begun, error) {
+	lease.CreatedAt = rec.CreatedAt
+	names := map[string]string{
+		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard,
+		"#ad": attrAttemptDeadline, "#exp": AttrExpiresAt, "#att": attrAttempts, "#fp": attrFingerprint,
+	}
+	values := map[string]types.AttributeValue{
+		":released": statusAttrs[StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),
+		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
+		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken,
+	}
+	update := "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = :ad"
+	if len(lease.Intent) > 0 {
+		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
+		update += ", #intent = :intent"
+	}
+	var tries attempts
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           s.tableName,
+		Key:                                 s.itemKey(lease.Key),
+		UpdateExpression:                    aws.String(update + " REMOVE #exp, #att"),
+		ConditionExpression:                 aws.String("#status = :released AND #fp = :fp AND #tok = :oldtok"),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, tries.option)
+	if err == nil {
+		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
+	}
+	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
+}
+
+// ownToken reports whether item carries l's token: a write of l's that was
+// applied, whatever its caller was told.
+func ownToken(item map[string]types.AttributeValue, l *Lease) bool {
+	tok, ok := item[attrLeaseToken].(*types.AttributeValueMemberS)
+	return ok && tok.Value == l.Token
+}

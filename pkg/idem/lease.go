@@ -1,0 +1,166 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Heartbeat extends the lease for long work, to the same bound Begin would
+// give from ctx, and with it the attempt's deadline. Fenced like Commit.
+func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
+	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
+	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
+		return err
+	}
+	l.ExpiresAt, l.AttemptDeadline = until, until
+	l.RecordExpiresAt = s.retainUntil(l)
+	return nil
+}
+
+// Postpone keeps the command IN_FLIGHT but gives up the lease until the
+// given time: nobody takes it over before then, and the stuck-lease index
+// lists it again after. A reconciler that cannot settle a command yet
+// (the provider is down, or its "not found" cannot be trusted yet) calls
+// it to say when to try next. Fenced like Commit.
+func (s *Store) Postpone(ctx context.Context, l *Lease, until time.Time) error {
+	until = time.UnixMilli(until.UnixMilli())
+	if err := s.extend(ctx, "postpone", l, until, false); err != nil {
+		return err
+	}
+	l.ExpiresAt = until
+	l.RecordExpiresAt = s.retainUntil(l)
+	return nil
+}
+
+// extend moves l's lease to until, and the attempt deadline with it if
+// attempt is set.
+func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time, attempt bool) error {
+	expr := "SET #lexp = :lexp"
+	names := map[string]string{"#lexp": AttrLeaseExpiresAt}
+	if attempt {
+		expr += ", #ad = :lexp"
+		names["#ad"] = attrAttemptDeadline
+	}
+	_, err := s.db.UpdateItem(ctx, updateItem(s.fenced(l, expr, names, map[string]types.AttributeValue{":lexp": millis(until)})))
+	if err == nil {
+		return nil
+	}
+	// Setting the same lease twice changes nothing, so a retried extension
+	// whose first answer was lost passes its own fence: a failed fence is
+	// always someone else's doing.
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key, ErrLeaseLost)
+	}
+	return fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+}
+
+// TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
+// has expired, for reconciliation, and counts the attempt. The previous
+// holder's token stops working. An IN_FLIGHT record is taken over however
+// old it is (it never expires). A record still leased gives
+// *InFlightError; a terminal one ErrCompleted; a released, absent or
+// expired one ErrNotFound.
+func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
+	return s.takeOver(ctx, key, "take over", false)
+}
+
+// Preempt takes over an IN_FLIGHT record whatever its lease, like
+// TakeOver otherwise: the holder's token stops working at once, so its
+// late Commit, Fail or Release fails with ErrLeaseLost and cannot
+// settle the command a second time. It is only for a caller that already
+// knows the effect's outcome from the effect's own source (a payment
+// provider's signed notification), and so need not wait for the holder to
+// give up; a caller that still has to find out must use TakeOver.
+//
+// A RELEASED record within its retention is claimed back to IN_FLIGHT the
+// same way: such a caller has proof that the effect happened after all,
+// which the release missed, and must record it. A terminal record gives
+// ErrCompleted; an absent or expired one ErrNotFound.
+func (s *Store) Preempt(ctx context.Context, key Key) (*Lease, error) {
+	return s.takeOver(ctx, key, "preempt", true)
+}
+
+// takeOver gives the caller a new lease on an IN_FLIGHT record: only
+// once its lease has run out unless live is set.
+func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*Lease, error) {
+	now := s.pol.Now()
+	token, err := s.pol.Token()
+	if err != nil {
+		return nil, err
+	}
+	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
+	cond, update := "#status = :inflight", "SET #tok = :tok, #lexp = :lexp"
+	names := map[string]string{
+		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
+	}
+	values := map[string]types.AttributeValue{
+		":inflight": inFlight, ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
+	}
+	if live {
+		// A live RELEASED record goes back to IN_FLIGHT, into the
+		// stuck-lease index, with no expiry, as a re-claim does.
+		cond = "#status = :inflight OR (#status = :released AND #exp > :nows)"
+		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
+		names["#exp"], names["#shard"], names["#ad"] = AttrExpiresAt, AttrLeaseShard, attrAttemptDeadline
+		values[":released"], values[":nows"], values[":shard"] = statusAttrs[StatusReleased], seconds(now), num(int64(s.shard(key)))
+	} else {
+		cond += " AND #lexp < :now"
+		values[":now"] = millis(now)
+	}
+	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           s.tableName,
+		Key:                                 s.itemKey(key),
+		UpdateExpression:                    aws.String(update + " ADD #att :one"),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValues:                        types.ReturnValueAllNew,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var item map[string]types.AttributeValue
+	if err == nil {
+		item = out.Attributes
+	} else {
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, err)
+		}
+		if len(ccf.Item) == 0 {
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, ErrNotFound)
+		}
+		if !ownToken(ccf.Item, lease) {
+			return nil, s.notTaken(key, ccf.Item, now)
+		}
+		// Our own take-over, retried by the SDK after its answer was lost.
+		item = ccf.Item
+	}
+	rec, err := decodeRecord(key, item)
+	if err != nil {
+		return nil, err
+	}
+	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.CreatedAt, rec.AttemptDeadline, rec.Attempts, rec.Intent
+	lease.RecordExpiresAt = s.retainUntil(lease)
+	return lease, nil
+}
+
+// notTaken explains a take-over refused by the record item.
+func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time.Time) error {
+	rec, err := decodeRecord(key, item)
+	switch {
+	case err != nil:
+		return err
+	case rec.Status == StatusReleased || rec.expired(now):
+		return fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
+	case rec.Status.Terminal():
+		return fmt.Errorf("idem: take over %s: %w", key, ErrCompleted)
+	default:
+		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})}
+	}
+}

@@ -1,0 +1,184 @@
+package idem
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"iter"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
+)
+
+// Record is a stored command as Get reads it.
+type Record struct {
+	Key            Key
+	Status         Status
+	Fingerprint    string // the lower-case hex form, Fingerprint.String
+	CreatedAt      time.Time
+	ExpiresAt      time.Time // end of retention; zero while IN_FLIGHT
+	LeaseExpiresAt time.Time // zero unless IN_FLIGHT
+	// AttemptDeadline is when the last attempt at the effect had to be
+	// sent by; zero unless IN_FLIGHT.
+	AttemptDeadline time.Time
+	Attempts        int // take-overs so far
+	// LeaseToken is the token of the lease that holds the record (while
+	// IN_FLIGHT) or last held it: whoever settled it.
+	LeaseToken string
+	Intent     []byte
+	Response   *Response // nil unless terminal
+}
+
+// expired reports whether the record's retention has ended at now.
+func (r *Record) expired(now time.Time) bool { return policy.Expired(r.ExpiresAt, now) }
+
+// Get reads the record for key with a strongly consistent read. A missing
+// record, or one past its retention that DynamoDB has not deleted yet,
+// gives ErrNotFound. A RELEASED record is returned as it is.
+func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      s.tableName,
+		Key:            s.itemKey(key),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("idem: get %s: %w", key, err)
+	}
+	if len(out.Item) == 0 {
+		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
+	}
+	rec, err := decodeRecord(key, out.Item)
+	if err != nil {
+		return nil, err
+	}
+	if rec.expired(s.pol.Clock()) {
+		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
+	}
+	return rec, nil
+}
+
+// StuckLease is an in-flight record whose lease ran out.
+type StuckLease struct {
+	Key            Key
+	LeaseExpiresAt time.Time
+	Attempts       int // take-overs so far
+}
+
+// StuckLeases yields, from one shard of the stuck-lease index, the records
+// whose lease expired before the given time, oldest first, a page at a time
+// (no Scan). Terminal and released records are not in the index. Stop early
+// by breaking out of the loop.
+func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
+	return func(yield func(StuckLease, error) bool) {
+		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+			TableName:                 s.tableName,
+			IndexName:                 aws.String(IndexStuckLeases),
+			KeyConditionExpression:    aws.String("#shard = :shard AND #lexp < :before"),
+			ExpressionAttributeNames:  map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)},
+			Limit:                     aws.Int32(100),
+		})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d: %w", shard, err))
+				return
+			}
+			for _, item := range page.Items {
+				sl, err := s.decodeStuck(item)
+				if !yield(sl, err) {
+					return
+				}
+			}
+		}
+	}
+}
+
+func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
+	pk, ok := item[s.pkAttr].(*types.AttributeValueMemberS)
+	if !ok {
+		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s", s.pkAttr)
+	}
+	stored, ok := strings.CutPrefix(pk.Value, s.keyPrefix)
+	if !ok {
+		return StuckLease{}, fmt.Errorf("idem: stuck lease %q without the key prefix %q", pk.Value, s.keyPrefix)
+	}
+	key, err := ParseKey(stored)
+	if err != nil {
+		return StuckLease{}, err
+	}
+	ms, err := numberAttr(item, AttrLeaseExpiresAt)
+	if err != nil {
+		return StuckLease{}, err
+	}
+	attempts, _ := numberAttr(item, attrAttempts) // absent until the first take-over
+	return StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
+}
+
+func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error) {
+	rec := &Record{Key: key}
+	if v, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {
+		rec.Status = Status(v.Value)
+	}
+	if v, ok := item[attrFingerprint].(*types.AttributeValueMemberB); ok {
+		rec.Fingerprint = hex.EncodeToString(v.Value)
+	}
+	if v, ok := item[attrIntent].(*types.AttributeValueMemberB); ok {
+		rec.Intent = v.Value
+	}
+	if v, ok := item[attrLeaseToken].(*types.AttributeValueMemberS); ok {
+		rec.LeaseToken = v.Value
+	}
+	created, err := numberAttr(item, attrCreatedAt)
+	if err != nil {
+		return nil, err
+	}
+	rec.CreatedAt = time.UnixMilli(created)
+	if attempts, err := numberAttr(item, attrAttempts); err == nil {
+		rec.Attempts = int(attempts)
+	}
+	if rec.Status == StatusInFlight {
+		lexp, err := numberAttr(item, AttrLeaseExpiresAt)
+		if err != nil {
+			return nil, err
+		}
+		deadline, err := numberAttr(item, attrAttemptDeadline)
+		if err != nil {
+			return nil, err
+		}
+		rec.LeaseExpiresAt, rec.AttemptDeadline = time.UnixMilli(lexp), time.UnixMilli(deadline)
+		return rec, nil
+	}
+	exp, err := numberAttr(item, AttrExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	rec.ExpiresAt = time.Unix(exp, 0)
+	switch {
+	case rec.Status.Terminal():
+		if rec.Response, err = decodeResponse(item); err != nil {
+			return nil, err
+		}
+	case rec.Status != StatusReleased:
+		return nil, fmt.Errorf("idem: record %s has unknown status %q", key, rec.Status)
+	}
+	return rec, nil
+}
+
+func numberAttr(item map[string]types.AttributeValue, name string) (int64, error) {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("idem: record has no number %s", name)
+	}
+	n, err := strconv.ParseInt(v.Value, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("idem: record attribute %s: %w", name, err)
+	}
+	return n, nil
+}

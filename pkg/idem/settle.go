@@ -1,0 +1,182 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// retainUntil is when a record settled under l stops deduplicating:
+// Retention after the lease ends, at the whole second TTL stores. It
+// depends on the lease alone, so a retried completion writes the same.
+func (s *Store) retainUntil(l *Lease) time.Time { return s.pol.RetainUntil(l.ExpiresAt) }
+
+// settledUntil is when a record l settles as status stops deduplicating.
+func (s *Store) settledUntil(l *Lease, status Status) time.Time {
+	if status == StatusReleased {
+		return s.pol.ReleasedUntil(l.CreatedAt)
+	}
+	return s.retainUntil(l)
+}
+
+// settlement is the fenced update that moves a record from IN_FLIGHT to
+// status, with resp when the status is terminal. The record leaves the
+// stuck-lease index, starts its retention and keeps the lease token, by
+// which a retried settlement recognises itself. It is a function of its
+// arguments alone (times come from the lease), so a retried call sends the
+// same request.
+type settlement struct {
+	op      string
+	status  Status
+	resp    Response // stored if hasResp (a terminal status)
+	hasResp bool
+	update  types.Update
+}
+
+func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (settlement, error) {
+	expr := "SET #status = :status, #exp = :exp"
+	names := map[string]string{"#exp": AttrExpiresAt, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline}
+	values := map[string]types.AttributeValue{":status": statusAttrs[status], ":exp": seconds(s.settledUntil(l, status))}
+	st := settlement{op: op, status: status}
+	if resp != nil {
+		attrs, err := encodeResponse(*resp, s.pol.CompressAbove, len(l.Intent))
+		if err != nil {
+			return settlement{}, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+		}
+		st.resp, st.hasResp = *resp, true
+		expr += ", #rs = :rs, #rh = :rh, #rb = :rb"
+		names["#rs"], names["#rh"], names["#rb"] = attrRespStatus, attrRespHeaders, attrRespBody
+		values[":rs"], values[":rh"], values[":rb"] = attrs.status, attrs.headers, attrs.body
+		if attrs.gzipped {
+			expr += ", #rz = :rz"
+			names["#rz"], values[":rz"] = attrRespGzip, &types.AttributeValueMemberBOOL{Value: true}
+		}
+	}
+	st.update = s.fenced(l, expr+" REMOVE #lexp, #shard, #ad", names, values)
+	return st, nil
+}
+
+// settled explains a settlement whose fence failed, from the item that
+// stood in its way: the lease's own settlement, applied by an earlier
+// attempt whose answer was lost, is success; anything else is a lost lease.
+func (st *settlement) settled(l *Lease, item map[string]types.AttributeValue) error {
+	if len(item) > 0 && ownToken(item, l) {
+		rec, err := decodeRecord(l.Key, item)
+		if err == nil && rec.Status == st.status && (!st.hasResp || rec.Response.Equal(st.resp)) {
+			return nil
+		}
+	}
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, ErrLeaseLost)
+}
+
+// apply writes the settlement alone, as one fenced UpdateItem.
+func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
+	_, err := s.db.UpdateItem(ctx, updateItem(st.update))
+	if err == nil {
+		return nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return st.settled(l, ccf.Item)
+	}
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, err)
+}
+
+// Commit completes the command as SUCCEEDED with resp, in one
+// TransactWriteItems together with the caller's business writes: all of
+// them apply or none does. If the lease was lost it returns ErrLeaseLost;
+// if a business write's own condition failed, a *WriteConditionError.
+// Without business writes it is one UpdateItem.
+//
+// A lease commits once. A Commit retried with the same arguments after an
+// answer was lost returns nil: the lease token is the transaction's
+// ClientRequestToken, which DynamoDB honours for ten minutes, and after
+// that (or on an emulator that ignores it, or where the token is
+// refused as used with other parameters) the record shows the lease's own
+// commit. A second Commit with other arguments gets ErrLeaseLost.
+func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
+	st, err := s.settlement("commit", l, StatusSucceeded, &resp)
+	if err != nil {
+		return err
+	}
+	if len(writes) == 0 {
+		return s.apply(ctx, l, &st)
+	}
+	items := append(writes[:len(writes):len(writes)], types.TransactWriteItem{Update: &st.update})
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)})
+	if err == nil {
+		return nil
+	}
+	var (
+		tce      *types.TransactionCanceledException
+		mismatch *types.IdempotentParameterMismatchException
+	)
+	switch {
+	case errors.As(err, &mismatch):
+		// The lease's token is remembered for a transaction with other
+		// parameters. That may be this same commit sent again with its
+		// maps' members in another order (the SDK writes a Go map in its
+		// iteration order, and fakecloud compares requests as written), so
+		// the record decides: it shows this lease's own commit, or another.
+		out, gerr := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+			TableName: s.tableName, Key: s.itemKey(l.Key), ConsistentRead: aws.Bool(true),
+		})
+		if gerr != nil {
+			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key, gerr)
+		}
+		return st.settled(l, out.Item)
+	case errors.As(err, &tce):
+		reason := func(i int) (types.CancellationReason, bool) {
+			if i < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed" {
+				return tce.CancellationReasons[i], true
+			}
+			return types.CancellationReason{}, false
+		}
+		// The fence first: a lost lease explains any business write that
+		// failed with it (the new owner wrote those rows).
+		if r, failed := reason(len(writes)); failed {
+			return st.settled(l, r.Item)
+		}
+		for i := range writes {
+			if _, failed := reason(i); failed {
+				return fmt.Errorf("idem: commit %s: %w", l.Key, &WriteConditionError{Index: i})
+			}
+		}
+	}
+	return fmt.Errorf("idem: commit %s: %w", l.Key, err)
+}
+
+// Fail completes the command as FAILED_PERMANENT with resp (a refusal every
+// retry must get again, such as a declined card). Fenced like Commit, and
+// like it recognises its own earlier write.
+func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
+	st, err := s.settlement("fail", l, StatusFailedPermanent, &resp)
+	if err != nil {
+		return err
+	}
+	return s.apply(ctx, l, &st)
+}
+
+// Release marks the record RELEASED: the command did not happen, and a
+// retry of the same request runs it afresh, under the same CreatedAt. The
+// fingerprint is kept until ReleaseRetention after the command's creation,
+// so another request under the key is still refused. Call it only when the effect verifiably did not
+// happen (the provider refused before acting, or a look-up found nothing
+// once the provider's settle window had passed); a lease that merely ran
+// out is no such proof. Fenced like Commit.
+func (s *Store) Release(ctx context.Context, l *Lease) error {
+	st, err := s.settlement("release", l, StatusReleased, nil)
+	if err != nil {
+		return err
+	}
+	if err := s.apply(ctx, l, &st); err != nil {
+		return err
+	}
+	l.RecordExpiresAt = s.settledUntil(l, StatusReleased)
+	return nil
+}
