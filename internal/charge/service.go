@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
-	"github.com/aws/smithy-go"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/metrics"
@@ -380,28 +378,10 @@ func answered(span trace.Span, res provider.Result, err error) (provider.Result,
 }
 
 // transient reports whether err is a failure of DynamoDB that a retry may
-// not meet: throttling, a transaction conflict, a server error, or time
-// running out.
+// not meet (idem.ErrUnavailable: the store and the charges table translate
+// the SDK's errors), or time running out.
 func transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	var (
-		api  smithy.APIError
-		resp *awshttp.ResponseError
-	)
-	if errors.As(err, &api) {
-		switch api.ErrorCode() {
-		case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded",
-			"TransactionConflictException", "TransactionInProgressException", "InternalServerError",
-			"InternalFailure", "ServiceUnavailable":
-			return true
-		}
-	}
-	if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 {
-		return true
-	}
-	return errors.Is(err, context.DeadlineExceeded)
+	return errors.Is(err, idem.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // enqueueTimeout bounds the reconcile message's send on the ambiguous

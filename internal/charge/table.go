@@ -10,6 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // TimeLayout is how a charge's creation time is written, in its row and
@@ -71,7 +73,7 @@ func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error)
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Charge{}, false, fmt.Errorf("charge: get: %w", err)
+		return Charge{}, false, fmt.Errorf("charge: get: %w", idem.AsUnavailable(err))
 	}
 	if len(out.Item) == 0 {
 		return Charge{}, false, nil

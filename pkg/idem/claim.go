@@ -74,10 +74,10 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		if tries.refused() {
-			return Begun{}, fmt.Errorf("idem: begin %s: %w", key, err)
+			return Begun{}, fmt.Errorf("idem: begin %s: %w", key, AsUnavailable(err))
 		}
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &UnknownClaimError{
-			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: err,
+			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: AsUnavailable(err),
 		})
 	}
 	if len(ccf.Item) == 0 {

@@ -58,7 +58,7 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 	if errors.As(err, &ccf) {
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key, ErrLeaseLost)
 	}
-	return fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+	return fmt.Errorf("idem: %s %s: %w", op, l.Key, AsUnavailable(err))
 }
 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
@@ -130,7 +130,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key, err)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key, AsUnavailable(err))
 		}
 		if len(ccf.Item) == 0 {
 			return nil, fmt.Errorf("idem: %s %s: %w", op, key, ErrNotFound)

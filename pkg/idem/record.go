@@ -48,7 +48,7 @@ func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("idem: get %s: %w", key, err)
+		return nil, fmt.Errorf("idem: get %s: %w", key, AsUnavailable(err))
 	}
 	if len(out.Item) == 0 {
 		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
@@ -87,7 +87,7 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
 			if err != nil {
-				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d: %w", shard, err))
+				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d: %w", shard, AsUnavailable(err)))
 				return
 			}
 			for _, item := range page.Items {

@@ -84,7 +84,7 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 	if errors.As(err, &ccf) {
 		return st.settled(l, ccf.Item)
 	}
-	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, err)
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, AsUnavailable(err))
 }
 
 // Commit completes the command as SUCCEEDED with resp, in one
@@ -127,7 +127,7 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 			TableName: s.tableName, Key: s.itemKey(l.Key), ConsistentRead: aws.Bool(true),
 		})
 		if gerr != nil {
-			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key, gerr)
+			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key, AsUnavailable(gerr))
 		}
 		return st.settled(l, out.Item)
 	case errors.As(err, &tce):
@@ -148,7 +148,7 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 			}
 		}
 	}
-	return fmt.Errorf("idem: commit %s: %w", l.Key, err)
+	return fmt.Errorf("idem: commit %s: %w", l.Key, AsUnavailable(err))
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp (a refusal every
