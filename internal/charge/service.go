@@ -99,9 +99,25 @@ const (
 	OutcomeParked Outcome = "parked"
 )
 
+// Store is what the service needs of an idempotency store: the lifecycle,
+// the reconciler's reads, take-overs and postponements, and Preempt, for a
+// caller that knows a command's outcome (a provider's notification, an
+// operator). *idem.Store is the deployed one; memstore serves the rules'
+// tests.
+type Store interface {
+	idem.Backend
+	Get(ctx context.Context, key idem.Key) (*idem.Record, error)
+	TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
+	Preempt(ctx context.Context, key idem.Key) (*idem.Lease, error)
+	Heartbeat(ctx context.Context, l *idem.Lease) error
+	Postpone(ctx context.Context, l *idem.Lease, until time.Time) error
+}
+
+var _ Store = (*idem.Store)(nil)
+
 // Config holds a Service's dependencies. Clock defaults to time.Now.
 type Config struct {
-	Store        *idem.Store
+	Store        Store
 	Rows         *Rows
 	Provider     Provider
 	Answers      Answers

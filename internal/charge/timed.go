@@ -19,7 +19,7 @@ import (
 // stored answer. Each call is a span (idem.Begin, idem.Commit, ...) with
 // its outcome, parent of the DynamoDB call's.
 type timed struct {
-	store  *idem.Store
+	store  Store
 	tracer *tracing.Tracer
 }
 

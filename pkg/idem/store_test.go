@@ -294,39 +294,6 @@ func TestFencingAfterTakeOver(t *testing.T) {
 	})
 }
 
-func TestPreemptFencesALiveHolder(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	k := key(t, "acme")
-	a := begin(t, e.store, k, fpA)
-	if _, err := e.store.TakeOver(ctx, k); !errors.Is(err, idem.ErrInFlight) {
-		t.Fatalf("TakeOver of a live lease: want ErrInFlight, got %v", err)
-	}
-	b, err := e.store.Preempt(ctx, k)
-	if err != nil {
-		t.Fatalf("Preempt of a live lease: %v", err)
-	}
-	if b.Token == a.Token || !b.CreatedAt.Equal(a.CreatedAt) || b.Attempts != 1 || string(b.Intent) != "intent" {
-		t.Fatalf("preempting lease = %+v (A's: %+v)", b, a)
-	}
-	if err := e.store.Commit(ctx, a, idem.Response{Status: 201, Body: []byte("A")}); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("the preempted holder's commit: want ErrLeaseLost, got %v", err)
-	}
-	if err := e.store.Commit(ctx, b, resp); err != nil {
-		t.Fatalf("the preempting commit: %v", err)
-	}
-	if err := e.store.Fail(ctx, a, idem.Response{Status: 402}); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("the preempted holder's late fail: want ErrLeaseLost, got %v", err)
-	}
-	wantReplay(t, e.store, k, resp)
-	if _, err := e.store.Preempt(ctx, k); !errors.Is(err, idem.ErrCompleted) {
-		t.Fatalf("Preempt of a settled record: want ErrCompleted, got %v", err)
-	}
-	if _, err := e.store.Preempt(ctx, key(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("Preempt of an absent key: want ErrNotFound, got %v", err)
-	}
-}
-
 func TestExpiredRecordIsAbsent(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
@@ -533,44 +500,6 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 		t.Fatalf("the owner's commit: %v", err)
 	}
 	wantReplay(t, e.store, k, resp)
-}
-
-// TestPreemptClaimsBackARelease: a caller with proof that a released
-// command's effect happened after all (a provider's notification) claims
-// the record back under the command's CreatedAt and intent, and commits;
-// a released record past its retention is a new command's, not its.
-func TestPreemptClaimsBackARelease(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
-	k := key(t, "acme")
-	a := begin(t, e.store, k, fpA)
-	if err := e.store.Release(ctx, a); err != nil {
-		t.Fatal(err)
-	}
-	b, err := e.store.Preempt(ctx, k)
-	if err != nil {
-		t.Fatalf("Preempt of a released record: %v", err)
-	}
-	if !b.CreatedAt.Equal(a.CreatedAt) || string(b.Intent) != "intent" {
-		t.Fatalf("preempting lease = %+v (the release's: %+v)", b, a)
-	}
-	if rec, err := e.store.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || !rec.ExpiresAt.IsZero() {
-		t.Fatalf("record after the preempt: %+v, %v; want IN_FLIGHT with no expiry", rec, err)
-	}
-	if err := e.store.Commit(ctx, b, resp); err != nil {
-		t.Fatalf("commit after the preempt: %v", err)
-	}
-	wantReplay(t, e.store, k, resp)
-
-	old := key(t, "acme")
-	l := begin(t, e.store, old, fpA)
-	if err := e.store.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()))
-	if _, err := e.store.Preempt(ctx, old); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("Preempt of an expired release: want ErrNotFound, got %v", err)
-	}
 }
 
 // TestBeginWhoseAnswerIsLostIsUnknown: a claim that landed, its answer

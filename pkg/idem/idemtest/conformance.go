@@ -86,6 +86,8 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		{"Stuck leases", []func(*idem.Options){shards(2)}, stuckLeases},
 		{"Postpone hides the lease", []func(*idem.Options){shards(1)}, postponeHides},
 		{"Concurrent Begin has one owner", nil, oneOwner},
+		{"Preempt fences a live holder", nil, preemptLive},
+		{"Preempt claims a release back", []func(*idem.Options){retention(time.Hour)}, preemptReleased},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -667,5 +669,76 @@ func oneOwner(t *testing.T, c *suite) {
 			}()
 		}
 		rwg.Wait()
+	}
+}
+
+// preemptLive: a caller that knows the outcome takes a live lease over;
+// the holder's late writes fail, the record settles once.
+func preemptLive(t *testing.T, c *suite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := c.begin(t, k, fpA)
+	if _, err := c.Store.TakeOver(ctx, k); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("TakeOver of a live lease: want ErrInFlight, got %v", err)
+	}
+	b, err := c.Store.Preempt(ctx, k)
+	if err != nil {
+		t.Fatalf("Preempt of a live lease: %v", err)
+	}
+	if b.Token == a.Token || !b.CreatedAt.Equal(a.CreatedAt) || b.Attempts != 1 || string(b.Intent) != "intent" {
+		t.Fatalf("preempting lease = %+v (the holder's: %+v)", b, a)
+	}
+	if err := c.Store.Commit(ctx, a, idem.Response{Status: 201, Body: []byte("A")}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the preempted holder's commit: want ErrLeaseLost, got %v", err)
+	}
+	if err := c.Store.Commit(ctx, b, resp); err != nil {
+		t.Fatalf("the preempting commit: %v", err)
+	}
+	if err := c.Store.Fail(ctx, a, idem.Response{Status: 402}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the preempted holder's late fail: want ErrLeaseLost, got %v", err)
+	}
+	c.wantReplay(t, k, resp, idem.StatusSucceeded)
+	if _, err := c.Store.Preempt(ctx, k); !errors.Is(err, idem.ErrCompleted) {
+		t.Fatalf("Preempt of a settled record: want ErrCompleted, got %v", err)
+	}
+	if _, err := c.Store.Preempt(ctx, UniqueKey(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Preempt of an absent key: want ErrNotFound, got %v", err)
+	}
+}
+
+// preemptReleased: a caller with proof that a released command's effect
+// happened after all claims the record back under its CreatedAt and
+// intent, out of retention, and commits; a release past its retention is
+// a new command's, not its.
+func preemptReleased(t *testing.T, c *suite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := c.begin(t, k, fpA)
+	if err := c.Store.Release(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Store.Preempt(ctx, k)
+	if err != nil {
+		t.Fatalf("Preempt of a released record: %v", err)
+	}
+	if !b.CreatedAt.Equal(a.CreatedAt) || string(b.Intent) != "intent" {
+		t.Fatalf("preempting lease = %+v (the release's: %+v)", b, a)
+	}
+	if rec, err := c.Store.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || !rec.ExpiresAt.IsZero() {
+		t.Fatalf("record after the preempt: %+v, %v; want IN_FLIGHT with no expiry", rec, err)
+	}
+	if err := c.Store.Commit(ctx, b, resp); err != nil {
+		t.Fatalf("commit after the preempt: %v", err)
+	}
+	c.wantReplay(t, k, resp, idem.StatusSucceeded)
+
+	old := UniqueKey(t, "acme")
+	l := c.begin(t, old, fpA)
+	if err := c.Store.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	c.clock.Advance(l.RecordExpiresAt.Sub(c.clock.Now()))
+	if _, err := c.Store.Preempt(ctx, old); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Preempt of an expired release: want ErrNotFound, got %v", err)
 	}
 }

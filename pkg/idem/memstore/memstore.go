@@ -238,6 +238,16 @@ func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
 // has expired, as idem.Store.TakeOver.
 func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
+	return s.takeOver(ctx, key, "take over", false)
+}
+
+// Preempt takes over an IN_FLIGHT record whatever its lease, or claims a
+// live RELEASED one back, as idem.Store.Preempt.
+func (s *Store) Preempt(ctx context.Context, key idem.Key) (*idem.Lease, error) {
+	return s.takeOver(ctx, key, "preempt", true)
+}
+
+func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, live bool) (*idem.Lease, error) {
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
@@ -248,12 +258,15 @@ func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
 	defer s.mu.Unlock()
 	rec, ok := s.records[key]
 	switch {
-	case !ok || rec.status == idem.StatusReleased || rec.expired(now):
-		return nil, fmt.Errorf("idem: take over %s: %w", key, idem.ErrNotFound)
+	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live:
+		return nil, fmt.Errorf("idem: %s %s: %w", op, key, idem.ErrNotFound)
 	case rec.status.Terminal():
-		return nil, fmt.Errorf("idem: take over %s: %w", key, idem.ErrCompleted)
-	case !rec.leaseExpiresAt.Before(now):
+		return nil, fmt.Errorf("idem: %s %s: %w", op, key, idem.ErrCompleted)
+	case !live && !rec.leaseExpiresAt.Before(now):
 		return nil, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: s.pol.RetainUntil(rec.leaseExpiresAt)}
+	case rec.status == idem.StatusReleased:
+		// Back to IN_FLIGHT, with no expiry, as a re-claim.
+		rec.status, rec.expiresAt, rec.attemptDeadline = idem.StatusInFlight, time.Time{}, lease.ExpiresAt
 	}
 	rec.token, rec.leaseExpiresAt = token, lease.ExpiresAt
 	rec.attempts++
