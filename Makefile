@@ -143,6 +143,22 @@ $(SAM_TARGETS): build-%:
 # .aws-sam/build (git-ignored; `make clean` removes it).
 SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 
+# make check: what runs without the emulator or .venv, in under a minute.
+# Whole packages that need no DynamoDB, and in the packages that mix both
+# the tests that need none (fuzz seeds, examples, the contract's rules on
+# memstore, Do, parsing and canonical JSON). The emulator tests elsewhere
+# fail loudly without an endpoint; make test runs them.
+CHECK_PKGS  := ./cmd/loadgen ./cmd/providersim ./internal/app ./internal/charge/httpapi ./internal/metrics \
+               ./internal/provider/... ./internal/tracing ./pkg/idem/memstore ./test/deploy
+CHECK_MIXED := ./pkg/idem ./internal/charge ./internal/intake
+CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription)
+
+.PHONY: check
+check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .venv needed; under a minute)
+	$(GO) vet ./...
+	$(GO) test -count=1 $(CHECK_PKGS)
+	$(GO) test -count=1 -run '$(CHECK_RUN)' $(CHECK_MIXED)
+
 .PHONY: lint
 lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, sam validate --lint, sam build
 	$(GO) mod tidy -diff
