@@ -807,8 +807,9 @@ func (r *history) claimAnswerLost(rt *rapid.T) {
 
 // dedupWindowNears moves the clock to half an hour before the provider's
 // dedup window ends (its margin is an hour), or before retention does for
-// a provider that deduplicates for ever. Keys whose records are gone by
-// then name new intents.
+// a provider that deduplicates for ever, and the client of every key still
+// RELEASED then retries it. Keys whose records are gone by then name new
+// intents.
 func (r *history) dedupWindowNears(rt *rapid.T) {
 	w := r.env.dedupWindow
 	if w == 0 {
@@ -816,6 +817,15 @@ func (r *history) dedupWindowNears(rt *rapid.T) {
 	}
 	r.advance(w - 30*time.Minute)
 	r.forgetExpired(rt)
+	for _, k := range r.sortedKeys() {
+		if rec, err := r.env.reader.Get(context.Background(), k); err == nil && rec.Status == idem.StatusReleased {
+			ks := r.keys[k]
+			r.touched[k] = true
+			resp, err := r.send(ks, ks.body.compact())
+			r.observe(rt, ks, ks.body, resp, err)
+			r.noteNothingCharged(rt, ks, resp)
+		}
+	}
 }
 
 // forgetExpired forgets what the clients of every key whose record has
