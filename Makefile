@@ -25,10 +25,16 @@ fmt-check: ## Fail if any Go file is not gofmt-ed
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.venv/*')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# The repository holds two modules, as aws-sdk-go-v2 does: the service at
+# the top, and the idempotency library in pkg/idem, which the service
+# takes through a replace. Every Go step runs in both.
+IDEM := pkg/idem
+
 .PHONY: vet
-vet: ## go vet and staticcheck
+vet: ## go vet and staticcheck, in both modules
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	cd $(IDEM) && $(GO) vet ./... && $(GO) run $(STATICCHECK) ./...
 
 MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
@@ -39,9 +45,10 @@ MODEL_STRIPE_CHECKS ?= 200
 # "context deadline exceeded" when a duration runs out while a worker is
 # busy (golang/go#75804, fixed in Go 1.27). 20,000 inputs took 3-17 s a target in a clean-clone make test.
 FUZZTIME     ?= 20000x
-FUZZ_TARGETS := ./pkg/idem:FuzzCanonicalJSON ./pkg/idem:FuzzFingerprintEquivalence ./pkg/idem:FuzzKeyRoundTrip \
-                ./internal/charge:FuzzCreate ./internal/charge:FuzzCommandID \
-                ./internal/metrics:FuzzAppendString ./internal/metrics:FuzzAppendFloat
+# module directory:package:target
+FUZZ_TARGETS := $(IDEM):.:FuzzCanonicalJSON $(IDEM):.:FuzzFingerprintEquivalence $(IDEM):.:FuzzKeyRoundTrip \
+                .:./internal/charge:FuzzCreate .:./internal/charge:FuzzCommandID \
+                .:./internal/metrics:FuzzAppendString .:./internal/metrics:FuzzAppendFloat
 
 # The store tests whose answers depend on DynamoDB honouring a retried
 # transaction's ClientRequestToken (the emulator does by default).
@@ -51,10 +58,11 @@ TOKEN_BLIND_TESTS := Lifecycle|Fencing|Settlements|CommitRetried|RetriedPut
 test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
 		$(GO) test -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
-		$(GO) test -count=1 -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"'
+		$(GO) test -count=1 -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"; \
+		cd $(IDEM) && $(GO) test -race -count=1 ./...'
 ifneq ($(EMULATOR),fakecloud)
 	@echo "the store's lifecycle and fencing tests again, on an emulator that ignores ClientRequestToken as moto does:"
-	EMULATOR_HONOUR_REQUEST_TOKEN=0 $(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' ./pkg/idem
+	cd $(IDEM) && EMULATOR_HONOUR_REQUEST_TOKEN=0 ../../$(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' .
 endif
 
 # EMULATOR=fakecloud runs make test, make run and make bench on fakecloud
@@ -73,7 +81,8 @@ fakecloud: ## Install the pinned fakecloud (cargo, ~40 min on 2 cores) into bin/
 .PHONY: fuzz
 fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on the emulator
 	$(WITH_EMU) bash -c 'for t in $(FUZZ_TARGETS); do \
-		$(GO) test -run "^$$" -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $${t%%:*} || exit 1; \
+		IFS=: read -r dir pkg name <<< "$$t"; \
+		(cd "$$dir" && $(GO) test -run "^$$" -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg") || exit 1; \
 	done'
 
 .PHONY: soak
@@ -149,19 +158,22 @@ SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 # memstore, Do, parsing and canonical JSON). The emulator tests elsewhere
 # fail loudly without an endpoint; make test runs them.
 CHECK_PKGS  := ./cmd/loadgen ./cmd/providersim ./internal/app ./internal/charge/httpapi ./internal/metrics \
-               ./internal/provider/... ./internal/tracing ./pkg/idem/memstore ./test/deploy
-CHECK_MIXED := ./pkg/idem ./internal/charge ./internal/intake
+               ./internal/provider/... ./internal/tracing ./test/deploy ./test/docs
+CHECK_MIXED := ./internal/charge ./internal/intake
 CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription)
 
 .PHONY: check
 check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .venv needed; under a minute)
 	$(GO) vet ./...
+	cd $(IDEM) && $(GO) vet ./...
 	$(GO) test -count=1 $(CHECK_PKGS)
 	$(GO) test -count=1 -run '$(CHECK_RUN)' $(CHECK_MIXED)
+	cd $(IDEM) && $(GO) test -count=1 ./memstore && $(GO) test -count=1 -run '$(CHECK_RUN)' .
 
 .PHONY: lint
 lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, sam validate --lint, sam build
 	$(GO) mod tidy -diff
+	cd $(IDEM) && $(GO) mod tidy -diff
 	$(VENV)/bin/cfn-lint template.yaml
 	$(SAM) validate --lint
 	$(SAM) build

@@ -20,6 +20,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 // The tests here hold the charge path to one rule: it tells a client
@@ -161,7 +162,7 @@ func TestWebhookRecordsAChargeOfAReleasedCommand(t *testing.T) {
 // lease runs, then the charge the reconciler made, once.
 func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 	t.Parallel()
-	loser := &testkit.LostClaim{}
+	loser := &idemtest.LostClaim{}
 	s := newOnStripe(t, func(w *testkit.Wiring) {
 		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
 			o.HTTPClient = &http.Client{Transport: loser}

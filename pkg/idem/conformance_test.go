@@ -7,17 +7,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
 // TestConformance runs the conformance suite against the DynamoDB store,
 // every store on one table, the business rows in that table too.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	table := testkit.TempTable(t, idem.TableInput("conformance"))
-	db := testkit.Clients(t).DynamoDB
+	table := dynamotest.Table(t, idem.TableInput("conformance"))
+	db := dynamotest.Client(t)
 	idemtest.RunConformance(t, func(t *testing.T, optFns ...func(*idem.Options)) idemtest.Subject {
 		s, err := idem.New(db, table, optFns...)
 		if err != nil {

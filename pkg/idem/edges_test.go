@@ -10,8 +10,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
 // TestInFlightOutlivesRetention: a command whose outcome is unknown keeps
@@ -152,7 +152,7 @@ func TestSettlementsRecogniseTheirOwnRetriedWrite(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			lossy := &loseFirstAnswer{op: c.op}
-			db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
+			db := dynamotest.Client(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} })
 			s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
 			if err != nil {
 				t.Fatal(err)

@@ -8,16 +8,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
 // TestExistingTableLayout: with another key attribute and a key prefix,
 // records live beside a table's other items, and TableInput follows.
 func TestExistingTableLayout(t *testing.T) {
 	t.Parallel()
-	clock := testkit.NewClock(time.Now())
-	db := testkit.Clients(t).DynamoDB
+	clock := idemtest.NewClock(time.Now())
+	db := dynamotest.Client(t)
 	opts := func(o *idem.Options) {
 		o.KeyAttribute, o.KeyPrefix, o.Shards, o.Clock = "id", "idem#", 1, clock.Now
 	}
@@ -32,7 +33,7 @@ func TestExistingTableLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := testkit.TempTable(t, def.TableInput())
+	table := dynamotest.Table(t, def.TableInput())
 	s, err := idem.New(db, table, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -17,23 +17,24 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
 type env struct {
 	table string
 	db    *dynamodb.Client
-	calls *testkit.CallCounter
-	clock *testkit.Clock
+	calls *idemtest.CallCounter
+	clock *idemtest.Clock
 	store *idem.Store
 }
 
 func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
 	t.Helper()
-	e := &env{calls: &testkit.CallCounter{}, clock: testkit.NewClock(time.Now())}
-	e.table = testkit.TempTable(t, idem.TableInput("idem"))
-	e.db = testkit.Clients(t, e.calls.Option()).DynamoDB
+	e := &env{calls: &idemtest.CallCounter{}, clock: idemtest.NewClock(time.Now())}
+	e.table = dynamotest.Table(t, idem.TableInput("idem"))
+	e.db = dynamotest.Client(t, e.calls.Option())
 	e.store = e.newStore(t, optFns...)
 	return e
 }
@@ -53,7 +54,7 @@ func (e *env) newStore(t *testing.T, optFns ...func(*idem.Options)) *idem.Store 
 
 func key(t *testing.T, tenant string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, "create-charge", testkit.UniqueName("k"))
+	k, err := idem.NewKey(tenant, "create-charge", dynamotest.UniqueName("k"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 		l := begin(t, e.store, k, fpA)
 		first := l.ExpiresAt
 		e2 := *e
-		e2.clock = testkit.NewClock(e.clock.Now().Add(20 * time.Second))
+		e2.clock = idemtest.NewClock(e.clock.Now().Add(20 * time.Second))
 		s2 := e2.newStore(t)
 		if err := s2.Heartbeat(ctx, l); err != nil {
 			t.Fatal(err)
@@ -235,7 +236,7 @@ func TestLifecycleForbiddenTransitions(t *testing.T) {
 func TestFencingAfterTakeOver(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	business := testkit.TempTable(t, &dynamodb.CreateTableInput{
+	business := dynamotest.Table(t, &dynamodb.CreateTableInput{
 		TableName:            aws.String("business"),
 		BillingMode:          types.BillingModePayPerRequest,
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
@@ -481,9 +482,9 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	lossy := &loseFirstAnswer{op: "PutItem"}
-	db := testkit.Clients(t, e.calls.Option(), func(o *dynamodb.Options) {
+	db := dynamotest.Client(t, e.calls.Option(), func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: lossy}
-	}).DynamoDB
+	})
 	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
 	if err != nil {
 		t.Fatal(err)
@@ -508,9 +509,9 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	lossy := &testkit.LostClaim{}
+	lossy := &idemtest.LostClaim{}
 	lossy.Arm()
-	db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
+	db := dynamotest.Client(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} })
 	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
 	if err != nil {
 		t.Fatal(err)

@@ -37,6 +37,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 // TestChargePathModel runs random histories against the real charge path
@@ -495,7 +496,7 @@ type faultyTransport struct {
 func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if f.throttle.Load() {
 		f.refused.Add(1)
-		return testkit.DynamoDBFault(req, "ThrottlingException"), nil
+		return idemtest.DynamoDBFault(req, "ThrottlingException"), nil
 	}
 	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") && f.loseClaim.CompareAndSwap(true, false) {
 		resp, err := f.base.RoundTrip(req)
@@ -506,7 +507,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_ = resp.Body.Close()
 		f.claimsLost.Add(1)
 		f.throttle.Store(true)
-		return testkit.DynamoDBFault(req, "InternalServerError"), nil
+		return idemtest.DynamoDBFault(req, "InternalServerError"), nil
 	}
 	switch n := rand.Int64N(1000); {
 	case n < f.refuse.Load():
@@ -523,7 +524,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		_ = resp.Body.Close()
 		f.lost.Add(1)
-		return testkit.DynamoDBFault(req, "InternalServerError"), nil
+		return idemtest.DynamoDBFault(req, "InternalServerError"), nil
 	default:
 		return f.base.RoundTrip(req)
 	}
@@ -532,9 +533,9 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // fault is a refusal: throttling (provably unprocessed) or a server error.
 func fault(req *http.Request) *http.Response {
 	if rand.IntN(2) == 0 {
-		return testkit.DynamoDBFault(req, "InternalServerError")
+		return idemtest.DynamoDBFault(req, "InternalServerError")
 	}
-	return testkit.DynamoDBFault(req, "ThrottlingException")
+	return idemtest.DynamoDBFault(req, "ThrottlingException")
 }
 
 // history is the model of one random run: what every client was told,

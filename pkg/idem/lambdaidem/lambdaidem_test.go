@@ -13,9 +13,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/lambdaidem"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
@@ -47,8 +47,8 @@ func forEachStore(t *testing.T, test func(t *testing.T, s idemtest.Subject)) {
 	})
 	t.Run("dynamodb", func(t *testing.T) {
 		t.Parallel()
-		table := testkit.TempTable(t, idem.TableInput("lambdaidem"))
-		db := testkit.Clients(t).DynamoDB
+		table := dynamotest.Table(t, idem.TableInput("lambdaidem"))
+		db := dynamotest.Client(t)
 		s, err := idem.New(db, table)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package testkit
+package idemtest
 
 import (
 	"hash/crc32"
