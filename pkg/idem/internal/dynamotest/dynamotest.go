@@ -59,7 +59,9 @@ func Table(t testing.TB, def *dynamodb.CreateTableInput) string {
 	if _, err := db.CreateTable(ctx, &in); err != nil {
 		t.Fatalf("dynamotest: create table: %v", err)
 	}
-	t.Cleanup(func() { _, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName}) })
+	t.Cleanup(func() {
+		_, _ = db.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: in.TableName})
+	})
 	if err := dynamodb.NewTableExistsWaiter(db).Wait(ctx, &dynamodb.DescribeTableInput{TableName: in.TableName}, time.Minute); err != nil {
 		t.Fatalf("dynamotest: table %s: %v", aws.ToString(in.TableName), err)
 	}
