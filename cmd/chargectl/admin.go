@@ -182,7 +182,7 @@ func chargeKey(tenant, clientKey string) (idem.Key, error) {
 }
 
 func (a *admin) store() (*idem.Store, error) {
-	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, func(o *idem.Options) { o.Clock, o.Retention = a.clock, a.cfg.Retention })
+	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, app.StoreOptions(a.cfg.Retention, app.Guarantees(a.cfg.Provider), a.clock))
 }
 
 // get reads key's record, saying what no record means.

@@ -87,7 +87,7 @@ type settleOutput struct {
 	SettledAs        string         `json:"settled_as"` // charged, declined or released
 	ProviderChargeID string         `json:"provider_charge_id,omitempty"`
 	Outcome          charge.Outcome `json:"outcome"`
-	Record           recordOutput   `json:"record"`
+	Record           *recordOutput  `json:"record,omitempty"` // none once a released key's retention has run out
 }
 
 // settle settles an IN_FLIGHT key as res says, once the operator has seen
@@ -150,11 +150,19 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	if outcome == charge.OutcomeNothingToDo {
 		return fmt.Errorf("%s changed since it was read (now %s%s, created %s): nothing written", keyText(key), after.Status, answered(after), stamp(after.CreatedAt))
 	}
-	out := settleOutput{Evidence: ev, SettledAs: as, ProviderChargeID: res.ChargeID, Outcome: outcome, Record: newRecordOutput(key, after)}
-	if a.json {
-		return a.printJSON(out)
+	out := settleOutput{Evidence: ev, SettledAs: as, ProviderChargeID: res.ChargeID, Outcome: outcome}
+	if after != nil {
+		r := newRecordOutput(key, after)
+		out.Record = &r
 	}
-	fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): status %s%s\n", keyText(key), as, outcome, after.Status, answered(after))
+	switch {
+	case a.json:
+		return a.printJSON(out)
+	case after == nil:
+		fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): its retention, counted from its creation, has run out, so the key is free: its next request is a new command\n", keyText(key), as, outcome)
+	default:
+		fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): status %s%s\n", keyText(key), as, outcome, after.Status, answered(after))
+	}
 	fmt.Fprintln(a.stdout, "check with: chargectl admin record", key.Tenant(), key.ClientKey())
 	return nil
 }
@@ -168,7 +176,7 @@ func describe(key idem.Key, rec *idem.Record, res provider.Result) (string, stri
 	case provider.StatusDeclined:
 		return "declined", fmt.Sprintf("declined (%s): FAILED_PERMANENT, with the 402 the API answers", res.DeclineCode)
 	default:
-		return "released", "not charged: RELEASED, and a retry of the same request then charges it"
+		return "released", "not charged: RELEASED until its retention from the command's creation ends (a retry of the same request before then charges it under the same reference; after, it is a new command)"
 	}
 }
 

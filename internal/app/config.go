@@ -281,9 +281,12 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
 	ChargeRequestsQueueURL                                             string
-	// Retention is the functions' IDEMPOTENCY_TTL: a command an operator
-	// settles deduplicates as long as one the functions settle.
+	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
+	// PROVIDER: a command an operator settles deduplicates as long as one
+	// the functions settle, a released one no longer than the provider
+	// deduplicates its reference.
 	Retention time.Duration
+	Provider  string
 }
 
 // LoadAdmin reads chargectl admin's configuration. The variables in need
@@ -303,6 +306,7 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
 		Retention:              e.retention(),
+		Provider:               e.provider(),
 	}
 	return c, e.err()
 }
@@ -340,18 +344,31 @@ func (d Deps) traced() Deps {
 	return d
 }
 
-// store is the idempotency store of a service whose provider promises g.
-// A released command's key lives only while the provider deduplicates its
+func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*idem.Store, error) {
+	return idem.New(d.Clients.DynamoDB, table, StoreOptions(retention, g, d.Clock))
+}
+
+// StoreOptions are the idempotency store's options for a deployment whose
+// provider promises g, for the functions and chargectl admin alike. A
+// released command's key lives only while the provider deduplicates its
 // reference (less the margin): a retry after that is a new command with a
 // new reference, never a re-send the provider would charge again.
-func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*idem.Store, error) {
-	return idem.New(d.Clients.DynamoDB, table, func(o *idem.Options) {
-		o.Retention, o.ReleaseRetention = retention, retention
+func StoreOptions(retention time.Duration, g provider.Guarantees, clock func() time.Time) func(*idem.Options) {
+	return func(o *idem.Options) {
+		o.Retention, o.ReleaseRetention, o.Clock = retention, retention, clock
 		if g.DedupWindow > 0 {
 			o.ReleaseRetention = min(retention, g.DedupWindow-g.DedupMargin)
 		}
-		o.Clock = d.Clock
-	})
+	}
+}
+
+// Guarantees are what the provider kind promises, for a tool that settles
+// commands without calling it (chargectl admin).
+func Guarantees(kind string) provider.Guarantees {
+	if kind == ProviderStripe {
+		return stripe.Promises
+	}
+	return provider.Guarantees{}
 }
 
 // service is what a function's charge service is built from besides

@@ -25,7 +25,8 @@ import (
 // so whoever held it can no longer write, and the command is settled as
 // Reconcile settles it: the charge row and the 201 the API answers in one
 // transaction, the 402, or RELEASED. The record returned is the settled
-// one, read back. An error leaves the command IN_FLIGHT, for the operator
+// one, read back (nil for a release whose retention had run out: the key
+// is free). An error leaves the command IN_FLIGHT, for the operator
 // to settle again: every step is fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
 	switch {
@@ -62,7 +63,14 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
 	}
-	if rec, err = s.cfg.Store.Get(ctx, key); err != nil {
+	rec, err = s.cfg.Store.Get(ctx, key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound) && outcome == OutcomeReleased:
+		// A release keeps the retention counted from the command's
+		// creation, which for a parked command has run out: the key is
+		// free, and its next request is a new command.
+		return outcome, nil, nil
+	case err != nil:
 		return outcome, nil, fmt.Errorf("charge: operator settle: read back: %w", err)
 	}
 	return outcome, rec, nil

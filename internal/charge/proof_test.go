@@ -3,6 +3,7 @@ package charge_test
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -224,5 +225,123 @@ func TestReplayRefusedOutrightReleasesTheKey(t *testing.T) {
 	}
 	if n := s.sim.Charged(s.reference(key)); n != 0 {
 		t.Fatalf("charged %d times", n)
+	}
+}
+
+// refusingDynamo answers every PutItem with DynamoDB's 400 of kind while
+// refuse is set: a request DynamoDB refused before processing it.
+type refusingDynamo struct {
+	refuse bool
+	kind   string
+}
+
+func (r *refusingDynamo) RoundTrip(req *http.Request) (*http.Response, error) {
+	if r.refuse && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		resp := idemtest.DynamoDBFault(req, r.kind)
+		resp.StatusCode, resp.Status = http.StatusBadRequest, "400 Bad Request"
+		return resp, nil
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestClaimRefusedUnprocessedIsNotPending: DynamoDB refuses the claim
+// with a client error (AccessDeniedException, a 400: never processed) at
+// every attempt. Nothing is stored, so the answer is not outcome-pending,
+// and the retry after it is a fresh 201, not a 409.
+func TestClaimRefusedUnprocessedIsNotPending(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	tr := &refusingDynamo{refuse: true, kind: "AccessDeniedException"}
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: tr} })
+	})
+	key := newKey()
+	body := `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+	resp, err := h.Handle(context.Background(), post("acme", key, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("claim refused with a 400 AccessDeniedException: %d %s", resp.StatusCode, resp.Body)
+	if strings.Contains(resp.Body, "outcome-pending") {
+		t.Errorf("a claim DynamoDB refused unprocessed is answered outcome-pending: %d %s", resp.StatusCode, resp.Body)
+	}
+	tr.refuse = false
+	resp, err = h.Handle(context.Background(), post("acme", key, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("retry: %d %s, want 201", resp.StatusCode, resp.Body)
+	}
+}
+
+// misrouted answers POSTs while set as Stripe answers a request to a URL it
+// does not serve (a wrong base URL or path prefix, a proxy's rewrite): 404
+// invalid_request_error "Unrecognized request URL", which says nothing of
+// the request that was meant.
+type misrouted struct{ on bool }
+
+func (m *misrouted) RoundTrip(req *http.Request) (*http.Response, error) {
+	if m.on && req.Method == http.MethodPost {
+		body := `{"error":{"message":"Unrecognized request URL (POST: /v1/payment_intents). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.","type":"invalid_request_error"}}`
+		return &http.Response{
+			Status: "404 Not Found", StatusCode: http.StatusNotFound, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header:        http.Header{"Content-Type": {"application/json"}},
+			Body:          io.NopCloser(strings.NewReader(body)),
+			ContentLength: int64(len(body)), Request: req,
+		}, nil
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestMisroutedReplayProvesNothing: Stripe charged the command and its
+// answer was lost (outcome-pending). The reconciler's replay meets a 404
+// "Unrecognized request URL" (a misrouted request), which names no
+// parameter of the request and so proves nothing: the command is not
+// released, and its client, coming back a day later, is not charged a
+// second time under a new reference.
+func TestMisroutedReplayProvesNothing(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	clock := testkit.NewClock(time.Now())
+	sim, wire := testkit.Stripe(t, clock.Now)
+	h := d.ChargeHandler(t, wire, func(w *testkit.Wiring) {
+		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) { o.Timeout = time.Second })
+	})
+	route := &misrouted{}
+	recon := d.ReconcileService(t, wire, func(w *testkit.Wiring) {
+		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) {
+			o.HTTPClient = &http.Client{Transport: route}
+		})
+	})
+	ctx := context.Background()
+	key := newKey()
+	body := `{"amount":1500,"currency":"EUR","source":"` + stripesim.PMTimeout + `"}`
+	resp, err := h.Handle(ctx, post("acme", key, body))
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("charge whose answer is lost: %d %v, want 503 outcome-pending", resp.StatusCode, err)
+	}
+	k := mustKey(t, "acme", key)
+	clock.Advance(31 * time.Second)
+	route.on = true
+	out, err := recon.Reconcile(ctx, k)
+	t.Logf("reconcile with a misrouted replay: %s %v", out, err)
+	if out == charge.OutcomeReleased {
+		t.Errorf("a charged command was released on a 404 for an unrecognised URL")
+	}
+	route.on = false
+	// The client, told outcome-pending, comes back the next day.
+	clock.Advance(23*time.Hour + time.Minute)
+	resp, err = h.Handle(ctx, post("acme", key, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("client retry a day later: %d", resp.StatusCode)
+	n := 0
+	for _, e := range sim.Ledger() {
+		n += e.Succeeded
+	}
+	if n > 1 {
+		t.Errorf("Stripe charged %d PaymentIntents for one intent (%+v)", n, sim.Ledger())
 	}
 }

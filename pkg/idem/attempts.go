@@ -5,8 +5,9 @@ import (
 	"errors"
 	"sync"
 
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 )
 
@@ -14,7 +15,8 @@ import (
 // retry loop. The call's error is only its last attempt's: a claim whose
 // first attempt was applied, its answer lost, and whose retries were then
 // throttled fails with a throttling error. Only a call DynamoDB refused
-// unprocessed every time is known not to have been applied.
+// unprocessed every time (a 4xx at each attempt) is known not to have been
+// applied.
 type attempts struct {
 	mu      sync.Mutex
 	n       int
@@ -49,16 +51,14 @@ func (a *attempts) refused() bool {
 }
 
 // unprocessed reports whether err is DynamoDB refusing a request before
-// processing it: its throttling errors. A server error may follow a write
-// that was applied, and a transport error says nothing.
+// processing it: any of its 4xx answers (throttling, a validation or
+// permission error, a failed condition), none of which follows a write it
+// applied. A server error may, and a transport error says nothing.
 func unprocessed(err error) bool {
-	var api smithy.APIError
-	if !errors.As(err, &api) {
+	var resp *awshttp.ResponseError
+	if !errors.As(err, &resp) {
 		return false
 	}
-	switch api.ErrorCode() {
-	case "ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded":
-		return true
-	}
-	return false
+	code := resp.HTTPStatusCode()
+	return code >= 400 && code < 500
 }

@@ -116,7 +116,7 @@ func (e *WriteConditionError) Is(target error) bool { return target == ErrWriteC
 // with a verdict at some attempt (a timeout, a server error), however the
 // SDK's last retry ended: it may have been applied, its answer lost, so
 // the key may now be IN_FLIGHT under a lease nobody holds. Only a claim
-// refused by its condition, or throttled at every attempt, is known not to
+// refused by its condition, or refused unprocessed (a 4xx) at every attempt, is known not to
 // have happened; Begin returns that one's error as it is. Whoever takes the lease over
 // once it ends (a reconciler) finds the record; a retry meanwhile gets
 // *InFlightError. Err is the SDK's error.

@@ -158,10 +158,11 @@ func New(secretKey string, optFns ...func(*Options)) (*Adapter, error) {
 	return &Adapter{intents: sc.V1PaymentIntents, opts: o}, nil
 }
 
-// Guarantees are Stripe's: see the package documentation.
-func (a *Adapter) Guarantees() provider.Guarantees {
-	return provider.Guarantees{DedupWindow: DedupWindow, DedupMargin: DedupMargin, SettleWindow: SettleWindow}
-}
+// Promises are Stripe's guarantees: see the package documentation.
+var Promises = provider.Guarantees{DedupWindow: DedupWindow, DedupMargin: DedupMargin, SettleWindow: SettleWindow}
+
+// Guarantees are Stripe's: Promises.
+func (a *Adapter) Guarantees() provider.Guarantees { return Promises }
 
 // Charge creates and confirms a PaymentIntent for req, with req.Reference
 // as its idempotency key. A decline is a Result, not an error; errors wrap
@@ -218,7 +219,7 @@ func (a *Adapter) LookupRequest(ctx context.Context, req provider.LookupRequest)
 	}
 	res, err := a.replay(ctx, req.ChargeRequest)
 	var e *Error
-	if refusedForGood(err) {
+	if errors.Is(err, errRefusedForGood) {
 		a.logCall(ctx, "lookup_replay", req.Reference, res, provider.ErrRejected, err)
 		return provider.Result{}, fmt.Errorf("stripe: lookup %s: %w: %w", req.Reference, provider.ErrRejected, err)
 	}
@@ -253,6 +254,11 @@ func (a *Adapter) CheckSource(source string) error {
 	return nil
 }
 
+// errRefusedForGood marks a replay's create that Stripe refused for the
+// request itself (refusedForGood); no other error of a replay (the read of
+// the PaymentIntent after it, say) is such proof.
+var errRefusedForGood = errors.New("stripe refused the request itself")
+
 // replay sends req again under its reference and reads the PaymentIntent's
 // present state if the saved answer is not final.
 func (a *Adapter) replay(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
@@ -262,6 +268,8 @@ func (a *Adapter) replay(ctx context.Context, req provider.ChargeRequest) (provi
 	pi, notSent, err := a.create(ctx, req)
 	res, kind, cause := outcome(pi, notSent, err)
 	switch {
+	case errors.Is(kind, provider.ErrRejected) && refusedForGood(cause):
+		return provider.Result{}, fmt.Errorf("%w: %w", errRefusedForGood, cause)
 	case kind != nil:
 		return provider.Result{}, cause
 	case res.Status != "":
@@ -270,16 +278,18 @@ func (a *Adapter) replay(ctx context.Context, req provider.ChargeRequest) (provi
 	return a.current(ctx, pi.ID)
 }
 
-// refusedForGood reports whether a replay's error is Stripe refusing the
-// request itself (a 4xx other than the ones below), which it answers the
-// same to every send of it: the key's saved answer to a first request that
-// failed the same way, or a fresh refusal of a request it never saw. Either
-// way nothing was charged. Not so for 401 and 403, which may come from an
-// API key other than the one the original ran under; 409 and 429, which
-// say nothing about the request; and a key held for other parameters.
+// refusedForGood reports whether a create's error is Stripe refusing the
+// request itself: an invalid_request_error naming a parameter of it (such
+// as 400 resource_missing on payment_method), which Stripe answers the same
+// to every send: the key's saved answer to a first request that failed so,
+// or a fresh refusal of a request it never saw. Either way nothing was
+// charged. An error that names no parameter (404 "Unrecognized request
+// URL" from a misrouted request) says nothing of the request, nor do 401
+// and 403 (another API key may have run the original), 409, 429, and a
+// key held for other parameters.
 func refusedForGood(err error) bool {
 	var e *Error
-	if !errors.As(err, &e) || errors.Is(err, ErrKeyReused) || e.Type == string(stripego.ErrorTypeCard) {
+	if !errors.As(err, &e) || errors.Is(err, ErrKeyReused) || e.Type != string(stripego.ErrorTypeInvalidRequest) || e.Param == "" {
 		return false
 	}
 	switch e.HTTPStatus {
