@@ -808,14 +808,15 @@ func (r *history) claimAnswerLost(rt *rapid.T) {
 
 // dedupWindowNears moves the clock to half an hour before the provider's
 // dedup window ends (its margin is an hour), or before retention does for
-// a provider that deduplicates for ever, and the client of every key still
-// RELEASED then retries it. Keys whose records are gone by then name new
+// a provider that deduplicates for ever, after a request that may be
+// released, and the client of every key still RELEASED then retries it. Keys whose records are gone by then name new
 // intents.
 func (r *history) dedupWindowNears(rt *rapid.T) {
 	w := r.env.dedupWindow
 	if w == 0 {
 		w = retention
 	}
+	r.request(rt) // one that may be released
 	r.advance(w - 30*time.Minute)
 	r.forgetExpired(rt)
 	for _, k := range r.sortedKeys() {
