@@ -149,8 +149,24 @@ func (e *env) err() error {
 	return fmt.Errorf("app: %w", errors.Join(e.errs...))
 }
 
+// Common is what every function's configuration holds: how much it logs
+// and where its spans go.
+type Common struct {
+	LogLevel slog.Level
+	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
+	// empty, nowhere: tracing is off.
+	TraceEndpoint string
+}
+
+func (c Common) common() Common { return c }
+
+func (e *env) common() Common {
+	return Common{LogLevel: e.level(), TraceEndpoint: e.optional(EnvTraceEndpoint, "")}
+}
+
 // ChargeConfig is the charge function's configuration.
 type ChargeConfig struct {
+	Common
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret, TenantClaim          string
@@ -158,12 +174,8 @@ type ChargeConfig struct {
 	// ReplayCache is how many settled answers the function keeps in
 	// memory to replay without a DynamoDB call; 0 turns the cache off.
 	ReplayCache int
-	LogLevel    slog.Level
 	// WebhookSecret verifies Stripe's webhook deliveries; never logged.
 	WebhookSecret string
-	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
-	// empty, nowhere: tracing is off. Every function reads it.
-	TraceEndpoint string
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -182,14 +194,14 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:       e.count(EnvReplayCache, DefaultReplayCache),
-		LogLevel:          e.level(),
-		TraceEndpoint:     e.optional(EnvTraceEndpoint, ""),
+		Common:            e.common(),
 	}
 	return c, e.err()
 }
 
 // ReconcileConfig is the reconcile function's configuration.
 type ReconcileConfig struct {
+	Common
 	IdempotencyTable, ChargesTable string
 	Provider                       string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret    string
@@ -199,8 +211,6 @@ type ReconcileConfig struct {
 	// its own.
 	SettleWindow        time.Duration
 	RetryBase, RetryCap time.Duration
-	LogLevel            slog.Level
-	TraceEndpoint       string
 }
 
 // LoadReconcile reads the reconcile function's configuration.
@@ -216,8 +226,7 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 		SettleWindow:     e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
 		RetryBase:        e.duration(EnvRetryBase, charge.DefaultRetryBase),
 		RetryCap:         e.duration(EnvRetryCap, charge.DefaultRetryCap),
-		LogLevel:         e.level(),
-		TraceEndpoint:    e.optional(EnvTraceEndpoint, ""),
+		Common:           e.common(),
 	}
 	return c, e.err()
 }
@@ -226,13 +235,12 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 // function's, less what only HTTP needs, plus the dead-letter queue of
 // the charge-requests queue.
 type IntakeConfig struct {
+	Common
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 	DeadLetterQueueURL                                string
 	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, ProviderSecret                       string
 	Retention, InflightWait, CommitReserve            time.Duration
-	LogLevel                                          slog.Level
-	TraceEndpoint                                     string
 }
 
 // LoadIntake reads the intake function's configuration.
@@ -249,17 +257,15 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 		Retention:          e.retention(),
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
-		LogLevel:           e.level(),
-		TraceEndpoint:      e.optional(EnvTraceEndpoint, ""),
+		Common:             e.common(),
 	}
 	return c, e.err()
 }
 
 // SweeperConfig is the sweeper function's configuration.
 type SweeperConfig struct {
+	Common
 	IdempotencyTable, ReconcileQueueURL string
-	LogLevel                            slog.Level
-	TraceEndpoint                       string
 }
 
 // LoadSweeper reads the sweeper function's configuration.
@@ -268,8 +274,7 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 	c := SweeperConfig{
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
-		LogLevel:          e.level(),
-		TraceEndpoint:     e.optional(EnvTraceEndpoint, ""),
+		Common:            e.common(),
 	}
 	return c, e.err()
 }

@@ -17,7 +17,7 @@ import (
 // fromEnv is what every Lambda main does before lambda.Start: read the
 // configuration, build the AWS clients once, start tracing if the
 // configuration names an endpoint, and build the handler.
-func fromEnv[C, H any](ctx context.Context, get Getenv, function string, load func(Getenv) (C, error), obs func(C) (slog.Level, string), build func(C, Deps) (H, error)) (H, error) {
+func fromEnv[C interface{ common() Common }, H any](ctx context.Context, get Getenv, function string, load func(Getenv) (C, error), build func(C, Deps) (H, error)) (H, error) {
 	var zero H
 	c, err := load(get)
 	if err != nil {
@@ -27,10 +27,10 @@ func fromEnv[C, H any](ctx context.Context, get Getenv, function string, load fu
 	if err != nil {
 		return zero, err
 	}
-	level, endpoint := obs(c)
-	d := Deps{Clients: clients, Logger: Logger(level)}
-	if endpoint != "" {
-		if d.Tracer, err = tracing.NewOTLP(ctx, function, endpoint); err != nil {
+	common := c.common()
+	d := Deps{Clients: clients, Logger: Logger(common.LogLevel)}
+	if common.TraceEndpoint != "" {
+		if d.Tracer, err = tracing.NewOTLP(ctx, function, common.TraceEndpoint); err != nil {
 			return zero, err
 		}
 	}
@@ -39,27 +39,23 @@ func fromEnv[C, H any](ctx context.Context, get Getenv, function string, load fu
 
 // ChargeFromEnv builds the charge function's handler from its environment.
 func ChargeFromEnv(ctx context.Context, get Getenv) (*httpapi.Handler, error) {
-	return fromEnv(ctx, get, metrics.FunctionCharge, LoadCharge,
-		func(c ChargeConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, ChargeHandler)
+	return fromEnv(ctx, get, metrics.FunctionCharge, LoadCharge, ChargeHandler)
 }
 
 // SweeperFromEnv builds the sweeper function's handler from its environment.
 func SweeperFromEnv(ctx context.Context, get Getenv) (*sweeper.Sweeper, error) {
-	return fromEnv(ctx, get, metrics.FunctionSweeper, LoadSweeper,
-		func(c SweeperConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, SweeperHandler)
+	return fromEnv(ctx, get, metrics.FunctionSweeper, LoadSweeper, SweeperHandler)
 }
 
 // ReconcileFromEnv builds the reconcile function's handler from its
 // environment.
 func ReconcileFromEnv(ctx context.Context, get Getenv) (*reconcile.Handler, error) {
-	return fromEnv(ctx, get, metrics.FunctionReconcile, LoadReconcile,
-		func(c ReconcileConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, ReconcileHandler)
+	return fromEnv(ctx, get, metrics.FunctionReconcile, LoadReconcile, ReconcileHandler)
 }
 
 // IntakeFromEnv builds the intake function's handler from its environment.
 func IntakeFromEnv(ctx context.Context, get Getenv) (*intake.Handler, error) {
-	return fromEnv(ctx, get, metrics.FunctionIntake, LoadIntake,
-		func(c IntakeConfig) (slog.Level, string) { return c.LogLevel, c.TraceEndpoint }, IntakeHandler)
+	return fromEnv(ctx, get, metrics.FunctionIntake, LoadIntake, IntakeHandler)
 }
 
 // Fatal logs a function's start-up error and exits; Lambda reports it as an
