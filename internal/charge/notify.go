@@ -38,31 +38,10 @@ func (n Notification) settles() bool {
 		(n.Result.Status == provider.StatusCharged || n.Result.Status == provider.StatusDeclined)
 }
 
-// Notify settles the command a notification names, once per event id: the
-// first delivery of an event settles, a later one is acknowledged as
-// OutcomeReplayed without settling again. A notification for a charge of
-// an IN_FLIGHT command whose reference is the command's own settles it as
-// Reconcile does once it has found the charge (the charge row and the 201,
-// or the 402), only sooner, since the provider has said what happened and
-// no lookup is needed. If an attempt at the charge may still be running
-// (its attempt deadline has not passed), Notify first gives it
-// InflightWait to record the outcome itself; then, or at once for a
-// command that only waits for the reconciler, it preempts the lease
-// (idem.Store.Preempt), so whoever held it can no longer settle the
-// command: the charge is recorded once, whoever answered the provider. A
-// RELEASED command's own notification is recorded the same way: the
-// release was wrong, and the charge would otherwise never be known.
-// Anything else (an unknown command, a settled one, an older intent
-// under a reused key, an event that settles nothing) is OutcomeNothingToDo.
-//
-// While another delivery of the same event is being processed, Notify
-// answers OutcomeConflict (RetryAt says when its lease ends); if the store
-// is failing, OutcomeBusy. Either way nothing is recorded for the event,
-// and the provider's redelivery settles it. A delivery that dies leaves
-// the event's record IN_FLIGHT: once its lease has run out, a redelivery
-// takes it over (claimEvent), and the sweeper's Reconcile releases it
-// (releaseEvent), so it does not stay stuck until then; a redelivery
-// claims a released record again.
+// Notify settles the command a provider's notification names, once per
+// event id, so a charge is recorded as soon as the provider says what
+// happened, whoever answered it: the table in the package documentation
+// says what each delivery does.
 func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !n.settles() {
 		return Result{Outcome: OutcomeNothingToDo}, nil
