@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -50,7 +49,7 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonJSON}
 	}
-	in, ok := requestMembers(string(canonical))
+	in, ok := requestMembers(canonical)
 	if !ok {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonShape}
 	}
@@ -88,96 +87,40 @@ type members struct {
 }
 
 // requestMembers reads the members of a canonical body (what
-// idem.CanonicalJSON returns: no whitespace, keys unique and escaped one
-// way, so a name matches only as it is spelled here). The body must be an
+// idem.CanonicalJSON returns: valid, its keys unique). The body must be an
 // object, or null (no members), whose members are among amount, currency,
-// source and description, none null, the last three strings. A value
-// that needs no unescaping (the usual) is a part of doc, not a copy.
-func requestMembers(doc string) (members, bool) {
+// source and description, none null, the last three strings.
+func requestMembers(canonical []byte) (members, bool) {
 	var m members
-	if doc == "null" {
-		return m, true
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(canonical, &fields) != nil {
+		return m, false // not an object
 	}
-	if doc[0] != '{' {
-		return m, false
-	}
-	for i := 1; doc[i] != '}'; {
-		if doc[i] == ',' {
-			i++
-		}
-		nameEnd := stringEnd(doc, i)
-		name := doc[i:nameEnd]
-		i = valueEnd(doc, nameEnd+1) // past the ':'
-		value := doc[nameEnd+1 : i]
-		if value == "null" {
+	for name, value := range fields {
+		if string(value) == "null" {
 			return m, false
 		}
 		var to *string
 		switch name {
-		case `"amount"`:
+		case "amount":
 			if c := value[0]; c == '-' || c >= '0' && c <= '9' {
 				m.amount = json.Number(value)
 			}
 			continue
-		case `"currency"`:
+		case "currency":
 			to = &m.currency
-		case `"source"`:
+		case "source":
 			to = &m.source
-		case `"description"`:
+		case "description":
 			to, m.described = &m.description, true
 		default:
 			return m, false
 		}
-		if value[0] != '"' {
-			return m, false
+		if json.Unmarshal(value, to) != nil {
+			return m, false // not a string
 		}
-		if !strings.Contains(value, `\`) {
-			*to = value[1 : len(value)-1]
-			continue
-		}
-		var s string
-		if json.Unmarshal([]byte(value), &s) != nil {
-			return m, false // cannot happen: a valid document's string
-		}
-		*to = s
 	}
 	return m, true
-}
-
-// stringEnd is the end of the string that starts at doc[i], past its
-// closing quote.
-func stringEnd(doc string, i int) int {
-	for i++; doc[i] != '"'; i++ {
-		if doc[i] == '\\' {
-			i++ // the escaped character
-		}
-	}
-	return i + 1
-}
-
-// valueEnd is the end of the value that starts at doc[i]: the comma or
-// brace that ends its member.
-func valueEnd(doc string, i int) int {
-	depth := 0
-	for ; ; i++ {
-		switch doc[i] {
-		case '"':
-			i = stringEnd(doc, i) - 1
-		case '{', '[':
-			depth++
-		case ']':
-			depth--
-		case '}':
-			if depth == 0 {
-				return i
-			}
-			depth--
-		case ',':
-			if depth == 0 {
-				return i
-			}
-		}
-	}
 }
 
 // normalised is the canonical body with the amount written as whole and,

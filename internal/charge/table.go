@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -41,8 +41,6 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 	}
 }
 
-func attrS(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-
 // RowsAPI is the part of *dynamodb.Client the charges table is read with.
 type RowsAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
@@ -69,7 +67,7 @@ func NewRows(db RowsAPI, table string) (*Rows, error) {
 func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      r.tableName,
-		Key:            map[string]types.AttributeValue{AttrTenant: attrS(tenant), AttrID: attrS(id)},
+		Key:            map[string]types.AttributeValue{AttrTenant: &types.AttributeValueMemberS{Value: tenant}, AttrID: &types.AttributeValueMemberS{Value: id}},
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -88,67 +86,46 @@ func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error)
 // Insert is the write of c's row, only if no row has its id, for the
 // transaction that settles the command (idem.Store.Commit).
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
-	strs := make(strAttrs, 0, 8)
-	item := make(map[string]types.AttributeValue, 10)
-	item[AttrTenant] = strs.of(c.Tenant)
-	item[AttrID] = strs.of(c.ID)
-	item["amount"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(c.Money.Amount, 10)}
-	item["currency"] = strs.of(c.Money.Currency)
-	item["status"] = statusSucceeded
-	item["provider_reference"] = strs.of(c.ProviderReference)
-	item["provider_charge_id"] = strs.of(c.ProviderChargeID)
-	item["idempotency_key"] = strs.of(string(c.IdempotencyKey))
-	item["created_at"] = strs.of(c.CreatedAt.UTC().Format(TimeLayout))
-	if c.Description != "" {
-		item["description"] = strs.of(c.Description)
-	}
+	// A struct of strings and an integer always marshals.
+	item, _ := attributevalue.MarshalMap(row{
+		Tenant: c.Tenant, ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Status: "succeeded",
+		ProviderReference: c.ProviderReference, ProviderChargeID: c.ProviderChargeID,
+		IdempotencyKey: string(c.IdempotencyKey), CreatedAt: c.CreatedAt.UTC().Format(TimeLayout), Description: c.Description,
+	})
 	return types.TransactWriteItem{Put: &types.Put{
 		TableName:                r.tableName,
 		Item:                     item,
-		ConditionExpression:      insertCondition,
-		ExpressionAttributeNames: insertNames,
+		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": AttrID},
 	}}
 }
 
-// strAttrs hands out string attribute values from one backing array, so an
-// item's strings cost one allocation, not one each. A value keeps pointing
-// at its element if a later one makes the array grow.
-type strAttrs []types.AttributeValueMemberS
-
-func (a *strAttrs) of(v string) types.AttributeValue {
-	*a = append(*a, types.AttributeValueMemberS{Value: v})
-	return &(*a)[len(*a)-1]
+// row is a charge as its item holds it.
+type row struct {
+	Tenant            string `dynamodbav:"tenant"`
+	ID                string `dynamodbav:"id"`
+	Amount            int64  `dynamodbav:"amount"`
+	Currency          string `dynamodbav:"currency"`
+	Status            string `dynamodbav:"status"`
+	ProviderReference string `dynamodbav:"provider_reference"`
+	ProviderChargeID  string `dynamodbav:"provider_charge_id"`
+	IdempotencyKey    string `dynamodbav:"idempotency_key"`
+	CreatedAt         string `dynamodbav:"created_at"`
+	Description       string `dynamodbav:"description,omitempty"`
 }
 
-// statusSucceeded, insertCondition and insertNames are shared by every
-// write (the SDK only reads its input).
-var (
-	statusSucceeded types.AttributeValue = &types.AttributeValueMemberS{Value: "succeeded"}
-	insertCondition                      = aws.String("attribute_not_exists(#id)")
-)
-
-// insertNames are the names of Insert's condition.
-var insertNames = map[string]string{"#id": AttrID}
-
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
-	str := func(name string) string {
-		if v, ok := item[name].(*types.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
+	var w row
+	if err := attributevalue.UnmarshalMap(item, &w); err != nil {
+		return Charge{}, err
 	}
-	var amount int64
-	if v, ok := item["amount"].(*types.AttributeValueMemberN); ok {
-		amount, _ = strconv.ParseInt(v.Value, 10, 64)
-	}
-	created, err := time.Parse(TimeLayout, str("created_at"))
+	created, err := time.Parse(TimeLayout, w.CreatedAt)
 	if err != nil {
 		return Charge{}, err
 	}
 	return Charge{
-		ID: str(AttrID), Tenant: str(AttrTenant), Money: Money{Amount: amount, Currency: str("currency")},
-		Description: str("description"), ProviderReference: str("provider_reference"),
-		ProviderChargeID: str("provider_charge_id"), IdempotencyKey: CommandID(str("idempotency_key")),
-		CreatedAt: created,
+		ID: w.ID, Tenant: w.Tenant, Money: Money{Amount: w.Amount, Currency: w.Currency},
+		Description: w.Description, ProviderReference: w.ProviderReference,
+		ProviderChargeID: w.ProviderChargeID, IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
 	}, nil
 }
