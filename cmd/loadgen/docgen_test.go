@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -217,5 +218,73 @@ func TestSideBySideTable(t *testing.T) {
 	delete(f.Handlers, "naive")
 	if _, err := sideBySideTable(f); err == nil {
 		t.Error("a missing handler passed")
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/doc/benchmarks.golden.md")
+
+// TestDocGolden fills testdata/doc/benchmarks.md from the make bench
+// outputs beside it, as make bench's last step does, and holds the result
+// to testdata/doc/benchmarks.golden.md byte for byte, so that a change of
+// any section's format shows in the golden file's diff. The machine
+// section describes the host the test runs on, so only its presence is
+// checked. -update rewrites the golden file.
+func TestDocGolden(t *testing.T) {
+	const testdata = "testdata/doc"
+	dir := t.TempDir()
+	src, err := os.ReadFile(filepath.Join(testdata, "benchmarks.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := filepath.Join(dir, "benchmarks.md")
+	if err := os.WriteFile(doc, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// make build's bootstraps, as sparse files of their sizes; intake has none.
+	bin := filepath.Join(dir, "bin")
+	for fn, size := range map[string]int64{"charge": 21390950, "sweeper": 19818086} {
+		if err := os.MkdirAll(filepath.Join(bin, fn), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Create(filepath.Join(bin, fn, "bootstrap"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in := func(name string) string { return filepath.Join(testdata, name) }
+	err = docMain([]string{"-doc", doc, "-bench", in("bench.txt"), "-roundtrips", in("roundtrips.md"),
+		"-load", in("load-steady.json") + "," + in("load-seeds.json"), "-coldstart", in("e2e.txt"), "-bin", bin,
+		"-sidebyside", in("sidebyside.json"), "-sustain", in("sustain.json"), "-sustain-fakecloud", in("sustain-fakecloud.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := "<!-- generated:machine -->\n", "<!-- /generated:machine -->"
+	i, j := strings.Index(string(out), begin), strings.Index(string(out), end)
+	if i < 0 || j < i || !strings.Contains(string(out[i:j]), "| cores (nproc) |") {
+		t.Fatalf("no machine section in\n%s", out)
+	}
+	got := string(out[:i+len(begin)]) + "(the host the test ran on)\n" + string(out[j:])
+	golden := in("benchmarks.golden.md")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("the generated document differs from %s (go test -run TestDocGolden -update rewrites it):\n%s", golden, got)
 	}
 }
