@@ -28,10 +28,9 @@ import (
 // A section is the text between "<!-- generated:NAME -->" and
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart, powertools (with -sidebyside out/sidebyside.json), sustain (with -sustain out/sustain.json, whose PNG it copies
-// to the document's directory as benchmarks-sustain.png), and
-// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud, as
-// benchmarks-sustain-fakecloud.png).
+// coldstart, powertools (with -sidebyside out/sidebyside.json), sustain
+// (with -sustain out/sustain.json), and sustain-fakecloud (with
+// -sustain-fakecloud, the same on fakecloud).
 func docMain(args []string) error {
 	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
 	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
@@ -41,7 +40,7 @@ func docMain(args []string) error {
 	coldStart := fs.String("coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
 	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
 	sideBySide := fs.String("sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
-	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate; its PNG is copied beside the document (optional)")
+	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate (optional)")
 	sustainFakecloud := fs.String("sustain-fakecloud", "", "the same for a stack on fakecloud (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -123,15 +122,15 @@ func docMain(args []string) error {
 			return fmt.Errorf("%s: %w", *sideBySide, err)
 		}
 	}
-	for _, run := range []struct{ section, summary, png string }{
-		{"sustain", *sustain, sustainPNG},
-		{"sustain-fakecloud", *sustainFakecloud, "benchmarks-sustain-fakecloud.png"},
+	for _, run := range []struct{ section, summary string }{
+		{"sustain", *sustain},
+		{"sustain-fakecloud", *sustainFakecloud},
 	} {
 		if run.summary == "" {
 			continue
 		}
 		var err error
-		if sections[run.section], err = sustainSection(run.summary, *doc, run.png); err != nil {
+		if sections[run.section], err = sustainSection(run.summary); err != nil {
 			return err
 		}
 	}
@@ -472,13 +471,9 @@ func coldStartTable(e2e, bin string) (string, error) {
 	return b.String(), nil
 }
 
-// sustainPNG is the name, beside the document, of the plot of a sustain
-// run.
-const sustainPNG = "benchmarks-sustain.png"
-
-// sustainSection reads a sustain run's summary, copies its plot beside
-// doc as png, and sets out the ceilings, the sustained rate and every step.
-func sustainSection(summary, doc, png string) (string, error) {
+// sustainSection reads a sustain run's summary and sets out the ceilings,
+// the sustained rate and every step.
+func sustainSection(summary string) (string, error) {
 	b, err := os.ReadFile(summary)
 	if err != nil {
 		return "", err
@@ -487,17 +482,10 @@ func sustainSection(summary, doc, png string) (string, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return "", fmt.Errorf("%s: %w", summary, err)
 	}
-	img, err := os.ReadFile(strings.TrimSuffix(summary, ".json") + ".png")
-	if err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(filepath.Join(filepath.Dir(doc), png), img, 0o644); err != nil {
-		return "", err
-	}
-	return sustainTable(s, png), nil
+	return sustainTable(s), nil
 }
 
-func sustainTable(s Sustain, png string) string {
+func sustainTable(s Sustain) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Started %s, load average %s; %.0f s a step.\n\n", orNone(s.Started), orNone(s.LoadAvg), s.StepSeconds)
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| the emulator's ceiling | **%.0f req/s**: %.0f PutItem/s (BenchmarkEmulatorPutItem/serial) ÷ %.2f DynamoDB calls per request of the mix |\n", s.Ceiling, s.PutItemPerSecond, s.CallsPerRequest)
@@ -514,7 +502,6 @@ func sustainTable(s Sustain, png string) string {
 			st.Offered, 100*st.Offered/s.Ceiling, 100*st.Fraction, orNone(st.LoadAvg), st.Answered, st.Dropped, st.Timeouts, st.OtherFailures,
 			percentiles(st.First), percentiles(st.Replay), st.Duplicates, st.MissingAtSettle, st.Missing, map[bool]string{true: "yes", false: "no"}[st.OK])
 	}
-	fmt.Fprintf(&b, "\n![answered against offered rate](%s)\n", png)
 	return b.String()
 }
 

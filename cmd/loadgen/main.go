@@ -9,8 +9,8 @@
 // Afterwards it checks the provider simulator's ledger and the charges
 // table for the run's tenant (fresh each run): one charge and one row per
 // logical charge, no duplicate, none missing. It prints a summary, and
-// writes it as JSON together with a PNG latency plot. It exits 1 if it found
-// a duplicate or a missing charge, not for drops or slow answers.
+// writes it as JSON. It exits 1 if it found a duplicate or a missing
+// charge, not for drops or slow answers.
 //
 // It only talks to loopback addresses.
 //
@@ -116,7 +116,7 @@ func loadFlags(fs *flag.FlagSet, getenv func(string) string) *loadConfig {
 	fs.DurationVar(&c.drain, "drain", 0, "how much longer than -settle to wait for charges still missing then: a stack that fell behind resolves them late, one that lost them never")
 	fs.BoolVar(&c.keep, "keep", false, "keep the run's records and rows (by default they are deleted after the check)")
 	fs.StringVar(&c.tenant, "tenant", "", "tenant to charge for (default load-<random>)")
-	fs.StringVar(&c.out, "out", "out/load", "write the summary to OUT.json and the latency plot to OUT.png")
+	fs.StringVar(&c.out, "out", "out/load", "write the summary to OUT.json")
 	return c
 }
 
@@ -239,8 +239,8 @@ func (c Check) err() error {
 }
 
 // runLoad sends c's plan, checks the ledger and the charges table, writes
-// the summary and the latency plot under c.out, and deletes the run's
-// records and rows unless c.keep.
+// the summary to c.out.json, and deletes the run's records and rows unless
+// c.keep.
 func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Writer) (Summary, error) {
 	keys := make([]string, c.Ops)
 	for op := range c.Ops {
@@ -261,7 +261,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 		return request{key: keys[op], body: fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"tok_visa","description":"load %d"}`, 100+op%9900, op)}
 	})
 	s.Seconds = elapsed.Seconds()
-	groups := tally(&s, plan, outcomes)
+	tally(&s, plan, outcomes)
 
 	db, err := dynamoClient(ctx, c.dynamoDB)
 	if err != nil {
@@ -309,7 +309,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 		}
 	}
 
-	if err := writeOutputs(c.out, s, groups); err != nil {
+	if err := writeJSON(c.out, s); err != nil {
 		return Summary{}, err
 	}
 	if !c.keep {
@@ -369,9 +369,8 @@ func reachable(ctx context.Context, hc *http.Client, target string) error {
 	return nil
 }
 
-// tally fills in the counts, rates and latencies of s, and returns the
-// latencies by group, sorted.
-func tally(s *Summary, plan []send, outcomes []outcome) map[string][]time.Duration {
+// tally fills in the counts, rates and latencies of s.
+func tally(s *Summary, plan []send, outcomes []outcome) {
 	groups := map[string][]time.Duration{"first": nil, "replay": nil, "concurrent": nil}
 	s.Answers = map[string]map[string]int{}
 	answered := 0
@@ -409,7 +408,6 @@ func tally(s *Summary, plan []send, outcomes []outcome) map[string][]time.Durati
 	for name, ds := range groups {
 		s.Latency[name] = summarize(ds)
 	}
-	return groups
 }
 
 func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error) {
@@ -419,16 +417,6 @@ func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error
 		return nil, err
 	}
 	return awsenv.New(cfg, endpoint, "").DynamoDB, nil
-}
-
-func writeOutputs(out string, s Summary, groups map[string][]time.Duration) error {
-	title := fmt.Sprintf("POST /charges latency, %d logical charges at %.0f req/s offered, %.0f req/s answered", s.Logical, s.TargetRate, s.AchievedRate)
-	img := plotPercentiles(title, []series{
-		{name: "first call", color: rgb(31, 119, 180), sorted: groups["first"]},
-		{name: "replay", color: rgb(255, 127, 14), sorted: groups["replay"]},
-		{name: "concurrent twin", color: rgb(44, 160, 44), sorted: groups["concurrent"]},
-	})
-	return writeResult(out, s, img)
 }
 
 func printSummary(w io.Writer, s Summary) {

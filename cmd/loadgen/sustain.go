@@ -6,8 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"image"
-	"image/png"
 	"io"
 	"math"
 	"os"
@@ -67,9 +65,8 @@ type sustainConfig struct {
 // stack that fell behind resolves it late, and only one still missing
 // after that is lost. After a failed step it tries -bisect more rates,
 // each halfway between the highest passing rate and the lowest failing
-// one, after a -cooldown pause. It writes OUT.json (see Sustain) and
-// OUT.png (answered against offered), and each step's own summary and
-// latency plot as OUT-<offered>.json/.png. Like a load run, it exits 1 if
+// one, after a -cooldown pause. It writes OUT.json (see Sustain), and each
+// step's own summary as OUT-<offered>.json. Like a load run, it exits 1 if
 // a step found a duplicate or a lost charge.
 func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseSustainFlags(args, getenv)
@@ -163,7 +160,7 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 	}
 	fmt.Fprintf(stdout, "sustained: %.0f req/s offered (%.1f answered), %.0f%% of the ceiling of %.0f req/s, %.0f%% of the mix's ceiling of %.0f req/s\n",
 		out.Sustained, out.SustainedAnswered, 100*out.Sustained/out.Ceiling, out.Ceiling, 100*out.Sustained/out.MixCeiling, out.MixCeiling)
-	if err := writeResult(c.out, out, plotRates(out)); err != nil {
+	if err := writeJSON(c.out, out); err != nil {
 		return err
 	}
 	for _, st := range out.Steps {
@@ -303,8 +300,8 @@ func verdict(st Step) string {
 	return "not sustained"
 }
 
-// writeResult writes v as OUT.json and img as OUT.png.
-func writeResult(out string, v any, img image.Image) error {
+// writeJSON writes v as OUT.json.
+func writeJSON(out string, v any) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
@@ -312,16 +309,5 @@ func writeResult(out string, v any, img image.Image) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(out+".json", append(js, '\n'), 0o644); err != nil {
-		return err
-	}
-	f, err := os.Create(out + ".png")
-	if err != nil {
-		return err
-	}
-	if err := png.Encode(f, img); err != nil {
-		_ = f.Close()
-		return err
-	}
-	return f.Close()
+	return os.WriteFile(out+".json", append(js, '\n'), 0o644)
 }

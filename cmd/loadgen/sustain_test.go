@@ -63,48 +63,25 @@ func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
 	}
 }
 
-func TestPlotRatesDrawsEveryStep(t *testing.T) {
-	s := Sustain{PutItemPerSecond: 500, CallsPerRequest: 2, Ceiling: 250, StepSeconds: 60, Sustained: 150, Steps: []Step{
-		{Offered: 100, Answered: 100, OK: true}, {Offered: 200, Answered: 120}, {Offered: 150, Answered: 149, OK: true},
-	}}
-	img := plotRates(s)
-	if b := img.Bounds(); b.Dx() != plotW || b.Dy() != plotH {
-		t.Fatalf("size %v", b)
-	}
-	count := map[[3]uint8]int{}
-	for i := 0; i < len(img.Pix); i += 4 {
-		count[[3]uint8{img.Pix[i], img.Pix[i+1], img.Pix[i+2]}]++
-	}
-	// Two filled markers (81 pixels each) and a legend box, and one hollow
-	// marker's ring (121 - 49) and a legend box.
-	if n := count[[3]uint8{31, 119, 180}]; n < 2*81 {
-		t.Errorf("passing steps drew %d pixels", n)
-	}
-	if n := count[[3]uint8{255, 127, 14}]; n < 121-49 {
-		t.Errorf("the failing step drew %d pixels", n)
-	}
-}
-
 func TestSustainTable(t *testing.T) {
 	s := Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
 		BeginMs: 2.5, CommitMs: 5, MixCeiling: 150, Sustained: 240, SustainedAnswered: 239.5, Steps: []Step{
 			{Fraction: 1.6, Offered: 240, Answered: 239.5, OK: true},
 			{Fraction: 1.8, Offered: 270, Answered: 200, Timeouts: 12},
 		}}
-	got := sustainTable(s, sustainPNG)
+	got := sustainTable(s)
 	for _, want := range []string{
 		"**300 req/s**: 600 PutItem/s",
 		"**150 req/s**: the mix's own calls one at a time, a first charge's Begin (2.50 ms, BenchmarkBegin) and Commit (5.00 ms",
 		"**240 req/s** offered (239.5 answered): **80%** of the ceiling, **160%** of the mix's ceiling",
 		"| 270 req/s | 90% | 180% | n/a | 200.0 req/s | 0 | 12 | 0 |",
-		"![answered against offered rate](benchmarks-sustain.png)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %q in\n%s", want, got)
 		}
 	}
 	s.Sustained = 0
-	if got := sustainTable(s, sustainPNG); !strings.Contains(got, "none of the rates tried") {
+	if got := sustainTable(s); !strings.Contains(got, "none of the rates tried") {
 		t.Errorf("no rate sustained:\n%s", got)
 	}
 }
