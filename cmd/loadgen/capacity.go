@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/chargeonce/chargeonce/internal/benchout"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -179,24 +180,19 @@ func measure(roundTripsPath, benchPath string, now time.Time) (measurement, erro
 	if err := readJSON(roundTripsPath, &m.RoundTrips); err != nil {
 		return measurement{}, err
 	}
-	f, err := os.Open(benchPath)
+	results, conf, err := benchout.ReadBench(benchPath)
 	if err != nil {
 		return measurement{}, err
 	}
-	defer f.Close()
-	results, conf, err := parseBench(f)
-	if err != nil {
-		return measurement{}, fmt.Errorf("%s: %w", benchPath, err)
-	}
 	m.LoadAvg, m.CPU = conf["loadavg"], conf["cpu"]
 	for _, r := range results {
-		if !slices.Contains([]string{benchFirstCall, benchReplay, benchEmulatorPut, benchEmulatorTx}, r.name) {
+		if !slices.Contains([]string{benchFirstCall, benchReplay, benchEmulatorPut, benchEmulatorTx}, r.Name) {
 			continue
 		}
-		ns, _ := r.median("ns/op")
-		p50, _ := r.median("p50-ms")
-		p99, _ := r.median("p99-ms")
-		m.Bench[r.name] = benchFigure{MsPerOp: ns / 1e6, P50Ms: p50, P99Ms: p99}
+		ns, _ := r.Median("ns/op")
+		p50, _ := r.Median("p50-ms")
+		p99, _ := r.Median("p99-ms")
+		m.Bench[r.Name] = benchFigure{MsPerOp: ns / 1e6, P50Ms: p50, P99Ms: p99}
 	}
 	return m, m.check()
 }

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
 // docMain regenerates the generated sections of the benchmarks document
@@ -50,17 +50,12 @@ func docMain(args []string) error {
 	// An empty -bench, -roundtrips or -load keeps the sections drawn from
 	// it (the machine's with -bench, the anchors with -bench and -load) as
 	// they are, to refresh the others alone.
-	var results []benchResult
+	var results []benchout.Result
 	if *bench != "" {
-		f, err := os.Open(*bench)
-		if err != nil {
-			return err
-		}
 		var conf map[string]string
-		results, conf, err = parseBench(f)
-		_ = f.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %w", *bench, err)
+		var err error
+		if results, conf, err = benchout.ReadBench(*bench); err != nil {
+			return err
 		}
 		sections["machine"] = machine()
 		sections["benchmarks"] = benchTable(results, conf)
@@ -78,13 +73,13 @@ func docMain(args []string) error {
 	}
 
 	if *loads != "" {
-		var summaries []Summary
+		var summaries []benchout.Summary
 		for _, name := range strings.Split(*loads, ",") {
 			b, err := os.ReadFile(name)
 			if err != nil {
 				return err
 			}
-			var s Summary
+			var s benchout.Summary
 			if err := json.Unmarshal(b, &s); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -163,95 +158,28 @@ func fill(doc string, sections map[string]string) (string, error) {
 	return doc, nil
 }
 
-// benchResult is one benchmark's values by unit, one per run (-count).
-type benchResult struct {
-	name   string
-	values map[string][]float64
-}
-
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
-
-// parseBench reads go test -bench output: result lines, and the
-// configuration lines ("cpu: …", "loadavg: …") before them. Results keep
-// the order of first appearance.
-func parseBench(r io.Reader) ([]benchResult, map[string]string, error) {
-	var results []benchResult
-	conf := map[string]string{}
-	index := map[string]int{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		if k, v, ok := strings.Cut(line, ": "); ok && !strings.ContainsAny(k, " \t") && k == strings.ToLower(k) {
-			conf[k] = strings.TrimSpace(v)
-			continue
-		}
-		m := benchLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		f := strings.Fields(m[3])
-		if len(f)%2 != 0 {
-			return nil, nil, fmt.Errorf("malformed result %q", line)
-		}
-		i, ok := index[m[1]]
-		if !ok {
-			i = len(results)
-			index[m[1]] = i
-			results = append(results, benchResult{name: m[1], values: map[string][]float64{}})
-		}
-		for j := 0; j < len(f); j += 2 {
-			v, err := strconv.ParseFloat(f[j], 64)
-			if err != nil {
-				return nil, nil, fmt.Errorf("malformed value in %q", line)
-			}
-			results[i].values[f[j+1]] = append(results[i].values[f[j+1]], v)
-		}
-	}
-	if len(results) == 0 {
-		return nil, nil, errors.New("no benchmark results")
-	}
-	return results, conf, sc.Err()
-}
-
-func median(vs []float64) float64 {
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-func (b benchResult) median(unit string) (float64, bool) {
-	vs := b.values[unit]
-	if len(vs) == 0 {
-		return 0, false
-	}
-	return median(vs), true
-}
-
-func benchTable(results []benchResult, conf map[string]string) string {
+func benchTable(results []benchout.Result, conf map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Load average when the benchmarks started: %s. Medians of %d runs; the spread is the range over the runs.\n\n",
-		orNone(conf["loadavg"]), len(results[0].values["ns/op"]))
+		orNone(conf["loadavg"]), len(results[0].Values["ns/op"]))
 	b.WriteString("| benchmark | time/op (median) | spread | p50 / p99 of one op | DynamoDB calls/op | B/op | allocs/op | req/s |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		ns, _ := r.median("ns/op")
-		lo, hi := slices.Min(r.values["ns/op"]), slices.Max(r.values["ns/op"])
+		ns, _ := r.Median("ns/op")
+		lo, hi := slices.Min(r.Values["ns/op"]), slices.Max(r.Values["ns/op"])
 		cell := func(unit, format string) string {
-			if v, ok := r.median(unit); ok {
+			if v, ok := r.Median(unit); ok {
 				return fmt.Sprintf(format, v)
 			}
 			return "–"
 		}
 		pcts := "–"
-		if p50, ok := r.median("p50-ms"); ok {
-			p99, _ := r.median("p99-ms")
+		if p50, ok := r.Median("p50-ms"); ok {
+			p99, _ := r.Median("p99-ms")
 			pcts = fmt.Sprintf("%.2f / %.2f ms", p50, p99)
 		}
 		fmt.Fprintf(&b, "| %s | %.2f ms | %.2f–%.2f ms | %s | %s | %s | %s | %s |\n",
-			r.name, ns/1e6, lo/1e6, hi/1e6, pcts, cell("ddb-calls/op", "%.0f"), cell("B/op", "%.0f"), cell("allocs/op", "%.0f"), cell("req/s", "%.0f"))
+			r.Name, ns/1e6, lo/1e6, hi/1e6, pcts, cell("ddb-calls/op", "%.0f"), cell("B/op", "%.0f"), cell("allocs/op", "%.0f"), cell("req/s", "%.0f"))
 	}
 	return b.String()
 }
@@ -259,11 +187,11 @@ func benchTable(results []benchResult, conf map[string]string) string {
 // ratios compares the idempotent handler with the naive one: a first call
 // with a first call, and a replay with what a naive retry costs (another
 // first call, which charges again).
-func ratios(results []benchResult) (string, error) {
+func ratios(results []benchout.Result) (string, error) {
 	var v [4]float64
 	for i, name := range []string{"BenchmarkHandlerFirstCall", "BenchmarkHandlerReplay", "BenchmarkNaiveFirstCall", "BenchmarkEmulatorPutItem/serial"} {
 		var err error
-		if v[i], err = benchMedian(results, name); err != nil {
+		if v[i], err = benchout.NsPerOp(results, name); err != nil {
 			return "", err
 		}
 	}
@@ -272,8 +200,8 @@ func ratios(results []benchResult) (string, error) {
 	b.WriteString("| comparison | idempotent | naive | ratio |\n|---|---:|---:|---:|\n")
 	fmt.Fprintf(&b, "| first call (idempotent) vs first call (naive) | %.2f ms | %.2f ms | %.2f× |\n", first/1e6, naive/1e6, first/naive)
 	fmt.Fprintf(&b, "| replay (idempotent) vs a retry of the naive handler (a second charge) | %.2f ms | %.2f ms | %.2f× |\n", replay/1e6, naive/1e6, replay/naive)
-	own, okFirst := benchValue(results, "BenchmarkHandlerFirstCall", "own-allocs/op")
-	ownNaive, okNaive := benchValue(results, "BenchmarkNaiveFirstCall", "own-allocs/op")
+	own, okFirst := benchout.Value(results, "BenchmarkHandlerFirstCall", "own-allocs/op")
+	ownNaive, okNaive := benchout.Value(results, "BenchmarkNaiveFirstCall", "own-allocs/op")
 	if okFirst && okNaive {
 		fmt.Fprintf(&b, "| our own allocations in a first call (own-allocs/op: the SDK's and net/http's left out) | %.0f | %.0f | %.2f× |\n", own, ownNaive, own/ownNaive)
 	}
@@ -282,39 +210,19 @@ func ratios(results []benchResult) (string, error) {
 	return b.String(), nil
 }
 
-// benchMedian is the median ns/op of the named benchmark.
-func benchMedian(results []benchResult, name string) (float64, error) {
-	if v, ok := benchValue(results, name, "ns/op"); ok {
-		return v, nil
-	}
-	return 0, fmt.Errorf("no ns/op for %s", name)
-}
-
-// benchValue is the median of the named benchmark's values in unit.
-func benchValue(results []benchResult, name, unit string) (float64, bool) {
-	for _, r := range results {
-		if r.name == name {
-			if v, ok := r.median(unit); ok {
-				return v, true
-			}
-		}
-	}
-	return 0, false
-}
-
 // anchors sets the measurements beside the seeds' figures: a completed
 // replay within 10 ms at p99, and 2,080 requests per second. Of the load
 // runs, the slowest offered is taken as the one below saturation and the
 // fastest as the seeds' rate.
-func anchors(results []benchResult, ss []Summary) (string, error) {
+func anchors(results []benchout.Result, ss []benchout.Summary) (string, error) {
 	if len(ss) == 0 {
 		return "", errors.New("no load runs")
 	}
-	replay, err := benchMedian(results, "BenchmarkHandlerReplay")
+	replay, err := benchout.NsPerOp(results, "BenchmarkHandlerReplay")
 	if err != nil {
 		return "", err
 	}
-	put, err := benchMedian(results, "BenchmarkEmulatorPutItem/serial")
+	put, err := benchout.NsPerOp(results, "BenchmarkEmulatorPutItem/serial")
 	if err != nil {
 		return "", err
 	}
@@ -331,7 +239,7 @@ func anchors(results []benchResult, ss []Summary) (string, error) {
 	b.WriteString("| the seeds' figure | measured here |\n|---|---|\n")
 	through := fmt.Sprintf("%.2f ms on average", replay/1e6)
 	for _, r := range results {
-		if p99, ok := r.median("p99-ms"); ok && r.name == "BenchmarkHandlerReplay" {
+		if p99, ok := r.Median("p99-ms"); ok && r.Name == "BenchmarkHandlerReplay" {
 			through += fmt.Sprintf(", p99 %.2f ms", p99)
 		}
 	}
@@ -342,7 +250,7 @@ func anchors(results []benchResult, ss []Summary) (string, error) {
 	return b.String(), nil
 }
 
-func loadTable(ss []Summary) string {
+func loadTable(ss []benchout.Summary) string {
 	var b strings.Builder
 	b.WriteString("| run | load avg at start | requests (planned / sent / dropped) | offered | answered | first call p50 / p95 / p99 | replay p50 / p95 / p99 | concurrent twin p99 | other answers | ledger charges / rows / logical | duplicates | missing |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---|---:|---|---|---:|---:|\n")
@@ -374,7 +282,7 @@ func otherAnswers(answers map[string]map[string]int) string {
 }
 
 // percentiles is "p50 / p95 / p99 ms (n=N)", or a dash for no values.
-func percentiles(l Latency) string {
+func percentiles(l benchout.Latency) string {
 	if l.Count == 0 {
 		return "–"
 	}
@@ -382,7 +290,7 @@ func percentiles(l Latency) string {
 }
 
 // tail is "p99 ms (n=N)", or a dash for no values.
-func tail(l Latency) string {
+func tail(l benchout.Latency) string {
 	if l.Count == 0 {
 		return "–"
 	}
@@ -478,14 +386,14 @@ func sustainSection(summary string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var s Sustain
+	var s benchout.Sustain
 	if err := json.Unmarshal(b, &s); err != nil {
 		return "", fmt.Errorf("%s: %w", summary, err)
 	}
 	return sustainTable(s), nil
 }
 
-func sustainTable(s Sustain) string {
+func sustainTable(s benchout.Sustain) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Started %s, load average %s; %.0f s a step.\n\n", orNone(s.Started), orNone(s.LoadAvg), s.StepSeconds)
 	fmt.Fprintf(&b, "| | |\n|---|---|\n| the emulator's ceiling | **%.0f req/s**: %.0f PutItem/s (BenchmarkEmulatorPutItem/serial) ÷ %.2f DynamoDB calls per request of the mix |\n", s.Ceiling, s.PutItemPerSecond, s.CallsPerRequest)

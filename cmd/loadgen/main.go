@@ -46,6 +46,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/benchout"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -163,45 +164,6 @@ func loopback(raw string) error {
 	return fmt.Errorf("%s is not a loopback address: loadgen only loads the local stack", host)
 }
 
-// Summary is what a run reports, and writes as JSON.
-type Summary struct {
-	Target       string  `json:"target"`
-	Tenant       string  `json:"tenant"`
-	Started      string  `json:"started"`
-	LoadAvg      string  `json:"loadavg_at_start"`
-	Logical      int     `json:"logical_charges"`
-	RetriedOnce  int     `json:"retried_once"`
-	RetriedTwice int     `json:"retried_twice"`
-	Concurrent   int     `json:"concurrent_twins"`
-	Requests     int     `json:"requests_planned"`
-	Sent         int     `json:"requests_sent"`
-	Dropped      int     `json:"requests_dropped"`
-	MaxInFlight  int     `json:"max_inflight"`
-	TargetRate   float64 `json:"target_rate"`
-	Seconds      float64 `json:"seconds"`
-	// AchievedRate is HTTP answers of any status per second of the run.
-	AchievedRate float64 `json:"achieved_rate"`
-	MaxLagMs     float64 `json:"max_send_lag_ms"`
-	// Latency: "first" are first attempts answered 201 (they charged),
-	// "replay" are retries answered 201 with Idempotent-Replayed, and
-	// "concurrent" the twins sent with a first attempt, whatever their
-	// answer.
-	Latency map[string]Latency `json:"latency"`
-	// Answers counts answers by kind of request ("first", "retry",
-	// "concurrent") and answer ("201", "201 replayed", "409", "dropped",
-	// "error: timeout").
-	Answers map[string]map[string]int `json:"answers"`
-	// Check is what the ledger and the rows said at the end of the wait
-	// (the settle and any drain).
-	Check Check `json:"check"`
-	// SettleSeconds is how long the check waited for commands left in
-	// flight to be reconciled, and MissingAtSettle what was missing then.
-	SettleSeconds   float64 `json:"settle_seconds"`
-	MissingAtSettle int     `json:"missing_at_settle"`
-	// DrainSeconds is how much longer it waited for those to be resolved.
-	DrainSeconds float64 `json:"drain_seconds"`
-}
-
 func loadMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseLoadFlags(args, getenv)
 	if err != nil {
@@ -216,7 +178,7 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 		return err
 	}
 	printSummary(stdout, s)
-	return s.Check.err()
+	return failed(s.Check)
 }
 
 // client is the HTTP client of a load run: one idle connection kept per
@@ -230,8 +192,8 @@ func (c loadConfig) client() *http.Client {
 	}
 }
 
-// err reports duplicate, missing and stray charges.
-func (c Check) err() error {
+// failed reports duplicate, missing and stray charges.
+func failed(c benchout.Check) error {
 	if c.Duplicates > 0 || c.Missing > 0 || c.Stray > 0 {
 		return fmt.Errorf("%d duplicates, %d missing, %d stray rows", c.Duplicates, c.Missing, c.Stray)
 	}
@@ -241,14 +203,14 @@ func (c Check) err() error {
 // runLoad sends c's plan, checks the ledger and the charges table, writes
 // the summary to c.out.json, and deletes the run's records and rows unless
 // c.keep.
-func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Writer) (Summary, error) {
+func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Writer) (benchout.Summary, error) {
 	keys := make([]string, c.Ops)
 	for op := range c.Ops {
 		keys[op] = fmt.Sprintf("op-%07d", op)
 	}
 	plan := c.plan()
 	once, twice, twins := c.counts()
-	s := Summary{
+	s := benchout.Summary{
 		Target: c.target, Tenant: c.tenant, Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: testkit.LoadAvg(),
 		Logical: c.Ops, RetriedOnce: once, RetriedTwice: twice, Concurrent: twins, Requests: len(plan),
 		MaxInFlight: c.maxInFlight, TargetRate: c.Rate,
@@ -265,7 +227,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 
 	db, err := dynamoClient(ctx, c.dynamoDB)
 	if err != nil {
-		return Summary{}, err
+		return benchout.Summary{}, err
 	}
 	byOp := make([][]outcome, c.Ops)
 	sent := make([]bool, c.Ops)
@@ -276,7 +238,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 	// A command's references derive from its record's creation.
 	refs, ids, err := references(ctx, db, c.idemTable, c.tenant, keys, sent)
 	if err != nil {
-		return Summary{}, err
+		return benchout.Summary{}, err
 	}
 	var sentKeys, sentIDs []string // what the cleanup deletes
 	for op, ok := range sent {
@@ -286,35 +248,35 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 	}
 	// A command left in flight (a request that ran out of time) is
 	// resolved by the stack's sweeper and reconciler: wait for them.
-	w, err := waitForCharges(ctx, c.settle, c.drain, 2*time.Second, func(ctx context.Context) (Check, error) {
+	w, err := waitForCharges(ctx, c.settle, c.drain, 2*time.Second, func(ctx context.Context) (checked, error) {
 		ledger, err := ledgerEntries(ctx, hc, c.provider)
 		if err != nil {
-			return Check{}, err
+			return checked{}, err
 		}
 		rows, err := chargeRows(ctx, db, c.chargesTable, c.tenant)
 		if err != nil {
-			return Check{}, err
+			return checked{}, err
 		}
 		return check(keys, refs, byOp, ledger, rows), nil
 	})
 	if err != nil {
-		return Summary{}, err
+		return benchout.Summary{}, err
 	}
-	s.Check, s.SettleSeconds, s.MissingAtSettle, s.DrainSeconds = w.check, w.settle.Seconds(), w.missingAtSettle, w.drain.Seconds()
+	s.Check, s.SettleSeconds, s.MissingAtSettle, s.DrainSeconds = w.check.Check, w.settle.Seconds(), w.missingAtSettle, w.drain.Seconds()
 	if s.MissingAtSettle > 0 {
 		fmt.Fprintf(stderr, "loadgen: %d charges missing after the %.0f s settle, %d after %.0f s more\n",
 			s.MissingAtSettle, s.SettleSeconds, s.Check.Missing, s.DrainSeconds)
-		if err := describeMissing(ctx, stderr, db, c.idemTable, c.tenant, keys, s.Check.missing); err != nil {
-			return Summary{}, err
+		if err := describeMissing(ctx, stderr, db, c.idemTable, c.tenant, keys, w.check.missing); err != nil {
+			return benchout.Summary{}, err
 		}
 	}
 
 	if err := writeJSON(c.out, s); err != nil {
-		return Summary{}, err
+		return benchout.Summary{}, err
 	}
 	if !c.keep {
 		if err := cleanup(ctx, db, c.idemTable, c.chargesTable, c.tenant, sentKeys, sentIDs); err != nil {
-			return Summary{}, err
+			return benchout.Summary{}, err
 		}
 	}
 	return s, nil
@@ -322,7 +284,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 
 // waited is what waitForCharges saw.
 type waited struct {
-	check           Check         // the last check
+	check           checked       // the last check
 	settle, drain   time.Duration // how long it waited for each
 	missingAtSettle int
 }
@@ -330,7 +292,7 @@ type waited struct {
 // waitForCharges checks every poll interval until nothing is missing or
 // settle has passed, and notes what was missing then; while charges are
 // still missing it goes on for up to drain more.
-func waitForCharges(ctx context.Context, settle, drain, every time.Duration, poll func(context.Context) (Check, error)) (waited, error) {
+func waitForCharges(ctx context.Context, settle, drain, every time.Duration, poll func(context.Context) (checked, error)) (waited, error) {
 	var w waited
 	start, settled := time.Now(), false
 	for {
@@ -370,7 +332,7 @@ func reachable(ctx context.Context, hc *http.Client, target string) error {
 }
 
 // tally fills in the counts, rates and latencies of s.
-func tally(s *Summary, plan []send, outcomes []outcome) {
+func tally(s *benchout.Summary, plan []send, outcomes []outcome) {
 	groups := map[string][]time.Duration{"first": nil, "replay": nil, "concurrent": nil}
 	s.Answers = map[string]map[string]int{}
 	answered := 0
@@ -404,7 +366,7 @@ func tally(s *Summary, plan []send, outcomes []outcome) {
 		s.AchievedRate = float64(answered) / s.Seconds
 	}
 	s.MaxLagMs = ms(lag)
-	s.Latency = map[string]Latency{}
+	s.Latency = map[string]benchout.Latency{}
 	for name, ds := range groups {
 		s.Latency[name] = summarize(ds)
 	}
@@ -419,7 +381,7 @@ func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error
 	return awsenv.New(cfg, endpoint, "").DynamoDB, nil
 }
 
-func printSummary(w io.Writer, s Summary) {
+func printSummary(w io.Writer, s benchout.Summary) {
 	fmt.Fprintf(w, "requests: %d planned, %d sent, %d dropped at the in-flight cap of %d\n", s.Requests, s.Sent, s.Dropped, s.MaxInFlight)
 	fmt.Fprintf(w, "rate: %.0f req/s offered, %.1f req/s answered over %.1f s (send lag at most %.1f ms)\n", s.TargetRate, s.AchievedRate, s.Seconds, s.MaxLagMs)
 	for _, g := range []string{"first", "replay", "concurrent"} {

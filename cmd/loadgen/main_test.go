@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
 func TestLoopbackOnly(t *testing.T) {
@@ -55,9 +57,9 @@ func TestParseLoadFlags(t *testing.T) {
 func TestWaitForChargesDrainsWhatTheSettleLeft(t *testing.T) {
 	// Missing 3, 2, 1, 0 on successive checks, a millisecond apart.
 	missing := []int{3, 2, 1, 0}
-	poll := func(n *int) func(context.Context) (Check, error) {
-		return func(context.Context) (Check, error) {
-			c := Check{Missing: missing[min(*n, len(missing)-1)]}
+	poll := func(n *int) func(context.Context) (checked, error) {
+		return func(context.Context) (checked, error) {
+			c := checked{Check: benchout.Check{Missing: missing[min(*n, len(missing)-1)]}}
 			*n++
 			return c, nil
 		}
@@ -92,7 +94,7 @@ func TestWaitForChargesDrainsWhatTheSettleLeft(t *testing.T) {
 	}
 
 	// Still missing when the drain runs out: it stops, and says so.
-	always := func(context.Context) (Check, error) { return Check{Missing: 1}, nil }
+	always := func(context.Context) (checked, error) { return checked{Check: benchout.Check{Missing: 1}}, nil }
 	w, err = waitForCharges(ctx, 0, 20*time.Millisecond, time.Millisecond, always)
 	if err != nil {
 		t.Fatal(err)

@@ -4,24 +4,17 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
-// Latency summarises a group of latencies, in milliseconds.
-type Latency struct {
-	Count int     `json:"count"`
-	P50   float64 `json:"p50_ms"`
-	P95   float64 `json:"p95_ms"`
-	P99   float64 `json:"p99_ms"`
-	Max   float64 `json:"max_ms"`
-}
-
 // summarize returns the nearest-rank percentiles of ds, which it sorts.
-func summarize(ds []time.Duration) Latency {
+func summarize(ds []time.Duration) benchout.Latency {
 	if len(ds) == 0 {
-		return Latency{}
+		return benchout.Latency{}
 	}
 	slices.Sort(ds)
-	return Latency{
+	return benchout.Latency{
 		Count: len(ds),
 		P50:   ms(percentile(ds, 50)),
 		P95:   ms(percentile(ds, 95)),

@@ -3,6 +3,8 @@ package main
 import (
 	"testing"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
 func TestSummarizeNearestRank(t *testing.T) {
@@ -11,14 +13,14 @@ func TestSummarizeNearestRank(t *testing.T) {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
 	got := summarize(ds)
-	want := Latency{Count: 100, P50: 50, P95: 95, P99: 99, Max: 100}
+	want := benchout.Latency{Count: 100, P50: 50, P95: 95, P99: 99, Max: 100}
 	if got != want {
 		t.Fatalf("summary %+v, want %+v", got, want)
 	}
 	if one := summarize([]time.Duration{1500 * time.Microsecond}); one.P50 != 1.5 || one.P99 != 1.5 {
 		t.Fatalf("one value: %+v", one)
 	}
-	if (summarize(nil) != Latency{}) {
+	if (summarize(nil) != benchout.Latency{}) {
 		t.Fatal("no values should summarise to zero")
 	}
 }

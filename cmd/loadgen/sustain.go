@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/benchout"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
@@ -65,26 +66,21 @@ type sustainConfig struct {
 // stack that fell behind resolves it late, and only one still missing
 // after that is lost. After a failed step it tries -bisect more rates,
 // each halfway between the highest passing rate and the lowest failing
-// one, after a -cooldown pause. It writes OUT.json (see Sustain), and each
-// step's own summary as OUT-<offered>.json. Like a load run, it exits 1 if
-// a step found a duplicate or a lost charge.
+// one, after a -cooldown pause. It writes OUT.json (see benchout.Sustain),
+// and each step's own summary as OUT-<offered>.json. Like a load run, it
+// exits 1 if a step found a duplicate or a lost charge.
 func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseSustainFlags(args, getenv)
 	if err != nil {
 		return err
 	}
-	f, err := os.Open(c.bench)
+	results, _, err := benchout.ReadBench(c.bench)
 	if err != nil {
 		return err
 	}
-	results, _, err := parseBench(f)
-	_ = f.Close()
-	if err != nil {
-		return fmt.Errorf("%s: %w", c.bench, err)
-	}
 	var ns [3]float64
 	for i, name := range []string{"BenchmarkEmulatorPutItem/serial", "BenchmarkBegin", "BenchmarkCommit"} {
-		if ns[i], err = benchMedian(results, name); err != nil {
+		if ns[i], err = benchout.NsPerOp(results, name); err != nil {
 			return fmt.Errorf("%s: %w", c.bench, err)
 		}
 	}
@@ -93,7 +89,7 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 	if err := reachable(ctx, hc, c.target); err != nil {
 		return err
 	}
-	out := Sustain{
+	out := benchout.Sustain{
 		Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: testkit.LoadAvg(),
 		PutItemPerSecond: 1e9 / put, CallsPerRequest: callsPerRequest(c.workload), StepSeconds: c.duration.Seconds(),
 		BeginMs: begin / 1e6, CommitMs: commit / 1e6,
@@ -103,7 +99,7 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 	fmt.Fprintf(stderr, "loadgen sustain: ceiling %.0f req/s (%.0f PutItem/s ÷ %.2f calls per request), the mix's ceiling %.0f req/s (Begin %.2f ms, Commit %.2f ms)\n",
 		out.Ceiling, out.PutItemPerSecond, out.CallsPerRequest, out.MixCeiling, out.BeginMs, out.CommitMs)
 
-	try := func(fraction float64) (Step, error) {
+	try := func(fraction float64) (benchout.Step, error) {
 		step := c.loadConfig
 		step.Rate = fraction * out.MixCeiling
 		step.Ops = max(1, int(math.Round(step.Rate*c.duration.Seconds()/requestsPerCharge(c.workload))))
@@ -111,7 +107,7 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 		step.out = fmt.Sprintf("%s-%.0f", c.out, step.Rate)
 		s, err := runLoad(ctx, step, hc, stderr)
 		if err != nil {
-			return Step{}, err
+			return benchout.Step{}, err
 		}
 		st := stepOf(s, fraction)
 		out.Steps = append(out.Steps, st)
@@ -227,53 +223,8 @@ func mixCeiling(w workload, beginMs, commitMs float64) float64 {
 	return 1e3 * requestsPerCharge(w) / perCharge
 }
 
-// Sustain is what a sustain run reports, and writes as JSON.
-type Sustain struct {
-	Started          string  `json:"started"`
-	LoadAvg          string  `json:"loadavg_at_start"`
-	PutItemPerSecond float64 `json:"emulator_putitem_per_second"`
-	CallsPerRequest  float64 `json:"ddb_calls_per_request"`
-	// Ceiling is PutItemPerSecond / CallsPerRequest, requests per second.
-	Ceiling float64 `json:"ceiling_rate"`
-	// BeginMs and CommitMs are BenchmarkBegin's and BenchmarkCommit's
-	// medians; MixCeiling is mixCeiling of them, requests per second.
-	BeginMs     float64 `json:"begin_ms"`
-	CommitMs    float64 `json:"commit_ms"`
-	MixCeiling  float64 `json:"mix_ceiling_rate"`
-	StepSeconds float64 `json:"step_seconds"`
-	Steps       []Step  `json:"steps"`
-	// Sustained is the highest offered rate of a passing step (0: none
-	// passed), SustainedAnswered what was answered at it.
-	Sustained         float64 `json:"sustained_rate"`
-	SustainedAnswered float64 `json:"sustained_answered_rate"`
-}
-
-// Step is one offered rate of a sustain run.
-type Step struct {
-	Fraction float64 `json:"of_mix_ceiling"`
-	Offered  float64 `json:"offered_rate"`
-	Answered float64 `json:"answered_rate"`
-	LoadAvg  string  `json:"loadavg_at_start"`
-	Requests int     `json:"requests_planned"`
-	Dropped  int     `json:"requests_dropped"`
-	// Timeouts: the gateway's 500 at the function's timeout, and the
-	// client's own.
-	Timeouts int `json:"timeouts"`
-	// OtherFailures: other 5xx answers and transport errors.
-	OtherFailures int `json:"other_failures"`
-	Duplicates    int `json:"duplicates"`
-	// MissingAtSettle: charges missing after the settle (the stack was
-	// behind); Missing: after the drain too (lost).
-	MissingAtSettle int     `json:"missing_at_settle"`
-	Missing         int     `json:"missing"`
-	Stray           int     `json:"stray"`
-	First           Latency `json:"first_call"`
-	Replay          Latency `json:"replay"`
-	OK              bool    `json:"ok"`
-}
-
-func stepOf(s Summary, fraction float64) Step {
-	st := Step{
+func stepOf(s benchout.Summary, fraction float64) benchout.Step {
+	st := benchout.Step{
 		Fraction: fraction, Offered: s.TargetRate, Answered: s.AchievedRate, LoadAvg: s.LoadAvg,
 		Requests: s.Requests, Dropped: s.Dropped,
 		Duplicates: s.Check.Duplicates, MissingAtSettle: s.MissingAtSettle, Missing: s.Check.Missing, Stray: s.Check.Stray,
@@ -293,7 +244,7 @@ func stepOf(s Summary, fraction float64) Step {
 	return st
 }
 
-func verdict(st Step) string {
+func verdict(st benchout.Step) string {
 	if st.OK {
 		return "sustained"
 	}

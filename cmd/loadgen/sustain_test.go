@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
 func TestCallsPerRequestOfTheSeedsMix(t *testing.T) {
@@ -26,23 +28,23 @@ func TestMixCeilingOfTheSeedsMix(t *testing.T) {
 }
 
 func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
-	clean := Summary{TargetRate: 100, AchievedRate: 99, Answers: map[string]map[string]int{
+	clean := benchout.Summary{TargetRate: 100, AchievedRate: 99, Answers: map[string]map[string]int{
 		"first": {"201": 5000}, "retry": {"201 replayed": 200, "409": 3}, "concurrent": {"409": 50},
 	}}
 	if st := stepOf(clean, 0.5); !st.OK || st.Timeouts != 0 || st.OtherFailures != 0 {
 		t.Fatalf("clean step %+v", st)
 	}
-	for name, mutate := range map[string]func(*Summary){
-		"behind":     func(s *Summary) { s.AchievedRate = 90 },
-		"dropped":    func(s *Summary) { s.Dropped = 1 },
-		"timeout":    func(s *Summary) { s.Answers["first"]["500"] = 1 },
-		"client":     func(s *Summary) { s.Answers["retry"]["error: timeout"] = 1 },
-		"503":        func(s *Summary) { s.Answers["first"]["503"] = 1 },
-		"transport":  func(s *Summary) { s.Answers["first"]["error: transport"] = 1 },
-		"duplicate":  func(s *Summary) { s.Check.Duplicates = 1 },
-		"missing":    func(s *Summary) { s.Check.Missing = 1 },
-		"late":       func(s *Summary) { s.MissingAtSettle = 1 },
-		"stray rows": func(s *Summary) { s.Check.Stray = 1 },
+	for name, mutate := range map[string]func(*benchout.Summary){
+		"behind":     func(s *benchout.Summary) { s.AchievedRate = 90 },
+		"dropped":    func(s *benchout.Summary) { s.Dropped = 1 },
+		"timeout":    func(s *benchout.Summary) { s.Answers["first"]["500"] = 1 },
+		"client":     func(s *benchout.Summary) { s.Answers["retry"]["error: timeout"] = 1 },
+		"503":        func(s *benchout.Summary) { s.Answers["first"]["503"] = 1 },
+		"transport":  func(s *benchout.Summary) { s.Answers["first"]["error: transport"] = 1 },
+		"duplicate":  func(s *benchout.Summary) { s.Check.Duplicates = 1 },
+		"missing":    func(s *benchout.Summary) { s.Check.Missing = 1 },
+		"late":       func(s *benchout.Summary) { s.MissingAtSettle = 1 },
+		"stray rows": func(s *benchout.Summary) { s.Check.Stray = 1 },
 	} {
 		s := clean
 		s.Answers = map[string]map[string]int{}
@@ -57,15 +59,15 @@ func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
 			t.Errorf("%s: step passed: %+v", name, st)
 		}
 	}
-	st := stepOf(Summary{TargetRate: 10, AchievedRate: 10, Answers: map[string]map[string]int{"first": {"500": 2, "error: timeout": 1, "503": 4}}}, 1)
+	st := stepOf(benchout.Summary{TargetRate: 10, AchievedRate: 10, Answers: map[string]map[string]int{"first": {"500": 2, "error: timeout": 1, "503": 4}}}, 1)
 	if st.Timeouts != 3 || st.OtherFailures != 4 {
 		t.Fatalf("timeouts %d, other failures %d", st.Timeouts, st.OtherFailures)
 	}
 }
 
 func TestSustainTable(t *testing.T) {
-	s := Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
-		BeginMs: 2.5, CommitMs: 5, MixCeiling: 150, Sustained: 240, SustainedAnswered: 239.5, Steps: []Step{
+	s := benchout.Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
+		BeginMs: 2.5, CommitMs: 5, MixCeiling: 150, Sustained: 240, SustainedAnswered: 239.5, Steps: []benchout.Step{
 			{Fraction: 1.6, Offered: 240, Answered: 239.5, OK: true},
 			{Fraction: 1.8, Offered: 270, Answered: 200, Timeouts: 12},
 		}}

@@ -13,41 +13,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/internal/benchout"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
-
-// Check is what the provider's ledger and the charges table say about the
-// run's logical charges, against what the API answered.
-type Check struct {
-	Logical int `json:"logical_charges"`
-	// Created: logical charges with at least one 201 answer.
-	Created int `json:"created"`
-	// Unanswered: logical charges no attempt of which got a 2xx or 4xx
-	// answer (every attempt dropped, failed or answered 5xx).
-	Unanswered int `json:"unanswered"`
-	// LedgerCharges: the run's references the provider charged.
-	LedgerCharges int `json:"ledger_charges"`
-	// ProviderCalls: charge requests the provider received for them.
-	ProviderCalls int `json:"provider_calls"`
-	// Rows: items in the charges table for the run's tenant.
-	Rows int `json:"rows"`
-	// Duplicates: provider calls beyond one per reference, plus rows beyond
-	// one per logical charge.
-	Duplicates int `json:"duplicates"`
-	// Missing: logical charges answered 201 without both a ledger charge
-	// and a row, plus ledger charges without a row and rows without a
-	// ledger charge.
-	Missing int `json:"missing"`
-	// Stray: rows under keys the run never sent (the tenant is the run's
-	// own, so there should be none).
-	Stray int  `json:"stray"`
-	OK    bool `json:"ok"`
-	// missing holds the indexes of the missing logical charges.
-	missing []int
-}
 
 // ledgerEntries fetches the provider simulator's ledger.
 func ledgerEntries(ctx context.Context, hc *http.Client, providerURL string) (map[string]providersim.LedgerEntry, error) {
@@ -97,10 +68,17 @@ func chargeRows(ctx context.Context, db dynamodb.QueryAPIClient, table, tenant s
 	return keys, nil
 }
 
+// checked is a check's figures, and which logical charges it found
+// missing (their indexes), for describeMissing.
+type checked struct {
+	benchout.Check
+	missing []int
+}
+
 // check compares, for each logical charge (its key and provider
 // reference), the best answer the API gave with the ledger and the rows.
-func check(keys, refs []string, answers [][]outcome, ledger map[string]providersim.LedgerEntry, rows []string) Check {
-	c := Check{Logical: len(keys), Rows: len(rows)}
+func check(keys, refs []string, answers [][]outcome, ledger map[string]providersim.LedgerEntry, rows []string) checked {
+	c := checked{Check: benchout.Check{Logical: len(keys), Rows: len(rows)}}
 	rowsOf := make(map[string]int, len(rows))
 	for _, k := range rows {
 		rowsOf[k]++
