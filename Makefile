@@ -234,7 +234,7 @@ ifneq ($(FAKECLOUD_BIN),)
 		-target http://127.0.0.1:3001 -provider http://127.0.0.1:4011 -dynamodb http://127.0.0.1:4567 || rc=$$?; \
 	echo $$rc >out/sustain-fakecloud.rc
 endif
-	out/loadgen doc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
+	$(GO) run ./cmd/benchdoc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
 		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) \
 		-sidebyside out/sidebyside.json -sustain out/sustain.json \
 		$(if $(FAKECLOUD_BIN),-sustain-fakecloud out/sustain-fakecloud.json)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"math"
-	"strings"
 	"testing"
 
 	"github.com/chargeonce/chargeonce/internal/benchout"
@@ -62,29 +61,6 @@ func TestStepPassesOnlyWhenItKeepsUpCleanly(t *testing.T) {
 	st := stepOf(benchout.Summary{TargetRate: 10, AchievedRate: 10, Answers: map[string]map[string]int{"first": {"500": 2, "error: timeout": 1, "503": 4}}}, 1)
 	if st.Timeouts != 3 || st.OtherFailures != 4 {
 		t.Fatalf("timeouts %d, other failures %d", st.Timeouts, st.OtherFailures)
-	}
-}
-
-func TestSustainTable(t *testing.T) {
-	s := benchout.Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
-		BeginMs: 2.5, CommitMs: 5, MixCeiling: 150, Sustained: 240, SustainedAnswered: 239.5, Steps: []benchout.Step{
-			{Fraction: 1.6, Offered: 240, Answered: 239.5, OK: true},
-			{Fraction: 1.8, Offered: 270, Answered: 200, Timeouts: 12},
-		}}
-	got := sustainTable(s)
-	for _, want := range []string{
-		"**300 req/s**: 600 PutItem/s",
-		"**150 req/s**: the mix's own calls one at a time, a first charge's Begin (2.50 ms, BenchmarkBegin) and Commit (5.00 ms",
-		"**240 req/s** offered (239.5 answered): **80%** of the ceiling, **160%** of the mix's ceiling",
-		"| 270 req/s | 90% | 180% | n/a | 200.0 req/s | 0 | 12 | 0 |",
-	} {
-		if !strings.Contains(got, want) {
-			t.Errorf("no %q in\n%s", want, got)
-		}
-	}
-	s.Sustained = 0
-	if got := sustainTable(s); !strings.Contains(got, "none of the rates tried") {
-		t.Errorf("no rate sustained:\n%s", got)
 	}
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"os"
@@ -18,70 +17,51 @@ import (
 	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
-// docMain regenerates the generated sections of the benchmarks document
-// from the outputs of make bench:
-//
-//	loadgen doc -doc docs/benchmarks.md -bench out/bench.txt \
-//	    -roundtrips out/roundtrips.md -load out/load-seeds.json,out/load-steady.json \
-//	    -coldstart out/e2e.txt
-//
-// A section is the text between "<!-- generated:NAME -->" and
-// "<!-- /generated:NAME -->"; everything else in the document is kept.
-// Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart, powertools (with -sidebyside out/sidebyside.json), sustain
-// (with -sustain out/sustain.json), and sustain-fakecloud (with
-// -sustain-fakecloud, the same on fakecloud).
-func docMain(args []string) error {
-	fs := flag.NewFlagSet("loadgen doc", flag.ContinueOnError)
-	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
-	bench := fs.String("bench", "out/bench.txt", "go test -bench output (with a loadavg: line)")
-	roundTrips := fs.String("roundtrips", "out/roundtrips.md", "TestRoundTrips' table")
-	loads := fs.String("load", "out/load.json", "comma-separated loadgen summaries")
-	coldStart := fs.String("coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
-	bin := fs.String("bin", "bin", "where make build wrote <function>/bootstrap")
-	sideBySide := fs.String("sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
-	sustain := fs.String("sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate (optional)")
-	sustainFakecloud := fs.String("sustain-fakecloud", "", "the same for a stack on fakecloud (optional)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+// inputs are the make bench outputs a run reads, by path. An empty
+// -bench, -roundtrips or -load keeps the sections drawn from it (the
+// machine's with -bench, the anchors with -bench and -load) as they are,
+// to refresh the others alone; the other inputs are optional.
+type inputs struct {
+	bench, roundTrips, loads, coldStart, bin, sideBySide, sustain, sustainFakecloud string
+}
+
+// sections reads the inputs and renders, by name, every section they
+// give.
+func (in inputs) sections() (map[string]string, error) {
 	sections := map[string]string{}
 
-	// An empty -bench, -roundtrips or -load keeps the sections drawn from
-	// it (the machine's with -bench, the anchors with -bench and -load) as
-	// they are, to refresh the others alone.
 	var results []benchout.Result
-	if *bench != "" {
+	if in.bench != "" {
 		var conf map[string]string
 		var err error
-		if results, conf, err = benchout.ReadBench(*bench); err != nil {
-			return err
+		if results, conf, err = benchout.ReadBench(in.bench); err != nil {
+			return nil, err
 		}
 		sections["machine"] = machine()
 		sections["benchmarks"] = benchTable(results, conf)
 		if sections["ratios"], err = ratios(results); err != nil {
-			return fmt.Errorf("%s: %w", *bench, err)
+			return nil, fmt.Errorf("%s: %w", in.bench, err)
 		}
 	}
 
-	if *roundTrips != "" {
-		rt, err := os.ReadFile(*roundTrips)
+	if in.roundTrips != "" {
+		rt, err := os.ReadFile(in.roundTrips)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		sections["roundtrips"] = string(rt)
 	}
 
-	if *loads != "" {
+	if in.loads != "" {
 		var summaries []benchout.Summary
-		for _, name := range strings.Split(*loads, ",") {
+		for _, name := range strings.Split(in.loads, ",") {
 			b, err := os.ReadFile(name)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			var s benchout.Summary
 			if err := json.Unmarshal(b, &s); err != nil {
-				return fmt.Errorf("%s: %w", name, err)
+				return nil, fmt.Errorf("%s: %w", name, err)
 			}
 			summaries = append(summaries, s)
 		}
@@ -89,56 +69,48 @@ func docMain(args []string) error {
 		if results != nil {
 			var err error
 			if sections["anchors"], err = anchors(results, summaries); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 
-	if *coldStart != "" {
-		b, err := os.ReadFile(*coldStart)
+	if in.coldStart != "" {
+		b, err := os.ReadFile(in.coldStart)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if sections["coldstart"], err = coldStartTable(string(b), *bin); err != nil {
-			return fmt.Errorf("%s: %w", *coldStart, err)
+		if sections["coldstart"], err = coldStartTable(string(b), in.bin); err != nil {
+			return nil, fmt.Errorf("%s: %w", in.coldStart, err)
 		}
 	}
 
-	if *sideBySide != "" {
-		b, err := os.ReadFile(*sideBySide)
+	if in.sideBySide != "" {
+		b, err := os.ReadFile(in.sideBySide)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var f sideBySideFile
 		if err := json.Unmarshal(b, &f); err != nil {
-			return fmt.Errorf("%s: %w", *sideBySide, err)
+			return nil, fmt.Errorf("%s: %w", in.sideBySide, err)
 		}
 		if sections["powertools"], err = sideBySideTable(f); err != nil {
-			return fmt.Errorf("%s: %w", *sideBySide, err)
+			return nil, fmt.Errorf("%s: %w", in.sideBySide, err)
 		}
 	}
+
 	for _, run := range []struct{ section, summary string }{
-		{"sustain", *sustain},
-		{"sustain-fakecloud", *sustainFakecloud},
+		{"sustain", in.sustain},
+		{"sustain-fakecloud", in.sustainFakecloud},
 	} {
 		if run.summary == "" {
 			continue
 		}
 		var err error
 		if sections[run.section], err = sustainSection(run.summary); err != nil {
-			return err
+			return nil, err
 		}
 	}
-
-	text, err := os.ReadFile(*doc)
-	if err != nil {
-		return err
-	}
-	out, err := fill(string(text), sections)
-	if err != nil {
-		return fmt.Errorf("%s: %w", *doc, err)
-	}
-	return os.WriteFile(*doc, []byte(out), 0o644)
+	return sections, nil
 }
 
 // fill replaces the body of every generated section of doc named in

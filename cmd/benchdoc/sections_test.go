@@ -211,6 +211,29 @@ func TestSideBySideTable(t *testing.T) {
 	}
 }
 
+func TestSustainTable(t *testing.T) {
+	s := benchout.Sustain{LoadAvg: "0.5 0.6 0.7", PutItemPerSecond: 600, CallsPerRequest: 2, Ceiling: 300, StepSeconds: 60,
+		BeginMs: 2.5, CommitMs: 5, MixCeiling: 150, Sustained: 240, SustainedAnswered: 239.5, Steps: []benchout.Step{
+			{Fraction: 1.6, Offered: 240, Answered: 239.5, OK: true},
+			{Fraction: 1.8, Offered: 270, Answered: 200, Timeouts: 12},
+		}}
+	got := sustainTable(s)
+	for _, want := range []string{
+		"**300 req/s**: 600 PutItem/s",
+		"**150 req/s**: the mix's own calls one at a time, a first charge's Begin (2.50 ms, BenchmarkBegin) and Commit (5.00 ms",
+		"**240 req/s** offered (239.5 answered): **80%** of the ceiling, **160%** of the mix's ceiling",
+		"| 270 req/s | 90% | 180% | n/a | 200.0 req/s | 0 | 12 | 0 |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	s.Sustained = 0
+	if got := sustainTable(s); !strings.Contains(got, "none of the rates tried") {
+		t.Errorf("no rate sustained:\n%s", got)
+	}
+}
+
 var update = flag.Bool("update", false, "rewrite testdata/doc/benchmarks.golden.md")
 
 // TestDocGolden fills testdata/doc/benchmarks.md from the make bench
@@ -220,7 +243,7 @@ var update = flag.Bool("update", false, "rewrite testdata/doc/benchmarks.golden.
 // section describes the host the test runs on, so only its presence is
 // checked. -update rewrites the golden file.
 func TestDocGolden(t *testing.T) {
-	const testdata = "testdata/doc"
+	fixtures := testInputs(t)
 	dir := t.TempDir()
 	src, err := os.ReadFile(filepath.Join(testdata, "benchmarks.md"))
 	if err != nil {
@@ -230,8 +253,66 @@ func TestDocGolden(t *testing.T) {
 	if err := os.WriteFile(doc, src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// make build's bootstraps, as sparse files of their sizes; intake has none.
-	bin := filepath.Join(dir, "bin")
+	err = run([]string{"-doc", doc, "-bench", fixtures.bench, "-roundtrips", fixtures.roundTrips, "-load", fixtures.loads,
+		"-coldstart", fixtures.coldStart, "-bin", fixtures.bin, "-sidebyside", fixtures.sideBySide,
+		"-sustain", fixtures.sustain, "-sustain-fakecloud", fixtures.sustainFakecloud})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin, end := "<!-- generated:machine -->\n", "<!-- /generated:machine -->"
+	i, j := strings.Index(string(out), begin), strings.Index(string(out), end)
+	if i < 0 || j < i || !strings.Contains(string(out[i:j]), "| cores (nproc) |") {
+		t.Fatalf("no machine section in\n%s", out)
+	}
+	got := string(out[:i+len(begin)]) + "(the host the test ran on)\n" + string(out[j:])
+	golden := filepath.Join(testdata, "benchmarks.golden.md")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("the generated document differs from %s (go test -run TestDocGolden -update rewrites it):\n%s", golden, got)
+	}
+}
+
+// TestBenchmarksDocTakesEverySection fills docs/benchmarks.md, in memory,
+// with every section the fixtures give: a section marker lost from the
+// document fails here rather than at the end of a make bench.
+func TestBenchmarksDocTakesEverySection(t *testing.T) {
+	sections, err := testInputs(t).sections()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sections) != 10 {
+		t.Fatalf("%d sections from the fixtures, want all 10", len(sections))
+	}
+	doc, err := os.ReadFile("../../docs/benchmarks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fill(string(doc), sections); err != nil {
+		t.Error(err)
+	}
+}
+
+// testdata holds an input of every kind make bench gives benchdoc, a
+// document with every section, and what benchdoc makes of them.
+const testdata = "testdata/doc"
+
+// testInputs are the inputs in testdata, with make build's bootstraps as
+// sparse files of their sizes (intake has none).
+func testInputs(t *testing.T) inputs {
+	t.Helper()
+	bin := t.TempDir()
 	for fn, size := range map[string]int64{"charge": 21390950, "sweeper": 19818086} {
 		if err := os.MkdirAll(filepath.Join(bin, fn), 0o755); err != nil {
 			t.Fatal(err)
@@ -248,33 +329,9 @@ func TestDocGolden(t *testing.T) {
 		}
 	}
 	in := func(name string) string { return filepath.Join(testdata, name) }
-	err = docMain([]string{"-doc", doc, "-bench", in("bench.txt"), "-roundtrips", in("roundtrips.md"),
-		"-load", in("load-steady.json") + "," + in("load-seeds.json"), "-coldstart", in("e2e.txt"), "-bin", bin,
-		"-sidebyside", in("sidebyside.json"), "-sustain", in("sustain.json"), "-sustain-fakecloud", in("sustain-fakecloud.json")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := os.ReadFile(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	begin, end := "<!-- generated:machine -->\n", "<!-- /generated:machine -->"
-	i, j := strings.Index(string(out), begin), strings.Index(string(out), end)
-	if i < 0 || j < i || !strings.Contains(string(out[i:j]), "| cores (nproc) |") {
-		t.Fatalf("no machine section in\n%s", out)
-	}
-	got := string(out[:i+len(begin)]) + "(the host the test ran on)\n" + string(out[j:])
-	golden := in("benchmarks.golden.md")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got != string(want) {
-		t.Errorf("the generated document differs from %s (go test -run TestDocGolden -update rewrites it):\n%s", golden, got)
+	return inputs{
+		bench: in("bench.txt"), roundTrips: in("roundtrips.md"), loads: in("load-steady.json") + "," + in("load-seeds.json"),
+		coldStart: in("e2e.txt"), bin: bin, sideBySide: in("sidebyside.json"),
+		sustain: in("sustain.json"), sustainFakecloud: in("sustain-fakecloud.json"),
 	}
 }

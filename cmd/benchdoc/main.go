@@ -1,0 +1,66 @@
+// Command benchdoc rewrites the generated sections of docs/benchmarks.md
+// from the outputs of make bench, which runs it last:
+//
+//	go run ./cmd/benchdoc -doc docs/benchmarks.md -bench out/bench.txt \
+//	    -roundtrips out/roundtrips.md -load out/load-steady.json,out/load-seeds.json \
+//	    -coldstart out/e2e.txt -bin bin -sidebyside out/sidebyside.json \
+//	    -sustain out/sustain.json [-sustain-fakecloud out/sustain-fakecloud.json]
+//
+// A section is the text between "<!-- generated:NAME -->" and
+// "<!-- /generated:NAME -->"; everything else in the document is kept.
+// Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
+// coldstart, powertools (with -sidebyside), sustain (with -sustain), and
+// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud).
+//
+// It measures nothing: the figures are test/bench's, test/e2e's and
+// loadgen's, and the machine section describes the host it runs on.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "benchdoc:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("benchdoc", flag.ContinueOnError)
+	doc := fs.String("doc", "docs/benchmarks.md", "the document to update")
+	var in inputs
+	fs.StringVar(&in.bench, "bench", "out/bench.txt", "go test -bench output (with a loadavg: line)")
+	fs.StringVar(&in.roundTrips, "roundtrips", "out/roundtrips.md", "TestRoundTrips' table")
+	fs.StringVar(&in.loads, "load", "out/load.json", "comma-separated loadgen summaries")
+	fs.StringVar(&in.coldStart, "coldstart", "", "go test -v output of the e2e test, for the cold-start figures (optional)")
+	fs.StringVar(&in.bin, "bin", "bin", "where make build wrote <function>/bootstrap")
+	fs.StringVar(&in.sideBySide, "sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
+	fs.StringVar(&in.sustain, "sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate (optional)")
+	fs.StringVar(&in.sustainFakecloud, "sustain-fakecloud", "", "the same for a stack on fakecloud (optional)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	sections, err := in.sections()
+	if err != nil {
+		return err
+	}
+	text, err := os.ReadFile(*doc)
+	if err != nil {
+		return err
+	}
+	out, err := fill(string(text), sections)
+	if err != nil {
+		return fmt.Errorf("%s: %w", *doc, err)
+	}
+	return os.WriteFile(*doc, []byte(out), 0o644)
+}
