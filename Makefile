@@ -238,7 +238,7 @@ endif
 		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) \
 		-sidebyside out/sidebyside.json -sustain out/sustain.json \
 		$(if $(FAKECLOUD_BIN),-sustain-fakecloud out/sustain-fakecloud.json)
-	out/loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
+	$(GO) run ./cmd/capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 	@# A failed check on fakecloud fails make bench, after the docs show its steps.
 	$(if $(FAKECLOUD_BIN),@rc=$$(cat out/sustain-fakecloud.rc); [ "$$rc" = 0 ] || { echo "bench: loadgen sustain on fakecloud exited $$rc (see above)"; exit 1; })
 
@@ -248,7 +248,7 @@ endif
 # no new measurement.
 .PHONY: capacity
 capacity: ## Rewrite docs/capacity.md from the committed measurements, inputs and template.yaml
-	$(GO) run ./cmd/loadgen capacity
+	$(GO) run ./cmd/capacity
 
 .PHONY: clean
 clean: ## Remove build outputs (bin/, .aws-sam/)

@@ -21,7 +21,6 @@
 //	        [-target http://127.0.0.1:3000] [-provider http://127.0.0.1:4010]
 //	        [-dynamodb $DYNAMODB_ENDPOINT] [-charges-table chargeonce-charges]
 //	        [-out out/load]
-//	loadgen capacity [flags]   (regenerates docs/capacity.md; see capacity.go)
 //	loadgen sustain [flags]    (steps the offered rate up to the emulator's ceiling; see sustain.go)
 package main
 
@@ -55,8 +54,6 @@ func main() {
 	defer stop()
 	var err error
 	switch {
-	case len(os.Args) > 1 && os.Args[1] == "capacity":
-		err = capacityMain(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "sustain":
 		err = sustainMain(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	default:

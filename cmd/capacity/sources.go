@@ -1,17 +1,13 @@
 package main
 
 import (
-	_ "embed"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"math"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"text/template"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -22,86 +18,7 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// capacityMain regenerates docs/capacity.md, a capacity model of the seeds'
-// load on AWS, from figures make bench measured and figures cited from AWS
-// documentation and pricing pages:
-//
-//	loadgen capacity -roundtrips out/roundtrips.json -bench out/bench.txt
-//	loadgen capacity
-//
-// With -roundtrips and -bench it first takes what the model needs from
-// those make bench outputs into the measured snapshot
-// (docs/capacity-measured.json); without them it renders from the snapshot
-// as committed, which is what a change of inputs, prices or template.yaml
-// needs. The cited figures are in docs/capacity-inputs.json, each with its
-// source; the deployment's own figures (memory, timeouts, schedule) are
-// read from template.yaml.
-func capacityMain(args []string) error {
-	fs := flag.NewFlagSet("loadgen capacity", flag.ContinueOnError)
-	roundTrips := fs.String("roundtrips", "", "TestRoundTrips' JSON figures (make bench: out/roundtrips.json)")
-	bench := fs.String("bench", "", "go test -bench output (make bench: out/bench.txt)")
-	measured := fs.String("measured", "docs/capacity-measured.json", "the measured snapshot: written from -roundtrips and -bench when given, read otherwise")
-	inputs := fs.String("inputs", "docs/capacity-inputs.json", "the cited inputs")
-	tmpl := fs.String("template", "template.yaml", "the SAM template")
-	doc := fs.String("doc", "docs/capacity.md", "the document to write")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if (*roundTrips == "") != (*bench == "") {
-		return errors.New("-roundtrips and -bench go together")
-	}
-	if *roundTrips != "" {
-		m, err := measure(*roundTrips, *bench, time.Now())
-		if err != nil {
-			return err
-		}
-		b, err := json.MarshalIndent(m, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(*measured, append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	text, err := capacityDoc(*measured, *inputs, *tmpl)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(*doc, []byte(text), 0o644)
-}
-
-// capacityDoc renders the document from the three files it is made from.
-func capacityDoc(measuredPath, inputsPath, templatePath string) (string, error) {
-	var m measurement
-	if err := readJSON(measuredPath, &m); err != nil {
-		return "", err
-	}
-	in, err := readInputs(inputsPath)
-	if err != nil {
-		return "", err
-	}
-	src, err := os.ReadFile(templatePath)
-	if err != nil {
-		return "", err
-	}
-	d, err := readDeployment(src)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", templatePath, err)
-	}
-	c, err := model(m, in, d)
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	if err := capacityTemplate.Execute(&b, c); err != nil {
-		return "", err
-	}
-	return b.String(), nil
-}
-
+// readJSON decodes the JSON file at path into v.
 func readJSON(path string, v any) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -464,73 +381,4 @@ func parseRate(expr string) (time.Duration, error) {
 		return 0, fmt.Errorf("schedule %q is not a rate expression", expr)
 	}
 	return time.Duration(count) * units[unit], nil
-}
-
-//go:embed capacity.md.tmpl
-var capacityText string
-
-var capacityTemplate = template.Must(template.New("capacity").Funcs(template.FuncMap{
-	"n":    func(v float64) string { return grouped(v, 0) },
-	"n1":   func(v float64) string { return grouped(v, 1) },
-	"n2":   func(v float64) string { return grouped(v, 2) },
-	"usd":  func(v float64) string { return "$" + grouped(v, 0) },
-	"pct":  func(v float64) string { return strconv.FormatFloat(v*100, 'f', -1, 64) + "%" },
-	"pct1": func(v float64) string { return strconv.FormatFloat(v*100, 'f', 0, 64) + "%" },
-	"add":  func(a, b int) int { return a + b },
-	"sum":  func(a, b float64) float64 { return a + b },
-	"neg":  func(a float64) float64 { return -a },
-	"join": strings.Join,
-	"bytes": func(n int) string {
-		if n == 0 {
-			return "–"
-		}
-		return strconv.Itoa(n) + " B"
-	},
-	"i": func(v int) string { return grouped(float64(v), 0) },
-	"and": func(items []string) string {
-		if len(items) < 2 {
-			return strings.Join(items, "")
-		}
-		return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
-	},
-	"price": func(f figure) string {
-		if len(f.Tiers) == 0 {
-			if f.Value >= 1000 {
-				return grouped(f.Value, 0)
-			}
-			return strconv.FormatFloat(f.Value, 'f', -1, 64)
-		}
-		var parts []string
-		from := 0.0
-		for _, t := range f.Tiers {
-			p := strconv.FormatFloat(t.Price, 'f', -1, 64)
-			if t.UpTo == 0 {
-				parts = append(parts, fmt.Sprintf("%s beyond %s", p, grouped(from, 0)))
-			} else {
-				parts = append(parts, fmt.Sprintf("%s to %s", p, grouped(t.UpTo, 0)))
-			}
-			from = t.UpTo
-		}
-		return strings.Join(parts, ", ")
-	},
-}).Parse(capacityText))
-
-// grouped formats v with the given decimals and thousands separators.
-func grouped(v float64, decimals int) string {
-	s := strconv.FormatFloat(math.Abs(v), 'f', decimals, 64)
-	whole, frac, _ := strings.Cut(s, ".")
-	var b strings.Builder
-	if v < 0 && strings.Trim(s, "0.") != "" {
-		b.WriteByte('-')
-	}
-	for i, c := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if frac != "" {
-		b.WriteString("." + frac)
-	}
-	return b.String()
 }

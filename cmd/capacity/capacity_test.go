@@ -18,9 +18,9 @@ const (
 	committedDoc      = "../../docs/capacity.md"
 )
 
-// TestCapacityDocIsGenerated holds docs/capacity.md to what loadgen
-// capacity renders from the committed snapshot, inputs and template.yaml:
-// after changing any of them, or the model, run make capacity.
+// TestCapacityDocIsGenerated holds docs/capacity.md to what cmd/capacity
+// renders from the committed snapshot, inputs and template.yaml: after
+// changing any of them, or the model, run make capacity.
 func TestCapacityDocIsGenerated(t *testing.T) {
 	want, err := capacityDoc(committedMeasured, committedInputs, committedTemplate)
 	if err != nil {
@@ -31,7 +31,7 @@ func TestCapacityDocIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(got) != want {
-		t.Errorf("docs/capacity.md is not what loadgen capacity renders from the committed inputs: run make capacity")
+		t.Errorf("docs/capacity.md is not what cmd/capacity renders from the committed inputs: run make capacity")
 	}
 }
 
