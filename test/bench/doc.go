@@ -14,5 +14,5 @@
 //
 // make bench runs both and writes the figures into docs/benchmarks.md;
 // TestRoundTrips' JSON figures (-roundtrips-json) also feed the capacity
-// model, docs/capacity.md (cmd/loadgen capacity).
+// model, docs/capacity.md (cmd/capacity).
 package bench

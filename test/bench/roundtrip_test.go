@@ -232,7 +232,7 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 }
 
 // roundTripFile is the JSON form of TestRoundTrips' figures (make bench:
-// out/roundtrips.json), which cmd/loadgen capacity reads. Outcomes are
+// out/roundtrips.json), which cmd/capacity reads. Outcomes are
 // named by a stable id: first, replay, replay-cached, in-flight, mismatch,
 // decline, released, unknown, reconcile, naive.
 type roundTripFile struct {

@@ -34,7 +34,7 @@ var (
 )
 
 // sideBySideFile is TestSideBySide's figures (make bench:
-// out/sidebyside.json), which loadgen doc sets out: by handler
+// out/sidebyside.json), which cmd/benchdoc sets out: by handler
 // ("chargeonce", "naive", "powertools"), the runs one at a time ("serial")
 // and at the fixed concurrency ("concurrent"), and what one first call and
 // one replay cost in capacity.
