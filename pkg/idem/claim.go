@@ -74,14 +74,14 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		if tries.refused() {
-			return Begun{}, fmt.Errorf("idem: begin %s: %w", key, AsUnavailable(err))
+			return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
 		}
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &UnknownClaimError{
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &UnknownClaimError{
 			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: AsUnavailable(err),
 		})
 	}
 	if len(ccf.Item) == 0 {
-		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key)
+		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key.LogHash())
 	}
 	if ownToken(ccf.Item, lease) {
 		// Our own write: the SDK retried a call whose first attempt was
@@ -103,7 +103,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	}
 	switch {
 	case !sameFingerprint(ccf.Item, fp):
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
 	case rec.Status == StatusReleased && reclaims < maxReclaims:

@@ -56,9 +56,9 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 	// always someone else's doing.
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return fmt.Errorf("idem: %s %s: %w", op, l.Key, ErrLeaseLost)
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), ErrLeaseLost)
 	}
-	return fmt.Errorf("idem: %s %s: %w", op, l.Key, AsUnavailable(err))
+	return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), AsUnavailable(err))
 }
 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
@@ -130,10 +130,10 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key, AsUnavailable(err))
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), AsUnavailable(err))
 		}
 		if len(ccf.Item) == 0 {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key, ErrNotFound)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), ErrNotFound)
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, s.notTaken(key, ccf.Item, now)
@@ -157,9 +157,9 @@ func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time
 	case err != nil:
 		return err
 	case rec.Status == StatusReleased || rec.expired(now):
-		return fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
+		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrNotFound)
 	case rec.Status.Terminal():
-		return fmt.Errorf("idem: take over %s: %w", key, ErrCompleted)
+		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrCompleted)
 	default:
 		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})}
 	}

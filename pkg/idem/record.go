@@ -48,17 +48,17 @@ func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("idem: get %s: %w", key, AsUnavailable(err))
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), AsUnavailable(err))
 	}
 	if len(out.Item) == 0 {
-		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), ErrNotFound)
 	}
 	rec, err := decodeRecord(key, out.Item)
 	if err != nil {
 		return nil, err
 	}
 	if rec.expired(s.pol.Clock()) {
-		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), ErrNotFound)
 	}
 	return rec, nil
 }
@@ -107,7 +107,7 @@ func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, e
 	}
 	stored, ok := strings.CutPrefix(pk.Value, s.keyPrefix)
 	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease %q without the key prefix %q", pk.Value, s.keyPrefix)
+		return StuckLease{}, fmt.Errorf("idem: stuck lease without the key prefix %q", s.keyPrefix)
 	}
 	key, err := ParseKey(stored)
 	if err != nil {
@@ -166,7 +166,7 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 			return nil, err
 		}
 	case rec.Status != StatusReleased:
-		return nil, fmt.Errorf("idem: record %s has unknown status %q", key, rec.Status)
+		return nil, fmt.Errorf("idem: record %s has unknown status %q", key.LogHash(), rec.Status)
 	}
 	return rec, nil
 }

@@ -46,7 +46,7 @@ func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (
 	if resp != nil {
 		attrs, err := encodeResponse(*resp, s.pol.CompressAbove, len(l.Intent))
 		if err != nil {
-			return settlement{}, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+			return settlement{}, fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), err)
 		}
 		st.resp, st.hasResp = *resp, true
 		expr += ", #rs = :rs, #rh = :rh, #rb = :rb"
@@ -71,7 +71,7 @@ func (st *settlement) settled(l *Lease, item map[string]types.AttributeValue) er
 			return nil
 		}
 	}
-	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, ErrLeaseLost)
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), ErrLeaseLost)
 }
 
 // apply writes the settlement alone, as one fenced UpdateItem.
@@ -84,7 +84,7 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 	if errors.As(err, &ccf) {
 		return st.settled(l, ccf.Item)
 	}
-	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, AsUnavailable(err))
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), AsUnavailable(err))
 }
 
 // Commit completes the command as SUCCEEDED with resp, in one
@@ -127,7 +127,7 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 			TableName: s.tableName, Key: s.itemKey(l.Key), ConsistentRead: aws.Bool(true),
 		})
 		if gerr != nil {
-			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key, AsUnavailable(gerr))
+			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key.LogHash(), AsUnavailable(gerr))
 		}
 		return st.settled(l, out.Item)
 	case errors.As(err, &tce):
@@ -144,11 +144,11 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 		}
 		for i := range writes {
 			if _, failed := reason(i); failed {
-				return fmt.Errorf("idem: commit %s: %w", l.Key, &WriteConditionError{Index: i})
+				return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), &WriteConditionError{Index: i})
 			}
 		}
 	}
-	return fmt.Errorf("idem: commit %s: %w", l.Key, AsUnavailable(err))
+	return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), AsUnavailable(err))
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp (a refusal every
