@@ -108,7 +108,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 		// stuck-lease index, with no expiry, as a re-claim does.
 		cond = "#status = :inflight OR (#status = :released AND #exp > :nows)"
 		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
-		names["#exp"], names["#shard"], names["#ad"] = AttrExpiresAt, AttrLeaseShard, attrAttemptDeadline
+		names["#exp"], names["#shard"], names["#ad"] = s.layout.ttl, AttrLeaseShard, attrAttemptDeadline
 		values[":released"], values[":nows"], values[":shard"] = statusAttrs[StatusReleased], seconds(now), num(int64(s.shard(key)))
 	} else {
 		cond += " AND #lexp < :now"
@@ -141,7 +141,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 		// Our own take-over, retried by the SDK after its answer was lost.
 		item = ccf.Item
 	}
-	rec, err := decodeRecord(key, item)
+	rec, err := s.decodeRecord(key, item)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 
 // notTaken explains a take-over refused by the record item.
 func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time.Time) error {
-	rec, err := decodeRecord(key, item)
+	rec, err := s.decodeRecord(key, item)
 	switch {
 	case err != nil:
 		return err
