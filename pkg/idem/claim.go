@@ -39,8 +39,8 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.retainUntil(lease)
-	item := make(map[string]types.AttributeValue, 9) // sized for the intent too: no growing
-	item[s.pkAttr] = str(s.stored(key))
+	item := make(map[string]types.AttributeValue, 10) // sized for a sort key and the intent too: no growing
+	s.layout.putKey(item, key)
 	item[attrStatus] = inFlight
 	item[attrFingerprint] = fpAttr(fp)
 	item[attrCreatedAt] = millis(lease.CreatedAt)
@@ -74,24 +74,24 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		if tries.refused() {
-			return Begun{}, fmt.Errorf("idem: begin %s: %w", key, AsUnavailable(err))
+			return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
 		}
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &UnknownClaimError{
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &UnknownClaimError{
 			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: AsUnavailable(err),
 		})
 	}
 	if len(ccf.Item) == 0 {
-		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key)
+		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key.LogHash())
 	}
 	if ownToken(ccf.Item, lease) {
 		// Our own write: the SDK retried a call whose first attempt was
 		// applied but whose answer was lost.
-		if rec, err := decodeRecord(key, ccf.Item); err == nil {
+		if rec, err := s.decodeRecord(key, ccf.Item); err == nil {
 			lease.CreatedAt = rec.CreatedAt
 		}
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
-	rec, err := decodeRecord(key, ccf.Item)
+	rec, err := s.decodeRecord(key, ccf.Item)
 	if err != nil {
 		return Begun{}, err
 	}
@@ -103,7 +103,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	}
 	switch {
 	case !sameFingerprint(ccf.Item, fp):
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key, &MismatchError{RecordExpiresAt: expires})
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
 	case rec.Status == StatusReleased && reclaims < maxReclaims:
@@ -129,7 +129,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 	lease.CreatedAt = rec.CreatedAt
 	names := map[string]string{
 		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard,
-		"#ad": attrAttemptDeadline, "#exp": AttrExpiresAt, "#att": attrAttempts, "#fp": attrFingerprint,
+		"#ad": attrAttemptDeadline, "#exp": s.layout.ttl, "#att": attrAttempts, "#fp": attrFingerprint,
 	}
 	values := map[string]types.AttributeValue{
 		":released": statusAttrs[StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),

@@ -12,37 +12,69 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
-// TestConformance runs the conformance suite against the DynamoDB store,
-// every store on one table, the business rows in that table too.
+// TestConformance runs the conformance suite against the DynamoDB store
+// in each table layout: every store of a layout on one table of its own,
+// the business rows in that table too.
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	table := dynamotest.Table(t, idem.TableInput("conformance"))
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	layouts := []struct {
+		name string
+		opts func(*idem.Options)
+		row  func(id string) map[string]types.AttributeValue // a business row's primary key
+	}{
+		{"partition key", func(*idem.Options) {}, func(id string) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{idem.AttrPK: s("row-" + id)}
+		}},
+		{"static partition key, key in the sort key", func(o *idem.Options) {
+			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue = "PK", "SK", "IDEMPOTENCY"
+			o.TTLAttribute, o.StuckLeaseIndex = "ttl", "sweep"
+		}, func(id string) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{"PK": s("rows"), "SK": s(id)}
+		}},
+		{"key in the partition key, a constant sort key, no index", func(o *idem.Options) {
+			o.KeyAttribute, o.SortKeyAttribute, o.KeyPrefix, o.ScanStuckLeases = "id", "kind", "idem#", true
+		}, func(id string) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{"id": s("row-" + id), "kind": s("row")}
+		}},
+	}
 	db := dynamotest.Client(t)
-	idemtest.RunConformance(t, func(t *testing.T, optFns ...func(*idem.Options)) idemtest.Subject {
-		s, err := idem.New(db, table, optFns...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return idemtest.Subject{
-			Store: s,
-			Row: func(id string) types.TransactWriteItem {
-				return types.TransactWriteItem{Put: &types.Put{
-					TableName:           aws.String(table),
-					Item:                map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + id}},
-					ConditionExpression: aws.String("attribute_not_exists(pk)"),
-				}}
-			},
-			RowExists: func(t *testing.T, id string) bool {
-				out, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{
-					TableName:      aws.String(table),
-					Key:            map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + id}},
-					ConsistentRead: aws.Bool(true),
-				})
+	for _, lt := range layouts {
+		t.Run(lt.name, func(t *testing.T) {
+			t.Parallel()
+			probe, err := idem.New(db, "conformance", lt.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			def := probe.TableInput()
+			table := dynamotest.Table(t, def)
+			absent := map[string]string{"#pk": aws.ToString(def.KeySchema[0].AttributeName)}
+			idemtest.RunConformance(t, func(t *testing.T, optFns ...func(*idem.Options)) idemtest.Subject {
+				st, err := idem.New(db, table, append([]func(*idem.Options){lt.opts}, optFns...)...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				return len(out.Item) > 0
-			},
-		}
-	})
+				return idemtest.Subject{
+					Store: st,
+					Row: func(id string) types.TransactWriteItem {
+						return types.TransactWriteItem{Put: &types.Put{
+							TableName:                aws.String(table),
+							Item:                     lt.row(id),
+							ConditionExpression:      aws.String("attribute_not_exists(#pk)"),
+							ExpressionAttributeNames: absent,
+						}}
+					},
+					RowExists: func(t *testing.T, id string) bool {
+						out, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{
+							TableName: aws.String(table), Key: lt.row(id), ConsistentRead: aws.Bool(true),
+						})
+						if err != nil {
+							t.Fatal(err)
+						}
+						return len(out.Item) > 0
+					},
+				}
+			})
+		})
+	}
 }

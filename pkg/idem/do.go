@@ -124,7 +124,7 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 	l := begun.Lease
 	out, fnErr := run(ctx, l, fn, o.Reserve)
 	if fnErr != nil {
-		fnErr = fmt.Errorf("idem: do %s: %w", key, fnErr)
+		fnErr = fmt.Errorf("idem: do %s: %w", key.LogHash(), fnErr)
 	}
 	res := Result{Response: out.Response, Status: StatusInFlight, Lease: l, RecordExpiresAt: l.RecordExpiresAt}
 	settled, setErr := Settle(ctx, b, l, out)
@@ -151,7 +151,7 @@ func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, erro
 	case VerdictNotApplied:
 		return StatusReleased, b.Release(ctx, l)
 	default:
-		return StatusInFlight, fmt.Errorf("idem: settle %s: unknown verdict %d", l.Key, out.Verdict)
+		return StatusInFlight, fmt.Errorf("idem: settle %s: unknown verdict %d", l.Key.LogHash(), out.Verdict)
 	}
 }
 

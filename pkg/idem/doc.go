@@ -67,7 +67,8 @@
 // spelled-out names, a hex fingerprint and a gzip flag on every answer).
 //
 //	Attribute         Type  Holds
-//	pk                S     Options.KeyPrefix + Key.String() (Options.KeyAttribute renames it)
+//	pk                S     Options.KeyPrefix + Key.String(), or Options.PartitionKeyValue (Options.KeyAttribute renames it)
+//	(sort key)        S     only with Options.SortKeyAttribute: Options.SortKeyValue, or the key under a PartitionKeyValue
 //	st                S     the Status
 //	fp                B     the Fingerprint's 32 bytes (Record.Fingerprint is its hex form)
 //	ct                N     CreatedAt, epoch milliseconds
@@ -77,7 +78,7 @@
 //	lease_expires_at  N     IN_FLIGHT only: the lease's end in epoch milliseconds, the index's sort key
 //	ad                N     IN_FLIGHT only: AttemptDeadline, epoch milliseconds
 //	attempts          N     take-overs so far, absent before the first (projected into the index)
-//	expires_at        N     settled only: end of retention in epoch seconds, the TTL attribute
+//	expires_at        N     settled only: end of retention in epoch seconds, the TTL attribute (Options.TTLAttribute renames it)
 //	rs, rh, rb        N,M,B terminal only: the response's status, headers and body
 //	rz                BOOL  terminal only, and only when rb is gzipped (bodies over Options.CompressAbove)
 //
@@ -88,8 +89,11 @@
 //
 // The store never loads AWS configuration: it takes any DynamoDBAPI (a
 // *dynamodb.Client) and options, among them the clock and the random
-// source of lease tokens. Options.KeyAttribute and Options.KeyPrefix put
-// the records in an existing table; Store.TableInput follows them.
+// source of lease tokens. The layout options (KeyAttribute, KeyPrefix,
+// SortKeyAttribute, SortKeyValue, PartitionKeyValue, TTLAttribute,
+// StuckLeaseIndex, ScanStuckLeases) put the records in an existing table;
+// Store.TableInput and Store.TTLInput follow them. The README's "Existing
+// tables" has the layouts, the IAM policy and the CloudFormation.
 //
 // # Three ways to use it
 //

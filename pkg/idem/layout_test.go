@@ -1,6 +1,10 @@
 package idem_test
 
 import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +69,214 @@ func TestExistingTableLayout(t *testing.T) {
 	clock.Advance(time.Hour)
 	if _, err := s.TakeOver(ctx, k); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// itemNames returns the sorted attribute names of the item under key.
+func itemNames(t *testing.T, db *dynamodb.Client, table string, key map[string]types.AttributeValue) []string {
+	t.Helper()
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.Sorted(maps.Keys(out.Item))
+}
+
+// TestSortKeyLayouts: in a table with a sort key, the record's key goes in
+// the partition key (the sort key a constant) or, under a static partition
+// key, in the sort key; the TTL attribute is the one named; the records'
+// other attributes are doc.go's, and the stuck-lease index, named as the
+// options say, lists the in-flight ones.
+func TestSortKeyLayouts(t *testing.T) {
+	t.Parallel()
+	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+	cases := []struct {
+		name   string
+		opts   func(*idem.Options)
+		pk, sk string
+		// itemKey is the primary key the record of k must have.
+		itemKey func(k idem.Key) map[string]types.AttributeValue
+	}{
+		{"key in the partition key", func(o *idem.Options) {
+			o.KeyAttribute, o.SortKeyAttribute, o.TTLAttribute, o.StuckLeaseIndex = "id", "kind", "ttl", "in-flight"
+		}, "id", "kind", func(k idem.Key) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{"id": s(k.String()), "kind": s(idem.DefaultSortKeyValue)}
+		}},
+		{"key in the sort key", func(o *idem.Options) {
+			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue, o.KeyPrefix = "PK", "SK", "IDEMPOTENCY", "cmd#"
+			o.TTLAttribute, o.StuckLeaseIndex = "ttl", "in-flight"
+		}, "PK", "SK", func(k idem.Key) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{"PK": s("IDEMPOTENCY"), "SK": s("cmd#" + k.String())}
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clock := idemtest.NewClock(time.Now())
+			db := dynamotest.Client(t)
+			opts := func(o *idem.Options) { c.opts(o); o.Shards, o.Clock = 1, clock.Now }
+			table := dynamotest.Table(t, newStore(t, db, "layout", opts).TableInput())
+			st := newStore(t, db, table, opts)
+			stuck := begin(t, st, key(t, "acme"), fpA)
+			done := begin(t, st, key(t, "acme"), fpA)
+			if err := st.Commit(ctx, done, resp); err != nil {
+				t.Fatal(err)
+			}
+			wantReplay(t, st, done.Key, resp)
+			with := func(names ...string) []string { return slices.Sorted(slices.Values(append(names, c.pk, c.sk))) }
+			if got, want := itemNames(t, db, table, c.itemKey(stuck.Key)), with("st", "fp", "ct", "tok", "in", "lease_shard", "lease_expires_at", "ad"); !slices.Equal(got, want) {
+				t.Errorf("in-flight record's attributes %v, want %v", got, want)
+			}
+			if got, want := itemNames(t, db, table, c.itemKey(done.Key)), with("st", "fp", "ct", "tok", "in", "ttl", "rs", "rh", "rb"); !slices.Equal(got, want) {
+				t.Errorf("settled record's attributes %v, want %v", got, want)
+			}
+			var listed []idem.Key
+			for sl, err := range st.StuckLeases(ctx, 0, clock.Now().Add(time.Hour)) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				listed = append(listed, sl.Key)
+			}
+			if len(listed) != 1 || listed[0] != stuck.Key {
+				t.Fatalf("stuck leases %v, want [%v]", listed, stuck.Key)
+			}
+			clock.Advance(time.Hour)
+			if _, err := st.TakeOver(ctx, stuck.Key); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestTableInputFollowsTheOptions: the table a store describes has the
+// key schema, the index and the TTL attribute its options name, and no
+// index when StuckLeases scans.
+func TestTableInputFollowsTheOptions(t *testing.T) {
+	t.Parallel()
+	db := dynamodb.New(dynamodb.Options{}) // never called
+	describe := func(in *dynamodb.CreateTableInput) string {
+		var b strings.Builder
+		for _, k := range in.KeySchema {
+			fmt.Fprintf(&b, "%s %s, ", aws.ToString(k.AttributeName), k.KeyType)
+		}
+		for _, d := range in.AttributeDefinitions {
+			fmt.Fprintf(&b, "%s:%s ", aws.ToString(d.AttributeName), d.AttributeType)
+		}
+		for _, g := range in.GlobalSecondaryIndexes {
+			fmt.Fprintf(&b, "index %s", aws.ToString(g.IndexName))
+		}
+		return b.String()
+	}
+	cases := []struct {
+		name      string
+		opts      func(*idem.Options)
+		want, ttl string
+	}{
+		{"defaults", func(*idem.Options) {}, "pk HASH, pk:S lease_shard:N lease_expires_at:N index stuck-leases", idem.AttrExpiresAt},
+		{"sort key", func(o *idem.Options) {
+			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue, o.TTLAttribute, o.StuckLeaseIndex = "PK", "SK", "IDEMPOTENCY", "ttl", "gsi1"
+		}, "PK HASH, SK RANGE, PK:S SK:S lease_shard:N lease_expires_at:N index gsi1", "ttl"},
+		{"no index", func(o *idem.Options) { o.ScanStuckLeases = true }, "pk HASH, pk:S ", idem.AttrExpiresAt},
+	}
+	for _, c := range cases {
+		st := newStore(t, db, "t", c.opts)
+		if got := describe(st.TableInput()); got != c.want {
+			t.Errorf("%s: TableInput %q, want %q", c.name, got, c.want)
+		}
+		if got := aws.ToString(st.TTLInput().TimeToLiveSpecification.AttributeName); got != c.ttl {
+			t.Errorf("%s: TTLInput on %q, want %q", c.name, got, c.ttl)
+		}
+	}
+	if got, want := describe(idem.TableInput("t")), describe(newStore(t, db, "t").TableInput()); got != want {
+		t.Errorf("idem.TableInput %q, a default store's %q", got, want)
+	}
+}
+
+func newStore(t *testing.T, db idem.DynamoDBAPI, table string, optFns ...func(*idem.Options)) *idem.Store {
+	t.Helper()
+	s, err := idem.New(db, table, optFns...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestLayoutOptionsRefused: options that contradict each other, or name
+// an attribute the record writes, are refused by New, not found out at the
+// first write.
+func TestLayoutOptionsRefused(t *testing.T) {
+	t.Parallel()
+	db := dynamodb.New(dynamodb.Options{}) // never called
+	for name, opts := range map[string]func(*idem.Options){
+		"a static partition key without a sort key": func(o *idem.Options) { o.PartitionKeyValue = "IDEMPOTENCY" },
+		"a sort key value without a sort key":       func(o *idem.Options) { o.SortKeyValue = "idem" },
+		"both key values": func(o *idem.Options) {
+			o.SortKeyAttribute, o.PartitionKeyValue, o.SortKeyValue = "sk", "IDEMPOTENCY", "idem"
+		},
+		"an index and a scan":               func(o *idem.Options) { o.StuckLeaseIndex, o.ScanStuckLeases = "gsi1", true },
+		"the sort key is the partition key": func(o *idem.Options) { o.SortKeyAttribute = idem.AttrPK },
+		"a key named as a record attribute": func(o *idem.Options) { o.SortKeyAttribute = "st" },
+		"the TTL named as the index's key":  func(o *idem.Options) { o.TTLAttribute = idem.AttrLeaseExpiresAt },
+	} {
+		if _, err := idem.New(db, "t", opts); err == nil {
+			t.Errorf("%s: New accepted it", name)
+		}
+	}
+}
+
+// TestStuckLeasesWithoutTheIndex: on a table without the stuck-lease
+// index, StuckLeases fails saying which index it queried, and with
+// ScanStuckLeases it finds the stuck leases among the table's other items.
+func TestStuckLeasesWithoutTheIndex(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	db := dynamotest.Client(t)
+	opts := func(o *idem.Options) {
+		o.KeyAttribute, o.SortKeyAttribute, o.KeyPrefix, o.Shards, o.Clock = "id", "kind", "idem#", 3, clock.Now
+	}
+	scan := func(o *idem.Options) { o.ScanStuckLeases = true }
+	table := dynamotest.Table(t, newStore(t, db, "plain", opts, scan).TableInput())
+	var err error
+	for _, e := range newStore(t, db, table, opts).StuckLeases(ctx, 0, clock.Now()) {
+		err = e
+	}
+	if err == nil || !strings.Contains(err.Error(), idem.IndexStuckLeases) {
+		t.Fatalf("StuckLeases on a table without the index: %v, want an error naming %s", err, idem.IndexStuckLeases)
+	}
+	s := newStore(t, db, table, opts, scan)
+	// The table's other items, one of them with a number where a lease would be.
+	for _, item := range []map[string]types.AttributeValue{
+		{"id": &types.AttributeValueMemberS{Value: "order-1"}, "kind": &types.AttributeValueMemberS{Value: idem.DefaultSortKeyValue}, idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: "1"}},
+		{"id": &types.AttributeValueMemberS{Value: "idem#x"}, "kind": &types.AttributeValueMemberS{Value: "audit"}, idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: "1"}},
+	} {
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stuck := map[idem.Key]bool{}
+	for range 6 {
+		l := begin(t, s, key(t, "acme"), fpA)
+		stuck[l.Key] = true
+		clock.Advance(time.Millisecond)
+	}
+	done := begin(t, s, key(t, "acme"), fpA)
+	if err := s.Commit(ctx, done, resp); err != nil {
+		t.Fatal(err)
+	}
+	listed := map[idem.Key]bool{}
+	for shard := range s.Shards() {
+		var last time.Time
+		for sl, err := range s.StuckLeases(ctx, shard, clock.Now().Add(time.Hour)) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sl.LeaseExpiresAt.Before(last) {
+				t.Errorf("shard %d not oldest first", shard)
+			}
+			last, listed[sl.Key] = sl.LeaseExpiresAt, true
+		}
+	}
+	if !maps.Equal(listed, stuck) {
+		t.Fatalf("stuck leases %v, want %v", listed, stuck)
 	}
 }

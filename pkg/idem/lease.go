@@ -56,9 +56,9 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 	// always someone else's doing.
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return fmt.Errorf("idem: %s %s: %w", op, l.Key, ErrLeaseLost)
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), ErrLeaseLost)
 	}
-	return fmt.Errorf("idem: %s %s: %w", op, l.Key, AsUnavailable(err))
+	return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), AsUnavailable(err))
 }
 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
@@ -108,7 +108,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 		// stuck-lease index, with no expiry, as a re-claim does.
 		cond = "#status = :inflight OR (#status = :released AND #exp > :nows)"
 		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
-		names["#exp"], names["#shard"], names["#ad"] = AttrExpiresAt, AttrLeaseShard, attrAttemptDeadline
+		names["#exp"], names["#shard"], names["#ad"] = s.layout.ttl, AttrLeaseShard, attrAttemptDeadline
 		values[":released"], values[":nows"], values[":shard"] = statusAttrs[StatusReleased], seconds(now), num(int64(s.shard(key)))
 	} else {
 		cond += " AND #lexp < :now"
@@ -130,10 +130,10 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key, AsUnavailable(err))
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), AsUnavailable(err))
 		}
 		if len(ccf.Item) == 0 {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key, ErrNotFound)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), ErrNotFound)
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, s.notTaken(key, ccf.Item, now)
@@ -141,7 +141,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 		// Our own take-over, retried by the SDK after its answer was lost.
 		item = ccf.Item
 	}
-	rec, err := decodeRecord(key, item)
+	rec, err := s.decodeRecord(key, item)
 	if err != nil {
 		return nil, err
 	}
@@ -152,14 +152,14 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 
 // notTaken explains a take-over refused by the record item.
 func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time.Time) error {
-	rec, err := decodeRecord(key, item)
+	rec, err := s.decodeRecord(key, item)
 	switch {
 	case err != nil:
 		return err
 	case rec.Status == StatusReleased || rec.expired(now):
-		return fmt.Errorf("idem: take over %s: %w", key, ErrNotFound)
+		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrNotFound)
 	case rec.Status.Terminal():
-		return fmt.Errorf("idem: take over %s: %w", key, ErrCompleted)
+		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrCompleted)
 	default:
 		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})}
 	}

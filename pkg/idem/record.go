@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"iter"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -48,17 +49,17 @@ func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("idem: get %s: %w", key, AsUnavailable(err))
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), AsUnavailable(err))
 	}
 	if len(out.Item) == 0 {
-		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), ErrNotFound)
 	}
-	rec, err := decodeRecord(key, out.Item)
+	rec, err := s.decodeRecord(key, out.Item)
 	if err != nil {
 		return nil, err
 	}
 	if rec.expired(s.pol.Clock()) {
-		return nil, fmt.Errorf("idem: get %s: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), ErrNotFound)
 	}
 	return rec, nil
 }
@@ -70,15 +71,20 @@ type StuckLease struct {
 	Attempts       int // take-overs so far
 }
 
-// StuckLeases yields, from one shard of the stuck-lease index, the records
-// whose lease expired before the given time, oldest first, a page at a time
-// (no Scan). Terminal and released records are not in the index. Stop early
-// by breaking out of the loop.
+// StuckLeases yields, from one shard, the in-flight records whose lease
+// expired before the given time, oldest first. It queries the stuck-lease
+// index (Options.StuckLeaseIndex), a page at a time: the table must have
+// it, or DynamoDB refuses the query. With Options.ScanStuckLeases it scans
+// the table instead. Terminal and released records are not listed. Stop
+// early by breaking out of the loop.
 func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
+	if s.layout.index == "" {
+		return s.scanStuckLeases(ctx, shard, before)
+	}
 	return func(yield func(StuckLease, error) bool) {
 		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
 			TableName:                 s.tableName,
-			IndexName:                 aws.String(IndexStuckLeases),
+			IndexName:                 aws.String(s.layout.index),
 			KeyConditionExpression:    aws.String("#shard = :shard AND #lexp < :before"),
 			ExpressionAttributeNames:  map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)},
@@ -87,7 +93,7 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
 			if err != nil {
-				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d: %w", shard, AsUnavailable(err)))
+				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d, index %s: %w", shard, s.layout.index, AsUnavailable(err)))
 				return
 			}
 			for _, item := range page.Items {
@@ -100,14 +106,67 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 	}
 }
 
-func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
-	pk, ok := item[s.pkAttr].(*types.AttributeValueMemberS)
-	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s", s.pkAttr)
+// scanStuckLeases is StuckLeases without the index. The shard is one
+// segment of a parallel Scan, so a sweep of every shard reads the table
+// once, whatever its size; a Scan has no order, so the segment's stuck
+// leases are gathered and sorted before the first is yielded.
+func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
+	filter := "#lexp < :before"
+	names := map[string]string{"#key": s.layout.keyIn, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts}
+	values := map[string]types.AttributeValue{":before": millis(before)}
+	if s.layout.fixedIn != "" {
+		filter += " AND #fixed = :fixed"
+		names["#fixed"], values[":fixed"] = s.layout.fixedIn, s.layout.fixed
 	}
-	stored, ok := strings.CutPrefix(pk.Value, s.keyPrefix)
+	if s.layout.prefix != "" {
+		filter += " AND begins_with(#key, :prefix)"
+		values[":prefix"] = str(s.layout.prefix)
+	}
+	in := &dynamodb.ScanInput{
+		TableName:                 s.tableName,
+		FilterExpression:          aws.String(filter),
+		ProjectionExpression:      aws.String("#key, #lexp, #att"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+		Segment:                   aws.Int32(int32(shard)),
+		TotalSegments:             aws.Int32(int32(s.pol.Shards)),
+	}
+	return func(yield func(StuckLease, error) bool) {
+		var found []StuckLease
+		for p := dynamodb.NewScanPaginator(s.db, in); p.HasMorePages(); {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d, scan: %w", shard, AsUnavailable(err)))
+				return
+			}
+			for _, item := range page.Items {
+				sl, err := s.decodeStuck(item)
+				if err != nil {
+					if !yield(sl, err) {
+						return
+					}
+					continue
+				}
+				found = append(found, sl)
+			}
+		}
+		slices.SortFunc(found, func(a, b StuckLease) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
+		for _, sl := range found {
+			if !yield(sl, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
+	v, ok := item[s.layout.keyIn].(*types.AttributeValueMemberS)
 	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease %q without the key prefix %q", pk.Value, s.keyPrefix)
+		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s", s.layout.keyIn)
+	}
+	stored, ok := strings.CutPrefix(v.Value, s.layout.prefix)
+	if !ok {
+		return StuckLease{}, fmt.Errorf("idem: stuck lease without the key prefix %q", s.layout.prefix)
 	}
 	key, err := ParseKey(stored)
 	if err != nil {
@@ -121,7 +180,7 @@ func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, e
 	return StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
 }
 
-func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error) {
+func (s *Store) decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error) {
 	rec := &Record{Key: key}
 	if v, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {
 		rec.Status = Status(v.Value)
@@ -155,7 +214,7 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 		rec.LeaseExpiresAt, rec.AttemptDeadline = time.UnixMilli(lexp), time.UnixMilli(deadline)
 		return rec, nil
 	}
-	exp, err := numberAttr(item, AttrExpiresAt)
+	exp, err := numberAttr(item, s.layout.ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -166,7 +225,7 @@ func decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error
 			return nil, err
 		}
 	case rec.Status != StatusReleased:
-		return nil, fmt.Errorf("idem: record %s has unknown status %q", key, rec.Status)
+		return nil, fmt.Errorf("idem: record %s has unknown status %q", key.LogHash(), rec.Status)
 	}
 	return rec, nil
 }

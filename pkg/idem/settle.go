@@ -40,13 +40,13 @@ type settlement struct {
 
 func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (settlement, error) {
 	expr := "SET #status = :status, #exp = :exp"
-	names := map[string]string{"#exp": AttrExpiresAt, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline}
+	names := map[string]string{"#exp": s.layout.ttl, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline}
 	values := map[string]types.AttributeValue{":status": statusAttrs[status], ":exp": seconds(s.settledUntil(l, status))}
 	st := settlement{op: op, status: status}
 	if resp != nil {
 		attrs, err := encodeResponse(*resp, s.pol.CompressAbove, len(l.Intent))
 		if err != nil {
-			return settlement{}, fmt.Errorf("idem: %s %s: %w", op, l.Key, err)
+			return settlement{}, fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), err)
 		}
 		st.resp, st.hasResp = *resp, true
 		expr += ", #rs = :rs, #rh = :rh, #rb = :rb"
@@ -64,14 +64,14 @@ func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (
 // settled explains a settlement whose fence failed, from the item that
 // stood in its way: the lease's own settlement, applied by an earlier
 // attempt whose answer was lost, is success; anything else is a lost lease.
-func (st *settlement) settled(l *Lease, item map[string]types.AttributeValue) error {
+func (s *Store) settled(st *settlement, l *Lease, item map[string]types.AttributeValue) error {
 	if len(item) > 0 && ownToken(item, l) {
-		rec, err := decodeRecord(l.Key, item)
+		rec, err := s.decodeRecord(l.Key, item)
 		if err == nil && rec.Status == st.status && (!st.hasResp || rec.Response.Equal(st.resp)) {
 			return nil
 		}
 	}
-	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, ErrLeaseLost)
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), ErrLeaseLost)
 }
 
 // apply writes the settlement alone, as one fenced UpdateItem.
@@ -82,9 +82,9 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return st.settled(l, ccf.Item)
+		return s.settled(st, l, ccf.Item)
 	}
-	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key, AsUnavailable(err))
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), AsUnavailable(err))
 }
 
 // Commit completes the command as SUCCEEDED with resp, in one
@@ -127,9 +127,9 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 			TableName: s.tableName, Key: s.itemKey(l.Key), ConsistentRead: aws.Bool(true),
 		})
 		if gerr != nil {
-			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key, AsUnavailable(gerr))
+			return fmt.Errorf("idem: commit %s: read the record after a token mismatch: %w", l.Key.LogHash(), AsUnavailable(gerr))
 		}
-		return st.settled(l, out.Item)
+		return s.settled(&st, l, out.Item)
 	case errors.As(err, &tce):
 		reason := func(i int) (types.CancellationReason, bool) {
 			if i < len(tce.CancellationReasons) && aws.ToString(tce.CancellationReasons[i].Code) == "ConditionalCheckFailed" {
@@ -140,15 +140,15 @@ func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...t
 		// The fence first: a lost lease explains any business write that
 		// failed with it (the new owner wrote those rows).
 		if r, failed := reason(len(writes)); failed {
-			return st.settled(l, r.Item)
+			return s.settled(&st, l, r.Item)
 		}
 		for i := range writes {
 			if _, failed := reason(i); failed {
-				return fmt.Errorf("idem: commit %s: %w", l.Key, &WriteConditionError{Index: i})
+				return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), &WriteConditionError{Index: i})
 			}
 		}
 	}
-	return fmt.Errorf("idem: commit %s: %w", l.Key, AsUnavailable(err))
+	return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), AsUnavailable(err))
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp (a refusal every

@@ -20,6 +20,7 @@ type DynamoDBAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	Scan(ctx context.Context, in *dynamodb.ScanInput, optFns ...func(*dynamodb.Options)) (*dynamodb.ScanOutput, error)
 }
 
 var _ DynamoDBAPI = (*dynamodb.Client)(nil)
@@ -72,14 +73,38 @@ type Options struct {
 	Clock func() time.Time
 	// Random is the source of lease tokens. Default crypto/rand.Reader.
 	Random io.Reader
-	// KeyAttribute names the table's partition key, so records can live
-	// in an existing table whose partition key is a string attribute of
-	// another name. Default AttrPK.
+	// The table's layout, for records in an existing table (README,
+	// "Existing tables"); Store.TableInput and Store.TTLInput follow it.
+	//
+	// KeyAttribute names the table's partition key, a string attribute.
+	// It holds KeyPrefix + Key.String(), or PartitionKeyValue. Default
+	// AttrPK.
 	KeyAttribute string
 	// KeyPrefix is put before every record's key (KeyPrefix +
 	// Key.String()), to tell the records apart from the table's other
 	// items. Default none.
 	KeyPrefix string
+	// SortKeyAttribute names the table's sort key, a string attribute,
+	// for a table that has one. Default none: a table without a sort key.
+	SortKeyAttribute string
+	// SortKeyValue is every record's sort key when the partition key
+	// holds the key. Default DefaultSortKeyValue.
+	SortKeyValue string
+	// PartitionKeyValue, with a SortKeyAttribute, is every record's
+	// partition key, and the key goes in the sort key: for a table whose
+	// items share a static partition key. Default none.
+	PartitionKeyValue string
+	// TTLAttribute names the attribute DynamoDB's TTL is enabled on: a
+	// settled record's end of retention, in epoch seconds. Default
+	// AttrExpiresAt.
+	TTLAttribute string
+	// StuckLeaseIndex names the sparse GSI StuckLeases queries. Default
+	// IndexStuckLeases.
+	StuckLeaseIndex string
+	// ScanStuckLeases makes StuckLeases scan the table, for a table
+	// without the stuck-lease index: every sweep then reads the whole
+	// table. Default false.
+	ScanStuckLeases bool
 }
 
 // policy is the part of o every store applies alike, with its defaults.
@@ -96,8 +121,8 @@ type Store struct {
 	db    DynamoDBAPI
 	table string
 	// pol holds every option but the table layout's, defaults applied.
-	pol               policy.Policy
-	pkAttr, keyPrefix string
+	pol    policy.Policy
+	layout layout
 	// The parts of the requests that are the same for every call, built
 	// once: the SDK only reads its input.
 	tableName  *string
@@ -116,12 +141,13 @@ func New(db DynamoDBAPI, table string, optFns ...func(*Options)) (*Store, error)
 	for _, fn := range optFns {
 		fn(&o)
 	}
-	if o.KeyAttribute == "" {
-		o.KeyAttribute = AttrPK
+	l, err := newLayout(o)
+	if err != nil {
+		return nil, err
 	}
 	return &Store{
-		db: db, table: table, pol: o.policy(), pkAttr: o.KeyAttribute, keyPrefix: o.KeyPrefix, tableName: aws.String(table),
-		beginNames: map[string]string{"#pk": o.KeyAttribute, "#exp": AttrExpiresAt},
+		db: db, table: table, pol: o.policy(), layout: l, tableName: aws.String(table),
+		beginNames: map[string]string{"#pk": l.pk, "#exp": l.ttl},
 	}, nil
 }
 
@@ -170,9 +196,8 @@ type Begun struct {
 // KeyPrefix, so every store agrees on it.
 func (s *Store) shard(key Key) int { return s.pol.Shard(key.String()) }
 
-// stored is key as the table's partition key holds it.
-func (s *Store) stored(key Key) string { return s.keyPrefix + key.String() }
-
 func (s *Store) itemKey(k Key) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.pkAttr: str(s.stored(k))}
+	key := make(map[string]types.AttributeValue, 2)
+	s.layout.putKey(key, k)
+	return key
 }

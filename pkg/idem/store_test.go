@@ -68,7 +68,7 @@ var (
 	ctx  = context.Background()
 )
 
-func begin(t *testing.T, s *idem.Store, k idem.Key, fp idem.Fingerprint) *idem.Lease {
+func begin(t *testing.T, s idem.Backend, k idem.Key, fp idem.Fingerprint) *idem.Lease {
 	t.Helper()
 	b, err := s.Begin(ctx, k, fp, []byte("intent"))
 	if err != nil || b.Lease == nil {

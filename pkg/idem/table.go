@@ -1,6 +1,11 @@
 package idem
 
 import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -13,13 +18,15 @@ const (
 	// Options.KeyPrefix + Key.String().
 	AttrPK = "pk"
 	// AttrExpiresAt is the record's retention deadline in epoch seconds,
-	// the attribute DynamoDB's TTL is enabled on.
+	// the attribute DynamoDB's TTL is enabled on (Options.TTLAttribute
+	// renames it).
 	AttrExpiresAt = "expires_at"
 	// AttrLeaseShard and AttrLeaseExpiresAt exist only while a record is
 	// IN_FLIGHT; they are the keys of the sparse stuck-lease index.
 	AttrLeaseShard     = "lease_shard"
 	AttrLeaseExpiresAt = "lease_expires_at"
-	// IndexStuckLeases is the sparse GSI of in-flight records by lease expiry.
+	// IndexStuckLeases is the sparse GSI of in-flight records by lease
+	// expiry (Options.StuckLeaseIndex renames it).
 	IndexStuckLeases = "stuck-leases"
 
 	// The other attributes have short names: a record pays for each name's
@@ -37,47 +44,124 @@ const (
 	attrAttemptDeadline = "ad"
 )
 
-// TableInput returns the CreateTable request for an idempotency table named
-// name with the default attribute names. TTL is not part of CreateTable:
-// enable it on AttrExpiresAt with UpdateTimeToLive (see TTLInput).
-func TableInput(name string) *dynamodb.CreateTableInput { return tableInput(name, AttrPK) }
+// DefaultSortKeyValue is every record's sort key in a table with a sort
+// key whose partition key holds the key (Options.SortKeyValue).
+const DefaultSortKeyValue = "idem"
 
-// TableInput returns the CreateTable request for the store's table, with
-// its key attribute (Options.KeyAttribute).
-func (s *Store) TableInput() *dynamodb.CreateTableInput {
-	return tableInput(s.table, s.pkAttr)
+// recordAttrs are the attributes a record writes besides its key and its
+// TTL attribute, which the table's own names must not take.
+var recordAttrs = []string{
+	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent, AttrLeaseShard, AttrLeaseExpiresAt,
+	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip,
 }
 
-func tableInput(name, keyAttr string) *dynamodb.CreateTableInput {
-	return &dynamodb.CreateTableInput{
-		TableName:   aws.String(name),
-		BillingMode: types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{
-			{AttributeName: aws.String(keyAttr), AttributeType: types.ScalarAttributeTypeS},
-			{AttributeName: aws.String(AttrLeaseShard), AttributeType: types.ScalarAttributeTypeN},
-			{AttributeName: aws.String(AttrLeaseExpiresAt), AttributeType: types.ScalarAttributeTypeN},
-		},
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(keyAttr), KeyType: types.KeyTypeHash},
-		},
-		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
-			IndexName: aws.String(IndexStuckLeases),
-			KeySchema: []types.KeySchemaElement{
-				{AttributeName: aws.String(AttrLeaseShard), KeyType: types.KeyTypeHash},
-				{AttributeName: aws.String(AttrLeaseExpiresAt), KeyType: types.KeyTypeRange},
-			},
-			// The attempts ride along so a sweep sees which keys keep failing.
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{attrAttempts}},
-		}},
+// layout is where a store's records go in its table: the table fields of
+// Options, defaults applied and checked.
+type layout struct {
+	pk, sk string // the key schema's attributes; sk is empty without a sort key
+	// keyIn holds KeyPrefix + Key.String(); fixedIn, the other key
+	// attribute (empty without a sort key), holds fixed in every record.
+	keyIn, fixedIn string
+	fixed          types.AttributeValue
+	prefix         string
+	ttl            string
+	index          string // empty: StuckLeases scans
+}
+
+// defaultLayout is the table TableInput and TTLInput describe.
+var defaultLayout = layout{pk: AttrPK, keyIn: AttrPK, ttl: AttrExpiresAt, index: IndexStuckLeases}
+
+func newLayout(o Options) (layout, error) {
+	l := layout{
+		pk: cmp.Or(o.KeyAttribute, AttrPK), sk: o.SortKeyAttribute, prefix: o.KeyPrefix,
+		ttl: cmp.Or(o.TTLAttribute, AttrExpiresAt), index: cmp.Or(o.StuckLeaseIndex, IndexStuckLeases),
+	}
+	switch {
+	case l.sk == "" && (o.PartitionKeyValue != "" || o.SortKeyValue != ""):
+		return layout{}, errors.New("idem: Options.PartitionKeyValue and SortKeyValue need a SortKeyAttribute")
+	case o.PartitionKeyValue != "" && o.SortKeyValue != "":
+		return layout{}, errors.New("idem: Options.PartitionKeyValue and SortKeyValue exclude each other: the key goes in the sort key or in the partition key")
+	case o.ScanStuckLeases && o.StuckLeaseIndex != "":
+		return layout{}, errors.New("idem: Options.ScanStuckLeases is for a table without a stuck-lease index, and StuckLeaseIndex names one")
+	case o.PartitionKeyValue != "":
+		l.keyIn, l.fixedIn, l.fixed = l.sk, l.pk, str(o.PartitionKeyValue)
+	case l.sk != "":
+		l.keyIn, l.fixedIn, l.fixed = l.pk, l.sk, str(cmp.Or(o.SortKeyValue, DefaultSortKeyValue))
+	default:
+		l.keyIn = l.pk
+	}
+	if o.ScanStuckLeases {
+		l.index = ""
+	}
+	names := []string{l.pk, l.sk, l.ttl}
+	for i, name := range names {
+		if name != "" && (slices.Contains(recordAttrs, name) || slices.Contains(names[:i], name)) {
+			return layout{}, fmt.Errorf("idem: Options: attribute name %q is taken by the record layout or another option", name)
+		}
+	}
+	return l, nil
+}
+
+// putKey sets the primary key of k's record in item.
+func (l *layout) putKey(item map[string]types.AttributeValue, k Key) {
+	item[l.keyIn] = str(l.prefix + k.String())
+	if l.fixedIn != "" {
+		item[l.fixedIn] = l.fixed
 	}
 }
 
+// TableInput returns the CreateTable request for an idempotency table named
+// name with the default attribute names. TTL is not part of CreateTable:
+// enable it on AttrExpiresAt with UpdateTimeToLive (see TTLInput).
+func TableInput(name string) *dynamodb.CreateTableInput { return defaultLayout.tableInput(name) }
+
+// TableInput returns the CreateTable request for the store's table as its
+// options lay it out: its key attributes, and the stuck-lease index
+// unless Options.ScanStuckLeases.
+func (s *Store) TableInput() *dynamodb.CreateTableInput { return s.layout.tableInput(s.table) }
+
+func (l *layout) tableInput(name string) *dynamodb.CreateTableInput {
+	in := &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(l.pk), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(l.pk), KeyType: types.KeyTypeHash}},
+	}
+	if l.sk != "" {
+		in.AttributeDefinitions = append(in.AttributeDefinitions, types.AttributeDefinition{AttributeName: aws.String(l.sk), AttributeType: types.ScalarAttributeTypeS})
+		in.KeySchema = append(in.KeySchema, types.KeySchemaElement{AttributeName: aws.String(l.sk), KeyType: types.KeyTypeRange})
+	}
+	if l.index == "" {
+		return in
+	}
+	in.AttributeDefinitions = append(in.AttributeDefinitions,
+		types.AttributeDefinition{AttributeName: aws.String(AttrLeaseShard), AttributeType: types.ScalarAttributeTypeN},
+		types.AttributeDefinition{AttributeName: aws.String(AttrLeaseExpiresAt), AttributeType: types.ScalarAttributeTypeN},
+	)
+	in.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
+		IndexName: aws.String(l.index),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrLeaseShard), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(AttrLeaseExpiresAt), KeyType: types.KeyTypeRange},
+		},
+		// The attempts ride along so a sweep sees which keys keep failing.
+		Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{attrAttempts}},
+	}}
+	return in
+}
+
 // TTLInput enables DynamoDB's TTL on AttrExpiresAt for the named table.
-func TTLInput(name string) *dynamodb.UpdateTimeToLiveInput {
+func TTLInput(name string) *dynamodb.UpdateTimeToLiveInput { return defaultLayout.ttlInput(name) }
+
+// TTLInput enables DynamoDB's TTL on the store's table, on its TTL
+// attribute (Options.TTLAttribute).
+func (s *Store) TTLInput() *dynamodb.UpdateTimeToLiveInput { return s.layout.ttlInput(s.table) }
+
+func (l *layout) ttlInput(name string) *dynamodb.UpdateTimeToLiveInput {
 	return &dynamodb.UpdateTimeToLiveInput{
 		TableName: aws.String(name),
 		TimeToLiveSpecification: &types.TimeToLiveSpecification{
-			AttributeName: aws.String(AttrExpiresAt),
+			AttributeName: aws.String(l.ttl),
 			Enabled:       aws.Bool(true),
 		},
 	}

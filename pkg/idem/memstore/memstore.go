@@ -126,7 +126,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 	}
 	switch {
 	case rec.fingerprint != fp.String():
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key, &idem.MismatchError{RecordExpiresAt: expires})
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
 	case rec.status.Terminal():
 		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, nil
 	case rec.status == idem.StatusReleased:
@@ -166,7 +166,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	if resp != nil {
 		body, _ := policy.StoredBody(resp.Body, s.pol.CompressAbove)
 		if why := policy.TooLarge(resp.Headers, body, len(l.Intent)); why != "" {
-			return fmt.Errorf("idem: %s %s: %w: %s", op, l.Key, idem.ErrTooLarge, why)
+			return fmt.Errorf("idem: %s %s: %w: %s", op, l.Key.LogHash(), idem.ErrTooLarge, why)
 		}
 	}
 	s.mu.Lock()
@@ -177,7 +177,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) {
 			return nil
 		}
-		return fmt.Errorf("idem: %s %s: %w", op, l.Key, idem.ErrLeaseLost)
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
 	}
 	rec.status, rec.expiresAt = status, s.pol.RetainUntil(l.ExpiresAt)
 	if status == idem.StatusReleased {
@@ -226,7 +226,7 @@ func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) 
 	defer s.mu.Unlock()
 	rec, ok := s.records[l.Key]
 	if !ok || !s.fenced(rec, l) {
-		return fmt.Errorf("idem: %s %s: %w", op, l.Key, idem.ErrLeaseLost)
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
 	}
 	rec.leaseExpiresAt = until
 	if attempt {
@@ -259,9 +259,9 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, live bool
 	rec, ok := s.records[key]
 	switch {
 	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live:
-		return nil, fmt.Errorf("idem: %s %s: %w", op, key, idem.ErrNotFound)
+		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
 	case rec.status.Terminal():
-		return nil, fmt.Errorf("idem: %s %s: %w", op, key, idem.ErrCompleted)
+		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrCompleted)
 	case !live && !rec.leaseExpiresAt.Before(now):
 		return nil, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: s.pol.RetainUntil(rec.leaseExpiresAt)}
 	case rec.status == idem.StatusReleased:
@@ -283,7 +283,7 @@ func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 	defer s.mu.Unlock()
 	rec, ok := s.records[key]
 	if !ok || rec.expired(now) {
-		return nil, fmt.Errorf("idem: get %s: %w", key, idem.ErrNotFound)
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
 	}
 	return &idem.Record{
 		Key: key, Status: rec.status, Fingerprint: rec.fingerprint, CreatedAt: rec.createdAt, ExpiresAt: rec.expiresAt,
