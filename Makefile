@@ -160,7 +160,7 @@ SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 CHECK_PKGS  := ./cmd/loadgen ./cmd/providersim ./internal/app ./internal/charge/httpapi ./internal/metrics \
                ./internal/provider/... ./internal/tracing ./test/deploy ./test/docs ./cmd/benchdoc ./cmd/capacity ./internal/benchout
 CHECK_MIXED := ./internal/charge ./internal/intake
-CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription)
+CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription|TestTableInputFollowsTheOptions|TestLayoutOptionsRefused)
 
 .PHONY: check
 check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .venv needed; under a minute)
