@@ -38,7 +38,7 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	}
 	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
 	lease.AttemptDeadline = lease.ExpiresAt
-	lease.RecordExpiresAt = s.retainUntil(lease)
+	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	item := make(map[string]types.AttributeValue, 10) // sized for a sort key and the intent too: no growing
 	s.layout.putKey(item, key)
 	item[attrStatus] = inFlight
@@ -88,6 +88,7 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 		// applied but whose answer was lost.
 		if rec, err := s.decodeRecord(key, ccf.Item); err == nil {
 			lease.CreatedAt = rec.CreatedAt
+			lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 		}
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
@@ -97,9 +98,9 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	}
 	expires := rec.ExpiresAt
 	if expires.IsZero() {
-		// IN_FLIGHT: retention starts once it settles, after this lease
-		// at the earliest.
-		expires = s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})
+		// IN_FLIGHT: it expires once it is released or settled, after this
+		// lease at the earliest.
+		expires = s.pol.Earliest(rec.CreatedAt, rec.LeaseExpiresAt)
 	}
 	switch {
 	case !sameFingerprint(ccf.Item, fp):
@@ -127,6 +128,7 @@ const maxReclaims = 3
 // reached the provider before is found, not repeated.
 func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *Record, oldToken types.AttributeValue, reclaims int) (Begun, error) {
 	lease.CreatedAt = rec.CreatedAt
+	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	names := map[string]string{
 		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard,
 		"#ad": attrAttemptDeadline, "#exp": s.layout.ttl, "#att": attrAttempts, "#fp": attrFingerprint,

@@ -19,7 +19,7 @@ func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
 		return err
 	}
 	l.ExpiresAt, l.AttemptDeadline = until, until
-	l.RecordExpiresAt = s.retainUntil(l)
+	l.RecordExpiresAt = s.pol.Earliest(l.CreatedAt, until)
 	return nil
 }
 
@@ -34,7 +34,7 @@ func (s *Store) Postpone(ctx context.Context, l *Lease, until time.Time) error {
 		return err
 	}
 	l.ExpiresAt = until
-	l.RecordExpiresAt = s.retainUntil(l)
+	l.RecordExpiresAt = s.pol.Earliest(l.CreatedAt, until)
 	return nil
 }
 
@@ -146,7 +146,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 		return nil, err
 	}
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.CreatedAt, rec.AttemptDeadline, rec.Attempts, rec.Intent
-	lease.RecordExpiresAt = s.retainUntil(lease)
+	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	return lease, nil
 }
 
@@ -161,6 +161,6 @@ func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time
 	case rec.Status.Terminal():
 		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrCompleted)
 	default:
-		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.retainUntil(&Lease{ExpiresAt: rec.LeaseExpiresAt})}
+		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.pol.Earliest(rec.CreatedAt, rec.LeaseExpiresAt)}
 	}
 }

@@ -100,6 +100,19 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 // refused as used with other parameters) the record shows the lease's own
 // commit. A second Commit with other arguments gets ErrLeaseLost.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
+	return s.done(l, StatusSucceeded, s.commit(ctx, l, resp, writes))
+}
+
+// done notes on l, once its settlement as status succeeded, when the
+// record it left stops deduplicating.
+func (s *Store) done(l *Lease, status Status, err error) error {
+	if err == nil {
+		l.RecordExpiresAt = s.settledUntil(l, status)
+	}
+	return err
+}
+
+func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []types.TransactWriteItem) error {
 	st, err := s.settlement("commit", l, StatusSucceeded, &resp)
 	if err != nil {
 		return err
@@ -159,7 +172,7 @@ func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
 	if err != nil {
 		return err
 	}
-	return s.apply(ctx, l, &st)
+	return s.done(l, StatusFailedPermanent, s.apply(ctx, l, &st))
 }
 
 // Release marks the record RELEASED: the command did not happen, and a
@@ -174,9 +187,5 @@ func (s *Store) Release(ctx context.Context, l *Lease) error {
 	if err != nil {
 		return err
 	}
-	if err := s.apply(ctx, l, &st); err != nil {
-		return err
-	}
-	l.RecordExpiresAt = s.settledUntil(l, StatusReleased)
-	return nil
+	return s.done(l, StatusReleased, s.apply(ctx, l, &st))
 }

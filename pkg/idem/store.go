@@ -169,8 +169,9 @@ type Lease struct {
 	// a new one, so references derived from (Key, CreatedAt) tell two
 	// intents under one key apart.
 	CreatedAt time.Time
-	// RecordExpiresAt is when the key stops deduplicating if this lease
-	// settles the command.
+	// RecordExpiresAt is, while the command is unsettled, the earliest the
+	// key may stop deduplicating (if this lease released the command);
+	// once this lease has settled it, when it does.
 	RecordExpiresAt time.Time
 	// AttemptDeadline is when the last attempt at the effect had to be
 	// sent by: the end of the lease it ran under (Begin, Heartbeat).

@@ -80,6 +80,7 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		{"IN_FLIGHT outlives retention", []func(*idem.Options){retention(time.Hour)}, inFlightOutlivesRetention},
 		{"RELEASED until retention ends", []func(*idem.Options){retention(time.Hour)}, releasedUntilRetention},
 		{"Expired from the second it names", []func(*idem.Options){retention(time.Hour)}, expiredFromItsSecond},
+		{"An unsettled key's expiry is the earliest", []func(*idem.Options){retention(24 * time.Hour), func(o *idem.Options) { o.ReleaseRetention = 23 * time.Hour }}, earliestWhileUnsettled},
 		{"Mismatch never replays", nil, mismatchNeverReplays},
 		{"Tenants do not share keys", nil, tenantsApart},
 		{"Size limit", nil, sizeLimit},
@@ -740,5 +741,37 @@ func preemptReleased(t *testing.T, c *suite) {
 	c.clock.Advance(l.RecordExpiresAt.Sub(c.clock.Now()))
 	if _, err := c.Store.Preempt(ctx, old); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Preempt of an expired release: want ErrNotFound, got %v", err)
+	}
+}
+
+// earliestWhileUnsettled: the expiry an unsettled command's answers give
+// (a 409's, a lease's) is the earliest it may have: no later than when
+// the record ends once released, nor once committed.
+func earliestWhileUnsettled(t *testing.T, c *suite) {
+	ctx := context.Background()
+	for _, settle := range []string{"release", "commit"} {
+		k := UniqueKey(t, "acme")
+		l := c.begin(t, k, fpA)
+		_, err := c.Store.Begin(ctx, k, fpB, nil)
+		var inflight *idem.InFlightError
+		if !errors.As(err, &inflight) && !errors.Is(err, idem.ErrFingerprintMismatch) {
+			t.Fatalf("another request in flight: %v", err)
+		}
+		_, err = c.Store.Begin(ctx, k, fpA, nil)
+		if !errors.As(err, &inflight) {
+			t.Fatalf("the same request in flight: want *InFlightError, got %v", err)
+		}
+		promised, leased := inflight.RecordExpiresAt, l.RecordExpiresAt
+		if settle == "release" {
+			err = c.Store.Release(ctx, l)
+		} else {
+			err = c.Store.Commit(ctx, l, resp)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.RecordExpiresAt.Before(promised) || l.RecordExpiresAt.Before(leased) {
+			t.Fatalf("%s: the record ends at %v, before the earliest expiry promised (409: %v, lease: %v)", settle, l.RecordExpiresAt, promised, leased)
+		}
 	}
 }

@@ -109,7 +109,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 
 func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
 	lease.AttemptDeadline = lease.ExpiresAt
-	lease.RecordExpiresAt = s.pol.RetainUntil(lease.ExpiresAt)
+	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec, ok := s.records[lease.Key]
@@ -122,7 +122,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 	}
 	expires := rec.expiresAt
 	if expires.IsZero() {
-		expires = s.pol.RetainUntil(rec.leaseExpiresAt)
+		expires = s.pol.Earliest(rec.createdAt, rec.leaseExpiresAt)
 	}
 	switch {
 	case rec.fingerprint != fp.String():
@@ -132,6 +132,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 	case rec.status == idem.StatusReleased:
 		// Claimed again by the same request, under the same CreatedAt.
 		lease.CreatedAt = rec.createdAt
+		lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 		rec.status, rec.token, rec.leaseExpiresAt, rec.attemptDeadline = idem.StatusInFlight, lease.Token, lease.ExpiresAt, lease.AttemptDeadline
 		rec.expiresAt, rec.attempts = time.Time{}, 0
 		if len(lease.Intent) > 0 {
@@ -175,6 +176,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	if !ok || !s.fenced(rec, l) {
 		// The lease's own settlement, repeated, succeeds again.
 		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) {
+			l.RecordExpiresAt = rec.expiresAt
 			return nil
 		}
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
@@ -182,8 +184,8 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	rec.status, rec.expiresAt = status, s.pol.RetainUntil(l.ExpiresAt)
 	if status == idem.StatusReleased {
 		rec.expiresAt = s.pol.ReleasedUntil(l.CreatedAt)
-		l.RecordExpiresAt = rec.expiresAt
 	}
+	l.RecordExpiresAt = rec.expiresAt
 	rec.leaseExpiresAt, rec.attemptDeadline = time.Time{}, time.Time{}
 	if resp != nil {
 		rec.resp = normalized(*resp)
@@ -205,7 +207,7 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	l.ExpiresAt, l.AttemptDeadline = until, until
-	l.RecordExpiresAt = s.pol.RetainUntil(until)
+	l.RecordExpiresAt = s.pol.Earliest(l.CreatedAt, until)
 	return nil
 }
 
@@ -217,7 +219,7 @@ func (s *Store) Postpone(_ context.Context, l *idem.Lease, until time.Time) erro
 		return err
 	}
 	l.ExpiresAt = until
-	l.RecordExpiresAt = s.pol.RetainUntil(until)
+	l.RecordExpiresAt = s.pol.Earliest(l.CreatedAt, until)
 	return nil
 }
 
@@ -263,7 +265,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, live bool
 	case rec.status.Terminal():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrCompleted)
 	case !live && !rec.leaseExpiresAt.Before(now):
-		return nil, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: s.pol.RetainUntil(rec.leaseExpiresAt)}
+		return nil, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: s.pol.Earliest(rec.createdAt, rec.leaseExpiresAt)}
 	case rec.status == idem.StatusReleased:
 		// Back to IN_FLIGHT, with no expiry, as a re-claim.
 		rec.status, rec.expiresAt, rec.attemptDeadline = idem.StatusInFlight, time.Time{}, lease.ExpiresAt
@@ -271,7 +273,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, live bool
 	rec.token, rec.leaseExpiresAt = token, lease.ExpiresAt
 	rec.attempts++
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.createdAt, rec.attemptDeadline, rec.attempts, bytes.Clone(rec.intent)
-	lease.RecordExpiresAt = s.pol.RetainUntil(lease.ExpiresAt)
+	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	return lease, nil
 }
 

@@ -83,6 +83,16 @@ func (p Policy) ReleasedUntil(created time.Time) time.Time {
 	return time.Unix(created.Add(p.ReleaseRetention).Unix(), 0)
 }
 
+// Earliest is the earliest a command created at created and leased until
+// leaseEnd may stop deduplicating while it is unsettled: when it would if
+// this lease released it, or settled it, whichever comes first.
+func (p Policy) Earliest(created, leaseEnd time.Time) time.Time {
+	if released, settled := p.ReleasedUntil(created), p.RetainUntil(leaseEnd); released.Before(settled) {
+		return released
+	}
+	return p.RetainUntil(leaseEnd)
+}
+
 // Expired reports whether a record whose retention ends at expiresAt (a
 // whole second; zero for none) is past it at now. It is from that instant
 // on, the Idempotency-Expires a client is told: every store, and the
