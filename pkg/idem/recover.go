@@ -90,8 +90,6 @@ type Recovery struct {
 	// not run out (its holder, or another reconciler, is on it), and
 	// empty for one that needs no recovery: absent, settled or released.
 	Status Status
-	// Resolution is the resolver's answer; zero when it was not asked.
-	Resolution Resolution
 }
 
 // errNoResolver refuses a recovery nothing could decide.
@@ -135,19 +133,19 @@ func Recover(ctx context.Context, b Reclaimer, key Key, resolve Resolver, optFns
 		return Recovery{}, &recoverError{key, err}
 	}
 	r := Recovery{Lease: lease, Status: StatusInFlight}
-	if r.Resolution, err = resolve(ctx, lease); err != nil {
+	res, err := resolve(ctx, lease)
+	switch {
+	case err != nil:
 		return r, &recoverError{key, err}
-	}
-	if until := r.Resolution.RetryAt; !until.IsZero() {
-		if r.Resolution.Outcome.Verdict != VerdictUnknown {
-			return r, &recoverError{key, errors.New("a retry time with a verdict that settles")}
-		}
-		if err := b.Postpone(ctx, lease, until); err != nil {
+	case !res.RetryAt.IsZero() && res.Outcome.Verdict != VerdictUnknown:
+		return r, &recoverError{key, errors.New("a retry time with a verdict that settles")}
+	case !res.RetryAt.IsZero():
+		if err := b.Postpone(ctx, lease, res.RetryAt); err != nil {
 			return r, &recoverError{key, err}
 		}
 		return r, nil
 	}
-	status, err := Settle(ctx, b, lease, r.Resolution.Outcome)
+	status, err := Settle(ctx, b, lease, res.Outcome)
 	if err != nil {
 		return r, &recoverError{key, err}
 	}
