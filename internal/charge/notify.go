@@ -104,14 +104,14 @@ func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Re
 	return begun.Lease, Result{}, nil
 }
 
-// releaseEvent settles the record of an event whose delivery died, taken
-// over by Reconcile once its lease ran out, as RELEASED: it leaves the
-// stuck-lease index, and the provider's redelivery of the event (it
-// redelivers until it is answered 2xx) claims it again and processes it
-// from the start. Nothing is asked: settling the command twice changes
-// nothing, since its settlement is fenced.
-func (s *Service) releaseEvent(ctx context.Context, lease *idem.Lease) (Outcome, error) {
-	return s.settle(ctx, lease, idem.NotApplied(idem.Response{}), nil)
+// releaseEvent resolves the record of an event whose delivery died, taken
+// over by Reconcile once its lease ran out, as RELEASED (an idem.Resolver):
+// it leaves the stuck-lease index, and the provider's redelivery of the
+// event (it redelivers until it is answered 2xx) claims it again and
+// processes it from the start. Nothing is asked: settling the command twice
+// changes nothing, since its settlement is fenced.
+func releaseEvent(context.Context, *idem.Lease) (idem.Resolution, error) {
+	return idem.Resolved(idem.NotApplied(idem.Response{})), nil
 }
 
 // unclaimed answers an event whose key could not be claimed: busy if the

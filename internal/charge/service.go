@@ -526,11 +526,12 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 }
 
 // Reconcile resolves a command whose first attempt may have died between
-// charging and recording, however old it is: if its lease has run out, it
-// takes the lease over and asks the provider what happened to the
-// command's reference (lookup: by replaying the request, for a Replayer
-// inside the provider's dedup window). A charge is committed with the
-// exact 201 the API would have answered; a decline is stored as the 402.
+// charging and recording, however old it is: if its lease has run out,
+// idem.Recover takes the lease over and asks resolve (the provider lookup)
+// what happened to the command's reference (by replaying the request, for
+// a Replayer inside the provider's dedup window). A charge is committed
+// with the exact 201 the API would have answered; a decline is stored as
+// the 402.
 //
 // A replay whose request never reached the provider executes it now: the
 // charge the client asked for, once, under the same reference. The
@@ -553,32 +554,64 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 // delivery died is not looked up: it is released for the provider's
 // redelivery (releaseEvent).
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
-	rec, err := s.cfg.Store.Get(ctx, key)
-	switch {
-	case errors.Is(err, idem.ErrNotFound):
-		return OutcomeNothingToDo, nil
-	case err != nil:
-		return "", err
-	case rec.Status != idem.StatusInFlight:
-		return OutcomeNothingToDo, nil
-	case rec.LeaseExpiresAt.After(s.cfg.Clock()):
-		return OutcomeStillLeased, nil
-	}
-	lease, err := s.cfg.Store.TakeOver(ctx, key)
-	switch {
-	case errors.Is(err, idem.ErrInFlight):
-		return OutcomeStillLeased, nil
-	case errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrCompleted):
-		return OutcomeNothingToDo, nil
-	case err != nil:
-		return "", err
-	}
+	r := &reconciling{Service: s}
+	resolve := r.resolve
 	if key.Operation() == NotificationOperation {
-		return s.releaseEvent(ctx, lease)
+		resolve = releaseEvent
 	}
+	rec, err := idem.Recover(ctx, recovering{Backend: s.backend, store: s.cfg.Store}, key, resolve,
+		func(o *idem.RecoverOptions) { o.Clock = s.cfg.Clock })
+	switch {
+	case rec.Lease == nil && err != nil:
+		return "", err
+	case rec.Lease == nil && rec.Status == idem.StatusInFlight:
+		return OutcomeStillLeased, nil
+	case rec.Lease == nil:
+		return OutcomeNothingToDo, nil
+	case err == nil && r.found != "":
+		return r.found, nil
+	}
+	return s.settled(ctx, rec.Lease, rec.Status, r.charged, err)
+}
+
+// recovering is the store as Reconcile recovers a command through it: read,
+// taken over and postponed directly, settled through the backend, timed
+// as the charge path's settlements are.
+type recovering struct {
+	idem.Backend
+	store Store
+}
+
+var _ idem.Reclaimer = recovering{}
+
+func (r recovering) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	return r.store.Get(ctx, key)
+}
+
+func (r recovering) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
+	return r.store.TakeOver(ctx, key)
+}
+
+func (r recovering) Postpone(ctx context.Context, l *idem.Lease, until time.Time) error {
+	return r.store.Postpone(ctx, l, until)
+}
+
+// reconciling is one Reconcile's resolver, with what it found that the
+// record's status will not say: why the command stays IN_FLIGHT, and the
+// charge its outcome commits.
+type reconciling struct {
+	*Service
+	found   Outcome
+	charged *Charge
+}
+
+// resolve asks the provider what became of the charge of the command
+// lease holds, taken over from its dead attempt (idem.Resolver).
+func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Resolution, error) {
+	s, key := r.Service, lease.Key
 	in, err := storedIntent(lease)
 	if err != nil {
-		return "", err
+		return idem.Resolution{}, err
 	}
 	rp := s.replayer(lease, in)
 	if rp != nil {
@@ -586,9 +619,10 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 		// from which a later "not found" waits out the settle window.
 		switch err := s.cfg.Store.Heartbeat(ctx, lease); {
 		case errors.Is(err, idem.ErrLeaseLost):
-			return OutcomeStillLeased, nil
+			r.found = OutcomeStillLeased
+			return idem.Resolution{}, nil
 		case err != nil:
-			return "", err
+			return idem.Resolution{}, err
 		}
 	}
 	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
@@ -599,37 +633,45 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 		// a retry is answered provider-rejected once it asks again.
 		s.cfg.Logger.WarnContext(ctx, "reconcile: the provider refused the replayed request; released",
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err))
-		return s.settle(ctx, lease, idem.NotApplied(idem.Response{}), nil)
+		return idem.Resolved(idem.NotApplied(idem.Response{})), nil
 	}
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
 		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
-		return s.postpone(ctx, lease, until, OutcomeDeferred)
+		r.found = OutcomeDeferred
+		return idem.Postponed(until), nil
 	}
-	var out idem.Outcome
-	var charged *Charge
-	if res.Status == provider.StatusNotFound {
-		if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
-			return s.postpone(ctx, lease, settled, OutcomeNotSettled)
-		}
-		if !s.deduplicated(lease) {
-			s.cfg.Logger.ErrorContext(ctx, "reconcile: no charge found for a command older than the provider's dedup window; parked for an operator, not released",
-				"key_hash", key.LogHash(), "created_at", lease.CreatedAt, "attempts", lease.Attempts)
-			return s.postpone(ctx, lease, s.cfg.Clock().Add(s.cfg.RetryCap), OutcomeParked)
-		}
-		out = idem.NotApplied(idem.Response{})
-	} else if out, charged, err = s.verdict(lease, in, res); err != nil {
-		return "", err
+	if res.Status != provider.StatusNotFound {
+		out, charged, err := s.verdict(lease, in, res)
+		r.charged = charged
+		return idem.Resolved(out), err
 	}
-	return s.settle(ctx, lease, out, charged)
+	if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
+		r.found = OutcomeNotSettled
+		return idem.Postponed(settled), nil
+	}
+	if !s.deduplicated(lease) {
+		s.cfg.Logger.ErrorContext(ctx, "reconcile: no charge found for a command older than the provider's dedup window; parked for an operator, not released",
+			"key_hash", key.LogHash(), "created_at", lease.CreatedAt, "attempts", lease.Attempts)
+		r.found = OutcomeParked
+		return idem.Postponed(s.cfg.Clock().Add(s.cfg.RetryCap)), nil
+	}
+	return idem.Resolved(idem.NotApplied(idem.Response{})), nil
 }
 
 // settle completes a command taken over from its first attempt (by
-// Reconcile, or Notify) as out says; charged is the charge out commits,
+// Notify, or an operator) as out says; charged is the charge out commits,
 // if any.
 func (s *Service) settle(ctx context.Context, lease *idem.Lease, out idem.Outcome, charged *Charge) (Outcome, error) {
 	status, err := idem.Settle(ctx, s.backend, lease, out)
+	return s.settled(ctx, lease, status, charged, err)
+}
+
+// settled names what became of a command whose settlement under lease
+// left it in status, or failed with err: a charge row already there
+// (charged, its own) is recorded by rowExists.
+func (s *Service) settled(ctx context.Context, lease *idem.Lease, status idem.Status, charged *Charge, err error) (Outcome, error) {
 	switch {
 	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:
 		outcome, _, err := s.rowExists(ctx, lease, *charged)
@@ -646,13 +688,6 @@ func (s *Service) settle(ctx context.Context, lease *idem.Lease, out idem.Outcom
 	default:
 		return OutcomeResolvedDec, nil
 	}
-}
-
-func (s *Service) postpone(ctx context.Context, lease *idem.Lease, until time.Time, outcome Outcome) (Outcome, error) {
-	if err := s.cfg.Store.Postpone(ctx, lease, until); err != nil {
-		return "", err
-	}
-	return outcome, nil
 }
 
 // backoff is how long a key waits after its n-th failed attempt.

@@ -1,6 +1,7 @@
 // Package reconcile provides the handler of the reconcile queue: for each
 // message it resolves the charge its key names by asking the provider what
-// happened (charge.Service.Reconcile), and it reports to Lambda, as batch
+// happened (charge.Service.Reconcile, pkg/idem's Recover with the
+// provider lookup as its resolver), and it reports to Lambda, as batch
 // item failures, only the messages worth delivering again. A message for
 // a provider event's deduplication record (charge.NotificationOperation),
 // left IN_FLIGHT by a webhook delivery that died, releases it for the

@@ -7,7 +7,9 @@
 // decides anything because a timer ran out; it only reads the sparse
 // stuck-lease index (pkg/idem's StuckLeases, shard by shard, no Scan) and
 // sends each key it finds to the reconcile queue, where the reconciler asks
-// the provider what happened.
+// the provider what happened. (pkg/idem's Sweep would resolve each key in
+// place; queueing them gives the reconciler the queue's concurrency,
+// redeliveries and dead-letter queue.)
 //
 // A run does bounded work: at most Options.MaxKeys keys, and it stops a
 // safety margin before its context's deadline. Nothing is lost by stopping

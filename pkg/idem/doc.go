@@ -123,11 +123,19 @@
 //	switch {
 //	case errors.As(err, &inflight): // 409, Retry-After from inflight.LeaseExpiresAt
 //	case errors.Is(err, idem.ErrFingerprintMismatch): // 422
-//	case err != nil && res.Lease != nil: // ran, not settled: queue res.Lease.Key for reconciliation
+//	case err != nil && res.Lease != nil: // ran, not settled: IN_FLIGHT until Sweep or Recover resolves it
 //	case errors.As(err, &unknown): // the claim may have landed: "pending", retry with the key
 //	case err != nil: // nothing ran: 503, retry
 //	default: // answer res.Response; res.Replayed says it is a replay
 //	}
+//
+// A function that returns an error, panics or outlives its lease leaves the
+// record IN_FLIGHT, and every retry gets *InFlightError until the command
+// is recovered: Recover (one key) and Sweep (every stuck lease) take the
+// lease over and settle the command as a Resolver says, and
+// ReleaseLocalEffect is the resolver for an effect that is only the
+// business writes of Succeeded. README.md's Recovery section says which to
+// use when.
 //
 // HTTP middleware (package lambdaidem): the key from the Idempotency-Key
 // header, the tenant from the authorizer, the fingerprint from the

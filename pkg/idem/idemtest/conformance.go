@@ -57,7 +57,8 @@ func wantInFlight(t *testing.T, err error) {
 // RunConformance checks that the stores newSubject builds keep pkg/idem's
 // contract: the lifecycle and its forbidden transitions, fencing after a
 // take-over, retention, the mismatch rule, tenant scoping, the size
-// limit, the stuck-lease listing and one owner under concurrent claims.
+// limit, the stuck-lease listing, one owner under concurrent claims, and
+// idem.Recover's take-over, resolution and settlement on the store.
 // Each subtest builds its own store and uses keys of its own, and runs in
 // parallel with the others.
 func RunConformance(t *testing.T, newSubject NewSubject) {
@@ -89,6 +90,11 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		{"Concurrent Begin has one owner", nil, oneOwner},
 		{"Preempt fences a live holder", nil, preemptLive},
 		{"Preempt claims a release back", []func(*idem.Options){retention(time.Hour)}, preemptReleased},
+		{"Recover settles as resolved", nil, recoverSettles},
+		{"Recover leaves alone what needs no recovery", nil, recoverLeavesAlone},
+		{"Recover postpones an unknown outcome", []func(*idem.Options){shards(1)}, recoverPostpones},
+		{"Recover after a resolver's error", nil, recoverResolverFails},
+		{"ReleaseLocalEffect fences the dead attempt", nil, releaseLocalEffect},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,203 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
+)
+
+// sweepStores returns both stores, the DynamoDB one on a table of its
+// own: a sweep takes over every stuck lease it lists, other tests' too.
+func sweepStores(t *testing.T, clock *idemtest.Clock) map[string]idem.RecoveryBackend {
+	t.Helper()
+	opts := func(o *idem.Options) {
+		o.Clock = clock.Now
+		o.DefaultLease = 30 * time.Second
+		o.Shards = 4
+	}
+	dynamo, err := idem.New(dynamotest.Client(t), dynamotest.Table(t, idem.TableInput("sweep")), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]idem.RecoveryBackend{"memstore": memstore.New(opts), "dynamodb": dynamo}
+}
+
+// answers is a Resolver answering each key as told, and counting what it
+// is asked.
+type answers struct {
+	mu    sync.Mutex
+	by    map[idem.Key]idem.Resolution
+	fail  map[idem.Key]error
+	asked map[idem.Key]int
+}
+
+func (a *answers) resolve(_ context.Context, l *idem.Lease) (idem.Resolution, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.asked == nil {
+		a.asked = map[idem.Key]int{}
+	}
+	a.asked[l.Key]++
+	return a.by[l.Key], a.fail[l.Key]
+}
+
+func TestSweep(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	for name, s := range sweepStores(t, clock) {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			newKey := func() idem.Key { return idemtest.UniqueKey(t, "acme") }
+			claim := func(k idem.Key) *idem.Lease {
+				b, err := s.Begin(ctx, k, fpA, []byte("intent"))
+				if err != nil || b.Lease == nil {
+					t.Fatalf("Begin: %+v, %v", b, err)
+				}
+				return b.Lease
+			}
+			succeeded, failed, released, postponed, broken := newKey(), newKey(), newKey(), newKey(), newKey()
+			for _, k := range []idem.Key{succeeded, failed, released, postponed, broken} {
+				claim(k) // an attempt that dies
+			}
+			done, freed := claim(newKey()), claim(newKey())
+			if err := s.Commit(ctx, done, resp); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Release(ctx, freed); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(31 * time.Second)
+			live := newKey()
+			claim(live)
+
+			errBroken := errors.New("provider down")
+			a := &answers{
+				by: map[idem.Key]idem.Resolution{
+					succeeded: idem.Resolved(idem.Succeeded(resp)),
+					failed:    idem.Resolved(idem.Failed(idem.Response{Status: 402})),
+					released:  idem.Resolved(idem.NotApplied(idem.Response{})),
+					postponed: idem.Postponed(clock.Now().Add(10 * time.Minute)),
+				},
+				fail: map[idem.Key]error{broken: fmt.Errorf("looking up %s: %w", broken, errBroken)},
+			}
+			sweep := func() (idem.Swept, error) {
+				return idem.Sweep(ctx, s, a.resolve, func(o *idem.SweepOptions) { o.Clock, o.FirstShard = clock.Now, 7 })
+			}
+			sum, err := sweep()
+			if sum != (idem.Swept{Found: 5, Settled: 3, Failed: 1}) || !errors.Is(err, errBroken) {
+				t.Fatalf("Sweep = %+v, %v; want 5 found, 3 settled, 1 failed with the resolver's error", sum, err)
+			}
+			if text := err.Error(); strings.Contains(text, broken.String()) || !strings.Contains(text, broken.LogHash()) {
+				t.Fatalf("the sweep's error %q names the key itself, or not by its hash", text)
+			}
+			want := map[idem.Key]idem.Status{
+				succeeded: idem.StatusSucceeded, failed: idem.StatusFailedPermanent, released: idem.StatusReleased,
+				postponed: idem.StatusInFlight, broken: idem.StatusInFlight, live: idem.StatusInFlight,
+			}
+			for k, status := range want {
+				if rec, err := s.Get(ctx, k); err != nil || rec.Status != status {
+					t.Errorf("after the sweep: %+v, %v; want %s", rec, err, status)
+				}
+			}
+			if len(a.asked) != 5 || a.asked[live] != 0 {
+				t.Fatalf("the resolver was asked for %v, want the five stuck keys once", a.asked)
+			}
+
+			// The broken key's taken-over lease and the live one run out;
+			// the postponed key waits for its retry time.
+			clock.Advance(31 * time.Second)
+			a.by[broken], a.by[live] = idem.Resolved(idem.Succeeded(resp)), idem.Resolved(idem.Succeeded(resp))
+			delete(a.fail, broken)
+			if sum, err := sweep(); sum != (idem.Swept{Found: 2, Settled: 2}) || err != nil {
+				t.Fatalf("the second Sweep = %+v, %v; want the broken and the live key settled", sum, err)
+			}
+		})
+	}
+}
+
+func TestSweepStopsWhenItsContextEnds(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	k := idemtest.UniqueKey(t, "acme")
+	if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	a := &answers{}
+	sum, err := idem.Sweep(cctx, s, a.resolve, func(o *idem.SweepOptions) { o.Clock = clock.Now })
+	if sum != (idem.Swept{}) || !errors.Is(err, context.Canceled) || len(a.asked) != 0 {
+		t.Fatalf("Sweep = %+v, %v, asked %v; want nothing done and the context's error", sum, err, a.asked)
+	}
+	if rec, err := s.Get(ctx, k); err != nil || rec.Attempts != 0 {
+		t.Fatalf("record after the cancelled sweep: %+v, %v; want it untouched", rec, err)
+	}
+}
+
+func TestRecoverRefuses(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	k := idemtest.UniqueKey(t, "acme")
+	if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	withClock := func(o *idem.RecoverOptions) { o.Clock = clock.Now }
+
+	t.Run("no resolver", func(t *testing.T) {
+		if _, err := idem.Recover(ctx, s, k, nil, withClock); err == nil {
+			t.Fatal("Recover without a resolver succeeded")
+		}
+		if _, err := idem.Sweep(ctx, s, nil); err == nil {
+			t.Fatal("Sweep without a resolver succeeded")
+		}
+		if rec, err := s.Get(ctx, k); err != nil || rec.Attempts != 0 {
+			t.Fatalf("record: %+v, %v; want it untouched", rec, err)
+		}
+	})
+
+	t.Run("a retry time with a verdict that settles", func(t *testing.T) {
+		both := func(context.Context, *idem.Lease) (idem.Resolution, error) {
+			return idem.Resolution{Outcome: idem.Succeeded(resp), RetryAt: clock.Now().Add(time.Hour)}, nil
+		}
+		got, err := idem.Recover(ctx, s, k, both, withClock)
+		if err == nil || got.Lease == nil || got.Status != idem.StatusInFlight {
+			t.Fatalf("Recover = %+v, %v; want an error, the command IN_FLIGHT", got, err)
+		}
+		if rec, err := s.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight {
+			t.Fatalf("record: %+v, %v; want IN_FLIGHT", rec, err)
+		}
+	})
+}
+
+// failingGet is a store whose reads fail the way the store's errors do,
+// naming the key.
+type failingGet struct{ *memstore.Store }
+
+func (failingGet) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
+	return nil, fmt.Errorf("idem: get %s: %w", key, idem.ErrUnavailable)
+}
+
+func TestRecoverErrorsNameTheKeyByItsHash(t *testing.T) {
+	t.Parallel()
+	k := idemtest.UniqueKey(t, "acme")
+	_, err := idem.Recover(ctx, failingGet{memstore.New()}, k, idem.ReleaseLocalEffect)
+	if !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("Recover: want the store's ErrUnavailable, got %v", err)
+	}
+	if text := err.Error(); strings.Contains(text, k.String()) || !strings.Contains(text, k.LogHash()) {
+		t.Fatalf("Recover's error %q names the key itself, or not by its hash", text)
+	}
+}
