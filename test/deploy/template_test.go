@@ -244,13 +244,13 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"dev authorizer always deployed", "    Condition: UseDevAuthorizer\n", ""},
 		{"dev authorizer condition", "UseDevAuthorizer: !Equals [!Ref ApiAuthorizer, sam-local-dev]", "UseDevAuthorizer: !Not [!Equals [!Ref ApiAuthorizer, jwt]]"},
 		{"dev authorizer for lambda", "FunctionArn: !If [UseDevAuthorizer, !GetAtt DevAuthorizerFunction.Arn, !Ref LambdaAuthorizerArn]", "FunctionArn: !GetAtt DevAuthorizerFunction.Arn"},
-		{"default authorizer fixed", "DefaultAuthorizer: !If [UseJwtAuthorizer, JwtAuthorizer, LambdaAuthorizer]", "DefaultAuthorizer: LambdaAuthorizer"},
+		{"default authorizer", "DefaultAuthorizer: ApiAuthorizer", "DefaultAuthorizer: OtherAuthorizer"},
+		{"authorizer kind fixed", "          ApiAuthorizer: !If\n            - UseJwtAuthorizer\n            - IdentitySource", "          ApiAuthorizer: !If\n            - UseDevAuthorizer\n            - IdentitySource"},
 		{"jwt condition", "UseJwtAuthorizer: !Equals [!Ref ApiAuthorizer, jwt]", "UseJwtAuthorizer: !Equals [!Ref ApiAuthorizer, lambda]"},
 		{"template claims sam local", "          TENANT_CLAIM: !Ref TenantClaim\n\n  SweeperFunction:", "          TENANT_CLAIM: !Ref TenantClaim\n          AWS_SAM_LOCAL: \"true\"\n\n  SweeperFunction:"},
-		{"globals claim sam local", "        SQS_ENDPOINT: !If [HasLocalEndpoint, !Ref LocalEndpointUrl, !Ref AWS::NoValue]\n", "        SQS_ENDPOINT: !If [HasLocalEndpoint, !Ref LocalEndpointUrl, !Ref AWS::NoValue]\n        AWS_SAM_LOCAL: \"true\"\n"},
+		{"globals claim sam local", "        SQS_ENDPOINT: !Ref LocalEndpointUrl\n", "        SQS_ENDPOINT: !Ref LocalEndpointUrl\n        AWS_SAM_LOCAL: \"true\"\n"},
 		{"local endpoint by default", "  LocalEndpointUrl:\n    Type: String\n    Default: \"\"", "  LocalEndpointUrl:\n    Type: String\n    Default: http://127.0.0.1:4566"},
-		{"endpoint always", "DYNAMODB_ENDPOINT: !If [HasLocalEndpoint, !Ref LocalEndpointUrl, !Ref AWS::NoValue]", "DYNAMODB_ENDPOINT: !Ref LocalEndpointUrl"},
-		{"endpoint condition", "HasLocalEndpoint: !Not [!Equals [!Ref LocalEndpointUrl, \"\"]]", "HasLocalEndpoint: !Equals [!Ref LocalEndpointUrl, \"\"]"},
+		{"endpoint fixed", "DYNAMODB_ENDPOINT: !Ref LocalEndpointUrl", "DYNAMODB_ENDPOINT: http://127.0.0.1:4566"},
 		{"architecture fixed", "Architectures: [!Ref LambdaArchitecture]", "Architectures: [x86_64]"},
 		{"x86_64 by default", "    Default: arm64\n", "    Default: x86_64\n"},
 	}
@@ -531,24 +531,22 @@ func (c *checker) authorizers() {
 	ref := func(name string) any { return map[string]any{"Ref": name} }
 	ifc := func(cond string, yes, no any) any { return map[string]any{"Fn::If": []any{cond, yes, no}} }
 	equals := func(a, b any) any { return map[string]any{"Fn::Equals": []any{a, b}} }
-	noValue := ref("AWS::NoValue")
 	conds := asMap(c.tmpl["Conditions"])
 	c.equal("Conditions UseJwtAuthorizer", conds["UseJwtAuthorizer"], equals(ref("ApiAuthorizer"), "jwt"))
 	c.equal("Conditions UseDevAuthorizer", conds["UseDevAuthorizer"], equals(ref("ApiAuthorizer"), "sam-local-dev"))
 	c.equal("ApiAuthorizer Default", asMap(asMap(c.tmpl["Parameters"])["ApiAuthorizer"])["Default"], "jwt")
 
 	auth := asMap(c.props("HttpApi")["Auth"])
-	c.equal("HttpApi DefaultAuthorizer", auth["DefaultAuthorizer"], ifc("UseJwtAuthorizer", "JwtAuthorizer", "LambdaAuthorizer"))
+	c.equal("HttpApi DefaultAuthorizer", auth["DefaultAuthorizer"], "ApiAuthorizer")
 	authorizers := asMap(auth["Authorizers"])
-	jwt := asList(asMap(authorizers["JwtAuthorizer"])["Fn::If"])
-	lambda := asList(asMap(authorizers["LambdaAuthorizer"])["Fn::If"])
-	if len(jwt) != 3 || jwt[0] != "UseJwtAuthorizer" || asMap(jwt[1])["JwtConfiguration"] == nil || !reflect.DeepEqual(jwt[2], noValue) {
-		c.fail("HttpApi JwtAuthorizer is %s, want it only if UseJwtAuthorizer", show(authorizers["JwtAuthorizer"]))
+	if len(authorizers) != 1 {
+		c.fail("HttpApi has the authorizers %v, want ApiAuthorizer alone", slices.Sorted(maps.Keys(authorizers)))
 	}
-	if len(lambda) != 3 || lambda[0] != "UseJwtAuthorizer" || !reflect.DeepEqual(lambda[1], noValue) {
-		c.fail("HttpApi LambdaAuthorizer is %s, want it only unless UseJwtAuthorizer", show(authorizers["LambdaAuthorizer"]))
+	kind := asList(asMap(authorizers["ApiAuthorizer"])["Fn::If"])
+	if len(kind) != 3 || kind[0] != "UseJwtAuthorizer" || asMap(kind[1])["JwtConfiguration"] == nil {
+		c.fail("HttpApi ApiAuthorizer is %s, want the JWT authorizer if UseJwtAuthorizer, else a Lambda one", show(authorizers["ApiAuthorizer"]))
 	} else {
-		c.equal("HttpApi LambdaAuthorizer FunctionArn", asMap(lambda[2])["FunctionArn"],
+		c.equal("HttpApi ApiAuthorizer's Lambda FunctionArn", asMap(kind[2])["FunctionArn"],
 			ifc("UseDevAuthorizer", getAtt(devAuthFn, "Arn"), ref("LambdaAuthorizerArn")))
 	}
 	c.equal(devAuthFn+" Condition", c.resource(devAuthFn)["Condition"], "UseDevAuthorizer")
@@ -560,17 +558,15 @@ func (c *checker) authorizers() {
 }
 
 // localOnly checks the parameters `sam local` passes: the emulator's
-// endpoint reaches the functions only when LocalEndpointUrl is set, empty
-// by default, and the architecture is a parameter, arm64 by default.
+// endpoint, empty by default, which package awsenv takes for AWS, and the
+// architecture, arm64 by default.
 func (c *checker) localOnly() {
 	params := asMap(c.tmpl["Parameters"])
 	c.equal("LocalEndpointUrl Default", asMap(params["LocalEndpointUrl"])["Default"], "")
-	c.equal("Conditions HasLocalEndpoint", asMap(c.tmpl["Conditions"])["HasLocalEndpoint"],
-		map[string]any{"Fn::Not": []any{map[string]any{"Fn::Equals": []any{map[string]any{"Ref": "LocalEndpointUrl"}, ""}}}})
 	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
 	vars := asMap(asMap(fn["Environment"])["Variables"])
 	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint} {
-		c.equal("Globals "+name, vars[name], map[string]any{"Fn::If": []any{"HasLocalEndpoint", map[string]any{"Ref": "LocalEndpointUrl"}, map[string]any{"Ref": "AWS::NoValue"}}})
+		c.equal("Globals "+name, vars[name], map[string]any{"Ref": "LocalEndpointUrl"})
 	}
 	c.equal("Globals Architectures", fn["Architectures"], []any{map[string]any{"Ref": "LambdaArchitecture"}})
 	c.equal("LambdaArchitecture Default", asMap(params["LambdaArchitecture"])["Default"], "arm64")
