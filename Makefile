@@ -26,9 +26,9 @@ fmt-check: ## Fail if any Go file is not gofmt-ed
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 .PHONY: vet
-vet: ## go vet and staticcheck
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+vet: ## go vet and staticcheck (with the samlocal tag, so test/sam is checked too)
+	$(GO) vet -tags samlocal ./...
+	$(GO) run $(STATICCHECK) -tags samlocal ./...
 
 MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
@@ -103,6 +103,28 @@ schemathesis: venv ## Spec-driven API test: Schemathesis (50 examples per operat
 .PHONY: e2e
 e2e: venv ## Build the bootstraps, run them under the Lambda RIE (bin/tools) on the emulator, print sizes and init durations
 	$(WITH_EMU) $(GO) test -count=1 -v -run '^TestFunctionsUnderTheRuntimeEmulator$$' ./test/e2e
+
+# ---- sam local (docs/sam-local.md) ----
+# scripts/sam-docker.sh installs docker.io (and qemu for a foreign
+# architecture) from Debian when missing, starts dockerd unless one runs,
+# makes sure the Lambda base image is there (the real one, or a stand-in it
+# says it built), runs the command, then stops what it started and puts
+# iptables, ip_forward and binfmt_misc back. SAM_ARCH: arm64 (as deployed;
+# under qemu on x86_64) or x86_64 (native on x86_64).
+SAM_ARCH ?= arm64
+SAM_DOCKER := scripts/sam-docker.sh $(SAM_ARCH)
+
+.PHONY: sam-local
+sam-local: venv ## Docker, the base image, the emulator and provider on the docker bridge, sam build; then a shell where sam local invoke/start-api work (SAM_ARCH=arm64|x86_64)
+	@mkdir -p out
+	$(GO) build -o out/samlocal ./cmd/samlocal
+	$(SAM_DOCKER) out/samlocal -arch $(SAM_ARCH)
+
+# Not part of make test: it needs root to install packages and run a
+# daemon. .ci/run runs it after make test.
+.PHONY: sam-test
+sam-test: venv ## Through SAM CLI itself: sam build, sam local invoke of every function with events/, sam local start-api with HTTP, answers checked against the spec
+	SAM_DOCKER_SKIP_OK=1 $(SAM_DOCKER) env SAM_ARCH=$(SAM_ARCH) $(GO) test -tags samlocal -count=1 -v -timeout 15m -run '^TestSAMLocal$$' ./test/sam
 
 # ---- Lambda build (provided.al2023, one static `bootstrap` per function) ----
 # GOOS/GOARCH default to the Lambda target (template.yaml: arm64); override on

@@ -19,7 +19,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -70,30 +69,11 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.host == "" {
 		var err error
-		if o.host, err = bridgeAddress("docker0"); err != nil {
+		if o.host, err = samlocal.BridgeAddress(); err != nil {
 			return options{}, err
 		}
 	}
 	return o, nil
-}
-
-// bridgeAddress is the IPv4 address of the named interface: Docker's
-// default bridge, through which containers reach the host.
-func bridgeAddress(name string) (string, error) {
-	ifc, err := net.InterfaceByName(name)
-	if err != nil {
-		return "", fmt.Errorf("no %s (is the Docker daemon running? scripts/sam-docker.sh starts one): %w", name, err)
-	}
-	addrs, err := ifc.Addrs()
-	if err != nil {
-		return "", fmt.Errorf("addresses of %s: %w", name, err)
-	}
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
-			return n.IP.String(), nil
-		}
-	}
-	return "", fmt.Errorf("%s has no IPv4 address", name)
 }
 
 func run(ctx context.Context, o options) error {

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,6 +81,26 @@ var Env = []string{
 	"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=" + awsenv.DefaultRegion,
 	"AWS_EC2_METADATA_DISABLED=true", "AWS_ENDPOINT_URL_STS=http://127.0.0.1:9", "AWS_MAX_ATTEMPTS=1",
 	"SAM_CLI_TELEMETRY=0",
+}
+
+// BridgeAddress is the IPv4 address of docker0, Docker's default bridge,
+// through which the containers reach the host.
+func BridgeAddress() (string, error) {
+	const name = "docker0"
+	ifc, err := net.InterfaceByName(name)
+	if err != nil {
+		return "", fmt.Errorf("samlocal: no %s (is the Docker daemon running? scripts/sam-docker.sh starts one): %w", name, err)
+	}
+	addrs, err := ifc.Addrs()
+	if err != nil {
+		return "", fmt.Errorf("samlocal: addresses of %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil {
+			return n.IP.String(), nil
+		}
+	}
+	return "", fmt.Errorf("samlocal: %s has no IPv4 address", name)
 }
 
 // Options configure Start.
@@ -250,6 +271,11 @@ func (s *Stack) WriteConfig(dir, template, apiHost string, apiPort int) (Config,
 		// The base image is present (the real one or the stand-in): a
 		// pull would fail where no registry is reachable.
 		b.WriteString("skip_pull_image = true\n")
+		if GOARCH(s.arch) != runtime.GOARCH {
+			// qemu's own memory (its translated code) counts against the
+			// container's limit: under it a 256 MB function was killed.
+			b.WriteString("no_memory_limit = true\n")
+		}
 		if template != "" {
 			fmt.Fprintf(&b, "template_file = %s\n", strconv.Quote(template))
 		}
