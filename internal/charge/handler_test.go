@@ -351,6 +351,41 @@ func (h *harness) wantOneQueued(t *testing.T) {
 	}
 }
 
+// TestLambdaAuthorizerTenant hands the handler the context a Lambda
+// (REQUEST) authorizer returns instead of JWT claims: the tenant is read
+// from the member TENANT_CLAIM names, so the same tenant's key replays
+// under either kind, and a context without a usable tenant is a 401.
+func TestLambdaAuthorizerTenant(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	key := newKey()
+	lambda := func(ctx map[string]any) events.APIGatewayV2HTTPRequest {
+		req := post("acme", key, visa)
+		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: ctx}
+		return req
+	}
+	created := h.do(lambda(map[string]any{testkit.TenantClaim: "acme"}))
+	wantStatus(t, created, 201)
+	replayed := h.do(post("acme", key, visa))
+	wantStatus(t, replayed, 201)
+	if replayed.Headers["Idempotent-Replayed"] != "true" || replayed.Body != created.Body {
+		t.Fatalf("the JWT caller of the same tenant got %v %s, want the Lambda caller's answer replayed", replayed.Headers, replayed.Body)
+	}
+	for name, ctx := range map[string]map[string]any{
+		"no context":     nil,
+		"other member":   {"tenant": "acme"},
+		"not a string":   {testkit.TenantClaim: 42},
+		"invalid tenant": {testkit.TenantClaim: "ac#me"},
+		"empty tenant":   {testkit.TenantClaim: ""},
+	} {
+		resp := h.do(lambda(ctx))
+		wantStatus(t, resp, 401)
+		if got := problemType(t, resp); got != "unauthorized" {
+			t.Errorf("%s: problem %q, want unauthorized", name, got)
+		}
+	}
+}
+
 func TestTenantIsolation(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

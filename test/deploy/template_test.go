@@ -22,8 +22,10 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/devauth"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -40,6 +42,7 @@ const (
 	intakeQueue      = "ChargeRequestsQueue"
 	intakeDLQ        = "ChargeRequestsDeadLetterQueue"
 	intakeFn         = "IntakeFunction"
+	devAuthFn        = "DevAuthorizerFunction"
 )
 
 // code is the side of the code the template is checked against.
@@ -48,6 +51,9 @@ type code struct {
 	ttl                            *dynamodb.UpdateTimeToLiveInput
 	// loaders are the configuration loaders of the template's functions.
 	loaders map[string]func(app.Getenv)
+	// unread are the Globals' variables a function is known to leave
+	// unread, by function.
+	unread map[string][]string
 	// metrics and outcomes are what the code emits (package metrics).
 	metrics  []metrics.Definition
 	outcomes map[string][]metrics.Outcome
@@ -62,11 +68,14 @@ func currentCode() code {
 		chargesTable:     charge.TableInput("t"),
 		ttl:              idem.TTLInput("t"),
 		loaders: map[string]func(app.Getenv){
-			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g) },
-			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g) },
-			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g) },
-			"IntakeFunction":    func(g app.Getenv) { _, _ = app.LoadIntake(g) },
+			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g); endpoints(g) },
+			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g); endpoints(g) },
+			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g); endpoints(g) },
+			"IntakeFunction":    func(g app.Getenv) { _, _ = app.LoadIntake(g); endpoints(g) },
+			devAuthFn:           func(g app.Getenv) { devauth.Load(g) },
 		},
+		// It builds no AWS client and traces nothing.
+		unread:  map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint}},
 		metrics: metrics.Definitions(),
 		routes:  []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
 		public:  []string{httpapi.RouteWebhook},
@@ -78,6 +87,11 @@ func currentCode() code {
 		},
 	}
 }
+
+// endpoints reads what awsenv.Load reads besides the SDK's own variables:
+// every function but the development authorizer builds its clients with
+// it.
+func endpoints(g app.Getenv) { g(awsenv.EnvDynamoDBEndpoint); g(awsenv.EnvSQSEndpoint) }
 
 func readTemplate(t *testing.T) string {
 	t.Helper()
@@ -117,6 +131,9 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		},
 		"variable dropped": func(k *code) { k.loaders["ChargeFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g) } },
 		"new function":     func(k *code) { k.loaders["RefundFunction"] = func(app.Getenv) {} },
+		"dev authorizer reads a variable": func(k *code) {
+			k.loaders[devAuthFn] = func(g app.Getenv) { devauth.Load(g); g(app.EnvLogLevel) }
+		},
 		"metric dropped": func(k *code) {
 			k.metrics = slices.DeleteFunc(k.metrics, func(d metrics.Definition) bool { return d.Name == metrics.MaxReconcileAttempts })
 		},
@@ -223,6 +240,19 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"webhook behind the authorizer", "            Auth:\n              Authorizer: NONE\n", ""},
 		{"webhook path", "Path: /webhooks/stripe", "Path: /webhook/stripe"},
 		{"route dropped", "            Method: GET\n            Path: /charges/{id}\n", "            Method: GET\n            Path: /charges\n"},
+		{"dev authorizer by default", "    Default: jwt\n", "    Default: sam-local-dev\n"},
+		{"dev authorizer always deployed", "    Condition: UseDevAuthorizer\n", ""},
+		{"dev authorizer condition", "UseDevAuthorizer: !Equals [!Ref ApiAuthorizer, sam-local-dev]", "UseDevAuthorizer: !Not [!Equals [!Ref ApiAuthorizer, jwt]]"},
+		{"dev authorizer for lambda", "FunctionArn: !If [UseDevAuthorizer, !GetAtt DevAuthorizerFunction.Arn, !Ref LambdaAuthorizerArn]", "FunctionArn: !GetAtt DevAuthorizerFunction.Arn"},
+		{"default authorizer", "DefaultAuthorizer: ApiAuthorizer", "DefaultAuthorizer: OtherAuthorizer"},
+		{"authorizer kind fixed", "          ApiAuthorizer: !If\n            - UseJwtAuthorizer\n            - IdentitySource", "          ApiAuthorizer: !If\n            - UseDevAuthorizer\n            - IdentitySource"},
+		{"jwt condition", "UseJwtAuthorizer: !Equals [!Ref ApiAuthorizer, jwt]", "UseJwtAuthorizer: !Equals [!Ref ApiAuthorizer, lambda]"},
+		{"template claims sam local", "          TENANT_CLAIM: !Ref TenantClaim\n\n  SweeperFunction:", "          TENANT_CLAIM: !Ref TenantClaim\n          AWS_SAM_LOCAL: \"true\"\n\n  SweeperFunction:"},
+		{"globals claim sam local", "        SQS_ENDPOINT: !Ref LocalEndpointUrl\n", "        SQS_ENDPOINT: !Ref LocalEndpointUrl\n        AWS_SAM_LOCAL: \"true\"\n"},
+		{"local endpoint by default", "  LocalEndpointUrl:\n    Type: String\n    Default: \"\"", "  LocalEndpointUrl:\n    Type: String\n    Default: http://127.0.0.1:4566"},
+		{"endpoint fixed", "DYNAMODB_ENDPOINT: !Ref LocalEndpointUrl", "DYNAMODB_ENDPOINT: http://127.0.0.1:4566"},
+		{"architecture fixed", "Architectures: [!Ref LambdaArchitecture]", "Architectures: [x86_64]"},
+		{"x86_64 by default", "    Default: arm64\n", "    Default: x86_64\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -257,7 +287,9 @@ func check(src string, k code) ([]string, error) {
 	c.sqsFunction(intakeFn, intakeQueue, queue.IntakeTimeout)
 	c.sweeperPolicy()
 	c.routes(k.routes, k.public)
-	c.environments(k.loaders)
+	c.authorizers()
+	c.localOnly()
+	c.environments(k.loaders, k.unread)
 	c.tracing()
 	c.metrics(k.metrics, k.outcomes)
 	return c.problems, nil
@@ -442,7 +474,7 @@ func (c *checker) sweeperPolicy() {
 
 // environments checks that each function's template environment is
 // exactly what its loader reads, and that its code directory exists.
-func (c *checker) environments(loaders map[string]func(app.Getenv)) {
+func (c *checker) environments(loaders map[string]func(app.Getenv), unread map[string][]string) {
 	res, _ := c.tmpl["Resources"].(map[string]any)
 	var global map[string]any
 	if g := asMap(asMap(asMap(asMap(c.tmpl["Globals"])["Function"])["Environment"])["Variables"]); g != nil {
@@ -467,14 +499,17 @@ func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 			set[name] = true
 		}
 		for _, name := range slices.Sorted(maps.Keys(read)) {
-			if !set[name] {
+			if !set[name] && name != devauth.EnvSAMLocal {
 				c.fail("%s reads %s, which the template does not set", id, name)
 			}
 		}
 		for _, name := range slices.Sorted(maps.Keys(set)) {
-			if !read[name] {
+			if !read[name] && !(global[name] != nil && slices.Contains(unread[id], name)) {
 				c.fail("the template sets %s on %s, which does not read it", name, id)
 			}
+		}
+		if set[devauth.EnvSAMLocal] {
+			c.fail("the template sets %s on %s: SAM CLI alone may, or a deployed development authorizer would let callers in", devauth.EnvSAMLocal, id)
 		}
 		dir, _ := c.props(id)["CodeUri"].(string)
 		if _, err := os.Stat(filepath.Join(testkit.RepoRoot(), dir, "main.go")); err != nil {
@@ -486,6 +521,92 @@ func (c *checker) environments(loaders map[string]func(app.Getenv)) {
 			c.fail("template has no function %s", id)
 		}
 	}
+}
+
+// authorizers checks how ApiAuthorizer picks the API's authorizer, and
+// that with the parameters' defaults, as a deployment that names none of
+// them gets, the API has the JWT authorizer alone and no development
+// authorizer is deployed.
+func (c *checker) authorizers() {
+	ref := func(name string) any { return map[string]any{"Ref": name} }
+	ifc := func(cond string, yes, no any) any { return map[string]any{"Fn::If": []any{cond, yes, no}} }
+	equals := func(a, b any) any { return map[string]any{"Fn::Equals": []any{a, b}} }
+	conds := asMap(c.tmpl["Conditions"])
+	c.equal("Conditions UseJwtAuthorizer", conds["UseJwtAuthorizer"], equals(ref("ApiAuthorizer"), "jwt"))
+	c.equal("Conditions UseDevAuthorizer", conds["UseDevAuthorizer"], equals(ref("ApiAuthorizer"), "sam-local-dev"))
+	c.equal("ApiAuthorizer Default", asMap(asMap(c.tmpl["Parameters"])["ApiAuthorizer"])["Default"], "jwt")
+
+	auth := asMap(c.props("HttpApi")["Auth"])
+	c.equal("HttpApi DefaultAuthorizer", auth["DefaultAuthorizer"], "ApiAuthorizer")
+	authorizers := asMap(auth["Authorizers"])
+	if len(authorizers) != 1 {
+		c.fail("HttpApi has the authorizers %v, want ApiAuthorizer alone", slices.Sorted(maps.Keys(authorizers)))
+	}
+	kind := asList(asMap(authorizers["ApiAuthorizer"])["Fn::If"])
+	if len(kind) != 3 || kind[0] != "UseJwtAuthorizer" || asMap(kind[1])["JwtConfiguration"] == nil {
+		c.fail("HttpApi ApiAuthorizer is %s, want the JWT authorizer if UseJwtAuthorizer, else a Lambda one", show(authorizers["ApiAuthorizer"]))
+	} else {
+		c.equal("HttpApi ApiAuthorizer's Lambda FunctionArn", asMap(kind[2])["FunctionArn"],
+			ifc("UseDevAuthorizer", getAtt(devAuthFn, "Arn"), ref("LambdaAuthorizerArn")))
+	}
+	c.equal(devAuthFn+" Condition", c.resource(devAuthFn)["Condition"], "UseDevAuthorizer")
+
+	defaults := c.defaults()
+	if c.holds("UseDevAuthorizer", defaults) || !c.holds("UseJwtAuthorizer", defaults) {
+		c.fail("with the parameters' defaults the development authorizer is deployed, or the JWT authorizer is not the API's")
+	}
+}
+
+// localOnly checks the parameters `sam local` passes: the emulator's
+// endpoint, empty by default, which package awsenv takes for AWS, and the
+// architecture, arm64 by default.
+func (c *checker) localOnly() {
+	params := asMap(c.tmpl["Parameters"])
+	c.equal("LocalEndpointUrl Default", asMap(params["LocalEndpointUrl"])["Default"], "")
+	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
+	vars := asMap(asMap(fn["Environment"])["Variables"])
+	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint} {
+		c.equal("Globals "+name, vars[name], map[string]any{"Ref": "LocalEndpointUrl"})
+	}
+	c.equal("Globals Architectures", fn["Architectures"], []any{map[string]any{"Ref": "LambdaArchitecture"}})
+	c.equal("LambdaArchitecture Default", asMap(params["LambdaArchitecture"])["Default"], "arm64")
+}
+
+// defaults are the parameters' default values, by name.
+func (c *checker) defaults() map[string]any {
+	out := map[string]any{}
+	for name, p := range asMap(c.tmpl["Parameters"]) {
+		if d, ok := asMap(p)["Default"]; ok {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// holds evaluates a condition of the template with the given parameters,
+// for the Fn::Equals, Fn::Not and Ref forms its conditions use; any other
+// form is noted and holds.
+func (c *checker) holds(name string, params map[string]any) bool {
+	var eval func(v any) bool
+	value := func(v any) any {
+		if r, ok := asMap(v)["Ref"]; ok {
+			return fmt.Sprint(params[fmt.Sprint(r)])
+		}
+		return fmt.Sprint(v)
+	}
+	eval = func(v any) bool {
+		m := asMap(v)
+		switch {
+		case len(asList(m["Fn::Equals"])) == 2:
+			args := asList(m["Fn::Equals"])
+			return value(args[0]) == value(args[1])
+		case len(asList(m["Fn::Not"])) == 1:
+			return !eval(asList(m["Fn::Not"])[0])
+		}
+		c.fail("condition %s: cannot evaluate %s", name, show(v))
+		return true
+	}
+	return eval(asMap(c.tmpl["Conditions"])[name])
 }
 
 // tracing checks that the functions get the ADOT collector layer and the

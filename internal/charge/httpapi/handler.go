@@ -45,8 +45,9 @@ var _ Service = (*charge.Service)(nil)
 
 // Options configure a Handler. Zero fields take the defaults.
 type Options struct {
-	// TenantClaim names the JWT claim, in the authorizer context, that
-	// holds the tenant. Default DefaultTenantClaim.
+	// TenantClaim names the JWT claim, or the member of a Lambda
+	// authorizer's context, that holds the tenant. Default
+	// DefaultTenantClaim.
 	TenantClaim string
 	// Logger receives one record per request. Default: discard.
 	Logger *slog.Logger
@@ -195,11 +196,22 @@ func requestBody(req events.APIGatewayV2HTTPRequest, limit int, tooLarge string)
 	return body, nil
 }
 
+// tenant reads the caller's tenant from the authorizer context: a JWT
+// authorizer's claims, or the context a Lambda (REQUEST) authorizer
+// returned, under the same name. A context value that is not a string
+// names no tenant.
 func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
-	if req.RequestContext.Authorizer == nil || req.RequestContext.Authorizer.JWT == nil {
+	a := req.RequestContext.Authorizer
+	if a == nil {
 		return "", false
 	}
-	t := req.RequestContext.Authorizer.JWT.Claims[h.opt.TenantClaim]
+	var t string
+	switch {
+	case a.JWT != nil:
+		t = a.JWT.Claims[h.opt.TenantClaim]
+	case a.Lambda != nil:
+		t, _ = a.Lambda[h.opt.TenantClaim].(string)
+	}
 	if err := idem.CheckTenant(t); err != nil {
 		return "", false // absent, or not usable as a tenant identifier
 	}

@@ -54,6 +54,12 @@ type Emulator struct {
 // EnvFastTransactions+"=0"; its EnvKind, else the inherited one, picks the
 // emulator.
 func Start(root string, port int, env ...string) (*Emulator, error) {
+	return StartOn(root, "127.0.0.1", port, env...)
+}
+
+// StartOn is Start on host instead of loopback: `sam local`'s containers
+// reach the emulator on the docker bridge's address.
+func StartOn(root, host string, port int, env ...string) (*Emulator, error) {
 	env = append(os.Environ(), env...)
 	kind := kindOf(env)
 	script, ok := launchers[kind]
@@ -62,7 +68,7 @@ func Start(root string, port int, env ...string) (*Emulator, error) {
 	}
 	python := filepath.Join(root, ".venv", "bin", "python")
 	cmd := exec.Command(python, filepath.Join(root, "scripts", script),
-		"--host", "127.0.0.1", "--port", strconv.Itoa(port), "--exit-with-stdin")
+		"--host", host, "--port", strconv.Itoa(port), "--exit-with-stdin")
 	cmd.Env = env
 	// Its own process group: a Ctrl-C in the terminal reaches this process
 	// only, which stops the emulator last, after what uses it.

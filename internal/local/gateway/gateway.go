@@ -19,13 +19,16 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/google/uuid"
+
+	"github.com/chargeonce/chargeonce/internal/devauth"
 )
 
 // HandlerFunc is a Lambda handler for HTTP API payload 2.0 events.
 type HandlerFunc func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 
-// TokenPrefix starts the development bearer token: "Bearer dev:<tenant>".
-const TokenPrefix = "dev:"
+// TokenPrefix starts the development bearer token: "Bearer dev:<tenant>",
+// the one `sam local start-api`'s development authorizer takes too.
+const TokenPrefix = devauth.TokenPrefix
 
 // MaxBodyBytes is API Gateway's payload limit (10 MB).
 const MaxBodyBytes = 10 << 20
@@ -188,7 +191,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, requestID string
 		return message(w, http.StatusNotFound, "Not Found"), ""
 	}
 	public := slices.Contains(g.public, rt.key)
-	tenant, ok := devTenant(r.Header.Get("Authorization"))
+	tenant, ok := devauth.Tenant(r.Header.Get("Authorization"))
 	if !ok && !public {
 		w.Header().Set("Www-Authenticate", "Bearer")
 		return message(w, http.StatusUnauthorized, "Unauthorized"), rt.key
@@ -339,16 +342,6 @@ func message(w http.ResponseWriter, status int, text string) int {
 	w.WriteHeader(status)
 	_, _ = fmt.Fprintf(w, "{\"message\":%q}", text)
 	return status
-}
-
-// devTenant reads the tenant from "Bearer dev:<tenant>".
-func devTenant(authorization string) (string, bool) {
-	scheme, token, ok := strings.Cut(authorization, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tenant, ok := strings.CutPrefix(strings.TrimSpace(token), TokenPrefix)
-	return tenant, ok && tenant != ""
 }
 
 // apiRequestID looks like API Gateway's request ids.
