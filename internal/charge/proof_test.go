@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -343,5 +344,65 @@ func TestMisroutedReplayProvesNothing(t *testing.T) {
 	}
 	if n > 1 {
 		t.Errorf("Stripe charged %d PaymentIntents for one intent (%+v)", n, sim.Ledger())
+	}
+}
+
+// TestResentCreateRateLimitedIsNotNothingCharged: the charge function's
+// create reaches Stripe on a kept-alive connection, Stripe charges, the
+// connection drops before the answer; Go's transport re-sends the create
+// (it carries an Idempotency-Key) on a new connection, and Stripe's edge
+// rate-limits that re-send (429). The card was charged, so the client is
+// not told nothing was.
+func TestResentCreateRateLimitedIsNotNothingCharged(t *testing.T) {
+	t.Parallel()
+	var (
+		mu    sync.Mutex
+		posts int
+		ref   string
+	)
+	s := newStripeStack(t, 10*time.Second, nil, func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodPost || r.URL.Path != "/v1/payment_intents" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			mu.Lock()
+			posts++
+			n := posts
+			if n == 2 {
+				ref = r.Header.Get("Idempotency-Key")
+			}
+			mu.Unlock()
+			switch n {
+			case 2: // executed by Stripe, answer lost
+				next.ServeHTTP(httptest.NewRecorder(), r)
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					panic(http.ErrAbortHandler)
+				}
+				_ = conn.Close()
+			case 3: // the transport's re-send, rate-limited at the edge
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusTooManyRequests)
+				_, _ = w.Write([]byte(`{"error":{"type":"invalid_request_error","code":"rate_limit","message":"Too many requests"}}`))
+			default:
+				next.ServeHTTP(w, r)
+			}
+		})
+	})
+	if r := s.charge("acme", "warm-up", stripesim.PMVisa); r.status != http.StatusCreated {
+		t.Fatalf("warm-up: %d %s", r.status, r.body)
+	}
+	r := s.charge("acme", "order-2", stripesim.PMVisa)
+	mu.Lock()
+	charged := s.sim.Charged(ref)
+	mu.Unlock()
+	t.Logf("posts=%d charged(%s)=%d answer=%d %s", posts, ref, charged, r.status, r.body)
+	if charged != 1 {
+		t.Fatalf("setup: Stripe charged %d times", charged)
+	}
+	if r.status == http.StatusServiceUnavailable && strings.Contains(r.body, "provider-unavailable") ||
+		r.status == http.StatusBadGateway {
+		t.Fatalf("card charged once, yet the client is told nothing was charged: %d %s", r.status, r.body)
 	}
 }

@@ -126,7 +126,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	if err := ctx.Err(); err != nil {
 		return fail(ErrUnavailable, err)
 	}
-	ctx, notSent := TraceSend(ctx)
+	ctx, sent := TraceSend(ctx)
 	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL, bytes.NewReader(body))
 	if err != nil {
 		return fail(ErrRejected, err)
@@ -135,7 +135,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 
 	resp, err := c.do(httpReq)
 	if err != nil {
-		if notSent() {
+		if sent.NotSent() {
 			return fail(ErrUnavailable, err)
 		}
 		return fail(ErrAmbiguous, err)
@@ -143,6 +143,8 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	defer drainAndClose(resp.Body)
 
 	switch code := resp.StatusCode; {
+	case code != http.StatusOK && sent.Resent():
+		return fail(ErrAmbiguous, &StatusError{StatusCode: code})
 	case code == http.StatusOK:
 		res, err := decodeResult(resp.Body, req.Reference, StatusCharged, StatusDeclined)
 		if err != nil {

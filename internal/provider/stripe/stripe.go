@@ -265,8 +265,8 @@ func (a *Adapter) replay(ctx context.Context, req provider.ChargeRequest) (provi
 	if err := validate(req); err != nil {
 		return provider.Result{}, err
 	}
-	pi, notSent, err := a.create(ctx, req)
-	res, kind, cause := outcome(pi, notSent, err)
+	pi, sent, err := a.create(ctx, req)
+	res, kind, cause := outcome(pi, sent, err)
 	switch {
 	case errors.Is(kind, provider.ErrRejected) && refusedForGood(cause):
 		return provider.Result{}, fmt.Errorf("%w: %w", errRefusedForGood, cause)
@@ -359,11 +359,11 @@ func (a *Adapter) current(ctx context.Context, id string) (provider.Result, erro
 	return provider.Result{}, fmt.Errorf("%w: %s is %s", errNotSettled, pi.ID, pi.Status)
 }
 
-// create sends req as a PaymentIntent under its reference. notSent
-// reports, for a failed send, whether none of the request can have left
-// (provider.TraceSend); stripe-go builds its http.Request from ctx, so the
-// trace follows the transport's own re-sends too.
-func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *stripego.PaymentIntent, notSent bool, err error) {
+// create sends req as a PaymentIntent under its reference, with what the
+// transport did with it (provider.TraceSend); stripe-go builds its
+// http.Request from ctx, so the trace follows the transport's own re-sends
+// too.
+func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *stripego.PaymentIntent, sent *provider.Sent, err error) {
 	params := &stripego.PaymentIntentCreateParams{
 		Amount:                stripego.Int64(req.Amount),
 		Currency:              stripego.String(strings.ToLower(req.Currency)),
@@ -377,16 +377,16 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *s
 		params.Metadata[MetadataCommand] = req.Command
 	}
 	params.SetIdempotencyKey(req.Reference)
-	ctx, unsent := provider.TraceSend(ctx)
+	ctx, sent = provider.TraceSend(ctx)
 	pi, err = a.intents.Create(ctx, params)
-	return pi, unsent(), err
+	return pi, sent, err
 }
 
 // outcome reads the answer to a create: a Result (a zero Status when the
 // PaymentIntent has no final outcome yet), or the kind of error (one of the
 // provider's sentinels) and its cause. A failed send is unavailable only if
-// create knows it notSent.
-func outcome(pi *stripego.PaymentIntent, notSent bool, err error) (provider.Result, error, error) {
+// none of it left, and an error answer to a re-send tells nothing.
+func outcome(pi *stripego.PaymentIntent, sent *provider.Sent, err error) (provider.Result, error, error) {
 	if err == nil {
 		if res, ok := settled(pi); ok {
 			return res, nil, nil
@@ -396,7 +396,7 @@ func outcome(pi *stripego.PaymentIntent, notSent bool, err error) (provider.Resu
 	var se *stripego.Error
 	if !errors.As(err, &se) {
 		cause := causeOf(err)
-		if notSent {
+		if sent.NotSent() {
 			return provider.Result{}, provider.ErrUnavailable, cause
 		}
 		return provider.Result{}, provider.ErrAmbiguous, cause
@@ -409,6 +409,9 @@ func outcome(pi *stripego.PaymentIntent, notSent bool, err error) (provider.Resu
 			res.ChargeID = se.PaymentIntent.ID
 		}
 		return res, nil, nil
+	case sent.Resent():
+		// The re-send's answer, not one the key saved for the first send.
+		return provider.Result{}, provider.ErrAmbiguous, e
 	case code == http.StatusTooManyRequests:
 		return provider.Result{}, provider.ErrUnavailable, e
 	case code == http.StatusConflict:
