@@ -40,7 +40,8 @@
 //     refused it before sending.
 //   - ErrAmbiguous: the request may have been processed (a timeout after
 //     sending, a connection dropped while waiting for the answer, a dial
-//     error after an earlier attempt got a connection, a 5xx, an unreadable
+//     error after an earlier attempt got a connection, an error answer to
+//     a request the transport re-sent after writing it, a 5xx, an unreadable
 //     answer, another request for the reference in progress).
 //     The outcome is unknown: reconcile with Lookup before the reference is
 //     released.

@@ -56,7 +56,10 @@
 // replayable); to Stripe that is a replay, never a second charge. If that
 // re-send cannot dial, Stripe may have executed the first send: the charge
 // is ErrAmbiguous, not ErrUnavailable, since a request counts as never
-// sent only when no attempt got a connection.
+// sent only when no attempt got a connection. Nor does an error answer to
+// such a re-send (a 429 or a 401 from Stripe's edge) say anything of the
+// first send: it is ErrAmbiguous too (provider.Sent.Resent); only a result
+// (a charge, a decline) is taken from it.
 //
 // Errors carry Stripe's type, code, decline code, parameter name and
 // request id (an *Error), never its message: Stripe quotes the request in
