@@ -6,10 +6,26 @@
 // same size limit (idem.ErrTooLarge) and the same stuck-lease listing.
 // Both stores pass the conformance suite of package idemtest.
 //
-// Business writes given to Commit are not evaluated (this is no DynamoDB):
-// they are kept with the record, in one step with it, and Writes returns
-// them so a test can check what a command committed. A write whose
-// condition would fail is not detected.
+// Commit applies its business writes to in-memory tables in one step with
+// the record, and checks their conditions as DynamoDB would for the ones
+// idempotent writes use most: attribute_exists(a) and
+// attribute_not_exists(a) of key attributes, joined by AND. A condition
+// that fails makes Commit return *idem.WriteConditionError naming the
+// write, and nothing is written; any other condition is refused with an
+// error wrapping errors.ErrUnsupported, never ignored. Has tells a test
+// whether a row is there, and Writes lists what was committed.
+//
+// An Update, Delete or ConditionCheck finds its item by its Key. A Put
+// names no key, so it finds its item by the key attributes declared for
+// its table (DeclareKey) or, on a table without, by the attributes its
+// condition names, taking only attribute_not_exists there: exact when
+// they are the whole key, stricter, never laxer, when they are part of it
+// (attribute_not_exists(PK) beside a sort key finds every row under that
+// PK: declare the key). Not checked: an Update's UpdateExpression (not
+// applied: an Update that creates an item leaves its key only, all a
+// condition here looks at), and what DynamoDB would refuse as invalid
+// (key schemas of undeclared tables, attribute types, reserved words,
+// unused placeholders, two writes on one item).
 //
 // The store is safe for concurrent use. Give it a clock through
 // idem.Options.Clock to move time in tests.
@@ -38,6 +54,8 @@ type Store struct {
 	mu      sync.Mutex
 	records map[idem.Key]*record
 	writes  []types.TransactWriteItem
+	tables  tables
+	keys    map[string][]string // declared, by table
 }
 
 var _ idem.RecoveryBackend = (*Store)(nil)
@@ -74,6 +92,8 @@ func New(optFns ...func(*idem.Options)) *Store {
 			Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
 		}),
 		records: map[idem.Key]*record{},
+		tables:  tables{},
+		keys:    map[string][]string{},
 	}
 }
 
@@ -88,6 +108,26 @@ func (s *Store) Writes() []types.TransactWriteItem {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.writes)
+}
+
+// DeclareKey gives a business table's key attributes (its partition key,
+// and its sort key if it has one), so a Put finds its item by the whole
+// key however little of it its condition names, as DynamoDB does: declare
+// a table whose Puts are conditioned on part of the key, such as
+// attribute_not_exists(PK) beside a sort key.
+func (s *Store) DeclareKey(table string, key ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.keys[table] = slices.Clone(key)
+}
+
+// Has reports whether the business table holds an item with key's
+// attribute values, as the committed writes left it: put or updated, and
+// not deleted since. It is what a test asks of DynamoDB with GetItem.
+func (s *Store) Has(table string, key map[string]types.AttributeValue) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tables.has(table, key)
 }
 
 // Begin claims key for a request with fingerprint fp, as idem.Store.Begin.
@@ -144,9 +184,11 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 	}
 }
 
-// Commit completes the command as SUCCEEDED with resp, keeping writes with
-// the record in one step, as idem.Store.Commit. A Commit repeated with the
-// same response by the lease that made it returns nil again.
+// Commit completes the command as SUCCEEDED with resp, applying writes with
+// the record in one step, as idem.Store.Commit: a write whose condition
+// fails gives *idem.WriteConditionError, and neither the writes nor the
+// record change. A Commit repeated with the same response by the lease
+// that made it returns nil again.
 func (s *Store) Commit(_ context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	return s.settle("commit", l, idem.StatusSucceeded, &resp, writes)
 }
@@ -172,6 +214,10 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ws, err := parseWrites(writes, s.keys)
+	if err != nil {
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), err)
+	}
 	rec, ok := s.records[l.Key]
 	if !ok || !s.fenced(rec, l) {
 		// The lease's own settlement, repeated, succeeds again.
@@ -180,6 +226,9 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 			return nil
 		}
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
+	}
+	if i := s.tables.failed(ws); i >= 0 {
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), &idem.WriteConditionError{Index: i})
 	}
 	rec.status, rec.expiresAt = status, s.pol.RetainUntil(l.ExpiresAt)
 	if status == idem.StatusReleased {
@@ -190,6 +239,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	if resp != nil {
 		rec.resp = normalized(*resp)
 	}
+	s.tables.apply(ws)
 	s.writes = append(s.writes, writes...)
 	return nil
 }
