@@ -8,16 +8,19 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // ReplayCache is a Backend that keeps, in process memory, the stored
 // responses of settled commands (SUCCEEDED and FAILED_PERMANENT) that
-// Begin has replayed, so a warm replay makes no call to the store. It
-// holds at most a fixed number of entries, dropping the least recently
-// used; an entry answers only its own key (which names the tenant) and
-// fingerprint, and never once the record's retention has ended. Anything
-// else goes to the wrapped Backend. It is safe for concurrent use.
+// Begin has replayed or that this process settled through it, so a warm
+// replay makes no call to the store. It holds at most a fixed number of
+// entries, dropping the least recently used; an entry answers only its own
+// key (which names the tenant) and fingerprint, and never once the
+// record's retention has ended. Anything else goes to the wrapped Backend.
+// It is safe for concurrent use.
 //
 // Settled records never change until their retention ends, so a cached
 // replay is the one the store would give. The cache is off unless you
@@ -35,10 +38,14 @@ type ReplayCache struct {
 
 var _ Backend = (*ReplayCache)(nil)
 
+// cached is a settled command's replay, or a command begun through the
+// cache (IN_FLIGHT, under token), whose fingerprint its settlement needs:
+// a Lease does not carry one.
 type cached struct {
 	key     Key
 	fp      Fingerprint
 	status  Status
+	token   string
 	resp    Response
 	expires time.Time
 }
@@ -50,7 +57,7 @@ type CacheOptions struct {
 	Clock func() time.Time
 }
 
-// NewReplayCache wraps b in a cache of at most maxEntries replays (at
+// NewReplayCache wraps b in a cache of at most maxEntries entries (at
 // least 1).
 func NewReplayCache(b Backend, maxEntries int, optFns ...func(*CacheOptions)) *ReplayCache {
 	o := CacheOptions{Clock: time.Now}
@@ -61,16 +68,60 @@ func NewReplayCache(b Backend, maxEntries int, optFns ...func(*CacheOptions)) *R
 }
 
 // Begin answers a replay from the cache when it can, and otherwise asks
-// the wrapped Backend, keeping any replay it gives.
+// the wrapped Backend, keeping any replay it gives, and the fingerprint of
+// any lease, for the settlement.
 func (c *ReplayCache) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
 	if b, ok := c.lookup(key, fp); ok {
 		return b, nil
 	}
 	b, err := c.Backend.Begin(ctx, key, fp, intent)
-	if err == nil && b.Replay != nil && b.Status.Terminal() {
-		c.keep(&cached{key: key, fp: fp, status: b.Status, resp: copyResponse(*b.Replay), expires: b.RecordExpiresAt})
+	if err != nil {
+		return b, err
 	}
-	return b, err
+	switch {
+	case b.Replay != nil && b.Status.Terminal():
+		c.keep(&cached{key: key, fp: fp, status: b.Status, resp: copyResponse(*b.Replay), expires: b.RecordExpiresAt})
+	case b.Lease != nil:
+		c.keep(&cached{key: key, fp: fp, status: StatusInFlight, token: b.Lease.Token})
+	}
+	return b, nil
+}
+
+// Commit commits through the wrapped Backend and, when it succeeds for a
+// lease begun through the cache, keeps resp as the command's replay.
+func (c *ReplayCache) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
+	err := c.Backend.Commit(ctx, l, resp, writes...)
+	if err == nil {
+		c.settled(l, StatusSucceeded, resp)
+	}
+	return err
+}
+
+// Fail fails through the wrapped Backend and, when it succeeds for a lease
+// begun through the cache, keeps resp as the command's replay.
+func (c *ReplayCache) Fail(ctx context.Context, l *Lease, resp Response) error {
+	err := c.Backend.Fail(ctx, l, resp)
+	if err == nil {
+		c.settled(l, StatusFailedPermanent, resp)
+	}
+	return err
+}
+
+// settled turns the entry of the command l began through the cache into
+// its replay, as the store now holds it, until l's record expires.
+func (c *ReplayCache) settled(l *Lease, status Status, resp Response) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	el, ok := c.entries[l.Key]
+	if !ok {
+		return
+	}
+	e := el.Value.(*cached)
+	if e.status != StatusInFlight || e.token != l.Token {
+		return // begun elsewhere (a take-over), or by another attempt
+	}
+	el.Value = &cached{key: l.Key, fp: e.fp, status: status, resp: copyResponse(resp), expires: l.RecordExpiresAt}
+	c.lru.MoveToFront(el)
 }
 
 func (c *ReplayCache) lookup(key Key, fp Fingerprint) (Begun, bool) {
@@ -82,6 +133,9 @@ func (c *ReplayCache) lookup(key Key, fp Fingerprint) (Begun, bool) {
 		return Begun{}, false
 	}
 	e := el.Value.(*cached)
+	if !e.status.Terminal() {
+		return Begun{}, false // the store knows how it stands
+	}
 	if policy.Expired(e.expires, now) {
 		c.lru.Remove(el)
 		delete(c.entries, key)
@@ -111,13 +165,23 @@ func (c *ReplayCache) keep(e *cached) {
 	}
 }
 
-// Len is the number of cached replays.
+// Len is the number of entries: replays, and the leases begun through the
+// cache whose command has no replay here yet.
 func (c *ReplayCache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
 }
 
+// copyResponse copies r as a stored response reads back: a headers map
+// and a body, both non-nil, so a replay from memory equals the store's.
 func copyResponse(r Response) Response {
-	return Response{Status: r.Status, Headers: maps.Clone(r.Headers), Body: bytes.Clone(r.Body)}
+	out := Response{Status: r.Status, Headers: maps.Clone(r.Headers), Body: bytes.Clone(r.Body)}
+	if out.Headers == nil {
+		out.Headers = map[string]string{}
+	}
+	if out.Body == nil {
+		out.Body = []byte{}
+	}
+	return out
 }

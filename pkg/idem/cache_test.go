@@ -3,10 +3,12 @@ package idem_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 // TestReplayCache: a warm replay makes no DynamoDB call; another
@@ -16,12 +18,7 @@ func TestReplayCache(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
 	cache := idem.NewReplayCache(e.store, 2, func(o *idem.CacheOptions) { o.Clock = e.clock.Now })
-	check := func(what string, want map[string]int) {
-		t.Helper()
-		if got := e.calls.Snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("%s: DynamoDB calls %v, want %v", what, got, want)
-		}
-	}
+	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.calls, what, want) }
 	settle := func(k idem.Key) *idem.Lease {
 		t.Helper()
 		l := begin(t, e.store, k, fpA)
@@ -61,7 +58,7 @@ func TestReplayCache(t *testing.T) {
 	settle(k2)
 	settle(k3)
 	replay(k2)
-	replay(k3) // k is the least recently used of three: dropped
+	replay(k3) // k and the other tenant's lease are the least recently used: dropped
 	e.calls.Snapshot()
 	if cache.Len() != 2 {
 		t.Fatalf("cache holds %d entries, want 2", cache.Len())
@@ -78,4 +75,152 @@ func TestReplayCache(t *testing.T) {
 		t.Fatalf("at the end of retention: want a new command, got %+v, %v", b, err)
 	}
 	check("an expired record", map[string]int{"PutItem": 1})
+}
+
+// wantCalls fails the test unless the DynamoDB calls since the last look
+// are want.
+func wantCalls(t *testing.T, calls *idemtest.CallCounter, what string, want map[string]int) {
+	t.Helper()
+	if got := calls.Snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("%s: DynamoDB calls %v, want %v", what, got, want)
+	}
+}
+
+// TestReplayCacheKeepsItsOwnSettlements: a Commit or Fail through the
+// cache of a lease begun through it makes the next Begin a warm replay,
+// the same the store gives; a release, a lost lease, a taken-over lease
+// or an unsettled command leaves the answer to the store, and retention
+// and the size bound apply as to any replay.
+func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
+	cache := idem.NewReplayCache(e.store, 3, func(o *idem.CacheOptions) { o.Clock = e.clock.Now })
+	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.calls, what, want) }
+	lease := func(k idem.Key) *idem.Lease {
+		t.Helper()
+		b, err := cache.Begin(ctx, k, fpA, []byte("intent"))
+		if err != nil || b.Lease == nil {
+			t.Fatalf("Begin through the cache: want a new lease, got %+v, %v", b, err)
+		}
+		return b.Lease
+	}
+	replay := func(k idem.Key) idem.Begun {
+		t.Helper()
+		b, err := cache.Begin(ctx, k, fpA, nil)
+		if err != nil || b.Replay == nil {
+			t.Fatalf("Begin through the cache: want a replay, got %+v, %v", b, err)
+		}
+		return b
+	}
+
+	committed := key(t, "acme")
+	l := lease(committed)
+	if err := cache.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	check("begin and commit", map[string]int{"PutItem": 1, "UpdateItem": 1})
+	if b := replay(committed); !b.Replay.Equal(resp) || b.Status != idem.StatusSucceeded || !b.RecordExpiresAt.Equal(l.RecordExpiresAt) {
+		t.Fatalf("replay of the cache's own commit: %+v", b)
+	}
+	check("the replay of a commit made through the cache", map[string]int{})
+
+	// A response without headers or body replays from memory in the form
+	// the store gives it.
+	empty := key(t, "acme")
+	if err := cache.Commit(ctx, lease(empty), idem.Response{Status: 204}); err != nil {
+		t.Fatal(err)
+	}
+	e.calls.Snapshot()
+	warm := replay(empty)
+	cold, err := e.store.Begin(ctx, empty, fpA, nil)
+	if err != nil || cold.Replay == nil {
+		t.Fatalf("the store's replay: %+v, %v", cold, err)
+	}
+	if !reflect.DeepEqual(*warm.Replay, *cold.Replay) || warm.Status != cold.Status || !warm.RecordExpiresAt.Equal(cold.RecordExpiresAt) {
+		t.Fatalf("an empty response from memory %#v %s %v, from the store %#v %s %v",
+			*warm.Replay, warm.Status, warm.RecordExpiresAt, *cold.Replay, cold.Status, cold.RecordExpiresAt)
+	}
+	e.calls.Snapshot()
+
+	declined := idem.Response{Status: 402, Headers: map[string]string{"Content-Type": "application/problem+json"}, Body: []byte(`{"type":"card-declined"}`)}
+	failed := key(t, "acme")
+	if err := cache.Fail(ctx, lease(failed), declined); err != nil {
+		t.Fatal(err)
+	}
+	e.calls.Snapshot()
+	if b := replay(failed); !b.Replay.Equal(declined) || b.Status != idem.StatusFailedPermanent {
+		t.Fatalf("replay of the cache's own fail: %+v", b)
+	}
+	check("the replay of a fail made through the cache", map[string]int{})
+	if _, err := cache.Begin(ctx, failed, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		t.Fatalf("another request on a key failed through the cache: want mismatch, got %v", err)
+	}
+	check("another fingerprint", map[string]int{"PutItem": 1})
+
+	released := key(t, "acme")
+	if err := cache.Release(ctx, lease(released)); err != nil {
+		t.Fatal(err)
+	}
+	e.calls.Snapshot()
+	lease(released)
+	check("a key released through the cache", map[string]int{"PutItem": 1, "UpdateItem": 1}) // claimed again
+
+	pending := key(t, "acme")
+	lease(pending)
+	e.calls.Snapshot()
+	if _, err := cache.Begin(ctx, pending, fpA, nil); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("a command not settled: want in flight, got %v", err)
+	}
+	check("a command not settled", map[string]int{"PutItem": 1})
+
+	// A lease taken over: the stalled holder's commit fails, the new
+	// owner's (not begun through the cache) settles, and the store answers.
+	e.clock.Advance(31 * time.Second)
+	taken, err := e.store.TakeOver(ctx, pending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := lease(key(t, "acme")) // a lease of another key, to be lost below
+	if _, err := e.store.Preempt(ctx, stalled.Key); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.Commit(ctx, stalled, resp); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("a lost lease's commit: want ErrLeaseLost, got %v", err)
+	}
+	theirs := idem.Response{Status: 201, Body: []byte(`{"id":"ch_2"}`)}
+	if err := cache.Commit(ctx, taken, theirs); err != nil {
+		t.Fatal(err)
+	}
+	e.calls.Snapshot()
+	if b := replay(pending); !b.Replay.Equal(theirs) {
+		t.Fatalf("after a take-over: replay %+v, want the new owner's", b)
+	}
+	check("a key committed under a lease taken over", map[string]int{"PutItem": 1})
+	if _, err := cache.Begin(ctx, stalled.Key, fpA, nil); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("after a lost lease's commit: want in flight, got %v", err)
+	}
+	check("after a lost lease's commit", map[string]int{"PutItem": 1})
+
+	// The bound: the cache holds the three entries used last, and the
+	// first commit's was dropped long since; the store answers it.
+	if cache.Len() != 3 {
+		t.Fatalf("cache holds %d entries, want 3", cache.Len())
+	}
+	replay(committed)
+	check("a commit dropped by the bound", map[string]int{"PutItem": 1})
+
+	// Retention, as for a cached replay: the cache's own commit answers a
+	// millisecond before it ends and not from the instant it does.
+	mine := key(t, "acme")
+	l = lease(mine)
+	if err := cache.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()) - time.Millisecond)
+	e.calls.Snapshot()
+	replay(mine)
+	check("just before the end of retention", map[string]int{})
+	e.clock.Advance(time.Millisecond)
+	lease(mine)
+	check("at the end of retention", map[string]int{"PutItem": 1})
 }
