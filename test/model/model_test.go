@@ -817,6 +817,9 @@ func (r *history) dedupWindowNears(rt *rapid.T) {
 		w = retention
 	}
 	r.request(rt) // one that may be released
+	// What the provider accepted lands within its settle window, before
+	// the clock passes it.
+	r.checkInvariantsSoFar(rt)
 	r.advance(w - 30*time.Minute)
 	r.forgetExpired(rt)
 	for _, k := range r.sortedKeys() {
