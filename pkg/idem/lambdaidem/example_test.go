@@ -1,0 +1,49 @@
+package lambdaidem_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/lambdaidem"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
+)
+
+// An API of another team's: its Lambda authorizer puts the tenant in its
+// context, its clients send X-Request-Id, a request's sent_at is not part
+// of what it asks for, and its problem types are its own.
+func ExampleHTTP() {
+	store := memstore.New() // an *idem.Store on DynamoDB in production
+	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+		fmt.Println("creating the order")
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"o-1"}`)}), nil
+	}
+	handler := lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.Options) {
+		o.Header = "X-Request-Id"
+		o.Tenant = lambdaidem.TenantFromLambdaContext("tenantId")
+		o.Fingerprint = lambdaidem.FingerprintFields("item", "qty")
+		o.ProblemBase = "https://api.example.com/problems/"
+		o.OnReplay = func(_ context.Context, r lambdaidem.Request, _ idem.Key, resp idem.Response) idem.Response {
+			fmt.Println("replayed on", r.Route)
+			return resp
+		}
+	})
+
+	for _, sentAt := range []string{"12:00:00", "12:00:05"} {
+		req := events.APIGatewayV2HTTPRequest{
+			RouteKey: "POST /orders",
+			Headers:  map[string]string{"x-request-id": "req-7"},
+			Body:     `{"item":"book","qty":1,"sent_at":"` + sentAt + `"}`,
+		}
+		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: map[string]any{"tenantId": "acme"}}
+		resp, _ := handler(context.Background(), req)
+		fmt.Println(resp.StatusCode, resp.Body, "replayed:", resp.Headers[lambdaidem.HeaderReplayed] == "true")
+	}
+	// Output:
+	// creating the order
+	// 201 {"id":"o-1"} replayed: false
+	// replayed on POST /orders
+	// 201 {"id":"o-1"} replayed: true
+}
