@@ -53,6 +53,11 @@ type Options struct {
 	OnReplay func(ctx context.Context, r Request, key idem.Key, resp idem.Response) idem.Response
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
+	// ResolveAfter is how long after a lease ends the service's
+	// reconciler has resolved a command left IN_FLIGHT (its sweep's
+	// period): the answers for an unknown outcome count it in their
+	// Retry-After and say so. Default 0.
+	ResolveAfter time.Duration
 	// ProblemBase prefixes the problem types. Default DefaultProblemBase.
 	ProblemBase string
 	// Clock gives the time for Retry-After. Default time.Now.
@@ -192,7 +197,7 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, r Request, 
 		return o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request.")
 	case errors.As(err, &unknown):
 		o.OnError(ctx, err)
-		return o.pending(unknown.LeaseExpiresAt)
+		return o.claimUnknown(unknown.LeaseExpiresAt)
 	case err != nil && res.Lease == nil:
 		o.OnError(ctx, err)
 		return o.unavailable()
@@ -222,26 +227,71 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, r Request, 
 	return resp
 }
 
+// The longest Retry-After for a key held by a live attempt, which may
+// finish any moment; and for one whose attempt ended and whose
+// resolution is overdue.
+const (
+	maxRetryInProgress = 30 * time.Second
+	retryOverdue       = 30 * time.Second
+)
+
 // inProgress answers a key held by another attempt whose lease ends at
 // leaseEnd.
 func (o *api) inProgress(leaseEnd time.Time) idem.Response {
-	p := o.problem(problemInProgress, "Another request with this key is being processed. Retry after the indicated time.")
-	p.Headers["Retry-After"] = retryAfter(o.Clock(), leaseEnd)
-	return p
+	now := o.Clock()
+	if now.Before(leaseEnd) {
+		p := o.problem(problemInProgress, "Another request with this key is being processed; its attempt holds the key until "+stamp(leaseEnd)+
+			". Retry with the same key after Retry-After: you get its outcome once it has one.")
+		at := leaseEnd
+		if limit := now.Add(maxRetryInProgress); limit.Before(at) {
+			at = limit
+		}
+		return retryAt(p, now, at)
+	}
+	resolveBy := leaseEnd.Add(o.ResolveAfter)
+	at := resolveBy
+	if !now.Before(resolveBy) {
+		at = now.Add(retryOverdue)
+	}
+	p := o.problem(problemInProgress, "A request with this key ended at "+stamp(leaseEnd)+" without a known outcome. "+o.resolution(leaseEnd)+
+		" Until then every retry gets this answer; it will not be done twice.")
+	return retryAt(p, now, at)
 }
 
-// pending answers an outcome not known yet, whose lease ends at leaseEnd.
+// pending answers an attempt that ran and left the outcome unknown, under
+// a lease ending at leaseEnd.
 func (o *api) pending(leaseEnd time.Time) idem.Response {
-	p := o.problem(problemPending, "The outcome is not known yet. Retry with the same key; it will not be done twice.")
-	p.Headers["Retry-After"] = retryAfter(o.Clock(), leaseEnd)
-	return p
+	p := o.problem(problemPending, "The outcome is not known yet: the request may have taken effect. Its attempt holds the key until "+stamp(leaseEnd)+
+		". "+o.resolution(leaseEnd)+" Retry with the same key after Retry-After: you get 409 request-in-progress until then, then the outcome. It will not be done twice.")
+	return retryAt(p, o.Clock(), leaseEnd.Add(o.ResolveAfter))
 }
 
-// retryAfter is the Retry-After value, in seconds from 1 to 30, for a
-// lease ending at until.
-func retryAfter(now, until time.Time) string {
-	s := int(until.Sub(now).Seconds() + 0.999)
-	return strconv.Itoa(min(max(s, 1), 30))
+// claimUnknown answers a claim the store did not confirm, which would
+// have held the key until leaseEnd.
+func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
+	now := o.Clock()
+	p := o.problem(problemPending, "The store did not confirm that the request was recorded; it was not carried out. Retry with the same key after Retry-After: "+
+		"if it was not recorded, the retry carries it out; if it was, you get 409 request-in-progress until "+stamp(leaseEnd)+", when "+
+		"the service's reconciliation resolves it. It will not be done twice.")
+	return retryAt(p, now, now.Add(time.Second))
+}
+
+// resolution says what resolves a command whose lease ends at leaseEnd,
+// and by when if ResolveAfter says.
+func (o *api) resolution(leaseEnd time.Time) string {
+	const resolves = "the service's reconciliation finds out whether it took effect and records the outcome"
+	now, resolveBy := o.Clock(), leaseEnd.Add(o.ResolveAfter)
+	by := ""
+	if o.ResolveAfter > 0 {
+		by = ", by " + stamp(resolveBy)
+	}
+	switch {
+	case now.Before(leaseEnd):
+		return "Once the attempt's lease has ended, " + resolves + by + "."
+	case o.ResolveAfter > 0 && !now.Before(resolveBy):
+		return "The service's reconciliation, due by " + stamp(resolveBy) + ", has not recorded the outcome yet."
+	}
+	return "Now " + resolves + by + "."
 }
 
 // unavailable answers a request that was not carried out.
@@ -250,6 +300,17 @@ func (o *api) unavailable() idem.Response {
 	p.Headers["Retry-After"] = "1"
 	return p
 }
+
+// retryAt sets p's Retry-After to the whole seconds from now to at, at
+// least 1.
+func retryAt(p idem.Response, now, at time.Time) idem.Response {
+	s := int(at.Sub(now).Seconds() + 0.999)
+	p.Headers["Retry-After"] = strconv.Itoa(max(s, 1))
+	return p
+}
+
+// stamp is how the answers write a time.
+func stamp(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
 
 // withHeaders copies r with a headers map to add to.
 func withHeaders(r idem.Response) idem.Response {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -205,5 +206,63 @@ func TestOnReplayAndProblemBase(t *testing.T) {
 	}
 	if strings.Contains(lambdaidem.DefaultProblemBase, "chargeonce.dev") {
 		t.Fatalf("the default problem base %s is the service's", lambdaidem.DefaultProblemBase)
+	}
+}
+
+// unknownClaims is a Backend whose claims all go unanswered.
+type unknownClaims struct {
+	idem.Backend
+	leaseEnd time.Time
+}
+
+func (u unknownClaims) Begin(context.Context, idem.Key, idem.Fingerprint, []byte) (idem.Begun, error) {
+	return idem.Begun{}, &idem.UnknownClaimError{LeaseExpiresAt: u.leaseEnd, Err: idem.ErrUnavailable}
+}
+
+// TestUnknownOutcomeAnswers: each answer for an outcome not known says
+// when to retry and what resolves it, and the 409s that follow keep saying
+// so until it is resolved.
+func TestUnknownOutcomeAnswers(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	clock := idemtest.NewClock(t0)
+	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now }) // a lease of DefaultLease, 30s, without a deadline
+	opts := func(o *lambdaidem.Options) {
+		o.Clock = clock.Now
+		o.ResolveAfter = time.Minute
+	}
+	timeout := func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, context.DeadlineExceeded
+	}
+	handler := lambdaidem.HTTP(s, "create-order", timeout, opts)
+	req := httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{}`)
+	answer := func(status int, slug, retryAfter string, details ...string) {
+		t.Helper()
+		resp, err := handler(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := wantProblem(t, resp, status, slug)
+		if resp.Headers["Retry-After"] != retryAfter {
+			t.Errorf("Retry-After %q, want %q", resp.Headers["Retry-After"], retryAfter)
+		}
+		for _, d := range details {
+			if !strings.Contains(p.Detail, d) {
+				t.Errorf("detail %q does not say %q", p.Detail, d)
+			}
+		}
+	}
+	leaseEnd, resolveBy := "2026-03-01T12:00:30Z", "2026-03-01T12:01:30Z"
+	answer(503, "outcome-pending", "90", leaseEnd, resolveBy, "reconciliation", "409 request-in-progress")
+	answer(409, "request-in-progress", "30", leaseEnd)
+	clock.Advance(40 * time.Second)
+	answer(409, "request-in-progress", "50", "ended at "+leaseEnd, resolveBy)
+	clock.Advance(time.Minute)
+	answer(409, "request-in-progress", "30", "ended at "+leaseEnd, "due by "+resolveBy) // overdue: once every 30s
+
+	lost := lambdaidem.HTTP(unknownClaims{Backend: s, leaseEnd: clock.Now().Add(30 * time.Second)}, "create-order", timeout, opts)
+	resp, _ := lost(context.Background(), req)
+	if p := wantProblem(t, resp, 503, "outcome-pending"); resp.Headers["Retry-After"] != "1" || !strings.Contains(p.Detail, "not carried out") {
+		t.Fatalf("an unconfirmed claim: Retry-After %q, detail %q", resp.Headers["Retry-After"], p.Detail)
 	}
 }
