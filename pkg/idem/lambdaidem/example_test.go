@@ -3,6 +3,9 @@ package lambdaidem_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -46,4 +49,41 @@ func ExampleHTTP() {
 	// 201 {"id":"o-1"} replayed: false
 	// replayed on POST /orders
 	// 201 {"id":"o-1"} replayed: true
+}
+
+// Switching idempotency on for an API whose callers do not send keys yet:
+// a request without one still runs, is logged by route, and its answer
+// says the key will be required.
+func ExampleKeyMigration() {
+	store := memstore.New()
+	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"o-1"}`)}), nil
+	}
+	noTime := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}
+	handler := lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.Options) {
+		o.Tenant = lambdaidem.TenantConstant("shop")
+		o.Migration = &lambdaidem.KeyMigration{
+			Since:  time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			Sunset: time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC),
+			Link:   "https://api.example.com/docs/idempotency",
+			Logger: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: noTime})),
+		}
+	})
+
+	resp, _ := handler(context.Background(), events.APIGatewayV2HTTPRequest{RouteKey: "POST /orders", Body: `{"item":"book"}`})
+	fmt.Println(resp.StatusCode)
+	for _, h := range []string{"Deprecation", "Sunset", "Link"} {
+		fmt.Printf("%s: %s\n", h, resp.Headers[h])
+	}
+	// Output:
+	// level=WARN msg="lambdaidem: request without an idempotency key ran unprotected" operation=create-order route="POST /orders"
+	// 201
+	// Deprecation: @1767225600
+	// Sunset: Wed, 01 Jul 2026 00:00:00 GMT
+	// Link: <https://api.example.com/docs/idempotency>; rel="deprecation"
 }

@@ -2,6 +2,7 @@ package lambdaidem
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,10 @@ type Options struct {
 	// header. The Body may be shared with a cache: replace it, do not
 	// change it.
 	OnReplay func(ctx context.Context, r Request, key idem.Key, resp idem.Response) idem.Response
+	// Migration, when set, runs a request without a key rather than
+	// answering it 400 (see KeyMigration). Default nil: the key is
+	// required.
+	Migration *KeyMigration
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
 	// ResolveAfter is how long after a lease ends the service's
@@ -155,9 +160,12 @@ func (o *api) serve(ctx context.Context, b idem.Backend, operation string, r Req
 	if !ok {
 		return o.problem(problemUnauthorized, "")
 	}
-	client, ok := o.Key(r)
-	if !ok {
-		return o.problem(problemInvalidKey, "The "+o.keyName+" is required: mint one per intent and reuse it on every retry.")
+	client, keyed := o.Key(r)
+	if !keyed {
+		if o.Migration == nil {
+			return o.problem(problemInvalidKey, "The "+o.keyName+" is required: mint one per intent and reuse it on every retry.")
+		}
+		client = "unkeyed-" + rand.Text() // a key no retry will send: the request runs unprotected
 	}
 	key, err := idem.NewKey(tenant, operation, client)
 	var ve *idem.ValidationError
@@ -167,11 +175,17 @@ func (o *api) serve(ctx context.Context, b idem.Backend, operation string, r Req
 	case err != nil:
 		return o.problem(problemUnauthorized, "")
 	}
-	return o.run(ctx, b, key, r, fn)
+	resp := o.run(ctx, b, key, keyed, r, fn)
+	if !keyed {
+		o.Migration.ranWithoutKey(ctx, o, operation, r, resp.Headers)
+	}
+	return resp
 }
 
 // run runs fn under key through idem.Do and answers what became of it.
-func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, r Request, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
+// A request run without a key (keyed false) can have no replay, and a
+// retry of it is another request.
+func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool, r Request, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
 	fp, err := o.Fingerprint(r)
 	switch {
 	case errors.Is(err, idem.ErrInvalidJSON):
@@ -195,27 +209,27 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, r Request, 
 		return o.inProgress(inflight.LeaseExpiresAt)
 	case errors.As(err, &mismatch):
 		return o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request.")
-	case errors.As(err, &unknown):
+	case errors.As(err, &unknown) && keyed:
 		o.OnError(ctx, err)
 		return o.claimUnknown(unknown.LeaseExpiresAt)
-	case err != nil && res.Lease == nil:
+	case err != nil && res.Lease == nil: // a claim without a key that may have landed is one no retry meets
 		o.OnError(ctx, err)
-		return o.unavailable()
+		return o.unavailable(keyed)
 	case err != nil:
 		o.OnError(ctx, err)
 	}
 	var resp idem.Response
 	switch {
 	case res.Status == idem.StatusInFlight && (err != nil || res.Response.Status == 0):
-		return o.pending(res.Lease.ExpiresAt)
+		return o.pending(res.Lease.ExpiresAt, keyed)
 	case res.Response.Status != 0:
 		resp = withHeaders(res.Response)
 	case res.Status == idem.StatusReleased:
-		return o.unavailable()
+		return o.unavailable(keyed)
 	default:
 		return o.problem(problemInternal, "")
 	}
-	if res.Status.Terminal() {
+	if keyed && res.Status.Terminal() {
 		resp.Headers[HeaderIdempotencyExpires] = res.RecordExpiresAt.UTC().Format(http.TimeFormat)
 	}
 	if res.Replayed {
@@ -260,7 +274,11 @@ func (o *api) inProgress(leaseEnd time.Time) idem.Response {
 
 // pending answers an attempt that ran and left the outcome unknown, under
 // a lease ending at leaseEnd.
-func (o *api) pending(leaseEnd time.Time) idem.Response {
+func (o *api) pending(leaseEnd time.Time, keyed bool) idem.Response {
+	if !keyed {
+		return o.problem(problemPending, "The outcome is not known yet. The request had no "+o.keyName+
+			", so a retry is a new request and may do it again: send one to retry safely.")
+	}
 	p := o.problem(problemPending, "The outcome is not known yet: the request may have taken effect. Its attempt holds the key until "+stamp(leaseEnd)+
 		". "+o.resolution(leaseEnd)+" Retry with the same key after Retry-After: you get 409 request-in-progress until then, then the outcome. It will not be done twice.")
 	return retryAt(p, o.Clock(), leaseEnd.Add(o.ResolveAfter))
@@ -295,8 +313,12 @@ func (o *api) resolution(leaseEnd time.Time) string {
 }
 
 // unavailable answers a request that was not carried out.
-func (o *api) unavailable() idem.Response {
-	p := o.problem(problemUnavailable, "Nothing was done; retry with the same key.")
+func (o *api) unavailable(keyed bool) idem.Response {
+	detail := "Nothing was done; retry with the same key."
+	if !keyed {
+		detail = "Nothing was done; retry."
+	}
+	p := o.problem(problemUnavailable, detail)
 	p.Headers["Retry-After"] = "1"
 	return p
 }
