@@ -87,3 +87,28 @@ func ExampleKeyMigration() {
 	// Sunset: Wed, 01 Jul 2026 00:00:00 GMT
 	// Link: <https://api.example.com/docs/idempotency>; rel="deprecation"
 }
+
+// A producer that resends a message stamps it with a new sent_at and SQS
+// gives it a new message id: keyed by the producer's order_id and
+// fingerprinted without sent_at, the resend is a no-op.
+func ExampleFingerprintMessageFields() {
+	store := memstore.New()
+	fulfil := func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error) {
+		fmt.Println("shipping", l.Key.ClientKey())
+		return idem.Succeeded(idem.Response{}), nil
+	}
+	handler := lambdaidem.SQS(store, "fulfil-order", fulfil, func(o *lambdaidem.SQSOptions) {
+		o.Key = lambdaidem.KeyFromJSONField("order_id")
+		o.Fingerprint = lambdaidem.FingerprintMessageFields("order_id", "items")
+	})
+
+	arn := "arn:aws:sqs:eu-west-1:123456789012:orders"
+	resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m-1", EventSourceARN: arn, Body: `{"order_id":"o-42","items":["book"],"sent_at":"12:00:00"}`},
+		{MessageId: "m-2", EventSourceARN: arn, Body: `{"order_id":"o-42","items":["book"],"sent_at":"12:00:05"}`},
+	}})
+	fmt.Println("to redeliver:", len(resp.BatchItemFailures))
+	// Output:
+	// shipping o-42
+	// to redeliver: 0
+}

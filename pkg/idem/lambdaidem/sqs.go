@@ -18,13 +18,21 @@ import (
 // are committed with the message's record, in one transaction.
 type SQSFunc func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error)
 
-// SQSOptions configure SQS.
+// SQSOptions configure SQS. Zero fields take the defaults.
 type SQSOptions struct {
-	// Key gives a message's idempotency key. Default KeyFromMessageID.
+	// Key gives a message's idempotency key. Default KeyFromMessageID,
+	// which a producer's resend does not keep: KeyFromAttribute and
+	// KeyFromJSONField read the producer's own id.
 	Key func(msg events.SQSMessage) (string, error)
 	// Tenant scopes the keys. Default: the queue's name, from the
 	// message's event source ARN.
 	Tenant func(msg events.SQSMessage) (string, error)
+	// Fingerprint identifies a message's content, so that a key reused
+	// for another message is refused; its error fails the message.
+	// Default: the canonical JSON body's, or the raw body's when it is not
+	// JSON. FingerprintMessageFields takes a subset, so that a resend
+	// with a new timestamp is the same message.
+	Fingerprint func(msg events.SQSMessage) (idem.Fingerprint, error)
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
 	// OnError sees every message reported for another delivery, with why.
@@ -63,6 +71,20 @@ func KeyFromJSONField(field string) func(events.SQSMessage) (string, error) {
 	}
 }
 
+// FingerprintMessageFields fingerprints only the named top-level members
+// of a JSON object body, as FingerprintFields does a request's: a
+// producer's resend that differs only in the others (a new sent_at) is
+// the same message, and a no-op once the first was processed.
+func FingerprintMessageFields(fields ...string) func(events.SQSMessage) (idem.Fingerprint, error) {
+	return func(msg events.SQSMessage) (idem.Fingerprint, error) {
+		fp, err := fieldsFingerprint([]byte(msg.Body), fields)
+		if err != nil {
+			return fp, fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
+		}
+		return fp, nil
+	}
+}
+
 // queueName is the last part of the message's event source ARN.
 func queueName(msg events.SQSMessage) (string, error) {
 	i := strings.LastIndexByte(msg.EventSourceARN, ':')
@@ -79,17 +101,26 @@ var errRedeliver = errors.New("lambdaidem: not processed; redeliver")
 // be on for the event source mapping). Each message is processed at most
 // once per key: a message already processed, or a duplicate of one
 // earlier in the batch, is a no-op. A message is reported in
-// BatchItemFailures, for another delivery, when its key cannot be read,
-// its key is in flight elsewhere or was used for another body, its
-// processing did not happen (NotApplied) or its outcome is unknown (a
-// record left IN_FLIGHT is resolved by taking it over, not by
+// BatchItemFailures, for another delivery, when its key or fingerprint
+// cannot be read, its key is in flight elsewhere or was used for another
+// body, its processing did not happen (NotApplied) or its outcome is
+// unknown (a record left IN_FLIGHT is resolved by taking it over, not by
 // redelivery). A Failed outcome is final: the message is not redelivered.
 // On a FIFO queue, the messages after a reported one are reported too, to
 // keep their order.
 func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOptions)) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
-	o := SQSOptions{Key: KeyFromMessageID, Tenant: queueName}
+	var o SQSOptions
 	for _, fn := range optFns {
 		fn(&o)
+	}
+	if o.Key == nil {
+		o.Key = KeyFromMessageID
+	}
+	if o.Tenant == nil {
+		o.Tenant = queueName
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = fingerprint
 	}
 	if o.OnError == nil {
 		o.OnError = func(context.Context, events.SQSMessage, error) {}
@@ -108,9 +139,13 @@ func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOpti
 				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 				continue
 			}
+			var in intent
 			key, err := o.key(msg, operation)
 			if err == nil {
-				in := intent{key, fingerprint(msg)}
+				in.key = key
+				in.fp, err = o.Fingerprint(msg)
+			}
+			if err == nil {
 				ok, seen := done[in]
 				switch {
 				case seen && !ok:
@@ -148,11 +183,11 @@ func (o *SQSOptions) key(msg events.SQSMessage, operation string) (idem.Key, err
 
 // fingerprint is the canonical JSON body's, or the raw body's when it is
 // not JSON.
-func fingerprint(msg events.SQSMessage) idem.Fingerprint {
+func fingerprint(msg events.SQSMessage) (idem.Fingerprint, error) {
 	if fp, err := idem.FingerprintJSON([]byte(msg.Body)); err == nil {
-		return fp
+		return fp, nil
 	}
-	return idem.FingerprintOf([]byte(msg.Body))
+	return idem.FingerprintOf([]byte(msg.Body)), nil
 }
 
 // process runs one message through idem.Do; nil means it needs no other
