@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -35,9 +38,26 @@ type SQSOptions struct {
 	Fingerprint func(msg events.SQSMessage) (idem.Fingerprint, error)
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
-	// OnError sees every message reported for another delivery, with why.
+	// Visibility, if set, holds back the redelivery of a message whose
+	// key is held under a live lease until that lease ends, by
+	// ChangeMessageVisibility: one more delivery instead of one per
+	// visibility timeout meanwhile (see SQS). The function needs
+	// sqs:ChangeMessageVisibility on the queue. Default nil.
+	Visibility VisibilityAPI
+	// Clock gives the time a lease has left. Default time.Now.
+	Clock func() time.Time
+	// OnError sees every message reported for another delivery, with why,
+	// and every failure to hold one back.
 	OnError func(ctx context.Context, msg events.SQSMessage, err error)
 }
+
+// VisibilityAPI is the part of *sqs.Client that SQSOptions.Visibility
+// uses.
+type VisibilityAPI interface {
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+var _ VisibilityAPI = (*sqs.Client)(nil)
 
 // KeyFromMessageID keys a message by its SQS message id: redeliveries of
 // one message are one intent.
@@ -97,6 +117,32 @@ func queueName(msg events.SQSMessage) (string, error) {
 // errRedeliver: the message is held elsewhere, or was not processed.
 var errRedeliver = errors.New("lambdaidem: not processed; redeliver")
 
+// heldError is the failure of a message whose key stays held until until,
+// under a lease: a delivery before then would find it held again.
+type heldError struct {
+	until time.Time
+	err   error
+}
+
+func (e *heldError) Error() string { return e.err.Error() }
+func (e *heldError) Unwrap() error { return e.err }
+
+// heldUntil is when the lease that holds a failed message's key ends, if
+// one does.
+func heldUntil(err error) (time.Time, bool) {
+	var (
+		inflight *idem.InFlightError
+		held     *heldError
+	)
+	switch {
+	case errors.As(err, &inflight):
+		return inflight.LeaseExpiresAt, true
+	case errors.As(err, &held):
+		return held.until, true
+	}
+	return time.Time{}, false
+}
+
 // SQS wraps next as an SQS batch handler (report batch item failures must
 // be on for the event source mapping). Each message is processed at most
 // once per key: a message already processed, or a duplicate of one
@@ -108,6 +154,12 @@ var errRedeliver = errors.New("lambdaidem: not processed; redeliver")
 // redelivery). A Failed outcome is final: the message is not redelivered.
 // On a FIFO queue, the messages after a reported one are reported too, to
 // keep their order.
+//
+// A reported message comes back when its visibility timeout ends, and
+// each receive counts toward the redrive policy's maxReceiveCount: one
+// whose key is still held under a live lease then is reported again,
+// unless SQSOptions.Visibility moved its next delivery to the lease's end.
+// Pkg/idem's README ("Middleware options") says when that happens.
 func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOptions)) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	var o SQSOptions
 	for _, fn := range optFns {
@@ -122,17 +174,21 @@ func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOpti
 	if o.Fingerprint == nil {
 		o.Fingerprint = fingerprint
 	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
 	if o.OnError == nil {
 		o.OnError = func(context.Context, events.SQSMessage, error) {}
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		var out events.SQSEventResponse
-		// Within this batch: whether each (key, body) was processed.
+		// Within this batch: why each (key, body) was not processed, nil
+		// for one that was.
 		type intent struct {
 			key idem.Key
 			fp  idem.Fingerprint
 		}
-		done := map[intent]bool{}
+		done := map[intent]error{}
 		failed := false
 		for _, msg := range ev.Records {
 			if failed && strings.HasSuffix(msg.EventSourceARN, ".fifo") {
@@ -146,18 +202,19 @@ func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOpti
 				in.fp, err = o.Fingerprint(msg)
 			}
 			if err == nil {
-				ok, seen := done[in]
+				prev, seen := done[in]
 				switch {
-				case seen && !ok:
-					err = fmt.Errorf("%w: a duplicate of a message in this batch that was not processed", errRedeliver)
+				case seen && prev != nil:
+					err = fmt.Errorf("%w: a duplicate of a message in this batch that was not processed: %w", errRedeliver, prev)
 				case !seen:
 					err = o.process(ctx, b, in.key, in.fp, msg, next)
-					done[in] = err == nil
+					done[in] = err
 				}
 			}
 			if err != nil {
 				failed = true
 				o.OnError(ctx, msg, err)
+				o.holdBack(ctx, msg, err)
 				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 			}
 		}
@@ -201,11 +258,56 @@ func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, 
 			d.Reserve = o.Reserve
 		}
 	})
+	if err != nil {
+		err = fmt.Errorf("lambdaidem: message %s: %w", msg.MessageId, err)
+	}
 	switch {
+	case res.Status == idem.StatusInFlight && res.Lease != nil: // it ran here, and its outcome is unknown
+		if err == nil {
+			err = fmt.Errorf("%w: message %s left %s", errRedeliver, msg.MessageId, res.Status)
+		}
+		return &heldError{until: res.Lease.ExpiresAt, err: err}
 	case err != nil:
-		return fmt.Errorf("lambdaidem: message %s: %w", msg.MessageId, err)
-	case res.Status == idem.StatusInFlight || res.Status == idem.StatusReleased:
+		return err
+	case res.Status == idem.StatusReleased:
 		return fmt.Errorf("%w: message %s left %s", errRedeliver, msg.MessageId, res.Status)
 	}
 	return nil
+}
+
+// maxVisibility is the longest visibility timeout SQS takes: 12 hours.
+const maxVisibility = 12 * 60 * 60
+
+// holdBack moves the next delivery of a failed message to the end of the
+// lease that holds its key, when there is one and a Visibility client.
+func (o *SQSOptions) holdBack(ctx context.Context, msg events.SQSMessage, err error) {
+	until, ok := heldUntil(err)
+	left := until.Sub(o.Clock())
+	if o.Visibility == nil || !ok || left <= 0 {
+		return
+	}
+	url, err := queueURL(msg.EventSourceARN)
+	if err == nil {
+		_, err = o.Visibility.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(url), ReceiptHandle: aws.String(msg.ReceiptHandle),
+			VisibilityTimeout: int32(min(math.Ceil(left.Seconds()), maxVisibility)),
+		})
+	}
+	if err != nil {
+		o.OnError(ctx, msg, fmt.Errorf("lambdaidem: message %s: hold back until its key's lease ends: %w", msg.MessageId, err))
+	}
+}
+
+// queueURL is the URL of the queue an event source ARN names
+// (arn:aws:sqs:region:account:name).
+func queueURL(arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[3] == "" || parts[4] == "" || parts[5] == "" {
+		return "", fmt.Errorf("lambdaidem: event source %q is not a queue's ARN", arn)
+	}
+	domain := "amazonaws.com"
+	if parts[1] == "aws-cn" {
+		domain = "amazonaws.com.cn"
+	}
+	return "https://sqs." + parts[3] + "." + domain + "/" + parts[4] + "/" + parts[5], nil
 }
