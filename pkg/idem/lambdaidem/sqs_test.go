@@ -221,3 +221,33 @@ func TestSQSVisibilityOnSQS(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 }
+
+// TestSQSVisibilityQueueURL: the queue URL is made from the event source
+// ARN, in China's partition too, and an ARN that names no queue is
+// reported rather than guessed at.
+func TestSQSVisibilityQueueURL(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	vis := &visibility{}
+	var errs []error
+	handler := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
+		return idem.Unknown(idem.Response{}), nil // held by this attempt's lease
+	}, func(o *lambdaidem.SQSOptions) {
+		o.Tenant = func(events.SQSMessage) (string, error) { return "orders", nil }
+		o.Visibility = vis
+		o.OnError = func(_ context.Context, _ events.SQSMessage, err error) { errs = append(errs, err) }
+	})
+	p := idemtest.UniqueKey(t, "x").ClientKey()
+	cn := events.SQSMessage{MessageId: p + "-cn", ReceiptHandle: "rh-cn", Body: `{}`, EventSourceARN: "arn:aws-cn:sqs:cn-north-1:123456789012:orders"}
+	odd := events.SQSMessage{MessageId: p + "-odd", ReceiptHandle: "rh-odd", Body: `{}`, EventSourceARN: "orders"}
+	if resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{cn, odd}}); failures(resp) != cn.MessageId+","+odd.MessageId {
+		t.Fatalf("failures %q", failures(resp))
+	}
+	calls := vis.taken()
+	if len(calls) != 1 || aws.ToString(calls[0].QueueUrl) != "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/orders" {
+		t.Fatalf("visibility changes %+v; want one, on the China queue's URL", calls)
+	}
+	if len(errs) != 3 || !strings.Contains(errs[2].Error(), "not a queue's ARN") {
+		t.Fatalf("errors %v; want the odd event source reported", errs)
+	}
+}
