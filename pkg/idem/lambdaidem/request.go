@@ -55,8 +55,9 @@ func (r Request) HTTP() *events.APIGatewayV2HTTPRequest { return r.http }
 // REST is the REST API event, nil for an HTTP API request.
 func (r Request) REST() *events.APIGatewayProxyRequest { return r.rest }
 
-// Header is the value of the header name, whatever its case. A REST
-// API's header sent more than once has no single value: it is missing.
+// Header is the value of the header name, whatever its case; for a REST
+// API, from its single-value headers, or else from a multi-value header
+// that has one value.
 func (r Request) Header(name string) (string, bool) {
 	switch {
 	case r.http != nil:
