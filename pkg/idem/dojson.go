@@ -32,8 +32,8 @@ func DoJSON[T any](ctx context.Context, b Backend, key Key, request any,
 	if err != nil {
 		return zero, fmt.Errorf("idem: request of %s: %w", key.LogHash(), err)
 	}
-	// fn's error is kept here rather than given to Do, which would return
-	// it wrapped with the key itself.
+	// fn's error is kept here rather than given to Do, so that it is
+	// returned as it is, not wrapped.
 	var fnErr error
 	res, err := Do(ctx, b, key, fp, nil, func(ctx context.Context, l *Lease) (Outcome, error) {
 		v, err := fn(ctx, l)

@@ -69,7 +69,6 @@ type Options struct {
 	Clock func() time.Time
 	// OnError sees every error the wrapper answers for rather than
 	// returns (a store failure, the handler's own error), for logging.
-	// The store's errors name the key.
 	OnError func(ctx context.Context, err error)
 }
 
