@@ -137,10 +137,11 @@
 // business writes of Succeeded. README.md's Recovery section says which to
 // use when.
 //
-// HTTP middleware (package lambdaidem): the key from the Idempotency-Key
-// header, the tenant from the authorizer, the fingerprint from the
-// canonical JSON body; replays carry Idempotent-Replayed: true, and the
-// contract's refusals are problem+json (409, 422, 400).
+// HTTP middleware (package lambdaidem): by default the key from the
+// Idempotency-Key header, the tenant from the authorizer, the fingerprint
+// from the canonical JSON body, each replaceable by an option; replays
+// carry Idempotent-Replayed: true, and the contract's refusals are
+// problem+json (409, 422, 400).
 //
 //	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
 //		order, err := newOrder(l.Key, l.CreatedAt, req.Body)
@@ -149,7 +150,7 @@
 //		}
 //		return idem.Succeeded(created(order), putOrderRow(order)), nil
 //	}
-//	lambda.Start(lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.HTTPOptions) {
+//	lambda.Start(lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.Options) {
 //		o.Tenant = lambdaidem.TenantFromJWTClaim("tenant_id")
 //	}))
 //

@@ -4,59 +4,117 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/lambdaidem"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
-// An HTTP API handler runs once per Idempotency-Key: the retry gets the
-// stored answer marked as a replay, and the key reused with another body
-// is refused. In a Lambda, pass the handler to lambda.Start and the store
-// is an *idem.Store; here it is the in-memory one, invoked directly.
+// An API of another team's: its Lambda authorizer puts the tenant in its
+// context, its clients send X-Request-Id, a request's sent_at is not part
+// of what it asks for, and its problem types are its own.
 func ExampleHTTP() {
-	store := memstore.New()
+	store := memstore.New() // an *idem.Store on DynamoDB in production
 	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
 		fmt.Println("creating the order")
-		row := types.TransactWriteItem{Put: &types.Put{
-			TableName:           aws.String("orders"),
-			Item:                map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "o-1"}},
-			ConditionExpression: aws.String("attribute_not_exists(id)"),
-		}}
-		created := idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"o-1"}`)}
-		return idem.Succeeded(created, row), nil
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"o-1"}`)}), nil
 	}
-	handler := lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.HTTPOptions) {
-		o.Tenant = lambdaidem.TenantFromJWTClaim("tenant_id")
+	handler := lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.Options) {
+		o.Header = "X-Request-Id"
+		o.Tenant = lambdaidem.TenantFromLambdaContext("tenantId")
+		o.Fingerprint = lambdaidem.FingerprintFields("item", "qty")
+		o.ProblemBase = "https://api.example.com/problems/"
+		o.OnReplay = func(_ context.Context, r lambdaidem.Request, _ idem.Key, resp idem.Response) idem.Response {
+			fmt.Println("replayed on", r.Route)
+			return resp
+		}
 	})
 
-	request := func(body string) events.APIGatewayV2HTTPRequest {
+	for _, sentAt := range []string{"12:00:00", "12:00:05"} {
 		req := events.APIGatewayV2HTTPRequest{
 			RouteKey: "POST /orders",
-			Headers:  map[string]string{"content-type": "application/json", "idempotency-key": "k-7"},
-			Body:     body,
+			Headers:  map[string]string{"x-request-id": "req-7"},
+			Body:     `{"item":"book","qty":1,"sent_at":"` + sentAt + `"}`,
 		}
-		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"tenant_id": "acme"}},
-		}
-		return req
-	}
-	for _, body := range []string{`{"item":"book"}`, `{ "item": "book" }`, `{"item":"lamp"}`} {
-		resp, _ := handler(context.Background(), request(body))
-		fmt.Println(resp.StatusCode, resp.Headers["Content-Type"], "replayed:", resp.Headers[lambdaidem.HeaderReplayed] == "true")
+		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{Lambda: map[string]any{"tenantId": "acme"}}
+		resp, _ := handler(context.Background(), req)
+		fmt.Println(resp.StatusCode, resp.Body, "replayed:", resp.Headers[lambdaidem.HeaderReplayed] == "true")
 	}
 	// Output:
 	// creating the order
-	// 201 application/json replayed: false
-	// 201 application/json replayed: true
-	// 422 application/problem+json replayed: false
+	// 201 {"id":"o-1"} replayed: false
+	// replayed on POST /orders
+	// 201 {"id":"o-1"} replayed: true
 }
 
-// errWarehouseDown stands for a dependency that refused before acting.
+// Switching idempotency on for an API whose callers do not send keys yet:
+// a request without one still runs, is logged by route, and its answer
+// says the key will be required.
+func ExampleKeyMigration() {
+	store := memstore.New()
+	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"o-1"}`)}), nil
+	}
+	noTime := func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}
+	handler := lambdaidem.HTTP(store, "create-order", create, func(o *lambdaidem.Options) {
+		o.Tenant = lambdaidem.TenantConstant("shop")
+		o.Migration = &lambdaidem.KeyMigration{
+			Since:  time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
+			Sunset: time.Date(2026, 7, 1, 0, 0, 0, 0, time.UTC),
+			Link:   "https://api.example.com/docs/idempotency",
+			Logger: slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{ReplaceAttr: noTime})),
+		}
+	})
+
+	resp, _ := handler(context.Background(), events.APIGatewayV2HTTPRequest{RouteKey: "POST /orders", Body: `{"item":"book"}`})
+	fmt.Println(resp.StatusCode)
+	for _, h := range []string{"Deprecation", "Sunset", "Link"} {
+		fmt.Printf("%s: %s\n", h, resp.Headers[h])
+	}
+	// Output:
+	// level=WARN msg="lambdaidem: request without an idempotency key ran unprotected" operation=create-order route="POST /orders"
+	// 201
+	// Deprecation: @1767225600
+	// Sunset: Wed, 01 Jul 2026 00:00:00 GMT
+	// Link: <https://api.example.com/docs/idempotency>; rel="deprecation"
+}
+
+// A producer that resends a message stamps it with a new sent_at and SQS
+// gives it a new message id: keyed by the producer's order_id and
+// fingerprinted without sent_at, the resend is a no-op.
+func ExampleFingerprintMessageFields() {
+	store := memstore.New()
+	fulfil := func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error) {
+		fmt.Println("shipping", l.Key.ClientKey())
+		return idem.Succeeded(idem.Response{}), nil
+	}
+	handler := lambdaidem.SQS(store, "fulfil-order", fulfil, func(o *lambdaidem.SQSOptions) {
+		o.Key = lambdaidem.KeyFromJSONField("order_id")
+		o.Fingerprint = lambdaidem.FingerprintMessageFields("order_id", "items")
+	})
+
+	arn := "arn:aws:sqs:eu-west-1:123456789012:orders"
+	resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m-1", EventSourceARN: arn, Body: `{"order_id":"o-42","items":["book"],"sent_at":"12:00:00"}`},
+		{MessageId: "m-2", EventSourceARN: arn, Body: `{"order_id":"o-42","items":["book"],"sent_at":"12:00:05"}`},
+	}})
+	fmt.Println("to redeliver:", len(resp.BatchItemFailures))
+	// Output:
+	// shipping o-42
+	// to redeliver: 0
+}
+
 var errWarehouseDown = errors.New("warehouse unavailable")
 
 // An SQS handler processes each order once, however often it is sent: a

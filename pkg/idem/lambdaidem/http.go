@@ -2,12 +2,12 @@ package lambdaidem
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -24,17 +24,45 @@ const (
 	ContentTypeProblem       = "application/problem+json"
 )
 
-// DefaultProblemBase prefixes the problem types unless
-// Options.ProblemBase says otherwise.
-const DefaultProblemBase = "https://chargeonce.dev/problems/"
+// DefaultProblemBase prefixes the problem types unless Options.ProblemBase
+// says otherwise: this package's documentation, which lists them, rather
+// than any one API's. An API is better served by a base of its own.
+const DefaultProblemBase = "https://pkg.go.dev/github.com/chargeonce/chargeonce/pkg/idem/lambdaidem#"
 
-// Options are what the HTTP and REST wrappers share.
+// Options configure HTTP and REST. Zero fields take the defaults.
 type Options struct {
 	// Header names the idempotency key's header. Default
 	// HeaderIdempotencyKey.
 	Header string
+	// Key reads the request's idempotency key, and whether it has one.
+	// Default: the Header header.
+	Key func(r Request) (string, bool)
+	// Tenant names the request's tenant, and whether it has one (401
+	// without). Default: the principal of whichever authorizer the route
+	// has: a JWT's "sub" claim, the IAM caller (TenantFromIAMPrincipal),
+	// a REST API Lambda authorizer's principalId. An HTTP API Lambda
+	// authorizer has no principal: use TenantFromLambdaContext.
+	Tenant func(r Request) (string, bool)
+	// Fingerprint identifies the request's content, so that a key reused
+	// for another request is refused; its error is answered 400. Default
+	// FingerprintBody; FingerprintFields takes a subset of the body.
+	Fingerprint func(r Request) (idem.Fingerprint, error)
+	// OnReplay is given every stored answer about to be replayed, with
+	// its key, and what it returns is answered: to count replays or add a
+	// header. The Body may be shared with a cache: replace it, do not
+	// change it.
+	OnReplay func(ctx context.Context, r Request, key idem.Key, resp idem.Response) idem.Response
+	// Migration, when set, runs a request without a key rather than
+	// answering it 400 (see KeyMigration). Default nil: the key is
+	// required.
+	Migration *KeyMigration
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
+	// ResolveAfter is how long after a lease ends the service's
+	// reconciler has resolved a command left IN_FLIGHT (its sweep's
+	// period): the answers for an unknown outcome count it in their
+	// Retry-After and say so. Default 0.
+	ResolveAfter time.Duration
 	// ProblemBase prefixes the problem types. Default DefaultProblemBase.
 	ProblemBase string
 	// Clock gives the time for Retry-After. Default time.Now.
@@ -44,26 +72,44 @@ type Options struct {
 	OnError func(ctx context.Context, err error)
 }
 
-func (o *Options) defaults() {
-	if o.Header == "" {
-		o.Header = HeaderIdempotencyKey
-	}
-	if o.ProblemBase == "" {
-		o.ProblemBase = DefaultProblemBase
-	}
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
-	if o.OnError == nil {
-		o.OnError = func(context.Context, error) {}
-	}
+// api is a wrapper's options, defaults applied.
+type api struct {
+	Options
+	// keyName is how the answers name the key: by its header, unless a
+	// function of the caller's reads it.
+	keyName string
 }
 
-func (o *Options) doOptions(d *idem.DoOptions) {
-	d.Wait = o.Wait
-	if o.Reserve > 0 {
-		d.Reserve = o.Reserve
+func newAPI(optFns []func(*Options)) *api {
+	a := &api{}
+	for _, fn := range optFns {
+		fn(&a.Options)
 	}
+	if a.Header == "" {
+		a.Header = HeaderIdempotencyKey
+	}
+	if a.ProblemBase == "" {
+		a.ProblemBase = DefaultProblemBase
+	}
+	if a.Tenant == nil {
+		a.Tenant = defaultTenant
+	}
+	if a.Fingerprint == nil {
+		a.Fingerprint = FingerprintBody
+	}
+	if a.Clock == nil {
+		a.Clock = time.Now
+	}
+	if a.OnError == nil {
+		a.OnError = func(context.Context, error) {}
+	}
+	a.keyName = "idempotency key"
+	if a.Key == nil {
+		header := a.Header
+		a.Key = func(r Request) (string, bool) { return r.Header(header) }
+		a.keyName = header + " header"
+	}
+	return a
 }
 
 // HTTPFunc handles an HTTP API request under its lease and says what
@@ -71,126 +117,87 @@ func (o *Options) doOptions(d *idem.DoOptions) {
 // the outcome's Response.
 type HTTPFunc func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error)
 
-// HTTPOptions configure HTTP.
-type HTTPOptions struct {
-	Options
-	// Tenant names the request's tenant. Default: the JWT authorizer's
-	// "sub" claim (TenantFromJWTClaim("sub")).
-	Tenant func(req events.APIGatewayV2HTTPRequest) (string, bool)
-}
-
-// TenantFromJWTClaim reads the tenant from a claim of the HTTP API's JWT
-// authorizer.
-func TenantFromJWTClaim(claim string) func(events.APIGatewayV2HTTPRequest) (string, bool) {
-	return func(req events.APIGatewayV2HTTPRequest) (string, bool) {
-		a := req.RequestContext.Authorizer
-		if a == nil || a.JWT == nil {
-			return "", false
-		}
-		t, ok := a.JWT.Claims[claim]
-		return t, ok && t != ""
-	}
-}
-
 // HTTP wraps next as an API Gateway HTTP API (payload 2.0) handler that
-// runs it at most once per (tenant, operation, Idempotency-Key).
-func HTTP(b idem.Backend, operation string, next HTTPFunc, optFns ...func(*HTTPOptions)) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	o := HTTPOptions{Tenant: TenantFromJWTClaim("sub")}
-	for _, fn := range optFns {
-		fn(&o)
-	}
-	o.defaults()
+// runs it at most once per (tenant, operation, idempotency key).
+func HTTP(b idem.Backend, operation string, next HTTPFunc, optFns ...func(*Options)) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	o := newAPI(optFns)
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-		tenant, ok := o.Tenant(req)
-		r := request{tenant: tenant, hasTenant: ok, body: req.Body, base64: req.IsBase64Encoded}
-		r.key, r.hasKey = lookup(req.Headers, o.Header)
-		resp := o.serve(ctx, b, operation, r, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		body, ok := decodeBody(req.Body, req.IsBase64Encoded)
+		resp := o.serve(ctx, b, operation, httpRequest(&req, body), ok, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 			return next(ctx, req, l)
 		})
-		body, b64 := encodeBody(resp.Body)
-		return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: resp.Headers, Body: body, IsBase64Encoded: b64}, nil
+		out, b64 := encodeBody(resp.Body)
+		return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: resp.Headers, Body: out, IsBase64Encoded: b64}, nil
 	}
 }
 
 // RESTFunc handles a REST API request under its lease, as HTTPFunc.
 type RESTFunc func(ctx context.Context, req events.APIGatewayProxyRequest, l *idem.Lease) (idem.Outcome, error)
 
-// RESTOptions configure REST.
-type RESTOptions struct {
-	Options
-	// Tenant names the request's tenant. Default: the Lambda authorizer's
-	// principalId.
-	Tenant func(req events.APIGatewayProxyRequest) (string, bool)
-}
-
-func principalID(req events.APIGatewayProxyRequest) (string, bool) {
-	t, ok := req.RequestContext.Authorizer["principalId"].(string)
-	return t, ok && t != ""
-}
-
 // REST wraps next as an API Gateway REST API (payload 1.0) handler that
-// runs it at most once per (tenant, operation, Idempotency-Key).
-func REST(b idem.Backend, operation string, next RESTFunc, optFns ...func(*RESTOptions)) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-	o := RESTOptions{Tenant: principalID}
-	for _, fn := range optFns {
-		fn(&o)
-	}
-	o.defaults()
+// runs it at most once per (tenant, operation, idempotency key).
+func REST(b idem.Backend, operation string, next RESTFunc, optFns ...func(*Options)) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
+	o := newAPI(optFns)
 	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-		tenant, ok := o.Tenant(req)
-		r := request{tenant: tenant, hasTenant: ok, body: req.Body, base64: req.IsBase64Encoded}
-		r.key, r.hasKey = lookup(req.Headers, o.Header)
-		if !r.hasKey {
-			if vs, ok := lookupMulti(req.MultiValueHeaders, o.Header); ok && len(vs) == 1 {
-				r.key, r.hasKey = vs[0], true
-			}
-		}
-		resp := o.serve(ctx, b, operation, r, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		body, ok := decodeBody(req.Body, req.IsBase64Encoded)
+		resp := o.serve(ctx, b, operation, restRequest(&req, body), ok, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 			return next(ctx, req, l)
 		})
-		body, b64 := encodeBody(resp.Body)
-		return events.APIGatewayProxyResponse{StatusCode: resp.Status, Headers: resp.Headers, Body: body, IsBase64Encoded: b64}, nil
+		out, b64 := encodeBody(resp.Body)
+		return events.APIGatewayProxyResponse{StatusCode: resp.Status, Headers: resp.Headers, Body: out, IsBase64Encoded: b64}, nil
 	}
-}
-
-// request is what the wrappers read from either kind of event.
-type request struct {
-	tenant, key       string
-	hasTenant, hasKey bool
-	body              string
-	base64            bool
 }
 
 // serve answers one request: every refusal of the contract, the replay,
-// or the handler's own response.
-func (o *Options) serve(ctx context.Context, b idem.Backend, operation string, r request, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
-	if !r.hasTenant {
+// or the handler's own response. bodyOK is false for a body that is not
+// the base64 it was said to be.
+func (o *api) serve(ctx context.Context, b idem.Backend, operation string, r Request, bodyOK bool, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
+	if !bodyOK {
+		return o.problem(problemInvalidRequest, "The body is not valid base64.")
+	}
+	tenant, ok := o.Tenant(r)
+	if !ok {
 		return o.problem(problemUnauthorized, "")
 	}
-	if !r.hasKey {
-		return o.problem(problemInvalidKey, "The "+o.Header+" header is required: mint one per intent and reuse it on every retry.")
+	client, keyed := o.Key(r)
+	if !keyed {
+		if o.Migration == nil {
+			return o.problem(problemInvalidKey, "The "+o.keyName+" is required: mint one per intent and reuse it on every retry.")
+		}
+		client = "unkeyed-" + rand.Text() // a key no retry will send: the request runs unprotected
 	}
-	key, err := idem.NewKey(r.tenant, operation, r.key)
+	key, err := idem.NewKey(tenant, operation, client)
 	var ve *idem.ValidationError
 	switch {
 	case errors.As(err, &ve) && ve.Field == "client key":
-		return o.problem(problemInvalidKey, "The "+o.Header+" must be 1 to 255 printable ASCII characters.")
+		return o.problem(problemInvalidKey, "The "+o.keyName+" must be 1 to 255 printable ASCII characters.")
 	case err != nil:
 		return o.problem(problemUnauthorized, "")
 	}
-	body := []byte(r.body)
-	if r.base64 {
-		if body, err = base64.StdEncoding.DecodeString(r.body); err != nil {
-			return o.problem(problemInvalidRequest, "The body is not valid base64.")
-		}
+	resp := o.run(ctx, b, key, keyed, r, fn)
+	if !keyed {
+		o.Migration.ranWithoutKey(ctx, o, operation, r, resp.Headers)
 	}
-	fp := idem.FingerprintOf(nil)
-	if len(body) > 0 {
-		if fp, err = idem.FingerprintJSON(body); err != nil {
-			return o.problem(problemInvalidRequest, "The body is not a single valid JSON value of UTF-8 text without duplicate keys.")
-		}
+	return resp
+}
+
+// run runs fn under key through idem.Do and answers what became of it.
+// A request run without a key (keyed false) can have no replay, and a
+// retry of it is another request.
+func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool, r Request, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
+	fp, err := o.Fingerprint(r)
+	switch {
+	case errors.Is(err, idem.ErrInvalidJSON):
+		return o.problem(problemInvalidRequest, "The body is not a single valid JSON value of UTF-8 text without duplicate keys, as this operation takes.")
+	case err != nil:
+		return o.problem(problemInvalidRequest, "The request is not one this operation takes.")
 	}
-	res, err := idem.Do(ctx, b, key, fp, nil, fn, o.doOptions)
+	res, err := idem.Do(ctx, b, key, fp, nil, fn, func(d *idem.DoOptions) {
+		d.Wait = o.Wait
+		if o.Reserve > 0 {
+			d.Reserve = o.Reserve
+		}
+	})
 	var (
 		inflight *idem.InFlightError
 		mismatch *idem.MismatchError
@@ -198,49 +205,133 @@ func (o *Options) serve(ctx context.Context, b idem.Backend, operation string, r
 	)
 	switch {
 	case errors.As(err, &inflight):
-		p := o.problem(problemInProgress, "Another request with this key is being processed. Retry after the indicated time.")
-		p.Headers["Retry-After"] = retryAfter(o.Clock(), inflight.LeaseExpiresAt)
-		return p
+		return o.inProgress(inflight.LeaseExpiresAt)
 	case errors.As(err, &mismatch):
-		return o.problem(problemKeyReused, "This key was used with a different request body. Use a new key for a new request.")
-	case errors.As(err, &unknown):
-		// The claim may have landed: the function has not run, but a
-		// reconciler may yet run it, so "nothing was done" is not known.
+		return o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request.")
+	case errors.As(err, &unknown) && keyed:
 		o.OnError(ctx, err)
-		p := o.problem(problemPending, "The outcome is not known yet. Retry with the same key; it will not be done twice.")
-		p.Headers["Retry-After"] = retryAfter(o.Clock(), unknown.LeaseExpiresAt)
-		return p
-	case err != nil && res.Lease == nil:
+		return o.claimUnknown(unknown.LeaseExpiresAt)
+	case err != nil && res.Lease == nil: // a claim without a key that may have landed is one no retry meets
 		o.OnError(ctx, err)
-		p := o.problem(problemUnavailable, "Nothing was done; retry with the same key.")
-		p.Headers["Retry-After"] = "1"
-		return p
+		return o.unavailable(keyed)
 	case err != nil:
 		o.OnError(ctx, err)
 	}
 	var resp idem.Response
 	switch {
 	case res.Status == idem.StatusInFlight && (err != nil || res.Response.Status == 0):
-		resp = o.problem(problemPending, "The outcome is not known yet. Retry with the same key; it will not be done twice.")
-		resp.Headers["Retry-After"] = retryAfter(o.Clock(), res.Lease.ExpiresAt)
-		return resp
+		return o.pending(res.Lease.ExpiresAt, keyed)
 	case res.Response.Status != 0:
 		resp = withHeaders(res.Response)
 	case res.Status == idem.StatusReleased:
-		resp = o.problem(problemUnavailable, "Nothing was done; retry with the same key.")
-		resp.Headers["Retry-After"] = "1"
-		return resp
+		return o.unavailable(keyed)
 	default:
 		return o.problem(problemInternal, "")
 	}
-	if res.Status.Terminal() {
+	if keyed && res.Status.Terminal() {
 		resp.Headers[HeaderIdempotencyExpires] = res.RecordExpiresAt.UTC().Format(http.TimeFormat)
 	}
 	if res.Replayed {
 		resp.Headers[HeaderReplayed] = "true"
+		if o.OnReplay != nil {
+			resp = o.OnReplay(ctx, r, key, resp)
+		}
 	}
 	return resp
 }
+
+// The longest Retry-After for a key held by a live attempt, which may
+// finish any moment; and for one whose attempt ended and whose
+// resolution is overdue.
+const (
+	maxRetryInProgress = 30 * time.Second
+	retryOverdue       = 30 * time.Second
+)
+
+// inProgress answers a key held by another attempt whose lease ends at
+// leaseEnd.
+func (o *api) inProgress(leaseEnd time.Time) idem.Response {
+	now := o.Clock()
+	if now.Before(leaseEnd) {
+		p := o.problem(problemInProgress, "Another request with this key is being processed; its attempt holds the key until "+stamp(leaseEnd)+
+			". Retry with the same key after Retry-After: you get its outcome once it has one.")
+		at := leaseEnd
+		if limit := now.Add(maxRetryInProgress); limit.Before(at) {
+			at = limit
+		}
+		return retryAt(p, now, at)
+	}
+	resolveBy := leaseEnd.Add(o.ResolveAfter)
+	at := resolveBy
+	if !now.Before(resolveBy) {
+		at = now.Add(retryOverdue)
+	}
+	p := o.problem(problemInProgress, "A request with this key ended at "+stamp(leaseEnd)+" without a known outcome. "+o.resolution(leaseEnd)+
+		" Until then every retry gets this answer; it will not be done twice.")
+	return retryAt(p, now, at)
+}
+
+// pending answers an attempt that ran and left the outcome unknown, under
+// a lease ending at leaseEnd.
+func (o *api) pending(leaseEnd time.Time, keyed bool) idem.Response {
+	if !keyed {
+		return o.problem(problemPending, "The outcome is not known yet. The request had no "+o.keyName+
+			", so a retry is a new request and may do it again: send one to retry safely.")
+	}
+	p := o.problem(problemPending, "The outcome is not known yet: the request may have taken effect. Its attempt holds the key until "+stamp(leaseEnd)+
+		". "+o.resolution(leaseEnd)+" Retry with the same key after Retry-After: you get 409 request-in-progress until then, then the outcome. It will not be done twice.")
+	return retryAt(p, o.Clock(), leaseEnd.Add(o.ResolveAfter))
+}
+
+// claimUnknown answers a claim the store did not confirm, which would
+// have held the key until leaseEnd.
+func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
+	now := o.Clock()
+	p := o.problem(problemPending, "The store did not confirm that the request was recorded; it was not carried out. Retry with the same key after Retry-After: "+
+		"if it was not recorded, the retry carries it out; if it was, you get 409 request-in-progress until "+stamp(leaseEnd)+", when "+
+		"the service's reconciliation resolves it. It will not be done twice.")
+	return retryAt(p, now, now.Add(time.Second))
+}
+
+// resolution says what resolves a command whose lease ends at leaseEnd,
+// and by when if ResolveAfter says.
+func (o *api) resolution(leaseEnd time.Time) string {
+	const resolves = "the service's reconciliation finds out whether it took effect and records the outcome"
+	now, resolveBy := o.Clock(), leaseEnd.Add(o.ResolveAfter)
+	by := ""
+	if o.ResolveAfter > 0 {
+		by = ", by " + stamp(resolveBy)
+	}
+	switch {
+	case now.Before(leaseEnd):
+		return "Once the attempt's lease has ended, " + resolves + by + "."
+	case o.ResolveAfter > 0 && !now.Before(resolveBy):
+		return "The service's reconciliation, due by " + stamp(resolveBy) + ", has not recorded the outcome yet."
+	}
+	return "Now " + resolves + by + "."
+}
+
+// unavailable answers a request that was not carried out.
+func (o *api) unavailable(keyed bool) idem.Response {
+	detail := "Nothing was done; retry with the same key."
+	if !keyed {
+		detail = "Nothing was done; retry."
+	}
+	p := o.problem(problemUnavailable, detail)
+	p.Headers["Retry-After"] = "1"
+	return p
+}
+
+// retryAt sets p's Retry-After to the whole seconds from now to at, at
+// least 1.
+func retryAt(p idem.Response, now, at time.Time) idem.Response {
+	s := int(at.Sub(now).Seconds() + 0.999)
+	p.Headers["Retry-After"] = strconv.Itoa(max(s, 1))
+	return p
+}
+
+// stamp is how the answers write a time.
+func stamp(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
 
 // withHeaders copies r with a headers map to add to.
 func withHeaders(r idem.Response) idem.Response {
@@ -259,17 +350,17 @@ type problemType struct {
 }
 
 var (
-	problemInvalidKey     = problemType{"invalid-idempotency-key", "Invalid Idempotency-Key header", http.StatusBadRequest}
+	problemInvalidKey     = problemType{"invalid-idempotency-key", "Missing or invalid idempotency key", http.StatusBadRequest}
 	problemInvalidRequest = problemType{"invalid-request", "Invalid request", http.StatusBadRequest}
 	problemUnauthorized   = problemType{"unauthorized", "No tenant in the authorizer context", http.StatusUnauthorized}
 	problemInProgress     = problemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
-	problemKeyReused      = problemType{"idempotency-key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
+	problemKeyReused      = problemType{"idempotency-key-reused", "Idempotency key reused with a different request", http.StatusUnprocessableEntity}
 	problemInternal       = problemType{"internal-error", "Internal error", http.StatusInternalServerError}
 	problemUnavailable    = problemType{"service-unavailable", "Service temporarily unavailable; nothing was done", http.StatusServiceUnavailable}
-	problemPending        = problemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
+	problemPending        = problemType{"outcome-pending", "Outcome not known yet", http.StatusServiceUnavailable}
 )
 
-func (o *Options) problem(p problemType, detail string) idem.Response {
+func (o *api) problem(p problemType, detail string) idem.Response {
 	b, _ := json.Marshal(struct { // only strings and an integer: cannot fail
 		Type   string `json:"type"`
 		Title  string `json:"title"`
@@ -279,33 +370,14 @@ func (o *Options) problem(p problemType, detail string) idem.Response {
 	return idem.Response{Status: p.status, Headers: map[string]string{"Content-Type": ContentTypeProblem}, Body: b}
 }
 
-// retryAfter is the Retry-After value, in seconds from 1 to 30, for a
-// lease ending at until.
-func retryAfter(now, until time.Time) string {
-	s := int(until.Sub(now).Seconds() + 0.999)
-	return strconv.Itoa(min(max(s, 1), 30))
-}
-
-// lookup finds a header whatever its case (HTTP APIs lower-case them).
-func lookup(headers map[string]string, name string) (string, bool) {
-	if v, ok := headers[strings.ToLower(name)]; ok {
-		return v, true
+// decodeBody gives a body as sent, and whether it was valid base64 when it
+// was said to be.
+func decodeBody(body string, b64 bool) ([]byte, bool) {
+	if !b64 {
+		return []byte(body), true
 	}
-	for k, v := range headers {
-		if strings.EqualFold(k, name) {
-			return v, true
-		}
-	}
-	return "", false
-}
-
-func lookupMulti(headers map[string][]string, name string) ([]string, bool) {
-	for k, v := range headers {
-		if strings.EqualFold(k, name) {
-			return v, true
-		}
-	}
-	return nil, false
+	b, err := base64.StdEncoding.DecodeString(body)
+	return b, err == nil
 }
 
 // encodeBody gives a body as API Gateway takes it: as it is when it is

@@ -95,15 +95,19 @@ func httpRequest(tenant, key, body string) events.APIGatewayV2HTTPRequest {
 type problem struct {
 	Type   string `json:"type"`
 	Status int    `json:"status"`
+	Detail string `json:"detail"`
 }
 
-func wantProblem(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int, slug string) {
+// wantProblem checks that resp is the problem slug, of the default base,
+// and returns it.
+func wantProblem(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int, slug string) problem {
 	t.Helper()
 	var p problem
 	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil || resp.StatusCode != status || p.Status != status ||
 		p.Type != lambdaidem.DefaultProblemBase+slug || resp.Headers["Content-Type"] != lambdaidem.ContentTypeProblem {
 		t.Fatalf("want %d %s, got %d %v %s", status, slug, resp.StatusCode, resp.Headers, resp.Body)
 	}
+	return p
 }
 
 func TestHTTP(t *testing.T) {

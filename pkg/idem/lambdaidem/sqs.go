@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -18,18 +21,43 @@ import (
 // are committed with the message's record, in one transaction.
 type SQSFunc func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error)
 
-// SQSOptions configure SQS.
+// SQSOptions configure SQS. Zero fields take the defaults.
 type SQSOptions struct {
-	// Key gives a message's idempotency key. Default KeyFromMessageID.
+	// Key gives a message's idempotency key. Default KeyFromMessageID,
+	// which a producer's resend does not keep: KeyFromAttribute and
+	// KeyFromJSONField read the producer's own id.
 	Key func(msg events.SQSMessage) (string, error)
 	// Tenant scopes the keys. Default: the queue's name, from the
 	// message's event source ARN.
 	Tenant func(msg events.SQSMessage) (string, error)
+	// Fingerprint identifies a message's content, so that a key reused
+	// for another message is refused; its error fails the message.
+	// Default: the canonical JSON body's, or the raw body's when it is not
+	// JSON. FingerprintMessageFields takes a subset, so that a resend
+	// with a new timestamp is the same message.
+	Fingerprint func(msg events.SQSMessage) (idem.Fingerprint, error)
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
-	// OnError sees every message reported for another delivery, with why.
+	// Visibility, if set, holds back the redelivery of a message whose
+	// key is held under a live lease until that lease ends, by
+	// ChangeMessageVisibility: one more delivery instead of one per
+	// visibility timeout meanwhile (see SQS). The function needs
+	// sqs:ChangeMessageVisibility on the queue. Default nil.
+	Visibility VisibilityAPI
+	// Clock gives the time a lease has left. Default time.Now.
+	Clock func() time.Time
+	// OnError sees every message reported for another delivery, with why,
+	// and every failure to hold one back.
 	OnError func(ctx context.Context, msg events.SQSMessage, err error)
 }
+
+// VisibilityAPI is the part of *sqs.Client that SQSOptions.Visibility
+// uses.
+type VisibilityAPI interface {
+	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+}
+
+var _ VisibilityAPI = (*sqs.Client)(nil)
 
 // KeyFromMessageID keys a message by its SQS message id: redeliveries of
 // one message are one intent.
@@ -63,6 +91,20 @@ func KeyFromJSONField(field string) func(events.SQSMessage) (string, error) {
 	}
 }
 
+// FingerprintMessageFields fingerprints only the named top-level members
+// of a JSON object body, as FingerprintFields does a request's: a
+// producer's resend that differs only in the others (a new sent_at) is
+// the same message, and a no-op once the first was processed.
+func FingerprintMessageFields(fields ...string) func(events.SQSMessage) (idem.Fingerprint, error) {
+	return func(msg events.SQSMessage) (idem.Fingerprint, error) {
+		fp, err := fieldsFingerprint([]byte(msg.Body), fields)
+		if err != nil {
+			return fp, fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
+		}
+		return fp, nil
+	}
+}
+
 // queueName is the last part of the message's event source ARN.
 func queueName(msg events.SQSMessage) (string, error) {
 	i := strings.LastIndexByte(msg.EventSourceARN, ':')
@@ -75,54 +117,104 @@ func queueName(msg events.SQSMessage) (string, error) {
 // errRedeliver: the message is held elsewhere, or was not processed.
 var errRedeliver = errors.New("lambdaidem: not processed; redeliver")
 
+// heldError is the failure of a message whose key stays held until until,
+// under a lease: a delivery before then would find it held again.
+type heldError struct {
+	until time.Time
+	err   error
+}
+
+func (e *heldError) Error() string { return e.err.Error() }
+func (e *heldError) Unwrap() error { return e.err }
+
+// heldUntil is when the lease that holds a failed message's key ends, if
+// one does.
+func heldUntil(err error) (time.Time, bool) {
+	var (
+		inflight *idem.InFlightError
+		held     *heldError
+	)
+	switch {
+	case errors.As(err, &inflight):
+		return inflight.LeaseExpiresAt, true
+	case errors.As(err, &held):
+		return held.until, true
+	}
+	return time.Time{}, false
+}
+
 // SQS wraps next as an SQS batch handler (report batch item failures must
 // be on for the event source mapping). Each message is processed at most
 // once per key: a message already processed, or a duplicate of one
 // earlier in the batch, is a no-op. A message is reported in
-// BatchItemFailures, for another delivery, when its key cannot be read,
-// its key is in flight elsewhere or was used for another body, its
-// processing did not happen (NotApplied) or its outcome is unknown (a
-// record left IN_FLIGHT is resolved by taking it over, not by
+// BatchItemFailures, for another delivery, when its key or fingerprint
+// cannot be read, its key is in flight elsewhere or was used for another
+// body, its processing did not happen (NotApplied) or its outcome is
+// unknown (a record left IN_FLIGHT is resolved by taking it over, not by
 // redelivery). A Failed outcome is final: the message is not redelivered.
 // On a FIFO queue, the messages after a reported one are reported too, to
 // keep their order.
+//
+// A reported message comes back when its visibility timeout ends, and
+// each receive counts toward the redrive policy's maxReceiveCount: one
+// whose key is still held under a live lease then is reported again,
+// unless SQSOptions.Visibility moved its next delivery to the lease's end.
+// Pkg/idem's README ("Middleware options") says when that happens.
 func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOptions)) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
-	o := SQSOptions{Key: KeyFromMessageID, Tenant: queueName}
+	var o SQSOptions
 	for _, fn := range optFns {
 		fn(&o)
+	}
+	if o.Key == nil {
+		o.Key = KeyFromMessageID
+	}
+	if o.Tenant == nil {
+		o.Tenant = queueName
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = fingerprint
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
 	}
 	if o.OnError == nil {
 		o.OnError = func(context.Context, events.SQSMessage, error) {}
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		var out events.SQSEventResponse
-		// Within this batch: whether each (key, body) was processed.
+		// Within this batch: why each (key, body) was not processed, nil
+		// for one that was.
 		type intent struct {
 			key idem.Key
 			fp  idem.Fingerprint
 		}
-		done := map[intent]bool{}
+		done := map[intent]error{}
 		failed := false
 		for _, msg := range ev.Records {
 			if failed && strings.HasSuffix(msg.EventSourceARN, ".fifo") {
 				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 				continue
 			}
+			var in intent
 			key, err := o.key(msg, operation)
 			if err == nil {
-				in := intent{key, fingerprint(msg)}
-				ok, seen := done[in]
+				in.key = key
+				in.fp, err = o.Fingerprint(msg)
+			}
+			if err == nil {
+				prev, seen := done[in]
 				switch {
-				case seen && !ok:
-					err = fmt.Errorf("%w: a duplicate of a message in this batch that was not processed", errRedeliver)
+				case seen && prev != nil:
+					err = fmt.Errorf("%w: a duplicate of a message in this batch that was not processed: %w", errRedeliver, prev)
 				case !seen:
 					err = o.process(ctx, b, in.key, in.fp, msg, next)
-					done[in] = err == nil
+					done[in] = err
 				}
 			}
 			if err != nil {
 				failed = true
 				o.OnError(ctx, msg, err)
+				o.holdBack(ctx, msg, err)
 				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 			}
 		}
@@ -148,11 +240,11 @@ func (o *SQSOptions) key(msg events.SQSMessage, operation string) (idem.Key, err
 
 // fingerprint is the canonical JSON body's, or the raw body's when it is
 // not JSON.
-func fingerprint(msg events.SQSMessage) idem.Fingerprint {
+func fingerprint(msg events.SQSMessage) (idem.Fingerprint, error) {
 	if fp, err := idem.FingerprintJSON([]byte(msg.Body)); err == nil {
-		return fp
+		return fp, nil
 	}
-	return idem.FingerprintOf([]byte(msg.Body))
+	return idem.FingerprintOf([]byte(msg.Body)), nil
 }
 
 // process runs one message through idem.Do; nil means it needs no other
@@ -166,11 +258,56 @@ func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, 
 			d.Reserve = o.Reserve
 		}
 	})
+	if err != nil {
+		err = fmt.Errorf("lambdaidem: message %s: %w", msg.MessageId, err)
+	}
 	switch {
+	case res.Status == idem.StatusInFlight && res.Lease != nil: // it ran here, and its outcome is unknown
+		if err == nil {
+			err = fmt.Errorf("%w: message %s left %s", errRedeliver, msg.MessageId, res.Status)
+		}
+		return &heldError{until: res.Lease.ExpiresAt, err: err}
 	case err != nil:
-		return fmt.Errorf("lambdaidem: message %s: %w", msg.MessageId, err)
-	case res.Status == idem.StatusInFlight || res.Status == idem.StatusReleased:
+		return err
+	case res.Status == idem.StatusReleased:
 		return fmt.Errorf("%w: message %s left %s", errRedeliver, msg.MessageId, res.Status)
 	}
 	return nil
+}
+
+// maxVisibility is the longest visibility timeout SQS takes: 12 hours.
+const maxVisibility = 12 * 60 * 60
+
+// holdBack moves the next delivery of a failed message to the end of the
+// lease that holds its key, when there is one and a Visibility client.
+func (o *SQSOptions) holdBack(ctx context.Context, msg events.SQSMessage, err error) {
+	until, ok := heldUntil(err)
+	left := until.Sub(o.Clock())
+	if o.Visibility == nil || !ok || left <= 0 {
+		return
+	}
+	url, err := queueURL(msg.EventSourceARN)
+	if err == nil {
+		_, err = o.Visibility.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(url), ReceiptHandle: aws.String(msg.ReceiptHandle),
+			VisibilityTimeout: int32(min(math.Ceil(left.Seconds()), maxVisibility)),
+		})
+	}
+	if err != nil {
+		o.OnError(ctx, msg, fmt.Errorf("lambdaidem: message %s: hold back until its key's lease ends: %w", msg.MessageId, err))
+	}
+}
+
+// queueURL is the URL of the queue an event source ARN names
+// (arn:aws:sqs:region:account:name).
+func queueURL(arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[3] == "" || parts[4] == "" || parts[5] == "" {
+		return "", fmt.Errorf("lambdaidem: event source %q is not a queue's ARN", arn)
+	}
+	domain := "amazonaws.com"
+	if parts[1] == "aws-cn" {
+		domain = "amazonaws.com.cn"
+	}
+	return "https://sqs." + parts[3] + "." + domain + "/" + parts[4] + "/" + parts[5], nil
 }

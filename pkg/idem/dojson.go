@@ -1,0 +1,67 @@
+package idem
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ErrNotApplied, wrapped in an error DoJSON's function returns, says that
+// the effect verifiably did not happen: the key is released, and a retry
+// of the same request runs the function again. Any other error leaves the
+// outcome unknown, since a function that failed halfway may have acted.
+var ErrNotApplied = errors.New("idem: not applied")
+
+// DoJSON is Do for a function whose result is a value, not an HTTP-shaped
+// Response: fn runs at most once for the intent named by key and
+// fingerprinted by request's JSON form, and its result is stored as JSON
+// and given back as T to every retry. A nil error commits the result; an
+// error wrapping ErrNotApplied releases the key; any other error, or a
+// result json.Marshal refuses, leaves the record IN_FLIGHT for a
+// reconciler, and fn's error is returned as it is. Every call, the first
+// too, gets the stored result decoded, so it sees what a retry will.
+func DoJSON[T any](ctx context.Context, b Backend, key Key, request any,
+	fn func(ctx context.Context, l *Lease) (T, error), optFns ...func(*DoOptions)) (T, error) {
+	var zero T
+	doc, err := json.Marshal(request)
+	if err != nil {
+		return zero, fmt.Errorf("idem: request of %s: %w", key.LogHash(), err)
+	}
+	fp, err := FingerprintJSON(doc)
+	if err != nil {
+		return zero, fmt.Errorf("idem: request of %s: %w", key.LogHash(), err)
+	}
+	// fn's error is kept here rather than given to Do, so that it is
+	// returned as it is, not wrapped.
+	var fnErr error
+	res, err := Do(ctx, b, key, fp, nil, func(ctx context.Context, l *Lease) (Outcome, error) {
+		v, err := fn(ctx, l)
+		if err != nil {
+			fnErr = err
+			if errors.Is(err, ErrNotApplied) {
+				return NotApplied(Response{}), nil
+			}
+			return Unknown(Response{}), nil
+		}
+		body, err := json.Marshal(v)
+		if err != nil {
+			fnErr = fmt.Errorf("idem: result of %s, left in flight: %w", key.LogHash(), err)
+			return Unknown(Response{}), nil
+		}
+		return Succeeded(Response{Status: 200, Body: body}), nil
+	}, optFns...)
+	switch {
+	case fnErr != nil && err != nil:
+		return zero, errors.Join(fnErr, err)
+	case fnErr != nil:
+		return zero, fnErr
+	case err != nil:
+		return zero, err
+	}
+	var v T
+	if err := json.Unmarshal(res.Response.Body, &v); err != nil {
+		return zero, fmt.Errorf("idem: stored result of %s as %T: %w", key.LogHash(), v, err)
+	}
+	return v, nil
+}

@@ -1,0 +1,223 @@
+package lambdaidem
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Request is what the API options read of a request, the same for an HTTP
+// API and a REST API, so one key, tenant or fingerprint function serves
+// both. HTTP and REST give the event itself, for anything else.
+type Request struct {
+	// Route is the route the request matched, never its path: an HTTP
+	// API's route key ("POST /orders/{id}"), a REST API's method and
+	// resource.
+	Route string
+	// Body is the request's body, decoded from base64 when it was sent so.
+	Body       []byte
+	Authorizer Authorizer
+
+	http *events.APIGatewayV2HTTPRequest
+	rest *events.APIGatewayProxyRequest
+}
+
+// Authorizer is what API Gateway's authorizer said of the caller.
+type Authorizer struct {
+	// JWTClaims are an HTTP API JWT authorizer's claims, or a REST API
+	// Cognito user pool authorizer's.
+	JWTClaims map[string]string
+	// Lambda is an HTTP API Lambda authorizer's context, or a REST API
+	// Lambda authorizer's principalId and context.
+	Lambda map[string]any
+	// IAM is the caller of a request signed for IAM authorization, nil
+	// for any other.
+	IAM *IAMCaller
+}
+
+// IAMCaller is the AWS principal that signed a request.
+type IAMCaller struct {
+	AccountID string
+	UserARN   string
+	// UserID is the IAM user's or role's unique ID (AIDA…, AROA…),
+	// followed for a role by ":" and the name of the caller's session.
+	UserID string
+}
+
+// HTTP is the HTTP API event, nil for a REST API request.
+func (r Request) HTTP() *events.APIGatewayV2HTTPRequest { return r.http }
+
+// REST is the REST API event, nil for an HTTP API request.
+func (r Request) REST() *events.APIGatewayProxyRequest { return r.rest }
+
+// Header is the value of the header name, whatever its case; for a REST
+// API, from its single-value headers, or else from a multi-value header
+// that has one value.
+func (r Request) Header(name string) (string, bool) {
+	switch {
+	case r.http != nil:
+		return lookup(r.http.Headers, name)
+	case r.rest == nil:
+		return "", false
+	}
+	if v, ok := lookup(r.rest.Headers, name); ok {
+		return v, true
+	}
+	for k, vs := range r.rest.MultiValueHeaders {
+		if strings.EqualFold(k, name) && len(vs) == 1 {
+			return vs[0], true
+		}
+	}
+	return "", false
+}
+
+// lookup finds a header whatever its case (HTTP APIs lower-case them).
+func lookup(headers map[string]string, name string) (string, bool) {
+	if v, ok := headers[strings.ToLower(name)]; ok {
+		return v, true
+	}
+	for k, v := range headers {
+		if strings.EqualFold(k, name) {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+func httpRequest(req *events.APIGatewayV2HTTPRequest, body []byte) Request {
+	r := Request{Route: req.RouteKey, Body: body, http: req}
+	if a := req.RequestContext.Authorizer; a != nil {
+		r.Authorizer.Lambda = a.Lambda
+		if a.JWT != nil {
+			r.Authorizer.JWTClaims = a.JWT.Claims
+		}
+		if a.IAM != nil {
+			r.Authorizer.IAM = &IAMCaller{AccountID: a.IAM.AccountID, UserARN: a.IAM.UserARN, UserID: a.IAM.UserID}
+		}
+	}
+	return r
+}
+
+func restRequest(req *events.APIGatewayProxyRequest, body []byte) Request {
+	r := Request{Route: req.HTTPMethod + " " + req.Resource, Body: body, rest: req}
+	r.Authorizer.Lambda = req.RequestContext.Authorizer
+	if claims, ok := req.RequestContext.Authorizer["claims"].(map[string]any); ok {
+		r.Authorizer.JWTClaims = make(map[string]string, len(claims))
+		for k, v := range claims {
+			if s, ok := v.(string); ok {
+				r.Authorizer.JWTClaims[k] = s
+			}
+		}
+	}
+	if id := req.RequestContext.Identity; id.User != "" {
+		r.Authorizer.IAM = &IAMCaller{AccountID: id.AccountID, UserARN: id.UserArn, UserID: id.User}
+	}
+	return r
+}
+
+// TenantFromJWTClaim reads the tenant from a claim of the JWT authorizer
+// (for a REST API, the Cognito user pool authorizer).
+func TenantFromJWTClaim(claim string) func(Request) (string, bool) {
+	return func(r Request) (string, bool) {
+		t := r.Authorizer.JWTClaims[claim]
+		return t, t != ""
+	}
+}
+
+// TenantFromLambdaContext reads the tenant from a value of the Lambda
+// authorizer's context, a string or an integer; "principalId" names a
+// REST API authorizer's principal.
+func TenantFromLambdaContext(name string) func(Request) (string, bool) {
+	return func(r Request) (string, bool) {
+		switch v := r.Authorizer.Lambda[name].(type) {
+		case string:
+			return v, v != ""
+		case float64: // how encoding/json decodes a number
+			if v == float64(int64(v)) {
+				return strconv.FormatInt(int64(v), 10), true
+			}
+		}
+		return "", false
+	}
+}
+
+// TenantFromIAMPrincipal makes the IAM user or role that signed the
+// request the tenant, by its unique ID (AIDA…, AROA…). It is not the ARN:
+// a role's caller is named by its session, which new credentials change,
+// so a retry would be another tenant's first attempt; and an ARN holds
+// characters a tenant may not. All callers of a role are one tenant.
+func TenantFromIAMPrincipal() func(Request) (string, bool) {
+	return func(r Request) (string, bool) {
+		if r.Authorizer.IAM == nil {
+			return "", false
+		}
+		id, _, _ := strings.Cut(r.Authorizer.IAM.UserID, ":")
+		return id, id != ""
+	}
+}
+
+// TenantConstant puts every request in one tenant: for an API that has a
+// single one, or whose authorizer has already kept each caller to its own
+// keys.
+func TenantConstant(tenant string) func(Request) (string, bool) {
+	return func(Request) (string, bool) { return tenant, true }
+}
+
+// defaultTenant is the authorizer's principal, whichever the route has: a
+// JWT's sub, an IAM caller, a REST API Lambda authorizer's principalId.
+func defaultTenant(r Request) (string, bool) {
+	for _, tenant := range defaultTenants {
+		if t, ok := tenant(r); ok {
+			return t, true
+		}
+	}
+	return "", false
+}
+
+var defaultTenants = [...]func(Request) (string, bool){
+	TenantFromJWTClaim("sub"), TenantFromIAMPrincipal(), TenantFromLambdaContext("principalId"),
+}
+
+// FingerprintBody is the default fingerprint: the canonical JSON body's
+// (idem.FingerprintJSON), or the empty body's.
+func FingerprintBody(r Request) (idem.Fingerprint, error) {
+	if len(r.Body) == 0 {
+		return idem.FingerprintOf(nil), nil
+	}
+	return idem.FingerprintJSON(r.Body)
+}
+
+// FingerprintFields fingerprints only the named top-level members of a
+// JSON object body, so requests that differ elsewhere (a timestamp, a
+// trace id) are the same request. A member missing is left out; a body
+// that is not a JSON object is refused.
+func FingerprintFields(fields ...string) func(Request) (idem.Fingerprint, error) {
+	return func(r Request) (idem.Fingerprint, error) { return fieldsFingerprint(r.Body, fields) }
+}
+
+// fieldsFingerprint is the fingerprint of the named members of the JSON
+// object doc. The whole document is canonicalised first, so it is refused
+// as FingerprintJSON refuses it (a duplicate member among them).
+func fieldsFingerprint(doc []byte, fields []string) (idem.Fingerprint, error) {
+	c, err := idem.CanonicalJSON(doc)
+	if err != nil {
+		return idem.Fingerprint{}, err
+	}
+	var all map[string]json.RawMessage
+	if c[0] != '{' || json.Unmarshal(c, &all) != nil {
+		return idem.Fingerprint{}, fmt.Errorf("%w: not an object", idem.ErrInvalidJSON)
+	}
+	kept := make(map[string]json.RawMessage, len(fields))
+	for _, f := range fields {
+		if v, ok := all[f]; ok {
+			kept[f] = v
+		}
+	}
+	subset, _ := json.Marshal(kept) // members of a canonical document: cannot fail
+	return idem.FingerprintJSON(subset)
+}
