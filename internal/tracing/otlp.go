@@ -3,6 +3,7 @@ package tracing
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"math"
@@ -15,12 +16,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // otlpExporter posts spans to an OTLP/HTTP collector's /v1/traces as a
-// protobuf ExportTraceServiceRequest, which it encodes field by field with
-// protowire. It exists instead of otlptracehttp, which sends the same
+// protobuf ExportTraceServiceRequest, which it encodes field by field
+// (protobuf's varints are encoding/binary's). It exists instead of otlptracehttp, which sends the same
 // messages but links gRPC, grpc-gateway and the protobuf runtime into
 // every bootstrap, traced or not: 8 MiB of the charge function's 20, and
 // their package inits. The field numbers are opentelemetry-proto's (trace,
@@ -106,7 +106,7 @@ func exportRequest(spans []sdktrace.ReadOnlySpan) []byte {
 	var req []byte
 	for _, rs := range resources {
 		var r []byte
-		r = appendMessage(r, 1, keyValues(nil, 1, rs.res.Iter())) // Resource
+		r = appendLen(r, 1, keyValues(nil, 1, rs.res.Iter())) // Resource
 		for _, ss := range rs.scopes {
 			var m []byte
 			if ss.scope != (instrumentation.Scope{}) {
@@ -114,14 +114,14 @@ func exportRequest(spans []sdktrace.ReadOnlySpan) []byte {
 				sc = appendString(sc, 1, ss.scope.Name)
 				sc = appendString(sc, 2, ss.scope.Version)
 				sc = keyValues(sc, 3, ss.scope.Attributes.Iter())
-				m = appendMessage(m, 1, sc)
+				m = appendLen(m, 1, sc)
 			}
 			m = append(m, ss.spans...)
 			m = appendString(m, 3, ss.scope.SchemaURL)
-			r = appendMessage(r, 2, m)
+			r = appendLen(r, 2, m)
 		}
 		r = appendString(r, 3, rs.res.SchemaURL())
-		req = appendMessage(req, 1, r)
+		req = appendLen(req, 1, r)
 	}
 	return req
 }
@@ -131,18 +131,18 @@ func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 	sc, parent := s.SpanContext(), s.Parent()
 	tid, sid := sc.TraceID(), sc.SpanID()
 	var m []byte
-	m = appendMessage(m, 1, tid[:])
-	m = appendMessage(m, 2, sid[:])
+	m = appendLen(m, 1, tid[:])
+	m = appendLen(m, 2, sid[:])
 	m = appendString(m, 3, sc.TraceState().String())
 	if psid := parent.SpanID(); psid.IsValid() {
-		m = appendMessage(m, 4, psid[:])
+		m = appendLen(m, 4, psid[:])
 	}
 	m = appendString(m, 5, s.Name())
 	m = appendVarint(m, 6, uint64(spanKind(s.SpanKind())))
 	m = appendFixed64(m, 7, unixNano(s.StartTime()))
 	m = appendFixed64(m, 8, unixNano(s.EndTime()))
 	for _, kv := range s.Attributes() {
-		m = appendMessage(m, 9, keyValue(kv))
+		m = appendLen(m, 9, keyValue(kv))
 	}
 	m = appendVarint(m, 10, count(s.DroppedAttributes()))
 	for _, e := range s.Events() {
@@ -150,31 +150,31 @@ func appendSpan(b []byte, s sdktrace.ReadOnlySpan) []byte {
 		ev = appendFixed64(ev, 1, unixNano(e.Time))
 		ev = appendString(ev, 2, e.Name)
 		for _, kv := range e.Attributes {
-			ev = appendMessage(ev, 3, keyValue(kv))
+			ev = appendLen(ev, 3, keyValue(kv))
 		}
 		ev = appendVarint(ev, 4, count(e.DroppedAttributeCount))
-		m = appendMessage(m, 11, ev)
+		m = appendLen(m, 11, ev)
 	}
 	m = appendVarint(m, 12, count(s.DroppedEvents()))
 	for _, l := range s.Links() {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		var lm []byte
-		lm = appendMessage(lm, 1, ltid[:])
-		lm = appendMessage(lm, 2, lsid[:])
+		lm = appendLen(lm, 1, ltid[:])
+		lm = appendLen(lm, 2, lsid[:])
 		for _, kv := range l.Attributes {
-			lm = appendMessage(lm, 4, keyValue(kv))
+			lm = appendLen(lm, 4, keyValue(kv))
 		}
 		lm = appendVarint(lm, 5, count(l.DroppedAttributeCount))
 		lm = appendFixed32(lm, 6, spanFlags(l.SpanContext.TraceFlags(), l.SpanContext))
-		m = appendMessage(m, 13, lm)
+		m = appendLen(m, 13, lm)
 	}
 	m = appendVarint(m, 14, count(s.DroppedLinks()))
 	var st []byte // Status
 	st = appendString(st, 2, s.Status().Description)
 	st = appendVarint(st, 3, statusCode(s.Status().Code))
-	m = appendMessage(m, 15, st)
+	m = appendLen(m, 15, st)
 	m = appendFixed32(m, 16, spanFlags(sc.TraceFlags(), parent))
-	return appendMessage(b, 2, m)
+	return appendLen(b, 2, m)
 }
 
 // spanKind is k as OTLP's SpanKind, whose numbers trace.SpanKind shares.
@@ -213,9 +213,9 @@ func unixNano(t time.Time) uint64 { return uint64(max(0, t.UnixNano())) }
 func count(n int) uint64 { return uint64(min(max(0, n), math.MaxUint32)) }
 
 // keyValues appends every attribute of it as a KeyValue message, field num.
-func keyValues(b []byte, num protowire.Number, it attribute.Iterator) []byte {
+func keyValues(b []byte, num uint64, it attribute.Iterator) []byte {
 	for it.Next() {
-		b = appendMessage(b, num, keyValue(it.Attribute()))
+		b = appendLen(b, num, keyValue(it.Attribute()))
 	}
 	return b
 }
@@ -223,7 +223,7 @@ func keyValues(b []byte, num protowire.Number, it attribute.Iterator) []byte {
 // keyValue is kv as a KeyValue message.
 func keyValue(kv attribute.KeyValue) []byte {
 	b := appendString(nil, 1, string(kv.Key))
-	return appendMessage(b, 2, anyValue(kv.Value))
+	return appendLen(b, 2, anyValue(kv.Value))
 }
 
 // anyValue is v as an AnyValue message. Its value is a oneof, so a zero
@@ -232,20 +232,19 @@ func anyValue(v attribute.Value) []byte {
 	var b []byte
 	switch v.Type() {
 	case attribute.STRING:
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendString(b, v.AsString())
+		b = appendLen(b, 1, v.AsString())
 	case attribute.BOOL:
-		b = protowire.AppendTag(b, 2, protowire.VarintType)
-		b = protowire.AppendVarint(b, protowire.EncodeBool(v.AsBool()))
+		var x uint64
+		if v.AsBool() {
+			x = 1
+		}
+		b = binary.AppendUvarint(appendTag(b, 2, wireVarint), x)
 	case attribute.INT64:
-		b = protowire.AppendTag(b, 3, protowire.VarintType)
-		b = protowire.AppendVarint(b, uint64(v.AsInt64()))
+		b = binary.AppendUvarint(appendTag(b, 3, wireVarint), uint64(v.AsInt64()))
 	case attribute.FLOAT64:
-		b = protowire.AppendTag(b, 4, protowire.Fixed64Type)
-		b = protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
+		b = binary.LittleEndian.AppendUint64(appendTag(b, 4, wireFixed64), math.Float64bits(v.AsFloat64()))
 	case attribute.BYTESLICE:
-		b = protowire.AppendTag(b, 7, protowire.BytesType)
-		b = protowire.AppendBytes(b, v.AsByteSlice())
+		b = appendLen(b, 7, v.AsByteSlice())
 	case attribute.BOOLSLICE:
 		b = arrayValue(b, v.AsBoolSlice(), attribute.BoolValue)
 	case attribute.INT64SLICE:
@@ -259,13 +258,12 @@ func anyValue(v attribute.Value) []byte {
 	case attribute.MAP:
 		var kvs []byte // KeyValueList
 		for _, kv := range v.AsMap() {
-			kvs = appendMessage(kvs, 1, keyValue(kv))
+			kvs = appendLen(kvs, 1, keyValue(kv))
 		}
-		b = appendMessage(b, 6, kvs)
+		b = appendLen(b, 6, kvs)
 	case attribute.EMPTY:
 	default:
-		b = protowire.AppendTag(b, 1, protowire.BytesType)
-		b = protowire.AppendString(b, "INVALID")
+		b = appendLen(b, 1, "INVALID")
 	}
 	return b
 }
@@ -274,47 +272,54 @@ func anyValue(v attribute.Value) []byte {
 func arrayValue[E any](b []byte, elems []E, value func(E) attribute.Value) []byte {
 	var arr []byte
 	for _, e := range elems {
-		arr = appendMessage(arr, 1, anyValue(value(e)))
+		arr = appendLen(arr, 1, anyValue(value(e)))
 	}
-	return appendMessage(b, 5, arr)
+	return appendLen(b, 5, arr)
 }
 
-// appendMessage appends field num holding m: a message, bytes or an id.
-func appendMessage(b []byte, num protowire.Number, m []byte) []byte {
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendBytes(b, m)
+// Protobuf's wire types, the low three bits of a field's tag.
+const (
+	wireVarint  = 0
+	wireFixed64 = 1
+	wireLen     = 2
+	wireFixed32 = 5
+)
+
+func appendTag(b []byte, num, wire uint64) []byte { return binary.AppendUvarint(b, num<<3|wire) }
+
+// appendLen appends field num holding v, length first: a string, bytes or
+// an encoded message.
+func appendLen[T string | []byte](b []byte, num uint64, v T) []byte {
+	b = binary.AppendUvarint(appendTag(b, num, wireLen), uint64(len(v)))
+	return append(b, v...)
 }
 
 // The scalar appends leave out a zero value, as proto3 encodes it.
 
-func appendString(b []byte, num protowire.Number, s string) []byte {
+func appendString(b []byte, num uint64, s string) []byte {
 	if s == "" {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	return protowire.AppendString(b, s)
+	return appendLen(b, num, s)
 }
 
-func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
+func appendVarint(b []byte, num uint64, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.VarintType)
-	return protowire.AppendVarint(b, v)
+	return binary.AppendUvarint(appendTag(b, num, wireVarint), v)
 }
 
-func appendFixed64(b []byte, num protowire.Number, v uint64) []byte {
+func appendFixed64(b []byte, num uint64, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.Fixed64Type)
-	return protowire.AppendFixed64(b, v)
+	return binary.LittleEndian.AppendUint64(appendTag(b, num, wireFixed64), v)
 }
 
-func appendFixed32(b []byte, num protowire.Number, v uint32) []byte {
+func appendFixed32(b []byte, num uint64, v uint32) []byte {
 	if v == 0 {
 		return b
 	}
-	b = protowire.AppendTag(b, num, protowire.Fixed32Type)
-	return protowire.AppendFixed32(b, v)
+	return binary.LittleEndian.AppendUint32(appendTag(b, num, wireFixed32), v)
 }

@@ -87,7 +87,10 @@ func spansOfEveryShape(t *testing.T) []sdktrace.ReadOnlySpan {
 			attribute.Float64("pi", 3.25), attribute.Float64("fzero", 0),
 			attribute.BoolSlice("bs", []bool{true, false}), attribute.Int64Slice("is", []int64{1, -1, 0}),
 			attribute.Float64Slice("fs", []float64{0.5}), attribute.StringSlice("ss", []string{"a", ""}),
-			attribute.StringSlice("none", nil),
+			attribute.StringSlice("none", nil), attribute.ByteSlice("bytes", []byte{0, 1, 2}),
+			attribute.Slice("mixed", attribute.IntValue(1), attribute.StringValue("two"), attribute.SliceValue()),
+			attribute.Map("map", attribute.Bool("nested", true), attribute.Map("deeper", attribute.Float64("x", 1))),
+			attribute.KeyValue{Key: "no value"},
 		)
 		root.AddEvent("retry", trace.WithAttributes(attribute.Int("attempt", 2)), trace.WithTimestamp(time.Unix(1, 5)))
 		root.RecordError(errors.New("boom"))
