@@ -2,9 +2,16 @@ package tracing_test
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -118,4 +125,93 @@ func TestLargerBatchLinksEveryMessagesTrace(t *testing.T) {
 			t.Errorf("message %d's links %v, want the batch span", i, links)
 		}
 	}
+}
+
+// TestHTTPClientRequestsAreClientSpans: each request is a client span, a
+// child of the caller's, whose context the server receives; it ends once
+// the body is read, and a 4xx or a failed request marks it failed with
+// neither the URL nor the error's text.
+func TestHTTPClientRequestsAreClientSpans(t *testing.T) {
+	t.Parallel()
+	tr, rec := recorder(t)
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Traceparent-Seen", r.Header.Get("traceparent"))
+		if r.URL.Path == "/missing" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer server.Close()
+	hc := tr.HTTPClient(&http.Client{Timeout: 5 * time.Second})
+	ctx, parent := tr.Start(context.Background(), "provider.Charge")
+	for _, path := range []string{"/charges?key=secret", "/missing"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, server.URL+path, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ended := len(rec.Ended())
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadAll(res.Body); err != nil {
+			t.Fatal(err)
+		}
+		if len(rec.Ended()) != ended+1 {
+			t.Fatalf("%s: the span had not ended once the body was read", path)
+		}
+		_ = res.Body.Close()
+		if req.Header.Get("traceparent") != "" {
+			t.Errorf("%s: the caller's request was given a traceparent", path)
+		}
+		span := rec.Ended()[len(rec.Ended())-1]
+		if got := res.Header.Get("Traceparent-Seen"); !strings.Contains(got, span.SpanContext().SpanID().String()) {
+			t.Errorf("%s: the server got traceparent %q, want the client span's %s", path, got, span.SpanContext().SpanID())
+		}
+		if span.Name() != "HTTP POST" || span.SpanKind() != trace.SpanKindClient || span.Parent().SpanID() != parent.SpanContext().SpanID() {
+			t.Errorf("%s: span %q, kind %v, parent %v; want HTTP POST, a client span of provider.Charge", path, span.Name(), span.SpanKind(), span.Parent())
+		}
+		wantStatus := map[string]string{"/missing": "404"}[path]
+		if wantStatus == "" {
+			wantStatus = "200"
+		}
+		if !hasAttr(span, tracing.AttrStatus, wantStatus) || !hasAttr(span, "http.request.method", "POST") || !hasAttr(span, "server.address", "127.0.0.1") {
+			t.Errorf("%s: attributes %v, want the method, server and status %s", path, span.Attributes(), wantStatus)
+		}
+		if failed := span.Status().Code == codes.Error; failed != (path == "/missing") {
+			t.Errorf("%s: status %v", path, span.Status())
+		}
+	}
+	parent.End()
+
+	server.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server.URL+"/charges/secret", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hc.Do(req); err == nil {
+		t.Fatal("a request to a closed server succeeded")
+	}
+	span := rec.Ended()[len(rec.Ended())-1]
+	if span.Name() != "HTTP GET" || span.Status().Code != codes.Error || span.Status().Description != "" || !hasAttr(span, "error.type", "*net.OpError") {
+		t.Errorf("failed request: span %q, status %v, attributes %v; want HTTP GET failed with error.type and no text", span.Name(), span.Status(), span.Attributes())
+	}
+	for _, s := range rec.Ended() {
+		for _, a := range s.Attributes() {
+			if strings.Contains(a.Value.String(), "secret") {
+				t.Errorf("span %s carries the URL: %s=%s", s.Name(), a.Key, a.Value.String())
+			}
+		}
+	}
+}
+
+// hasAttr reports whether s has the attribute key with the value want.
+func hasAttr(s sdktrace.ReadOnlySpan, key attribute.Key, want string) bool {
+	for _, a := range s.Attributes() {
+		if a.Key == key && a.Value.String() == want {
+			return true
+		}
+	}
+	return false
 }
