@@ -15,6 +15,24 @@
 // which internal/charge/httpapi renders, and it stores the answers that
 // package's Answers build.
 //
+// # How the reconciler resolves a command (Reconcile)
+//
+//	The provider's answer, or the record                 What Reconcile does
+//	lease still running, or nothing IN_FLIGHT            nothing (OutcomeStillLeased, OutcomeNothingToDo)
+//	charged                                              commits the charge row with the exact 201 the API would have answered
+//	declined                                             stores the 402
+//	a replay whose request never reached the provider    executes it now, once, under the same reference, and commits it (rolled forward, never "not found")
+//	replay refused for the request itself (a 4xx naming  releases the key: nothing was or will be charged; the next retry is answered provider-rejected
+//	  a request parameter)
+//	not found, inside the settle window of the last send postpones to the window's end (OutcomeNotSettled)
+//	not found, settle window passed                      releases the key
+//	not found, older than the dedup window less margin   parks it (OutcomeParked, an ERROR log line): never re-sent nor released; looked at every RetryCap until an operator settles it
+//	provider cannot be asked                             postpones by a backoff doubling per attempt, up to RetryCap (OutcomeDeferred)
+//	an event's deduplication record whose delivery died  releases it for the provider's redelivery, asking nothing
+//
+// Postponed keys come back through the sweeper, never through redelivery
+// of the message; an error leaves the message to be retried.
+//
 // # How a notification settles a command (Notify)
 //
 //	Notification                                   What Notify does

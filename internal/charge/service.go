@@ -526,33 +526,10 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 }
 
 // Reconcile resolves a command whose first attempt may have died between
-// charging and recording, however old it is: if its lease has run out,
-// idem.Recover takes the lease over and asks resolve (the provider lookup)
-// what happened to the command's reference (by replaying the request, for
-// a Replayer inside the provider's dedup window). A charge is committed
-// with the exact 201 the API would have answered; a decline is stored as
-// the 402.
-//
-// A replay whose request never reached the provider executes it now: the
-// charge the client asked for, once, under the same reference. The
-// reconciler then completes the command with that charge (rolls it
-// forward) rather than releasing it, so a replay never answers "not
-// found".
-//
-// "Not found" releases the key only once the provider's settle window has
-// passed since the last attempt had to be sent; before that the key is
-// postponed to then. A command older than the provider's dedup window is
-// never released on "not found", nor replayed: a retry would send its
-// reference again, which the provider no longer deduplicates. It is parked
-// (OutcomeParked, logged as an error for an operator) and looked at again
-// every RetryCap. If the provider cannot be asked, the key is postponed by
-// a backoff that grows with its attempts. Postponed keys come back through
-// the sweeper, never through redelivery of the message. Errors are left
-// for the message to be retried (the lease simply runs out again).
-//
-// A provider event's deduplication record (NotificationOperation) whose
-// delivery died is not looked up: it is released for the provider's
-// redelivery (releaseEvent).
+// charging and recording, however old it is, by asking the provider what
+// became of its reference once its lease has run out (idem.Recover, with
+// the provider lookup as the resolver): the table in the package
+// documentation says what each answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
 	r := &reconciling{Service: s}
 	resolve := r.resolve
