@@ -5,17 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
@@ -90,31 +85,9 @@ func (h *harness) do(req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTP
 	return resp
 }
 
-var (
-	specOnce   sync.Once
-	specRouter routers.Router
-	specErr    error
-)
-
 func validateContract(t *testing.T, req events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) {
 	t.Helper()
-	specOnce.Do(func() {
-		loader := openapi3.NewLoader()
-		doc, err := loader.LoadFromFile(filepath.Join(testkit.RepoRoot(), "api", "openapi.yaml"))
-		if err != nil {
-			specErr = err
-			return
-		}
-		if err = doc.Validate(loader.Context); err != nil {
-			specErr = err
-			return
-		}
-		doc.Servers = nil // match on paths alone, wherever the handler runs
-		specRouter, specErr = legacy.NewRouter(doc)
-	})
-	if specErr != nil {
-		t.Fatalf("openapi: %v", specErr)
-	}
+	specRouter := testkit.SpecRouter(t)
 	httpReq, _ := http.NewRequest(req.RequestContext.HTTP.Method, "http://localhost"+req.RawPath, strings.NewReader(req.Body))
 	for k, v := range req.Headers {
 		httpReq.Header.Set(k, v)

@@ -6,50 +6,23 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
-	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/legacy"
 
 	"github.com/chargeonce/chargeonce/internal/local/samlocal"
 	"github.com/chargeonce/chargeonce/internal/testkit"
-)
-
-var (
-	specOnce   sync.Once
-	specRouter routers.Router
-	specErr    error
 )
 
 // check validates one answer against api/openapi.yaml, as
 // internal/charge's validateContract does for the handler's.
 func check(t *testing.T, method, path string, reqHeaders map[string]string, status int, header map[string]string, body string) {
 	t.Helper()
-	specOnce.Do(func() {
-		loader := openapi3.NewLoader()
-		doc, err := loader.LoadFromFile(filepath.Join(testkit.RepoRoot(), "api", "openapi.yaml"))
-		if err != nil {
-			specErr = err
-			return
-		}
-		if err = doc.Validate(loader.Context); err != nil {
-			specErr = err
-			return
-		}
-		doc.Servers = nil // match on paths alone, wherever the API runs
-		specRouter, specErr = legacy.NewRouter(doc)
-	})
-	if specErr != nil {
-		t.Fatalf("openapi: %v", specErr)
-	}
+	specRouter := testkit.SpecRouter(t)
 	req, _ := http.NewRequest(method, "http://localhost"+path, nil)
 	for k, v := range reqHeaders {
 		req.Header.Set(k, v)
