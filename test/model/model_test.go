@@ -153,8 +153,10 @@ type backend interface {
 	// deduplicating them, less its margin; none may be.
 	lateSends() []string
 	// refused reports whether the provider refused a reconciler's replay
-	// under reference outright (a 4xx about the request itself).
+	// under reference outright (a 4xx about the request itself) since
+	// forgetRefusal was last called for it.
 	refused(reference string) bool
+	forgetRefusal(reference string)
 }
 
 // entry is what became of one reference at the provider.
@@ -180,6 +182,8 @@ func (simBackend) lateSends() []string { return nil }
 
 // refused: only the Stripe mode parks, so only it asks.
 func (simBackend) refused(string) bool { return false }
+
+func (simBackend) forgetRefusal(string) {}
 
 func (b simBackend) entries() map[string]entry {
 	out := map[string]entry{}
@@ -287,6 +291,12 @@ func (b *stripeBackend) refused(reference string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.refusals[reference]
+}
+
+func (b *stripeBackend) forgetRefusal(reference string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.refusals, reference)
 }
 
 func (b *stripeBackend) Land() int         { return b.sim.Land() }
@@ -737,8 +747,19 @@ func variant(rt *rapid.T, ks *keyState) (body, string) {
 }
 
 func (r *history) send(ks *keyState, payload string) (events.APIGatewayV2HTTPResponse, error) {
-	ks.told = "" // a retry may charge the command it was told of
+	r.retried(ks)
 	return r.env.handler.Handle(context.Background(), testkit.PostCharge(ks.key.Tenant(), ks.key.ClientKey(), payload))
+}
+
+// retried notes that a client sent ks's key again (its request may have
+// crashed): it may charge the command it was told of, and a command that
+// was released after a refusal may be claimed again and outlive its
+// provider's window before the reconciler meets it.
+func (r *history) retried(ks *keyState) {
+	ks.told = ""
+	for created := range ks.gens {
+		r.env.sim.forgetRefusal(charge.ProviderReference(ks.key, created))
+	}
 }
 
 func (r *history) request(rt *rapid.T) {
@@ -1015,7 +1036,7 @@ func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
 		kept.Source = b.Source
 	}
 	intent, _ := json.Marshal(kept)
-	ks.told = "" // a request, if one that crashes
+	r.retried(ks) // a request, if one that crashes
 	begun, err := r.env.store.Begin(context.Background(), ks.key, b.fingerprint(), intent)
 	if err != nil || begun.Lease == nil {
 		return ks, b, nil // in flight, replay, mismatch or a fault: nothing claimed
