@@ -11,17 +11,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// retainUntil is when a record settled under l stops deduplicating:
-// Retention after the lease ends, at the whole second TTL stores. It
-// depends on the lease alone, so a retried completion writes the same.
-func (s *Store) retainUntil(l *Lease) time.Time { return s.pol.RetainUntil(l.ExpiresAt) }
-
 // settledUntil is when a record l settles as status stops deduplicating.
+// It depends on the lease alone, so a retried completion writes the same.
 func (s *Store) settledUntil(l *Lease, status Status) time.Time {
-	if status == StatusReleased {
-		return s.pol.ReleasedUntil(l.CreatedAt)
-	}
-	return s.retainUntil(l)
+	return s.pol.SettledUntil(status == StatusReleased, l.CreatedAt, l.ExpiresAt)
 }
 
 // settlement is the fenced update that moves a record from IN_FLIGHT to

@@ -230,10 +230,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	if i := s.tables.failed(ws); i >= 0 {
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), &idem.WriteConditionError{Index: i})
 	}
-	rec.status, rec.expiresAt = status, s.pol.RetainUntil(l.ExpiresAt)
-	if status == idem.StatusReleased {
-		rec.expiresAt = s.pol.ReleasedUntil(l.CreatedAt)
-	}
+	rec.status, rec.expiresAt = status, s.pol.SettledUntil(status == idem.StatusReleased, l.CreatedAt, l.ExpiresAt)
 	l.RecordExpiresAt = rec.expiresAt
 	rec.leaseExpiresAt, rec.attemptDeadline = time.Time{}, time.Time{}
 	if resp != nil {

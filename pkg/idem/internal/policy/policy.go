@@ -83,14 +83,25 @@ func (p Policy) ReleasedUntil(created time.Time) time.Time {
 	return time.Unix(created.Add(p.ReleaseRetention).Unix(), 0)
 }
 
+// SettledUntil is when a command created at created stops deduplicating
+// once the lease ending at leaseEnd settles it: ReleasedUntil for a
+// release, RetainUntil for a commit or a failure.
+func (p Policy) SettledUntil(released bool, created, leaseEnd time.Time) time.Time {
+	if released {
+		return p.ReleasedUntil(created)
+	}
+	return p.RetainUntil(leaseEnd)
+}
+
 // Earliest is the earliest a command created at created and leased until
 // leaseEnd may stop deduplicating while it is unsettled: when it would if
 // this lease released it, or settled it, whichever comes first.
 func (p Policy) Earliest(created, leaseEnd time.Time) time.Time {
-	if released, settled := p.ReleasedUntil(created), p.RetainUntil(leaseEnd); released.Before(settled) {
+	released, settled := p.ReleasedUntil(created), p.RetainUntil(leaseEnd)
+	if released.Before(settled) {
 		return released
 	}
-	return p.RetainUntil(leaseEnd)
+	return settled
 }
 
 // Expired reports whether a record whose retention ends at expiresAt (a
