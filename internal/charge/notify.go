@@ -146,20 +146,31 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports an outcome for a released command; recorded",
 			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
 	}
-	lease, err := s.cfg.Store.Preempt(ctx, n.Command)
+	return s.settleKnown(ctx, n.Command, n.Result)
+}
+
+// settleKnown settles the command key names as res, the provider's own
+// word on it (a notification, or an operator reading the provider's
+// records), preempting whoever holds its lease: a charge with its row, a
+// decline, or for StatusNotFound a release. A command settled or gone
+// meanwhile is OutcomeNothingToDo.
+func (s *Service) settleKnown(ctx context.Context, key idem.Key, res provider.Result) (Outcome, error) {
+	lease, err := s.cfg.Store.Preempt(ctx, key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrCompleted):
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
 	}
-	in, err := storedIntent(lease)
-	if err != nil {
-		return "", err
-	}
-	out, charged, err := s.verdict(lease, in, n.Result)
-	if err != nil {
-		return "", err
+	out, charged := idem.NotApplied(idem.Response{}), (*Charge)(nil)
+	if res.Status != provider.StatusNotFound {
+		in, err := storedIntent(lease)
+		if err != nil {
+			return "", err
+		}
+		if out, charged, err = s.verdict(lease, in, res); err != nil {
+			return "", err
+		}
 	}
 	return s.settle(ctx, lease, out, charged)
 }

@@ -45,21 +45,7 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	if rec.Status != idem.StatusInFlight || ProviderReference(key, rec.CreatedAt) != res.Reference {
 		return OutcomeNothingToDo, rec, nil
 	}
-	lease, err := s.cfg.Store.Preempt(ctx, key)
-	if err != nil {
-		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
-	}
-	out, charged := idem.NotApplied(idem.Response{}), (*Charge)(nil)
-	if res.Status != provider.StatusNotFound {
-		in, err := storedIntent(lease)
-		if err != nil {
-			return "", nil, err
-		}
-		if out, charged, err = s.verdict(lease, in, res); err != nil {
-			return "", nil, err
-		}
-	}
-	outcome, err := s.settle(ctx, lease, out, charged)
+	outcome, err := s.settleKnown(ctx, key, res)
 	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
 	}
