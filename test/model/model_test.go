@@ -210,19 +210,9 @@ type stripeBackend struct {
 }
 
 func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost && !b.down.Load() {
-		ref := b.noteSend(r)
-		rec := &statusRecorder{ResponseWriter: w}
-		b.sim.ServeHTTP(rec, r)
-		if c := rec.status; r.Header.Get(headerSender) == senderReconciler && (c == http.StatusBadRequest || c == http.StatusNotFound) {
-			b.mu.Lock()
-			b.refusals[ref] = true
-			b.mu.Unlock()
-		}
-		return
-	}
+	var ref string
 	if r.Method == http.MethodPost {
-		b.noteSend(r)
+		ref = b.noteSend(r)
 	}
 	if b.down.Load() {
 		w.Header().Set("Content-Type", "application/json")
@@ -230,7 +220,13 @@ func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, `{"error":{"type":"api_error"}}`)
 		return
 	}
-	b.sim.ServeHTTP(w, r)
+	rec := &statusRecorder{ResponseWriter: w}
+	b.sim.ServeHTTP(rec, r)
+	if c := rec.status; ref != "" && r.Header.Get(headerSender) == senderReconciler && (c == http.StatusBadRequest || c == http.StatusNotFound) {
+		b.mu.Lock()
+		b.refusals[ref] = true
+		b.mu.Unlock()
+	}
 }
 
 // noteSend notes a create request's reference, and returns it, leaving
