@@ -154,8 +154,9 @@ func Recover(ctx context.Context, b Reclaimer, key Key, resolve Resolver, optFns
 }
 
 // recoverError is an error of Recover's. Its text names the key by its
-// hash wherever the error it wraps names the key itself (the store's
-// errors do), since a sweep's errors are bound for a log.
+// hash wherever the error it wraps names the key itself (this package's
+// stores never do, but a caller's Reclaimer or Resolver may), since a
+// sweep's errors are bound for a log.
 type recoverError struct {
 	key Key
 	err error
