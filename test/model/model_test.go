@@ -92,7 +92,7 @@ func runModel(t *testing.T, e *env) {
 	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused; %d commands parked; "+
 		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged",
 		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load(),
-		e.drop.dropped.Load(), e.faults.claimsLost.Load(), e.toldNothing.Load())
+		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load())
 }
 
 // env is the charge path as deployed, in-process.
@@ -371,7 +371,7 @@ func newStripeEnv(t *testing.T) *env {
 // reaches the provider through drop.
 func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *connDrop, wire ...func(*testkit.Wiring)) *env {
 	t.Helper()
-	faults := &faultyTransport{base: http.DefaultTransport}
+	faults := &faultyTransport{claim: &idemtest.LostClaim{}}
 	clients := testkit.Clients(t, func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: faults}
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) {
@@ -489,32 +489,16 @@ func (u unanswered) Unwrap() http.ResponseWriter { return u.w }
 // answered without being forwarded: nothing happened on the table. A lost
 // answer is forwarded and applied, and its answer thrown away (a server
 // error, as DynamoDB's answer to a write it applied can never be
-// throttling): the SDK retries a write that already happened. Armed with
-// loseClaim, the next PutItem (a claim) is applied and its answer lost,
-// and then every request is refused until throttle is cleared.
+// throttling): the SDK retries a write that already happened. What it
+// forwards goes through claim, which can lose a claim's answer and refuse
+// every retry (idemtest.LostClaim).
 type faultyTransport struct {
-	base                      http.RoundTripper
-	refuse, lose              atomic.Int64 // per mille
-	refused, lost, claimsLost atomic.Int64
-	loseClaim, throttle       atomic.Bool
+	claim         *idemtest.LostClaim
+	refuse, lose  atomic.Int64 // per mille
+	refused, lost atomic.Int64
 }
 
 func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if f.throttle.Load() {
-		f.refused.Add(1)
-		return idemtest.DynamoDBFault(req, "ThrottlingException"), nil
-	}
-	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") && f.loseClaim.CompareAndSwap(true, false) {
-		resp, err := f.base.RoundTrip(req)
-		if err != nil {
-			return resp, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		f.claimsLost.Add(1)
-		f.throttle.Store(true)
-		return idemtest.DynamoDBFault(req, "InternalServerError"), nil
-	}
 	switch n := rand.Int64N(1000); {
 	case n < f.refuse.Load():
 		if req.Body != nil {
@@ -523,7 +507,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		f.refused.Add(1)
 		return fault(req), nil
 	case n < f.refuse.Load()+f.lose.Load():
-		resp, err := f.base.RoundTrip(req)
+		resp, err := f.claim.RoundTrip(req)
 		if err != nil {
 			return resp, err
 		}
@@ -532,7 +516,7 @@ func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		f.lost.Add(1)
 		return idemtest.DynamoDBFault(req, "InternalServerError"), nil
 	default:
-		return f.base.RoundTrip(req)
+		return f.claim.RoundTrip(req)
 	}
 }
 
@@ -814,10 +798,9 @@ func (r *history) connectionDrops(rt *rapid.T) {
 func (r *history) claimAnswerLost(rt *rapid.T) {
 	faulty := r.faulty
 	r.faulty = true
-	r.env.faults.loseClaim.Store(true)
+	r.env.faults.claim.Arm()
 	defer func() {
-		r.env.faults.loseClaim.Store(false)
-		r.env.faults.throttle.Store(false)
+		r.env.faults.claim.Disarm()
 		r.faulty = faulty
 	}()
 	r.request(rt)

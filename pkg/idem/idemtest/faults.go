@@ -43,6 +43,14 @@ func DynamoDBFault(req *http.Request, kind string) *http.Response {
 type LostClaim struct {
 	mu                sync.Mutex
 	armed, throttling bool
+	lost              int
+}
+
+// Lost counts the claims it has lost so far.
+func (c *LostClaim) Lost() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lost
 }
 
 // Arm makes the next PutItem land unanswered.
@@ -73,6 +81,7 @@ func (c *LostClaim) RoundTrip(req *http.Request) (*http.Response, error) {
 	_ = resp.Body.Close()
 	c.mu.Lock()
 	c.armed, c.throttling = false, true
+	c.lost++
 	c.mu.Unlock()
 	return DynamoDBFault(req, "InternalServerError"), nil
 }
