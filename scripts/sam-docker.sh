@@ -8,11 +8,15 @@
 #   qemu-user-static and binfmt-support, installed with apt-get when missing.
 # - A Docker daemon: one already answering is used and left running;
 #   otherwise dockerd is started here and stopped, by its PID, on exit, with
-#   its containers. It runs with --iptables=false --ip-forward=false: SAM's
-#   containers only talk to the host over the docker bridge, so no NAT rule
-#   and no forwarding are needed. The iptables rules, net.ipv4.ip_forward,
-#   the docker0 bridge and binfmt_misc are compared with what they were
-#   before and put back if anything changed them.
+#   its containers. It runs with --userland-proxy=false --ip-forward=false:
+#   a published port is then a NAT rule, which refuses a connection until
+#   the container's emulator listens, so SAM CLI's wait for the socket
+#   waits. With docker-proxy the port accepts at once and SAM CLI gives up
+#   after 0.7 s of retries, before an arm64 emulator under qemu is up
+#   ("No response from invoke container"). No forwarding is needed: SAM's
+#   containers only talk to the host. The iptables rules dockerd adds,
+#   net.ipv4.ip_forward, the docker0 bridge and binfmt_misc are compared
+#   with what they were before and put back if anything changed them.
 # - qemu's binfmt handler for ARCH when it is not the host's (arm64, the
 #   deployed architecture, on an x86_64 machine).
 # - The Lambda base image SAM CLI builds its invoke image from,
@@ -61,8 +65,23 @@ had_docker0=""
 ip link show docker0 >/dev/null 2>&1 && had_docker0=1
 
 snapshot_iptables() {
-  # The rules alone, without counters or the comments that carry a date.
-  { iptables-save 2>/dev/null || true; } | sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]//'
+  # What the rules do: the rules, user chains and policies other than ACCEPT,
+  # per table. An empty table with ACCEPT policies does what no table does.
+  { iptables-save 2>/dev/null || true; } |
+    awk '/^\*/ { t = $0 } /^-A / || /^:[^ ]+ -/ || (/^:/ && $2 != "ACCEPT") { sub(/ \[[0-9]*:[0-9]*\]/, ""); print t, $0 }'
+}
+
+# Put back the tables dockerd writes (filter and nat): the saved table where
+# there was one, else an empty one, which does what no table does.
+restore_iptables() {
+  local t
+  for t in filter nat; do
+    if grep -qx "\*$t" "$state/iptables.full"; then
+      iptables-restore -T "$t" <"$state/iptables.full"
+    else
+      iptables -t "$t" -F && iptables -t "$t" -X
+    fi
+  done
 }
 
 cleanup() {
@@ -84,7 +103,14 @@ cleanup() {
     fi
   fi
   if [[ -f "$state/iptables" ]] && ! diff -q "$state/iptables" <(snapshot_iptables) >/dev/null; then
-    iptables-restore <"$state/iptables.full" && say "iptables rules had changed: restored them"
+    restore_iptables
+    if diff -q "$state/iptables" <(snapshot_iptables) >/dev/null; then
+      say "removed the iptables rules dockerd added"
+    else
+      say "iptables rules differ from before and could not be put back:"
+      diff "$state/iptables" <(snapshot_iptables) >&2
+      rc=1
+    fi
   fi
   if [[ -n "$ip_forward_before" && "$(cat /proc/sys/net/ipv4/ip_forward)" != "$ip_forward_before" ]]; then
     echo "$ip_forward_before" >/proc/sys/net/ipv4/ip_forward && say "net.ipv4.ip_forward back to $ip_forward_before"
@@ -132,11 +158,10 @@ fi
 if docker info >/dev/null 2>&1; then
   say "using the Docker daemon already running (it is left running)"
 else
-  if command -v iptables-save >/dev/null; then
-    snapshot_iptables >"$state/iptables"
-    iptables-save >"$state/iptables.full" 2>/dev/null
-  fi
-  dockerd --iptables=false --ip-forward=false --ip-masq=false >"$state/dockerd.log" 2>&1 &
+  command -v iptables-save >/dev/null || { say "no iptables, which dockerd's published ports need"; exit 1; }
+  snapshot_iptables >"$state/iptables"
+  iptables-save >"$state/iptables.full" 2>/dev/null
+  dockerd --userland-proxy=false --ip-forward=false --ip-masq=false >"$state/dockerd.log" 2>&1 &
   dockerd_pid=$!
   for _ in $(seq 1 150); do
     docker info >/dev/null 2>&1 && break
