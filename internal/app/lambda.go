@@ -23,12 +23,8 @@ func fromEnv[C interface{ common() Common }, H any](ctx context.Context, get Get
 	if err != nil {
 		return zero, err
 	}
-	clients, err := awsenv.Load(ctx)
-	if err != nil {
-		return zero, err
-	}
 	common := c.common()
-	d := Deps{Clients: clients, Logger: Logger(common.LogLevel)}
+	d := Deps{Clients: awsenv.FromLambdaEnv(get), Logger: Logger(common.LogLevel)}
 	if common.TraceEndpoint != "" {
 		if d.Tracer, err = tracing.NewOTLP(ctx, function, common.TraceEndpoint); err != nil {
 			return zero, err

@@ -88,10 +88,9 @@ func currentCode() code {
 	}
 }
 
-// endpoints reads what awsenv.Load reads besides the SDK's own variables:
-// every function but the development authorizer builds its clients with
-// it.
-func endpoints(g app.Getenv) { g(awsenv.EnvDynamoDBEndpoint); g(awsenv.EnvSQSEndpoint) }
+// endpoints reads what awsenv.FromLambdaEnv reads: every function but the
+// development authorizer builds its clients with it.
+func endpoints(g app.Getenv) { awsenv.FromLambdaEnv(g) }
 
 func readTemplate(t *testing.T) string {
 	t.Helper()
@@ -474,6 +473,10 @@ func (c *checker) sweeperPolicy() {
 
 // environments checks that each function's template environment is
 // exactly what its loader reads, and that its code directory exists.
+// runtimeSets are the variables a function reads that Lambda sets (its
+// reserved runtime variables), and SAM CLI's AWS_SAM_LOCAL.
+var runtimeSets = []string{"AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", devauth.EnvSAMLocal}
+
 func (c *checker) environments(loaders map[string]func(app.Getenv), unread map[string][]string) {
 	res, _ := c.tmpl["Resources"].(map[string]any)
 	var global map[string]any
@@ -499,7 +502,7 @@ func (c *checker) environments(loaders map[string]func(app.Getenv), unread map[s
 			set[name] = true
 		}
 		for _, name := range slices.Sorted(maps.Keys(read)) {
-			if !set[name] && name != devauth.EnvSAMLocal {
+			if !set[name] && !slices.Contains(runtimeSets, name) {
 				c.fail("%s reads %s, which the template does not set", id, name)
 			}
 		}

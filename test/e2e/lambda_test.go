@@ -226,7 +226,8 @@ func readEvent(t *testing.T, name string) []byte {
 
 // awsEnv is the AWS part of the functions' environment: the test's
 // endpoints, and dummy credentials for an emulator the test started, or
-// else the caller's AWS variables, passed through.
+// else the caller's region and credentials, resolved from their chain (a
+// profile included) and passed as Lambda passes a role's.
 func awsEnv(t *testing.T) map[string]string {
 	t.Helper()
 	dynamo, sqsURL := testkit.Endpoints(t)
@@ -235,11 +236,16 @@ func awsEnv(t *testing.T) map[string]string {
 		env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = "test", "test"
 		return env
 	}
-	for _, name := range []string{"AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"} {
-		if v := os.Getenv(name); v != "" {
-			env[name] = v
-		}
+	cfg, err := awsenv.Config(t.Context(), false)
+	if err != nil {
+		t.Fatal(err)
 	}
+	creds, err := cfg.Credentials.Retrieve(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	env["AWS_REGION"] = cfg.Region
+	env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], env["AWS_SESSION_TOKEN"] = creds.AccessKeyID, creds.SecretAccessKey, creds.SessionToken
 	return env
 }
 

@@ -1,0 +1,37 @@
+package awsenv
+
+import (
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+)
+
+func TestFromLambdaEnv(t *testing.T) {
+	env := map[string]string{
+		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token",
+		EnvDynamoDBEndpoint: "http://127.0.0.1:4566",
+	}
+	c := FromLambdaEnv(func(name string) string { return env[name] })
+	d, q := c.DynamoDB.Options(), c.SQS.Options()
+	if d.Region != DefaultRegion || q.Region != DefaultRegion {
+		t.Errorf("regions %q, %q without AWS_REGION; want %q", d.Region, q.Region, DefaultRegion)
+	}
+	if got := aws.ToString(d.BaseEndpoint); got != env[EnvDynamoDBEndpoint] {
+		t.Errorf("DynamoDB endpoint %q, want %q", got, env[EnvDynamoDBEndpoint])
+	}
+	if q.BaseEndpoint != nil {
+		t.Errorf("SQS endpoint %q without SQS_ENDPOINT, want the AWS default", *q.BaseEndpoint)
+	}
+	creds, err := d.Credentials.Retrieve(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if creds.AccessKeyID != "AKIDEXAMPLE" || creds.SecretAccessKey != "secret" || creds.SessionToken != "token" {
+		t.Errorf("credentials %+v, want the role's from the environment", creds)
+	}
+
+	env["AWS_REGION"] = "eu-west-1"
+	if got := FromLambdaEnv(func(name string) string { return env[name] }).DynamoDB.Options().Region; got != "eu-west-1" {
+		t.Errorf("region %q, want AWS_REGION's eu-west-1", got)
+	}
+}
