@@ -58,6 +58,11 @@ func TestCanonicalJSON(t *testing.T) {
 		{"sorted keys, no whitespace", "{ \"b\" : 1,\n \"a\" : 2 }", `{"a":2,"b":1}`, false},
 		{"nested", `{"z":{"y":[3,{"b":true,"a":null}]},"a":"x"}`, `{"a":"x","z":{"y":[3,{"a":null,"b":true}]}}`, false},
 		{"numbers exactly as written", `{"a":1.50,"b":1e3,"c":-0}`, `{"a":1.50,"b":1e3,"c":-0}`, false},
+		// RFC 8785 (jsontext's Canonicalize) writes numbers as float64s:
+		// 2^53+1 would become 2^53, and 1e400 the largest float64, so two
+		// different requests would share a fingerprint.
+		{"integer past float64's precision", `{"id":9007199254740993}`, `{"id":9007199254740993}`, false},
+		{"number past float64's range", `{"n":1e400}`, `{"n":1e400}`, false},
 		{"one escaping", `{"s":"\u0041\/<>"}`, `{"s":"A/<>"}`, false},
 		{"surrogate pair", `{"s":"\ud83d\uDE00"}`, `{"s":"😀"}`, false},
 		{"U+FFFD as sent", "{\"s\":\"\\ufffd\uFFFD\"}", "{\"s\":\"\uFFFD\uFFFD\"}", false},
