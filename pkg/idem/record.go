@@ -81,15 +81,17 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 	if s.layout.index == "" {
 		return s.scanStuckLeases(ctx, shard, before)
 	}
+	in := &dynamodb.QueryInput{
+		TableName:              s.tableName,
+		IndexName:              aws.String(s.layout.index),
+		KeyConditionExpression: aws.String("#shard = :shard AND #lexp < :before"),
+		Limit:                  aws.Int32(100),
+	}
+	names, values := map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt}, map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)}
+	in.FilterExpression = s.ownRecords(names, values)
+	in.ExpressionAttributeNames, in.ExpressionAttributeValues = names, values
 	return func(yield func(StuckLease, error) bool) {
-		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
-			TableName:                 s.tableName,
-			IndexName:                 aws.String(s.layout.index),
-			KeyConditionExpression:    aws.String("#shard = :shard AND #lexp < :before"),
-			ExpressionAttributeNames:  map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt},
-			ExpressionAttributeValues: map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)},
-			Limit:                     aws.Int32(100),
-		})
+		p := dynamodb.NewQueryPaginator(s.db, in)
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
 			if err != nil {
@@ -114,13 +116,8 @@ func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time
 	filter := "#lexp < :before"
 	names := map[string]string{"#key": s.layout.keyIn, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts}
 	values := map[string]types.AttributeValue{":before": millis(before)}
-	if s.layout.fixedIn != "" {
-		filter += " AND #fixed = :fixed"
-		names["#fixed"], values[":fixed"] = s.layout.fixedIn, s.layout.fixed
-	}
-	if s.layout.prefix != "" {
-		filter += " AND begins_with(#key, :prefix)"
-		values[":prefix"] = str(s.layout.prefix)
+	if own := s.ownRecords(names, values); own != nil {
+		filter += " AND " + *own
 	}
 	in := &dynamodb.ScanInput{
 		TableName:                 s.tableName,
@@ -157,6 +154,27 @@ func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time
 			}
 		}
 	}
+}
+
+// ownRecords is the filter that keeps this store's records out of a table
+// that others share (another static partition key, another key prefix),
+// adding what it names to names and values; nil when the table is its own.
+// The stuck-lease index holds every in-flight record of the table, so its
+// query needs the filter as much as a Scan does.
+func (s *Store) ownRecords(names map[string]string, values map[string]types.AttributeValue) *string {
+	var conds []string
+	if s.layout.fixedIn != "" {
+		conds = append(conds, "#fixed = :fixed")
+		names["#fixed"], values[":fixed"] = s.layout.fixedIn, s.layout.fixed
+	}
+	if s.layout.prefix != "" {
+		conds = append(conds, "begins_with(#key, :prefix)")
+		names["#key"], values[":prefix"] = s.layout.keyIn, str(s.layout.prefix)
+	}
+	if len(conds) == 0 {
+		return nil
+	}
+	return aws.String(strings.Join(conds, " AND "))
 }
 
 func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
