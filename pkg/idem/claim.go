@@ -22,6 +22,11 @@ import (
 // intent is stored on the record for whoever has to finish the command if
 // its first attempt dies (the reconciler): what the request asked for.
 func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
+	return s.begin(ctx, key, fp, intent, 0)
+}
+
+// begin is Begin after reclaims attempts to claim a RELEASED record.
+func (s *Store) begin(ctx context.Context, key Key, fp Fingerprint, intent []byte, reclaims int) (Begun, error) {
 	if key.IsZero() {
 		return Begun{}, &ValidationError{Field: "key", Reason: "zero Key"}
 	}
@@ -63,7 +68,7 @@ func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	if err == nil {
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
-	return s.claimed(ctx, lease, fp, err, &tries, 0)
+	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
 // claimed answers a claim whose conditional write failed: err holds the
@@ -107,6 +112,10 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
 		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
+	case rec.Status == StatusReleased && reclaims < maxReclaims && rec.expired(s.pol.Now()):
+		// It expired after the claim's PutItem found it live: the key
+		// now names a new intent, claimed with a PutItem of its own.
+		return s.begin(ctx, key, fp, lease.Intent, reclaims+1)
 	case rec.Status == StatusReleased && reclaims < maxReclaims:
 		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
 	default:
@@ -125,7 +134,10 @@ const maxReclaims = 3
 
 // reclaim claims a RELEASED record again for the same request, keeping its
 // CreatedAt: the effect runs again under the same references, so whatever
-// reached the provider before is found, not repeated.
+// reached the provider before is found, not repeated. Only while the
+// release is live: one that expires between the claim's PutItem and this
+// UpdateItem is absent, and coming back under its old CreatedAt would
+// outlive the retention that bounds how long those references are sent.
 func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *Record, oldToken types.AttributeValue, reclaims int) (Begun, error) {
 	lease.CreatedAt = rec.CreatedAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
@@ -136,7 +148,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 	values := map[string]types.AttributeValue{
 		":released": statusAttrs[StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),
 		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
-		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken,
+		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken, ":now": seconds(s.pol.Now()),
 	}
 	update := "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = :ad"
 	if len(lease.Intent) > 0 {
@@ -148,7 +160,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		TableName:                           s.tableName,
 		Key:                                 s.itemKey(lease.Key),
 		UpdateExpression:                    aws.String(update + " REMOVE #exp, #att"),
-		ConditionExpression:                 aws.String("#status = :released AND #fp = :fp AND #tok = :oldtok"),
+		ConditionExpression:                 aws.String("#status = :released AND #fp = :fp AND #tok = :oldtok AND #exp > :now"),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
