@@ -154,6 +154,10 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 	if len(lease.Intent) > 0 {
 		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
 		update += ", #intent = :intent"
+	} else {
+		// The record keeps the intent it has; the lease carries it, so a
+		// settlement sizes its response beside it, as DynamoDB will.
+		lease.Intent = rec.Intent
 	}
 	var tries attempts
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

@@ -177,6 +177,8 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 		rec.expiresAt, rec.attempts = time.Time{}, 0
 		if len(lease.Intent) > 0 {
 			rec.intent = lease.Intent
+		} else {
+			lease.Intent = bytes.Clone(rec.intent) // kept: sized with the response
 		}
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	default:
