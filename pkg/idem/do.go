@@ -71,6 +71,9 @@ type DoOptions struct {
 	// context ends Reserve before it, so fn's outcome can still be
 	// recorded. Default 1s; it applies only to a context with a deadline.
 	Reserve time.Duration
+	// Clock is the store's clock, by which fn's context ends at the lease's
+	// AttemptDeadline. Default: real time.
+	Clock func() time.Time
 }
 
 // Result is what Do did.
@@ -122,7 +125,7 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 		return Result{Response: *begun.Replay, Replayed: true, Status: begun.Status, RecordExpiresAt: begun.RecordExpiresAt}, nil
 	}
 	l := begun.Lease
-	out, fnErr := run(ctx, l, fn, o.Reserve)
+	out, fnErr := run(ctx, l, fn, o)
 	if fnErr != nil {
 		fnErr = fmt.Errorf("idem: do %s: %w", key.LogHash(), fnErr)
 	}
@@ -155,13 +158,22 @@ func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, erro
 	}
 }
 
-// run calls fn with a context that ends reserve before ctx does.
-func run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) (Outcome, error), reserve time.Duration) (Outcome, error) {
-	if deadline, ok := ctx.Deadline(); ok && reserve > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
-		defer cancel()
+// run calls fn with a context that ends at the lease's AttemptDeadline, or
+// o.Reserve before ctx does if that is sooner. A resolver may release a
+// command once the effect's settle window has passed since AttemptDeadline,
+// so fn must not send after it: a context without a deadline, or one past
+// the lease's cap, would let a slow attempt charge a released command.
+// Heartbeat does not move this end.
+func run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) (Outcome, error), o DoOptions) (Outcome, error) {
+	end := l.AttemptDeadline
+	if o.Clock != nil {
+		end = time.Now().Add(end.Sub(o.Clock()))
 	}
+	if deadline, ok := ctx.Deadline(); ok && o.Reserve > 0 && deadline.Add(-o.Reserve).Before(end) {
+		end = deadline.Add(-o.Reserve)
+	}
+	ctx, cancel := context.WithDeadline(ctx, end)
+	defer cancel()
 	return fn(ctx, l)
 }
 

@@ -193,7 +193,7 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 		return o.problem(problemInvalidRequest, "The request is not one this operation takes.")
 	}
 	res, err := idem.Do(ctx, b, key, fp, nil, fn, func(d *idem.DoOptions) {
-		d.Wait = o.Wait
+		d.Wait, d.Clock = o.Wait, o.Clock
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
 		}

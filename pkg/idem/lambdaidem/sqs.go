@@ -253,7 +253,7 @@ func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, 
 	res, err := idem.Do(ctx, b, key, fp, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		return next(ctx, msg, l)
 	}, func(d *idem.DoOptions) {
-		d.Wait = o.Wait
+		d.Wait, d.Clock = o.Wait, o.Clock
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
 		}
