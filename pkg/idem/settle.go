@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // settledUntil is when a record l settles as status stops deduplicating.
@@ -91,9 +94,20 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 // ClientRequestToken, which DynamoDB honours for ten minutes, and after
 // that (or on an emulator that ignores it, or where the token is
 // refused as used with other parameters) the record shows the lease's own
-// commit. A second Commit with other arguments gets ErrLeaseLost.
+// commit. A second Commit with other arguments gets ErrLeaseLost: another
+// response by the record, other writes by the lease, which remembers them
+// once they may have been applied.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
-	return s.done(l, StatusSucceeded, s.commit(ctx, l, resp, writes))
+	if l.committed != nil && !policy.SameWrites(*l.committed, writes) {
+		return fmt.Errorf("idem: commit %s: other writes than its earlier commit: %w", l.Key.LogHash(), ErrLeaseLost)
+	}
+	err := s.commit(ctx, l, resp, writes)
+	var refused *WriteConditionError
+	if !errors.As(err, &refused) && !errors.Is(err, ErrTooLarge) {
+		sent := slices.Clone(writes)
+		l.committed = &sent
+	}
+	return s.done(l, StatusSucceeded, err)
 }
 
 // done notes on l, once its settlement as status succeeded, when the

@@ -180,6 +180,11 @@ type Lease struct {
 	// resolved by someone other than its first attempt.
 	Attempts int
 	Intent   []byte // what Begin stored for reconciliation
+
+	// committed holds the business writes of this lease's Commit once one
+	// may have reached DynamoDB, so that a second Commit with other
+	// writes is refused rather than taken for its retry.
+	committed *[]types.TransactWriteItem
 }
 
 // Begun is the outcome of Begin that lets the caller go on: either it owns

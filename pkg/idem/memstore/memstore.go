@@ -75,6 +75,9 @@ type record struct {
 	// leaseExpiresAt and attemptDeadline are set only while IN_FLIGHT.
 	leaseExpiresAt  time.Time
 	attemptDeadline time.Time
+	// writes are the business writes its Commit applied, by which a
+	// repeated Commit recognises itself.
+	writes []types.TransactWriteItem
 }
 
 // New returns an empty Store. Of the options, Retention, LeaseMargin,
@@ -223,7 +226,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	rec, ok := s.records[l.Key]
 	if !ok || !s.fenced(rec, l) {
 		// The lease's own settlement, repeated, succeeds again.
-		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) {
+		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) && policy.SameWrites(rec.writes, writes) {
 			l.RecordExpiresAt = rec.expiresAt
 			return nil
 		}
@@ -239,6 +242,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 		rec.resp = normalized(*resp)
 	}
 	s.tables.apply(ws)
+	rec.writes = slices.Clone(writes)
 	s.writes = append(s.writes, writes...)
 	return nil
 }

@@ -14,7 +14,10 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"reflect"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Policy is the part of a store's options that decides times and sizes.
@@ -170,4 +173,11 @@ func TooLarge(headers map[string]string, storedBody []byte, intentLen int) strin
 		return fmt.Sprintf("response and intent need %d bytes, at most %d", size, MaxStoredPayload)
 	}
 	return ""
+}
+
+// SameWrites reports whether two commits of one lease carry the same
+// business writes: a repeated Commit is its own earlier one only if they
+// do, or it would be told that writes it never applied are committed.
+func SameWrites(a, b []types.TransactWriteItem) bool {
+	return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b))
 }
