@@ -103,7 +103,8 @@ var errNoResolver = errors.New("idem: recover: a Resolver is required (ReleaseLo
 // what a reconciler fed by a queue of keys calls for each. An error leaves
 // the record IN_FLIGHT, under Recovery.Lease if one was taken (a
 // settlement's ErrLeaseLost or *WriteConditionError among them), and its
-// text names the key by its hash (Key.LogHash), never the key itself.
+// text names the key by its hash (Key.LogHash), never the key or its
+// client part.
 func Recover(ctx context.Context, b Reclaimer, key Key, resolve Resolver, optFns ...func(*RecoverOptions)) (Recovery, error) {
 	if resolve == nil {
 		return Recovery{}, errNoResolver
@@ -154,9 +155,10 @@ func Recover(ctx context.Context, b Reclaimer, key Key, resolve Resolver, optFns
 }
 
 // recoverError is an error of Recover's. Its text names the key by its
-// hash wherever the error it wraps names the key itself (this package's
-// stores never do, but a caller's Reclaimer or Resolver may), since a
-// sweep's errors are bound for a log.
+// hash wherever the error it wraps names the key itself or its client part
+// (this package's stores never do, but a caller's Reclaimer or Resolver
+// may, a resolver most likely by the client's key, such as an order
+// number), since a sweep's errors are bound for a log.
 type recoverError struct {
 	key Key
 	err error
@@ -164,7 +166,11 @@ type recoverError struct {
 
 func (e *recoverError) Error() string {
 	hash := "key:" + e.key.LogHash()
-	return "idem: recover " + hash + ": " + strings.ReplaceAll(e.err.Error(), e.key.String(), hash)
+	text := strings.ReplaceAll(e.err.Error(), e.key.String(), hash)
+	if ck := e.key.ClientKey(); ck != "" {
+		text = strings.ReplaceAll(text, ck, hash)
+	}
+	return "idem: recover " + hash + ": " + text
 }
 
 func (e *recoverError) Unwrap() error { return e.err }
