@@ -75,8 +75,10 @@ type StuckLease struct {
 // expired before the given time, oldest first. It queries the stuck-lease
 // index (Options.StuckLeaseIndex), a page at a time: the table must have
 // it, or DynamoDB refuses the query. With Options.ScanStuckLeases it scans
-// the table instead. Terminal and released records are not listed. Stop
-// early by breaking out of the loop.
+// the table instead. Terminal and released records are not listed. The
+// lease's end is kept in epoch milliseconds, and before counts to its
+// millisecond: a lease is listed when its end's millisecond is before
+// before's. Stop early by breaking out of the loop.
 func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
 	if s.layout.index == "" {
 		return s.scanStuckLeases(ctx, shard, before)

@@ -20,6 +20,7 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
 type env struct {
@@ -441,6 +442,49 @@ func TestStuckLeaseIndex(t *testing.T) {
 	}
 	if got := found(e.clock.Now().Add(time.Minute)); fmt.Sprint(got) != fmt.Sprint(stuck) {
 		t.Fatalf("stuck = %v, want %v", got, stuck)
+	}
+}
+
+// TestStuckLeasesAtASubMillisecondBoundary: memstore lists the same stuck
+// leases as the DynamoDB store. A lease ends at a whole millisecond
+// (lease_expires_at is stored in ms). Asked for the leases that ended
+// before a time 0.5 ms after that, the DynamoDB store cuts the bound to its
+// millisecond (lexp < ms(before): not listed), and so must memstore: Sweep
+// passes its clock's time as it is, and the two stores' sweeps must find
+// the same keys. The conformance suite's clock ticks in whole milliseconds
+// and never sees it.
+func TestStuckLeasesAtASubMillisecondBoundary(t *testing.T) {
+	t.Parallel()
+	list := func(t *testing.T, s idem.RecoveryBackend) int {
+		k := idemtest.UniqueKey(t, "acme")
+		b, err := s.Begin(ctx, k, fpA, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := b.Lease.ExpiresAt.Add(500 * time.Microsecond) // the lease has run out by then
+		n := 0
+		for sl, err := range s.StuckLeases(ctx, 0, before) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sl.Key == k {
+				n++
+			}
+		}
+		return n
+	}
+	start := time.Now().Truncate(time.Millisecond)
+	dClock, mClock := idemtest.NewClock(start), idemtest.NewClock(start)
+	ds, err := idem.New(dynamotest.Client(t), dynamotest.Table(t, idem.TableInput("stuckms")),
+		func(o *idem.Options) { o.Clock, o.Shards = dClock.Now, 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := memstore.New(func(o *idem.Options) { o.Clock, o.Shards = mClock.Now, 1 })
+	d, m := list(t, ds), list(t, ms)
+	t.Logf("listed 0.5 ms after the lease's end: DynamoDB %d, memstore %d", d, m)
+	if d != m {
+		t.Fatalf("the stores list different stuck leases for one bound: DynamoDB %d, memstore %d", d, m)
 	}
 }
 

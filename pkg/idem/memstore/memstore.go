@@ -349,11 +349,16 @@ func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 
 // StuckLeases yields, from one shard, the IN_FLIGHT records whose lease
 // expired before the given time, oldest first, as idem.Store.StuckLeases.
+// As there, the lease's end and before are compared in whole epoch
+// milliseconds, the unit the DynamoDB store keeps the lease's end in:
+// before is cut to its millisecond, so a lease that ended at 12:00:00.001
+// is not listed before 12:00:00.0015.
 func (s *Store) StuckLeases(_ context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error] {
+	beforeMs := before.UnixMilli()
 	s.mu.Lock()
 	var stuck []idem.StuckLease
 	for key, rec := range s.records {
-		if rec.status == idem.StatusInFlight && rec.leaseExpiresAt.Before(before) && s.pol.Shard(key.String()) == shard {
+		if rec.status == idem.StatusInFlight && rec.leaseExpiresAt.UnixMilli() < beforeMs && s.pol.Shard(key.String()) == shard {
 			stuck = append(stuck, idem.StuckLease{Key: key, LeaseExpiresAt: rec.leaseExpiresAt, Attempts: rec.attempts})
 		}
 	}
