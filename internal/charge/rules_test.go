@@ -32,6 +32,10 @@ type rules struct {
 func newRules(t *testing.T) *rules {
 	t.Helper()
 	r := &rules{t: t, sim: providersim.New(), store: memstore.New()}
+	// The charges table's key, as template.yaml declares it: memstore
+	// checks the rows' condition (attribute_not_exists(id)) only on a
+	// table whose key it knows.
+	r.store.DeclareKey("charges", charge.AttrTenant, charge.AttrID)
 	srv := httptest.NewServer(r.sim)
 	t.Cleanup(srv.Close)
 	// The charges table is written through the record's commit (memstore

@@ -111,8 +111,8 @@ func commit(t *testing.T, s idem.RecoveryBackend, writes ...types.TransactWriteI
 // TestMemstoreWriteConditionsAsDynamoDB: the same commits meet the same verdicts
 // on memstore as on DynamoDB: a condition that fails names the same
 // write, and leaves the same rows (none of the transaction's). Rows keyed
-// by id need no declaration; rows under PK and SK conditioned on PK alone
-// need DeclareKey.
+// by id and rows under PK and SK, conditioned on PK alone, alike: their
+// items have more attributes than the key, so memstore needs DeclareKey.
 func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 	t.Parallel()
 	steps := []struct {
@@ -161,6 +161,8 @@ func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 				s, r := memstore.New(), rows{table: "rows", composite: composite}
 				if composite {
 					s.DeclareKey("rows", "PK", "SK")
+				} else {
+					s.DeclareKey("rows", "id")
 				}
 				run(t, s, r, func(id string) bool { return s.Has(r.table, r.key(id)) })
 			})
@@ -201,31 +203,36 @@ func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 
 func ws(w ...types.TransactWriteItem) []types.TransactWriteItem { return w }
 
-// TestMemstorePutConditionOnPartOfTheKey: a Put names no key, so on a table
-// without a declared key memstore finds the item by the attributes its
-// condition names. Naming the whole key is exact; naming part of it is
-// stricter than DynamoDB, never laxer: a row of another tenant with the
-// same id counts as there. With the key declared, it is exact either way.
+// TestMemstorePutConditionOnPartOfTheKey: a Put names no key, and
+// DynamoDB checks its condition on the item with its item's key. On a
+// table without a declared key memstore cannot tell which attributes of
+// an item of several are the key, so it refuses a conditioned Put of one,
+// whatever its condition names (the whole key or part of it), with
+// errors.ErrUnsupported, and writes nothing. With the key declared, it is
+// exact either way: a row of another tenant with the same id is another
+// item.
 func TestMemstorePutConditionOnPartOfTheKey(t *testing.T) {
 	t.Parallel()
-	s := memstore.New()
 	put := func(tenant, cond string) types.TransactWriteItem {
 		return types.TransactWriteItem{Put: &types.Put{
 			TableName: aws.String("charges"), Item: map[string]types.AttributeValue{"tenant": str(tenant), "id": str("ch_1")},
 			ConditionExpression: aws.String(cond),
 		}}
 	}
-	if got := commit(t, s, put("acme", "attribute_not_exists(id)")); got != -1 {
-		t.Fatalf("acme's charge: failed write %d", got)
-	}
-	if got := commit(t, s, put("globex", "attribute_not_exists(tenant) AND attribute_not_exists(id)")); got != -1 {
-		t.Fatalf("globex's charge, the whole key named: failed write %d, want none", got)
-	}
-	if got := commit(t, s, put("initech", "attribute_not_exists(id)")); got != 0 {
-		t.Fatalf("initech's charge, part of the key named: failed write %d, want 0 (stricter than DynamoDB)", got)
-	}
-	if got := commit(t, s, put("acme", "attribute_not_exists(tenant) AND attribute_not_exists(id)")); got != 0 {
-		t.Fatalf("acme's charge again: failed write %d, want 0", got)
+	s := memstore.New()
+	for _, cond := range []string{"attribute_not_exists(id)", "attribute_not_exists(tenant) AND attribute_not_exists(id)"} {
+		k := idemtest.UniqueKey(t, "acme")
+		b, err := s.Begin(ctx, k, fpA, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Commit(ctx, b.Lease, idem.Response{Status: 201}, put("acme", cond))
+		if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "DeclareKey") {
+			t.Fatalf("key not declared: acme's charge with %s: %v, want a refusal wrapping errors.ErrUnsupported that names DeclareKey", cond, err)
+		}
+		if rec, err := s.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || len(s.Writes()) != 0 {
+			t.Fatalf("after the refusal: record %+v, %v, writes %v; want IN_FLIGHT and nothing written", rec, err, s.Writes())
+		}
 	}
 
 	declared := memstore.New()
@@ -246,6 +253,79 @@ func TestMemstorePutConditionOnPartOfTheKey(t *testing.T) {
 	}
 }
 
+// TestMemstorePutConditionOnNonKeyAttribute: a Put conditioned on
+// attribute_not_exists of a NON-key attribute. DynamoDB evaluates the
+// condition on the item with the Put's key, finds the attribute there and
+// cancels the transaction. memstore must never be laxer: it used to take
+// the named attribute for the key on a table without a declared key, look
+// for another item holding the same value, find none, and commit. It now
+// refuses the Put (errors.ErrUnsupported, naming DeclareKey) without a
+// declared key, and with one refuses the condition on an attribute outside
+// it: either way nothing is written and the record stays IN_FLIGHT.
+func TestMemstorePutConditionOnNonKeyAttribute(t *testing.T) {
+	t.Parallel()
+	put := func(table, n, cond string) types.TransactWriteItem {
+		p := &types.Put{TableName: aws.String(table), Item: map[string]types.AttributeValue{"id": str("a"), "n": str(n)}}
+		if cond != "" {
+			p.ConditionExpression = aws.String(cond)
+		}
+		return types.TransactWriteItem{Put: p}
+	}
+	db := dynamotest.Client(t)
+	def := &dynamodb.CreateTableInput{
+		TableName:            aws.String("rows"),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}
+	ds, err := idem.New(db, dynamotest.Table(t, idem.TableInput("memstore")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := dynamotest.Table(t, def)
+	if got := commit(t, ds, put(table, "1", "")); got != -1 {
+		t.Fatalf("DynamoDB: first put: failed write %d", got)
+	}
+	// Only if the row has not been stamped yet: it has (n = 1).
+	dynamo := commit(t, ds, put(table, "2", "attribute_not_exists(n)"))
+	if dynamo != 0 {
+		t.Fatalf("DynamoDB: failed write %d, want 0 (the row has n)", dynamo)
+	}
+
+	for _, declared := range []bool{false, true} {
+		s := memstore.New()
+		if declared {
+			s.DeclareKey("rows", "id")
+		}
+		if got := commit(t, s, put("rows", "1", "")); got != -1 {
+			t.Fatalf("memstore (key declared: %v): first put: failed write %d", declared, got)
+		}
+		k := idemtest.UniqueKey(t, "acme")
+		b, err := s.Begin(ctx, k, fpA, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Commit(ctx, b.Lease, idem.Response{Status: 201}, put("rows", "2", "attribute_not_exists(n)"))
+		var wce *idem.WriteConditionError
+		t.Logf("DynamoDB: failed write %d; memstore (key declared: %v): %v", dynamo, declared, err)
+		switch {
+		case err == nil:
+			t.Fatalf("memstore (key declared: %v) commits a Put DynamoDB cancels (failed write %d): laxer, not stricter, and not refused as unsupported", declared, dynamo)
+		case errors.As(err, &wce):
+			if wce.Index != dynamo {
+				t.Fatalf("memstore (key declared: %v): failed write %d, DynamoDB %d", declared, wce.Index, dynamo)
+			}
+		case !errors.Is(err, errors.ErrUnsupported):
+			t.Fatalf("memstore (key declared: %v): %v, want *idem.WriteConditionError or a refusal wrapping errors.ErrUnsupported", declared, err)
+		case !declared && !strings.Contains(err.Error(), "DeclareKey"):
+			t.Fatalf("memstore, key not declared: the refusal %q does not tell to DeclareKey", err)
+		}
+		if rec, err := s.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || len(s.Writes()) != 1 {
+			t.Fatalf("memstore (key declared: %v) after the refusal: record %+v, %v, writes %v; want IN_FLIGHT and only the first put written", declared, rec, err, s.Writes())
+		}
+	}
+}
+
 // TestMemstoreWriteConditionsRefused: a condition memstore cannot evaluate, or a
 // request DynamoDB would refuse, fails the Commit rather than pass
 // unchecked; the record stays IN_FLIGHT and nothing is written.
@@ -258,6 +338,11 @@ func TestMemstoreWriteConditionsRefused(t *testing.T) {
 			ConditionExpression: aws.String(cond), ExpressionAttributeNames: names,
 		}}
 	}
+	undeclared := func(cond string, item map[string]types.AttributeValue) types.TransactWriteItem {
+		return types.TransactWriteItem{Put: &types.Put{
+			TableName: aws.String("undeclared"), Item: item, ConditionExpression: aws.String(cond),
+		}}
+	}
 	cases := []struct {
 		name        string
 		write       types.TransactWriteItem
@@ -268,7 +353,9 @@ func TestMemstoreWriteConditionsRefused(t *testing.T) {
 		{"NOT", put("NOT attribute_exists(id)", nil), true},
 		{"another function", put("begins_with(id, :p)", nil), true},
 		{"a nested path", put("attribute_not_exists(m.id)", nil), true},
-		{"attribute_exists in a Put", put("attribute_exists(id)", nil), true},
+		{"a Put of two attributes on a table without a declared key", undeclared("attribute_not_exists(id)", map[string]types.AttributeValue{"id": str("x"), "n": str("1")}), true},
+		{"attribute_exists in a Put without a declared key", undeclared("attribute_exists(id)", map[string]types.AttributeValue{"id": str("x"), "n": str("1")}), true},
+		{"an attribute outside a one-attribute Put's key", undeclared("attribute_not_exists(n)", map[string]types.AttributeValue{"id": str("x")}), true},
 		{"a trailing AND", put("attribute_not_exists(id) AND", nil), true},
 		{"an attribute outside an Update's Key", r.update("a", "attribute_exists(n)"), true},
 		{"a Key that is not the declared one", types.TransactWriteItem{Delete: &types.Delete{
@@ -277,7 +364,7 @@ func TestMemstoreWriteConditionsRefused(t *testing.T) {
 		{"a Put without a declared key attribute", types.TransactWriteItem{Put: &types.Put{
 			TableName: aws.String("declared"), Item: map[string]types.AttributeValue{"PK": str("rows")},
 		}}, false},
-		{"a Put without the attribute its condition names", put("attribute_not_exists(other)", nil), false},
+		{"an attribute outside a Put's declared key", put("attribute_not_exists(n)", nil), true},
 		{"a name not in ExpressionAttributeNames", put("attribute_not_exists(#id)", map[string]string{"#n": "n"}), false},
 		{"a ConditionCheck without a condition", types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: aws.String("rows"), Key: r.key("a")}}, false},
 		{"no write at all", types.TransactWriteItem{}, false},
@@ -287,6 +374,7 @@ func TestMemstoreWriteConditionsRefused(t *testing.T) {
 			t.Parallel()
 			s := memstore.New()
 			s.DeclareKey("declared", "PK", "SK")
+			s.DeclareKey("rows", "id")
 			k := idemtest.UniqueKey(t, "acme")
 			b, err := s.Begin(ctx, k, fpA, nil)
 			if err != nil {

@@ -16,16 +16,23 @@
 // whether a row is there, and Writes lists what was committed.
 //
 // An Update, Delete or ConditionCheck finds its item by its Key. A Put
-// names no key, so it finds its item by the key attributes declared for
-// its table (DeclareKey) or, on a table without, by the attributes its
-// condition names, taking only attribute_not_exists there: exact when
-// they are the whole key, stricter, never laxer, when they are part of it
-// (attribute_not_exists(PK) beside a sort key finds every row under that
-// PK: declare the key). Not checked: an Update's UpdateExpression (not
-// applied: an Update that creates an item leaves its key only, all a
-// condition here looks at), and what DynamoDB would refuse as invalid
-// (key schemas of undeclared tables, attribute types, reserved words,
-// unused placeholders, two writes on one item).
+// names no key, and DynamoDB checks its condition on the item with its
+// item's key, so memstore checks a Put's condition only where it knows
+// that key: on a table whose key attributes are declared (DeclareKey), or
+// when the Put's item has a single attribute, which is then the key (an
+// item holds the whole key). There the check is exact, whether the
+// condition names the whole key or part of it. A conditioned Put of an
+// item of more attributes on a table without a declared key is refused
+// with an error wrapping errors.ErrUnsupported, whatever its condition
+// names: memstore cannot tell a key attribute from another there, and
+// taking the named attributes for the key would look for another item
+// than the one DynamoDB checks, and commit what DynamoDB cancels whenever
+// a named attribute is not a key attribute. Declare the key of such a
+// table. An unconditioned Put needs no key. Not checked: an Update's UpdateExpression (not applied:
+// an Update that creates an item leaves its key only, all a condition
+// here looks at), and what DynamoDB would refuse as invalid (key schemas
+// of undeclared tables, attribute types, reserved words, unused
+// placeholders, two writes on one item).
 //
 // The store is safe for concurrent use. Give it a clock through
 // idem.Options.Clock to move time in tests.
@@ -115,9 +122,10 @@ func (s *Store) Writes() []types.TransactWriteItem {
 
 // DeclareKey gives a business table's key attributes (its partition key,
 // and its sort key if it has one), so a Put finds its item by the whole
-// key however little of it its condition names, as DynamoDB does: declare
-// a table whose Puts are conditioned on part of the key, such as
-// attribute_not_exists(PK) beside a sort key.
+// key however little of it its condition names, as DynamoDB does.
+// Declare every table that takes conditioned Puts of items with more than
+// one attribute: without it, memstore cannot tell which item DynamoDB
+// would check, and refuses such a Put with errors.ErrUnsupported.
 func (s *Store) DeclareKey(table string, key ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -30,8 +30,9 @@ type write struct {
 	put   item // the Put's item; nil for the other kinds
 	// key holds the attribute values that find the targeted item: an
 	// Update's, Delete's or ConditionCheck's Key; for a Put, its item's
-	// declared key attributes or, on a table without, the attributes its
-	// condition names (none for an unconditioned Put there).
+	// declared key attributes or, on a table without, its item's only
+	// attribute when its item has one and a condition (none for an
+	// unconditioned Put there).
 	key  item
 	kind string // "put", "update", "delete" or "check"
 	cond []term
@@ -46,7 +47,7 @@ type term struct {
 
 // unsupported explains a condition memstore does not evaluate.
 func unsupported(expr, why string) error {
-	return fmt.Errorf("memstore: condition %q: %s; memstore evaluates only attribute_exists(a) and attribute_not_exists(a) of key attributes, joined by AND: %w",
+	return fmt.Errorf("memstore: condition %q: %s; memstore evaluates only attribute_exists(a) and attribute_not_exists(a) of key attributes, joined by AND, and a Put's only with its table's key declared (DeclareKey) or an item of one attribute: %w",
 		expr, why, errors.ErrUnsupported)
 }
 
@@ -127,21 +128,18 @@ func parseWrite(tw types.TransactWriteItem, declared map[string][]string) (write
 			return write{}, fmt.Errorf("memstore: the %s's Key is not the key %v declared for table %q", w.kind, key, w.table)
 		}
 	case w.put != nil && len(w.cond) > 0:
-		// A Put names no key: the attributes its condition names stand
-		// for it, which is exact when they are the whole key and stricter
-		// when they are part of it. attribute_exists would then find
-		// another item, so only attribute_not_exists is taken.
-		w.key = item{}
-		for _, t := range w.cond {
-			if t.exists {
-				return write{}, unsupported(*expr, "attribute_exists in a Put on a table without a declared key (DeclareKey)")
-			}
-			v, ok := w.put[t.attr]
-			if !ok {
-				return write{}, fmt.Errorf("memstore: condition %q names %s, which the Put's item does not have", *expr, t.attr)
-			}
-			w.key[t.attr] = v
+		// A Put names no key, and DynamoDB checks its condition on the
+		// item with its item's key. Without the table's key declared,
+		// memstore knows that key only when the item has one attribute:
+		// an item holds the whole key, so that attribute is it. Of an
+		// item with more, any attributes could be the key, the condition
+		// naming a non-key attribute or part of the key: taken as the
+		// key, they would look for another item than the one DynamoDB
+		// checks and could commit what DynamoDB cancels. Refused.
+		if len(w.put) != 1 {
+			return write{}, unsupported(*expr, fmt.Sprintf("a Put of an item of %d attributes on table %q, whose key is not declared: memstore cannot tell which item DynamoDB checks; declare the table's key with DeclareKey", len(w.put), w.table))
 		}
+		w.key = maps.Clone(w.put)
 	}
 	for _, t := range w.cond {
 		if _, ok := w.key[t.attr]; !ok {
