@@ -40,6 +40,7 @@ func TestSecondCommitWithOtherWritesIsRefused(t *testing.T) {
 	t.Run("memstore", func(t *testing.T) {
 		t.Parallel()
 		s, r := memstore.New(), rows{table: "rows"}
+		s.DeclareKey(r.table, "id")
 		run(t, s, r, func(id string) bool { return s.Has(r.table, r.key(id)) })
 	})
 	t.Run("dynamodb", func(t *testing.T) {
