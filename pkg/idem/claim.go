@@ -94,6 +94,9 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 		if rec, err := s.decodeRecord(key, ccf.Item); err == nil {
 			lease.CreatedAt = rec.CreatedAt
 			lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
+			if len(lease.Intent) == 0 {
+				lease.Intent = rec.Intent // a re-claim's: the record kept its own
+			}
 		}
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
@@ -154,10 +157,6 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 	if len(lease.Intent) > 0 {
 		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
 		update += ", #intent = :intent"
-	} else {
-		// The record keeps the intent it has; the lease carries it, so a
-		// settlement sizes its response beside it, as DynamoDB will.
-		lease.Intent = rec.Intent
 	}
 	var tries attempts
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
@@ -170,6 +169,11 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, tries.option)
 	if err == nil {
+		if len(lease.Intent) == 0 {
+			// The record keeps the intent it has; the lease carries it, so
+			// a settlement sizes its response beside it, as DynamoDB will.
+			lease.Intent = rec.Intent
+		}
 		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)

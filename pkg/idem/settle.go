@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -71,8 +70,8 @@ func (s *Store) settled(st *settlement, l *Lease, item map[string]types.Attribut
 }
 
 // apply writes the settlement alone, as one fenced UpdateItem.
-func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
-	_, err := s.db.UpdateItem(ctx, updateItem(st.update))
+func (s *Store) apply(ctx context.Context, l *Lease, st *settlement, optFns ...func(*dynamodb.Options)) error {
+	_, err := s.db.UpdateItem(ctx, updateItem(st.update), optFns...)
 	if err == nil {
 		return nil
 	}
@@ -98,14 +97,15 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement) error {
 // response by the record, other writes by the lease, which remembers them
 // once they may have been applied.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
-	if l.committed != nil && !policy.SameWrites(*l.committed, writes) {
+	digest := policy.WritesDigest(writes)
+	if l.committed != nil && *l.committed != digest {
 		return fmt.Errorf("idem: commit %s: other writes than its earlier commit: %w", l.Key.LogHash(), ErrLeaseLost)
 	}
-	err := s.commit(ctx, l, resp, writes)
-	var refused *WriteConditionError
-	if !errors.As(err, &refused) && !errors.Is(err, ErrTooLarge) {
-		sent := slices.Clone(writes)
-		l.committed = &sent
+	var tries attempts
+	err := s.commit(ctx, l, resp, writes, &tries)
+	var failed *WriteConditionError
+	if err == nil || !errors.As(err, &failed) && !errors.Is(err, ErrTooLarge) && !tries.refused() {
+		l.committed = &digest // it may have been applied
 	}
 	return s.done(l, StatusSucceeded, err)
 }
@@ -119,16 +119,16 @@ func (s *Store) done(l *Lease, status Status, err error) error {
 	return err
 }
 
-func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []types.TransactWriteItem) error {
+func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []types.TransactWriteItem, tries *attempts) error {
 	st, err := s.settlement("commit", l, StatusSucceeded, &resp)
 	if err != nil {
 		return err
 	}
 	if len(writes) == 0 {
-		return s.apply(ctx, l, &st)
+		return s.apply(ctx, l, &st, tries.option)
 	}
 	items := append(writes[:len(writes):len(writes)], types.TransactWriteItem{Update: &st.update})
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)})
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)}, tries.option)
 	if err == nil {
 		return nil
 	}

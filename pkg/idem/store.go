@@ -181,10 +181,10 @@ type Lease struct {
 	Attempts int
 	Intent   []byte // what Begin stored for reconciliation
 
-	// committed holds the business writes of this lease's Commit once one
-	// may have reached DynamoDB, so that a second Commit with other
-	// writes is refused rather than taken for its retry.
-	committed *[]types.TransactWriteItem
+	// committed is the digest of the business writes of this lease's
+	// Commit once one may have been applied, so that a second Commit with
+	// other writes is refused rather than taken for its retry.
+	committed *string
 }
 
 // Begun is the outcome of Begin that lets the caller go on: either it owns

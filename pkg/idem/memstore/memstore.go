@@ -82,9 +82,9 @@ type record struct {
 	// leaseExpiresAt and attemptDeadline are set only while IN_FLIGHT.
 	leaseExpiresAt  time.Time
 	attemptDeadline time.Time
-	// writes are the business writes its Commit applied, by which a
-	// repeated Commit recognises itself.
-	writes []types.TransactWriteItem
+	// writes is the digest of the business writes its Commit applied, by
+	// which a repeated Commit recognises itself.
+	writes string
 }
 
 // New returns an empty Store. Of the options, Retention, LeaseMargin,
@@ -234,7 +234,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	rec, ok := s.records[l.Key]
 	if !ok || !s.fenced(rec, l) {
 		// The lease's own settlement, repeated, succeeds again.
-		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) && policy.SameWrites(rec.writes, writes) {
+		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) && rec.writes == policy.WritesDigest(writes) {
 			l.RecordExpiresAt = rec.expiresAt
 			return nil
 		}
@@ -250,7 +250,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 		rec.resp = normalized(*resp)
 	}
 	s.tables.apply(ws)
-	rec.writes = slices.Clone(writes)
+	rec.writes = policy.WritesDigest(writes)
 	s.writes = append(s.writes, writes...)
 	return nil
 }
