@@ -2,7 +2,11 @@ package idem
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -104,7 +108,7 @@ var errNoResolver = errors.New("idem: recover: a Resolver is required (ReleaseLo
 // the record IN_FLIGHT, under Recovery.Lease if one was taken (a
 // settlement's ErrLeaseLost or *WriteConditionError among them), and its
 // text names the key by its hash (Key.LogHash), never the key or its
-// client part.
+// client part, as written, quoted or URL-escaped.
 func Recover(ctx context.Context, b Reclaimer, key Key, resolve Resolver, optFns ...func(*RecoverOptions)) (Recovery, error) {
 	if resolve == nil {
 		return Recovery{}, errNoResolver
@@ -166,11 +170,27 @@ type recoverError struct {
 
 func (e *recoverError) Error() string {
 	hash := "key:" + e.key.LogHash()
-	text := strings.ReplaceAll(e.err.Error(), e.key.String(), hash)
-	if ck := e.key.ClientKey(); ck != "" {
-		text = strings.ReplaceAll(text, ck, hash)
+	// One pass, longest form first: a form inside a longer one, or inside
+	// a hash already written, is not replaced again.
+	forms := append([]string{e.key.String()}, clientKeyForms(e.key.ClientKey())...)
+	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
+	pairs := make([]string, 0, 2*len(forms))
+	for _, f := range forms {
+		pairs = append(pairs, f, hash)
 	}
-	return "idem: recover " + hash + ": " + text
+	return "idem: recover " + hash + ": " + strings.NewReplacer(pairs...).Replace(e.err.Error())
+}
+
+// clientKeyForms are the ways an error may write a client key: as it is,
+// quoted by Go or JSON (%q, encoding/json), or escaped in a URL's path or
+// query.
+func clientKeyForms(ck string) []string {
+	if ck == "" {
+		return nil
+	}
+	quoted := strconv.Quote(ck)
+	js, _ := json.Marshal(ck)
+	return []string{ck, quoted[1 : len(quoted)-1], string(js[1 : len(js)-1]), url.PathEscape(ck), url.QueryEscape(ck)}
 }
 
 func (e *recoverError) Unwrap() error { return e.err }
