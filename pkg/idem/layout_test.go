@@ -217,6 +217,11 @@ func TestLayoutOptionsRefused(t *testing.T) {
 		"the sort key is the partition key": func(o *idem.Options) { o.SortKeyAttribute = idem.AttrPK },
 		"a key named as a record attribute": func(o *idem.Options) { o.SortKeyAttribute = "st" },
 		"the TTL named as the index's key":  func(o *idem.Options) { o.TTLAttribute = idem.AttrLeaseExpiresAt },
+		// A store with "idem#" would read a record of "idem#v2#" as its
+		// own (the key v2#acme#op#k), list it stuck and resolve it.
+		"a prefix with a # inside":   func(o *idem.Options) { o.KeyPrefix = "idem#v2#" },
+		"a prefix without a # after": func(o *idem.Options) { o.KeyPrefix = "idem" },
+		"a prefix with a space":      func(o *idem.Options) { o.KeyPrefix = "my idem#" },
 	} {
 		if _, err := idem.New(db, "t", opts); err == nil {
 			t.Errorf("%s: New accepted it", name)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -83,6 +84,8 @@ func newLayout(o Options) (layout, error) {
 		return layout{}, errors.New("idem: Options.PartitionKeyValue and SortKeyValue exclude each other: the key goes in the sort key or in the partition key")
 	case o.ScanStuckLeases && o.StuckLeaseIndex != "":
 		return layout{}, errors.New("idem: Options.ScanStuckLeases is for a table without a stuck-lease index, and StuckLeaseIndex names one")
+	case o.KeyPrefix != "" && !validPrefix(o.KeyPrefix):
+		return layout{}, fmt.Errorf("idem: Options.KeyPrefix %q: want letters, digits and . _ - : @, then one # at the end", o.KeyPrefix)
 	case o.PartitionKeyValue != "":
 		l.keyIn, l.fixedIn, l.fixed = l.sk, l.pk, str(o.PartitionKeyValue)
 	case l.sk != "":
@@ -100,6 +103,16 @@ func newLayout(o Options) (layout, error) {
 		}
 	}
 	return l, nil
+}
+
+// validPrefix reports whether p is a tenant-like name followed by one '#'.
+// Two such prefixes never begin one another, so a store that lists its
+// records by its prefix never takes another store's for its own: with
+// "idem#" and "idem#v2#", the first would read "idem#v2#acme#op#k" as the
+// key v2#acme#op#k, whose client part may hold a '#'.
+func validPrefix(p string) bool {
+	name, ok := strings.CutSuffix(p, keySep)
+	return ok && CheckTenant(name) == nil
 }
 
 // putKey sets the primary key of k's record in item.
