@@ -163,7 +163,8 @@ func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, erro
 // command once the effect's settle window has passed since AttemptDeadline,
 // so fn must not send after it: a context without a deadline, or one past
 // the lease's cap, would let a slow attempt charge a released command.
-// Heartbeat does not move this end.
+// Heartbeat does not move this end: a context cannot be given more time,
+// and a function that needs more asks for it with ctx's deadline.
 func run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) (Outcome, error), o DoOptions) (Outcome, error) {
 	end := l.AttemptDeadline
 	if o.Clock != nil {

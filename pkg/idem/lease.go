@@ -13,6 +13,10 @@ import (
 
 // Heartbeat extends the lease for long work, to the same bound Begin would
 // give from ctx, and with it the attempt's deadline. Fenced like Commit.
+// It is for a holder that runs its own work, such as a resolver; it does
+// not extend the context Do gave its function, which ends at the deadline
+// the lease had when the function began: for long work, give Do a context
+// whose deadline covers it (up to MaxLease).
 func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
 	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
