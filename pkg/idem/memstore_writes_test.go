@@ -30,6 +30,70 @@ type rows struct {
 	composite bool
 }
 
+// rowsTable creates on the emulator the table rows writes to: keyed by id,
+// or by PK and SK when composite.
+func rowsTable(t *testing.T, composite bool) rows {
+	t.Helper()
+	def := &dynamodb.CreateTableInput{
+		TableName:            aws.String("rows"),
+		BillingMode:          types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
+	}
+	if composite {
+		def.AttributeDefinitions = []types.AttributeDefinition{
+			{AttributeName: aws.String("PK"), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String("SK"), AttributeType: types.ScalarAttributeTypeS},
+		}
+		def.KeySchema = []types.KeySchemaElement{
+			{AttributeName: aws.String("PK"), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String("SK"), KeyType: types.KeyTypeRange},
+		}
+	}
+	return rows{table: dynamotest.Table(t, def), composite: composite}
+}
+
+// memRows is memstore with the key of rows' table declared.
+func memRows(composite bool) (*memstore.Store, rows) {
+	s, r := memstore.New(), rows{table: "rows", composite: composite}
+	if composite {
+		s.DeclareKey(r.table, "PK", "SK")
+	} else {
+		s.DeclareKey(r.table, "id")
+	}
+	return s, r
+}
+
+// there reports whether row id of r is in db's table.
+func (r rows) there(t *testing.T, db *dynamodb.Client, id string) bool {
+	t.Helper()
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: r.key(id), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(out.Item) > 0
+}
+
+// onBothStores runs run on memstore and on the DynamoDB store, each with a
+// rows table keyed by id, and a way to tell whether a row is there.
+func onBothStores(t *testing.T, run func(t *testing.T, s idem.RecoveryBackend, r rows, exists func(id string) bool)) {
+	t.Run("memstore", func(t *testing.T) {
+		t.Parallel()
+		s, r := memRows(false)
+		run(t, s, r, func(id string) bool { return s.Has(r.table, r.key(id)) })
+	})
+	t.Run("dynamodb", func(t *testing.T) {
+		t.Parallel()
+		db := dynamotest.Client(t)
+		s, err := idem.New(db, dynamotest.Table(t, idem.TableInput("rows-idem")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rowsTable(t, false)
+		run(t, s, r, func(id string) bool { return r.there(t, db, id) })
+	})
+}
+
 func (r rows) key(id string) map[string]types.AttributeValue {
 	if r.composite {
 		return map[string]types.AttributeValue{"PK": str("rows"), "SK": str(id)}
@@ -158,12 +222,7 @@ func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 			t.Parallel()
 			t.Run("memstore", func(t *testing.T) {
 				t.Parallel()
-				s, r := memstore.New(), rows{table: "rows", composite: composite}
-				if composite {
-					s.DeclareKey("rows", "PK", "SK")
-				} else {
-					s.DeclareKey("rows", "id")
-				}
+				s, r := memRows(composite)
 				run(t, s, r, func(id string) bool { return s.Has(r.table, r.key(id)) })
 			})
 			t.Run("dynamodb", func(t *testing.T) {
@@ -172,30 +231,8 @@ func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				def := &dynamodb.CreateTableInput{
-					TableName:            aws.String("rows"),
-					BillingMode:          types.BillingModePayPerRequest,
-					AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-					KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-				}
-				if composite {
-					def.AttributeDefinitions = []types.AttributeDefinition{
-						{AttributeName: aws.String("PK"), AttributeType: types.ScalarAttributeTypeS},
-						{AttributeName: aws.String("SK"), AttributeType: types.ScalarAttributeTypeS},
-					}
-					def.KeySchema = []types.KeySchemaElement{
-						{AttributeName: aws.String("PK"), KeyType: types.KeyTypeHash},
-						{AttributeName: aws.String("SK"), KeyType: types.KeyTypeRange},
-					}
-				}
-				r := rows{table: dynamotest.Table(t, def), composite: composite}
-				run(t, s, r, func(id string) bool {
-					out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: r.key(id), ConsistentRead: aws.Bool(true)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					return len(out.Item) > 0
-				})
+				r := rowsTable(t, composite)
+				run(t, s, r, func(id string) bool { return r.there(t, db, id) })
 			})
 		})
 	}
@@ -272,17 +309,11 @@ func TestMemstorePutConditionOnNonKeyAttribute(t *testing.T) {
 		return types.TransactWriteItem{Put: p}
 	}
 	db := dynamotest.Client(t)
-	def := &dynamodb.CreateTableInput{
-		TableName:            aws.String("rows"),
-		BillingMode:          types.BillingModePayPerRequest,
-		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-	}
 	ds, err := idem.New(db, dynamotest.Table(t, idem.TableInput("memstore")))
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := dynamotest.Table(t, def)
+	table := rowsTable(t, false).table
 	if got := commit(t, ds, put(table, "1", "")); got != -1 {
 		t.Fatalf("DynamoDB: first put: failed write %d", got)
 	}

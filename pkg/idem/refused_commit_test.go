@@ -6,7 +6,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -73,12 +72,7 @@ func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := rows{table: dynamotest.Table(t, &dynamodb.CreateTableInput{
-			TableName:            aws.String("rows"),
-			BillingMode:          types.BillingModePayPerRequest,
-			AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-			KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-		})}
+		r := rowsTable(t, false)
 		run(t, s, r, func(a bool) { tr.mu.Lock(); tr.armed = a; tr.mu.Unlock() })
 	})
 	// The same with a refusal the caller mends with other writes: a
@@ -91,12 +85,7 @@ func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := rows{table: dynamotest.Table(t, &dynamodb.CreateTableInput{
-			TableName:            aws.String("rows"),
-			BillingMode:          types.BillingModePayPerRequest,
-			AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
-			KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
-		})}
+		r := rowsTable(t, false)
 		k := idemtest.UniqueKey(t, "acme")
 		b, err := s.Begin(ctx, k, fpA, nil)
 		if err != nil {

@@ -185,48 +185,39 @@ func TooLarge(headers map[string]string, storedBody []byte, intentLen int) strin
 // commits look alike.
 func WritesDigest(writes []types.TransactWriteItem) string {
 	h := sha256.New()
-	field := func(name string, v *string) {
-		if v != nil {
-			fmt.Fprintf(h, "%s=%q;", name, *v)
-		}
-	}
 	for _, w := range writes {
+		var (
+			kind                string
+			table, cond, update *string
+			key                 map[string]types.AttributeValue
+			names               map[string]string
+			values              map[string]types.AttributeValue
+		)
 		switch {
 		case w.Put != nil:
-			fmt.Fprint(h, "put{")
-			field("table", w.Put.TableName)
-			field("cond", w.Put.ConditionExpression)
-			writeAttrs(h, "item", w.Put.Item)
-			writeNames(h, w.Put.ExpressionAttributeNames)
-			writeAttrs(h, "values", w.Put.ExpressionAttributeValues)
+			kind, table, cond, key, names, values = "put", w.Put.TableName, w.Put.ConditionExpression, w.Put.Item, w.Put.ExpressionAttributeNames, w.Put.ExpressionAttributeValues
 		case w.Update != nil:
-			fmt.Fprint(h, "update{")
-			field("table", w.Update.TableName)
-			field("update", w.Update.UpdateExpression)
-			field("cond", w.Update.ConditionExpression)
-			writeAttrs(h, "key", w.Update.Key)
-			writeNames(h, w.Update.ExpressionAttributeNames)
-			writeAttrs(h, "values", w.Update.ExpressionAttributeValues)
+			kind, table, cond, key, names, values = "update", w.Update.TableName, w.Update.ConditionExpression, w.Update.Key, w.Update.ExpressionAttributeNames, w.Update.ExpressionAttributeValues
+			update = w.Update.UpdateExpression
 		case w.Delete != nil:
-			fmt.Fprint(h, "delete{")
-			field("table", w.Delete.TableName)
-			field("cond", w.Delete.ConditionExpression)
-			writeAttrs(h, "key", w.Delete.Key)
-			writeNames(h, w.Delete.ExpressionAttributeNames)
-			writeAttrs(h, "values", w.Delete.ExpressionAttributeValues)
+			kind, table, cond, key, names, values = "delete", w.Delete.TableName, w.Delete.ConditionExpression, w.Delete.Key, w.Delete.ExpressionAttributeNames, w.Delete.ExpressionAttributeValues
 		case w.ConditionCheck != nil:
-			fmt.Fprint(h, "check{")
-			field("table", w.ConditionCheck.TableName)
-			field("cond", w.ConditionCheck.ConditionExpression)
-			writeAttrs(h, "key", w.ConditionCheck.Key)
-			writeNames(h, w.ConditionCheck.ExpressionAttributeNames)
-			writeAttrs(h, "values", w.ConditionCheck.ExpressionAttributeValues)
-		default:
-			fmt.Fprint(h, "empty{")
+			kind, table, cond, key, names, values = "check", w.ConditionCheck.TableName, w.ConditionCheck.ConditionExpression, w.ConditionCheck.Key, w.ConditionCheck.ExpressionAttributeNames, w.ConditionCheck.ExpressionAttributeValues
 		}
+		fmt.Fprintf(h, "%s{table=%q;cond=%q;update=%q;", kind, deref(table), deref(cond), deref(update))
+		writeAttrs(h, "item", key)
+		writeNames(h, names)
+		writeAttrs(h, "values", values)
 		fmt.Fprint(h, "}")
 	}
 	return string(h.Sum(nil))
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return "\x00nil"
+	}
+	return *p
 }
 
 func writeNames(w io.Writer, names map[string]string) {
