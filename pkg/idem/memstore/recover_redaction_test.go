@@ -3,6 +3,8 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -31,5 +33,47 @@ func TestRecoverErrorsNameNoClientKey(t *testing.T) {
 	t.Logf("Recover: %v", err)
 	if err != nil && strings.Contains(err.Error(), k.ClientKey()) {
 		t.Errorf("Recover's error carries the client key: %v", err)
+	}
+}
+
+// TestRecoverErrorsNameNoEscapedClientKey: a resolver names a client key
+// the way Go code usually does, quoted with %q or inside the URL of the
+// call that failed, and so escaped; the redaction replaced only the key
+// as written, and the escaped client key reached the log.
+func TestRecoverErrorsNameNoEscapedClientKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, client string
+		mention      func(string) string
+		leaked       func(string) string
+	}{
+		{"quoted", `ORDER "4242" secret`, func(ck string) string { return fmt.Sprintf("no shipment for order %q", ck) },
+			func(ck string) string { q := strconv.Quote(ck); return q[1 : len(q)-1] }},
+		{"url", "ORDER 4242/secret", func(ck string) string {
+			return fmt.Sprintf(`Get "https://warehouse.example/orders/%s": context deadline exceeded`, url.PathEscape(ck))
+		}, url.PathEscape},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+			s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+			k, err := idem.NewKey("acme", "create-order", tc.client)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Begin(context.Background(), k, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(time.Hour)
+			resolve := func(_ context.Context, l *idem.Lease) (idem.Resolution, error) {
+				return idem.Resolution{}, fmt.Errorf("warehouse API: %s", tc.mention(l.Key.ClientKey()))
+			}
+			_, err = idem.Recover(context.Background(), s, k, resolve, func(o *idem.RecoverOptions) { o.Clock = clock.Now })
+			t.Logf("Recover: %v", err)
+			if err == nil {
+				t.Fatal("Recover: nil error, want the resolver's")
+			}
+			if leak := tc.leaked(k.ClientKey()); strings.Contains(err.Error(), leak) {
+				t.Errorf("Recover's error carries the client key %q (as %q): %v", k.ClientKey(), leak, err)
+			}
+		})
 	}
 }
