@@ -463,7 +463,11 @@ func expiredFromItsSecond(t *testing.T, c *suite) {
 	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
 		t.Fatalf("another request a millisecond before expiry: want mismatch, got %v", err)
 	}
-	c.clock.Advance(time.Millisecond + 500*time.Millisecond) // inside the expiry's second
+	c.clock.Advance(time.Millisecond) // the instant it names
+	if _, err := c.Store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get at the instant of expiry: want ErrNotFound, got %v", err)
+	}
+	c.clock.Advance(500 * time.Millisecond) // inside the expiry's second
 	if _, err := c.Store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Get in the expiry's second: want ErrNotFound, got %v", err)
 	}
