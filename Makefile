@@ -39,7 +39,9 @@ vet: ## go vet and staticcheck, in both modules (with the samlocal tag, so test/
 MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
 # The same model with PROVIDER=stripe on stripesim: fewer histories, each
-# slower (a lost answer costs the adapter's timeout).
+# slower (a lost answer costs the adapter's timeout). Both run under a
+# 30-minute timeout: the 1,000 histories take about 4 minutes on a quiet
+# machine and 9.5 under load, near go test's default of 10.
 MODEL_STRIPE_CHECKS ?= 200
 # A count, not a duration: Go 1.26's fuzz coordinator can report a spurious
 # "context deadline exceeded" when a duration runs out while a worker is
@@ -57,8 +59,8 @@ TOKEN_BLIND_TESTS := Lifecycle|Fencing|Settlements|CommitRetried|RetriedPut
 .PHONY: test
 test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
-		$(GO) test -count=1 -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
-		$(GO) test -count=1 -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"; \
+		$(GO) test -count=1 -timeout 30m -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
+		$(GO) test -count=1 -timeout 30m -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"; \
 		cd $(IDEM) && $(GO) test -race -count=1 ./...'
 ifneq ($(EMULATOR),fakecloud)
 	@echo "the store's lifecycle and fencing tests again, on an emulator that ignores ClientRequestToken as moto does:"
