@@ -257,7 +257,9 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		out, c, err := s.verdict(l, kept, pres)
 		charged = c
 		return out, err
-	}, func(o *idem.DoOptions) { o.Wait, o.Reserve, o.Clock = s.cfg.InflightWait, s.cfg.CommitReserve, s.cfg.Clock })
+	}, func(o *idem.DoOptions) {
+		o.Wait, o.Reserve, o.Clock = s.cfg.InflightWait, s.cfg.CommitReserve, s.cfg.Clock
+	})
 	// errors.AsType, not As: no target variable escapes on the way that
 	// succeeds.
 	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
