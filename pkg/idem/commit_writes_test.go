@@ -59,3 +59,31 @@ func TestSecondCommitWithAReusedWriteIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestSecondCommitWithOtherWritesFromALeaseCopy: a Lease is a plain
+// struct, and a caller may commit from copies of it. A copy made before
+// the first Commit does not carry what that Commit sent; DynamoDB then
+// answers the second, with other writes, IdempotentParameterMismatch, and
+// the store took that for its own commit sent again and returned nil.
+func TestSecondCommitWithOtherWritesFromALeaseCopy(t *testing.T) {
+	t.Parallel()
+	resp := idem.Response{Status: 201, Body: []byte(`{"id":"x"}`)}
+	onBothStores(t, func(t *testing.T, s idem.RecoveryBackend, r rows, exists func(id string) bool) {
+		k := idemtest.UniqueKey(t, "acme")
+		b, err := s.Begin(ctx, k, fpA, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept := *b.Lease // the lease, kept by value
+		first := kept
+		if err := s.Commit(ctx, &first, resp, r.insert("first")); err != nil {
+			t.Fatal(err)
+		}
+		second := kept
+		err = s.Commit(ctx, &second, resp, r.insert("second"))
+		t.Logf("second Commit, other writes, from a copy of the lease: %v; its row there: %v", err, exists("second"))
+		if !errors.Is(err, idem.ErrLeaseLost) {
+			t.Errorf("a second Commit with other writes: %v, want ErrLeaseLost (its row there: %v)", err, exists("second"))
+		}
+	})
+}

@@ -182,15 +182,16 @@ func (e *recoverError) Error() string {
 }
 
 // clientKeyForms are the ways an error may write a client key: as it is,
-// quoted by Go or JSON (%q, encoding/json), or escaped in a URL's path or
-// query.
+// quoted by Go or JSON (%q, encoding/json), or escaped in a URL's path (as
+// one segment, or keeping its '/' as url.JoinPath does) or query.
 func clientKeyForms(ck string) []string {
 	if ck == "" {
 		return nil
 	}
 	quoted := strconv.Quote(ck)
 	js, _ := json.Marshal(ck)
-	return []string{ck, quoted[1 : len(quoted)-1], string(js[1 : len(js)-1]), url.PathEscape(ck), url.QueryEscape(ck)}
+	path := (&url.URL{Path: ck}).EscapedPath()
+	return []string{ck, quoted[1 : len(quoted)-1], string(js[1 : len(js)-1]), url.PathEscape(ck), path, url.QueryEscape(ck)}
 }
 
 func (e *recoverError) Unwrap() error { return e.err }

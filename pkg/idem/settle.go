@@ -95,7 +95,9 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement, optFns ...f
 // refused as used with other parameters) the record shows the lease's own
 // commit. A second Commit with other arguments gets ErrLeaseLost: another
 // response by the record, other writes by the lease, which remembers them
-// once they may have been applied.
+// once they may have been applied. Keep the *Lease Begin gave: a copy made
+// before the first Commit does not remember it, and its Commit with other
+// writes is refused only while DynamoDB remembers the token.
 func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
 	digest := policy.WritesDigest(writes)
 	if l.committed != nil && *l.committed != digest {
@@ -137,12 +139,18 @@ func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []ty
 		mismatch *types.IdempotentParameterMismatchException
 	)
 	switch {
+	case errors.As(err, &mismatch) && l.committed == nil:
+		// The token was used for a transaction with other parameters, and
+		// this lease value sent none: a copy of the lease committing other
+		// writes. Its own commit, the record would say, but not these.
+		return fmt.Errorf("idem: commit %s: the lease's token was used with other writes: %w", l.Key.LogHash(), ErrLeaseLost)
 	case errors.As(err, &mismatch):
 		// The lease's token is remembered for a transaction with other
-		// parameters. That may be this same commit sent again with its
-		// maps' members in another order (the SDK writes a Go map in its
-		// iteration order, and fakecloud compares requests as written), so
-		// the record decides: it shows this lease's own commit, or another.
+		// parameters, and this lease sent these very writes before. That
+		// may be this same commit sent again with its maps' members in
+		// another order (the SDK writes a Go map in its iteration order,
+		// and fakecloud compares requests as written), so the record
+		// decides: it shows this lease's own commit, or another.
 		out, gerr := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: s.tableName, Key: s.itemKey(l.Key), ConsistentRead: aws.Bool(true),
 		})

@@ -51,6 +51,11 @@ func TestRecoverErrorsNameNoEscapedClientKey(t *testing.T) {
 		{"url", "ORDER 4242/secret", func(ck string) string {
 			return fmt.Sprintf(`Get "https://warehouse.example/orders/%s": context deadline exceeded`, url.PathEscape(ck))
 		}, url.PathEscape},
+		// url.JoinPath escapes a path as net/url does, keeping its '/'.
+		{"joined url", "ORDER 4242/secret", func(ck string) string {
+			u, _ := url.JoinPath("https://warehouse.example/orders", ck)
+			return (&url.Error{Op: "Get", URL: u, Err: context.DeadlineExceeded}).Error()
+		}, func(string) string { return "ORDER%204242/secret" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
