@@ -82,9 +82,10 @@ type Options struct {
 	KeyAttribute string
 	// KeyPrefix is put before every record's key (KeyPrefix +
 	// Key.String()), to tell the records apart from the table's other
-	// items: a name of letters, digits and . _ - : @, then '#', so that
-	// no two stores' prefixes begin one another. Default none; stores that
-	// share a table's stuck-lease index each need a prefix of their own.
+	// items: a name of letters, digits and . _ - : @ (as a tenant, at most
+	// 128 of them), then '#', so that no two stores' prefixes begin one
+	// another. Default none; stores that share a table's stuck-lease index
+	// each need a prefix of their own.
 	KeyPrefix string
 	// SortKeyAttribute names the table's sort key, a string attribute,
 	// for a table that has one. Default none: a table without a sort key.

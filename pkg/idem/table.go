@@ -85,7 +85,7 @@ func newLayout(o Options) (layout, error) {
 	case o.ScanStuckLeases && o.StuckLeaseIndex != "":
 		return layout{}, errors.New("idem: Options.ScanStuckLeases is for a table without a stuck-lease index, and StuckLeaseIndex names one")
 	case o.KeyPrefix != "" && !validPrefix(o.KeyPrefix):
-		return layout{}, fmt.Errorf("idem: Options.KeyPrefix %q: want letters, digits and . _ - : @, then one # at the end", o.KeyPrefix)
+		return layout{}, fmt.Errorf("idem: Options.KeyPrefix %q: want up to 128 letters, digits and . _ - : @, then one # at the end", o.KeyPrefix)
 	case o.PartitionKeyValue != "":
 		l.keyIn, l.fixedIn, l.fixed = l.sk, l.pk, str(o.PartitionKeyValue)
 	case l.sk != "":
