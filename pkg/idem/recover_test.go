@@ -126,13 +126,7 @@ func TestSweep(t *testing.T) {
 
 func TestSweepStopsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
-	clock := idemtest.NewClock(time.Now())
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
-	k := idemtest.UniqueKey(t, "acme")
-	if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Hour)
+	s, clock, k := stuckOnMemstore(t)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	a := &answers{}
@@ -147,13 +141,7 @@ func TestSweepStopsWhenItsContextEnds(t *testing.T) {
 
 func TestRecoverRefuses(t *testing.T) {
 	t.Parallel()
-	clock := idemtest.NewClock(time.Now())
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
-	k := idemtest.UniqueKey(t, "acme")
-	if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Hour)
+	s, clock, k := stuckOnMemstore(t)
 	withClock := func(o *idem.RecoverOptions) { o.Clock = clock.Now }
 
 	t.Run("no resolver", func(t *testing.T) {
@@ -200,4 +188,18 @@ func TestRecoverErrorsNameTheKeyByItsHash(t *testing.T) {
 	if text := err.Error(); strings.Contains(text, k.String()) || !strings.Contains(text, k.LogHash()) {
 		t.Fatalf("Recover's error %q names the key itself, or not by its hash", text)
 	}
+}
+
+// stuckOnMemstore is a memstore on a test clock with one key whose lease
+// ran out an hour ago.
+func stuckOnMemstore(t *testing.T) (*memstore.Store, *idemtest.Clock, idem.Key) {
+	t.Helper()
+	clock := idemtest.NewClock(time.Now())
+	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	k := idemtest.UniqueKey(t, "acme")
+	if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	return s, clock, k
 }
