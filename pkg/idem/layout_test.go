@@ -56,14 +56,7 @@ func TestExistingTableLayout(t *testing.T) {
 	if err != nil || len(out.Item) == 0 {
 		t.Fatalf("the record under id = idem#<key>: %v, %v", out, err)
 	}
-	var listed []idem.Key
-	for sl, err := range s.StuckLeases(ctx, 0, clock.Now().Add(time.Hour)) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		listed = append(listed, sl.Key)
-	}
-	if len(listed) != 1 || listed[0] != stuck.Key {
+	if listed := stuckKeys(t, s, clock.Now().Add(time.Hour)); len(listed) != 1 || listed[0] != stuck.Key {
 		t.Fatalf("stuck leases %v, want [%v]", listed, stuck.Key)
 	}
 	clock.Advance(time.Hour)
@@ -130,14 +123,7 @@ func TestSortKeyLayouts(t *testing.T) {
 			if got, want := itemNames(t, db, table, c.itemKey(done.Key)), with("st", "fp", "ct", "tok", "in", "ttl", "rs", "rh", "rb"); !slices.Equal(got, want) {
 				t.Errorf("settled record's attributes %v, want %v", got, want)
 			}
-			var listed []idem.Key
-			for sl, err := range st.StuckLeases(ctx, 0, clock.Now().Add(time.Hour)) {
-				if err != nil {
-					t.Fatal(err)
-				}
-				listed = append(listed, sl.Key)
-			}
-			if len(listed) != 1 || listed[0] != stuck.Key {
+			if listed := stuckKeys(t, st, clock.Now().Add(time.Hour)); len(listed) != 1 || listed[0] != stuck.Key {
 				t.Fatalf("stuck leases %v, want [%v]", listed, stuck.Key)
 			}
 			clock.Advance(time.Hour)
@@ -284,4 +270,17 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 	if !maps.Equal(listed, stuck) {
 		t.Fatalf("stuck leases %v, want %v", listed, stuck)
 	}
+}
+
+// stuckKeys lists the keys of shard 0's leases that ran out before before.
+func stuckKeys(t *testing.T, s *idem.Store, before time.Time) []idem.Key {
+	t.Helper()
+	var keys []idem.Key
+	for sl, err := range s.StuckLeases(ctx, 0, before) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, sl.Key)
+	}
+	return keys
 }
