@@ -237,7 +237,7 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 // resumed with its id, may still succeed.
 func pending(err error) bool {
 	for _, target := range []error{
-		client.ErrInProgress, client.ErrOutcomePending, client.ErrUnavailable, client.ErrInternal,
+		client.ErrInProgress, client.ErrOutcomePending, client.ErrOutcomeUnknown, client.ErrUnavailable, client.ErrInternal,
 		context.DeadlineExceeded, context.Canceled,
 	} {
 		if errors.Is(err, target) {
@@ -255,7 +255,10 @@ func fail(stdout, stderr io.Writer, asJSON bool, id client.CommandID, err error)
 		code = exitPending
 	}
 	fmt.Fprintln(stderr, "chargectl:", err)
-	if code == exitPending && id != "" {
+	switch {
+	case code == exitPending && id != "" && errors.Is(err, client.ErrOutcomeUnknown):
+		fmt.Fprintf(stderr, "the outcome is unknown: the card may have been charged; resume with the same id, never a new one: chargectl create ... --id %s\n", id)
+	case code == exitPending && id != "":
 		fmt.Fprintf(stderr, "the outcome is not known yet; resume with: chargectl create ... --id %s\n", id)
 	}
 	if asJSON {

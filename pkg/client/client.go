@@ -288,12 +288,12 @@ func (c *Client) attempt(ctx context.Context, method, url string, header http.He
 	}
 	resp, err := c.o.http.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, &unknownError{err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
 	if err != nil {
-		return nil, fmt.Errorf("read %d answer: %w", resp.StatusCode, err)
+		return nil, &unknownError{fmt.Errorf("read %d answer: %w", resp.StatusCode, err)}
 	}
 	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
 }

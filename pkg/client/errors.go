@@ -33,10 +33,18 @@ var (
 	// ErrOutcomePending: the charge's outcome is not known yet; the server
 	// settles it in the background. Retry later with the same command id.
 	ErrOutcomePending = errors.New("client: outcome pending")
-	// ErrUnavailable: the provider or the service is unavailable (503
-	// provider-unavailable, 429, or a 5xx without a problem body). Nothing
-	// was charged by the refused request; retrying with the same id is safe.
+	// ErrUnavailable: the request was refused before anything ran: the
+	// service's own 503 provider-unavailable or service-unavailable, or
+	// API Gateway's bare 429 (its throttle, which answers before the
+	// function is invoked). Nothing was charged by the refused request;
+	// retrying with the same id is safe.
 	ErrUnavailable = errors.New("client: unavailable")
+	// ErrOutcomeUnknown: the outcome is unknown: retry with the same
+	// command id; never mint a new one. The answer proves nothing about
+	// what ran: a 5xx without a problem body (API Gateway answers one when
+	// the function fails or outlives its timeout, after it may have
+	// charged), or a network error after the request may have been sent.
+	ErrOutcomeUnknown = errors.New("client: outcome unknown")
 	// ErrInternal: the service failed unexpectedly (500 internal-error), or
 	// the charge's record conflicts with the provider's answer (500
 	// charge-conflict, final: not retried). Retrying with the same command
@@ -101,8 +109,16 @@ func (e *ProblemError) Slug() string {
 }
 
 // Is reports whether target is the sentinel of e's problem type. An answer
-// without a known problem type matches by status: 401 ErrUnauthorized, 404
-// ErrNotFound, 429 and 5xx ErrUnavailable.
+// without a known problem type matches by what it proves, after API
+// Gateway's documented answers: 401 ErrUnauthorized (an authorizer's
+// refusal), 404 ErrNotFound, 429 ErrUnavailable (a throttle or quota, which
+// answers before the integration is invoked), and any 5xx
+// ErrOutcomeUnknown. A bare 5xx may come after the function ran: HTTP APIs
+// answer 500 for a function error or timeout and 503 for an integration
+// timeout, REST APIs 502 for a function error and 504 for an integration
+// timeout (developerguide/http-api-troubleshooting-lambda.html,
+// supported-gateway-response-types.html). Its one answer from before the
+// invocation, an authorizer's failure (500), looks the same.
 func (e *ProblemError) Is(target error) bool {
 	if s, ok := problemSentinels[e.Slug()]; ok {
 		return s == target
@@ -112,8 +128,21 @@ func (e *ProblemError) Is(target error) bool {
 		return target == ErrUnauthorized
 	case e.Status == http.StatusNotFound:
 		return target == ErrNotFound
-	case e.Status == http.StatusTooManyRequests || e.Status >= 500:
+	case e.Status == http.StatusTooManyRequests:
 		return target == ErrUnavailable
+	case e.Status >= 500:
+		return target == ErrOutcomeUnknown
 	}
 	return false
+}
+
+// unknownError is a network error, or a context that ended, during an
+// attempt: the request may have been sent and run. It matches
+// ErrOutcomeUnknown and unwraps to its cause.
+type unknownError struct{ err error }
+
+func (e *unknownError) Error() string { return e.err.Error() }
+func (e *unknownError) Unwrap() error { return e.err }
+func (e *unknownError) Is(target error) bool {
+	return target == ErrOutcomeUnknown
 }

@@ -13,7 +13,7 @@ import (
 // all send that id, so the card is charged once.
 func Example() {
 	ctx := context.Background()
-	st, err := startStack(ctx, nil) // the local stack: handler, emulator, provider simulator
+	st, err := startStack(ctx, nil, nil) // the local stack: handler, emulator, provider simulator
 	if err != nil {
 		fmt.Println("start stack:", err)
 		return

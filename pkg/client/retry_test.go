@@ -329,7 +329,7 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 
 func TestProblemErrorIs(t *testing.T) {
 	t.Parallel()
-	all := []error{ErrInvalid, ErrUnauthorized, ErrDeclined, ErrNotFound, ErrInProgress, ErrKeyReused, ErrOutcomePending, ErrUnavailable, ErrInternal, ErrRejected}
+	all := []error{ErrInvalid, ErrUnauthorized, ErrDeclined, ErrNotFound, ErrInProgress, ErrKeyReused, ErrOutcomePending, ErrUnavailable, ErrOutcomeUnknown, ErrInternal, ErrRejected}
 	for name, tc := range map[string]struct {
 		p    *ProblemError
 		want error
@@ -342,8 +342,11 @@ func TestProblemErrorIs(t *testing.T) {
 		"service-unavailable":  {&ProblemError{Type: ProblemBase + "service-unavailable", Status: 503}, ErrUnavailable},
 		"provider-rejected":    {&ProblemError{Type: ProblemBase + "provider-rejected", Status: 502}, ErrRejected},
 		"gateway 401":          {&ProblemError{Type: "about:blank", Status: 401}, ErrUnauthorized},
-		"gateway 502":          {&ProblemError{Type: "about:blank", Status: 502}, ErrUnavailable},
-		"429":                  {&ProblemError{Type: "about:blank", Status: 429}, ErrUnavailable},
+		"gateway 500":          {&ProblemError{Type: "about:blank", Status: 500}, ErrOutcomeUnknown},
+		"gateway 502":          {&ProblemError{Type: "about:blank", Status: 502}, ErrOutcomeUnknown},
+		"gateway 503":          {&ProblemError{Type: "about:blank", Status: 503}, ErrOutcomeUnknown},
+		"gateway 504":          {&ProblemError{Type: "about:blank", Status: 504}, ErrOutcomeUnknown},
+		"gateway 429":          {&ProblemError{Type: "about:blank", Status: 429}, ErrUnavailable},
 		"unknown 418":          {&ProblemError{Type: "about:blank", Status: 418}, nil},
 	} {
 		for _, s := range all {
@@ -396,6 +399,25 @@ func TestNetworkErrorsAreRetried(t *testing.T) {
 	res, err := c.Create(context.Background(), NewCommandID(), eur1500, "tok_visa")
 	if err != nil || res.Attempts != 3 || s.requests() != 1 {
 		t.Fatalf("res %+v err %v, server saw %d: want success on attempt 3", res, err, s.requests())
+	}
+}
+
+// TestNetworkErrorIsUnknown: a connection dropped after the request may
+// have been sent proves nothing, so the error says the outcome is unknown.
+func TestNetworkErrorIsUnknown(t *testing.T) {
+	t.Parallel()
+	ft := &fakeTime{now: time.Now()}
+	s := &scripted{replies: []reply{created(false)}}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	hc := &http.Client{Transport: &dropping{n: 2, rt: srv.Client().Transport}}
+	c, err := New(srv.URL, append(ft.options(0), WithHTTPClient(hc), WithMaxAttempts(2))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Create(context.Background(), NewCommandID(), eur1500, "tok_visa")
+	if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("err = %v, want ErrOutcomeUnknown wrapping the network error", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -20,7 +21,7 @@ type stack struct {
 
 // startStack starts a stack; Close stops it. It takes no *testing.T so that
 // examples can use it too.
-func startStack(ctx context.Context, simOpts []func(*providersim.Options), tune ...func(*app.ChargeConfig)) (*stack, error) {
+func startStack(ctx context.Context, wrap func(http.Handler) http.Handler, simOpts []func(*providersim.Options), tune ...func(*app.ChargeConfig)) (*stack, error) {
 	d, remove, err := testkit.New(ctx, simOpts...)
 	if err != nil {
 		return nil, err
@@ -29,7 +30,7 @@ func startStack(ctx context.Context, simOpts []func(*providersim.Options), tune 
 	for _, fn := range tune {
 		fn(&cfg)
 	}
-	url, stop, err := d.Serve(cfg, nil)
+	url, stop, err := d.Serve(cfg, wrap)
 	if err != nil {
 		remove()
 		return nil, err
@@ -40,7 +41,14 @@ func startStack(ctx context.Context, simOpts []func(*providersim.Options), tune 
 // newStack is startStack for a test.
 func newStack(t *testing.T, simOpts []func(*providersim.Options), tune ...func(*app.ChargeConfig)) *stack {
 	t.Helper()
-	st, err := startStack(context.Background(), simOpts, tune...)
+	return newStackWrapped(t, nil, simOpts, tune...)
+}
+
+// newStackWrapped is newStack with the gateway wrapped by wrap, which may
+// rewrite its answers.
+func newStackWrapped(t *testing.T, wrap func(http.Handler) http.Handler, simOpts []func(*providersim.Options), tune ...func(*app.ChargeConfig)) *stack {
+	t.Helper()
+	st, err := startStack(context.Background(), wrap, simOpts, tune...)
 	if err != nil {
 		t.Fatalf("start stack: %v", err)
 	}
