@@ -2,9 +2,12 @@ package idem
 
 import (
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
+	"unicode/utf8"
 )
 
 // ErrNotApplied, wrapped in an error DoJSON's function returns, says that
@@ -20,11 +23,16 @@ var ErrNotApplied = errors.New("idem: not applied")
 // error wrapping ErrNotApplied releases the key; any other error, or a
 // result json.Marshal refuses, leaves the record IN_FLIGHT for a
 // reconciler, and fn's error is returned as it is. Every call, the first
-// too, gets the stored result decoded, so it sees what a retry will.
+// too, gets the stored result decoded, so it sees what a retry will. A
+// request holding text that is not UTF-8 is refused with ErrInvalidJSON
+// before anything is stored: json.Marshal would blur it into U+FFFD.
 func DoJSON[T any](ctx context.Context, b Backend, key Key, request any,
 	fn func(ctx context.Context, l *Lease) (T, error), optFns ...func(*DoOptions)) (T, error) {
 	var zero T
 	doc, err := json.Marshal(request)
+	if err == nil {
+		err = checkText(reflect.ValueOf(request))
+	}
 	if err != nil {
 		return zero, fmt.Errorf("idem: request of %s: %w", key.LogHash(), err)
 	}
@@ -64,4 +72,93 @@ func DoJSON[T any](ctx context.Context, b Backend, key Key, request any,
 		return zero, fmt.Errorf("idem: stored result of %s as %T: %w", key.LogHash(), v, err)
 	}
 	return v, nil
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// checkText refuses a value that json.Marshal would write with text that
+// is not UTF-8. Marshal writes U+FFFD for each such byte, so two requests
+// that differ only there would share a fingerprint. It walks what Marshal
+// writes through its string encoder: strings, map keys and MarshalText's
+// output. MarshalJSON's output is left to CanonicalJSON, which refuses
+// such text itself, and []byte is written as base64.
+func checkText(v reflect.Value) error {
+	if !v.IsValid() {
+		return nil
+	}
+	t := v.Type()
+	if t.Implements(jsonMarshaler) || (v.CanAddr() && reflect.PointerTo(t).Implements(jsonMarshaler)) {
+		return nil
+	}
+	if m, ok := textOf(v); ok {
+		if v.Kind() == reflect.Pointer && v.IsNil() {
+			return nil
+		}
+		b, err := m.MarshalText()
+		if err != nil || utf8.Valid(b) {
+			return nil // json.Marshal has already refused an error
+		}
+		return notText()
+	}
+	switch v.Kind() {
+	case reflect.String:
+		if !utf8.ValidString(v.String()) {
+			return notText()
+		}
+	case reflect.Pointer, reflect.Interface:
+		return checkText(v.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if (!f.IsExported() && !f.Anonymous) || f.Tag.Get("json") == "-" {
+				continue
+			}
+			if err := checkText(v.Field(i)); err != nil {
+				return err
+			}
+		}
+	case reflect.Map:
+		for it := v.MapRange(); it.Next(); {
+			k := it.Key()
+			if k.Kind() == reflect.String && !utf8.ValidString(k.String()) {
+				return notText() // Marshal writes a string key as it is, not by MarshalText
+			}
+			if err := checkText(k); k.Kind() != reflect.String && err != nil {
+				return err
+			}
+			if err := checkText(it.Value()); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice, reflect.Array:
+		if t.Elem().Kind() == reflect.Uint8 && !reflect.PointerTo(t.Elem()).Implements(jsonMarshaler) && !reflect.PointerTo(t.Elem()).Implements(textMarshaler) {
+			return nil // base64
+		}
+		for i := range v.Len() {
+			if err := checkText(v.Index(i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// textOf returns v's MarshalText, as json.Marshal would find it.
+func textOf(v reflect.Value) (encoding.TextMarshaler, bool) {
+	if v.Type().Implements(textMarshaler) {
+		m, ok := v.Interface().(encoding.TextMarshaler)
+		return m, ok
+	}
+	if v.CanAddr() && reflect.PointerTo(v.Type()).Implements(textMarshaler) {
+		m, ok := v.Addr().Interface().(encoding.TextMarshaler)
+		return m, ok
+	}
+	return nil, false
+}
+
+func notText() error {
+	return fmt.Errorf("%w: a string that is not UTF-8 text", ErrInvalidJSON)
 }

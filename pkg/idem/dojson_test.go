@@ -158,3 +158,65 @@ func TestDoJSONErrors(t *testing.T) {
 		}
 	})
 }
+
+// jsonText is a field that json.Marshal writes through MarshalText.
+type jsonText string
+
+func (t jsonText) MarshalText() ([]byte, error) { return []byte(t), nil }
+
+// TestDoJSONRefusesTextThatIsNotUTF8: json.Marshal writes U+FFFD for each
+// byte that is not UTF-8, so two requests that differ only there would
+// share a fingerprint, and the second would get the first one's result.
+// DoJSON refuses such a request, stores nothing and runs nothing. Bytes
+// ([]byte) are written as base64, which keeps them apart, so they pass.
+func TestDoJSONRefusesTextThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	type named struct {
+		Name string `json:"name"`
+	}
+	type nested struct {
+		Items []map[string]any `json:"items"`
+	}
+	type tagged struct {
+		Count string `json:"count,string"`
+		Skip  string `json:"-"`
+	}
+	for name, c := range map[string]struct {
+		first, second any
+		refused       bool
+	}{
+		"a string":           {named{"Jos\xe9"}, named{"Jos\xe8"}, true},
+		"a map key":          {map[string]int{"k\xe9": 1}, map[string]int{"k\xe8": 1}, true},
+		"a nested value":     {nested{[]map[string]any{{"a": []any{"x\xe9"}}}}, nested{[]map[string]any{{"a": []any{"x\xe8"}}}}, true},
+		"a pointer":          {&named{"\xff"}, &named{"\xfe"}, true},
+		"a text marshaler":   {map[string]jsonText{"t": "\xe9"}, map[string]jsonText{"t": "\xe8"}, true},
+		"a string option":    {tagged{Count: "\xe9"}, tagged{Count: "\xe8"}, true},
+		"bytes":              {[]byte("\xe9"), []byte("\xe8"), false},
+		"a skipped field":    {tagged{Count: "1", Skip: "\xe9"}, tagged{Count: "2", Skip: "\xe8"}, false},
+		"a raw message":      {json.RawMessage("\"\xe9\""), json.RawMessage("\"\xe8\""), true},
+		"valid U+FFFD alone": {named{"\uFFFD"}, named{"\uFFFD!"}, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			s := memstore.New()
+			k := idemtest.UniqueKey(t, "acme")
+			var runs atomic.Int32
+			_, err1 := idem.DoJSON(ctx, s, k, c.first, countedJSON(&runs, 1, nil))
+			_, err2 := idem.DoJSON(ctx, s, k, c.second, countedJSON(&runs, 2, nil))
+			if !c.refused {
+				var mismatch *idem.MismatchError
+				if err1 != nil || !errors.As(err2, &mismatch) || runs.Load() != 1 {
+					t.Fatalf("first %v, second %v, %d runs; want the first run and the second refused as another request", err1, err2, runs.Load())
+				}
+				return
+			}
+			if !errors.Is(err1, idem.ErrInvalidJSON) || !errors.Is(err2, idem.ErrInvalidJSON) || runs.Load() != 0 {
+				t.Fatalf("first %v, second %v, %d runs; want both refused with ErrInvalidJSON, nothing run", err1, err2, runs.Load())
+			}
+			if _, err := s.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("a record was stored for a refused request: %v", err)
+			}
+		})
+	}
+}
