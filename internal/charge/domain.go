@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/big"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -142,6 +143,22 @@ type Charge struct {
 // intent, with its own charge.
 func ChargeID(k idem.Key, created time.Time) string {
 	return derive("ch_", "charge-id", k, created, 24)
+}
+
+// IsChargeID reports whether id has the form ChargeID gives: "ch_" and 24
+// lower-case hex digits. Any other id names no charge, so a read of it
+// needs no call; one over DynamoDB's 1,024-byte sort key would fail.
+func IsChargeID(id string) bool {
+	hexPart, ok := strings.CutPrefix(id, "ch_")
+	if !ok || len(hexPart) != 24 {
+		return false
+	}
+	for i := range len(hexPart) {
+		if c := hexPart[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // ProviderReference is the reference sent to the provider for an intent,

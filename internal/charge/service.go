@@ -515,6 +515,9 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 // Get returns tenant's charge id, read strongly consistently so a charge
 // just answered 201 is found. Another tenant's charge is not found.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
+	if !IsChargeID(id) {
+		return Result{Outcome: OutcomeNotFound}, nil
+	}
 	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 	switch {
 	case transient(err):
