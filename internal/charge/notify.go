@@ -146,16 +146,17 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports an outcome for a released command; recorded",
 			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
 	}
-	return s.settleKnown(ctx, n.Command, n.Result)
+	return s.settleKnown(ctx, n.Command, rec.CreatedAt, n.Result)
 }
 
 // settleKnown settles the command key names as res, the provider's own
 // word on it (a notification, or an operator reading the provider's
 // records), preempting whoever holds its lease: a charge with its row, a
-// decline, or for StatusNotFound a release. A command settled or gone
-// meanwhile is OutcomeNothingToDo.
-func (s *Service) settleKnown(ctx context.Context, key idem.Key, res provider.Result) (Outcome, error) {
-	lease, err := s.cfg.Store.Preempt(ctx, key)
+// decline, or for StatusNotFound a release. Only the command created at
+// created is settled: one settled or gone meanwhile, or replaced by a new
+// intent under the key, is OutcomeNothingToDo.
+func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Time, res provider.Result) (Outcome, error) {
+	lease, err := s.cfg.Store.Preempt(ctx, key, created)
 	switch {
 	case errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrCompleted):
 		return OutcomeNothingToDo, nil

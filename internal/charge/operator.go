@@ -45,7 +45,7 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	if rec.Status != idem.StatusInFlight || ProviderReference(key, rec.CreatedAt) != res.Reference {
 		return OutcomeNothingToDo, rec, nil
 	}
-	outcome, err := s.settleKnown(ctx, key, res)
+	outcome, err := s.settleKnown(ctx, key, rec.CreatedAt, res)
 	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
 	}

@@ -108,7 +108,7 @@ type Store interface {
 	idem.Backend
 	Get(ctx context.Context, key idem.Key) (*idem.Record, error)
 	TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
-	Preempt(ctx context.Context, key idem.Key) (*idem.Lease, error)
+	Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error)
 	Heartbeat(ctx context.Context, l *idem.Lease) error
 	Postpone(ctx context.Context, l *idem.Lease, until time.Time) error
 }

@@ -26,7 +26,7 @@ type RecoveryBackend interface {
 	Heartbeat(ctx context.Context, l *Lease) error
 	Postpone(ctx context.Context, l *Lease, until time.Time) error
 	TakeOver(ctx context.Context, key Key) (*Lease, error)
-	Preempt(ctx context.Context, key Key) (*Lease, error)
+	Preempt(ctx context.Context, key Key, created time.Time) (*Lease, error)
 	Get(ctx context.Context, key Key) (*Record, error)
 	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error]
 	Shards() int

@@ -181,7 +181,7 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 		t.Fatal(err)
 	}
 	stalled := lease(key(t, "acme")) // a lease of another key, to be lost below
-	if _, err := e.store.Preempt(ctx, stalled.Key); err != nil {
+	if _, err := e.store.Preempt(ctx, stalled.Key, stalled.CreatedAt); err != nil {
 		t.Fatal(err)
 	}
 	if err := cache.Commit(ctx, stalled, resp); !errors.Is(err, idem.ErrLeaseLost) {

@@ -72,7 +72,7 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 // *InFlightError; a terminal one ErrCompleted; a released, absent or
 // expired one ErrNotFound.
 func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
-	return s.takeOver(ctx, key, "take over", false)
+	return s.takeOver(ctx, key, "take over", time.Time{})
 }
 
 // Preempt takes over an IN_FLIGHT record whatever its lease, like
@@ -87,13 +87,20 @@ func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
 // same way: such a caller has proof that the effect happened after all,
 // which the release missed, and must record it. A terminal record gives
 // ErrCompleted; an absent or expired one ErrNotFound.
-func (s *Store) Preempt(ctx context.Context, key Key) (*Lease, error) {
-	return s.takeOver(ctx, key, "preempt", true)
+//
+// created is the CreatedAt of the command the caller checked its proof
+// against. A record of another command under key (the checked one expired,
+// and a new intent claimed the key) gives ErrNotFound: the proof is not
+// this command's.
+func (s *Store) Preempt(ctx context.Context, key Key, created time.Time) (*Lease, error) {
+	return s.takeOver(ctx, key, "preempt", created)
 }
 
 // takeOver gives the caller a new lease on an IN_FLIGHT record: only
-// once its lease has run out unless live is set.
-func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*Lease, error) {
+// once its lease has run out, unless created is set (a preemption of the
+// command created then).
+func (s *Store) takeOver(ctx context.Context, key Key, op string, created time.Time) (*Lease, error) {
+	live := !created.IsZero()
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
@@ -110,7 +117,8 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 	if live {
 		// A live RELEASED record goes back to IN_FLIGHT, into the
 		// stuck-lease index, with no expiry, as a re-claim does.
-		cond = "#status = :inflight OR (#status = :released AND #exp > :nows)"
+		cond = "#ct = :ct AND (#status = :inflight OR (#status = :released AND #exp > :nows))"
+		names["#ct"], values[":ct"] = attrCreatedAt, millis(created)
 		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
 		names["#exp"], names["#shard"], names["#ad"] = s.layout.ttl, AttrLeaseShard, attrAttemptDeadline
 		values[":released"], values[":nows"], values[":shard"] = statusAttrs[StatusReleased], seconds(now), num(int64(s.shard(key)))
@@ -140,7 +148,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), ErrNotFound)
 		}
 		if !ownToken(ccf.Item, lease) {
-			return nil, s.notTaken(key, ccf.Item, now)
+			return nil, s.notTaken(key, ccf.Item, now, created)
 		}
 		// Our own take-over, retried by the SDK after its answer was lost.
 		item = ccf.Item
@@ -155,12 +163,12 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, live bool) (*L
 }
 
 // notTaken explains a take-over refused by the record item.
-func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now time.Time) error {
+func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now, created time.Time) error {
 	rec, err := s.decodeRecord(key, item)
 	switch {
 	case err != nil:
 		return err
-	case rec.Status == StatusReleased || rec.expired(now):
+	case rec.Status == StatusReleased || rec.expired(now) || !created.IsZero() && !rec.CreatedAt.Equal(created):
 		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrNotFound)
 	case rec.Status.Terminal():
 		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrCompleted)

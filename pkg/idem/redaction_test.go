@@ -91,7 +91,7 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 		wantRedacted(t, "postpone", k, failing.Postpone(ctx, l, e.clock.Now().Add(time.Minute)))
 		_, err = failing.TakeOver(ctx, k)
 		wantRedacted(t, "take over", k, err)
-		_, err = failing.Preempt(ctx, k)
+		_, err = failing.Preempt(ctx, k, l.CreatedAt)
 		wantRedacted(t, "preempt", k, err)
 		_, err = failing.Get(ctx, k)
 		wantRedacted(t, "get", k, err)
@@ -137,7 +137,7 @@ func contractErrorsRedacted(t *testing.T, s idem.RecoveryBackend) {
 	}
 	_, err = s.TakeOver(ctx, k)
 	wantRedacted(t, "take over, completed", k, err)
-	_, err = s.Preempt(ctx, k)
+	_, err = s.Preempt(ctx, k, l.CreatedAt)
 	wantRedacted(t, "preempt, completed", k, err)
 
 	absent := secretKey(t)
@@ -145,7 +145,7 @@ func contractErrorsRedacted(t *testing.T, s idem.RecoveryBackend) {
 	wantRedacted(t, "get, absent", absent, err)
 	_, err = s.TakeOver(ctx, absent)
 	wantRedacted(t, "take over, absent", absent, err)
-	_, err = s.Preempt(ctx, absent)
+	_, err = s.Preempt(ctx, absent, l.CreatedAt)
 	wantRedacted(t, "preempt, absent", absent, err)
 
 	cache := idem.NewReplayCache(s, 8)
@@ -166,7 +166,7 @@ func contractErrorsRedacted(t *testing.T, s idem.RecoveryBackend) {
 	wantRedacted(t, "do, the function's error", ran, err)
 	lost := secretKey(t)
 	_, err = idem.Do(ctx, s, lost, fpA, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		if _, err := s.Preempt(ctx, l.Key); err != nil {
+		if _, err := s.Preempt(ctx, l.Key, l.CreatedAt); err != nil {
 			t.Fatal(err)
 		}
 		return idem.Succeeded(resp), nil

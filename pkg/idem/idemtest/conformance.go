@@ -692,7 +692,10 @@ func preemptLive(t *testing.T, c *suite) {
 	if _, err := c.Store.TakeOver(ctx, k); !errors.Is(err, idem.ErrInFlight) {
 		t.Fatalf("TakeOver of a live lease: want ErrInFlight, got %v", err)
 	}
-	b, err := c.Store.Preempt(ctx, k)
+	if _, err := c.Store.Preempt(ctx, k, a.CreatedAt.Add(time.Millisecond)); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Preempt of another command's lease: want ErrNotFound, got %v", err)
+	}
+	b, err := c.Store.Preempt(ctx, k, a.CreatedAt)
 	if err != nil {
 		t.Fatalf("Preempt of a live lease: %v", err)
 	}
@@ -709,10 +712,10 @@ func preemptLive(t *testing.T, c *suite) {
 		t.Fatalf("the preempted holder's late fail: want ErrLeaseLost, got %v", err)
 	}
 	c.wantReplay(t, k, resp, idem.StatusSucceeded)
-	if _, err := c.Store.Preempt(ctx, k); !errors.Is(err, idem.ErrCompleted) {
+	if _, err := c.Store.Preempt(ctx, k, a.CreatedAt); !errors.Is(err, idem.ErrCompleted) {
 		t.Fatalf("Preempt of a settled record: want ErrCompleted, got %v", err)
 	}
-	if _, err := c.Store.Preempt(ctx, UniqueKey(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := c.Store.Preempt(ctx, UniqueKey(t, "acme"), a.CreatedAt); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Preempt of an absent key: want ErrNotFound, got %v", err)
 	}
 }
@@ -728,7 +731,7 @@ func preemptReleased(t *testing.T, c *suite) {
 	if err := c.Store.Release(ctx, a); err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Store.Preempt(ctx, k)
+	b, err := c.Store.Preempt(ctx, k, a.CreatedAt)
 	if err != nil {
 		t.Fatalf("Preempt of a released record: %v", err)
 	}
@@ -749,8 +752,17 @@ func preemptReleased(t *testing.T, c *suite) {
 		t.Fatal(err)
 	}
 	c.clock.Advance(l.RecordExpiresAt.Sub(c.clock.Now()))
-	if _, err := c.Store.Preempt(ctx, old); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := c.Store.Preempt(ctx, old, l.CreatedAt); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Preempt of an expired release: want ErrNotFound, got %v", err)
+	}
+	// A new intent claims the expired key: a proof checked against the old
+	// command is not the new one's.
+	n := c.begin(t, old, fpB)
+	if _, err := c.Store.Preempt(ctx, old, l.CreatedAt); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Preempt of the expired command, with a new intent under its key: want ErrNotFound, got %v", err)
+	}
+	if rec, err := c.Store.Get(ctx, old); err != nil || rec.Status != idem.StatusInFlight || rec.LeaseToken != n.Token {
+		t.Fatalf("the new intent's record after the refused Preempt: %+v, %v; want its own lease", rec, err)
 	}
 }
 

@@ -301,16 +301,18 @@ func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
 // has expired, as idem.Store.TakeOver.
 func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
-	return s.takeOver(ctx, key, "take over", false)
+	return s.takeOver(ctx, key, "take over", time.Time{})
 }
 
 // Preempt takes over an IN_FLIGHT record whatever its lease, or claims a
-// live RELEASED one back, as idem.Store.Preempt.
-func (s *Store) Preempt(ctx context.Context, key idem.Key) (*idem.Lease, error) {
-	return s.takeOver(ctx, key, "preempt", true)
+// live RELEASED one back, as idem.Store.Preempt: only of the command
+// created at created.
+func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
+	return s.takeOver(ctx, key, "preempt", created)
 }
 
-func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, live bool) (*idem.Lease, error) {
+func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
+	live := !created.IsZero()
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
@@ -321,7 +323,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, live bool
 	defer s.mu.Unlock()
 	rec, ok := s.records[key]
 	switch {
-	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live:
+	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live || live && !rec.createdAt.Equal(created):
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
 	case rec.status.Terminal():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrCompleted)
