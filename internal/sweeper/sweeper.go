@@ -118,6 +118,10 @@ type Summary struct {
 	// reconciler postpones a key it cannot settle by a growing backoff,
 	// so a key that keeps failing shows here.
 	MaxAttempts int
+	// Unreadable counts the index's items that did not decode. Each is
+	// logged by its key's hash and passed over, not returned as an error:
+	// it would fail every run until an operator removed it.
+	Unreadable int
 	// Limited: the run reached MaxKeys and looked no further.
 	Limited bool
 	// OutOfTime: the run stopped its safety margin before the deadline.
@@ -195,6 +199,11 @@ func (w *sweep) scan(ctx context.Context, shards int) {
 			return
 		}
 		for sl, err := range w.index.StuckLeases(ctx, shard, w.now) {
+			if errors.Is(err, idem.ErrUnreadableRecord) {
+				w.sum.Unreadable++
+				w.opt.Logger.WarnContext(ctx, "sweep: an item of the stuck-lease index does not decode; passed over", "shard", shard, "error", err.Error())
+				continue
+			}
 			if err != nil {
 				w.errs = append(w.errs, err)
 				w.opt.Logger.WarnContext(ctx, "sweep: stuck-lease query failed", "shard", shard, "error", err.Error())
@@ -270,7 +279,7 @@ func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
 		s.opt.Logger.ErrorContext(ctx, "sweep: writing metrics failed", "error", err.Error())
 	}
 	level := slog.LevelInfo
-	if w.sum.Failed > 0 || len(w.errs) > 0 {
+	if w.sum.Failed > 0 || w.sum.Unreadable > 0 || len(w.errs) > 0 {
 		level = slog.LevelWarn
 	}
 	s.opt.Logger.Log(ctx, level, "sweep",
@@ -278,6 +287,7 @@ func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
 		"stuck_leases", w.sum.Found,
 		"queued", w.sum.Queued,
 		"failed", w.sum.Failed,
+		"unreadable", w.sum.Unreadable,
 		"oldest_lease_age_s", w.sum.OldestAge.Seconds(),
 		"max_attempts", w.sum.MaxAttempts,
 		"limited", w.sum.Limited,

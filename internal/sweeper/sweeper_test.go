@@ -12,6 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -59,13 +63,14 @@ func (f *fakeSender) sent() []idem.Key {
 
 type env struct {
 	clock   *testkit.Clock
+	table   string
 	store   *idem.Store
 	sender  *fakeSender
 	metrics *testkit.LogBuffer
 	logs    *testkit.LogBuffer
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
 	t.Helper()
 	e := &env{
 		clock:   testkit.NewClock(time.Now().Truncate(time.Second)),
@@ -73,11 +78,11 @@ func newEnv(t *testing.T) *env {
 		metrics: &testkit.LogBuffer{},
 		logs:    &testkit.LogBuffer{},
 	}
-	table := testkit.TempTable(t, idem.TableInput("idem"))
-	store, err := idem.New(testkit.Clients(t).DynamoDB, table, func(o *idem.Options) {
+	e.table = testkit.TempTable(t, idem.TableInput("idem"))
+	store, err := idem.New(testkit.Clients(t).DynamoDB, e.table, append([]func(*idem.Options){func(o *idem.Options) {
 		o.Clock = e.clock.Now
 		o.DefaultLease = 30 * time.Second
-	})
+	}}, optFns...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,5 +432,35 @@ func TestKeysThatKeepFailingShowInTheMetrics(t *testing.T) {
 	}
 	if m := metricLines(t, e.metrics.String()); len(m) != 1 || *m[0].MaxReconcileAttempts != 3 {
 		t.Fatalf("metrics %q, want MaxReconcileAttempts 3", e.metrics.String())
+	}
+}
+
+// TestRunPassesOverAnUnreadableItem: an item of the stuck-lease index that
+// does not decode is counted and logged by its key's hash, and the stuck
+// leases listed after it in its shard are still queued.
+func TestRunPassesOverAnUnreadableItem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t, func(o *idem.Options) { o.Shards = 1 }) // every key after the unreadable item
+	const secret = "not a key: secret-order-4242"
+	if _, err := testkit.Clients(t).DynamoDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.table), Item: map[string]types.AttributeValue{
+		idem.AttrPK:             &types.AttributeValueMemberS{Value: secret},
+		idem.AttrLeaseShard:     &types.AttributeValueMemberN{Value: "0"},
+		idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(e.clock.Now().UnixMilli(), 10)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var want []idem.Key
+	for range 3 {
+		k, _ := e.begin(t)
+		want = append(want, k)
+	}
+	e.clock.Advance(2 * time.Minute)
+	sum, err := e.sweeper(t).Run(ctx)
+	if err != nil || sum.Unreadable != 1 || !sameKeys(e.sender.sent(), want) {
+		t.Fatalf("summary %+v, %v, queued %v; want 1 unreadable and the 3 stuck keys queued", sum, err, e.sender.sent())
+	}
+	if logs := e.logs.String(); strings.Contains(logs, "secret-order") || !strings.Contains(logs, `"unreadable":1`) {
+		t.Fatalf("logs name the raw key, or no count: %s", logs)
 	}
 }

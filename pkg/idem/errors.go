@@ -37,6 +37,10 @@ var (
 	// returns is translated by AsUnavailable, so callers branch on this,
 	// never on the SDK's error codes.
 	ErrUnavailable = errors.New("idem: store unavailable")
+	// ErrUnreadableRecord: StuckLeases met an item of the store that does
+	// not decode. The error names it by its key's hash; the iteration
+	// goes on past it.
+	ErrUnreadableRecord = errors.New("idem: unreadable record")
 )
 
 // AsUnavailable returns err so that errors.Is(err, ErrUnavailable) holds if

@@ -78,7 +78,9 @@ type StuckLease struct {
 // the table instead. Terminal and released records are not listed. The
 // lease's end is kept in epoch milliseconds, and before counts to its
 // millisecond: a lease is listed when its end's millisecond is before
-// before's. Stop early by breaking out of the loop.
+// before's. Stop early by breaking out of the loop. An item that does not
+// decode is yielded as an error wrapping ErrUnreadableRecord, and the
+// listing goes on; any other error ends it.
 func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
 	if s.layout.index == "" {
 		return s.scanStuckLeases(ctx, shard, before)
@@ -179,22 +181,29 @@ func (s *Store) ownRecords(names map[string]string, values map[string]types.Attr
 	return aws.String(strings.Join(conds, " AND "))
 }
 
+// decodeStuck reads an item of the stuck-lease listing. An item that does
+// not decode gives an error wrapping
+// ErrUnreadableRecord, naming the item by its key's hash only: the key
+// may be a client's, and the parser's error would quote it.
 func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
 	v, ok := item[s.layout.keyIn].(*types.AttributeValueMemberS)
 	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s", s.layout.keyIn)
+		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s: %w", s.layout.keyIn, ErrUnreadableRecord)
 	}
 	stored, ok := strings.CutPrefix(v.Value, s.layout.prefix)
+	unreadable := func(why string) error {
+		return fmt.Errorf("idem: stuck lease key:%s: %w: %s", logHash(stored), ErrUnreadableRecord, why)
+	}
 	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease without the key prefix %q", s.layout.prefix)
+		return StuckLease{}, unreadable(fmt.Sprintf("without the key prefix %q", s.layout.prefix))
 	}
 	key, err := ParseKey(stored)
 	if err != nil {
-		return StuckLease{}, err
+		return StuckLease{}, unreadable("not a key")
 	}
 	ms, err := numberAttr(item, AttrLeaseExpiresAt)
 	if err != nil {
-		return StuckLease{}, err
+		return StuckLease{}, unreadable(err.Error())
 	}
 	attempts, _ := numberAttr(item, attrAttempts) // absent until the first take-over
 	return StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil

@@ -216,6 +216,10 @@ type Swept struct {
 	// RELEASED, and Failed those Recover returned an error for. The rest
 	// are IN_FLIGHT still: postponed, unknown, or taken by someone else.
 	Settled, Failed int
+	// Unreadable counts the stuck-lease index's items of this store that
+	// did not decode: each is passed over, its error (naming the item by
+	// its key's hash) joined to Sweep's.
+	Unreadable int
 }
 
 // Sweep recovers every command whose lease has run out: it reads the
@@ -245,6 +249,11 @@ func Sweep(ctx context.Context, b RecoveryBackend, resolve Resolver, optFns ...f
 		for sl, err := range b.StuckLeases(ctx, (first+i)%shards, before) {
 			if ctx.Err() != nil {
 				return sum, errors.Join(append(errs, ctx.Err())...)
+			}
+			if errors.Is(err, ErrUnreadableRecord) {
+				sum.Unreadable++
+				errs = append(errs, err)
+				continue
 			}
 			if err != nil {
 				errs = append(errs, err)

@@ -1,8 +1,15 @@
 package idem_test
 
 import (
+	"errors"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
@@ -51,5 +58,43 @@ func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
 	}
 	if rec.Status != idem.StatusReleased {
 		t.Fatalf("orders' own stuck lease after its sweep: %s, want RELEASED (another prefix's stuck record blocked the shard)", rec.Status)
+	}
+}
+
+// TestSweepPassesOverAnUnreadableStuckRecord: an item of this store's
+// prefix in the stuck-lease index that does not decode (a key written by
+// hand, a record of another version) is skipped and counted, and the
+// shard's later stuck leases are still recovered. It made Sweep abandon
+// the rest of the shard, on every run.
+func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
+	db := dynamotest.Client(t)
+	table := dynamotest.Table(t, idem.TableInput("unreadable"))
+	s, err := idem.New(db, table, func(o *idem.Options) { o.KeyPrefix, o.Clock, o.Shards = "orders#", clock.Now, 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "orders#not a key: secret-order-4242"
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
+		idem.AttrPK:             &types.AttributeValueMemberS{Value: secret},
+		idem.AttrLeaseShard:     &types.AttributeValueMemberN{Value: "0"},
+		idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(clock.Now().UnixMilli(), 10)},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	mine := idemtest.UniqueKey(t, "acme")
+	if _, err := s.Begin(ctx, mine, fpA, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+
+	swept, err := idem.Sweep(ctx, s, idem.ReleaseLocalEffect, func(o *idem.SweepOptions) { o.Clock = clock.Now })
+	if rec, gerr := s.Get(ctx, mine); gerr != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("the stuck lease after the unreadable one: %+v, %v; want RELEASED (sweep %+v, %v)", rec, gerr, swept, err)
+	}
+	if swept.Unreadable != 1 || !errors.Is(err, idem.ErrUnreadableRecord) || strings.Contains(err.Error(), "secret-order") {
+		t.Fatalf("sweep %+v, %v; want 1 unreadable record, reported by its hash, not its key", swept, err)
 	}
 }
