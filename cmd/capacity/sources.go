@@ -15,7 +15,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/benchout"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // readJSON decodes the JSON file at path into v.
@@ -346,7 +346,7 @@ func readDeployment(src []byte) (deployment, error) {
 		}
 		return v
 	}
-	store, err := idem.New(&dynamodb.Client{}, "capacity") // reads nothing: asked only for its default shards
+	store, err := dynamostore.New(&dynamodb.Client{}, "capacity") // reads nothing: asked only for its default shards
 	if err != nil {
 		return deployment{}, err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/client"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 const adminUsage = `usage:
@@ -181,12 +182,12 @@ func chargeKey(tenant, clientKey string) (idem.Key, error) {
 	return idem.NewKey(tenant, charge.Operation, clientKey)
 }
 
-func (a *admin) store() (*idem.Store, error) {
-	return idem.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, app.StoreOptions(a.cfg.Retention, app.Guarantees(a.cfg.Provider), a.clock))
+func (a *admin) store() (*dynamostore.Store, error) {
+	return dynamostore.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, app.StoreOptions(a.cfg.Retention, app.Guarantees(a.cfg.Provider), a.clock))
 }
 
 // get reads key's record, saying what no record means.
-func (a *admin) get(ctx context.Context, st *idem.Store, key idem.Key) (*idem.Record, error) {
+func (a *admin) get(ctx context.Context, st *dynamostore.Store, key idem.Key) (*idem.Record, error) {
 	rec, err := st.Get(ctx, key)
 	if errors.Is(err, idem.ErrNotFound) {
 		return nil, fmt.Errorf("no record for %s: never used, or past its retention", keyText(key))

@@ -24,6 +24,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // adminStack is a deployment with its charge API served, and chargectl
@@ -97,7 +98,7 @@ func (s *adminStack) stuck(t *testing.T, clientKey string, ago time.Duration, at
 	ctx := context.Background()
 	const lease = 30 * time.Second
 	clock := testkit.NewClock(time.Now().Add(-ago - lease - time.Duration(attempts)*time.Minute))
-	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *idem.Options) {
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) {
 		o.Clock = clock.Now
 		o.DefaultLease = lease
 		o.LeaseMargin = time.Second
@@ -365,7 +366,7 @@ func (s *adminStack) parked(t *testing.T, clientKey string) *idem.Lease {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable)
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +421,7 @@ func TestAdminSettle(t *testing.T) {
 	t.Parallel()
 	s := newAdminStack(t)
 	ctx := context.Background()
-	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable)
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable)
 	if err != nil {
 		t.Fatal(err)
 	}

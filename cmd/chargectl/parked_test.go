@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // lostCreates loses POSTs (creates) while lose is set: the request never
@@ -88,7 +89,7 @@ func TestOperatorReleaseOfAParkedStripeCommand(t *testing.T) {
 	if code := runAdmin(ctx, []string{"settle", "--yes", "--released", "acme", clientKey}, env, &stdout, &stderr); code != exitOK {
 		t.Fatalf("settle --released: exit %d\n%s%s", code, stdout.String(), stderr.String())
 	}
-	st, err := idem.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *idem.Options) { o.Clock = clock.Now })
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // settlement is what settle's flags say the provider's records show.
@@ -63,7 +64,7 @@ func (noProvider) Guarantees() provider.Guarantees { return provider.Guarantees{
 
 // service is the charge service on st and the charges table, storing the
 // HTTP API's answers, so a retry replays what the API would have answered.
-func (a *admin) service(st *idem.Store) (*charge.Service, error) {
+func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 	rows, err := charge.NewRows(a.clients.DynamoDB, a.cfg.ChargesTable)
 	if err != nil {
 		return nil, err

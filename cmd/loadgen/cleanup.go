@@ -11,6 +11,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // batchWriter is the part of *dynamodb.Client cleanup uses.
@@ -21,8 +22,8 @@ type batchWriter interface {
 // references returns, for each key of tenant that was sent, the provider
 // reference and charge id its command derived from its record's creation
 // ("" for a key that was not sent or has no record).
-func references(ctx context.Context, db idem.DynamoDBAPI, idemTable, tenant string, keys []string, sent []bool) (refs, ids []string, err error) {
-	store, err := idem.New(db, idemTable)
+func references(ctx context.Context, db dynamostore.DynamoDBAPI, idemTable, tenant string, keys []string, sent []bool) (refs, ids []string, err error) {
+	store, err := dynamostore.New(db, idemTable)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -55,7 +56,7 @@ func references(ctx context.Context, db idem.DynamoDBAPI, idemTable, tenant stri
 
 // recordOf reads the record of tenant's charge under the client key k: nil
 // if there is none.
-func recordOf(ctx context.Context, store *idem.Store, tenant, k string) (*idem.Record, error) {
+func recordOf(ctx context.Context, store *dynamostore.Store, tenant, k string) (*idem.Record, error) {
 	key, err := idem.NewKey(tenant, charge.Operation, k)
 	if err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func cleanup(ctx context.Context, db batchWriter, idemTable, chargesTable, tenan
 			return err
 		}
 		pending[idemTable] = append(pending[idemTable], types.WriteRequest{DeleteRequest: &types.DeleteRequest{
-			Key: map[string]types.AttributeValue{idem.AttrPK: s(key.String())},
+			Key: map[string]types.AttributeValue{dynamostore.AttrPK: s(key.String())},
 		}})
 		if ids[i] != "" {
 			pending[chargesTable] = append(pending[chargesTable], types.WriteRequest{DeleteRequest: &types.DeleteRequest{

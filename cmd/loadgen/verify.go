@@ -17,7 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // ledgerEntries fetches the provider simulator's ledger.
@@ -120,8 +120,8 @@ func check(keys, refs []string, answers [][]outcome, ledger map[string]providers
 // describeMissing writes, for the first few missing logical charges, what
 // their records say, which tells a command the stack has still to resolve
 // (IN_FLIGHT) from one it settled without its row.
-func describeMissing(ctx context.Context, w io.Writer, db idem.DynamoDBAPI, idemTable, tenant string, keys []string, missing []int) error {
-	store, err := idem.New(db, idemTable)
+func describeMissing(ctx context.Context, w io.Writer, db dynamostore.DynamoDBAPI, idemTable, tenant string, keys []string, missing []int) error {
+	store, err := dynamostore.New(db, idemTable)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TestStackServesThenStopsEverything runs the stack as `make run` does, on
@@ -194,7 +195,7 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	if _, err := q.Submit(ctx, "acme", "renewal-1", []byte(body)); err != nil {
 		t.Fatal(err)
 	}
-	store, err := idem.New(clients.DynamoDB, idempotencyTable)
+	store, err := dynamostore.New(clients.DynamoDB, idempotencyTable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // Names of the local stack's tables and queues.
@@ -29,12 +29,12 @@ type resources struct {
 // queues from the same definitions the template is checked against. Tables
 // that already exist (a reused DynamoDB Local) are kept as they are.
 func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
-	created, err := provision.CreateTable(ctx, c.DynamoDB, idem.TableInput(idempotencyTable))
+	created, err := provision.CreateTable(ctx, c.DynamoDB, dynamostore.TableInput(idempotencyTable))
 	if err != nil {
 		return resources{}, err
 	}
 	if created {
-		if _, err := c.DynamoDB.UpdateTimeToLive(ctx, idem.TTLInput(idempotencyTable)); err != nil {
+		if _, err := c.DynamoDB.UpdateTimeToLive(ctx, dynamostore.TTLInput(idempotencyTable)); err != nil {
 			return resources{}, fmt.Errorf("ttl on %s: %w", idempotencyTable, err)
 		}
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // Environment variables the functions read. template.yaml sets them (a
@@ -349,8 +350,8 @@ func (d Deps) traced() Deps {
 	return d
 }
 
-func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*idem.Store, error) {
-	return idem.New(d.Clients.DynamoDB, table, StoreOptions(retention, g, d.Clock))
+func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*dynamostore.Store, error) {
+	return dynamostore.New(d.Clients.DynamoDB, table, StoreOptions(retention, g, d.Clock))
 }
 
 // StoreOptions are the idempotency store's options for a deployment whose
@@ -358,8 +359,8 @@ func (d Deps) store(table string, retention time.Duration, g provider.Guarantees
 // released command's key lives only while the provider deduplicates its
 // reference (less the margin): a retry after that is a new command with a
 // new reference, never a re-send the provider would charge again.
-func StoreOptions(retention time.Duration, g provider.Guarantees, clock func() time.Time) func(*idem.Options) {
-	return func(o *idem.Options) {
+func StoreOptions(retention time.Duration, g provider.Guarantees, clock func() time.Time) func(*dynamostore.Options) {
+	return func(o *dynamostore.Options) {
 		o.Retention, o.ReleaseRetention, o.Clock = retention, retention, clock
 		if g.DedupWindow > 0 {
 			o.ReleaseRetention = min(retention, g.DedupWindow-g.DedupMargin)

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
+
 	//lint:ignore SA1019 otelaws is the instrumentation issue 12 chose; it still works with SDK v1.48 (the trace tests hold its spans). Its successor is the SDK's own tracing (smithy-go's smithyoteltracing).
 	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws"
 	"go.opentelemetry.io/otel/trace"

@@ -219,7 +219,7 @@ func fuzzHandler(t *testing.T) (*httpapi.Handler, *unavailableProvider) {
 	e := &fuzzEnv
 	e.once.Do(func() {
 		clock := func() time.Time { return time.Now().Add(time.Duration(e.epoch.Load()) * 48 * time.Hour) }
-		e.calls.Store = memstore.New(func(o *idem.Options) { o.Clock = clock })
+		e.calls.Store = memstore.New(func(o *memstore.Options) { o.Clock = clock })
 		e.prov = &unavailableProvider{store: e.calls.Store}
 		// The charges table is never read on this path (the provider
 		// charges nothing): a client that reaches no endpoint will do.

@@ -17,7 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // harness is the charge function as deployed, on the emulator's DynamoDB
@@ -26,7 +26,7 @@ type harness struct {
 	t       *testing.T
 	handler *httpapi.Handler
 	sim     *providersim.Simulator
-	store   *idem.Store // the same table, for asserting what is stored
+	store   *dynamostore.Store // the same table, for asserting what is stored
 	queue   queue.Queues
 	logs    *testkit.LogBuffer
 	d       *testkit.Deployment
@@ -60,7 +60,7 @@ func newHarnessWith(t *testing.T, hc harnessConfig) *harness {
 		}
 		clock = w.Deps.Clock
 	})
-	store, err := idem.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,8 +110,8 @@ func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Re
 // event (it redelivers until it is answered 2xx) claims it again and
 // processes it from the start. Nothing is asked: settling the command twice
 // changes nothing, since its settlement is fenced.
-func releaseEvent(context.Context, *idem.Lease) (idem.Resolution, error) {
-	return idem.Resolved(idem.NotApplied(idem.Response{})), nil
+func releaseEvent(context.Context, *idem.Lease) (idem.Outcome, error) {
+	return idem.NotApplied(idem.Response{}), nil
 }
 
 // unclaimed answers an event whose key could not be claimed: busy if the

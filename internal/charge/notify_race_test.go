@@ -47,7 +47,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	ctx := t.Context()
 	clock := testkit.NewClock(time.Now())
 	d := testkit.Deploy(t)
-	mem := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	mem := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
 	store := &claimingStore{Store: mem}
 	prov := &unavailableProvider{store: store}

@@ -22,6 +22,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
@@ -67,7 +68,7 @@ func TestReclaimPastTheDedupWindowIsLookedUpNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := idem.New(testkit.Clients(t).DynamoDB, s.table, func(o *idem.Options) {
+	long, err := dynamostore.New(testkit.Clients(t).DynamoDB, s.table, func(o *dynamostore.Options) {
 		o.Clock, o.Retention = s.clock.Now, 48*time.Hour
 	})
 	if err != nil {

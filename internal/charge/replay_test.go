@@ -14,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // onStripe is the charge and reconcile functions with PROVIDER=stripe, on
@@ -23,7 +24,7 @@ type onStripe struct {
 	handler *httpapi.Handler
 	recon   *charge.Service
 	sim     *stripesim.Simulator
-	store   *idem.Store
+	store   *dynamostore.Store
 	table   string // the idempotency table
 	clock   *testkit.Clock
 	lost    *lossyTransport
@@ -57,7 +58,7 @@ func newOnStripe(t *testing.T, tune ...func(*testkit.Wiring)) *onStripe {
 	s.recon = d.ReconcileService(t, wire, func(w *testkit.Wiring) {
 		w.Reconcile.RetryBase, w.Reconcile.RetryCap = time.Minute, 4*time.Minute
 	})
-	store, err := idem.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = clock.Now })
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}

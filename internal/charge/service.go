@@ -14,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // Provider charges cards, deduplicating by reference, and looks charges up.
@@ -99,21 +100,11 @@ const (
 	OutcomeParked Outcome = "parked"
 )
 
-// Store is what the service needs of an idempotency store: the lifecycle,
-// the reconciler's reads, take-overs and postponements, and Preempt, for a
-// caller that knows a command's outcome (a provider's notification, an
-// operator). *idem.Store is the deployed one; memstore serves the rules'
-// tests.
-type Store interface {
-	idem.Backend
-	Get(ctx context.Context, key idem.Key) (*idem.Record, error)
-	TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
-	Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error)
-	Heartbeat(ctx context.Context, l *idem.Lease) error
-	Postpone(ctx context.Context, l *idem.Lease, until time.Time) error
-}
+// Store is the idempotency store (idem.Backend): *dynamostore.Store is the
+// deployed one; memstore serves the rules' tests.
+type Store = idem.Backend
 
-var _ Store = (*idem.Store)(nil)
+var _ Store = (*dynamostore.Store)(nil)
 
 // Config holds a Service's dependencies. Clock defaults to time.Now.
 type Config struct {
@@ -185,7 +176,7 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	var backend idem.Backend = timed{cfg.Store, cfg.Tracer}
 	if cfg.ReplayCache > 0 {
-		backend = idem.NewReplayCache(backend, cfg.ReplayCache, func(o *idem.CacheOptions) { o.Clock = cfg.Clock })
+		backend = idem.NewReplayCache(backend, cfg.ReplayCache)
 	}
 	return &Service{cfg: cfg, backend: backend}, nil
 }
@@ -258,7 +249,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		charged = c
 		return out, err
 	}, func(o *idem.DoOptions) {
-		o.Wait, o.Reserve, o.Clock = s.cfg.InflightWait, s.cfg.CommitReserve, s.cfg.Clock
+		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
 	})
 	// errors.AsType, not As: no target variable escapes on the way that
 	// succeeds.
@@ -281,7 +272,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		return Result{}, err
 	case res.Replayed:
 		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:
+	case errors.Is(err, idem.ErrWriteCondition) && charged != nil:
 		outcome, resp, err := s.rowExists(ctx, res.Lease, *charged)
 		if err != nil {
 			return s.ambiguous(ctx, res.Lease, err)
@@ -541,8 +532,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	if key.Operation() == NotificationOperation {
 		resolve = releaseEvent
 	}
-	rec, err := idem.Recover(ctx, recovering{Backend: s.backend, store: s.cfg.Store}, key, resolve,
-		func(o *idem.RecoverOptions) { o.Clock = s.cfg.Clock })
+	rec, err := idem.Recover(ctx, s.backend, key, resolve)
 	switch {
 	case rec.Lease == nil && err != nil:
 		return "", err
@@ -556,28 +546,6 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	return s.settled(ctx, rec.Lease, rec.Status, r.charged, err)
 }
 
-// recovering is the store as Reconcile recovers a command through it: read,
-// taken over and postponed directly, settled through the backend, timed
-// as the charge path's settlements are.
-type recovering struct {
-	idem.Backend
-	store Store
-}
-
-var _ idem.Reclaimer = recovering{}
-
-func (r recovering) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
-	return r.store.Get(ctx, key)
-}
-
-func (r recovering) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
-	return r.store.TakeOver(ctx, key)
-}
-
-func (r recovering) Postpone(ctx context.Context, l *idem.Lease, until time.Time) error {
-	return r.store.Postpone(ctx, l, until)
-}
-
 // reconciling is one Reconcile's resolver, with what it found that the
 // record's status will not say: why the command stays IN_FLIGHT, and the
 // charge its outcome commits.
@@ -589,11 +557,11 @@ type reconciling struct {
 
 // resolve asks the provider what became of the charge of the command
 // lease holds, taken over from its dead attempt (idem.Resolver).
-func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Resolution, error) {
+func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outcome, error) {
 	s, key := r.Service, lease.Key
 	in, err := storedIntent(lease)
 	if err != nil {
-		return idem.Resolution{}, err
+		return idem.Outcome{}, err
 	}
 	rp := s.replayer(lease, in)
 	if rp != nil {
@@ -602,9 +570,9 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Reso
 		switch err := s.cfg.Store.Heartbeat(ctx, lease); {
 		case errors.Is(err, idem.ErrLeaseLost):
 			r.found = OutcomeStillLeased
-			return idem.Resolution{}, nil
+			return idem.Outcome{}, nil
 		case err != nil:
-			return idem.Resolution{}, err
+			return idem.Outcome{}, err
 		}
 	}
 	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
@@ -615,7 +583,7 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Reso
 		// a retry is answered provider-rejected once it asks again.
 		s.cfg.Logger.WarnContext(ctx, "reconcile: the provider refused the replayed request; released",
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err))
-		return idem.Resolved(idem.NotApplied(idem.Response{})), nil
+		return idem.NotApplied(idem.Response{}), nil
 	}
 	if err != nil {
 		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
@@ -627,7 +595,7 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Reso
 	if res.Status != provider.StatusNotFound {
 		out, charged, err := s.verdict(lease, in, res)
 		r.charged = charged
-		return idem.Resolved(out), err
+		return out, err
 	}
 	if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
 		r.found = OutcomeNotSettled
@@ -639,7 +607,7 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Reso
 		r.found = OutcomeParked
 		return idem.Postponed(s.cfg.Clock().Add(s.cfg.RetryCap)), nil
 	}
-	return idem.Resolved(idem.NotApplied(idem.Response{})), nil
+	return idem.NotApplied(idem.Response{}), nil
 }
 
 // settle completes a command taken over from its first attempt (by
@@ -655,7 +623,7 @@ func (s *Service) settle(ctx context.Context, lease *idem.Lease, out idem.Outcom
 // (charged, its own) is recorded by rowExists.
 func (s *Service) settled(ctx context.Context, lease *idem.Lease, status idem.Status, charged *Charge, err error) (Outcome, error) {
 	switch {
-	case errors.Is(err, idem.ErrWriteConditionFailed) && charged != nil:
+	case errors.Is(err, idem.ErrWriteCondition) && charged != nil:
 		outcome, _, err := s.rowExists(ctx, lease, *charged)
 		if outcome == OutcomeCreated {
 			outcome = OutcomeResolved

@@ -10,8 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TimeLayout is how a charge's creation time is written, in its row and
@@ -71,7 +70,7 @@ func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error)
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Charge{}, false, fmt.Errorf("charge: get: %w", idem.AsUnavailable(err))
+		return Charge{}, false, fmt.Errorf("charge: get: %w", dynamostore.AsUnavailable(err))
 	}
 	if len(out.Item) == 0 {
 		return Charge{}, false, nil
@@ -84,7 +83,7 @@ func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error)
 }
 
 // Insert is the write of c's row, only if no row has its id, for the
-// transaction that settles the command (idem.Store.Commit).
+// transaction that settles the command (dynamostore.Store.Commit).
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
 	// A struct of strings and an integer always marshals.
 	item, _ := attributevalue.MarshalMap(row{

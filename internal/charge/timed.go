@@ -19,7 +19,7 @@ import (
 // stored answer. Each call is a span (idem.Begin, idem.Commit, ...) with
 // its outcome, parent of the DynamoDB call's.
 type timed struct {
-	store  Store
+	Store
 	tracer *tracing.Tracer
 }
 
@@ -29,7 +29,7 @@ func (t timed) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, int
 	ctx, span := t.tracer.Start(ctx, "idem.Begin")
 	defer span.End()
 	defer since(ctx, metrics.BeginLatency, time.Now())
-	b, err := t.store.Begin(ctx, key, fp, intent)
+	b, err := t.Store.Begin(ctx, key, fp, intent)
 	if span.IsRecording() {
 		outcome := beginOutcome(b, err)
 		tracing.Outcome(span, outcome)
@@ -44,20 +44,20 @@ func (t timed) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, wr
 	ctx, span := t.tracer.Start(ctx, "idem.Commit")
 	defer since(ctx, metrics.CommitLatency, time.Now())
 	metrics.FromContext(ctx).Size(metrics.StoredResponseBytes, len(resp.Body))
-	return settled(span, t.store.Commit(ctx, l, resp, writes...))
+	return settled(span, t.Store.Commit(ctx, l, resp, writes...))
 }
 
 func (t timed) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) error {
 	ctx, span := t.tracer.Start(ctx, "idem.Fail")
 	defer since(ctx, metrics.CommitLatency, time.Now())
 	metrics.FromContext(ctx).Size(metrics.StoredResponseBytes, len(resp.Body))
-	return settled(span, t.store.Fail(ctx, l, resp))
+	return settled(span, t.Store.Fail(ctx, l, resp))
 }
 
 func (t timed) Release(ctx context.Context, l *idem.Lease) error {
 	ctx, span := t.tracer.Start(ctx, "idem.Release")
 	defer since(ctx, metrics.CommitLatency, time.Now())
-	return settled(span, t.store.Release(ctx, l))
+	return settled(span, t.Store.Release(ctx, l))
 }
 
 // since records the time from start to now as name.
@@ -96,7 +96,7 @@ func settled(span trace.Span, err error) error {
 		tracing.Outcome(span, "stored")
 	case errors.Is(err, idem.ErrLeaseLost):
 		tracing.Outcome(span, "lease_lost")
-	case errors.Is(err, idem.ErrWriteConditionFailed):
+	case errors.Is(err, idem.ErrWriteCondition):
 		tracing.Outcome(span, "write_condition_failed")
 	default:
 		tracing.Outcome(span, "error")

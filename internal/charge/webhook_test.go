@@ -26,6 +26,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 const (
@@ -41,7 +42,7 @@ type stripeStack struct {
 	d     *testkit.Deployment
 	sim   *stripesim.Simulator
 	api   string // the gateway's base URL
-	store *idem.Store
+	store *dynamostore.Store
 	db    *dynamodb.Client
 
 	mu       sync.Mutex
@@ -90,7 +91,7 @@ func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeCo
 		t.Fatal(err)
 	}
 	api = gw
-	if s.store, err = idem.New(s.db, s.d.IdempotencyTable); err != nil {
+	if s.store, err = dynamostore.New(s.db, s.d.IdempotencyTable); err != nil {
 		t.Fatal(err)
 	}
 	return s

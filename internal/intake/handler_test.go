@@ -20,6 +20,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // stack is one deployment with its intake and charge functions, built as
@@ -29,7 +30,7 @@ type stack struct {
 	intake *intake.Handler
 	api    *httpapi.Handler
 	logs   *testkit.LogBuffer
-	store  *idem.Store
+	store  *dynamostore.Store
 }
 
 func newStack(t *testing.T) *stack {
@@ -37,7 +38,7 @@ func newStack(t *testing.T) *stack {
 	d := testkit.Deploy(t)
 	logs := &testkit.LogBuffer{}
 	h := d.IntakeHandler(t, func(w *testkit.Wiring) { w.Deps.Logger = slog.New(slog.NewJSONHandler(logs, nil)) })
-	store, err := idem.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable)
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable)
 	if err != nil {
 		t.Fatal(err)
 	}

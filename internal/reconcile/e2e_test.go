@@ -42,6 +42,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 const tenant = "acme"
@@ -57,7 +58,7 @@ type stack struct {
 	calls   *testkit.CallCounter
 	sim     *providersim.Simulator
 	queues  queue.Queues
-	store   *idem.Store // the test's own view of the idempotency table
+	store   *dynamostore.Store // the test's own view of the idempotency table
 	logs    *testkit.LogBuffer
 	deps    app.Deps
 	recCfg  app.ReconcileConfig
@@ -88,7 +89,7 @@ func newStack(t *testing.T, opts ...func(*stackConfig)) *stack {
 	d := testkit.Deploy(t, cfg.sim...)
 	s.charges, s.queues, s.sim = d.ChargesTable, d.Queues, d.Sim
 	var err error
-	s.store, err = idem.New(s.clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) { o.Clock = s.clock.Now })
+	s.store, err = dynamostore.New(s.clients.DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = s.clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,15 +16,16 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// Index is the part of *idem.Store the sweeper reads: the stuck-lease index.
+// Index is the part of *dynamostore.Store the sweeper reads: the stuck-lease index.
 type Index interface {
 	Shards() int
 	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error]
 }
 
-var _ Index = (*idem.Store)(nil)
+var _ Index = (*dynamostore.Store)(nil)
 
 // Sender queues keys for reconciliation. It returns the keys it could not
 // queue and the first error of a whole call, if any.

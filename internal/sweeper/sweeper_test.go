@@ -19,6 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // fakeSender records what the sweeper queues. It fails the entries of the
@@ -64,13 +65,13 @@ func (f *fakeSender) sent() []idem.Key {
 type env struct {
 	clock   *testkit.Clock
 	table   string
-	store   *idem.Store
+	store   *dynamostore.Store
 	sender  *fakeSender
 	metrics *testkit.LogBuffer
 	logs    *testkit.LogBuffer
 }
 
-func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
+func newEnv(t *testing.T, optFns ...func(*dynamostore.Options)) *env {
 	t.Helper()
 	e := &env{
 		clock:   testkit.NewClock(time.Now().Truncate(time.Second)),
@@ -78,8 +79,8 @@ func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
 		metrics: &testkit.LogBuffer{},
 		logs:    &testkit.LogBuffer{},
 	}
-	e.table = testkit.TempTable(t, idem.TableInput("idem"))
-	store, err := idem.New(testkit.Clients(t).DynamoDB, e.table, append([]func(*idem.Options){func(o *idem.Options) {
+	e.table = testkit.TempTable(t, dynamostore.TableInput("idem"))
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, e.table, append([]func(*dynamostore.Options){func(o *dynamostore.Options) {
 		o.Clock = e.clock.Now
 		o.DefaultLease = 30 * time.Second
 	}}, optFns...)...)
@@ -390,7 +391,7 @@ func TestSendFailuresAreCounted(t *testing.T) {
 
 func TestNewRefusesMissingDependencies(t *testing.T) {
 	t.Parallel()
-	store, err := idem.New(testkit.Clients(t).DynamoDB, "unused")
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, "unused")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -441,12 +442,12 @@ func TestKeysThatKeepFailingShowInTheMetrics(t *testing.T) {
 func TestRunPassesOverAnUnreadableItem(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t, func(o *idem.Options) { o.Shards = 1 }) // every key after the unreadable item
+	e := newEnv(t, func(o *dynamostore.Options) { o.Shards = 1 }) // every key after the unreadable item
 	const secret = "not a key: secret-order-4242"
 	if _, err := testkit.Clients(t).DynamoDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(e.table), Item: map[string]types.AttributeValue{
-		idem.AttrPK:             &types.AttributeValueMemberS{Value: secret},
-		idem.AttrLeaseShard:     &types.AttributeValueMemberN{Value: "0"},
-		idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(e.clock.Now().UnixMilli(), 10)},
+		dynamostore.AttrPK:             &types.AttributeValueMemberS{Value: secret},
+		dynamostore.AttrLeaseShard:     &types.AttributeValueMemberN{Value: "0"},
+		dynamostore.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(e.clock.Now().UnixMilli(), 10)},
 	}}); err != nil {
 		t.Fatal(err)
 	}

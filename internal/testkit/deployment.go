@@ -27,7 +27,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TenantClaim is the JWT claim the deployment's charge function reads.
@@ -67,7 +67,7 @@ func New(ctx context.Context, simOpts ...func(*providersim.Options)) (*Deploymen
 		name   *string
 		prefix string
 		def    func(string) *dynamodb.CreateTableInput
-	}{{&d.IdempotencyTable, "idem", idem.TableInput}, {&d.ChargesTable, "charges", charge.TableInput}} {
+	}{{&d.IdempotencyTable, "idem", dynamostore.TableInput}, {&d.ChargesTable, "charges", charge.TableInput}} {
 		name, drop, err := NewTable(ctx, t.def(t.prefix))
 		if err != nil {
 			return fail(err)

@@ -28,8 +28,7 @@ import (
 type ReplayCache struct {
 	Backend
 
-	max   int
-	clock func() time.Time
+	max int
 
 	mu      sync.Mutex
 	lru     *list.List // of *cached, most recently used first
@@ -50,21 +49,10 @@ type cached struct {
 	expires time.Time
 }
 
-// CacheOptions adjust a ReplayCache.
-type CacheOptions struct {
-	// Clock returns the current time, to honour retention; give it the
-	// store's clock. Default time.Now.
-	Clock func() time.Time
-}
-
 // NewReplayCache wraps b in a cache of at most maxEntries entries (at
-// least 1).
-func NewReplayCache(b Backend, maxEntries int, optFns ...func(*CacheOptions)) *ReplayCache {
-	o := CacheOptions{Clock: time.Now}
-	for _, fn := range optFns {
-		fn(&o)
-	}
-	return &ReplayCache{Backend: b, max: max(maxEntries, 1), clock: o.Clock, lru: list.New(), entries: map[Key]*list.Element{}}
+// least 1). It honours retention by b's clock.
+func NewReplayCache(b Backend, maxEntries int) *ReplayCache {
+	return &ReplayCache{Backend: b, max: max(maxEntries, 1), lru: list.New(), entries: map[Key]*list.Element{}}
 }
 
 // Begin answers a replay from the cache when it can, and otherwise asks
@@ -125,7 +113,7 @@ func (c *ReplayCache) settled(l *Lease, status Status, resp Response) {
 }
 
 func (c *ReplayCache) lookup(key Key, fp Fingerprint) (Begun, bool) {
-	now := c.clock()
+	now := c.Backend.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	el, ok := c.entries[key]

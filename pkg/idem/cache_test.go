@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
@@ -16,8 +17,8 @@ import (
 // to the store.
 func TestReplayCache(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
-	cache := idem.NewReplayCache(e.store, 2, func(o *idem.CacheOptions) { o.Clock = e.clock.Now })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	cache := idem.NewReplayCache(e.store, 2)
 	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.calls, what, want) }
 	settle := func(k idem.Key) *idem.Lease {
 		t.Helper()
@@ -44,7 +45,7 @@ func TestReplayCache(t *testing.T) {
 	replay(k)
 	check("warm replays", map[string]int{})
 
-	if _, err := cache.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := cache.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request: want mismatch, got %v", err)
 	}
 	check("another fingerprint", map[string]int{"PutItem": 1})
@@ -93,8 +94,8 @@ func wantCalls(t *testing.T, calls *idemtest.CallCounter, what string, want map[
 // and the size bound apply as to any replay.
 func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
-	cache := idem.NewReplayCache(e.store, 3, func(o *idem.CacheOptions) { o.Clock = e.clock.Now })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	cache := idem.NewReplayCache(e.store, 3)
 	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.calls, what, want) }
 	lease := func(k idem.Key) *idem.Lease {
 		t.Helper()
@@ -152,7 +153,7 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 		t.Fatalf("replay of the cache's own fail: %+v", b)
 	}
 	check("the replay of a fail made through the cache", map[string]int{})
-	if _, err := cache.Begin(ctx, failed, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := cache.Begin(ctx, failed, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request on a key failed through the cache: want mismatch, got %v", err)
 	}
 	check("another fingerprint", map[string]int{"PutItem": 1})

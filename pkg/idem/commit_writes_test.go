@@ -23,18 +23,18 @@ import (
 func TestSecondCommitWithOtherWritesIsRefused(t *testing.T) {
 	t.Parallel()
 	resp := idem.Response{Status: 201, Body: []byte(`{"id":"x"}`)}
-	for name, twice := range map[string]func(s idem.RecoveryBackend, l *idem.Lease, r rows) (first, second error){
-		"the same lease": func(s idem.RecoveryBackend, l *idem.Lease, r rows) (error, error) {
+	for name, twice := range map[string]func(s idem.Backend, l *idem.Lease, r rows) (first, second error){
+		"the same lease": func(s idem.Backend, l *idem.Lease, r rows) (error, error) {
 			first := s.Commit(ctx, l, resp, r.insert("first"))
 			return first, s.Commit(ctx, l, resp, r.insert("second"))
 		},
-		"a reused write value": func(s idem.RecoveryBackend, l *idem.Lease, r rows) (error, error) {
+		"a reused write value": func(s idem.Backend, l *idem.Lease, r rows) (error, error) {
 			w := r.insert("first")
 			first := s.Commit(ctx, l, resp, w)
 			w.Put.Item = r.insert("second").Put.Item
 			return first, s.Commit(ctx, l, resp, w)
 		},
-		"copies of the lease": func(s idem.RecoveryBackend, l *idem.Lease, r rows) (error, error) {
+		"copies of the lease": func(s idem.Backend, l *idem.Lease, r rows) (error, error) {
 			a, b := *l, *l
 			first := s.Commit(ctx, &a, resp, r.insert("first"))
 			return first, s.Commit(ctx, &b, resp, r.insert("second"))
@@ -42,7 +42,7 @@ func TestSecondCommitWithOtherWritesIsRefused(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			onBothStores(t, func(t *testing.T, s idem.RecoveryBackend, r rows, exists func(id string) bool) {
+			onBothStores(t, func(t *testing.T, s idem.Backend, r rows, exists func(id string) bool) {
 				b, err := s.Begin(ctx, idemtest.UniqueKey(t, "acme"), fpA, nil)
 				if err != nil {
 					t.Fatal(err)

@@ -7,7 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
@@ -20,19 +20,19 @@ func TestConformance(t *testing.T) {
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	layouts := []struct {
 		name string
-		opts func(*idem.Options)
+		opts func(*dynamostore.Options)
 		row  func(id string) map[string]types.AttributeValue // a business row's primary key
 	}{
-		{"partition key", func(*idem.Options) {}, func(id string) map[string]types.AttributeValue {
-			return map[string]types.AttributeValue{idem.AttrPK: s("row-" + id)}
+		{"partition key", func(*dynamostore.Options) {}, func(id string) map[string]types.AttributeValue {
+			return map[string]types.AttributeValue{dynamostore.AttrPK: s("row-" + id)}
 		}},
-		{"static partition key, key in the sort key", func(o *idem.Options) {
+		{"static partition key, key in the sort key", func(o *dynamostore.Options) {
 			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue = "PK", "SK", "IDEMPOTENCY"
 			o.TTLAttribute, o.StuckLeaseIndex = "ttl", "sweep"
 		}, func(id string) map[string]types.AttributeValue {
 			return map[string]types.AttributeValue{"PK": s("rows"), "SK": s(id)}
 		}},
-		{"key in the partition key, a constant sort key, no index", func(o *idem.Options) {
+		{"key in the partition key, a constant sort key, no index", func(o *dynamostore.Options) {
 			o.KeyAttribute, o.SortKeyAttribute, o.KeyPrefix, o.ScanStuckLeases = "id", "kind", "idem#", true
 		}, func(id string) map[string]types.AttributeValue {
 			return map[string]types.AttributeValue{"id": s("row-" + id), "kind": s("row")}
@@ -42,15 +42,17 @@ func TestConformance(t *testing.T) {
 	for _, lt := range layouts {
 		t.Run(lt.name, func(t *testing.T) {
 			t.Parallel()
-			probe, err := idem.New(db, "conformance", lt.opts)
+			probe, err := dynamostore.New(db, "conformance", lt.opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			def := probe.TableInput()
 			table := dynamotest.Table(t, def)
 			absent := map[string]string{"#pk": aws.ToString(def.KeySchema[0].AttributeName)}
-			idemtest.RunConformance(t, func(t *testing.T, optFns ...func(*idem.Options)) idemtest.Subject {
-				st, err := idem.New(db, table, append([]func(*idem.Options){lt.opts}, optFns...)...)
+			idemtest.RunConformance(t, func(t *testing.T, o idemtest.Options) idemtest.Subject {
+				st, err := dynamostore.New(db, table, lt.opts, func(d *dynamostore.Options) {
+					d.Clock, d.Retention, d.ReleaseRetention, d.DefaultLease, d.Shards = o.Clock, o.Retention, o.ReleaseRetention, o.DefaultLease, o.Shards
+				})
 				if err != nil {
 					t.Fatal(err)
 				}

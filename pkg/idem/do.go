@@ -38,6 +38,9 @@ type Outcome struct {
 	Verdict  Verdict
 	Response Response
 	Writes   []types.TransactWriteItem
+	// RetryAt, with an Unknown verdict, postpones the lease to then
+	// (Postponed). Settle refuses it with any other verdict.
+	RetryAt time.Time
 }
 
 // Succeeded is the outcome of an effect that happened: resp is stored and
@@ -71,12 +74,9 @@ type DoOptions struct {
 	// context ends Reserve before it, so fn's outcome can still be
 	// recorded. Default 1s; it applies only to a context with a deadline.
 	Reserve time.Duration
-	// Clock is the store's clock, by which fn's context ends at the lease's
-	// AttemptDeadline. Default: real time.
-	Clock func() time.Time
 }
 
-// Result is what Do did.
+// Result is what Do, or Recover, did.
 type Result struct {
 	// Response is the answer: the stored one on a replay, fn's otherwise.
 	Response Response
@@ -84,9 +84,9 @@ type Result struct {
 	// Status is the record's status as this call left it or found it; on
 	// a settlement error it is IN_FLIGHT, as far as the call knows.
 	Status Status
-	// Lease is the lease fn ran under, nil on a replay. After an Unknown
-	// outcome or a settlement error it is the lease a reconciler would
-	// take over (it ends at Lease.ExpiresAt).
+	// Lease is the lease fn (or a resolver) ran under, nil on a replay.
+	// After an Unknown outcome or a settlement error it is the lease a
+	// reconciler would take over (it ends at Lease.ExpiresAt).
 	Lease *Lease
 	// RecordExpiresAt is when the key stops deduplicating.
 	RecordExpiresAt time.Time
@@ -125,7 +125,7 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 		return Result{Response: *begun.Replay, Replayed: true, Status: begun.Status, RecordExpiresAt: begun.RecordExpiresAt}, nil
 	}
 	l := begun.Lease
-	out, fnErr := run(ctx, l, fn, o)
+	out, fnErr := run(ctx, b, l, fn, o)
 	if fnErr != nil {
 		fnErr = fmt.Errorf("idem: do %s: %w", key.LogHash(), fnErr)
 	}
@@ -139,11 +139,17 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 }
 
 // Settle applies out to the command l holds, as Do does with its
-// function's outcome: Commit, Fail or Release, or nothing for an Unknown
-// verdict. It returns the status the record was left in. A reconciler that
-// took a lease over settles it here once it has found out what happened.
-// The status is the one the record is left in when the error is nil.
+// function's outcome: Commit, Fail or Release; for an Unknown verdict,
+// Postpone to RetryAt if it is set, or nothing. It returns the status the
+// record is left in when the error is nil. A reconciler that took a lease
+// over settles it here once it has found out what happened.
 func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, error) {
+	switch {
+	case !out.RetryAt.IsZero() && out.Verdict != VerdictUnknown:
+		return StatusInFlight, fmt.Errorf("idem: settle %s: a retry time with a verdict that settles", l.Key.LogHash())
+	case !out.RetryAt.IsZero():
+		return StatusInFlight, b.Postpone(ctx, l, out.RetryAt)
+	}
 	switch out.Verdict {
 	case VerdictUnknown:
 		return StatusInFlight, nil
@@ -165,11 +171,9 @@ func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, erro
 // the lease's cap, would let a slow attempt charge a released command.
 // Heartbeat does not move this end: a context cannot be given more time,
 // and a function that needs more asks for it with ctx's deadline.
-func run(ctx context.Context, l *Lease, fn func(context.Context, *Lease) (Outcome, error), o DoOptions) (Outcome, error) {
-	end := l.AttemptDeadline
-	if o.Clock != nil {
-		end = time.Now().Add(end.Sub(o.Clock()))
-	}
+func run(ctx context.Context, b Backend, l *Lease, fn func(context.Context, *Lease) (Outcome, error), o DoOptions) (Outcome, error) {
+	// The deadline is on the real clock, the lease on the store's.
+	end := time.Now().Add(l.AttemptDeadline.Sub(b.Now()))
 	if deadline, ok := ctx.Deadline(); ok && o.Reserve > 0 && deadline.Add(-o.Reserve).Before(end) {
 		end = deadline.Add(-o.Reserve)
 	}

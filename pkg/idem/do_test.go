@@ -132,7 +132,7 @@ func TestDoWaitsForATwin(t *testing.T) {
 func TestDoLeaseLost(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	k := idemtest.UniqueKey(t, "acme")
 	res, err := idem.Do(ctx, s, k, fpA, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		clock.Advance(time.Hour) // the attempt stalls; a reconciler settles the command

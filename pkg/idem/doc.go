@@ -18,7 +18,7 @@
 //	IN_FLIGHT  Begin (same request)       IN_FLIGHT         *InFlightError: wait or answer "in progress"
 //	RELEASED   Begin (same request)       IN_FLIGHT         same CreatedAt, so the same derived references
 //	terminal   Begin (same request)       terminal          the stored response is replayed
-//	any        Begin (other request)      unchanged         ErrFingerprintMismatch, nothing replayed
+//	any        Begin (other request)      unchanged         ErrMismatch, nothing replayed
 //	settled    retention ends             ABSENT            the next Begin is a new command, with a new CreatedAt
 //
 // Forbidden, and refused: completing without the current lease token (a
@@ -102,7 +102,7 @@
 // The business writes of a Succeeded outcome commit in the record's
 // transaction.
 //
-//	store, err := idem.New(dynamodb.NewFromConfig(cfg), "idempotency")
+//	store, err := dynamostore.New(dynamodb.NewFromConfig(cfg), "idempotency")
 //	...
 //	key, err := idem.NewKey(tenant, "create-charge", clientKey)
 //	fp, err := idem.FingerprintJSON(body)
@@ -122,7 +122,7 @@
 //	var unknown *idem.UnknownClaimError
 //	switch {
 //	case errors.As(err, &inflight): // 409, Retry-After from inflight.LeaseExpiresAt
-//	case errors.Is(err, idem.ErrFingerprintMismatch): // 422
+//	case errors.Is(err, idem.ErrMismatch): // 422
 //	case err != nil && res.Lease != nil: // ran, not settled: IN_FLIGHT until Sweep or Recover resolves it
 //	case errors.As(err, &unknown): // the claim may have landed: "pending", retry with the key
 //	case err != nil: // nothing ran: 503, retry

@@ -10,12 +10,6 @@ import (
 	"unicode/utf8"
 )
 
-// ErrNotApplied, wrapped in an error DoJSON's function returns, says that
-// the effect verifiably did not happen: the key is released, and a retry
-// of the same request runs the function again. Any other error leaves the
-// outcome unknown, since a function that failed halfway may have acted.
-var ErrNotApplied = errors.New("idem: not applied")
-
 // DoJSON is Do for a function whose result is a value, not an HTTP-shaped
 // Response: fn runs at most once for the intent named by key and
 // fingerprinted by request's JSON form, and its result is stored as JSON

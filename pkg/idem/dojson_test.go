@@ -27,7 +27,7 @@ func ExampleDoJSON() {
 		Total  int    `json:"total"`
 	}
 	ctx := context.Background()
-	store := memstore.New() // an *idem.Store on DynamoDB in production
+	store := memstore.New() // an *dynamostore.Store on DynamoDB in production
 	sendInvoice := func(ctx context.Context, o order) (invoice, error) {
 		fmt.Println("sending the invoice of", o.ID)
 		return invoice{Number: "INV-1", Total: o.Total}, nil
@@ -83,8 +83,8 @@ func TestDoJSON(t *testing.T) {
 	if rec, err := s.Get(ctx, k); err != nil || rec.Status != idem.StatusSucceeded {
 		t.Fatalf("record %+v, %v; want SUCCEEDED", rec, err)
 	}
-	if _, err := idem.DoJSON(ctx, s, k, map[string]any{"amount": 200}, fn); !errors.Is(err, idem.ErrFingerprintMismatch) || runs.Load() != 1 {
-		t.Fatalf("another request under the key: %v, %d runs; want ErrFingerprintMismatch, no run", err, runs.Load())
+	if _, err := idem.DoJSON(ctx, s, k, map[string]any{"amount": 200}, fn); !errors.Is(err, idem.ErrMismatch) || runs.Load() != 1 {
+		t.Fatalf("another request under the key: %v, %d runs; want ErrMismatch, no run", err, runs.Load())
 	}
 	if _, err := idem.DoJSON(ctx, s, k, req, countedJSON(&runs, 7, nil)); err == nil || !strings.Contains(err.Error(), k.LogHash()) {
 		t.Fatalf("a stored result read as another type: %v; want a decoding error naming the key's hash", err)

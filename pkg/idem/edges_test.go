@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
@@ -20,7 +21,7 @@ import (
 // charge never recorded).
 func TestInFlightOutlivesRetention(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	k := key(t, "acme")
 	l := begin(t, e.store, k, fpA)
 	e.clock.Advance(3 * time.Hour)
@@ -28,7 +29,7 @@ func TestInFlightOutlivesRetention(t *testing.T) {
 	if err != nil || rec.Status != idem.StatusInFlight || !rec.ExpiresAt.IsZero() {
 		t.Fatalf("Get three retentions later: %+v, %v", rec, err)
 	}
-	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request three retentions later: want mismatch, got %v", err)
 	}
 	taken, err := e.store.TakeOver(ctx, k)
@@ -51,14 +52,14 @@ func TestInFlightOutlivesRetention(t *testing.T) {
 // until retention ends, and then the key is free for a new command.
 func TestReleasedKeyAfterRetention(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	k := key(t, "acme")
 	l := begin(t, e.store, k, fpA)
 	if err := e.store.Release(ctx, l); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()) - time.Second)
-	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("just before retention ends: want mismatch, got %v", err)
 	}
 	e.clock.Advance(2 * time.Second)
@@ -73,7 +74,7 @@ func TestReleasedKeyAfterRetention(t *testing.T) {
 // listed as stuck nor taken over, and each take-over is counted.
 func TestPostponeHidesTheLeaseUntilThen(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Shards = 1 })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Shards = 1 })
 	k := key(t, "acme")
 	begin(t, e.store, k, fpA)
 	e.clock.Advance(time.Minute)
@@ -127,20 +128,20 @@ func TestSettlementsRecogniseTheirOwnRetriedWrite(t *testing.T) {
 	row := func(k idem.Key) types.TransactWriteItem {
 		return types.TransactWriteItem{Put: &types.Put{
 			TableName:           aws.String(e.table),
-			Item:                map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
+			Item:                map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
 			ConditionExpression: aws.String("attribute_not_exists(pk)"),
 		}}
 	}
 	cases := []struct {
 		name, op string
-		settle   func(s *idem.Store, l *idem.Lease) error
+		settle   func(s *dynamostore.Store, l *idem.Lease) error
 		want     idem.Status
 	}{
-		{"commit", "TransactWriteItems", func(s *idem.Store, l *idem.Lease) error { return s.Commit(ctx, l, resp, row(l.Key)) }, idem.StatusSucceeded},
-		{"commit without writes", "UpdateItem", func(s *idem.Store, l *idem.Lease) error { return s.Commit(ctx, l, resp) }, idem.StatusSucceeded},
-		{"fail", "UpdateItem", func(s *idem.Store, l *idem.Lease) error { return s.Fail(ctx, l, resp) }, idem.StatusFailedPermanent},
-		{"release", "UpdateItem", func(s *idem.Store, l *idem.Lease) error { return s.Release(ctx, l) }, idem.StatusReleased},
-		{"take over", "UpdateItem", func(s *idem.Store, l *idem.Lease) error {
+		{"commit", "TransactWriteItems", func(s *dynamostore.Store, l *idem.Lease) error { return s.Commit(ctx, l, resp, row(l.Key)) }, idem.StatusSucceeded},
+		{"commit without writes", "UpdateItem", func(s *dynamostore.Store, l *idem.Lease) error { return s.Commit(ctx, l, resp) }, idem.StatusSucceeded},
+		{"fail", "UpdateItem", func(s *dynamostore.Store, l *idem.Lease) error { return s.Fail(ctx, l, resp) }, idem.StatusFailedPermanent},
+		{"release", "UpdateItem", func(s *dynamostore.Store, l *idem.Lease) error { return s.Release(ctx, l) }, idem.StatusReleased},
+		{"take over", "UpdateItem", func(s *dynamostore.Store, l *idem.Lease) error {
 			e.clock.Advance(time.Minute)
 			taken, err := s.TakeOver(ctx, l.Key)
 			if err == nil && taken.Attempts != 1 {
@@ -153,7 +154,7 @@ func TestSettlementsRecogniseTheirOwnRetriedWrite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			lossy := &loseFirstAnswer{op: c.op}
 			db := dynamotest.Client(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} })
-			s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
+			s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -183,7 +184,7 @@ func TestCommitRetriedByTheCaller(t *testing.T) {
 	l := begin(t, e.store, k, fpA)
 	row := types.TransactWriteItem{Put: &types.Put{
 		TableName:           aws.String(e.table),
-		Item:                map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
+		Item:                map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
 		ConditionExpression: aws.String("attribute_not_exists(pk)"),
 	}}
 	for i := range 2 {

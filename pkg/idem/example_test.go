@@ -23,7 +23,7 @@ var (
 // of the effect: success with the charge row to commit with the record,
 // a decline to store, "did not happen" to release the key, or "unknown"
 // to leave the record IN_FLIGHT for a reconciler. In production the
-// backend is an *idem.Store on DynamoDB; here it is the in-memory store.
+// backend is an *dynamostore.Store on DynamoDB; here it is the in-memory store.
 func ExampleDo() {
 	ctx := context.Background()
 	store := memstore.New()
@@ -57,7 +57,7 @@ func ExampleDo() {
 		switch {
 		case errors.As(err, &inflight):
 			fmt.Println("409: in progress until", inflight.LeaseExpiresAt)
-		case errors.Is(err, idem.ErrFingerprintMismatch):
+		case errors.Is(err, idem.ErrMismatch):
 			fmt.Println("422: key reused")
 		case err != nil:
 			fmt.Println("500:", err)
@@ -73,7 +73,7 @@ func ExampleDo() {
 	// rows committed: 1
 }
 
-// The lifecycle by hand: Begin, then Commit, Fail or Release. *idem.Store
+// The lifecycle by hand: Begin, then Commit, Fail or Release. *dynamostore.Store
 // has the same methods on DynamoDB.
 func Example_lifecycle() {
 	ctx := context.Background()
@@ -106,7 +106,7 @@ func Example_lifecycle() {
 	// The same key with another body is refused, never reinterpreted.
 	other, _ := idem.FingerprintJSON([]byte(`{"amount": 9900, "currency": "EUR"}`))
 	_, err := store.Begin(ctx, key, other, nil)
-	fmt.Println(errors.Is(err, idem.ErrFingerprintMismatch))
+	fmt.Println(errors.Is(err, idem.ErrMismatch))
 	// Output:
 	// attempt 1: charged
 	// attempt 2: replay 201 {"id":"ch_1"}

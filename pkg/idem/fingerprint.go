@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"unicode/utf16"
@@ -32,9 +31,6 @@ func FingerprintJSON(doc []byte) (Fingerprint, error) {
 
 // String is the lower-case hex form (Record.Fingerprint).
 func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
-
-// ErrInvalidJSON is returned by CanonicalJSON for input it refuses.
-var ErrInvalidJSON = errors.New("idem: invalid JSON")
 
 // CanonicalJSON rewrites one JSON value in a canonical form: object keys
 // sorted by their UTF-8 bytes, no insignificant whitespace, strings

@@ -1,11 +1,12 @@
 package idem
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // Limits on the parts of a Key.
@@ -14,22 +15,6 @@ const (
 	MaxTenantLen    = 128
 	MaxOperationLen = 64
 )
-
-// ErrInvalidKey is matched (errors.Is) by every *ValidationError.
-var ErrInvalidKey = errors.New("idem: invalid key")
-
-// ValidationError says which part of a key is invalid and why.
-type ValidationError struct {
-	Field  string // "tenant", "operation" or "client key"
-	Reason string
-}
-
-func (e *ValidationError) Error() string {
-	return fmt.Sprintf("idem: invalid %s: %s", e.Field, e.Reason)
-}
-
-// Is makes errors.Is(err, ErrInvalidKey) true.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalidKey }
 
 // Key scopes a client's idempotency key to a tenant and an operation, so the
 // same client key used by two tenants, or for two operations, names two
@@ -41,9 +26,11 @@ type Key struct {
 
 const keySep = "#"
 
-// NewKey validates and scopes a client key. Tenant and operation are short
-// identifiers (letters, digits and . _ - : @); the client key is 1 to 255
-// printable ASCII characters.
+// NewKey validates and scopes a client key. The tenant is 1 to 128
+// printable characters without '#', so an identity provider's subject
+// ("auth0|abc") fits. The operation is a short identifier (letters,
+// digits and . _ - : @). The client key is 1 to 255 printable ASCII
+// characters. An invalid part gives an error wrapping ErrInvalidKey.
 func NewKey(tenant, operation, clientKey string) (Key, error) {
 	if err := CheckTenant(tenant); err != nil {
 		return Key{}, err
@@ -59,19 +46,34 @@ func NewKey(tenant, operation, clientKey string) (Key, error) {
 
 // CheckTenant reports whether s is a valid tenant: what NewKey accepts as
 // one, checked without building a key.
-func CheckTenant(s string) error { return checkIdent("tenant", s, MaxTenantLen) }
+func CheckTenant(s string) error {
+	switch {
+	case s == "":
+		return invalid("tenant", "empty")
+	case len(s) > MaxTenantLen:
+		return invalid("tenant", fmt.Sprintf("longer than %d bytes", MaxTenantLen))
+	case !utf8.ValidString(s):
+		return invalid("tenant", "not UTF-8 text")
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || r == '#' {
+			return invalid("tenant", "only printable characters other than '#' are allowed")
+		}
+	}
+	return nil
+}
 
 // CheckClientKey reports whether s is a valid client key.
 func CheckClientKey(s string) error {
 	switch {
 	case s == "":
-		return &ValidationError{Field: "client key", Reason: "empty"}
+		return invalid("client key", "empty")
 	case len(s) > MaxClientKeyLen:
-		return &ValidationError{Field: "client key", Reason: fmt.Sprintf("longer than %d characters", MaxClientKeyLen)}
+		return invalid("client key", fmt.Sprintf("longer than %d characters", MaxClientKeyLen))
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] > 0x7e {
-			return &ValidationError{Field: "client key", Reason: "not printable ASCII"}
+			return invalid("client key", "not printable ASCII")
 		}
 	}
 	return nil
@@ -79,18 +81,22 @@ func CheckClientKey(s string) error {
 
 func checkIdent(field, s string, max int) error {
 	if s == "" {
-		return &ValidationError{Field: field, Reason: "empty"}
+		return invalid(field, "empty")
 	}
 	if len(s) > max {
-		return &ValidationError{Field: field, Reason: fmt.Sprintf("longer than %d characters", max)}
+		return invalid(field, fmt.Sprintf("longer than %d characters", max))
 	}
 	for _, r := range s {
 		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:@", r)
 		if !ok {
-			return &ValidationError{Field: field, Reason: "only letters, digits and . _ - : @ are allowed"}
+			return invalid(field, "only letters, digits and . _ - : @ are allowed")
 		}
 	}
 	return nil
+}
+
+func invalid(field, reason string) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalidKey, field, reason)
 }
 
 // ParseKey is the inverse of Key.String.
@@ -98,7 +104,7 @@ func ParseKey(s string) (Key, error) {
 	tenant, rest, ok1 := strings.Cut(s, keySep)
 	operation, client, ok2 := strings.Cut(rest, keySep)
 	if !ok1 || !ok2 {
-		return Key{}, &ValidationError{Field: "key", Reason: "not of the form tenant#operation#key"}
+		return Key{}, invalid("key", "not of the form tenant#operation#key")
 	}
 	return NewKey(tenant, operation, client)
 }
@@ -122,11 +128,4 @@ func (k Key) IsZero() bool { return k == Key{} }
 // LogHash is a short digest of the key for logs and metrics, which must
 // never carry the key itself (it may hold a customer's order number):
 // the same key always gives the same hash, so its lines can be found.
-func (k Key) LogHash() string { return logHash(k.full) }
-
-// logHash is LogHash of a key's string form, for one that does not parse.
-func logHash(full string) string {
-	var in [400]byte // longer than any key: the buffer stays on the stack
-	sum := sha256.Sum256(append(append(in[:0], "log\x00"...), full...))
-	return hex.EncodeToString(sum[:8])
-}
+func (k Key) LogHash() string { return policy.LogHash(k.full) }

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
@@ -23,22 +24,22 @@ func TestExistingTableLayout(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
-	opts := func(o *idem.Options) {
+	opts := func(o *dynamostore.Options) {
 		o.KeyAttribute, o.KeyPrefix, o.Shards, o.Clock = "id", "idem#", 1, clock.Now
 	}
-	probe, err := idem.New(db, "orders")
+	probe, err := dynamostore.New(db, "orders")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := aws.ToString(probe.TableInput().KeySchema[0].AttributeName); got != idem.AttrPK {
-		t.Fatalf("default key attribute %q, want %q", got, idem.AttrPK)
+	if got := aws.ToString(probe.TableInput().KeySchema[0].AttributeName); got != dynamostore.AttrPK {
+		t.Fatalf("default key attribute %q, want %q", got, dynamostore.AttrPK)
 	}
-	def, err := idem.New(db, "orders", opts)
+	def, err := dynamostore.New(db, "orders", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	table := dynamotest.Table(t, def.TableInput())
-	s, err := idem.New(db, table, opts)
+	s, err := dynamostore.New(db, table, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,17 +86,17 @@ func TestSortKeyLayouts(t *testing.T) {
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	cases := []struct {
 		name   string
-		opts   func(*idem.Options)
+		opts   func(*dynamostore.Options)
 		pk, sk string
 		// itemKey is the primary key the record of k must have.
 		itemKey func(k idem.Key) map[string]types.AttributeValue
 	}{
-		{"key in the partition key", func(o *idem.Options) {
+		{"key in the partition key", func(o *dynamostore.Options) {
 			o.KeyAttribute, o.SortKeyAttribute, o.TTLAttribute, o.StuckLeaseIndex = "id", "kind", "ttl", "in-flight"
 		}, "id", "kind", func(k idem.Key) map[string]types.AttributeValue {
-			return map[string]types.AttributeValue{"id": s(k.String()), "kind": s(idem.DefaultSortKeyValue)}
+			return map[string]types.AttributeValue{"id": s(k.String()), "kind": s(dynamostore.DefaultSortKeyValue)}
 		}},
-		{"key in the sort key", func(o *idem.Options) {
+		{"key in the sort key", func(o *dynamostore.Options) {
 			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue, o.KeyPrefix = "PK", "SK", "IDEMPOTENCY", "cmd#"
 			o.TTLAttribute, o.StuckLeaseIndex = "ttl", "in-flight"
 		}, "PK", "SK", func(k idem.Key) map[string]types.AttributeValue {
@@ -107,7 +108,7 @@ func TestSortKeyLayouts(t *testing.T) {
 			t.Parallel()
 			clock := idemtest.NewClock(time.Now())
 			db := dynamotest.Client(t)
-			opts := func(o *idem.Options) { c.opts(o); o.Shards, o.Clock = 1, clock.Now }
+			opts := func(o *dynamostore.Options) { c.opts(o); o.Shards, o.Clock = 1, clock.Now }
 			table := dynamotest.Table(t, newStore(t, db, "layout", opts).TableInput())
 			st := newStore(t, db, table, opts)
 			stuck := begin(t, st, key(t, "acme"), fpA)
@@ -155,14 +156,14 @@ func TestTableInputFollowsTheOptions(t *testing.T) {
 	}
 	cases := []struct {
 		name      string
-		opts      func(*idem.Options)
+		opts      func(*dynamostore.Options)
 		want, ttl string
 	}{
-		{"defaults", func(*idem.Options) {}, "pk HASH, pk:S lease_shard:N lease_expires_at:N index stuck-leases", idem.AttrExpiresAt},
-		{"sort key", func(o *idem.Options) {
+		{"defaults", func(*dynamostore.Options) {}, "pk HASH, pk:S lease_shard:N lease_expires_at:N index stuck-leases", dynamostore.AttrExpiresAt},
+		{"sort key", func(o *dynamostore.Options) {
 			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue, o.TTLAttribute, o.StuckLeaseIndex = "PK", "SK", "IDEMPOTENCY", "ttl", "gsi1"
 		}, "PK HASH, SK RANGE, PK:S SK:S lease_shard:N lease_expires_at:N index gsi1", "ttl"},
-		{"no index", func(o *idem.Options) { o.ScanStuckLeases = true }, "pk HASH, pk:S ", idem.AttrExpiresAt},
+		{"no index", func(o *dynamostore.Options) { o.ScanStuckLeases = true }, "pk HASH, pk:S ", dynamostore.AttrExpiresAt},
 	}
 	for _, c := range cases {
 		st := newStore(t, db, "t", c.opts)
@@ -173,14 +174,14 @@ func TestTableInputFollowsTheOptions(t *testing.T) {
 			t.Errorf("%s: TTLInput on %q, want %q", c.name, got, c.ttl)
 		}
 	}
-	if got, want := describe(idem.TableInput("t")), describe(newStore(t, db, "t").TableInput()); got != want {
-		t.Errorf("idem.TableInput %q, a default store's %q", got, want)
+	if got, want := describe(dynamostore.TableInput("t")), describe(newStore(t, db, "t").TableInput()); got != want {
+		t.Errorf("dynamostore.TableInput %q, a default store's %q", got, want)
 	}
 }
 
-func newStore(t *testing.T, db idem.DynamoDBAPI, table string, optFns ...func(*idem.Options)) *idem.Store {
+func newStore(t *testing.T, db dynamostore.DynamoDBAPI, table string, optFns ...func(*dynamostore.Options)) *dynamostore.Store {
 	t.Helper()
-	s, err := idem.New(db, table, optFns...)
+	s, err := dynamostore.New(db, table, optFns...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,23 +194,23 @@ func newStore(t *testing.T, db idem.DynamoDBAPI, table string, optFns ...func(*i
 func TestLayoutOptionsRefused(t *testing.T) {
 	t.Parallel()
 	db := dynamodb.New(dynamodb.Options{}) // never called
-	for name, opts := range map[string]func(*idem.Options){
-		"a static partition key without a sort key": func(o *idem.Options) { o.PartitionKeyValue = "IDEMPOTENCY" },
-		"a sort key value without a sort key":       func(o *idem.Options) { o.SortKeyValue = "idem" },
-		"both key values": func(o *idem.Options) {
+	for name, opts := range map[string]func(*dynamostore.Options){
+		"a static partition key without a sort key": func(o *dynamostore.Options) { o.PartitionKeyValue = "IDEMPOTENCY" },
+		"a sort key value without a sort key":       func(o *dynamostore.Options) { o.SortKeyValue = "idem" },
+		"both key values": func(o *dynamostore.Options) {
 			o.SortKeyAttribute, o.PartitionKeyValue, o.SortKeyValue = "sk", "IDEMPOTENCY", "idem"
 		},
-		"an index and a scan":               func(o *idem.Options) { o.StuckLeaseIndex, o.ScanStuckLeases = "gsi1", true },
-		"the sort key is the partition key": func(o *idem.Options) { o.SortKeyAttribute = idem.AttrPK },
-		"a key named as a record attribute": func(o *idem.Options) { o.SortKeyAttribute = "st" },
-		"the TTL named as the index's key":  func(o *idem.Options) { o.TTLAttribute = idem.AttrLeaseExpiresAt },
+		"an index and a scan":               func(o *dynamostore.Options) { o.StuckLeaseIndex, o.ScanStuckLeases = "gsi1", true },
+		"the sort key is the partition key": func(o *dynamostore.Options) { o.SortKeyAttribute = dynamostore.AttrPK },
+		"a key named as a record attribute": func(o *dynamostore.Options) { o.SortKeyAttribute = "st" },
+		"the TTL named as the index's key":  func(o *dynamostore.Options) { o.TTLAttribute = dynamostore.AttrLeaseExpiresAt },
 		// A store with "idem#" would read a record of "idem#v2#" as its
 		// own (the key v2#acme#op#k), list it stuck and resolve it.
-		"a prefix with a # inside":   func(o *idem.Options) { o.KeyPrefix = "idem#v2#" },
-		"a prefix without a # after": func(o *idem.Options) { o.KeyPrefix = "idem" },
-		"a prefix with a space":      func(o *idem.Options) { o.KeyPrefix = "my idem#" },
+		"a prefix with a # inside":   func(o *dynamostore.Options) { o.KeyPrefix = "idem#v2#" },
+		"a prefix without a # after": func(o *dynamostore.Options) { o.KeyPrefix = "idem" },
+		"a prefix with a space":      func(o *dynamostore.Options) { o.KeyPrefix = "my idem#" },
 	} {
-		if _, err := idem.New(db, "t", opts); err == nil {
+		if _, err := dynamostore.New(db, "t", opts); err == nil {
 			t.Errorf("%s: New accepted it", name)
 		}
 	}
@@ -222,23 +223,23 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
-	opts := func(o *idem.Options) {
+	opts := func(o *dynamostore.Options) {
 		o.KeyAttribute, o.SortKeyAttribute, o.KeyPrefix, o.Shards, o.Clock = "id", "kind", "idem#", 3, clock.Now
 	}
-	scan := func(o *idem.Options) { o.ScanStuckLeases = true }
+	scan := func(o *dynamostore.Options) { o.ScanStuckLeases = true }
 	table := dynamotest.Table(t, newStore(t, db, "plain", opts, scan).TableInput())
 	var err error
 	for _, e := range newStore(t, db, table, opts).StuckLeases(ctx, 0, clock.Now()) {
 		err = e
 	}
-	if err == nil || !strings.Contains(err.Error(), idem.IndexStuckLeases) {
-		t.Fatalf("StuckLeases on a table without the index: %v, want an error naming %s", err, idem.IndexStuckLeases)
+	if err == nil || !strings.Contains(err.Error(), dynamostore.IndexStuckLeases) {
+		t.Fatalf("StuckLeases on a table without the index: %v, want an error naming %s", err, dynamostore.IndexStuckLeases)
 	}
 	s := newStore(t, db, table, opts, scan)
 	// The table's other items, one of them with a number where a lease would be.
 	for _, item := range []map[string]types.AttributeValue{
-		{"id": &types.AttributeValueMemberS{Value: "order-1"}, "kind": &types.AttributeValueMemberS{Value: idem.DefaultSortKeyValue}, idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: "1"}},
-		{"id": &types.AttributeValueMemberS{Value: "idem#x"}, "kind": &types.AttributeValueMemberS{Value: "audit"}, idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: "1"}},
+		{"id": &types.AttributeValueMemberS{Value: "order-1"}, "kind": &types.AttributeValueMemberS{Value: dynamostore.DefaultSortKeyValue}, dynamostore.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: "1"}},
+		{"id": &types.AttributeValueMemberS{Value: "idem#x"}, "kind": &types.AttributeValueMemberS{Value: "audit"}, dynamostore.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: "1"}},
 	} {
 		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: item}); err != nil {
 			t.Fatal(err)
@@ -273,7 +274,7 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 }
 
 // stuckKeys lists the keys of shard 0's leases that ran out before before.
-func stuckKeys(t *testing.T, s *idem.Store, before time.Time) []idem.Key {
+func stuckKeys(t *testing.T, s *dynamostore.Store, before time.Time) []idem.Key {
 	t.Helper()
 	var keys []idem.Key
 	for sl, err := range s.StuckLeases(ctx, 0, before) {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -76,7 +77,7 @@ func (r rows) there(t *testing.T, db *dynamodb.Client, id string) bool {
 
 // onBothStores runs run on memstore and on the DynamoDB store, each with a
 // rows table keyed by id, and a way to tell whether a row is there.
-func onBothStores(t *testing.T, run func(t *testing.T, s idem.RecoveryBackend, r rows, exists func(id string) bool)) {
+func onBothStores(t *testing.T, run func(t *testing.T, s idem.Backend, r rows, exists func(id string) bool)) {
 	t.Run("memstore", func(t *testing.T) {
 		t.Parallel()
 		s, r := memRows(false)
@@ -85,7 +86,7 @@ func onBothStores(t *testing.T, run func(t *testing.T, s idem.RecoveryBackend, r
 	t.Run("dynamodb", func(t *testing.T) {
 		t.Parallel()
 		db := dynamotest.Client(t)
-		s, err := idem.New(db, dynamotest.Table(t, idem.TableInput("rows-idem")))
+		s, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("rows-idem")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,7 +152,7 @@ func optional(s string) *string {
 // commit begins a new key on s and commits writes under it, and returns
 // the index of the write *idem.WriteConditionError names (-1 for none);
 // after a failed condition the record must still be IN_FLIGHT.
-func commit(t *testing.T, s idem.RecoveryBackend, writes ...types.TransactWriteItem) int {
+func commit(t *testing.T, s idem.Backend, writes ...types.TransactWriteItem) int {
 	t.Helper()
 	k := idemtest.UniqueKey(t, "acme")
 	b, err := s.Begin(ctx, k, fpA, nil)
@@ -163,7 +164,7 @@ func commit(t *testing.T, s idem.RecoveryBackend, writes ...types.TransactWriteI
 	switch {
 	case err == nil:
 		return -1
-	case !errors.As(err, &wce) || !errors.Is(err, idem.ErrWriteConditionFailed):
+	case !errors.As(err, &wce) || !errors.Is(err, idem.ErrWriteCondition):
 		t.Fatalf("commit: %v, want nil or *idem.WriteConditionError", err)
 	}
 	if rec, err := s.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight {
@@ -204,7 +205,7 @@ func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 		{"a delete of a row that is not", func(r rows) []types.TransactWriteItem { return ws(r.delete("a", "attribute_exists(#k)")) }, 0, nil},
 		{"a deleted row inserted again", func(r rows) []types.TransactWriteItem { return ws(r.insert("a")) }, -1, map[string]bool{"a": true}},
 	}
-	run := func(t *testing.T, s idem.RecoveryBackend, r rows, exists func(id string) bool) {
+	run := func(t *testing.T, s idem.Backend, r rows, exists func(id string) bool) {
 		for _, st := range steps {
 			if got := commit(t, s, st.writes(r)...); got != st.failed {
 				t.Errorf("%s: failed write %d, want %d", st.name, got, st.failed)
@@ -227,7 +228,7 @@ func TestMemstoreWriteConditionsAsDynamoDB(t *testing.T) {
 			})
 			t.Run("dynamodb", func(t *testing.T) {
 				t.Parallel()
-				s, err := idem.New(db, dynamotest.Table(t, idem.TableInput("memstore")))
+				s, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("memstore")))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -309,7 +310,7 @@ func TestMemstorePutConditionOnNonKeyAttribute(t *testing.T) {
 		return types.TransactWriteItem{Put: p}
 	}
 	db := dynamotest.Client(t)
-	ds, err := idem.New(db, dynamotest.Table(t, idem.TableInput("memstore")))
+	ds, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("memstore")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +413,7 @@ func TestMemstoreWriteConditionsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = s.Commit(ctx, b.Lease, idem.Response{Status: 201}, r.insert("y"), c.write)
-			if err == nil || errors.Is(err, errors.ErrUnsupported) != c.unsupported || errors.Is(err, idem.ErrWriteConditionFailed) {
+			if err == nil || errors.Is(err, errors.ErrUnsupported) != c.unsupported || errors.Is(err, idem.ErrWriteCondition) {
 				t.Fatalf("commit: %v; want a refusal (wrapping errors.ErrUnsupported: %v)", err, c.unsupported)
 			}
 			if rec, err := s.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || len(s.Writes()) != 0 || s.Has("rows", r.key("y")) {

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -18,7 +19,7 @@ import (
 // its conditional PutItem's answer and the re-claim's UpdateItem (a GC
 // pause, the SDK backing off a throttled UpdateItem).
 type slowAfterPut struct {
-	idem.DynamoDBAPI
+	dynamostore.DynamoDBAPI
 	clock *idemtest.Clock
 	pause time.Duration
 }
@@ -41,9 +42,9 @@ func TestReclaimDoesNotReviveAnExpiredRelease(t *testing.T) {
 	const keep = 10 * time.Second
 	clock := idemtest.NewClock(time.Now().Truncate(time.Second).Add(300 * time.Millisecond))
 	db := dynamotest.Client(t)
-	table := dynamotest.Table(t, idem.TableInput("revive"))
-	opts := func(o *idem.Options) { o.Clock, o.Retention, o.ReleaseRetention = clock.Now, keep, keep }
-	s, err := idem.New(db, table, opts)
+	table := dynamotest.Table(t, dynamostore.TableInput("revive"))
+	opts := func(o *dynamostore.Options) { o.Clock, o.Retention, o.ReleaseRetention = clock.Now, keep, keep }
+	s, err := dynamostore.New(db, table, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ func TestReclaimDoesNotReviveAnExpiredRelease(t *testing.T) {
 	created, expires := l.CreatedAt, l.RecordExpiresAt
 	clock.Advance(expires.Sub(clock.Now()) - time.Millisecond) // 1 ms before the release expires
 
-	slow, err := idem.New(slowAfterPut{DynamoDBAPI: db, clock: clock, pause: 2 * time.Second}, table, opts)
+	slow, err := dynamostore.New(slowAfterPut{DynamoDBAPI: db, clock: clock, pause: 2 * time.Second}, table, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestReclaimDoesNotReviveAnExpiredRelease(t *testing.T) {
 }
 
 // released begins a command with intent under a new key and releases it.
-func released(t *testing.T, s idem.RecoveryBackend, intent []byte) (idem.Key, *idem.Lease) {
+func released(t *testing.T, s idem.Backend, intent []byte) (idem.Key, *idem.Lease) {
 	t.Helper()
 	k := idemtest.UniqueKey(t, "acme")
 	b, err := s.Begin(ctx, k, fpA, intent)
@@ -119,7 +120,7 @@ func TestExpiredReleaseIsClaimedWithTheCallersIntent(t *testing.T) {
 	t.Parallel()
 	const keep = 10 * time.Second
 	oldIntent := []byte(`{"amount":5000,"currency":"EUR","source":"tok_old"}`)
-	run := func(t *testing.T, s idem.RecoveryBackend, clock *steppedClock, atomic bool) {
+	run := func(t *testing.T, s idem.Backend, clock *steppedClock, atomic bool) {
 		k, l := released(t, s, oldIntent)
 		created, expires := l.CreatedAt, l.RecordExpiresAt
 		// The claim's PutItem and its read of the record see the release
@@ -148,12 +149,12 @@ func TestExpiredReleaseIsClaimedWithTheCallersIntent(t *testing.T) {
 	t.Run("memstore", func(t *testing.T) {
 		t.Parallel()
 		clock := &steppedClock{at: base}
-		run(t, memstore.New(func(o *idem.Options) { o.Clock, o.Retention, o.ReleaseRetention = clock.Now, keep, keep }), clock, true)
+		run(t, memstore.New(func(o *memstore.Options) { o.Clock, o.Retention, o.ReleaseRetention = clock.Now, keep, keep }), clock, true)
 	})
 	t.Run("dynamodb", func(t *testing.T) {
 		t.Parallel()
 		clock := &steppedClock{at: base}
-		s, err := idem.New(dynamotest.Client(t), dynamotest.Table(t, idem.TableInput("intent")), func(o *idem.Options) {
+		s, err := dynamostore.New(dynamotest.Client(t), dynamotest.Table(t, dynamostore.TableInput("intent")), func(o *dynamostore.Options) {
 			o.Clock, o.Retention, o.ReleaseRetention = clock.Now, keep, keep
 		})
 		if err != nil {

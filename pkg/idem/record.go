@@ -1,21 +1,70 @@
 package idem
 
 import (
-	"context"
-	"encoding/hex"
-	"fmt"
-	"iter"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
+
+// Status is a record's place in the lifecycle. ABSENT is the lack of a
+// (live) record, so it has no value here.
+type Status string
+
+// The stored states.
+const (
+	StatusInFlight        Status = "IN_FLIGHT"
+	StatusSucceeded       Status = "SUCCEEDED"
+	StatusFailedPermanent Status = "FAILED_PERMANENT"
+	// StatusReleased is ABSENT with a memory: the effect verifiably did not
+	// happen, and until retention ends the key may be claimed again by the
+	// same request only (with the same CreatedAt, so the same derived
+	// references), never by another.
+	StatusReleased Status = "RELEASED"
+)
+
+// Terminal reports whether no transition leaves s.
+func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailedPermanent }
+
+// Lease is the right to complete one command, held by one attempt. Its
+// token fences every write: once the lease is taken over, the holder's
+// Commit, Fail, Release, Heartbeat and Postpone all fail with ErrLeaseLost.
+type Lease struct {
+	Key       Key
+	Token     string
+	ExpiresAt time.Time // the lease
+	// CreatedAt is the command's first attempt. It names this use of the
+	// key: a claim after a release keeps it, a claim after retention gets
+	// a new one, so references derived from (Key, CreatedAt) tell two
+	// intents under one key apart.
+	CreatedAt time.Time
+	// RecordExpiresAt is, while the command is unsettled, the earliest the
+	// key may stop deduplicating (if this lease released the command);
+	// once this lease has settled it, when it does.
+	RecordExpiresAt time.Time
+	// AttemptDeadline is when the last attempt at the effect had to be
+	// sent by: the end of the lease it ran under (Begin, Heartbeat).
+	AttemptDeadline time.Time
+	// Attempts counts the take-overs: how often the command has been
+	// resolved by someone other than its first attempt.
+	Attempts int
+	Intent   []byte // what Begin stored for reconciliation
+
+	// committed is the digest of the business writes of this lease's
+	// Commit once one may have been applied, so that a second Commit with
+	// other writes is refused rather than taken for its retry.
+	committed *string
+}
+
+// Begun is the outcome of Begin that lets the caller go on: either it owns
+// a new lease (Lease != nil), or the command already finished and Replay
+// is its stored response.
+type Begun struct {
+	Lease           *Lease
+	Replay          *Response
+	RecordExpiresAt time.Time
+	// Status is IN_FLIGHT with a Lease, the terminal status with a Replay.
+	Status Status
+}
 
 // Record is a stored command as Get reads it.
 type Record struct {
@@ -36,34 +85,6 @@ type Record struct {
 	Response   *Response // nil unless terminal
 }
 
-// expired reports whether the record's retention has ended at now.
-func (r *Record) expired(now time.Time) bool { return policy.Expired(r.ExpiresAt, now) }
-
-// Get reads the record for key with a strongly consistent read. A missing
-// record, or one past its retention that DynamoDB has not deleted yet,
-// gives ErrNotFound. A RELEASED record is returned as it is.
-func (s *Store) Get(ctx context.Context, key Key) (*Record, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      s.tableName,
-		Key:            s.itemKey(key),
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), AsUnavailable(err))
-	}
-	if len(out.Item) == 0 {
-		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), ErrNotFound)
-	}
-	rec, err := s.decodeRecord(key, out.Item)
-	if err != nil {
-		return nil, err
-	}
-	if rec.expired(s.pol.Clock()) {
-		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), ErrNotFound)
-	}
-	return rec, nil
-}
-
 // StuckLease is an in-flight record whose lease ran out.
 type StuckLease struct {
 	Key            Key
@@ -71,202 +92,7 @@ type StuckLease struct {
 	Attempts       int // take-overs so far
 }
 
-// StuckLeases yields, from one shard, the in-flight records whose lease
-// expired before the given time, oldest first. It queries the stuck-lease
-// index (Options.StuckLeaseIndex), a page at a time: the table must have
-// it, or DynamoDB refuses the query. With Options.ScanStuckLeases it scans
-// the table instead. Terminal and released records are not listed. The
-// lease's end is kept in epoch milliseconds, and before counts to its
-// millisecond: a lease is listed when its end's millisecond is before
-// before's. Stop early by breaking out of the loop. An item that does not
-// decode is yielded as an error wrapping ErrUnreadableRecord, and the
-// listing goes on; any other error ends it.
-func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
-	if s.layout.index == "" {
-		return s.scanStuckLeases(ctx, shard, before)
-	}
-	in := &dynamodb.QueryInput{
-		TableName:              s.tableName,
-		IndexName:              aws.String(s.layout.index),
-		KeyConditionExpression: aws.String("#shard = :shard AND #lexp < :before"),
-		Limit:                  aws.Int32(100),
-	}
-	names, values := map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt}, map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)}
-	in.FilterExpression = s.ownRecords(names, values)
-	in.ExpressionAttributeNames, in.ExpressionAttributeValues = names, values
-	return func(yield func(StuckLease, error) bool) {
-		p := dynamodb.NewQueryPaginator(s.db, in)
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d, index %s: %w", shard, s.layout.index, AsUnavailable(err)))
-				return
-			}
-			for _, item := range page.Items {
-				sl, err := s.decodeStuck(item)
-				if !yield(sl, err) {
-					return
-				}
-			}
-		}
-	}
-}
-
-// scanStuckLeases is StuckLeases without the index. The shard is one
-// segment of a parallel Scan, so a sweep of every shard reads the table
-// once, whatever its size; a Scan has no order, so the segment's stuck
-// leases are gathered and sorted before the first is yielded.
-func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error] {
-	filter := "#lexp < :before"
-	names := map[string]string{"#key": s.layout.keyIn, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts}
-	values := map[string]types.AttributeValue{":before": millis(before)}
-	if own := s.ownRecords(names, values); own != nil {
-		filter += " AND " + *own
-	}
-	in := &dynamodb.ScanInput{
-		TableName:                 s.tableName,
-		FilterExpression:          aws.String(filter),
-		ProjectionExpression:      aws.String("#key, #lexp, #att"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-		Segment:                   aws.Int32(int32(shard)),
-		TotalSegments:             aws.Int32(int32(s.pol.Shards)),
-	}
-	return func(yield func(StuckLease, error) bool) {
-		var found []StuckLease
-		for p := dynamodb.NewScanPaginator(s.db, in); p.HasMorePages(); {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				yield(StuckLease{}, fmt.Errorf("idem: stuck leases shard %d, scan: %w", shard, AsUnavailable(err)))
-				return
-			}
-			for _, item := range page.Items {
-				sl, err := s.decodeStuck(item)
-				if err != nil {
-					if !yield(sl, err) {
-						return
-					}
-					continue
-				}
-				found = append(found, sl)
-			}
-		}
-		slices.SortFunc(found, func(a, b StuckLease) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
-		for _, sl := range found {
-			if !yield(sl, nil) {
-				return
-			}
-		}
-	}
-}
-
-// ownRecords is the filter that keeps this store's records out of a table
-// that others share (another static partition key, another key prefix),
-// adding what it names to names and values; nil when the table is its own.
-// The stuck-lease index holds every in-flight record of the table, so its
-// query needs the filter as much as a Scan does.
-func (s *Store) ownRecords(names map[string]string, values map[string]types.AttributeValue) *string {
-	var conds []string
-	if s.layout.fixedIn != "" {
-		conds = append(conds, "#fixed = :fixed")
-		names["#fixed"], values[":fixed"] = s.layout.fixedIn, s.layout.fixed
-	}
-	if s.layout.prefix != "" {
-		conds = append(conds, "begins_with(#key, :prefix)")
-		names["#key"], values[":prefix"] = s.layout.keyIn, str(s.layout.prefix)
-	}
-	if len(conds) == 0 {
-		return nil
-	}
-	return aws.String(strings.Join(conds, " AND "))
-}
-
-// decodeStuck reads an item of the stuck-lease listing. An item that does
-// not decode gives an error wrapping
-// ErrUnreadableRecord, naming the item by its key's hash only: the key
-// may be a client's, and the parser's error would quote it.
-func (s *Store) decodeStuck(item map[string]types.AttributeValue) (StuckLease, error) {
-	v, ok := item[s.layout.keyIn].(*types.AttributeValueMemberS)
-	if !ok {
-		return StuckLease{}, fmt.Errorf("idem: stuck lease without %s: %w", s.layout.keyIn, ErrUnreadableRecord)
-	}
-	stored, ok := strings.CutPrefix(v.Value, s.layout.prefix)
-	unreadable := func(why string) error {
-		return fmt.Errorf("idem: stuck lease key:%s: %w: %s", logHash(stored), ErrUnreadableRecord, why)
-	}
-	if !ok {
-		return StuckLease{}, unreadable(fmt.Sprintf("without the key prefix %q", s.layout.prefix))
-	}
-	key, err := ParseKey(stored)
-	if err != nil {
-		return StuckLease{}, unreadable("not a key")
-	}
-	ms, err := numberAttr(item, AttrLeaseExpiresAt)
-	if err != nil {
-		return StuckLease{}, unreadable(err.Error())
-	}
-	attempts, _ := numberAttr(item, attrAttempts) // absent until the first take-over
-	return StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
-}
-
-func (s *Store) decodeRecord(key Key, item map[string]types.AttributeValue) (*Record, error) {
-	rec := &Record{Key: key}
-	if v, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {
-		rec.Status = Status(v.Value)
-	}
-	if v, ok := item[attrFingerprint].(*types.AttributeValueMemberB); ok {
-		rec.Fingerprint = hex.EncodeToString(v.Value)
-	}
-	if v, ok := item[attrIntent].(*types.AttributeValueMemberB); ok {
-		rec.Intent = v.Value
-	}
-	if v, ok := item[attrLeaseToken].(*types.AttributeValueMemberS); ok {
-		rec.LeaseToken = v.Value
-	}
-	created, err := numberAttr(item, attrCreatedAt)
-	if err != nil {
-		return nil, err
-	}
-	rec.CreatedAt = time.UnixMilli(created)
-	if attempts, err := numberAttr(item, attrAttempts); err == nil {
-		rec.Attempts = int(attempts)
-	}
-	if rec.Status == StatusInFlight {
-		lexp, err := numberAttr(item, AttrLeaseExpiresAt)
-		if err != nil {
-			return nil, err
-		}
-		deadline, err := numberAttr(item, attrAttemptDeadline)
-		if err != nil {
-			return nil, err
-		}
-		rec.LeaseExpiresAt, rec.AttemptDeadline = time.UnixMilli(lexp), time.UnixMilli(deadline)
-		return rec, nil
-	}
-	exp, err := numberAttr(item, s.layout.ttl)
-	if err != nil {
-		return nil, err
-	}
-	rec.ExpiresAt = time.Unix(exp, 0)
-	switch {
-	case rec.Status.Terminal():
-		if rec.Response, err = decodeResponse(item); err != nil {
-			return nil, err
-		}
-	case rec.Status != StatusReleased:
-		return nil, fmt.Errorf("idem: record %s has unknown status %q", key.LogHash(), rec.Status)
-	}
-	return rec, nil
-}
-
-func numberAttr(item map[string]types.AttributeValue, name string) (int64, error) {
-	v, ok := item[name].(*types.AttributeValueMemberN)
-	if !ok {
-		return 0, fmt.Errorf("idem: record has no number %s", name)
-	}
-	n, err := strconv.ParseInt(v.Value, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("idem: record attribute %s: %w", name, err)
-	}
-	return n, nil
+func init() {
+	// Only a store may read or set what its Commit may have applied.
+	policy.LeaseCommitted = func(l any) **string { return &l.(*Lease).committed }
 }

@@ -23,7 +23,7 @@ import (
 func ExampleReleaseLocalEffect() {
 	ctx := context.Background()
 	clock := idemtest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
-	store := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	store := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	key, _ := idem.NewKey("acme", "create-order", "order-42")
 	fp := idem.FingerprintOf([]byte(`{"sku":"tea"}`))
 
@@ -41,7 +41,7 @@ func ExampleReleaseLocalEffect() {
 	fmt.Println("retry, in progress:", errors.Is(err, idem.ErrInFlight))
 
 	clock.Advance(time.Minute) // the attempt's lease runs out
-	swept, err := idem.Sweep(ctx, store, idem.ReleaseLocalEffect, func(o *idem.SweepOptions) { o.Clock = clock.Now })
+	swept, err := idem.Sweep(ctx, store, idem.ReleaseLocalEffect)
 	fmt.Printf("swept: %d found, %d settled, %v\n", swept.Found, swept.Settled, err)
 
 	res, err = idem.Do(ctx, store, key, fp, nil, createOrder)
@@ -60,7 +60,7 @@ func ExampleReleaseLocalEffect() {
 func ExampleRecover() {
 	ctx := context.Background()
 	clock := idemtest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
-	store := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	store := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	key, _ := idem.NewKey("acme", "create-charge", "order-42")
 	fp := idem.FingerprintOf([]byte(`{"amount":1500}`))
 	if _, err := store.Begin(ctx, key, fp, []byte(`{"amount":1500}`)); err != nil { // the attempt that dies
@@ -76,15 +76,15 @@ func ExampleRecover() {
 		}
 		return "ch_1", nil
 	}
-	resolve := func(ctx context.Context, l *idem.Lease) (idem.Resolution, error) {
+	resolve := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		id, err := lookup(ctx, fmt.Sprint(l.Key, "@", l.CreatedAt.UnixMilli()))
 		if err != nil {
 			return idem.Postponed(clock.Now().Add(30 * time.Second)), nil
 		}
-		return idem.Resolved(idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"` + id + `"}`)})), nil
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"` + id + `"}`)}), nil
 	}
 	try := func() {
-		r, err := idem.Recover(ctx, store, key, resolve, func(o *idem.RecoverOptions) { o.Clock = clock.Now })
+		r, err := idem.Recover(ctx, store, key, resolve)
 		fmt.Println(r.Status, r.Lease != nil, err)
 	}
 

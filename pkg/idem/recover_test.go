@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -17,30 +18,28 @@ import (
 
 // sweepStores returns both stores, the DynamoDB one on a table of its
 // own: a sweep takes over every stuck lease it lists, other tests' too.
-func sweepStores(t *testing.T, clock *idemtest.Clock) map[string]idem.RecoveryBackend {
+func sweepStores(t *testing.T, clock *idemtest.Clock) map[string]idem.Backend {
 	t.Helper()
-	opts := func(o *idem.Options) {
-		o.Clock = clock.Now
-		o.DefaultLease = 30 * time.Second
-		o.Shards = 4
-	}
-	dynamo, err := idem.New(dynamotest.Client(t), dynamotest.Table(t, idem.TableInput("sweep")), opts)
+	dynamo, err := dynamostore.New(dynamotest.Client(t), dynamotest.Table(t, dynamostore.TableInput("sweep")), func(o *dynamostore.Options) {
+		o.Clock, o.DefaultLease, o.Shards = clock.Now, 30*time.Second, 4
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return map[string]idem.RecoveryBackend{"memstore": memstore.New(opts), "dynamodb": dynamo}
+	mem := memstore.New(func(o *memstore.Options) { o.Clock, o.DefaultLease, o.Shards = clock.Now, 30*time.Second, 4 })
+	return map[string]idem.Backend{"memstore": mem, "dynamodb": dynamo}
 }
 
 // answers is a Resolver answering each key as told, and counting what it
 // is asked.
 type answers struct {
 	mu    sync.Mutex
-	by    map[idem.Key]idem.Resolution
+	by    map[idem.Key]idem.Outcome
 	fail  map[idem.Key]error
 	asked map[idem.Key]int
 }
 
-func (a *answers) resolve(_ context.Context, l *idem.Lease) (idem.Resolution, error) {
+func (a *answers) resolve(_ context.Context, l *idem.Lease) (idem.Outcome, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.asked == nil {
@@ -81,16 +80,16 @@ func TestSweep(t *testing.T) {
 
 			errBroken := errors.New("provider down")
 			a := &answers{
-				by: map[idem.Key]idem.Resolution{
-					succeeded: idem.Resolved(idem.Succeeded(resp)),
-					failed:    idem.Resolved(idem.Failed(idem.Response{Status: 402})),
-					released:  idem.Resolved(idem.NotApplied(idem.Response{})),
+				by: map[idem.Key]idem.Outcome{
+					succeeded: idem.Succeeded(resp),
+					failed:    idem.Failed(idem.Response{Status: 402}),
+					released:  idem.NotApplied(idem.Response{}),
 					postponed: idem.Postponed(clock.Now().Add(10 * time.Minute)),
 				},
 				fail: map[idem.Key]error{broken: fmt.Errorf("looking up %s: %w", broken, errBroken)},
 			}
 			sweep := func() (idem.Swept, error) {
-				return idem.Sweep(ctx, s, a.resolve, func(o *idem.SweepOptions) { o.Clock, o.FirstShard = clock.Now, 7 })
+				return idem.Sweep(ctx, s, a.resolve)
 			}
 			sum, err := sweep()
 			if sum != (idem.Swept{Found: 5, Settled: 3, Failed: 1}) || !errors.Is(err, errBroken) {
@@ -115,7 +114,7 @@ func TestSweep(t *testing.T) {
 			// The broken key's taken-over lease and the live one run out;
 			// the postponed key waits for its retry time.
 			clock.Advance(31 * time.Second)
-			a.by[broken], a.by[live] = idem.Resolved(idem.Succeeded(resp)), idem.Resolved(idem.Succeeded(resp))
+			a.by[broken], a.by[live] = idem.Succeeded(resp), idem.Succeeded(resp)
 			delete(a.fail, broken)
 			if sum, err := sweep(); sum != (idem.Swept{Found: 2, Settled: 2}) || err != nil {
 				t.Fatalf("the second Sweep = %+v, %v; want the broken and the live key settled", sum, err)
@@ -126,11 +125,11 @@ func TestSweep(t *testing.T) {
 
 func TestSweepStopsWhenItsContextEnds(t *testing.T) {
 	t.Parallel()
-	s, clock, k := stuckOnMemstore(t)
+	s, _, k := stuckOnMemstore(t)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
 	a := &answers{}
-	sum, err := idem.Sweep(cctx, s, a.resolve, func(o *idem.SweepOptions) { o.Clock = clock.Now })
+	sum, err := idem.Sweep(cctx, s, a.resolve)
 	if sum != (idem.Swept{}) || !errors.Is(err, context.Canceled) || len(a.asked) != 0 {
 		t.Fatalf("Sweep = %+v, %v, asked %v; want nothing done and the context's error", sum, err, a.asked)
 	}
@@ -142,10 +141,9 @@ func TestSweepStopsWhenItsContextEnds(t *testing.T) {
 func TestRecoverRefuses(t *testing.T) {
 	t.Parallel()
 	s, clock, k := stuckOnMemstore(t)
-	withClock := func(o *idem.RecoverOptions) { o.Clock = clock.Now }
 
 	t.Run("no resolver", func(t *testing.T) {
-		if _, err := idem.Recover(ctx, s, k, nil, withClock); err == nil {
+		if _, err := idem.Recover(ctx, s, k, nil); err == nil {
 			t.Fatal("Recover without a resolver succeeded")
 		}
 		if _, err := idem.Sweep(ctx, s, nil); err == nil {
@@ -157,10 +155,10 @@ func TestRecoverRefuses(t *testing.T) {
 	})
 
 	t.Run("a retry time with a verdict that settles", func(t *testing.T) {
-		both := func(context.Context, *idem.Lease) (idem.Resolution, error) {
-			return idem.Resolution{Outcome: idem.Succeeded(resp), RetryAt: clock.Now().Add(time.Hour)}, nil
+		both := func(context.Context, *idem.Lease) (idem.Outcome, error) {
+			return idem.Outcome{Verdict: idem.VerdictSucceeded, Response: resp, RetryAt: clock.Now().Add(time.Hour)}, nil
 		}
-		got, err := idem.Recover(ctx, s, k, both, withClock)
+		got, err := idem.Recover(ctx, s, k, both)
 		if err == nil || got.Lease == nil || got.Status != idem.StatusInFlight {
 			t.Fatalf("Recover = %+v, %v; want an error, the command IN_FLIGHT", got, err)
 		}
@@ -195,7 +193,7 @@ func TestRecoverErrorsNameTheKeyByItsHash(t *testing.T) {
 func stuckOnMemstore(t *testing.T) (*memstore.Store, *idemtest.Clock, idem.Key) {
 	t.Helper()
 	clock := idemtest.NewClock(time.Now())
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	k := idemtest.UniqueKey(t, "acme")
 	if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
 		t.Fatal(err)

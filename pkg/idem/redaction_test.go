@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -56,16 +57,16 @@ func wantRedacted(t *testing.T, what string, k idem.Key, err error) {
 func TestErrorsDoNotCarryTheKey(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stores := map[string]idem.RecoveryBackend{"dynamodb": e.store, "memstore": memstore.New(func(o *idem.Options) { o.Clock = e.clock.Now })}
+	stores := map[string]idem.Backend{"dynamodb": e.store, "memstore": memstore.New(func(o *memstore.Options) { o.Clock = e.clock.Now })}
 	for name, s := range stores {
 		t.Run(name, func(t *testing.T) { contractErrorsRedacted(t, s) })
 	}
 	t.Run("dynamodb unavailable", func(t *testing.T) {
-		down := func(kind string) *idem.Store {
+		down := func(kind string) *dynamostore.Store {
 			db := dynamotest.Client(t, func(o *dynamodb.Options) {
 				o.HTTPClient, o.RetryMaxAttempts = &http.Client{Transport: faultEvery(kind)}, 1
 			})
-			s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
+			s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +83,7 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 		}
 		wantRedacted(t, "begin, server error", k, err)
 		l := begin(t, e.store, k, fpA)
-		row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(e.table), Item: map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}}}}
+		row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(e.table), Item: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}}}}
 		wantRedacted(t, "commit", k, failing.Commit(ctx, l, resp))
 		wantRedacted(t, "commit with a business write", k, failing.Commit(ctx, l, resp, row))
 		wantRedacted(t, "fail", k, failing.Fail(ctx, l, resp))
@@ -100,11 +101,11 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 		k := secretKey(t)
 		row := types.TransactWriteItem{Put: &types.Put{
 			TableName: aws.String(e.table), ConditionExpression: aws.String("attribute_exists(pk)"),
-			Item: map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
+			Item: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
 		}}
 		err := e.store.Commit(ctx, begin(t, e.store, k, fpA), resp, row)
-		if !errors.Is(err, idem.ErrWriteConditionFailed) {
-			t.Errorf("commit: %v, want ErrWriteConditionFailed", err)
+		if !errors.Is(err, idem.ErrWriteCondition) {
+			t.Errorf("commit: %v, want ErrWriteCondition", err)
 		}
 		wantRedacted(t, "commit, business write refused", k, err)
 	})
@@ -112,7 +113,7 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 
 // contractErrorsRedacted takes s down each of the contract's error paths
 // with a secret key.
-func contractErrorsRedacted(t *testing.T, s idem.RecoveryBackend) {
+func contractErrorsRedacted(t *testing.T, s idem.Backend) {
 	k := secretKey(t)
 	l := begin(t, s, k, fpA)
 	_, err := s.Begin(ctx, k, fpB, nil)

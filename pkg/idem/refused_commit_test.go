@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
@@ -39,7 +40,7 @@ func (t *throttleTransact) RoundTrip(req *http.Request) (*http.Response, error) 
 func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
 	t.Parallel()
 	resp := idem.Response{Status: 201, Body: []byte(`{"id":"x"}`)}
-	run := func(t *testing.T, s idem.RecoveryBackend, r rows, arm func(bool)) {
+	run := func(t *testing.T, s idem.Backend, r rows, arm func(bool)) {
 		k := idemtest.UniqueKey(t, "acme")
 		b, err := s.Begin(ctx, k, fpA, nil)
 		if err != nil {
@@ -68,7 +69,7 @@ func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
 			o.HTTPClient = &http.Client{Transport: tr}
 			o.RetryMaxAttempts = 2
 		})
-		s, err := idem.New(db, dynamotest.Table(t, idem.TableInput("refused")))
+		s, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("refused")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
 	t.Run("dynamodb, row too large", func(t *testing.T) {
 		t.Parallel()
 		db := dynamotest.Client(t)
-		s, err := idem.New(db, dynamotest.Table(t, idem.TableInput("toolarge")))
+		s, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("toolarge")))
 		if err != nil {
 			t.Fatal(err)
 		}

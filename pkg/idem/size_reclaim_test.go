@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -25,7 +26,7 @@ func TestSizeLimitAfterReclaimWithoutIntent(t *testing.T) {
 	body := make([]byte, 300*1024) // random: gzip does not shrink it
 	_, _ = rand.Read(intent)
 	_, _ = rand.Read(body)
-	run := func(t *testing.T, s idem.RecoveryBackend) error {
+	run := func(t *testing.T, s idem.Backend) error {
 		k := idemtest.UniqueKey(t, "acme")
 		b, err := s.Begin(ctx, k, fpA, intent)
 		if err != nil {
@@ -40,7 +41,7 @@ func TestSizeLimitAfterReclaimWithoutIntent(t *testing.T) {
 		}
 		return s.Commit(ctx, b.Lease, idem.Response{Status: 200, Body: body})
 	}
-	ds, err := idem.New(dynamotest.Client(t), dynamotest.Table(t, idem.TableInput("sizes")))
+	ds, err := dynamostore.New(dynamotest.Client(t), dynamotest.Table(t, dynamostore.TableInput("sizes")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -28,25 +29,25 @@ type env struct {
 	db    *dynamodb.Client
 	calls *idemtest.CallCounter
 	clock *idemtest.Clock
-	store *idem.Store
+	store *dynamostore.Store
 }
 
-func newEnv(t *testing.T, optFns ...func(*idem.Options)) *env {
+func newEnv(t *testing.T, optFns ...func(*dynamostore.Options)) *env {
 	t.Helper()
 	e := &env{calls: &idemtest.CallCounter{}, clock: idemtest.NewClock(time.Now())}
-	e.table = dynamotest.Table(t, idem.TableInput("idem"))
+	e.table = dynamotest.Table(t, dynamostore.TableInput("idem"))
 	e.db = dynamotest.Client(t, e.calls.Option())
 	e.store = e.newStore(t, optFns...)
 	return e
 }
 
-func (e *env) newStore(t *testing.T, optFns ...func(*idem.Options)) *idem.Store {
+func (e *env) newStore(t *testing.T, optFns ...func(*dynamostore.Options)) *dynamostore.Store {
 	t.Helper()
-	opts := append([]func(*idem.Options){func(o *idem.Options) {
+	opts := append([]func(*dynamostore.Options){func(o *dynamostore.Options) {
 		o.Clock = e.clock.Now
 		o.DefaultLease = 30 * time.Second
 	}}, optFns...)
-	s, err := idem.New(e.db, e.table, opts...)
+	s, err := dynamostore.New(e.db, e.table, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func begin(t *testing.T, s idem.Backend, k idem.Key, fp idem.Fingerprint) *idem.
 	return b.Lease
 }
 
-func wantReplay(t *testing.T, s *idem.Store, k idem.Key, want idem.Response) {
+func wantReplay(t *testing.T, s *dynamostore.Store, k idem.Key, want idem.Response) {
 	t.Helper()
 	b, err := s.Begin(ctx, k, fpA, nil)
 	if err != nil || b.Replay == nil {
@@ -135,7 +136,7 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 		if err != nil || rec.Status != idem.StatusReleased || rec.Fingerprint != fpA.String() {
 			t.Fatalf("Get after release: %+v, %v", rec, err)
 		}
-		if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+		if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 			t.Fatalf("another request on a released key: want mismatch, got %v", err)
 		}
 		again := begin(t, e.store, k, fpA)
@@ -286,7 +287,7 @@ func TestFencingAfterTakeOver(t *testing.T) {
 		l := begin(t, e.store, k, fpA)
 		err := e.store.Commit(ctx, l, resp, put("fresh-"+k.ClientKey(), "x"), put("b-row", "dup"))
 		var wce *idem.WriteConditionError
-		if !errors.As(err, &wce) || wce.Index != 1 || !errors.Is(err, idem.ErrWriteConditionFailed) {
+		if !errors.As(err, &wce) || wce.Index != 1 || !errors.Is(err, idem.ErrWriteCondition) {
 			t.Fatalf("want WriteConditionError{1}, got %v", err)
 		}
 		rec, err := e.store.Get(ctx, k)
@@ -298,7 +299,7 @@ func TestFencingAfterTakeOver(t *testing.T) {
 
 func TestExpiredRecordIsAbsent(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Retention = time.Hour })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	k := key(t, "acme")
 	l := begin(t, e.store, k, fpA)
 	if err := e.store.Commit(ctx, l, resp); err != nil {
@@ -325,14 +326,14 @@ func TestMismatchNeverReplays(t *testing.T) {
 	e := newEnv(t)
 	k := key(t, "acme")
 	l := begin(t, e.store, k, fpA)
-	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("in flight, other body: want mismatch, got %v", err)
 	}
 	if err := e.store.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
 	}
 	b, err := e.store.Begin(ctx, k, fpB, nil)
-	if !errors.Is(err, idem.ErrFingerprintMismatch) || b.Replay != nil || b.Lease != nil {
+	if !errors.Is(err, idem.ErrMismatch) || b.Replay != nil || b.Lease != nil {
 		t.Fatalf("completed, other body: want mismatch and nothing else, got %+v %v", b, err)
 	}
 }
@@ -369,7 +370,7 @@ func TestCallsPerOperation(t *testing.T) {
 	check("Begin, mismatch", map[string]int{"PutItem": 1})
 	row := types.TransactWriteItem{Put: &types.Put{
 		TableName: aws.String(e.table),
-		Item:      map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
+		Item:      map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
 	}}
 	if err := e.store.Commit(ctx, l, resp, row); err != nil {
 		t.Fatal(err)
@@ -407,7 +408,7 @@ func TestLargeResponseIsCompressedAndReplayedExactly(t *testing.T) {
 
 func TestStuckLeaseIndex(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, func(o *idem.Options) { o.Shards = 2 })
+	e := newEnv(t, func(o *dynamostore.Options) { o.Shards = 2 })
 	stuck := map[string]bool{}
 	for i := 0; i < 6; i++ {
 		k := key(t, "acme")
@@ -455,7 +456,7 @@ func TestStuckLeaseIndex(t *testing.T) {
 // and never sees it.
 func TestStuckLeasesAtASubMillisecondBoundary(t *testing.T) {
 	t.Parallel()
-	list := func(t *testing.T, s idem.RecoveryBackend) int {
+	list := func(t *testing.T, s idem.Backend) int {
 		k := idemtest.UniqueKey(t, "acme")
 		b, err := s.Begin(ctx, k, fpA, nil)
 		if err != nil {
@@ -475,12 +476,12 @@ func TestStuckLeasesAtASubMillisecondBoundary(t *testing.T) {
 	}
 	start := time.Now().Truncate(time.Millisecond)
 	dClock, mClock := idemtest.NewClock(start), idemtest.NewClock(start)
-	ds, err := idem.New(dynamotest.Client(t), dynamotest.Table(t, idem.TableInput("stuckms")),
-		func(o *idem.Options) { o.Clock, o.Shards = dClock.Now, 1 })
+	ds, err := dynamostore.New(dynamotest.Client(t), dynamotest.Table(t, dynamostore.TableInput("stuckms")),
+		func(o *dynamostore.Options) { o.Clock, o.Shards = dClock.Now, 1 })
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := memstore.New(func(o *idem.Options) { o.Clock, o.Shards = mClock.Now, 1 })
+	ms := memstore.New(func(o *memstore.Options) { o.Clock, o.Shards = mClock.Now, 1 })
 	d, m := list(t, ds), list(t, ms)
 	t.Logf("listed 0.5 ms after the lease's end: DynamoDB %d, memstore %d", d, m)
 	if d != m {
@@ -529,7 +530,7 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 	db := dynamotest.Client(t, e.calls.Option(), func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: lossy}
 	})
-	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
+	s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -556,7 +557,7 @@ func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
 	lossy := &idemtest.LostClaim{}
 	lossy.Arm()
 	db := dynamotest.Client(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} })
-	s, err := idem.New(db, e.table, func(o *idem.Options) { o.Clock = e.clock.Now })
+	s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
@@ -29,9 +30,9 @@ func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	db := dynamotest.Client(t)
-	table := dynamotest.Table(t, idem.TableInput("shared"))
-	open := func(prefix string) *idem.Store {
-		s, err := idem.New(db, table, func(o *idem.Options) { o.KeyPrefix, o.Clock, o.Shards = prefix, clock.Now, 1 })
+	table := dynamotest.Table(t, dynamostore.TableInput("shared"))
+	open := func(prefix string) *dynamostore.Store {
+		s, err := dynamostore.New(db, table, func(o *dynamostore.Options) { o.KeyPrefix, o.Clock, o.Shards = prefix, clock.Now, 1 })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +51,7 @@ func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
 	}
 	clock.Advance(time.Hour) // both leases ran out long ago
 
-	swept, err := idem.Sweep(ctx, orders, idem.ReleaseLocalEffect, func(o *idem.SweepOptions) { o.Clock = clock.Now })
+	swept, err := idem.Sweep(ctx, orders, idem.ReleaseLocalEffect)
 	t.Logf("orders' sweep: %+v, %v", swept, err)
 	rec, gerr := orders.Get(ctx, mine)
 	if gerr != nil {
@@ -70,16 +71,16 @@ func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	db := dynamotest.Client(t)
-	table := dynamotest.Table(t, idem.TableInput("unreadable"))
-	s, err := idem.New(db, table, func(o *idem.Options) { o.KeyPrefix, o.Clock, o.Shards = "orders#", clock.Now, 1 })
+	table := dynamotest.Table(t, dynamostore.TableInput("unreadable"))
+	s, err := dynamostore.New(db, table, func(o *dynamostore.Options) { o.KeyPrefix, o.Clock, o.Shards = "orders#", clock.Now, 1 })
 	if err != nil {
 		t.Fatal(err)
 	}
 	const secret = "orders#not a key: secret-order-4242"
 	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]types.AttributeValue{
-		idem.AttrPK:             &types.AttributeValueMemberS{Value: secret},
-		idem.AttrLeaseShard:     &types.AttributeValueMemberN{Value: "0"},
-		idem.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(clock.Now().UnixMilli(), 10)},
+		dynamostore.AttrPK:             &types.AttributeValueMemberS{Value: secret},
+		dynamostore.AttrLeaseShard:     &types.AttributeValueMemberN{Value: "0"},
+		dynamostore.AttrLeaseExpiresAt: &types.AttributeValueMemberN{Value: strconv.FormatInt(clock.Now().UnixMilli(), 10)},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,7 @@ func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
 	}
 	clock.Advance(time.Hour)
 
-	swept, err := idem.Sweep(ctx, s, idem.ReleaseLocalEffect, func(o *idem.SweepOptions) { o.Clock = clock.Now })
+	swept, err := idem.Sweep(ctx, s, idem.ReleaseLocalEffect)
 	if rec, gerr := s.Get(ctx, mine); gerr != nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("the stuck lease after the unreadable one: %+v, %v; want RELEASED (sweep %+v, %v)", rec, gerr, swept, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // The benchmarks run against whatever DynamoDB the tests use (make bench:
@@ -218,7 +219,7 @@ func storeKey(b *testing.B, client string) idem.Key {
 func BenchmarkBegin(b *testing.B) {
 	c := &testkit.CallCounter{}
 	clients := testkit.Clients(b, c.Option())
-	store, err := idem.New(clients.DynamoDB, testkit.TempTable(b, idem.TableInput("idem")))
+	store, err := dynamostore.New(clients.DynamoDB, testkit.TempTable(b, dynamostore.TableInput("idem")))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -244,8 +245,8 @@ func BenchmarkCommit(b *testing.B) {
 	c := &testkit.CallCounter{}
 	clients := testkit.Clients(b, c.Option())
 	charges := testkit.TempTable(b, charge.TableInput("charges"))
-	table := testkit.TempTable(b, idem.TableInput("idem"))
-	store, err := idem.New(clients.DynamoDB, table)
+	table := testkit.TempTable(b, dynamostore.TableInput("idem"))
+	store, err := dynamostore.New(clients.DynamoDB, table)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func forget(b *testing.B, db *dynamodb.Client, idemTable, pk, chargesTable, id s
 	if pk != "" {
 		if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName: aws.String(idemTable),
-			Key:       map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: pk}},
+			Key:       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: pk}},
 		}); err != nil {
 			b.Fatal(err)
 		}
@@ -399,15 +400,15 @@ func BenchmarkNaiveFirstCall(b *testing.B) {
 // under one lock, so parallel callers cannot make it go faster.
 func BenchmarkEmulatorPutItem(b *testing.B) {
 	db := testkit.Clients(b).DynamoDB
-	table := testkit.TempTable(b, idem.TableInput("idem"))
+	table := testkit.TempTable(b, dynamostore.TableInput("idem"))
 	var n atomic.Int64
 	put := func() error {
 		_, err := db.PutItem(context.Background(), &dynamodb.PutItemInput{
 			TableName: aws.String(table),
 			Item: map[string]types.AttributeValue{
-				idem.AttrPK:   &types.AttributeValueMemberS{Value: "put#" + strconv.FormatInt(n.Add(1), 10)},
-				"status":      &types.AttributeValueMemberS{Value: "SUCCEEDED"},
-				"fingerprint": &types.AttributeValueMemberS{Value: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+				dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "put#" + strconv.FormatInt(n.Add(1), 10)},
+				"status":           &types.AttributeValueMemberS{Value: "SUCCEEDED"},
+				"fingerprint":      &types.AttributeValueMemberS{Value: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 			},
 		})
 		return err
@@ -451,15 +452,15 @@ func BenchmarkEmulatorTransactWriteItems(b *testing.B) {
 	db := testkit.Clients(b).DynamoDB
 	for _, size := range []int{0, 1000, 10000} {
 		b.Run("items="+strconv.Itoa(size), func(b *testing.B) {
-			table := testkit.TempTable(b, idem.TableInput("idem"))
+			table := testkit.TempTable(b, dynamostore.TableInput("idem"))
 			fillTable(b, db, table, size)
 			item := func(pk string) types.TransactWriteItem {
 				return types.TransactWriteItem{Put: &types.Put{
 					TableName: aws.String(table),
 					Item: map[string]types.AttributeValue{
-						idem.AttrPK:   &types.AttributeValueMemberS{Value: pk},
-						"status":      &types.AttributeValueMemberS{Value: "SUCCEEDED"},
-						"fingerprint": &types.AttributeValueMemberS{Value: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+						dynamostore.AttrPK: &types.AttributeValueMemberS{Value: pk},
+						"status":           &types.AttributeValueMemberS{Value: "SUCCEEDED"},
+						"fingerprint":      &types.AttributeValueMemberS{Value: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 					},
 				}}
 			}
@@ -474,7 +475,7 @@ func BenchmarkEmulatorTransactWriteItems(b *testing.B) {
 				for _, pk := range []string{"tx#a", "tx#b"} {
 					if _, err := db.DeleteItem(context.Background(), &dynamodb.DeleteItemInput{
 						TableName: aws.String(table),
-						Key:       map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: pk}},
+						Key:       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: pk}},
 					}); err != nil {
 						b.Fatal(err)
 					}
@@ -492,8 +493,8 @@ func fillTable(b *testing.B, db *dynamodb.Client, table string, n int) {
 		var reqs []types.WriteRequest
 		for i := start; i < min(start+25, n); i++ {
 			reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: map[string]types.AttributeValue{
-				idem.AttrPK: &types.AttributeValueMemberS{Value: "fill#" + strconv.Itoa(i)},
-				"status":    &types.AttributeValueMemberS{Value: "SUCCEEDED"},
+				dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "fill#" + strconv.Itoa(i)},
+				"status":           &types.AttributeValueMemberS{Value: "SUCCEEDED"},
 			}}})
 		}
 		out, err := db.BatchWriteItem(context.Background(), &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{table: reqs}})

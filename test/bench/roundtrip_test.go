@@ -23,6 +23,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 var (
@@ -66,7 +67,7 @@ func TestRoundTrips(t *testing.T) {
 	m := &meter{db: testkit.Clients(t).DynamoDB}
 	s := newStack(t, clock.Now, 0, counter.Option(), m.Option())
 	m.tables = map[string]tableLayout{
-		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
+		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{dynamostore.AttrPK}, index: []string{dynamostore.AttrLeaseShard, dynamostore.AttrLeaseExpiresAt}},
 		s.cfg.ChargesTable:     {role: roleCharges, key: []string{charge.AttrTenant, charge.AttrID}},
 	}
 	reconciler := s.dep.ReconcileService(t, func(w *testkit.Wiring) { w.Deps = s.deps })
@@ -268,7 +269,7 @@ func figuresOf(u use) tableFigures {
 }
 
 func roundTripFigures(rows []roundTrip) roundTripFile {
-	f := roundTripFile{Index: idem.IndexStuckLeases}
+	f := roundTripFile{Index: dynamostore.IndexStuckLeases}
 	for _, r := range rows {
 		o := roundTripOutcome{
 			ID: r.id, Outcome: r.outcome, Answer: r.status, Calls: r.calls,

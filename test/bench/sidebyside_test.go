@@ -24,7 +24,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 var (
@@ -193,7 +193,7 @@ func meterOurs(t *testing.T, out *sideBySideFile) {
 	m := &meter{db: testkit.Clients(t).DynamoDB}
 	s := newStack(t, nil, 0, m.Option())
 	m.tables = map[string]tableLayout{
-		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{idem.AttrPK}, index: []string{idem.AttrLeaseShard, idem.AttrLeaseExpiresAt}},
+		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{dynamostore.AttrPK}, index: []string{dynamostore.AttrLeaseShard, dynamostore.AttrLeaseExpiresAt}},
 		s.cfg.ChargesTable:     {role: roleCharges, key: []string{charge.AttrTenant, charge.AttrID}},
 	}
 	price := func(h func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), key string) use {

@@ -26,7 +26,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/internal/tracing"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // tenant is the tenant every request of the package charges for.
@@ -46,7 +46,7 @@ type stack struct {
 	naive   *naiveHandler
 	// store and db reach the same tables without the options under
 	// measurement, to set up states (an in-flight record) outside them.
-	store *idem.Store
+	store *dynamostore.Store
 	db    *dynamodb.Client
 }
 
@@ -63,7 +63,7 @@ func newStack(tb testing.TB, clock func() time.Time, inflightWait time.Duration,
 	deps := app.Deps{Clients: testkit.Clients(tb, dynamoOpts...), Clock: clock, Metrics: io.Discard, Tracer: benchTracer(tb)}
 	h := dep.ChargeHandler(tb, func(w *testkit.Wiring) { w.Charge, w.Deps = cfg, deps })
 	plain := testkit.Clients(tb).DynamoDB
-	store, err := idem.New(plain, cfg.IdempotencyTable, func(o *idem.Options) { o.Clock = clock })
+	store, err := dynamostore.New(plain, cfg.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock })
 	if err != nil {
 		tb.Fatal(err)
 	}

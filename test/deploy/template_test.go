@@ -29,7 +29,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // Logical IDs in template.yaml.
@@ -64,9 +64,9 @@ type code struct {
 
 func currentCode() code {
 	return code{
-		idempotencyTable: idem.TableInput("t"),
+		idempotencyTable: dynamostore.TableInput("t"),
 		chargesTable:     charge.TableInput("t"),
-		ttl:              idem.TTLInput("t"),
+		ttl:              dynamostore.TTLInput("t"),
 		loaders: map[string]func(app.Getenv){
 			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g); endpoints(g) },
 			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g); endpoints(g) },
@@ -347,8 +347,8 @@ func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
 	c.equal(id+" TimeToLiveSpecification", c.props(id)["TimeToLiveSpecification"], map[string]any{
 		"AttributeName": aws.ToString(spec.AttributeName), "Enabled": aws.ToBool(spec.Enabled),
 	})
-	if aws.ToString(spec.AttributeName) != idem.AttrExpiresAt {
-		c.fail("idem.TTLInput enables TTL on %q, not idem.AttrExpiresAt", aws.ToString(spec.AttributeName))
+	if aws.ToString(spec.AttributeName) != dynamostore.AttrExpiresAt {
+		c.fail("dynamostore.TTLInput enables TTL on %q, not dynamostore.AttrExpiresAt", aws.ToString(spec.AttributeName))
 	}
 }
 
@@ -459,7 +459,7 @@ func (c *checker) routes(routes, public []string) {
 
 // sweeperPolicy checks that the sweeper may query the index it reads.
 func (c *checker) sweeperPolicy() {
-	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + idem.IndexStuckLeases}
+	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + dynamostore.IndexStuckLeases}
 	for _, pol := range asList(c.props("SweeperFunction")["Policies"]) {
 		for _, st := range asList(asMap(pol)["Statement"]) {
 			if asMap(st)["Action"] == "dynamodb:Query" {

@@ -23,6 +23,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TestFunctionsUnderTheRuntimeEmulator runs the four Lambda binaries
@@ -142,7 +143,7 @@ func intakeEvent(t *testing.T, fns map[string]*function, idemTable string, sim *
 		t.Fatal(err)
 	}
 	key, _ := idem.NewKey(msg.Tenant, charge.Operation, msg.CommandID)
-	store, err := idem.New(testkit.Clients(t).DynamoDB, idemTable)
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, idemTable)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +196,7 @@ func wantProblem(t *testing.T, what string, res events.APIGatewayV2HTTPResponse,
 func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, queueURL, idemTable, providerURL string, sim *providersim.Simulator) {
 	ctx := t.Context()
 	const lease = time.Second
-	store, err := idem.New(testkit.Clients(t).DynamoDB, idemTable, func(o *idem.Options) {
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, idemTable, func(o *dynamostore.Options) {
 		o.DefaultLease, o.MaxLease, o.LeaseMargin = lease, lease, lease/10
 	})
 	if err != nil {

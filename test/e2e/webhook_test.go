@@ -22,6 +22,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // webhookSettles runs the charge bootstrap in Stripe mode, against
@@ -92,7 +93,7 @@ func webhookSettles(t *testing.T, rie, bootstrap string, chargeEnv map[string]st
 		t.Fatalf("the charge whose answer was lost: %d %s, want 503 outcome-pending", status, body)
 	}
 
-	store, err := idem.New(testkit.Clients(t).DynamoDB, idemTable)
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, idemTable)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
@@ -98,9 +99,9 @@ func runModel(t *testing.T, e *env) {
 // env is the charge path as deployed, in-process.
 type env struct {
 	handler *httpapi.Handler
-	recon   *charge.Service // what the reconcile function runs per message
-	store   *idem.Store     // the same table, for crashes, with the faults
-	reader  *idem.Store     // the same table, without faults, for checks
+	recon   *charge.Service    // what the reconcile function runs per message
+	store   *dynamostore.Store // the same table, for crashes, with the faults
+	reader  *dynamostore.Store // the same table, without faults, for checks
 	sim     backend
 	prov    charger // a crashed charge function's provider calls
 	// sources are the card sources clients draw; keepsSource: the intent
@@ -118,7 +119,7 @@ type env struct {
 	d  *testkit.Deployment
 	// archive reads the same table as of the epoch, so a record past its
 	// retention still reads: its last state, for the checks.
-	archive *idem.Store
+	archive *dynamostore.Store
 	// drop is the charge function's connection to the provider, which a
 	// history can break after the provider executed a charge.
 	drop *connDrop
@@ -394,20 +395,20 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *c
 		w.Deps.ProviderOptions = append(w.Deps.ProviderOptions, provider.WithHTTPClient(drop.client))
 		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) { o.HTTPClient = drop.client })
 	})...)
-	store, err := idem.New(clients.DynamoDB, d.IdempotencyTable, func(o *idem.Options) {
+	store, err := dynamostore.New(clients.DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) {
 		o.Clock, o.Retention = clock.Now, retention
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	db := testkit.Clients(t).DynamoDB
-	reader, err := idem.New(db, d.IdempotencyTable, func(o *idem.Options) {
+	reader, err := dynamostore.New(db, d.IdempotencyTable, func(o *dynamostore.Options) {
 		o.Clock, o.Retention = clock.Now, retention
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	archive, err := idem.New(db, d.IdempotencyTable, func(o *idem.Options) {
+	archive, err := dynamostore.New(db, d.IdempotencyTable, func(o *dynamostore.Options) {
 		o.Clock, o.Retention = func() time.Time { return time.Unix(1, 0) }, retention
 	})
 	if err != nil {
@@ -625,7 +626,7 @@ func (r *history) removeItems(rt *rapid.T) {
 	for k := range r.keys {
 		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName: aws.String(r.env.d.IdempotencyTable),
-			Key:       map[string]types.AttributeValue{idem.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
+			Key:       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
 		})
 	}
 	for _, tenant := range r.tenants {

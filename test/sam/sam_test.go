@@ -25,6 +25,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/samlocal"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // exampleChargeID is the charge events/charge-get.json asks for: ids
@@ -211,7 +212,7 @@ func (s *session) invokeReconcile(created events.APIGatewayV2HTTPResponse) {
 
 func (s *session) record(key idem.Key) *idem.Record {
 	s.t.Helper()
-	store, err := idem.New(s.stack.Clients.DynamoDB, samlocal.IdempotencyTable)
+	store, err := dynamostore.New(s.stack.Clients.DynamoDB, samlocal.IdempotencyTable)
 	if err != nil {
 		s.t.Fatal(err)
 	}

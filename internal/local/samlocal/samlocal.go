@@ -40,7 +40,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
-	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // The architectures of the template's LambdaArchitecture parameter, and
@@ -178,10 +178,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 // queues from the definitions the template is checked against, as `make
 // run` does.
 func (s *Stack) createResources(ctx context.Context) error {
-	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, idem.TableInput(IdempotencyTable)); err != nil {
+	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, dynamostore.TableInput(IdempotencyTable)); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
 	}
-	if _, err := s.Clients.DynamoDB.UpdateTimeToLive(ctx, idem.TTLInput(IdempotencyTable)); err != nil {
+	if _, err := s.Clients.DynamoDB.UpdateTimeToLive(ctx, dynamostore.TTLInput(IdempotencyTable)); err != nil {
 		return fmt.Errorf("samlocal: ttl on %s: %w", IdempotencyTable, err)
 	}
 	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, charge.TableInput(ChargesTable)); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 var (
@@ -64,7 +65,7 @@ func wantInFlight(t *testing.T, err error) {
 func RunConformance(t *testing.T, newSubject NewSubject) {
 	tests := []struct {
 		name string
-		opts []func(*idem.Options)
+		opts func(*Options)
 		run  func(t *testing.T, c *suite)
 	}{
 		{"Commit then replay", nil, commitThenReplay},
@@ -77,22 +78,22 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		{"TakeOver needs an expired lease", nil, takeOverNeedsExpiry},
 		{"Fencing after TakeOver", nil, fencingAfterTakeOver},
 		{"Commit repeated by its lease", nil, commitRepeated},
-		{"Retention from the lease's end", []func(*idem.Options){retention(time.Hour)}, retentionFromLeaseEnd},
-		{"IN_FLIGHT outlives retention", []func(*idem.Options){retention(time.Hour)}, inFlightOutlivesRetention},
-		{"RELEASED until retention ends", []func(*idem.Options){retention(time.Hour)}, releasedUntilRetention},
-		{"Expired from the second it names", []func(*idem.Options){retention(time.Hour)}, expiredFromItsSecond},
-		{"An unsettled key's expiry is the earliest", []func(*idem.Options){retention(24 * time.Hour), func(o *idem.Options) { o.ReleaseRetention = 23 * time.Hour }}, earliestWhileUnsettled},
+		{"Retention from the lease's end", retention(time.Hour), retentionFromLeaseEnd},
+		{"IN_FLIGHT outlives retention", retention(time.Hour), inFlightOutlivesRetention},
+		{"RELEASED until retention ends", retention(time.Hour), releasedUntilRetention},
+		{"Expired from the second it names", retention(time.Hour), expiredFromItsSecond},
+		{"An unsettled key's expiry is the earliest", func(o *Options) { o.Retention, o.ReleaseRetention = 24*time.Hour, 23*time.Hour }, earliestWhileUnsettled},
 		{"Mismatch never replays", nil, mismatchNeverReplays},
 		{"Tenants do not share keys", nil, tenantsApart},
 		{"Size limit", nil, sizeLimit},
-		{"Stuck leases", []func(*idem.Options){shards(2)}, stuckLeases},
-		{"Postpone hides the lease", []func(*idem.Options){shards(1)}, postponeHides},
+		{"Stuck leases", shards(2), stuckLeases},
+		{"Postpone hides the lease", shards(1), postponeHides},
 		{"Concurrent Begin has one owner", nil, oneOwner},
 		{"Preempt fences a live holder", nil, preemptLive},
-		{"Preempt claims a release back", []func(*idem.Options){retention(time.Hour)}, preemptReleased},
+		{"Preempt claims a release back", retention(time.Hour), preemptReleased},
 		{"Recover settles as resolved", nil, recoverSettles},
 		{"Recover leaves alone what needs no recovery", nil, recoverLeavesAlone},
-		{"Recover postpones an unknown outcome", []func(*idem.Options){shards(1)}, recoverPostpones},
+		{"Recover postpones an unknown outcome", shards(1), recoverPostpones},
 		{"Recover after a resolver's error", nil, recoverResolverFails},
 		{"ReleaseLocalEffect fences the dead attempt", nil, releaseLocalEffect},
 	}
@@ -100,17 +101,17 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := NewClock(time.Now())
-			opts := append([]func(*idem.Options){func(o *idem.Options) {
-				o.Clock = clock.Now
-				o.DefaultLease = 30 * time.Second
-			}}, tc.opts...)
-			tc.run(t, &suite{Subject: newSubject(t, opts...), clock: clock})
+			o := Options{Clock: clock.Now, DefaultLease: 30 * time.Second}
+			if tc.opts != nil {
+				tc.opts(&o)
+			}
+			tc.run(t, &suite{Subject: newSubject(t, o), clock: clock})
 		})
 	}
 }
 
-func retention(d time.Duration) func(*idem.Options) { return func(o *idem.Options) { o.Retention = d } }
-func shards(n int) func(*idem.Options)              { return func(o *idem.Options) { o.Shards = n } }
+func retention(d time.Duration) func(*Options) { return func(o *Options) { o.Retention = d } }
+func shards(n int) func(*Options)              { return func(o *Options) { o.Shards = n } }
 
 func commitThenReplay(t *testing.T, c *suite) {
 	ctx := context.Background()
@@ -176,7 +177,7 @@ func releaseKeepsFingerprint(t *testing.T, c *suite) {
 	if _, err := c.Store.TakeOver(ctx, k); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("take over of a released key: want ErrNotFound, got %v", err)
 	}
-	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request on a released key: want mismatch, got %v", err)
 	}
 	again := c.begin(t, k, fpA)
@@ -393,7 +394,7 @@ func inFlightOutlivesRetention(t *testing.T, c *suite) {
 		t.Fatalf("Get three retentions later: %+v, %v", rec, err)
 	}
 	var mismatch *idem.MismatchError
-	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.As(err, &mismatch) || !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.As(err, &mismatch) || !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request three retentions later: want *MismatchError, got %v", err)
 	}
 	taken, err := c.Store.TakeOver(ctx, k)
@@ -435,7 +436,7 @@ func releasedUntilRetention(t *testing.T, c *suite) {
 		t.Fatalf("after a second release: %+v, %v, lease says %v; want it to end at %v still", rec, err, again.RecordExpiresAt, end)
 	}
 	c.clock.Advance(end.Sub(c.clock.Now()) - time.Second)
-	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("just before retention ends: want mismatch, got %v", err)
 	}
 	c.clock.Advance(2 * time.Second)
@@ -460,7 +461,7 @@ func expiredFromItsSecond(t *testing.T, c *suite) {
 	if _, err := c.Store.Get(ctx, k); err != nil {
 		t.Fatalf("Get a millisecond before expiry: %v", err)
 	}
-	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request a millisecond before expiry: want mismatch, got %v", err)
 	}
 	c.clock.Advance(time.Millisecond) // the instant it names
@@ -481,7 +482,7 @@ func mismatchNeverReplays(t *testing.T, c *suite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
 	l := c.begin(t, k, fpA)
-	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrFingerprintMismatch) {
+	if _, err := c.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("in flight, other body: want mismatch, got %v", err)
 	}
 	if err := c.Store.Commit(ctx, l, resp); err != nil {
@@ -520,7 +521,7 @@ func sizeLimit(t *testing.T, c *suite) {
 		t.Fatalf("oversized response: want ErrTooLarge, got %v", err)
 	}
 	headers := map[string]string{}
-	for i := range idem.MaxHeaders + 1 {
+	for i := range policy.MaxHeaders + 1 {
 		headers[fmt.Sprint("X-H", i)] = "v"
 	}
 	if err := c.Store.Fail(ctx, l, idem.Response{Status: 400, Headers: headers}); !errors.Is(err, idem.ErrTooLarge) {
@@ -776,7 +777,7 @@ func earliestWhileUnsettled(t *testing.T, c *suite) {
 		l := c.begin(t, k, fpA)
 		_, err := c.Store.Begin(ctx, k, fpB, nil)
 		var inflight *idem.InFlightError
-		if !errors.As(err, &inflight) && !errors.Is(err, idem.ErrFingerprintMismatch) {
+		if !errors.As(err, &inflight) && !errors.Is(err, idem.ErrMismatch) {
 			t.Fatalf("another request in flight: %v", err)
 		}
 		_, err = c.Store.Begin(ctx, k, fpA, nil)

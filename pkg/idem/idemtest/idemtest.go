@@ -1,5 +1,5 @@
 // Package idemtest checks that an idempotency store keeps pkg/idem's
-// contract. RunConformance runs one suite against any idem.RecoveryBackend:
+// contract. RunConformance runs one suite against any idem.Backend:
 // the DynamoDB store, the in-memory store of package memstore, or a
 // store of your own. Clock is a settable clock to move time in tests.
 package idemtest
@@ -17,7 +17,7 @@ import (
 )
 
 // Clock is a settable clock, safe for concurrent use. Pass its Now as
-// idem.Options.Clock.
+// the store's clock (memstore.Options.Clock, dynamostore.Options.Clock).
 type Clock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -42,7 +42,7 @@ func (c *Clock) Advance(d time.Duration) {
 
 // Subject is a store under test.
 type Subject struct {
-	Store idem.RecoveryBackend
+	Store idem.Backend
 	// Row returns a business write creating the row named id, and
 	// RowExists reports whether that row was written. Both are optional:
 	// without them the suite checks Commit's writes only through the
@@ -51,9 +51,18 @@ type Subject struct {
 	RowExists func(t *testing.T, id string) bool
 }
 
-// NewSubject builds a fresh store with the given options applied after
-// any of its own. The suite passes the clock and lease options it needs.
-type NewSubject func(t *testing.T, optFns ...func(*idem.Options)) Subject
+// Options are the settings a subtest needs of its store: the store's
+// clock and the fields of its options of the same names. Zero fields take
+// the store's defaults.
+type Options struct {
+	Clock                                     func() time.Time
+	Retention, ReleaseRetention, DefaultLease time.Duration
+	Shards                                    int
+}
+
+// NewSubject builds a fresh store with o applied after any options of its
+// own.
+type NewSubject func(t *testing.T, o Options) Subject
 
 // UniqueKey returns a key of tenant that no other test uses.
 func UniqueKey(t testing.TB, tenant string) idem.Key {

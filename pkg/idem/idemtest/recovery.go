@@ -13,15 +13,15 @@ import (
 // asked under and answers with the next of its answers.
 type recoverer struct {
 	t       *testing.T
-	answers []idem.Resolution
+	answers []idem.Outcome
 	err     error
 	asked   []*idem.Lease
 }
 
-func (r *recoverer) resolve(_ context.Context, l *idem.Lease) (idem.Resolution, error) {
+func (r *recoverer) resolve(_ context.Context, l *idem.Lease) (idem.Outcome, error) {
 	r.asked = append(r.asked, l)
 	if r.err != nil {
-		return idem.Resolution{}, r.err
+		return idem.Outcome{}, r.err
 	}
 	if len(r.answers) == 0 {
 		r.t.Fatal("the resolver was asked more often than expected")
@@ -41,16 +41,16 @@ func (c *suite) succeeded(row string) idem.Outcome {
 }
 
 // wantLeftAlone fails unless rec says Recover found nothing to recover.
-func wantLeftAlone(t *testing.T, what string, rec idem.Recovery) {
+func wantLeftAlone(t *testing.T, what string, rec idem.Result) {
 	t.Helper()
 	if rec.Lease != nil || rec.Status != "" {
 		t.Fatalf("%s: Recover = %+v, want nothing to recover", what, rec)
 	}
 }
 
-func (c *suite) recover(t *testing.T, k idem.Key, r *recoverer) idem.Recovery {
+func (c *suite) recover(t *testing.T, k idem.Key, r *recoverer) idem.Result {
 	t.Helper()
-	rec, err := idem.Recover(context.Background(), c.Store, k, r.resolve, func(o *idem.RecoverOptions) { o.Clock = c.clock.Now })
+	rec, err := idem.Recover(context.Background(), c.Store, k, r.resolve)
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
@@ -76,7 +76,7 @@ func recoverSettles(t *testing.T, c *suite) {
 		dead := c.begin(t, k, fpA)
 		c.clock.Advance(31 * time.Second)
 		row := "recovered-" + k.ClientKey()
-		r := &recoverer{t: t, answers: []idem.Resolution{idem.Resolved(tc.out(row))}}
+		r := &recoverer{t: t, answers: []idem.Outcome{tc.out(row)}}
 		got := c.recover(t, k, r)
 		if got.Status != tc.want || got.Lease == nil || len(r.asked) != 1 || r.asked[0] != got.Lease {
 			t.Fatalf("%s: Recover = %+v, resolver asked %d times; want %s", tc.name, got, len(r.asked), tc.want)
@@ -142,8 +142,8 @@ func recoverPostpones(t *testing.T, c *suite) {
 	c.begin(t, k, fpA)
 	c.clock.Advance(31 * time.Second)
 	until := c.clock.Now().Add(10 * time.Minute)
-	r := &recoverer{t: t, answers: []idem.Resolution{
-		{}, idem.Postponed(until), idem.Resolved(idem.Failed(resp)),
+	r := &recoverer{t: t, answers: []idem.Outcome{
+		{}, idem.Postponed(until), idem.Failed(resp),
 	}}
 	if got := c.recover(t, k, r); got.Status != idem.StatusInFlight || got.Lease == nil {
 		t.Fatalf("unknown: Recover = %+v", got)
@@ -185,7 +185,7 @@ func recoverResolverFails(t *testing.T, c *suite) {
 	c.clock.Advance(31 * time.Second)
 	errDown := errors.New("provider down")
 	r := &recoverer{t: t, err: errDown}
-	got, err := idem.Recover(ctx, c.Store, k, r.resolve, func(o *idem.RecoverOptions) { o.Clock = c.clock.Now })
+	got, err := idem.Recover(ctx, c.Store, k, r.resolve)
 	if !errors.Is(err, errDown) || got.Lease == nil || got.Status != idem.StatusInFlight {
 		t.Fatalf("Recover = %+v, %v; want the resolver's error with its lease", got, err)
 	}
@@ -193,7 +193,7 @@ func recoverResolverFails(t *testing.T, c *suite) {
 		t.Fatalf("record after the resolver's error: %+v, %v", rec, err)
 	}
 	c.clock.Advance(31 * time.Second)
-	r.err, r.answers = nil, []idem.Resolution{idem.Resolved(idem.Succeeded(resp))}
+	r.err, r.answers = nil, []idem.Outcome{idem.Succeeded(resp)}
 	if again := c.recover(t, k, r); again.Status != idem.StatusSucceeded || again.Lease.Attempts != 2 {
 		t.Fatalf("the next recovery: %+v", again)
 	}
@@ -210,7 +210,7 @@ func releaseLocalEffect(t *testing.T, c *suite) {
 	c.clock.Advance(31 * time.Second)
 	_, err := c.Store.Begin(ctx, k, fpA, nil)
 	wantInFlight(t, err)
-	got, err := idem.Recover(ctx, c.Store, k, idem.ReleaseLocalEffect, func(o *idem.RecoverOptions) { o.Clock = c.clock.Now })
+	got, err := idem.Recover(ctx, c.Store, k, idem.ReleaseLocalEffect)
 	if err != nil || got.Status != idem.StatusReleased {
 		t.Fatalf("Recover = %+v, %v; want RELEASED", got, err)
 	}

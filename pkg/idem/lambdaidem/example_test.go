@@ -20,7 +20,7 @@ import (
 // context, its clients send X-Request-Id, a request's sent_at is not part
 // of what it asks for, and its problem types are its own.
 func ExampleHTTP() {
-	store := memstore.New() // an *idem.Store on DynamoDB in production
+	store := memstore.New() // an *dynamostore.Store on DynamoDB in production
 	create := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
 		fmt.Println("creating the order")
 		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"id":"o-1"}`)}), nil

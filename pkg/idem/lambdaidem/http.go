@@ -65,8 +65,6 @@ type Options struct {
 	ResolveAfter time.Duration
 	// ProblemBase prefixes the problem types. Default DefaultProblemBase.
 	ProblemBase string
-	// Clock gives the time for Retry-After. Default time.Now.
-	Clock func() time.Time
 	// OnError sees every error the wrapper answers for rather than
 	// returns (a store failure, the handler's own error), for logging.
 	OnError func(ctx context.Context, err error)
@@ -78,10 +76,12 @@ type api struct {
 	// keyName is how the answers name the key: by its header, unless a
 	// function of the caller's reads it.
 	keyName string
+	// now is the store's clock.
+	now func() time.Time
 }
 
-func newAPI(optFns []func(*Options)) *api {
-	a := &api{}
+func newAPI(b idem.Backend, optFns []func(*Options)) *api {
+	a := &api{now: b.Now}
 	for _, fn := range optFns {
 		fn(&a.Options)
 	}
@@ -96,9 +96,6 @@ func newAPI(optFns []func(*Options)) *api {
 	}
 	if a.Fingerprint == nil {
 		a.Fingerprint = FingerprintBody
-	}
-	if a.Clock == nil {
-		a.Clock = time.Now
 	}
 	if a.OnError == nil {
 		a.OnError = func(context.Context, error) {}
@@ -120,7 +117,7 @@ type HTTPFunc func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *i
 // HTTP wraps next as an API Gateway HTTP API (payload 2.0) handler that
 // runs it at most once per (tenant, operation, idempotency key).
 func HTTP(b idem.Backend, operation string, next HTTPFunc, optFns ...func(*Options)) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	o := newAPI(optFns)
+	o := newAPI(b, optFns)
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 		body, ok := decodeBody(req.Body, req.IsBase64Encoded)
 		resp := o.serve(ctx, b, operation, httpRequest(&req, body), ok, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
@@ -137,7 +134,7 @@ type RESTFunc func(ctx context.Context, req events.APIGatewayProxyRequest, l *id
 // REST wraps next as an API Gateway REST API (payload 1.0) handler that
 // runs it at most once per (tenant, operation, idempotency key).
 func REST(b idem.Backend, operation string, next RESTFunc, optFns ...func(*Options)) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
-	o := newAPI(optFns)
+	o := newAPI(b, optFns)
 	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 		body, ok := decodeBody(req.Body, req.IsBase64Encoded)
 		resp := o.serve(ctx, b, operation, restRequest(&req, body), ok, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
@@ -166,12 +163,11 @@ func (o *api) serve(ctx context.Context, b idem.Backend, operation string, r Req
 		}
 		client = "unkeyed-" + rand.Text() // a key no retry will send: the request runs unprotected
 	}
-	key, err := idem.NewKey(tenant, operation, client)
-	var ve *idem.ValidationError
-	switch {
-	case errors.As(err, &ve) && ve.Field == "client key":
+	if err := idem.CheckClientKey(client); err != nil {
 		return o.problem(problemInvalidKey, "The "+o.keyName+" must be 1 to 255 printable ASCII characters.")
-	case err != nil:
+	}
+	key, err := idem.NewKey(tenant, operation, client)
+	if err != nil {
 		return o.problem(problemUnauthorized, "")
 	}
 	resp := o.run(ctx, b, key, keyed, r, fn)
@@ -193,7 +189,7 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 		return o.problem(problemInvalidRequest, "The request is not one this operation takes.")
 	}
 	res, err := idem.Do(ctx, b, key, fp, nil, fn, func(d *idem.DoOptions) {
-		d.Wait, d.Clock = o.Wait, o.Clock
+		d.Wait = o.Wait
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
 		}
@@ -251,7 +247,7 @@ const (
 // inProgress answers a key held by another attempt whose lease ends at
 // leaseEnd.
 func (o *api) inProgress(leaseEnd time.Time) idem.Response {
-	now := o.Clock()
+	now := o.now()
 	if now.Before(leaseEnd) {
 		p := o.problem(problemInProgress, "Another request with this key is being processed; its attempt holds the key until "+stamp(leaseEnd)+
 			". Retry with the same key after Retry-After: you get its outcome once it has one.")
@@ -280,13 +276,13 @@ func (o *api) pending(leaseEnd time.Time, keyed bool) idem.Response {
 	}
 	p := o.problem(problemPending, "The outcome is not known yet: the request may have taken effect. Its attempt holds the key until "+stamp(leaseEnd)+
 		". "+o.resolution(leaseEnd)+" Retry with the same key after Retry-After: you get 409 request-in-progress until then, then the outcome. It will not be done twice.")
-	return retryAt(p, o.Clock(), leaseEnd.Add(o.ResolveAfter))
+	return retryAt(p, o.now(), leaseEnd.Add(o.ResolveAfter))
 }
 
 // claimUnknown answers a claim the store did not confirm, which would
 // have held the key until leaseEnd.
 func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
-	now := o.Clock()
+	now := o.now()
 	p := o.problem(problemPending, "The store did not confirm that the request was recorded; it was not carried out. Retry with the same key after Retry-After: "+
 		"if it was not recorded, the retry carries it out; if it was, you get 409 request-in-progress until "+stamp(leaseEnd)+", when "+
 		"the service's reconciliation resolves it. It will not be done twice.")
@@ -297,7 +293,7 @@ func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
 // and by when if ResolveAfter says.
 func (o *api) resolution(leaseEnd time.Time) string {
 	const resolves = "the service's reconciliation finds out whether it took effect and records the outcome"
-	now, resolveBy := o.Clock(), leaseEnd.Add(o.ResolveAfter)
+	now, resolveBy := o.now(), leaseEnd.Add(o.ResolveAfter)
 	by := ""
 	if o.ResolveAfter > 0 {
 		by = ", by " + stamp(resolveBy)

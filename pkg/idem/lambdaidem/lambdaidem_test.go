@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/lambdaidem"
@@ -47,9 +48,9 @@ func forEachStore(t *testing.T, test func(t *testing.T, s idemtest.Subject)) {
 	})
 	t.Run("dynamodb", func(t *testing.T) {
 		t.Parallel()
-		table := dynamotest.Table(t, idem.TableInput("lambdaidem"))
+		table := dynamotest.Table(t, dynamostore.TableInput("lambdaidem"))
 		db := dynamotest.Client(t)
-		s, err := idem.New(db, table)
+		s, err := dynamostore.New(db, table)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,13 +58,13 @@ func forEachStore(t *testing.T, test func(t *testing.T, s idemtest.Subject)) {
 			Store: s,
 			Row: func(id string) types.TransactWriteItem {
 				return types.TransactWriteItem{Put: &types.Put{
-					TableName: aws.String(table), Item: map[string]types.AttributeValue{idem.AttrPK: str("row-" + id)},
+					TableName: aws.String(table), Item: map[string]types.AttributeValue{dynamostore.AttrPK: str("row-" + id)},
 					ConditionExpression: aws.String("attribute_not_exists(pk)"), // a second write would fail
 				}}
 			},
 			RowExists: func(t *testing.T, id string) bool {
 				out, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{
-					TableName: aws.String(table), Key: map[string]types.AttributeValue{idem.AttrPK: str("row-" + id)}, ConsistentRead: aws.Bool(true),
+					TableName: aws.String(table), Key: map[string]types.AttributeValue{dynamostore.AttrPK: str("row-" + id)}, ConsistentRead: aws.Bool(true),
 				})
 				if err != nil {
 					t.Fatal(err)

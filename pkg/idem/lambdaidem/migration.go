@@ -50,7 +50,7 @@ func (m *KeyMigration) ranWithoutKey(ctx context.Context, o *api, operation stri
 		slog.String("operation", operation), slog.String("route", r.Route))
 	since := m.Since
 	if since.IsZero() {
-		since = o.Clock()
+		since = o.now()
 	}
 	h["Deprecation"] = "@" + strconv.FormatInt(since.Unix(), 10)
 	link := m.Link

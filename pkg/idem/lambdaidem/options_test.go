@@ -56,7 +56,8 @@ func TestTenants(t *testing.T) {
 		{"IAM user", lambdaidem.TenantFromIAMPrincipal(), iam("AIDAEXAMPLEUSERID"), "AIDAEXAMPLEUSERID"},
 		{"IAM without a signature", lambdaidem.TenantFromIAMPrincipal(), jwt(map[string]string{"sub": "u-1"}), ""},
 		{"constant", lambdaidem.TenantConstant("single"), nil, "single"},
-		{"an invalid tenant", lambdaidem.TenantConstant("a/b"), nil, ""},
+		{"an Auth0 subject", nil, jwt(map[string]string{"sub": "auth0|5f7c8ec7c33c6c004bbafe82"}), "auth0|5f7c8ec7c33c6c004bbafe82"},
+		{"a tenant with the key's separator", lambdaidem.TenantConstant("a#b"), nil, ""},
 	}
 	s := memstore.New()
 	for _, c := range cases {
@@ -226,9 +227,8 @@ func TestUnknownOutcomeAnswers(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	clock := idemtest.NewClock(t0)
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now }) // a lease of DefaultLease, 30s, without a deadline
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now }) // a lease of DefaultLease, 30s, without a deadline
 	opts := func(o *lambdaidem.Options) {
-		o.Clock = clock.Now
 		o.ResolveAfter = time.Minute
 	}
 	timeout := func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {

@@ -44,8 +44,6 @@ type SQSOptions struct {
 	// visibility timeout meanwhile (see SQS). The function needs
 	// sqs:ChangeMessageVisibility on the queue. Default nil.
 	Visibility VisibilityAPI
-	// Clock gives the time a lease has left. Default time.Now.
-	Clock func() time.Time
 	// OnError sees every message reported for another delivery, with why,
 	// and every failure to hold one back.
 	OnError func(ctx context.Context, msg events.SQSMessage, err error)
@@ -174,9 +172,6 @@ func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOpti
 	if o.Fingerprint == nil {
 		o.Fingerprint = fingerprint
 	}
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
 	if o.OnError == nil {
 		o.OnError = func(context.Context, events.SQSMessage, error) {}
 	}
@@ -214,7 +209,7 @@ func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOpti
 			if err != nil {
 				failed = true
 				o.OnError(ctx, msg, err)
-				o.holdBack(ctx, msg, err)
+				o.holdBack(ctx, b.Now(), msg, err)
 				out.BatchItemFailures = append(out.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 			}
 		}
@@ -253,7 +248,7 @@ func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, 
 	res, err := idem.Do(ctx, b, key, fp, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		return next(ctx, msg, l)
 	}, func(d *idem.DoOptions) {
-		d.Wait, d.Clock = o.Wait, o.Clock
+		d.Wait = o.Wait
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
 		}
@@ -280,9 +275,9 @@ const maxVisibility = 12 * 60 * 60
 
 // holdBack moves the next delivery of a failed message to the end of the
 // lease that holds its key, when there is one and a Visibility client.
-func (o *SQSOptions) holdBack(ctx context.Context, msg events.SQSMessage, err error) {
+func (o *SQSOptions) holdBack(ctx context.Context, now time.Time, msg events.SQSMessage, err error) {
 	until, ok := heldUntil(err)
-	left := until.Sub(o.Clock())
+	left := until.Sub(now)
 	if o.Visibility == nil || !ok || left <= 0 {
 		return
 	}

@@ -82,7 +82,7 @@ func (v *visibility) taken() []sqs.ChangeMessageVisibilityInput {
 func TestSQSVisibility(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now }) // leases of 30s, without a deadline
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now }) // leases of 30s, without a deadline
 	vis := &visibility{}
 	var errs []error
 	handler := lambdaidem.SQS(s, "fulfil", func(_ context.Context, msg events.SQSMessage, _ *idem.Lease) (idem.Outcome, error) {
@@ -96,7 +96,6 @@ func TestSQSVisibility(t *testing.T) {
 	}, func(o *lambdaidem.SQSOptions) {
 		o.Key = lambdaidem.KeyFromAttribute("order-id")
 		o.Visibility = vis
-		o.Clock = clock.Now
 		o.OnError = func(_ context.Context, _ events.SQSMessage, err error) { errs = append(errs, err) }
 	})
 	p := idemtest.UniqueKey(t, "x").ClientKey()
@@ -192,7 +191,7 @@ func TestSQSVisibilityOnSQS(t *testing.T) {
 	m := events.SQSMessage{MessageId: aws.ToString(got[0].MessageId), ReceiptHandle: aws.ToString(got[0].ReceiptHandle), Body: aws.ToString(got[0].Body),
 		EventSourceARN: attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]}
 
-	s := memstore.New(func(o *idem.Options) { o.DefaultLease, o.LeaseMargin = 2*time.Second, time.Second })
+	s := memstore.New(func(o *memstore.Options) { o.DefaultLease, o.LeaseMargin = 2*time.Second, time.Second })
 	queue := m.EventSourceARN[strings.LastIndexByte(m.EventSourceARN, ':')+1:]
 	key, err := idem.NewKey(queue, "fulfil", m.MessageId)
 	if err != nil {

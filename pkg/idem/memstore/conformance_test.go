@@ -11,19 +11,20 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
 // newSubject gives each subtest a store of its own, built with the
-// suite's options (its clock, its lease) applied after any of yours, so
+// suite's options (its clock, its lease), so
 // subtests run in parallel and move time apart. Row and RowExists let the
 // suite check that Commit writes a business row with the record, and that
 // a lease taken over writes none: the row's condition makes a second
 // write of it fail, as it would on DynamoDB.
-func newSubject(t *testing.T, optFns ...func(*idem.Options)) idemtest.Subject {
-	s := memstore.New(optFns...)
+func newSubject(t *testing.T, o idemtest.Options) idemtest.Subject {
+	s := memstore.New(func(m *memstore.Options) {
+		m.Clock, m.Retention, m.ReleaseRetention, m.DefaultLease, m.Shards = o.Clock, o.Retention, o.ReleaseRetention, o.DefaultLease, o.Shards
+	})
 	return idemtest.Subject{
 		Store: s,
 		Row: func(id string) types.TransactWriteItem {

@@ -50,7 +50,7 @@ func TestDoFunctionContextEndsWithTheLease(t *testing.T) {
 // lease.
 func TestDoFunctionContextFollowsTheStoresClock(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	k := idemtest.UniqueKey(t, "acme")
 	start := time.Now()
 	_, err := idem.Do(context.Background(), s, k, idem.FingerprintOf([]byte(`{}`)), nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
@@ -63,7 +63,7 @@ func TestDoFunctionContextFollowsTheStoresClock(t *testing.T) {
 			t.Errorf("fn's context ends in %v, want the lease's %v", time.Until(dl), left)
 		}
 		return idem.Succeeded(idem.Response{Status: 200}), nil
-	}, func(o *idem.DoOptions) { o.Clock = clock.Now })
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 func ExampleNew() {
 	ctx := context.Background()
 	clock := idemtest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
-	store := memstore.New(func(o *idem.Options) {
+	store := memstore.New(func(o *memstore.Options) {
 		o.Clock = clock.Now
 		o.Retention = time.Hour
 	})

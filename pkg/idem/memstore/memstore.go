@@ -35,13 +35,14 @@
 // placeholders, two writes on one item).
 //
 // The store is safe for concurrent use. Give it a clock through
-// idem.Options.Clock to move time in tests.
+// dynamostore.Options.Clock to move time in tests.
 package memstore
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"iter"
 	"maps"
 	"slices"
@@ -65,7 +66,7 @@ type Store struct {
 	keys    map[string][]string // declared, by table
 }
 
-var _ idem.RecoveryBackend = (*Store)(nil)
+var _ idem.Backend = (*Store)(nil)
 
 // record is one key's record, as the DynamoDB store keeps it.
 type record struct {
@@ -87,12 +88,22 @@ type record struct {
 	writes string
 }
 
-// New returns an empty Store. Of the options, Retention, LeaseMargin,
-// MaxLease, DefaultLease, Shards, CompressAbove (for the size limit),
-// Clock and Random apply, with the DynamoDB store's defaults; the table
-// layout options have no meaning here.
-func New(optFns ...func(*idem.Options)) *Store {
-	var o idem.Options
+// Options configure a Store, as the same fields of dynamostore.Options do
+// the DynamoDB store, with the same defaults. CompressAbove counts for the
+// size limit only.
+type Options struct {
+	Retention, ReleaseRetention         time.Duration
+	LeaseMargin, MaxLease, DefaultLease time.Duration
+	Shards, CompressAbove               int
+	// Clock is the store's clock, which every function of package idem
+	// reads through Backend.Now. Default time.Now.
+	Clock  func() time.Time
+	Random io.Reader
+}
+
+// New returns an empty Store.
+func New(optFns ...func(*Options)) *Store {
+	var o Options
 	for _, fn := range optFns {
 		fn(&o)
 	}
@@ -106,6 +117,9 @@ func New(optFns ...func(*idem.Options)) *Store {
 		keys:    map[string][]string{},
 	}
 }
+
+// Now is the store's clock, Options.Clock.
+func (s *Store) Now() time.Time { return s.pol.Clock() }
 
 // Shards is the number of stuck-lease shards.
 func (s *Store) Shards() int { return s.pol.Shards }
@@ -141,10 +155,10 @@ func (s *Store) Has(table string, key map[string]types.AttributeValue) bool {
 	return s.tables.has(table, key)
 }
 
-// Begin claims key for a request with fingerprint fp, as idem.Store.Begin.
+// Begin claims key for a request with fingerprint fp, as dynamostore.Store.Begin.
 func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
 	if key.IsZero() {
-		return idem.Begun{}, &idem.ValidationError{Field: "key", Reason: "zero Key"}
+		return idem.Begun{}, fmt.Errorf("%w: the zero Key", idem.ErrInvalidKey)
 	}
 	if len(intent) > policy.MaxIntent {
 		return idem.Begun{}, fmt.Errorf("%w: intent of %d bytes", idem.ErrTooLarge, len(intent))
@@ -198,7 +212,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 }
 
 // Commit completes the command as SUCCEEDED with resp, applying writes with
-// the record in one step, as idem.Store.Commit: a write whose condition
+// the record in one step, as dynamostore.Store.Commit: a write whose condition
 // fails gives *idem.WriteConditionError, and neither the writes nor the
 // record change. A Commit repeated with the same response by the lease
 // that made it returns nil again.
@@ -207,13 +221,13 @@ func (s *Store) Commit(_ context.Context, l *idem.Lease, resp idem.Response, wri
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp, as
-// idem.Store.Fail.
+// dynamostore.Store.Fail.
 func (s *Store) Fail(_ context.Context, l *idem.Lease, resp idem.Response) error {
 	return s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil)
 }
 
 // Release marks the record RELEASED, keeping its fingerprint until
-// retention ends, as idem.Store.Release.
+// retention ends, as dynamostore.Store.Release.
 func (s *Store) Release(_ context.Context, l *idem.Lease) error {
 	return s.settle("release", l, idem.StatusReleased, nil, nil)
 }
@@ -261,7 +275,7 @@ func (s *Store) fenced(rec *record, l *idem.Lease) bool {
 	return rec.status == idem.StatusInFlight && rec.token == l.Token
 }
 
-// Heartbeat extends the lease, as idem.Store.Heartbeat.
+// Heartbeat extends the lease, as dynamostore.Store.Heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
 	if err := s.extend("heartbeat", l, until, true); err != nil {
@@ -273,7 +287,7 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 }
 
 // Postpone gives up the lease until the given time, keeping the command
-// IN_FLIGHT, as idem.Store.Postpone.
+// IN_FLIGHT, as dynamostore.Store.Postpone.
 func (s *Store) Postpone(_ context.Context, l *idem.Lease, until time.Time) error {
 	until = time.UnixMilli(until.UnixMilli())
 	if err := s.extend("postpone", l, until, false); err != nil {
@@ -299,13 +313,13 @@ func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) 
 }
 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
-// has expired, as idem.Store.TakeOver.
+// has expired, as dynamostore.Store.TakeOver.
 func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
 	return s.takeOver(ctx, key, "take over", time.Time{})
 }
 
 // Preempt takes over an IN_FLIGHT record whatever its lease, or claims a
-// live RELEASED one back, as idem.Store.Preempt: only of the command
+// live RELEASED one back, as dynamostore.Store.Preempt: only of the command
 // created at created.
 func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
 	return s.takeOver(ctx, key, "preempt", created)
@@ -340,7 +354,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	return lease, nil
 }
 
-// Get returns the record for key, as idem.Store.Get: ErrNotFound when it
+// Get returns the record for key, as dynamostore.Store.Get: ErrNotFound when it
 // is absent or past retention.
 func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 	now := s.pol.Clock()
@@ -358,7 +372,7 @@ func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 }
 
 // StuckLeases yields, from one shard, the IN_FLIGHT records whose lease
-// expired before the given time, oldest first, as idem.Store.StuckLeases.
+// expired before the given time, oldest first, as dynamostore.Store.StuckLeases.
 // As there, the lease's end and before are compared in whole epoch
 // milliseconds, the unit the DynamoDB store keeps the lease's end in:
 // before is cut to its millisecond, so a lease that ended at 12:00:00.001

@@ -20,16 +20,16 @@ import (
 // the key's hash too; only the whole key string used to be replaced.
 func TestRecoverErrorsNameNoClientKey(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	k, _ := idem.NewKey("acme", "create-order", "ORDER-4242-secret")
 	if _, err := s.Begin(context.Background(), k, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Hour)
-	resolve := func(_ context.Context, l *idem.Lease) (idem.Resolution, error) {
-		return idem.Resolution{}, fmt.Errorf("warehouse API: no shipment for order %q", l.Key.ClientKey())
+	resolve := func(_ context.Context, l *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, fmt.Errorf("warehouse API: no shipment for order %q", l.Key.ClientKey())
 	}
-	_, err := idem.Recover(context.Background(), s, k, resolve, func(o *idem.RecoverOptions) { o.Clock = clock.Now })
+	_, err := idem.Recover(context.Background(), s, k, resolve)
 	t.Logf("Recover: %v", err)
 	if err != nil && strings.Contains(err.Error(), k.ClientKey()) {
 		t.Errorf("Recover's error carries the client key: %v", err)
@@ -59,7 +59,7 @@ func TestRecoverErrorsNameNoEscapedClientKey(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-			s := memstore.New(func(o *idem.Options) { o.Clock = clock.Now })
+			s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 			k, err := idem.NewKey("acme", "create-order", tc.client)
 			if err != nil {
 				t.Fatal(err)
@@ -68,10 +68,10 @@ func TestRecoverErrorsNameNoEscapedClientKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			clock.Advance(time.Hour)
-			resolve := func(_ context.Context, l *idem.Lease) (idem.Resolution, error) {
-				return idem.Resolution{}, fmt.Errorf("warehouse API: %s", tc.mention(l.Key.ClientKey()))
+			resolve := func(_ context.Context, l *idem.Lease) (idem.Outcome, error) {
+				return idem.Outcome{}, fmt.Errorf("warehouse API: %s", tc.mention(l.Key.ClientKey()))
 			}
-			_, err = idem.Recover(context.Background(), s, k, resolve, func(o *idem.RecoverOptions) { o.Clock = clock.Now })
+			_, err = idem.Recover(context.Background(), s, k, resolve)
 			t.Logf("Recover: %v", err)
 			if err == nil {
 				t.Fatal("Recover: nil error, want the resolver's")

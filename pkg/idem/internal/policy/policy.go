@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -273,4 +274,18 @@ func writeValue(w io.Writer, v types.AttributeValue) {
 	default:
 		fmt.Fprintf(w, "%T;", v)
 	}
+}
+
+// LeaseCommitted returns the address of an *idem.Lease's digest of the
+// business writes its Commit may have applied. Package idem sets it, so
+// that a store in another package can keep that state on the lease while
+// users cannot touch it.
+var LeaseCommitted func(lease any) **string
+
+// LogHash is idem.Key.LogHash of a key's string form, also for one that
+// does not parse.
+func LogHash(full string) string {
+	var in [512]byte // longer than any key: the buffer stays on the stack
+	sum := sha256.Sum256(append(append(in[:0], "log\x00"...), full...))
+	return hex.EncodeToString(sum[:8])
 }

@@ -1,4 +1,4 @@
-package idem
+package dynamostore
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
@@ -16,22 +17,22 @@ import (
 // conditional PutItem. The first attempt gets a Lease; an attempt after
 // completion gets the stored Replay; an attempt while another holds the key
 // gets an *InFlightError; an attempt with another fingerprint gets
-// ErrFingerprintMismatch and never another request's response. An attempt
+// ErrMismatch and never another request's response. An attempt
 // on a RELEASED key with its fingerprint claims it again (a second call).
 //
 // intent is stored on the record for whoever has to finish the command if
 // its first attempt dies (the reconciler): what the request asked for.
-func (s *Store) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
+func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
 	return s.begin(ctx, key, fp, intent, 0)
 }
 
 // begin is Begin after reclaims attempts to claim a RELEASED record.
-func (s *Store) begin(ctx context.Context, key Key, fp Fingerprint, intent []byte, reclaims int) (Begun, error) {
+func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte, reclaims int) (idem.Begun, error) {
 	if key.IsZero() {
-		return Begun{}, &ValidationError{Field: "key", Reason: "zero Key"}
+		return idem.Begun{}, fmt.Errorf("%w: the zero Key", idem.ErrInvalidKey)
 	}
 	if len(intent) > policy.MaxIntent {
-		return Begun{}, fmt.Errorf("%w: intent of %d bytes", ErrTooLarge, len(intent))
+		return idem.Begun{}, fmt.Errorf("%w: intent of %d bytes", idem.ErrTooLarge, len(intent))
 	}
 	// Times are kept at the precision they are stored with, so what the
 	// caller builds from this lease matches what a reader of the record
@@ -39,9 +40,9 @@ func (s *Store) begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
-		return Begun{}, err
+		return idem.Begun{}, err
 	}
-	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
+	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	item := make(map[string]types.AttributeValue, 10) // sized for a sort key and the intent too: no growing
@@ -66,7 +67,7 @@ func (s *Store) begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, tries.option)
 	if err == nil {
-		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
@@ -74,19 +75,19 @@ func (s *Store) begin(ctx context.Context, key Key, fp Fingerprint, intent []byt
 // claimed answers a claim whose conditional write failed: err holds the
 // item that stood in its way, or tries tells whether the write may have
 // been applied.
-func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err error, tries *attempts, reclaims int) (Begun, error) {
+func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, err error, tries *attempts, reclaims int) (idem.Begun, error) {
 	key := lease.Key
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
 		if tries.refused() {
-			return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
+			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
 		}
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &UnknownClaimError{
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.UnknownClaimError{
 			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: AsUnavailable(err),
 		})
 	}
 	if len(ccf.Item) == 0 {
-		return Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key.LogHash())
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key.LogHash())
 	}
 	if ownToken(ccf.Item, lease) {
 		// Our own write: the SDK retried a call whose first attempt was
@@ -98,11 +99,11 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 				lease.Intent = rec.Intent // a re-claim's: the record kept its own
 			}
 		}
-		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
 	rec, err := s.decodeRecord(key, ccf.Item)
 	if err != nil {
-		return Begun{}, err
+		return idem.Begun{}, err
 	}
 	expires := rec.ExpiresAt
 	if expires.IsZero() {
@@ -112,17 +113,17 @@ func (s *Store) claimed(ctx context.Context, lease *Lease, fp Fingerprint, err e
 	}
 	switch {
 	case !sameFingerprint(ccf.Item, fp):
-		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &MismatchError{RecordExpiresAt: expires})
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
-		return Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
-	case rec.Status == StatusReleased && reclaims < maxReclaims && rec.expired(s.pol.Now()):
+		return idem.Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
+	case rec.Status == idem.StatusReleased && reclaims < maxReclaims && policy.Expired(rec.ExpiresAt, s.pol.Now()):
 		// It expired after the claim's PutItem found it live: the key
 		// now names a new intent, claimed with a PutItem of its own.
 		return s.begin(ctx, key, fp, lease.Intent, reclaims+1)
-	case rec.Status == StatusReleased && reclaims < maxReclaims:
+	case rec.Status == idem.StatusReleased && reclaims < maxReclaims:
 		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
 	default:
-		return Begun{}, &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: expires}
+		return idem.Begun{}, &idem.InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: expires}
 	}
 }
 
@@ -141,7 +142,7 @@ const maxReclaims = 3
 // release is live: one that expires between the claim's PutItem and this
 // UpdateItem is absent, and coming back under its old CreatedAt would
 // outlive the retention that bounds how long those references are sent.
-func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *Record, oldToken types.AttributeValue, reclaims int) (Begun, error) {
+func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, rec *idem.Record, oldToken types.AttributeValue, reclaims int) (idem.Begun, error) {
 	lease.CreatedAt = rec.CreatedAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	names := map[string]string{
@@ -149,7 +150,7 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 		"#ad": attrAttemptDeadline, "#exp": s.layout.ttl, "#att": attrAttempts, "#fp": attrFingerprint,
 	}
 	values := map[string]types.AttributeValue{
-		":released": statusAttrs[StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),
+		":released": statusAttrs[idem.StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),
 		":tok": str(lease.Token), ":lexp": millis(lease.ExpiresAt), ":shard": num(int64(s.shard(lease.Key))),
 		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken, ":now": seconds(s.pol.Now()),
 	}
@@ -174,14 +175,14 @@ func (s *Store) reclaim(ctx context.Context, lease *Lease, fp Fingerprint, rec *
 			// a settlement sizes its response beside it, as DynamoDB will.
 			lease.Intent = rec.Intent
 		}
-		return Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
 // ownToken reports whether item carries l's token: a write of l's that was
 // applied, whatever its caller was told.
-func ownToken(item map[string]types.AttributeValue, l *Lease) bool {
+func ownToken(item map[string]types.AttributeValue, l *idem.Lease) bool {
 	tok, ok := item[attrLeaseToken].(*types.AttributeValueMemberS)
 	return ok && tok.Value == l.Token
 }

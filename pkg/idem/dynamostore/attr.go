@@ -1,4 +1,4 @@
-package idem
+package dynamostore
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // fenced is the update expr with names and values, conditioned on l
@@ -15,7 +16,7 @@ import (
 // alone or in Commit's transaction, a heartbeat, a postponement). A failed
 // fence answers the record, for the write to tell its own earlier attempt
 // from someone else's.
-func (s *Store) fenced(l *Lease, expr string, names map[string]string, values map[string]types.AttributeValue) types.Update {
+func (s *Store) fenced(l *idem.Lease, expr string, names map[string]string, values map[string]types.AttributeValue) types.Update {
 	names["#status"], names["#tok"] = attrStatus, attrLeaseToken
 	values[":inflight"], values[":tok"] = inFlight, str(l.Token)
 	return types.Update{
@@ -40,22 +41,22 @@ func updateItem(u types.Update) *dynamodb.UpdateItemInput {
 
 // statusAttrs are the statuses as attribute values, shared by every
 // request (the SDK only reads its input).
-var statusAttrs = map[Status]types.AttributeValue{
-	StatusInFlight: str(string(StatusInFlight)), StatusSucceeded: str(string(StatusSucceeded)),
-	StatusFailedPermanent: str(string(StatusFailedPermanent)), StatusReleased: str(string(StatusReleased)),
+var statusAttrs = map[idem.Status]types.AttributeValue{
+	idem.StatusInFlight: str(string(idem.StatusInFlight)), idem.StatusSucceeded: str(string(idem.StatusSucceeded)),
+	idem.StatusFailedPermanent: str(string(idem.StatusFailedPermanent)), idem.StatusReleased: str(string(idem.StatusReleased)),
 }
 
 // inFlight is the status IN_FLIGHT as an attribute value.
-var inFlight = statusAttrs[StatusInFlight]
+var inFlight = statusAttrs[idem.StatusInFlight]
 
 // fpAttr is fp as a record stores it: its 32 bytes, half the size of the
 // hex form.
-func fpAttr(fp Fingerprint) types.AttributeValue {
+func fpAttr(fp idem.Fingerprint) types.AttributeValue {
 	return &types.AttributeValueMemberB{Value: fp[:]}
 }
 
 // sameFingerprint reports whether item was stored for fp.
-func sameFingerprint(item map[string]types.AttributeValue, fp Fingerprint) bool {
+func sameFingerprint(item map[string]types.AttributeValue, fp idem.Fingerprint) bool {
 	v, ok := item[attrFingerprint].(*types.AttributeValueMemberB)
 	return ok && bytes.Equal(v.Value, fp[:])
 }

@@ -1,4 +1,4 @@
-package idem
+package dynamostore
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // settledUntil is when a record l settles as status stops deduplicating.
 // It depends on the lease alone, so a retried completion writes the same.
-func (s *Store) settledUntil(l *Lease, status Status) time.Time {
-	return s.pol.SettledUntil(status == StatusReleased, l.CreatedAt, l.ExpiresAt)
+func (s *Store) settledUntil(l *idem.Lease, status idem.Status) time.Time {
+	return s.pol.SettledUntil(status == idem.StatusReleased, l.CreatedAt, l.ExpiresAt)
 }
 
 // settlement is the fenced update that moves a record from IN_FLIGHT to
@@ -27,13 +28,13 @@ func (s *Store) settledUntil(l *Lease, status Status) time.Time {
 // same request.
 type settlement struct {
 	op      string
-	status  Status
-	resp    Response // stored if hasResp (a terminal status)
+	status  idem.Status
+	resp    idem.Response // stored if hasResp (a terminal status)
 	hasResp bool
 	update  types.Update
 }
 
-func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (settlement, error) {
+func (s *Store) settlement(op string, l *idem.Lease, status idem.Status, resp *idem.Response) (settlement, error) {
 	expr := "SET #status = :status, #exp = :exp"
 	names := map[string]string{"#exp": s.layout.ttl, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline}
 	values := map[string]types.AttributeValue{":status": statusAttrs[status], ":exp": seconds(s.settledUntil(l, status))}
@@ -59,18 +60,18 @@ func (s *Store) settlement(op string, l *Lease, status Status, resp *Response) (
 // settled explains a settlement whose fence failed, from the item that
 // stood in its way: the lease's own settlement, applied by an earlier
 // attempt whose answer was lost, is success; anything else is a lost lease.
-func (s *Store) settled(st *settlement, l *Lease, item map[string]types.AttributeValue) error {
+func (s *Store) settled(st *settlement, l *idem.Lease, item map[string]types.AttributeValue) error {
 	if len(item) > 0 && ownToken(item, l) {
 		rec, err := s.decodeRecord(l.Key, item)
 		if err == nil && rec.Status == st.status && (!st.hasResp || rec.Response.Equal(st.resp)) {
 			return nil
 		}
 	}
-	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), ErrLeaseLost)
+	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), idem.ErrLeaseLost)
 }
 
 // apply writes the settlement alone, as one fenced UpdateItem.
-func (s *Store) apply(ctx context.Context, l *Lease, st *settlement, optFns ...func(*dynamodb.Options)) error {
+func (s *Store) apply(ctx context.Context, l *idem.Lease, st *settlement, optFns ...func(*dynamodb.Options)) error {
 	_, err := s.db.UpdateItem(ctx, updateItem(st.update), optFns...)
 	if err == nil {
 		return nil
@@ -98,31 +99,32 @@ func (s *Store) apply(ctx context.Context, l *Lease, st *settlement, optFns ...f
 // once they may have been applied. Keep the *Lease Begin gave: a copy made
 // before the first Commit does not remember it, and its Commit with other
 // writes is refused only while DynamoDB remembers the token.
-func (s *Store) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
+func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	digest := policy.WritesDigest(writes)
-	if l.committed != nil && *l.committed != digest {
-		return fmt.Errorf("idem: commit %s: other writes than its earlier commit: %w", l.Key.LogHash(), ErrLeaseLost)
+	committed := policy.LeaseCommitted(l)
+	if *committed != nil && **committed != digest {
+		return fmt.Errorf("idem: commit %s: other writes than its earlier commit: %w", l.Key.LogHash(), idem.ErrLeaseLost)
 	}
 	var tries attempts
 	err := s.commit(ctx, l, resp, writes, &tries)
-	var failed *WriteConditionError
-	if err == nil || !errors.As(err, &failed) && !errors.Is(err, ErrTooLarge) && !tries.refused() {
-		l.committed = &digest // it may have been applied
+	var failed *idem.WriteConditionError
+	if err == nil || !errors.As(err, &failed) && !errors.Is(err, idem.ErrTooLarge) && !tries.refused() {
+		*committed = &digest // it may have been applied
 	}
-	return s.done(l, StatusSucceeded, err)
+	return s.done(l, idem.StatusSucceeded, err)
 }
 
 // done notes on l, once its settlement as status succeeded, when the
 // record it left stops deduplicating.
-func (s *Store) done(l *Lease, status Status, err error) error {
+func (s *Store) done(l *idem.Lease, status idem.Status, err error) error {
 	if err == nil {
 		l.RecordExpiresAt = s.settledUntil(l, status)
 	}
 	return err
 }
 
-func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []types.TransactWriteItem, tries *attempts) error {
-	st, err := s.settlement("commit", l, StatusSucceeded, &resp)
+func (s *Store) commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes []types.TransactWriteItem, tries *attempts) error {
+	st, err := s.settlement("commit", l, idem.StatusSucceeded, &resp)
 	if err != nil {
 		return err
 	}
@@ -139,11 +141,11 @@ func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []ty
 		mismatch *types.IdempotentParameterMismatchException
 	)
 	switch {
-	case errors.As(err, &mismatch) && l.committed == nil:
+	case errors.As(err, &mismatch) && *policy.LeaseCommitted(l) == nil:
 		// The token was used for a transaction with other parameters, and
 		// this lease value sent none: a copy of the lease committing other
 		// writes. Its own commit, the record would say, but not these.
-		return fmt.Errorf("idem: commit %s: the lease's token was used with other writes: %w", l.Key.LogHash(), ErrLeaseLost)
+		return fmt.Errorf("idem: commit %s: the lease's token was used with other writes: %w", l.Key.LogHash(), idem.ErrLeaseLost)
 	case errors.As(err, &mismatch):
 		// The lease's token is remembered for a transaction with other
 		// parameters, and this lease sent these very writes before. That
@@ -172,7 +174,7 @@ func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []ty
 		}
 		for i := range writes {
 			if _, failed := reason(i); failed {
-				return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), &WriteConditionError{Index: i})
+				return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), &idem.WriteConditionError{Index: i})
 			}
 		}
 	}
@@ -182,12 +184,12 @@ func (s *Store) commit(ctx context.Context, l *Lease, resp Response, writes []ty
 // Fail completes the command as FAILED_PERMANENT with resp (a refusal every
 // retry must get again, such as a declined card). Fenced like Commit, and
 // like it recognises its own earlier write.
-func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
-	st, err := s.settlement("fail", l, StatusFailedPermanent, &resp)
+func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) error {
+	st, err := s.settlement("fail", l, idem.StatusFailedPermanent, &resp)
 	if err != nil {
 		return err
 	}
-	return s.done(l, StatusFailedPermanent, s.apply(ctx, l, &st))
+	return s.done(l, idem.StatusFailedPermanent, s.apply(ctx, l, &st))
 }
 
 // Release marks the record RELEASED: the command did not happen, and a
@@ -197,10 +199,10 @@ func (s *Store) Fail(ctx context.Context, l *Lease, resp Response) error {
 // happen (the provider refused before acting, or a look-up found nothing
 // once the provider's settle window had passed); a lease that merely ran
 // out is no such proof. Fenced like Commit.
-func (s *Store) Release(ctx context.Context, l *Lease) error {
-	st, err := s.settlement("release", l, StatusReleased, nil)
+func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
+	st, err := s.settlement("release", l, idem.StatusReleased, nil)
 	if err != nil {
 		return err
 	}
-	return s.done(l, StatusReleased, s.apply(ctx, l, &st))
+	return s.done(l, idem.StatusReleased, s.apply(ctx, l, &st))
 }

@@ -1,4 +1,4 @@
-package idem
+package dynamostore
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // Heartbeat extends the lease for long work, to the same bound Begin would
@@ -17,7 +19,7 @@ import (
 // not extend the context Do gave its function, which ends at the deadline
 // the lease had when the function began: for long work, give Do a context
 // whose deadline covers it (up to MaxLease).
-func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
+func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
 	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
 		return err
@@ -32,7 +34,7 @@ func (s *Store) Heartbeat(ctx context.Context, l *Lease) error {
 // lists it again after. A reconciler that cannot settle a command yet
 // (the provider is down, or its "not found" cannot be trusted yet) calls
 // it to say when to try next. Fenced like Commit.
-func (s *Store) Postpone(ctx context.Context, l *Lease, until time.Time) error {
+func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) error {
 	until = time.UnixMilli(until.UnixMilli())
 	if err := s.extend(ctx, "postpone", l, until, false); err != nil {
 		return err
@@ -44,7 +46,7 @@ func (s *Store) Postpone(ctx context.Context, l *Lease, until time.Time) error {
 
 // extend moves l's lease to until, and the attempt deadline with it if
 // attempt is set.
-func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time, attempt bool) error {
+func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time.Time, attempt bool) error {
 	expr := "SET #lexp = :lexp"
 	names := map[string]string{"#lexp": AttrLeaseExpiresAt}
 	if attempt {
@@ -60,7 +62,7 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 	// always someone else's doing.
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), ErrLeaseLost)
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
 	}
 	return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), AsUnavailable(err))
 }
@@ -71,7 +73,7 @@ func (s *Store) extend(ctx context.Context, op string, l *Lease, until time.Time
 // old it is (it never expires). A record still leased gives
 // *InFlightError; a terminal one ErrCompleted; a released, absent or
 // expired one ErrNotFound.
-func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
+func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
 	return s.takeOver(ctx, key, "take over", time.Time{})
 }
 
@@ -92,21 +94,21 @@ func (s *Store) TakeOver(ctx context.Context, key Key) (*Lease, error) {
 // against. A record of another command under key (the checked one expired,
 // and a new intent claimed the key) gives ErrNotFound: the proof is not
 // this command's.
-func (s *Store) Preempt(ctx context.Context, key Key, created time.Time) (*Lease, error) {
+func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
 	return s.takeOver(ctx, key, "preempt", created)
 }
 
 // takeOver gives the caller a new lease on an IN_FLIGHT record: only
 // once its lease has run out, unless created is set (a preemption of the
 // command created then).
-func (s *Store) takeOver(ctx context.Context, key Key, op string, created time.Time) (*Lease, error) {
+func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
 	live := !created.IsZero()
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
 		return nil, err
 	}
-	lease := &Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
+	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
 	cond, update := "#status = :inflight", "SET #tok = :tok, #lexp = :lexp"
 	names := map[string]string{
 		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
@@ -121,7 +123,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, created time.T
 		names["#ct"], values[":ct"] = attrCreatedAt, millis(created)
 		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
 		names["#exp"], names["#shard"], names["#ad"] = s.layout.ttl, AttrLeaseShard, attrAttemptDeadline
-		values[":released"], values[":nows"], values[":shard"] = statusAttrs[StatusReleased], seconds(now), num(int64(s.shard(key)))
+		values[":released"], values[":nows"], values[":shard"] = statusAttrs[idem.StatusReleased], seconds(now), num(int64(s.shard(key)))
 	} else {
 		cond += " AND #lexp < :now"
 		values[":now"] = millis(now)
@@ -145,7 +147,7 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, created time.T
 			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), AsUnavailable(err))
 		}
 		if len(ccf.Item) == 0 {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), ErrNotFound)
+			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, s.notTaken(key, ccf.Item, now, created)
@@ -163,16 +165,16 @@ func (s *Store) takeOver(ctx context.Context, key Key, op string, created time.T
 }
 
 // notTaken explains a take-over refused by the record item.
-func (s *Store) notTaken(key Key, item map[string]types.AttributeValue, now, created time.Time) error {
+func (s *Store) notTaken(key idem.Key, item map[string]types.AttributeValue, now, created time.Time) error {
 	rec, err := s.decodeRecord(key, item)
 	switch {
 	case err != nil:
 		return err
-	case rec.Status == StatusReleased || rec.expired(now) || !created.IsZero() && !rec.CreatedAt.Equal(created):
-		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrNotFound)
+	case rec.Status == idem.StatusReleased || policy.Expired(rec.ExpiresAt, now) || !created.IsZero() && !rec.CreatedAt.Equal(created):
+		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), idem.ErrNotFound)
 	case rec.Status.Terminal():
-		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), ErrCompleted)
+		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), idem.ErrCompleted)
 	default:
-		return &InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.pol.Earliest(rec.CreatedAt, rec.LeaseExpiresAt)}
+		return &idem.InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: s.pol.Earliest(rec.CreatedAt, rec.LeaseExpiresAt)}
 	}
 }

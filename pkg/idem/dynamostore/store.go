@@ -1,4 +1,4 @@
-package idem
+package dynamostore
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
@@ -24,25 +25,6 @@ type DynamoDBAPI interface {
 }
 
 var _ DynamoDBAPI = (*dynamodb.Client)(nil)
-
-// Status is a record's place in the lifecycle. ABSENT is the lack of a
-// (live) record, so it has no value here.
-type Status string
-
-// The stored states.
-const (
-	StatusInFlight        Status = "IN_FLIGHT"
-	StatusSucceeded       Status = "SUCCEEDED"
-	StatusFailedPermanent Status = "FAILED_PERMANENT"
-	// StatusReleased is ABSENT with a memory: the effect verifiably did not
-	// happen, and until retention ends the key may be claimed again by the
-	// same request only (with the same CreatedAt, so the same derived
-	// references), never by another.
-	StatusReleased Status = "RELEASED"
-)
-
-// Terminal reports whether no transition leaves s.
-func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailedPermanent }
 
 // Options configure a Store. Zero fields take the defaults.
 type Options struct {
@@ -69,7 +51,9 @@ type Options struct {
 	Shards int
 	// CompressAbove gzips stored response bodies larger than this. Default 1 KiB.
 	CompressAbove int
-	// Clock returns the current time. Default time.Now.
+	// Clock is the store's clock, which every function of package idem
+	// reads through Backend.Now: give a test clock here alone. Default
+	// time.Now.
 	Clock func() time.Time
 	// Random is the source of lease tokens. Default crypto/rand.Reader.
 	Random io.Reader
@@ -154,58 +138,22 @@ func New(db DynamoDBAPI, table string, optFns ...func(*Options)) (*Store, error)
 	}, nil
 }
 
+var _ idem.Backend = (*Store)(nil)
+
+// Now is the store's clock, Options.Clock.
+func (s *Store) Now() time.Time { return s.pol.Clock() }
+
 // Shards is the number of stuck-lease index shards.
 func (s *Store) Shards() int { return s.pol.Shards }
 
 // Retention is how long a key deduplicates once settled.
 func (s *Store) Retention() time.Duration { return s.pol.Retention }
 
-// Lease is the right to complete one command, held by one attempt. Its
-// token fences every write: once the lease is taken over, the holder's
-// Commit, Fail, Release, Heartbeat and Postpone all fail with ErrLeaseLost.
-type Lease struct {
-	Key       Key
-	Token     string
-	ExpiresAt time.Time // the lease
-	// CreatedAt is the command's first attempt. It names this use of the
-	// key: a claim after a release keeps it, a claim after retention gets
-	// a new one, so references derived from (Key, CreatedAt) tell two
-	// intents under one key apart.
-	CreatedAt time.Time
-	// RecordExpiresAt is, while the command is unsettled, the earliest the
-	// key may stop deduplicating (if this lease released the command);
-	// once this lease has settled it, when it does.
-	RecordExpiresAt time.Time
-	// AttemptDeadline is when the last attempt at the effect had to be
-	// sent by: the end of the lease it ran under (Begin, Heartbeat).
-	AttemptDeadline time.Time
-	// Attempts counts the take-overs: how often the command has been
-	// resolved by someone other than its first attempt.
-	Attempts int
-	Intent   []byte // what Begin stored for reconciliation
-
-	// committed is the digest of the business writes of this lease's
-	// Commit once one may have been applied, so that a second Commit with
-	// other writes is refused rather than taken for its retry.
-	committed *string
-}
-
-// Begun is the outcome of Begin that lets the caller go on: either it owns
-// a new lease (Lease != nil), or the command already finished and Replay
-// is its stored response.
-type Begun struct {
-	Lease           *Lease
-	Replay          *Response
-	RecordExpiresAt time.Time
-	// Status is IN_FLIGHT with a Lease, the terminal status with a Replay.
-	Status Status
-}
-
 // shard is key's stuck-lease shard. It hashes Key.String() whatever the
 // KeyPrefix, so every store agrees on it.
-func (s *Store) shard(key Key) int { return s.pol.Shard(key.String()) }
+func (s *Store) shard(key idem.Key) int { return s.pol.Shard(key.String()) }
 
-func (s *Store) itemKey(k Key) map[string]types.AttributeValue {
+func (s *Store) itemKey(k idem.Key) map[string]types.AttributeValue {
 	key := make(map[string]types.AttributeValue, 2)
 	s.layout.putKey(key, k)
 	return key

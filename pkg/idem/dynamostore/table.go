@@ -1,4 +1,4 @@
-package idem
+package dynamostore
 
 import (
 	"cmp"
@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // The table layout. This is the one definition of it: the tests, the local
@@ -111,12 +112,20 @@ func newLayout(o Options) (layout, error) {
 // "idem#" and "idem#v2#", the first would read "idem#v2#acme#op#k" as the
 // key v2#acme#op#k, whose client part may hold a '#'.
 func validPrefix(p string) bool {
-	name, ok := strings.CutSuffix(p, keySep)
-	return ok && CheckTenant(name) == nil
+	name, ok := strings.CutSuffix(p, "#")
+	if !ok || name == "" || len(name) > 128 {
+		return false
+	}
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("._-:@", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 // putKey sets the primary key of k's record in item.
-func (l *layout) putKey(item map[string]types.AttributeValue, k Key) {
+func (l *layout) putKey(item map[string]types.AttributeValue, k idem.Key) {
 	item[l.keyIn] = str(l.prefix + k.String())
 	if l.fixedIn != "" {
 		item[l.fixedIn] = l.fixed

@@ -1,0 +1,46 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// AsUnavailable returns err so that errors.Is(err, idem.ErrUnavailable) holds if
+// it is DynamoDB saying it could not do the request now (throttling, a
+// server error) or a deadline; any other error as it is. The store applies
+// it to every SDK error it returns; a caller's own DynamoDB calls beside
+// the store (a read of its business rows) may use it too.
+func AsUnavailable(err error) error {
+	var (
+		api  smithy.APIError
+		resp *awshttp.ResponseError
+	)
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &api) && transientCodes[api.ErrorCode()],
+		errors.As(err, &resp) && resp.HTTPStatusCode() >= 500,
+		errors.Is(err, context.DeadlineExceeded):
+		return &unavailableError{err}
+	}
+	return err
+}
+
+// transientCodes are DynamoDB's error codes for a request it could not do
+// now, whatever the request.
+var transientCodes = map[string]bool{
+	"ThrottlingException": true, "ProvisionedThroughputExceededException": true, "RequestLimitExceeded": true,
+	"TransactionConflictException": true, "TransactionInProgressException": true, "InternalServerError": true,
+	"InternalFailure": true, "ServiceUnavailable": true,
+}
+
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string        { return e.err.Error() }
+func (e *unavailableError) Unwrap() error        { return e.err }
+func (e *unavailableError) Is(target error) bool { return target == idem.ErrUnavailable }
