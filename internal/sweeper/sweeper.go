@@ -22,7 +22,7 @@ import (
 // Index is the part of *dynamostore.Store the sweeper reads: the stuck-lease index.
 type Index interface {
 	Shards() int
-	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error]
+	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error]
 }
 
 var _ Index = (*dynamostore.Store)(nil)
@@ -200,18 +200,19 @@ func (w *sweep) scan(ctx context.Context, shards int) {
 			return
 		}
 		for sl, err := range w.index.StuckLeases(ctx, shard, w.now) {
-			if errors.Is(err, idem.ErrUnreadableRecord) {
-				w.sum.Unreadable++
-				w.opt.Logger.WarnContext(ctx, "sweep: an item of the stuck-lease index does not decode; passed over", "shard", shard, "error", err.Error())
-				continue
-			}
-			if err != nil {
+			unreadable := errors.Is(err, idem.ErrUnreadableRecord)
+			if err != nil && !unreadable {
 				w.errs = append(w.errs, err)
 				w.opt.Logger.WarnContext(ctx, "sweep: stuck-lease query failed", "shard", shard, "error", err.Error())
 				break
 			}
 			if !w.more(ctx) {
 				return
+			}
+			if unreadable {
+				w.sum.Unreadable++
+				w.opt.Logger.WarnContext(ctx, "sweep: an item of the stuck-lease index does not decode; passed over", "shard", shard, "error", err.Error())
+				continue
 			}
 			w.add(ctx, sl)
 		}
@@ -231,7 +232,7 @@ func (w *sweep) more(ctx context.Context) bool {
 	return true
 }
 
-func (w *sweep) add(ctx context.Context, sl idem.StuckLease) {
+func (w *sweep) add(ctx context.Context, sl idem.Record) {
 	w.sum.Found++
 	w.sum.OldestAge = max(w.sum.OldestAge, w.now.Sub(sl.LeaseExpiresAt))
 	w.sum.MaxAttempts = max(w.sum.MaxAttempts, sl.Attempts)

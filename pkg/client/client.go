@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -160,7 +161,7 @@ func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source 
 	res := Result{Replayed: resp.header.Get(HeaderReplayed) == "true", Attempts: attempts}
 	if exp := resp.header.Get(HeaderIdempotencyExpires); exp != "" {
 		if res.KeyExpiresAt, err = http.ParseTime(exp); err != nil {
-			return res, fmt.Errorf("client: create %s: %s %q: %w", id, HeaderIdempotencyExpires, exp, err)
+			return res, fmt.Errorf("client: create %s: %s %q: %w", id, HeaderIdempotencyExpires, exp, &unknownError{err})
 		}
 	}
 	if err := resp.decode(http.StatusCreated, &res.Charge); err != nil {
@@ -197,7 +198,7 @@ func (r *response) decode(want int, v any) error {
 		return r.problem()
 	}
 	if err := json.Unmarshal(r.body, v); err != nil {
-		return fmt.Errorf("decode %d answer: %w", r.status, err)
+		return &unknownError{fmt.Errorf("decode %d answer: %w", r.status, err)}
 	}
 	return nil
 }
@@ -235,32 +236,45 @@ func (r *response) retryable() bool {
 // with the last attempt's error when attempts run out or ctx ends (or would
 // end before the next attempt could start).
 func (c *Client) send(ctx context.Context, method, url string, header http.Header, body []byte) (*response, int, error) {
+	// unknown records that an attempt may have run, so no later answer
+	// may say that nothing ran.
+	unknown := false
+	fail := func(err error) error {
+		if unknown {
+			return &unknownError{err}
+		}
+		return err
+	}
 	for attempt := 1; ; attempt++ {
 		resp, err := c.attempt(ctx, method, url, header, body)
 		var retryAfter time.Duration
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return nil, attempt, fmt.Errorf("attempt %d: %w", attempt, err)
+			return nil, attempt, &unknownError{fmt.Errorf("attempt %d: %w", attempt, err)}
 		case err == nil && !resp.retryable():
+			if p := resp.problem(); unknown && resp.status >= 400 && !errors.Is(p, ErrDeclined) {
+				return nil, attempt, fail(p) // a decline is the command's stored outcome
+			}
 			return resp, attempt, nil
 		case err == nil:
 			p := resp.problem()
 			p.RetryAfter = parseRetryAfter(resp.header.Get(HeaderRetryAfter), c.o.clock())
 			retryAfter, err = p.RetryAfter, p
 		}
+		unknown = unknown || errors.Is(err, ErrOutcomeUnknown)
 		if attempt >= c.o.maxAttempts {
-			return nil, attempt, fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+			return nil, attempt, fail(fmt.Errorf("gave up after %d attempts: %w", attempt, err))
 		}
 		wait := max(c.o.backoff(attempt-1), retryAfter)
 		if deadline, ok := ctx.Deadline(); ok && c.o.clock().Add(wait).After(deadline) {
-			return nil, attempt, fmt.Errorf("gave up after %d attempts, next in %v is past the deadline: %w: %w",
-				attempt, wait, err, context.DeadlineExceeded)
+			return nil, attempt, fail(fmt.Errorf("gave up after %d attempts, next in %v is past the deadline: %w: %w",
+				attempt, wait, err, context.DeadlineExceeded))
 		}
 		if c.o.onRetry != nil {
 			c.o.onRetry(attempt, wait, err)
 		}
 		if serr := c.o.sleep(ctx, wait); serr != nil {
-			return nil, attempt, fmt.Errorf("gave up after %d attempts: %w: %w", attempt, err, serr)
+			return nil, attempt, fail(fmt.Errorf("gave up after %d attempts: %w: %w", attempt, err, serr))
 		}
 	}
 }

@@ -136,13 +136,20 @@ func (e *ProblemError) Is(target error) bool {
 	return false
 }
 
-// unknownError is a network error, or a context that ended, during an
-// attempt: the request may have been sent and run. It matches
-// ErrOutcomeUnknown and unwraps to its cause.
+// unknownError is an error whose request may have run: a network error
+// or a context that ended mid-request, an answer that could not be read,
+// or any final error after an earlier attempt of the same call that may
+// have run. It matches ErrOutcomeUnknown, and its cause's sentinels but
+// ErrUnavailable, which would say that nothing was charged.
 type unknownError struct{ err error }
 
 func (e *unknownError) Error() string { return e.err.Error() }
-func (e *unknownError) Unwrap() error { return e.err }
+
+// Is matches ErrOutcomeUnknown and what the cause matches, except
+// ErrUnavailable: the earlier attempt may have charged.
 func (e *unknownError) Is(target error) bool {
-	return target == ErrOutcomeUnknown
+	return target == ErrOutcomeUnknown || target != ErrUnavailable && errors.Is(e.err, target)
 }
+
+// As finds what the cause holds, a *ProblemError among them.
+func (e *unknownError) As(target any) bool { return errors.As(e.err, target) }
