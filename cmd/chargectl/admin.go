@@ -293,7 +293,7 @@ func (a *admin) stuck(ctx context.Context, limit int) error {
 		return err
 	}
 	now := a.clock()
-	var found []idem.StuckLease
+	var found []idem.Record
 	var errs []error
 	for shard := range st.Shards() {
 		for sl, err := range st.StuckLeases(ctx, shard, now) {
@@ -307,7 +307,7 @@ func (a *admin) stuck(ctx context.Context, limit int) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	slices.SortFunc(found, func(x, y idem.StuckLease) int { return x.LeaseExpiresAt.Compare(y.LeaseExpiresAt) })
+	slices.SortFunc(found, func(x, y idem.Record) int { return x.LeaseExpiresAt.Compare(y.LeaseExpiresAt) })
 	more := len(found) > limit
 	found = found[:min(len(found), limit)]
 	out := make([]stuckOutput, len(found))

@@ -184,7 +184,7 @@ func (a *admin) dlqRedrive(ctx context.Context, args []string) (err error) {
 		case perr != nil:
 			out.Malformed = append(out.Malformed, l)
 			keep = append(keep, m)
-		case !only.IsZero() && key != only:
+		case only != (idem.Key{}) && key != only:
 			out.Left++
 			keep = append(keep, m)
 		default:
@@ -210,7 +210,7 @@ func (a *admin) dlqRedrive(ctx context.Context, args []string) (err error) {
 	} else {
 		a.printRedrive(out)
 	}
-	if err == nil && !only.IsZero() && len(out.Moved) == 0 {
+	if err == nil && only != (idem.Key{}) && len(out.Moved) == 0 {
 		err = fmt.Errorf("no message of %s in the dead-letter queue", keyText(only))
 	}
 	return err

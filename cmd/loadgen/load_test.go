@@ -43,7 +43,7 @@ func TestParseLoadFlags(t *testing.T) {
 		{"-target", "http://192.168.1.10:3000"},
 		{"-provider", "http://example.com"},
 		{"-dynamodb", "https://dynamodb.us-east-1.amazonaws.com"},
-		{"-tenant", "has space"},
+		{"-tenant", "has#separator"},
 		{"-rate", "0"},
 		{"-max-inflight", "0"},
 		{"extra"},

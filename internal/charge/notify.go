@@ -34,7 +34,7 @@ type Notification struct {
 
 // settles reports whether n can settle a charge command at all.
 func (n Notification) settles() bool {
-	return !n.Command.IsZero() && n.Command.Operation() == Operation &&
+	return n.Command != (idem.Key{}) && n.Command.Operation() == Operation &&
 		(n.Result.Status == provider.StatusCharged || n.Result.Status == provider.StatusDeclined)
 }
 

@@ -19,7 +19,7 @@ func TestParseMessageRefusesMalformedMessages(t *testing.T) {
 		"member case":         {`{"Tenant":"acme","command_id":"a","request":` + req + `}`, ""},
 		"no tenant":           {`{"command_id":"a","request":` + req + `}`, "tenant"},
 		"null tenant":         {`{"tenant":null,"command_id":"a","request":` + req + `}`, "tenant"},
-		"bad tenant":          {`{"tenant":"ac me","command_id":"a","request":` + req + `}`, "tenant"},
+		"bad tenant":          {`{"tenant":"ac#me","command_id":"a","request":` + req + `}`, "tenant"},
 		"number id":           {`{"tenant":"acme","command_id":42,"request":` + req + `}`, "command_id"},
 		"empty id":            {`{"tenant":"acme","command_id":"","request":` + req + `}`, "command_id"},
 		"id with outer space": {`{"tenant":"acme","command_id":"a ","request":` + req + `}`, "command_id"},

@@ -56,7 +56,7 @@ type Backend interface {
 	Get(ctx context.Context, key Key) (*Record, error)
 	// StuckLeases lists one shard's commands whose lease ran out before
 	// before, oldest first.
-	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[StuckLease, error]
+	StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[Record, error]
 	// Shards is the number of shards StuckLeases reads.
 	Shards() int
 }

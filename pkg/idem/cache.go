@@ -153,9 +153,8 @@ func (c *ReplayCache) keep(e *cached) {
 	}
 }
 
-// Len is the number of entries: replays, and the leases begun through the
-// cache whose command has no replay here yet.
-func (c *ReplayCache) Len() int {
+// len is how many entries the cache holds.
+func (c *ReplayCache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()

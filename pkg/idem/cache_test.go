@@ -61,8 +61,8 @@ func TestReplayCache(t *testing.T) {
 	replay(k2)
 	replay(k3) // k and the other tenant's lease are the least recently used: dropped
 	e.calls.Snapshot()
-	if cache.Len() != 2 {
-		t.Fatalf("cache holds %d entries, want 2", cache.Len())
+	if idem.CacheLen(cache) != 2 {
+		t.Fatalf("cache holds %d entries, want 2", idem.CacheLen(cache))
 	}
 	replay(k)
 	check("an evicted key", map[string]int{"PutItem": 1})
@@ -204,8 +204,8 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 
 	// The bound: the cache holds the three entries used last, and the
 	// first commit's was dropped long since; the store answers it.
-	if cache.Len() != 3 {
-		t.Fatalf("cache holds %d entries, want 3", cache.Len())
+	if idem.CacheLen(cache) != 3 {
+		t.Fatalf("cache holds %d entries, want 3", idem.CacheLen(cache))
 	}
 	replay(committed)
 	check("a commit dropped by the bound", map[string]int{"PutItem": 1})

@@ -9,59 +9,46 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Verdict is what an operation's function says became of its effect.
-type Verdict int
-
-// The verdicts, and what Do does with each.
-const (
-	// VerdictUnknown: the effect may have happened. The record stays
-	// IN_FLIGHT until whoever takes it over (a reconciler) finds out. It
-	// is the zero Outcome's verdict, so a function that only returns an
-	// error never frees its key by accident.
-	VerdictUnknown Verdict = iota
-	// VerdictSucceeded: Commit, with the business writes in the same
-	// transaction.
-	VerdictSucceeded
-	// VerdictFailed: Fail; the response is a refusal every retry gets
-	// again.
-	VerdictFailed
-	// VerdictNotApplied: Release; the effect verifiably did not happen,
-	// and a retry of the same request runs it afresh.
-	VerdictNotApplied
-)
-
 // Outcome is an operation's verdict on its effect, with the response to
 // answer and, on success, the business writes to commit with the record.
 // Only a Succeeded or Failed response is stored and replayed; the others
 // are answered once.
+//
+// Status is the status the outcome moves the record to: StatusSucceeded
+// (Commit, with the business writes in the same transaction),
+// StatusFailedPermanent (Fail: a refusal every retry gets again),
+// StatusReleased (Release: the effect verifiably did not happen, and a
+// retry runs it afresh), or StatusInFlight (the effect may have happened:
+// the record waits for a reconciler). The zero Outcome is the last, so a
+// function that only returns an error never frees its key by accident.
 type Outcome struct {
-	Verdict  Verdict
+	Status   Status
 	Response Response
 	Writes   []types.TransactWriteItem
-	// RetryAt, with an Unknown verdict, postpones the lease to then
-	// (Postponed). Settle refuses it with any other verdict.
+	// RetryAt, with StatusInFlight, postpones the lease to then
+	// (Postponed). Settle refuses it with any other status.
 	RetryAt time.Time
 }
 
 // Succeeded is the outcome of an effect that happened: resp is stored and
 // replayed, and writes are committed in one transaction with the record.
 func Succeeded(resp Response, writes ...types.TransactWriteItem) Outcome {
-	return Outcome{Verdict: VerdictSucceeded, Response: resp, Writes: writes}
+	return Outcome{Status: StatusSucceeded, Response: resp, Writes: writes}
 }
 
 // Failed is the outcome of a permanent refusal (a declined card): resp is
 // stored and replayed.
-func Failed(resp Response) Outcome { return Outcome{Verdict: VerdictFailed, Response: resp} }
+func Failed(resp Response) Outcome { return Outcome{Status: StatusFailedPermanent, Response: resp} }
 
 // NotApplied is the outcome of an effect that verifiably did not happen
 // (the provider refused before acting): the key is released, and resp,
 // if any, answered but not stored.
-func NotApplied(resp Response) Outcome { return Outcome{Verdict: VerdictNotApplied, Response: resp} }
+func NotApplied(resp Response) Outcome { return Outcome{Status: StatusReleased, Response: resp} }
 
 // Unknown is the outcome of an effect that may have happened (a timeout):
 // the record stays IN_FLIGHT for reconciliation, and resp, if any, is
 // answered but not stored.
-func Unknown(resp Response) Outcome { return Outcome{Verdict: VerdictUnknown, Response: resp} }
+func Unknown(resp Response) Outcome { return Outcome{Status: StatusInFlight, Response: resp} }
 
 // DoOptions adjust Do.
 type DoOptions struct {
@@ -145,22 +132,22 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 // over settles it here once it has found out what happened.
 func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, error) {
 	switch {
-	case !out.RetryAt.IsZero() && out.Verdict != VerdictUnknown:
+	case !out.RetryAt.IsZero() && out.Status != "" && out.Status != StatusInFlight:
 		return StatusInFlight, fmt.Errorf("idem: settle %s: a retry time with a verdict that settles", l.Key.LogHash())
 	case !out.RetryAt.IsZero():
 		return StatusInFlight, b.Postpone(ctx, l, out.RetryAt)
 	}
-	switch out.Verdict {
-	case VerdictUnknown:
+	switch out.Status {
+	case "", StatusInFlight:
 		return StatusInFlight, nil
-	case VerdictSucceeded:
+	case StatusSucceeded:
 		return StatusSucceeded, b.Commit(ctx, l, out.Response, out.Writes...)
-	case VerdictFailed:
+	case StatusFailedPermanent:
 		return StatusFailedPermanent, b.Fail(ctx, l, out.Response)
-	case VerdictNotApplied:
+	case StatusReleased:
 		return StatusReleased, b.Release(ctx, l)
 	default:
-		return StatusInFlight, fmt.Errorf("idem: settle %s: unknown verdict %d", l.Key.LogHash(), out.Verdict)
+		return StatusInFlight, fmt.Errorf("idem: settle %s: an outcome of status %q", l.Key.LogHash(), out.Status)
 	}
 }
 

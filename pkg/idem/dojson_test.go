@@ -195,7 +195,7 @@ func TestDoJSONRefusesTextThatIsNotUTF8(t *testing.T) {
 		"bytes":              {[]byte("\xe9"), []byte("\xe8"), false},
 		"a skipped field":    {tagged{Count: "1", Skip: "\xe9"}, tagged{Count: "2", Skip: "\xe8"}, false},
 		"a raw message":      {json.RawMessage("\"\xe9\""), json.RawMessage("\"\xe8\""), true},
-		"valid U+FFFD alone": {named{"\uFFFD"}, named{"\uFFFD!"}, false},
+		"U+FFFD itself":      {named{"\uFFFD"}, named{"\uFFFD!"}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

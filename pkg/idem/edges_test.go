@@ -86,8 +86,8 @@ func TestPostponeHidesTheLeaseUntilThen(t *testing.T) {
 	if err := e.store.Postpone(ctx, l, until); err != nil {
 		t.Fatal(err)
 	}
-	stuck := func(at time.Time) []idem.StuckLease {
-		var out []idem.StuckLease
+	stuck := func(at time.Time) []idem.Record {
+		var out []idem.Record
 		for sl, err := range e.store.StuckLeases(ctx, 0, at) {
 			if err != nil {
 				t.Fatal(err)

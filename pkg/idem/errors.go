@@ -101,7 +101,5 @@ func (e *UnknownClaimError) Error() string {
 	return "idem: claim outcome unknown: " + e.Err.Error()
 }
 
-func (e *UnknownClaimError) Unwrap() error { return e.Err }
-
-// Is makes errors.Is(err, ErrUnknownClaim) true.
-func (e *UnknownClaimError) Is(target error) bool { return target == ErrUnknownClaim }
+// Unwrap gives ErrUnknownClaim and Err, for errors.Is and errors.As.
+func (e *UnknownClaimError) Unwrap() []error { return []error{ErrUnknownClaim, e.Err} }

@@ -122,9 +122,6 @@ func (k Key) Operation() string { return k.operation }
 // ClientKey returns the key as the client sent it.
 func (k Key) ClientKey() string { return k.client }
 
-// IsZero reports whether k is the zero Key.
-func (k Key) IsZero() bool { return k == Key{} }
-
 // LogHash is a short digest of the key for logs and metrics, which must
 // never carry the key itself (it may hold a customer's order number):
 // the same key always gives the same hash, so its lines can be found.

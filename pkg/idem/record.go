@@ -66,7 +66,8 @@ type Begun struct {
 	Status Status
 }
 
-// Record is a stored command as Get reads it.
+// Record is a stored command as Get reads it. StuckLeases gives only its
+// Key, LeaseExpiresAt and Attempts.
 type Record struct {
 	Key            Key
 	Status         Status
@@ -83,13 +84,6 @@ type Record struct {
 	LeaseToken string
 	Intent     []byte
 	Response   *Response // nil unless terminal
-}
-
-// StuckLease is an in-flight record whose lease ran out.
-type StuckLease struct {
-	Key            Key
-	LeaseExpiresAt time.Time
-	Attempts       int // take-overs so far
 }
 
 func init() {

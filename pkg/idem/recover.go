@@ -28,7 +28,7 @@ type Resolver func(ctx context.Context, l *Lease) (Outcome, error)
 // (the provider is down, or its "not found" cannot be trusted before its
 // settle window has passed). It stays IN_FLIGHT, and nobody takes it over
 // before until (Postpone); StuckLeases lists it again after.
-func Postponed(until time.Time) Outcome { return Outcome{Verdict: VerdictUnknown, RetryAt: until} }
+func Postponed(until time.Time) Outcome { return Outcome{Status: StatusInFlight, RetryAt: until} }
 
 // ReleaseLocalEffect is the Resolver for a command whose only effect is
 // the business writes its Succeeded outcome commits in the record's

@@ -156,7 +156,7 @@ func TestRecoverRefuses(t *testing.T) {
 
 	t.Run("a retry time with a verdict that settles", func(t *testing.T) {
 		both := func(context.Context, *idem.Lease) (idem.Outcome, error) {
-			return idem.Outcome{Verdict: idem.VerdictSucceeded, Response: resp, RetryAt: clock.Now().Add(time.Hour)}, nil
+			return idem.Outcome{Status: idem.StatusSucceeded, Response: resp, RetryAt: clock.Now().Add(time.Hour)}, nil
 		}
 		got, err := idem.Recover(ctx, s, k, both)
 		if err == nil || got.Lease == nil || got.Status != idem.StatusInFlight {

@@ -176,6 +176,6 @@ func contractErrorsRedacted(t *testing.T, s idem.Backend) {
 		t.Errorf("do, preempted: %v, want ErrLeaseLost", err)
 	}
 	wantRedacted(t, "do, settlement refused", lost, err)
-	_, err = idem.Settle(ctx, s, l, idem.Outcome{Verdict: idem.Verdict(99)})
+	_, err = idem.Settle(ctx, s, l, idem.Outcome{Status: idem.Status("BOGUS")})
 	wantRedacted(t, "settle, unknown verdict", k, err)
 }

@@ -28,7 +28,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 
 // begin is Begin after reclaims attempts to claim a RELEASED record.
 func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte, reclaims int) (idem.Begun, error) {
-	if key.IsZero() {
+	if key == (idem.Key{}) {
 		return idem.Begun{}, fmt.Errorf("%w: the zero Key", idem.ErrInvalidKey)
 	}
 	if len(intent) > policy.MaxIntent {

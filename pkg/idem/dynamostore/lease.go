@@ -95,6 +95,9 @@ func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
 // and a new intent claimed the key) gives ErrNotFound: the proof is not
 // this command's.
 func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
+	if created.IsZero() {
+		return nil, fmt.Errorf("idem: preempt %s: a zero CreatedAt names no command: %w", key.LogHash(), idem.ErrNotFound)
+	}
 	return s.takeOver(ctx, key, "preempt", created)
 }
 

@@ -53,7 +53,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
 // before's. Stop early by breaking out of the loop. An item that does not
 // decode is yielded as an error wrapping ErrUnreadableRecord, and the
 // listing goes on; any other error ends it.
-func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error] {
+func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
 	if s.layout.index == "" {
 		return s.scanStuckLeases(ctx, shard, before)
 	}
@@ -66,12 +66,12 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 	names, values := map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt}, map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)}
 	in.FilterExpression = s.ownRecords(names, values)
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = names, values
-	return func(yield func(idem.StuckLease, error) bool) {
+	return func(yield func(idem.Record, error) bool) {
 		p := dynamodb.NewQueryPaginator(s.db, in)
 		for p.HasMorePages() {
 			page, err := p.NextPage(ctx)
 			if err != nil {
-				yield(idem.StuckLease{}, fmt.Errorf("idem: stuck leases shard %d, index %s: %w", shard, s.layout.index, AsUnavailable(err)))
+				yield(idem.Record{}, fmt.Errorf("idem: stuck leases shard %d, index %s: %w", shard, s.layout.index, AsUnavailable(err)))
 				return
 			}
 			for _, item := range page.Items {
@@ -88,7 +88,7 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 // segment of a parallel Scan, so a sweep of every shard reads the table
 // once, whatever its size; a Scan has no order, so the segment's stuck
 // leases are gathered and sorted before the first is yielded.
-func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error] {
+func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
 	filter := "#lexp < :before"
 	names := map[string]string{"#key": s.layout.keyIn, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts}
 	values := map[string]types.AttributeValue{":before": millis(before)}
@@ -104,12 +104,12 @@ func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time
 		Segment:                   aws.Int32(int32(shard)),
 		TotalSegments:             aws.Int32(int32(s.pol.Shards)),
 	}
-	return func(yield func(idem.StuckLease, error) bool) {
-		var found []idem.StuckLease
+	return func(yield func(idem.Record, error) bool) {
+		var found []idem.Record
 		for p := dynamodb.NewScanPaginator(s.db, in); p.HasMorePages(); {
 			page, err := p.NextPage(ctx)
 			if err != nil {
-				yield(idem.StuckLease{}, fmt.Errorf("idem: stuck leases shard %d, scan: %w", shard, AsUnavailable(err)))
+				yield(idem.Record{}, fmt.Errorf("idem: stuck leases shard %d, scan: %w", shard, AsUnavailable(err)))
 				return
 			}
 			for _, item := range page.Items {
@@ -123,7 +123,7 @@ func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time
 				found = append(found, sl)
 			}
 		}
-		slices.SortFunc(found, func(a, b idem.StuckLease) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
+		slices.SortFunc(found, func(a, b idem.Record) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
 		for _, sl := range found {
 			if !yield(sl, nil) {
 				return
@@ -157,28 +157,28 @@ func (s *Store) ownRecords(names map[string]string, values map[string]types.Attr
 // not decode gives an error wrapping
 // ErrUnreadableRecord, naming the item by its key's hash only: the key
 // may be a client's, and the parser's error would quote it.
-func (s *Store) decodeStuck(item map[string]types.AttributeValue) (idem.StuckLease, error) {
+func (s *Store) decodeStuck(item map[string]types.AttributeValue) (idem.Record, error) {
 	v, ok := item[s.layout.keyIn].(*types.AttributeValueMemberS)
 	if !ok {
-		return idem.StuckLease{}, fmt.Errorf("idem: stuck lease without %s: %w", s.layout.keyIn, idem.ErrUnreadableRecord)
+		return idem.Record{}, fmt.Errorf("idem: stuck lease without %s: %w", s.layout.keyIn, idem.ErrUnreadableRecord)
 	}
 	stored, ok := strings.CutPrefix(v.Value, s.layout.prefix)
 	unreadable := func(why string) error {
 		return fmt.Errorf("idem: stuck lease key:%s: %w: %s", policy.LogHash(stored), idem.ErrUnreadableRecord, why)
 	}
 	if !ok {
-		return idem.StuckLease{}, unreadable(fmt.Sprintf("without the key prefix %q", s.layout.prefix))
+		return idem.Record{}, unreadable(fmt.Sprintf("without the key prefix %q", s.layout.prefix))
 	}
 	key, err := idem.ParseKey(stored)
 	if err != nil {
-		return idem.StuckLease{}, unreadable("not a key")
+		return idem.Record{}, unreadable("not a key")
 	}
 	ms, err := numberAttr(item, AttrLeaseExpiresAt)
 	if err != nil {
-		return idem.StuckLease{}, unreadable(err.Error())
+		return idem.Record{}, unreadable(err.Error())
 	}
 	attempts, _ := numberAttr(item, attrAttempts) // absent until the first take-over
-	return idem.StuckLease{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
+	return idem.Record{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
 }
 
 func (s *Store) decodeRecord(key idem.Key, item map[string]types.AttributeValue) (*idem.Record, error) {

@@ -596,8 +596,8 @@ func postponeHides(t *testing.T, c *suite) {
 	if err := c.Store.Postpone(ctx, l, until); err != nil {
 		t.Fatal(err)
 	}
-	listed := func(at time.Time) []idem.StuckLease {
-		var out []idem.StuckLease
+	listed := func(at time.Time) []idem.Record {
+		var out []idem.Record
 		for sl, err := range c.Store.StuckLeases(ctx, 0, at) {
 			if err != nil {
 				t.Fatal(err)

@@ -157,7 +157,7 @@ func (s *Store) Has(table string, key map[string]types.AttributeValue) bool {
 
 // Begin claims key for a request with fingerprint fp, as dynamostore.Store.Begin.
 func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
-	if key.IsZero() {
+	if key == (idem.Key{}) {
 		return idem.Begun{}, fmt.Errorf("%w: the zero Key", idem.ErrInvalidKey)
 	}
 	if len(intent) > policy.MaxIntent {
@@ -322,6 +322,9 @@ func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
 // live RELEASED one back, as dynamostore.Store.Preempt: only of the command
 // created at created.
 func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
+	if created.IsZero() {
+		return nil, fmt.Errorf("idem: preempt %s: a zero CreatedAt names no command: %w", key.LogHash(), idem.ErrNotFound)
+	}
 	return s.takeOver(ctx, key, "preempt", created)
 }
 
@@ -337,7 +340,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	defer s.mu.Unlock()
 	rec, ok := s.records[key]
 	switch {
-	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live || live && !rec.createdAt.Equal(created):
+	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live || live && rec.createdAt.UnixMilli() != created.UnixMilli():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
 	case rec.status.Terminal():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrCompleted)
@@ -377,18 +380,18 @@ func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 // milliseconds, the unit the DynamoDB store keeps the lease's end in:
 // before is cut to its millisecond, so a lease that ended at 12:00:00.001
 // is not listed before 12:00:00.0015.
-func (s *Store) StuckLeases(_ context.Context, shard int, before time.Time) iter.Seq2[idem.StuckLease, error] {
+func (s *Store) StuckLeases(_ context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
 	beforeMs := before.UnixMilli()
 	s.mu.Lock()
-	var stuck []idem.StuckLease
+	var stuck []idem.Record
 	for key, rec := range s.records {
 		if rec.status == idem.StatusInFlight && rec.leaseExpiresAt.UnixMilli() < beforeMs && s.pol.Shard(key.String()) == shard {
-			stuck = append(stuck, idem.StuckLease{Key: key, LeaseExpiresAt: rec.leaseExpiresAt, Attempts: rec.attempts})
+			stuck = append(stuck, idem.Record{Key: key, LeaseExpiresAt: rec.leaseExpiresAt, Attempts: rec.attempts})
 		}
 	}
 	s.mu.Unlock()
-	slices.SortFunc(stuck, func(a, b idem.StuckLease) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
-	return func(yield func(idem.StuckLease, error) bool) {
+	slices.SortFunc(stuck, func(a, b idem.Record) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
+	return func(yield func(idem.Record, error) bool) {
 		for _, sl := range stuck {
 			if !yield(sl, nil) {
 				return
