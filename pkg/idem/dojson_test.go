@@ -186,16 +186,16 @@ func TestDoJSONRefusesTextThatIsNotUTF8(t *testing.T) {
 		first, second any
 		refused       bool
 	}{
-		"a string":           {named{"Jos\xe9"}, named{"Jos\xe8"}, true},
-		"a map key":          {map[string]int{"k\xe9": 1}, map[string]int{"k\xe8": 1}, true},
-		"a nested value":     {nested{[]map[string]any{{"a": []any{"x\xe9"}}}}, nested{[]map[string]any{{"a": []any{"x\xe8"}}}}, true},
-		"a pointer":          {&named{"\xff"}, &named{"\xfe"}, true},
-		"a text marshaler":   {map[string]jsonText{"t": "\xe9"}, map[string]jsonText{"t": "\xe8"}, true},
-		"a string option":    {tagged{Count: "\xe9"}, tagged{Count: "\xe8"}, true},
-		"bytes":              {[]byte("\xe9"), []byte("\xe8"), false},
-		"a skipped field":    {tagged{Count: "1", Skip: "\xe9"}, tagged{Count: "2", Skip: "\xe8"}, false},
-		"a raw message":      {json.RawMessage("\"\xe9\""), json.RawMessage("\"\xe8\""), true},
-		"U+FFFD itself":      {named{"\uFFFD"}, named{"\uFFFD!"}, true},
+		"a string":         {named{"Jos\xe9"}, named{"Jos\xe8"}, true},
+		"a map key":        {map[string]int{"k\xe9": 1}, map[string]int{"k\xe8": 1}, true},
+		"a nested value":   {nested{[]map[string]any{{"a": []any{"x\xe9"}}}}, nested{[]map[string]any{{"a": []any{"x\xe8"}}}}, true},
+		"a pointer":        {&named{"\xff"}, &named{"\xfe"}, true},
+		"a text marshaler": {map[string]jsonText{"t": "\xe9"}, map[string]jsonText{"t": "\xe8"}, true},
+		"a string option":  {tagged{Count: "\xe9"}, tagged{Count: "\xe8"}, true},
+		"bytes":            {[]byte("\xe9"), []byte("\xe8"), false},
+		"a skipped field":  {tagged{Count: "1", Skip: "\xe9"}, tagged{Count: "2", Skip: "\xe8"}, false},
+		"a raw message":    {json.RawMessage("\"\xe9\""), json.RawMessage("\"\xe8\""), true},
+		"U+FFFD itself":    {named{"\uFFFD"}, named{"\uFFFD!"}, true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
