@@ -220,3 +220,26 @@ func TestDoJSONRefusesTextThatIsNotUTF8(t *testing.T) {
 		})
 	}
 }
+
+// TestDoJSONStoresItsRequest: the lease carries the request's canonical
+// JSON as the intent a resolver reads; a request too large to store is
+// refused before anything runs.
+func TestDoJSONStoresItsRequest(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	k := idemtest.UniqueKey(t, "acme")
+	var intent []byte
+	_, err := idem.DoJSON(t.Context(), s, k, map[string]any{"b": 2, "a": "x"}, func(_ context.Context, l *idem.Lease) (int, error) {
+		intent = l.Intent
+		return 1, nil
+	})
+	if err != nil || string(intent) != `{"a":"x","b":2}` {
+		t.Fatalf("intent %s, %v; want the request's canonical JSON", intent, err)
+	}
+	var runs atomic.Int32
+	big := idemtest.UniqueKey(t, "acme")
+	_, err = idem.DoJSON(t.Context(), s, big, strings.Repeat("x", 200*1024), countedJSON(&runs, 1, nil))
+	if !errors.Is(err, idem.ErrTooLarge) || runs.Load() != 0 {
+		t.Fatalf("a 200 KiB request: %v, %d runs; want ErrTooLarge and no run", err, runs.Load())
+	}
+}

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -102,4 +103,57 @@ func ExampleRecover() {
 	// IN_FLIGHT true <nil>
 	// SUCCEEDED true <nil>
 	// retry: true 201 {"id":"ch_1"}
+}
+
+// A DoJSON function asks a warehouse to ship an order, then crashes before
+// its result is stored. The key stays IN_FLIGHT. A sweep's resolver reads
+// the order back from the lease's intent, asks the warehouse, and settles
+// the command with the shipment. The retry gets that shipment, and the
+// warehouse shipped once.
+func ExampleSucceededJSON() {
+	type order struct {
+		ID  string `json:"id"`
+		SKU string `json:"sku"`
+	}
+	type shipment struct {
+		Order    string `json:"order"`
+		Tracking string `json:"tracking"`
+	}
+	ctx := context.Background()
+	clock := idemtest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	store := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
+	shipped := map[string]string{} // the warehouse: order id to tracking number
+	calls := 0
+	ship := func(ctx context.Context, l *idem.Lease, o order) (shipment, error) {
+		calls++
+		shipped[o.ID] = "TRK-1"
+		return shipment{}, errors.New("crashed after shipping") // the answer is lost
+	}
+	o := order{ID: "order-42", SKU: "tea"}
+	key, _ := idem.NewKey("acme", "ship-order", o.ID)
+
+	_, err := idem.DoJSON(ctx, store, key, o, func(ctx context.Context, l *idem.Lease) (shipment, error) { return ship(ctx, l, o) })
+	fmt.Println("first call:", err)
+
+	clock.Advance(time.Minute) // the attempt's lease runs out
+	resolve := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		var o order
+		if err := json.Unmarshal(l.Intent, &o); err != nil {
+			return idem.Outcome{}, err
+		}
+		tracking, ok := shipped[o.ID]
+		if !ok {
+			return idem.NotApplied(idem.Response{}), nil // never shipped: a retry ships it
+		}
+		return idem.SucceededJSON(shipment{Order: o.ID, Tracking: tracking})
+	}
+	swept, err := idem.Sweep(ctx, store, resolve)
+	fmt.Printf("swept: %d found, %d settled, %v\n", swept.Found, swept.Settled, err)
+
+	s, err := idem.DoJSON(ctx, store, key, o, func(ctx context.Context, l *idem.Lease) (shipment, error) { return ship(ctx, l, o) })
+	fmt.Println("retry:", s, err, "warehouse calls:", calls)
+	// Output:
+	// first call: crashed after shipping
+	// swept: 1 found, 1 settled, <nil>
+	// retry: {order-42 TRK-1} <nil> warehouse calls: 1
 }
