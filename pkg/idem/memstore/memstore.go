@@ -157,6 +157,9 @@ func (s *Store) Has(table string, key map[string]types.AttributeValue) bool {
 
 // Begin claims key for a request with fingerprint fp, as dynamostore.Store.Begin.
 func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	if err := done(ctx, "begin", key); err != nil {
+		return idem.Begun{}, err
+	}
 	if key == (idem.Key{}) {
 		return idem.Begun{}, fmt.Errorf("%w: the zero Key", idem.ErrInvalidKey)
 	}
@@ -216,19 +219,28 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 // fails gives *idem.WriteConditionError, and neither the writes nor the
 // record change. A Commit repeated with the same response by the lease
 // that made it returns nil again.
-func (s *Store) Commit(_ context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
+func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
+	if err := done(ctx, "commit", l.Key); err != nil {
+		return err
+	}
 	return s.settle("commit", l, idem.StatusSucceeded, &resp, writes)
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp, as
 // dynamostore.Store.Fail.
-func (s *Store) Fail(_ context.Context, l *idem.Lease, resp idem.Response) error {
+func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) error {
+	if err := done(ctx, "fail", l.Key); err != nil {
+		return err
+	}
 	return s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil)
 }
 
 // Release marks the record RELEASED, keeping its fingerprint until
 // retention ends, as dynamostore.Store.Release.
-func (s *Store) Release(_ context.Context, l *idem.Lease) error {
+func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
+	if err := done(ctx, "release", l.Key); err != nil {
+		return err
+	}
 	return s.settle("release", l, idem.StatusReleased, nil, nil)
 }
 
@@ -277,6 +289,9 @@ func (s *Store) fenced(rec *record, l *idem.Lease) bool {
 
 // Heartbeat extends the lease, as dynamostore.Store.Heartbeat.
 func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
+	if err := done(ctx, "heartbeat", l.Key); err != nil {
+		return err
+	}
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
 	if err := s.extend("heartbeat", l, until, true); err != nil {
 		return err
@@ -288,7 +303,10 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 
 // Postpone gives up the lease until the given time, keeping the command
 // IN_FLIGHT, as dynamostore.Store.Postpone.
-func (s *Store) Postpone(_ context.Context, l *idem.Lease, until time.Time) error {
+func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) error {
+	if err := done(ctx, "postpone", l.Key); err != nil {
+		return err
+	}
 	until = time.UnixMilli(until.UnixMilli())
 	if err := s.extend("postpone", l, until, false); err != nil {
 		return err
@@ -329,6 +347,9 @@ func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*
 }
 
 func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
+	if err := done(ctx, op, key); err != nil {
+		return nil, err
+	}
 	live := !created.IsZero()
 	now := s.pol.Now()
 	token, err := s.pol.Token()
@@ -359,7 +380,10 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 
 // Get returns the record for key, as dynamostore.Store.Get: ErrNotFound when it
 // is absent or past retention.
-func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
+func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	if err := done(ctx, "get", key); err != nil {
+		return nil, err
+	}
 	now := s.pol.Clock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -380,7 +404,12 @@ func (s *Store) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 // milliseconds, the unit the DynamoDB store keeps the lease's end in:
 // before is cut to its millisecond, so a lease that ended at 12:00:00.001
 // is not listed before 12:00:00.0015.
-func (s *Store) StuckLeases(_ context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
+func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
+	if err := ctx.Err(); err != nil {
+		return func(yield func(idem.Record, error) bool) {
+			yield(idem.Record{}, fmt.Errorf("idem: stuck leases shard %d: %w", shard, err))
+		}
+	}
 	beforeMs := before.UnixMilli()
 	s.mu.Lock()
 	var stuck []idem.Record
@@ -422,4 +451,13 @@ func cloned(r *idem.Response) *idem.Response {
 		return nil
 	}
 	return normalized(*r)
+}
+
+// done refuses a call whose context has ended, as the DynamoDB store's
+// SDK does: nothing is read or changed.
+func done(ctx context.Context, op string, key idem.Key) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
+	}
+	return nil
 }
