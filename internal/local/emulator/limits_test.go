@@ -11,6 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/chargeonce/chargeonce/internal/local/provision"
 )
 
 // DynamoDB's answers to an over-long key.
@@ -103,7 +105,11 @@ var keyCalls = []keyCall{
 	{"Query with a sort key range", "", func(ctx context.Context, db *dynamodb.Client, table string, key item) error {
 		expr, values := "pk = :pk", item{":pk": key["pk"]}
 		if sk, ok := key["sk"]; ok {
-			expr, values[":lo"], values[":sk"] = expr+" AND sk BETWEEN :lo AND :sk", s("0"), sk
+			lo := s("0") // below every key the test makes, of sk's type
+			if _, binary := sk.(*types.AttributeValueMemberB); binary {
+				lo = &types.AttributeValueMemberB{Value: []byte{0}}
+			}
+			expr, values[":lo"], values[":sk"] = expr+" AND sk BETWEEN :lo AND :sk", lo, sk
 		}
 		_, err := db.Query(ctx, &dynamodb.QueryInput{
 			TableName: aws.String(table), KeyConditionExpression: aws.String(expr), ExpressionAttributeValues: values,
@@ -156,13 +162,37 @@ func transact(ctx context.Context, db *dynamodb.Client, items ...types.TransactW
 	return err
 }
 
+// bk is a key in the table b, whose keys are binary: tag followed by
+// zeros up to pk and sk bytes.
+func bk(tag string, pk, sk int) item {
+	key := func(n int) types.AttributeValue {
+		v := make([]byte, n)
+		copy(v, tag)
+		return &types.AttributeValueMemberB{Value: v}
+	}
+	return item{"pk": key(pk), "sk": key(sk)}
+}
+
 // TestKeySizeLimits holds every call that takes a key to DynamoDB's limits:
 // a partition key of 2,048 bytes and a sort key of 1,024 bytes are taken,
-// one byte more is refused with DynamoDB's ValidationException.
+// one byte more is refused with DynamoDB's ValidationException. A string
+// counts its UTF-8 bytes, a binary its raw bytes.
 func TestKeySizeLimits(t *testing.T) {
 	t.Parallel()
 	sd := startSides(t, nil)[0]
 	seed(t, sd.db, "h", "r", false)
+	binary := func(name string) types.AttributeDefinition {
+		return types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: types.ScalarAttributeTypeB}
+	}
+	if _, err := provision.CreateTable(t.Context(), sd.db, &dynamodb.CreateTableInput{
+		TableName: aws.String("b"), BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{binary("pk"), binary("sk")},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String("pk"), KeyType: types.KeyTypeHash}, {AttributeName: aws.String("sk"), KeyType: types.KeyTypeRange},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for i, kc := range keyCalls {
 		t.Run(kc.name, func(t *testing.T) {
 			tag := fmt.Sprintf("%02d", i)
@@ -175,6 +205,8 @@ func TestKeySizeLimits(t *testing.T) {
 				{"partition key", "h", hk(sized(tag, 2048)), hk(sized(tag, 2049)), hashKeyTooLong},
 				{"partition key with a sort key", "r", rk(sized(tag, 2048), "a"), rk(sized(tag, 2049), "a"), hashKeyTooLong},
 				{"sort key", "r", rk(tag, sized(tag, 1024)), rk(tag, sized(tag, 1025)), rangeKeyTooLong},
+				{"binary partition key", "b", bk(tag, 2048, 1), bk(tag, 2049, 1), hashKeyTooLong},
+				{"binary sort key", "b", bk(tag, 2, 1024), bk(tag, 2, 1025), rangeKeyTooLong},
 			} {
 				if got := errorCode(kc.call(t.Context(), sd.db, c.table, c.at)); got != kc.ok {
 					t.Errorf("%s at the limit: answered %q, want %q", c.what, got, kc.ok)
