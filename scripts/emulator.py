@@ -34,6 +34,12 @@ the threads that serve: under load that was an eighth of the emulator's
 time (py-spy), spent before the next request could take the DynamoDB lock.
 Errors are logged either way.
 
+DynamoDB's size limits (always on, see install_limits). moto checks a
+key's size only when it stores an item, and holds an item to its own
+reckoning of 400 KB. Here every call that takes a key checks it first, as
+DynamoDB does, and expressions, items and transactions are held to
+DynamoDB's documented limits, with its ValidationException.
+
 Three lookups moto repeats on every request are cached, as they cannot
 change while it runs: the list of its service modules (a directory listing,
 taken under the dispatcher's lock, that every request waited for), the
@@ -410,13 +416,16 @@ def _check_query(handler):
     body = handler.body
     _check_expressions(body)
     expression = body.get("KeyConditionExpression")
-    if not expression:
+    values = body.get("ExpressionAttributeValues") or {}
+    # Parsing the key condition is most of a query's check: skip it when no
+    # value could be over either limit.
+    if not expression or all(_key_size(v) <= RANGE_KEY_MAX for v in values.values()):
         return
     try:
         hashes, ranges, _ = parse_expression(
             key_condition_expression=expression,
             expression_attribute_names=body.get("ExpressionAttributeNames") or {},
-            expression_attribute_values=body.get("ExpressionAttributeValues") or {},
+            expression_attribute_values=values,
             schema=handler.dynamodb_backend.get_schema(
                 table_name=body.get("TableName"), index_name=body.get("IndexName")
             ),
