@@ -364,7 +364,8 @@ def install_limits():
     messages). Each expression is held to 4 KB, a transaction to 4 MB and
     TransactGetItems to 100 actions (moto: 25). An item is held to
     DynamoDB's 400 KB by DynamoDB's sizing rules (_size), where moto held
-    it to 405,000 bytes with binary values counted in base64.
+    it to 405,000 bytes, counted a number by its digits and a list or map
+    without its overhead.
 
     The checks read only the request moto already parsed, and cost a few
     microseconds. A transaction's items are sized only when the request is
@@ -444,25 +445,24 @@ def _check_batch_get(handler):
     """BatchGetItem: each table's expressions and keys."""
     for table, request in (handler.body.get("RequestItems") or {}).items():
         _check_expressions(request)
-        for key in request.get("Keys") or ():
+        for key in (request.get("Keys") if isinstance(request, dict) else None) or ():
             _check_key(handler, table, key)
 
 
 def _check_batch_write(handler):
     """BatchWriteItem: the key of each put and delete."""
     for table, requests in (handler.body.get("RequestItems") or {}).items():
-        for request in requests:
-            put, delete = request.get("PutRequest"), request.get("DeleteRequest")
-            if put:
-                _check_key(handler, table, put.get("Item"))
-            if delete:
-                _check_key(handler, table, delete.get("Key"))
+        for request in requests or ():
+            for kind, attrs in (("PutRequest", "Item"), ("DeleteRequest", "Key")):
+                part = request.get(kind) if isinstance(request, dict) else None
+                if isinstance(part, dict):
+                    _check_key(handler, table, part.get(attrs))
 
 
 def _check_transact_get(handler):
     """TransactGetItems: each Get's expressions and key."""
     for entry in handler.body.get("TransactItems") or ():
-        get = entry.get("Get") or {}
+        get = (entry.get("Get") if isinstance(entry, dict) else None) or {}
         _check_expressions(get)
         _check_key(handler, get.get("TableName"), get.get("Key"))
 
@@ -474,17 +474,23 @@ def _check_transact_write(handler):
     aggregate size of the items": here a Put counts its item, and an
     Update, Delete or ConditionCheck its key.
     """
-    entries = handler.body.get("TransactItems") or ()
-    for entry in entries:
-        for action, op in entry.items():
-            _check_expressions(op)
-            _check_key(handler, op.get("TableName"), op.get("Item" if action == "Put" else "Key"))
-    if _request_length(handler) <= TRANSACTION_MAX:
+    actions = [
+        (action, op)
+        for entry in handler.body.get("TransactItems") or ()
+        if isinstance(entry, dict)
+        for action, op in entry.items()
+        if isinstance(op, dict)
+    ]
+    for action, op in actions:
+        _check_expressions(op)
+        _check_key(handler, op.get("TableName"), op.get("Item" if action == "Put" else "Key"))
+    length = _request_length(handler)
+    if length is not None and length <= TRANSACTION_MAX:
         return
     total = 0
-    for entry in entries:
-        for action, op in entry.items():
-            attrs = op.get("Item" if action == "Put" else "Key") or {}
+    for action, op in actions:
+        attrs = op.get("Item" if action == "Put" else "Key")
+        if isinstance(attrs, dict):
             total += sum(_attribute_size(name, value) for name, value in attrs.items())
     if total > TRANSACTION_MAX:
         raise dynamodb_errors.MockValidationException(_TRANSACTION_TOO_LARGE)

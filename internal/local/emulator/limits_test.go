@@ -317,6 +317,32 @@ func TestItemSizeLimit(t *testing.T) {
 		}
 	}
 
+	// A list counts 3 bytes, and 1 for each element: pk "l" (2 + 1) and v
+	// (1 + 3) with 136,530 numbers 1 (1 + 2 each) and a string of tail
+	// bytes (1 + tail) come to 409,598 + tail bytes.
+	list := func(tail int) item {
+		elems := make([]types.AttributeValue, 136_530, 136_531)
+		for i := range elems {
+			elems[i] = n("1")
+		}
+		return item{"pk": s("l"), "v": &types.AttributeValueMemberL{Value: append(elems, s(strings.Repeat("x", tail)))}}
+	}
+	if got := answer(writes[0].write(t.Context(), list(2))); got != "" {
+		t.Errorf("a list of 409,600 bytes: answered %q, want success", got)
+	}
+	if got := answer(writes[0].write(t.Context(), list(3))); got != tooLarge {
+		t.Errorf("a list of 409,601 bytes: answered %q, want %q", got, tooLarge)
+	}
+	// A number counts a byte for two significant digits, plus one: 20,479
+	// numbers of 38 digits come to 409,580 bytes.
+	numbers := make([]string, 20_479)
+	for i := range numbers {
+		numbers[i] = fmt.Sprintf("1%037d", i)
+	}
+	if got := answer(writes[0].write(t.Context(), item{"pk": s("n"), "v": &types.AttributeValueMemberNS{Value: numbers}})); got != "" {
+		t.Errorf("a set of 20,479 numbers of 38 digits: answered %q, want success", got)
+	}
+
 	// An update that grows an item of 409,590 bytes by w (1 + 9) to its
 	// limit is applied; one that grows it a byte further is refused.
 	grow := func(ctx context.Context, pk, value string) error {
