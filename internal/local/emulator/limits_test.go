@@ -364,6 +364,40 @@ func TestItemSizeLimit(t *testing.T) {
 	if got := answer(grow(t.Context(), "g2", strings.Repeat("x", 10))); got != updateTooLarge {
 		t.Errorf("UpdateItem to 409,601 bytes: answered %q, want %q", got, updateTooLarge)
 	}
+
+	// A refused write changes nothing, though moto applies an update's
+	// actions, and a batch's puts, one at a time.
+	_, err := sd.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+		TableName: aws.String("h"), Key: hk("g2"), UpdateExpression: aws.String("SET n = :n, m.k = :n, w = :w"),
+		ExpressionAttributeValues: item{":n": n("9"), ":w": s(strings.Repeat("x", 10))},
+	})
+	if got := answer(err); got != updateTooLarge {
+		t.Errorf("UpdateItem of three actions to 409,601 bytes: answered %q, want %q", got, updateTooLarge)
+	}
+	_, err = sd.db.UpdateItem(t.Context(), &dynamodb.UpdateItemInput{
+		TableName: aws.String("h"), Key: hk("g3"), UpdateExpression: aws.String("SET n = :n, w = :w"),
+		ExpressionAttributeValues: item{":n": n("9"), ":w": s(strings.Repeat("x", 409_600))},
+	})
+	if got := answer(err); got != updateTooLarge {
+		t.Errorf("UpdateItem of a new item of 409,614 bytes: answered %q, want %q", got, updateTooLarge)
+	}
+	_, err = sd.db.BatchWriteItem(t.Context(), &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{"h": {
+		{PutRequest: &types.PutRequest{Item: item{"pk": s("g4")}}},
+		{PutRequest: &types.PutRequest{Item: sizedItem("g5", 409_601)}},
+	}}})
+	if got := answer(err); got != tooLarge {
+		t.Errorf("BatchWriteItem of a put of 409,601 bytes after another: answered %q, want %q", got, tooLarge)
+	}
+	want := map[string]string{"g2": render(sizedItem("g2", 409_590)), "g3": "{}", "g4": "{}"}
+	for pk, want := range want {
+		out, err := sd.db.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String("h"), Key: hk(pk), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := render(out.Item); got != want {
+			t.Errorf("after the refused writes, %s holds %s, want %s", pk, got, want)
+		}
+	}
 }
 
 // TestTransactionLimits holds a transaction to DynamoDB's 4 MB of items
