@@ -367,11 +367,13 @@ def install_limits():
     it to 405,000 bytes, counted a number by its digits and a list or map
     without its overhead.
 
-    The checks read only the request moto already parsed, and cost a few
-    microseconds. A transaction's items are sized only when the request is
-    over 4 MB: its JSON is never shorter than DynamoDB's size of what it
-    holds. An item's size is checked where moto checked it, as each of its
-    attributes is set.
+    The checks read only the request moto already parsed: 1 to 6 us for a
+    GetItem, a Query or a commit's transaction. A transaction's items, and
+    a batch's, are sized only when the request is over the limit: its JSON
+    is never shorter than DynamoDB's size of what it holds. An item's size
+    is checked where moto checked it, as each of its attributes is set. An
+    UpdateItem refused for its item's size changes nothing, as in DynamoDB
+    (_undone_if_too_large).
     """
     handler = dynamodb_responses.DynamoHandler
     for action, check in _LIMIT_CHECKS.items():
@@ -403,8 +405,9 @@ def _undone_if_too_large(update_item):
     moto applies an update's actions to the stored item one at a time, so
     an update refused for the item's size left its earlier actions applied
     (and an item it created, with its stream record). Here the item and
-    its stream are put back as they were (_NamedItems, a deep copy of the
-    one item: about 20 us for a record of ten attributes).
+    its stream are put back as they were (_NamedItems: a deep copy of the
+    one item, about 30 us for a record of ten attributes on a loaded
+    machine, where the whole UpdateItem took 2 ms).
     """
 
     @functools.wraps(update_item)
@@ -599,7 +602,8 @@ def _text_size(text):
 
 
 def _binary_size(data):
-    """A binary's size: its raw bytes, whether moto holds them or base64."""
+    """A binary's size: its raw bytes, parsed from the request or, in a
+    value moto built from base64 text, decoded."""
     if isinstance(data, (bytes, bytearray)):
         return len(data)
     if not isinstance(data, str):
