@@ -1,41 +1,50 @@
-// Package memstore provides an in-memory idempotency store with the
-// semantics of pkg/idem's DynamoDB store, for unit tests that should not
-// need DynamoDB: the same conditional claim, fencing by lease token,
-// take-over, RELEASED records that keep their fingerprint, retention
-// counted from the settling lease's end (IN_FLIGHT never expires), the
-// same size limit (idem.ErrTooLarge) and the same stuck-lease listing.
-// Both stores pass the conformance suite of package idemtest.
+// Package memstore provides an in-memory idem.Backend for unit tests that
+// should not need DynamoDB. It keeps the semantics of package
+// dynamostore's store: the same conditional claim, fencing by lease
+// token, take-over, RELEASED records that keep their fingerprint,
+// retention counted from the settling lease's end (IN_FLIGHT never
+// expires), the same size limit (idem.ErrTooLarge) and the same
+// stuck-lease listing. Both stores pass the conformance suite of package
+// idemtest.
+//
+//	clock := idemtest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+//	store := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
+//
+// Options.Clock is the store's clock: every function of package idem
+// reads it through Backend.Now, so a test moves time there alone.
+//
+// memstore answers at once, under one lock, so concurrent duplicates that
+// DynamoDB answers with *idem.InFlightError may meet a settled record
+// here instead. Test the in-flight answer with a function that waits,
+// not with timing.
 //
 // Commit applies its business writes to in-memory tables in one step with
 // the record, and checks their conditions as DynamoDB would for the ones
 // idempotent writes use most: attribute_exists(a) and
 // attribute_not_exists(a) of key attributes, joined by AND. A condition
 // that fails makes Commit return *idem.WriteConditionError naming the
-// write, and nothing is written; any other condition is refused with an
+// write, and nothing is written. Any other condition is refused with an
 // error wrapping errors.ErrUnsupported, never ignored. Has tells a test
 // whether a row is there, and Writes lists what was committed.
 //
 // An Update, Delete or ConditionCheck finds its item by its Key. A Put
-// names no key, and DynamoDB checks its condition on the item with its
-// item's key, so memstore checks a Put's condition only where it knows
-// that key: on a table whose key attributes are declared (DeclareKey), or
-// when the Put's item has a single attribute, which is then the key (an
-// item holds the whole key). There the check is exact, whether the
-// condition names the whole key or part of it. A conditioned Put of an
-// item of more attributes on a table without a declared key is refused
-// with an error wrapping errors.ErrUnsupported, whatever its condition
-// names: memstore cannot tell a key attribute from another there, and
-// taking the named attributes for the key would look for another item
-// than the one DynamoDB checks, and commit what DynamoDB cancels whenever
-// a named attribute is not a key attribute. Declare the key of such a
-// table. An unconditioned Put needs no key. Not checked: an Update's UpdateExpression (not applied:
-// an Update that creates an item leaves its key only, all a condition
-// here looks at), and what DynamoDB would refuse as invalid (key schemas
-// of undeclared tables, attribute types, reserved words, unused
-// placeholders, two writes on one item).
+// names no key, and DynamoDB checks its condition on the item with the
+// Put's key. So memstore checks a Put's condition only where it knows that
+// key: on a table whose key attributes are declared (DeclareKey), or when
+// the Put's item has a single attribute, which is then the key. There the
+// check is exact, whether the condition names the whole key or part of
+// it. A conditioned Put of an item of more attributes on a table without a
+// declared key is refused with an error wrapping errors.ErrUnsupported:
+// memstore cannot tell a key attribute from another there. Declare the key
+// of such a table. An unconditioned Put needs no key.
 //
-// The store is safe for concurrent use. Give it a clock through
-// dynamostore.Options.Clock to move time in tests.
+// Not checked: an Update's UpdateExpression (not applied: an Update that
+// creates an item leaves its key only, all a condition here looks at), and
+// what DynamoDB would refuse as invalid (key schemas of undeclared tables,
+// attribute types, reserved words, unused placeholders, two writes on one
+// item). pkg/idem's docs/memstore.md has a table of what is checked.
+//
+// The store is safe for concurrent use.
 package memstore
 
 import (
