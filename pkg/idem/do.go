@@ -126,7 +126,7 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 }
 
 // Settle applies out to the command l holds, as Do does with its
-// function's outcome: Commit, Fail or Release; for an Unknown verdict,
+// function's outcome: Commit, Fail or Release; for StatusInFlight,
 // Postpone to RetryAt if it is set, or nothing. It returns the status the
 // record is left in when the error is nil. A reconciler that took a lease
 // over settles it here once it has found out what happened.

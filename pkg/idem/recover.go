@@ -99,7 +99,7 @@ func Recover(ctx context.Context, b Backend, key Key, resolve Resolver) (Result,
 
 // recoverError is an error of Recover's. Its text names the key by its
 // hash wherever the error it wraps names the key itself or its client part
-// (this package's stores never do, but a caller's Reclaimer or Resolver
+// (this package's stores never do, but a caller's Backend or Resolver
 // may, a resolver most likely by the client's key, such as an order
 // number), since a sweep's errors are bound for a log.
 type recoverError struct {
@@ -151,7 +151,9 @@ type Swept struct {
 
 // Sweep recovers every command whose lease has run out: it reads the
 // stuck-lease index shard by shard (StuckLeases, no Scan) and calls Recover
-// with resolve for each key listed. A failed shard query or key does not
+// with resolve for each key listed. Its first shard rotates with the
+// store's minute, so a sweep cut short starves no shard. A failed shard
+// query or key does not
 // stop it; the errors come back joined. It stops when ctx ends, with ctx's
 // error: what it did not reach stays in the index for the next sweep, and
 // a key it was resolving keeps its taken-over lease until that runs out.

@@ -564,8 +564,8 @@ func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
 	k := key(t, "acme")
 	_, err = s.Begin(ctx, k, fpA, []byte("intent"))
 	var unknown *idem.UnknownClaimError
-	if !errors.As(err, &unknown) {
-		t.Fatalf("Begin whose answer was lost: %v, want *UnknownClaimError", err)
+	if !errors.As(err, &unknown) || errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("Begin whose answer was lost: %v, want *UnknownClaimError, never ErrUnavailable (which proves no record was written)", err)
 	}
 	rec, gerr := e.store.Get(ctx, k)
 	if gerr != nil || rec.Status != idem.StatusInFlight || !rec.LeaseExpiresAt.Equal(unknown.LeaseExpiresAt) {

@@ -221,7 +221,7 @@ func TestRoundTrips(t *testing.T) {
 }
 
 // recordBudget is the most bytes the record of a first charge may take
-// (pkg/idem's doc, "Record layout", lists what they hold).
+// (pkg/idem/dynamostore's doc, "Record layout", lists what they hold).
 const recordBudget = 500
 
 // byteCounter counts the bytes written to it.

@@ -18,11 +18,15 @@ const root = "../.."
 // documents lists the checked files, relative to the repository.
 func documents(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
-	if err != nil {
-		t.Fatal(err)
+	var docs []string
+	for _, pattern := range []string{"docs/*.md", "pkg/idem/docs/*.md"} {
+		found, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, found...)
 	}
-	files := []string{"README.md", "pkg/idem/README.md"}
+	files := []string{"README.md", "pkg/idem/README.md", "pkg/idem/CHANGELOG.md"}
 	for _, d := range docs {
 		rel, err := filepath.Rel(root, d)
 		if err != nil {
@@ -162,6 +166,10 @@ func TestLinksResolve(t *testing.T) {
 			file, anchor := resolve(doc, l.target)
 			if file == ".." || strings.HasPrefix(file, "../") {
 				t.Errorf("%s:%d: %s leaves the repository", doc, l.line, l.target)
+				continue
+			}
+			if strings.HasPrefix(doc, "pkg/idem/") && !strings.HasPrefix(file, "pkg/idem/") {
+				t.Errorf("%s:%d: %s leaves the pkg/idem module, which a user may hold alone", doc, l.line, l.target)
 				continue
 			}
 			info, err := os.Stat(filepath.Join(root, filepath.FromSlash(file)))

@@ -83,7 +83,7 @@ func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
 		}
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.UnknownClaimError{
-			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: AsUnavailable(err),
+			LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: err, // not AsUnavailable: that would say no record was written
 		})
 	}
 	if len(ccf.Item) == 0 {

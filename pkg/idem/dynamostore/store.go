@@ -57,8 +57,8 @@ type Options struct {
 	Clock func() time.Time
 	// Random is the source of lease tokens. Default crypto/rand.Reader.
 	Random io.Reader
-	// The table's layout, for records in an existing table (README,
-	// "Existing tables"); Store.TableInput and Store.TTLInput follow it.
+	// The table's layout, for records in an existing table
+	// (docs/tables.md); Store.TableInput and Store.TTLInput follow it.
 	//
 	// KeyAttribute names the table's partition key, a string attribute.
 	// It holds KeyPrefix + Key.String(), or PartitionKeyValue. Default

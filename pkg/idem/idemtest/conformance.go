@@ -33,14 +33,17 @@ func (c *suite) begin(t *testing.T, k idem.Key, fp idem.Fingerprint) *idem.Lease
 	if err != nil || b.Lease == nil || b.Status != idem.StatusInFlight {
 		t.Fatalf("Begin: want a new lease, got %+v, %v", b, err)
 	}
+	if b.RecordExpiresAt.IsZero() || b.Lease.RecordExpiresAt.IsZero() {
+		t.Fatalf("Begin: a lease without RecordExpiresAt: %+v", b)
+	}
 	return b.Lease
 }
 
 func (c *suite) wantReplay(t *testing.T, k idem.Key, want idem.Response, status idem.Status) {
 	t.Helper()
 	b, err := c.Store.Begin(context.Background(), k, fpA, nil)
-	if err != nil || b.Replay == nil || b.Lease != nil {
-		t.Fatalf("Begin: want a replay, got %+v, %v", b, err)
+	if err != nil || b.Replay == nil || b.Lease != nil || b.RecordExpiresAt.IsZero() {
+		t.Fatalf("Begin: want a replay with its RecordExpiresAt, got %+v, %v", b, err)
 	}
 	if !b.Replay.Equal(want) || b.Status != status {
 		t.Fatalf("replay = %s %d %q %v, want %s %d %q %v", b.Status, b.Replay.Status, b.Replay.Body, b.Replay.Headers, status, want.Status, want.Body, want.Headers)

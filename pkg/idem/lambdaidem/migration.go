@@ -13,8 +13,8 @@ import (
 // runs unprotected, is counted and logged, and is answered with headers
 // saying that the key will be required. It runs under a key of its own
 // that no retry sends, so its business writes still commit with a record.
-// Unset Options.Migration to require the key; pkg/idem's README
-// ("Adopting on a live API") has the steps.
+// Unset Options.Migration to require the key; pkg/idem's
+// docs/adopting.md has the steps.
 type KeyMigration struct {
 	// Since is when requests without a key became deprecated, the
 	// Deprecation header's date (RFC 9745). Default: the answer's own

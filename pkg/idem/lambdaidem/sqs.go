@@ -157,7 +157,7 @@ func heldUntil(err error) (time.Time, bool) {
 // each receive counts toward the redrive policy's maxReceiveCount: one
 // whose key is still held under a live lease then is reported again,
 // unless SQSOptions.Visibility moved its next delivery to the lease's end.
-// Pkg/idem's README ("Middleware options") says when that happens.
+// pkg/idem's docs/middleware.md says when that happens.
 func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOptions)) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	var o SQSOptions
 	for _, fn := range optFns {

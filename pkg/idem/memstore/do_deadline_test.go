@@ -11,7 +11,7 @@ import (
 )
 
 // A resolver may release a command once the effect's settle window has
-// passed since the lease's AttemptDeadline (the README's rule for external
+// passed since the lease's AttemptDeadline (docs/recovery.md's rule for external
 // effects), so Do's function must not send after it. Its context ended
 // only with the caller's: without a deadline, or with one past the lease's
 // cap, a slow attempt sent the effect after the command was released as
