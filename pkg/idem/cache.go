@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"context"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
@@ -59,6 +60,9 @@ func NewReplayCache(b Backend, maxEntries int) *ReplayCache {
 // the wrapped Backend, keeping any replay it gives, and the fingerprint of
 // any lease, for the settlement.
 func (c *ReplayCache) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
+	if err := ctx.Err(); err != nil {
+		return Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
+	}
 	if b, ok := c.lookup(key, fp); ok {
 		return b, nil
 	}

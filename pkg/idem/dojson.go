@@ -21,7 +21,9 @@ import (
 // leaves the record IN_FLIGHT, and fn's error is returned as it is.
 //
 // The request's canonical JSON is stored as the command's intent: one
-// over 190 KiB is refused with ErrTooLarge. A Resolver reads it back from
+// over 190 KiB is refused with ErrTooLarge. The request and the result
+// share a record's 380 KiB: a result too large to fit beside its request
+// leaves the command IN_FLIGHT, as any Commit refused with ErrTooLarge. A Resolver reads it back from
 // Lease.Intent with json.Unmarshal, asks the effect's source what
 // happened, and settles the command with SucceededJSON. A retry then gets
 // that value as T.

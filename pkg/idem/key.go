@@ -26,8 +26,8 @@ type Key struct {
 
 const keySep = "#"
 
-// NewKey validates and scopes a client key. The tenant is 1 to 128
-// printable characters without '#', so an identity provider's subject
+// NewKey validates and scopes a client key. The tenant is 1 to 128 bytes
+// of printable UTF-8 text without '#', so an identity provider's subject
 // ("auth0|abc") fits. The operation is a short identifier (letters,
 // digits and . _ - : @). The client key is 1 to 255 printable ASCII
 // characters. An invalid part gives an error wrapping ErrInvalidKey.

@@ -173,7 +173,7 @@ func (s *Store) notTaken(key idem.Key, item map[string]types.AttributeValue, now
 	switch {
 	case err != nil:
 		return err
-	case rec.Status == idem.StatusReleased || policy.Expired(rec.ExpiresAt, now) || !created.IsZero() && !rec.CreatedAt.Equal(created):
+	case rec.Status == idem.StatusReleased || policy.Expired(rec.ExpiresAt, now) || !created.IsZero() && rec.CreatedAt.UnixMilli() != created.UnixMilli():
 		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), idem.ErrNotFound)
 	case rec.Status.Terminal():
 		return fmt.Errorf("idem: take over %s: %w", key.LogHash(), idem.ErrCompleted)

@@ -69,7 +69,9 @@ func (p Policy) Now() time.Time { return time.UnixMilli(p.Clock().UnixMilli()) }
 func (p Policy) LeaseUntil(ctx context.Context, now time.Time) time.Time {
 	d := p.DefaultLease
 	if deadline, ok := ctx.Deadline(); ok {
-		d = deadline.Sub(now) + p.LeaseMargin
+		// A deadline is on the real clock, now on the store's, which a
+		// test may have moved: the time left is measured on the real one.
+		d = time.Until(deadline) + p.LeaseMargin
 	}
 	return time.UnixMilli(now.Add(min(max(d, p.LeaseMargin), p.MaxLease)).UnixMilli())
 }
