@@ -194,33 +194,20 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 			d.Reserve = o.Reserve
 		}
 	})
-	var (
-		inflight *idem.InFlightError
-		mismatch *idem.MismatchError
-		unknown  *idem.UnknownClaimError
-	)
-	switch {
-	case errors.As(err, &inflight):
-		return o.inProgress(inflight.LeaseExpiresAt)
-	case errors.As(err, &mismatch):
-		return o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request.")
-	case errors.As(err, &unknown) && keyed:
-		o.OnError(ctx, err)
-		return o.claimUnknown(unknown.LeaseExpiresAt)
-	case err != nil && res.Lease == nil: // a claim without a key that may have landed is one no retry meets
-		o.OnError(ctx, err)
-		return o.unavailable(keyed)
-	case err != nil:
+	if err != nil && res.Lease == nil { // Begin's error: fn did not run
+		return o.refused(ctx, err, keyed)
+	}
+	if err != nil {
 		o.OnError(ctx, err)
 	}
 	var resp idem.Response
 	switch {
 	case res.Status == idem.StatusInFlight && (err != nil || res.Response.Status == 0):
-		return o.pending(res.Lease.ExpiresAt, keyed)
+		resp = o.pending(res.Lease.ExpiresAt, keyed)
 	case res.Response.Status != 0:
 		resp = withHeaders(res.Response)
 	case res.Status == idem.StatusReleased:
-		return o.unavailable(keyed)
+		resp = o.unavailable(keyed)
 	default:
 		return o.problem(problemInternal, "")
 	}
@@ -236,6 +223,47 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 	return resp
 }
 
+// refused answers an error of Begin by the sentinel it wraps, with the
+// times of its typed error when they are set.
+func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response {
+	switch {
+	case errors.Is(err, idem.ErrMismatch):
+		e := typed[idem.MismatchError](err)
+		return expires(o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request."), e.RecordExpiresAt)
+	case errors.Is(err, idem.ErrInFlight):
+		e := typed[idem.InFlightError](err)
+		return expires(o.inProgress(e.LeaseExpiresAt), e.RecordExpiresAt)
+	}
+	o.OnError(ctx, err)
+	if errors.Is(err, idem.ErrUnknownClaim) && keyed {
+		e := typed[idem.UnknownClaimError](err)
+		return expires(o.claimUnknown(e.LeaseExpiresAt), e.RecordExpiresAt)
+	}
+	return o.unavailable(keyed)
+}
+
+// typed is the error of type *T in err's tree, or T's zero value when
+// the Backend returned the plain sentinel: then its times are zero.
+func typed[T any, P interface {
+	*T
+	error
+}](err error) T {
+	if p, ok := errors.AsType[P](err); ok {
+		return *p
+	}
+	var zero T
+	return zero
+}
+
+// expires sets resp's Idempotency-Expires to at, unless the store did not
+// say (at is zero).
+func expires(resp idem.Response, at time.Time) idem.Response {
+	if !at.IsZero() {
+		resp.Headers[HeaderIdempotencyExpires] = at.UTC().Format(http.TimeFormat)
+	}
+	return resp
+}
+
 // The longest Retry-After for a key held by a live attempt, which may
 // finish any moment; and for one whose attempt ended and whose
 // resolution is overdue.
@@ -245,10 +273,15 @@ const (
 )
 
 // inProgress answers a key held by another attempt whose lease ends at
-// leaseEnd.
+// leaseEnd, or at a time the store did not say (leaseEnd zero).
 func (o *api) inProgress(leaseEnd time.Time) idem.Response {
 	now := o.now()
-	if now.Before(leaseEnd) {
+	switch {
+	case leaseEnd.IsZero():
+		p := o.problem(problemInProgress, "Another request with this key is being processed, or ended without a known outcome. "+
+			"Retry with the same key after Retry-After: you get its outcome once it has one. It will not be done twice.")
+		return retryAt(p, now, now)
+	case now.Before(leaseEnd):
 		p := o.problem(problemInProgress, "Another request with this key is being processed; its attempt holds the key until "+stamp(leaseEnd)+
 			". Retry with the same key after Retry-After: you get its outcome once it has one.")
 		at := leaseEnd
@@ -280,12 +313,18 @@ func (o *api) pending(leaseEnd time.Time, keyed bool) idem.Response {
 }
 
 // claimUnknown answers a claim the store did not confirm, which would
-// have held the key until leaseEnd.
+// have held the key until leaseEnd (zero if the store did not say). An
+// earlier attempt with the key may have carried the request out.
 func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
 	now := o.now()
-	p := o.problem(problemPending, "The store did not confirm that the request was recorded; it was not carried out. Retry with the same key after Retry-After: "+
-		"if it was not recorded, the retry carries it out; if it was, you get 409 request-in-progress until "+stamp(leaseEnd)+", when "+
-		"the service's reconciliation resolves it. It will not be done twice.")
+	until := "the service's reconciliation resolves it"
+	if !leaseEnd.IsZero() {
+		until = stamp(leaseEnd) + ", when " + until
+	}
+	p := o.problem(problemPending, "The store did not confirm that the request was recorded. "+
+		"It was not carried out by this attempt, but an earlier one with this key may have carried it out. "+
+		"Retry with the same key after Retry-After. If the request was not recorded, the retry carries it out. "+
+		"If it was, you get its outcome, or 409 request-in-progress until "+until+". It will not be done twice.")
 	return retryAt(p, now, now.Add(time.Second))
 }
 

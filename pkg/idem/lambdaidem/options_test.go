@@ -210,16 +210,6 @@ func TestOnReplayAndProblemBase(t *testing.T) {
 	}
 }
 
-// unknownClaims is a Backend whose claims all go unanswered.
-type unknownClaims struct {
-	idem.Backend
-	leaseEnd time.Time
-}
-
-func (u unknownClaims) Begin(context.Context, idem.Key, idem.Fingerprint, []byte) (idem.Begun, error) {
-	return idem.Begun{}, &idem.UnknownClaimError{LeaseExpiresAt: u.leaseEnd, Err: idem.ErrUnavailable}
-}
-
 // TestUnknownOutcomeAnswers: each answer for an outcome not known says
 // when to retry and what resolves it, and the 409s that follow keep saying
 // so until it is resolved.
@@ -260,7 +250,7 @@ func TestUnknownOutcomeAnswers(t *testing.T) {
 	clock.Advance(time.Minute)
 	answer(409, "request-in-progress", "30", "ended at "+leaseEnd, "due by "+resolveBy) // overdue: once every 30s
 
-	lost := lambdaidem.HTTP(unknownClaims{Backend: s, leaseEnd: clock.Now().Add(30 * time.Second)}, "create-order", timeout, opts)
+	lost := lambdaidem.HTTP(beginFails{Backend: s, err: &idem.UnknownClaimError{LeaseExpiresAt: clock.Now().Add(30 * time.Second), Err: idem.ErrUnavailable}}, "create-order", timeout, opts)
 	resp, _ := lost(context.Background(), req)
 	if p := wantProblem(t, resp, 503, "outcome-pending"); resp.Headers["Retry-After"] != "1" || !strings.Contains(p.Detail, "not carried out") {
 		t.Fatalf("an unconfirmed claim: Retry-After %q, detail %q", resp.Headers["Retry-After"], p.Detail)
