@@ -224,7 +224,9 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 }
 
 // refused answers an error of Begin by the sentinel it wraps, with the
-// times of its typed error when they are set.
+// times of its typed error when they are set. Only ErrUnavailable proves
+// that Begin wrote no record (see idem.Backend): any other error leaves
+// the claim unknown, so a retry must keep the key.
 func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response {
 	switch {
 	case errors.Is(err, idem.ErrMismatch):
@@ -235,11 +237,16 @@ func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response 
 		return expires(o.inProgress(e.LeaseExpiresAt), e.RecordExpiresAt)
 	}
 	o.OnError(ctx, err)
-	if errors.Is(err, idem.ErrUnknownClaim) && keyed {
+	switch {
+	case !keyed: // fn did not run, and the claim's key is one no retry sends
+		return o.unavailable(false)
+	case errors.Is(err, idem.ErrUnknownClaim):
 		e := typed[idem.UnknownClaimError](err)
 		return expires(o.claimUnknown(e.LeaseExpiresAt), e.RecordExpiresAt)
+	case errors.Is(err, idem.ErrUnavailable):
+		return o.unavailable(true)
 	}
-	return o.unavailable(keyed)
+	return o.claimUnknown(time.Time{})
 }
 
 // typed is the error of type *T in err's tree, or T's zero value when

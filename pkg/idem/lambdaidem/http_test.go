@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
@@ -98,6 +100,29 @@ func TestBeginSentinels(t *testing.T) {
 			}
 			if got := resp.Headers[lambdaidem.HeaderIdempotencyExpires]; got != want {
 				t.Errorf("Idempotency-Expires %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// TestBeginErrorsProveNothing: only an error wrapping ErrUnavailable
+// proves that Begin wrote no record. Any other leaves the claim unknown,
+// so the answer is to retry with the same key, never "nothing was done".
+func TestBeginErrorsProveNothing(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for name, err := range map[string]error{
+		"a custom store's timeout": errors.New("mystore: request timed out"),
+		"a cancelled context":      fmt.Errorf("mystore: begin: %w", context.Canceled),
+		"a deadline":               fmt.Errorf("mystore: begin: %w", context.DeadlineExceeded),
+		"an error of its SDK":      &types.InternalServerError{Message: aws.String("internal")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			resp := answerTo(t, t0, err)
+			p := wantProblem(t, resp, 503, "outcome-pending")
+			if strings.Contains(strings.ToLower(p.Detail), "nothing was done") || !strings.Contains(p.Detail, "same key") || resp.Headers["Retry-After"] == "" {
+				t.Fatalf("detail %q, Retry-After %q: want a retry with the same key, never \"nothing was done\"", p.Detail, resp.Headers["Retry-After"])
 			}
 		})
 	}
