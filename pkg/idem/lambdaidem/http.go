@@ -212,7 +212,7 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 		return o.problem(problemInternal, "")
 	}
 	if keyed && res.Status.Terminal() {
-		resp.Headers[HeaderIdempotencyExpires] = res.RecordExpiresAt.UTC().Format(http.TimeFormat)
+		expires(resp, res.RecordExpiresAt)
 	}
 	if res.Replayed {
 		resp.Headers[HeaderReplayed] = "true"

@@ -127,3 +127,40 @@ func TestBeginErrorsProveNothing(t *testing.T) {
 		})
 	}
 }
+
+// noExpiry is a custom Backend that gives no RecordExpiresAt.
+type noExpiry struct{ idem.Backend }
+
+func (n noExpiry) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	b, err := n.Backend.Begin(ctx, key, fp, intent)
+	b.RecordExpiresAt = time.Time{}
+	if b.Lease != nil {
+		b.Lease.RecordExpiresAt = time.Time{}
+	}
+	return b, err
+}
+
+func (n noExpiry) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
+	err := n.Backend.Commit(ctx, l, resp, writes...)
+	l.RecordExpiresAt = time.Time{}
+	return err
+}
+
+// TestZeroRecordExpiresAt: a store that does not say when a record
+// expires gets no Idempotency-Expires header, rather than year 1.
+func TestZeroRecordExpiresAt(t *testing.T) {
+	t.Parallel()
+	handler := lambdaidem.HTTP(noExpiry{memstore.New()}, "create-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{}`)}), nil
+	})
+	req := httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{}`)
+	for i := range 2 {
+		resp, err := handler(t.Context(), req)
+		if err != nil || resp.StatusCode != 201 || (resp.Headers[lambdaidem.HeaderReplayed] == "true") != (i == 1) {
+			t.Fatalf("call %d: %d %v, %v", i+1, resp.StatusCode, resp.Headers, err)
+		}
+		if h, ok := resp.Headers[lambdaidem.HeaderIdempotencyExpires]; ok {
+			t.Fatalf("call %d: Idempotency-Expires %q, want none", i+1, h)
+		}
+	}
+}
