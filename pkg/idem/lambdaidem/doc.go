@@ -28,7 +28,16 @@
 // Deprecation header.
 //
 // For SQS, each record is an intent keyed by its message id, a message
-// attribute or a JSON field of its body (the inbox pattern), and
-// fingerprinted by its body or some members of it; the records that need
+// attribute or a JSON field of its body (the inbox pattern). It is
+// fingerprinted by its body or some members of it. The records that need
 // another delivery are reported in BatchItemFailures.
+//
+// This package does not import the SQS SDK, so an HTTP-only user does not
+// download it. To hold back a message whose key is held, until its lease
+// ends, wire SQSOptions.Visibility to your SQS client:
+//
+//	o.Visibility = func(ctx context.Context, c lambdaidem.VisibilityChange) error {
+//		_, err := client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: &c.QueueURL, ReceiptHandle: &c.ReceiptHandle, VisibilityTimeout: c.VisibilityTimeout})
+//		return err
+//	}
 package lambdaidem
