@@ -43,9 +43,11 @@ type Options struct {
 	// a REST API Lambda authorizer's principalId. An HTTP API Lambda
 	// authorizer has no principal: use TenantFromLambdaContext.
 	Tenant func(r Request) (string, bool)
-	// Fingerprint identifies the request's content, so that a key reused
-	// for another request is refused; its error is answered 400. Default
-	// FingerprintBody; FingerprintFields takes a subset of the body.
+	// Fingerprint identifies the request, so that a key reused for another
+	// request is refused; its error is answered 400. Default
+	// FingerprintRequest: the route, the method, the path parameters and
+	// the body. FingerprintFields takes a subset of the body;
+	// FingerprintBody, the body alone.
 	Fingerprint func(r Request) (idem.Fingerprint, error)
 	// OnReplay is given every stored answer about to be replayed, with
 	// its key, and what it returns is answered: to count replays or add a
@@ -95,7 +97,7 @@ func newAPI(b idem.Backend, optFns []func(*Options)) *api {
 		a.Tenant = defaultTenant
 	}
 	if a.Fingerprint == nil {
-		a.Fingerprint = FingerprintBody
+		a.Fingerprint = FingerprintRequest
 	}
 	if a.OnError == nil {
 		a.OnError = func(context.Context, error) {}

@@ -95,11 +95,11 @@ func KeyFromJSONField(field string) func(events.SQSMessage) (string, error) {
 // the same message, and a no-op once the first was processed.
 func FingerprintMessageFields(fields ...string) func(events.SQSMessage) (idem.Fingerprint, error) {
 	return func(msg events.SQSMessage) (idem.Fingerprint, error) {
-		fp, err := fieldsFingerprint([]byte(msg.Body), fields)
+		subset, err := fieldsOf([]byte(msg.Body), fields)
 		if err != nil {
-			return fp, fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
+			return idem.Fingerprint{}, fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
 		}
-		return fp, nil
+		return idem.FingerprintOf(subset), nil
 	}
 }
 
