@@ -256,3 +256,32 @@ func TestUnknownOutcomeAnswers(t *testing.T) {
 		t.Fatalf("an unconfirmed claim: Retry-After %q, detail %q", resp.Headers["Retry-After"], p.Detail)
 	}
 }
+
+// TestAuth0Tenant: an Auth0 subject ("auth0|…") is a tenant, end to end
+// on both stores: the request runs once, its retry is a replay, and the
+// same key from another provider's subject is another intent.
+func TestAuth0Tenant(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, s idemtest.Subject) {
+		var runs atomic.Int32
+		handler := lambdaidem.HTTP(s.Store, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+			runs.Add(1)
+			return echoTenant(ctx, req, l)
+		})
+		key := idemtest.UniqueKey(t, "x").ClientKey()
+		for i, c := range []struct {
+			sub      string
+			replayed bool
+			runs     int32
+		}{
+			{"auth0|5f7c8ec7c33c6c004bbafe82", false, 1},
+			{"auth0|5f7c8ec7c33c6c004bbafe82", true, 1},
+			{"google-oauth2|103547991597142817347", false, 2},
+		} {
+			resp, err := handler(t.Context(), httpRequest(c.sub, key, `{"item":"book"}`))
+			if err != nil || resp.StatusCode != 200 || resp.Body != c.sub || (resp.Headers[lambdaidem.HeaderReplayed] == "true") != c.replayed || runs.Load() != c.runs {
+				t.Fatalf("call %d (%s): %d %s %v, %v, %d runs; want tenant %s, replayed %v", i+1, c.sub, resp.StatusCode, resp.Body, resp.Headers, err, runs.Load(), c.sub, c.replayed)
+			}
+		}
+	})
+}
