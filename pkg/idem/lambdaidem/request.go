@@ -149,8 +149,8 @@ func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 // TenantFromIAMPrincipal makes the IAM user or role that signed the
 // request the tenant, by its unique ID (AIDA…, AROA…). It is not the ARN:
 // a role's caller is named by its session, which new credentials change,
-// so a retry would be another tenant's first attempt; and an ARN holds
-// characters a tenant may not. All callers of a role are one tenant.
+// so a retry would be another tenant's first attempt. All callers of a
+// role are one tenant.
 func TenantFromIAMPrincipal() func(Request) (string, bool) {
 	return func(r Request) (string, bool) {
 		if r.Authorizer.IAM == nil {
