@@ -205,11 +205,11 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 	var resp idem.Response
 	switch {
 	case res.Status == idem.StatusInFlight && (err != nil || res.Response.Status == 0):
-		resp = o.pending(res.Lease.ExpiresAt, keyed)
+		return o.pending(res.Lease.ExpiresAt, keyed)
 	case res.Response.Status != 0:
 		resp = withHeaders(res.Response)
 	case res.Status == idem.StatusReleased:
-		resp = o.unavailable(keyed)
+		return o.unavailable(keyed)
 	default:
 		return o.problem(problemInternal, "")
 	}

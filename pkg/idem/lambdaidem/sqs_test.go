@@ -168,7 +168,9 @@ func TestSQSVisibilityOnSQS(t *testing.T) {
 	ctx := t.Context()
 	var q struct{ QueueUrl string }
 	client.call(t, "CreateQueue", map[string]any{"QueueName": dynamotest.UniqueName("lambdaidem")}, &q)
-	t.Cleanup(func() { client.call(t, "DeleteQueue", map[string]any{"QueueUrl": q.QueueUrl}, nil) })
+	t.Cleanup(func() {
+		_ = client.send(context.Background(), "DeleteQueue", map[string]any{"QueueUrl": q.QueueUrl}, nil)
+	})
 	var attrs struct{ Attributes map[string]string }
 	client.call(t, "GetQueueAttributes", map[string]any{"QueueUrl": q.QueueUrl, "AttributeNames": []string{"QueueArn"}}, &attrs)
 	client.call(t, "SendMessage", map[string]any{"QueueUrl": q.QueueUrl, "MessageBody": `{}`}, nil)
@@ -197,8 +199,8 @@ func TestSQSVisibilityOnSQS(t *testing.T) {
 	handler := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
 		return idem.Succeeded(idem.Response{}), nil
 	}, func(o *lambdaidem.SQSOptions) {
-		o.Visibility = func(_ context.Context, c lambdaidem.VisibilityChange) error {
-			return client.send("ChangeMessageVisibility", map[string]any{"QueueUrl": c.QueueURL, "ReceiptHandle": c.ReceiptHandle, "VisibilityTimeout": c.VisibilityTimeout}, nil)
+		o.Visibility = func(ctx context.Context, c lambdaidem.VisibilityChange) error {
+			return client.send(ctx, "ChangeMessageVisibility", map[string]any{"QueueUrl": c.QueueURL, "ReceiptHandle": c.ReceiptHandle, "VisibilityTimeout": c.VisibilityTimeout}, nil)
 		}
 		o.OnError = func(_ context.Context, _ events.SQSMessage, err error) { t.Log(err) }
 	})
@@ -240,28 +242,29 @@ func newSQSClient(t *testing.T) sqsClient {
 	}}
 }
 
-// call sends action with the input in and decodes its output into out,
-// unless out is nil; it fails the test on an error.
+// call sends action, failing the test on an error.
 func (c sqsClient) call(t *testing.T, action string, in, out any) {
 	t.Helper()
-	if err := c.send(action, in, out); err != nil {
+	if err := c.send(t.Context(), action, in, out); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (c sqsClient) send(action string, in, out any) error {
+// send sends action with the input in, and decodes its output into out
+// unless out is nil.
+func (c sqsClient) send(ctx context.Context, action string, in, out any) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	req, err := http.NewRequest(http.MethodPost, c.endpoint, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
 	req.Header.Set("X-Amz-Target", "AmazonSQS."+action)
 	sum := sha256.Sum256(body)
-	if err := v4.NewSigner().SignHTTP(req.Context(), c.creds, req, hex.EncodeToString(sum[:]), "sqs", c.region, time.Now()); err != nil {
+	if err := v4.NewSigner().SignHTTP(ctx, c.creds, req, hex.EncodeToString(sum[:]), "sqs", c.region, time.Now()); err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
