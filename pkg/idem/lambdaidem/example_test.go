@@ -149,3 +149,59 @@ func ExampleSQS() {
 	// shipping {"order":"o-1"}
 	// redeliver: [{m2}]
 }
+
+// By default the fingerprint covers the route's path parameters: a
+// client that reuses one key and one body for two orders gets 422 for
+// the second, not the first order's answer.
+func ExampleFingerprintRequest() {
+	store := memstore.New()
+	put := func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{Status: 200, Body: []byte(`{"id":"` + req.PathParameters["id"] + `"}`)}), nil
+	}
+	handler := lambdaidem.HTTP(store, "put-order", put, func(o *lambdaidem.Options) {
+		o.Tenant = lambdaidem.TenantConstant("shop")
+	})
+
+	for _, id := range []string{"o-1", "o-1", "o-2"} {
+		resp, _ := handler(context.Background(), events.APIGatewayV2HTTPRequest{
+			RouteKey:       "PUT /orders/{id}",
+			PathParameters: map[string]string{"id": id},
+			Headers:        map[string]string{"idempotency-key": "k-1"},
+			Body:           `{"item":"book"}`,
+		})
+		fmt.Println(id, resp.StatusCode, resp.Headers[lambdaidem.HeaderReplayed] == "true")
+	}
+	// Output:
+	// o-1 200 false
+	// o-1 200 true
+	// o-2 422 false
+}
+
+// A message whose key another attempt holds comes back when that
+// attempt's lease ends. Visibility is given the change to make; here it
+// prints it, where the package doc's three lines send it to SQS.
+func ExampleSQS_visibility() {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	store := memstore.New(func(o *memstore.Options) { o.Clock = func() time.Time { return t0 } })
+	msg := events.SQSMessage{
+		MessageId: "m-1", ReceiptHandle: "rh-1", Body: `{"order":"o-1"}`,
+		EventSourceARN: "arn:aws:sqs:eu-west-1:123456789012:orders",
+	}
+	held, _ := idem.NewKey("orders", "fulfil-order", "m-1")
+	fp, _ := idem.FingerprintJSON([]byte(msg.Body))
+	_, _ = store.Begin(context.Background(), held, fp, nil) // another attempt, holding the key for 30s
+
+	handler := lambdaidem.SQS(store, "fulfil-order", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{}), nil
+	}, func(o *lambdaidem.SQSOptions) {
+		o.Visibility = func(_ context.Context, c lambdaidem.VisibilityChange) error {
+			fmt.Println("deliver", c.ReceiptHandle, "again in", c.VisibilityTimeout, "s, from", c.QueueURL)
+			return nil
+		}
+	})
+	resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{msg}})
+	fmt.Println("redeliver:", resp.BatchItemFailures)
+	// Output:
+	// deliver rh-1 again in 30 s, from https://sqs.eu-west-1.amazonaws.com/123456789012/orders
+	// redeliver: [{m-1}]
+}

@@ -43,9 +43,11 @@ type Options struct {
 	// a REST API Lambda authorizer's principalId. An HTTP API Lambda
 	// authorizer has no principal: use TenantFromLambdaContext.
 	Tenant func(r Request) (string, bool)
-	// Fingerprint identifies the request's content, so that a key reused
-	// for another request is refused; its error is answered 400. Default
-	// FingerprintBody; FingerprintFields takes a subset of the body.
+	// Fingerprint identifies the request, so that a key reused for another
+	// request is refused; its error is answered 400. Default
+	// FingerprintRequest: the route, the method, the path parameters and
+	// the body. FingerprintFields takes a subset of the body;
+	// FingerprintBody, the body alone.
 	Fingerprint func(r Request) (idem.Fingerprint, error)
 	// OnReplay is given every stored answer about to be replayed, with
 	// its key, and what it returns is answered: to count replays or add a
@@ -95,7 +97,7 @@ func newAPI(b idem.Backend, optFns []func(*Options)) *api {
 		a.Tenant = defaultTenant
 	}
 	if a.Fingerprint == nil {
-		a.Fingerprint = FingerprintBody
+		a.Fingerprint = FingerprintRequest
 	}
 	if a.OnError == nil {
 		a.OnError = func(context.Context, error) {}
@@ -194,23 +196,10 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 			d.Reserve = o.Reserve
 		}
 	})
-	var (
-		inflight *idem.InFlightError
-		mismatch *idem.MismatchError
-		unknown  *idem.UnknownClaimError
-	)
-	switch {
-	case errors.As(err, &inflight):
-		return o.inProgress(inflight.LeaseExpiresAt)
-	case errors.As(err, &mismatch):
-		return o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request.")
-	case errors.As(err, &unknown) && keyed:
-		o.OnError(ctx, err)
-		return o.claimUnknown(unknown.LeaseExpiresAt)
-	case err != nil && res.Lease == nil: // a claim without a key that may have landed is one no retry meets
-		o.OnError(ctx, err)
-		return o.unavailable(keyed)
-	case err != nil:
+	if err != nil && res.Lease == nil { // Begin's error: fn did not run
+		return o.refused(ctx, err, keyed)
+	}
+	if err != nil {
 		o.OnError(ctx, err)
 	}
 	var resp idem.Response
@@ -225,13 +214,61 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 		return o.problem(problemInternal, "")
 	}
 	if keyed && res.Status.Terminal() {
-		resp.Headers[HeaderIdempotencyExpires] = res.RecordExpiresAt.UTC().Format(http.TimeFormat)
+		expires(resp, res.RecordExpiresAt)
 	}
 	if res.Replayed {
 		resp.Headers[HeaderReplayed] = "true"
 		if o.OnReplay != nil {
 			resp = o.OnReplay(ctx, r, key, resp)
 		}
+	}
+	return resp
+}
+
+// refused answers an error of Begin by the sentinel it wraps, with the
+// times of its typed error when they are set. Only ErrUnavailable proves
+// that Begin wrote no record (see idem.Backend): any other error leaves
+// the claim unknown, so a retry must keep the key.
+func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response {
+	switch {
+	case errors.Is(err, idem.ErrMismatch):
+		e := typed[idem.MismatchError](err)
+		return expires(o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request."), e.RecordExpiresAt)
+	case errors.Is(err, idem.ErrInFlight):
+		e := typed[idem.InFlightError](err)
+		return expires(o.inProgress(e.LeaseExpiresAt), e.RecordExpiresAt)
+	}
+	o.OnError(ctx, err)
+	switch {
+	case !keyed: // fn did not run, and the claim's key is one no retry sends
+		return o.unavailable(false)
+	case errors.Is(err, idem.ErrUnknownClaim):
+		e := typed[idem.UnknownClaimError](err)
+		return expires(o.claimUnknown(e.LeaseExpiresAt), e.RecordExpiresAt)
+	case errors.Is(err, idem.ErrUnavailable):
+		return o.unavailable(true)
+	}
+	return o.claimUnknown(time.Time{})
+}
+
+// typed is the error of type *T in err's tree, or T's zero value when
+// the Backend returned the plain sentinel: then its times are zero.
+func typed[T any, P interface {
+	*T
+	error
+}](err error) T {
+	if p, ok := errors.AsType[P](err); ok {
+		return *p
+	}
+	var zero T
+	return zero
+}
+
+// expires sets resp's Idempotency-Expires to at, unless the store did not
+// say (at is zero).
+func expires(resp idem.Response, at time.Time) idem.Response {
+	if !at.IsZero() {
+		resp.Headers[HeaderIdempotencyExpires] = at.UTC().Format(http.TimeFormat)
 	}
 	return resp
 }
@@ -245,10 +282,15 @@ const (
 )
 
 // inProgress answers a key held by another attempt whose lease ends at
-// leaseEnd.
+// leaseEnd, or at a time the store did not say (leaseEnd zero).
 func (o *api) inProgress(leaseEnd time.Time) idem.Response {
 	now := o.now()
-	if now.Before(leaseEnd) {
+	switch {
+	case leaseEnd.IsZero():
+		p := o.problem(problemInProgress, "Another request with this key is being processed, or ended without a known outcome. "+
+			"Retry with the same key after Retry-After: you get its outcome once it has one. It will not be done twice.")
+		return retryAt(p, now, now)
+	case now.Before(leaseEnd):
 		p := o.problem(problemInProgress, "Another request with this key is being processed; its attempt holds the key until "+stamp(leaseEnd)+
 			". Retry with the same key after Retry-After: you get its outcome once it has one.")
 		at := leaseEnd
@@ -280,12 +322,18 @@ func (o *api) pending(leaseEnd time.Time, keyed bool) idem.Response {
 }
 
 // claimUnknown answers a claim the store did not confirm, which would
-// have held the key until leaseEnd.
+// have held the key until leaseEnd (zero if the store did not say). An
+// earlier attempt with the key may have carried the request out.
 func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
 	now := o.now()
-	p := o.problem(problemPending, "The store did not confirm that the request was recorded; it was not carried out. Retry with the same key after Retry-After: "+
-		"if it was not recorded, the retry carries it out; if it was, you get 409 request-in-progress until "+stamp(leaseEnd)+", when "+
-		"the service's reconciliation resolves it. It will not be done twice.")
+	until := "the service's reconciliation resolves it"
+	if !leaseEnd.IsZero() {
+		until = stamp(leaseEnd) + ", when " + until
+	}
+	p := o.problem(problemPending, "The store did not confirm that the request was recorded. "+
+		"It was not carried out by this attempt, but an earlier one with this key may have carried it out. "+
+		"Retry with the same key after Retry-After. If the request was not recorded, the retry carries it out. "+
+		"If it was, you get its outcome, or 409 request-in-progress until "+until+". It will not be done twice.")
 	return retryAt(p, now, now.Add(time.Second))
 }
 

@@ -210,16 +210,6 @@ func TestOnReplayAndProblemBase(t *testing.T) {
 	}
 }
 
-// unknownClaims is a Backend whose claims all go unanswered.
-type unknownClaims struct {
-	idem.Backend
-	leaseEnd time.Time
-}
-
-func (u unknownClaims) Begin(context.Context, idem.Key, idem.Fingerprint, []byte) (idem.Begun, error) {
-	return idem.Begun{}, &idem.UnknownClaimError{LeaseExpiresAt: u.leaseEnd, Err: idem.ErrUnavailable}
-}
-
 // TestUnknownOutcomeAnswers: each answer for an outcome not known says
 // when to retry and what resolves it, and the 409s that follow keep saying
 // so until it is resolved.
@@ -260,9 +250,38 @@ func TestUnknownOutcomeAnswers(t *testing.T) {
 	clock.Advance(time.Minute)
 	answer(409, "request-in-progress", "30", "ended at "+leaseEnd, "due by "+resolveBy) // overdue: once every 30s
 
-	lost := lambdaidem.HTTP(unknownClaims{Backend: s, leaseEnd: clock.Now().Add(30 * time.Second)}, "create-order", timeout, opts)
+	lost := lambdaidem.HTTP(beginFails{Backend: s, err: &idem.UnknownClaimError{LeaseExpiresAt: clock.Now().Add(30 * time.Second), Err: idem.ErrUnavailable}}, "create-order", timeout, opts)
 	resp, _ := lost(context.Background(), req)
 	if p := wantProblem(t, resp, 503, "outcome-pending"); resp.Headers["Retry-After"] != "1" || !strings.Contains(p.Detail, "not carried out") {
 		t.Fatalf("an unconfirmed claim: Retry-After %q, detail %q", resp.Headers["Retry-After"], p.Detail)
 	}
+}
+
+// TestAuth0Tenant: an Auth0 subject ("auth0|…") is a tenant, end to end
+// on both stores: the request runs once, its retry is a replay, and the
+// same key from another provider's subject is another intent.
+func TestAuth0Tenant(t *testing.T) {
+	t.Parallel()
+	forEachStore(t, func(t *testing.T, s idemtest.Subject) {
+		var runs atomic.Int32
+		handler := lambdaidem.HTTP(s.Store, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+			runs.Add(1)
+			return echoTenant(ctx, req, l)
+		})
+		key := idemtest.UniqueKey(t, "x").ClientKey()
+		for i, c := range []struct {
+			sub      string
+			replayed bool
+			runs     int32
+		}{
+			{"auth0|5f7c8ec7c33c6c004bbafe82", false, 1},
+			{"auth0|5f7c8ec7c33c6c004bbafe82", true, 1},
+			{"google-oauth2|103547991597142817347", false, 2},
+		} {
+			resp, err := handler(t.Context(), httpRequest(c.sub, key, `{"item":"book"}`))
+			if err != nil || resp.StatusCode != 200 || resp.Body != c.sub || (resp.Headers[lambdaidem.HeaderReplayed] == "true") != c.replayed || runs.Load() != c.runs {
+				t.Fatalf("call %d (%s): %d %s %v, %v, %d runs; want tenant %s, replayed %v", i+1, c.sub, resp.StatusCode, resp.Body, resp.Headers, err, runs.Load(), c.sub, c.replayed)
+			}
+		}
+	})
 }

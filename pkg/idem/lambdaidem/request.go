@@ -149,8 +149,8 @@ func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 // TenantFromIAMPrincipal makes the IAM user or role that signed the
 // request the tenant, by its unique ID (AIDA…, AROA…). It is not the ARN:
 // a role's caller is named by its session, which new credentials change,
-// so a retry would be another tenant's first attempt; and an ARN holds
-// characters a tenant may not. All callers of a role are one tenant.
+// so a retry would be another tenant's first attempt. All callers of a
+// role are one tenant.
 func TenantFromIAMPrincipal() func(Request) (string, bool) {
 	return func(r Request) (string, bool) {
 		if r.Authorizer.IAM == nil {
@@ -183,8 +183,27 @@ var defaultTenants = [...]func(Request) (string, bool){
 	TenantFromJWTClaim("sub"), TenantFromIAMPrincipal(), TenantFromLambdaContext("principalId"),
 }
 
-// FingerprintBody is the default fingerprint: the canonical JSON body's
-// (idem.FingerprintJSON), or the empty body's.
+// FingerprintRequest is the default fingerprint. It covers what the
+// request acts on as well as its canonical JSON body: the route, the
+// method and the path parameters. So one key and one body sent to two
+// orders, as PUT /orders/{id}, are two requests: the second is refused, not
+// answered with the first. A $default route has no path parameters: its
+// path counts instead. Members are put in a canonical order, so the same
+// request always gives the same fingerprint.
+func FingerprintRequest(r Request) (idem.Fingerprint, error) {
+	if len(r.Body) == 0 {
+		return targetOf(r).fingerprint(nil)
+	}
+	body, err := idem.CanonicalJSON(r.Body)
+	if err != nil {
+		return idem.Fingerprint{}, err
+	}
+	return targetOf(r).fingerprint(body)
+}
+
+// FingerprintBody fingerprints the canonical JSON body alone
+// (idem.FingerprintJSON), or the empty body: for an API whose route says
+// nothing the body does not. It was the default before v1.
 func FingerprintBody(r Request) (idem.Fingerprint, error) {
 	if len(r.Body) == 0 {
 		return idem.FingerprintOf(nil), nil
@@ -193,24 +212,63 @@ func FingerprintBody(r Request) (idem.Fingerprint, error) {
 }
 
 // FingerprintFields fingerprints only the named top-level members of a
-// JSON object body, so requests that differ elsewhere (a timestamp, a
-// trace id) are the same request. A member missing is left out; a body
-// that is not a JSON object is refused.
+// JSON object body, with what the request acts on (as
+// FingerprintRequest). Requests that differ elsewhere in the body (a
+// timestamp, a trace id) are the same request. A member missing is left
+// out; a body that is not a JSON object is refused.
 func FingerprintFields(fields ...string) func(Request) (idem.Fingerprint, error) {
-	return func(r Request) (idem.Fingerprint, error) { return fieldsFingerprint(r.Body, fields) }
+	return func(r Request) (idem.Fingerprint, error) {
+		subset, err := fieldsOf(r.Body, fields)
+		if err != nil {
+			return idem.Fingerprint{}, err
+		}
+		return targetOf(r).fingerprint(subset)
+	}
 }
 
-// fieldsFingerprint is the fingerprint of the named members of the JSON
+// target is what a request acts on, and its body, as the fingerprints
+// cover them. Its JSON form is canonicalised before it is hashed.
+type target struct {
+	Route  string            `json:"route"`
+	Method string            `json:"method"`
+	Path   map[string]string `json:"path,omitempty"`
+	// RawPath is a $default route's path, which has no parameters.
+	RawPath string          `json:"rawPath,omitempty"`
+	Body    json.RawMessage `json:"body,omitempty"` // canonical; none for an empty body
+}
+
+func targetOf(r Request) target {
+	t := target{Route: r.Route}
+	switch {
+	case r.http != nil:
+		t.Method, t.Path = r.http.RequestContext.HTTP.Method, r.http.PathParameters
+		if r.http.RouteKey == "$default" {
+			t.RawPath = r.http.RawPath
+		}
+	case r.rest != nil:
+		t.Method, t.Path = r.rest.HTTPMethod, r.rest.PathParameters
+	}
+	return t
+}
+
+// fingerprint is the fingerprint of t with the canonical body.
+func (t target) fingerprint(body []byte) (idem.Fingerprint, error) {
+	t.Body = body
+	doc, _ := json.Marshal(t) // strings and a canonical body: cannot fail
+	return idem.FingerprintJSON(doc)
+}
+
+// fieldsOf is the canonical JSON object of the named members of the JSON
 // object doc. The whole document is canonicalised first, so it is refused
 // as FingerprintJSON refuses it (a duplicate member among them).
-func fieldsFingerprint(doc []byte, fields []string) (idem.Fingerprint, error) {
+func fieldsOf(doc []byte, fields []string) ([]byte, error) {
 	c, err := idem.CanonicalJSON(doc)
 	if err != nil {
-		return idem.Fingerprint{}, err
+		return nil, err
 	}
 	var all map[string]json.RawMessage
 	if c[0] != '{' || json.Unmarshal(c, &all) != nil {
-		return idem.Fingerprint{}, fmt.Errorf("%w: not an object", idem.ErrInvalidJSON)
+		return nil, fmt.Errorf("%w: not an object", idem.ErrInvalidJSON)
 	}
 	kept := make(map[string]json.RawMessage, len(fields))
 	for _, f := range fields {
@@ -219,5 +277,5 @@ func fieldsFingerprint(doc []byte, fields []string) (idem.Fingerprint, error) {
 		}
 	}
 	subset, _ := json.Marshal(kept) // members of a canonical document: cannot fail
-	return idem.FingerprintJSON(subset)
+	return idem.CanonicalJSON(subset)
 }

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -39,23 +37,25 @@ type SQSOptions struct {
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
 	// Visibility, if set, holds back the redelivery of a message whose
-	// key is held under a live lease until that lease ends, by
-	// ChangeMessageVisibility: one more delivery instead of one per
-	// visibility timeout meanwhile (see SQS). The function needs
-	// sqs:ChangeMessageVisibility on the queue. Default nil.
-	Visibility VisibilityAPI
+	// key is held under a live lease until that lease ends: one more
+	// delivery instead of one per visibility timeout meanwhile (see SQS).
+	// Wire it to an SQS client's ChangeMessageVisibility, as the package
+	// doc shows; the function then needs sqs:ChangeMessageVisibility on
+	// the queue. Default nil.
+	Visibility func(ctx context.Context, c VisibilityChange) error
 	// OnError sees every message reported for another delivery, with why,
 	// and every failure to hold one back.
 	OnError func(ctx context.Context, msg events.SQSMessage, err error)
 }
 
-// VisibilityAPI is the part of *sqs.Client that SQSOptions.Visibility
-// uses.
-type VisibilityAPI interface {
-	ChangeMessageVisibility(ctx context.Context, in *sqs.ChangeMessageVisibilityInput, optFns ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error)
+// VisibilityChange asks SQS to deliver a message again VisibilityTimeout
+// seconds from now: the fields of a ChangeMessageVisibility request.
+// This package does not import the SQS SDK, so an HTTP-only user does
+// not download it.
+type VisibilityChange struct {
+	QueueURL, ReceiptHandle string
+	VisibilityTimeout       int32 // seconds, at most 12 hours
 }
-
-var _ VisibilityAPI = (*sqs.Client)(nil)
 
 // KeyFromMessageID keys a message by its SQS message id: redeliveries of
 // one message are one intent.
@@ -95,11 +95,11 @@ func KeyFromJSONField(field string) func(events.SQSMessage) (string, error) {
 // the same message, and a no-op once the first was processed.
 func FingerprintMessageFields(fields ...string) func(events.SQSMessage) (idem.Fingerprint, error) {
 	return func(msg events.SQSMessage) (idem.Fingerprint, error) {
-		fp, err := fieldsFingerprint([]byte(msg.Body), fields)
+		subset, err := fieldsOf([]byte(msg.Body), fields)
 		if err != nil {
-			return fp, fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
+			return idem.Fingerprint{}, fmt.Errorf("lambdaidem: message %s: body: %w", msg.MessageId, err)
 		}
-		return fp, nil
+		return idem.FingerprintOf(subset), nil
 	}
 }
 
@@ -283,8 +283,8 @@ func (o *SQSOptions) holdBack(ctx context.Context, now time.Time, msg events.SQS
 	}
 	url, err := queueURL(msg.EventSourceARN)
 	if err == nil {
-		_, err = o.Visibility.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(url), ReceiptHandle: aws.String(msg.ReceiptHandle),
+		err = o.Visibility(ctx, VisibilityChange{
+			QueueURL: url, ReceiptHandle: msg.ReceiptHandle,
 			VisibilityTimeout: int32(min(math.Ceil(left.Seconds()), maxVisibility)),
 		})
 	}

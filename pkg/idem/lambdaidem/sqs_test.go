@@ -1,9 +1,18 @@
 package lambdaidem_test
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,8 +22,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
@@ -53,22 +61,22 @@ func TestSQSFingerprintFields(t *testing.T) {
 	}
 }
 
-// visibility records the ChangeMessageVisibility calls it is given.
+// visibility records the visibility changes it is given.
 type visibility struct {
 	mu    sync.Mutex
-	calls []sqs.ChangeMessageVisibilityInput
+	calls []lambdaidem.VisibilityChange
 	err   error
 }
 
-func (v *visibility) ChangeMessageVisibility(_ context.Context, in *sqs.ChangeMessageVisibilityInput, _ ...func(*sqs.Options)) (*sqs.ChangeMessageVisibilityOutput, error) {
+func (v *visibility) change(_ context.Context, c lambdaidem.VisibilityChange) error {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.calls = append(v.calls, *in)
-	return &sqs.ChangeMessageVisibilityOutput{}, v.err
+	v.calls = append(v.calls, c)
+	return v.err
 }
 
 // taken returns the calls so far, and forgets them.
-func (v *visibility) taken() []sqs.ChangeMessageVisibilityInput {
+func (v *visibility) taken() []lambdaidem.VisibilityChange {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	c := v.calls
@@ -95,7 +103,7 @@ func TestSQSVisibility(t *testing.T) {
 		return idem.Succeeded(idem.Response{}), nil
 	}, func(o *lambdaidem.SQSOptions) {
 		o.Key = lambdaidem.KeyFromAttribute("order-id")
-		o.Visibility = vis
+		o.Visibility = vis.change
 		o.OnError = func(_ context.Context, _ events.SQSMessage, err error) { errs = append(errs, err) }
 	})
 	p := idemtest.UniqueKey(t, "x").ClientKey()
@@ -125,10 +133,10 @@ func TestSQSVisibility(t *testing.T) {
 	got := vis.taken()
 	var calls []string
 	for _, c := range got {
-		if aws.ToString(c.QueueUrl) != "https://sqs.eu-west-1.amazonaws.com/123456789012/orders" {
-			t.Errorf("queue URL %s", aws.ToString(c.QueueUrl))
+		if c.QueueURL != "https://sqs.eu-west-1.amazonaws.com/123456789012/orders" {
+			t.Errorf("queue URL %s", c.QueueURL)
 		}
-		calls = append(calls, aws.ToString(c.ReceiptHandle)+" "+strconv.Itoa(int(c.VisibilityTimeout)))
+		calls = append(calls, c.ReceiptHandle+" "+strconv.Itoa(int(c.VisibilityTimeout)))
 	}
 	if strings.Join(calls, ",") != strings.Join(want, ",") {
 		t.Fatalf("visibility changes %v, want %v", calls, want)
@@ -156,40 +164,28 @@ func TestSQSVisibility(t *testing.T) {
 // the lease that held its key ends, long before its visibility timeout.
 func TestSQSVisibilityOnSQS(t *testing.T) {
 	t.Parallel()
-	endpoint := os.Getenv("SQS_ENDPOINT")
-	if endpoint == "" {
-		t.Fatal("SQS_ENDPOINT is not set: run the tests with scripts/with-emulator.sh, or point it at an emulator or SQS on AWS")
-	}
-	ctx := context.Background()
-	client := sqs.New(sqs.Options{BaseEndpoint: aws.String(endpoint), Region: "us-east-1", Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-		return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
-	})})
-	q, err := client.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(dynamotest.UniqueName("lambdaidem"))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = client.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: q.QueueUrl}) })
-	attrs, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	receive := func() []sqstypes.Message {
+	client := newSQSClient(t)
+	ctx := t.Context()
+	var q struct{ QueueUrl string }
+	client.call(t, "CreateQueue", map[string]any{"QueueName": dynamotest.UniqueName("lambdaidem")}, &q)
+	t.Cleanup(func() {
+		_ = client.send(context.Background(), "DeleteQueue", map[string]any{"QueueUrl": q.QueueUrl}, nil)
+	})
+	var attrs struct{ Attributes map[string]string }
+	client.call(t, "GetQueueAttributes", map[string]any{"QueueUrl": q.QueueUrl, "AttributeNames": []string{"QueueArn"}}, &attrs)
+	client.call(t, "SendMessage", map[string]any{"QueueUrl": q.QueueUrl, "MessageBody": `{}`}, nil)
+	type message struct{ MessageId, ReceiptHandle, Body string }
+	receive := func() []message {
 		t.Helper()
-		out, err := client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, VisibilityTimeout: 120})
-		if err != nil {
-			t.Fatal(err)
-		}
+		var out struct{ Messages []message }
+		client.call(t, "ReceiveMessage", map[string]any{"QueueUrl": q.QueueUrl, "VisibilityTimeout": 120}, &out)
 		return out.Messages
 	}
 	got := receive()
 	if len(got) != 1 {
 		t.Fatalf("received %d messages", len(got))
 	}
-	m := events.SQSMessage{MessageId: aws.ToString(got[0].MessageId), ReceiptHandle: aws.ToString(got[0].ReceiptHandle), Body: aws.ToString(got[0].Body),
-		EventSourceARN: attrs.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]}
+	m := events.SQSMessage{MessageId: got[0].MessageId, ReceiptHandle: got[0].ReceiptHandle, Body: got[0].Body, EventSourceARN: attrs.Attributes["QueueArn"]}
 
 	s := memstore.New(func(o *memstore.Options) { o.DefaultLease, o.LeaseMargin = 2*time.Second, time.Second })
 	queue := m.EventSourceARN[strings.LastIndexByte(m.EventSourceARN, ':')+1:]
@@ -203,7 +199,9 @@ func TestSQSVisibilityOnSQS(t *testing.T) {
 	handler := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
 		return idem.Succeeded(idem.Response{}), nil
 	}, func(o *lambdaidem.SQSOptions) {
-		o.Visibility = client
+		o.Visibility = func(ctx context.Context, c lambdaidem.VisibilityChange) error {
+			return client.send(ctx, "ChangeMessageVisibility", map[string]any{"QueueUrl": c.QueueURL, "ReceiptHandle": c.ReceiptHandle, "VisibilityTimeout": c.VisibilityTimeout}, nil)
+		}
 		o.OnError = func(_ context.Context, _ events.SQSMessage, err error) { t.Log(err) }
 	})
 	if resp, _ := handler(ctx, events.SQSEvent{Records: []events.SQSMessage{m}}); failures(resp) != m.MessageId {
@@ -221,6 +219,71 @@ func TestSQSVisibilityOnSQS(t *testing.T) {
 	}
 }
 
+// sqsClient calls SQS's JSON protocol at SQS_ENDPOINT, signed with
+// Signature Version 4 as the SDK signs it. It is not the SQS SDK, which
+// this module does not require, so that its users do not download it.
+type sqsClient struct {
+	endpoint, region string
+	creds            aws.Credentials
+}
+
+func newSQSClient(t *testing.T) sqsClient {
+	t.Helper()
+	endpoint := os.Getenv("SQS_ENDPOINT")
+	if endpoint == "" {
+		t.Fatal("SQS_ENDPOINT is not set: run the tests with scripts/with-emulator.sh, or point it at an emulator or SQS on AWS")
+	}
+	region := os.Getenv("AWS_REGION")
+	if region == "" {
+		region = "us-east-1"
+	}
+	return sqsClient{endpoint: endpoint, region: region, creds: aws.Credentials{
+		AccessKeyID: cmp.Or(os.Getenv("AWS_ACCESS_KEY_ID"), "test"), SecretAccessKey: cmp.Or(os.Getenv("AWS_SECRET_ACCESS_KEY"), "test"), SessionToken: os.Getenv("AWS_SESSION_TOKEN"),
+	}}
+}
+
+// call sends action, failing the test on an error.
+func (c sqsClient) call(t *testing.T, action string, in, out any) {
+	t.Helper()
+	if err := c.send(t.Context(), action, in, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// send sends action with the input in, and decodes its output into out
+// unless out is nil.
+func (c sqsClient) send(ctx context.Context, action string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	req.Header.Set("X-Amz-Target", "AmazonSQS."+action)
+	sum := sha256.Sum256(body)
+	if err := v4.NewSigner().SignHTTP(ctx, c.creds, req, hex.EncodeToString(sum[:]), "sqs", c.region, time.Now()); err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	switch {
+	case err != nil:
+		return err
+	case resp.StatusCode != http.StatusOK:
+		return fmt.Errorf("sqs %s: %s: %s", action, resp.Status, b)
+	case out == nil:
+		return nil
+	}
+	return json.Unmarshal(b, out)
+}
+
 // TestSQSVisibilityQueueURL: the queue URL is made from the event source
 // ARN, in China's partition too, and an ARN that names no queue is
 // reported rather than guessed at.
@@ -233,7 +296,7 @@ func TestSQSVisibilityQueueURL(t *testing.T) {
 		return idem.Unknown(idem.Response{}), nil // held by this attempt's lease
 	}, func(o *lambdaidem.SQSOptions) {
 		o.Tenant = func(events.SQSMessage) (string, error) { return "orders", nil }
-		o.Visibility = vis
+		o.Visibility = vis.change
 		o.OnError = func(_ context.Context, _ events.SQSMessage, err error) { errs = append(errs, err) }
 	})
 	p := idemtest.UniqueKey(t, "x").ClientKey()
@@ -243,10 +306,25 @@ func TestSQSVisibilityQueueURL(t *testing.T) {
 		t.Fatalf("failures %q", failures(resp))
 	}
 	calls := vis.taken()
-	if len(calls) != 1 || aws.ToString(calls[0].QueueUrl) != "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/orders" {
+	if len(calls) != 1 || calls[0].QueueURL != "https://sqs.cn-north-1.amazonaws.com.cn/123456789012/orders" {
 		t.Fatalf("visibility changes %+v; want one, on the China queue's URL", calls)
 	}
 	if len(errs) != 3 || !strings.Contains(errs[2].Error(), "not a queue's ARN") {
 		t.Fatalf("errors %v; want the odd event source reported", errs)
+	}
+}
+
+// TestNoSQSSDK: an HTTP-only user of this package downloads no SQS SDK,
+// so neither the package nor its tests import it.
+func TestNoSQSSDK(t *testing.T) {
+	t.Parallel()
+	out, err := exec.CommandContext(t.Context(), "go", "list", "-deps", "-test", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if strings.HasPrefix(pkg, "github.com/aws/aws-sdk-go-v2/service/sqs") {
+			t.Fatalf("lambdaidem imports %s, directly or through its tests", pkg)
+		}
 	}
 }
