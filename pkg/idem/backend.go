@@ -22,10 +22,11 @@ import (
 // *MismatchError), ErrLeaseLost, ErrTooLarge, ErrWriteCondition (or
 // *WriteConditionError) and ErrUnavailable each mean what their doc says.
 //
-// Begin. An error wrapping ErrUnavailable proves that no record was
-// written: only then may a caller answer "nothing was done". Any other
-// error, a timeout or a cancelled context included, leaves the claim
-// unknown. A Begun always carries RecordExpiresAt, never zero.
+// Begin. An error wrapping ErrUnavailable, and not ErrUnknownClaim,
+// proves that no record was written: only then may a caller answer
+// "nothing was done". Any other error, a timeout or a cancelled context
+// included, leaves the claim unknown. A Begun always carries
+// RecordExpiresAt, never zero.
 //
 // Context. A method called with a context already done returns an error
 // wrapping the context's error and changes nothing.

@@ -32,10 +32,10 @@ func (p plainBegin) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint
 	return b, err
 }
 
-// TestReview31HTTPPlainSentinels: a key reused with another request is
+// TestHTTPPlainSentinels: a key reused with another request is
 // 422 idempotency-key-reused, and a key in flight 409 request-in-progress,
 // whichever conforming Backend says so.
-func TestReview31HTTPPlainSentinels(t *testing.T) {
+func TestHTTPPlainSentinels(t *testing.T) {
 	t.Parallel()
 	store := plainBegin{memstore.New()}
 	handler := lambdaidem.HTTP(store, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
@@ -72,12 +72,12 @@ func (u unknownBegin) Begin(ctx context.Context, key idem.Key, fp idem.Fingerpri
 	return idem.Begun{}, fmt.Errorf("plain store: %w", idem.ErrUnknownClaim)
 }
 
-// TestReview31HTTPPlainUnknownClaim: backend.go, "An error wrapping
+// TestHTTPPlainUnknownClaim: backend.go, "An error wrapping
 // ErrUnavailable proves that no record was written: only then may a
 // caller answer 'nothing was done'". A claim that landed, reported as
 // ErrUnknownClaim, must not be answered "Service temporarily unavailable;
 // nothing was done".
-func TestReview31HTTPPlainUnknownClaim(t *testing.T) {
+func TestHTTPPlainUnknownClaim(t *testing.T) {
 	t.Parallel()
 	handler := lambdaidem.HTTP(unknownBegin{memstore.New()}, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
 		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{}`)}), nil
