@@ -230,9 +230,12 @@ func readEvent(t *testing.T, name string) []byte {
 // profile included) and passed as Lambda passes a role's.
 func awsEnv(t *testing.T) map[string]string {
 	t.Helper()
-	dynamo, sqsURL := testkit.Endpoints(t)
-	env := map[string]string{awsenv.EnvDynamoDBEndpoint: dynamo, awsenv.EnvSQSEndpoint: sqsURL, "AWS_REGION": awsenv.DefaultRegion}
-	if os.Getenv(awsenv.EnvDynamoDBEndpoint) == "" || os.Getenv(awsenv.EnvSQSEndpoint) == "" {
+	ep := testkit.Endpoints(t)
+	env := map[string]string{
+		awsenv.EnvDynamoDBEndpoint: ep.DynamoDB, awsenv.EnvSQSEndpoint: ep.SQS, awsenv.EnvSecretsManagerEndpoint: ep.SecretsManager,
+		"AWS_REGION": awsenv.DefaultRegion,
+	}
+	if awsenv.EndpointsFrom(os.Getenv) != ep {
 		env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = "test", "test"
 		return env
 	}
