@@ -78,6 +78,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(functions)) {
 		report, runtimeInit := fns[name].initDurations(t)
 		t.Logf("%-9s bootstrap %s; REPORT Init Duration %s; INIT REPORT %s", name, fileSize(t, bootstraps[name]), report, runtimeInit)
+		t.Logf("%-9s first request %s", name, fns[name].firstRequest())
 	}
 }
 

@@ -193,6 +193,9 @@ func (f *function) call(ctx context.Context, payload []byte, out any) error {
 
 var (
 	reportInit = regexp.MustCompile(`REPORT RequestId: \S+\s+Init Duration: ([0-9.]+) ms`)
+	// firstDuration is the Duration of the REPORT line that has an Init
+	// Duration: the first invocation's.
+	firstDuration = regexp.MustCompile(`REPORT RequestId: \S+\s+Init Duration: [0-9.]+ ms\s+Duration: ([0-9.]+) ms`)
 	rapidInit  = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
 )
 
@@ -212,6 +215,15 @@ func (f *function) initDurations(t *testing.T) (report, runtimeInit string) {
 	}
 	t.Errorf("%s: no REPORT line with Init Duration or INIT REPORT in the emulator output:\n%s", f.name, f.output.String())
 	return "unknown", "unknown"
+}
+
+// firstRequest is the emulator's Duration of the function's first
+// invocation, the one after its cold start.
+func (f *function) firstRequest() string {
+	if m := firstDuration.FindStringSubmatch(f.output.String()); m != nil {
+		return m[1] + " ms"
+	}
+	return "unknown"
 }
 
 // readEvent reads events/<name>.json.
