@@ -196,7 +196,7 @@ var (
 	// firstDuration is the Duration of the REPORT line that has an Init
 	// Duration: the first invocation's.
 	firstDuration = regexp.MustCompile(`REPORT RequestId: \S+\s+Init Duration: [0-9.]+ ms\s+Duration: ([0-9.]+) ms`)
-	rapidInit  = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+	rapidInit     = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
 )
 
 // initDurations are the emulator's two accounts of the cold start: the
