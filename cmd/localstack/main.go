@@ -449,6 +449,18 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Lo
 // sweepLoop runs the sweeper every interval, each run an invocation with
 // the sweeper function's timeout, as the schedule does every minute.
 func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, logger *slog.Logger) {
+	tick(ctx, every, func() {
+		rctx, cancel := context.WithTimeout(ctx, sweeperTimeout)
+		defer cancel()
+		rctx = lambdacontext.NewContext(rctx, &lambdacontext.LambdaContext{AwsRequestID: fmt.Sprintf("sweep-%d", time.Now().UnixMilli())})
+		if err := s.Handle(rctx); err != nil && ctx.Err() == nil {
+			logger.Error("sweep failed", "function", "sweeper", "error", err.Error())
+		}
+	})
+}
+
+// tick calls fn every interval until ctx is done.
+func tick(ctx context.Context, every time.Duration, fn func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -456,13 +468,8 @@ func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, log
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			fn()
 		}
-		rctx, cancel := context.WithTimeout(ctx, sweeperTimeout)
-		rctx = lambdacontext.NewContext(rctx, &lambdacontext.LambdaContext{AwsRequestID: fmt.Sprintf("sweep-%d", time.Now().UnixMilli())})
-		if err := s.Handle(rctx); err != nil && ctx.Err() == nil {
-			logger.Error("sweep failed", "function", "sweeper", "error", err.Error())
-		}
-		cancel()
 	}
 }
 
@@ -483,14 +490,7 @@ func readSecrets(ctx context.Context, c awsenv.Clients) (key, whsec string, err 
 // makes them read the key again; the webhook secret they read again after
 // SECRETS_MAX_AGE).
 func followSecrets(ctx context.Context, c awsenv.Clients, key, whsec string, follow func(key, whsec string), logger *slog.Logger) {
-	t := time.NewTicker(followEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, followEvery, func() {
 		k, w, err := readSecrets(ctx, c)
 		switch {
 		case err != nil && ctx.Err() == nil:
@@ -500,7 +500,7 @@ func followSecrets(ctx context.Context, c awsenv.Clients, key, whsec string, fol
 			follow(key, whsec)
 			logger.Info("the provider simulator follows the rotated secrets", "component", "localstack")
 		}
-	}
+	})
 }
 
 // adminEnv is the environment, as NAME=value, that points chargectl admin

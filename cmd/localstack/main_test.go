@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -83,19 +84,8 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 			t.Errorf("banner's chargectl admin environment lacks %s:\n%s", want, banner.String())
 		}
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges",
-		strings.NewReader(`{"amount":1500,"currency":"EUR","source":"`+source+`"}`))
-	req.Header.Set("Authorization", "Bearer dev:acme")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "order-1001")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /charges: %d %s", res.StatusCode, body)
+	if status, body := postCharge(t, s, "order-1001", 1500, source); status != http.StatusCreated {
+		t.Fatalf("POST /charges: %d %s", status, body)
 	}
 	if !strings.Contains(curl, source) {
 		t.Errorf("banner's curl does not charge %s:\n%s", source, banner.String())
@@ -276,19 +266,8 @@ func rotateWhileRunning(t *testing.T, s stack, source string) {
 	if s.stripeSim != nil {
 		delivered = s.stripeSim.WebhooksDelivered()
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges",
-		strings.NewReader(`{"amount":1700,"currency":"EUR","source":"`+source+`"}`))
-	req.Header.Set("Authorization", "Bearer dev:acme")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "order-after-rotation")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /charges after the key's rotation: %d %s, want 201 on the new key", res.StatusCode, body)
+	if status, body := postCharge(t, s, "order-after-rotation", 1700, source); status != http.StatusCreated {
+		t.Fatalf("POST /charges after the key's rotation: %d %s, want 201 on the new key", status, body)
 	}
 	if s.stripeSim == nil {
 		return
@@ -300,4 +279,23 @@ func rotateWhileRunning(t *testing.T, s stack, source string) {
 			t.Fatal("no webhook signed with the rotated secret was acknowledged within 30s")
 		}
 	}
+}
+
+// postCharge charges amount to source through the stack's API under the
+// idempotency key, as tenant acme, and returns the answer's status and
+// body.
+func postCharge(t *testing.T, s stack, key string, amount int, source string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.api+"/charges",
+		strings.NewReader(fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"%s"}`, amount, source)))
+	req.Header.Set("Authorization", "Bearer dev:acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res.StatusCode, string(body)
 }

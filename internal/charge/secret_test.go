@@ -1,15 +1,11 @@
 package charge_test
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -22,19 +18,6 @@ import (
 // simKey is the provider simulator's key in these tests, which the
 // functions read from a secret.
 const simKey = "sk_test_providersim"
-
-// createSecret creates the secret name with value, as an operator would
-// after a request found it missing.
-func createSecret(t *testing.T, name, value string) {
-	t.Helper()
-	sm := testkit.Clients(t).SecretsManager
-	if _, err := sm.CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: aws.String(name), ForceDeleteWithoutRecovery: aws.Bool(true)})
-	})
-}
 
 // TestMissingKeyFailsWithNothingClaimed: a charge whose provider key
 // cannot be read (its secret missing) answers 500 with nothing claimed
@@ -63,7 +46,7 @@ func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
 		t.Error("the logs show the key")
 	}
 
-	createSecret(t, name, simKey)
+	testkit.CreateSecret(t, name, simKey)
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
 	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
 		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
@@ -133,7 +116,7 @@ func TestMissingWebhookSecretAsksForRedelivery(t *testing.T) {
 	if ev := s.eventRecord(eventID(t, payload)); ev != nil {
 		t.Errorf("an unverified delivery stored the event: %+v", ev)
 	}
-	createSecret(t, name, testWhsec)
+	testkit.CreateSecret(t, name, testWhsec)
 	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusOK {
 		t.Errorf("the delivery again, with the secret: answer = %d %s, want 200", resp.status, resp.body)
 	}

@@ -133,34 +133,27 @@ func Endpoints(t testing.TB) awsenv.Endpoints {
 	return ep.Endpoints
 }
 
-// NewSecret creates a secret holding value under a unique name, as an
-// operator creates the deployment's (docs/operations.md). It returns the
-// name and a function that deletes the secret.
-func NewSecret(ctx context.Context, value string) (string, func(), error) {
-	c, err := NewClients()
-	if err != nil {
-		return "", nil, err
+// CreateSecret creates the secret name holding value, as an operator
+// creates the deployment's (docs/operations.md); it is deleted when the
+// test ends.
+func CreateSecret(t testing.TB, name, value string) {
+	t.Helper()
+	sm := Clients(t).SecretsManager
+	if _, err := sm.CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}); err != nil {
+		t.Fatalf("testkit: create secret: %v", err)
 	}
-	name := UniqueName("chargeonce/test")
-	if _, err := c.SecretsManager.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}); err != nil {
-		return "", nil, fmt.Errorf("testkit: create secret: %w", err)
-	}
-	drop := func() {
-		_, _ = c.SecretsManager.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{
+	t.Cleanup(func() {
+		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{
 			SecretId: aws.String(name), ForceDeleteWithoutRecovery: aws.Bool(true),
 		})
-	}
-	return name, drop, nil
+	})
 }
 
-// Secret is NewSecret for a test: the secret is deleted when it ends.
+// Secret is CreateSecret under a unique name, which it returns.
 func Secret(t testing.TB, value string) string {
 	t.Helper()
-	name, drop, err := NewSecret(t.Context(), value)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
+	name := UniqueName("chargeonce/test")
+	CreateSecret(t, name, value)
 	return name
 }
 
