@@ -68,26 +68,26 @@ func (p *Provider[A]) Prepare(ctx context.Context) error {
 // Guarantees are the kind's.
 func (p *Provider[A]) Guarantees() provider.Guarantees { return p.kind.Guarantees }
 
-// Charge charges req through the adapter (see Call).
+// Charge charges req through the adapter (see call).
 func (p *Provider[A]) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
-	return Call(ctx, p, func(a A) (provider.Result, error) { return a.Charge(ctx, req) })
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.Charge(ctx, req) })
 }
 
-// Lookup looks reference up through the adapter (see Call).
+// Lookup looks reference up through the adapter (see call).
 func (p *Provider[A]) Lookup(ctx context.Context, reference string) (provider.Result, error) {
-	return Call(ctx, p, func(a A) (provider.Result, error) { return a.Lookup(ctx, reference) })
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.Lookup(ctx, reference) })
 }
 
-// Call runs call on the adapter for the key held and, if the provider
-// refused that key, reads the key again and runs call once more on the
-// new key's adapter. If the key cannot be read, call is not run and the
+// call runs fn on the adapter for the key held and, if the provider
+// refused that key, reads the key again and runs fn once more on the
+// new key's adapter. If the key cannot be read, fn is not run and the
 // error wraps provider.ErrUnavailable: nothing was sent.
-func Call[A Adapter](ctx context.Context, p *Provider[A], call func(A) (provider.Result, error)) (provider.Result, error) {
+func call[A Adapter](ctx context.Context, p *Provider[A], fn func(A) (provider.Result, error)) (provider.Result, error) {
 	a, key, err := p.adapter(ctx)
 	if err != nil {
 		return provider.Result{}, fmt.Errorf("keyed: %w: %w", provider.ErrUnavailable, err)
 	}
-	res, err := call(a)
+	res, err := fn(a)
 	if err == nil || !p.kind.Unauthorized(err) {
 		return res, err
 	}
@@ -99,7 +99,7 @@ func Call[A Adapter](ctx context.Context, p *Provider[A], call func(A) (provider
 	if err != nil {
 		return provider.Result{}, fmt.Errorf("keyed: %w: %w", provider.ErrUnavailable, err)
 	}
-	return call(a)
+	return fn(a)
 }
 
 // adapter is the adapter for the key held, and that key.
@@ -149,9 +149,9 @@ func NewReplaying[A ReplayAdapter](key Key, kind Kind[A], check func(source stri
 	return &Replaying[A]{Provider: New(key, kind), check: check}
 }
 
-// LookupRequest looks req up through the adapter (see Call).
+// LookupRequest looks req up through the adapter (see call).
 func (r *Replaying[A]) LookupRequest(ctx context.Context, req provider.LookupRequest) (provider.Result, error) {
-	return Call(ctx, r.Provider, func(a A) (provider.Result, error) { return a.LookupRequest(ctx, req) })
+	return call(ctx, r.Provider, func(a A) (provider.Result, error) { return a.LookupRequest(ctx, req) })
 }
 
 // CheckSource refuses a source the adapter would refuse.
