@@ -1,9 +1,12 @@
 package keyed_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -11,22 +14,60 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/secrets"
-	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
-// simOnSecret serves a provider simulator that takes key only, and
-// returns a keyed provider on the secret name (in the emulator's Secrets
-// Manager), the simulator, and a count of the requests it received.
-func simOnSecret(t *testing.T, key, name string) (*keyed.Provider[*provider.Client], *providersim.Simulator, *atomic.Int32) {
+// key is a secret as a function holds it: Value reads the stored value
+// once and keeps it, Refresh reads it again; unreadable, both fail as a
+// missing secret does.
+type key struct {
+	mu               sync.Mutex
+	stored, held     string
+	unreadable, read bool
+}
+
+func (k *key) Value(context.Context) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.read {
+		return k.held, nil
+	}
+	return k.load()
+}
+
+func (k *key) Refresh(context.Context, string) (string, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.load()
+}
+
+func (k *key) load() (string, error) {
+	if k.unreadable {
+		return "", fmt.Errorf("secret: %w", secrets.ErrUnavailable)
+	}
+	k.held, k.read = k.stored, true
+	return k.held, nil
+}
+
+// rotate stores value, as a rotation of the secret does.
+func (k *key) rotate(value string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stored = value
+}
+
+// simOnKey serves a provider simulator that takes simKey only, and
+// returns a keyed provider on k, the simulator, and a count of the
+// requests it received.
+func simOnKey(t *testing.T, simKey string, k *key) (*keyed.Provider[*provider.Client], *providersim.Simulator, *atomic.Int32) {
 	t.Helper()
-	sim := providersim.New(providersim.WithSecret(key))
+	sim := providersim.New(providersim.WithSecret(simKey))
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		sim.ServeHTTP(w, r)
 	}))
 	t.Cleanup(srv.Close)
-	p := keyed.New(secrets.New(testkit.Clients(t).SecretsManager, name), keyed.Kind[*provider.Client]{
+	p := keyed.New(k, keyed.Kind[*provider.Client]{
 		Build: func(key string) (*provider.Client, error) {
 			return provider.NewClient(srv.URL, key, provider.WithHTTPClient(srv.Client())), nil
 		},
@@ -46,14 +87,14 @@ func charge(reference string) provider.ChargeRequest {
 // no third time.
 func TestRefusedKeyIsReadAgainOnce(t *testing.T) {
 	t.Parallel()
-	name := testkit.Secret(t, "sk_first")
-	p, sim, requests := simOnSecret(t, "sk_first", name)
+	k := &key{stored: "sk_first"}
+	p, sim, requests := simOnKey(t, "sk_first", k)
 	if res, err := p.Charge(t.Context(), charge("order-1")); err != nil || res.Status != provider.StatusCharged {
 		t.Fatalf("Charge on the first key: %+v, %v", res, err)
 	}
 
 	sim.SetSecret("sk_second")
-	testkit.RotateSecret(t, name, "sk_second")
+	k.rotate("sk_second")
 	requests.Store(0)
 	if res, err := p.Charge(t.Context(), charge("order-2")); err != nil || res.Status != provider.StatusCharged {
 		t.Fatalf("Charge after the rotation: %+v, %v; want charged on the second key", res, err)
@@ -83,7 +124,7 @@ func TestRefusedKeyIsReadAgainOnce(t *testing.T) {
 // ready, and a charge sent anyway is refused unsent, as ErrUnavailable.
 func TestUnreadableKeySendsNothing(t *testing.T) {
 	t.Parallel()
-	p, sim, requests := simOnSecret(t, "sk_first", testkit.UniqueName("chargeonce/missing"))
+	p, sim, requests := simOnKey(t, "sk_first", &key{unreadable: true})
 	if err := p.Prepare(t.Context()); !errors.Is(err, secrets.ErrUnavailable) {
 		t.Errorf("Prepare: %v, want ErrUnavailable", err)
 	}
