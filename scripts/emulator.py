@@ -4,7 +4,9 @@ moto's server answers each request on its own thread, and its DynamoDB
 condition checks are not atomic with the writes they guard. Real DynamoDB
 evaluates a condition and applies the write as one step, so this launcher
 runs every DynamoDB request under one lock. SQS requests (long polls among
-them) stay concurrent.
+them) stay concurrent, and so do Secrets Manager's: moto's dispatcher
+serves every service it has on the one port, and the functions read their
+secrets there.
 
 Two more departures from plain moto, each with a switch:
 

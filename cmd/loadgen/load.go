@@ -327,7 +327,7 @@ func dynamoClient(ctx context.Context, endpoint string) (*dynamodb.Client, error
 	if err != nil {
 		return nil, err
 	}
-	return awsenv.New(cfg, endpoint, "").DynamoDB, nil
+	return awsenv.New(cfg, awsenv.Endpoints{DynamoDB: endpoint}).DynamoDB, nil
 }
 
 func printSummary(w io.Writer, s benchout.Summary) {

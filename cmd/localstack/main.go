@@ -1,10 +1,13 @@
 // Command localstack runs the whole service on loopback for development, in
 // the foreground until SIGINT or SIGTERM, then stops everything it started.
 //
-// It starts the DynamoDB/SQS emulator (scripts/emulator.py from .venv; or
-// uses DYNAMODB_ENDPOINT and SQS_ENDPOINT when both are set), creates the
-// tables, TTL and queues from the definitions the template is checked
-// against, serves the provider simulator, and serves the charge API through
+// It starts the DynamoDB/SQS/Secrets Manager emulator (scripts/emulator.py
+// from .venv; or uses DYNAMODB_ENDPOINT, SQS_ENDPOINT and
+// SECRETSMANAGER_ENDPOINT when all are set), creates the tables, TTL and
+// queues from the definitions the template is checked against, creates
+// the provider's API key and the webhook signing secret in Secrets Manager
+// (chargeonce/provider-api-key, chargeonce/stripe-webhook-secret; kept if
+// they exist), serves the provider simulator, and serves the charge API through
 // a local API Gateway (package gateway) in front of the handler app builds
 // for the Lambda, configured through the same environment variables. The
 // sweeper runs on a short interval; the reconcile and intake handlers are
@@ -18,16 +21,21 @@
 //	           [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
-// INFLIGHT_WAIT, LOG_LEVEL, PROVIDER_SECRET) are read from the environment.
+// INFLIGHT_WAIT, LOG_LEVEL, SECRETS_MAX_AGE: 5s here) are read from the
+// environment. They get the secrets' names, and read the values from
+// Secrets Manager as deployed functions do.
 //
 // PROVIDER picks the provider side. sim (the default): the provider
-// simulator (providersim) on -provider-addr. stripe: the functions use the
-// Stripe adapter, against PROVIDER_URL if it is set (a running stripe-mock,
-// say), else against the stateful Stripe simulator (stripesim) served on
-// -provider-addr, with PROVIDER_SECRET as its key (sk_test_localstack if
-// unset), which sends its signed webhooks to the API's POST
-// /webhooks/stripe, signed with STRIPE_WEBHOOK_SECRET (whsec_localstack if
-// unset).
+// simulator (providersim) on -provider-addr, whose key is the secret's
+// (first sk_local_providersim). stripe: the functions use the Stripe
+// adapter, against PROVIDER_URL if it is set (a running stripe-mock, say),
+// else against the stateful Stripe simulator (stripesim) served on
+// -provider-addr, whose key is the secret's (first sk_test_localstack),
+// which sends its signed webhooks to the API's POST /webhooks/stripe,
+// signed with the webhook secret's value (first whsec_localstack). The
+// stack reads the secrets every second, and a simulator takes their new
+// values as a provider whose key was rolled: a rotation takes effect
+// without a restart.
 // Logs are JSON lines on standard output; the banner goes to standard error.
 // With -trace-json, every function's spans are JSON lines on standard
 // output too (stdouttrace), one per span as it ends; without it tracing is
@@ -65,6 +73,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 )
@@ -102,13 +111,15 @@ type options struct {
 	getenv func(string) string
 }
 
-// stripeSimKey is the stripesim's secret key unless PROVIDER_SECRET names
-// one.
-const stripeSimKey = "sk_test_localstack"
+// secretsMaxAge is how long the stack's functions keep a secret's value
+// unless SECRETS_MAX_AGE says otherwise: short, so that a rotated webhook
+// secret takes effect within seconds (a rotated API key does at once, on
+// the simulator's first 401).
+const secretsMaxAge = 5 * time.Second
 
-// stripeSimWebhookSecret signs stripesim's webhooks to the stack's POST
-// /webhooks/stripe unless STRIPE_WEBHOOK_SECRET names another.
-const stripeSimWebhookSecret = "whsec_localstack"
+// followEvery is how often the stack reads its secrets for the simulators,
+// which follow a rotation as a provider whose key was rolled.
+const followEvery = time.Second
 
 // server is a listener and what it serves.
 type server struct {
@@ -119,6 +130,7 @@ type server struct {
 // stack is where the running stack serves.
 type stack struct {
 	api, provider, dynamoDB, sqs string
+	secretsManager               string
 	queueURL, dlqURL             string
 	// intakeURL and intakeDLQURL are the charge-requests queue and its DLQ.
 	intakeURL, intakeDLQURL string
@@ -186,9 +198,10 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 // run starts the stack, calls ready once it serves, and stops it when ctx
 // is done (or when a part of it fails).
 func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack)) (err error) {
-	s := stack{dynamoDB: o.getenv(awsenv.EnvDynamoDBEndpoint), sqs: o.getenv(awsenv.EnvSQSEndpoint), sweepEvery: o.sweepEvery, slow: o.slow}
+	ep := awsenv.EndpointsFrom(o.getenv)
+	s := stack{dynamoDB: ep.DynamoDB, sqs: ep.SQS, secretsManager: ep.SecretsManager, sweepEvery: o.sweepEvery, slow: o.slow}
 	var emulatorExited <-chan struct{}
-	local := s.dynamoDB == "" || s.sqs == ""
+	local := s.dynamoDB == "" || s.sqs == "" || s.secretsManager == ""
 	if local {
 		emu, err := emulator.Start(o.root, o.emulatorPort)
 		if err != nil {
@@ -201,15 +214,27 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 			logger.Info("emulator stopped", "component", "localstack")
 		}()
 		emulatorExited = emu.Exited()
-		s.dynamoDB, s.sqs = cmp.Or(s.dynamoDB, emu.URL()), cmp.Or(s.sqs, emu.URL())
+		s.dynamoDB, s.sqs, s.secretsManager = cmp.Or(s.dynamoDB, emu.URL()), cmp.Or(s.sqs, emu.URL()), cmp.Or(s.secretsManager, emu.URL())
 	}
 	cfg, err := awsenv.Config(ctx, local) // dummy credentials for the emulator this process started
 	if err != nil {
 		return err
 	}
 	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(keepIdle)
-	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
+	clients := awsenv.New(cfg, awsenv.Endpoints{DynamoDB: s.dynamoDB, SQS: s.sqs, SecretsManager: s.secretsManager})
 	res, err := createResources(ctx, clients)
+	if err != nil {
+		return err
+	}
+	s.providerKind = cmp.Or(o.getenv(app.EnvProvider), app.ProviderSim)
+	firstKey := simKey
+	if s.providerKind == app.ProviderStripe {
+		firstKey = stripeSimKey
+	}
+	if err := createSecrets(ctx, clients, firstKey); err != nil {
+		return err
+	}
+	key, whsec, err := readSecrets(ctx, clients)
 	if err != nil {
 		return err
 	}
@@ -224,6 +249,11 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		app.EnvReconcileQueueURL: res.queue.URL,
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
+		// Names, not values: the functions read the secrets from the
+		// emulator's Secrets Manager, as from AWS's when deployed.
+		app.EnvProviderSecretName: providerSecret,
+		app.EnvWebhookSecretName:  webhookSecret,
+		app.EnvSecretsMaxAge:      cmp.Or(o.getenv(app.EnvSecretsMaxAge), secretsMaxAge.String()),
 	}
 	apiLn, err := listen(o.apiAddr)
 	if err != nil {
@@ -231,8 +261,12 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	}
 	defer apiLn.Close()
 	s.api = "http://" + apiLn.Addr().String()
-	s.providerKind = cmp.Or(o.getenv(app.EnvProvider), app.ProviderSim)
-	var servers []server
+	var (
+		servers []server
+		// follow makes the simulator take the secrets' values after a
+		// rotation; nil when the provider is not the stack's.
+		follow func(key, whsec string)
+	)
 	if s.providerKind == app.ProviderStripe && o.getenv(app.EnvProviderURL) != "" {
 		s.provider = o.getenv(app.EnvProviderURL)
 	} else {
@@ -244,21 +278,21 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		s.provider = "http://" + providerLn.Addr().String()
 		env[app.EnvProviderURL] = s.provider
 		plog := logger.With("component", "provider")
-		var sim http.Handler = providersim.New(providersim.WithSecret(o.getenv(app.EnvProviderSecret)),
-			providersim.WithSlowDelay(o.slow), providersim.WithLogger(plog))
 		if s.providerKind == app.ProviderStripe {
 			s.simulated = true
-			env[app.EnvProviderSecret] = cmp.Or(o.getenv(app.EnvProviderSecret), stripeSimKey)
 			// stripesim sends its signed webhooks to the stack's API, as
 			// Stripe does to a registered endpoint.
-			env[app.EnvWebhookSecret] = cmp.Or(o.getenv(app.EnvWebhookSecret), stripeSimWebhookSecret)
 			s.stripeSim = stripesim.New(func(so *stripesim.Options) {
-				so.SecretKey, so.Logger = env[app.EnvProviderSecret], plog
-				so.WebhookURL, so.WebhookSecret = s.api+"/webhooks/stripe", env[app.EnvWebhookSecret]
+				so.SecretKey, so.Logger = key, plog
+				so.WebhookURL, so.WebhookSecret = s.api+"/webhooks/stripe", whsec
 			})
-			sim = s.stripeSim
+			follow = func(key, whsec string) { s.stripeSim.SetSecretKey(key); s.stripeSim.SetWebhookSecret(whsec) }
+			servers = append(servers, server{providerLn, s.stripeSim})
+		} else {
+			sim := providersim.New(providersim.WithSecret(key), providersim.WithSlowDelay(o.slow), providersim.WithLogger(plog))
+			follow = func(key, _ string) { sim.SetSecret(key) }
+			servers = append(servers, server{providerLn, sim})
 		}
-		servers = append(servers, server{providerLn, sim})
 	}
 	getenv := func(name string) string {
 		if v, ok := env[name]; ok {
@@ -283,6 +317,9 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		})
 	}
 	wg.Go(func() { sweepLoop(ctx, sweep, o.sweepEvery, logger) })
+	if follow != nil {
+		wg.Go(func() { followSecrets(ctx, clients, key, whsec, follow, logger) })
+	}
 	for _, p := range pollers {
 		wg.Go(func() { _ = p.Run(ctx) })
 	}
@@ -412,6 +449,18 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Lo
 // sweepLoop runs the sweeper every interval, each run an invocation with
 // the sweeper function's timeout, as the schedule does every minute.
 func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, logger *slog.Logger) {
+	tick(ctx, every, func() {
+		rctx, cancel := context.WithTimeout(ctx, sweeperTimeout)
+		defer cancel()
+		rctx = lambdacontext.NewContext(rctx, &lambdacontext.LambdaContext{AwsRequestID: fmt.Sprintf("sweep-%d", time.Now().UnixMilli())})
+		if err := s.Handle(rctx); err != nil && ctx.Err() == nil {
+			logger.Error("sweep failed", "function", "sweeper", "error", err.Error())
+		}
+	})
+}
+
+// tick calls fn every interval until ctx is done.
+func tick(ctx context.Context, every time.Duration, fn func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -419,14 +468,39 @@ func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, log
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			fn()
 		}
-		rctx, cancel := context.WithTimeout(ctx, sweeperTimeout)
-		rctx = lambdacontext.NewContext(rctx, &lambdacontext.LambdaContext{AwsRequestID: fmt.Sprintf("sweep-%d", time.Now().UnixMilli())})
-		if err := s.Handle(rctx); err != nil && ctx.Err() == nil {
-			logger.Error("sweep failed", "function", "sweeper", "error", err.Error())
-		}
-		cancel()
 	}
+}
+
+// readSecrets reads the provider's API key and the webhook signing secret.
+func readSecrets(ctx context.Context, c awsenv.Clients) (key, whsec string, err error) {
+	if key, err = secrets.New(c.SecretsManager, providerSecret).Value(ctx); err != nil {
+		return "", "", err
+	}
+	if whsec, err = secrets.New(c.SecretsManager, webhookSecret).Value(ctx); err != nil {
+		return "", "", err
+	}
+	return key, whsec, nil
+}
+
+// followSecrets reads the secrets every followEvery and hands the
+// simulator their values when either changed since key and whsec: the
+// provider side of a rotation, which the functions then follow (a 401
+// makes them read the key again; the webhook secret they read again after
+// SECRETS_MAX_AGE).
+func followSecrets(ctx context.Context, c awsenv.Clients, key, whsec string, follow func(key, whsec string), logger *slog.Logger) {
+	tick(ctx, followEvery, func() {
+		k, w, err := readSecrets(ctx, c)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			logger.Warn("reading the secrets failed", "component", "localstack", "error", err.Error())
+		case err == nil && (k != key || w != whsec):
+			key, whsec = k, w
+			follow(key, whsec)
+			logger.Info("the provider simulator follows the rotated secrets", "component", "localstack")
+		}
+	})
 }
 
 // adminEnv is the environment, as NAME=value, that points chargectl admin
@@ -466,6 +540,8 @@ func printBanner(w io.Writer, s stack) {
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
+	fmt.Fprintf(&b, "  Secrets Manager  %s   (%s, %s; rotate with aws secretsmanager put-secret-value --endpoint-url %s --secret-id %s --secret-string ...)\n",
+		s.secretsManager, providerSecret, webhookSecret, s.secretsManager, providerSecret)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
 	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)

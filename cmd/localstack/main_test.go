@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -81,19 +85,8 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 			t.Errorf("banner's chargectl admin environment lacks %s:\n%s", want, banner.String())
 		}
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.api+"/charges",
-		strings.NewReader(`{"amount":1500,"currency":"EUR","source":"`+source+`"}`))
-	req.Header.Set("Authorization", "Bearer dev:acme")
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", "order-1001")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(res.Body)
-	res.Body.Close()
-	if res.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /charges: %d %s", res.StatusCode, body)
+	if status, body := postCharge(t, s, "order-1001", 1500, source); status != http.StatusCreated {
+		t.Fatalf("POST /charges: %d %s", status, body)
 	}
 	if !strings.Contains(curl, source) {
 		t.Errorf("banner's curl does not charge %s:\n%s", source, banner.String())
@@ -109,6 +102,7 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 	}
 	wantSpans(t, spans, "order-1001", source)
 	submitAndReplay(t, s, source)
+	rotateWhileRunning(t, s, source)
 
 	cancel()
 	select {
@@ -186,7 +180,7 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clients := awsenv.New(cfg, s.dynamoDB, s.sqs)
+	clients := awsenv.New(cfg, awsenv.Endpoints{DynamoDB: s.dynamoDB, SQS: s.sqs})
 	q, err := intake.NewQueue(clients.SQS, s.intakeURL)
 	if err != nil {
 		t.Fatal(err)
@@ -225,4 +219,84 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	if res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("POST /charges with the submitted command id: %d %v, want the intake's 201 replayed", res.StatusCode, res.Header)
 	}
+}
+
+// rotateWhileRunning rotates the stack's secrets in its Secrets Manager,
+// as docs/operations.md rotates a deployment's, waits until the provider
+// simulator refuses the old key, and charges through the API: the
+// functions, still holding the old key, take the new one without a
+// restart. With the Stripe simulator the webhook secret is rotated too,
+// and a webhook signed with the new one is acknowledged.
+func rotateWhileRunning(t *testing.T, s stack, source string) {
+	t.Helper()
+	ctx := t.Context()
+	cfg, err := awsenv.Config(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm := awsenv.New(cfg, awsenv.Endpoints{SecretsManager: s.secretsManager}).SecretsManager
+	oldKey, newKey, probe := simKey, "sk_local_rotated", s.provider+"/v1/charges/order-1001"
+	if s.stripeSim != nil {
+		oldKey, newKey, probe = stripeSimKey, "sk_test_rotated", s.provider+"/v1/payment_intents/pi_none"
+	}
+	put := func(name, value string) {
+		if _, err := sm.PutSecretValue(ctx, &secretsmanager.PutSecretValueInput{SecretId: aws.String(name), SecretString: aws.String(value)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(providerSecret, newKey)
+	if s.stripeSim != nil {
+		put(webhookSecret, "whsec_rotated")
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, probe, nil)
+		req.Header.Set("Authorization", "Bearer "+oldKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode == http.StatusUnauthorized {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the provider simulator still takes the old key 10s after the rotation (%d)", res.StatusCode)
+		}
+	}
+	delivered := 0
+	if s.stripeSim != nil {
+		delivered = s.stripeSim.WebhooksDelivered()
+	}
+	if status, body := postCharge(t, s, "order-after-rotation", 1700, source); status != http.StatusCreated {
+		t.Fatalf("POST /charges after the key's rotation: %d %s, want 201 on the new key", status, body)
+	}
+	if s.stripeSim == nil {
+		return
+	}
+	// The functions read the webhook secret again after SECRETS_MAX_AGE
+	// (5s here); stripesim repeats a refused delivery meanwhile.
+	for deadline := time.Now().Add(30 * time.Second); s.stripeSim.WebhooksDelivered() == delivered; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no webhook signed with the rotated secret was acknowledged within 30s")
+		}
+	}
+}
+
+// postCharge charges amount to source through the stack's API under the
+// idempotency key, as tenant acme, and returns the answer's status and
+// body.
+func postCharge(t *testing.T, s stack, key string, amount int, source string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, s.api+"/charges",
+		strings.NewReader(fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"%s"}`, amount, source)))
+	req.Header.Set("Authorization", "Bearer dev:acme")
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res.StatusCode, string(body)
 }

@@ -2,7 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -11,18 +16,42 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// Names of the local stack's tables and queues.
+// Names of the local stack's tables, queues and secrets.
 const (
 	idempotencyTable    = "chargeonce-idempotency"
 	chargesTable        = "chargeonce-charges"
 	reconcileQueue      = "chargeonce-reconcile"
 	chargeRequestsQueue = "chargeonce-charge-requests"
+	providerSecret      = "chargeonce/provider-api-key"
+	webhookSecret       = "chargeonce/stripe-webhook-secret"
+)
+
+// The secrets' first values: the provider simulator's key, the Stripe
+// simulator's, and the secret that signs the Stripe simulator's webhooks.
+const (
+	simKey                 = "sk_local_providersim"
+	stripeSimKey           = "sk_test_localstack"
+	stripeSimWebhookSecret = "whsec_localstack"
 )
 
 // resources are what the template's resources are locally.
 type resources struct {
 	idempotencyTable, chargesTable string
 	queue, chargeRequests          queue.Queues
+}
+
+// createSecrets creates the provider's API key (key its first value) and
+// the webhook signing secret in Secrets Manager, as an operator creates a
+// deployment's (docs/operations.md). A secret that already exists (a
+// reused endpoint) is kept as it is.
+func createSecrets(ctx context.Context, c awsenv.Clients, key string) error {
+	for name, value := range map[string]string{providerSecret: key, webhookSecret: stripeSimWebhookSecret} {
+		_, err := c.SecretsManager.CreateSecret(ctx, &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)})
+		if _, exists := errors.AsType[*smtypes.ResourceExistsException](err); err != nil && !exists {
+			return fmt.Errorf("secret %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // createResources creates the tables, the idempotency table's TTL and the

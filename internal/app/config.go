@@ -5,6 +5,7 @@ package app
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -19,8 +20,10 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -34,20 +37,27 @@ const (
 	EnvReconcileQueueURL = "RECONCILE_QUEUE_URL"
 	EnvProvider          = "PROVIDER"
 	EnvProviderURL       = "PROVIDER_URL"
-	EnvProviderSecret    = "PROVIDER_SECRET"
-	EnvTenantClaim       = "TENANT_CLAIM"
-	EnvIdempotencyTTL    = "IDEMPOTENCY_TTL"
-	EnvInflightWait      = "INFLIGHT_WAIT"
-	EnvCommitReserve     = "COMMIT_RESERVE"
-	EnvReplayCache       = "REPLAY_CACHE_ENTRIES"
-	EnvSettleWindow      = "PROVIDER_SETTLE_WINDOW"
-	EnvRetryBase         = "RECONCILE_RETRY_BASE"
-	EnvRetryCap          = "RECONCILE_RETRY_CAP"
-	EnvLogLevel          = "LOG_LEVEL"
-	// EnvWebhookSecret is the signing secret (whsec_…) of the Stripe
-	// webhook endpoint POST /webhooks/stripe; empty refuses every
-	// delivery.
-	EnvWebhookSecret = "STRIPE_WEBHOOK_SECRET"
+	// EnvProviderSecretName names the Secrets Manager secret (its name or
+	// ARN) that holds the provider's API key as a plain string. The
+	// functions read the value at run time: it is never in their
+	// environment. Empty: no key (the simulator without one).
+	EnvProviderSecretName = "PROVIDER_SECRET_NAME"
+	EnvTenantClaim        = "TENANT_CLAIM"
+	EnvIdempotencyTTL     = "IDEMPOTENCY_TTL"
+	EnvInflightWait       = "INFLIGHT_WAIT"
+	EnvCommitReserve      = "COMMIT_RESERVE"
+	EnvReplayCache        = "REPLAY_CACHE_ENTRIES"
+	EnvSettleWindow       = "PROVIDER_SETTLE_WINDOW"
+	EnvRetryBase          = "RECONCILE_RETRY_BASE"
+	EnvRetryCap           = "RECONCILE_RETRY_CAP"
+	EnvLogLevel           = "LOG_LEVEL"
+	// EnvWebhookSecretName names the Secrets Manager secret that holds
+	// the signing secret (whsec_…) of the Stripe webhook endpoint POST
+	// /webhooks/stripe; empty refuses every delivery.
+	EnvWebhookSecretName = "STRIPE_WEBHOOK_SECRET_NAME"
+	// EnvSecretsMaxAge is how long a function keeps a secret's value
+	// before it reads it again (a Go duration; secrets.DefaultMaxAge).
+	EnvSecretsMaxAge = "SECRETS_MAX_AGE"
 	// EnvTraceEndpoint is the OTLP/HTTP endpoint the functions export
 	// their spans to (the ADOT collector layer's); empty, tracing is off.
 	EnvTraceEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -63,8 +73,8 @@ const (
 )
 
 // The providers PROVIDER names: our provider API (providersim locally),
-// the default, or Stripe, with PROVIDER_SECRET its secret API key and
-// PROVIDER_URL its API (https://api.stripe.com).
+// the default, or Stripe, with the secret PROVIDER_SECRET_NAME names its
+// secret API key and PROVIDER_URL its API (https://api.stripe.com).
 const (
 	ProviderSim    = "sim"
 	ProviderStripe = "stripe"
@@ -114,6 +124,11 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 
 // retention is IDEMPOTENCY_TTL, which every reader of it defaults alike.
 func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 24*time.Hour) }
+
+// secretsMaxAge is SECRETS_MAX_AGE, likewise.
+func (e *env) secretsMaxAge() time.Duration {
+	return e.duration(EnvSecretsMaxAge, secrets.DefaultMaxAge)
+}
 
 func (e *env) count(name string, def int) int {
 	v := e.get(name)
@@ -170,32 +185,37 @@ type ChargeConfig struct {
 	Common
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
-	ProviderURL, ProviderSecret, TenantClaim          string
-	Retention, InflightWait, CommitReserve            time.Duration
+	ProviderURL, TenantClaim                          string
+	// ProviderSecretName names the secret holding the provider's API
+	// key; WebhookSecretName the one holding Stripe's webhook signing
+	// secret (empty: every delivery refused). SecretsMaxAge is how long
+	// their values are kept.
+	ProviderSecretName, WebhookSecretName  string
+	SecretsMaxAge                          time.Duration
+	Retention, InflightWait, CommitReserve time.Duration
 	// ReplayCache is how many settled answers the function keeps in
 	// memory to replay without a DynamoDB call; 0 turns the cache off.
 	ReplayCache int
-	// WebhookSecret verifies Stripe's webhook deliveries; never logged.
-	WebhookSecret string
 }
 
 // LoadCharge reads the charge function's configuration.
 func LoadCharge(get Getenv) (ChargeConfig, error) {
 	e := &env{get: get}
 	c := ChargeConfig{
-		IdempotencyTable:  e.required(EnvIdempotencyTable),
-		ChargesTable:      e.required(EnvChargesTable),
-		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
-		Provider:          e.provider(),
-		ProviderURL:       e.required(EnvProviderURL),
-		ProviderSecret:    e.optional(EnvProviderSecret, ""),
-		TenantClaim:       e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
-		WebhookSecret:     e.optional(EnvWebhookSecret, ""),
-		Retention:         e.retention(),
-		InflightWait:      e.duration(EnvInflightWait, 2*time.Second),
-		CommitReserve:     e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
-		ReplayCache:       e.count(EnvReplayCache, DefaultReplayCache),
-		Common:            e.common(),
+		IdempotencyTable:   e.required(EnvIdempotencyTable),
+		ChargesTable:       e.required(EnvChargesTable),
+		ReconcileQueueURL:  e.required(EnvReconcileQueueURL),
+		Provider:           e.provider(),
+		ProviderURL:        e.required(EnvProviderURL),
+		ProviderSecretName: e.optional(EnvProviderSecretName, ""),
+		TenantClaim:        e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
+		WebhookSecretName:  e.optional(EnvWebhookSecretName, ""),
+		SecretsMaxAge:      e.secretsMaxAge(),
+		Retention:          e.retention(),
+		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
+		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
+		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
+		Common:             e.common(),
 	}
 	return c, e.err()
 }
@@ -203,10 +223,11 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 // ReconcileConfig is the reconcile function's configuration.
 type ReconcileConfig struct {
 	Common
-	IdempotencyTable, ChargesTable string
-	Provider                       string // PROVIDER: ProviderSim or ProviderStripe
-	ProviderURL, ProviderSecret    string
-	Retention                      time.Duration
+	IdempotencyTable, ChargesTable  string
+	Provider                        string // PROVIDER: ProviderSim or ProviderStripe
+	ProviderURL, ProviderSecretName string
+	SecretsMaxAge                   time.Duration
+	Retention                       time.Duration
 	// SettleWindow is the sim provider's (see provider.Guarantees); zero
 	// means provider.DefaultSettleWindow. The Stripe adapter declares
 	// its own.
@@ -218,16 +239,17 @@ type ReconcileConfig struct {
 func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 	e := &env{get: get}
 	c := ReconcileConfig{
-		IdempotencyTable: e.required(EnvIdempotencyTable),
-		ChargesTable:     e.required(EnvChargesTable),
-		Provider:         e.provider(),
-		ProviderURL:      e.required(EnvProviderURL),
-		ProviderSecret:   e.optional(EnvProviderSecret, ""),
-		Retention:        e.retention(),
-		SettleWindow:     e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
-		RetryBase:        e.duration(EnvRetryBase, charge.DefaultRetryBase),
-		RetryCap:         e.duration(EnvRetryCap, charge.DefaultRetryCap),
-		Common:           e.common(),
+		IdempotencyTable:   e.required(EnvIdempotencyTable),
+		ChargesTable:       e.required(EnvChargesTable),
+		Provider:           e.provider(),
+		ProviderURL:        e.required(EnvProviderURL),
+		ProviderSecretName: e.optional(EnvProviderSecretName, ""),
+		SecretsMaxAge:      e.secretsMaxAge(),
+		Retention:          e.retention(),
+		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
+		RetryBase:          e.duration(EnvRetryBase, charge.DefaultRetryBase),
+		RetryCap:           e.duration(EnvRetryCap, charge.DefaultRetryCap),
+		Common:             e.common(),
 	}
 	return c, e.err()
 }
@@ -240,7 +262,8 @@ type IntakeConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 	DeadLetterQueueURL                                string
 	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
-	ProviderURL, ProviderSecret                       string
+	ProviderURL, ProviderSecretName                   string
+	SecretsMaxAge                                     time.Duration
 	Retention, InflightWait, CommitReserve            time.Duration
 }
 
@@ -254,7 +277,8 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 		DeadLetterQueueURL: e.required(EnvChargeRequestsDLQURL),
 		Provider:           e.provider(),
 		ProviderURL:        e.required(EnvProviderURL),
-		ProviderSecret:     e.optional(EnvProviderSecret, ""),
+		ProviderSecretName: e.optional(EnvProviderSecretName, ""),
+		SecretsMaxAge:      e.secretsMaxAge(),
 		Retention:          e.retention(),
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
@@ -384,29 +408,66 @@ type service struct {
 	IdempotencyTable, ChargesTable string
 	Retention                      time.Duration
 	// ProviderKind picks the adapter: ProviderSim or ProviderStripe.
-	ProviderKind, ProviderURL, ProviderSecret string
-	ProviderOptions                           []func(*provider.Options)
+	ProviderKind, ProviderURL, ProviderSecretName string
+	SecretsMaxAge                                 time.Duration
+	ProviderOptions                               []func(*provider.Options)
 }
 
-// service builds a charge service; its stored answers are the HTTP API's.
-func (d Deps) service(sc service) (*charge.Service, error) {
-	cfg := sc.Config
+// secret is the secret name names, read through d's Secrets Manager
+// client and kept for maxAge.
+func (d Deps) secret(name string, maxAge time.Duration) *secrets.Secret {
+	return secrets.New(d.Clients.SecretsManager, name, func(o *secrets.Options) { o.MaxAge, o.Clock = maxAge, d.Clock })
+}
+
+// provider is the adapter sc names, on the API key the secret
+// sc.ProviderSecretName holds (package keyed): read when first needed,
+// not here, so that a function starts without Secrets Manager.
+func (d Deps) provider(sc service) (charge.Provider, error) {
 	switch sc.ProviderKind {
 	case ProviderStripe:
-		a, err := stripe.New(sc.ProviderSecret, append([]func(*stripe.Options){func(o *stripe.Options) {
-			o.BaseURL, o.Logger, o.Clock, o.HTTPClient = sc.ProviderURL, d.Logger, d.Clock, d.Tracer.HTTPClient(o.HTTPClient)
-		}}, d.StripeOptions...)...)
-		if err != nil {
-			return nil, fmt.Errorf("app: %w", err)
+		if sc.ProviderSecretName == "" {
+			return nil, fmt.Errorf("app: %s=%s needs %s", EnvProvider, ProviderStripe, EnvProviderSecretName)
 		}
-		cfg.Provider = a
+		opts := append([]func(*stripe.Options){func(o *stripe.Options) {
+			o.BaseURL, o.Logger, o.Clock, o.HTTPClient = sc.ProviderURL, d.Logger, d.Clock, d.Tracer.HTTPClient(o.HTTPClient)
+		}}, d.StripeOptions...)
+		return keyed.NewReplaying(d.secret(sc.ProviderSecretName, sc.SecretsMaxAge), keyed.Kind[*stripe.Adapter]{
+			Build: func(key string) (*stripe.Adapter, error) {
+				a, err := stripe.New(key, opts...)
+				if err != nil {
+					return nil, fmt.Errorf("app: %w", err)
+				}
+				return a, nil
+			},
+			Unauthorized: stripe.Unauthorized,
+			Guarantees:   stripe.Promises,
+		}, stripe.CheckSource), nil
 	default:
 		opts := append(sc.ProviderOptions, d.ProviderOptions...)
 		if d.Tracer != nil {
 			opts = append(opts, func(o *provider.Options) { o.HTTPClient = d.Tracer.HTTPClient(o.HTTPClient) })
 		}
-		cfg.Provider = provider.NewClient(sc.ProviderURL, sc.ProviderSecret, opts...)
+		if sc.ProviderSecretName == "" {
+			return provider.NewClient(sc.ProviderURL, "", opts...), nil
+		}
+		return keyed.New(d.secret(sc.ProviderSecretName, sc.SecretsMaxAge), keyed.Kind[*provider.Client]{
+			Build: func(key string) (*provider.Client, error) {
+				return provider.NewClient(sc.ProviderURL, key, opts...), nil
+			},
+			Unauthorized: provider.Unauthorized,
+			Guarantees:   provider.NewClient(sc.ProviderURL, "", opts...).Guarantees(),
+		}), nil
 	}
+}
+
+// service builds a charge service; its stored answers are the HTTP API's.
+func (d Deps) service(sc service) (*charge.Service, error) {
+	cfg := sc.Config
+	p, err := d.provider(sc)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Provider = p
 	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees())
 	if err != nil {
 		return nil, err
@@ -435,26 +496,32 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve, ReplayCache: c.ReplayCache,
 		},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
-		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
-		if c.WebhookSecret != "" {
-			o.Webhook = StripeWebhook(c.WebhookSecret)
+		if c.WebhookSecretName != "" {
+			o.Webhook = StripeWebhook(d.secret(c.WebhookSecretName, c.SecretsMaxAge))
 		}
 	})
 }
 
 // StripeWebhook verifies Stripe's webhook deliveries with the endpoint's
-// signing secret and reads each into the notification the charge service
-// settles: the command from the PaymentIntent's metadata (zero if it names
-// none), its reference and outcome.
-func StripeWebhook(secret string) httpapi.WebhookVerifier {
-	return func(payload []byte, signature string) (charge.Notification, error) {
-		ev, err := stripe.ParseWebhook(payload, signature, secret, 0)
+// signing secret, read from Secrets Manager, and reads each into the
+// notification the charge service settles: the command from the
+// PaymentIntent's metadata (zero if it names none), its reference and
+// outcome. A secret that cannot be read fails the delivery with
+// httpapi.ErrVerifierUnavailable: Stripe delivers it again.
+func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
+	return func(ctx context.Context, payload []byte, signature string) (charge.Notification, error) {
+		whsec, err := secret.Value(ctx)
+		if err != nil {
+			return charge.Notification{}, fmt.Errorf("%w: %w", httpapi.ErrVerifierUnavailable, err)
+		}
+		ev, err := stripe.ParseWebhook(payload, signature, whsec, 0)
 		if err != nil {
 			return charge.Notification{}, err
 		}
@@ -482,7 +549,7 @@ func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	svc, err := d.service(service{
 		Config:           charge.Config{Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
-		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 	})
 	if err != nil {
 		return nil, err
@@ -499,7 +566,7 @@ func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
-		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecret: c.ProviderSecret,
+		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 		ProviderOptions: []func(*provider.Options){
 			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
 		},

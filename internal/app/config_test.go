@@ -34,14 +34,17 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo {
+	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo ||
+		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" {
 		t.Fatalf("defaults: %+v", c)
 	}
 	base[app.EnvIdempotencyTTL], base[app.EnvInflightWait], base[app.EnvLogLevel] = "1h", "0s", "DEBUG"
-	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug {
+	base[app.EnvProviderSecretName], base[app.EnvWebhookSecretName], base[app.EnvSecretsMaxAge] = "chargeonce/key", "chargeonce/whsec", "30s"
+	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug ||
+		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
-	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD"} {
+	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon"} {
 		env := map[string]string{}
 		for k, v := range base {
 			env[k] = v
@@ -111,5 +114,18 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 		if got != "http://localhost:4318" {
 			t.Fatalf("trace endpoint %q, want %s's", got, app.EnvTraceEndpoint)
 		}
+	}
+}
+
+// TestStripeNeedsItsKeysSecret: with PROVIDER=stripe and no secret named,
+// the function refuses to start, before any request could find no key.
+func TestStripeNeedsItsKeysSecret(t *testing.T) {
+	t.Parallel()
+	_, err := app.ChargeHandler(app.ChargeConfig{
+		IdempotencyTable: "idem", ChargesTable: "charges", ReconcileQueueURL: "http://q",
+		Provider: app.ProviderStripe, ProviderURL: "http://p",
+	}, app.Deps{Logger: slog.New(slog.DiscardHandler)})
+	if err == nil || !strings.Contains(err.Error(), app.EnvProviderSecretName) {
+		t.Errorf("stripe without %s: %v, want it named", app.EnvProviderSecretName, err)
 	}
 }

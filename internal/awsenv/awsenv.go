@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
@@ -22,9 +23,25 @@ import (
 
 // Environment variables that redirect the SDK clients. Unset means AWS.
 const (
-	EnvDynamoDBEndpoint = "DYNAMODB_ENDPOINT"
-	EnvSQSEndpoint      = "SQS_ENDPOINT"
+	EnvDynamoDBEndpoint       = "DYNAMODB_ENDPOINT"
+	EnvSQSEndpoint            = "SQS_ENDPOINT"
+	EnvSecretsManagerEndpoint = "SECRETSMANAGER_ENDPOINT"
 )
+
+// Endpoints are where the clients send their requests; an empty one is
+// AWS's.
+type Endpoints struct {
+	DynamoDB, SQS, SecretsManager string
+}
+
+// EndpointsFrom reads the three endpoint variables.
+func EndpointsFrom(getenv func(string) string) Endpoints {
+	return Endpoints{DynamoDB: getenv(EnvDynamoDBEndpoint), SQS: getenv(EnvSQSEndpoint), SecretsManager: getenv(EnvSecretsManagerEndpoint)}
+}
+
+// Emulator is every endpoint at url: an emulator that serves the three
+// services.
+func Emulator(url string) Endpoints { return Endpoints{DynamoDB: url, SQS: url, SecretsManager: url} }
 
 // DefaultRegion is used when neither AWS_REGION nor a profile names one.
 const DefaultRegion = "us-east-1"
@@ -33,6 +50,8 @@ const DefaultRegion = "us-east-1"
 type Clients struct {
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
+	// SecretsManager reads the functions' secrets (package secrets).
+	SecretsManager *secretsmanager.Client
 }
 
 // Config reads the SDK's default configuration chain, in DefaultRegion when
@@ -53,15 +72,15 @@ func Config(ctx context.Context, dummyCredentials bool) (aws.Config, error) {
 	return cfg, nil
 }
 
-// Load builds the clients from the default chain, using DYNAMODB_ENDPOINT
-// and SQS_ENDPOINT when they are set. An operator's tools use it; the
+// Load builds the clients from the default chain, using DYNAMODB_ENDPOINT,
+// SQS_ENDPOINT and SECRETSMANAGER_ENDPOINT when they are set. An operator's tools use it; the
 // functions use FromLambdaEnv.
 func Load(ctx context.Context) (Clients, error) {
 	cfg, err := Config(ctx, false)
 	if err != nil {
 		return Clients{}, err
 	}
-	return New(cfg, os.Getenv(EnvDynamoDBEndpoint), os.Getenv(EnvSQSEndpoint)), nil
+	return New(cfg, EndpointsFrom(os.Getenv)), nil
 }
 
 // FromLambdaEnv builds a function's clients from what Lambda, SAM CLI and the
@@ -76,28 +95,31 @@ func FromLambdaEnv(getenv func(string) string) Clients {
 	}
 	creds := credentials.NewStaticCredentialsProvider(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"))
 	cfg := aws.Config{Region: region, Credentials: aws.NewCredentialsCache(creds)}
-	return New(cfg, getenv(EnvDynamoDBEndpoint), getenv(EnvSQSEndpoint))
+	return New(cfg, EndpointsFrom(getenv))
 }
 
 // New builds the clients from cfg; an empty endpoint keeps the AWS default.
-func New(cfg aws.Config, dynamoEndpoint, sqsEndpoint string) Clients {
+func New(cfg aws.Config, ep Endpoints) Clients {
 	return Clients{
-		DynamoDB: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-			if dynamoEndpoint != "" {
-				o.BaseEndpoint = aws.String(dynamoEndpoint)
-			}
-		}),
-		SQS: sqs.NewFromConfig(cfg, func(o *sqs.Options) {
-			if sqsEndpoint != "" {
-				o.BaseEndpoint = aws.String(sqsEndpoint)
-			}
+		DynamoDB: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) { o.BaseEndpoint = endpoint(ep.DynamoDB) }),
+		SQS:      sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = endpoint(ep.SQS) }),
+		SecretsManager: secretsmanager.NewFromConfig(cfg, func(o *secretsmanager.Options) {
+			o.BaseEndpoint = endpoint(ep.SecretsManager)
 		}),
 	}
 }
 
+// endpoint is a client's BaseEndpoint: nil, AWS's, when url is empty.
+func endpoint(url string) *string {
+	if url == "" {
+		return nil
+	}
+	return aws.String(url)
+}
+
 // Traced returns copies of c whose every call is a client span of tp
 // (otelaws), DynamoDB's and SQS's attributes included: table and queue,
-// never an item or a message body.
+// never an item, a message body or a secret's value.
 func Traced(c Clients, tp trace.TracerProvider) Clients {
 	instrument := func(apiOptions *[]func(*middleware.Stack) error) {
 		// A clone: the copied options share the original's backing array.
@@ -105,7 +127,8 @@ func Traced(c Clients, tp trace.TracerProvider) Clients {
 		otelaws.AppendMiddlewares(apiOptions, otelaws.WithTracerProvider(tp))
 	}
 	return Clients{
-		DynamoDB: dynamodb.New(c.DynamoDB.Options(), func(o *dynamodb.Options) { instrument(&o.APIOptions) }),
-		SQS:      sqs.New(c.SQS.Options(), func(o *sqs.Options) { instrument(&o.APIOptions) }),
+		DynamoDB:       dynamodb.New(c.DynamoDB.Options(), func(o *dynamodb.Options) { instrument(&o.APIOptions) }),
+		SQS:            sqs.New(c.SQS.Options(), func(o *sqs.Options) { instrument(&o.APIOptions) }),
+		SecretsManager: secretsmanager.New(c.SecretsManager.Options(), func(o *secretsmanager.Options) { instrument(&o.APIOptions) }),
 	}
 }

@@ -9,7 +9,7 @@ import (
 func TestFromLambdaEnv(t *testing.T) {
 	env := map[string]string{
 		"AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_SESSION_TOKEN": "token",
-		EnvDynamoDBEndpoint: "http://127.0.0.1:4566",
+		EnvDynamoDBEndpoint: "http://127.0.0.1:4566", EnvSecretsManagerEndpoint: "http://127.0.0.1:4567",
 	}
 	c := FromLambdaEnv(func(name string) string { return env[name] })
 	d, q := c.DynamoDB.Options(), c.SQS.Options()
@@ -18,6 +18,9 @@ func TestFromLambdaEnv(t *testing.T) {
 	}
 	if got := aws.ToString(d.BaseEndpoint); got != env[EnvDynamoDBEndpoint] {
 		t.Errorf("DynamoDB endpoint %q, want %q", got, env[EnvDynamoDBEndpoint])
+	}
+	if got := aws.ToString(c.SecretsManager.Options().BaseEndpoint); got != env[EnvSecretsManagerEndpoint] {
+		t.Errorf("Secrets Manager endpoint %q, want %q", got, env[EnvSecretsManagerEndpoint])
 	}
 	if q.BaseEndpoint != nil {
 		t.Errorf("SQS endpoint %q without SQS_ENDPOINT, want the AWS default", *q.BaseEndpoint)

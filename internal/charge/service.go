@@ -36,6 +36,18 @@ type Replayer interface {
 	CheckSource(source string) error
 }
 
+// Preparer is a Provider with something to make ready before a command is
+// claimed: its API key, read from Secrets Manager (package keyed). A
+// provider that cannot be made ready fails the request with nothing
+// claimed, so no key is left IN_FLIGHT for want of a secret.
+type Preparer interface {
+	Prepare(ctx context.Context) error
+}
+
+// ErrProviderNotReady: the provider could not be made ready (its API key
+// could not be read); nothing was claimed or sent.
+var ErrProviderNotReady = errors.New("charge: provider not ready, nothing claimed")
+
 // ReconcileQueue queues a key whose outcome is unknown, for the
 // reconciler to resolve once its lease has run out.
 type ReconcileQueue interface {
@@ -222,6 +234,9 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		}
 		kept.Source = req.Source
 	}
+	if err := s.prepare(ctx); err != nil {
+		return Result{}, err
+	}
 	in, _ := json.Marshal(kept)
 	var (
 		charged *Charge // what the provider charged, to record
@@ -287,6 +302,19 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	default:
 		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
 	}
+}
+
+// prepare makes the provider ready, if it is a Preparer, before a
+// command is claimed or taken over.
+func (s *Service) prepare(ctx context.Context) error {
+	p, ok := s.cfg.Provider.(Preparer)
+	if !ok {
+		return nil
+	}
+	if err := p.Prepare(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrProviderNotReady, err)
+	}
+	return nil
 }
 
 // charge calls the provider, timed into the invocation's metrics and
@@ -436,6 +464,8 @@ func ErrorClass(err error) string {
 		return "provider_rejected"
 	case errors.Is(err, idem.ErrLeaseLost):
 		return "lease_lost"
+	case errors.Is(err, ErrProviderNotReady):
+		return "provider_not_ready"
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return "deadline"
 	case transient(err):
@@ -531,6 +561,10 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	resolve := r.resolve
 	if key.Operation() == NotificationOperation {
 		resolve = releaseEvent
+	} else if err := s.prepare(ctx); err != nil {
+		// Before the take-over: the message is delivered again, and
+		// the record stays as it was.
+		return "", err
 	}
 	rec, err := idem.Recover(ctx, s.backend, key, resolve)
 	switch {

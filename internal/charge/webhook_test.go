@@ -78,9 +78,10 @@ func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeCo
 	}
 	simSrv := httptest.NewServer(sim)
 	t.Cleanup(simSrv.Close)
+	key, whsec := testkit.Secret(t, testSecretKey), testkit.Secret(t, testWhsec)
 	h := s.d.ChargeHandler(t, func(w *testkit.Wiring) {
-		w.Charge.Provider, w.Charge.ProviderURL, w.Charge.ProviderSecret = app.ProviderStripe, simSrv.URL, testSecretKey
-		w.Charge.WebhookSecret = testWhsec
+		w.Charge.Provider, w.Charge.ProviderURL, w.Charge.ProviderSecretName = app.ProviderStripe, simSrv.URL, key
+		w.Charge.WebhookSecretName = whsec
 		if tune != nil {
 			tune(&w.Charge)
 		}
@@ -393,7 +394,7 @@ func TestWebhookRefusesABadSignature(t *testing.T) {
 	}
 
 	// Without a signing secret configured, nothing verifies.
-	off := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecret = "" }, nil)
+	off := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecretName = "" }, nil)
 	ref, _ = off.begin(tenant, key, stripesim.PMVisa)
 	payload = piEvent("payment_intent.succeeded", tenant, key, ref)
 	if resp := off.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusBadRequest {

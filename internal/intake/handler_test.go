@@ -3,6 +3,7 @@ package intake_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -288,6 +290,41 @@ func TestUnavailableProviderIsRetried(t *testing.T) {
 	}
 	if calls, charges := s.ledger(t, key(t, "acme", id)); calls != 2 || charges != 1 {
 		t.Errorf("provider: %d calls, %d charges; want 2 and 1", calls, charges)
+	}
+}
+
+// TestMissingKeyIsRetriedWithNothingClaimed: a message whose provider key
+// cannot be read (its secret missing) is reported for another delivery
+// with nothing claimed or sent; once the secret exists, it charges once.
+func TestMissingKeyIsRetriedWithNothingClaimed(t *testing.T) {
+	t.Parallel()
+	const simKey = "sk_test_providersim"
+	name := testkit.UniqueName("chargeonce/provider-api-key")
+	d := testkit.Deploy(t, providersim.WithSecret(simKey))
+	h := d.IntakeHandler(t, func(w *testkit.Wiring) { w.Intake.ProviderSecretName = name })
+	s := &stack{d: d, intake: h}
+	const id = "renewal-2026-12-acme-49"
+	body := message(t, "acme", id, renewal)
+	if failed := s.handle(t, record("m1", body)); !slices.Equal(failed, []string{"m1"}) {
+		t.Fatalf("reported for redelivery: %v, want [m1]", failed)
+	}
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(t.Context(), key(t, "acme", id)); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("record after the key could not be read: %v, want none", err)
+	}
+	if l := d.Sim.Ledger(); l.TotalCalls != 0 {
+		t.Fatalf("the provider got %d calls, want none", l.TotalCalls)
+	}
+	testkit.CreateSecret(t, name, simKey)
+	if failed := s.handle(t, record("m1", body)); len(failed) != 0 {
+		t.Fatalf("delivery with the key reported for redelivery: %v", failed)
+	}
+	s.store = store
+	if calls, charges := s.ledger(t, key(t, "acme", id)); calls != 1 || charges != 1 {
+		t.Errorf("provider: %d calls, %d charges; want 1 and 1", calls, charges)
 	}
 }
 

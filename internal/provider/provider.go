@@ -131,6 +131,14 @@ type StatusError struct {
 	StatusCode int
 }
 
+// Unauthorized reports whether err is the provider refusing the client's
+// secret (401) with the proof that it did not act on the request: not the
+// answer to a re-send, which may be another request's.
+func Unauthorized(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.StatusCode == http.StatusUnauthorized && !errors.Is(err, ErrAmbiguous)
+}
+
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("HTTP %d %s", e.StatusCode, http.StatusText(e.StatusCode))
 }

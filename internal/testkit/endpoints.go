@@ -1,15 +1,18 @@
-// Package testkit gives tests real DynamoDB and SQS endpoints, and whole
-// deployments of the service on them (Deployment, in deployment.go).
+// Package testkit gives tests real DynamoDB, SQS and Secrets Manager
+// endpoints, and whole deployments of the service on them (Deployment, in
+// deployment.go).
 //
-// When DYNAMODB_ENDPOINT / SQS_ENDPOINT are set (make test sets them, and so
-// can anyone pointing the suite at DynamoDB Local or AWS), those are used
-// with the SDK's default credential chain. Otherwise the first test that asks
-// starts scripts/emulator.py from the project virtualenv (.venv) on a free
-// loopback port, shared by every test in the process, with static dummy
-// credentials. The launcher exits when the test process closes its stdin.
+// When DYNAMODB_ENDPOINT, SQS_ENDPOINT and SECRETSMANAGER_ENDPOINT are set
+// (make test sets them, and so can anyone pointing the suite at DynamoDB
+// Local or AWS), those are used with the SDK's default credential chain.
+// Otherwise the first test that asks starts scripts/emulator.py from the
+// project virtualenv (.venv) on a free loopback port, shared by every test
+// in the process, for the ones unset, with static dummy credentials. The
+// launcher exits when the test process closes its stdin.
 package testkit
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,6 +25,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
@@ -29,8 +33,8 @@ import (
 )
 
 type endpoints struct {
-	dynamo, sqs string
-	static      bool // dummy credentials: we started the emulator ourselves
+	awsenv.Endpoints
+	static bool // dummy credentials: we started the emulator ourselves
 }
 
 var (
@@ -47,11 +51,8 @@ func RepoRoot() string {
 
 func resolve() (endpoints, error) {
 	once.Do(func() {
-		ep := endpoints{
-			dynamo: os.Getenv(awsenv.EnvDynamoDBEndpoint),
-			sqs:    os.Getenv(awsenv.EnvSQSEndpoint),
-		}
-		if ep.dynamo != "" && ep.sqs != "" {
+		ep := endpoints{Endpoints: awsenv.EndpointsFrom(os.Getenv)}
+		if ep.DynamoDB != "" && ep.SQS != "" && ep.SecretsManager != "" {
 			started = ep
 			return
 		}
@@ -60,11 +61,8 @@ func resolve() (endpoints, error) {
 			errInit = err
 			return
 		}
-		if ep.dynamo == "" {
-			ep.dynamo = url
-		}
-		if ep.sqs == "" {
-			ep.sqs = url
+		for _, e := range []*string{&ep.DynamoDB, &ep.SQS, &ep.SecretsManager} {
+			*e = cmp.Or(*e, url)
 		}
 		ep.static = true
 		started = ep
@@ -75,7 +73,7 @@ func resolve() (endpoints, error) {
 func startEmulator() (string, error) {
 	e, err := emulator.Start(RepoRoot(), 0)
 	if err != nil {
-		return "", fmt.Errorf("testkit: %w (run `make venv`, or set %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint)
+		return "", fmt.Errorf("testkit: %w (run `make venv`, or set %s, %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint)
 	}
 	// The goroutine keeps e, and so its stdin pipe, referenced for the life
 	// of the process; an emulator that dies early is said out loud.
@@ -102,7 +100,7 @@ func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
 	if err != nil {
 		return awsenv.Clients{}, err
 	}
-	c := awsenv.New(cfg, started.dynamo, started.sqs)
+	c := awsenv.New(cfg, started.Endpoints)
 	if os.Getenv(emulator.EnvKind) == "fakecloud" {
 		// fakecloud sends x-amz-crc32: 0 with every answer, so the SDK's
 		// check of it could only log a warning per call (in the middle of
@@ -125,14 +123,49 @@ func Clients(t testing.TB, dynamoOpts ...func(*dynamodb.Options)) awsenv.Clients
 	return c
 }
 
-// Endpoints returns the DynamoDB and SQS endpoints in use.
-func Endpoints(t testing.TB) (dynamo, sqs string) {
+// Endpoints returns the endpoints in use.
+func Endpoints(t testing.TB) awsenv.Endpoints {
 	t.Helper()
 	ep, err := resolve()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ep.dynamo, ep.sqs
+	return ep.Endpoints
+}
+
+// CreateSecret creates the secret name holding value, as an operator
+// creates the deployment's (docs/operations.md); it is deleted when the
+// test ends.
+func CreateSecret(t testing.TB, name, value string) {
+	t.Helper()
+	sm := Clients(t).SecretsManager
+	if _, err := sm.CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: aws.String(name), SecretString: aws.String(value)}); err != nil {
+		t.Fatalf("testkit: create secret: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{
+			SecretId: aws.String(name), ForceDeleteWithoutRecovery: aws.Bool(true),
+		})
+	})
+}
+
+// Secret is CreateSecret under a unique name, which it returns.
+func Secret(t testing.TB, value string) string {
+	t.Helper()
+	name := UniqueName("chargeonce/test")
+	CreateSecret(t, name, value)
+	return name
+}
+
+// RotateSecret puts value as the secret's current version, as a rotation
+// does.
+func RotateSecret(t testing.TB, name, value string) {
+	t.Helper()
+	if _, err := Clients(t).SecretsManager.PutSecretValue(t.Context(), &secretsmanager.PutSecretValueInput{
+		SecretId: aws.String(name), SecretString: aws.String(value),
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // UniqueName returns prefix followed by a random suffix, for tables, queues

@@ -17,8 +17,8 @@ const StripeSecret = "sk_test_chargeonce"
 // Stripe serves a stateful Stripe simulator (stripesim) on clock, its
 // search lagging by stripe.SearchLag as Stripe's may, for the test's
 // lifetime. It returns the simulator and a Wiring option that points the
-// deployment's functions at it with PROVIDER=stripe; the option also sets
-// their clock to clock.
+// deployment's functions at it with PROVIDER=stripe, its key in a secret
+// of the test's; the option also sets their clock to clock.
 func Stripe(t testing.TB, clock func() time.Time, optFns ...func(*stripesim.Options)) (*stripesim.Simulator, func(*Wiring)) {
 	t.Helper()
 	sim := stripesim.New(append([]func(*stripesim.Options){func(o *stripesim.Options) {
@@ -26,10 +26,11 @@ func Stripe(t testing.TB, clock func() time.Time, optFns ...func(*stripesim.Opti
 	}}, optFns...)...)
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
+	key := Secret(t, StripeSecret)
 	return sim, func(w *Wiring) {
-		w.Charge.Provider, w.Charge.ProviderURL, w.Charge.ProviderSecret = app.ProviderStripe, srv.URL, StripeSecret
-		w.Intake.Provider, w.Intake.ProviderURL, w.Intake.ProviderSecret = app.ProviderStripe, srv.URL, StripeSecret
-		w.Reconcile.Provider, w.Reconcile.ProviderURL, w.Reconcile.ProviderSecret = app.ProviderStripe, srv.URL, StripeSecret
+		w.Charge.Provider, w.Charge.ProviderURL, w.Charge.ProviderSecretName = app.ProviderStripe, srv.URL, key
+		w.Intake.Provider, w.Intake.ProviderURL, w.Intake.ProviderSecretName = app.ProviderStripe, srv.URL, key
+		w.Reconcile.Provider, w.Reconcile.ProviderURL, w.Reconcile.ProviderSecretName = app.ProviderStripe, srv.URL, key
 		w.Deps.Clock = clock
 	}
 }

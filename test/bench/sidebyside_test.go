@@ -235,7 +235,7 @@ func runPowertools(t *testing.T, s *stack, n, concurrency int) sideHandler {
 		t.Fatal(err)
 	}
 	charges := testkit.TempTable(t, charge.TableInput("powertools-charges"))
-	dynamo, _ := testkit.Endpoints(t)
+	dynamo := testkit.Endpoints(t).DynamoDB
 	root := testkit.RepoRoot()
 	cmd := exec.Command(filepath.Join(root, ".venv", "bin", "python"), filepath.Join(root, "test", "bench", "powertools", "bench.py"),
 		"--endpoint", dynamo, "--provider", s.dep.ProviderURL, "--table", table, "--charges-table", charges,

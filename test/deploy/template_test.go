@@ -60,6 +60,9 @@ type code struct {
 	// routes are the charge function's route keys; public those of them
 	// served without the JWT authorizer.
 	routes, public []string
+	// secretNames are the variables that name a secret the function
+	// reads.
+	secretNames []string
 }
 
 func currentCode() code {
@@ -75,10 +78,11 @@ func currentCode() code {
 			devAuthFn:           func(g app.Getenv) { devauth.Load(g) },
 		},
 		// It builds no AWS client and traces nothing.
-		unread:  map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint}},
-		metrics: metrics.Definitions(),
-		routes:  []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
-		public:  []string{httpapi.RouteWebhook},
+		unread:      map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint}},
+		metrics:     metrics.Definitions(),
+		routes:      []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
+		public:      []string{httpapi.RouteWebhook},
 		outcomes: map[string][]metrics.Outcome{
 			metrics.FunctionCharge:    metrics.Outcomes(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Outcomes(metrics.FunctionReconcile),
@@ -251,6 +255,13 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"local endpoint by default", "  LocalEndpointUrl:\n    Type: String\n    Default: \"\"", "  LocalEndpointUrl:\n    Type: String\n    Default: http://127.0.0.1:4566"},
 		{"endpoint fixed", "DYNAMODB_ENDPOINT: !Ref LocalEndpointUrl", "DYNAMODB_ENDPOINT: http://127.0.0.1:4566"},
 		{"architecture fixed", "Architectures: [!Ref LambdaArchitecture]", "Architectures: [x86_64]"},
+		{"secret value in the environment", "          PROVIDER_SECRET_NAME: !Ref ProviderSecretName\n          TENANT_CLAIM", "          PROVIDER_SECRET_NAME: !Ref ProviderSecretName\n          PROVIDER_KEY: sk_live_51Habcdef\n          TENANT_CLAIM"},
+		{"dynamic reference", "          STRIPE_WEBHOOK_SECRET_NAME: !Ref StripeWebhookSecretName\n", "          STRIPE_WEBHOOK_SECRET_NAME: !Sub \"{{resolve:secretsmanager:${StripeWebhookSecretName}:SecretString}}\"\n"},
+		{"secrets readable by all", "              Action: secretsmanager:GetSecretValue\n              Resource:\n", "              Action: secretsmanager:GetSecretValue\n              Resource: \"*\"\n              NotResource:\n"},
+		{"secrets wildcard action", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource:\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:*\n              Resource:\n"},
+		{"webhook secret not granted", "                - !If\n                  - HasStripeWebhookSecret\n", "                - !If\n                  - HasSecretsKmsKey\n"},
+		{"sweeper reads secrets", "            - Sid: QueryStuckLeases\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - Sid: QueryStuckLeases\n"},
+		{"kms key always", "              Action: dynamodb:PutItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasSecretsKmsKey\n", "              Action: dynamodb:PutItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasTracingLayer\n"},
 		{"x86_64 by default", "    Default: arm64\n", "    Default: x86_64\n"},
 	}
 	for _, tt := range tests {
@@ -291,6 +302,8 @@ func check(src string, k code) ([]string, error) {
 	c.environments(k.loaders, k.unread)
 	c.tracing()
 	c.metrics(k.metrics, k.outcomes)
+	c.secretValues()
+	c.secretGrants(k.secretNames)
 	return c.problems, nil
 }
 
@@ -568,7 +581,7 @@ func (c *checker) localOnly() {
 	c.equal("LocalEndpointUrl Default", asMap(params["LocalEndpointUrl"])["Default"], "")
 	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
 	vars := asMap(asMap(fn["Environment"])["Variables"])
-	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint} {
+	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint} {
 		c.equal("Globals "+name, vars[name], map[string]any{"Ref": "LocalEndpointUrl"})
 	}
 	c.equal("Globals Architectures", fn["Architectures"], []any{map[string]any{"Ref": "LambdaArchitecture"}})

@@ -28,11 +28,14 @@ import (
 
 // TestFunctionsUnderTheRuntimeEmulator runs the four Lambda binaries
 // under the Runtime Interface Emulator against one deployment's tables,
-// queue and provider, and drives them with the events in events/.
+// queue and provider, and drives them with the events in events/. The
+// provider takes one key only, which the functions read from a secret,
+// as deployed: their environment names it.
 func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	t.Parallel()
 	clients := testkit.Clients(t)
-	d := testkit.Deploy(t)
+	d := testkit.Deploy(t, providersim.WithSecret(providerKey))
+	keySecret := testkit.Secret(t, providerKey)
 	sim, providerURL, q, idemTable, chargesTable := d.Sim, d.ProviderURL, d.Queues, d.IdempotencyTable, d.ChargesTable
 
 	bootstraps := buildBootstraps(t)
@@ -41,14 +44,17 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 		"charge": {
 			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable,
 			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: testkit.TenantClaim,
+			app.EnvProviderSecretName: keySecret,
 		},
 		"sweeper": {app.EnvIdempotencyTable: idemTable, app.EnvReconcileQueueURL: q.URL},
 		"reconcile": {
 			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvProviderURL: providerURL,
+			app.EnvProviderSecretName: keySecret,
 		},
 		"intake": {
 			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvReconcileQueueURL: q.URL,
 			app.EnvChargeRequestsDLQURL: d.ChargeRequests.DLQURL, app.EnvProviderURL: providerURL,
+			app.EnvProviderSecretName: keySecret,
 		},
 	}
 	fns := map[string]*function{}
@@ -73,8 +79,12 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(functions)) {
 		report, runtimeInit := fns[name].initDurations(t)
 		t.Logf("%-9s bootstrap %s; REPORT Init Duration %s; INIT REPORT %s", name, fileSize(t, bootstraps[name]), report, runtimeInit)
+		t.Logf("%-9s first request %s", name, fns[name].firstRequest())
 	}
 }
+
+// providerKey is the provider simulator's key in the e2e deployment.
+const providerKey = "sk_e2e_providersim"
 
 type problemBody struct {
 	Type   string `json:"type"`
@@ -214,7 +224,7 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 	if err != nil || begun.Lease == nil {
 		t.Fatalf("begin: %+v %v", begun, err)
 	}
-	if _, err := provider.NewClient(providerURL, "").Charge(ctx, provider.ChargeRequest{
+	if _, err := provider.NewClient(providerURL, providerKey).Charge(ctx, provider.ChargeRequest{
 		Reference: charge.ProviderReference(key, begun.Lease.CreatedAt), Amount: 2500, Currency: "EUR", Source: providersim.SourceVisa,
 	}); err != nil {
 		t.Fatal(err)

@@ -193,7 +193,10 @@ func (f *function) call(ctx context.Context, payload []byte, out any) error {
 
 var (
 	reportInit = regexp.MustCompile(`REPORT RequestId: \S+\s+Init Duration: ([0-9.]+) ms`)
-	rapidInit  = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
+	// firstDuration is the Duration of the REPORT line that has an Init
+	// Duration: the first invocation's.
+	firstDuration = regexp.MustCompile(`REPORT RequestId: \S+\s+Init Duration: [0-9.]+ ms\s+Duration: ([0-9.]+) ms`)
+	rapidInit     = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
 )
 
 // initDurations are the emulator's two accounts of the cold start: the
@@ -214,6 +217,15 @@ func (f *function) initDurations(t *testing.T) (report, runtimeInit string) {
 	return "unknown", "unknown"
 }
 
+// firstRequest is the emulator's Duration of the function's first
+// invocation, the one after its cold start.
+func (f *function) firstRequest() string {
+	if m := firstDuration.FindStringSubmatch(f.output.String()); m != nil {
+		return m[1] + " ms"
+	}
+	return "unknown"
+}
+
 // readEvent reads events/<name>.json.
 func readEvent(t *testing.T, name string) []byte {
 	t.Helper()
@@ -230,9 +242,12 @@ func readEvent(t *testing.T, name string) []byte {
 // profile included) and passed as Lambda passes a role's.
 func awsEnv(t *testing.T) map[string]string {
 	t.Helper()
-	dynamo, sqsURL := testkit.Endpoints(t)
-	env := map[string]string{awsenv.EnvDynamoDBEndpoint: dynamo, awsenv.EnvSQSEndpoint: sqsURL, "AWS_REGION": awsenv.DefaultRegion}
-	if os.Getenv(awsenv.EnvDynamoDBEndpoint) == "" || os.Getenv(awsenv.EnvSQSEndpoint) == "" {
+	ep := testkit.Endpoints(t)
+	env := map[string]string{
+		awsenv.EnvDynamoDBEndpoint: ep.DynamoDB, awsenv.EnvSQSEndpoint: ep.SQS, awsenv.EnvSecretsManagerEndpoint: ep.SecretsManager,
+		"AWS_REGION": awsenv.DefaultRegion,
+	}
+	if awsenv.EndpointsFrom(os.Getenv) != ep {
 		env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = "test", "test"
 		return env
 	}

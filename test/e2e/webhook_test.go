@@ -49,8 +49,8 @@ func webhookSettles(t *testing.T, rie, bootstrap string, chargeEnv map[string]st
 	env := awsEnv(t)
 	maps.Copy(env, chargeEnv)
 	maps.Copy(env, map[string]string{
-		app.EnvProvider: app.ProviderStripe, app.EnvProviderURL: simSrv.URL, app.EnvProviderSecret: secretKey,
-		app.EnvWebhookSecret:       whsec,
+		app.EnvProvider: app.ProviderStripe, app.EnvProviderURL: simSrv.URL,
+		app.EnvProviderSecretName: testkit.Secret(t, secretKey), app.EnvWebhookSecretName: testkit.Secret(t, whsec),
 		"AWS_LAMBDA_FUNCTION_NAME": "chargeonce-charge-stripe", "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "256",
 		"AWS_LAMBDA_FUNCTION_TIMEOUT": strconv.Itoa(int(functions["charge"].Seconds())),
 	})

@@ -93,7 +93,9 @@ func NewHandler(svc Service, optFns ...func(*Options)) (*Handler, error) {
 		o.Clock = time.Now
 	}
 	if o.Webhook == nil {
-		o.Webhook = func([]byte, string) (charge.Notification, error) { return charge.Notification{}, ErrWebhooksOff }
+		o.Webhook = func(context.Context, []byte, string) (charge.Notification, error) {
+			return charge.Notification{}, ErrWebhooksOff
+		}
 	}
 	m := metrics.New(o.Metrics, metrics.FunctionCharge, func(mo *metrics.Options) { mo.Clock = o.Clock })
 	return &Handler{svc: svc, opt: o, metrics: m}, nil

@@ -24,10 +24,15 @@ const HeaderStripeSignature = "Stripe-Signature"
 const MaxWebhookBytes = 256 << 10
 
 // WebhookVerifier verifies a webhook delivery's signature over its payload
-// and reads its event. Any error refuses the delivery with nothing
-// stored; an event about nothing of ours is a Notification that settles
-// nothing.
-type WebhookVerifier func(payload []byte, signature string) (charge.Notification, error)
+// and reads its event. An error refuses the delivery with nothing stored:
+// with 400, or with 500 if it wraps ErrVerifierUnavailable, so that the
+// provider delivers it again. An event about nothing of ours is a
+// Notification that settles nothing.
+type WebhookVerifier func(ctx context.Context, payload []byte, signature string) (charge.Notification, error)
+
+// ErrVerifierUnavailable: the verifier could not verify any delivery (its
+// signing secret could not be read); the delivery itself may be good.
+var ErrVerifierUnavailable = errors.New("httpapi: webhook verifier unavailable")
 
 // ErrWebhooksOff is the error of the verifier a Handler has when none is
 // configured: every delivery is refused.
@@ -41,7 +46,10 @@ func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPReques
 	if refused != nil {
 		return charge.Result{}, refused, nil
 	}
-	n, err := h.opt.Webhook(body, header(req, HeaderStripeSignature))
+	n, err := h.opt.Webhook(ctx, body, header(req, HeaderStripeSignature))
+	if errors.Is(err, ErrVerifierUnavailable) {
+		return charge.Result{}, nil, err
+	}
 	if err != nil {
 		// The verifier's errors name what failed, never the payload or
 		// the secret.

@@ -1,8 +1,8 @@
-// Package emulator provides the local DynamoDB and SQS for the tests and
-// the local stack: scripts/emulator.py (moto's server, DynamoDB requests
-// serialized under one lock) run from the project virtualenv, or, with
-// EMULATOR=fakecloud, scripts/fakecloud.py (the fakecloud binary behind
-// the same command line).
+// Package emulator provides the local DynamoDB, SQS and Secrets Manager
+// for the tests and the local stack: scripts/emulator.py (moto's server,
+// DynamoDB requests serialized under one lock) run from the project
+// virtualenv, or, with EMULATOR=fakecloud, scripts/fakecloud.py (the
+// fakecloud binary behind the same command line).
 package emulator
 
 import (

@@ -67,7 +67,7 @@ func startSides(t *testing.T, envs ...[]string) []side {
 		t.Fatal(err)
 	}
 	for i := range sides {
-		db := awsenv.New(cfg, sides[i].url, sides[i].url).DynamoDB
+		db := awsenv.New(cfg, awsenv.Emulator(sides[i].url)).DynamoDB
 		sides[i].db = dynamodb.New(db.Options(), func(o *dynamodb.Options) { o.Retryer = lostAnswerRetryer() })
 	}
 	return sides

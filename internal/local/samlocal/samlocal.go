@@ -1,16 +1,19 @@
 // Package samlocal runs what `sam local invoke` and `sam local start-api`
-// need besides SAM CLI and Docker: the DynamoDB/SQS emulator and the
-// provider simulator, listening where the function containers reach them
-// (the docker bridge's address: SAM CLI ignores --docker-network host), the
-// template's tables and queues on the emulator, and a SAM CLI
+// need besides SAM CLI and Docker: the DynamoDB/SQS/Secrets Manager
+// emulator and the provider simulator, listening where the function
+// containers reach them (the docker bridge's address: SAM CLI ignores
+// --docker-network host), the template's tables and queues and the
+// provider's API key as a secret on the emulator, and a SAM CLI
 // configuration file that points both commands at them.
 //
 // SAM CLI hands a container only the variables the template declares, so
 // the configuration passes the emulator as the template's LocalEndpointUrl
-// parameter (which sets DYNAMODB_ENDPOINT and SQS_ENDPOINT), the tables'
-// and queues' names as an --env-vars file over the variables that name
-// them, and ApiAuthorizer=sam-local-dev, since SAM CLI does not emulate
-// JWT authorizers. `make sam-local` (cmd/samlocal) and the SAM test
+// parameter (which sets DYNAMODB_ENDPOINT, SQS_ENDPOINT and
+// SECRETSMANAGER_ENDPOINT), the secret's name as ProviderSecretName (the
+// functions read its value from the emulator, as deployed from AWS), the
+// tables' and queues' names as an --env-vars file over the variables that
+// name them, and ApiAuthorizer=sam-local-dev, since SAM CLI does not
+// emulate JWT authorizers. `make sam-local` (cmd/samlocal) and the SAM test
 // (test/sam) both start it.
 package samlocal
 
@@ -32,6 +35,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -64,9 +70,13 @@ const (
 	ChargeRequestsQueue = "chargeonce-charge-requests"
 )
 
-// ProviderSecret is the provider simulator's key, passed to the functions
-// as the template's ProviderSecret.
-const ProviderSecret = "sk_sam_local"
+// ProviderKey is the provider simulator's key, which the functions read
+// from the secret ProviderSecret names, passed as the template's
+// ProviderSecretName.
+const (
+	ProviderKey    = "sk_sam_local"
+	ProviderSecret = "chargeonce/provider-api-key"
+)
 
 // TenantClaim is the template's TenantClaim default, under which the
 // development authorizer returns the tenant.
@@ -158,7 +168,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 		return s, fmt.Errorf("samlocal: provider simulator: %w", err)
 	}
 	s.ProviderURL = "http://" + ln.Addr().String()
-	s.Sim = providersim.New(providersim.WithSecret(ProviderSecret), providersim.WithLogger(logger))
+	s.Sim = providersim.New(providersim.WithSecret(ProviderKey), providersim.WithLogger(logger))
 	s.srv = &http.Server{Handler: s.Sim, ReadHeaderTimeout: 10 * time.Second}
 	s.served = make(chan error, 1)
 	go func() { s.served <- s.srv.Serve(ln) }()
@@ -167,7 +177,7 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.Clients = awsenv.New(cfg, s.EmulatorURL, s.EmulatorURL)
+	s.Clients = awsenv.New(cfg, awsenv.Emulator(s.EmulatorURL))
 	if err := s.createResources(ctx); err != nil {
 		return s, err
 	}
@@ -175,9 +185,14 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 }
 
 // createResources creates the tables, the idempotency table's TTL and the
-// queues from the definitions the template is checked against, as `make
-// run` does.
+// queues from the definitions the template is checked against, and the
+// provider's API key as a secret, as `make run` does.
 func (s *Stack) createResources(ctx context.Context) error {
+	if _, err := s.Clients.SecretsManager.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
+		Name: aws.String(ProviderSecret), SecretString: aws.String(ProviderKey),
+	}); err != nil {
+		return fmt.Errorf("samlocal: secret %s: %w", ProviderSecret, err)
+	}
 	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, dynamostore.TableInput(IdempotencyTable)); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
 	}
@@ -221,7 +236,7 @@ func (s *Stack) Exited() (<-chan struct{}, <-chan error) { return s.emu.Exited()
 func (s *Stack) ParameterOverrides() []string {
 	return []string{
 		"JwtIssuer=https://issuer.invalid/", "JwtAudience=chargeonce-local",
-		"ProviderUrl=" + s.ProviderURL, "ProviderSecret=" + ProviderSecret,
+		"ProviderUrl=" + s.ProviderURL, "ProviderSecretName=" + ProviderSecret,
 		"ApiAuthorizer=sam-local-dev", "LambdaArchitecture=" + s.arch, "LocalEndpointUrl=" + s.EmulatorURL,
 	}
 }

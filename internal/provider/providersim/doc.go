@@ -14,8 +14,8 @@
 //	GET  /v1/ledger              -> what happened to every reference (see Ledger)
 //	POST /v1/faults              {"down": true|false} toggles a whole-provider outage
 //
-// When a secret is configured, every request must carry it as a bearer token
-// or gets 401. While the provider is down, charges and lookups answer 503 with
+// When a secret is configured, every charge and lookup must carry it as a
+// bearer token or gets 401; the ledger and the fault switch take none. While the provider is down, charges and lookups answer 503 with
 // the Provider-Not-Processed header and change nothing.
 //
 // # Test sources

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
@@ -54,8 +55,8 @@ const maxBodyBytes = 1 << 20
 
 // Options configure a Simulator.
 type Options struct {
-	// Secret, if not empty, is the bearer token every request must carry
-	// (401 otherwise).
+	// Secret, if not empty, is the bearer token every charge and lookup
+	// must carry (401 otherwise).
 	Secret string
 	// SlowDelay is how long slow charges wait before answering; negative
 	// counts as zero. Default DefaultSlowDelay.
@@ -65,8 +66,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// WithSecret makes the simulator answer 401 to every request that does not
-// carry secret as its bearer token. An empty secret accepts every request.
+// WithSecret makes the simulator answer 401 to every charge and lookup
+// that does not carry secret as its bearer token. An empty secret accepts
+// every request.
 func WithSecret(secret string) func(*Options) {
 	return func(o *Options) { o.Secret = secret }
 }
@@ -89,7 +91,7 @@ func WithLogger(l *slog.Logger) func(*Options) {
 // Simulator is a stateful, in-memory card provider. It implements
 // http.Handler and is safe for concurrent use.
 type Simulator struct {
-	secret    string
+	secret    atomic.Pointer[string]
 	slowDelay time.Duration
 	log       *slog.Logger
 	mux       *http.ServeMux
@@ -137,11 +139,11 @@ func New(optFns ...func(*Options)) *Simulator {
 		fn(&o)
 	}
 	s := &Simulator{
-		secret:    o.Secret,
 		slowDelay: max(o.SlowDelay, 0),
 		log:       o.Logger,
 		refs:      make(map[string]*reference),
 	}
+	s.secret.Store(&o.Secret)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/charges", s.handleCharge)
 	s.mux.HandleFunc("GET /v1/charges/{reference}", s.handleLookup)
@@ -150,9 +152,11 @@ func New(optFns ...func(*Options)) *Simulator {
 	return s
 }
 
-// ServeHTTP serves the simulated provider API.
+// ServeHTTP serves the simulated provider API. The ledger and the fault
+// switch are the simulator's own, not the provider API's: they take no
+// key, so a tool that checks the ledger needs none.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !s.authorized(r) {
+	if strings.HasPrefix(r.URL.Path, "/v1/charges") && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="providersim"`)
 		s.reply(w, r, http.StatusUnauthorized, errorBody{"missing or wrong bearer token"}, "", outcomeUnauthorized)
 		return
@@ -431,12 +435,18 @@ func (s *Simulator) handleFaults(w http.ResponseWriter, r *http.Request) {
 	s.reply(w, r, http.StatusOK, body, "", outcomeOK, slog.Bool("down", *body.Down))
 }
 
+// SetSecret makes secret the bearer token every request must carry from
+// now on, as a provider's key roll that expires the old key at once: the
+// local stack follows a rotation of its secret with it.
+func (s *Simulator) SetSecret(secret string) { s.secret.Store(&secret) }
+
 func (s *Simulator) authorized(r *http.Request) bool {
-	if s.secret == "" {
+	secret := *s.secret.Load()
+	if secret == "" {
 		return true
 	}
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(s.secret)) == 1
+	return ok && subtle.ConstantTimeCompare([]byte(token), []byte(secret)) == 1
 }
 
 func (s *Simulator) replyNotProcessed(w http.ResponseWriter, r *http.Request, reference string, out outcome) {

@@ -73,6 +73,14 @@ type Error struct {
 	RequestID   string
 }
 
+// Unauthorized reports whether err is Stripe refusing the adapter's API
+// key (401) with the proof that it did not act on the request: not the
+// answer to a re-send, which may be another request's.
+func Unauthorized(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.HTTPStatus == http.StatusUnauthorized && !errors.Is(err, provider.ErrAmbiguous)
+}
+
 func (e *Error) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "stripe answered HTTP %d", e.HTTPStatus)
@@ -247,7 +255,10 @@ func (a *Adapter) lookupDone(ctx context.Context, op, reference string, res prov
 // path keeps the source with the intent, to replay its request, only once
 // the adapter has accepted it, so card data is never stored. The error
 // wraps provider.ErrRejected.
-func (a *Adapter) CheckSource(source string) error {
+func (a *Adapter) CheckSource(source string) error { return CheckSource(source) }
+
+// CheckSource is the adapter's check of a source, which needs no key.
+func CheckSource(source string) error {
 	if !paymentMethodPattern.MatchString(source) {
 		return fmt.Errorf("stripe: %w: %w", provider.ErrRejected, errNotPaymentMethod)
 	}

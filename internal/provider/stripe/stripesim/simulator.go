@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,9 @@ type Options struct {
 type Simulator struct {
 	opts Options
 	mux  *http.ServeMux
+	// secretKey is the API key requests must carry: opts.SecretKey
+	// until SetSecretKey.
+	secretKey atomic.Pointer[string]
 
 	mu       sync.Mutex
 	intents  map[string]*intent // by id
@@ -143,6 +147,8 @@ func New(optFns ...func(*Options)) *Simulator {
 		o.WebhookClient = http.DefaultClient
 	}
 	s := &Simulator{opts: o, intents: map[string]*intent{}, keys: map[string]*key{}, hooks: &webhooks{opts: o}}
+	s.secretKey.Store(&o.SecretKey)
+	s.hooks.secret.Store(&o.WebhookSecret)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
 	s.mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
@@ -150,13 +156,23 @@ func New(optFns ...func(*Options)) *Simulator {
 	return s
 }
 
+// SetSecretKey makes key the API key every request must carry from now
+// on, as a roll of the key in Stripe's dashboard that expires the old one
+// at once; SetWebhookSecret makes whsec the secret that signs the
+// webhooks sent from now on. The local stack follows a rotation of its
+// secrets with them.
+func (s *Simulator) SetSecretKey(key string) { s.secretKey.Store(&key) }
+
+// SetWebhookSecret: see SetSecretKey.
+func (s *Simulator) SetWebhookSecret(whsec string) { s.hooks.secret.Store(&whsec) }
+
 // ServeHTTP serves the simulated API.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests++
 	s.mu.Unlock()
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok || s.opts.SecretKey == "" || subtle.ConstantTimeCompare([]byte(token), []byte(s.opts.SecretKey)) != 1 {
+	if secret := *s.secretKey.Load(); !ok || secret == "" || subtle.ConstantTimeCompare([]byte(token), []byte(secret)) != 1 {
 		s.writeError(w, r, http.StatusUnauthorized, apiError{Type: "invalid_request_error", Message: "Invalid API Key provided."})
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	stripego "github.com/stripe/stripe-go/v84"
@@ -37,6 +38,7 @@ type eventData struct {
 // webhooks sends the simulator's events to Options.WebhookURL.
 type webhooks struct {
 	opts      Options
+	secret    atomic.Pointer[string] // signs the deliveries
 	wg        sync.WaitGroup
 	mu        sync.Mutex
 	delivered int
@@ -96,7 +98,7 @@ func (w *webhooks) deliver(typ string, body []byte) {
 // the receiver checks the timestamp against its own clock.
 func (w *webhooks) post(body []byte) int {
 	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{
-		Payload: body, Secret: w.opts.WebhookSecret, Timestamp: time.Now(),
+		Payload: body, Secret: *w.secret.Load(), Timestamp: time.Now(),
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), webhookTimeout)
 	defer cancel()

@@ -1,0 +1,126 @@
+// Package secrets reads the functions' secrets (the provider's API key,
+// the webhook signing secret) from AWS Secrets Manager at run time. A
+// function's environment names each secret; its value is read once per
+// execution environment and kept, read again after a bounded age, and on
+// demand when the provider refuses it, so a rotation needs no deploy.
+package secrets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+)
+
+// ErrUnavailable: the secret could not be read (missing, not a string,
+// access denied, Secrets Manager unreachable). Nothing that needs it was
+// attempted.
+var ErrUnavailable = errors.New("secret unavailable")
+
+// DefaultMaxAge is how long a value is kept before it is read again.
+const DefaultMaxAge = 5 * time.Minute
+
+// retryAfter is how soon a failed re-read of a value still held is tried
+// again: the held value serves meanwhile, so an outage of Secrets Manager
+// costs each request no failed call of its own.
+const retryAfter = 30 * time.Second
+
+// API is the part of the Secrets Manager client a Secret uses.
+type API interface {
+	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
+}
+
+// Options configure a Secret.
+type Options struct {
+	// MaxAge is how long a value is kept before it is read again;
+	// DefaultMaxAge if zero or less.
+	MaxAge time.Duration
+	// Clock is time.Now by default.
+	Clock func() time.Time
+}
+
+// Secret is one secret, named by its name or ARN. It is safe for
+// concurrent use: callers that find the value stale wait for one read.
+type Secret struct {
+	api  API
+	id   string
+	opts Options
+
+	mu    sync.Mutex
+	value string
+	held  bool
+	next  time.Time // when the value is to be read again
+}
+
+// New returns the secret id (a name or an ARN), read through api when
+// first needed.
+func New(api API, id string, optFns ...func(*Options)) *Secret {
+	o := Options{}
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	return &Secret{api: api, id: id, opts: o}
+}
+
+// Value returns the secret's value: the one held, unless it is older than
+// MaxAge or none is held, and then the one read now. A re-read that fails
+// keeps the value held, tried again after a short while; with no value
+// held, the error wraps ErrUnavailable.
+func (s *Secret) Value(ctx context.Context) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Clock()
+	if s.held && now.Before(s.next) {
+		return s.value, nil
+	}
+	v, err := s.read(ctx)
+	switch {
+	case err == nil:
+		s.value, s.held, s.next = v, true, now.Add(s.opts.MaxAge)
+	case s.held:
+		s.next = now.Add(min(retryAfter, s.opts.MaxAge))
+	default:
+		return "", err
+	}
+	return s.value, nil
+}
+
+// Refresh reads the secret again, for a caller whose value stale was
+// refused, and returns the value read. If the value held is no longer
+// stale, another caller has refreshed it already and it is returned as it
+// is. The error wraps ErrUnavailable.
+func (s *Secret) Refresh(ctx context.Context, stale string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.held && s.value != stale {
+		return s.value, nil
+	}
+	v, err := s.read(ctx)
+	if err != nil {
+		return "", err
+	}
+	s.value, s.held, s.next = v, true, s.opts.Clock().Add(s.opts.MaxAge)
+	return v, nil
+}
+
+// read asks Secrets Manager for the current version's string.
+func (s *Secret) read(ctx context.Context) (string, error) {
+	out, err := s.api.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(s.id)})
+	if err != nil {
+		return "", fmt.Errorf("secrets: read %s: %w: %w", s.id, ErrUnavailable, err)
+	}
+	if out.SecretString == nil || *out.SecretString == "" {
+		return "", fmt.Errorf("secrets: read %s: %w: no string value", s.id, ErrUnavailable)
+	}
+	return *out.SecretString, nil
+}
