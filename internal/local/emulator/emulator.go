@@ -29,8 +29,12 @@ const (
 	// ClientRequestToken, as moto does, instead of honouring it as
 	// DynamoDB does (the default).
 	EnvHonourRequestToken = "EMULATOR_HONOUR_REQUEST_TOKEN"
+	// EnvIndexedQueries: "0" makes a Query list and sort every item of
+	// the table, as moto does, instead of reading the partition it names
+	// (the default).
+	EnvIndexedQueries = "EMULATOR_INDEXED_QUERIES"
 	// EnvKind picks the emulator: "moto" (the default) or "fakecloud".
-	// The two switches above are moto's; fakecloud has neither copy to
+	// The three switches above are moto's; fakecloud has neither copy to
 	// avoid nor a token to learn to honour.
 	EnvKind = "EMULATOR"
 )
