@@ -122,3 +122,29 @@ type Step struct {
 	Replay          Latency `json:"replay"`
 	OK              bool    `json:"ok"`
 }
+
+// Growth is what a growth run (loadgen growth) reports, and writes as
+// JSON: the same fixed-rate run after more and more charges.
+type Growth struct {
+	Started string  `json:"started"`
+	Rate    float64 `json:"target_rate"`
+	Logical int     `json:"logical_charges"`
+	// Reconciles is how many commands each step left to the reconciler.
+	Reconciles int          `json:"reconciles"`
+	Steps      []GrowthStep `json:"steps"`
+}
+
+// GrowthStep is one fixed-rate run, after Charges charges.
+type GrowthStep struct {
+	Charges int    `json:"charges_before"`
+	LoadAvg string `json:"loadavg_at_start"`
+	// FillSeconds is how long making the charges since the last step
+	// took.
+	FillSeconds float64 `json:"fill_seconds"`
+	First       Latency `json:"first"`
+	Replay      Latency `json:"replay"`
+	// Reconcile is from when a reconcile message was due to the
+	// reconciler's settling of its record.
+	Reconcile Latency `json:"reconcile"`
+	OK        bool    `json:"ok"`
+}
