@@ -21,17 +21,21 @@ import (
 )
 
 // growthConfig is a growth run's configuration: the load flags, the table
-// sizes and how to reach them.
+// sizes and how to reach them, and the reference stack, if any.
 type growthConfig struct {
 	loadConfig
 	sizes      []int
 	fillers    int
 	reconciles int
+	// reference is the load configuration for the reference stack; its
+	// target is "" without one.
+	reference loadConfig
 }
 
 // growthMain measures the same fixed-rate run as the tables grow:
 //
 //	loadgen growth [-sizes 0,10000,50000] [-fillers 16] [-reconciles 20]
+//	        [-reference-target URL -reference-provider URL -reference-dynamodb URL]
 //	        [load flags, here -n 1800 -rate 60 -retry-once 0.2 by default]
 //	        [-out out/growth]
 //
@@ -41,26 +45,27 @@ type growthConfig struct {
 // (first calls and replays), then -reconciles commands whose provider call
 // loses its answer (tok_timeout_once), each timed from when its
 // reconcile message was due to its record's settling (see reconcileRun).
-// It keeps what it wrote: the point is a table that grows. It writes
-// OUT.json (see benchout.Growth) and each step's load summary as
-// OUT-<size>.json, and exits 1 if a step found a duplicate or a missing
-// charge.
+// It keeps what it wrote there: the point is a table that grows. With a
+// reference stack, each step runs the same on it too, first, and deletes
+// what the mix wrote there, so its tables stay near empty: the two
+// stacks' figures, taken in the same minutes on a shared machine, compare
+// the table sizes under the same load. It writes OUT.json (see
+// benchout.Growth) and each run's load summary as OUT-<size>.json (and
+// OUT-reference-<size>.json), and exits 1 if a step found a duplicate or
+// a missing charge.
 func growthMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseGrowthFlags(args, getenv)
 	if err != nil {
 		return err
 	}
 	hc := c.client()
-	if err := reachable(ctx, hc, c.target); err != nil {
-		return err
-	}
-	db, err := dynamoClient(ctx, c.dynamoDB)
-	if err != nil {
-		return err
-	}
-	store, err := idem.New(db, c.idemTable)
-	if err != nil {
-		return err
+	for _, target := range []string{c.target, c.reference.target} {
+		if target == "" {
+			continue
+		}
+		if err := reachable(ctx, hc, target); err != nil {
+			return err
+		}
 	}
 	out := benchout.Growth{Started: time.Now().UTC().Format(time.RFC3339), Rate: c.Rate, Logical: c.Ops, Reconciles: c.reconciles}
 	made := 0
@@ -76,29 +81,63 @@ func growthMain(ctx context.Context, args []string, getenv func(string) string, 
 			made += n
 		}
 		step := benchout.GrowthStep{Charges: made, FillSeconds: time.Since(start).Seconds()}
+		if c.reference.target != "" {
+			run := c.reference
+			run.tenant, run.out = fmt.Sprintf("%s-ref%d", c.tenant, i), fmt.Sprintf("%s-reference-%d", c.out, size)
+			ref, _, err := measureGrowth(ctx, hc, c, run, stderr)
+			if err != nil {
+				return err
+			}
+			step.Reference = &ref
+		}
 		run := c.loadConfig
 		run.tenant, run.out, run.keep = fmt.Sprintf("%s-%d", c.tenant, i), fmt.Sprintf("%s-%d", c.out, size), true
-		s, err := runLoad(ctx, run, hc, stderr)
-		if err != nil {
+		var created int
+		if step.Stack, created, err = measureGrowth(ctx, hc, c, run, stderr); err != nil {
 			return err
 		}
-		step.LoadAvg, step.First, step.Replay, step.OK = s.LoadAvg, s.Latency["first"], s.Latency["replay"], s.Check.OK
-		made += s.Check.Created
-		if err := failed(s.Check); err != nil {
-			failures = append(failures, fmt.Errorf("after %d charges: %w", step.Charges, err))
+		made += created
+		for _, r := range []*benchout.GrowthRun{&step.Stack, step.Reference} {
+			if r != nil && !r.OK {
+				failures = append(failures, fmt.Errorf("after %d charges: the check failed (see %s-*.json)", step.Charges, c.out))
+			}
 		}
-		if step.Reconcile, err = reconcileRun(ctx, hc, store, c, fmt.Sprintf("%s-rec%d", c.tenant, i)); err != nil {
-			return err
-		}
-		made += c.reconciles
 		out.Steps = append(out.Steps, step)
+		st := step.Stack
 		fmt.Fprintf(stdout, "after %6d charges (load %s): first p50 %.2f / p99 %.2f ms, replay p50 %.2f / p99 %.2f ms, reconcile p50 %.0f / p99 %.0f ms\n",
-			step.Charges, step.LoadAvg, step.First.P50, step.First.P99, step.Replay.P50, step.Replay.P99, step.Reconcile.P50, step.Reconcile.P99)
+			step.Charges, st.LoadAvg, st.First.P50, st.First.P99, st.Replay.P50, st.Replay.P99, st.Reconcile.P50, st.Reconcile.P99)
+		if ref := step.Reference; ref != nil {
+			fmt.Fprintf(stdout, "       the reference (load %s): first p50 %.2f / p99 %.2f ms, replay p50 %.2f / p99 %.2f ms, reconcile p50 %.0f / p99 %.0f ms\n",
+				ref.LoadAvg, ref.First.P50, ref.First.P99, ref.Replay.P50, ref.Replay.P99, ref.Reconcile.P50, ref.Reconcile.P99)
+		}
 	}
 	if err := writeJSON(c.out, out); err != nil {
 		return err
 	}
 	return errors.Join(failures...)
+}
+
+// measureGrowth runs one stack's part of a step, run: the mix at the fixed
+// rate, then the reconciles. It returns its figures and how many charges
+// it made.
+func measureGrowth(ctx context.Context, hc *http.Client, c growthConfig, run loadConfig, stderr io.Writer) (benchout.GrowthRun, int, error) {
+	s, err := runLoad(ctx, run, hc, stderr)
+	if err != nil {
+		return benchout.GrowthRun{}, 0, err
+	}
+	r := benchout.GrowthRun{LoadAvg: s.LoadAvg, First: s.Latency["first"], Replay: s.Latency["replay"], OK: failed(s.Check) == nil}
+	db, err := dynamoClient(ctx, run.dynamoDB)
+	if err != nil {
+		return benchout.GrowthRun{}, 0, err
+	}
+	store, err := idem.New(db, run.idemTable)
+	if err != nil {
+		return benchout.GrowthRun{}, 0, err
+	}
+	if r.Reconcile, err = reconcileRun(ctx, hc, store, run, c.reconciles); err != nil {
+		return benchout.GrowthRun{}, 0, err
+	}
+	return r, s.Check.Created + c.reconciles, nil
 }
 
 func parseGrowthFlags(args []string, getenv func(string) string) (growthConfig, error) {
@@ -117,6 +156,10 @@ func parseGrowthFlags(args []string, getenv func(string) string) (growthConfig, 
 	c := growthConfig{}
 	fs.IntVar(&c.fillers, "fillers", 16, "clients making the charges between steps")
 	fs.IntVar(&c.reconciles, "reconciles", 20, "commands left to the reconciler at each step, half a second apart")
+	var ref struct{ target, provider, dynamoDB string }
+	fs.StringVar(&ref.target, "reference-target", "", "the charge API of a reference stack whose tables stay empty (optional)")
+	fs.StringVar(&ref.provider, "reference-provider", "", "its provider simulator")
+	fs.StringVar(&ref.dynamoDB, "reference-dynamodb", "", "its DynamoDB endpoint")
 	if err := fs.Parse(args); err != nil {
 		return growthConfig{}, err
 	}
@@ -134,6 +177,18 @@ func parseGrowthFlags(args []string, getenv func(string) string) (growthConfig, 
 	}
 	if c.fillers < 1 || c.reconciles < 1 {
 		return growthConfig{}, errors.New("-fillers and -reconciles must be positive")
+	}
+	if ref.target != "" {
+		if ref.provider == "" || ref.dynamoDB == "" {
+			return growthConfig{}, errors.New("-reference-target needs -reference-provider and -reference-dynamodb")
+		}
+		for _, u := range []string{ref.target, ref.provider, ref.dynamoDB} {
+			if err := loopback(u); err != nil {
+				return growthConfig{}, err
+			}
+		}
+		c.reference = c.loadConfig
+		c.reference.target, c.reference.provider, c.reference.dynamoDB = ref.target, ref.provider, ref.dynamoDB
 	}
 	return c, nil
 }
@@ -159,21 +214,21 @@ func fill(ctx context.Context, hc *http.Client, c growthConfig, tenant string, n
 	return int(created.Load()), ctx.Err()
 }
 
-// reconcileRun sends c.reconciles charges whose provider call loses its
+// reconcileRun sends n charges whose provider call loses its
 // answer, half a second apart, and times the reconciler's work on each:
 // from when its reconcile message was due (the handler delays it, in whole
 // seconds, to the end of the record's lease) until the record is settled,
 // watched every 5 ms from then on.
-func reconcileRun(ctx context.Context, hc *http.Client, store *idem.Store, c growthConfig, tenant string) (benchout.Latency, error) {
-	r := &runner{client: hc, url: strings.TrimRight(c.target, "/") + "/charges", tenant: tenant}
+func reconcileRun(ctx context.Context, hc *http.Client, store *idem.Store, run loadConfig, n int) (benchout.Latency, error) {
+	r := &runner{client: hc, url: strings.TrimRight(run.target, "/") + "/charges", tenant: run.tenant}
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	ds := make([]time.Duration, c.reconciles)
-	errs := make([]error, c.reconciles)
+	ds := make([]time.Duration, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := range c.reconciles {
+	for i := range n {
 		key := fmt.Sprintf("rec-%s-%03d", hex.EncodeToString(b[:]), i)
-		wg.Go(func() { ds[i], errs[i] = reconcileOne(ctx, r, store, tenant, key, c.settle) })
+		wg.Go(func() { ds[i], errs[i] = reconcileOne(ctx, r, store, run.tenant, key, run.settle) })
 		select {
 		case <-ctx.Done():
 		case <-time.After(500 * time.Millisecond):

@@ -134,15 +134,23 @@ type Growth struct {
 	Steps      []GrowthStep `json:"steps"`
 }
 
-// GrowthStep is one fixed-rate run, after Charges charges.
+// GrowthStep is one step of a growth run: the fixed-rate run on the stack
+// that has made Charges charges, and the same on a reference stack whose
+// tables stay empty, measured in the same minutes (nil without one).
 type GrowthStep struct {
-	Charges int    `json:"charges_before"`
-	LoadAvg string `json:"loadavg_at_start"`
+	Charges int `json:"charges_before"`
 	// FillSeconds is how long making the charges since the last step
 	// took.
-	FillSeconds float64 `json:"fill_seconds"`
-	First       Latency `json:"first"`
-	Replay      Latency `json:"replay"`
+	FillSeconds float64    `json:"fill_seconds"`
+	Stack       GrowthRun  `json:"stack"`
+	Reference   *GrowthRun `json:"reference,omitempty"`
+}
+
+// GrowthRun is one stack's figures in a step.
+type GrowthRun struct {
+	LoadAvg string  `json:"loadavg_at_start"`
+	First   Latency `json:"first"`
+	Replay  Latency `json:"replay"`
 	// Reconcile is from when a reconcile message was due to the
 	// reconciler's settling of its record.
 	Reconcile Latency `json:"reconcile"`
