@@ -38,8 +38,8 @@ install_indexed_queries); moto's own code does the rest.
 Garbage collection that does not grow with the tables (on;
 EMULATOR_GC_FREEZE=0 or --no-gc-freeze turns it off). Python's full
 collections walk every stored item and stop every request while they do:
-most of a second with 50,000 charges stored. Every 1,024 DynamoDB requests
-the launcher freezes what is alive (see FreezeSurvivors).
+half a second with the 100,000 items of 50,000 charges stored. Every 1,024
+DynamoDB requests the launcher freezes what is alive (see FreezeSurvivors).
 
 Request log (off; EMULATOR_REQUEST_LOG=1 or --request-log turns it on).
 werkzeug logs a line per request by default, under its logging lock and on
@@ -654,8 +654,8 @@ class FreezeSurvivors:
 
     CPython's full garbage collection walks every tracked object, and every
     item moto keeps is dozens of them; it stops every thread while it runs.
-    With 50,000 charges stored one pause took most of a second, so the
-    stack's p99 grew with its tables. gc.freeze() moves the objects alive
+    With the 100,000 items of 50,000 charges stored one pause took half a
+    second, so the stack's p99 grew with its tables. gc.freeze() moves the objects alive
     now out of the collector's sight: reference counting still frees them
     once unused, but a cycle among them would never be. It runs under
     SerializeDynamoDB's lock, between two requests, when only the stored
