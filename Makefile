@@ -213,8 +213,23 @@ STEADY_N    ?= 600
 STEADY_RATE ?= 10
 # How long loadgen sustain runs each offered rate.
 SUSTAIN_STEP ?= 60s
-# The charges made before each step of loadgen growth.
-GROWTH_SIZES ?= 0,10000,50000
+# The charges made before each step of loadgen growth, and of its run on
+# moto's own Query and garbage collection (shorter: moto's sweeps alone
+# then hold the emulator for seconds at a time).
+GROWTH_SIZES      ?= 0,10000,50000
+GROWTH_MOTO_SIZES ?= 0,10000
+comma := ,
+# $(call GROWTH_RUN,OUT,SIZES,ENV) runs loadgen growth on two fresh stacks
+# started with ENV, the growing one on 127.0.0.1:3002 and the reference on
+# 127.0.0.1:3003, and stops them.
+GROWTH_RUN   = set -euo pipefail; $(if $(3),export $(3);) \
+	$(call START_STACK,3002,$(1)-stack.log,-addr 127.0.0.1:3002 -provider-addr 127.0.0.1:4012 -emulator-port 4568); \
+	out/localstack -addr 127.0.0.1:3003 -provider-addr 127.0.0.1:4013 -emulator-port 4569 >$(1)-reference-stack.log 2>&1 & ref=$$!; \
+	trap 'kill -INT $$pid $$ref; wait $$pid $$ref || true' EXIT; \
+	for i in $$(seq 1 600); do $(call PORT_OPEN,3003) && break; sleep 0.1; done; \
+	out/loadgen growth -sizes $(2) -out $(1) \
+		-target http://127.0.0.1:3002 -provider http://127.0.0.1:4012 -dynamodb http://127.0.0.1:4568 \
+		-reference-target http://127.0.0.1:3003 -reference-provider http://127.0.0.1:4013 -reference-dynamodb http://127.0.0.1:4569
 # The Powertools TypeScript handler TestSideBySide runs, and its packages,
 # pinned in its package-lock.json and installed from the npm registry.
 POWERTOOLS_TS := test/bench/powertools-ts
@@ -259,14 +274,10 @@ bench: venv build $(POWERTOOLS_TS)/node_modules/.installed ## Round trips, Power
 	out/loadgen -n $(LOAD_N) -out out/load-seeds
 	@echo "bench: the same fixed-rate run as the tables grow, on a fresh stack (127.0.0.1:3002) beside a reference whose tables stay empty (127.0.0.1:3003)"
 	@$(WAIT_QUIET)
-	@set -euo pipefail; \
-	$(call START_STACK,3002,out/localstack-growth.log,-addr 127.0.0.1:3002 -provider-addr 127.0.0.1:4012 -emulator-port 4568); \
-	out/localstack -addr 127.0.0.1:3003 -provider-addr 127.0.0.1:4013 -emulator-port 4569 >out/localstack-reference.log 2>&1 & ref=$$!; \
-	trap 'kill -INT $$pid $$ref; wait $$pid $$ref || true' EXIT; \
-	for i in $$(seq 1 600); do $(call PORT_OPEN,3003) && break; sleep 0.1; done; \
-	out/loadgen growth -sizes $(GROWTH_SIZES) -out out/growth \
-		-target http://127.0.0.1:3002 -provider http://127.0.0.1:4012 -dynamodb http://127.0.0.1:4568 \
-		-reference-target http://127.0.0.1:3003 -reference-provider http://127.0.0.1:4013 -reference-dynamodb http://127.0.0.1:4569
+	@$(call GROWTH_RUN,out/growth,$(GROWTH_SIZES),)
+	@echo "bench: the same with moto's own Query and garbage collection, up to $(lastword $(subst $(comma), ,$(GROWTH_MOTO_SIZES))) charges"
+	@$(WAIT_QUIET)
+	@$(call GROWTH_RUN,out/growth-moto,$(GROWTH_MOTO_SIZES),EMULATOR_INDEXED_QUERIES=0 EMULATOR_GC_FREEZE=0)
 ifneq ($(FAKECLOUD_BIN),)
 	@echo "bench: the sustained rate again on fakecloud ($(FAKECLOUD_BIN)), the stack on 127.0.0.1:3001"
 	@$(WAIT_QUIET)
@@ -282,7 +293,7 @@ ifneq ($(FAKECLOUD_BIN),)
 endif
 	$(GO) run ./cmd/benchdoc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
 		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) \
-		-sidebyside out/sidebyside.json -sustain out/sustain.json -growth "the emulator as make run starts it=out/growth.json" \
+		-sidebyside out/sidebyside.json -sustain out/sustain.json -growth "the emulator as make run starts it=out/growth.json,moto's own Query and garbage collection=out/growth-moto.json" \
 		$(if $(FAKECLOUD_BIN),-sustain-fakecloud out/sustain-fakecloud.json)
 	$(GO) run ./cmd/capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 	@# A failed check on fakecloud fails make bench, after the docs show its steps.
