@@ -213,6 +213,26 @@ STEADY_N    ?= 600
 STEADY_RATE ?= 10
 # How long loadgen sustain runs each offered rate.
 SUSTAIN_STEP ?= 60s
+# The charges made before each step of loadgen growth, and of its run on
+# moto's own Query and garbage collection (shorter: moto's sweeps alone
+# then hold the emulator for seconds at a time).
+GROWTH_SIZES      ?= 0,10000,50000
+GROWTH_MOTO_SIZES ?= 0,10000
+comma := ,
+# $(call GROWTH_RUN,OUT,SIZES,ENV) runs loadgen growth on two fresh stacks
+# started with ENV, the growing one on 127.0.0.1:3002 and the reference on
+# 127.0.0.1:3003, and stops them.
+GROWTH_RUN   = set -euo pipefail; $(if $(3),export $(3);) \
+	$(call START_STACK,3002,$(1)-stack.log,-addr 127.0.0.1:3002 -provider-addr 127.0.0.1:4012 -emulator-port 4568); \
+	out/localstack -addr 127.0.0.1:3003 -provider-addr 127.0.0.1:4013 -emulator-port 4569 >$(1)-reference-stack.log 2>&1 & ref=$$!; \
+	trap 'kill -INT $$pid $$ref; wait $$pid $$ref || true' EXIT; \
+	for i in $$(seq 1 600); do $(call PORT_OPEN,3003) && break; sleep 0.1; done; \
+	out/loadgen growth -sizes $(2) -out $(1) \
+		-target http://127.0.0.1:3002 -provider http://127.0.0.1:4012 -dynamodb http://127.0.0.1:4568 \
+		-reference-target http://127.0.0.1:3003 -reference-provider http://127.0.0.1:4013 -reference-dynamodb http://127.0.0.1:4569
+# The Powertools TypeScript handler TestSideBySide runs, and its packages,
+# pinned in its package-lock.json and installed from the npm registry.
+POWERTOOLS_TS := test/bench/powertools-ts
 # Wait up to two minutes for the 1-minute load average to fall below 1.5:
 # the machine may be shared, and each step loads it for the next.
 WAIT_QUIET   = for i in $$(seq 1 24); do awk '{exit !($$1 < 1.5)}' /proc/loadavg && break; sleep 5; done
@@ -225,8 +245,12 @@ START_STACK  = out/localstack $(3) >$(2) 2>&1 & pid=$$!; \
 	trap 'kill -INT $$pid; wait $$pid || true' EXIT; \
 	for i in $$(seq 1 600); do $(call PORT_OPEN,$(1)) && break; sleep 0.1; done
 
+$(POWERTOOLS_TS)/node_modules/.installed: $(POWERTOOLS_TS)/package.json $(POWERTOOLS_TS)/package-lock.json
+	cd $(POWERTOOLS_TS) && npm ci --no-audit --no-fund --ignore-scripts
+	touch $@
+
 .PHONY: bench
-bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold start, the seeds' retry mix and the sustained rate on the local stack; rewrites docs/benchmarks.md and docs/capacity.md
+bench: venv build $(POWERTOOLS_TS)/node_modules/.installed ## Round trips, Powertools (Python and TypeScript) side by side, Go benchmarks, cold start, the seeds' retry mix, the sustained rate and the cost as the tables grow, on the local stack; rewrites docs/benchmarks.md and docs/capacity.md
 	@mkdir -p out
 	$(GO) build -o out/loadgen ./cmd/loadgen
 	$(GO) build -o out/localstack ./cmd/localstack
@@ -248,6 +272,12 @@ bench: venv build ## Round trips, Powertools side by side, Go benchmarks, cold s
 	$(WAIT_QUIET); \
 	out/loadgen sustain -bench out/bench.txt -duration $(SUSTAIN_STEP) -out out/sustain; \
 	out/loadgen -n $(LOAD_N) -out out/load-seeds
+	@echo "bench: the same fixed-rate run as the tables grow, on a fresh stack (127.0.0.1:3002) beside a reference whose tables stay empty (127.0.0.1:3003)"
+	@$(WAIT_QUIET)
+	@$(call GROWTH_RUN,out/growth,$(GROWTH_SIZES),)
+	@echo "bench: the same with moto's own Query and garbage collection, up to $(lastword $(subst $(comma), ,$(GROWTH_MOTO_SIZES))) charges"
+	@$(WAIT_QUIET)
+	@$(call GROWTH_RUN,out/growth-moto,$(GROWTH_MOTO_SIZES),EMULATOR_INDEXED_QUERIES=0 EMULATOR_GC_FREEZE=0)
 ifneq ($(FAKECLOUD_BIN),)
 	@echo "bench: the sustained rate again on fakecloud ($(FAKECLOUD_BIN)), the stack on 127.0.0.1:3001"
 	@$(WAIT_QUIET)
@@ -263,7 +293,7 @@ ifneq ($(FAKECLOUD_BIN),)
 endif
 	$(GO) run ./cmd/benchdoc -doc docs/benchmarks.md -bench out/bench.txt -roundtrips out/roundtrips.md \
 		-load out/load-steady.json,out/load-seeds.json -coldstart out/e2e.txt -bin $(BIN) \
-		-sidebyside out/sidebyside.json -sustain out/sustain.json \
+		-sidebyside out/sidebyside.json -sustain out/sustain.json -growth "the emulator as make run starts it=out/growth.json,moto's own Query and garbage collection=out/growth-moto.json" \
 		$(if $(FAKECLOUD_BIN),-sustain-fakecloud out/sustain-fakecloud.json)
 	$(GO) run ./cmd/capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 	@# A failed check on fakecloud fails make bench, after the docs show its steps.

@@ -4,13 +4,15 @@
 //	go run ./cmd/benchdoc -doc docs/benchmarks.md -bench out/bench.txt \
 //	    -roundtrips out/roundtrips.md -load out/load-steady.json,out/load-seeds.json \
 //	    -coldstart out/e2e.txt -bin bin -sidebyside out/sidebyside.json \
-//	    -sustain out/sustain.json [-sustain-fakecloud out/sustain-fakecloud.json]
+//	    -sustain out/sustain.json [-sustain-fakecloud out/sustain-fakecloud.json] \
+//	    [-growth "NAME=out/growth.json,..."]
 //
 // A section is the text between "<!-- generated:NAME -->" and
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart, powertools (with -sidebyside), sustain (with -sustain), and
-// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud).
+// coldstart, powertools (with -sidebyside), sustain (with -sustain),
+// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud), and
+// growth (with -growth).
 //
 // It measures nothing: the figures are test/bench's, test/e2e's and
 // loadgen's, and the machine section describes the host it runs on.
@@ -44,6 +46,7 @@ func run(args []string) error {
 	fs.StringVar(&in.sideBySide, "sidebyside", "", "TestSideBySide's figures, for the comparison with Powertools (optional)")
 	fs.StringVar(&in.sustain, "sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate (optional)")
 	fs.StringVar(&in.sustainFakecloud, "sustain-fakecloud", "", "the same for a stack on fakecloud (optional)")
+	fs.StringVar(&in.growth, "growth", "", "loadgen growth's summaries as NAME=PATH,..., for the table-size section (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -23,6 +23,9 @@ import (
 // to refresh the others alone; the other inputs are optional.
 type inputs struct {
 	bench, roundTrips, loads, coldStart, bin, sideBySide, sustain, sustainFakecloud string
+	// growth: loadgen growth's summaries, comma-separated, each with the
+	// emulator it ran on ("NAME=PATH").
+	growth string
 }
 
 // sections reads the inputs and renders, by name, every section they
@@ -95,6 +98,13 @@ func (in inputs) sections() (map[string]string, error) {
 		}
 		if sections["powertools"], err = sideBySideTable(f); err != nil {
 			return nil, fmt.Errorf("%s: %w", in.sideBySide, err)
+		}
+	}
+
+	if in.growth != "" {
+		var err error
+		if sections["growth"], err = growthSection(in.growth); err != nil {
+			return nil, err
 		}
 	}
 
@@ -390,21 +400,34 @@ func sustainTable(s benchout.Sustain) string {
 // concurrency ("concurrent"), and the capacity of one first call and one
 // replay.
 type sideBySideFile struct {
-	LoadAvg  string `json:"loadavg_at_start"`
-	N        int    `json:"n"`
-	Handlers map[string]struct {
-		Runs map[string]struct {
-			Concurrency int                `json:"concurrency"`
-			First       sideLatency        `json:"first"`
-			Replay      *sideLatency       `json:"replay"`
-			FirstCalls  map[string]float64 `json:"first_calls"`
-			ReplayCalls map[string]float64 `json:"replay_calls"`
-		} `json:"runs"`
-		FirstWCU          int    `json:"first_wcu"`
-		FirstIndexWCU     int    `json:"first_index_wcu"`
-		ReplayWCU         int    `json:"replay_wcu"`
-		PowertoolsVersion string `json:"powertools_version"`
-	} `json:"handlers"`
+	LoadAvg  string                 `json:"loadavg_at_start"`
+	N        int                    `json:"n"`
+	Handlers map[string]sideHandler `json:"handlers"`
+}
+
+type sideHandler struct {
+	Runs              map[string]sideRun `json:"runs"`
+	FirstWCU          int                `json:"first_wcu"`
+	FirstIndexWCU     int                `json:"first_index_wcu"`
+	ReplayWCU         int                `json:"replay_wcu"`
+	PowertoolsVersion string             `json:"powertools_version"`
+	SDKVersion        string             `json:"sdk_version"`
+	RuntimeVersion    string             `json:"runtime_version"`
+}
+
+type sideRun struct {
+	Concurrency int          `json:"concurrency"`
+	First       sideLatency  `json:"first"`
+	Replay      *sideLatency `json:"replay"`
+	Duplicate   *struct {
+		Latency sideLatency    `json:"latency"`
+		Answers map[string]int `json:"answers"`
+	} `json:"duplicate"`
+	FirstCalls     map[string]float64 `json:"first_calls"`
+	ReplayCalls    map[string]float64 `json:"replay_calls"`
+	DuplicateCalls map[string]float64 `json:"duplicate_calls"`
+	FirstOwnMs     float64            `json:"first_own_ms"`
+	ReplayOwnMs    float64            `json:"replay_own_ms"`
 }
 
 type sideLatency struct {
@@ -412,21 +435,67 @@ type sideLatency struct {
 	P99 float64 `json:"p99_ms"`
 }
 
-// sideBySideHandlers are the handlers compared, in the table's order, with
+// What the Powertools handlers do not do, and chargeonce does.
+const powertoolsLacks = "no atomic business write (the charge row and the record's completion are two writes: a crash between them leaves a charge whose record says in progress); no fencing (a stale holder can still complete a record another took over); no reconciliation (an in-progress record whose outcome is unknown just expires, and the next retry charges again)"
+
+// sideBySideHandlers are the handlers compared, in the tables' order, with
 // what each does not do.
 var sideBySideHandlers = []struct{ id, name, lacks string }{
 	{"chargeonce", "chargeonce", "–"},
-	{"powertools", "Powertools `@idempotent`", "no atomic business write (the charge row and the record's completion are two writes: a crash between them leaves a charge whose record says in progress); no fencing (a stale holder can still complete a record another took over); no reconciliation (an in-progress record whose outcome is unknown just expires, and the next retry charges again)"},
+	{"powertools", "Powertools Python `@idempotent`", powertoolsLacks},
+	{"powertools-ts", "Powertools TypeScript `makeIdempotent`", "as Powertools Python"},
 	{"naive", "naive", "no idempotency: a retry charges again"},
 }
 
+// peers are the handlers chargeonce's ratios are taken against.
+var peers = []struct{ id, name string }{{"powertools", "Powertools Python"}, {"powertools-ts", "Powertools TypeScript"}}
+
 func sideBySideTable(f sideBySideFile) (string, error) {
+	for _, h := range sideBySideHandlers {
+		fig, ok := f.Handlers[h.id]
+		if !ok {
+			return "", fmt.Errorf("no figures for %s", h.id)
+		}
+		for _, mode := range []string{"serial", "concurrent"} {
+			if _, ok := fig.Runs[mode]; !ok {
+				return "", fmt.Errorf("no %s run for %s", mode, h.id)
+			}
+		}
+	}
 	var b strings.Builder
-	pt := f.Handlers["powertools"]
-	fmt.Fprintf(&b, "Load average when the test started: %s. %d first calls and %d replays per handler and concurrency; Powertools %s. Latencies p50 / p99.\n\n",
-		orNone(f.LoadAvg), f.N, f.N, orNone(pt.PowertoolsVersion))
-	b.WriteString("| handler | concurrency | first call | replay | DynamoDB calls: first / replay | WCU: first / replay | what it does not do |\n")
-	b.WriteString("|---|---:|---:|---:|---|---:|---|\n")
+	py, ts := f.Handlers["powertools"], f.Handlers["powertools-ts"]
+	fmt.Fprintf(&b, "Load average when the test started: %s. %d first calls, %d replays and %d concurrent duplicates per handler and concurrency. "+
+		"Powertools Python %s (boto3 %s, Python %s); Powertools TypeScript %s (AWS SDK %s, Node %s). Latencies p50 / p99; "+
+		"*own*: the mean time of a call less its mean time at the emulator.\n\n",
+		orNone(f.LoadAvg), f.N, f.N, f.N, orNone(py.PowertoolsVersion), orNone(py.SDKVersion), orNone(py.RuntimeVersion),
+		orNone(ts.PowertoolsVersion), orNone(ts.SDKVersion), orNone(ts.RuntimeVersion))
+	b.WriteString("| handler | concurrency | first call | own | replay | own | concurrent duplicate | its answers |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|\n")
+	lat := func(l *sideLatency) string {
+		if l == nil {
+			return "–"
+		}
+		return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99))
+	}
+	for _, h := range sideBySideHandlers {
+		for _, mode := range []string{"serial", "concurrent"} {
+			r := f.Handlers[h.id].Runs[mode]
+			replayOwn, dup, answers := "–", "–", "–"
+			if r.Replay != nil {
+				replayOwn = num(r.ReplayOwnMs) + " ms"
+			}
+			if r.Duplicate != nil {
+				dup, answers = lat(&r.Duplicate.Latency), counts(r.Duplicate.Answers)
+			}
+			if h.id == "naive" {
+				replayOwn = "– (a retry is another first call)"
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s | %s ms | %s | %s | %s | %s |\n", h.name, r.Concurrency, lat(&r.First), num(r.FirstOwnMs),
+				lat(r.Replay), replayOwn, dup, answers)
+		}
+	}
+
+	b.WriteString("\n| handler | DynamoDB calls: first / replay / duplicate pair | WCU: first / replay | what it does not do |\n|---|---|---:|---|\n")
 	calls := func(c map[string]float64) string {
 		if len(c) == 0 {
 			return "–"
@@ -437,17 +506,9 @@ func sideBySideTable(f sideBySideFile) (string, error) {
 		}
 		return strings.Join(parts, " + ")
 	}
-	lat := func(l *sideLatency) string {
-		if l == nil {
-			return "– (a retry is another first call)"
-		}
-		return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99))
-	}
 	for _, h := range sideBySideHandlers {
-		fig, ok := f.Handlers[h.id]
-		if !ok {
-			return "", fmt.Errorf("no figures for %s", h.id)
-		}
+		fig := f.Handlers[h.id]
+		r := fig.Runs["serial"]
 		wcu := fmt.Sprintf("%d / %d", fig.FirstWCU, fig.ReplayWCU)
 		if fig.FirstIndexWCU > 0 {
 			wcu = fmt.Sprintf("%d (+%d index) / %d", fig.FirstWCU, fig.FirstIndexWCU, fig.ReplayWCU)
@@ -455,49 +516,129 @@ func sideBySideTable(f sideBySideFile) (string, error) {
 		if h.id == "naive" {
 			wcu = fmt.Sprintf("%d / –", fig.FirstWCU)
 		}
-		for _, mode := range []string{"serial", "concurrent"} {
-			r, ok := fig.Runs[mode]
-			if !ok {
-				return "", fmt.Errorf("no %s run for %s", mode, h.id)
-			}
-			fmt.Fprintf(&b, "| %s | %d | %s | %s | %s / %s | %s | %s |\n", h.name, r.Concurrency, lat(&r.First), lat(r.Replay),
-				calls(r.FirstCalls), calls(r.ReplayCalls), wcu, h.lacks)
-		}
+		fmt.Fprintf(&b, "| %s | %s / %s / %s | %s | %s |\n", h.name, calls(r.FirstCalls), calls(r.ReplayCalls), calls(r.DuplicateCalls), wcu, h.lacks)
 	}
+
 	b.WriteString("\n| ratio, p50 (p99) | one at a time | concurrent |\n|---|---:|---:|\n")
 	ours, naive := f.Handlers["chargeonce"], f.Handlers["naive"]
-	ratio := func(a, b sideLatency) string {
-		return fmt.Sprintf("%.2f× (%.2f×)", a.P50/b.P50, a.P99/b.P99)
-	}
-	row := func(name string, get func(mode string) (sideLatency, sideLatency, bool)) {
+	row := func(name string, get func(mode string) (a, b *sideLatency)) {
 		cells := []string{name}
 		for _, mode := range []string{"serial", "concurrent"} {
-			a, b, ok := get(mode)
-			if !ok {
+			x, y := get(mode)
+			if x == nil || y == nil {
 				cells = append(cells, "–")
 				continue
 			}
-			cells = append(cells, ratio(a, b))
+			cells = append(cells, fmt.Sprintf("%.2f× (%.2f×)", x.P50/y.P50, x.P99/y.P99))
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	row("chargeonce first call ÷ Powertools first call", func(m string) (sideLatency, sideLatency, bool) {
-		return ours.Runs[m].First, pt.Runs[m].First, true
-	})
-	row("chargeonce replay ÷ Powertools replay", func(m string) (sideLatency, sideLatency, bool) {
-		if ours.Runs[m].Replay == nil || pt.Runs[m].Replay == nil {
-			return sideLatency{}, sideLatency{}, false
+	ownRow := func(name string, get func(r sideRun) float64, peer sideHandler) {
+		cells := []string{name}
+		for _, mode := range []string{"serial", "concurrent"} {
+			cells = append(cells, fmt.Sprintf("%.2f×", get(ours.Runs[mode])/get(peer.Runs[mode])))
 		}
-		return *ours.Runs[m].Replay, *pt.Runs[m].Replay, true
-	})
-	row("chargeonce first call ÷ naive first call", func(m string) (sideLatency, sideLatency, bool) {
-		return ours.Runs[m].First, naive.Runs[m].First, true
-	})
-	row("chargeonce replay ÷ naive first call (its retry)", func(m string) (sideLatency, sideLatency, bool) {
-		if ours.Runs[m].Replay == nil {
-			return sideLatency{}, sideLatency{}, false
+		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
+	}
+	dupOf := func(r sideRun) *sideLatency {
+		if r.Duplicate == nil {
+			return nil
 		}
-		return *ours.Runs[m].Replay, naive.Runs[m].First, true
+		return &r.Duplicate.Latency
+	}
+	for _, p := range peers {
+		peer := f.Handlers[p.id]
+		row("chargeonce first call ÷ "+p.name, func(m string) (a, b *sideLatency) {
+			x, y := ours.Runs[m].First, peer.Runs[m].First
+			return &x, &y
+		})
+		row("chargeonce replay ÷ "+p.name, func(m string) (a, b *sideLatency) { return ours.Runs[m].Replay, peer.Runs[m].Replay })
+		row("chargeonce concurrent duplicate ÷ "+p.name, func(m string) (a, b *sideLatency) { return dupOf(ours.Runs[m]), dupOf(peer.Runs[m]) })
+		ownRow("chargeonce own time, first call ÷ "+p.name+" (means)", func(r sideRun) float64 { return r.FirstOwnMs }, peer)
+		ownRow("chargeonce own time, replay ÷ "+p.name+" (means)", func(r sideRun) float64 { return r.ReplayOwnMs }, peer)
+	}
+	row("chargeonce first call ÷ naive first call", func(m string) (a, b *sideLatency) {
+		x, y := ours.Runs[m].First, naive.Runs[m].First
+		return &x, &y
+	})
+	row("chargeonce replay ÷ naive first call (its retry)", func(m string) (a, b *sideLatency) {
+		y := naive.Runs[m].First
+		return ours.Runs[m].Replay, &y
 	})
 	return b.String(), nil
+}
+
+// counts renders answer counts in name order: "409 ×200".
+func counts(c map[string]int) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(c)) {
+		parts = append(parts, fmt.Sprintf("%s ×%d", k, c[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// growthSection renders loadgen growth's summaries, given as
+// "NAME=PATH,NAME=PATH": for each, a table of the steps, every figure
+// beside its ratio to the first step's, and, when the run had a reference
+// stack, the ratios of the growing stack to it in the same minutes.
+func growthSection(list string) (string, error) {
+	var b strings.Builder
+	for _, entry := range strings.Split(list, ",") {
+		name, path, ok := strings.Cut(entry, "=")
+		if !ok {
+			return "", fmt.Errorf("-growth %q: want NAME=PATH", entry)
+		}
+		js, err := os.ReadFile(path)
+		if err != nil {
+			return "", err
+		}
+		var g benchout.Growth
+		if err := json.Unmarshal(js, &g); err != nil {
+			return "", fmt.Errorf("%s: %w", path, err)
+		}
+		if len(g.Steps) == 0 {
+			return "", fmt.Errorf("%s: no steps", path)
+		}
+		fmt.Fprintf(&b, "**%s**, started %s: at each step %d logical charges at %.0f req/s, then %d commands left to the reconciler.\n\n",
+			name, orNone(g.Started), g.Logical, g.Rate, g.Reconciles)
+		b.WriteString("| charges before | stack | load avg at start | first call p50 / p99 | ÷ first step | replay p50 / p99 | ÷ first step | reconcile p50 / p99 | ÷ first step | check |\n")
+		b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n")
+		first := g.Steps[0]
+		for _, st := range g.Steps {
+			b.WriteString(growthRow(st.Charges, "growing", st.Stack, first.Stack))
+			if st.Reference != nil && first.Reference != nil {
+				b.WriteString(growthRow(st.Charges, "reference", *st.Reference, *first.Reference))
+			}
+		}
+		if first.Reference == nil {
+			b.WriteString("\n")
+			continue
+		}
+		b.WriteString("\n| charges before | first call, growing ÷ reference | replay, growing ÷ reference | reconcile, growing ÷ reference |\n|---:|---:|---:|---:|\n")
+		for _, st := range g.Steps {
+			if st.Reference == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "| %d | %s | %s | %s |\n", st.Charges, latencyRatio(st.Stack.First, st.Reference.First),
+				latencyRatio(st.Stack.Replay, st.Reference.Replay), latencyRatio(st.Stack.Reconcile, st.Reference.Reconcile))
+		}
+		b.WriteString("\n")
+	}
+	return b.String(), nil
+}
+
+// growthRow is one stack's row of a growth table.
+func growthRow(charges int, stack string, r, first benchout.GrowthRun) string {
+	pair := func(l benchout.Latency) string { return fmt.Sprintf("%s / %s ms", num(l.P50), num(l.P99)) }
+	return fmt.Sprintf("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", charges, stack, orNone(r.LoadAvg),
+		pair(r.First), latencyRatio(r.First, first.First), pair(r.Replay), latencyRatio(r.Replay, first.Replay),
+		pair(r.Reconcile), latencyRatio(r.Reconcile, first.Reconcile), map[bool]string{true: "ok", false: "failed"}[r.OK])
+}
+
+// latencyRatio is "P50 ratio× / P99 ratio×" of l to base.
+func latencyRatio(l, base benchout.Latency) string {
+	if base.P50 == 0 || base.P99 == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f× / %.2f×", l.P50/base.P50, l.P99/base.P99)
 }

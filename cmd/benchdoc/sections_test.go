@@ -171,18 +171,24 @@ func TestAnchors(t *testing.T) {
 }
 
 func TestSideBySideTable(t *testing.T) {
-	run := func(first, replay float64) string {
-		r := fmt.Sprintf(`"first": {"p50_ms": %g, "p99_ms": %g}`, first, 2*first)
+	run := func(first, replay float64, calls string) string {
+		r := fmt.Sprintf(`"first": {"p50_ms": %g, "p99_ms": %g}, "first_own_ms": %g, "first_calls": %s`, first, 2*first, first/4, calls)
 		if replay > 0 {
-			r += fmt.Sprintf(`, "replay": {"p50_ms": %g, "p99_ms": %g}, "replay_calls": {"PutItem": 1}`, replay, 2*replay)
+			r += fmt.Sprintf(`, "replay": {"p50_ms": %g, "p99_ms": %g}, "replay_own_ms": %g, "replay_calls": {"PutItem": 1}`, replay, 2*replay, replay/2)
+			r += fmt.Sprintf(`, "duplicate": {"latency": {"p50_ms": %g, "p99_ms": %g}, "answers": {"409": 10}}`, replay, 4*replay)
 		}
 		return r
 	}
-	js := fmt.Sprintf(`{"n": 10, "handlers": {
-		"chargeonce": {"runs": {"serial": {"concurrency": 1, %s, "first_calls": {"PutItem": 1, "TransactWriteItems": 1}}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 5, "first_index_wcu": 2, "replay_wcu": 1},
-		"powertools": {"runs": {"serial": {"concurrency": 1, %s, "first_calls": {"PutItem": 2, "UpdateItem": 1}}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 3, "replay_wcu": 1, "powertools_version": "3.37.0"},
+	ours, pt := `{"PutItem": 1, "TransactWriteItems": 1}`, `{"PutItem": 2, "UpdateItem": 1}`
+	js := fmt.Sprintf(`{"n": 10, "loadavg_at_start": "1.00 2.00 3.00", "handlers": {
+		"chargeonce": {"runs": {"serial": {"concurrency": 1, %s}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 5, "first_index_wcu": 2, "replay_wcu": 1},
+		"powertools": {"runs": {"serial": {"concurrency": 1, %s}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 3, "replay_wcu": 1,
+			"powertools_version": "3.37.0", "sdk_version": "1.43.108", "runtime_version": "3.11.7"},
+		"powertools-ts": {"runs": {"serial": {"concurrency": 1, %s}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 3, "replay_wcu": 1,
+			"powertools_version": "2.35.0", "sdk_version": "3.1178.0", "runtime_version": "v20.20.2"},
 		"naive": {"runs": {"serial": {"concurrency": 1, %s}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 1}}}`,
-		run(10, 2), run(40, 8), run(20, 8), run(40, 16), run(4, 0), run(10, 0))
+		run(10, 2, ours), run(40, 8, ours), run(20, 8, pt), run(40, 16, pt), run(40, 4, pt), run(80, 16, pt),
+		run(4, 0, `{"PutItem": 1}`), run(10, 0, `{"PutItem": 1}`))
 	var f sideBySideFile
 	if err := json.Unmarshal([]byte(js), &f); err != nil {
 		t.Fatal(err)
@@ -192,22 +198,50 @@ func TestSideBySideTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"| chargeonce | 1 | 10.0 / 20.0 ms | 2.00 / 4.00 ms | 1 PutItem + 1 TransactWriteItems / 1 PutItem | 5 (+2 index) / 1 | – |",
-		"| Powertools `@idempotent` | 1 | 20.0 / 40.0 ms | 8.00 / 16.0 ms | 2 PutItem + 1 UpdateItem / 1 PutItem | 3 / 1 | no atomic business write",
-		"| naive | 8 | 10.0 / 20.0 ms | – (a retry is another first call) | – / – | 1 / – | no idempotency",
-		"| chargeonce first call ÷ Powertools first call | 0.50× (0.50×) | 1.00× (1.00×) |",
-		"| chargeonce replay ÷ Powertools replay | 0.25× (0.25×) | 0.50× (0.50×) |",
+		"| chargeonce | 1 | 10.0 / 20.0 ms | 2.50 ms | 2.00 / 4.00 ms | 1.00 ms | 2.00 / 8.00 ms | 409 ×10 |",
+		"| Powertools TypeScript `makeIdempotent` | 8 | 80.0 / 160 ms | 20.0 ms | 16.0 / 32.0 ms | 8.00 ms | 16.0 / 64.0 ms | 409 ×10 |",
+		"| naive | 8 | 10.0 / 20.0 ms | 2.50 ms | – | – (a retry is another first call) | – | – |",
+		"| chargeonce | 1 PutItem + 1 TransactWriteItems / 1 PutItem / – | 5 (+2 index) / 1 | – |",
+		"| Powertools Python `@idempotent` | 2 PutItem + 1 UpdateItem / 1 PutItem / – | 3 / 1 | no atomic business write",
+		"| chargeonce first call ÷ Powertools Python | 0.50× (0.50×) | 1.00× (1.00×) |",
+		"| chargeonce replay ÷ Powertools TypeScript | 0.50× (0.50×) | 0.50× (0.50×) |",
+		"| chargeonce concurrent duplicate ÷ Powertools Python | 0.25× (0.25×) | 0.50× (0.50×) |",
+		"| chargeonce own time, first call ÷ Powertools TypeScript (means) | 0.25× | 0.50× |",
 		"| chargeonce first call ÷ naive first call | 2.50× (2.50×) | 4.00× (4.00×) |",
 		"| chargeonce replay ÷ naive first call (its retry) | 0.50× (0.50×) | 0.80× (0.80×) |",
-		"Powertools 3.37.0",
+		"Load average when the test started: 1.00 2.00 3.00.",
+		"Powertools Python 3.37.0 (boto3 1.43.108, Python 3.11.7); Powertools TypeScript 2.35.0 (AWS SDK 3.1178.0, Node v20.20.2)",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("no %q in\n%s", want, got)
 		}
 	}
-	delete(f.Handlers, "naive")
+	delete(f.Handlers, "powertools-ts")
 	if _, err := sideBySideTable(f); err == nil {
 		t.Error("a missing handler passed")
+	}
+}
+
+func TestGrowthSection(t *testing.T) {
+	got, err := growthSection("growing stack=" + filepath.Join(testdata, "growth.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"**growing stack**, started 2026-12-03T16:00:00Z: at each step 1800 logical charges at 60 req/s, then 20 commands left to the reconciler.",
+		"| 0 | growing | 1.10 1.20 1.30 | 8.00 / 40.0 ms | 1.00× / 1.00× | 1.00 / 4.00 ms | 1.00× / 1.00× | 500 / 1000 ms | 1.00× / 1.00× | ok |",
+		"| 50000 | growing | 2.00 1.50 1.40 | 10.0 / 60.0 ms | 1.25× / 1.50× | 1.50 / 4.00 ms | 1.50× / 1.00× | 600 / 1000 ms | 1.20× / 1.00× | ok |",
+		"| 50000 | reference | 2.10 1.50 1.40 | 8.00 / 30.0 ms | 1.00× / 0.75× | 1.00 / 8.00 ms | 1.00× / 2.00× | 500 / 800 ms | 1.00× / 0.80× | failed |",
+		"| 50000 | 1.25× / 2.00× | 1.50× / 0.50× | 1.20× / 1.25× |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	for _, bad := range []string{"no-equals-sign", "x=" + filepath.Join(testdata, "missing.json")} {
+		if _, err := growthSection(bad); err == nil {
+			t.Errorf("-growth %q passed", bad)
+		}
 	}
 }
 
@@ -255,7 +289,7 @@ func TestDocGolden(t *testing.T) {
 	}
 	err = run([]string{"-doc", doc, "-bench", fixtures.bench, "-roundtrips", fixtures.roundTrips, "-load", fixtures.loads,
 		"-coldstart", fixtures.coldStart, "-bin", fixtures.bin, "-sidebyside", fixtures.sideBySide,
-		"-sustain", fixtures.sustain, "-sustain-fakecloud", fixtures.sustainFakecloud})
+		"-sustain", fixtures.sustain, "-sustain-fakecloud", fixtures.sustainFakecloud, "-growth", fixtures.growth})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,8 +326,8 @@ func TestBenchmarksDocTakesEverySection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sections) != 10 {
-		t.Fatalf("%d sections from the fixtures, want all 10", len(sections))
+	if len(sections) != 11 {
+		t.Fatalf("%d sections from the fixtures, want all 11", len(sections))
 	}
 	doc, err := os.ReadFile("../../docs/benchmarks.md")
 	if err != nil {
@@ -333,5 +367,6 @@ func testInputs(t *testing.T) inputs {
 		bench: in("bench.txt"), roundTrips: in("roundtrips.md"), loads: in("load-steady.json") + "," + in("load-seeds.json"),
 		coldStart: in("e2e.txt"), bin: bin, sideBySide: in("sidebyside.json"),
 		sustain: in("sustain.json"), sustainFakecloud: in("sustain-fakecloud.json"),
+		growth: "growing stack=" + in("growth.json"),
 	}
 }

@@ -22,6 +22,7 @@
 //	        [-dynamodb $DYNAMODB_ENDPOINT] [-charges-table chargeonce-charges]
 //	        [-out out/load]
 //	loadgen sustain [flags]   (steps the offered rate up to the emulator's ceiling; see sustain.go)
+//	loadgen growth [flags]    (the same fixed-rate run as the tables grow; see growth.go)
 package main
 
 import (
@@ -39,8 +40,13 @@ func main() {
 	defer stop()
 	run := loadMain
 	args := os.Args[1:]
-	if len(args) > 0 && args[0] == "sustain" {
-		run, args = sustainMain, args[1:]
+	if len(args) > 0 {
+		switch args[0] {
+		case "sustain":
+			run, args = sustainMain, args[1:]
+		case "growth":
+			run, args = growthMain, args[1:]
+		}
 	}
 	if err := run(ctx, args, os.Getenv, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {

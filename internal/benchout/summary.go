@@ -122,3 +122,37 @@ type Step struct {
 	Replay          Latency `json:"replay"`
 	OK              bool    `json:"ok"`
 }
+
+// Growth is what a growth run (loadgen growth) reports, and writes as
+// JSON: the same fixed-rate run after more and more charges.
+type Growth struct {
+	Started string  `json:"started"`
+	Rate    float64 `json:"target_rate"`
+	Logical int     `json:"logical_charges"`
+	// Reconciles is how many commands each step left to the reconciler.
+	Reconciles int          `json:"reconciles"`
+	Steps      []GrowthStep `json:"steps"`
+}
+
+// GrowthStep is one step of a growth run: the fixed-rate run on the stack
+// that has made Charges charges, and the same on a reference stack whose
+// tables stay empty, measured in the same minutes (nil without one).
+type GrowthStep struct {
+	Charges int `json:"charges_before"`
+	// FillSeconds is how long making the charges since the last step
+	// took.
+	FillSeconds float64    `json:"fill_seconds"`
+	Stack       GrowthRun  `json:"stack"`
+	Reference   *GrowthRun `json:"reference,omitempty"`
+}
+
+// GrowthRun is one stack's figures in a step.
+type GrowthRun struct {
+	LoadAvg string  `json:"loadavg_at_start"`
+	First   Latency `json:"first"`
+	Replay  Latency `json:"replay"`
+	// Reconcile is from when a reconcile message was due to the
+	// reconciler's settling of its record.
+	Reconcile Latency `json:"reconcile"`
+	OK        bool    `json:"ok"`
+}

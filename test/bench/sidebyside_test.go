@@ -35,9 +35,10 @@ var (
 
 // sideBySideFile is TestSideBySide's figures (make bench:
 // out/sidebyside.json), which cmd/benchdoc sets out: by handler
-// ("chargeonce", "naive", "powertools"), the runs one at a time ("serial")
-// and at the fixed concurrency ("concurrent"), and what one first call and
-// one replay cost in capacity.
+// ("chargeonce", "naive", "powertools" for Python, "powertools-ts" for
+// TypeScript), the runs one at a time ("serial") and at the fixed
+// concurrency ("concurrent"), and what one first call and one replay cost
+// in capacity.
 type sideBySideFile struct {
 	// LoadAvg is /proc/loadavg's first three fields when the test started.
 	LoadAvg  string                 `json:"loadavg_at_start"`
@@ -52,20 +53,28 @@ type sideHandler struct {
 	FirstWCU      int `json:"first_wcu"`
 	FirstIndexWCU int `json:"first_index_wcu"`
 	ReplayWCU     int `json:"replay_wcu"`
-	// Powertools only: the versions bench.py ran.
+	// Powertools only: the versions its bench script ran.
 	PowertoolsVersion string `json:"powertools_version,omitempty"`
-	Boto3Version      string `json:"boto3_version,omitempty"`
+	SDKVersion        string `json:"sdk_version,omitempty"`
+	RuntimeVersion    string `json:"runtime_version,omitempty"`
 }
 
 // sideRun is one handler at one concurrency: N first calls with fresh keys,
-// then a replay of each (none for the naive handler, whose retry is
-// another first call). Calls are DynamoDB calls per request, by operation.
+// then a replay of each, then N concurrent duplicates (none of either for
+// the naive handler, whose retry is another first call). Calls are
+// DynamoDB calls per request by operation (per pair for duplicates), and
+// the Own figures the mean time of a request less its mean time at the
+// emulator, both counted at the proxy (phaseProxy).
 type sideRun struct {
-	Concurrency int                `json:"concurrency"`
-	First       sideLatency        `json:"first"`
-	Replay      *sideLatency       `json:"replay,omitempty"`
-	FirstCalls  map[string]float64 `json:"first_calls"`
-	ReplayCalls map[string]float64 `json:"replay_calls,omitempty"`
+	Concurrency    int                `json:"concurrency"`
+	First          sideLatency        `json:"first"`
+	Replay         *sideLatency       `json:"replay,omitempty"`
+	Duplicate      *sideDuplicate     `json:"duplicate,omitempty"`
+	FirstCalls     map[string]float64 `json:"first_calls"`
+	ReplayCalls    map[string]float64 `json:"replay_calls,omitempty"`
+	DuplicateCalls map[string]float64 `json:"duplicate_calls,omitempty"`
+	FirstOwnMs     float64            `json:"first_own_ms"`
+	ReplayOwnMs    float64            `json:"replay_own_ms,omitempty"`
 }
 
 type sideLatency struct {
@@ -75,23 +84,44 @@ type sideLatency struct {
 	Mean  float64 `json:"mean_ms"`
 }
 
-// TestSideBySide times chargeonce's handler, the naive one and a handler
-// on Powertools for AWS Lambda's idempotency utility (Python,
-// test/bench/powertools) doing the same work, on the same emulator and
-// provider simulator, by one method: each handler is called in process
-// with an API Gateway HTTP API event, N first calls with fresh keys then a
-// replay of each, one at a time and then from a fixed number of
-// goroutines (threads for Python), each call timed from the call to its
-// return. It asserts what each makes in DynamoDB calls. It runs only when
+// sideDuplicate is a run of pairs of calls sent at the same instant with
+// the same fresh key: the latency of the call of each pair that did not do
+// the work, and what those calls answered ("409", "201 replayed",
+// "IdempotencyAlreadyInProgressError").
+type sideDuplicate struct {
+	Latency sideLatency    `json:"latency"`
+	Answers map[string]int `json:"answers"`
+}
+
+// warmUp is how many first calls each handler makes before the measured
+// ones (bench.py and bench.mjs make as many).
+const warmUp = 10
+
+// handlerFunc is a Lambda handler of API Gateway HTTP API events.
+type handlerFunc func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+
+// TestSideBySide times chargeonce's handler, the naive one and handlers on
+// Powertools for AWS Lambda's idempotency utility, in Python
+// (test/bench/powertools) and TypeScript (test/bench/powertools-ts),
+// doing the same work, on the same emulator and provider simulator, by
+// one method: each handler is called in process with an API Gateway HTTP
+// API event, after warmUp first calls that are not measured, N first calls
+// with fresh keys, a replay of each, then N pairs
+// of calls with the same fresh key sent at the same instant, one at a
+// time and then from a fixed number of goroutines (threads for Python,
+// promises for Node), each call timed from the call to its return. Every
+// DynamoDB call goes through one proxy (phaseProxy), which counts and
+// times them by phase; the test asserts what each makes. It runs only when
 // -sidebyside-json names its output (make bench), as it needs the
-// virtualenv's Powertools.
+// virtualenv's Powertools and test/bench/powertools-ts/node_modules.
 func TestSideBySide(t *testing.T) {
 	if *sideBySideOut == "" {
 		t.Skip("set -sidebyside-json to run it (make bench does)")
 	}
 	n, conc := *sideBySideN, *sideBySideConcurrency
-	counter := &testkit.CallCounter{}
-	s := newStack(t, nil, 0, counter.Option())
+	dynamo := testkit.Endpoints(t).DynamoDB
+	proxy := startPhaseProxy(t, dynamo)
+	s := newStack(t, nil, 0, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(proxy.URL) })
 	out := sideBySideFile{LoadAvg: testkit.LoadAvg(), N: n, Handlers: map[string]sideHandler{}}
 	modes := []struct {
 		name        string
@@ -99,39 +129,73 @@ func TestSideBySide(t *testing.T) {
 	}{{"serial", 1}, {"concurrent", conc}}
 
 	for _, h := range []struct {
-		name      string
-		handle    func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
-		replays   bool
-		wantFirst map[string]float64
+		name    string
+		handle  handlerFunc
+		replays bool
 	}{
-		{"chargeonce", s.handler.Handle, true, map[string]float64{"PutItem": 1, "TransactWriteItems": 1}},
-		{"naive", s.naive.Handle, false, map[string]float64{"PutItem": 1}},
+		{"chargeonce", s.handler.Handle, true},
+		{"naive", s.naive.Handle, false},
 	} {
 		sh := sideHandler{Runs: map[string]sideRun{}}
+		warm := make([]string, warmUp)
+		for i := range warm {
+			warm[i] = newKey()
+		}
+		drive(t, h.handle, warm, 1, false)
 		for _, m := range modes {
+			phase := func(name string) { proxy.Start(h.name + "/" + m.name + "/" + name) }
 			keys := make([]string, n)
 			for i := range keys {
 				keys[i] = newKey()
 			}
-			counter.Snapshot()
+			phase("first")
 			r := sideRun{Concurrency: m.concurrency, First: drive(t, h.handle, keys, m.concurrency, false)}
-			r.FirstCalls = perCall(counter.Snapshot(), n)
-			if !maps.Equal(r.FirstCalls, h.wantFirst) {
-				t.Errorf("%s %s: first calls %v; want %v", h.name, m.name, r.FirstCalls, h.wantFirst)
-			}
 			if h.replays {
+				phase("replay")
 				replay := drive(t, h.handle, keys, m.concurrency, true)
-				r.Replay, r.ReplayCalls = &replay, perCall(counter.Snapshot(), n)
-				if want := map[string]float64{"PutItem": 1}; !maps.Equal(r.ReplayCalls, want) {
-					t.Errorf("%s %s: replay calls %v; want %v", h.name, m.name, r.ReplayCalls, want)
+				r.Replay = &replay
+				dups := make([]string, n)
+				for i := range dups {
+					dups[i] = newKey()
 				}
+				phase("duplicate")
+				dup := drivePairs(t, h.handle, dups, max(1, m.concurrency/2))
+				r.Duplicate = &dup
 			}
+			proxy.Start("")
 			sh.Runs[m.name] = r
 		}
 		out.Handlers[h.name] = sh
 	}
 	meterOurs(t, &out)
-	out.Handlers["powertools"] = runPowertools(t, s, n, conc)
+	out.Handlers["powertools"] = runPowertools(t, s, proxy, "powertools", n, conc)
+	out.Handlers["powertools-ts"] = runPowertools(t, s, proxy, "powertools-ts", n, conc)
+
+	for name, sh := range out.Handlers {
+		for mode, r := range sh.Runs {
+			measured(proxy, name+"/"+mode, n, &r)
+			sh.Runs[mode] = r
+		}
+	}
+	for name, want := range map[string][3]map[string]float64{
+		// A first charge is a PutItem and the commit's transaction; a
+		// replay and a duplicate the one PutItem.
+		"chargeonce": {{"PutItem": 1, "TransactWriteItems": 1}, {"PutItem": 1}, {"PutItem": 2, "TransactWriteItems": 1}},
+		"naive":      {{"PutItem": 1}, nil, nil},
+		// Powertools: the record's conditional PutItem, the handler's
+		// charge row, the record's completion; a replay and a duplicate
+		// are the failed conditional PutItem.
+		"powertools":    {{"PutItem": 2, "UpdateItem": 1}, {"PutItem": 1}, {"PutItem": 3, "UpdateItem": 1}},
+		"powertools-ts": {{"PutItem": 2, "UpdateItem": 1}, {"PutItem": 1}, {"PutItem": 3, "UpdateItem": 1}},
+	} {
+		for mode, r := range out.Handlers[name].Runs {
+			for i, got := range []map[string]float64{r.FirstCalls, r.ReplayCalls, r.DuplicateCalls} {
+				if !maps.Equal(got, want[i]) {
+					t.Errorf("%s %s: %s calls %v; want %v", name, mode, []string{"first", "replay", "duplicate"}[i], got, want[i])
+				}
+			}
+		}
+	}
 
 	js, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
@@ -142,10 +206,27 @@ func TestSideBySide(t *testing.T) {
 	}
 }
 
+// measured fills in r's calls and own times from what the proxy counted
+// in the phases under prefix ("chargeonce/serial"): the calls per request
+// (per pair for duplicates), and the mean time of a request less its mean
+// time at the emulator.
+func measured(proxy *phaseProxy, prefix string, n int, r *sideRun) {
+	first, replay, dup := proxy.Use(prefix+"/first"), proxy.Use(prefix+"/replay"), proxy.Use(prefix+"/duplicate")
+	r.FirstCalls = perCall(first.Calls, n)
+	r.FirstOwnMs = r.First.Mean - float64(first.Waited)/float64(n)/1e6
+	if r.Replay != nil {
+		r.ReplayCalls = perCall(replay.Calls, n)
+		r.ReplayOwnMs = r.Replay.Mean - float64(replay.Waited)/float64(n)/1e6
+	}
+	if r.Duplicate != nil {
+		r.DuplicateCalls = perCall(dup.Calls, n)
+	}
+}
+
 // drive sends a POST /charges for each key, from concurrency goroutines,
 // and returns the latencies; every answer must be a 201, replayed or not
 // as wanted.
-func drive(t *testing.T, h func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), keys []string, concurrency int, replayed bool) sideLatency {
+func drive(t *testing.T, h handlerFunc, keys []string, concurrency int, replayed bool) sideLatency {
 	t.Helper()
 	lat := make([]time.Duration, len(keys))
 	next := make(chan int)
@@ -167,6 +248,65 @@ func drive(t *testing.T, h func(context.Context, events.APIGatewayV2HTTPRequest)
 	}
 	close(next)
 	wg.Wait()
+	return summarizeSide(lat)
+}
+
+// drivePairs sends two POST /charges for each key at the same instant,
+// pairs keys at a time, and returns the latency and answer of the call of
+// each pair that did not charge: a 409 (the stack answers at once,
+// inflightWait 0) or, if it came after the other, a replay. One call of
+// each pair must charge.
+func drivePairs(t *testing.T, h handlerFunc, keys []string, pairs int) sideDuplicate {
+	t.Helper()
+	type answer struct {
+		d    time.Duration
+		resp events.APIGatewayV2HTTPResponse
+		err  error
+	}
+	got := make([][2]answer, len(keys))
+	for i := 0; i < len(keys); i += pairs {
+		var wg sync.WaitGroup
+		for j := i; j < min(i+pairs, len(keys)); j++ {
+			for k := range got[j] {
+				wg.Go(func() {
+					start := time.Now()
+					resp, err := h(context.Background(), post(keys[j], visa))
+					got[j][k] = answer{time.Since(start), resp, err}
+				})
+			}
+		}
+		wg.Wait()
+	}
+	fresh := func(a answer) bool {
+		return a.err == nil && a.resp.StatusCode == http.StatusCreated && a.resp.Headers[httpapi.HeaderReplayed] != "true"
+	}
+	lat := make([]time.Duration, 0, len(keys))
+	answers := map[string]int{}
+	for j, pair := range got {
+		charged, dup := pair[0], pair[1]
+		if !fresh(charged) {
+			charged, dup = dup, charged
+		}
+		if !fresh(charged) || fresh(dup) || dup.err != nil {
+			t.Errorf("%s: a duplicate pair answered %d %s (%v) and %d %s (%v); want one fresh 201", keys[j],
+				pair[0].resp.StatusCode, pair[0].resp.Body, pair[0].err, pair[1].resp.StatusCode, pair[1].resp.Body, pair[1].err)
+			continue
+		}
+		name := strconv.Itoa(dup.resp.StatusCode)
+		if dup.resp.Headers[httpapi.HeaderReplayed] == "true" {
+			name += " replayed"
+		}
+		answers[name]++
+		lat = append(lat, dup.d)
+	}
+	if len(lat) == 0 {
+		t.Fatal("no duplicate pair answered as it should")
+	}
+	return sideDuplicate{Latency: summarizeSide(lat), Answers: answers}
+}
+
+// summarizeSide is the count, p50, p99 and mean of lat, in milliseconds.
+func summarizeSide(lat []time.Duration) sideLatency {
 	slices.Sort(lat)
 	at := func(p int) float64 { return float64(lat[max(0, (p*len(lat)+99)/100-1)]) / 1e6 }
 	var sum time.Duration
@@ -215,15 +355,17 @@ func meterOurs(t *testing.T, out *sideBySideFile) {
 	out.Handlers["chargeonce"], out.Handlers["naive"] = ours, naive
 }
 
-// runPowertools runs test/bench/powertools/bench.py against tables of the
-// shape Powertools documents (partition key "id", TTL on "expiration") and
-// a charges table like the service's, and prices its writes from the
-// largest record and row it left.
-func runPowertools(t *testing.T, s *stack, n, concurrency int) sideHandler {
+// runPowertools runs the bench script of a Powertools handler, name
+// "powertools" (test/bench/powertools/bench.py, Python) or
+// "powertools-ts" (test/bench/powertools-ts/bench.mjs, Node), through the
+// proxy, against tables of the shape Powertools documents (partition key
+// "id", TTL on "expiration") and a charges table like the service's, and
+// prices its writes from the largest record and row it left.
+func runPowertools(t *testing.T, s *stack, proxy *phaseProxy, name string, n, concurrency int) sideHandler {
 	t.Helper()
 	ctx := context.Background()
 	table := testkit.TempTable(t, &dynamodb.CreateTableInput{
-		TableName:            aws.String("powertools-idempotency"),
+		TableName:            aws.String(name + "-idempotency"),
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String("id"), KeyType: types.KeyTypeHash}},
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String("id"), AttributeType: types.ScalarAttributeTypeS}},
 		BillingMode:          types.BillingModePayPerRequest,
@@ -234,31 +376,28 @@ func runPowertools(t *testing.T, s *stack, n, concurrency int) sideHandler {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	charges := testkit.TempTable(t, charge.TableInput("powertools-charges"))
-	dynamo := testkit.Endpoints(t).DynamoDB
+	charges := testkit.TempTable(t, charge.TableInput(name+"-charges"))
 	root := testkit.RepoRoot()
-	cmd := exec.Command(filepath.Join(root, ".venv", "bin", "python"), filepath.Join(root, "test", "bench", "powertools", "bench.py"),
-		"--endpoint", dynamo, "--provider", s.dep.ProviderURL, "--table", table, "--charges-table", charges,
-		"--tenant-claim", testkit.TenantClaim, "--n", strconv.Itoa(n), "--concurrency", strconv.Itoa(concurrency))
+	args := []string{"--endpoint", proxy.URL, "--provider", s.dep.ProviderURL, "--table", table, "--charges-table", charges,
+		"--tenant-claim", testkit.TenantClaim, "--n", strconv.Itoa(n), "--concurrency", strconv.Itoa(concurrency), "--name", name}
+	var cmd *exec.Cmd
+	if name == "powertools" {
+		cmd = exec.Command(filepath.Join(root, ".venv", "bin", "python"), append([]string{filepath.Join(root, "test", "bench", "powertools", "bench.py")}, args...)...)
+	} else {
+		dir := filepath.Join(root, "test", "bench", "powertools-ts")
+		if _, err := os.Stat(filepath.Join(dir, "node_modules")); err != nil {
+			t.Fatalf("%s: run `npm ci` there (make bench does): %v", dir, err)
+		}
+		cmd = exec.Command("node", append([]string{filepath.Join(dir, "bench.mjs")}, args...)...)
+	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("bench.py: %v: %s", err, stderr.String())
+		t.Fatalf("%s: %v: %s", name, err, stderr.String())
 	}
 	var sh sideHandler
 	if err := json.Unmarshal(stdout.Bytes(), &sh); err != nil {
-		t.Fatalf("bench.py: %v: %s", err, stdout.String())
-	}
-	for mode, r := range sh.Runs {
-		// Powertools: the record's conditional PutItem, the handler's
-		// charge row, the record's completion; a replay is the failed
-		// conditional PutItem.
-		if want := map[string]float64{"PutItem": 2, "UpdateItem": 1}; !maps.Equal(r.FirstCalls, want) {
-			t.Errorf("powertools %s: first calls %v; want %v", mode, r.FirstCalls, want)
-		}
-		if want := map[string]float64{"PutItem": 1}; !maps.Equal(r.ReplayCalls, want) {
-			t.Errorf("powertools %s: replay calls %v; want %v", mode, r.ReplayCalls, want)
-		}
+		t.Fatalf("%s: %v: %s", name, err, stdout.String())
 	}
 	record, row := largestItem(t, s.db, table), largestItem(t, s.db, charges)
 	// The in-progress PutItem writes no more than the completed record,

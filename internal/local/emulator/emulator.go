@@ -29,8 +29,16 @@ const (
 	// ClientRequestToken, as moto does, instead of honouring it as
 	// DynamoDB does (the default).
 	EnvHonourRequestToken = "EMULATOR_HONOUR_REQUEST_TOKEN"
+	// EnvIndexedQueries: "0" makes a Query list and sort every item of
+	// the table, as moto does, instead of reading the partition it names
+	// (the default).
+	EnvIndexedQueries = "EMULATOR_INDEXED_QUERIES"
+	// EnvGCFreeze: "0" leaves every object to Python's full garbage
+	// collections, which then walk every stored item, instead of freezing
+	// what survives every 1,024 DynamoDB requests (the default).
+	EnvGCFreeze = "EMULATOR_GC_FREEZE"
 	// EnvKind picks the emulator: "moto" (the default) or "fakecloud".
-	// The two switches above are moto's; fakecloud has neither copy to
+	// The four switches above are moto's; fakecloud has neither copy to
 	// avoid nor a token to learn to honour.
 	EnvKind = "EMULATOR"
 )
