@@ -44,7 +44,7 @@ type Backend interface {
 	Fail(ctx context.Context, l *Lease, resp Response) error
 	// Release frees the key for a retry of the same request.
 	Release(ctx context.Context, l *Lease) error
-	// Heartbeat extends a live lease.
+	// Heartbeat extends a live lease; it never shortens it.
 	Heartbeat(ctx context.Context, l *Lease) error
 	// Postpone ends an attempt and keeps others off the key until until.
 	Postpone(ctx context.Context, l *Lease, until time.Time) error

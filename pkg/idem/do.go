@@ -177,11 +177,18 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 		waitUntil = d.Add(-o.Reserve)
 	}
 	pause := firstPause
+	var held error // the last ErrInFlight: the key's holder may have acted
 	for {
 		begun, err := b.Begin(ctx, key, fp, intent)
+		if held != nil && errors.Is(err, ErrUnavailable) {
+			// This claim wrote nothing, but the key was held by an attempt
+			// whose outcome is unknown: "nothing was done" would be false.
+			return begun, held
+		}
 		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
 			return begun, err
 		}
+		held = err
 		t := time.NewTimer(pause)
 		select {
 		case <-ctx.Done():

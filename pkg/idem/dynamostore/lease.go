@@ -20,7 +20,12 @@ import (
 // the lease had when the function began: for long work, give Do a context
 // whose deadline covers it (up to MaxLease).
 func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
+	// A heartbeat never shortens the lease: a call without a deadline
+	// would give the default lease, before the attempt's context ends.
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
+	if until.Before(l.ExpiresAt) {
+		until = l.ExpiresAt
+	}
 	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
 		return err
 	}

@@ -214,7 +214,7 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 		return o.problem(problemInternal, "")
 	}
 	if keyed && res.Status.Terminal() {
-		expires(resp, res.RecordExpiresAt)
+		o.expires(resp, res.RecordExpiresAt)
 	}
 	if res.Replayed {
 		resp.Headers[HeaderReplayed] = "true"
@@ -233,10 +233,10 @@ func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response 
 	switch {
 	case errors.Is(err, idem.ErrMismatch):
 		e := typed[idem.MismatchError](err)
-		return expires(o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request."), e.RecordExpiresAt)
+		return o.expires(o.problem(problemKeyReused, "This key was used with a different request. Use a new key for a new request."), e.RecordExpiresAt)
 	case errors.Is(err, idem.ErrInFlight):
 		e := typed[idem.InFlightError](err)
-		return expires(o.inProgress(e.LeaseExpiresAt), e.RecordExpiresAt)
+		return o.expires(o.inProgress(e.LeaseExpiresAt), e.RecordExpiresAt)
 	}
 	o.OnError(ctx, err)
 	switch {
@@ -244,7 +244,7 @@ func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response 
 		return o.unavailable(false)
 	case errors.Is(err, idem.ErrUnknownClaim):
 		e := typed[idem.UnknownClaimError](err)
-		return expires(o.claimUnknown(e.LeaseExpiresAt), e.RecordExpiresAt)
+		return o.expires(o.claimUnknown(e.LeaseExpiresAt), e.RecordExpiresAt)
 	case errors.Is(err, idem.ErrUnavailable):
 		return o.unavailable(true)
 	}
@@ -265,9 +265,12 @@ func typed[T any, P interface {
 }
 
 // expires sets resp's Idempotency-Expires to at, unless the store did not
-// say (at is zero).
-func expires(resp idem.Response, at time.Time) idem.Response {
-	if !at.IsZero() {
+// say (at is zero) or at has passed. The earliest expiry of an unsettled
+// command may lie in the past (it would expire the moment it is
+// released), yet the key deduplicates until it is settled: no date is
+// true then.
+func (o *api) expires(resp idem.Response, at time.Time) idem.Response {
+	if at.After(o.now()) {
 		resp.Headers[HeaderIdempotencyExpires] = at.UTC().Format(http.TimeFormat)
 	}
 	return resp
@@ -357,9 +360,9 @@ func (o *api) resolution(leaseEnd time.Time) string {
 
 // unavailable answers a request that was not carried out.
 func (o *api) unavailable(keyed bool) idem.Response {
-	detail := "Nothing was done; retry with the same key."
+	detail := "This request was not carried out. Retry with the same key: if an earlier request with it ran, the retry gets its outcome."
 	if !keyed {
-		detail = "Nothing was done; retry."
+		detail = "This request was not carried out; retry."
 	}
 	p := o.problem(problemUnavailable, detail)
 	p.Headers["Retry-After"] = "1"

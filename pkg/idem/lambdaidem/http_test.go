@@ -76,12 +76,12 @@ func TestBeginSentinels(t *testing.T) {
 	}{
 		{"plain ErrMismatch", fmt.Errorf("mystore: begin: %w", idem.ErrMismatch), 422, "idempotency-key-reused", "", "different request", time.Time{}, ""},
 		{"*MismatchError", fmt.Errorf("mystore: %w", &idem.MismatchError{RecordExpiresAt: recordEnd}), 422, "idempotency-key-reused", "", "different request", recordEnd, ""},
-		{"plain ErrInFlight", fmt.Errorf("mystore: begin: %w", idem.ErrInFlight), 409, "request-in-progress", "1", "same key", time.Time{}, "Nothing was done"},
+		{"plain ErrInFlight", fmt.Errorf("mystore: begin: %w", idem.ErrInFlight), 409, "request-in-progress", "1", "same key", time.Time{}, "This request was not carried out"},
 		{"*InFlightError", &idem.InFlightError{LeaseExpiresAt: leaseEnd, RecordExpiresAt: recordEnd}, 409, "request-in-progress", "20", "2026-03-01T12:00:20Z", recordEnd, ""},
-		{"plain ErrUnknownClaim", fmt.Errorf("mystore: begin: %w", idem.ErrUnknownClaim), 503, "outcome-pending", "1", "same key", time.Time{}, "Nothing was done"},
-		{"*UnknownClaimError", &idem.UnknownClaimError{LeaseExpiresAt: leaseEnd, RecordExpiresAt: recordEnd, Err: errors.New("timeout")}, 503, "outcome-pending", "1", "2026-03-01T12:00:20Z", recordEnd, "Nothing was done"},
-		{"*UnknownClaimError, last try throttled", &idem.UnknownClaimError{LeaseExpiresAt: leaseEnd, Err: idem.ErrUnavailable}, 503, "outcome-pending", "1", "same key", time.Time{}, "Nothing was done"},
-		{"ErrUnavailable", fmt.Errorf("mystore: begin: %w", idem.ErrUnavailable), 503, "service-unavailable", "1", "Nothing was done", time.Time{}, ""},
+		{"plain ErrUnknownClaim", fmt.Errorf("mystore: begin: %w", idem.ErrUnknownClaim), 503, "outcome-pending", "1", "same key", time.Time{}, "This request was not carried out"},
+		{"*UnknownClaimError", &idem.UnknownClaimError{LeaseExpiresAt: leaseEnd, RecordExpiresAt: recordEnd, Err: errors.New("timeout")}, 503, "outcome-pending", "1", "2026-03-01T12:00:20Z", recordEnd, "This request was not carried out"},
+		{"*UnknownClaimError, last try throttled", &idem.UnknownClaimError{LeaseExpiresAt: leaseEnd, Err: idem.ErrUnavailable}, 503, "outcome-pending", "1", "same key", time.Time{}, "This request was not carried out"},
+		{"ErrUnavailable", fmt.Errorf("mystore: begin: %w", idem.ErrUnavailable), 503, "service-unavailable", "1", "This request was not carried out", time.Time{}, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package lambdaidem
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -138,7 +139,9 @@ func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 		case string:
 			return v, v != ""
 		case float64: // how encoding/json decodes a number
-			if v == float64(int64(v)) {
+			// Beyond 2^53 a float64 holds no exact integer: two tenants
+			// would read as one.
+			if v == float64(int64(v)) && math.Abs(v) <= 1<<53 {
 				return strconv.FormatInt(int64(v), 10), true
 			}
 		}
@@ -150,13 +153,17 @@ func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 // request the tenant, by its unique ID (AIDA…, AROA…). It is not the ARN:
 // a role's caller is named by its session, which new credentials change,
 // so a retry would be another tenant's first attempt. All callers of a
-// role are one tenant.
+// role are one tenant. A federated user (account:name) is a tenant of its
+// own.
 func TenantFromIAMPrincipal() func(Request) (string, bool) {
 	return func(r Request) (string, bool) {
 		if r.Authorizer.IAM == nil {
 			return "", false
 		}
-		id, _, _ := strings.Cut(r.Authorizer.IAM.UserID, ":")
+		id := r.Authorizer.IAM.UserID
+		if role, _, ok := strings.Cut(id, ":"); ok && strings.HasPrefix(role, "AROA") {
+			id = role // a role's session name, which new credentials change
+		}
 		return id, id != ""
 	}
 }
@@ -185,7 +192,7 @@ var defaultTenants = [...]func(Request) (string, bool){
 
 // FingerprintRequest is the default fingerprint. It covers what the
 // request acts on as well as its canonical JSON body: the route, the
-// method and the path parameters. So one key and one body sent to two
+// method, the path parameters and the query string. So one key and one body sent to two
 // orders, as PUT /orders/{id}, are two requests: the second is refused, not
 // answered with the first. A $default route has no path parameters: its
 // path counts instead. Members are put in a canonical order, so the same
@@ -233,20 +240,24 @@ type target struct {
 	Method string            `json:"method"`
 	Path   map[string]string `json:"path,omitempty"`
 	// RawPath is a $default route's path, which has no parameters.
-	RawPath string          `json:"rawPath,omitempty"`
-	Body    json.RawMessage `json:"body,omitempty"` // canonical; none for an empty body
+	RawPath string `json:"rawPath,omitempty"`
+	// RawQuery is an HTTP API's query string as sent; Query a REST API's,
+	// as it gives it. A retry sends the same.
+	RawQuery string              `json:"rawQuery,omitempty"`
+	Query    map[string][]string `json:"query,omitempty"`
+	Body     json.RawMessage     `json:"body,omitempty"` // canonical; none for an empty body
 }
 
 func targetOf(r Request) target {
 	t := target{Route: r.Route}
 	switch {
 	case r.http != nil:
-		t.Method, t.Path = r.http.RequestContext.HTTP.Method, r.http.PathParameters
+		t.Method, t.Path, t.RawQuery = r.http.RequestContext.HTTP.Method, r.http.PathParameters, r.http.RawQueryString
 		if r.http.RouteKey == "$default" {
 			t.RawPath = r.http.RawPath
 		}
 	case r.rest != nil:
-		t.Method, t.Path = r.rest.HTTPMethod, r.rest.PathParameters
+		t.Method, t.Path, t.Query = r.rest.HTTPMethod, r.rest.PathParameters, r.rest.MultiValueQueryStringParameters
 	}
 	return t
 }

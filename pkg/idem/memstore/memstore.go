@@ -301,7 +301,12 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 	if err := done(ctx, "heartbeat", l.Key); err != nil {
 		return err
 	}
+	// A heartbeat never shortens the lease: a call without a deadline
+	// would give the default lease, before the attempt's context ends.
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
+	if until.Before(l.ExpiresAt) {
+		until = l.ExpiresAt
+	}
 	if err := s.extend("heartbeat", l, until, true); err != nil {
 		return err
 	}
