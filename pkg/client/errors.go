@@ -36,8 +36,8 @@ var (
 	// ErrUnavailable: the request was refused before anything ran: the
 	// service's own 503 provider-unavailable or service-unavailable, or
 	// API Gateway's bare 429 (its throttle, which answers before the
-	// function is invoked). Nothing was charged by the refused request;
-	// retrying with the same id is safe.
+	// function is invoked). The refused request charged nothing; an
+	// earlier request with the same id may have, so retry with that id.
 	ErrUnavailable = errors.New("client: unavailable")
 	// ErrOutcomeUnknown: the outcome is unknown: retry with the same
 	// command id; never mint a new one. The answer proves nothing about

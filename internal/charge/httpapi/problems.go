@@ -48,7 +48,7 @@ var (
 	ProblemKeyReused          = ProblemType{"idempotency-key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
 	ProblemDeclined           = ProblemType{"card-declined", "Card declined", http.StatusPaymentRequired}
 	ProblemUnavailable        = ProblemType{"provider-unavailable", "Card provider unavailable; nothing was charged", http.StatusServiceUnavailable}
-	ProblemServiceUnavailable = ProblemType{"service-unavailable", "Service temporarily unavailable; nothing was charged", http.StatusServiceUnavailable}
+	ProblemServiceUnavailable = ProblemType{"service-unavailable", "Service temporarily unavailable; this request was not carried out", http.StatusServiceUnavailable}
 	ProblemOutcomePending     = ProblemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
 	ProblemProviderRejected   = ProblemType{"provider-rejected", "Card provider refused the request; nothing was charged", http.StatusBadGateway}
 	ProblemNotFound           = ProblemType{"not-found", "Charge not found", http.StatusNotFound}
@@ -105,7 +105,9 @@ func answer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
 	case charge.OutcomeUnavailable:
 		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was charged; retry with the same key."), 2)
 	case charge.OutcomeBusy:
-		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy. Nothing was charged; retry with the same key."), 1)
+		// A throttled claim proves only that this request wrote nothing: an
+		// earlier one with the key may have charged, so no "nothing was charged".
+		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy: this request was not carried out. Retry with the same key: if an earlier request with it charged, the retry gets that charge."), 1)
 	case charge.OutcomeRejected:
 		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was charged. Retrying the same request will not help.")
 	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:

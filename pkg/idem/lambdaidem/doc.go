@@ -25,14 +25,15 @@
 //	409     request-in-progress      another attempt holds the key (idem.ErrInFlight), or ended without an outcome (Retry-After)
 //	422     idempotency-key-reused   the key was used with another request (idem.ErrMismatch)
 //	500     internal-error           the handler failed after settling
-//	503     service-unavailable      the store refused the claim (idem.ErrUnavailable): nothing was done (Retry-After)
+//	503     service-unavailable      the store refused the claim (idem.ErrUnavailable): this request did nothing (Retry-After)
 //	503     outcome-pending          the outcome is not known yet (Retry-After; the detail says what resolves it, and when)
 //
 // The middleware tests the store's errors with errors.Is, so a custom
 // Backend may return the plain sentinels. The times of the typed errors
 // are used when they are set. Only a claim refused with idem.ErrUnavailable
-// proves that nothing was done. Any other store error leaves the claim
-// unknown: the answer is outcome-pending, and a retry keeps the key.
+// proves that this request did nothing; an earlier one with the key may
+// have, so the answer asks for a retry with it. Any other store error
+// leaves the claim unknown: the answer is outcome-pending.
 //
 // Options.Migration lets an API adopt the key before its callers send
 // it. A request without one runs unprotected, and its answer carries a

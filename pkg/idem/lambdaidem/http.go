@@ -403,7 +403,7 @@ var (
 	problemInProgress     = problemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
 	problemKeyReused      = problemType{"idempotency-key-reused", "Idempotency key reused with a different request", http.StatusUnprocessableEntity}
 	problemInternal       = problemType{"internal-error", "Internal error", http.StatusInternalServerError}
-	problemUnavailable    = problemType{"service-unavailable", "Service temporarily unavailable; nothing was done", http.StatusServiceUnavailable}
+	problemUnavailable    = problemType{"service-unavailable", "Service temporarily unavailable; this request was not carried out", http.StatusServiceUnavailable}
 	problemPending        = problemType{"outcome-pending", "Outcome not known yet", http.StatusServiceUnavailable}
 )
 

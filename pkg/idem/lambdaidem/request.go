@@ -139,9 +139,9 @@ func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 		case string:
 			return v, v != ""
 		case float64: // how encoding/json decodes a number
-			// Beyond 2^53 a float64 holds no exact integer: two tenants
-			// would read as one.
-			if v == float64(int64(v)) && math.Abs(v) <= 1<<53 {
+			// From 2^53 on a float64 holds no exact integer (2^53+1 reads
+			// as 2^53): two tenants would read as one.
+			if v == float64(int64(v)) && math.Abs(v) < 1<<53 {
 				return strconv.FormatInt(int64(v), 10), true
 			}
 		}
@@ -241,18 +241,23 @@ type target struct {
 	Path   map[string]string `json:"path,omitempty"`
 	// RawPath is a $default route's path, which has no parameters.
 	RawPath string `json:"rawPath,omitempty"`
-	// RawQuery is an HTTP API's query string as sent; Query a REST API's,
-	// as it gives it. A retry sends the same.
-	RawQuery string              `json:"rawQuery,omitempty"`
-	Query    map[string][]string `json:"query,omitempty"`
-	Body     json.RawMessage     `json:"body,omitempty"` // canonical; none for an empty body
+	// Query is the query string's parameters, decoded, so a retry whose
+	// proxy re-encodes or reorders them is the same request.
+	Query map[string][]string `json:"query,omitempty"`
+	Body  json.RawMessage     `json:"body,omitempty"` // canonical; none for an empty body
 }
 
 func targetOf(r Request) target {
 	t := target{Route: r.Route}
 	switch {
 	case r.http != nil:
-		t.Method, t.Path, t.RawQuery = r.http.RequestContext.HTTP.Method, r.http.PathParameters, r.http.RawQueryString
+		t.Method, t.Path = r.http.RequestContext.HTTP.Method, r.http.PathParameters
+		for k, v := range r.http.QueryStringParameters { // an HTTP API joins repeated values with commas
+			if t.Query == nil {
+				t.Query = map[string][]string{}
+			}
+			t.Query[k] = []string{v}
+		}
 		if r.http.RouteKey == "$default" {
 			t.RawPath = r.http.RawPath
 		}
