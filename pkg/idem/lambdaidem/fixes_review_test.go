@@ -38,13 +38,13 @@ func (s *throttledAfterInFlight) Begin(ctx context.Context, key idem.Key, fp ide
 	return b, err
 }
 
-// TestWaitThenThrottledIsNotNothingDone: a retry that, waiting
+// TestWaitThenThrottledIsInProgress: a retry that, waiting
 // (Options.Wait), found the key held by the first attempt, whose outcome
 // is unknown, and then met a throttled claim, is told "nothing was done".
 // But Do saw proof of the opposite: an attempt with this key ran and may
 // have carried the request out. The answer must not be
 // service-unavailable, "this request was not carried out".
-func TestWaitThenThrottledIsNotNothingDone(t *testing.T) {
+func TestWaitThenThrottledIsInProgress(t *testing.T) {
 	t.Parallel()
 	inner := memstore.New()
 	s := &throttledAfterInFlight{Backend: inner}
@@ -67,11 +67,11 @@ func TestWaitThenThrottledIsNotNothingDone(t *testing.T) {
 	}
 }
 
-// TestQueryStringIsNotFingerprinted: on a $default route (a
+// TestQueryStringIsFingerprinted: on a $default route (a
 // Lambda function URL, or an HTTP API's catch-all), a request's query
 // string is part of what it acts on. One key sent with another query is
 // another request, but gets the first one's answer replayed.
-func TestQueryStringIsNotFingerprinted(t *testing.T) {
+func TestQueryStringIsFingerprinted(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	handler := lambdaidem.HTTP(memstore.New(), "refund", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
@@ -96,14 +96,14 @@ func TestQueryStringIsNotFingerprinted(t *testing.T) {
 	}
 }
 
-// TestInFlightExpiresInThePast: a key whose first attempt left
+// TestPassedExpiryIsLeftOut: a key whose first attempt left
 // its outcome unknown stays IN_FLIGHT, and deduplicates, until a
 // reconciler settles it (recovery.md: "an hour or two days later too").
 // v1 now sends Idempotency-Expires on the 409 from the InFlightError's
 // RecordExpiresAt, the earliest retention could end had the command been
 // settled when its lease ended. A day later that is a date in the past,
 // on an answer that proves the key still deduplicates.
-func TestInFlightExpiresInThePast(t *testing.T) {
+func TestPassedExpiryIsLeftOut(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
@@ -127,14 +127,12 @@ func TestInFlightExpiresInThePast(t *testing.T) {
 	}
 }
 
-// TestLambdaContextIntegerTenantsCollide: TenantFromLambdaContext
-// reads "a string or an integer". An HTTP API event is JSON, decoded by
-// the Lambda runtime with encoding/json, so an integer arrives as a
-// float64; above 2^53 two tenants' ids (snowflake ids are ~2^60) round to
-// one float64 and become one tenant. The second tenant, with its own key
-// that happens to equal the first's (keys are per tenant), gets the first
-// tenant's stored answer.
-func TestLambdaContextIntegerTenantsCollide(t *testing.T) {
+// TestLambdaContextIntegerTenants: an HTTP API event is decoded with
+// encoding/json, so an integer tenant arrives as a float64. From 2^53 on,
+// two ids can round to one float64 (2^53+1 reads as 2^53, and snowflake
+// ids of ~2^60 likewise): as one tenant they would share answers, so
+// neither is a tenant. Below 2^53 an integer is exact, and a tenant.
+func TestLambdaContextIntegerTenants(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	handler := lambdaidem.HTTP(memstore.New(), "create-order", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
@@ -150,24 +148,26 @@ func TestLambdaContextIntegerTenantsCollide(t *testing.T) {
 		}
 		return req
 	}
-	// A float64 cannot tell these two apart, so neither is a tenant.
-	a, _ := handler(t.Context(), event("1152921504606846977", "tenant-a"))
-	b, _ := handler(t.Context(), event("1152921504606846976", "tenant-b"))
-	if a.StatusCode != 401 || b.StatusCode != 401 || runs.Load() != 0 {
-		t.Fatalf("tenants beyond 2^53: %d %s, %d %s (%d runs); want both refused 401, as one tenant they would share answers", a.StatusCode, a.Body, b.StatusCode, b.Body, runs.Load())
+	for _, pair := range [][2]string{{"1152921504606846977", "1152921504606846976"}, {"9007199254740992", "9007199254740993"}} {
+		a, _ := handler(t.Context(), event(pair[0], "tenant-a"))
+		b, _ := handler(t.Context(), event(pair[1], "tenant-b"))
+		if a.StatusCode != 401 || b.StatusCode != 401 || b.Headers[lambdaidem.HeaderReplayed] == "true" || runs.Load() != 0 {
+			t.Fatalf("tenants %s and %s: %d %s, %d %s (%d runs); want both refused 401, as one tenant they would share answers",
+				pair[0], pair[1], a.StatusCode, a.Body, b.StatusCode, b.Body, runs.Load())
+		}
 	}
 	if c, _ := handler(t.Context(), event("9007199254740991", "tenant-c")); c.StatusCode != 201 {
 		t.Fatalf("tenant 2^53-1: %d %s, want 201", c.StatusCode, c.Body)
 	}
 }
 
-// TestFederatedUsersShareATenant: TenantFromIAMPrincipal cuts
+// TestFederatedUsersAreTenantsOfTheirOwn: TenantFromIAMPrincipal cuts
 // the unique ID at ':' so that a role's sessions are one tenant. But a
 // federated user's ID (GetFederationToken) is "account:name": every
 // federated user of the account, whatever its name, and the account's root
 // (whose ID is the account), become one tenant, and get each other's
 // answers under the same client key.
-func TestFederatedUsersShareATenant(t *testing.T) {
+func TestFederatedUsersAreTenantsOfTheirOwn(t *testing.T) {
 	t.Parallel()
 	handler := lambdaidem.HTTP(memstore.New(), "create-order", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
 		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"for":"` + req.RequestContext.Authorizer.IAM.UserARN + `"}`)}), nil
