@@ -92,7 +92,7 @@ func (in inputs) sections() (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		var f sideBySideFile
+		var f benchout.SideBySide
 		if err := json.Unmarshal(b, &f); err != nil {
 			return nil, fmt.Errorf("%s: %w", in.sideBySide, err)
 		}
@@ -395,46 +395,6 @@ func sustainTable(s benchout.Sustain) string {
 	return b.String()
 }
 
-// sideBySideFile is TestSideBySide's output (test/bench/sidebyside_test.go
-// writes it): by handler, the runs one at a time ("serial") and at a fixed
-// concurrency ("concurrent"), and the capacity of one first call and one
-// replay.
-type sideBySideFile struct {
-	LoadAvg  string                 `json:"loadavg_at_start"`
-	N        int                    `json:"n"`
-	Handlers map[string]sideHandler `json:"handlers"`
-}
-
-type sideHandler struct {
-	Runs              map[string]sideRun `json:"runs"`
-	FirstWCU          int                `json:"first_wcu"`
-	FirstIndexWCU     int                `json:"first_index_wcu"`
-	ReplayWCU         int                `json:"replay_wcu"`
-	PowertoolsVersion string             `json:"powertools_version"`
-	SDKVersion        string             `json:"sdk_version"`
-	RuntimeVersion    string             `json:"runtime_version"`
-}
-
-type sideRun struct {
-	Concurrency int          `json:"concurrency"`
-	First       sideLatency  `json:"first"`
-	Replay      *sideLatency `json:"replay"`
-	Duplicate   *struct {
-		Latency sideLatency    `json:"latency"`
-		Answers map[string]int `json:"answers"`
-	} `json:"duplicate"`
-	FirstCalls     map[string]float64 `json:"first_calls"`
-	ReplayCalls    map[string]float64 `json:"replay_calls"`
-	DuplicateCalls map[string]float64 `json:"duplicate_calls"`
-	FirstOwnMs     float64            `json:"first_own_ms"`
-	ReplayOwnMs    float64            `json:"replay_own_ms"`
-}
-
-type sideLatency struct {
-	P50 float64 `json:"p50_ms"`
-	P99 float64 `json:"p99_ms"`
-}
-
 // What the Powertools handlers do not do, and chargeonce does.
 const powertoolsLacks = "no atomic business write (the charge row and the record's completion are two writes: a crash between them leaves a charge whose record says in progress); no fencing (a stale holder can still complete a record another took over); no reconciliation (an in-progress record whose outcome is unknown just expires, and the next retry charges again)"
 
@@ -450,7 +410,7 @@ var sideBySideHandlers = []struct{ id, name, lacks string }{
 // peers are the handlers chargeonce's ratios are taken against.
 var peers = []struct{ id, name string }{{"powertools", "Powertools Python"}, {"powertools-ts", "Powertools TypeScript"}}
 
-func sideBySideTable(f sideBySideFile) (string, error) {
+func sideBySideTable(f benchout.SideBySide) (string, error) {
 	for _, h := range sideBySideHandlers {
 		fig, ok := f.Handlers[h.id]
 		if !ok {
@@ -471,7 +431,7 @@ func sideBySideTable(f sideBySideFile) (string, error) {
 		orNone(ts.PowertoolsVersion), orNone(ts.SDKVersion), orNone(ts.RuntimeVersion))
 	b.WriteString("| handler | concurrency | first call | own | replay | own | concurrent duplicate | its answers |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|\n")
-	lat := func(l *sideLatency) string {
+	lat := func(l *benchout.SideLatency) string {
 		if l == nil {
 			return "–"
 		}
@@ -521,7 +481,7 @@ func sideBySideTable(f sideBySideFile) (string, error) {
 
 	b.WriteString("\n| ratio, p50 (p99) | one at a time | concurrent |\n|---|---:|---:|\n")
 	ours, naive := f.Handlers["chargeonce"], f.Handlers["naive"]
-	row := func(name string, get func(mode string) (a, b *sideLatency)) {
+	row := func(name string, get func(mode string) (a, b *benchout.SideLatency)) {
 		cells := []string{name}
 		for _, mode := range []string{"serial", "concurrent"} {
 			x, y := get(mode)
@@ -533,14 +493,14 @@ func sideBySideTable(f sideBySideFile) (string, error) {
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	ownRow := func(name string, get func(r sideRun) float64, peer sideHandler) {
+	ownRow := func(name string, get func(r benchout.SideRun) float64, peer benchout.SideHandler) {
 		cells := []string{name}
 		for _, mode := range []string{"serial", "concurrent"} {
 			cells = append(cells, fmt.Sprintf("%.2f×", get(ours.Runs[mode])/get(peer.Runs[mode])))
 		}
 		fmt.Fprintf(&b, "| %s |\n", strings.Join(cells, " | "))
 	}
-	dupOf := func(r sideRun) *sideLatency {
+	dupOf := func(r benchout.SideRun) *benchout.SideLatency {
 		if r.Duplicate == nil {
 			return nil
 		}
@@ -548,20 +508,20 @@ func sideBySideTable(f sideBySideFile) (string, error) {
 	}
 	for _, p := range peers {
 		peer := f.Handlers[p.id]
-		row("chargeonce first call ÷ "+p.name, func(m string) (a, b *sideLatency) {
+		row("chargeonce first call ÷ "+p.name, func(m string) (a, b *benchout.SideLatency) {
 			x, y := ours.Runs[m].First, peer.Runs[m].First
 			return &x, &y
 		})
-		row("chargeonce replay ÷ "+p.name, func(m string) (a, b *sideLatency) { return ours.Runs[m].Replay, peer.Runs[m].Replay })
-		row("chargeonce concurrent duplicate ÷ "+p.name, func(m string) (a, b *sideLatency) { return dupOf(ours.Runs[m]), dupOf(peer.Runs[m]) })
-		ownRow("chargeonce own time, first call ÷ "+p.name+" (means)", func(r sideRun) float64 { return r.FirstOwnMs }, peer)
-		ownRow("chargeonce own time, replay ÷ "+p.name+" (means)", func(r sideRun) float64 { return r.ReplayOwnMs }, peer)
+		row("chargeonce replay ÷ "+p.name, func(m string) (a, b *benchout.SideLatency) { return ours.Runs[m].Replay, peer.Runs[m].Replay })
+		row("chargeonce concurrent duplicate ÷ "+p.name, func(m string) (a, b *benchout.SideLatency) { return dupOf(ours.Runs[m]), dupOf(peer.Runs[m]) })
+		ownRow("chargeonce own time, first call ÷ "+p.name+" (means)", func(r benchout.SideRun) float64 { return r.FirstOwnMs }, peer)
+		ownRow("chargeonce own time, replay ÷ "+p.name+" (means)", func(r benchout.SideRun) float64 { return r.ReplayOwnMs }, peer)
 	}
-	row("chargeonce first call ÷ naive first call", func(m string) (a, b *sideLatency) {
+	row("chargeonce first call ÷ naive first call", func(m string) (a, b *benchout.SideLatency) {
 		x, y := ours.Runs[m].First, naive.Runs[m].First
 		return &x, &y
 	})
-	row("chargeonce replay ÷ naive first call (its retry)", func(m string) (a, b *sideLatency) {
+	row("chargeonce replay ÷ naive first call (its retry)", func(m string) (a, b *benchout.SideLatency) {
 		y := naive.Runs[m].First
 		return ours.Runs[m].Replay, &y
 	})

@@ -189,7 +189,7 @@ func TestSideBySideTable(t *testing.T) {
 		"naive": {"runs": {"serial": {"concurrency": 1, %s}, "concurrent": {"concurrency": 8, %s}}, "first_wcu": 1}}}`,
 		run(10, 2, ours), run(40, 8, ours), run(20, 8, pt), run(40, 16, pt), run(40, 4, pt), run(80, 16, pt),
 		run(4, 0, `{"PutItem": 1}`), run(10, 0, `{"PutItem": 1}`))
-	var f sideBySideFile
+	var f benchout.SideBySide
 	if err := json.Unmarshal([]byte(js), &f); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/internal/benchout"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -28,70 +29,10 @@ import (
 )
 
 var (
-	sideBySideOut         = flag.String("sidebyside-json", "", "run TestSideBySide and write its figures, as JSON (see sideBySideFile), to this file")
+	sideBySideOut         = flag.String("sidebyside-json", "", "run TestSideBySide and write its figures, as JSON (see benchout.SideBySide), to this file")
 	sideBySideN           = flag.Int("sidebyside-n", 200, "TestSideBySide: first calls, and as many replays, per handler and concurrency")
 	sideBySideConcurrency = flag.Int("sidebyside-concurrency", 8, "TestSideBySide: the fixed concurrency")
 )
-
-// sideBySideFile is TestSideBySide's figures (make bench:
-// out/sidebyside.json), which cmd/benchdoc sets out: by handler
-// ("chargeonce", "naive", "powertools" for Python, "powertools-ts" for
-// TypeScript), the runs one at a time ("serial") and at the fixed
-// concurrency ("concurrent"), and what one first call and one replay cost
-// in capacity.
-type sideBySideFile struct {
-	// LoadAvg is /proc/loadavg's first three fields when the test started.
-	LoadAvg  string                 `json:"loadavg_at_start"`
-	N        int                    `json:"n"`
-	Handlers map[string]sideHandler `json:"handlers"`
-}
-
-type sideHandler struct {
-	Runs map[string]sideRun `json:"runs"`
-	// FirstWCU and ReplayWCU are what one first call and one replay write
-	// (FirstIndexWCU in the stuck-lease index), by the meter's rules.
-	FirstWCU      int `json:"first_wcu"`
-	FirstIndexWCU int `json:"first_index_wcu"`
-	ReplayWCU     int `json:"replay_wcu"`
-	// Powertools only: the versions its bench script ran.
-	PowertoolsVersion string `json:"powertools_version,omitempty"`
-	SDKVersion        string `json:"sdk_version,omitempty"`
-	RuntimeVersion    string `json:"runtime_version,omitempty"`
-}
-
-// sideRun is one handler at one concurrency: N first calls with fresh keys,
-// then a replay of each, then N concurrent duplicates (none of either for
-// the naive handler, whose retry is another first call). Calls are
-// DynamoDB calls per request by operation (per pair for duplicates), and
-// the Own figures the mean time of a request less its mean time at the
-// emulator, both counted at the proxy (phaseProxy).
-type sideRun struct {
-	Concurrency    int                `json:"concurrency"`
-	First          sideLatency        `json:"first"`
-	Replay         *sideLatency       `json:"replay,omitempty"`
-	Duplicate      *sideDuplicate     `json:"duplicate,omitempty"`
-	FirstCalls     map[string]float64 `json:"first_calls"`
-	ReplayCalls    map[string]float64 `json:"replay_calls,omitempty"`
-	DuplicateCalls map[string]float64 `json:"duplicate_calls,omitempty"`
-	FirstOwnMs     float64            `json:"first_own_ms"`
-	ReplayOwnMs    float64            `json:"replay_own_ms,omitempty"`
-}
-
-type sideLatency struct {
-	Count int     `json:"count"`
-	P50   float64 `json:"p50_ms"`
-	P99   float64 `json:"p99_ms"`
-	Mean  float64 `json:"mean_ms"`
-}
-
-// sideDuplicate is a run of pairs of calls sent at the same instant with
-// the same fresh key: the latency of the call of each pair that did not do
-// the work, and what those calls answered ("409", "201 replayed",
-// "IdempotencyAlreadyInProgressError").
-type sideDuplicate struct {
-	Latency sideLatency    `json:"latency"`
-	Answers map[string]int `json:"answers"`
-}
 
 // warmUp is how many first calls each handler makes before the measured
 // ones (bench.py and bench.mjs make as many).
@@ -122,7 +63,7 @@ func TestSideBySide(t *testing.T) {
 	dynamo := testkit.Endpoints(t).DynamoDB
 	proxy := startPhaseProxy(t, dynamo)
 	s := newStack(t, nil, 0, func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(proxy.URL) })
-	out := sideBySideFile{LoadAvg: testkit.LoadAvg(), N: n, Handlers: map[string]sideHandler{}}
+	out := benchout.SideBySide{LoadAvg: testkit.LoadAvg(), N: n, Handlers: map[string]benchout.SideHandler{}}
 	modes := []struct {
 		name        string
 		concurrency int
@@ -136,7 +77,7 @@ func TestSideBySide(t *testing.T) {
 		{"chargeonce", s.handler.Handle, true},
 		{"naive", s.naive.Handle, false},
 	} {
-		sh := sideHandler{Runs: map[string]sideRun{}}
+		sh := benchout.SideHandler{Runs: map[string]benchout.SideRun{}}
 		warm := make([]string, warmUp)
 		for i := range warm {
 			warm[i] = newKey()
@@ -149,7 +90,7 @@ func TestSideBySide(t *testing.T) {
 				keys[i] = newKey()
 			}
 			phase("first")
-			r := sideRun{Concurrency: m.concurrency, First: drive(t, h.handle, keys, m.concurrency, false)}
+			r := benchout.SideRun{Concurrency: m.concurrency, First: drive(t, h.handle, keys, m.concurrency, false)}
 			if h.replays {
 				phase("replay")
 				replay := drive(t, h.handle, keys, m.concurrency, true)
@@ -210,7 +151,7 @@ func TestSideBySide(t *testing.T) {
 // in the phases under prefix ("chargeonce/serial"): the calls per request
 // (per pair for duplicates), and the mean time of a request less its mean
 // time at the emulator.
-func measured(proxy *phaseProxy, prefix string, n int, r *sideRun) {
+func measured(proxy *phaseProxy, prefix string, n int, r *benchout.SideRun) {
 	first, replay, dup := proxy.Use(prefix+"/first"), proxy.Use(prefix+"/replay"), proxy.Use(prefix+"/duplicate")
 	r.FirstCalls = perCall(first.Calls, n)
 	r.FirstOwnMs = r.First.Mean - float64(first.Waited)/float64(n)/1e6
@@ -226,7 +167,7 @@ func measured(proxy *phaseProxy, prefix string, n int, r *sideRun) {
 // drive sends a POST /charges for each key, from concurrency goroutines,
 // and returns the latencies; every answer must be a 201, replayed or not
 // as wanted.
-func drive(t *testing.T, h handlerFunc, keys []string, concurrency int, replayed bool) sideLatency {
+func drive(t *testing.T, h handlerFunc, keys []string, concurrency int, replayed bool) benchout.SideLatency {
 	t.Helper()
 	lat := make([]time.Duration, len(keys))
 	next := make(chan int)
@@ -256,7 +197,7 @@ func drive(t *testing.T, h handlerFunc, keys []string, concurrency int, replayed
 // each pair that did not charge: a 409 (the stack answers at once,
 // inflightWait 0) or, if it came after the other, a replay. One call of
 // each pair must charge.
-func drivePairs(t *testing.T, h handlerFunc, keys []string, pairs int) sideDuplicate {
+func drivePairs(t *testing.T, h handlerFunc, keys []string, pairs int) benchout.SideDuplicate {
 	t.Helper()
 	type answer struct {
 		d    time.Duration
@@ -302,18 +243,18 @@ func drivePairs(t *testing.T, h handlerFunc, keys []string, pairs int) sideDupli
 	if len(lat) == 0 {
 		t.Fatal("no duplicate pair answered as it should")
 	}
-	return sideDuplicate{Latency: summarizeSide(lat), Answers: answers}
+	return benchout.SideDuplicate{Latency: summarizeSide(lat), Answers: answers}
 }
 
 // summarizeSide is the count, p50, p99 and mean of lat, in milliseconds.
-func summarizeSide(lat []time.Duration) sideLatency {
+func summarizeSide(lat []time.Duration) benchout.SideLatency {
 	slices.Sort(lat)
 	at := func(p int) float64 { return float64(lat[max(0, (p*len(lat)+99)/100-1)]) / 1e6 }
 	var sum time.Duration
 	for _, d := range lat {
 		sum += d
 	}
-	return sideLatency{Count: len(lat), P50: at(50), P99: at(99), Mean: float64(sum) / float64(len(lat)) / 1e6}
+	return benchout.SideLatency{Count: len(lat), P50: at(50), P99: at(99), Mean: float64(sum) / float64(len(lat)) / 1e6}
 }
 
 func perCall(calls map[string]int, n int) map[string]float64 {
@@ -328,7 +269,7 @@ func perCall(calls map[string]int, n int) map[string]float64 {
 // and one naive call, with the round-trip test's meter, on a stack of
 // their own (the meter reads around every call, which would distort the
 // timings).
-func meterOurs(t *testing.T, out *sideBySideFile) {
+func meterOurs(t *testing.T, out *benchout.SideBySide) {
 	t.Helper()
 	m := &meter{db: testkit.Clients(t).DynamoDB}
 	s := newStack(t, nil, 0, m.Option())
@@ -361,7 +302,7 @@ func meterOurs(t *testing.T, out *sideBySideFile) {
 // proxy, against tables of the shape Powertools documents (partition key
 // "id", TTL on "expiration") and a charges table like the service's, and
 // prices its writes from the largest record and row it left.
-func runPowertools(t *testing.T, s *stack, proxy *phaseProxy, name string, n, concurrency int) sideHandler {
+func runPowertools(t *testing.T, s *stack, proxy *phaseProxy, name string, n, concurrency int) benchout.SideHandler {
 	t.Helper()
 	ctx := context.Background()
 	table := testkit.TempTable(t, &dynamodb.CreateTableInput{
@@ -395,7 +336,7 @@ func runPowertools(t *testing.T, s *stack, proxy *phaseProxy, name string, n, co
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s: %v: %s", name, err, stderr.String())
 	}
-	var sh sideHandler
+	var sh benchout.SideHandler
 	if err := json.Unmarshal(stdout.Bytes(), &sh); err != nil {
 		t.Fatalf("%s: %v: %s", name, err, stdout.String())
 	}
