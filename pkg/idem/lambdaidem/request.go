@@ -252,10 +252,10 @@ func targetOf(r Request) target {
 	switch {
 	case r.http != nil:
 		t.Method, t.Path = r.http.RequestContext.HTTP.Method, r.http.PathParameters
+		if len(r.http.QueryStringParameters) > 0 {
+			t.Query = make(map[string][]string, len(r.http.QueryStringParameters))
+		}
 		for k, v := range r.http.QueryStringParameters { // an HTTP API joins repeated values with commas
-			if t.Query == nil {
-				t.Query = map[string][]string{}
-			}
 			t.Query[k] = []string{v}
 		}
 		if r.http.RouteKey == "$default" {
