@@ -252,8 +252,10 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 		case err != nil && ctx.Err() != nil:
 			return nil, attempt, &unknownError{fmt.Errorf("attempt %d: %w", attempt, err)}
 		case err == nil && !resp.retryable():
-			if p := resp.problem(); unknown && resp.status >= 400 && !errors.Is(p, ErrDeclined) {
-				return nil, attempt, fail(p) // a decline is the command's stored outcome
+			if unknown && resp.status >= 400 {
+				if p := resp.problem(); !errors.Is(p, ErrDeclined) { // a decline is the command's stored outcome
+					return nil, attempt, fail(p)
+				}
 			}
 			return resp, attempt, nil
 		case err == nil:
