@@ -21,7 +21,7 @@ import (
 // res.Reference must be the command's provider reference, the one the
 // operator looked up: a record that is not IN_FLIGHT, or is another intent
 // under a reused key, is left alone and returned as it is, with
-// OutcomeNothingToDo. Otherwise the lease is preempted (dynamostore.Store.Preempt),
+// OutcomeNothingToDo. Otherwise the lease is preempted (idem.Backend.Preempt),
 // so whoever held it can no longer write, and the command is settled as
 // Reconcile settles it: the charge row and the 201 the API answers in one
 // transaction, the 402, or RELEASED. The record returned is the settled
