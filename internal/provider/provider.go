@@ -46,6 +46,9 @@ const (
 	StatusCharged  Status = "charged"
 	StatusDeclined Status = "declined"
 	StatusNotFound Status = "not_found"
+	// StatusRefunded: the provider refunded the reference (a refund's
+	// result; a refund that failed for good is StatusDeclined).
+	StatusRefunded Status = "refunded"
 )
 
 // HeaderNotProcessed is the response header by which the provider, answering
@@ -116,11 +119,24 @@ type LookupRequest struct {
 	FirstSent time.Time
 }
 
-// Result is the provider's answer for one reference.
+// RefundRequest asks the provider to refund Amount (in minor units of
+// Currency) of the charge it knows as Charge. Reference is the refund's
+// own idempotency key, never the charge's. Command names the refund's
+// command, as for ChargeRequest, and is left out of our provider API.
+type RefundRequest struct {
+	Reference string `json:"reference"`
+	Charge    string `json:"charge"`
+	Amount    int64  `json:"amount"`
+	Currency  string `json:"currency"`
+	Command   string `json:"-"`
+}
+
+// Result is the provider's answer for one reference: a charge's, or a
+// refund's (StatusRefunded, or StatusDeclined for one that failed).
 type Result struct {
 	Status      Status `json:"status"`
 	Reference   string `json:"reference,omitempty"`
-	ChargeID    string `json:"id,omitempty"` // the provider's id, e.g. "pc_..."
+	ChargeID    string `json:"id,omitempty"` // the provider's id for what it did: "pc_…", or a refund's "rf_…"
 	DeclineCode string `json:"decline_code,omitempty"`
 }
 
