@@ -2,6 +2,51 @@ package charge
 
 import "github.com/chargeonce/chargeonce/internal/metrics"
 
+// Outcome names what became of a request, for logs and metrics.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeCreated     Outcome = "created"
+	OutcomeReplayed    Outcome = "replayed"
+	OutcomeConflict    Outcome = "conflict"
+	OutcomeMismatch    Outcome = "mismatch"
+	OutcomeDeclined    Outcome = "declined"
+	OutcomeUnavailable Outcome = "unavailable"
+	// OutcomeBusy: the store was throttled or failing; nothing happened.
+	OutcomeBusy      Outcome = "busy"
+	OutcomeRejected  Outcome = "rejected"
+	OutcomeAmbiguous Outcome = "ambiguous"
+	// OutcomeLeaseLost: the outcome is unknown because the request's lease
+	// was taken over before it could record it.
+	OutcomeLeaseLost Outcome = "lease_lost"
+	OutcomeInvalid   Outcome = "invalid"
+	OutcomeFound     Outcome = "found"
+	OutcomeNotFound  Outcome = "not_found"
+	OutcomeError     Outcome = "error"
+	// OutcomeChargeConflict: the charge row conflicts with the provider's
+	// answer; stored as a permanent failure.
+	OutcomeChargeConflict Outcome = "charge_conflict"
+	// Reconciliation outcomes.
+	OutcomeNothingToDo Outcome = "nothing_to_do"
+	OutcomeStillLeased Outcome = "still_leased"
+	OutcomeResolved    Outcome = "resolved_charged"
+	OutcomeResolvedDec Outcome = "resolved_declined"
+	OutcomeReleased    Outcome = "released"
+	// OutcomeNotSettled: the provider has no charge for the reference yet,
+	// but its settle window has not passed; the key is looked at again
+	// when it has.
+	OutcomeNotSettled Outcome = "not_settled"
+	// OutcomeDeferred: the provider could not be asked; the key is looked
+	// at again after a backoff that grows with its attempts.
+	OutcomeDeferred Outcome = "deferred"
+	// OutcomeParked: the provider has no charge for a command older than
+	// its dedup window. Releasing it would let a retry send its reference
+	// again, which the provider would no longer deduplicate; it stays
+	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
+	OutcomeParked Outcome = "parked"
+)
+
 // metricOutcomes name the outcomes in the metrics' vocabulary, for every
 // function that reports them (the charge API, the intake, the reconciler).
 var metricOutcomes = map[Outcome]metrics.Outcome{

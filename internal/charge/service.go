@@ -10,7 +10,6 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -66,51 +65,6 @@ type Answers interface {
 	// with the provider's answer.
 	Conflicting() idem.Response
 }
-
-// Outcome names what became of a request, for logs and metrics.
-type Outcome string
-
-// The outcomes.
-const (
-	OutcomeCreated     Outcome = "created"
-	OutcomeReplayed    Outcome = "replayed"
-	OutcomeConflict    Outcome = "conflict"
-	OutcomeMismatch    Outcome = "mismatch"
-	OutcomeDeclined    Outcome = "declined"
-	OutcomeUnavailable Outcome = "unavailable"
-	// OutcomeBusy: the store was throttled or failing; nothing happened.
-	OutcomeBusy      Outcome = "busy"
-	OutcomeRejected  Outcome = "rejected"
-	OutcomeAmbiguous Outcome = "ambiguous"
-	// OutcomeLeaseLost: the outcome is unknown because the request's lease
-	// was taken over before it could record it.
-	OutcomeLeaseLost Outcome = "lease_lost"
-	OutcomeInvalid   Outcome = "invalid"
-	OutcomeFound     Outcome = "found"
-	OutcomeNotFound  Outcome = "not_found"
-	OutcomeError     Outcome = "error"
-	// OutcomeChargeConflict: the charge row conflicts with the provider's
-	// answer; stored as a permanent failure.
-	OutcomeChargeConflict Outcome = "charge_conflict"
-	// Reconciliation outcomes.
-	OutcomeNothingToDo Outcome = "nothing_to_do"
-	OutcomeStillLeased Outcome = "still_leased"
-	OutcomeResolved    Outcome = "resolved_charged"
-	OutcomeResolvedDec Outcome = "resolved_declined"
-	OutcomeReleased    Outcome = "released"
-	// OutcomeNotSettled: the provider has no charge for the reference yet,
-	// but its settle window has not passed; the key is looked at again
-	// when it has.
-	OutcomeNotSettled Outcome = "not_settled"
-	// OutcomeDeferred: the provider could not be asked; the key is looked
-	// at again after a backoff that grows with its attempts.
-	OutcomeDeferred Outcome = "deferred"
-	// OutcomeParked: the provider has no charge for a command older than
-	// its dedup window. Releasing it would let a retry send its reference
-	// again, which the provider would no longer deduplicate; it stays
-	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
-	OutcomeParked Outcome = "parked"
-)
 
 // Store is the idempotency store (idem.Backend): *dynamostore.Store is the
 // deployed one; memstore serves the rules' tests.
@@ -208,102 +162,6 @@ type Result struct {
 	KeyExpiresAt, RetryAt time.Time
 }
 
-// intent is what a record keeps of the request, for the reconciler. The card
-// source is kept only for a Replayer, which needs it to replay the request
-// and has checked it is a reference, not card data.
-type intent struct {
-	Amount      int64  `json:"amount"`
-	Currency    string `json:"currency"`
-	Description string `json:"description,omitempty"`
-	Source      string `json:"source,omitempty"`
-}
-
-// Create charges req once for the intent key names: a key of Operation,
-// the client's CommandID within its tenant. fp is the fingerprint of the
-// request as the client sent it; a later request with the same key and
-// another fingerprint is refused.
-func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem.Fingerprint) (Result, error) {
-	if key.Operation() != Operation {
-		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
-	}
-	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description}
-	if rp, ok := s.cfg.Provider.(Replayer); ok {
-		if err := rp.CheckSource(req.Source); err != nil {
-			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
-			return Result{Outcome: OutcomeRejected}, nil
-		}
-		kept.Source = req.Source
-	}
-	if err := s.prepare(ctx); err != nil {
-		return Result{}, err
-	}
-	in, _ := json.Marshal(kept)
-	var (
-		charged *Charge // what the provider charged, to record
-		refused Outcome // why the provider did not act
-	)
-	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		if !s.deduplicated(l) {
-			out, c, err := s.lookupStale(ctx, l, kept)
-			charged = c
-			return out, err
-		}
-		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, req.Money.Amount, req.Money.Currency, req.Source))
-		switch {
-		case errors.Is(err, provider.ErrRejected):
-			refused = OutcomeRejected
-			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
-			return idem.NotApplied(idem.Response{}), nil
-		case errors.Is(err, provider.ErrUnavailable):
-			refused = OutcomeUnavailable
-			return idem.NotApplied(idem.Response{}), nil
-		case err != nil:
-			return idem.Unknown(idem.Response{}), err
-		}
-		out, c, err := s.verdict(l, kept, pres)
-		charged = c
-		return out, err
-	}, func(o *idem.DoOptions) {
-		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
-	})
-	// errors.AsType, not As: no target variable escapes on the way that
-	// succeeds.
-	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
-		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
-	}
-	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
-		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
-	}
-	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
-		return s.unknownClaim(ctx, key, unknown)
-	}
-	switch {
-	case res.Lease == nil && transient(err):
-		// DynamoDB refused the claim unprocessed at every attempt (idem
-		// returns any other failure as *UnknownClaimError): nothing is
-		// stored and nothing reached the provider.
-		return Result{Outcome: OutcomeBusy}, nil
-	case res.Lease == nil && err != nil:
-		return Result{}, err
-	case res.Replayed:
-		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case errors.Is(err, idem.ErrWriteCondition) && charged != nil:
-		outcome, resp, err := s.rowExists(ctx, res.Lease, *charged)
-		if err != nil {
-			return s.ambiguous(ctx, res.Lease, err)
-		}
-		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
-	case err != nil || res.Status == idem.StatusInFlight:
-		return s.ambiguous(ctx, res.Lease, err)
-	case res.Status == idem.StatusReleased:
-		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case res.Status == idem.StatusSucceeded:
-		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	default:
-		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	}
-}
-
 // prepare makes the provider ready, if it is a Preparer, before a
 // command is claimed or taken over.
 func (s *Service) prepare(ctx context.Context) error {
@@ -317,77 +175,12 @@ func (s *Service) prepare(ctx context.Context) error {
 	return nil
 }
 
-// charge calls the provider, timed into the invocation's metrics and
-// traced as the span provider.Charge.
-func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
-	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Charge")
-	defer since(ctx, metrics.ProviderLatency, time.Now())
-	res, err := s.cfg.Provider.Charge(ctx, req)
-	return answered(span, res, err)
-}
-
-// lookup asks the provider what became of the command lease holds, timed
-// likewise and traced as the span provider.Lookup: by replaying its
-// request (rebuilt from in) if rp is not nil, else by looking its
-// reference up, which sends nothing.
-func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp Replayer) (provider.Result, error) {
-	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
-	defer since(ctx, metrics.ProviderLatency, time.Now())
-	if rp == nil {
-		res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(lease.Key, lease.CreatedAt))
-		return answered(span, res, err)
-	}
-	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
-		ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in.Amount, in.Currency, in.Source),
-		FirstSent:     lease.CreatedAt,
-	})
-	return answered(span, res, err)
-}
-
-// chargeRequest is the provider request of the command key names, claimed
-// at created. Create sends it and a replay sends it again, built here in
-// one place: the provider replays a key only for the same parameters.
-func chargeRequest(key idem.Key, created time.Time, amount int64, currency, source string) provider.ChargeRequest {
-	return provider.ChargeRequest{
-		Reference: ProviderReference(key, created), Amount: amount, Currency: currency, Source: source, Command: key.String(),
-	}
-}
-
-// replayer is the provider as a Replayer if the command lease holds is to
-// be looked up by replaying it: the intent kept its source, and the
-// provider still deduplicates its reference (counted from the record's
-// creation, at or before the first send). Otherwise nil.
-func (s *Service) replayer(lease *idem.Lease, in intent) Replayer {
-	if rp, ok := s.cfg.Provider.(Replayer); ok && in.Source != "" && s.deduplicated(lease) {
-		return rp
-	}
-	return nil
-}
-
 // deduplicated reports whether the provider still deduplicates the
 // reference of the command lease holds, with its margin to spare
 // (provider.Guarantees.Deduplicates). Every path that sends a request to
 // the provider asks this first: Create, a re-claim, the reconciler.
 func (s *Service) deduplicated(lease *idem.Lease) bool {
 	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Clock())
-}
-
-// lookupStale settles, without sending anything, a command re-claimed
-// after the provider stopped deduplicating its reference: a request sent
-// now would be a new charge if the first one landed. The provider is asked
-// by reference; a charge or decline settles the command, anything else
-// leaves it IN_FLIGHT for the reconciler, which parks it.
-func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent) (idem.Outcome, *Charge, error) {
-	s.cfg.Logger.WarnContext(ctx, "charge: reference past the provider's dedup window; looked up, not sent",
-		"key_hash", lease.Key.LogHash(), "created_at", lease.CreatedAt)
-	res, err := s.lookup(ctx, lease, in, nil)
-	switch {
-	case err != nil:
-		return idem.Unknown(idem.Response{}), nil, err
-	case res.Status == provider.StatusNotFound:
-		return idem.Unknown(idem.Response{}), nil, nil
-	}
-	return s.verdict(lease, in, res)
 }
 
 // unknownClaim answers a claim that may have landed without its answer:
@@ -475,28 +268,6 @@ func ErrorClass(err error) string {
 	}
 }
 
-// verdict is what the provider's answer means for the command the lease
-// holds, whose intent is in: a charge to commit together with its row
-// (returned, to record), or a decline to store. The handler and the
-// reconciler both decide here.
-func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, *Charge, error) {
-	switch res.Status {
-	case provider.StatusCharged:
-		c := Charge{
-			ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
-			Money:       Money{Amount: in.Amount, Currency: in.Currency},
-			Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
-			ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
-			CreatedAt: lease.CreatedAt,
-		}
-		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), &c, nil
-	case provider.StatusDeclined:
-		return idem.Failed(s.cfg.Answers.Declined(res.DeclineCode)), nil, nil
-	default:
-		return idem.Outcome{}, nil, fmt.Errorf("charge: unexpected provider status %q", res.Status)
-	}
-}
-
 // storedIntent reads the intent Begin stored with the command.
 func storedIntent(lease *idem.Lease) (intent, error) {
 	var in intent
@@ -504,181 +275,4 @@ func storedIntent(lease *idem.Lease) (intent, error) {
 		return intent{}, fmt.Errorf("charge: stored intent: %w", err)
 	}
 	return in, nil
-}
-
-// rowExists settles a command whose charge row is already there. Rows are
-// named by the command's key and CreatedAt, so that is this command's own
-// charge, recorded by an earlier attempt: if it names the provider's
-// charge, the command succeeds with the row's answer. Anything else is a
-// conflict no retry can mend: it is stored as a permanent 500 and logged
-// for an operator, never left IN_FLIGHT to cycle through the reconciler.
-func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (Outcome, idem.Response, error) {
-	row, found, err := s.cfg.Rows.Get(ctx, c.Tenant, c.ID)
-	if err != nil {
-		return "", idem.Response{}, err
-	}
-	if found && row.ProviderChargeID == c.ProviderChargeID && row.ProviderReference == c.ProviderReference {
-		resp := s.cfg.Answers.Created(row)
-		if err := s.backend.Commit(ctx, lease, resp); err != nil {
-			return "", idem.Response{}, err
-		}
-		return OutcomeCreated, resp, nil
-	}
-	s.cfg.Logger.ErrorContext(ctx, "charge row conflicts with the provider's answer; stored as a permanent error",
-		"key_hash", lease.Key.LogHash(), "charge_id", c.ID)
-	resp := s.cfg.Answers.Conflicting()
-	if err := s.backend.Fail(ctx, lease, resp); err != nil {
-		return "", idem.Response{}, err
-	}
-	return OutcomeChargeConflict, resp, nil
-}
-
-// Get returns tenant's charge id, read strongly consistently so a charge
-// just answered 201 is found. Another tenant's charge is not found.
-func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
-	if !IsChargeID(id) {
-		return Result{Outcome: OutcomeNotFound}, nil
-	}
-	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
-	switch {
-	case transient(err):
-		return Result{Outcome: OutcomeBusy}, nil
-	case err != nil:
-		return Result{}, err
-	case !found:
-		return Result{Outcome: OutcomeNotFound}, nil
-	}
-	return Result{Outcome: OutcomeFound, Charge: &c}, nil
-}
-
-// Reconcile resolves a command whose first attempt may have died between
-// charging and recording, however old it is, by asking the provider what
-// became of its reference once its lease has run out (idem.Recover, with
-// the provider lookup as the resolver): the table in the package
-// documentation says what each answer leads to.
-func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
-	r := &reconciling{Service: s}
-	resolve := r.resolve
-	if key.Operation() == NotificationOperation {
-		resolve = releaseEvent
-	} else if err := s.prepare(ctx); err != nil {
-		// Before the take-over: the message is delivered again, and
-		// the record stays as it was.
-		return "", err
-	}
-	rec, err := idem.Recover(ctx, s.backend, key, resolve)
-	switch {
-	case rec.Lease == nil && err != nil:
-		return "", err
-	case rec.Lease == nil && rec.Status == idem.StatusInFlight:
-		return OutcomeStillLeased, nil
-	case rec.Lease == nil:
-		return OutcomeNothingToDo, nil
-	case err == nil && r.found != "":
-		return r.found, nil
-	}
-	return s.settled(ctx, rec.Lease, rec.Status, r.charged, err)
-}
-
-// reconciling is one Reconcile's resolver, with what it found that the
-// record's status will not say: why the command stays IN_FLIGHT, and the
-// charge its outcome commits.
-type reconciling struct {
-	*Service
-	found   Outcome
-	charged *Charge
-}
-
-// resolve asks the provider what became of the charge of the command
-// lease holds, taken over from its dead attempt (idem.Resolver).
-func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outcome, error) {
-	s, key := r.Service, lease.Key
-	in, err := storedIntent(lease)
-	if err != nil {
-		return idem.Outcome{}, err
-	}
-	rp := s.replayer(lease, in)
-	if rp != nil {
-		// A replay is a send: the heartbeat moves the attempt deadline,
-		// from which a later "not found" waits out the settle window.
-		switch err := s.cfg.Store.Heartbeat(ctx, lease); {
-		case errors.Is(err, idem.ErrLeaseLost):
-			r.found = OutcomeStillLeased
-			return idem.Outcome{}, nil
-		case err != nil:
-			return idem.Outcome{}, err
-		}
-	}
-	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
-	res, err := s.lookup(ctx, lease, in, rp)
-	if errors.Is(err, provider.ErrRejected) {
-		// The replay was refused in a way that proves it cannot succeed
-		// (provider.LookupRequest): nothing was or will be charged, and
-		// a retry is answered provider-rejected once it asks again.
-		s.cfg.Logger.WarnContext(ctx, "reconcile: the provider refused the replayed request; released",
-			"key_hash", key.LogHash(), "error_class", ErrorClass(err))
-		return idem.NotApplied(idem.Response{}), nil
-	}
-	if err != nil {
-		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
-		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
-			"key_hash", key.LogHash(), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
-		r.found = OutcomeDeferred
-		return idem.Postponed(until), nil
-	}
-	if res.Status != provider.StatusNotFound {
-		out, charged, err := s.verdict(lease, in, res)
-		r.charged = charged
-		return out, err
-	}
-	if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
-		r.found = OutcomeNotSettled
-		return idem.Postponed(settled), nil
-	}
-	if !s.deduplicated(lease) {
-		s.cfg.Logger.ErrorContext(ctx, "reconcile: no charge found for a command older than the provider's dedup window; parked for an operator, not released",
-			"key_hash", key.LogHash(), "created_at", lease.CreatedAt, "attempts", lease.Attempts)
-		r.found = OutcomeParked
-		return idem.Postponed(s.cfg.Clock().Add(s.cfg.RetryCap)), nil
-	}
-	return idem.NotApplied(idem.Response{}), nil
-}
-
-// settle completes a command taken over from its first attempt (by
-// Notify, or an operator) as out says; charged is the charge out commits,
-// if any.
-func (s *Service) settle(ctx context.Context, lease *idem.Lease, out idem.Outcome, charged *Charge) (Outcome, error) {
-	status, err := idem.Settle(ctx, s.backend, lease, out)
-	return s.settled(ctx, lease, status, charged, err)
-}
-
-// settled names what became of a command whose settlement under lease
-// left it in status, or failed with err: a charge row already there
-// (charged, its own) is recorded by rowExists.
-func (s *Service) settled(ctx context.Context, lease *idem.Lease, status idem.Status, charged *Charge, err error) (Outcome, error) {
-	switch {
-	case errors.Is(err, idem.ErrWriteCondition) && charged != nil:
-		outcome, _, err := s.rowExists(ctx, lease, *charged)
-		if outcome == OutcomeCreated {
-			outcome = OutcomeResolved
-		}
-		return outcome, err
-	case err != nil:
-		return "", err
-	case status == idem.StatusReleased:
-		return OutcomeReleased, nil
-	case status == idem.StatusSucceeded:
-		return OutcomeResolved, nil
-	default:
-		return OutcomeResolvedDec, nil
-	}
-}
-
-// backoff is how long a key waits after its n-th failed attempt.
-func (s *Service) backoff(attempts int) time.Duration {
-	d := s.cfg.RetryBase
-	for i := 1; i < attempts && d < s.cfg.RetryCap; i++ {
-		d *= 2
-	}
-	return min(d, s.cfg.RetryCap)
 }

@@ -1,0 +1,241 @@
+package charge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// intent is what a record keeps of the request, for the reconciler. The card
+// source is kept only for a Replayer, which needs it to replay the request
+// and has checked it is a reference, not card data.
+type intent struct {
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Description string `json:"description,omitempty"`
+	Source      string `json:"source,omitempty"`
+}
+
+// Create charges req once for the intent key names: a key of Operation,
+// the client's CommandID within its tenant. fp is the fingerprint of the
+// request as the client sent it; a later request with the same key and
+// another fingerprint is refused.
+func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem.Fingerprint) (Result, error) {
+	if key.Operation() != Operation {
+		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
+	}
+	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description}
+	if rp, ok := s.cfg.Provider.(Replayer); ok {
+		if err := rp.CheckSource(req.Source); err != nil {
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+			return Result{Outcome: OutcomeRejected}, nil
+		}
+		kept.Source = req.Source
+	}
+	if err := s.prepare(ctx); err != nil {
+		return Result{}, err
+	}
+	in, _ := json.Marshal(kept)
+	var (
+		charged *Charge // what the provider charged, to record
+		refused Outcome // why the provider did not act
+	)
+	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		if !s.deduplicated(l) {
+			out, c, err := s.lookupStale(ctx, l, kept)
+			charged = c
+			return out, err
+		}
+		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, req.Money.Amount, req.Money.Currency, req.Source))
+		switch {
+		case errors.Is(err, provider.ErrRejected):
+			refused = OutcomeRejected
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+			return idem.NotApplied(idem.Response{}), nil
+		case errors.Is(err, provider.ErrUnavailable):
+			refused = OutcomeUnavailable
+			return idem.NotApplied(idem.Response{}), nil
+		case err != nil:
+			return idem.Unknown(idem.Response{}), err
+		}
+		out, c, err := s.verdict(l, kept, pres)
+		charged = c
+		return out, err
+	}, func(o *idem.DoOptions) {
+		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
+	})
+	// errors.AsType, not As: no target variable escapes on the way that
+	// succeeds.
+	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
+		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
+	}
+	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
+		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+	}
+	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		return s.unknownClaim(ctx, key, unknown)
+	}
+	switch {
+	case res.Lease == nil && transient(err):
+		// DynamoDB refused the claim unprocessed at every attempt (idem
+		// returns any other failure as *UnknownClaimError): nothing is
+		// stored and nothing reached the provider.
+		return Result{Outcome: OutcomeBusy}, nil
+	case res.Lease == nil && err != nil:
+		return Result{}, err
+	case res.Replayed:
+		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case errors.Is(err, idem.ErrWriteCondition) && charged != nil:
+		outcome, resp, err := s.rowExists(ctx, res.Lease, *charged)
+		if err != nil {
+			return s.ambiguous(ctx, res.Lease, err)
+		}
+		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
+	case err != nil || res.Status == idem.StatusInFlight:
+		return s.ambiguous(ctx, res.Lease, err)
+	case res.Status == idem.StatusReleased:
+		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case res.Status == idem.StatusSucceeded:
+		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	default:
+		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	}
+}
+
+// charge calls the provider, timed into the invocation's metrics and
+// traced as the span provider.Charge.
+func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Charge")
+	defer since(ctx, metrics.ProviderLatency, time.Now())
+	res, err := s.cfg.Provider.Charge(ctx, req)
+	return answered(span, res, err)
+}
+
+// lookup asks the provider what became of the command lease holds, timed
+// likewise and traced as the span provider.Lookup: by replaying its
+// request (rebuilt from in) if rp is not nil, else by looking its
+// reference up, which sends nothing.
+func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp Replayer) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
+	defer since(ctx, metrics.ProviderLatency, time.Now())
+	if rp == nil {
+		res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(lease.Key, lease.CreatedAt))
+		return answered(span, res, err)
+	}
+	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
+		ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in.Amount, in.Currency, in.Source),
+		FirstSent:     lease.CreatedAt,
+	})
+	return answered(span, res, err)
+}
+
+// chargeRequest is the provider request of the command key names, claimed
+// at created. Create sends it and a replay sends it again, built here in
+// one place: the provider replays a key only for the same parameters.
+func chargeRequest(key idem.Key, created time.Time, amount int64, currency, source string) provider.ChargeRequest {
+	return provider.ChargeRequest{
+		Reference: ProviderReference(key, created), Amount: amount, Currency: currency, Source: source, Command: key.String(),
+	}
+}
+
+// replayer is the provider as a Replayer if the command lease holds is to
+// be looked up by replaying it: the intent kept its source, and the
+// provider still deduplicates its reference (counted from the record's
+// creation, at or before the first send). Otherwise nil.
+func (s *Service) replayer(lease *idem.Lease, in intent) Replayer {
+	if rp, ok := s.cfg.Provider.(Replayer); ok && in.Source != "" && s.deduplicated(lease) {
+		return rp
+	}
+	return nil
+}
+
+// lookupStale settles, without sending anything, a command re-claimed
+// after the provider stopped deduplicating its reference: a request sent
+// now would be a new charge if the first one landed. The provider is asked
+// by reference; a charge or decline settles the command, anything else
+// leaves it IN_FLIGHT for the reconciler, which parks it.
+func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent) (idem.Outcome, *Charge, error) {
+	s.cfg.Logger.WarnContext(ctx, "charge: reference past the provider's dedup window; looked up, not sent",
+		"key_hash", lease.Key.LogHash(), "created_at", lease.CreatedAt)
+	res, err := s.lookup(ctx, lease, in, nil)
+	switch {
+	case err != nil:
+		return idem.Unknown(idem.Response{}), nil, err
+	case res.Status == provider.StatusNotFound:
+		return idem.Unknown(idem.Response{}), nil, nil
+	}
+	return s.verdict(lease, in, res)
+}
+
+// verdict is what the provider's answer means for the command the lease
+// holds, whose intent is in: a charge to commit together with its row
+// (returned, to record), or a decline to store. The handler and the
+// reconciler both decide here.
+func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, *Charge, error) {
+	switch res.Status {
+	case provider.StatusCharged:
+		c := Charge{
+			ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
+			Money:       Money{Amount: in.Amount, Currency: in.Currency},
+			Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
+			ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
+			CreatedAt: lease.CreatedAt,
+		}
+		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), &c, nil
+	case provider.StatusDeclined:
+		return idem.Failed(s.cfg.Answers.Declined(res.DeclineCode)), nil, nil
+	default:
+		return idem.Outcome{}, nil, fmt.Errorf("charge: unexpected provider status %q", res.Status)
+	}
+}
+
+// rowExists settles a command whose charge row is already there. Rows are
+// named by the command's key and CreatedAt, so that is this command's own
+// charge, recorded by an earlier attempt: if it names the provider's
+// charge, the command succeeds with the row's answer. Anything else is a
+// conflict no retry can mend: it is stored as a permanent 500 and logged
+// for an operator, never left IN_FLIGHT to cycle through the reconciler.
+func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (Outcome, idem.Response, error) {
+	row, found, err := s.cfg.Rows.Get(ctx, c.Tenant, c.ID)
+	if err != nil {
+		return "", idem.Response{}, err
+	}
+	if found && row.ProviderChargeID == c.ProviderChargeID && row.ProviderReference == c.ProviderReference {
+		resp := s.cfg.Answers.Created(row)
+		if err := s.backend.Commit(ctx, lease, resp); err != nil {
+			return "", idem.Response{}, err
+		}
+		return OutcomeCreated, resp, nil
+	}
+	s.cfg.Logger.ErrorContext(ctx, "charge row conflicts with the provider's answer; stored as a permanent error",
+		"key_hash", lease.Key.LogHash(), "charge_id", c.ID)
+	resp := s.cfg.Answers.Conflicting()
+	if err := s.backend.Fail(ctx, lease, resp); err != nil {
+		return "", idem.Response{}, err
+	}
+	return OutcomeChargeConflict, resp, nil
+}
+
+// Get returns tenant's charge id, read strongly consistently so a charge
+// just answered 201 is found. Another tenant's charge is not found.
+func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
+	if !IsChargeID(id) {
+		return Result{Outcome: OutcomeNotFound}, nil
+	}
+	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
+	switch {
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, nil
+	case err != nil:
+		return Result{}, err
+	case !found:
+		return Result{Outcome: OutcomeNotFound}, nil
+	}
+	return Result{Outcome: OutcomeFound, Charge: &c}, nil
+}
