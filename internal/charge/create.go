@@ -43,13 +43,13 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	}
 	in, _ := json.Marshal(kept)
 	var (
-		charged *Charge // what the provider charged, to record
-		refused Outcome // why the provider did not act
+		answer  *provider.Result // the provider's answer, if the outcome's writes fail
+		refused Outcome          // why the provider did not act
 	)
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		if !s.deduplicated(l) {
-			out, c, err := s.lookupStale(ctx, l, kept)
-			charged = c
+			out, pres, err := s.lookupStale(ctx, l, kept)
+			answer = pres
 			return out, err
 		}
 		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, req.Money.Amount, req.Money.Currency, req.Source))
@@ -64,9 +64,8 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		case err != nil:
 			return idem.Unknown(idem.Response{}), err
 		}
-		out, c, err := s.verdict(l, kept, pres)
-		charged = c
-		return out, err
+		answer = &pres
+		return s.verdict(l, kept, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
 	})
@@ -91,8 +90,8 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		return Result{}, err
 	case res.Replayed:
 		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case errors.Is(err, idem.ErrWriteCondition) && charged != nil:
-		outcome, resp, err := s.rowExists(ctx, res.Lease, *charged)
+	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
+		outcome, resp, err := s.rowExists(ctx, res.Lease, s.charged(res.Lease, kept, *answer))
 		if err != nil {
 			return s.ambiguous(ctx, res.Lease, err)
 		}
@@ -160,7 +159,7 @@ func (s *Service) replayer(lease *idem.Lease, in intent) Replayer {
 // now would be a new charge if the first one landed. The provider is asked
 // by reference; a charge or decline settles the command, anything else
 // leaves it IN_FLIGHT for the reconciler, which parks it.
-func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent) (idem.Outcome, *Charge, error) {
+func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent) (idem.Outcome, *provider.Result, error) {
 	s.cfg.Logger.WarnContext(ctx, "charge: reference past the provider's dedup window; looked up, not sent",
 		"key_hash", lease.Key.LogHash(), "created_at", lease.CreatedAt)
 	res, err := s.lookup(ctx, lease, in, nil)
@@ -170,29 +169,45 @@ func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent)
 	case res.Status == provider.StatusNotFound:
 		return idem.Unknown(idem.Response{}), nil, nil
 	}
-	return s.verdict(lease, in, res)
+	out, err := s.verdict(lease, in, res)
+	return out, &res, err
 }
 
-// verdict is what the provider's answer means for the command the lease
-// holds, whose intent is in: a charge to commit together with its row
-// (returned, to record), or a decline to store. The handler and the
-// reconciler both decide here.
-func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, *Charge, error) {
+// verdict is what the provider's answer means for the charge command
+// the lease holds, whose intent is in: a charge to commit together with its
+// row, or a decline to store. The handler and the reconciler both decide
+// here.
+func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, error) {
 	switch res.Status {
 	case provider.StatusCharged:
-		c := Charge{
-			ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
-			Money:       Money{Amount: in.Amount, Currency: in.Currency},
-			Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
-			ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
-			CreatedAt: lease.CreatedAt,
-		}
-		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), &c, nil
+		c := s.charged(lease, in, res)
+		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), nil
 	case provider.StatusDeclined:
-		return idem.Failed(s.cfg.Answers.Declined(res.DeclineCode)), nil, nil
+		return idem.Failed(s.cfg.Answers.Declined(res.DeclineCode)), nil
 	default:
-		return idem.Outcome{}, nil, fmt.Errorf("charge: unexpected provider status %q", res.Status)
+		return idem.Outcome{}, fmt.Errorf("charge: unexpected provider status %q", res.Status)
 	}
+}
+
+// charged is the charge the command lease holds made, as the provider
+// answered res.
+func (s *Service) charged(lease *idem.Lease, in intent, res provider.Result) Charge {
+	return Charge{
+		ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
+		Money:       Money{Amount: in.Amount, Currency: in.Currency},
+		Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
+		ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
+		CreatedAt: lease.CreatedAt,
+	}
+}
+
+// storedIntent reads the intent Begin stored with the command.
+func storedIntent[T any](lease *idem.Lease) (T, error) {
+	var in T
+	if err := json.Unmarshal(lease.Intent, &in); err != nil {
+		return in, fmt.Errorf("charge: stored intent: %w", err)
+	}
+	return in, nil
 }
 
 // rowExists settles a command whose charge row is already there. Rows are
@@ -238,4 +253,53 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
 	return Result{Outcome: OutcomeFound, Charge: &c}, nil
+}
+
+// charges is the operation of creating a charge, as the shared paths see
+// it.
+type charges struct{ *Service }
+
+func (charges) reference(key idem.Key, created time.Time) string {
+	return ProviderReference(key, created)
+}
+
+// lookup replays the request while the provider deduplicates it (a
+// Replayer), else looks its reference up.
+func (c charges) lookup(ctx context.Context, lease *idem.Lease) (provider.Result, error) {
+	in, err := storedIntent[intent](lease)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	rp := c.replayer(lease, in)
+	if rp != nil {
+		// A replay is a send: the heartbeat moves the attempt deadline,
+		// from which a later "not found" waits out the settle window.
+		switch err := c.cfg.Store.Heartbeat(ctx, lease); {
+		case errors.Is(err, idem.ErrLeaseLost):
+			return provider.Result{}, errStillLeased
+		case err != nil:
+			return provider.Result{}, err
+		}
+	}
+	return c.Service.lookup(ctx, lease, in, rp)
+}
+
+func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Result) (idem.Outcome, error) {
+	in, err := storedIntent[intent](lease)
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	return c.Service.verdict(lease, in, res)
+}
+
+// undo has nothing to take back: a charge writes only when it settles.
+func (charges) undo(context.Context, *idem.Lease) error { return nil }
+
+func (c charges) rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, error) {
+	in, err := storedIntent[intent](lease)
+	if err != nil {
+		return "", err
+	}
+	outcome, _, err := c.rowExists(ctx, lease, c.charged(lease, in, res))
+	return outcome, err
 }

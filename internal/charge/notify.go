@@ -32,10 +32,11 @@ type Notification struct {
 	Result provider.Result
 }
 
-// settles reports whether n can settle a charge command at all.
-func (n Notification) settles() bool {
-	return n.Command != (idem.Key{}) && n.Command.Operation() == Operation &&
-		(n.Result.Status == provider.StatusCharged || n.Result.Status == provider.StatusDeclined)
+// settles reports whether n can settle a command at all: one of an
+// operation the service runs, with an outcome.
+func (s *Service) settles(n Notification) bool {
+	_, ours := s.ops[n.Command.Operation()]
+	return ours && n.Result.Status != "" && n.Result.Status != provider.StatusNotFound
 }
 
 // Notify settles the command a provider's notification names, once per
@@ -43,7 +44,7 @@ func (n Notification) settles() bool {
 // happened, whoever answered it: the table in the package documentation
 // says what each delivery does.
 func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
-	if !n.settles() {
+	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
 	}
 	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
@@ -134,7 +135,7 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		return "", err
 	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
-	case ProviderReference(n.Command, rec.CreatedAt) != n.Reference:
+	case s.ops[n.Command.Operation()].reference(n.Command, rec.CreatedAt) != n.Reference:
 		// Another intent under the same key (an earlier one, past
 		// retention): its notification is not this command's.
 		return OutcomeNothingToDo, nil
@@ -156,6 +157,10 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 // created is settled: one settled or gone meanwhile, or replaced by a new
 // intent under the key, is OutcomeNothingToDo.
 func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Time, res provider.Result) (Outcome, error) {
+	op, err := s.op(key)
+	if err != nil {
+		return "", err
+	}
 	lease, err := s.cfg.Store.Preempt(ctx, key, created)
 	switch {
 	case errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrCompleted):
@@ -163,17 +168,18 @@ func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Ti
 	case err != nil:
 		return "", err
 	}
-	out, charged := idem.NotApplied(idem.Response{}), (*Charge)(nil)
-	if res.Status != provider.StatusNotFound {
-		in, err := storedIntent(lease)
+	if res.Status == provider.StatusNotFound {
+		out, err := s.release(ctx, op, lease)
 		if err != nil {
 			return "", err
 		}
-		if out, charged, err = s.verdict(lease, in, res); err != nil {
-			return "", err
-		}
+		return s.settle(ctx, op, lease, out, nil)
 	}
-	return s.settle(ctx, lease, out, charged)
+	out, err := op.verdict(ctx, lease, res)
+	if err != nil {
+		return "", err
+	}
+	return s.settle(ctx, op, lease, out, &res)
 }
 
 // waitAttempt reads the command's record, and while it is IN_FLIGHT with

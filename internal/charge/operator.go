@@ -29,12 +29,14 @@ import (
 // is free). An error leaves the command IN_FLIGHT, for the operator
 // to settle again: every step is fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
+	op, err := s.op(key)
 	switch {
-	case key.Operation() != Operation:
-		return "", nil, fmt.Errorf("charge: operator settle under a key of operation %q", key.Operation())
-	case res.Status == provider.StatusCharged && res.ChargeID == "":
-		return "", nil, errors.New("charge: operator settle: a charge needs the provider's charge id")
-	case res.Status != provider.StatusCharged && res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
+	case err != nil:
+		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
+	case (res.Status == provider.StatusCharged || res.Status == provider.StatusRefunded) && res.ChargeID == "":
+		return "", nil, errors.New("charge: operator settle: the provider's id for what it did is needed")
+	case res.Status != provider.StatusCharged && res.Status != provider.StatusRefunded &&
+		res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
 		// Checked before the preemption, so a bad call takes no lease.
 		return "", nil, fmt.Errorf("charge: operator settle: unexpected provider status %q", res.Status)
 	}
@@ -42,7 +44,7 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
 	}
-	if rec.Status != idem.StatusInFlight || ProviderReference(key, rec.CreatedAt) != res.Reference {
+	if rec.Status != idem.StatusInFlight || op.reference(key, rec.CreatedAt) != res.Reference {
 		return OutcomeNothingToDo, rec, nil
 	}
 	outcome, err := s.settleKnown(ctx, key, rec.CreatedAt, res)

@@ -2,7 +2,6 @@ package charge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,6 +110,9 @@ type Service struct {
 	// backend is the store as the charge path uses it: timed into the
 	// invocation's metrics, behind the replay cache if there is one.
 	backend idem.Backend
+	// ops are the operations the service runs, by the operation their
+	// keys are scoped to.
+	ops map[string]operation
 }
 
 // NewService checks the dependencies and returns a Service.
@@ -144,7 +146,9 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.ReplayCache > 0 {
 		backend = idem.NewReplayCache(backend, cfg.ReplayCache)
 	}
-	return &Service{cfg: cfg, backend: backend}, nil
+	s := &Service{cfg: cfg, backend: backend}
+	s.ops = map[string]operation{Operation: charges{s}}
+	return s, nil
 }
 
 // Result is what became of a request, for the HTTP layer to answer.
@@ -266,13 +270,4 @@ func ErrorClass(err error) string {
 	default:
 		return "internal"
 	}
-}
-
-// storedIntent reads the intent Begin stored with the command.
-func storedIntent(lease *idem.Lease) (intent, error) {
-	var in intent
-	if err := json.Unmarshal(lease.Intent, &in); err != nil {
-		return intent{}, fmt.Errorf("charge: stored intent: %w", err)
-	}
-	return in, nil
 }

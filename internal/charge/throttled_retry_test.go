@@ -2,12 +2,13 @@ package charge_test
 
 import (
 	"context"
-	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
