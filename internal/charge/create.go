@@ -69,42 +69,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
 	})
-	// errors.AsType, not As: no target variable escapes on the way that
-	// succeeds.
-	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
-		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
-	}
-	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
-		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
-	}
-	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
-		return s.unknownClaim(ctx, key, unknown)
-	}
-	switch {
-	case res.Lease == nil && transient(err):
-		// DynamoDB refused the claim unprocessed at every attempt (idem
-		// returns any other failure as *UnknownClaimError): nothing is
-		// stored and nothing reached the provider.
-		return Result{Outcome: OutcomeBusy}, nil
-	case res.Lease == nil && err != nil:
-		return Result{}, err
-	case res.Replayed:
-		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
-		outcome, resp, err := s.rowExists(ctx, res.Lease, s.charged(res.Lease, kept, *answer))
-		if err != nil {
-			return s.ambiguous(ctx, res.Lease, err)
-		}
-		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
-	case err != nil || res.Status == idem.StatusInFlight:
-		return s.ambiguous(ctx, res.Lease, err)
-	case res.Status == idem.StatusReleased:
-		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case res.Status == idem.StatusSucceeded:
-		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	default:
-		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	}
+	return s.answer(ctx, key, charges{s}, res, answer, refused, err)
 }
 
 // charge calls the provider, timed into the invocation's metrics and
@@ -197,7 +162,7 @@ func (s *Service) charged(lease *idem.Lease, in intent, res provider.Result) Cha
 		Money:       Money{Amount: in.Amount, Currency: in.Currency},
 		Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
 		ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
-		CreatedAt: lease.CreatedAt,
+		CreatedAt: lease.CreatedAt, Status: StatusSucceeded,
 	}
 }
 
@@ -295,11 +260,10 @@ func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Resu
 // undo has nothing to take back: a charge writes only when it settles.
 func (charges) undo(context.Context, *idem.Lease) error { return nil }
 
-func (c charges) rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, error) {
+func (c charges) rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error) {
 	in, err := storedIntent[intent](lease)
 	if err != nil {
-		return "", err
+		return "", idem.Response{}, err
 	}
-	outcome, _, err := c.rowExists(ctx, lease, c.charged(lease, in, res))
-	return outcome, err
+	return c.rowExists(ctx, lease, c.charged(lease, in, res))
 }

@@ -136,7 +136,18 @@ type Charge struct {
 	ProviderChargeID  string
 	IdempotencyKey    CommandID
 	CreatedAt         time.Time
+	// Status is the charge's state: StatusSucceeded once charged.
+	Status string
+	// AmountRefunded is what its settled refunds returned; Refunds are
+	// they, when read with the charge (Service.Get).
+	AmountRefunded int64
+	Refunds        []Refund
+	// refundClaimed is AmountRefunded and the holds of refunds in flight.
+	refundClaimed int64
 }
+
+// StatusSucceeded is the status of a charge the provider charged.
+const StatusSucceeded = "succeeded"
 
 // ChargeID is the id of the charge an intent creates, derived from its key
 // and its record's creation: a key reused after retention names a new
@@ -148,8 +159,11 @@ func ChargeID(k idem.Key, created time.Time) string {
 // IsChargeID reports whether id has the form ChargeID gives: "ch_" and 24
 // lower-case hex digits. Any other id names no charge, so a read of it
 // needs no call; one over DynamoDB's 1,024-byte sort key would fail.
-func IsChargeID(id string) bool {
-	hexPart, ok := strings.CutPrefix(id, "ch_")
+func IsChargeID(id string) bool { return isDerived(id, "ch_") }
+
+// isDerived reports whether id is prefix and 24 lower-case hex digits.
+func isDerived(id, prefix string) bool {
+	hexPart, ok := strings.CutPrefix(id, prefix)
 	if !ok || len(hexPart) != 24 {
 		return false
 	}

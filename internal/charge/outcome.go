@@ -27,6 +27,14 @@ const (
 	// OutcomeChargeConflict: the charge row conflicts with the provider's
 	// answer; stored as a permanent failure.
 	OutcomeChargeConflict Outcome = "charge_conflict"
+	// OutcomeStateConflict: the charge is in no state for the request
+	// (a refund of a charge not captured); nothing is stored.
+	OutcomeStateConflict Outcome = "state_conflict"
+	// OutcomeRefundExceeds: the refund is more than settled refunds
+	// leave; stored, final for its key. OutcomeRefundHeld: more than
+	// refunds in flight leave; nothing stored, as they may yet fail.
+	OutcomeRefundExceeds Outcome = "refund_exceeds"
+	OutcomeRefundHeld    Outcome = "refund_held"
 	// Reconciliation outcomes.
 	OutcomeNothingToDo Outcome = "nothing_to_do"
 	OutcomeStillLeased Outcome = "still_leased"

@@ -32,7 +32,7 @@ type operation interface {
 	undo(ctx context.Context, lease *idem.Lease) error
 	// rewrite settles a command whose verdict's writes failed their
 	// condition (idem.ErrWriteCondition).
-	rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, error)
+	rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error)
 }
 
 // errStillLeased: another attempt took the lease while the command was
@@ -156,7 +156,7 @@ func (s *Service) settle(ctx context.Context, op operation, lease *idem.Lease, o
 func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, status idem.Status, answer *provider.Result, err error) (Outcome, error) {
 	switch {
 	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
-		outcome, err := op.rewrite(ctx, lease, *answer)
+		outcome, _, err := op.rewrite(ctx, lease, *answer)
 		if outcome == OutcomeCreated {
 			outcome = OutcomeResolved
 		}

@@ -20,6 +20,10 @@ type Provider interface {
 	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
 	Guarantees() provider.Guarantees
+	// Refund and LookupRefund do the same for refunds, by the refund's
+	// own reference.
+	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
+	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 }
 
 // Replayer is a Provider that also looks a charge up by replaying its
@@ -63,6 +67,14 @@ type Answers interface {
 	// Conflicting is the answer to a command whose charge row conflicts
 	// with the provider's answer.
 	Conflicting() idem.Response
+	// RefundCreated is the answer to a refund that succeeded.
+	RefundCreated(r Refund) idem.Response
+	// RefundDeclined is the answer to a refund the provider refused for
+	// good.
+	RefundDeclined(code string) idem.Response
+	// RefundExceeds is the answer to a refund beyond what settled refunds
+	// leave of the charge: final for its key.
+	RefundExceeds() idem.Response
 }
 
 // Store is the idempotency store (idem.Backend): *dynamostore.Store is the
@@ -147,7 +159,7 @@ func NewService(cfg Config) (*Service, error) {
 		backend = idem.NewReplayCache(backend, cfg.ReplayCache)
 	}
 	s := &Service{cfg: cfg, backend: backend}
-	s.ops = map[string]operation{Operation: charges{s}}
+	s.ops = map[string]operation{Operation: charges{s}, RefundOperation: refunds{s}}
 	return s, nil
 }
 
@@ -158,8 +170,11 @@ type Result struct {
 	// conflict, and their replays), to send as it is.
 	Stored   *idem.Response
 	Replayed bool
-	// Charge is the charge Get found.
+	// Charge is the charge Get found, or the one a refund found in
+	// another state (OutcomeStateConflict); Refund the refund GetRefund
+	// found.
 	Charge *Charge
+	Refund *Refund
 	// KeyExpiresAt is until when the key deduplicates (zero when nothing
 	// is stored); RetryAt when a retry may find the outcome settled
 	// (conflict, ambiguous).

@@ -40,9 +40,12 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 	}
 }
 
-// RowsAPI is the part of *dynamodb.Client the charges table is read with.
+// RowsAPI is the part of *dynamodb.Client the charges table is used
+// with. A refund's hold is the one write outside a record's transaction.
 type RowsAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
 var _ RowsAPI = (*dynamodb.Client)(nil)
@@ -64,22 +67,33 @@ func NewRows(db RowsAPI, table string) (*Rows, error) {
 // Get reads tenant's charge id with a strongly consistent read; another
 // tenant's charge is not found.
 func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error) {
+	return getRow(ctx, r, tenant, id, rowCharge)
+}
+
+// getRow reads tenant's item id with a strongly consistent read, as
+// decode reads it.
+func getRow[T any](ctx context.Context, r *Rows, tenant, id string, decode func(map[string]types.AttributeValue) (T, error)) (T, bool, error) {
+	var zero T
 	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      r.tableName,
-		Key:            map[string]types.AttributeValue{AttrTenant: &types.AttributeValueMemberS{Value: tenant}, AttrID: &types.AttributeValueMemberS{Value: id}},
+		Key:            rowKey(tenant, id),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		return Charge{}, false, fmt.Errorf("charge: get: %w", dynamostore.AsUnavailable(err))
+		return zero, false, fmt.Errorf("charge: get: %w", dynamostore.AsUnavailable(err))
 	}
 	if len(out.Item) == 0 {
-		return Charge{}, false, nil
+		return zero, false, nil
 	}
-	c, err := rowCharge(out.Item)
+	v, err := decode(out.Item)
 	if err != nil {
-		return Charge{}, false, fmt.Errorf("charge: stored row: %w", err)
+		return zero, false, fmt.Errorf("charge: stored row: %w", err)
 	}
-	return c, true, nil
+	return v, true, nil
+}
+
+func rowKey(tenant, id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrTenant: &types.AttributeValueMemberS{Value: tenant}, AttrID: &types.AttributeValueMemberS{Value: id}}
 }
 
 // Insert is the write of c's row, only if no row has its id, for the
@@ -87,7 +101,7 @@ func (r *Rows) Get(ctx context.Context, tenant, id string) (Charge, bool, error)
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
 	// A struct of strings and an integer always marshals.
 	item, _ := attributevalue.MarshalMap(row{
-		Tenant: c.Tenant, ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Status: "succeeded",
+		Tenant: c.Tenant, ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Status: StatusSucceeded,
 		ProviderReference: c.ProviderReference, ProviderChargeID: c.ProviderChargeID,
 		IdempotencyKey: string(c.IdempotencyKey), CreatedAt: c.CreatedAt.UTC().Format(TimeLayout), Description: c.Description,
 	})
@@ -111,6 +125,10 @@ type row struct {
 	IdempotencyKey    string `dynamodbav:"idempotency_key"`
 	CreatedAt         string `dynamodbav:"created_at"`
 	Description       string `dynamodbav:"description,omitempty"`
+	// AmountRefunded is what settled refunds returned; RefundClaimed adds
+	// the holds of refunds still in flight.
+	AmountRefunded int64 `dynamodbav:"amount_refunded,omitempty"`
+	RefundClaimed  int64 `dynamodbav:"refund_claimed,omitempty"`
 }
 
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
@@ -126,5 +144,6 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 		ID: w.ID, Tenant: w.Tenant, Money: Money{Amount: w.Amount, Currency: w.Currency},
 		Description: w.Description, ProviderReference: w.ProviderReference,
 		ProviderChargeID: w.ProviderChargeID, IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
+		Status: w.Status, AmountRefunded: w.AmountRefunded, refundClaimed: w.RefundClaimed,
 	}, nil
 }

@@ -10,21 +10,52 @@ import (
 
 // chargeJSON is the API's representation of a charge.
 type chargeJSON struct {
+	ID                string       `json:"id"`
+	Amount            int64        `json:"amount"`
+	Currency          string       `json:"currency"`
+	Description       string       `json:"description,omitempty"`
+	Status            string       `json:"status"`
+	ProviderReference string       `json:"provider_reference"`
+	CreatedAt         string       `json:"created_at"`
+	AmountRefunded    int64        `json:"amount_refunded"`
+	Refunds           []refundJSON `json:"refunds,omitempty"`
+}
+
+func chargeBody(c charge.Charge) []byte {
+	j := chargeJSON{
+		ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Description: c.Description,
+		Status: charge.StatusSucceeded, ProviderReference: c.ProviderReference,
+		CreatedAt: c.CreatedAt.UTC().Format(charge.TimeLayout), AmountRefunded: c.AmountRefunded,
+	}
+	for _, r := range c.Refunds {
+		j.Refunds = append(j.Refunds, refundOf(r))
+	}
+	b, _ := json.Marshal(j) // only strings and integers: cannot fail
+	return b
+}
+
+// refundJSON is the API's representation of a refund.
+type refundJSON struct {
 	ID                string `json:"id"`
+	ChargeID          string `json:"charge_id"`
 	Amount            int64  `json:"amount"`
 	Currency          string `json:"currency"`
-	Description       string `json:"description,omitempty"`
+	Reason            string `json:"reason,omitempty"`
 	Status            string `json:"status"`
 	ProviderReference string `json:"provider_reference"`
 	CreatedAt         string `json:"created_at"`
 }
 
-func chargeBody(c charge.Charge) []byte {
-	b, _ := json.Marshal(chargeJSON{ // only strings and integers: cannot fail
-		ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Description: c.Description,
-		Status: "succeeded", ProviderReference: c.ProviderReference,
-		CreatedAt: c.CreatedAt.UTC().Format(charge.TimeLayout),
-	})
+func refundOf(r charge.Refund) refundJSON {
+	return refundJSON{
+		ID: r.ID, ChargeID: r.ChargeID, Amount: r.Money.Amount, Currency: r.Money.Currency, Reason: r.Reason,
+		Status: charge.StatusSucceeded, ProviderReference: r.ProviderReference,
+		CreatedAt: r.CreatedAt.UTC().Format(charge.TimeLayout),
+	}
+}
+
+func refundBody(r charge.Refund) []byte {
+	b, _ := json.Marshal(refundOf(r)) // only strings and integers: cannot fail
 	return b
 }
 
@@ -53,4 +84,23 @@ func (Answers) Declined(code string) idem.Response {
 // provider's answer.
 func (Answers) Conflicting() idem.Response {
 	return problem(ProblemChargeConflict, "This charge's record conflicts with the provider's answer. Contact support with the Idempotency-Key.")
+}
+
+// RefundCreated is the 201 of a refund that succeeded.
+func (Answers) RefundCreated(r charge.Refund) idem.Response {
+	return idem.Response{
+		Status:  http.StatusCreated,
+		Headers: map[string]string{"Content-Type": ContentTypeJSON, "Location": "/charges/" + r.ChargeID + "/refunds/" + r.ID},
+		Body:    refundBody(r),
+	}
+}
+
+// RefundDeclined is the 409 of a refund the provider refused for good.
+func (Answers) RefundDeclined(code string) idem.Response {
+	return problem(ProblemRefundDeclined, "The provider refused the refund ("+code+"). Nothing was refunded. Retrying this key returns this answer.")
+}
+
+// RefundExceeds is the 409 of a refund beyond what settled refunds leave.
+func (Answers) RefundExceeds() idem.Response {
+	return problem(ProblemRefundExceeds, "The charge's settled refunds leave less than this amount. Nothing was refunded. Retrying this key returns this answer.")
 }

@@ -7,7 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"mime"
-	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,9 +26,14 @@ const MaxBodyBytes = charge.MaxBodyBytes
 
 // Route keys of the HTTP API.
 const (
-	RouteCreate = "POST /charges"
-	RouteGet    = "GET /charges/{id}"
+	RouteCreate    = "POST /charges"
+	RouteGet       = "GET /charges/{id}"
+	RouteRefund    = "POST /charges/{id}/refunds"
+	RouteGetRefund = "GET /charges/{id}/refunds/{refund_id}"
 )
+
+// Routes are every route the charge function serves, the webhook's too.
+var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteGetRefund, RouteWebhook}
 
 // DefaultTenantClaim is the JWT claim that names the tenant unless
 // configured otherwise.
@@ -38,6 +43,8 @@ const DefaultTenantClaim = "tenant_id"
 type Service interface {
 	Create(ctx context.Context, key idem.Key, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
 	Get(ctx context.Context, tenant, id string) (charge.Result, error)
+	Refund(ctx context.Context, key idem.Key, chargeID string, req charge.RefundRequest, fp idem.Fingerprint) (charge.Result, error)
+	GetRefund(ctx context.Context, tenant, chargeID, refundID string) (charge.Result, error)
 	Notify(ctx context.Context, n charge.Notification) (charge.Result, error)
 }
 
@@ -115,7 +122,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
-	route := routeOf(req)
+	route := routeOf(&req)
 	switch {
 	case route == RouteWebhook:
 		// Signed by Stripe, not authorised by a tenant's JWT.
@@ -126,8 +133,14 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		var keyHash string
 		res, refused, keyHash, err = h.create(ctx, tenant, req)
 		attrs = append(attrs, slog.String("key_hash", keyHash))
+	case route == RouteRefund:
+		var keyHash string
+		res, refused, keyHash, err = h.refund(ctx, tenant, req)
+		attrs = append(attrs, slog.String("key_hash", keyHash))
 	case route == RouteGet:
 		res, err = h.svc.Get(ctx, tenant, req.PathParameters["id"])
+	case route == RouteGetRefund:
+		res, err = h.svc.GetRefund(ctx, tenant, req.PathParameters["id"], req.PathParameters["refund_id"])
 	default:
 		res = charge.Result{Outcome: charge.OutcomeNotFound}
 	}
@@ -140,7 +153,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if route == RouteWebhook {
 		resp = webhookAnswer(res, h.opt.Clock())
 	} else {
-		resp = answer(res, h.opt.Clock())
+		done := "charged"
+		if route == RouteRefund {
+			done = "refunded"
+		}
+		resp = answer(res, h.opt.Clock(), done)
 	}
 	if refused != nil {
 		res.Outcome = charge.OutcomeInvalid
@@ -156,7 +173,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if span.IsRecording() {
 		h.traced(span, route, res.Outcome, resp.StatusCode, err)
 	}
-	if route == RouteCreate || refused != nil && route != RouteWebhook {
+	if route == RouteCreate || route == RouteRefund || refused != nil && route != RouteWebhook {
 		rec.Count(metrics.Requests, res.Outcome.Metric())
 	}
 	if err := rec.Flush(ctx); err != nil {
@@ -169,7 +186,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // the API's (any other path could carry anything), the outcome, the
 // status, and the class of a failure.
 func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, status int, err error) {
-	if route == RouteCreate || route == RouteGet {
+	if slices.Contains(Routes, route) {
 		tracing.String(span, tracing.AttrRoute, route)
 	}
 	tracing.Outcome(span, string(outcome))
@@ -220,31 +237,82 @@ func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 	return t, true
 }
 
-func routeOf(req events.APIGatewayV2HTTPRequest) string {
+// routeOf is req's route key: API Gateway's, or for a $default route the
+// route its method and path match, whose path parameters it then sets.
+func routeOf(req *events.APIGatewayV2HTTPRequest) string {
 	if req.RouteKey != "" && req.RouteKey != "$default" {
 		return req.RouteKey
 	}
 	method, path := req.RequestContext.HTTP.Method, strings.TrimSuffix(req.RawPath, "/")
-	switch {
-	case method == http.MethodPost && path == "/charges":
-		return RouteCreate
-	case method == http.MethodPost && path == "/webhooks/stripe":
-		return RouteWebhook
-	case method == http.MethodGet && strings.HasPrefix(path, "/charges/") && !strings.Contains(path[len("/charges/"):], "/"):
-		return RouteGet
+	for _, route := range Routes {
+		if params, ok := match(route, method, path); ok {
+			req.PathParameters = params
+			return route
+		}
 	}
 	return method + " " + path
+}
+
+// match reports whether method and path match route, and its path
+// parameters.
+func match(route, method, path string) (map[string]string, bool) {
+	rm, rp, _ := strings.Cut(route, " ")
+	want, got := strings.Split(rp, "/"), strings.Split(path, "/")
+	if rm != method || len(want) != len(got) {
+		return nil, false
+	}
+	params := map[string]string{}
+	for i, w := range want {
+		switch {
+		case strings.HasPrefix(w, "{"):
+			if got[i] == "" {
+				return nil, false
+			}
+			params[strings.Trim(w, "{}")] = got[i]
+		case w != got[i]:
+			return nil, false
+		}
+	}
+	return params, true
 }
 
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
 func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, string, error) {
+	return h.keyed(ctx, tenant, req, charge.Operation, func(key idem.Key, body []byte) (charge.Result, error) {
+		r, fp, err := charge.ParseBody(body)
+		if err != nil {
+			return charge.Result{}, err
+		}
+		return h.svc.Create(ctx, key, r, fp)
+	})
+}
+
+// refund validates a POST /charges/{id}/refunds request likewise. Its
+// body may be empty, which refunds all that remains.
+func (h *Handler) refund(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, string, error) {
+	chargeID := req.PathParameters["id"]
+	return h.keyed(ctx, tenant, req, charge.RefundOperation, func(key idem.Key, body []byte) (charge.Result, error) {
+		r, fp, err := charge.ParseRefundBody(chargeID, body)
+		if err != nil {
+			return charge.Result{}, err
+		}
+		return h.svc.Refund(ctx, key, chargeID, r, fp)
+	})
+}
+
+// keyed validates what every POST that appends shares, before anything is
+// stored: the media type, the body's size and the Idempotency-Key, scoped
+// to operation. run parses the body, whose errors are answered here, and
+// asks the service.
+func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest, operation string,
+	run func(key idem.Key, body []byte) (charge.Result, error)) (charge.Result, *idem.Response, string, error) {
 	var keyHash string // known once the key is valid
 	invalid := func(p ProblemType, detail string) (charge.Result, *idem.Response, string, error) {
 		return charge.Result{}, ref(problem(p, detail)), keyHash, nil
 	}
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
-	if err != nil || mt != ContentTypeJSON {
+	if (err != nil || mt != ContentTypeJSON) && (req.Body != "" || operation == charge.Operation) {
 		return invalid(ProblemUnsupportedMedia, "Send the body as application/json.")
 	}
 	body, refused := requestBody(req, MaxBodyBytes, "The body must be at most 16384 bytes.")
@@ -253,15 +321,15 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	}
 	rawKey, present := headerOK(req, HeaderIdempotencyKey)
 	if !present {
-		return invalid(ProblemInvalidKey, "The Idempotency-Key header is required: mint one per payment intent and reuse it on every retry.")
+		return invalid(ProblemInvalidKey, "The Idempotency-Key header is required: mint one per intent and reuse it on every retry.")
 	}
 	id, err := charge.ParseCommandID(rawKey)
 	if err != nil {
 		return invalid(ProblemInvalidKey, "The Idempotency-Key must be 1 to 255 printable ASCII characters.")
 	}
-	key, _ := idem.NewKey(tenant, charge.Operation, string(id)) // tenant and id are valid
+	key, _ := idem.NewKey(tenant, operation, string(id)) // tenant and id are valid
 	keyHash = key.LogHash()
-	r, fp, err := charge.ParseBody(body)
+	res, err := run(key, body)
 	// errors.AsType, not As: no target variable escapes on the way that
 	// succeeds.
 	if be, ok := errors.AsType[*charge.BodyError](err); ok {
@@ -270,10 +338,6 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
 		return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
 	}
-	if err != nil {
-		return charge.Result{}, nil, keyHash, err
-	}
-	res, err := h.svc.Create(ctx, key, r, fp)
 	return res, nil, keyHash, err
 }
 

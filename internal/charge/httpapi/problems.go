@@ -47,13 +47,16 @@ var (
 	ProblemInProgress         = ProblemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
 	ProblemKeyReused          = ProblemType{"idempotency-key-reused", "Idempotency-Key reused with a different request", http.StatusUnprocessableEntity}
 	ProblemDeclined           = ProblemType{"card-declined", "Card declined", http.StatusPaymentRequired}
-	ProblemUnavailable        = ProblemType{"provider-unavailable", "Card provider unavailable; nothing was charged", http.StatusServiceUnavailable}
+	ProblemUnavailable        = ProblemType{"provider-unavailable", "Card provider unavailable; the request was not carried out", http.StatusServiceUnavailable}
 	ProblemServiceUnavailable = ProblemType{"service-unavailable", "Service temporarily unavailable; this request was not carried out", http.StatusServiceUnavailable}
 	ProblemOutcomePending     = ProblemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
-	ProblemProviderRejected   = ProblemType{"provider-rejected", "Card provider refused the request; nothing was charged", http.StatusBadGateway}
+	ProblemProviderRejected   = ProblemType{"provider-rejected", "Card provider refused the request; it was not carried out", http.StatusBadGateway}
 	ProblemNotFound           = ProblemType{"not-found", "Charge not found", http.StatusNotFound}
 	ProblemChargeConflict     = ProblemType{"charge-conflict", "Charge record conflicts with the provider", http.StatusInternalServerError}
 	ProblemInternal           = ProblemType{"internal-error", "Internal error", http.StatusInternalServerError}
+	ProblemRefundExceeds      = ProblemType{"refund-exceeds-charge", "Refund exceeds what remains of the charge", http.StatusConflict}
+	ProblemStateConflict      = ProblemType{"charge-state-conflict", "The charge is in another state", http.StatusConflict}
+	ProblemRefundDeclined     = ProblemType{"refund-declined", "Refund refused by the provider", http.StatusConflict}
 )
 
 // Problems lists every problem type the API answers with.
@@ -61,6 +64,7 @@ var Problems = []ProblemType{
 	ProblemInvalidKey, ProblemInvalidRequest, ProblemTooLarge, ProblemUnsupportedMedia, ProblemUnauthorized,
 	ProblemInProgress, ProblemKeyReused, ProblemDeclined, ProblemUnavailable, ProblemServiceUnavailable,
 	ProblemOutcomePending, ProblemProviderRejected, ProblemNotFound, ProblemChargeConflict, ProblemInternal,
+	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined,
 }
 
 type problemJSON struct {
@@ -90,28 +94,37 @@ func retryAfter(now, until time.Time) int {
 }
 
 // answer is the one place an outcome becomes an HTTP answer: its status,
-// problem and headers.
-func answer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
+// problem and headers. done is what the request does, as "charged" or
+// "refunded", for what a refusal proves was not done.
+func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HTTPResponse {
 	var resp idem.Response
 	switch res.Outcome {
-	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict:
+	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict, charge.OutcomeRefundExceeds:
 		resp = *res.Stored
 	case charge.OutcomeFound:
-		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: chargeBody(*res.Charge)}
+		body := refundBody
+		if res.Refund == nil {
+			body = func(charge.Refund) []byte { return chargeBody(*res.Charge) }
+		}
+		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: body(deref(res.Refund))}
+	case charge.OutcomeRefundHeld:
+		resp = withRetryAfter(problem(ProblemRefundExceeds, "Refunds still in flight hold what this amount needs. Nothing was refunded. Retry with the same key: it may succeed if they fail."), 2)
+	case charge.OutcomeStateConflict:
+		resp = problem(ProblemStateConflict, "The charge is "+res.Charge.Status+", not in a state this request applies to. Nothing was done.")
 	case charge.OutcomeConflict:
 		resp = withRetryAfter(problem(ProblemInProgress, "Another request with this key is being processed. Retry after the indicated time."), retryAfter(now, res.RetryAt))
 	case charge.OutcomeMismatch:
 		resp = problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request.")
 	case charge.OutcomeUnavailable:
-		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was charged; retry with the same key."), 2)
+		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was "+done+"; retry with the same key."), 2)
 	case charge.OutcomeBusy:
 		// A throttled claim proves only that this request wrote nothing: an
 		// earlier one with the key may have charged, so no "nothing was charged".
-		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy: this request was not carried out. Retry with the same key: if an earlier request with it charged, the retry gets that charge."), 1)
+		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy: this request was not carried out. Retry with the same key: if an earlier request with it "+done+", the retry gets that answer."), 1)
 	case charge.OutcomeRejected:
-		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was charged. Retrying the same request will not help.")
+		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was "+done+". Retrying the same request will not help.")
 	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:
-		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; you will not be charged twice."), retryAfter(now, res.RetryAt))
+		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; it will not be "+done+" twice."), retryAfter(now, res.RetryAt))
 	case charge.OutcomeNotFound:
 		resp = problem(ProblemNotFound, "")
 	default:
@@ -129,7 +142,7 @@ func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResp
 	case charge.OutcomeBusy:
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy; deliver the event again."), 1))
 	case charge.OutcomeError:
-		return answer(res, now)
+		return answer(res, now, "done")
 	}
 	return withHeaders(res, received())
 }
@@ -147,4 +160,12 @@ func withHeaders(res charge.Result, resp idem.Response) events.APIGatewayV2HTTPR
 		headers[HeaderReplayed] = "true"
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: headers, Body: string(resp.Body)}
+}
+
+// deref is *r, or the zero Refund for nil.
+func deref(r *charge.Refund) charge.Refund {
+	if r == nil {
+		return charge.Refund{}
+	}
+	return *r
 }

@@ -1,0 +1,369 @@
+package charge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// RefundOperation scopes the idempotency keys of refunds: a key used to
+// create a charge names another intent here.
+const RefundOperation = "create-refund"
+
+// The reasons a refund may give, as Stripe names them.
+var refundReasons = map[string]bool{"duplicate": true, "fraudulent": true, "requested_by_customer": true}
+
+// RefundRequest is a validated request to refund a charge. Amount zero
+// asks for all that remains.
+type RefundRequest struct {
+	Amount int64
+	Reason string
+}
+
+// Refund is a completed refund, as stored and as returned by the API.
+type Refund struct {
+	ID                string
+	ChargeID          string
+	Tenant            string
+	Money             Money
+	Reason            string
+	ProviderReference string
+	ProviderRefundID  string
+	IdempotencyKey    CommandID
+	CreatedAt         time.Time
+}
+
+// RefundID is the id of the refund an intent creates, derived like
+// ChargeID.
+func RefundID(k idem.Key, created time.Time) string {
+	return derive("re_", "refund-id", k, created, 24)
+}
+
+// IsRefundID reports whether id has the form RefundID gives.
+func IsRefundID(id string) bool { return isDerived(id, "re_") }
+
+// RefundReference is the provider reference of a refund intent, derived
+// like ProviderReference but never equal to a charge's.
+func RefundReference(k idem.Key, created time.Time) string {
+	return derive("rf_", "refund-reference", k, created, 32)
+}
+
+// refundIntent is what a refund's record keeps for the reconciler.
+type refundIntent struct {
+	Charge         string `json:"charge"`
+	ProviderCharge string `json:"provider_charge"`
+	Amount         int64  `json:"amount"`
+	Currency       string `json:"currency"`
+	Reason         string `json:"reason,omitempty"`
+}
+
+// ParseRefundBody validates a refund request body, the JSON object of
+// POST /charges/{id}/refunds (empty is {}), and returns the request and
+// its fingerprint. The fingerprint covers the charge id, so one key on
+// two charges is two requests, and the amount as an integer.
+func ParseRefundBody(chargeID string, body []byte) (RefundRequest, idem.Fingerprint, error) {
+	if len(body) > MaxBodyBytes {
+		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonTooLarge}
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		body = []byte("{}")
+	}
+	canonical, err := idem.CanonicalJSON(body)
+	if err != nil {
+		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonJSON}
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(canonical, &fields) != nil {
+		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
+	}
+	var req RefundRequest
+	for name, value := range fields {
+		switch name {
+		case "amount":
+			if c := value[0]; c != '-' && (c < '0' || c > '9') {
+				return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
+			}
+			if req.Amount, err = ParseAmount(json.Number(value)); err != nil {
+				return RefundRequest{}, idem.Fingerprint{}, err
+			}
+			if req.Amount < MinAmount || req.Amount > MaxAmount {
+				return RefundRequest{}, idem.Fingerprint{}, &InvalidError{"amount", fmt.Sprintf("must be between %d and %d minor units", MinAmount, MaxAmount)}
+			}
+			fields[name] = json.RawMessage(strconv.FormatInt(req.Amount, 10))
+		case "reason":
+			if json.Unmarshal(value, &req.Reason) != nil {
+				return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
+			}
+			if !refundReasons[req.Reason] {
+				return RefundRequest{}, idem.Fingerprint{}, &InvalidError{"reason", "must be duplicate, fraudulent or requested_by_customer"}
+			}
+		default:
+			return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
+		}
+	}
+	fields["charge"], _ = json.Marshal(chargeID)
+	b, _ := json.Marshal(fields) // raw values read from valid JSON
+	canonical, err = idem.CanonicalJSON(b)
+	if err != nil {
+		return RefundRequest{}, idem.Fingerprint{}, fmt.Errorf("charge: re-canonicalize the refund body: %w", err)
+	}
+	return req, idem.FingerprintOf(canonical), nil
+}
+
+// reasonRefundShape is the *BodyError of a refund body of another shape.
+const reasonRefundShape = "The body must be an object with an optional number amount and an optional string reason, and no other fields."
+
+// Refund refunds req of tenant's charge chargeID once for the intent key
+// names: a key of RefundOperation. A charge that is unknown, another
+// tenant's or not refundable is answered with nothing stored. The amount
+// is held on the charge's row before the provider is asked, so concurrent
+// refunds never exceed the charge. fp is ParseRefundBody's.
+func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req RefundRequest, fp idem.Fingerprint) (Result, error) {
+	if key.Operation() != RefundOperation {
+		return Result{}, fmt.Errorf("charge: refund under a key of operation %q", key.Operation())
+	}
+	if !IsChargeID(chargeID) {
+		return Result{Outcome: OutcomeNotFound}, nil
+	}
+	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), chargeID)
+	switch {
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, nil
+	case err != nil:
+		return Result{}, err
+	case !found:
+		return Result{Outcome: OutcomeNotFound}, nil
+	case c.Status != StatusSucceeded:
+		return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
+	}
+	if err := s.prepare(ctx); err != nil {
+		return Result{}, err
+	}
+	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason}
+	if kept.Amount == 0 {
+		kept.Amount = max(c.Money.Amount-c.refundClaimed, 0)
+	}
+	in, _ := json.Marshal(kept)
+	op := refunds{s}
+	var (
+		answer  *provider.Result
+		refused Outcome
+	)
+	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		if !s.deduplicated(l) {
+			// A re-claim past the provider's dedup window: asked, never
+			// sent, as for a charge.
+			pres, err := op.lookup(ctx, l)
+			if err != nil || pres.Status == provider.StatusNotFound {
+				return idem.Unknown(idem.Response{}), err
+			}
+			answer = &pres
+			return op.verdict(ctx, l, pres)
+		}
+		rf := op.refund(l, kept, provider.Result{})
+		switch err := s.cfg.Rows.hold(ctx, c, rf.ID, kept.Amount); {
+		case errors.Is(err, errExceedsFinal):
+			refused = OutcomeRefundExceeds
+			return idem.Failed(s.cfg.Answers.RefundExceeds()), nil
+		case errors.Is(err, errExceedsHeld):
+			refused = OutcomeRefundHeld
+			return idem.NotApplied(idem.Response{}), nil
+		case errors.Is(err, errNotRefundable):
+			refused = OutcomeStateConflict
+			return idem.NotApplied(idem.Response{}), nil
+		case err != nil:
+			// The hold may have been placed: it is freed before the
+			// release, and nothing was sent.
+			refused = OutcomeBusy
+			return s.release(ctx, op, l)
+		}
+		pres, err := s.refund(ctx, provider.RefundRequest{
+			Reference: rf.ProviderReference, Charge: kept.ProviderCharge, Amount: kept.Amount, Currency: kept.Currency, Command: key.String(),
+		})
+		switch {
+		case errors.Is(err, provider.ErrRejected):
+			refused = OutcomeRejected
+			s.cfg.Logger.ErrorContext(ctx, "provider rejected the refund request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+			return s.release(ctx, op, l)
+		case errors.Is(err, provider.ErrUnavailable):
+			refused = OutcomeUnavailable
+			return s.release(ctx, op, l)
+		case err != nil:
+			return idem.Unknown(idem.Response{}), err
+		}
+		answer = &pres
+		return op.verdict(ctx, l, pres)
+	}, func(o *idem.DoOptions) {
+		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
+	})
+	return s.answer(ctx, key, op, res, answer, refused, err)
+}
+
+// answer names what became of a command Do ran, for an operation whose
+// outcomes are answered as a charge's: refused says why the provider did
+// not act, answer is its answer if the outcome's writes failed.
+func (s *Service) answer(ctx context.Context, key idem.Key, op operation, res idem.Result, answer *provider.Result, refused Outcome, err error) (Result, error) {
+	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
+		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
+	}
+	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
+		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+	}
+	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		return s.unknownClaim(ctx, key, unknown)
+	}
+	switch {
+	case res.Lease == nil && transient(err):
+		// DynamoDB refused the claim unprocessed at every attempt: nothing
+		// is stored and nothing reached the provider.
+		return Result{Outcome: OutcomeBusy}, nil
+	case res.Lease == nil && err != nil:
+		return Result{}, err
+	case res.Replayed:
+		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
+		outcome, resp, err := op.rewrite(ctx, res.Lease, *answer)
+		if err != nil {
+			return s.ambiguous(ctx, res.Lease, err)
+		}
+		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
+	case err != nil || res.Status == idem.StatusInFlight:
+		return s.ambiguous(ctx, res.Lease, err)
+	case res.Status == idem.StatusReleased:
+		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case res.Status == idem.StatusSucceeded:
+		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case refused != "":
+		return Result{Outcome: refused, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	default:
+		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	}
+}
+
+// refund calls the provider, timed and traced as provider.Refund.
+func (s *Service) refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Refund")
+	defer since(ctx, metrics.ProviderLatency, time.Now())
+	res, err := s.cfg.Provider.Refund(ctx, req)
+	return answered(span, res, err)
+}
+
+// GetRefund returns tenant's refund refundID of the charge chargeID.
+func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID string) (Result, error) {
+	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
+		return Result{Outcome: OutcomeNotFound}, nil
+	}
+	rf, found, err := s.cfg.Rows.GetRefund(ctx, tenant, chargeID, refundID)
+	switch {
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, nil
+	case err != nil:
+		return Result{}, err
+	case !found:
+		return Result{Outcome: OutcomeNotFound}, nil
+	}
+	return Result{Outcome: OutcomeFound, Refund: &rf}, nil
+}
+
+// refunds is the operation of refunding a charge, as the shared paths see
+// it.
+type refunds struct{ *Service }
+
+// refund is the refund the command lease holds makes, as the provider
+// answered res.
+func (refunds) refund(lease *idem.Lease, in refundIntent, res provider.Result) Refund {
+	return Refund{
+		ID: RefundID(lease.Key, lease.CreatedAt), ChargeID: in.Charge, Tenant: lease.Key.Tenant(),
+		Money: Money{Amount: in.Amount, Currency: in.Currency}, Reason: in.Reason,
+		ProviderReference: RefundReference(lease.Key, lease.CreatedAt), ProviderRefundID: res.ChargeID,
+		IdempotencyKey: CommandID(lease.Key.ClientKey()), CreatedAt: lease.CreatedAt,
+	}
+}
+
+func (refunds) reference(key idem.Key, created time.Time) string {
+	return RefundReference(key, created)
+}
+
+// lookup asks the provider for the refund by its reference: nothing is
+// sent that could refund.
+func (r refunds) lookup(ctx context.Context, lease *idem.Lease) (provider.Result, error) {
+	in, err := storedIntent[refundIntent](lease)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	ctx, span := r.cfg.Tracer.Start(ctx, "provider.LookupRefund")
+	defer since(ctx, metrics.ProviderLatency, time.Now())
+	res, err := r.cfg.Provider.LookupRefund(ctx, provider.RefundRequest{
+		Reference: RefundReference(lease.Key, lease.CreatedAt), Charge: in.ProviderCharge, Amount: in.Amount, Currency: in.Currency, Command: lease.Key.String(),
+	})
+	return answered(span, res, err)
+}
+
+// verdict is a refund to commit with its row and its hold settled, or a
+// refusal to store once its hold is freed.
+func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Result) (idem.Outcome, error) {
+	in, err := storedIntent[refundIntent](lease)
+	if err != nil {
+		return idem.Outcome{}, err
+	}
+	switch res.Status {
+	case provider.StatusRefunded:
+		rf := r.refund(lease, in, res)
+		return idem.Succeeded(r.cfg.Answers.RefundCreated(rf), r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleHold(rf)), nil
+	case provider.StatusDeclined:
+		if err := r.undo(ctx, lease); err != nil {
+			return idem.Unknown(idem.Response{}), err
+		}
+		return idem.Failed(r.cfg.Answers.RefundDeclined(res.DeclineCode)), nil
+	default:
+		return idem.Outcome{}, fmt.Errorf("charge: unexpected provider status %q for a refund", res.Status)
+	}
+}
+
+// undo frees the refund's hold.
+func (r refunds) undo(ctx context.Context, lease *idem.Lease) error {
+	in, err := storedIntent[refundIntent](lease)
+	if err != nil {
+		return err
+	}
+	return r.cfg.Rows.free(ctx, lease.Key.Tenant(), in.Charge, RefundID(lease.Key, lease.CreatedAt), in.Amount)
+}
+
+// rewrite settles a refund whose writes failed their condition. Its row
+// already there, recorded by an earlier attempt, settles it with that
+// row's answer. Otherwise its hold was freed while the provider refunded:
+// the refund is recorded all the same, since the money moved, and logged
+// for an operator.
+func (r refunds) rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error) {
+	in, err := storedIntent[refundIntent](lease)
+	if err != nil {
+		return "", idem.Response{}, err
+	}
+	rf := r.refund(lease, in, res)
+	row, found, err := r.cfg.Rows.GetRefund(ctx, rf.Tenant, rf.ChargeID, rf.ID)
+	outcome, resp, writes := OutcomeCreated, r.cfg.Answers.RefundCreated(row), []types.TransactWriteItem(nil)
+	switch {
+	case err != nil:
+		return "", idem.Response{}, err
+	case found && row.ProviderRefundID == rf.ProviderRefundID && row.ProviderReference == rf.ProviderReference:
+	case found:
+		r.cfg.Logger.ErrorContext(ctx, "refund row conflicts with the provider's answer; stored as a permanent error",
+			"key_hash", lease.Key.LogHash(), "refund_id", rf.ID)
+		resp = r.cfg.Answers.Conflicting()
+		return OutcomeChargeConflict, resp, r.backend.Fail(ctx, lease, resp)
+	default:
+		r.cfg.Logger.ErrorContext(ctx, "the provider refunded after the refund's hold was freed; recorded beyond the hold",
+			"key_hash", lease.Key.LogHash(), "refund_id", rf.ID, "charge_id", rf.ChargeID)
+		resp, writes = r.cfg.Answers.RefundCreated(rf), []types.TransactWriteItem{r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleUnheld(rf)}
+	}
+	return outcome, resp, r.backend.Commit(ctx, lease, resp, writes...)
+}

@@ -1,0 +1,249 @@
+package charge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+// A refund's row lives in the charges table beside its charge, under the
+// id "<charge id>#<refund id>": one Query reads a charge with its refunds.
+//
+// The charge's row holds the constraint. refund_claimed is what settled
+// refunds returned plus what refunds in flight hold; each of those holds
+// its amount in an attribute of its own, hold_<refund id>. A hold is
+// placed before the provider is asked, only if refund_claimed stays within
+// the charge's amount; it is settled into amount_refunded in the refund's
+// transaction, or freed if the refund is proven not made.
+const (
+	attrRefunded = "amount_refunded"
+	attrClaimed  = "refund_claimed"
+	holdPrefix   = "hold_"
+)
+
+// Why a hold was refused.
+var (
+	// errExceedsFinal: settled refunds leave less than the amount.
+	errExceedsFinal = errors.New("charge: refund exceeds what settled refunds leave")
+	// errExceedsHeld: refunds in flight hold what the amount needs; if
+	// they fail, it may fit.
+	errExceedsHeld = errors.New("charge: refund exceeds what refunds in flight leave")
+	// errNotRefundable: the charge is in no state to refund.
+	errNotRefundable = errors.New("charge: not in a state to refund")
+)
+
+// refundRowID is the id of refund's row in the charges table.
+func refundRowID(chargeID, refundID string) string { return chargeID + "#" + refundID }
+
+// hold reserves amount of tenant's charge c for the refund refundID, if
+// what remains allows: nil, or errExceedsFinal, errExceedsHeld or
+// errNotRefundable. A hold already placed for refundID is kept.
+func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64) error {
+	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        r.tableName,
+		Key:              rowKey(c.Tenant, c.ID),
+		UpdateExpression: aws.String("SET #hold = :amount ADD #claimed :amount"),
+		ConditionExpression: aws.String("attribute_exists(#id) AND #status = :succeeded AND attribute_not_exists(#hold)" +
+			" AND (attribute_not_exists(#claimed) OR #claimed <= :max)"),
+		ExpressionAttributeNames: map[string]string{
+			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":amount":    number(amount),
+			":max":       number(c.Money.Amount - amount),
+			":succeeded": &types.AttributeValueMemberS{Value: StatusSucceeded},
+		},
+	})
+	var failed *types.ConditionalCheckFailedException
+	if !errors.As(err, &failed) {
+		if err != nil {
+			return fmt.Errorf("charge: hold: %w", dynamostore.AsUnavailable(err))
+		}
+		return nil
+	}
+	// Why it failed is read after the fact. That is safe: what settled
+	// refunds returned only grows, so a refusal that rests on it is final.
+	row, found, err := getRow(ctx, r, c.Tenant, c.ID, func(item map[string]types.AttributeValue) (map[string]types.AttributeValue, error) { return item, nil })
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		return errNotRefundable
+	}
+	if _, held := row[holdPrefix+refundID]; held {
+		return nil // this refund's own hold, placed by an earlier try
+	}
+	got, err := rowCharge(row)
+	switch {
+	case err != nil:
+		return fmt.Errorf("charge: stored row: %w", err)
+	case got.Status != StatusSucceeded:
+		return errNotRefundable
+	case got.AmountRefunded+amount > got.Money.Amount:
+		return errExceedsFinal
+	}
+	return errExceedsHeld
+}
+
+// free gives back refundID's hold on tenant's charge, if it still holds
+// one: freeing twice frees once.
+func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amount int64) error {
+	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                r.tableName,
+		Key:                      rowKey(tenant, chargeID),
+		UpdateExpression:         aws.String("REMOVE #hold ADD #claimed :less"),
+		ConditionExpression:      aws.String("attribute_exists(#hold)"),
+		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + refundID, "#claimed": attrClaimed},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":less": number(-amount),
+		},
+	})
+	if _, gone := errors.AsType[*types.ConditionalCheckFailedException](err); gone {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("charge: free a hold: %w", dynamostore.AsUnavailable(err))
+	}
+	return nil
+}
+
+// settleHold is the write, in the refund's transaction, that turns its
+// hold into a settled refund: only if the hold is there.
+func (r *Rows) settleHold(rf Refund) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                r.tableName,
+		Key:                      rowKey(rf.Tenant, rf.ChargeID),
+		UpdateExpression:         aws.String("REMOVE #hold ADD #refunded :amount"),
+		ConditionExpression:      aws.String("attribute_exists(#hold)"),
+		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":amount": number(rf.Money.Amount),
+		},
+	}}
+}
+
+// settleUnheld records, in the refund's transaction, a refund the
+// provider made after its hold was freed on evidence it contradicts. The
+// money moved, so the books count it, whatever the constraint says.
+func (r *Rows) settleUnheld(rf Refund) types.TransactWriteItem {
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                r.tableName,
+		Key:                      rowKey(rf.Tenant, rf.ChargeID),
+		UpdateExpression:         aws.String("ADD #refunded :amount, #claimed :amount"),
+		ConditionExpression:      aws.String("attribute_not_exists(#hold)"),
+		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded, "#claimed": attrClaimed},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":amount": number(rf.Money.Amount),
+		},
+	}}
+}
+
+// InsertRefund is the write of rf's row, only if no row has its id.
+func (r *Rows) InsertRefund(rf Refund) types.TransactWriteItem {
+	// A struct of strings and integers always marshals.
+	item, _ := attributevalue.MarshalMap(refundRow{
+		Tenant: rf.Tenant, ID: refundRowID(rf.ChargeID, rf.ID), RefundID: rf.ID, ChargeID: rf.ChargeID,
+		Amount: rf.Money.Amount, Currency: rf.Money.Currency, Reason: rf.Reason, Status: StatusSucceeded,
+		ProviderReference: rf.ProviderReference, ProviderRefundID: rf.ProviderRefundID,
+		IdempotencyKey: string(rf.IdempotencyKey), CreatedAt: rf.CreatedAt.UTC().Format(TimeLayout),
+	})
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName:                r.tableName,
+		Item:                     item,
+		ConditionExpression:      aws.String("attribute_not_exists(#id)"),
+		ExpressionAttributeNames: map[string]string{"#id": AttrID},
+	}}
+}
+
+// GetRefund reads tenant's refund refundID of the charge chargeID.
+func (r *Rows) GetRefund(ctx context.Context, tenant, chargeID, refundID string) (Refund, bool, error) {
+	return getRow(ctx, r, tenant, refundRowID(chargeID, refundID), rowRefund)
+}
+
+// GetWithRefunds reads tenant's charge id and its refunds, in one
+// strongly consistent Query (paged if they outgrow a page).
+func (r *Rows) GetWithRefunds(ctx context.Context, tenant, id string) (Charge, bool, error) {
+	in := &dynamodb.QueryInput{
+		TableName:                r.tableName,
+		KeyConditionExpression:   aws.String("#tenant = :tenant AND begins_with(#id, :id)"),
+		ExpressionAttributeNames: map[string]string{"#tenant": AttrTenant, "#id": AttrID},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":tenant": &types.AttributeValueMemberS{Value: tenant}, ":id": &types.AttributeValueMemberS{Value: id},
+		},
+		ConsistentRead: aws.Bool(true),
+	}
+	var (
+		c     Charge
+		found bool
+	)
+	for {
+		out, err := r.db.Query(ctx, in)
+		if err != nil {
+			return Charge{}, false, fmt.Errorf("charge: get: %w", dynamostore.AsUnavailable(err))
+		}
+		for _, item := range out.Items {
+			if _, refund := item["charge_id"]; refund {
+				rf, err := rowRefund(item)
+				if err != nil {
+					return Charge{}, false, fmt.Errorf("charge: stored refund row: %w", err)
+				}
+				c.Refunds = append(c.Refunds, rf)
+				continue
+			}
+			refunds := c.Refunds
+			if c, err = rowCharge(item); err != nil {
+				return Charge{}, false, fmt.Errorf("charge: stored row: %w", err)
+			}
+			c.Refunds, found = refunds, true
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return c, found, nil
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
+}
+
+// refundRow is a refund as its item holds it.
+type refundRow struct {
+	Tenant            string `dynamodbav:"tenant"`
+	ID                string `dynamodbav:"id"`
+	RefundID          string `dynamodbav:"refund_id"`
+	ChargeID          string `dynamodbav:"charge_id"`
+	Amount            int64  `dynamodbav:"amount"`
+	Currency          string `dynamodbav:"currency"`
+	Reason            string `dynamodbav:"reason,omitempty"`
+	Status            string `dynamodbav:"status"`
+	ProviderReference string `dynamodbav:"provider_reference"`
+	ProviderRefundID  string `dynamodbav:"provider_refund_id"`
+	IdempotencyKey    string `dynamodbav:"idempotency_key"`
+	CreatedAt         string `dynamodbav:"created_at"`
+}
+
+func rowRefund(item map[string]types.AttributeValue) (Refund, error) {
+	var w refundRow
+	if err := attributevalue.UnmarshalMap(item, &w); err != nil {
+		return Refund{}, err
+	}
+	created, err := time.Parse(TimeLayout, w.CreatedAt)
+	if err != nil {
+		return Refund{}, err
+	}
+	return Refund{
+		ID: w.RefundID, ChargeID: w.ChargeID, Tenant: w.Tenant, Money: Money{Amount: w.Amount, Currency: w.Currency},
+		Reason: w.Reason, ProviderReference: w.ProviderReference, ProviderRefundID: w.ProviderRefundID,
+		IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
+	}, nil
+}
+
+func number(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
