@@ -158,9 +158,25 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.ReplayCache > 0 {
 		backend = idem.NewReplayCache(backend, cfg.ReplayCache)
 	}
-	s := &Service{cfg: cfg, backend: backend}
-	s.ops = map[string]operation{Operation: charges{s}, RefundOperation: refunds{s}}
+	s := &Service{cfg: cfg, backend: backend, ops: make(map[string]operation, len(operations))}
+	for name, op := range operations {
+		s.ops[name] = op(s)
+	}
 	return s, nil
+}
+
+// operations are the operations a Service runs, by the operation their
+// keys are scoped to: the one place a new operation is registered.
+var operations = map[string]func(*Service) operation{
+	Operation:       func(s *Service) operation { return charges{s} },
+	RefundOperation: func(s *Service) operation { return refunds{s} },
+}
+
+// Reconciles reports whether Reconcile resolves keys of operation: the
+// operations the service runs, and its notifications' records.
+func Reconciles(operation string) bool {
+	_, ok := operations[operation]
+	return ok || operation == NotificationOperation
 }
 
 // Result is what became of a request, for the HTTP layer to answer.

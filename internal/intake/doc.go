@@ -14,7 +14,14 @@
 // message names its tenant itself: only producers allowed to send to the
 // queue (IAM) can submit charges, for any tenant.
 //
-// A message is the command tenant + charge.Operation + command_id, the key
+// A refund is the same message with two members more. operation is
+// "create-refund", and charge_id names the charge; request is the body
+// POST /charges/{id}/refunds takes (charge.ParseRefundBody):
+//
+//	{"tenant":"acme","command_id":"return-77","operation":"create-refund",
+//	 "charge_id":"ch_…","request":{"amount":500}}
+//
+// A message is the command tenant + operation + command_id, the key
 // POST /charges claims, with the fingerprint POST /charges computes for
 // the same body: an HTTP request with the same Idempotency-Key and body
 // replays the charge a message created, and a message replays one the
@@ -25,10 +32,13 @@
 //	outcome                                      message
 //	created, replayed, declined, rejected,       settled (deleted): every
 //	mismatch (the id was used with another       later delivery would get
-//	body), charge conflict                       the same answer
+//	body), charge conflict, a refund beyond      the same answer
+//	what settled refunds leave
 //	in flight elsewhere, outcome pending,        reported in BatchItemFailures:
 //	lease lost, provider or store unavailable,   delivered again after the
-//	an internal error                            visibility timeout
+//	an internal error; for a refund, its charge  visibility timeout
+//	not found (yet) or not refundable, or held
+//	by refunds in flight
 //	malformed (not JSON, missing or wrong        sent to the dead-letter queue
 //	members, an invalid request)                 at once, then settled
 //

@@ -15,9 +15,10 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Creator creates a charge once per command.
+// Creator creates a charge, or refunds one, once per command.
 type Creator interface {
 	Create(ctx context.Context, key idem.Key, req charge.Request, fp idem.Fingerprint) (charge.Result, error)
+	Refund(ctx context.Context, key idem.Key, chargeID string, req charge.RefundRequest, fp idem.Fingerprint) (charge.Result, error)
 }
 
 var _ Creator = (*charge.Service)(nil)
@@ -126,6 +127,7 @@ var settles = map[charge.Outcome]bool{
 	charge.OutcomeMismatch:       true,
 	charge.OutcomeRejected:       true,
 	charge.OutcomeChargeConflict: true,
+	charge.OutcomeRefundExceeds:  true,
 }
 
 // handle processes one message and reports whether it is settled (to be
@@ -140,7 +142,15 @@ func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
 		return h.deadLetter(ctx, log, p)
 	}
 	keyHash := p.cmd.Key.LogHash()
-	res, err := h.svc.Create(ctx, p.cmd.Key, p.cmd.Request, p.cmd.Fingerprint)
+	var (
+		res charge.Result
+		err error
+	)
+	if p.cmd.Key.Operation() == charge.RefundOperation {
+		res, err = h.svc.Refund(ctx, p.cmd.Key, p.cmd.ChargeID, p.cmd.Refund, p.cmd.Fingerprint)
+	} else {
+		res, err = h.svc.Create(ctx, p.cmd.Key, p.cmd.Request, p.cmd.Fingerprint)
+	}
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
 		rec.Count(metrics.Requests, metrics.OutcomeError)

@@ -22,15 +22,23 @@ const (
 	FieldTenant    = "tenant"
 	FieldCommandID = "command_id"
 	FieldRequest   = "request"
+	// FieldOperation is charge.Operation (the default) or
+	// charge.RefundOperation, whose message names the charge in
+	// FieldChargeID.
+	FieldOperation = "operation"
+	FieldChargeID  = "charge_id"
 )
 
-var messageFields = []string{FieldTenant, FieldCommandID, FieldRequest}
+var messageFields = []string{FieldTenant, FieldCommandID, FieldRequest, FieldOperation, FieldChargeID}
 
 // Command is a valid charge-requests message.
 type Command struct {
-	Key         idem.Key // tenant + charge.Operation + command id
-	Request     charge.Request
+	Key         idem.Key // tenant + operation + command id
 	Fingerprint idem.Fingerprint
+	// Request is a charge's; ChargeID and Refund a refund's.
+	Request  charge.Request
+	ChargeID string
+	Refund   charge.RefundRequest
 }
 
 // MalformedError says why a message can never be processed. Field is the
@@ -64,24 +72,36 @@ func ParseMessage(body string) (Command, error) {
 	}
 	for name, value := range fields {
 		if !slices.Contains(messageFields, name) {
-			return malformed("", "unknown member (want exactly tenant, command_id and request)")
+			return malformed("", "unknown member (want tenant, command_id and request, and for a refund operation and charge_id)")
 		}
 		if string(value) == "null" {
 			return malformed(name, "null")
 		}
 	}
-	var tenant, id string
+	tenant, id, operation, chargeID := "", "", charge.Operation, ""
 	for _, m := range []struct {
-		name string
-		to   *string
-	}{{FieldTenant, &tenant}, {FieldCommandID, &id}} {
+		name     string
+		to       *string
+		optional bool
+	}{{FieldTenant, &tenant, false}, {FieldCommandID, &id, false}, {FieldOperation, &operation, true}, {FieldChargeID, &chargeID, true}} {
 		raw, ok := fields[m.name]
+		if !ok && m.optional {
+			continue
+		}
 		if !ok {
 			return malformed(m.name, "missing")
 		}
 		if err := json.Unmarshal(raw, m.to); err != nil {
 			return malformed(m.name, "not a string")
 		}
+	}
+	switch _, named := fields[FieldChargeID]; {
+	case operation != charge.Operation && operation != charge.RefundOperation:
+		return malformed(FieldOperation, "must be "+charge.Operation+" or "+charge.RefundOperation)
+	case operation == charge.RefundOperation && !named:
+		return malformed(FieldChargeID, "missing")
+	case operation == charge.Operation && named:
+		return malformed(FieldChargeID, "only a refund names a charge")
 	}
 	if err := idem.CheckTenant(tenant); err != nil {
 		return malformed(FieldTenant, "not a tenant identifier (letters, digits and . _ - : @, at most 128)")
@@ -92,12 +112,17 @@ func ParseMessage(body string) (Command, error) {
 		// be retried over the API.
 		return malformed(FieldCommandID, "must be 1 to 255 printable ASCII characters, not starting or ending with a space")
 	}
-	key, _ := idem.NewKey(tenant, charge.Operation, string(cid)) // both checked
+	key, _ := idem.NewKey(tenant, operation, string(cid)) // all checked
 	raw, ok := fields[FieldRequest]
 	if !ok {
 		return Command{}, &MalformedError{Field: FieldRequest, Reason: "missing", KeyHash: key.LogHash()}
 	}
-	req, fp, err := charge.ParseBody(raw)
+	cmd := Command{Key: key, ChargeID: chargeID}
+	if operation == charge.RefundOperation {
+		cmd.Refund, cmd.Fingerprint, err = charge.ParseRefundBody(chargeID, raw)
+	} else {
+		cmd.Request, cmd.Fingerprint, err = charge.ParseBody(raw)
+	}
 	var (
 		be *charge.BodyError
 		ie *charge.InvalidError
@@ -110,7 +135,7 @@ func ParseMessage(body string) (Command, error) {
 	case err != nil:
 		return Command{}, fmt.Errorf("intake: %w", err)
 	}
-	return Command{Key: key, Request: req, Fingerprint: fp}, nil
+	return cmd, nil
 }
 
 // message is a charge-requests message as EncodeMessage writes it.
@@ -118,13 +143,25 @@ type message struct {
 	Tenant    string          `json:"tenant"`
 	CommandID string          `json:"command_id"`
 	Request   json.RawMessage `json:"request"`
+	Operation string          `json:"operation,omitempty"`
+	ChargeID  string          `json:"charge_id,omitempty"`
 }
 
 // EncodeMessage writes the message submitting request (a POST /charges
 // body) as the command id of tenant. It checks that request is JSON, not
 // that it is a valid request: the intake does.
 func EncodeMessage(tenant string, id charge.CommandID, request []byte) (string, error) {
-	b, err := json.Marshal(message{Tenant: tenant, CommandID: string(id), Request: request})
+	return encode(message{Tenant: tenant, CommandID: string(id), Request: request})
+}
+
+// EncodeRefund writes the message submitting request (a
+// POST /charges/{id}/refunds body) for tenant's charge chargeID.
+func EncodeRefund(tenant string, id charge.CommandID, chargeID string, request []byte) (string, error) {
+	return encode(message{Tenant: tenant, CommandID: string(id), Request: request, Operation: charge.RefundOperation, ChargeID: chargeID})
+}
+
+func encode(m message) (string, error) {
+	b, err := json.Marshal(m)
 	if err != nil {
 		return "", fmt.Errorf("intake: encode message: %w", err)
 	}

@@ -92,11 +92,11 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	defer span.End()
 	log := h.opt.Logger.With("message_id", m.MessageId, "receive_count", m.Attributes["ApproximateReceiveCount"])
 	key, err := queue.ParseMessage(m.Body)
-	if err == nil && key.Operation() != charge.Operation && key.Operation() != charge.NotificationOperation {
-		// Reconcile resolves charges (asking the card provider) and
-		// provider events' deduplication records (releasing a dead
-		// delivery's for the redelivery): for another operation's key it
-		// would find nothing and release a command it knows nothing about.
+	if err == nil && !charge.Reconciles(key.Operation()) {
+		// Reconcile resolves the service's commands (asking the card
+		// provider) and provider events' deduplication records (releasing
+		// a dead delivery's for the redelivery). Another operation's key
+		// is a command it knows nothing about.
 		err = fmt.Errorf("operation %q is not reconciled here", key.Operation())
 	}
 	if err != nil {

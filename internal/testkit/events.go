@@ -64,3 +64,22 @@ func SQSEvent(msgs ...sqstypes.Message) events.SQSEvent {
 	}
 	return ev
 }
+
+// PostRefund is the POST /charges/{id}/refunds event, tenant and key as
+// for PostCharge.
+func PostRefund(tenant, key, chargeID, body string) events.APIGatewayV2HTTPRequest {
+	req := PostCharge(tenant, key, body)
+	req.RouteKey, req.RawPath = httpapi.RouteRefund, "/charges/"+chargeID+"/refunds"
+	req.PathParameters = map[string]string{"id": chargeID}
+	req.RequestContext.HTTP.Path = req.RawPath
+	return req
+}
+
+// GetRefund is the GET /charges/{id}/refunds/{refund_id} event.
+func GetRefund(tenant, chargeID, refundID string) events.APIGatewayV2HTTPRequest {
+	req := GetCharge(tenant, chargeID)
+	req.RouteKey, req.RawPath = httpapi.RouteGetRefund, "/charges/"+chargeID+"/refunds/"+refundID
+	req.PathParameters["refund_id"] = refundID
+	req.RequestContext.HTTP.Path = req.RawPath
+	return req
+}
