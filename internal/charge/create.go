@@ -202,13 +202,14 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 	return OutcomeChargeConflict, resp, nil
 }
 
-// Get returns tenant's charge id, read strongly consistently so a charge
-// just answered 201 is found. Another tenant's charge is not found.
+// Get returns tenant's charge id with its refunds, read strongly
+// consistently so a charge just answered 201 is found. Another tenant's
+// charge is not found.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
+	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, id)
 	switch {
 	case transient(err):
 		return Result{Outcome: OutcomeBusy}, nil

@@ -1,8 +1,28 @@
 // Package charge provides the charge service: creating a card charge at
-// most once per customer intent, reading charges back, and resolving
-// charges whose outcome was left unknown, by the reconciler's lookup or by
-// the provider's own notification (a webhook, Notify), all on top of
-// pkg/idem.
+// most once per customer intent, refunding it, reading charges back, and
+// resolving commands whose outcome was left unknown, by the reconciler's
+// lookup or by the provider's own notification (a webhook, Notify), all on
+// top of pkg/idem.
+//
+// # Operations
+//
+// Each command the service sends to the provider is an operation: a
+// charge (create.go) or a refund (refund.go). An operation is registered
+// in one map (operations, in service.go). The shared paths reach it only
+// through the operation interface (reconcile.go): the reconciler,
+// notifications and an operator's settlement. A new operation costs its
+// own file and that line.
+//
+// # Refunds
+//
+// A refund is keyed like a charge, under RefundOperation, so one key on a
+// charge and on a refund names two intents. Its constraint is on the
+// charge's row: its refunds never exceed its amount. Before the provider
+// is asked, a conditional update holds the refund's amount on the row. The
+// refund's record, its row and the hold's settlement then commit in one
+// transaction. A refund proven not made frees its hold first, then is
+// released. A refusal that rests on settled refunds is stored, final for
+// its key. One that rests on refunds in flight is not: they may fail.
 //
 // The intent's identity is the client's Idempotency-Key, carried as a
 // CommandID that every entry point requires. The provider reference and
@@ -20,12 +40,14 @@
 //	The provider's answer, or the record                 What Reconcile does
 //	lease still running, or nothing IN_FLIGHT            nothing (OutcomeStillLeased, OutcomeNothingToDo)
 //	charged                                              commits the charge row with the exact 201 the API would have answered
+//	refunded                                             commits the refund row, settling its hold, with the 201
+//	refund declined                                      frees the hold, stores the 409
 //	declined                                             stores the 402
 //	a replay whose request never reached the provider    executes it now, once, under the same reference, and commits it (rolled forward, never "not found")
 //	replay refused for the request itself (a 4xx naming  releases the key: nothing was or will be charged; the next retry is answered provider-rejected
 //	  a request parameter)
 //	not found, inside the settle window of the last send postpones to the window's end (OutcomeNotSettled)
-//	not found, settle window passed                      releases the key
+//	not found, settle window passed                      releases the key (a refund's hold freed first)
 //	not found, older than the dedup window less margin   parks it (OutcomeParked, an ERROR log line): never re-sent nor released; looked at every RetryCap until an operator settles it
 //	provider cannot be asked                             postpones by a backoff doubling per attempt, up to RetryCap (OutcomeDeferred)
 //	an event's deduplication record whose delivery died  releases it for the provider's redelivery, asking nothing

@@ -170,7 +170,18 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 			return op.verdict(ctx, l, pres)
 		}
 		rf := op.refund(l, kept, provider.Result{})
-		switch err := s.cfg.Rows.hold(ctx, c, rf.ID, kept.Amount); {
+		var err error
+		switch {
+		case kept.Amount > 0:
+			err = s.cfg.Rows.hold(ctx, c, rf.ID, kept.Amount)
+		case c.AmountRefunded >= c.Money.Amount:
+			// Nothing remains, and what settled refunds returned only
+			// grows: final.
+			err = errExceedsFinal
+		default:
+			err = errExceedsHeld
+		}
+		switch {
 		case errors.Is(err, errExceedsFinal):
 			refused = OutcomeRefundExceeds
 			return idem.Failed(s.cfg.Answers.RefundExceeds()), nil
