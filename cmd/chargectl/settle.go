@@ -62,6 +62,14 @@ func (noProvider) Lookup(context.Context, string) (provider.Result, error) {
 
 func (noProvider) Guarantees() provider.Guarantees { return provider.Guarantees{} }
 
+func (noProvider) Refund(context.Context, provider.RefundRequest) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
+func (noProvider) LookupRefund(context.Context, provider.RefundRequest) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
 // service is the charge service on st and the charges table, storing the
 // HTTP API's answers, so a retry replays what the API would have answered.
 func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {

@@ -288,6 +288,14 @@ func (p *unavailableProvider) Lookup(context.Context, string) (provider.Result, 
 	return provider.Result{}, errors.New("fuzz: lookups are not expected")
 }
 
+func (p *unavailableProvider) Refund(context.Context, provider.RefundRequest) (provider.Result, error) {
+	return provider.Result{}, errors.New("fuzz: refunds are not expected")
+}
+
+func (p *unavailableProvider) LookupRefund(context.Context, provider.RefundRequest) (provider.Result, error) {
+	return provider.Result{}, errors.New("fuzz: refunds are not expected")
+}
+
 func (p *unavailableProvider) Guarantees() provider.Guarantees { return provider.Guarantees{} }
 
 func (p *unavailableProvider) storedFingerprint() string {

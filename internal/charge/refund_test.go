@@ -148,7 +148,10 @@ func TestRefundTwiceWithOneKeyRefundsOnceAndReplays(t *testing.T) {
 	if again.Body != first.Body || again.Headers["Idempotent-Replayed"] != "true" || again.Headers["Location"] != first.Headers["Location"] {
 		t.Fatalf("replay %v %s, want the first answer %s replayed", again.Headers, again.Body, first.Body)
 	}
-	var rf struct{ ID, ChargeID string `json:"charge_id"` }
+	var rf struct {
+		ID       string
+		ChargeID string `json:"charge_id"`
+	}
 	if err := json.Unmarshal([]byte(first.Body), &rf); err != nil || rf.ChargeID != id || !charge.IsRefundID(rf.ID) {
 		t.Fatalf("refund body %s: %v", first.Body, err)
 	}
