@@ -1,11 +1,12 @@
-// Command chargectl creates and reads charges through the chargeonce API
-// with package client, and answers an operator's questions about a
+// Command chargectl creates, reads and refunds charges through the
+// chargeonce API with package client, and answers an operator's questions about a
 // deployment (chargectl admin).
 //
 // Usage:
 //
 //	chargectl create --amount 1500 --currency EUR --source tok_visa [--description TEXT] [--id ID] [--json]
 //	chargectl get [--json] CHARGE_ID
+//	chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
 //	chargectl admin record [--json] TENANT KEY
 //	chargectl admin stuck [--json] [--max N]
 //	chargectl admin reconcile [--json] TENANT KEY
@@ -14,14 +15,17 @@
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
 //	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
 //
-// Both take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
+// create, get and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
 // development token), and --timeout, the budget for all retries.
 //
-// create mints a command id and prints it on stderr before the first
-// request, so that an interrupted or failed run can be resumed with
-// --id: the resumed run sends the same id and cannot charge twice. The
-// result goes to stdout, human-readable, or as one JSON object with --json.
+// create and refund mint a command id and print it on stderr before the
+// first request, so that an interrupted or failed run can be resumed with
+// --id: the resumed run sends the same id and cannot charge, or refund,
+// twice. refund refunds all that remains of the charge unless --amount
+// says how much; --reason is duplicate, fraudulent or
+// requested_by_customer. The result goes to stdout, human-readable, or as
+// one JSON object with --json.
 //
 // The admin commands read the deployment's tables and queues directly, with
 // the configuration the functions read: IDEMPOTENCY_TABLE, CHARGES_TABLE,
@@ -51,7 +55,9 @@
 // write fails.
 //
 // Exit status: 0 success; 1 a final failure (declined, invalid, key
-// reused, not found, unauthorized); 2 a usage error; 3 the outcome is not
-// known yet (in progress, pending, unavailable, interrupted): run create
-// again with the --id it printed.
+// reused, not found, unauthorized, a refund that exceeds the charge or
+// that its state forbids); 2 a usage error; 3 the outcome is not known
+// yet (in progress, pending, unavailable, interrupted, a refund that
+// exceeds the charge while other refunds are in flight): run create or
+// refund again with the --id it printed.
 package main

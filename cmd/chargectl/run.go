@@ -38,8 +38,9 @@ const (
 const usage = `usage:
   chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--id ID] [--json]
   chargectl get [--json] CHARGE_ID
+  chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
   chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit: chargectl admin help)
-create and get take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
+create, get and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 
 // run is the whole command; main only wires the process to it.
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runCreate(ctx, args[1:], stdout, stderr)
 	case "get":
 		return runGet(ctx, args[1:], stdout, stderr)
+	case "refund":
+		return runRefund(ctx, args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, clock: time.Now, stdin: os.Stdin}, stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -117,21 +120,9 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "chargectl create: --amount (positive) and --source are required, and no arguments")
 		return exitUsage
 	}
-	api, err := c.newClient(stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "chargectl:", err)
+	api, id, ok := c.startCommand("create", resume, stderr)
+	if !ok {
 		return exitUsage
-	}
-	id := client.CommandID(resume)
-	if resume == "" {
-		id = client.NewCommandID()
-		fmt.Fprintf(stderr, "command id: %s (resume with --id %s)\n", id, id)
-	} else {
-		if err := id.Validate(); err != nil {
-			fmt.Fprintln(stderr, "chargectl create: --id:", err)
-			return exitUsage
-		}
-		fmt.Fprintf(stderr, "resuming command id: %s\n", id)
 	}
 	var opts []client.CreateOption
 	if description != "" {
@@ -141,23 +132,108 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer cancel()
 	res, err := api.Create(ctx, id, client.Money{Amount: amount, Currency: currency}, source, opts...)
 	if err != nil {
-		return fail(stdout, stderr, c.json, id, err)
+		return fail(stdout, stderr, c.json, intent{id, "the card may have been charged", "chargectl create ..."}, err)
 	}
 	if c.json {
-		return printJSON(stdout, stderr, createOutput{
-			CommandID: id, Replayed: res.Replayed, KeyExpiresAt: res.KeyExpiresAt, Attempts: res.Attempts, Charge: res.Charge,
-		})
+		return printJSON(stdout, stderr, createOutput{CommandID: id, Receipt: res.Receipt, Charge: res.Charge})
 	}
 	printCharge(stdout, res.Charge)
-	if res.Replayed {
-		fmt.Fprintln(stdout, "replayed:     yes (an earlier request with this id charged the card; not charged again)")
-	} else {
-		fmt.Fprintln(stdout, "replayed:     no")
-	}
-	if !res.KeyExpiresAt.IsZero() {
-		fmt.Fprintf(stdout, "id expires:   %s\n", res.KeyExpiresAt.UTC().Format(time.RFC3339))
-	}
+	printReceipt(stdout, res.Receipt, "charged the card; not charged again")
 	return exitOK
+}
+
+func runRefund(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var (
+		c      common
+		amount int64
+		reason string
+		resume string
+	)
+	fs := newFlagSet("refund", stderr, &c)
+	fs.Int64Var(&amount, "amount", 0, "amount to refund in minor units (default: all that remains of the charge)")
+	fs.StringVar(&reason, "reason", "", "why: duplicate, fraudulent or requested_by_customer")
+	fs.StringVar(&resume, "id", "", "command id of an earlier run to resume (default: mint a new one)")
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return usageError(err)
+	}
+	var opts []client.RefundOption
+	if flagSet(fs, "amount") {
+		if amount <= 0 {
+			fmt.Fprintln(stderr, "chargectl refund: --amount must be positive; leave it out to refund all that remains")
+			return exitUsage
+		}
+		opts = append(opts, client.WithRefundAmount(amount))
+	}
+	if len(rest) != 1 {
+		fmt.Fprintln(stderr, "chargectl refund: want exactly one charge id")
+		return exitUsage
+	}
+	if reason != "" {
+		opts = append(opts, client.WithRefundReason(client.RefundReason(reason)))
+	}
+	api, id, ok := c.startCommand("refund", resume, stderr)
+	if !ok {
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	res, err := api.Refund(ctx, rest[0], id, opts...)
+	if err != nil {
+		return fail(stdout, stderr, c.json, intent{id, "the refund may have been made", "chargectl refund " + rest[0] + " ..."}, err)
+	}
+	if c.json {
+		return printJSON(stdout, stderr, refundOutput{CommandID: id, Receipt: res.Receipt, Refund: res.Refund})
+	}
+	printRefund(stdout, res.Refund)
+	printReceipt(stdout, res.Receipt, "made this refund; not refunded again")
+	return exitOK
+}
+
+// parseInterspersed parses fs's flags wherever they stand among args (the
+// refund's charge id comes first), and returns the other arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return rest, nil
+		}
+		rest = append(rest, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// startCommand builds the client, then mints a command id, printed on
+// stderr before the first request so that a failed run can be resumed, or
+// checks the one given with --id to resume.
+func (c *common) startCommand(cmd, resume string, stderr io.Writer) (*client.Client, client.CommandID, bool) {
+	api, err := c.newClient(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "chargectl:", err)
+		return nil, "", false
+	}
+	if resume == "" {
+		id := client.NewCommandID()
+		fmt.Fprintf(stderr, "command id: %s (resume with --id %s)\n", id, id)
+		return api, id, true
+	}
+	id := client.CommandID(resume)
+	if err := id.Validate(); err != nil {
+		fmt.Fprintf(stderr, "chargectl %s: --id: %v\n", cmd, err)
+		return nil, "", false
+	}
+	fmt.Fprintf(stderr, "resuming command id: %s\n", id)
+	return api, id, true
 }
 
 func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -179,7 +255,7 @@ func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer cancel()
 	ch, err := api.Get(ctx, fs.Arg(0))
 	if err != nil {
-		return fail(stdout, stderr, c.json, "", err)
+		return fail(stdout, stderr, c.json, intent{}, err)
 	}
 	if c.json {
 		return printJSON(stdout, stderr, ch)
@@ -197,11 +273,16 @@ func usageError(err error) int {
 
 // createOutput is what create --json prints.
 type createOutput struct {
-	CommandID    client.CommandID `json:"command_id"`
-	Replayed     bool             `json:"replayed"`
-	KeyExpiresAt time.Time        `json:"key_expires_at,omitzero"`
-	Attempts     int              `json:"attempts"`
-	Charge       client.Charge    `json:"charge"`
+	CommandID client.CommandID `json:"command_id"`
+	client.Receipt
+	Charge client.Charge `json:"charge"`
+}
+
+// refundOutput is what refund --json prints.
+type refundOutput struct {
+	CommandID client.CommandID `json:"command_id"`
+	client.Receipt
+	Refund client.Refund `json:"refund"`
 }
 
 // errorOutput is what --json prints on failure.
@@ -221,6 +302,35 @@ func printCharge(w io.Writer, ch client.Charge) {
 	}
 	fmt.Fprintf(w, "provider ref: %s\n", ch.ProviderReference)
 	fmt.Fprintf(w, "created:      %s\n", ch.CreatedAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(w, "refunded:     %d %s (minor units)\n", ch.AmountRefunded, ch.Currency)
+	for _, re := range ch.Refunds {
+		fmt.Fprintf(w, "  refund:     %s %d %s %s\n", re.ID, re.Amount, re.Currency, re.Status)
+	}
+}
+
+func printRefund(w io.Writer, re client.Refund) {
+	fmt.Fprintf(w, "refund:       %s\n", re.ID)
+	fmt.Fprintf(w, "charge:       %s\n", re.ChargeID)
+	fmt.Fprintf(w, "status:       %s\n", re.Status)
+	fmt.Fprintf(w, "amount:       %d %s (minor units)\n", re.Amount, re.Currency)
+	if re.Reason != "" {
+		fmt.Fprintf(w, "reason:       %s\n", re.Reason)
+	}
+	fmt.Fprintf(w, "provider ref: %s\n", re.ProviderReference)
+	fmt.Fprintf(w, "created:      %s\n", re.CreatedAt.UTC().Format(time.RFC3339))
+}
+
+// printReceipt says whether the command's answer was a replay, which did
+// what done says, and until when its id deduplicates.
+func printReceipt(w io.Writer, r client.Receipt, done string) {
+	if r.Replayed {
+		fmt.Fprintf(w, "replayed:     yes (an earlier request with this id %s)\n", done)
+	} else {
+		fmt.Fprintln(w, "replayed:     no")
+	}
+	if !r.KeyExpiresAt.IsZero() {
+		fmt.Fprintf(w, "id expires:   %s\n", r.KeyExpiresAt.UTC().Format(time.RFC3339))
+	}
 }
 
 func printJSON(stdout, stderr io.Writer, v any) int {
@@ -245,24 +355,37 @@ func pending(err error) bool {
 		}
 	}
 	var p *client.ProblemError
-	return !errors.As(err, &p) // a network error: nothing is known
+	if !errors.As(err, &p) {
+		return true // a network error: nothing is known
+	}
+	// A refund that exceeds the charge only while other refunds are in
+	// flight may succeed if they fail.
+	return errors.Is(p, client.ErrRefundExceedsCharge) && p.RetryAfter > 0
+}
+
+// intent is the command a failure may leave open: its id, what it may
+// have done, and the command line that resumes it (less the --id).
+type intent struct {
+	id     client.CommandID
+	effect string
+	resume string
 }
 
 // fail reports err and returns the exit status for it.
-func fail(stdout, stderr io.Writer, asJSON bool, id client.CommandID, err error) int {
+func fail(stdout, stderr io.Writer, asJSON bool, in intent, err error) int {
 	code := exitFailed
 	if pending(err) {
 		code = exitPending
 	}
 	fmt.Fprintln(stderr, "chargectl:", err)
 	switch {
-	case code == exitPending && id != "" && errors.Is(err, client.ErrOutcomeUnknown):
-		fmt.Fprintf(stderr, "the outcome is unknown: the card may have been charged; resume with the same id, never a new one: chargectl create ... --id %s\n", id)
-	case code == exitPending && id != "":
-		fmt.Fprintf(stderr, "the outcome is not known yet; resume with: chargectl create ... --id %s\n", id)
+	case code == exitPending && in.id != "" && errors.Is(err, client.ErrOutcomeUnknown):
+		fmt.Fprintf(stderr, "the outcome is unknown: %s; resume with the same id, never a new one: %s --id %s\n", in.effect, in.resume, in.id)
+	case code == exitPending && in.id != "":
+		fmt.Fprintf(stderr, "the outcome is not known yet; resume with: %s --id %s\n", in.resume, in.id)
 	}
 	if asJSON {
-		out := errorOutput{CommandID: id, Retryable: code == exitPending, Error: err.Error()}
+		out := errorOutput{CommandID: in.id, Retryable: code == exitPending, Error: err.Error()}
 		var p *client.ProblemError
 		if errors.As(err, &p) {
 			out.Problem = p

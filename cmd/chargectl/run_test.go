@@ -4,14 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/client"
 
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 )
@@ -123,17 +129,121 @@ func TestUsage(t *testing.T) {
 	t.Parallel()
 	for name, args := range map[string][]string{
 		"no command":      {},
-		"unknown command": {"refund"},
+		"unknown command": {"void"},
 		"no amount":       {"create", "--source", "tok_visa"},
 		"no source":       {"create", "--amount", "1"},
 		"bad id":          {"create", "--amount", "1", "--source", "tok_visa", "--id", "bad\tid"},
 		"bad url":         {"create", "--amount", "1", "--source", "tok_visa", "--url", "localhost"},
 		"get without id":  {"get"},
 		"unknown flag":    {"get", "--nope", "x"},
+		"refund no id":    {"refund", "--amount", "5"},
+		"refund two ids":  {"refund", "ch_1", "ch_2"},
+		"refund zero":     {"refund", "ch_1", "--amount", "0"},
+		"refund bad id":   {"refund", "ch_1", "--id", "bad\tid"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
 			t.Errorf("%s: exit %d, stderr %q; want %d with a message", name, code, stderr.String(), exitUsage)
 		}
+	}
+}
+
+// refundAPI answers POST /charges/{id}/refunds as the contract does: 201
+// the first time for a key, the same body replayed after. It records the
+// requests, and whether a minted command id was on stderr before the first.
+type refundAPI struct {
+	stderr        *testkit.LogBuffer
+	mu            sync.Mutex
+	requests      []string // method, path, key and body
+	idBeforeFirst bool
+}
+
+func (a *refundAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	a.mu.Lock()
+	if len(a.requests) == 0 {
+		a.idBeforeFirst = mintedID.MatchString(a.stderr.String())
+	}
+	replay := slices.ContainsFunc(a.requests, func(s string) bool { return strings.Contains(s, " "+key+" ") })
+	a.requests = append(a.requests, r.Method+" "+r.URL.Path+" "+key+" "+string(b))
+	a.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Idempotency-Expires", "Fri, 03 Jan 2025 03:04:05 GMT")
+	if replay {
+		w.Header().Set("Idempotent-Replayed", "true")
+	}
+	w.WriteHeader(http.StatusCreated)
+	_, _ = io.WriteString(w, `{"id":"re_89abcdef0123456789abcdef","charge_id":"ch_0123456789abcdef01234567","amount":500,"currency":"EUR","reason":"duplicate","status":"succeeded","provider_reference":"rf_1","created_at":"2025-01-02T04:05:06Z"}`)
+}
+
+func TestRefundPrintsIDFirstAndResumes(t *testing.T) {
+	t.Parallel()
+	stderr := &testkit.LogBuffer{}
+	api := &refundAPI{stderr: stderr}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+
+	code, out := runCLI(t, srv.URL, stderr, "refund", "ch_0123456789abcdef01234567", "--amount", "500", "--reason", "duplicate")
+	if code != exitOK || !api.idBeforeFirst {
+		t.Fatalf("refund: exit %d, id on stderr before the first request %v, stderr %s", code, api.idBeforeFirst, stderr)
+	}
+	id := mintedID.FindStringSubmatch(stderr.String())[1]
+	if !strings.Contains(out, "refund:       re_89abcdef0123456789abcdef") || !strings.Contains(out, "500 EUR") || !strings.Contains(out, "replayed:     no") {
+		t.Fatalf("refund printed:\n%s", out)
+	}
+
+	resumed := &testkit.LogBuffer{}
+	code, out = runCLI(t, srv.URL, resumed, "refund", "ch_0123456789abcdef01234567", "--amount", "500", "--reason", "duplicate", "--id", id, "--json")
+	var res refundOutput
+	if err := json.Unmarshal([]byte(out), &res); code != exitOK || err != nil || !strings.Contains(resumed.String(), "resuming command id: "+id) {
+		t.Fatalf("resume: exit %d, printed %q (%v), stderr %s", code, out, err, resumed)
+	}
+	if string(res.CommandID) != id || !res.Replayed || res.Refund.ID != "re_89abcdef0123456789abcdef" || res.KeyExpiresAt.IsZero() {
+		t.Fatalf("resume: %+v, want the replay of the refund under id %s", res, id)
+	}
+	want := "POST /charges/ch_0123456789abcdef01234567/refunds " + id + ` {"amount":500,"reason":"duplicate"}`
+	if len(api.requests) != 2 || api.requests[0] != want || api.requests[1] != want {
+		t.Fatalf("requests %q, want twice %q", api.requests, want)
+	}
+}
+
+// TestRefundUnknownOutcomeWarns: a bare 502 (the function failed, maybe
+// after it refunded), then 503 provider-unavailable until --timeout: the
+// refund may have been made, so chargectl exits 3 and says to resume with
+// the same id, never a new one.
+func TestRefundUnknownOutcomeWarns(t *testing.T) {
+	t.Parallel()
+	url := ambiguousGateway(t, http.StatusServiceUnavailable, "application/problem+json",
+		`{"type":"https://chargeonce.dev/problems/provider-unavailable","title":"Provider unavailable","status":503}`)
+	stderr := &testkit.LogBuffer{}
+	code, _ := runCLI(t, url, stderr, "refund", "ch_0123456789abcdef01234567", "--timeout", "2s")
+	id := mintedID.FindStringSubmatch(stderr.String())[1]
+	want := "the refund may have been made; resume with the same id, never a new one: chargectl refund ch_0123456789abcdef01234567 ... --id " + id
+	if code != exitPending || !strings.Contains(stderr.String(), want) {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, exitPending, want)
+	}
+}
+
+// TestRefundExceedingTheChargeIsFinalOnlyWithoutRetryAfter: a refund
+// that exceeds the charge exits 1, final for the id, unless the answer
+// asked for a retry (other refunds were in flight): then it exits 3.
+func TestRefundExceedingTheChargeIsFinalOnlyWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	exceeds := func(retryAfter time.Duration) error {
+		return fmt.Errorf("client: refund: %w", &client.ProblemError{
+			Type: client.ProblemBase + "refund-exceeds-charge", Status: http.StatusConflict, RetryAfter: retryAfter,
+		})
+	}
+	if pending(exceeds(0)) || !pending(exceeds(2*time.Second)) {
+		t.Fatalf("pending: final %v, in flight %v; want false, true", pending(exceeds(0)), pending(exceeds(2*time.Second)))
+	}
+	url := ambiguousGateway(t, http.StatusConflict, "application/problem+json",
+		`{"type":"https://chargeonce.dev/problems/refund-exceeds-charge","title":"Refund exceeds the charge","status":409}`)
+	stderr := &testkit.LogBuffer{}
+	// The first answer, a bare 502, is retried; the 409 after it is the
+	// command's stored outcome, final.
+	if code, _ := runCLI(t, url, stderr, "refund", "ch_0123456789abcdef01234567", "--amount", "99999"); code != exitFailed || strings.Contains(stderr.String(), "the outcome") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and no advice to resume", code, stderr, exitFailed)
 	}
 }

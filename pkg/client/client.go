@@ -28,10 +28,10 @@ const (
 // maxResponseBytes bounds how much of a response body is read.
 const maxResponseBytes = 1 << 20
 
-// CommandID identifies one intent to charge across every attempt to carry
-// it out: it is sent as the Idempotency-Key. Mint it once, with
-// NewCommandID, when the intent is formed, and keep it with the intent so
-// that a retry, or a resumed run after a crash, reuses it.
+// CommandID identifies one intent, to charge or to refund, across every
+// attempt to carry it out: it is sent as the Idempotency-Key. Mint it
+// once, with NewCommandID, when the intent is formed, and keep it with the
+// intent so that a retry, or a resumed run after a crash, reuses it.
 type CommandID string
 
 // NewCommandID returns a new random id (a version 4 UUID from crypto/rand).
@@ -66,20 +66,30 @@ type Charge struct {
 	Status            string    `json:"status"`
 	ProviderReference string    `json:"provider_reference"`
 	CreatedAt         time.Time `json:"created_at"`
+	// AmountRefunded is the sum of the charge's succeeded refunds.
+	AmountRefunded int64 `json:"amount_refunded"`
+	// Refunds are the charge's refunds, as Get reads them; Create's
+	// charge has none.
+	Refunds []Refund `json:"refunds,omitempty"`
+}
+
+// Receipt says how a command's answer came: Create and Refund return one.
+type Receipt struct {
+	// Replayed is true when the answer is the stored outcome of an earlier
+	// request with the same command id (this call, or another, already
+	// carried the command out; it was not carried out again).
+	Replayed bool `json:"replayed"`
+	// KeyExpiresAt is until when the command id deduplicates
+	// (Idempotency-Expires). Zero if the answer did not say.
+	KeyExpiresAt time.Time `json:"key_expires_at,omitzero"`
+	// Attempts is how many HTTP requests the call made.
+	Attempts int `json:"attempts"`
 }
 
 // Result is the outcome of a successful Create.
 type Result struct {
 	Charge Charge
-	// Replayed is true when the answer is the stored outcome of an earlier
-	// request with the same command id (this call, or another, already
-	// charged the card; it was not charged again).
-	Replayed bool
-	// KeyExpiresAt is until when the command id deduplicates
-	// (Idempotency-Expires). Zero if the answer did not say.
-	KeyExpiresAt time.Time
-	// Attempts is how many HTTP requests the call made.
-	Attempts int
+	Receipt
 }
 
 // Doer sends one HTTP request; *http.Client is one.
@@ -140,56 +150,76 @@ type chargeRequest struct {
 // the others. Calling Create again later with the same id and arguments
 // resumes the intent: it never charges twice.
 func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source string, opts ...CreateOption) (Result, error) {
-	if err := id.Validate(); err != nil {
-		return Result{}, fmt.Errorf("client: create: %w", err)
-	}
 	req := chargeRequest{Amount: amount.Amount, Currency: amount.Currency, Source: source}
 	for _, opt := range opts {
 		opt(&req)
 	}
+	ch, rc, err := command[Charge](ctx, c, "create", id, "/charges", req)
+	return Result{Charge: ch, Receipt: rc}, err
+}
+
+// Get reads the charge with the given id, with its refunds. It retries on
+// network errors, timeouts, 429 and 5xx answers. An unknown id, or another
+// tenant's charge, is a *ProblemError matching ErrNotFound.
+func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
+	return read[Charge](ctx, c, "get "+id, chargePath(id))
+}
+
+func chargePath(id string) string { return "/charges/" + url.PathEscape(id) }
+
+// command carries out one command, Create's or Refund's: it POSTs req as
+// JSON to path with id as the Idempotency-Key, through send's retries, and
+// decodes the 201 answer into T. op names the call in errors.
+func command[T any](ctx context.Context, c *Client, op string, id CommandID, path string, req any) (T, Receipt, error) {
+	var v T
+	if err := id.Validate(); err != nil {
+		return v, Receipt{}, fmt.Errorf("client: %s: %w", op, err)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
-		return Result{}, fmt.Errorf("client: create %s: %w", id, err)
+		return v, Receipt{}, fmt.Errorf("client: %s %s: %w", op, id, err)
 	}
 	header := http.Header{}
 	header.Set(HeaderIdempotencyKey, string(id))
 	header.Set("Content-Type", "application/json")
-	resp, attempts, err := c.send(ctx, http.MethodPost, c.base+"/charges", header, body)
+	resp, attempts, err := c.send(ctx, http.MethodPost, c.base+path, header, body)
+	rc := Receipt{Attempts: attempts}
 	if err != nil {
-		return Result{Attempts: attempts}, fmt.Errorf("client: create %s: %w", id, err)
+		return v, rc, fmt.Errorf("client: %s %s: %w", op, id, err)
 	}
-	res := Result{Replayed: resp.header.Get(HeaderReplayed) == "true", Attempts: attempts}
+	rc.Replayed = resp.header.Get(HeaderReplayed) == "true"
 	if exp := resp.header.Get(HeaderIdempotencyExpires); exp != "" {
-		if res.KeyExpiresAt, err = http.ParseTime(exp); err != nil {
-			return res, fmt.Errorf("client: create %s: %s %q: %w", id, HeaderIdempotencyExpires, exp, &unknownError{err})
+		if rc.KeyExpiresAt, err = http.ParseTime(exp); err != nil {
+			return v, rc, fmt.Errorf("client: %s %s: %s %q: %w", op, id, HeaderIdempotencyExpires, exp, &unknownError{err})
 		}
 	}
-	if err := resp.decode(http.StatusCreated, &res.Charge); err != nil {
-		return res, fmt.Errorf("client: create %s: %w", id, err)
+	if err := resp.decode(http.StatusCreated, &v); err != nil {
+		return v, rc, fmt.Errorf("client: %s %s: %w", op, id, err)
 	}
-	return res, nil
+	return v, rc, nil
 }
 
-// Get reads the charge with the given id. It retries on network errors,
-// timeouts, 429 and 5xx answers. An unknown id, or another tenant's charge,
-// is a *ProblemError matching ErrNotFound.
-func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
-	resp, _, err := c.send(ctx, http.MethodGet, c.base+"/charges/"+url.PathEscape(id), http.Header{}, nil)
+// read GETs path, through send's retries, and decodes the 200 answer into
+// T. op names the call in errors.
+func read[T any](ctx context.Context, c *Client, op, path string) (T, error) {
+	var v T
+	resp, _, err := c.send(ctx, http.MethodGet, c.base+path, http.Header{}, nil)
+	if err == nil {
+		err = resp.decode(http.StatusOK, &v)
+	}
 	if err != nil {
-		return Charge{}, fmt.Errorf("client: get %s: %w", id, err)
+		var zero T
+		return zero, fmt.Errorf("client: %s: %w", op, err)
 	}
-	var ch Charge
-	if err := resp.decode(http.StatusOK, &ch); err != nil {
-		return Charge{}, fmt.Errorf("client: get %s: %w", id, err)
-	}
-	return ch, nil
+	return v, nil
 }
 
 // response is one answer, read in full.
 type response struct {
-	status int
-	header http.Header
-	body   []byte
+	status     int
+	header     http.Header
+	body       []byte
+	retryAfter time.Duration // its Retry-After, read when it came
 }
 
 // decode unmarshals a success body, or returns the answer's error.
@@ -210,7 +240,7 @@ func (r *response) problem() *ProblemError {
 	if mt != "application/problem+json" || json.Unmarshal(r.body, p) != nil || p.Type == "" {
 		p = &ProblemError{Type: "about:blank", Title: http.StatusText(r.status), Detail: snippet(r.body)}
 	}
-	p.Status = r.status
+	p.Status, p.RetryAfter = r.status, r.retryAfter
 	return p
 }
 
@@ -223,12 +253,18 @@ func snippet(b []byte) string {
 }
 
 // retryable reports whether an answer may be retried: 409, 429 and 5xx,
-// except the problems the service states are final.
+// except the problems the service states are final. A refund that exceeds
+// what remains of its charge is retried only when the answer asks for it
+// (other refunds were in flight, and may fail).
 func (r *response) retryable() bool {
 	if r.status != http.StatusConflict && r.status != http.StatusTooManyRequests && r.status < 500 {
 		return false
 	}
-	return r.status < 500 || !finalProblems[r.problem().Slug()]
+	slug := r.problem().Slug()
+	if slug == slugRefundExceedsCharge {
+		return r.retryAfter > 0
+	}
+	return !finalProblems[slug]
 }
 
 // send makes the request until it gets a final answer (any status but
@@ -253,15 +289,13 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 			return nil, attempt, &unknownError{fmt.Errorf("attempt %d: %w", attempt, err)}
 		case err == nil && !resp.retryable():
 			if unknown && resp.status >= 400 {
-				if p := resp.problem(); !errors.Is(p, ErrDeclined) { // a decline is the command's stored outcome
+				if p := resp.problem(); !storedOutcomes[p.Slug()] {
 					return nil, attempt, fail(p)
 				}
 			}
 			return resp, attempt, nil
 		case err == nil:
-			p := resp.problem()
-			p.RetryAfter = parseRetryAfter(resp.header.Get(HeaderRetryAfter), c.o.clock())
-			retryAfter, err = p.RetryAfter, p
+			retryAfter, err = resp.retryAfter, resp.problem()
 		}
 		unknown = unknown || errors.Is(err, ErrOutcomeUnknown)
 		if attempt >= c.o.maxAttempts {
@@ -311,7 +345,10 @@ func (c *Client) attempt(ctx context.Context, method, url string, header http.He
 	if err != nil {
 		return nil, &unknownError{fmt.Errorf("read %d answer: %w", resp.StatusCode, err)}
 	}
-	return &response{status: resp.StatusCode, header: resp.Header, body: b}, nil
+	return &response{
+		status: resp.StatusCode, header: resp.Header, body: b,
+		retryAfter: parseRetryAfter(resp.Header.Get(HeaderRetryAfter), c.o.clock()),
+	}, nil
 }
 
 // parseRetryAfter reads a Retry-After value, delay-seconds or HTTP-date,

@@ -11,53 +11,81 @@ import (
 // ProblemBase is the prefix of every problem type URI the API answers with.
 const ProblemBase = "https://chargeonce.dev/problems/"
 
-// Sentinel errors, matched with errors.Is against the errors Create and Get
-// return. A *ProblemError matches the sentinel of its problem type.
+// Sentinel errors, matched with errors.Is against the errors the Client's
+// methods return. A *ProblemError matches the sentinel of its problem type.
 var (
 	// ErrInvalid: the request was refused as malformed (invalid-request,
 	// invalid-idempotency-key, payload-too-large, unsupported-media-type),
-	// or Create was given an id that cannot be an Idempotency-Key. Nothing
-	// was charged.
+	// or a command was given an id that cannot be an Idempotency-Key.
+	// Nothing was charged or refunded.
 	ErrInvalid = errors.New("client: invalid request")
 	// ErrUnauthorized: the token was refused or names no tenant.
 	ErrUnauthorized = errors.New("client: unauthorized")
 	// ErrDeclined: the card was declined. Final for the command id.
 	ErrDeclined = errors.New("client: card declined")
-	// ErrNotFound: no such charge for this tenant.
+	// ErrNotFound: no such charge, or refund, for this tenant.
 	ErrNotFound = errors.New("client: not found")
 	// ErrInProgress: a request with the same command id is still running.
 	ErrInProgress = errors.New("client: request in progress")
 	// ErrKeyReused: the command id was first used with a different request
-	// (amount, currency, source or description). Nothing was charged.
+	// (another amount, currency, source or description; for a refund,
+	// another charge, amount or reason). Nothing was charged or refunded.
 	ErrKeyReused = errors.New("client: command id reused with a different request")
-	// ErrOutcomePending: the charge's outcome is not known yet; the server
+	// ErrOutcomePending: the command's outcome is not known yet; the server
 	// settles it in the background. Retry later with the same command id.
 	ErrOutcomePending = errors.New("client: outcome pending")
 	// ErrUnavailable: the request was refused before anything ran: the
 	// service's own 503 provider-unavailable or service-unavailable, or
 	// API Gateway's bare 429 (its throttle, which answers before the
-	// function is invoked). The refused request charged nothing; an
-	// earlier request with the same id may have, so retry with that id.
+	// function is invoked). The refused request charged or refunded
+	// nothing; an earlier request with the same id may have, so retry with
+	// that id.
 	ErrUnavailable = errors.New("client: unavailable")
 	// ErrOutcomeUnknown: the outcome is unknown: retry with the same
 	// command id; never mint a new one. The answer proves nothing about
 	// what ran: a 5xx without a problem body (API Gateway answers one when
 	// the function fails or outlives its timeout, after it may have
-	// charged), or a network error after the request may have been sent.
+	// charged or refunded), or a network error after the request may have
+	// been sent.
 	ErrOutcomeUnknown = errors.New("client: outcome unknown")
 	// ErrInternal: the service failed unexpectedly (500 internal-error), or
 	// the charge's record conflicts with the provider's answer (500
 	// charge-conflict, final: not retried). Retrying with the same command
 	// id is safe.
 	ErrInternal = errors.New("client: internal error")
-	// ErrRejected: the provider refused the request before charging (502
-	// provider-rejected). Final: retrying the same request will not help.
+	// ErrRejected: the provider refused the request before charging or
+	// refunding (502 provider-rejected). Final: retrying the same request
+	// will not help.
 	ErrRejected = errors.New("client: provider rejected the request")
+	// ErrRefundExceedsCharge: the refund is more than what remains of the
+	// charge; nothing was refunded. When the *ProblemError's RetryAfter is
+	// 0 it is final for the command id. When it is positive, other refunds
+	// of the charge were in flight: if they fail, a retry with the same id
+	// after RetryAfter may succeed (Refund already retried until its
+	// attempts or its context ran out).
+	ErrRefundExceedsCharge = errors.New("client: refund exceeds what remains of the charge")
+	// ErrChargeState: the charge is not in a state that can be refunded
+	// (the problem's Detail says which). Nothing was refunded.
+	ErrChargeState = errors.New("client: charge cannot be refunded in its state")
+	// ErrRefundDeclined: the provider refused the refund for good. Final
+	// for the command id, like ErrDeclined.
+	ErrRefundDeclined = errors.New("client: refund declined")
 )
 
-// finalProblems are the 5xx problem types the client does not retry: the
-// service says no retry can change them.
-var finalProblems = map[string]bool{"provider-rejected": true, "charge-conflict": true}
+const slugRefundExceedsCharge = "refund-exceeds-charge"
+
+// finalProblems are the problem types of retryable statuses (409, 5xx)
+// that the client does not retry: the service says no retry can change
+// them. A refund-exceeds-charge is final only without Retry-After.
+var finalProblems = map[string]bool{
+	"provider-rejected": true, "charge-conflict": true, "charge-state-conflict": true, "refund-declined": true,
+}
+
+// storedOutcomes are the failures the service stores as a command's
+// outcome and replays to every retry with its id (a refund-exceeds-charge
+// only when final). After an attempt whose outcome was unknown, they still
+// prove what the command did: nothing.
+var storedOutcomes = map[string]bool{"card-declined": true, "refund-declined": true, slugRefundExceedsCharge: true}
 
 // problemSentinels maps each problem type's slug to its sentinel.
 var problemSentinels = map[string]error{
@@ -76,6 +104,9 @@ var problemSentinels = map[string]error{
 	"provider-unavailable":    ErrUnavailable,
 	"service-unavailable":     ErrUnavailable,
 	"outcome-pending":         ErrOutcomePending,
+	slugRefundExceedsCharge:   ErrRefundExceedsCharge,
+	"charge-state-conflict":   ErrChargeState,
+	"refund-declined":         ErrRefundDeclined,
 }
 
 // ProblemError is an error answer from the API: the problem details of an

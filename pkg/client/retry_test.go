@@ -48,6 +48,7 @@ type scripted struct {
 	replies []reply
 	keys    []string
 	bodies  []string
+	paths   []string // method and path
 }
 
 type reply struct {
@@ -62,6 +63,7 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := len(s.keys)
 	s.keys = append(s.keys, r.Header.Get(HeaderIdempotencyKey))
 	s.bodies = append(s.bodies, string(b))
+	s.paths = append(s.paths, r.Method+" "+r.URL.EscapedPath())
 	rp := s.replies[min(n, len(s.replies)-1)]
 	s.mu.Unlock()
 	for k, v := range rp.header {
@@ -298,8 +300,20 @@ func TestMaxAttempts(t *testing.T) {
 	}
 }
 
+// TestFinalAnswersAreNotRetried: Create and Refund share the retry loop,
+// and each returns a final answer at once, as its sentinel.
 func TestFinalAnswersAreNotRetried(t *testing.T) {
 	t.Parallel()
+	commands := map[string]func(*Client) error{
+		"create": func(c *Client) error {
+			_, err := c.Create(context.Background(), NewCommandID(), eur1500, "tok_visa")
+			return err
+		},
+		"refund": func(c *Client) error {
+			_, err := c.Refund(context.Background(), chargeID, NewCommandID())
+			return err
+		},
+	}
 	for slug, tc := range map[string]struct {
 		status int
 		want   error
@@ -308,46 +322,56 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 		"invalid-idempotency-key": {400, ErrInvalid},
 		"unauthorized":            {401, ErrUnauthorized},
 		"card-declined":           {402, ErrDeclined},
+		"not-found":               {404, ErrNotFound},
 		"payload-too-large":       {413, ErrInvalid},
 		"unsupported-media-type":  {415, ErrInvalid},
 		"idempotency-key-reused":  {422, ErrKeyReused},
 		"provider-rejected":       {502, ErrRejected},
 		"charge-conflict":         {500, ErrInternal},
+		"charge-state-conflict":   {409, ErrChargeState},
+		"refund-declined":         {409, ErrRefundDeclined},
+		"refund-exceeds-charge":   {409, ErrRefundExceedsCharge},
 	} {
-		ft := &fakeTime{now: time.Now()}
-		c, s := newScripted(t, ft.options(0), problemReply(tc.status, slug, nil), created(false))
-		_, err := c.Create(context.Background(), NewCommandID(), eur1500, "tok_visa")
-		var p *ProblemError
-		if !errors.Is(err, tc.want) || !errors.As(err, &p) || p.Status != tc.status || p.Slug() != slug {
-			t.Errorf("%s: err = %v, want %v as a *ProblemError %d", slug, err, tc.want, tc.status)
-		}
-		if s.requests() != 1 {
-			t.Errorf("%s: %d requests, want 1", slug, s.requests())
+		for name, call := range commands {
+			ft := &fakeTime{now: time.Now()}
+			c, s := newScripted(t, ft.options(0), problemReply(tc.status, slug, nil), created(false))
+			err := call(c)
+			var p *ProblemError
+			if !errors.Is(err, tc.want) || !errors.As(err, &p) || p.Status != tc.status || p.Slug() != slug {
+				t.Errorf("%s %s: err = %v, want %v as a *ProblemError %d", name, slug, err, tc.want, tc.status)
+			}
+			if s.requests() != 1 {
+				t.Errorf("%s %s: %d requests, want 1", name, slug, s.requests())
+			}
 		}
 	}
 }
 
 func TestProblemErrorIs(t *testing.T) {
 	t.Parallel()
-	all := []error{ErrInvalid, ErrUnauthorized, ErrDeclined, ErrNotFound, ErrInProgress, ErrKeyReused, ErrOutcomePending, ErrUnavailable, ErrOutcomeUnknown, ErrInternal, ErrRejected}
+	all := []error{ErrInvalid, ErrUnauthorized, ErrDeclined, ErrNotFound, ErrInProgress, ErrKeyReused, ErrOutcomePending, ErrUnavailable, ErrOutcomeUnknown, ErrInternal, ErrRejected,
+		ErrRefundExceedsCharge, ErrChargeState, ErrRefundDeclined}
 	for name, tc := range map[string]struct {
 		p    *ProblemError
 		want error
 	}{
-		"not-found":            {&ProblemError{Type: ProblemBase + "not-found", Status: 404}, ErrNotFound},
-		"request-in-progress":  {&ProblemError{Type: ProblemBase + "request-in-progress", Status: 409}, ErrInProgress},
-		"outcome-pending":      {&ProblemError{Type: ProblemBase + "outcome-pending", Status: 503}, ErrOutcomePending},
-		"provider-unavailable": {&ProblemError{Type: ProblemBase + "provider-unavailable", Status: 503}, ErrUnavailable},
-		"internal-error":       {&ProblemError{Type: ProblemBase + "internal-error", Status: 500}, ErrInternal},
-		"service-unavailable":  {&ProblemError{Type: ProblemBase + "service-unavailable", Status: 503}, ErrUnavailable},
-		"provider-rejected":    {&ProblemError{Type: ProblemBase + "provider-rejected", Status: 502}, ErrRejected},
-		"gateway 401":          {&ProblemError{Type: "about:blank", Status: 401}, ErrUnauthorized},
-		"gateway 500":          {&ProblemError{Type: "about:blank", Status: 500}, ErrOutcomeUnknown},
-		"gateway 502":          {&ProblemError{Type: "about:blank", Status: 502}, ErrOutcomeUnknown},
-		"gateway 503":          {&ProblemError{Type: "about:blank", Status: 503}, ErrOutcomeUnknown},
-		"gateway 504":          {&ProblemError{Type: "about:blank", Status: 504}, ErrOutcomeUnknown},
-		"gateway 429":          {&ProblemError{Type: "about:blank", Status: 429}, ErrUnavailable},
-		"unknown 418":          {&ProblemError{Type: "about:blank", Status: 418}, nil},
+		"not-found":             {&ProblemError{Type: ProblemBase + "not-found", Status: 404}, ErrNotFound},
+		"request-in-progress":   {&ProblemError{Type: ProblemBase + "request-in-progress", Status: 409}, ErrInProgress},
+		"outcome-pending":       {&ProblemError{Type: ProblemBase + "outcome-pending", Status: 503}, ErrOutcomePending},
+		"provider-unavailable":  {&ProblemError{Type: ProblemBase + "provider-unavailable", Status: 503}, ErrUnavailable},
+		"internal-error":        {&ProblemError{Type: ProblemBase + "internal-error", Status: 500}, ErrInternal},
+		"service-unavailable":   {&ProblemError{Type: ProblemBase + "service-unavailable", Status: 503}, ErrUnavailable},
+		"provider-rejected":     {&ProblemError{Type: ProblemBase + "provider-rejected", Status: 502}, ErrRejected},
+		"refund-exceeds-charge": {&ProblemError{Type: ProblemBase + "refund-exceeds-charge", Status: 409}, ErrRefundExceedsCharge},
+		"charge-state-conflict": {&ProblemError{Type: ProblemBase + "charge-state-conflict", Status: 409}, ErrChargeState},
+		"refund-declined":       {&ProblemError{Type: ProblemBase + "refund-declined", Status: 409}, ErrRefundDeclined},
+		"gateway 401":           {&ProblemError{Type: "about:blank", Status: 401}, ErrUnauthorized},
+		"gateway 500":           {&ProblemError{Type: "about:blank", Status: 500}, ErrOutcomeUnknown},
+		"gateway 502":           {&ProblemError{Type: "about:blank", Status: 502}, ErrOutcomeUnknown},
+		"gateway 503":           {&ProblemError{Type: "about:blank", Status: 503}, ErrOutcomeUnknown},
+		"gateway 504":           {&ProblemError{Type: "about:blank", Status: 504}, ErrOutcomeUnknown},
+		"gateway 429":           {&ProblemError{Type: "about:blank", Status: 429}, ErrUnavailable},
+		"unknown 418":           {&ProblemError{Type: "about:blank", Status: 418}, nil},
 	} {
 		for _, s := range all {
 			if got := errors.Is(tc.p, s); got != (s == tc.want) {
