@@ -68,7 +68,8 @@ type refundIntent struct {
 
 // ParseRefundBody validates a refund request body, the JSON object of
 // POST /charges/{id}/refunds (empty is {}), and returns the request and
-// its fingerprint. The fingerprint covers the charge id, so one key on
+// its fingerprint. null is refused: it is not an object. The fingerprint
+// covers the charge id, so one key on
 // two charges is two requests, and the amount as an integer.
 func ParseRefundBody(chargeID string, body []byte) (RefundRequest, idem.Fingerprint, error) {
 	if len(body) > MaxBodyBytes {
@@ -82,8 +83,8 @@ func ParseRefundBody(chargeID string, body []byte) (RefundRequest, idem.Fingerpr
 		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonJSON}
 	}
 	var fields map[string]json.RawMessage
-	if json.Unmarshal(canonical, &fields) != nil {
-		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
+	if json.Unmarshal(canonical, &fields) != nil || fields == nil {
+		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape} // not an object
 	}
 	var req RefundRequest
 	for name, value := range fields {

@@ -426,7 +426,7 @@ func TestRefundBodyRefusedStoresNothing(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	id := h.charged(t, "acme", 1000)
-	for _, body := range []string{`{"amount":0}`, `{"amount":-5}`, `{"amount":1.5}`, `{"amount":"5"}`, `{"reason":"because"}`, `{"amount":5,"extra":1}`, `[]`, `{"amount":null}`} {
+	for _, body := range []string{`{"amount":0}`, `{"amount":-5}`, `{"amount":1.5}`, `{"amount":"5"}`, `{"reason":"because"}`, `{"amount":5,"extra":1}`, `[]`, `null`, `{"amount":null}`, `{"reason":""}`} {
 		key := newKey()
 		resp := h.do(postRefund("acme", key, id, body))
 		if resp.StatusCode != http.StatusBadRequest || problemType(t, resp) != "invalid-request" {
