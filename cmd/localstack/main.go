@@ -377,7 +377,7 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	gw, err := gateway.New(ch.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+	gw, err := gateway.New(ch.Handle, httpapi.Routes,
 		gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(cc.TenantClaim), gateway.WithTimeout(chargeTimeout),
 		gateway.WithLogger(logger.With("component", "gateway")))
 	if err != nil {

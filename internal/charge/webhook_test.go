@@ -86,7 +86,7 @@ func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeCo
 			tune(&w.Charge)
 		}
 	})
-	gw, err := gateway.New(h.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+	gw, err := gateway.New(h.Handle, httpapi.Routes,
 		gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(testkit.TenantClaim), gateway.WithTimeout(timeout))
 	if err != nil {
 		t.Fatal(err)

@@ -203,7 +203,7 @@ func (d *Deployment) Serve(cfg app.ChargeConfig, wrap func(http.Handler) http.Ha
 	if err != nil {
 		return "", nil, err
 	}
-	gw, err := gateway.New(h.Handle, []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+	gw, err := gateway.New(h.Handle, httpapi.Routes,
 		gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(cfg.TenantClaim), gateway.WithTimeout(10*time.Second))
 	if err != nil {
 		return "", nil, err

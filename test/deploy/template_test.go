@@ -80,7 +80,7 @@ func currentCode() code {
 		// It builds no AWS client and traces nothing.
 		unread:      map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint}},
 		metrics:     metrics.Definitions(),
-		routes:      []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+		routes:      httpapi.Routes,
 		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
 		public:      []string{httpapi.RouteWebhook},
 		outcomes: map[string][]metrics.Outcome{
@@ -261,7 +261,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"secrets wildcard action", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource:\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:*\n              Resource:\n"},
 		{"webhook secret not granted", "                - !If\n                  - HasStripeWebhookSecret\n", "                - !If\n                  - HasSecretsKmsKey\n"},
 		{"sweeper reads secrets", "            - Sid: QueryStuckLeases\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - Sid: QueryStuckLeases\n"},
-		{"kms key always", "              Action: dynamodb:PutItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasSecretsKmsKey\n", "              Action: dynamodb:PutItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasTracingLayer\n"},
+		{"kms key always", "              Action:\n                - dynamodb:GetItem\n                - dynamodb:PutItem\n                - dynamodb:UpdateItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasSecretsKmsKey\n", "              Action:\n                - dynamodb:GetItem\n                - dynamodb:PutItem\n                - dynamodb:UpdateItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasTracingLayer\n"},
 		{"x86_64 by default", "    Default: arm64\n", "    Default: x86_64\n"},
 	}
 	for _, tt := range tests {

@@ -67,7 +67,7 @@ func webhookSettles(t *testing.T, rie, bootstrap string, chargeEnv map[string]st
 		}
 		var res events.APIGatewayV2HTTPResponse
 		return res, fn.call(ctx, payload, &res)
-	}, []string{httpapi.RouteCreate, httpapi.RouteGet, httpapi.RouteWebhook},
+	}, httpapi.Routes,
 		gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(testkit.TenantClaim), gateway.WithTimeout(functions["charge"]))
 	if err != nil {
 		t.Fatal(err)
