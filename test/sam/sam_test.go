@@ -303,6 +303,34 @@ func (s *session) startAPI(port int) {
 	if e := s.stack.Sim.Ledger().References[providerReference(t, created.body)]; e.Charges != 1 {
 		t.Errorf("provider ledger for order-3001: %+v, want one charge for two POSTs", e)
 	}
+	s.refundAPI(base, id, token)
+}
+
+// refundAPI refunds part of the charge id twice with one key through the
+// template's refund routes: one refund, replayed, read back.
+func (s *session) refundAPI(base, id string, token map[string]string) {
+	t := s.t
+	token["Idempotency-Key"] = "return-3001"
+	refund := s.do(base, http.MethodPost, "/charges/"+id+"/refunds", token, `{"amount":1000}`)
+	again := s.do(base, http.MethodPost, "/charges/"+id+"/refunds", token, `{"amount":1000}`)
+	if refund.status != http.StatusCreated || again.status != http.StatusCreated || again.body != refund.body || again.header.Get(httpapi.HeaderReplayed) != "true" {
+		t.Fatalf("POST refunds twice: %d %s, then %d %v %s; want 201, then it replayed", refund.status, refund.body, again.status, again.header, again.body)
+	}
+	read := s.do(base, http.MethodGet, refund.header.Get("Location"), map[string]string{"Authorization": "Bearer dev:acme"}, "")
+	if read.status != http.StatusOK || read.body != refund.body {
+		t.Errorf("GET %s: %d %s, want 200 %s", refund.header.Get("Location"), read.status, read.body, refund.body)
+	}
+	got := s.do(base, http.MethodGet, "/charges/"+id, map[string]string{"Authorization": "Bearer dev:acme"}, "")
+	if !strings.Contains(got.body, `"amount_refunded":1000`) {
+		t.Errorf("GET /charges/%s after the refund: %s, want amount_refunded 1000", id, got.body)
+	}
+	n := 0
+	for _, rf := range s.stack.Sim.Ledger().Refunds {
+		n += rf.Refunds
+	}
+	if n != 1 {
+		t.Errorf("provider refunds: %d, want one for two POSTs", n)
+	}
 }
 
 type answer struct {
