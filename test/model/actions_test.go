@@ -20,6 +20,21 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
+// chargeActions are what a history's clients do with charges: create,
+// retry, duplicate and reuse keys. The clock, the provider's backend, the
+// sweeper and the reconciler act here too, for every operation.
+var chargeActions = []action{
+	{"request", 1, (*history).request},
+	{"concurrent", 1, (*history).concurrent},
+	{"dedupWindowNears", 1, (*history).dedupWindowNears},
+	{"atTheExpirySecond", 1, (*history).atTheExpirySecond},
+	{"advanceClock", 1, (*history).advanceClock},
+	{"retentionPasses", 1, (*history).retentionPasses},
+	{"providerLands", 1, (*history).providerLands},
+	{"sweep", 1, (*history).sweep},
+	{"reconcile", 1, (*history).reconcile},
+}
+
 type body struct {
 	Amount      int64  `json:"amount"`
 	Currency    string `json:"currency"`

@@ -66,7 +66,6 @@ type env struct {
 }
 
 const (
-	maxSteps     = 12               // per history: short histories keep 1,000 of them to a few minutes
 	leaseExpiry  = 31 * time.Second // past the store's default 30s lease
 	inflightWait = 100 * time.Millisecond
 	retention    = 24 * time.Hour

@@ -23,6 +23,20 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
+// faultActions are the faults a history injects: crashes, crashed owners
+// coming back late (drawn twice as often), provider outages, DynamoDB's
+// refusals and lost answers, and dropped connections.
+var faultActions = []action{
+	{"crashAfterClaim", 1, (*history).crashAfterClaim},
+	{"crashAfterProvider", 1, (*history).crashAfterProvider},
+	{"crashAfterCommit", 1, (*history).request}, // the client never reads the response
+	{"staleOwner", 2, (*history).staleOwner},
+	{"providerDown", 1, (*history).providerDown},
+	{"dynamoFaults", 1, (*history).dynamoFaults},
+	{"connectionDrops", 1, (*history).connectionDrops},
+	{"claimAnswerLost", 1, (*history).claimAnswerLost},
+}
+
 // connDrop is the charge function's way to the provider: a server in
 // front of it and a client whose dials it controls. Armed, the server
 // lets the provider execute the next charge, then drops the connection

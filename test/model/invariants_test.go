@@ -143,12 +143,33 @@ func (r *history) allowed(rt *rapid.T, err error) {
 	}
 }
 
-// checkInvariantsSoFar runs between steps: nothing the provider charged
-// may be charged again, whatever the state of the records. It also notes
-// each key's command and its state, and when the provider accepted a
-// charge that has not landed.
+// chargeInvariant is what must hold of charges.
+var chargeInvariant = invariant{soFar: (*history).chargedAtMostOnce, final: (*history).chargesSettled}
+
+// checkInvariantsSoFar runs between steps: it notes the state of every key
+// the step touched, then checks each operation's invariants so far.
 func (r *history) checkInvariantsSoFar(rt *rapid.T) {
 	r.note(rt)
+	for _, inv := range invariants {
+		if inv.soFar != nil {
+			inv.soFar(r, rt)
+		}
+	}
+}
+
+// checkFinal checks each operation's invariants on the history's end state.
+func (r *history) checkFinal(rt *rapid.T) {
+	for _, inv := range invariants {
+		if inv.final != nil {
+			inv.final(r, rt)
+		}
+	}
+}
+
+// chargedAtMostOnce runs between steps: nothing the provider charged may
+// be charged again, whatever the state of the records. It also notes when
+// the provider accepted a charge that has not landed.
+func (r *history) chargedAtMostOnce(rt *rapid.T) {
 	if late := r.env.sim.lateSends(); len(late) > 0 {
 		rt.Fatalf("references sent after the provider's dedup window less its margin: %v", late)
 	}
@@ -195,8 +216,8 @@ func (r *history) noteAll(rt *rapid.T) {
 	r.note(rt)
 }
 
-// checkFinal checks the history's end state. For every command (a key's
-// intent, named by its record's creation):
+// chargesSettled checks the charges' end state. For every command (a
+// key's intent, named by its record's creation):
 //   - the provider charged its reference at most once;
 //   - it is SUCCEEDED exactly when the provider charged it, and then it has
 //     exactly one charge row, and the row, the stored 201 and the provider
@@ -208,7 +229,7 @@ func (r *history) noteAll(rt *rapid.T) {
 // and for the history as a whole: provider charges = charge rows =
 // SUCCEEDED commands, other tenants never read a charge, and every client
 // of the current intent is replayed what the first was told.
-func (r *history) checkFinal(rt *rapid.T) {
+func (r *history) chargesSettled(rt *rapid.T) {
 	ctx := context.Background()
 	ledger := r.env.sim.entries()
 	rows := map[string]row{}

@@ -28,35 +28,15 @@ func TestChargePathModel(t *testing.T) { runModel(t, newEnv(t)) }
 func TestChargePathModelStripe(t *testing.T) { runModel(t, newStripeEnv(t)) }
 
 func runModel(t *testing.T, e *env) {
+	names, run := drawn(t)
 	var runs atomic.Int64
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
 		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}}
 		defer r.reset()
 		r.tenants = []string{r.tenant("a"), r.tenant("b")}
-		actions := map[string]func(*rapid.T){
-			"request":            r.request,
-			"concurrent":         r.concurrent,
-			"crashAfterClaim":    r.crashAfterClaim,
-			"crashAfterProvider": r.crashAfterProvider,
-			"crashAfterCommit":   r.request, // the client never reads the response
-			"advanceClock":       r.advanceClock,
-			"retentionPasses":    r.retentionPasses,
-			"providerLands":      r.providerLands,
-			"providerDown":       r.providerDown,
-			"dynamoFaults":       r.dynamoFaults,
-			"sweep":              r.sweep,
-			"reconcile":          r.reconcile,
-			"staleOwner":         r.staleOwner,
-			"connectionDrops":    r.connectionDrops,
-			"claimAnswerLost":    r.claimAnswerLost,
-			"dedupWindowNears":   r.dedupWindowNears,
-			"atTheExpirySecond":  r.atTheExpirySecond,
-		}
-		// Crashed owners coming back late are drawn twice as often.
-		names := append(slices.Sorted(maps.Keys(actions)), "staleOwner")
 		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
-			actions[rapid.SampledFrom(names).Draw(rt, "action")](rt)
+			run[rapid.SampledFrom(names).Draw(rt, "action")](r, rt)
 			r.checkInvariantsSoFar(rt)
 		}
 		r.settle(rt)
@@ -67,6 +47,58 @@ func runModel(t *testing.T, e *env) {
 		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged",
 		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load(),
 		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load())
+}
+
+// maxSteps bounds a history: short histories keep 1,000 of them to a few
+// minutes.
+const maxSteps = 12
+
+// action is one kind of step a history takes, drawn weight times as often
+// as an action of weight 1.
+type action struct {
+	name   string
+	weight int
+	run    func(*history, *rapid.T)
+}
+
+// invariant is what must hold of one operation's commands: soFar after
+// every step, final once the history has settled. Either may be nil.
+type invariant struct {
+	soFar, final func(*history, *rapid.T)
+}
+
+// The model's parts, each declared in the file of its concern. A new
+// operation declares its actions and invariants in a file of its own and
+// adds them here.
+var (
+	actions    = slices.Concat(chargeActions, faultActions)
+	invariants = []invariant{chargeInvariant}
+)
+
+// drawn returns the names a history draws its steps from, and each
+// name's action. Every name comes once in order, then again those of
+// weight 2 or more, and so on: the draws of a seed stay those it made
+// before the actions were a table.
+func drawn(t *testing.T) ([]string, map[string]func(*history, *rapid.T)) {
+	t.Helper()
+	run := map[string]func(*history, *rapid.T){}
+	most := 0
+	for _, a := range actions {
+		if _, twice := run[a.name]; twice || a.weight < 1 {
+			t.Fatalf("action %q is declared twice or weighs %d", a.name, a.weight)
+		}
+		run[a.name], most = a.run, max(most, a.weight)
+	}
+	sorted := slices.SortedFunc(slices.Values(actions), func(a, b action) int { return cmp.Compare(a.name, b.name) })
+	var names []string
+	for pass := range most {
+		for _, a := range sorted {
+			if a.weight > pass {
+				names = append(names, a.name)
+			}
+		}
+	}
+	return names, run
 }
 
 // history is the model of one random run: what every client was told,
