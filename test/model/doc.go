@@ -15,6 +15,14 @@
 // Stripe's key window that Stripe has no charge for: the one end state
 // besides SUCCEEDED, FAILED_PERMANENT and RELEASED the model accepts.
 //
+// The files follow the model's concerns. env_test.go builds the stack:
+// tables, queue, provider simulators and the clock. faults_test.go holds
+// what a history injects, actions_test.go what its clients, clock, sweeper
+// and reconciler do. invariants_test.go holds the checks along the way and
+// at the end. model_test.go holds the entry points and the history loop. A
+// new operation declares its weighted actions and its invariant in a file
+// of its own, and adds them to the lists in model_test.go.
+//
 // The package holds tests only. `make test` runs 1,000 random histories
 // and 200 in Stripe mode, and `make soak` runs 20,000; a failure prints
 // the rapid seed and the shrunk sequence of steps that reproduces it.
