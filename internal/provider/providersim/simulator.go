@@ -148,12 +148,13 @@ type LedgerRefund struct {
 	// Calls counts the POST /v1/refunds received for the reference,
 	// including those refused or answered with an error.
 	Calls int `json:"calls"`
-	// Charge is the reference of the charge it refunded; ID is the
-	// refund's id and Amount what it refunded. All are empty until it
-	// refunds.
-	Charge string `json:"charge,omitempty"`
-	ID     string `json:"id,omitempty"`
-	Amount int64  `json:"amount,omitempty"`
+	// Charge and ChargeID are the reference and the id of the charge it
+	// refunded; ID is the refund's id and Amount what it refunded. All
+	// are empty until it refunds.
+	Charge   string `json:"charge,omitempty"`
+	ChargeID string `json:"charge_id,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Amount   int64  `json:"amount,omitempty"`
 }
 
 // Ledger is what happened to every reference a charge or refund request
@@ -237,7 +238,7 @@ func (s *Simulator) Ledger() Ledger {
 	for name, rf := range s.refunds {
 		e := LedgerRefund{Calls: rf.calls}
 		if rf.result != nil {
-			e.Refunds, e.Charge, e.ID, e.Amount = 1, rf.charge, rf.result.ChargeID, rf.req.Amount
+			e.Refunds, e.Charge, e.ChargeID, e.ID, e.Amount = 1, rf.charge, rf.req.Charge, rf.result.ChargeID, rf.req.Amount
 		}
 		l.Refunds[name] = e
 	}

@@ -627,7 +627,7 @@ func TestRefundDeduplicatesByReference(t *testing.T) {
 		t.Fatalf("LookupRefund = %+v, %v; the refund %+v", found, err, first)
 	}
 	l := sim.Ledger()
-	want := map[string]providersim.LedgerRefund{"refund-1": {Refunds: 1, Calls: 2, Charge: "order-1", ID: first.ChargeID, Amount: 500}}
+	want := map[string]providersim.LedgerRefund{"refund-1": {Refunds: 1, Calls: 2, Charge: "order-1", ChargeID: charged.ChargeID, ID: first.ChargeID, Amount: 500}}
 	if got := l.RefundsOf("order-1"); !reflect.DeepEqual(got, want) {
 		t.Errorf("refunds of order-1 = %+v, want %+v", got, want)
 	}
