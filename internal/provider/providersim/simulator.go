@@ -195,9 +195,19 @@ func New(optFns ...func(*Options)) *Simulator {
 	s.secret.Store(&o.Secret)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/charges", s.handleCharge)
-	s.mux.HandleFunc("GET /v1/charges/{reference}", s.handleLookup)
+	s.mux.HandleFunc("GET /v1/charges/{reference}", s.lookup(func(name string) *provider.Result {
+		if ref := s.refs[name]; ref != nil {
+			return ref.result
+		}
+		return nil
+	}))
 	s.mux.HandleFunc("POST /v1/refunds", s.handleRefund)
-	s.mux.HandleFunc("GET /v1/refunds/{reference}", s.handleLookupRefund)
+	s.mux.HandleFunc("GET /v1/refunds/{reference}", s.lookup(func(name string) *provider.Result {
+		if rf := s.refunds[name]; rf != nil {
+			return rf.result
+		}
+		return nil
+	}))
 	s.mux.HandleFunc("GET /v1/ledger", s.handleLedger)
 	s.mux.HandleFunc("POST /v1/faults", s.handleFaults)
 	return s
@@ -483,29 +493,27 @@ func (s *Simulator) record(req provider.ChargeRequest, d delivery, invalid error
 	return *ref.result, d, outcomeCreated
 }
 
-func (s *Simulator) handleLookup(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("reference")
-	s.mu.Lock()
-	down := s.down
-	var res *provider.Result
-	if ref := s.refs[name]; ref != nil && ref.result != nil {
-		stored := *ref.result
-		res = &stored
-	}
-	s.mu.Unlock()
-	s.answerLookup(w, r, name, down, res)
-}
-
-// answerLookup answers a lookup of reference, whose stored result is res
-// (nil if none).
-func (s *Simulator) answerLookup(w http.ResponseWriter, r *http.Request, name string, down bool, res *provider.Result) {
-	switch {
-	case down:
-		s.replyNotProcessed(w, r, name, outcomeDown)
-	case res == nil:
-		s.reply(w, r, http.StatusNotFound, provider.Result{Status: provider.StatusNotFound}, name, outcomeNotFound)
-	default:
-		s.reply(w, r, http.StatusOK, res, name, outcomeFound, slog.String("result", string(res.Status)))
+// lookup returns the handler of a lookup, which answers the result stored
+// for a reference: stored reads it under the lock, nil if none.
+func (s *Simulator) lookup(stored func(name string) *provider.Result) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("reference")
+		s.mu.Lock()
+		down := s.down
+		var res *provider.Result
+		if p := stored(name); p != nil {
+			found := *p
+			res = &found
+		}
+		s.mu.Unlock()
+		switch {
+		case down:
+			s.replyNotProcessed(w, r, name, outcomeDown)
+		case res == nil:
+			s.reply(w, r, http.StatusNotFound, provider.Result{Status: provider.StatusNotFound}, name, outcomeNotFound)
+		default:
+			s.reply(w, r, http.StatusOK, res, name, outcomeFound, slog.String("result", string(res.Status)))
+		}
 	}
 }
 
@@ -588,19 +596,6 @@ func (s *Simulator) recordRefund(req provider.RefundRequest, d delivery, invalid
 	rf.charge, rf.req, rf.result = name, req, &res
 	c.refunded += req.Amount
 	return res, d, outcomeCreated, nil
-}
-
-func (s *Simulator) handleLookupRefund(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("reference")
-	s.mu.Lock()
-	down := s.down
-	var res *provider.Result
-	if rf := s.refunds[name]; rf != nil && rf.result != nil {
-		stored := *rf.result
-		res = &stored
-	}
-	s.mu.Unlock()
-	s.answerLookup(w, r, name, down, res)
 }
 
 func (s *Simulator) handleLedger(w http.ResponseWriter, r *http.Request) {
