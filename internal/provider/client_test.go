@@ -93,50 +93,70 @@ func closedURL(t *testing.T) string {
 	return srv.URL
 }
 
-func TestChargeErrorClassification(t *testing.T) {
+// TestErrorClassification: a charge's answers and a refund's read the
+// same way, but for a result, which must be one of the request's kind.
+func TestErrorClassification(t *testing.T) {
 	t.Parallel()
+	ops := map[string]func(context.Context, *provider.Client) (provider.Result, error){
+		"charge": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
+			return c.Charge(ctx, request("order-1"))
+		},
+		"refund": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
+			return c.Refund(ctx, refundRequest("order-1"))
+		},
+	}
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
 		want    error
+		only    string // the one op the row is for; empty for both
 	}{
-		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable},
-		{"503 not processed, any case", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, " TRUE "), provider.ErrUnavailable},
-		{"429", status(http.StatusTooManyRequests), provider.ErrUnavailable},
-		{"503 without the signal", status(http.StatusServiceUnavailable), provider.ErrAmbiguous},
-		{"503 with a false signal", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "false"), provider.ErrAmbiguous},
-		{"500", status(http.StatusInternalServerError), provider.ErrAmbiguous},
-		{"502", status(http.StatusBadGateway), provider.ErrAmbiguous},
-		{"504", status(http.StatusGatewayTimeout), provider.ErrAmbiguous},
-		{"409 in flight", status(http.StatusConflict), provider.ErrAmbiguous},
-		{"202", status(http.StatusAccepted), provider.ErrAmbiguous},
-		{"dropped connection", drop, provider.ErrAmbiguous},
-		{"200 not JSON", body(http.StatusOK, "<html>"), provider.ErrAmbiguous},
-		{"200 unknown status", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"pending"}`), provider.ErrAmbiguous},
-		{"200 other reference", body(http.StatusOK, `{"id":"pc_1","reference":"order-2","status":"charged"}`), provider.ErrAmbiguous},
-		{"200 charged without id", body(http.StatusOK, `{"reference":"order-1","status":"charged"}`), provider.ErrAmbiguous},
-		{"200 not_found", body(http.StatusOK, `{"status":"not_found"}`), provider.ErrAmbiguous},
-		{"400", status(http.StatusBadRequest), provider.ErrRejected},
-		{"401", status(http.StatusUnauthorized), provider.ErrRejected},
-		{"404", status(http.StatusNotFound), provider.ErrRejected},
+		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable, ""},
+		{"503 not processed, any case", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, " TRUE "), provider.ErrUnavailable, ""},
+		{"429", status(http.StatusTooManyRequests), provider.ErrUnavailable, ""},
+		{"503 without the signal", status(http.StatusServiceUnavailable), provider.ErrAmbiguous, ""},
+		{"503 with a false signal", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "false"), provider.ErrAmbiguous, ""},
+		{"500", status(http.StatusInternalServerError), provider.ErrAmbiguous, ""},
+		{"502", status(http.StatusBadGateway), provider.ErrAmbiguous, ""},
+		{"504", status(http.StatusGatewayTimeout), provider.ErrAmbiguous, ""},
+		{"409 in flight", status(http.StatusConflict), provider.ErrAmbiguous, ""},
+		{"202", status(http.StatusAccepted), provider.ErrAmbiguous, ""},
+		{"dropped connection", drop, provider.ErrAmbiguous, ""},
+		{"200 not JSON", body(http.StatusOK, "<html>"), provider.ErrAmbiguous, ""},
+		{"200 unknown status", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"pending"}`), provider.ErrAmbiguous, ""},
+		{"200 other reference", body(http.StatusOK, `{"id":"pc_1","reference":"order-2","status":"charged"}`), provider.ErrAmbiguous, ""},
+		{"200 charged without id", body(http.StatusOK, `{"reference":"order-1","status":"charged"}`), provider.ErrAmbiguous, ""},
+		{"200 not_found", body(http.StatusOK, `{"status":"not_found"}`), provider.ErrAmbiguous, ""},
+		{"400", status(http.StatusBadRequest), provider.ErrRejected, ""},
+		{"401", status(http.StatusUnauthorized), provider.ErrRejected, ""},
+		{"404", status(http.StatusNotFound), provider.ErrRejected, ""},
+		{"422", status(http.StatusUnprocessableEntity), provider.ErrRejected, ""},
+		{"200 refunded without id", body(http.StatusOK, `{"reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "refund"},
+		{"200 charged", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"charged"}`), provider.ErrAmbiguous, "refund"},
+		{"200 refunded", body(http.StatusOK, `{"id":"rf_1","reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "charge"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv, hits := counting(t, tt.handler)
-			c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
-			res, err := c.Charge(t.Context(), request("order-1"))
-			wantKind(t, err, tt.want)
-			if res != (provider.Result{}) {
-				t.Errorf("result = %+v alongside an error", res)
+		for op, call := range ops {
+			if tt.only != "" && tt.only != op {
+				continue
 			}
-			if !strings.Contains(err.Error(), "order-1") {
-				t.Errorf("error does not name the reference: %v", err)
-			}
-			if n := hits.Load(); n != 1 {
-				t.Errorf("provider received %d requests, want exactly 1 (no retries)", n)
-			}
-		})
+			t.Run(op+" "+tt.name, func(t *testing.T) {
+				t.Parallel()
+				srv, hits := counting(t, tt.handler)
+				c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
+				res, err := call(t.Context(), c)
+				wantKind(t, err, tt.want)
+				if res != (provider.Result{}) {
+					t.Errorf("result = %+v alongside an error", res)
+				}
+				if !strings.Contains(err.Error(), op+" order-1") {
+					t.Errorf("error does not name the %s's reference: %v", op, err)
+				}
+				if n := hits.Load(); n != 1 {
+					t.Errorf("provider received %d requests, want exactly 1 (no retries)", n)
+				}
+			})
+		}
 	}
 }
 
@@ -478,48 +498,6 @@ func TestChargeRequestRedactsSource(t *testing.T) {
 
 func refundRequest(ref string) provider.RefundRequest {
 	return provider.RefundRequest{Reference: ref, Charge: "pc_0123456789abcdef", Amount: 500, Currency: "EUR", Command: "acme#refund#r-1"}
-}
-
-// TestRefundErrorClassification: a refund's answers read as a charge's,
-// and a result must be a refund's.
-func TestRefundErrorClassification(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name    string
-		handler http.HandlerFunc
-		want    error
-	}{
-		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable},
-		{"429", status(http.StatusTooManyRequests), provider.ErrUnavailable},
-		{"503 without the signal", status(http.StatusServiceUnavailable), provider.ErrAmbiguous},
-		{"500", status(http.StatusInternalServerError), provider.ErrAmbiguous},
-		{"409 in flight", status(http.StatusConflict), provider.ErrAmbiguous},
-		{"dropped connection", drop, provider.ErrAmbiguous},
-		{"200 refunded without id", body(http.StatusOK, `{"reference":"rf-1","status":"refunded"}`), provider.ErrAmbiguous},
-		{"200 charged", body(http.StatusOK, `{"id":"pc_1","reference":"rf-1","status":"charged"}`), provider.ErrAmbiguous},
-		{"200 other reference", body(http.StatusOK, `{"id":"rf_1","reference":"rf-2","status":"refunded"}`), provider.ErrAmbiguous},
-		{"400 beyond the charge", status(http.StatusBadRequest), provider.ErrRejected},
-		{"404 unknown charge", status(http.StatusNotFound), provider.ErrRejected},
-		{"422 reference reused", status(http.StatusUnprocessableEntity), provider.ErrRejected},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv, hits := counting(t, tt.handler)
-			c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
-			res, err := c.Refund(t.Context(), refundRequest("rf-1"))
-			wantKind(t, err, tt.want)
-			if res != (provider.Result{}) {
-				t.Errorf("result = %+v alongside an error", res)
-			}
-			if !strings.Contains(err.Error(), "refund rf-1") {
-				t.Errorf("error does not name the refund's reference: %v", err)
-			}
-			if n := hits.Load(); n != 1 {
-				t.Errorf("provider received %d requests, want exactly 1 (no retries)", n)
-			}
-		})
-	}
 }
 
 // TestRefundRequestShape: POST /v1/refunds with the bearer token and the
