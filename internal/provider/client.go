@@ -14,8 +14,7 @@ import (
 	"time"
 )
 
-// DefaultTimeout bounds each Charge or Lookup call unless WithTimeout says
-// otherwise.
+// DefaultTimeout bounds each call unless WithTimeout says otherwise.
 const DefaultTimeout = 10 * time.Second
 
 // maxResponseBytes caps how much of a response body the client reads.
@@ -23,12 +22,14 @@ const maxResponseBytes = 1 << 20
 
 var (
 	errEmptyReference = errors.New("empty reference")
-	errNoChargeID     = errors.New("charged result without a charge id")
+	errEmptyCharge    = errors.New("empty charge id")
+	errNoChargeID     = errors.New("result without the provider's id")
 )
 
 // Client talks to the card provider's HTTP API. It is safe for concurrent use.
 type Client struct {
 	chargesURL string
+	refundsURL string
 	secret     string
 	hc         *http.Client
 	timeout    time.Duration
@@ -88,8 +89,10 @@ func NewClient(baseURL, secret string, optFns ...func(*Options)) *Client {
 	for _, fn := range optFns {
 		fn(&o)
 	}
+	base := strings.TrimRight(baseURL, "/")
 	c := &Client{
-		chargesURL: strings.TrimRight(baseURL, "/") + "/v1/charges",
+		chargesURL: base + "/v1/charges",
+		refundsURL: base + "/v1/refunds",
 		secret:     secret,
 		hc:         o.HTTPClient,
 		timeout:    o.Timeout,
@@ -110,14 +113,42 @@ func (c *Client) Guarantees() Guarantees { return c.guarantees }
 // A declined card is not an error: the Result has StatusDeclined and its
 // DeclineCode. Errors wrap ErrUnavailable, ErrAmbiguous or ErrRejected.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
-	fail := func(kind, cause error) (Result, error) {
-		return Result{}, fmt.Errorf("provider: charge %s: %w: %w", req.Reference, kind, cause)
-	}
+	var invalid error
 	if req.Reference == "" {
 		// Without a reference the provider cannot deduplicate.
-		return fail(ErrRejected, errEmptyReference)
+		invalid = errEmptyReference
 	}
-	body, err := json.Marshal(req)
+	return c.send(ctx, "charge", c.chargesURL, req.Reference, req, invalid, StatusCharged, StatusDeclined)
+}
+
+// Refund asks the provider to refund req.Amount of the charge whose id is
+// req.Charge. It sends the request exactly once, and the provider
+// deduplicates it by req.Reference. The Result has StatusRefunded and the
+// refund's id, or StatusDeclined for a refund the provider failed for
+// good. Errors wrap ErrUnavailable, ErrAmbiguous or ErrRejected, as
+// Charge's do: a refund beyond what the charge has left, of an unknown
+// charge, or under a reference used for another refund is ErrRejected.
+func (c *Client) Refund(ctx context.Context, req RefundRequest) (Result, error) {
+	var invalid error
+	switch {
+	case req.Reference == "":
+		invalid = errEmptyReference
+	case req.Charge == "":
+		invalid = errEmptyCharge
+	}
+	return c.send(ctx, "refund", c.refundsURL, req.Reference, req, invalid, StatusRefunded, StatusDeclined)
+}
+
+// send posts body to endpoint once, unless invalid refuses it first, and
+// reads a result whose status is one of want.
+func (c *Client) send(ctx context.Context, op, endpoint, reference string, body any, invalid error, want ...Status) (Result, error) {
+	fail := func(kind, cause error) (Result, error) {
+		return Result{}, fmt.Errorf("provider: %s %s: %w: %w", op, reference, kind, cause)
+	}
+	if invalid != nil {
+		return fail(ErrRejected, invalid)
+	}
+	data, err := json.Marshal(body)
 	if err != nil {
 		return fail(ErrRejected, err)
 	}
@@ -127,7 +158,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 		return fail(ErrUnavailable, err)
 	}
 	ctx, sent := TraceSend(ctx)
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.chargesURL, bytes.NewReader(body))
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(data))
 	if err != nil {
 		return fail(ErrRejected, err)
 	}
@@ -146,7 +177,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	case code != http.StatusOK && sent.Resent():
 		return fail(ErrAmbiguous, &StatusError{StatusCode: code})
 	case code == http.StatusOK:
-		res, err := decodeResult(resp.Body, req.Reference, StatusCharged, StatusDeclined)
+		res, err := decodeResult(resp.Body, reference, want...)
 		if err != nil {
 			return fail(ErrAmbiguous, err)
 		}
@@ -167,15 +198,29 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 // StatusDeclined with the stored result, or StatusNotFound (not an error) if
 // it never charged it. Every error wraps ErrUnavailable.
 func (c *Client) Lookup(ctx context.Context, reference string) (Result, error) {
+	return c.lookup(ctx, "lookup", c.chargesURL, reference, StatusCharged, StatusDeclined)
+}
+
+// LookupRefund asks the provider what became of the refund sent under
+// req.Reference: StatusRefunded or StatusDeclined with the stored result,
+// or StatusNotFound (not an error) if it never refunded under it. It sends
+// nothing that could refund. Every error wraps ErrUnavailable.
+func (c *Client) LookupRefund(ctx context.Context, req RefundRequest) (Result, error) {
+	return c.lookup(ctx, "lookup refund", c.refundsURL, req.Reference, StatusRefunded, StatusDeclined)
+}
+
+// lookup reads the result stored for reference under endpoint, whose
+// status is one of want, or StatusNotFound.
+func (c *Client) lookup(ctx context.Context, op, endpoint, reference string, want ...Status) (Result, error) {
 	fail := func(cause error) (Result, error) {
-		return Result{}, fmt.Errorf("provider: lookup %s: %w: %w", reference, ErrUnavailable, cause)
+		return Result{}, fmt.Errorf("provider: %s %s: %w: %w", op, reference, ErrUnavailable, cause)
 	}
 	if reference == "" {
 		return fail(errEmptyReference)
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, c.chargesURL+"/"+url.PathEscape(reference), nil)
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/"+url.PathEscape(reference), nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -188,7 +233,7 @@ func (c *Client) Lookup(ctx context.Context, reference string) (Result, error) {
 
 	switch resp.StatusCode {
 	case http.StatusOK:
-		res, err := decodeResult(resp.Body, reference, StatusCharged, StatusDeclined)
+		res, err := decodeResult(resp.Body, reference, want...)
 		if err != nil {
 			return fail(err)
 		}
@@ -255,7 +300,7 @@ func decodeResult(body io.Reader, reference string, want ...Status) (Result, err
 	default:
 		return Result{}, fmt.Errorf("response is for reference %q", res.Reference)
 	}
-	if res.Status == StatusCharged && res.ChargeID == "" {
+	if (res.Status == StatusCharged || res.Status == StatusRefunded) && res.ChargeID == "" {
 		return Result{}, errNoChargeID
 	}
 	return res, nil

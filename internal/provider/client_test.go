@@ -93,50 +93,70 @@ func closedURL(t *testing.T) string {
 	return srv.URL
 }
 
-func TestChargeErrorClassification(t *testing.T) {
+// TestErrorClassification: a charge's answers and a refund's read the
+// same way, but for a result, which must be one of the request's kind.
+func TestErrorClassification(t *testing.T) {
 	t.Parallel()
+	ops := map[string]func(context.Context, *provider.Client) (provider.Result, error){
+		"charge": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
+			return c.Charge(ctx, request("order-1"))
+		},
+		"refund": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
+			return c.Refund(ctx, refundRequest("order-1"))
+		},
+	}
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
 		want    error
+		only    string // the one op the row is for; empty for both
 	}{
-		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable},
-		{"503 not processed, any case", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, " TRUE "), provider.ErrUnavailable},
-		{"429", status(http.StatusTooManyRequests), provider.ErrUnavailable},
-		{"503 without the signal", status(http.StatusServiceUnavailable), provider.ErrAmbiguous},
-		{"503 with a false signal", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "false"), provider.ErrAmbiguous},
-		{"500", status(http.StatusInternalServerError), provider.ErrAmbiguous},
-		{"502", status(http.StatusBadGateway), provider.ErrAmbiguous},
-		{"504", status(http.StatusGatewayTimeout), provider.ErrAmbiguous},
-		{"409 in flight", status(http.StatusConflict), provider.ErrAmbiguous},
-		{"202", status(http.StatusAccepted), provider.ErrAmbiguous},
-		{"dropped connection", drop, provider.ErrAmbiguous},
-		{"200 not JSON", body(http.StatusOK, "<html>"), provider.ErrAmbiguous},
-		{"200 unknown status", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"pending"}`), provider.ErrAmbiguous},
-		{"200 other reference", body(http.StatusOK, `{"id":"pc_1","reference":"order-2","status":"charged"}`), provider.ErrAmbiguous},
-		{"200 charged without id", body(http.StatusOK, `{"reference":"order-1","status":"charged"}`), provider.ErrAmbiguous},
-		{"200 not_found", body(http.StatusOK, `{"status":"not_found"}`), provider.ErrAmbiguous},
-		{"400", status(http.StatusBadRequest), provider.ErrRejected},
-		{"401", status(http.StatusUnauthorized), provider.ErrRejected},
-		{"404", status(http.StatusNotFound), provider.ErrRejected},
+		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable, ""},
+		{"503 not processed, any case", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, " TRUE "), provider.ErrUnavailable, ""},
+		{"429", status(http.StatusTooManyRequests), provider.ErrUnavailable, ""},
+		{"503 without the signal", status(http.StatusServiceUnavailable), provider.ErrAmbiguous, ""},
+		{"503 with a false signal", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "false"), provider.ErrAmbiguous, ""},
+		{"500", status(http.StatusInternalServerError), provider.ErrAmbiguous, ""},
+		{"502", status(http.StatusBadGateway), provider.ErrAmbiguous, ""},
+		{"504", status(http.StatusGatewayTimeout), provider.ErrAmbiguous, ""},
+		{"409 in flight", status(http.StatusConflict), provider.ErrAmbiguous, ""},
+		{"202", status(http.StatusAccepted), provider.ErrAmbiguous, ""},
+		{"dropped connection", drop, provider.ErrAmbiguous, ""},
+		{"200 not JSON", body(http.StatusOK, "<html>"), provider.ErrAmbiguous, ""},
+		{"200 unknown status", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"pending"}`), provider.ErrAmbiguous, ""},
+		{"200 other reference", body(http.StatusOK, `{"id":"pc_1","reference":"order-2","status":"charged"}`), provider.ErrAmbiguous, ""},
+		{"200 charged without id", body(http.StatusOK, `{"reference":"order-1","status":"charged"}`), provider.ErrAmbiguous, ""},
+		{"200 not_found", body(http.StatusOK, `{"status":"not_found"}`), provider.ErrAmbiguous, ""},
+		{"400", status(http.StatusBadRequest), provider.ErrRejected, ""},
+		{"401", status(http.StatusUnauthorized), provider.ErrRejected, ""},
+		{"404", status(http.StatusNotFound), provider.ErrRejected, ""},
+		{"422", status(http.StatusUnprocessableEntity), provider.ErrRejected, ""},
+		{"200 refunded without id", body(http.StatusOK, `{"reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "refund"},
+		{"200 charged", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"charged"}`), provider.ErrAmbiguous, "refund"},
+		{"200 refunded", body(http.StatusOK, `{"id":"rf_1","reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "charge"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			srv, hits := counting(t, tt.handler)
-			c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
-			res, err := c.Charge(t.Context(), request("order-1"))
-			wantKind(t, err, tt.want)
-			if res != (provider.Result{}) {
-				t.Errorf("result = %+v alongside an error", res)
+		for op, call := range ops {
+			if tt.only != "" && tt.only != op {
+				continue
 			}
-			if !strings.Contains(err.Error(), "order-1") {
-				t.Errorf("error does not name the reference: %v", err)
-			}
-			if n := hits.Load(); n != 1 {
-				t.Errorf("provider received %d requests, want exactly 1 (no retries)", n)
-			}
-		})
+			t.Run(op+" "+tt.name, func(t *testing.T) {
+				t.Parallel()
+				srv, hits := counting(t, tt.handler)
+				c := provider.NewClient(srv.URL, "", provider.WithHTTPClient(srv.Client()))
+				res, err := call(t.Context(), c)
+				wantKind(t, err, tt.want)
+				if res != (provider.Result{}) {
+					t.Errorf("result = %+v alongside an error", res)
+				}
+				if !strings.Contains(err.Error(), op+" order-1") {
+					t.Errorf("error does not name the %s's reference: %v", op, err)
+				}
+				if n := hits.Load(); n != 1 {
+					t.Errorf("provider received %d requests, want exactly 1 (no retries)", n)
+				}
+			})
+		}
 	}
 }
 
@@ -473,5 +493,93 @@ func TestChargeRequestRedactsSource(t *testing.T) {
 	}
 	if !bytes.Contains(data, []byte(secretSource)) {
 		t.Errorf("JSON for the provider lacks the source: %s", data)
+	}
+}
+
+func refundRequest(ref string) provider.RefundRequest {
+	return provider.RefundRequest{Reference: ref, Charge: "pc_0123456789abcdef", Amount: 500, Currency: "EUR", Command: "acme#refund#r-1"}
+}
+
+// TestRefundRequestShape: POST /v1/refunds with the bearer token and the
+// request as JSON, the command left out.
+func TestRefundRequestShape(t *testing.T) {
+	t.Parallel()
+	var (
+		path, auth string
+		sent       map[string]any
+	)
+	srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+		path, auth = r.Method+" "+r.URL.Path, r.Header.Get("Authorization")
+		if err := json.NewDecoder(r.Body).Decode(&sent); err != nil {
+			t.Errorf("decode body: %v", err)
+		}
+		_, _ = io.WriteString(w, `{"id":"rf_1","reference":"rf-1","status":"refunded"}`)
+	})
+	res, err := provider.NewClient(srv.URL, "s3cret").Refund(t.Context(), refundRequest("rf-1"))
+	if want := (provider.Result{Status: provider.StatusRefunded, Reference: "rf-1", ChargeID: "rf_1"}); err != nil || res != want {
+		t.Fatalf("Refund = %+v, %v; want %+v", res, err, want)
+	}
+	if path != "POST /v1/refunds" || auth != "Bearer s3cret" {
+		t.Errorf("request = %s, Authorization %q", path, auth)
+	}
+	want := map[string]any{"reference": "rf-1", "charge": "pc_0123456789abcdef", "amount": 500.0, "currency": "EUR"}
+	if fmt.Sprint(sent) != fmt.Sprint(want) {
+		t.Errorf("body = %v, want %v", sent, want)
+	}
+}
+
+// TestRefundRefusedBeforeSending: without a reference the provider could
+// not deduplicate, without a charge it could not refund; neither is sent.
+func TestRefundRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	srv, hits := counting(t, status(http.StatusOK))
+	c := provider.NewClient(srv.URL, "")
+	noCharge := refundRequest("rf-1")
+	noCharge.Charge = ""
+	for _, req := range []provider.RefundRequest{refundRequest(""), noCharge} {
+		_, err := c.Refund(t.Context(), req)
+		wantKind(t, err, provider.ErrRejected)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("provider received %d requests, want none", n)
+	}
+}
+
+func TestLookupRefund(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    provider.Result
+		wantErr bool // always ErrUnavailable
+	}{
+		{"refunded", body(http.StatusOK, `{"id":"rf_1","reference":"rf-1","status":"refunded"}`),
+			provider.Result{Status: provider.StatusRefunded, Reference: "rf-1", ChargeID: "rf_1"}, false},
+		{"declined", body(http.StatusOK, `{"id":"rf_2","reference":"rf-1","status":"declined","decline_code":"expired_or_canceled_card"}`),
+			provider.Result{Status: provider.StatusDeclined, Reference: "rf-1", ChargeID: "rf_2", DeclineCode: "expired_or_canceled_card"}, false},
+		{"not found", body(http.StatusNotFound, `{"status":"not_found"}`),
+			provider.Result{Status: provider.StatusNotFound, Reference: "rf-1"}, false},
+		{"bare 404", body(http.StatusNotFound, "404 page not found"), provider.Result{}, true},
+		{"a charge's result", body(http.StatusOK, `{"id":"pc_1","reference":"rf-1","status":"charged"}`), provider.Result{}, true},
+		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.Result{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodGet || r.URL.Path != "/v1/refunds/rf-1" {
+					t.Errorf("request = %s %s, want GET /v1/refunds/rf-1", r.Method, r.URL.Path)
+				}
+				tt.handler(w, r)
+			})
+			res, err := provider.NewClient(srv.URL, "").LookupRefund(t.Context(), refundRequest("rf-1"))
+			if tt.wantErr {
+				wantKind(t, err, provider.ErrUnavailable)
+				return
+			}
+			if err != nil || res != tt.want {
+				t.Errorf("LookupRefund = %+v, %v; want %+v", res, err, tt.want)
+			}
+		})
 	}
 }

@@ -36,6 +36,16 @@ func TestContract(t *testing.T) {
 				}
 				return 0
 			},
+			Refunded: func(reference string) int { return sim.Ledger().Refunds[reference].Refunds },
+			RefundedAmount: func(charge string) int64 {
+				var sum int64
+				for _, r := range sim.Ledger().Refunds {
+					if r.ChargeID == charge {
+						sum += r.Amount
+					}
+				}
+				return sum
+			},
 			// The simulator's lookup is authoritative once late charges land.
 			Settle: func() { sim.Land() },
 			Logs:   logs.String,

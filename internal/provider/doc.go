@@ -5,7 +5,8 @@
 // # The contract
 //
 // The charge path (internal/charge) calls an adapter with three methods:
-// Charge, Lookup and Guarantees. An adapter for any provider, ours or a
+// Charge, Lookup and Guarantees. Refunds add two more: Refund and
+// LookupRefund (see Refunds below). An adapter for any provider, ours or a
 // real one such as Stripe (package stripe), must keep these promises; the
 // suite in package providertest checks them against every adapter.
 //
@@ -57,10 +58,37 @@
 // Guarantees. Each adapter declares its DedupWindow and SettleWindow with
 // Guarantees(); the charge path reads them instead of assuming.
 //
+// # Refunds
+//
+// A RefundRequest names the charge by the provider's id for it: the
+// ChargeID that Charge answered. Its Reference is the refund's own, never
+// the charge's. A refund keeps the charge's promises, with these
+// differences:
+//
+//   - Deduplication. Within DedupWindow a refund reference refunds at most
+//     once, and a later send answers the first result. The same reference
+//     with other parameters is refused: it never answers another refund's
+//     result.
+//   - Amount. A charge's refunds never add up to more than its amount. A
+//     refund beyond what is left is ErrRejected and refunds nothing. So is
+//     a refund of an unknown or declined charge.
+//   - Results. StatusRefunded carries the provider's refund id as
+//     ChargeID. StatusDeclined, with a DeclineCode, is a refund the
+//     provider accepted and then failed for good. A refund may turn from
+//     refunded to declined later; the provider's notifications say so.
+//   - Errors wrap the same sentinels, on the same proofs, as Charge's.
+//     ErrRejected proves that this send refunded nothing. It proves nothing
+//     of an earlier send of the reference that was ambiguous: LookupRefund
+//     tells what that one did.
+//   - LookupRefund has no side effects. It answers StatusNotFound for a
+//     reference never refunded, trustworthy only after SettleWindow. Every
+//     error wraps ErrUnavailable.
+//
 // # The HTTP client
 //
-// Client talks to our provider API. The provider deduplicates for ever
-// (DedupWindow zero) and its lookup is authoritative once a travelling
-// request has landed (DefaultSettleWindow). The client never retries on its
+// Client talks to our provider API: /v1/charges for charges, /v1/refunds
+// for refunds. The provider deduplicates for ever (DedupWindow zero) and
+// its lookups are authoritative once a travelling request has landed
+// (DefaultSettleWindow). The client never retries on its
 // own, and it refuses redirects, which would re-send a charge.
 package provider

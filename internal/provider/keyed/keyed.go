@@ -27,6 +27,8 @@ type Key interface {
 type Adapter interface {
 	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
+	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
+	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 }
 
 // Kind is how one kind of adapter is built and read.
@@ -76,6 +78,17 @@ func (p *Provider[A]) Charge(ctx context.Context, req provider.ChargeRequest) (p
 // Lookup looks reference up through the adapter (see call).
 func (p *Provider[A]) Lookup(ctx context.Context, reference string) (provider.Result, error) {
 	return call(ctx, p, func(a A) (provider.Result, error) { return a.Lookup(ctx, reference) })
+}
+
+// Refund refunds req through the adapter (see call): a refusal of the
+// key proves nothing was refunded, as for a charge.
+func (p *Provider[A]) Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.Refund(ctx, req) })
+}
+
+// LookupRefund looks the refund req up through the adapter (see call).
+func (p *Provider[A]) LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.LookupRefund(ctx, req) })
 }
 
 // call runs fn on the adapter for the key held and, if the provider

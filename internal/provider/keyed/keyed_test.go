@@ -135,3 +135,33 @@ func TestUnreadableKeySendsNothing(t *testing.T) {
 		t.Errorf("%d requests reached the provider, want none", n)
 	}
 }
+
+// TestRefundOnARolledKeyIsSentAgainOnce: a refund refused on the old key
+// (401, nothing refunded) is sent once more on the key read again, and
+// refunds once; its lookup goes through the new key too.
+func TestRefundOnARolledKeyIsSentAgainOnce(t *testing.T) {
+	t.Parallel()
+	k := &key{stored: "sk_first"}
+	p, sim, requests := simOnKey(t, "sk_first", k)
+	charged, err := p.Charge(t.Context(), charge("order-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim.SetSecret("sk_second")
+	k.rotate("sk_second")
+	requests.Store(0)
+	req := provider.RefundRequest{Reference: "refund-1", Charge: charged.ChargeID, Amount: 500, Currency: "EUR"}
+	refunded, err := p.Refund(t.Context(), req)
+	if err != nil || refunded.Status != provider.StatusRefunded {
+		t.Fatalf("Refund after the rotation: %+v, %v; want refunded on the second key", refunded, err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2: refused on the old key, sent again on the new", n)
+	}
+	if e := sim.Ledger().Refunds["refund-1"]; e.Refunds != 1 || e.Calls != 1 {
+		t.Errorf("ledger of refund-1: %+v, want one call that refunded", e)
+	}
+	if found, err := p.LookupRefund(t.Context(), req); err != nil || found != refunded {
+		t.Errorf("LookupRefund = %+v, %v; want %+v", found, err, refunded)
+	}
+}

@@ -6,17 +6,28 @@
 // gets at most one stored result, and every later POST for it answers that
 // result, whatever its body says.
 //
+// It deduplicates refunds by their own reference too. A refund sent again
+// answers the first result. The same reference with other parameters is
+// refused (422), since the first result would answer for another refund.
+// A charge's refunds never add up to more than its amount. A refund beyond
+// that, of an unknown or declined charge, or in another currency is
+// refused with a 4xx, and refunds nothing.
+//
 // # API
 //
 //	POST /v1/charges             {"reference","amount","currency","source"}
 //	                             -> 200 {"id","reference","status","decline_code"?}
 //	GET  /v1/charges/{reference} -> 200 stored result, or 404 {"status":"not_found"}
+//	POST /v1/refunds             {"reference","charge","amount","currency"}
+//	                             -> 200 {"id":"rf_…","reference","status":"refunded"}
+//	GET  /v1/refunds/{reference} -> 200 stored result, or 404 {"status":"not_found"}
 //	GET  /v1/ledger              -> what happened to every reference (see Ledger)
 //	POST /v1/faults              {"down": true|false} toggles a whole-provider outage
 //
-// When a secret is configured, every charge and lookup must carry it as a
-// bearer token or gets 401; the ledger and the fault switch take none. While the provider is down, charges and lookups answer 503 with
-// the Provider-Not-Processed header and change nothing.
+// When a secret is configured, every charge, refund and lookup must carry
+// it as a bearer token or gets 401. The ledger and the fault switch take
+// none. While the provider is down, charges, refunds and lookups answer
+// 503 with the Provider-Not-Processed header and change nothing.
 //
 // # Test sources
 //
@@ -38,5 +49,6 @@
 //	anything else        charged (tok_visa, by convention)
 //
 // The Sim-Fault request header (unavailable, timeout or slow) applies the
-// matching behaviour to a request whatever its source.
+// matching behaviour to a request whatever its source. It applies to a
+// refund the same way.
 package providersim

@@ -96,17 +96,29 @@ type Simulator struct {
 	log       *slog.Logger
 	mux       *http.ServeMux
 
-	mu   sync.Mutex
-	down bool
-	refs map[string]*reference
+	mu      sync.Mutex
+	down    bool
+	refs    map[string]*reference
+	refunds map[string]*refund // by the refund's reference
+	byID    map[string]string  // a charge's reference by its id
 }
 
 // reference is the simulator's state for one reference.
 type reference struct {
-	calls   int
-	amount  int64            // of the stored or pending result
-	result  *provider.Result // nil until the reference is charged or declined
-	pending *provider.Result // accepted, not landed yet (see SourceLateOnce)
+	calls    int
+	amount   int64            // of the stored or pending result
+	currency string           // of the stored or pending result
+	result   *provider.Result // nil until the reference is charged or declined
+	pending  *provider.Result // accepted, not landed yet (see SourceLateOnce)
+	refunded int64            // the sum of the charge's refunds
+}
+
+// refund is the simulator's state for one refund reference.
+type refund struct {
+	calls  int
+	charge string                 // the refunded charge's reference
+	req    provider.RefundRequest // the request that refunded
+	result *provider.Result       // nil until the reference is refunded
 }
 
 // LedgerEntry is what happened to one reference.
@@ -123,13 +135,48 @@ type LedgerEntry struct {
 	Amount int64 `json:"amount,omitempty"`
 	// Pending: a charge was accepted and has not landed yet.
 	Pending bool `json:"pending,omitempty"`
+	// Refunded is the sum of the charge's refunds: never more than
+	// Amount.
+	Refunded int64 `json:"refunded,omitempty"`
 }
 
-// Ledger is what happened to every reference a charge request named.
+// LedgerRefund is what happened to one refund reference.
+type LedgerRefund struct {
+	// Refunds is 1 once the reference has refunded, and 0 before; never
+	// more.
+	Refunds int `json:"refunds"`
+	// Calls counts the POST /v1/refunds received for the reference,
+	// including those refused or answered with an error.
+	Calls int `json:"calls"`
+	// Charge and ChargeID are the reference and the id of the charge it
+	// refunded; ID is the refund's id and Amount what it refunded. All
+	// are empty until it refunds.
+	Charge   string `json:"charge,omitempty"`
+	ChargeID string `json:"charge_id,omitempty"`
+	ID       string `json:"id,omitempty"`
+	Amount   int64  `json:"amount,omitempty"`
+}
+
+// Ledger is what happened to every reference a charge or refund request
+// named.
 type Ledger struct {
 	References   map[string]LedgerEntry `json:"references"`
 	TotalCharges int                    `json:"total_charges"`
 	TotalCalls   int                    `json:"total_calls"`
+	// Refunds are by the refund's reference; left out while there are
+	// none.
+	Refunds map[string]LedgerRefund `json:"refunds,omitempty"`
+}
+
+// RefundsOf returns the refunds of the charge whose reference is charge.
+func (l Ledger) RefundsOf(charge string) map[string]LedgerRefund {
+	out := map[string]LedgerRefund{}
+	for name, r := range l.Refunds {
+		if r.Charge == charge {
+			out[name] = r
+		}
+	}
+	return out
 }
 
 // New returns a Simulator with no charges, up and running.
@@ -142,11 +189,25 @@ func New(optFns ...func(*Options)) *Simulator {
 		slowDelay: max(o.SlowDelay, 0),
 		log:       o.Logger,
 		refs:      make(map[string]*reference),
+		refunds:   make(map[string]*refund),
+		byID:      make(map[string]string),
 	}
 	s.secret.Store(&o.Secret)
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("POST /v1/charges", s.handleCharge)
-	s.mux.HandleFunc("GET /v1/charges/{reference}", s.handleLookup)
+	s.mux.HandleFunc("GET /v1/charges/{reference}", s.lookup(func(name string) *provider.Result {
+		if ref := s.refs[name]; ref != nil {
+			return ref.result
+		}
+		return nil
+	}))
+	s.mux.HandleFunc("POST /v1/refunds", s.handleRefund)
+	s.mux.HandleFunc("GET /v1/refunds/{reference}", s.lookup(func(name string) *provider.Result {
+		if rf := s.refunds[name]; rf != nil {
+			return rf.result
+		}
+		return nil
+	}))
 	s.mux.HandleFunc("GET /v1/ledger", s.handleLedger)
 	s.mux.HandleFunc("POST /v1/faults", s.handleFaults)
 	return s
@@ -156,7 +217,7 @@ func New(optFns ...func(*Options)) *Simulator {
 // switch are the simulator's own, not the provider API's: they take no
 // key, so a tool that checks the ledger needs none.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.HasPrefix(r.URL.Path, "/v1/charges") && !s.authorized(r) {
+	if (strings.HasPrefix(r.URL.Path, "/v1/charges") || strings.HasPrefix(r.URL.Path, "/v1/refunds")) && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="providersim"`)
 		s.reply(w, r, http.StatusUnauthorized, errorBody{"missing or wrong bearer token"}, "", outcomeUnauthorized)
 		return
@@ -175,10 +236,21 @@ func (s *Simulator) Ledger() Ledger {
 			e.Charges = 1
 			e.Status = ref.result.Status
 			e.Amount = ref.amount
+			e.Refunded = ref.refunded
 		}
 		l.References[name] = e
 		l.TotalCharges += e.Charges
 		l.TotalCalls += e.Calls
+	}
+	if len(s.refunds) > 0 {
+		l.Refunds = make(map[string]LedgerRefund, len(s.refunds))
+	}
+	for name, rf := range s.refunds {
+		e := LedgerRefund{Calls: rf.calls}
+		if rf.result != nil {
+			e.Refunds, e.Charge, e.ChargeID, e.ID, e.Amount = 1, rf.charge, rf.req.Charge, rf.result.ChargeID, rf.req.Amount
+		}
+		l.Refunds[name] = e
 	}
 	return l
 }
@@ -199,7 +271,7 @@ func (s *Simulator) Land() int {
 }
 
 // SetDown starts (true) or ends (false) a whole-provider outage, during which
-// charges and lookups answer 503 with the Provider-Not-Processed header.
+// charges, refunds and lookups answer 503 with the Provider-Not-Processed header.
 func (s *Simulator) SetDown(down bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -212,6 +284,7 @@ type outcome string
 const (
 	outcomeUnauthorized outcome = "unauthorized"
 	outcomeRejected     outcome = "rejected"
+	outcomeRefused      outcome = "refused"
 	outcomeDown         outcome = "down"
 	outcomeNotProcessed outcome = "not_processed"
 	outcomeCreated      outcome = "created"
@@ -291,25 +364,41 @@ func (s *Simulator) handleCharge(w http.ResponseWriter, r *http.Request) {
 	}
 	d, delay, invalid := s.checkCharge(r.Header, req)
 	res, d, out := s.record(req, d, invalid)
+	var no *refusal
+	if invalid != nil {
+		no = &refusal{http.StatusBadRequest, invalid.Error()}
+	}
+	s.deliver(w, r, req.Reference, res, d, delay, out, no)
+}
+
+// refusal is a request refused with a 4xx answer and a message.
+type refusal struct {
+	code    int
+	message string
+}
+
+// deliver answers a charge or refund request as its outcome and delivery
+// say: no is the refusal of a rejected or refused one.
+func (s *Simulator) deliver(w http.ResponseWriter, r *http.Request, reference string, res provider.Result, d delivery, delay time.Duration, out outcome, no *refusal) {
 	switch {
-	case out == outcomeRejected:
-		s.reply(w, r, http.StatusBadRequest, errorBody{invalid.Error()}, req.Reference, out)
+	case out == outcomeRejected || out == outcomeRefused:
+		s.reply(w, r, no.code, errorBody{no.message}, reference, out)
 	case out == outcomeDown || out == outcomeNotProcessed:
-		s.replyNotProcessed(w, r, req.Reference, out)
+		s.replyNotProcessed(w, r, reference, out)
 	case out == outcomeInProgress:
-		s.reply(w, r, http.StatusConflict, errorBody{"a request for this reference is in progress"}, req.Reference, out)
+		s.reply(w, r, http.StatusConflict, errorBody{"a request for this reference is in progress"}, reference, out)
 	case out == outcomeAccepted:
-		s.logRequest(r, req.Reference, out, slog.String("delivery", "dropped"))
+		s.logRequest(r, reference, out, slog.String("delivery", "dropped"))
 		dropConnection(w)
 	case d == drop:
-		s.logRequest(r, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "dropped"))
+		s.logRequest(r, reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "dropped"))
 		dropConnection(w)
 	case d == slow && !sleep(r.Context(), delay):
-		s.logRequest(r, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "abandoned"))
+		s.logRequest(r, reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "abandoned"))
 	case d == slow:
-		s.reply(w, r, http.StatusOK, res, req.Reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "slow"))
+		s.reply(w, r, http.StatusOK, res, reference, out, slog.String("result", string(res.Status)), slog.String("delivery", "slow"))
 	default:
-		s.reply(w, r, http.StatusOK, res, req.Reference, out, slog.String("result", string(res.Status)))
+		s.reply(w, r, http.StatusOK, res, reference, out, slog.String("result", string(res.Status)))
 	}
 }
 
@@ -325,10 +414,14 @@ func (s *Simulator) checkCharge(h http.Header, req provider.ChargeRequest) (deli
 	case req.Source == "":
 		return 0, 0, errors.New("source is required")
 	}
-	var d delivery
+	return s.faults(h, sourceDelivery(req.Source))
+}
+
+// faults reads a request's fault headers: how to deliver it (d unless
+// Sim-Fault says otherwise) and the slow delay.
+func (s *Simulator) faults(h http.Header, d delivery) (delivery, time.Duration, error) {
 	switch fault := h.Get(HeaderFault); fault {
 	case "":
-		d = sourceDelivery(req.Source)
 	case FaultUnavailable:
 		d = unavailable
 	case FaultTimeout:
@@ -384,13 +477,14 @@ func (s *Simulator) record(req provider.ChargeRequest, d delivery, invalid error
 	res := &provider.Result{
 		Status:    provider.StatusCharged,
 		Reference: req.Reference,
-		ChargeID:  newChargeID(),
+		ChargeID:  newID("pc_"),
 	}
 	if req.Source == SourceDecline {
 		res.Status = provider.StatusDeclined
 		res.DeclineCode = DeclineCode
 	}
-	ref.amount = req.Amount
+	ref.amount, ref.currency = req.Amount, req.Currency
+	s.byID[res.ChargeID] = req.Reference
 	if d == lateOnce {
 		ref.pending = res
 		return provider.Result{}, d, outcomeAccepted
@@ -399,24 +493,109 @@ func (s *Simulator) record(req provider.ChargeRequest, d delivery, invalid error
 	return *ref.result, d, outcomeCreated
 }
 
-func (s *Simulator) handleLookup(w http.ResponseWriter, r *http.Request) {
-	name := r.PathValue("reference")
-	s.mu.Lock()
-	down := s.down
-	var res *provider.Result
-	if ref := s.refs[name]; ref != nil && ref.result != nil {
-		stored := *ref.result
-		res = &stored
+// lookup returns the handler of a lookup, which answers the result stored
+// for a reference: stored reads it under the lock, nil if none.
+func (s *Simulator) lookup(stored func(name string) *provider.Result) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("reference")
+		s.mu.Lock()
+		down := s.down
+		var res *provider.Result
+		if p := stored(name); p != nil {
+			found := *p
+			res = &found
+		}
+		s.mu.Unlock()
+		switch {
+		case down:
+			s.replyNotProcessed(w, r, name, outcomeDown)
+		case res == nil:
+			s.reply(w, r, http.StatusNotFound, provider.Result{Status: provider.StatusNotFound}, name, outcomeNotFound)
+		default:
+			s.reply(w, r, http.StatusOK, res, name, outcomeFound, slog.String("result", string(res.Status)))
+		}
 	}
-	s.mu.Unlock()
+}
+
+func (s *Simulator) handleRefund(w http.ResponseWriter, r *http.Request) {
+	var req provider.RefundRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		s.reply(w, r, http.StatusBadRequest, errorBody{"malformed JSON body"}, "", outcomeRejected)
+		return
+	}
+	d, delay, invalid := s.faults(r.Header, answer)
+	if invalid == nil {
+		invalid = checkRefund(req)
+	}
+	res, d, out, no := s.recordRefund(req, d, invalid)
+	s.deliver(w, r, req.Reference, res, d, delay, out, no)
+}
+
+func checkRefund(req provider.RefundRequest) error {
 	switch {
-	case down:
-		s.replyNotProcessed(w, r, name, outcomeDown)
-	case res == nil:
-		s.reply(w, r, http.StatusNotFound, provider.Result{Status: provider.StatusNotFound}, name, outcomeNotFound)
-	default:
-		s.reply(w, r, http.StatusOK, res, name, outcomeFound, slog.String("result", string(res.Status)))
+	case req.Reference == "":
+		return errors.New("reference is required")
+	case req.Charge == "":
+		return errors.New("charge is required")
+	case req.Amount < 1:
+		return errors.New("amount must be at least 1")
+	case req.Currency == "":
+		return errors.New("currency is required")
 	}
+	return nil
+}
+
+// recordRefund counts the call and, unless the request fails or is
+// refused, refunds the charge on the reference's first successful call.
+// Every refusal refunds nothing: a reference used for another refund, an
+// unknown or declined charge, another currency, or more than the charge
+// has left to refund.
+func (s *Simulator) recordRefund(req provider.RefundRequest, d delivery, invalid error) (provider.Result, delivery, outcome, *refusal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var rf *refund
+	if req.Reference != "" {
+		rf = s.refunds[req.Reference]
+		if rf == nil {
+			rf = &refund{}
+			s.refunds[req.Reference] = rf
+		}
+		rf.calls++
+	}
+	refuse := func(code int, format string, args ...any) (provider.Result, delivery, outcome, *refusal) {
+		return provider.Result{}, d, outcomeRefused, &refusal{code, fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case s.down:
+		return provider.Result{}, d, outcomeDown, nil
+	case invalid != nil:
+		return provider.Result{}, d, outcomeRejected, &refusal{http.StatusBadRequest, invalid.Error()}
+	}
+	if d = d.forCall(rf.calls); d == unavailable {
+		return provider.Result{}, d, outcomeNotProcessed, nil
+	}
+	if rf.result != nil {
+		if rf.req != req {
+			return refuse(http.StatusUnprocessableEntity, "reference already used for another refund")
+		}
+		return *rf.result, d, outcomeReplayed, nil
+	}
+	name, ok := s.byID[req.Charge]
+	c := s.refs[name]
+	switch {
+	case !ok || c.result == nil:
+		return refuse(http.StatusNotFound, "no such charge")
+	case c.result.Status != provider.StatusCharged:
+		return refuse(http.StatusBadRequest, "the charge was declined: nothing to refund")
+	case !strings.EqualFold(c.currency, req.Currency):
+		return refuse(http.StatusBadRequest, "currency differs from the charge's")
+	case req.Amount > c.amount-c.refunded:
+		return refuse(http.StatusBadRequest, "amount exceeds what the charge has left to refund (%d)", c.amount-c.refunded)
+	}
+	res := provider.Result{Status: provider.StatusRefunded, Reference: req.Reference, ChargeID: newID("rf_")}
+	rf.charge, rf.req, rf.result = name, req, &res
+	c.refunded += req.Amount
+	return res, d, outcomeCreated, nil
 }
 
 func (s *Simulator) handleLedger(w http.ResponseWriter, r *http.Request) {
@@ -504,10 +683,11 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// newChargeID returns "pc_" and 16 random hex digits.
-func newChargeID() string {
+// newID returns prefix and 16 random hex digits: "pc_…" for a charge,
+// "rf_…" for a refund.
+func newID(prefix string) string {
 	var b [8]byte
 	// crypto/rand.Read never returns an error: it crashes the program instead.
 	_, _ = rand.Read(b[:])
-	return "pc_" + hex.EncodeToString(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }

@@ -602,3 +602,158 @@ func TestLateChargeLandsAfterNotFound(t *testing.T) {
 	}
 	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 3, Status: provider.StatusCharged, Amount: 1250})
 }
+
+func refund(ref, chargeID string, amount int64) provider.RefundRequest {
+	return provider.RefundRequest{Reference: ref, Charge: chargeID, Amount: amount, Currency: "EUR"}
+}
+
+var refundID = regexp.MustCompile(`^rf_[0-9a-f]{16}$`)
+
+// TestRefundDeduplicatesByReference: a refund sent again answers the first
+// result and refunds nothing more; the ledger shows one refund, under the
+// charge it refunded.
+func TestRefundDeduplicatesByReference(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	charged := mustCharge(t, c, charge("order-1", providersim.SourceVisa))
+	first, err := c.Refund(t.Context(), refund("refund-1", charged.ChargeID, 500))
+	if err != nil || first.Status != provider.StatusRefunded || !refundID.MatchString(first.ChargeID) || first.Reference != "refund-1" {
+		t.Fatalf("Refund = %+v, %v", first, err)
+	}
+	if again, err := c.Refund(t.Context(), refund("refund-1", charged.ChargeID, 500)); err != nil || again != first {
+		t.Fatalf("Refund sent again = %+v, %v; the first %+v", again, err, first)
+	}
+	if found, err := c.LookupRefund(t.Context(), refund("refund-1", "", 0)); err != nil || found != first {
+		t.Fatalf("LookupRefund = %+v, %v; the refund %+v", found, err, first)
+	}
+	l := sim.Ledger()
+	want := map[string]providersim.LedgerRefund{"refund-1": {Refunds: 1, Calls: 2, Charge: "order-1", ChargeID: charged.ChargeID, ID: first.ChargeID, Amount: 500}}
+	if got := l.RefundsOf("order-1"); !reflect.DeepEqual(got, want) {
+		t.Errorf("refunds of order-1 = %+v, want %+v", got, want)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusCharged, Amount: 1250, Refunded: 500})
+}
+
+// TestRefundsNeverExceedTheCharge: partial refunds under their own
+// references add up to the charge, and one more cent is refused with
+// nothing refunded.
+func TestRefundsNeverExceedTheCharge(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	charged := mustCharge(t, c, charge("order-1", providersim.SourceVisa))
+	if _, err := c.Refund(t.Context(), refund("too-much", charged.ChargeID, 1251)); !errors.Is(err, provider.ErrRejected) {
+		t.Fatalf("a refund beyond the charge: %v, want ErrRejected", err)
+	}
+	for _, r := range []provider.RefundRequest{refund("part-1", charged.ChargeID, 1000), refund("part-2", charged.ChargeID, 250)} {
+		if res, err := c.Refund(t.Context(), r); err != nil || res.Status != provider.StatusRefunded {
+			t.Fatalf("Refund(%s) = %+v, %v", r.Reference, res, err)
+		}
+	}
+	if _, err := c.Refund(t.Context(), refund("one-more", charged.ChargeID, 1)); !errors.Is(err, provider.ErrRejected) {
+		t.Fatalf("a refund of a fully refunded charge: %v, want ErrRejected", err)
+	}
+	l := sim.Ledger()
+	if e := l.References["order-1"]; e.Refunded != 1250 {
+		t.Errorf("refunded %d of the charge, want 1250", e.Refunded)
+	}
+	for _, ref := range []string{"too-much", "one-more"} {
+		if e := l.Refunds[ref]; e != (providersim.LedgerRefund{Calls: 1}) {
+			t.Errorf("ledger of %s = %+v, want one call that refunded nothing", ref, e)
+		}
+		if res, err := c.LookupRefund(t.Context(), refund(ref, "", 0)); err != nil || res.Status != provider.StatusNotFound {
+			t.Errorf("LookupRefund(%s) = %+v, %v; want not_found", ref, res, err)
+		}
+	}
+}
+
+// TestRefundRefusals: every refusal is a 4xx and refunds nothing.
+func TestRefundRefusals(t *testing.T) {
+	t.Parallel()
+	sim, srv, c := start(t)
+	charged := mustCharge(t, c, charge("order-1", providersim.SourceVisa))
+	declined := mustCharge(t, c, charge("order-2", providersim.SourceDecline))
+	if _, err := c.Refund(t.Context(), refund("used", charged.ChargeID, 100)); err != nil {
+		t.Fatal(err)
+	}
+	dollars := refund("dollars", charged.ChargeID, 100)
+	dollars.Currency = "USD"
+	tests := []struct {
+		name string
+		body any
+		code int
+	}{
+		{"malformed JSON", "not an object", http.StatusBadRequest},
+		{"no reference", refund("", charged.ChargeID, 100), http.StatusBadRequest},
+		{"no charge", refund("r-1", "", 100), http.StatusBadRequest},
+		{"zero amount", refund("r-2", charged.ChargeID, 0), http.StatusBadRequest},
+		{"no currency", provider.RefundRequest{Reference: "r-3", Charge: charged.ChargeID, Amount: 100}, http.StatusBadRequest},
+		{"unknown charge", refund("r-4", "pc_0000000000000000", 100), http.StatusNotFound},
+		{"declined charge", refund("r-5", declined.ChargeID, 100), http.StatusBadRequest},
+		{"other currency", dollars, http.StatusBadRequest},
+		{"reference used for another refund", refund("used", charged.ChargeID, 200), http.StatusUnprocessableEntity},
+	}
+	for _, tt := range tests {
+		code, _, body, err := post(t, srv, "/v1/refunds", tt.body, nil)
+		var e struct{ Error string }
+		if err != nil || code != tt.code || json.Unmarshal(body, &e) != nil || e.Error == "" {
+			t.Errorf("%s: %d %s, %v; want %d with a JSON error message", tt.name, code, body, err, tt.code)
+		}
+	}
+	if e := sim.Ledger().References["order-1"]; e.Refunded != 100 {
+		t.Errorf("refunded %d of the charge, want the 100 of the first refund alone", e.Refunded)
+	}
+}
+
+// TestRefundFaults: while down or under Sim-Fault unavailable nothing is
+// refunded; under Sim-Fault timeout the refund is made and its answer lost.
+func TestRefundFaults(t *testing.T) {
+	t.Parallel()
+	sim, srv, c := start(t)
+	charged := mustCharge(t, c, charge("order-1", providersim.SourceVisa))
+	sim.SetDown(true)
+	if _, err := c.Refund(t.Context(), refund("during", charged.ChargeID, 100)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("Refund while down: %v, want ErrUnavailable", err)
+	}
+	if _, err := c.LookupRefund(t.Context(), refund("during", "", 0)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("LookupRefund while down: %v, want ErrUnavailable", err)
+	}
+	sim.SetDown(false)
+	header := func(fault string) http.Header { return http.Header{providersim.HeaderFault: {fault}} }
+	if code, h, _, err := post(t, srv, "/v1/refunds", refund("unavailable", charged.ChargeID, 100), header(providersim.FaultUnavailable)); err != nil ||
+		code != http.StatusServiceUnavailable || h.Get(provider.HeaderNotProcessed) != "true" {
+		t.Errorf("Sim-Fault unavailable = %d, %v", code, err)
+	}
+	if code, _, _, err := post(t, srv, "/v1/refunds", refund("timeout", charged.ChargeID, 100), header(providersim.FaultTimeout)); err == nil {
+		t.Errorf("Sim-Fault timeout answered %d, want a dropped connection", code)
+	}
+	l := sim.Ledger()
+	for ref, want := range map[string]int{"during": 0, "unavailable": 0, "timeout": 1} {
+		if e := l.Refunds[ref]; e.Refunds != want || e.Calls != 1 {
+			t.Errorf("ledger of %s = %+v, want %d refunds in 1 call", ref, e, want)
+		}
+	}
+	if res, err := c.LookupRefund(t.Context(), refund("timeout", "", 0)); err != nil || res.Status != provider.StatusRefunded {
+		t.Errorf("LookupRefund after a lost answer = %+v, %v", res, err)
+	}
+}
+
+// TestRefundsNeedTheSecret as charges do.
+func TestRefundsNeedTheSecret(t *testing.T) {
+	t.Parallel()
+	sim, srv, _ := start(t, providersim.WithSecret("s3cret"))
+	authed := provider.NewClient(srv.URL, "s3cret", provider.WithHTTPClient(srv.Client()))
+	charged := mustCharge(t, authed, charge("order-1", providersim.SourceVisa))
+	wrong := http.Header{"Authorization": {"Bearer nope"}}
+	if code, _, _, err := post(t, srv, "/v1/refunds", refund("r-1", charged.ChargeID, 100), wrong); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("POST /v1/refunds with a wrong token = %d, %v; want 401", code, err)
+	}
+	if code, _, _ := get(t, srv, "/v1/refunds/r-1", wrong); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/refunds/r-1 with a wrong token = %d, want 401", code)
+	}
+	if e := sim.Ledger().References["order-1"]; e.Refunded != 0 {
+		t.Errorf("refunded %d, want nothing", e.Refunded)
+	}
+	if res, err := authed.Refund(t.Context(), refund("r-1", charged.ChargeID, 100)); err != nil || res.Status != provider.StatusRefunded {
+		t.Errorf("Refund with the secret = %+v, %v", res, err)
+	}
+}

@@ -23,6 +23,8 @@ import (
 type Provider interface {
 	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
+	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
+	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 	Guarantees() provider.Guarantees
 }
 
@@ -56,6 +58,11 @@ type Subject struct {
 	// Charged counts the charges that took money for reference at the
 	// backend.
 	Charged func(reference string) int
+	// Refunded counts the refunds the backend made under the refund
+	// reference; RefundedAmount sums the refunds of the charge whose id
+	// (the Result's ChargeID) is charge.
+	Refunded       func(reference string) int
+	RefundedAmount func(charge string) int64
 	// Settle lands whatever the backend still has in flight and lets the
 	// adapter's settle window pass (on the backend's clock).
 	Settle func()
@@ -83,6 +90,12 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"LostAnswerIsAmbiguous", checkLostAnswer},
 		{"LateChargeLandsWithinTheSettleWindow", checkLate},
 		{"SourceNeverLeaks", checkSourceNeverLeaks},
+		{"RefundedOncePerReference", checkRefundedOnce},
+		{"LookupFindsTheRefund", checkLookupFindsRefund},
+		{"LookupRefundOfUnknownIsNotFound", checkLookupRefundUnknown},
+		{"PartialRefundsUpToTheAmount", checkPartialRefunds},
+		{"OverRefundIsRejected", checkOverRefund},
+		{"RefundOfNoChargeIsRejected", checkRefundOfNoCharge},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -109,17 +122,34 @@ func newRequest(source string) provider.ChargeRequest {
 // not_found or ErrUnavailable may stand for a charge that exists.
 func lookupSettled(t *testing.T, s Subject, reference string) provider.Result {
 	t.Helper()
-	res, err := s.Provider.Lookup(context.Background(), reference)
+	return settled(t, s, "lookup "+reference, func(ctx context.Context) (provider.Result, error) {
+		return s.Provider.Lookup(ctx, reference)
+	})
+}
+
+// lookupRefundSettled looks req up as lookupSettled looks up a charge.
+func lookupRefundSettled(t *testing.T, s Subject, req provider.RefundRequest) provider.Result {
+	t.Helper()
+	return settled(t, s, "refund lookup "+req.Reference, func(ctx context.Context) (provider.Result, error) {
+		return s.Provider.LookupRefund(ctx, req)
+	})
+}
+
+// settled runs lookup, and again after the settle window unless the first
+// answer found something.
+func settled(t *testing.T, s Subject, what string, lookup func(context.Context) (provider.Result, error)) provider.Result {
+	t.Helper()
+	res, err := lookup(t.Context())
 	switch {
 	case err != nil:
-		assertKind(t, "lookup", err, provider.ErrUnavailable)
+		assertKind(t, what, err, provider.ErrUnavailable)
 	case res.Status != provider.StatusNotFound:
 		return res
 	}
 	s.Settle()
-	res, err = s.Provider.Lookup(context.Background(), reference)
+	res, err = lookup(t.Context())
 	if err != nil {
-		t.Fatalf("lookup %s after the settle window: %v", reference, err)
+		t.Fatalf("%s after the settle window: %v", what, err)
 	}
 	return res
 }
@@ -300,6 +330,11 @@ func checkUnreachable(t *testing.T, s Subject) {
 	assertKind(t, "charge", err, provider.ErrUnavailable)
 	_, err = s.Unreachable.Lookup(context.Background(), req.Reference)
 	assertKind(t, "lookup", err, provider.ErrUnavailable)
+	refund := newRefund(charged(t, s), 500)
+	_, err = s.Unreachable.Refund(t.Context(), refund)
+	assertKind(t, "refund", err, provider.ErrUnavailable)
+	_, err = s.Unreachable.LookupRefund(t.Context(), refund)
+	assertKind(t, "refund lookup", err, provider.ErrUnavailable)
 }
 
 func checkDoneContext(t *testing.T, s Subject) {
@@ -311,6 +346,12 @@ func checkDoneContext(t *testing.T, s Subject) {
 	_, err = s.Provider.Lookup(ctx, req.Reference)
 	assertKind(t, "lookup", err, provider.ErrUnavailable)
 	assertCharged(t, s, req.Reference, 0)
+	refund := newRefund(charged(t, s), 500)
+	_, err = s.Provider.Refund(ctx, refund)
+	assertKind(t, "refund", err, provider.ErrUnavailable)
+	_, err = s.Provider.LookupRefund(ctx, refund)
+	assertKind(t, "refund lookup", err, provider.ErrUnavailable)
+	assertRefunded(t, s, refund, 0, 0)
 }
 
 func checkLostAnswer(t *testing.T, s Subject) {
@@ -375,6 +416,131 @@ func checkSourceNeverLeaks(t *testing.T, s Subject) {
 			}
 		}
 	}
+}
+
+// newRefund returns a refund of amount of the charge whose id is charge,
+// with a fresh reference.
+func newRefund(charge string, amount int64) provider.RefundRequest {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return provider.RefundRequest{Reference: "rfd_" + hex.EncodeToString(b[:]), Charge: charge, Amount: amount, Currency: "EUR"}
+}
+
+// charged charges newRequest's 1500 and returns the charge's id.
+func charged(t *testing.T, s Subject) string {
+	t.Helper()
+	res, err := s.Provider.Charge(t.Context(), newRequest(s.Sources.Charge))
+	if err != nil || res.Status != provider.StatusCharged {
+		t.Fatalf("charge: %+v, %v", res, err)
+	}
+	return res.ChargeID
+}
+
+// assertRefunded fails unless the backend made n refunds under req's
+// reference and refunded total of its charge in all.
+func assertRefunded(t *testing.T, s Subject, req provider.RefundRequest, n int, total int64) {
+	t.Helper()
+	if got := s.Refunded(req.Reference); got != n {
+		t.Fatalf("the backend refunded under %s %d times, want %d", req.Reference, got, n)
+	}
+	if got := s.RefundedAmount(req.Charge); got != total {
+		t.Fatalf("the backend refunded %d of %s, want %d", got, req.Charge, total)
+	}
+}
+
+// mustRefund refunds req and requires it refunded.
+func mustRefund(t *testing.T, s Subject, req provider.RefundRequest) provider.Result {
+	t.Helper()
+	res, err := s.Provider.Refund(t.Context(), req)
+	if err != nil {
+		t.Fatalf("refund %d under %s: %v", req.Amount, req.Reference, err)
+	}
+	if res.Status != provider.StatusRefunded || res.ChargeID == "" || res.Reference != req.Reference {
+		t.Fatalf("refund %d under %s: %+v, want refunded with an id", req.Amount, req.Reference, res)
+	}
+	return res
+}
+
+func checkRefundedOnce(t *testing.T, s Subject) {
+	req := newRefund(charged(t, s), 500)
+	first := mustRefund(t, s, req)
+	for i := range 2 {
+		if res := mustRefund(t, s, req); res != first {
+			t.Fatalf("send %d answered %+v, the first %+v", i+2, res, first)
+		}
+	}
+	assertRefunded(t, s, req, 1, 500)
+}
+
+func checkLookupFindsRefund(t *testing.T, s Subject) {
+	req := newRefund(charged(t, s), 500)
+	refunded := mustRefund(t, s, req)
+	if got := lookupRefundSettled(t, s, req); got != refunded {
+		t.Fatalf("refund lookup answered %+v, the refund %+v", got, refunded)
+	}
+}
+
+func checkLookupRefundUnknown(t *testing.T, s Subject) {
+	id := charged(t, s)
+	// Another refund of the charge, which the lookup must not take for it.
+	mustRefund(t, s, newRefund(id, 500))
+	req := newRefund(id, 500)
+	res, err := s.Provider.LookupRefund(t.Context(), req)
+	if err != nil || res.Status != provider.StatusNotFound {
+		t.Fatalf("refund lookup of an unknown reference: %+v, %v", res, err)
+	}
+	if got := lookupRefundSettled(t, s, req); got.Status != provider.StatusNotFound {
+		t.Fatalf("refund lookup of an unknown reference after the settle window: %+v", got)
+	}
+	assertRefunded(t, s, req, 0, 500)
+}
+
+func checkPartialRefunds(t *testing.T, s Subject) {
+	id := charged(t, s)
+	first, second := newRefund(id, 1000), newRefund(id, 500)
+	a, b := mustRefund(t, s, first), mustRefund(t, s, second)
+	if a.ChargeID == b.ChargeID {
+		t.Fatalf("two refunds answered one id %s", a.ChargeID)
+	}
+	assertRefunded(t, s, first, 1, 1500)
+	assertRefunded(t, s, second, 1, 1500)
+	more := newRefund(id, 1)
+	_, err := s.Provider.Refund(t.Context(), more)
+	assertKind(t, "a refund of a fully refunded charge", err, provider.ErrRejected)
+	assertRefunded(t, s, more, 0, 1500)
+}
+
+func checkOverRefund(t *testing.T, s Subject) {
+	id := charged(t, s)
+	over := newRefund(id, 1501)
+	_, err := s.Provider.Refund(t.Context(), over)
+	assertKind(t, "a refund beyond the charge", err, provider.ErrRejected)
+	assertRefunded(t, s, over, 0, 0)
+	mustRefund(t, s, newRefund(id, 1000))
+	over = newRefund(id, 501)
+	_, err = s.Provider.Refund(t.Context(), over)
+	assertKind(t, "a refund beyond what is left", err, provider.ErrRejected)
+	assertRefunded(t, s, over, 0, 1000)
+	if got := lookupRefundSettled(t, s, over); got.Status != provider.StatusNotFound {
+		t.Fatalf("refund lookup of a refused refund: %+v", got)
+	}
+}
+
+func checkRefundOfNoCharge(t *testing.T, s Subject) {
+	id := charged(t, s)
+	unknown := newRefund(id[:3]+"0unknown0"+id[3:], 500)
+	_, err := s.Provider.Refund(t.Context(), unknown)
+	assertKind(t, "a refund of an unknown charge", err, provider.ErrRejected)
+	assertRefunded(t, s, unknown, 0, 0)
+
+	declined, err := s.Provider.Charge(t.Context(), newRequest(s.Sources.Decline))
+	if err != nil || declined.Status != provider.StatusDeclined || declined.ChargeID == "" {
+		t.Fatalf("decline: %+v, %v; want declined with an id", declined, err)
+	}
+	ofDecline := newRefund(declined.ChargeID, 500)
+	_, err = s.Provider.Refund(t.Context(), ofDecline)
+	assertKind(t, "a refund of a declined charge", err, provider.ErrRejected)
+	assertRefunded(t, s, ofDecline, 0, 0)
 }
 
 // leaks reports whether text quotes any of the sources.

@@ -67,7 +67,9 @@ func TestContract(t *testing.T) {
 				Late:        stripesim.PMLate,
 				Unknown:     "pm_unknown_5f0c9d2e",
 			},
-			Charged: b.sim.Charged,
+			Charged:        b.sim.Charged,
+			Refunded:       b.sim.Refunded,
+			RefundedAmount: b.sim.RefundedAmount,
 			Settle: func() {
 				b.sim.Land()
 				b.clock.Advance(stripe.SettleWindow)

@@ -93,6 +93,43 @@
 // reused, or if the replay answers (or replays its saved) server error, it
 // falls back to search.
 //
+// # Refunds
+//
+// A refund is one Refund (POST /v1/refunds). Its payment_intent is the
+// request's Charge, the PaymentIntent id that Charge answered. Its amount
+// is in minor units. Our Reference is its Idempotency-Key and its
+// metadata[chargeonce_reference]; the Command, if any, is its
+// metadata[chargeonce_command]. Stripe refunds in the PaymentIntent's
+// currency, so the request's currency is checked for form and not sent.
+//
+// Outcomes:
+//
+//   - succeeded or pending: StatusRefunded, with the Refund's id (re_…).
+//     A pending refund counts: Stripe has taken it, and its amount is no
+//     longer refundable. A card refund cannot be canceled. Should the
+//     issuer return it, its status turns failed and a webhook says so.
+//   - failed or canceled: StatusDeclined, with Stripe's failure_reason as
+//     the DeclineCode (or the status when it gives none).
+//   - requires_action, which card refunds never need: ErrAmbiguous. The
+//     lookup answers once Stripe has settled it.
+//
+// Errors read as a charge's. Stripe refuses a refund beyond what the
+// PaymentIntent has left with 400 invalid_request_error
+// (charge_already_refunded once nothing is left): ErrRejected, nothing
+// refunded. So is a refund of an unknown PaymentIntent, or of one without
+// a successful charge. A key Stripe holds for another refund, or for a
+// charge, is ErrRejected wrapping ErrKeyReused.
+//
+// LookupRefund lists the PaymentIntent's refunds
+// (GET /v1/refunds?payment_intent=…, every page). It answers the one whose
+// metadata carries the reference, or not_found. Stripe documents a lag
+// for search, not for lists. A miss still counts only after the settle
+// window: a refund Stripe accepted may still be executing. If several
+// refunds carry the reference, one that refunds wins, then the newest.
+// That happens only to a reference re-sent after its key expired. As for
+// a charge, the caller must not send a refund reference older than
+// DedupWindow less DedupMargin (Promises.Deduplicates).
+//
 // # Guarantees
 //
 //   - DedupWindow 24h: Stripe keeps an idempotency key at least 24 hours
@@ -104,7 +141,7 @@
 // # Configuration
 //
 // New takes the secret API key (sk_… or a restricted rk_… key allowed to
-// write PaymentIntents; publishable keys are refused). In production it
+// write PaymentIntents and Refunds; publishable keys are refused). In production it
 // comes from AWS Secrets Manager, never from the template in clear text;
 // the adapter keeps it inside stripe-go's client and never logs it.
 //
@@ -116,4 +153,12 @@
 // and payment_intent.payment_failed events into the reference, the command
 // and the outcome, read from the PaymentIntent as Lookup reads it. An event
 // whose type and PaymentIntent disagree is refused, like a bad signature.
+//
+// It reads refund.created, refund.updated and refund.failed from their
+// Refund, as LookupRefund reads it. A refund.failed event about a refund
+// that did not fail is refused. A charge.refunded event carries the
+// Charge: the newest of its refunds that carries our reference is read.
+// Since API version 2022-11-15 Stripe leaves a Charge's refunds out. Such
+// an event then reads as one about nothing of ours, and the refund events
+// tell the outcome.
 package stripe

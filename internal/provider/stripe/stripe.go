@@ -51,7 +51,7 @@ var (
 	errBadAmount        = errors.New("amount must be at least 1")
 	errBadCurrency      = errors.New("currency must be a three-letter ISO code")
 	errUnreadable       = errors.New("unreadable answer from Stripe")
-	errNotSettled       = errors.New("the PaymentIntent has no final outcome yet")
+	errNotSettled       = errors.New("no final outcome yet")
 )
 
 var (
@@ -123,6 +123,7 @@ type Options struct {
 // concurrent use.
 type Adapter struct {
 	intents intents
+	refunds refunds
 	opts    Options
 }
 
@@ -163,7 +164,7 @@ func New(secretKey string, optFns ...func(*Options)) (*Adapter, error) {
 		cfg.URL = stripego.String(strings.TrimRight(o.BaseURL, "/"))
 	}
 	sc := stripego.NewClient(secretKey, stripego.WithBackends(stripego.NewBackendsWithConfig(cfg)))
-	return &Adapter{intents: sc.V1PaymentIntents, opts: o}, nil
+	return &Adapter{intents: sc.V1PaymentIntents, refunds: sc.V1Refunds, opts: o}, nil
 }
 
 // Promises are Stripe's guarantees: see the package documentation.
@@ -394,9 +395,8 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *s
 }
 
 // outcome reads the answer to a create: a Result (a zero Status when the
-// PaymentIntent has no final outcome yet), or the kind of error (one of the
-// provider's sentinels) and its cause. A failed send is unavailable only if
-// none of it left, and an error answer to a re-send tells nothing.
+// PaymentIntent has no final outcome yet), or the kind of error and its
+// cause (classify).
 func outcome(pi *stripego.PaymentIntent, sent *provider.Sent, err error) (provider.Result, error, error) {
 	if err == nil {
 		if res, ok := settled(pi); ok {
@@ -405,34 +405,45 @@ func outcome(pi *stripego.PaymentIntent, sent *provider.Sent, err error) (provid
 		return provider.Result{}, nil, fmt.Errorf("%w: %s is %s", errNotSettled, pi.ID, pi.Status)
 	}
 	var se *stripego.Error
-	if !errors.As(err, &se) {
-		cause := causeOf(err)
-		if sent.NotSent() {
-			return provider.Result{}, provider.ErrUnavailable, cause
-		}
-		return provider.Result{}, provider.ErrAmbiguous, cause
-	}
-	e := newError(se)
-	switch code := se.HTTPStatusCode; {
-	case se.Type == stripego.ErrorTypeCard:
+	if errors.As(err, &se) && se.Type == stripego.ErrorTypeCard {
 		res := provider.Result{Status: provider.StatusDeclined, DeclineCode: declineCode(se)}
 		if se.PaymentIntent != nil {
 			res.ChargeID = se.PaymentIntent.ID
 		}
 		return res, nil, nil
+	}
+	kind, cause := classify(err, sent)
+	return provider.Result{}, kind, cause
+}
+
+// classify reads a create's error other than a card error into the kind
+// of error (one of the provider's sentinels) and its cause. A failed send
+// is unavailable only if none of it left, and an error answer to a
+// re-send tells nothing.
+func classify(err error, sent *provider.Sent) (kind, cause error) {
+	var se *stripego.Error
+	if !errors.As(err, &se) {
+		cause := causeOf(err)
+		if sent.NotSent() {
+			return provider.ErrUnavailable, cause
+		}
+		return provider.ErrAmbiguous, cause
+	}
+	e := newError(se)
+	switch code := se.HTTPStatusCode; {
 	case sent.Resent():
 		// The re-send's answer, not one the key saved for the first send.
-		return provider.Result{}, provider.ErrAmbiguous, e
+		return provider.ErrAmbiguous, e
 	case code == http.StatusTooManyRequests:
-		return provider.Result{}, provider.ErrUnavailable, e
+		return provider.ErrUnavailable, e
 	case code == http.StatusConflict:
-		return provider.Result{}, provider.ErrAmbiguous, e
+		return provider.ErrAmbiguous, e
 	case se.Type == stripego.ErrorTypeIdempotency:
-		return provider.Result{}, provider.ErrRejected, fmt.Errorf("%w: %w", ErrKeyReused, e)
+		return provider.ErrRejected, fmt.Errorf("%w: %w", ErrKeyReused, e)
 	case code >= 400 && code < 500:
-		return provider.Result{}, provider.ErrRejected, e
+		return provider.ErrRejected, e
 	default:
-		return provider.Result{}, provider.ErrAmbiguous, e
+		return provider.ErrAmbiguous, e
 	}
 }
 

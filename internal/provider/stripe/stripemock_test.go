@@ -47,9 +47,15 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 	t.Logf("lookup: %+v, %v", res, err)
 	res, err = a.LookupRequest(ctx, provider.LookupRequest{ChargeRequest: req, FirstSent: time.Now()})
 	t.Logf("lookup by replay: %+v, %v", res, err)
+	// Nor does it keep refunds: neither their amounts nor their keys.
+	rf := provider.RefundRequest{Reference: "co_stripe_mock_refund", Charge: "pi_stripemock", Amount: 500, Currency: "EUR", Command: "acme#refund-charge#r-1"}
+	res, err = a.Refund(ctx, rf)
+	t.Logf("refund: %+v, %v", res, err)
+	res, err = a.LookupRefund(ctx, rf)
+	t.Logf("refund lookup: %+v, %v", res, err)
 
 	calls := rec.calls()
-	for _, want := range []string{"POST /v1/payment_intents", "GET /v1/payment_intents/search", "GET /v1/payment_intents/pi_"} {
+	for _, want := range []string{"POST /v1/payment_intents", "GET /v1/payment_intents/search", "GET /v1/payment_intents/pi_", "POST /v1/refunds", "GET /v1/refunds"} {
 		if !slicesContainsPrefix(calls, want) {
 			t.Errorf("no request %q among %v", want, calls)
 		}

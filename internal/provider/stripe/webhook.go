@@ -19,6 +19,16 @@ const (
 	EventFailed    = "payment_intent.payment_failed"
 )
 
+// The webhook events about a refund. The first three carry the Refund;
+// EventChargeRefunded carries the Charge, with its refunds on API versions
+// before 2022-11-15 only.
+const (
+	EventRefundCreated  = "refund.created"
+	EventRefundUpdated  = "refund.updated"
+	EventRefundFailed   = "refund.failed"
+	EventChargeRefunded = "charge.refunded"
+)
+
 // DefaultWebhookTolerance is how old a delivery's signed timestamp may be:
 // stripe-go's default, five minutes. An older one may be a replay of a
 // captured delivery and is refused.
@@ -35,18 +45,21 @@ var (
 	ErrUnreadable = errors.New("stripe: webhook event unreadable")
 )
 
-// Event is a verified webhook event, as far as it concerns our charges.
+// Event is a verified webhook event, as far as it concerns our charges
+// and refunds.
 type Event struct {
 	ID   string // evt_…, the same for every delivery of the event
 	Type string
-	// Reference and Command are the PaymentIntent's
+	// Reference and Command are the PaymentIntent's or the Refund's
 	// metadata[chargeonce_reference] and metadata[chargeonce_command]:
-	// empty for an event about anything else, or about a PaymentIntent we
-	// did not create.
+	// empty for an event about anything else, or about an object we did
+	// not create.
 	Reference, Command string
-	// Result is the PaymentIntent's outcome, for EventSucceeded
-	// (StatusCharged) and EventFailed (StatusDeclined); for any other
-	// event its Status is empty.
+	// Result is the object's outcome: for EventSucceeded (StatusCharged)
+	// and EventFailed (StatusDeclined) the PaymentIntent's; for the refund
+	// events the Refund's (StatusRefunded, or StatusDeclined once it
+	// failed), its id as ChargeID. Its Status is empty for any other event,
+	// and for a refund with no outcome yet.
 	Result provider.Result
 }
 
@@ -55,7 +68,9 @@ type Event struct {
 // tolerance old; zero means DefaultWebhookTolerance) and reads its event.
 // The event's API version is not required to match stripe-go's: only the
 // PaymentIntent's id, status, metadata and last payment error are read,
-// which every version has in the same form.
+// or the Refund's id, status, failure reason and metadata, which every
+// version has in the same form. A Charge's refunds are read where the
+// version includes them.
 func ParseWebhook(payload []byte, signature, secret string, tolerance time.Duration) (Event, error) {
 	if secret == "" {
 		return Event{}, fmt.Errorf("%w: no signing secret configured", ErrSignature)
@@ -73,22 +88,73 @@ func ParseWebhook(payload []byte, signature, secret string, tolerance time.Durat
 		return Event{}, ErrUnreadable
 	}
 	out := Event{ID: ev.ID, Type: string(ev.Type)}
-	if ev.Type != EventSucceeded && ev.Type != EventFailed {
-		return out, nil
+	switch ev.Type {
+	case EventSucceeded, EventFailed:
+		return readIntent(out, ev.Data)
+	case EventRefundCreated, EventRefundUpdated, EventRefundFailed:
+		var rf stripego.Refund
+		if ev.Data == nil || json.Unmarshal(ev.Data.Raw, &rf) != nil || rf.ID == "" {
+			return Event{}, ErrUnreadable
+		}
+		return readRefund(out, &rf)
+	case EventChargeRefunded:
+		var ch stripego.Charge
+		if ev.Data == nil || json.Unmarshal(ev.Data.Raw, &ch) != nil || ch.ID == "" {
+			return Event{}, ErrUnreadable
+		}
+		if rf := newestOurs(&ch); rf != nil {
+			return readRefund(out, rf)
+		}
 	}
+	return out, nil
+}
+
+// readIntent reads a payment_intent event's PaymentIntent into out.
+func readIntent(out Event, data *stripego.EventData) (Event, error) {
 	var pi stripego.PaymentIntent
-	if ev.Data == nil || json.Unmarshal(ev.Data.Raw, &pi) != nil || pi.ID == "" {
+	if data == nil || json.Unmarshal(data.Raw, &pi) != nil || pi.ID == "" {
 		return Event{}, ErrUnreadable
 	}
 	out.Reference, out.Command = pi.Metadata[MetadataReference], pi.Metadata[MetadataCommand]
 	res, ok := settled(&pi)
 	switch {
-	case !ok, ev.Type == EventSucceeded && res.Status != provider.StatusCharged,
-		ev.Type == EventFailed && res.Status != provider.StatusDeclined:
+	case !ok, out.Type == EventSucceeded && res.Status != provider.StatusCharged,
+		out.Type == EventFailed && res.Status != provider.StatusDeclined:
 		// The event and its object disagree: believe neither.
 		return Event{}, ErrUnreadable
 	}
 	res.Reference = out.Reference
 	out.Result = res
 	return out, nil
+}
+
+// readRefund reads a Refund into out. A refund.failed event about a
+// Refund that did not fail is refused, like a bad signature.
+func readRefund(out Event, rf *stripego.Refund) (Event, error) {
+	out.Reference, out.Command = rf.Metadata[MetadataReference], rf.Metadata[MetadataCommand]
+	res, ok := refundOutcome(rf)
+	if out.Type == EventRefundFailed && res.Status != provider.StatusDeclined {
+		return Event{}, ErrUnreadable
+	}
+	if ok {
+		res.Reference = out.Reference
+		out.Result = res
+	}
+	return out, nil
+}
+
+// newestOurs is the newest of a Charge's refunds that carries our
+// reference, or nil: the refund a charge.refunded event is most likely
+// about.
+func newestOurs(ch *stripego.Charge) *stripego.Refund {
+	var newest *stripego.Refund
+	if ch.Refunds == nil {
+		return nil
+	}
+	for _, rf := range ch.Refunds.Data {
+		if rf != nil && rf.Metadata[MetadataReference] != "" && (newest == nil || rf.Created > newest.Created) {
+			newest = rf
+		}
+	}
+	return newest
 }

@@ -131,3 +131,73 @@ func TestParseWebhookRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulatorSendsRefundWebhooks: a refund raises refund.created and
+// charge.refunded, both read as our refund with its command; its failure
+// raises refund.updated and refund.failed, read as declined.
+func TestSimulatorSendsRefundWebhooks(t *testing.T) {
+	t.Parallel()
+	ep := &endpoint{}
+	hook := httptest.NewServer(ep)
+	t.Cleanup(hook.Close)
+	b := newBackend(t, func(o *stripesim.Options) { o.WebhookURL, o.WebhookSecret = hook.URL, testWhsec })
+	pi := mustCharge(t, b, "co_hook_refund", stripesim.PMRefundFail)
+	req := refund("co_hook_refund_1", pi, 700)
+	req.Command = "acme#refund-charge#r-hook"
+	refunded, err := b.adapter.Refund(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.sim.FailRefunds()
+	b.sim.WaitWebhooks()
+
+	events := map[string]stripe.Event{}
+	for i, p := range ep.payloads {
+		ev, err := stripe.ParseWebhook(p, ep.sigs[i], testWhsec, 0)
+		if err != nil {
+			t.Fatalf("delivery %d does not verify: %v", i, err)
+		}
+		events[ev.Type] = ev
+	}
+	refundedResult := provider.Result{Status: provider.StatusRefunded, Reference: req.Reference, ChargeID: refunded.ChargeID}
+	failedResult := provider.Result{Status: provider.StatusDeclined, Reference: req.Reference, ChargeID: refunded.ChargeID, DeclineCode: "expired_or_canceled_card"}
+	for typ, want := range map[string]provider.Result{
+		stripe.EventRefundCreated:  refundedResult,
+		stripe.EventChargeRefunded: refundedResult,
+		stripe.EventRefundUpdated:  failedResult,
+		stripe.EventRefundFailed:   failedResult,
+	} {
+		ev, ok := events[typ]
+		if !ok || ev.Reference != req.Reference || ev.Command != req.Command || ev.Result != want {
+			t.Errorf("%s: %+v (delivered: %v); want our refund with %+v", typ, ev, ok, want)
+		}
+	}
+}
+
+// TestParseRefundWebhooks: a charge.refunded event names the newest of its
+// refunds that carries our reference, or nothing of ours; a refund.failed
+// event about a refund that did not fail is refused.
+func TestParseRefundWebhooks(t *testing.T) {
+	t.Parallel()
+	parse := func(payload string) (stripe.Event, error) {
+		sig := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: []byte(payload), Secret: testWhsec}).Header
+		return stripe.ParseWebhook([]byte(payload), sig, testWhsec, 0)
+	}
+	ev, err := parse(`{"id":"evt_1","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_1","object":"charge","refunds":{"object":"list","data":[
+		{"id":"re_old","object":"refund","status":"succeeded","created":1,"metadata":{"chargeonce_reference":"co_old"}},
+		{"id":"re_theirs","object":"refund","status":"succeeded","created":3,"metadata":{}},
+		{"id":"re_new","object":"refund","status":"pending","created":2,"metadata":{"chargeonce_reference":"co_new"}}]}}}}`)
+	if want := (provider.Result{Status: provider.StatusRefunded, Reference: "co_new", ChargeID: "re_new"}); err != nil || ev.Reference != "co_new" || ev.Result != want {
+		t.Errorf("charge.refunded with our refunds: %+v, %v; want %+v", ev, err, want)
+	}
+	ev, err = parse(`{"id":"evt_2","object":"event","type":"charge.refunded","data":{"object":{"id":"ch_2","object":"charge"}}}`)
+	if err != nil || ev.Reference != "" || ev.Result != (provider.Result{}) || ev.ID != "evt_2" {
+		t.Errorf("charge.refunded without its refunds (API versions since 2022-11-15): %+v, %v; want an event about nothing of ours", ev, err)
+	}
+	if _, err := parse(`{"id":"evt_3","object":"event","type":"refund.failed","data":{"object":{"id":"re_3","object":"refund","status":"succeeded","metadata":{}}}}`); !errors.Is(err, stripe.ErrUnreadable) {
+		t.Errorf("refund.failed about a succeeded refund: %v, want ErrUnreadable", err)
+	}
+	if _, err := parse(`{"id":"evt_4","object":"event","type":"refund.created","data":{"object":{"object":"refund"}}}`); !errors.Is(err, stripe.ErrUnreadable) {
+		t.Errorf("refund.created without a refund id: %v, want ErrUnreadable", err)
+	}
+}

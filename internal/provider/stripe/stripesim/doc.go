@@ -13,6 +13,12 @@
 //     limited save nothing. A key expires KeyWindow (24 hours unless
 //     Options say otherwise) after its first use, by the simulator's clock;
 //     after that the same request executes again.
+//   - Refunds: a PaymentIntent's refunds never take back more than its
+//     amount. A refund beyond what is left answers 400 amount_too_large,
+//     and one of a fully refunded PaymentIntent 400 charge_already_refunded.
+//     Neither saves anything under its key. A refund's key is held as a
+//     PaymentIntent's, and its fingerprint names the endpoint: a key first
+//     used for a charge is refused as idempotency_error.
 //   - Search lags: a PaymentIntent shows up in /v1/payment_intents/search
 //     only SearchLag after it was created, as Stripe's eventually
 //     consistent search does. Retrieving it by id sees it at once.
@@ -23,6 +29,8 @@
 //	                                     metadata[...], error_on_requires_action, payment_method_types[]
 //	GET  /v1/payment_intents/{id}
 //	GET  /v1/payment_intents/search      query=metadata['KEY']:'VALUE' (the only form supported)
+//	POST /v1/refunds                     payment_intent, amount?, metadata[...]
+//	GET  /v1/refunds                     payment_intent?, limit?, starting_after? (newest first)
 //
 // Every request must carry the configured secret key as a bearer token.
 //
@@ -31,6 +39,9 @@
 // The payment_method picks the behaviour, like Stripe's test PaymentMethods:
 //
 //	pm_card_visa, pm_card_*                 succeeded
+//	pm_card_refundFail                      succeeded; its refunds succeed, then fail
+//	                                        (failure_reason expired_or_canceled_card)
+//	                                        when FailRefunds is called
 //	pm_card_chargeDeclined                  402 card_error card_declined, decline_code generic_decline
 //	pm_card_chargeDeclinedInsufficientFunds 402 card_error card_declined, decline_code insufficient_funds
 //	pm_card_authenticationRequired          requires_action, or with error_on_requires_action
@@ -62,4 +73,10 @@
 // pause of WebhookRetry that doubles each time. WebhooksDelivered counts
 // the acknowledged events; WaitWebhooks waits for the deliveries in
 // progress.
+//
+// A new refund raises refund.created, with the Refund as its object, and
+// charge.refunded, with the Charge and its refunds newest first. A refund
+// that fails raises refund.updated and refund.failed. Stripe leaves a
+// Charge's refunds out since API version 2022-11-15; the simulator keeps
+// them, as older versions do. Events go in no promised order, as Stripe's.
 package stripesim

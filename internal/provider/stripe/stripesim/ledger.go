@@ -12,6 +12,9 @@ type LedgerEntry struct {
 	Amount int64
 	// Pending: a pm_sim_late request under the key has not landed yet.
 	Pending bool
+	// Refunded sums the refunds, failed ones left out, of the
+	// PaymentIntents created under the key.
+	Refunded int64
 }
 
 // Ledger returns, by idempotency key, what became of the PaymentIntents
@@ -29,6 +32,7 @@ func (s *Simulator) Ledger() map[string]LedgerEntry {
 			e.Declined++
 		}
 		e.Amount = pi.Amount
+		e.Refunded += s.refundedOf(pi.ID)
 		l[pi.idempotencyKey] = e
 	}
 	for _, p := range s.pending {

@@ -28,6 +28,9 @@ const (
 	PMAPIError               = "pm_sim_api_error"
 	PMTimeout                = "pm_sim_timeout"
 	PMLate                   = "pm_sim_late"
+	// PMRefundFail charges; its refunds succeed, then fail when
+	// FailRefunds runs, as Stripe's test card 4000 0000 0000 5126 does.
+	PMRefundFail = "pm_card_refundFail"
 )
 
 // DefaultKeyWindow is how long Stripe keeps an idempotency key: at least
@@ -75,6 +78,7 @@ type Simulator struct {
 	mu       sync.Mutex
 	intents  map[string]*intent // by id
 	order    []*intent          // in creation order
+	refunds  []*refund          // in creation order
 	keys     map[string]*key    // by idempotency key
 	pending  []*pendingCharge   // pm_sim_late charges not landed yet
 	requests int
@@ -153,6 +157,8 @@ func New(optFns ...func(*Options)) *Simulator {
 	s.mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
 	s.mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
 	s.mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleRetrieve)
+	s.mux.HandleFunc("POST /v1/refunds", s.handleRefund)
+	s.mux.HandleFunc("GET /v1/refunds", s.handleListRefunds)
 	return s
 }
 
@@ -237,12 +243,18 @@ func (s *Simulator) handleCreate(w http.ResponseWriter, r *http.Request) {
 	}
 	idemKey := r.Header.Get("Idempotency-Key")
 	code, body, d, replayed := s.create(idemKey, r.PostForm)
-	switch {
-	case d == hang:
+	if d == hang {
 		s.log(r, idemKey, 0, "unanswered")
 		hangUp(w, r)
 		return
-	case replayed:
+	}
+	s.writeIdempotent(w, r, idemKey, code, body, replayed)
+}
+
+// writeIdempotent writes the answer to a request under idemKey, marked
+// if it is a replay of the key's saved answer.
+func (s *Simulator) writeIdempotent(w http.ResponseWriter, r *http.Request, idemKey string, code int, body []byte, replayed bool) {
+	if replayed {
 		w.Header().Set("Idempotent-Replayed", "true")
 	}
 	if idemKey != "" {
@@ -258,20 +270,8 @@ func (s *Simulator) create(idemKey string, form map[string][]string) (int, []byt
 	defer s.mu.Unlock()
 	now := s.opts.Clock()
 	fp := fingerprint(form)
-	if k := s.keys[idemKey]; k != nil && now.Sub(k.firstUsed) >= s.opts.KeyWindow {
-		delete(s.keys, idemKey)
-	}
-	if k := s.keys[idemKey]; k != nil {
-		switch {
-		case k.fingerprint != fp:
-			return http.StatusBadRequest, errorBody(apiError{Type: "idempotency_error",
-				Message: fmt.Sprintf("Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '%s' if you meant to execute a different request.", idemKey)}), answer, false
-		case k.inProgress:
-			return http.StatusConflict, errorBody(apiError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
-				Message: "There is currently another in-progress request using this Idempotent Key. Please try again later."}), answer, false
-		default:
-			return k.status, k.body, answer, true
-		}
+	if code, body, replayed, held := s.held(idemKey, fp, now); held {
+		return code, body, answer, replayed
 	}
 
 	pi, invalid := newIntent(form, now)
@@ -299,6 +299,30 @@ func (s *Simulator) create(idemKey string, form map[string][]string) (int, []byt
 		return code, body, hang, false
 	}
 	return code, body, answer, false
+}
+
+// held answers a request under idemKey, whose parameters' fingerprint is
+// fp, if Stripe holds the key (held): the saved answer (replayed), or the
+// refusal of a request with other parameters or while the first is still
+// executing. A key KeyWindow old is forgotten first. The caller holds the
+// lock.
+func (s *Simulator) held(idemKey, fp string, now time.Time) (code int, body []byte, replayed, held bool) {
+	if k := s.keys[idemKey]; k != nil && now.Sub(k.firstUsed) >= s.opts.KeyWindow {
+		delete(s.keys, idemKey)
+	}
+	k := s.keys[idemKey]
+	switch {
+	case k == nil:
+		return 0, nil, false, false
+	case k.fingerprint != fp:
+		return http.StatusBadRequest, errorBody(apiError{Type: "idempotency_error",
+			Message: fmt.Sprintf("Keys for idempotent requests can only be used with the same parameters they were first used with. Try using a key other than '%s' if you meant to execute a different request.", idemKey)}), false, true
+	case k.inProgress:
+		return http.StatusConflict, errorBody(apiError{Type: "invalid_request_error", Code: "idempotency_key_in_use",
+			Message: "There is currently another in-progress request using this Idempotent Key. Please try again later."}), false, true
+	default:
+		return k.status, k.body, true, true
+	}
 }
 
 // execute confirms pi with its payment method and stores it.
@@ -340,7 +364,7 @@ func (s *Simulator) store(pi *intent, now time.Time) {
 	pi.Created, pi.createdAt = now.Unix(), now
 	s.intents[pi.ID] = pi
 	s.order = append(s.order, pi)
-	s.hooks.notify(pi, now)
+	s.hooks.settled(pi, now)
 }
 
 // newIntent validates a create request's parameters into a PaymentIntent
@@ -370,14 +394,20 @@ func newIntent(form map[string][]string, now time.Time) (*intent, *apiError) {
 	}
 	pi := &intent{
 		Object: "payment_intent", ID: newID("pi_"), Amount: amount, Currency: currency, Status: "succeeded",
-		Metadata: map[string]string{}, PaymentMethod: pm, Created: now.Unix(),
-	}
-	for name, v := range form {
-		if k, ok := strings.CutPrefix(name, "metadata["); ok && strings.HasSuffix(k, "]") && len(v) == 1 {
-			pi.Metadata[strings.TrimSuffix(k, "]")] = v[0]
-		}
+		Metadata: metadata(form), PaymentMethod: pm, Created: now.Unix(),
 	}
 	return pi, nil
+}
+
+// metadata reads a request's metadata[KEY] parameters.
+func metadata(form map[string][]string) map[string]string {
+	m := map[string]string{}
+	for name, v := range form {
+		if k, ok := strings.CutPrefix(name, "metadata["); ok && strings.HasSuffix(k, "]") && len(v) == 1 {
+			m[strings.TrimSuffix(k, "]")] = v[0]
+		}
+	}
+	return m
 }
 
 var (

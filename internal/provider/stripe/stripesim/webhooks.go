@@ -32,7 +32,7 @@ type event struct {
 }
 
 type eventData struct {
-	Object *intent `json:"object"`
+	Object any `json:"object"`
 }
 
 // webhooks sends the simulator's events to Options.WebhookURL.
@@ -44,27 +44,42 @@ type webhooks struct {
 	delivered int
 }
 
-// notify sends the event a PaymentIntent's outcome raises, if it raises
-// one and webhooks are configured: payment_intent.succeeded, or
-// payment_intent.payment_failed for a decline. The event is built now
-// (under the simulator's lock) and sent from its own goroutine, as Stripe
-// sends events apart from the request that caused them.
-func (w *webhooks) notify(pi *intent, now time.Time) {
+// settled sends the event a PaymentIntent's outcome raises, if it raises
+// one: payment_intent.succeeded, or payment_intent.payment_failed for a
+// decline.
+func (w *webhooks) settled(pi *intent, now time.Time) {
+	switch {
+	case pi.Status == "succeeded":
+		w.send("payment_intent.succeeded", pi, now)
+	case pi.Status == "requires_payment_method" && pi.LastPaymentError != nil:
+		w.send("payment_intent.payment_failed", pi, now)
+	}
+}
+
+// refunded sends the events a new refund raises: refund.created, and
+// charge.refunded with the charge c it refunded.
+func (w *webhooks) refunded(rf *refund, c *charge, now time.Time) {
+	w.send("refund.created", rf, now)
+	w.send("charge.refunded", c, now)
+}
+
+// refundFailed sends the events a failed refund raises: refund.updated
+// and refund.failed.
+func (w *webhooks) refundFailed(rf *refund, now time.Time) {
+	w.send("refund.updated", rf, now)
+	w.send("refund.failed", rf, now)
+}
+
+// send sends an event of type typ about a copy of object, if webhooks
+// are configured. The event is built now (under the simulator's lock) and
+// sent from its own goroutine, as Stripe sends events apart from the
+// request that caused them, and in no promised order.
+func (w *webhooks) send(typ string, object any, now time.Time) {
 	if w.opts.WebhookURL == "" {
 		return
 	}
-	var typ string
-	switch {
-	case pi.Status == "succeeded":
-		typ = "payment_intent.succeeded"
-	case pi.Status == "requires_payment_method" && pi.LastPaymentError != nil:
-		typ = "payment_intent.payment_failed"
-	default:
-		return
-	}
-	snapshot := *pi
 	body := mustJSON(event{ID: newID("evt_"), Object: "event", APIVersion: stripego.APIVersion, Created: now.Unix(),
-		Type: typ, Data: eventData{Object: &snapshot}})
+		Type: typ, Data: eventData{Object: object}})
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
