@@ -61,7 +61,7 @@ const HeaderNotProcessed = "Provider-Not-Processed"
 var (
 	ErrUnavailable = errors.New("provider unavailable, request not processed")
 	ErrAmbiguous   = errors.New("provider outcome unknown, request may have been processed")
-	ErrRejected    = errors.New("request rejected, nothing charged")
+	ErrRejected    = errors.New("request rejected, not carried out")
 )
 
 // redacted replaces the card source wherever a ChargeRequest is printed.
