@@ -396,7 +396,10 @@ func TestGetReadsStronglyConsistent(t *testing.T) {
 			o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 				return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SeeGetItem",
 					func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-						if g, ok := in.Parameters.(*dynamodb.GetItemInput); ok {
+						switch g := in.Parameters.(type) {
+						case *dynamodb.GetItemInput:
+							consistent = append(consistent, aws.ToBool(g.ConsistentRead))
+						case *dynamodb.QueryInput:
 							consistent = append(consistent, aws.ToBool(g.ConsistentRead))
 						}
 						return next.HandleInitialize(ctx, in)

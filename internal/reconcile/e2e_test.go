@@ -318,7 +318,8 @@ func (s *stack) wantReplayOfCharge(t *testing.T, key idem.Key, source string) {
 		Status            string `json:"status"`
 		ProviderReference string `json:"provider_reference"`
 		CreatedAt         string `json:"created_at"`
-	}{id, 1500, "EUR", "succeeded", charge.ProviderReference(key, rec.CreatedAt), rec.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")})
+		AmountRefunded    int64  `json:"amount_refunded"`
+	}{id, 1500, "EUR", "succeeded", charge.ProviderReference(key, rec.CreatedAt), rec.CreatedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"), 0})
 
 	resp := s.post(t, key, source)
 	if resp.StatusCode != http.StatusCreated || resp.Body != string(want) ||
