@@ -54,6 +54,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -525,7 +526,7 @@ func adminEnv(s stack) []string {
 func printBanner(w io.Writer, s stack) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nchargeonce local stack is up; Ctrl-C stops it.\n\n")
-	fmt.Fprintf(&b, "  charge API       %s   (POST /charges, GET /charges/{id}; token: Authorization: Bearer dev:<tenant>)\n", s.api)
+	fmt.Fprintf(&b, "  charge API       %s   (%s; token: Authorization: Bearer dev:<tenant>)\n", s.api, strings.Join(slices.DeleteFunc(slices.Clone(httpapi.Routes), func(r string) bool { return r == httpapi.RouteWebhook }), ", "))
 	source := "tok_visa"
 	switch {
 	case s.providerKind != app.ProviderStripe:

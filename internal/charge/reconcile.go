@@ -16,7 +16,7 @@ import (
 // operation is one kind of command sent to the provider: creating a charge,
 // refunding one. The shared paths reach it only through this: the
 // reconciler, a notification, an operator's settlement. A new operation is
-// its own file and a line in NewService.
+// its own file and a line in operations (service.go).
 type operation interface {
 	// reference is the provider reference of the command key names,
 	// created at created.

@@ -17,8 +17,8 @@ import (
 // in the API: milliseconds, the precision records store.
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// The charges table: one item per charge, keyed by tenant and id, so a
-// read is always scoped to the caller's tenant.
+// The charges table: one item per charge and one per refund (refundrows.go),
+// keyed by tenant and id, so a read is always scoped to the caller's tenant.
 const (
 	AttrTenant = "tenant"
 	AttrID     = "id"
