@@ -28,7 +28,7 @@ func (e *BodyError) Is(target error) bool { return target == ErrInvalidRequest }
 const (
 	reasonTooLarge = "The body must be at most 16384 bytes."
 	reasonJSON     = "The body is not a single valid JSON value of UTF-8 text without duplicate keys."
-	reasonShape    = "The body must be an object with a number amount and string currency, source and description, and no other fields."
+	reasonShape    = "The body must be an object with a number amount, string currency, source and description, an optional boolean capture, and no other fields."
 )
 
 // ParseBody validates a create request body, the JSON object of
@@ -61,15 +61,17 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if err != nil {
 		return Request{}, idem.Fingerprint{}, err
 	}
+	r.AuthorizeOnly = in.capture != nil && !*in.capture
 	var digits [20]byte // any int64
 	whole := strconv.AppendInt(digits[:0], amount, 10)
 	emptyDescription := in.described && in.description == ""
-	if string(whole) != in.amount.String() || emptyDescription {
-		// 1500.0 and 1.5e3 are the amount 1500, and an empty description
-		// is none (it is neither stored nor returned): the same request,
-		// so the same fingerprint as the body with "amount":1500 and no
-		// description member.
-		canonical, err = normalised(canonical, string(whole), emptyDescription)
+	captureNow := in.capture != nil && *in.capture
+	if string(whole) != in.amount.String() || emptyDescription || captureNow {
+		// 1500.0 and 1.5e3 are the amount 1500, an empty description
+		// is none (it is neither stored nor returned), and "capture":true
+		// is the default: the same request, so the same fingerprint as
+		// the body with "amount":1500 and neither member.
+		canonical, err = normalised(canonical, string(whole), emptyDescription, captureNow)
 		if err != nil {
 			return Request{}, idem.Fingerprint{}, fmt.Errorf("charge: re-canonicalize the body: %w", err)
 		}
@@ -84,12 +86,14 @@ type members struct {
 	amount                        json.Number
 	currency, source, description string
 	described                     bool
+	capture                       *bool
 }
 
 // requestMembers reads the members of a canonical body (what
 // idem.CanonicalJSON returns: valid, its keys unique). The body must be an
 // object, or null (no members), whose members are among amount, currency,
-// source and description, none null, the last three strings.
+// source, description and capture, none null, the next three strings and
+// capture a boolean.
 func requestMembers(canonical []byte) (members, bool) {
 	var m members
 	var fields map[string]json.RawMessage
@@ -113,6 +117,12 @@ func requestMembers(canonical []byte) (members, bool) {
 			to = &m.source
 		case "description":
 			to, m.described = &m.description, true
+		case "capture":
+			m.capture = new(bool)
+			if json.Unmarshal(value, m.capture) != nil {
+				return m, false // not a boolean
+			}
+			continue
 		default:
 			return m, false
 		}
@@ -124,9 +134,9 @@ func requestMembers(canonical []byte) (members, bool) {
 }
 
 // normalised is the canonical body with the amount written as whole and,
-// if dropDescription, without its description member; the other members
-// are kept as they are.
-func normalised(canonical []byte, whole string, dropDescription bool) ([]byte, error) {
+// if dropDescription or dropCapture, without that member; the other
+// members are kept as they are.
+func normalised(canonical []byte, whole string, dropDescription, dropCapture bool) ([]byte, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(canonical, &fields); err != nil {
 		return nil, err
@@ -134,6 +144,9 @@ func normalised(canonical []byte, whole string, dropDescription bool) ([]byte, e
 	fields["amount"] = json.RawMessage(whole)
 	if dropDescription {
 		delete(fields, "description")
+	}
+	if dropCapture {
+		delete(fields, "capture")
 	}
 	b, err := json.Marshal(fields)
 	if err != nil {

@@ -20,6 +20,8 @@ type intent struct {
 	Currency    string `json:"currency"`
 	Description string `json:"description,omitempty"`
 	Source      string `json:"source,omitempty"`
+	// AuthorizeOnly: the charge is to be captured later.
+	AuthorizeOnly bool `json:"authorize_only,omitempty"`
 }
 
 // Create charges req once for the intent key names: a key of Operation,
@@ -30,7 +32,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	if key.Operation() != Operation {
 		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
-	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description}
+	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description, AuthorizeOnly: req.AuthorizeOnly}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {
 		if err := rp.CheckSource(req.Source); err != nil {
 			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
@@ -52,7 +54,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 			answer = pres
 			return out, err
 		}
-		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, req.Money.Amount, req.Money.Currency, req.Source))
+		pres, err := s.charge(ctx, chargeRequest(key, l.CreatedAt, kept, req.Source))
 		switch {
 		case errors.Is(err, provider.ErrRejected):
 			refused = OutcomeRejected
@@ -93,7 +95,7 @@ func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp R
 		return answered(span, res, err)
 	}
 	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
-		ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in.Amount, in.Currency, in.Source),
+		ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in, in.Source),
 		FirstSent:     lease.CreatedAt,
 	})
 	return answered(span, res, err)
@@ -102,9 +104,10 @@ func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp R
 // chargeRequest is the provider request of the command key names, claimed
 // at created. Create sends it and a replay sends it again, built here in
 // one place: the provider replays a key only for the same parameters.
-func chargeRequest(key idem.Key, created time.Time, amount int64, currency, source string) provider.ChargeRequest {
+func chargeRequest(key idem.Key, created time.Time, in intent, source string) provider.ChargeRequest {
 	return provider.ChargeRequest{
-		Reference: ProviderReference(key, created), Amount: amount, Currency: currency, Source: source, Command: key.String(),
+		Reference: ProviderReference(key, created), Amount: in.Amount, Currency: in.Currency, Source: source,
+		Command: key.String(), AuthorizeOnly: in.AuthorizeOnly,
 	}
 }
 
@@ -144,7 +147,7 @@ func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent)
 // here.
 func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, error) {
 	switch res.Status {
-	case provider.StatusCharged:
+	case provider.StatusCharged, provider.StatusAuthorized:
 		c := s.charged(lease, in, res)
 		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), nil
 	case provider.StatusDeclined:
@@ -155,15 +158,24 @@ func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (id
 }
 
 // charged is the charge the command lease holds made, as the provider
-// answered res.
+// answered res: authorized to capture later, or charged.
 func (s *Service) charged(lease *idem.Lease, in intent, res provider.Result) Charge {
-	return Charge{
+	c := Charge{
 		ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
 		Money:       Money{Amount: in.Amount, Currency: in.Currency},
 		Description: in.Description, ProviderReference: ProviderReference(lease.Key, lease.CreatedAt),
 		ProviderChargeID: res.ChargeID, IdempotencyKey: CommandID(lease.Key.ClientKey()),
 		CreatedAt: lease.CreatedAt, Status: StatusSucceeded,
 	}
+	if in.AuthorizeOnly {
+		c.AmountAuthorized = in.Amount
+		c.Status = StatusRequiresCapture
+		if res.Status == provider.StatusCharged && res.Amount > 0 {
+			// Captured already, at the provider itself.
+			c.Status, c.Money.Amount = StatusSucceeded, res.Amount
+		}
+	}
+	return c
 }
 
 // storedIntent reads the intent Begin stored with the command.

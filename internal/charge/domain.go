@@ -50,6 +50,9 @@ type Request struct {
 	Money       Money
 	Source      string // card token; never logged or stored
 	Description string
+	// AuthorizeOnly holds the amount without capturing it ("capture":
+	// false): Capture or Cancel settles it later.
+	AuthorizeOnly bool
 }
 
 // ErrInvalidRequest is matched by every *InvalidError.
@@ -136,8 +139,14 @@ type Charge struct {
 	ProviderChargeID  string
 	IdempotencyKey    CommandID
 	CreatedAt         time.Time
-	// Status is the charge's state: StatusSucceeded once charged.
+	// Status is the charge's state (the Status constants).
 	Status string
+	// AmountAuthorized is what an authorization held, for a charge
+	// created to capture later; Money is then what is held or captured.
+	AmountAuthorized int64
+	// transition is the capture or cancel in flight, while Status is
+	// StatusCapturing or StatusCanceling.
+	transition pending
 	// AmountRefunded is what its settled refunds returned; Refunds are
 	// they, when read with the charge (Service.Get).
 	AmountRefunded int64
@@ -146,8 +155,17 @@ type Charge struct {
 	refundClaimed int64
 }
 
-// StatusSucceeded is the status of a charge the provider charged.
-const StatusSucceeded = "succeeded"
+// A charge's statuses. A charge created to capture later is
+// StatusRequiresCapture until Capture (StatusCapturing, then
+// StatusSucceeded) or Cancel (StatusCanceling, then StatusCanceled)
+// settles it. Every other charge is StatusSucceeded from the start.
+const (
+	StatusRequiresCapture = "requires_capture"
+	StatusCapturing       = "capturing"
+	StatusSucceeded       = "succeeded"
+	StatusCanceling       = "canceling"
+	StatusCanceled        = "canceled"
+)
 
 // ChargeID is the id of the charge an intent creates, derived from its key
 // and its record's creation: a key reused after retention names a new

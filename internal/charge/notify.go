@@ -133,11 +133,13 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
-	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
-		return OutcomeNothingToDo, nil
 	case s.ops[n.Command.Operation()].reference(n.Command, rec.CreatedAt) != n.Reference:
 		// Another intent under the same key (an earlier one, past
 		// retention): its notification is not this command's.
+		return OutcomeNothingToDo, nil
+	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == Operation:
+		return s.notifiedState(ctx, n.Command.Tenant(), ChargeID(n.Command, rec.CreatedAt), n.Result)
+	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
 	}
 	if rec.Status == idem.StatusReleased {
@@ -206,3 +208,24 @@ func (s *Service) waitAttempt(ctx context.Context, key idem.Key) (*idem.Record, 
 
 // notifyPause is how often waitAttempt reads the record again.
 const notifyPause = 100 * time.Millisecond
+
+// notifiedState settles, as the provider's word res says, a charge made
+// but not settled: an authorization whose capture or cancel is in flight,
+// or one the provider itself captured or canceled (an authorization that
+// expired). A charge in its final state is left as it is.
+func (s *Service) notifiedState(ctx context.Context, tenant, id string, res provider.Result) (Outcome, error) {
+	if res.Status != provider.StatusCharged && res.Status != provider.StatusCanceled {
+		return OutcomeNothingToDo, nil
+	}
+	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
+	switch {
+	case err != nil:
+		return "", err
+	case !found || c.Status == StatusSucceeded || c.Status == StatusCanceled:
+		return OutcomeNothingToDo, nil
+	}
+	if _, err := s.applyState(ctx, c, res); err != nil {
+		return "", err
+	}
+	return OutcomeResolved, nil
+}

@@ -54,6 +54,9 @@ func (s *Service) op(key idem.Key) (operation, error) {
 // (idem.Recover, with the operation's lookup as the resolver). The table in
 // the package documentation says what each answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
+	if key.Operation() == TransitionOperation {
+		return s.reconcileMove(ctx, key)
+	}
 	var resolve idem.Resolver = releaseEvent
 	r := &reconciling{Service: s}
 	if key.Operation() != NotificationOperation {

@@ -24,6 +24,11 @@ type Provider interface {
 	// own reference.
 	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
+	// Capture and Cancel settle an authorization; State reads what the
+	// provider holds of a payment, changing nothing.
+	Capture(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
+	Cancel(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
+	State(ctx context.Context, charge string) (provider.Result, error)
 }
 
 // Replayer is a Provider that also looks a charge up by replaying its
@@ -173,10 +178,11 @@ var operations = map[string]func(*Service) operation{
 }
 
 // Reconciles reports whether Reconcile resolves keys of operation: the
-// operations the service runs, and its notifications' records.
+// operations the service runs, its notifications' records, and captures
+// and cancels left unsettled.
 func Reconciles(operation string) bool {
 	_, ok := operations[operation]
-	return ok || operation == NotificationOperation
+	return ok || operation == NotificationOperation || operation == TransitionOperation
 }
 
 // Result is what became of a request, for the HTTP layer to answer.

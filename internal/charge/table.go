@@ -32,11 +32,23 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 		AttributeDefinitions: []types.AttributeDefinition{
 			{AttributeName: aws.String(AttrTenant), AttributeType: types.ScalarAttributeTypeS},
 			{AttributeName: aws.String(AttrID), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrTransitionShard), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrAttemptDeadline), AttributeType: types.ScalarAttributeTypeN},
 		},
 		KeySchema: []types.KeySchemaElement{
 			{AttributeName: aws.String(AttrTenant), KeyType: types.KeyTypeHash},
 			{AttributeName: aws.String(AttrID), KeyType: types.KeyTypeRange},
 		},
+		// Sparse: only a charge with a capture or cancel in flight has
+		// the index's keys, so the sweeper reads those alone.
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(IndexTransitions),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrTransitionShard), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrAttemptDeadline), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+		}},
 	}
 }
 
@@ -101,7 +113,7 @@ func rowKey(tenant, id string) map[string]types.AttributeValue {
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
 	// A struct of strings and an integer always marshals.
 	item, _ := attributevalue.MarshalMap(row{
-		Tenant: c.Tenant, ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Status: StatusSucceeded,
+		Tenant: c.Tenant, ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Status: c.Status, AmountAuthorized: c.AmountAuthorized,
 		ProviderReference: c.ProviderReference, ProviderChargeID: c.ProviderChargeID,
 		IdempotencyKey: string(c.IdempotencyKey), CreatedAt: c.CreatedAt.UTC().Format(TimeLayout), Description: c.Description,
 	})
@@ -129,6 +141,12 @@ type row struct {
 	// the holds of refunds still in flight.
 	AmountRefunded int64 `dynamodbav:"amount_refunded,omitempty"`
 	RefundClaimed  int64 `dynamodbav:"refund_claimed,omitempty"`
+	// AmountAuthorized is set for a charge created to capture later.
+	AmountAuthorized int64 `dynamodbav:"amount_authorized,omitempty"`
+	// A capture or cancel in flight (transitions.go).
+	TransitionAmount int64  `dynamodbav:"transition_amount,omitempty"`
+	AttemptDeadline  int64  `dynamodbav:"attempt_deadline,omitempty"`
+	TransitionShard  string `dynamodbav:"transition_shard,omitempty"`
 }
 
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
@@ -144,6 +162,7 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 		ID: w.ID, Tenant: w.Tenant, Money: Money{Amount: w.Amount, Currency: w.Currency},
 		Description: w.Description, ProviderReference: w.ProviderReference,
 		ProviderChargeID: w.ProviderChargeID, IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
-		Status: w.Status, AmountRefunded: w.AmountRefunded, refundClaimed: w.RefundClaimed,
+		Status: w.Status, AmountRefunded: w.AmountRefunded, refundClaimed: w.RefundClaimed, AmountAuthorized: w.AmountAuthorized,
+		transition: pending{amount: w.TransitionAmount, deadline: time.UnixMilli(w.AttemptDeadline)},
 	}, nil
 }

@@ -18,14 +18,16 @@ type chargeJSON struct {
 	ProviderReference string       `json:"provider_reference"`
 	CreatedAt         string       `json:"created_at"`
 	AmountRefunded    int64        `json:"amount_refunded"`
+	AmountAuthorized  int64        `json:"amount_authorized,omitempty"`
 	Refunds           []refundJSON `json:"refunds,omitempty"`
 }
 
 func chargeBody(c charge.Charge) []byte {
 	j := chargeJSON{
 		ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Description: c.Description,
-		Status: charge.StatusSucceeded, ProviderReference: c.ProviderReference,
+		Status: c.Status, ProviderReference: c.ProviderReference,
 		CreatedAt: c.CreatedAt.UTC().Format(charge.TimeLayout), AmountRefunded: c.AmountRefunded,
+		AmountAuthorized: c.AmountAuthorized,
 	}
 	for _, r := range c.Refunds {
 		j.Refunds = append(j.Refunds, refundOf(r))

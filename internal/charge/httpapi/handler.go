@@ -30,10 +30,12 @@ const (
 	RouteGet       = "GET /charges/{id}"
 	RouteRefund    = "POST /charges/{id}/refunds"
 	RouteGetRefund = "GET /charges/{id}/refunds/{refund_id}"
+	RouteCapture   = "POST /charges/{id}/capture"
+	RouteCancel    = "POST /charges/{id}/cancel"
 )
 
 // Routes are every route the charge function serves, the webhook's too.
-var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteGetRefund, RouteWebhook}
+var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
 
 // DefaultTenantClaim is the JWT claim that names the tenant unless
 // configured otherwise.
@@ -45,6 +47,8 @@ type Service interface {
 	Get(ctx context.Context, tenant, id string) (charge.Result, error)
 	Refund(ctx context.Context, key idem.Key, chargeID string, req charge.RefundRequest, fp idem.Fingerprint) (charge.Result, error)
 	GetRefund(ctx context.Context, tenant, chargeID, refundID string) (charge.Result, error)
+	Capture(ctx context.Context, tenant, id string, amount int64) (charge.Result, error)
+	Cancel(ctx context.Context, tenant, id string) (charge.Result, error)
 	Notify(ctx context.Context, n charge.Notification) (charge.Result, error)
 }
 
@@ -141,6 +145,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		res, err = h.svc.Get(ctx, tenant, req.PathParameters["id"])
 	case route == RouteGetRefund:
 		res, err = h.svc.GetRefund(ctx, tenant, req.PathParameters["id"], req.PathParameters["refund_id"])
+	case route == RouteCapture || route == RouteCancel:
+		res, refused, err = h.move(ctx, tenant, route, req)
 	default:
 		res = charge.Result{Outcome: charge.OutcomeNotFound}
 	}
@@ -153,9 +159,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if route == RouteWebhook {
 		resp = webhookAnswer(res, h.opt.Clock())
 	} else {
-		done := "charged"
-		if route == RouteRefund {
-			done = "refunded"
+		done := map[string]string{RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}[route]
+		if done == "" {
+			done = "charged"
 		}
 		resp = answer(res, h.opt.Clock(), done)
 	}
@@ -173,7 +179,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if span.IsRecording() {
 		h.traced(span, route, res.Outcome, resp.StatusCode, err)
 	}
-	if route == RouteCreate || route == RouteRefund || refused != nil && route != RouteWebhook {
+	if route != RouteGet && route != RouteGetRefund && route != RouteWebhook && slices.Contains(Routes, route) || refused != nil && route != RouteWebhook {
 		rec.Count(metrics.Requests, res.Outcome.Metric())
 	}
 	if err := rec.Flush(ctx); err != nil {
@@ -299,6 +305,41 @@ func (h *Handler) refund(ctx context.Context, tenant string, req events.APIGatew
 		}
 		return h.svc.Refund(ctx, key, chargeID, r, fp)
 	})
+}
+
+// move validates a capture or a cancel, which set a state: they need no
+// Idempotency-Key, and one sent is ignored. A capture's body is optional.
+func (h *Handler) move(ctx context.Context, tenant, route string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
+	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
+	if (err != nil || mt != ContentTypeJSON) && req.Body != "" {
+		return charge.Result{}, ref(problem(ProblemUnsupportedMedia, "Send the body as application/json.")), nil
+	}
+	body, refused := requestBody(req, MaxBodyBytes, "The body must be at most 16384 bytes.")
+	if refused != nil {
+		return charge.Result{}, refused, nil
+	}
+	id := req.PathParameters["id"]
+	if route == RouteCancel {
+		if len(strings.TrimSpace(string(body))) > 0 && strings.TrimSpace(string(body)) != "{}" {
+			return charge.Result{}, ref(problem(ProblemInvalidRequest, "A cancel takes no body.")), nil
+		}
+		res, err := h.svc.Cancel(ctx, tenant, id)
+		return res, nil, err
+	}
+	amount, err := charge.ParseCaptureBody(body)
+	if err == nil {
+		var res charge.Result
+		if res, err = h.svc.Capture(ctx, tenant, id, amount); err == nil {
+			return res, nil, nil
+		}
+	}
+	if be, ok := errors.AsType[*charge.BodyError](err); ok {
+		return charge.Result{}, ref(problem(ProblemInvalidRequest, be.Reason)), nil
+	}
+	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
+		return charge.Result{}, ref(problem(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")), nil
+	}
+	return charge.Result{}, nil, err
 }
 
 // keyed validates what every POST that appends shares, before anything is

@@ -110,7 +110,7 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	case charge.OutcomeRefundHeld:
 		resp = withRetryAfter(problem(ProblemRefundExceeds, "Refunds still in flight hold what this amount needs. Nothing was refunded. Retry with the same key: it may succeed if they fail."), 2)
 	case charge.OutcomeStateConflict:
-		resp = problem(ProblemStateConflict, "The charge is "+res.Charge.Status+", not in a state this request applies to. Nothing was done.")
+		resp = stateConflict(res.Charge)
 	case charge.OutcomeConflict:
 		resp = withRetryAfter(problem(ProblemInProgress, "Another request with this key is being processed. Retry after the indicated time."), retryAfter(now, res.RetryAt))
 	case charge.OutcomeMismatch:
@@ -168,4 +168,18 @@ func deref(r *charge.Refund) charge.Refund {
 		return charge.Refund{}
 	}
 	return *r
+}
+
+// stateConflict is the 409 of a request for a charge in another state, the
+// state named in the member charge_status when it is known.
+func stateConflict(c *charge.Charge) idem.Response {
+	if c == nil {
+		return problem(ProblemStateConflict, "The charge is not in a state this request applies to. Nothing was done.")
+	}
+	b, _ := json.Marshal(struct {
+		problemJSON
+		ChargeStatus string `json:"charge_status"`
+	}{problemJSON{Type: ProblemBase + ProblemStateConflict.Slug, Title: ProblemStateConflict.Title, Status: ProblemStateConflict.Status,
+		Detail: "The charge is " + c.Status + ", not in a state this request applies to. Nothing was done."}, c.Status})
+	return idem.Response{Status: http.StatusConflict, Headers: map[string]string{"Content-Type": ContentTypeProblem}, Body: b}
 }
