@@ -290,7 +290,7 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 // SweeperConfig is the sweeper function's configuration.
 type SweeperConfig struct {
 	Common
-	IdempotencyTable, ReconcileQueueURL string
+	IdempotencyTable, ChargesTable, ReconcileQueueURL string
 }
 
 // LoadSweeper reads the sweeper function's configuration.
@@ -298,6 +298,7 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 	e := &env{get: get}
 	c := SweeperConfig{
 		IdempotencyTable:  e.required(EnvIdempotencyTable),
+		ChargesTable:      e.required(EnvChargesTable),
 		ReconcileQueueURL: e.required(EnvReconcileQueueURL),
 		Common:            e.common(),
 	}

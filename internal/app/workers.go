@@ -1,6 +1,7 @@
 package app
 
 import (
+	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
@@ -8,7 +9,8 @@ import (
 )
 
 // SweeperHandler builds the sweeper function's handler: the stuck-lease
-// index of the idempotency table, and a sender to the reconcile queue.
+// index of the idempotency table joined with the charges table's index of
+// captures and cancels in flight, and a sender to the reconcile queue.
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	d = d.traced()
 	// Retention plays no part in reading the index: the defaults serve.
@@ -16,11 +18,15 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	if err != nil {
 		return nil, err
 	}
+	rows, err := charge.NewRows(d.Clients.DynamoDB, c.ChargesTable)
+	if err != nil {
+		return nil, err
+	}
 	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
 	if err != nil {
 		return nil, err
 	}
-	return sweeper.New(store, sender, func(o *sweeper.Options) {
+	return sweeper.New(sweeper.Join(store, rows), sender, func(o *sweeper.Options) {
 		o.Clock = d.Clock
 		o.Logger = d.Logger
 		o.Metrics = d.Metrics

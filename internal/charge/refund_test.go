@@ -28,21 +28,35 @@ var (
 	getRefund  = testkit.GetRefund
 )
 
-// refundRig is a clocked charge function and reconciler whose refunds can
-// be made to fail at the provider (fault, a providersim Sim-Fault) and
-// whose settling transactions can be lost (loseCommits).
+// refundRig is a clocked charge function and reconciler whose provider
+// calls can be made to fail (faultOn) and whose settling transactions can
+// be lost (loseCommits).
 type refundRig struct {
 	*harness
 	clock       *testkit.Clock
 	recon       *charge.Service
-	fault       atomic.Value // string
+	fault       atomic.Pointer[pathFault]
 	loseCommits atomic.Bool
 }
+
+// pathFault is a fault for the provider's POSTs to paths ending in suffix:
+// a providersim Sim-Fault, or edge502 (an edge answering 502 for a request
+// it never forwarded).
+type pathFault struct{ suffix, fault string }
+
+const (
+	edge502            = "edge-502"
+	providersimTimeout = providersim.FaultTimeout
+)
+
+// faultOn sets fault on the provider's POSTs to paths ending in suffix;
+// an empty fault clears it.
+func (r *refundRig) faultOn(suffix, fault string) { r.fault.Store(&pathFault{suffix, fault}) }
 
 func newRefundRig(t *testing.T) *refundRig {
 	t.Helper()
 	r := &refundRig{clock: testkit.NewClock(time.Now())}
-	r.fault.Store("")
+	r.faultOn("", "")
 	deps := func(d *app.Deps) {
 		d.Clock = r.clock.Now
 		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: faulty{r}}))
@@ -56,13 +70,21 @@ func newRefundRig(t *testing.T) *refundRig {
 	return r
 }
 
-// faulty sets the rig's fault on refund requests to the provider.
+// faulty applies the rig's fault to the provider's requests.
 type faulty struct{ r *refundRig }
 
 func (f faulty) RoundTrip(req *http.Request) (*http.Response, error) {
-	if fault := f.r.fault.Load().(string); fault != "" && req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/refunds") {
+	pf := f.r.fault.Load()
+	switch {
+	case pf.fault == "" || req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, pf.suffix):
+	case pf.fault == edge502:
+		return &http.Response{
+			Status: "502 Bad Gateway", StatusCode: http.StatusBadGateway, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{}, Body: http.NoBody, Request: req,
+		}, nil
+	default:
 		req = req.Clone(req.Context())
-		req.Header.Set(providersim.HeaderFault, fault)
+		req.Header.Set(providersim.HeaderFault, pf.fault)
 	}
 	return http.DefaultTransport.RoundTrip(req)
 }
@@ -291,12 +313,12 @@ func TestRefundBlockedByOneInFlightMaySucceedLater(t *testing.T) {
 	h := newRefundRig(t)
 	id := h.charged(t, "acme", 1000)
 	first := newKey()
-	h.fault.Store(providersim.FaultTimeout) // sent, answer lost: the hold stays
+	h.faultOn("/refunds", providersim.FaultTimeout) // sent, answer lost: the hold stays
 	pending := h.do(postRefund("acme", first, id, `{"amount":700}`))
 	if pending.StatusCode != http.StatusServiceUnavailable || problemType(t, pending) != "outcome-pending" {
 		t.Fatalf("lost refund answer: %d %s, want 503 outcome-pending", pending.StatusCode, pending.Body)
 	}
-	h.fault.Store("")
+	h.faultOn("", "")
 	second := newKey()
 	blocked := h.do(postRefund("acme", second, id, `{"amount":500}`))
 	if blocked.StatusCode != http.StatusConflict || problemType(t, blocked) != "refund-exceeds-charge" || blocked.Headers["Retry-After"] == "" {
@@ -323,13 +345,13 @@ func TestRefundNotMadeFreesItsHold(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t)
 	id := h.charged(t, "acme", 1000)
-	h.fault.Store(providersim.FaultUnavailable)
+	h.faultOn("/refunds", providersim.FaultUnavailable)
 	key := newKey()
 	down := h.do(postRefund("acme", key, id, ""))
 	if down.StatusCode != http.StatusServiceUnavailable || problemType(t, down) != "provider-unavailable" || !strings.Contains(down.Body, "Nothing was refunded") {
 		t.Fatalf("provider down: %d %s, want 503 provider-unavailable, nothing refunded", down.StatusCode, down.Body)
 	}
-	h.fault.Store("")
+	h.faultOn("", "")
 	wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":1000}`)), http.StatusCreated)
 	if got, n := h.providerRefunded(t, "acme", id); got != 1000 || n != 1 {
 		t.Fatalf("provider refunded %d in %d, want 1000 in 1", got, n)
@@ -378,10 +400,10 @@ func TestRefundNeverSentIsReleasedWithItsHold(t *testing.T) {
 	h := newRefundRig(t)
 	id := h.charged(t, "acme", 1000)
 	key := newKey()
-	h.fault.Store(providersim.FaultUnavailable)
+	h.faultOn("/refunds", providersim.FaultUnavailable)
 	h.loseCommits.Store(true) // and the release is lost too: the record stays IN_FLIGHT
 	h.do(postRefund("acme", key, id, ""))
-	h.fault.Store("")
+	h.faultOn("", "")
 	h.loseCommits.Store(false)
 	h.clock.Advance(10 * time.Minute)
 	out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", key))

@@ -113,7 +113,7 @@ func (d *Deployment) Charge() app.ChargeConfig {
 
 // Sweeper is the sweeper function's configuration for the deployment.
 func (d *Deployment) Sweeper() app.SweeperConfig {
-	return app.SweeperConfig{IdempotencyTable: d.IdempotencyTable, ReconcileQueueURL: d.Queues.URL}
+	return app.SweeperConfig{IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL}
 }
 
 // Intake is the intake function's configuration for the deployment.

@@ -1,0 +1,282 @@
+package charge_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// postMove is POST /charges/{id}/capture or /cancel, with body if any.
+func postMove(tenant, id, verb, body string) events.APIGatewayV2HTTPRequest {
+	req := testkit.PostCharge(tenant, "", body)
+	route := map[string]string{"capture": httpapi.RouteCapture, "cancel": httpapi.RouteCancel}[verb]
+	req.RouteKey, req.RawPath = route, "/charges/"+id+"/"+verb
+	req.PathParameters = map[string]string{"id": id}
+	req.RequestContext.HTTP.Path = req.RawPath
+	if body == "" {
+		req.Headers = map[string]string{}
+	}
+	return req
+}
+
+// authorized creates a charge of amount to capture later and returns its
+// id.
+func (h *harness) authorized(t *testing.T, tenant string, amount int64) string {
+	t.Helper()
+	resp := h.do(post(tenant, newKey(), fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"tok_visa","capture":false}`, amount)))
+	wantStatus(t, resp, http.StatusCreated)
+	var c struct {
+		ID, Status       string
+		AmountAuthorized int64 `json:"amount_authorized"`
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil || c.Status != charge.StatusRequiresCapture || c.AmountAuthorized != amount {
+		t.Fatalf("authorization: %s, %v; want requires_capture of %d", resp.Body, err, amount)
+	}
+	return c.ID
+}
+
+func chargeStatus(t *testing.T, resp events.APIGatewayV2HTTPResponse) (status string, amount int64) {
+	t.Helper()
+	var c struct {
+		Status       string
+		ChargeStatus string `json:"charge_status"`
+		Amount       int64
+	}
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+		t.Fatalf("body %s: %v", resp.Body, err)
+	}
+	if c.ChargeStatus != "" {
+		return c.ChargeStatus, 0
+	}
+	return c.Status, c.Amount
+}
+
+func TestAuthorizeThenCaptureOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.authorized(t, "acme", 1000)
+	first := h.do(postMove("acme", id, "capture", ""))
+	wantStatus(t, first, http.StatusOK)
+	if st, amount := chargeStatus(t, first); st != charge.StatusSucceeded || amount != 1000 {
+		t.Fatalf("capture: %s", first.Body)
+	}
+	for _, body := range []string{"", "{}", `{"amount":1000}`} {
+		again := h.do(postMove("acme", id, "capture", body))
+		if again.StatusCode != http.StatusOK || again.Body != first.Body {
+			t.Fatalf("repeat %q: %d %s, want the same 200 %s", body, again.StatusCode, again.Body, first.Body)
+		}
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Fatalf("provider captured %d times, want once", n)
+	}
+	if got := h.do(get("acme", id)); got.Body != first.Body {
+		t.Fatalf("GET %s, want %s", got.Body, first.Body)
+	}
+}
+
+// TestPartialCaptureSetsTheAmount: what was captured is what refunds may
+// return; a repeat with another amount is a conflict.
+func TestPartialCaptureSetsTheAmount(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.authorized(t, "acme", 1000)
+	resp := h.do(postMove("acme", id, "capture", `{"amount":600}`))
+	wantStatus(t, resp, http.StatusOK)
+	if st, amount := chargeStatus(t, resp); st != charge.StatusSucceeded || amount != 600 {
+		t.Fatalf("partial capture: %s", resp.Body)
+	}
+	other := h.do(postMove("acme", id, "capture", `{"amount":700}`))
+	if other.StatusCode != http.StatusConflict || problemType(t, other) != "charge-state-conflict" {
+		t.Fatalf("repeat with another amount: %d %s", other.StatusCode, other.Body)
+	}
+	wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":700}`)), http.StatusConflict)
+	wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":600}`)), http.StatusCreated)
+	above := h.do(postMove("acme", h.authorized(t, "acme", 1000), "capture", `{"amount":1001}`))
+	if above.StatusCode != http.StatusBadRequest || problemType(t, above) != "invalid-request" {
+		t.Fatalf("capture above the authorization: %d %s", above.StatusCode, above.Body)
+	}
+}
+
+func TestCancelAndCaptureExcludeEachOther(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	canceled := h.authorized(t, "acme", 1000)
+	first := h.do(postMove("acme", canceled, "cancel", ""))
+	wantStatus(t, first, http.StatusOK)
+	if st, _ := chargeStatus(t, first); st != charge.StatusCanceled {
+		t.Fatalf("cancel: %s", first.Body)
+	}
+	if again := h.do(postMove("acme", canceled, "cancel", "")); again.StatusCode != http.StatusOK || again.Body != first.Body {
+		t.Fatalf("repeat cancel: %d %s", again.StatusCode, again.Body)
+	}
+	late := h.do(postMove("acme", canceled, "capture", ""))
+	if st, _ := chargeStatus(t, late); late.StatusCode != http.StatusConflict || st != charge.StatusCanceled {
+		t.Fatalf("capture of a canceled charge: %d %s, want 409 naming canceled", late.StatusCode, late.Body)
+	}
+	captured := h.authorized(t, "acme", 1000)
+	wantStatus(t, h.do(postMove("acme", captured, "capture", "")), http.StatusOK)
+	undo := h.do(postMove("acme", captured, "cancel", ""))
+	if st, _ := chargeStatus(t, undo); undo.StatusCode != http.StatusConflict || st != charge.StatusSucceeded {
+		t.Fatalf("cancel of a captured charge: %d %s, want 409 naming succeeded", undo.StatusCode, undo.Body)
+	}
+	if n := h.captures(t, "acme", canceled); n != 0 {
+		t.Fatalf("the canceled charge was captured %d times", n)
+	}
+	// A charge captured at creation cannot be captured or canceled again.
+	plain := h.charged(t, "acme", 1000)
+	wantStatus(t, h.do(postMove("acme", plain, "capture", "")), http.StatusOK)
+	wantStatus(t, h.do(postMove("acme", plain, "cancel", "")), http.StatusConflict)
+	// Refunds apply to captured charges only.
+	wantStatus(t, h.do(postRefund("acme", newKey(), h.authorized(t, "acme", 1000), "")), http.StatusConflict)
+}
+
+// TestConcurrentCapturesMakeOneCapture: eight captures, and a capture
+// racing a cancel, each end in one provider effect, every answer agreeing
+// with the final state.
+func TestConcurrentCapturesMakeOneCapture(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, func(c *app.ChargeConfig) { c.InflightWait = 5 * time.Second })
+	id := h.authorized(t, "acme", 1000)
+	answers := h.concurrently(t, 8, func(int) events.APIGatewayV2HTTPRequest { return postMove("acme", id, "capture", "") })
+	for _, a := range answers {
+		if a.StatusCode != http.StatusOK || a.Body != answers[0].Body {
+			t.Fatalf("concurrent captures answered %d %s and %s", a.StatusCode, a.Body, answers[0].Body)
+		}
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Fatalf("provider captured %d times, want once", n)
+	}
+	race := h.authorized(t, "acme", 1000)
+	answers = h.concurrently(t, 2, func(i int) events.APIGatewayV2HTTPRequest {
+		return postMove("acme", race, []string{"capture", "cancel"}[i], "")
+	})
+	final, _ := chargeStatus(t, h.do(get("acme", race)))
+	for i, a := range answers {
+		st, _ := chargeStatus(t, a)
+		won := []string{charge.StatusSucceeded, charge.StatusCanceled}[i] == final
+		if st != final || won != (a.StatusCode == http.StatusOK) {
+			t.Fatalf("answer %d: %d %s; the charge ended %s", i, a.StatusCode, a.Body, final)
+		}
+	}
+}
+
+func (h *harness) concurrently(t *testing.T, n int, req func(i int) events.APIGatewayV2HTTPRequest) []events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	out := make([]events.APIGatewayV2HTTPResponse, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			resp, err := h.handler.Handle(t.Context(), req(i))
+			if err != nil {
+				t.Error(err)
+			}
+			out[i] = resp
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// TestMoveNeedsNoKey: a key sent is ignored; two keys are one capture.
+func TestMoveNeedsNoKey(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.authorized(t, "acme", 1000)
+	a, b := postMove("acme", id, "capture", ""), postMove("acme", id, "capture", "")
+	a.Headers["idempotency-key"], b.Headers["idempotency-key"] = "k1", "k2"
+	first, second := h.do(a), h.do(b)
+	if first.StatusCode != http.StatusOK || second.Body != first.Body {
+		t.Fatalf("captures with two keys: %d %s / %s", first.StatusCode, first.Body, second.Body)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Fatalf("captured %d times", n)
+	}
+	wantStatus(t, h.do(postMove("globex", id, "capture", "")), http.StatusNotFound)
+	wantStatus(t, h.do(postMove("acme", "ch_x", "cancel", "")), http.StatusNotFound)
+}
+
+// TestLostCaptureIsSettledFromTheProvidersState: the capture's answer is
+// lost after the provider captured. The client hears outcome-pending, the
+// charge reads capturing, and once its deadline passes the reconciler
+// (found by the sweeper) reads the provider's state and settles it.
+func TestLostCaptureIsSettledFromTheProvidersState(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	h.faultOn("/capture", providersimTimeout)
+	lost := h.do(postMove("acme", id, "capture", ""))
+	if lost.StatusCode != http.StatusServiceUnavailable || problemType(t, lost) != "outcome-pending" {
+		t.Fatalf("lost capture: %d %s", lost.StatusCode, lost.Body)
+	}
+	h.faultOn("", "")
+	if st, _ := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusCapturing {
+		t.Fatalf("charge after a lost capture reads %s, want capturing", st)
+	}
+	h.clock.Advance(time.Minute)
+	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
+	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeResolved {
+		t.Fatalf("reconcile: %s, %v", out, err)
+	}
+	again := h.do(postMove("acme", id, "capture", ""))
+	if st, _ := chargeStatus(t, again); again.StatusCode != http.StatusOK || st != charge.StatusSucceeded {
+		t.Fatalf("retry: %d %s", again.StatusCode, again.Body)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Fatalf("captured %d times", n)
+	}
+}
+
+// TestCaptureThatNeverLandedIsRevertedOnlyAfterTheSettleWindow: the edge
+// answered 502 and the provider never captured. Its state "authorized"
+// proves nothing inside the settle window; after it, the move is undone
+// and a retry captures.
+func TestCaptureThatNeverLandedIsRevertedOnlyAfterTheSettleWindow(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	h.faultOn("/capture", edge502)
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	h.faultOn("", "")
+	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
+	h.clock.Advance(time.Minute)
+	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeNotSettled {
+		t.Fatalf("reconcile inside the settle window: %s, %v", out, err)
+	}
+	if st, _ := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusCapturing {
+		t.Fatalf("inside the window the charge reads %s, want capturing", st)
+	}
+	h.clock.Advance(10 * time.Minute)
+	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeReleased {
+		t.Fatalf("reconcile after the settle window: %s, %v", out, err)
+	}
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusOK)
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Fatalf("captured %d times", n)
+	}
+}
+
+
+// captures is how many times the provider captured tenant's charge id.
+func (h *harness) captures(t *testing.T, tenant, id string) int {
+	t.Helper()
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, found, err := rows.Get(t.Context(), tenant, id)
+	if err != nil || !found {
+		t.Fatalf("charge row %s: %v, %v", id, found, err)
+	}
+	return h.sim.Ledger().References[c.ProviderReference].Captures
+}
