@@ -10,8 +10,9 @@ import (
 )
 
 // SettleByOperator settles the IN_FLIGHT command key names as an operator
-// found it in the provider's own records: res.Status is StatusCharged
-// (ChargeID the provider's id for the charge), StatusDeclined (with its
+// found it in the provider's own records: res.Status is the status of its
+// operation's effect, StatusCharged for a charge or StatusRefunded for a
+// refund (ChargeID the provider's id for it), StatusDeclined (with its
 // DeclineCode), or StatusNotFound, which releases the key. It is the way
 // out for a parked command (OutcomeParked), which nothing automatic
 // settles: its lease is postponed, so TakeOver refuses it, and the
@@ -30,15 +31,17 @@ import (
 // to settle again: every step is fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
 	op, err := s.op(key)
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
-	case (res.Status == provider.StatusCharged || res.Status == provider.StatusRefunded) && res.ChargeID == "":
+	}
+	// Checked before the preemption, so a bad call takes no lease.
+	done, _ := op.done()
+	switch {
+	case res.Status == done && res.ChargeID == "":
 		return "", nil, errors.New("charge: operator settle: the provider's id for what it did is needed")
-	case res.Status != provider.StatusCharged && res.Status != provider.StatusRefunded &&
-		res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
-		// Checked before the preemption, so a bad call takes no lease.
-		return "", nil, fmt.Errorf("charge: operator settle: unexpected provider status %q", res.Status)
+	case res.Status != done && res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
+		return "", nil, fmt.Errorf("charge: operator settle: provider status %q settles no %s command: it is %s, declined or not found",
+			res.Status, key.Operation(), done)
 	}
 	rec, err := s.cfg.Store.Get(ctx, key)
 	if err != nil {
