@@ -165,7 +165,7 @@ var (
 		},
 	}
 	operations = map[string][]Operation{
-		FunctionCharge:    {OperationCharge, OperationRefund, OperationNone},
+		FunctionCharge: {OperationCharge, OperationRefund, OperationNone},
 		// The reconciler counts no message without a valid key.
 		FunctionReconcile: {OperationCharge, OperationRefund, OperationEvent},
 		FunctionIntake:    {OperationCharge, OperationRefund, OperationNone},
