@@ -258,6 +258,8 @@ func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Resu
 	return c.Service.verdict(lease, in, res)
 }
 
+func (charges) done() (provider.Status, Outcome) { return provider.StatusCharged, OutcomeResolved }
+
 // undo has nothing to take back: a charge writes only when it settles.
 func (charges) undo(context.Context, *idem.Lease) error { return nil }
 

@@ -33,6 +33,10 @@ type operation interface {
 	// rewrite settles a command whose verdict's writes failed their
 	// condition (idem.ErrWriteCondition).
 	rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error)
+	// done is the provider status that says it did the command
+	// (StatusCharged, StatusRefunded), and resolved the outcome of a
+	// command settled so by the reconciler, a notification or an operator.
+	done() (provider.Status, Outcome)
 }
 
 // errStillLeased: another attempt took the lease while the command was
@@ -158,7 +162,7 @@ func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, 
 	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
 		outcome, _, err := op.rewrite(ctx, lease, *answer)
 		if outcome == OutcomeCreated {
-			outcome = OutcomeResolved
+			_, outcome = op.done()
 		}
 		return outcome, err
 	case err != nil:
@@ -166,7 +170,8 @@ func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, 
 	case status == idem.StatusReleased:
 		return OutcomeReleased, nil
 	case status == idem.StatusSucceeded:
-		return OutcomeResolved, nil
+		_, resolved := op.done()
+		return resolved, nil
 	default:
 		return OutcomeResolvedDec, nil
 	}

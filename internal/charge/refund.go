@@ -341,6 +341,10 @@ func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Re
 	}
 }
 
+func (refunds) done() (provider.Status, Outcome) {
+	return provider.StatusRefunded, OutcomeResolvedRefund
+}
+
 // undo frees the refund's hold.
 func (r refunds) undo(ctx context.Context, lease *idem.Lease) error {
 	in, err := storedIntent[refundIntent](lease)
