@@ -244,7 +244,7 @@ func (c charges) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 		case errors.Is(err, idem.ErrLeaseLost):
 			return provider.Result{}, errStillLeased
 		case err != nil:
-			return provider.Result{}, err
+			return provider.Result{}, fmt.Errorf("%w: %w", errStore, err)
 		}
 	}
 	return c.Service.lookup(ctx, lease, in, rp)

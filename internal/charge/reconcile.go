@@ -40,8 +40,12 @@ type operation interface {
 }
 
 // errStillLeased: another attempt took the lease while the command was
-// looked up.
-var errStillLeased = errors.New("charge: lease taken while looking up")
+// looked up. errStore: a lookup's own write to the store failed; the
+// message is delivered again, as for any failure of the table.
+var (
+	errStillLeased = errors.New("charge: lease taken while looking up")
+	errStore       = errors.New("charge: the store failed while looking up")
+)
 
 // op is the operation of the command key names, or an error for a key of
 // no operation the service runs.
@@ -106,6 +110,8 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 	case errors.Is(err, errStillLeased):
 		r.found = OutcomeStillLeased
 		return idem.Outcome{}, nil
+	case errors.Is(err, errStore):
+		return idem.Outcome{}, err
 	case errors.Is(err, provider.ErrRejected):
 		// The replay was refused in a way that proves it cannot succeed
 		// (provider.LookupRequest): nothing was or will be done, and a
