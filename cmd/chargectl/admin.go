@@ -25,17 +25,23 @@ import (
 )
 
 const adminUsage = `usage:
-  chargectl admin record [--json] TENANT KEY      the idempotency record of a key
+  chargectl admin record [--json] [--operation OP] TENANT KEY
+                                                   the idempotency record of a key
   chargectl admin stuck [--json] [--max N]        stuck leases, oldest first, from the stuck-lease index
-  chargectl admin reconcile [--json] TENANT KEY   queue a key for reconciliation now
+  chargectl admin reconcile [--json] [--operation OP] TENANT KEY
+                                                   queue a key for reconciliation now
   chargectl admin dlq list [--json] [--max N]     the dead-letter queue's messages (left in place)
-  chargectl admin dlq redrive [--json] [--key TENANT KEY]
+  chargectl admin dlq redrive [--json] [--key [--operation OP] TENANT KEY]
                                                    move dead letters back to the reconcile queue
   chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
                                                    submit a charge on the charge-requests queue
-  chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
+  chargectl admin settle [--json] [--yes] [--operation OP]
+      (--charged REF | --refunded REF | --declined [--decline-code CODE] | --released) TENANT KEY
                                                    settle an in-flight (parked) key as the provider's records say,
                                                    after showing its evidence and asking you to type KEY
+OP, the operation the key is scoped to: ` + charge.Operation + ` (default, POST /charges) or ` + charge.RefundOperation + `
+(POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
+(TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and
 ` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
@@ -64,6 +70,7 @@ type admin struct {
 	cfg            app.AdminConfig
 	clients        awsenv.Clients
 	json           bool
+	operation      string // the operation of the key the arguments name
 	stdout, stderr io.Writer
 }
 
@@ -84,6 +91,9 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	fs := flag.NewFlagSet("chargectl admin "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.BoolVar(&a.json, "json", false, "print the result as JSON")
+	operation := func() {
+		fs.StringVar(&a.operation, "operation", charge.Operation, "the `OP` the key is scoped to: "+charge.Operation+" or "+charge.RefundOperation)
+	}
 	var (
 		nargs int
 		need  []string
@@ -99,6 +109,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	switch cmd {
 	case "record":
 		nargs, need = 2, []string{app.EnvIdempotencyTable}
+		operation()
 		do = a.record
 	case "stuck":
 		need = []string{app.EnvIdempotencyTable}
@@ -106,6 +117,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		do = func(ctx context.Context, _ []string) error { return a.stuck(ctx, limit) }
 	case "reconcile":
 		nargs, need = 2, []string{app.EnvReconcileQueueURL}
+		operation()
 		do = a.reconcile
 	case "dlq list":
 		need = []string{app.EnvReconcileDLQURL}
@@ -114,6 +126,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	case "dlq redrive":
 		need = []string{app.EnvReconcileQueueURL, app.EnvReconcileDLQURL}
 		fs.BoolVar(&byKey, "key", false, "move only the messages of the key TENANT KEY given as arguments")
+		operation()
 		do = a.dlqRedrive
 	case "submit":
 		need = []string{app.EnvChargeRequestsQueueURL}
@@ -126,13 +139,15 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		do = func(ctx context.Context, _ []string) error { return a.submit(ctx, sub) }
 	case "settle":
 		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable}
+		operation()
 		fs.StringVar(&set.chargeID, "charged", "", "the provider charged it: its id for the charge is `REF`")
+		fs.StringVar(&set.refundID, "refunded", "", "the provider refunded it (--operation "+charge.RefundOperation+"): its id for the refund is `REF`")
 		fs.BoolVar(&set.declined, "declined", false, "the provider declined it")
 		fs.StringVar(&set.declineCode, "decline-code", "card_declined", "with --declined, the provider's decline `CODE`, which the 402 names")
 		fs.BoolVar(&set.released, "released", false, "the provider has no charge for it: release the key, so a retry charges it")
 		fs.BoolVar(&set.yes, "yes", false, "settle without asking to type the key")
 		check = func() (err error) {
-			settled, err = set.result()
+			settled, err = set.result(a.operation)
 			return err
 		}
 		do = func(ctx context.Context, args []string) error { return a.settle(ctx, args, settled, set.yes) }
@@ -148,6 +163,11 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	}
 	if byKey {
 		nargs = 2
+	}
+	if a.operation != "" && !charge.Reconciles(a.operation) {
+		fmt.Fprintf(stderr, "chargectl admin %s: --operation %q: want %s, %s or %s\n%s", cmd, a.operation,
+			charge.Operation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
+		return exitUsage
 	}
 	if fs.NArg() != nargs {
 		fmt.Fprintf(stderr, "chargectl admin %s: want %d arguments, got %d\n%s", cmd, nargs, fs.NArg(), adminUsage)
@@ -176,10 +196,10 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	return exitOK
 }
 
-// chargeKey is the idempotency key of a charge request with the client
-// key clientKey (its Idempotency-Key) from tenant.
-func chargeKey(tenant, clientKey string) (idem.Key, error) {
-	return idem.NewKey(tenant, charge.Operation, clientKey)
+// key is the idempotency key the arguments TENANT KEY name, with the
+// client key (its Idempotency-Key) scoped to --operation.
+func (a *admin) key(args []string) (idem.Key, error) {
+	return idem.NewKey(args[0], a.operation, args[1])
 }
 
 func (a *admin) store() (*dynamostore.Store, error) {
@@ -199,6 +219,7 @@ func (a *admin) get(ctx context.Context, st *dynamostore.Store, key idem.Key) (*
 type recordOutput struct {
 	Tenant          string        `json:"tenant"`
 	Key             string        `json:"key"`
+	Operation       string        `json:"operation"`
 	Status          idem.Status   `json:"status"`
 	CreatedAt       time.Time     `json:"created_at"`
 	LeaseOwner      string        `json:"lease_owner,omitempty"`
@@ -217,7 +238,7 @@ type answerOutput struct {
 }
 
 func (a *admin) record(ctx context.Context, args []string) error {
-	key, err := chargeKey(args[0], args[1])
+	key, err := a.key(args)
 	if err != nil {
 		return err
 	}
@@ -240,7 +261,7 @@ func (a *admin) record(ctx context.Context, args []string) error {
 
 func newRecordOutput(key idem.Key, rec *idem.Record) recordOutput {
 	out := recordOutput{
-		Tenant: key.Tenant(), Key: key.ClientKey(), Status: rec.Status, CreatedAt: rec.CreatedAt,
+		Tenant: key.Tenant(), Key: key.ClientKey(), Operation: key.Operation(), Status: rec.Status, CreatedAt: rec.CreatedAt,
 		LeaseOwner: prefix(rec.LeaseToken, ownerPrefix), LeaseExpiresAt: rec.LeaseExpiresAt, AttemptDeadline: rec.AttemptDeadline,
 		RecordExpiresAt: rec.ExpiresAt, Attempts: rec.Attempts, Fingerprint: prefix(rec.Fingerprint, fingerprintPrefix),
 	}
@@ -254,7 +275,7 @@ func newRecordOutput(key idem.Key, rec *idem.Record) recordOutput {
 // lines aligned with them and flush.
 func (a *admin) printRecord(w io.Writer, out recordOutput) {
 	now := a.clock()
-	fmt.Fprintf(w, "key:\t%s / %s (%s)\n", out.Tenant, out.Key, charge.Operation)
+	fmt.Fprintf(w, "key:\t%s / %s (%s)\n", out.Tenant, out.Key, out.Operation)
 	fmt.Fprintf(w, "status:\t%s\n", out.Status)
 	fmt.Fprintf(w, "created:\t%s\n", stamp(out.CreatedAt))
 	fmt.Fprintf(w, "lease owner:\t%s\n", cmp.Or(out.LeaseOwner, "-"))
@@ -343,7 +364,7 @@ func (a *admin) stuck(ctx context.Context, limit int) error {
 }
 
 func (a *admin) reconcile(ctx context.Context, args []string) error {
-	key, err := chargeKey(args[0], args[1])
+	key, err := a.key(args)
 	if err != nil {
 		return err
 	}
@@ -357,8 +378,8 @@ func (a *admin) reconcile(ctx context.Context, args []string) error {
 	if a.json {
 		return a.printJSON(map[string]string{"queued_tenant": key.Tenant(), "queued_key": key.ClientKey(), "queue": a.cfg.ReconcileQueueURL})
 	}
-	fmt.Fprintf(a.stdout, "queued %s / %s for reconciliation now\n", key.Tenant(), key.ClientKey())
-	fmt.Fprintln(a.stdout, "the reconciler settles it if its lease has run out, and does nothing otherwise; check with: chargectl admin record", key.Tenant(), key.ClientKey())
+	fmt.Fprintf(a.stdout, "queued %s / %s (%s) for reconciliation now\n", key.Tenant(), key.ClientKey(), key.Operation())
+	fmt.Fprintln(a.stdout, "the reconciler settles it if its lease has run out, and does nothing otherwise; check with:", recordCommand(key))
 	return nil
 }
 
@@ -430,6 +451,14 @@ func relative(t, now time.Time) string {
 		return fmt.Sprintf("%s (%s ago)", stamp(t), -d)
 	}
 	return fmt.Sprintf("%s (in %s)", stamp(t), d)
+}
+
+// recordCommand is the command line that shows key's record.
+func recordCommand(key idem.Key) string {
+	if key.Operation() == charge.Operation {
+		return "chargectl admin record " + key.Tenant() + " " + key.ClientKey()
+	}
+	return "chargectl admin record --operation " + key.Operation() + " " + key.Tenant() + " " + key.ClientKey()
 }
 
 // keyText is how a key shows in lists: tenant / key.

@@ -169,7 +169,7 @@ type redriveOutput struct {
 func (a *admin) dlqRedrive(ctx context.Context, args []string) (err error) {
 	var only idem.Key
 	if len(args) == 2 {
-		if only, err = chargeKey(args[0], args[1]); err != nil {
+		if only, err = a.key(args); err != nil {
 			return err
 		}
 	}

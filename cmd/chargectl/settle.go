@@ -19,16 +19,20 @@ import (
 
 // settlement is what settle's flags say the provider's records show.
 type settlement struct {
-	chargeID, declineCode   string
-	declined, released, yes bool
+	chargeID, refundID, declineCode string
+	declined, released, yes         bool
 }
 
 // result is the settlement as the provider's answer SettleByOperator
-// takes, refused unless exactly one outcome is given.
-func (s settlement) result() (provider.Result, error) {
+// takes, refused unless exactly one outcome is given, and one the key's
+// operation can have: --charged for a charge, --refunded for a refund.
+func (s settlement) result(operation string) (provider.Result, error) {
 	var given []provider.Result
 	if s.chargeID != "" {
 		given = append(given, provider.Result{Status: provider.StatusCharged, ChargeID: s.chargeID})
+	}
+	if s.refundID != "" {
+		given = append(given, provider.Result{Status: provider.StatusRefunded, ChargeID: s.refundID})
 	}
 	if s.declined {
 		given = append(given, provider.Result{Status: provider.StatusDeclined, DeclineCode: s.declineCode})
@@ -36,8 +40,13 @@ func (s settlement) result() (provider.Result, error) {
 	if s.released {
 		given = append(given, provider.Result{Status: provider.StatusNotFound})
 	}
-	if len(given) != 1 {
-		return provider.Result{}, errors.New("give exactly one of --charged REF, --declined, --released")
+	switch {
+	case len(given) != 1:
+		return provider.Result{}, errors.New("give exactly one of --charged REF, --refunded REF, --declined, --released")
+	case s.chargeID != "" && operation != charge.Operation:
+		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.Operation, operation)
+	case s.refundID != "" && operation != charge.RefundOperation:
+		return provider.Result{}, fmt.Errorf("--refunded settles a key of --operation %s, not %s", charge.RefundOperation, operation)
 	}
 	if s.declined && s.declineCode == "" {
 		return provider.Result{}, errors.New("--declined needs a --decline-code")
@@ -82,18 +91,23 @@ func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 
 // evidenceOutput is what settle shows of a record before it writes: the
 // record, the reference to look up at the provider, and what was asked
-// for (never the card source the intent may keep).
+// for (never the card source the intent may keep): for a refund, the
+// charge it refunds.
 type evidenceOutput struct {
 	recordOutput
 	ProviderReference string `json:"provider_reference"`
 	Amount            int64  `json:"amount"`
 	Currency          string `json:"currency"`
+	Charge            string `json:"charge,omitempty"`
+	ProviderCharge    string `json:"provider_charge,omitempty"`
 }
 
 // settleOutput is what settle prints once it has settled.
 type settleOutput struct {
-	Evidence         evidenceOutput `json:"evidence"`
-	SettledAs        string         `json:"settled_as"` // charged, declined or released
+	Evidence  evidenceOutput `json:"evidence"`
+	SettledAs string         `json:"settled_as"` // charged, refunded, declined or released
+	// ProviderChargeID is the provider's id for what it did: a charge's,
+	// or a refund's.
 	ProviderChargeID string         `json:"provider_charge_id,omitempty"`
 	Outcome          charge.Outcome `json:"outcome"`
 	Record           *recordOutput  `json:"record,omitempty"` // none once a released key's retention has run out
@@ -104,7 +118,7 @@ type settleOutput struct {
 // question go where the text output goes, and to stderr with --json, so
 // that stdout holds one JSON object.
 func (a *admin) settle(ctx context.Context, args []string, res provider.Result, yes bool) error {
-	key, err := chargeKey(args[0], args[1])
+	key, err := a.key(args)
 	if err != nil {
 		return err
 	}
@@ -125,15 +139,24 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	}
 	// The reference binds the settlement to the intent shown here: if the
 	// record is another by the time it is preempted, nothing is written.
-	res.Reference = charge.ProviderReference(key, rec.CreatedAt)
+	if res.Reference, err = charge.Reference(key, rec.CreatedAt); err != nil {
+		return err
+	}
+	// The members a charge's and a refund's intents share, and a
+	// refund's charge.
 	var in struct {
-		Amount   int64  `json:"amount"`
-		Currency string `json:"currency"`
+		Amount         int64  `json:"amount"`
+		Currency       string `json:"currency"`
+		Charge         string `json:"charge"`
+		ProviderCharge string `json:"provider_charge"`
 	}
 	if err := json.Unmarshal(rec.Intent, &in); err != nil {
 		return fmt.Errorf("stored intent: %w", err)
 	}
-	ev := evidenceOutput{recordOutput: newRecordOutput(key, rec), ProviderReference: res.Reference, Amount: in.Amount, Currency: in.Currency}
+	ev := evidenceOutput{
+		recordOutput: newRecordOutput(key, rec), ProviderReference: res.Reference, Amount: in.Amount, Currency: in.Currency,
+		Charge: in.Charge, ProviderCharge: in.ProviderCharge,
+	}
 	as, plan := describe(key, rec, res)
 	talk := a.stdout
 	if a.json {
@@ -143,6 +166,9 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	a.printRecord(w, ev.recordOutput)
 	fmt.Fprintf(w, "provider reference:\t%s\n", ev.ProviderReference)
 	fmt.Fprintf(w, "amount:\t%d %s (minor units)\n", ev.Amount, ev.Currency)
+	if ev.Charge != "" {
+		fmt.Fprintf(w, "refunds charge:\t%s (provider charge %s)\n", ev.Charge, ev.ProviderCharge)
+	}
 	fmt.Fprintf(w, "will settle it as:\t%s\n", plan)
 	if err := w.Flush(); err != nil {
 		return err
@@ -172,18 +198,26 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	default:
 		fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): status %s%s\n", keyText(key), as, outcome, after.Status, answered(after))
 	}
-	fmt.Fprintln(a.stdout, "check with: chargectl admin record", key.Tenant(), key.ClientKey())
+	fmt.Fprintln(a.stdout, "check with:", recordCommand(key))
 	return nil
 }
 
 // describe names what settling rec as res does, in a word and in full.
 func describe(key idem.Key, rec *idem.Record, res provider.Result) (string, string) {
-	switch res.Status {
-	case provider.StatusCharged:
+	refund := key.Operation() == charge.RefundOperation
+	switch {
+	case res.Status == provider.StatusCharged:
 		return "charged", fmt.Sprintf("charged by provider charge %s: SUCCEEDED, with its charge row %s and the 201 the API answers",
 			res.ChargeID, charge.ChargeID(key, rec.CreatedAt))
-	case provider.StatusDeclined:
+	case res.Status == provider.StatusRefunded:
+		return "refunded", fmt.Sprintf("refunded by provider refund %s: SUCCEEDED, with its refund row %s, its hold settled, and the 201 the API answers",
+			res.ChargeID, charge.RefundID(key, rec.CreatedAt))
+	case res.Status == provider.StatusDeclined && refund:
+		return "declined", fmt.Sprintf("declined (%s): FAILED_PERMANENT, its hold freed, with the 409 the API answers", res.DeclineCode)
+	case res.Status == provider.StatusDeclined:
 		return "declined", fmt.Sprintf("declined (%s): FAILED_PERMANENT, with the 402 the API answers", res.DeclineCode)
+	case refund:
+		return "released", "not refunded: its hold freed, RELEASED until its retention from the command's creation ends (a retry of the same request before then refunds it under the same reference; after, it is a new command)"
 	default:
 		return "released", "not charged: RELEASED until its retention from the command's creation ends (a retry of the same request before then charges it under the same reference; after, it is a new command)"
 	}

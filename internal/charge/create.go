@@ -256,7 +256,7 @@ func (c charges) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 		case errors.Is(err, idem.ErrLeaseLost):
 			return provider.Result{}, errStillLeased
 		case err != nil:
-			return provider.Result{}, err
+			return provider.Result{}, fmt.Errorf("%w: %w", errStore, err)
 		}
 	}
 	return c.Service.lookup(ctx, lease, in, rp)
@@ -269,6 +269,8 @@ func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Resu
 	}
 	return c.Service.verdict(lease, in, res)
 }
+
+func (charges) done() (provider.Status, Outcome) { return provider.StatusCharged, OutcomeResolved }
 
 // undo has nothing to take back: a charge writes only when it settles.
 func (charges) undo(context.Context, *idem.Lease) error { return nil }

@@ -33,10 +33,15 @@ type Notification struct {
 }
 
 // settles reports whether n can settle a command at all: one of an
-// operation the service runs, with an outcome.
+// operation the service runs, with that operation's outcome (a charge's
+// is never a refund's).
 func (s *Service) settles(n Notification) bool {
-	_, ours := s.ops[n.Command.Operation()]
-	return ours && n.Result.Status != "" && n.Result.Status != provider.StatusNotFound
+	op, ours := s.ops[n.Command.Operation()]
+	if !ours {
+		return false
+	}
+	done, _ := op.done()
+	return n.Result.Status == done || n.Result.Status == provider.StatusDeclined
 }
 
 // Notify settles the command a provider's notification names, once per
@@ -125,7 +130,7 @@ func unclaimed(err error) (*idem.Lease, Result, error) {
 }
 
 // settleNotified settles the command n names, if it is IN_FLIGHT under
-// n's reference.
+// n's reference, or records a refund that failed after it succeeded.
 func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, error) {
 	rec, err := s.waitAttempt(ctx, n.Command)
 	switch {
@@ -139,6 +144,8 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		return OutcomeNothingToDo, nil
 	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == Operation:
 		return s.notifiedState(ctx, n.Command.Tenant(), ChargeID(n.Command, rec.CreatedAt), n.Result)
+	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == RefundOperation && n.Result.Status == provider.StatusDeclined:
+		return refunds{s}.failedLater(ctx, n.Command, rec)
 	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
 	}

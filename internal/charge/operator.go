@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // SettleByOperator settles the IN_FLIGHT command key names as an operator
-// found it in the provider's own records: res.Status is StatusCharged
-// (ChargeID the provider's id for the charge), StatusDeclined (with its
+// found it in the provider's own records: res.Status is the status of its
+// operation's effect, StatusCharged for a charge or StatusRefunded for a
+// refund (ChargeID the provider's id for it), StatusDeclined (with its
 // DeclineCode), or StatusNotFound, which releases the key. It is the way
 // out for a parked command (OutcomeParked), which nothing automatic
 // settles: its lease is postponed, so TakeOver refuses it, and the
@@ -30,15 +32,17 @@ import (
 // to settle again: every step is fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
 	op, err := s.op(key)
-	switch {
-	case err != nil:
+	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
-	case (res.Status == provider.StatusCharged || res.Status == provider.StatusRefunded) && res.ChargeID == "":
+	}
+	// Checked before the preemption, so a bad call takes no lease.
+	done, _ := op.done()
+	switch {
+	case res.Status == done && res.ChargeID == "":
 		return "", nil, errors.New("charge: operator settle: the provider's id for what it did is needed")
-	case res.Status != provider.StatusCharged && res.Status != provider.StatusRefunded &&
-		res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
-		// Checked before the preemption, so a bad call takes no lease.
-		return "", nil, fmt.Errorf("charge: operator settle: unexpected provider status %q", res.Status)
+	case res.Status != done && res.Status != provider.StatusDeclined && res.Status != provider.StatusNotFound:
+		return "", nil, fmt.Errorf("charge: operator settle: provider status %q settles no %s command: it is %s, declined or not found",
+			res.Status, key.Operation(), done)
 	}
 	rec, err := s.cfg.Store.Get(ctx, key)
 	if err != nil {
@@ -62,4 +66,16 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 		return outcome, nil, fmt.Errorf("charge: operator settle: read back: %w", err)
 	}
 	return outcome, rec, nil
+}
+
+// Reference is the provider reference of the command key names, created
+// at created: what an operator looks up in the provider's records. An
+// error says the service runs no such operation.
+func Reference(key idem.Key, created time.Time) (string, error) {
+	op, ok := operations[key.Operation()]
+	if !ok {
+		return "", fmt.Errorf("charge: no operation %q", key.Operation())
+	}
+	// reference reads nothing of the Service.
+	return op(nil).reference(key, created), nil
 }

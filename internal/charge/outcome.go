@@ -1,6 +1,9 @@
 package charge
 
-import "github.com/chargeonce/chargeonce/internal/metrics"
+import (
+	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
 
 // Outcome names what became of a request, for logs and metrics.
 type Outcome string
@@ -39,8 +42,11 @@ const (
 	OutcomeNothingToDo Outcome = "nothing_to_do"
 	OutcomeStillLeased Outcome = "still_leased"
 	OutcomeResolved    Outcome = "resolved_charged"
-	OutcomeResolvedDec Outcome = "resolved_declined"
-	OutcomeReleased    Outcome = "released"
+	// OutcomeResolvedRefund: the reconciler recorded a refund the
+	// provider made.
+	OutcomeResolvedRefund Outcome = "resolved_refunded"
+	OutcomeResolvedDec    Outcome = "resolved_declined"
+	OutcomeReleased       Outcome = "released"
 	// OutcomeNotSettled: the provider has no charge for the reference yet,
 	// but its settle window has not passed; the key is looked at again
 	// when it has.
@@ -70,11 +76,14 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 	OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
 	OutcomeInvalid:        metrics.OutcomeInvalid,
 	OutcomeChargeConflict: metrics.OutcomeError,
-	OutcomeStateConflict:  metrics.OutcomeConflict,
-	OutcomeRefundExceeds:  metrics.OutcomeDeclined,
+	OutcomeStateConflict:  metrics.OutcomeStateConflict,
+	OutcomeRefundExceeds:  metrics.OutcomeRefundExceeds,
+	// Refunds in flight hold the amount: like a conflict, a retry may
+	// find it settled.
 	OutcomeRefundHeld:     metrics.OutcomeConflict,
 	OutcomeError:          metrics.OutcomeError,
 	OutcomeResolved:       metrics.OutcomeResolvedCharged,
+	OutcomeResolvedRefund: metrics.OutcomeResolvedRefunded,
 	OutcomeResolvedDec:    metrics.OutcomeResolvedDeclined,
 	OutcomeReleased:       metrics.OutcomeReleased,
 	OutcomeStillLeased:    metrics.OutcomeStillLeased,
@@ -86,3 +95,23 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 
 // Metric is o's name in the metrics (the Outcome dimension of Requests).
 func (o Outcome) Metric() metrics.Outcome { return metricOutcomes[o] }
+
+// metricOperations name the operations keys are scoped to in the
+// metrics' vocabulary.
+var metricOperations = map[string]metrics.Operation{
+	Operation:             metrics.OperationCharge,
+	RefundOperation:       metrics.OperationRefund,
+	NotificationOperation: metrics.OperationEvent,
+	TransitionOperation:   metrics.OperationSettle,
+}
+
+// MetricOperation is the Operation dimension of the command key names:
+// OperationNone for the zero key (a command refused before its key was
+// read) or one of no operation the service runs, so that a forged key
+// never adds a value.
+func MetricOperation(key idem.Key) metrics.Operation {
+	if op, ok := metricOperations[key.Operation()]; ok {
+		return op
+	}
+	return metrics.OperationNone
+}

@@ -33,11 +33,19 @@ type operation interface {
 	// rewrite settles a command whose verdict's writes failed their
 	// condition (idem.ErrWriteCondition).
 	rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error)
+	// done is the provider status that says it did the command
+	// (StatusCharged, StatusRefunded), and resolved the outcome of a
+	// command settled so by the reconciler, a notification or an operator.
+	done() (provider.Status, Outcome)
 }
 
 // errStillLeased: another attempt took the lease while the command was
-// looked up.
-var errStillLeased = errors.New("charge: lease taken while looking up")
+// looked up. errStore: a lookup's own write to the store failed; the
+// message is delivered again, as for any failure of the table.
+var (
+	errStillLeased = errors.New("charge: lease taken while looking up")
+	errStore       = errors.New("charge: the store failed while looking up")
+)
 
 // op is the operation of the command key names, or an error for a key of
 // no operation the service runs.
@@ -105,6 +113,8 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 	case errors.Is(err, errStillLeased):
 		r.found = OutcomeStillLeased
 		return idem.Outcome{}, nil
+	case errors.Is(err, errStore):
+		return idem.Outcome{}, err
 	case errors.Is(err, provider.ErrRejected):
 		// The replay was refused in a way that proves it cannot succeed
 		// (provider.LookupRequest): nothing was or will be done, and a
@@ -161,7 +171,7 @@ func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, 
 	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
 		outcome, _, err := op.rewrite(ctx, lease, *answer)
 		if outcome == OutcomeCreated {
-			outcome = OutcomeResolved
+			_, outcome = op.done()
 		}
 		return outcome, err
 	case err != nil:
@@ -169,7 +179,8 @@ func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, 
 	case status == idem.StatusReleased:
 		return OutcomeReleased, nil
 	case status == idem.StatusSucceeded:
-		return OutcomeResolved, nil
+		_, resolved := op.done()
+		return resolved, nil
 	default:
 		return OutcomeResolvedDec, nil
 	}

@@ -40,7 +40,14 @@ type Refund struct {
 	ProviderRefundID  string
 	IdempotencyKey    CommandID
 	CreatedAt         time.Time
+	// Status is StatusSucceeded, or RefundFailed for one the provider
+	// made and then reported failed (its amount is the charge's again).
+	Status string
 }
+
+// RefundFailed is the status of a refund the provider reported failed
+// after it had succeeded.
+const RefundFailed = "failed"
 
 // RefundID is the id of the refund an intent creates, derived like
 // ChargeID.
@@ -150,8 +157,10 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		return Result{}, err
 	}
 	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason}
-	if kept.Amount == 0 {
-		kept.Amount = max(c.Money.Amount-c.refundClaimed, 0)
+	if all := kept.Amount == 0; all {
+		// All that settled refunds leave, as an explicit amount would
+		// be: refunds in flight hold part of it for now, not for good.
+		kept.Amount = max(c.Money.Amount-c.AmountRefunded, 0)
 	}
 	in, _ := json.Marshal(kept)
 	op := refunds{s}
@@ -180,6 +189,11 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 			// grows: final.
 			err = errExceedsFinal
 		default:
+			err = errExceedsHeld
+		}
+		if errors.Is(err, errExceedsFinal) && req.Amount == 0 && kept.Amount > 0 {
+			// A refund settled since the charge was read: what remains is
+			// less, but something may remain. The retry reads it again.
 			err = errExceedsHeld
 		}
 		switch {
@@ -341,6 +355,10 @@ func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Re
 	}
 }
 
+func (refunds) done() (provider.Status, Outcome) {
+	return provider.StatusRefunded, OutcomeResolvedRefund
+}
+
 // undo frees the refund's hold.
 func (r refunds) undo(ctx context.Context, lease *idem.Lease) error {
 	in, err := storedIntent[refundIntent](lease)
@@ -378,4 +396,28 @@ func (r refunds) rewrite(ctx context.Context, lease *idem.Lease, res provider.Re
 		resp, writes = r.cfg.Answers.RefundCreated(rf), []types.TransactWriteItem{r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleUnheld(rf)}
 	}
 	return outcome, resp, r.backend.Commit(ctx, lease, resp, writes...)
+}
+
+// failedLater records a refund the provider reported failed after it had
+// succeeded (a Stripe refund pending, then failed): its amount returns to
+// the charge, and the refund reads failed. Its stored 201 stays: it was
+// the answer then.
+func (r refunds) failedLater(ctx context.Context, key idem.Key, rec *idem.Record) (Outcome, error) {
+	var in refundIntent
+	if err := json.Unmarshal(rec.Intent, &in); err != nil {
+		return "", fmt.Errorf("charge: stored intent: %w", err)
+	}
+	rf, found, err := r.cfg.Rows.GetRefund(ctx, key.Tenant(), in.Charge, RefundID(key, rec.CreatedAt))
+	switch {
+	case err != nil:
+		return "", err
+	case !found || rf.Status != StatusSucceeded:
+		return OutcomeNothingToDo, nil
+	}
+	r.cfg.Logger.WarnContext(ctx, "notify: a refund failed after it succeeded; its amount returns to the charge",
+		"key_hash", key.LogHash(), "refund_id", rf.ID, "charge_id", rf.ChargeID)
+	if err := r.cfg.Rows.failRefund(ctx, rf); err != nil {
+		return "", err
+	}
+	return OutcomeResolvedDec, nil
 }

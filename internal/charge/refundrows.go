@@ -1,10 +1,13 @@
 package charge
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -169,8 +172,8 @@ func (r *Rows) GetRefund(ctx context.Context, tenant, chargeID, refundID string)
 	return getRow(ctx, r, tenant, refundRowID(chargeID, refundID), rowRefund)
 }
 
-// GetWithRefunds reads tenant's charge id and its refunds, in one
-// strongly consistent Query (paged if they outgrow a page).
+// GetWithRefunds reads tenant's charge id and its refunds, oldest first,
+// in one strongly consistent Query (paged if they outgrow a page).
 func (r *Rows) GetWithRefunds(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                r.tableName,
@@ -206,6 +209,10 @@ func (r *Rows) GetWithRefunds(ctx context.Context, tenant, id string) (Charge, b
 			c.Refunds, found = refunds, true
 		}
 		if len(out.LastEvaluatedKey) == 0 {
+			// Oldest first; ids, random, break ties.
+			slices.SortStableFunc(c.Refunds, func(a, b Refund) int {
+				return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+			})
 			return c, found, nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
@@ -238,7 +245,7 @@ func rowRefund(item map[string]types.AttributeValue) (Refund, error) {
 		return Refund{}, err
 	}
 	return Refund{
-		ID: w.RefundID, ChargeID: w.ChargeID, Tenant: w.Tenant, Money: Money{Amount: w.Amount, Currency: w.Currency},
+		ID: w.RefundID, ChargeID: w.ChargeID, Tenant: w.Tenant, Money: Money{Amount: w.Amount, Currency: w.Currency}, Status: w.Status,
 		Reason: w.Reason, ProviderReference: w.ProviderReference, ProviderRefundID: w.ProviderRefundID,
 		IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
 	}, nil
@@ -247,3 +254,35 @@ func rowRefund(item map[string]types.AttributeValue) (Refund, error) {
 func number(n int64) *types.AttributeValueMemberN {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
 }
+
+// failRefund records that rf, refunded, failed later at the provider: its
+// row reads failed, and its charge gets the amount back, in one
+// transaction, once.
+func (r *Rows) failRefund(ctx context.Context, rf Refund) error {
+	_, err := r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+		{Update: &types.Update{
+			TableName:                 r.tableName,
+			Key:                       rowKey(rf.Tenant, refundRowID(rf.ChargeID, rf.ID)),
+			UpdateExpression:          aws.String("SET #status = :failed"),
+			ConditionExpression:       aws.String("#status = :succeeded"),
+			ExpressionAttributeNames:  map[string]string{"#status": "status"},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":failed": str(RefundFailed), ":succeeded": str(StatusSucceeded)},
+		}},
+		{Update: &types.Update{
+			TableName:                 r.tableName,
+			Key:                       rowKey(rf.Tenant, rf.ChargeID),
+			UpdateExpression:          aws.String("ADD #refunded :less, #claimed :less"),
+			ExpressionAttributeNames:  map[string]string{"#refunded": attrRefunded, "#claimed": attrClaimed},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":less": number(-rf.Money.Amount)},
+		}},
+	}})
+	if _, done := errors.AsType[*types.TransactionCanceledException](err); done {
+		return nil // failed already: its row no longer reads succeeded
+	}
+	if err != nil {
+		return fmt.Errorf("charge: fail a refund: %w", dynamostore.AsUnavailable(err))
+	}
+	return nil
+}
+
+func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }

@@ -53,11 +53,13 @@ func TableInput(name string) *dynamodb.CreateTableInput {
 }
 
 // RowsAPI is the part of *dynamodb.Client the charges table is used
-// with. A refund's hold is the one write outside a record's transaction.
+// with. A refund's hold, and a refund that failed later, are the writes
+// outside a record's transaction.
 type RowsAPI interface {
 	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	TransactWriteItems(ctx context.Context, in *dynamodb.TransactWriteItemsInput, optFns ...func(*dynamodb.Options)) (*dynamodb.TransactWriteItemsOutput, error)
 }
 
 var _ RowsAPI = (*dynamodb.Client)(nil)

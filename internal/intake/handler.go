@@ -153,14 +153,14 @@ func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
 	}
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
-		rec.Count(metrics.Requests, metrics.OutcomeError)
+		rec.Count(metrics.Requests, charge.MetricOperation(p.cmd.Key), metrics.OutcomeError)
 		log.ErrorContext(ctx, "intake", "key_hash", keyHash, "tenant", p.cmd.Key.Tenant(), "outcome", "error",
 			"error_class", charge.ErrorClass(err), "settled", false)
 		return false
 	}
 	settled := settles[res.Outcome]
 	tracing.Outcome(span, string(res.Outcome))
-	rec.Count(metrics.Requests, res.Outcome.Metric())
+	rec.Count(metrics.Requests, charge.MetricOperation(p.cmd.Key), res.Outcome.Metric())
 	level := slog.LevelInfo
 	if !settled || res.Outcome == charge.OutcomeMismatch || res.Outcome == charge.OutcomeChargeConflict {
 		level = slog.LevelWarn // to be retried, a reused command id, or a case for an operator
@@ -177,9 +177,11 @@ func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
 // reports it settled, or, if that fails, for another delivery (the
 // queue's redrive policy moves it in the end).
 func (h *Handler) deadLetter(ctx context.Context, log *slog.Logger, p parsed) bool {
+	// The key, if the message named a valid one.
+	op := charge.MetricOperation(p.cmd.Key)
 	var me *MalformedError
 	if !errors.As(p.err, &me) {
-		metrics.FromContext(ctx).Count(metrics.Requests, metrics.OutcomeError)
+		metrics.FromContext(ctx).Count(metrics.Requests, op, metrics.OutcomeError)
 		log.ErrorContext(ctx, "intake", "outcome", "error", "error_class", charge.ErrorClass(p.err), "settled", false)
 		return false
 	}
@@ -188,12 +190,12 @@ func (h *Handler) deadLetter(ctx context.Context, log *slog.Logger, p parsed) bo
 		attrs = append(attrs, "key_hash", me.KeyHash)
 	}
 	if err := h.dlq.DeadLetter(ctx, p.msg, me.Error()); err != nil {
-		metrics.FromContext(ctx).Count(metrics.Requests, metrics.OutcomeError)
+		metrics.FromContext(ctx).Count(metrics.Requests, op, metrics.OutcomeError)
 		log.ErrorContext(ctx, "intake: malformed message; sending it to the dead-letter queue failed, left for redelivery",
 			append(attrs, "error_class", charge.ErrorClass(err), "settled", false)...)
 		return false
 	}
-	metrics.FromContext(ctx).Count(metrics.Requests, metrics.OutcomeInvalid)
+	metrics.FromContext(ctx).Count(metrics.Requests, op, metrics.OutcomeInvalid)
 	log.ErrorContext(ctx, "intake: malformed message sent to the dead-letter queue", append(attrs, "settled", true)...)
 	return true
 }

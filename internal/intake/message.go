@@ -100,6 +100,8 @@ func ParseMessage(body string) (Command, error) {
 		return malformed(FieldOperation, "must be "+charge.Operation+" or "+charge.RefundOperation)
 	case operation == charge.RefundOperation && !named:
 		return malformed(FieldChargeID, "missing")
+	case operation == charge.RefundOperation && !charge.IsChargeID(chargeID):
+		return malformed(FieldChargeID, "not a charge id")
 	case operation == charge.Operation && named:
 		return malformed(FieldChargeID, "only a refund names a charge")
 	}

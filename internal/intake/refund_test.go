@@ -50,6 +50,7 @@ func TestRefundMessagesMalformed(t *testing.T) {
 	for name, body := range map[string]string{
 		"refund without a charge":  `{"tenant":"acme","command_id":"r","operation":"create-refund","request":{}}`,
 		"charge naming a charge":   `{"tenant":"acme","command_id":"r","charge_id":"ch_000000000000000000000000","request":{}}`,
+		"impossible charge id":     `{"tenant":"acme","command_id":"r","operation":"create-refund","charge_id":"x","request":{}}`,
 		"unknown operation":        `{"tenant":"acme","command_id":"r","operation":"capture","charge_id":"ch_000000000000000000000000","request":{}}`,
 		"refund with a bad amount": `{"tenant":"acme","command_id":"r","operation":"create-refund","charge_id":"ch_000000000000000000000000","request":{"amount":0}}`,
 	} {

@@ -5,10 +5,11 @@ import "slices"
 // Namespace is the CloudWatch namespace of every metric.
 const Namespace = "chargeonce"
 
-// Dimension names. These two are the only dimensions.
+// Dimension names. These three are the only dimensions.
 const (
-	DimFunction = "Function"
-	DimOutcome  = "Outcome"
+	DimFunction  = "Function"
+	DimOperation = "Operation"
+	DimOutcome   = "Outcome"
 )
 
 // Function dimension values: the functions that emit metrics.
@@ -24,9 +25,9 @@ type Name string
 
 // The metrics the code emits; Definitions says by whom and in which unit.
 const (
-	// Requests counts the commands a function handled, by Outcome: the
-	// charge function's POST /charges, the reconcile and intake functions'
-	// messages.
+	// Requests counts the commands a function handled, by Operation and
+	// Outcome: the charge function's POST /charges and POST
+	// /charges/{id}/refunds, the reconcile and intake functions' messages.
 	Requests Name = "Requests"
 	// BeginLatency is the idempotency claim (Begin) of a charge request.
 	BeginLatency Name = "BeginLatency"
@@ -61,6 +62,26 @@ const (
 	UnitBytes        Unit = "Bytes"
 )
 
+// Operation is a value of the Operation dimension: the operation a
+// command's idempotency key is scoped to.
+type Operation string
+
+// The operations. OperationNone is a command that named none: a request
+// or message refused before its key could be read.
+const (
+	OperationCharge Operation = "create-charge"
+	OperationRefund Operation = "create-refund"
+	// OperationEvent: a provider notification's deduplication record,
+	// which the reconciler releases.
+	OperationEvent Operation = "provider-event"
+	OperationNone  Operation = "none"
+	// OperationCapture and OperationCancel set a charge's state, with no
+	// key; OperationSettle is the reconciler settling one left unsettled.
+	OperationCapture Operation = "capture-charge"
+	OperationCancel  Operation = "cancel-charge"
+	OperationSettle  Operation = "settle-charge"
+)
+
 // Outcome is a value of the Outcome dimension.
 type Outcome string
 
@@ -80,11 +101,18 @@ const (
 	// record its outcome.
 	OutcomeLeaseLost Outcome = "lease-lost"
 	OutcomeInvalid   Outcome = "invalid"
+	// OutcomeStateConflict: a refund of a charge in no state to be
+	// refunded; nothing stored.
+	OutcomeStateConflict Outcome = "state-conflict"
+	// OutcomeRefundExceeds: a refund of more than settled refunds leave;
+	// stored, final for its key. The provider was not asked.
+	OutcomeRefundExceeds Outcome = "refund-exceeds"
 )
 
 // The reconcile function's outcomes.
 const (
 	OutcomeResolvedCharged  Outcome = "resolved-charged"
+	OutcomeResolvedRefunded Outcome = "resolved-refunded"
 	OutcomeResolvedDeclined Outcome = "resolved-declined"
 	OutcomeReleased         Outcome = "released"
 	OutcomeStillLeased      Outcome = "still-leased"
@@ -105,8 +133,9 @@ type Definition struct {
 	Unit Unit
 	// Functions are the Function dimension values it is emitted under.
 	Functions []string
-	// ByOutcome: also under {Function, Outcome}, with the Outcome values
-	// of Outcomes(function).
+	// ByOutcome: also under {Function, Operation} and {Function,
+	// Operation, Outcome}, with the values of Operations(function) and
+	// Outcomes(function).
 	ByOutcome bool
 }
 
@@ -126,9 +155,10 @@ var (
 		FunctionCharge: {
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
+			OutcomeStateConflict, OutcomeRefundExceeds,
 		},
 		FunctionReconcile: {
-			OutcomeResolvedCharged, OutcomeResolvedDeclined, OutcomeReleased, OutcomeStillLeased,
+			OutcomeResolvedCharged, OutcomeResolvedRefunded, OutcomeResolvedDeclined, OutcomeReleased, OutcomeStillLeased,
 			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeParked, OutcomeError,
 		},
 		// The intake function's messages: the charge function's outcomes;
@@ -136,7 +166,14 @@ var (
 		FunctionIntake: {
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
+			OutcomeStateConflict, OutcomeRefundExceeds,
 		},
+	}
+	operations = map[string][]Operation{
+		FunctionCharge: {OperationCharge, OperationRefund, OperationCapture, OperationCancel, OperationNone},
+		// The reconciler counts no message without a valid key.
+		FunctionReconcile: {OperationCharge, OperationRefund, OperationEvent, OperationSettle},
+		FunctionIntake:    {OperationCharge, OperationRefund, OperationNone},
 	}
 )
 
@@ -153,6 +190,12 @@ func Definitions() []Definition {
 // whose metrics have no Outcome.
 func Outcomes(function string) []Outcome {
 	return slices.Clone(outcomes[function])
+}
+
+// Operations returns the Operation values function emits; none for a
+// function whose metrics have no Operation.
+func Operations(function string) []Operation {
+	return slices.Clone(operations[function])
 }
 
 // lookup returns the definition of name for function, and its position in

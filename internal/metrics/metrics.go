@@ -19,8 +19,8 @@ import (
 )
 
 // ErrUndefined is wrapped by Flush's error for a value it did not write:
-// a metric the function does not emit, an Outcome it does not have, or a
-// sample of the wrong kind for the metric's unit.
+// a metric the function does not emit, an Operation or Outcome it does
+// not have, or a sample of the wrong kind for the metric's unit.
 var ErrUndefined = errors.New("metrics: not defined")
 
 // MaxValues is the most samples of one metric an EMF line carries;
@@ -87,36 +87,42 @@ type value struct {
 	v   float64
 }
 
-// count is a value of a metric with an Outcome dimension.
+// count is a value of a metric with Operation and Outcome dimensions.
 type count struct {
-	outcome Outcome
+	operation Operation
+	outcome   Outcome
 	value
 }
+
+// sameDims reports whether c and d are counted under the same Operation
+// and Outcome.
+func (c count) sameDims(d count) bool { return c.operation == d.operation && c.outcome == d.outcome }
 
 func (r *Recorder) reset() {
 	r.counts, r.sums, r.samples, r.problems = r.countRoom[:0], r.sumRoom[:0], r.sampleRoom[:0], nil
 }
 
-// Count adds one to name under outcome, a metric with an Outcome
-// dimension (Requests).
-func (r *Recorder) Count(name Name, outcome Outcome) {
+// Count adds one to name under operation and outcome, a metric with
+// Operation and Outcome dimensions (Requests).
+func (r *Recorder) Count(name Name, operation Operation, outcome Outcome) {
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	d, def, ok := lookup(r.e.function, name)
-	if !ok || !d.ByOutcome || !slices.Contains(outcomes[r.e.function], outcome) {
-		r.undefined("count %s with outcome %q", name, outcome)
+	if !ok || !d.ByOutcome || !slices.Contains(outcomes[r.e.function], outcome) || !slices.Contains(operations[r.e.function], operation) {
+		r.undefined("count %s with operation %q and outcome %q", name, operation, outcome)
 		return
 	}
-	for i, c := range r.counts {
-		if c.outcome == outcome && c.def == def {
+	c := count{operation, outcome, value{def, 1}}
+	for i, o := range r.counts {
+		if o.sameDims(c) && o.def == def {
 			r.counts[i].v++
 			return
 		}
 	}
-	r.counts = append(r.counts, count{outcome, value{def, 1}})
+	r.counts = append(r.counts, c)
 }
 
 // Add adds n to name, a count without an Outcome dimension. Adding zero
@@ -233,21 +239,22 @@ const (
 	memberMeta
 )
 
-// lines renders the recorded values as EMF lines: one per Outcome, the
+// lines renders the recorded values as EMF lines: one per Operation and
+// Outcome, the
 // values without an Outcome on the first, and further lines for samples
 // beyond MaxValues. Every line's metrics are in Definitions' order (in
 // its metadata, the sums before the samples), its members in key order
 // (as encoding/json orders a map's). It sorts the values it is given.
 func (e *Emitter) lines(at time.Time, requestID string, counts []count, sums, samples []value) []byte {
 	slices.SortFunc(counts, func(a, b count) int {
-		return cmp.Or(strings.Compare(string(a.outcome), string(b.outcome)), a.def-b.def)
+		return cmp.Or(strings.Compare(string(a.operation), string(b.operation)), strings.Compare(string(a.outcome), string(b.outcome)), a.def-b.def)
 	})
 	byDef := func(a, b value) int { return a.def - b.def }
 	slices.SortFunc(sums, byDef)
 	slices.SortStableFunc(samples, byDef) // a metric's samples in the order recorded
 	n := 0
 	for i, c := range counts {
-		if i == 0 || c.outcome != counts[i-1].outcome {
+		if i == 0 || !c.sameDims(counts[i-1]) {
 			n++
 		}
 	}
@@ -270,14 +277,15 @@ func (e *Emitter) lines(at time.Time, requestID string, counts []count, sums, sa
 		if requestID != "" {
 			members = append(members, member{key: "RequestId", str: requestID})
 		}
-		var byOutcome []count // this line's counts, all of one Outcome
+		var byOutcome []count // this line's counts, all of one Operation and Outcome
 		if len(counts) > 0 {
 			end := 1
-			for end < len(counts) && counts[end].outcome == counts[0].outcome {
+			for end < len(counts) && counts[end].sameDims(counts[0]) {
 				end++
 			}
 			byOutcome, counts = counts[:end], counts[end:]
-			members = append(members, member{key: DimOutcome, str: string(byOutcome[0].outcome)})
+			members = append(members, member{key: DimOperation, str: string(byOutcome[0].operation)},
+				member{key: DimOutcome, str: string(byOutcome[0].outcome)})
 			for _, c := range byOutcome {
 				members = append(members, member{key: string(definitions[c.def].Name), kind: memberNum, num: c.v})
 			}
@@ -349,14 +357,16 @@ func nextRun(vs []value) (run, rest []value) {
 }
 
 // appendMetadata appends a line's _aws member: its time, and a directive
-// for its metrics by Outcome (the counts) and one for those by Function
-// alone, those it has. Every name in it is an identifier: none needs
+// for its metrics by Operation and Outcome (the counts) and one for those
+// by Function alone, those it has. The counts are also totalled by
+// Function and by Operation: never by Outcome alone, to keep the metrics
+// CloudWatch bills for few. Every name in it is an identifier: none needs
 // escaping.
 func appendMetadata(out []byte, at time.Time, byOutcome []count, byFunction []value) []byte {
 	out = strconv.AppendInt(append(out, `{"Timestamp":`...), at.UnixMilli(), 10)
 	out = append(out, `,"CloudWatchMetrics":[`...)
 	if len(byOutcome) > 0 {
-		out = append(out, `{"Namespace":"`+Namespace+`","Dimensions":[["`+DimFunction+`"],["`+DimFunction+`","`+DimOutcome+`"]],"Metrics":[`...)
+		out = append(out, `{"Namespace":"`+Namespace+`","Dimensions":[["`+DimFunction+`"],["`+DimFunction+`","`+DimOperation+`"],["`+DimFunction+`","`+DimOperation+`","`+DimOutcome+`"]],"Metrics":[`...)
 		for i, c := range byOutcome {
 			out = appendMetric(out, i, c.def)
 		}

@@ -139,7 +139,7 @@ func TestChargeInvocationIsOneLine(t *testing.T) {
 	t.Parallel()
 	w := &writes{}
 	rec := emitter(w, metrics.FunctionCharge).Record()
-	rec.Count(metrics.Requests, metrics.OutcomeCreated)
+	rec.Count(metrics.Requests, metrics.OperationRefund, metrics.OutcomeCreated)
 	rec.Time(metrics.BeginLatency, 12500*time.Microsecond)
 	rec.Time(metrics.ProviderLatency, 200*time.Millisecond)
 	rec.Time(metrics.ProviderLatency, 300*time.Millisecond)
@@ -155,7 +155,8 @@ func TestChargeInvocationIsOneLine(t *testing.T) {
 	points, docs := parseEMF(t, w.all())
 	want := []datapoint{
 		{"Requests", "Count", "Function=charge", []float64{1}},
-		{"Requests", "Count", "Function=charge,Outcome=created", []float64{1}},
+		{"Requests", "Count", "Function=charge,Operation=create-refund", []float64{1}},
+		{"Requests", "Count", "Function=charge,Operation=create-refund,Outcome=created", []float64{1}},
 		{"BeginLatency", "Milliseconds", "Function=charge", []float64{12.5}},
 		{"ProviderLatency", "Milliseconds", "Function=charge", []float64{200, 300}},
 		{"CommitLatency", "Milliseconds", "Function=charge", []float64{8}},
@@ -174,11 +175,15 @@ func TestBatchWritesOneLinePerOutcomeInOneWrite(t *testing.T) {
 	t.Parallel()
 	w := &writes{}
 	rec := emitter(w, metrics.FunctionReconcile).Record()
-	for _, o := range []metrics.Outcome{
-		metrics.OutcomeResolvedCharged, metrics.OutcomeNothingToDo, metrics.OutcomeResolvedCharged,
-		metrics.OutcomeError, metrics.OutcomeDeferred,
+	for _, c := range []struct {
+		op metrics.Operation
+		o  metrics.Outcome
+	}{
+		{metrics.OperationCharge, metrics.OutcomeResolvedCharged}, {metrics.OperationEvent, metrics.OutcomeNothingToDo},
+		{metrics.OperationCharge, metrics.OutcomeResolvedCharged}, {metrics.OperationEvent, metrics.OutcomeError},
+		{metrics.OperationRefund, metrics.OutcomeDeferred}, {metrics.OperationRefund, metrics.OutcomeResolvedRefunded},
 	} {
-		rec.Count(metrics.Requests, o)
+		rec.Count(metrics.Requests, c.op, c.o)
 	}
 	rec.Time(metrics.ProviderLatency, time.Second)
 	if err := rec.Flush(context.Background()); err != nil {
@@ -188,15 +193,19 @@ func TestBatchWritesOneLinePerOutcomeInOneWrite(t *testing.T) {
 		t.Fatalf("%d writes, want 1", len(w.calls))
 	}
 	points, docs := parseEMF(t, w.all())
-	if len(docs) != 4 {
-		t.Fatalf("%d lines, want one per outcome (4)", len(docs))
+	if len(docs) != 5 {
+		t.Fatalf("%d lines, want one per operation and outcome (5)", len(docs))
 	}
 	for dims, want := range map[string]float64{
-		"Function=reconcile":                          5,
-		"Function=reconcile,Outcome=resolved-charged": 2,
-		"Function=reconcile,Outcome=nothing-to-do":    1,
-		"Function=reconcile,Outcome=error":            1,
-		"Function=reconcile,Outcome=deferred":         1,
+		"Function=reconcile":                                                   6,
+		"Function=reconcile,Operation=create-charge":                           2,
+		"Function=reconcile,Operation=create-refund":                           2,
+		"Function=reconcile,Operation=provider-event":                          2,
+		"Function=reconcile,Operation=create-charge,Outcome=resolved-charged":  2,
+		"Function=reconcile,Operation=provider-event,Outcome=nothing-to-do":    1,
+		"Function=reconcile,Operation=provider-event,Outcome=error":            1,
+		"Function=reconcile,Operation=create-refund,Outcome=deferred":          1,
+		"Function=reconcile,Operation=create-refund,Outcome=resolved-refunded": 1,
 	} {
 		if got, _ := total(points, "Requests", dims); got != want {
 			t.Errorf("Requests{%s} = %v, want %v", dims, got, want)
@@ -238,7 +247,7 @@ func TestManySamplesSpanLines(t *testing.T) {
 	for i := range n {
 		rec.Time(metrics.CommitLatency, time.Duration(i)*time.Millisecond)
 	}
-	rec.Count(metrics.Requests, metrics.OutcomeReplayed)
+	rec.Count(metrics.Requests, metrics.OperationCharge, metrics.OutcomeReplayed)
 	if err := rec.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -258,25 +267,28 @@ func TestUndefinedValuesAreReportedNotWritten(t *testing.T) {
 	t.Parallel()
 	w := &writes{}
 	rec := emitter(w, metrics.FunctionCharge).Record()
-	rec.Count(metrics.Requests, "tenant-acme")                  // not an outcome
-	rec.Count(metrics.Requests, metrics.OutcomeResolvedCharged) // the reconciler's
-	rec.Count(metrics.BeginLatency, metrics.OutcomeCreated)     // no Outcome dimension
-	rec.Add(metrics.Requests, 1)                                // counted by outcome only
-	rec.Add(metrics.StuckLeases, 1)                             // the sweeper's
-	rec.Time(metrics.StoredResponseBytes, time.Second)          // a size
-	rec.Size(metrics.BeginLatency, 10)                          // a time
-	rec.Count(metrics.Requests, metrics.OutcomeMismatch)
+	rec.Count(metrics.Requests, metrics.OperationCharge, "tenant-acme")                  // not an outcome
+	rec.Count(metrics.Requests, metrics.OperationCharge, metrics.OutcomeResolvedCharged) // the reconciler's
+	rec.Count(metrics.Requests, "acme#create-charge#k1", metrics.OutcomeCreated)         // not an operation
+	rec.Count(metrics.Requests, metrics.OperationEvent, metrics.OutcomeCreated)          // the reconciler's
+	rec.Count(metrics.BeginLatency, metrics.OperationCharge, metrics.OutcomeCreated)     // no Outcome dimension
+	rec.Add(metrics.Requests, 1)                                                         // counted by outcome only
+	rec.Add(metrics.StuckLeases, 1)                                                      // the sweeper's
+	rec.Time(metrics.StoredResponseBytes, time.Second)                                   // a size
+	rec.Size(metrics.BeginLatency, 10)                                                   // a time
+	rec.Count(metrics.Requests, metrics.OperationRefund, metrics.OutcomeMismatch)
 	err := rec.Flush(context.Background())
 	if !errors.Is(err, metrics.ErrUndefined) {
 		t.Fatalf("Flush: %v, want ErrUndefined", err)
 	}
-	if n := strings.Count(err.Error(), "not defined"); n != 7 {
-		t.Fatalf("Flush reports %d problems, want 7: %v", n, err)
+	if n := strings.Count(err.Error(), "not defined"); n != 9 {
+		t.Fatalf("Flush reports %d problems, want 9: %v", n, err)
 	}
 	points, _ := parseEMF(t, w.all())
 	want := []datapoint{
 		{"Requests", "Count", "Function=charge", []float64{1}},
-		{"Requests", "Count", "Function=charge,Outcome=mismatch", []float64{1}},
+		{"Requests", "Count", "Function=charge,Operation=create-refund", []float64{1}},
+		{"Requests", "Count", "Function=charge,Operation=create-refund,Outcome=mismatch", []float64{1}},
 	}
 	if !reflect.DeepEqual(points, want) {
 		t.Fatalf("datapoints %+v, want only the mismatch", points)
@@ -290,7 +302,7 @@ func TestFlushStartsOver(t *testing.T) {
 	if err := rec.Flush(context.Background()); err != nil || len(w.calls) != 0 {
 		t.Fatalf("empty Flush: %v, %d writes; want nothing written", err, len(w.calls))
 	}
-	rec.Count(metrics.Requests, metrics.OutcomeConflict)
+	rec.Count(metrics.Requests, metrics.OperationCharge, metrics.OutcomeConflict)
 	_ = rec.Flush(context.Background())
 	_ = rec.Flush(context.Background())
 	if len(w.calls) != 1 {
@@ -307,7 +319,7 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errDisk }
 func TestFlushReportsWriteError(t *testing.T) {
 	t.Parallel()
 	rec := metrics.New(failingWriter{}, metrics.FunctionCharge).Record()
-	rec.Count(metrics.Requests, metrics.OutcomeCreated)
+	rec.Count(metrics.Requests, metrics.OperationCharge, metrics.OutcomeCreated)
 	if err := rec.Flush(context.Background()); !errors.Is(err, errDisk) {
 		t.Fatalf("Flush: %v, want the write error", err)
 	}
@@ -327,7 +339,7 @@ func TestContextCarriesTheRecorder(t *testing.T) {
 	}
 	// Without a recorder, nothing is recorded and nothing fails.
 	none := metrics.FromContext(context.Background())
-	none.Count(metrics.Requests, metrics.OutcomeCreated)
+	none.Count(metrics.Requests, metrics.OperationCharge, metrics.OutcomeCreated)
 	none.Add(metrics.Queued, 1)
 	none.Time(metrics.BeginLatency, time.Second)
 	none.Size(metrics.StoredResponseBytes, 1)
@@ -347,7 +359,7 @@ func TestConcurrentInvocations(t *testing.T) {
 	for i := range 20 {
 		wg.Go(func() {
 			rec := e.Record()
-			rec.Count(metrics.Requests, metrics.Outcomes(metrics.FunctionCharge)[i%5])
+			rec.Count(metrics.Requests, metrics.Operations(metrics.FunctionCharge)[i%3], metrics.Outcomes(metrics.FunctionCharge)[i%5])
 			rec.Time(metrics.BeginLatency, time.Duration(i)*time.Millisecond)
 			_ = rec.Flush(context.Background())
 		})
@@ -371,14 +383,17 @@ func TestDefinitions(t *testing.T) {
 			t.Errorf("%s: unit %q, functions %v", d.Name, d.Unit, d.Functions)
 		}
 		for _, f := range d.Functions {
-			if d.ByOutcome && len(metrics.Outcomes(f)) == 0 {
-				t.Errorf("%s is counted by outcome, but %s has none", d.Name, f)
+			if d.ByOutcome && (len(metrics.Outcomes(f)) == 0 || len(metrics.Operations(f)) == 0) {
+				t.Errorf("%s is counted by operation and outcome, but %s has no outcomes %v or operations %v", d.Name, f, metrics.Outcomes(f), metrics.Operations(f))
 			}
 		}
 	}
-	for _, f := range []string{metrics.FunctionCharge, metrics.FunctionReconcile} {
+	for _, f := range []string{metrics.FunctionCharge, metrics.FunctionReconcile, metrics.FunctionIntake} {
 		if o := metrics.Outcomes(f); len(slices.Compact(slices.Sorted(slices.Values(o)))) != len(o) {
 			t.Errorf("%s outcomes repeat: %v", f, o)
+		}
+		if o := metrics.Operations(f); len(slices.Compact(slices.Sorted(slices.Values(o)))) != len(o) {
+			t.Errorf("%s operations repeat: %v", f, o)
 		}
 	}
 	want := []metrics.Name{
@@ -395,11 +410,11 @@ func ExampleRecorder() {
 		o.Clock = func() time.Time { return time.UnixMilli(1767268800000) }
 	})
 	rec := m.Record()
-	rec.Count(metrics.Requests, metrics.OutcomeCreated)
+	rec.Count(metrics.Requests, metrics.OperationCharge, metrics.OutcomeCreated)
 	rec.Time(metrics.BeginLatency, 4*time.Millisecond)
 	if err := rec.Flush(context.Background()); err != nil {
 		fmt.Println(err)
 	}
 	// Output:
-	// {"BeginLatency":4,"Function":"charge","Outcome":"created","Requests":1,"_aws":{"Timestamp":1767268800000,"CloudWatchMetrics":[{"Namespace":"chargeonce","Dimensions":[["Function"],["Function","Outcome"]],"Metrics":[{"Name":"Requests","Unit":"Count"}]},{"Namespace":"chargeonce","Dimensions":[["Function"]],"Metrics":[{"Name":"BeginLatency","Unit":"Milliseconds"}]}]}}
+	// {"BeginLatency":4,"Function":"charge","Operation":"create-charge","Outcome":"created","Requests":1,"_aws":{"Timestamp":1767268800000,"CloudWatchMetrics":[{"Namespace":"chargeonce","Dimensions":[["Function"],["Function","Operation"],["Function","Operation","Outcome"]],"Metrics":[{"Name":"Requests","Unit":"Count"}]},{"Namespace":"chargeonce","Dimensions":[["Function"]],"Metrics":[{"Name":"BeginLatency","Unit":"Milliseconds"}]}]}}
 }

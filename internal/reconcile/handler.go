@@ -112,13 +112,13 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	outcome, err := h.svc.Reconcile(ctx, key)
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
-		metrics.FromContext(ctx).Count(metrics.Requests, metrics.OutcomeError)
+		metrics.FromContext(ctx).Count(metrics.Requests, charge.MetricOperation(key), metrics.OutcomeError)
 		log.ErrorContext(ctx, "reconcile", "key_hash", keyHash, "outcome", "error",
 			"error_class", charge.ErrorClass(err), "error", redact(err, key, keyHash))
 		return false
 	}
 	tracing.Outcome(span, string(outcome))
-	metrics.FromContext(ctx).Count(metrics.Requests, outcome.Metric())
+	metrics.FromContext(ctx).Count(metrics.Requests, charge.MetricOperation(key), outcome.Metric())
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
 	return true
 }

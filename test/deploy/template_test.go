@@ -54,9 +54,11 @@ type code struct {
 	// unread are the Globals' variables a function is known to leave
 	// unread, by function.
 	unread map[string][]string
-	// metrics and outcomes are what the code emits (package metrics).
-	metrics  []metrics.Definition
-	outcomes map[string][]metrics.Outcome
+	// metrics, operations and outcomes are what the code emits (package
+	// metrics).
+	metrics    []metrics.Definition
+	operations map[string][]metrics.Operation
+	outcomes   map[string][]metrics.Outcome
 	// routes are the charge function's route keys; public those of them
 	// served without the JWT authorizer.
 	routes, public []string
@@ -83,6 +85,12 @@ func currentCode() code {
 		routes:      httpapi.Routes,
 		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
 		public:      []string{httpapi.RouteWebhook},
+		operations: map[string][]metrics.Operation{
+			metrics.FunctionCharge:    metrics.Operations(metrics.FunctionCharge),
+			metrics.FunctionReconcile: metrics.Operations(metrics.FunctionReconcile),
+			metrics.FunctionSweeper:   metrics.Operations(metrics.FunctionSweeper),
+			metrics.FunctionIntake:    metrics.Operations(metrics.FunctionIntake),
+		},
 		outcomes: map[string][]metrics.Outcome{
 			metrics.FunctionCharge:    metrics.Outcomes(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Outcomes(metrics.FunctionReconcile),
@@ -161,6 +169,13 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		"new outcome": func(k *code) {
 			k.outcomes[metrics.FunctionReconcile] = append(k.outcomes[metrics.FunctionReconcile], "refunded")
 		},
+		"operation dropped": func(k *code) {
+			k.operations[metrics.FunctionCharge] = slices.DeleteFunc(k.operations[metrics.FunctionCharge],
+				func(o metrics.Operation) bool { return o == metrics.OperationRefund })
+		},
+		"new operation": func(k *code) {
+			k.operations[metrics.FunctionReconcile] = append(k.operations[metrics.FunctionReconcile], "capture-charge")
+		},
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -221,7 +236,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"intake batch item failures", "Queue: !GetAtt ChargeRequestsQueue.Arn\n" + sqsEventTail + "ReportBatchItemFailures", "Queue: !GetAtt ChargeRequestsQueue.Arn\n" + sqsEventTail + "SomethingElse"},
 		{"intake event queue", "Queue: !GetAtt ChargeRequestsQueue.Arn", "Queue: !GetAtt ReconcileQueue.Arn"},
 		{"intake variable missing", "          CHARGE_REQUESTS_DLQ_URL: !Ref ChargeRequestsDeadLetterQueue\n", ""},
-		{"dashboard misses an intake outcome", `["chargeonce", "Requests", "Function", "intake", "Outcome", "invalid"],`, ""},
+		{"dashboard misses an intake outcome", `["chargeonce", "Requests", "Function", "intake", "Operation", "create-refund", "Outcome", "refund-exceeds"],`, ""},
 		{"variable missing", "          INFLIGHT_WAIT: !Ref InflightWait\n          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY", "          COMMIT_RESERVE: !Ref CommitReserve\n          REPLAY"},
 		{"variable not read", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          LOG_LEVEL", "          RECONCILE_QUEUE_URL: !Ref ReconcileQueue\n          INFLIGHT_WAIT: 1s\n          LOG_LEVEL"},
 		{"tracing layer always", "      - !If [HasTracingLayer, !Ref TracingLayerArn, !Ref AWS::NoValue]", "      - !Ref TracingLayerArn"},
@@ -232,13 +247,18 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"alarm metric name", "MetricName: StuckLeases", "MetricName: StuckLease"},
 		{"alarm function", "MetricName: StuckLeases\n      Dimensions:\n        - Name: Function\n          Value: sweeper", "MetricName: StuckLeases\n      Dimensions:\n        - Name: Function\n          Value: charge"},
 		{"alarm without dimensions", "MetricName: MaxReconcileAttempts\n      Dimensions:\n        - Name: Function\n          Value: sweeper\n", "MetricName: MaxReconcileAttempts\n"},
-		{"alarm tenant dimension", "          Value: lease-lost\n", "          Value: lease-lost\n        - Name: Tenant\n          Value: acme\n"},
-		{"alarm outcome", "                  Value: outcome-pending", "                  Value: pending"},
-		{"alarm math metric", "                  Value: reconcile\n                - Name: Outcome\n                  Value: error", "                  Value: reconcile\n                - Name: Outcome\n                  Value: failed"},
+		{"alarm tenant dimension", "          Value: create-charge\n        - Name: Outcome\n          Value: lease-lost\n", "          Value: create-charge\n        - Name: Outcome\n          Value: lease-lost\n        - Name: Tenant\n          Value: acme\n"},
+		{"alarm outcome", "                  Value: create-refund\n                - Name: Outcome\n                  Value: outcome-pending", "                  Value: create-refund\n                - Name: Outcome\n                  Value: pending"},
+		{"alarm operation", "          Value: create-refund\n        - Name: Outcome\n          Value: parked", "          Value: refund\n        - Name: Outcome\n          Value: parked"},
+		{"alarm without operation", "                - Name: Operation\n                  Value: create-charge\n                - Name: Outcome\n                  Value: outcome-pending", "                - Name: Outcome\n                  Value: outcome-pending"},
+		{"alarm math metric", "                  Value: create-refund\n                - Name: Outcome\n                  Value: error", "                  Value: create-refund\n                - Name: Outcome\n                  Value: failed"},
 		{"alarm without action", "  LeaseLostAlarm:\n    Type: AWS::CloudWatch::Alarm\n    Properties:\n      AlarmActions: [!Ref AlarmTopic]\n", "  LeaseLostAlarm:\n    Type: AWS::CloudWatch::Alarm\n    Properties:\n"},
 		{"dashboard metric name", `["chargeonce", "Queued", "Function", "sweeper"]`, `["chargeonce", "QueuedKeys", "Function", "sweeper"]`},
 		{"dashboard dimension", `["chargeonce", "BeginLatency", "Function", "charge"]`, `["chargeonce", "BeginLatency", "Function", "charge", "Tenant", "acme"]`},
-		{"dashboard misses an outcome", `["chargeonce", "Requests", "Function", "reconcile", "Outcome", "resolved-declined"],`, ""},
+		{"dashboard misses an outcome", `["chargeonce", "Requests", "Function", "reconcile", "Operation", "create-refund", "Outcome", "resolved-refunded"],`, ""},
+		{"dashboard misses an operation", `,
+                ["chargeonce", "Requests", "Function", "charge", "Operation", "none", "Outcome", "invalid"]`, ""},
+		{"dashboard outcome without operation", `["chargeonce", "Requests", "Function", "charge", "Operation", "create-refund", "Outcome", "state-conflict"],`, `["chargeonce", "Requests", "Function", "charge", "Outcome", "state-conflict"],`},
 		{"dashboard misses a metric", `["chargeonce", "CommitLatency", "Function", "charge"],`, ""},
 		{"webhook behind the authorizer", "            Auth:\n              Authorizer: NONE\n", ""},
 		{"webhook path", "Path: /webhooks/stripe", "Path: /webhook/stripe"},
@@ -301,7 +321,7 @@ func check(src string, k code) ([]string, error) {
 	c.localOnly()
 	c.environments(k.loaders, k.unread)
 	c.tracing()
-	c.metrics(k.metrics, k.outcomes)
+	c.metrics(k.metrics, k.operations, k.outcomes)
 	c.secretValues()
 	c.secretGrants(k.secretNames)
 	return c.problems, nil
@@ -644,9 +664,10 @@ func (c *checker) tracing() {
 // metrics checks that every alarm notifies the alarm topic, that every
 // metric of the namespace chargeonce an alarm or the dashboard names is one
 // the code emits, under dimensions it emits it with, and that the
-// dashboard shows every metric and every outcome the code emits.
-func (c *checker) metrics(defs []metrics.Definition, outcomes map[string][]metrics.Outcome) {
-	m := &metricCheck{checker: c, defs: defs, outcomes: outcomes, shown: map[string]bool{}}
+// dashboard shows every metric, every operation and every outcome the code
+// emits.
+func (c *checker) metrics(defs []metrics.Definition, operations map[string][]metrics.Operation, outcomes map[string][]metrics.Outcome) {
+	m := &metricCheck{checker: c, defs: defs, operations: operations, outcomes: outcomes, shown: map[string]bool{}}
 	for _, id := range slices.Sorted(maps.Keys(asMap(c.tmpl["Resources"]))) {
 		switch asMap(asMap(c.tmpl["Resources"])[id])["Type"] {
 		case "AWS::CloudWatch::Alarm":
@@ -666,6 +687,11 @@ func (c *checker) metrics(defs []metrics.Definition, outcomes map[string][]metri
 			if !d.ByOutcome {
 				continue
 			}
+			for _, op := range operations[f] {
+				if !m.shown[string(d.Name)+" "+f+" operation "+string(op)] {
+					c.fail("the dashboard does not show %s of Function=%s, Operation=%s", d.Name, f, op)
+				}
+			}
 			for _, o := range outcomes[f] {
 				if !m.shown[string(d.Name)+" "+f+" "+string(o)] {
 					c.fail("the dashboard does not show %s of Function=%s, Outcome=%s", d.Name, f, o)
@@ -678,8 +704,11 @@ func (c *checker) metrics(defs []metrics.Definition, outcomes map[string][]metri
 type metricCheck struct {
 	*checker
 	defs       []metrics.Definition
+	operations map[string][]metrics.Operation
 	outcomes   map[string][]metrics.Outcome
-	shown      map[string]bool // "name function" and "name function outcome" on the dashboard
+	// shown: "name function", "name function operation op" and "name
+	// function outcome" (under any operation) on the dashboard.
+	shown      map[string]bool
 	dashboards bool
 }
 
@@ -743,6 +772,9 @@ func (m *metricCheck) dashboard(id string) {
 			}
 			if m.emitted(fmt.Sprintf("dashboard widget %q", w.Properties.Title), parts[1], dims) {
 				m.shown[parts[1]+" "+dims[metrics.DimFunction]] = true
+				if op, ok := dims[metrics.DimOperation]; ok {
+					m.shown[parts[1]+" "+dims[metrics.DimFunction]+" operation "+op] = true
+				}
 				if o, ok := dims[metrics.DimOutcome]; ok {
 					m.shown[parts[1]+" "+dims[metrics.DimFunction]+" "+o] = true
 				}
@@ -761,18 +793,25 @@ func (m *metricCheck) emitted(where, name string, dims map[string]string) bool {
 	}
 	d := m.defs[i]
 	fn, hasFn := dims[metrics.DimFunction]
+	op, hasOp := dims[metrics.DimOperation]
 	outcome, hasOutcome := dims[metrics.DimOutcome]
+	// The sets the code emits: {Function}, and by operation {Function,
+	// Operation} and {Function, Operation, Outcome}.
+	set := hasFn && (len(dims) == 1 || len(dims) == 2 && hasOp || len(dims) == 3 && hasOp && hasOutcome)
 	switch {
-	case !hasFn || len(dims) > 2 || len(dims) == 2 && !hasOutcome:
+	case !set:
 		sets := "{" + metrics.DimFunction + "}"
 		if d.ByOutcome {
-			sets += " and {" + metrics.DimFunction + ", " + metrics.DimOutcome + "}"
+			sets += ", {" + metrics.DimFunction + ", " + metrics.DimOperation + "} and {" +
+				metrics.DimFunction + ", " + metrics.DimOperation + ", " + metrics.DimOutcome + "}"
 		}
 		m.fail("%s: %s with dimensions %v; the code emits it under %s", where, name, dims, sets)
 	case !slices.Contains(d.Functions, fn):
 		m.fail("%s: %s with Function=%s; the code emits it from %v", where, name, fn, d.Functions)
-	case hasOutcome && !d.ByOutcome:
-		m.fail("%s: %s with an Outcome; the code emits it without", where, name)
+	case hasOp && !d.ByOutcome:
+		m.fail("%s: %s with an Operation; the code emits it without", where, name)
+	case hasOp && !slices.Contains(m.operations[fn], metrics.Operation(op)):
+		m.fail("%s: %s with Operation=%s; Function=%s has the operations %v", where, name, op, fn, m.operations[fn])
 	case hasOutcome && !slices.Contains(m.outcomes[fn], metrics.Outcome(outcome)):
 		m.fail("%s: %s with Outcome=%s; Function=%s has the outcomes %v", where, name, outcome, fn, m.outcomes[fn])
 	default:

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"net/http"
 
@@ -51,7 +52,7 @@ type refundJSON struct {
 func refundOf(r charge.Refund) refundJSON {
 	return refundJSON{
 		ID: r.ID, ChargeID: r.ChargeID, Amount: r.Money.Amount, Currency: r.Money.Currency, Reason: r.Reason,
-		Status: charge.StatusSucceeded, ProviderReference: r.ProviderReference,
+		Status: cmp.Or(r.Status, charge.StatusSucceeded), ProviderReference: r.ProviderReference,
 		CreatedAt: r.CreatedAt.UTC().Format(charge.TimeLayout),
 	}
 }

@@ -34,6 +34,10 @@ const (
 	RouteCancel    = "POST /charges/{id}/cancel"
 )
 
+// moveOperations are the Operation dimension of the routes that set a
+// state: they have no key to name it.
+var moveOperations = map[string]metrics.Operation{RouteCapture: metrics.OperationCapture, RouteCancel: metrics.OperationCancel}
+
 // Routes are every route the charge function serves, the webhook's too.
 var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
 
@@ -117,6 +121,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	var (
 		res     charge.Result
 		refused *idem.Response // a request refused before the service saw it
+		key     idem.Key       // a POST's, once it is valid
 		err     error
 		attrs   []slog.Attr
 	)
@@ -134,13 +139,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	case !ok:
 		refused = ref(problem(ProblemUnauthorized, ""))
 	case route == RouteCreate:
-		var keyHash string
-		res, refused, keyHash, err = h.create(ctx, tenant, req)
-		attrs = append(attrs, slog.String("key_hash", keyHash))
+		res, refused, key, err = h.create(ctx, tenant, req)
+		attrs = append(attrs, slog.String("key_hash", keyHash(key)))
 	case route == RouteRefund:
-		var keyHash string
-		res, refused, keyHash, err = h.refund(ctx, tenant, req)
-		attrs = append(attrs, slog.String("key_hash", keyHash))
+		res, refused, key, err = h.refund(ctx, tenant, req)
+		attrs = append(attrs, slog.String("key_hash", keyHash(key)))
 	case route == RouteGet:
 		res, err = h.svc.Get(ctx, tenant, req.PathParameters["id"])
 	case route == RouteGetRefund:
@@ -179,8 +182,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if span.IsRecording() {
 		h.traced(span, route, res.Outcome, resp.StatusCode, err)
 	}
-	if route != RouteGet && route != RouteGetRefund && route != RouteWebhook && slices.Contains(Routes, route) || refused != nil && route != RouteWebhook {
-		rec.Count(metrics.Requests, res.Outcome.Metric())
+	switch op, moved := moveOperations[route]; {
+	case moved:
+		rec.Count(metrics.Requests, op, res.Outcome.Metric())
+	case route == RouteCreate || route == RouteRefund || refused != nil && route != RouteWebhook:
+		rec.Count(metrics.Requests, charge.MetricOperation(key), res.Outcome.Metric())
 	}
 	if err := rec.Flush(ctx); err != nil {
 		h.opt.Logger.ErrorContext(ctx, "writing metrics failed", "error", err.Error())
@@ -203,6 +209,14 @@ func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, 
 }
 
 func ref(r idem.Response) *idem.Response { return &r }
+
+// keyHash is key's LogHash, or empty for a key not read.
+func keyHash(key idem.Key) string {
+	if key == (idem.Key{}) {
+		return ""
+	}
+	return key.LogHash()
+}
 
 // requestBody is req's body, decoded if API Gateway base64-encoded it, or
 // the problem that answers a body that does not decode (400) or is longer
@@ -284,7 +298,7 @@ func match(route, method, path string) (map[string]string, bool) {
 
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
-func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, string, error) {
+func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, idem.Key, error) {
 	return h.keyed(ctx, tenant, req, charge.Operation, func(key idem.Key, body []byte) (charge.Result, error) {
 		r, fp, err := charge.ParseBody(body)
 		if err != nil {
@@ -296,7 +310,7 @@ func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatew
 
 // refund validates a POST /charges/{id}/refunds request likewise. Its
 // body may be empty, which refunds all that remains.
-func (h *Handler) refund(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, string, error) {
+func (h *Handler) refund(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, idem.Key, error) {
 	chargeID := req.PathParameters["id"]
 	return h.keyed(ctx, tenant, req, charge.RefundOperation, func(key idem.Key, body []byte) (charge.Result, error) {
 		r, fp, err := charge.ParseRefundBody(chargeID, body)
@@ -345,12 +359,12 @@ func (h *Handler) move(ctx context.Context, tenant, route string, req events.API
 // keyed validates what every POST that appends shares, before anything is
 // stored: the media type, the body's size and the Idempotency-Key, scoped
 // to operation. run parses the body, whose errors are answered here, and
-// asks the service.
+// asks the service. The key is returned once it is valid (zero before).
 func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest, operation string,
-	run func(key idem.Key, body []byte) (charge.Result, error)) (charge.Result, *idem.Response, string, error) {
-	var keyHash string // known once the key is valid
-	invalid := func(p ProblemType, detail string) (charge.Result, *idem.Response, string, error) {
-		return charge.Result{}, ref(problem(p, detail)), keyHash, nil
+	run func(key idem.Key, body []byte) (charge.Result, error)) (charge.Result, *idem.Response, idem.Key, error) {
+	var key idem.Key
+	invalid := func(p ProblemType, detail string) (charge.Result, *idem.Response, idem.Key, error) {
+		return charge.Result{}, ref(problem(p, detail)), key, nil
 	}
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
 	if (err != nil || mt != ContentTypeJSON) && (req.Body != "" || operation == charge.Operation) {
@@ -358,7 +372,7 @@ func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewa
 	}
 	body, refused := requestBody(req, MaxBodyBytes, "The body must be at most 16384 bytes.")
 	if refused != nil {
-		return charge.Result{}, refused, keyHash, nil
+		return charge.Result{}, refused, key, nil
 	}
 	rawKey, present := headerOK(req, HeaderIdempotencyKey)
 	if !present {
@@ -368,8 +382,7 @@ func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewa
 	if err != nil {
 		return invalid(ProblemInvalidKey, "The Idempotency-Key must be 1 to 255 printable ASCII characters.")
 	}
-	key, _ := idem.NewKey(tenant, operation, string(id)) // tenant and id are valid
-	keyHash = key.LogHash()
+	key, _ = idem.NewKey(tenant, operation, string(id)) // tenant and id are valid
 	res, err := run(key, body)
 	// errors.AsType, not As: no target variable escapes on the way that
 	// succeeds.
@@ -379,7 +392,7 @@ func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewa
 	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
 		return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
 	}
-	return res, nil, keyHash, err
+	return res, nil, key, err
 }
 
 func header(req events.APIGatewayV2HTTPRequest, name string) string {
