@@ -1,11 +1,13 @@
-// Command chargectl creates, reads and refunds charges through the
-// chargeonce API with package client, and answers an operator's questions about a
-// deployment (chargectl admin).
+// Command chargectl creates, reads, captures, cancels and refunds charges
+// through the chargeonce API with package client, and answers an
+// operator's questions about a deployment (chargectl admin).
 //
 // Usage:
 //
-//	chargectl create --amount 1500 --currency EUR --source tok_visa [--description TEXT] [--id ID] [--json]
+//	chargectl create --amount 1500 --currency EUR --source tok_visa [--description TEXT] [--capture=false] [--id ID] [--json]
 //	chargectl get [--json] CHARGE_ID
+//	chargectl capture CHARGE_ID [--amount N] [--json]
+//	chargectl cancel CHARGE_ID [--json]
 //	chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
 //	chargectl admin record [--json] TENANT KEY
 //	chargectl admin stuck [--json] [--max N]
@@ -15,7 +17,7 @@
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
 //	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
 //
-// create, get and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
+// create, get, capture, cancel and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
 // development token), and --timeout, the budget for all retries.
 //
@@ -24,8 +26,11 @@
 // --id: the resumed run sends the same id and cannot charge, or refund,
 // twice. refund refunds all that remains of the charge unless --amount
 // says how much; --reason is duplicate, fraudulent or
-// requested_by_customer. The result goes to stdout, human-readable, or as
-// one JSON object with --json.
+// requested_by_customer. create --capture=false authorizes only; capture
+// then takes all the charge holds, or --amount of it, and cancel releases
+// it. capture and cancel take no id: each sets the charge's state, so the
+// same command run again is safe and prints the same charge. The result
+// goes to stdout, human-readable, or as one JSON object with --json.
 //
 // The admin commands read the deployment's tables and queues directly, with
 // the configuration the functions read: IDEMPOTENCY_TABLE, CHARGES_TABLE,
@@ -55,9 +60,10 @@
 // write fails.
 //
 // Exit status: 0 success; 1 a final failure (declined, invalid, key
-// reused, not found, unauthorized, a refund that exceeds the charge or
-// that its state forbids); 2 a usage error; 3 the outcome is not known
-// yet (in progress, pending, unavailable, interrupted, a refund that
-// exceeds the charge while other refunds are in flight): run create or
-// refund again with the --id it printed.
+// reused, not found, unauthorized, a refund that exceeds the charge, a
+// request the charge's state forbids); 2 a usage error; 3 the outcome is
+// not known yet (in progress, pending, unavailable, interrupted, a refund
+// that exceeds the charge while other refunds are in flight, a state
+// conflict with a capture or cancel still running): run create or refund
+// again with the --id it printed, or capture or cancel again as it was.
 package main

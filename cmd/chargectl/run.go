@@ -32,15 +32,17 @@ const (
 	exitOK      = 0
 	exitFailed  = 1 // final: retrying the same id gives the same answer
 	exitUsage   = 2
-	exitPending = 3 // not known yet: resume with --id
+	exitPending = 3 // not known yet: resume with --id, or run capture or cancel again
 )
 
 const usage = `usage:
-  chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--id ID] [--json]
+  chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--capture=false] [--id ID] [--json]
   chargectl get [--json] CHARGE_ID
+  chargectl capture CHARGE_ID [--amount N] [--json]
+  chargectl cancel CHARGE_ID [--json]
   chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
   chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit: chargectl admin help)
-create, get and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
+create, get, capture, cancel and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 
 // run is the whole command; main only wires the process to it.
@@ -52,8 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "create":
 		return runCreate(ctx, args[1:], stdout, stderr)
-	case "get":
-		return runGet(ctx, args[1:], stdout, stderr)
+	case "get", "capture", "cancel":
+		return runOnCharge(ctx, args[0], args[1:], stdout, stderr)
 	case "refund":
 		return runRefund(ctx, args[1:], stdout, stderr)
 	case "admin":
@@ -105,6 +107,7 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		currency    string
 		source      string
 		description string
+		capture     bool
 		resume      string
 	)
 	fs := newFlagSet("create", stderr, &c)
@@ -112,6 +115,7 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.StringVar(&currency, "currency", "EUR", "ISO 4217 currency code")
 	fs.StringVar(&source, "source", "", "payment source (card token), required")
 	fs.StringVar(&description, "description", "", "free-text description")
+	fs.BoolVar(&capture, "capture", true, "charge the card; --capture=false authorizes only (then chargectl capture or cancel)")
 	fs.StringVar(&resume, "id", "", "command id of an earlier run to resume (default: mint a new one)")
 	if err := fs.Parse(args); err != nil {
 		return usageError(err)
@@ -128,6 +132,9 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if description != "" {
 		opts = append(opts, client.WithDescription(description))
 	}
+	if !capture {
+		opts = append(opts, client.WithCaptureLater())
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	res, err := api.Create(ctx, id, client.Money{Amount: amount, Currency: currency}, source, opts...)
@@ -138,7 +145,65 @@ func runCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return printJSON(stdout, stderr, createOutput{CommandID: id, Receipt: res.Receipt, Charge: res.Charge})
 	}
 	printCharge(stdout, res.Charge)
-	printReceipt(stdout, res.Receipt, "charged the card; not charged again")
+	done := "charged the card; not charged again"
+	if !capture {
+		done = "authorized the amount; not authorized again"
+	}
+	printReceipt(stdout, res.Receipt, done)
+	return exitOK
+}
+
+// runOnCharge gets, captures or cancels a charge, and prints it. None takes
+// a command id: get changes nothing, and capture and cancel set the
+// charge's state, so running the same command again is safe.
+func runOnCharge(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) int {
+	var (
+		c      common
+		amount int64
+	)
+	fs := newFlagSet(cmd, stderr, &c)
+	if cmd == "capture" {
+		fs.Int64Var(&amount, "amount", 0, "amount to capture in minor units (default: all the charge holds)")
+	}
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return usageError(err)
+	}
+	given, ok := chargeAndAmount(fs, cmd, rest, amount, "capture all the charge holds", stderr)
+	if !ok {
+		return exitUsage
+	}
+	again := "chargectl " + cmd + " " + rest[0]
+	var opts []client.CaptureOption
+	if given {
+		opts = append(opts, client.WithCaptureAmount(amount))
+		again += fmt.Sprintf(" --amount %d", amount)
+	}
+	api, err := c.newClient(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "chargectl:", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	var ch client.Charge
+	in := intent{effect: "the " + cmd + " may have happened", resume: again}
+	switch cmd {
+	case "get":
+		ch, err = api.Get(ctx, rest[0])
+		in = intent{}
+	case "capture":
+		ch, err = api.Capture(ctx, rest[0], opts...)
+	default:
+		ch, err = api.Cancel(ctx, rest[0])
+	}
+	if err != nil {
+		return fail(stdout, stderr, c.json, in, err)
+	}
+	if c.json {
+		return printJSON(stdout, stderr, ch)
+	}
+	printCharge(stdout, ch)
 	return exitOK
 }
 
@@ -157,17 +222,13 @@ func runRefund(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(err)
 	}
-	var opts []client.RefundOption
-	if flagSet(fs, "amount") {
-		if amount <= 0 {
-			fmt.Fprintln(stderr, "chargectl refund: --amount must be positive; leave it out to refund all that remains")
-			return exitUsage
-		}
-		opts = append(opts, client.WithRefundAmount(amount))
-	}
-	if len(rest) != 1 {
-		fmt.Fprintln(stderr, "chargectl refund: want exactly one charge id")
+	given, ok := chargeAndAmount(fs, "refund", rest, amount, "refund all that remains", stderr)
+	if !ok {
 		return exitUsage
+	}
+	var opts []client.RefundOption
+	if given {
+		opts = append(opts, client.WithRefundAmount(amount))
 	}
 	if reason != "" {
 		opts = append(opts, client.WithRefundReason(client.RefundReason(reason)))
@@ -206,6 +267,22 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// chargeAndAmount checks the arguments of a command on one charge: exactly
+// one charge id, and an --amount that is left out (to do all) or positive.
+// given reports whether --amount was given.
+func chargeAndAmount(fs *flag.FlagSet, cmd string, rest []string, amount int64, all string, stderr io.Writer) (given, ok bool) {
+	given = flagSet(fs, "amount")
+	switch {
+	case given && amount <= 0:
+		fmt.Fprintf(stderr, "chargectl %s: --amount must be positive; leave it out to %s\n", cmd, all)
+		return given, false
+	case len(rest) != 1:
+		fmt.Fprintf(stderr, "chargectl %s: want exactly one charge id\n", cmd)
+		return given, false
+	}
+	return given, true
+}
+
 // flagSet reports whether the flag name was given.
 func flagSet(fs *flag.FlagSet, name string) bool {
 	set := false
@@ -234,34 +311,6 @@ func (c *common) startCommand(cmd, resume string, stderr io.Writer) (*client.Cli
 	}
 	fmt.Fprintf(stderr, "resuming command id: %s\n", id)
 	return api, id, true
-}
-
-func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var c common
-	fs := newFlagSet("get", stderr, &c)
-	if err := fs.Parse(args); err != nil {
-		return usageError(err)
-	}
-	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "chargectl get: want exactly one charge id")
-		return exitUsage
-	}
-	api, err := c.newClient(stderr)
-	if err != nil {
-		fmt.Fprintln(stderr, "chargectl:", err)
-		return exitUsage
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	ch, err := api.Get(ctx, fs.Arg(0))
-	if err != nil {
-		return fail(stdout, stderr, c.json, intent{}, err)
-	}
-	if c.json {
-		return printJSON(stdout, stderr, ch)
-	}
-	printCharge(stdout, ch)
-	return exitOK
 }
 
 func usageError(err error) int {
@@ -297,6 +346,9 @@ func printCharge(w io.Writer, ch client.Charge) {
 	fmt.Fprintf(w, "charge:       %s\n", ch.ID)
 	fmt.Fprintf(w, "status:       %s\n", ch.Status)
 	fmt.Fprintf(w, "amount:       %d %s (minor units)\n", ch.Amount, ch.Currency)
+	if ch.AmountAuthorized > 0 {
+		fmt.Fprintf(w, "authorized:   %d %s (minor units)\n", ch.AmountAuthorized, ch.Currency)
+	}
 	if ch.Description != "" {
 		fmt.Fprintf(w, "description:  %s\n", ch.Description)
 	}
@@ -359,12 +411,15 @@ func pending(err error) bool {
 		return true // a network error: nothing is known
 	}
 	// A refund that exceeds the charge only while other refunds are in
-	// flight may succeed if they fail.
-	return errors.Is(p, client.ErrRefundExceedsCharge) && p.RetryAfter > 0
+	// flight may succeed if they fail. A charge whose capture or cancel is
+	// unsettled may yet end in a state the request applies to.
+	return errors.Is(p, client.ErrRefundExceedsCharge) && p.RetryAfter > 0 ||
+		errors.Is(p, client.ErrChargeState) && (p.ChargeStatus == client.StatusCapturing || p.ChargeStatus == client.StatusCanceling)
 }
 
-// intent is the command a failure may leave open: its id, what it may
-// have done, and the command line that resumes it (less the --id).
+// intent is the command a failure may leave open: its id (none for capture
+// and cancel, which are safe to run again as they were), what it may have
+// done, and the command line that resumes it (less the --id).
 type intent struct {
 	id     client.CommandID
 	effect string
@@ -378,18 +433,23 @@ func fail(stdout, stderr io.Writer, asJSON bool, in intent, err error) int {
 		code = exitPending
 	}
 	fmt.Fprintln(stderr, "chargectl:", err)
+	var p *client.ProblemError
+	if errors.As(err, &p) && p.ChargeStatus != "" {
+		fmt.Fprintf(stderr, "charge status: %s\n", p.ChargeStatus)
+	}
+	again, unknown, later := in.resume, "run the same command again, which is safe", "run the same command again"
+	if in.id != "" {
+		again = fmt.Sprintf("%s --id %s", in.resume, in.id)
+		unknown, later = "resume with the same id, never a new one", "resume with"
+	}
 	switch {
-	case code == exitPending && in.id != "" && errors.Is(err, client.ErrOutcomeUnknown):
-		fmt.Fprintf(stderr, "the outcome is unknown: %s; resume with the same id, never a new one: %s --id %s\n", in.effect, in.resume, in.id)
-	case code == exitPending && in.id != "":
-		fmt.Fprintf(stderr, "the outcome is not known yet; resume with: %s --id %s\n", in.resume, in.id)
+	case code == exitPending && in.resume != "" && errors.Is(err, client.ErrOutcomeUnknown):
+		fmt.Fprintf(stderr, "the outcome is unknown: %s; %s: %s\n", in.effect, unknown, again)
+	case code == exitPending && in.resume != "":
+		fmt.Fprintf(stderr, "the outcome is not known yet; %s: %s\n", later, again)
 	}
 	if asJSON {
-		out := errorOutput{CommandID: in.id, Retryable: code == exitPending, Error: err.Error()}
-		var p *client.ProblemError
-		if errors.As(err, &p) {
-			out.Problem = p
-		}
+		out := errorOutput{CommandID: in.id, Retryable: code == exitPending, Error: err.Error(), Problem: p}
 		if printJSON(stdout, stderr, out) != exitOK {
 			return exitFailed
 		}

@@ -140,6 +140,12 @@ func TestUsage(t *testing.T) {
 		"refund two ids":  {"refund", "ch_1", "ch_2"},
 		"refund zero":     {"refund", "ch_1", "--amount", "0"},
 		"refund bad id":   {"refund", "ch_1", "--id", "bad\tid"},
+		"capture no id":   {"capture", "--amount", "5"},
+		"capture two ids": {"capture", "ch_1", "ch_2"},
+		"capture zero":    {"capture", "ch_1", "--amount", "0"},
+		"cancel no id":    {"cancel"},
+		"cancel amount":   {"cancel", "ch_1", "--amount", "5"},
+		"cancel an id":    {"cancel", "ch_1", "--id", "x"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := run(context.Background(), args, &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
@@ -245,5 +251,175 @@ func TestRefundExceedingTheChargeIsFinalOnlyWithoutRetryAfter(t *testing.T) {
 	// command's stored outcome, final.
 	if code, _ := runCLI(t, url, stderr, "refund", "ch_0123456789abcdef01234567", "--amount", "99999"); code != exitFailed || strings.Contains(stderr.String(), "the outcome") {
 		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and no advice to resume", code, stderr, exitFailed)
+	}
+}
+
+// stateAPI answers POST /charges/{id}/capture and /cancel as the contract
+// does, from the charge's state: a capture of an authorized charge
+// captures it, a repeat with the same amount gets the same charge, and any
+// other request its state forbids is a charge-state-conflict. It records
+// the requests.
+type stateAPI struct {
+	mu       sync.Mutex
+	status   client.ChargeStatus
+	amount   int64 // captured, once the status is succeeded
+	requests []string
+}
+
+func (a *stateAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	var req struct {
+		Amount int64 `json:"amount"`
+	}
+	_ = json.Unmarshal(b, &req)
+	if req.Amount == 0 {
+		req.Amount = 1999
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.requests = append(a.requests, r.Method+" "+r.URL.Path+" "+r.Header.Get("Idempotency-Key")+" "+string(b))
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/capture") && a.status == client.StatusRequiresCapture:
+		a.status, a.amount = client.StatusSucceeded, req.Amount
+	case strings.HasSuffix(r.URL.Path, "/capture") && a.status == client.StatusSucceeded && a.amount == req.Amount:
+	case strings.HasSuffix(r.URL.Path, "/cancel") && (a.status == client.StatusRequiresCapture || a.status == client.StatusCanceled):
+		a.status, a.amount = client.StatusCanceled, 1999
+	default:
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprintf(w, `{"type":"https://chargeonce.dev/problems/charge-state-conflict","title":"The charge is in another state","status":409,"detail":"The charge is %s.","charge_status":%q}`, a.status, a.status)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"ch_0123456789abcdef01234567","amount":%d,"amount_authorized":1999,"currency":"EUR","status":%q,"provider_reference":"pr_1","created_at":"2025-01-02T03:04:05Z","amount_refunded":0}`, a.amount, a.status)
+}
+
+// TestCaptureRepeatsAndCancelConflicts: capture mints no id and sends no
+// key; the same capture again prints the same charge; a cancel of the
+// captured charge exits 1 with the charge's status.
+func TestCaptureRepeatsAndCancelConflicts(t *testing.T) {
+	t.Parallel()
+	api := &stateAPI{status: client.StatusRequiresCapture}
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	const ch = "ch_0123456789abcdef01234567"
+
+	var outs []string
+	for range 2 {
+		stderr := &testkit.LogBuffer{}
+		code, out := runCLI(t, srv.URL, stderr, "capture", ch, "--amount", "1500")
+		if code != exitOK || strings.Contains(stderr.String(), "command id") {
+			t.Fatalf("capture: exit %d, stderr %s; want 0 and no command id", code, stderr)
+		}
+		outs = append(outs, out)
+	}
+	if outs[0] != outs[1] || !strings.Contains(outs[0], "status:       succeeded") || !strings.Contains(outs[0], "amount:       1500 EUR") || !strings.Contains(outs[0], "authorized:   1999 EUR") {
+		t.Fatalf("capture printed:\n%s\nthen:\n%s\nwant the captured charge twice", outs[0], outs[1])
+	}
+	want := "POST /charges/" + ch + `/capture  {"amount":1500}`
+	if len(api.requests) != 2 || api.requests[0] != want || api.requests[1] != want {
+		t.Fatalf("requests %q, want twice %q (no key)", api.requests, want)
+	}
+
+	stderr := &testkit.LogBuffer{}
+	code, out := runCLI(t, srv.URL, stderr, "cancel", ch, "--json")
+	var res errorOutput
+	if err := json.Unmarshal([]byte(out), &res); code != exitFailed || err != nil || res.Retryable || res.Problem == nil ||
+		res.Problem.ChargeStatus != client.StatusSucceeded || !strings.Contains(stderr.String(), "charge status: succeeded") {
+		t.Fatalf("cancel of a captured charge: exit %d, printed %q (%v), stderr %s; want exit %d, charge status succeeded", code, out, err, stderr, exitFailed)
+	}
+	if last := api.requests[len(api.requests)-1]; last != "POST /charges/"+ch+"/cancel  " {
+		t.Fatalf("cancel sent %q, want no key and no body", last)
+	}
+}
+
+// TestCancelOfAnAuthorization: cancel prints the canceled charge, and
+// running it again prints the same.
+func TestCancelOfAnAuthorization(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(&stateAPI{status: client.StatusRequiresCapture})
+	t.Cleanup(srv.Close)
+	for range 2 {
+		code, out := runCLI(t, srv.URL, &testkit.LogBuffer{}, "cancel", "ch_0123456789abcdef01234567", "--json")
+		var ch client.Charge
+		if err := json.Unmarshal([]byte(out), &ch); code != exitOK || err != nil || ch.Status != client.StatusCanceled {
+			t.Fatalf("cancel: exit %d, printed %q (%v); want the canceled charge", code, out, err)
+		}
+	}
+}
+
+// TestSetStateUnknownOutcomeSaysRunAgain: a bare 502 (the function
+// failed, maybe after the provider captured), then 503
+// provider-unavailable until --timeout: the capture may have happened, so
+// chargectl exits 3 and says to run the same command again, which is safe.
+func TestSetStateUnknownOutcomeSaysRunAgain(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		args []string
+		want string
+	}{
+		"capture": {[]string{"capture", "ch_0123456789abcdef01234567", "--amount", "500"},
+			"the capture may have happened; run the same command again, which is safe: chargectl capture ch_0123456789abcdef01234567 --amount 500"},
+		"cancel": {[]string{"cancel", "ch_0123456789abcdef01234567"},
+			"the cancel may have happened; run the same command again, which is safe: chargectl cancel ch_0123456789abcdef01234567"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			url := ambiguousGateway(t, http.StatusServiceUnavailable, "application/problem+json",
+				`{"type":"https://chargeonce.dev/problems/provider-unavailable","title":"Provider unavailable","status":503}`)
+			stderr := &testkit.LogBuffer{}
+			code, _ := runCLI(t, url, stderr, append(tc.args, "--timeout", "2s")...)
+			if code != exitPending || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, exitPending, tc.want)
+			}
+		})
+	}
+}
+
+// TestStateConflictWhileAnotherChangeRuns: a conflict with a charge whose
+// capture or cancel is unsettled is not final (exit 3); with a settled
+// one it is (exit 1).
+func TestStateConflictWhileAnotherChangeRuns(t *testing.T) {
+	t.Parallel()
+	conflict := func(status client.ChargeStatus) error {
+		return fmt.Errorf("client: cancel: %w", &client.ProblemError{
+			Type: client.ProblemBase + "charge-state-conflict", Status: http.StatusConflict, ChargeStatus: status,
+		})
+	}
+	for status, want := range map[client.ChargeStatus]bool{
+		client.StatusCapturing: true, client.StatusCanceling: true, client.StatusSucceeded: false, client.StatusCanceled: false,
+	} {
+		if got := pending(conflict(status)); got != want {
+			t.Errorf("pending(charge-state-conflict %s) = %v, want %v", status, got, want)
+		}
+	}
+}
+
+// TestCreateCaptureFalseAuthorizesOnly: --capture=false sends
+// "capture":false; the default sends no capture member.
+func TestCreateCaptureFalseAuthorizesOnly(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"id":"ch_0123456789abcdef01234567","amount":1500,"amount_authorized":1500,"currency":"EUR","status":"requires_capture","provider_reference":"pr_1","created_at":"2025-01-02T03:04:05Z","amount_refunded":0}`)
+	}))
+	t.Cleanup(srv.Close)
+	code, out := runCLI(t, srv.URL, &testkit.LogBuffer{}, "create", "--amount", "1500", "--source", "tok_visa", "--capture=false")
+	if code != exitOK || !strings.Contains(out, "status:       requires_capture") || !strings.Contains(out, "authorized:   1500 EUR") {
+		t.Fatalf("create --capture=false: exit %d, printed:\n%s", code, out)
+	}
+	if code, _ := runCLI(t, srv.URL, &testkit.LogBuffer{}, "create", "--amount", "1500", "--source", "tok_visa"); code != exitOK {
+		t.Fatalf("create: exit %d", code)
+	}
+	want := []string{`{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`}
+	if !slices.Equal(bodies, want) {
+		t.Fatalf("bodies %q, want %q", bodies, want)
 	}
 }

@@ -347,7 +347,6 @@ func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values m
 	return nil
 }
 
-func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }
 
 // Shards is the number of shards of the index of moves in flight.
 func (r *Rows) Shards() int { return 1 }

@@ -57,15 +57,38 @@ type Money struct {
 	Currency string // ISO 4217 alphabetic code, upper case
 }
 
+// ChargeStatus is where a charge stands.
+type ChargeStatus string
+
+// The statuses of a charge.
+const (
+	// StatusRequiresCapture: authorized (WithCaptureLater), the amount held.
+	StatusRequiresCapture ChargeStatus = "requires_capture"
+	// StatusCapturing: a capture's provider call is not settled yet.
+	StatusCapturing ChargeStatus = "capturing"
+	// StatusSucceeded: charged, or captured.
+	StatusSucceeded ChargeStatus = "succeeded"
+	// StatusCanceling: a cancel's provider call is not settled yet.
+	StatusCanceling ChargeStatus = "canceling"
+	// StatusCanceled: the authorization was canceled, or expired at the
+	// provider; nothing was charged.
+	StatusCanceled ChargeStatus = "canceled"
+)
+
 // Charge is a charge as the API describes it.
 type Charge struct {
-	ID                string    `json:"id"`
-	Amount            int64     `json:"amount"`
-	Currency          string    `json:"currency"`
-	Description       string    `json:"description,omitempty"`
-	Status            string    `json:"status"`
-	ProviderReference string    `json:"provider_reference"`
-	CreatedAt         time.Time `json:"created_at"`
+	ID string `json:"id"`
+	// Amount is what is charged or held: the amount authorized before a
+	// capture, the amount captured after.
+	Amount            int64        `json:"amount"`
+	Currency          string       `json:"currency"`
+	Description       string       `json:"description,omitempty"`
+	Status            ChargeStatus `json:"status"`
+	ProviderReference string       `json:"provider_reference"`
+	CreatedAt         time.Time    `json:"created_at"`
+	// AmountAuthorized is the amount the provider held; 0 unless the
+	// charge was created with WithCaptureLater.
+	AmountAuthorized int64 `json:"amount_authorized,omitempty"`
 	// AmountRefunded is the sum of the charge's succeeded refunds.
 	AmountRefunded int64 `json:"amount_refunded"`
 	// Refunds are the charge's refunds, as Get reads them; Create's
@@ -140,6 +163,7 @@ type chargeRequest struct {
 	Currency    string `json:"currency"`
 	Source      string `json:"source"`
 	Description string `json:"description,omitempty"`
+	Capture     *bool  `json:"capture,omitempty"` // nil: true, the API's default
 }
 
 // Create charges source amount.Amount in amount.Currency, at most once for
@@ -148,7 +172,8 @@ type chargeRequest struct {
 // the maximum number of attempts is reached, or ctx ends. A declined card
 // is a *ProblemError matching ErrDeclined; see the package sentinels for
 // the others. Calling Create again later with the same id and arguments
-// resumes the intent: it never charges twice.
+// resumes the intent: it never charges twice. With WithCaptureLater it
+// authorizes only.
 func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source string, opts ...CreateOption) (Result, error) {
 	req := chargeRequest{Amount: amount.Amount, Currency: amount.Currency, Source: source}
 	for _, opt := range opts {
@@ -162,7 +187,7 @@ func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source 
 // network errors, timeouts, 429 and 5xx answers. An unknown id, or another
 // tenant's charge, is a *ProblemError matching ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
-	return read[Charge](ctx, c, "get "+id, chargePath(id))
+	return exchange[Charge](ctx, c, "get "+id, http.MethodGet, chargePath(id), nil, nil)
 }
 
 func chargePath(id string) string { return "/charges/" + url.PathEscape(id) }
@@ -182,7 +207,7 @@ func command[T any](ctx context.Context, c *Client, op string, id CommandID, pat
 	header := http.Header{}
 	header.Set(HeaderIdempotencyKey, string(id))
 	header.Set("Content-Type", "application/json")
-	resp, attempts, err := c.send(ctx, http.MethodPost, c.base+path, header, body)
+	resp, attempts, err := c.send(ctx, http.MethodPost, c.base+path, header, body, storedOutcomes)
 	rc := Receipt{Attempts: attempts}
 	if err != nil {
 		return v, rc, fmt.Errorf("client: %s %s: %w", op, id, err)
@@ -199,11 +224,18 @@ func command[T any](ctx context.Context, c *Client, op string, id CommandID, pat
 	return v, rc, nil
 }
 
-// read GETs path, through send's retries, and decodes the 200 answer into
-// T. op names the call in errors.
-func read[T any](ctx context.Context, c *Client, op, path string) (T, error) {
+// exchange sends method to path, with body as JSON unless it is nil,
+// through send's retries, and decodes the 200 answer into T. Reads use it,
+// and so do Capture and Cancel: they set a state, so the same request sent
+// again is safe without a key. proofs are send's. op names the call in
+// errors.
+func exchange[T any](ctx context.Context, c *Client, op, method, path string, body []byte, proofs map[string]bool) (T, error) {
 	var v T
-	resp, _, err := c.send(ctx, http.MethodGet, c.base+path, http.Header{}, nil)
+	header := http.Header{}
+	if body != nil {
+		header.Set("Content-Type", "application/json")
+	}
+	resp, _, err := c.send(ctx, method, c.base+path, header, body, proofs)
 	if err == nil {
 		err = resp.decode(http.StatusOK, &v)
 	}
@@ -270,8 +302,10 @@ func (r *response) retryable() bool {
 // send makes the request until it gets a final answer (any status but
 // retryable ones), and returns it with the number of attempts. It gives up
 // with the last attempt's error when attempts run out or ctx ends (or would
-// end before the next attempt could start).
-func (c *Client) send(ctx context.Context, method, url string, header http.Header, body []byte) (*response, int, error) {
+// end before the next attempt could start). proofs are the problem types
+// that still prove what the call did after an attempt whose outcome was
+// unknown: any other final failure then matches ErrOutcomeUnknown.
+func (c *Client) send(ctx context.Context, method, url string, header http.Header, body []byte, proofs map[string]bool) (*response, int, error) {
 	// unknown records that an attempt may have run, so no later answer
 	// may say that nothing ran.
 	unknown := false
@@ -289,7 +323,7 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 			return nil, attempt, &unknownError{fmt.Errorf("attempt %d: %w", attempt, err)}
 		case err == nil && !resp.retryable():
 			if unknown && resp.status >= 400 {
-				if p := resp.problem(); !storedOutcomes[p.Slug()] {
+				if p := resp.problem(); !proofs[p.Slug()] {
 					return nil, attempt, fail(p)
 				}
 			}

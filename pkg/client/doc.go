@@ -1,5 +1,6 @@
 // Package client provides a Go client for the chargeonce API: charges
-// (POST /charges, GET /charges/{id}) and their refunds
+// (POST /charges, GET /charges/{id}), the capture and cancel of an
+// authorization (POST /charges/{id}/capture and /cancel) and refunds
 // (POST /charges/{id}/refunds, GET /charges/{id}/refunds/{refund_id}); see
 // api/openapi.yaml.
 //
@@ -13,6 +14,11 @@
 // again. A caller that gives up (its context ends, or the process dies)
 // can resume later by calling the same method again with the same id and
 // the same arguments.
+//
+// Capture and Cancel take no command id. They set the charge's state, and
+// setting a state twice is setting it once: the same call again answers
+// the same charge, so they retry with the same request, and a caller may
+// simply call again.
 //
 // Retries back off exponentially with full jitter, never sooner than a
 // Retry-After header asks, and stop when the caller's context ends or the

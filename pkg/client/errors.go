@@ -17,7 +17,7 @@ var (
 	// ErrInvalid: the request was refused as malformed (invalid-request,
 	// invalid-idempotency-key, payload-too-large, unsupported-media-type),
 	// or a command was given an id that cannot be an Idempotency-Key.
-	// Nothing was charged or refunded.
+	// Nothing was done.
 	ErrInvalid = errors.New("client: invalid request")
 	// ErrUnauthorized: the token was refused or names no tenant.
 	ErrUnauthorized = errors.New("client: unauthorized")
@@ -25,24 +25,27 @@ var (
 	ErrDeclined = errors.New("client: card declined")
 	// ErrNotFound: no such charge, or refund, for this tenant.
 	ErrNotFound = errors.New("client: not found")
-	// ErrInProgress: a request with the same command id is still running.
+	// ErrInProgress: a request with the same command id, or the same
+	// capture or cancel, is still running.
 	ErrInProgress = errors.New("client: request in progress")
 	// ErrKeyReused: the command id was first used with a different request
 	// (another amount, currency, source or description; for a refund,
 	// another charge, amount or reason). Nothing was charged or refunded.
 	ErrKeyReused = errors.New("client: command id reused with a different request")
 	// ErrOutcomePending: the command's outcome is not known yet; the server
-	// settles it in the background. Retry later with the same command id.
+	// settles it in the background. Retry later with the same command id,
+	// or, for Capture and Cancel, the same call.
 	ErrOutcomePending = errors.New("client: outcome pending")
 	// ErrUnavailable: the request was refused before anything ran: the
 	// service's own 503 provider-unavailable or service-unavailable, or
 	// API Gateway's bare 429 (its throttle, which answers before the
-	// function is invoked). The refused request charged or refunded
-	// nothing; an earlier request with the same id may have, so retry with
-	// that id.
+	// function is invoked). The refused request did nothing; an earlier
+	// request with the same id (or an earlier attempt of the same capture
+	// or cancel) may have, so retry with that id (or the same call).
 	ErrUnavailable = errors.New("client: unavailable")
 	// ErrOutcomeUnknown: the outcome is unknown: retry with the same
-	// command id; never mint a new one. The answer proves nothing about
+	// command id, never a new one (for Capture and Cancel, make the same
+	// call again, which is safe). The answer proves nothing about
 	// what ran: a 5xx without a problem body (API Gateway answers one when
 	// the function fails or outlives its timeout, after it may have
 	// charged or refunded), or a network error after the request may have
@@ -53,9 +56,9 @@ var (
 	// charge-conflict, final: not retried). Retrying with the same command
 	// id is safe.
 	ErrInternal = errors.New("client: internal error")
-	// ErrRejected: the provider refused the request before charging or
-	// refunding (502 provider-rejected). Final: retrying the same request
-	// will not help.
+	// ErrRejected: the provider refused the request before carrying it
+	// out (502 provider-rejected). Final: retrying the same request will
+	// not help.
 	ErrRejected = errors.New("client: provider rejected the request")
 	// ErrRefundExceedsCharge: the refund is more than what remains of the
 	// charge; nothing was refunded. When the *ProblemError's RetryAfter is
@@ -64,21 +67,27 @@ var (
 	// after RetryAfter may succeed (Refund already retried until its
 	// attempts or its context ran out).
 	ErrRefundExceedsCharge = errors.New("client: refund exceeds what remains of the charge")
-	// ErrChargeState: the charge is not in a state that can be refunded
-	// (the problem's Detail says which). Nothing was refunded.
-	ErrChargeState = errors.New("client: charge cannot be refunded in its state")
+	// ErrChargeState: the charge is not in a state the request applies to:
+	// a refund of a charge that is not StatusSucceeded, a capture of a
+	// canceled charge or of another amount than the one captured, a
+	// cancel of a captured charge. The *ProblemError's ChargeStatus is the
+	// charge's status. This request did nothing.
+	ErrChargeState = errors.New("client: the charge's state forbids the request")
 	// ErrRefundDeclined: the provider refused the refund for good. Final
 	// for the command id, like ErrDeclined.
 	ErrRefundDeclined = errors.New("client: refund declined")
 )
 
-const slugRefundExceedsCharge = "refund-exceeds-charge"
+const (
+	slugRefundExceedsCharge = "refund-exceeds-charge"
+	slugChargeState         = "charge-state-conflict"
+)
 
 // finalProblems are the problem types of retryable statuses (409, 5xx)
 // that the client does not retry: the service says no retry can change
 // them. A refund-exceeds-charge is final only without Retry-After.
 var finalProblems = map[string]bool{
-	"provider-rejected": true, "charge-conflict": true, "charge-state-conflict": true, "refund-declined": true,
+	"provider-rejected": true, "charge-conflict": true, slugChargeState: true, "refund-declined": true,
 }
 
 // storedOutcomes are the failures the service stores as a command's
@@ -86,6 +95,12 @@ var finalProblems = map[string]bool{
 // only when final). After an attempt whose outcome was unknown, they still
 // prove what the command did: nothing.
 var storedOutcomes = map[string]bool{"card-declined": true, "refund-declined": true, slugRefundExceedsCharge: true}
+
+// stateProofs are what still proves what a Capture or a Cancel did after
+// an attempt whose outcome was unknown: a charge-state-conflict. Had that
+// attempt set the state, the same request would find it set and answer
+// 200, so the conflict proves that this request did nothing.
+var stateProofs = map[string]bool{slugChargeState: true}
 
 // problemSentinels maps each problem type's slug to its sentinel.
 var problemSentinels = map[string]error{
@@ -105,7 +120,7 @@ var problemSentinels = map[string]error{
 	"service-unavailable":     ErrUnavailable,
 	"outcome-pending":         ErrOutcomePending,
 	slugRefundExceedsCharge:   ErrRefundExceedsCharge,
-	"charge-state-conflict":   ErrChargeState,
+	slugChargeState:           ErrChargeState,
 	"refund-declined":         ErrRefundDeclined,
 }
 
@@ -117,6 +132,9 @@ type ProblemError struct {
 	Title  string `json:"title"`
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
+	// ChargeStatus is the charge's status on a charge-state-conflict (the
+	// problem's extension member charge_status), or "".
+	ChargeStatus ChargeStatus `json:"charge_status,omitempty"`
 	// RetryAfter is the wait the Retry-After header asked for, or 0.
 	RetryAfter time.Duration `json:"-"`
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"net/http"
 	"net/url"
 	"time"
 )
@@ -60,8 +61,9 @@ type refundRequest struct {
 // as for Create. Refund retries as Create does, with id and the same body
 // bytes, and calling it again with the same id and arguments resumes the
 // intent: it never refunds twice. The refund's own failures match
-// ErrRefundExceedsCharge, ErrChargeState or ErrRefundDeclined; an unknown
-// or another tenant's charge matches ErrNotFound.
+// ErrRefundExceedsCharge, ErrChargeState (a charge that is not
+// StatusSucceeded) or ErrRefundDeclined; an unknown or another tenant's
+// charge matches ErrNotFound.
 func (c *Client) Refund(ctx context.Context, chargeID string, id CommandID, opts ...RefundOption) (RefundResult, error) {
 	var req refundRequest
 	for _, opt := range opts {
@@ -75,5 +77,5 @@ func (c *Client) Refund(ctx context.Context, chargeID string, id CommandID, opts
 // Get does. An unknown refund or charge, or another tenant's, is a
 // *ProblemError matching ErrNotFound.
 func (c *Client) GetRefund(ctx context.Context, chargeID, refundID string) (Refund, error) {
-	return read[Refund](ctx, c, "get refund "+refundID, chargePath(chargeID)+"/refunds/"+url.PathEscape(refundID))
+	return exchange[Refund](ctx, c, "get refund "+refundID, http.MethodGet, chargePath(chargeID)+"/refunds/"+url.PathEscape(refundID), nil, nil)
 }

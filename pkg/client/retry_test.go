@@ -49,6 +49,7 @@ type scripted struct {
 	keys    []string
 	bodies  []string
 	paths   []string // method and path
+	types   []string // Content-Type
 }
 
 type reply struct {
@@ -64,8 +65,13 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.keys = append(s.keys, r.Header.Get(HeaderIdempotencyKey))
 	s.bodies = append(s.bodies, string(b))
 	s.paths = append(s.paths, r.Method+" "+r.URL.EscapedPath())
+	s.types = append(s.types, r.Header.Get("Content-Type"))
 	rp := s.replies[min(n, len(s.replies)-1)]
 	s.mu.Unlock()
+	if rp.status == 0 {
+		// The answer is lost: the connection drops after the request ran.
+		panic(http.ErrAbortHandler)
+	}
 	for k, v := range rp.header {
 		w.Header().Set(k, v)
 	}
@@ -300,8 +306,8 @@ func TestMaxAttempts(t *testing.T) {
 	}
 }
 
-// TestFinalAnswersAreNotRetried: Create and Refund share the retry loop,
-// and each returns a final answer at once, as its sentinel.
+// TestFinalAnswersAreNotRetried: Create, Refund, Capture and Cancel share
+// the retry loop, and each returns a final answer at once, as its sentinel.
 func TestFinalAnswersAreNotRetried(t *testing.T) {
 	t.Parallel()
 	commands := map[string]func(*Client) error{
@@ -311,6 +317,14 @@ func TestFinalAnswersAreNotRetried(t *testing.T) {
 		},
 		"refund": func(c *Client) error {
 			_, err := c.Refund(context.Background(), chargeID, NewCommandID())
+			return err
+		},
+		"capture": func(c *Client) error {
+			_, err := c.Capture(t.Context(), chargeID)
+			return err
+		},
+		"cancel": func(c *Client) error {
+			_, err := c.Cancel(t.Context(), chargeID)
 			return err
 		},
 	}
