@@ -49,6 +49,12 @@ const (
 	// StatusRefunded: the provider refunded the reference (a refund's
 	// result; a refund that failed for good is StatusDeclined).
 	StatusRefunded Status = "refunded"
+	// StatusAuthorized: the provider holds the amount on the card, not
+	// captured yet (an authorize-only charge's result, or its state).
+	StatusAuthorized Status = "authorized"
+	// StatusCanceled: the authorization was canceled or expired; the
+	// provider holds nothing and captured nothing.
+	StatusCanceled Status = "canceled"
 )
 
 // HeaderNotProcessed is the response header by which the provider, answering
@@ -80,22 +86,26 @@ const redacted = "[redacted]"
 // stripe adapter sends it as metadata). Logs name keys only by hash, so
 // String, GoString and LogValue leave it out too, and our provider API is
 // not sent it.
+//
+// AuthorizeOnly asks the provider to hold the amount and not capture it:
+// success is then StatusAuthorized, and Capture or Cancel settles it.
 type ChargeRequest struct {
-	Reference string `json:"reference"`
-	Amount    int64  `json:"amount"`
-	Currency  string `json:"currency"`
-	Source    string `json:"source"`
-	Command   string `json:"-"`
+	Reference     string `json:"reference"`
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	Source        string `json:"source"`
+	AuthorizeOnly bool   `json:"authorize_only,omitempty"`
+	Command       string `json:"-"`
 }
 
 // String formats the request for %v and %s, with the source redacted.
 func (r ChargeRequest) String() string {
-	return fmt.Sprintf("{Reference:%s Amount:%d Currency:%s Source:%s}", r.Reference, r.Amount, r.Currency, redacted)
+	return fmt.Sprintf("{Reference:%s Amount:%d Currency:%s Source:%s AuthorizeOnly:%t}", r.Reference, r.Amount, r.Currency, redacted, r.AuthorizeOnly)
 }
 
 // GoString formats the request for %#v, with the source redacted.
 func (r ChargeRequest) GoString() string {
-	return fmt.Sprintf("provider.ChargeRequest{Reference:%q, Amount:%d, Currency:%q, Source:%q}", r.Reference, r.Amount, r.Currency, redacted)
+	return fmt.Sprintf("provider.ChargeRequest{Reference:%q, Amount:%d, Currency:%q, Source:%q, AuthorizeOnly:%t}", r.Reference, r.Amount, r.Currency, redacted, r.AuthorizeOnly)
 }
 
 // LogValue implements slog.LogValuer, leaving the source out.
@@ -104,6 +114,7 @@ func (r ChargeRequest) LogValue() slog.Value {
 		slog.String("reference", r.Reference),
 		slog.Int64("amount", r.Amount),
 		slog.String("currency", r.Currency),
+		slog.Bool("authorize_only", r.AuthorizeOnly),
 	)
 }
 
@@ -131,13 +142,29 @@ type RefundRequest struct {
 	Command   string `json:"-"`
 }
 
-// Result is the provider's answer for one reference: a charge's, or a
-// refund's (StatusRefunded, or StatusDeclined for one that failed).
+// PaymentRequest asks the provider to capture or cancel the authorization
+// it knows as Charge (the ChargeID an authorize-only charge answered).
+// Reference is ours, derived from the charge and the operation, so the
+// provider deduplicates a re-sent capture or cancel. Amount is what a
+// capture takes, at most the amount authorized; 0 takes all of it. A
+// cancel sends none.
+type PaymentRequest struct {
+	Reference string
+	Charge    string
+	Amount    int64
+}
+
+// Result is the provider's answer for one reference: a charge's, a
+// refund's (StatusRefunded, or StatusDeclined for one that failed), or a
+// capture's, a cancel's or a payment's state.
 type Result struct {
 	Status      Status `json:"status"`
 	Reference   string `json:"reference,omitempty"`
 	ChargeID    string `json:"id,omitempty"` // the provider's id for what it did: "pc_…", or a refund's "rf_…"
 	DeclineCode string `json:"decline_code,omitempty"`
+	// Amount is what a capture's or a state's answer says the payment
+	// took (StatusCharged) or holds (StatusAuthorized).
+	Amount int64 `json:"amount,omitempty"`
 }
 
 // StatusError is the cause, wrapped together with a sentinel error, when the
