@@ -29,6 +29,9 @@ type Adapter interface {
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
 	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
+	Capture(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
+	Cancel(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
+	State(ctx context.Context, charge string) (provider.Result, error)
 }
 
 // Kind is how one kind of adapter is built and read.
@@ -89,6 +92,22 @@ func (p *Provider[A]) Refund(ctx context.Context, req provider.RefundRequest) (p
 // LookupRefund looks the refund req up through the adapter (see call).
 func (p *Provider[A]) LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
 	return call(ctx, p, func(a A) (provider.Result, error) { return a.LookupRefund(ctx, req) })
+}
+
+// Capture captures req through the adapter (see call): a refusal of the
+// key proves nothing was captured, as for a charge.
+func (p *Provider[A]) Capture(ctx context.Context, req provider.PaymentRequest) (provider.Result, error) {
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.Capture(ctx, req) })
+}
+
+// Cancel cancels req through the adapter (see call), as Capture.
+func (p *Provider[A]) Cancel(ctx context.Context, req provider.PaymentRequest) (provider.Result, error) {
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.Cancel(ctx, req) })
+}
+
+// State reads the charge's state through the adapter (see call).
+func (p *Provider[A]) State(ctx context.Context, charge string) (provider.Result, error) {
+	return call(ctx, p, func(a A) (provider.Result, error) { return a.State(ctx, charge) })
 }
 
 // call runs fn on the adapter for the key held and, if the provider
