@@ -24,16 +24,21 @@ var (
 	errEmptyReference = errors.New("empty reference")
 	errEmptyCharge    = errors.New("empty charge id")
 	errNoChargeID     = errors.New("result without the provider's id")
+	errBadAmount      = errors.New("negative amount")
+	errOtherCharge    = errors.New("result for another charge")
 )
 
 // Client talks to the card provider's HTTP API. It is safe for concurrent use.
 type Client struct {
 	chargesURL string
 	refundsURL string
-	secret     string
-	hc         *http.Client
-	timeout    time.Duration
-	guarantees Guarantees
+	// paymentsURL names a charge by the provider's id, where
+	// chargesURL names it by our reference.
+	paymentsURL string
+	secret      string
+	hc          *http.Client
+	timeout     time.Duration
+	guarantees  Guarantees
 }
 
 // transport is the default Clients' transport: net/http's default, but
@@ -91,12 +96,13 @@ func NewClient(baseURL, secret string, optFns ...func(*Options)) *Client {
 	}
 	base := strings.TrimRight(baseURL, "/")
 	c := &Client{
-		chargesURL: base + "/v1/charges",
-		refundsURL: base + "/v1/refunds",
-		secret:     secret,
-		hc:         o.HTTPClient,
-		timeout:    o.Timeout,
-		guarantees: o.Guarantees,
+		chargesURL:  base + "/v1/charges",
+		refundsURL:  base + "/v1/refunds",
+		paymentsURL: base + "/v1/payments",
+		secret:      secret,
+		hc:          o.HTTPClient,
+		timeout:     o.Timeout,
+		guarantees:  o.Guarantees,
 	}
 	// Following a 307/308 would send the charge a second time, and any other
 	// redirect would turn it into a GET: answer with the redirect instead.
@@ -111,14 +117,66 @@ func (c *Client) Guarantees() Guarantees { return c.guarantees }
 
 // Charge asks the provider to charge req. It sends the request exactly once.
 // A declined card is not an error: the Result has StatusDeclined and its
-// DeclineCode. Errors wrap ErrUnavailable, ErrAmbiguous or ErrRejected.
+// DeclineCode. An authorize-only charge answers StatusAuthorized, never
+// StatusCharged, and a charge the reverse. Errors wrap ErrUnavailable,
+// ErrAmbiguous or ErrRejected.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
 	var invalid error
 	if req.Reference == "" {
 		// Without a reference the provider cannot deduplicate.
 		invalid = errEmptyReference
 	}
-	return c.send(ctx, "charge", c.chargesURL, req.Reference, req, invalid, StatusCharged, StatusDeclined)
+	success := StatusCharged
+	if req.AuthorizeOnly {
+		success = StatusAuthorized
+	}
+	return c.send(ctx, "charge", c.chargesURL, req.Reference, req, invalid, success, StatusDeclined)
+}
+
+// paymentBody is what a capture or a cancel sends; the path names the
+// charge.
+type paymentBody struct {
+	Reference string `json:"reference"`
+	Amount    int64  `json:"amount,omitempty"`
+}
+
+// Capture asks the provider to capture req.Amount (0: all) of the
+// authorization req.Charge. It sends the request exactly once, and the
+// provider deduplicates it by req.Reference. The Result has StatusCharged
+// and the Amount the charge took, or StatusCanceled if the authorization
+// was canceled or expired: nothing captured. Errors wrap ErrUnavailable,
+// ErrAmbiguous or ErrRejected, as Charge's do: a capture beyond the
+// amount authorized, or of an unknown or declined charge, is ErrRejected.
+func (c *Client) Capture(ctx context.Context, req PaymentRequest) (Result, error) {
+	return c.payment(ctx, "capture", req, req.Amount, StatusCharged, StatusCanceled)
+}
+
+// Cancel asks the provider to cancel the authorization req.Charge, as
+// Capture asks to capture it; req.Amount is not sent. The Result has
+// StatusCanceled, or StatusCharged with the Amount taken if the charge
+// was captured: nothing canceled.
+func (c *Client) Cancel(ctx context.Context, req PaymentRequest) (Result, error) {
+	return c.payment(ctx, "cancel", req, 0, StatusCanceled, StatusCharged)
+}
+
+// payment posts a capture or a cancel (op) of req.Charge and requires
+// the answer to be about that charge.
+func (c *Client) payment(ctx context.Context, op string, req PaymentRequest, amount int64, want ...Status) (Result, error) {
+	var invalid error
+	switch {
+	case req.Reference == "":
+		invalid = errEmptyReference
+	case req.Charge == "":
+		invalid = errEmptyCharge
+	case amount < 0:
+		invalid = errBadAmount
+	}
+	endpoint := c.paymentsURL + "/" + url.PathEscape(req.Charge) + "/" + op
+	res, err := c.send(ctx, op, endpoint, req.Reference, paymentBody{req.Reference, amount}, invalid, want...)
+	if err == nil && res.ChargeID != req.Charge {
+		return Result{}, fmt.Errorf("provider: %s %s: %w: %w %q", op, req.Reference, ErrAmbiguous, errOtherCharge, res.ChargeID)
+	}
+	return res, err
 }
 
 // Refund asks the provider to refund req.Amount of the charge whose id is
@@ -194,11 +252,13 @@ func (c *Client) send(ctx context.Context, op, endpoint, reference string, body 
 	}
 }
 
-// Lookup asks the provider what became of reference: StatusCharged or
-// StatusDeclined with the stored result, or StatusNotFound (not an error) if
-// it never charged it. Every error wraps ErrUnavailable.
+// Lookup asks the provider what became of reference: StatusCharged,
+// StatusAuthorized or StatusDeclined with the stored result (the first
+// answer, whatever a capture or cancel did since: State tells that), or
+// StatusNotFound (not an error) if it never charged it. Every error wraps
+// ErrUnavailable.
 func (c *Client) Lookup(ctx context.Context, reference string) (Result, error) {
-	return c.lookup(ctx, "lookup", c.chargesURL, reference, StatusCharged, StatusDeclined)
+	return c.lookup(ctx, "lookup", c.chargesURL, reference, reference, StatusCharged, StatusAuthorized, StatusDeclined)
 }
 
 // LookupRefund asks the provider what became of the refund sent under
@@ -206,21 +266,36 @@ func (c *Client) Lookup(ctx context.Context, reference string) (Result, error) {
 // or StatusNotFound (not an error) if it never refunded under it. It sends
 // nothing that could refund. Every error wraps ErrUnavailable.
 func (c *Client) LookupRefund(ctx context.Context, req RefundRequest) (Result, error) {
-	return c.lookup(ctx, "lookup refund", c.refundsURL, req.Reference, StatusRefunded, StatusDeclined)
+	return c.lookup(ctx, "lookup refund", c.refundsURL, req.Reference, req.Reference, StatusRefunded, StatusDeclined)
 }
 
-// lookup reads the result stored for reference under endpoint, whose
-// status is one of want, or StatusNotFound.
-func (c *Client) lookup(ctx context.Context, op, endpoint, reference string, want ...Status) (Result, error) {
-	fail := func(cause error) (Result, error) {
-		return Result{}, fmt.Errorf("provider: %s %s: %w: %w", op, reference, ErrUnavailable, cause)
+// State asks the provider for the present state of the charge whose id
+// is charge: StatusAuthorized (the Amount held), StatusCharged (the
+// Amount taken), StatusCanceled, StatusDeclined for a declined charge, or
+// StatusNotFound (not an error). The Result's Reference is the charge's.
+// It sends nothing that changes anything. Every error wraps
+// ErrUnavailable.
+func (c *Client) State(ctx context.Context, charge string) (Result, error) {
+	res, err := c.lookup(ctx, "state", c.paymentsURL, charge, "", StatusAuthorized, StatusCharged, StatusCanceled, StatusDeclined)
+	if err == nil && res.Status != StatusNotFound && res.ChargeID != charge {
+		return Result{}, fmt.Errorf("provider: state %s: %w: %w %q", charge, ErrUnavailable, errOtherCharge, res.ChargeID)
 	}
-	if reference == "" {
+	return res, err
+}
+
+// lookup reads the result stored under endpoint for name, whose status is
+// one of want, or StatusNotFound. The result must be for reference, when
+// one is given.
+func (c *Client) lookup(ctx context.Context, op, endpoint, name, reference string, want ...Status) (Result, error) {
+	fail := func(cause error) (Result, error) {
+		return Result{}, fmt.Errorf("provider: %s %s: %w: %w", op, name, ErrUnavailable, cause)
+	}
+	if name == "" {
 		return fail(errEmptyReference)
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/"+url.PathEscape(reference), nil)
+	httpReq, err := http.NewRequestWithContext(ctx, http.MethodGet, endpoint+"/"+url.PathEscape(name), nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -280,7 +355,8 @@ func notProcessed(resp *http.Response) bool {
 }
 
 // decodeResult reads a Result for reference whose status must be one of want.
-// A result that names no reference is taken to be for reference.
+// A result that names no reference is taken to be for reference. An empty
+// reference takes the result's.
 func decodeResult(body io.Reader, reference string, want ...Status) (Result, error) {
 	data, err := io.ReadAll(io.LimitReader(body, maxResponseBytes))
 	if err != nil {
@@ -293,14 +369,13 @@ func decodeResult(body io.Reader, reference string, want ...Status) (Result, err
 	if !slices.Contains(want, res.Status) {
 		return Result{}, fmt.Errorf("unexpected status %q in response", res.Status)
 	}
-	switch res.Reference {
-	case "":
+	switch {
+	case res.Reference == "":
 		res.Reference = reference
-	case reference:
-	default:
+	case reference != "" && res.Reference != reference:
 		return Result{}, fmt.Errorf("response is for reference %q", res.Reference)
 	}
-	if (res.Status == StatusCharged || res.Status == StatusRefunded) && res.ChargeID == "" {
+	if res.Status != StatusDeclined && res.Status != StatusNotFound && res.ChargeID == "" {
 		return Result{}, errNoChargeID
 	}
 	return res, nil

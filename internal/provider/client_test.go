@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -93,8 +94,9 @@ func closedURL(t *testing.T) string {
 	return srv.URL
 }
 
-// TestErrorClassification: a charge's answers and a refund's read the
-// same way, but for a result, which must be one of the request's kind.
+// TestErrorClassification: a charge's answers, a refund's, a capture's
+// and a cancel's read the same way, but for a result, which must be one
+// of the request's kind.
 func TestErrorClassification(t *testing.T) {
 	t.Parallel()
 	ops := map[string]func(context.Context, *provider.Client) (provider.Result, error){
@@ -104,12 +106,18 @@ func TestErrorClassification(t *testing.T) {
 		"refund": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
 			return c.Refund(ctx, refundRequest("order-1"))
 		},
+		"capture": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
+			return c.Capture(ctx, paymentRequest("order-1"))
+		},
+		"cancel": func(ctx context.Context, c *provider.Client) (provider.Result, error) {
+			return c.Cancel(ctx, paymentRequest("order-1"))
+		},
 	}
 	tests := []struct {
 		name    string
 		handler http.HandlerFunc
 		want    error
-		only    string // the one op the row is for; empty for both
+		only    string // the ops the row is for, space-separated; empty for all
 	}{
 		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.ErrUnavailable, ""},
 		{"503 not processed, any case", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, " TRUE "), provider.ErrUnavailable, ""},
@@ -132,12 +140,16 @@ func TestErrorClassification(t *testing.T) {
 		{"404", status(http.StatusNotFound), provider.ErrRejected, ""},
 		{"422", status(http.StatusUnprocessableEntity), provider.ErrRejected, ""},
 		{"200 refunded without id", body(http.StatusOK, `{"reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "refund"},
-		{"200 charged", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"charged"}`), provider.ErrAmbiguous, "refund"},
-		{"200 refunded", body(http.StatusOK, `{"id":"rf_1","reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "charge"},
+		{"200 charged", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"charged"}`), provider.ErrAmbiguous, "refund capture cancel"},
+		{"200 refunded", body(http.StatusOK, `{"id":"rf_1","reference":"order-1","status":"refunded"}`), provider.ErrAmbiguous, "charge capture cancel"},
+		{"200 authorized", body(http.StatusOK, `{"id":"pc_1","reference":"order-1","status":"authorized"}`), provider.ErrAmbiguous, ""},
+		{"200 canceled without id", body(http.StatusOK, `{"reference":"order-1","status":"canceled"}`), provider.ErrAmbiguous, ""},
+		{"200 another charge charged", body(http.StatusOK, `{"id":"pc_other","reference":"order-1","status":"charged","amount":1}`), provider.ErrAmbiguous, "capture"},
+		{"200 another charge canceled", body(http.StatusOK, `{"id":"pc_other","reference":"order-1","status":"canceled"}`), provider.ErrAmbiguous, "cancel"},
 	}
 	for _, tt := range tests {
 		for op, call := range ops {
-			if tt.only != "" && tt.only != op {
+			if tt.only != "" && !slices.Contains(strings.Fields(tt.only), op) {
 				continue
 			}
 			t.Run(op+" "+tt.name, func(t *testing.T) {
@@ -493,6 +505,145 @@ func TestChargeRequestRedactsSource(t *testing.T) {
 	}
 	if !bytes.Contains(data, []byte(secretSource)) {
 		t.Errorf("JSON for the provider lacks the source: %s", data)
+	}
+}
+
+func paymentRequest(ref string) provider.PaymentRequest {
+	return provider.PaymentRequest{Reference: ref, Charge: "pc_0123456789abcdef", Amount: 700}
+}
+
+// TestAuthorizeOnlyAnswersAuthorized: an authorize-only charge sends
+// authorize_only and takes only an authorization for an answer, and a
+// charge only a charge.
+func TestAuthorizeOnlyAnswersAuthorized(t *testing.T) {
+	t.Parallel()
+	var sent map[string]any
+	srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+		if err := json.NewDecoder(r.Body).Decode(&sent); err != nil {
+			t.Errorf("decode body: %v", err)
+		}
+		_, _ = io.WriteString(w, `{"id":"pc_1","reference":"order-1","status":"authorized"}`)
+	})
+	req := request("order-1")
+	req.AuthorizeOnly = true
+	res, err := provider.NewClient(srv.URL, "").Charge(t.Context(), req)
+	if want := (provider.Result{Status: provider.StatusAuthorized, Reference: "order-1", ChargeID: "pc_1"}); err != nil || res != want {
+		t.Fatalf("Charge = %+v, %v; want %+v", res, err, want)
+	}
+	if sent["authorize_only"] != true {
+		t.Errorf("body = %v, want authorize_only true", sent)
+	}
+	if !strings.Contains(fmt.Sprintf("%v %#v", req, req), "AuthorizeOnly:true") {
+		t.Errorf("printed requests leave AuthorizeOnly out: %v", req)
+	}
+}
+
+// TestPaymentRequestShape: POST /v1/payments/{id}/capture or /cancel
+// with the bearer token, the reference and a capture's amount as JSON.
+func TestPaymentRequestShape(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		op, answer string
+		call       func(*provider.Client, context.Context, provider.PaymentRequest) (provider.Result, error)
+		want       map[string]any
+		result     provider.Result
+	}{
+		{"capture", `{"id":"pc_0123456789abcdef","reference":"cap-1","status":"charged","amount":700}`, (*provider.Client).Capture,
+			map[string]any{"reference": "cap-1", "amount": 700.0},
+			provider.Result{Status: provider.StatusCharged, Reference: "cap-1", ChargeID: "pc_0123456789abcdef", Amount: 700}},
+		{"cancel", `{"id":"pc_0123456789abcdef","reference":"cap-1","status":"canceled"}`, (*provider.Client).Cancel,
+			map[string]any{"reference": "cap-1"},
+			provider.Result{Status: provider.StatusCanceled, Reference: "cap-1", ChargeID: "pc_0123456789abcdef"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.op, func(t *testing.T) {
+			t.Parallel()
+			var (
+				path, auth string
+				sent       map[string]any
+			)
+			srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+				path, auth = r.Method+" "+r.URL.Path, r.Header.Get("Authorization")
+				if err := json.NewDecoder(r.Body).Decode(&sent); err != nil {
+					t.Errorf("decode body: %v", err)
+				}
+				_, _ = io.WriteString(w, tt.answer)
+			})
+			res, err := tt.call(provider.NewClient(srv.URL, "s3cret"), t.Context(), paymentRequest("cap-1"))
+			if err != nil || res != tt.result {
+				t.Fatalf("%s = %+v, %v; want %+v", tt.op, res, err, tt.result)
+			}
+			if want := "POST /v1/payments/pc_0123456789abcdef/" + tt.op; path != want || auth != "Bearer s3cret" {
+				t.Errorf("request = %s, Authorization %q; want %s", path, auth, want)
+			}
+			if fmt.Sprint(sent) != fmt.Sprint(tt.want) {
+				t.Errorf("body = %v, want %v", sent, tt.want)
+			}
+		})
+	}
+}
+
+// TestPaymentRefusedBeforeSending: without a reference the provider could
+// not deduplicate, without a charge it could not capture, and a negative
+// amount is no amount; none is sent.
+func TestPaymentRefusedBeforeSending(t *testing.T) {
+	t.Parallel()
+	srv, hits := counting(t, status(http.StatusOK))
+	c := provider.NewClient(srv.URL, "")
+	noCharge, negative := paymentRequest("cap-1"), paymentRequest("cap-1")
+	noCharge.Charge, negative.Amount = "", -1
+	for _, req := range []provider.PaymentRequest{paymentRequest(""), noCharge, negative} {
+		_, err := c.Capture(t.Context(), req)
+		wantKind(t, err, provider.ErrRejected)
+	}
+	for _, req := range []provider.PaymentRequest{paymentRequest(""), noCharge} {
+		_, err := c.Cancel(t.Context(), req)
+		wantKind(t, err, provider.ErrRejected)
+	}
+	if n := hits.Load(); n != 0 {
+		t.Errorf("provider received %d requests, want none", n)
+	}
+}
+
+func TestState(t *testing.T) {
+	t.Parallel()
+	const id = "pc_0123456789abcdef"
+	tests := []struct {
+		name    string
+		handler http.HandlerFunc
+		want    provider.Result
+		wantErr bool // always ErrUnavailable
+	}{
+		{"authorized", body(http.StatusOK, `{"id":"pc_0123456789abcdef","reference":"order-1","status":"authorized","amount":1250}`),
+			provider.Result{Status: provider.StatusAuthorized, Reference: "order-1", ChargeID: id, Amount: 1250}, false},
+		{"charged", body(http.StatusOK, `{"id":"pc_0123456789abcdef","reference":"order-1","status":"charged","amount":700}`),
+			provider.Result{Status: provider.StatusCharged, Reference: "order-1", ChargeID: id, Amount: 700}, false},
+		{"canceled", body(http.StatusOK, `{"id":"pc_0123456789abcdef","reference":"order-1","status":"canceled"}`),
+			provider.Result{Status: provider.StatusCanceled, Reference: "order-1", ChargeID: id}, false},
+		{"not found", body(http.StatusNotFound, `{"status":"not_found"}`), provider.Result{Status: provider.StatusNotFound}, false},
+		{"bare 404", body(http.StatusNotFound, "404 page not found"), provider.Result{}, true},
+		{"another charge", body(http.StatusOK, `{"id":"pc_other","reference":"order-1","status":"canceled"}`), provider.Result{}, true},
+		{"a refund's result", body(http.StatusOK, `{"id":"pc_0123456789abcdef","status":"refunded"}`), provider.Result{}, true},
+		{"503 not processed", status(http.StatusServiceUnavailable, provider.HeaderNotProcessed, "true"), provider.Result{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv, _ := counting(t, func(w http.ResponseWriter, r *http.Request) {
+				if r.Method != http.MethodGet || r.URL.Path != "/v1/payments/"+id {
+					t.Errorf("request = %s %s, want GET /v1/payments/%s", r.Method, r.URL.Path, id)
+				}
+				tt.handler(w, r)
+			})
+			res, err := provider.NewClient(srv.URL, "").State(t.Context(), id)
+			if tt.wantErr {
+				wantKind(t, err, provider.ErrUnavailable)
+				return
+			}
+			if err != nil || res != tt.want {
+				t.Errorf("State = %+v, %v; want %+v", res, err, tt.want)
+			}
+		})
 	}
 }
 

@@ -46,6 +46,16 @@ func TestContract(t *testing.T) {
 				}
 				return sum
 			},
+			Payment: func(charge string) providertest.Payment {
+				for _, e := range sim.Ledger().References {
+					if e.ID == charge {
+						return providertest.Payment{Authorized: e.Authorized, Captured: e.Captured, Captures: e.Captures, Canceled: e.Canceled}
+					}
+				}
+				return providertest.Payment{}
+			},
+			Expire: func(charge string) { sim.Expire(charge) },
+			Down:   sim.SetDown,
 			// The simulator's lookup is authoritative once late charges land.
 			Settle: func() { sim.Land() },
 			Logs:   logs.String,

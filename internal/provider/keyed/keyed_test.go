@@ -165,3 +165,37 @@ func TestRefundOnARolledKeyIsSentAgainOnce(t *testing.T) {
 		t.Errorf("LookupRefund = %+v, %v; want %+v", found, err, refunded)
 	}
 }
+
+// TestCaptureOnARolledKeyIsSentAgainOnce: a capture refused on the old
+// key (401, nothing captured) is sent once more on the key read again,
+// and captures once; State and Cancel go through the new key too.
+func TestCaptureOnARolledKeyIsSentAgainOnce(t *testing.T) {
+	t.Parallel()
+	k := &key{stored: "sk_first"}
+	p, sim, requests := simOnKey(t, "sk_first", k)
+	req := charge("order-1")
+	req.AuthorizeOnly = true
+	authorized, err := p.Charge(t.Context(), req)
+	if err != nil || authorized.Status != provider.StatusAuthorized {
+		t.Fatalf("authorize: %+v, %v", authorized, err)
+	}
+	sim.SetSecret("sk_second")
+	k.rotate("sk_second")
+	requests.Store(0)
+	captured, err := p.Capture(t.Context(), provider.PaymentRequest{Reference: "capture-1", Charge: authorized.ChargeID})
+	if err != nil || captured.Status != provider.StatusCharged || captured.Amount != 1500 {
+		t.Fatalf("Capture after the rotation: %+v, %v; want charged on the second key", captured, err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2: refused on the old key, sent again on the new", n)
+	}
+	if e := sim.Ledger().References["order-1"]; e.Captures != 1 || e.Captured != 1500 {
+		t.Errorf("ledger of order-1: %+v, want one capture of 1500", e)
+	}
+	if res, err := p.Cancel(t.Context(), provider.PaymentRequest{Reference: "cancel-1", Charge: authorized.ChargeID}); err != nil || res.Status != provider.StatusCharged {
+		t.Errorf("Cancel after the capture = %+v, %v; want charged", res, err)
+	}
+	if res, err := p.State(t.Context(), authorized.ChargeID); err != nil || res.Status != provider.StatusCharged || res.Amount != 1500 {
+		t.Errorf("State = %+v, %v; want charged 1500", res, err)
+	}
+}

@@ -13,6 +13,18 @@
 // that, of an unknown or declined charge, or in another currency is
 // refused with a 4xx, and refunds nothing.
 //
+// An authorize-only charge (authorize_only: true) holds its amount:
+// status authorized. A capture or a cancel names it by its id. Each is
+// deduplicated by its own reference, as a refund is. An authorization is
+// captured at most once and canceled at most once, whatever the
+// references. A capture under another reference answers the charge's
+// state: charged with the amount taken, or canceled. A cancel of a
+// captured charge answers charged and cancels nothing. A capture of an
+// ended authorization answers canceled and captures nothing. A capture
+// beyond the amount authorized is refused. An authorization expires
+// AuthorizationTTL after it was made (seven days by default), on the
+// simulator's clock. Expire, or its endpoint, ends one at once.
+//
 // # API
 //
 //	POST /v1/charges             {"reference","amount","currency","source"}
@@ -21,13 +33,21 @@
 //	POST /v1/refunds             {"reference","charge","amount","currency"}
 //	                             -> 200 {"id":"rf_…","reference","status":"refunded"}
 //	GET  /v1/refunds/{reference} -> 200 stored result, or 404 {"status":"not_found"}
+//	POST /v1/payments/{id}/capture {"reference","amount"?} (none or 0: all)
+//	                             -> 200 {"id","reference","status":"charged"|"canceled","amount"?}
+//	POST /v1/payments/{id}/cancel  {"reference"}
+//	                             -> 200 {"id","reference","status":"canceled"|"charged","amount"?}
+//	GET  /v1/payments/{id}       -> 200 {"id","reference","status","amount"?}: the charge's state
+//	                                (authorized, charged, canceled or declined), or 404 not_found
+//	POST /v1/authorizations/{id}/expire -> 200 {"id","expired"}: ends an authorization now
 //	GET  /v1/ledger              -> what happened to every reference (see Ledger)
 //	POST /v1/faults              {"down": true|false} toggles a whole-provider outage
 //
-// When a secret is configured, every charge, refund and lookup must carry
-// it as a bearer token or gets 401. The ledger and the fault switch take
-// none. While the provider is down, charges, refunds and lookups answer
-// 503 with the Provider-Not-Processed header and change nothing.
+// When a secret is configured, every charge, refund, capture, cancel and
+// lookup must carry it as a bearer token or gets 401. The ledger, the
+// expiry and the fault switch take none. While the provider is down, all
+// of those answer 503 with the Provider-Not-Processed header and change
+// nothing.
 //
 // # Test sources
 //
@@ -50,5 +70,6 @@
 //
 // The Sim-Fault request header (unavailable, timeout or slow) applies the
 // matching behaviour to a request whatever its source. It applies to a
-// refund the same way.
+// refund, a capture and a cancel the same way: under timeout the
+// operation is made, then its answer lost.
 package providersim

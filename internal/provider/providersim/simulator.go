@@ -1,6 +1,7 @@
 package providersim
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -53,6 +54,11 @@ const DeclineCode = "card_declined"
 // maxBodyBytes caps the size of a request body.
 const maxBodyBytes = 1 << 20
 
+// DefaultAuthorizationTTL is how long an authorization holds the amount
+// unless WithAuthorizationTTL says otherwise: seven days, as card
+// networks and Stripe hold one.
+const DefaultAuthorizationTTL = 7 * 24 * time.Hour
+
 // Options configure a Simulator.
 type Options struct {
 	// Secret, if not empty, is the bearer token every charge and lookup
@@ -64,6 +70,11 @@ type Options struct {
 	// Logger receives one record per request: method, path, reference and
 	// outcome, never the source. Default: discard.
 	Logger *slog.Logger
+	// Clock reads the time authorizations expire by. Default time.Now.
+	Clock func() time.Time
+	// AuthorizationTTL is how long an uncaptured authorization lasts
+	// before it expires, as if canceled. Default DefaultAuthorizationTTL.
+	AuthorizationTTL time.Duration
 }
 
 // WithSecret makes the simulator answer 401 to every charge and lookup
@@ -76,6 +87,26 @@ func WithSecret(secret string) func(*Options) {
 // WithSlowDelay sets how long slow charges wait before answering.
 func WithSlowDelay(d time.Duration) func(*Options) {
 	return func(o *Options) { o.SlowDelay = d }
+}
+
+// WithClock makes clock the time authorizations expire by (nil keeps
+// the default).
+func WithClock(clock func() time.Time) func(*Options) {
+	return func(o *Options) {
+		if clock != nil {
+			o.Clock = clock
+		}
+	}
+}
+
+// WithAuthorizationTTL makes authorizations expire d after they are
+// made; d <= 0 keeps the default.
+func WithAuthorizationTTL(d time.Duration) func(*Options) {
+	return func(o *Options) {
+		if d > 0 {
+			o.AuthorizationTTL = d
+		}
+	}
 }
 
 // WithLogger makes the simulator log one record per request (nil keeps
@@ -95,12 +126,15 @@ type Simulator struct {
 	slowDelay time.Duration
 	log       *slog.Logger
 	mux       *http.ServeMux
+	clock     func() time.Time
+	ttl       time.Duration
 
-	mu      sync.Mutex
-	down    bool
-	refs    map[string]*reference
-	refunds map[string]*refund // by the refund's reference
-	byID    map[string]string  // a charge's reference by its id
+	mu       sync.Mutex
+	down     bool
+	refs     map[string]*reference
+	refunds  map[string]*refund  // by the refund's reference
+	payments map[string]*payment // captures and cancels, by their reference
+	byID     map[string]string   // a charge's reference by its id
 }
 
 // reference is the simulator's state for one reference.
@@ -111,6 +145,47 @@ type reference struct {
 	result   *provider.Result // nil until the reference is charged or declined
 	pending  *provider.Result // accepted, not landed yet (see SourceLateOnce)
 	refunded int64            // the sum of the charge's refunds
+
+	// An authorize-only charge holds amount until expiresAt, unless a
+	// capture takes captured of it first or a cancel ends it.
+	authorizeOnly bool
+	expiresAt     time.Time
+	captures      int // captures performed: never more than 1
+	captured      int64
+	canceled      bool
+}
+
+// ended reports whether an uncaptured authorization was canceled or has
+// expired at now.
+func (ref *reference) ended(now time.Time) bool {
+	return ref.captures == 0 && (ref.canceled || !now.Before(ref.expiresAt))
+}
+
+// state is the present state of the stored charge ref at now, as a
+// capture, a cancel or GET /v1/payments/{id} answers it.
+func (ref *reference) state(now time.Time) provider.Result {
+	res := provider.Result{Status: provider.StatusCharged, Reference: ref.result.Reference, ChargeID: ref.result.ChargeID, Amount: ref.amount}
+	switch {
+	case ref.result.Status == provider.StatusDeclined:
+		return *ref.result
+	case !ref.authorizeOnly:
+	case ref.captures > 0:
+		res.Amount = ref.captured
+	case ref.ended(now):
+		res.Status, res.Amount = provider.StatusCanceled, 0
+	default:
+		res.Status = provider.StatusAuthorized
+	}
+	return res
+}
+
+// payment is the simulator's state for one capture or cancel reference.
+type payment struct {
+	calls  int
+	op     string           // "capture" or "cancel"
+	charge string           // the charge's id
+	amount int64            // what a capture asked for; 0 for all
+	result *provider.Result // nil until the reference is answered
 }
 
 // refund is the simulator's state for one refund reference.
@@ -138,6 +213,17 @@ type LedgerEntry struct {
 	// Refunded is the sum of the charge's refunds: never more than
 	// Amount.
 	Refunded int64 `json:"refunded,omitempty"`
+	// ID is the charge's id, once it has a stored result.
+	ID string `json:"id,omitempty"`
+	// Authorized is what an authorize-only charge held: Amount. It is
+	// zero for a charge captured at once.
+	Authorized int64 `json:"authorized,omitempty"`
+	// Captures counts the captures performed: never more than 1.
+	// Captured is what the capture took: never more than Authorized.
+	Captures int   `json:"captures,omitempty"`
+	Captured int64 `json:"captured,omitempty"`
+	// Canceled: the authorization was canceled, or expired, uncaptured.
+	Canceled bool `json:"canceled,omitempty"`
 }
 
 // LedgerRefund is what happened to one refund reference.
@@ -181,15 +267,18 @@ func (l Ledger) RefundsOf(charge string) map[string]LedgerRefund {
 
 // New returns a Simulator with no charges, up and running.
 func New(optFns ...func(*Options)) *Simulator {
-	o := Options{SlowDelay: DefaultSlowDelay, Logger: slog.New(slog.DiscardHandler)}
+	o := Options{SlowDelay: DefaultSlowDelay, Logger: slog.New(slog.DiscardHandler), Clock: time.Now, AuthorizationTTL: DefaultAuthorizationTTL}
 	for _, fn := range optFns {
 		fn(&o)
 	}
 	s := &Simulator{
 		slowDelay: max(o.SlowDelay, 0),
 		log:       o.Logger,
+		clock:     o.Clock,
+		ttl:       o.AuthorizationTTL,
 		refs:      make(map[string]*reference),
 		refunds:   make(map[string]*refund),
+		payments:  make(map[string]*payment),
 		byID:      make(map[string]string),
 	}
 	s.secret.Store(&o.Secret)
@@ -208,6 +297,16 @@ func New(optFns ...func(*Options)) *Simulator {
 		}
 		return nil
 	}))
+	s.mux.HandleFunc("POST /v1/payments/{id}/capture", s.handlePayment(opCapture))
+	s.mux.HandleFunc("POST /v1/payments/{id}/cancel", s.handlePayment(opCancel))
+	s.mux.HandleFunc("GET /v1/payments/{reference}", s.lookup(func(id string) *provider.Result {
+		if ref := s.refs[s.byID[id]]; ref != nil && ref.result != nil {
+			state := ref.state(s.clock())
+			return &state
+		}
+		return nil
+	}))
+	s.mux.HandleFunc("POST /v1/authorizations/{id}/expire", s.handleExpire)
 	s.mux.HandleFunc("GET /v1/ledger", s.handleLedger)
 	s.mux.HandleFunc("POST /v1/faults", s.handleFaults)
 	return s
@@ -217,7 +316,7 @@ func New(optFns ...func(*Options)) *Simulator {
 // switch are the simulator's own, not the provider API's: they take no
 // key, so a tool that checks the ledger needs none.
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if (strings.HasPrefix(r.URL.Path, "/v1/charges") || strings.HasPrefix(r.URL.Path, "/v1/refunds")) && !s.authorized(r) {
+	if isProviderAPI(r.URL.Path) && !s.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="providersim"`)
 		s.reply(w, r, http.StatusUnauthorized, errorBody{"missing or wrong bearer token"}, "", outcomeUnauthorized)
 		return
@@ -225,10 +324,22 @@ func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
+// isProviderAPI reports whether path is the provider API's, which takes
+// the secret, rather than the simulator's own.
+func isProviderAPI(path string) bool {
+	for _, prefix := range []string{"/v1/charges", "/v1/refunds", "/v1/payments"} {
+		if strings.HasPrefix(path, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // Ledger returns what happened to every reference so far.
 func (s *Simulator) Ledger() Ledger {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.clock()
 	l := Ledger{References: make(map[string]LedgerEntry, len(s.refs))}
 	for name, ref := range s.refs {
 		e := LedgerEntry{Calls: ref.calls, Status: provider.StatusNotFound, Pending: ref.pending != nil}
@@ -237,6 +348,10 @@ func (s *Simulator) Ledger() Ledger {
 			e.Status = ref.result.Status
 			e.Amount = ref.amount
 			e.Refunded = ref.refunded
+			e.ID = ref.result.ChargeID
+		}
+		if ref.result != nil && ref.authorizeOnly && ref.result.Status == provider.StatusAuthorized {
+			e.Authorized, e.Captures, e.Captured, e.Canceled = ref.amount, ref.captures, ref.captured, ref.ended(now)
 		}
 		l.References[name] = e
 		l.TotalCharges += e.Charges
@@ -294,6 +409,7 @@ const (
 	outcomeFound        outcome = "found"
 	outcomeNotFound     outcome = "not_found"
 	outcomeOK           outcome = "ok"
+	outcomeUnchanged    outcome = "unchanged"
 )
 
 // delivery is how the simulator answers a charge request.
@@ -377,8 +493,9 @@ type refusal struct {
 	message string
 }
 
-// deliver answers a charge or refund request as its outcome and delivery
-// say: no is the refusal of a rejected or refused one.
+// deliver answers a charge, refund, capture or cancel request as its
+// outcome and delivery say: no is the refusal of a rejected or refused
+// one.
 func (s *Simulator) deliver(w http.ResponseWriter, r *http.Request, reference string, res provider.Result, d delivery, delay time.Duration, out outcome, no *refusal) {
 	switch {
 	case out == outcomeRejected || out == outcomeRefused:
@@ -479,11 +596,15 @@ func (s *Simulator) record(req provider.ChargeRequest, d delivery, invalid error
 		Reference: req.Reference,
 		ChargeID:  newID("pc_"),
 	}
-	if req.Source == SourceDecline {
+	switch {
+	case req.Source == SourceDecline:
 		res.Status = provider.StatusDeclined
 		res.DeclineCode = DeclineCode
+	case req.AuthorizeOnly:
+		res.Status = provider.StatusAuthorized
 	}
 	ref.amount, ref.currency = req.Amount, req.Currency
+	ref.authorizeOnly, ref.expiresAt = req.AuthorizeOnly, s.clock().Add(s.ttl)
 	s.byID[res.ChargeID] = req.Reference
 	if d == lateOnce {
 		ref.pending = res
@@ -582,20 +703,147 @@ func (s *Simulator) recordRefund(req provider.RefundRequest, d delivery, invalid
 	}
 	name, ok := s.byID[req.Charge]
 	c := s.refs[name]
-	switch {
-	case !ok || c.result == nil:
+	if !ok || c.result == nil {
 		return refuse(http.StatusNotFound, "no such charge")
-	case c.result.Status != provider.StatusCharged:
+	}
+	// An authorization refunds only what its capture took.
+	charged := c.state(s.clock())
+	switch {
+	case charged.Status == provider.StatusDeclined:
 		return refuse(http.StatusBadRequest, "the charge was declined: nothing to refund")
+	case charged.Status != provider.StatusCharged:
+		return refuse(http.StatusBadRequest, "the charge is not captured: nothing to refund")
 	case !strings.EqualFold(c.currency, req.Currency):
 		return refuse(http.StatusBadRequest, "currency differs from the charge's")
-	case req.Amount > c.amount-c.refunded:
-		return refuse(http.StatusBadRequest, "amount exceeds what the charge has left to refund (%d)", c.amount-c.refunded)
+	case req.Amount > charged.Amount-c.refunded:
+		return refuse(http.StatusBadRequest, "amount exceeds what the charge has left to refund (%d)", charged.Amount-c.refunded)
 	}
 	res := provider.Result{Status: provider.StatusRefunded, Reference: req.Reference, ChargeID: newID("rf_")}
 	rf.charge, rf.req, rf.result = name, req, &res
 	c.refunded += req.Amount
 	return res, d, outcomeCreated, nil
+}
+
+// The operations on an authorization.
+const (
+	opCapture = "capture"
+	opCancel  = "cancel"
+)
+
+// paymentBody is a capture's or a cancel's request; the path names the
+// charge.
+type paymentBody struct {
+	Reference string `json:"reference"`
+	Amount    int64  `json:"amount"`
+}
+
+// handlePayment returns the handler of a capture or a cancel (op).
+func (s *Simulator) handlePayment(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req paymentBody
+		if err := decodeBody(w, r, &req); err != nil {
+			s.reply(w, r, http.StatusBadRequest, errorBody{"malformed JSON body"}, "", outcomeRejected)
+			return
+		}
+		d, delay, invalid := s.faults(r.Header, answer)
+		switch {
+		case invalid != nil:
+		case req.Reference == "":
+			invalid = errors.New("reference is required")
+		case req.Amount < 0:
+			invalid = errors.New("amount must not be negative")
+		case op == opCancel && req.Amount != 0:
+			invalid = errors.New("a cancel takes no amount")
+		}
+		res, d, out, no := s.recordPayment(op, r.PathValue("id"), req, d, invalid)
+		s.deliver(w, r, req.Reference, res, d, delay, out, no)
+	}
+}
+
+// recordPayment counts the call and, unless the request fails or is
+// refused, answers it on the reference's first successful call with the
+// charge's state after the operation: a capture captures an authorization
+// still held, a cancel cancels it, and neither changes a charge that is
+// captured or ended. So an authorization is captured or canceled at most
+// once, whatever the references. Every refusal changes nothing: a
+// reference used for another request, an unknown or declined charge, or
+// a capture beyond the amount authorized.
+func (s *Simulator) recordPayment(op, id string, req paymentBody, d delivery, invalid error) (provider.Result, delivery, outcome, *refusal) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p *payment
+	if req.Reference != "" {
+		p = s.payments[req.Reference]
+		if p == nil {
+			p = &payment{}
+			s.payments[req.Reference] = p
+		}
+		p.calls++
+	}
+	refuse := func(code int, format string, args ...any) (provider.Result, delivery, outcome, *refusal) {
+		return provider.Result{}, d, outcomeRefused, &refusal{code, fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case s.down:
+		return provider.Result{}, d, outcomeDown, nil
+	case invalid != nil:
+		return provider.Result{}, d, outcomeRejected, &refusal{http.StatusBadRequest, invalid.Error()}
+	}
+	if d = d.forCall(p.calls); d == unavailable {
+		return provider.Result{}, d, outcomeNotProcessed, nil
+	}
+	if p.result != nil {
+		if p.op != op || p.charge != id || p.amount != req.Amount {
+			return refuse(http.StatusUnprocessableEntity, "reference already used for another request")
+		}
+		return *p.result, d, outcomeReplayed, nil
+	}
+	c := s.refs[s.byID[id]]
+	switch {
+	case c == nil || c.result == nil:
+		return refuse(http.StatusNotFound, "no such charge")
+	case c.result.Status == provider.StatusDeclined:
+		return refuse(http.StatusBadRequest, "the charge was declined: nothing to %s", op)
+	}
+	now := s.clock()
+	out := outcomeUnchanged
+	if c.state(now).Status == provider.StatusAuthorized {
+		amount := cmp.Or(req.Amount, c.amount)
+		switch {
+		case op == opCancel:
+			c.canceled = true
+		case amount > c.amount:
+			return refuse(http.StatusBadRequest, "amount exceeds the amount authorized (%d)", c.amount)
+		default:
+			c.captures++
+			c.captured = amount
+		}
+		out = outcomeCreated
+	}
+	res := c.state(now)
+	res.Reference = req.Reference
+	p.op, p.charge, p.amount, p.result = op, id, req.Amount, &res
+	return res, d, out, nil
+}
+
+// Expire ends the authorization whose id is charge now, as its expiry
+// would, unless it was captured or has ended. It reports whether it
+// ended it.
+func (s *Simulator) Expire(charge string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.refs[s.byID[charge]]
+	if c == nil || c.result == nil || c.state(s.clock()).Status != provider.StatusAuthorized {
+		return false
+	}
+	c.canceled = true
+	return true
+}
+
+func (s *Simulator) handleExpire(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	expired := s.Expire(id)
+	s.reply(w, r, http.StatusOK, map[string]any{"id": id, "expired": expired}, "", outcomeOK, slog.Bool("expired", expired))
 }
 
 func (s *Simulator) handleLedger(w http.ResponseWriter, r *http.Request) {

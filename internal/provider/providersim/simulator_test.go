@@ -102,11 +102,26 @@ func mustLookup(t *testing.T, c *provider.Client, ref string) provider.Result {
 	return res
 }
 
+// wantEntry compares the ledger's entry for ref with want, whose ID, if
+// empty, matches any.
 func wantEntry(t *testing.T, sim *providersim.Simulator, ref string, want providersim.LedgerEntry) {
 	t.Helper()
-	if got := sim.Ledger().References[ref]; got != want {
+	got := sim.Ledger().References[ref]
+	if want.ID == "" {
+		got.ID = ""
+	}
+	if got != want {
 		t.Errorf("ledger[%s] = %+v, want %+v", ref, got, want)
 	}
+}
+
+// withoutIDs is l with its charges' ids left out.
+func withoutIDs(l providersim.Ledger) providersim.Ledger {
+	for name, e := range l.References {
+		e.ID = ""
+		l.References[name] = e
+	}
+	return l
 }
 
 var chargeID = regexp.MustCompile(`^pc_[0-9a-f]{16}$`)
@@ -498,10 +513,10 @@ func TestLedgerEndpointMatchesMethod(t *testing.T) {
 		TotalCharges: 2,
 		TotalCalls:   4,
 	}
-	if got := sim.Ledger(); !reflect.DeepEqual(got, want) {
+	if got := withoutIDs(sim.Ledger()); !reflect.DeepEqual(got, want) {
 		t.Errorf("Ledger() = %+v, want %+v", got, want)
 	}
-	if !reflect.DeepEqual(fromHTTP, want) {
+	if !reflect.DeepEqual(withoutIDs(fromHTTP), want) {
 		t.Errorf("GET /v1/ledger = %+v, want %+v", fromHTTP, want)
 	}
 	var raw map[string]json.RawMessage
@@ -755,5 +770,219 @@ func TestRefundsNeedTheSecret(t *testing.T) {
 	}
 	if res, err := authed.Refund(t.Context(), refund("r-1", charged.ChargeID, 100)); err != nil || res.Status != provider.StatusRefunded {
 		t.Errorf("Refund with the secret = %+v, %v", res, err)
+	}
+}
+
+// authorize makes an authorize-only charge of 1250 under ref and returns
+// its id.
+func authorize(t *testing.T, c *provider.Client, ref string) string {
+	t.Helper()
+	req := charge(ref, providersim.SourceVisa)
+	req.AuthorizeOnly = true
+	res := mustCharge(t, c, req)
+	if res.Status != provider.StatusAuthorized || !chargeID.MatchString(res.ChargeID) {
+		t.Fatalf("authorize %s = %+v, want authorized with an id", ref, res)
+	}
+	return res.ChargeID
+}
+
+func payment(ref, id string, amount int64) provider.PaymentRequest {
+	return provider.PaymentRequest{Reference: ref, Charge: id, Amount: amount}
+}
+
+// TestCaptureOnceWhateverTheReference: a capture sent again answers its
+// first result; one under another reference answers the charge's state.
+// Either way the authorization is captured once, and a cancel after it
+// cancels nothing.
+func TestCaptureOnceWhateverTheReference(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	id := authorize(t, c, "order-1")
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250, Authorized: 1250})
+	want := provider.Result{Status: provider.StatusCharged, Reference: "cap-1", ChargeID: id, Amount: 1000}
+	for i := range 2 {
+		if res, err := c.Capture(t.Context(), payment("cap-1", id, 1000)); err != nil || res != want {
+			t.Fatalf("capture %d = %+v, %v; want %+v", i+1, res, err, want)
+		}
+	}
+	want.Reference = "cap-2"
+	if res, err := c.Capture(t.Context(), payment("cap-2", id, 0)); err != nil || res != want {
+		t.Fatalf("capture under another reference = %+v, %v; want %+v", res, err, want)
+	}
+	want.Reference = "cancel-1"
+	if res, err := c.Cancel(t.Context(), payment("cancel-1", id, 0)); err != nil || res != want {
+		t.Fatalf("cancel after the capture = %+v, %v; want %+v", res, err, want)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250,
+		Authorized: 1250, Captures: 1, Captured: 1000})
+	if res, err := c.State(t.Context(), id); err != nil || res != (provider.Result{Status: provider.StatusCharged, Reference: "order-1", ChargeID: id, Amount: 1000}) {
+		t.Errorf("State = %+v, %v", res, err)
+	}
+	// The lookup answers the charge's first result, as a charge sent again does.
+	if res := mustLookup(t, c, "order-1"); res.Status != provider.StatusAuthorized || res.ChargeID != id {
+		t.Errorf("Lookup = %+v, want the authorization", res)
+	}
+}
+
+// TestCancelOnceAndCaptureAfterItCapturesNothing.
+func TestCancelOnceAndCaptureAfterItCapturesNothing(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	id := authorize(t, c, "order-1")
+	for _, ref := range []string{"cancel-1", "cancel-1", "cancel-2"} {
+		want := provider.Result{Status: provider.StatusCanceled, Reference: ref, ChargeID: id}
+		if res, err := c.Cancel(t.Context(), payment(ref, id, 0)); err != nil || res != want {
+			t.Fatalf("cancel %s = %+v, %v; want %+v", ref, res, err, want)
+		}
+	}
+	if res, err := c.Capture(t.Context(), payment("cap-1", id, 0)); err != nil || res.Status != provider.StatusCanceled {
+		t.Fatalf("capture after the cancel = %+v, %v; want canceled", res, err)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250, Authorized: 1250, Canceled: true})
+	if res, err := c.State(t.Context(), id); err != nil || res.Status != provider.StatusCanceled || res.Amount != 0 {
+		t.Errorf("State = %+v, %v; want canceled", res, err)
+	}
+	if _, err := c.Refund(t.Context(), refund("r-1", id, 100)); !errors.Is(err, provider.ErrRejected) {
+		t.Errorf("refund of a canceled authorization: %v, want ErrRejected", err)
+	}
+}
+
+// TestAuthorizationExpiresAfterTheTTL on the simulator's clock, and at
+// once through the expiry endpoint.
+func TestAuthorizationExpiresAfterTheTTL(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	sim, srv, c := start(t, providersim.WithClock(clock.Now), providersim.WithAuthorizationTTL(time.Hour))
+	id := authorize(t, c, "order-1")
+	clock.Advance(time.Hour - time.Nanosecond)
+	if res, err := c.State(t.Context(), id); err != nil || res != (provider.Result{Status: provider.StatusAuthorized, Reference: "order-1", ChargeID: id, Amount: 1250}) {
+		t.Fatalf("State before the TTL = %+v, %v", res, err)
+	}
+	clock.Advance(time.Nanosecond)
+	if res, err := c.Capture(t.Context(), payment("cap-1", id, 0)); err != nil || res.Status != provider.StatusCanceled {
+		t.Fatalf("capture after the TTL = %+v, %v; want canceled", res, err)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250, Authorized: 1250, Canceled: true})
+
+	other := authorize(t, c, "order-2")
+	code, _, body, err := post(t, srv, "/v1/authorizations/"+other+"/expire", nil, nil)
+	if err != nil || code != http.StatusOK || !strings.Contains(string(body), `"expired":true`) {
+		t.Fatalf("POST expire = %d %s, %v", code, body, err)
+	}
+	if res, err := c.State(t.Context(), other); err != nil || res.Status != provider.StatusCanceled {
+		t.Errorf("State after the expiry = %+v, %v; want canceled", res, err)
+	}
+	if sim.Expire(other) {
+		t.Error("Expire of an ended authorization reports it ended it")
+	}
+}
+
+// TestPaymentRefusals change nothing and save nothing under the reference.
+func TestPaymentRefusals(t *testing.T) {
+	t.Parallel()
+	sim, _, c := start(t)
+	id := authorize(t, c, "order-1")
+	declined := mustCharge(t, c, charge("declined", providersim.SourceDecline))
+	captured := mustCharge(t, c, charge("captured", providersim.SourceVisa))
+	tests := []struct {
+		name string
+		call func() (provider.Result, error)
+	}{
+		{"beyond the amount authorized", func() (provider.Result, error) { return c.Capture(t.Context(), payment("cap-over", id, 1251)) }},
+		{"capture of an unknown charge", func() (provider.Result, error) { return c.Capture(t.Context(), payment("cap-x", "pc_unknown", 0)) }},
+		{"cancel of an unknown charge", func() (provider.Result, error) { return c.Cancel(t.Context(), payment("cancel-x", "pc_unknown", 0)) }},
+		{"capture of a declined charge", func() (provider.Result, error) { return c.Capture(t.Context(), payment("cap-d", declined.ChargeID, 0)) }},
+		{"cancel of a declined charge", func() (provider.Result, error) {
+			return c.Cancel(t.Context(), payment("cancel-d", declined.ChargeID, 0))
+		}},
+	}
+	for _, tt := range tests {
+		if res, err := tt.call(); !errors.Is(err, provider.ErrRejected) {
+			t.Errorf("%s = %+v, %v; want ErrRejected", tt.name, res, err)
+		}
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250, Authorized: 1250})
+	// Refused, the reference is free; answered, it is not.
+	if res, err := c.Capture(t.Context(), payment("cap-over", id, 1250)); err != nil || res.Amount != 1250 {
+		t.Fatalf("capture after the refusal = %+v, %v", res, err)
+	}
+	for name, req := range map[string]provider.PaymentRequest{
+		"another amount": payment("cap-over", id, 1000), "another charge": payment("cap-over", captured.ChargeID, 1250),
+	} {
+		if _, err := c.Capture(t.Context(), req); !errors.Is(err, provider.ErrRejected) {
+			t.Errorf("the reference reused for %s: %v, want ErrRejected", name, err)
+		}
+	}
+	if _, err := c.Cancel(t.Context(), payment("cap-over", id, 0)); !errors.Is(err, provider.ErrRejected) {
+		t.Errorf("the reference reused for a cancel: %v, want ErrRejected", err)
+	}
+	// A charge captured at once is captured: a capture or cancel answers so.
+	for _, call := range []func(context.Context, provider.PaymentRequest) (provider.Result, error){c.Capture, c.Cancel} {
+		if res, err := call(t.Context(), payment(fmt.Sprintf("op-%p", call), captured.ChargeID, 0)); err != nil || res.Status != provider.StatusCharged || res.Amount != 1250 {
+			t.Errorf("capture or cancel of a charge = %+v, %v; want charged 1250", res, err)
+		}
+	}
+	if res, err := c.State(t.Context(), "pc_unknown"); err != nil || res.Status != provider.StatusNotFound {
+		t.Errorf("State of an unknown charge = %+v, %v", res, err)
+	}
+	if res, err := c.State(t.Context(), declined.ChargeID); err != nil || res.Status != provider.StatusDeclined {
+		t.Errorf("State of a declined charge = %+v, %v", res, err)
+	}
+}
+
+// TestPaymentFaults: while down or under Sim-Fault unavailable nothing is
+// captured or canceled; under Sim-Fault timeout the capture is made and
+// its answer lost, and a capture sent again answers it.
+func TestPaymentFaults(t *testing.T) {
+	t.Parallel()
+	sim, srv, c := start(t)
+	id := authorize(t, c, "order-1")
+	sim.SetDown(true)
+	if _, err := c.Capture(t.Context(), payment("during", id, 0)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("Capture while down: %v, want ErrUnavailable", err)
+	}
+	if _, err := c.Cancel(t.Context(), payment("during-cancel", id, 0)); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("Cancel while down: %v, want ErrUnavailable", err)
+	}
+	if _, err := c.State(t.Context(), id); !errors.Is(err, provider.ErrUnavailable) {
+		t.Errorf("State while down: %v, want ErrUnavailable", err)
+	}
+	sim.SetDown(false)
+	header := func(fault string) http.Header { return http.Header{providersim.HeaderFault: {fault}} }
+	path := "/v1/payments/" + id
+	if code, h, _, err := post(t, srv, path+"/cancel", map[string]any{"reference": "unavailable"}, header(providersim.FaultUnavailable)); err != nil ||
+		code != http.StatusServiceUnavailable || h.Get(provider.HeaderNotProcessed) != "true" {
+		t.Errorf("Sim-Fault unavailable = %d, %v", code, err)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250, Authorized: 1250})
+	if code, _, _, err := post(t, srv, path+"/capture", map[string]any{"reference": "timeout", "amount": 700}, header(providersim.FaultTimeout)); err == nil {
+		t.Errorf("Sim-Fault timeout answered %d, want a dropped connection", code)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250,
+		Authorized: 1250, Captures: 1, Captured: 700})
+	if res, err := c.Capture(t.Context(), payment("timeout", id, 700)); err != nil || res.Status != provider.StatusCharged || res.Amount != 700 {
+		t.Errorf("the capture sent again = %+v, %v; want charged 700", res, err)
+	}
+}
+
+// TestPaymentsNeedTheSecret as charges do; the expiry endpoint, the
+// simulator's own, does not.
+func TestPaymentsNeedTheSecret(t *testing.T) {
+	t.Parallel()
+	sim, srv, _ := start(t, providersim.WithSecret("s3cret"))
+	authed := provider.NewClient(srv.URL, "s3cret", provider.WithHTTPClient(srv.Client()))
+	id := authorize(t, authed, "order-1")
+	wrong := http.Header{"Authorization": {"Bearer nope"}}
+	for _, op := range []string{"capture", "cancel"} {
+		if code, _, _, err := post(t, srv, "/v1/payments/"+id+"/"+op, map[string]any{"reference": "r-1"}, wrong); err != nil || code != http.StatusUnauthorized {
+			t.Errorf("POST %s with a wrong token = %d, %v; want 401", op, code, err)
+		}
+	}
+	if code, _, _ := get(t, srv, "/v1/payments/"+id, wrong); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/payments/{id} with a wrong token = %d, want 401", code)
+	}
+	wantEntry(t, sim, "order-1", providersim.LedgerEntry{Charges: 1, Calls: 1, Status: provider.StatusAuthorized, Amount: 1250, Authorized: 1250})
+	if code, _, _, err := post(t, srv, "/v1/authorizations/"+id+"/expire", nil, nil); err != nil || code != http.StatusOK {
+		t.Errorf("POST expire without a token = %d, %v; want 200", code, err)
 	}
 }

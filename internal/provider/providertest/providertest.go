@@ -25,7 +25,20 @@ type Provider interface {
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
 	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
+	Capture(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
+	Cancel(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
+	State(ctx context.Context, charge string) (provider.Result, error)
 	Guarantees() provider.Guarantees
+}
+
+// Payment is what the backend did with one authorization.
+type Payment struct {
+	// Authorized is what it held; Captured what its captures took.
+	Authorized, Captured int64
+	// Captures counts the captures the backend performed.
+	Captures int
+	// Canceled: it was canceled or expired.
+	Canceled bool
 }
 
 // Sources are card sources the backend under test recognises.
@@ -63,6 +76,15 @@ type Subject struct {
 	// (the Result's ChargeID) is charge.
 	Refunded       func(reference string) int
 	RefundedAmount func(charge string) int64
+	// Payment is what the backend did with the authorization whose id
+	// (the Result's ChargeID) is charge.
+	Payment func(charge string) Payment
+	// Expire ends the authorization charge as its expiry at the backend
+	// does.
+	Expire func(charge string)
+	// Down, if set, starts (true) or ends an outage in which the backend
+	// processes nothing and says so.
+	Down func(down bool)
 	// Settle lands whatever the backend still has in flight and lets the
 	// adapter's settle window pass (on the backend's clock).
 	Settle func()
@@ -96,6 +118,16 @@ func Run(t *testing.T, newSubject func(t *testing.T) Subject) {
 		{"PartialRefundsUpToTheAmount", checkPartialRefunds},
 		{"OverRefundIsRejected", checkOverRefund},
 		{"RefundOfNoChargeIsRejected", checkRefundOfNoCharge},
+		{"AuthorizedThenCapturedOnce", checkCapturedOnce},
+		{"ConcurrentCapturesCaptureOnce", checkConcurrentCaptures},
+		{"PartialCaptureTakesPartOfTheAuthorization", checkPartialCapture},
+		{"CaptureBeyondTheAuthorizationIsRejected", checkOverCapture},
+		{"CanceledOnce", checkCanceledOnce},
+		{"CancelAfterCaptureAnswersCharged", checkCancelAfterCapture},
+		{"CaptureAfterCancelAnswersCanceled", checkCaptureAfterCancel},
+		{"ExpiredAuthorizationIsCanceled", checkExpired},
+		{"StateOfUnknownIsNotFound", checkStateUnknown},
+		{"PaymentsWhileDownProcessNothing", checkPaymentsWhileDown},
 	}
 	for _, c := range checks {
 		t.Run(c.name, func(t *testing.T) {
@@ -335,6 +367,21 @@ func checkUnreachable(t *testing.T, s Subject) {
 	assertKind(t, "refund", err, provider.ErrUnavailable)
 	_, err = s.Unreachable.LookupRefund(t.Context(), refund)
 	assertKind(t, "refund lookup", err, provider.ErrUnavailable)
+	id := authorized(t, s)
+	assertPaymentsUnavailable(t, s.Unreachable, id)
+	assertPayment(t, s, id, Payment{Authorized: 1500})
+}
+
+// assertPaymentsUnavailable requires a capture, a cancel and a state of
+// the authorization id through p to fail with ErrUnavailable.
+func assertPaymentsUnavailable(t *testing.T, p Provider, id string) {
+	t.Helper()
+	_, err := p.Capture(t.Context(), newPayment(id, 0))
+	assertKind(t, "capture", err, provider.ErrUnavailable)
+	_, err = p.Cancel(t.Context(), newPayment(id, 0))
+	assertKind(t, "cancel", err, provider.ErrUnavailable)
+	_, err = p.State(t.Context(), id)
+	assertKind(t, "state", err, provider.ErrUnavailable)
 }
 
 func checkDoneContext(t *testing.T, s Subject) {
@@ -352,6 +399,16 @@ func checkDoneContext(t *testing.T, s Subject) {
 	_, err = s.Provider.LookupRefund(ctx, refund)
 	assertKind(t, "refund lookup", err, provider.ErrUnavailable)
 	assertRefunded(t, s, refund, 0, 0)
+	id := authorized(t, s)
+	for name, call := range map[string]func(context.Context, provider.PaymentRequest) (provider.Result, error){
+		"capture": s.Provider.Capture, "cancel": s.Provider.Cancel,
+	} {
+		_, err = call(ctx, newPayment(id, 0))
+		assertKind(t, name, err, provider.ErrUnavailable)
+	}
+	_, err = s.Provider.State(ctx, id)
+	assertKind(t, "state", err, provider.ErrUnavailable)
+	assertPayment(t, s, id, Payment{Authorized: 1500})
 }
 
 func checkLostAnswer(t *testing.T, s Subject) {
@@ -541,6 +598,189 @@ func checkRefundOfNoCharge(t *testing.T, s Subject) {
 	_, err = s.Provider.Refund(t.Context(), ofDecline)
 	assertKind(t, "a refund of a declined charge", err, provider.ErrRejected)
 	assertRefunded(t, s, ofDecline, 0, 0)
+}
+
+// authorized authorizes newRequest's 1500 and returns the charge's id.
+func authorized(t *testing.T, s Subject) string {
+	t.Helper()
+	req := newRequest(s.Sources.Charge)
+	req.AuthorizeOnly = true
+	res, err := s.Provider.Charge(t.Context(), req)
+	if err != nil || res.Status != provider.StatusAuthorized || res.ChargeID == "" || res.Reference != req.Reference {
+		t.Fatalf("authorize: %+v, %v; want authorized with an id", res, err)
+	}
+	assertState(t, s, res.ChargeID, provider.Result{Status: provider.StatusAuthorized, Reference: req.Reference, ChargeID: res.ChargeID, Amount: 1500})
+	return res.ChargeID
+}
+
+// newPayment returns a capture of amount (0: all), or a cancel, of the
+// authorization charge with a fresh reference.
+func newPayment(charge string, amount int64) provider.PaymentRequest {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return provider.PaymentRequest{Reference: "pay_" + hex.EncodeToString(b[:]), Charge: charge, Amount: amount}
+}
+
+// assertPayment fails unless the backend did want with the authorization
+// charge.
+func assertPayment(t *testing.T, s Subject, charge string, want Payment) {
+	t.Helper()
+	if got := s.Payment(charge); got != want {
+		t.Fatalf("the backend did %+v with %s, want %+v", got, charge, want)
+	}
+}
+
+// assertState fails unless State answers want for charge; the reference
+// is not compared when want names none.
+func assertState(t *testing.T, s Subject, charge string, want provider.Result) {
+	t.Helper()
+	got, err := s.Provider.State(t.Context(), charge)
+	if want.Reference == "" {
+		got.Reference = ""
+	}
+	if err != nil || got != want {
+		t.Fatalf("state of %s: %+v, %v; want %+v", charge, got, err, want)
+	}
+}
+
+// mustPayment runs a capture or a cancel and requires the answer want,
+// for req.
+func mustPayment(t *testing.T, what string, call func(context.Context, provider.PaymentRequest) (provider.Result, error), req provider.PaymentRequest, want provider.Result) provider.Result {
+	t.Helper()
+	want.Reference, want.ChargeID = req.Reference, req.Charge
+	res, err := call(t.Context(), req)
+	if err != nil || res != want {
+		t.Fatalf("%s under %s: %+v, %v; want %+v", what, req.Reference, res, err, want)
+	}
+	return res
+}
+
+var (
+	charged1500 = provider.Result{Status: provider.StatusCharged, Amount: 1500}
+	canceled    = provider.Result{Status: provider.StatusCanceled}
+)
+
+func checkCapturedOnce(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	req := newPayment(id, 0)
+	for i := range 3 {
+		mustPayment(t, fmt.Sprintf("capture %d", i+1), s.Provider.Capture, req, charged1500)
+	}
+	// Another reference finds the charge captured, and captures nothing.
+	mustPayment(t, "capture under another reference", s.Provider.Capture, newPayment(id, 0), charged1500)
+	assertPayment(t, s, id, Payment{Authorized: 1500, Captured: 1500, Captures: 1})
+	assertState(t, s, id, provider.Result{Status: provider.StatusCharged, ChargeID: id, Amount: 1500})
+}
+
+func checkConcurrentCaptures(t *testing.T, s Subject) {
+	const n = 8
+	id := authorized(t, s)
+	var (
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+		results = make([]provider.Result, n)
+		errs    = make([]error, n)
+	)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.Provider.Capture(context.Background(), newPayment(id, 0))
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || results[i].Status != provider.StatusCharged || results[i].Amount != 1500 {
+			t.Errorf("capture %d: %+v, %v; want charged 1500", i, results[i], errs[i])
+		}
+	}
+	assertPayment(t, s, id, Payment{Authorized: 1500, Captured: 1500, Captures: 1})
+}
+
+func checkPartialCapture(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	charged1000 := provider.Result{Status: provider.StatusCharged, Amount: 1000}
+	mustPayment(t, "capture of 1000", s.Provider.Capture, newPayment(id, 1000), charged1000)
+	// The rest is released: a capture of it answers what was taken.
+	mustPayment(t, "capture of the rest", s.Provider.Capture, newPayment(id, 500), charged1000)
+	assertPayment(t, s, id, Payment{Authorized: 1500, Captured: 1000, Captures: 1})
+	assertState(t, s, id, provider.Result{Status: provider.StatusCharged, ChargeID: id, Amount: 1000})
+	// What a refund may take back is what the capture took.
+	over := newRefund(id, 1001)
+	_, err := s.Provider.Refund(t.Context(), over)
+	assertKind(t, "a refund beyond the capture", err, provider.ErrRejected)
+	mustRefund(t, s, newRefund(id, 1000))
+}
+
+func checkOverCapture(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	over := newPayment(id, 1501)
+	_, err := s.Provider.Capture(t.Context(), over)
+	assertKind(t, "a capture beyond the authorization", err, provider.ErrRejected)
+	assertPayment(t, s, id, Payment{Authorized: 1500})
+	assertState(t, s, id, provider.Result{Status: provider.StatusAuthorized, ChargeID: id, Amount: 1500})
+	mustPayment(t, "capture of all", s.Provider.Capture, newPayment(id, 1500), charged1500)
+}
+
+func checkCanceledOnce(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	req := newPayment(id, 0)
+	for i := range 2 {
+		mustPayment(t, fmt.Sprintf("cancel %d", i+1), s.Provider.Cancel, req, canceled)
+	}
+	mustPayment(t, "cancel under another reference", s.Provider.Cancel, newPayment(id, 0), canceled)
+	assertPayment(t, s, id, Payment{Authorized: 1500, Canceled: true})
+	assertState(t, s, id, provider.Result{Status: provider.StatusCanceled, ChargeID: id})
+	// Nothing was captured, so nothing can be refunded.
+	_, err := s.Provider.Refund(t.Context(), newRefund(id, 500))
+	assertKind(t, "a refund of a canceled authorization", err, provider.ErrRejected)
+}
+
+func checkCancelAfterCapture(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	mustPayment(t, "capture", s.Provider.Capture, newPayment(id, 0), charged1500)
+	mustPayment(t, "cancel after the capture", s.Provider.Cancel, newPayment(id, 0), charged1500)
+	assertPayment(t, s, id, Payment{Authorized: 1500, Captured: 1500, Captures: 1})
+	assertState(t, s, id, provider.Result{Status: provider.StatusCharged, ChargeID: id, Amount: 1500})
+}
+
+func checkCaptureAfterCancel(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	mustPayment(t, "cancel", s.Provider.Cancel, newPayment(id, 0), canceled)
+	mustPayment(t, "capture after the cancel", s.Provider.Capture, newPayment(id, 0), canceled)
+	assertPayment(t, s, id, Payment{Authorized: 1500, Canceled: true})
+	assertState(t, s, id, provider.Result{Status: provider.StatusCanceled, ChargeID: id})
+}
+
+func checkExpired(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	s.Expire(id)
+	assertState(t, s, id, provider.Result{Status: provider.StatusCanceled, ChargeID: id})
+	mustPayment(t, "capture after the expiry", s.Provider.Capture, newPayment(id, 0), canceled)
+	mustPayment(t, "cancel after the expiry", s.Provider.Cancel, newPayment(id, 0), canceled)
+	assertPayment(t, s, id, Payment{Authorized: 1500, Canceled: true})
+}
+
+func checkStateUnknown(t *testing.T, s Subject) {
+	id := authorized(t, s)
+	unknown := id[:3] + "0unknown0" + id[3:]
+	assertState(t, s, unknown, provider.Result{Status: provider.StatusNotFound})
+	_, err := s.Provider.Capture(t.Context(), newPayment(unknown, 0))
+	assertKind(t, "a capture of an unknown charge", err, provider.ErrRejected)
+	_, err = s.Provider.Cancel(t.Context(), newPayment(unknown, 0))
+	assertKind(t, "a cancel of an unknown charge", err, provider.ErrRejected)
+}
+
+func checkPaymentsWhileDown(t *testing.T, s Subject) {
+	if s.Down == nil {
+		t.Skip("the backend has no outage to start")
+	}
+	id := authorized(t, s)
+	s.Down(true)
+	assertPaymentsUnavailable(t, s.Provider, id)
+	s.Down(false)
+	assertPayment(t, s, id, Payment{Authorized: 1500})
+	mustPayment(t, "capture after the outage", s.Provider.Capture, newPayment(id, 0), charged1500)
 }
 
 // leaks reports whether text quotes any of the sources.

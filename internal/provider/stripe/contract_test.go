@@ -70,6 +70,12 @@ func TestContract(t *testing.T) {
 			Charged:        b.sim.Charged,
 			Refunded:       b.sim.Refunded,
 			RefundedAmount: b.sim.RefundedAmount,
+			Payment: func(charge string) providertest.Payment {
+				e, _ := b.sim.Intent(charge)
+				return providertest.Payment{Authorized: e.Authorized, Captured: e.Captured, Captures: e.Captures, Canceled: e.Canceled > 0}
+			},
+			// Stripe cancels an authorization it has held seven days.
+			Expire: func(string) { b.clock.Advance(stripesim.AuthorizationWindow) },
 			Settle: func() {
 				b.sim.Land()
 				b.clock.Advance(stripe.SettleWindow)

@@ -35,11 +35,7 @@ type refunds interface {
 // ErrRejected, read as Charge reads them.
 func (a *Adapter) Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
 	res, kind, cause := a.refund(ctx, req)
-	a.logCall(ctx, "refund", req.Reference, res, kind, cause)
-	if kind != nil {
-		return provider.Result{}, fmt.Errorf("stripe: refund %s: %w: %w", req.Reference, kind, cause)
-	}
-	return res, nil
+	return a.finish(ctx, "refund", req.Reference, res, kind, cause)
 }
 
 func (a *Adapter) refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error, error) {

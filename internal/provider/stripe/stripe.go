@@ -133,6 +133,8 @@ type intents interface {
 	Create(ctx context.Context, params *stripego.PaymentIntentCreateParams) (*stripego.PaymentIntent, error)
 	Retrieve(ctx context.Context, id string, params *stripego.PaymentIntentRetrieveParams) (*stripego.PaymentIntent, error)
 	Search(ctx context.Context, params *stripego.PaymentIntentSearchParams) stripego.Seq2[*stripego.PaymentIntent, error]
+	Capture(ctx context.Context, id string, params *stripego.PaymentIntentCaptureParams) (*stripego.PaymentIntent, error)
+	Cancel(ctx context.Context, id string, params *stripego.PaymentIntentCancelParams) (*stripego.PaymentIntent, error)
 }
 
 // New returns an Adapter that authenticates with secretKey, a secret
@@ -178,9 +180,15 @@ func (a *Adapter) Guarantees() provider.Guarantees { return Promises }
 // provider.ErrUnavailable, ErrAmbiguous or ErrRejected.
 func (a *Adapter) Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
 	res, kind, cause := a.charge(ctx, req)
-	a.logCall(ctx, "charge", req.Reference, res, kind, cause)
+	return a.finish(ctx, "charge", req.Reference, res, kind, cause)
+}
+
+// finish logs a call (op) about name and answers its result, or an error
+// of kind with its cause.
+func (a *Adapter) finish(ctx context.Context, op, name string, res provider.Result, kind, cause error) (provider.Result, error) {
+	a.logCall(ctx, op, name, res, kind, cause)
 	if kind != nil {
-		return provider.Result{}, fmt.Errorf("stripe: charge %s: %w: %w", req.Reference, kind, cause)
+		return provider.Result{}, fmt.Errorf("stripe: %s %s: %w: %w", op, name, kind, cause)
 	}
 	return res, nil
 }
@@ -388,6 +396,9 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *s
 	if req.Command != "" {
 		params.Metadata[MetadataCommand] = req.Command
 	}
+	if req.AuthorizeOnly {
+		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
+	}
 	params.SetIdempotencyKey(req.Reference)
 	ctx, sent = provider.TraceSend(ctx)
 	pi, err = a.intents.Create(ctx, params)
@@ -452,6 +463,8 @@ func settled(pi *stripego.PaymentIntent) (provider.Result, bool) {
 	switch pi.Status {
 	case stripego.PaymentIntentStatusSucceeded:
 		return provider.Result{Status: provider.StatusCharged, ChargeID: pi.ID}, true
+	case stripego.PaymentIntentStatusRequiresCapture:
+		return provider.Result{Status: provider.StatusAuthorized, ChargeID: pi.ID}, true
 	case stripego.PaymentIntentStatusRequiresAction:
 		return provider.Result{Status: provider.StatusDeclined, ChargeID: pi.ID, DeclineCode: string(stripego.ErrorCodeAuthenticationRequired)}, true
 	case stripego.PaymentIntentStatusRequiresPaymentMethod:

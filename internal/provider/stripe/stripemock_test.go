@@ -53,9 +53,22 @@ func TestStripeMockAcceptsEveryRequest(t *testing.T) {
 	t.Logf("refund: %+v, %v", res, err)
 	res, err = a.LookupRefund(ctx, rf)
 	t.Logf("refund lookup: %+v, %v", res, err)
+	// Nor the state of an authorization: its captures and cancels are
+	// checked on stripesim.
+	auth := req
+	auth.Reference, auth.AuthorizeOnly = "co_stripe_mock_auth", true
+	res, err = a.Charge(ctx, auth)
+	t.Logf("authorize: %+v, %v", res, err)
+	res, err = a.Capture(ctx, provider.PaymentRequest{Reference: "co_stripe_mock_auth.capture", Charge: "pi_stripemock", Amount: 1000})
+	t.Logf("capture: %+v, %v", res, err)
+	res, err = a.Cancel(ctx, provider.PaymentRequest{Reference: "co_stripe_mock_auth.cancel", Charge: "pi_stripemock"})
+	t.Logf("cancel: %+v, %v", res, err)
+	res, err = a.State(ctx, "pi_stripemock")
+	t.Logf("state: %+v, %v", res, err)
 
 	calls := rec.calls()
-	for _, want := range []string{"POST /v1/payment_intents", "GET /v1/payment_intents/search", "GET /v1/payment_intents/pi_", "POST /v1/refunds", "GET /v1/refunds"} {
+	for _, want := range []string{"POST /v1/payment_intents", "GET /v1/payment_intents/search", "GET /v1/payment_intents/pi_", "POST /v1/refunds", "GET /v1/refunds",
+		"POST /v1/payment_intents/pi_stripemock/capture", "POST /v1/payment_intents/pi_stripemock/cancel"} {
 		if !slicesContainsPrefix(calls, want) {
 			t.Errorf("no request %q among %v", want, calls)
 		}

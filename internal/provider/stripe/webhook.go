@@ -13,11 +13,23 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 )
 
-// The webhook events that settle a charge.
+// The webhook events that settle a charge, or change an authorization:
+// EventSucceeded comes after a capture too.
 const (
-	EventSucceeded = "payment_intent.succeeded"
-	EventFailed    = "payment_intent.payment_failed"
+	EventSucceeded  = "payment_intent.succeeded"
+	EventFailed     = "payment_intent.payment_failed"
+	EventAuthorized = "payment_intent.amount_capturable_updated"
+	EventCanceled   = "payment_intent.canceled"
 )
+
+// intentEvents are the status each PaymentIntent event must report.
+// EventAuthorized names none: it says an amount changed, so its
+// PaymentIntent's state is read as it stands.
+var intentEvents = map[string]provider.Status{
+	EventSucceeded: provider.StatusCharged,
+	EventFailed:    provider.StatusDeclined,
+	EventCanceled:  provider.StatusCanceled,
+}
 
 // The webhook events about a refund. The first three carry the Refund;
 // EventChargeRefunded carries the Charge, with its refunds on API versions
@@ -55,8 +67,10 @@ type Event struct {
 	// empty for an event about anything else, or about an object we did
 	// not create.
 	Reference, Command string
-	// Result is the object's outcome: for EventSucceeded (StatusCharged)
-	// and EventFailed (StatusDeclined) the PaymentIntent's; for the refund
+	// Result is the object's outcome: for EventSucceeded (StatusCharged,
+	// with the Amount received), EventFailed (StatusDeclined),
+	// EventAuthorized (StatusAuthorized, with the Amount capturable) and
+	// EventCanceled (StatusCanceled) the PaymentIntent's; for the refund
 	// events the Refund's (StatusRefunded, or StatusDeclined once it
 	// failed), its id as ChargeID. Its Status is empty for any other event,
 	// and for a refund with no outcome yet.
@@ -67,7 +81,7 @@ type Event struct {
 // (the endpoint's signing secret, whsec_…, and a timestamp at most
 // tolerance old; zero means DefaultWebhookTolerance) and reads its event.
 // The event's API version is not required to match stripe-go's: only the
-// PaymentIntent's id, status, metadata and last payment error are read,
+// PaymentIntent's id, status, amounts, metadata and last payment error are read,
 // or the Refund's id, status, failure reason and metadata, which every
 // version has in the same form. A Charge's refunds are read where the
 // version includes them.
@@ -89,7 +103,7 @@ func ParseWebhook(payload []byte, signature, secret string, tolerance time.Durat
 	}
 	out := Event{ID: ev.ID, Type: string(ev.Type)}
 	switch ev.Type {
-	case EventSucceeded, EventFailed:
+	case EventSucceeded, EventFailed, EventAuthorized, EventCanceled:
 		return readIntent(out, ev.Data)
 	case EventRefundCreated, EventRefundUpdated, EventRefundFailed:
 		var rf stripego.Refund
@@ -116,10 +130,8 @@ func readIntent(out Event, data *stripego.EventData) (Event, error) {
 		return Event{}, ErrUnreadable
 	}
 	out.Reference, out.Command = pi.Metadata[MetadataReference], pi.Metadata[MetadataCommand]
-	res, ok := settled(&pi)
-	switch {
-	case !ok, out.Type == EventSucceeded && res.Status != provider.StatusCharged,
-		out.Type == EventFailed && res.Status != provider.StatusDeclined:
+	res, ok := paymentState(&pi)
+	if want, named := intentEvents[out.Type]; !ok || named && res.Status != want {
 		// The event and its object disagree: believe neither.
 		return Event{}, ErrUnreadable
 	}

@@ -108,7 +108,7 @@ func (s *Simulator) newRefund(form map[string][]string, now time.Time) (*refund,
 		return nil, nil, &apiError{Type: "invalid_request_error", Code: "payment_intent_unexpected_state", Param: "payment_intent",
 			Message: "This PaymentIntent does not have a successful charge to refund."}
 	}
-	left := pi.Amount - s.refundedOf(pi.ID)
+	left := pi.AmountReceived - s.refundedOf(pi.ID)
 	amount := left
 	if v := first(form, "amount"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -150,7 +150,7 @@ func (s *Simulator) chargeOf(pi *intent) *charge {
 	c := &charge{Object: "charge", ID: pi.LatestCharge, Amount: pi.Amount, AmountRefunded: s.refundedOf(pi.ID),
 		Currency: pi.Currency, PaymentIntent: pi.ID, Status: "succeeded",
 		Refunds: &refundList{Object: "list", URL: "/v1/charges/" + pi.LatestCharge + "/refunds", Data: []*refund{}}}
-	c.Refunded = c.AmountRefunded == pi.Amount
+	c.Refunded = c.AmountRefunded == pi.AmountReceived
 	for _, rf := range slices.Backward(s.refunds) {
 		if rf.PaymentIntent == pi.ID {
 			snapshot := *rf

@@ -87,20 +87,27 @@ type Simulator struct {
 
 // intent is a stored PaymentIntent.
 type intent struct {
-	Object           string            `json:"object"`
-	ID               string            `json:"id"`
-	Amount           int64             `json:"amount"`
-	Currency         string            `json:"currency"`
-	Status           string            `json:"status"`
-	Metadata         map[string]string `json:"metadata"`
-	PaymentMethod    string            `json:"payment_method"`
-	LatestCharge     string            `json:"latest_charge,omitempty"`
-	Created          int64             `json:"created"`
-	LastPaymentError *apiError         `json:"last_payment_error,omitempty"`
-	Livemode         bool              `json:"livemode"`
+	Object           string `json:"object"`
+	ID               string `json:"id"`
+	Amount           int64  `json:"amount"`
+	Currency         string `json:"currency"`
+	Status           string `json:"status"`
+	CaptureMethod    string `json:"capture_method"`
+	AmountCapturable int64  `json:"amount_capturable"`
+	AmountReceived   int64  `json:"amount_received"`
+	CanceledAt       int64  `json:"canceled_at,omitempty"`
+	// CancellationReason is "automatic" for an expired authorization.
+	CancellationReason string            `json:"cancellation_reason,omitempty"`
+	Metadata           map[string]string `json:"metadata"`
+	PaymentMethod      string            `json:"payment_method"`
+	LatestCharge       string            `json:"latest_charge,omitempty"`
+	Created            int64             `json:"created"`
+	LastPaymentError   *apiError         `json:"last_payment_error,omitempty"`
+	Livemode           bool              `json:"livemode"`
 
 	idempotencyKey string
 	createdAt      time.Time
+	captures       int // captures performed: never more than 1
 }
 
 // key is the state of one idempotency key.
@@ -157,6 +164,8 @@ func New(optFns ...func(*Options)) *Simulator {
 	s.mux.HandleFunc("POST /v1/payment_intents", s.handleCreate)
 	s.mux.HandleFunc("GET /v1/payment_intents/search", s.handleSearch)
 	s.mux.HandleFunc("GET /v1/payment_intents/{id}", s.handleRetrieve)
+	s.mux.HandleFunc("POST /v1/payment_intents/{id}/capture", s.handleCapture)
+	s.mux.HandleFunc("POST /v1/payment_intents/{id}/cancel", s.handleCancel)
 	s.mux.HandleFunc("POST /v1/refunds", s.handleRefund)
 	s.mux.HandleFunc("GET /v1/refunds", s.handleListRefunds)
 	return s
@@ -176,6 +185,7 @@ func (s *Simulator) SetWebhookSecret(whsec string) { s.hooks.secret.Store(&whsec
 func (s *Simulator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.requests++
+	s.expire(s.opts.Clock())
 	s.mu.Unlock()
 	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if secret := *s.secretKey.Load(); !ok || secret == "" || subtle.ConstantTimeCompare([]byte(token), []byte(secret)) != 1 {
@@ -356,10 +366,14 @@ func (s *Simulator) execute(pi *intent, form map[string][]string, now time.Time)
 	}
 }
 
-// store records pi, created now; a succeeded one gets its charge.
+// store records pi, created now; a succeeded one gets its charge and
+// receives its amount, an authorized one gets its charge and holds it.
 func (s *Simulator) store(pi *intent, now time.Time) {
-	if pi.Status == "succeeded" {
-		pi.LatestCharge = newID("ch_")
+	switch pi.Status {
+	case "succeeded":
+		pi.LatestCharge, pi.AmountReceived = newID("ch_"), pi.Amount
+	case "requires_capture":
+		pi.LatestCharge, pi.AmountCapturable = newID("ch_"), pi.Amount
 	}
 	pi.Created, pi.createdAt = now.Unix(), now
 	s.intents[pi.ID] = pi
@@ -394,7 +408,14 @@ func newIntent(form map[string][]string, now time.Time) (*intent, *apiError) {
 	}
 	pi := &intent{
 		Object: "payment_intent", ID: newID("pi_"), Amount: amount, Currency: currency, Status: "succeeded",
-		Metadata: metadata(form), PaymentMethod: pm, Created: now.Unix(),
+		CaptureMethod: "automatic", Metadata: metadata(form), PaymentMethod: pm, Created: now.Unix(),
+	}
+	switch first(form, "capture_method") {
+	case "", "automatic":
+	case "manual":
+		pi.Status, pi.CaptureMethod = "requires_capture", "manual"
+	default:
+		return invalid("capture_method", "This simulator only takes capture_method automatic or manual.")
 	}
 	return pi, nil
 }

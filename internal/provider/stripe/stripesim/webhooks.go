@@ -45,12 +45,17 @@ type webhooks struct {
 }
 
 // settled sends the event a PaymentIntent's outcome raises, if it raises
-// one: payment_intent.succeeded, or payment_intent.payment_failed for a
-// decline.
+// one: payment_intent.succeeded (a capture's too),
+// payment_intent.amount_capturable_updated for an authorization,
+// payment_intent.canceled, or payment_intent.payment_failed for a decline.
 func (w *webhooks) settled(pi *intent, now time.Time) {
 	switch {
 	case pi.Status == "succeeded":
 		w.send("payment_intent.succeeded", pi, now)
+	case pi.Status == "requires_capture":
+		w.send("payment_intent.amount_capturable_updated", pi, now)
+	case pi.Status == "canceled":
+		w.send("payment_intent.canceled", pi, now)
 	case pi.Status == "requires_payment_method" && pi.LastPaymentError != nil:
 		w.send("payment_intent.payment_failed", pi, now)
 	}
