@@ -6,7 +6,8 @@
 //
 // The charge path (internal/charge) calls an adapter with three methods:
 // Charge, Lookup and Guarantees. Refunds add two more: Refund and
-// LookupRefund (see Refunds below). An adapter for any provider, ours or a
+// LookupRefund (see Refunds below). Authorizations add Capture, Cancel
+// and State (see Authorizations below). An adapter for any provider, ours or a
 // real one such as Stripe (package stripe), must keep these promises; the
 // suite in package providertest checks them against every adapter.
 //
@@ -84,10 +85,44 @@
 //     reference never refunded, trustworthy only after SettleWindow. Every
 //     error wraps ErrUnavailable.
 //
+// # Authorizations
+//
+// A ChargeRequest with AuthorizeOnly holds the amount and does not
+// capture it. Its success is StatusAuthorized. Capture and Cancel then set
+// the authorization's state. They name it by the provider's id (the
+// ChargeID). Each carries a Reference derived from the charge and the
+// operation. These operations set a state, so they need no idempotency
+// record of ours:
+//
+//   - Deduplication. A capture or cancel re-sent under its reference
+//     answers the first result.
+//   - At most once. An authorization is captured at most once and
+//     canceled at most once, whatever the references. A capture of a
+//     captured charge answers StatusCharged and its Amount. It captures
+//     nothing more.
+//   - Amount. A capture takes at most the amount authorized; 0 takes all.
+//     A capture beyond it is ErrRejected and captures nothing. The rest is
+//     released.
+//   - Conflicts. A capture of a canceled or expired authorization answers
+//     StatusCanceled and captures nothing. A cancel of a captured charge
+//     answers StatusCharged and cancels nothing.
+//   - Expiry. An authorization the provider held too long (Stripe: seven
+//     days) ends as if canceled.
+//   - Errors wrap the same sentinels, on the same proofs, as Charge's.
+//     ErrUnavailable proves that nothing was captured or canceled. A
+//     capture or cancel of an unknown or declined charge is ErrRejected.
+//   - State has no side effects. It answers StatusAuthorized (the Amount
+//     held), StatusCharged (the Amount taken), StatusCanceled,
+//     StatusDeclined or StatusNotFound. Every error wraps ErrUnavailable.
+//
+// Lookup answers the charge's creation, not its present state. Use State
+// for that. A refund takes back only what a capture took.
+//
 // # The HTTP client
 //
 // Client talks to our provider API: /v1/charges for charges, /v1/refunds
-// for refunds. The provider deduplicates for ever (DedupWindow zero) and
+// for refunds, /v1/payments/{id} for a charge's state, capture and
+// cancel. The provider deduplicates for ever (DedupWindow zero) and
 // its lookups are authoritative once a travelling request has landed
 // (DefaultSettleWindow). The client never retries on its
 // own, and it refuses redirects, which would re-send a charge.

@@ -130,6 +130,44 @@
 // a charge, the caller must not send a refund reference older than
 // DedupWindow less DedupMargin (Promises.Deduplicates).
 //
+// # Authorizations
+//
+// An authorize-only charge is a PaymentIntent created with
+// capture_method=manual. Stripe answers requires_capture:
+// StatusAuthorized.
+//
+// Capture posts to /v1/payment_intents/{id}/capture. It sends
+// amount_to_capture when the request names an amount. Cancel posts to
+// /v1/payment_intents/{id}/cancel. Both send our Reference as the
+// Idempotency-Key. A re-send answers the key's saved result. Their
+// answers and errors read as a charge's.
+//
+// Stripe refuses a capture or cancel the PaymentIntent's status forbids:
+// 400 payment_intent_unexpected_state. That send changed nothing. The
+// adapter then reads the PaymentIntent by id and answers its state:
+//
+//   - succeeded: StatusCharged with amount_received. A second capture
+//     under another key lands here, and captures nothing.
+//   - canceled: StatusCanceled. Stripe cancels an authorization it has
+//     held seven days (cancellation_reason automatic).
+//   - anything else (a declined PaymentIntent): ErrRejected.
+//
+// If that read fails, the answer is ErrUnavailable: this send changed
+// nothing. A capture beyond amount_capturable is 400 amount_too_large:
+// ErrRejected.
+//
+// State reads the PaymentIntent by id (GET /v1/payment_intents/{id}).
+// requires_capture is StatusAuthorized with amount_capturable. succeeded
+// is StatusCharged with amount_received. canceled is StatusCanceled. A
+// declined one reads as Lookup reads it. An unknown id (404
+// resource_missing) is StatusNotFound. Reads by id are strongly
+// consistent, so no settle window applies.
+//
+// A lookup by search reads a PaymentIntent's present state. An
+// authorization it finds captured reads StatusCharged. One it finds
+// canceled reads as a decline, as before. A replay answers the key's
+// saved result: StatusAuthorized.
+//
 // # Guarantees
 //
 //   - DedupWindow 24h: Stripe keeps an idempotency key at least 24 hours
@@ -149,10 +187,20 @@
 //
 // ParseWebhook verifies a webhook delivery's Stripe-Signature with
 // stripe-go's webhook package (the endpoint's signing secret, a timestamp
-// at most DefaultWebhookTolerance old) and reads payment_intent.succeeded
-// and payment_intent.payment_failed events into the reference, the command
-// and the outcome, read from the PaymentIntent as Lookup reads it. An event
-// whose type and PaymentIntent disagree is refused, like a bad signature.
+// at most DefaultWebhookTolerance old). It reads payment_intent events
+// into the reference, the command and the outcome, read from the
+// PaymentIntent as State reads it:
+//
+//   - payment_intent.succeeded: StatusCharged, with amount_received. It
+//     comes after a capture too.
+//   - payment_intent.payment_failed: StatusDeclined.
+//   - payment_intent.amount_capturable_updated: the PaymentIntent's state
+//     as it stands, StatusAuthorized for a new authorization.
+//   - payment_intent.canceled: StatusCanceled.
+//
+// An event whose type and PaymentIntent disagree is refused, like a bad
+// signature. The amount_capturable_updated event names an amount, not a
+// status, so it is read as it stands.
 //
 // It reads refund.created, refund.updated and refund.failed from their
 // Refund, as LookupRefund reads it. A refund.failed event about a refund

@@ -19,6 +19,15 @@
 //     Neither saves anything under its key. A refund's key is held as a
 //     PaymentIntent's, and its fingerprint names the endpoint: a key first
 //     used for a charge is refused as idempotency_error.
+//   - Authorizations: capture_method=manual leaves a PaymentIntent in
+//     requires_capture, holding its amount. A capture (amount_to_capture,
+//     at most amount_capturable) or a cancel runs under idempotency keys
+//     as a refund does. A capture or cancel the status forbids answers
+//     400 payment_intent_unexpected_state and saves nothing. Seven days
+//     (AuthorizationWindow) after its creation, by the simulator's clock,
+//     an authorization is canceled with the reason automatic. The
+//     simulator notices at its next request. Intent and Ledger count the
+//     captures performed.
 //   - Search lags: a PaymentIntent shows up in /v1/payment_intents/search
 //     only SearchLag after it was created, as Stripe's eventually
 //     consistent search does. Retrieving it by id sees it at once.
@@ -26,9 +35,12 @@
 // # API
 //
 //	POST /v1/payment_intents             amount, currency, payment_method, confirm=true,
-//	                                     metadata[...], error_on_requires_action, payment_method_types[]
+//	                                     metadata[...], error_on_requires_action, payment_method_types[],
+//	                                     capture_method?
 //	GET  /v1/payment_intents/{id}
 //	GET  /v1/payment_intents/search      query=metadata['KEY']:'VALUE' (the only form supported)
+//	POST /v1/payment_intents/{id}/capture amount_to_capture?
+//	POST /v1/payment_intents/{id}/cancel  cancellation_reason?
 //	POST /v1/refunds                     payment_intent, amount?, metadata[...]
 //	GET  /v1/refunds                     payment_intent?, limit?, starting_after? (newest first)
 //
@@ -73,6 +85,10 @@
 // pause of WebhookRetry that doubles each time. WebhooksDelivered counts
 // the acknowledged events; WaitWebhooks waits for the deliveries in
 // progress.
+//
+// An authorization raises payment_intent.amount_capturable_updated. Its
+// capture raises payment_intent.succeeded. Its cancel or expiry raises
+// payment_intent.canceled.
 //
 // A new refund raises refund.created, with the Refund as its object, and
 // charge.refunded, with the Charge and its refunds newest first. A refund
