@@ -79,6 +79,18 @@ func (noProvider) LookupRefund(context.Context, provider.RefundRequest) (provide
 	return provider.Result{}, errNoProvider
 }
 
+func (noProvider) Capture(context.Context, provider.PaymentRequest) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
+func (noProvider) Cancel(context.Context, provider.PaymentRequest) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
+func (noProvider) State(context.Context, string) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+
 // service is the charge service on st and the charges table, storing the
 // HTTP API's answers, so a retry replays what the API would have answered.
 func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {

@@ -296,6 +296,18 @@ func (p *unavailableProvider) LookupRefund(context.Context, provider.RefundReque
 	return provider.Result{}, errors.New("fuzz: refunds are not expected")
 }
 
+func (p *unavailableProvider) Capture(context.Context, provider.PaymentRequest) (provider.Result, error) {
+	return provider.Result{}, errors.New("fuzz: captures are not expected")
+}
+
+func (p *unavailableProvider) Cancel(context.Context, provider.PaymentRequest) (provider.Result, error) {
+	return provider.Result{}, errors.New("fuzz: cancels are not expected")
+}
+
+func (p *unavailableProvider) State(context.Context, string) (provider.Result, error) {
+	return provider.Result{}, errors.New("fuzz: states are not expected")
+}
+
 func (p *unavailableProvider) Guarantees() provider.Guarantees { return provider.Guarantees{} }
 
 func (p *unavailableProvider) storedFingerprint() string {

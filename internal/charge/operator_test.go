@@ -20,12 +20,12 @@ func TestOperatorSettleRefusesTheOtherOperationsStatus(t *testing.T) {
 	h := newRefundRig(t)
 	id := h.charged(t, "acme", 1000)
 	client := newKey()
-	h.fault.Store(providersim.FaultTimeout) // sent, answer lost: IN_FLIGHT
+	h.faultOn("/refunds", providersim.FaultTimeout) // sent, answer lost: IN_FLIGHT
 	pending := h.do(postRefund("acme", client, id, `{"amount":300}`))
 	if pending.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("lost refund answer: %d %s, want 503", pending.StatusCode, pending.Body)
 	}
-	h.fault.Store("")
+	h.faultOn("", "")
 	key := refundKey(t, "acme", client)
 	before, err := h.store.Get(t.Context(), key)
 	if err != nil {

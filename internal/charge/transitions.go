@@ -325,17 +325,28 @@ func (r *Rows) postpone(ctx context.Context, c Charge, until time.Time) error {
 	return err
 }
 
+// moveNames are the attribute names a move's expressions use.
+var moveNames = map[string]string{
+	"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
+	"#shard": AttrTransitionShard, "#money": "amount",
+}
+
 // update applies expr to c's row if cond holds, else errMoved.
 func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values map[string]types.AttributeValue) error {
+	cond = "attribute_exists(#id) AND " + cond
+	names := map[string]string{}
+	for name, attr := range moveNames {
+		// DynamoDB refuses a name the expressions do not use.
+		if strings.Contains(expr+cond, name) {
+			names[name] = attr
+		}
+	}
 	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:           r.tableName,
-		Key:                 rowKey(c.Tenant, c.ID),
-		UpdateExpression:    aws.String(expr),
-		ConditionExpression: aws.String("attribute_exists(#id) AND " + cond),
-		ExpressionAttributeNames: map[string]string{
-			"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
-			"#shard": AttrTransitionShard, "#money": "amount",
-		},
+		TableName:                 r.tableName,
+		Key:                       rowKey(c.Tenant, c.ID),
+		UpdateExpression:          aws.String(expr),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
 	if _, moved := errors.AsType[*types.ConditionalCheckFailedException](err); moved {
