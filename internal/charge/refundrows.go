@@ -52,10 +52,12 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 		TableName:        r.tableName,
 		Key:              rowKey(c.Tenant, c.ID),
 		UpdateExpression: aws.String("SET #hold = :amount ADD #claimed :amount"),
+		// A charge's first refund finds no refund_claimed: it is held
+		// within the row's own amount instead.
 		ConditionExpression: aws.String("attribute_exists(#id) AND #status = :succeeded AND attribute_not_exists(#hold)" +
-			" AND (attribute_not_exists(#claimed) OR #claimed <= :max)"),
+			" AND ((attribute_not_exists(#claimed) AND #amount >= :amount) OR #claimed <= :max)"),
 		ExpressionAttributeNames: map[string]string{
-			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed,
+			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed, "#amount": "amount",
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":amount":    number(amount),
