@@ -449,3 +449,24 @@ func TestRefundBodyRefusedStoresNothing(t *testing.T) {
 		t.Fatalf("the provider was asked: %+v", l.Refunds)
 	}
 }
+
+// TestFirstRefundBeyondTheChargeIsFinal: a charge's first refund finds no
+// refund_claimed on its row, and must still be held within the amount:
+// refused as a final 409, never sent to the provider.
+func TestFirstRefundBeyondTheChargeIsFinal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.charged(t, "acme", 1000)
+	key := newKey()
+	first := h.do(postRefund("acme", key, id, `{"amount":1001}`))
+	if first.StatusCode != http.StatusConflict || problemType(t, first) != "refund-exceeds-charge" || first.Headers["Retry-After"] != "" {
+		t.Fatalf("first refund beyond the charge: %d %v %s, want a final 409 refund-exceeds-charge", first.StatusCode, first.Headers, first.Body)
+	}
+	if again := h.do(postRefund("acme", key, id, `{"amount":1001}`)); again.Body != first.Body || again.Headers["Idempotent-Replayed"] != "true" {
+		t.Fatalf("retry %d %s, want the 409 replayed", again.StatusCode, again.Body)
+	}
+	if l := h.sim.Ledger(); len(l.Refunds) != 0 {
+		t.Fatalf("the provider was asked: %+v", l.Refunds)
+	}
+	wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":1000}`)), http.StatusCreated)
+}
