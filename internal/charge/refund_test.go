@@ -300,6 +300,11 @@ func TestRefundBeyondSettledRefundsIsFinal(t *testing.T) {
 		t.Fatalf("refunded %d, want 1000", c.AmountRefunded)
 	}
 	full := h.do(postRefund("acme", newKey(), id, ""))
+	// A first refund above the charge is refused before the provider too.
+	above := h.do(postRefund("acme", newKey(), h.charged(t, "acme", 1000), `{"amount":1001}`))
+	if above.StatusCode != http.StatusConflict || problemType(t, above) != "refund-exceeds-charge" || above.Headers["Retry-After"] != "" {
+		t.Fatalf("a first refund above the charge: %d %v %s, want a final 409", above.StatusCode, above.Headers, above.Body)
+	}
 	if full.StatusCode != http.StatusConflict || problemType(t, full) != "refund-exceeds-charge" {
 		t.Fatalf("a refund of a fully refunded charge: %d %s", full.StatusCode, full.Body)
 	}
@@ -465,4 +470,25 @@ func TestRefundBodyRefusedStoresNothing(t *testing.T) {
 	if l := h.sim.Ledger(); len(l.Refunds) != 0 {
 		t.Fatalf("the provider was asked: %+v", l.Refunds)
 	}
+}
+
+// TestFirstRefundBeyondTheChargeIsFinal: a charge's first refund finds no
+// refund_claimed on its row, and must still be held within the amount:
+// refused as a final 409, never sent to the provider.
+func TestFirstRefundBeyondTheChargeIsFinal(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.charged(t, "acme", 1000)
+	key := newKey()
+	first := h.do(postRefund("acme", key, id, `{"amount":1001}`))
+	if first.StatusCode != http.StatusConflict || problemType(t, first) != "refund-exceeds-charge" || first.Headers["Retry-After"] != "" {
+		t.Fatalf("first refund beyond the charge: %d %v %s, want a final 409 refund-exceeds-charge", first.StatusCode, first.Headers, first.Body)
+	}
+	if again := h.do(postRefund("acme", key, id, `{"amount":1001}`)); again.Body != first.Body || again.Headers["Idempotent-Replayed"] != "true" {
+		t.Fatalf("retry %d %s, want the 409 replayed", again.StatusCode, again.Body)
+	}
+	if l := h.sim.Ledger(); len(l.Refunds) != 0 {
+		t.Fatalf("the provider was asked: %+v", l.Refunds)
+	}
+	wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":1000}`)), http.StatusCreated)
 }

@@ -56,9 +56,9 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 		Key:              rowKey(c.Tenant, c.ID),
 		UpdateExpression: aws.String("SET #hold = :amount ADD #claimed :amount"),
 		ConditionExpression: aws.String("attribute_exists(#id) AND #status = :succeeded AND attribute_not_exists(#hold)" +
-			" AND (attribute_not_exists(#claimed) OR #claimed <= :max)"),
+			" AND #charged >= :amount AND (attribute_not_exists(#claimed) OR #claimed <= :max)"),
 		ExpressionAttributeNames: map[string]string{
-			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed,
+			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed, "#charged": "amount",
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":amount":    number(amount),

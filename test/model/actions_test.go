@@ -307,7 +307,7 @@ func (r *history) stuck() ([]idem.Key, error) {
 			if err != nil {
 				return nil, err
 			}
-			if _, ours := r.keys[sl.Key]; ours {
+			if r.gensOf(sl.Key) != nil {
 				keys = append(keys, sl.Key)
 			}
 		}
@@ -376,7 +376,7 @@ func (r *history) settleRounds(rt *rapid.T) bool {
 		}
 		// Every key: the messages the charge function queued, and those
 		// the sweeper sends for the stuck ones among them.
-		for _, k := range r.sortedKeys() {
+		for _, k := range r.commandKeys() {
 			r.deliver(rt, k, 2)
 		}
 	}

@@ -1,29 +1,44 @@
-// Package model provides the randomized model-based test of the whole charge
-// path: the charge handler, the idempotency store, the sweep over stuck
-// leases and the reconciler, on the DynamoDB/SQS emulator with the provider
-// simulator, under random interleavings of client retries, concurrent
-// duplicates, crashes, lease expiry, retention passing and key reuse, a
-// provider that charges after it said "not found" or timed out, provider
-// outages, DynamoDB refusals and lost answers, and crashed owners coming
-// back to write with stale leases.
+// Package model provides the randomized model-based test of the whole
+// charge path. It drives the charge handler, the idempotency store, the
+// sweep over stuck leases and the reconciler. They run on the
+// DynamoDB/SQS emulator with the provider simulator. Histories interleave
+// client retries, concurrent duplicates, crashes, lease expiry, retention
+// passing and key reuse. The provider may charge after it said "not
+// found" or timed out, or be down. DynamoDB refuses requests and loses
+// answers. Crashed owners come back to write with stale leases.
 //
-// TestChargePathModelStripe runs the same model with PROVIDER=stripe: the
-// Stripe adapter on the stateful Stripe simulator (stripesim), whose search
-// lags by an hour, with Stripe's test PaymentMethods as sources and an
-// outage that answers 503. There the reconciler replays requests, rolls
-// forward those that never arrived, and parks a command older than
-// Stripe's key window that Stripe has no charge for: the one end state
-// besides SUCCEEDED, FAILED_PERMANENT and RELEASED the model accepts.
+// Refunds run in the same histories. Clients refund the history's
+// charges: in part, in full with an empty body, and beyond the amount.
+// Distinct keys race on one charge, and one key is retried in turn and
+// at once. The faults strike refunds too: providersim's Sim-Fault on
+// /v1/refunds, dropped connections, lost transactions and crashes. The
+// checks read the provider's own ledger. The provider never refunds a
+// command twice, nor a charge beyond its amount. An answer that says
+// nothing was refunded stays true, and outcome-pending never says so.
+// The provider never refuses a refund: the hold keeps each within what
+// the charge has left. Once everything is reconciled, each charge's
+// amount_refunded, its refund rows and the provider agree. No hold
+// outlives its refund, and every 201 reads back as answered.
+//
+// TestChargePathModelStripe runs the same model with PROVIDER=stripe. It
+// uses the Stripe adapter on the stateful Stripe simulator (stripesim).
+// Its search lags by an hour, Stripe's test PaymentMethods are the
+// sources, and an outage answers 503. There the reconciler replays
+// requests and rolls forward those that never arrived. It parks a command
+// older than Stripe's key window that Stripe has nothing for. That is the
+// one end state the model accepts besides SUCCEEDED, FAILED_PERMANENT and
+// RELEASED. The model sends no webhooks, in either mode.
 //
 // The files follow the model's concerns. env_test.go builds the stack:
 // tables, queue, provider simulators and the clock. faults_test.go holds
-// what a history injects, actions_test.go what its clients, clock, sweeper
-// and reconciler do. invariants_test.go holds the checks along the way and
-// at the end. model_test.go holds the entry points and the history loop. A
+// what a history injects. actions_test.go holds what its clients, clock,
+// sweeper and reconciler do. invariants_test.go holds the checks along
+// the way and at the end. refunds_test.go holds refunds' actions and
+// checks. model_test.go holds the entry points and the history loop. A
 // new operation declares its weighted actions and its invariant in a file
-// of its own, and adds them to the lists in model_test.go.
+// of its own. It adds them to the lists in model_test.go.
 //
 // The package holds tests only. `make test` runs 1,000 random histories
-// and 200 in Stripe mode, and `make soak` runs 20,000; a failure prints
+// and 200 in Stripe mode, and `make soak` runs 20,000. A failure prints
 // the rapid seed and the shrunk sequence of steps that reproduces it.
 package model

@@ -63,6 +63,7 @@ type env struct {
 	// parked the commands left parked at the end of a history;
 	// toldNothing the answers that said nothing was charged.
 	staleRefused, parked, toldNothing atomic.Int64
+	refundStats                       refundStats
 }
 
 const (
@@ -93,6 +94,9 @@ type backend interface {
 	// forgetRefusal was last called for it.
 	refused(reference string) bool
 	forgetRefusal(reference string)
+	// refunds counts the refunds the provider made under each of
+	// references, failed ones included: more than one is a duplicate.
+	refunds(references []string) map[string]int
 }
 
 // entry is what became of one reference at the provider.
@@ -103,6 +107,8 @@ type entry struct {
 	status  provider.Status
 	amount  int64
 	pending bool
+	// refunded is what the provider's refunds of the charge took back.
+	refunded int64
 }
 
 // charger is how a crashed charge function called the provider.
@@ -124,7 +130,15 @@ func (simBackend) forgetRefusal(string) {}
 func (b simBackend) entries() map[string]entry {
 	out := map[string]entry{}
 	for ref, e := range b.Ledger().References {
-		out[ref] = entry{results: e.Charges, status: e.Status, amount: e.Amount, pending: e.Pending}
+		out[ref] = entry{results: e.Charges, status: e.Status, amount: e.Amount, pending: e.Pending, refunded: e.Refunded}
+	}
+	return out
+}
+
+func (b simBackend) refunds(references []string) map[string]int {
+	l, out := b.Ledger(), map[string]int{}
+	for _, ref := range references {
+		out[ref] = l.Refunds[ref].Refunds
 	}
 	return out
 }
@@ -237,7 +251,7 @@ func (b *stripeBackend) SetDown(down bool) { b.down.Store(down) }
 func (b *stripeBackend) entries() map[string]entry {
 	out := map[string]entry{}
 	for ref, e := range b.sim.Ledger() {
-		x := entry{results: e.Succeeded + e.Declined, status: provider.StatusNotFound, amount: e.Amount, pending: e.Pending}
+		x := entry{results: e.Succeeded + e.Declined, status: provider.StatusNotFound, amount: e.Amount, pending: e.Pending, refunded: e.Refunded}
 		switch {
 		case e.Succeeded > 0:
 			x.status = provider.StatusCharged
@@ -245,6 +259,14 @@ func (b *stripeBackend) entries() map[string]entry {
 			x.status = provider.StatusDeclined
 		}
 		out[ref] = x
+	}
+	return out
+}
+
+func (b *stripeBackend) refunds(references []string) map[string]int {
+	out := map[string]int{}
+	for _, ref := range references {
+		out[ref] = b.sim.Refunded(ref) // a refund's idempotency key is its reference
 	}
 	return out
 }
@@ -358,7 +380,7 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *c
 // stuck-lease index reads the whole table.
 func (r *history) removeItems(rt *rapid.T) {
 	ctx := context.Background()
-	for k := range r.keys {
+	for _, k := range r.commandKeys() {
 		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName: aws.String(r.env.d.IdempotencyTable),
 			Key:       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
@@ -377,13 +399,19 @@ func (r *history) removeItems(rt *rapid.T) {
 	}
 }
 
-// row is a charge row as the model reads it.
+// row is a charge's or a refund's row as the model reads it.
 type row struct {
 	ID, ProviderReference string
 	Amount                int64
+	// A charge's: its provider's id for it, its currency, what its
+	// settled refunds returned, and that plus what refunds in flight hold.
+	ProviderChargeID, Currency string
+	Refunded, Claimed          int64
+	// ChargeID is a refund's charge, empty on a charge's row.
+	ChargeID string
 }
 
-// rows reads every charge row of tenant.
+// rows reads every row of tenant, its charges' and their refunds'.
 func (r *history) rows(rt *rapid.T, tenant string) []row {
 	rt.Helper()
 	p := dynamodb.NewQueryPaginator(r.env.db, &dynamodb.QueryInput{
@@ -400,18 +428,30 @@ func (r *history) rows(rt *rapid.T, tenant string) []row {
 			rt.Fatal(err)
 		}
 		for _, item := range page.Items {
-			var w row
-			if v, ok := item[charge.AttrID].(*types.AttributeValueMemberS); ok {
-				w.ID = v.Value
-			}
-			if v, ok := item["provider_reference"].(*types.AttributeValueMemberS); ok {
-				w.ProviderReference = v.Value
-			}
-			if v, ok := item["amount"].(*types.AttributeValueMemberN); ok {
-				w.Amount, _ = strconv.ParseInt(v.Value, 10, 64)
-			}
-			out = append(out, w)
+			out = append(out, row{
+				ID: attrS(item, charge.AttrID), ProviderReference: attrS(item, "provider_reference"), Amount: attrN(item, "amount"),
+				ProviderChargeID: attrS(item, "provider_charge_id"), Currency: attrS(item, "currency"), Refunded: attrN(item, "amount_refunded"), Claimed: attrN(item, "refund_claimed"),
+				ChargeID: attrS(item, "charge_id"),
+			})
 		}
 	}
 	return out
+}
+
+// attrS is item's string attribute name, or "".
+func attrS(item map[string]types.AttributeValue, name string) string {
+	if v, ok := item[name].(*types.AttributeValueMemberS); ok {
+		return v.Value
+	}
+	return ""
+}
+
+// attrN is item's number attribute name, or 0.
+func attrN(item map[string]types.AttributeValue, name string) int64 {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(v.Value, 10, 64)
+	return n
 }

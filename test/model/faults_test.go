@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
@@ -43,12 +45,14 @@ var faultActions = []action{
 // without an answer, and every dial fails: Go's transport re-sends a
 // request with an Idempotency-Key on a new connection when a kept-alive one
 // drops after the request was written, and that re-send fails to dial.
+// refundFault, when set, is the providersim Sim-Fault of the next refund.
 type connDrop struct {
 	h             http.Handler
 	url           string
 	client        *http.Client
 	armed, noDial atomic.Bool
 	dropped       atomic.Int64
+	refundFault   atomic.Pointer[string]
 }
 
 func newConnDrop(t *testing.T, provider http.Handler) *connDrop {
@@ -65,6 +69,11 @@ func (c *connDrop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/warm" {
 		w.WriteHeader(http.StatusNoContent)
 		return
+	}
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/refunds" {
+		if fault := c.refundFault.Swap(nil); fault != nil {
+			r.Header.Set(providersim.HeaderFault, *fault)
+		}
 	}
 	if r.Method != http.MethodPost || !c.armed.CompareAndSwap(true, false) {
 		c.h.ServeHTTP(w, r)
@@ -112,15 +121,24 @@ func (u unanswered) Unwrap() http.ResponseWriter { return u.w }
 // error, as DynamoDB's answer to a write it applied can never be
 // throttling): the SDK retries a write that already happened. What it
 // forwards goes through claim, which can lose a claim's answer and refuse
-// every retry (idemtest.LostClaim).
+// every retry (idemtest.LostClaim). With transactions set, every
+// TransactWriteItems is refused: a function that dies between the
+// provider's effect and its record.
 type faultyTransport struct {
 	claim         *idemtest.LostClaim
 	refuse, lose  atomic.Int64 // per mille
 	refused, lost atomic.Int64
+	transactions  atomic.Bool
 }
 
 func (f *faultyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	switch n := rand.Int64N(1000); {
+	case f.transactions.Load() && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems"):
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		f.refused.Add(1)
+		return idemtest.DynamoDBFault(req, "InternalServerError"), nil
 	case n < f.refuse.Load():
 		if req.Body != nil {
 			_ = req.Body.Close()
@@ -152,7 +170,11 @@ func fault(req *http.Request) *http.Response {
 // connectionDrops is a charge whose connection to the provider drops
 // after the provider executed it, and whose re-send on a new connection
 // fails to dial.
-func (r *history) connectionDrops(rt *rapid.T) {
+func (r *history) connectionDrops(rt *rapid.T) { r.dropping(rt, func() { r.request(rt) }) }
+
+// dropping runs send with the connection to the provider set to drop
+// after the provider executed the next request.
+func (r *history) dropping(rt *rapid.T, send func()) {
 	if err := r.env.drop.warm(); err != nil {
 		rt.Fatal(err)
 	}
@@ -160,7 +182,7 @@ func (r *history) connectionDrops(rt *rapid.T) {
 	r.env.drop.noDial.Store(true)
 	defer r.env.drop.armed.Store(false)
 	defer r.env.drop.noDial.Store(false)
-	r.request(rt)
+	send()
 }
 
 // claimAnswerLost is a request whose claim lands in DynamoDB while its

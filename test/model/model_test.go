@@ -3,6 +3,7 @@ package model_test
 import (
 	"cmp"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"sync/atomic"
@@ -32,7 +33,7 @@ func runModel(t *testing.T, e *env) {
 	var runs atomic.Int64
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
-		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}}
+		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook()}
 		defer r.reset()
 		r.tenants = []string{r.tenant("a"), r.tenant("b")}
 		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
@@ -44,9 +45,11 @@ func runModel(t *testing.T, e *env) {
 		r.removeItems(rt)
 	})
 	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused; %d commands parked; "+
-		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged",
+		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged; "+
+		"%d refunds made, %d refund answers said nothing was refunded, %d were outcome-pending",
 		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load(),
-		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load())
+		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load(),
+		e.refundStats.made.Load(), e.refundStats.toldNothing.Load(), e.refundStats.pending.Load())
 }
 
 // maxSteps bounds a history: short histories keep 1,000 of them to a few
@@ -71,8 +74,8 @@ type invariant struct {
 // operation declares its actions and invariants in a file of its own and
 // adds them here.
 var (
-	actions    = slices.Concat(chargeActions, faultActions)
-	invariants = []invariant{chargeInvariant}
+	actions    = slices.Concat(chargeActions, faultActions, refundActions)
+	invariants = []invariant{chargeInvariant, refundInvariant}
 )
 
 // drawn returns the names a history draws its steps from, and each
@@ -120,6 +123,8 @@ type history struct {
 	// not landed was sent (zero if none): it must land within the settle
 	// window, so the clock never passes pendingSince+settleWindow first.
 	pendingSince time.Time
+	// refunds are what the clients of refunds have seen (refunds_test.go).
+	refunds *refundBook
 }
 
 // keyState is what the clients of one tenant-scoped key have seen, and
@@ -157,8 +162,28 @@ func (r *history) reset() {
 	r.env.sim.Land()
 }
 
-// sortedKeys are the history's keys in a fixed order, so that a history
-// replays the same steps from the same seed.
-func (r *history) sortedKeys() []idem.Key {
-	return slices.SortedFunc(maps.Keys(r.keys), func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) })
+// sortedKeys are the history's charge keys in a fixed order, so that a
+// history replays the same steps from the same seed.
+func (r *history) sortedKeys() []idem.Key { return sorted(maps.Keys(r.keys)) }
+
+// commandKeys are every key of the history, charges' then refunds', in a
+// fixed order: those the sweeper, the reconciler and the cleanup reach.
+func (r *history) commandKeys() []idem.Key {
+	return append(r.sortedKeys(), sorted(maps.Keys(r.refunds.keys))...)
+}
+
+func sorted(keys iter.Seq[idem.Key]) []idem.Key {
+	return slices.SortedFunc(keys, func(a, b idem.Key) int { return cmp.Compare(a.String(), b.String()) })
+}
+
+// gensOf is the commands of the history's key k by their creation, or
+// nil for another history's key.
+func (r *history) gensOf(k idem.Key) map[time.Time]*idem.Record {
+	if ks := r.keys[k]; ks != nil {
+		return ks.gens
+	}
+	if rs := r.refunds.keys[k]; rs != nil {
+		return rs.gens
+	}
+	return nil
 }
