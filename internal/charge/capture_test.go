@@ -13,6 +13,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -49,7 +50,7 @@ func (h *harness) authorized(t *testing.T, tenant string, amount int64) string {
 func chargeStatus(t *testing.T, resp events.APIGatewayV2HTTPResponse) (status string, amount int64) {
 	t.Helper()
 	var c struct {
-		Status       string
+		Status       any
 		ChargeStatus string `json:"charge_status"`
 		Amount       int64
 	}
@@ -59,7 +60,8 @@ func chargeStatus(t *testing.T, resp events.APIGatewayV2HTTPResponse) (status st
 	if c.ChargeStatus != "" {
 		return c.ChargeStatus, 0
 	}
-	return c.Status, c.Amount
+	st, _ := c.Status.(string)
+	return st, c.Amount
 }
 
 func TestAuthorizeThenCaptureOnce(t *testing.T) {
@@ -266,7 +268,6 @@ func TestCaptureThatNeverLandedIsRevertedOnlyAfterTheSettleWindow(t *testing.T) 
 	}
 }
 
-
 // captures is how many times the provider captured tenant's charge id.
 func (h *harness) captures(t *testing.T, tenant, id string) int {
 	t.Helper()
@@ -279,4 +280,128 @@ func (h *harness) captures(t *testing.T, tenant, id string) int {
 		t.Fatalf("charge row %s: %v, %v", id, found, err)
 	}
 	return h.sim.Ledger().References[c.ProviderReference].Captures
+}
+
+// providerID is the provider's id of tenant's charge id.
+func (h *harness) providerID(t *testing.T, tenant, id string) string {
+	t.Helper()
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, found, err := rows.Get(t.Context(), tenant, id)
+	if err != nil || !found {
+		t.Fatalf("charge row %s: %v, %v", id, found, err)
+	}
+	return c.ProviderChargeID
+}
+
+// TestExpiredAuthorizationCannotBeCaptured: the provider ended the hold;
+// the capture answers 409 naming canceled, and the charge reads canceled.
+func TestExpiredAuthorizationCannotBeCaptured(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.authorized(t, "acme", 1000)
+	if !h.sim.Expire(h.providerID(t, "acme", id)) {
+		t.Fatal("the simulator did not expire the authorization")
+	}
+	resp := h.do(postMove("acme", id, "capture", ""))
+	if st, _ := chargeStatus(t, resp); resp.StatusCode != http.StatusConflict || st != charge.StatusCanceled {
+		t.Fatalf("capture of an expired authorization: %d %s, want 409 naming canceled", resp.StatusCode, resp.Body)
+	}
+	if st, _ := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusCanceled {
+		t.Fatalf("the charge reads %s, want canceled", st)
+	}
+	if n := h.captures(t, "acme", id); n != 0 {
+		t.Fatalf("captured %d times", n)
+	}
+}
+
+// TestSweeperFindsAMoveLeftUnsettled: a move whose answer was lost is in
+// the charges table's index once its deadline passes, as a key the
+// reconciler settles; a settled one is not.
+func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	settled := h.authorized(t, "acme", 1000)
+	wantStatus(t, h.do(postMove("acme", settled, "cancel", "")), http.StatusOK)
+	h.faultOn("/capture", providersimTimeout)
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	h.faultOn("", "")
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := func(at time.Time) []string {
+		var keys []string
+		for rec, err := range rows.StuckLeases(t.Context(), 0, at) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, rec.Key.String())
+		}
+		return keys
+	}
+	if got := stuck(h.clock.Now()); len(got) != 0 {
+		t.Fatalf("before its deadline the index yields %v", got)
+	}
+	want := "acme#" + charge.TransitionOperation + "#" + id
+	if got := stuck(h.clock.Now().Add(time.Minute)); len(got) != 1 || got[0] != want {
+		t.Fatalf("after its deadline the index yields %v, want [%s]", got, want)
+	}
+}
+
+// TestNotificationsSettleMoves: the provider's word settles a capture in
+// flight, and an authorization it ended itself.
+func TestNotificationsSettleMoves(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	capturing := h.authorized(t, "acme", 1000)
+	h.faultOn("/capture", providersimTimeout)
+	wantStatus(t, h.do(postMove("acme", capturing, "capture", `{"amount":400}`)), http.StatusServiceUnavailable)
+	h.faultOn("", "")
+	expired := h.authorized(t, "acme", 1000)
+	for i, tc := range []struct {
+		id  string
+		res provider.Result
+	}{
+		{capturing, provider.Result{Status: provider.StatusCharged, Amount: 400}},
+		{expired, provider.Result{Status: provider.StatusCanceled}},
+	} {
+		key, created := h.command(t, tc.id)
+		tc.res.ChargeID = h.providerID(t, "acme", tc.id)
+		out, err := h.recon.Notify(t.Context(), charge.Notification{
+			Provider: "stripe", EventID: fmt.Sprintf("evt_%d_%s", i, newKey()), Command: key,
+			Reference: charge.ProviderReference(key, created), Result: tc.res,
+		})
+		if err != nil || out.Outcome != charge.OutcomeResolved {
+			t.Fatalf("notify %d: %+v, %v", i, out, err)
+		}
+	}
+	if st, amount := chargeStatus(t, h.do(get("acme", capturing))); st != charge.StatusSucceeded || amount != 400 {
+		t.Fatalf("the capture in flight reads %s %d, want succeeded 400", st, amount)
+	}
+	if st, _ := chargeStatus(t, h.do(get("acme", expired))); st != charge.StatusCanceled {
+		t.Fatalf("the expired authorization reads %s, want canceled", st)
+	}
+}
+
+// command is the create-charge command of tenant acme's charge id, and
+// its record's creation.
+func (h *harness) command(t *testing.T, id string) (idem.Key, time.Time) {
+	t.Helper()
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := rows.Get(t.Context(), "acme", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := idem.NewKey("acme", charge.Operation, string(c.IdempotencyKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, c.CreatedAt
 }

@@ -147,7 +147,7 @@ func (s *Service) lookupStale(ctx context.Context, lease *idem.Lease, in intent)
 // here.
 func (s *Service) verdict(lease *idem.Lease, in intent, res provider.Result) (idem.Outcome, error) {
 	switch res.Status {
-	case provider.StatusCharged, provider.StatusAuthorized:
+	case provider.StatusCharged, provider.StatusAuthorized, provider.StatusCanceled:
 		c := s.charged(lease, in, res)
 		return idem.Succeeded(s.cfg.Answers.Created(c), s.cfg.Rows.Insert(c)), nil
 	case provider.StatusDeclined:
@@ -170,9 +170,13 @@ func (s *Service) charged(lease *idem.Lease, in intent, res provider.Result) Cha
 	if in.AuthorizeOnly {
 		c.AmountAuthorized = in.Amount
 		c.Status = StatusRequiresCapture
-		if res.Status == provider.StatusCharged && res.Amount > 0 {
+		switch {
+		case res.Status == provider.StatusCharged && res.Amount > 0:
 			// Captured already, at the provider itself.
 			c.Status, c.Money.Amount = StatusSucceeded, res.Amount
+		case res.Status == provider.StatusCanceled:
+			// Authorized, then ended before it was recorded (expired).
+			c.Status = StatusCanceled
 		}
 	}
 	return c

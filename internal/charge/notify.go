@@ -41,7 +41,14 @@ func (s *Service) settles(n Notification) bool {
 		return false
 	}
 	done, _ := op.done()
-	return n.Result.Status == done || n.Result.Status == provider.StatusDeclined
+	switch n.Result.Status {
+	case done, provider.StatusDeclined:
+		return true
+	case provider.StatusAuthorized, provider.StatusCanceled:
+		// An authorization made, or ended: a charge's word alone.
+		return n.Command.Operation() == Operation
+	}
+	return false
 }
 
 // Notify settles the command a provider's notification names, once per

@@ -231,7 +231,14 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
 	})
-	return s.answer(ctx, key, op, res, answer, refused, err)
+	out, err := s.answer(ctx, key, op, res, answer, refused, err)
+	if out.Outcome == OutcomeStateConflict && err == nil {
+		// The charge moved since it was read: the answer names its state now.
+		if now, found, rerr := s.cfg.Rows.Get(ctx, c.Tenant, c.ID); rerr == nil && found {
+			out.Charge = &now
+		}
+	}
+	return out, err
 }
 
 // answer names what became of a command Do ran, for an operation whose

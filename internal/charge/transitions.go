@@ -111,7 +111,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		switch {
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
 			return Result{Outcome: OutcomeFound, Charge: &c}, nil
-		case c.Status == m.via && (amount == 0 || amount == c.transition.amount):
+		case c.Status == StatusCapturing || c.Status == StatusCanceling:
+			// A move in flight, this one's or the other's: its outcome
+			// decides this request's answer, so it is awaited.
 			if !now.Before(c.transition.deadline) {
 				// Its attempt's time is up: settled from the provider's
 				// state, then read again.
