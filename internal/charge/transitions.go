@@ -116,9 +116,13 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 			// decides this request's answer, so it is awaited.
 			if !now.Before(c.transition.deadline) {
 				// Its attempt's time is up: settled from the provider's
-				// state, then read again.
-				if _, err := s.settleMove(ctx, c); err != nil {
+				// state, then read again. A provider that cannot say
+				// leaves it unknown for now.
+				switch out, err := s.settleMove(ctx, c); {
+				case err != nil:
 					return Result{}, err
+				case out == OutcomeDeferred:
+					return Result{Outcome: OutcomeAmbiguous, RetryAt: now.Add(time.Second)}, nil
 				}
 				continue
 			}
