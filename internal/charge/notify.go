@@ -2,6 +2,7 @@ package charge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -155,6 +156,10 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		return refunds{s}.failedLater(ctx, n.Command, rec)
 	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
+	case (n.Result.Status == provider.StatusAuthorized || n.Result.Status == provider.StatusCanceled) && !authorizeOnly(rec):
+		// An authorization's word, on a charge captured at once: its
+		// capture's outcome (charged or declined) is the one that settles it.
+		return OutcomeNothingToDo, nil
 	}
 	if rec.Status == idem.StatusReleased {
 		// Released on evidence the provider now contradicts: the charge is
@@ -242,4 +247,11 @@ func (s *Service) notifiedState(ctx context.Context, tenant, id string, res prov
 		return "", err
 	}
 	return OutcomeResolved, nil
+}
+
+// authorizeOnly reports whether rec is a charge's command that was to
+// capture later.
+func authorizeOnly(rec *idem.Record) bool {
+	var in intent
+	return json.Unmarshal(rec.Intent, &in) == nil && in.AuthorizeOnly
 }

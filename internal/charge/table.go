@@ -149,6 +149,7 @@ type row struct {
 	TransitionAmount int64  `dynamodbav:"transition_amount,omitempty"`
 	AttemptDeadline  int64  `dynamodbav:"attempt_deadline,omitempty"`
 	TransitionShard  string `dynamodbav:"transition_shard,omitempty"`
+	TransitionWaited bool   `dynamodbav:"transition_waited,omitempty"`
 }
 
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
@@ -165,6 +166,6 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 		Description: w.Description, ProviderReference: w.ProviderReference,
 		ProviderChargeID: w.ProviderChargeID, IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
 		Status: w.Status, AmountRefunded: w.AmountRefunded, refundClaimed: w.RefundClaimed, AmountAuthorized: w.AmountAuthorized,
-		transition: pending{amount: w.TransitionAmount, deadline: time.UnixMilli(w.AttemptDeadline)},
+		transition: pending{amount: w.TransitionAmount, deadline: time.UnixMilli(w.AttemptDeadline), waited: w.TransitionWaited},
 	}, nil
 }

@@ -42,6 +42,7 @@ const (
 	AttrTransitionShard  = "transition_shard"
 	AttrAttemptDeadline  = "attempt_deadline"
 	attrTransitionAmount = "transition_amount"
+	attrTransitionWaited = "transition_waited"
 	transitionShard      = "0" // one shard: moves in flight are few
 )
 
@@ -49,10 +50,13 @@ const (
 // request or the reconciler may settle it from the provider's state.
 const transitionLease = 30 * time.Second
 
-// pending is a move in flight, as its row holds it.
+// pending is a move in flight, as its row holds it. waited: its deadline
+// was moved past the provider's settle window, which is then not waited
+// for again.
 type pending struct {
 	amount   int64
 	deadline time.Time
+	waited   bool
 }
 
 // move is a state-setting operation: from its start state, through its
@@ -97,6 +101,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
 	until := s.cfg.Clock().Add(s.cfg.InflightWait)
+	awaited := false // another request's move, in flight when this one came
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		switch {
@@ -130,9 +135,14 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				if err := pause(ctx, min(notifyPause, until.Sub(now))); err != nil {
 					return Result{}, err
 				}
+				awaited = true
 				continue
 			}
 			return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline}, nil
+		case awaited && c.Status == StatusRequiresCapture:
+			// The move awaited was not made. Its request was told so;
+			// this one hears the same, and is not made on its own.
+			return Result{Outcome: OutcomeBusy}, nil
 		case c.Status != StatusRequiresCapture:
 			return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
 		case amount > c.Money.Amount:
@@ -150,7 +160,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case err != nil:
 			return Result{}, err
 		}
-		c.Status, c.transition = m.via, pending{amount, deadline}
+		c.Status, c.transition = m.via, pending{amount: amount, deadline: deadline}
 		return s.send(ctx, c, m)
 	}
 }
@@ -240,7 +250,9 @@ func (s *Service) settleMove(ctx context.Context, c Charge) (Outcome, error) {
 	if err != nil {
 		return OutcomeDeferred, nil
 	}
-	if res.Status == provider.StatusAuthorized {
+	if res.Status == provider.StatusAuthorized && !c.transition.waited {
+		// Counted from the attempt's own deadline, once: a later visit
+		// finds the window waited out.
 		if settled := c.transition.deadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
 			return OutcomeNotSettled, s.cfg.Rows.postpone(ctx, c, settled)
 		}
@@ -309,7 +321,7 @@ func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) 
 		set += ", #money = :captured"
 		values[":captured"] = number(captured)
 	}
-	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard", "#status = :via", values); err != nil {
+	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited", "#status = :via", values); err != nil {
 		return Charge{}, err
 	}
 	c.Status, c.transition = to, pending{}
@@ -319,11 +331,12 @@ func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) 
 	return c, nil
 }
 
-// postpone moves c's attempt deadline to until, so the sweeper finds it
-// again then.
+// postpone moves c's attempt deadline to until, the end of the provider's
+// settle window, so the sweeper finds it again then.
 func (r *Rows) postpone(ctx context.Context, c Charge, until time.Time) error {
-	err := r.update(ctx, c, "SET #deadline = :until", "#status = :via AND #deadline = :deadline", map[string]types.AttributeValue{
+	err := r.update(ctx, c, "SET #deadline = :until, #waited = :waited", "#status = :via AND #deadline = :deadline", map[string]types.AttributeValue{
 		":until": number(until.UnixMilli()), ":via": str(c.Status), ":deadline": number(c.transition.deadline.UnixMilli()),
+		":waited": &types.AttributeValueMemberBOOL{Value: true},
 	})
 	if errors.Is(err, errMoved) {
 		return nil
@@ -334,7 +347,7 @@ func (r *Rows) postpone(ctx context.Context, c Charge, until time.Time) error {
 // moveNames are the attribute names a move's expressions use.
 var moveNames = map[string]string{
 	"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
-	"#shard": AttrTransitionShard, "#money": "amount",
+	"#shard": AttrTransitionShard, "#money": "amount", "#waited": attrTransitionWaited,
 }
 
 // update applies expr to c's row if cond holds, else errMoved.
@@ -363,7 +376,6 @@ func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values m
 	}
 	return nil
 }
-
 
 // Shards is the number of shards of the index of moves in flight.
 func (r *Rows) Shards() int { return 1 }

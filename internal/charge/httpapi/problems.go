@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -49,7 +50,7 @@ var (
 	ProblemDeclined           = ProblemType{"card-declined", "Card declined", http.StatusPaymentRequired}
 	ProblemUnavailable        = ProblemType{"provider-unavailable", "Card provider unavailable; the request was not carried out", http.StatusServiceUnavailable}
 	ProblemServiceUnavailable = ProblemType{"service-unavailable", "Service temporarily unavailable; this request was not carried out", http.StatusServiceUnavailable}
-	ProblemOutcomePending     = ProblemType{"outcome-pending", "Outcome not known yet; retry with the same key", http.StatusServiceUnavailable}
+	ProblemOutcomePending     = ProblemType{"outcome-pending", "Outcome not known yet; retry the same request", http.StatusServiceUnavailable}
 	ProblemProviderRejected   = ProblemType{"provider-rejected", "Card provider refused the request; it was not carried out", http.StatusBadGateway}
 	ProblemNotFound           = ProblemType{"not-found", "Charge not found", http.StatusNotFound}
 	ProblemChargeConflict     = ProblemType{"charge-conflict", "Charge record conflicts with the provider", http.StatusInternalServerError}
@@ -97,6 +98,11 @@ func retryAfter(now, until time.Time) int {
 // problem and headers. done is what the request does, as "charged" or
 // "refunded", for what a refusal proves was not done.
 func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HTTPResponse {
+	// A capture or a cancel has no key: repeating the request is enough.
+	again := "retry with the same key"
+	if done == "captured" || done == "canceled" {
+		again = "retry the same request"
+	}
 	var resp idem.Response
 	switch res.Outcome {
 	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict, charge.OutcomeRefundExceeds:
@@ -116,15 +122,15 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	case charge.OutcomeMismatch:
 		resp = problem(ProblemKeyReused, "This Idempotency-Key was used with a different request body. Use a new key for a new request.")
 	case charge.OutcomeUnavailable:
-		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was "+done+"; retry with the same key."), 2)
+		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was "+done+"; "+again+"."), 2)
 	case charge.OutcomeBusy:
 		// A throttled claim proves only that this request wrote nothing: an
 		// earlier one with the key may have charged, so no "nothing was charged".
-		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy: this request was not carried out. Retry with the same key: if an earlier request with it "+done+", the retry gets that answer."), 1)
+		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy: this request was not carried out. "+upper(again)+": if an earlier one "+done+", the retry gets that answer."), 1)
 	case charge.OutcomeRejected:
 		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was "+done+". Retrying the same request will not help.")
 	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:
-		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. Retry with the same key; it will not be "+done+" twice."), retryAfter(now, res.RetryAt))
+		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. "+upper(again)+"; it will not be "+done+" twice."), retryAfter(now, res.RetryAt))
 	case charge.OutcomeNotFound:
 		resp = problem(ProblemNotFound, "")
 	default:
@@ -183,3 +189,6 @@ func stateConflict(c *charge.Charge) idem.Response {
 		Detail: "The charge is " + c.Status + ", not in a state this request applies to. Nothing was done."}, c.Status})
 	return idem.Response{Status: http.StatusConflict, Headers: map[string]string{"Content-Type": ContentTypeProblem}, Body: b}
 }
+
+// upper is s with its first letter upper-case.
+func upper(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
