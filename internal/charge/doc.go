@@ -1,8 +1,8 @@
 // Package charge provides the charge service: creating a card charge at
-// most once per customer intent, refunding it, reading charges back, and
-// resolving commands whose outcome was left unknown, by the reconciler's
-// lookup or by the provider's own notification (a webhook, Notify), all on
-// top of pkg/idem.
+// most once per customer intent, refunding it, capturing or cancelling an
+// authorization, reading charges back, and resolving commands whose
+// outcome was left unknown, by the reconciler's lookup or by the
+// provider's own notification (a webhook, Notify), all on top of pkg/idem.
 //
 // # Operations
 //
@@ -35,6 +35,20 @@
 // which internal/charge/httpapi renders, and it stores the answers that
 // package's Answers build.
 //
+// # Captures and cancels
+//
+// Capture and Cancel (transitions.go) are not operations: they set a
+// state, and append nothing. Setting a state twice sets it once, so they
+// need no key and no record. The charge's row is the record. A
+// conditional update moves it from StatusRequiresCapture to
+// StatusCapturing or StatusCanceling, with an attempt deadline. Only the
+// request that made the move asks the provider; any other waits for it.
+// A repeat of a settled one finds the state it set. The provider call's
+// reference is derived from the charge and the operation, so a re-sent
+// call is deduplicated. A move left unsettled is found in the sparse
+// transitions index, and settled from the provider's State, never by a
+// timer. A new state-setting operation is a move and its entry point.
+//
 // # How the reconciler resolves a command (Reconcile)
 //
 //	The provider's answer, or the record                 What Reconcile does
@@ -50,6 +64,8 @@
 //	not found, settle window passed                      releases the key (a refund's hold freed first)
 //	not found, older than the dedup window less margin   parks it (OutcomeParked, an ERROR log line): never re-sent nor released; looked at every RetryCap until an operator settles it
 //	provider cannot be asked                             postpones by a backoff doubling per attempt, up to RetryCap (OutcomeDeferred)
+//	a capture or cancel (settle-charge) past its         settles the row as the provider's State says: captured, canceled,
+//	  deadline                                           or, still authorized once the settle window passed, not made
 //	an event's deduplication record whose delivery died  releases it for the provider's redelivery, asking nothing
 //
 // Postponed keys come back through the sweeper, never through redelivery
