@@ -544,8 +544,8 @@ func printBanner(w io.Writer, s stack) {
 	fmt.Fprintf(&b, "  Secrets Manager  %s   (%s, %s; rotate with aws secretsmanager put-secret-value --endpoint-url %s --secret-id %s --secret-string ...)\n",
 		s.secretsManager, providerSecret, webhookSecret, s.secretsManager, providerSecret)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
-	fmt.Fprintf(&b, "Submit charges to the queue with chargectl submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
+	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
-	fmt.Fprintf(&b, "  go run ./cmd/chargectl submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
+	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
 	_, _ = io.WriteString(w, b.String())
 }
