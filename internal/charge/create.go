@@ -226,15 +226,25 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
 	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, id)
-	switch {
-	case transient(err):
-		return Result{Outcome: OutcomeBusy}, nil
-	case err != nil:
-		return Result{}, err
-	case !found:
-		return Result{Outcome: OutcomeNotFound}, nil
+	if res, done, err := unread(found, err); done {
+		return res, err
 	}
 	return Result{Outcome: OutcomeFound, Charge: &c}, nil
+}
+
+// unread answers a read of the charges table that gives nothing to act
+// on: the store busy, a failure, or nothing found. done is false when the
+// read found its row.
+func unread(found bool, err error) (res Result, done bool, _ error) {
+	switch {
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, true, nil
+	case err != nil:
+		return Result{}, true, err
+	case !found:
+		return Result{Outcome: OutcomeNotFound}, true, nil
+	}
+	return Result{}, false, nil
 }
 
 // charges is the operation of creating a charge, as the shared paths see

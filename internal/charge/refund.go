@@ -143,14 +143,10 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
 	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), chargeID)
-	switch {
-	case transient(err):
-		return Result{Outcome: OutcomeBusy}, nil
-	case err != nil:
-		return Result{}, err
-	case !found:
-		return Result{Outcome: OutcomeNotFound}, nil
-	case c.Status != StatusSucceeded:
+	if res, done, err := unread(found, err); done {
+		return res, err
+	}
+	if c.Status != StatusSucceeded {
 		return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
 	}
 	if err := s.prepare(ctx); err != nil {
@@ -296,13 +292,8 @@ func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID stri
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
 	rf, found, err := s.cfg.Rows.GetRefund(ctx, tenant, chargeID, refundID)
-	switch {
-	case transient(err):
-		return Result{Outcome: OutcomeBusy}, nil
-	case err != nil:
-		return Result{}, err
-	case !found:
-		return Result{Outcome: OutcomeNotFound}, nil
+	if res, done, err := unread(found, err); done {
+		return res, err
 	}
 	return Result{Outcome: OutcomeFound, Refund: &rf}, nil
 }
@@ -351,7 +342,7 @@ func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Re
 	switch res.Status {
 	case provider.StatusRefunded:
 		rf := r.refund(lease, in, res)
-		return idem.Succeeded(r.cfg.Answers.RefundCreated(rf), r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleHold(rf)), nil
+		return idem.Succeeded(r.cfg.Answers.RefundCreated(rf), r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleHold(rf, true)), nil
 	case provider.StatusDeclined:
 		if err := r.undo(ctx, lease); err != nil {
 			return idem.Unknown(idem.Response{}), err
@@ -400,7 +391,7 @@ func (r refunds) rewrite(ctx context.Context, lease *idem.Lease, res provider.Re
 	default:
 		r.cfg.Logger.ErrorContext(ctx, "the provider refunded after the refund's hold was freed; recorded beyond the hold",
 			"key_hash", lease.Key.LogHash(), "refund_id", rf.ID, "charge_id", rf.ChargeID)
-		resp, writes = r.cfg.Answers.RefundCreated(rf), []types.TransactWriteItem{r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleUnheld(rf)}
+		resp, writes = r.cfg.Answers.RefundCreated(rf), []types.TransactWriteItem{r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleHold(rf, false)}
 	}
 	return outcome, resp, r.backend.Commit(ctx, lease, resp, writes...)
 }

@@ -120,33 +120,24 @@ func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amou
 }
 
 // settleHold is the write, in the refund's transaction, that turns its
-// hold into a settled refund: only if the hold is there.
-func (r *Rows) settleHold(rf Refund) types.TransactWriteItem {
+// hold into a settled refund, only if the hold is there. Without held, it
+// records a refund the provider made after its hold was freed on
+// evidence it contradicts: the money moved, so the books count it,
+// whatever the constraint says.
+func (r *Rows) settleHold(rf Refund, held bool) types.TransactWriteItem {
+	update, cond := "REMOVE #hold ADD #refunded :amount", "attribute_exists(#hold)"
+	names := map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded}
+	if !held {
+		update, cond = "ADD #refunded :amount, #claimed :amount", "attribute_not_exists(#hold)"
+		names["#claimed"] = attrClaimed
+	}
 	return types.TransactWriteItem{Update: &types.Update{
-		TableName:                r.tableName,
-		Key:                      rowKey(rf.Tenant, rf.ChargeID),
-		UpdateExpression:         aws.String("REMOVE #hold ADD #refunded :amount"),
-		ConditionExpression:      aws.String("attribute_exists(#hold)"),
-		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":amount": number(rf.Money.Amount),
-		},
-	}}
-}
-
-// settleUnheld records, in the refund's transaction, a refund the
-// provider made after its hold was freed on evidence it contradicts. The
-// money moved, so the books count it, whatever the constraint says.
-func (r *Rows) settleUnheld(rf Refund) types.TransactWriteItem {
-	return types.TransactWriteItem{Update: &types.Update{
-		TableName:                r.tableName,
-		Key:                      rowKey(rf.Tenant, rf.ChargeID),
-		UpdateExpression:         aws.String("ADD #refunded :amount, #claimed :amount"),
-		ConditionExpression:      aws.String("attribute_not_exists(#hold)"),
-		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded, "#claimed": attrClaimed},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":amount": number(rf.Money.Amount),
-		},
+		TableName:                 r.tableName,
+		Key:                       rowKey(rf.Tenant, rf.ChargeID),
+		UpdateExpression:          aws.String(update),
+		ConditionExpression:       aws.String(cond),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: map[string]types.AttributeValue{":amount": number(rf.Money.Amount)},
 	}}
 }
 
