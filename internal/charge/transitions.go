@@ -104,13 +104,8 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	awaited := false // another request's move, in flight when this one came
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
-		switch {
-		case transient(err):
-			return Result{Outcome: OutcomeBusy}, nil
-		case err != nil:
-			return Result{}, err
-		case !found:
-			return Result{Outcome: OutcomeNotFound}, nil
+		if res, done, err := unread(found, err); done {
+			return res, err
 		}
 		now := s.cfg.Clock()
 		switch {
