@@ -360,7 +360,6 @@ func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values m
 	return nil
 }
 
-
 // Shards is the number of shards of the index of moves in flight.
 func (r *Rows) Shards() int { return 1 }
 
