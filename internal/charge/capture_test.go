@@ -3,7 +3,9 @@ package charge_test
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -208,6 +211,42 @@ func TestMoveNeedsNoKey(t *testing.T) {
 	wantStatus(t, h.do(postMove("acme", "ch_x", "cancel", "")), http.StatusNotFound)
 }
 
+// TestMovesCountTheirOutcomes: a capture or cancel has no key, so its
+// metrics name the route's operation, with an outcome for every answer,
+// success and 404 included; none is dropped as undefined.
+func TestMovesCountTheirOutcomes(t *testing.T) {
+	t.Parallel()
+	emf := &testkit.LogBuffer{}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) { d.Metrics = emf }})
+	captured, canceled := h.authorized(t, "acme", 1000), h.authorized(t, "acme", 1000)
+	for _, step := range []struct {
+		req  events.APIGatewayV2HTTPRequest
+		want int
+	}{
+		{postMove("acme", captured, "capture", ""), http.StatusOK},
+		{postMove("acme", captured, "capture", ""), http.StatusOK},
+		{postMove("acme", captured, "cancel", ""), http.StatusConflict},
+		{postMove("acme", canceled, "cancel", ""), http.StatusOK},
+		{postMove("globex", canceled, "cancel", ""), http.StatusNotFound},
+	} {
+		wantStatus(t, h.do(step.req), step.want)
+	}
+	got := map[string]float64{}
+	for _, line := range emf.Records(t) {
+		if op, _ := line[metrics.DimOperation].(string); op == string(metrics.OperationCapture) || op == string(metrics.OperationCancel) {
+			n, _ := line[string(metrics.Requests)].(float64)
+			got[op+" "+fmt.Sprint(line[metrics.DimOutcome])] += n
+		}
+	}
+	want := map[string]float64{"capture-charge captured": 2, "cancel-charge state-conflict": 1, "cancel-charge canceled": 1, "cancel-charge not-found": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("move metrics %v, want %v", got, want)
+	}
+	if strings.Contains(h.logs.String(), "writing metrics failed") {
+		t.Errorf("a move's metric was refused:\n%s", h.logs)
+	}
+}
+
 // TestLostCaptureIsSettledFromTheProvidersState: the capture's answer is
 // lost after the provider captured. The client hears outcome-pending, the
 // charge reads capturing, and once its deadline passes the reconciler
@@ -227,8 +266,8 @@ func TestLostCaptureIsSettledFromTheProvidersState(t *testing.T) {
 	}
 	h.clock.Advance(time.Minute)
 	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
-	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeResolved {
-		t.Fatalf("reconcile: %s, %v", out, err)
+	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeResolvedCaptured {
+		t.Fatalf("reconcile: %s, %v, want %s", out, err, charge.OutcomeResolvedCaptured)
 	}
 	again := h.do(postMove("acme", id, "capture", ""))
 	if st, _ := chargeStatus(t, again); again.StatusCode != http.StatusOK || st != charge.StatusSucceeded {

@@ -26,7 +26,11 @@ const (
 	OutcomeInvalid   Outcome = "invalid"
 	OutcomeFound     Outcome = "found"
 	OutcomeNotFound  Outcome = "not_found"
-	OutcomeError     Outcome = "error"
+	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answers
+	// the charge in the state it set, by this request or an earlier one.
+	OutcomeCaptured Outcome = "captured"
+	OutcomeCanceled Outcome = "canceled"
+	OutcomeError    Outcome = "error"
 	// OutcomeChargeConflict: the charge row conflicts with the provider's
 	// answer; stored as a permanent failure.
 	OutcomeChargeConflict Outcome = "charge_conflict"
@@ -47,6 +51,11 @@ const (
 	OutcomeResolvedRefund Outcome = "resolved_refunded"
 	OutcomeResolvedDec    Outcome = "resolved_declined"
 	OutcomeReleased       Outcome = "released"
+	// OutcomeResolvedCaptured and OutcomeResolvedCanceled: the reconciler
+	// settled a capture or cancel as the provider's state of the payment
+	// says. A capture may settle canceled: the authorization expired.
+	OutcomeResolvedCaptured Outcome = "resolved_captured"
+	OutcomeResolvedCanceled Outcome = "resolved_canceled"
 	// OutcomeNotSettled: the provider has no charge for the reference yet,
 	// but its settle window has not passed; the key is looked at again
 	// when it has.
@@ -75,22 +84,27 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 	OutcomeAmbiguous:      metrics.OutcomePending,
 	OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
 	OutcomeInvalid:        metrics.OutcomeInvalid,
+	OutcomeNotFound:       metrics.OutcomeNotFound,
+	OutcomeCaptured:       metrics.OutcomeCaptured,
+	OutcomeCanceled:       metrics.OutcomeCanceled,
 	OutcomeChargeConflict: metrics.OutcomeError,
 	OutcomeStateConflict:  metrics.OutcomeStateConflict,
 	OutcomeRefundExceeds:  metrics.OutcomeRefundExceeds,
 	// Refunds in flight hold the amount: like a conflict, a retry may
 	// find it settled.
-	OutcomeRefundHeld:     metrics.OutcomeConflict,
-	OutcomeError:          metrics.OutcomeError,
-	OutcomeResolved:       metrics.OutcomeResolvedCharged,
-	OutcomeResolvedRefund: metrics.OutcomeResolvedRefunded,
-	OutcomeResolvedDec:    metrics.OutcomeResolvedDeclined,
-	OutcomeReleased:       metrics.OutcomeReleased,
-	OutcomeStillLeased:    metrics.OutcomeStillLeased,
-	OutcomeNothingToDo:    metrics.OutcomeNothingToDo,
-	OutcomeNotSettled:     metrics.OutcomeNotSettled,
-	OutcomeDeferred:       metrics.OutcomeDeferred,
-	OutcomeParked:         metrics.OutcomeParked,
+	OutcomeRefundHeld:       metrics.OutcomeConflict,
+	OutcomeError:            metrics.OutcomeError,
+	OutcomeResolved:         metrics.OutcomeResolvedCharged,
+	OutcomeResolvedRefund:   metrics.OutcomeResolvedRefunded,
+	OutcomeResolvedDec:      metrics.OutcomeResolvedDeclined,
+	OutcomeReleased:         metrics.OutcomeReleased,
+	OutcomeResolvedCaptured: metrics.OutcomeResolvedCaptured,
+	OutcomeResolvedCanceled: metrics.OutcomeResolvedCanceled,
+	OutcomeStillLeased:      metrics.OutcomeStillLeased,
+	OutcomeNothingToDo:      metrics.OutcomeNothingToDo,
+	OutcomeNotSettled:       metrics.OutcomeNotSettled,
+	OutcomeDeferred:         metrics.OutcomeDeferred,
+	OutcomeParked:           metrics.OutcomeParked,
 }
 
 // Metric is o's name in the metrics (the Outcome dimension of Requests).

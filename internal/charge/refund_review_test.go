@@ -21,7 +21,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
-	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 // hookRig is a clocked charge function and reconciler whose DynamoDB and
@@ -78,18 +77,6 @@ func (h provHook) RoundTrip(req *http.Request) (*http.Response, error) {
 		req = (*f)(req, readBody(req))
 	}
 	return http.DefaultTransport.RoundTrip(req)
-}
-
-// applyAndLose sends req to DynamoDB and loses its answer: the caller
-// sees a 500, as if the write had not been answered.
-func applyAndLose(req *http.Request, body []byte) *http.Response {
-	r := req.Clone(req.Context())
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if resp, err := http.DefaultTransport.RoundTrip(r); err == nil {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-	return idemtest.DynamoDBFault(req, "InternalServerError")
 }
 
 // isHold reports whether a DynamoDB request is a refund's hold on its

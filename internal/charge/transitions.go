@@ -63,12 +63,14 @@ type pending struct {
 // transitional one, to its end.
 type move struct {
 	name, via, to string
-	call          func(Provider, context.Context, provider.PaymentRequest) (provider.Result, error)
+	// done answers the move made, now or before.
+	done Outcome
+	call func(Provider, context.Context, provider.PaymentRequest) (provider.Result, error)
 }
 
 var (
-	capture = move{"capture", StatusCapturing, StatusSucceeded, Provider.Capture}
-	cancel  = move{"cancel", StatusCanceling, StatusCanceled, Provider.Cancel}
+	capture = move{"capture", StatusCapturing, StatusSucceeded, OutcomeCaptured, Provider.Capture}
+	cancel  = move{"cancel", StatusCanceling, StatusCanceled, OutcomeCanceled, Provider.Cancel}
 )
 
 // TransitionReference is the provider reference of a charge's capture or
@@ -110,7 +112,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		now := s.cfg.Clock()
 		switch {
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
-			return Result{Outcome: OutcomeFound, Charge: &c}, nil
+			return Result{Outcome: m.done, Charge: &c}, nil
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
 			// A move in flight, this one's or the other's: its outcome
 			// decides this request's answer, so it is awaited.
@@ -197,7 +199,7 @@ func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
 	if after.Status != m.to {
 		return Result{Outcome: OutcomeStateConflict, Charge: &after}, nil
 	}
-	return Result{Outcome: OutcomeFound, Charge: &after}, nil
+	return Result{Outcome: m.done, Charge: &after}, nil
 }
 
 // revert moves c back from its move, which the provider proved it did not
@@ -255,10 +257,13 @@ func (s *Service) settleMove(ctx context.Context, c Charge) (Outcome, error) {
 	if _, err := s.applyState(ctx, c, res); err != nil {
 		return "", err
 	}
-	if res.Status == provider.StatusAuthorized {
+	switch res.Status {
+	case provider.StatusAuthorized:
 		return OutcomeReleased, nil
+	case provider.StatusCanceled:
+		return OutcomeResolvedCanceled, nil
 	}
-	return OutcomeResolved, nil
+	return OutcomeResolvedCaptured, nil
 }
 
 // reconcileMove is Reconcile for a key of TransitionOperation.

@@ -26,8 +26,9 @@ type Name string
 // The metrics the code emits; Definitions says by whom and in which unit.
 const (
 	// Requests counts the commands a function handled, by Operation and
-	// Outcome: the charge function's POST /charges and POST
-	// /charges/{id}/refunds, the reconcile and intake functions' messages.
+	// Outcome: the charge function's POST /charges, POST
+	// /charges/{id}/refunds, /capture and /cancel, the reconcile and
+	// intake functions' messages.
 	Requests Name = "Requests"
 	// BeginLatency is the idempotency claim (Begin) of a charge request.
 	BeginLatency Name = "BeginLatency"
@@ -101,12 +102,19 @@ const (
 	// record its outcome.
 	OutcomeLeaseLost Outcome = "lease-lost"
 	OutcomeInvalid   Outcome = "invalid"
-	// OutcomeStateConflict: a refund of a charge in no state to be
-	// refunded; nothing stored.
+	// OutcomeStateConflict: a refund, capture or cancel of a charge in
+	// no state for it; nothing stored.
 	OutcomeStateConflict Outcome = "state-conflict"
 	// OutcomeRefundExceeds: a refund of more than settled refunds leave;
 	// stored, final for its key. The provider was not asked.
 	OutcomeRefundExceeds Outcome = "refund-exceeds"
+	// OutcomeNotFound: an unknown charge, or another tenant's.
+	OutcomeNotFound Outcome = "not-found"
+	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answered
+	// 200, whether this request or an earlier one set the state. A move
+	// has no key, so no replay tells them apart.
+	OutcomeCaptured Outcome = "captured"
+	OutcomeCanceled Outcome = "canceled"
 )
 
 // The reconcile function's outcomes.
@@ -115,6 +123,10 @@ const (
 	OutcomeResolvedRefunded Outcome = "resolved-refunded"
 	OutcomeResolvedDeclined Outcome = "resolved-declined"
 	OutcomeReleased         Outcome = "released"
+	// OutcomeResolvedCaptured and OutcomeResolvedCanceled: a capture or
+	// cancel left unsettled, settled from the provider's state.
+	OutcomeResolvedCaptured Outcome = "resolved-captured"
+	OutcomeResolvedCanceled Outcome = "resolved-canceled"
 	OutcomeStillLeased      Outcome = "still-leased"
 	OutcomeNothingToDo      Outcome = "nothing-to-do"
 	OutcomeNotSettled       Outcome = "not-settled"
@@ -155,10 +167,11 @@ var (
 		FunctionCharge: {
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
-			OutcomeStateConflict, OutcomeRefundExceeds,
+			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeNotFound, OutcomeCaptured, OutcomeCanceled,
 		},
 		FunctionReconcile: {
-			OutcomeResolvedCharged, OutcomeResolvedRefunded, OutcomeResolvedDeclined, OutcomeReleased, OutcomeStillLeased,
+			OutcomeResolvedCharged, OutcomeResolvedRefunded, OutcomeResolvedDeclined, OutcomeResolvedCaptured, OutcomeResolvedCanceled,
+			OutcomeReleased, OutcomeStillLeased,
 			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeParked, OutcomeError,
 		},
 		// The intake function's messages: the charge function's outcomes;

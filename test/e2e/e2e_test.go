@@ -46,7 +46,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: testkit.TenantClaim,
 			app.EnvProviderSecretName: keySecret,
 		},
-		"sweeper": {app.EnvIdempotencyTable: idemTable, app.EnvReconcileQueueURL: q.URL},
+		"sweeper": {app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvReconcileQueueURL: q.URL},
 		"reconcile": {
 			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvProviderURL: providerURL,
 			app.EnvProviderSecretName: keySecret,

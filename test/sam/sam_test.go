@@ -233,8 +233,9 @@ func (s *session) visible(queueURL string) string {
 }
 
 // startAPI serves the API with `sam local start-api` (the development
-// authorizer in front) and drives it: create, replay, mismatch, get, and
-// a request without a token.
+// authorizer in front) and drives it: create, replay, mismatch, get, a
+// request without a token, a refund, and authorizations captured and
+// canceled.
 func (s *session) startAPI(port int) {
 	t := s.t
 	cmd := samlocal.SAM(s.root, "local", "start-api", "--config-file", s.cfg.Path)
@@ -304,6 +305,52 @@ func (s *session) startAPI(port int) {
 		t.Errorf("provider ledger for order-3001: %+v, want one charge for two POSTs", e)
 	}
 	s.refundAPI(base, id, token)
+	s.moveAPI(base)
+}
+
+// moveAPI authorizes two charges through the template's routes, captures
+// part of one twice with no key, cancels the other, then tries to cancel
+// the captured one: one provider capture, one cancel, and a conflict.
+func (s *session) moveAPI(base string) {
+	t := s.t
+	auth := map[string]string{"Authorization": "Bearer dev:acme", "Content-Type": "application/json"}
+	authorize := func(key string) (id, ref string) {
+		t.Helper()
+		headers := map[string]string{"Authorization": auth["Authorization"], "Content-Type": auth["Content-Type"], "Idempotency-Key": key}
+		a := s.do(base, http.MethodPost, "/charges", headers, `{"amount":4000,"currency":"EUR","source":"tok_visa","capture":false}`)
+		if a.status != http.StatusCreated || !strings.Contains(a.body, `"status":"requires_capture"`) {
+			t.Fatalf("POST /charges with capture false: %d %s, want 201 requires_capture", a.status, a.body)
+		}
+		return chargeID(t, a.body), providerReference(t, a.body)
+	}
+	captured, capturedRef := authorize("order-3003")
+	capture := s.do(base, http.MethodPost, "/charges/"+captured+"/capture", auth, `{"amount":3000}`)
+	again := s.do(base, http.MethodPost, "/charges/"+captured+"/capture", auth, `{"amount":3000}`)
+	if capture.status != http.StatusOK || again.status != http.StatusOK || again.body != capture.body ||
+		!strings.Contains(capture.body, `"status":"succeeded"`) || !strings.Contains(capture.body, `"amount":3000`) {
+		t.Errorf("capture twice: %d %s, then %d %s; want 200 succeeded with amount 3000, twice the same", capture.status, capture.body, again.status, again.body)
+	}
+	if e := s.stack.Sim.Ledger().References[capturedRef]; e.Captures != 1 || e.Captured != 3000 {
+		t.Errorf("provider ledger for order-3003: %+v, want one capture of 3000 for two POSTs", e)
+	}
+
+	canceled, canceledRef := authorize("order-3004")
+	cancel := s.do(base, http.MethodPost, "/charges/"+canceled+"/cancel", map[string]string{"Authorization": auth["Authorization"]}, "")
+	if cancel.status != http.StatusOK || !strings.Contains(cancel.body, `"status":"canceled"`) {
+		t.Errorf("cancel: %d %s, want 200 canceled", cancel.status, cancel.body)
+	}
+	if e := s.stack.Sim.Ledger().References[canceledRef]; !e.Canceled || e.Captures != 0 {
+		t.Errorf("provider ledger for order-3004: %+v, want canceled, never captured", e)
+	}
+
+	late := s.do(base, http.MethodPost, "/charges/"+captured+"/cancel", map[string]string{"Authorization": auth["Authorization"]}, "")
+	wantProblem(t, "cancel of a captured charge", late.status, late.body, http.StatusConflict, "charge-state-conflict")
+	if !strings.Contains(late.body, `"charge_status":"succeeded"`) {
+		t.Errorf("cancel of a captured charge: %s, want charge_status succeeded", late.body)
+	}
+	if e := s.stack.Sim.Ledger().References[capturedRef]; e.Canceled || e.Captures != 1 {
+		t.Errorf("provider ledger for order-3003 after the cancel: %+v, want its one capture, not canceled", e)
+	}
 }
 
 // refundAPI refunds part of the charge id twice with one key through the

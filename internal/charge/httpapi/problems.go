@@ -107,7 +107,7 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	switch res.Outcome {
 	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict, charge.OutcomeRefundExceeds:
 		resp = *res.Stored
-	case charge.OutcomeFound:
+	case charge.OutcomeFound, charge.OutcomeCaptured, charge.OutcomeCanceled:
 		body := refundBody
 		if res.Refund == nil {
 			body = func(charge.Refund) []byte { return chargeBody(*res.Charge) }
