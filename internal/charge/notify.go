@@ -246,7 +246,10 @@ func (s *Service) notifiedState(ctx context.Context, tenant, id string, res prov
 	if _, err := s.applyState(ctx, c, res); err != nil {
 		return "", err
 	}
-	return OutcomeResolved, nil
+	if res.Status == provider.StatusCanceled {
+		return OutcomeResolvedCanceled, nil
+	}
+	return OutcomeResolvedCaptured, nil
 }
 
 // authorizeOnly reports whether rec is a charge's command that was to

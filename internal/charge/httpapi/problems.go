@@ -186,7 +186,7 @@ func stateConflict(c *charge.Charge) idem.Response {
 		problemJSON
 		ChargeStatus string `json:"charge_status"`
 	}{problemJSON{Type: ProblemBase + ProblemStateConflict.Slug, Title: ProblemStateConflict.Title, Status: ProblemStateConflict.Status,
-		Detail: "The charge is " + c.Status + ", not in a state this request applies to. Nothing was done."}, c.Status})
+		Detail: "The charge's status is " + c.Status + ", not one this request applies to. Nothing was done."}, c.Status})
 	return idem.Response{Status: http.StatusConflict, Headers: map[string]string{"Content-Type": ContentTypeProblem}, Body: b}
 }
 
