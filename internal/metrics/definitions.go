@@ -179,7 +179,7 @@ var (
 		FunctionIntake: {
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
-			OutcomeStateConflict, OutcomeRefundExceeds,
+			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeNotFound,
 		},
 	}
 	operations = map[string][]Operation{
