@@ -96,7 +96,10 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	until := s.cfg.Clock().Add(s.cfg.InflightWait)
+	// The wait is real time, as idem.Do's: a test's frozen clock must not
+	// make it endless.
+	until := time.Now().Add(s.cfg.InflightWait)
+	asked := false // the provider's state, once per request: if it cannot be read, asking again would spin
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		switch {
@@ -114,16 +117,17 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
 			// A move in flight, this one's or the other's: its outcome
 			// decides this request's answer, so it is awaited.
-			if !now.Before(c.transition.deadline) {
+			if !now.Before(c.transition.deadline) && !asked {
 				// Its attempt's time is up: settled from the provider's
 				// state, then read again.
+				asked = true
 				if _, err := s.settleMove(ctx, c); err != nil {
 					return Result{}, err
 				}
 				continue
 			}
-			if now.Before(until) {
-				if err := pause(ctx, min(notifyPause, until.Sub(now))); err != nil {
+			if left := time.Until(until); left > 0 {
+				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}
 				continue
@@ -359,7 +363,6 @@ func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values m
 	}
 	return nil
 }
-
 
 // Shards is the number of shards of the index of moves in flight.
 func (r *Rows) Shards() int { return 1 }
