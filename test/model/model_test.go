@@ -33,7 +33,7 @@ func runModel(t *testing.T, e *env) {
 	var runs atomic.Int64
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
-		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook()}
+		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook(), expired: map[string]bool{}}
 		defer r.reset()
 		r.tenants = []string{r.tenant("a"), r.tenant("b")}
 		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
@@ -74,8 +74,8 @@ type invariant struct {
 // operation declares its actions and invariants in a file of its own and
 // adds them here.
 var (
-	actions    = slices.Concat(chargeActions, faultActions, refundActions)
-	invariants = []invariant{chargeInvariant, refundInvariant}
+	actions    = slices.Concat(chargeActions, faultActions, refundActions, captureActions)
+	invariants = []invariant{chargeInvariant, refundInvariant, captureInvariant}
 )
 
 // drawn returns the names a history draws its steps from, and each
@@ -125,6 +125,12 @@ type history struct {
 	pendingSince time.Time
 	// refunds are what the clients of refunds have seen (refunds_test.go).
 	refunds *refundBook
+	// moved: a capture or cancel was sent. claims are what their answers
+	// said of the charges; expired are the authorizations whose hold
+	// ended at the provider (captures_test.go).
+	moved   bool
+	claims  []claim
+	expired map[string]bool
 }
 
 // keyState is what the clients of one tenant-scoped key have seen, and
