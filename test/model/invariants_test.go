@@ -269,6 +269,9 @@ func (r *history) chargesSettled(rt *rapid.T) {
 				if e.status != provider.StatusDeclined && !ended || hasRow {
 					rt.Fatalf("%s@%s: FAILED_PERMANENT, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
 				}
+				if ended {
+					charged-- // counted above, and with no row
+				}
 			case idem.StatusReleased:
 				if e.results != 0 || hasRow {
 					rt.Fatalf("%s@%s: RELEASED, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
