@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aws/aws-lambda-go/events"
 	"pgregory.net/rapid"
@@ -37,6 +38,12 @@ var captureActions = []action{
 
 // captureInvariant is what must hold of captures and cancels.
 var captureInvariant = invariant{soFar: (*history).capturedAtMostOnce, final: (*history).movesSettled}
+
+// moveStats count what captures' and cancels' clients were told, for the
+// run's log.
+type moveStats struct {
+	captured, canceled, conflicts, pending atomic.Int64
+}
 
 // moveReq is a capture (amount 0: all, as an empty body or {}) or a
 // cancel.
@@ -300,11 +307,15 @@ func (r *history) observeMove(rt *rapid.T, t chargeTarget, q moveReq, resp event
 			rt.Fatalf("%s: not this request's answer", what())
 		}
 		r.claims = append(r.claims, claim{id: t.id, status: st, amount: c.Amount, answer: what()})
+		map[string]*atomic.Int64{"capture": &r.env.moveStats.captured, "cancel": &r.env.moveStats.canceled}[q.verb].Add(1)
 	case slug == httpapi.ProblemStateConflict.Slug:
+		r.env.moveStats.conflicts.Add(1)
+		// A move conflicts only with a settled state, which it names.
 		st := chargeStatusOf(resp.Body)
-		if st == charge.StatusSucceeded || st == charge.StatusCanceled {
-			r.claims = append(r.claims, claim{id: t.id, status: st, answer: what()})
+		if st != charge.StatusSucceeded && st != charge.StatusCanceled {
+			rt.Fatalf("%s: a conflict with a state that is not settled", what())
 		}
+		r.claims = append(r.claims, claim{id: t.id, status: st, answer: what()})
 		// The state this request sets, with the same amount or none, is
 		// a 200: a 409 naming it needs another amount.
 		if st == charge.StatusCanceled && q.verb == "cancel" || st == charge.StatusSucceeded && q.verb == "capture" && q.amount == 0 {
@@ -319,6 +330,7 @@ func (r *history) observeMove(rt *rapid.T, t chargeTarget, q moveReq, resp event
 			rt.Fatalf("%s: in progress without Retry-After", what())
 		}
 	case slug == httpapi.ProblemOutcomePending.Slug:
+		r.env.moveStats.pending.Add(1)
 		if strings.Contains(resp.Body, "Nothing was") {
 			rt.Fatalf("%s: outcome-pending claims something", what())
 		}

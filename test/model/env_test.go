@@ -68,6 +68,7 @@ type env struct {
 	// toldNothing the answers that said nothing was charged.
 	staleRefused, parked, toldNothing atomic.Int64
 	refundStats                       refundStats
+	moveStats                         moveStats
 }
 
 const (

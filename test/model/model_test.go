@@ -46,10 +46,12 @@ func runModel(t *testing.T, e *env) {
 	})
 	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused; %d commands parked; "+
 		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged; "+
-		"%d refunds made, %d refund answers said nothing was refunded, %d were outcome-pending",
+		"%d refunds made, %d refund answers said nothing was refunded, %d were outcome-pending; "+
+		"%d captures and %d cancels answered 200, %d charge-state-conflicts, %d outcome-pending",
 		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load(),
 		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load(),
-		e.refundStats.made.Load(), e.refundStats.toldNothing.Load(), e.refundStats.pending.Load())
+		e.refundStats.made.Load(), e.refundStats.toldNothing.Load(), e.refundStats.pending.Load(),
+		e.moveStats.captured.Load(), e.moveStats.canceled.Load(), e.moveStats.conflicts.Load(), e.moveStats.pending.Load())
 }
 
 // maxSteps bounds a history: short histories keep 1,000 of them to a few
