@@ -1,6 +1,7 @@
 package charge_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -443,4 +444,25 @@ func (h *harness) command(t *testing.T, id string) (idem.Key, time.Time) {
 		t.Fatal(err)
 	}
 	return key, c.CreatedAt
+}
+
+// TestMoveRetryWhileTheProviderIsDownAnswers: a retry of a capture whose
+// answer was lost, past its attempt deadline, cannot read the provider's
+// state. It answers 503 outcome-pending at once, rather than asking again
+// until its function's deadline (found by the model).
+func TestMoveRetryWhileTheProviderIsDownAnswers(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	h.faultOn("/capture", providersimTimeout)
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	h.faultOn("", "")
+	h.clock.Advance(time.Minute) // past the attempt deadline
+	h.sim.SetDown(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a function's deadline
+	defer cancel()
+	resp, err := h.handler.Handle(ctx, postMove("acme", id, "capture", ""))
+	if err != nil || ctx.Err() != nil || resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != "outcome-pending" {
+		t.Fatalf("retry with the provider down: %d %s (%v, context: %v), want 503 outcome-pending", resp.StatusCode, resp.Body, err, ctx.Err())
+	}
 }

@@ -102,8 +102,11 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	until := s.cfg.Clock().Add(s.cfg.InflightWait)
+	// The wait is real time, as idem.Do's: a test's frozen clock must not
+	// make it endless.
+	until := time.Now().Add(s.cfg.InflightWait)
 	awaited := false // another request's move, in flight when this one came
+	asked := false   // the provider's state, once per request: asking again would spin
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		if res, done, err := unread(found, err); done {
@@ -116,10 +119,11 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
 			// A move in flight, this one's or the other's: its outcome
 			// decides this request's answer, so it is awaited.
-			if !now.Before(c.transition.deadline) {
+			if !now.Before(c.transition.deadline) && !asked {
 				// Its attempt's time is up: settled from the provider's
 				// state, then read again. A provider that cannot say
 				// leaves it unknown for now.
+				asked = true
 				switch out, err := s.settleMove(ctx, c); {
 				case err != nil:
 					return Result{}, err
@@ -128,8 +132,8 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				}
 				continue
 			}
-			if now.Before(until) {
-				if err := pause(ctx, min(notifyPause, until.Sub(now))); err != nil {
+			if left := time.Until(until); left > 0 {
+				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}
 				awaited = true

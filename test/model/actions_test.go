@@ -40,17 +40,23 @@ type body struct {
 	Currency    string `json:"currency"`
 	Source      string `json:"source"`
 	Description string `json:"description,omitempty"`
+	// AuthorizeOnly is "capture": false: captures.go's actions settle it.
+	AuthorizeOnly bool `json:"-"`
 }
 
 func (b body) compact() string {
 	out, _ := json.Marshal(b)
+	if b.AuthorizeOnly {
+		out = append(out[:len(out)-1], `,"capture":false}`...)
+	}
 	return string(out)
 }
 
 // spaced writes the same document with the keys reversed and whitespace.
+// It always names capture: true is the default, the same request.
 func (b body) spaced() string {
 	q := func(s string) string { out, _ := json.Marshal(s); return string(out) }
-	s := "{\n  \"source\" : " + q(b.Source) + ",\n  \"currency\":" + q(b.Currency)
+	s := "{\n  \"capture\" : " + strconv.FormatBool(!b.AuthorizeOnly) + ",\n  \"source\" : " + q(b.Source) + ",\n  \"currency\":" + q(b.Currency)
 	if b.Description != "" {
 		s += ",\t\"description\" : " + q(b.Description)
 	}
@@ -91,6 +97,8 @@ func (r *history) newBody(rt *rapid.T) body {
 		Currency:    rapid.SampledFrom([]string{"EUR", "USD", "JPY"}).Draw(rt, "currency"),
 		Source:      rapid.SampledFrom(r.env.sources).Draw(rt, "source"),
 		Description: rapid.SampledFrom(descriptions).Draw(rt, "description"),
+		// One intent in three authorizes only.
+		AuthorizeOnly: rapid.IntRange(0, 2).Draw(rt, "authorizeOnly") == 0,
 	}
 }
 
@@ -302,12 +310,12 @@ func (r *history) sweep(rt *rapid.T) {
 
 func (r *history) stuck() ([]idem.Key, error) {
 	var keys []idem.Key
-	for shard := range r.env.store.Shards() {
-		for sl, err := range r.env.store.StuckLeases(context.Background(), shard, r.env.clock.Now()) {
+	for shard := range r.env.index.Shards() {
+		for sl, err := range r.env.index.StuckLeases(context.Background(), shard, r.env.clock.Now()) {
 			if err != nil {
 				return nil, err
 			}
-			if r.gensOf(sl.Key) != nil {
+			if slices.Contains(r.tenants, sl.Key.Tenant()) {
 				keys = append(keys, sl.Key)
 			}
 		}
@@ -375,8 +383,9 @@ func (r *history) settleRounds(rt *rapid.T) bool {
 			}
 		}
 		// Every key: the messages the charge function queued, and those
-		// the sweeper sends for the stuck ones among them.
-		for _, k := range r.commandKeys() {
+		// the sweeper sends for the stuck ones among them. A charge's
+		// capture or cancel is settled under a key of its own.
+		for _, k := range append(r.commandKeys(), r.moveKeys(rt)...) {
 			r.deliver(rt, k, 2)
 		}
 	}

@@ -20,6 +20,21 @@
 // amount_refunded, its refund rows and the provider agree. No hold
 // outlives its refund, and every 201 reads back as answered.
 //
+// One intent in three authorizes only ("capture": false). Clients
+// capture those in full, in part or above the hold, and cancel them.
+// They repeat each in turn and at once, and race a capture with a
+// cancel. Sim-Fault and dropped connections lose the provider's answer.
+// Holds expire: providersim's Expire, or Stripe's seven days on the
+// clock. The clock passes attempt deadlines, and the reconciler and the
+// sweeper settle moves left in flight. Refunds of uncaptured charges
+// must be 409 charge-state-conflict. The provider's ledger is the judge.
+// It captures an authorization at most once, within its hold, and
+// never both captures and cancels it. Every 200 and every 409 naming a
+// settled state agrees with the provider's final state. So does each
+// charge once settled, never left capturing or canceling. Without
+// webhooks, a hold that expired untouched may still read
+// requires_capture.
+//
 // TestChargePathModelStripe runs the same model with PROVIDER=stripe. It
 // uses the Stripe adapter on the stateful Stripe simulator (stripesim).
 // Its search lags by an hour, Stripe's test PaymentMethods are the
@@ -34,9 +49,10 @@
 // what a history injects. actions_test.go holds what its clients, clock,
 // sweeper and reconciler do. invariants_test.go holds the checks along
 // the way and at the end. refunds_test.go holds refunds' actions and
-// checks. model_test.go holds the entry points and the history loop. A
-// new operation declares its weighted actions and its invariant in a file
-// of its own. It adds them to the lists in model_test.go.
+// checks, and captures_test.go those of captures and cancels.
+// model_test.go holds the entry points and the history loop. A new
+// operation declares its weighted actions and its invariant in a file of
+// its own. It adds them to the lists in model_test.go.
 //
 // The package holds tests only. `make test` runs 1,000 random histories
 // and 200 in Stripe mode, and `make soak` runs 20,000. A failure prints

@@ -27,6 +27,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
+	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
@@ -38,8 +39,11 @@ type env struct {
 	recon   *charge.Service    // what the reconcile function runs per message
 	store   *dynamostore.Store // the same table, for crashes, with the faults
 	reader  *dynamostore.Store // the same table, without faults, for checks
-	sim     backend
-	prov    charger // a crashed charge function's provider calls
+	// index is what the sweeper reads, with the faults: the stuck leases
+	// and the charges' captures and cancels in flight.
+	index sweeper.Index
+	sim   backend
+	prov  charger // a crashed charge function's provider calls
 	// sources are the card sources clients draw; keepsSource: the intent
 	// keeps the source (a provider that replays, as the charge path
 	// stores it).
@@ -64,6 +68,7 @@ type env struct {
 	// toldNothing the answers that said nothing was charged.
 	staleRefused, parked, toldNothing atomic.Int64
 	refundStats                       refundStats
+	moveStats                         moveStats
 }
 
 const (
@@ -109,6 +114,28 @@ type entry struct {
 	pending bool
 	// refunded is what the provider's refunds of the charge took back.
 	refunded int64
+	// An authorization's: the provider's id of the charge, the captures
+	// it made and what they took, and whether it ended uncaptured
+	// (canceled or expired).
+	id       string
+	captures int
+	captured int64
+	canceled bool
+}
+
+// made reports whether the provider made the charge: captured, or held
+// to capture later.
+func (e entry) made() bool {
+	return e.status == provider.StatusCharged || e.status == provider.StatusAuthorized
+}
+
+// rowAmount is the amount the charge's row must read: what a capture
+// took, or else what was charged or held.
+func (e entry) rowAmount() int64 {
+	if e.captures > 0 {
+		return e.captured
+	}
+	return e.amount
 }
 
 // charger is how a crashed charge function called the provider.
@@ -130,7 +157,10 @@ func (simBackend) forgetRefusal(string) {}
 func (b simBackend) entries() map[string]entry {
 	out := map[string]entry{}
 	for ref, e := range b.Ledger().References {
-		out[ref] = entry{results: e.Charges, status: e.Status, amount: e.Amount, pending: e.Pending, refunded: e.Refunded}
+		out[ref] = entry{
+			results: e.Charges, status: e.Status, amount: e.Amount, pending: e.Pending, refunded: e.Refunded,
+			id: e.ID, captures: e.Captures, captured: e.Captured, canceled: e.Canceled,
+		}
 	}
 	return out
 }
@@ -251,12 +281,22 @@ func (b *stripeBackend) SetDown(down bool) { b.down.Store(down) }
 func (b *stripeBackend) entries() map[string]entry {
 	out := map[string]entry{}
 	for ref, e := range b.sim.Ledger() {
-		x := entry{results: e.Succeeded + e.Declined, status: provider.StatusNotFound, amount: e.Amount, pending: e.Pending, refunded: e.Refunded}
+		x := entry{
+			results: e.Succeeded + e.Declined, status: provider.StatusNotFound, amount: e.Amount, pending: e.Pending, refunded: e.Refunded,
+			captures: e.Captures, captured: e.Captured, canceled: e.Canceled > 0,
+		}
+		if e.Authorized > 0 && e.Amount > 0 {
+			// Authorizations count whatever became of them: each held
+			// the key's amount.
+			x.results = e.Declined + int(e.Authorized/e.Amount)
+		}
 		switch {
 		case e.Succeeded > 0:
 			x.status = provider.StatusCharged
 		case e.Declined > 0:
 			x.status = provider.StatusDeclined
+		case e.Authorized > 0:
+			x.status = provider.StatusAuthorized
 		}
 		out[ref] = x
 	}
@@ -371,7 +411,14 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *c
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{handler: h, recon: recon, store: store, reader: reader, archive: archive, clock: clock, faults: faults, db: db, d: d, drop: drop}
+	rows, err := charge.NewRows(clients.DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{
+		handler: h, recon: recon, store: store, index: sweeper.Join(store, rows), reader: reader, archive: archive,
+		clock: clock, faults: faults, db: db, d: d, drop: drop,
+	}
 }
 
 // removeItems deletes the history's records and charge rows once it has

@@ -45,15 +45,20 @@ var faultActions = []action{
 // without an answer, and every dial fails: Go's transport re-sends a
 // request with an Idempotency-Key on a new connection when a kept-alive one
 // drops after the request was written, and that re-send fails to dial.
-// refundFault, when set, is the providersim Sim-Fault of the next refund.
+// fault, when set, is the providersim Sim-Fault of the next POST to a
+// path it names: a refund, a capture or a cancel.
 type connDrop struct {
 	h             http.Handler
 	url           string
 	client        *http.Client
 	armed, noDial atomic.Bool
 	dropped       atomic.Int64
-	refundFault   atomic.Pointer[string]
+	fault         atomic.Pointer[simFault]
 }
+
+// simFault is a Sim-Fault header for the next POST whose path ends in
+// suffix.
+type simFault struct{ suffix, value string }
 
 func newConnDrop(t *testing.T, provider http.Handler) *connDrop {
 	t.Helper()
@@ -70,10 +75,8 @@ func (c *connDrop) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 		return
 	}
-	if r.Method == http.MethodPost && r.URL.Path == "/v1/refunds" {
-		if fault := c.refundFault.Swap(nil); fault != nil {
-			r.Header.Set(providersim.HeaderFault, *fault)
-		}
+	if f := c.fault.Load(); f != nil && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, f.suffix) && c.fault.CompareAndSwap(f, nil) {
+		r.Header.Set(providersim.HeaderFault, f.value)
 	}
 	if r.Method != http.MethodPost || !c.armed.CompareAndSwap(true, false) {
 		c.h.ServeHTTP(w, r)
@@ -167,6 +170,18 @@ func fault(req *http.Request) *http.Response {
 	return idemtest.DynamoDBFault(req, "ThrottlingException")
 }
 
+// withSimFault runs send with providersim's Sim-Fault, drawn, on the next
+// POST whose path ends in suffix. Stripe mode has no such header; there
+// send runs plain.
+func (r *history) withSimFault(rt *rapid.T, suffix string, send func()) {
+	if _, sim := r.env.sim.(simBackend); sim {
+		fault := rapid.SampledFrom([]string{providersim.FaultUnavailable, providersim.FaultTimeout, providersim.FaultSlow}).Draw(rt, "fault")
+		r.env.drop.fault.Store(&simFault{suffix, fault})
+		defer r.env.drop.fault.Store(nil)
+	}
+	send()
+}
+
 // connectionDrops is a charge whose connection to the provider drops
 // after the provider executed it, and whose re-send on a new connection
 // fails to dial.
@@ -207,7 +222,8 @@ func (r *history) claim(rt *rapid.T) (*keyState, body, *idem.Lease) {
 		Currency    string `json:"currency"`
 		Description string `json:"description,omitempty"`
 		Source      string `json:"source,omitempty"`
-	}{Amount: b.Amount, Currency: b.Currency, Description: b.Description}
+		Authorize   bool   `json:"authorize_only,omitempty"`
+	}{Amount: b.Amount, Currency: b.Currency, Description: b.Description, Authorize: b.AuthorizeOnly}
 	if r.env.keepsSource {
 		kept.Source = b.Source
 	}
@@ -234,6 +250,7 @@ func (r *history) crashAfterProvider(rt *rapid.T) {
 	}
 	_, _ = r.env.prov.Charge(context.Background(), provider.ChargeRequest{
 		Reference: charge.ProviderReference(ks.key, lease.CreatedAt), Amount: b.Amount, Currency: b.Currency, Source: b.Source,
+		AuthorizeOnly: b.AuthorizeOnly,
 	})
 }
 

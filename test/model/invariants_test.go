@@ -42,7 +42,7 @@ func (r *history) noteNothingCharged(rt *rapid.T, ks *keyState, resp events.APIG
 		rt.Fatal(err)
 	}
 	ref := charge.ProviderReference(ks.key, rec.CreatedAt)
-	if e := r.env.sim.entries()[ref]; e.status == provider.StatusCharged || e.pending {
+	if e := r.env.sim.entries()[ref]; e.made() || e.pending {
 		rt.Fatalf("%s: told %d %s, but the provider has %+v for its reference", ks.key, resp.StatusCode, resp.Body, e)
 	}
 	ks.told = ref
@@ -115,6 +115,7 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 type parsedCharge struct {
 	ID                string `json:"id"`
 	Amount            int64  `json:"amount"`
+	AmountAuthorized  int64  `json:"amount_authorized"` // only of an authorization
 	ProviderReference string `json:"provider_reference"`
 	CreatedAt         string `json:"created_at"`
 	created           time.Time
@@ -219,10 +220,11 @@ func (r *history) noteAll(rt *rapid.T) {
 // chargesSettled checks the charges' end state. For every command (a
 // key's intent, named by its record's creation):
 //   - the provider charged its reference at most once;
-//   - it is SUCCEEDED exactly when the provider charged it, and then it has
-//     exactly one charge row, and the row, the stored 201 and the provider
-//     agree on the amount; FAILED_PERMANENT exactly when the provider
-//     declined it; RELEASED (or never claimed) when the provider has no
+//   - it is SUCCEEDED exactly when the provider charged or authorized it,
+//     and then it has exactly one charge row, and the row, the stored 201
+//     and the provider agree on the amount (the row's is what a capture
+//     took); FAILED_PERMANENT exactly when the provider declined it, or
+//     on Stripe when an authorization ended before it was recorded; RELEASED (or never claimed) when the provider has no
 //     charge for it; never left IN_FLIGHT, unless it is parked: older than
 //     the provider's dedup window, with no charge at the provider;
 //
@@ -250,19 +252,25 @@ func (r *history) chargesSettled(rt *rapid.T) {
 			if e.results > 1 || e.pending {
 				rt.Fatalf("%s@%s: provider ledger %+v", k, created, e)
 			}
-			if e.status == provider.StatusCharged {
+			if e.made() {
 				charged++
 			}
 			switch rec.Status {
 			case idem.StatusSucceeded:
 				succeeded++
 				c := parseCharge(rt, string(rec.Response.Body))
-				if e.status != provider.StatusCharged || !hasRow || w.Amount != e.amount || c.Amount != e.amount || c.ID != id || w.ProviderReference != ref {
+				if !e.made() || !hasRow || w.Amount != e.rowAmount() || c.Amount != e.amount || c.ID != id || w.ProviderReference != ref {
 					rt.Fatalf("%s@%s: SUCCEEDED with %s, but the provider says %+v and the row is %+v (%t)", k, created, rec.Response.Body, e, w, hasRow)
 				}
 			case idem.StatusFailedPermanent:
-				if e.status != provider.StatusDeclined || hasRow {
+				// An authorization that ended before the reconciler found
+				// it reads as a decline on Stripe (the adapter's doc).
+				ended := e.status == provider.StatusAuthorized && e.canceled && e.captures == 0
+				if e.status != provider.StatusDeclined && !ended || hasRow {
 					rt.Fatalf("%s@%s: FAILED_PERMANENT, but the provider says %+v and a row exists: %t", k, created, e, hasRow)
+				}
+				if ended {
+					charged-- // counted above, and with no row
 				}
 			case idem.StatusReleased:
 				if e.results != 0 || hasRow {
@@ -289,7 +297,7 @@ func (r *history) chargesSettled(rt *rapid.T) {
 				}
 			}
 		}
-		if ks.told != "" && ledger[ks.told].status == provider.StatusCharged {
+		if ks.told != "" && ledger[ks.told].made() {
 			rt.Fatalf("%s: its client was told nothing was charged, and the provider charged %s", k, ks.told)
 		}
 		rec, err := r.env.reader.Get(ctx, k)

@@ -33,7 +33,7 @@ func runModel(t *testing.T, e *env) {
 	var runs atomic.Int64
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
-		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook()}
+		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook(), expired: map[string]bool{}}
 		defer r.reset()
 		r.tenants = []string{r.tenant("a"), r.tenant("b")}
 		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
@@ -46,10 +46,12 @@ func runModel(t *testing.T, e *env) {
 	})
 	t.Logf("%d histories in %s; %d DynamoDB requests refused and %d answers lost; %d stale-owner writes refused; %d commands parked; "+
 		"%d provider connections dropped after executing, %d claims landed unanswered, %d clients told nothing was charged; "+
-		"%d refunds made, %d refund answers said nothing was refunded, %d were outcome-pending",
+		"%d refunds made, %d refund answers said nothing was refunded, %d were outcome-pending; "+
+		"%d captures and %d cancels answered 200, %d charge-state-conflicts, %d outcome-pending",
 		runs.Load(), time.Since(start).Round(time.Millisecond), e.faults.refused.Load(), e.faults.lost.Load(), e.staleRefused.Load(), e.parked.Load(),
 		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load(),
-		e.refundStats.made.Load(), e.refundStats.toldNothing.Load(), e.refundStats.pending.Load())
+		e.refundStats.made.Load(), e.refundStats.toldNothing.Load(), e.refundStats.pending.Load(),
+		e.moveStats.captured.Load(), e.moveStats.canceled.Load(), e.moveStats.conflicts.Load(), e.moveStats.pending.Load())
 }
 
 // maxSteps bounds a history: short histories keep 1,000 of them to a few
@@ -74,8 +76,8 @@ type invariant struct {
 // operation declares its actions and invariants in a file of its own and
 // adds them here.
 var (
-	actions    = slices.Concat(chargeActions, faultActions, refundActions)
-	invariants = []invariant{chargeInvariant, refundInvariant}
+	actions    = slices.Concat(chargeActions, faultActions, refundActions, captureActions)
+	invariants = []invariant{chargeInvariant, refundInvariant, captureInvariant}
 )
 
 // drawn returns the names a history draws its steps from, and each
@@ -125,6 +127,12 @@ type history struct {
 	pendingSince time.Time
 	// refunds are what the clients of refunds have seen (refunds_test.go).
 	refunds *refundBook
+	// moved: a capture or cancel was sent. claims are what their answers
+	// said of the charges; expired are the authorizations whose hold
+	// ended at the provider (captures_test.go).
+	moved   bool
+	claims  []claim
+	expired map[string]bool
 }
 
 // keyState is what the clients of one tenant-scoped key have seen, and

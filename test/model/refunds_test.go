@@ -20,7 +20,6 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
-	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -118,26 +117,41 @@ func (q refundReq) body(spaced bool) string {
 	return "{\n  " + strings.Join(fields, ",\n  ") + "\n}\n"
 }
 
-// chargeTarget is a charge of the history a refund may name.
+// chargeTarget is a charge of the history a refund, a capture or a
+// cancel may name. authorized is what an authorization held (zero for a
+// charge captured at once); amount is what the charge took: for an
+// authorization, what its capture took, zero until one did.
 type chargeTarget struct {
 	tenant, id, reference string
-	amount                int64
+	amount, authorized    int64
 }
 
 var refundClientKeys = []string{"refund-1", "refund-2", "refund-3", "refund-4"} // per tenant
 
-// targets are the history's charges that succeeded, in a fixed order.
+// targets are the history's charges that succeeded, authorizations
+// included, in a fixed order.
 func (r *history) targets(rt *rapid.T) []chargeTarget {
 	var out []chargeTarget
+	var ledger map[string]entry // read once, if there is an authorization
 	for _, k := range r.sortedKeys() {
 		gens := r.keys[k].gens
 		for _, created := range slices.SortedFunc(maps.Keys(gens), time.Time.Compare) {
-			if rec := gens[created]; rec.Status == idem.StatusSucceeded {
-				out = append(out, chargeTarget{
-					tenant: k.Tenant(), id: charge.ChargeID(k, created), reference: charge.ProviderReference(k, created),
-					amount: parseCharge(rt, string(rec.Response.Body)).Amount,
-				})
+			rec := gens[created]
+			if rec.Status != idem.StatusSucceeded {
+				continue
 			}
+			c := parseCharge(rt, string(rec.Response.Body))
+			t := chargeTarget{
+				tenant: k.Tenant(), id: charge.ChargeID(k, created), reference: charge.ProviderReference(k, created),
+				amount: c.Amount, authorized: c.AmountAuthorized,
+			}
+			if t.authorized > 0 {
+				if ledger == nil {
+					ledger = r.env.sim.entries()
+				}
+				t.amount = ledger[t.reference].captured
+			}
+			out = append(out, t)
 		}
 	}
 	return out
@@ -369,19 +383,11 @@ func (r *history) refundRefused(rt *rapid.T) {
 
 // refundProviderFault is a refund whose provider call fails as
 // providersim's Sim-Fault says: unavailable (nothing done), timeout
-// (refunded, the connection closed unanswered) or slow. Stripe mode has
-// no such header; there it is a plain refund.
+// (refunded, the connection closed unanswered) or slow.
 func (r *history) refundProviderFault(rt *rapid.T) {
-	rs := r.pickRefund(rt)
-	if rs == nil {
-		return
+	if rs := r.pickRefund(rt); rs != nil {
+		r.withSimFault(rt, "/v1/refunds", func() { r.refundOnce(rt, rs) })
 	}
-	if _, sim := r.env.sim.(simBackend); sim {
-		fault := rapid.SampledFrom([]string{providersim.FaultUnavailable, providersim.FaultTimeout, providersim.FaultSlow}).Draw(rt, "fault")
-		r.env.drop.refundFault.Store(&fault)
-		defer r.env.drop.refundFault.Store(nil)
-	}
-	r.refundOnce(rt, rs)
 }
 
 // refundConnectionDrops is a refund whose connection to the provider
@@ -502,6 +508,8 @@ func (r *history) observeRefund(rt *rapid.T, rs *refundState, q refundReq, resp 
 	switch {
 	case status == http.StatusCreated,
 		status == http.StatusConflict && (slug == httpapi.ProblemRefundExceeds.Slug || slug == httpapi.ProblemInProgress.Slug),
+		// Only a captured charge is refunded.
+		slug == httpapi.ProblemStateConflict.Slug && rs.target.authorized > 0 && chargeStatusOf(resp.Body) != charge.StatusSucceeded,
 		status == http.StatusUnprocessableEntity && slug == httpapi.ProblemKeyReused.Slug,
 		status == http.StatusServiceUnavailable && (slug == httpapi.ProblemUnavailable.Slug || slug == httpapi.ProblemOutcomePending.Slug):
 	case status == http.StatusInternalServerError, slug == httpapi.ProblemServiceUnavailable.Slug:
@@ -528,10 +536,13 @@ func (r *history) observeRefund(rt *rapid.T, rs *refundState, q refundReq, resp 
 		}
 	}
 	if status == http.StatusCreated {
-		rf := parseRefund(rt, resp.Body)
+		rf, most := parseRefund(rt, resp.Body), rs.target.amount
+		if rs.target.authorized > 0 {
+			most = r.env.sim.entries()[rs.target.reference].captured // 0 uncaptured
+		}
 		if rf.ID != charge.RefundID(rs.key, rf.created) || rf.ChargeID != rs.target.id || rf.ProviderReference != charge.RefundReference(rs.key, rf.created) ||
-			rf.Amount < 1 || rf.Amount > rs.target.amount || q.amount != 0 && rf.Amount != q.amount {
-			rt.Fatalf("%s: 201 %s is not this key's refund of %+v on %+v", rs.key, resp.Body, q, rs.target)
+			rf.Amount < 1 || rf.Amount > most || q.amount != 0 && rf.Amount != q.amount {
+			rt.Fatalf("%s: 201 %s is not this key's refund of %+v on %+v (captured: %d)", rs.key, resp.Body, q, rs.target, most)
 		}
 		if _, seen := r.refunds.made[rf.ID]; !seen {
 			r.env.refundStats.made.Add(1)
