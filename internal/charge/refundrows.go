@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
@@ -74,7 +75,8 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 		return nil
 	}
 	// Why it failed is read after the fact. That is safe: what settled
-	// refunds returned only grows, so a refusal that rests on it is final.
+	// refunds returned only grows (unless one fails later at the provider,
+	// which is rare), so a refusal that rests on it is final.
 	row, found, err := getRow(ctx, r, c.Tenant, c.ID, func(item map[string]types.AttributeValue) (map[string]types.AttributeValue, error) { return item, nil })
 	switch {
 	case err != nil:
@@ -267,8 +269,13 @@ func (r *Rows) failRefund(ctx context.Context, rf Refund) error {
 			ExpressionAttributeValues: map[string]types.AttributeValue{":less": number(-rf.Money.Amount)},
 		}},
 	}})
-	if _, done := errors.AsType[*types.TransactionCanceledException](err); done {
-		return nil // failed already: its row no longer reads succeeded
+	if tce, ok := errors.AsType[*types.TransactionCanceledException](err); ok {
+		if len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
+			return nil // failed already: its row no longer reads succeeded
+		}
+		// Cancelled for another reason (a write on the charge's row at
+		// the same time): nothing was written, and a redelivery tries again.
+		return fmt.Errorf("charge: fail a refund: %w: %w", idem.ErrUnavailable, err)
 	}
 	if err != nil {
 		return fmt.Errorf("charge: fail a refund: %w", dynamostore.AsUnavailable(err))

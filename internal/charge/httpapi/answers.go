@@ -105,5 +105,5 @@ func (Answers) RefundDeclined(code string) idem.Response {
 
 // RefundExceeds is the 409 of a refund beyond what settled refunds leave.
 func (Answers) RefundExceeds() idem.Response {
-	return problem(ProblemRefundExceeds, "The charge's settled refunds leave less than this amount. Nothing was refunded. Retrying this key returns this answer.")
+	return problem(ProblemRefundExceeds, "The charge's settled refunds leave less than this amount. Nothing was refunded. Retrying this key returns this answer; a new key asks again.")
 }
