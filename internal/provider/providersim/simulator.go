@@ -181,19 +181,71 @@ func (ref *reference) state(now time.Time) provider.Result {
 
 // payment is the simulator's state for one capture or cancel reference.
 type payment struct {
-	calls  int
-	op     string           // "capture" or "cancel"
-	charge string           // the charge's id
-	amount int64            // what a capture asked for; 0 for all
-	result *provider.Result // nil until the reference is answered
+	tally
+	op     string // "capture" or "cancel"
+	charge string // the charge's id
+	amount int64  // what a capture asked for; 0 for all
 }
 
 // refund is the simulator's state for one refund reference.
 type refund struct {
-	calls  int
+	tally
 	charge string                 // the refunded charge's reference
 	req    provider.RefundRequest // the request that refunded
-	result *provider.Result       // nil until the reference is refunded
+}
+
+// tally is what the simulator keeps of every reference a refund, a
+// capture or a cancel names: its calls, and its answer (nil until it
+// has one).
+type tally struct {
+	calls  int
+	result *provider.Result
+}
+
+func (t *tally) counted() *tally { return t }
+
+// admit counts a call of reference in m, its state made on first use,
+// and finds what answers it before it is carried out: an outage, an
+// invalid request, its delivery's fault, or the answer the reference
+// already has. That answer is replayed only if same says the request is
+// the first one's; else it is refused as one for other. ok: nothing
+// answers it yet.
+func admit[T any, P interface {
+	*T
+	counted() *tally
+}](s *Simulator, m map[string]P, reference string, d delivery, invalid error, other string, same func(P) bool) (P, provider.Result, delivery, outcome, *refusal, bool) {
+	var st P
+	calls := 0
+	if reference != "" {
+		if st = m[reference]; st == nil {
+			st = new(T)
+			m[reference] = st
+		}
+		st.counted().calls++
+		calls = st.counted().calls
+	}
+	switch {
+	case s.down:
+		return st, provider.Result{}, d, outcomeDown, nil, false
+	case invalid != nil:
+		return st, provider.Result{}, d, outcomeRejected, &refusal{http.StatusBadRequest, invalid.Error()}, false
+	}
+	if d = d.forCall(calls); d == unavailable {
+		return st, provider.Result{}, d, outcomeNotProcessed, nil, false
+	}
+	if t := st.counted(); t.result != nil {
+		if !same(st) {
+			res, d, out, no := refused(d, http.StatusUnprocessableEntity, "reference already used for %s", other)
+			return st, res, d, out, no, false
+		}
+		return st, *t.result, d, outcomeReplayed, nil, false
+	}
+	return st, provider.Result{}, d, "", nil, true
+}
+
+// refused is the answer to a request refused with code: nothing done.
+func refused(d delivery, code int, format string, args ...any) (provider.Result, delivery, outcome, *refusal) {
+	return provider.Result{}, d, outcomeRefused, &refusal{code, fmt.Sprintf(format, args...)}
 }
 
 // LedgerEntry is what happened to one reference.
@@ -674,32 +726,12 @@ func checkRefund(req provider.RefundRequest) error {
 func (s *Simulator) recordRefund(req provider.RefundRequest, d delivery, invalid error) (provider.Result, delivery, outcome, *refusal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var rf *refund
-	if req.Reference != "" {
-		rf = s.refunds[req.Reference]
-		if rf == nil {
-			rf = &refund{}
-			s.refunds[req.Reference] = rf
-		}
-		rf.calls++
+	rf, res, d, out, no, ok := admit(s, s.refunds, req.Reference, d, invalid, "another refund", func(rf *refund) bool { return rf.req == req })
+	if !ok {
+		return res, d, out, no
 	}
 	refuse := func(code int, format string, args ...any) (provider.Result, delivery, outcome, *refusal) {
-		return provider.Result{}, d, outcomeRefused, &refusal{code, fmt.Sprintf(format, args...)}
-	}
-	switch {
-	case s.down:
-		return provider.Result{}, d, outcomeDown, nil
-	case invalid != nil:
-		return provider.Result{}, d, outcomeRejected, &refusal{http.StatusBadRequest, invalid.Error()}
-	}
-	if d = d.forCall(rf.calls); d == unavailable {
-		return provider.Result{}, d, outcomeNotProcessed, nil
-	}
-	if rf.result != nil {
-		if rf.req != req {
-			return refuse(http.StatusUnprocessableEntity, "reference already used for another refund")
-		}
-		return *rf.result, d, outcomeReplayed, nil
+		return refused(d, code, format, args...)
 	}
 	name, ok := s.byID[req.Charge]
 	c := s.refs[name]
@@ -718,7 +750,7 @@ func (s *Simulator) recordRefund(req provider.RefundRequest, d delivery, invalid
 	case req.Amount > charged.Amount-c.refunded:
 		return refuse(http.StatusBadRequest, "amount exceeds what the charge has left to refund (%d)", charged.Amount-c.refunded)
 	}
-	res := provider.Result{Status: provider.StatusRefunded, Reference: req.Reference, ChargeID: newID("rf_")}
+	res = provider.Result{Status: provider.StatusRefunded, Reference: req.Reference, ChargeID: newID("rf_")}
 	rf.charge, rf.req, rf.result = name, req, &res
 	c.refunded += req.Amount
 	return res, d, outcomeCreated, nil
@@ -771,32 +803,14 @@ func (s *Simulator) handlePayment(op string) http.HandlerFunc {
 func (s *Simulator) recordPayment(op, id string, req paymentBody, d delivery, invalid error) (provider.Result, delivery, outcome, *refusal) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var p *payment
-	if req.Reference != "" {
-		p = s.payments[req.Reference]
-		if p == nil {
-			p = &payment{}
-			s.payments[req.Reference] = p
-		}
-		p.calls++
+	p, res, d, out, no, ok := admit(s, s.payments, req.Reference, d, invalid, "another request", func(p *payment) bool {
+		return p.op == op && p.charge == id && p.amount == req.Amount
+	})
+	if !ok {
+		return res, d, out, no
 	}
 	refuse := func(code int, format string, args ...any) (provider.Result, delivery, outcome, *refusal) {
-		return provider.Result{}, d, outcomeRefused, &refusal{code, fmt.Sprintf(format, args...)}
-	}
-	switch {
-	case s.down:
-		return provider.Result{}, d, outcomeDown, nil
-	case invalid != nil:
-		return provider.Result{}, d, outcomeRejected, &refusal{http.StatusBadRequest, invalid.Error()}
-	}
-	if d = d.forCall(p.calls); d == unavailable {
-		return provider.Result{}, d, outcomeNotProcessed, nil
-	}
-	if p.result != nil {
-		if p.op != op || p.charge != id || p.amount != req.Amount {
-			return refuse(http.StatusUnprocessableEntity, "reference already used for another request")
-		}
-		return *p.result, d, outcomeReplayed, nil
+		return refused(d, code, format, args...)
 	}
 	c := s.refs[s.byID[id]]
 	switch {
@@ -806,7 +820,7 @@ func (s *Simulator) recordPayment(op, id string, req paymentBody, d delivery, in
 		return refuse(http.StatusBadRequest, "the charge was declined: nothing to %s", op)
 	}
 	now := s.clock()
-	out := outcomeUnchanged
+	out = outcomeUnchanged
 	if c.state(now).Status == provider.StatusAuthorized {
 		amount := cmp.Or(req.Amount, c.amount)
 		switch {
@@ -820,7 +834,7 @@ func (s *Simulator) recordPayment(op, id string, req paymentBody, d delivery, in
 		}
 		out = outcomeCreated
 	}
-	res := c.state(now)
+	res = c.state(now)
 	res.Reference = req.Reference
 	p.op, p.charge, p.amount, p.result = op, id, req.Amount, &res
 	return res, d, out, nil
