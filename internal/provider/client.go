@@ -162,13 +162,8 @@ func (c *Client) Cancel(ctx context.Context, req PaymentRequest) (Result, error)
 // payment posts a capture or a cancel (op) of req.Charge and requires
 // the answer to be about that charge.
 func (c *Client) payment(ctx context.Context, op string, req PaymentRequest, amount int64, want ...Status) (Result, error) {
-	var invalid error
-	switch {
-	case req.Reference == "":
-		invalid = errEmptyReference
-	case req.Charge == "":
-		invalid = errEmptyCharge
-	case amount < 0:
+	invalid := unnamed(req.Reference, req.Charge)
+	if invalid == nil && amount < 0 {
 		invalid = errBadAmount
 	}
 	endpoint := c.paymentsURL + "/" + url.PathEscape(req.Charge) + "/" + op
@@ -187,14 +182,20 @@ func (c *Client) payment(ctx context.Context, op string, req PaymentRequest, amo
 // Charge's do: a refund beyond what the charge has left, of an unknown
 // charge, or under a reference used for another refund is ErrRejected.
 func (c *Client) Refund(ctx context.Context, req RefundRequest) (Result, error) {
-	var invalid error
-	switch {
-	case req.Reference == "":
-		invalid = errEmptyReference
-	case req.Charge == "":
-		invalid = errEmptyCharge
-	}
+	invalid := unnamed(req.Reference, req.Charge)
 	return c.send(ctx, "refund", c.refundsURL, req.Reference, req, invalid, StatusRefunded, StatusDeclined)
+}
+
+// unnamed refuses, before anything is sent, a request on a charge that
+// lacks its reference or the charge's id.
+func unnamed(reference, charge string) error {
+	switch {
+	case reference == "":
+		return errEmptyReference
+	case charge == "":
+		return errEmptyCharge
+	}
+	return nil
 }
 
 // send posts body to endpoint once, unless invalid refuses it first, and
