@@ -74,31 +74,34 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	return s.answer(ctx, key, charges{s}, res, answer, refused, err)
 }
 
-// charge calls the provider, timed into the invocation's metrics and
-// traced as the span provider.Charge.
-func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
-	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Charge")
+// ask makes one provider call, timed into the invocation's metrics and
+// traced as the span name. Every call the service makes goes through it.
+func (s *Service) ask(ctx context.Context, name string, call func(context.Context) (provider.Result, error)) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, name)
 	defer since(ctx, metrics.ProviderLatency, time.Now())
-	res, err := s.cfg.Provider.Charge(ctx, req)
+	res, err := call(ctx)
 	return answered(span, res, err)
 }
 
-// lookup asks the provider what became of the command lease holds, timed
-// likewise and traced as the span provider.Lookup: by replaying its
-// request (rebuilt from in) if rp is not nil, else by looking its
-// reference up, which sends nothing.
+// charge calls the provider, traced as the span provider.Charge.
+func (s *Service) charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error) {
+	return s.ask(ctx, "provider.Charge", func(ctx context.Context) (provider.Result, error) { return s.cfg.Provider.Charge(ctx, req) })
+}
+
+// lookup asks the provider what became of the command lease holds,
+// traced as the span provider.Lookup: by replaying its request (rebuilt
+// from in) if rp is not nil, else by looking its reference up, which
+// sends nothing.
 func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp Replayer) (provider.Result, error) {
-	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Lookup")
-	defer since(ctx, metrics.ProviderLatency, time.Now())
-	if rp == nil {
-		res, err := s.cfg.Provider.Lookup(ctx, ProviderReference(lease.Key, lease.CreatedAt))
-		return answered(span, res, err)
-	}
-	res, err := rp.LookupRequest(ctx, provider.LookupRequest{
-		ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in, in.Source),
-		FirstSent:     lease.CreatedAt,
+	return s.ask(ctx, "provider.Lookup", func(ctx context.Context) (provider.Result, error) {
+		if rp == nil {
+			return s.cfg.Provider.Lookup(ctx, ProviderReference(lease.Key, lease.CreatedAt))
+		}
+		return rp.LookupRequest(ctx, provider.LookupRequest{
+			ChargeRequest: chargeRequest(lease.Key, lease.CreatedAt, in, in.Source),
+			FirstSent:     lease.CreatedAt,
+		})
 	})
-	return answered(span, res, err)
 }
 
 // chargeRequest is the provider request of the command key names, claimed

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -278,12 +277,9 @@ func (s *Service) answer(ctx context.Context, key idem.Key, op operation, res id
 	}
 }
 
-// refund calls the provider, timed and traced as provider.Refund.
+// refund calls the provider, traced as provider.Refund.
 func (s *Service) refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
-	ctx, span := s.cfg.Tracer.Start(ctx, "provider.Refund")
-	defer since(ctx, metrics.ProviderLatency, time.Now())
-	res, err := s.cfg.Provider.Refund(ctx, req)
-	return answered(span, res, err)
+	return s.ask(ctx, "provider.Refund", func(ctx context.Context) (provider.Result, error) { return s.cfg.Provider.Refund(ctx, req) })
 }
 
 // GetRefund returns tenant's refund refundID of the charge chargeID.
@@ -324,12 +320,10 @@ func (r refunds) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 	if err != nil {
 		return provider.Result{}, err
 	}
-	ctx, span := r.cfg.Tracer.Start(ctx, "provider.LookupRefund")
-	defer since(ctx, metrics.ProviderLatency, time.Now())
-	res, err := r.cfg.Provider.LookupRefund(ctx, provider.RefundRequest{
+	req := provider.RefundRequest{
 		Reference: RefundReference(lease.Key, lease.CreatedAt), Charge: in.ProviderCharge, Amount: in.Amount, Currency: in.Currency, Command: lease.Key.String(),
-	})
-	return answered(span, res, err)
+	}
+	return r.ask(ctx, "provider.LookupRefund", func(ctx context.Context) (provider.Result, error) { return r.cfg.Provider.LookupRefund(ctx, req) })
 }
 
 // verdict is a refund to commit with its row and its hold settled, or a

@@ -14,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -174,13 +173,8 @@ func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
 		return Result{}, err
 	}
 	pctx, cancelCall := context.WithDeadline(ctx, c.transition.deadline.Add(-s.cfg.CommitReserve))
-	ctx2, span := s.cfg.Tracer.Start(pctx, "provider."+m.name)
-	start := time.Now()
-	res, err := m.call(s.cfg.Provider, ctx2, provider.PaymentRequest{
-		Reference: TransitionReference(c.ID, m.name), Charge: c.ProviderChargeID, Amount: c.transition.amount,
-	})
-	since(ctx, metrics.ProviderLatency, start)
-	res, err = answered(span, res, err)
+	req := provider.PaymentRequest{Reference: TransitionReference(c.ID, m.name), Charge: c.ProviderChargeID, Amount: c.transition.amount}
+	res, err := s.ask(pctx, "provider."+m.name, func(ctx context.Context) (provider.Result, error) { return m.call(s.cfg.Provider, ctx, req) })
 	cancelCall()
 	switch {
 	case errors.Is(err, provider.ErrRejected):
