@@ -17,7 +17,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -112,10 +111,7 @@ func TestUnmadeCaptureIsEventuallyReverted(t *testing.T) {
 	h.faultOn("/capture", edge502)
 	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
 	h.faultOn("", "")
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := h.rows(t)
 	var outcomes []charge.Outcome
 	for range 60 { // an hour of sweeps, one a minute
 		h.clock.Advance(time.Minute)

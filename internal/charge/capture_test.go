@@ -311,29 +311,13 @@ func TestCaptureThatNeverLandedIsRevertedOnlyAfterTheSettleWindow(t *testing.T) 
 // captures is how many times the provider captured tenant's charge id.
 func (h *harness) captures(t *testing.T, tenant, id string) int {
 	t.Helper()
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, found, err := rows.Get(t.Context(), tenant, id)
-	if err != nil || !found {
-		t.Fatalf("charge row %s: %v, %v", id, found, err)
-	}
-	return h.sim.Ledger().References[c.ProviderReference].Captures
+	return h.sim.Ledger().References[h.row(t, tenant, id).ProviderReference].Captures
 }
 
 // providerID is the provider's id of tenant's charge id.
 func (h *harness) providerID(t *testing.T, tenant, id string) string {
 	t.Helper()
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, found, err := rows.Get(t.Context(), tenant, id)
-	if err != nil || !found {
-		t.Fatalf("charge row %s: %v, %v", id, found, err)
-	}
-	return c.ProviderChargeID
+	return h.row(t, tenant, id).ProviderChargeID
 }
 
 // TestExpiredAuthorizationCannotBeCaptured: the provider ended the hold;
@@ -369,10 +353,7 @@ func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
 	h.faultOn("/capture", providersimTimeout)
 	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
 	h.faultOn("", "")
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rows := h.rows(t)
 	stuck := func(at time.Time) []string {
 		var keys []string
 		for rec, err := range rows.StuckLeases(t.Context(), 0, at) {
@@ -431,14 +412,7 @@ func TestNotificationsSettleMoves(t *testing.T) {
 // its record's creation.
 func (h *harness) command(t *testing.T, id string) (idem.Key, time.Time) {
 	t.Helper()
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, _, err := rows.Get(t.Context(), "acme", id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := h.row(t, "acme", id)
 	key, err := idem.NewKey("acme", charge.Operation, string(c.IdempotencyKey))
 	if err != nil {
 		t.Fatal(err)

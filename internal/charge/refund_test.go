@@ -130,19 +130,31 @@ func (h *harness) readCharge(t *testing.T, tenant, id string) chargeRead {
 	return c
 }
 
-// providerRefunded is what the provider refunded of the charge id, and
-// how many refunds it made.
-func (h *harness) providerRefunded(t *testing.T, tenant, id string) (amount int64, n int) {
+// rows is the deployment's charges table.
+func (h *harness) rows(t *testing.T) *charge.Rows {
 	t.Helper()
 	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, found, err := rows.Get(t.Context(), tenant, id)
+	return rows
+}
+
+// row is tenant's charge id as its row holds it.
+func (h *harness) row(t *testing.T, tenant, id string) charge.Charge {
+	t.Helper()
+	c, found, err := h.rows(t).Get(t.Context(), tenant, id)
 	if err != nil || !found {
 		t.Fatalf("charge row %s: %v, %v", id, found, err)
 	}
-	for _, rf := range h.sim.Ledger().RefundsOf(c.ProviderReference) {
+	return c
+}
+
+// providerRefunded is what the provider refunded of the charge id, and
+// how many refunds it made.
+func (h *harness) providerRefunded(t *testing.T, tenant, id string) (amount int64, n int) {
+	t.Helper()
+	for _, rf := range h.sim.Ledger().RefundsOf(h.row(t, tenant, id).ProviderReference) {
 		amount += rf.Amount
 		n += rf.Refunds
 	}
