@@ -150,7 +150,9 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		// Another intent under the same key (an earlier one, past
 		// retention): its notification is not this command's.
 		return OutcomeNothingToDo, nil
-	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == Operation:
+	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == Operation && authorizeOnly(rec):
+		// Only an authorization has a state left to settle: a charge
+		// captured at once is final, and its row is not read.
 		return s.notifiedState(ctx, n.Command.Tenant(), ChargeID(n.Command, rec.CreatedAt), n.Result)
 	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == RefundOperation && n.Result.Status == provider.StatusDeclined:
 		return refunds{s}.failedLater(ctx, n.Command, rec)

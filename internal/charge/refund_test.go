@@ -499,3 +499,31 @@ func TestFirstRefundBeyondTheChargeIsFinal(t *testing.T) {
 	}
 	wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":1000}`)), http.StatusCreated)
 }
+
+// TestRefundKeyReusedAfterRetentionIsANewRefund: once a refund key's
+// retention has passed, it names a new intent: its own refund, its own
+// hold, and the first refund's row stays as it was.
+func TestRefundKeyReusedAfterRetentionIsANewRefund(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.charged(t, "acme", 1000)
+	key := newKey()
+	first := h.do(postRefund("acme", key, id, `{"amount":300}`))
+	wantStatus(t, first, http.StatusCreated)
+	h.clock.Advance(h.d.Charge().Retention + time.Minute)
+	again := h.do(postRefund("acme", key, id, `{"amount":300}`))
+	wantStatus(t, again, http.StatusCreated)
+	if again.Headers["Idempotent-Replayed"] != "" || again.Headers["Location"] == first.Headers["Location"] {
+		t.Fatalf("after retention the key replayed the first refund: %v %s", again.Headers, again.Body)
+	}
+	if got, n := h.providerRefunded(t, "acme", id); got != 600 || n != 2 {
+		t.Fatalf("provider refunded %d in %d, want 600 in 2", got, n)
+	}
+	c := h.readCharge(t, "acme", id)
+	if c.AmountRefunded != 600 || len(c.Refunds) != 2 {
+		t.Fatalf("charge read %+v, want 600 refunded in 2", c)
+	}
+	if read := h.do(getRefund("acme", id, strings.TrimPrefix(first.Headers["Location"], "/charges/"+id+"/refunds/"))); read.Body != first.Body {
+		t.Fatalf("the first refund reads %s, want %s", read.Body, first.Body)
+	}
+}
