@@ -15,25 +15,13 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// postMove is POST /charges/{id}/capture or /cancel, with body if any.
-func postMove(tenant, id, verb, body string) events.APIGatewayV2HTTPRequest {
-	req := testkit.PostCharge(tenant, "", body)
-	route := map[string]string{"capture": httpapi.RouteCapture, "cancel": httpapi.RouteCancel}[verb]
-	req.RouteKey, req.RawPath = route, "/charges/"+id+"/"+verb
-	req.PathParameters = map[string]string{"id": id}
-	req.RequestContext.HTTP.Path = req.RawPath
-	if body == "" {
-		req.Headers = map[string]string{}
-	}
-	return req
-}
+var postMove = testkit.PostMove
 
 // authorized creates a charge of amount to capture later and returns its
 // id.

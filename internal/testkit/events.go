@@ -83,3 +83,17 @@ func GetRefund(tenant, chargeID, refundID string) events.APIGatewayV2HTTPRequest
 	req.RequestContext.HTTP.Path = req.RawPath
 	return req
 }
+
+// PostMove is POST /charges/{id}/capture or /cancel (verb), with body if
+// any (and then its Content-Type), tenant as for PostCharge.
+func PostMove(tenant, id, verb, body string) events.APIGatewayV2HTTPRequest {
+	req := PostCharge(tenant, "", body)
+	route := map[string]string{"capture": httpapi.RouteCapture, "cancel": httpapi.RouteCancel}[verb]
+	req.RouteKey, req.RawPath = route, "/charges/"+id+"/"+verb
+	req.PathParameters = map[string]string{"id": id}
+	req.RequestContext.HTTP.Path = req.RawPath
+	if body == "" {
+		req.Headers = map[string]string{}
+	}
+	return req
+}

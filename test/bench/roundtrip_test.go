@@ -68,7 +68,7 @@ func TestRoundTrips(t *testing.T) {
 	s := newStack(t, clock.Now, 0, counter.Option(), m.Option())
 	m.tables = map[string]tableLayout{
 		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{dynamostore.AttrPK}, index: []string{dynamostore.AttrLeaseShard, dynamostore.AttrLeaseExpiresAt}},
-		s.cfg.ChargesTable:     {role: roleCharges, key: []string{charge.AttrTenant, charge.AttrID}},
+		s.cfg.ChargesTable:     {role: roleCharges, key: []string{charge.AttrTenant, charge.AttrID}, index: []string{charge.AttrTransitionShard, charge.AttrAttemptDeadline}},
 	}
 	reconciler := s.dep.ReconcileService(t, func(w *testkit.Wiring) { w.Deps = s.deps })
 	// The charge function as deployed logs JSON at LOG_LEVEL=INFO (app.Logger)
@@ -137,6 +137,22 @@ func TestRoundTrips(t *testing.T) {
 	}
 	measure("refund", "first refund", want{calls: map[string]int{"GetItem": 1, "PutItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 5, wcu: 8, indexWC: 2, rcu: 1},
 		handle(testkit.PostRefund(tenant, newKey(), charge.ChargeID(firstKey, firstRec.CreatedAt), `{"amount":500}`), http.StatusCreated, false))
+	// A capture of an authorization: the row read, its move begun, then
+	// settled. No idempotency record, no transaction.
+	authKey := newKey()
+	if _, err := handler.Handle(ctx, post(authKey, strings.Replace(visa, `"amount"`, `"capture":false,"amount"`, 1))); err != nil {
+		t.Fatal(err)
+	}
+	authCmd, err := idem.NewKey(tenant, charge.Operation, authKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	authRec, err := s.store.Get(ctx, authCmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	measure("capture", "first capture", want{calls: map[string]int{"GetItem": 1, "UpdateItem": 2}, written: 2, wcu: 2, indexWC: 2, rcu: 1},
+		handle(testkit.PostMove(tenant, charge.ChargeID(authCmd, authRec.CreatedAt), "capture", ""), http.StatusOK, false))
 	// The charge function's replay cache: its first replay asks DynamoDB
 	// and keeps the answer, the next is served from memory.
 	cached := s.dep.ChargeHandler(t, func(w *testkit.Wiring) {
@@ -204,15 +220,15 @@ func TestRoundTrips(t *testing.T) {
 		})
 
 	for _, r := range rows {
-		if r.id == "reconcile" || r.id == "refund" {
-			continue // the reconciler reads, and a refund reads its charge; a charge's path must not
+		if r.id == "reconcile" || r.id == "refund" || r.id == "capture" {
+			continue // the reconciler reads, and a refund or capture reads its charge; a charge's path must not
 		}
 		if r.calls["GetItem"]+r.calls["Query"] != 0 {
 			t.Errorf("%s reads on the request path: %v", r.outcome, r.calls)
 		}
 	}
-	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 4 {
-		t.Errorf("provider charges %d, want 4 (first, decline, timed out, naive)", charges)
+	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 5 {
+		t.Errorf("provider charges %d, want 5 (first, the authorization, decline, timed out, naive)", charges)
 	}
 
 	table := roundTripTable(rows)
