@@ -526,7 +526,7 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 		if err != nil {
 			return charge.Notification{}, err
 		}
-		n := charge.Notification{Provider: ProviderStripe, EventID: ev.ID, Reference: ev.Reference, Result: ev.Result}
+		n := charge.Notification{Provider: ProviderStripe, EventID: ev.ID, Reference: ev.Reference, Row: ev.Row, Result: ev.Result}
 		if k, err := idem.ParseKey(ev.Command); err == nil {
 			n.Command = k
 		}

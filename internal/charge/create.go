@@ -110,7 +110,7 @@ func (s *Service) lookup(ctx context.Context, lease *idem.Lease, in intent, rp R
 func chargeRequest(key idem.Key, created time.Time, in intent, source string) provider.ChargeRequest {
 	return provider.ChargeRequest{
 		Reference: ProviderReference(key, created), Amount: in.Amount, Currency: in.Currency, Source: source,
-		Command: key.String(), AuthorizeOnly: in.AuthorizeOnly,
+		Command: key.String(), Row: ChargeID(key, created), AuthorizeOnly: in.AuthorizeOnly,
 	}
 }
 
@@ -288,6 +288,34 @@ func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Resu
 }
 
 func (charges) done() (provider.Status, Outcome) { return provider.StatusCharged, OutcomeResolved }
+
+func (charges) row(rec *idem.Record) (string, error) { return ChargeID(rec.Key, rec.CreatedAt), nil }
+
+// notified settles, as the provider's word n says, a charge made but not
+// settled: an authorization whose capture or cancel is in flight, or one
+// the provider itself captured or canceled (an authorization that
+// expired). A charge in its final state is left as it is.
+func (c charges) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
+	if !IsChargeID(row) {
+		return OutcomeNothingToDo, true, nil // no row of ours has that id
+	}
+	ch, found, err := c.cfg.Rows.Get(ctx, n.Command.Tenant(), row)
+	switch {
+	case err != nil || !found:
+		return "", false, err
+	case ch.ProviderReference != n.Reference || ch.Status == StatusSucceeded || ch.Status == StatusCanceled:
+		return OutcomeNothingToDo, true, nil
+	}
+	switch n.Result.Status {
+	case provider.StatusCharged:
+		_, err = c.applyState(ctx, ch, n.Result)
+		return OutcomeResolvedCaptured, true, err
+	case provider.StatusCanceled:
+		_, err = c.applyState(ctx, ch, n.Result)
+		return OutcomeResolvedCanceled, true, err
+	}
+	return OutcomeNothingToDo, true, nil
+}
 
 // undo has nothing to take back: a charge writes only when it settles.
 func (charges) undo(context.Context, *idem.Lease) error { return nil }

@@ -79,7 +79,9 @@
 //	delivery while another one is processed        OutcomeConflict (RetryAt: that one's lease end)
 //	store failing                                  OutcomeBusy; nothing recorded, the redelivery settles it
 //	delivery that dies                             event record left IN_FLIGHT: a redelivery takes it over once its lease ends, Reconcile releases it
+//	event naming a written row (Notification.Row)  settles the row, whatever the age of the command's record: an authorization captured or canceled, a refund failed later
 //	charge or decline of an IN_FLIGHT command      waits up to InflightWait for a running attempt, preempts the lease, settles as Reconcile would
 //	charge or decline of a RELEASED command        preempts and settles it: the release was wrong
-//	anything else                                  OutcomeNothingToDo (unknown or settled command, an older intent under the key, an event that settles nothing)
+//	done, with no row and no record left           OutcomeNothingToDo, and an ERROR log line for an operator
+//	anything else                                  OutcomeNothingToDo (unknown or settled command, an older intent under the key, a row under another reference, an event that settles nothing)
 package charge

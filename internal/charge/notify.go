@@ -28,6 +28,9 @@ type Notification struct {
 	Command idem.Key
 	// Reference is the provider reference the charge was sent under.
 	Reference string
+	// Row is the id of the command's row in the charges table, as the
+	// provider carried it; empty for one sent before it carried rows.
+	Row string
 	// Result is the charge's outcome: StatusCharged or StatusDeclined; any
 	// other status settles nothing.
 	Result provider.Result
@@ -137,25 +140,41 @@ func unclaimed(err error) (*idem.Lease, Result, error) {
 	return nil, Result{}, err
 }
 
-// settleNotified settles the command n names, if it is IN_FLIGHT under
-// n's reference, or records a refund that failed after it succeeded.
+// settleNotified settles what n names. Its row, once written, takes the
+// event: the row outlives the command's record. With no row yet, the
+// command's record, IN_FLIGHT or released, is settled.
 func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, error) {
+	op := s.ops[n.Command.Operation()]
+	if n.Row != "" {
+		if out, found, err := op.notified(ctx, n, n.Row); found || err != nil {
+			return out, err
+		}
+	}
 	rec, err := s.waitAttempt(ctx, n.Command)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
+		if done, _ := op.done(); n.Row != "" && n.Result.Status == done {
+			// Ours, and done at the provider, with no row and no record
+			// left: an operator must record it.
+			s.cfg.Logger.ErrorContext(ctx, "notify: the provider reports a command done that has no row and no record",
+				"key_hash", n.Command.LogHash(), "row", n.Row)
+		}
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
-	case s.ops[n.Command.Operation()].reference(n.Command, rec.CreatedAt) != n.Reference:
+	case op.reference(n.Command, rec.CreatedAt) != n.Reference:
 		// Another intent under the same key (an earlier one, past
 		// retention): its notification is not this command's.
 		return OutcomeNothingToDo, nil
-	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == Operation && authorizeOnly(rec):
-		// Only an authorization has a state left to settle: a charge
-		// captured at once is final, and its row is not read.
-		return s.notifiedState(ctx, n.Command.Tenant(), ChargeID(n.Command, rec.CreatedAt), n.Result)
-	case rec.Status == idem.StatusSucceeded && n.Command.Operation() == RefundOperation && n.Result.Status == provider.StatusDeclined:
-		return refunds{s}.failedLater(ctx, n.Command, rec)
+	case rec.Status == idem.StatusSucceeded:
+		// Settled since its row was read, or named by an event that
+		// carries no row: the record names the row.
+		row, err := op.row(rec)
+		if err != nil {
+			return "", err
+		}
+		out, _, err := op.notified(ctx, n, row)
+		return out, err
 	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
 	case (n.Result.Status == provider.StatusAuthorized || n.Result.Status == provider.StatusCanceled) && !authorizeOnly(rec):
@@ -229,30 +248,6 @@ func (s *Service) waitAttempt(ctx context.Context, key idem.Key) (*idem.Record, 
 
 // notifyPause is how often waitAttempt reads the record again.
 const notifyPause = 100 * time.Millisecond
-
-// notifiedState settles, as the provider's word res says, a charge made
-// but not settled: an authorization whose capture or cancel is in flight,
-// or one the provider itself captured or canceled (an authorization that
-// expired). A charge in its final state is left as it is.
-func (s *Service) notifiedState(ctx context.Context, tenant, id string, res provider.Result) (Outcome, error) {
-	if res.Status != provider.StatusCharged && res.Status != provider.StatusCanceled {
-		return OutcomeNothingToDo, nil
-	}
-	c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
-	switch {
-	case err != nil:
-		return "", err
-	case !found || c.Status == StatusSucceeded || c.Status == StatusCanceled:
-		return OutcomeNothingToDo, nil
-	}
-	if _, err := s.applyState(ctx, c, res); err != nil {
-		return "", err
-	}
-	if res.Status == provider.StatusCanceled {
-		return OutcomeResolvedCanceled, nil
-	}
-	return OutcomeResolvedCaptured, nil
-}
 
 // authorizeOnly reports whether rec is a charge's command that was to
 // capture later.

@@ -37,6 +37,13 @@ type operation interface {
 	// (StatusCharged, StatusRefunded), and resolved the outcome of a
 	// command settled so by the reconciler, a notification or an operator.
 	done() (provider.Status, Outcome)
+	// row is the id of the row in the charges table that the command
+	// rec records writes.
+	row(rec *idem.Record) (string, error)
+	// notified applies the provider's word n to the command's row, the
+	// system of record, which outlives the command's record. found is
+	// false when the row is not there (yet).
+	notified(ctx context.Context, n Notification, row string) (out Outcome, found bool, err error)
 }
 
 // errStillLeased: another attempt took the lease while the command was

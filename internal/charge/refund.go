@@ -207,9 +207,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 			refused = OutcomeBusy
 			return s.release(ctx, op, l)
 		}
-		pres, err := s.refund(ctx, provider.RefundRequest{
-			Reference: rf.ProviderReference, Charge: kept.ProviderCharge, Amount: kept.Amount, Currency: kept.Currency, Command: key.String(),
-		})
+		pres, err := s.refund(ctx, refundRequest(l, kept))
 		switch {
 		case errors.Is(err, provider.ErrRejected):
 			refused = OutcomeRejected
@@ -320,9 +318,7 @@ func (r refunds) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 	if err != nil {
 		return provider.Result{}, err
 	}
-	req := provider.RefundRequest{
-		Reference: RefundReference(lease.Key, lease.CreatedAt), Charge: in.ProviderCharge, Amount: in.Amount, Currency: in.Currency, Command: lease.Key.String(),
-	}
+	req := refundRequest(lease, in)
 	return r.ask(ctx, "provider.LookupRefund", func(ctx context.Context) (provider.Result, error) { return r.cfg.Provider.LookupRefund(ctx, req) })
 }
 
@@ -390,26 +386,43 @@ func (r refunds) rewrite(ctx context.Context, lease *idem.Lease, res provider.Re
 	return outcome, resp, r.backend.Commit(ctx, lease, resp, writes...)
 }
 
-// failedLater records a refund the provider reported failed after it had
-// succeeded (a Stripe refund pending, then failed): its amount returns to
-// the charge, and the refund reads failed. Its stored 201 stays: it was
-// the answer then.
-func (r refunds) failedLater(ctx context.Context, key idem.Key, rec *idem.Record) (Outcome, error) {
+// refundRequest is the provider request of the refund lease holds, built
+// in one place for its send and its lookup.
+func refundRequest(lease *idem.Lease, in refundIntent) provider.RefundRequest {
+	return provider.RefundRequest{
+		Reference: RefundReference(lease.Key, lease.CreatedAt), Charge: in.ProviderCharge, Amount: in.Amount, Currency: in.Currency,
+		Command: lease.Key.String(), Row: refundRowID(in.Charge, RefundID(lease.Key, lease.CreatedAt)),
+	}
+}
+
+func (refunds) row(rec *idem.Record) (string, error) {
 	var in refundIntent
 	if err := json.Unmarshal(rec.Intent, &in); err != nil {
 		return "", fmt.Errorf("charge: stored intent: %w", err)
 	}
-	rf, found, err := r.cfg.Rows.GetRefund(ctx, key.Tenant(), in.Charge, RefundID(key, rec.CreatedAt))
+	return refundRowID(in.Charge, RefundID(rec.Key, rec.CreatedAt)), nil
+}
+
+// notified records a refund the provider reported failed after it had
+// succeeded (a Stripe refund pending, then failed): its amount returns to
+// the charge, and the refund reads failed. Its stored 201 stays: it was
+// the answer then.
+func (r refunds) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
+	chargeID, refundID, _ := strings.Cut(row, "#")
+	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
+		return OutcomeNothingToDo, true, nil // no row of ours has that id
+	}
+	rf, found, err := r.cfg.Rows.GetRefund(ctx, n.Command.Tenant(), chargeID, refundID)
 	switch {
-	case err != nil:
-		return "", err
-	case !found || rf.Status != StatusSucceeded:
-		return OutcomeNothingToDo, nil
+	case err != nil || !found:
+		return "", false, err
+	case rf.ProviderReference != n.Reference || n.Result.Status != provider.StatusDeclined || rf.Status != StatusSucceeded:
+		return OutcomeNothingToDo, true, nil
 	}
 	r.cfg.Logger.WarnContext(ctx, "notify: a refund failed after it succeeded; its amount returns to the charge",
-		"key_hash", key.LogHash(), "refund_id", rf.ID, "charge_id", rf.ChargeID)
+		"key_hash", n.Command.LogHash(), "refund_id", rf.ID, "charge_id", rf.ChargeID)
 	if err := r.cfg.Rows.failRefund(ctx, rf); err != nil {
-		return "", err
+		return "", true, err
 	}
-	return OutcomeResolvedDec, nil
+	return OutcomeResolvedDec, true, nil
 }

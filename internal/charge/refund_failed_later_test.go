@@ -43,11 +43,15 @@ func refundFailedLater(t *testing.T, svc *charge.Service, h *harness, client, ev
 // another request's write on one of its items cancelled: reasons per
 // item, here [None, TransactionConflict]. Nothing was written.
 func transactionCanceled(req *http.Request) *http.Response {
-	body := `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",` +
-		`"CancellationReasons":[{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}],` +
-		`"Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]"}`
+	return dynamoAnswer(req, http.StatusBadRequest, `{"__type":"com.amazonaws.dynamodb.v20120810#TransactionCanceledException",`+
+		`"CancellationReasons":[{"Code":"None"},{"Code":"TransactionConflict","Message":"Transaction is ongoing for the item"}],`+
+		`"Message":"Transaction cancelled, please refer cancellation reasons for specific reasons [None, TransactionConflict]"}`)
+}
+
+// dynamoAnswer is DynamoDB's answer to req with status and body.
+func dynamoAnswer(req *http.Request, status int, body string) *http.Response {
 	return &http.Response{
-		Status: "400 Bad Request", StatusCode: http.StatusBadRequest, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Status: http.StatusText(status), StatusCode: status, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
 		Header: http.Header{
 			"Content-Type":     {"application/x-amz-json-1.0"},
 			"X-Amzn-Requestid": {"injected"},

@@ -53,6 +53,17 @@ type stripeStack struct {
 // (the gateway's invocation deadline).
 func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeConfig), wrapSim func(http.Handler) http.Handler) *stripeStack {
 	t.Helper()
+	return newStripeStackAt(t, nil, timeout, tune, wrapSim)
+}
+
+// newStripeStackAt starts the stack with the charge function, its store
+// and stripesim reading clock; nil is the wall clock.
+func newStripeStackAt(t *testing.T, clock *testkit.Clock, timeout time.Duration, tune func(*app.ChargeConfig), wrapSim func(http.Handler) http.Handler) *stripeStack {
+	t.Helper()
+	now := time.Now
+	if clock != nil {
+		now = clock.Now
+	}
 	s := &stripeStack{t: t, d: testkit.Deploy(t), db: testkit.Clients(t).DynamoDB}
 	var api http.Handler
 	apiSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -69,7 +80,7 @@ func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeCo
 	s.api = apiSrv.URL
 	s.sim = stripesim.New(func(o *stripesim.Options) {
 		o.SecretKey, o.WebhookURL, o.WebhookSecret = testSecretKey, apiSrv.URL+"/webhooks/stripe", testWhsec
-		o.WebhookRetry = 100 * time.Millisecond
+		o.WebhookRetry, o.Clock = 100*time.Millisecond, now
 	})
 	t.Cleanup(s.sim.WaitWebhooks)
 	var sim http.Handler = s.sim
@@ -82,6 +93,7 @@ func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeCo
 	h := s.d.ChargeHandler(t, func(w *testkit.Wiring) {
 		w.Charge.Provider, w.Charge.ProviderURL, w.Charge.ProviderSecretName = app.ProviderStripe, simSrv.URL, key
 		w.Charge.WebhookSecretName = whsec
+		w.Deps.Clock = now
 		if tune != nil {
 			tune(&w.Charge)
 		}
@@ -92,7 +104,7 @@ func newStripeStack(t *testing.T, timeout time.Duration, tune func(*app.ChargeCo
 		t.Fatal(err)
 	}
 	api = gw
-	if s.store, err = dynamostore.New(s.db, s.d.IdempotencyTable); err != nil {
+	if s.store, err = dynamostore.New(s.db, s.d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = now }); err != nil {
 		t.Fatal(err)
 	}
 	return s
@@ -119,10 +131,21 @@ func (s *stripeStack) send(req *http.Request) response {
 // charge posts a charge of 1500 EUR to source.
 func (s *stripeStack) charge(tenant, key, source string) response {
 	s.t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, s.api+"/charges", strings.NewReader(chargeBody(source)))
-	req.Header.Set("Content-Type", "application/json")
+	return s.call(http.MethodPost, tenant, "/charges", key, chargeBody(source))
+}
+
+// call sends tenant's request to the API, with key as its
+// Idempotency-Key unless it is empty.
+func (s *stripeStack) call(method, tenant, path, key, body string) response {
+	s.t.Helper()
+	req, _ := http.NewRequest(method, s.api+path, strings.NewReader(body))
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Authorization", "Bearer "+gateway.TokenPrefix+tenant)
-	req.Header.Set("Idempotency-Key", key)
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
 	return s.send(req)
 }
 

@@ -87,6 +87,10 @@ const redacted = "[redacted]"
 // String, GoString and LogValue leave it out too, and our provider API is
 // not sent it.
 //
+// Row names the charge's row in our charges table, attached like
+// Command. A notification finds the row by it once the command's record
+// has expired.
+//
 // AuthorizeOnly asks the provider to hold the amount and not capture it:
 // success is then StatusAuthorized, and Capture or Cancel settles it.
 type ChargeRequest struct {
@@ -96,6 +100,7 @@ type ChargeRequest struct {
 	Source        string `json:"source"`
 	AuthorizeOnly bool   `json:"authorize_only,omitempty"`
 	Command       string `json:"-"`
+	Row           string `json:"-"`
 }
 
 // String formats the request for %v and %s, with the source redacted.
@@ -132,14 +137,16 @@ type LookupRequest struct {
 
 // RefundRequest asks the provider to refund Amount (in minor units of
 // Currency) of the charge it knows as Charge. Reference is the refund's
-// own idempotency key, never the charge's. Command names the refund's
-// command, as for ChargeRequest, and is left out of our provider API.
+// own idempotency key, never the charge's. Command and Row name the
+// refund's command and row, as for ChargeRequest, and are left out of
+// our provider API.
 type RefundRequest struct {
 	Reference string `json:"reference"`
 	Charge    string `json:"charge"`
 	Amount    int64  `json:"amount"`
 	Currency  string `json:"currency"`
 	Command   string `json:"-"`
+	Row       string `json:"-"`
 }
 
 // PaymentRequest asks the provider to capture or cancel the authorization

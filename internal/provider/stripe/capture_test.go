@@ -132,7 +132,7 @@ func TestAuthorizationExpiresAfterSevenDays(t *testing.T) {
 	t.Cleanup(hook.Close)
 	b := newBackend(t, func(o *stripesim.Options) { o.WebhookURL, o.WebhookSecret = hook.URL, testWhsec })
 	req := charge("co_expiring", stripesim.PMVisa)
-	req.AuthorizeOnly, req.Command = true, "acme#create-charge#order-7"
+	req.AuthorizeOnly, req.Command, req.Row = true, "acme#create-charge#order-7", "ch_7"
 	res, err := b.adapter.Charge(t.Context(), req)
 	if err != nil || res.Status != provider.StatusAuthorized {
 		t.Fatalf("authorize: %+v, %v", res, err)
@@ -162,8 +162,8 @@ func TestAuthorizationExpiresAfterSevenDays(t *testing.T) {
 		if err != nil {
 			t.Fatalf("delivery %d: %v", i, err)
 		}
-		if ev.Reference != "co_expiring" || ev.Command != req.Command {
-			t.Errorf("%s names %q, %q", ev.Type, ev.Reference, ev.Command)
+		if ev.Reference != "co_expiring" || ev.Command != req.Command || ev.Row != req.Row {
+			t.Errorf("%s names %q, %q, %q", ev.Type, ev.Reference, ev.Command, ev.Row)
 		}
 		got[ev.Type] = ev.Result
 	}

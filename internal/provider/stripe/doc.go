@@ -9,8 +9,9 @@
 // be a PaymentMethod id ("pm_…"; the adapter refuses anything else, and
 // never sees card numbers), payment_method_types=card, and our Reference
 // both as the Idempotency-Key and as metadata[chargeonce_reference]; the
-// request's Command, if any, as metadata[chargeonce_command], so that a
-// webhook event about the PaymentIntent leads back to the command.
+// request's Command, if any, as metadata[chargeonce_command], and its Row
+// as metadata[chargeonce_row], so that a webhook event about the
+// PaymentIntent leads back to the command and to its row.
 //
 // The Result's ChargeID is the PaymentIntent's id ("pi_…"), for charges and
 // for declines alike: it exists for every outcome, the idempotency key
@@ -98,8 +99,8 @@
 // A refund is one Refund (POST /v1/refunds). Its payment_intent is the
 // request's Charge, the PaymentIntent id that Charge answered. Its amount
 // is in minor units. Our Reference is its Idempotency-Key and its
-// metadata[chargeonce_reference]; the Command, if any, is its
-// metadata[chargeonce_command]. Stripe refunds in the PaymentIntent's
+// metadata[chargeonce_reference]; the Command and Row, if any, are its
+// metadata[chargeonce_command] and metadata[chargeonce_row]. Stripe refunds in the PaymentIntent's
 // currency, so the request's currency is checked for form and not sent.
 //
 // Outcomes:

@@ -52,9 +52,7 @@ func (a *Adapter) refund(ctx context.Context, req provider.RefundRequest) (provi
 		Amount:        stripego.Int64(req.Amount),
 		Metadata:      map[string]string{MetadataReference: req.Reference},
 	}
-	if req.Command != "" {
-		params.Metadata[MetadataCommand] = req.Command
-	}
+	addMetadata(params.Metadata, req.Command, req.Row)
 	params.SetIdempotencyKey(req.Reference)
 	// As create's: the trace follows the transport's own re-sends.
 	ctx, sent := provider.TraceSend(ctx)

@@ -48,13 +48,13 @@ func refundsOf(t *testing.T, b *backend, pi string) []map[string]any {
 
 // TestRefundSendsOneRefund: a Refund of the PaymentIntent for the amount,
 // under the reference as its key, with the reference and the command as
-// metadata.
+// metadata, and its row.
 func TestRefundSendsOneRefund(t *testing.T) {
 	t.Parallel()
 	b := newBackend(t)
 	pi := mustCharge(t, b, "co_refunded", stripesim.PMVisa)
 	req := refund("co_refund_1", pi, 600)
-	req.Command = "acme#refund-charge#r-1"
+	req.Command, req.Row = "acme#refund-charge#r-1", "ch_1#re_1"
 	res, err := b.adapter.Refund(t.Context(), req)
 	if err != nil || res.Status != provider.StatusRefunded || !strings.HasPrefix(res.ChargeID, "re_") || res.Reference != req.Reference {
 		t.Fatalf("refund: %+v, %v", res, err)
@@ -66,7 +66,7 @@ func TestRefundSendsOneRefund(t *testing.T) {
 	rf := refunds[0]
 	md, _ := rf["metadata"].(map[string]any)
 	if rf["id"] != res.ChargeID || rf["amount"] != 600.0 || rf["currency"] != "eur" || rf["status"] != "succeeded" ||
-		md[stripe.MetadataReference] != req.Reference || md[stripe.MetadataCommand] != req.Command {
+		md[stripe.MetadataReference] != req.Reference || md[stripe.MetadataCommand] != req.Command || md[stripe.MetadataRow] != req.Row {
 		t.Fatalf("Refund %+v", rf)
 	}
 	if n := b.sim.Refunded(req.Reference); n != 1 {

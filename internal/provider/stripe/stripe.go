@@ -25,6 +25,11 @@ const MetadataReference = "chargeonce_reference"
 // webhook event about it leads back to the idempotency record.
 const MetadataCommand = "chargeonce_command"
 
+// MetadataRow is the metadata key under which a PaymentIntent or a Refund
+// carries its row in our charges table (provider.ChargeRequest.Row). A
+// webhook event finds the row by it after the command's record expired.
+const MetadataRow = "chargeonce_row"
+
 // The adapter's guarantees; see the package documentation.
 const (
 	// DedupWindow is how long Stripe keeps an idempotency key.
@@ -393,9 +398,7 @@ func (a *Adapter) create(ctx context.Context, req provider.ChargeRequest) (pi *s
 		ErrorOnRequiresAction: stripego.Bool(true),
 		Metadata:              map[string]string{MetadataReference: req.Reference},
 	}
-	if req.Command != "" {
-		params.Metadata[MetadataCommand] = req.Command
-	}
+	addMetadata(params.Metadata, req.Command, req.Row)
 	if req.AuthorizeOnly {
 		params.CaptureMethod = stripego.String(string(stripego.PaymentIntentCaptureMethodManual))
 	}
@@ -551,4 +554,15 @@ func (a *Adapter) logCall(ctx context.Context, op, reference string, res provide
 			slog.String("stripe_code", e.Code), slog.String("request_id", e.RequestID))
 	}
 	a.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "stripe call failed", attrs...)
+}
+
+// addMetadata adds a request's command and row to the metadata Stripe
+// keeps with the object, each only if set.
+func addMetadata(md map[string]string, command, row string) {
+	if command != "" {
+		md[MetadataCommand] = command
+	}
+	if row != "" {
+		md[MetadataRow] = row
+	}
 }

@@ -65,8 +65,9 @@ type Event struct {
 	// Reference and Command are the PaymentIntent's or the Refund's
 	// metadata[chargeonce_reference] and metadata[chargeonce_command]:
 	// empty for an event about anything else, or about an object we did
-	// not create.
-	Reference, Command string
+	// not create. Row is its metadata[chargeonce_row], empty on objects
+	// created before the adapter sent it.
+	Reference, Command, Row string
 	// Result is the object's outcome: for EventSucceeded (StatusCharged,
 	// with the Amount received), EventFailed (StatusDeclined),
 	// EventAuthorized (StatusAuthorized, with the Amount capturable) and
@@ -129,7 +130,7 @@ func readIntent(out Event, data *stripego.EventData) (Event, error) {
 	if data == nil || json.Unmarshal(data.Raw, &pi) != nil || pi.ID == "" {
 		return Event{}, ErrUnreadable
 	}
-	out.Reference, out.Command = pi.Metadata[MetadataReference], pi.Metadata[MetadataCommand]
+	out.Reference, out.Command, out.Row = pi.Metadata[MetadataReference], pi.Metadata[MetadataCommand], pi.Metadata[MetadataRow]
 	res, ok := paymentState(&pi)
 	if want, named := intentEvents[out.Type]; !ok || named && res.Status != want {
 		// The event and its object disagree: believe neither.
@@ -143,7 +144,7 @@ func readIntent(out Event, data *stripego.EventData) (Event, error) {
 // readRefund reads a Refund into out. A refund.failed event about a
 // Refund that did not fail is refused, like a bad signature.
 func readRefund(out Event, rf *stripego.Refund) (Event, error) {
-	out.Reference, out.Command = rf.Metadata[MetadataReference], rf.Metadata[MetadataCommand]
+	out.Reference, out.Command, out.Row = rf.Metadata[MetadataReference], rf.Metadata[MetadataCommand], rf.Metadata[MetadataRow]
 	res, ok := refundOutcome(rf)
 	if out.Type == EventRefundFailed && res.Status != provider.StatusDeclined {
 		return Event{}, ErrUnreadable

@@ -143,7 +143,7 @@ func TestSimulatorSendsRefundWebhooks(t *testing.T) {
 	b := newBackend(t, func(o *stripesim.Options) { o.WebhookURL, o.WebhookSecret = hook.URL, testWhsec })
 	pi := mustCharge(t, b, "co_hook_refund", stripesim.PMRefundFail)
 	req := refund("co_hook_refund_1", pi, 700)
-	req.Command = "acme#refund-charge#r-hook"
+	req.Command, req.Row = "acme#refund-charge#r-hook", "ch_2#re_2"
 	refunded, err := b.adapter.Refund(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestSimulatorSendsRefundWebhooks(t *testing.T) {
 		stripe.EventRefundFailed:   failedResult,
 	} {
 		ev, ok := events[typ]
-		if !ok || ev.Reference != req.Reference || ev.Command != req.Command || ev.Result != want {
+		if !ok || ev.Reference != req.Reference || ev.Command != req.Command || ev.Row != req.Row || ev.Result != want {
 			t.Errorf("%s: %+v (delivered: %v); want our refund with %+v", typ, ev, ok, want)
 		}
 	}

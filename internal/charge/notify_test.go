@@ -1,0 +1,312 @@
+package charge_test
+
+// Provider events settle the durable rows, long after the command's
+// record has expired.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// chargeView is a charge as GET /charges/{id} shows it.
+type chargeView struct {
+	ID             string `json:"id"`
+	Status         string `json:"status"`
+	Amount         int64  `json:"amount"`
+	AmountRefunded int64  `json:"amount_refunded"`
+	Refunds        []struct {
+		Status string `json:"status"`
+	} `json:"refunds"`
+}
+
+// view decodes a charge from an answer of the API, which must be status.
+func (s *stripeStack) view(r response, status int) chargeView {
+	s.t.Helper()
+	var c chargeView
+	if r.status != status || json.Unmarshal([]byte(r.body), &c) != nil {
+		s.t.Fatalf("answer %d %s, want %d and a charge", r.status, r.body, status)
+	}
+	return c
+}
+
+// read is tenant's charge id, as GET shows it.
+func (s *stripeStack) read(tenant, id string) chargeView {
+	s.t.Helper()
+	return s.view(s.call(http.MethodGet, tenant, "/charges/"+id, "", ""), http.StatusOK)
+}
+
+// expired advances clock past the retention of every record made so
+// far, and checks that the command key of tenant's operation is gone.
+func (s *stripeStack) expired(clock *testkit.Clock, d time.Duration, tenant, operation, client string) {
+	s.t.Helper()
+	clock.Advance(d)
+	k, err := idem.NewKey(tenant, operation, client)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if _, err := s.store.Get(s.t.Context(), k); !errors.Is(err, idem.ErrNotFound) {
+		s.t.Fatalf("%s's record after %v: %v, want it expired", operation, d, err)
+	}
+}
+
+// redeliver delivers again, signed now, every event stripesim sent so
+// far, as Stripe does for up to three days: each is acknowledged.
+func (s *stripeStack) redeliver() {
+	s.t.Helper()
+	s.sim.WaitWebhooks()
+	s.mu.Lock()
+	sent := append([][]byte(nil), s.webhooks...)
+	s.mu.Unlock()
+	for _, payload := range sent {
+		if r := s.deliver(payload, sign(payload, testWhsec, time.Now())); r.status != http.StatusOK {
+			s.t.Fatalf("redelivery of %s: %d %s, want 200", eventID(s.t, payload), r.status, r.body)
+		}
+	}
+}
+
+const day = 24 * time.Hour
+
+// TestRefundFailedDaysLaterIsRecorded: Stripe reports a refund pending,
+// then failed three days later, long after the refund's record expired.
+// The refund reads failed, its amount is the charge's again, and a new
+// refund of it is made.
+func TestRefundFailedDaysLaterIsRecorded(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	s := newStripeStackAt(t, clock, 4*time.Second, nil, nil)
+	tenant := testkit.UniqueName("acme")
+	c := s.view(s.charge(tenant, newKey(), stripesim.PMRefundFail), http.StatusCreated)
+	client := newKey()
+	if r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/refunds", client, `{}`); r.status != http.StatusCreated {
+		t.Fatalf("refund: %d %s", r.status, r.body)
+	}
+	s.expired(clock, 3*day, tenant, charge.RefundOperation, client)
+	if n := s.sim.FailRefunds(); n != 1 {
+		t.Fatalf("stripesim failed %d refunds, want 1", n)
+	}
+	s.sim.WaitWebhooks()
+	got := s.read(tenant, c.ID)
+	if got.AmountRefunded != 0 || len(got.Refunds) != 1 || got.Refunds[0].Status != charge.RefundFailed {
+		t.Fatalf("after refund.failed the charge reads %+v, want nothing refunded and its refund failed", got)
+	}
+	if r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/refunds", newKey(), `{"amount":1500}`); r.status != http.StatusCreated {
+		t.Fatalf("a new refund of what the failed one returned: %d %s, want 201", r.status, r.body)
+	}
+	s.redeliver()
+	if got := s.read(tenant, c.ID); got.AmountRefunded != 1500 || len(got.Refunds) != 2 {
+		t.Fatalf("after every event again the charge reads %+v, want 1500 refunded by the second refund", got)
+	}
+}
+
+// TestExpiredAuthorizationIsRecorded: Stripe cancels an authorization it
+// held seven days, long after its record expired; the charge reads
+// canceled.
+func TestExpiredAuthorizationIsRecorded(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	s := newStripeStackAt(t, clock, 4*time.Second, nil, nil)
+	tenant, client := testkit.UniqueName("acme"), newKey()
+	c := s.view(s.call(http.MethodPost, tenant, "/charges", client, `{"amount":1500,"currency":"EUR","source":"pm_card_visa","capture":false}`), http.StatusCreated)
+	s.expired(clock, stripesim.AuthorizationWindow, tenant, charge.Operation, client)
+	s.sim.Ledger() // stripesim expires authorizations when it is next read
+	s.sim.WaitWebhooks()
+	if got := s.read(tenant, c.ID); got.Status != charge.StatusCanceled {
+		t.Fatalf("after payment_intent.canceled the charge reads %s, want canceled", got.Status)
+	}
+	s.redeliver()
+	if got := s.read(tenant, c.ID); got.Status != charge.StatusCanceled {
+		t.Fatalf("after every event again the charge reads %s, want canceled", got.Status)
+	}
+}
+
+// TestLostCaptureIsSettledByItsEvent: a capture made two days after its
+// authorization loses its answer; Stripe's payment_intent.succeeded,
+// sent at once, settles it, with no reconciler.
+func TestLostCaptureIsSettledByItsEvent(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	var lose atomic.Bool
+	s := newStripeStackAt(t, clock, 4*time.Second, nil, func(sim http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !lose.Load() || !strings.HasSuffix(r.URL.Path, "/capture") {
+				sim.ServeHTTP(w, r)
+				return
+			}
+			sim.ServeHTTP(httptest.NewRecorder(), r) // captured, and its answer lost
+			if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+				conn.Close()
+			}
+		})
+	})
+	tenant, client := testkit.UniqueName("acme"), newKey()
+	c := s.view(s.call(http.MethodPost, tenant, "/charges", client, `{"amount":1500,"currency":"EUR","source":"pm_card_visa","capture":false}`), http.StatusCreated)
+	s.expired(clock, 2*day, tenant, charge.Operation, client)
+	lose.Store(true)
+	r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/capture", "", `{"amount":1000}`)
+	t.Logf("the capture whose answer was lost: %d %s", r.status, r.body)
+	s.sim.WaitWebhooks()
+	if got := s.read(tenant, c.ID); got.Status != charge.StatusSucceeded || got.Amount != 1000 {
+		t.Fatalf("after payment_intent.succeeded the charge reads %s %d, want succeeded 1000", got.Status, got.Amount)
+	}
+}
+
+// TestEventsPastRetentionChangeNoSettledRow: every event of a charge
+// captured at once, a decline and a refund, delivered again after every
+// record expired, is acknowledged and changes nothing.
+func TestEventsPastRetentionChangeNoSettledRow(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	s := newStripeStackAt(t, clock, 4*time.Second, nil, nil)
+	tenant := testkit.UniqueName("acme")
+	c := s.view(s.charge(tenant, newKey(), stripesim.PMVisa), http.StatusCreated)
+	if r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/refunds", newKey(), `{"amount":500}`); r.status != http.StatusCreated {
+		t.Fatalf("refund: %d %s", r.status, r.body)
+	}
+	if r := s.charge(tenant, newKey(), stripesim.PMDeclined); r.status != http.StatusPaymentRequired {
+		t.Fatalf("decline: %d %s", r.status, r.body)
+	}
+	clock.Advance(3 * day)
+	s.redeliver()
+	if got := s.read(tenant, c.ID); got.Status != charge.StatusSucceeded || got.AmountRefunded != 500 || len(got.Refunds) != 1 ||
+		got.Refunds[0].Status != charge.StatusSucceeded {
+		t.Fatalf("after every event again the charge reads %+v, want it as it was", got)
+	}
+	if n := s.chargeRows(tenant); n != 2 {
+		t.Fatalf("%d rows, want the charge and its refund", n)
+	}
+}
+
+// notifyRig is a hookRig with a reconcile service whose DynamoDB calls
+// pass its hook, and whose logs are kept.
+type notifyRig struct {
+	*hookRig
+	hooked *charge.Service
+	logs   *testkit.LogBuffer
+}
+
+func newNotifyRig(t *testing.T) *notifyRig {
+	t.Helper()
+	r := &notifyRig{hookRig: newHookRig(t), logs: &testkit.LogBuffer{}}
+	r.hooked = r.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Deps.Clock, w.Deps.Logger = r.clock.Now, slog.New(slog.NewJSONHandler(r.logs, nil))
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: dbHook{r.hookRig}} })
+	})
+	return r
+}
+
+// notify hands n to the rig's service, as one delivery of a new event.
+func (r *notifyRig) notify(t *testing.T, n charge.Notification) charge.Outcome {
+	t.Helper()
+	n.Provider = "stripe"
+	if n.EventID == "" {
+		n.EventID = "evt_" + strings.ReplaceAll(newKey(), "-", "")
+	}
+	res, err := r.hooked.Notify(t.Context(), n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Outcome
+}
+
+// TestEventForAnUnreadableRowIsDeliveredAgain: a row that cannot be read
+// now leaves the event unprocessed, and its redelivery settles the row.
+func TestEventForAnUnreadableRowIsDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	id := r.authorized(t, "acme", 1000)
+	key, created := r.command(t, id)
+	r.clock.Advance(8 * day)
+	hook := func(req *http.Request, body []byte) *http.Response {
+		if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".GetItem") && bytes.Contains(body, []byte(id)) {
+			return dynamoAnswer(req, http.StatusInternalServerError,
+				`{"__type":"com.amazonaws.dynamodb.v20120810#InternalServerError","message":"Internal server error"}`)
+		}
+		return nil
+	}
+	r.db.Store(&hook)
+	n := charge.Notification{
+		EventID: "evt_" + strings.ReplaceAll(newKey(), "-", ""), Command: key, Reference: charge.ProviderReference(key, created), Row: id,
+		Result: provider.Result{Status: provider.StatusCanceled},
+	}
+	if out := r.notify(t, n); out != charge.OutcomeBusy {
+		t.Fatalf("with its row unreadable the event is %q, want %q (delivered again)", out, charge.OutcomeBusy)
+	}
+	r.db.Store(nil)
+	if out := r.notify(t, n); out != charge.OutcomeResolvedCanceled {
+		t.Fatalf("the redelivery is %q, want %q", out, charge.OutcomeResolvedCanceled)
+	}
+	if st, _ := chargeStatus(t, r.do(get("acme", id))); st != charge.StatusCanceled {
+		t.Fatalf("the charge reads %s, want canceled", st)
+	}
+}
+
+// TestEventNamingAnotherRowChangesNothing: a row whose reference is not
+// the event's, or an id no row of ours has, is left as it is.
+func TestEventNamingAnotherRowChangesNothing(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	id := r.authorized(t, "acme", 1000)
+	key, created := r.command(t, id)
+	other := r.authorized(t, "acme", 1000)
+	r.clock.Advance(8 * day)
+	canceled := provider.Result{Status: provider.StatusCanceled}
+	for _, n := range []charge.Notification{
+		{Command: key, Reference: charge.ProviderReference(key, created), Row: other, Result: canceled},
+		{Command: key, Reference: charge.ProviderReference(key, created), Row: "ch_not-a-charge", Result: canceled},
+		{Command: key, Reference: charge.ProviderReference(key, created), Row: id + "#re_000000000000000000000000", Result: canceled},
+	} {
+		if out := r.notify(t, n); out != charge.OutcomeNothingToDo {
+			t.Errorf("an event naming row %q is %q, want %q", n.Row, out, charge.OutcomeNothingToDo)
+		}
+	}
+	for _, c := range []string{id, other} {
+		if st, _ := chargeStatus(t, r.do(get("acme", c))); st != charge.StatusRequiresCapture {
+			t.Fatalf("%s reads %s, want requires_capture", c, st)
+		}
+	}
+}
+
+// TestProviderDoneWithNoRowAndNoRecordIsLogged: the provider says a
+// command of ours was done, but no row and no record is left of it. Nothing
+// can be settled, and an operator is told.
+func TestProviderDoneWithNoRowAndNoRecordIsLogged(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	key, err := idem.NewKey("acme", charge.Operation, newKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := r.clock.Now()
+	n := charge.Notification{
+		Command: key, Reference: charge.ProviderReference(key, created), Row: charge.ChargeID(key, created),
+		Result: provider.Result{Status: provider.StatusCharged, Amount: 1000},
+	}
+	if out := r.notify(t, n); out != charge.OutcomeNothingToDo {
+		t.Fatalf("the event is %q, want %q", out, charge.OutcomeNothingToDo)
+	}
+	for _, rec := range r.logs.Records(t) {
+		if rec["level"] == "ERROR" && strings.Contains(rec["msg"].(string), "no row and no record") {
+			if strings.Contains(r.logs.String(), key.ClientKey()) {
+				t.Fatal("the log names the raw key")
+			}
+			return
+		}
+	}
+	t.Fatalf("no error logged; logs: %s", r.logs.String())
+}
