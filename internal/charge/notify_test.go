@@ -114,6 +114,34 @@ func TestRefundFailedDaysLaterIsRecorded(t *testing.T) {
 	}
 }
 
+// TestRefundFailedUnderAReusedKeyIsRecorded: a refund's key, reused past
+// its retention, names a new refund. When both fail at Stripe, each
+// event settles its own row.
+func TestRefundFailedUnderAReusedKeyIsRecorded(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	s := newStripeStackAt(t, clock, 4*time.Second, nil, nil)
+	tenant := testkit.UniqueName("acme")
+	c := s.view(s.charge(tenant, newKey(), stripesim.PMRefundFail), http.StatusCreated)
+	client := newKey()
+	for i, amount := range []string{`{"amount":700}`, `{"amount":800}`} {
+		if i > 0 {
+			s.expired(clock, 2*day, tenant, charge.RefundOperation, client)
+		}
+		if r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/refunds", client, amount); r.status != http.StatusCreated {
+			t.Fatalf("refund %d: %d %s", i, r.status, r.body)
+		}
+	}
+	if n := s.sim.FailRefunds(); n != 2 {
+		t.Fatalf("stripesim failed %d refunds, want 2", n)
+	}
+	s.sim.WaitWebhooks()
+	got := s.read(tenant, c.ID)
+	if got.AmountRefunded != 0 || len(got.Refunds) != 2 || got.Refunds[0].Status != charge.RefundFailed || got.Refunds[1].Status != charge.RefundFailed {
+		t.Fatalf("after both refund.failed events the charge reads %+v, want both refunds failed", got)
+	}
+}
+
 // TestExpiredAuthorizationIsRecorded: Stripe cancels an authorization it
 // held seven days, long after its record expired; the charge reads
 // canceled.
