@@ -89,3 +89,50 @@ func TestA201ThatDoesNotDecodeIsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceSaidMaybeIsNotForgotten: a 503 outcome-pending or a 409
+// request-in-progress is the service saying that the command may have
+// run, or may still run. A later 503 service-unavailable (a throttled
+// claim) proves only that its own attempt did nothing, so the call's
+// error must match ErrOutcomeUnknown, never ErrUnavailable: a caller
+// that believed "nothing was charged" and minted a new id would charge
+// (or refund) twice.
+func TestServiceSaidMaybeIsNotForgotten(t *testing.T) {
+	t.Parallel()
+	calls := map[string]func(*Client) error{
+		"create": func(c *Client) error {
+			_, err := c.Create(t.Context(), NewCommandID(), eur1500, "tok_visa")
+			return err
+		},
+		"refund": func(c *Client) error {
+			_, err := c.Refund(t.Context(), chargeID, NewCommandID())
+			return err
+		},
+		"capture": func(c *Client) error {
+			_, err := c.Capture(t.Context(), chargeID)
+			return err
+		},
+	}
+	firsts := map[string]reply{
+		"503 outcome-pending":     problemReply(http.StatusServiceUnavailable, "outcome-pending", nil),
+		"409 request-in-progress": problemReply(http.StatusConflict, "request-in-progress", nil),
+	}
+	throttled := problemReply(http.StatusServiceUnavailable, "service-unavailable", nil)
+	for call, do := range calls {
+		for first, r := range firsts {
+			t.Run(call+": "+first+", then 503 service-unavailable", func(t *testing.T) {
+				t.Parallel()
+				ft := &fakeTime{now: time.Now()}
+				c, s := newScripted(t, append(ft.options(0), WithMaxAttempts(2)), r, throttled)
+				err := do(c)
+				if s.requests() != 2 {
+					t.Fatalf("%d requests, want 2", s.requests())
+				}
+				if errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrOutcomeUnknown) {
+					t.Fatalf("err = %v: ErrUnavailable %v, ErrOutcomeUnknown %v; want ErrOutcomeUnknown, not ErrUnavailable (the first attempt said the command may have run)",
+						err, errors.Is(err, ErrUnavailable), errors.Is(err, ErrOutcomeUnknown))
+				}
+			})
+		}
+	}
+}
