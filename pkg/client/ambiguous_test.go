@@ -136,3 +136,36 @@ func TestServiceSaidMaybeIsNotForgotten(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyARefusalProvesNothingRan: which retried answers leave a later
+// 503 service-unavailable matching ErrOutcomeUnknown. Only a refusal
+// proves that its attempt did nothing: 503 provider-unavailable or
+// service-unavailable, a gateway 429, a refund held back by the refunds
+// in flight. Any other answer, one the client does not know included,
+// may have come after the command ran.
+func TestOnlyARefusalProvesNothingRan(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		first   reply
+		unknown bool
+	}{
+		"500 internal-error":        {problemReply(http.StatusInternalServerError, "internal-error", nil), true},
+		"409 of an unknown type":    {problemReply(http.StatusConflict, "some-new-conflict", nil), true},
+		"503 provider-unavailable":  {problemReply(http.StatusServiceUnavailable, "provider-unavailable", nil), false},
+		"503 service-unavailable":   {problemReply(http.StatusServiceUnavailable, "service-unavailable", nil), false},
+		"bare 429":                  {reply{http.StatusTooManyRequests, map[string]string{"Content-Type": "application/json"}, `{"message":"Too Many Requests"}`}, false},
+		"409 refund-exceeds, 2s on": {problemReply(http.StatusConflict, "refund-exceeds-charge", map[string]string{HeaderRetryAfter: "2"}), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ft := &fakeTime{now: time.Now()}
+			c, _ := newScripted(t, append(ft.options(0), WithMaxAttempts(2)),
+				tc.first, problemReply(http.StatusServiceUnavailable, "service-unavailable", nil))
+			_, err := c.Refund(t.Context(), chargeID, NewCommandID())
+			if errors.Is(err, ErrOutcomeUnknown) != tc.unknown || errors.Is(err, ErrUnavailable) == tc.unknown {
+				t.Fatalf("err = %v: ErrOutcomeUnknown %v, ErrUnavailable %v; want ErrOutcomeUnknown %v",
+					err, errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrUnavailable), tc.unknown)
+			}
+		})
+	}
+}
