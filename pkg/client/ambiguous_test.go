@@ -89,3 +89,83 @@ func TestA201ThatDoesNotDecodeIsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestServiceSaidMaybeIsNotForgotten: a 503 outcome-pending or a 409
+// request-in-progress is the service saying that the command may have
+// run, or may still run. A later 503 service-unavailable (a throttled
+// claim) proves only that its own attempt did nothing, so the call's
+// error must match ErrOutcomeUnknown, never ErrUnavailable: a caller
+// that believed "nothing was charged" and minted a new id would charge
+// (or refund) twice.
+func TestServiceSaidMaybeIsNotForgotten(t *testing.T) {
+	t.Parallel()
+	calls := map[string]func(*Client) error{
+		"create": func(c *Client) error {
+			_, err := c.Create(t.Context(), NewCommandID(), eur1500, "tok_visa")
+			return err
+		},
+		"refund": func(c *Client) error {
+			_, err := c.Refund(t.Context(), chargeID, NewCommandID())
+			return err
+		},
+		"capture": func(c *Client) error {
+			_, err := c.Capture(t.Context(), chargeID)
+			return err
+		},
+	}
+	firsts := map[string]reply{
+		"503 outcome-pending":     problemReply(http.StatusServiceUnavailable, "outcome-pending", nil),
+		"409 request-in-progress": problemReply(http.StatusConflict, "request-in-progress", nil),
+	}
+	throttled := problemReply(http.StatusServiceUnavailable, "service-unavailable", nil)
+	for call, do := range calls {
+		for first, r := range firsts {
+			t.Run(call+": "+first+", then 503 service-unavailable", func(t *testing.T) {
+				t.Parallel()
+				ft := &fakeTime{now: time.Now()}
+				c, s := newScripted(t, append(ft.options(0), WithMaxAttempts(2)), r, throttled)
+				err := do(c)
+				if s.requests() != 2 {
+					t.Fatalf("%d requests, want 2", s.requests())
+				}
+				if errors.Is(err, ErrUnavailable) || !errors.Is(err, ErrOutcomeUnknown) {
+					t.Fatalf("err = %v: ErrUnavailable %v, ErrOutcomeUnknown %v; want ErrOutcomeUnknown, not ErrUnavailable (the first attempt said the command may have run)",
+						err, errors.Is(err, ErrUnavailable), errors.Is(err, ErrOutcomeUnknown))
+				}
+			})
+		}
+	}
+}
+
+// TestOnlyARefusalProvesNothingRan: which retried answers leave a later
+// 503 service-unavailable matching ErrOutcomeUnknown. Only a refusal
+// proves that its attempt did nothing: 503 provider-unavailable or
+// service-unavailable, a gateway 429, a refund held back by the refunds
+// in flight. Any other answer, one the client does not know included,
+// may have come after the command ran.
+func TestOnlyARefusalProvesNothingRan(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		first   reply
+		unknown bool
+	}{
+		"500 internal-error":        {problemReply(http.StatusInternalServerError, "internal-error", nil), true},
+		"409 of an unknown type":    {problemReply(http.StatusConflict, "some-new-conflict", nil), true},
+		"503 provider-unavailable":  {problemReply(http.StatusServiceUnavailable, "provider-unavailable", nil), false},
+		"503 service-unavailable":   {problemReply(http.StatusServiceUnavailable, "service-unavailable", nil), false},
+		"bare 429":                  {reply{http.StatusTooManyRequests, map[string]string{"Content-Type": "application/json"}, `{"message":"Too Many Requests"}`}, false},
+		"409 refund-exceeds, 2s on": {problemReply(http.StatusConflict, "refund-exceeds-charge", map[string]string{HeaderRetryAfter: "2"}), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ft := &fakeTime{now: time.Now()}
+			c, _ := newScripted(t, append(ft.options(0), WithMaxAttempts(2)),
+				tc.first, problemReply(http.StatusServiceUnavailable, "service-unavailable", nil))
+			_, err := c.Refund(t.Context(), chargeID, NewCommandID())
+			if errors.Is(err, ErrOutcomeUnknown) != tc.unknown || errors.Is(err, ErrUnavailable) == tc.unknown {
+				t.Fatalf("err = %v: ErrOutcomeUnknown %v, ErrUnavailable %v; want ErrOutcomeUnknown %v",
+					err, errors.Is(err, ErrOutcomeUnknown), errors.Is(err, ErrUnavailable), tc.unknown)
+			}
+		})
+	}
+}

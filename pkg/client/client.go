@@ -302,9 +302,10 @@ func (r *response) retryable() bool {
 // send makes the request until it gets a final answer (any status but
 // retryable ones), and returns it with the number of attempts. It gives up
 // with the last attempt's error when attempts run out or ctx ends (or would
-// end before the next attempt could start). proofs are the problem types
-// that still prove what the call did after an attempt whose outcome was
-// unknown: any other final failure then matches ErrOutcomeUnknown.
+// end before the next attempt could start). Once an attempt may have run
+// (mayHaveRun), every later error matches ErrOutcomeUnknown, and never
+// ErrUnavailable. proofs are the problem types that still prove what the
+// call did after such an attempt: they are returned as they are.
 func (c *Client) send(ctx context.Context, method, url string, header http.Header, body []byte, proofs map[string]bool) (*response, int, error) {
 	// unknown records that an attempt may have run, so no later answer
 	// may say that nothing ran.
@@ -331,7 +332,7 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 		case err == nil:
 			retryAfter, err = resp.retryAfter, resp.problem()
 		}
-		unknown = unknown || errors.Is(err, ErrOutcomeUnknown)
+		unknown = unknown || mayHaveRun(err)
 		if attempt >= c.o.maxAttempts {
 			return nil, attempt, fail(fmt.Errorf("gave up after %d attempts: %w", attempt, err))
 		}
@@ -347,6 +348,16 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 			return nil, attempt, fail(fmt.Errorf("gave up after %d attempts: %w: %w", attempt, err, serr))
 		}
 	}
+}
+
+// mayHaveRun reports whether a retried attempt's error leaves open that
+// the command ran: a network error, a bare 5xx, outcome-pending,
+// request-in-progress (another request with the id, or the same capture
+// or cancel, is running), internal-error, or any answer not known to the
+// client. Only a refusal proves that the attempt did nothing:
+// ErrUnavailable, or a refund held back by the refunds in flight.
+func mayHaveRun(err error) bool {
+	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRefundExceedsCharge)
 }
 
 // attempt makes one request and reads its answer.

@@ -49,7 +49,10 @@ var (
 	// what ran: a 5xx without a problem body (API Gateway answers one when
 	// the function fails or outlives its timeout, after it may have
 	// charged or refunded), or a network error after the request may have
-	// been sent.
+	// been sent. Once an attempt of a call may have run, every later
+	// error of that call matches it too, and never ErrUnavailable: so
+	// after a network error, a bare 5xx, outcome-pending,
+	// request-in-progress or internal-error.
 	ErrOutcomeUnknown = errors.New("client: outcome unknown")
 	// ErrInternal: the service failed unexpectedly (500 internal-error), or
 	// the charge's record conflicts with the provider's answer (500
@@ -187,8 +190,8 @@ func (e *ProblemError) Is(target error) bool {
 
 // unknownError is an error whose request may have run: a network error
 // or a context that ended mid-request, an answer that could not be read,
-// or any final error after an earlier attempt of the same call that may
-// have run. It matches ErrOutcomeUnknown, and its cause's sentinels but
+// or any error after an attempt of the same call that may have run (see
+// mayHaveRun). It matches ErrOutcomeUnknown, and its cause's sentinels but
 // ErrUnavailable, which would say that nothing was charged.
 type unknownError struct{ err error }
 
