@@ -4,7 +4,9 @@
 // changes. When the provider refuses a key (401), the key is read again
 // and the call made once more with it, if it changed: a 401 is the
 // provider's proof that it did not act on the request, so the second send
-// charges nothing twice.
+// charges nothing twice. A key still refused after the re-read is
+// provider.ErrUnavailable: nothing was done, and a retry may succeed once
+// the secret is rotated.
 package keyed
 
 import (
@@ -125,7 +127,9 @@ func call[A Adapter](ctx context.Context, p *Provider[A], fn func(A) (provider.R
 	}
 	fresh, rerr := p.key.Refresh(ctx, key)
 	if rerr != nil || fresh == key {
-		return res, err
+		// Not the request's fault, and not final: once the secret holds
+		// a key the provider takes, the same request goes through.
+		return provider.Result{}, fmt.Errorf("keyed: %w: the provider refuses the API key the secret holds: %v", provider.ErrUnavailable, err)
 	}
 	a, err = p.use(fresh)
 	if err != nil {

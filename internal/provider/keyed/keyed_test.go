@@ -84,7 +84,7 @@ func charge(reference string) provider.ChargeRequest {
 // the secret was rotated, the first charge on the old key is refused
 // (401, nothing charged), the key is read again and the charge sent once
 // more with it: one charge. A key still refused after the re-read is sent
-// no third time.
+// no third time, and is unavailable, not rejected: a retry may succeed.
 func TestRefusedKeyIsReadAgainOnce(t *testing.T) {
 	t.Parallel()
 	k := &key{stored: "sk_first"}
@@ -112,8 +112,8 @@ func TestRefusedKeyIsReadAgainOnce(t *testing.T) {
 	sim.SetSecret("sk_third") // rolled, but the secret not rotated
 	requests.Store(0)
 	_, err := p.Charge(t.Context(), charge("order-3"))
-	if !errors.Is(err, provider.ErrRejected) || !provider.Unauthorized(err) {
-		t.Errorf("Charge on a key the provider refuses: %v, want the 401 as ErrRejected", err)
+	if !errors.Is(err, provider.ErrUnavailable) || errors.Is(err, provider.ErrRejected) {
+		t.Errorf("Charge on a key the provider refuses: %v, want ErrUnavailable (nothing done, retry once the secret is rotated), not ErrRejected", err)
 	}
 	if n := requests.Load(); n != 1 {
 		t.Errorf("%d requests, want 1: the key read again is the refused one, so nothing is sent again", n)
