@@ -297,13 +297,13 @@ func (charges) row(rec *idem.Record) (string, error) { return ChargeID(rec.Key, 
 // expired). A charge in its final state is left as it is.
 func (c charges) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
 	if !IsChargeID(row) {
-		return OutcomeNothingToDo, true, nil // no row of ours has that id
+		return "", false, nil
 	}
 	ch, found, err := c.cfg.Rows.Get(ctx, n.Command.Tenant(), row)
 	switch {
-	case err != nil || !found:
+	case err != nil || !found || ch.ProviderReference != n.Reference:
 		return "", false, err
-	case ch.ProviderReference != n.Reference || ch.Status == StatusSucceeded || ch.Status == StatusCanceled:
+	case ch.Status == StatusSucceeded || ch.Status == StatusCanceled:
 		return OutcomeNothingToDo, true, nil
 	}
 	switch n.Result.Status {

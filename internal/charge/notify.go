@@ -152,29 +152,22 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 	}
 	rec, err := s.waitAttempt(ctx, n.Command)
 	switch {
-	case errors.Is(err, idem.ErrNotFound):
+	case errors.Is(err, idem.ErrNotFound) || err == nil && op.reference(n.Command, rec.CreatedAt) != n.Reference:
+		// No record of this command: past retention, or the key now names
+		// a newer intent.
 		if done, _ := op.done(); n.Row != "" && n.Result.Status == done {
-			// Ours, and done at the provider, with no row and no record
-			// left: an operator must record it.
+			// Done at the provider, with no row and no record: an operator
+			// must record it.
 			s.cfg.Logger.ErrorContext(ctx, "notify: the provider reports a command done that has no row and no record",
 				"key_hash", n.Command.LogHash(), "row", n.Row)
 		}
 		return OutcomeNothingToDo, nil
 	case err != nil:
 		return "", err
-	case op.reference(n.Command, rec.CreatedAt) != n.Reference:
-		// Another intent under the same key (an earlier one, past
-		// retention): its notification is not this command's.
-		return OutcomeNothingToDo, nil
 	case rec.Status == idem.StatusSucceeded:
 		// Settled since its row was read, or named by an event that
-		// carries no row: the record names the row.
-		row, err := op.row(rec)
-		if err != nil {
-			return "", err
-		}
-		out, _, err := op.notified(ctx, n, row)
-		return out, err
+		// carries no row.
+		return s.notifiedRow(ctx, op, n, rec)
 	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
 	case (n.Result.Status == provider.StatusAuthorized || n.Result.Status == provider.StatusCanceled) && !authorizeOnly(rec):
@@ -189,7 +182,27 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports an outcome for a released command; recorded",
 			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
 	}
-	return s.settleKnown(ctx, n.Command, rec.CreatedAt, n.Result)
+	out, err := s.settleKnown(ctx, n.Command, rec.CreatedAt, n.Result)
+	if err == nil && out == OutcomeNothingToDo {
+		// Its own attempt may have settled it since the read: then its
+		// row takes the event.
+		return s.notifiedRow(ctx, op, n, rec)
+	}
+	return out, err
+}
+
+// notifiedRow applies n to the row of the command rec records, if that
+// row is there.
+func (s *Service) notifiedRow(ctx context.Context, op operation, n Notification, rec *idem.Record) (Outcome, error) {
+	row, err := op.row(rec)
+	if err != nil {
+		return "", err
+	}
+	out, found, err := op.notified(ctx, n, row)
+	if err == nil && !found {
+		return OutcomeNothingToDo, nil
+	}
+	return out, err
 }
 
 // settleKnown settles the command key names as res, the provider's own

@@ -5,16 +5,19 @@ package charge_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -337,4 +340,238 @@ func TestProviderDoneWithNoRowAndNoRecordIsLogged(t *testing.T) {
 		}
 	}
 	t.Fatalf("no error logged; logs: %s", r.logs.String())
+}
+
+// TestRefundFailureRacingItsCommitIsRecorded: Stripe answers a refund
+// "pending" (recorded as refunded), then reports it failed at once. The
+// event finds no row yet and the refund's record IN_FLIGHT; the request
+// commits its row between the event's read of the record and its
+// Preempt. The Preempt finds the record SUCCEEDED and the event is
+// acknowledged as "nothing to do": the refund's failure is never recorded
+// (its row reads succeeded, its amount stays refunded), and Stripe, having
+// been answered 200, never sends it again. The change made the row the
+// system of record for exactly this event ("a refund that fails later"),
+// and handles a record found SUCCEEDED at the read ("settled since its row
+// was read"), but not one that turns SUCCEEDED just after it.
+func TestRefundFailureRacingItsCommitIsRecorded(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	ctx := t.Context()
+	id := r.charged(t, "acme", 1000)
+	client := newKey()
+	key := refundKey(t, "acme", client)
+
+	atProvider, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	prov := func(req *http.Request, _ []byte) *http.Request {
+		if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/v1/refunds") {
+			once.Do(func() { close(atProvider); <-proceed })
+		}
+		return req
+	}
+	r.prov.Store(&prov)
+	done := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() {
+		resp, _ := r.handler.Handle(context.Background(), postRefund("acme", client, id, `{"amount":600}`))
+		done <- resp
+	}()
+	<-atProvider // the refund's record is IN_FLIGHT, its hold placed, Stripe asked
+	rec, err := r.store.Get(ctx, key)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("refund record %+v, %v; want IN_FLIGHT", rec, err)
+	}
+	refundID := charge.RefundID(key, rec.CreatedAt)
+
+	var (
+		armed    = true
+		mu       sync.Mutex
+		answered events.APIGatewayV2HTTPResponse
+	)
+	hook := func(req *http.Request, body []byte) *http.Response {
+		target := req.Header.Get("X-Amz-Target")
+		mu.Lock()
+		if !armed || !bytes.Contains(body, []byte(r.d.IdempotencyTable)) {
+			mu.Unlock()
+			return nil
+		}
+		switch {
+		case strings.HasSuffix(target, ".GetItem"):
+			// The event's wait for the running attempt: time passes.
+			r.clock.Advance(time.Second)
+			mu.Unlock()
+		case strings.HasSuffix(target, ".UpdateItem") && bytes.Contains(body, []byte(":released AND #exp > :nows")):
+			// The event is about to preempt the refund's command: the
+			// request's answer from Stripe arrives first and it commits.
+			armed = false
+			mu.Unlock()
+			close(proceed)
+			resp := <-done
+			mu.Lock()
+			answered = resp
+			mu.Unlock()
+		default:
+			mu.Unlock()
+		}
+		return nil
+	}
+	r.db.Store(&hook)
+	n := charge.Notification{
+		EventID: "evt_" + strings.ReplaceAll(newKey(), "-", ""),
+		Command: key, Reference: charge.RefundReference(key, rec.CreatedAt), Row: id + "#" + refundID,
+		Result: provider.Result{Status: provider.StatusDeclined, ChargeID: "re_failed", DeclineCode: "expired_or_canceled_card"},
+	}
+	out := r.notify(t, n)
+	r.db.Store(nil)
+	mu.Lock()
+	armed = false
+	mu.Unlock()
+	if answered.StatusCode != http.StatusCreated {
+		t.Fatalf("the refund request: %d %s, want 201 (Stripe said pending)", answered.StatusCode, answered.Body)
+	}
+	rf, found, err := r.rows(t).GetRefund(ctx, "acme", id, refundID)
+	if err != nil || !found {
+		t.Fatalf("refund row: %v, %v", found, err)
+	}
+	if rf.Status != charge.RefundFailed {
+		again := r.notify(t, n) // Stripe's redelivery of the same event, had it been refused
+		c := r.readCharge(t, "acme", id)
+		t.Fatalf("refund.failed, delivered while its request committed, was answered %q (acknowledged: Stripe stops sending it; "+
+			"a redelivery is %q); the refund row reads %q and the charge %d refunded; want the refund failed and nothing refunded",
+			out, again, rf.Status, c.AmountRefunded)
+	}
+}
+
+// releasedCharge claims a charge command in the rig's store and releases
+// it, as a request that Stripe refused (a rate limit) leaves it; and
+// returns its key and creation.
+func (r *notifyRig) releasedCharge(t *testing.T, release bool) (idem.Key, time.Time) {
+	t.Helper()
+	key, err := idem.NewKey("acme", charge.Operation, newKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, fp, err := charge.ParseBody([]byte(chargeBody("tok_visa")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.store.Begin(t.Context(), key, fp, []byte(`{"amount":1500,"currency":"EUR"}`))
+	if err != nil || b.Lease == nil {
+		t.Fatalf("begin: %+v, %v", b, err)
+	}
+	if release {
+		if err := r.store.Release(t.Context(), b.Lease); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return key, b.Lease.CreatedAt
+}
+
+// TestEventWithAnOddRowStillSettlesItsCommand: an event whose
+// command and reference name a command of ours, RELEASED or IN_FLIGHT,
+// settles it ("with no row yet, the old path settles the command"; "A
+// provider's notification of a charge for a released command records
+// it... no one would learn of the charge otherwise"). If its
+// chargeonce_row is not a charge row id (a refund row's id on a charge
+// command, a row of another of the tenant's charges, garbage), the row
+// path answers "found, nothing to do" and the command's record is never
+// looked at: the event is acknowledged, the charge at Stripe is never
+// recorded, and a released command keeps its "nothing was charged".
+func TestEventWithAnOddRowStillSettlesItsCommand(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	other := r.authorized(t, "acme", 1000) // another charge's row, of the same tenant
+	for _, tc := range []struct {
+		name    string
+		release bool
+		row     func(id string) string
+	}{
+		{"released, its own row (control)", true, func(id string) string { return id }},
+		{"released, a refund row id on a charge command", true, func(id string) string { return id + "#re_000000000000000000000000" }},
+		{"released, another charge's row", true, func(string) string { return other }},
+		{"in flight, a refund row id on a charge command", false, func(id string) string { return id + "#re_000000000000000000000000" }},
+		{"released, not a row id", true, func(string) string { return "legacy-42" }},
+	} {
+		key, created := r.releasedCharge(t, tc.release)
+		r.clock.Advance(time.Minute) // no attempt is running
+		n := charge.Notification{
+			Command: key, Reference: charge.ProviderReference(key, created), Row: tc.row(charge.ChargeID(key, created)),
+			Result: provider.Result{Status: provider.StatusCharged, ChargeID: "pi_" + strings.ReplaceAll(newKey(), "-", ""), Amount: 1500},
+		}
+		out := r.notify(t, n)
+		rec, err := r.store.Get(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, found, err := r.rows(t).Get(t.Context(), "acme", charge.ChargeID(key, created))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status != idem.StatusSucceeded || !found {
+			t.Errorf("%s: payment_intent.succeeded for the command (row %q) is %q; its record is %s and its charge row found=%v; "+
+				"want the charge recorded (SUCCEEDED, one row)", tc.name, n.Row, out, rec.Status, found)
+		}
+	}
+}
+
+// TestDoneEventOfAnOlderIntentIsLogged: the change logs
+// an ERROR for an operator when "the provider reports a command done that
+// has no row and no record" - money taken that nothing records. The same
+// holds when the key was reused past its retention: the record is the new
+// intent's, the event's command (its reference, its row) has no row and
+// no record left. That event is acknowledged with no row, no record and
+// no log line: the charge is lost without a trace.
+func TestDoneEventOfAnOlderIntentIsLogged(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	key, created := r.releasedCharge(t, true) // released on evidence Stripe later contradicts
+	r.clock.Advance(25 * time.Hour)           // the release expires
+	_, fp, err := charge.ParseBody([]byte(chargeBody("tok_visa")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := r.store.Begin(t.Context(), key, fp, []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil || b.Lease == nil || b.Lease.CreatedAt.Equal(created) {
+		t.Fatalf("the new intent's claim: %+v, %v", b, err)
+	}
+	r.clock.Advance(time.Minute)
+	n := charge.Notification{
+		Command: key, Reference: charge.ProviderReference(key, created), Row: charge.ChargeID(key, created),
+		Result: provider.Result{Status: provider.StatusCharged, ChargeID: "pi_late", Amount: 1500},
+	}
+	out := r.notify(t, n)
+	_, found, err := r.rows(t).Get(t.Context(), "acme", n.Row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logged := false
+	for _, rec := range r.logs.Records(t) {
+		if rec["level"] == "ERROR" {
+			logged = true
+		}
+	}
+	if !found && !logged {
+		t.Fatalf("payment_intent.succeeded for the key's earlier intent (row %s) is %q: no row written and no ERROR logged; "+
+			"want the charge recorded or an operator told, as for a command with no record left; logs: %s", n.Row, out, r.logs.String())
+	}
+}
+
+// TestEventNamingAnotherTenantsRowChangesNothing: an event
+// whose command names tenant beta but whose row and reference are acme's
+// authorization finds no row in beta and no command: acme's row is left
+// as it is.
+func TestEventNamingAnotherTenantsRowChangesNothing(t *testing.T) {
+	t.Parallel()
+	r := newNotifyRig(t)
+	id := r.authorized(t, "acme", 1000)
+	key, created := r.command(t, id)
+	beta, err := idem.NewKey("beta", charge.Operation, key.ClientKey())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(8 * day)
+	for _, res := range []provider.Result{{Status: provider.StatusCanceled}, {Status: provider.StatusCharged, Amount: 10}} {
+		r.notify(t, charge.Notification{Command: beta, Reference: charge.ProviderReference(key, created), Row: id, Result: res})
+	}
+	if st, _ := chargeStatus(t, r.do(get("acme", id))); st != charge.StatusRequiresCapture {
+		t.Fatalf("acme's authorization reads %s after events naming it under beta's command, want requires_capture", st)
+	}
 }

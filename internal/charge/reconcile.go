@@ -42,7 +42,7 @@ type operation interface {
 	row(rec *idem.Record) (string, error)
 	// notified applies the provider's word n to the command's row, the
 	// system of record, which outlives the command's record. found is
-	// false when the row is not there (yet).
+	// false unless row is the id of a row there under n's reference.
 	notified(ctx context.Context, n Notification, row string) (out Outcome, found bool, err error)
 }
 

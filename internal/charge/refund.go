@@ -410,13 +410,13 @@ func (refunds) row(rec *idem.Record) (string, error) {
 func (r refunds) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
 	chargeID, refundID, _ := strings.Cut(row, "#")
 	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
-		return OutcomeNothingToDo, true, nil // no row of ours has that id
+		return "", false, nil
 	}
 	rf, found, err := r.cfg.Rows.GetRefund(ctx, n.Command.Tenant(), chargeID, refundID)
 	switch {
-	case err != nil || !found:
+	case err != nil || !found || rf.ProviderReference != n.Reference:
 		return "", false, err
-	case rf.ProviderReference != n.Reference || n.Result.Status != provider.StatusDeclined || rf.Status != StatusSucceeded:
+	case n.Result.Status != provider.StatusDeclined || rf.Status != StatusSucceeded:
 		return OutcomeNothingToDo, true, nil
 	}
 	r.cfg.Logger.WarnContext(ctx, "notify: a refund failed after it succeeded; its amount returns to the charge",

@@ -125,17 +125,18 @@ func call[A Adapter](ctx context.Context, p *Provider[A], fn func(A) (provider.R
 	if err == nil || !p.kind.Unauthorized(err) {
 		return res, err
 	}
-	fresh, rerr := p.key.Refresh(ctx, key)
-	if rerr != nil || fresh == key {
-		// Not the request's fault, and not final: once the secret holds
-		// a key the provider takes, the same request goes through.
-		return provider.Result{}, fmt.Errorf("keyed: %w: the provider refuses the API key the secret holds: %v", provider.ErrUnavailable, err)
+	if fresh, rerr := p.key.Refresh(ctx, key); rerr == nil && fresh != key {
+		a, uerr := p.use(fresh)
+		if uerr != nil {
+			return provider.Result{}, fmt.Errorf("keyed: %w: %w", provider.ErrUnavailable, uerr)
+		}
+		if res, err = fn(a); err == nil || !p.kind.Unauthorized(err) {
+			return res, err
+		}
 	}
-	a, err = p.use(fresh)
-	if err != nil {
-		return provider.Result{}, fmt.Errorf("keyed: %w: %w", provider.ErrUnavailable, err)
-	}
-	return fn(a)
+	// Not the request's fault, and not final: once the secret holds a key
+	// the provider takes, the same request goes through.
+	return provider.Result{}, fmt.Errorf("keyed: %w: the provider refuses the API key the secret holds: %v", provider.ErrUnavailable, err)
 }
 
 // adapter is the adapter for the key held, and that key.

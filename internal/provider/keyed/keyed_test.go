@@ -118,6 +118,16 @@ func TestRefusedKeyIsReadAgainOnce(t *testing.T) {
 	if n := requests.Load(); n != 1 {
 		t.Errorf("%d requests, want 1: the key read again is the refused one, so nothing is sent again", n)
 	}
+
+	k.rotate("sk_wrong") // rotated, but to a key the provider refuses too
+	requests.Store(0)
+	_, err = p.Charge(t.Context(), charge("order-4"))
+	if !errors.Is(err, provider.ErrUnavailable) || errors.Is(err, provider.ErrRejected) {
+		t.Errorf("Charge on a rotated key the provider refuses too: %v, want ErrUnavailable, not ErrRejected", err)
+	}
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2: refused on the old key, and on the new", n)
+	}
 }
 
 // TestUnreadableKeySendsNothing: without its secret the provider is not
