@@ -55,6 +55,7 @@
 // its own. It adds them to the lists in model_test.go.
 //
 // The package holds tests only. `make test` runs 1,000 random histories
-// and 200 in Stripe mode, and `make soak` runs 20,000. A failure prints
-// the rapid seed and the shrunk sequence of steps that reproduces it.
+// and 200 in Stripe mode. `make soak` runs both modes on fresh seeds for
+// ten minutes. A failure prints the rapid seed and the shrunk sequence of
+// steps that reproduces it.
 package model
