@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -426,5 +427,83 @@ func TestMoveRetryWhileTheProviderIsDownAnswers(t *testing.T) {
 	resp, err := h.handler.Handle(ctx, postMove("acme", id, "capture", ""))
 	if err != nil || ctx.Err() != nil || resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != "outcome-pending" {
 		t.Fatalf("retry with the provider down: %d %s (%v, context: %v), want 503 outcome-pending", resp.StatusCode, resp.Body, err, ctx.Err())
+	}
+}
+
+// captureGate stands between the service and the provider. Capture i
+// waits for turns[i]; a refused one gets 503 with proof nothing was done.
+// A capture beyond turns is refused at once.
+type captureGate struct {
+	arrived chan struct{} // a capture reached the gate
+	turns   []chan struct{}
+	refused []bool
+	n       atomic.Int32
+}
+
+// newCaptureGate gates captures; held ones wait for their turn's close.
+func newCaptureGate(held, refused []bool) *captureGate {
+	g := &captureGate{arrived: make(chan struct{}, len(held)), refused: refused}
+	for _, h := range held {
+		turn := make(chan struct{})
+		if !h {
+			close(turn)
+		}
+		g.turns = append(g.turns, turn)
+	}
+	return g
+}
+
+func (g *captureGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/capture") {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	if i := int(g.n.Add(1)) - 1; i < len(g.turns) {
+		g.arrived <- struct{}{}
+		<-g.turns[i]
+		if !g.refused[i] {
+			return http.DefaultTransport.RoundTrip(req)
+		}
+	}
+	return &http.Response{
+		Status: "503 Service Unavailable", StatusCode: http.StatusServiceUnavailable, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{provider.HeaderNotProcessed: []string{"true"}}, Body: http.NoBody, Request: req,
+	}, nil
+}
+
+// TestCaptureAwaitingARefusedOneAnswersTrue: the provider is down. One
+// capture moves the row and hears provider-unavailable; two others
+// waited on it. Nothing failed in the store, so none may say it was
+// busy (found by the model). Each request asks the provider at most
+// once, and nothing is captured.
+func TestCaptureAwaitingARefusedOneAnswersTrue(t *testing.T) {
+	t.Parallel()
+	down := newCaptureGate([]bool{true, false, false}, []bool{true, true, true})
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: down}))
+	}})
+	id := h.authorized(t, "acme", 1000)
+	answers := make([]events.APIGatewayV2HTTPResponse, 3)
+	var wg sync.WaitGroup
+	wg.Go(func() { answers[0] = h.do(postMove("acme", id, "capture", "")) })
+	<-down.arrived // the row is capturing: the others wait on it
+	for i := 1; i < len(answers); i++ {
+		wg.Go(func() { answers[i] = h.do(postMove("acme", id, "capture", "")) })
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(down.turns[0])
+	wg.Wait()
+	for i, a := range answers {
+		if a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" || a.Headers["Retry-After"] == "" {
+			t.Errorf("capture %d: %d %s %v, want 503 provider-unavailable with Retry-After", i, a.StatusCode, a.Body, a.Headers)
+		}
+	}
+	if st, _ := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusRequiresCapture {
+		t.Errorf("the charge reads %s, want requires_capture", st)
+	}
+	if n := down.n.Load(); n > int32(len(answers)) {
+		t.Errorf("the provider was asked %d times by %d requests", n, len(answers))
+	}
+	if n := h.captures(t, "acme", id); n != 0 {
+		t.Errorf("captured %d times", n)
 	}
 }
