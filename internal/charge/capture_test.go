@@ -507,3 +507,51 @@ func TestCaptureAwaitingARefusedOneAnswersTrue(t *testing.T) {
 		t.Errorf("captured %d times", n)
 	}
 }
+
+// TestLateRevertLeavesANewerMoveAlone: a capture's answer, "not
+// processed", comes after its deadline and the settle window. The
+// reconciler has released its move, and a newer capture has moved the
+// row. The late revert must not undo that newer move, which captures.
+func TestLateRevertLeavesANewerMoveAlone(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	gate := newCaptureGate([]bool{true, true}, []bool{true, false})
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clock = clock.Now
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: gate}))
+	}})
+	recon := h.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Reconcile.SettleWindow = 2 * time.Minute
+		w.Deps.Clock = clock.Now
+	})
+	id := h.authorized(t, "acme", 1000)
+	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
+	late, newer := make(chan events.APIGatewayV2HTTPResponse, 1), make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { late <- h.do(postMove("acme", id, "capture", "")) }()
+	<-gate.arrived // the first capture's call is at the provider, its answer held
+	for _, step := range []struct {
+		after time.Duration
+		want  charge.Outcome
+	}{{time.Minute, charge.OutcomeNotSettled}, {3 * time.Minute, charge.OutcomeReleased}} {
+		clock.Advance(step.after)
+		if out, err := recon.Reconcile(t.Context(), key); err != nil || out != step.want {
+			t.Fatalf("reconcile: %s, %v; want %s", out, err, step.want)
+		}
+	}
+	go func() { newer <- h.do(postMove("acme", id, "capture", "")) }()
+	<-gate.arrived // the newer capture moved the row; its call is at the provider
+	close(gate.turns[0])
+	if a := <-late; a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" {
+		t.Errorf("the late capture: %d %s, want 503 provider-unavailable", a.StatusCode, a.Body)
+	}
+	close(gate.turns[1])
+	if a := <-newer; a.StatusCode != http.StatusOK {
+		t.Errorf("the newer capture: %d %s, want 200", a.StatusCode, a.Body)
+	}
+	if st, amount := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusSucceeded || amount != 1000 {
+		t.Errorf("the charge reads %s %d, want succeeded 1000", st, amount)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Errorf("captured %d times, want once", n)
+	}
+}

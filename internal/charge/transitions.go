@@ -310,12 +310,19 @@ func (r *Rows) begin(ctx context.Context, c Charge, m move, amount int64, deadli
 // settle ends c's move in status to, if the row is still in that move;
 // captured, if not zero, is the amount the provider captured.
 func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) (Charge, error) {
-	set, values := "SET #status = :to", map[string]types.AttributeValue{":to": str(to), ":via": str(c.Status)}
+	set, cond := "SET #status = :to", "#status = :via"
+	values := map[string]types.AttributeValue{":to": str(to), ":via": str(c.Status)}
 	if to == StatusSucceeded && captured > 0 {
 		set += ", #money = :captured"
 		values[":captured"] = number(captured)
 	}
-	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited", "#status = :via", values); err != nil {
+	if to == StatusRequiresCapture {
+		// "Not made" is proven of one attempt only. A newer move, begun
+		// since, has another deadline, and a late revert leaves it alone.
+		cond += " AND #deadline = :deadline"
+		values[":deadline"] = number(c.transition.deadline.UnixMilli())
+	}
+	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited", cond, values); err != nil {
 		return Charge{}, err
 	}
 	c.Status, c.transition = to, pending{}
