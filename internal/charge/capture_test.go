@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -550,6 +551,49 @@ func TestLateRevertLeavesANewerMoveAlone(t *testing.T) {
 	}
 	if st, amount := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusSucceeded || amount != 1000 {
 		t.Errorf("the charge reads %s %d, want succeeded 1000", st, amount)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Errorf("captured %d times, want once", n)
+	}
+}
+
+// heldUpdate holds DynamoDB's first UpdateItem once armed, until release
+// is closed.
+type heldUpdate struct {
+	armed            atomic.Bool
+	arrived, release chan struct{}
+}
+
+func (u *heldUpdate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") && u.armed.CompareAndSwap(true, false) {
+		close(u.arrived)
+		<-u.release
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestCaptureOfAllAnswersAPartialOneMadeFirst: a capture of all reads an
+// authorization, and a capture of 600 moves the row before it and
+// captures. The capture of all names no amount, so it is that capture
+// again: 200, not a conflict with the amount it would have asked for.
+func TestCaptureOfAllAnswersAPartialOneMadeFirst(t *testing.T) {
+	t.Parallel()
+	held := &heldUpdate{arrived: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: held} })
+	}})
+	id := h.authorized(t, "acme", 1000)
+	held.armed.Store(true)
+	all := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { all <- h.do(postMove("acme", id, "capture", "")) }()
+	<-held.arrived // it read requires_capture; its move waits
+	part := h.do(postMove("acme", id, "capture", `{"amount":600}`))
+	if st, amount := chargeStatus(t, part); part.StatusCode != http.StatusOK || st != charge.StatusSucceeded || amount != 600 {
+		t.Fatalf("capture of 600: %d %s", part.StatusCode, part.Body)
+	}
+	close(held.release)
+	if a := <-all; a.StatusCode != http.StatusOK || a.Body != part.Body {
+		t.Errorf("capture of all: %d %s, want the 200 %s", a.StatusCode, a.Body, part.Body)
 	}
 	if n := h.captures(t, "acme", id); n != 1 {
 		t.Errorf("captured %d times, want once", n)

@@ -144,11 +144,14 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case amount > c.Money.Amount:
 			return Result{Outcome: OutcomeInvalid, Charge: &c}, ErrAmountAboveAuthorized
 		}
-		if amount == 0 {
-			amount = c.Money.Amount
+		// amount stays as the request named it: none matches a capture
+		// another request makes first.
+		want := amount
+		if want == 0 {
+			want = c.Money.Amount
 		}
 		deadline := now.Add(transitionLease)
-		switch err := s.cfg.Rows.begin(ctx, c, m, amount, deadline); {
+		switch err := s.cfg.Rows.begin(ctx, c, m, want, deadline); {
 		case errors.Is(err, errMoved):
 			continue // another request moved it first: it is awaited
 		case transient(err):
@@ -156,7 +159,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case err != nil:
 			return Result{}, err
 		}
-		c.Status, c.transition = m.via, pending{amount: amount, deadline: deadline}
+		c.Status, c.transition = m.via, pending{amount: want, deadline: deadline}
 		return s.send(ctx, c, m)
 	}
 }
