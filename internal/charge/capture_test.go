@@ -8,10 +8,12 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -426,5 +428,174 @@ func TestMoveRetryWhileTheProviderIsDownAnswers(t *testing.T) {
 	resp, err := h.handler.Handle(ctx, postMove("acme", id, "capture", ""))
 	if err != nil || ctx.Err() != nil || resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != "outcome-pending" {
 		t.Fatalf("retry with the provider down: %d %s (%v, context: %v), want 503 outcome-pending", resp.StatusCode, resp.Body, err, ctx.Err())
+	}
+}
+
+// captureGate stands between the service and the provider. Capture i
+// waits for turns[i]; a refused one gets 503 with proof nothing was done.
+// A capture beyond turns is refused at once.
+type captureGate struct {
+	arrived chan struct{} // a capture reached the gate
+	turns   []chan struct{}
+	refused []bool
+	n       atomic.Int32
+}
+
+// newCaptureGate gates captures; held ones wait for their turn's close.
+func newCaptureGate(held, refused []bool) *captureGate {
+	g := &captureGate{arrived: make(chan struct{}, len(held)), refused: refused}
+	for _, h := range held {
+		turn := make(chan struct{})
+		if !h {
+			close(turn)
+		}
+		g.turns = append(g.turns, turn)
+	}
+	return g
+}
+
+func (g *captureGate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/capture") {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	if i := int(g.n.Add(1)) - 1; i < len(g.turns) {
+		g.arrived <- struct{}{}
+		<-g.turns[i]
+		if !g.refused[i] {
+			return http.DefaultTransport.RoundTrip(req)
+		}
+	}
+	return &http.Response{
+		Status: "503 Service Unavailable", StatusCode: http.StatusServiceUnavailable, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{provider.HeaderNotProcessed: []string{"true"}}, Body: http.NoBody, Request: req,
+	}, nil
+}
+
+// TestCaptureAwaitingARefusedOneAnswersTrue: the provider is down. One
+// capture moves the row and hears provider-unavailable; two others
+// waited on it. Nothing failed in the store, so none may say it was
+// busy (found by the model). Each request asks the provider at most
+// once, and nothing is captured.
+func TestCaptureAwaitingARefusedOneAnswersTrue(t *testing.T) {
+	t.Parallel()
+	down := newCaptureGate([]bool{true, false, false}, []bool{true, true, true})
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: down}))
+	}})
+	id := h.authorized(t, "acme", 1000)
+	answers := make([]events.APIGatewayV2HTTPResponse, 3)
+	var wg sync.WaitGroup
+	wg.Go(func() { answers[0] = h.do(postMove("acme", id, "capture", "")) })
+	<-down.arrived // the row is capturing: the others wait on it
+	for i := 1; i < len(answers); i++ {
+		wg.Go(func() { answers[i] = h.do(postMove("acme", id, "capture", "")) })
+	}
+	time.Sleep(300 * time.Millisecond)
+	close(down.turns[0])
+	wg.Wait()
+	for i, a := range answers {
+		if a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" || a.Headers["Retry-After"] == "" {
+			t.Errorf("capture %d: %d %s %v, want 503 provider-unavailable with Retry-After", i, a.StatusCode, a.Body, a.Headers)
+		}
+	}
+	if st, _ := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusRequiresCapture {
+		t.Errorf("the charge reads %s, want requires_capture", st)
+	}
+	if n := down.n.Load(); n > int32(len(answers)) {
+		t.Errorf("the provider was asked %d times by %d requests", n, len(answers))
+	}
+	if n := h.captures(t, "acme", id); n != 0 {
+		t.Errorf("captured %d times", n)
+	}
+}
+
+// TestLateRevertLeavesANewerMoveAlone: a capture's answer, "not
+// processed", comes after its deadline and the settle window. The
+// reconciler has released its move, and a newer capture has moved the
+// row. The late revert must not undo that newer move, which captures.
+func TestLateRevertLeavesANewerMoveAlone(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	gate := newCaptureGate([]bool{true, true}, []bool{true, false})
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clock = clock.Now
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: gate}))
+	}})
+	recon := h.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Reconcile.SettleWindow = 2 * time.Minute
+		w.Deps.Clock = clock.Now
+	})
+	id := h.authorized(t, "acme", 1000)
+	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
+	late, newer := make(chan events.APIGatewayV2HTTPResponse, 1), make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { late <- h.do(postMove("acme", id, "capture", "")) }()
+	<-gate.arrived // the first capture's call is at the provider, its answer held
+	for _, step := range []struct {
+		after time.Duration
+		want  charge.Outcome
+	}{{time.Minute, charge.OutcomeNotSettled}, {3 * time.Minute, charge.OutcomeReleased}} {
+		clock.Advance(step.after)
+		if out, err := recon.Reconcile(t.Context(), key); err != nil || out != step.want {
+			t.Fatalf("reconcile: %s, %v; want %s", out, err, step.want)
+		}
+	}
+	go func() { newer <- h.do(postMove("acme", id, "capture", "")) }()
+	<-gate.arrived // the newer capture moved the row; its call is at the provider
+	close(gate.turns[0])
+	if a := <-late; a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" {
+		t.Errorf("the late capture: %d %s, want 503 provider-unavailable", a.StatusCode, a.Body)
+	}
+	close(gate.turns[1])
+	if a := <-newer; a.StatusCode != http.StatusOK {
+		t.Errorf("the newer capture: %d %s, want 200", a.StatusCode, a.Body)
+	}
+	if st, amount := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusSucceeded || amount != 1000 {
+		t.Errorf("the charge reads %s %d, want succeeded 1000", st, amount)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Errorf("captured %d times, want once", n)
+	}
+}
+
+// heldUpdate holds DynamoDB's first UpdateItem once armed, until release
+// is closed.
+type heldUpdate struct {
+	armed            atomic.Bool
+	arrived, release chan struct{}
+}
+
+func (u *heldUpdate) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") && u.armed.CompareAndSwap(true, false) {
+		close(u.arrived)
+		<-u.release
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestCaptureOfAllAnswersAPartialOneMadeFirst: a capture of all reads an
+// authorization, and a capture of 600 moves the row before it and
+// captures. The capture of all names no amount, so it is that capture
+// again: 200, not a conflict with the amount it would have asked for.
+func TestCaptureOfAllAnswersAPartialOneMadeFirst(t *testing.T) {
+	t.Parallel()
+	held := &heldUpdate{arrived: make(chan struct{}), release: make(chan struct{})}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: held} })
+	}})
+	id := h.authorized(t, "acme", 1000)
+	held.armed.Store(true)
+	all := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { all <- h.do(postMove("acme", id, "capture", "")) }()
+	<-held.arrived // it read requires_capture; its move waits
+	part := h.do(postMove("acme", id, "capture", `{"amount":600}`))
+	if st, amount := chargeStatus(t, part); part.StatusCode != http.StatusOK || st != charge.StatusSucceeded || amount != 600 {
+		t.Fatalf("capture of 600: %d %s", part.StatusCode, part.Body)
+	}
+	close(held.release)
+	if a := <-all; a.StatusCode != http.StatusOK || a.Body != part.Body {
+		t.Errorf("capture of all: %d %s, want the 200 %s", a.StatusCode, a.Body, part.Body)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Errorf("captured %d times, want once", n)
 	}
 }

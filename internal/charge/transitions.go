@@ -24,8 +24,9 @@ import (
 // is the record. A conditional update moves it from StatusRequiresCapture
 // to StatusCapturing (or StatusCanceling) with an attempt deadline, before
 // the provider is asked. Only the request that made that move asks; any
-// other waits for its outcome, and a repeat of a settled one finds the
-// state it set. The provider call carries a reference derived from the
+// other waits for its outcome. One proven not made frees the row, and
+// the other makes its own. A repeat of a settled one finds the state it
+// set. The provider call carries a reference derived from the
 // charge and the operation, so the provider deduplicates a re-sent one.
 // A move left unsettled (a crash, a lost answer) is settled by reading
 // the provider's state of the payment, never by a timer.
@@ -104,8 +105,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	// The wait is real time, as idem.Do's: a test's frozen clock must not
 	// make it endless.
 	until := time.Now().Add(s.cfg.InflightWait)
-	awaited := false // another request's move, in flight when this one came
-	asked := false   // the provider's state, once per request: asking again would spin
+	asked := false // the provider's state, once per request: asking again would spin
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		if res, done, err := unread(found, err); done {
@@ -116,8 +116,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
 			return Result{Outcome: m.done, Charge: &c}, nil
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
-			// A move in flight, this one's or the other's: its outcome
-			// decides this request's answer, so it is awaited.
+			// A move in flight is awaited. Made, it is this request's
+			// answer. Proven not made, the row is back in
+			// StatusRequiresCapture, and this request makes its own.
 			if !now.Before(c.transition.deadline) && !asked {
 				// Its attempt's time is up: settled from the provider's
 				// state, then read again. A provider that cannot say
@@ -135,32 +136,30 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}
-				awaited = true
 				continue
 			}
 			return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline}, nil
-		case awaited && c.Status == StatusRequiresCapture:
-			// The move awaited was not made. Its request was told so;
-			// this one hears the same, and is not made on its own.
-			return Result{Outcome: OutcomeBusy}, nil
 		case c.Status != StatusRequiresCapture:
 			return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
 		case amount > c.Money.Amount:
 			return Result{Outcome: OutcomeInvalid, Charge: &c}, ErrAmountAboveAuthorized
 		}
-		if amount == 0 {
-			amount = c.Money.Amount
+		// amount stays as the request named it: none matches a capture
+		// another request makes first.
+		want := amount
+		if want == 0 {
+			want = c.Money.Amount
 		}
 		deadline := now.Add(transitionLease)
-		switch err := s.cfg.Rows.begin(ctx, c, m, amount, deadline); {
+		switch err := s.cfg.Rows.begin(ctx, c, m, want, deadline); {
 		case errors.Is(err, errMoved):
-			continue // another request moved it first: its outcome is ours
+			continue // another request moved it first: it is awaited
 		case transient(err):
 			return Result{Outcome: OutcomeBusy}, nil
 		case err != nil:
 			return Result{}, err
 		}
-		c.Status, c.transition = m.via, pending{amount: amount, deadline: deadline}
+		c.Status, c.transition = m.via, pending{amount: want, deadline: deadline}
 		return s.send(ctx, c, m)
 	}
 }
@@ -314,12 +313,19 @@ func (r *Rows) begin(ctx context.Context, c Charge, m move, amount int64, deadli
 // settle ends c's move in status to, if the row is still in that move;
 // captured, if not zero, is the amount the provider captured.
 func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) (Charge, error) {
-	set, values := "SET #status = :to", map[string]types.AttributeValue{":to": str(to), ":via": str(c.Status)}
+	set, cond := "SET #status = :to", "#status = :via"
+	values := map[string]types.AttributeValue{":to": str(to), ":via": str(c.Status)}
 	if to == StatusSucceeded && captured > 0 {
 		set += ", #money = :captured"
 		values[":captured"] = number(captured)
 	}
-	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited", "#status = :via", values); err != nil {
+	if to == StatusRequiresCapture {
+		// "Not made" is proven of one attempt only. A newer move, begun
+		// since, has another deadline, and a late revert leaves it alone.
+		cond += " AND #deadline = :deadline"
+		values[":deadline"] = number(c.transition.deadline.UnixMilli())
+	}
+	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited", cond, values); err != nil {
 		return Charge{}, err
 	}
 	c.Status, c.transition = to, pending{}
