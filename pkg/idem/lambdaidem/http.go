@@ -257,7 +257,8 @@ func typed[T any, P interface {
 	*T
 	error
 }](err error) T {
-	if p, ok := errors.AsType[P](err); ok {
+	var p P
+	if errors.As(err, &p) {
 		return *p
 	}
 	var zero T
