@@ -2,7 +2,8 @@
 // an API Gateway HTTP API handler (payload 2.0), REST a REST API handler,
 // and SQS an SQS batch handler. A handler runs at most once per intent.
 // Its business writes commit with the idempotency record, in one
-// transaction.
+// transaction. Sweep is the handler of the scheduled function that
+// recovers the commands whose attempt died.
 //
 // For APIs, the key comes from the Idempotency-Key header by default. The
 // tenant is the authorizer's principal, and may be any printable text
