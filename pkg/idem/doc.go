@@ -68,7 +68,9 @@
 // the lease over and settle the command as a [Resolver] says. A resolver
 // of a DoJSON command reads the request from [Lease].Intent and settles
 // with [SucceededJSON]. [ReleaseLocalEffect] is the resolver for an
-// effect that is only the business writes of Succeeded.
+// effect that is only the business writes of Succeeded. [ByOperation]
+// gives each operation of a table its own resolver, and [Reference] the
+// provider's reference every attempt sends.
 //
 // # Time
 //

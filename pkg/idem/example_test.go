@@ -36,9 +36,9 @@ func ExampleDo() {
 		return "ch_1", nil
 	}
 	charge := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		// The provider's reference derives from (Key, CreatedAt), so a retry
-		// after a release reaches the provider under the same reference.
-		id, err := chargeCard(ctx, fmt.Sprint(l.Key, "@", l.CreatedAt.UnixMilli()))
+		// Every attempt at this command sends the same reference, and it
+		// holds no part of the key.
+		id, err := chargeCard(ctx, idem.Reference("charge", l.Key, l.CreatedAt))
 		switch {
 		case errors.Is(err, errProviderDown):
 			return idem.NotApplied(idem.Response{Status: 503}), nil

@@ -164,6 +164,9 @@ func TestTableInputFollowsTheOptions(t *testing.T) {
 			o.KeyAttribute, o.SortKeyAttribute, o.PartitionKeyValue, o.TTLAttribute, o.StuckLeaseIndex = "PK", "SK", "IDEMPOTENCY", "ttl", "gsi1"
 		}, "PK HASH, SK RANGE, PK:S SK:S lease_shard:N lease_expires_at:N index gsi1", "ttl"},
 		{"no index", func(o *dynamostore.Options) { o.ScanStuckLeases = true }, "pk HASH, pk:S ", dynamostore.AttrExpiresAt},
+		{"an index of the table's", func(o *dynamostore.Options) {
+			o.StuckLeaseIndex, o.LeaseShardAttribute, o.LeaseExpiresAtAttribute = "GSI2", "GSI2PK", "GSI2SK"
+		}, "pk HASH, pk:S GSI2PK:N GSI2SK:N index GSI2", dynamostore.AttrExpiresAt},
 	}
 	for _, c := range cases {
 		st := newStore(t, db, "t", c.opts)
@@ -204,6 +207,9 @@ func TestLayoutOptionsRefused(t *testing.T) {
 		"the sort key is the partition key": func(o *dynamostore.Options) { o.SortKeyAttribute = dynamostore.AttrPK },
 		"a key named as a record attribute": func(o *dynamostore.Options) { o.SortKeyAttribute = "st" },
 		"the TTL named as the index's key":  func(o *dynamostore.Options) { o.TTLAttribute = dynamostore.AttrLeaseExpiresAt },
+		"the index's keys named alike":      func(o *dynamostore.Options) { o.LeaseShardAttribute = dynamostore.AttrLeaseExpiresAt },
+		"an index key named as the key":     func(o *dynamostore.Options) { o.LeaseExpiresAtAttribute = dynamostore.AttrPK },
+		"an index key named as a record's":  func(o *dynamostore.Options) { o.LeaseShardAttribute = "attempts" },
 		// A store with "idem#" would read a record of "idem#v2#" as its
 		// own (the key v2#acme#op#k), list it stuck and resolve it.
 		"a prefix with a # inside":   func(o *dynamostore.Options) { o.KeyPrefix = "idem#v2#" },
@@ -284,4 +290,48 @@ func stuckKeys(t *testing.T, s *dynamostore.Store, before time.Time) []idem.Key 
 		keys = append(keys, sl.Key)
 	}
 	return keys
+}
+
+// TestIndexInputAddsTheIndexToAnExistingTable: a table made without the
+// stuck-lease index gets it from IndexInput, under the names the options
+// give, and the commands already in flight are found there.
+func TestIndexInputAddsTheIndexToAnExistingTable(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	db := dynamotest.Client(t)
+	opts := func(o *dynamostore.Options) {
+		o.KeyAttribute, o.SortKeyAttribute, o.KeyPrefix, o.Shards, o.Clock = "PK", "SK", "idem#", 1, clock.Now
+		o.StuckLeaseIndex, o.LeaseShardAttribute, o.LeaseExpiresAtAttribute = "GSI2", "GSI2PK", "GSI2SK"
+	}
+	noIndex := func(o *dynamostore.Options) {
+		o.StuckLeaseIndex, o.ScanStuckLeases = "", true
+	}
+	table := dynamotest.Table(t, newStore(t, db, "single", opts, noIndex).TableInput())
+	s := newStore(t, db, table, opts)
+	stuck := begin(t, s, key(t, "acme"), fpA) // in flight before the index exists
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
+		"PK": &types.AttributeValueMemberS{Value: "idem#" + stuck.Key.String()}, "SK": &types.AttributeValueMemberS{Value: dynamostore.DefaultSortKeyValue},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"GSI2PK", "GSI2SK"} {
+		if _, ok := out.Item[name].(*types.AttributeValueMemberN); !ok {
+			t.Fatalf("the record has no number %s: %v", name, out.Item)
+		}
+	}
+	in, err := s.IndexInput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.UpdateTable(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	if keys := stuckKeys(t, s, clock.Now()); len(keys) != 1 || keys[0] != stuck.Key {
+		t.Fatalf("stuck leases %v, want %v", keys, stuck.Key)
+	}
+	if _, err := newStore(t, db, table, opts, noIndex).IndexInput(); err == nil {
+		t.Fatal("IndexInput of a store that scans: no error")
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -43,6 +45,23 @@ func Postponed(until time.Time) Outcome { return Outcome{Status: StatusInFlight,
 // that asks.
 func ReleaseLocalEffect(context.Context, *Lease) (Outcome, error) {
 	return NotApplied(Response{}), nil
+}
+
+// ByOperation is the Resolver for a store whose commands span several
+// operations: it hands each lease to the resolver of its key's operation.
+// A command of an operation without one is not settled: the resolver's
+// error leaves it IN_FLIGHT, and Sweep returns the error, naming the
+// operation. So one sweeper serves a table, and stores that share a table
+// with another team's each need a KeyPrefix.
+func ByOperation(resolvers map[string]Resolver) Resolver {
+	resolvers = maps.Clone(resolvers) // the caller's map may change later
+	return func(ctx context.Context, l *Lease) (Outcome, error) {
+		resolve := resolvers[l.Key.Operation()]
+		if resolve == nil {
+			return Outcome{}, fmt.Errorf("idem: no resolver for operation %q", l.Key.Operation())
+		}
+		return resolve(ctx, l)
+	}
 }
 
 // errNoResolver refuses a recovery nothing could decide.

@@ -78,7 +78,7 @@ func ExampleRecover() {
 		return "ch_1", nil
 	}
 	resolve := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		id, err := lookup(ctx, fmt.Sprint(l.Key, "@", l.CreatedAt.UnixMilli()))
+		id, err := lookup(ctx, idem.Reference("charge", l.Key, l.CreatedAt)) // what the attempt sent
 		if err != nil {
 			return idem.Postponed(clock.Now().Add(30 * time.Second)), nil
 		}

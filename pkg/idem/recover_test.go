@@ -201,3 +201,37 @@ func stuckOnMemstore(t *testing.T) (*memstore.Store, *idemtest.Clock, idem.Key) 
 	clock.Advance(time.Hour)
 	return s, clock, k
 }
+
+// TestByOperationHandsEachLeaseToItsOperationsResolver: one sweep serves
+// every operation of a table, each by its own resolver; a command of an
+// operation without one is not settled, and the sweep says which.
+func TestByOperationHandsEachLeaseToItsOperationsResolver(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Now())
+	s := memstore.New(func(o *memstore.Options) { o.Clock, o.DefaultLease = clock.Now, 30*time.Second })
+	keys := map[string]idem.Key{}
+	for _, op := range []string{"send-invoice", "create-order", "ship-order"} {
+		k, err := idem.NewKey("acme", op, "order-42")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Begin(ctx, k, fpA, nil); err != nil {
+			t.Fatal(err)
+		}
+		keys[op] = k
+	}
+	clock.Advance(time.Minute)
+	invoiced := func(context.Context, *idem.Lease) (idem.Outcome, error) { return idem.SucceededJSON("inv-1") }
+	sum, err := idem.Sweep(ctx, s, idem.ByOperation(map[string]idem.Resolver{
+		"send-invoice": invoiced,
+		"create-order": idem.ReleaseLocalEffect,
+	}))
+	if sum.Found != 3 || sum.Settled != 2 || sum.Failed != 1 || err == nil || !strings.Contains(err.Error(), `"ship-order"`) {
+		t.Fatalf("Sweep = %+v, %v; want two settled, and an error naming ship-order", sum, err)
+	}
+	for op, want := range map[string]idem.Status{"send-invoice": idem.StatusSucceeded, "create-order": idem.StatusReleased, "ship-order": idem.StatusInFlight} {
+		if rec, err := s.Get(ctx, keys[op]); err != nil || rec.Status != want {
+			t.Errorf("%s: %+v, %v; want %s", op, rec, err, want)
+		}
+	}
+}

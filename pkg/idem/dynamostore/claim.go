@@ -51,9 +51,9 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	item[attrFingerprint] = fpAttr(fp)
 	item[attrCreatedAt] = millis(lease.CreatedAt)
 	item[attrLeaseToken] = str(token)
-	item[AttrLeaseExpiresAt] = millis(lease.ExpiresAt)
-	item[AttrLeaseShard] = num(int64(s.shard(key)))
-	item[attrAttemptDeadline] = item[AttrLeaseExpiresAt] // the same time: the attempt runs under this lease
+	item[s.layout.lexp] = millis(lease.ExpiresAt)
+	item[s.layout.shard] = num(int64(s.shard(key)))
+	item[attrAttemptDeadline] = item[s.layout.lexp] // the same time: the attempt runs under this lease
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
 	}
@@ -146,7 +146,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 	lease.CreatedAt = rec.CreatedAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	names := map[string]string{
-		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard,
+		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": s.layout.lexp, "#shard": s.layout.shard,
 		"#ad": attrAttemptDeadline, "#exp": s.layout.ttl, "#att": attrAttempts, "#fp": attrFingerprint,
 	}
 	values := map[string]types.AttributeValue{

@@ -9,9 +9,10 @@
 // [TableInput] is the table's CreateTable request and [TTLInput] its
 // UpdateTimeToLive request, with the default names. The layout options
 // (KeyAttribute, KeyPrefix, SortKeyAttribute, SortKeyValue,
-// PartitionKeyValue, TTLAttribute, StuckLeaseIndex, ScanStuckLeases) put
-// the records in a table you already have; [Store.TableInput] and
-// [Store.TTLInput] follow them. pkg/idem's docs/tables.md has the
+// PartitionKeyValue, TTLAttribute, StuckLeaseIndex, LeaseShardAttribute,
+// LeaseExpiresAtAttribute, ScanStuckLeases) put the records in a table you
+// already have; [Store.TableInput] and [Store.TTLInput] follow them.
+// [Store.IndexInput] adds the stuck-lease index to such a table. pkg/idem's docs/tables.md has the
 // layouts, the IAM policy and the CloudFormation.
 //
 // # Calls
@@ -45,8 +46,8 @@
 //	ct                N     CreatedAt, epoch milliseconds
 //	tok               S     the lease token: 128 random bits, unpadded URL-safe base64
 //	in                B     the intent Begin stored
-//	lease_shard       N     IN_FLIGHT only: the stuck-lease index's partition key
-//	lease_expires_at  N     IN_FLIGHT only: the lease's end in epoch milliseconds, the index's sort key
+//	lease_shard       N     IN_FLIGHT only: the stuck-lease index's partition key (Options.LeaseShardAttribute renames it)
+//	lease_expires_at  N     IN_FLIGHT only: the lease's end in epoch milliseconds, the index's sort key (Options.LeaseExpiresAtAttribute renames it)
 //	ad                N     IN_FLIGHT only: AttemptDeadline, epoch milliseconds
 //	attempts          N     take-overs so far, absent before the first (projected into the index)
 //	expires_at        N     settled only: end of retention in epoch seconds, the TTL attribute (Options.TTLAttribute renames it)

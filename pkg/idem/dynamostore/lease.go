@@ -53,7 +53,7 @@ func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) er
 // attempt is set.
 func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time.Time, attempt bool) error {
 	expr := "SET #lexp = :lexp"
-	names := map[string]string{"#lexp": AttrLeaseExpiresAt}
+	names := map[string]string{"#lexp": s.layout.lexp}
 	if attempt {
 		expr += ", #ad = :lexp"
 		names["#ad"] = attrAttemptDeadline
@@ -119,7 +119,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
 	cond, update := "#status = :inflight", "SET #tok = :tok, #lexp = :lexp"
 	names := map[string]string{
-		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts,
+		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": s.layout.lexp, "#att": attrAttempts,
 	}
 	values := map[string]types.AttributeValue{
 		":inflight": inFlight, ":tok": str(token), ":lexp": millis(lease.ExpiresAt), ":one": num(1),
@@ -130,7 +130,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		cond = "#ct = :ct AND (#status = :inflight OR (#status = :released AND #exp > :nows))"
 		names["#ct"], values[":ct"] = attrCreatedAt, millis(created)
 		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"
-		names["#exp"], names["#shard"], names["#ad"] = s.layout.ttl, AttrLeaseShard, attrAttemptDeadline
+		names["#exp"], names["#shard"], names["#ad"] = s.layout.ttl, s.layout.shard, attrAttemptDeadline
 		values[":released"], values[":nows"], values[":shard"] = statusAttrs[idem.StatusReleased], seconds(now), num(int64(s.shard(key)))
 	} else {
 		cond += " AND #lexp < :now"

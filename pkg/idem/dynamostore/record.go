@@ -63,7 +63,7 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 		KeyConditionExpression: aws.String("#shard = :shard AND #lexp < :before"),
 		Limit:                  aws.Int32(100),
 	}
-	names, values := map[string]string{"#shard": AttrLeaseShard, "#lexp": AttrLeaseExpiresAt}, map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)}
+	names, values := map[string]string{"#shard": s.layout.shard, "#lexp": s.layout.lexp}, map[string]types.AttributeValue{":shard": num(int64(shard)), ":before": millis(before)}
 	in.FilterExpression = s.ownRecords(names, values)
 	in.ExpressionAttributeNames, in.ExpressionAttributeValues = names, values
 	return func(yield func(idem.Record, error) bool) {
@@ -90,7 +90,7 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 // leases are gathered and sorted before the first is yielded.
 func (s *Store) scanStuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
 	filter := "#lexp < :before"
-	names := map[string]string{"#key": s.layout.keyIn, "#lexp": AttrLeaseExpiresAt, "#att": attrAttempts}
+	names := map[string]string{"#key": s.layout.keyIn, "#lexp": s.layout.lexp, "#att": attrAttempts}
 	values := map[string]types.AttributeValue{":before": millis(before)}
 	if own := s.ownRecords(names, values); own != nil {
 		filter += " AND " + *own
@@ -173,7 +173,7 @@ func (s *Store) decodeStuck(item map[string]types.AttributeValue) (idem.Record, 
 	if err != nil {
 		return idem.Record{}, unreadable("not a key")
 	}
-	ms, err := numberAttr(item, AttrLeaseExpiresAt)
+	ms, err := numberAttr(item, s.layout.lexp)
 	if err != nil {
 		return idem.Record{}, unreadable(err.Error())
 	}
@@ -204,7 +204,7 @@ func (s *Store) decodeRecord(key idem.Key, item map[string]types.AttributeValue)
 		rec.Attempts = int(attempts)
 	}
 	if rec.Status == idem.StatusInFlight {
-		lexp, err := numberAttr(item, AttrLeaseExpiresAt)
+		lexp, err := numberAttr(item, s.layout.lexp)
 		if err != nil {
 			return nil, err
 		}

@@ -36,7 +36,7 @@ type settlement struct {
 
 func (s *Store) settlement(op string, l *idem.Lease, status idem.Status, resp *idem.Response) (settlement, error) {
 	expr := "SET #status = :status, #exp = :exp"
-	names := map[string]string{"#exp": s.layout.ttl, "#lexp": AttrLeaseExpiresAt, "#shard": AttrLeaseShard, "#ad": attrAttemptDeadline}
+	names := map[string]string{"#exp": s.layout.ttl, "#lexp": s.layout.lexp, "#shard": s.layout.shard, "#ad": attrAttemptDeadline}
 	values := map[string]types.AttributeValue{":status": statusAttrs[status], ":exp": seconds(s.settledUntil(l, status))}
 	st := settlement{op: op, status: status}
 	if resp != nil {

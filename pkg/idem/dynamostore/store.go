@@ -88,6 +88,11 @@ type Options struct {
 	// StuckLeaseIndex names the sparse GSI StuckLeases queries. Default
 	// IndexStuckLeases.
 	StuckLeaseIndex string
+	// LeaseShardAttribute and LeaseExpiresAtAttribute name the index's
+	// partition and sort keys, both numbers, which only IN_FLIGHT records
+	// carry: to reuse an index the table has. Default AttrLeaseShard and
+	// AttrLeaseExpiresAt.
+	LeaseShardAttribute, LeaseExpiresAtAttribute string
 	// ScanStuckLeases makes StuckLeases scan the table, for a table
 	// without the stuck-lease index: every sweep then reads the whole
 	// table. Default false.

@@ -24,7 +24,8 @@ const (
 	// renames it).
 	AttrExpiresAt = "expires_at"
 	// AttrLeaseShard and AttrLeaseExpiresAt exist only while a record is
-	// IN_FLIGHT; they are the keys of the sparse stuck-lease index.
+	// IN_FLIGHT; they are the keys of the sparse stuck-lease index
+	// (Options.LeaseShardAttribute and LeaseExpiresAtAttribute rename them).
 	AttrLeaseShard     = "lease_shard"
 	AttrLeaseExpiresAt = "lease_expires_at"
 	// IndexStuckLeases is the sparse GSI of in-flight records by lease
@@ -50,10 +51,10 @@ const (
 // key whose partition key holds the key (Options.SortKeyValue).
 const DefaultSortKeyValue = "idem"
 
-// recordAttrs are the attributes a record writes besides its key and its
-// TTL attribute, which the table's own names must not take.
+// recordAttrs are the attributes a record writes besides its key, its TTL
+// attribute and the index's keys, which the table's own names must not take.
 var recordAttrs = []string{
-	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent, AttrLeaseShard, AttrLeaseExpiresAt,
+	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
 	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip,
 }
 
@@ -68,15 +69,19 @@ type layout struct {
 	prefix         string
 	ttl            string
 	index          string // empty: StuckLeases scans
+	// shard and lexp name the index's keys, which every IN_FLIGHT record
+	// carries, index or not.
+	shard, lexp string
 }
 
 // defaultLayout is the table TableInput and TTLInput describe.
-var defaultLayout = layout{pk: AttrPK, keyIn: AttrPK, ttl: AttrExpiresAt, index: IndexStuckLeases}
+var defaultLayout = layout{pk: AttrPK, keyIn: AttrPK, ttl: AttrExpiresAt, index: IndexStuckLeases, shard: AttrLeaseShard, lexp: AttrLeaseExpiresAt}
 
 func newLayout(o Options) (layout, error) {
 	l := layout{
 		pk: cmp.Or(o.KeyAttribute, AttrPK), sk: o.SortKeyAttribute, prefix: o.KeyPrefix,
 		ttl: cmp.Or(o.TTLAttribute, AttrExpiresAt), index: cmp.Or(o.StuckLeaseIndex, IndexStuckLeases),
+		shard: cmp.Or(o.LeaseShardAttribute, AttrLeaseShard), lexp: cmp.Or(o.LeaseExpiresAtAttribute, AttrLeaseExpiresAt),
 	}
 	switch {
 	case l.sk == "" && (o.PartitionKeyValue != "" || o.SortKeyValue != ""):
@@ -97,7 +102,7 @@ func newLayout(o Options) (layout, error) {
 	if o.ScanStuckLeases {
 		l.index = ""
 	}
-	names := []string{l.pk, l.sk, l.ttl}
+	names := []string{l.pk, l.sk, l.ttl, l.shard, l.lexp}
 	for i, name := range names {
 		if name != "" && (slices.Contains(recordAttrs, name) || slices.Contains(names[:i], name)) {
 			return layout{}, fmt.Errorf("idem: Options: attribute name %q is taken by the record layout or another option", name)
@@ -156,20 +161,51 @@ func (l *layout) tableInput(name string) *dynamodb.CreateTableInput {
 	if l.index == "" {
 		return in
 	}
-	in.AttributeDefinitions = append(in.AttributeDefinitions,
-		types.AttributeDefinition{AttributeName: aws.String(AttrLeaseShard), AttributeType: types.ScalarAttributeTypeN},
-		types.AttributeDefinition{AttributeName: aws.String(AttrLeaseExpiresAt), AttributeType: types.ScalarAttributeTypeN},
-	)
-	in.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{
-		IndexName: aws.String(l.index),
-		KeySchema: []types.KeySchemaElement{
-			{AttributeName: aws.String(AttrLeaseShard), KeyType: types.KeyTypeHash},
-			{AttributeName: aws.String(AttrLeaseExpiresAt), KeyType: types.KeyTypeRange},
-		},
-		// The attempts ride along so a sweep sees which keys keep failing.
-		Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{attrAttempts}},
-	}}
+	in.AttributeDefinitions = append(in.AttributeDefinitions, l.indexAttributes()...)
+	in.GlobalSecondaryIndexes = []types.GlobalSecondaryIndex{{IndexName: aws.String(l.index), KeySchema: l.indexKeySchema(), Projection: indexProjection()}}
 	return in
+}
+
+// IndexInput returns the UpdateTable request that adds the stuck-lease
+// index to the store's existing table, as its options name the index and
+// its keys. Records carry the index's keys whether or not it exists, so
+// DynamoDB backfills it with the commands already in flight. A table with
+// provisioned capacity needs the index's ProvisionedThroughput set on the
+// request. With Options.ScanStuckLeases there is no index to add: it
+// returns an error.
+func (s *Store) IndexInput() (*dynamodb.UpdateTableInput, error) {
+	l := &s.layout
+	if l.index == "" {
+		return nil, errors.New("idem: IndexInput: Options.ScanStuckLeases names no index")
+	}
+	return &dynamodb.UpdateTableInput{
+		TableName:            aws.String(s.table),
+		AttributeDefinitions: l.indexAttributes(),
+		GlobalSecondaryIndexUpdates: []types.GlobalSecondaryIndexUpdate{{Create: &types.CreateGlobalSecondaryIndexAction{
+			IndexName: aws.String(l.index), KeySchema: l.indexKeySchema(), Projection: indexProjection(),
+		}}},
+	}, nil
+}
+
+// indexAttributes are the stuck-lease index's key attributes: numbers.
+func (l *layout) indexAttributes() []types.AttributeDefinition {
+	return []types.AttributeDefinition{
+		{AttributeName: aws.String(l.shard), AttributeType: types.ScalarAttributeTypeN},
+		{AttributeName: aws.String(l.lexp), AttributeType: types.ScalarAttributeTypeN},
+	}
+}
+
+func (l *layout) indexKeySchema() []types.KeySchemaElement {
+	return []types.KeySchemaElement{
+		{AttributeName: aws.String(l.shard), KeyType: types.KeyTypeHash},
+		{AttributeName: aws.String(l.lexp), KeyType: types.KeyTypeRange},
+	}
+}
+
+// indexProjection carries the attempts along, so a sweep sees which keys
+// keep failing.
+func indexProjection() *types.Projection {
+	return &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: []string{attrAttempts}}
 }
 
 // TTLInput enables DynamoDB's TTL on AttrExpiresAt for the named table.

@@ -496,7 +496,8 @@ func mismatchNeverReplays(t *testing.T, c *suite) {
 	if !errors.Is(err, idem.ErrMismatch) || b.Replay != nil || b.Lease != nil {
 		t.Fatalf("completed, other body: want mismatch and nothing else, got %+v %v", b, err)
 	}
-	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok && !mismatch.RecordExpiresAt.Equal(l.RecordExpiresAt) {
+	var mismatch *idem.MismatchError
+	if errors.As(err, &mismatch) && !mismatch.RecordExpiresAt.Equal(l.RecordExpiresAt) {
 		t.Fatalf("completed, other body: the mismatch's expiry %v, want the record's %v", mismatch.RecordExpiresAt, l.RecordExpiresAt)
 	}
 }
@@ -787,8 +788,8 @@ func earliestWhileUnsettled(t *testing.T, c *suite) {
 		}
 		_, err = c.Store.Begin(ctx, k, fpA, nil)
 		wantInFlight(t, err)
-		inflight, typed := errors.AsType[*idem.InFlightError](err)
-		if !typed {
+		var inflight *idem.InFlightError
+		if !errors.As(err, &inflight) {
 			continue // a plain ErrInFlight promises no expiry
 		}
 		promised, leased := inflight.RecordExpiresAt, l.RecordExpiresAt

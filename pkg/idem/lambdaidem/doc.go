@@ -2,7 +2,8 @@
 // an API Gateway HTTP API handler (payload 2.0), REST a REST API handler,
 // and SQS an SQS batch handler. A handler runs at most once per intent.
 // Its business writes commit with the idempotency record, in one
-// transaction.
+// transaction. Sweep is the handler of the scheduled function that
+// recovers the commands whose attempt died.
 //
 // For APIs, the key comes from the Idempotency-Key header by default. The
 // tenant is the authorizer's principal, and may be any printable text
@@ -11,6 +12,10 @@
 // and the canonical JSON body. So one key sent with one body to two
 // orders is refused, not answered with the first order. Options changes
 // each of these, and adds a hook on replays.
+//
+// The record keeps the request as its Intent, for a Resolver: an [Intent]
+// in JSON (route, method, path, body), never a header or the query string.
+// Options.Intent changes it. For SQS, the Intent is the message body.
 //
 // A retry gets the stored response, with Idempotent-Replayed: true.
 // Idempotency-Expires, when the store gives it, says until when the key
@@ -22,6 +27,7 @@
 //	400     invalid-idempotency-key  the key is missing or invalid
 //	400     invalid-request          the request cannot be fingerprinted (by default: its body is not one valid JSON value)
 //	401     unauthorized             no usable tenant
+//	413     request-too-large        the request's intent is over 190 KiB: nothing was stored
 //	409     request-in-progress      another attempt holds the key (idem.ErrInFlight), or ended without an outcome (Retry-After)
 //	422     idempotency-key-reused   the key was used with another request (idem.ErrMismatch)
 //	500     internal-error           the handler failed after settling

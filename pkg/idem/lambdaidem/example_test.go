@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/lambdaidem"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
@@ -204,4 +205,35 @@ func ExampleSQS_visibility() {
 	// Output:
 	// deliver rh-1 again in 30 s, from https://sqs.eu-west-1.amazonaws.com/123456789012/orders
 	// redeliver: [{m-1}]
+}
+
+// A scheduled function recovers the stuck commands of a table shared by
+// two operations: an invoice's by asking billing what it did under the
+// command's reference, an order's by releasing it for a retry. Its main
+// calls lambda.Start(sweep).
+func ExampleSweep() {
+	clock := idemtest.NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
+	store := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
+	for _, op := range []string{"send-invoice", "create-order"} { // two attempts that die
+		key, _ := idem.NewKey("acme", op, "order-42")
+		_, _ = store.Begin(context.Background(), key, idem.FingerprintOf([]byte(op)), nil)
+	}
+	clock.Advance(time.Minute) // their leases run out
+
+	lookupInvoice := func(ctx context.Context, reference string) (string, error) { return "inv-1", nil } // billing's client
+	sweep := lambdaidem.Sweep(store, idem.ByOperation(map[string]idem.Resolver{
+		"send-invoice": func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+			id, err := lookupInvoice(ctx, idem.Reference("invoice", l.Key, l.CreatedAt))
+			if err != nil {
+				return idem.Postponed(clock.Now().Add(time.Minute)), nil
+			}
+			return idem.SucceededJSON(id)
+		},
+		"create-order": idem.ReleaseLocalEffect,
+	}), func(o *lambdaidem.SweepOptions) { o.Logger = slog.New(slog.DiscardHandler) })
+
+	swept, err := sweep(context.Background())
+	fmt.Printf("found %d, settled %d, error %v\n", swept.Found, swept.Settled, err)
+	// Output:
+	// found 2, settled 2, error <nil>
 }

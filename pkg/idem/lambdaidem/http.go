@@ -49,6 +49,13 @@ type Options struct {
 	// the body. FingerprintFields takes a subset of the body;
 	// FingerprintBody, the body alone.
 	Fingerprint func(r Request) (idem.Fingerprint, error)
+	// Intent gives the bytes stored as the command's Intent, for a
+	// Resolver; its error is answered 400. An intent over 190 KiB is
+	// answered 413, and nothing is stored. Default IntentRequest: the
+	// route, method, path and body, never a header or the query string.
+	// Leave out what the record must not keep (a card number), or return
+	// nil to store nothing.
+	Intent func(r Request) ([]byte, error)
 	// OnReplay is given every stored answer about to be replayed, with
 	// its key, and what it returns is answered: to count replays or add a
 	// header. The Body may be shared with a cache: replace it, do not
@@ -98,6 +105,9 @@ func newAPI(b idem.Backend, optFns []func(*Options)) *api {
 	}
 	if a.Fingerprint == nil {
 		a.Fingerprint = FingerprintRequest
+	}
+	if a.Intent == nil {
+		a.Intent = IntentRequest
 	}
 	if a.OnError == nil {
 		a.OnError = func(context.Context, error) {}
@@ -190,7 +200,11 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 	case err != nil:
 		return o.problem(problemInvalidRequest, "The request is not one this operation takes.")
 	}
-	res, err := idem.Do(ctx, b, key, fp, nil, fn, func(d *idem.DoOptions) {
+	intent, err := o.Intent(r)
+	if err != nil {
+		return o.problem(problemInvalidRequest, "The request is not one this operation takes.")
+	}
+	res, err := idem.Do(ctx, b, key, fp, intent, fn, func(d *idem.DoOptions) {
 		d.Wait = o.Wait
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
@@ -237,6 +251,8 @@ func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response 
 	case errors.Is(err, idem.ErrInFlight):
 		e := typed[idem.InFlightError](err)
 		return o.expires(o.inProgress(e.LeaseExpiresAt), e.RecordExpiresAt)
+	case errors.Is(err, idem.ErrTooLarge): // the store refuses it before it writes
+		return o.problem(problemTooLarge, "The request is larger than the 190 KiB this operation stores to recover it. Nothing was stored.")
 	}
 	o.OnError(ctx, err)
 	switch {
@@ -257,7 +273,8 @@ func typed[T any, P interface {
 	*T
 	error
 }](err error) T {
-	if p, ok := errors.AsType[P](err); ok {
+	var p P
+	if errors.As(err, &p) {
 		return *p
 	}
 	var zero T
@@ -399,6 +416,7 @@ type problemType struct {
 var (
 	problemInvalidKey     = problemType{"invalid-idempotency-key", "Missing or invalid idempotency key", http.StatusBadRequest}
 	problemInvalidRequest = problemType{"invalid-request", "Invalid request", http.StatusBadRequest}
+	problemTooLarge       = problemType{"request-too-large", "Request too large to store", http.StatusRequestEntityTooLarge}
 	problemUnauthorized   = problemType{"unauthorized", "No tenant in the authorizer context", http.StatusUnauthorized}
 	problemInProgress     = problemType{"request-in-progress", "A request with this key is in progress", http.StatusConflict}
 	problemKeyReused      = problemType{"idempotency-key-reused", "Idempotency key reused with a different request", http.StatusUnprocessableEntity}

@@ -233,6 +233,44 @@ func FingerprintFields(fields ...string) func(Request) (idem.Fingerprint, error)
 	}
 }
 
+// Intent is the request HTTP and REST store as the command's Intent, by
+// default (IntentRequest), so that a Resolver can rebuild it. It holds
+// what the request acts on and its body. It holds no header and no query
+// string: they may carry credentials. A resolver reads it with
+// json.Unmarshal(l.Intent, &in).
+type Intent struct {
+	// Route is the route the request matched, as Request.Route.
+	Route  string `json:"route"`
+	Method string `json:"method"`
+	// Path is the path parameters, and RawPath the path as requested.
+	Path    map[string]string `json:"path,omitempty"`
+	RawPath string            `json:"rawPath,omitempty"`
+	// Body is a JSON body in canonical form (idem.CanonicalJSON).
+	Body json.RawMessage `json:"body,omitempty"`
+	// RawBody is any other body, as sent: base64 in the stored JSON.
+	RawBody []byte `json:"rawBody,omitempty"`
+}
+
+// IntentRequest is the default Options.Intent: the request as an Intent,
+// in JSON. Headers and the query string are left out.
+func IntentRequest(r Request) ([]byte, error) {
+	in := Intent{Route: r.Route}
+	switch {
+	case r.http != nil:
+		in.Method, in.Path, in.RawPath = r.http.RequestContext.HTTP.Method, r.http.PathParameters, r.http.RawPath
+	case r.rest != nil:
+		in.Method, in.Path, in.RawPath = r.rest.HTTPMethod, r.rest.PathParameters, r.rest.Path
+	}
+	if len(r.Body) > 0 {
+		if body, err := idem.CanonicalJSON(r.Body); err == nil {
+			in.Body = body
+		} else {
+			in.RawBody = r.Body
+		}
+	}
+	return json.Marshal(in)
+}
+
 // target is what a request acts on, and its body, as the fingerprints
 // cover them. Its JSON form is canonicalised before it is hashed.
 type target struct {

@@ -1,7 +1,13 @@
 package lambdaidem_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"maps"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -99,6 +105,153 @@ func TestFingerprintCoversTheResourceREST(t *testing.T) {
 		resp, err := handler(t.Context(), order([]string{"1", "1", "2"}[i]))
 		if err != nil || resp.StatusCode != want {
 			t.Fatalf("call %d: %d %s, %v; want %d", i+1, resp.StatusCode, resp.Body, err, want)
+		}
+	}
+}
+
+// storedIntent is the Intent lambdaidem stores for an API request, as a
+// resolver decodes it.
+type storedIntent struct {
+	Route   string            `json:"route"`
+	Method  string            `json:"method"`
+	Path    map[string]string `json:"path"`
+	RawPath string            `json:"rawPath"`
+	Body    json.RawMessage   `json:"body"`
+	RawBody []byte            `json:"rawBody"`
+}
+
+// TestAPIStoresTheRequestAsIntent: a command whose attempt died is settled
+// by a resolver that reads the request from the record. It gets the
+// route, the method, the path and the canonical body, and never a
+// credential from a header or the query string.
+func TestAPIStoresTheRequestAsIntent(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	crash := func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, errors.New("crashed") // the record stays IN_FLIGHT
+	}
+	crashREST := func(context.Context, events.APIGatewayProxyRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, errors.New("crashed")
+	}
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	req := putOrder("PUT /orders/{id}", "o-1", key, `{"qty": 2, "item": "book"}`)
+	req.Headers["authorization"], req.Headers["cookie"] = "Bearer secret-token", "session=secret-cookie"
+	req.QueryStringParameters = map[string]string{"api_key": "secret-query"}
+	if _, err := lambdaidem.HTTP(s, "put-order", crash)(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	rest := events.APIGatewayProxyRequest{
+		HTTPMethod: "PUT", Resource: "/orders/{id}", Path: "/orders/o-1", PathParameters: map[string]string{"id": "o-1"},
+		Headers:                         map[string]string{"Idempotency-Key": key, "Authorization": "Bearer secret-token"},
+		MultiValueQueryStringParameters: map[string][]string{"api_key": {"secret-query"}},
+		Body:                            base64.StdEncoding.EncodeToString([]byte(`{"qty": 2, "item": "book"}`)), IsBase64Encoded: true,
+	}
+	rest.RequestContext.Authorizer = map[string]any{"principalId": "acme"}
+	if _, err := lambdaidem.REST(s, "put-order-rest", crashREST)(t.Context(), rest); err != nil {
+		t.Fatal(err)
+	}
+	for op, want := range map[string]storedIntent{
+		"put-order":      {Route: "PUT /orders/{id}", Method: "PUT", Path: map[string]string{"id": "o-1", "shop": "main"}, RawPath: "/orders/o-1"},
+		"put-order-rest": {Route: "PUT /orders/{id}", Method: "PUT", Path: map[string]string{"id": "o-1"}, RawPath: "/orders/o-1"},
+	} {
+		k, _ := idem.NewKey("acme", op, key)
+		rec, err := s.Get(t.Context(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got storedIntent
+		if err := json.Unmarshal(rec.Intent, &got); err != nil {
+			t.Fatalf("%s: intent %q: %v", op, rec.Intent, err)
+		}
+		if got.Route != want.Route || got.Method != want.Method || !maps.Equal(got.Path, want.Path) || got.RawPath != want.RawPath ||
+			string(got.Body) != `{"item":"book","qty":2}` || got.RawBody != nil {
+			t.Fatalf("%s: intent %s, want %+v with the canonical body", op, rec.Intent, want)
+		}
+		if bytes.Contains(rec.Intent, []byte("secret")) {
+			t.Fatalf("%s: intent %s holds a credential", op, rec.Intent)
+		}
+	}
+}
+
+// TestAPIIntentOfABodyThatIsNotJSON: under a fingerprint of the caller's
+// that takes any body, the body is stored as it was sent.
+func TestAPIIntentOfABodyThatIsNotJSON(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	h := lambdaidem.HTTP(s, "upload", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, nil
+	}, func(o *lambdaidem.Options) {
+		o.Fingerprint = func(r lambdaidem.Request) (idem.Fingerprint, error) { return idem.FingerprintOf(r.Body), nil }
+	})
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	if _, err := h(t.Context(), httpRequest("acme", key, "name=book&qty=2")); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := idem.NewKey("acme", "upload", key)
+	rec, err := s.Get(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got storedIntent
+	if err := json.Unmarshal(rec.Intent, &got); err != nil || string(got.RawBody) != "name=book&qty=2" || got.Body != nil {
+		t.Fatalf("intent %s (%v): want the raw body", rec.Intent, err)
+	}
+}
+
+// TestAPIRefusesARequestTooLargeToStore: a request whose intent does not
+// fit a record is answered 413, and nothing is stored or run.
+func TestAPIRefusesARequestTooLargeToStore(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	var runs atomic.Int32
+	h := lambdaidem.HTTP(s, "put-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Succeeded(idem.Response{Status: 200}), nil
+	})
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	resp, err := h(t.Context(), httpRequest("acme", key, `{"note":"`+strings.Repeat("a", 200<<10)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantProblem(t, resp, 413, "request-too-large")
+	k, _ := idem.NewKey("acme", "put-order", key)
+	if _, err := s.Get(t.Context(), k); !errors.Is(err, idem.ErrNotFound) || runs.Load() != 0 {
+		t.Fatalf("after a 413: record %v, %d runs; want none", err, runs.Load())
+	}
+}
+
+// TestAPIIntentOption: a body the record must not keep is left out by an
+// Intent of the caller's; its error is answered 400 with nothing stored.
+func TestAPIIntentOption(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	fail := false
+	h := lambdaidem.HTTP(s, "pay", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, nil
+	}, func(o *lambdaidem.Options) {
+		o.Intent = func(lambdaidem.Request) ([]byte, error) {
+			if fail {
+				return nil, errors.New("no intent")
+			}
+			return nil, nil
+		}
+	})
+	for _, fail = range []bool{false, true} {
+		key := idemtest.UniqueKey(t, "x").ClientKey()
+		resp, err := h(t.Context(), httpRequest("acme", key, `{"card":"4242424242424242"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := idem.NewKey("acme", "pay", key)
+		rec, err := s.Get(t.Context(), k)
+		switch {
+		case fail:
+			wantProblem(t, resp, 400, "invalid-request")
+			if !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("an Intent that failed: record %v, want none", err)
+			}
+		case err != nil || len(rec.Intent) != 0:
+			t.Fatalf("an Intent of nil: record %v %v, want one without an intent", rec, err)
 		}
 	}
 }

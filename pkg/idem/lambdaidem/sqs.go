@@ -34,6 +34,12 @@ type SQSOptions struct {
 	// JSON. FingerprintMessageFields takes a subset, so that a resend
 	// with a new timestamp is the same message.
 	Fingerprint func(msg events.SQSMessage) (idem.Fingerprint, error)
+	// Intent gives the bytes stored as the command's Intent, for a
+	// Resolver; its error fails the message. Default: the body as sent,
+	// without the message attributes. A message whose intent is over 190
+	// KiB is reported, with nothing stored, on every delivery: it ends in
+	// the dead-letter queue.
+	Intent func(msg events.SQSMessage) ([]byte, error)
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
 	// Visibility, if set, holds back the redelivery of a message whose
@@ -172,6 +178,9 @@ func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOpti
 	if o.Fingerprint == nil {
 		o.Fingerprint = fingerprint
 	}
+	if o.Intent == nil {
+		o.Intent = func(msg events.SQSMessage) ([]byte, error) { return []byte(msg.Body), nil }
+	}
 	if o.OnError == nil {
 		o.OnError = func(context.Context, events.SQSMessage, error) {}
 	}
@@ -245,7 +254,11 @@ func fingerprint(msg events.SQSMessage) (idem.Fingerprint, error) {
 // process runs one message through idem.Do; nil means it needs no other
 // delivery.
 func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, fp idem.Fingerprint, msg events.SQSMessage, next SQSFunc) error {
-	res, err := idem.Do(ctx, b, key, fp, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+	intent, err := o.Intent(msg)
+	if err != nil {
+		return fmt.Errorf("lambdaidem: message %s: intent: %w", msg.MessageId, err)
+	}
+	res, err := idem.Do(ctx, b, key, fp, intent, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		return next(ctx, msg, l)
 	}, func(d *idem.DoOptions) {
 		d.Wait = o.Wait

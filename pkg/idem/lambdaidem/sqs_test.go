@@ -328,3 +328,32 @@ func TestNoSQSSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestSQSStoresTheMessageBodyAsIntent: a resolver of a message whose
+// processing died reads the message body from the record, and no message
+// attribute. A body too large to store is reported, and nothing stored.
+func TestSQSStoresTheMessageBodyAsIntent(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	var runs atomic.Int32
+	h := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Outcome{}, errors.New("crashed") // the record stays IN_FLIGHT
+	})
+	small := sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"order": "o-1", "qty": 2}`)
+	small.MessageAttributes = map[string]events.SQSMessageAttribute{"token": {DataType: "String", StringValue: aws.String("secret-token")}}
+	large := sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"note":"`+strings.Repeat("a", 200<<10)+`"}`)
+	resp, err := h(t.Context(), events.SQSEvent{Records: []events.SQSMessage{small, large}})
+	if err != nil || len(resp.BatchItemFailures) != 2 || runs.Load() != 1 {
+		t.Fatalf("failures %q, %v, %d runs; want both reported, one run", failures(resp), err, runs.Load())
+	}
+	k, _ := idem.NewKey("orders", "fulfil", small.MessageId)
+	rec, err := s.Get(t.Context(), k)
+	if err != nil || string(rec.Intent) != small.Body {
+		t.Fatalf("intent %q (%v), want the message body %q", rec.Intent, err, small.Body)
+	}
+	k, _ = idem.NewKey("orders", "fulfil", large.MessageId)
+	if _, err := s.Get(t.Context(), k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a body too large to store: record %v, want none", err)
+	}
+}
