@@ -203,6 +203,7 @@ lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, 
 	cd $(IDEM) && $(GO) mod tidy -diff
 	$(VENV)/bin/cfn-lint template.yaml
 	$(SAM) validate --lint
+	$(SAM) validate --lint -t pkg/idem/docs/recovery-template.yaml
 	$(SAM) build
 
 # ---- Benchmarks: docs/benchmarks.md's figures ----
