@@ -146,10 +146,11 @@ type row struct {
 	// AmountAuthorized is set for a charge created to capture later.
 	AmountAuthorized int64 `dynamodbav:"amount_authorized,omitempty"`
 	// A capture or cancel in flight (transitions.go).
-	TransitionAmount int64  `dynamodbav:"transition_amount,omitempty"`
-	AttemptDeadline  int64  `dynamodbav:"attempt_deadline,omitempty"`
-	TransitionShard  string `dynamodbav:"transition_shard,omitempty"`
-	TransitionWaited bool   `dynamodbav:"transition_waited,omitempty"`
+	TransitionAmount  int64  `dynamodbav:"transition_amount,omitempty"`
+	AttemptDeadline   int64  `dynamodbav:"attempt_deadline,omitempty"`
+	TransitionShard   string `dynamodbav:"transition_shard,omitempty"`
+	TransitionWaited  bool   `dynamodbav:"transition_waited,omitempty"`
+	TransitionAttempt string `dynamodbav:"transition_attempt,omitempty"`
 }
 
 func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
@@ -166,6 +167,8 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 		Description: w.Description, ProviderReference: w.ProviderReference,
 		ProviderChargeID: w.ProviderChargeID, IdempotencyKey: CommandID(w.IdempotencyKey), CreatedAt: created,
 		Status: w.Status, AmountRefunded: w.AmountRefunded, refundClaimed: w.RefundClaimed, AmountAuthorized: w.AmountAuthorized,
-		transition: pending{amount: w.TransitionAmount, deadline: time.UnixMilli(w.AttemptDeadline), waited: w.TransitionWaited},
+		transition: pending{
+			amount: w.TransitionAmount, deadline: time.UnixMilli(w.AttemptDeadline), waited: w.TransitionWaited, attempt: w.TransitionAttempt,
+		},
 	}, nil
 }

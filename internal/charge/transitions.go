@@ -2,6 +2,7 @@ package charge
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,12 +39,13 @@ const TransitionOperation = "settle-charge"
 
 // The charges table's sparse index of moves in flight.
 const (
-	IndexTransitions     = "transitions"
-	AttrTransitionShard  = "transition_shard"
-	AttrAttemptDeadline  = "attempt_deadline"
-	attrTransitionAmount = "transition_amount"
-	attrTransitionWaited = "transition_waited"
-	transitionShard      = "0" // one shard: moves in flight are few
+	IndexTransitions      = "transitions"
+	AttrTransitionShard   = "transition_shard"
+	AttrAttemptDeadline   = "attempt_deadline"
+	attrTransitionAmount  = "transition_amount"
+	attrTransitionWaited  = "transition_waited"
+	attrTransitionAttempt = "transition_attempt"
+	transitionShard       = "0" // one shard: moves in flight are few
 )
 
 // transitionLease is how long a move's attempt may take before another
@@ -57,6 +59,10 @@ type pending struct {
 	amount   int64
 	deadline time.Time
 	waited   bool
+	// attempt names the move's attempt, unchanged when its deadline is
+	// postponed: a revert is proven of it alone. Empty on rows moved
+	// before attempts were named.
+	attempt string
 }
 
 // move is a state-setting operation: from its start state, through its
@@ -106,6 +112,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	// make it endless.
 	until := time.Now().Add(s.cfg.InflightWait)
 	asked := false // the provider's state, once per request: asking again would spin
+	mine := ""     // the attempt this request began, if it began one
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		if res, done, err := unread(found, err); done {
@@ -113,6 +120,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		}
 		now := s.cfg.Clock()
 		switch {
+		case mine != "" && c.Status == m.via && c.transition.attempt == mine:
+			// This request's own move, its answer lost: it is not awaited.
+			return s.send(ctx, c, m)
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
 			return Result{Outcome: m.done, Charge: &c}, nil
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
@@ -151,15 +161,16 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 			want = c.Money.Amount
 		}
 		deadline := now.Add(transitionLease)
-		switch err := s.cfg.Rows.begin(ctx, c, m, want, deadline); {
+		mine = rand.Text()
+		switch err := s.cfg.Rows.begin(ctx, c, m, pending{amount: want, deadline: deadline, attempt: mine}); {
 		case errors.Is(err, errMoved):
-			continue // another request moved it first: it is awaited
+			continue // moved first by another request, or by this one
 		case transient(err):
 			return Result{Outcome: OutcomeBusy}, nil
 		case err != nil:
 			return Result{}, err
 		}
-		c.Status, c.transition = m.via, pending{amount: want, deadline: deadline}
+		c.Status, c.transition = m.via, pending{amount: want, deadline: deadline, attempt: mine}
 		return s.send(ctx, c, m)
 	}
 }
@@ -301,12 +312,12 @@ func pause(ctx context.Context, d time.Duration) error {
 var errMoved = errors.New("charge: the charge moved meanwhile")
 
 // begin moves c from StatusRequiresCapture into m's transitional state,
-// with its amount and deadline, only if it is still there.
-func (r *Rows) begin(ctx context.Context, c Charge, m move, amount int64, deadline time.Time) error {
-	return r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard",
+// as attempt p, only if it is still there.
+func (r *Rows) begin(ctx context.Context, c Charge, m move, p pending) error {
+	return r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard, #attempt = :attempt",
 		"#status = :from", map[string]types.AttributeValue{
-			":via": str(m.via), ":from": str(StatusRequiresCapture), ":amount": number(amount),
-			":deadline": number(deadline.UnixMilli()), ":shard": str(transitionShard),
+			":via": str(m.via), ":from": str(StatusRequiresCapture), ":amount": number(p.amount),
+			":deadline": number(p.deadline.UnixMilli()), ":shard": str(transitionShard), ":attempt": str(p.attempt),
 		})
 }
 
@@ -319,13 +330,19 @@ func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) 
 		set += ", #money = :captured"
 		values[":captured"] = number(captured)
 	}
-	if to == StatusRequiresCapture {
-		// "Not made" is proven of one attempt only. A newer move, begun
-		// since, has another deadline, and a late revert leaves it alone.
+	switch {
+	case to != StatusRequiresCapture:
+	case c.transition.attempt != "":
+		// "Not made" is proven of one attempt only: a late revert leaves
+		// a newer move alone.
+		cond += " AND #attempt = :attempt"
+		values[":attempt"] = str(c.transition.attempt)
+	default:
+		// A move begun before attempts were named: its deadline stands in.
 		cond += " AND #deadline = :deadline"
 		values[":deadline"] = number(c.transition.deadline.UnixMilli())
 	}
-	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited", cond, values); err != nil {
+	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited, #attempt", cond, values); err != nil {
 		return Charge{}, err
 	}
 	c.Status, c.transition = to, pending{}
@@ -351,7 +368,7 @@ func (r *Rows) postpone(ctx context.Context, c Charge, until time.Time) error {
 // moveNames are the attribute names a move's expressions use.
 var moveNames = map[string]string{
 	"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
-	"#shard": AttrTransitionShard, "#money": "amount", "#waited": attrTransitionWaited,
+	"#shard": AttrTransitionShard, "#money": "amount", "#waited": attrTransitionWaited, "#attempt": attrTransitionAttempt,
 }
 
 // update applies expr to c's row if cond holds, else errMoved.
