@@ -124,10 +124,10 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				// leaves it unknown for now.
 				asked = true
 				switch out, err := s.settleMove(ctx, c); {
+				case out == OutcomeDeferred || transient(err):
+					return Result{Outcome: OutcomeAmbiguous, RetryAt: now.Add(time.Second)}, nil
 				case err != nil:
 					return Result{}, err
-				case out == OutcomeDeferred:
-					return Result{Outcome: OutcomeAmbiguous, RetryAt: now.Add(time.Second)}, nil
 				}
 				continue
 			}
@@ -155,6 +155,11 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		switch err := s.cfg.Rows.begin(ctx, c, m, amount, deadline); {
 		case errors.Is(err, errMoved):
 			continue // another request moved it first: its outcome is ours
+		case errors.Is(err, errMoveUnknown):
+			// Moved, maybe, with nothing sent: the provider's state settles it.
+			s.cfg.Logger.WarnContext(ctx, "charge: "+m.name+" move unknown; queued for reconciliation", "charge_id", c.ID, "cause", ErrorClass(err))
+			s.enqueue(ctx, transitionKey(c), deadline)
+			return Result{Outcome: OutcomeAmbiguous, RetryAt: deadline}, nil
 		case transient(err):
 			return Result{Outcome: OutcomeBusy}, nil
 		case err != nil:
@@ -299,16 +304,25 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 // errMoved: the row was not in the state a conditional move expected.
-var errMoved = errors.New("charge: the charge moved meanwhile")
+// errMoveUnknown: the write of a move failed, and may have landed.
+var (
+	errMoved       = errors.New("charge: the charge moved meanwhile")
+	errMoveUnknown = errors.New("charge: a move's write failed, and may have landed")
+)
 
 // begin moves c from StatusRequiresCapture into m's transitional state,
 // with its amount and deadline, only if it is still there.
 func (r *Rows) begin(ctx context.Context, c Charge, m move, amount int64, deadline time.Time) error {
-	return r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard",
+	var tries dynamostore.Attempts
+	err := r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard",
 		"#status = :from", map[string]types.AttributeValue{
 			":via": str(m.via), ":from": str(StatusRequiresCapture), ":amount": number(amount),
 			":deadline": number(deadline.UnixMilli()), ":shard": str(transitionShard),
-		})
+		}, tries.Option)
+	if err != nil && !errors.Is(err, errMoved) && !tries.Refused() {
+		return fmt.Errorf("%w: %w", errMoveUnknown, err)
+	}
+	return err
 }
 
 // settle ends c's move in status to, if the row is still in that move;
@@ -349,7 +363,7 @@ var moveNames = map[string]string{
 }
 
 // update applies expr to c's row if cond holds, else errMoved.
-func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values map[string]types.AttributeValue) error {
+func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values map[string]types.AttributeValue, optFns ...func(*dynamodb.Options)) error {
 	cond = "attribute_exists(#id) AND " + cond
 	names := map[string]string{}
 	for name, attr := range moveNames {
@@ -365,7 +379,7 @@ func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values m
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
-	})
+	}, optFns...)
 	if _, moved := errors.AsType[*types.ConditionalCheckFailedException](err); moved {
 		return errMoved
 	}
