@@ -151,6 +151,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		if amount == 0 {
 			amount = c.Money.Amount
 		}
+		if err := s.prepare(ctx); err != nil {
+			return Result{}, err // before the move: nothing written
+		}
 		deadline := now.Add(transitionLease)
 		switch err := s.cfg.Rows.begin(ctx, c, m, amount, deadline); {
 		case errors.Is(err, errMoved):
@@ -173,10 +176,6 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 // send asks the provider to make c's move, begun by this request, and
 // settles the row as it answers.
 func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
-	if err := s.prepare(ctx); err != nil {
-		s.revert(ctx, c)
-		return Result{}, err
-	}
 	pctx, cancelCall := context.WithDeadline(ctx, c.transition.deadline.Add(-s.cfg.CommitReserve))
 	req := provider.PaymentRequest{Reference: TransitionReference(c.ID, m.name), Charge: c.ProviderChargeID, Amount: c.transition.amount}
 	res, err := s.ask(pctx, "provider."+m.name, func(ctx context.Context) (provider.Result, error) { return m.call(s.cfg.Provider, ctx, req) })
