@@ -2,6 +2,7 @@ package charge_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -80,8 +81,20 @@ func (s *storeFaults) clients(t *testing.T) awsenv.Clients {
 	})
 }
 
+// stalled is a fault of this test's: DynamoDB applies the request, and
+// its answer never comes before the request's context ends.
+const stalled idemtest.ConnectionFault = "stalled"
+
 func (s *storeFaults) RoundTrip(req *http.Request) (*http.Response, error) {
-	if fault, hit := s.hit(req, readBody(req)); hit {
+	fault, hit := s.hit(req, readBody(req))
+	switch {
+	case hit && fault == stalled:
+		if resp, err := http.DefaultTransport.RoundTrip(req); err == nil {
+			_ = resp.Body.Close()
+		}
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	case hit:
 		return idemtest.FaultyConnection{Fault: fault}.RoundTrip(req)
 	}
 	return http.DefaultTransport.RoundTrip(req)
@@ -168,22 +181,15 @@ func readAgain(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest) {
 	wantStatus(t, h.do(req), http.StatusOK)
 }
 
-// TestStoreFaultsAreAnsweredAsWhatTheyProve: every call of every path,
-// its connection refused, reset after DynamoDB applied it, or its answer
-// cut short. A failed read, or a write never sent, proves that this
-// request wrote nothing: 503 service-unavailable. A write that may have
-// landed after the claim is 503 outcome-pending. Never 500.
-func TestStoreFaultsAreAnsweredAsWhatTheyProve(t *testing.T) {
-	t.Parallel()
-	faults := &storeFaults{}
-	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) { d.Clients = faults.clients(t) }})
+// faultedPaths are every request's path with its DynamoDB calls.
+func faultedPaths() []faultedPath {
 	move := func(verb string) func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
 		return func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
 			return postMove(tenant, h.authorized(t, tenant, 1000), verb, "")
 		}
 	}
 	moveCalls := []faultedCall{{readCall, none}, {moveCall, sent}, {settleCall, all}}
-	paths := []faultedPath{{
+	return []faultedPath{{
 		name: "create",
 		prepare: func(_ *testing.T, _ *harness, tenant string) events.APIGatewayV2HTTPRequest {
 			return post(tenant, newKey(), visa)
@@ -235,7 +241,18 @@ func TestStoreFaultsAreAnsweredAsWhatTheyProve(t *testing.T) {
 		calls:     []faultedCall{{readCall, none}},
 		untouched: readAgain,
 	}}
-	for _, p := range paths {
+}
+
+// TestStoreFaultsAreAnsweredAsWhatTheyProve: every call of every path,
+// its connection refused, reset after DynamoDB applied it, or its answer
+// cut short. A failed read, or a write never sent, proves that this
+// request wrote nothing: 503 service-unavailable. A write that may have
+// landed after the claim is 503 outcome-pending. Never 500.
+func TestStoreFaultsAreAnsweredAsWhatTheyProve(t *testing.T) {
+	t.Parallel()
+	faults := &storeFaults{}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) { d.Clients = faults.clients(t) }})
+	for _, p := range faultedPaths() {
 		for _, c := range p.calls {
 			for _, fault := range idemtest.ConnectionFaults {
 				t.Run(p.name+"/"+c.name+"/"+string(fault), func(t *testing.T) {
@@ -292,5 +309,75 @@ func TestStuckMoveSettledOverAFailedConnection(t *testing.T) {
 		if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != httpapi.ProblemOutcomePending.Slug {
 			t.Errorf("a stuck move's settlement over a connection %s: %d %s; want 503 outcome-pending", fault, resp.StatusCode, resp.Body)
 		}
+	}
+}
+
+// TestEveryPathAnswersBeforeItsDeadline: each call of each path stalls
+// until the request's time runs out. The function still answers, with
+// time to spare before its deadline, so the gateway never answers for it.
+// A read that stalled wrote nothing: service-unavailable. A write may have
+// landed: outcome-pending.
+func TestEveryPathAnswersBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	const (
+		budget = 2500 * time.Millisecond // the function's time left
+		spare  = 100 * time.Millisecond  // the least the answer leaves of it
+	)
+	faults := &storeFaults{}
+	h := newHarnessWith(t, harnessConfig{
+		// The provider's answer comes well before the stalled commit.
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.CommitReserve = 1500 * time.Millisecond }},
+		deps: func(d *app.Deps) { d.Clients = faults.clients(t) },
+	})
+	type stall struct {
+		path   faultedPath
+		call   faultedCall
+		tenant string
+		req    events.APIGatewayV2HTTPRequest
+		resp   events.APIGatewayV2HTTPResponse
+		err    error
+		left   time.Duration // before the deadline, once answered
+		hit    bool
+	}
+	var stalls []*stall
+	for _, p := range faultedPaths() {
+		for _, c := range p.calls {
+			st := &stall{path: p, call: c, tenant: testkit.UniqueName("acme")}
+			st.req = p.prepare(t, h, st.tenant)
+			stalls = append(stalls, st)
+		}
+	}
+	// All at once: each waits out its budget.
+	var wg sync.WaitGroup
+	for _, st := range stalls {
+		faults.arm(st.tenant, st.call.storeCall, stalled)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), budget)
+			defer cancel()
+			deadline, _ := ctx.Deadline()
+			st.resp, st.err = h.handler.Handle(ctx, st.req)
+			st.left = time.Until(deadline)
+			st.hit = faults.disarm(st.tenant)
+		})
+	}
+	wg.Wait()
+	for _, st := range stalls {
+		t.Run(st.path.name+"/"+st.call.name, func(t *testing.T) {
+			if !st.hit || st.err != nil {
+				t.Fatalf("stalled %v (else the test proves nothing), error %v", st.hit, st.err)
+			}
+			validateContract(t, st.req, st.resp)
+			t.Logf("answered %d, %s before its deadline", st.resp.StatusCode, st.left.Round(time.Millisecond))
+			want := httpapi.ProblemOutcomePending.Slug
+			if st.call.action == readCall.action || st.call.action == queryCall.action {
+				want = httpapi.ProblemServiceUnavailable.Slug
+			}
+			if st.left < spare {
+				t.Errorf("answered %s before its deadline, want at least %s: %d %s", st.left, spare, st.resp.StatusCode, st.resp.Body)
+			}
+			if st.resp.StatusCode != http.StatusServiceUnavailable || problemType(t, st.resp) != want {
+				t.Errorf("%d %s; want 503 %s", st.resp.StatusCode, st.resp.Body, want)
+			}
+		})
 	}
 }

@@ -101,9 +101,11 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	// The wait is real time, as idem.Do's: a test's frozen clock must not
 	// make it endless.
-	until := time.Now().Add(s.cfg.InflightWait)
+	until := s.providerEnd(ctx, time.Now().Add(s.cfg.InflightWait))
 	awaited := false // another request's move, in flight when this one came
 	asked := false   // the provider's state, once per request: asking again would spin
 	for {
@@ -176,7 +178,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 // send asks the provider to make c's move, begun by this request, and
 // settles the row as it answers.
 func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
-	pctx, cancelCall := context.WithDeadline(ctx, c.transition.deadline.Add(-s.cfg.CommitReserve))
+	pctx, cancelCall := context.WithDeadline(ctx, s.providerEnd(ctx, c.transition.deadline.Add(-s.cfg.CommitReserve)))
 	req := provider.PaymentRequest{Reference: TransitionReference(c.ID, m.name), Charge: c.ProviderChargeID, Amount: c.transition.amount}
 	res, err := s.ask(pctx, "provider."+m.name, func(ctx context.Context) (provider.Result, error) { return m.call(s.cfg.Provider, ctx, req) })
 	cancelCall()
