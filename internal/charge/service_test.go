@@ -271,6 +271,9 @@ func TestStoreFaultsAreAnsweredAsWhatTheyProve(t *testing.T) {
 					if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != want || resp.Headers[httpapi.HeaderRetryAfter] == "" {
 						t.Fatalf("%s's %s over a connection %s: %d %s; want 503 %s with Retry-After", p.name, c.name, fault, resp.StatusCode, resp.Body, want)
 					}
+					if _, keyed := req.Headers[strings.ToLower(httpapi.HeaderIdempotencyKey)]; !keyed && strings.Contains(resp.Body, "key") {
+						t.Errorf("a request without a key is told of one: %s", resp.Body)
+					}
 					if want == httpapi.ProblemServiceUnavailable.Slug {
 						p.untouched(t, h, req)
 					}
