@@ -32,6 +32,8 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	if key.Operation() != Operation {
 		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description, AuthorizeOnly: req.AuthorizeOnly}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {
 		if err := rp.CheckSource(req.Source); err != nil {
@@ -69,7 +71,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		answer = &pres
 		return s.verdict(l, kept, pres)
 	}, func(o *idem.DoOptions) {
-		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
+		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
 	})
 	return s.answer(ctx, key, charges{s}, res, answer, refused, err)
 }
@@ -228,6 +230,8 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, id)
 	if res, done, err := unread(found, err); done {
 		return res, err

@@ -141,6 +141,8 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	if !IsChargeID(chargeID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), chargeID)
 	if res, done, err := unread(found, err); done {
 		return res, err
@@ -222,7 +224,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		answer = &pres
 		return op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
-		o.Wait, o.Reserve = s.cfg.InflightWait, s.cfg.CommitReserve
+		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
 	})
 	out, err := s.answer(ctx, key, op, res, answer, refused, err)
 	if out.Outcome == OutcomeStateConflict && err == nil {
@@ -285,6 +287,8 @@ func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID stri
 	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	rf, found, err := s.cfg.Rows.GetRefund(ctx, tenant, chargeID, refundID)
 	if res, done, err := unread(found, err); done {
 		return res, err

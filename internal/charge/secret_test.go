@@ -13,6 +13,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 // simKey is the provider simulator's key in these tests, which the
@@ -93,6 +94,30 @@ func TestMissingKeyTakesNothingOver(t *testing.T) {
 	}
 	if charges, _ := h.ledger(t); charges != 1 {
 		t.Fatalf("provider charges %d, want 1", charges)
+	}
+}
+
+// TestMissingKeyMovesNothing: a capture whose provider key cannot be read
+// answers 500 before its move. The charge's row is not written, so no
+// 500 follows a move begun, and no move is left to undo.
+func TestMissingKeyMovesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.ProviderSecretName = testkit.Secret(t, simKey) }},
+		sim:  []func(*providersim.Options){providersim.WithSecret(simKey)},
+	})
+	id := h.authorized(t, "acme", 1000)
+	calls := &idemtest.CallCounter{}
+	missing := h.d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.ProviderSecretName = testkit.UniqueName("chargeonce/provider-api-key")
+		w.Deps.Clients = testkit.Clients(t, calls.Option())
+	})
+	resp, err := missing.Handle(t.Context(), postMove("acme", id, "capture", ""))
+	if err != nil || resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("a capture without the key: %d %s, %v; want 500", resp.StatusCode, resp.Body, err)
+	}
+	if n := calls.Snapshot()["UpdateItem"]; n != 0 {
+		t.Errorf("the charge's row was written %d times before the 500; want none", n)
 	}
 }
 

@@ -97,8 +97,9 @@ type Config struct {
 	Queue        ReconcileQueue // may be nil in the reconcile function
 	InflightWait time.Duration  // how long Create waits for an in-flight twin
 	// CommitReserve is the part of the request's time the provider call
-	// may not use: what recording the outcome (or queueing it for the
-	// reconciler) needs. Default DefaultCommitReserve.
+	// may not use. The request's last second (answerReserve) is kept for
+	// queueing the outcome and answering; the rest records the outcome.
+	// Default DefaultCommitReserve.
 	CommitReserve time.Duration
 	// RetryBase and RetryCap bound the reconciler's backoff per key: the
 	// n-th failed attempt waits RetryBase·2ⁿ⁻¹, at most RetryCap.
@@ -255,9 +256,38 @@ func transient(err error) bool {
 	return errors.Is(err, idem.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
-// enqueueTimeout bounds the reconcile message's send on the ambiguous
-// path, which runs on its own time: the request's may be spent.
-const enqueueTimeout = 2 * time.Second
+// The end of a request's time that its store and provider calls leave.
+// The reconcile message is sent in it, on its own time, then the answer
+// leaves before the function's deadline: the gateway never answers for it.
+const (
+	enqueueTimeout = 750 * time.Millisecond
+	answerReserve  = enqueueTimeout + 250*time.Millisecond
+)
+
+// answering is ctx less its last answerReserve, for the calls of one
+// request.
+func answering(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, deadline.Add(-answerReserve))
+	}
+	return context.WithCancel(ctx)
+}
+
+// recordReserve is the part of an answering context's time the provider
+// call may not use: what recording its outcome needs.
+func (s *Service) recordReserve() time.Duration {
+	return max(s.cfg.CommitReserve-answerReserve, 0)
+}
+
+// providerEnd is end, or the end of an answering ctx less recordReserve if
+// that is sooner: when a provider call must stop, as must a wait that may
+// lead to one (as idem.Do's wait for a key does).
+func (s *Service) providerEnd(ctx context.Context, end time.Time) time.Time {
+	if deadline, ok := ctx.Deadline(); ok && deadline.Add(-s.recordReserve()).Before(end) {
+		return deadline.Add(-s.recordReserve())
+	}
+	return end
+}
 
 // ambiguous answers when the charge may have happened but the record could
 // not be completed: the record stays IN_FLIGHT and is queued for the

@@ -108,9 +108,11 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	// The wait is real time, as idem.Do's: a test's frozen clock must not
 	// make it endless.
-	until := time.Now().Add(s.cfg.InflightWait)
+	until := s.providerEnd(ctx, time.Now().Add(s.cfg.InflightWait))
 	asked := false // the provider's state, once per request: asking again would spin
 	mine := ""     // the attempt this request began, if it began one
 	for {
@@ -135,10 +137,10 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				// leaves it unknown for now.
 				asked = true
 				switch out, err := s.settleMove(ctx, c); {
+				case out == OutcomeDeferred || transient(err):
+					return Result{Outcome: OutcomeAmbiguous, RetryAt: now.Add(time.Second)}, nil
 				case err != nil:
 					return Result{}, err
-				case out == OutcomeDeferred:
-					return Result{Outcome: OutcomeAmbiguous, RetryAt: now.Add(time.Second)}, nil
 				}
 				continue
 			}
@@ -160,11 +162,19 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		if want == 0 {
 			want = c.Money.Amount
 		}
+		if err := s.prepare(ctx); err != nil {
+			return Result{}, err // before the move: nothing written
+		}
 		deadline := now.Add(transitionLease)
 		mine = rand.Text()
 		switch err := s.cfg.Rows.begin(ctx, c, m, pending{amount: want, deadline: deadline, attempt: mine}); {
 		case errors.Is(err, errMoved):
 			continue // moved first by another request, or by this one
+		case errors.Is(err, errMoveUnknown):
+			// Moved, maybe, with nothing sent: the provider's state settles it.
+			s.cfg.Logger.WarnContext(ctx, "charge: "+m.name+" move unknown; queued for reconciliation", "charge_id", c.ID, "cause", ErrorClass(err))
+			s.enqueue(ctx, transitionKey(c), deadline)
+			return Result{Outcome: OutcomeAmbiguous, RetryAt: deadline}, nil
 		case transient(err):
 			return Result{Outcome: OutcomeBusy}, nil
 		case err != nil:
@@ -178,11 +188,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 // send asks the provider to make c's move, begun by this request, and
 // settles the row as it answers.
 func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
-	if err := s.prepare(ctx); err != nil {
-		s.revert(ctx, c)
-		return Result{}, err
-	}
-	pctx, cancelCall := context.WithDeadline(ctx, c.transition.deadline.Add(-s.cfg.CommitReserve))
+	pctx, cancelCall := context.WithDeadline(ctx, s.providerEnd(ctx, c.transition.deadline.Add(-s.cfg.CommitReserve)))
 	req := provider.PaymentRequest{Reference: TransitionReference(c.ID, m.name), Charge: c.ProviderChargeID, Amount: c.transition.amount}
 	res, err := s.ask(pctx, "provider."+m.name, func(ctx context.Context) (provider.Result, error) { return m.call(s.cfg.Provider, ctx, req) })
 	cancelCall()
@@ -309,16 +315,25 @@ func pause(ctx context.Context, d time.Duration) error {
 }
 
 // errMoved: the row was not in the state a conditional move expected.
-var errMoved = errors.New("charge: the charge moved meanwhile")
+// errMoveUnknown: the write of a move failed, and may have landed.
+var (
+	errMoved       = errors.New("charge: the charge moved meanwhile")
+	errMoveUnknown = errors.New("charge: a move's write failed, and may have landed")
+)
 
 // begin moves c from StatusRequiresCapture into m's transitional state,
 // as attempt p, only if it is still there.
 func (r *Rows) begin(ctx context.Context, c Charge, m move, p pending) error {
-	return r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard, #attempt = :attempt",
+	var tries dynamostore.Attempts
+	err := r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard, #attempt = :attempt",
 		"#status = :from", map[string]types.AttributeValue{
 			":via": str(m.via), ":from": str(StatusRequiresCapture), ":amount": number(p.amount),
 			":deadline": number(p.deadline.UnixMilli()), ":shard": str(transitionShard), ":attempt": str(p.attempt),
-		})
+		}, tries.Option)
+	if err != nil && !errors.Is(err, errMoved) && !tries.Refused() {
+		return fmt.Errorf("%w: %w", errMoveUnknown, err)
+	}
+	return err
 }
 
 // settle ends c's move in status to, if the row is still in that move;
@@ -372,7 +387,7 @@ var moveNames = map[string]string{
 }
 
 // update applies expr to c's row if cond holds, else errMoved.
-func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values map[string]types.AttributeValue) error {
+func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values map[string]types.AttributeValue, optFns ...func(*dynamodb.Options)) error {
 	cond = "attribute_exists(#id) AND " + cond
 	names := map[string]string{}
 	for name, attr := range moveNames {
@@ -388,7 +403,7 @@ func (r *Rows) update(ctx context.Context, c Charge, expr, cond string, values m
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
-	})
+	}, optFns...)
 	if _, moved := errors.AsType[*types.ConditionalCheckFailedException](err); moved {
 		return errMoved
 	}

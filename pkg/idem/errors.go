@@ -36,9 +36,10 @@ var (
 	ErrWriteCondition = errors.New("idem: business write condition failed")
 	// ErrTooLarge: a response or intent would not fit in a record.
 	ErrTooLarge = errors.New("idem: too large to store")
-	// ErrUnavailable: the store refused the request unprocessed
-	// (throttled, a server error that proves nothing was written); retry
-	// later. From Begin it proves that no record was written.
+	// ErrUnavailable: the store could not do the request now (throttled,
+	// a server error), or could not be heard (a failed connection, an
+	// answer cut short); retry later. From Begin it proves that no record
+	// was written. From another write it proves nothing.
 	ErrUnavailable = errors.New("idem: store unavailable")
 	// ErrUnknownClaim: a claim's write was not answered; it may have
 	// landed. Typed: *UnknownClaimError.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -570,5 +572,75 @@ func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
 	rec, gerr := e.store.Get(ctx, k)
 	if gerr != nil || rec.Status != idem.StatusInFlight || !rec.LeaseExpiresAt.Equal(unknown.LeaseExpiresAt) {
 		t.Fatalf("the record the claim left: %+v, %v; the error says lease until %v", rec, gerr, unknown.LeaseExpiresAt)
+	}
+}
+
+// overFaultyConnection is a store on e's table whose every call meets
+// fault, with the SDK's retries but not its pauses.
+func (e *env) overFaultyConnection(t *testing.T, fault idemtest.ConnectionFault) (*dynamostore.Store, *dynamodb.Client) {
+	t.Helper()
+	db := dynamotest.Client(t, func(o *dynamodb.Options) {
+		o.HTTPClient = &http.Client{Transport: idemtest.FaultyConnection{Fault: fault}}
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
+	})
+	s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, db
+}
+
+// TestCallsOverAFailedConnection: a refused connection proves that the
+// request never left; a reset or an answer cut short proves nothing. So
+// a claim is ErrUnavailable, "no record was written", only when refused,
+// and *UnknownClaimError otherwise. A read is ErrUnavailable whatever
+// failed: it wrote nothing.
+func TestCallsOverAFailedConnection(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, fault := range idemtest.ConnectionFaults {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			s, _ := e.overFaultyConnection(t, fault)
+			k := key(t, "acme")
+			_, err := s.Begin(ctx, k, fpA, []byte("intent"))
+			_, unknown := errors.AsType[*idem.UnknownClaimError](err)
+			if fault == idemtest.Refused && (unknown || !errors.Is(err, idem.ErrUnavailable)) {
+				t.Errorf("Begin over a refused connection: %v, want ErrUnavailable: nothing was sent", err)
+			}
+			if fault != idemtest.Refused && !unknown {
+				t.Errorf("Begin over a connection %s after DynamoDB applied it: %v, want *UnknownClaimError", fault, err)
+			}
+			if _, err := s.Get(ctx, k); !errors.Is(err, idem.ErrUnavailable) {
+				t.Errorf("Get over a connection %s: %v, want ErrUnavailable", fault, err)
+			}
+		})
+	}
+}
+
+// TestAttemptsTellAWriteNeverSent: a caller's own write beside the store
+// is known not to have been applied only when its connection was refused
+// at every attempt. Its error is ErrUnavailable whatever the fault.
+func TestAttemptsTellAWriteNeverSent(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, fault := range idemtest.ConnectionFaults {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			_, db := e.overFaultyConnection(t, fault)
+			var tries dynamostore.Attempts
+			_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+				TableName:                 aws.String(e.table),
+				Key:                       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: dynamotest.UniqueName("row")}},
+				UpdateExpression:          aws.String("SET n = :one"),
+				ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},
+			}, tries.Option)
+			if !errors.Is(dynamostore.AsUnavailable(err), idem.ErrUnavailable) {
+				t.Errorf("a write over a connection %s: %v, want ErrUnavailable", fault, err)
+			}
+			if got, want := tries.Refused(), fault == idemtest.Refused; got != want {
+				t.Errorf("a write over a connection %s: Refused() = %v, want %v", fault, got, want)
+			}
+		})
 	}
 }

@@ -5,7 +5,8 @@
 // client retries, concurrent duplicates, crashes, lease expiry, retention
 // passing and key reuse. The provider may charge after it said "not
 // found" or timed out, or be down. DynamoDB refuses requests and loses
-// answers. Crashed owners come back to write with stale leases.
+// answers, and no answer is 500 internal-error for it. Crashed owners
+// come back to write with stale leases.
 //
 // Refunds run in the same histories. Clients refund the history's
 // charges: in part, in full with an empty body, and beyond the amount.

@@ -64,8 +64,9 @@ func (r *history) observe(rt *rapid.T, ks *keyState, b body, resp events.APIGate
 	case http.StatusCreated, http.StatusPaymentRequired, http.StatusConflict, http.StatusUnprocessableEntity,
 		http.StatusServiceUnavailable, http.StatusBadGateway:
 	case http.StatusInternalServerError:
-		if !r.faulty {
-			rt.Fatalf("%s: 500 without DynamoDB faults: %s", ks.key, resp.Body)
+		// A fault of the store is a 503: internal-error is a bug.
+		if !r.faulty || slugOf(resp.Body) == httpapi.ProblemInternal.Slug {
+			rt.Fatalf("%s: 500: %s", ks.key, resp.Body)
 		}
 		return
 	default:

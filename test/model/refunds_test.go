@@ -367,7 +367,7 @@ func (r *history) refundRefused(rt *rapid.T) {
 		rt.Fatalf("%s: handler returned an error: %v", key, err)
 	case resp.StatusCode == want:
 		r.env.refundStats.toldNothing.Add(1)
-	case r.faulty && want == http.StatusNotFound && (resp.StatusCode == http.StatusInternalServerError || slugOf(resp.Body) == httpapi.ProblemServiceUnavailable.Slug):
+	case r.faulty && want == http.StatusNotFound && slugOf(resp.Body) == httpapi.ProblemServiceUnavailable.Slug:
 	default:
 		rt.Fatalf("%s: a refund of %s with %q got %d %s, want %d", key, id, body, resp.StatusCode, resp.Body, want)
 	}
@@ -512,8 +512,8 @@ func (r *history) observeRefund(rt *rapid.T, rs *refundState, q refundReq, resp 
 		slug == httpapi.ProblemStateConflict.Slug && rs.target.authorized > 0 && chargeStatusOf(resp.Body) != charge.StatusSucceeded,
 		status == http.StatusUnprocessableEntity && slug == httpapi.ProblemKeyReused.Slug,
 		status == http.StatusServiceUnavailable && (slug == httpapi.ProblemUnavailable.Slug || slug == httpapi.ProblemOutcomePending.Slug):
-	case status == http.StatusInternalServerError, slug == httpapi.ProblemServiceUnavailable.Slug:
-		// Only DynamoDB faults explain these, and they tell nothing.
+	case slug == httpapi.ProblemServiceUnavailable.Slug:
+		// Only DynamoDB faults explain it, and it tells nothing.
 		if !r.faulty {
 			rt.Fatalf("%s: %d without DynamoDB faults: %s", rs.key, status, resp.Body)
 		}

@@ -162,10 +162,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if route == RouteWebhook {
 		resp = webhookAnswer(res, h.opt.Clock())
 	} else {
-		done := map[string]string{RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}[route]
-		if done == "" {
-			done = "charged"
-		}
+		done := map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}[route]
 		resp = answer(res, h.opt.Clock(), done)
 	}
 	if refused != nil {

@@ -96,7 +96,7 @@ func retryAfter(now, until time.Time) int {
 
 // answer is the one place an outcome becomes an HTTP answer: its status,
 // problem and headers. done is what the request does, as "charged" or
-// "refunded", for what a refusal proves was not done.
+// "refunded", for what a refusal proves was not done; empty for a read.
 func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HTTPResponse {
 	// A capture or a cancel has no key: repeating the request is enough.
 	again := "retry with the same key"
@@ -126,7 +126,11 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	case charge.OutcomeBusy:
 		// A throttled claim proves only that this request wrote nothing: an
 		// earlier one with the key may have charged, so no "nothing was charged".
-		resp = withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy: this request was not carried out. "+upper(again)+": if an earlier one "+done+", the retry gets that answer."), 1)
+		detail := "The service is busy: this request was not carried out. Retry it."
+		if done != "" {
+			detail = "The service is busy: this request was not carried out. " + upper(again) + ": if an earlier one " + done + ", the retry gets that answer."
+		}
+		resp = withRetryAfter(problem(ProblemServiceUnavailable, detail), 1)
 	case charge.OutcomeRejected:
 		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was "+done+". Retrying the same request will not help.")
 	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:

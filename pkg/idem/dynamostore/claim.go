@@ -57,7 +57,7 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
 	}
-	var tries attempts
+	var tries Attempts
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName:                           s.tableName,
 		Item:                                item,
@@ -65,7 +65,7 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		ExpressionAttributeNames:            s.beginNames,
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, tries.option)
+	}, tries.Option)
 	if err == nil {
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
@@ -75,11 +75,11 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 // claimed answers a claim whose conditional write failed: err holds the
 // item that stood in its way, or tries tells whether the write may have
 // been applied.
-func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, err error, tries *attempts, reclaims int) (idem.Begun, error) {
+func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, err error, tries *Attempts, reclaims int) (idem.Begun, error) {
 	key := lease.Key
 	var ccf *types.ConditionalCheckFailedException
 	if !errors.As(err, &ccf) {
-		if tries.refused() {
+		if tries.Refused() {
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
 		}
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.UnknownClaimError{
@@ -159,7 +159,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
 		update += ", #intent = :intent"
 	}
-	var tries attempts
+	var tries Attempts
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
 		Key:                                 s.itemKey(lease.Key),
@@ -168,7 +168,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}, tries.option)
+	}, tries.Option)
 	if err == nil {
 		if len(lease.Intent) == 0 {
 			// The record keeps the intent it has; the lease carries it, so

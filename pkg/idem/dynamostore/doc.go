@@ -28,8 +28,9 @@
 // lost, the call reports success instead of a lost lease.
 //
 // Errors are the sentinels and typed errors of package idem. SDK errors
-// that prove nothing was written (throttling, a server error) wrap
-// idem.ErrUnavailable; see [AsUnavailable].
+// of a DynamoDB that cannot do the request now, or cannot be heard, wrap
+// idem.ErrUnavailable; see [AsUnavailable]. [Attempts] tells a write that
+// never reached DynamoDB from one that may have landed.
 //
 // # Record layout
 //

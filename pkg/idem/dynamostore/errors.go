@@ -6,25 +6,31 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// AsUnavailable returns err so that errors.Is(err, idem.ErrUnavailable) holds if
-// it is DynamoDB saying it could not do the request now (throttling, a
-// server error) or a deadline; any other error as it is. The store applies
-// it to every SDK error it returns; a caller's own DynamoDB calls beside
-// the store (a read of its business rows) may use it too.
+// AsUnavailable returns err so that errors.Is(err, idem.ErrUnavailable)
+// holds if DynamoDB could not do the request now, or could not be heard.
+// That is throttling, a server error, a deadline, a connection that failed
+// (refused, reset) or an answer cut short. Any other error is returned as
+// it is. The store applies it to every SDK error it returns. A caller's own
+// DynamoDB calls beside the store may use it too. For a write it does not
+// say whether the write was applied: Attempts does.
 func AsUnavailable(err error) error {
 	var (
-		api  smithy.APIError
-		resp *awshttp.ResponseError
+		api    smithy.APIError
+		resp   *awshttp.ResponseError
+		send   *smithyhttp.RequestSendError
+		unread *smithy.DeserializationError
 	)
 	switch {
 	case err == nil:
 		return nil
 	case errors.As(err, &api) && transientCodes[api.ErrorCode()],
 		errors.As(err, &resp) && resp.HTTPStatusCode() >= 500,
+		errors.As(err, &send), errors.As(err, &unread),
 		errors.Is(err, context.DeadlineExceeded):
 		return &unavailableError{err}
 	}

@@ -105,10 +105,10 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	if *committed != nil && **committed != digest {
 		return fmt.Errorf("idem: commit %s: other writes than its earlier commit: %w", l.Key.LogHash(), idem.ErrLeaseLost)
 	}
-	var tries attempts
+	var tries Attempts
 	err := s.commit(ctx, l, resp, writes, &tries)
 	var failed *idem.WriteConditionError
-	if err == nil || !errors.As(err, &failed) && !errors.Is(err, idem.ErrTooLarge) && !tries.refused() {
+	if err == nil || !errors.As(err, &failed) && !errors.Is(err, idem.ErrTooLarge) && !tries.Refused() {
 		*committed = &digest // it may have been applied
 	}
 	return s.done(l, idem.StatusSucceeded, err)
@@ -123,16 +123,16 @@ func (s *Store) done(l *idem.Lease, status idem.Status, err error) error {
 	return err
 }
 
-func (s *Store) commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes []types.TransactWriteItem, tries *attempts) error {
+func (s *Store) commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes []types.TransactWriteItem, tries *Attempts) error {
 	st, err := s.settlement("commit", l, idem.StatusSucceeded, &resp)
 	if err != nil {
 		return err
 	}
 	if len(writes) == 0 {
-		return s.apply(ctx, l, &st, tries.option)
+		return s.apply(ctx, l, &st, tries.Option)
 	}
 	items := append(writes[:len(writes):len(writes)], types.TransactWriteItem{Update: &st.update})
-	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)}, tries.option)
+	_, err = s.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: items, ClientRequestToken: aws.String(l.Token)}, tries.Option)
 	if err == nil {
 		return nil
 	}

@@ -1,12 +1,16 @@
 package idemtest
 
 import (
+	"bytes"
 	"hash/crc32"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // DynamoDBFault is DynamoDB's error answer of kind ("ThrottlingException",
@@ -85,3 +89,68 @@ func (c *LostClaim) RoundTrip(req *http.Request) (*http.Response, error) {
 	c.mu.Unlock()
 	return DynamoDBFault(req, "InternalServerError"), nil
 }
+
+// A ConnectionFault is how the connection of a call to DynamoDB fails.
+type ConnectionFault string
+
+// The connection faults. Only a refused connection proves that DynamoDB
+// never saw the request.
+const (
+	// Refused: the connection is refused, and the request never leaves.
+	Refused ConnectionFault = "refused"
+	// Reset: DynamoDB applies the request, then the connection resets
+	// before its answer.
+	Reset ConnectionFault = "reset"
+	// Truncated: DynamoDB applies the request and answers, and the answer
+	// is cut mid-way.
+	Truncated ConnectionFault = "truncated"
+)
+
+// ConnectionFaults are every ConnectionFault.
+var ConnectionFaults = []ConnectionFault{Refused, Reset, Truncated}
+
+// FaultyConnection is a DynamoDB transport whose every request meets
+// Fault. Next carries the requests it sends; nil is http.DefaultTransport.
+type FaultyConnection struct {
+	Fault ConnectionFault
+	Next  http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (c FaultyConnection) RoundTrip(req *http.Request) (*http.Response, error) {
+	if c.Fault == Refused {
+		if req.Body != nil {
+			_ = req.Body.Close()
+		}
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}
+	next := c.Next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	resp, err := next.RoundTrip(req)
+	if err != nil {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if c.Fault == Reset || err != nil {
+		return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	}
+	// The body ends before its Content-Length, as net/http reads it.
+	resp.Body = cutBody{bytes.NewReader(body[:len(body)/2])}
+	return resp, nil
+}
+
+// cutBody reads its bytes, then io.ErrUnexpectedEOF.
+type cutBody struct{ r io.Reader }
+
+func (b cutBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (cutBody) Close() error { return nil }

@@ -1,0 +1,386 @@
+package charge_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/logging"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+)
+
+// storeCall is one DynamoDB call of a request's path: its action, and a
+// part of its body where the path makes that action more than once.
+type storeCall struct{ name, action, marker string }
+
+// The calls the paths make.
+var (
+	claimCall  = storeCall{"claim", "PutItem", ""}
+	commitCall = storeCall{"commit", "TransactWriteItems", ""}
+	readCall   = storeCall{"read", "GetItem", ""}
+	queryCall  = storeCall{"read", "Query", ""}
+	holdCall   = storeCall{"hold", "UpdateItem", "SET #hold"}
+	moveCall   = storeCall{"move", "UpdateItem", "SET #status = :via"}
+	settleCall = storeCall{"settle", "UpdateItem", "SET #status = :to"}
+)
+
+// storeFaults is a DynamoDB transport that fails one call of each armed
+// tenant's, at every attempt the SDK makes at it.
+type storeFaults struct {
+	mu    sync.Mutex
+	armed map[string]*armedCall // by tenant
+}
+
+type armedCall struct {
+	call  storeCall
+	fault idemtest.ConnectionFault
+	// invocation is the SDK's id of the call it hit, once it has.
+	invocation string
+}
+
+func (s *storeFaults) arm(tenant string, call storeCall, fault idemtest.ConnectionFault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.armed == nil {
+		s.armed = map[string]*armedCall{}
+	}
+	s.armed[tenant] = &armedCall{call: call, fault: fault}
+}
+
+// disarm stops failing tenant's calls and reports whether one was hit.
+func (s *storeFaults) disarm(tenant string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.armed[tenant]
+	delete(s.armed, tenant)
+	return a != nil && a.invocation != ""
+}
+
+// clients are SDK clients whose DynamoDB requests go through s, with the
+// SDK's retries but not their pauses.
+func (s *storeFaults) clients(t *testing.T) awsenv.Clients {
+	return testkit.Clients(t, func(o *dynamodb.Options) {
+		o.HTTPClient = &http.Client{Transport: s}
+		o.Logger = logging.Nop{} // not a warning for each answer cut short
+		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
+	})
+}
+
+// stalled is a fault of this test's: DynamoDB applies the request, and
+// its answer never comes before the request's context ends.
+const stalled idemtest.ConnectionFault = "stalled"
+
+func (s *storeFaults) RoundTrip(req *http.Request) (*http.Response, error) {
+	fault, hit := s.hit(req, readBody(req))
+	switch {
+	case hit && fault == stalled:
+		if resp, err := http.DefaultTransport.RoundTrip(req); err == nil {
+			_ = resp.Body.Close()
+		}
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	case hit:
+		return idemtest.FaultyConnection{Fault: fault}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// hit reports whether req is an attempt at an armed call, and its fault.
+func (s *storeFaults) hit(req *http.Request, body []byte) (idemtest.ConnectionFault, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id := req.Header.Get("Amz-Sdk-Invocation-Id")
+	for tenant, a := range s.armed {
+		switch {
+		case !bytes.Contains(body, []byte(tenant)):
+		case a.invocation != "":
+			if a.invocation == id {
+				return a.fault, true
+			}
+		case strings.HasSuffix(req.Header.Get("X-Amz-Target"), "."+a.call.action) && bytes.Contains(body, []byte(a.call.marker)):
+			a.invocation = id
+			return a.fault, true
+		}
+	}
+	return "", false
+}
+
+// faultedPath is a request whose DynamoDB calls fail in turn.
+type faultedPath struct {
+	name string
+	// prepare makes what tenant's request needs, and returns it.
+	prepare func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest
+	calls   []faultedCall
+	// untouched checks, after a service-unavailable answer, that the
+	// request did nothing: a retry is answered as a first request.
+	untouched func(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest)
+}
+
+// faultedCall is a call of a path, and the faults after which it may
+// have written: those are answered outcome-pending, the others
+// service-unavailable.
+type faultedCall struct {
+	storeCall
+	pending []idemtest.ConnectionFault
+}
+
+// Which faults leave a call's write possibly landed.
+var (
+	none  []idemtest.ConnectionFault
+	sent  = []idemtest.ConnectionFault{idemtest.Reset, idemtest.Truncated}
+	reset = []idemtest.ConnectionFault{idemtest.Reset}
+	all   = idemtest.ConnectionFaults
+)
+
+// askedOnce: the retry is answered 201, and the provider was asked once
+// for its reference, by the retry.
+func askedOnce(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest) {
+	t.Helper()
+	retried := h.do(req)
+	wantStatus(t, retried, http.StatusCreated)
+	var b struct {
+		ProviderReference string `json:"provider_reference"`
+	}
+	if err := json.Unmarshal([]byte(retried.Body), &b); err != nil || b.ProviderReference == "" {
+		t.Fatalf("no provider reference in %s: %v", retried.Body, err)
+	}
+	l := h.sim.Ledger()
+	if n := l.References[b.ProviderReference].Calls + l.Refunds[b.ProviderReference].Calls; n != 1 {
+		t.Errorf("the provider was asked %d times for the retry's reference", n)
+	}
+}
+
+// stillAuthorized: the provider neither captured nor canceled the
+// charge, and the retry is answered 200.
+func stillAuthorized(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest) {
+	t.Helper()
+	if e := h.sim.Ledger().References[h.row(t, tenantOf(req), req.PathParameters["id"]).ProviderReference]; e.Captures != 0 || e.Canceled {
+		t.Errorf("the provider holds %+v", e)
+	}
+	wantStatus(t, h.do(req), http.StatusOK)
+}
+
+// readAgain: the retry is answered 200.
+func readAgain(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest) {
+	t.Helper()
+	wantStatus(t, h.do(req), http.StatusOK)
+}
+
+// faultedPaths are every request's path with its DynamoDB calls.
+func faultedPaths() []faultedPath {
+	move := func(verb string) func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
+		return func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
+			return postMove(tenant, h.authorized(t, tenant, 1000), verb, "")
+		}
+	}
+	moveCalls := []faultedCall{{readCall, none}, {moveCall, sent}, {settleCall, all}}
+	return []faultedPath{{
+		name: "create",
+		prepare: func(_ *testing.T, _ *harness, tenant string) events.APIGatewayV2HTTPRequest {
+			return post(tenant, newKey(), visa)
+		},
+		calls:     []faultedCall{{claimCall, sent}, {commitCall, all}},
+		untouched: askedOnce,
+	}, {
+		name: "create again",
+		prepare: func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
+			req := post(tenant, newKey(), visa)
+			wantStatus(t, h.do(req), http.StatusCreated)
+			return req
+		},
+		// The claim meets the settled record: refused, it wrote nothing,
+		// even with the refusal cut short.
+		calls:     []faultedCall{{claimCall, reset}},
+		untouched: askedOnce,
+	}, {
+		name: "refund",
+		prepare: func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
+			return postRefund(tenant, newKey(), h.charged(t, tenant, 1000), `{"amount":1000}`)
+		},
+		// A hold that may have landed is freed, then the key released.
+		calls:     []faultedCall{{readCall, none}, {claimCall, sent}, {holdCall, none}, {commitCall, all}},
+		untouched: askedOnce,
+	}, {
+		name: "capture", prepare: move("capture"), calls: moveCalls, untouched: stillAuthorized,
+	}, {
+		name: "cancel", prepare: move("cancel"), calls: moveCalls, untouched: stillAuthorized,
+	}, {
+		name: "get",
+		prepare: func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
+			return get(tenant, h.charged(t, tenant, 1000))
+		},
+		calls:     []faultedCall{{queryCall, none}},
+		untouched: readAgain,
+	}, {
+		name: "get refund",
+		prepare: func(t *testing.T, h *harness, tenant string) events.APIGatewayV2HTTPRequest {
+			id := h.charged(t, tenant, 1000)
+			made := h.do(postRefund(tenant, newKey(), id, `{"amount":100}`))
+			wantStatus(t, made, http.StatusCreated)
+			var rf struct{ ID string }
+			if err := json.Unmarshal([]byte(made.Body), &rf); err != nil {
+				t.Fatal(err)
+			}
+			return testkit.GetRefund(tenant, id, rf.ID)
+		},
+		calls:     []faultedCall{{readCall, none}},
+		untouched: readAgain,
+	}}
+}
+
+// TestStoreFaultsAreAnsweredAsWhatTheyProve: every call of every path,
+// its connection refused, reset after DynamoDB applied it, or its answer
+// cut short. A failed read, or a write never sent, proves that this
+// request wrote nothing: 503 service-unavailable. A write that may have
+// landed after the claim is 503 outcome-pending. Never 500.
+func TestStoreFaultsAreAnsweredAsWhatTheyProve(t *testing.T) {
+	t.Parallel()
+	faults := &storeFaults{}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) { d.Clients = faults.clients(t) }})
+	for _, p := range faultedPaths() {
+		for _, c := range p.calls {
+			for _, fault := range idemtest.ConnectionFaults {
+				t.Run(p.name+"/"+c.name+"/"+string(fault), func(t *testing.T) {
+					t.Parallel()
+					tenant := testkit.UniqueName("acme")
+					req := p.prepare(t, h, tenant)
+					faults.arm(tenant, c.storeCall, fault)
+					resp := h.do(req)
+					if !faults.disarm(tenant) {
+						t.Fatalf("no %s call was made: the test proves nothing", c.action)
+					}
+					want := httpapi.ProblemServiceUnavailable.Slug
+					if slices.Contains(c.pending, fault) {
+						want = httpapi.ProblemOutcomePending.Slug
+					}
+					if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != want || resp.Headers[httpapi.HeaderRetryAfter] == "" {
+						t.Fatalf("%s's %s over a connection %s: %d %s; want 503 %s with Retry-After", p.name, c.name, fault, resp.StatusCode, resp.Body, want)
+					}
+					if _, keyed := req.Headers[strings.ToLower(httpapi.HeaderIdempotencyKey)]; !keyed && strings.Contains(resp.Body, "key") {
+						t.Errorf("a request without a key is told of one: %s", resp.Body)
+					}
+					if want == httpapi.ProblemServiceUnavailable.Slug {
+						p.untouched(t, h, req)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestStuckMoveSettledOverAFailedConnection: a capture finds the move
+// before it past its deadline, and settles it from the provider's state.
+// That settlement's write fails, whatever way: the move's outcome is
+// unknown to this request, so 503 outcome-pending, never 500.
+func TestStuckMoveSettledOverAFailedConnection(t *testing.T) {
+	t.Parallel()
+	faults := &storeFaults{}
+	clock := testkit.NewClock(time.Now())
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) { d.Clients, d.Clock = faults.clients(t), clock.Now }})
+	stuck := map[idemtest.ConnectionFault]events.APIGatewayV2HTTPRequest{}
+	for _, fault := range idemtest.ConnectionFaults {
+		tenant := testkit.UniqueName("acme")
+		req := postMove(tenant, h.authorized(t, tenant, 1000), "capture", "")
+		faults.arm(tenant, settleCall, idemtest.Refused) // captured, not recorded
+		if resp := h.do(req); problemType(t, resp) != httpapi.ProblemOutcomePending.Slug || !faults.disarm(tenant) {
+			t.Fatalf("a capture whose settlement was refused: %d %s", resp.StatusCode, resp.Body)
+		}
+		stuck[fault] = req
+	}
+	clock.Advance(31 * time.Second) // past the moves' deadline
+	for fault, req := range stuck {
+		faults.arm(tenantOf(req), settleCall, fault)
+		resp := h.do(req)
+		if !faults.disarm(tenantOf(req)) {
+			t.Fatalf("%s: the stuck move was not settled: %d %s", fault, resp.StatusCode, resp.Body)
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != httpapi.ProblemOutcomePending.Slug {
+			t.Errorf("a stuck move's settlement over a connection %s: %d %s; want 503 outcome-pending", fault, resp.StatusCode, resp.Body)
+		}
+	}
+}
+
+// TestEveryPathAnswersBeforeItsDeadline: each call of each path stalls
+// until the request's time runs out. The function still answers, with
+// time to spare before its deadline, so the gateway never answers for it.
+// A read that stalled wrote nothing: service-unavailable. A write may have
+// landed: outcome-pending.
+func TestEveryPathAnswersBeforeItsDeadline(t *testing.T) {
+	t.Parallel()
+	const (
+		budget = 2500 * time.Millisecond // the function's time left
+		spare  = 100 * time.Millisecond  // the least the answer leaves of it
+	)
+	faults := &storeFaults{}
+	h := newHarnessWith(t, harnessConfig{
+		// The provider's answer comes well before the stalled commit.
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.CommitReserve = 1500 * time.Millisecond }},
+		deps: func(d *app.Deps) { d.Clients = faults.clients(t) },
+	})
+	type stall struct {
+		path   faultedPath
+		call   faultedCall
+		tenant string
+		req    events.APIGatewayV2HTTPRequest
+		resp   events.APIGatewayV2HTTPResponse
+		err    error
+		left   time.Duration // before the deadline, once answered
+		hit    bool
+	}
+	var stalls []*stall
+	for _, p := range faultedPaths() {
+		for _, c := range p.calls {
+			st := &stall{path: p, call: c, tenant: testkit.UniqueName("acme")}
+			st.req = p.prepare(t, h, st.tenant)
+			stalls = append(stalls, st)
+		}
+	}
+	// All at once: each waits out its budget.
+	var wg sync.WaitGroup
+	for _, st := range stalls {
+		faults.arm(st.tenant, st.call.storeCall, stalled)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(t.Context(), budget)
+			defer cancel()
+			deadline, _ := ctx.Deadline()
+			st.resp, st.err = h.handler.Handle(ctx, st.req)
+			st.left = time.Until(deadline)
+			st.hit = faults.disarm(st.tenant)
+		})
+	}
+	wg.Wait()
+	for _, st := range stalls {
+		t.Run(st.path.name+"/"+st.call.name, func(t *testing.T) {
+			if !st.hit || st.err != nil {
+				t.Fatalf("stalled %v (else the test proves nothing), error %v", st.hit, st.err)
+			}
+			validateContract(t, st.req, st.resp)
+			t.Logf("answered %d, %s before its deadline", st.resp.StatusCode, st.left.Round(time.Millisecond))
+			want := httpapi.ProblemOutcomePending.Slug
+			if st.call.action == readCall.action || st.call.action == queryCall.action {
+				want = httpapi.ProblemServiceUnavailable.Slug
+			}
+			if st.left < spare {
+				t.Errorf("answered %s before its deadline, want at least %s: %d %s", st.left, spare, st.resp.StatusCode, st.resp.Body)
+			}
+			if st.resp.StatusCode != http.StatusServiceUnavailable || problemType(t, st.resp) != want {
+				t.Errorf("%d %s; want 503 %s", st.resp.StatusCode, st.resp.Body, want)
+			}
+		})
+	}
+}
