@@ -194,9 +194,10 @@ type Result struct {
 	Replayed bool
 	// Charge is the charge Get found, or the one a refund found in
 	// another state (OutcomeStateConflict); Refund the refund GetRefund
-	// found.
-	Charge *Charge
-	Refund *Refund
+	// found; Refunds the page ListRefunds found.
+	Charge  *Charge
+	Refund  *Refund
+	Refunds *RefundList
 	// KeyExpiresAt is until when the key deduplicates (zero when nothing
 	// is stored); RetryAt when a retry may find the outcome settled
 	// (conflict, ambiguous).

@@ -108,11 +108,16 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict, charge.OutcomeRefundExceeds:
 		resp = *res.Stored
 	case charge.OutcomeFound, charge.OutcomeCaptured, charge.OutcomeCanceled:
-		body := refundBody
-		if res.Refund == nil {
-			body = func(charge.Refund) []byte { return chargeBody(*res.Charge) }
+		var body []byte
+		switch {
+		case res.Refunds != nil:
+			body = refundListBody(*res.Refunds)
+		case res.Refund != nil:
+			body = refundBody(*res.Refund)
+		default:
+			body = chargeBody(*res.Charge)
 		}
-		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: body(deref(res.Refund))}
+		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: body}
 	case charge.OutcomeRefundHeld:
 		resp = withRetryAfter(problem(ProblemRefundExceeds, "Refunds still in flight hold what this amount needs. Nothing was refunded. Retry with the same key: it may succeed if they fail."), 2)
 	case charge.OutcomeStateConflict:
@@ -166,14 +171,6 @@ func withHeaders(res charge.Result, resp idem.Response) events.APIGatewayV2HTTPR
 		headers[HeaderReplayed] = "true"
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: headers, Body: string(resp.Body)}
-}
-
-// deref is *r, or the zero Refund for nil.
-func deref(r *charge.Refund) charge.Refund {
-	if r == nil {
-		return charge.Refund{}
-	}
-	return *r
 }
 
 // stateConflict is the 409 of a request for a charge in another state, the
