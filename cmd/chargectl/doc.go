@@ -60,10 +60,11 @@
 // write fails.
 //
 // Exit status: 0 success; 1 a final failure (declined, invalid, key
-// reused, not found, unauthorized, a refund that exceeds the charge, a
-// request the charge's state forbids); 2 a usage error; 3 the outcome is
-// not known yet (in progress, pending, unavailable, interrupted, a refund
-// that exceeds the charge while other refunds are in flight, a state
-// conflict with a capture or cancel still running): run create or refund
-// again with the --id it printed, or capture or cancel again as it was.
+// reused, not found, unauthorized, a refund that exceeds the charge or
+// its limit of refunds, a request the charge's state forbids); 2 a usage
+// error; 3 the outcome is not known yet (in progress, pending,
+// unavailable, interrupted, a refund that exceeds the charge or its limit
+// while other refunds are in flight, a state conflict with a capture or
+// cancel still running): run create or refund again with the --id it
+// printed, or capture or cancel again as it was.
 package main

@@ -410,10 +410,11 @@ func pending(err error) bool {
 	if !errors.As(err, &p) {
 		return true // a network error: nothing is known
 	}
-	// A refund that exceeds the charge only while other refunds are in
-	// flight may succeed if they fail. A charge whose capture or cancel is
-	// unsettled may yet end in a state the request applies to.
-	return errors.Is(p, client.ErrRefundExceedsCharge) && p.RetryAfter > 0 ||
+	// A refund that exceeds the charge, or its limit, only while other
+	// refunds are in flight may succeed if they fail. A charge whose
+	// capture or cancel is unsettled may yet end in a state the request
+	// applies to.
+	return (errors.Is(p, client.ErrRefundExceedsCharge) || errors.Is(p, client.ErrRefundLimit)) && p.RetryAfter > 0 ||
 		errors.Is(p, client.ErrChargeState) && (p.ChargeStatus == client.StatusCapturing || p.ChargeStatus == client.StatusCanceling)
 }
 

@@ -254,6 +254,21 @@ func TestRefundExceedingTheChargeIsFinalOnlyWithoutRetryAfter(t *testing.T) {
 	}
 }
 
+// TestRefundLimitReachedIsFinalOnlyWithoutRetryAfter: as a refund that
+// exceeds the charge, unless refunds in flight fill the limit: then the
+// same id may succeed if one fails.
+func TestRefundLimitReachedIsFinalOnlyWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	limit := func(retryAfter time.Duration) error {
+		return fmt.Errorf("client: refund: %w", &client.ProblemError{
+			Type: client.ProblemBase + "refund-limit-reached", Status: http.StatusConflict, RetryAfter: retryAfter,
+		})
+	}
+	if pending(limit(0)) || !pending(limit(2*time.Second)) {
+		t.Fatalf("pending: final %v, in flight %v; want false, true", pending(limit(0)), pending(limit(2*time.Second)))
+	}
+}
+
 // stateAPI answers POST /charges/{id}/capture and /cancel as the contract
 // does, from the charge's state: a capture of an authorized charge
 // captures it, a repeat with the same amount gets the same charge, and any

@@ -80,6 +80,9 @@ type Answers interface {
 	// RefundExceeds is the answer to a refund beyond what settled refunds
 	// leave of the charge: final for its key.
 	RefundExceeds() idem.Response
+	// RefundLimit is the answer to a refund of a charge whose settled
+	// refunds reach the limit: final for its key.
+	RefundLimit() idem.Response
 }
 
 // Store is the idempotency store (idem.Backend): *dynamostore.Store is the
@@ -104,6 +107,9 @@ type Config struct {
 	// n-th failed attempt waits RetryBase·2ⁿ⁻¹, at most RetryCap.
 	// Defaults DefaultRetryBase and DefaultRetryCap.
 	RetryBase, RetryCap time.Duration
+	// MaxRefunds is how many refunds a charge may have, settled or in
+	// flight. Default DefaultMaxRefunds.
+	MaxRefunds int
 	// ReplayCache, if positive, is how many settled answers a process
 	// keeps to replay without asking DynamoDB (idem.ReplayCache).
 	ReplayCache int
@@ -155,6 +161,9 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	if cfg.RetryCap <= 0 {
 		cfg.RetryCap = DefaultRetryCap
+	}
+	if cfg.MaxRefunds <= 0 {
+		cfg.MaxRefunds = DefaultMaxRefunds
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

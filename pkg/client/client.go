@@ -286,14 +286,14 @@ func snippet(b []byte) string {
 
 // retryable reports whether an answer may be retried: 409, 429 and 5xx,
 // except the problems the service states are final. A refund that exceeds
-// what remains of its charge is retried only when the answer asks for it
-// (other refunds were in flight, and may fail).
+// what remains of its charge, or its limit of refunds, is retried only
+// when the answer asks for it (other refunds were in flight, and may fail).
 func (r *response) retryable() bool {
 	if r.status != http.StatusConflict && r.status != http.StatusTooManyRequests && r.status < 500 {
 		return false
 	}
 	slug := r.problem().Slug()
-	if slug == slugRefundExceedsCharge {
+	if slug == slugRefundExceedsCharge || slug == slugRefundLimit {
 		return r.retryAfter > 0
 	}
 	return !finalProblems[slug]
@@ -357,7 +357,7 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 // client. Only a refusal proves that the attempt did nothing:
 // ErrUnavailable, or a refund held back by the refunds in flight.
 func mayHaveRun(err error) bool {
-	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRefundExceedsCharge)
+	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRefundExceedsCharge) && !errors.Is(err, ErrRefundLimit)
 }
 
 // attempt makes one request and reads its answer.

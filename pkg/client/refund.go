@@ -61,9 +61,9 @@ type refundRequest struct {
 // as for Create. Refund retries as Create does, with id and the same body
 // bytes, and calling it again with the same id and arguments resumes the
 // intent: it never refunds twice. The refund's own failures match
-// ErrRefundExceedsCharge, ErrChargeState (a charge that is not
-// StatusSucceeded) or ErrRefundDeclined; an unknown or another tenant's
-// charge matches ErrNotFound.
+// ErrRefundExceedsCharge, ErrRefundLimit, ErrChargeState (a charge that
+// is not StatusSucceeded) or ErrRefundDeclined; an unknown or another
+// tenant's charge matches ErrNotFound.
 func (c *Client) Refund(ctx context.Context, chargeID string, id CommandID, opts ...RefundOption) (RefundResult, error) {
 	var req refundRequest
 	for _, opt := range opts {

@@ -134,6 +134,35 @@ func TestRefundExceedingTheChargeIsFinalWithoutRetryAfter(t *testing.T) {
 	})
 }
 
+// TestRefundLimitReachedIsFinalWithoutRetryAfter: as a refund that
+// exceeds the charge. Without Retry-After the charge's refunds reach the
+// limit for good: not retried. With it, refunds in flight fill it, and
+// one may fail: retried, and the refusal proves this attempt did nothing.
+func TestRefundLimitReachedIsFinalWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	t.Run("final", func(t *testing.T) {
+		t.Parallel()
+		ft := &fakeTime{now: time.Now()}
+		c, s := newScripted(t, ft.options(0), problemReply(http.StatusConflict, "refund-limit-reached", nil), refunded(false))
+		_, err := c.Refund(t.Context(), chargeID, NewCommandID(), WithRefundAmount(500))
+		var p *ProblemError
+		if !errors.Is(err, ErrRefundLimit) || !errors.As(err, &p) || p.RetryAfter != 0 || s.requests() != 1 {
+			t.Fatalf("err = %v after %d requests; want ErrRefundLimit, RetryAfter 0, after 1", err, s.requests())
+		}
+	})
+	t.Run("in flight until the attempts run out", func(t *testing.T) {
+		t.Parallel()
+		ft := &fakeTime{now: time.Now()}
+		c, s := newScripted(t, append(ft.options(0), WithMaxAttempts(3)),
+			problemReply(http.StatusConflict, "refund-limit-reached", map[string]string{HeaderRetryAfter: "2"}))
+		_, err := c.Refund(t.Context(), chargeID, NewCommandID(), WithRefundAmount(500))
+		var p *ProblemError
+		if !errors.Is(err, ErrRefundLimit) || errors.Is(err, ErrOutcomeUnknown) || !errors.As(err, &p) || p.RetryAfter != 2*time.Second || s.requests() != 3 {
+			t.Fatalf("err = %v after %d requests; want ErrRefundLimit with RetryAfter 2s after 3, not ErrOutcomeUnknown", err, s.requests())
+		}
+	})
+}
+
 // TestRefundAfterAnAmbiguousAttempt: a bare 502 may come after the
 // refund was made. A later 503 provider-unavailable proves nothing about
 // that attempt, so the error is ErrOutcomeUnknown, never ErrUnavailable
@@ -151,6 +180,7 @@ func TestRefundAfterAnAmbiguousAttempt(t *testing.T) {
 		"503 provider-unavailable":  {problemReply(http.StatusServiceUnavailable, "provider-unavailable", nil), ErrOutcomeUnknown, true},
 		"409 refund-declined":       {problemReply(http.StatusConflict, "refund-declined", nil), ErrRefundDeclined, false},
 		"409 refund-exceeds-charge": {problemReply(http.StatusConflict, "refund-exceeds-charge", nil), ErrRefundExceedsCharge, false},
+		"409 refund-limit-reached":  {problemReply(http.StatusConflict, "refund-limit-reached", nil), ErrRefundLimit, false},
 		"409 charge-state-conflict": {problemReply(http.StatusConflict, "charge-state-conflict", nil), ErrChargeState, true},
 	} {
 		t.Run(name, func(t *testing.T) {

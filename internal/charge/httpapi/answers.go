@@ -119,6 +119,12 @@ func (Answers) RefundDeclined(code string) idem.Response {
 	return problem(ProblemRefundDeclined, "The provider refused the refund ("+code+"). Nothing was refunded. Retrying this key returns this answer.")
 }
 
+// RefundLimit is the 409 of a refund of a charge whose settled refunds
+// reach the limit.
+func (Answers) RefundLimit() idem.Response {
+	return problem(ProblemRefundLimit, "The charge has as many refunds as a charge may have. Nothing was refunded. Retrying this key returns this answer; a new key is refused too.")
+}
+
 // RefundExceeds is the 409 of a refund beyond what settled refunds leave.
 func (Answers) RefundExceeds() idem.Response {
 	return problem(ProblemRefundExceeds, "The charge's settled refunds leave less than this amount. Nothing was refunded. Retrying this key returns this answer; a new key asks again.")
