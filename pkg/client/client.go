@@ -91,9 +91,11 @@ type Charge struct {
 	AmountAuthorized int64 `json:"amount_authorized,omitempty"`
 	// AmountRefunded is the sum of the charge's succeeded refunds.
 	AmountRefunded int64 `json:"amount_refunded"`
-	// Refunds are the charge's refunds, as Get reads them; Create's
-	// charge has none.
-	Refunds []Refund `json:"refunds,omitempty"`
+	// Refunds are the charge's oldest refunds, at most 10, as Get reads
+	// them; Create's charge has none. RefundsHasMore says it has more:
+	// ListRefunds and AllRefunds read them all.
+	Refunds        []Refund `json:"refunds,omitempty"`
+	RefundsHasMore bool     `json:"refunds_has_more,omitempty"`
 }
 
 // Receipt says how a command's answer came: Create and Refund return one.
@@ -183,9 +185,9 @@ func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source 
 	return Result{Charge: ch, Receipt: rc}, err
 }
 
-// Get reads the charge with the given id, with its refunds. It retries on
-// network errors, timeouts, 429 and 5xx answers. An unknown id, or another
-// tenant's charge, is a *ProblemError matching ErrNotFound.
+// Get reads the charge with the given id, with its oldest refunds. It
+// retries on network errors, timeouts, 429 and 5xx answers. An unknown id,
+// or another tenant's charge, is a *ProblemError matching ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
 	return exchange[Charge](ctx, c, "get "+id, http.MethodGet, chargePath(id), nil, nil)
 }
