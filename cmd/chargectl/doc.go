@@ -62,12 +62,14 @@
 // KEY (or with --yes), preempting the lease so that any holder's late
 // write fails.
 //
-// Exit status: 0 success; 1 a final failure (declined, invalid, key
-// reused, not found, unauthorized, a refund that exceeds the charge or
-// its limit of refunds, a request the charge's state forbids); 2 a usage
-// error; 3 the outcome is not known yet (in progress, pending,
-// unavailable, interrupted, a refund that exceeds the charge or its limit
-// while other refunds are in flight, a state conflict with a capture or
-// cancel still running): run create or refund again with the --id it
-// printed, or capture or cancel again as it was.
+// Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
+// outcome is not known yet. A final failure is a card declined, a request
+// invalid, a key reused, a charge not found, a token refused, a refund
+// beyond the charge or its limit of refunds, or a request the charge's
+// state forbids. The outcome is not known yet while a request is in
+// progress, pending or unavailable, or when it was interrupted. So it is
+// for a refund beyond the charge or its limit while other refunds are in
+// flight, and for a state conflict while a capture or cancel runs. Then
+// run create or refund again with the --id it printed, or capture or
+// cancel again as it was.
 package main
