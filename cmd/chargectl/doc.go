@@ -6,6 +6,7 @@
 //
 //	chargectl create --amount 1500 --currency EUR --source tok_visa [--description TEXT] [--capture=false] [--id ID] [--json]
 //	chargectl get [--json] CHARGE_ID
+//	chargectl refunds [--json] CHARGE_ID
 //	chargectl capture CHARGE_ID [--amount N] [--json]
 //	chargectl cancel CHARGE_ID [--json]
 //	chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
@@ -17,7 +18,7 @@
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
 //	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
 //
-// create, get, capture, cancel and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
+// create, get, refunds, capture, cancel and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
 // development token), and --timeout, the budget for all retries.
 //
@@ -29,8 +30,10 @@
 // requested_by_customer. create --capture=false authorizes only; capture
 // then takes all the charge holds, or --amount of it, and cancel releases
 // it. capture and cancel take no id: each sets the charge's state, so the
-// same command run again is safe and prints the same charge. The result
-// goes to stdout, human-readable, or as one JSON object with --json.
+// same command run again is safe and prints the same charge. get shows a
+// charge's 10 oldest refunds; refunds lists them all, oldest first, read
+// 100 at a time. The result goes to stdout, human-readable, or as one
+// JSON value with --json.
 //
 // The admin commands read the deployment's tables and queues directly, with
 // the configuration the functions read: IDEMPOTENCY_TABLE, CHARGES_TABLE,
@@ -59,11 +62,14 @@
 // KEY (or with --yes), preempting the lease so that any holder's late
 // write fails.
 //
-// Exit status: 0 success; 1 a final failure (declined, invalid, key
-// reused, not found, unauthorized, a refund that exceeds the charge, a
-// request the charge's state forbids); 2 a usage error; 3 the outcome is
-// not known yet (in progress, pending, unavailable, interrupted, a refund
-// that exceeds the charge while other refunds are in flight, a state
-// conflict with a capture or cancel still running): run create or refund
-// again with the --id it printed, or capture or cancel again as it was.
+// Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
+// outcome is not known yet. A final failure is a card declined, a request
+// invalid, a key reused, a charge not found, a token refused, a refund
+// beyond the charge or its limit of refunds, or a request the charge's
+// state forbids. The outcome is not known yet while a request is in
+// progress, pending or unavailable, or when it was interrupted. So it is
+// for a refund beyond the charge or its limit while other refunds are in
+// flight, and for a state conflict while a capture or cancel runs. Then
+// run create or refund again with the --id it printed, or capture or
+// cancel again as it was.
 package main

@@ -38,11 +38,12 @@ const (
 const usage = `usage:
   chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--capture=false] [--id ID] [--json]
   chargectl get [--json] CHARGE_ID
+  chargectl refunds [--json] CHARGE_ID
   chargectl capture CHARGE_ID [--amount N] [--json]
   chargectl cancel CHARGE_ID [--json]
   chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
   chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit: chargectl admin help)
-create, get, capture, cancel and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
+create, get, refunds, capture, cancel and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 
 // run is the whole command; main only wires the process to it.
@@ -58,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runOnCharge(ctx, args[0], args[1:], stdout, stderr)
 	case "refund":
 		return runRefund(ctx, args[1:], stdout, stderr)
+	case "refunds":
+		return runRefunds(ctx, args[1:], stdout, stderr)
 	case "admin":
 		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, clock: time.Now, stdin: os.Stdin}, stdout, stderr)
 	case "help", "-h", "-help", "--help":
@@ -204,6 +207,42 @@ func runOnCharge(ctx context.Context, cmd string, args []string, stdout, stderr 
 		return printJSON(stdout, stderr, ch)
 	}
 	printCharge(stdout, ch)
+	return exitOK
+}
+
+// runRefunds prints every refund of a charge, oldest first, read a page
+// at a time.
+func runRefunds(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var c common
+	fs := newFlagSet("refunds", stderr, &c)
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
+		return usageError(err)
+	}
+	if len(rest) != 1 {
+		fmt.Fprintln(stderr, "chargectl refunds: want exactly one charge id")
+		return exitUsage
+	}
+	api, err := c.newClient(stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "chargectl:", err)
+		return exitUsage
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	refunds := []client.Refund{}
+	for re, err := range api.AllRefunds(ctx, rest[0]) {
+		if err != nil {
+			return fail(stdout, stderr, c.json, intent{}, err)
+		}
+		refunds = append(refunds, re)
+	}
+	if c.json {
+		return printJSON(stdout, stderr, refunds)
+	}
+	for _, re := range refunds {
+		printRefundLine(stdout, re)
+	}
 	return exitOK
 }
 
@@ -356,8 +395,17 @@ func printCharge(w io.Writer, ch client.Charge) {
 	fmt.Fprintf(w, "created:      %s\n", ch.CreatedAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(w, "refunded:     %d %s (minor units)\n", ch.AmountRefunded, ch.Currency)
 	for _, re := range ch.Refunds {
-		fmt.Fprintf(w, "  refund:     %s %d %s %s\n", re.ID, re.Amount, re.Currency, re.Status)
+		fmt.Fprint(w, "  ")
+		printRefundLine(w, re)
 	}
+	if ch.RefundsHasMore {
+		fmt.Fprintf(w, "  more refunds: chargectl refunds %s\n", ch.ID)
+	}
+}
+
+// printRefundLine prints a refund on one line.
+func printRefundLine(w io.Writer, re client.Refund) {
+	fmt.Fprintf(w, "refund:     %s %d %s %s\n", re.ID, re.Amount, re.Currency, re.Status)
 }
 
 func printRefund(w io.Writer, re client.Refund) {
@@ -410,10 +458,11 @@ func pending(err error) bool {
 	if !errors.As(err, &p) {
 		return true // a network error: nothing is known
 	}
-	// A refund that exceeds the charge only while other refunds are in
-	// flight may succeed if they fail. A charge whose capture or cancel is
-	// unsettled may yet end in a state the request applies to.
-	return errors.Is(p, client.ErrRefundExceedsCharge) && p.RetryAfter > 0 ||
+	// A refund that exceeds the charge, or its limit, only while other
+	// refunds are in flight may succeed if they fail. A charge whose
+	// capture or cancel is unsettled may yet end in a state the request
+	// applies to.
+	return (errors.Is(p, client.ErrRefundExceedsCharge) || errors.Is(p, client.ErrRefundLimit)) && p.RetryAfter > 0 ||
 		errors.Is(p, client.ErrChargeState) && (p.ChargeStatus == client.StatusCapturing || p.ChargeStatus == client.StatusCanceling)
 }
 

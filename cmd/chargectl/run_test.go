@@ -140,6 +140,8 @@ func TestUsage(t *testing.T) {
 		"refund two ids":  {"refund", "ch_1", "ch_2"},
 		"refund zero":     {"refund", "ch_1", "--amount", "0"},
 		"refund bad id":   {"refund", "ch_1", "--id", "bad\tid"},
+		"refunds no id":   {"refunds"},
+		"refunds two ids": {"refunds", "ch_1", "ch_2"},
 		"capture no id":   {"capture", "--amount", "5"},
 		"capture two ids": {"capture", "ch_1", "ch_2"},
 		"capture zero":    {"capture", "ch_1", "--amount", "0"},
@@ -251,6 +253,67 @@ func TestRefundExceedingTheChargeIsFinalOnlyWithoutRetryAfter(t *testing.T) {
 	// command's stored outcome, final.
 	if code, _ := runCLI(t, url, stderr, "refund", "ch_0123456789abcdef01234567", "--amount", "99999"); code != exitFailed || strings.Contains(stderr.String(), "the outcome") {
 		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and no advice to resume", code, stderr, exitFailed)
+	}
+}
+
+// TestRefundsListsEveryRefund: get shows a charge's oldest refunds and
+// says where the rest are; refunds lists each of them once, oldest first.
+func TestRefundsListsEveryRefund(t *testing.T) {
+	t.Parallel()
+	st := newStack(t, nil)
+	api, err := client.New(st.URL, client.WithToken("dev:acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := api.Create(t.Context(), client.NewCommandID(), client.Money{Amount: 1500, Currency: "EUR"}, "tok_visa")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := res.Charge.ID
+	var made []string
+	for range 12 {
+		re, err := api.Refund(t.Context(), id, client.NewCommandID(), client.WithRefundAmount(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, re.Refund.ID)
+	}
+	code, out := runCLI(t, st.URL, &testkit.LogBuffer{}, "get", id)
+	if code != exitOK || strings.Count(out, "  refund:") != 10 || !strings.Contains(out, "more refunds: chargectl refunds "+id) {
+		t.Fatalf("get: exit %d, printed:\n%s\nwant 10 refunds and where the rest are", code, out)
+	}
+	code, out = runCLI(t, st.URL, &testkit.LogBuffer{}, "refunds", id)
+	if code != exitOK || strings.Count(out, "refund:") != 12 {
+		t.Fatalf("refunds: exit %d, printed:\n%s\nwant 12 refunds", code, out)
+	}
+	code, out = runCLI(t, st.URL, &testkit.LogBuffer{}, "refunds", "--json", id)
+	var listed []client.Refund
+	if err := json.Unmarshal([]byte(out), &listed); code != exitOK || err != nil || len(listed) != 12 {
+		t.Fatalf("refunds --json: exit %d, %v, printed:\n%s", code, err, out)
+	}
+	for _, re := range listed {
+		if !slices.Contains(made, re.ID) {
+			t.Fatalf("refunds --json lists %s, not a refund made", re.ID)
+		}
+	}
+	getErr := &testkit.LogBuffer{}
+	if code, _ = runCLI(t, st.URL, getErr, "refunds", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(getErr.String(), "404") {
+		t.Fatalf("refunds of an unknown charge: exit %d, stderr %s", code, getErr)
+	}
+}
+
+// TestRefundLimitReachedIsFinalOnlyWithoutRetryAfter: as a refund that
+// exceeds the charge, unless refunds in flight fill the limit: then the
+// same id may succeed if one fails.
+func TestRefundLimitReachedIsFinalOnlyWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	limit := func(retryAfter time.Duration) error {
+		return fmt.Errorf("client: refund: %w", &client.ProblemError{
+			Type: client.ProblemBase + "refund-limit-reached", Status: http.StatusConflict, RetryAfter: retryAfter,
+		})
+	}
+	if pending(limit(0)) || !pending(limit(2*time.Second)) {
+		t.Fatalf("pending: final %v, in flight %v; want false, true", pending(limit(0)), pending(limit(2*time.Second)))
 	}
 }
 

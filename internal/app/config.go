@@ -196,6 +196,10 @@ type ChargeConfig struct {
 	// ReplayCache is how many settled answers the function keeps in
 	// memory to replay without a DynamoDB call; 0 turns the cache off.
 	ReplayCache int
+	// MaxRefunds is how many refunds a charge may have; 0 is
+	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
+	// API's (docs/contract.md), and only tests lower it.
+	MaxRefunds int
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -495,6 +499,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	svc, err := d.service(service{
 		Config: charge.Config{
 			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve, ReplayCache: c.ReplayCache,
+			MaxRefunds: c.MaxRefunds,
 		},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,

@@ -223,7 +223,7 @@ func (s *Service) rowExists(ctx context.Context, lease *idem.Lease, c Charge) (O
 	return OutcomeChargeConflict, resp, nil
 }
 
-// Get returns tenant's charge id with its refunds, read strongly
+// Get returns tenant's charge id with its oldest refunds, read strongly
 // consistently so a charge just answered 201 is found. Another tenant's
 // charge is not found.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
@@ -236,6 +236,8 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if res, done, err := unread(found, err); done {
 		return res, err
 	}
+	first, _ := Page{Limit: EmbeddedRefunds}.of(c.Refunds)
+	c.Refunds, c.MoreRefunds = first.Refunds, first.HasMore
 	return Result{Outcome: OutcomeFound, Charge: &c}, nil
 }
 

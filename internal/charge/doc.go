@@ -23,6 +23,8 @@
 // transaction. A refund proven not made frees its hold first, then is
 // released. A refusal that rests on settled refunds is stored, final for
 // its key. One that rests on refunds in flight is not: they may fail.
+// The same update bounds a charge's refunds (DefaultMaxRefunds), and its
+// reads return them a page at a time (refundlist.go).
 //
 // The intent's identity is the client's Idempotency-Key, carried as a
 // CommandID that every entry point requires. The provider reference and

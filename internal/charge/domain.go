@@ -147,10 +147,12 @@ type Charge struct {
 	// transition is the capture or cancel in flight, while Status is
 	// StatusCapturing or StatusCanceling.
 	transition pending
-	// AmountRefunded is what its settled refunds returned; Refunds are
-	// they, when read with the charge (Service.Get).
+	// AmountRefunded is what its settled refunds returned. Refunds are
+	// its oldest, at most EmbeddedRefunds, when read with the charge
+	// (Service.Get); MoreRefunds says it has more.
 	AmountRefunded int64
 	Refunds        []Refund
+	MoreRefunds    bool
 	// refundClaimed is AmountRefunded and the holds of refunds in flight.
 	refundClaimed int64
 }

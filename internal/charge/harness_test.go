@@ -88,7 +88,11 @@ func (h *harness) do(req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTP
 func validateContract(t *testing.T, req events.APIGatewayV2HTTPRequest, resp events.APIGatewayV2HTTPResponse) {
 	t.Helper()
 	specRouter := testkit.SpecRouter(t)
-	httpReq, _ := http.NewRequest(req.RequestContext.HTTP.Method, "http://localhost"+req.RawPath, strings.NewReader(req.Body))
+	target := "http://localhost" + req.RawPath
+	if req.RawQueryString != "" {
+		target += "?" + req.RawQueryString
+	}
+	httpReq, _ := http.NewRequest(req.RequestContext.HTTP.Method, target, strings.NewReader(req.Body))
 	for k, v := range req.Headers {
 		httpReq.Header.Set(k, v)
 	}

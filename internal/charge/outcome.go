@@ -42,6 +42,11 @@ const (
 	// refunds in flight leave; nothing stored, as they may yet fail.
 	OutcomeRefundExceeds Outcome = "refund_exceeds"
 	OutcomeRefundHeld    Outcome = "refund_held"
+	// OutcomeRefundLimit: the charge's refunds reach the limit; stored,
+	// final for its key. OutcomeRefundLimitHeld: refunds in flight fill
+	// it; nothing stored, as they may yet fail.
+	OutcomeRefundLimit     Outcome = "refund_limit"
+	OutcomeRefundLimitHeld Outcome = "refund_limit_held"
 	// Reconciliation outcomes.
 	OutcomeNothingToDo Outcome = "nothing_to_do"
 	OutcomeStillLeased Outcome = "still_leased"
@@ -93,6 +98,8 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 	// Refunds in flight hold the amount: like a conflict, a retry may
 	// find it settled.
 	OutcomeRefundHeld:       metrics.OutcomeConflict,
+	OutcomeRefundLimit:      metrics.OutcomeRefundLimit,
+	OutcomeRefundLimitHeld:  metrics.OutcomeConflict,
 	OutcomeError:            metrics.OutcomeError,
 	OutcomeResolved:         metrics.OutcomeResolvedCharged,
 	OutcomeResolvedRefund:   metrics.OutcomeResolvedRefunded,

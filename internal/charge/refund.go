@@ -180,7 +180,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		var err error
 		switch {
 		case kept.Amount > 0:
-			err = s.cfg.Rows.hold(ctx, c, rf.ID, kept.Amount)
+			err = s.cfg.Rows.hold(ctx, c, rf.ID, kept.Amount, s.cfg.MaxRefunds)
 		case c.AmountRefunded >= c.Money.Amount:
 			// Nothing remains, and what settled refunds returned only
 			// grows: final.
@@ -199,6 +199,12 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 			return idem.Failed(s.cfg.Answers.RefundExceeds()), nil
 		case errors.Is(err, errExceedsHeld):
 			refused = OutcomeRefundHeld
+			return idem.NotApplied(idem.Response{}), nil
+		case errors.Is(err, errLimitFinal):
+			refused = OutcomeRefundLimit
+			return idem.Failed(s.cfg.Answers.RefundLimit()), nil
+		case errors.Is(err, errLimitHeld):
+			refused = OutcomeRefundLimitHeld
 			return idem.NotApplied(idem.Response{}), nil
 		case errors.Is(err, errNotRefundable):
 			refused = OutcomeStateConflict

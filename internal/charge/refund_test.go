@@ -53,7 +53,7 @@ const (
 // an empty fault clears it.
 func (r *refundRig) faultOn(suffix, fault string) { r.fault.Store(&pathFault{suffix, fault}) }
 
-func newRefundRig(t *testing.T) *refundRig {
+func newRefundRig(t *testing.T, tune ...func(*app.ChargeConfig)) *refundRig {
 	t.Helper()
 	r := &refundRig{clock: testkit.NewClock(time.Now())}
 	r.faultOn("", "")
@@ -62,7 +62,7 @@ func newRefundRig(t *testing.T) *refundRig {
 		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: faulty{r}}))
 		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: losing{r}} })
 	}
-	r.harness = newHarnessWith(t, harnessConfig{deps: deps})
+	r.harness = newHarnessWith(t, harnessConfig{deps: deps, tune: tune})
 	r.recon = r.d.ReconcileService(t, func(w *testkit.Wiring) {
 		w.Reconcile.SettleWindow = 2 * time.Minute
 		w.Deps.Clock = r.clock.Now

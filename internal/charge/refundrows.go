@@ -28,9 +28,14 @@ import (
 // placed before the provider is asked, only if refund_claimed stays within
 // the charge's amount; it is settled into amount_refunded in the refund's
 // transaction, or freed if the refund is proven not made.
+//
+// refund_count bounds a charge's refunds, so its reads stay bounded. It
+// counts refund rows and holds: a hold adds one within the limit, and
+// only freeing a hold takes one away.
 const (
 	attrRefunded = "amount_refunded"
 	attrClaimed  = "refund_claimed"
+	attrCount    = "refund_count"
 	holdPrefix   = "hold_"
 )
 
@@ -43,27 +48,37 @@ var (
 	errExceedsHeld = errors.New("charge: refund exceeds what refunds in flight leave")
 	// errNotRefundable: the charge is in no state to refund.
 	errNotRefundable = errors.New("charge: not in a state to refund")
+	// errLimitFinal: the charge's refund rows reach the limit.
+	errLimitFinal = errors.New("charge: refunds reach the limit")
+	// errLimitHeld: refunds in flight fill what the limit leaves; if one
+	// fails, a place is free.
+	errLimitHeld = errors.New("charge: refunds in flight fill the limit")
 )
 
 // refundRowID is the id of refund's row in the charges table.
 func refundRowID(chargeID, refundID string) string { return chargeID + "#" + refundID }
 
 // hold reserves amount of tenant's charge c for the refund refundID, if
-// what remains allows: nil, or errExceedsFinal, errExceedsHeld or
+// what remains allows and the charge has fewer than limit refunds: nil,
+// or errExceedsFinal, errExceedsHeld, errLimitFinal, errLimitHeld or
 // errNotRefundable. A hold already placed for refundID is kept.
-func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64) error {
+func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64, limit int) error {
 	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        r.tableName,
 		Key:              rowKey(c.Tenant, c.ID),
-		UpdateExpression: aws.String("SET #hold = :amount ADD #claimed :amount"),
+		UpdateExpression: aws.String("SET #hold = :amount ADD #claimed :amount, #count :one"),
 		ConditionExpression: aws.String("attribute_exists(#id) AND #status = :succeeded AND attribute_not_exists(#hold)" +
-			" AND #charged >= :amount AND (attribute_not_exists(#claimed) OR #claimed <= :max)"),
+			" AND #charged >= :amount AND (attribute_not_exists(#claimed) OR #claimed <= :max)" +
+			" AND (attribute_not_exists(#count) OR #count < :limit)"),
 		ExpressionAttributeNames: map[string]string{
 			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed, "#charged": "amount",
+			"#count": attrCount,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":amount":    number(amount),
 			":max":       number(c.Money.Amount - amount),
+			":one":       number(1),
+			":limit":     number(int64(limit)),
 			":succeeded": &types.AttributeValueMemberS{Value: StatusSucceeded},
 		},
 	})
@@ -76,7 +91,8 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 	}
 	// Why it failed is read after the fact. That is safe: what settled
 	// refunds returned only grows (unless one fails later at the provider,
-	// which is rare), so a refusal that rests on it is final.
+	// which is rare), so a refusal that rests on it is final. Refund rows
+	// are never deleted, so a limit they reach is final too.
 	row, found, err := getRow(ctx, r, c.Tenant, c.ID, func(item map[string]types.AttributeValue) (map[string]types.AttributeValue, error) { return item, nil })
 	switch {
 	case err != nil:
@@ -96,6 +112,22 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 	case got.AmountRefunded+amount > got.Money.Amount:
 		return errExceedsFinal
 	}
+	// The count less the holds in flight is the refund rows.
+	var count, holds int64
+	if n, ok := row[attrCount].(*types.AttributeValueMemberN); ok {
+		count, _ = strconv.ParseInt(n.Value, 10, 64)
+	}
+	for name := range row {
+		if strings.HasPrefix(name, holdPrefix) {
+			holds++
+		}
+	}
+	switch {
+	case count-holds >= int64(limit):
+		return errLimitFinal
+	case count >= int64(limit):
+		return errLimitHeld
+	}
 	return errExceedsHeld
 }
 
@@ -105,11 +137,11 @@ func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amou
 	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                r.tableName,
 		Key:                      rowKey(tenant, chargeID),
-		UpdateExpression:         aws.String("REMOVE #hold ADD #claimed :less"),
+		UpdateExpression:         aws.String("REMOVE #hold ADD #claimed :less, #count :minus"),
 		ConditionExpression:      aws.String("attribute_exists(#hold)"),
-		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + refundID, "#claimed": attrClaimed},
+		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + refundID, "#claimed": attrClaimed, "#count": attrCount},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":less": number(-amount),
+			":less": number(-amount), ":minus": number(-1),
 		},
 	})
 	if _, gone := errors.AsType[*types.ConditionalCheckFailedException](err); gone {
@@ -125,13 +157,14 @@ func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amou
 // hold into a settled refund, only if the hold is there. Without held, it
 // records a refund the provider made after its hold was freed on
 // evidence it contradicts: the money moved, so the books count it,
-// whatever the constraint says.
+// whatever the constraint and the limit say.
 func (r *Rows) settleHold(rf Refund, held bool) types.TransactWriteItem {
 	update, cond := "REMOVE #hold ADD #refunded :amount", "attribute_exists(#hold)"
 	names := map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded}
+	values := map[string]types.AttributeValue{":amount": number(rf.Money.Amount)}
 	if !held {
-		update, cond = "ADD #refunded :amount, #claimed :amount", "attribute_not_exists(#hold)"
-		names["#claimed"] = attrClaimed
+		update, cond = "ADD #refunded :amount, #claimed :amount, #count :one", "attribute_not_exists(#hold)"
+		names["#claimed"], names["#count"], values[":one"] = attrClaimed, attrCount, number(1)
 	}
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                 r.tableName,
@@ -139,7 +172,7 @@ func (r *Rows) settleHold(rf Refund, held bool) types.TransactWriteItem {
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(cond),
 		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: map[string]types.AttributeValue{":amount": number(rf.Money.Amount)},
+		ExpressionAttributeValues: values,
 	}}
 }
 
@@ -165,8 +198,9 @@ func (r *Rows) GetRefund(ctx context.Context, tenant, chargeID, refundID string)
 	return getRow(ctx, r, tenant, refundRowID(chargeID, refundID), rowRefund)
 }
 
-// GetWithRefunds reads tenant's charge id and its refunds, oldest first,
-// in one strongly consistent Query (paged if they outgrow a page).
+// GetWithRefunds reads tenant's charge id and all its refunds, oldest
+// first, in one strongly consistent Query (paged if they outgrow a page).
+// The limit on a charge's refunds bounds what it reads.
 func (r *Rows) GetWithRefunds(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                r.tableName,

@@ -80,6 +80,9 @@ type Answers interface {
 	// RefundExceeds is the answer to a refund beyond what settled refunds
 	// leave of the charge: final for its key.
 	RefundExceeds() idem.Response
+	// RefundLimit is the answer to a refund of a charge whose settled
+	// refunds reach the limit: final for its key.
+	RefundLimit() idem.Response
 }
 
 // Store is the idempotency store (idem.Backend): *dynamostore.Store is the
@@ -105,6 +108,9 @@ type Config struct {
 	// n-th failed attempt waits RetryBase·2ⁿ⁻¹, at most RetryCap.
 	// Defaults DefaultRetryBase and DefaultRetryCap.
 	RetryBase, RetryCap time.Duration
+	// MaxRefunds is how many refunds a charge may have, settled or in
+	// flight. Default DefaultMaxRefunds.
+	MaxRefunds int
 	// ReplayCache, if positive, is how many settled answers a process
 	// keeps to replay without asking DynamoDB (idem.ReplayCache).
 	ReplayCache int
@@ -157,6 +163,9 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.RetryCap <= 0 {
 		cfg.RetryCap = DefaultRetryCap
 	}
+	if cfg.MaxRefunds <= 0 {
+		cfg.MaxRefunds = DefaultMaxRefunds
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -195,9 +204,10 @@ type Result struct {
 	Replayed bool
 	// Charge is the charge Get found, or the one a refund found in
 	// another state (OutcomeStateConflict); Refund the refund GetRefund
-	// found.
-	Charge *Charge
-	Refund *Refund
+	// found; Refunds the page ListRefunds found.
+	Charge  *Charge
+	Refund  *Refund
+	Refunds *RefundList
 	// KeyExpiresAt is until when the key deduplicates (zero when nothing
 	// is stored); RetryAt when a retry may find the outcome settled
 	// (conflict, ambiguous).

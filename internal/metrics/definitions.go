@@ -108,6 +108,9 @@ const (
 	// OutcomeRefundExceeds: a refund of more than settled refunds leave;
 	// stored, final for its key. The provider was not asked.
 	OutcomeRefundExceeds Outcome = "refund-exceeds"
+	// OutcomeRefundLimit: a refund of a charge whose settled refunds
+	// reach the limit; stored, final for its key.
+	OutcomeRefundLimit Outcome = "refund-limit"
 	// OutcomeNotFound: an unknown charge, or another tenant's.
 	OutcomeNotFound Outcome = "not-found"
 	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answered
@@ -167,7 +170,7 @@ var (
 		FunctionCharge: {
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
-			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeNotFound, OutcomeCaptured, OutcomeCanceled,
+			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeRefundLimit, OutcomeNotFound, OutcomeCaptured, OutcomeCanceled,
 		},
 		FunctionReconcile: {
 			OutcomeResolvedCharged, OutcomeResolvedRefunded, OutcomeResolvedDeclined, OutcomeResolvedCaptured, OutcomeResolvedCanceled,

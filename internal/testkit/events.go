@@ -2,6 +2,8 @@ package testkit
 
 import (
 	"net/http"
+	"net/url"
+	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -81,6 +83,23 @@ func GetRefund(tenant, chargeID, refundID string) events.APIGatewayV2HTTPRequest
 	req.RouteKey, req.RawPath = httpapi.RouteGetRefund, "/charges/"+chargeID+"/refunds/"+refundID
 	req.PathParameters["refund_id"] = refundID
 	req.RequestContext.HTTP.Path = req.RawPath
+	return req
+}
+
+// ListRefunds is the GET /charges/{id}/refunds event, with query as its
+// raw query string. API Gateway joins a repeated parameter's values with
+// commas.
+func ListRefunds(tenant, chargeID, query string) events.APIGatewayV2HTTPRequest {
+	req := GetCharge(tenant, chargeID)
+	req.RouteKey, req.RawPath, req.RawQueryString = httpapi.RouteListRefunds, "/charges/"+chargeID+"/refunds", query
+	req.RequestContext.HTTP.Path = req.RawPath
+	values, _ := url.ParseQuery(query)
+	if len(values) > 0 {
+		req.QueryStringParameters = map[string]string{}
+	}
+	for k, v := range values {
+		req.QueryStringParameters[k] = strings.Join(v, ",")
+	}
 	return req
 }
 

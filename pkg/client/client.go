@@ -91,9 +91,11 @@ type Charge struct {
 	AmountAuthorized int64 `json:"amount_authorized,omitempty"`
 	// AmountRefunded is the sum of the charge's succeeded refunds.
 	AmountRefunded int64 `json:"amount_refunded"`
-	// Refunds are the charge's refunds, as Get reads them; Create's
-	// charge has none.
-	Refunds []Refund `json:"refunds,omitempty"`
+	// Refunds are the charge's oldest refunds, at most 10, as Get reads
+	// them; Create's charge has none. RefundsHasMore says it has more:
+	// ListRefunds and AllRefunds read them all.
+	Refunds        []Refund `json:"refunds,omitempty"`
+	RefundsHasMore bool     `json:"refunds_has_more,omitempty"`
 }
 
 // Receipt says how a command's answer came: Create and Refund return one.
@@ -183,9 +185,9 @@ func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source 
 	return Result{Charge: ch, Receipt: rc}, err
 }
 
-// Get reads the charge with the given id, with its refunds. It retries on
-// network errors, timeouts, 429 and 5xx answers. An unknown id, or another
-// tenant's charge, is a *ProblemError matching ErrNotFound.
+// Get reads the charge with the given id, with its oldest refunds. It
+// retries on network errors, timeouts, 429 and 5xx answers. An unknown id,
+// or another tenant's charge, is a *ProblemError matching ErrNotFound.
 func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
 	return exchange[Charge](ctx, c, "get "+id, http.MethodGet, chargePath(id), nil, nil)
 }
@@ -286,14 +288,14 @@ func snippet(b []byte) string {
 
 // retryable reports whether an answer may be retried: 409, 429 and 5xx,
 // except the problems the service states are final. A refund that exceeds
-// what remains of its charge is retried only when the answer asks for it
-// (other refunds were in flight, and may fail).
+// what remains of its charge, or its limit of refunds, is retried only
+// when the answer asks for it (other refunds were in flight, and may fail).
 func (r *response) retryable() bool {
 	if r.status != http.StatusConflict && r.status != http.StatusTooManyRequests && r.status < 500 {
 		return false
 	}
 	slug := r.problem().Slug()
-	if slug == slugRefundExceedsCharge {
+	if slug == slugRefundExceedsCharge || slug == slugRefundLimit {
 		return r.retryAfter > 0
 	}
 	return !finalProblems[slug]
@@ -357,7 +359,7 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 // client. Only a refusal proves that the attempt did nothing:
 // ErrUnavailable, or a refund held back by the refunds in flight.
 func mayHaveRun(err error) bool {
-	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRefundExceedsCharge)
+	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRefundExceedsCharge) && !errors.Is(err, ErrRefundLimit)
 }
 
 // attempt makes one request and reads its answer.

@@ -1,8 +1,8 @@
 // Package client provides a Go client for the chargeonce API: charges
 // (POST /charges, GET /charges/{id}), the capture and cancel of an
 // authorization (POST /charges/{id}/capture and /cancel) and refunds
-// (POST /charges/{id}/refunds, GET /charges/{id}/refunds/{refund_id}); see
-// api/openapi.yaml.
+// (POST /charges/{id}/refunds, GET /charges/{id}/refunds and
+// /refunds/{refund_id}); see api/openapi.yaml.
 //
 // The client never invents an idempotency key. The caller mints a
 // CommandID once, when the intent to charge or to refund is formed

@@ -79,25 +79,33 @@ var (
 	// ErrRefundDeclined: the provider refused the refund for good. Final
 	// for the command id, like ErrDeclined.
 	ErrRefundDeclined = errors.New("client: refund declined")
+	// ErrRefundLimit: the charge has as many refunds as a charge may
+	// have (1,000); nothing was refunded. As with ErrRefundExceedsCharge,
+	// a *ProblemError's RetryAfter of 0 makes it final, and a positive
+	// one says refunds in flight fill the limit: if one fails, a retry
+	// with the same id may succeed.
+	ErrRefundLimit = errors.New("client: the charge has all the refunds it may have")
 )
 
 const (
 	slugRefundExceedsCharge = "refund-exceeds-charge"
 	slugChargeState         = "charge-state-conflict"
+	slugRefundLimit         = "refund-limit-reached"
 )
 
 // finalProblems are the problem types of retryable statuses (409, 5xx)
 // that the client does not retry: the service says no retry can change
-// them. A refund-exceeds-charge is final only without Retry-After.
+// them. A refund-exceeds-charge or a refund-limit-reached is final only
+// without Retry-After.
 var finalProblems = map[string]bool{
 	"provider-rejected": true, "charge-conflict": true, slugChargeState: true, "refund-declined": true,
 }
 
 // storedOutcomes are the failures the service stores as a command's
 // outcome and replays to every retry with its id (a refund-exceeds-charge
-// only when final). After an attempt whose outcome was unknown, they still
-// prove what the command did: nothing.
-var storedOutcomes = map[string]bool{"card-declined": true, "refund-declined": true, slugRefundExceedsCharge: true}
+// or a refund-limit-reached only when final). After an attempt whose
+// outcome was unknown, they still prove what the command did: nothing.
+var storedOutcomes = map[string]bool{"card-declined": true, "refund-declined": true, slugRefundExceedsCharge: true, slugRefundLimit: true}
 
 // stateProofs are what still proves what a Capture or a Cancel did after
 // an attempt whose outcome was unknown: a charge-state-conflict. Had that
@@ -125,6 +133,7 @@ var problemSentinels = map[string]error{
 	slugRefundExceedsCharge:   ErrRefundExceedsCharge,
 	slugChargeState:           ErrChargeState,
 	"refund-declined":         ErrRefundDeclined,
+	slugRefundLimit:           ErrRefundLimit,
 }
 
 // ProblemError is an error answer from the API: the problem details of an

@@ -2,8 +2,10 @@ package client
 
 import (
 	"context"
+	"iter"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -61,9 +63,9 @@ type refundRequest struct {
 // as for Create. Refund retries as Create does, with id and the same body
 // bytes, and calling it again with the same id and arguments resumes the
 // intent: it never refunds twice. The refund's own failures match
-// ErrRefundExceedsCharge, ErrChargeState (a charge that is not
-// StatusSucceeded) or ErrRefundDeclined; an unknown or another tenant's
-// charge matches ErrNotFound.
+// ErrRefundExceedsCharge, ErrRefundLimit, ErrChargeState (a charge that
+// is not StatusSucceeded) or ErrRefundDeclined; an unknown or another
+// tenant's charge matches ErrNotFound.
 func (c *Client) Refund(ctx context.Context, chargeID string, id CommandID, opts ...RefundOption) (RefundResult, error) {
 	var req refundRequest
 	for _, opt := range opts {
@@ -79,3 +81,57 @@ func (c *Client) Refund(ctx context.Context, chargeID string, id CommandID, opts
 func (c *Client) GetRefund(ctx context.Context, chargeID, refundID string) (Refund, error) {
 	return exchange[Refund](ctx, c, "get refund "+refundID, http.MethodGet, chargePath(chargeID)+"/refunds/"+url.PathEscape(refundID), nil, nil)
 }
+
+// RefundList is a page of a charge's refunds, oldest first.
+type RefundList struct {
+	Refunds []Refund `json:"data"`
+	// HasMore is true when more refunds follow the last of Refunds.
+	HasMore bool `json:"has_more"`
+}
+
+// ListRefunds reads a page of the charge chargeID's refunds, oldest
+// first: at most limit (1 to 100; 0 for the API's default, 10), after the
+// refund startingAfter names ("" for the oldest). It retries as Get does.
+// A startingAfter that is no refund of the charge is refused with
+// ErrInvalid; an unknown charge, or another tenant's, is ErrNotFound.
+func (c *Client) ListRefunds(ctx context.Context, chargeID string, limit int, startingAfter string) (RefundList, error) {
+	q := url.Values{}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if startingAfter != "" {
+		q.Set("starting_after", startingAfter)
+	}
+	path := chargePath(chargeID) + "/refunds"
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	return exchange[RefundList](ctx, c, "list refunds of "+chargeID, http.MethodGet, path, nil, nil)
+}
+
+// AllRefunds yields every refund of the charge chargeID, oldest first,
+// reading pages of 100 with ListRefunds. An error ends it: it is yielded
+// with the zero Refund.
+func (c *Client) AllRefunds(ctx context.Context, chargeID string) iter.Seq2[Refund, error] {
+	return func(yield func(Refund, error) bool) {
+		for after := ""; ; {
+			page, err := c.ListRefunds(ctx, chargeID, maxRefundsPage, after)
+			if err != nil {
+				yield(Refund{}, err)
+				return
+			}
+			for _, re := range page.Refunds {
+				if !yield(re, nil) {
+					return
+				}
+			}
+			if !page.HasMore || len(page.Refunds) == 0 {
+				return
+			}
+			after = page.Refunds[len(page.Refunds)-1].ID
+		}
+	}
+}
+
+// maxRefundsPage is the most refunds a page of ListRefunds holds.
+const maxRefundsPage = 100

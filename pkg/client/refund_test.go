@@ -3,7 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +136,35 @@ func TestRefundExceedingTheChargeIsFinalWithoutRetryAfter(t *testing.T) {
 	})
 }
 
+// TestRefundLimitReachedIsFinalWithoutRetryAfter: as a refund that
+// exceeds the charge. Without Retry-After the charge's refunds reach the
+// limit for good: not retried. With it, refunds in flight fill it, and
+// one may fail: retried, and the refusal proves this attempt did nothing.
+func TestRefundLimitReachedIsFinalWithoutRetryAfter(t *testing.T) {
+	t.Parallel()
+	t.Run("final", func(t *testing.T) {
+		t.Parallel()
+		ft := &fakeTime{now: time.Now()}
+		c, s := newScripted(t, ft.options(0), problemReply(http.StatusConflict, "refund-limit-reached", nil), refunded(false))
+		_, err := c.Refund(t.Context(), chargeID, NewCommandID(), WithRefundAmount(500))
+		var p *ProblemError
+		if !errors.Is(err, ErrRefundLimit) || !errors.As(err, &p) || p.RetryAfter != 0 || s.requests() != 1 {
+			t.Fatalf("err = %v after %d requests; want ErrRefundLimit, RetryAfter 0, after 1", err, s.requests())
+		}
+	})
+	t.Run("in flight until the attempts run out", func(t *testing.T) {
+		t.Parallel()
+		ft := &fakeTime{now: time.Now()}
+		c, s := newScripted(t, append(ft.options(0), WithMaxAttempts(3)),
+			problemReply(http.StatusConflict, "refund-limit-reached", map[string]string{HeaderRetryAfter: "2"}))
+		_, err := c.Refund(t.Context(), chargeID, NewCommandID(), WithRefundAmount(500))
+		var p *ProblemError
+		if !errors.Is(err, ErrRefundLimit) || errors.Is(err, ErrOutcomeUnknown) || !errors.As(err, &p) || p.RetryAfter != 2*time.Second || s.requests() != 3 {
+			t.Fatalf("err = %v after %d requests; want ErrRefundLimit with RetryAfter 2s after 3, not ErrOutcomeUnknown", err, s.requests())
+		}
+	})
+}
+
 // TestRefundAfterAnAmbiguousAttempt: a bare 502 may come after the
 // refund was made. A later 503 provider-unavailable proves nothing about
 // that attempt, so the error is ErrOutcomeUnknown, never ErrUnavailable
@@ -151,6 +182,7 @@ func TestRefundAfterAnAmbiguousAttempt(t *testing.T) {
 		"503 provider-unavailable":  {problemReply(http.StatusServiceUnavailable, "provider-unavailable", nil), ErrOutcomeUnknown, true},
 		"409 refund-declined":       {problemReply(http.StatusConflict, "refund-declined", nil), ErrRefundDeclined, false},
 		"409 refund-exceeds-charge": {problemReply(http.StatusConflict, "refund-exceeds-charge", nil), ErrRefundExceedsCharge, false},
+		"409 refund-limit-reached":  {problemReply(http.StatusConflict, "refund-limit-reached", nil), ErrRefundLimit, false},
 		"409 charge-state-conflict": {problemReply(http.StatusConflict, "charge-state-conflict", nil), ErrChargeState, true},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -207,5 +239,60 @@ func TestGetRefundUnknownIsNotFound(t *testing.T) {
 	c, s := newScripted(t, nil, problemReply(http.StatusNotFound, "not-found", nil))
 	if _, err := c.GetRefund(context.Background(), chargeID, "re_000000000000000000000000"); !errors.Is(err, ErrNotFound) || s.requests() != 1 {
 		t.Fatalf("err = %v after %d requests, want ErrNotFound after 1", err, s.requests())
+	}
+}
+
+// refundsPage is a page of the refunds ids name, and has_more.
+func refundsPage(more bool, ids ...string) reply {
+	var data []string
+	for _, id := range ids {
+		data = append(data, strings.Replace(refundBody, "re_0123456789abcdef01234567", id, 1))
+	}
+	body := fmt.Sprintf(`{"data":[%s],"has_more":%t}`, strings.Join(data, ","), more)
+	return reply{http.StatusOK, map[string]string{"Content-Type": "application/json"}, body}
+}
+
+// TestListRefundsAsksForThePage: ListRefunds sends limit and
+// starting_after only when given, and decodes the page.
+func TestListRefundsAsksForThePage(t *testing.T) {
+	t.Parallel()
+	c, s := newScripted(t, nil, refundsPage(true, "re_1", "re_2"), refundsPage(false))
+	page, err := c.ListRefunds(t.Context(), chargeID, 2, "re_0")
+	if err != nil || len(page.Refunds) != 2 || page.Refunds[1].ID != "re_2" || !page.HasMore {
+		t.Fatalf("ListRefunds: %+v, %v; want re_1, re_2 and more", page, err)
+	}
+	if page, err = c.ListRefunds(t.Context(), chargeID, 0, ""); err != nil || len(page.Refunds) != 0 || page.HasMore {
+		t.Fatalf("ListRefunds past the last: %+v, %v; want an empty page", page, err)
+	}
+	want := []string{"GET /charges/" + chargeID + "/refunds?limit=2&starting_after=re_0", "GET /charges/" + chargeID + "/refunds"}
+	if !slices.Equal(s.paths, want) {
+		t.Fatalf("requests %q, want %q", s.paths, want)
+	}
+}
+
+// TestAllRefundsPagesThroughEveryRefund: AllRefunds reads pages of 100,
+// each after the last refund of the one before, until has_more is false;
+// an error ends the sequence.
+func TestAllRefundsPagesThroughEveryRefund(t *testing.T) {
+	t.Parallel()
+	c, s := newScripted(t, nil, refundsPage(true, "re_1", "re_2"), refundsPage(false, "re_3"))
+	var got []string
+	for re, err := range c.AllRefunds(t.Context(), chargeID) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, re.ID)
+	}
+	want := []string{"GET /charges/" + chargeID + "/refunds?limit=100", "GET /charges/" + chargeID + "/refunds?limit=100&starting_after=re_2"}
+	if !slices.Equal(got, []string{"re_1", "re_2", "re_3"}) || !slices.Equal(s.paths, want) {
+		t.Fatalf("refunds %v from %q, want re_1, re_2, re_3 from %q", got, s.paths, want)
+	}
+	c, _ = newScripted(t, nil, refundsPage(true, "re_1"), problemReply(http.StatusNotFound, "not-found", nil))
+	var errs []error
+	for _, err := range c.AllRefunds(t.Context(), chargeID) {
+		errs = append(errs, err)
+	}
+	if len(errs) != 2 || errs[0] != nil || !errors.Is(errs[1], ErrNotFound) {
+		t.Fatalf("a failing second page: %v, want re_1, then ErrNotFound, then nothing", errs)
 	}
 }

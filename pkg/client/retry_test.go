@@ -48,7 +48,7 @@ type scripted struct {
 	replies []reply
 	keys    []string
 	bodies  []string
-	paths   []string // method and path
+	paths   []string // method, path and query
 	types   []string // Content-Type
 }
 
@@ -64,7 +64,7 @@ func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	n := len(s.keys)
 	s.keys = append(s.keys, r.Header.Get(HeaderIdempotencyKey))
 	s.bodies = append(s.bodies, string(b))
-	s.paths = append(s.paths, r.Method+" "+r.URL.EscapedPath())
+	s.paths = append(s.paths, r.Method+" "+r.URL.RequestURI())
 	s.types = append(s.types, r.Header.Get("Content-Type"))
 	rp := s.replies[min(n, len(s.replies)-1)]
 	s.mu.Unlock()

@@ -19,7 +19,8 @@
 // The provider never refuses a refund: the hold keeps each within what
 // the charge has left. Once everything is reconciled, each charge's
 // amount_refunded, its refund rows and the provider agree. No hold
-// outlives its refund, and every 201 reads back as answered.
+// outlives its refund, the charge's refund count is its refund rows,
+// and every 201 reads back as answered.
 //
 // One intent in three authorizes only ("capture": false). Clients
 // capture those in full, in part or above the hold, and cancel them.

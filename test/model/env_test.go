@@ -452,8 +452,9 @@ type row struct {
 	Amount                int64
 	// A charge's: its provider's id for it, its currency, what its
 	// settled refunds returned, and that plus what refunds in flight hold.
+	// Count is its refund rows and holds, which the limit bounds.
 	ProviderChargeID, Currency string
-	Refunded, Claimed          int64
+	Refunded, Claimed, Count   int64
 	// ChargeID is a refund's charge, empty on a charge's row.
 	ChargeID string
 }
@@ -478,7 +479,7 @@ func (r *history) rows(rt *rapid.T, tenant string) []row {
 			out = append(out, row{
 				ID: attrS(item, charge.AttrID), ProviderReference: attrS(item, "provider_reference"), Amount: attrN(item, "amount"),
 				ProviderChargeID: attrS(item, "provider_charge_id"), Currency: attrS(item, "currency"), Refunded: attrN(item, "amount_refunded"), Claimed: attrN(item, "refund_claimed"),
-				ChargeID: attrS(item, "charge_id"),
+				Count: attrN(item, "refund_count"), ChargeID: attrS(item, "charge_id"),
 			})
 		}
 	}

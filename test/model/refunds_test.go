@@ -656,7 +656,7 @@ func (r *history) refundedAtMostOnce(rt *rapid.T) {
 // for every charge, the provider's refunds of it are within its amount
 // and equal amount_refunded as GET /charges/{id} reads it, and the sum of
 // its refund rows; no hold outlives its refund, unless a parked refund
-// holds it. Every 201 reads back as answered, and every stored answer
+// holds it, and its refund count is its refund rows. Every 201 reads back as answered, and every stored answer
 // is replayed to its key.
 func (r *history) refundsSettled(rt *rapid.T) {
 	if len(r.refunds.keys) == 0 {
@@ -715,9 +715,10 @@ func (r *history) refundsSettled(rt *rapid.T) {
 			rt.Fatalf("%s: its client was told nothing was refunded, and the provider refunded %s", k, rs.told)
 		}
 	}
-	rowsRefunded := map[string]int64{}
+	rowsRefunded, rowsCount := map[string]int64{}, map[string]int64{}
 	for _, w := range refunds {
 		rowsRefunded[w.ChargeID] += w.Amount
+		rowsCount[w.ChargeID]++
 	}
 	for _, t := range r.targets(rt) {
 		e, w := ledger[t.reference], charges[t.id]
@@ -729,9 +730,9 @@ func (r *history) refundsSettled(rt *rapid.T) {
 			rt.Fatalf("%s: GET answered %d %s (%v)", t.id, resp.StatusCode, resp.Body, err)
 		}
 		if e.refunded > t.amount || read.AmountRefunded != e.refunded || rowsRefunded[t.id] != e.refunded || w.Refunded != e.refunded ||
-			w.Claimed != w.Refunded && !parkedOn[t.id] {
-			rt.Fatalf("%s of %d: the provider refunded %d; the API reads %d refunded, its refund rows sum to %d, its row says %d refunded and %d claimed",
-				t.id, t.amount, e.refunded, read.AmountRefunded, rowsRefunded[t.id], w.Refunded, w.Claimed)
+			(w.Claimed != w.Refunded || w.Count != rowsCount[t.id]) && !parkedOn[t.id] {
+			rt.Fatalf("%s of %d: the provider refunded %d; the API reads %d refunded, its %d refund rows sum to %d, its row says %d refunded, %d claimed, %d refunds",
+				t.id, t.amount, e.refunded, read.AmountRefunded, rowsCount[t.id], rowsRefunded[t.id], w.Refunded, w.Claimed, w.Count)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.refunds.made)) {

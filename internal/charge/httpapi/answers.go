@@ -21,6 +21,7 @@ type chargeJSON struct {
 	AmountRefunded    int64        `json:"amount_refunded"`
 	AmountAuthorized  int64        `json:"amount_authorized,omitempty"`
 	Refunds           []refundJSON `json:"refunds,omitempty"`
+	RefundsHasMore    bool         `json:"refunds_has_more,omitempty"`
 }
 
 func chargeBody(c charge.Charge) []byte {
@@ -28,7 +29,7 @@ func chargeBody(c charge.Charge) []byte {
 		ID: c.ID, Amount: c.Money.Amount, Currency: c.Money.Currency, Description: c.Description,
 		Status: c.Status, ProviderReference: c.ProviderReference,
 		CreatedAt: c.CreatedAt.UTC().Format(charge.TimeLayout), AmountRefunded: c.AmountRefunded,
-		AmountAuthorized: c.AmountAuthorized,
+		AmountAuthorized: c.AmountAuthorized, RefundsHasMore: c.MoreRefunds,
 	}
 	for _, r := range c.Refunds {
 		j.Refunds = append(j.Refunds, refundOf(r))
@@ -59,6 +60,21 @@ func refundOf(r charge.Refund) refundJSON {
 
 func refundBody(r charge.Refund) []byte {
 	b, _ := json.Marshal(refundOf(r)) // only strings and integers: cannot fail
+	return b
+}
+
+// refundListJSON is the API's representation of a page of refunds.
+type refundListJSON struct {
+	Data    []refundJSON `json:"data"`
+	HasMore bool         `json:"has_more"`
+}
+
+func refundListBody(l charge.RefundList) []byte {
+	j := refundListJSON{Data: make([]refundJSON, 0, len(l.Refunds)), HasMore: l.HasMore}
+	for _, r := range l.Refunds {
+		j.Data = append(j.Data, refundOf(r))
+	}
+	b, _ := json.Marshal(j) // only strings, integers and a bool: cannot fail
 	return b
 }
 
@@ -101,6 +117,12 @@ func (Answers) RefundCreated(r charge.Refund) idem.Response {
 // RefundDeclined is the 409 of a refund the provider refused for good.
 func (Answers) RefundDeclined(code string) idem.Response {
 	return problem(ProblemRefundDeclined, "The provider refused the refund ("+code+"). Nothing was refunded. Retrying this key returns this answer.")
+}
+
+// RefundLimit is the 409 of a refund of a charge whose settled refunds
+// reach the limit.
+func (Answers) RefundLimit() idem.Response {
+	return problem(ProblemRefundLimit, "The charge has as many refunds as a charge may have. Nothing was refunded. Retrying this key returns this answer; a new key is refused too.")
 }
 
 // RefundExceeds is the 409 of a refund beyond what settled refunds leave.

@@ -26,12 +26,13 @@ const MaxBodyBytes = charge.MaxBodyBytes
 
 // Route keys of the HTTP API.
 const (
-	RouteCreate    = "POST /charges"
-	RouteGet       = "GET /charges/{id}"
-	RouteRefund    = "POST /charges/{id}/refunds"
-	RouteGetRefund = "GET /charges/{id}/refunds/{refund_id}"
-	RouteCapture   = "POST /charges/{id}/capture"
-	RouteCancel    = "POST /charges/{id}/cancel"
+	RouteCreate      = "POST /charges"
+	RouteGet         = "GET /charges/{id}"
+	RouteRefund      = "POST /charges/{id}/refunds"
+	RouteListRefunds = "GET /charges/{id}/refunds"
+	RouteGetRefund   = "GET /charges/{id}/refunds/{refund_id}"
+	RouteCapture     = "POST /charges/{id}/capture"
+	RouteCancel      = "POST /charges/{id}/cancel"
 )
 
 // moveOperations are the Operation dimension of the routes that set a
@@ -39,7 +40,7 @@ const (
 var moveOperations = map[string]metrics.Operation{RouteCapture: metrics.OperationCapture, RouteCancel: metrics.OperationCancel}
 
 // Routes are every route the charge function serves, the webhook's too.
-var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
+var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteListRefunds, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
 
 // DefaultTenantClaim is the JWT claim that names the tenant unless
 // configured otherwise.
@@ -51,6 +52,7 @@ type Service interface {
 	Get(ctx context.Context, tenant, id string) (charge.Result, error)
 	Refund(ctx context.Context, key idem.Key, chargeID string, req charge.RefundRequest, fp idem.Fingerprint) (charge.Result, error)
 	GetRefund(ctx context.Context, tenant, chargeID, refundID string) (charge.Result, error)
+	ListRefunds(ctx context.Context, tenant, chargeID string, p charge.Page) (charge.Result, error)
 	Capture(ctx context.Context, tenant, id string, amount int64) (charge.Result, error)
 	Cancel(ctx context.Context, tenant, id string) (charge.Result, error)
 	Notify(ctx context.Context, n charge.Notification) (charge.Result, error)
@@ -148,6 +150,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		res, err = h.svc.Get(ctx, tenant, req.PathParameters["id"])
 	case route == RouteGetRefund:
 		res, err = h.svc.GetRefund(ctx, tenant, req.PathParameters["id"], req.PathParameters["refund_id"])
+	case route == RouteListRefunds:
+		res, refused, err = h.listRefunds(ctx, tenant, req)
 	case route == RouteCapture || route == RouteCancel:
 		res, refused, err = h.move(ctx, tenant, route, req)
 	default:
@@ -345,6 +349,23 @@ func (h *Handler) move(ctx context.Context, tenant, route string, req events.API
 	}
 	if be, ok := errors.AsType[*charge.BodyError](err); ok {
 		return charge.Result{}, ref(problem(ProblemInvalidRequest, be.Reason)), nil
+	}
+	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
+		return charge.Result{}, ref(problem(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")), nil
+	}
+	return charge.Result{}, nil, err
+}
+
+// listRefunds reads the page of a charge's refunds that the query asks
+// for. A query refused, or a starting_after that names no refund of the
+// charge, is a 400.
+func (h *Handler) listRefunds(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
+	p, err := charge.ParsePage(req.QueryStringParameters)
+	if err == nil {
+		var res charge.Result
+		if res, err = h.svc.ListRefunds(ctx, tenant, req.PathParameters["id"], p); err == nil {
+			return res, nil, nil
+		}
 	}
 	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
 		return charge.Result{}, ref(problem(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")), nil

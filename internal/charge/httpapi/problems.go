@@ -58,6 +58,7 @@ var (
 	ProblemRefundExceeds      = ProblemType{"refund-exceeds-charge", "Refund exceeds what remains of the charge", http.StatusConflict}
 	ProblemStateConflict      = ProblemType{"charge-state-conflict", "The charge is in another state", http.StatusConflict}
 	ProblemRefundDeclined     = ProblemType{"refund-declined", "Refund refused by the provider", http.StatusConflict}
+	ProblemRefundLimit        = ProblemType{"refund-limit-reached", "The charge has as many refunds as it may have", http.StatusConflict}
 )
 
 // Problems lists every problem type the API answers with.
@@ -65,7 +66,7 @@ var Problems = []ProblemType{
 	ProblemInvalidKey, ProblemInvalidRequest, ProblemTooLarge, ProblemUnsupportedMedia, ProblemUnauthorized,
 	ProblemInProgress, ProblemKeyReused, ProblemDeclined, ProblemUnavailable, ProblemServiceUnavailable,
 	ProblemOutcomePending, ProblemProviderRejected, ProblemNotFound, ProblemChargeConflict, ProblemInternal,
-	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined,
+	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined, ProblemRefundLimit,
 }
 
 type problemJSON struct {
@@ -105,16 +106,24 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	}
 	var resp idem.Response
 	switch res.Outcome {
-	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict, charge.OutcomeRefundExceeds:
+	case charge.OutcomeCreated, charge.OutcomeReplayed, charge.OutcomeDeclined, charge.OutcomeChargeConflict, charge.OutcomeRefundExceeds,
+		charge.OutcomeRefundLimit:
 		resp = *res.Stored
 	case charge.OutcomeFound, charge.OutcomeCaptured, charge.OutcomeCanceled:
-		body := refundBody
-		if res.Refund == nil {
-			body = func(charge.Refund) []byte { return chargeBody(*res.Charge) }
+		var body []byte
+		switch {
+		case res.Refunds != nil:
+			body = refundListBody(*res.Refunds)
+		case res.Refund != nil:
+			body = refundBody(*res.Refund)
+		default:
+			body = chargeBody(*res.Charge)
 		}
-		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: body(deref(res.Refund))}
+		resp = idem.Response{Status: http.StatusOK, Headers: map[string]string{"Content-Type": ContentTypeJSON}, Body: body}
 	case charge.OutcomeRefundHeld:
 		resp = withRetryAfter(problem(ProblemRefundExceeds, "Refunds still in flight hold what this amount needs. Nothing was refunded. Retry with the same key: it may succeed if they fail."), 2)
+	case charge.OutcomeRefundLimitHeld:
+		resp = withRetryAfter(problem(ProblemRefundLimit, "Refunds still in flight fill the charge's limit of refunds. Nothing was refunded. Retry with the same key: it may succeed if one fails."), 2)
 	case charge.OutcomeStateConflict:
 		resp = stateConflict(res.Charge)
 	case charge.OutcomeConflict:
@@ -170,14 +179,6 @@ func withHeaders(res charge.Result, resp idem.Response) events.APIGatewayV2HTTPR
 		headers[HeaderReplayed] = "true"
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: headers, Body: string(resp.Body)}
-}
-
-// deref is *r, or the zero Refund for nil.
-func deref(r *charge.Refund) charge.Refund {
-	if r == nil {
-		return charge.Refund{}
-	}
-	return *r
 }
 
 // stateConflict is the 409 of a request for a charge in another state, the
