@@ -514,10 +514,14 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 // signing secret, read from Secrets Manager, and reads each into the
 // notification the charge service settles: the command from the
 // PaymentIntent's metadata (zero if it names none), its reference and
-// outcome. A secret that cannot be read fails the delivery with
+// outcome. A Stripe-Signature no secret verifies is refused before the
+// secret is read. A secret that cannot be read fails the delivery with
 // httpapi.ErrVerifierUnavailable: Stripe delivers it again.
 func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 	return func(ctx context.Context, payload []byte, signature string) (charge.Notification, error) {
+		if err := stripe.CheckSignature(signature, 0); err != nil {
+			return charge.Notification{}, err
+		}
 		whsec, err := secret.Value(ctx)
 		if err != nil {
 			return charge.Notification{}, fmt.Errorf("%w: %w", httpapi.ErrVerifierUnavailable, err)
