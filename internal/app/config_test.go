@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v84/webhook"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -37,7 +38,7 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
-		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "http://p",
+		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	c, err := app.LoadCharge(envOf(base))
 	if err != nil {
@@ -69,7 +70,7 @@ func TestLoadProvider(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
-		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "http://p",
+		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	for value, want := range map[string]string{"": app.ProviderSim, "sim": app.ProviderSim, "stripe": app.ProviderStripe, "paypal": ""} {
 		env := map[string]string{app.EnvProvider: value}
@@ -104,7 +105,7 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "http://q",
-		app.EnvProviderURL: "http://p", app.EnvChargeRequestsDLQURL: "http://dlq",
+		app.EnvProviderURL: "https://p", app.EnvChargeRequestsDLQURL: "http://dlq",
 	}
 	endpoints := func() []string {
 		c, _ := app.LoadCharge(envOf(env))
@@ -136,6 +137,37 @@ func TestStripeNeedsItsKeysSecret(t *testing.T) {
 	}, app.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), app.EnvProviderSecretName) {
 		t.Errorf("stripe without %s: %v, want it named", app.EnvProviderSecretName, err)
+	}
+}
+
+// TestProviderURLIsHTTPSOutsideALocalStack: the provider's key travels in
+// every request, so a function refuses to start with a provider URL that
+// is not https. Plain http is taken only beside an emulator's endpoints,
+// as make run, sam local and the RIE e2e set them.
+func TestProviderURLIsHTTPSOutsideALocalStack(t *testing.T) {
+	t.Parallel()
+	loaders := map[string]func(app.Getenv) error{
+		"charge":    func(g app.Getenv) error { _, err := app.LoadCharge(g); return err },
+		"reconcile": func(g app.Getenv) error { _, err := app.LoadReconcile(g); return err },
+		"intake":    func(g app.Getenv) error { _, err := app.LoadIntake(g); return err },
+	}
+	for name, load := range loaders {
+		for _, emulator := range []string{"", "http://127.0.0.1:4566"} {
+			for url, deployed := range map[string]bool{
+				"https://api.stripe.com": true, "https://provider.example:8443/v1": true,
+				"http://api.stripe.com": false, "HTTP://127.0.0.1:4010": false,
+				"ftp://provider.example": false, "api.stripe.com": false, "https://": false,
+			} {
+				env := map[string]string{
+					app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "https://q",
+					app.EnvChargeRequestsDLQURL: "https://dlq", app.EnvProviderURL: url, awsenv.EnvDynamoDBEndpoint: emulator,
+				}
+				want := deployed || emulator != "" && strings.HasPrefix(strings.ToLower(url), "http://")
+				if err := load(envOf(env)); (err == nil) != want || err != nil && !strings.Contains(err.Error(), app.EnvProviderURL) {
+					t.Errorf("%s, %s=%q, emulator %q: %v; want accepted %v", name, app.EnvProviderURL, url, emulator, err, want)
+				}
+			}
+		}
 	}
 }
 

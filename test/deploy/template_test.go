@@ -283,6 +283,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"sweeper reads secrets", "            - Sid: QueryStuckLeases\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - Sid: QueryStuckLeases\n"},
 		{"kms key always", "              Action:\n                - dynamodb:GetItem\n                - dynamodb:PutItem\n                - dynamodb:UpdateItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasSecretsKmsKey\n", "              Action:\n                - dynamodb:GetItem\n                - dynamodb:PutItem\n                - dynamodb:UpdateItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasTracingLayer\n"},
 		{"x86_64 by default", "    Default: arm64\n", "    Default: x86_64\n"},
+		{"provider over http", "(https).\n    AllowedPattern: \"^https://", "(https).\n    AllowedPattern: \"^https?://"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -594,11 +595,13 @@ func (c *checker) authorizers() {
 }
 
 // localOnly checks the parameters `sam local` passes: the emulator's
-// endpoint, empty by default, which package awsenv takes for AWS, and the
-// architecture, arm64 by default.
+// endpoint, empty by default, which package awsenv takes for AWS, the
+// architecture, arm64 by default, and the provider's URL, which a
+// deployment takes over https only (sam local does not check the pattern).
 func (c *checker) localOnly() {
 	params := asMap(c.tmpl["Parameters"])
 	c.equal("LocalEndpointUrl Default", asMap(params["LocalEndpointUrl"])["Default"], "")
+	c.equal("ProviderUrl AllowedPattern", asMap(params["ProviderUrl"])["AllowedPattern"], `^https://\S+$`)
 	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
 	vars := asMap(asMap(fn["Environment"])["Variables"])
 	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint} {
