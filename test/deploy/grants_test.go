@@ -81,7 +81,7 @@ type built map[string]map[string]map[string]bool
 func (c *checker) roles() {
 	params := asMap(c.tmpl["Parameters"])
 	c.equal("LogRetentionDays Default", fmt.Sprint(asMap(params["LogRetentionDays"])["Default"]), "90")
-	used := map[string]string{}
+	used := map[string]string{} // the roles and log groups seen, and whose
 	for _, id := range c.functions() {
 		fn := c.resource(id)
 		p := c.props(id)
@@ -115,6 +115,10 @@ func (c *checker) roles() {
 			c.fail("%s's LoggingConfig.LogGroup is %s, want a Ref to an AWS::Logs::LogGroup of its own", id, show(p["LoggingConfig"]))
 			continue
 		}
+		if other, ok := used[group]; ok {
+			c.fail("%s and %s share the log group %s", other, id, group)
+		}
+		used[group] = id
 		c.equal(group+" Condition", c.resource(group)["Condition"], fn["Condition"])
 		c.equal(group+" RetentionInDays", c.props(group)["RetentionInDays"], map[string]any{"Ref": "LogRetentionDays"})
 	}

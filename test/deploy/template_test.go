@@ -312,6 +312,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"managed policy", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n      ManagedPolicyArns:\n        - !Sub \"arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole\"\n"},
 		{"trusts another service", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n      AssumeRolePolicyDocument:\n        Version: \"2012-10-17\"\n        Statement:\n          - Effect: Allow\n            Principal:\n              Service: lambda.amazonaws.com", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n      AssumeRolePolicyDocument:\n        Version: \"2012-10-17\"\n        Statement:\n          - Effect: Allow\n            Principal:\n              Service: ec2.amazonaws.com"},
 		{"shared role", "Role: !GetAtt SweeperFunctionRole.Arn", "Role: !GetAtt ChargeFunctionRole.Arn"},
+		{"shared log group", "LogGroup: !Ref SweeperFunctionLogGroup", "LogGroup: !Ref ChargeFunctionLogGroup"},
 		{"policies beside the role", "      Role: !GetAtt IntakeFunctionRole.Arn\n", "      Role: !GetAtt IntakeFunctionRole.Arn\n      Policies: AWSLambdaBasicExecutionRole\n"},
 		{"no log group of its own", "      LoggingConfig:\n        LogGroup: !Ref ReconcileFunctionLogGroup\n", ""},
 		{"log lines kept for ever", "/IntakeFunction\"\n      RetentionInDays: !Ref LogRetentionDays\n", "/IntakeFunction\"\n"},
