@@ -255,6 +255,11 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		app.EnvProviderSecretName: providerSecret,
 		app.EnvWebhookSecretName:  webhookSecret,
 		app.EnvSecretsMaxAge:      cmp.Or(o.getenv(app.EnvSecretsMaxAge), secretsMaxAge.String()),
+		// The emulator's endpoints, as sam local's LocalEndpointUrl sets
+		// them: beside them alone the functions take a provider over http.
+		awsenv.EnvDynamoDBEndpoint:       s.dynamoDB,
+		awsenv.EnvSQSEndpoint:            s.sqs,
+		awsenv.EnvSecretsManagerEndpoint: s.secretsManager,
 	}
 	apiLn, err := listen(o.apiAddr)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -150,6 +151,23 @@ func (e *env) provider() string {
 	return v
 }
 
+// providerURL is PROVIDER_URL. The provider's key travels in every
+// request, so it must be https. Plain http is for a local stack only: one
+// whose AWS endpoints name an emulator (make run, sam local, the RIE e2e).
+// A deployed stack names none.
+func (e *env) providerURL() string {
+	v := e.required(EnvProviderURL)
+	if v == "" {
+		return v
+	}
+	u, err := url.Parse(v)
+	local := awsenv.EndpointsFrom(e.get) != awsenv.Endpoints{}
+	if err != nil || u.Host == "" || u.Scheme != "https" && (u.Scheme != "http" || !local) {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not an https URL (http only beside an emulator's endpoints)", EnvProviderURL, v))
+	}
+	return v
+}
+
 func (e *env) level() slog.Level {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(e.optional(EnvLogLevel, "INFO"))); err != nil {
@@ -210,7 +228,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		ChargesTable:       e.required(EnvChargesTable),
 		ReconcileQueueURL:  e.required(EnvReconcileQueueURL),
 		Provider:           e.provider(),
-		ProviderURL:        e.required(EnvProviderURL),
+		ProviderURL:        e.providerURL(),
 		ProviderSecretName: e.optional(EnvProviderSecretName, ""),
 		TenantClaim:        e.optional(EnvTenantClaim, httpapi.DefaultTenantClaim),
 		WebhookSecretName:  e.optional(EnvWebhookSecretName, ""),
@@ -246,7 +264,7 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 		IdempotencyTable:   e.required(EnvIdempotencyTable),
 		ChargesTable:       e.required(EnvChargesTable),
 		Provider:           e.provider(),
-		ProviderURL:        e.required(EnvProviderURL),
+		ProviderURL:        e.providerURL(),
 		ProviderSecretName: e.optional(EnvProviderSecretName, ""),
 		SecretsMaxAge:      e.secretsMaxAge(),
 		Retention:          e.retention(),
@@ -280,7 +298,7 @@ func LoadIntake(get Getenv) (IntakeConfig, error) {
 		ReconcileQueueURL:  e.required(EnvReconcileQueueURL),
 		DeadLetterQueueURL: e.required(EnvChargeRequestsDLQURL),
 		Provider:           e.provider(),
-		ProviderURL:        e.required(EnvProviderURL),
+		ProviderURL:        e.providerURL(),
 		ProviderSecretName: e.optional(EnvProviderSecretName, ""),
 		SecretsMaxAge:      e.secretsMaxAge(),
 		Retention:          e.retention(),
@@ -519,10 +537,14 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 // signing secret, read from Secrets Manager, and reads each into the
 // notification the charge service settles: the command from the
 // PaymentIntent's metadata (zero if it names none), its reference and
-// outcome. A secret that cannot be read fails the delivery with
+// outcome. A Stripe-Signature no secret verifies is refused before the
+// secret is read. A secret that cannot be read fails the delivery with
 // httpapi.ErrVerifierUnavailable: Stripe delivers it again.
 func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 	return func(ctx context.Context, payload []byte, signature string) (charge.Notification, error) {
+		if err := stripe.CheckSignature(signature, 0); err != nil {
+			return charge.Notification{}, err
+		}
 		whsec, err := secret.Value(ctx)
 		if err != nil {
 			return charge.Notification{}, fmt.Errorf("%w: %w", httpapi.ErrVerifierUnavailable, err)

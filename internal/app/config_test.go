@@ -1,12 +1,22 @@
 package app_test
 
 import (
+	"context"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/stripe/stripe-go/v84/webhook"
+
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/secrets"
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 func envOf(m map[string]string) app.Getenv { return func(k string) string { return m[k] } }
@@ -28,7 +38,7 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
-		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "http://p",
+		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	c, err := app.LoadCharge(envOf(base))
 	if err != nil {
@@ -60,7 +70,7 @@ func TestLoadProvider(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
-		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "http://p",
+		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	for value, want := range map[string]string{"": app.ProviderSim, "sim": app.ProviderSim, "stripe": app.ProviderStripe, "paypal": ""} {
 		env := map[string]string{app.EnvProvider: value}
@@ -95,7 +105,7 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "http://q",
-		app.EnvProviderURL: "http://p", app.EnvChargeRequestsDLQURL: "http://dlq",
+		app.EnvProviderURL: "https://p", app.EnvChargeRequestsDLQURL: "http://dlq",
 	}
 	endpoints := func() []string {
 		c, _ := app.LoadCharge(envOf(env))
@@ -127,5 +137,80 @@ func TestStripeNeedsItsKeysSecret(t *testing.T) {
 	}, app.Deps{Logger: slog.New(slog.DiscardHandler)})
 	if err == nil || !strings.Contains(err.Error(), app.EnvProviderSecretName) {
 		t.Errorf("stripe without %s: %v, want it named", app.EnvProviderSecretName, err)
+	}
+}
+
+// TestProviderURLIsHTTPSOutsideALocalStack: the provider's key travels in
+// every request, so a function refuses to start with a provider URL that
+// is not https. Plain http is taken only beside an emulator's endpoints,
+// as make run, sam local and the RIE e2e set them.
+func TestProviderURLIsHTTPSOutsideALocalStack(t *testing.T) {
+	t.Parallel()
+	loaders := map[string]func(app.Getenv) error{
+		"charge":    func(g app.Getenv) error { _, err := app.LoadCharge(g); return err },
+		"reconcile": func(g app.Getenv) error { _, err := app.LoadReconcile(g); return err },
+		"intake":    func(g app.Getenv) error { _, err := app.LoadIntake(g); return err },
+	}
+	for name, load := range loaders {
+		for _, emulator := range []string{"", "http://127.0.0.1:4566"} {
+			for url, deployed := range map[string]bool{
+				"https://api.stripe.com": true, "https://provider.example:8443/v1": true,
+				"http://api.stripe.com": false, "HTTP://127.0.0.1:4010": false,
+				"ftp://provider.example": false, "api.stripe.com": false, "https://": false,
+			} {
+				env := map[string]string{
+					app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "https://q",
+					app.EnvChargeRequestsDLQURL: "https://dlq", app.EnvProviderURL: url, awsenv.EnvDynamoDBEndpoint: emulator,
+				}
+				want := deployed || emulator != "" && strings.HasPrefix(strings.ToLower(url), "http://")
+				if err := load(envOf(env)); (err == nil) != want || err != nil && !strings.Contains(err.Error(), app.EnvProviderURL) {
+					t.Errorf("%s, %s=%q, emulator %q: %v; want accepted %v", name, app.EnvProviderURL, url, emulator, err, want)
+				}
+			}
+		}
+	}
+}
+
+// countedSecrets is the emulator's Secrets Manager, counting the reads.
+type countedSecrets struct {
+	api   secrets.API
+	reads atomic.Int32
+}
+
+func (c *countedSecrets) GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error) {
+	c.reads.Add(1)
+	return c.api.GetSecretValue(ctx, in, optFns...)
+}
+
+// TestStripeWebhookSparesAnUnreadableSecret: while the signing secret
+// cannot be read, a delivery whose Stripe-Signature is missing, malformed
+// or too old is refused (400) without reading it. One that looks signed
+// asks for redelivery (500), and reads the secret once per short while.
+func TestStripeWebhookSparesAnUnreadableSecret(t *testing.T) {
+	t.Parallel()
+	api := &countedSecrets{api: testkit.Clients(t).SecretsManager}
+	verify := app.StripeWebhook(secrets.New(api, testkit.UniqueName("chargeonce/missing-whsec")))
+	payload := []byte(`{"id":"evt_1","object":"event","type":"payment_intent.succeeded"}`)
+	sign := func(at time.Time) string {
+		return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: "whsec_forged", Timestamp: at}).Header
+	}
+	unsigned := []string{"", "garbage", "t=abc,v1=00", "t=1700000000", "t=1700000000,v1=zz", sign(time.Now().Add(-10 * time.Minute))}
+	refused := 0
+	for i := range 1000 {
+		if _, err := verify(t.Context(), payload, unsigned[i%len(unsigned)]); err != nil && !errors.Is(err, httpapi.ErrVerifierUnavailable) {
+			refused++
+		}
+	}
+	if n := api.reads.Load(); refused != 1000 || n != 0 {
+		t.Errorf("1,000 unsigned deliveries: %d refused, %d GetSecretValue calls; want 1,000 and 0", refused, n)
+	}
+	signed, redeliver, before := sign(time.Now()), 0, api.reads.Load()
+	for range 1000 {
+		if _, err := verify(t.Context(), payload, signed); errors.Is(err, httpapi.ErrVerifierUnavailable) {
+			redeliver++
+		}
+	}
+	if n := api.reads.Load() - before; redeliver != 1000 || n != 1 {
+		t.Errorf("1,000 deliveries that look signed: %d asked for redelivery, %d GetSecretValue calls; want 1,000 and 1", redeliver, n)
 	}
 }

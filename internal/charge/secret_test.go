@@ -27,8 +27,10 @@ const simKey = "sk_test_providersim"
 func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
 	t.Parallel()
 	name := testkit.UniqueName("chargeonce/provider-api-key")
+	clock := testkit.NewClock(time.Now())
 	h := newHarnessWith(t, harnessConfig{
 		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.ProviderSecretName = name }},
+		deps: func(d *app.Deps) { d.Clock = clock.Now },
 		sim:  []func(*providersim.Options){providersim.WithSecret(simKey)},
 	})
 	key := newKey()
@@ -48,6 +50,7 @@ func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
 	}
 
 	testkit.CreateSecret(t, name, simKey)
+	clock.Advance(30 * time.Second) // the failed read is remembered until then
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
 	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
 		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
@@ -124,11 +127,13 @@ func TestMissingKeyMovesNothing(t *testing.T) {
 // TestMissingWebhookSecretAsksForRedelivery: a delivery that cannot be
 // verified because the signing secret cannot be read answers 500, so that
 // Stripe delivers it again, and stores nothing; not 400, which would
-// refuse a good delivery.
+// refuse a good delivery. The failed read is remembered for 30 s: the
+// secret created meanwhile verifies the deliveries after that.
 func TestMissingWebhookSecretAsksForRedelivery(t *testing.T) {
 	t.Parallel()
 	name := testkit.UniqueName("chargeonce/stripe-webhook-secret")
-	s := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecretName = name }, nil)
+	clock := testkit.NewClock(time.Now())
+	s := newStripeStackAt(t, clock, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecretName = name }, nil)
 	tenant, key := "acme", newKey()
 	ref, _ := s.begin(tenant, key, stripesim.PMVisa)
 	payload := piEvent("payment_intent.succeeded", tenant, key, ref)
@@ -142,6 +147,7 @@ func TestMissingWebhookSecretAsksForRedelivery(t *testing.T) {
 		t.Errorf("an unverified delivery stored the event: %+v", ev)
 	}
 	testkit.CreateSecret(t, name, testWhsec)
+	clock.Advance(30 * time.Second)
 	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusOK {
 		t.Errorf("the delivery again, with the secret: answer = %d %s, want 200", resp.status, resp.body)
 	}

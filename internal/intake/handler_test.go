@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -301,7 +302,8 @@ func TestMissingKeyIsRetriedWithNothingClaimed(t *testing.T) {
 	const simKey = "sk_test_providersim"
 	name := testkit.UniqueName("chargeonce/provider-api-key")
 	d := testkit.Deploy(t, providersim.WithSecret(simKey))
-	h := d.IntakeHandler(t, func(w *testkit.Wiring) { w.Intake.ProviderSecretName = name })
+	clock := testkit.NewClock(time.Now())
+	h := d.IntakeHandler(t, func(w *testkit.Wiring) { w.Intake.ProviderSecretName, w.Deps.Clock = name, clock.Now })
 	s := &stack{d: d, intake: h}
 	const id = "renewal-2026-12-acme-49"
 	body := message(t, "acme", id, renewal)
@@ -319,6 +321,7 @@ func TestMissingKeyIsRetriedWithNothingClaimed(t *testing.T) {
 		t.Fatalf("the provider got %d calls, want none", l.TotalCalls)
 	}
 	testkit.CreateSecret(t, name, simKey)
+	clock.Advance(30 * time.Second) // the failed read is remembered until then
 	if failed := s.handle(t, record("m1", body)); len(failed) != 0 {
 		t.Fatalf("delivery with the key reported for redelivery: %v", failed)
 	}

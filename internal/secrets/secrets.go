@@ -24,9 +24,9 @@ var ErrUnavailable = errors.New("secret unavailable")
 // DefaultMaxAge is how long a value is kept before it is read again.
 const DefaultMaxAge = 5 * time.Minute
 
-// retryAfter is how soon a failed re-read of a value still held is tried
-// again: the held value serves meanwhile, so an outage of Secrets Manager
-// costs each request no failed call of its own.
+// retryAfter is how soon a failed read is tried again. Meanwhile the value
+// held serves, or the failed read's error: an outage of Secrets Manager, or
+// a secret not created yet, costs each request no call of its own.
 const retryAfter = 30 * time.Second
 
 // API is the part of the Secrets Manager client a Secret uses.
@@ -54,6 +54,9 @@ type Secret struct {
 	value string
 	held  bool
 	next  time.Time // when the value is to be read again
+	// failed is the last read's error, returned until next while no
+	// value is held.
+	failed error
 }
 
 // New returns the secret id (a name or an ARN), read through api when
@@ -73,26 +76,29 @@ func New(api API, id string, optFns ...func(*Options)) *Secret {
 }
 
 // Value returns the secret's value: the one held, unless it is older than
-// MaxAge or none is held, and then the one read now. A re-read that fails
-// keeps the value held, tried again after a short while; with no value
-// held, the error wraps ErrUnavailable.
+// MaxAge or none is held, and then the one read now. A read that fails is
+// tried again after a short while. Meanwhile the value held serves, or,
+// with none held, the failed read's error, which wraps ErrUnavailable.
 func (s *Secret) Value(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.opts.Clock()
-	if s.held && now.Before(s.next) {
+	if now.Before(s.next) {
+		if !s.held {
+			return "", s.failed
+		}
 		return s.value, nil
 	}
 	v, err := s.read(ctx)
-	switch {
-	case err == nil:
-		s.value, s.held, s.next = v, true, now.Add(s.opts.MaxAge)
-	case s.held:
-		s.next = now.Add(min(retryAfter, s.opts.MaxAge))
-	default:
-		return "", err
+	if err != nil {
+		s.next, s.failed = now.Add(min(retryAfter, s.opts.MaxAge)), err
+		if !s.held {
+			return "", err
+		}
+		return s.value, nil
 	}
-	return s.value, nil
+	s.value, s.held, s.next = v, true, now.Add(s.opts.MaxAge)
+	return v, nil
 }
 
 // Refresh reads the secret again, for a caller whose value stale was

@@ -121,3 +121,32 @@ func TestFailedReReadKeepsTheValue(t *testing.T) {
 		t.Errorf("%d reads, want 4: the re-read is tried again after 30s", n)
 	}
 }
+
+// TestFailedReadIsRememberedWithNoValueHeld: a secret never read yet and
+// unreadable costs one read per short while, not one per call. Once the
+// while has passed it is read again, and found when it exists.
+func TestFailedReadIsRememberedWithNoValueHeld(t *testing.T) {
+	t.Parallel()
+	name := testkit.UniqueName("chargeonce/missing")
+	api := &counted{api: testkit.Clients(t).SecretsManager}
+	clock := testkit.NewClock(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))
+	s := secrets.New(api, name, func(o *secrets.Options) { o.MaxAge, o.Clock = time.Hour, clock.Now })
+	for range 1000 {
+		if _, err := s.Value(t.Context()); !errors.Is(err, secrets.ErrUnavailable) {
+			t.Fatalf("Value of a missing secret: %v, want ErrUnavailable", err)
+		}
+	}
+	if n := api.reads.Load(); n != 1 {
+		t.Errorf("%d reads for 1,000 calls, want 1: a failed read is remembered", n)
+	}
+	testkit.CreateSecret(t, name, "whsec_late")
+	clock.Advance(29 * time.Second)
+	if _, err := s.Value(t.Context()); !errors.Is(err, secrets.ErrUnavailable) {
+		t.Errorf("Value within 30s of the failed read: %v, want the remembered ErrUnavailable", err)
+	}
+	clock.Advance(time.Second)
+	value(t, s, "whsec_late")
+	if n := api.reads.Load(); n != 2 {
+		t.Errorf("%d reads, want 2: the read is tried again after 30s", n)
+	}
+}

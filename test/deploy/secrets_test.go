@@ -141,13 +141,8 @@ func (c *checker) secretGrants(nameVars []string) {
 			}
 		}
 		granted := map[string]bool{}
-		for _, pol := range asList(c.props(id)["Policies"]) {
-			if asMap(pol)["Statement"] == nil {
-				c.fail("%s has the policy %s: the check reads inline statements only", id, show(pol))
-			}
-			for _, st := range asList(asMap(pol)["Statement"]) {
-				c.grant(id, st, named, granted)
-			}
+		for _, st := range c.statements(id) {
+			c.grant(id, st, named, granted)
 		}
 		if !maps.Equal(granted, named) {
 			c.fail("%s may read the secrets named by %v, want exactly those its environment names: %v", id,

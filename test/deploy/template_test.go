@@ -26,6 +26,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/devauth"
+	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -65,10 +66,17 @@ type code struct {
 	// secretNames are the variables that name a secret the function
 	// reads.
 	secretNames []string
+	// built is what each function's code builds (reach), or why it could
+	// not be read.
+	built    built
+	builtErr error
 }
 
 func currentCode() code {
+	b, err := reachedCode()
 	return code{
+		built:            b,
+		builtErr:         err,
 		idempotencyTable: dynamostore.TableInput("t"),
 		chargesTable:     charge.TableInput("t"),
 		ttl:              dynamostore.TTLInput("t"),
@@ -176,6 +184,13 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		"new operation": func(k *code) {
 			k.operations[metrics.FunctionReconcile] = append(k.operations[metrics.FunctionReconcile], "capture-charge")
 		},
+		"reconciler no longer reads records": func(k *code) {
+			k.built = without(k.built, "functions/reconcile", reflect.TypeFor[dynamostore.Store](), reflect.TypeFor[dynamodb.GetItemInput]())
+		},
+		"intake no longer dead-letters": func(k *code) {
+			k.built = without(k.built, "functions/intake", reflect.TypeFor[intake.Queue](), reflect.TypeFor[sqs.SendMessageInput]())
+		},
+		"function not built": func(k *code) { k.built = without(k.built, "functions/sweeper", nil, nil) },
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -264,25 +279,48 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"webhook path", "Path: /webhooks/stripe", "Path: /webhook/stripe"},
 		{"route dropped", "            Method: GET\n            Path: /charges/{id}\n", "            Method: GET\n            Path: /charges\n"},
 		{"dev authorizer by default", "    Default: jwt\n", "    Default: sam-local-dev\n"},
-		{"dev authorizer always deployed", "    Condition: UseDevAuthorizer\n", ""},
+		{"dev authorizer always deployed", "  DevAuthorizerFunction:\n    Type: AWS::Serverless::Function\n    Condition: UseDevAuthorizer\n", "  DevAuthorizerFunction:\n    Type: AWS::Serverless::Function\n"},
 		{"dev authorizer condition", "UseDevAuthorizer: !Equals [!Ref ApiAuthorizer, sam-local-dev]", "UseDevAuthorizer: !Not [!Equals [!Ref ApiAuthorizer, jwt]]"},
 		{"dev authorizer for lambda", "FunctionArn: !If [UseDevAuthorizer, !GetAtt DevAuthorizerFunction.Arn, !Ref LambdaAuthorizerArn]", "FunctionArn: !GetAtt DevAuthorizerFunction.Arn"},
 		{"default authorizer", "DefaultAuthorizer: ApiAuthorizer", "DefaultAuthorizer: OtherAuthorizer"},
 		{"authorizer kind fixed", "          ApiAuthorizer: !If\n            - UseJwtAuthorizer\n            - IdentitySource", "          ApiAuthorizer: !If\n            - UseDevAuthorizer\n            - IdentitySource"},
 		{"jwt condition", "UseJwtAuthorizer: !Equals [!Ref ApiAuthorizer, jwt]", "UseJwtAuthorizer: !Equals [!Ref ApiAuthorizer, lambda]"},
-		{"template claims sam local", "          TENANT_CLAIM: !Ref TenantClaim\n\n  SweeperFunction:", "          TENANT_CLAIM: !Ref TenantClaim\n          AWS_SAM_LOCAL: \"true\"\n\n  SweeperFunction:"},
+		{"template claims sam local", "          TENANT_CLAIM: !Ref TenantClaim\n      Role: !GetAtt DevAuthorizerFunctionRole.Arn", "          TENANT_CLAIM: !Ref TenantClaim\n          AWS_SAM_LOCAL: \"true\"\n      Role: !GetAtt DevAuthorizerFunctionRole.Arn"},
 		{"globals claim sam local", "        SQS_ENDPOINT: !Ref LocalEndpointUrl\n", "        SQS_ENDPOINT: !Ref LocalEndpointUrl\n        AWS_SAM_LOCAL: \"true\"\n"},
 		{"local endpoint by default", "  LocalEndpointUrl:\n    Type: String\n    Default: \"\"", "  LocalEndpointUrl:\n    Type: String\n    Default: http://127.0.0.1:4566"},
 		{"endpoint fixed", "DYNAMODB_ENDPOINT: !Ref LocalEndpointUrl", "DYNAMODB_ENDPOINT: http://127.0.0.1:4566"},
 		{"architecture fixed", "Architectures: [!Ref LambdaArchitecture]", "Architectures: [x86_64]"},
 		{"secret value in the environment", "          PROVIDER_SECRET_NAME: !Ref ProviderSecretName\n          TENANT_CLAIM", "          PROVIDER_SECRET_NAME: !Ref ProviderSecretName\n          PROVIDER_KEY: sk_live_51Habcdef\n          TENANT_CLAIM"},
 		{"dynamic reference", "          STRIPE_WEBHOOK_SECRET_NAME: !Ref StripeWebhookSecretName\n", "          STRIPE_WEBHOOK_SECRET_NAME: !Sub \"{{resolve:secretsmanager:${StripeWebhookSecretName}:SecretString}}\"\n"},
-		{"secrets readable by all", "              Action: secretsmanager:GetSecretValue\n              Resource:\n", "              Action: secretsmanager:GetSecretValue\n              Resource: \"*\"\n              NotResource:\n"},
-		{"secrets wildcard action", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource:\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:*\n              Resource:\n"},
-		{"webhook secret not granted", "                - !If\n                  - HasStripeWebhookSecret\n", "                - !If\n                  - HasSecretsKmsKey\n"},
-		{"sweeper reads secrets", "            - Sid: QueryStuckLeases\n", "            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - Sid: QueryStuckLeases\n"},
-		{"kms key always", "              Action:\n                - dynamodb:GetItem\n                - dynamodb:PutItem\n                - dynamodb:UpdateItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasSecretsKmsKey\n", "              Action:\n                - dynamodb:GetItem\n                - dynamodb:PutItem\n                - dynamodb:UpdateItem\n              Resource: !GetAtt ChargesTable.Arn\n            - Sid: ReadSecrets\n              Effect: Allow\n              Action: secretsmanager:GetSecretValue\n              Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n            - !If\n              - HasTracingLayer\n"},
+		{"secrets readable by all", "                Action: secretsmanager:GetSecretValue\n                Resource:\n", "                Action: secretsmanager:GetSecretValue\n                Resource: \"*\"\n                NotResource:\n"},
+		{"secrets wildcard action", "              - Sid: ReadSecrets\n                Effect: Allow\n                Action: secretsmanager:GetSecretValue\n                Resource:\n", "              - Sid: ReadSecrets\n                Effect: Allow\n                Action: secretsmanager:*\n                Resource:\n"},
+		{"webhook secret not granted", "                  - !If\n                    - HasStripeWebhookSecret\n", "                  - !If\n                    - HasSecretsKmsKey\n"},
+		{"sweeper reads secrets", "              - Sid: QueryStuckLeases\n", "              - Sid: ReadSecrets\n                Effect: Allow\n                Action: secretsmanager:GetSecretValue\n                Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n              - Sid: QueryStuckLeases\n"},
+		{"kms key always", "DeadLetterQueue.Arn\n              - Sid: ReadSecrets\n                Effect: Allow\n                Action: secretsmanager:GetSecretValue\n                Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n              - !If\n                - HasSecretsKmsKey\n", "DeadLetterQueue.Arn\n              - Sid: ReadSecrets\n                Effect: Allow\n                Action: secretsmanager:GetSecretValue\n                Resource: !Sub \"arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:${ProviderSecretName}-??????\"\n              - !If\n                - HasTracingLayer\n"},
 		{"x86_64 by default", "    Default: arm64\n", "    Default: x86_64\n"},
+		{"provider over http", "(https).\n    AllowedPattern: \"^https://", "(https).\n    AllowedPattern: \"^https?://"},
+		{"intake may delete records", "into a first charge.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "into a first charge.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:DeleteItem\n"},
+		{"charge may check conditions", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:ConditionCheckItem\n"},
+		{"reconcile may claim", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
+		{"reconcile may query charges", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n                  - dynamodb:Query\n"},
+		{"sweeper may send to the DLQ", "index/transitions\"\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn", "index/transitions\"\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn"},
+		{"logs on every group", "Resource: !GetAtt ChargeFunctionLogGroup.Arn", "Resource: \"*\""},
+		{"logs to another function's group", "Resource: !GetAtt SweeperFunctionLogGroup.Arn", "Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
+		{"may create log groups", "                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn", "                  - logs:CreateLogGroup\n                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
+		{"polls a queue it has no event for", "                  - sqs:GetQueueAttributes\n                Resource: !GetAtt ChargeRequestsQueue.Arn", "                  - sqs:GetQueueAttributes\n                Resource: !GetAtt ReconcileQueue.Arn"},
+		{"xray without tracing", "    Tracing: Active\n", "    Tracing: PassThrough\n"},
+		{"managed policy", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n      ManagedPolicyArns:\n        - !Sub \"arn:${AWS::Partition}:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole\"\n"},
+		{"trusts another service", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n      AssumeRolePolicyDocument:\n        Version: \"2012-10-17\"\n        Statement:\n          - Effect: Allow\n            Principal:\n              Service: lambda.amazonaws.com", "  ChargeFunctionRole:\n    Type: AWS::IAM::Role\n    Properties:\n      AssumeRolePolicyDocument:\n        Version: \"2012-10-17\"\n        Statement:\n          - Effect: Allow\n            Principal:\n              Service: ec2.amazonaws.com"},
+		{"shared role", "Role: !GetAtt SweeperFunctionRole.Arn", "Role: !GetAtt ChargeFunctionRole.Arn"},
+		{"shared log group", "LogGroup: !Ref SweeperFunctionLogGroup", "LogGroup: !Ref ChargeFunctionLogGroup"},
+		{"policies beside the role", "      Role: !GetAtt IntakeFunctionRole.Arn\n", "      Role: !GetAtt IntakeFunctionRole.Arn\n      Policies: AWSLambdaBasicExecutionRole\n"},
+		{"no log group of its own", "      LoggingConfig:\n        LogGroup: !Ref ReconcileFunctionLogGroup\n", ""},
+		{"log lines kept for ever", "/IntakeFunction\"\n      RetentionInDays: !Ref LogRetentionDays\n", "/IntakeFunction\"\n"},
+		{"log retention default", "    Default: 90\n", "    Default: 3653\n"},
+		{"charges table unprotected", "      # Retained with the stack, and refused to a DeleteTable call.\n      DeletionProtectionEnabled: true\n", ""},
+		{"queue policy allows", "            Effect: Deny\n            Principal: \"*\"", "            Effect: Allow\n            Principal: \"*\""},
+		{"queue policy denies the producers", "              - ArnNotEquals:\n", "              - ArnEquals:\n"},
+		{"queue policy on another queue", "        - !Ref ChargeRequestsQueue\n      PolicyDocument:", "        - !Ref ReconcileQueue\n      PolicyDocument:"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -303,6 +341,9 @@ func TestCheckCatchesDrift(t *testing.T) {
 
 // check parses a template and lists how it differs from the code.
 func check(src string, k code) ([]string, error) {
+	if k.builtErr != nil {
+		return nil, k.builtErr
+	}
 	tmpl, err := parseTemplate(src)
 	if err != nil {
 		return nil, err
@@ -324,6 +365,9 @@ func check(src string, k code) ([]string, error) {
 	c.metrics(k.metrics, k.operations, k.outcomes)
 	c.secretValues()
 	c.secretGrants(k.secretNames)
+	c.roles()
+	c.grants(k.built)
+	c.queuePolicy()
 	return c.problems, nil
 }
 
@@ -373,6 +417,8 @@ func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
 		gsis = append(gsis, map[string]any{"IndexName": aws.ToString(g.IndexName), "KeySchema": keySchema(g.KeySchema), "Projection": proj})
 	}
 	c.equal(id+" GlobalSecondaryIndexes", sortByName(p["GlobalSecondaryIndexes"], "IndexName"), sortByName(gsis, "IndexName"))
+	// Not the code's: a table it creates goes with its emulator.
+	c.equal(id+" DeletionProtectionEnabled", p["DeletionProtectionEnabled"], true)
 }
 
 func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
@@ -493,12 +539,10 @@ func (c *checker) routes(routes, public []string) {
 // sweeperPolicy checks that the sweeper may query the index it reads.
 func (c *checker) sweeperPolicy() {
 	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + dynamostore.IndexStuckLeases}
-	for _, pol := range asList(c.props("SweeperFunction")["Policies"]) {
-		for _, st := range asList(asMap(pol)["Statement"]) {
-			if asMap(st)["Action"] == "dynamodb:Query" {
-				c.equal("SweeperFunction dynamodb:Query resource", asMap(st)["Resource"], want)
-				return
-			}
+	for _, st := range c.statements("SweeperFunction") {
+		if asMap(st)["Action"] == "dynamodb:Query" {
+			c.equal("SweeperFunction dynamodb:Query resource", asMap(st)["Resource"], want)
+			return
 		}
 	}
 	c.fail("SweeperFunction has no dynamodb:Query statement")
@@ -594,11 +638,13 @@ func (c *checker) authorizers() {
 }
 
 // localOnly checks the parameters `sam local` passes: the emulator's
-// endpoint, empty by default, which package awsenv takes for AWS, and the
-// architecture, arm64 by default.
+// endpoint, empty by default, which package awsenv takes for AWS, the
+// architecture, arm64 by default, and the provider's URL, which a
+// deployment takes over https only (sam local does not check the pattern).
 func (c *checker) localOnly() {
 	params := asMap(c.tmpl["Parameters"])
 	c.equal("LocalEndpointUrl Default", asMap(params["LocalEndpointUrl"])["Default"], "")
+	c.equal("ProviderUrl AllowedPattern", asMap(params["ProviderUrl"])["AllowedPattern"], `^https://\S+$`)
 	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
 	vars := asMap(asMap(fn["Environment"])["Variables"])
 	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint} {

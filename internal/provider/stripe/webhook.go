@@ -2,9 +2,12 @@ package stripe
 
 import (
 	"cmp"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	stripego "github.com/stripe/stripe-go/v84"
@@ -76,6 +79,46 @@ type Event struct {
 	// failed), its id as ChargeID. Its Status is empty for any other event,
 	// and for a refund with no outcome yet.
 	Result provider.Result
+}
+
+// CheckSignature refuses a Stripe-Signature header no signing secret
+// verifies. It is missing or malformed, has no v1 signature, or is older
+// than tolerance (zero means DefaultWebhookTolerance). It parses the
+// header and reads the wall clock as stripe-go does. So it refuses only
+// what ParseWebhook would, and without the secret. The error wraps
+// ErrSignature.
+func CheckSignature(header string, tolerance time.Duration) error {
+	if header == "" {
+		return fmt.Errorf("%w: %w", ErrSignature, webhook.ErrNotSigned)
+	}
+	var signed time.Time
+	signatures := 0
+	for pair := range strings.SplitSeq(header, ",") {
+		name, value, ok := strings.Cut(pair, "=")
+		if !ok || strings.Contains(value, "=") {
+			return fmt.Errorf("%w: %w", ErrSignature, webhook.ErrInvalidHeader)
+		}
+		switch name {
+		case "t":
+			unix, err := strconv.ParseInt(value, 10, 64)
+			if err != nil {
+				return fmt.Errorf("%w: %w", ErrSignature, webhook.ErrInvalidHeader)
+			}
+			signed = time.Unix(unix, 0)
+		case "v1":
+			// stripe-go skips a signature that is not hex.
+			if _, err := hex.DecodeString(value); err == nil {
+				signatures++
+			}
+		}
+	}
+	switch {
+	case signatures == 0:
+		return fmt.Errorf("%w: %w", ErrSignature, webhook.ErrNoValidSignature)
+	case time.Since(signed) > cmp.Or(tolerance, DefaultWebhookTolerance):
+		return fmt.Errorf("%w: %w", ErrSignature, webhook.ErrTooOld)
+	}
+	return nil
 }
 
 // ParseWebhook verifies a webhook delivery with stripe-go's webhook package

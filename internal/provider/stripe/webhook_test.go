@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -128,6 +129,43 @@ func TestParseWebhookRefuses(t *testing.T) {
 	} {
 		if _, err := stripe.ParseWebhook([]byte(c.payload), c.sig, c.secret, 0); !errors.Is(err, c.want) {
 			t.Errorf("%s: want %v, got %v", name, c.want, err)
+		}
+	}
+}
+
+// TestCheckSignatureRefusesWhatNoSecretVerifies: the check without the
+// secret refuses a header exactly when stripe-go would refuse it whatever
+// the secret, and never one that verifies with the right secret.
+func TestCheckSignatureRefusesWhatNoSecretVerifies(t *testing.T) {
+	t.Parallel()
+	payload := []byte(`{"id":"evt_1","object":"event","type":"payment_intent.succeeded"}`)
+	at := func(ts time.Time) string {
+		return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: testWhsec, Timestamp: ts}).Header
+	}
+	now := at(time.Now())
+	unix := strconv.FormatInt(time.Now().Unix(), 10)
+	for header, refused := range map[string]bool{
+		now:                                  false,
+		now + ",v0=abc,scheme=x":             false,
+		"v1=zz," + now:                       false,
+		at(time.Now().Add(-4 * time.Minute)): false,
+		at(time.Now().Add(-6 * time.Minute)): true,
+		"":                                   true,
+		"garbage":                            true,
+		"t=" + unix:                          true,
+		"t=" + unix + ",v1=zz":               true,
+		"t=abc,v1=00":                        true,
+		now + ",":                            true,
+		now + ",v1=a=b":                      true,
+		"v1=00":                              true, // no timestamp: the epoch, too old
+	} {
+		err := stripe.CheckSignature(header, 0)
+		if refused != (err != nil) || err != nil && !errors.Is(err, stripe.ErrSignature) {
+			t.Errorf("CheckSignature(%q) = %v, want refused %v with ErrSignature", header, err, refused)
+		}
+		// Whatever the secret: the one that signed does not verify it either.
+		if verr := webhook.ValidatePayloadWithTolerance(payload, header, testWhsec, webhook.DefaultTolerance); refused && verr == nil {
+			t.Errorf("CheckSignature refuses %q, which stripe-go verifies", header)
 		}
 	}
 }
