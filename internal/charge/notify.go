@@ -67,7 +67,7 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if err != nil {
 		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
 	}
-	lease, res, err := s.claimEvent(ctx, dedup)
+	lease, res, err := s.claimEvent(ctx, dedup, notified(ctx, n))
 	if lease == nil {
 		return res, err
 	}
@@ -96,8 +96,9 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 // claimEvent claims the event's deduplication key: a lease to process it,
 // or the Result to answer without processing. An event whose processing
 // died (its lease ran out unsettled) is taken over and processed again.
-func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Result, error) {
-	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), nil)
+// in is the record's intent: who sent the event, and what it settles.
+func (s *Service) claimEvent(ctx context.Context, key idem.Key, in []byte) (*idem.Lease, Result, error) {
+	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), in)
 	var inflight *idem.InFlightError
 	switch {
 	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Clock()):

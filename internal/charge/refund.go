@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -70,6 +71,8 @@ type refundIntent struct {
 	Amount         int64  `json:"amount"`
 	Currency       string `json:"currency"`
 	Reason         string `json:"reason,omitempty"`
+	// By is who asked, for the audit trail (actor.go).
+	By *actor.Actor `json:"by,omitempty"`
 }
 
 // ParseRefundBody validates a refund request body, the JSON object of
@@ -153,7 +156,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	if err := s.prepare(ctx); err != nil {
 		return Result{}, err
 	}
-	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason}
+	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason, By: claimant(ctx)}
 	if all := kept.Amount == 0; all {
 		// All that settled refunds leave, as an explicit amount would
 		// be: refunds in flight hold part of it for now, not for good.
