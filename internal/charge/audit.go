@@ -16,9 +16,14 @@ import (
 // and on the charge's row when a capture or cancel moves it. The entry
 // point puts it in the context (package actor).
 
-// AttrMovedBy is the charge row's attribute naming who began its last
-// capture or cancel, as actor.Actor's JSON.
-const AttrMovedBy = "moved_by"
+// Attributes of the charges table's rows the trail reads apart.
+// AttrIdempotencyKey is a row's client key, which the trail never keeps.
+// AttrMovedBy names who began a charge's last capture or cancel, as
+// actor.Actor's JSON.
+const (
+	AttrIdempotencyKey = "idempotency_key"
+	AttrMovedBy        = "moved_by"
+)
 
 // claimant is the actor ctx carries, for an intent: nil if none.
 func claimant(ctx context.Context) *actor.Actor {
