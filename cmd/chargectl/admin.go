@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -39,12 +41,17 @@ const adminUsage = `usage:
       (--charged REF | --refunded REF | --declined [--decline-code CODE] | --released) TENANT KEY
                                                    settle an in-flight (parked) key as the provider's records say,
                                                    after showing its evidence and asking you to type KEY
+  chargectl admin audit [--json] [--operation OP] TENANT KEY
+                                                   the audit trail of a key (hashed here), oldest first
+  chargectl admin audit [--json] --charge TENANT CHARGE_ID
+                                                   the audit trail of a charge: its key's, its refunds'
 OP, the operation the key is scoped to: ` + charge.Operation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
-` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and
-` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
+` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
+` + app.EnvAuditIndexTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
+SDK's AWS_* variables
 `
 
 // Prefix lengths of what record shows of a lease token and a fingerprint:
@@ -60,8 +67,10 @@ const (
 type adminEnv struct {
 	getenv  app.Getenv
 	clients func(context.Context) (awsenv.Clients, error)
-	clock   func() time.Time
-	stdin   io.Reader
+	// s3 reads the audit trail's bucket (admin audit).
+	s3    func(context.Context) (*s3.Client, error)
+	clock func() time.Time
+	stdin io.Reader
 }
 
 // admin is one admin command, configured.
@@ -151,6 +160,18 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 			return err
 		}
 		do = func(ctx context.Context, args []string) error { return a.settle(ctx, args, settled, set.yes) }
+	case "audit":
+		nargs, need = 2, []string{app.EnvAuditBucket, app.EnvAuditIndexTable}
+		operation()
+		var byCharge bool
+		fs.BoolVar(&byCharge, "charge", false, "the arguments are TENANT CHARGE_ID: the charge's trail, its key's and its refunds'")
+		check = func() error {
+			if byCharge {
+				need = append(need, app.EnvChargesTable)
+			}
+			return nil
+		}
+		do = func(ctx context.Context, args []string) error { return a.audit(ctx, args, byCharge) }
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, adminUsage)
 		return exitOK

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -67,6 +68,7 @@ func (s *adminStack) adminTyping(t *testing.T, typed io.Reader, args ...string) 
 	env := adminEnv{
 		getenv:  func(name string) string { return s.env[name] },
 		clients: func(context.Context) (awsenv.Clients, error) { return s.clients, nil },
+		s3:      func(context.Context) (*s3.Client, error) { return testkit.S3(t), nil },
 		clock:   time.Now,
 		stdin:   typed,
 	}

@@ -90,6 +90,16 @@ func Load(ctx context.Context) (Clients, error) {
 	return New(cfg, EndpointsFrom(os.Getenv)), nil
 }
 
+// LoadS3 is an S3 client from the default chain, at S3_ENDPOINT when it
+// is set: chargectl admin audit reads the trail's bucket with it.
+func LoadS3(ctx context.Context) (*s3.Client, error) {
+	cfg, err := Config(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return S3(cfg, os.Getenv(EnvS3Endpoint)), nil
+}
+
 // FromLambdaEnv builds a function's clients from what Lambda, SAM CLI and the
 // RIE give every function: the region and the execution role's credentials
 // as variables, and the endpoints. The default chain would link the SSO,
