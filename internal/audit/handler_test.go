@@ -400,3 +400,37 @@ func TestATypicalChargesRecordStaysUnderOneKilobyte(t *testing.T) {
 		t.Errorf("a typical charge's record is %d B, want under 1 KB", with)
 	}
 }
+
+// TestAnEntryIsAFewHundredBytes measures what the trail stores of a
+// charge: its entries' size as JSON and gzipped, which docs/capacity.md
+// prices.
+func TestAnEntryIsAFewHundredBytes(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	tenant := testkit.UniqueName("acme")
+	for range 50 {
+		send(t, h, alice.as(testkit.PostCharge(tenant, testkit.UniqueName("order"), `{"amount":1500,"currency":"EUR","source":"tok_visa","description":"Order #1042: 2 items"}`)), http.StatusCreated)
+	}
+	tr.Drain(t)
+	var entries, plain, gzipped int
+	out, err := tr.S3.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: aws.String(tr.Config.AuditBucket)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range out.Contents {
+		gzipped += int(aws.ToInt64(o.Size))
+	}
+	for line := range strings.Lines(written(t, tr)) {
+		if strings.HasPrefix(line, "{") {
+			entries++
+			plain += len(line)
+		}
+	}
+	t.Logf("%d entries of 50 charges (3 changes each before TTL's): %d B each as JSON, %d B gzipped, in %d objects",
+		entries, plain/entries, gzipped/entries, len(out.Contents))
+	if entries != 150 || plain/entries >= 1024 {
+		t.Errorf("%d entries of %d B each, want 150 under 1 KB", entries, plain/entries)
+	}
+}
