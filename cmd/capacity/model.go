@@ -67,10 +67,10 @@ type capacity struct {
 	CostTotal                              [2]float64
 	LambdaPer100ms, ChargesStoragePerMonth float64 // what each 100 ms of provider latency, and each further month of charges, add
 
-	// The audit trail, off the request path: the changes the streams
-	// carry, the objects the audit function writes and the index items it
-	// files them under, per second; the archive's size, per day and at
-	// its retention; the index's at its own.
+	// The audit trail, off the request path. Per second: the changes the
+	// streams carry, the objects the audit function writes, the index
+	// items it files them under. The archive's size a day and at its
+	// retention, and the index's at its own.
 	AuditChangesPerCharge, AuditIndexedPerCharge float64
 	AuditChanges, AuditObjects, AuditIndexWCU    float64
 	AuditGBPerDay, AuditGBRetained, AuditIndexGB float64
@@ -311,8 +311,8 @@ func model(m measurement, in capacityInputs, d deployment) (capacity, error) {
 	return c, nil
 }
 
-// audit sizes the audit trail at the load: each charge written, first or
-// reconciled, makes its changes; a batch fills at this rate, so an object
+// audit sizes the audit trail at the load. Each charge written, first or
+// reconciled, makes its changes. A batch fills at this rate, so an object
 // holds AuditBatch of them.
 func (c *capacity) audit() {
 	in := c.In

@@ -12,7 +12,7 @@ import (
 // optional; each is cut to MaxField bytes, so a record stays small.
 type Actor struct {
 	// Sub and Client are what the authorizer vouched for: the JWT's sub
-	// and its client id (client_id, or azp), or a Lambda authorizer's.
+	// and client id (client_id, or azp). Or a Lambda authorizer's.
 	Sub    string `json:"sub,omitempty"`
 	Client string `json:"client,omitempty"`
 	// IAM is an AWS principal: the sender of a queue's message.
@@ -86,9 +86,9 @@ func FromContext(ctx context.Context) (Actor, bool) {
 	return a, ok
 }
 
-// FromHTTP is the caller of an API Gateway HTTP API request: the JWT
-// authorizer's sub and client id claims (a Lambda authorizer's context
-// members of the same names), the source IP and the user agent.
+// FromHTTP is the caller of an API Gateway HTTP API request. It takes the
+// JWT authorizer's sub and client id claims, or a Lambda authorizer's
+// context members of those names. It takes the source IP and user agent.
 func FromHTTP(req events.APIGatewayV2HTTPRequest) Actor {
 	a := Actor{IP: req.RequestContext.HTTP.SourceIP, Agent: req.RequestContext.HTTP.UserAgent}
 	auth := req.RequestContext.Authorizer

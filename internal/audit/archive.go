@@ -25,9 +25,9 @@ type ArchiveAPI interface {
 
 var _ ArchiveAPI = (*s3.Client)(nil)
 
-// Archive is the bucket that keeps the entries, under S3 Object Lock: the
-// bucket's default retention locks every object written, so no one may
-// change or delete it until that retention ends.
+// Archive is the bucket that keeps the entries, under S3 Object Lock. Its
+// default retention locks every object written. No one may change or
+// delete one until that retention ends.
 type Archive struct {
 	api    ArchiveAPI
 	bucket *string // the SDK only reads it
@@ -45,10 +45,10 @@ func NewArchive(api ArchiveAPI, bucket string) (*Archive, error) {
 // partition "day"): entries/day=YYYY-MM-DD/.
 const Prefix = "entries/"
 
-// objectName names the object of a batch's entries: the day of its first
-// change, its table, its first sequence number and a hash of its events.
-// A batch delivered again has the same name, and its object's new version
-// the same entries; another batch never has it.
+// objectName names the object of a batch's entries. The name holds the
+// day of its first change, its table, its first sequence number and a
+// hash of its events. A batch delivered again has the same name and the
+// same entries. Another batch never has it.
 func objectName(entries []Entry) string {
 	h := sha256.New()
 	for _, e := range entries {

@@ -82,10 +82,10 @@ func (d *decoder) record(e Entry, r events.DynamoDBEventRecord, before, after ma
 	return e, subjects
 }
 
-// change says what a change to rec was, was being the record before it
-// (nil for a new one). A removal is DynamoDB's TTL when the stream says
-// so, or when the record's retention had ended: the functions may not
-// delete records, and anything else is a deletion to look into.
+// change says what a change to rec was; was is the record before it, nil
+// for a new one. A removal is DynamoDB's TTL when the stream says so. It
+// is TTL's too once the record's retention has ended. The functions may
+// not delete records: any other removal is one to look into.
 func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.Record, removed bool) string {
 	switch {
 	case removed:
@@ -115,8 +115,8 @@ func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.
 	return WhatUnreadable
 }
 
-// intent reads what rec's intent says of the command into e: who asked,
-// the ids it names, and the request, without its card source.
+// intent reads what rec's intent says of the command into e. That is who
+// asked, the ids it names, and the request without its card source.
 func (d *decoder) intent(e *Entry, rec *idem.Record) {
 	switch rec.Key.Operation() {
 	case charge.Operation:

@@ -7,10 +7,10 @@ import (
 	"github.com/chargeonce/chargeonce/internal/actor"
 )
 
-// Entry is one change to a record or a row, as the trail keeps it: one
-// line of JSON in the archive. It never holds a raw key, a card source or
-// a secret: a key is kept as its hash (idem.Key.LogHash), the hash the
-// functions' logs name it by.
+// Entry is one change to a record or a row, as the trail keeps it. It is
+// one line of JSON in the archive. It never holds a raw key, a card
+// source or a secret. A key is kept as its hash (idem.Key.LogHash), the
+// one the functions' logs name it by.
 type Entry struct {
 	// Event is the stream record's id. A batch delivered twice is written
 	// twice; readers keep one entry of each event.
@@ -63,9 +63,9 @@ type Entry struct {
 	Row json.RawMessage `json:"row,omitempty"`
 }
 
-// Principal is who asked: what the authorizer vouched for (a JWT's sub
-// and client id), an IAM principal (a queue's sender), a payment
-// provider (a signed event), or an AWS service (DynamoDB's TTL).
+// Principal is who asked. It is what the authorizer vouched for: a JWT's
+// sub and client id. Or an IAM principal, a queue's sender. Or a payment
+// provider, for a signed event. Or an AWS service: DynamoDB's TTL.
 type Principal struct {
 	Sub      string `json:"sub,omitempty"`
 	Client   string `json:"client,omitempty"`

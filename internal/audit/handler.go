@@ -14,8 +14,8 @@ import (
 	"github.com/chargeonce/chargeonce/internal/tracing"
 )
 
-// DefaultIndexRetention is how long the index finds a command's entries:
-// the latest three months, which an auditor must have at hand.
+// DefaultIndexRetention is how long the index finds a command's entries.
+// An auditor must have the latest three months at hand.
 const DefaultIndexRetention = 92 * 24 * time.Hour
 
 // DefaultConcurrency is how many index items a batch writes at once.
@@ -77,9 +77,9 @@ func NewHandler(records Records, tables Tables, archive *Archive, index *Index, 
 	return &Handler{dec: dec, archive: archive, index: index, opt: o}, nil
 }
 
-// Handle writes a batch's entries as one object of the archive, then
+// Handle writes a batch's entries as one object of the archive. Then it
 // files the object in the index under each command it names. Any failure
-// fails the whole batch: the event source delivers it again, and skips
+// fails the whole batch. The event source delivers it again, and skips
 // nothing. A batch written twice is read once (Trail).
 func (h *Handler) Handle(ctx context.Context, ev events.DynamoDBEvent) error {
 	if len(ev.Records) == 0 {

@@ -11,9 +11,9 @@ import (
 // The trail's resources, as the local stack and the tests create them;
 // test/deploy checks template.yaml against the same definitions.
 
-// DefaultRetentionDays is how long the archive keeps an entry unless the
-// deployment says otherwise (AuditRetentionDays): over the twelve months
-// PCI DSS asks for.
+// DefaultRetentionDays is how long the archive keeps an entry, unless the
+// template's AuditRetentionDays says otherwise. PCI DSS asks for twelve
+// months.
 const DefaultRetentionDays = 400
 
 // StreamView is what the tables' streams carry: every change, with the
@@ -34,9 +34,9 @@ func BucketInput(bucket string) *s3.CreateBucketInput {
 	return &s3.CreateBucketInput{Bucket: aws.String(bucket), ObjectLockEnabledForBucket: aws.Bool(true)}
 }
 
-// LockInput sets the bucket's default retention: every object written is
-// locked for days in compliance mode, which no one, the account's root
-// included, may shorten or lift.
+// LockInput sets the bucket's default retention. Every object written is
+// locked for days in compliance mode. No one may shorten or lift it, the
+// account's root included.
 func LockInput(bucket string, days int32) *s3.PutObjectLockConfigurationInput {
 	return &s3.PutObjectLockConfigurationInput{
 		Bucket: aws.String(bucket),

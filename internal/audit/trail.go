@@ -26,12 +26,12 @@ func NewTrail(archive *Archive, index *Index) (*Trail, error) {
 	return &Trail{archive: archive, index: index}, nil
 }
 
-// History is every entry of the commands whose key hashes are subjects:
-// their records' changes, the rows they wrote and every later change of
-// those rows, and the provider events that settled them. Each change is
-// there once, oldest first, an item's changes in their stream's order.
-// The index finds the entries of its retention (the latest three months);
-// older ones are in the archive alone, for Athena.
+// History is every entry of the commands whose key hashes are subjects.
+// It holds their records' changes and the rows they wrote, with every
+// later change of those rows. It holds the provider events that settled
+// them. Each change is there once, oldest first. The index finds the
+// entries of its retention, the latest three months. Older ones are in
+// the archive alone, for Athena.
 func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error) {
 	want := map[string]bool{}
 	objects := map[string]bool{}
@@ -90,10 +90,10 @@ type ChargeRows interface {
 // ErrNoCharge: the charges table holds no such charge.
 var ErrNoCharge = errors.New("audit: no such charge")
 
-// ChargeHistory is the History of tenant's charge id: of the command that
-// created it, and of each of its refunds'. Its rows, kept for good, name
-// them. The key that created it may have been used before, for another
-// intent: those entries are there too.
+// ChargeHistory is the History of tenant's charge id. That is the history
+// of the command that created it, and of each of its refunds'. Its rows,
+// kept for good, name them. The key that created it may have served
+// another intent before: those entries are there too.
 func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id string) ([]Entry, error) {
 	c, found, err := rows.GetWithRefunds(ctx, tenant, id)
 	switch {

@@ -12,9 +12,9 @@ import (
 )
 
 // Who asked for a command, and from where, is kept with it for the audit
-// trail (package audit): in the record's intent when the key is claimed,
-// and on the charge's row when a capture or cancel moves it. The entry
-// point puts it in the context (package actor).
+// trail (package audit). The record's intent keeps it when the key is
+// claimed. The charge's row keeps it when a capture or cancel moves it.
+// The entry point puts it in the context (package actor).
 
 // Attributes of the charges table's rows the trail reads apart.
 // AttrIdempotencyKey is a row's client key, which the trail never keeps.

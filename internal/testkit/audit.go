@@ -37,9 +37,9 @@ func Streams(t testing.TB) *dynamodbstreams.Client {
 	return dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) { o.BaseEndpoint = aws.String(started.DynamoDB) })
 }
 
-// Trail is a deployment's audit trail: its tables' streams on, the
-// archive's bucket under Object Lock, the index table, and the audit
-// function the streams feed, as the local stack runs it.
+// Trail is a deployment's audit trail. Its tables' streams are on. It has
+// the archive's bucket under Object Lock and the index table. The streams
+// feed the audit function, as the local stack runs it.
 type Trail struct {
 	Config  app.AuditConfig
 	S3      *s3.Client
@@ -101,7 +101,7 @@ func (tr *Trail) poll(t testing.TB) {
 }
 
 // Redeliver hands every change the streams hold to the audit function
-// again, from the oldest, as an event source that lost its place does.
+// again, from the oldest. So does an event source that lost its place.
 func (tr *Trail) Redeliver(t testing.TB) eventsource.StreamBatch {
 	t.Helper()
 	tr.poll(t)

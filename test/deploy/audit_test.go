@@ -11,10 +11,10 @@ import (
 )
 
 // streams checks that each of tables has the stream the audit trail reads
-// (want, audit.StreamInput), and that the audit function is its event
-// source the way nothing is skipped: from the oldest change, a failed
-// batch retried until written, split to find a change that fails it, and
-// what would be discarded sent to the trail's dead-letter queue.
+// (want, audit.StreamInput). The audit function must read it so that
+// nothing is skipped. It starts from the oldest change. A failed batch is
+// retried until written, split to find a change that fails it. What would
+// be discarded goes to the trail's dead-letter queue.
 func (c *checker) streams(want *dynamodb.UpdateTableInput, tables ...string) {
 	view := string(want.StreamSpecification.StreamViewType)
 	read := map[string]map[string]any{} // by table, the event on its stream
@@ -49,11 +49,11 @@ func (c *checker) streams(want *dynamodb.UpdateTableInput, tables ...string) {
 	}
 }
 
-// trail checks the bucket the entries are kept in: Object Lock as the code
-// sets it locally (lock), its retention the parameter AuditRetentionDays,
-// whose default is the code's, and no lifecycle rule that expires an
-// entry sooner; versioned, private, kept when the stack goes. The index's
-// retention defaults to the code's.
+// trail checks the bucket the entries are kept in. Its Object Lock is the
+// code's (lock), its retention the parameter AuditRetentionDays, whose
+// default is the code's. No lifecycle rule expires an entry sooner. It is
+// versioned, private, and kept when the stack goes. The index's retention
+// defaults to the code's.
 func (c *checker) trail(lock *s3.PutObjectLockConfigurationInput, retentionDays, indexDays int) {
 	params := asMap(c.tmpl["Parameters"])
 	c.equal("AuditRetentionDays Default", fmt.Sprint(asMap(params["AuditRetentionDays"])["Default"]), strconv.Itoa(retentionDays))
@@ -85,9 +85,9 @@ func (c *checker) trail(lock *s3.PutObjectLockConfigurationInput, retentionDays,
 	}
 }
 
-// appendOnly checks that no function may change or delete the trail: a
+// appendOnly checks that no function may change or delete the trail. A
 // role may only add objects to the bucket, under entries/, and write the
-// index's items; the bucket's policy may only deny.
+// index's items. The bucket's policy may only deny.
 func (c *checker) appendOnly() {
 	entries := map[string]any{"Fn::Sub": "${" + auditBucket + ".Arn}/entries/*"}
 	for _, id := range c.functions() {

@@ -53,9 +53,9 @@ type StreamOptions struct {
 }
 
 // StreamPoller feeds one table's stream to one handler, as Lambda's
-// DynamoDB event source does with unlimited retries: a batch whose
-// invocation fails is handed over again, whole, until it succeeds, and
-// nothing after it in its shard goes first. Run it once at a time.
+// DynamoDB event source does with unlimited retries. A batch whose
+// invocation fails is handed over again, whole, until it succeeds.
+// Nothing after it in its shard goes first. Run it once at a time.
 type StreamPoller struct {
 	api    StreamAPI
 	arn    string
