@@ -67,10 +67,12 @@ const (
 type adminEnv struct {
 	getenv  app.Getenv
 	clients func(context.Context) (awsenv.Clients, error)
-	// s3 reads the audit trail's bucket (admin audit).
-	s3    func(context.Context) (*s3.Client, error)
-	clock func() time.Time
-	stdin io.Reader
+	// s3 reaches the audit trail's bucket (admin audit, settle's note);
+	// caller is who runs the command, as IAM knows them (settle's note).
+	s3     func(context.Context) (*s3.Client, error)
+	caller func(context.Context) (string, error)
+	clock  func() time.Time
+	stdin  io.Reader
 }
 
 // admin is one admin command, configured.
@@ -147,7 +149,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		fs.StringVar(&sub.id, "id", "", "command id (default: mint a new one); submit again with the same id to resubmit")
 		do = func(ctx context.Context, _ []string) error { return a.submit(ctx, sub) }
 	case "settle":
-		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable}
+		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvAuditBucket, app.EnvAuditIndexTable}
 		operation()
 		fs.StringVar(&set.chargeID, "charged", "", "the provider charged it: its id for the charge is `REF`")
 		fs.StringVar(&set.refundID, "refunded", "", "the provider refunded it (--operation "+charge.RefundOperation+"): its id for the refund is `REF`")

@@ -2,27 +2,31 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+
 	"github.com/chargeonce/chargeonce/internal/audit"
+	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/pkg/idem"
 )
+
+// EnvSTSEndpoint redirects the STS client that names the operator (an
+// emulator); unset, AWS's.
+const EnvSTSEndpoint = "STS_ENDPOINT"
 
 // audit prints the trail's history of the command TENANT KEY names, or
 // with byCharge of TENANT's charge CHARGE_ID, oldest first. A key is
 // hashed here: it is neither sent nor shown.
 func (a *admin) audit(ctx context.Context, args []string, byCharge bool) error {
-	store, err := a.s3(ctx)
-	if err != nil {
-		return err
-	}
-	archive, err := audit.NewArchive(store, a.cfg.AuditBucket)
-	if err != nil {
-		return err
-	}
-	index, err := audit.NewIndex(a.clients.DynamoDB, a.cfg.AuditIndexTable)
+	archive, index, err := a.trail(ctx)
 	if err != nil {
 		return err
 	}
@@ -110,4 +114,71 @@ func pairs(kv ...string) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// trail is the deployment's audit trail: its archive and its index.
+func (a *admin) trail(ctx context.Context) (*audit.Archive, *audit.Index, error) {
+	store, err := a.s3(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	archive, err := audit.NewArchive(store, a.cfg.AuditBucket)
+	if err != nil {
+		return nil, nil, err
+	}
+	index, err := audit.NewIndex(a.clients.DynamoDB, a.cfg.AuditIndexTable)
+	return archive, index, err
+}
+
+// note appends to the audit trail the settlement of rec the operator asks
+// for, as, and who the operator is. The streams show the record taken
+// over and settled, but not by whom.
+func (a *admin) note(ctx context.Context, key idem.Key, rec *idem.Record, res provider.Result, as string) error {
+	who, err := a.caller(ctx)
+	if err != nil {
+		return fmt.Errorf("who settles it: %w", err)
+	}
+	archive, index, err := a.trail(ctx)
+	if err != nil {
+		return err
+	}
+	asked, _ := json.Marshal(struct {
+		As          string `json:"settle_as"`
+		ProviderID  string `json:"provider_id,omitempty"`
+		DeclineCode string `json:"decline_code,omitempty"`
+	}{as, res.ChargeID, res.DeclineCode})
+	e := audit.Entry{
+		At: a.clock().UTC(), What: audit.WhatOperatorSettles, Tenant: key.Tenant(), Operation: key.Operation(), KeyHash: key.LogHash(),
+		Principal: &audit.Principal{IAM: who}, Request: asked, Status: as, CreatedAt: rec.CreatedAt.UTC(),
+	}
+	if key.Operation() == charge.RefundOperation {
+		e.Refund = charge.RefundID(key, rec.CreatedAt)
+	} else {
+		e.Charge = charge.ChargeID(key, rec.CreatedAt)
+	}
+	return audit.Note(ctx, archive, index, e, audit.DefaultIndexRetention)
+}
+
+// callerARN is who runs chargectl: the ARN STS gives the default chain's
+// credentials, at STS_ENDPOINT when it is set.
+func callerARN(ctx context.Context) (string, error) {
+	cfg, err := awsenv.Config(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	return caller(ctx, cfg, os.Getenv(EnvSTSEndpoint))
+}
+
+// caller is the ARN STS gives cfg's credentials, at endpoint unless it is
+// empty.
+func caller(ctx context.Context, cfg aws.Config, endpoint string) (string, error) {
+	out, err := sts.NewFromConfig(cfg, func(o *sts.Options) {
+		if endpoint != "" {
+			o.BaseEndpoint = aws.String(endpoint)
+		}
+	}).GetCallerIdentity(ctx, &sts.GetCallerIdentityInput{})
+	if err != nil {
+		return "", fmt.Errorf("sts: %w", err)
+	}
+	return aws.ToString(out.Arn), nil
 }

@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "refunds":
 		return runRefunds(ctx, args[1:], stdout, stderr)
 	case "admin":
-		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, s3: awsenv.LoadS3, clock: time.Now, stdin: os.Stdin}, stdout, stderr)
+		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, s3: awsenv.LoadS3, caller: callerARN, clock: time.Now, stdin: os.Stdin}, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

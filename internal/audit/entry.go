@@ -83,10 +83,12 @@ type Origin struct {
 	Event     string `json:"event,omitempty"`
 }
 
-// The tables whose changes the trail keeps.
+// The tables whose changes the trail keeps. TableOperator marks an
+// operator's own word (Note).
 const (
-	TableRecords = "idempotency"
-	TableCharges = "charges"
+	TableRecords  = "idempotency"
+	TableCharges  = "charges"
+	TableOperator = "operator"
 )
 
 // What an entry says happened.
@@ -105,6 +107,8 @@ const (
 	WhatRowWritten = "row-written"
 	WhatRowChanged = "row-changed"
 	WhatRowDeleted = "row-deleted"
+	// An operator's word: the settlement chargectl admin settle writes.
+	WhatOperatorSettles = "operator-settles"
 )
 
 // ServiceTTL is the principal of a change DynamoDB's TTL made.

@@ -96,11 +96,7 @@ func (h *Handler) Handle(ctx context.Context, ev events.DynamoDBEvent) error {
 			subjects[s] = true
 		}
 	}
-	name := objectName(entries)
-	err := h.archive.put(ctx, name, entries)
-	if err == nil {
-		err = h.file(ctx, subjects, name, entries[0].At.Add(h.opt.IndexRetention))
-	}
+	name, err := write(ctx, h.archive, h.index, entries, subjects, h.opt.IndexRetention, h.opt.Concurrency)
 	if err != nil {
 		tracing.Error(span, "audit_write")
 		h.opt.Logger.ErrorContext(ctx, "audit: batch not written; it is delivered again", "records", len(entries), "error", err.Error())
@@ -110,19 +106,26 @@ func (h *Handler) Handle(ctx context.Context, ev events.DynamoDBEvent) error {
 	return nil
 }
 
-// file files object under each subject, Options.Concurrency at a time.
-func (h *Handler) file(ctx context.Context, subjects map[string]bool, object string, expires time.Time) error {
+// write appends entries as one object of archive. Then it files the
+// object in index under each of subjects, concurrency at a time, for
+// retention from the first entry. It returns the object's name.
+func write(ctx context.Context, archive *Archive, index *Index, entries []Entry, subjects map[string]bool, retention time.Duration, concurrency int) (string, error) {
+	name := objectName(entries)
+	if err := archive.put(ctx, name, entries); err != nil {
+		return name, err
+	}
+	expires := entries[0].At.Add(retention)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		errs []error
 	)
-	sem := make(chan struct{}, h.opt.Concurrency)
+	sem := make(chan struct{}, concurrency)
 	for s := range subjects {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			if err := h.index.put(ctx, s, object, expires); err != nil {
+			if err := index.put(ctx, s, name, expires); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -130,5 +133,5 @@ func (h *Handler) file(ctx context.Context, subjects map[string]bool, object str
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return name, errors.Join(errs...)
 }

@@ -20,21 +20,13 @@ import (
 // S3 is an S3 client on the test endpoints.
 func S3(t testing.TB) *s3.Client {
 	t.Helper()
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return awsenv.S3(cfg, started.S3)
+	return awsenv.S3(Config(t), Endpoints(t).S3)
 }
 
 // Streams is a DynamoDB Streams client on the test endpoints: DynamoDB's.
 func Streams(t testing.TB) *dynamodbstreams.Client {
 	t.Helper()
-	cfg, err := loadConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) { o.BaseEndpoint = aws.String(started.DynamoDB) })
+	return dynamodbstreams.NewFromConfig(Config(t), func(o *dynamodbstreams.Options) { o.BaseEndpoint = aws.String(Endpoints(t).DynamoDB) })
 }
 
 // Trail is a deployment's audit trail. Its tables' streams are on. It has

@@ -114,6 +114,17 @@ func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
 	return c, nil
 }
 
+// Config is the SDK configuration of the test endpoints, for a client
+// NewClients does not build.
+func Config(t testing.TB) aws.Config {
+	t.Helper()
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // Clients is NewClients for a test: it fails the test on error.
 func Clients(t testing.TB, dynamoOpts ...func(*dynamodb.Options)) awsenv.Clients {
 	t.Helper()

@@ -85,6 +85,31 @@ func (c *checker) trail(lock *s3.PutObjectLockConfigurationInput, retentionDays,
 	}
 }
 
+// trailAlarms checks that the trail's failures alarm: a batch the audit
+// function could not write (Errors), a trail behind its streams
+// (IteratorAge), and changes the streams discarded (the dead-letter
+// queue's messages).
+func (c *checker) trailAlarms() {
+	want := map[string]bool{"AWS/Lambda Errors": false, "AWS/Lambda IteratorAge": false, "AWS/SQS ApproximateNumberOfMessagesVisible": false}
+	for id, r := range asMap(c.tmpl["Resources"]) {
+		if asMap(r)["Type"] != "AWS::CloudWatch::Alarm" {
+			continue
+		}
+		p := c.props(id)
+		for _, d := range asList(p["Dimensions"]) {
+			v := asMap(d)["Value"]
+			if show(v) == show(map[string]any{"Ref": auditFn}) || show(v) == show(getAtt(auditDLQ, "QueueName")) {
+				want[fmt.Sprint(p["Namespace"], " ", p["MetricName"])] = true
+			}
+		}
+	}
+	for metric, found := range want {
+		if !found {
+			c.fail("no alarm watches the audit trail's %s", metric)
+		}
+	}
+}
+
 // appendOnly checks that no function may change or delete the trail. A
 // role may only add objects to the bucket, under entries/, and write the
 // index's items. The bucket's policy may only deny.

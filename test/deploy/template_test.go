@@ -370,6 +370,8 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"audit skips a failing batch", "IdempotencyTable.StreamArn\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: -1", "IdempotencyTable.StreamArn\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: 3"},
 		{"audit from the latest change", "ChargesTable.StreamArn\n            StartingPosition: TRIM_HORIZON", "ChargesTable.StreamArn\n            StartingPosition: LATEST"},
 		{"audit reads one stream", "        ChargesStream:\n          Type: DynamoDB", "        ChargesStream:\n          Type: Kinesis"},
+		{"no alarm on the trail's lag", "      MetricName: IteratorAge\n", "      MetricName: Throttles\n"},
+		{"no alarm on the trail's discards", "          Value: !GetAtt AuditDeadLetterQueue.QueueName", "          Value: !GetAtt ReconcileDeadLetterQueue.QueueName"},
 		{"stream actions on the table", "                  - !GetAtt IdempotencyTable.StreamArn\n                  - !GetAtt ChargesTable.StreamArn", "                  - !GetAtt IdempotencyTable.Arn\n                  - !GetAtt ChargesTable.StreamArn"},
 	}
 	for _, tt := range tests {
@@ -406,6 +408,7 @@ func check(src string, k code) ([]string, error) {
 	c.ttl(auditIndex, k.auditIndexTTL)
 	c.streams(k.stream, idempotencyTable, chargesTable)
 	c.trail(k.lock, k.retentionDays, k.indexDays)
+	c.trailAlarms()
 	c.queues(reconcileQueue, deadLetterQueue)
 	c.queues(intakeQueue, intakeDLQ)
 	c.sqsFunction(reconcileFn, reconcileQueue, queue.ReconcileTimeout)
