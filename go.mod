@@ -43,7 +43,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/sns v1.47.2 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.5 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.5 // indirect
-	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chargeonce/chargeonce/pkg/idem v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.4 // indirect
