@@ -54,17 +54,29 @@ func CreateBucket(ctx context.Context, api *s3.Client, create *s3.CreateBucketIn
 }
 
 // EnableStream turns on a table's stream (update, a StreamSpecification)
-// and returns its ARN. A stream already on is kept.
+// and returns its ARN. A stream already on is kept. So is one an SDK
+// retry finds on, its first attempt's answer lost: the retry is refused.
 func EnableStream(ctx context.Context, db *dynamodb.Client, update *dynamodb.UpdateTableInput) (string, error) {
 	name := aws.ToString(update.TableName)
-	out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: update.TableName})
-	if err != nil {
-		return "", fmt.Errorf("provision: describe %s: %w", name, err)
+	stream := func() (string, error) {
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: update.TableName})
+		if err != nil {
+			return "", fmt.Errorf("provision: describe %s: %w", name, err)
+		}
+		if spec := out.Table.StreamSpecification; spec != nil && aws.ToBool(spec.StreamEnabled) {
+			return aws.ToString(out.Table.LatestStreamArn), nil
+		}
+		return "", nil
 	}
-	if spec := out.Table.StreamSpecification; spec != nil && aws.ToBool(spec.StreamEnabled) {
-		return aws.ToString(out.Table.LatestStreamArn), nil
+	if arn, err := stream(); err != nil || arn != "" {
+		return arn, err
 	}
 	up, err := db.UpdateTable(ctx, update)
+	if _, inUse := errors.AsType[*types.ResourceInUseException](err); inUse {
+		if arn, serr := stream(); serr == nil && arn != "" {
+			return arn, nil
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("provision: stream on %s: %w", name, err)
 	}
