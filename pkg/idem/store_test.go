@@ -604,7 +604,8 @@ func TestCallsOverAFailedConnection(t *testing.T) {
 			s, _ := e.overFaultyConnection(t, fault)
 			k := key(t, "acme")
 			_, err := s.Begin(ctx, k, fpA, []byte("intent"))
-			_, unknown := errors.AsType[*idem.UnknownClaimError](err)
+			var claim *idem.UnknownClaimError
+			unknown := errors.As(err, &claim)
 			if fault == idemtest.Refused && (unknown || !errors.Is(err, idem.ErrUnavailable)) {
 				t.Errorf("Begin over a refused connection: %v, want ErrUnavailable: nothing was sent", err)
 			}
