@@ -131,8 +131,22 @@ func (r *history) retried(ks *keyState) {
 	}
 }
 
-func (r *history) request(rt *rapid.T) {
+func (r *history) request(rt *rapid.T) { r.requestOn(rt, r.pick(rt)) }
+
+// requestNew sends a request under a drawn key. A key with no record
+// names a new intent, whose request is drawn, then shaped.
+func (r *history) requestNew(rt *rapid.T, shape func(*body)) {
 	ks := r.pick(rt)
+	if _, err := r.env.reader.Get(context.Background(), ks.key); err != nil {
+		ks.body = r.newBody(rt)
+		shape(&ks.body)
+		ks.terminal, ks.firsts = nil, 0
+	}
+	r.requestOn(rt, ks)
+}
+
+// requestOn sends a request under ks's key.
+func (r *history) requestOn(rt *rapid.T, ks *keyState) {
 	b, payload := variant(rt, ks)
 	resp, err := r.send(ks, payload)
 	r.observe(rt, ks, b, resp, err)

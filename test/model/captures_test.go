@@ -69,13 +69,7 @@ func (r *history) authorizations(rt *rapid.T) []chargeTarget {
 // authorize sends a charge request that authorizes only, under a key
 // with no record: it names a new intent.
 func (r *history) authorize(rt *rapid.T) {
-	ks := r.pick(rt)
-	if _, err := r.env.reader.Get(context.Background(), ks.key); err != nil {
-		ks.body = r.newBody(rt)
-		ks.body.AuthorizeOnly = true
-		ks.terminal, ks.firsts = nil, 0
-	}
-	r.request(rt)
+	r.requestNew(rt, func(b *body) { b.AuthorizeOnly = true })
 }
 
 // moveTarget draws an authorization, authorizing one first if the
