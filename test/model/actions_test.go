@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -269,7 +270,11 @@ func (r *history) concurrent(rt *rapid.T) {
 // commands they settled noted, before their records may expire.
 func (r *history) advance(rt *rapid.T, d time.Duration) {
 	r.hooksDelivered()
+	// The step may touch its keys again after the clock moves: they stay
+	// touched, for the step's own note.
+	touched := maps.Clone(r.touched)
 	r.note(rt)
+	maps.Copy(r.touched, touched)
 	if !r.pendingSince.IsZero() && r.env.clock.Now().Add(d).After(r.pendingSince.Add(r.env.settleWindow)) {
 		r.env.sim.Land()
 		r.pendingSince = time.Time{}
