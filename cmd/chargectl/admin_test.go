@@ -84,7 +84,7 @@ func (s *adminStack) create(t *testing.T, id, source string) {
 
 func (s *adminStack) key(t *testing.T, clientKey string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey("acme", charge.Operation, clientKey)
+	k, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,8 @@ func (s settlement) result(operation string) (provider.Result, error) {
 	switch {
 	case len(given) != 1:
 		return provider.Result{}, errors.New("give exactly one of --charged REF, --refunded REF, --declined, --released")
-	case s.chargeID != "" && operation != charge.Operation:
-		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.Operation, operation)
+	case s.chargeID != "" && operation != charge.ChargeOperation:
+		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.ChargeOperation, operation)
 	case s.refundID != "" && operation != charge.RefundOperation:
 		return provider.Result{}, fmt.Errorf("--refunded settles a key of --operation %s, not %s", charge.RefundOperation, operation)
 	}

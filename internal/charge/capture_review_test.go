@@ -73,7 +73,7 @@ func TestCanceledNotificationDoesNotCreateASucceededCharge(t *testing.T) {
 	if lost.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("lost create: %d %s", lost.StatusCode, lost.Body)
 	}
-	key, _ := idem.NewKey("acme", charge.Operation, k)
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, k)
 	rec, err := h.store.Get(t.Context(), key)
 	if err != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("record: %+v, %v", rec, err)

@@ -403,7 +403,7 @@ func TestNotificationsSettleMoves(t *testing.T) {
 func (h *harness) command(t *testing.T, id string) (idem.Key, time.Time) {
 	t.Helper()
 	c := h.row(t, "acme", id)
-	key, err := idem.NewKey("acme", charge.Operation, string(c.IdempotencyKey))
+	key, err := idem.NewKey("acme", charge.ChargeOperation, string(c.IdempotencyKey))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,12 +24,12 @@ type intent struct {
 	AuthorizeOnly bool `json:"authorize_only,omitempty"`
 }
 
-// Create charges req once for the intent key names: a key of Operation,
+// Create charges req once for the intent key names: a key of ChargeOperation,
 // the client's CommandID within its tenant. fp is the fingerprint of the
 // request as the client sent it; a later request with the same key and
 // another fingerprint is refused.
 func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem.Fingerprint) (Result, error) {
-	if key.Operation() != Operation {
+	if key.Operation() != ChargeOperation {
 		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
 	ctx, cancel := answering(ctx)

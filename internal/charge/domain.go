@@ -16,8 +16,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Operation scopes idempotency keys used to create charges.
-const Operation = "create-charge"
+// ChargeOperation scopes idempotency keys used to create charges.
+const ChargeOperation = "create-charge"
 
 // Limits on a charge request.
 const (

@@ -73,7 +73,7 @@ func FuzzCreate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) {
 		h, prov := fuzzHandler(t)
 		fuzzEnv.epoch.Add(1)
-		if k, err := idem.NewKey(tenant, charge.Operation, key); err == nil {
+		if k, err := idem.NewKey(tenant, charge.ChargeOperation, key); err == nil {
 			prov.expect(k)
 		} else {
 			prov.expect(idem.Key{})
@@ -124,7 +124,7 @@ type parsed struct {
 // blocks, independently of the handler, and says why it is invalid ("" if
 // it is valid).
 func expectCreate(tenant, key string, withKey bool, contentType string, isBase64 bool, body []byte) (parsed, string) {
-	if _, err := idem.NewKey(tenant, charge.Operation, "probe"); err != nil {
+	if _, err := idem.NewKey(tenant, charge.ChargeOperation, "probe"); err != nil {
 		return parsed{}, "tenant"
 	}
 	if mt, _, err := mime.ParseMediaType(contentType); err != nil || mt != httpapi.ContentTypeJSON {
@@ -341,15 +341,15 @@ func FuzzCommandID(f *testing.F) {
 	f.Add("a", "b", strings.Repeat("k", 256))
 	f.Fuzz(func(t *testing.T, tenantA, tenantB, s string) {
 		id, err := charge.ParseCommandID(s)
-		_, keyErr := idem.NewKey("acme", charge.Operation, s)
+		_, keyErr := idem.NewKey("acme", charge.ChargeOperation, s)
 		if (err == nil) != (keyErr == nil) {
 			t.Fatalf("ParseCommandID(%q) = %v, but NewKey says %v", s, err, keyErr)
 		}
 		if err != nil {
 			return
 		}
-		a, errA := idem.NewKey(tenantA, charge.Operation, string(id))
-		b, errB := idem.NewKey(tenantB, charge.Operation, string(id))
+		a, errA := idem.NewKey(tenantA, charge.ChargeOperation, string(id))
+		b, errB := idem.NewKey(tenantB, charge.ChargeOperation, string(id))
 		if errA != nil || errB != nil || tenantA == tenantB {
 			return
 		}

@@ -159,7 +159,7 @@ func TestInFlightWaitsThenReplays(t *testing.T) {
 
 func mustKey(t *testing.T, tenant, client string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, client)
+	k, err := idem.NewKey(tenant, charge.ChargeOperation, client)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func (s *Service) settles(n Notification) bool {
 		return true
 	case provider.StatusAuthorized, provider.StatusCanceled:
 		// An authorization made, or ended: a charge's word alone.
-		return n.Command.Operation() == Operation
+		return n.Command.Operation() == ChargeOperation
 	}
 	return false
 }

@@ -64,7 +64,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 		t.Fatal(err)
 	}
 	clientKey := newKey()
-	key, err := idem.NewKey("acme", charge.Operation, clientKey)
+	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,7 +154,7 @@ func TestExpiredAuthorizationIsRecorded(t *testing.T) {
 	s := newStripeStackAt(t, clock, 4*time.Second, nil, nil)
 	tenant, client := testkit.UniqueName("acme"), newKey()
 	c := s.view(s.call(http.MethodPost, tenant, "/charges", client, `{"amount":1500,"currency":"EUR","source":"pm_card_visa","capture":false}`), http.StatusCreated)
-	s.expired(clock, stripesim.AuthorizationWindow, tenant, charge.Operation, client)
+	s.expired(clock, stripesim.AuthorizationWindow, tenant, charge.ChargeOperation, client)
 	s.sim.Ledger() // stripesim expires authorizations when it is next read
 	s.sim.WaitWebhooks()
 	if got := s.read(tenant, c.ID); got.Status != charge.StatusCanceled {
@@ -187,7 +187,7 @@ func TestLostCaptureIsSettledByItsEvent(t *testing.T) {
 	})
 	tenant, client := testkit.UniqueName("acme"), newKey()
 	c := s.view(s.call(http.MethodPost, tenant, "/charges", client, `{"amount":1500,"currency":"EUR","source":"pm_card_visa","capture":false}`), http.StatusCreated)
-	s.expired(clock, 2*day, tenant, charge.Operation, client)
+	s.expired(clock, 2*day, tenant, charge.ChargeOperation, client)
 	lose.Store(true)
 	r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/capture", "", `{"amount":1000}`)
 	t.Logf("the capture whose answer was lost: %d %s", r.status, r.body)
@@ -319,7 +319,7 @@ func TestEventNamingAnotherRowChangesNothing(t *testing.T) {
 func TestProviderDoneWithNoRowAndNoRecordIsLogged(t *testing.T) {
 	t.Parallel()
 	r := newNotifyRig(t)
-	key, err := idem.NewKey("acme", charge.Operation, newKey())
+	key, err := idem.NewKey("acme", charge.ChargeOperation, newKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +446,7 @@ func TestRefundFailureRacingItsCommitIsRecorded(t *testing.T) {
 // returns its key and creation.
 func (r *notifyRig) releasedCharge(t *testing.T, release bool) (idem.Key, time.Time) {
 	t.Helper()
-	key, err := idem.NewKey("acme", charge.Operation, newKey())
+	key, err := idem.NewKey("acme", charge.ChargeOperation, newKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +563,7 @@ func TestEventNamingAnotherTenantsRowChangesNothing(t *testing.T) {
 	r := newNotifyRig(t)
 	id := r.authorized(t, "acme", 1000)
 	key, created := r.command(t, id)
-	beta, err := idem.NewKey("beta", charge.Operation, key.ClientKey())
+	beta, err := idem.NewKey("beta", charge.ChargeOperation, key.ClientKey())
 	if err != nil {
 		t.Fatal(err)
 	}

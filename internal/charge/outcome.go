@@ -120,7 +120,7 @@ func (o Outcome) Metric() metrics.Outcome { return metricOutcomes[o] }
 // metricOperations name the operations keys are scoped to in the
 // metrics' vocabulary.
 var metricOperations = map[string]metrics.Operation{
-	Operation:             metrics.OperationCharge,
+	ChargeOperation:       metrics.OperationCharge,
 	RefundOperation:       metrics.OperationRefund,
 	NotificationOperation: metrics.OperationEvent,
 	TransitionOperation:   metrics.OperationSettle,

@@ -183,7 +183,7 @@ func NewService(cfg Config) (*Service, error) {
 // operations are the operations a Service runs, by the operation their
 // keys are scoped to: the one place a new operation is registered.
 var operations = map[string]func(*Service) operation{
-	Operation:       func(s *Service) operation { return charges{s} },
+	ChargeOperation: func(s *Service) operation { return charges{s} },
 	RefundOperation: func(s *Service) operation { return refunds{s} },
 }
 

@@ -192,7 +192,7 @@ func (s *stripeStack) record(tenant, key string) *idem.Record {
 
 func commandKey(t *testing.T, tenant, key string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, key)
+	k, err := idem.NewKey(tenant, charge.ChargeOperation, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func piEvent(typ, tenant, key, reference string) []byte {
 	pi := map[string]any{
 		"id": "pi_" + testkit.UniqueName("t"), "object": "payment_intent", "amount": 1500, "currency": "eur",
 		"status": "succeeded", "metadata": map[string]string{
-			"chargeonce_reference": reference, "chargeonce_command": tenant + "#" + charge.Operation + "#" + key,
+			"chargeonce_reference": reference, "chargeonce_command": tenant + "#" + charge.ChargeOperation + "#" + key,
 		},
 	}
 	if typ == "payment_intent.payment_failed" {

@@ -142,7 +142,7 @@ func body(source string) string {
 
 func newKey(t *testing.T) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, testkit.UniqueName("order"))
+	k, err := idem.NewKey(tenant, charge.ChargeOperation, testkit.UniqueName("order"))
 	if err != nil {
 		t.Fatal(err)
 	}
