@@ -293,7 +293,9 @@ func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Resu
 	return c.Service.verdict(lease, in, res)
 }
 
-func (charges) done() (provider.Status, Outcome) { return provider.StatusCharged, OutcomeResolved }
+func (charges) done() (provider.Status, Outcome) {
+	return provider.StatusCharged, OutcomeResolvedCharged
+}
 
 func (charges) row(rec *idem.Record) (string, error) { return ChargeID(rec.Key, rec.CreatedAt), nil }
 

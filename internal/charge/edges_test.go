@@ -175,8 +175,8 @@ func TestNotFoundReleasesOnlyAfterTheSettleWindow(t *testing.T) {
 	wantStatus(t, h.do(post("acme", key, strings.Replace(visa, "1500", "9900", 1))), http.StatusUnprocessableEntity)
 	h.lateCharge(t, l) // the provider's backend charges after all
 	h.clock.Advance(2 * time.Minute)
-	if got := h.reconcile(t, key); got != charge.OutcomeResolved {
-		t.Fatalf("reconcile after the settle window: %s, want %s", got, charge.OutcomeResolved)
+	if got := h.reconcile(t, key); got != charge.OutcomeResolvedCharged {
+		t.Fatalf("reconcile after the settle window: %s, want %s", got, charge.OutcomeResolvedCharged)
 	}
 	replay := h.do(post("acme", key, visa))
 	wantStatus(t, replay, http.StatusCreated)
@@ -254,7 +254,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 		want       charge.Outcome
 		status     int
 	}{
-		{"the command's own row", true, charge.OutcomeResolved, http.StatusCreated},
+		{"the command's own row", true, charge.OutcomeResolvedCharged, http.StatusCreated},
 		{"a conflicting row", false, charge.OutcomeChargeConflict, http.StatusInternalServerError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -48,14 +48,14 @@ const (
 	OutcomeRefundLimit     Outcome = "refund_limit"
 	OutcomeRefundLimitHeld Outcome = "refund_limit_held"
 	// Reconciliation outcomes.
-	OutcomeNothingToDo Outcome = "nothing_to_do"
-	OutcomeStillLeased Outcome = "still_leased"
-	OutcomeResolved    Outcome = "resolved_charged"
-	// OutcomeResolvedRefund: the reconciler recorded a refund the
+	OutcomeNothingToDo     Outcome = "nothing_to_do"
+	OutcomeStillLeased     Outcome = "still_leased"
+	OutcomeResolvedCharged Outcome = "resolved_charged"
+	// OutcomeResolvedRefunded: the reconciler recorded a refund the
 	// provider made.
-	OutcomeResolvedRefund Outcome = "resolved_refunded"
-	OutcomeResolvedDec    Outcome = "resolved_declined"
-	OutcomeReleased       Outcome = "released"
+	OutcomeResolvedRefunded Outcome = "resolved_refunded"
+	OutcomeResolvedDeclined Outcome = "resolved_declined"
+	OutcomeReleased         Outcome = "released"
 	// OutcomeResolvedCaptured and OutcomeResolvedCanceled: the reconciler
 	// settled a capture or cancel as the provider's state of the payment
 	// says. A capture may settle canceled: the authorization expired.
@@ -101,9 +101,9 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 	OutcomeRefundLimit:      metrics.OutcomeRefundLimit,
 	OutcomeRefundLimitHeld:  metrics.OutcomeConflict,
 	OutcomeError:            metrics.OutcomeError,
-	OutcomeResolved:         metrics.OutcomeResolvedCharged,
-	OutcomeResolvedRefund:   metrics.OutcomeResolvedRefunded,
-	OutcomeResolvedDec:      metrics.OutcomeResolvedDeclined,
+	OutcomeResolvedCharged:  metrics.OutcomeResolvedCharged,
+	OutcomeResolvedRefunded: metrics.OutcomeResolvedRefunded,
+	OutcomeResolvedDeclined: metrics.OutcomeResolvedDeclined,
 	OutcomeReleased:         metrics.OutcomeReleased,
 	OutcomeResolvedCaptured: metrics.OutcomeResolvedCaptured,
 	OutcomeResolvedCanceled: metrics.OutcomeResolvedCanceled,

@@ -193,8 +193,8 @@ func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 		t.Fatalf("retry under the lease: %d, want 409", got)
 	}
 	s.pastLease()
-	if got := s.reconcile(key); got != charge.OutcomeResolved {
-		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolved)
+	if got := s.reconcile(key); got != charge.OutcomeResolvedCharged {
+		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolvedCharged)
 	}
 	if r := s.do(key, stripeVisa); r.StatusCode != http.StatusCreated || r.Header.Get(httpapi.HeaderReplayed) != "true" {
 		t.Fatalf("retry after the reconciler: %d, want the stored 201", r.StatusCode)

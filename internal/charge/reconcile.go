@@ -189,7 +189,7 @@ func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, 
 		_, resolved := op.done()
 		return resolved, nil
 	default:
-		return OutcomeResolvedDec, nil
+		return OutcomeResolvedDeclined, nil
 	}
 }
 

@@ -354,7 +354,7 @@ func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Re
 }
 
 func (refunds) done() (provider.Status, Outcome) {
-	return provider.StatusRefunded, OutcomeResolvedRefund
+	return provider.StatusRefunded, OutcomeResolvedRefunded
 }
 
 // undo frees the refund's hold.
@@ -434,5 +434,5 @@ func (r refunds) notified(ctx context.Context, n Notification, row string) (Outc
 	if err := r.cfg.Rows.failRefund(ctx, rf); err != nil {
 		return "", true, err
 	}
-	return OutcomeResolvedDec, true, nil
+	return OutcomeResolvedDeclined, true, nil
 }

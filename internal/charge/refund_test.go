@@ -338,8 +338,8 @@ func TestRefundBlockedByOneInFlightMaySucceedLater(t *testing.T) {
 	}
 	// The first refund landed at the provider: the reconciler records it.
 	h.clock.Advance(10 * time.Minute)
-	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", first)); err != nil || out != charge.OutcomeResolvedRefund {
-		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefund)
+	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", first)); err != nil || out != charge.OutcomeResolvedRefunded {
+		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefunded)
 	}
 	again := h.do(postRefund("acme", second, id, `{"amount":500}`))
 	if again.StatusCode != http.StatusConflict || again.Headers["Retry-After"] != "" || again.Headers["Idempotent-Replayed"] != "" {
@@ -386,8 +386,8 @@ func TestRefundCrashBetweenEffectAndRecord(t *testing.T) {
 	}
 	h.loseCommits.Store(false)
 	h.clock.Advance(time.Minute)
-	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", key)); err != nil || out != charge.OutcomeResolvedRefund {
-		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefund)
+	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", key)); err != nil || out != charge.OutcomeResolvedRefunded {
+		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefunded)
 	}
 	again := h.do(postRefund("acme", key, id, `{"amount":400}`))
 	wantStatus(t, again, http.StatusCreated)

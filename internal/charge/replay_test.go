@@ -131,8 +131,8 @@ func TestReplayRollsForwardAChargeThatNeverArrived(t *testing.T) {
 		t.Fatalf("charged %d times before the reconciler ran", n)
 	}
 	s.pastLease()
-	if got := s.reconcile(key); got != charge.OutcomeResolved {
-		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolved)
+	if got := s.reconcile(key); got != charge.OutcomeResolvedCharged {
+		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolvedCharged)
 	}
 	if rec := s.record(key); rec.Status != idem.StatusSucceeded {
 		t.Fatalf("record %s, want SUCCEEDED", rec.Status)
@@ -156,8 +156,8 @@ func TestReplayNeedsNoSettleWindow(t *testing.T) {
 	key := newKey()
 	s.pending(key, stripesim.PMTimeout)
 	s.pastLease()
-	if got := s.reconcile(key); got != charge.OutcomeResolved {
-		t.Fatalf("reconcile inside the search lag: %s, want %s", got, charge.OutcomeResolved)
+	if got := s.reconcile(key); got != charge.OutcomeResolvedCharged {
+		t.Fatalf("reconcile inside the search lag: %s, want %s", got, charge.OutcomeResolvedCharged)
 	}
 	if n := s.sim.Charged(s.reference(key)); n != 1 {
 		t.Fatalf("charged %d times, want 1", n)
@@ -237,8 +237,8 @@ func TestSearchMissAfterAReplayWaitsFromTheReplay(t *testing.T) {
 		t.Fatalf("record after the miss: %s, lease until %s, want a settle window after the replay (%s)", rec.Status, rec.LeaseExpiresAt, s.clock.Now())
 	}
 	s.clock.Advance(stripe.SettleWindow + time.Minute)
-	if got := s.reconcile(key); got != charge.OutcomeResolved {
-		t.Fatalf("reconcile after the settle window: %s, want %s", got, charge.OutcomeResolved)
+	if got := s.reconcile(key); got != charge.OutcomeResolvedCharged {
+		t.Fatalf("reconcile after the settle window: %s, want %s", got, charge.OutcomeResolvedCharged)
 	}
 	if n := s.sim.Charged(s.reference(key)); n != 1 {
 		t.Fatalf("charged %d times, want 1", n)

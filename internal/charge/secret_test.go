@@ -92,8 +92,8 @@ func TestMissingKeyTakesNothingOver(t *testing.T) {
 	if err != nil || after.Status != idem.StatusInFlight || after.Attempts != before.Attempts || !after.LeaseExpiresAt.Equal(before.LeaseExpiresAt) {
 		t.Fatalf("record after a reconcile without the key: %+v, %v; want it as it was: %+v", after, err, before)
 	}
-	if out, err := reconcileOn(keyName).Reconcile(t.Context(), k); err != nil || out != charge.OutcomeResolved {
-		t.Fatalf("Reconcile with the key: %s, %v; want %s", out, err, charge.OutcomeResolved)
+	if out, err := reconcileOn(keyName).Reconcile(t.Context(), k); err != nil || out != charge.OutcomeResolvedCharged {
+		t.Fatalf("Reconcile with the key: %s, %v; want %s", out, err, charge.OutcomeResolvedCharged)
 	}
 	if charges, _ := h.ledger(t); charges != 1 {
 		t.Fatalf("provider charges %d, want 1", charges)

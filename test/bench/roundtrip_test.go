@@ -205,7 +205,7 @@ func TestRoundTrips(t *testing.T) {
 	measure("reconcile", "reconcile (provider had charged)", want{calls: map[string]int{"GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 3, rcu: 1},
 		func() string {
 			out, err := reconciler.Reconcile(ctx, lostKey)
-			if err != nil || out != charge.OutcomeResolved {
+			if err != nil || out != charge.OutcomeResolvedCharged {
 				t.Fatalf("reconcile: %s, %v", out, err)
 			}
 			return string(out)
