@@ -98,7 +98,7 @@ func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}, Clock: a.clock})
+	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}})
 }
 
 // evidenceOutput is what settle shows of a record before it writes: the

@@ -100,7 +100,7 @@ func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Re
 	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), nil)
 	var inflight *idem.InFlightError
 	switch {
-	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Clock()):
+	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Store.Now()):
 		lease, err := s.cfg.Store.TakeOver(ctx, key)
 		switch {
 		case errors.As(err, &inflight):
@@ -242,10 +242,10 @@ func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Ti
 // InflightWait, so an attempt about to record its own outcome is not
 // preempted for nothing.
 func (s *Service) waitAttempt(ctx context.Context, key idem.Key) (*idem.Record, error) {
-	until := s.cfg.Clock().Add(s.cfg.InflightWait)
+	until := s.cfg.Store.Now().Add(s.cfg.InflightWait)
 	for {
 		rec, err := s.cfg.Store.Get(ctx, key)
-		now := s.cfg.Clock()
+		now := s.cfg.Store.Now()
 		if err != nil || rec.Status != idem.StatusInFlight || !now.Before(rec.AttemptDeadline) || !now.Before(until) {
 			return rec, err
 		}

@@ -55,7 +55,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}, Clock: clock.Now})
+	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
 	if err != nil {
 		t.Fatal(err)
 	}

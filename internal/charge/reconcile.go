@@ -130,7 +130,7 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err))
 		return s.release(ctx, r.op, lease)
 	case err != nil:
-		until := s.cfg.Clock().Add(s.backoff(lease.Attempts))
+		until := s.cfg.Store.Now().Add(s.backoff(lease.Attempts))
 		s.cfg.Logger.WarnContext(ctx, "reconcile: provider lookup failed; postponed",
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err), "attempts", lease.Attempts, "until", until)
 		r.found = OutcomeDeferred
@@ -139,7 +139,7 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 		r.answer = &res
 		return r.op.verdict(ctx, lease, res)
 	}
-	if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
+	if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Store.Now().Before(settled) {
 		r.found = OutcomeNotSettled
 		return idem.Postponed(settled), nil
 	}
@@ -147,7 +147,7 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 		s.cfg.Logger.ErrorContext(ctx, "reconcile: the provider has nothing for a command older than its dedup window; parked for an operator, not released",
 			"key_hash", key.LogHash(), "created_at", lease.CreatedAt, "attempts", lease.Attempts)
 		r.found = OutcomeParked
-		return idem.Postponed(s.cfg.Clock().Add(s.cfg.RetryCap)), nil
+		return idem.Postponed(s.cfg.Store.Now().Add(s.cfg.RetryCap)), nil
 	}
 	return s.release(ctx, r.op, lease)
 }

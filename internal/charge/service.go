@@ -91,7 +91,7 @@ type Store = idem.Backend
 
 var _ Store = (*dynamostore.Store)(nil)
 
-// Config holds a Service's dependencies. Clock defaults to time.Now.
+// Config holds a Service's dependencies. Its clock is the store's: Store.Now.
 type Config struct {
 	Store        Store
 	Rows         *Rows
@@ -114,7 +114,6 @@ type Config struct {
 	// ReplayCache, if positive, is how many settled answers a process
 	// keeps to replay without asking DynamoDB (idem.ReplayCache).
 	ReplayCache int
-	Clock       func() time.Time
 	Logger      *slog.Logger
 	// Tracer records the store's and the provider's calls as spans; nil
 	// traces nothing.
@@ -150,9 +149,6 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("charge: nil provider")
 	case cfg.Answers == nil:
 		return nil, errors.New("charge: nil answers")
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = time.Now
 	}
 	if cfg.CommitReserve <= 0 {
 		cfg.CommitReserve = DefaultCommitReserve
@@ -232,7 +228,7 @@ func (s *Service) prepare(ctx context.Context) error {
 // (provider.Guarantees.Deduplicates). Every path that sends a request to
 // the provider asks this first: Create, a re-claim, the reconciler.
 func (s *Service) deduplicated(lease *idem.Lease) bool {
-	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Clock())
+	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Store.Now())
 }
 
 // unknownClaim answers a claim that may have landed without its answer:
@@ -304,7 +300,7 @@ func (s *Service) providerEnd(ctx context.Context, end time.Time) time.Time {
 // reconciler once its lease has run out.
 func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
 	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
-		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", lease.ExpiresAt.Sub(s.cfg.Clock()).Milliseconds())
+		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", lease.ExpiresAt.Sub(s.cfg.Store.Now()).Milliseconds())
 	s.enqueue(ctx, lease.Key, lease.ExpiresAt)
 	outcome := OutcomeAmbiguous
 	if errors.Is(cause, idem.ErrLeaseLost) {
@@ -320,7 +316,7 @@ func (s *Service) enqueue(ctx context.Context, key idem.Key, until time.Time) {
 	}
 	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 	defer cancel()
-	if err := s.cfg.Queue.EnqueueReconcile(qctx, key, until.Sub(s.cfg.Clock())); err != nil {
+	if err := s.cfg.Queue.EnqueueReconcile(qctx, key, until.Sub(s.cfg.Store.Now())); err != nil {
 		// The sweeper will find the lease once it expires.
 		s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
 	}

@@ -120,7 +120,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		if res, done, err := unread(found, err); done {
 			return res, err
 		}
-		now := s.cfg.Clock()
+		now := s.cfg.Store.Now()
 		switch {
 		case mine != "" && c.Status == m.via && c.transition.attempt == mine:
 			// This request's own move, its answer lost: it is not awaited.
@@ -264,7 +264,7 @@ func (s *Service) settleMove(ctx context.Context, c Charge) (Outcome, error) {
 	if res.Status == provider.StatusAuthorized && !c.transition.waited {
 		// Counted from the attempt's own deadline, once: a later visit
 		// finds the window waited out.
-		if settled := c.transition.deadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Clock().Before(settled) {
+		if settled := c.transition.deadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Store.Now().Before(settled) {
 			return OutcomeNotSettled, s.cfg.Rows.postpone(ctx, c, settled)
 		}
 	}
@@ -290,7 +290,7 @@ func (s *Service) reconcileMove(ctx context.Context, key idem.Key) (Outcome, err
 		return OutcomeNothingToDo, nil
 	case c.Status != StatusCapturing && c.Status != StatusCanceling:
 		return OutcomeNothingToDo, nil
-	case s.cfg.Clock().Before(c.transition.deadline):
+	case s.cfg.Store.Now().Before(c.transition.deadline):
 		return OutcomeStillLeased, nil
 	}
 	return s.settleMove(ctx, c)
