@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -74,15 +73,6 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
 	})
 	return s.answer(ctx, key, charges{s}, res, answer, refused, err)
-}
-
-// ask makes one provider call, timed into the invocation's metrics and
-// traced as the span name. Every call the service makes goes through it.
-func (s *Service) ask(ctx context.Context, name string, call func(context.Context) (provider.Result, error)) (provider.Result, error) {
-	ctx, span := s.cfg.Tracer.Start(ctx, name)
-	defer since(ctx, metrics.ProviderLatency, time.Now())
-	res, err := call(ctx)
-	return answered(span, res, err)
 }
 
 // charge calls the provider, traced as the span provider.Charge.
@@ -187,15 +177,6 @@ func (s *Service) charged(lease *idem.Lease, in intent, res provider.Result) Cha
 	return c
 }
 
-// storedIntent reads the intent Begin stored with the command.
-func storedIntent[T any](lease *idem.Lease) (T, error) {
-	var in T
-	if err := json.Unmarshal(lease.Intent, &in); err != nil {
-		return in, fmt.Errorf("charge: stored intent: %w", err)
-	}
-	return in, nil
-}
-
 // rowExists settles a command whose charge row is already there. Rows are
 // named by the command's key and CreatedAt, so that is this command's own
 // charge, recorded by an earlier attempt: if it names the provider's
@@ -239,21 +220,6 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	first, _ := Page{Limit: EmbeddedRefunds}.of(c.Refunds)
 	c.Refunds, c.MoreRefunds = first.Refunds, first.HasMore
 	return Result{Outcome: OutcomeFound, Charge: &c}, nil
-}
-
-// unread answers a read of the charges table that gives nothing to act
-// on: the store busy, a failure, or nothing found. done is false when the
-// read found its row.
-func unread(found bool, err error) (res Result, done bool, _ error) {
-	switch {
-	case transient(err):
-		return Result{Outcome: OutcomeBusy}, true, nil
-	case err != nil:
-		return Result{}, true, err
-	case !found:
-		return Result{Outcome: OutcomeNotFound}, true, nil
-	}
-	return Result{}, false, nil
 }
 
 // charges is the operation of creating a charge, as the shared paths see

@@ -11,11 +11,6 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// NotificationOperation scopes the idempotency keys that deduplicate a
-// provider's notifications, by their event id, under the provider's name
-// as the tenant: "stripe#provider-event#evt_…".
-const NotificationOperation = "provider-event"
-
 // Notification is the provider's own, verified word on a charge's outcome:
 // a signed webhook event, delivered at least once.
 type Notification struct {

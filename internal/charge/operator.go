@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -66,16 +65,4 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 		return outcome, nil, fmt.Errorf("charge: operator settle: read back: %w", err)
 	}
 	return outcome, rec, nil
-}
-
-// Reference is the provider reference of the command key names, created
-// at created: what an operator looks up in the provider's records. An
-// error says the service runs no such operation.
-func Reference(key idem.Key, created time.Time) (string, error) {
-	op, ok := operations[key.Operation()]
-	if !ok {
-		return "", fmt.Errorf("charge: no operation %q", key.Operation())
-	}
-	// reference reads nothing of the Service.
-	return op(nil).reference(key, created), nil
 }

@@ -3,7 +3,6 @@ package charge
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -12,56 +11,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
-
-// operation is one kind of command sent to the provider: creating a charge,
-// refunding one. The shared paths reach it only through this: the
-// reconciler, a notification, an operator's settlement. A new operation is
-// its own file and a line in operations (service.go).
-type operation interface {
-	// reference is the provider reference of the command key names,
-	// created at created.
-	reference(key idem.Key, created time.Time) string
-	// lookup asks the provider what became of the command lease holds.
-	// It sends nothing that could act anew. errStillLeased: the lease
-	// was lost while it asked.
-	lookup(ctx context.Context, lease *idem.Lease) (provider.Result, error)
-	// verdict is the command's outcome, given the provider's answer.
-	verdict(ctx context.Context, lease *idem.Lease, res provider.Result) (idem.Outcome, error)
-	// undo takes back what the command wrote before asking the provider,
-	// before it is released: a refund's hold on its charge.
-	undo(ctx context.Context, lease *idem.Lease) error
-	// rewrite settles a command whose verdict's writes failed their
-	// condition (idem.ErrWriteCondition).
-	rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error)
-	// done is the provider status that says it did the command
-	// (StatusCharged, StatusRefunded), and resolved the outcome of a
-	// command settled so by the reconciler, a notification or an operator.
-	done() (provider.Status, Outcome)
-	// row is the id of the row in the charges table that the command
-	// rec records writes.
-	row(rec *idem.Record) (string, error)
-	// notified applies the provider's word n to the command's row, the
-	// system of record, which outlives the command's record. found is
-	// false unless row is the id of a row there under n's reference.
-	notified(ctx context.Context, n Notification, row string) (out Outcome, found bool, err error)
-}
-
-// errStillLeased: another attempt took the lease while the command was
-// looked up. errStore: a lookup's own write to the store failed; the
-// message is delivered again, as for any failure of the table.
-var (
-	errStillLeased = errors.New("charge: lease taken while looking up")
-	errStore       = errors.New("charge: the store failed while looking up")
-)
-
-// op is the operation of the command key names, or an error for a key of
-// no operation the service runs.
-func (s *Service) op(key idem.Key) (operation, error) {
-	if op, ok := s.ops[key.Operation()]; ok {
-		return op, nil
-	}
-	return nil, fmt.Errorf("charge: no operation %q", key.Operation())
-}
 
 // Reconcile resolves a command whose first attempt may have died between
 // the provider's effect and its record, however old it is. Once its lease
@@ -150,16 +99,6 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 		return idem.Postponed(s.cfg.Store.Now().Add(s.cfg.RetryCap)), nil
 	}
 	return s.release(ctx, r.op, lease)
-}
-
-// release is the outcome of a command proven not done by the provider,
-// once op has taken back what it wrote before asking. If that fails, the
-// command stays IN_FLIGHT, to be released later.
-func (s *Service) release(ctx context.Context, op operation, lease *idem.Lease) (idem.Outcome, error) {
-	if err := op.undo(ctx, lease); err != nil {
-		return idem.Unknown(idem.Response{}), err
-	}
-	return idem.NotApplied(idem.Response{}), nil
 }
 
 // settle completes a command taken over from its first attempt (by

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -13,55 +12,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
-
-// RefundOperation scopes the idempotency keys of refunds: a key used to
-// create a charge names another intent here.
-const RefundOperation = "create-refund"
-
-// The reasons a refund may give, as Stripe names them.
-var refundReasons = map[string]bool{"duplicate": true, "fraudulent": true, "requested_by_customer": true}
-
-// RefundRequest is a validated request to refund a charge. Amount zero
-// asks for all that remains.
-type RefundRequest struct {
-	Amount int64
-	Reason string
-}
-
-// Refund is a completed refund, as stored and as returned by the API.
-type Refund struct {
-	ID                string
-	ChargeID          string
-	Tenant            string
-	Money             Money
-	Reason            string
-	ProviderReference string
-	ProviderRefundID  string
-	IdempotencyKey    CommandID
-	CreatedAt         time.Time
-	// Status is StatusSucceeded, or RefundFailed for one the provider
-	// made and then reported failed (its amount is the charge's again).
-	Status string
-}
-
-// RefundFailed is the status of a refund the provider reported failed
-// after it had succeeded.
-const RefundFailed = "failed"
-
-// RefundID is the id of the refund an intent creates, derived like
-// ChargeID.
-func RefundID(k idem.Key, created time.Time) string {
-	return derive("re_", "refund-id", k, created, 24)
-}
-
-// IsRefundID reports whether id has the form RefundID gives.
-func IsRefundID(id string) bool { return isDerived(id, "re_") }
-
-// RefundReference is the provider reference of a refund intent, derived
-// like ProviderReference but never equal to a charge's.
-func RefundReference(k idem.Key, created time.Time) string {
-	return derive("rf_", "refund-reference", k, created, 32)
-}
 
 // refundIntent is what a refund's record keeps for the reconciler.
 type refundIntent struct {
@@ -71,63 +21,6 @@ type refundIntent struct {
 	Currency       string `json:"currency"`
 	Reason         string `json:"reason,omitempty"`
 }
-
-// ParseRefundBody validates a refund request body, the JSON object of
-// POST /charges/{id}/refunds (empty is {}), and returns the request and
-// its fingerprint. null is refused: it is not an object. The fingerprint
-// covers the charge id, so one key on
-// two charges is two requests, and the amount as an integer.
-func ParseRefundBody(chargeID string, body []byte) (RefundRequest, idem.Fingerprint, error) {
-	if len(body) > MaxBodyBytes {
-		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonTooLarge}
-	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		body = []byte("{}")
-	}
-	canonical, err := idem.CanonicalJSON(body)
-	if err != nil {
-		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonJSON}
-	}
-	var fields map[string]json.RawMessage
-	if json.Unmarshal(canonical, &fields) != nil || fields == nil {
-		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape} // not an object
-	}
-	var req RefundRequest
-	for name, value := range fields {
-		switch name {
-		case "amount":
-			if c := value[0]; c != '-' && (c < '0' || c > '9') {
-				return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
-			}
-			if req.Amount, err = ParseAmount(json.Number(value)); err != nil {
-				return RefundRequest{}, idem.Fingerprint{}, err
-			}
-			if req.Amount < MinAmount || req.Amount > MaxAmount {
-				return RefundRequest{}, idem.Fingerprint{}, &InvalidError{"amount", fmt.Sprintf("must be between %d and %d minor units", MinAmount, MaxAmount)}
-			}
-			fields[name] = json.RawMessage(strconv.FormatInt(req.Amount, 10))
-		case "reason":
-			if json.Unmarshal(value, &req.Reason) != nil {
-				return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
-			}
-			if !refundReasons[req.Reason] {
-				return RefundRequest{}, idem.Fingerprint{}, &InvalidError{"reason", "must be duplicate, fraudulent or requested_by_customer"}
-			}
-		default:
-			return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonRefundShape}
-		}
-	}
-	fields["charge"], _ = json.Marshal(chargeID)
-	b, _ := json.Marshal(fields) // raw values read from valid JSON
-	canonical, err = idem.CanonicalJSON(b)
-	if err != nil {
-		return RefundRequest{}, idem.Fingerprint{}, fmt.Errorf("charge: re-canonicalize the refund body: %w", err)
-	}
-	return req, idem.FingerprintOf(canonical), nil
-}
-
-// reasonRefundShape is the *BodyError of a refund body of another shape.
-const reasonRefundShape = "The body must be an object with an optional number amount and an optional string reason, and no other fields."
 
 // Refund refunds req of tenant's charge chargeID once for the intent key
 // names: a key of RefundOperation. A charge that is unknown, another
@@ -240,47 +133,6 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		}
 	}
 	return out, err
-}
-
-// answer names what became of a command Do ran, for an operation whose
-// outcomes are answered as a charge's: refused says why the provider did
-// not act, answer is its answer if the outcome's writes failed.
-func (s *Service) answer(ctx context.Context, key idem.Key, op operation, res idem.Result, answer *provider.Result, refused Outcome, err error) (Result, error) {
-	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
-		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
-	}
-	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
-		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
-	}
-	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
-		return s.unknownClaim(ctx, key, unknown)
-	}
-	switch {
-	case res.Lease == nil && transient(err):
-		// DynamoDB refused the claim unprocessed at every attempt: nothing
-		// is stored and nothing reached the provider.
-		return Result{Outcome: OutcomeBusy}, nil
-	case res.Lease == nil && err != nil:
-		return Result{}, err
-	case res.Replayed:
-		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
-		outcome, resp, err := op.rewrite(ctx, res.Lease, *answer)
-		if err != nil {
-			return s.ambiguous(ctx, res.Lease, err)
-		}
-		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
-	case err != nil || res.Status == idem.StatusInFlight:
-		return s.ambiguous(ctx, res.Lease, err)
-	case res.Status == idem.StatusReleased:
-		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case res.Status == idem.StatusSucceeded:
-		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	case refused != "":
-		return Result{Outcome: refused, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	default:
-		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
-	}
 }
 
 // refund calls the provider, traced as provider.Refund.

@@ -2,9 +2,7 @@ package charge
 
 import (
 	"context"
-	"fmt"
 	"slices"
-	"strconv"
 )
 
 // A charge's refunds are read a page at a time, oldest first, so no
@@ -27,27 +25,6 @@ const (
 type Page struct {
 	Limit         int
 	StartingAfter string
-}
-
-// ParsePage validates a list's query parameters: limit, from 1 to
-// MaxRefundsLimit (DefaultRefundsLimit when absent), and starting_after,
-// a refund's id. A parameter present but empty is refused.
-func ParsePage(query map[string]string) (Page, error) {
-	p := Page{Limit: DefaultRefundsLimit}
-	if v, ok := query["limit"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxRefundsLimit || strconv.Itoa(n) != v {
-			return Page{}, &InvalidError{"limit", fmt.Sprintf("must be a whole number from 1 to %d", MaxRefundsLimit)}
-		}
-		p.Limit = n
-	}
-	if v, ok := query["starting_after"]; ok {
-		if !IsRefundID(v) {
-			return Page{}, &InvalidError{"starting_after", "must be the id of a refund of this charge"}
-		}
-		p.StartingAfter = v
-	}
-	return p, nil
 }
 
 // RefundList is a page of a charge's refunds, oldest first. HasMore says

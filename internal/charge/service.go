@@ -3,11 +3,8 @@ package charge
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"time"
-
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/tracing"
@@ -176,21 +173,6 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// operations are the operations a Service runs, by the operation their
-// keys are scoped to: the one place a new operation is registered.
-var operations = map[string]func(*Service) operation{
-	ChargeOperation: func(s *Service) operation { return charges{s} },
-	RefundOperation: func(s *Service) operation { return refunds{s} },
-}
-
-// Reconciles reports whether Reconcile resolves keys of operation: the
-// operations the service runs, its notifications' records, and captures
-// and cancels left unsettled.
-func Reconciles(operation string) bool {
-	_, ok := operations[operation]
-	return ok || operation == NotificationOperation || operation == TransitionOperation
-}
-
 // Result is what became of a request, for the HTTP layer to answer.
 type Result struct {
 	Outcome Outcome
@@ -210,116 +192,11 @@ type Result struct {
 	KeyExpiresAt, RetryAt time.Time
 }
 
-// prepare makes the provider ready, if it is a Preparer, before a
-// command is claimed or taken over.
-func (s *Service) prepare(ctx context.Context) error {
-	p, ok := s.cfg.Provider.(Preparer)
-	if !ok {
-		return nil
-	}
-	if err := p.Prepare(ctx); err != nil {
-		return fmt.Errorf("%w: %w", ErrProviderNotReady, err)
-	}
-	return nil
-}
-
-// deduplicated reports whether the provider still deduplicates the
-// reference of the command lease holds, with its margin to spare
-// (provider.Guarantees.Deduplicates). Every path that sends a request to
-// the provider asks this first: Create, a re-claim, the reconciler.
-func (s *Service) deduplicated(lease *idem.Lease) bool {
-	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Store.Now())
-}
-
-// unknownClaim answers a claim that may have landed without its answer:
-// the record may be IN_FLIGHT with the request, and the reconciler may
-// charge it once its lease has run out, so the client hears "pending",
-// never "nothing was charged". The reconcile message is queued as for an
-// ambiguous charge; the sweeper finds the lease if that fails too.
-func (s *Service) unknownClaim(ctx context.Context, key idem.Key, unknown *idem.UnknownClaimError) (Result, error) {
-	s.cfg.Logger.WarnContext(ctx, "charge: claim outcome unknown; queued for reconciliation",
-		"key_hash", key.LogHash(), "cause", ErrorClass(unknown.Err))
-	s.enqueue(ctx, key, unknown.LeaseExpiresAt)
-	return Result{Outcome: OutcomeAmbiguous, RetryAt: unknown.LeaseExpiresAt, KeyExpiresAt: unknown.RecordExpiresAt}, nil
-}
-
-// answered ends a provider call's span with the provider's status or the
-// class of its failure.
-func answered(span trace.Span, res provider.Result, err error) (provider.Result, error) {
-	defer span.End()
-	if err != nil {
-		tracing.Error(span, ErrorClass(err))
-	} else {
-		tracing.Outcome(span, string(res.Status))
-	}
-	return res, err
-}
-
 // transient reports whether err is a failure of DynamoDB that a retry may
 // not meet (idem.ErrUnavailable: the store and the charges table translate
 // the SDK's errors), or time running out.
 func transient(err error) bool {
 	return errors.Is(err, idem.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// The end of a request's time that its store and provider calls leave.
-// The reconcile message is sent in it, on its own time, then the answer
-// leaves before the function's deadline: the gateway never answers for it.
-const (
-	enqueueTimeout = 750 * time.Millisecond
-	answerReserve  = enqueueTimeout + 250*time.Millisecond
-)
-
-// answering is ctx less its last answerReserve, for the calls of one
-// request.
-func answering(ctx context.Context) (context.Context, context.CancelFunc) {
-	if deadline, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(ctx, deadline.Add(-answerReserve))
-	}
-	return context.WithCancel(ctx)
-}
-
-// recordReserve is the part of an answering context's time the provider
-// call may not use: what recording its outcome needs.
-func (s *Service) recordReserve() time.Duration {
-	return max(s.cfg.CommitReserve-answerReserve, 0)
-}
-
-// providerEnd is end, or the end of an answering ctx less recordReserve if
-// that is sooner: when a provider call must stop, as must a wait that may
-// lead to one (as idem.Do's wait for a key does).
-func (s *Service) providerEnd(ctx context.Context, end time.Time) time.Time {
-	if deadline, ok := ctx.Deadline(); ok && deadline.Add(-s.recordReserve()).Before(end) {
-		return deadline.Add(-s.recordReserve())
-	}
-	return end
-}
-
-// ambiguous answers when the charge may have happened but the record could
-// not be completed: the record stays IN_FLIGHT and is queued for the
-// reconciler once its lease has run out.
-func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
-	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
-		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", lease.ExpiresAt.Sub(s.cfg.Store.Now()).Milliseconds())
-	s.enqueue(ctx, lease.Key, lease.ExpiresAt)
-	outcome := OutcomeAmbiguous
-	if errors.Is(cause, idem.ErrLeaseLost) {
-		outcome = OutcomeLeaseLost
-	}
-	return Result{Outcome: outcome, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
-}
-
-// enqueue queues key for the reconciler once its lease ends at until.
-func (s *Service) enqueue(ctx context.Context, key idem.Key, until time.Time) {
-	if s.cfg.Queue == nil {
-		return
-	}
-	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
-	defer cancel()
-	if err := s.cfg.Queue.EnqueueReconcile(qctx, key, until.Sub(s.cfg.Store.Now())); err != nil {
-		// The sweeper will find the lease once it expires.
-		s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
-	}
 }
 
 // ErrorClass names an error for logs and metrics without its text, which

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -172,3 +173,9 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 		},
 	}, nil
 }
+
+func number(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }

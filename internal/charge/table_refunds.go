@@ -278,10 +278,6 @@ func rowRefund(item map[string]types.AttributeValue) (Refund, error) {
 	}, nil
 }
 
-func number(n int64) *types.AttributeValueMemberN {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
 // failRefund records that rf, refunded, failed later at the provider: its
 // row reads failed, and its charge gets the amount back, in one
 // transaction, once.
@@ -316,5 +312,3 @@ func (r *Rows) failRefund(ctx context.Context, rf Refund) error {
 	}
 	return nil
 }
-
-func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }

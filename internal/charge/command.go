@@ -1,0 +1,204 @@
+package charge
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/metrics"
+	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/tracing"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// prepare makes the provider ready, if it is a Preparer, before a
+// command is claimed or taken over.
+func (s *Service) prepare(ctx context.Context) error {
+	p, ok := s.cfg.Provider.(Preparer)
+	if !ok {
+		return nil
+	}
+	if err := p.Prepare(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrProviderNotReady, err)
+	}
+	return nil
+}
+
+// deduplicated reports whether the provider still deduplicates the
+// reference of the command lease holds, with its margin to spare
+// (provider.Guarantees.Deduplicates). Every path that sends a request to
+// the provider asks this first: Create, a re-claim, the reconciler.
+func (s *Service) deduplicated(lease *idem.Lease) bool {
+	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Store.Now())
+}
+
+// unknownClaim answers a claim that may have landed without its answer:
+// the record may be IN_FLIGHT with the request, and the reconciler may
+// charge it once its lease has run out, so the client hears "pending",
+// never "nothing was charged". The reconcile message is queued as for an
+// ambiguous charge; the sweeper finds the lease if that fails too.
+func (s *Service) unknownClaim(ctx context.Context, key idem.Key, unknown *idem.UnknownClaimError) (Result, error) {
+	s.cfg.Logger.WarnContext(ctx, "charge: claim outcome unknown; queued for reconciliation",
+		"key_hash", key.LogHash(), "cause", ErrorClass(unknown.Err))
+	s.enqueue(ctx, key, unknown.LeaseExpiresAt)
+	return Result{Outcome: OutcomeAmbiguous, RetryAt: unknown.LeaseExpiresAt, KeyExpiresAt: unknown.RecordExpiresAt}, nil
+}
+
+// answered ends a provider call's span with the provider's status or the
+// class of its failure.
+func answered(span trace.Span, res provider.Result, err error) (provider.Result, error) {
+	defer span.End()
+	if err != nil {
+		tracing.Error(span, ErrorClass(err))
+	} else {
+		tracing.Outcome(span, string(res.Status))
+	}
+	return res, err
+}
+
+// The end of a request's time that its store and provider calls leave.
+// The reconcile message is sent in it, on its own time, then the answer
+// leaves before the function's deadline: the gateway never answers for it.
+const (
+	enqueueTimeout = 750 * time.Millisecond
+	answerReserve  = enqueueTimeout + 250*time.Millisecond
+)
+
+// answering is ctx less its last answerReserve, for the calls of one
+// request.
+func answering(ctx context.Context) (context.Context, context.CancelFunc) {
+	if deadline, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, deadline.Add(-answerReserve))
+	}
+	return context.WithCancel(ctx)
+}
+
+// recordReserve is the part of an answering context's time the provider
+// call may not use: what recording its outcome needs.
+func (s *Service) recordReserve() time.Duration {
+	return max(s.cfg.CommitReserve-answerReserve, 0)
+}
+
+// providerEnd is end, or the end of an answering ctx less recordReserve if
+// that is sooner: when a provider call must stop, as must a wait that may
+// lead to one (as idem.Do's wait for a key does).
+func (s *Service) providerEnd(ctx context.Context, end time.Time) time.Time {
+	if deadline, ok := ctx.Deadline(); ok && deadline.Add(-s.recordReserve()).Before(end) {
+		return deadline.Add(-s.recordReserve())
+	}
+	return end
+}
+
+// ambiguous answers when the charge may have happened but the record could
+// not be completed: the record stays IN_FLIGHT and is queued for the
+// reconciler once its lease has run out.
+func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
+	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
+		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", lease.ExpiresAt.Sub(s.cfg.Store.Now()).Milliseconds())
+	s.enqueue(ctx, lease.Key, lease.ExpiresAt)
+	outcome := OutcomeAmbiguous
+	if errors.Is(cause, idem.ErrLeaseLost) {
+		outcome = OutcomeLeaseLost
+	}
+	return Result{Outcome: outcome, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
+}
+
+// enqueue queues key for the reconciler once its lease ends at until.
+func (s *Service) enqueue(ctx context.Context, key idem.Key, until time.Time) {
+	if s.cfg.Queue == nil {
+		return
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
+	defer cancel()
+	if err := s.cfg.Queue.EnqueueReconcile(qctx, key, until.Sub(s.cfg.Store.Now())); err != nil {
+		// The sweeper will find the lease once it expires.
+		s.cfg.Logger.ErrorContext(ctx, "enqueue reconcile failed", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
+	}
+}
+
+// ask makes one provider call, timed into the invocation's metrics and
+// traced as the span name. Every call the service makes goes through it.
+func (s *Service) ask(ctx context.Context, name string, call func(context.Context) (provider.Result, error)) (provider.Result, error) {
+	ctx, span := s.cfg.Tracer.Start(ctx, name)
+	defer since(ctx, metrics.ProviderLatency, time.Now())
+	res, err := call(ctx)
+	return answered(span, res, err)
+}
+
+// storedIntent reads the intent Begin stored with the command.
+func storedIntent[T any](lease *idem.Lease) (T, error) {
+	var in T
+	if err := json.Unmarshal(lease.Intent, &in); err != nil {
+		return in, fmt.Errorf("charge: stored intent: %w", err)
+	}
+	return in, nil
+}
+
+// unread answers a read of the charges table that gives nothing to act
+// on: the store busy, a failure, or nothing found. done is false when the
+// read found its row.
+func unread(found bool, err error) (res Result, done bool, _ error) {
+	switch {
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, true, nil
+	case err != nil:
+		return Result{}, true, err
+	case !found:
+		return Result{Outcome: OutcomeNotFound}, true, nil
+	}
+	return Result{}, false, nil
+}
+
+// answer names what became of a command Do ran, for an operation whose
+// outcomes are answered as a charge's: refused says why the provider did
+// not act, answer is its answer if the outcome's writes failed.
+func (s *Service) answer(ctx context.Context, key idem.Key, op operation, res idem.Result, answer *provider.Result, refused Outcome, err error) (Result, error) {
+	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
+		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
+	}
+	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
+		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+	}
+	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		return s.unknownClaim(ctx, key, unknown)
+	}
+	switch {
+	case res.Lease == nil && transient(err):
+		// DynamoDB refused the claim unprocessed at every attempt: nothing
+		// is stored and nothing reached the provider.
+		return Result{Outcome: OutcomeBusy}, nil
+	case res.Lease == nil && err != nil:
+		return Result{}, err
+	case res.Replayed:
+		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
+		outcome, resp, err := op.rewrite(ctx, res.Lease, *answer)
+		if err != nil {
+			return s.ambiguous(ctx, res.Lease, err)
+		}
+		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
+	case err != nil || res.Status == idem.StatusInFlight:
+		return s.ambiguous(ctx, res.Lease, err)
+	case res.Status == idem.StatusReleased:
+		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case res.Status == idem.StatusSucceeded:
+		return Result{Outcome: OutcomeCreated, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	case refused != "":
+		return Result{Outcome: refused, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	default:
+		return Result{Outcome: OutcomeDeclined, Stored: &res.Response, KeyExpiresAt: res.RecordExpiresAt}, nil
+	}
+}
+
+// release is the outcome of a command proven not done by the provider,
+// once op has taken back what it wrote before asking. If that fails, the
+// command stays IN_FLIGHT, to be released later.
+func (s *Service) release(ctx context.Context, op operation, lease *idem.Lease) (idem.Outcome, error) {
+	if err := op.undo(ctx, lease); err != nil {
+		return idem.Unknown(idem.Response{}), err
+	}
+	return idem.NotApplied(idem.Response{}), nil
+}
