@@ -50,8 +50,8 @@ type move struct {
 }
 
 var (
-	capture = move{"capture", StatusCapturing, StatusSucceeded, OutcomeCaptured, Provider.Capture}
-	cancel  = move{"cancel", StatusCanceling, StatusCanceled, OutcomeCanceled, Provider.Cancel}
+	captureMove = move{"capture", StatusCapturing, StatusSucceeded, OutcomeCaptured, Provider.Capture}
+	cancelMove  = move{"cancel", StatusCanceling, StatusCanceled, OutcomeCanceled, Provider.Cancel}
 )
 
 // ErrAmountAboveAuthorized: a capture asked for more than the
@@ -62,13 +62,13 @@ var ErrAmountAboveAuthorized = &InvalidError{"amount", "more than the authorized
 // A repeat of a settled capture with the same amount or none answers the
 // charge; one while it runs waits for it, up to InflightWait.
 func (s *Service) Capture(ctx context.Context, tenant, id string, amount int64) (Result, error) {
-	return s.transit(ctx, tenant, id, capture, amount)
+	return s.transit(ctx, tenant, id, captureMove, amount)
 }
 
 // Cancel cancels tenant's authorized charge id, releasing the hold. A
 // repeat answers the canceled charge.
 func (s *Service) Cancel(ctx context.Context, tenant, id string) (Result, error) {
-	return s.transit(ctx, tenant, id, cancel, 0)
+	return s.transit(ctx, tenant, id, cancelMove, 0)
 }
 
 // transit runs m on tenant's charge id.
@@ -135,7 +135,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		}
 		deadline := now.Add(transitionLease)
 		mine = rand.Text()
-		switch err := s.cfg.Rows.begin(ctx, c, m, pending{amount: want, deadline: deadline, attempt: mine}); {
+		switch err := s.cfg.Rows.beginMove(ctx, c, m, pending{amount: want, deadline: deadline, attempt: mine}); {
 		case errors.Is(err, errMoved):
 			continue // moved first by another request, or by this one
 		case errors.Is(err, errMoveUnknown):
@@ -188,7 +188,7 @@ func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
 // make. If that fails the move stays, for the reconciler to settle from
 // the provider's state.
 func (s *Service) revert(ctx context.Context, c Charge) {
-	if _, err := s.cfg.Rows.settle(ctx, c, StatusRequiresCapture, 0); err != nil && !errors.Is(err, errMoved) {
+	if _, err := s.cfg.Rows.endMove(ctx, c, StatusRequiresCapture, 0); err != nil && !errors.Is(err, errMoved) {
 		s.cfg.Logger.WarnContext(ctx, "charge: reverting a move failed; left for the reconciler", "charge_id", c.ID, "error_class", ErrorClass(err))
 		s.enqueue(ctx, transitionKey(c), c.transition.deadline)
 	}
@@ -208,7 +208,7 @@ func (s *Service) applyState(ctx context.Context, c Charge, res provider.Result)
 	default:
 		return Charge{}, fmt.Errorf("charge: unexpected provider state %q", res.Status)
 	}
-	after, err := s.cfg.Rows.settle(ctx, c, to, res.Amount)
+	after, err := s.cfg.Rows.endMove(ctx, c, to, res.Amount)
 	if errors.Is(err, errMoved) {
 		// Settled meanwhile, by another request or the reconciler.
 		after, _, err = s.cfg.Rows.Get(ctx, c.Tenant, c.ID)
@@ -232,8 +232,8 @@ func (s *Service) settleMove(ctx context.Context, c Charge) (Outcome, error) {
 	if res.Status == provider.StatusAuthorized && !c.transition.waited {
 		// Counted from the attempt's own deadline, once: a later visit
 		// finds the window waited out.
-		if settled := c.transition.deadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Store.Now().Before(settled) {
-			return OutcomeNotSettled, s.cfg.Rows.postpone(ctx, c, settled)
+		if windowEnd := c.transition.deadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Store.Now().Before(windowEnd) {
+			return OutcomeNotSettled, s.cfg.Rows.postponeMove(ctx, c, windowEnd)
 		}
 	}
 	if _, err := s.applyState(ctx, c, res); err != nil {

@@ -2,7 +2,6 @@ package charge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -39,9 +38,8 @@ func (s *Service) settles(n Notification) bool {
 	if !ours {
 		return false
 	}
-	done, _ := op.done()
 	switch n.Result.Status {
-	case done, provider.StatusDeclined:
+	case op.done(), provider.StatusDeclined:
 		return true
 	case provider.StatusAuthorized, provider.StatusCanceled:
 		// An authorization made, or ended: a charge's word alone.
@@ -126,6 +124,19 @@ func releaseEvent(context.Context, *idem.Lease) (idem.Outcome, error) {
 	return idem.NotApplied(idem.Response{}), nil
 }
 
+// reconcileEvent is Reconcile for an event's key: its record, whose
+// delivery died, is released, asking nothing (releaseEvent).
+func (s *Service) reconcileEvent(ctx context.Context, key idem.Key) (Outcome, error) {
+	rec, err := idem.Recover(ctx, s.backend, key, releaseEvent)
+	if out, done, err := untaken(rec, err); done {
+		return out, err
+	}
+	if err != nil {
+		return "", err
+	}
+	return OutcomeReleased, nil
+}
+
 // unclaimed answers an event whose key could not be claimed: busy if the
 // store is failing for now.
 func unclaimed(err error) (*idem.Lease, Result, error) {
@@ -150,7 +161,7 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 	case errors.Is(err, idem.ErrNotFound) || err == nil && op.reference(n.Command, rec.CreatedAt) != n.Reference:
 		// No record of this command: past retention, or the key now names
 		// a newer intent.
-		if done, _ := op.done(); n.Row != "" && n.Result.Status == done {
+		if n.Row != "" && n.Result.Status == op.done() {
 			// Done at the provider, with no row and no record: an operator
 			// must record it.
 			s.cfg.Logger.ErrorContext(ctx, "notify: the provider reports a command done that has no row and no record",
@@ -223,13 +234,13 @@ func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Ti
 		if err != nil {
 			return "", err
 		}
-		return s.settle(ctx, op, lease, out, nil)
+		return s.complete(ctx, op, lease, out, nil)
 	}
 	out, err := op.verdict(ctx, lease, res)
 	if err != nil {
 		return "", err
 	}
-	return s.settle(ctx, op, lease, out, &res)
+	return s.complete(ctx, op, lease, out, &res)
 }
 
 // waitAttempt reads the command's record, and while it is IN_FLIGHT with
@@ -260,6 +271,6 @@ const notifyPause = 100 * time.Millisecond
 // authorizeOnly reports whether rec is a charge's command that was to
 // capture later.
 func authorizeOnly(rec *idem.Record) bool {
-	var in intent
-	return json.Unmarshal(rec.Intent, &in) == nil && in.AuthorizeOnly
+	in, err := storedIntent[intent](rec.Intent)
+	return err == nil && in.AuthorizeOnly
 }

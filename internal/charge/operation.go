@@ -10,10 +10,10 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// operation is one kind of command sent to the provider: creating a charge,
-// refunding one. The shared paths reach it only through this: the
-// reconciler, a notification, an operator's settlement. A new operation is
-// its own file and a line in operations (service.go).
+// operation is one kind of keyed command sent to the provider: creating
+// a charge (create.go), refunding one (refund.go). Its entry point runs
+// it through run (command.go). The shared paths reach it only through
+// this interface: the reconciler, a notification, an operator.
 type operation interface {
 	// reference is the provider reference of the command key names,
 	// created at created.
@@ -30,10 +30,12 @@ type operation interface {
 	// rewrite settles a command whose verdict's writes failed their
 	// condition (idem.ErrWriteCondition).
 	rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error)
-	// done is the provider status that says it did the command
-	// (StatusCharged, StatusRefunded), and resolved the outcome of a
-	// command settled so by the reconciler, a notification or an operator.
-	done() (provider.Status, Outcome)
+	// done is the provider status that says it did the command:
+	// StatusCharged, StatusRefunded.
+	done() provider.Status
+	// resolved is the outcome of a command settled done by the
+	// reconciler, a notification or an operator.
+	resolved() Outcome
 	// row is the id of the row in the charges table that the command
 	// rec records writes.
 	row(rec *idem.Record) (string, error)
@@ -43,13 +45,23 @@ type operation interface {
 	notified(ctx context.Context, n Notification, row string) (out Outcome, found bool, err error)
 }
 
-// errStillLeased: another attempt took the lease while the command was
-// looked up. errStore: a lookup's own write to the store failed; the
-// message is delivered again, as for any failure of the table.
-var (
-	errStillLeased = errors.New("charge: lease taken while looking up")
-	errStore       = errors.New("charge: the store failed while looking up")
-)
+// operations are the operations a Service runs, by the operation their
+// keys are scoped to: the one place a new operation is registered.
+var operations = map[string]func(*Service) operation{
+	ChargeOperation: func(s *Service) operation { return charges{s} },
+	RefundOperation: func(s *Service) operation { return refunds{s} },
+}
+
+// bypasses are the keys Reconcile resolves without an operation. Neither
+// sends a command to the provider, so neither has a verdict to reach.
+var bypasses = map[string]func(*Service, context.Context, idem.Key) (Outcome, error){
+	// An event's key only deduplicates a notification. Its record is
+	// released for the redelivery, asking nothing.
+	NotificationOperation: (*Service).reconcileEvent,
+	// A move's key names a charge row, its only record. The row is
+	// settled from the provider's state of the payment.
+	TransitionOperation: (*Service).reconcileMove,
+}
 
 // op is the operation of the command key names, or an error for a key of
 // no operation the service runs.
@@ -60,19 +72,11 @@ func (s *Service) op(key idem.Key) (operation, error) {
 	return nil, fmt.Errorf("charge: no operation %q", key.Operation())
 }
 
-// operations are the operations a Service runs, by the operation their
-// keys are scoped to: the one place a new operation is registered.
-var operations = map[string]func(*Service) operation{
-	ChargeOperation: func(s *Service) operation { return charges{s} },
-	RefundOperation: func(s *Service) operation { return refunds{s} },
-}
-
-// Reconciles reports whether Reconcile resolves keys of operation: the
-// operations the service runs, its notifications' records, and captures
-// and cancels left unsettled.
+// Reconciles reports whether Reconcile resolves keys of operation.
 func Reconciles(operation string) bool {
-	_, ok := operations[operation]
-	return ok || operation == NotificationOperation || operation == TransitionOperation
+	_, op := operations[operation]
+	_, bypass := bypasses[operation]
+	return op || bypass
 }
 
 // Reference is the provider reference of the command key names, created
@@ -86,3 +90,11 @@ func Reference(key idem.Key, created time.Time) (string, error) {
 	// reference reads nothing of the Service.
 	return op(nil).reference(key, created), nil
 }
+
+// errStillLeased: another attempt took the lease while the command was
+// looked up. errStore: a lookup's own write to the store failed; the
+// message is delivered again, as for any failure of the table.
+var (
+	errStillLeased = errors.New("charge: lease taken while looking up")
+	errStore       = errors.New("charge: the store failed while looking up")
+)

@@ -35,7 +35,7 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
 	}
 	// Checked before the preemption, so a bad call takes no lease.
-	done, _ := op.done()
+	done := op.done()
 	switch {
 	case res.Status == done && res.ChargeID == "":
 		return "", nil, errors.New("charge: operator settle: the provider's id for what it did is needed")

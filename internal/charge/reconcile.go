@@ -16,37 +16,43 @@ import (
 // the provider's effect and its record, however old it is. Once its lease
 // has run out, it asks the provider what became of its reference
 // (idem.Recover, with the operation's lookup as the resolver). The table in
-// the package documentation says what each answer leads to.
+// docs/contract.md says what each answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
-	if key.Operation() == TransitionOperation {
-		return s.reconcileMove(ctx, key)
+	if bypass, ok := bypasses[key.Operation()]; ok {
+		return bypass(s, ctx, key)
 	}
-	var resolve idem.Resolver = releaseEvent
-	r := &reconciling{Service: s}
-	if key.Operation() != NotificationOperation {
-		op, err := s.op(key)
-		if err != nil {
-			return "", err
-		}
-		// Before the take-over: on failure the message is delivered
-		// again, and the record stays as it was.
-		if err := s.prepare(ctx); err != nil {
-			return "", err
-		}
-		r.op, resolve = op, r.resolve
-	}
-	rec, err := idem.Recover(ctx, s.backend, key, resolve)
-	switch {
-	case rec.Lease == nil && err != nil:
+	op, err := s.op(key)
+	if err != nil {
 		return "", err
-	case rec.Lease == nil && rec.Status == idem.StatusInFlight:
-		return OutcomeStillLeased, nil
-	case rec.Lease == nil:
-		return OutcomeNothingToDo, nil
-	case err == nil && r.found != "":
+	}
+	// Before the take-over: on failure the message is delivered again,
+	// and the record stays as it was.
+	if err := s.prepare(ctx); err != nil {
+		return "", err
+	}
+	r := &reconciling{Service: s, op: op}
+	rec, err := idem.Recover(ctx, s.backend, key, r.resolve)
+	if out, done, err := untaken(rec, err); done {
+		return out, err
+	}
+	if err == nil && r.found != "" {
 		return r.found, nil
 	}
-	return s.settled(ctx, r.op, rec.Lease, rec.Status, r.answer, err)
+	return s.resolution(ctx, op, rec.Lease, rec.Status, r.said, err)
+}
+
+// untaken names what Recover found when it took no lease: done is false
+// when it took one.
+func untaken(rec idem.Result, err error) (out Outcome, done bool, _ error) {
+	switch {
+	case rec.Lease != nil:
+		return "", false, nil
+	case err != nil:
+		return "", true, err
+	case rec.Status == idem.StatusInFlight:
+		return OutcomeStillLeased, true, nil
+	}
+	return OutcomeNothingToDo, true, nil
 }
 
 // reconciling is one Reconcile's resolver, with what it found that the
@@ -54,9 +60,9 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 // provider's answer its outcome commits.
 type reconciling struct {
 	*Service
-	op     operation
-	found  Outcome
-	answer *provider.Result
+	op    operation
+	found Outcome
+	said  *provider.Result
 }
 
 // resolve asks the provider what became of the command lease holds, taken
@@ -85,12 +91,12 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 		r.found = OutcomeDeferred
 		return idem.Postponed(until), nil
 	case res.Status != provider.StatusNotFound:
-		r.answer = &res
+		r.said = &res
 		return r.op.verdict(ctx, lease, res)
 	}
-	if settled := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Store.Now().Before(settled) {
+	if windowEnd := lease.AttemptDeadline.Add(s.cfg.Provider.Guarantees().SettleWindow); s.cfg.Store.Now().Before(windowEnd) {
 		r.found = OutcomeNotSettled
-		return idem.Postponed(settled), nil
+		return idem.Postponed(windowEnd), nil
 	}
 	if !s.deduplicated(lease) {
 		s.cfg.Logger.ErrorContext(ctx, "reconcile: the provider has nothing for a command older than its dedup window; parked for an operator, not released",
@@ -101,23 +107,23 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 	return s.release(ctx, r.op, lease)
 }
 
-// settle completes a command taken over from its first attempt (by
-// Notify, or an operator) as out says; answer is the provider's answer out
+// complete settles a command taken over from its first attempt (by
+// Notify, or an operator) as out says; said is the provider's answer out
 // commits, if any.
-func (s *Service) settle(ctx context.Context, op operation, lease *idem.Lease, out idem.Outcome, answer *provider.Result) (Outcome, error) {
+func (s *Service) complete(ctx context.Context, op operation, lease *idem.Lease, out idem.Outcome, said *provider.Result) (Outcome, error) {
 	status, err := idem.Settle(ctx, s.backend, lease, out)
-	return s.settled(ctx, op, lease, status, answer, err)
+	return s.resolution(ctx, op, lease, status, said, err)
 }
 
-// settled names what became of a command whose settlement under lease
+// resolution names what became of a command whose settlement under lease
 // left it in status, or failed with err. Writes that failed their
-// condition, for the provider's answer, are settled by op.rewrite.
-func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, status idem.Status, answer *provider.Result, err error) (Outcome, error) {
+// condition, for the provider's answer said, are settled by op.rewrite.
+func (s *Service) resolution(ctx context.Context, op operation, lease *idem.Lease, status idem.Status, said *provider.Result, err error) (Outcome, error) {
 	switch {
-	case errors.Is(err, idem.ErrWriteCondition) && answer != nil:
-		outcome, _, err := op.rewrite(ctx, lease, *answer)
+	case errors.Is(err, idem.ErrWriteCondition) && said != nil:
+		outcome, _, err := op.rewrite(ctx, lease, *said)
 		if outcome == OutcomeCreated {
-			_, outcome = op.done()
+			outcome = op.resolved()
 		}
 		return outcome, err
 	case err != nil:
@@ -125,8 +131,7 @@ func (s *Service) settled(ctx context.Context, op operation, lease *idem.Lease, 
 	case status == idem.StatusReleased:
 		return OutcomeReleased, nil
 	case status == idem.StatusSucceeded:
-		_, resolved := op.done()
-		return resolved, nil
+		return op.resolved(), nil
 	default:
 		return OutcomeResolvedDeclined, nil
 	}

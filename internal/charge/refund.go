@@ -2,7 +2,6 @@ package charge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -12,15 +11,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
-
-// refundIntent is what a refund's record keeps for the reconciler.
-type refundIntent struct {
-	Charge         string `json:"charge"`
-	ProviderCharge string `json:"provider_charge"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	Reason         string `json:"reason,omitempty"`
-}
 
 // Refund refunds req of tenant's charge chargeID once for the intent key
 // names: a key of RefundOperation. A charge that is unknown, another
@@ -52,80 +42,14 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		// be: refunds in flight hold part of it for now, not for good.
 		kept.Amount = max(c.Money.Amount-c.AmountRefunded, 0)
 	}
-	in, _ := json.Marshal(kept)
-	op := refunds{s}
-	var (
-		answer  *provider.Result
-		refused Outcome
-	)
-	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		if !s.deduplicated(l) {
-			// A re-claim past the provider's dedup window: asked, never
-			// sent, as for a charge.
-			pres, err := op.lookup(ctx, l)
-			if err != nil || pres.Status == provider.StatusNotFound {
-				return idem.Unknown(idem.Response{}), err
-			}
-			answer = &pres
-			return op.verdict(ctx, l, pres)
-		}
-		rf := op.refund(l, kept, provider.Result{})
-		var err error
-		switch {
-		case kept.Amount > 0:
-			err = s.cfg.Rows.hold(ctx, c, rf.ID, kept.Amount, s.cfg.MaxRefunds)
-		case c.AmountRefunded >= c.Money.Amount:
-			// Nothing remains, and what settled refunds returned only
-			// grows: final.
-			err = errExceedsFinal
-		default:
-			err = errExceedsHeld
-		}
-		if errors.Is(err, errExceedsFinal) && req.Amount == 0 && kept.Amount > 0 {
-			// A refund settled since the charge was read: what remains is
-			// less, but something may remain. The retry reads it again.
-			err = errExceedsHeld
-		}
-		switch {
-		case errors.Is(err, errExceedsFinal):
-			refused = OutcomeRefundExceeds
-			return idem.Failed(s.cfg.Answers.RefundExceeds()), nil
-		case errors.Is(err, errExceedsHeld):
-			refused = OutcomeRefundHeld
-			return idem.NotApplied(idem.Response{}), nil
-		case errors.Is(err, errLimitFinal):
-			refused = OutcomeRefundLimit
-			return idem.Failed(s.cfg.Answers.RefundLimit()), nil
-		case errors.Is(err, errLimitHeld):
-			refused = OutcomeRefundLimitHeld
-			return idem.NotApplied(idem.Response{}), nil
-		case errors.Is(err, errNotRefundable):
-			refused = OutcomeStateConflict
-			return idem.NotApplied(idem.Response{}), nil
-		case err != nil:
-			// The hold may have been placed: it is freed before the
-			// release, and nothing was sent.
-			refused = OutcomeBusy
-			return s.release(ctx, op, l)
-		}
-		pres, err := s.refund(ctx, refundRequest(l, kept))
-		switch {
-		case errors.Is(err, provider.ErrRejected):
-			refused = OutcomeRejected
-			s.cfg.Logger.ErrorContext(ctx, "provider rejected the refund request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
-			return s.release(ctx, op, l)
-		case errors.Is(err, provider.ErrUnavailable):
-			refused = OutcomeUnavailable
-			return s.release(ctx, op, l)
-		case err != nil:
-			return idem.Unknown(idem.Response{}), err
-		}
-		answer = &pres
-		return op.verdict(ctx, l, pres)
-	}, func(o *idem.DoOptions) {
-		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
+	out, err := s.run(ctx, key, fp, kept, steps{op: refunds{s}, noun: "refund",
+		hold: func(ctx context.Context, l *idem.Lease) (refusal, error) {
+			return s.holdRefund(ctx, l, c, kept, req.Amount == 0)
+		},
+		send: func(ctx context.Context, l *idem.Lease) (provider.Result, error) {
+			return s.refund(ctx, refundRequest(l, kept))
+		},
 	})
-	out, err := s.answer(ctx, key, op, res, answer, refused, err)
 	if out.Outcome == OutcomeStateConflict && err == nil {
 		// The charge moved since it was read: the answer names its state now.
 		if now, found, rerr := s.cfg.Rows.Get(ctx, c.Tenant, c.ID); rerr == nil && found {
@@ -135,39 +59,53 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	return out, err
 }
 
-// refund calls the provider, traced as provider.Refund.
-func (s *Service) refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
-	return s.ask(ctx, "provider.Refund", func(ctx context.Context) (provider.Result, error) { return s.cfg.Provider.Refund(ctx, req) })
+// refundIntent is what a refund's record keeps for the reconciler.
+type refundIntent struct {
+	Charge         string `json:"charge"`
+	ProviderCharge string `json:"provider_charge"`
+	Amount         int64  `json:"amount"`
+	Currency       string `json:"currency"`
+	Reason         string `json:"reason,omitempty"`
 }
 
-// GetRefund returns tenant's refund refundID of the charge chargeID.
-func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID string) (Result, error) {
-	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
-		return Result{Outcome: OutcomeNotFound}, nil
+// holdRefund holds kept's amount on the charge c for the refund l holds,
+// or says why not, and what the key keeps. all: the request named no
+// amount, so kept's is what settled refunds left when c was read.
+func (s *Service) holdRefund(ctx context.Context, l *idem.Lease, c Charge, kept refundIntent, all bool) (refusal, error) {
+	var err error
+	switch {
+	case kept.Amount > 0:
+		err = s.cfg.Rows.hold(ctx, c, RefundID(l.Key, l.CreatedAt), kept.Amount, s.cfg.MaxRefunds)
+	case c.AmountRefunded >= c.Money.Amount:
+		// Nothing remains, and what settled refunds returned only
+		// grows: final.
+		err = errExceedsFinal
+	default:
+		err = errExceedsHeld
 	}
-	ctx, cancel := answering(ctx)
-	defer cancel()
-	rf, found, err := s.cfg.Rows.GetRefund(ctx, tenant, chargeID, refundID)
-	if res, done, err := unread(found, err); done {
-		return res, err
+	if errors.Is(err, errExceedsFinal) && all && kept.Amount > 0 {
+		// A refund settled since the charge was read: what remains is
+		// less, but something may remain. The retry reads it again.
+		err = errExceedsHeld
 	}
-	return Result{Outcome: OutcomeFound, Refund: &rf}, nil
+	switch {
+	case errors.Is(err, errExceedsFinal):
+		return refusal{OutcomeRefundExceeds, idem.Failed(s.cfg.Answers.RefundExceeds())}, nil
+	case errors.Is(err, errExceedsHeld):
+		return refusal{OutcomeRefundHeld, idem.NotApplied(idem.Response{})}, nil
+	case errors.Is(err, errLimitFinal):
+		return refusal{OutcomeRefundLimit, idem.Failed(s.cfg.Answers.RefundLimit())}, nil
+	case errors.Is(err, errLimitHeld):
+		return refusal{OutcomeRefundLimitHeld, idem.NotApplied(idem.Response{})}, nil
+	case errors.Is(err, errNotRefundable):
+		return refusal{OutcomeStateConflict, idem.NotApplied(idem.Response{})}, nil
+	}
+	return refusal{}, err
 }
 
 // refunds is the operation of refunding a charge, as the shared paths see
 // it.
 type refunds struct{ *Service }
-
-// refund is the refund the command lease holds makes, as the provider
-// answered res.
-func (refunds) refund(lease *idem.Lease, in refundIntent, res provider.Result) Refund {
-	return Refund{
-		ID: RefundID(lease.Key, lease.CreatedAt), ChargeID: in.Charge, Tenant: lease.Key.Tenant(),
-		Money: Money{Amount: in.Amount, Currency: in.Currency}, Reason: in.Reason,
-		ProviderReference: RefundReference(lease.Key, lease.CreatedAt), ProviderRefundID: res.ChargeID,
-		IdempotencyKey: CommandID(lease.Key.ClientKey()), CreatedAt: lease.CreatedAt,
-	}
-}
 
 func (refunds) reference(key idem.Key, created time.Time) string {
 	return RefundReference(key, created)
@@ -176,7 +114,7 @@ func (refunds) reference(key idem.Key, created time.Time) string {
 // lookup asks the provider for the refund by its reference: nothing is
 // sent that could refund.
 func (r refunds) lookup(ctx context.Context, lease *idem.Lease) (provider.Result, error) {
-	in, err := storedIntent[refundIntent](lease)
+	in, err := storedIntent[refundIntent](lease.Intent)
 	if err != nil {
 		return provider.Result{}, err
 	}
@@ -187,13 +125,13 @@ func (r refunds) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 // verdict is a refund to commit with its row and its hold settled, or a
 // refusal to store once its hold is freed.
 func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Result) (idem.Outcome, error) {
-	in, err := storedIntent[refundIntent](lease)
+	in, err := storedIntent[refundIntent](lease.Intent)
 	if err != nil {
 		return idem.Outcome{}, err
 	}
 	switch res.Status {
 	case provider.StatusRefunded:
-		rf := r.refund(lease, in, res)
+		rf := r.made(lease, in, res)
 		return idem.Succeeded(r.cfg.Answers.RefundCreated(rf), r.cfg.Rows.InsertRefund(rf), r.cfg.Rows.settleHold(rf, true)), nil
 	case provider.StatusDeclined:
 		if err := r.undo(ctx, lease); err != nil {
@@ -205,13 +143,9 @@ func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Re
 	}
 }
 
-func (refunds) done() (provider.Status, Outcome) {
-	return provider.StatusRefunded, OutcomeResolvedRefunded
-}
-
 // undo frees the refund's hold.
 func (r refunds) undo(ctx context.Context, lease *idem.Lease) error {
-	in, err := storedIntent[refundIntent](lease)
+	in, err := storedIntent[refundIntent](lease.Intent)
 	if err != nil {
 		return err
 	}
@@ -224,11 +158,11 @@ func (r refunds) undo(ctx context.Context, lease *idem.Lease) error {
 // the refund is recorded all the same, since the money moved, and logged
 // for an operator.
 func (r refunds) rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error) {
-	in, err := storedIntent[refundIntent](lease)
+	in, err := storedIntent[refundIntent](lease.Intent)
 	if err != nil {
 		return "", idem.Response{}, err
 	}
-	rf := r.refund(lease, in, res)
+	rf := r.made(lease, in, res)
 	row, found, err := r.cfg.Rows.GetRefund(ctx, rf.Tenant, rf.ChargeID, rf.ID)
 	outcome, resp, writes := OutcomeCreated, r.cfg.Answers.RefundCreated(row), []types.TransactWriteItem(nil)
 	switch {
@@ -248,19 +182,14 @@ func (r refunds) rewrite(ctx context.Context, lease *idem.Lease, res provider.Re
 	return outcome, resp, r.backend.Commit(ctx, lease, resp, writes...)
 }
 
-// refundRequest is the provider request of the refund lease holds, built
-// in one place for its send and its lookup.
-func refundRequest(lease *idem.Lease, in refundIntent) provider.RefundRequest {
-	return provider.RefundRequest{
-		Reference: RefundReference(lease.Key, lease.CreatedAt), Charge: in.ProviderCharge, Amount: in.Amount, Currency: in.Currency,
-		Command: lease.Key.String(), Row: refundRowID(in.Charge, RefundID(lease.Key, lease.CreatedAt)),
-	}
-}
+func (refunds) done() provider.Status { return provider.StatusRefunded }
+
+func (refunds) resolved() Outcome { return OutcomeResolvedRefunded }
 
 func (refunds) row(rec *idem.Record) (string, error) {
-	var in refundIntent
-	if err := json.Unmarshal(rec.Intent, &in); err != nil {
-		return "", fmt.Errorf("charge: stored intent: %w", err)
+	in, err := storedIntent[refundIntent](rec.Intent)
+	if err != nil {
+		return "", err
 	}
 	return refundRowID(in.Charge, RefundID(rec.Key, rec.CreatedAt)), nil
 }
@@ -287,4 +216,29 @@ func (r refunds) notified(ctx context.Context, n Notification, row string) (Outc
 		return "", true, err
 	}
 	return OutcomeResolvedDeclined, true, nil
+}
+
+// made is the refund the command lease holds made, as the provider
+// answered res.
+func (refunds) made(lease *idem.Lease, in refundIntent, res provider.Result) Refund {
+	return Refund{
+		ID: RefundID(lease.Key, lease.CreatedAt), ChargeID: in.Charge, Tenant: lease.Key.Tenant(),
+		Money: Money{Amount: in.Amount, Currency: in.Currency}, Reason: in.Reason,
+		ProviderReference: RefundReference(lease.Key, lease.CreatedAt), ProviderRefundID: res.ChargeID,
+		IdempotencyKey: CommandID(lease.Key.ClientKey()), CreatedAt: lease.CreatedAt,
+	}
+}
+
+// refundRequest is the provider request of the refund lease holds, built
+// in one place for its send and its lookup.
+func refundRequest(lease *idem.Lease, in refundIntent) provider.RefundRequest {
+	return provider.RefundRequest{
+		Reference: RefundReference(lease.Key, lease.CreatedAt), Charge: in.ProviderCharge, Amount: in.Amount, Currency: in.Currency,
+		Command: lease.Key.String(), Row: refundRowID(in.Charge, RefundID(lease.Key, lease.CreatedAt)),
+	}
+}
+
+// refund calls the provider, traced as the span provider.Refund.
+func (s *Service) refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error) {
+	return s.ask(ctx, "provider.Refund", func(ctx context.Context) (provider.Result, error) { return s.cfg.Provider.Refund(ctx, req) })
 }

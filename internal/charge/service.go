@@ -122,6 +122,10 @@ const (
 	DefaultCommitReserve = 2 * time.Second
 	DefaultRetryBase     = time.Minute
 	DefaultRetryCap      = time.Hour
+	// DefaultMaxRefunds is how many refunds a charge may have, settled or
+	// in flight. It keeps a charge's read bounded, and its row, which
+	// holds a hold per refund in flight, far below DynamoDB's 400 KB.
+	DefaultMaxRefunds = 1000
 )
 
 // Service creates, reads and reconciles charges.

@@ -34,9 +34,9 @@ var (
 	errMoveUnknown = errors.New("charge: a move's write failed, and may have landed")
 )
 
-// begin moves c from StatusRequiresCapture into m's transitional state,
+// beginMove moves c from StatusRequiresCapture into m's transitional state,
 // as attempt p, only if it is still there.
-func (r *Rows) begin(ctx context.Context, c Charge, m move, p pending) error {
+func (r *Rows) beginMove(ctx context.Context, c Charge, m move, p pending) error {
 	var tries dynamostore.Attempts
 	err := r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard, #attempt = :attempt",
 		"#status = :from", map[string]types.AttributeValue{
@@ -49,9 +49,9 @@ func (r *Rows) begin(ctx context.Context, c Charge, m move, p pending) error {
 	return err
 }
 
-// settle ends c's move in status to, if the row is still in that move;
+// endMove ends c's move in status to, if the row is still in that move;
 // captured, if not zero, is the amount the provider captured.
-func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) (Charge, error) {
+func (r *Rows) endMove(ctx context.Context, c Charge, to string, captured int64) (Charge, error) {
 	set, cond := "SET #status = :to", "#status = :via"
 	values := map[string]types.AttributeValue{":to": str(to), ":via": str(c.Status)}
 	if to == StatusSucceeded && captured > 0 {
@@ -80,9 +80,9 @@ func (r *Rows) settle(ctx context.Context, c Charge, to string, captured int64) 
 	return c, nil
 }
 
-// postpone moves c's attempt deadline to until, the end of the provider's
+// postponeMove moves c's attempt deadline to until, the end of the provider's
 // settle window, so the sweeper finds it again then.
-func (r *Rows) postpone(ctx context.Context, c Charge, until time.Time) error {
+func (r *Rows) postponeMove(ctx context.Context, c Charge, until time.Time) error {
 	err := r.update(ctx, c, "SET #deadline = :until, #waited = :waited", "#status = :via AND #deadline = :deadline", map[string]types.AttributeValue{
 		":until": number(until.UnixMilli()), ":via": str(c.Status), ":deadline": number(c.transition.deadline.UnixMilli()),
 		":waited": &types.AttributeValueMemberBOOL{Value: true},
