@@ -1,6 +1,8 @@
 package charge
 
 import (
+	"strings"
+
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -75,47 +77,27 @@ const (
 	OutcomeParked Outcome = "parked"
 )
 
-// metricOutcomes name the outcomes in the metrics' vocabulary, for every
-// function that reports them (the charge API, the intake, the reconciler).
-var metricOutcomes = map[Outcome]metrics.Outcome{
-	OutcomeCreated:        metrics.OutcomeCreated,
-	OutcomeReplayed:       metrics.OutcomeReplayed,
-	OutcomeConflict:       metrics.OutcomeConflict,
-	OutcomeMismatch:       metrics.OutcomeMismatch,
-	OutcomeDeclined:       metrics.OutcomeDeclined,
-	OutcomeUnavailable:    metrics.OutcomeUnavailable,
-	OutcomeBusy:           metrics.OutcomeUnavailable,
-	OutcomeRejected:       metrics.OutcomeRejected,
-	OutcomeAmbiguous:      metrics.OutcomePending,
-	OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
-	OutcomeInvalid:        metrics.OutcomeInvalid,
-	OutcomeNotFound:       metrics.OutcomeNotFound,
-	OutcomeCaptured:       metrics.OutcomeCaptured,
-	OutcomeCanceled:       metrics.OutcomeCanceled,
-	OutcomeChargeConflict: metrics.OutcomeError,
-	OutcomeStateConflict:  metrics.OutcomeStateConflict,
-	OutcomeRefundExceeds:  metrics.OutcomeRefundExceeds,
-	// Refunds in flight hold the amount: like a conflict, a retry may
-	// find it settled.
-	OutcomeRefundHeld:       metrics.OutcomeConflict,
-	OutcomeRefundLimit:      metrics.OutcomeRefundLimit,
-	OutcomeRefundLimitHeld:  metrics.OutcomeConflict,
-	OutcomeError:            metrics.OutcomeError,
-	OutcomeResolvedCharged:  metrics.OutcomeResolvedCharged,
-	OutcomeResolvedRefunded: metrics.OutcomeResolvedRefunded,
-	OutcomeResolvedDeclined: metrics.OutcomeResolvedDeclined,
-	OutcomeReleased:         metrics.OutcomeReleased,
-	OutcomeResolvedCaptured: metrics.OutcomeResolvedCaptured,
-	OutcomeResolvedCanceled: metrics.OutcomeResolvedCanceled,
-	OutcomeStillLeased:      metrics.OutcomeStillLeased,
-	OutcomeNothingToDo:      metrics.OutcomeNothingToDo,
-	OutcomeNotSettled:       metrics.OutcomeNotSettled,
-	OutcomeDeferred:         metrics.OutcomeDeferred,
-	OutcomeParked:           metrics.OutcomeParked,
+// Metric is o's name in the metrics (the Outcome dimension of Requests):
+// its own, hyphenated, unless the metrics count it under another.
+func (o Outcome) Metric() metrics.Outcome {
+	if m, ok := countedAs[o]; ok {
+		return m
+	}
+	return metrics.Outcome(strings.ReplaceAll(string(o), "_", "-"))
 }
 
-// Metric is o's name in the metrics (the Outcome dimension of Requests).
-func (o Outcome) Metric() metrics.Outcome { return metricOutcomes[o] }
+// countedAs are the outcomes the metrics count under another name.
+var countedAs = map[Outcome]metrics.Outcome{
+	OutcomeBusy:           metrics.OutcomeUnavailable,
+	OutcomeAmbiguous:      metrics.OutcomePending,
+	OutcomeChargeConflict: metrics.OutcomeError,
+	// Refunds in flight hold the amount or the place. Like a conflict,
+	// a retry may find it settled.
+	OutcomeRefundHeld:      metrics.OutcomeConflict,
+	OutcomeRefundLimitHeld: metrics.OutcomeConflict,
+	// A read that found its row is no request the metrics count.
+	OutcomeFound: "",
+}
 
 // metricOperations name the operations keys are scoped to in the
 // metrics' vocabulary.
