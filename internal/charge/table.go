@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
@@ -18,7 +19,7 @@ import (
 // in the API: milliseconds, the precision records store.
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// The charges table: one item per charge and one per refund (refundrows.go),
+// The charges table: one item per charge and one per refund (table_refunds.go),
 // keyed by tenant and id, so a read is always scoped to the caller's tenant.
 const (
 	AttrTenant = "tenant"
@@ -146,7 +147,7 @@ type row struct {
 	RefundClaimed  int64 `dynamodbav:"refund_claimed,omitempty"`
 	// AmountAuthorized is set for a charge created to capture later.
 	AmountAuthorized int64 `dynamodbav:"amount_authorized,omitempty"`
-	// A capture or cancel in flight (transitions.go).
+	// A capture or cancel in flight (table_moves.go).
 	TransitionAmount  int64  `dynamodbav:"transition_amount,omitempty"`
 	AttemptDeadline   int64  `dynamodbav:"attempt_deadline,omitempty"`
 	TransitionShard   string `dynamodbav:"transition_shard,omitempty"`
