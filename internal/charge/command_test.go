@@ -91,7 +91,7 @@ func TestThrottledRetryOfPendingKeyClaimsNothing(t *testing.T) {
 	})
 	key := newKey()
 	body := strings.Replace(visa, "tok_visa", providersim.SourceSlow, 1)
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	first, err := h.handler.Handle(ctx, post("acme", key, body))
 	if err != nil || problemType(t, first) != "outcome-pending" {
@@ -129,7 +129,7 @@ func TestReclaimPastTheDedupWindowIsLookedUpNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	b, err := long.Begin(ctx, k, fp, []byte(`{"amount":1500,"currency":"EUR","source":"pm_card_visa"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +179,7 @@ func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 	key := newKey()
 	loser.Arm()
 	req := post("acme", key, stripeVisa)
-	resp, err := s.handler.Handle(context.Background(), req)
+	resp, err := s.handler.Handle(t.Context(), req)
 	loser.Disarm()
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func TestClaimRefusedUnprocessedIsNotPending(t *testing.T) {
 	})
 	key := newKey()
 	body := `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
-	resp, err := h.Handle(context.Background(), post("acme", key, body))
+	resp, err := h.Handle(t.Context(), post("acme", key, body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestClaimRefusedUnprocessedIsNotPending(t *testing.T) {
 		t.Errorf("a claim DynamoDB refused unprocessed is answered outcome-pending: %d %s", resp.StatusCode, resp.Body)
 	}
 	tr.refuse = false
-	resp, err = h.Handle(context.Background(), post("acme", key, body))
+	resp, err = h.Handle(t.Context(), post("acme", key, body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestProviderRejectionIsFinal(t *testing.T) {
 	if problemType(t, resp) != "provider-rejected" || resp.Headers["Retry-After"] != "" {
 		t.Fatalf("rejection answered %v %s", resp.Headers, resp.Body)
 	}
-	rec, err := h.store.Get(context.Background(), mustKey(t, "acme", key))
+	rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key))
 	if err != nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("record after a rejection: %+v, %v; want released", rec, err)
 	}
@@ -380,7 +380,7 @@ func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
 		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
 		sim:  []func(*providersim.Options){providersim.WithSlowDelay(3 * time.Second)},
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	started := time.Now()
 	resp, err := h.handler.Handle(ctx, post("acme", newKey(), strings.Replace(visa, "tok_visa", providersim.SourceSlow, 1)))

@@ -2,7 +2,6 @@ package charge_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"mime"
@@ -76,7 +75,7 @@ func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			resps[i], _ = h.handler.Handle(context.Background(), post("acme", key, visa))
+			resps[i], _ = h.handler.Handle(t.Context(), post("acme", key, visa))
 		}()
 	}
 	close(start)
@@ -120,7 +119,7 @@ func TestInFlightWaitsThenReplays(t *testing.T) {
 	go func() { defer wg.Done(); first = h.do(post("acme", key, slow)) }()
 	// Wait until the first attempt holds the key, then retry.
 	for {
-		if _, err := h.store.Get(context.Background(), mustKey(t, "acme", key)); err == nil {
+		if _, err := h.store.Get(t.Context(), mustKey(t, "acme", key)); err == nil {
 			break
 		}
 	}
@@ -260,7 +259,7 @@ func TestDeclineIsStoredAndReplayed(t *testing.T) {
 	if _, calls := h.ledger(t); calls != 1 {
 		t.Fatalf("provider called %d times for a declined card, want 1", calls)
 	}
-	rec, err := h.store.Get(context.Background(), mustKey(t, "acme", key))
+	rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key))
 	if err != nil || rec.Status != idem.StatusFailedPermanent {
 		t.Fatalf("record %+v %v", rec, err)
 	}
@@ -276,7 +275,7 @@ func TestUnavailableReleasesThenRetryChargesOnce(t *testing.T) {
 	if problemType(t, first) != "provider-unavailable" || first.Headers["Retry-After"] == "" {
 		t.Fatalf("unavailable answered %v %s", first.Headers, first.Body)
 	}
-	if rec, err := h.store.Get(context.Background(), mustKey(t, "acme", key)); err != nil || rec.Status != idem.StatusReleased {
+	if rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key)); err != nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("record after unavailable: want released, got %+v, %v", rec, err)
 	}
 	other := h.do(post("acme", key, strings.Replace(body, "1500", "9900", 1)))
@@ -299,7 +298,7 @@ func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
 		t.Fatalf("ambiguous answered %v %s", first.Headers, first.Body)
 	}
 	k := mustKey(t, "acme", key)
-	rec, err := h.store.Get(context.Background(), k)
+	rec, err := h.store.Get(t.Context(), k)
 	if err != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("record after ambiguous outcome: %+v %v", rec, err)
 	}
@@ -387,7 +386,7 @@ func newRules(t *testing.T) *rules {
 
 func (r *rules) do(key, body string) events.APIGatewayV2HTTPResponse {
 	r.t.Helper()
-	resp, err := r.h.Handle(context.Background(), post("acme", key, body))
+	resp, err := r.h.Handle(r.t.Context(), post("acme", key, body))
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -556,7 +555,7 @@ func FuzzCreate(f *testing.F) {
 			req.Headers["idempotency-key"] = key
 		}
 		req.IsBase64Encoded = isBase64
-		resp, err := h.Handle(context.Background(), req)
+		resp, err := h.Handle(t.Context(), req)
 		if err != nil {
 			t.Fatalf("Handle returned an error: %v", err)
 		}
@@ -787,7 +786,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 			l := h.crashAfterClaim(t, key, visa)
 			h.lateCharge(t, l)
 			ref := charge.ProviderReference(l.Key, l.CreatedAt)
-			looked, err := provider.NewClient(h.d.ProviderURL, "").Lookup(context.Background(), ref)
+			looked, err := provider.NewClient(h.d.ProviderURL, "").Lookup(t.Context(), ref)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -796,7 +795,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 				providerID = "pc_someone_else"
 			}
 			s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
-			_, err = testkit.Clients(t).DynamoDB.PutItem(context.Background(), &dynamodb.PutItemInput{
+			_, err = testkit.Clients(t).DynamoDB.PutItem(t.Context(), &dynamodb.PutItemInput{
 				TableName: aws.String(h.d.ChargesTable),
 				Item: map[string]types.AttributeValue{
 					charge.AttrTenant: s("acme"), charge.AttrID: s(charge.ChargeID(l.Key, l.CreatedAt)),
@@ -811,7 +810,7 @@ func TestChargeRowCollisionIsSettled(t *testing.T) {
 			if got := h.reconcile(t, key); got != tc.want {
 				t.Fatalf("reconcile: %s, want %s", got, tc.want)
 			}
-			rec, err := h.store.Get(context.Background(), l.Key)
+			rec, err := h.store.Get(t.Context(), l.Key)
 			if err != nil || !rec.Status.Terminal() {
 				t.Fatalf("record: %+v, %v; want it settled", rec, err)
 			}
@@ -834,7 +833,7 @@ func TestReleasedKeyLivesWithinTheDedupWindow(t *testing.T) {
 	key := newKey()
 	body := strings.Replace(stripeVisa, stripesim.PMVisa, stripesim.PMRateLimited, 1)
 	req := post("acme", key, body)
-	resp, err := s.handler.Handle(context.Background(), req)
+	resp, err := s.handler.Handle(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,7 @@ var (
 // the OpenAPI document.
 func (h *harness) do(req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 	h.t.Helper()
-	resp, err := h.handler.Handle(context.Background(), req)
+	resp, err := h.handler.Handle(h.t.Context(), req)
 	if err != nil {
 		h.t.Fatalf("handler returned an error (client errors must be responses): %v", err)
 	}
@@ -136,7 +136,7 @@ func validateContract(t *testing.T, req events.APIGatewayV2HTTPRequest, resp eve
 		Body:    io.NopCloser(strings.NewReader(resp.Body)),
 		Options: &openapi3filter.Options{IncludeResponseStatus: true},
 	}
-	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+	if err := openapi3filter.ValidateResponse(t.Context(), in); err != nil {
 		t.Errorf("response %d %s violates api/openapi.yaml: %v", resp.StatusCode, resp.Body, err)
 	}
 }
@@ -311,7 +311,7 @@ func (c *clocked) crashAfterClaim(t *testing.T, key, body string) *idem.Lease {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.store.Begin(context.Background(), mustKey(t, "acme", key), idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR","description":"order 42"}`))
+	b, err := c.store.Begin(t.Context(), mustKey(t, "acme", key), idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR","description":"order 42"}`))
 	if err != nil || b.Lease == nil {
 		t.Fatalf("claim: %+v, %v", b, err)
 	}
@@ -321,7 +321,7 @@ func (c *clocked) crashAfterClaim(t *testing.T, key, body string) *idem.Lease {
 
 func (c *clocked) reconcile(t *testing.T, key string) charge.Outcome {
 	t.Helper()
-	out, err := c.recon.Reconcile(context.Background(), mustKey(t, "acme", key))
+	out, err := c.recon.Reconcile(t.Context(), mustKey(t, "acme", key))
 	if err != nil {
 		t.Fatalf("reconcile: %v", err)
 	}
@@ -330,7 +330,7 @@ func (c *clocked) reconcile(t *testing.T, key string) charge.Outcome {
 
 func (c *clocked) lateCharge(t *testing.T, l *idem.Lease) {
 	t.Helper()
-	_, err := provider.NewClient(c.d.ProviderURL, "").Charge(context.Background(), provider.ChargeRequest{
+	_, err := provider.NewClient(c.d.ProviderURL, "").Charge(t.Context(), provider.ChargeRequest{
 		Reference: charge.ProviderReference(l.Key, l.CreatedAt), Amount: 1500, Currency: "EUR", Source: providersim.SourceVisa,
 	})
 	if err != nil {
@@ -342,7 +342,7 @@ func (c *clocked) lateCharge(t *testing.T, l *idem.Lease) {
 // visible.
 func (h *harness) wantOneQueued(t *testing.T) {
 	t.Helper()
-	out, err := testkit.Clients(t).SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{
+	out, err := testkit.Clients(t).SQS.GetQueueAttributes(t.Context(), &sqs.GetQueueAttributesInput{
 		QueueUrl:       aws.String(h.queue.URL),
 		AttributeNames: []sqstypes.QueueAttributeName{"ApproximateNumberOfMessagesDelayed", "ApproximateNumberOfMessages"},
 	})
@@ -505,7 +505,7 @@ func sign(payload []byte, secret string, ts time.Time) string {
 // record reads tenant's command key; nil if there is none.
 func (s *stripeStack) record(tenant, key string) *idem.Record {
 	s.t.Helper()
-	rec, err := s.store.Get(context.Background(), commandKey(s.t, tenant, key))
+	rec, err := s.store.Get(s.t.Context(), commandKey(s.t, tenant, key))
 	if errors.Is(err, idem.ErrNotFound) {
 		return nil
 	}
@@ -527,7 +527,7 @@ func commandKey(t *testing.T, tenant, key string) idem.Key {
 // chargeRows counts tenant's rows in the charges table.
 func (s *stripeStack) chargeRows(tenant string) int {
 	s.t.Helper()
-	out, err := s.db.Query(context.Background(), &dynamodb.QueryInput{
+	out, err := s.db.Query(s.t.Context(), &dynamodb.QueryInput{
 		TableName: aws.String(s.d.ChargesTable), KeyConditionExpression: aws.String("#t = :t"),
 		ExpressionAttributeNames:  map[string]string{"#t": charge.AttrTenant},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": &types.AttributeValueMemberS{Value: tenant}},
@@ -584,7 +584,7 @@ func (s *stripeStack) begin(tenant, key, source string) (string, *idem.Lease) {
 		s.t.Fatal(err)
 	}
 	k := commandKey(s.t, tenant, key)
-	b, err := s.store.Begin(context.Background(), k, fp, []byte(`{"amount":1500,"currency":"EUR"}`))
+	b, err := s.store.Begin(s.t.Context(), k, fp, []byte(`{"amount":1500,"currency":"EUR"}`))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -632,7 +632,7 @@ func (s *stripeStack) eventKey(id string) idem.Key {
 // eventRecord reads the deduplication record of a Stripe event.
 func (s *stripeStack) eventRecord(id string) *idem.Record {
 	s.t.Helper()
-	rec, err := s.store.Get(context.Background(), s.eventKey(id))
+	rec, err := s.store.Get(s.t.Context(), s.eventKey(id))
 	if errors.Is(err, idem.ErrNotFound) {
 		return nil
 	}
@@ -693,7 +693,7 @@ func newOnStripe(t *testing.T, tune ...func(*testkit.Wiring)) *onStripe {
 
 func (s *onStripe) do(key, body string) *http.Response {
 	s.t.Helper()
-	resp, err := s.handler.Handle(context.Background(), post("acme", key, body))
+	resp, err := s.handler.Handle(s.t.Context(), post("acme", key, body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -716,7 +716,7 @@ func (s *onStripe) pastLease() { s.clock.Advance(31 * time.Second) }
 
 func (s *onStripe) reconcile(key string) charge.Outcome {
 	s.t.Helper()
-	out, err := s.recon.Reconcile(context.Background(), mustKey(s.t, "acme", key))
+	out, err := s.recon.Reconcile(s.t.Context(), mustKey(s.t, "acme", key))
 	if err != nil {
 		s.t.Fatalf("reconcile: %v", err)
 	}
@@ -725,7 +725,7 @@ func (s *onStripe) reconcile(key string) charge.Outcome {
 
 func (s *onStripe) record(key string) *idem.Record {
 	s.t.Helper()
-	rec, err := s.store.Get(context.Background(), mustKey(s.t, "acme", key))
+	rec, err := s.store.Get(s.t.Context(), mustKey(s.t, "acme", key))
 	if err != nil {
 		s.t.Fatal(err)
 	}

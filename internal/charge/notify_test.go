@@ -377,7 +377,7 @@ func TestRefundFailureRacingItsCommitIsRecorded(t *testing.T) {
 	r.prov.Store(&prov)
 	done := make(chan events.APIGatewayV2HTTPResponse, 1)
 	go func() {
-		resp, _ := r.handler.Handle(context.Background(), postRefund("acme", client, id, `{"amount":600}`))
+		resp, _ := r.handler.Handle(t.Context(), postRefund("acme", client, id, `{"amount":600}`))
 		done <- resp
 	}()
 	<-atProvider // the refund's record is IN_FLIGHT, its hold placed, Stripe asked
@@ -590,7 +590,7 @@ func TestWebhookRecordsAChargeOfAReleasedCommand(t *testing.T) {
 	s := newStripeStack(t, 4*time.Second, nil, nil)
 	tenant := testkit.UniqueName("acme")
 	ref, lease := s.begin(tenant, "order-released", stripesim.PMVisa)
-	if err := s.store.Release(context.Background(), lease); err != nil {
+	if err := s.store.Release(t.Context(), lease); err != nil {
 		t.Fatal(err)
 	}
 	payload := piEvent("payment_intent.succeeded", tenant, "order-released", ref)
@@ -948,7 +948,7 @@ func TestWebhookSettlesWhileTheRequestWaits(t *testing.T) {
 func (s *stripeStack) stuck(key idem.Key, before time.Time) bool {
 	s.t.Helper()
 	for shard := range s.store.Shards() {
-		for sl, err := range s.store.StuckLeases(context.Background(), shard, before) {
+		for sl, err := range s.store.StuckLeases(s.t.Context(), shard, before) {
 			if err != nil {
 				s.t.Fatal(err)
 			}
@@ -970,7 +970,7 @@ func (s *stripeStack) stuck(key idem.Key, before time.Time) bool {
 // SUCCEEDED.
 func TestReconcileReleasesADeadDelivery(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.InflightWait = 100 * time.Millisecond }, nil)
 	clock := testkit.NewClock(time.Now())
 	recon := s.d.ReconcileService(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })

@@ -1,7 +1,6 @@
 package charge_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -172,7 +171,7 @@ func TestBadInputIsHarmless(t *testing.T) {
 				t.Fatal("a refused request must not announce a stored key")
 			}
 			if k, err := idem.NewKey("acme", "create-charge", key); err == nil {
-				if _, err := h.store.Get(context.Background(), k); !errors.Is(err, idem.ErrNotFound) {
+				if _, err := h.store.Get(t.Context(), k); !errors.Is(err, idem.ErrNotFound) {
 					t.Fatalf("a record was stored for a refused request: %v", err)
 				}
 			}

@@ -1,7 +1,6 @@
 package charge_test
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -118,7 +117,7 @@ func TestSourceOtherThanAPaymentMethodIsNeverStored(t *testing.T) {
 	if got := s.do(key, body).StatusCode; got != http.StatusBadGateway {
 		t.Fatalf("card number as source: %d, want 502 provider-rejected", got)
 	}
-	if _, err := s.store.Get(context.Background(), mustKey(t, "acme", key)); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := s.store.Get(t.Context(), mustKey(t, "acme", key)); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("record: %v, want none", err)
 	}
 	if got := s.sim.Requests(); got != 0 {
@@ -217,7 +216,7 @@ func TestMisroutedReplayProvesNothing(t *testing.T) {
 			o.HTTPClient = &http.Client{Transport: route}
 		})
 	})
-	ctx := context.Background()
+	ctx := t.Context()
 	key := newKey()
 	body := `{"amount":1500,"currency":"EUR","source":"` + stripesim.PMTimeout + `"}`
 	resp, err := h.Handle(ctx, post("acme", key, body))
@@ -263,7 +262,7 @@ func TestNotFoundReleasesOnlyAfterTheSettleWindow(t *testing.T) {
 	if got := h.reconcile(t, key); got != charge.OutcomeNotSettled {
 		t.Fatalf("reconcile inside the settle window: %s, want %s", got, charge.OutcomeNotSettled)
 	}
-	rec, err := h.store.Get(context.Background(), l.Key)
+	rec, err := h.store.Get(t.Context(), l.Key)
 	if err != nil || rec.Status != idem.StatusInFlight || rec.LeaseExpiresAt.Before(l.AttemptDeadline.Add(2*time.Minute)) {
 		t.Fatalf("record after a premature not-found: %+v, %v", rec, err)
 	}
@@ -320,7 +319,7 @@ func TestReconcileBacksOffPerKey(t *testing.T) {
 		if got := h.reconcile(t, key); got != charge.OutcomeDeferred {
 			t.Fatalf("attempt %d with the provider down: %s, want %s", i+1, got, charge.OutcomeDeferred)
 		}
-		rec, err := h.store.Get(context.Background(), mustKey(t, "acme", key))
+		rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key))
 		if err != nil || rec.Attempts != i+1 || !rec.LeaseExpiresAt.Equal(h.clock.Now().Add(wait).Truncate(time.Millisecond)) {
 			t.Fatalf("attempt %d: record %+v, %v; want the lease %s on", i+1, rec, err, wait)
 		}

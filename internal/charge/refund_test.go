@@ -2,7 +2,6 @@ package charge_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -109,7 +108,7 @@ func TestConcurrentRefundsWithDistinctKeysNeverExceedTheCharge(t *testing.T) {
 	)
 	for range 8 {
 		wg.Go(func() {
-			resp, err := h.handler.Handle(context.Background(), postRefund("acme", newKey(), id, `{"amount":300}`))
+			resp, err := h.handler.Handle(t.Context(), postRefund("acme", newKey(), id, `{"amount":300}`))
 			if err != nil {
 				t.Error(err)
 				return
