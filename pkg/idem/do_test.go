@@ -12,7 +12,15 @@ import (
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
+)
+
+var (
+	fpA  = idem.FingerprintOf([]byte(`{"amount":100}`))
+	fpB  = idem.FingerprintOf([]byte(`{"amount":200}`))
+	resp = idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
+	ctx  = context.Background()
 )
 
 // counted returns a function for Do that counts its runs and answers out.
@@ -64,7 +72,7 @@ func TestDoVerdicts(t *testing.T) {
 					t.Fatalf("second Do = %+v, %v; want a replay", again, err)
 				}
 			case c.wantStatus == idem.StatusInFlight:
-				wantInFlight(t, err)
+				dynamotest.WantInFlight(t, err)
 			default:
 				if err != nil || again.Lease == nil || !again.Lease.CreatedAt.Equal(res.Lease.CreatedAt) {
 					t.Fatalf("second Do = %+v, %v; want fn run again under the same CreatedAt", again, err)
@@ -122,7 +130,7 @@ func TestDoWaitsForATwin(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		_, err := idem.Do(dctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) { o.Wait = time.Minute })
-		wantInFlight(t, err)
+		dynamotest.WantInFlight(t, err)
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("waited %v, past the deadline less the 1s reserve", took)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
@@ -124,7 +125,7 @@ func TestDoJSONErrors(t *testing.T) {
 			}
 			_, err := idem.DoJSON(ctx, s, k, "req", c.fn(&runs))
 			if c.wantStatus == idem.StatusInFlight {
-				wantInFlight(t, err)
+				dynamotest.WantInFlight(t, err)
 			}
 			if runs.Load() != c.wantRuns {
 				t.Fatalf("fn ran %d times, want %d", runs.Load(), c.wantRuns)

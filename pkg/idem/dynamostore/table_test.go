@@ -1,4 +1,4 @@
-package idem_test
+package dynamostore_test
 
 import (
 	"fmt"
@@ -43,9 +43,9 @@ func TestExistingTableLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := key(t, "acme")
-	stuck := begin(t, s, k, fpA)
-	done := begin(t, s, key(t, "acme"), fpA)
+	k := dynamotest.Key(t, "acme")
+	stuck := dynamotest.Begin(t, s, k, fpA)
+	done := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA)
 	if err := s.Commit(ctx, done, resp); err != nil {
 		t.Fatal(err)
 	}
@@ -111,8 +111,8 @@ func TestSortKeyLayouts(t *testing.T) {
 			opts := func(o *dynamostore.Options) { c.opts(o); o.Shards, o.Clock = 1, clock.Now }
 			table := dynamotest.Table(t, newStore(t, db, "layout", opts).TableInput())
 			st := newStore(t, db, table, opts)
-			stuck := begin(t, st, key(t, "acme"), fpA)
-			done := begin(t, st, key(t, "acme"), fpA)
+			stuck := dynamotest.Begin(t, st, dynamotest.Key(t, "acme"), fpA)
+			done := dynamotest.Begin(t, st, dynamotest.Key(t, "acme"), fpA)
 			if err := st.Commit(ctx, done, resp); err != nil {
 				t.Fatal(err)
 			}
@@ -253,11 +253,11 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 	}
 	stuck := map[idem.Key]bool{}
 	for range 6 {
-		l := begin(t, s, key(t, "acme"), fpA)
+		l := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA)
 		stuck[l.Key] = true
 		clock.Advance(time.Millisecond)
 	}
-	done := begin(t, s, key(t, "acme"), fpA)
+	done := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA)
 	if err := s.Commit(ctx, done, resp); err != nil {
 		t.Fatal(err)
 	}
@@ -308,7 +308,7 @@ func TestIndexInputAddsTheIndexToAnExistingTable(t *testing.T) {
 	}
 	table := dynamotest.Table(t, newStore(t, db, "single", opts, noIndex).TableInput())
 	s := newStore(t, db, table, opts)
-	stuck := begin(t, s, key(t, "acme"), fpA) // in flight before the index exists
+	stuck := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA) // in flight before the index exists
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
 		"PK": &types.AttributeValueMemberS{Value: "idem#" + stuck.Key.String()}, "SK": &types.AttributeValueMemberS{Value: dynamostore.DefaultSortKeyValue},
 	}})
