@@ -17,6 +17,7 @@ import (
 // fingerprint, another tenant, an evicted key or an expired record goes
 // to the store.
 func TestReplayCache(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	cache := idem.NewReplayCache(e.Store, 2)
@@ -94,6 +95,7 @@ func wantCalls(t *testing.T, calls *idemtest.CallCounter, what string, want map[
 // or an unsettled command leaves the answer to the store, and retention
 // and the size bound apply as to any replay.
 func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	cache := idem.NewReplayCache(e.Store, 3)

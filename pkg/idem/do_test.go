@@ -20,7 +20,6 @@ var (
 	fpA  = idem.FingerprintOf([]byte(`{"amount":100}`))
 	fpB  = idem.FingerprintOf([]byte(`{"amount":200}`))
 	resp = idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
-	ctx  = context.Background()
 )
 
 // counted returns a function for Do that counts its runs and answers out.
@@ -32,6 +31,7 @@ func counted(runs *atomic.Int32, out idem.Outcome, err error) func(context.Conte
 }
 
 func TestDoVerdicts(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String("rows")}}
 	declined := idem.Response{Status: 402, Body: []byte("declined")}
@@ -89,6 +89,7 @@ func TestDoVerdicts(t *testing.T) {
 }
 
 func TestDoRefusesAnotherRequest(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	k := idemtest.UniqueKey(t, "acme")
@@ -104,6 +105,7 @@ func TestDoRefusesAnotherRequest(t *testing.T) {
 }
 
 func TestDoWaitsForATwin(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	k := idemtest.UniqueKey(t, "acme")
@@ -138,6 +140,7 @@ func TestDoWaitsForATwin(t *testing.T) {
 }
 
 func TestDoLeaseLost(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
@@ -159,6 +162,7 @@ func TestDoLeaseLost(t *testing.T) {
 }
 
 func TestDoReservesTimeToSettle(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)

@@ -65,6 +65,7 @@ func countedJSON[T any](runs *atomic.Int32, v T, err error) func(context.Context
 }
 
 func TestDoJSON(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	k := idemtest.UniqueKey(t, "acme")
@@ -93,6 +94,7 @@ func TestDoJSON(t *testing.T) {
 }
 
 func TestDoJSONErrors(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	errDown := fmt.Errorf("provider down: %w", idem.ErrNotApplied)
 	errTimeout := errors.New("provider timed out")

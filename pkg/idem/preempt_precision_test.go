@@ -15,6 +15,7 @@ import (
 // dynamostore's condition does) on a settled record: both stores must give
 // the same sentinel.
 func TestPreemptSubMillisecondCreatedAgree(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	mem := memstore.New(func(o *memstore.Options) { o.Clock = e.Clock.Now })

@@ -32,6 +32,7 @@ func reviewStores(t *testing.T, clock *idemtest.Clock) map[string]idem.Backend {
 // unset CreatedAt) Preempt silently becomes TakeOver: it takes over
 // whatever command holds the key once its lease ran out.
 func TestPreemptOfAZeroTimeTakesOverNothing(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	for name, s := range reviewStores(t, clock) {
@@ -51,6 +52,7 @@ func TestPreemptOfAZeroTimeTakesOverNothing(t *testing.T) {
 // must give the same answer on the DynamoDB store and on memstore, which
 // claims to behave as it.
 func TestPreemptCreatedPrecisionAgreesAcrossStores(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	answers := map[string]error{}

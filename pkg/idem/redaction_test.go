@@ -55,6 +55,7 @@ func wantRedacted(t *testing.T, what string, k idem.Key, err error) {
 // of the ReplayCache names a key by its LogHash, never by the client's
 // key, which logs must not hold.
 func TestErrorsDoNotCarryTheKey(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	stores := map[string]idem.Backend{"dynamodb": e.Store, "memstore": memstore.New(func(o *memstore.Options) { o.Clock = e.Clock.Now })}
@@ -114,6 +115,7 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 // contractErrorsRedacted takes s down each of the contract's error paths
 // with a secret key.
 func contractErrorsRedacted(t *testing.T, s idem.Backend) {
+	ctx := t.Context()
 	k := secretKey(t)
 	l := dynamotest.Begin(t, s, k, fpA)
 	_, err := s.Begin(ctx, k, fpB, nil)

@@ -14,6 +14,7 @@ import (
 // command yet names when to try again; until then the key is neither
 // listed as stuck nor taken over, and each take-over is counted.
 func TestPostponeHidesTheLeaseUntilThen(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Shards = 1 })
 	k := dynamotest.Key(t, "acme")

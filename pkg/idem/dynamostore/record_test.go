@@ -27,6 +27,7 @@ import (
 // (the index is ordered by lease end) is never recovered while the other
 // one stays stuck.
 func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	db := dynamotest.Client(t)
@@ -68,6 +69,7 @@ func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
 // shard's later stuck leases are still recovered. It made Sweep abandon
 // the rest of the shard, on every run.
 func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	db := dynamotest.Client(t)
@@ -105,6 +107,7 @@ func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
 // free key (another request would then be accepted and the first one's
 // charge never recorded).
 func TestInFlightOutlivesRetention(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	k := dynamotest.Key(t, "acme")
@@ -136,6 +139,7 @@ func TestInFlightOutlivesRetention(t *testing.T) {
 // TestReleasedKeyAfterRetention: the released key's fingerprint is kept
 // until retention ends, and then the key is free for a new command.
 func TestReleasedKeyAfterRetention(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	k := dynamotest.Key(t, "acme")

@@ -62,6 +62,7 @@ func rowsTable(t *testing.T) (insert func(id string) types.TransactWriteItem) {
 // row trimmed) must commit; it got ErrLeaseLost once the lease remembered
 // the writes of any Commit that failed, leaving the command stuck.
 func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	resp := idem.Response{Status: 201, Body: []byte(`{"id":"x"}`)}
 	run := func(t *testing.T, s idem.Backend, insert func(id string) types.TransactWriteItem, arm func(bool)) {
@@ -137,6 +138,7 @@ func TestRefusedCommitDoesNotBindTheLease(t *testing.T) {
 // lease: otherwise a decline is answered "outcome pending", a release
 // "still leased", and a take-over is lost to the one who made it.
 func TestSettlementsRecogniseTheirOwnRetriedWrite(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	row := func(k idem.Key) types.TransactWriteItem {
@@ -192,6 +194,7 @@ func TestSettlementsRecogniseTheirOwnRetriedWrite(t *testing.T) {
 // (the caller's own retry after an error) is a success, as DynamoDB's
 // ClientRequestToken makes it; one with other arguments is refused.
 func TestCommitRetriedByTheCaller(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	k := dynamotest.Key(t, "acme")

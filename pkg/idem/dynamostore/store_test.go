@@ -2,7 +2,6 @@ package dynamostore_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -30,10 +29,10 @@ var (
 	fpA  = idem.FingerprintOf([]byte(`{"amount":100}`))
 	fpB  = idem.FingerprintOf([]byte(`{"amount":200}`))
 	resp = idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
-	ctx  = context.Background()
 )
 
 func wantReplay(t *testing.T, s *dynamostore.Store, k idem.Key, want idem.Response) {
+	ctx := t.Context()
 	t.Helper()
 	b, err := s.Begin(ctx, k, fpA, nil)
 	if err != nil || b.Replay == nil {
@@ -45,6 +44,7 @@ func wantReplay(t *testing.T, s *dynamostore.Store, k idem.Key, want idem.Respon
 }
 
 func TestLifecycleAllowedTransitions(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 
@@ -118,6 +118,7 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 }
 
 func TestLifecycleForbiddenTransitions(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	terminal := map[string]func(*idem.Lease) error{
@@ -182,6 +183,7 @@ func TestLifecycleForbiddenTransitions(t *testing.T) {
 }
 
 func TestFencingAfterTakeOver(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	business := dynamotest.Table(t, &dynamodb.CreateTableInput{
@@ -244,6 +246,7 @@ func TestFencingAfterTakeOver(t *testing.T) {
 }
 
 func TestExpiredRecordIsAbsent(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
 	k := dynamotest.Key(t, "acme")
@@ -268,6 +271,7 @@ func TestExpiredRecordIsAbsent(t *testing.T) {
 }
 
 func TestMismatchNeverReplays(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	k := dynamotest.Key(t, "acme")
@@ -285,6 +289,7 @@ func TestMismatchNeverReplays(t *testing.T) {
 }
 
 func TestTenantsDoNotShareKeys(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	ka := dynamotest.Key(t, "tenant-a")
@@ -297,6 +302,7 @@ func TestTenantsDoNotShareKeys(t *testing.T) {
 }
 
 func TestCallsPerOperation(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	k := dynamotest.Key(t, "acme")
@@ -340,6 +346,7 @@ func TestCallsPerOperation(t *testing.T) {
 }
 
 func TestLargeResponseIsCompressedAndReplayedExactly(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	k := dynamotest.Key(t, "acme")
@@ -353,6 +360,7 @@ func TestLargeResponseIsCompressedAndReplayedExactly(t *testing.T) {
 }
 
 func TestStuckLeaseIndex(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Shards = 2 })
 	stuck := map[string]bool{}
@@ -401,6 +409,7 @@ func TestStuckLeaseIndex(t *testing.T) {
 // the same keys. The conformance suite's clock ticks in whole milliseconds
 // and never sees it.
 func TestStuckLeasesAtASubMillisecondBoundary(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	list := func(t *testing.T, s idem.Backend) int {
 		k := idemtest.UniqueKey(t, "acme")
@@ -470,6 +479,7 @@ func (l *loseFirstAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
 // record; Begin must see its own token and hand out the lease, not report
 // the key in flight to the one attempt that holds it.
 func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	lossy := &loseFirstAnswer{op: "PutItem"}
@@ -498,6 +508,7 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 // lost and every retry throttled, is *UnknownClaimError with the lease the
 // record holds: never a refusal the caller could take for "nothing ran".
 func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	lossy := &idemtest.LostClaim{}
@@ -540,6 +551,7 @@ func overFaultyConnection(t *testing.T, e *dynamotest.Env, fault idemtest.Connec
 // and *UnknownClaimError otherwise. A read is ErrUnavailable whatever
 // failed: it wrote nothing.
 func TestCallsOverAFailedConnection(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	for _, fault := range idemtest.ConnectionFaults {
@@ -567,6 +579,7 @@ func TestCallsOverAFailedConnection(t *testing.T) {
 // is known not to have been applied only when its connection was refused
 // at every attempt. Its error is ErrUnavailable whatever the fault.
 func TestAttemptsTellAWriteNeverSent(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	e := dynamotest.NewEnv(t)
 	for _, fault := range idemtest.ConnectionFaults {

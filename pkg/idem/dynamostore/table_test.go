@@ -21,6 +21,7 @@ import (
 // TestExistingTableLayout: with another key attribute and a key prefix,
 // records live beside a table's other items, and TableInput follows.
 func TestExistingTableLayout(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
@@ -68,6 +69,7 @@ func TestExistingTableLayout(t *testing.T) {
 
 // itemNames returns the sorted attribute names of the item under key.
 func itemNames(t *testing.T, db *dynamodb.Client, table string, key map[string]types.AttributeValue) []string {
+	ctx := t.Context()
 	t.Helper()
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -82,6 +84,7 @@ func itemNames(t *testing.T, db *dynamodb.Client, table string, key map[string]t
 // other attributes are doc.go's, and the stuck-lease index, named as the
 // options say, lists the in-flight ones.
 func TestSortKeyLayouts(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	cases := []struct {
@@ -226,6 +229,7 @@ func TestLayoutOptionsRefused(t *testing.T) {
 // index, StuckLeases fails saying which index it queried, and with
 // ScanStuckLeases it finds the stuck leases among the table's other items.
 func TestStuckLeasesWithoutTheIndex(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
@@ -281,6 +285,7 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 
 // stuckKeys lists the keys of shard 0's leases that ran out before before.
 func stuckKeys(t *testing.T, s *dynamostore.Store, before time.Time) []idem.Key {
+	ctx := t.Context()
 	t.Helper()
 	var keys []idem.Key
 	for sl, err := range s.StuckLeases(ctx, 0, before) {
@@ -296,6 +301,7 @@ func stuckKeys(t *testing.T, s *dynamostore.Store, before time.Time) []idem.Key 
 // stuck-lease index gets it from IndexInput, under the names the options
 // give, and the commands already in flight are found there.
 func TestIndexInputAddsTheIndexToAnExistingTable(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)

@@ -44,7 +44,7 @@ func TestHTTPPlainSentinels(t *testing.T) {
 		}
 		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{}`)}), nil
 	})
-	ctx := context.Background()
+	ctx := t.Context()
 	key := idemtest.UniqueKey(t, "x").ClientKey()
 	if first, err := handler(ctx, httpRequest("acme", key, `{"item":"book"}`)); err != nil || first.StatusCode != 201 {
 		t.Fatalf("first: %+v, %v", first, err)
@@ -82,7 +82,7 @@ func TestHTTPPlainUnknownClaim(t *testing.T) {
 	handler := lambdaidem.HTTP(unknownBegin{memstore.New()}, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
 		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{}`)}), nil
 	})
-	resp, _ := handler(context.Background(), httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{"item":"book"}`))
+	resp, _ := handler(t.Context(), httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{"item":"book"}`))
 	if resp.StatusCode == 503 && strings.Contains(resp.Body, "nothing was done") {
 		t.Fatalf("a claim that landed (ErrUnknownClaim): %d %s", resp.StatusCode, resp.Body)
 	}
