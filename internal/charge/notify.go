@@ -50,7 +50,7 @@ func (s *Service) settles(n Notification) bool {
 
 // Notify settles the command a provider's notification names, once per
 // event id, so a charge is recorded as soon as the provider says what
-// happened, whoever answered it: the table in the package documentation
+// happened, whoever answered it: the table in docs/contract.md
 // says what each delivery does.
 func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
