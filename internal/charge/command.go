@@ -15,8 +15,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// steps are what a keyed command does under its key's lease, beyond what
-// its operation says.
+// steps are what a keyed command does under its key's lease. Its operation
+// says the rest.
 type steps struct {
 	op operation
 	// noun names the command in logs: "charge", "refund".
@@ -28,16 +28,16 @@ type steps struct {
 	send func(ctx context.Context, l *idem.Lease) (provider.Result, error)
 }
 
-// refusal is a command refused before the provider was asked: why, and
-// what its record keeps.
+// refusal is a command refused before the provider was asked. why names
+// it, and out is what its record keeps.
 type refusal struct {
 	why Outcome
 	out idem.Outcome
 }
 
-// run is the path every keyed command takes: idem.Do claims the key,
-// the provider is asked once, and the outcome is recorded. intent is
-// what the record keeps for the reconciler.
+// run is the path every keyed command takes. idem.Do claims the key, the
+// provider is asked once, and the outcome is recorded. intent is what the
+// record keeps for the reconciler.
 func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent any, st steps) (Result, error) {
 	in, _ := json.Marshal(intent) // a struct of strings and numbers
 	var (
@@ -46,9 +46,9 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	)
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		if !s.deduplicated(l) {
-			// A re-claim past the provider's dedup window: a request sent
-			// now would act anew if the first one landed. The provider is
-			// asked, never sent to; anything but an answer leaves the
+			// A re-claim past the provider's dedup window. A request sent
+			// now would act anew if the first one landed. So the provider
+			// is asked, never sent to. Anything but an answer leaves the
 			// command IN_FLIGHT for the reconciler, which parks it.
 			s.cfg.Logger.WarnContext(ctx, st.noun+": reference past the provider's dedup window; looked up, not sent",
 				"key_hash", l.Key.LogHash(), "created_at", l.CreatedAt)
@@ -63,7 +63,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 			r, err := st.hold(ctx, l)
 			switch {
 			case err != nil:
-				// The hold may have been placed: it is undone before the
+				// The hold may have been placed. It is undone before the
 				// release, and nothing was sent.
 				refused = OutcomeBusy
 				return s.release(ctx, st.op, l)
@@ -92,8 +92,8 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	return s.result(ctx, key, st.op, res, said, refused, err)
 }
 
-// result names what became of a command run: refused says why the
-// provider did not act, said is its answer if the outcome's writes failed.
+// result names what became of a command run. refused says why the provider
+// did not act. said is its answer, if the outcome's writes failed.
 func (s *Service) result(ctx context.Context, key idem.Key, op operation, res idem.Result, said *provider.Result, refused Outcome, err error) (Result, error) {
 	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
 		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
@@ -106,8 +106,8 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	}
 	switch {
 	case res.Lease == nil && transient(err):
-		// DynamoDB refused the claim unprocessed at every attempt: nothing
-		// is stored and nothing reached the provider.
+		// DynamoDB refused the claim unprocessed at every attempt. Nothing
+		// is stored, and nothing reached the provider.
 		return Result{Outcome: OutcomeBusy}, nil
 	case res.Lease == nil && err != nil:
 		return Result{}, err
@@ -132,9 +132,9 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	}
 }
 
-// release is the outcome of a command proven not done by the provider,
-// once op has taken back what it wrote before asking. If that fails, the
-// command stays IN_FLIGHT, to be released later.
+// release is the outcome of a command the provider proved not done. op
+// first takes back what it wrote before asking. If that fails, the command
+// stays IN_FLIGHT, to be released later.
 func (s *Service) release(ctx context.Context, op operation, lease *idem.Lease) (idem.Outcome, error) {
 	if err := op.undo(ctx, lease); err != nil {
 		return idem.Unknown(idem.Response{}), err
@@ -142,9 +142,9 @@ func (s *Service) release(ctx context.Context, op operation, lease *idem.Lease) 
 	return idem.NotApplied(idem.Response{}), nil
 }
 
-// ambiguous answers when the charge may have happened but the record could
-// not be completed: the record stays IN_FLIGHT and is queued for the
-// reconciler once its lease has run out.
+// ambiguous answers a command whose effect may have happened unrecorded.
+// Its record stays IN_FLIGHT, queued for the reconciler once its lease has
+// run out.
 func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error) (Result, error) {
 	s.cfg.Logger.WarnContext(ctx, "charge outcome unknown; queued for reconciliation",
 		"key_hash", lease.Key.LogHash(), "cause", ErrorClass(cause), "delay_ms", lease.ExpiresAt.Sub(s.cfg.Store.Now()).Milliseconds())
@@ -156,11 +156,11 @@ func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error)
 	return Result{Outcome: outcome, RetryAt: lease.ExpiresAt, KeyExpiresAt: lease.RecordExpiresAt}, nil
 }
 
-// unknownClaim answers a claim that may have landed without its answer:
-// the record may be IN_FLIGHT with the request, and the reconciler may
-// charge it once its lease has run out, so the client hears "pending",
-// never "nothing was charged". The reconcile message is queued as for an
-// ambiguous charge; the sweeper finds the lease if that fails too.
+// unknownClaim answers a claim that may have landed without its answer.
+// The record may be IN_FLIGHT with the request. The reconciler may charge
+// it once its lease has run out. So the client hears "pending", never
+// "nothing was charged". The key is queued as for an ambiguous charge. If
+// that fails too, the sweeper finds the lease.
 func (s *Service) unknownClaim(ctx context.Context, key idem.Key, unknown *idem.UnknownClaimError) (Result, error) {
 	s.cfg.Logger.WarnContext(ctx, "charge: claim outcome unknown; queued for reconciliation",
 		"key_hash", key.LogHash(), "cause", ErrorClass(unknown.Err))
@@ -181,7 +181,7 @@ func (s *Service) enqueue(ctx context.Context, key idem.Key, until time.Time) {
 	}
 }
 
-// prepare makes the provider ready, if it is a Preparer, before a
+// prepare makes the provider ready, if it is a Preparer. It runs before a
 // command is claimed or taken over.
 func (s *Service) prepare(ctx context.Context) error {
 	p, ok := s.cfg.Provider.(Preparer)
@@ -195,14 +195,14 @@ func (s *Service) prepare(ctx context.Context) error {
 }
 
 // deduplicated reports whether the provider still deduplicates the
-// reference of the command lease holds, with its margin to spare
-// (provider.Guarantees.Deduplicates). Every path that sends a request to
-// the provider asks this first: Create, a re-claim, the reconciler.
+// reference of the command lease holds, with its margin
+// (provider.Guarantees.Deduplicates). Every path that sends to the
+// provider asks this first: Create, a re-claim, the reconciler.
 func (s *Service) deduplicated(lease *idem.Lease) bool {
 	return s.cfg.Provider.Guarantees().Deduplicates(lease.CreatedAt, s.cfg.Store.Now())
 }
 
-// ask makes one provider call, timed into the invocation's metrics and
+// ask makes one provider call, timed into the invocation's metrics. It is
 // traced as the span name. Every call the service makes goes through it.
 func (s *Service) ask(ctx context.Context, name string, call func(context.Context) (provider.Result, error)) (provider.Result, error) {
 	ctx, span := s.cfg.Tracer.Start(ctx, name)
@@ -211,8 +211,8 @@ func (s *Service) ask(ctx context.Context, name string, call func(context.Contex
 	return endCall(span, res, err)
 }
 
-// endCall ends a provider call's span with the provider's status or the
-// class of its failure.
+// endCall ends a provider call's span with the provider's status, or its
+// failure's class.
 func endCall(span trace.Span, res provider.Result, err error) (provider.Result, error) {
 	defer span.End()
 	if err != nil {
@@ -232,16 +232,15 @@ func storedIntent[T any](stored []byte) (T, error) {
 	return in, nil
 }
 
-// The end of a request's time that its store and provider calls leave.
-// The reconcile message is sent in it, on its own time, then the answer
-// leaves before the function's deadline: the gateway never answers for it.
+// The end of a request's time that its store and provider calls leave. The
+// reconcile message is sent in it, on its own time. Then the answer leaves
+// before the function's deadline, so the gateway never answers for it.
 const (
 	enqueueTimeout = 750 * time.Millisecond
 	answerReserve  = enqueueTimeout + 250*time.Millisecond
 )
 
-// answering is ctx less its last answerReserve, for the calls of one
-// request.
+// answering is ctx less its last answerReserve, for one request's calls.
 func answering(ctx context.Context) (context.Context, context.CancelFunc) {
 	if deadline, ok := ctx.Deadline(); ok {
 		return context.WithDeadline(ctx, deadline.Add(-answerReserve))
@@ -250,14 +249,14 @@ func answering(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // recordReserve is the part of an answering context's time the provider
-// call may not use: what recording its outcome needs.
+// call may not use. Recording its outcome needs it.
 func (s *Service) recordReserve() time.Duration {
 	return max(s.cfg.CommitReserve-answerReserve, 0)
 }
 
-// providerEnd is end, or the end of an answering ctx less recordReserve if
-// that is sooner: when a provider call must stop, as must a wait that may
-// lead to one (as idem.Do's wait for a key does).
+// providerEnd is when a provider call must stop. It is end, or the end of
+// an answering ctx less recordReserve if sooner. A wait that may lead to a
+// call stops then too, as idem.Do's wait for a key does.
 func (s *Service) providerEnd(ctx context.Context, end time.Time) time.Time {
 	if deadline, ok := ctx.Deadline(); ok && deadline.Add(-s.recordReserve()).Before(end) {
 		return deadline.Add(-s.recordReserve())

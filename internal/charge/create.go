@@ -10,10 +10,10 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Create charges req once for the intent key names: a key of ChargeOperation,
-// the client's CommandID within its tenant. fp is the fingerprint of the
-// request as the client sent it; a later request with the same key and
-// another fingerprint is refused.
+// Create charges req once for the intent key names. key is of
+// ChargeOperation: the client's CommandID within its tenant. fp is the
+// fingerprint of the request as the client sent it. A later request under
+// the key with another fingerprint is refused.
 func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem.Fingerprint) (Result, error) {
 	if key.Operation() != ChargeOperation {
 		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
@@ -38,9 +38,9 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	})
 }
 
-// intent is what a record keeps of the request, for the reconciler. The card
-// source is kept only for a Replayer, which needs it to replay the request
-// and has checked it is a reference, not card data.
+// intent is what a record keeps of the request, for the reconciler. The
+// card source is kept only for a Replayer. It needs the source to replay
+// the request, and has checked it is a reference, not card data.
 type intent struct {
 	Amount      int64  `json:"amount"`
 	Currency    string `json:"currency"`
@@ -59,7 +59,7 @@ func (charges) reference(key idem.Key, created time.Time) string {
 }
 
 // lookup replays the request while the provider deduplicates it (a
-// Replayer), else looks its reference up, which sends nothing.
+// Replayer). Otherwise it looks the reference up, which sends nothing.
 func (c charges) lookup(ctx context.Context, lease *idem.Lease) (provider.Result, error) {
 	in, err := storedIntent[intent](lease.Intent)
 	if err != nil {
@@ -67,7 +67,7 @@ func (c charges) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 	}
 	rp := c.replayer(lease, in)
 	if rp != nil {
-		// A replay is a send: the heartbeat moves the attempt deadline,
+		// A replay is a send. The heartbeat moves the attempt deadline,
 		// from which a later "not found" waits out the settle window.
 		switch err := c.cfg.Store.Heartbeat(ctx, lease); {
 		case errors.Is(err, idem.ErrLeaseLost):
@@ -105,11 +105,12 @@ func (c charges) verdict(_ context.Context, lease *idem.Lease, res provider.Resu
 func (charges) undo(context.Context, *idem.Lease) error { return nil }
 
 // rewrite settles a charge whose row is already there. Rows are named by
-// the command's key and CreatedAt, so that is this command's own charge,
-// recorded by an earlier attempt: if it names the provider's charge, the
-// command succeeds with the row's answer. Anything else is a conflict no
-// retry can mend: it is stored as a permanent 500 and logged for an
-// operator, never left IN_FLIGHT to cycle through the reconciler.
+// the command's key and CreatedAt. So the row is this command's own
+// charge, recorded by an earlier attempt. If it names the provider's
+// charge, the command succeeds with the row's answer. Anything else is a
+// conflict no retry can mend. It is stored as a permanent 500 and logged
+// for an operator. It is never left IN_FLIGHT to cycle through the
+// reconciler.
 func (c charges) rewrite(ctx context.Context, lease *idem.Lease, res provider.Result) (Outcome, idem.Response, error) {
 	in, err := storedIntent[intent](lease.Intent)
 	if err != nil {
@@ -142,10 +143,10 @@ func (charges) resolved() Outcome { return OutcomeResolvedCharged }
 
 func (charges) row(rec *idem.Record) (string, error) { return ChargeID(rec.Key, rec.CreatedAt), nil }
 
-// notified settles, as the provider's word n says, a charge made but not
-// settled: an authorization whose capture or cancel is in flight, or one
-// the provider itself captured or canceled (an authorization that
-// expired). A charge in its final state is left as it is.
+// notified settles a charge made but not settled, as the provider's word n
+// says. That is an authorization whose capture or cancel is in flight. It
+// is also one the provider itself captured or canceled, as when it
+// expired. A charge in its final state is left as it is.
 func (c charges) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
 	if !IsChargeID(row) {
 		return "", false, nil
@@ -169,7 +170,7 @@ func (c charges) notified(ctx context.Context, n Notification, row string) (Outc
 }
 
 // made is the charge the command lease holds made, as the provider
-// answered res: authorized to capture later, or charged.
+// answered res. It is authorized to capture later, or charged.
 func (charges) made(lease *idem.Lease, in intent, res provider.Result) Charge {
 	c := Charge{
 		ID: ChargeID(lease.Key, lease.CreatedAt), Tenant: lease.Key.Tenant(),
@@ -194,7 +195,7 @@ func (charges) made(lease *idem.Lease, in intent, res provider.Result) Charge {
 }
 
 // chargeRequest is the provider request of the charge lease holds. Create
-// sends it and a replay sends it again, built here in one place: the
+// sends it and a replay sends it again. It is built in one place: the
 // provider replays a key only for the same parameters.
 func chargeRequest(lease *idem.Lease, in intent, source string) provider.ChargeRequest {
 	return provider.ChargeRequest{
@@ -203,10 +204,10 @@ func chargeRequest(lease *idem.Lease, in intent, source string) provider.ChargeR
 	}
 }
 
-// replayer is the provider as a Replayer if the command lease holds is to
-// be looked up by replaying it: the intent kept its source, and the
-// provider still deduplicates its reference (counted from the record's
-// creation, at or before the first send). Otherwise nil.
+// replayer is the provider as a Replayer, if the command lease holds is to
+// be looked up by replaying it. The intent must have kept its source. The
+// provider must still deduplicate its reference, counted from the record's
+// creation. Otherwise replayer is nil.
 func (c charges) replayer(lease *idem.Lease, in intent) Replayer {
 	if rp, ok := c.cfg.Provider.(Replayer); ok && in.Source != "" && c.deduplicated(lease) {
 		return rp

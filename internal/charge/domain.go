@@ -139,9 +139,9 @@ const (
 	StatusCanceled        = "canceled"
 )
 
-// ChargeID is the id of the charge an intent creates, derived from its key
-// and its record's creation: a key reused after retention names a new
-// intent, with its own charge.
+// ChargeID is the id of the charge an intent creates. It is derived from
+// the key and the record's creation. So a key reused after retention names
+// a new intent, with its own charge.
 func ChargeID(k idem.Key, created time.Time) string {
 	return derive("ch_", "charge-id", k, created, 24)
 }
@@ -165,9 +165,9 @@ func isDerived(id, prefix string) bool {
 	return true
 }
 
-// ProviderReference is the reference sent to the provider for an intent,
-// derived like ChargeID, never random: a re-execution of the intent must
-// hit the provider's deduplication, and a new intent under a reused key
+// ProviderReference is the reference sent to the provider for an intent.
+// It is derived like ChargeID, never random. A re-execution of the intent
+// must hit the provider's deduplication. A new intent under a reused key
 // must not.
 func ProviderReference(k idem.Key, created time.Time) string {
 	return derive("co_", "provider-reference", k, created, 32)
@@ -232,9 +232,9 @@ func RefundReference(k idem.Key, created time.Time) string {
 	return derive("rf_", "refund-reference", k, created, 32)
 }
 
-// NotificationOperation scopes the idempotency keys that deduplicate a
-// provider's notifications, by their event id, under the provider's name
-// as the tenant: "stripe#provider-event#evt_…".
+// NotificationOperation scopes the keys that deduplicate a provider's
+// notifications, by event id. The provider's name is the tenant:
+// "stripe#provider-event#evt_…".
 const NotificationOperation = "provider-event"
 
 // TransitionOperation scopes the reconciler's keys for a charge whose

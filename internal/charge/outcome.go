@@ -22,22 +22,22 @@ const (
 	OutcomeBusy      Outcome = "busy"
 	OutcomeRejected  Outcome = "rejected"
 	OutcomeAmbiguous Outcome = "ambiguous"
-	// OutcomeLeaseLost: the outcome is unknown because the request's lease
-	// was taken over before it could record it.
+	// OutcomeLeaseLost: the outcome is unknown. The request's lease was
+	// taken over before it could record it.
 	OutcomeLeaseLost Outcome = "lease_lost"
 	OutcomeInvalid   Outcome = "invalid"
 	OutcomeFound     Outcome = "found"
 	OutcomeNotFound  Outcome = "not_found"
-	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answers
-	// the charge in the state it set, by this request or an earlier one.
+	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answers the
+	// charge in the state it set. This request set it, or an earlier one.
 	OutcomeCaptured Outcome = "captured"
 	OutcomeCanceled Outcome = "canceled"
 	OutcomeError    Outcome = "error"
 	// OutcomeChargeConflict: the charge row conflicts with the provider's
 	// answer; stored as a permanent failure.
 	OutcomeChargeConflict Outcome = "charge_conflict"
-	// OutcomeStateConflict: the charge is in no state for the request
-	// (a refund of a charge not captured); nothing is stored.
+	// OutcomeStateConflict: the charge is in no state for the request, as
+	// a refund of a charge not captured. Nothing is stored.
 	OutcomeStateConflict Outcome = "state_conflict"
 	// OutcomeRefundExceeds: the refund is more than settled refunds
 	// leave; stored, final for its key. OutcomeRefundHeld: more than
@@ -64,21 +64,21 @@ const (
 	OutcomeResolvedCaptured Outcome = "resolved_captured"
 	OutcomeResolvedCanceled Outcome = "resolved_canceled"
 	// OutcomeNotSettled: the provider has no charge for the reference yet,
-	// but its settle window has not passed; the key is looked at again
+	// but its settle window has not passed. The key is looked at again
 	// when it has.
 	OutcomeNotSettled Outcome = "not_settled"
-	// OutcomeDeferred: the provider could not be asked; the key is looked
+	// OutcomeDeferred: the provider could not be asked. The key is looked
 	// at again after a backoff that grows with its attempts.
 	OutcomeDeferred Outcome = "deferred"
 	// OutcomeParked: the provider has no charge for a command older than
 	// its dedup window. Releasing it would let a retry send its reference
-	// again, which the provider would no longer deduplicate; it stays
+	// again, which the provider would not deduplicate. So it stays
 	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
 	OutcomeParked Outcome = "parked"
 )
 
-// Metric is o's name in the metrics (the Outcome dimension of Requests):
-// its own, hyphenated, unless the metrics count it under another.
+// Metric is o's name in the metrics, the Outcome dimension of Requests. It
+// is o's own, hyphenated, unless the metrics count it under another.
 func (o Outcome) Metric() metrics.Outcome {
 	if m, ok := countedAs[o]; ok {
 		return m
@@ -108,10 +108,10 @@ var metricOperations = map[string]metrics.Operation{
 	TransitionOperation:   metrics.OperationSettle,
 }
 
-// MetricOperation is the Operation dimension of the command key names:
-// OperationNone for the zero key (a command refused before its key was
-// read) or one of no operation the service runs, so that a forged key
-// never adds a value.
+// MetricOperation is the Operation dimension of the command key names. The
+// zero key, of a command refused before its key was read, is
+// OperationNone. So is a key of no operation the service runs: a forged
+// key never adds a value.
 func MetricOperation(key idem.Key) metrics.Operation {
 	if op, ok := metricOperations[key.Operation()]; ok {
 		return op

@@ -10,13 +10,13 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// MaxBodyBytes is the largest request body accepted, however it arrives
-// (POST /charges, or the request of a charge-requests message).
+// MaxBodyBytes is the largest request body accepted, however it arrives.
+// That is POST /charges, or a charge-requests message.
 const MaxBodyBytes = 16 * 1024
 
-// BodyError says why a request body is not one the contract accepts as a
-// whole (its size, its JSON, its members); a member's value that is wrong
-// is an *InvalidError instead. Reason is a sentence for the client.
+// BodyError says why the contract refuses a request body as a whole: its
+// size, its JSON, its members. A member's wrong value is an *InvalidError
+// instead. Reason is a sentence for the client.
 type BodyError struct {
 	Reason string
 }
@@ -33,16 +33,19 @@ const (
 	reasonShape    = "The body must be an object with a number amount, string currency, source and description, an optional boolean capture, and no other fields."
 )
 
-// ParseBody validates a create request body, the JSON object of
-// POST /charges, completely, and returns the request and the fingerprint
-// the command is claimed with: SHA-256 over the body's canonical JSON with
-// the amount written as an integer and an empty description left out, so
-// that every way of sending the same request (re-serialized, 1500.0 for
-// 1500, "description":"" or none, over HTTP or on the queue) has the same
-// fingerprint. A string that is not Unicode text (bytes that are
-// not UTF-8, a lone surrogate's \u escape) is refused with the JSON, as
-// canonicalisation would make it U+FFFD. An invalid body is a *BodyError
-// or an *InvalidError; both match ErrInvalidRequest.
+// ParseBody validates a create request body, the JSON object of POST
+// /charges. It returns the request and the fingerprint the command is
+// claimed with.
+//
+// The fingerprint is SHA-256 over the body's canonical JSON. The amount is
+// written as an integer, and an empty description is left out. So every
+// way of sending one request has one fingerprint: re-serialized, 1500.0
+// for 1500, "description":"" or none, over HTTP or on the queue.
+//
+// A string that is not Unicode text is refused with the JSON:
+// canonicalisation would make it U+FFFD. Bytes that are not UTF-8 are such
+// a string, and so is a lone surrogate's \u escape. An invalid body is a
+// *BodyError or an *InvalidError. Both match ErrInvalidRequest.
 func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	if len(body) > MaxBodyBytes {
 		return Request{}, idem.Fingerprint{}, &BodyError{reasonTooLarge}
@@ -69,9 +72,9 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	emptyDescription := in.described && in.description == ""
 	captureNow := in.capture != nil && *in.capture
 	if string(whole) != in.amount.String() || emptyDescription || captureNow {
-		// 1500.0 and 1.5e3 are the amount 1500, an empty description
-		// is none (it is neither stored nor returned), and "capture":true
-		// is the default: the same request, so the same fingerprint as
+		// 1500.0 and 1.5e3 are the amount 1500. An empty description is
+		// none: it is neither stored nor returned. "capture":true is the
+		// default. Each is the same request, so it has the fingerprint of
 		// the body with "amount":1500 and neither member.
 		canonical, err = normalised(canonical, string(whole), emptyDescription, captureNow)
 		if err != nil {
@@ -81,9 +84,9 @@ func ParseBody(body []byte) (Request, idem.Fingerprint, error) {
 	return r, idem.FingerprintOf(canonical), nil
 }
 
-// members are a create request's members as sent: the amount as written
-// if it is a number (empty if it is anything else), the others decoded,
-// and whether a description was sent at all.
+// members are a create request's members as sent. The amount is as written
+// if it is a number, else empty. The others are decoded. described says
+// whether a description was sent at all.
 type members struct {
 	amount                        json.Number
 	currency, source, description string
@@ -91,11 +94,11 @@ type members struct {
 	capture                       *bool
 }
 
-// requestMembers reads the members of a canonical body (what
-// idem.CanonicalJSON returns: valid, its keys unique). The body must be an
-// object, or null (no members), whose members are among amount, currency,
-// source, description and capture, none null, the next three strings and
-// capture a boolean.
+// requestMembers reads the members of a canonical body, as
+// idem.CanonicalJSON returns it: valid, its keys unique. The body must be
+// an object, or null (no members). Its members are among amount, currency,
+// source, description and capture. None is null. Currency, source and
+// description are strings, and capture is a boolean.
 func requestMembers(canonical []byte) (members, bool) {
 	var m members
 	var fields map[string]json.RawMessage
@@ -135,8 +138,8 @@ func requestMembers(canonical []byte) (members, bool) {
 	return m, true
 }
 
-// normalised is the canonical body with the amount written as whole and,
-// if dropDescription or dropCapture, without that member; the other
+// normalised is the canonical body with the amount written as whole. If
+// dropDescription or dropCapture, that member is left out. The other
 // members are kept as they are.
 func normalised(canonical []byte, whole string, dropDescription, dropCapture bool) ([]byte, error) {
 	var fields map[string]json.RawMessage
@@ -160,11 +163,11 @@ func normalised(canonical []byte, whole string, dropDescription, dropCapture boo
 // The reasons a refund may give, as Stripe names them.
 var refundReasons = map[string]bool{"duplicate": true, "fraudulent": true, "requested_by_customer": true}
 
-// ParseRefundBody validates a refund request body, the JSON object of
-// POST /charges/{id}/refunds (empty is {}), and returns the request and
-// its fingerprint. null is refused: it is not an object. The fingerprint
-// covers the charge id, so one key on
-// two charges is two requests, and the amount as an integer.
+// ParseRefundBody validates a refund request body and returns the request
+// and its fingerprint. The body is the JSON object of POST
+// /charges/{id}/refunds; empty is {}. null is refused: it is not an
+// object. The fingerprint covers the charge id, so one key on two charges
+// is two requests. It covers the amount as an integer.
 func ParseRefundBody(chargeID string, body []byte) (RefundRequest, idem.Fingerprint, error) {
 	if len(body) > MaxBodyBytes {
 		return RefundRequest{}, idem.Fingerprint{}, &BodyError{reasonTooLarge}
@@ -252,9 +255,9 @@ func ParseCaptureBody(body []byte) (int64, error) {
 // reasonCaptureShape is the *BodyError of a capture body of another shape.
 const reasonCaptureShape = "The body must be empty or an object with an optional number amount, and no other fields."
 
-// ParsePage validates a list's query parameters: limit, from 1 to
-// MaxRefundsLimit (DefaultRefundsLimit when absent), and starting_after,
-// a refund's id. A parameter present but empty is refused.
+// ParsePage validates a list's query parameters. limit is from 1 to
+// MaxRefundsLimit, DefaultRefundsLimit when absent. starting_after is a
+// refund's id. A parameter present but empty is refused.
 func ParsePage(query map[string]string) (Page, error) {
 	p := Page{Limit: DefaultRefundsLimit}
 	if v, ok := query["limit"]; ok {
@@ -281,17 +284,17 @@ func ParseCommandID(s string) (CommandID, error) {
 	return CommandID(s), nil
 }
 
-// ParseAmount reads an amount written as a JSON number. As in JSON Schema's
-// integer, what counts is the value, not how it is written: 1500, 1500.0
-// and 1.5e3 are all 1500; 1500.5 is refused, and so is anything but a
-// number (an empty n). NewRequest checks the range of what it returns.
+// ParseAmount reads an amount written as a JSON number. As in JSON
+// Schema's integer, what counts is the value, not how it is written. 1500,
+// 1500.0 and 1.5e3 are all 1500. 1500.5 is refused, and so is anything but
+// a number (an empty n). NewRequest checks the range of what it returns.
 func ParseAmount(n json.Number) (int64, error) {
 	if i, err := n.Int64(); err == nil {
 		return i, nil
 	}
 	invalid := &InvalidError{"amount", fmt.Sprintf("must be a whole number between %d and %d minor units", MinAmount, MaxAmount)}
-	// Once the value is known to be in range, its exponent is small enough
-	// to check exactly: 1500.0000000000000001 is 1500 as a float64.
+	// Once the value is known to be in range, its exponent is small. So it
+	// is checked exactly: 1500.0000000000000001 is 1500 as a float64.
 	if f, err := n.Float64(); err != nil || f < MinAmount || f > MaxAmount {
 		return 0, invalid
 	}

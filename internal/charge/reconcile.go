@@ -12,11 +12,11 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Reconcile resolves a command whose first attempt may have died between
-// the provider's effect and its record, however old it is. Once its lease
-// has run out, it asks the provider what became of its reference
-// (idem.Recover, with the operation's lookup as the resolver). The table in
-// docs/contract.md says what each answer leads to.
+// Reconcile resolves a command whose first attempt may have died
+// unrecorded, however old it is. Once its lease has run out, it asks the
+// provider what became of its reference. idem.Recover runs the operation's
+// lookup as the resolver. The table in docs/contract.md says what each
+// answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
 	if bypass, ok := bypasses[key.Operation()]; ok {
 		return bypass(s, ctx, key)
@@ -25,8 +25,8 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	if err != nil {
 		return "", err
 	}
-	// Before the take-over: on failure the message is delivered again,
-	// and the record stays as it was.
+	// Before the take-over: on failure the message is delivered again. The
+	// record stays as it was.
 	if err := s.prepare(ctx); err != nil {
 		return "", err
 	}
@@ -41,7 +41,7 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	return s.resolution(ctx, op, rec.Lease, rec.Status, r.said, err)
 }
 
-// untaken names what Recover found when it took no lease: done is false
+// untaken names what Recover found when it took no lease. done is false
 // when it took one.
 func untaken(rec idem.Result, err error) (out Outcome, done bool, _ error) {
 	switch {
@@ -55,9 +55,9 @@ func untaken(rec idem.Result, err error) (out Outcome, done bool, _ error) {
 	return OutcomeNothingToDo, true, nil
 }
 
-// reconciling is one Reconcile's resolver, with what it found that the
-// record's status will not say: why the command stays IN_FLIGHT, and the
-// provider's answer its outcome commits.
+// reconciling is one Reconcile's resolver. It keeps what the record's
+// status will not say. found is why the command stays IN_FLIGHT. said is
+// the provider's answer its outcome commits.
 type reconciling struct {
 	*Service
 	op    operation
@@ -65,8 +65,8 @@ type reconciling struct {
 	said  *provider.Result
 }
 
-// resolve asks the provider what became of the command lease holds, taken
-// over from its dead attempt (idem.Resolver).
+// resolve asks the provider what became of the command lease holds
+// (idem.Resolver). The lease was taken over from a dead attempt.
 func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outcome, error) {
 	s, key := r.Service, lease.Key
 	tracing.Int(trace.SpanFromContext(ctx), tracing.AttrAttempts, lease.Attempts)
@@ -79,8 +79,8 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 		return idem.Outcome{}, err
 	case errors.Is(err, provider.ErrRejected):
 		// The replay was refused in a way that proves it cannot succeed
-		// (provider.LookupRequest): nothing was or will be done, and a
-		// retry is answered provider-rejected once it asks again.
+		// (provider.LookupRequest). Nothing was or will be done. A retry
+		// is answered provider-rejected once it asks again.
 		s.cfg.Logger.WarnContext(ctx, "reconcile: the provider refused the replayed request; released",
 			"key_hash", key.LogHash(), "error_class", ErrorClass(err))
 		return s.release(ctx, r.op, lease)
@@ -107,16 +107,16 @@ func (r *reconciling) resolve(ctx context.Context, lease *idem.Lease) (idem.Outc
 	return s.release(ctx, r.op, lease)
 }
 
-// complete settles a command taken over from its first attempt (by
-// Notify, or an operator) as out says; said is the provider's answer out
-// commits, if any.
+// complete settles a command taken over from its first attempt, as out
+// says. Notify and an operator take such commands. said is the provider's
+// answer out commits, if any.
 func (s *Service) complete(ctx context.Context, op operation, lease *idem.Lease, out idem.Outcome, said *provider.Result) (Outcome, error) {
 	status, err := idem.Settle(ctx, s.backend, lease, out)
 	return s.resolution(ctx, op, lease, status, said, err)
 }
 
-// resolution names what became of a command whose settlement under lease
-// left it in status, or failed with err. Writes that failed their
+// resolution names what became of a command settled under lease. It is in
+// status, or its settlement failed with err. Writes that failed their
 // condition, for the provider's answer said, are settled by op.rewrite.
 func (s *Service) resolution(ctx context.Context, op operation, lease *idem.Lease, status idem.Status, said *provider.Result, err error) (Outcome, error) {
 	switch {

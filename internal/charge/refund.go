@@ -39,8 +39,8 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	}
 	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason}
 	if all := kept.Amount == 0; all {
-		// All that settled refunds leave, as an explicit amount would
-		// be: refunds in flight hold part of it for now, not for good.
+		// All that settled refunds leave, as an explicit amount would be.
+		// Refunds in flight hold part of it for now, not for good.
 		kept.Amount = max(c.Money.Amount-c.AmountRefunded, 0)
 	}
 	out, err := s.run(ctx, key, fp, kept, steps{op: refunds{s}, noun: "refund",
@@ -69,9 +69,9 @@ type refundIntent struct {
 	Reason         string `json:"reason,omitempty"`
 }
 
-// holdRefund holds kept's amount on the charge c for the refund l holds,
-// or says why not, and what the key keeps. all: the request named no
-// amount, so kept's is what settled refunds left when c was read.
+// holdRefund holds kept's amount on the charge c, for the refund l holds.
+// Otherwise it says why not, and what the key keeps. all: the request
+// named no amount, so kept's is what settled refunds left when c was read.
 func (s *Service) holdRefund(ctx context.Context, l *idem.Lease, c Charge, kept refundIntent, all bool) (refusal, error) {
 	var err error
 	switch {
@@ -123,8 +123,8 @@ func (r refunds) lookup(ctx context.Context, lease *idem.Lease) (provider.Result
 	return r.ask(ctx, "provider.LookupRefund", func(ctx context.Context) (provider.Result, error) { return r.cfg.Provider.LookupRefund(ctx, req) })
 }
 
-// verdict is a refund to commit with its row and its hold settled, or a
-// refusal to store once its hold is freed.
+// verdict is a refund to commit with its row and its hold settled. A
+// decline is a refusal to store, once its hold is freed.
 func (r refunds) verdict(ctx context.Context, lease *idem.Lease, res provider.Result) (idem.Outcome, error) {
 	in, err := storedIntent[refundIntent](lease.Intent)
 	if err != nil {
@@ -196,9 +196,9 @@ func (refunds) row(rec *idem.Record) (string, error) {
 }
 
 // notified records a refund the provider reported failed after it had
-// succeeded (a Stripe refund pending, then failed): its amount returns to
-// the charge, and the refund reads failed. Its stored 201 stays: it was
-// the answer then.
+// succeeded. A Stripe refund does so: pending, then failed. Its amount
+// returns to the charge, and the refund reads failed. Its stored 201
+// stays: it was the answer then.
 func (r refunds) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
 	chargeID, refundID, _ := strings.Cut(row, "#")
 	if !IsChargeID(chargeID) || !IsRefundID(refundID) {

@@ -17,11 +17,11 @@ type Provider interface {
 	Charge(ctx context.Context, req provider.ChargeRequest) (provider.Result, error)
 	Lookup(ctx context.Context, reference string) (provider.Result, error)
 	Guarantees() provider.Guarantees
-	// Refund and LookupRefund do the same for refunds, by the refund's
-	// own reference.
+	// Refund and LookupRefund do the same for refunds, by their own
+	// reference.
 	Refund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
 	LookupRefund(ctx context.Context, req provider.RefundRequest) (provider.Result, error)
-	// Capture and Cancel settle an authorization; State reads what the
+	// Capture and Cancel settle an authorization. State reads what the
 	// provider holds of a payment, changing nothing.
 	Capture(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
 	Cancel(ctx context.Context, req provider.PaymentRequest) (provider.Result, error)
@@ -29,61 +29,61 @@ type Provider interface {
 }
 
 // Replayer is a Provider that also looks a charge up by replaying its
-// request under its reference while the provider still deduplicates it
-// (provider.LookupRequest; the stripe adapter does). A replay must be the
-// request as first sent, so with a Replayer the intent keeps the request's
-// source. CheckSource refuses, before anything is stored, a source that is
-// not a reference to a card the provider holds (a PaymentMethod id): card
-// data is never kept.
+// request (provider.LookupRequest). It replays under the charge's
+// reference, while the provider still deduplicates it. The stripe adapter
+// is one. A replay must be the request as first sent. So with a Replayer
+// the intent keeps the request's source. CheckSource refuses, before
+// anything is stored, a source that is not a reference to a card. A
+// PaymentMethod id is one. Card data is never kept.
 type Replayer interface {
 	LookupRequest(ctx context.Context, req provider.LookupRequest) (provider.Result, error)
 	CheckSource(source string) error
 }
 
 // Preparer is a Provider with something to make ready before a command is
-// claimed: its API key, read from Secrets Manager (package keyed). A
-// provider that cannot be made ready fails the request with nothing
-// claimed, so no key is left IN_FLIGHT for want of a secret.
+// claimed. That is its API key, read from Secrets Manager (package keyed).
+// A provider that cannot be made ready fails the request with nothing
+// claimed. So no key is left IN_FLIGHT for want of a secret.
 type Preparer interface {
 	Prepare(ctx context.Context) error
 }
 
-// ErrProviderNotReady: the provider could not be made ready (its API key
-// could not be read); nothing was claimed or sent.
+// ErrProviderNotReady: the provider could not be made ready, its API key
+// unread. Nothing was claimed or sent.
 var ErrProviderNotReady = errors.New("charge: provider not ready, nothing claimed")
 
-// ReconcileQueue queues a key whose outcome is unknown, for the
-// reconciler to resolve once its lease has run out.
+// ReconcileQueue queues a key whose outcome is unknown. The reconciler
+// resolves it once its lease has run out.
 type ReconcileQueue interface {
 	EnqueueReconcile(ctx context.Context, key idem.Key, delay time.Duration) error
 }
 
-// Answers renders the answers a command stores: every retry replays them
-// byte for byte, whoever settled the command (the handler or the
-// reconciler). The HTTP layer provides them.
+// Answers renders the answers a command stores. Every retry replays them
+// byte for byte, whoever settled the command. The HTTP layer provides
+// them.
 type Answers interface {
 	// Created is the answer to a charge that succeeded.
 	Created(c Charge) idem.Response
 	// Declined is the answer to a declined card.
 	Declined(declineCode string) idem.Response
-	// Conflicting is the answer to a command whose charge row conflicts
-	// with the provider's answer.
+	// Conflicting answers a command whose charge row conflicts with the
+	// provider's answer.
 	Conflicting() idem.Response
 	// RefundCreated is the answer to a refund that succeeded.
 	RefundCreated(r Refund) idem.Response
 	// RefundDeclined is the answer to a refund the provider refused for
 	// good.
 	RefundDeclined(code string) idem.Response
-	// RefundExceeds is the answer to a refund beyond what settled refunds
-	// leave of the charge: final for its key.
+	// RefundExceeds answers a refund beyond what settled refunds leave. It
+	// is final for its key.
 	RefundExceeds() idem.Response
-	// RefundLimit is the answer to a refund of a charge whose settled
-	// refunds reach the limit: final for its key.
+	// RefundLimit answers a refund of a charge whose settled refunds reach
+	// the limit. It is final for its key.
 	RefundLimit() idem.Response
 }
 
-// Store is the idempotency store (idem.Backend): *dynamostore.Store is the
-// deployed one; memstore serves the rules' tests.
+// Store is the idempotency store (idem.Backend). *dynamostore.Store is the
+// deployed one. memstore serves the rules' tests.
 type Store = idem.Backend
 
 var _ Store = (*dynamostore.Store)(nil)
@@ -97,9 +97,9 @@ type Config struct {
 	Queue        ReconcileQueue // may be nil in the reconcile function
 	InflightWait time.Duration  // how long Create waits for an in-flight twin
 	// CommitReserve is the part of the request's time the provider call
-	// may not use. The request's last second (answerReserve) is kept for
-	// queueing the outcome and answering; the rest records the outcome.
-	// Default DefaultCommitReserve.
+	// may not use. The request's last second (answerReserve) queues the
+	// outcome and answers. The rest records the outcome. Default
+	// DefaultCommitReserve.
 	CommitReserve time.Duration
 	// RetryBase and RetryCap bound the reconciler's backoff per key: the
 	// n-th failed attempt waits RetryBase·2ⁿ⁻¹, at most RetryCap.
@@ -109,10 +109,10 @@ type Config struct {
 	// flight. Default DefaultMaxRefunds.
 	MaxRefunds int
 	// ReplayCache, if positive, is how many settled answers a process
-	// keeps to replay without asking DynamoDB (idem.ReplayCache).
+	// keeps (idem.ReplayCache). It replays them without asking DynamoDB.
 	ReplayCache int
 	Logger      *slog.Logger
-	// Tracer records the store's and the provider's calls as spans; nil
+	// Tracer records the store's and the provider's calls as spans. Nil
 	// traces nothing.
 	Tracer *tracing.Tracer
 }
@@ -123,19 +123,18 @@ const (
 	DefaultRetryBase     = time.Minute
 	DefaultRetryCap      = time.Hour
 	// DefaultMaxRefunds is how many refunds a charge may have, settled or
-	// in flight. It keeps a charge's read bounded, and its row, which
-	// holds a hold per refund in flight, far below DynamoDB's 400 KB.
+	// in flight. It keeps a charge's read bounded. Its row holds a hold
+	// per refund in flight, and stays far below DynamoDB's 400 KB.
 	DefaultMaxRefunds = 1000
 )
 
 // Service creates, reads and reconciles charges.
 type Service struct {
 	cfg Config
-	// backend is the store as the charge path uses it: timed into the
-	// invocation's metrics, behind the replay cache if there is one.
+	// backend is the store as the charge path uses it. Its calls are timed
+	// into the metrics, behind the replay cache if there is one.
 	backend idem.Backend
-	// ops are the operations the service runs, by the operation their
-	// keys are scoped to.
+	// ops are the operations the service runs, by their keys' scope.
 	ops map[string]operation
 }
 
@@ -180,25 +179,24 @@ func NewService(cfg Config) (*Service, error) {
 // Result is what became of a request, for the HTTP layer to answer.
 type Result struct {
 	Outcome Outcome
-	// Stored is the command's stored answer (created, declined, charge
-	// conflict, and their replays), to send as it is.
+	// Stored is the command's stored answer, to send as it is. Created,
+	// declined and charge conflicts have one, and so do their replays.
 	Stored   *idem.Response
 	Replayed bool
-	// Charge is the charge Get found, or the one a refund found in
-	// another state (OutcomeStateConflict); Refund the refund GetRefund
-	// found; Refunds the page ListRefunds found.
+	// Charge is the charge Get found, or one a refund found in another
+	// state (OutcomeStateConflict). Refund is the refund GetRefund found.
+	// Refunds is the page ListRefunds found.
 	Charge  *Charge
 	Refund  *Refund
 	Refunds *RefundList
-	// KeyExpiresAt is until when the key deduplicates (zero when nothing
-	// is stored); RetryAt when a retry may find the outcome settled
-	// (conflict, ambiguous).
+	// KeyExpiresAt is until when the key deduplicates, zero when nothing
+	// is stored. RetryAt is when a retry may find the outcome settled.
 	KeyExpiresAt, RetryAt time.Time
 }
 
-// transient reports whether err is a failure of DynamoDB that a retry may
-// not meet (idem.ErrUnavailable: the store and the charges table translate
-// the SDK's errors), or time running out.
+// transient reports whether err is a DynamoDB failure a retry may not
+// meet, or time running out. The store and the charges table translate the
+// SDK's errors to idem.ErrUnavailable.
 func transient(err error) bool {
 	return errors.Is(err, idem.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }

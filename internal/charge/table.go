@@ -19,8 +19,9 @@ import (
 // in the API: milliseconds, the precision records store.
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// The charges table: one item per charge and one per refund (table_refunds.go),
-// keyed by tenant and id, so a read is always scoped to the caller's tenant.
+// The charges table holds one item per charge, and one per refund
+// (table_refunds.go). Items are keyed by tenant and id, so a read is
+// scoped to the caller's tenant.
 const (
 	AttrTenant = "tenant"
 	AttrID     = "id"
@@ -112,8 +113,8 @@ func rowKey(tenant, id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{AttrTenant: &types.AttributeValueMemberS{Value: tenant}, AttrID: &types.AttributeValueMemberS{Value: id}}
 }
 
-// Insert is the write of c's row, only if no row has its id, for the
-// transaction that settles the command (dynamostore.Store.Commit).
+// Insert is the write of c's row, only if no row has its id. It is part of
+// the transaction that settles the command (dynamostore.Store.Commit).
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
 	// A struct of strings and an integer always marshals.
 	item, _ := attributevalue.MarshalMap(row{

@@ -13,11 +13,11 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// timed is the idempotency store with its calls timed into the metrics of
-// the invocation their context carries (metrics.FromContext): the claim as
-// BeginLatency, every settlement as CommitLatency, and the size of each
-// stored answer. Each call is a span (idem.Begin, idem.Commit, ...) with
-// its outcome, parent of the DynamoDB call's.
+// timed is the idempotency store, its calls timed into the invocation's
+// metrics (metrics.FromContext). The claim is BeginLatency, and every
+// settlement CommitLatency. Each stored answer's size is recorded. Each
+// call is a span with its outcome (idem.Begin, idem.Commit, ...), parent
+// of the DynamoDB call's.
 type timed struct {
 	Store
 	tracer *tracing.Tracer
