@@ -21,7 +21,7 @@ func TestReferenceIsTheOneEachOperationSends(t *testing.T) {
 		{charge.RefundOperation, charge.RefundReference},
 		{charge.NotificationOperation, nil},
 		{charge.TransitionOperation, nil},
-		{"create-payout", nil},
+		{"no-such-operation", nil},
 	} {
 		key, err := idem.NewKey("acme", tc.operation, "order-1")
 		if err != nil {
@@ -46,7 +46,7 @@ func TestReconcilesTheOperationsAndTheirBypasses(t *testing.T) {
 		charge.RefundOperation:       true,
 		charge.NotificationOperation: true,
 		charge.TransitionOperation:   true,
-		"create-payout":              false,
+		"no-such-operation":              false,
 		"":                           false,
 	} {
 		if got := charge.Reconciles(operation); got != want {
