@@ -46,7 +46,7 @@ func TestReconcilesTheOperationsAndTheirBypasses(t *testing.T) {
 		charge.RefundOperation:       true,
 		charge.NotificationOperation: true,
 		charge.TransitionOperation:   true,
-		"no-such-operation":              false,
+		"no-such-operation":          false,
 		"":                           false,
 	} {
 		if got := charge.Reconciles(operation); got != want {
