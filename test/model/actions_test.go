@@ -78,7 +78,7 @@ var (
 // request body) on first use.
 func (r *history) pick(rt *rapid.T) *keyState {
 	tenant := rapid.SampledFrom(r.tenants).Draw(rt, "tenant")
-	key, err := idem.NewKey(tenant, charge.Operation, rapid.SampledFrom(clientKeys).Draw(rt, "clientKey"))
+	key, err := idem.NewKey(tenant, charge.ChargeOperation, rapid.SampledFrom(clientKeys).Draw(rt, "clientKey"))
 	if err != nil {
 		rt.Fatal(err)
 	}
