@@ -45,7 +45,7 @@ const adminUsage = `usage:
                                                    the audit trail of a key (hashed here), oldest first
   chargectl admin audit [--json] --charge TENANT CHARGE_ID
                                                    the audit trail of a charge: its key's, its refunds'
-OP, the operation the key is scoped to: ` + charge.Operation + ` (default, POST /charges) or ` + charge.RefundOperation + `
+OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
@@ -103,7 +103,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	fs.SetOutput(stderr)
 	fs.BoolVar(&a.json, "json", false, "print the result as JSON")
 	operation := func() {
-		fs.StringVar(&a.operation, "operation", charge.Operation, "the `OP` the key is scoped to: "+charge.Operation+" or "+charge.RefundOperation)
+		fs.StringVar(&a.operation, "operation", charge.ChargeOperation, "the `OP` the key is scoped to: "+charge.ChargeOperation+" or "+charge.RefundOperation)
 	}
 	var (
 		nargs int
@@ -189,7 +189,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	}
 	if a.operation != "" && !charge.Reconciles(a.operation) {
 		fmt.Fprintf(stderr, "chargectl admin %s: --operation %q: want %s, %s or %s\n%s", cmd, a.operation,
-			charge.Operation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
+			charge.ChargeOperation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
 		return exitUsage
 	}
 	if fs.NArg() != nargs {
@@ -478,7 +478,7 @@ func relative(t, now time.Time) string {
 
 // recordCommand is the command line that shows key's record.
 func recordCommand(key idem.Key) string {
-	if key.Operation() == charge.Operation {
+	if key.Operation() == charge.ChargeOperation {
 		return "chargectl admin record " + key.Tenant() + " " + key.ClientKey()
 	}
 	return "chargectl admin record --operation " + key.Operation() + " " + key.Tenant() + " " + key.ClientKey()

@@ -49,7 +49,7 @@ func TestAdminAudit(t *testing.T) {
 	for _, e := range history {
 		ops[e.Operation] = true
 	}
-	if !ops[charge.Operation] || !ops[charge.RefundOperation] {
+	if !ops[charge.ChargeOperation] || !ops[charge.RefundOperation] {
 		t.Errorf("the charge's trail holds the operations %v, want its charge's and its refund's", ops)
 	}
 	if code, _, stderr := s.admin(t, "audit", "--charge", "acme", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(stderr, "no such charge") {

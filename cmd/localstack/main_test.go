@@ -195,7 +195,7 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := idem.NewKey("acme", charge.Operation, "renewal-1")
+	key, err := idem.NewKey("acme", charge.ChargeOperation, "renewal-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,7 +246,7 @@ func trailShows(t *testing.T, s stack) {
 		t.Fatal(err)
 	}
 	settled := func(client string) *audit.Entry {
-		k, _ := idem.NewKey("acme", charge.Operation, client)
+		k, _ := idem.NewKey("acme", charge.ChargeOperation, client)
 		history, err := trail.History(ctx, k.LogHash())
 		if err != nil {
 			t.Fatal(err)

@@ -119,7 +119,7 @@ func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.
 // asked, the ids it names, and the request without its card source.
 func (d *decoder) intent(e *Entry, rec *idem.Record) {
 	switch rec.Key.Operation() {
-	case charge.Operation:
+	case charge.ChargeOperation:
 		e.Charge = charge.ChargeID(rec.Key, rec.CreatedAt)
 	case charge.RefundOperation:
 		e.Refund = charge.RefundID(rec.Key, rec.CreatedAt)

@@ -36,7 +36,7 @@ const recordsStream = "arn:aws:dynamodb:us-east-1:123456789012:table/records/str
 func TestEachChangeOfARecordIsNamed(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	key, _ := idem.NewKey("acme", charge.Operation, "order-1")
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
 	rec := func(st idem.Status, tok string, expires time.Time) *idem.Record {
 		return &idem.Record{Key: key, Status: st, LeaseToken: tok, CreatedAt: now.Add(-time.Hour), ExpiresAt: expires,
 			Intent: []byte(`{"amount":1500,"by":{"sub":"u-1","ip":"203.0.113.7"},"currency":"EUR","source":"pm_card_visa"}`)}

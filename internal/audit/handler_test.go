@@ -136,7 +136,7 @@ func TestEveryCommandLeavesItsEntries(t *testing.T) {
 	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
 		t.Fatalf("drained %+v", b)
 	}
-	charged, declined, refunded := hash(t, tenant, charge.Operation, kCharge), hash(t, tenant, charge.Operation, kDecline), hash(t, tenant, charge.RefundOperation, kRefund)
+	charged, declined, refunded := hash(t, tenant, charge.ChargeOperation, kCharge), hash(t, tenant, charge.ChargeOperation, kDecline), hash(t, tenant, charge.RefundOperation, kRefund)
 	got := history(t, tr, charged, refunded)
 
 	claim := one(t, got, charged, audit.WhatClaimed)
@@ -169,7 +169,7 @@ func TestEveryCommandLeavesItsEntries(t *testing.T) {
 		t.Errorf("the decline: %s", show([]audit.Entry{decline}))
 	}
 
-	moves := find(history(t, tr, hash(t, tenant, charge.Operation, kAuth)), hash(t, tenant, charge.Operation, kAuth), audit.WhatRowChanged)
+	moves := find(history(t, tr, hash(t, tenant, charge.ChargeOperation, kAuth)), hash(t, tenant, charge.ChargeOperation, kAuth), audit.WhatRowChanged)
 	if len(moves) != 2 || moves[0].Status != charge.StatusCapturing || moves[0].Principal == nil || *moves[0].Principal != *carol.principal() ||
 		*moves[0].Origin != *carol.origin() || moves[1].Status != charge.StatusSucceeded || moves[1].Principal != nil {
 		t.Errorf("the capture: began by carol, then settled: %s", show(moves))
@@ -247,7 +247,7 @@ func TestNoRawKeyCardSourceOrSecretIsEverWritten(t *testing.T) {
 		t.Fatalf("drained %+v", b)
 	}
 	all := written(t, tr)
-	if !strings.Contains(all, hash(t, tenant, charge.Operation, raw[0])) {
+	if !strings.Contains(all, hash(t, tenant, charge.ChargeOperation, raw[0])) {
 		t.Fatalf("the trail does not name the charge's key by its hash:\n%s", all)
 	}
 	for _, secret := range append(raw, "pm_card_visa", testkit.StripeSecret) {
@@ -337,7 +337,7 @@ func TestAnOutageOfTheTrailIsCaughtUpWithNothingMissing(t *testing.T) {
 	for range 3 {
 		k := testkit.UniqueName("order")
 		send(t, h, alice.as(testkit.PostCharge(tenant, k, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)
-		keys = append(keys, hash(t, tenant, charge.Operation, k))
+		keys = append(keys, hash(t, tenant, charge.ChargeOperation, k))
 	}
 	for range 2 {
 		if b := tr.Drain(t); b.Records == 0 || b.Failed != b.Records {
@@ -381,7 +381,7 @@ func TestATypicalChargesRecordStaysUnderOneKilobyte(t *testing.T) {
 	size := func(req events.APIGatewayV2HTTPRequest, key string) int {
 		t.Helper()
 		send(t, h, req, http.StatusCreated)
-		k, _ := idem.NewKey(tenant, charge.Operation, key)
+		k, _ := idem.NewKey(tenant, charge.ChargeOperation, key)
 		out, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{
 			TableName: aws.String(d.IdempotencyTable), ConsistentRead: aws.Bool(true),
 			Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}},

@@ -102,7 +102,7 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 	case !found:
 		return nil, fmt.Errorf("%w: %s", ErrNoCharge, id)
 	}
-	subjects := []string{subject(tenant, charge.Operation, string(c.IdempotencyKey))}
+	subjects := []string{subject(tenant, charge.ChargeOperation, string(c.IdempotencyKey))}
 	for _, r := range c.Refunds {
 		subjects = append(subjects, subject(tenant, charge.RefundOperation, string(r.IdempotencyKey)))
 	}

@@ -107,7 +107,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for op, k := range map[string]string{charge.Operation: client, charge.RefundOperation: refundKey} {
+	for op, k := range map[string]string{charge.ChargeOperation: client, charge.RefundOperation: refundKey} {
 		k, _ := idem.NewKey(tenant, op, k)
 		if _, err := store.Get(t.Context(), k); err == nil {
 			t.Fatalf("the %s record is still there", op)
@@ -122,7 +122,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("the charge's history, three days after its last record expired:\n%s", show(got))
-	charged, refunded := hash(t, tenant, charge.Operation, client), hash(t, tenant, charge.RefundOperation, refundKey)
+	charged, refunded := hash(t, tenant, charge.ChargeOperation, client), hash(t, tenant, charge.RefundOperation, refundKey)
 
 	declined := one(t, got, charged, audit.WhatFailed)
 	if declined.Answer != http.StatusPaymentRequired || declined.Problem == "" || declined.Charge == id || *declined.Principal != *alice.principal() {

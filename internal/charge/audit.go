@@ -54,7 +54,7 @@ func notified(ctx context.Context, n Notification) []byte {
 }
 
 // RowKey is the key of the command that wrote item, a row of the charges
-// table: a charge's (Operation) or a refund's (RefundOperation). ok is
+// table: a charge's (ChargeOperation) or a refund's (RefundOperation). ok is
 // false for an item that is neither.
 func RowKey(item map[string]types.AttributeValue) (key idem.Key, ok bool) {
 	var r struct {
@@ -65,7 +65,7 @@ func RowKey(item map[string]types.AttributeValue) (key idem.Key, ok bool) {
 	if attributevalue.UnmarshalMap(item, &r) != nil {
 		return idem.Key{}, false
 	}
-	op := Operation
+	op := ChargeOperation
 	if !IsChargeID(r.ID) {
 		op = RefundOperation
 	}
