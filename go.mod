@@ -25,7 +25,7 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require github.com/aws/aws-sdk-go-v2/service/dynamodbstreams v1.48.0 // indirect
+require github.com/aws/aws-sdk-go-v2/service/dynamodbstreams v1.48.0
 
 require (
 	github.com/aws/aws-sdk-go-v2/aws/protocol/eventstream v1.7.20 // indirect
@@ -38,12 +38,12 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/internal/endpoint-discovery v1.13.12 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/presigned-url v1.14.12 // indirect
 	github.com/aws/aws-sdk-go-v2/service/internal/s3shared v1.20.4 // indirect
-	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.0 // indirect
+	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.0
 	github.com/aws/aws-sdk-go-v2/service/signin v1.13.1 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sns v1.47.2 // indirect
 	github.com/aws/aws-sdk-go-v2/service/sso v1.39.5 // indirect
 	github.com/aws/aws-sdk-go-v2/service/ssooidc v1.44.5 // indirect
-	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0 // indirect
+	github.com/aws/aws-sdk-go-v2/service/sts v1.52.0
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/chargeonce/chargeonce/pkg/idem v0.0.0-00010101000000-000000000000
 	github.com/go-logr/logr v1.4.4 // indirect

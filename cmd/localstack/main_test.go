@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
@@ -79,8 +80,8 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 		t.Errorf("banner's curl does not target the API:\n%s", banner.String())
 	}
 	for _, want := range []string{"IDEMPOTENCY_TABLE=chargeonce-idempotency", "CHARGES_TABLE=chargeonce-charges", "RECONCILE_QUEUE_URL=" + s.queueURL, "RECONCILE_DLQ_URL=" + s.dlqURL,
-		"CHARGE_REQUESTS_QUEUE_URL=" + s.intakeURL,
-		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "AWS_ACCESS_KEY_ID=test"} {
+		"CHARGE_REQUESTS_QUEUE_URL=" + s.intakeURL, "AUDIT_BUCKET=chargeonce-audit", "AUDIT_INDEX_TABLE=chargeonce-audit-index",
+		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "S3_ENDPOINT=" + s.s3, "AWS_ACCESS_KEY_ID=test"} {
 		if s.queueURL == "" || s.dlqURL == "" || s.intakeURL == "" || !strings.Contains(banner.String(), want) {
 			t.Errorf("banner's chargectl admin environment lacks %s:\n%s", want, banner.String())
 		}
@@ -102,6 +103,7 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 	}
 	wantSpans(t, spans, "order-1001", source)
 	submitAndReplay(t, s, source)
+	trailShows(t, s)
 	rotateWhileRunning(t, s, source)
 
 	cancel()
@@ -218,6 +220,55 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("POST /charges with the submitted command id: %d %v, want the intake's 201 replayed", res.StatusCode, res.Header)
+	}
+}
+
+// trailShows waits until the audit trail, fed from the tables' streams,
+// holds the API's charge with the caller's address, and the queue's with
+// its sender and message.
+func trailShows(t *testing.T, s stack) {
+	t.Helper()
+	ctx := t.Context()
+	cfg, err := awsenv.Config(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := audit.NewArchive(awsenv.S3(cfg, s.s3), auditBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := audit.NewIndex(awsenv.New(cfg, awsenv.Endpoints{DynamoDB: s.dynamoDB}).DynamoDB, auditIndexTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trail, err := audit.NewTrail(archive, index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := func(client string) *audit.Entry {
+		k, _ := idem.NewKey("acme", charge.ChargeOperation, client)
+		history, err := trail.History(ctx, k.LogHash())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range history {
+			if e.What == audit.WhatSucceeded {
+				return &history[i]
+			}
+		}
+		return nil
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		api, queued := settled("order-1001"), settled("renewal-1")
+		if api != nil && queued != nil {
+			if api.Origin == nil || api.Origin.IP != "127.0.0.1" || queued.Principal == nil || queued.Principal.IAM == "" || queued.Origin == nil || queued.Origin.Message == "" {
+				t.Errorf("the trail's charges: %+v %+v, want the API's caller's address and the queue's sender and message", *api, *queued)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit trail does not hold both charges 20s after they were made: %v, %v", api, queued)
+		}
 	}
 }
 

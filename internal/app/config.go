@@ -16,6 +16,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
@@ -71,6 +74,12 @@ const (
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
+	// EnvAuditBucket is the audit trail's bucket, EnvAuditIndexTable its
+	// index, and EnvAuditIndexDays how many days the index finds a
+	// command's entries (package audit).
+	EnvAuditBucket     = "AUDIT_BUCKET"
+	EnvAuditIndexTable = "AUDIT_INDEX_TABLE"
+	EnvAuditIndexDays  = "AUDIT_INDEX_DAYS"
 )
 
 // The providers PROVIDER names: our provider API (providersim locally),
@@ -327,6 +336,31 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 	return c, e.err()
 }
 
+// AuditConfig is the audit function's configuration: the tables whose
+// streams it reads, and where the trail goes.
+type AuditConfig struct {
+	Common
+	IdempotencyTable, ChargesTable string
+	AuditBucket, AuditIndexTable   string
+	// IndexRetention is how long the index finds a command's entries
+	// (AUDIT_INDEX_DAYS, default audit.DefaultIndexRetention).
+	IndexRetention time.Duration
+}
+
+// LoadAudit reads the audit function's configuration.
+func LoadAudit(get Getenv) (AuditConfig, error) {
+	e := &env{get: get}
+	c := AuditConfig{
+		IdempotencyTable: e.required(EnvIdempotencyTable),
+		ChargesTable:     e.required(EnvChargesTable),
+		AuditBucket:      e.required(EnvAuditBucket),
+		AuditIndexTable:  e.required(EnvAuditIndexTable),
+		IndexRetention:   time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour,
+		Common:           e.common(),
+	}
+	return c, e.err()
+}
+
 // AdminConfig is chargectl's configuration for the commands that use the
 // deployment's resources directly (admin, submit): named by the variables
 // the functions read, the reconcile dead-letter queue and the
@@ -334,6 +368,8 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
 	ChargeRequestsQueueURL                                             string
+	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
+	AuditBucket, AuditIndexTable string
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
 	// PROVIDER: a command an operator settles deduplicates as long as one
 	// the functions settle, a released one no longer than the provider
@@ -358,6 +394,8 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileQueueURL:      read(EnvReconcileQueueURL),
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
+		AuditBucket:            read(EnvAuditBucket),
+		AuditIndexTable:        read(EnvAuditIndexTable),
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}
@@ -373,8 +411,11 @@ func Logger(level slog.Level) *slog.Logger {
 // the local stack pass their own clock and provider HTTP client.
 type Deps struct {
 	Clients awsenv.Clients
-	Clock   func() time.Time
-	Logger  *slog.Logger
+	// S3 is the audit function's client for its bucket; the other
+	// functions have none.
+	S3     *s3.Client
+	Clock  func() time.Time
+	Logger *slog.Logger
 	// Metrics receives the functions' embedded-metric-format lines.
 	// Default os.Stdout.
 	Metrics io.Writer

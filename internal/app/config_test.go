@@ -13,6 +13,7 @@ import (
 	"github.com/stripe/stripe-go/v84/webhook"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/secrets"
@@ -106,13 +107,15 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 	env := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "http://q",
 		app.EnvProviderURL: "https://p", app.EnvChargeRequestsDLQURL: "http://dlq",
+		app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index",
 	}
 	endpoints := func() []string {
 		c, _ := app.LoadCharge(envOf(env))
 		r, _ := app.LoadReconcile(envOf(env))
 		i, _ := app.LoadIntake(envOf(env))
 		s, _ := app.LoadSweeper(envOf(env))
-		return []string{c.TraceEndpoint, r.TraceEndpoint, i.TraceEndpoint, s.TraceEndpoint}
+		a, _ := app.LoadAudit(envOf(env))
+		return []string{c.TraceEndpoint, r.TraceEndpoint, i.TraceEndpoint, s.TraceEndpoint, a.TraceEndpoint}
 	}
 	for _, got := range endpoints() {
 		if got != "" {
@@ -124,6 +127,30 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 		if got != "http://localhost:4318" {
 			t.Fatalf("trace endpoint %q, want %s's", got, app.EnvTraceEndpoint)
 		}
+	}
+}
+
+// TestLoadAudit: the audit function needs both tables, the bucket and the
+// index; the index finds three months of entries unless told otherwise.
+func TestLoadAudit(t *testing.T) {
+	t.Parallel()
+	_, err := app.LoadAudit(envOf(map[string]string{}))
+	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvAuditBucket, app.EnvAuditIndexTable} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadAudit with nothing set: %v, want %s named", err, name)
+		}
+	}
+	env := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index"}
+	c, err := app.LoadAudit(envOf(env))
+	if err != nil || c.IndexRetention != audit.DefaultIndexRetention {
+		t.Errorf("LoadAudit: %+v %v, want the index's default retention", c, err)
+	}
+	env[app.EnvAuditIndexDays] = "30"
+	if c, err := app.LoadAudit(envOf(env)); err != nil || c.IndexRetention != 30*24*time.Hour {
+		t.Errorf("LoadAudit with %s=30: %v %v", app.EnvAuditIndexDays, c.IndexRetention, err)
+	}
+	if _, err := app.AuditHandler(c, app.Deps{}); err == nil {
+		t.Error("an audit handler without an S3 client was built")
 	}
 }
 

@@ -1,6 +1,9 @@
 package app
 
 import (
+	"errors"
+
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -42,4 +45,30 @@ func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
 		return nil, err
 	}
 	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger, o.Metrics, o.Tracer = d.Logger, d.Metrics, d.Tracer })
+}
+
+// AuditHandler builds the audit function's handler: the streams of both
+// tables, written to the trail's bucket (d.S3) and index.
+func AuditHandler(c AuditConfig, d Deps) (*audit.Handler, error) {
+	if d.S3 == nil {
+		return nil, errors.New("app: the audit function needs an S3 client")
+	}
+	d = d.traced()
+	// The store decodes the records' items: its options play no part.
+	records, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
+	if err != nil {
+		return nil, err
+	}
+	archive, err := audit.NewArchive(d.S3, c.AuditBucket)
+	if err != nil {
+		return nil, err
+	}
+	index, err := audit.NewIndex(d.Clients.DynamoDB, c.AuditIndexTable)
+	if err != nil {
+		return nil, err
+	}
+	tables := audit.Tables{Records: c.IdempotencyTable, Charges: c.ChargesTable}
+	return audit.NewHandler(records, tables, archive, index, func(o *audit.Options) {
+		o.IndexRetention, o.Clock, o.Logger, o.Tracer = c.IndexRetention, d.Clock, d.Logger, d.Tracer
+	})
 }

@@ -13,7 +13,8 @@
 // LeaseExpiresAtAttribute, ScanStuckLeases) put the records in a table you
 // already have; [Store.TableInput] and [Store.TTLInput] follow them.
 // [Store.IndexInput] adds the stuck-lease index to such a table. pkg/idem's docs/tables.md has the
-// layouts, the IAM policy and the CloudFormation.
+// layouts, the IAM policy and the CloudFormation. [Store.Decode] reads a
+// record from an item as a Scan or DynamoDB Streams hands it over.
 //
 // # Calls
 //
