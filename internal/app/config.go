@@ -218,6 +218,9 @@ type ChargeConfig struct {
 	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
 	// API's (docs/contract.md), and only tests lower it.
 	MaxRefunds int
+	// SettleWindow is as the reconcile function's: a repeated capture
+	// or cancel settles a move left in flight with it.
+	SettleWindow time.Duration
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -237,6 +240,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
+		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
 		Common:             e.common(),
 	}
 	return c, e.err()
@@ -521,6 +525,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 		},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
+		ProviderOptions: settleWindow(c.SettleWindow),
 	})
 	if err != nil {
 		return nil, err
@@ -595,8 +600,12 @@ func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
-		ProviderOptions: []func(*provider.Options){
-			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
-		},
+		ProviderOptions: settleWindow(c.SettleWindow),
 	})
+}
+
+// settleWindow declares the sim provider's settle window (zero: its
+// default), the same in every function that settles a command or a move.
+func settleWindow(d time.Duration) []func(*provider.Options) {
+	return []func(*provider.Options){provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(d, provider.DefaultSettleWindow)})}
 }
