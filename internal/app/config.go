@@ -23,7 +23,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
-	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -514,7 +513,7 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 // ChargeHandler builds the charge function's API Gateway handler.
 func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	d = d.traced()
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
@@ -571,7 +570,7 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 // and the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	d = d.traced()
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
