@@ -343,7 +343,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		wg.Go(func() { _ = p.Run(ctx) })
 	}
 	logger.Info("localstack ready", "component", "localstack", "api", s.api, "provider", s.provider,
-		"dynamodb", s.dynamoDB, "sqs", s.sqs, "reconcile_queue", s.queueURL, "charge_requests_queue", s.intakeURL)
+		"dynamodb", s.dynamoDB, "sqs", s.sqs, "reconcile_queue", s.queueURL, "reconcile_dlq", s.dlqURL,
+		"charge_requests_queue", s.intakeURL, "idempotency_table", res.idempotencyTable, "charges_table", res.chargesTable)
 	ready(s)
 
 	select {
