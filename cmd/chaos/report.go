@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"time"
 )
 
 // report is a run's figures and checks.
@@ -28,6 +29,8 @@ type report struct {
 	// Faults counts the faults injected, by "target kind".
 	Faults      map[string]int `json:"faults"`
 	FaultsTotal int            `json:"faults_total"`
+	// HealedAt is when the faults were taken away.
+	HealedAt time.Time `json:"healed_at"`
 	// SettleSeconds is the time from healing until every intent had its
 	// final answer and nothing was in flight. Zero: that never came.
 	SettleSeconds float64 `json:"settle_seconds"`

@@ -280,7 +280,7 @@ func (r *runner) run(ctx context.Context) (report, error) {
 		return rep, err
 	}
 	r.st.tally.heal(healed)
-	rep.QueueAtHeal = sampler.now()
+	rep.HealedAt, rep.QueueAtHeal = healed, sampler.now()
 	fmt.Fprintf(r.w, "chaos: %d faults injected in %s; healed, settling\n", len(faults), r.cfg.duration)
 
 	settledAt, err := r.settle(intentsCtx, l, healed)
