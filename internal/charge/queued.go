@@ -28,8 +28,8 @@ type QueuedMoves struct {
 }
 
 // MarkQueued marks key's move as carried by a message until until, and
-// reports whether it did: not while another mark is live, nor on a
-// charge with no move in flight.
+// reports whether it did. It does not while another mark is live, nor
+// on a charge with no move in flight.
 func (q QueuedMoves) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
 	now := time.Now
 	if q.Clock != nil {

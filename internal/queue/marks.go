@@ -12,9 +12,9 @@ import (
 )
 
 // Marker keeps, on the record a key names, a mark of the reconcile message
-// in flight for it. A Sender marks before it sends, and sends nothing for
-// a key already marked: a stuck key is queued once, however often the
-// sweeper finds it. The handler of the message removes the mark.
+// in flight for it. A Sender marks before it sends. It sends nothing for a
+// key already marked, however often the sweeper finds it stuck. The
+// handler of the message removes the mark.
 // *dynamostore.Store marks idempotency records; charge.QueuedMoves marks
 // a charge's row for its move.
 type Marker interface {
@@ -27,10 +27,10 @@ type Marker interface {
 
 var _ Marker = (*dynamostore.Store)(nil)
 
-// MarkHold is how long a mark outlives its message's delivery delay: a
-// delivery that failed comes back after VisibilityTimeout, and its
-// handler has ReconcileTimeout more. A mark whose message was lost ends
-// then, and the sweeper queues the key again.
+// MarkHold is how long a mark outlives its message's delivery delay. A
+// delivery that failed comes back after VisibilityTimeout; its handler
+// has ReconcileTimeout more. A lost message's mark ends then, and the
+// sweeper queues the key again.
 const MarkHold = VisibilityTimeout + ReconcileTimeout
 
 // ByOperation is one Marker over several: a key's operation picks its
@@ -60,11 +60,10 @@ func (b byOp) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) e
 }
 
 // mark marks key for a message delivered after delay, and returns the
-// message to send; false: send none. A mark that could not be written
-// sends none either, and is the error: an unmarked message would be a
-// copy of any in flight, and the sweeper finds the key once it is stuck.
-// The mark takes at most half the time ctx has left, so that the send
-// has the rest.
+// message to send; false: send none. A mark not written sends none
+// either, and is the error. An unmarked message might copy one in
+// flight, and the sweeper finds the key once it is stuck. The mark takes
+// at most half the time ctx has left: the send has the rest.
 func (s *Sender) mark(ctx context.Context, key idem.Key, delay time.Duration) (Message, bool, error) {
 	m := Message{Key: key}
 	if s.opt.Marks == nil {

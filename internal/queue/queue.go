@@ -1,9 +1,9 @@
-// Package queue provides the queues' definition (main queue, dead-letter
-// queue, redrive policy, timeouts), the one place tests, the local stack
-// and the SAM template check take it from, shared by the reconcile queue
-// and the charge-requests queue (package intake has its messages), and the
-// reconcile messages the charge function and the sweeper send, one a key
-// while one is in flight (marks.go).
+// Package queue provides the queues' definition: main queue, dead-letter
+// queue, redrive policy, timeouts. It is the one place tests, the local
+// stack and the SAM template check take it from. The reconcile queue and
+// the charge-requests queue share it (package intake has its messages). It
+// also sends the reconcile messages of the charge function and the
+// sweeper: one a key while one is in flight (marks.go).
 package queue
 
 import (
@@ -144,8 +144,8 @@ func ParseMessage(body string) (Message, error) {
 
 // SenderOptions configure a Sender. Zero fields take the defaults.
 type SenderOptions struct {
-	// Marks, if set, marks each key's record before its message is sent,
-	// and keeps a key from a second message while one is in flight.
+	// Marks, if set, marks each key's record before its message is
+	// sent. A key already marked gets no second message.
 	Marks Marker
 	// Clock dates the marks. Default time.Now.
 	Clock func() time.Time
@@ -179,12 +179,12 @@ func NewSender(client API, url string, optFns ...func(*SenderOptions)) (*Sender,
 	return &Sender{client: client, url: url, opt: o}, nil
 }
 
-// EnqueueReconcile asks for key to be reconciled after delay (rounded up to
-// whole seconds, at most MaxDelay): when its lease will have run out. It
-// sends nothing while a message for key is in flight, or when its record
-// needs none (Marks); nor, with an error, when the mark could not be
-// written. The message carries ctx's trace context, if any
-// (tracing.MessageAttributes).
+// EnqueueReconcile asks for key to be reconciled after delay: when its
+// lease will have run out. The delay is rounded up to whole seconds, at
+// most MaxDelay. It sends nothing while a message for key is in flight,
+// or when its record needs none (Marks). A mark not written is an error,
+// and sends nothing either. The message carries ctx's trace context, if
+// any (tracing.MessageAttributes).
 func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.Duration) error {
 	secs := int32(math.Ceil(min(max(delay, 0), MaxDelay).Seconds()))
 	m, send, err := s.mark(ctx, key, time.Duration(secs)*time.Second)

@@ -10,7 +10,7 @@
 // A message whose reconciliation failed (the provider or the store could
 // not answer) is reported and comes back after the queue's visibility
 // timeout, up to queue.MaxReceiveCount deliveries before the dead-letter
-// queue; its record stays IN_FLIGHT and in the stuck-lease index, so the
+// queue. Its record stays IN_FLIGHT and in the stuck-lease index. So the
 // sweeper queues it again even then, once the message's mark ends. A
 // malformed message is logged and dropped, since no delivery of it can
 // ever succeed. Every other outcome, "still leased" among them (a live

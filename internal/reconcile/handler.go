@@ -43,8 +43,8 @@ type Options struct {
 	// its sender's trace; nil traces nothing.
 	Tracer *tracing.Tracer
 	// Marks removes a handled message's mark from its key's record
-	// (queue.Marker), so that the sweeper may queue the key again; nil
-	// removes none.
+	// (queue.Marker): the sweeper may queue the key again. Nil removes
+	// none.
 	Marks queue.Marker
 }
 
@@ -129,9 +129,9 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	return true
 }
 
-// unmark removes the mark of a message handled, which is deleted now: a
-// key still in flight may be queued again once it is stuck. A mark that
-// stays holds the key back until it ends.
+// unmark removes the mark of a message handled, now deleted. A key still
+// in flight may then be queued again once it is stuck. A mark that stays
+// holds the key back until it ends.
 func (h *Handler) unmark(ctx context.Context, log *slog.Logger, msg queue.Message) {
 	if h.opt.Marks == nil || msg.QueuedUntil.IsZero() {
 		return

@@ -13,9 +13,9 @@
 //
 // A key is queued once while its message is in flight. The sender marks
 // its record (queue.Marker) before it sends, and passes over a key
-// already marked: a run that finds it again, while the reconciler lags,
-// adds nothing to the queue. The handler of the message removes the
-// mark; a lost message's mark ends on its own (queue.MarkHold).
+// already marked. So a run that finds it again adds nothing to the queue
+// while the reconciler lags. The handler of the message removes the
+// mark. A lost message's mark ends on its own (queue.MarkHold).
 //
 // A run does bounded work: at most Options.MaxKeys keys, and it stops a
 // safety margin before its context's deadline. Nothing is lost by stopping

@@ -15,8 +15,8 @@ import (
 
 // MarkQueued marks key's IN_FLIGHT record as carried by a queued
 // recovery message until until, and reports whether it did. It does
-// not while another mark is live at the store's clock, nor on a record
-// that is not IN_FLIGHT or absent: no second message is needed. A
+// not while another mark is live at the store's clock. Nor does it on a
+// record that is settled, released or absent: it needs no message. A
 // sweeper that marks a stuck key before queuing it sends one message a
 // key while one is in flight. The mark ends at until, when a lost
 // message's key is queued again, or at UnmarkQueued. It is one
@@ -42,7 +42,7 @@ func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (
 }
 
 // UnmarkQueued removes the mark MarkQueued set until until, once its
-// message was handled: the key may be queued again as soon as it is
+// message was handled. The key may then be queued again when it is
 // stuck. A later mark, or none, is left as it is.
 func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{

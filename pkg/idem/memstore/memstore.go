@@ -447,8 +447,8 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 }
 
 // MarkQueued marks key's IN_FLIGHT record as carried by a queued recovery
-// message until until, as dynamostore.Store.MarkQueued: false while
-// another mark is live, or for a record that is not IN_FLIGHT.
+// message until until, as dynamostore.Store.MarkQueued does. It reports
+// false while another mark is live, or for a record not IN_FLIGHT.
 func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
 	if err := done(ctx, "mark queued", key); err != nil {
 		return false, err
