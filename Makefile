@@ -200,7 +200,7 @@ SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 # the tests that need none (fuzz seeds, examples, the contract's rules on
 # memstore, Do, parsing and canonical JSON). The emulator tests elsewhere
 # fail loudly without an endpoint; make test runs them.
-CHECK_PKGS  := ./cmd/loadgen ./cmd/providersim ./internal/app ./internal/awsenv ./internal/charge/httpapi ./internal/metrics \
+CHECK_PKGS  := ./cmd/chaos ./cmd/loadgen ./cmd/providersim ./internal/app ./internal/awsenv ./internal/charge/httpapi ./internal/metrics \
                ./internal/provider/... ./internal/tracing ./test/deploy ./test/docs ./cmd/benchdoc ./cmd/capacity ./internal/benchout
 CHECK_MIXED := ./internal/charge ./internal/intake
 CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription|TestTableInputFollowsTheOptions|TestLayoutOptionsRefused)
