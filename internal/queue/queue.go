@@ -149,8 +149,8 @@ type SenderOptions struct {
 	Marks Marker
 	// Clock dates the marks. Default time.Now.
 	Clock func() time.Time
-	// Logger receives a warning for each mark that could not be
-	// written. Default: discard.
+	// Logger receives a warning for each mark of an unsent message that
+	// could not be removed. Default: discard.
 	Logger *slog.Logger
 }
 
