@@ -88,8 +88,24 @@ fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on th
 	done'
 
 .PHONY: soak
-soak: venv ## The model test on fresh seeds, both modes, for SOAK_MINUTES (default 10), on the emulator; prints the histories run
+soak: venv ## The model test on fresh seeds, both modes, for SOAK_MINUTES (default 10), then a short make chaos (CHAOS_DURATION=60s), on the emulator
 	$(WITH_EMU) env GO=$(GO) scripts/soak.sh
+
+# make chaos (docs/testing.md#chaos): the local stack with its DynamoDB,
+# SQS and provider behind Toxiproxy, under load and random faults, the
+# last CHAOS_OUTAGE of CHAOS_DURATION a DynamoDB outage; then healing,
+# settling, and the checks. Not part of make test: it takes minutes.
+# `make chaos CHAOS_ARGS="-seed 7 -rate 8"` passes more flags to cmd/chaos.
+CHAOS_DURATION ?= 3m
+CHAOS_OUTAGE   ?= 30s
+CHAOS_ARGS     ?=
+
+.PHONY: chaos
+chaos: venv ## The local stack behind Toxiproxy: every operation under random faults for CHAOS_DURATION (default 3m), then healed, settled and checked against the provider's ledger and the tables
+	@mkdir -p out
+	$(GO) build -o out/localstack ./cmd/localstack
+	$(GO) build -o out/chaos ./cmd/chaos
+	$(WITH_EMU) out/chaos -stack out/localstack -duration $(CHAOS_DURATION) -outage $(CHAOS_OUTAGE) -out out/chaos $(CHAOS_ARGS)
 
 # ---- Local stack and end-to-end test ----
 # `make run RUN_ARGS="-emulator-port 0 -slow 8s"` passes flags to cmd/localstack.
@@ -186,7 +202,7 @@ SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 # the tests that need none (fuzz seeds, examples, the contract's rules on
 # memstore, Do, parsing and canonical JSON). The emulator tests elsewhere
 # fail loudly without an endpoint; make test runs them.
-CHECK_PKGS  := ./cmd/loadgen ./cmd/providersim ./internal/actor ./internal/app ./internal/awsenv ./internal/charge/httpapi ./internal/metrics \
+CHECK_PKGS  := ./cmd/chaos ./cmd/loadgen ./cmd/providersim ./internal/actor ./internal/app ./internal/awsenv ./internal/charge/httpapi ./internal/metrics \
                ./internal/provider/... ./internal/tracing ./test/deploy ./test/docs ./cmd/benchdoc ./cmd/capacity ./internal/benchout
 CHECK_MIXED := ./internal/charge ./internal/intake ./internal/audit
 CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription|TestTableInputFollowsTheOptions|TestLayoutOptionsRefused|TestEachChangeOfARecordIsNamed|TestAChangeNotReadIsKeptAsUnreadable)

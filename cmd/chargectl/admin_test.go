@@ -262,11 +262,11 @@ func (s *adminStack) receive(t *testing.T, url string) []idem.Key {
 			return keys
 		}
 		for _, m := range out.Messages {
-			k, err := queue.ParseMessage(aws.ToString(m.Body))
+			msg, err := queue.ParseMessage(aws.ToString(m.Body))
 			if err != nil {
 				t.Fatalf("message %q: %v", aws.ToString(m.Body), err)
 			}
-			keys = append(keys, k)
+			keys = append(keys, msg.Key)
 			if _, err := s.clients.SQS.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
 				t.Fatal(err)
 			}

@@ -20,8 +20,8 @@
 // Usage:
 //
 //	localstack [-addr 127.0.0.1:3000] [-provider-addr 127.0.0.1:4010]
-//	           [-emulator-port 4566] [-sweep-every 5s] [-slow 5s] [-root .]
-//	           [-trace-json]
+//	           [-provider-url URL] [-emulator-port 4566] [-sweep-every 5s]
+//	           [-slow 5s] [-root .] [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
 // INFLIGHT_WAIT, LOG_LEVEL, SECRETS_MAX_AGE: 5s here) are read from the
@@ -35,8 +35,10 @@
 // else against the stateful Stripe simulator (stripesim) served on
 // -provider-addr, whose key is the secret's (first sk_test_localstack),
 // which sends its signed webhooks to the API's POST /webhooks/stripe,
-// signed with the webhook secret's value (first whsec_localstack). The
-// stack reads the secrets every second, and a simulator takes their new
+// signed with the webhook secret's value (first whsec_localstack). With
+// -provider-url the functions reach the simulator there instead of at
+// -provider-addr: through a proxy, say (cmd/chaos puts Toxiproxy there).
+// The stack reads the secrets every second, and a simulator takes their new
 // values as a provider whose key was rolled: a rotation takes effect
 // without a restart.
 // Logs are JSON lines on standard output; the banner goes to standard error.
@@ -110,6 +112,9 @@ type options struct {
 	root         string
 	apiAddr      string
 	providerAddr string
+	// providerURL is where the functions reach the stack's simulator;
+	// empty: its listen address.
+	providerURL  string
 	emulatorPort int
 	sweepEvery   time.Duration
 	slow         time.Duration
@@ -139,7 +144,10 @@ type server struct {
 type stack struct {
 	api, provider, dynamoDB, sqs string
 	secretsManager, s3           string
-	queueURL, dlqURL             string
+	// functionsProvider is where the functions reach the stack's
+	// simulator (-provider-url); empty when it serves none.
+	functionsProvider string
+	queueURL, dlqURL  string
 	// intakeURL and intakeDLQURL are the charge-requests queue and its DLQ.
 	intakeURL, intakeDLQURL string
 	// dummyCredentials: the stack started its own emulator, which takes
@@ -187,6 +195,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.root, "root", ".", "repository root (holds .venv and scripts/emulator.py)")
 	fs.StringVar(&o.apiAddr, "addr", "127.0.0.1:3000", "listen address of the charge API")
 	fs.StringVar(&o.providerAddr, "provider-addr", "127.0.0.1:4010", "listen address of the provider simulator")
+	fs.StringVar(&o.providerURL, "provider-url", "", "URL the functions reach the provider simulator at (default: its listen address)")
 	fs.IntVar(&o.emulatorPort, "emulator-port", 4566, "port of the DynamoDB/SQS emulator (0: any free port)")
 	fs.DurationVar(&o.sweepEvery, "sweep-every", 5*time.Second, "interval of the sweeper")
 	fs.DurationVar(&o.slow, "slow", 5*time.Second, "how long the provider simulator takes to answer a tok_slow charge")
@@ -199,6 +208,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	}
 	if fs.NArg() > 0 || o.sweepEvery <= 0 || o.slow < 0 {
 		return options{}, fmt.Errorf("bad arguments %q", args)
+	}
+	if o.providerURL != "" && getenv(app.EnvProvider) == app.ProviderStripe && getenv(app.EnvProviderURL) != "" {
+		return options{}, errors.New("-provider-url names the stack's simulator, which PROVIDER_URL replaces")
 	}
 	return o, nil
 }
@@ -294,7 +306,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		}
 		defer providerLn.Close()
 		s.provider = "http://" + providerLn.Addr().String()
-		env[app.EnvProviderURL] = s.provider
+		s.functionsProvider = cmp.Or(o.providerURL, s.provider)
+		env[app.EnvProviderURL] = s.functionsProvider
 		plog := logger.With("component", "provider")
 		if s.providerKind == app.ProviderStripe {
 			s.simulated = true
@@ -343,7 +356,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		wg.Go(func() { _ = p.Run(ctx) })
 	}
 	logger.Info("localstack ready", "component", "localstack", "api", s.api, "provider", s.provider,
-		"dynamodb", s.dynamoDB, "sqs", s.sqs, "s3", s.s3, "reconcile_queue", s.queueURL, "charge_requests_queue", s.intakeURL)
+		"dynamodb", s.dynamoDB, "sqs", s.sqs, "s3", s.s3, "reconcile_queue", s.queueURL, "reconcile_dlq", s.dlqURL,
+		"charge_requests_queue", s.intakeURL, "idempotency_table", res.idempotencyTable, "charges_table", res.chargesTable)
 	ready(s)
 
 	select {
@@ -584,6 +598,9 @@ func printBanner(w io.Writer, s stack) {
 	default:
 		source = stripesim.PMVisa
 		fmt.Fprintf(&b, "  Stripe           %s   (PROVIDER=stripe at PROVIDER_URL; sources pm_...)\n", s.provider)
+	}
+	if s.functionsProvider != "" && s.functionsProvider != s.provider {
+		fmt.Fprintf(&b, "  functions reach the provider at %s (-provider-url)\n", s.functionsProvider)
 	}
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)

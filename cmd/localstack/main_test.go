@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,18 +40,74 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 			// SQS_ENDPOINT, so the stack starts its own emulator (its table
 			// names are fixed, and must not land on a shared endpoint), and
 			// every other function setting defaults.
-			stackServesThenStops(t, func(name string) string {
+			getenv := func(name string) string {
 				if name == app.EnvProvider {
 					return provider
 				}
 				return ""
-			}, source)
+			}
+			if provider != "" {
+				stackServesThenStops(t, getenv, source, "127.0.0.1:0")
+				return
+			}
+			// The functions reach the simulator through a forwarder,
+			// as cmd/chaos has them reach it through Toxiproxy.
+			simAddr := freeAddr(t)
+			fwd, conns := forward(t, simAddr)
+			stackServesThenStops(t, getenv, source, simAddr, "-provider-url", "http://"+fwd)
+			if conns.Load() == 0 {
+				t.Error("-provider-url: the functions did not reach the simulator through it")
+			}
 		})
 	}
 }
 
-func stackServesThenStops(t *testing.T, getenv func(string) string, source string) {
-	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0", "-trace-json"}, getenv)
+// freeAddr is a loopback address nothing listens on, for a server that
+// must be named before it starts.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// forward accepts connections on a free loopback port and pipes each to
+// upstream, counting them.
+func forward(t *testing.T, upstream string) (string, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c) }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return ln.Addr().String(), &conns
+}
+
+func stackServesThenStops(t *testing.T, getenv func(string) string, source, providerAddr string, args ...string) {
+	o, err := parseFlags(append([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", providerAddr, "-emulator-port", "0", "-trace-json"}, args...), getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +226,14 @@ func TestParseFlags(t *testing.T) {
 		if _, err := parseFlags(args, func(string) string { return "" }); err == nil {
 			t.Errorf("%q accepted", args)
 		}
+	}
+	// PROVIDER_URL in Stripe mode replaces the simulator -provider-url
+	// would name.
+	external := func(name string) string {
+		return map[string]string{app.EnvProvider: app.ProviderStripe, app.EnvProviderURL: "http://127.0.0.1:12111"}[name]
+	}
+	if _, err := parseFlags([]string{"-provider-url", "http://127.0.0.1:9"}, external); err == nil {
+		t.Error("-provider-url accepted beside PROVIDER=stripe PROVIDER_URL")
 	}
 }
 

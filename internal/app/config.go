@@ -26,7 +26,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
-	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -227,6 +226,9 @@ type ChargeConfig struct {
 	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
 	// API's (docs/contract.md), and only tests lower it.
 	MaxRefunds int
+	// SettleWindow is as the reconcile function's: a repeated capture
+	// or cancel settles a move left in flight with it.
+	SettleWindow time.Duration
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -246,6 +248,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
+		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
 		Common:             e.common(),
 	}
 	return c, e.err()
@@ -550,7 +553,7 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 // ChargeHandler builds the charge function's API Gateway handler.
 func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	d = d.traced()
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
@@ -561,6 +564,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 		},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
+		ProviderOptions: settleWindow(c.SettleWindow),
 	})
 	if err != nil {
 		return nil, err
@@ -606,7 +610,7 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 // and the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	d = d.traced()
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
@@ -635,8 +639,12 @@ func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
-		ProviderOptions: []func(*provider.Options){
-			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
-		},
+		ProviderOptions: settleWindow(c.SettleWindow),
 	})
+}
+
+// settleWindow declares the sim provider's settle window (zero: its
+// default), the same in every function that settles a command or a move.
+func settleWindow(d time.Duration) []func(*provider.Options) {
+	return []func(*provider.Options){provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(d, provider.DefaultSettleWindow)})}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
@@ -46,16 +47,20 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo ||
-		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" {
+		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" || c.SettleWindow != provider.DefaultSettleWindow {
 		t.Fatalf("defaults: %+v", c)
 	}
 	base[app.EnvIdempotencyTTL], base[app.EnvInflightWait], base[app.EnvLogLevel] = "1h", "0s", "DEBUG"
 	base[app.EnvProviderSecretName], base[app.EnvWebhookSecretName], base[app.EnvSecretsMaxAge] = "chargeonce/key", "chargeonce/whsec", "30s"
+	// A repeated capture or cancel settles a move as the reconciler does:
+	// with the same settle window.
+	base[app.EnvSettleWindow] = "45s"
 	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug ||
-		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second {
+		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second ||
+		c.SettleWindow != 45*time.Second {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
-	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon"} {
+	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon", app.EnvSettleWindow: "later"} {
 		env := map[string]string{}
 		for k, v := range base {
 			env[k] = v

@@ -261,8 +261,8 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 
 	fns["sweeper"].invoke(t, readEvent(t, "sweeper-schedule"), nil)
 	msg := receive(t, sqsClient, queueURL)
-	if got, err := queue.ParseMessage(aws.ToString(msg.Body)); err != nil || got != key {
-		t.Fatalf("swept message %q: key %v, %v", aws.ToString(msg.Body), got, err)
+	if got, err := queue.ParseMessage(aws.ToString(msg.Body)); err != nil || got.Key != key {
+		t.Fatalf("swept message %q: key %v, %v", aws.ToString(msg.Body), got.Key, err)
 	}
 
 	var ev events.SQSEvent

@@ -44,6 +44,7 @@ const (
 	attrRespGzip        = "rz"
 	attrAttempts        = "attempts" // projected into the stuck-lease index: template.yaml names it
 	attrAttemptDeadline = "ad"
+	attrQueuedUntil     = "qu"
 )
 
 // DefaultSortKeyValue is every record's sort key in a table with a sort
@@ -55,7 +56,7 @@ const DefaultSortKeyValue = "idem"
 // them.
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
-	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip,
+	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrQueuedUntil,
 }
 
 // layout is where a store's records go in its table: the table fields of

@@ -95,6 +95,9 @@ type record struct {
 	// writes is the digest of the business writes its Commit applied. By
 	// it a repeated Commit recognises itself.
 	writes string
+	// queuedUntil is MarkQueued's mark, at a whole millisecond; zero
+	// when none.
+	queuedUntil time.Time
 }
 
 // Options configure a Store, as the same fields of dynamostore.Options do
@@ -212,7 +215,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 		lease.CreatedAt = rec.createdAt
 		lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 		rec.status, rec.token, rec.leaseExpiresAt, rec.attemptDeadline = idem.StatusInFlight, lease.Token, lease.ExpiresAt, lease.AttemptDeadline
-		rec.expiresAt, rec.attempts = time.Time{}, 0
+		rec.expiresAt, rec.attempts, rec.queuedUntil = time.Time{}, 0, time.Time{}
 		if len(lease.Intent) > 0 {
 			rec.intent = lease.Intent
 		} else {
@@ -443,6 +446,38 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 			}
 		}
 	}
+}
+
+// MarkQueued marks key's IN_FLIGHT record as carried by a queued recovery
+// message until until, as dynamostore.Store.MarkQueued does. It reports
+// false while another mark is live, or for a record not IN_FLIGHT.
+func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
+	if err := done(ctx, "mark queued", key); err != nil {
+		return false, err
+	}
+	now := s.pol.Clock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rec, ok := s.records[key]
+	if !ok || rec.status != idem.StatusInFlight || rec.queuedUntil.UnixMilli() > now.UnixMilli() {
+		return false, nil
+	}
+	rec.queuedUntil = time.UnixMilli(until.UnixMilli())
+	return true, nil
+}
+
+// UnmarkQueued removes the mark MarkQueued set until until, as
+// dynamostore.Store.UnmarkQueued.
+func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
+	if err := done(ctx, "unmark queued", key); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rec, ok := s.records[key]; ok && !rec.queuedUntil.IsZero() && rec.queuedUntil.UnixMilli() == until.UnixMilli() {
+		rec.queuedUntil = time.Time{}
+	}
+	return nil
 }
 
 // expired reports whether the record's retention has ended at now.
