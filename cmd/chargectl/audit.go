@@ -150,6 +150,8 @@ func (a *admin) note(ctx context.Context, key idem.Key, rec *idem.Record, res pr
 	e := audit.Entry{
 		At: a.clock().UTC(), What: audit.WhatOperatorSettles, Tenant: key.Tenant(), Operation: key.Operation(), KeyHash: key.LogHash(),
 		Principal: &audit.Principal{IAM: who}, Request: asked, Status: as, CreatedAt: rec.CreatedAt.UTC(),
+		// The take-overs it saw: the trail puts it before the next one, its own.
+		Attempts: rec.Attempts,
 	}
 	if key.Operation() == charge.RefundOperation {
 		e.Refund = charge.RefundID(key, rec.CreatedAt)
