@@ -84,7 +84,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	api = gw
-	tr := d.Audit(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	tr := d.Audit(t)
 	// The streams stamp each change with the test's time, as it goes.
 	tr.Handle = stamped(tr.Handle, clock.Now)
 	drain := func() {
