@@ -168,8 +168,12 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		var byCharge bool
 		fs.BoolVar(&byCharge, "charge", false, "the arguments are TENANT CHARGE_ID: the charge's trail, its key's and its refunds'")
 		check = func() error {
-			if byCharge {
-				need = append(need, app.EnvChargesTable)
+			if !byCharge {
+				return nil
+			}
+			need = append(need, app.EnvChargesTable)
+			if id := fs.Arg(1); !charge.IsChargeID(id) {
+				return fmt.Errorf("%q: %w", id, charge.ErrNotChargeID)
 			}
 			return nil
 		}

@@ -13,7 +13,8 @@ import (
 )
 
 // TestAdminAudit: chargectl admin audit shows a key's trail, hashing the
-// key it is given, and a charge's, its refund's with it; oldest first.
+// key it is given, and a charge's, its refund's with it; oldest first. It
+// refuses a prefix of a charge id, which could name several.
 func TestAdminAudit(t *testing.T) {
 	t.Parallel()
 	s := newAdminStack(t)
@@ -54,6 +55,9 @@ func TestAdminAudit(t *testing.T) {
 	}
 	if code, _, stderr := s.admin(t, "audit", "--charge", "acme", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(stderr, "no such charge") {
 		t.Errorf("audit of an unknown charge: exit %d %s", code, stderr)
+	}
+	if code, _, stderr := s.admin(t, "audit", "--charge", "acme", created.Charge.ID[:12]); code != exitUsage || !strings.Contains(stderr, "not a charge id") {
+		t.Errorf("audit of a charge id's prefix: exit %d %s, want it refused", code, stderr)
 	}
 }
 

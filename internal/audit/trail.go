@@ -88,8 +88,12 @@ var ErrNoCharge = errors.New("audit: no such charge")
 // ChargeHistory is the History of tenant's charge id. That is the history
 // of the command that created it, and of each of its refunds'. Its rows,
 // kept for good, name them. The key that created it may have served
-// another intent before: those entries are there too.
+// another intent before: those entries are there too. An id that is not
+// a charge's is refused: a prefix of one could name several.
 func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id string) ([]Entry, error) {
+	if !charge.IsChargeID(id) {
+		return nil, fmt.Errorf("audit: %q: %w", id, charge.ErrNotChargeID)
+	}
 	c, found, err := rows.GetWithRefunds(ctx, tenant, id)
 	switch {
 	case err != nil:

@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -223,5 +224,26 @@ func TestAChargesHistoryWithinOneSecondIsInTheOrderItHappened(t *testing.T) {
 	}
 	if !slices.Equal(order, want) {
 		t.Errorf("the history, all in one second:\n%s", show(got))
+	}
+}
+
+// TestAChargesHistoryNeedsAWholeChargeID: ChargeHistory refuses what is
+// not a charge id, a prefix of one say. It would read another charge's
+// history for it, or several as one.
+func TestAChargesHistoryNeedsAWholeChargeID(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	tenant := testkit.UniqueName("acme")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, testkit.UniqueName("order"), `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{id[:len(id)-1], "ch_", id + "#"} {
+		if got, err := tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, prefix); !errors.Is(err, charge.ErrNotChargeID) {
+			t.Errorf("the history of %q: %d entries, %v; want it refused", prefix, len(got), err)
+		}
 	}
 }
