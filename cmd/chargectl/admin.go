@@ -50,7 +50,7 @@ OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default,
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
-` + app.EnvAuditIndexTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
+` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
 SDK's AWS_* variables
 `
 

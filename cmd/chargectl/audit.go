@@ -158,7 +158,7 @@ func (a *admin) note(ctx context.Context, key idem.Key, rec *idem.Record, res pr
 	} else {
 		e.Charge = charge.ChargeID(key, rec.CreatedAt)
 	}
-	return audit.Note(ctx, archive, index, e, audit.DefaultIndexRetention)
+	return audit.Note(ctx, archive, index, e, a.cfg.IndexRetention)
 }
 
 // callerARN is who runs chargectl: the ARN STS gives the default chain's
