@@ -54,6 +54,17 @@ func expire(t *testing.T, d *testkit.Deployment, now time.Time) {
 	}
 }
 
+// chargeHistory is the ChargeHistory tr reads of tenant's charge id, in
+// d's charges table.
+func chargeHistory(t *testing.T, d *testkit.Deployment, tr *testkit.Trail, tenant, id string) ([]audit.Entry, error) {
+	t.Helper()
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, id)
+}
+
 // TestAChargesHistoryOutlivesItsRecords: a card declined under a key;
 // the key, free again once its record expired, charges another card;
 // support refunds it; three days later the card's issuer fails the
@@ -129,11 +140,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 			t.Fatalf("the %s record is still there", op)
 		}
 	}
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, id)
+	got, err := chargeHistory(t, d, tr, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,11 +211,7 @@ func TestAChargesHistoryWithinOneSecondIsInTheOrderItHappened(t *testing.T) {
 	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
 		t.Fatalf("drained %+v", b)
 	}
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, id)
+	got, err := chargeHistory(t, d, tr, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,12 +240,8 @@ func TestAChargesHistoryNeedsAWholeChargeID(t *testing.T) {
 	tr := d.Audit(t)
 	tenant := testkit.UniqueName("acme")
 	id := send(t, h, alice.as(testkit.PostCharge(tenant, testkit.UniqueName("order"), `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, prefix := range []string{id[:len(id)-1], "ch_", id + "#"} {
-		if got, err := tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, prefix); !errors.Is(err, charge.ErrNotChargeID) {
+		if got, err := chargeHistory(t, d, tr, tenant, prefix); !errors.Is(err, charge.ErrNotChargeID) {
 			t.Errorf("the history of %q: %d entries, %v; want it refused", prefix, len(got), err)
 		}
 	}
