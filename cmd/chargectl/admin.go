@@ -50,7 +50,7 @@ OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default,
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
-` + app.EnvAuditIndexTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
+` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
 SDK's AWS_* variables
 `
 
@@ -168,8 +168,12 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		var byCharge bool
 		fs.BoolVar(&byCharge, "charge", false, "the arguments are TENANT CHARGE_ID: the charge's trail, its key's and its refunds'")
 		check = func() error {
-			if byCharge {
-				need = append(need, app.EnvChargesTable)
+			if !byCharge {
+				return nil
+			}
+			need = append(need, app.EnvChargesTable)
+			if id := fs.Arg(1); !charge.IsChargeID(id) {
+				return fmt.Errorf("%q: %w", id, charge.ErrNotChargeID)
 			}
 			return nil
 		}

@@ -67,6 +67,8 @@
 // audit shows a key's audit trail, oldest first: it hashes the key, and
 // neither sends nor shows it. With --charge it shows a charge's: its
 // key's and its refunds'. Both read AUDIT_BUCKET and AUDIT_INDEX_TABLE.
+// settle files its note in the index for AUDIT_INDEX_DAYS (default 92),
+// as the audit function files the streams' entries.
 //
 // Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
 // outcome is not known yet. A final failure is a card declined, a request

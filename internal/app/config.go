@@ -134,6 +134,12 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 // retention is IDEMPOTENCY_TTL, which every reader of it defaults alike.
 func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 24*time.Hour) }
 
+// indexRetention is AUDIT_INDEX_DAYS, likewise: the audit function files
+// the streams' entries for it, chargectl an operator's note.
+func (e *env) indexRetention() time.Duration {
+	return time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour
+}
+
 // secretsMaxAge is SECRETS_MAX_AGE, likewise.
 func (e *env) secretsMaxAge() time.Duration {
 	return e.duration(EnvSecretsMaxAge, secrets.DefaultMaxAge)
@@ -358,7 +364,7 @@ func LoadAudit(get Getenv) (AuditConfig, error) {
 		ChargesTable:     e.required(EnvChargesTable),
 		AuditBucket:      e.required(EnvAuditBucket),
 		AuditIndexTable:  e.required(EnvAuditIndexTable),
-		IndexRetention:   time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour,
+		IndexRetention:   e.indexRetention(),
 		Common:           e.common(),
 	}
 	return c, e.err()
@@ -372,7 +378,10 @@ type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
 	ChargeRequestsQueueURL                                             string
 	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
+	// IndexRetention is how long the index files settle's note: the audit
+	// function's AUDIT_INDEX_DAYS.
 	AuditBucket, AuditIndexTable string
+	IndexRetention               time.Duration
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
 	// PROVIDER: a command an operator settles deduplicates as long as one
 	// the functions settle, a released one no longer than the provider
@@ -399,6 +408,7 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
 		AuditBucket:            read(EnvAuditBucket),
 		AuditIndexTable:        read(EnvAuditIndexTable),
+		IndexRetention:         e.indexRetention(),
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}

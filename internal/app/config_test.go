@@ -159,6 +159,22 @@ func TestLoadAudit(t *testing.T) {
 	}
 }
 
+// TestAdminReadsTheIndexDaysAsTheAuditFunctionDoes: chargectl files
+// settle's note in the index for as long as the audit function files
+// the streams' entries.
+func TestAdminReadsTheIndexDaysAsTheAuditFunctionDoes(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index"}
+	for _, days := range []string{"", "30", "thirty"} {
+		env[app.EnvAuditIndexDays] = days
+		f, ferr := app.LoadAudit(envOf(env))
+		c, cerr := app.LoadAdmin(envOf(env))
+		if c.IndexRetention != f.IndexRetention || (cerr == nil) != (ferr == nil) || days == "thirty" && cerr == nil {
+			t.Errorf("%s=%q: chargectl %s %v, the audit function %s %v", app.EnvAuditIndexDays, days, c.IndexRetention, cerr, f.IndexRetention, ferr)
+		}
+	}
+}
+
 // TestStripeNeedsItsKeysSecret: with PROVIDER=stripe and no secret named,
 // the function refuses to start, before any request could find no key.
 func TestStripeNeedsItsKeysSecret(t *testing.T) {
