@@ -2,12 +2,16 @@ package charge_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -45,6 +49,56 @@ func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
 	want := "acme#" + charge.TransitionOperation + "#" + id
 	if got := stuck(h.clock.Now().Add(time.Minute)); len(got) != 1 || got[0] != want {
 		t.Fatalf("after its deadline the index yields %v, want [%s]", got, want)
+	}
+}
+
+// TestAnEndedMoveTakesItsQueueMarkWithIt: a move's reconcile message is
+// marked on the row while it is in flight. When the move ends, its mark
+// goes too: a newer move stuck later is queued at once, not after the old
+// mark's hold.
+func TestAnEndedMoveTakesItsQueueMarkWithIt(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	key, err := idem.NewKey("acme", charge.TransitionOperation, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := func() int64 {
+		t.Helper()
+		out, err := testkit.Clients(t).DynamoDB.GetItem(t.Context(), &dynamodb.GetItemInput{
+			TableName: aws.String(h.d.ChargesTable), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{
+				charge.AttrTenant: &types.AttributeValueMemberS{Value: "acme"}, charge.AttrID: &types.AttributeValueMemberS{Value: id},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var until int64
+		if v, ok := out.Item["queued_until"].(*types.AttributeValueMemberN); ok {
+			until, _ = strconv.ParseInt(v.Value, 10, 64)
+		}
+		return until
+	}
+	h.faultOn("/capture", edge502)
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	capture := marked()
+	if capture == 0 {
+		t.Fatal("the lost capture's message left no mark")
+	}
+	h.faultOn("", "")
+	h.clock.Advance(10 * time.Minute)
+	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeReleased {
+		t.Fatalf("reconcile after the settle window: %s, %v", out, err)
+	}
+	if until := marked(); until != 0 {
+		t.Fatalf("the released capture's mark stays until %s", time.UnixMilli(until))
+	}
+	h.faultOn("/cancel", edge502)
+	wantStatus(t, h.do(postMove("acme", id, "cancel", "")), http.StatusServiceUnavailable)
+	if until := marked(); until <= capture {
+		t.Fatalf("the lost cancel's mark is %d, want one of its own after %d", until, capture)
 	}
 }
 

@@ -28,10 +28,10 @@ type Marker interface {
 var _ Marker = (*dynamostore.Store)(nil)
 
 // MarkHold is how long a mark outlives its message's delivery delay. A
-// delivery that failed comes back after VisibilityTimeout; its handler
-// has ReconcileTimeout more. A lost message's mark ends then, and the
-// sweeper queues the key again.
-const MarkHold = VisibilityTimeout + ReconcileTimeout
+// failed delivery comes back after VisibilityTimeout, MaxReceiveCount
+// times; the last handler has ReconcileTimeout. The mark covers them all.
+// A lost or dead-lettered message's mark ends then; the sweeper queues again.
+const MarkHold = MaxReceiveCount*VisibilityTimeout + ReconcileTimeout
 
 // ByOperation is one Marker over several: a key's operation picks its
 // own, any other key goes to other.

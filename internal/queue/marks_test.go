@@ -198,3 +198,32 @@ func TestParseMessageReadsAnUnmarkedMessage(t *testing.T) {
 		t.Fatal("a message naming no key was read")
 	}
 }
+
+// TestAMessageFailingEveryDeliveryHoldsItsKey: SQS delivers a failing
+// message again each VisibilityTimeout, MaxReceiveCount times. Sweeps
+// during any of those deliveries must send no second message. Once the
+// message has gone to the dead-letter queue, the key is queued again.
+func TestAMessageFailingEveryDeliveryHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	m := newMarked(t, asMarker)
+	k := m.inFlight(t)
+	sent := m.clock.Now()
+	at := func(d time.Duration) { m.clock.Advance(sent.Add(d).Sub(m.clock.Now())) }
+	if err := m.sender.EnqueueReconcile(t.Context(), k, 0); err != nil {
+		t.Fatal(err)
+	}
+	for delivery := range queue.MaxReceiveCount {
+		// The last second of this delivery's handler.
+		at(time.Duration(delivery)*queue.VisibilityTimeout + queue.ReconcileTimeout - time.Second)
+		if b, err := m.sender.SendBatch(t.Context(), []idem.Key{k}); err != nil || b.AlreadyQueued != 1 {
+			t.Fatalf("a sweep during delivery %d: %+v, %v; want the key passed over", delivery+1, b, err)
+		}
+	}
+	at(queue.MaxReceiveCount*queue.VisibilityTimeout + queue.ReconcileTimeout + time.Second)
+	if b, err := m.sender.SendBatch(t.Context(), []idem.Key{k}); err != nil || b.AlreadyQueued != 0 {
+		t.Fatalf("a sweep once the message was dead-lettered: %+v, %v; want the key queued", b, err)
+	}
+	if got := m.drain(t); len(got) != 2 {
+		t.Fatalf("%d messages, want the first and one after it was dead-lettered", len(got))
+	}
+}
