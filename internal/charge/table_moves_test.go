@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -52,10 +53,10 @@ func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
 	}
 }
 
-// TestAnEndedMoveTakesItsQueueMarkWithIt: a move's reconcile message is
-// marked on the row while it is in flight. When the move ends, its mark
-// goes too: a newer move stuck later is queued at once, not after the old
-// mark's hold.
+// TestAnEndedMoveTakesItsQueueMarkWithIt: a lost move's reconcile message
+// is due at its deadline, and marked on the row while in flight. When the
+// move ends, its mark goes too: a newer move stuck later is queued at
+// once, not after the old mark's hold.
 func TestAnEndedMoveTakesItsQueueMarkWithIt(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t)
@@ -82,10 +83,13 @@ func TestAnEndedMoveTakesItsQueueMarkWithIt(t *testing.T) {
 		return until
 	}
 	h.faultOn("/capture", edge502)
+	asked := h.clock.Now()
 	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
 	capture := marked()
-	if capture == 0 {
-		t.Fatal("the lost capture's message left no mark")
+	// Due at the move's deadline: a capture made settles then, not after
+	// the provider's settle window.
+	if due := time.UnixMilli(capture).Add(-queue.MarkHold); capture == 0 || due.After(asked.Add(time.Minute)) {
+		t.Fatalf("the lost capture's message is due at %s, want by its deadline (asked at %s)", due, asked)
 	}
 	h.faultOn("", "")
 	h.clock.Advance(10 * time.Minute)
