@@ -45,6 +45,7 @@ const (
 	attrAttempts        = "attempts" // projected into the stuck-lease index: template.yaml names it
 	attrAttemptDeadline = "ad"
 	attrQueuedUntil     = "qu"
+	attrQueuedRenewed   = "qr"
 )
 
 // DefaultSortKeyValue is every record's sort key in a table with a sort
@@ -56,7 +57,7 @@ const DefaultSortKeyValue = "idem"
 // them.
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
-	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrQueuedUntil,
+	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrQueuedUntil, attrQueuedRenewed,
 }
 
 // layout is where a store's records go in its table: the table fields of
