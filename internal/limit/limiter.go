@@ -1,0 +1,274 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Limits are a tenant's limits. In an operator's override a zero field
+// keeps the default.
+type Limits struct {
+	// Rate is how many of the tenant's requests may start in a second.
+	Rate int `json:"rate"`
+	// Concurrency is how many of them may run at once, on average over a
+	// second: seconds of handler time a second.
+	Concurrency int `json:"concurrency"`
+}
+
+// The default limits. docs/capacity.md says why.
+const (
+	DefaultRate        = 100
+	DefaultConcurrency = 40
+)
+
+// Check reports whether both limits are set.
+func (l Limits) Check() error {
+	if l.Rate < 1 || l.Concurrency < 1 {
+		return fmt.Errorf("limit: rate %d and concurrency %d must be at least 1", l.Rate, l.Concurrency)
+	}
+	return nil
+}
+
+// over returns l with the fields that o sets.
+func (l Limits) over(o Limits) Limits {
+	if o.Rate > 0 {
+		l.Rate = o.Rate
+	}
+	if o.Concurrency > 0 {
+		l.Concurrency = o.Concurrency
+	}
+	return l
+}
+
+// busy is the handler time Concurrency allows in a window.
+func (l Limits) busy() time.Duration { return time.Duration(l.Concurrency) * Window }
+
+// Usage is what a tenant used of a window.
+type Usage struct {
+	Requests int
+	Busy     time.Duration
+}
+
+func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Busy + v.Busy} }
+
+// near reports whether u reaches half of a limit: past it, every request's
+// count is shared at once.
+func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
+
+// Store holds the counts every instance shares, and the operators'
+// overrides. *Table is the one the functions use.
+type Store interface {
+	// Add adds u to tenant's usage of the window, and returns the
+	// window's usage by every instance.
+	Add(ctx context.Context, tenant string, window int64, u Usage) (Usage, error)
+	// Overrides returns every override, by tenant.
+	Overrides(ctx context.Context) (map[string]Limits, error)
+}
+
+// Window is the span a rate counts over.
+const Window = time.Second
+
+// Defaults of the Options.
+const (
+	// DefaultSyncEvery is how many requests a quiet tenant may start on
+	// an instance before the instance shares its count.
+	DefaultSyncEvery = 5
+	// DefaultSyncBusy is how much handler time likewise.
+	DefaultSyncBusy = time.Second
+	// DefaultMaxAge is how long the overrides are kept before they are
+	// read again.
+	DefaultMaxAge = time.Minute
+)
+
+// maxTenants bounds the tenants an instance tracks; past it, those of
+// windows gone are forgotten.
+const maxTenants = 10_000
+
+// Options configure a Limiter. Zero fields take the defaults.
+type Options struct {
+	// Defaults are the limits of a tenant without an override.
+	Defaults Limits
+	// SyncEvery and SyncBusy are how much a quiet tenant uses on an
+	// instance before the instance shares it. They bound how far a
+	// tenant may exceed a limit: by each instance's unshared part.
+	SyncEvery int
+	SyncBusy  time.Duration
+	// MaxAge is how long the overrides are kept.
+	MaxAge time.Duration
+	Clock  func() time.Time
+	// Logger receives the failures to read or write the table.
+	Logger *slog.Logger
+}
+
+// Limiter holds each tenant to its limits. Each instance counts what its
+// own requests use of the current second; a tenant that uses more than a
+// little is shared through the Store, so the limits hold across instances.
+// It is safe for concurrent use.
+type Limiter struct {
+	store     Store
+	o         Options
+	overrides *overrides
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+}
+
+// tenant is what an instance knows of one tenant's current window.
+type tenant struct {
+	window int64
+	// known is the window's usage by every instance, as of this
+	// instance's last sync; sharing is what a sync under way adds to it;
+	// pending is what this instance used since.
+	known, sharing, pending Usage
+	// hot: the tenant neared a limit, so every request is shared.
+	hot     bool
+	syncing bool
+	// failed: a sync of this window failed; the next window tries again,
+	// so a table that cannot take writes costs each request no call.
+	failed bool
+}
+
+// used is the window's usage as far as this instance knows.
+func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
+
+// Ticket is an admitted request, handed back to Done.
+type Ticket struct {
+	tenant string
+	window int64
+	start  time.Time
+}
+
+// Refusal is why a request was refused.
+type Refusal struct {
+	// Limit names the limit reached: "rate" or "concurrency".
+	Limit  string
+	Limits Limits
+	// RetryAfter is how long until the next window.
+	RetryAfter time.Duration
+}
+
+// New returns a Limiter that shares counts through store and reads the
+// overrides from it.
+func New(store Store, optFns ...func(*Options)) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("limit: nil store")
+	}
+	o := Options{}
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	o.Defaults = Limits{Rate: DefaultRate, Concurrency: DefaultConcurrency}.over(o.Defaults)
+	if o.SyncEvery <= 0 {
+		o.SyncEvery = DefaultSyncEvery
+	}
+	if o.SyncBusy <= 0 {
+		o.SyncBusy = DefaultSyncBusy
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
+	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
+	return l, nil
+}
+
+// Admit admits a request of tenant, or says which limit refuses it. An
+// admitted request counts against the rate until Done says otherwise.
+func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
+	lim := l.overrides.limits(ctx, name)
+	now := l.o.Clock()
+	w := now.Unix()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenant(name, w, lim)
+	used := t.used()
+	refuse := func(limit string) (*Ticket, *Refusal) {
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: time.Unix(w+1, 0).Sub(now)}
+	}
+	switch {
+	case used.Requests >= lim.Rate:
+		return refuse("rate")
+	case used.Busy >= lim.busy():
+		return refuse("concurrency")
+	}
+	t.pending.Requests++
+	return &Ticket{tenant: name, window: w, start: now}, nil
+}
+
+// Done ends an admitted request. counted says whether it stays counted
+// against the rate; its handler time counts either way. When the tenant's
+// unshared usage is due, Done adds it to the Store.
+func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
+	lim := l.overrides.cached(tk.tenant)
+	now := l.o.Clock()
+	l.mu.Lock()
+	t := l.tenant(tk.tenant, now.Unix(), lim)
+	if !counted && tk.window == t.window {
+		t.pending.Requests--
+	}
+	t.pending.Busy += now.Sub(tk.start)
+	due := t.pending.Requests > 0 || t.pending.Busy > 0
+	if !t.hot {
+		due = t.pending.Requests >= l.o.SyncEvery || t.pending.Busy >= l.o.SyncBusy
+	}
+	if t.syncing || t.failed || !due {
+		l.mu.Unlock()
+		return
+	}
+	add, w := t.pending, t.window
+	t.pending, t.sharing, t.syncing = Usage{}, add, true
+	l.mu.Unlock()
+
+	total, err := l.store.Add(ctx, tk.tenant, w, add)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.syncing = false
+	switch {
+	case t.window != w:
+		// The window is over: what it counted no longer matters.
+	case err != nil:
+		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
+		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", tk.tenant, "error", err.Error())
+	default:
+		t.known, t.sharing = total, Usage{}
+		t.hot = t.hot || t.used().near(lim)
+	}
+}
+
+// tenant returns name's state for window w, which starts afresh each
+// window. A tenant near a limit in the window before stays hot.
+func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
+	t, ok := l.tenants[name]
+	if !ok {
+		if len(l.tenants) >= maxTenants {
+			l.forget(w)
+		}
+		t = &tenant{window: w}
+		l.tenants[name] = t
+	}
+	if t.window != w {
+		t.hot = t.window == w-1 && t.used().near(lim)
+		t.window, t.known, t.sharing, t.pending, t.failed = w, Usage{}, Usage{}, Usage{}, false
+	}
+	return t
+}
+
+// forget drops the tenants of windows before w that no sync holds.
+func (l *Limiter) forget(w int64) {
+	for name, t := range l.tenants {
+		if t.window < w && !t.syncing {
+			delete(l.tenants, name)
+		}
+	}
+}
