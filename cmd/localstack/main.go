@@ -21,7 +21,8 @@
 //	           [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
-// INFLIGHT_WAIT, LOG_LEVEL, SECRETS_MAX_AGE: 5s here) are read from the
+// INFLIGHT_WAIT, LOG_LEVEL, TENANT_RATE_LIMIT, TENANT_CONCURRENCY_LIMIT,
+// LIMITS_MAX_AGE, SECRETS_MAX_AGE: 5s here) are read from the
 // environment. They get the secrets' names, and read the values from
 // Secrets Manager as deployed functions do.
 //
@@ -247,6 +248,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	env := map[string]string{
 		app.EnvIdempotencyTable:  res.idempotencyTable,
 		app.EnvChargesTable:      res.chargesTable,
+		app.EnvLimitsTable:       res.limitsTable,
 		app.EnvReconcileQueueURL: res.queue.URL,
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
@@ -379,7 +381,7 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 		}
 		deps[fn] = d
 	}
-	ch, err := app.ChargeHandler(cc, deps[metrics.FunctionCharge])
+	ch, err := app.ChargeHandler(ctx, cc, deps[metrics.FunctionCharge])
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -516,6 +518,7 @@ func adminEnv(s stack) []string {
 	env := []string{
 		app.EnvIdempotencyTable + "=" + idempotencyTable,
 		app.EnvChargesTable + "=" + chargesTable,
+		app.EnvLimitsTable + "=" + limitsTable,
 		app.EnvReconcileQueueURL + "=" + s.queueURL,
 		app.EnvReconcileDLQURL + "=" + s.dlqURL,
 		app.EnvChargeRequestsQueueURL + "=" + s.intakeURL,
@@ -543,13 +546,13 @@ func printBanner(w io.Writer, s stack) {
 		source = stripesim.PMVisa
 		fmt.Fprintf(&b, "  Stripe           %s   (PROVIDER=stripe at PROVIDER_URL; sources pm_...)\n", s.provider)
 	}
-	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
+	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable, limitsTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
 	fmt.Fprintf(&b, "  Secrets Manager  %s   (%s, %s; rotate with aws secretsmanager put-secret-value --endpoint-url %s --secret-id %s --secret-string ...)\n",
 		s.secretsManager, providerSecret, webhookSecret, s.secretsManager, providerSecret)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
-	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
+	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle, limits), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
 	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
 	_, _ = io.WriteString(w, b.String())

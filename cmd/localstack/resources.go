@@ -6,11 +6,13 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -20,6 +22,7 @@ import (
 const (
 	idempotencyTable    = "chargeonce-idempotency"
 	chargesTable        = "chargeonce-charges"
+	limitsTable         = "chargeonce-limits"
 	reconcileQueue      = "chargeonce-reconcile"
 	chargeRequestsQueue = "chargeonce-charge-requests"
 	providerSecret      = "chargeonce/provider-api-key"
@@ -36,8 +39,8 @@ const (
 
 // resources are what the template's resources are locally.
 type resources struct {
-	idempotencyTable, chargesTable string
-	queue, chargeRequests          queue.Queues
+	idempotencyTable, chargesTable, limitsTable string
+	queue, chargeRequests                       queue.Queues
 }
 
 // createSecrets creates the provider's API key (key its first value) and
@@ -54,21 +57,27 @@ func createSecrets(ctx context.Context, c awsenv.Clients, key string) error {
 	return nil
 }
 
-// createResources creates the tables, the idempotency table's TTL and the
-// queues from the same definitions the template is checked against. Tables
-// that already exist (a reused DynamoDB Local) are kept as they are.
+// createResources creates the tables, their TTLs and the queues from the
+// same definitions the template is checked against. Tables that already
+// exist (a reused DynamoDB Local) are kept as they are.
 func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
-	created, err := provision.CreateTable(ctx, c.DynamoDB, dynamostore.TableInput(idempotencyTable))
-	if err != nil {
-		return resources{}, err
-	}
-	if created {
-		if _, err := c.DynamoDB.UpdateTimeToLive(ctx, dynamostore.TTLInput(idempotencyTable)); err != nil {
-			return resources{}, fmt.Errorf("ttl on %s: %w", idempotencyTable, err)
+	for _, t := range []struct {
+		table *dynamodb.CreateTableInput
+		ttl   *dynamodb.UpdateTimeToLiveInput
+	}{
+		{dynamostore.TableInput(idempotencyTable), dynamostore.TTLInput(idempotencyTable)},
+		{charge.TableInput(chargesTable), nil},
+		{limit.TableInput(limitsTable), limit.TTLInput(limitsTable)},
+	} {
+		created, err := provision.CreateTable(ctx, c.DynamoDB, t.table)
+		if err != nil {
+			return resources{}, err
 		}
-	}
-	if _, err := provision.CreateTable(ctx, c.DynamoDB, charge.TableInput(chargesTable)); err != nil {
-		return resources{}, err
+		if created && t.ttl != nil {
+			if _, err := c.DynamoDB.UpdateTimeToLive(ctx, t.ttl); err != nil {
+				return resources{}, fmt.Errorf("ttl on %s: %w", aws.ToString(t.ttl.TableName), err)
+			}
+		}
 	}
 	q, err := queue.Create(ctx, c.SQS, reconcileQueue)
 	if err != nil {
@@ -78,5 +87,5 @@ func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
 	if err != nil {
 		return resources{}, err
 	}
-	return resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, queue: q, chargeRequests: cr}, nil
+	return resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, limitsTable: limitsTable, queue: q, chargeRequests: cr}, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
@@ -71,6 +72,16 @@ const (
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
+	// EnvLimitsTable is the limits table: the tenants' shared counts and
+	// the operators' overrides (package limit).
+	EnvLimitsTable = "LIMITS_TABLE"
+	// EnvTenantRate and EnvTenantConcurrency are the limits of a tenant
+	// without an override: requests a second, and requests at once.
+	EnvTenantRate        = "TENANT_RATE_LIMIT"
+	EnvTenantConcurrency = "TENANT_CONCURRENCY_LIMIT"
+	// EnvLimitsMaxAge is how long the charge function keeps the
+	// overrides before it reads them again (a Go duration).
+	EnvLimitsMaxAge = "LIMITS_MAX_AGE"
 )
 
 // The providers PROVIDER names: our provider API (providersim locally),
@@ -139,6 +150,19 @@ func (e *env) count(name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a count", name, v))
+	}
+	return n
+}
+
+// limit is a count of at least 1.
+func (e *env) limit(name string, def int) int {
+	v := e.get(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a limit of at least 1", name, v))
 	}
 	return n
 }
@@ -218,6 +242,12 @@ type ChargeConfig struct {
 	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
 	// API's (docs/contract.md), and only tests lower it.
 	MaxRefunds int
+	// LimitsTable holds the tenants' shared counts and overrides; Limits
+	// are a tenant's without an override, and LimitsMaxAge how long the
+	// overrides are kept.
+	LimitsTable  string
+	Limits       limit.Limits
+	LimitsMaxAge time.Duration
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -237,7 +267,13 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
-		Common:             e.common(),
+		LimitsTable:        e.required(EnvLimitsTable),
+		Limits: limit.Limits{
+			Rate:        e.limit(EnvTenantRate, limit.DefaultRate),
+			Concurrency: e.limit(EnvTenantConcurrency, limit.DefaultConcurrency),
+		},
+		LimitsMaxAge: e.duration(EnvLimitsMaxAge, limit.DefaultMaxAge),
+		Common:       e.common(),
 	}
 	return c, e.err()
 }
@@ -507,8 +543,9 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	return charge.NewService(cfg)
 }
 
-// ChargeHandler builds the charge function's API Gateway handler.
-func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
+// ChargeHandler builds the charge function's API Gateway handler. It
+// reads the tenants' overrides with ctx (package limit).
+func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	d = d.traced()
 	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
 	if err != nil {
@@ -525,8 +562,19 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	limits, err := limit.NewTable(d.Clients.DynamoDB, c.LimitsTable)
+	if err != nil {
+		return nil, err
+	}
+	limiter, err := limit.New(ctx, limits, func(o *limit.Options) {
+		o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, d.Clock, d.Logger
+	})
+	if err != nil {
+		return nil, err
+	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
 		if c.WebhookSecretName != "" {
 			o.Webhook = StripeWebhook(d.secret(c.WebhookSecretName, c.SecretsMaxAge))
 		}

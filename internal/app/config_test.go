@@ -15,6 +15,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
@@ -27,7 +28,7 @@ func TestLoadChargeListsEveryMissingVariable(t *testing.T) {
 	if err == nil {
 		t.Fatal("empty environment accepted")
 	}
-	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvReconcileQueueURL, app.EnvProviderURL} {
+	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvReconcileQueueURL, app.EnvProviderURL, app.EnvLimitsTable} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}
@@ -37,7 +38,7 @@ func TestLoadChargeListsEveryMissingVariable(t *testing.T) {
 func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
-		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvLimitsTable: "limits",
 		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	c, err := app.LoadCharge(envOf(base))
@@ -45,16 +46,22 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo ||
-		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" {
+		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" ||
+		c.Limits != (limit.Limits{Rate: limit.DefaultRate, Concurrency: limit.DefaultConcurrency}) || c.LimitsMaxAge != time.Minute {
 		t.Fatalf("defaults: %+v", c)
 	}
 	base[app.EnvIdempotencyTTL], base[app.EnvInflightWait], base[app.EnvLogLevel] = "1h", "0s", "DEBUG"
 	base[app.EnvProviderSecretName], base[app.EnvWebhookSecretName], base[app.EnvSecretsMaxAge] = "chargeonce/key", "chargeonce/whsec", "30s"
+	base[app.EnvTenantRate], base[app.EnvTenantConcurrency], base[app.EnvLimitsMaxAge] = "25", "8", "10s"
 	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug ||
-		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second {
+		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second ||
+		c.Limits != (limit.Limits{Rate: 25, Concurrency: 8}) || c.LimitsMaxAge != 10*time.Second {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
-	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon"} {
+	for name, bad := range map[string]string{
+		app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon",
+		app.EnvTenantRate: "0", app.EnvTenantConcurrency: "many", app.EnvLimitsMaxAge: "-1m",
+	} {
 		env := map[string]string{}
 		for k, v := range base {
 			env[k] = v
@@ -69,7 +76,7 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 func TestLoadProvider(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
-		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvLimitsTable: "limits",
 		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	for value, want := range map[string]string{"": app.ProviderSim, "sim": app.ProviderSim, "stripe": app.ProviderStripe, "paypal": ""} {
@@ -131,7 +138,7 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 // the function refuses to start, before any request could find no key.
 func TestStripeNeedsItsKeysSecret(t *testing.T) {
 	t.Parallel()
-	_, err := app.ChargeHandler(app.ChargeConfig{
+	_, err := app.ChargeHandler(t.Context(), app.ChargeConfig{
 		IdempotencyTable: "idem", ChargesTable: "charges", ReconcileQueueURL: "http://q",
 		Provider: app.ProviderStripe, ProviderURL: "http://p",
 	}, app.Deps{Logger: slog.New(slog.DiscardHandler)})
@@ -161,6 +168,7 @@ func TestProviderURLIsHTTPSOutsideALocalStack(t *testing.T) {
 				env := map[string]string{
 					app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "https://q",
 					app.EnvChargeRequestsDLQURL: "https://dlq", app.EnvProviderURL: url, awsenv.EnvDynamoDBEndpoint: emulator,
+					app.EnvLimitsTable: "limits",
 				}
 				want := deployed || emulator != "" && strings.HasPrefix(strings.ToLower(url), "http://")
 				if err := load(envOf(env)); (err == nil) != want || err != nil && !strings.Contains(err.Error(), app.EnvProviderURL) {

@@ -72,17 +72,20 @@ type Store interface {
 // Window is the span a rate counts over.
 const Window = time.Second
 
-// Defaults of the Options.
+// How much a quiet tenant may use on an instance before the instance
+// shares it: SyncEvery requests or SyncBusy of handler time, or a
+// twentieth of its limit if that is more. Each instance's unshared part is
+// what a tenant may exceed a limit by, until it nears one: then every
+// request is shared.
 const (
-	// DefaultSyncEvery is how many requests a quiet tenant may start on
-	// an instance before the instance shares its count.
-	DefaultSyncEvery = 5
-	// DefaultSyncBusy is how much handler time likewise.
-	DefaultSyncBusy = time.Second
-	// DefaultMaxAge is how long the overrides are kept before they are
-	// read again.
-	DefaultMaxAge = time.Minute
+	SyncEvery = 5
+	SyncBusy  = time.Second
+	syncShare = 20
 )
+
+// DefaultMaxAge is how long the overrides are kept before they are read
+// again.
+const DefaultMaxAge = time.Minute
 
 // maxTenants bounds the tenants an instance tracks; past it, those of
 // windows gone are forgotten.
@@ -92,11 +95,6 @@ const maxTenants = 10_000
 type Options struct {
 	// Defaults are the limits of a tenant without an override.
 	Defaults Limits
-	// SyncEvery and SyncBusy are how much a quiet tenant uses on an
-	// instance before the instance shares it. They bound how far a
-	// tenant may exceed a limit: by each instance's unshared part.
-	SyncEvery int
-	SyncBusy  time.Duration
 	// MaxAge is how long the overrides are kept.
 	MaxAge time.Duration
 	Clock  func() time.Time
@@ -152,8 +150,9 @@ type Refusal struct {
 }
 
 // New returns a Limiter that shares counts through store and reads the
-// overrides from it.
-func New(store Store, optFns ...func(*Options)) (*Limiter, error) {
+// overrides from it, a first time now. A read that fails leaves the
+// defaults, and is tried again on a request a little later.
+func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("limit: nil store")
 	}
@@ -162,12 +161,6 @@ func New(store Store, optFns ...func(*Options)) (*Limiter, error) {
 		fn(&o)
 	}
 	o.Defaults = Limits{Rate: DefaultRate, Concurrency: DefaultConcurrency}.over(o.Defaults)
-	if o.SyncEvery <= 0 {
-		o.SyncEvery = DefaultSyncEvery
-	}
-	if o.SyncBusy <= 0 {
-		o.SyncBusy = DefaultSyncBusy
-	}
 	if o.MaxAge <= 0 {
 		o.MaxAge = DefaultMaxAge
 	}
@@ -179,6 +172,7 @@ func New(store Store, optFns ...func(*Options)) (*Limiter, error) {
 	}
 	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
 	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
+	l.overrides.read(ctx)
 	return l, nil
 }
 
@@ -219,7 +213,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	t.pending.Busy += now.Sub(tk.start)
 	due := t.pending.Requests > 0 || t.pending.Busy > 0
 	if !t.hot {
-		due = t.pending.Requests >= l.o.SyncEvery || t.pending.Busy >= l.o.SyncBusy
+		due = t.pending.Requests >= max(SyncEvery, lim.Rate/syncShare) || t.pending.Busy >= max(SyncBusy, lim.busy()/syncShare)
 	}
 	if t.syncing || t.failed || !due {
 		l.mu.Unlock()

@@ -67,7 +67,7 @@ var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits) *limit.Limiter {
 	t.Helper()
-	l, err := limit.New(store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, clock.Now })
+	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,17 +182,17 @@ func TestQuietTenantsNeverCallTheStore(t *testing.T) {
 	store := newShared()
 	l := newLimiter(t, store, clock, limit.Limits{})
 	for range 60 {
-		if got := admitted(t, l, "acme", limit.DefaultSyncEvery-1); got != limit.DefaultSyncEvery-1 {
+		if got := admitted(t, l, "acme", limit.SyncEvery-1); got != limit.SyncEvery-1 {
 			t.Fatalf("admitted %d", got)
 		}
 		clock.Advance(limit.Window)
 	}
 	if adds, reads := store.calls(); adds != 0 || reads != 1 {
-		t.Fatalf("a minute of a quiet tenant made %d adds and %d reads of the overrides, want 0 and 1", adds, reads)
+		t.Fatalf("a minute of a quiet tenant made %d adds and %d reads of the overrides, want 0 and the first, 1", adds, reads)
 	}
-	admitted(t, l, "acme", limit.DefaultSyncEvery)
+	admitted(t, l, "acme", limit.SyncEvery)
 	if adds, _ := store.calls(); adds != 1 {
-		t.Fatalf("%d requests in a second made %d adds, want 1", limit.DefaultSyncEvery, adds)
+		t.Fatalf("%d requests in a second made %d adds, want 1", limit.SyncEvery, adds)
 	}
 }
 
@@ -219,7 +219,7 @@ func TestInstancesShareTheLimit(t *testing.T) {
 		// request, so each may overshoot by one.
 		most := rate + instances
 		if second == 0 {
-			most = rate + instances*limit.DefaultSyncEvery
+			most = rate + instances*limit.SyncEvery
 		}
 		if ok < rate || ok > most {
 			t.Errorf("second %d: %d of %d admitted over %d instances, want %d to %d", second, ok, 10*rate, instances, rate, most)
@@ -233,8 +233,9 @@ func TestInstancesShareTheLimit(t *testing.T) {
 	}
 }
 
-// TestOverridesApplyWithoutARestart: an operator's override is read when
-// first needed and again after MaxAge, never on every request.
+// TestOverridesApplyWithoutARestart: the operators' overrides are read
+// when the limiter is built and again after MaxAge, never on every
+// request.
 func TestOverridesApplyWithoutARestart(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -259,7 +260,7 @@ func TestOverridesApplyWithoutARestart(t *testing.T) {
 		t.Fatalf("after MaxAge, tenant whose override was removed admitted %d, want the default 5", got)
 	}
 	if _, reads := store.calls(); reads != 2 {
-		t.Fatalf("%d reads of the overrides, want 2: one when first needed, one after MaxAge", reads)
+		t.Fatalf("%d reads of the overrides, want 2: one when built, one after MaxAge", reads)
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 const retryAfter = 10 * time.Second
 
 // overrides are the operators' per-tenant limits, read from the Store
-// when first needed and again after maxAge, so a change needs no deploy.
+// when the limiter is built and again after maxAge, so a change needs no
+// deploy.
 type overrides struct {
 	store    Store
 	defaults Limits
@@ -27,20 +28,28 @@ type overrides struct {
 }
 
 // limits returns tenant's limits, reading the overrides first if they are
-// due. Callers that find them due wait for one read.
+// due.
 func (o *overrides) limits(ctx context.Context, tenant string) Limits {
+	o.read(ctx)
+	return o.cached(tenant)
+}
+
+// read reads the overrides if they are due. Callers that find them due
+// wait for one read.
+func (o *overrides) read(ctx context.Context) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if now := o.clock(); !now.Before(o.next) {
-		m, err := o.store.Overrides(ctx)
-		if err != nil {
-			o.next = now.Add(retryAfter)
-			o.logger.WarnContext(ctx, "reading the tenants' limits failed; the last read, or the defaults, serve", "error", err.Error())
-		} else {
-			o.byTenant, o.next = m, now.Add(o.maxAge)
-		}
+	now := o.clock()
+	if now.Before(o.next) {
+		return
 	}
-	return o.defaults.over(o.byTenant[tenant])
+	m, err := o.store.Overrides(ctx)
+	if err != nil {
+		o.next = now.Add(retryAfter)
+		o.logger.WarnContext(ctx, "reading the tenants' limits failed; the last read, or the defaults, serve", "error", err.Error())
+		return
+	}
+	o.byTenant, o.next = m, now.Add(o.maxAge)
 }
 
 // cached returns tenant's limits as last read.

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -38,6 +40,18 @@ const (
 // moveOperations are the Operation dimension of the routes that set a
 // state: they have no key to name it.
 var moveOperations = map[string]metrics.Operation{RouteCapture: metrics.OperationCapture, RouteCancel: metrics.OperationCancel}
+
+// keyedOperations are the Operation dimension of the routes whose key
+// names it, for a request refused before its key was read.
+var keyedOperations = map[string]metrics.Operation{RouteCreate: metrics.OperationCharge, RouteRefund: metrics.OperationRefund}
+
+// done says what each command route's request does, for what an answer
+// proves was not done.
+var done = map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}
+
+// critical are the routes never shed: creating a payment, and capturing
+// or canceling one. Reads, listings and refunds can wait.
+var critical = map[string]bool{RouteCreate: true, RouteCapture: true, RouteCancel: true}
 
 // Routes are every route the charge function serves, the webhook's too.
 var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteListRefunds, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
@@ -80,6 +94,12 @@ type Options struct {
 	// Tracer records each request as a span, its route, status and
 	// outcome; nil traces nothing.
 	Tracer *tracing.Tracer
+	// Limiter holds each tenant to its limits before its request does
+	// anything; nil holds none (tests of other behaviours).
+	Limiter *limit.Limiter
+	// Shedder sheds the requests that can wait while the store is
+	// throttled; nil sheds none.
+	Shedder *limit.Shedder
 }
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
@@ -134,12 +154,21 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
 	route := routeOf(&req)
+	var (
+		ticket  *limit.Ticket
+		limited metrics.Outcome // rate-limited or shed: refused before it did anything
+	)
+	if ok && route != RouteWebhook {
+		refused, ticket, limited = h.admit(ctx, tenant, route)
+	}
 	switch {
 	case route == RouteWebhook:
 		// Signed by Stripe, not authorised by a tenant's JWT.
 		res, refused, err = h.webhook(ctx, req)
 	case !ok:
 		refused = ref(problem(ProblemUnauthorized, ""))
+	case refused != nil:
+		// Past its tenant's limits, or shed: the route does nothing.
 	case route == RouteCreate:
 		res, refused, key, err = h.create(ctx, tenant, req)
 		attrs = append(attrs, slog.String("key_hash", keyHash(key)))
@@ -166,26 +195,34 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if route == RouteWebhook {
 		resp = webhookAnswer(res, h.opt.Clock())
 	} else {
-		done := map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}[route]
-		resp = answer(res, h.opt.Clock(), done)
+		resp = answer(res, h.opt.Clock(), done[route])
+	}
+	if ticket != nil {
+		h.opt.Limiter.Done(ctx, ticket, counted(res, refused))
+	}
+	if res.Outcome == charge.OutcomeBusy && h.opt.Shedder != nil {
+		h.opt.Shedder.Throttled()
 	}
 	if refused != nil {
 		res.Outcome = charge.OutcomeInvalid
 		resp = events.APIGatewayV2HTTPResponse{StatusCode: refused.Status, Headers: refused.Headers, Body: string(refused.Body)}
 	}
+	outcome := cmp.Or(string(limited), string(res.Outcome))
 	attrs = append(attrs, slog.String("request_id", requestID(ctx)), slog.String("route", route), slog.String("tenant", tenant),
-		slog.String("outcome", string(res.Outcome)), slog.Int("status", resp.StatusCode))
+		slog.String("outcome", outcome), slog.Int("status", resp.StatusCode))
 	level := slog.LevelInfo
 	if resp.StatusCode >= 500 {
 		level = slog.LevelError
 	}
 	h.opt.Logger.LogAttrs(ctx, level, "request", attrs...)
 	if span.IsRecording() {
-		h.traced(span, route, res.Outcome, resp.StatusCode, err)
+		h.traced(span, route, outcome, resp.StatusCode, err)
 	}
 	switch op, moved := moveOperations[route]; {
 	case moved:
-		rec.Count(metrics.Requests, op, res.Outcome.Metric())
+		rec.Count(metrics.Requests, op, cmp.Or(limited, res.Outcome.Metric()))
+	case limited != "":
+		rec.Count(metrics.Requests, cmp.Or(keyedOperations[route], metrics.OperationNone), limited)
 	case route == RouteCreate || route == RouteRefund || refused != nil && route != RouteWebhook:
 		rec.Count(metrics.Requests, charge.MetricOperation(key), res.Outcome.Metric())
 	}
@@ -198,11 +235,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // traced sets the request's span attributes: the route if it is one of
 // the API's (any other path could carry anything), the outcome, the
 // status, and the class of a failure.
-func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, status int, err error) {
+func (h *Handler) traced(span trace.Span, route, outcome string, status int, err error) {
 	if slices.Contains(Routes, route) {
 		tracing.String(span, tracing.AttrRoute, route)
 	}
-	tracing.Outcome(span, string(outcome))
+	tracing.Outcome(span, outcome)
 	tracing.Int(span, tracing.AttrStatus, status)
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
@@ -210,6 +247,43 @@ func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, 
 }
 
 func ref(r idem.Response) *idem.Response { return &r }
+
+// admit sheds the request if it can wait while the store is throttled,
+// then holds it to its tenant's limits. Either refusal comes before the
+// request does anything: it stores nothing and charges nothing. A shed
+// request does not count against its tenant.
+func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Response, *limit.Ticket, metrics.Outcome) {
+	now := h.opt.Clock()
+	if h.opt.Shedder != nil && !critical[route] {
+		if left, shed := h.opt.Shedder.Shedding(); shed {
+			return ref(shedAnswer(route, now, now.Add(left))), nil, metrics.OutcomeShed
+		}
+	}
+	if h.opt.Limiter == nil {
+		return nil, nil, ""
+	}
+	tk, refusal := h.opt.Limiter.Admit(ctx, tenant)
+	if refusal != nil {
+		return ref(rateLimited(route, refusal, now)), nil, metrics.OutcomeRateLimited
+	}
+	return nil, tk, ""
+}
+
+// counted reports whether a request stays counted against its tenant's
+// rate: those that did new work. A request refused as invalid did none.
+// An answer about a key that exists (a replay, one in progress, one reused
+// with another body) is cheap, so a retry storm on one key leaves the
+// tenant's rate to its other requests.
+func counted(res charge.Result, refused *idem.Response) bool {
+	if refused != nil || res.Replayed {
+		return false
+	}
+	switch res.Outcome {
+	case charge.OutcomeReplayed, charge.OutcomeConflict, charge.OutcomeMismatch:
+		return false
+	}
+	return true
+}
 
 // keyHash is key's LogHash, or empty for a key not read.
 func keyHash(key idem.Key) string {

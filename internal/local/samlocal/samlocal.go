@@ -42,6 +42,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
 	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
@@ -66,6 +67,7 @@ func GOARCH(arch string) string {
 const (
 	IdempotencyTable    = "chargeonce-idempotency"
 	ChargesTable        = "chargeonce-charges"
+	LimitsTable         = "chargeonce-limits"
 	ReconcileQueue      = "chargeonce-reconcile"
 	ChargeRequestsQueue = "chargeonce-charge-requests"
 )
@@ -202,6 +204,9 @@ func (s *Stack) createResources(ctx context.Context) error {
 	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, charge.TableInput(ChargesTable)); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
 	}
+	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, limit.TableInput(LimitsTable)); err != nil {
+		return fmt.Errorf("samlocal: %w", err)
+	}
 	var err error
 	if s.Reconcile, err = queue.Create(ctx, s.Clients.SQS, ReconcileQueue); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
@@ -248,6 +253,7 @@ func (s *Stack) EnvVars() map[string]map[string]string {
 	return map[string]map[string]string{"Parameters": {
 		app.EnvIdempotencyTable:     IdempotencyTable,
 		app.EnvChargesTable:         ChargesTable,
+		app.EnvLimitsTable:          LimitsTable,
 		app.EnvReconcileQueueURL:    s.Reconcile.URL,
 		app.EnvChargeRequestsDLQURL: s.ChargeRequests.DLQURL,
 	}}
