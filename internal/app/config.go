@@ -369,7 +369,7 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 // charge-requests queue.
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
-	ChargeRequestsQueueURL                                             string
+	ChargeRequestsQueueURL, LimitsTable                                string
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
 	// PROVIDER: a command an operator settles deduplicates as long as one
 	// the functions settle, a released one no longer than the provider
@@ -394,6 +394,7 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileQueueURL:      read(EnvReconcileQueueURL),
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
+		LimitsTable:            read(EnvLimitsTable),
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}
