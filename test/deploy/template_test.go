@@ -27,6 +27,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/devauth"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -37,6 +38,7 @@ import (
 const (
 	idempotencyTable = "IdempotencyTable"
 	chargesTable     = "ChargesTable"
+	limitsTable      = "LimitsTable"
 	reconcileQueue   = "ReconcileQueue"
 	deadLetterQueue  = "ReconcileDeadLetterQueue"
 	reconcileFn      = "ReconcileFunction"
@@ -48,8 +50,8 @@ const (
 
 // code is the side of the code the template is checked against.
 type code struct {
-	idempotencyTable, chargesTable *dynamodb.CreateTableInput
-	ttl                            *dynamodb.UpdateTimeToLiveInput
+	idempotencyTable, chargesTable, limitsTable *dynamodb.CreateTableInput
+	ttl, limitsTTL                              *dynamodb.UpdateTimeToLiveInput
 	// loaders are the configuration loaders of the template's functions.
 	loaders map[string]func(app.Getenv)
 	// unread are the Globals' variables a function is known to leave
@@ -80,6 +82,8 @@ func currentCode() code {
 		idempotencyTable: dynamostore.TableInput("t"),
 		chargesTable:     charge.TableInput("t"),
 		ttl:              dynamostore.TTLInput("t"),
+		limitsTable:      limit.TableInput("t"),
+		limitsTTL:        limit.TTLInput("t"),
 		loaders: map[string]func(app.Getenv){
 			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g); endpoints(g) },
 			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g); endpoints(g) },
@@ -144,6 +148,8 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 		},
 		"index dropped": func(k *code) { k.idempotencyTable.GlobalSecondaryIndexes = nil },
 		"charges key":   func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
+		"limits key":    func(k *code) { k.limitsTable.KeySchema = k.limitsTable.KeySchema[:1] },
+		"limits ttl":    func(k *code) { k.limitsTTL.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
 		"ttl attribute": func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
 		"new variable": func(k *code) {
 			k.loaders["SweeperFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g); g("SWEEP_LIMIT") }
@@ -221,13 +227,14 @@ func TestCheckCatchesDrift(t *testing.T) {
 	t.Parallel()
 	orig := readTemplate(t)
 	tests := []struct{ name, old, new string }{
-		{"idempotency key type", "        - AttributeName: pk\n          KeyType: HASH", "        - AttributeName: pk\n          KeyType: RANGE"},
+		{"idempotency key type", "        - AttributeName: pk\n          KeyType: HASH\n      GlobalSecondaryIndexes", "        - AttributeName: pk\n          KeyType: RANGE\n      GlobalSecondaryIndexes"},
 		{"attribute type", "        - AttributeName: lease_shard\n          AttributeType: N", "        - AttributeName: lease_shard\n          AttributeType: S"},
 		{"index name", "IndexName: stuck-leases", "IndexName: stuck"},
 		{"index projection", "ProjectionType: INCLUDE", "ProjectionType: ALL"},
 		{"index attributes", "              - attempts\n", "              - attempts\n              - status\n"},
-		{"ttl attribute", "AttributeName: expires_at", "AttributeName: ttl"},
-		{"ttl disabled", "        AttributeName: expires_at\n        Enabled: true", "        AttributeName: expires_at\n        Enabled: false"},
+		{"ttl attribute", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: expires_at", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: ttl"},
+		{"ttl disabled", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: expires_at\n        Enabled: true", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: expires_at\n        Enabled: false"},
+		{"limits ttl attribute", "      TimeToLiveSpecification:\n        AttributeName: expires_at\n        Enabled: true\n      # The operators'", "      TimeToLiveSpecification:\n        AttributeName: ttl\n        Enabled: true\n      # The operators'"},
 		{"charges range key", "        - AttributeName: id\n          KeyType: RANGE", "        - AttributeName: id\n          KeyType: HASH"},
 		{"billing mode", "BillingMode: PAY_PER_REQUEST\n      AttributeDefinitions:\n        - AttributeName: tenant", "BillingMode: PROVISIONED\n      AttributeDefinitions:\n        - AttributeName: tenant"},
 		{"extra index", "              - attempts\n", "              - attempts\n        - IndexName: extra\n          KeySchema:\n            - AttributeName: pk\n              KeyType: HASH\n          Projection:\n            ProjectionType: KEYS_ONLY\n"},
@@ -317,6 +324,10 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"no log group of its own", "      LoggingConfig:\n        LogGroup: !Ref ReconcileFunctionLogGroup\n", ""},
 		{"log lines kept for ever", "/IntakeFunction\"\n      RetentionInDays: !Ref LogRetentionDays\n", "/IntakeFunction\"\n"},
 		{"log retention default", "    Default: 90\n", "    Default: 3653\n"},
+		{"limits table unprotected", "      # The operators' limits are in it: a DeleteTable call must not drop\n      # them unseen.\n      DeletionProtectionEnabled: true\n", ""},
+		{"limits range key", "        - AttributeName: sk\n          KeyType: RANGE", "        - AttributeName: sk\n          KeyType: HASH"},
+		{"limits variable missing", "          LIMITS_TABLE: !Ref LimitsTable\n", ""},
+		{"charge may put limits", "              - Sid: TenantLimits\n                Effect: Allow\n                Action:\n", "              - Sid: TenantLimits\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
 		{"charges table unprotected", "      # Retained with the stack, and refused to a DeleteTable call.\n      DeletionProtectionEnabled: true\n", ""},
 		{"queue policy allows", "            Effect: Deny\n            Principal: \"*\"", "            Effect: Allow\n            Principal: \"*\""},
 		{"queue policy denies the producers", "              - ArnNotEquals:\n", "              - ArnEquals:\n"},
@@ -350,8 +361,10 @@ func check(src string, k code) ([]string, error) {
 	}
 	c := &checker{tmpl: tmpl}
 	c.table(idempotencyTable, k.idempotencyTable)
-	c.ttl(idempotencyTable, k.ttl)
+	c.ttl(idempotencyTable, k.ttl, dynamostore.AttrExpiresAt)
 	c.table(chargesTable, k.chargesTable)
+	c.table(limitsTable, k.limitsTable)
+	c.ttl(limitsTable, k.limitsTTL, limit.AttrExpiresAt)
 	c.queues(reconcileQueue, deadLetterQueue)
 	c.queues(intakeQueue, intakeDLQ)
 	c.sqsFunction(reconcileFn, reconcileQueue, queue.ReconcileTimeout)
@@ -421,13 +434,15 @@ func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
 	c.equal(id+" DeletionProtectionEnabled", p["DeletionProtectionEnabled"], true)
 }
 
-func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
+// ttl compares a table's TTL with the code's, which must be on attr, the
+// attribute the code writes expiries to.
+func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput, attr string) {
 	spec := want.TimeToLiveSpecification
 	c.equal(id+" TimeToLiveSpecification", c.props(id)["TimeToLiveSpecification"], map[string]any{
 		"AttributeName": aws.ToString(spec.AttributeName), "Enabled": aws.ToBool(spec.Enabled),
 	})
-	if aws.ToString(spec.AttributeName) != dynamostore.AttrExpiresAt {
-		c.fail("dynamostore.TTLInput enables TTL on %q, not dynamostore.AttrExpiresAt", aws.ToString(spec.AttributeName))
+	if aws.ToString(spec.AttributeName) != attr {
+		c.fail("%s's TTLInput enables TTL on %q, not %q, where the code writes expiries", id, aws.ToString(spec.AttributeName), attr)
 	}
 }
 
