@@ -359,12 +359,13 @@ func TestAdminUsage(t *testing.T) {
 
 // TestAdminLimitsApplyWithoutARestart: an operator lowers a tenant's rate
 // with chargectl admin limits set; a charge function already running
-// applies it within LIMITS_MAX_AGE, and the default again once cleared.
+// applies it within LIMITS_MAX_AGE, and the default (100 a second) again
+// once cleared.
 func TestAdminLimitsApplyWithoutARestart(t *testing.T) {
 	t.Parallel()
 	s := newAdminStack(t)
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-	h := s.ChargeHandler(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	h := s.ChargeHandler(t, func(w *testkit.Wiring) { w.Charge.LimitsTable, w.Deps.Clock = s.LimitsTable, clock.Now })
 	charges := func(n int) (created, limited int) {
 		for range n {
 			resp, err := h.Handle(t.Context(), testkit.PostCharge("acme", testkit.UniqueName("order"), settleBody))

@@ -244,7 +244,8 @@ type ChargeConfig struct {
 	MaxRefunds int
 	// LimitsTable holds the tenants' shared counts and overrides; Limits
 	// are a tenant's without an override, and LimitsMaxAge how long the
-	// overrides are kept.
+	// overrides are kept. LoadCharge requires the table; without one no
+	// tenant is limited and nothing is shed (tests of other behaviours).
 	LimitsTable  string
 	Limits       limit.Limits
 	LimitsMaxAge time.Duration
@@ -563,19 +564,23 @@ func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handle
 	if err != nil {
 		return nil, err
 	}
-	limits, err := limit.NewTable(d.Clients.DynamoDB, c.LimitsTable)
-	if err != nil {
-		return nil, err
-	}
-	limiter, err := limit.New(ctx, limits, func(o *limit.Options) {
-		o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, d.Clock, d.Logger
-	})
-	if err != nil {
-		return nil, err
+	var limiter *limit.Limiter
+	if c.LimitsTable != "" {
+		limits, err := limit.NewTable(d.Clients.DynamoDB, c.LimitsTable)
+		if err != nil {
+			return nil, err
+		}
+		if limiter, err = limit.New(ctx, limits, func(o *limit.Options) {
+			o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, d.Clock, d.Logger
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
-		o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
+		if limiter != nil {
+			o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
+		}
 		if c.WebhookSecretName != "" {
 			o.Webhook = StripeWebhook(d.secret(c.WebhookSecretName, c.SecretsMaxAge))
 		}

@@ -74,13 +74,16 @@ const Window = time.Second
 
 // How much a quiet tenant may use on an instance before the instance
 // shares it: SyncEvery requests or SyncBusy of handler time, or a
-// twentieth of its limit if that is more. Each instance's unshared part is
-// what a tenant may exceed a limit by, until it nears one: then every
-// request is shared.
+// SyncShare-th of its limit if that is more. Each instance's unshared part
+// is what a tenant may exceed a limit by. Once the tenant nears a limit,
+// each request is shared, or each HotShare-th of its limit if that is
+// more: a tenant's count takes at most about HotShare writes a second,
+// however high its limit.
 const (
 	SyncEvery = 5
 	SyncBusy  = time.Second
-	syncShare = 20
+	SyncShare = 20
+	HotShare  = 200
 )
 
 // DefaultMaxAge is how long the overrides are kept before they are read
@@ -211,9 +214,9 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		t.pending.Requests--
 	}
 	t.pending.Busy += now.Sub(tk.start)
-	due := t.pending.Requests > 0 || t.pending.Busy > 0
-	if !t.hot {
-		due = t.pending.Requests >= max(SyncEvery, lim.Rate/syncShare) || t.pending.Busy >= max(SyncBusy, lim.busy()/syncShare)
+	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= max(SyncBusy, lim.busy()/SyncShare)
+	if t.hot {
+		due = t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
 	}
 	if t.syncing || t.failed || !due {
 		l.mu.Unlock()

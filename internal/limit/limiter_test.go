@@ -233,6 +233,26 @@ func TestInstancesShareTheLimit(t *testing.T) {
 	}
 }
 
+// TestAHotTenantsCountTakesAtMostHotShareWritesASecond: near its limit a
+// tenant's count is shared often, but never more than about HotShare times
+// a second, so a high limit cannot make its count a hot key.
+func TestAHotTenantsCountTakesAtMostHotShareWritesASecond(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const rate = 20_000
+	l := newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 1_000})
+	admitted(t, l, "big", rate) // the second that makes it hot
+	clock.Advance(limit.Window)
+	before, _ := store.calls()
+	if got := admitted(t, l, "big", rate); got != rate {
+		t.Fatalf("admitted %d, want %d", got, rate)
+	}
+	if adds, _ := store.calls(); adds-before > limit.HotShare {
+		t.Fatalf("%d requests of a hot tenant made %d adds in a second, want at most %d", rate, adds-before, limit.HotShare)
+	}
+}
+
 // TestOverridesApplyWithoutARestart: the operators' overrides are read
 // when the limiter is built and again after MaxAge, never on every
 // request.

@@ -105,18 +105,14 @@ func Deploy(t testing.TB, simOpts ...func(*providersim.Options)) *Deployment {
 	return d
 }
 
-// Unlimited are limits no test meets unless it sets its own: a test's
-// requests come faster than a tenant's, and its clock may jump while they
-// run.
-var Unlimited = limit.Limits{Rate: 1 << 30, Concurrency: 1 << 30}
-
-// Charge is the charge function's configuration for the deployment. Its
-// tenants are Unlimited.
+// Charge is the charge function's configuration for the deployment. It
+// holds no tenant to limits and sheds nothing: a test's requests come
+// faster than a tenant's, and it retries at once. A test of the limits
+// sets LimitsTable.
 func (d *Deployment) Charge() app.ChargeConfig {
 	return app.ChargeConfig{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
 		ProviderURL: d.ProviderURL, TenantClaim: TenantClaim, Retention: 24 * time.Hour, InflightWait: 2 * time.Second,
-		LimitsTable: d.LimitsTable, Limits: Unlimited,
 	}
 }
 

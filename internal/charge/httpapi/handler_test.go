@@ -41,18 +41,24 @@ func limitedStack(t *testing.T, rate int) (*testkit.Deployment, *httpapi.Handler
 	d := testkit.Deploy(t)
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
 	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
-		w.Charge.Limits = limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
 		w.Deps.Clock = clock.Now
 	})
 	return d, h, clock
 }
 
+// handle answers req, and holds the answer to api/openapi.yaml.
 func handle(t *testing.T, h *httpapi.Handler, req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 	t.Helper()
 	resp, err := h.Handle(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	path := req.RawPath
+	if req.RawQueryString != "" {
+		path += "?" + req.RawQueryString
+	}
+	testkit.CheckAnswer(t, req.RequestContext.HTTP.Method, path, req.Headers, resp.StatusCode, resp.Headers, resp.Body)
 	return resp
 }
 
@@ -151,7 +157,7 @@ func TestReadsAndMovesAreLimitedToo(t *testing.T) {
 }
 
 // shedService answers every Create busy (a throttled store) until told
-// otherwise, and notes what it was asked.
+// otherwise, then provider-unavailable, and notes what it was asked.
 type shedService struct {
 	httpapi.Service // nil: a call of any other method fails the test
 	busy            bool
@@ -163,7 +169,7 @@ func (s *shedService) Create(context.Context, idem.Key, charge.Request, idem.Fin
 	if s.busy {
 		return charge.Result{Outcome: charge.OutcomeBusy}, nil
 	}
-	return charge.Result{Outcome: charge.OutcomeNotFound}, nil
+	return charge.Result{Outcome: charge.OutcomeUnavailable}, nil
 }
 
 func (s *shedService) Get(context.Context, string, string) (charge.Result, error) {
