@@ -14,8 +14,8 @@ import (
 type Limits struct {
 	// Rate is how many of the tenant's requests may start in a second.
 	Rate int `json:"rate"`
-	// Concurrency is how many of them may run at once, on average over a
-	// second: seconds of handler time a second.
+	// Concurrency is how many of them may run at once, on average over
+	// ConcurrencySpan: seconds of handler time a second.
 	Concurrency int `json:"concurrency"`
 }
 
@@ -46,6 +46,12 @@ func (l Limits) over(o Limits) Limits {
 
 // busy is the handler time Concurrency allows in a window.
 func (l Limits) busy() time.Duration { return time.Duration(l.Concurrency) * Window }
+
+// ConcurrencySpan is how many windows a tenant's concurrency is averaged
+// over. A request's handler time counts when it ends, so a stall that
+// ends many requests at once would fill one window: over ten, it is their
+// average.
+const ConcurrencySpan = 10
 
 // Usage is what a tenant used of a window.
 type Usage struct {
@@ -125,6 +131,9 @@ type tenant struct {
 	// instance's last sync; sharing is what a sync under way adds to it;
 	// pending is what this instance used since.
 	known, sharing, pending Usage
+	// past holds the handler time of the windows before this one, last
+	// first, up to ConcurrencySpan-1 of them.
+	past []time.Duration
 	// hot: the tenant neared a limit, so every request is shared.
 	hot     bool
 	syncing bool
@@ -135,6 +144,16 @@ type tenant struct {
 
 // used is the window's usage as far as this instance knows.
 func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
+
+// recentBusy is the handler time of the last ConcurrencySpan windows, this
+// one included, as far as this instance knows.
+func (t *tenant) recentBusy() time.Duration {
+	busy := t.used().Busy
+	for _, b := range t.past {
+		busy += b
+	}
+	return busy
+}
 
 // Ticket is an admitted request, handed back to Done.
 type Ticket struct {
@@ -195,7 +214,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	switch {
 	case used.Requests >= lim.Rate:
 		return refuse("rate")
-	case used.Busy >= lim.busy():
+	case t.recentBusy() >= ConcurrencySpan*lim.busy():
 		return refuse("concurrency")
 	}
 	t.pending.Requests++
@@ -256,6 +275,11 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 	}
 	if t.window != w {
 		t.hot = t.window == w-1 && t.used().near(lim)
+		t.past = append([]time.Duration{t.used().Busy}, t.past...)
+		for range min(w-t.window-1, ConcurrencySpan) {
+			t.past = append([]time.Duration{0}, t.past...)
+		}
+		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
 		t.window, t.known, t.sharing, t.pending, t.failed = w, Usage{}, Usage{}, Usage{}, false
 	}
 	return t

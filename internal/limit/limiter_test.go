@@ -150,10 +150,11 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
-	// Three requests of 700 ms each end within the second: 2.1 s of
-	// handler time, past the 2 s that a concurrency of 2 allows.
+	// A concurrency of 2 allows 20 s of handler time over the ten seconds
+	// it is averaged over. Thirty requests of 700 ms that end in one second
+	// use 21 s: a stall that ends them together counts no more than that.
 	var tickets []*limit.Ticket
-	for range 3 {
+	for range 30 {
 		tk, refused := l.Admit(t.Context(), "acme")
 		if refused != nil {
 			t.Fatalf("refused before any handler time: %+v", refused)
@@ -168,9 +169,38 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	if refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != 300*time.Millisecond {
 		t.Fatalf("refusal %+v, want the concurrency until the next second", refused)
 	}
-	clock.Advance(300 * time.Millisecond)
+	// The 21 s stay in the average for ten seconds.
+	clock.Advance(300*time.Millisecond + (limit.ConcurrencySpan-2)*limit.Window)
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil {
+		t.Fatal("admitted within ten seconds of 21 s of handler time")
+	}
+	clock.Advance(limit.Window)
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
-		t.Fatalf("refused in the next second: %+v", refused)
+		t.Fatalf("refused ten seconds later: %+v", refused)
+	}
+}
+
+// TestSpreadHandlerTimeStaysUnderTheConcurrency: a tenant that uses
+// almost its concurrency, second after second, is never refused.
+func TestSpreadHandlerTimeStaysUnderTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	for second := range 30 {
+		// Nineteen requests of 100 ms at once: 1.9 s of handler time.
+		var tickets []*limit.Ticket
+		for range 19 {
+			tk, refused := l.Admit(t.Context(), "acme")
+			if refused != nil {
+				t.Fatalf("second %d: refused %+v", second, refused)
+			}
+			tickets = append(tickets, tk)
+		}
+		clock.Advance(100 * time.Millisecond)
+		for _, tk := range tickets {
+			l.Done(t.Context(), tk, true)
+		}
+		clock.Advance(900 * time.Millisecond)
 	}
 }
 

@@ -63,8 +63,8 @@ type code struct {
 	operations map[string][]metrics.Operation
 	outcomes   map[string][]metrics.Outcome
 	// routes are the charge function's route keys; public those of them
-	// served without the JWT authorizer.
-	routes, public []string
+	// served without the JWT authorizer, deferrable those that can wait.
+	routes, public, deferrable []string
 	// secretNames are the variables that name a secret the function
 	// reads.
 	secretNames []string
@@ -97,6 +97,7 @@ func currentCode() code {
 		routes:      httpapi.Routes,
 		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
 		public:      []string{httpapi.RouteWebhook},
+		deferrable:  httpapi.Deferrable,
 		operations: map[string][]metrics.Operation{
 			metrics.FunctionCharge:    metrics.Operations(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Operations(metrics.FunctionReconcile),
@@ -146,11 +147,12 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 			k.idempotencyTable.AttributeDefinitions = append(k.idempotencyTable.AttributeDefinitions,
 				ddbtypes.AttributeDefinition{AttributeName: aws.String("x"), AttributeType: ddbtypes.ScalarAttributeTypeS})
 		},
-		"index dropped": func(k *code) { k.idempotencyTable.GlobalSecondaryIndexes = nil },
-		"charges key":   func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
-		"limits key":    func(k *code) { k.limitsTable.KeySchema = k.limitsTable.KeySchema[:1] },
-		"limits ttl":    func(k *code) { k.limitsTTL.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
-		"ttl attribute": func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
+		"index dropped":   func(k *code) { k.idempotencyTable.GlobalSecondaryIndexes = nil },
+		"charges key":     func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
+		"limits key":      func(k *code) { k.limitsTable.KeySchema = k.limitsTable.KeySchema[:1] },
+		"create deferred": func(k *code) { k.deferrable = append(slices.Clone(k.deferrable), httpapi.RouteCreate) },
+		"limits ttl":      func(k *code) { k.limitsTTL.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
+		"ttl attribute":   func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
 		"new variable": func(k *code) {
 			k.loaders["SweeperFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g); g("SWEEP_LIMIT") }
 		},
@@ -326,6 +328,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"log retention default", "    Default: 90\n", "    Default: 3653\n"},
 		{"limits table unprotected", "      # The operators' limits are in it: a DeleteTable call must not drop\n      # them unseen.\n      DeletionProtectionEnabled: true\n", ""},
 		{"limits range key", "        - AttributeName: sk\n          KeyType: RANGE", "        - AttributeName: sk\n          KeyType: HASH"},
+		{"deferrable route unthrottled", "        \"GET /charges/{id}/refunds/{refund_id}\":\n          ThrottlingRateLimit: !Ref ApiDeferrableRateLimit\n          ThrottlingBurstLimit: !Ref ApiDeferrableBurstLimit\n", ""},
 		{"limits variable missing", "          LIMITS_TABLE: !Ref LimitsTable\n", ""},
 		{"charge may put limits", "              - Sid: TenantLimits\n                Effect: Allow\n                Action:\n", "              - Sid: TenantLimits\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
 		{"charges table unprotected", "      # Retained with the stack, and refused to a DeleteTable call.\n      DeletionProtectionEnabled: true\n", ""},
@@ -371,6 +374,7 @@ func check(src string, k code) ([]string, error) {
 	c.sqsFunction(intakeFn, intakeQueue, queue.IntakeTimeout)
 	c.sweeperPolicy()
 	c.routes(k.routes, k.public)
+	c.throttles(k.deferrable)
 	c.authorizers()
 	c.localOnly()
 	c.environments(k.loaders, k.unread)
@@ -549,6 +553,13 @@ func (c *checker) routes(routes, public []string) {
 			c.fail("the handler serves %s, which no ChargeFunction event routes", key)
 		}
 	}
+}
+
+// throttles checks that API Gateway gives its smaller rate to exactly the
+// routes the handler sheds first.
+func (c *checker) throttles(deferrable []string) {
+	got := slices.Sorted(maps.Keys(asMap(c.props("HttpApi")["RouteSettings"])))
+	c.equal("HttpApi RouteSettings routes", got, slices.Sorted(slices.Values(deferrable)))
 }
 
 // sweeperPolicy checks that the sweeper may query the index it reads.

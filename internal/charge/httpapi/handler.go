@@ -49,9 +49,11 @@ var keyedOperations = map[string]metrics.Operation{RouteCreate: metrics.Operatio
 // proves was not done.
 var done = map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}
 
-// critical are the routes never shed: creating a payment, and capturing
-// or canceling one. Reads, listings and refunds can wait.
-var critical = map[string]bool{RouteCreate: true, RouteCapture: true, RouteCancel: true}
+// Deferrable are the routes that can wait: reads, listings and refunds.
+// They are shed while the store is throttled, and API Gateway gives them
+// a smaller rate (template.yaml's RouteSettings): creating, capturing and
+// canceling payments keep the capacity.
+var Deferrable = []string{RouteGet, RouteListRefunds, RouteGetRefund, RouteRefund}
 
 // Routes are every route the charge function serves, the webhook's too.
 var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteListRefunds, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
@@ -149,7 +151,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	)
 	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
 	defer h.opt.Tracer.End(ctx, span)
-	attrs = make([]slog.Attr, 0, 7) // every attribute the log line can have
+	attrs = make([]slog.Attr, 0, 8) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	tenant, ok := h.tenant(req)
@@ -159,7 +161,10 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		limited metrics.Outcome // rate-limited or shed: refused before it did anything
 	)
 	if ok && route != RouteWebhook {
-		refused, ticket, limited = h.admit(ctx, tenant, route)
+		var why string
+		if refused, ticket, limited, why = h.admit(ctx, tenant, route); why != "" {
+			attrs = append(attrs, slog.String("limit", why))
+		}
 	}
 	switch {
 	case route == RouteWebhook:
@@ -248,25 +253,26 @@ func (h *Handler) traced(span trace.Span, route, outcome string, status int, err
 
 func ref(r idem.Response) *idem.Response { return &r }
 
-// admit sheds the request if it can wait while the store is throttled,
+// admit sheds a deferrable request while the store is throttled,
 // then holds it to its tenant's limits. Either refusal comes before the
 // request does anything: it stores nothing and charges nothing. A shed
-// request does not count against its tenant.
-func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Response, *limit.Ticket, metrics.Outcome) {
+// request does not count against its tenant. A refusal says why: the
+// limit reached, or "shed".
+func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Response, *limit.Ticket, metrics.Outcome, string) {
 	now := h.opt.Clock()
-	if h.opt.Shedder != nil && !critical[route] {
+	if h.opt.Shedder != nil && slices.Contains(Deferrable, route) {
 		if left, shed := h.opt.Shedder.Shedding(); shed {
-			return ref(shedAnswer(route, now, now.Add(left))), nil, metrics.OutcomeShed
+			return ref(shedAnswer(route, now, now.Add(left))), nil, metrics.OutcomeShed, "shed"
 		}
 	}
 	if h.opt.Limiter == nil {
-		return nil, nil, ""
+		return nil, nil, "", ""
 	}
 	tk, refusal := h.opt.Limiter.Admit(ctx, tenant)
 	if refusal != nil {
-		return ref(rateLimited(route, refusal, now)), nil, metrics.OutcomeRateLimited
+		return ref(rateLimited(route, refusal, now)), nil, metrics.OutcomeRateLimited, refusal.Limit
 	}
-	return nil, tk, ""
+	return nil, tk, "", ""
 }
 
 // counted reports whether a request stays counted against its tenant's

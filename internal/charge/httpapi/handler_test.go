@@ -218,8 +218,8 @@ func TestAThrottledStoreShedsWhatCanWait(t *testing.T) {
 	if got := strings.Join(svc.asked, ","); got != "create,create,capture" {
 		t.Fatalf("the service was asked %s while shedding, want create,create,capture", got)
 	}
-	if n := strings.Count(logs.String(), `"outcome":"shed"`); n != 3 {
-		t.Errorf("%d requests logged shed, want 3", n)
+	if n := strings.Count(logs.String(), `"limit":"shed","request_id":"","route"`); n != 3 || strings.Count(logs.String(), `"outcome":"shed"`) != 3 {
+		t.Errorf("%d requests logged shed, want 3:\n%s", n, logs)
 	}
 	clock.Advance(limit.DefaultShedFor)
 	handle(t, h, testkit.GetCharge("acme", "ch_000000000000000000000000"))

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
+)
+
+// isolationSection reads loadgen isolation's summary and sets out tenant
+// B alone and beside tenant A's flood, then what the ledger says of both.
+func isolationSection(summary string) (string, error) {
+	b, err := os.ReadFile(summary)
+	if err != nil {
+		return "", err
+	}
+	var s benchout.Isolation
+	if err := json.Unmarshal(b, &s); err != nil {
+		return "", fmt.Errorf("%s: %w", summary, err)
+	}
+	return isolationTable(s), nil
+}
+
+func isolationTable(s benchout.Isolation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Started %s, load average %s; %s, %d rounds of %.0f s of tenant B alone then %.0f s beside tenant A.\n\n",
+		orNone(s.Started), orNone(s.LoadAvg), orNone(s.Tool), s.Rounds, s.PhaseSeconds, s.PhaseSeconds)
+	b.WriteString("| requests | offered | sent | answers | admitted | p50 / p95 / p99 | beside A ÷ alone, p50 / p99 |\n")
+	b.WriteString("|---|---:|---:|---|---:|---|---|\n")
+	row := func(name string, rate float64, r benchout.TenantRun, ratio string) {
+		fmt.Fprintf(&b, "| %s | %.0f req/s | %d | %s | %.1f req/s | %s | %s |\n", name, rate, r.Requests, counts(r.Answers), r.AdmittedPerSecond, percentiles(r.Latency), ratio)
+	}
+	row("B alone", s.BRate, s.BAlone, "")
+	row("B beside A", s.BRate, s.BTogether, fmt.Sprintf("**%.2f× / %.2f×** (at most %.1f×)", s.P50Ratio, s.P99Ratio, s.MaxRatio))
+	row(fmt.Sprintf("A, %d times its limit of %d req/s", int(s.ARate)/max(s.ALimit, 1), s.ALimit), s.ARate, s.ATogether, "")
+	b.WriteString("\n| the ledger and the rows | A | B |\n|---|---:|---:|\n")
+	for _, r := range []struct {
+		name string
+		v    func(benchout.Check) int
+	}{
+		{"keys sent", func(c benchout.Check) int { return c.Logical }},
+		{"answered 201", func(c benchout.Check) int { return c.Created }},
+		{"charges on the provider's ledger", func(c benchout.Check) int { return c.LedgerCharges }},
+		{"charge requests the provider received", func(c benchout.Check) int { return c.ProviderCalls }},
+		{"rows in the charges table", func(c benchout.Check) int { return c.Rows }},
+		{"duplicates, missing, stray rows", func(c benchout.Check) int { return c.Duplicates + c.Missing + c.Stray }},
+	} {
+		fmt.Fprintf(&b, "| %s | %d | %d |\n", r.name, r.v(s.ACheck), r.v(s.BCheck))
+	}
+	fmt.Fprintf(&b, "| keys answered 429 that have a record | %d | – |\n\n", s.ARefusedStored)
+	fmt.Fprintf(&b, "Every check held: **%s**.\n", map[bool]string{true: "yes", false: "no"}[s.OK])
+	return b.String()
+}

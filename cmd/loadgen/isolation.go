@@ -1,0 +1,341 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+
+	"github.com/chargeonce/chargeonce/internal/benchout"
+	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+// isolationConfig is an isolation run's configuration.
+type isolationConfig struct {
+	target, provider, dynamoDB           string
+	idemTable, chargesTable, limitsTable string
+	limit, times, bRate, rounds          int
+	phase, limitsMaxAge, timeout         time.Duration
+	maxRatio                             float64
+	keep                                 bool
+	out                                  string
+}
+
+func parseIsolationFlags(args []string, getenv func(string) string) (isolationConfig, error) {
+	fs := flag.NewFlagSet("loadgen isolation", flag.ContinueOnError)
+	var c isolationConfig
+	fs.IntVar(&c.limit, "limit", 10, "tenant A's rate limit (requests a second), set as an operator's override")
+	fs.IntVar(&c.times, "times", 10, "A sends this many times its limit")
+	fs.IntVar(&c.bRate, "b-rate", 10, "tenant B's steady rate (requests a second), under the default limit")
+	fs.DurationVar(&c.phase, "phase", 10*time.Second, "the length of each phase")
+	fs.IntVar(&c.rounds, "rounds", 6, "pairs of phases: B alone, then A and B together")
+	fs.DurationVar(&c.limitsMaxAge, "limits-max-age", time.Minute, "the stack's LIMITS_MAX_AGE: how long to wait for it to read A's limit")
+	fs.Float64Var(&c.maxRatio, "max-ratio", 1.5, "the most B's p50 and p99 beside A may be of B's alone")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "client timeout of one request")
+	fs.StringVar(&c.target, "target", "http://127.0.0.1:3000", "the charge API")
+	fs.StringVar(&c.provider, "provider", "http://127.0.0.1:4010", "the provider simulator")
+	fs.StringVar(&c.dynamoDB, "dynamodb", getenv("DYNAMODB_ENDPOINT"), "DynamoDB endpoint of the stack (default $DYNAMODB_ENDPOINT, else http://127.0.0.1:4566)")
+	fs.StringVar(&c.idemTable, "idempotency-table", "chargeonce-idempotency", "the stack's idempotency table")
+	fs.StringVar(&c.chargesTable, "charges-table", "chargeonce-charges", "the stack's charges table")
+	fs.StringVar(&c.limitsTable, "limits-table", "chargeonce-limits", "the stack's limits table")
+	fs.BoolVar(&c.keep, "keep", false, "keep the run's records, rows and A's override")
+	fs.StringVar(&c.out, "out", "out/isolation", "write the summary to OUT.json")
+	if err := fs.Parse(args); err != nil {
+		return isolationConfig{}, err
+	}
+	if fs.NArg() > 0 {
+		return isolationConfig{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if c.dynamoDB == "" {
+		c.dynamoDB = "http://127.0.0.1:4566"
+	}
+	if c.limit < 1 || c.times < 2 || c.bRate < 1 || c.rounds < 1 || c.phase < time.Second || c.maxRatio <= 1 {
+		return isolationConfig{}, errors.New("-limit, -b-rate and -rounds must be at least 1, -times 2, -phase 1s, -max-ratio above 1")
+	}
+	for _, u := range []string{c.target, c.provider, c.dynamoDB} {
+		if err := loopback(u); err != nil {
+			return isolationConfig{}, err
+		}
+	}
+	return c, nil
+}
+
+// isolationMain measures how one tenant's flood touches another:
+//
+//	loadgen isolation [-limit 10] [-times 10] [-b-rate 10] [-phase 10s] [-rounds 6]
+//	        [-limits-max-age 1m] [-max-ratio 1.5] [stack flags] [-out out/isolation]
+//
+// It gives a fresh tenant A a rate limit (an operator's override in the
+// limits table) and waits for the stack to read it. Then, in each round,
+// a fresh tenant B sends new charges at a steady rate for a phase alone,
+// and for a phase beside A, which sends at -times its limit. vegeta sends
+// the load, open-loop, each request a new key. Afterwards it checks the
+// provider's ledger and the charges table for both tenants' keys, and that
+// no key A was refused with has a record. It writes OUT.json (see
+// benchout.Isolation) and exits 1 unless B lost nothing, its p50 and p99
+// beside A stayed within -max-ratio of alone, A's excess got 429, and
+// both ledgers are exact.
+func isolationMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	c, err := parseIsolationFlags(args, getenv)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{Timeout: c.timeout, Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 90 * time.Second}}
+	if err := reachable(ctx, hc, c.target); err != nil {
+		return err
+	}
+	s, err := runIsolation(ctx, c, hc, stderr)
+	if err != nil {
+		return err
+	}
+	printIsolation(stdout, s)
+	if !s.OK {
+		return errors.New("isolation: a check failed (see above)")
+	}
+	return nil
+}
+
+// shot is what one request of an attack got.
+type shot struct {
+	key     string
+	status  int
+	failure string
+	latency time.Duration
+}
+
+// attack sends tenant's new charges at rate a second for d with vegeta,
+// each under a fresh key prefix-N, and returns what each got.
+func attack(ctx context.Context, hc *http.Client, target, tenant, prefix string, rate int, d time.Duration) []shot {
+	var (
+		mu sync.Mutex
+		n  int
+	)
+	targeter := func(t *vegeta.Target) error {
+		mu.Lock()
+		i := n
+		n++
+		mu.Unlock()
+		key := fmt.Sprintf("%s-%06d", prefix, i)
+		t.Method = http.MethodPost
+		// The fragment, never sent, tags the result with its key.
+		t.URL = strings.TrimRight(target, "/") + "/charges#" + key
+		t.Body = fmt.Appendf(nil, `{"amount":%d,"currency":"EUR","source":"tok_visa"}`, 100+i%9900)
+		t.Header = http.Header{
+			"Authorization": {"Bearer dev:" + tenant}, "Content-Type": {"application/json"}, "Idempotency-Key": {key},
+		}
+		return nil
+	}
+	atk := vegeta.NewAttacker(vegeta.Client(hc), vegeta.MaxBody(0))
+	stop := context.AfterFunc(ctx, func() { atk.Stop() })
+	defer stop()
+	var shots []shot
+	for r := range atk.Attack(targeter, vegeta.Rate{Freq: rate, Per: time.Second}, d, tenant) {
+		s := shot{status: int(r.Code), latency: r.Latency}
+		if u, err := url.Parse(r.URL); err == nil {
+			s.key = u.Fragment
+		}
+		if s.status == 0 {
+			s.failure = "transport"
+			if strings.Contains(r.Error, "Timeout") || strings.Contains(r.Error, "deadline") {
+				s.failure = "timeout"
+			}
+		}
+		shots = append(shots, s)
+	}
+	return shots
+}
+
+// runIsolation runs the phases, checks the ledger and the rows, writes
+// c.out.json, and removes what the run wrote unless c.keep.
+func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stderr io.Writer) (benchout.Isolation, error) {
+	suffix := func() string {
+		var b [4]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		return hex.EncodeToString(b[:])
+	}
+	a, b := "iso-a-"+suffix(), "iso-b-"+suffix()
+	s := benchout.Isolation{
+		Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: testkit.LoadAvg(), Target: c.target, Tool: vegetaVersion(),
+		PhaseSeconds: c.phase.Seconds(), Rounds: c.rounds, ALimit: c.limit, ARate: float64(c.limit * c.times), BRate: float64(c.bRate),
+		MaxRatio: c.maxRatio,
+	}
+	db, err := dynamoClient(ctx, c.dynamoDB)
+	if err != nil {
+		return s, err
+	}
+	limits, err := limit.NewTable(db, c.limitsTable)
+	if err != nil {
+		return s, err
+	}
+	if err := limits.SetOverride(ctx, a, limit.Limits{Rate: c.limit}); err != nil {
+		return s, err
+	}
+	wait := c.limitsMaxAge + time.Second
+	fmt.Fprintf(stderr, "loadgen: A (%s) limited to %d a second; waiting %v for the stack to read it\n", a, c.limit, wait)
+	select {
+	case <-ctx.Done():
+		return s, ctx.Err()
+	case <-time.After(wait):
+	}
+
+	var bAlone, bTogether, aTogether []shot
+	for round := range c.rounds {
+		fmt.Fprintf(stderr, "loadgen: round %d: B alone at %d/s for %v\n", round+1, c.bRate, c.phase)
+		bAlone = append(bAlone, attack(ctx, hc, c.target, b, fmt.Sprintf("alone-%d", round), c.bRate, c.phase)...)
+		fmt.Fprintf(stderr, "loadgen: round %d: B at %d/s beside A at %d/s for %v\n", round+1, c.bRate, c.limit*c.times, c.phase)
+		var wg sync.WaitGroup
+		var flood []shot
+		wg.Go(func() { flood = attack(ctx, hc, c.target, a, fmt.Sprintf("flood-%d", round), c.limit*c.times, c.phase) })
+		bTogether = append(bTogether, attack(ctx, hc, c.target, b, fmt.Sprintf("beside-%d", round), c.bRate, c.phase)...)
+		wg.Wait()
+		aTogether = append(aTogether, flood...)
+	}
+	if err := ctx.Err(); err != nil {
+		return s, err
+	}
+	seconds := float64(c.rounds) * c.phase.Seconds()
+	s.BAlone, s.BTogether, s.ATogether = tenantRun(b, bAlone, seconds), tenantRun(b, bTogether, seconds), tenantRun(a, aTogether, seconds)
+	s.P50Ratio, s.P99Ratio = s.BTogether.Latency.P50/s.BAlone.Latency.P50, s.BTogether.Latency.P99/s.BAlone.Latency.P99
+
+	checks := map[string]*isolationCheck{a: newIsolationCheck(aTogether), b: newIsolationCheck(append(bAlone, bTogether...))}
+	for tenant, ic := range checks {
+		if ic.refs, ic.ids, err = references(ctx, db, c.idemTable, tenant, ic.keys, ic.sent); err != nil {
+			return s, err
+		}
+	}
+	ledger, err := ledgerEntries(ctx, hc, c.provider)
+	if err != nil {
+		return s, err
+	}
+	for tenant, ic := range checks {
+		rows, err := chargeRows(ctx, db, c.chargesTable, tenant)
+		if err != nil {
+			return s, err
+		}
+		ic.checked = check(ic.keys, ic.refs, ic.answers, ledger, rows)
+	}
+	s.ACheck, s.BCheck = checks[a].checked.Check, checks[b].checked.Check
+	for i, k := range checks[a].keys {
+		if checks[a].refused[k] && checks[a].refs[i] != "" {
+			s.ARefusedStored++
+		}
+	}
+	s.OK = isolated(s, c.phase)
+	if err := writeJSON(c.out, s); err != nil {
+		return s, err
+	}
+	if !c.keep {
+		for tenant, ic := range checks {
+			if err := cleanup(ctx, db, c.idemTable, c.chargesTable, tenant, ic.keys, ic.ids); err != nil {
+				return s, err
+			}
+		}
+		if err := limits.DeleteOverride(ctx, a); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// isolationCheck is one tenant's keys, as check takes them.
+type isolationCheck struct {
+	keys, refs, ids []string
+	sent            []bool
+	answers         [][]outcome
+	refused         map[string]bool // answered 429
+	checked         checked
+}
+
+func newIsolationCheck(shots []shot) *isolationCheck {
+	ic := &isolationCheck{refused: map[string]bool{}}
+	for _, s := range shots {
+		ic.keys = append(ic.keys, s.key)
+		ic.sent = append(ic.sent, true)
+		ic.answers = append(ic.answers, []outcome{{sent: true, status: s.status, failure: s.failure, latency: s.latency}})
+		ic.refused[s.key] = s.status == http.StatusTooManyRequests
+	}
+	return ic
+}
+
+// tenantRun sums up tenant's shots over seconds of phases.
+func tenantRun(tenant string, shots []shot, seconds float64) benchout.TenantRun {
+	r := benchout.TenantRun{Tenant: tenant, Requests: len(shots), Answers: map[string]int{}}
+	ds := make([]time.Duration, 0, len(shots))
+	created := 0
+	for _, s := range shots {
+		answer := strconv.Itoa(s.status)
+		if s.status == 0 {
+			answer = "error: " + s.failure
+		}
+		r.Answers[answer]++
+		ds = append(ds, s.latency)
+		if s.status == http.StatusCreated {
+			created++
+		}
+	}
+	r.Latency = summarize(ds)
+	r.AdmittedPerSecond = float64(created) / seconds
+	return r
+}
+
+// isolated reports whether every check of the run held: B got every
+// charge and kept its latencies, A got 201 or 429 and no more 201s than
+// its limit allows, and both ledgers match what was answered.
+func isolated(s benchout.Isolation, phase time.Duration) bool {
+	exact := func(c benchout.Check) bool {
+		return c.Duplicates == 0 && c.Missing == 0 && c.Stray == 0 && c.LedgerCharges == c.Created && c.Rows == c.Created
+	}
+	bLost := s.BAlone.Requests + s.BTogether.Requests - s.BAlone.Answers["201"] - s.BTogether.Answers["201"]
+	aOther := s.ATogether.Requests - s.ATogether.Answers["201"] - s.ATogether.Answers["429"]
+	// A window starts each second, and a phase may straddle one more.
+	most := float64(s.ALimit) * (phase.Seconds() + 1) * float64(s.Rounds)
+	return bLost == 0 && s.P50Ratio <= s.MaxRatio && s.P99Ratio <= s.MaxRatio &&
+		aOther == 0 && s.ATogether.Answers["429"] > 0 && float64(s.ATogether.Answers["201"]) <= most &&
+		exact(s.ACheck) && exact(s.BCheck) && s.BCheck.Created == s.BCheck.Logical && s.ARefusedStored == 0
+}
+
+// vegetaVersion is the load generator and the version this binary was
+// built with.
+func vegetaVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "github.com/tsenart/vegeta/v12" {
+				return "vegeta " + d.Version
+			}
+		}
+	}
+	return "vegeta"
+}
+
+func printIsolation(w io.Writer, s benchout.Isolation) {
+	fmt.Fprintf(w, "%s, %d rounds of %.0f s phases; A limited to %d/s, sending %.0f/s; B at %.0f/s\n", s.Tool, s.Rounds, s.PhaseSeconds, s.ALimit, s.ARate, s.BRate)
+	for _, r := range []struct {
+		name string
+		run  benchout.TenantRun
+	}{{"B alone", s.BAlone}, {"B beside A", s.BTogether}, {"A", s.ATogether}} {
+		l := r.run.Latency
+		fmt.Fprintf(w, "%-11s n=%-5d p50 %7.2f ms  p99 %7.2f ms  admitted %.1f/s  answers %v\n", r.name, r.run.Requests, l.P50, l.P99, r.run.AdmittedPerSecond, r.run.Answers)
+	}
+	fmt.Fprintf(w, "B beside A over B alone: p50 %.2f×, p99 %.2f× (at most %.2f×)\n", s.P50Ratio, s.P99Ratio, s.MaxRatio)
+	for _, t := range []struct {
+		name string
+		c    benchout.Check
+	}{{"A", s.ACheck}, {"B", s.BCheck}} {
+		fmt.Fprintf(w, "%s: %d keys, %d answered 201; ledger %d charges in %d calls; %d rows; %d duplicates, %d missing, %d stray\n",
+			t.name, t.c.Logical, t.c.Created, t.c.LedgerCharges, t.c.ProviderCalls, t.c.Rows, t.c.Duplicates, t.c.Missing, t.c.Stray)
+	}
+	fmt.Fprintf(w, "A's keys answered 429 with a record: %d; ok=%t\n", s.ARefusedStored, s.OK)
+}

@@ -1,0 +1,52 @@
+package benchout
+
+// Isolation is what an isolation run (loadgen isolation) reports, and
+// writes as JSON: tenant B at a steady rate, alone and beside tenant A
+// sending at many times its limit, in alternating phases of one run.
+type Isolation struct {
+	Started string `json:"started"`
+	LoadAvg string `json:"loadavg_at_start"`
+	Target  string `json:"target"`
+	// Tool names the load generator and its version.
+	Tool string `json:"tool"`
+	// PhaseSeconds is each phase's length; Rounds how many pairs of
+	// phases (B alone, then A and B together) ran.
+	PhaseSeconds float64 `json:"phase_seconds"`
+	Rounds       int     `json:"rounds"`
+	// ALimit is A's rate limit, an operator's override; ARate and BRate
+	// the rates offered.
+	ALimit int     `json:"a_limit"`
+	ARate  float64 `json:"a_rate"`
+	BRate  float64 `json:"b_rate"`
+	// BAlone and BTogether are B's requests in the phases alone and
+	// beside A; ATogether are A's.
+	BAlone    TenantRun `json:"b_alone"`
+	BTogether TenantRun `json:"b_together"`
+	ATogether TenantRun `json:"a_together"`
+	// P50Ratio and P99Ratio are B's latencies beside A over B's alone.
+	P50Ratio float64 `json:"p50_ratio"`
+	P99Ratio float64 `json:"p99_ratio"`
+	// ACheck and BCheck are what the ledger and the rows say of each
+	// tenant's keys, all phases together.
+	ACheck Check `json:"a_check"`
+	BCheck Check `json:"b_check"`
+	// ARefusedStored counts A's keys answered 429 that have a record all
+	// the same: a refusal must store nothing.
+	ARefusedStored int `json:"a_refused_stored"`
+	// MaxRatio is what the ratios must stay within; OK says whether
+	// every check held.
+	MaxRatio float64 `json:"max_ratio"`
+	OK       bool    `json:"ok"`
+}
+
+// TenantRun is one tenant's requests in some phases of an isolation run.
+type TenantRun struct {
+	Tenant   string `json:"tenant"`
+	Requests int    `json:"requests"`
+	// Answers counts answers by status ("201", "429") or failure.
+	Answers map[string]int `json:"answers"`
+	// Latency is of every answer, from vegeta's send to the body read.
+	Latency Latency `json:"latency"`
+	// AdmittedPerSecond is the 201s a second of the phases.
+	AdmittedPerSecond float64 `json:"admitted_per_second"`
+}
