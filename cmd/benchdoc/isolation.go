@@ -9,8 +9,8 @@ import (
 	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
-// isolationSection reads loadgen isolation's summary and sets out tenant
-// B alone and beside tenant A's flood, then what the ledger says of both.
+// isolationSection reads loadgen isolation's summary. It sets out tenant B
+// alone and beside tenant A's flood, then what the ledger says of both.
 func isolationSection(summary string) (string, error) {
 	b, err := os.ReadFile(summary)
 	if err != nil {

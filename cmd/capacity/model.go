@@ -313,9 +313,9 @@ func model(m measurement, in capacityInputs, d deployment) (capacity, error) {
 	return c, nil
 }
 
-// limits works out the tenants' limits: what each way of sharing a count
-// costs a first charge, what the built one lets through, and what the
-// reservation and the gateway's rates keep for charges.
+// limits works out the tenants' limits. It prices each way of sharing a
+// count, and what the built one lets through. It says what the reservation
+// and the gateway's rates keep for charges.
 func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS float64) {
 	latency, pw := in.v(inDynamoLatency), in.v(inPartitionWCU)
 	first, _ := c.M.outcome(outcomeFirst)
@@ -341,8 +341,8 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.CounterUSD = in.get(priceWrite).cost(c.CounterWCU * c.MonthSeconds / 1e6)
 	c.BusyUSD = c.CounterUSD / float64(d.SyncEvery)
 	c.CounterBillShare = c.CounterUSD / c.CostTotal[0]
-	// The built count, at the AWS estimate's instances: each admits what
-	// it has not shared, SyncEvery in a flood's first second, then one.
+	// The built count, at the AWS estimate's instances. Each admits what
+	// it has not shared: SyncEvery in a flood's first second, then one.
 	instances := math.Ceil(c.ConcurrencyAWS)
 	c.FloodFirstSecond = d.TenantRate + instances*math.Max(float64(d.SyncEvery), d.TenantRate/float64(d.SyncShare))
 	c.FloodLater = d.TenantRate + instances*math.Max(1, d.TenantRate/float64(d.HotShare))

@@ -329,9 +329,9 @@ type deployment struct {
 	Shards         int // idem's default: every function uses it
 	SweepMaxKeys   int // the sweeper's default
 
-	// The abuse controls: ChargeFunction's reserved concurrency, the
-	// gateway's rates and bursts (critical routes, and each of the
-	// DeferrableRoutes), the intake's cap, and a tenant's default limits.
+	// The abuse controls. ChargeFunction's reserved concurrency; the
+	// gateway's rates and bursts, for the critical routes and for each of
+	// the DeferrableRoutes; the intake's cap; a tenant's default limits.
 	ChargeReserved                  float64
 	APIRate, APIBurst               float64
 	DeferrableRate, DeferrableBurst float64

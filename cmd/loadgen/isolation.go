@@ -78,16 +78,16 @@ func parseIsolationFlags(args []string, getenv func(string) string) (isolationCo
 //	loadgen isolation [-limit 10] [-times 10] [-b-rate 10] [-phase 10s] [-rounds 6]
 //	        [-limits-max-age 1m] [-max-ratio 1.5] [stack flags] [-out out/isolation]
 //
-// It gives a fresh tenant A a rate limit (an operator's override in the
-// limits table) and waits for the stack to read it. Then, in each round,
-// a fresh tenant B sends new charges at a steady rate for a phase alone,
-// and for a phase beside A, which sends at -times its limit. vegeta sends
-// the load, open-loop, each request a new key. Afterwards it checks the
-// provider's ledger and the charges table for both tenants' keys, and that
-// no key A was refused with has a record. It writes OUT.json (see
-// benchout.Isolation) and exits 1 unless B lost nothing, its p50 and p99
-// beside A stayed within -max-ratio of alone, A's excess got 429, and
-// both ledgers are exact.
+// It gives a fresh tenant A a rate limit, as an operator's override, and
+// waits for the stack to read it. In each round a fresh tenant B sends new
+// charges at a steady rate for a phase alone. Then it sends them for a
+// phase beside A, which sends at -times its limit. vegeta sends the load,
+// open-loop, each request under a new key. Afterwards it checks both
+// tenants' keys against the provider's ledger and the charges table. No
+// key A was refused with may have a record. It writes OUT.json (see
+// benchout.Isolation). It exits 1 unless every check held: B lost
+// nothing, and its p50 and p99 beside A stayed within -max-ratio of
+// alone; A's excess got 429; both ledgers are exact.
 func isolationMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseIsolationFlags(args, getenv)
 	if err != nil {
@@ -116,8 +116,8 @@ type shot struct {
 	latency time.Duration
 }
 
-// attack sends tenant's new charges at rate a second for d with vegeta,
-// each under a fresh key prefix-N, and returns what each got.
+// attack sends tenant's new charges with vegeta, at rate a second for d.
+// Each has a fresh key, prefix-N; it returns what each got.
 func attack(ctx context.Context, hc *http.Client, target, tenant, prefix string, rate int, d time.Duration) []shot {
 	var (
 		mu sync.Mutex
@@ -291,9 +291,9 @@ func tenantRun(tenant string, shots []shot, seconds float64) benchout.TenantRun 
 	return r
 }
 
-// isolated reports whether every check of the run held: B got every
-// charge and kept its latencies, A got 201 or 429 and no more 201s than
-// its limit allows, and both ledgers match what was answered.
+// isolated reports whether every check of the run held. B got every
+// charge and kept its latencies. A got 201 or 429, and no more 201s than
+// its limit allows. Both ledgers match what was answered.
 func isolated(s benchout.Isolation, phase time.Duration) bool {
 	exact := func(c benchout.Check) bool {
 		return c.Duplicates == 0 && c.Missing == 0 && c.Stray == 0 && c.LedgerCharges == c.Created && c.Rows == c.Created

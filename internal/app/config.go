@@ -242,8 +242,8 @@ type ChargeConfig struct {
 	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
 	// API's (docs/contract.md), and only tests lower it.
 	MaxRefunds int
-	// LimitsTable holds the tenants' shared counts and overrides; Limits
-	// are a tenant's without an override, and LimitsMaxAge how long the
+	// LimitsTable holds the tenants' shared counts and overrides. Limits
+	// are a tenant's without an override. LimitsMaxAge is how long the
 	// overrides are kept. LoadCharge requires the table; without one no
 	// tenant is limited and nothing is shed (tests of other behaviours).
 	LimitsTable  string

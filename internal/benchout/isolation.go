@@ -1,8 +1,8 @@
 package benchout
 
 // Isolation is what an isolation run (loadgen isolation) reports, and
-// writes as JSON: tenant B at a steady rate, alone and beside tenant A
-// sending at many times its limit, in alternating phases of one run.
+// writes as JSON. Tenant B sends at a steady rate, alone, then beside
+// tenant A at many times its limit, in alternating phases of one run.
 type Isolation struct {
 	Started string `json:"started"`
 	LoadAvg string `json:"loadavg_at_start"`

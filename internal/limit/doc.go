@@ -2,9 +2,9 @@
 // It runs before a request's key is claimed, so a refused request stores
 // nothing and charges nothing.
 //
-// limiter.go holds Limiter: a tenant's rate and concurrency, counted per
-// second on each instance, and shared through the table once the tenant is
-// busy. overrides.go reads the operators' per-tenant limits. table.go is the
+// limiter.go holds Limiter: a tenant's rate and concurrency. Each
+// instance counts them per second, and shares them through the table once
+// the tenant is busy. overrides.go reads the operators' per-tenant limits. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.
 //

@@ -48,9 +48,8 @@ func (l Limits) over(o Limits) Limits {
 func (l Limits) busy() time.Duration { return time.Duration(l.Concurrency) * Window }
 
 // ConcurrencySpan is how many windows a tenant's concurrency is averaged
-// over. A request's handler time counts when it ends, so a stall that
-// ends many requests at once would fill one window: over ten, it is their
-// average.
+// over. A request's handler time counts when it ends. A stall that ends
+// many requests at once would fill one window; over ten, it averages out.
 const ConcurrencySpan = 10
 
 // Usage is what a tenant used of a window.
@@ -78,13 +77,12 @@ type Store interface {
 // Window is the span a rate counts over.
 const Window = time.Second
 
-// How much a quiet tenant may use on an instance before the instance
-// shares it: SyncEvery requests or SyncBusy of handler time, or a
-// SyncShare-th of its limit if that is more. Each instance's unshared part
-// is what a tenant may exceed a limit by. Once the tenant nears a limit,
-// each request is shared, or each HotShare-th of its limit if that is
-// more: a tenant's count takes at most about HotShare writes a second,
-// however high its limit.
+// An instance shares a quiet tenant's usage past SyncEvery requests or
+// SyncBusy of handler time, or a SyncShare-th of a limit if more. Each
+// instance's unshared part is what a tenant may exceed a limit by. Once
+// the tenant nears a limit, each request is shared, or each HotShare-th
+// of its limit if more. So a tenant's count takes at most about HotShare
+// writes a second, however high its limit.
 const (
 	SyncEvery = 5
 	SyncBusy  = time.Second
@@ -112,9 +110,9 @@ type Options struct {
 }
 
 // Limiter holds each tenant to its limits. Each instance counts what its
-// own requests use of the current second; a tenant that uses more than a
-// little is shared through the Store, so the limits hold across instances.
-// It is safe for concurrent use.
+// own requests use of the current second. A tenant that uses more than a
+// little is shared through the Store, so the limits hold across
+// instances. It is safe for concurrent use.
 type Limiter struct {
 	store     Store
 	o         Options
@@ -128,7 +126,7 @@ type Limiter struct {
 type tenant struct {
 	window int64
 	// known is the window's usage by every instance, as of this
-	// instance's last sync; sharing is what a sync under way adds to it;
+	// instance's last sync. sharing is what a sync under way adds to it.
 	// pending is what this instance used since.
 	known, sharing, pending Usage
 	// past holds the handler time of the windows before this one, last
@@ -137,7 +135,7 @@ type tenant struct {
 	// hot: the tenant neared a limit, so every request is shared.
 	hot     bool
 	syncing bool
-	// failed: a sync of this window failed; the next window tries again,
+	// failed: a sync of this window failed. The next window tries again,
 	// so a table that cannot take writes costs each request no call.
 	failed bool
 }

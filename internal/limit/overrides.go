@@ -8,13 +8,13 @@ import (
 )
 
 // retryAfter is how soon a failed read of the overrides is tried again.
-// Meanwhile the overrides held serve, or the defaults: a table that cannot
-// be read costs each request no call of its own.
+// Meanwhile the overrides held serve, or the defaults. A table that
+// cannot be read costs each request no call of its own.
 const retryAfter = 10 * time.Second
 
-// overrides are the operators' per-tenant limits, read from the Store
-// when the limiter is built and again after maxAge, so a change needs no
-// deploy.
+// overrides are the operators' per-tenant limits. They are read from the
+// Store when the limiter is built, and again after maxAge: a change needs
+// no deploy.
 type overrides struct {
 	store    Store
 	defaults Limits

@@ -10,9 +10,9 @@ import (
 const DefaultShedFor = 5 * time.Second
 
 // Shedder keeps the store's capacity for the requests that cannot wait.
-// A throttled store is the sign the service is near its capacity: for a
-// while after one, the requests that can wait are refused before they
-// use any. It is safe for concurrent use.
+// A throttled store is the sign the service is near its capacity. For a
+// while after one, the requests that can wait are refused before they use
+// any. It is safe for concurrent use.
 type Shedder struct {
 	clock   func() time.Time
 	shedFor time.Duration
@@ -21,8 +21,8 @@ type Shedder struct {
 	until time.Time
 }
 
-// NewShedder returns a Shedder that sheds for shedFor (DefaultShedFor if
-// zero or less) after each throttle, by clock (time.Now if nil).
+// NewShedder returns a Shedder that sheds for shedFor after each throttle,
+// by clock. Zero or less is DefaultShedFor; a nil clock, time.Now.
 func NewShedder(shedFor time.Duration, clock func() time.Time) *Shedder {
 	if shedFor <= 0 {
 		shedFor = DefaultShedFor

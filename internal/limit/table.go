@@ -61,7 +61,7 @@ func TTLInput(name string) *dynamodb.UpdateTimeToLiveInput {
 	}
 }
 
-// API is the part of *dynamodb.Client a Table uses: the functions update
+// API is the part of *dynamodb.Client a Table uses. The functions update
 // counts and query overrides; an operator's tool puts and deletes them.
 type API interface {
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)

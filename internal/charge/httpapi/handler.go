@@ -41,8 +41,8 @@ const (
 // state: they have no key to name it.
 var moveOperations = map[string]metrics.Operation{RouteCapture: metrics.OperationCapture, RouteCancel: metrics.OperationCancel}
 
-// keyedOperations are the Operation dimension of the routes whose key
-// names it, for a request refused before its key was read.
+// keyedOperations are the Operation dimension of the keyed routes. A
+// request refused before its key was read counts under them.
 var keyedOperations = map[string]metrics.Operation{RouteCreate: metrics.OperationCharge, RouteRefund: metrics.OperationRefund}
 
 // done says what each command route's request does, for what an answer
@@ -50,9 +50,9 @@ var keyedOperations = map[string]metrics.Operation{RouteCreate: metrics.Operatio
 var done = map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}
 
 // Deferrable are the routes that can wait: reads, listings and refunds.
-// They are shed while the store is throttled, and API Gateway gives them
-// a smaller rate (template.yaml's RouteSettings): creating, capturing and
-// canceling payments keep the capacity.
+// They are shed while the store is throttled. API Gateway gives them a
+// smaller rate (template.yaml's RouteSettings). So creating, capturing
+// and canceling payments keep the capacity.
 var Deferrable = []string{RouteGet, RouteListRefunds, RouteGetRefund, RouteRefund}
 
 // Routes are every route the charge function serves, the webhook's too.
@@ -277,8 +277,8 @@ func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Respon
 
 // counted reports whether a request stays counted against its tenant's
 // rate: those that did new work. A request refused as invalid did none.
-// An answer about a key that exists (a replay, one in progress, one reused
-// with another body) is cheap, so a retry storm on one key leaves the
+// An answer about a key that exists is cheap: a replay, one in progress,
+// one reused with another body. So a retry storm on one key leaves the
 // tenant's rate to its other requests.
 func counted(res charge.Result, refused *idem.Response) bool {
 	if refused != nil || res.Replayed {
