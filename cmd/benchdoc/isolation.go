@@ -10,7 +10,7 @@ import (
 )
 
 // isolationSection reads loadgen isolation's summary. It sets out tenant B
-// alone and beside tenant A's flood, then what the ledger says of both.
+// in each phase, and A, then what the ledger says of both.
 func isolationSection(summary string) (string, error) {
 	b, err := os.ReadFile(summary)
 	if err != nil {
@@ -25,17 +25,23 @@ func isolationSection(summary string) (string, error) {
 
 func isolationTable(s benchout.Isolation) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Started %s, load average %s; %s, %d rounds of %.0f s of tenant B alone then %.0f s beside tenant A.\n\n",
-		orNone(s.Started), orNone(s.LoadAvg), orNone(s.Tool), s.Rounds, s.PhaseSeconds, s.PhaseSeconds)
-	b.WriteString("| requests | offered | sent | answers | admitted | p50 / p95 / p99 | beside A ÷ alone, p50 / p99 |\n")
-	b.WriteString("|---|---:|---:|---|---:|---|---|\n")
-	row := func(name string, rate float64, r benchout.TenantRun, ratio string) {
-		fmt.Fprintf(&b, "| %s | %.0f req/s | %d | %s | %.1f req/s | %s | %s |\n", name, rate, r.Requests, counts(r.Answers), r.AdmittedPerSecond, percentiles(r.Latency), ratio)
+	fmt.Fprintf(&b, "Started %s, load average %s; %s, %d rounds of three %.0f s phases: tenant B alone, beside tenant A at its limit, beside A at %d times it.\n\n",
+		orNone(s.Started), orNone(s.LoadAvg), orNone(s.Tool), s.Rounds, s.PhaseSeconds, int(s.ARate)/max(s.ALimit, 1))
+	b.WriteString("| requests | offered | sent | answers | admitted | p50 / p95 / p99 | ÷ B alone, p50 / p99 | ÷ B beside A at its limit |\n")
+	b.WriteString("|---|---:|---:|---|---:|---|---|---|\n")
+	row := func(name string, rate float64, r benchout.TenantRun, ratios ...string) {
+		ratios = append(ratios, "", "")
+		fmt.Fprintf(&b, "| %s | %.0f req/s | %d | %s | %.1f req/s | %s | %s | %s |\n", name, rate, r.Requests, counts(r.Answers), r.AdmittedPerSecond, percentiles(r.Latency), ratios[0], ratios[1])
 	}
-	row("B alone", s.BRate, s.BAlone, "")
-	row("B beside A", s.BRate, s.BTogether, fmt.Sprintf("**%.2f× / %.2f×** (at most %.1f×)", s.P50Ratio, s.P99Ratio, s.MaxRatio))
-	row(fmt.Sprintf("A, %d times its limit of %d req/s", int(s.ARate)/max(s.ALimit, 1), s.ALimit), s.ARate, s.ATogether, "")
-	b.WriteString("\n| the ledger and the rows | A | B |\n|---|---:|---:|\n")
+	limitRate := float64(s.ALimit)
+	row("B alone", s.BRate, s.BAlone)
+	row("B beside A at its limit", s.BRate, s.BBesideLimit,
+		fmt.Sprintf("%.2f× / %.2f×", s.BBesideLimit.Latency.P50/s.BAlone.Latency.P50, s.BBesideLimit.Latency.P99/s.BAlone.Latency.P99))
+	row("B beside A's flood", s.BRate, s.BBesideFlood,
+		fmt.Sprintf("**%.2f× / %.2f×** (at most %.1f×)", s.P50Ratio, s.P99Ratio, s.MaxRatio), fmt.Sprintf("%.2f× / %.2f×", s.ExcessP50Ratio, s.ExcessP99Ratio))
+	row("A at its limit", limitRate, s.AAtLimit)
+	row("A's flood", s.ARate, s.AFlood)
+	b.WriteString("\n| the ledger and the rows, all phases | A | B |\n|---|---:|---:|\n")
 	for _, r := range []struct {
 		name string
 		v    func(benchout.Check) int

@@ -274,10 +274,11 @@ func TestIsolationTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"vegeta v12.13.0, 2 rounds of 30 s of tenant B alone then 30 s beside tenant A.",
-		"| B beside A | 10 req/s | 600 | 201 ×600 | 10.0 req/s | 10.4 / 16.0 / 25.2 ms (n=600) | **1.09× / 1.20×** (at most 1.5×) |",
-		"| A, 10 times its limit of 10 req/s | 100 req/s | 6000 | 201 ×600, 429 ×5400 | 10.0 req/s |",
-		"| charges on the provider's ledger | 600 | 1200 |",
+		"vegeta v12.13.0, 6 rounds of three 10 s phases: tenant B alone, beside tenant A at its limit, beside A at 10 times it.",
+		"| B beside A at its limit | 10 req/s | 600 | 201 ×600 | 10.0 req/s | 10.0 / 15.1 / 24.0 ms (n=600) | 1.05× / 1.14× |  |",
+		"| B beside A's flood | 10 req/s | 600 | 201 ×600 | 10.0 req/s | 10.4 / 16.0 / 25.2 ms (n=600) | **1.09× / 1.20×** (at most 1.5×) | 1.04× / 1.05× |",
+		"| A's flood | 100 req/s | 6000 | 201 ×660, 429 ×5340 | 11.0 req/s |",
+		"| charges on the provider's ledger | 1260 | 1800 |",
 		"| keys answered 429 that have a record | 0 | – |",
 		"Every check held: **yes**.",
 	} {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,7 +42,7 @@ func parseIsolationFlags(args []string, getenv func(string) string) (isolationCo
 	fs.IntVar(&c.times, "times", 10, "A sends this many times its limit")
 	fs.IntVar(&c.bRate, "b-rate", 10, "tenant B's steady rate (requests a second), under the default limit")
 	fs.DurationVar(&c.phase, "phase", 10*time.Second, "the length of each phase")
-	fs.IntVar(&c.rounds, "rounds", 6, "pairs of phases: B alone, then A and B together")
+	fs.IntVar(&c.rounds, "rounds", 6, "rounds of three phases: B alone, B beside A at its limit, B beside A at -times it")
 	fs.DurationVar(&c.limitsMaxAge, "limits-max-age", time.Minute, "the stack's LIMITS_MAX_AGE: how long to wait for it to read A's limit")
 	fs.Float64Var(&c.maxRatio, "max-ratio", 1.5, "the most B's p50 and p99 beside A may be of B's alone")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Second, "client timeout of one request")
@@ -80,8 +81,9 @@ func parseIsolationFlags(args []string, getenv func(string) string) (isolationCo
 //
 // It gives a fresh tenant A a rate limit, as an operator's override, and
 // waits for the stack to read it. In each round a fresh tenant B sends new
-// charges at a steady rate for a phase alone. Then it sends them for a
-// phase beside A, which sends at -times its limit. vegeta sends the load,
+// charges at a steady rate for three phases. In the first it is alone. In
+// the second A sends at its limit; in the third, at -times it. The second
+// tells A's admitted work from its refused excess. vegeta sends the load,
 // open-loop, each request under a new key. Afterwards it checks both
 // tenants' keys against the provider's ledger and the charges table. No
 // key A was refused with may have a record. It writes OUT.json (see
@@ -166,7 +168,7 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 		return hex.EncodeToString(b[:])
 	}
-	a, b := "iso-a-"+suffix(), "iso-b-"+suffix()
+	aTenant, bTenant := "iso-a-"+suffix(), "iso-b-"+suffix()
 	s := benchout.Isolation{
 		Started: time.Now().UTC().Format(time.RFC3339), LoadAvg: testkit.LoadAvg(), Target: c.target, Tool: vegetaVersion(),
 		PhaseSeconds: c.phase.Seconds(), Rounds: c.rounds, ALimit: c.limit, ARate: float64(c.limit * c.times), BRate: float64(c.bRate),
@@ -180,37 +182,49 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 	if err != nil {
 		return s, err
 	}
-	if err := limits.SetOverride(ctx, a, limit.Limits{Rate: c.limit}); err != nil {
+	if err := limits.SetOverride(ctx, aTenant, limit.Limits{Rate: c.limit}); err != nil {
 		return s, err
 	}
 	wait := c.limitsMaxAge + time.Second
-	fmt.Fprintf(stderr, "loadgen: A (%s) limited to %d a second; waiting %v for the stack to read it\n", a, c.limit, wait)
+	fmt.Fprintf(stderr, "loadgen: A (%s) limited to %d a second; waiting %v for the stack to read it\n", aTenant, c.limit, wait)
 	select {
 	case <-ctx.Done():
 		return s, ctx.Err()
 	case <-time.After(wait):
 	}
 
-	var bAlone, bTogether, aTogether []shot
+	var bAlone, bBesideLimit, bBesideFlood, aAtLimit, aFlood []shot
+	// beside runs a phase of B beside A at rate, and returns both's shots.
+	beside := func(name string, round, rate int) (b, a []shot) {
+		fmt.Fprintf(stderr, "loadgen: round %d: B at %d/s beside A at %d/s for %v\n", round+1, c.bRate, rate, c.phase)
+		var wg sync.WaitGroup
+		wg.Go(func() { a = attack(ctx, hc, c.target, aTenant, fmt.Sprintf("%s-%d", name, round), rate, c.phase) })
+		b = attack(ctx, hc, c.target, bTenant, fmt.Sprintf("beside-%s-%d", name, round), c.bRate, c.phase)
+		wg.Wait()
+		return b, a
+	}
 	for round := range c.rounds {
 		fmt.Fprintf(stderr, "loadgen: round %d: B alone at %d/s for %v\n", round+1, c.bRate, c.phase)
-		bAlone = append(bAlone, attack(ctx, hc, c.target, b, fmt.Sprintf("alone-%d", round), c.bRate, c.phase)...)
-		fmt.Fprintf(stderr, "loadgen: round %d: B at %d/s beside A at %d/s for %v\n", round+1, c.bRate, c.limit*c.times, c.phase)
-		var wg sync.WaitGroup
-		var flood []shot
-		wg.Go(func() { flood = attack(ctx, hc, c.target, a, fmt.Sprintf("flood-%d", round), c.limit*c.times, c.phase) })
-		bTogether = append(bTogether, attack(ctx, hc, c.target, b, fmt.Sprintf("beside-%d", round), c.bRate, c.phase)...)
-		wg.Wait()
-		aTogether = append(aTogether, flood...)
+		bAlone = append(bAlone, attack(ctx, hc, c.target, bTenant, fmt.Sprintf("alone-%d", round), c.bRate, c.phase)...)
+		b, a := beside("limit", round, c.limit)
+		bBesideLimit, aAtLimit = append(bBesideLimit, b...), append(aAtLimit, a...)
+		b, a = beside("flood", round, c.limit*c.times)
+		bBesideFlood, aFlood = append(bBesideFlood, b...), append(aFlood, a...)
 	}
 	if err := ctx.Err(); err != nil {
 		return s, err
 	}
 	seconds := float64(c.rounds) * c.phase.Seconds()
-	s.BAlone, s.BTogether, s.ATogether = tenantRun(b, bAlone, seconds), tenantRun(b, bTogether, seconds), tenantRun(a, aTogether, seconds)
-	s.P50Ratio, s.P99Ratio = s.BTogether.Latency.P50/s.BAlone.Latency.P50, s.BTogether.Latency.P99/s.BAlone.Latency.P99
+	s.BAlone, s.BBesideLimit, s.BBesideFlood = tenantRun(bTenant, bAlone, seconds), tenantRun(bTenant, bBesideLimit, seconds), tenantRun(bTenant, bBesideFlood, seconds)
+	s.AAtLimit, s.AFlood = tenantRun(aTenant, aAtLimit, seconds), tenantRun(aTenant, aFlood, seconds)
+	flood := s.BBesideFlood.Latency
+	s.P50Ratio, s.P99Ratio = flood.P50/s.BAlone.Latency.P50, flood.P99/s.BAlone.Latency.P99
+	s.ExcessP50Ratio, s.ExcessP99Ratio = flood.P50/s.BBesideLimit.Latency.P50, flood.P99/s.BBesideLimit.Latency.P99
 
-	checks := map[string]*isolationCheck{a: newIsolationCheck(aTogether), b: newIsolationCheck(append(bAlone, bTogether...))}
+	checks := map[string]*isolationCheck{
+		aTenant: newIsolationCheck(slices.Concat(aAtLimit, aFlood)),
+		bTenant: newIsolationCheck(slices.Concat(bAlone, bBesideLimit, bBesideFlood)),
+	}
 	for tenant, ic := range checks {
 		if ic.refs, ic.ids, err = references(ctx, db, c.idemTable, tenant, ic.keys, ic.sent); err != nil {
 			return s, err
@@ -227,9 +241,9 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 		}
 		ic.checked = check(ic.keys, ic.refs, ic.answers, ledger, rows)
 	}
-	s.ACheck, s.BCheck = checks[a].checked.Check, checks[b].checked.Check
-	for i, k := range checks[a].keys {
-		if checks[a].refused[k] && checks[a].refs[i] != "" {
+	s.ACheck, s.BCheck = checks[aTenant].checked.Check, checks[bTenant].checked.Check
+	for i, k := range checks[aTenant].keys {
+		if checks[aTenant].refused[k] && checks[aTenant].refs[i] != "" {
 			s.ARefusedStored++
 		}
 	}
@@ -243,7 +257,7 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 				return s, err
 			}
 		}
-		if err := limits.DeleteOverride(ctx, a); err != nil {
+		if err := limits.DeleteOverride(ctx, aTenant); err != nil {
 			return s, err
 		}
 	}
@@ -292,18 +306,25 @@ func tenantRun(tenant string, shots []shot, seconds float64) benchout.TenantRun 
 }
 
 // isolated reports whether every check of the run held. B got every
-// charge and kept its latencies. A got 201 or 429, and no more 201s than
-// its limit allows. Both ledgers match what was answered.
+// charge, and kept its latencies beside A's flood. A got 201 or 429, and
+// no more 201s than its limit allows. Both ledgers match what was
+// answered.
 func isolated(s benchout.Isolation, phase time.Duration) bool {
 	exact := func(c benchout.Check) bool {
 		return c.Duplicates == 0 && c.Missing == 0 && c.Stray == 0 && c.LedgerCharges == c.Created && c.Rows == c.Created
 	}
-	bLost := s.BAlone.Requests + s.BTogether.Requests - s.BAlone.Answers["201"] - s.BTogether.Answers["201"]
-	aOther := s.ATogether.Requests - s.ATogether.Answers["201"] - s.ATogether.Answers["429"]
+	bLost := 0
+	for _, r := range []benchout.TenantRun{s.BAlone, s.BBesideLimit, s.BBesideFlood} {
+		bLost += r.Requests - r.Answers["201"]
+	}
 	// A window starts each second, and a phase may straddle one more.
 	most := float64(s.ALimit) * (phase.Seconds() + 1) * float64(s.Rounds)
+	aOK := true
+	for _, r := range []benchout.TenantRun{s.AAtLimit, s.AFlood} {
+		aOK = aOK && r.Requests == r.Answers["201"]+r.Answers["429"] && float64(r.Answers["201"]) <= most
+	}
 	return bLost == 0 && s.P50Ratio <= s.MaxRatio && s.P99Ratio <= s.MaxRatio &&
-		aOther == 0 && s.ATogether.Answers["429"] > 0 && float64(s.ATogether.Answers["201"]) <= most &&
+		aOK && s.AFlood.Answers["429"] > 0 &&
 		exact(s.ACheck) && exact(s.BCheck) && s.BCheck.Created == s.BCheck.Logical && s.ARefusedStored == 0
 }
 
@@ -321,15 +342,16 @@ func vegetaVersion() string {
 }
 
 func printIsolation(w io.Writer, s benchout.Isolation) {
-	fmt.Fprintf(w, "%s, %d rounds of %.0f s phases; A limited to %d/s, sending %.0f/s; B at %.0f/s\n", s.Tool, s.Rounds, s.PhaseSeconds, s.ALimit, s.ARate, s.BRate)
+	fmt.Fprintf(w, "%s, %d rounds of three %.0f s phases; A limited to %d/s, flooding at %.0f/s; B at %.0f/s\n", s.Tool, s.Rounds, s.PhaseSeconds, s.ALimit, s.ARate, s.BRate)
 	for _, r := range []struct {
 		name string
 		run  benchout.TenantRun
-	}{{"B alone", s.BAlone}, {"B beside A", s.BTogether}, {"A", s.ATogether}} {
+	}{{"B alone", s.BAlone}, {"B, A at limit", s.BBesideLimit}, {"B, A flooding", s.BBesideFlood}, {"A at limit", s.AAtLimit}, {"A flooding", s.AFlood}} {
 		l := r.run.Latency
-		fmt.Fprintf(w, "%-11s n=%-5d p50 %7.2f ms  p99 %7.2f ms  admitted %.1f/s  answers %v\n", r.name, r.run.Requests, l.P50, l.P99, r.run.AdmittedPerSecond, r.run.Answers)
+		fmt.Fprintf(w, "%-13s n=%-5d p50 %7.2f ms  p99 %7.2f ms  admitted %.1f/s  answers %v\n", r.name, r.run.Requests, l.P50, l.P99, r.run.AdmittedPerSecond, r.run.Answers)
 	}
-	fmt.Fprintf(w, "B beside A over B alone: p50 %.2f×, p99 %.2f× (at most %.2f×)\n", s.P50Ratio, s.P99Ratio, s.MaxRatio)
+	fmt.Fprintf(w, "B beside A's flood over B alone: p50 %.2f×, p99 %.2f× (at most %.2f×); over B beside A at its limit: p50 %.2f×, p99 %.2f×\n",
+		s.P50Ratio, s.P99Ratio, s.MaxRatio, s.ExcessP50Ratio, s.ExcessP99Ratio)
 	for _, t := range []struct {
 		name string
 		c    benchout.Check

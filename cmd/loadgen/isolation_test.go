@@ -46,25 +46,25 @@ func TestAttackTagsEveryResultWithItsKey(t *testing.T) {
 
 func TestIsolatedHoldsEveryCheck(t *testing.T) {
 	t.Parallel()
-	exact := benchout.Check{Logical: 600, Created: 600, LedgerCharges: 600, ProviderCalls: 600, Rows: 600}
+	b := benchout.TenantRun{Requests: 300, Answers: map[string]int{"201": 300}}
 	good := benchout.Isolation{
 		Rounds: 2, ALimit: 10, MaxRatio: 1.5, P50Ratio: 1.1, P99Ratio: 1.4,
-		BAlone:    benchout.TenantRun{Requests: 300, Answers: map[string]int{"201": 300}},
-		BTogether: benchout.TenantRun{Requests: 300, Answers: map[string]int{"201": 300}},
-		ATogether: benchout.TenantRun{Requests: 3000, Answers: map[string]int{"201": 300, "429": 2700}},
-		ACheck:    benchout.Check{Logical: 3000, Created: 300, LedgerCharges: 300, ProviderCalls: 300, Rows: 300},
-		BCheck:    exact,
+		BAlone: b, BBesideLimit: b, BBesideFlood: b,
+		AAtLimit: benchout.TenantRun{Requests: 300, Answers: map[string]int{"201": 300}},
+		AFlood:   benchout.TenantRun{Requests: 3000, Answers: map[string]int{"201": 300, "429": 2700}},
+		ACheck:   benchout.Check{Logical: 3300, Created: 600, LedgerCharges: 600, ProviderCalls: 600, Rows: 600},
+		BCheck:   benchout.Check{Logical: 900, Created: 900, LedgerCharges: 900, ProviderCalls: 900, Rows: 900},
 	}
 	if !isolated(good, 15*time.Second) {
 		t.Fatal("a run where every check held is not isolated")
 	}
 	for name, spoil := range map[string]func(*benchout.Isolation){
-		"B lost a charge":        func(s *benchout.Isolation) { s.BTogether.Answers = map[string]int{"201": 299, "429": 1} },
+		"B lost a charge":        func(s *benchout.Isolation) { s.BBesideFlood.Answers = map[string]int{"201": 299, "429": 1} },
 		"B's p99 rose":           func(s *benchout.Isolation) { s.P99Ratio = 1.6 },
 		"B's p50 rose":           func(s *benchout.Isolation) { s.P50Ratio = 1.51 },
-		"A got a 5xx":            func(s *benchout.Isolation) { s.ATogether.Answers = map[string]int{"201": 300, "429": 2699, "503": 1} },
-		"A was never limited":    func(s *benchout.Isolation) { s.ATogether.Answers = map[string]int{"201": 3000} },
-		"A got past its limit":   func(s *benchout.Isolation) { s.ATogether.Answers = map[string]int{"201": 400, "429": 2600} },
+		"A got a 5xx":            func(s *benchout.Isolation) { s.AFlood.Answers = map[string]int{"201": 300, "429": 2699, "503": 1} },
+		"A was never limited":    func(s *benchout.Isolation) { s.AFlood.Answers = map[string]int{"201": 3000} },
+		"A got past its limit":   func(s *benchout.Isolation) { s.AFlood.Answers = map[string]int{"201": 400, "429": 2600} },
 		"A's ledger off":         func(s *benchout.Isolation) { s.ACheck.LedgerCharges = 301 },
 		"B's row missing":        func(s *benchout.Isolation) { s.BCheck.Rows, s.BCheck.Missing = 599, 1 },
 		"a refusal stored a key": func(s *benchout.Isolation) { s.ARefusedStored = 1 },

@@ -1,31 +1,37 @@
 package benchout
 
 // Isolation is what an isolation run (loadgen isolation) reports, and
-// writes as JSON. Tenant B sends at a steady rate, alone, then beside
-// tenant A at many times its limit, in alternating phases of one run.
+// writes as JSON. Tenant B sends at a steady rate in three phases a round:
+// alone, beside tenant A at its limit, and beside A at many times it.
 type Isolation struct {
 	Started string `json:"started"`
 	LoadAvg string `json:"loadavg_at_start"`
 	Target  string `json:"target"`
 	// Tool names the load generator and its version.
 	Tool string `json:"tool"`
-	// PhaseSeconds is each phase's length; Rounds how many pairs of
-	// phases (B alone, then A and B together) ran.
+	// PhaseSeconds is each phase's length; Rounds how many rounds of the
+	// three phases ran.
 	PhaseSeconds float64 `json:"phase_seconds"`
 	Rounds       int     `json:"rounds"`
 	// ALimit is A's rate limit, an operator's override; ARate and BRate
-	// the rates offered.
+	// the rates offered, ARate in A's flood.
 	ALimit int     `json:"a_limit"`
 	ARate  float64 `json:"a_rate"`
 	BRate  float64 `json:"b_rate"`
-	// BAlone and BTogether are B's requests in the phases alone and
-	// beside A; ATogether are A's.
-	BAlone    TenantRun `json:"b_alone"`
-	BTogether TenantRun `json:"b_together"`
-	ATogether TenantRun `json:"a_together"`
-	// P50Ratio and P99Ratio are B's latencies beside A over B's alone.
-	P50Ratio float64 `json:"p50_ratio"`
-	P99Ratio float64 `json:"p99_ratio"`
+	// BAlone, BBesideLimit and BBesideFlood are B's requests in each
+	// phase; AAtLimit and AFlood are A's, at its limit and past it.
+	BAlone       TenantRun `json:"b_alone"`
+	BBesideLimit TenantRun `json:"b_beside_limit"`
+	BBesideFlood TenantRun `json:"b_beside_flood"`
+	AAtLimit     TenantRun `json:"a_at_limit"`
+	AFlood       TenantRun `json:"a_flood"`
+	// P50Ratio and P99Ratio are B's latencies beside A's flood over B's
+	// alone. ExcessP50Ratio and ExcessP99Ratio are over B's beside A at
+	// its limit: what A's refused excess alone adds.
+	P50Ratio       float64 `json:"p50_ratio"`
+	P99Ratio       float64 `json:"p99_ratio"`
+	ExcessP50Ratio float64 `json:"excess_p50_ratio"`
+	ExcessP99Ratio float64 `json:"excess_p99_ratio"`
 	// ACheck and BCheck are what the ledger and the rows say of each
 	// tenant's keys, all phases together.
 	ACheck Check `json:"a_check"`
