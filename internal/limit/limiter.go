@@ -47,6 +47,9 @@ func (l Limits) over(o Limits) Limits {
 // busy is the handler time Concurrency allows in a window.
 func (l Limits) busy() time.Duration { return time.Duration(l.Concurrency) * Window }
 
+// interval is the time between two requests at the rate.
+func (l Limits) interval() time.Duration { return Window / time.Duration(l.Rate) }
+
 // ConcurrencySpan is how many windows a tenant's concurrency is averaged
 // over. A request's handler time counts when it ends. A stall that ends
 // many requests at once would fill one window; over ten, it averages out.
@@ -132,6 +135,11 @@ type tenant struct {
 	// past holds the handler time of the windows before this one, last
 	// first, up to ConcurrencySpan-1 of them.
 	past []time.Duration
+	// due paces the tenant's requests on this instance, a token bucket
+	// kept as the time its next request is due at its rate (GCRA). It
+	// may start a second's worth at once; a flood past that gets its rate
+	// spread evenly, not all at each second's start.
+	due time.Time
 	// hot: the tenant neared a limit, so every request is shared.
 	hot     bool
 	syncing bool
@@ -165,7 +173,8 @@ type Refusal struct {
 	// Limit names the limit reached: "rate" or "concurrency".
 	Limit  string
 	Limits Limits
-	// RetryAfter is how long until the next window.
+	// RetryAfter is how long until the limit admits a request again,
+	// as far as this instance knows.
 	RetryAfter time.Duration
 }
 
@@ -205,17 +214,25 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenant(name, w, lim)
-	used := t.used()
-	refuse := func(limit string) (*Ticket, *Refusal) {
-		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: time.Unix(w+1, 0).Sub(now)}
+	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
 	}
+	next := time.Unix(w+1, 0).Sub(now)
+	// The bucket's depth: a second's worth of requests less the one asked.
+	depth := Window - lim.interval()
 	switch {
-	case used.Requests >= lim.Rate:
-		return refuse("rate")
+	case t.used().Requests >= lim.Rate:
+		// The second is spent everywhere: the bucket empties, or what it
+		// earned meanwhile would burst at the next second's start.
+		t.due = now.Add(Window)
+		return refuse("rate", next)
+	case now.Before(t.due.Add(-depth)):
+		return refuse("rate", t.due.Add(-depth).Sub(now))
 	case t.recentBusy() >= ConcurrencySpan*lim.busy():
-		return refuse("concurrency")
+		return refuse("concurrency", next)
 	}
 	t.pending.Requests++
+	t.due = later(t.due, now).Add(lim.interval())
 	return &Ticket{tenant: name, window: w, start: now}, nil
 }
 
@@ -227,8 +244,11 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	now := l.o.Clock()
 	l.mu.Lock()
 	t := l.tenant(tk.tenant, now.Unix(), lim)
-	if !counted && tk.window == t.window {
-		t.pending.Requests--
+	if !counted {
+		t.due = t.due.Add(-lim.interval())
+		if tk.window == t.window {
+			t.pending.Requests--
+		}
 	}
 	t.pending.Busy += now.Sub(tk.start)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= max(SyncBusy, lim.busy()/SyncShare)
@@ -281,6 +301,14 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 		t.window, t.known, t.sharing, t.pending, t.failed = w, Usage{}, Usage{}, Usage{}, false
 	}
 	return t
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // forget drops the tenants of windows before w that no sync holds.

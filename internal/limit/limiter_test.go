@@ -90,12 +90,15 @@ func admitted(t *testing.T, l *limit.Limiter, tenant string, n int) int {
 	return ok
 }
 
-func TestRateRefusesPastTheLimitUntilTheNextSecond(t *testing.T) {
+// TestRateIsPacedEvenly: a tenant may start a second's worth of requests
+// at once; past that, its rate comes evenly, not all at each second's
+// start, so its flood never bursts on the others.
+func TestRateIsPacedEvenly(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start.Add(250 * time.Millisecond))
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 10, Concurrency: 100})
 	if got := admitted(t, l, "acme", 30); got != 10 {
-		t.Fatalf("admitted %d of 30 in one second, want 10", got)
+		t.Fatalf("admitted %d of a burst of 30, want a second's worth, 10", got)
 	}
 	_, refused := l.Admit(t.Context(), "acme")
 	if refused == nil || refused.Limit != "rate" || refused.RetryAfter != 750*time.Millisecond || refused.Limits.Rate != 10 {
@@ -104,9 +107,23 @@ func TestRateRefusesPastTheLimitUntilTheNextSecond(t *testing.T) {
 	if got := admitted(t, l, "other", 5); got != 5 {
 		t.Fatalf("another tenant admitted %d of 5, want 5: limits are per tenant", got)
 	}
-	clock.Advance(750 * time.Millisecond)
-	if got := admitted(t, l, "acme", 30); got != 10 {
-		t.Fatalf("admitted %d of 30 in the next second, want 10", got)
+	// A flood at ten times the rate for three seconds. The rest of the
+	// first second is spent, and so is the bucket. After it, one request
+	// in each 100 ms gets through, the first 100 ms after the last refusal.
+	var at []time.Duration
+	for i := range 300 {
+		clock.Advance(10 * time.Millisecond)
+		if admitted(t, l, "acme", 1) == 1 {
+			at = append(at, time.Duration(250+10*(i+1))*time.Millisecond)
+		}
+	}
+	if len(at) != 22 || at[0] != 1090*time.Millisecond {
+		t.Fatalf("admitted at %v, want 22 requests from 1.09 s on", at)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i] - at[i-1]; gap != 100*time.Millisecond {
+			t.Fatalf("admissions at %v and %v, %v apart; want 100ms", at[i-1], at[i], gap)
+		}
 	}
 }
 
