@@ -198,7 +198,15 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 	beside := func(name string, round, rate int) (b, a []shot) {
 		fmt.Fprintf(stderr, "loadgen: round %d: B at %d/s beside A at %d/s for %v\n", round+1, c.bRate, rate, c.phase)
 		var wg sync.WaitGroup
-		wg.Go(func() { a = attack(ctx, hc, c.target, aTenant, fmt.Sprintf("%s-%d", name, round), rate, c.phase) })
+		wg.Go(func() {
+			// Half of B's interval later, so the two pacers' requests do not
+			// arrive together, every one.
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second / time.Duration(2*c.bRate)):
+			}
+			a = attack(ctx, hc, c.target, aTenant, fmt.Sprintf("%s-%d", name, round), rate, c.phase)
+		})
 		b = attack(ctx, hc, c.target, bTenant, fmt.Sprintf("beside-%s-%d", name, round), c.bRate, c.phase)
 		wg.Wait()
 		return b, a
