@@ -56,6 +56,13 @@ func isolationTable(s benchout.Isolation) string {
 		fmt.Fprintf(&b, "| %s | %d | %d |\n", r.name, r.v(s.ACheck), r.v(s.BCheck))
 	}
 	fmt.Fprintf(&b, "| keys answered 429 that have a record | %d | – |\n\n", s.ARefusedStored)
+	var rounds []string
+	for _, r := range s.RoundP99s {
+		rounds = append(rounds, fmt.Sprintf("%s / %s / %s", num(r[0]), num(r[1]), num(r[2])))
+	}
+	if len(rounds) > 0 {
+		fmt.Fprintf(&b, "B's p99 round by round, alone / beside A at its limit / beside A's flood, in ms: %s.\n\n", strings.Join(rounds, "; "))
+	}
 	fmt.Fprintf(&b, "Every check held: **%s**.\n", map[bool]string{true: "yes", false: "no"}[s.OK])
 	return b.String()
 }

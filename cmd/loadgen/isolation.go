@@ -211,13 +211,22 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 		wg.Wait()
 		return b, a
 	}
+	p99 := func(shots []shot) float64 {
+		ds := make([]time.Duration, 0, len(shots))
+		for _, s := range shots {
+			ds = append(ds, s.latency)
+		}
+		return summarize(ds).P99
+	}
 	for round := range c.rounds {
 		fmt.Fprintf(stderr, "loadgen: round %d: B alone at %d/s for %v\n", round+1, c.bRate, c.phase)
-		bAlone = append(bAlone, attack(ctx, hc, c.target, bTenant, fmt.Sprintf("alone-%d", round), c.bRate, c.phase)...)
-		b, a := beside("limit", round, c.limit)
-		bBesideLimit, aAtLimit = append(bBesideLimit, b...), append(aAtLimit, a...)
-		b, a = beside("flood", round, c.limit*c.times)
-		bBesideFlood, aFlood = append(bBesideFlood, b...), append(aFlood, a...)
+		alone := attack(ctx, hc, c.target, bTenant, fmt.Sprintf("alone-%d", round), c.bRate, c.phase)
+		bLimit, a := beside("limit", round, c.limit)
+		aAtLimit = append(aAtLimit, a...)
+		bFlood, a := beside("flood", round, c.limit*c.times)
+		aFlood = append(aFlood, a...)
+		bAlone, bBesideLimit, bBesideFlood = append(bAlone, alone...), append(bBesideLimit, bLimit...), append(bBesideFlood, bFlood...)
+		s.RoundP99s = append(s.RoundP99s, [3]float64{p99(alone), p99(bLimit), p99(bFlood)})
 	}
 	if err := ctx.Err(); err != nil {
 		return s, err

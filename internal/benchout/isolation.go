@@ -32,6 +32,10 @@ type Isolation struct {
 	P99Ratio       float64 `json:"p99_ratio"`
 	ExcessP50Ratio float64 `json:"excess_p50_ratio"`
 	ExcessP99Ratio float64 `json:"excess_p99_ratio"`
+	// RoundP99s are B's p99 in each round: alone, beside A at its limit,
+	// beside A's flood, in milliseconds. Their spread shows the machine's
+	// noise.
+	RoundP99s [][3]float64 `json:"round_p99s_ms"`
 	// ACheck and BCheck are what the ledger and the rows say of each
 	// tenant's keys, all phases together.
 	ACheck Check `json:"a_check"`
