@@ -197,6 +197,32 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	}
 }
 
+// TestAStallDoesNotRefuseASteadyTenant: a stall that ends a steady
+// tenant's requests together lands their handler time in one second. Over
+// ten, it is what the tenant used: no refusal.
+func TestAStallDoesNotRefuseASteadyTenant(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	// Fifteen requests stalled 300 ms end in one second: 4.5 s of handler
+	// time, an average of 0.45 over ten seconds.
+	var tickets []*limit.Ticket
+	for range 15 {
+		tk, refused := l.Admit(t.Context(), "acme")
+		if refused != nil {
+			t.Fatalf("refused before the stall: %+v", refused)
+		}
+		tickets = append(tickets, tk)
+	}
+	clock.Advance(300 * time.Millisecond)
+	for _, tk := range tickets {
+		l.Done(t.Context(), tk, true)
+	}
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("refused after a stall: %+v", refused)
+	}
+}
+
 // TestSpreadHandlerTimeStaysUnderTheConcurrency: a tenant that uses
 // almost its concurrency, second after second, is never refused.
 func TestSpreadHandlerTimeStaysUnderTheConcurrency(t *testing.T) {
