@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -45,12 +47,17 @@ const adminUsage = `usage:
                                                    set a tenant's limits: requests a second, requests at once
                                                    (a limit not given keeps the default); applies within LIMITS_MAX_AGE
   chargectl admin limits clear [--json] TENANT    give a tenant the default limits again
-OP, the operation the key is scoped to: ` + charge.Operation + ` (default, POST /charges) or ` + charge.RefundOperation + `
+  chargectl admin audit [--json] [--operation OP] TENANT KEY
+                                                   the audit trail of a key (hashed here), oldest first
+  chargectl admin audit [--json] --charge TENANT CHARGE_ID
+                                                   the audit trail of a charge: its key's, its refunds'
+OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvLimitsTable + `, ` + app.EnvIdempotencyTTL + `,
-` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and
-` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
+` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
+` + app.EnvAuditIndexTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
+SDK's AWS_* variables
 `
 
 // Prefix lengths of what record shows of a lease token and a fingerprint:
@@ -66,8 +73,12 @@ const (
 type adminEnv struct {
 	getenv  app.Getenv
 	clients func(context.Context) (awsenv.Clients, error)
-	clock   func() time.Time
-	stdin   io.Reader
+	// s3 reaches the audit trail's bucket (admin audit, settle's note);
+	// caller is who runs the command, as IAM knows them (settle's note).
+	s3     func(context.Context) (*s3.Client, error)
+	caller func(context.Context) (string, error)
+	clock  func() time.Time
+	stdin  io.Reader
 }
 
 // admin is one admin command, configured.
@@ -98,7 +109,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	fs.SetOutput(stderr)
 	fs.BoolVar(&a.json, "json", false, "print the result as JSON")
 	operation := func() {
-		fs.StringVar(&a.operation, "operation", charge.Operation, "the `OP` the key is scoped to: "+charge.Operation+" or "+charge.RefundOperation)
+		fs.StringVar(&a.operation, "operation", charge.ChargeOperation, "the `OP` the key is scoped to: "+charge.ChargeOperation+" or "+charge.RefundOperation)
 	}
 	var (
 		nargs int
@@ -145,7 +156,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		fs.StringVar(&sub.id, "id", "", "command id (default: mint a new one); submit again with the same id to resubmit")
 		do = func(ctx context.Context, _ []string) error { return a.submit(ctx, sub) }
 	case "settle":
-		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable}
+		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvAuditBucket, app.EnvAuditIndexTable}
 		operation()
 		fs.StringVar(&set.chargeID, "charged", "", "the provider charged it: its id for the charge is `REF`")
 		fs.StringVar(&set.refundID, "refunded", "", "the provider refunded it (--operation "+charge.RefundOperation+"): its id for the refund is `REF`")
@@ -175,6 +186,18 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	case "limits clear":
 		nargs, need = 1, []string{app.EnvLimitsTable}
 		do = func(ctx context.Context, args []string) error { return a.limitsSet(ctx, args[0], limit.Limits{}) }
+	case "audit":
+		nargs, need = 2, []string{app.EnvAuditBucket, app.EnvAuditIndexTable}
+		operation()
+		var byCharge bool
+		fs.BoolVar(&byCharge, "charge", false, "the arguments are TENANT CHARGE_ID: the charge's trail, its key's and its refunds'")
+		check = func() error {
+			if byCharge {
+				need = append(need, app.EnvChargesTable)
+			}
+			return nil
+		}
+		do = func(ctx context.Context, args []string) error { return a.audit(ctx, args, byCharge) }
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, adminUsage)
 		return exitOK
@@ -190,7 +213,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	}
 	if a.operation != "" && !charge.Reconciles(a.operation) {
 		fmt.Fprintf(stderr, "chargectl admin %s: --operation %q: want %s, %s or %s\n%s", cmd, a.operation,
-			charge.Operation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
+			charge.ChargeOperation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
 		return exitUsage
 	}
 	if fs.NArg() != nargs {
@@ -479,7 +502,7 @@ func relative(t, now time.Time) string {
 
 // recordCommand is the command line that shows key's record.
 func recordCommand(key idem.Key) string {
-	if key.Operation() == charge.Operation {
+	if key.Operation() == charge.ChargeOperation {
 		return "chargectl admin record " + key.Tenant() + " " + key.ClientKey()
 	}
 	return "chargectl admin record --operation " + key.Operation() + " " + key.Tenant() + " " + key.ClientKey()

@@ -20,6 +20,8 @@
 //	chargectl admin limits list [--json]
 //	chargectl admin limits set [--json] [--rate N] [--concurrency N] TENANT
 //	chargectl admin limits clear [--json] TENANT
+//	chargectl admin audit [--json] [--operation OP] TENANT KEY
+//	chargectl admin audit [--json] --charge TENANT CHARGE_ID
 //
 // create, get, refunds, capture, cancel and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
@@ -63,8 +65,13 @@
 // retry charges it). It shows the record's evidence, its provider
 // reference and amount first, and writes only once the operator has typed
 // KEY (or with --yes), preempting the lease so that any holder's late
-// write fails. limits set gives a tenant its own rate (requests a second)
-// or concurrency (requests at once), or both; a limit not given keeps the
+// write fails. Before it writes, it notes in the audit trail what it
+// settles and who the operator is (STS's ARN of their credentials).
+// audit shows a key's audit trail, oldest first: it hashes the key, and
+// neither sends nor shows it. With --charge it shows a charge's: its
+// key's and its refunds'. Both read AUDIT_BUCKET and AUDIT_INDEX_TABLE.
+// limits set gives a tenant its own rate (requests a second) or
+// concurrency (requests at once), or both; a limit not given keeps the
 // default. limits clear gives it the defaults again, and limits list shows
 // the tenants with limits of their own. The charge functions read them
 // again within LIMITS_MAX_AGE, with no deploy.

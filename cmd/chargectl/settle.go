@@ -43,8 +43,8 @@ func (s settlement) result(operation string) (provider.Result, error) {
 	switch {
 	case len(given) != 1:
 		return provider.Result{}, errors.New("give exactly one of --charged REF, --refunded REF, --declined, --released")
-	case s.chargeID != "" && operation != charge.Operation:
-		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.Operation, operation)
+	case s.chargeID != "" && operation != charge.ChargeOperation:
+		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.ChargeOperation, operation)
 	case s.refundID != "" && operation != charge.RefundOperation:
 		return provider.Result{}, fmt.Errorf("--refunded settles a key of --operation %s, not %s", charge.RefundOperation, operation)
 	}
@@ -98,7 +98,7 @@ func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}, Clock: a.clock})
+	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}})
 }
 
 // evidenceOutput is what settle shows of a record before it writes: the
@@ -189,6 +189,11 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 		if err := a.confirm(talk, key); err != nil {
 			return err
 		}
+	}
+	// Who settles it goes to the audit trail first: no settlement
+	// unrecorded. The trail's entries of the record follow it.
+	if err := a.note(ctx, key, rec, res, as); err != nil {
+		return fmt.Errorf("%w: nothing settled", err)
 	}
 	outcome, after, err := svc.SettleByOperator(ctx, key, res)
 	if err != nil {

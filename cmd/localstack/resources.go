@@ -7,9 +7,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/limit"
@@ -27,6 +29,8 @@ const (
 	chargeRequestsQueue = "chargeonce-charge-requests"
 	providerSecret      = "chargeonce/provider-api-key"
 	webhookSecret       = "chargeonce/stripe-webhook-secret"
+	auditBucket         = "chargeonce-audit"
+	auditIndexTable     = "chargeonce-audit-index"
 )
 
 // The secrets' first values: the provider simulator's key, the Stripe
@@ -41,6 +45,9 @@ const (
 type resources struct {
 	idempotencyTable, chargesTable, limitsTable string
 	queue, chargeRequests                       queue.Queues
+	// streams are the tables' streams' ARNs, which the audit function
+	// reads.
+	streams []string
 }
 
 // createSecrets creates the provider's API key (key its first value) and
@@ -57,10 +64,11 @@ func createSecrets(ctx context.Context, c awsenv.Clients, key string) error {
 	return nil
 }
 
-// createResources creates the tables, their TTLs and the queues from the
-// same definitions the template is checked against. Tables that already
-// exist (a reused DynamoDB Local) are kept as they are.
-func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
+// createResources creates the tables and their TTLs, the queues, and the
+// audit trail's bucket, and turns the tables' streams on. It uses the same
+// definitions the template is checked against. Tables that already exist
+// (a reused DynamoDB Local) are kept as they are.
+func createResources(ctx context.Context, c awsenv.Clients, store *s3.Client) (resources, error) {
 	for _, t := range []struct {
 		table *dynamodb.CreateTableInput
 		ttl   *dynamodb.UpdateTimeToLiveInput
@@ -68,6 +76,7 @@ func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
 		{dynamostore.TableInput(idempotencyTable), dynamostore.TTLInput(idempotencyTable)},
 		{charge.TableInput(chargesTable), nil},
 		{limit.TableInput(limitsTable), limit.TTLInput(limitsTable)},
+		{audit.IndexTableInput(auditIndexTable), audit.IndexTTLInput(auditIndexTable)},
 	} {
 		created, err := provision.CreateTable(ctx, c.DynamoDB, t.table)
 		if err != nil {
@@ -87,5 +96,16 @@ func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
 	if err != nil {
 		return resources{}, err
 	}
-	return resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, limitsTable: limitsTable, queue: q, chargeRequests: cr}, nil
+	res := resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, limitsTable: limitsTable, queue: q, chargeRequests: cr}
+	if err := provision.CreateBucket(ctx, store, audit.BucketInput(auditBucket), audit.LockInput(auditBucket, audit.DefaultRetentionDays)); err != nil {
+		return resources{}, err
+	}
+	for _, table := range []string{idempotencyTable, chargesTable} {
+		arn, err := provision.EnableStream(ctx, c.DynamoDB, audit.StreamInput(table))
+		if err != nil {
+			return resources{}, err
+		}
+		res.streams = append(res.streams, arn)
+	}
+	return res, nil
 }

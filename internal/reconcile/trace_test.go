@@ -185,15 +185,17 @@ func TestAmbiguousChargeIsOneTrace(t *testing.T) {
 		"    DynamoDB.PutItem",
 		"  provider.Charge",
 		"    HTTP POST",
+		"  DynamoDB.UpdateItem", // the message's mark on the record
 		"  SQS.SendMessage",
 		"  reconcile",
-		"    reconcile.message "+string(charge.OutcomeResolved),
+		"    reconcile.message "+string(charge.OutcomeResolvedCharged),
 		"      DynamoDB.GetItem",
 		"      DynamoDB.UpdateItem",
 		"      provider.Lookup charged",
 		"        HTTP GET",
 		"      idem.Commit stored",
 		"        DynamoDB.TransactWriteItems",
+		"      DynamoDB.UpdateItem", // the mark removed
 	)
 	call := lastSpan(t, rec, "provider.Charge")
 	if !hasAttr(call, tracing.AttrErrorClass, "provider_ambiguous") {
@@ -222,7 +224,7 @@ func TestSweptKeyIsReconciledInTheSweepsTrace(t *testing.T) {
 	t.Parallel()
 	s, rec := tracedStack(t)
 	k := s.ambiguous(t) // its own message waits out the lease in real time
-	s.clock.Advance(time.Minute)
+	s.lost()
 	if sum := s.sweep(t); sum.Queued != 1 {
 		t.Fatalf("sweep: %+v, want the key queued", sum)
 	}
@@ -240,7 +242,7 @@ func TestSweptKeyIsReconciledInTheSweepsTrace(t *testing.T) {
 	if reconciled.SpanContext().TraceID() != sweep.SpanContext().TraceID() {
 		t.Errorf("reconcile.message in trace %s, want the sweep's %s", reconciled.SpanContext().TraceID(), sweep.SpanContext().TraceID())
 	}
-	if got := tree(rec.Ended(), sweep); !slices.Contains(got, "  SQS.SendMessageBatch") || !slices.Contains(got, "    reconcile.message "+string(charge.OutcomeResolved)) {
+	if got := tree(rec.Ended(), sweep); !slices.Contains(got, "  SQS.SendMessageBatch") || !slices.Contains(got, "    reconcile.message "+string(charge.OutcomeResolvedCharged)) {
 		t.Errorf("sweep span tree:\n%s\nwant SQS.SendMessageBatch and the reconcile below it", strings.Join(got, "\n"))
 	}
 }

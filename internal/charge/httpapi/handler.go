@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/metrics"
@@ -154,6 +155,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	attrs = make([]slog.Attr, 0, 8) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
+	// Who asks and from where, kept with the command for the audit trail.
+	ctx = actor.NewContext(ctx, actor.FromHTTP(req))
 	tenant, ok := h.tenant(req)
 	route := routeOf(&req)
 	var (
@@ -380,7 +383,7 @@ func match(route, method, path string) (map[string]string, bool) {
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
 func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, idem.Key, error) {
-	return h.keyed(ctx, tenant, req, charge.Operation, func(key idem.Key, body []byte) (charge.Result, error) {
+	return h.keyed(ctx, tenant, req, charge.ChargeOperation, func(key idem.Key, body []byte) (charge.Result, error) {
 		r, fp, err := charge.ParseBody(body)
 		if err != nil {
 			return charge.Result{}, err
@@ -464,7 +467,7 @@ func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewa
 		return charge.Result{}, ref(problem(p, detail)), key, nil
 	}
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
-	if (err != nil || mt != ContentTypeJSON) && (req.Body != "" || operation == charge.Operation) {
+	if (err != nil || mt != ContentTypeJSON) && (req.Body != "" || operation == charge.ChargeOperation) {
 		return invalid(ProblemUnsupportedMedia, "Send the body as application/json.")
 	}
 	body, refused := requestBody(req, MaxBodyBytes, "The body must be at most 16384 bytes.")

@@ -95,7 +95,7 @@ func TestPastItsRateATenantIsRefusedBeforeItsKeyIsClaimed(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range refused {
-		key, _ := idem.NewKey("flood", charge.Operation, k)
+		key, _ := idem.NewKey("flood", charge.ChargeOperation, k)
 		if _, err := store.Get(t.Context(), key); !errors.Is(err, idem.ErrNotFound) {
 			t.Errorf("refused key %s: record %v, want none", k, err)
 		}
