@@ -321,7 +321,10 @@ endif
 # loadgen isolation on a fresh stack (API on 127.0.0.1:3004) that reads
 # the tenants' limits every second: tenant A at 10 times its limit beside
 # tenant B, sent with vegeta. Its summary is committed (docs/isolation.json),
-# and make bench renders its section from it without measuring again.
+# and make bench renders its section from it without measuring again. It
+# fails only on behaviours (B always 201, A's excess 429, exact ledgers).
+# B's latency beside A over alone is its figure, never a check: the
+# machine's load moves it. Not part of make test or CI: it takes minutes.
 ISOLATION_PHASE  ?= 10s
 ISOLATION_ROUNDS ?= 6
 
