@@ -23,6 +23,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
@@ -73,6 +74,16 @@ const (
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
+	// EnvLimitsTable is the limits table: the tenants' shared counts and
+	// the operators' overrides (package limit).
+	EnvLimitsTable = "LIMITS_TABLE"
+	// EnvTenantRate and EnvTenantConcurrency are the limits of a tenant
+	// without an override: requests a second, and requests at once.
+	EnvTenantRate        = "TENANT_RATE_LIMIT"
+	EnvTenantConcurrency = "TENANT_CONCURRENCY_LIMIT"
+	// EnvLimitsMaxAge is how long the charge function keeps the
+	// overrides before it reads them again (a Go duration).
+	EnvLimitsMaxAge = "LIMITS_MAX_AGE"
 	// EnvAuditBucket is the audit trail's bucket, EnvAuditIndexTable its
 	// index, and EnvAuditIndexDays how many days the index finds a
 	// command's entries (package audit).
@@ -157,6 +168,19 @@ func (e *env) count(name string, def int) int {
 	return n
 }
 
+// limit is a count of at least 1.
+func (e *env) limit(name string, def int) int {
+	v := e.get(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a limit of at least 1", name, v))
+	}
+	return n
+}
+
 func (e *env) provider() string {
 	v := e.optional(EnvProvider, ProviderSim)
 	if v != ProviderSim && v != ProviderStripe {
@@ -235,6 +259,13 @@ type ChargeConfig struct {
 	// SettleWindow is as the reconcile function's: a repeated capture
 	// or cancel settles a move left in flight with it.
 	SettleWindow time.Duration
+	// LimitsTable holds the tenants' shared counts and overrides. Limits
+	// are a tenant's without an override. LimitsMaxAge is how long the
+	// overrides are kept. LoadCharge requires the table; without one no
+	// tenant is limited and nothing is shed (tests of other behaviours).
+	LimitsTable  string
+	Limits       limit.Limits
+	LimitsMaxAge time.Duration
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -255,7 +286,13 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
 		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
-		Common:             e.common(),
+		LimitsTable:        e.required(EnvLimitsTable),
+		Limits: limit.Limits{
+			Rate:        e.limit(EnvTenantRate, limit.DefaultRate),
+			Concurrency: e.limit(EnvTenantConcurrency, limit.DefaultConcurrency),
+		},
+		LimitsMaxAge: e.duration(EnvLimitsMaxAge, limit.DefaultMaxAge),
+		Common:       e.common(),
 	}
 	return c, e.err()
 }
@@ -376,7 +413,7 @@ func LoadAudit(get Getenv) (AuditConfig, error) {
 // charge-requests queue.
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
-	ChargeRequestsQueueURL                                             string
+	ChargeRequestsQueueURL, LimitsTable                                string
 	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
 	// IndexRetention is how long the index files settle's note: the audit
 	// function's AUDIT_INDEX_DAYS.
@@ -406,6 +443,7 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileQueueURL:      read(EnvReconcileQueueURL),
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
+		LimitsTable:            read(EnvLimitsTable),
 		AuditBucket:            read(EnvAuditBucket),
 		AuditIndexTable:        read(EnvAuditIndexTable),
 		IndexRetention:         e.indexRetention(),
@@ -560,8 +598,9 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	return charge.NewService(cfg)
 }
 
-// ChargeHandler builds the charge function's API Gateway handler.
-func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
+// ChargeHandler builds the charge function's API Gateway handler. It
+// reads the tenants' overrides with ctx (package limit).
+func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	d = d.traced()
 	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
@@ -579,8 +618,23 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	var limiter *limit.Limiter
+	if c.LimitsTable != "" {
+		limits, err := limit.NewTable(d.Clients.DynamoDB, c.LimitsTable)
+		if err != nil {
+			return nil, err
+		}
+		if limiter, err = limit.New(ctx, limits, func(o *limit.Options) {
+			o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, d.Clock, d.Logger
+		}); err != nil {
+			return nil, err
+		}
+	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		if limiter != nil {
+			o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
+		}
 		if c.WebhookSecretName != "" {
 			o.Webhook = StripeWebhook(d.secret(c.WebhookSecretName, c.SecretsMaxAge))
 		}

@@ -28,6 +28,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -57,6 +58,7 @@ var requests = map[string][]reflect.Type{
 var owners = map[string]reflect.Type{
 	idempotencyTable:          reflect.TypeFor[dynamostore.Store](),
 	chargesTable:              reflect.TypeFor[charge.Rows](),
+	limitsTable:               reflect.TypeFor[limit.Table](),
 	reconcileQueue:            reflect.TypeFor[queue.Sender](),
 	intakeDLQ:                 reflect.TypeFor[intake.Queue](),
 	auditBucket:               reflect.TypeFor[audit.Archive](),
