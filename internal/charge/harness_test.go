@@ -487,14 +487,23 @@ func (s *stripeStack) deliver(payload []byte, signature string) response {
 		req.Header.Set(httpapi.HeaderStripeSignature, signature)
 	}
 	resp := s.send(req)
-	ev := events.APIGatewayV2HTTPRequest{RawPath: "/webhooks/stripe", Body: string(payload), Headers: map[string]string{"content-type": "application/json"}}
-	ev.RequestContext.HTTP.Method = http.MethodPost
 	out := events.APIGatewayV2HTTPResponse{StatusCode: resp.status, Body: resp.body, Headers: map[string]string{}}
 	for k := range resp.header {
 		out.Headers[k] = resp.header.Get(k)
 	}
-	validateContract(s.t, ev, out)
+	validateContract(s.t, webhookEvent(payload, signature), out)
 	return resp
+}
+
+// webhookEvent is a delivery of payload with signature, as API Gateway
+// hands it to the function.
+func webhookEvent(payload []byte, signature string) events.APIGatewayV2HTTPRequest {
+	ev := events.APIGatewayV2HTTPRequest{RawPath: "/webhooks/stripe", Body: string(payload), Headers: map[string]string{"content-type": "application/json"}}
+	if signature != "" {
+		ev.Headers[strings.ToLower(httpapi.HeaderStripeSignature)] = signature
+	}
+	ev.RequestContext.HTTP.Method = http.MethodPost
+	return ev
 }
 
 // sign signs payload as Stripe does, at ts.

@@ -82,17 +82,24 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	// make it endless.
 	until := s.providerEnd(ctx, time.Now().Add(s.cfg.InflightWait))
 	asked := false // the provider's state, once per request: asking again would spin
-	mine := ""     // the attempt this request began, if it began one
+	// mine is this request's move, begun unanswered: it may have landed.
+	var mine *Charge
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
+		switch {
+		case mine != nil && err != nil:
+			// Only a read could tell whether it landed.
+			return s.moveUnknown(ctx, *mine, m, err), nil
+		case mine != nil && c.Status == m.via && c.transition.attempt == mine.transition.attempt:
+			// This request's own move, its answer lost: it is not awaited.
+			return s.send(ctx, c, m)
+		}
+		mine = nil // the row does not hold it
 		if res, done, err := unread(found, err); done {
 			return res, err
 		}
 		now := s.cfg.Store.Now()
 		switch {
-		case mine != "" && c.Status == m.via && c.transition.attempt == mine:
-			// This request's own move, its answer lost: it is not awaited.
-			return s.send(ctx, c, m)
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
 			return Result{Outcome: m.done, Charge: &c}, nil
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
@@ -133,24 +140,32 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		if err := s.prepare(ctx); err != nil {
 			return Result{}, err // before the move: nothing written
 		}
-		deadline := now.Add(transitionLease)
-		mine = rand.Text()
-		switch err := s.cfg.Rows.beginMove(ctx, c, m, pending{amount: want, deadline: deadline, attempt: mine}); {
+		moved := c
+		moved.Status, moved.transition = m.via, pending{amount: want, deadline: now.Add(transitionLease), attempt: rand.Text()}
+		err = s.cfg.Rows.beginMove(ctx, c, m, moved.transition)
+		if errors.Is(err, errMoveUnknown) {
+			mine = &moved
+		}
+		switch {
 		case errors.Is(err, errMoved):
 			continue // moved first by another request, or by this one
-		case errors.Is(err, errMoveUnknown):
-			// Moved, maybe, with nothing sent: the provider's state settles it.
-			s.cfg.Logger.WarnContext(ctx, "charge: "+m.name+" move unknown; queued for reconciliation", "charge_id", c.ID, "cause", ErrorClass(err))
-			s.enqueue(ctx, transitionKey(c), deadline)
-			return Result{Outcome: OutcomeAmbiguous, RetryAt: deadline}, nil
+		case mine != nil:
+			return s.moveUnknown(ctx, moved, m, err), nil
 		case transient(err):
 			return Result{Outcome: OutcomeBusy}, nil
 		case err != nil:
 			return Result{}, err
 		}
-		c.Status, c.transition = m.via, pending{amount: want, deadline: deadline, attempt: mine}
-		return s.send(ctx, c, m)
+		return s.send(ctx, moved, m)
 	}
+}
+
+// moveUnknown answers c's move, begun by this request, that may have
+// landed with nothing sent. The provider's state settles it.
+func (s *Service) moveUnknown(ctx context.Context, c Charge, m move, cause error) Result {
+	s.cfg.Logger.WarnContext(ctx, "charge: "+m.name+" move unknown; queued for reconciliation", "charge_id", c.ID, "cause", ErrorClass(cause))
+	s.enqueue(ctx, transitionKey(c), c.transition.deadline)
+	return Result{Outcome: OutcomeAmbiguous, RetryAt: c.transition.deadline}
 }
 
 // send asks the provider to make c's move, begun by this request, and

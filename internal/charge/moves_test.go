@@ -17,6 +17,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
@@ -656,11 +657,15 @@ func TestRefusedCaptureAfterAPostponeFreesTheRow(t *testing.T) {
 
 // lostBegin applies the first move (Rows.begin) it sees once armed, and
 // loses its answer: DynamoDB answers 500 after applying the update. The
-// SDK sends it again.
-type lostBegin struct{ armed atomic.Bool }
+// SDK sends it again. While blind, every read after that move is refused.
+type lostBegin struct {
+	armed, blind atomic.Bool
+	refused      atomic.Int32 // reads
+}
 
 func (l *lostBegin) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") && l.armed.Load() {
+	target := req.Header.Get("X-Amz-Target")
+	if strings.HasSuffix(target, ".UpdateItem") && l.armed.Load() {
 		body := readBody(req)
 		if bytes.Contains(body, []byte("SET #status = :via, #amount = :amount")) && l.armed.CompareAndSwap(true, false) {
 			resp, err := http.DefaultTransport.RoundTrip(req)
@@ -671,7 +676,20 @@ func (l *lostBegin) RoundTrip(req *http.Request) (*http.Response, error) {
 			return idemtest.DynamoDBFault(req, "InternalServerError"), nil
 		}
 	}
+	if l.blind.Load() && !l.armed.Load() && (strings.HasSuffix(target, ".GetItem") || strings.HasSuffix(target, ".Query")) {
+		l.refused.Add(1)
+		return idemtest.FaultyConnection{Fault: idemtest.Refused}.RoundTrip(req)
+	}
 	return http.DefaultTransport.RoundTrip(req)
+}
+
+// lostBeginHarness is a harness whose DynamoDB calls pass a lostBegin.
+func lostBeginHarness(t *testing.T) (*harness, *lostBegin) {
+	t.Helper()
+	lost := &lostBegin{}
+	return newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lost} })
+	}}), lost
 }
 
 // TestCaptureWhoseMoveAnswerWasLostIsMade: DynamoDB applies a capture's
@@ -680,10 +698,7 @@ func (l *lostBegin) RoundTrip(req *http.Request) (*http.Response, error) {
 // than awaiting itself.
 func TestCaptureWhoseMoveAnswerWasLostIsMade(t *testing.T) {
 	t.Parallel()
-	lost := &lostBegin{}
-	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
-		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lost} })
-	}})
+	h, lost := lostBeginHarness(t)
 	id := h.authorized(t, "acme", 1000)
 	lost.armed.Store(true)
 	a := h.do(postMove("acme", id, "capture", ""))
@@ -692,6 +707,33 @@ func TestCaptureWhoseMoveAnswerWasLostIsMade(t *testing.T) {
 		t.Fatalf("the only capture, its move applied and the answer lost once: %d %s; the charge reads %s, the provider captured %d times; "+
 			"want 200 succeeded (or an honest outcome-pending), not a capture 'in progress' that nobody makes",
 			a.StatusCode, a.Body, st, h.captures(t, "acme", id))
+	}
+}
+
+// TestMoveWhoseAnswerWasLostIsNeverNothingWritten: as above, but the read
+// that would find this request's attempt on the row is refused. The move
+// may have landed: 503 outcome-pending, queued for the reconciler. Never
+// service-unavailable, which says nothing was written.
+func TestMoveWhoseAnswerWasLostIsNeverNothingWritten(t *testing.T) {
+	t.Parallel()
+	for _, verb := range []string{"capture", "cancel"} {
+		t.Run(verb, func(t *testing.T) {
+			t.Parallel()
+			h, lost := lostBeginHarness(t)
+			id := h.authorized(t, "acme", 1000)
+			lost.blind.Store(true)
+			lost.armed.Store(true)
+			a := h.do(postMove("acme", id, verb, ""))
+			lost.blind.Store(false)
+			if lost.armed.Load() || lost.refused.Load() == 0 {
+				t.Fatalf("moved %v, reads refused %d: the test proves nothing", !lost.armed.Load(), lost.refused.Load())
+			}
+			if a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != httpapi.ProblemOutcomePending.Slug {
+				t.Fatalf("a %s whose move landed unanswered and unread: %d %s; the row is %s. Want 503 outcome-pending",
+					verb, a.StatusCode, a.Body, h.row(t, "acme", id).Status)
+			}
+			h.wantOneQueued(t)
+		})
 	}
 }
 

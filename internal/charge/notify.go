@@ -57,6 +57,8 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
 	}
+	ctx, cancel := answering(ctx)
+	defer cancel()
 	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
 	if err != nil {
 		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
@@ -139,9 +141,13 @@ func (s *Service) reconcileEvent(ctx context.Context, key idem.Key) (Outcome, er
 	return OutcomeReleased, nil
 }
 
-// unclaimed answers an event whose key could not be claimed. A store failing
-// for now is busy.
+// unclaimed answers an event whose key could not be claimed. A claim that
+// may have landed is pending: a redelivery takes it over once its lease
+// ends. A store failing for now is busy.
 func unclaimed(err error) (*idem.Lease, Result, error) {
+	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		return nil, Result{Outcome: OutcomeAmbiguous, RetryAt: unknown.LeaseExpiresAt}, nil
+	}
 	if transient(err) {
 		return nil, Result{Outcome: OutcomeBusy}, nil
 	}

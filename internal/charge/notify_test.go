@@ -29,6 +29,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
@@ -672,6 +673,48 @@ func TestMissingWebhookSecretAsksForRedelivery(t *testing.T) {
 	}
 	if rec := s.record(tenant, key); rec.Status != idem.StatusSucceeded {
 		t.Errorf("the verified delivery did not settle the command: %+v", rec)
+	}
+}
+
+// TestEventClaimFaultsAreAnsweredAsWhatTheyProve: a delivery's claim of
+// its event's record fails, whatever way, or stalls until the time runs
+// out. A claim refused wrote nothing: 503 service-unavailable, and a
+// redelivery is processed. One that may have landed is 503
+// outcome-pending. Never 500, and always with time to spare before the
+// function's deadline.
+func TestEventClaimFaultsAreAnsweredAsWhatTheyProve(t *testing.T) {
+	t.Parallel()
+	faults := &storeFaults{}
+	whsec := testkit.Secret(t, testWhsec)
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.WebhookSecretName = whsec }},
+		deps: func(d *app.Deps) { d.Clients = faults.clients(t) },
+	})
+	for _, fault := range []idemtest.ConnectionFault{idemtest.Refused, idemtest.Reset, idemtest.Truncated, stalled} {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			payload := piEvent("payment_intent.succeeded", "acme", newKey(), "co_x")
+			req := webhookEvent(payload, sign(payload, testWhsec, time.Now()))
+			faults.arm(eventID(t, payload), claimCall, fault) // the event's id marks its record's calls
+			resp, left, err := h.handleWithin(t.Context(), req)
+			if !faults.disarm(eventID(t, payload)) || err != nil {
+				t.Fatalf("no claim was faulted (else the test proves nothing), or error %v", err)
+			}
+			validateContract(t, req, resp)
+			want := httpapi.ProblemOutcomePending.Slug
+			if fault == idemtest.Refused {
+				want = httpapi.ProblemServiceUnavailable.Slug
+			}
+			if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != want || resp.Headers[httpapi.HeaderRetryAfter] == "" {
+				t.Errorf("a delivery whose event claim was %s: %d %s; want 503 %s with Retry-After", fault, resp.StatusCode, resp.Body, want)
+			}
+			if left < answerSpare {
+				t.Errorf("answered %s before its deadline, want at least %s", left.Round(time.Millisecond), answerSpare)
+			}
+			if want == httpapi.ProblemServiceUnavailable.Slug {
+				wantStatus(t, h.do(req), http.StatusOK)
+			}
+		})
 	}
 }
 

@@ -322,10 +322,6 @@ func TestStuckMoveSettledOverAFailedConnection(t *testing.T) {
 // landed: outcome-pending.
 func TestEveryPathAnswersBeforeItsDeadline(t *testing.T) {
 	t.Parallel()
-	const (
-		budget = 2500 * time.Millisecond // the function's time left
-		spare  = 100 * time.Millisecond  // the least the answer leaves of it
-	)
 	faults := &storeFaults{}
 	h := newHarnessWith(t, harnessConfig{
 		// The provider's answer comes well before the stalled commit.
@@ -355,11 +351,7 @@ func TestEveryPathAnswersBeforeItsDeadline(t *testing.T) {
 	for _, st := range stalls {
 		faults.arm(st.tenant, st.call.storeCall, stalled)
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(t.Context(), budget)
-			defer cancel()
-			deadline, _ := ctx.Deadline()
-			st.resp, st.err = h.handler.Handle(ctx, st.req)
-			st.left = time.Until(deadline)
+			st.resp, st.left, st.err = h.handleWithin(t.Context(), st.req)
 			st.hit = faults.disarm(st.tenant)
 		})
 	}
@@ -375,14 +367,31 @@ func TestEveryPathAnswersBeforeItsDeadline(t *testing.T) {
 			if st.call.action == readCall.action || st.call.action == queryCall.action {
 				want = httpapi.ProblemServiceUnavailable.Slug
 			}
-			if st.left < spare {
-				t.Errorf("answered %s before its deadline, want at least %s: %d %s", st.left, spare, st.resp.StatusCode, st.resp.Body)
+			if st.left < answerSpare {
+				t.Errorf("answered %s before its deadline, want at least %s: %d %s", st.left, answerSpare, st.resp.StatusCode, st.resp.Body)
 			}
 			if st.resp.StatusCode != http.StatusServiceUnavailable || problemType(t, st.resp) != want {
 				t.Errorf("%d %s; want 503 %s", st.resp.StatusCode, st.resp.Body, want)
 			}
 		})
 	}
+}
+
+// A request under a deadline has answerBudget of the function's time
+// left. Its answer must leave at least answerSpare of it.
+const (
+	answerBudget = 2500 * time.Millisecond
+	answerSpare  = 100 * time.Millisecond
+)
+
+// handleWithin hands req to the handler with answerBudget left, and says
+// how much of it the answer left.
+func (h *harness) handleWithin(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, answerBudget)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	resp, err := h.handler.Handle(ctx, req)
+	return resp, time.Until(deadline), err
 }
 
 // TestLogsCarryNoSecrets drives every outcome and checks the log lines: one

@@ -29,7 +29,8 @@ const (
 )
 
 // errMoved: the row was not in the state a conditional move expected.
-// errMoveUnknown: the write of a move failed, and may have landed.
+// errMoveUnknown: the write of a move failed, and may have landed. A
+// retry's failed condition, after an attempt whose answer was lost, is both.
 var (
 	errMoved       = errors.New("charge: the charge moved meanwhile")
 	errMoveUnknown = errors.New("charge: a move's write failed, and may have landed")
@@ -50,7 +51,8 @@ func (r *Rows) beginMove(ctx context.Context, c Charge, m move, p pending) error
 		values[":by"] = str(string(by.JSON()))
 	}
 	err := r.update(ctx, c, set, "#status = :from", values, tries.Option)
-	if err != nil && !errors.Is(err, errMoved) && !tries.Refused() {
+	if err != nil && !tries.Refused() {
+		// A retry's condition may fail on this very move, landed unanswered.
 		return fmt.Errorf("%w: %w", errMoveUnknown, err)
 	}
 	return err

@@ -163,6 +163,9 @@ func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResp
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemInProgress, "Another delivery of this event is being processed."), retryAfter(now, res.RetryAt)))
 	case charge.OutcomeBusy:
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy; deliver the event again."), 1))
+	case charge.OutcomeAmbiguous:
+		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemOutcomePending,
+			"The event may be recorded, not yet processed. Deliver it again."), retryAfter(now, res.RetryAt)))
 	case charge.OutcomeError:
 		return answer(res, now, "done")
 	}
