@@ -77,7 +77,7 @@ func TestAMarkWhoseAnswerWasLostStillQueuesTheKey(t *testing.T) {
 			deps := s.deps
 			deps.Metrics = io.Discard
 			deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: mf} })
-			ch, err := app.ChargeHandler(app.ChargeConfig{
+			ch, err := app.ChargeHandler(t.Context(), app.ChargeConfig{
 				IdempotencyTable: s.recCfg.IdempotencyTable, ChargesTable: s.charges, ReconcileQueueURL: s.queues.URL,
 				ProviderURL: s.recCfg.ProviderURL, TenantClaim: testkit.TenantClaim, Retention: 24 * time.Hour,
 			}, deps)
