@@ -46,6 +46,16 @@
 // second attempt's effect), reopening SUCCEEDED or FAILED_PERMANENT, and
 // leaving IN_FLIGHT because a timer ran out.
 //
+// # Regions
+//
+// A table that replicates between Regions only eventually needs a
+// [Ledger]: each Region's store claims a command there, strongly
+// consistently, before it writes the record. A Region that fails before
+// its records replicate keeps its claims, so another Region neither
+// claims them afresh (a new CreatedAt, a new reference, a second effect)
+// nor writes over them: it gets [ErrClaimedElsewhere] until the Ledger
+// yields the failed Region.
+//
 // # Retention
 //
 //	Status            Expires

@@ -43,6 +43,9 @@ var transientCodes = map[string]bool{
 	"ThrottlingException": true, "ProvisionedThroughputExceededException": true, "RequestLimitExceeded": true,
 	"TransactionConflictException": true, "TransactionInProgressException": true, "InternalServerError": true,
 	"InternalFailure": true, "ServiceUnavailable": true,
+	// A table in multi-Region strong consistency refuses a write that
+	// races another Region's on the same item, applying nothing.
+	"ReplicatedWriteConflictException": true,
 }
 
 type unavailableError struct{ err error }

@@ -45,6 +45,7 @@ const (
 	attrRespGzip        = "rz"
 	attrAttempts        = "attempts" // projected into the stuck-lease index: template.yaml names it
 	attrAttemptDeadline = "ad"
+	attrRegion          = "rg" // the Region whose store last took a lease (Options.Region)
 )
 
 // DefaultSortKeyValue is every record's sort key in a table with a sort
@@ -55,7 +56,7 @@ const DefaultSortKeyValue = "idem"
 // attribute and the index's keys, which the table's own names must not take.
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
-	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip,
+	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrRegion,
 }
 
 // layout is where a store's records go in its table: the table fields of
