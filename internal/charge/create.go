@@ -32,7 +32,12 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	if key.Operation() != Operation {
 		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, key.Tenant())
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description, AuthorizeOnly: req.AuthorizeOnly}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {
@@ -230,11 +235,16 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, id)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Clock()), err
 	}
 	first, _ := Page{Limit: EmbeddedRefunds}.of(c.Refunds)
 	c.Refunds, c.MoreRefunds = first.Refunds, first.HasMore

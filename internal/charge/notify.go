@@ -63,6 +63,21 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
 	}
+	a := s.admit(ctx, n.Command.Tenant())
+	switch {
+	case a.refused != nil && a.refused.Outcome == OutcomeWrongRegion:
+		// Every Region's endpoint has the event: the serving one acts.
+		return Result{Outcome: OutcomeNothingToDo}, nil
+	case a.refused != nil:
+		return *a.refused, nil
+	case !a.Unreplicated.IsZero():
+		// The event may concern writes not replicated here: delivered
+		// again once they have.
+		a.cancel()
+		return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Clock().Add(failoverRetry)}, nil
+	}
+	defer a.cancel()
+	ctx = a.ctx
 	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
 	if err != nil {
 		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends

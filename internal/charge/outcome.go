@@ -73,6 +73,12 @@ const (
 	// again, which the provider would no longer deduplicate; it stays
 	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
 	OutcomeParked Outcome = "parked"
+	// OutcomeWrongRegion: another Region serves the tenant; nothing was
+	// done. OutcomeFailoverPending: another Region may hold writes of the
+	// command or the charge not replicated here yet; nothing was done, and
+	// a retry after the failover's writes replicate finds the outcome.
+	OutcomeWrongRegion     Outcome = "wrong_region"
+	OutcomeFailoverPending Outcome = "failover_pending"
 )
 
 // metricOutcomes name the outcomes in the metrics' vocabulary, for every
@@ -112,6 +118,8 @@ var metricOutcomes = map[Outcome]metrics.Outcome{
 	OutcomeNotSettled:       metrics.OutcomeNotSettled,
 	OutcomeDeferred:         metrics.OutcomeDeferred,
 	OutcomeParked:           metrics.OutcomeParked,
+	OutcomeWrongRegion:      metrics.OutcomeWrongRegion,
+	OutcomeFailoverPending:  metrics.OutcomeFailoverPending,
 }
 
 // Metric is o's name in the metrics (the Outcome dimension of Requests).

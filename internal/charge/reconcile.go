@@ -52,6 +52,8 @@ type operation interface {
 var (
 	errStillLeased = errors.New("charge: lease taken while looking up")
 	errStore       = errors.New("charge: the store failed while looking up")
+	// errFence: the Region's fence could not be read; nothing was done.
+	errFence = errors.New("charge: the Region's fence could not be read")
 )
 
 // op is the operation of the command key names, or an error for a key of
@@ -69,8 +71,22 @@ func (s *Service) op(key idem.Key) (operation, error) {
 // (idem.Recover, with the operation's lookup as the resolver). The table in
 // the package documentation says what each answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
+	a := s.admit(ctx, key.Tenant())
+	if key.Operation() == NotificationOperation {
+		// A notification's record is the provider's, in every Region.
+		a = admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
+	}
+	switch {
+	case a.refused != nil && a.refused.Outcome == OutcomeBusy:
+		return "", errFence
+	case a.refused != nil:
+		// The serving Region's sweeper finds the command.
+		return OutcomeNothingToDo, nil
+	}
+	defer a.cancel()
+	ctx = a.ctx
 	if key.Operation() == TransitionOperation {
-		return s.reconcileMove(ctx, key)
+		return s.reconcileMove(ctx, key, a)
 	}
 	var resolve idem.Resolver = releaseEvent
 	r := &reconciling{Service: s}
@@ -88,6 +104,9 @@ func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) 
 	}
 	rec, err := idem.Recover(ctx, s.backend, key, resolve)
 	switch {
+	case rec.Lease == nil && errors.Is(err, idem.ErrClaimedElsewhere):
+		// Stranded: the Region that claimed it has not replicated.
+		return OutcomeFailoverPending, nil
 	case rec.Lease == nil && err != nil:
 		return "", err
 	case rec.Lease == nil && rec.Status == idem.StatusInFlight:

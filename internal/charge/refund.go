@@ -141,11 +141,19 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	if !IsChargeID(chargeID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, key.Tenant())
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), chargeID)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Clock()), err
+	}
+	if res := a.unreplicated(c, s.cfg.Clock()); res != nil {
+		return *res, nil
 	}
 	if c.Status != StatusSucceeded {
 		return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
@@ -255,6 +263,9 @@ func (s *Service) answer(ctx context.Context, key idem.Key, op operation, res id
 	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
 		return s.unknownClaim(ctx, key, unknown)
 	}
+	if res, ok := s.claimedElsewhere(ctx, key, err); ok {
+		return res, nil
+	}
 	switch {
 	case res.Lease == nil && transient(err):
 		// DynamoDB refused the claim unprocessed at every attempt: nothing
@@ -293,11 +304,16 @@ func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID stri
 	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	rf, found, err := s.cfg.Rows.GetRefund(ctx, tenant, chargeID, refundID)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Clock()), err
 	}
 	return Result{Outcome: OutcomeFound, Refund: &rf}, nil
 }

@@ -79,9 +79,14 @@ func (s *Service) ListRefunds(ctx context.Context, tenant, chargeID string, p Pa
 	if !IsChargeID(chargeID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, chargeID)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	c, found, err := s.cfg.Rows.GetWithRefunds(a.ctx, tenant, chargeID)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Clock()), err
 	}
 	list, ok := p.of(c.Refunds)
 	if !ok {

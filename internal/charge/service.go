@@ -119,6 +119,9 @@ type Config struct {
 	// Tracer records the store's and the provider's calls as spans; nil
 	// traces nothing.
 	Tracer *tracing.Tracer
+	// Fence, in a deployment in several Regions, says which tenants this
+	// Region serves (regions.go); nil serves them all.
+	Fence Fence
 }
 
 // Defaults of the Config.
@@ -210,8 +213,11 @@ type Result struct {
 	Refunds *RefundList
 	// KeyExpiresAt is until when the key deduplicates (zero when nothing
 	// is stored); RetryAt when a retry may find the outcome settled
-	// (conflict, ambiguous).
+	// (conflict, ambiguous, failover pending).
 	KeyExpiresAt, RetryAt time.Time
+	// Region serves the tenant, when another than this one does
+	// (OutcomeWrongRegion).
+	Region string
 }
 
 // prepare makes the provider ready, if it is a Preparer, before a

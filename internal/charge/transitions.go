@@ -108,7 +108,12 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	// The wait is real time, as idem.Do's: a test's frozen clock must not
 	// make it endless.
@@ -118,9 +123,12 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		if res, done, err := unread(found, err); done {
-			return res, err
+			return a.missing(res, s.cfg.Clock()), err
 		}
 		now := s.cfg.Clock()
+		if res := a.unreplicated(c, now); res != nil {
+			return *res, nil
+		}
 		switch {
 		case mine != "" && c.Status == m.via && c.transition.attempt == mine:
 			// This request's own move, its answer lost: it is not awaited.
@@ -281,13 +289,15 @@ func (s *Service) settleMove(ctx context.Context, c Charge) (Outcome, error) {
 }
 
 // reconcileMove is Reconcile for a key of TransitionOperation.
-func (s *Service) reconcileMove(ctx context.Context, key idem.Key) (Outcome, error) {
+func (s *Service) reconcileMove(ctx context.Context, key idem.Key, a admitted) (Outcome, error) {
 	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), key.ClientKey())
 	switch {
 	case err != nil:
 		return "", err
 	case !found:
 		return OutcomeNothingToDo, nil
+	case a.unreplicated(c, s.cfg.Clock()) != nil:
+		return OutcomeFailoverPending, nil
 	case c.Status != StatusCapturing && c.Status != StatusCanceling:
 		return OutcomeNothingToDo, nil
 	case s.cfg.Clock().Before(c.transition.deadline):

@@ -85,6 +85,11 @@ var (
 	// one says refunds in flight fill the limit: if one fails, a retry
 	// with the same id may succeed.
 	ErrRefundLimit = errors.New("client: the charge has all the refunds it may have")
+	// ErrWrongRegion: in a deployment in several Regions, another Region
+	// serves the tenant (421 wrong-region; the *ProblemError's Detail
+	// names it). This request did nothing there or here: send it to that
+	// Region's endpoint, with the same command id.
+	ErrWrongRegion = errors.New("client: another Region serves the tenant")
 )
 
 const (
@@ -134,6 +139,7 @@ var problemSentinels = map[string]error{
 	slugChargeState:           ErrChargeState,
 	"refund-declined":         ErrRefundDeclined,
 	slugRefundLimit:           ErrRefundLimit,
+	"wrong-region":            ErrWrongRegion,
 }
 
 // ProblemError is an error answer from the API: the problem details of an

@@ -59,6 +59,7 @@ var (
 	ProblemStateConflict      = ProblemType{"charge-state-conflict", "The charge is in another state", http.StatusConflict}
 	ProblemRefundDeclined     = ProblemType{"refund-declined", "Refund refused by the provider", http.StatusConflict}
 	ProblemRefundLimit        = ProblemType{"refund-limit-reached", "The charge has as many refunds as it may have", http.StatusConflict}
+	ProblemWrongRegion        = ProblemType{"wrong-region", "Another Region serves this tenant", http.StatusMisdirectedRequest}
 )
 
 // Problems lists every problem type the API answers with.
@@ -66,7 +67,7 @@ var Problems = []ProblemType{
 	ProblemInvalidKey, ProblemInvalidRequest, ProblemTooLarge, ProblemUnsupportedMedia, ProblemUnauthorized,
 	ProblemInProgress, ProblemKeyReused, ProblemDeclined, ProblemUnavailable, ProblemServiceUnavailable,
 	ProblemOutcomePending, ProblemProviderRejected, ProblemNotFound, ProblemChargeConflict, ProblemInternal,
-	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined, ProblemRefundLimit,
+	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined, ProblemRefundLimit, ProblemWrongRegion,
 }
 
 type problemJSON struct {
@@ -144,6 +145,16 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was "+done+". Retrying the same request will not help.")
 	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:
 		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. "+upper(again)+"; it will not be "+done+" twice."), retryAfter(now, res.RetryAt))
+	case charge.OutcomeFailoverPending:
+		// Another Region may have acted: no "nothing was done".
+		detail := "The tenant moved to this Region, and the Region it left may hold writes not copied here yet. Retry later."
+		if done != "" {
+			detail = "The tenant moved to this Region, and the Region it left may hold this request's outcome, not copied here yet. " +
+				upper(again) + " later; it will not be " + done + " twice."
+		}
+		resp = withRetryAfter(problem(ProblemOutcomePending, detail), retryAfter(now, res.RetryAt))
+	case charge.OutcomeWrongRegion:
+		resp = problem(ProblemWrongRegion, "Nothing was done here: the Region "+res.Region+" serves this tenant. Send the request there.")
 	case charge.OutcomeNotFound:
 		resp = problem(ProblemNotFound, "")
 	default:
@@ -160,6 +171,8 @@ func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResp
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemInProgress, "Another delivery of this event is being processed."), retryAfter(now, res.RetryAt)))
 	case charge.OutcomeBusy:
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The service is busy; deliver the event again."), 1))
+	case charge.OutcomeFailoverPending:
+		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The tenant's writes from another Region are not copied here yet; deliver the event again."), 30))
 	case charge.OutcomeError:
 		return answer(res, now, "done")
 	}
