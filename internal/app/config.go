@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -24,6 +25,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -71,6 +73,16 @@ const (
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
+	// A deployment in several Regions (docs/regions.md): the routes table
+	// and the ledger of claims, both in multi-Region strong consistency;
+	// the Region tenants are homed in unless TENANT_HOMES
+	// ("tenant=region,...") says otherwise; and the Region the function
+	// runs in, which Lambda sets. Without ROUTES_TABLE, one Region.
+	EnvRoutesTable = "ROUTES_TABLE"
+	EnvLedgerTable = "LEDGER_TABLE"
+	EnvHomeRegion  = "HOME_REGION"
+	EnvTenantHomes = "TENANT_HOMES"
+	EnvAWSRegion   = "AWS_REGION"
 )
 
 // The providers PROVIDER names: our provider API (providersim locally),
@@ -183,19 +195,54 @@ func (e *env) err() error {
 	return fmt.Errorf("app: %w", errors.Join(e.errs...))
 }
 
-// Common is what every function's configuration holds: how much it logs
-// and where its spans go.
+// Common is what every function's configuration holds: how much it logs,
+// where its spans go, and its Regions.
 type Common struct {
 	LogLevel slog.Level
 	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
 	// empty, nowhere: tracing is off.
 	TraceEndpoint string
+	Regions       Regions
 }
 
 func (c Common) common() Common { return c }
 
 func (e *env) common() Common {
-	return Common{LogLevel: e.level(), TraceEndpoint: e.optional(EnvTraceEndpoint, "")}
+	return Common{LogLevel: e.level(), TraceEndpoint: e.optional(EnvTraceEndpoint, ""), Regions: e.regions()}
+}
+
+// Regions configures a deployment in several Regions; the zero Regions is
+// one Region, with no call to either table.
+type Regions struct {
+	// Region is the Region the function runs in; Home the Region a tenant
+	// is homed in unless Homes names another.
+	Region, Home string
+	Homes        map[string]string
+	// RoutesTable and LedgerTable are the tables in multi-Region strong
+	// consistency: who serves each home's tenants, and the claims.
+	RoutesTable, LedgerTable string
+}
+
+func (e *env) regions() Regions {
+	if e.get(EnvRoutesTable) == "" {
+		return Regions{}
+	}
+	r := Regions{
+		Region: e.required(EnvAWSRegion), Home: e.required(EnvHomeRegion),
+		RoutesTable: e.required(EnvRoutesTable), LedgerTable: e.required(EnvLedgerTable), Homes: map[string]string{},
+	}
+	for pair := range strings.SplitSeq(e.get(EnvTenantHomes), ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		tenant, region, ok := strings.Cut(pair, "=")
+		if !ok || tenant == "" || region == "" {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q is not tenant=region", EnvTenantHomes, pair))
+			continue
+		}
+		r.Homes[tenant] = region
+	}
+	return r
 }
 
 // ChargeConfig is the charge function's configuration.
@@ -397,8 +444,27 @@ func (d Deps) traced() Deps {
 	return d
 }
 
-func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*dynamostore.Store, error) {
-	return dynamostore.New(d.Clients.DynamoDB, table, StoreOptions(retention, g, d.Clock))
+// regions builds a function's Fence on the routes table, and the store
+// options that mark its Region and claim in the ledger, which yields a
+// Region as the Fence does.
+func (d Deps) regions(r Regions) (*regions.Fence, func(*dynamostore.Options), error) {
+	routes, err := regions.NewRoutes(d.Clients.DynamoDB, r.RoutesTable)
+	if err != nil {
+		return nil, nil, err
+	}
+	fence, err := regions.NewFence(routes, r.Region, regions.Homes(r.Homes, r.Home), func(o *regions.FenceOptions) {
+		if d.Clock != nil {
+			o.Clock = d.Clock
+		}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	ledger, err := dynamostore.NewLedger(d.Clients.DynamoDB, r.LedgerTable, func(o *dynamostore.LedgerOptions) { o.Yields = fence.Yields })
+	if err != nil {
+		return nil, nil, err
+	}
+	return fence, func(o *dynamostore.Options) { o.Region, o.Ledger = r.Region, ledger }, nil
 }
 
 // StoreOptions are the idempotency store's options for a deployment whose
@@ -430,6 +496,7 @@ type service struct {
 	charge.Config
 	IdempotencyTable, ChargesTable string
 	Retention                      time.Duration
+	Regions                        Regions
 	// ProviderKind picks the adapter: ProviderSim or ProviderStripe.
 	ProviderKind, ProviderURL, ProviderSecretName string
 	SecretsMaxAge                                 time.Duration
@@ -491,7 +558,13 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 		return nil, err
 	}
 	cfg.Provider = p
-	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees())
+	multi := func(*dynamostore.Options) {}
+	if sc.Regions.RoutesTable != "" {
+		if cfg.Fence, multi, err = d.regions(sc.Regions); err != nil {
+			return nil, err
+		}
+	}
+	store, err := dynamostore.New(d.Clients.DynamoDB, sc.IdempotencyTable, StoreOptions(sc.Retention, cfg.Provider.Guarantees(), d.Clock), multi)
 	if err != nil {
 		return nil, err
 	}
@@ -519,7 +592,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve, ReplayCache: c.ReplayCache,
 			MaxRefunds: c.MaxRefunds,
 		},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 	})
 	if err != nil {
@@ -576,7 +649,7 @@ func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	}
 	svc, err := d.service(service{
 		Config:           charge.Config{Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 	})
 	if err != nil {
@@ -593,7 +666,7 @@ func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 		ProviderOptions: []func(*provider.Options){
 			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),

@@ -6,6 +6,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // SweeperHandler builds the sweeper function's handler: the stuck-lease
@@ -14,9 +15,15 @@ import (
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	d = d.traced()
 	// Retention plays no part in reading the index: the defaults serve.
-	store, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
+	store, err := dynamostore.New(d.Clients.DynamoDB, c.IdempotencyTable, StoreOptions(0, provider.Guarantees{}, d.Clock))
 	if err != nil {
 		return nil, err
+	}
+	var fence sweeper.Fence
+	if c.Regions.RoutesTable != "" {
+		if fence, _, err = d.regions(c.Regions); err != nil {
+			return nil, err
+		}
 	}
 	rows, err := charge.NewRows(d.Clients.DynamoDB, c.ChargesTable)
 	if err != nil {
@@ -31,6 +38,7 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 		o.Logger = d.Logger
 		o.Metrics = d.Metrics
 		o.Tracer = d.Tracer
+		o.Fence = fence
 	})
 }
 
