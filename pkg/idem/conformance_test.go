@@ -110,7 +110,9 @@ func TestRegionConformance(t *testing.T) {
 				return st
 			}
 			return idemtest.Regions{
-				Store:   func(region string) idem.Backend { return store(dynamotest.Table(t, dynamostore.TableInput("regions")), region) },
+				Store: func(region string) idem.Backend {
+					return store(dynamotest.Table(t, dynamostore.TableInput("regions")), region)
+				},
 				Replica: func(of idem.Backend, region string) idem.Backend { return store(tables[of], region) },
 			}
 		})
