@@ -224,14 +224,20 @@ type Regions struct {
 }
 
 func (e *env) regions() Regions {
-	if e.get(EnvRoutesTable) == "" {
+	r := Regions{
+		Region: e.get(EnvAWSRegion), Home: e.get(EnvHomeRegion),
+		RoutesTable: e.get(EnvRoutesTable), LedgerTable: e.get(EnvLedgerTable), Homes: map[string]string{},
+	}
+	homes := e.get(EnvTenantHomes)
+	if r.RoutesTable == "" {
 		return Regions{}
 	}
-	r := Regions{
-		Region: e.required(EnvAWSRegion), Home: e.required(EnvHomeRegion),
-		RoutesTable: e.required(EnvRoutesTable), LedgerTable: e.required(EnvLedgerTable), Homes: map[string]string{},
+	for _, name := range []string{EnvAWSRegion, EnvHomeRegion, EnvLedgerTable} {
+		if e.get(name) == "" {
+			e.errs = append(e.errs, fmt.Errorf("%s is required with %s", name, EnvRoutesTable))
+		}
 	}
-	for pair := range strings.SplitSeq(e.get(EnvTenantHomes), ",") {
+	for pair := range strings.SplitSeq(homes, ",") {
 		if pair = strings.TrimSpace(pair); pair == "" {
 			continue
 		}
