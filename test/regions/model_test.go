@@ -96,7 +96,7 @@ func runRegions(t *testing.T, w *world) {
 
 // stats are the counts a run reports.
 type stats struct {
-	histories, failures, midRequest, lost, failovers, returns, drains atomic.Int64
+	histories, failures, midRequest, lost, failovers, returns, drains  atomic.Int64
 	charges, refunds, moves, toldNothing, failoverPending, wrongRegion atomic.Int64
 }
 
@@ -118,7 +118,7 @@ type history struct {
 	// conflicts is the world's count of copies lost to a later write when
 	// the history began.
 	conflicts int64
-	order  []string           // keys in the order first used
+	order     []string // keys in the order first used
 }
 
 // intent is one command's key and what its clients saw.
