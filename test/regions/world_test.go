@@ -140,7 +140,17 @@ type link struct {
 	// applyLast: the call that kills the Region was applied before its
 	// answer was lost.
 	applyLast atomic.Bool
+
+	mu sync.Mutex
+	// calls counts the calls made, by operation and the role of the
+	// table ("strong" for the tables of every Region).
+	calls map[string]int
 }
+
+// strongDelay is added to every call to the tables of every Region: the
+// round trip a table in multi-Region strong consistency makes to another
+// Region. Zero but in the cost test.
+var strongDelay atomic.Int64
 
 // errRegionDown is a Region's failure as its callers see it: no answer.
 var errRegionDown = errors.New("region unreachable")
@@ -165,6 +175,9 @@ func (l *link) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	req.Body = io.NopCloser(bytes.NewReader(body))
+	if l.count(req.Header.Get("X-Amz-Target"), body) == "strong" {
+		time.Sleep(time.Duration(strongDelay.Load()))
+	}
 	resp, err := http.DefaultTransport.RoundTrip(req)
 	if err == nil && resp.StatusCode == http.StatusOK {
 		l.r.noteWrites(req.Header.Get("X-Amz-Target"), body)
@@ -176,6 +189,23 @@ func (l *link) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errRegionDown
 	}
 	return resp, err
+}
+
+// count counts a call, and returns the role of its table.
+func (l *link) count(target string, body []byte) string {
+	var req struct{ TableName string }
+	_ = json.Unmarshal(body, &req)
+	role := "own"
+	if req.TableName == l.r.w.routesTable || req.TableName == l.r.w.ledgerTable {
+		role = "strong"
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.calls == nil {
+		l.calls = map[string]int{}
+	}
+	l.calls[target[strings.LastIndex(target, ".")+1:]+" "+role]++
+	return role
 }
 
 // writeRequest is the part of a DynamoDB write request that names items.
