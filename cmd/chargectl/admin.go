@@ -39,10 +39,16 @@ const adminUsage = `usage:
       (--charged REF | --refunded REF | --declined [--decline-code CODE] | --released) TENANT KEY
                                                    settle an in-flight (parked) key as the provider's records say,
                                                    after showing its evidence and asking you to type KEY
+  chargectl admin route [--json] HOME              who serves the tenants homed in the Region HOME, and what is not drained
+  chargectl admin failover [--json] [--yes] HOME REGION
+                                                   serve HOME's tenants from REGION, after the fence (docs/operations.md)
+  chargectl admin drained [--json] [--yes] HOME REGION
+                                                   REGION's writes for HOME have all replicated: its claims and records
+                                                   become the serving Region's to settle
 OP, the operation the key is scoped to: ` + charge.Operation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
-configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
+configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `, ` + app.EnvRoutesTable + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and
 ` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
@@ -151,6 +157,19 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 			return err
 		}
 		do = func(ctx context.Context, args []string) error { return a.settle(ctx, args, settled, set.yes) }
+	case "route":
+		nargs, need = 1, []string{app.EnvRoutesTable}
+		do = a.route
+	case "failover", "drained":
+		nargs, need = 2, []string{app.EnvRoutesTable}
+		var yes bool
+		fs.BoolVar(&yes, "yes", false, "change the route without asking to type its name")
+		do = func(ctx context.Context, args []string) error {
+			if cmd == "failover" {
+				return a.failover(ctx, args, yes)
+			}
+			return a.drained(ctx, args, yes)
+		}
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, adminUsage)
 		return exitOK

@@ -387,6 +387,8 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
 	ChargeRequestsQueueURL                                             string
+	// RoutesTable is the routes table of a deployment in several Regions.
+	RoutesTable string
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
 	// PROVIDER: a command an operator settles deduplicates as long as one
 	// the functions settle, a released one no longer than the provider
@@ -411,6 +413,7 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileQueueURL:      read(EnvReconcileQueueURL),
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
+		RoutesTable:            read(EnvRoutesTable),
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}
