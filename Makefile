@@ -206,7 +206,7 @@ check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .ven
 lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, sam validate --lint, sam build
 	$(GO) mod tidy -diff
 	cd $(IDEM) && $(GO) mod tidy -diff
-	$(VENV)/bin/cfn-lint template.yaml
+	$(VENV)/bin/cfn-lint template.yaml template-regions.yaml
 	$(SAM) validate --lint
 	$(SAM) validate --lint -t pkg/idem/docs/recovery-template.yaml
 	$(SAM) build

@@ -27,6 +27,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -54,6 +55,10 @@ var requests = map[string][]reflect.Type{
 var owners = map[string]reflect.Type{
 	idempotencyTable:          reflect.TypeFor[dynamostore.Store](),
 	chargesTable:              reflect.TypeFor[charge.Rows](),
+	"GlobalIdempotencyTable":  reflect.TypeFor[dynamostore.Store](),
+	"GlobalChargesTable":      reflect.TypeFor[charge.Rows](),
+	"RoutesTableName":         reflect.TypeFor[regions.Routes](),
+	"LedgerTableName":         reflect.TypeFor[dynamostore.Ledger](),
 	reconcileQueue:            reflect.TypeFor[queue.Sender](),
 	intakeDLQ:                 reflect.TypeFor[intake.Queue](),
 	"ProviderSecretName":      reflect.TypeFor[secrets.Secret](),
@@ -249,7 +254,9 @@ func strs(v any) []string {
 }
 
 // resources names what a statement's Resource (one or a list) is: a
-// resource's logical id, a parameter naming it, or "*".
+// resource's logical id, a parameter naming it, or "*". A Fn::If of two
+// resources (a table of the stack's own, or one a parameter names) is
+// both.
 func resources(v any) []string {
 	list := asList(v)
 	if list == nil {
@@ -260,6 +267,10 @@ func resources(v any) []string {
 		_, r = unwrapIf(r)
 		m := asMap(r)
 		switch {
+		case len(asList(m["Fn::If"])) == 3:
+			branches := asList(m["Fn::If"])
+			out = append(out, resources(branches[1])...)
+			out = append(out, resources(branches[2])...)
 		case m["Fn::GetAtt"] != nil:
 			out = append(out, fmt.Sprint(asList(m["Fn::GetAtt"])[0]))
 		case m["Ref"] != nil:

@@ -88,7 +88,8 @@ func currentCode() code {
 			devAuthFn:           func(g app.Getenv) { devauth.Load(g) },
 		},
 		// It builds no AWS client and traces nothing.
-		unread:      map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint}},
+		unread: map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint,
+			app.EnvRoutesTable, app.EnvLedgerTable, app.EnvHomeRegion, app.EnvTenantHomes}},
 		metrics:     metrics.Definitions(),
 		routes:      httpapi.Routes,
 		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
@@ -303,7 +304,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"charge may check conditions", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:ConditionCheckItem\n"},
 		{"reconcile may claim", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
 		{"reconcile may query charges", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n                  - dynamodb:Query\n"},
-		{"sweeper may send to the DLQ", "index/transitions\"\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn", "index/transitions\"\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn"},
+		{"sweeper may send to the DLQ", "index/transitions\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn", "index/transitions\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn"},
 		{"logs on every group", "Resource: !GetAtt ChargeFunctionLogGroup.Arn", "Resource: \"*\""},
 		{"logs to another function's group", "Resource: !GetAtt SweeperFunctionLogGroup.Arn", "Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
 		{"may create log groups", "                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn", "                  - logs:CreateLogGroup\n                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
@@ -400,6 +401,13 @@ func (c *checker) props(id string) map[string]any {
 // table compares a table's billing mode, keys, attributes and indexes
 // with the CreateTable request the code makes.
 func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
+	c.schema(id, want)
+	// Not the code's: a table it creates goes with its emulator.
+	c.equal(id+" DeletionProtectionEnabled", c.props(id)["DeletionProtectionEnabled"], true)
+}
+
+// schema compares a table's billing mode, keys and indexes with want's.
+func (c *checker) schema(id string, want *dynamodb.CreateTableInput) {
 	p := c.props(id)
 	c.equal(id+" BillingMode", p["BillingMode"], string(want.BillingMode))
 	c.equal(id+" KeySchema", p["KeySchema"], keySchema(want.KeySchema))
@@ -417,8 +425,6 @@ func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
 		gsis = append(gsis, map[string]any{"IndexName": aws.ToString(g.IndexName), "KeySchema": keySchema(g.KeySchema), "Projection": proj})
 	}
 	c.equal(id+" GlobalSecondaryIndexes", sortByName(p["GlobalSecondaryIndexes"], "IndexName"), sortByName(gsis, "IndexName"))
-	// Not the code's: a table it creates goes with its emulator.
-	c.equal(id+" DeletionProtectionEnabled", p["DeletionProtectionEnabled"], true)
 }
 
 func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
@@ -538,7 +544,10 @@ func (c *checker) routes(routes, public []string) {
 
 // sweeperPolicy checks that the sweeper may query the index it reads.
 func (c *checker) sweeperPolicy() {
-	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + dynamostore.IndexStuckLeases}
+	want := map[string]any{"Fn::If": []any{"OwnsTables",
+		map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + dynamostore.IndexStuckLeases},
+		map[string]any{"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${GlobalIdempotencyTable}/index/" + dynamostore.IndexStuckLeases},
+	}}
 	for _, st := range c.statements("SweeperFunction") {
 		if asMap(st)["Action"] == "dynamodb:Query" {
 			c.equal("SweeperFunction dynamodb:Query resource", asMap(st)["Resource"], want)
