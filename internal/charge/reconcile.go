@@ -71,10 +71,10 @@ func (s *Service) op(key idem.Key) (operation, error) {
 // (idem.Recover, with the operation's lookup as the resolver). The table in
 // the package documentation says what each answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
-	a := s.admit(ctx, key.Tenant())
-	if key.Operation() == NotificationOperation {
-		// A notification's record is the provider's, in every Region.
-		a = admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
+	// A notification's record is the provider's, in every Region.
+	a := admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
+	if key.Operation() != NotificationOperation {
+		a = s.admit(ctx, key.Tenant())
 	}
 	switch {
 	case a.refused != nil && a.refused.Outcome == OutcomeBusy:
