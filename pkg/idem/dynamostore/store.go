@@ -105,8 +105,8 @@ type Options struct {
 	// replicates only eventually: a fresh claim is recorded in the Ledger
 	// first, and a record another Region claimed is written only once
 	// the Ledger yields that Region. Begin then reads the record before
-	// it writes (docs/regions.md of the service). Default none: one
-	// Region writes the table.
+	// it writes (docs/backend.md, Regions). Default none: one Region
+	// writes the table.
 	Ledger idem.Ledger
 }
 
