@@ -83,7 +83,8 @@ type itemRef struct {
 func newWorld(t *testing.T, n int, d design) *world {
 	t.Helper()
 	clock := testkit.NewClock(time.Now())
-	w := &world{clock: clock, design: d, byName: map[string]*region{}, claims: map[string]map[int64]bool{}, raw: testkit.Clients(t).DynamoDB}
+	w := &world{clock: clock, design: d, byName: map[string]*region{}, claims: map[string]map[int64]bool{},
+		raw: testkit.Clients(t, func(o *dynamodb.Options) { o.Logger = logging.Nop{} }).DynamoDB}
 	w.sim = providersim.New(providersim.WithClock(clock.Now))
 	srv := httptest.NewServer(w.sim)
 	t.Cleanup(srv.Close)
