@@ -27,8 +27,8 @@ func (a *admin) routes() (*regions.Routes, error) {
 	return regions.NewRoutes(a.clients.DynamoDB, a.cfg.RoutesTable)
 }
 
-// route prints home's route: who serves its tenants, since when, and the
-// Regions whose writes may not have replicated.
+// route prints home's route: who serves its tenants, and since when. It
+// lists the Regions not yet drained.
 func (a *admin) route(ctx context.Context, args []string) error {
 	r, err := a.routes()
 	if err != nil {
@@ -113,7 +113,7 @@ func (a *admin) drained(ctx context.Context, args []string, yes bool) error {
 	return a.printRoute(next)
 }
 
-// typed asks the operator to type want, unless yes: a route change moves
+// typed asks the operator to type want, unless yes. A route change moves
 // every tenant of a home.
 func (a *admin) typed(yes bool, want string) error {
 	if yes {

@@ -73,11 +73,11 @@ const (
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
-	// A deployment in several Regions (docs/regions.md): the routes table
-	// and the ledger of claims, both in multi-Region strong consistency;
-	// the Region tenants are homed in unless TENANT_HOMES
-	// ("tenant=region,...") says otherwise; and the Region the function
-	// runs in, which Lambda sets. Without ROUTES_TABLE, one Region.
+	// A deployment in several Regions (docs/regions.md).
+	// ROUTES_TABLE and LEDGER_TABLE are in multi-Region strong
+	// consistency. HOME_REGION homes the tenants; TENANT_HOMES
+	// ("tenant=region,...") overrides it per tenant. Lambda sets
+	// AWS_REGION. Without ROUTES_TABLE, one Region.
 	EnvRoutesTable = "ROUTES_TABLE"
 	EnvLedgerTable = "LEDGER_TABLE"
 	EnvHomeRegion  = "HOME_REGION"
@@ -195,8 +195,8 @@ func (e *env) err() error {
 	return fmt.Errorf("app: %w", errors.Join(e.errs...))
 }
 
-// Common is what every function's configuration holds: how much it logs,
-// where its spans go, and its Regions.
+// Common is what every function's configuration holds. It says how much
+// to log, where spans go, and the Regions.
 type Common struct {
 	LogLevel slog.Level
 	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
@@ -211,15 +211,15 @@ func (e *env) common() Common {
 	return Common{LogLevel: e.level(), TraceEndpoint: e.optional(EnvTraceEndpoint, ""), Regions: e.regions()}
 }
 
-// Regions configures a deployment in several Regions; the zero Regions is
-// one Region, with no call to either table.
+// Regions configures a deployment in several Regions. The zero Regions
+// is one Region, calling neither table.
 type Regions struct {
-	// Region is the Region the function runs in; Home the Region a tenant
-	// is homed in unless Homes names another.
+	// Region is where the function runs. Home homes every tenant
+	// Homes does not name.
 	Region, Home string
 	Homes        map[string]string
-	// RoutesTable and LedgerTable are the tables in multi-Region strong
-	// consistency: who serves each home's tenants, and the claims.
+	// RoutesTable says who serves each home; LedgerTable holds the
+	// claims. Both are in multi-Region strong consistency.
 	RoutesTable, LedgerTable string
 }
 
@@ -453,8 +453,8 @@ func (d Deps) traced() Deps {
 	return d
 }
 
-// regions builds a function's Fence on the routes table, and the store
-// options that mark its Region and claim in the ledger, which yields a
+// regions builds a function's Fence on the routes table. Its store
+// options mark the Region and claim in the ledger. The ledger yields a
 // Region as the Fence does.
 func (d Deps) regions(r Regions) (*regions.Fence, func(*dynamostore.Options), error) {
 	routes, err := regions.NewRoutes(d.Clients.DynamoDB, r.RoutesTable)

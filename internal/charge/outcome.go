@@ -73,10 +73,10 @@ const (
 	// again, which the provider would no longer deduplicate; it stays
 	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
 	OutcomeParked Outcome = "parked"
-	// OutcomeWrongRegion: another Region serves the tenant; nothing was
-	// done. OutcomeFailoverPending: another Region may hold writes of the
-	// command or the charge not replicated here yet; nothing was done, and
-	// a retry after the failover's writes replicate finds the outcome.
+	// OutcomeWrongRegion: another Region serves the tenant; nothing
+	// was done. OutcomeFailoverPending: another Region may hold
+	// unreplicated writes of the command or charge. Nothing was
+	// done. A retry finds the outcome once they replicate.
 	OutcomeWrongRegion     Outcome = "wrong_region"
 	OutcomeFailoverPending Outcome = "failover_pending"
 )

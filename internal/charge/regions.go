@@ -50,8 +50,8 @@ func (s *Service) admit(ctx context.Context, tenant string) admitted {
 	return admitted{refused: &Result{Outcome: OutcomeWrongRegion, Region: sv.Region}}
 }
 
-// unreplicated answers a request about charge c whose writes elsewhere may
-// not have replicated here yet: nothing is done until they have.
+// unreplicated answers a request about charge c that another Region may
+// have changed. Nothing is done until its writes replicate.
 func (a admitted) unreplicated(c Charge, now time.Time) *Result {
 	if a.Unreplicated.IsZero() || !c.CreatedAt.Before(a.Unreplicated) {
 		return nil
@@ -59,8 +59,8 @@ func (a admitted) unreplicated(c Charge, now time.Time) *Result {
 	return &Result{Outcome: OutcomeFailoverPending, RetryAt: now.Add(failoverRetry)}
 }
 
-// missing answers a read that found nothing while another Region may hold
-// the charge unreplicated: not "not found", which may be false.
+// missing answers a read that found nothing during a failover. Another
+// Region may hold the charge unreplicated, so "not found" may be false.
 func (a admitted) missing(res Result, now time.Time) Result {
 	if res.Outcome == OutcomeNotFound && !a.Unreplicated.IsZero() {
 		return Result{Outcome: OutcomeFailoverPending, RetryAt: now.Add(failoverRetry)}

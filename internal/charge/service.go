@@ -119,8 +119,8 @@ type Config struct {
 	// Tracer records the store's and the provider's calls as spans; nil
 	// traces nothing.
 	Tracer *tracing.Tracer
-	// Fence, in a deployment in several Regions, says which tenants this
-	// Region serves (regions.go); nil serves them all.
+	// Fence says which tenants this Region serves (regions.go). Nil
+	// serves them all.
 	Fence Fence
 }
 
@@ -211,9 +211,10 @@ type Result struct {
 	Charge  *Charge
 	Refund  *Refund
 	Refunds *RefundList
-	// KeyExpiresAt is until when the key deduplicates (zero when nothing
-	// is stored); RetryAt when a retry may find the outcome settled
-	// (conflict, ambiguous, failover pending).
+	// KeyExpiresAt is until when the key deduplicates; zero when
+	// nothing is stored. RetryAt is when a retry may find the
+	// outcome settled. It is set for conflict, ambiguous and
+	// failover pending.
 	KeyExpiresAt, RetryAt time.Time
 	// Region serves the tenant, when another than this one does
 	// (OutcomeWrongRegion).

@@ -143,10 +143,9 @@ const (
 const OutcomeError Outcome = "error"
 
 // The outcomes of a deployment in several Regions, in any function.
-// OutcomeWrongRegion: another Region serves the tenant. OutcomeFailoverPending:
-// another Region may hold the command's or the charge's writes, not
-// replicated here yet; counted by the reconciler, it is the stranded
-// records' alarm.
+// OutcomeWrongRegion: another Region serves the tenant.
+// OutcomeFailoverPending: another Region may hold unreplicated writes.
+// The reconciler's count of it is the stranded records' alarm.
 const (
 	OutcomeWrongRegion     Outcome = "wrong-region"
 	OutcomeFailoverPending Outcome = "failover-pending"

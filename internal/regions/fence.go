@@ -20,23 +20,24 @@ type Serving struct {
 	Since  time.Time
 	// Until ends the lease on this answer: a request's calls end before it.
 	Until time.Time
-	// Unreplicated, when not zero, is when this Region began to serve the
-	// tenant, while a Region that served it before may hold writes not
-	// replicated here: a charge created before it may have changed there.
+	// Unreplicated, when not zero, is when this Region began to
+	// serve the tenant. A Region that served it before may hold
+	// unreplicated writes. So a charge created before then may have
+	// changed there.
 	Unreplicated time.Time
 }
 
 // DefaultLease is how long a Region trusts a route it read. A move takes
-// effect FenceDelay after it is written: every lease read before has
-// ended, with a margin for clocks and writes still on the wire.
+// effect FenceDelay after it is written. By then every lease read before
+// has ended. The margin covers clocks and writes on the wire.
 const (
 	DefaultLease = 10 * time.Second
 	FenceDelay   = DefaultLease + 5*time.Second
 )
 
 // Fence knows, from the routes table, which tenants this Region serves.
-// It keeps each route it reads for half its lease, and trusts it for the
-// whole lease when the table cannot be read. It is safe for concurrent use.
+// It keeps a route for half its lease. It trusts it for the whole lease
+// when the table is unreadable. It is safe for concurrent use.
 type Fence struct {
 	routes *Routes
 	region string
@@ -94,9 +95,9 @@ func (f *Fence) Serving(ctx context.Context, tenant string) (Serving, error) {
 }
 
 // Yields reports whether another Region may write the records region
-// claimed under key (an idem.Ledger's Yields): region no longer serves
-// the key's tenant, and its writes have replicated. Without a route read
-// within its lease, nothing yields.
+// claimed under key. It is an idem.Ledger's Yields. Region must no
+// longer serve the tenant, and its writes must have replicated. Without
+// a route read within its lease, nothing yields.
 func (f *Fence) Yields(key idem.Key, region string) bool {
 	f.mu.Lock()
 	rt, ok := f.read[f.homes(key.Tenant())]

@@ -22,9 +22,9 @@ type Route struct {
 	Home, ServedBy string
 	Epoch          int64
 	Since          time.Time
-	// Pending are the Regions that served the tenants before, whose
-	// writes may not have replicated yet: their records and the rows
-	// written before Since may still change there.
+	// Pending are the Regions that served the tenants before, not
+	// yet drained. Their records, and rows written before Since, may
+	// still change there.
 	Pending []string
 }
 
@@ -36,9 +36,9 @@ type DynamoDBAPI interface {
 
 var _ DynamoDBAPI = (*dynamodb.Client)(nil)
 
-// Routes is the routes table: a global table in multi-Region strong
-// consistency, so every Region reads the latest route and a move is
-// one conditional write.
+// Routes is the routes table, a global table in multi-Region strong
+// consistency. Every Region reads the latest route. A move is one
+// conditional write.
 type Routes struct {
 	db    DynamoDBAPI
 	table *string
@@ -64,8 +64,8 @@ func NewRoutes(db DynamoDBAPI, table string) (*Routes, error) {
 	return &Routes{db: db, table: aws.String(table)}, nil
 }
 
-// TableInput is the CreateTable request of a routes table, or of the
-// claims' Ledger beside it: a string partition key, on demand.
+// TableInput is the CreateTable request of a routes table or a Ledger.
+// Both have a string partition key, on demand.
 func TableInput(name string) *dynamodb.CreateTableInput { return dynamostore.LedgerTableInput(name) }
 
 // Route reads home's route, strongly consistently. A home no move has
@@ -81,10 +81,10 @@ func (r *Routes) Route(ctx context.Context, home string) (Route, error) {
 	return decode(home, out.Item)
 }
 
-// Move serves home's tenants from to, from fence after now: the time every
-// lease on the route read before now takes to end. The Region that served
-// them joins Pending. It fails with ErrMoved if the route changed since
-// from was read.
+// Move serves home's tenants from to, starting fence after now. By then
+// every lease read before now has ended. The Region that served them
+// joins Pending. It fails with ErrMoved if the route changed since from
+// was read.
 func (r *Routes) Move(ctx context.Context, from Route, to string, now time.Time, fence time.Duration) (Route, error) {
 	next := from
 	next.ServedBy, next.Epoch, next.Since = to, from.Epoch+1, now.Add(fence)

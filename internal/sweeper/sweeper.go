@@ -61,8 +61,8 @@ type Options struct {
 	// Tracer records each run as a span, the trace its messages carry;
 	// nil traces nothing.
 	Tracer *tracing.Tracer
-	// Fence, in a deployment in several Regions, says which tenants this
-	// Region serves: their keys alone are queued. Nil queues every key.
+	// Fence says which tenants this Region serves: only their keys
+	// are queued. Nil queues every key.
 	Fence Fence
 }
 

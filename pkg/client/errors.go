@@ -85,10 +85,9 @@ var (
 	// one says refunds in flight fill the limit: if one fails, a retry
 	// with the same id may succeed.
 	ErrRefundLimit = errors.New("client: the charge has all the refunds it may have")
-	// ErrWrongRegion: in a deployment in several Regions, another Region
-	// serves the tenant (421 wrong-region; the *ProblemError's Detail
-	// names it). This request did nothing there or here: send it to that
-	// Region's endpoint, with the same command id.
+	// ErrWrongRegion: another Region serves the tenant (421
+	// wrong-region). The *ProblemError's Detail names it. Nothing
+	// was done: send the request there, with the same command id.
 	ErrWrongRegion = errors.New("client: another Region serves the tenant")
 )
 

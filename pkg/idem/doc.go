@@ -49,12 +49,12 @@
 // # Regions
 //
 // A table that replicates between Regions only eventually needs a
-// [Ledger]: each Region's store claims a command there, strongly
-// consistently, before it writes the record. A Region that fails before
-// its records replicate keeps its claims, so another Region neither
-// claims them afresh (a new CreatedAt, a new reference, a second effect)
-// nor writes over them: it gets [ErrClaimedElsewhere] until the Ledger
-// yields the failed Region.
+// [Ledger]. Each Region's store claims a command there, strongly
+// consistently, before it writes the record. A Region may fail before
+// its records replicate. Its claims stay in the Ledger. Another Region
+// may not claim them afresh: a new CreatedAt means a new reference, and
+// a second effect. Nor may it write over them. It gets
+// [ErrClaimedElsewhere] until the Ledger yields the failed Region.
 //
 // # Retention
 //

@@ -48,10 +48,10 @@ type Lease struct {
 	// resolved by someone other than its first attempt.
 	Attempts int
 	Intent   []byte // what Begin stored for reconciliation
-	// Inherited: the command's claim is another Region's, taken on once
-	// that Region yielded (Ledger). Its attempts there may have reached
-	// the effect, so only a Resolver settles it: Do never runs its
-	// function under such a lease.
+	// Inherited: the command's claim is another Region's, taken on
+	// once it yielded (Ledger). Its attempts there may have acted.
+	// So only a Resolver settles it: Do never runs its function
+	// under such a lease.
 	Inherited bool
 
 	// committed is the digest of the business writes of this lease's
@@ -89,7 +89,7 @@ type Record struct {
 	LeaseToken string
 	Intent     []byte
 	Response   *Response // nil unless terminal
-	// Region is the Region whose store last took a lease on the record,
+	// Region is the Region whose store last leased the record. It is
 	// empty for a store without one.
 	Region string
 }

@@ -209,8 +209,8 @@ func ownToken(item map[string]types.AttributeValue, l *idem.Lease) bool {
 }
 
 // ledgerClaim reads the key's record before a claim, for a store with a
-// Ledger: a write over another Region's record, not yet replicated here,
-// would erase it wherever it replicates. A live record is answered as the
+// Ledger. Another Region's record may not have replicated here: writing
+// over it would erase it everywhere. A live record is answered as the
 // claim's PutItem would find it (done). Otherwise the claim goes to the
 // Ledger, and lease takes the CreatedAt the Ledger holds.
 func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, reclaims int) (done bool, _ idem.Begun, _ error) {
@@ -229,23 +229,23 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 	case errors.Is(err, idem.ErrClaimedElsewhere):
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
 	case err != nil:
-		// The Ledger may hold the claim, but no record was written and
-		// nothing done: a retry finds the claim and takes it.
+		// The Ledger may hold the claim, but nothing was written
+		// or done. A retry finds the claim and takes it.
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: ledger: %w", key.LogHash(), AsUnavailable(err))
 	}
 	lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.Region != s.region
 	return false, idem.Begun{}, nil
 }
 
-// expiredItem reports whether item's retention, in its ttl attribute,
-// ended at now (policy.Expired); an IN_FLIGHT record has none.
+// expiredItem reports whether item's retention (its ttl attribute) ended
+// at now. An IN_FLIGHT record has none.
 func expiredItem(item map[string]types.AttributeValue, ttl string, now time.Time) bool {
 	exp, err := numberAttr(item, ttl)
 	return err == nil && policy.Expired(time.Unix(exp, 0), now)
 }
 
-// mayWrite reports whether this store may take a lease on a record that
-// region's store marked: its own, an unmarked one, or one of a Region the
+// mayWrite reports whether this store may lease a record region's store
+// marked. It may lease its own, an unmarked one, or one of a Region the
 // Ledger yields. Without a Ledger every record is the store's.
 func (s *Store) mayWrite(key idem.Key, region string) bool {
 	return s.ledger == nil || region == "" || region == s.region || s.ledger.Yields(key, region)

@@ -30,11 +30,12 @@
 // # Regions
 //
 // In a global table that replicates only eventually (MREC), give each
-// Region's store Options.Region and one [Ledger] on a table in
-// multi-Region strong consistency. Begin then reads the record (GetItem),
-// and a fresh claim goes to the Ledger (one PutItem) before the record's
-// PutItem: three calls where one Region makes one. A take-over of another
-// Region's record waits until the Ledger yields that Region.
+// Region's store Options.Region. Give them one [Ledger], on a table in
+// multi-Region strong consistency. Begin then reads the record
+// (GetItem). A fresh claim goes to the Ledger (PutItem) before the
+// record's PutItem. That is three calls where one Region makes one. A
+// take-over of another Region's record waits until the Ledger yields
+// that Region.
 //
 // Errors are the sentinels and typed errors of package idem. SDK errors
 // of a DynamoDB that cannot do the request now, or cannot be heard, wrap

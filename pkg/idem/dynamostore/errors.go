@@ -43,8 +43,8 @@ var transientCodes = map[string]bool{
 	"ThrottlingException": true, "ProvisionedThroughputExceededException": true, "RequestLimitExceeded": true,
 	"TransactionConflictException": true, "TransactionInProgressException": true, "InternalServerError": true,
 	"InternalFailure": true, "ServiceUnavailable": true,
-	// A table in multi-Region strong consistency refuses a write that
-	// races another Region's on the same item, applying nothing.
+	// An MRSC table refuses a write racing another Region's on one
+	// item. Nothing is applied.
 	"ReplicatedWriteConflictException": true,
 }
 

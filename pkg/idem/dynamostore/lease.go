@@ -113,8 +113,9 @@ func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*
 func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
 	lease, holder, err := s.takeOverFrom(ctx, key, op, created, s.region)
 	if holder != "" && s.mayWrite(key, holder) {
-		// Another Region's record, which the Ledger yields: taken from
-		// that Region alone, so a record it writes meanwhile is not.
+		// Another Region's record, which the Ledger yields. It
+		// is taken only from that Region, so a record written
+		// meanwhile is not.
 		lease, _, err = s.takeOverFrom(ctx, key, op, created, holder)
 	}
 	return lease, err

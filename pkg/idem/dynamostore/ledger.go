@@ -13,9 +13,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Ledger is an idem.Ledger on a DynamoDB table that every Region reads
-// strongly consistently: a global table in multi-Region strong
-// consistency (MRSC), whose conditional writes see the latest item in
+// Ledger is an idem.Ledger on a global table in multi-Region strong
+// consistency (MRSC). Its conditional writes see the latest item in
 // every Region. Each claim is one item: the key, the Region, CreatedAt
 // and Until. MRSC has no TTL, so claims stay until deleted.
 type Ledger struct {
@@ -28,9 +27,9 @@ var _ idem.Ledger = (*Ledger)(nil)
 
 // LedgerOptions configure a Ledger.
 type LedgerOptions struct {
-	// Yields is the Ledger's Yields: whether another Region may write
-	// the records region claimed (it failed over and its writes have
-	// replicated). Default: no Region yields.
+	// Yields is the Ledger's Yields: may another Region write the
+	// records region claimed? It should be true once region failed
+	// over and its writes replicated. Default: no Region yields.
 	Yields func(key idem.Key, region string) bool
 }
 
@@ -70,10 +69,10 @@ func LedgerTableInput(name string) *dynamodb.CreateTableInput {
 }
 
 // Claim records c in one conditional PutItem, unless a live claim of key
-// stands (its Until after c.CreatedAt): then that claim is returned if it
-// is c.Region's or of a Region that yields, and *ClaimedElsewhereError
-// otherwise. An error wrapping idem.ErrUnavailable leaves it unknown
-// whether c was recorded.
+// stands. A claim is live while its Until is after c.CreatedAt. Such a
+// claim is returned if it is c.Region's, or a yielding Region's.
+// Otherwise Claim gives *ClaimedElsewhereError. After an error wrapping
+// idem.ErrUnavailable, whether c was recorded is unknown.
 func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Claim, error) {
 	_, err := l.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: l.table,

@@ -97,16 +97,16 @@ type Options struct {
 	// without the stuck-lease index: every sweep then reads the whole
 	// table. Default false.
 	ScanStuckLeases bool
-	// Region names the Region this store writes in, for a table that
-	// replicates between Regions (a global table). Every lease it takes
-	// marks the record with it (Record.Region). Default none.
+	// Region names the Region this store writes in, for a global
+	// table. Every lease it takes marks the record with it
+	// (Record.Region). Default none.
 	Region string
 	// Ledger, with Region, makes the store safe in a table that
-	// replicates only eventually: a fresh claim is recorded in the Ledger
-	// first, and a record another Region claimed is written only once
-	// the Ledger yields that Region. Begin then reads the record before
-	// it writes (docs/backend.md, Regions). Default none: one Region
-	// writes the table.
+	// replicates only eventually. A fresh claim goes to the Ledger
+	// first. A record another Region claimed is written only once
+	// the Ledger yields that Region. Begin then reads the record
+	// before it writes (docs/backend.md, Regions). Default none: one
+	// Region writes the table.
 	Ledger idem.Ledger
 }
 

@@ -12,11 +12,11 @@ import (
 
 // Regions is one deployment of a store in several Regions, under test.
 type Regions struct {
-	// Store returns a store of region on records of its own: a replica
-	// that nothing has replicated to yet.
+	// Store returns a store of region on records of its own. It is a
+	// replica nothing has replicated to yet.
 	Store func(region string) idem.Backend
-	// Replica returns a store of region on the records of of: a replica
-	// that replication keeps in step.
+	// Replica returns a store of region on the records of of. It is
+	// a replica kept in step.
 	Replica func(of idem.Backend, region string) idem.Backend
 }
 
@@ -26,12 +26,12 @@ type NewRegions func(t *testing.T, o Options, ledger idem.Ledger) Regions
 // NewLedger builds an empty Ledger whose Yields is yields.
 type NewLedger func(t *testing.T, yields func(key idem.Key, region string) bool) idem.Ledger
 
-// RunRegionConformance checks the contract of stores whose records
-// replicate between Regions only eventually, with a Ledger of claims:
-// a record names the Region that leased it; a command another Region
-// claimed is refused, with nothing written, until that Region yields;
-// a yielded claim is inherited and left to recovery; a Region takes up
-// its own claim left without a record; and an expired claim gives way.
+// RunRegionConformance checks stores whose records replicate between
+// Regions only eventually, with a Ledger. A record names the Region that
+// leased it. A command another Region claimed is refused, with nothing
+// written, until that Region yields. A yielded claim is inherited and
+// left to recovery. A Region takes up its own claim left without a
+// record. An expired claim gives way.
 func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegions) {
 	tests := []struct {
 		name string

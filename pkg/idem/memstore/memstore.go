@@ -138,9 +138,9 @@ func New(optFns ...func(*Options)) *Store {
 	}
 }
 
-// Replica is a view of s's records from region, with s's options
-// otherwise: a replica of a global table that replication keeps in step
-// at once. Records it leases are marked with region.
+// Replica is a view of s's records from region, with s's options. It is
+// a replica of a global table, kept in step at once. Records it leases
+// are marked with region.
 func (s *Store) Replica(region string) *Store {
 	return &Store{pol: s.pol, region: region, ledger: s.ledger, d: s.d}
 }
@@ -222,8 +222,8 @@ func (s *Store) live(key idem.Key, now time.Time) bool {
 	return ok && !rec.expired(now)
 }
 
-// mayWrite reports whether s may take a lease on a record region's store
-// marked, as dynamostore's: always without a Ledger.
+// mayWrite reports whether s may lease a record region's store marked.
+// It is dynamostore's rule: always, without a Ledger.
 func (s *Store) mayWrite(key idem.Key, region string) bool {
 	return s.ledger == nil || region == "" || region == s.region || s.ledger.Yields(key, region)
 }
