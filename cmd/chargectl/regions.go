@@ -22,19 +22,20 @@ type routeOutput struct {
 	Pending  []string `json:"pending,omitempty"`
 }
 
-// routes is the deployment's routes table.
-func (a *admin) routes() (*regions.Routes, error) {
-	return regions.NewRoutes(a.clients.DynamoDB, a.cfg.RoutesTable)
+// readRoute reads home's route from the deployment's routes table.
+func (a *admin) readRoute(ctx context.Context, home string) (*regions.Routes, regions.Route, error) {
+	r, err := regions.NewRoutes(a.clients.DynamoDB, a.cfg.RoutesTable)
+	if err != nil {
+		return nil, regions.Route{}, err
+	}
+	rt, err := r.Route(ctx, home)
+	return r, rt, err
 }
 
 // route prints home's route: who serves its tenants, and since when. It
 // lists the Regions not yet drained.
 func (a *admin) route(ctx context.Context, args []string) error {
-	r, err := a.routes()
-	if err != nil {
-		return err
-	}
-	rt, err := r.Route(ctx, args[0])
+	_, rt, err := a.readRoute(ctx, args[0])
 	if err != nil {
 		return err
 	}
@@ -64,11 +65,7 @@ func (a *admin) printRoute(rt regions.Route) error {
 // (docs/operations.md, "Failing a Region over").
 func (a *admin) failover(ctx context.Context, args []string, yes bool) error {
 	home, to := args[0], args[1]
-	r, err := a.routes()
-	if err != nil {
-		return err
-	}
-	rt, err := r.Route(ctx, home)
+	r, rt, err := a.readRoute(ctx, home)
 	if err != nil {
 		return err
 	}
@@ -91,11 +88,7 @@ func (a *admin) failover(ctx context.Context, args []string, yes bool) error {
 // or the operator writes them off.
 func (a *admin) drained(ctx context.Context, args []string, yes bool) error {
 	home, region := args[0], args[1]
-	r, err := a.routes()
-	if err != nil {
-		return err
-	}
-	rt, err := r.Route(ctx, home)
+	r, rt, err := a.readRoute(ctx, home)
 	if err != nil {
 		return err
 	}
