@@ -69,7 +69,7 @@ test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Sche
 		cd $(IDEM) && $(GO) test -race -count=1 ./...'
 ifneq ($(EMULATOR),fakecloud)
 	@echo "the store's lifecycle and fencing tests again, on an emulator that ignores ClientRequestToken as moto does:"
-	cd $(IDEM) && EMULATOR_HONOUR_REQUEST_TOKEN=0 ../../$(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' .
+	cd $(IDEM) && EMULATOR_HONOUR_REQUEST_TOKEN=0 ../../$(WITH_EMU) $(GO) test -count=1 -run '$(TOKEN_BLIND_TESTS)' . ./dynamostore
 endif
 
 # EMULATOR=fakecloud runs make test, make run and make bench on fakecloud
@@ -200,7 +200,7 @@ check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .ven
 	cd $(IDEM) && $(GO) vet ./...
 	$(GO) test -count=1 $(CHECK_PKGS)
 	$(GO) test -count=1 -run '$(CHECK_RUN)' $(CHECK_MIXED)
-	cd $(IDEM) && $(GO) test -count=1 ./memstore && $(GO) test -count=1 -run '$(CHECK_RUN)' .
+	cd $(IDEM) && $(GO) test -count=1 ./memstore && $(GO) test -count=1 -run '$(CHECK_RUN)' . ./dynamostore
 
 .PHONY: lint
 lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, sam validate --lint, sam build

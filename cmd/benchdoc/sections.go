@@ -187,7 +187,7 @@ func ratios(results []benchout.Result) (string, error) {
 	if okFirst && okNaive {
 		fmt.Fprintf(&b, "| our own allocations in a first call (own-allocs/op: the SDK's and net/http's left out) | %.0f | %.0f | %.2f× |\n", own, ownNaive, own/ownNaive)
 	}
-	fmt.Fprintf(&b, "\nOne emulator PutItem took %.2f ms in the same run: the idempotent first call costs %.1f of them, the replay %.1f, the naive call %.1f.\n",
+	fmt.Fprintf(&b, "\nOne emulator PutItem took %.2f ms in the same run. The idempotent first call costs %.1f of them, the replay %.1f, the naive call %.1f.\n",
 		put/1e6, first/put, replay/put, naive/put)
 	return b.String(), nil
 }
@@ -559,7 +559,7 @@ func growthSection(list string) (string, error) {
 		if len(g.Steps) == 0 {
 			return "", fmt.Errorf("%s: no steps", path)
 		}
-		fmt.Fprintf(&b, "**%s**, started %s: at each step %d logical charges at %.0f req/s, then %d commands left to the reconciler.\n\n",
+		fmt.Fprintf(&b, "**%s**, started %s. Each step makes %d logical charges at %.0f req/s, then leaves %d commands to the reconciler.\n\n",
 			name, orNone(g.Started), g.Logical, g.Rate, g.Reconciles)
 		b.WriteString("| charges before | stack | load avg at start | first call p50 / p99 | ÷ first step | replay p50 / p99 | ÷ first step | reconcile p50 / p99 | ÷ first step | check |\n")
 		b.WriteString("|---:|---|---|---:|---:|---:|---:|---:|---:|---|\n")

@@ -228,7 +228,7 @@ func TestGrowthSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		"**growing stack**, started 2026-12-03T16:00:00Z: at each step 1800 logical charges at 60 req/s, then 20 commands left to the reconciler.",
+		"**growing stack**, started 2026-12-03T16:00:00Z. Each step makes 1800 logical charges at 60 req/s, then leaves 20 commands to the reconciler.",
 		"| 0 | growing | 1.10 1.20 1.30 | 8.00 / 40.0 ms | 1.00× / 1.00× | 1.00 / 4.00 ms | 1.00× / 1.00× | 500 / 1000 ms | 1.00× / 1.00× | ok |",
 		"| 50000 | growing | 2.00 1.50 1.40 | 10.0 / 60.0 ms | 1.25× / 1.50× | 1.50 / 4.00 ms | 1.50× / 1.00× | 600 / 1000 ms | 1.20× / 1.00× | ok |",
 		"| 50000 | reference | 2.10 1.50 1.40 | 8.00 / 30.0 ms | 1.00× / 0.75× | 1.00 / 8.00 ms | 1.00× / 2.00× | 500 / 800 ms | 1.00× / 0.80× | failed |",

@@ -45,7 +45,7 @@ const adminUsage = `usage:
   chargectl admin drained [--json] [--yes] HOME REGION
                                                    REGION's writes for HOME have all replicated: its claims and records
                                                    become the serving Region's to settle
-OP, the operation the key is scoped to: ` + charge.Operation + ` (default, POST /charges) or ` + charge.RefundOperation + `
+OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `, ` + app.EnvRoutesTable + `,
@@ -98,7 +98,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	fs.SetOutput(stderr)
 	fs.BoolVar(&a.json, "json", false, "print the result as JSON")
 	operation := func() {
-		fs.StringVar(&a.operation, "operation", charge.Operation, "the `OP` the key is scoped to: "+charge.Operation+" or "+charge.RefundOperation)
+		fs.StringVar(&a.operation, "operation", charge.ChargeOperation, "the `OP` the key is scoped to: "+charge.ChargeOperation+" or "+charge.RefundOperation)
 	}
 	var (
 		nargs int
@@ -185,7 +185,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 	}
 	if a.operation != "" && !charge.Reconciles(a.operation) {
 		fmt.Fprintf(stderr, "chargectl admin %s: --operation %q: want %s, %s or %s\n%s", cmd, a.operation,
-			charge.Operation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
+			charge.ChargeOperation, charge.RefundOperation, charge.NotificationOperation, adminUsage)
 		return exitUsage
 	}
 	if fs.NArg() != nargs {
@@ -474,7 +474,7 @@ func relative(t, now time.Time) string {
 
 // recordCommand is the command line that shows key's record.
 func recordCommand(key idem.Key) string {
-	if key.Operation() == charge.Operation {
+	if key.Operation() == charge.ChargeOperation {
 		return "chargectl admin record " + key.Tenant() + " " + key.ClientKey()
 	}
 	return "chargectl admin record --operation " + key.Operation() + " " + key.Tenant() + " " + key.ClientKey()

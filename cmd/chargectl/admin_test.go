@@ -84,7 +84,7 @@ func (s *adminStack) create(t *testing.T, id, source string) {
 
 func (s *adminStack) key(t *testing.T, clientKey string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey("acme", charge.Operation, clientKey)
+	k, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestAdminSettle(t *testing.T) {
 	s.parked(t, "order-5002")
 	code, out, errOut := s.admin(t, "settle", "--json", "--yes", "--declined", "acme", "order-5002")
 	var settled settleOutput
-	if err := json.Unmarshal([]byte(out), &settled); code != exitOK || err != nil || settled.SettledAs != "declined" || settled.Outcome != charge.OutcomeResolvedDec ||
+	if err := json.Unmarshal([]byte(out), &settled); code != exitOK || err != nil || settled.SettledAs != "declined" || settled.Outcome != charge.OutcomeResolvedDeclined ||
 		settled.Evidence.Status != idem.StatusInFlight || settled.Evidence.Amount != 1500 || settled.Evidence.ProviderReference == "" ||
 		settled.Record.Status != idem.StatusFailedPermanent || settled.Record.Answer == nil || settled.Record.Answer.Status != http.StatusPaymentRequired {
 		t.Fatalf("settle --json --declined: exit %d, %v, %+v", code, err, settled)

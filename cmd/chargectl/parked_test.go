@@ -64,7 +64,7 @@ func TestOperatorReleaseOfAParkedStripeCommand(t *testing.T) {
 		t.Fatalf("lost create: %d, want 503 outcome-pending", got)
 	}
 	lossy.lose = false
-	key, err := idem.NewKey("acme", charge.Operation, clientKey)
+	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestAdminSettleRefund(t *testing.T) {
 	case !strings.Contains(errOut, "provider reference:  "+ref) || !strings.Contains(errOut, "refunds charge:") ||
 		!strings.Contains(errOut, "refunded by provider refund re_operator_6001"):
 		t.Fatalf("evidence on stderr lacks the reference, the charge or the plan:\n%s", errOut)
-	case settled.SettledAs != "refunded" || settled.Outcome != charge.OutcomeResolvedRefund || settled.ProviderChargeID != "re_operator_6001" ||
+	case settled.SettledAs != "refunded" || settled.Outcome != charge.OutcomeResolvedRefunded || settled.ProviderChargeID != "re_operator_6001" ||
 		settled.Record == nil || settled.Record.Status != idem.StatusSucceeded || settled.Record.Answer == nil || settled.Record.Answer.Status != http.StatusCreated:
 		t.Fatalf("settled %+v", settled)
 	}

@@ -43,8 +43,8 @@ func (s settlement) result(operation string) (provider.Result, error) {
 	switch {
 	case len(given) != 1:
 		return provider.Result{}, errors.New("give exactly one of --charged REF, --refunded REF, --declined, --released")
-	case s.chargeID != "" && operation != charge.Operation:
-		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.Operation, operation)
+	case s.chargeID != "" && operation != charge.ChargeOperation:
+		return provider.Result{}, fmt.Errorf("--charged settles a key of --operation %s, not %s", charge.ChargeOperation, operation)
 	case s.refundID != "" && operation != charge.RefundOperation:
 		return provider.Result{}, fmt.Errorf("--refunded settles a key of --operation %s, not %s", charge.RefundOperation, operation)
 	}
@@ -98,7 +98,7 @@ func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}, Clock: a.clock})
+	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}})
 }
 
 // evidenceOutput is what settle shows of a record before it writes: the

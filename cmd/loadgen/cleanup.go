@@ -57,7 +57,7 @@ func references(ctx context.Context, db dynamostore.DynamoDBAPI, idemTable, tena
 // recordOf reads the record of tenant's charge under the client key k: nil
 // if there is none.
 func recordOf(ctx context.Context, store *dynamostore.Store, tenant, k string) (*idem.Record, error) {
-	key, err := idem.NewKey(tenant, charge.Operation, k)
+	key, err := idem.NewKey(tenant, charge.ChargeOperation, k)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +76,7 @@ func cleanup(ctx context.Context, db batchWriter, idemTable, chargesTable, tenan
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	pending := map[string][]types.WriteRequest{}
 	for i, k := range keys {
-		key, err := idem.NewKey(tenant, charge.Operation, k)
+		key, err := idem.NewKey(tenant, charge.ChargeOperation, k)
 		if err != nil {
 			return err
 		}

@@ -193,7 +193,7 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, err := idem.NewKey("acme", charge.Operation, "renewal-1")
+	key, err := idem.NewKey("acme", charge.ChargeOperation, "renewal-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -583,7 +583,6 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	}
 	cfg.Store, cfg.Rows = store, rows
 	cfg.Answers = httpapi.Answers{}
-	cfg.Clock = d.Clock
 	cfg.Logger = d.Logger
 	cfg.Tracer = d.Tracer
 	return charge.NewService(cfg)

@@ -3,10 +3,8 @@ package charge
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/big"
 	"strconv"
 	"strings"
 	"time"
@@ -16,8 +14,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Operation scopes idempotency keys used to create charges.
-const Operation = "create-charge"
+// ChargeOperation scopes idempotency keys used to create charges.
+const ChargeOperation = "create-charge"
 
 // Limits on a charge request.
 const (
@@ -30,14 +28,6 @@ const (
 // CommandID is the client's identity for one intent (its Idempotency-Key),
 // minted once, before the first attempt, and sent with every retry.
 type CommandID string
-
-// ParseCommandID validates a client-supplied idempotency key.
-func ParseCommandID(s string) (CommandID, error) {
-	if err := idem.CheckClientKey(s); err != nil {
-		return "", err
-	}
-	return CommandID(s), nil
-}
 
 // Money is an amount in the currency's minor units.
 type Money struct {
@@ -67,26 +57,6 @@ func (e *InvalidError) Error() string { return fmt.Sprintf("charge: %s: %s", e.F
 
 // Is makes errors.Is(err, ErrInvalidRequest) true.
 func (e *InvalidError) Is(target error) bool { return target == ErrInvalidRequest }
-
-// ParseAmount reads an amount written as a JSON number. As in JSON Schema's
-// integer, what counts is the value, not how it is written: 1500, 1500.0
-// and 1.5e3 are all 1500; 1500.5 is refused, and so is anything but a
-// number (an empty n). NewRequest checks the range of what it returns.
-func ParseAmount(n json.Number) (int64, error) {
-	if i, err := n.Int64(); err == nil {
-		return i, nil
-	}
-	invalid := &InvalidError{"amount", fmt.Sprintf("must be a whole number between %d and %d minor units", MinAmount, MaxAmount)}
-	// Once the value is known to be in range, its exponent is small enough
-	// to check exactly: 1500.0000000000000001 is 1500 as a float64.
-	if f, err := n.Float64(); err != nil || f < MinAmount || f > MaxAmount {
-		return 0, invalid
-	}
-	if r, ok := new(big.Rat).SetString(n.String()); ok && r.IsInt() {
-		return r.Num().Int64(), nil
-	}
-	return 0, invalid
-}
 
 // NewRequest validates the parts of a charge request.
 func NewRequest(amount int64, currency, source, description string) (Request, error) {
@@ -169,9 +139,9 @@ const (
 	StatusCanceled        = "canceled"
 )
 
-// ChargeID is the id of the charge an intent creates, derived from its key
-// and its record's creation: a key reused after retention names a new
-// intent, with its own charge.
+// ChargeID is the id of the charge an intent creates. It is derived from
+// the key and the record's creation. So a key reused after retention names
+// a new intent, with its own charge.
 func ChargeID(k idem.Key, created time.Time) string {
 	return derive("ch_", "charge-id", k, created, 24)
 }
@@ -195,9 +165,9 @@ func isDerived(id, prefix string) bool {
 	return true
 }
 
-// ProviderReference is the reference sent to the provider for an intent,
-// derived like ChargeID, never random: a re-execution of the intent must
-// hit the provider's deduplication, and a new intent under a reused key
+// ProviderReference is the reference sent to the provider for an intent.
+// It is derived like ChargeID, never random. A re-execution of the intent
+// must hit the provider's deduplication. A new intent under a reused key
 // must not.
 func ProviderReference(k idem.Key, created time.Time) string {
 	return derive("co_", "provider-reference", k, created, 32)
@@ -214,4 +184,67 @@ func derive(prefix, purpose string, k idem.Key, created time.Time, n int) string
 	h := append(out[:0], prefix...)
 	h = hex.AppendEncode(h, sum[:])
 	return string(h[:len(prefix)+n])
+}
+
+// RefundOperation scopes the idempotency keys of refunds: a key used to
+// create a charge names another intent here.
+const RefundOperation = "create-refund"
+
+// RefundRequest is a validated request to refund a charge. Amount zero
+// asks for all that remains.
+type RefundRequest struct {
+	Amount int64
+	Reason string
+}
+
+// Refund is a completed refund, as stored and as returned by the API.
+type Refund struct {
+	ID                string
+	ChargeID          string
+	Tenant            string
+	Money             Money
+	Reason            string
+	ProviderReference string
+	ProviderRefundID  string
+	IdempotencyKey    CommandID
+	CreatedAt         time.Time
+	// Status is StatusSucceeded, or RefundFailed for one the provider
+	// made and then reported failed (its amount is the charge's again).
+	Status string
+}
+
+// RefundFailed is the status of a refund the provider reported failed
+// after it had succeeded.
+const RefundFailed = "failed"
+
+// RefundID is the id of the refund an intent creates, derived like
+// ChargeID.
+func RefundID(k idem.Key, created time.Time) string {
+	return derive("re_", "refund-id", k, created, 24)
+}
+
+// IsRefundID reports whether id has the form RefundID gives.
+func IsRefundID(id string) bool { return isDerived(id, "re_") }
+
+// RefundReference is the provider reference of a refund intent, derived
+// like ProviderReference but never equal to a charge's.
+func RefundReference(k idem.Key, created time.Time) string {
+	return derive("rf_", "refund-reference", k, created, 32)
+}
+
+// NotificationOperation scopes the keys that deduplicate a provider's
+// notifications, by event id. The provider's name is the tenant:
+// "stripe#provider-event#evt_…".
+const NotificationOperation = "provider-event"
+
+// TransitionOperation scopes the reconciler's keys for a charge whose
+// capture or cancel is unsettled: tenant#settle-charge#<charge id>. No
+// record is stored under it.
+const TransitionOperation = "settle-charge"
+
+// TransitionReference is the provider reference of a charge's capture or
+// cancel: one per charge and operation, so every attempt is deduplicated.
+func TransitionReference(chargeID, operation string) string {
+	k, _ := idem.NewKey("charge", operation, chargeID) // valid by construction
+	return derive("mv_", "transition-reference", k, time.UnixMilli(0), 32)
 }

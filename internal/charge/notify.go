@@ -2,7 +2,6 @@ package charge
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,54 +10,49 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// NotificationOperation scopes the idempotency keys that deduplicate a
-// provider's notifications, by their event id, under the provider's name
-// as the tenant: "stripe#provider-event#evt_…".
-const NotificationOperation = "provider-event"
-
-// Notification is the provider's own, verified word on a charge's outcome:
-// a signed webhook event, delivered at least once.
+// Notification is the provider's own, verified word on a charge's outcome. It
+// is a signed webhook event, delivered at least once.
 type Notification struct {
-	// Provider names the sender ("stripe"); EventID is its id for the
-	// event, the same for every delivery.
+	// Provider names the sender ("stripe"). EventID is its id for the event,
+	// the same for every delivery.
 	Provider, EventID string
-	// Command is the command the charge was sent for, as the charge
-	// carried it (provider.ChargeRequest.Command); zero when the event is
-	// about nothing of ours.
+	// Command is the command the charge was sent for
+	// (provider.ChargeRequest.Command). It is zero when the event is about
+	// nothing of ours.
 	Command idem.Key
 	// Reference is the provider reference the charge was sent under.
 	Reference string
 	// Row is the id of the command's row in the charges table, as the
-	// provider carried it; empty for one sent before it carried rows.
+	// provider carried it. It is empty for a command sent before rows were
+	// carried.
 	Row string
-	// Result is the charge's outcome: StatusCharged or StatusDeclined; any
+	// Result is the charge's outcome: StatusCharged or StatusDeclined. Any
 	// other status settles nothing.
 	Result provider.Result
 }
 
-// settles reports whether n can settle a command at all: one of an
-// operation the service runs, with that operation's outcome (a charge's
-// is never a refund's).
+// settles reports whether n can settle a command at all. The command must be
+// of an operation the service runs. The status must be that operation's: a
+// charge's is never a refund's.
 func (s *Service) settles(n Notification) bool {
 	op, ours := s.ops[n.Command.Operation()]
 	if !ours {
 		return false
 	}
-	done, _ := op.done()
 	switch n.Result.Status {
-	case done, provider.StatusDeclined:
+	case op.done(), provider.StatusDeclined:
 		return true
 	case provider.StatusAuthorized, provider.StatusCanceled:
 		// An authorization made, or ended: a charge's word alone.
-		return n.Command.Operation() == Operation
+		return n.Command.Operation() == ChargeOperation
 	}
 	return false
 }
 
-// Notify settles the command a provider's notification names, once per
-// event id, so a charge is recorded as soon as the provider says what
-// happened, whoever answered it: the table in the package documentation
-// says what each delivery does.
+// Notify settles the command a provider's notification names, once per event
+// id. A charge is recorded as soon as the provider says what happened,
+// whoever answered it. The table in docs/contract.md says what each delivery
+// does.
 func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
@@ -74,7 +68,7 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 		// The event may concern writes not replicated here: delivered
 		// again once they have.
 		a.cancel()
-		return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Clock().Add(failoverRetry)}, nil
+		return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Store.Now().Add(failoverRetry)}, nil
 	}
 	defer a.cancel()
 	ctx = a.ctx
@@ -88,8 +82,8 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	}
 	outcome, err := s.settleNotified(ctx, n)
 	if err != nil {
-		// Released for the redelivery, which settles the command again
-		// from the start (settling twice changes nothing).
+		// Released for the redelivery, which settles the command again from
+		// the start. Settling twice changes nothing.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 		defer cancel()
 		if rerr := s.cfg.Store.Release(rctx, lease); rerr != nil {
@@ -108,14 +102,14 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	return Result{Outcome: outcome}, nil
 }
 
-// claimEvent claims the event's deduplication key: a lease to process it,
-// or the Result to answer without processing. An event whose processing
-// died (its lease ran out unsettled) is taken over and processed again.
+// claimEvent claims the event's deduplication key. It returns a lease to
+// process it, or the Result to answer without processing. An event whose
+// processing died is taken over and processed again.
 func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Result, error) {
 	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), nil)
 	var inflight *idem.InFlightError
 	switch {
-	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Clock()):
+	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Store.Now()):
 		lease, err := s.cfg.Store.TakeOver(ctx, key)
 		switch {
 		case errors.As(err, &inflight):
@@ -136,18 +130,31 @@ func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Re
 	return begun.Lease, Result{}, nil
 }
 
-// releaseEvent resolves the record of an event whose delivery died, taken
-// over by Reconcile once its lease ran out, as RELEASED (an idem.Resolver):
-// it leaves the stuck-lease index, and the provider's redelivery of the
-// event (it redelivers until it is answered 2xx) claims it again and
-// processes it from the start. Nothing is asked: settling the command twice
-// changes nothing, since its settlement is fenced.
+// releaseEvent resolves the record of an event whose delivery died (an
+// idem.Resolver). Reconcile takes it over once its lease ran out, and
+// releases it. It then leaves the stuck-lease index. The provider redelivers
+// the event until it is answered 2xx. The redelivery claims it again and
+// processes it from the start. Nothing is asked: the settlement is fenced, so
+// settling twice changes nothing.
 func releaseEvent(context.Context, *idem.Lease) (idem.Outcome, error) {
 	return idem.NotApplied(idem.Response{}), nil
 }
 
-// unclaimed answers an event whose key could not be claimed: busy if the
-// store is failing for now.
+// reconcileEvent is Reconcile for an event's key. Its record, whose delivery
+// died, is released, asking nothing.
+func (s *Service) reconcileEvent(ctx context.Context, key idem.Key, _ admitted) (Outcome, error) {
+	rec, err := idem.Recover(ctx, s.backend, key, releaseEvent)
+	if out, done, err := untaken(rec, err); done {
+		return out, err
+	}
+	if err != nil {
+		return "", err
+	}
+	return OutcomeReleased, nil
+}
+
+// unclaimed answers an event whose key could not be claimed. A store failing
+// for now is busy.
 func unclaimed(err error) (*idem.Lease, Result, error) {
 	if transient(err) {
 		return nil, Result{Outcome: OutcomeBusy}, nil
@@ -168,10 +175,10 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 	rec, err := s.waitAttempt(ctx, n.Command)
 	switch {
 	case errors.Is(err, idem.ErrNotFound) || err == nil && op.reference(n.Command, rec.CreatedAt) != n.Reference:
-		// No record of this command: past retention, or the key now names
-		// a newer intent.
-		if done, _ := op.done(); n.Row != "" && n.Result.Status == done {
-			// Done at the provider, with no row and no record: an operator
+		// No record of this command: past retention, or the key names a newer
+		// intent.
+		if n.Row != "" && n.Result.Status == op.done() {
+			// Done at the provider, with no row and no record. An operator
 			// must record it.
 			s.cfg.Logger.ErrorContext(ctx, "notify: the provider reports a command done that has no row and no record",
 				"key_hash", n.Command.LogHash(), "row", n.Row)
@@ -180,34 +187,33 @@ func (s *Service) settleNotified(ctx context.Context, n Notification) (Outcome, 
 	case err != nil:
 		return "", err
 	case rec.Status == idem.StatusSucceeded:
-		// Settled since its row was read, or named by an event that
-		// carries no row.
+		// Settled since its row was read, or named by an event without a row.
 		return s.notifiedRow(ctx, op, n, rec)
 	case rec.Status != idem.StatusInFlight && rec.Status != idem.StatusReleased:
 		return OutcomeNothingToDo, nil
 	case (n.Result.Status == provider.StatusAuthorized || n.Result.Status == provider.StatusCanceled) && !authorizeOnly(rec):
-		// An authorization's word, on a charge captured at once: its
-		// capture's outcome (charged or declined) is the one that settles it.
+		// An authorization's word, on a charge captured at once. Its
+		// capture's outcome, charged or declined, is the one that settles it.
 		return OutcomeNothingToDo, nil
 	}
 	if rec.Status == idem.StatusReleased {
-		// Released on evidence the provider now contradicts: the charge is
-		// recorded, or no retry may ever learn of it (and one past the
-		// dedup window would charge again).
+		// Released on evidence the provider now contradicts. The charge is
+		// recorded, or no retry may ever learn of it. One past the dedup
+		// window would charge again.
 		s.cfg.Logger.WarnContext(ctx, "notify: the provider reports an outcome for a released command; recorded",
 			"key_hash", n.Command.LogHash(), "charge_id", n.Result.ChargeID)
 	}
 	out, err := s.settleKnown(ctx, n.Command, rec.CreatedAt, n.Result)
 	if err == nil && out == OutcomeNothingToDo {
-		// Its own attempt may have settled it since the read: then its
-		// row takes the event.
+		// Its own attempt may have settled it since the read. Then its row
+		// takes the event.
 		return s.notifiedRow(ctx, op, n, rec)
 	}
 	return out, err
 }
 
-// notifiedRow applies n to the row of the command rec records, if that
-// row is there.
+// notifiedRow applies n to the row of the command rec records, if that row
+// exists.
 func (s *Service) notifiedRow(ctx context.Context, op operation, n Notification, rec *idem.Record) (Outcome, error) {
 	row, err := op.row(rec)
 	if err != nil {
@@ -220,12 +226,12 @@ func (s *Service) notifiedRow(ctx context.Context, op operation, n Notification,
 	return out, err
 }
 
-// settleKnown settles the command key names as res, the provider's own
-// word on it (a notification, or an operator reading the provider's
-// records), preempting whoever holds its lease: a charge with its row, a
-// decline, or for StatusNotFound a release. Only the command created at
-// created is settled: one settled or gone meanwhile, or replaced by a new
-// intent under the key, is OutcomeNothingToDo.
+// settleKnown settles the command key names as res says. res is the
+// provider's own word: a notification, or an operator reading its records.
+// Whoever holds the lease is preempted. The outcome is a charge with its row,
+// a decline, or for StatusNotFound a release. Only the command created at
+// created is settled. One settled, gone or replaced by a new intent meanwhile
+// is OutcomeNothingToDo.
 func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Time, res provider.Result) (Outcome, error) {
 	op, err := s.op(key)
 	if err != nil {
@@ -243,24 +249,23 @@ func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Ti
 		if err != nil {
 			return "", err
 		}
-		return s.settle(ctx, op, lease, out, nil)
+		return s.complete(ctx, op, lease, out, nil)
 	}
 	out, err := op.verdict(ctx, lease, res)
 	if err != nil {
 		return "", err
 	}
-	return s.settle(ctx, op, lease, out, &res)
+	return s.complete(ctx, op, lease, out, &res)
 }
 
-// waitAttempt reads the command's record, and while it is IN_FLIGHT with
-// an attempt that may still be running, reads it again for up to
-// InflightWait, so an attempt about to record its own outcome is not
-// preempted for nothing.
+// waitAttempt reads the command's record. While it is IN_FLIGHT with an
+// attempt that may still run, it reads again, for up to InflightWait. An
+// attempt about to record its own outcome is then not preempted for nothing.
 func (s *Service) waitAttempt(ctx context.Context, key idem.Key) (*idem.Record, error) {
-	until := s.cfg.Clock().Add(s.cfg.InflightWait)
+	until := s.cfg.Store.Now().Add(s.cfg.InflightWait)
 	for {
 		rec, err := s.cfg.Store.Get(ctx, key)
-		now := s.cfg.Clock()
+		now := s.cfg.Store.Now()
 		if err != nil || rec.Status != idem.StatusInFlight || !now.Before(rec.AttemptDeadline) || !now.Before(until) {
 			return rec, err
 		}
@@ -277,9 +282,8 @@ func (s *Service) waitAttempt(ctx context.Context, key idem.Key) (*idem.Record, 
 // notifyPause is how often waitAttempt reads the record again.
 const notifyPause = 100 * time.Millisecond
 
-// authorizeOnly reports whether rec is a charge's command that was to
-// capture later.
+// authorizeOnly reports whether rec is a charge to capture later.
 func authorizeOnly(rec *idem.Record) bool {
-	var in intent
-	return json.Unmarshal(rec.Intent, &in) == nil && in.AuthorizeOnly
+	in, err := storedIntent[intent](rec.Intent)
+	return err == nil && in.AuthorizeOnly
 }

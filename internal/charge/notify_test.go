@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -20,11 +21,15 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
 // chargeView is a charge as GET /charges/{id} shows it.
@@ -154,7 +159,7 @@ func TestExpiredAuthorizationIsRecorded(t *testing.T) {
 	s := newStripeStackAt(t, clock, 4*time.Second, nil, nil)
 	tenant, client := testkit.UniqueName("acme"), newKey()
 	c := s.view(s.call(http.MethodPost, tenant, "/charges", client, `{"amount":1500,"currency":"EUR","source":"pm_card_visa","capture":false}`), http.StatusCreated)
-	s.expired(clock, stripesim.AuthorizationWindow, tenant, charge.Operation, client)
+	s.expired(clock, stripesim.AuthorizationWindow, tenant, charge.ChargeOperation, client)
 	s.sim.Ledger() // stripesim expires authorizations when it is next read
 	s.sim.WaitWebhooks()
 	if got := s.read(tenant, c.ID); got.Status != charge.StatusCanceled {
@@ -187,7 +192,7 @@ func TestLostCaptureIsSettledByItsEvent(t *testing.T) {
 	})
 	tenant, client := testkit.UniqueName("acme"), newKey()
 	c := s.view(s.call(http.MethodPost, tenant, "/charges", client, `{"amount":1500,"currency":"EUR","source":"pm_card_visa","capture":false}`), http.StatusCreated)
-	s.expired(clock, 2*day, tenant, charge.Operation, client)
+	s.expired(clock, 2*day, tenant, charge.ChargeOperation, client)
 	lose.Store(true)
 	r := s.call(http.MethodPost, tenant, "/charges/"+c.ID+"/capture", "", `{"amount":1000}`)
 	t.Logf("the capture whose answer was lost: %d %s", r.status, r.body)
@@ -319,7 +324,7 @@ func TestEventNamingAnotherRowChangesNothing(t *testing.T) {
 func TestProviderDoneWithNoRowAndNoRecordIsLogged(t *testing.T) {
 	t.Parallel()
 	r := newNotifyRig(t)
-	key, err := idem.NewKey("acme", charge.Operation, newKey())
+	key, err := idem.NewKey("acme", charge.ChargeOperation, newKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +377,7 @@ func TestRefundFailureRacingItsCommitIsRecorded(t *testing.T) {
 	r.prov.Store(&prov)
 	done := make(chan events.APIGatewayV2HTTPResponse, 1)
 	go func() {
-		resp, _ := r.handler.Handle(context.Background(), postRefund("acme", client, id, `{"amount":600}`))
+		resp, _ := r.handler.Handle(t.Context(), postRefund("acme", client, id, `{"amount":600}`))
 		done <- resp
 	}()
 	<-atProvider // the refund's record is IN_FLIGHT, its hold placed, Stripe asked
@@ -446,7 +451,7 @@ func TestRefundFailureRacingItsCommitIsRecorded(t *testing.T) {
 // returns its key and creation.
 func (r *notifyRig) releasedCharge(t *testing.T, release bool) (idem.Key, time.Time) {
 	t.Helper()
-	key, err := idem.NewKey("acme", charge.Operation, newKey())
+	key, err := idem.NewKey("acme", charge.ChargeOperation, newKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -563,7 +568,7 @@ func TestEventNamingAnotherTenantsRowChangesNothing(t *testing.T) {
 	r := newNotifyRig(t)
 	id := r.authorized(t, "acme", 1000)
 	key, created := r.command(t, id)
-	beta, err := idem.NewKey("beta", charge.Operation, key.ClientKey())
+	beta, err := idem.NewKey("beta", charge.ChargeOperation, key.ClientKey())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -573,5 +578,540 @@ func TestEventNamingAnotherTenantsRowChangesNothing(t *testing.T) {
 	}
 	if st, _ := chargeStatus(t, r.do(get("acme", id))); st != charge.StatusRequiresCapture {
 		t.Fatalf("acme's authorization reads %s after events naming it under beta's command, want requires_capture", st)
+	}
+}
+
+// TestWebhookRecordsAChargeOfAReleasedCommand: a command was released on
+// evidence Stripe's own notification now contradicts. The charge is
+// recorded (SUCCEEDED, one row) and a retry replays its 201; it is never
+// just logged, since no one would learn of it otherwise.
+func TestWebhookRecordsAChargeOfAReleasedCommand(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 4*time.Second, nil, nil)
+	tenant := testkit.UniqueName("acme")
+	ref, lease := s.begin(tenant, "order-released", stripesim.PMVisa)
+	if err := s.store.Release(t.Context(), lease); err != nil {
+		t.Fatal(err)
+	}
+	payload := piEvent("payment_intent.succeeded", tenant, "order-released", ref)
+	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusOK {
+		t.Fatalf("delivery: %d %s", resp.status, resp.body)
+	}
+	rec := s.record(tenant, "order-released")
+	if rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("after the event: %+v, want SUCCEEDED with the 201", rec)
+	}
+	if n := s.chargeRows(tenant); n != 1 {
+		t.Fatalf("%d charge rows, want 1", n)
+	}
+	if resp := s.charge(tenant, "order-released", stripesim.PMVisa); resp.status != http.StatusCreated || resp.header.Get(httpapi.HeaderReplayed) != "true" {
+		t.Fatalf("retry: %d %s, want the stored 201 replayed", resp.status, resp.body)
+	}
+}
+
+// TestRefundFailedAfterSucceedingIsRecorded: the Stripe adapter
+// counts a pending refund as refunded because, in its words, "Should the
+// issuer return it later, its status turns failed and a webhook says so"
+// (refundOutcome). The webhook (refund.failed, StatusDeclined) reaches
+// Notify, which does nothing for a settled command: the refund stays
+// "succeeded" in GET, amount_refunded keeps counting money the customer
+// never got, and that amount can never be refunded again.
+func TestRefundFailedAfterSucceedingIsRecorded(t *testing.T) {
+	t.Parallel()
+	h := newHookRig(t)
+	id := h.charged(t, "acme", 1000)
+	client := newKey()
+	made := h.do(postRefund("acme", client, id, `{"amount":1000}`))
+	wantStatus(t, made, http.StatusCreated)
+	key := refundKey(t, "acme", client)
+	rec, err := h.store.Get(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := h.recon.Notify(t.Context(), charge.Notification{
+		Provider: "stripe", EventID: "evt_" + strings.ReplaceAll(newKey(), "-", ""), Command: key,
+		Reference: charge.RefundReference(key, rec.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusDeclined, ChargeID: "re_failedlater", DeclineCode: "expired_or_canceled_card"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := h.readCharge(t, "acme", id)
+	if c.AmountRefunded != 0 {
+		t.Fatalf("refund.failed for a refund answered 201 (Notify outcome %q): the charge still reads %d refunded, refunds %+v",
+			res.Outcome, c.AmountRefunded, c.Refunds)
+	}
+}
+
+// TestMissingWebhookSecretAsksForRedelivery: a delivery that cannot be
+// verified because the signing secret cannot be read answers 500, so that
+// Stripe delivers it again, and stores nothing; not 400, which would
+// refuse a good delivery. The failed read is remembered for 30 s: the
+// secret created meanwhile verifies the deliveries after that.
+func TestMissingWebhookSecretAsksForRedelivery(t *testing.T) {
+	t.Parallel()
+	name := testkit.UniqueName("chargeonce/stripe-webhook-secret")
+	clock := testkit.NewClock(time.Now())
+	s := newStripeStackAt(t, clock, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecretName = name }, nil)
+	tenant, key := "acme", newKey()
+	ref, _ := s.begin(tenant, key, stripesim.PMVisa)
+	payload := piEvent("payment_intent.succeeded", tenant, key, ref)
+	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusInternalServerError {
+		t.Errorf("with the signing secret missing: answer = %d %s, want 500", resp.status, resp.body)
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusInFlight {
+		t.Errorf("an unverified delivery changed the command: %+v", rec)
+	}
+	if ev := s.eventRecord(eventID(t, payload)); ev != nil {
+		t.Errorf("an unverified delivery stored the event: %+v", ev)
+	}
+	testkit.CreateSecret(t, name, testWhsec)
+	clock.Advance(30 * time.Second)
+	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusOK {
+		t.Errorf("the delivery again, with the secret: answer = %d %s, want 200", resp.status, resp.body)
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusSucceeded {
+		t.Errorf("the verified delivery did not settle the command: %+v", rec)
+	}
+}
+
+// TestCanceledNotificationDoesNotCreateASucceededCharge: a
+// capture:true charge whose answer was lost is declined at the provider,
+// and the PaymentIntent is then canceled (payment_intent.canceled). That
+// event settles the command as a 201 "succeeded" charge: verdict treats
+// StatusCanceled as a charge made whatever the intent.
+func TestCanceledNotificationDoesNotCreateASucceededCharge(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	h.faultOn("/charges", providersimTimeout)
+	k := newKey()
+	lost := h.do(post("acme", k, `{"amount":1000,"currency":"EUR","source":"`+providersim.SourceDecline+`"}`))
+	h.faultOn("", "")
+	if lost.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("lost create: %d %s", lost.StatusCode, lost.Body)
+	}
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, k)
+	rec, err := h.store.Get(t.Context(), key)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("record: %+v, %v", rec, err)
+	}
+	h.clock.Advance(time.Minute) // the attempt is over
+	out, err := h.recon.Notify(t.Context(), charge.Notification{
+		Provider: "stripe", EventID: "evt_cancel_" + k, Command: key,
+		Reference: charge.ProviderReference(key, rec.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCanceled, ChargeID: "pi_x"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := charge.ChargeID(key, rec.CreatedAt)
+	got := h.do(get("acme", id))
+	if got.StatusCode == http.StatusOK {
+		st, amount := chargeStatus(t, got)
+		t.Fatalf("notify %s: a capture:true charge the provider canceled reads %s %d (GET 200); nothing was charged", out.Outcome, st, amount)
+	}
+	_ = fmt.Sprint
+}
+
+// TestWebhookSettlesAnAmbiguousCharge is the ambiguous charge end to end:
+// Stripe's edge times out while its backend goes on charging, so the
+// request answers 503 outcome-pending and leaves the command IN_FLIGHT;
+// when the charge lands, stripesim sends payment_intent.succeeded to the
+// gateway's POST /webhooks/stripe, which settles the command without
+// waiting for its lease to let a reconciler in (none runs here; the log
+// gives the time it took). The retry replays the 201; Stripe charged once;
+// there is one charge row, however many deliveries the event took.
+func TestWebhookSettlesAnAmbiguousCharge(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 4*time.Second, nil, nil)
+	tenant, key := testkit.UniqueName("acme"), "order-late"
+	first := s.charge(tenant, key, stripesim.PMLate)
+	if first.status != http.StatusServiceUnavailable || !strings.Contains(first.body, "outcome-pending") {
+		t.Fatalf("first answer = %d %s, want 503 outcome-pending", first.status, first.body)
+	}
+	rec := s.record(tenant, key)
+	if rec == nil || rec.Status != idem.StatusInFlight || !rec.LeaseExpiresAt.After(time.Now()) {
+		t.Fatalf("after the timeout the record is %+v, want IN_FLIGHT with a live lease", rec)
+	}
+	leaseEnds := rec.LeaseExpiresAt
+
+	landed := time.Now()
+	if n := s.sim.Land(); n != 1 {
+		t.Fatalf("landed %d charges, want 1", n)
+	}
+	rec = s.waitSettled(tenant, key, 10*time.Second)
+	settle := time.Since(landed)
+	t.Logf("webhook settle time: %v from the charge landing at Stripe to the record SUCCEEDED (the lease had %v left)",
+		settle.Round(time.Millisecond), leaseEnds.Sub(landed).Round(time.Millisecond))
+	if rec.Status != idem.StatusSucceeded || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("settled record = %s %+v, want SUCCEEDED with the 201", rec.Status, rec.Response)
+	}
+
+	retry := s.charge(tenant, key, stripesim.PMLate)
+	if retry.status != http.StatusCreated || retry.header.Get(httpapi.HeaderReplayed) != "true" || retry.body != string(rec.Response.Body) {
+		t.Fatalf("retry = %d %v %s, want the stored 201 replayed", retry.status, retry.header, retry.body)
+	}
+	s.chargedOnce(tenant, retry.body)
+
+	// Stripe delivers at least once, and redelivers an event whose answer
+	// was slow (under load, the settlement can outlast the sender's
+	// timeout): every delivery is of the one event, and the same event
+	// again is acknowledged as a replay and changes nothing.
+	s.sim.WaitWebhooks()
+	s.mu.Lock()
+	delivered := s.webhooks
+	s.mu.Unlock()
+	if len(delivered) == 0 {
+		t.Fatal("no webhook delivery")
+	}
+	for _, d := range delivered[1:] {
+		if eventID(t, d) != eventID(t, delivered[0]) {
+			t.Fatalf("deliveries of two events %s and %s, want one event", eventID(t, delivered[0]), eventID(t, d))
+		}
+	}
+	again := s.deliver(delivered[0], sign(delivered[0], testWhsec, time.Now()))
+	if again.status != http.StatusOK || again.header.Get(httpapi.HeaderReplayed) != "true" {
+		t.Fatalf("redelivery = %d %v %s, want 200 replayed", again.status, again.header, again.body)
+	}
+	if after := s.record(tenant, key); after.LeaseToken != rec.LeaseToken || after.Attempts != rec.Attempts {
+		t.Errorf("the redelivery changed the record: %+v, was %+v", after, rec)
+	}
+	if ev := s.eventRecord(eventID(t, delivered[0])); ev == nil || ev.Status != idem.StatusSucceeded {
+		t.Errorf("the event's deduplication record = %+v, want SUCCEEDED", ev)
+	}
+}
+
+// TestWebhookRefusesABadSignature: a delivery that does not verify is
+// refused with 400 problem+json and stores nothing, neither for the event
+// nor for the command it names.
+func TestWebhookRefusesABadSignature(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 4*time.Second, nil, nil)
+	tenant, key := testkit.UniqueName("acme"), "order-forged"
+	ref, _ := s.begin(tenant, key, stripesim.PMVisa)
+	payload := piEvent("payment_intent.succeeded", tenant, key, ref)
+	for name, sig := range map[string]string{
+		"no signature":    "",
+		"another secret":  sign(payload, "whsec_someone_else", time.Now()),
+		"stale timestamp": sign(payload, testWhsec, time.Now().Add(-10*time.Minute)),
+		"garbled header":  "t=abc,v1=zz",
+	} {
+		resp := s.deliver(payload, sig)
+		if resp.status != http.StatusBadRequest || !strings.HasPrefix(resp.header.Get("Content-Type"), httpapi.ContentTypeProblem) {
+			t.Errorf("%s: answer = %d %s, want 400 problem+json", name, resp.status, resp.body)
+		}
+	}
+	tampered := bytes.Replace(payload, []byte(`"amount":1500`), []byte(`"amount":1`), 1)
+	if resp := s.deliver(tampered, sign(payload, testWhsec, time.Now())); resp.status != http.StatusBadRequest {
+		t.Errorf("tampered payload: answer = %d, want 400", resp.status)
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusInFlight || rec.Attempts != 0 {
+		t.Errorf("a refused delivery changed the command: %+v", rec)
+	}
+	if ev := s.eventRecord(eventID(t, payload)); ev != nil {
+		t.Errorf("a refused delivery stored the event: %+v", ev)
+	}
+
+	// Without a signing secret configured, nothing verifies.
+	off := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.WebhookSecretName = "" }, nil)
+	ref, _ = off.begin(tenant, key, stripesim.PMVisa)
+	payload = piEvent("payment_intent.succeeded", tenant, key, ref)
+	if resp := off.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusBadRequest {
+		t.Errorf("with no secret configured: answer = %d %s, want 400", resp.status, resp.body)
+	}
+	if rec := off.record(tenant, key); rec.Status != idem.StatusInFlight {
+		t.Errorf("with no secret configured, a delivery changed the command: %+v", rec)
+	}
+}
+
+// TestWebhookSettlesADeclineAndIgnoresTheRest: payment_failed settles an
+// IN_FLIGHT command as the 402 a retry replays; events for an unknown
+// command, a settled one, another intent's reference, or of another type
+// are acknowledged and change nothing.
+func TestWebhookSettlesADeclineAndIgnoresTheRest(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 4*time.Second, nil, nil)
+	tenant := testkit.UniqueName("acme")
+	deliver := func(payload []byte) response {
+		t.Helper()
+		resp := s.deliver(payload, sign(payload, testWhsec, time.Now()))
+		if resp.status != http.StatusOK || resp.body != `{"received":true}` {
+			t.Fatalf("answer = %d %s, want 200 received", resp.status, resp.body)
+		}
+		return resp
+	}
+
+	ref, _ := s.begin(tenant, "order-declined", stripesim.PMInsufficientFunds)
+	deliver(piEvent("payment_intent.payment_failed", tenant, "order-declined", ref))
+	rec := s.record(tenant, "order-declined")
+	if rec.Status != idem.StatusFailedPermanent || rec.Response.Status != http.StatusPaymentRequired || !bytes.Contains(rec.Response.Body, []byte("insufficient_funds")) {
+		t.Fatalf("declined command = %s %+v, want FAILED_PERMANENT with the 402", rec.Status, rec.Response)
+	}
+	retry := s.charge(tenant, "order-declined", stripesim.PMInsufficientFunds)
+	if retry.status != http.StatusPaymentRequired || retry.body != string(rec.Response.Body) {
+		t.Fatalf("retry = %d %s, want the stored 402", retry.status, retry.body)
+	}
+
+	// Settled already: a later event of the other kind changes nothing.
+	deliver(piEvent("payment_intent.succeeded", tenant, "order-declined", ref))
+	if after := s.record(tenant, "order-declined"); after.Status != idem.StatusFailedPermanent || after.LeaseToken != rec.LeaseToken {
+		t.Errorf("an event for a settled command changed it: %+v", after)
+	}
+	// Unknown command: nothing is created.
+	deliver(piEvent("payment_intent.succeeded", tenant, "order-unknown", "co_unknown"))
+	if rec := s.record(tenant, "order-unknown"); rec != nil {
+		t.Errorf("an event for an unknown command stored %+v", rec)
+	}
+	// Another intent's reference (an earlier use of the key): nothing.
+	_, _ = s.begin(tenant, "order-reused", stripesim.PMVisa)
+	deliver(piEvent("payment_intent.succeeded", tenant, "order-reused", "co_an_earlier_intent"))
+	if rec := s.record(tenant, "order-reused"); rec.Status != idem.StatusInFlight || rec.Attempts != 0 {
+		t.Errorf("an event for another intent's reference changed the command: %+v", rec)
+	}
+	// Another event type, and a PaymentIntent without our metadata.
+	other := bytes.Replace(piEvent("payment_intent.succeeded", tenant, "order-reused", "x"), []byte(`"payment_intent.succeeded"`), []byte(`"charge.refunded"`), 1)
+	deliver(other)
+	deliver([]byte(`{"id":"evt_foreign","object":"event","type":"payment_intent.succeeded","data":{"object":{"id":"pi_foreign","object":"payment_intent","status":"succeeded","metadata":{}}}}`))
+	if n := s.chargeRows(tenant); n != 0 {
+		t.Errorf("%d charge rows, want none", n)
+	}
+}
+
+// TestWebhookFencesOffTheLateOriginal: Stripe charges and sends its
+// webhook, but its answer to the request reaches the charge function only
+// later. The webhook gives the running attempt InflightWait, then preempts
+// its lease and settles the command; the original's late commit is refused
+// by the fence, so it answers outcome-pending, and nothing is recorded
+// twice: one charge at Stripe, one charge row, and the retry replays the
+// webhook's 201.
+func TestWebhookFencesOffTheLateOriginal(t *testing.T) {
+	t.Parallel()
+	const late = 2 * time.Second
+	slowAnswers := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			rec := httptest.NewRecorder()
+			next.ServeHTTP(rec, r)
+			if r.Method == http.MethodPost {
+				time.Sleep(late) // charged (and the webhook sent); the answer is late
+			}
+			for k, v := range rec.Header() {
+				w.Header()[k] = v
+			}
+			w.WriteHeader(rec.Code)
+			_, _ = w.Write(rec.Body.Bytes())
+		})
+	}
+	s := newStripeStack(t, 8*time.Second, func(c *app.ChargeConfig) { c.InflightWait = 300 * time.Millisecond }, slowAnswers)
+	tenant, key := testkit.UniqueName("acme"), "order-raced"
+	first := s.charge(tenant, key, stripesim.PMVisa)
+	if first.status != http.StatusServiceUnavailable || !strings.Contains(first.body, "outcome-pending") {
+		t.Fatalf("the original's answer = %d %s, want 503 outcome-pending (its lease was preempted)", first.status, first.body)
+	}
+	rec := s.record(tenant, key)
+	if rec.Status != idem.StatusSucceeded || rec.Attempts != 1 {
+		t.Fatalf("record = %s (attempts %d), want SUCCEEDED by the webhook's take-over", rec.Status, rec.Attempts)
+	}
+	retry := s.charge(tenant, key, stripesim.PMVisa)
+	if retry.status != http.StatusCreated || retry.body != string(rec.Response.Body) {
+		t.Fatalf("retry = %d %s, want the webhook's 201", retry.status, retry.body)
+	}
+	s.chargedOnce(tenant, retry.body)
+}
+
+// TestWebhookSettlesWhileTheRequestWaits: Stripe charges but its answer
+// never comes (pm_sim_timeout); its webhook arrives while the request is
+// still waiting, is given INFLIGHT_WAIT, then settles the command, so the
+// request's eventual 503 outcome-pending is already out of date: the
+// retry replays the webhook's 201, and Stripe charged once.
+func TestWebhookSettlesWhileTheRequestWaits(t *testing.T) {
+	t.Parallel()
+	s := newStripeStack(t, 8*time.Second, nil, nil)
+	tenant, key := testkit.UniqueName("acme"), "order-timeout"
+	start := time.Now()
+	first := s.charge(tenant, key, stripesim.PMTimeout)
+	if first.status != http.StatusServiceUnavailable || !strings.Contains(first.body, "outcome-pending") {
+		t.Fatalf("the request whose answer never came = %d %s, want 503 outcome-pending", first.status, first.body)
+	}
+	rec := s.record(tenant, key)
+	if rec.Status != idem.StatusSucceeded {
+		t.Fatalf("when the request gave up after %v the record was %s, want SUCCEEDED by the webhook", time.Since(start).Round(time.Millisecond), rec.Status)
+	}
+	retry := s.charge(tenant, key, stripesim.PMTimeout)
+	if retry.status != http.StatusCreated || retry.body != string(rec.Response.Body) {
+		t.Fatalf("retry = %d %s, want the webhook's 201", retry.status, retry.body)
+	}
+	s.chargedOnce(tenant, retry.body)
+}
+
+// stuck reports whether key is in the stuck-lease index with a lease that
+// ends before before, in any shard: what the sweeper queues.
+func (s *stripeStack) stuck(key idem.Key, before time.Time) bool {
+	s.t.Helper()
+	for shard := range s.store.Shards() {
+		for sl, err := range s.store.StuckLeases(s.t.Context(), shard, before) {
+			if err != nil {
+				s.t.Fatal(err)
+			}
+			if sl.Key == key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestReconcileReleasesADeadDelivery: a delivery that claimed its event
+// and died leaves the event's record IN_FLIGHT. While its lease runs, the
+// reconciler leaves it alone; once the lease has run out, it takes the
+// record over and releases it, without asking Stripe, so it leaves the
+// stuck-lease index (the sweeper queues it no more). Stripe's redelivery
+// then claims the released record again and settles the command as the
+// first delivery would have: one charge row, the command and the event
+// SUCCEEDED.
+func TestReconcileReleasesADeadDelivery(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	s := newStripeStack(t, 4*time.Second, func(c *app.ChargeConfig) { c.InflightWait = 100 * time.Millisecond }, nil)
+	clock := testkit.NewClock(time.Now())
+	recon := s.d.ReconcileService(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	reconcile := func(key idem.Key, want charge.Outcome) {
+		t.Helper()
+		if got, err := recon.Reconcile(ctx, key); err != nil || got != want {
+			t.Fatalf("Reconcile = %q, %v; want %q", got, err, want)
+		}
+	}
+	tenant, key := testkit.UniqueName("acme"), "order-dead-delivery"
+	ref, _ := s.begin(tenant, key, stripesim.PMVisa)
+	payload := piEvent("payment_intent.succeeded", tenant, key, ref)
+	id := eventID(t, payload)
+	ev := s.eventKey(id)
+	reconcile(ev, charge.OutcomeNothingToDo) // no delivery yet
+
+	// The delivery that died: it claimed the event as Notify does.
+	if _, err := s.store.Begin(ctx, ev, idem.FingerprintOf([]byte(id)), nil); err != nil {
+		t.Fatal(err)
+	}
+	claimed := s.eventRecord(id)
+	reconcile(ev, charge.OutcomeStillLeased)
+	if rec := s.eventRecord(id); rec.Status != idem.StatusInFlight || rec.LeaseToken != claimed.LeaseToken || rec.Attempts != 0 {
+		t.Fatalf("a live lease was touched: %+v", rec)
+	}
+
+	clock.Advance(time.Minute) // past the dead delivery's lease
+	if !s.stuck(ev, clock.Now()) {
+		t.Fatal("the dead delivery's record is not in the stuck-lease index")
+	}
+	reconcile(ev, charge.OutcomeReleased)
+	if rec := s.eventRecord(id); rec.Status != idem.StatusReleased || rec.Attempts != 1 {
+		t.Fatalf("event record = %s (attempts %d), want RELEASED by one take-over", rec.Status, rec.Attempts)
+	}
+	if s.stuck(ev, clock.Now().Add(time.Hour)) {
+		t.Fatal("the released record is still in the stuck-lease index")
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusInFlight {
+		t.Fatalf("releasing the event settled the command: %+v", rec)
+	}
+
+	resp := s.deliver(payload, sign(payload, testWhsec, time.Now()))
+	if resp.status != http.StatusOK || resp.header.Get(httpapi.HeaderReplayed) != "" {
+		t.Fatalf("redelivery = %d %v %s, want 200, not a replay", resp.status, resp.header, resp.body)
+	}
+	if rec := s.record(tenant, key); rec.Status != idem.StatusSucceeded || rec.Response.Status != http.StatusCreated {
+		t.Fatalf("command = %s %+v, want SUCCEEDED with the 201", rec.Status, rec.Response)
+	}
+	if n := s.chargeRows(tenant); n != 1 {
+		t.Errorf("%d charge rows, want 1", n)
+	}
+	if rec := s.eventRecord(id); rec.Status != idem.StatusSucceeded {
+		t.Errorf("event record = %s, want SUCCEEDED", rec.Status)
+	}
+	reconcile(ev, charge.OutcomeNothingToDo) // a settled event's stale message
+}
+
+// claimingStore, once armed, runs then after the next Get of key returns:
+// the moment between a settlement's check of the record and its Preempt.
+type claimingStore struct {
+	charge.Store
+	mu   sync.Mutex
+	key  idem.Key
+	then func(rec *idem.Record)
+}
+
+func (s *claimingStore) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	rec, err := s.Store.Get(ctx, key)
+	s.mu.Lock()
+	then := s.then
+	if key == s.key && err == nil {
+		s.then = nil
+	}
+	s.mu.Unlock()
+	if then != nil && key == s.key && err == nil {
+		then(rec)
+	}
+	return rec, err
+}
+
+// TestNotificationForAnExpiredCommandSettlesNotItsSuccessor: a provider's
+// notification is checked against the command the record holds, a
+// released one here. If that record expires and a new intent claims the
+// key before the settlement preempts it, the old charge must not be
+// recorded as the new intent's: the preemption is of the command checked.
+func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := testkit.NewClock(time.Now())
+	d := testkit.Deploy(t)
+	mem := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
+	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
+	store := &claimingStore{Store: mem}
+	prov := &unavailableProvider{store: store}
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewHandler(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientKey := newKey()
+	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.expect(key)
+	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
+		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
+	}
+	old, err := store.Get(ctx, key)
+	if err != nil || old.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want RELEASED", old, err)
+	}
+	var successor time.Time
+	store.mu.Lock()
+	store.key, store.then = key, func(rec *idem.Record) {
+		clock.Advance(72 * time.Hour) // the release expires
+		begun, err := store.Store.Begin(ctx, key, idem.FingerprintOf([]byte("the new intent")), rec.Intent)
+		if err != nil || begun.Lease == nil {
+			t.Errorf("the new intent's claim: %+v, %v", begun, err)
+			return
+		}
+		successor = begun.Lease.CreatedAt
+	}
+	store.mu.Unlock()
+	n := charge.Notification{
+		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
+		Reference: charge.ProviderReference(key, old.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_old"},
+	}
+	if _, err := svc.Notify(ctx, n); err != nil {
+		t.Fatalf("notify: %v", err)
+	}
+	rec, err := store.Get(ctx, key)
+	if err != nil || !rec.CreatedAt.Equal(successor) || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the new intent's record %+v, %v; want it IN_FLIGHT, untouched by the old command's charge", rec, err)
 	}
 }

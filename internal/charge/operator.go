@@ -4,39 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// SettleByOperator settles the IN_FLIGHT command key names as an operator
-// found it in the provider's own records: res.Status is the status of its
-// operation's effect, StatusCharged for a charge or StatusRefunded for a
-// refund (ChargeID the provider's id for it), StatusDeclined (with its
-// DeclineCode), or StatusNotFound, which releases the key. It is the way
-// out for a parked command (OutcomeParked), which nothing automatic
-// settles: its lease is postponed, so TakeOver refuses it, and the
+// SettleByOperator settles the IN_FLIGHT command key names, as an operator
+// found it in the provider's records. res.Status is what the provider did:
+//   - StatusCharged for a charge, or StatusRefunded for a refund, with
+//     ChargeID the provider's id for it;
+//   - StatusDeclined, with its DeclineCode;
+//   - StatusNotFound, which releases the key.
+//
+// It is the way out for a parked command (OutcomeParked), which nothing
+// automatic settles. Its lease is postponed, so TakeOver refuses it. The
 // provider no longer deduplicates its reference, so no retry may resend
 // it.
 //
 // res.Reference must be the command's provider reference, the one the
-// operator looked up: a record that is not IN_FLIGHT, or is another intent
-// under a reused key, is left alone and returned as it is, with
-// OutcomeNothingToDo. Otherwise the lease is preempted (idem.Backend.Preempt),
-// so whoever held it can no longer write, and the command is settled as
-// Reconcile settles it: the charge row and the 201 the API answers in one
-// transaction, the 402, or RELEASED. The record returned is the settled
-// one, read back (nil for a release whose retention had run out: the key
-// is free). An error leaves the command IN_FLIGHT, for the operator
-// to settle again: every step is fenced, so a second run settles it once.
+// operator looked up. A record not IN_FLIGHT is left alone and returned as
+// it is, with OutcomeNothingToDo. So is another intent under a reused key.
+//
+// Otherwise the lease is preempted (idem.Backend.Preempt), so whoever held
+// it can no longer write. The command is settled as Reconcile settles it.
+// That is the charge row and the API's 201 in one transaction, the 402, or
+// RELEASED.
+//
+// The record returned is the settled one, read back. It is nil for a
+// release whose retention had run out: the key is free. An error leaves
+// the command IN_FLIGHT, for the operator to settle again. Every step is
+// fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
 	op, err := s.op(key)
 	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)
 	}
 	// Checked before the preemption, so a bad call takes no lease.
-	done, _ := op.done()
+	done := op.done()
 	switch {
 	case res.Status == done && res.ChargeID == "":
 		return "", nil, errors.New("charge: operator settle: the provider's id for what it did is needed")
@@ -59,23 +63,11 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	switch {
 	case errors.Is(err, idem.ErrNotFound) && outcome == OutcomeReleased:
 		// A release keeps the retention counted from the command's
-		// creation, which for a parked command has run out: the key is
-		// free, and its next request is a new command.
+		// creation. For a parked command it has run out. The key is free,
+		// and its next request is a new command.
 		return outcome, nil, nil
 	case err != nil:
 		return outcome, nil, fmt.Errorf("charge: operator settle: read back: %w", err)
 	}
 	return outcome, rec, nil
-}
-
-// Reference is the provider reference of the command key names, created
-// at created: what an operator looks up in the provider's records. An
-// error says the service runs no such operation.
-func Reference(key idem.Key, created time.Time) (string, error) {
-	op, ok := operations[key.Operation()]
-	if !ok {
-		return "", fmt.Errorf("charge: no operation %q", key.Operation())
-	}
-	// reference reads nothing of the Service.
-	return op(nil).reference(key, created), nil
 }

@@ -52,7 +52,7 @@ func TestOperatorSettleRefusesTheOtherOperationsStatus(t *testing.T) {
 		t.Fatalf("lost charge record: %d %s, want 503", resp.StatusCode, resp.Body)
 	}
 	h.loseCommits.Store(false)
-	chargeKey, err := idem.NewKey("acme", charge.Operation, chargeClient)
+	chargeKey, err := idem.NewKey("acme", charge.ChargeOperation, chargeClient)
 	if err != nil {
 		t.Fatal(err)
 	}

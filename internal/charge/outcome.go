@@ -1,6 +1,8 @@
 package charge
 
 import (
+	"strings"
+
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -20,22 +22,22 @@ const (
 	OutcomeBusy      Outcome = "busy"
 	OutcomeRejected  Outcome = "rejected"
 	OutcomeAmbiguous Outcome = "ambiguous"
-	// OutcomeLeaseLost: the outcome is unknown because the request's lease
-	// was taken over before it could record it.
+	// OutcomeLeaseLost: the outcome is unknown. The request's lease was
+	// taken over before it could record it.
 	OutcomeLeaseLost Outcome = "lease_lost"
 	OutcomeInvalid   Outcome = "invalid"
 	OutcomeFound     Outcome = "found"
 	OutcomeNotFound  Outcome = "not_found"
-	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answers
-	// the charge in the state it set, by this request or an earlier one.
+	// OutcomeCaptured and OutcomeCanceled: a capture or cancel answers the
+	// charge in the state it set. This request set it, or an earlier one.
 	OutcomeCaptured Outcome = "captured"
 	OutcomeCanceled Outcome = "canceled"
 	OutcomeError    Outcome = "error"
 	// OutcomeChargeConflict: the charge row conflicts with the provider's
 	// answer; stored as a permanent failure.
 	OutcomeChargeConflict Outcome = "charge_conflict"
-	// OutcomeStateConflict: the charge is in no state for the request
-	// (a refund of a charge not captured); nothing is stored.
+	// OutcomeStateConflict: the charge is in no state for the request, as
+	// a refund of a charge not captured. Nothing is stored.
 	OutcomeStateConflict Outcome = "state_conflict"
 	// OutcomeRefundExceeds: the refund is more than settled refunds
 	// leave; stored, final for its key. OutcomeRefundHeld: more than
@@ -48,29 +50,29 @@ const (
 	OutcomeRefundLimit     Outcome = "refund_limit"
 	OutcomeRefundLimitHeld Outcome = "refund_limit_held"
 	// Reconciliation outcomes.
-	OutcomeNothingToDo Outcome = "nothing_to_do"
-	OutcomeStillLeased Outcome = "still_leased"
-	OutcomeResolved    Outcome = "resolved_charged"
-	// OutcomeResolvedRefund: the reconciler recorded a refund the
+	OutcomeNothingToDo     Outcome = "nothing_to_do"
+	OutcomeStillLeased     Outcome = "still_leased"
+	OutcomeResolvedCharged Outcome = "resolved_charged"
+	// OutcomeResolvedRefunded: the reconciler recorded a refund the
 	// provider made.
-	OutcomeResolvedRefund Outcome = "resolved_refunded"
-	OutcomeResolvedDec    Outcome = "resolved_declined"
-	OutcomeReleased       Outcome = "released"
+	OutcomeResolvedRefunded Outcome = "resolved_refunded"
+	OutcomeResolvedDeclined Outcome = "resolved_declined"
+	OutcomeReleased         Outcome = "released"
 	// OutcomeResolvedCaptured and OutcomeResolvedCanceled: the reconciler
 	// settled a capture or cancel as the provider's state of the payment
 	// says. A capture may settle canceled: the authorization expired.
 	OutcomeResolvedCaptured Outcome = "resolved_captured"
 	OutcomeResolvedCanceled Outcome = "resolved_canceled"
 	// OutcomeNotSettled: the provider has no charge for the reference yet,
-	// but its settle window has not passed; the key is looked at again
+	// but its settle window has not passed. The key is looked at again
 	// when it has.
 	OutcomeNotSettled Outcome = "not_settled"
-	// OutcomeDeferred: the provider could not be asked; the key is looked
+	// OutcomeDeferred: the provider could not be asked. The key is looked
 	// at again after a backoff that grows with its attempts.
 	OutcomeDeferred Outcome = "deferred"
 	// OutcomeParked: the provider has no charge for a command older than
 	// its dedup window. Releasing it would let a retry send its reference
-	// again, which the provider would no longer deduplicate; it stays
+	// again, which the provider would not deduplicate. So it stays
 	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
 	OutcomeParked Outcome = "parked"
 	// OutcomeWrongRegion: another Region serves the tenant; nothing
@@ -81,63 +83,41 @@ const (
 	OutcomeFailoverPending Outcome = "failover_pending"
 )
 
-// metricOutcomes name the outcomes in the metrics' vocabulary, for every
-// function that reports them (the charge API, the intake, the reconciler).
-var metricOutcomes = map[Outcome]metrics.Outcome{
-	OutcomeCreated:        metrics.OutcomeCreated,
-	OutcomeReplayed:       metrics.OutcomeReplayed,
-	OutcomeConflict:       metrics.OutcomeConflict,
-	OutcomeMismatch:       metrics.OutcomeMismatch,
-	OutcomeDeclined:       metrics.OutcomeDeclined,
-	OutcomeUnavailable:    metrics.OutcomeUnavailable,
-	OutcomeBusy:           metrics.OutcomeUnavailable,
-	OutcomeRejected:       metrics.OutcomeRejected,
-	OutcomeAmbiguous:      metrics.OutcomePending,
-	OutcomeLeaseLost:      metrics.OutcomeLeaseLost,
-	OutcomeInvalid:        metrics.OutcomeInvalid,
-	OutcomeNotFound:       metrics.OutcomeNotFound,
-	OutcomeCaptured:       metrics.OutcomeCaptured,
-	OutcomeCanceled:       metrics.OutcomeCanceled,
-	OutcomeChargeConflict: metrics.OutcomeError,
-	OutcomeStateConflict:  metrics.OutcomeStateConflict,
-	OutcomeRefundExceeds:  metrics.OutcomeRefundExceeds,
-	// Refunds in flight hold the amount: like a conflict, a retry may
-	// find it settled.
-	OutcomeRefundHeld:       metrics.OutcomeConflict,
-	OutcomeRefundLimit:      metrics.OutcomeRefundLimit,
-	OutcomeRefundLimitHeld:  metrics.OutcomeConflict,
-	OutcomeError:            metrics.OutcomeError,
-	OutcomeResolved:         metrics.OutcomeResolvedCharged,
-	OutcomeResolvedRefund:   metrics.OutcomeResolvedRefunded,
-	OutcomeResolvedDec:      metrics.OutcomeResolvedDeclined,
-	OutcomeReleased:         metrics.OutcomeReleased,
-	OutcomeResolvedCaptured: metrics.OutcomeResolvedCaptured,
-	OutcomeResolvedCanceled: metrics.OutcomeResolvedCanceled,
-	OutcomeStillLeased:      metrics.OutcomeStillLeased,
-	OutcomeNothingToDo:      metrics.OutcomeNothingToDo,
-	OutcomeNotSettled:       metrics.OutcomeNotSettled,
-	OutcomeDeferred:         metrics.OutcomeDeferred,
-	OutcomeParked:           metrics.OutcomeParked,
-	OutcomeWrongRegion:      metrics.OutcomeWrongRegion,
-	OutcomeFailoverPending:  metrics.OutcomeFailoverPending,
+// Metric is o's name in the metrics, the Outcome dimension of Requests. It
+// is o's own, hyphenated, unless the metrics count it under another.
+func (o Outcome) Metric() metrics.Outcome {
+	if m, ok := countedAs[o]; ok {
+		return m
+	}
+	return metrics.Outcome(strings.ReplaceAll(string(o), "_", "-"))
 }
 
-// Metric is o's name in the metrics (the Outcome dimension of Requests).
-func (o Outcome) Metric() metrics.Outcome { return metricOutcomes[o] }
+// countedAs are the outcomes the metrics count under another name.
+var countedAs = map[Outcome]metrics.Outcome{
+	OutcomeBusy:           metrics.OutcomeUnavailable,
+	OutcomeAmbiguous:      metrics.OutcomePending,
+	OutcomeChargeConflict: metrics.OutcomeError,
+	// Refunds in flight hold the amount or the place. Like a conflict,
+	// a retry may find it settled.
+	OutcomeRefundHeld:      metrics.OutcomeConflict,
+	OutcomeRefundLimitHeld: metrics.OutcomeConflict,
+	// A read that found its row is no request the metrics count.
+	OutcomeFound: "",
+}
 
 // metricOperations name the operations keys are scoped to in the
 // metrics' vocabulary.
 var metricOperations = map[string]metrics.Operation{
-	Operation:             metrics.OperationCharge,
+	ChargeOperation:       metrics.OperationCharge,
 	RefundOperation:       metrics.OperationRefund,
 	NotificationOperation: metrics.OperationEvent,
 	TransitionOperation:   metrics.OperationSettle,
 }
 
-// MetricOperation is the Operation dimension of the command key names:
-// OperationNone for the zero key (a command refused before its key was
-// read) or one of no operation the service runs, so that a forged key
-// never adds a value.
+// MetricOperation is the Operation dimension of the command key names. The
+// zero key, of a command refused before its key was read, is
+// OperationNone. So is a key of no operation the service runs: a forged
+// key never adds a value.
 func MetricOperation(key idem.Key) metrics.Operation {
 	if op, ok := metricOperations[key.Operation()]; ok {
 		return op

@@ -1,7 +1,7 @@
 package charge_test
 
 import (
-	"context"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,163 +12,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
-	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
-	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/testkit"
-	"github.com/chargeonce/chargeonce/pkg/idem"
-	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
-
-var (
-	postRefund = testkit.PostRefund
-	getRefund  = testkit.GetRefund
-)
-
-// refundRig is a clocked charge function and reconciler whose provider
-// calls can be made to fail (faultOn) and whose settling transactions can
-// be lost (loseCommits).
-type refundRig struct {
-	*harness
-	clock       *testkit.Clock
-	recon       *charge.Service
-	fault       atomic.Pointer[pathFault]
-	loseCommits atomic.Bool
-}
-
-// pathFault is a fault for the provider's POSTs to paths ending in suffix:
-// a providersim Sim-Fault, or edge502 (an edge answering 502 for a request
-// it never forwarded).
-type pathFault struct{ suffix, fault string }
-
-const (
-	edge502            = "edge-502"
-	providersimTimeout = providersim.FaultTimeout
-)
-
-// faultOn sets fault on the provider's POSTs to paths ending in suffix;
-// an empty fault clears it.
-func (r *refundRig) faultOn(suffix, fault string) { r.fault.Store(&pathFault{suffix, fault}) }
-
-func newRefundRig(t *testing.T, tune ...func(*app.ChargeConfig)) *refundRig {
-	t.Helper()
-	r := &refundRig{clock: testkit.NewClock(time.Now())}
-	r.faultOn("", "")
-	deps := func(d *app.Deps) {
-		d.Clock = r.clock.Now
-		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: faulty{r}}))
-		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: losing{r}} })
-	}
-	r.harness = newHarnessWith(t, harnessConfig{deps: deps, tune: tune})
-	r.recon = r.d.ReconcileService(t, func(w *testkit.Wiring) {
-		w.Reconcile.SettleWindow = 2 * time.Minute
-		w.Deps.Clock = r.clock.Now
-	})
-	return r
-}
-
-// faulty applies the rig's fault to the provider's requests.
-type faulty struct{ r *refundRig }
-
-func (f faulty) RoundTrip(req *http.Request) (*http.Response, error) {
-	pf := f.r.fault.Load()
-	switch {
-	case pf.fault == "" || req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, pf.suffix):
-	case pf.fault == edge502:
-		return &http.Response{
-			Status: "502 Bad Gateway", StatusCode: http.StatusBadGateway, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header: http.Header{}, Body: http.NoBody, Request: req,
-		}, nil
-	default:
-		req = req.Clone(req.Context())
-		req.Header.Set(providersim.HeaderFault, pf.fault)
-	}
-	return http.DefaultTransport.RoundTrip(req)
-}
-
-// losing fails every TransactWriteItems while loseCommits is set, as
-// DynamoDB failing: the function dies between the effect and its record.
-type losing struct{ r *refundRig }
-
-func (l losing) RoundTrip(req *http.Request) (*http.Response, error) {
-	if l.r.loseCommits.Load() && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
-		return idemtest.DynamoDBFault(req, "InternalServerError"), nil
-	}
-	return http.DefaultTransport.RoundTrip(req)
-}
-
-// charged creates a charge of amount and returns its id.
-func (h *harness) charged(t *testing.T, tenant string, amount int64) string {
-	t.Helper()
-	resp := h.do(post(tenant, newKey(), fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"tok_visa"}`, amount)))
-	wantStatus(t, resp, http.StatusCreated)
-	id, _ := chargeOf(t, resp.Body)
-	return id
-}
-
-// chargeRead is GET /charges/{id} as the client reads it.
-type chargeRead struct {
-	Amount         int64
-	AmountRefunded int64 `json:"amount_refunded"`
-	Refunds        []struct {
-		ID     string
-		Amount int64
-	}
-}
-
-func (h *harness) readCharge(t *testing.T, tenant, id string) chargeRead {
-	t.Helper()
-	resp := h.do(get(tenant, id))
-	wantStatus(t, resp, http.StatusOK)
-	var c chargeRead
-	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// rows is the deployment's charges table.
-func (h *harness) rows(t *testing.T) *charge.Rows {
-	t.Helper()
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, h.d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rows
-}
-
-// row is tenant's charge id as its row holds it.
-func (h *harness) row(t *testing.T, tenant, id string) charge.Charge {
-	t.Helper()
-	c, found, err := h.rows(t).Get(t.Context(), tenant, id)
-	if err != nil || !found {
-		t.Fatalf("charge row %s: %v, %v", id, found, err)
-	}
-	return c
-}
-
-// providerRefunded is what the provider refunded of the charge id, and
-// how many refunds it made.
-func (h *harness) providerRefunded(t *testing.T, tenant, id string) (amount int64, n int) {
-	t.Helper()
-	for _, rf := range h.sim.Ledger().RefundsOf(h.row(t, tenant, id).ProviderReference) {
-		amount += rf.Amount
-		n += rf.Refunds
-	}
-	return amount, n
-}
-
-func refundKey(t *testing.T, tenant, client string) idem.Key {
-	t.Helper()
-	k, err := idem.NewKey(tenant, charge.RefundOperation, client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
 
 func TestRefundTwiceWithOneKeyRefundsOnceAndReplays(t *testing.T) {
 	t.Parallel()
@@ -261,7 +108,7 @@ func TestConcurrentRefundsWithDistinctKeysNeverExceedTheCharge(t *testing.T) {
 	)
 	for range 8 {
 		wg.Go(func() {
-			resp, err := h.handler.Handle(context.Background(), postRefund("acme", newKey(), id, `{"amount":300}`))
+			resp, err := h.handler.Handle(t.Context(), postRefund("acme", newKey(), id, `{"amount":300}`))
 			if err != nil {
 				t.Error(err)
 				return
@@ -338,8 +185,8 @@ func TestRefundBlockedByOneInFlightMaySucceedLater(t *testing.T) {
 	}
 	// The first refund landed at the provider: the reconciler records it.
 	h.clock.Advance(10 * time.Minute)
-	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", first)); err != nil || out != charge.OutcomeResolvedRefund {
-		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefund)
+	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", first)); err != nil || out != charge.OutcomeResolvedRefunded {
+		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefunded)
 	}
 	again := h.do(postRefund("acme", second, id, `{"amount":500}`))
 	if again.StatusCode != http.StatusConflict || again.Headers["Retry-After"] != "" || again.Headers["Idempotent-Replayed"] != "" {
@@ -386,8 +233,8 @@ func TestRefundCrashBetweenEffectAndRecord(t *testing.T) {
 	}
 	h.loseCommits.Store(false)
 	h.clock.Advance(time.Minute)
-	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", key)); err != nil || out != charge.OutcomeResolvedRefund {
-		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefund)
+	if out, err := h.recon.Reconcile(t.Context(), refundKey(t, "acme", key)); err != nil || out != charge.OutcomeResolvedRefunded {
+		t.Fatalf("reconcile: %s, %v; want %s", out, err, charge.OutcomeResolvedRefunded)
 	}
 	again := h.do(postRefund("acme", key, id, `{"amount":400}`))
 	wantStatus(t, again, http.StatusCreated)
@@ -448,10 +295,6 @@ func TestRefundOfAChargeNotOursIsNotFoundAndStoresNothing(t *testing.T) {
 	if l := h.sim.Ledger(); len(l.Refunds) != 0 {
 		t.Fatalf("the provider was asked: %+v", l.Refunds)
 	}
-}
-
-func tenantOf(req events.APIGatewayV2HTTPRequest) string {
-	return req.RequestContext.Authorizer.JWT.Claims[testkit.TenantClaim]
 }
 
 // TestRefundBodyRefusedStoresNothing: bad input is a problem, with no
@@ -525,5 +368,83 @@ func TestRefundKeyReusedAfterRetentionIsANewRefund(t *testing.T) {
 	}
 	if read := h.do(getRefund("acme", id, strings.TrimPrefix(first.Headers["Location"], "/charges/"+id+"/refunds/"))); read.Body != first.Body {
 		t.Fatalf("the first refund reads %s, want %s", read.Body, first.Body)
+	}
+}
+
+// TestRefundOfWhatRemainsRacingAnotherRefundIsNotRefusedForGood:
+// POST /charges/{id}/refunds without an amount "refunds all that remains"
+// (api/openapi.yaml). The service turns "all that remains" into a number
+// read before the hold; if another refund settles in between, the hold
+// of that stale number fails, and the failure is classified as "settled
+// refunds leave less than this amount": stored, final for the key. The
+// client asked for the rest, 900 remain, and every retry of its key is
+// answered 409 for the key's lifetime.
+func TestRefundOfWhatRemainsRacingAnotherRefundIsNotRefusedForGood(t *testing.T) {
+	t.Parallel()
+	h := newHookRig(t)
+	id := h.charged(t, "acme", 1000)
+	var armed atomic.Bool
+	armed.Store(true)
+	hook := func(req *http.Request, body []byte) *http.Response {
+		if isHold(req, body) && armed.CompareAndSwap(true, false) {
+			// Another clerk refunds 100 between the read and the hold.
+			wantStatus(t, h.do(postRefund("acme", newKey(), id, `{"amount":100}`)), http.StatusCreated)
+		}
+		return nil
+	}
+	h.db.Store(&hook)
+	key := newKey()
+	rest := h.do(postRefund("acme", key, id, `{}`))
+	h.db.Store(nil)
+	again := h.do(postRefund("acme", key, id, `{}`))
+	got, _ := h.providerRefunded(t, "acme", id)
+	if rest.StatusCode != http.StatusCreated && again.StatusCode != http.StatusCreated {
+		t.Fatalf("refund of all that remains (900 remain): first %d %v %s; retry with its key %d %v %s; provider refunded %d of 1000",
+			rest.StatusCode, rest.Headers, rest.Body, again.StatusCode, again.Headers, again.Body, got)
+	}
+}
+
+// TestRefundOfWhatRemainsDoesNotShrinkToWhatHoldsLeave: "left
+// out, all that remains of the charge". While another refund of 700 is
+// in flight (held, not made), a refund without an amount is made for 300
+// and answered 201, final. When the refund in flight then proves not
+// made, 700 of the charge stay unrefunded although the client asked for
+// all of it. An explicit amount the holds block is answered 409 with
+// Retry-After instead (the documented answer for refunds in flight).
+func TestRefundOfWhatRemainsDoesNotShrinkToWhatHoldsLeave(t *testing.T) {
+	t.Parallel()
+	h := newHookRig(t)
+	id := h.charged(t, "acme", 1000)
+	first := newKey()
+	entered, leave := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(req *http.Request, body []byte) *http.Request {
+		if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/refunds") && bytes.Contains(body, []byte(`"amount":700`)) {
+			once.Do(func() { close(entered) })
+			<-leave
+			req = req.Clone(req.Context())
+			req.Header.Set("Sim-Fault", "unavailable") // the provider says it did nothing
+		}
+		return req
+	}
+	h.prov.Store(&hook)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		resp, err := h.handler.Handle(t.Context(), postRefund("acme", first, id, `{"amount":700}`))
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("the refund of 700: %d %s, %v; want 503 provider-unavailable", resp.StatusCode, resp.Body, err)
+		}
+	}()
+	<-entered // 700 held, the provider being asked
+	rest := h.do(postRefund("acme", newKey(), id, ``))
+	close(leave)
+	<-done
+	h.prov.Store(nil)
+	got, n := h.providerRefunded(t, "acme", id)
+	c := h.readCharge(t, "acme", id)
+	if rest.StatusCode == http.StatusCreated && got != 1000 {
+		t.Fatalf("refund of all that remains answered 201 %s; the charge of 1000 ends with %d refunded by the provider (%d refunds), %d recorded",
+			rest.Body, got, n, c.AmountRefunded)
 	}
 }

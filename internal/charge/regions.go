@@ -35,7 +35,7 @@ func (s *Service) admit(ctx context.Context, tenant string) admitted {
 		return admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
 	}
 	sv, err := s.cfg.Fence.Serving(ctx, tenant)
-	now := s.cfg.Clock()
+	now := s.cfg.Store.Now()
 	switch {
 	case err != nil:
 		// Nothing was done: the store of homes could not be read.
@@ -78,5 +78,5 @@ func (s *Service) claimedElsewhere(ctx context.Context, key idem.Key, err error)
 		return Result{}, false
 	}
 	s.cfg.Logger.WarnContext(ctx, "charge: the command was claimed in another Region; awaiting its replication", "key_hash", key.LogHash())
-	return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Clock().Add(failoverRetry)}, true
+	return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Store.Now().Add(failoverRetry)}, true
 }

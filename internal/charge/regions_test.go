@@ -1,7 +1,6 @@
 package charge_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -67,16 +66,6 @@ func newTwoRegions(t *testing.T) *twoRegions {
 	return tr
 }
 
-// chargeID is a 201's charge id.
-func chargeID(t *testing.T, body string) string {
-	t.Helper()
-	var c struct{ ID string }
-	if err := json.Unmarshal([]byte(body), &c); err != nil || c.ID == "" {
-		t.Fatalf("charge body %q: %v", body, err)
-	}
-	return c.ID
-}
-
 // TestARegionActsOnlyForItsTenants: a Region answers a tenant another
 // Region serves 421 wrong-region, naming it, with nothing stored; the
 // serving Region claims in the ledger before it charges.
@@ -87,7 +76,7 @@ func TestARegionActsOnlyForItsTenants(t *testing.T) {
 	if resp.StatusCode != http.StatusMisdirectedRequest || problemType(t, resp) != "wrong-region" || !strings.Contains(resp.Body, "r1") {
 		t.Fatalf("r2 for r1's tenant: %d %s", resp.StatusCode, resp.Body)
 	}
-	key, _ := idem.NewKey("acme", charge.Operation, "order-1")
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
 	if _, err := tr.r1.store.Get(t.Context(), key); err == nil {
 		t.Fatal("a request refused as wrong-region stored a record")
 	}
@@ -110,9 +99,9 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	tr := newTwoRegions(t)
-	charge1 := chargeID(t, tr.r1.do(post("acme", "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`)).Body)
+	charge1 := tr.r1.charged(t, "acme", 500)
 	// r1 claimed order-3 in the ledger, and failed before its record.
-	stranded, _ := idem.NewKey("acme", charge.Operation, "order-3")
+	stranded, _ := idem.NewKey("acme", charge.ChargeOperation, "order-3")
 	if _, err := tr.ledger.Claim(ctx, stranded, idem.Claim{Region: "r1", CreatedAt: tr.clock.Now(), Until: tr.clock.Now().Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +118,9 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 		t.Fatalf("r2 before the fence: %d %s", pending.StatusCode, pending.Body)
 	}
 	tr.clock.Advance(regions.FenceDelay)
-	charge2 := chargeID(t, tr.r2.do(post("acme", "order-2", `{"amount":700,"currency":"EUR","source":"tok_visa"}`)).Body)
+	created := tr.r2.do(post("acme", "order-2", `{"amount":700,"currency":"EUR","source":"tok_visa"}`))
+	wantStatus(t, created, http.StatusCreated)
+	charge2, _ := chargeOf(t, created.Body)
 	for name, resp := range map[string]events.APIGatewayV2HTTPResponse{
 		"a key r1 claimed":           tr.r2.do(post("acme", "order-3", `{"amount":900,"currency":"EUR","source":"tok_visa"}`)),
 		"a refund of r1's charge":    tr.r2.do(postRefund("acme", "refund-1", charge1, `{"amount":100}`)),

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
@@ -17,8 +19,9 @@ import (
 // in the API: milliseconds, the precision records store.
 const TimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
-// The charges table: one item per charge and one per refund (refundrows.go),
-// keyed by tenant and id, so a read is always scoped to the caller's tenant.
+// The charges table holds one item per charge, and one per refund
+// (table_refunds.go). Items are keyed by tenant and id, so a read is
+// scoped to the caller's tenant.
 const (
 	AttrTenant = "tenant"
 	AttrID     = "id"
@@ -110,8 +113,8 @@ func rowKey(tenant, id string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{AttrTenant: &types.AttributeValueMemberS{Value: tenant}, AttrID: &types.AttributeValueMemberS{Value: id}}
 }
 
-// Insert is the write of c's row, only if no row has its id, for the
-// transaction that settles the command (dynamostore.Store.Commit).
+// Insert is the write of c's row, only if no row has its id. It is part of
+// the transaction that settles the command (dynamostore.Store.Commit).
 func (r *Rows) Insert(c Charge) types.TransactWriteItem {
 	// A struct of strings and an integer always marshals.
 	item, _ := attributevalue.MarshalMap(row{
@@ -145,7 +148,7 @@ type row struct {
 	RefundClaimed  int64 `dynamodbav:"refund_claimed,omitempty"`
 	// AmountAuthorized is set for a charge created to capture later.
 	AmountAuthorized int64 `dynamodbav:"amount_authorized,omitempty"`
-	// A capture or cancel in flight (transitions.go).
+	// A capture or cancel in flight (table_moves.go).
 	TransitionAmount  int64  `dynamodbav:"transition_amount,omitempty"`
 	AttemptDeadline   int64  `dynamodbav:"attempt_deadline,omitempty"`
 	TransitionShard   string `dynamodbav:"transition_shard,omitempty"`
@@ -172,3 +175,9 @@ func rowCharge(item map[string]types.AttributeValue) (Charge, error) {
 		},
 	}, nil
 }
+
+func number(n int64) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }

@@ -13,11 +13,11 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// timed is the idempotency store with its calls timed into the metrics of
-// the invocation their context carries (metrics.FromContext): the claim as
-// BeginLatency, every settlement as CommitLatency, and the size of each
-// stored answer. Each call is a span (idem.Begin, idem.Commit, ...) with
-// its outcome, parent of the DynamoDB call's.
+// timed is the idempotency store, its calls timed into the invocation's
+// metrics (metrics.FromContext). The claim is BeginLatency, and every
+// settlement CommitLatency. Each stored answer's size is recorded. Each
+// call is a span with its outcome (idem.Begin, idem.Commit, ...), parent
+// of the DynamoDB call's.
 type timed struct {
 	Store
 	tracer *tracing.Tracer
@@ -44,20 +44,20 @@ func (t timed) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, wr
 	ctx, span := t.tracer.Start(ctx, "idem.Commit")
 	defer since(ctx, metrics.CommitLatency, time.Now())
 	metrics.FromContext(ctx).Size(metrics.StoredResponseBytes, len(resp.Body))
-	return settled(span, t.Store.Commit(ctx, l, resp, writes...))
+	return endSettle(span, t.Store.Commit(ctx, l, resp, writes...))
 }
 
 func (t timed) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) error {
 	ctx, span := t.tracer.Start(ctx, "idem.Fail")
 	defer since(ctx, metrics.CommitLatency, time.Now())
 	metrics.FromContext(ctx).Size(metrics.StoredResponseBytes, len(resp.Body))
-	return settled(span, t.Store.Fail(ctx, l, resp))
+	return endSettle(span, t.Store.Fail(ctx, l, resp))
 }
 
 func (t timed) Release(ctx context.Context, l *idem.Lease) error {
 	ctx, span := t.tracer.Start(ctx, "idem.Release")
 	defer since(ctx, metrics.CommitLatency, time.Now())
-	return settled(span, t.Store.Release(ctx, l))
+	return endSettle(span, t.Store.Release(ctx, l))
 }
 
 // since records the time from start to now as name.
@@ -85,8 +85,8 @@ func beginOutcome(b idem.Begun, err error) string {
 	}
 }
 
-// settled ends a settlement's span with its outcome and returns err.
-func settled(span trace.Span, err error) error {
+// endSettle ends a settlement's span with its outcome and returns err.
+func endSettle(span trace.Span, err error) error {
 	defer span.End()
 	if !span.IsRecording() {
 		return err

@@ -103,7 +103,7 @@ func (s *stack) ledger(t *testing.T, key idem.Key) (calls, charges int) {
 
 func key(t *testing.T, tenant, id string) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, id)
+	k, err := idem.NewKey(tenant, charge.ChargeOperation, id)
 	if err != nil {
 		t.Fatal(err)
 	}

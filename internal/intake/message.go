@@ -22,7 +22,7 @@ const (
 	FieldTenant    = "tenant"
 	FieldCommandID = "command_id"
 	FieldRequest   = "request"
-	// FieldOperation is charge.Operation (the default) or
+	// FieldOperation is charge.ChargeOperation (the default) or
 	// charge.RefundOperation, whose message names the charge in
 	// FieldChargeID.
 	FieldOperation = "operation"
@@ -78,7 +78,7 @@ func ParseMessage(body string) (Command, error) {
 			return malformed(name, "null")
 		}
 	}
-	tenant, id, operation, chargeID := "", "", charge.Operation, ""
+	tenant, id, operation, chargeID := "", "", charge.ChargeOperation, ""
 	for _, m := range []struct {
 		name     string
 		to       *string
@@ -96,13 +96,13 @@ func ParseMessage(body string) (Command, error) {
 		}
 	}
 	switch _, named := fields[FieldChargeID]; {
-	case operation != charge.Operation && operation != charge.RefundOperation:
-		return malformed(FieldOperation, "must be "+charge.Operation+" or "+charge.RefundOperation)
+	case operation != charge.ChargeOperation && operation != charge.RefundOperation:
+		return malformed(FieldOperation, "must be "+charge.ChargeOperation+" or "+charge.RefundOperation)
 	case operation == charge.RefundOperation && !named:
 		return malformed(FieldChargeID, "missing")
 	case operation == charge.RefundOperation && !charge.IsChargeID(chargeID):
 		return malformed(FieldChargeID, "not a charge id")
-	case operation == charge.Operation && named:
+	case operation == charge.ChargeOperation && named:
 		return malformed(FieldChargeID, "only a refund names a charge")
 	}
 	if err := idem.CheckTenant(tenant); err != nil {

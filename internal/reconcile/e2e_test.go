@@ -142,7 +142,7 @@ func body(source string) string {
 
 func newKey(t *testing.T) idem.Key {
 	t.Helper()
-	k, err := idem.NewKey(tenant, charge.Operation, testkit.UniqueName("order"))
+	k, err := idem.NewKey(tenant, charge.ChargeOperation, testkit.UniqueName("order"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestCrashAfterChargeIsResolvedFromTheProvider(t *testing.T) {
 	if len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", resp.BatchItemFailures)
 	}
-	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved)}) {
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolvedCharged)}) {
 		t.Fatalf("outcomes %v, want resolved_charged", got)
 	}
 	if got := s.status(t, k); got != idem.StatusSucceeded {
@@ -472,7 +472,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", resp.BatchItemFailures)
 	}
-	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved)}) {
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolvedCharged)}) {
 		t.Fatalf("outcomes %v, want resolved_charged", got)
 	}
 
@@ -492,7 +492,7 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", resp.BatchItemFailures)
 	}
-	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved), string(charge.OutcomeNothingToDo)}) {
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolvedCharged), string(charge.OutcomeNothingToDo)}) {
 		t.Fatalf("outcomes %v", got)
 	}
 
@@ -560,7 +560,7 @@ func TestProviderDownIsPostponedNotDeadLettered(t *testing.T) {
 	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", resp.BatchItemFailures)
 	}
-	if got := s.outcomes(t, k); got[len(got)-1] != string(charge.OutcomeResolved) {
+	if got := s.outcomes(t, k); got[len(got)-1] != string(charge.OutcomeResolvedCharged) {
 		t.Fatalf("outcomes %v, want resolved_charged last", got)
 	}
 	s.wantOneCharge(t, k)
@@ -586,7 +586,7 @@ func TestDuplicateDeliveriesResolveOnce(t *testing.T) {
 	if got := s.calls.Snapshot()["TransactWriteItems"]; got != 1 {
 		t.Fatalf("%d commits, want 1", got)
 	}
-	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolved), string(charge.OutcomeNothingToDo)}) {
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolvedCharged), string(charge.OutcomeNothingToDo)}) {
 		t.Fatalf("outcomes %v, want one resolution, then nothing to do", got)
 	}
 	s.wantOneCharge(t, k)
@@ -631,7 +631,7 @@ func TestRacingReconcilersResolveOnce(t *testing.T) {
 	for _, o := range s.outcomes(t, k) {
 		count[o]++
 	}
-	if count[string(charge.OutcomeResolved)] != 1 ||
+	if count[string(charge.OutcomeResolvedCharged)] != 1 ||
 		count[string(charge.OutcomeStillLeased)]+count[string(charge.OutcomeNothingToDo)] != n-1 {
 		t.Fatalf("outcomes %v, want one resolution and %d no-ops", count, n-1)
 	}

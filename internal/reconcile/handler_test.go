@@ -50,7 +50,7 @@ func (f *fakeService) Reconcile(_ context.Context, key idem.Key) (charge.Outcome
 		// Like the store's errors, this one names the key.
 		return "", fmt.Errorf("idem: take over %s: %w", key, provider.ErrUnavailable)
 	}
-	return charge.OutcomeResolved, nil
+	return charge.OutcomeResolvedCharged, nil
 }
 
 func loadEvent(t *testing.T, name string) events.SQSEvent {
@@ -123,9 +123,9 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 	switch {
 	case dropped != 2:
 		t.Errorf("%d messages logged as dropped, want 2", dropped)
-	case ok["outcome"] != string(charge.OutcomeResolved) || ok["key_hash"] != k1.LogHash():
+	case ok["outcome"] != string(charge.OutcomeResolvedCharged) || ok["key_hash"] != k1.LogHash():
 		t.Errorf("log of the reconciled message: %v", ok)
-	case event["outcome"] != string(charge.OutcomeResolved) || event["key_hash"] != k3.LogHash():
+	case event["outcome"] != string(charge.OutcomeResolvedCharged) || event["key_hash"] != k3.LogHash():
 		t.Errorf("log of the provider event's message: %v", event)
 	case failed["outcome"] != "error" || failed["error_class"] != "provider_unavailable" ||
 		failed["key_hash"] != k2.LogHash() || failed["receive_count"] != "3" ||

@@ -187,7 +187,7 @@ func TestAmbiguousChargeIsOneTrace(t *testing.T) {
 		"    HTTP POST",
 		"  SQS.SendMessage",
 		"  reconcile",
-		"    reconcile.message "+string(charge.OutcomeResolved),
+		"    reconcile.message "+string(charge.OutcomeResolvedCharged),
 		"      DynamoDB.GetItem",
 		"      DynamoDB.UpdateItem",
 		"      provider.Lookup charged",
@@ -240,7 +240,7 @@ func TestSweptKeyIsReconciledInTheSweepsTrace(t *testing.T) {
 	if reconciled.SpanContext().TraceID() != sweep.SpanContext().TraceID() {
 		t.Errorf("reconcile.message in trace %s, want the sweep's %s", reconciled.SpanContext().TraceID(), sweep.SpanContext().TraceID())
 	}
-	if got := tree(rec.Ended(), sweep); !slices.Contains(got, "  SQS.SendMessageBatch") || !slices.Contains(got, "    reconcile.message "+string(charge.OutcomeResolved)) {
+	if got := tree(rec.Ended(), sweep); !slices.Contains(got, "  SQS.SendMessageBatch") || !slices.Contains(got, "    reconcile.message "+string(charge.OutcomeResolvedCharged)) {
 		t.Errorf("sweep span tree:\n%s\nwant SQS.SendMessageBatch and the reconcile below it", strings.Join(got, "\n"))
 	}
 }

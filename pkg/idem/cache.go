@@ -14,18 +14,18 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
-// ReplayCache is a Backend that keeps, in process memory, the stored
-// responses of settled commands (SUCCEEDED and FAILED_PERMANENT) that
-// Begin has replayed or that this process settled through it, so a warm
-// replay makes no call to the store. It holds at most a fixed number of
-// entries, dropping the least recently used; an entry answers only its own
-// key (which names the tenant) and fingerprint, and never once the
-// record's retention has ended. Anything else goes to the wrapped Backend.
-// It is safe for concurrent use.
+// ReplayCache is a Backend that keeps the stored responses of settled
+// commands in process memory. It keeps those Begin has replayed, and those
+// this process settled through it. A warm replay then makes no call to the
+// store. It holds at most a fixed number of entries, dropping the least
+// recently used. An entry answers only its own key, which names the
+// tenant, and fingerprint. It never answers once the record's retention
+// has ended. Anything else goes to the wrapped Backend. It is safe for
+// concurrent use.
 //
-// Settled records never change until their retention ends, so a cached
-// replay is the one the store would give. The cache is off unless you
-// wrap a store in it.
+// Settled records never change until their retention ends. So a cached
+// replay is the one the store would give. The cache is off unless you wrap
+// a store in it.
 type ReplayCache struct {
 	Backend
 
@@ -39,8 +39,8 @@ type ReplayCache struct {
 var _ Backend = (*ReplayCache)(nil)
 
 // cached is a settled command's replay, or a command begun through the
-// cache (IN_FLIGHT, under token), whose fingerprint its settlement needs:
-// a Lease does not carry one.
+// cache (IN_FLIGHT, under token). A begun one keeps the fingerprint its
+// settlement needs: a Lease does not carry one.
 type cached struct {
 	key     Key
 	fp      Fingerprint
@@ -56,8 +56,8 @@ func NewReplayCache(b Backend, maxEntries int) *ReplayCache {
 	return &ReplayCache{Backend: b, max: max(maxEntries, 1), lru: list.New(), entries: map[Key]*list.Element{}}
 }
 
-// Begin answers a replay from the cache when it can, and otherwise asks
-// the wrapped Backend, keeping any replay it gives, and the fingerprint of
+// Begin answers a replay from the cache when it can. Otherwise it asks the
+// wrapped Backend. It keeps any replay that gives, and the fingerprint of
 // any lease, for the settlement.
 func (c *ReplayCache) Begin(ctx context.Context, key Key, fp Fingerprint, intent []byte) (Begun, error) {
 	if err := ctx.Err(); err != nil {
@@ -79,8 +79,8 @@ func (c *ReplayCache) Begin(ctx context.Context, key Key, fp Fingerprint, intent
 	return b, nil
 }
 
-// Commit commits through the wrapped Backend and, when it succeeds for a
-// lease begun through the cache, keeps resp as the command's replay.
+// Commit commits through the wrapped Backend. If it succeeds for a lease
+// begun through the cache, resp becomes the command's replay.
 func (c *ReplayCache) Commit(ctx context.Context, l *Lease, resp Response, writes ...types.TransactWriteItem) error {
 	err := c.Backend.Commit(ctx, l, resp, writes...)
 	if err == nil {
@@ -89,8 +89,8 @@ func (c *ReplayCache) Commit(ctx context.Context, l *Lease, resp Response, write
 	return err
 }
 
-// Fail fails through the wrapped Backend and, when it succeeds for a lease
-// begun through the cache, keeps resp as the command's replay.
+// Fail fails through the wrapped Backend. If it succeeds for a lease begun
+// through the cache, resp becomes the command's replay.
 func (c *ReplayCache) Fail(ctx context.Context, l *Lease, resp Response) error {
 	err := c.Backend.Fail(ctx, l, resp)
 	if err == nil {
@@ -100,7 +100,7 @@ func (c *ReplayCache) Fail(ctx context.Context, l *Lease, resp Response) error {
 }
 
 // settled turns the entry of the command l began through the cache into
-// its replay, as the store now holds it, until l's record expires.
+// its replay, as the store holds it. It lasts until l's record expires.
 func (c *ReplayCache) settled(l *Lease, status Status, resp Response) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -164,8 +164,8 @@ func (c *ReplayCache) len() int {
 	return c.lru.Len()
 }
 
-// copyResponse copies r as a stored response reads back: a headers map
-// and a body, both non-nil, so a replay from memory equals the store's.
+// copyResponse copies r as a stored response reads back: a headers map and
+// a body, both non-nil. A replay from memory then equals the store's.
 func copyResponse(r Response) Response {
 	out := Response{Status: r.Status, Headers: maps.Clone(r.Headers), Body: bytes.Clone(r.Body)}
 	if out.Headers == nil {

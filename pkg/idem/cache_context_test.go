@@ -27,6 +27,7 @@ func TestConformanceReplayCache(t *testing.T) {
 // called with a context already done returns an error wrapping the
 // context's error". A warm ReplayCache answers Begin with a replay.
 func TestReplayCacheDoneContext(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	cache := idem.NewReplayCache(memstore.New(), 8)
 	k := idemtest.UniqueKey(t, "acme")

@@ -10,20 +10,22 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
 // TestReplayCache: a warm replay makes no DynamoDB call; another
 // fingerprint, another tenant, an evicted key or an expired record goes
 // to the store.
 func TestReplayCache(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
-	cache := idem.NewReplayCache(e.store, 2)
-	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.calls, what, want) }
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	cache := idem.NewReplayCache(e.Store, 2)
+	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.Calls, what, want) }
 	settle := func(k idem.Key) *idem.Lease {
 		t.Helper()
-		l := begin(t, e.store, k, fpA)
-		if err := e.store.Commit(ctx, l, resp); err != nil {
+		l := dynamotest.Begin(t, e.Store, k, fpA)
+		if err := e.Store.Commit(ctx, l, resp); err != nil {
 			t.Fatal(err)
 		}
 		return l
@@ -36,9 +38,9 @@ func TestReplayCache(t *testing.T) {
 		}
 		b.Replay.Body[0] = 'X' // the caller's copy, not the cache's
 	}
-	k := key(t, "acme")
+	k := dynamotest.Key(t, "acme")
 	l := settle(k)
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	replay(k)
 	check("cold replay", map[string]int{"PutItem": 1})
 	replay(k)
@@ -55,22 +57,22 @@ func TestReplayCache(t *testing.T) {
 	}
 	check("another tenant", map[string]int{"PutItem": 1})
 
-	k2, k3 := key(t, "acme"), key(t, "acme")
+	k2, k3 := dynamotest.Key(t, "acme"), dynamotest.Key(t, "acme")
 	settle(k2)
 	settle(k3)
 	replay(k2)
 	replay(k3) // k and the other tenant's lease are the least recently used: dropped
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	if idem.CacheLen(cache) != 2 {
 		t.Fatalf("cache holds %d entries, want 2", idem.CacheLen(cache))
 	}
 	replay(k)
 	check("an evicted key", map[string]int{"PutItem": 1})
 
-	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()) - time.Millisecond)
+	e.Clock.Advance(l.RecordExpiresAt.Sub(e.Clock.Now()) - time.Millisecond)
 	replay(k) // a millisecond before the end of retention, still the cache's
 	check("just before the end of retention", map[string]int{})
-	e.clock.Advance(time.Millisecond)
+	e.Clock.Advance(time.Millisecond)
 	// From the instant retention ends, for the cache as for the store.
 	if b, err := cache.Begin(ctx, k, fpA, nil); err != nil || b.Lease == nil {
 		t.Fatalf("at the end of retention: want a new command, got %+v, %v", b, err)
@@ -93,10 +95,11 @@ func wantCalls(t *testing.T, calls *idemtest.CallCounter, what string, want map[
 // or an unsettled command leaves the answer to the store, and retention
 // and the size bound apply as to any replay.
 func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
-	cache := idem.NewReplayCache(e.store, 3)
-	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.calls, what, want) }
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	cache := idem.NewReplayCache(e.Store, 3)
+	check := func(what string, want map[string]int) { t.Helper(); wantCalls(t, e.Calls, what, want) }
 	lease := func(k idem.Key) *idem.Lease {
 		t.Helper()
 		b, err := cache.Begin(ctx, k, fpA, []byte("intent"))
@@ -114,7 +117,7 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 		return b
 	}
 
-	committed := key(t, "acme")
+	committed := dynamotest.Key(t, "acme")
 	l := lease(committed)
 	if err := cache.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
@@ -127,13 +130,13 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 
 	// A response without headers or body replays from memory in the form
 	// the store gives it.
-	empty := key(t, "acme")
+	empty := dynamotest.Key(t, "acme")
 	if err := cache.Commit(ctx, lease(empty), idem.Response{Status: 204}); err != nil {
 		t.Fatal(err)
 	}
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	warm := replay(empty)
-	cold, err := e.store.Begin(ctx, empty, fpA, nil)
+	cold, err := e.Store.Begin(ctx, empty, fpA, nil)
 	if err != nil || cold.Replay == nil {
 		t.Fatalf("the store's replay: %+v, %v", cold, err)
 	}
@@ -141,14 +144,14 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 		t.Fatalf("an empty response from memory %#v %s %v, from the store %#v %s %v",
 			*warm.Replay, warm.Status, warm.RecordExpiresAt, *cold.Replay, cold.Status, cold.RecordExpiresAt)
 	}
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 
 	declined := idem.Response{Status: 402, Headers: map[string]string{"Content-Type": "application/problem+json"}, Body: []byte(`{"type":"card-declined"}`)}
-	failed := key(t, "acme")
+	failed := dynamotest.Key(t, "acme")
 	if err := cache.Fail(ctx, lease(failed), declined); err != nil {
 		t.Fatal(err)
 	}
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	if b := replay(failed); !b.Replay.Equal(declined) || b.Status != idem.StatusFailedPermanent {
 		t.Fatalf("replay of the cache's own fail: %+v", b)
 	}
@@ -158,17 +161,17 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 	}
 	check("another fingerprint", map[string]int{"PutItem": 1})
 
-	released := key(t, "acme")
+	released := dynamotest.Key(t, "acme")
 	if err := cache.Release(ctx, lease(released)); err != nil {
 		t.Fatal(err)
 	}
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	lease(released)
 	check("a key released through the cache", map[string]int{"PutItem": 1, "UpdateItem": 1}) // claimed again
 
-	pending := key(t, "acme")
+	pending := dynamotest.Key(t, "acme")
 	lease(pending)
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	if _, err := cache.Begin(ctx, pending, fpA, nil); !errors.Is(err, idem.ErrInFlight) {
 		t.Fatalf("a command not settled: want in flight, got %v", err)
 	}
@@ -176,13 +179,13 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 
 	// A lease taken over: the stalled holder's commit fails, the new
 	// owner's (not begun through the cache) settles, and the store answers.
-	e.clock.Advance(31 * time.Second)
-	taken, err := e.store.TakeOver(ctx, pending)
+	e.Clock.Advance(31 * time.Second)
+	taken, err := e.Store.TakeOver(ctx, pending)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stalled := lease(key(t, "acme")) // a lease of another key, to be lost below
-	if _, err := e.store.Preempt(ctx, stalled.Key, stalled.CreatedAt); err != nil {
+	stalled := lease(dynamotest.Key(t, "acme")) // a lease of another key, to be lost below
+	if _, err := e.Store.Preempt(ctx, stalled.Key, stalled.CreatedAt); err != nil {
 		t.Fatal(err)
 	}
 	if err := cache.Commit(ctx, stalled, resp); !errors.Is(err, idem.ErrLeaseLost) {
@@ -192,7 +195,7 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 	if err := cache.Commit(ctx, taken, theirs); err != nil {
 		t.Fatal(err)
 	}
-	e.calls.Snapshot()
+	e.Calls.Snapshot()
 	if b := replay(pending); !b.Replay.Equal(theirs) {
 		t.Fatalf("after a take-over: replay %+v, want the new owner's", b)
 	}
@@ -212,16 +215,16 @@ func TestReplayCacheKeepsItsOwnSettlements(t *testing.T) {
 
 	// Retention, as for a cached replay: the cache's own commit answers a
 	// millisecond before it ends and not from the instant it does.
-	mine := key(t, "acme")
+	mine := dynamotest.Key(t, "acme")
 	l = lease(mine)
 	if err := cache.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
 	}
-	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()) - time.Millisecond)
-	e.calls.Snapshot()
+	e.Clock.Advance(l.RecordExpiresAt.Sub(e.Clock.Now()) - time.Millisecond)
+	e.Calls.Snapshot()
 	replay(mine)
 	check("just before the end of retention", map[string]int{})
-	e.clock.Advance(time.Millisecond)
+	e.Clock.Advance(time.Millisecond)
 	lease(mine)
 	check("at the end of retention", map[string]int{"PutItem": 1})
 }

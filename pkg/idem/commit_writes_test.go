@@ -21,6 +21,7 @@ import (
 //     nothing of it: DynamoDB answered IdempotentParameterMismatch, which
 //     the store took for its own commit sent again.
 func TestSecondCommitWithOtherWritesIsRefused(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	resp := idem.Response{Status: 201, Body: []byte(`{"id":"x"}`)}
 	for name, twice := range map[string]func(s idem.Backend, l *idem.Lease, r rows) (first, second error){

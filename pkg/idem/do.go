@@ -9,18 +9,21 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Outcome is an operation's verdict on its effect, with the response to
-// answer and, on success, the business writes to commit with the record.
-// Only a Succeeded or Failed response is stored and replayed; the others
+// Outcome is an operation's verdict on its effect. It carries the response
+// to answer, and on success the business writes to commit with the record.
+// Only a Succeeded or Failed response is stored and replayed. The others
 // are answered once.
 //
-// Status is the status the outcome moves the record to: StatusSucceeded
-// (Commit, with the business writes in the same transaction),
-// StatusFailedPermanent (Fail: a refusal every retry gets again),
-// StatusReleased (Release: the effect verifiably did not happen, and a
-// retry runs it afresh), or StatusInFlight (the effect may have happened:
-// the record waits for a reconciler). The zero Outcome is the last, so a
-// function that only returns an error never frees its key by accident.
+// Status is the status the outcome moves the record to:
+//   - StatusSucceeded: Commit, with the business writes in one transaction.
+//   - StatusFailedPermanent: Fail, a refusal every retry gets again.
+//   - StatusReleased: Release. The effect verifiably did not happen, and a
+//     retry runs it afresh.
+//   - StatusInFlight: the effect may have happened. The record waits for a
+//     reconciler.
+//
+// The zero Outcome is the last. So a function that only returns an error
+// never frees its key by accident.
 type Outcome struct {
 	Status   Status
 	Response Response
@@ -30,36 +33,36 @@ type Outcome struct {
 	RetryAt time.Time
 }
 
-// Succeeded is the outcome of an effect that happened: resp is stored and
-// replayed, and writes are committed in one transaction with the record.
+// Succeeded is the outcome of an effect that happened. resp is stored and
+// replayed. writes commit in one transaction with the record.
 func Succeeded(resp Response, writes ...types.TransactWriteItem) Outcome {
 	return Outcome{Status: StatusSucceeded, Response: resp, Writes: writes}
 }
 
-// Failed is the outcome of a permanent refusal (a declined card): resp is
-// stored and replayed.
+// Failed is the outcome of a permanent refusal, such as a declined card.
+// resp is stored and replayed.
 func Failed(resp Response) Outcome { return Outcome{Status: StatusFailedPermanent, Response: resp} }
 
-// NotApplied is the outcome of an effect that verifiably did not happen
-// (the provider refused before acting): the key is released, and resp,
-// if any, answered but not stored.
+// NotApplied is the outcome of an effect that verifiably did not happen.
+// The provider refused before acting, say. The key is released. resp, if
+// any, is answered but not stored.
 func NotApplied(resp Response) Outcome { return Outcome{Status: StatusReleased, Response: resp} }
 
-// Unknown is the outcome of an effect that may have happened (a timeout):
-// the record stays IN_FLIGHT for reconciliation, and resp, if any, is
+// Unknown is the outcome of an effect that may have happened, as after a
+// timeout. The record stays IN_FLIGHT for reconciliation. resp, if any, is
 // answered but not stored.
 func Unknown(resp Response) Outcome { return Outcome{Status: StatusInFlight, Response: resp} }
 
 // DoOptions adjust Do.
 type DoOptions struct {
-	// Wait is how long Do waits, retrying with a growing pause, for
-	// another attempt that holds the key to finish. Default 0: an
-	// in-flight key is answered with *InFlightError at once.
+	// Wait is how long Do waits for another attempt that holds the key to
+	// finish. It retries with a growing pause. Default 0: an in-flight key
+	// is answered with *InFlightError at once.
 	Wait time.Duration
 	// Reserve is the part of the context's remaining time Do keeps for
-	// itself: it stops waiting Reserve before the deadline, and fn's
-	// context ends Reserve before it, so fn's outcome can still be
-	// recorded. Default 1s; it applies only to a context with a deadline.
+	// itself. It stops waiting Reserve before the deadline. fn's context
+	// ends Reserve before it, so fn's outcome can still be recorded.
+	// Default 1s. It applies only to a context with a deadline.
 	Reserve time.Duration
 }
 
@@ -68,12 +71,12 @@ type Result struct {
 	// Response is the answer: the stored one on a replay, fn's otherwise.
 	Response Response
 	Replayed bool
-	// Status is the record's status as this call left it or found it; on
-	// a settlement error it is IN_FLIGHT, as far as the call knows.
+	// Status is the record's status as this call left or found it. On a
+	// settlement error it is IN_FLIGHT, as far as the call knows.
 	Status Status
-	// Lease is the lease fn (or a resolver) ran under, nil on a replay.
-	// After an Unknown outcome or a settlement error it is the lease a
-	// reconciler would take over (it ends at Lease.ExpiresAt).
+	// Lease is the lease fn, or a resolver, ran under; nil on a replay.
+	// After an Unknown outcome or a settlement error, a reconciler would
+	// take it over. It ends at Lease.ExpiresAt.
 	Lease *Lease
 	// RecordExpiresAt is when the key stops deduplicating.
 	RecordExpiresAt time.Time
@@ -85,21 +88,24 @@ const (
 	maxPause   = 400 * time.Millisecond
 )
 
-// Do runs fn at most once for the intent named by key and fingerprinted
-// by fp, and settles the record as fn's Outcome says. intent is stored for
-// a reconciler (see Begin).
+// Do runs fn at most once for the intent key names and fp fingerprints. It
+// settles the record as fn's Outcome says. intent is stored for a
+// reconciler (see Begin).
 //
-// A key already settled gives its stored response (Result.Replayed). A
-// key held by another attempt gives *InFlightError once DoOptions.Wait
-// has run out; a key used for another request, *MismatchError; neither
-// runs fn. When fn ran, the Result carries its lease and response even if
-// Do also returns an error: fn's own (wrapped; its Outcome is still
-// applied), or the settlement's — ErrLeaseLost when the lease was taken
-// over meanwhile, *WriteConditionError when a business write's condition
-// failed, ErrTooLarge for a response that does not fit — and then the
-// record stays IN_FLIGHT. If fn panics, the record stays IN_FLIGHT. An
-// Inherited lease does not run fn: the command stays IN_FLIGHT for
-// Recover.
+// A key already settled gives its stored response (Result.Replayed). A key
+// held by another attempt gives *InFlightError once DoOptions.Wait has run
+// out. A key used for another request gives *MismatchError. Neither runs
+// fn.
+//
+// When fn ran, the Result carries its lease and response, even if Do also
+// returns an error. The error is fn's own, wrapped, and its Outcome is
+// still applied. Or it is the settlement's, and the record stays IN_FLIGHT:
+//   - ErrLeaseLost: the lease was taken over meanwhile.
+//   - *WriteConditionError: a business write's condition failed.
+//   - ErrTooLarge: the response does not fit.
+//
+// If fn panics, the record stays IN_FLIGHT. An Inherited lease does not
+// run fn: the command stays IN_FLIGHT for Recover.
 func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 	fn func(ctx context.Context, l *Lease) (Outcome, error), optFns ...func(*DoOptions)) (Result, error) {
 	o := DoOptions{Reserve: time.Second}
@@ -133,10 +139,10 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 }
 
 // Settle applies out to the command l holds, as Do does with its
-// function's outcome: Commit, Fail or Release; for StatusInFlight,
-// Postpone to RetryAt if it is set, or nothing. It returns the status the
-// record is left in when the error is nil. A reconciler that took a lease
-// over settles it here once it has found out what happened.
+// function's outcome. It calls Commit, Fail or Release. For StatusInFlight
+// it calls Postpone to RetryAt if set, or nothing. With a nil error it
+// returns the status the record is left in. A reconciler that took a lease
+// over settles it here, once it knows what happened.
 func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, error) {
 	switch {
 	case !out.RetryAt.IsZero() && out.Status != "" && out.Status != StatusInFlight:
@@ -158,13 +164,14 @@ func Settle(ctx context.Context, b Backend, l *Lease, out Outcome) (Status, erro
 	}
 }
 
-// run calls fn with a context that ends at the lease's AttemptDeadline, or
-// o.Reserve before ctx does if that is sooner. A resolver may release a
-// command once the effect's settle window has passed since AttemptDeadline,
-// so fn must not send after it: a context without a deadline, or one past
-// the lease's cap, would let a slow attempt charge a released command.
-// Heartbeat does not move this end: a context cannot be given more time,
-// and a function that needs more asks for it with ctx's deadline.
+// run calls fn with a context that ends at the lease's AttemptDeadline. It
+// ends o.Reserve before ctx does, if that is sooner. A resolver may
+// release a command once the effect's settle window has passed since
+// AttemptDeadline. So fn must not send after it. A context without a
+// deadline, or one past the lease's cap, would let a slow attempt charge a
+// released command. Heartbeat does not move this end: a context cannot be
+// given more time. A function that needs more asks for it with ctx's
+// deadline.
 func run(ctx context.Context, b Backend, l *Lease, fn func(context.Context, *Lease) (Outcome, error), o DoOptions) (Outcome, error) {
 	// The deadline is on the real clock, the lease on the store's.
 	end := time.Now().Add(l.AttemptDeadline.Sub(b.Now()))
@@ -176,8 +183,9 @@ func run(ctx context.Context, b Backend, l *Lease, fn func(context.Context, *Lea
 	return fn(ctx, l)
 }
 
-// claim begins key, waiting up to o.Wait (and never past the context's
-// deadline less o.Reserve) for an attempt that holds it to finish.
+// claim begins key. It waits up to o.Wait for an attempt that holds the
+// key to finish. It never waits past the context's deadline less
+// o.Reserve.
 func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte, o DoOptions) (Begun, error) {
 	waitUntil := time.Now().Add(o.Wait)
 	if d, ok := ctx.Deadline(); ok && d.Add(-o.Reserve).Before(waitUntil) {
@@ -188,8 +196,8 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 	for {
 		begun, err := b.Begin(ctx, key, fp, intent)
 		if held != nil && errors.Is(err, ErrUnavailable) {
-			// This claim wrote nothing, but the key was held by an attempt
-			// whose outcome is unknown: "nothing was done" would be false.
+			// This claim wrote nothing, but an attempt whose outcome is
+			// unknown held the key. "Nothing was done" would be false.
 			return begun, held
 		}
 		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {

@@ -12,7 +12,14 @@ import (
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
+)
+
+var (
+	fpA  = idem.FingerprintOf([]byte(`{"amount":100}`))
+	fpB  = idem.FingerprintOf([]byte(`{"amount":200}`))
+	resp = idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
 )
 
 // counted returns a function for Do that counts its runs and answers out.
@@ -24,6 +31,7 @@ func counted(runs *atomic.Int32, out idem.Outcome, err error) func(context.Conte
 }
 
 func TestDoVerdicts(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String("rows")}}
 	declined := idem.Response{Status: 402, Body: []byte("declined")}
@@ -64,7 +72,7 @@ func TestDoVerdicts(t *testing.T) {
 					t.Fatalf("second Do = %+v, %v; want a replay", again, err)
 				}
 			case c.wantStatus == idem.StatusInFlight:
-				wantInFlight(t, err)
+				dynamotest.WantInFlight(t, err)
 			default:
 				if err != nil || again.Lease == nil || !again.Lease.CreatedAt.Equal(res.Lease.CreatedAt) {
 					t.Fatalf("second Do = %+v, %v; want fn run again under the same CreatedAt", again, err)
@@ -81,6 +89,7 @@ func TestDoVerdicts(t *testing.T) {
 }
 
 func TestDoRefusesAnotherRequest(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	k := idemtest.UniqueKey(t, "acme")
@@ -96,6 +105,7 @@ func TestDoRefusesAnotherRequest(t *testing.T) {
 }
 
 func TestDoWaitsForATwin(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	k := idemtest.UniqueKey(t, "acme")
@@ -122,7 +132,7 @@ func TestDoWaitsForATwin(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		_, err := idem.Do(dctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) { o.Wait = time.Minute })
-		wantInFlight(t, err)
+		dynamotest.WantInFlight(t, err)
 		if took := time.Since(start); took > time.Second {
 			t.Fatalf("waited %v, past the deadline less the 1s reserve", took)
 		}
@@ -130,6 +140,7 @@ func TestDoWaitsForATwin(t *testing.T) {
 }
 
 func TestDoLeaseLost(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
@@ -151,6 +162,7 @@ func TestDoLeaseLost(t *testing.T) {
 }
 
 func TestDoReservesTimeToSettle(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	dctx, cancel := context.WithTimeout(ctx, time.Minute)

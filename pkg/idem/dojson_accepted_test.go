@@ -56,7 +56,7 @@ func TestDoJSONAcceptsWhatJSONWritesFaithfully(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			_, err := runDoJSON(memstore.New(), idemtest.UniqueKey(t, "acme"), c.req, &runs, 1)
+			_, err := runDoJSON(t, memstore.New(), idemtest.UniqueKey(t, "acme"), c.req, &runs, 1)
 			b, merr := json.Marshal(c.req)
 			if c.refused != errors.Is(err, idem.ErrInvalidJSON) {
 				t.Errorf("%s: err %v; want refused %v (json %q, %v)", name, err, c.refused, b, merr)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
@@ -64,6 +65,7 @@ func countedJSON[T any](runs *atomic.Int32, v T, err error) func(context.Context
 }
 
 func TestDoJSON(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
 	k := idemtest.UniqueKey(t, "acme")
@@ -92,6 +94,7 @@ func TestDoJSON(t *testing.T) {
 }
 
 func TestDoJSONErrors(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	errDown := fmt.Errorf("provider down: %w", idem.ErrNotApplied)
 	errTimeout := errors.New("provider timed out")
@@ -124,7 +127,7 @@ func TestDoJSONErrors(t *testing.T) {
 			}
 			_, err := idem.DoJSON(ctx, s, k, "req", c.fn(&runs))
 			if c.wantStatus == idem.StatusInFlight {
-				wantInFlight(t, err)
+				dynamotest.WantInFlight(t, err)
 			}
 			if runs.Load() != c.wantRuns {
 				t.Fatalf("fn ran %d times, want %d", runs.Load(), c.wantRuns)

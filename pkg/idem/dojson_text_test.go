@@ -13,13 +13,13 @@ import (
 )
 
 // runDoJSON calls DoJSON and turns a panic into an error.
-func runDoJSON(s idem.Backend, k idem.Key, req any, runs *atomic.Int32, v int) (got int, err error) {
+func runDoJSON(t testing.TB, s idem.Backend, k idem.Key, req any, runs *atomic.Int32, v int) (got int, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("PANIC: %v", p)
 		}
 	}()
-	return idem.DoJSON(ctx, s, k, req, countedJSON(runs, v, nil))
+	return idem.DoJSON(t.Context(), s, k, req, countedJSON(runs, v, nil))
 }
 
 // TestDoJSONDoesNotPanicOnValidRequests: requests json.Marshal
@@ -30,7 +30,7 @@ func TestDoJSONDoesNotPanicOnValidRequests(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			got, err := runDoJSON(memstore.New(), idemtest.UniqueKey(t, "acme"), req, &runs, 7)
+			got, err := runDoJSON(t, memstore.New(), idemtest.UniqueKey(t, "acme"), req, &runs, 7)
 			if err != nil || got != 7 || runs.Load() != 1 {
 				t.Fatalf("DoJSON(%T) = %d, %v (%d runs); want 7, nil, 1 run", req, got, err, runs.Load())
 			}
@@ -55,8 +55,8 @@ func TestDoJSONMapKeyTextMarshalerWithMarshalJSON(t *testing.T) {
 	var runs atomic.Int32
 	first := map[reviewCode]int{{"caf\xe9"}: 1}
 	second := map[reviewCode]int{{"caf\xe8"}: 1}
-	got1, err1 := runDoJSON(s, k, first, &runs, 1)
-	got2, err2 := runDoJSON(s, k, second, &runs, 2)
+	got1, err1 := runDoJSON(t, s, k, first, &runs, 1)
+	got2, err2 := runDoJSON(t, s, k, second, &runs, 2)
 	if err2 == nil && got2 == got1 {
 		t.Fatalf("first %d, %v; second %d, %v (%d runs): the second request got the first one's result; want ErrInvalidJSON or a mismatch", got1, err1, got2, err2, runs.Load())
 	}
@@ -95,7 +95,7 @@ func TestDoJSONAcceptsTextJSONNeverWrites(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			var runs atomic.Int32
-			got, err := runDoJSON(memstore.New(), idemtest.UniqueKey(t, "acme"), req, &runs, 7)
+			got, err := runDoJSON(t, memstore.New(), idemtest.UniqueKey(t, "acme"), req, &runs, 7)
 			if err != nil || got != 7 || runs.Load() != 1 {
 				t.Fatalf("DoJSON = %d, %v (%d runs); want 7, nil, 1 run: the bytes refused are not in the request's JSON", got, err, runs.Load())
 			}
@@ -135,8 +135,8 @@ func TestDoJSONTextBehindMarshalJSON(t *testing.T) {
 	var runs atomic.Int32
 	first := ReviewOptionalReq{1500, ReviewOptional[string]{true, "Jos\xe9"}}
 	second := ReviewOptionalReq{1500, ReviewOptional[string]{true, "Jos\xe8"}}
-	got1, err1 := runDoJSON(s, k, first, &runs, 1)
-	got2, err2 := runDoJSON(s, k, second, &runs, 2)
+	got1, err1 := runDoJSON(t, s, k, first, &runs, 1)
+	got2, err2 := runDoJSON(t, s, k, second, &runs, 2)
 	if err2 == nil && got2 == got1 {
 		t.Fatalf("first %d, %v; second %d, %v (%d runs): the second request got the first one's result; want ErrInvalidJSON", got1, err1, got2, err2, runs.Load())
 	}

@@ -11,16 +11,16 @@ import (
 	"unicode/utf8"
 )
 
-// Fingerprint identifies the content of a request, so that a key reused
-// with a different request is recognised and refused.
+// Fingerprint identifies the content of a request. A key reused with a
+// different request is then recognised and refused.
 type Fingerprint [sha256.Size]byte
 
 // FingerprintOf hashes already-canonical bytes.
 func FingerprintOf(canonical []byte) Fingerprint { return sha256.Sum256(canonical) }
 
-// FingerprintJSON canonicalises a JSON document and hashes the result, so
-// documents that differ only in key order or insignificant whitespace get
-// the same fingerprint.
+// FingerprintJSON canonicalises a JSON document and hashes the result.
+// Documents that differ only in key order or insignificant whitespace get
+// one fingerprint.
 func FingerprintJSON(doc []byte) (Fingerprint, error) {
 	c, err := CanonicalJSON(doc)
 	if err != nil {
@@ -32,16 +32,18 @@ func FingerprintJSON(doc []byte) (Fingerprint, error) {
 // String is the lower-case hex form (Record.Fingerprint).
 func (f Fingerprint) String() string { return hex.EncodeToString(f[:]) }
 
-// CanonicalJSON rewrites one JSON value in a canonical form: object keys
-// sorted by their UTF-8 bytes, no insignificant whitespace, strings
-// re-escaped one way, numbers kept exactly as written. Duplicate object
-// keys, trailing data and strings that are not Unicode text (a byte
-// sequence that is not UTF-8, a \u escape of a surrogate that is not half
-// of a pair) are refused with an error wrapping ErrInvalidJSON.
+// CanonicalJSON rewrites one JSON value in a canonical form. Object keys
+// are sorted by their UTF-8 bytes. There is no insignificant whitespace.
+// Strings are re-escaped one way. Numbers are kept exactly as written.
+//
+// Some values are refused with an error wrapping ErrInvalidJSON. They are
+// duplicate object keys, trailing data, and strings that are not Unicode
+// text. Bytes that are not UTF-8 are such a string. So is a \u escape of a
+// surrogate that is not half of a pair.
 //
 // The canonical form is what encoding/json writes for the value decoded
-// with UseNumber (HTML characters unescaped). A string that needs no
-// re-escaping, the common case, is copied as it is: a request of a few
+// with UseNumber, HTML characters unescaped. A string that needs no
+// re-escaping, the common case, is copied as it is. A request of a few
 // members costs a handful of allocations, not one per token.
 func CanonicalJSON(doc []byte) ([]byte, error) {
 	if !json.Valid(doc) {
@@ -52,13 +54,15 @@ func CanonicalJSON(doc []byte) ([]byte, error) {
 	return c.value(make([]byte, 0, len(doc)))
 }
 
-// canonicalizer walks a document json.Valid accepted, so it meets no syntax
-// errors: only duplicate keys and ill-formed strings are refused here.
+// canonicalizer walks a document json.Valid accepted, so it meets no
+// syntax errors. Only duplicate keys and ill-formed strings are refused
+// here.
 type canonicalizer struct {
 	src []byte
 	pos int
-	// sorting holds an object's members while they are put in order, for
-	// one object after the other (an inner one is done before its outer).
+	// sorting holds an object's members while they are put in order. It
+	// serves one object after the other: an inner one is done before its
+	// outer.
 	sorting []byte
 }
 
@@ -197,9 +201,9 @@ func (c *canonicalizer) array(out []byte) ([]byte, error) {
 	}
 }
 
-// plain reports whether a string as written is already in canonical form:
-// no escapes, valid UTF-8, and neither U+2028 nor U+2029 (which
-// encoding/json escapes).
+// plain reports whether a string as written is already in canonical form.
+// It has no escapes, valid UTF-8, and neither U+2028 nor U+2029, which
+// encoding/json escapes.
 func plain(raw []byte) bool {
 	return bytes.IndexByte(raw, '\\') < 0 && utf8.Valid(raw) &&
 		!bytes.Contains(raw, []byte("\u2028")) && !bytes.Contains(raw, []byte("\u2029"))
@@ -218,10 +222,10 @@ func unquote(raw []byte) (string, error) {
 	return s, nil
 }
 
-// wellFormed reports whether a string as written (json.Valid accepted it)
-// stands for Unicode text: its bytes are UTF-8 and each \u escape of a
-// surrogate is half of a pair. encoding/json decodes anything else as
-// U+FFFD, which would give different documents one canonical form.
+// wellFormed reports whether a string as written stands for Unicode text.
+// json.Valid has accepted it. Its bytes must be UTF-8, and each \u escape
+// of a surrogate half of a pair. encoding/json decodes anything else as
+// U+FFFD. That would give different documents one canonical form.
 func wellFormed(raw []byte) bool {
 	if !utf8.Valid(raw) {
 		return false
@@ -239,7 +243,7 @@ func wellFormed(raw []byte) bool {
 			continue
 		}
 		// A pair is a high surrogate's escape followed directly by a low
-		// one's; valid JSON has four hex digits after any \u.
+		// one's. Valid JSON has four hex digits after any \u.
 		if raw[i+1] != '\\' || raw[i+2] != 'u' || utf16.DecodeRune(r, hex4(raw[i+3:])) == utf8.RuneError {
 			return false
 		}

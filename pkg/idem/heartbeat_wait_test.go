@@ -23,11 +23,11 @@ import (
 func TestHeartbeatShortensTheLease(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
-	c, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	c, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 	_, err := idem.Do(c, s, idemtest.UniqueKey(t, "acme"), fpA, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		before := l.ExpiresAt
-		if err := s.Heartbeat(context.Background(), l); err != nil {
+		if err := s.Heartbeat(t.Context(), l); err != nil {
 			t.Fatal(err)
 		}
 		fnEnd, _ := ctx.Deadline()

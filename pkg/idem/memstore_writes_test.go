@@ -67,6 +67,7 @@ func memRows(composite bool) (*memstore.Store, rows) {
 
 // there reports whether row id of r is in db's table.
 func (r rows) there(t *testing.T, db *dynamodb.Client, id string) bool {
+	ctx := t.Context()
 	t.Helper()
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table), Key: r.key(id), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -153,6 +154,7 @@ func optional(s string) *string {
 // the index of the write *idem.WriteConditionError names (-1 for none);
 // after a failed condition the record must still be IN_FLIGHT.
 func commit(t *testing.T, s idem.Backend, writes ...types.TransactWriteItem) int {
+	ctx := t.Context()
 	t.Helper()
 	k := idemtest.UniqueKey(t, "acme")
 	b, err := s.Begin(ctx, k, fpA, nil)
@@ -250,6 +252,7 @@ func ws(w ...types.TransactWriteItem) []types.TransactWriteItem { return w }
 // exact either way: a row of another tenant with the same id is another
 // item.
 func TestMemstorePutConditionOnPartOfTheKey(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	put := func(tenant, cond string) types.TransactWriteItem {
 		return types.TransactWriteItem{Put: &types.Put{
@@ -301,6 +304,7 @@ func TestMemstorePutConditionOnPartOfTheKey(t *testing.T) {
 // declared key, and with one refuses the condition on an attribute outside
 // it: either way nothing is written and the record stays IN_FLIGHT.
 func TestMemstorePutConditionOnNonKeyAttribute(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	put := func(table, n, cond string) types.TransactWriteItem {
 		p := &types.Put{TableName: aws.String(table), Item: map[string]types.AttributeValue{"id": str("a"), "n": str(n)}}
@@ -362,6 +366,7 @@ func TestMemstorePutConditionOnNonKeyAttribute(t *testing.T) {
 // request DynamoDB would refuse, fails the Commit rather than pass
 // unchecked; the record stays IN_FLIGHT and nothing is written.
 func TestMemstoreWriteConditionsRefused(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	r := rows{table: "rows"}
 	put := func(cond string, names map[string]string) types.TransactWriteItem {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
@@ -14,12 +15,13 @@ import (
 // dynamostore's condition does) on a settled record: both stores must give
 // the same sentinel.
 func TestPreemptSubMillisecondCreatedAgree(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
-	mem := memstore.New(func(o *memstore.Options) { o.Clock = e.clock.Now })
-	for name, s := range map[string]idem.Backend{"dynamostore": e.store, "memstore": mem} {
-		k := key(t, "acme")
-		l := begin(t, s, k, fpA)
+	e := dynamotest.NewEnv(t)
+	mem := memstore.New(func(o *memstore.Options) { o.Clock = e.Clock.Now })
+	for name, s := range map[string]idem.Backend{"dynamostore": e.Store, "memstore": mem} {
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, s, k, fpA)
 		if err := s.Commit(ctx, l, resp); err != nil {
 			t.Fatal(err)
 		}

@@ -32,13 +32,14 @@ func reviewStores(t *testing.T, clock *idemtest.Clock) map[string]idem.Backend {
 // unset CreatedAt) Preempt silently becomes TakeOver: it takes over
 // whatever command holds the key once its lease ran out.
 func TestPreemptOfAZeroTimeTakesOverNothing(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	for name, s := range reviewStores(t, clock) {
 		t.Run(name, func(t *testing.T) {
 			k := idemtest.UniqueKey(t, "acme")
-			l := begin(t, s, k, fpB) // the new intent, the one the caller never checked
-			clock.Advance(time.Hour) // its lease ran out; it waits for the reconciler
+			l := dynamotest.Begin(t, s, k, fpB) // the new intent, the one the caller never checked
+			clock.Advance(time.Hour)            // its lease ran out; it waits for the reconciler
 			got, err := s.Preempt(ctx, k, time.Time{})
 			if !errors.Is(err, idem.ErrNotFound) {
 				t.Fatalf("Preempt(key, zero time) of the command created at %v: lease %+v, err %v; want ErrNotFound (not the checked command)", l.CreatedAt, got, err)
@@ -51,12 +52,13 @@ func TestPreemptOfAZeroTimeTakesOverNothing(t *testing.T) {
 // must give the same answer on the DynamoDB store and on memstore, which
 // claims to behave as it.
 func TestPreemptCreatedPrecisionAgreesAcrossStores(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	answers := map[string]error{}
 	for name, s := range reviewStores(t, clock) {
 		k := idemtest.UniqueKey(t, "acme")
-		l := begin(t, s, k, fpA)
+		l := dynamotest.Begin(t, s, k, fpA)
 		_, err := s.Preempt(ctx, k, l.CreatedAt.Add(500*time.Microsecond))
 		answers[name] = err
 	}

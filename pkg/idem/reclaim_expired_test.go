@@ -38,6 +38,7 @@ func (s slowAfterPut) PutItem(ctx context.Context, in *dynamodb.PutItemInput, op
 // conditioned only on status, fingerprint and token, brought it back
 // IN_FLIGHT under the old CreatedAt with no expiry.
 func TestReclaimDoesNotReviveAnExpiredRelease(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	const keep = 10 * time.Second
 	clock := idemtest.NewClock(time.Now().Truncate(time.Second).Add(300 * time.Millisecond))
@@ -75,6 +76,7 @@ func TestReclaimDoesNotReviveAnExpiredRelease(t *testing.T) {
 
 // released begins a command with intent under a new key and releases it.
 func released(t *testing.T, s idem.Backend, intent []byte) (idem.Key, *idem.Lease) {
+	ctx := t.Context()
 	t.Helper()
 	k := idemtest.UniqueKey(t, "acme")
 	b, err := s.Begin(ctx, k, fpA, intent)
@@ -117,6 +119,7 @@ func (c *steppedClock) set(at time.Time, stepAfter int, after time.Time) {
 // it had expired before the claim; the lease used to carry the expired
 // command's intent into the new record already.
 func TestExpiredReleaseIsClaimedWithTheCallersIntent(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	const keep = 10 * time.Second
 	oldIntent := []byte(`{"amount":5000,"currency":"EUR","source":"tok_old"}`)

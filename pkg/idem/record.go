@@ -15,10 +15,10 @@ const (
 	StatusInFlight        Status = "IN_FLIGHT"
 	StatusSucceeded       Status = "SUCCEEDED"
 	StatusFailedPermanent Status = "FAILED_PERMANENT"
-	// StatusReleased is ABSENT with a memory: the effect verifiably did not
-	// happen, and until retention ends the key may be claimed again by the
-	// same request only (with the same CreatedAt, so the same derived
-	// references), never by another.
+	// StatusReleased is ABSENT with a memory: the effect verifiably did
+	// not happen. Until retention ends, only the same request may claim
+	// the key again. It keeps its CreatedAt, so its derived references.
+	// Another request never may.
 	StatusReleased Status = "RELEASED"
 )
 
@@ -26,26 +26,28 @@ const (
 func (s Status) Terminal() bool { return s == StatusSucceeded || s == StatusFailedPermanent }
 
 // Lease is the right to complete one command, held by one attempt. Its
-// token fences every write: once the lease is taken over, the holder's
-// Commit, Fail, Release, Heartbeat and Postpone all fail with ErrLeaseLost.
+// token fences every write. Once the lease is taken over, the holder's
+// writes fail with ErrLeaseLost: Commit, Fail, Release, Heartbeat and
+// Postpone.
 type Lease struct {
 	Key       Key
 	Token     string
 	ExpiresAt time.Time // the lease
 	// CreatedAt is the command's first attempt. It names this use of the
-	// key: a claim after a release keeps it, a claim after retention gets
-	// a new one, so references derived from (Key, CreatedAt) tell two
+	// key. A claim after a release keeps it, and a claim after retention
+	// gets a new one. So references derived from (Key, CreatedAt) tell two
 	// intents under one key apart.
 	CreatedAt time.Time
 	// RecordExpiresAt is, while the command is unsettled, the earliest the
-	// key may stop deduplicating (if this lease released the command);
-	// once this lease has settled it, when it does.
+	// key may stop deduplicating. That is if this lease released the
+	// command. Once this lease has settled it, it is when the key does.
 	RecordExpiresAt time.Time
 	// AttemptDeadline is when the last attempt at the effect had to be
-	// sent by: the end of the lease it ran under (Begin, Heartbeat).
+	// sent by. That is the end of the lease it ran under (Begin,
+	// Heartbeat).
 	AttemptDeadline time.Time
-	// Attempts counts the take-overs: how often the command has been
-	// resolved by someone other than its first attempt.
+	// Attempts counts the take-overs. That is how often someone other than
+	// its first attempt resolved the command.
 	Attempts int
 	Intent   []byte // what Begin stored for reconciliation
 	// Inherited: the command's claim is another Region's, taken on
@@ -55,13 +57,13 @@ type Lease struct {
 	Inherited bool
 
 	// committed is the digest of the business writes of this lease's
-	// Commit once one may have been applied, so that a second Commit with
-	// other writes is refused rather than taken for its retry.
+	// Commit, once one may have been applied. A second Commit with other
+	// writes is then refused, not taken for its retry.
 	committed *string
 }
 
-// Begun is the outcome of Begin that lets the caller go on: either it owns
-// a new lease (Lease != nil), or the command already finished and Replay
+// Begun is the outcome of Begin that lets the caller go on. Either it owns
+// a new lease (Lease != nil). Or the command already finished, and Replay
 // is its stored response.
 type Begun struct {
 	Lease           *Lease
@@ -84,8 +86,8 @@ type Record struct {
 	// sent by; zero unless IN_FLIGHT.
 	AttemptDeadline time.Time
 	Attempts        int // take-overs so far
-	// LeaseToken is the token of the lease that holds the record (while
-	// IN_FLIGHT) or last held it: whoever settled it.
+	// LeaseToken is the token of the lease that holds the record while
+	// IN_FLIGHT, or last held it. That is whoever settled it.
 	LeaseToken string
 	Intent     []byte
 	Response   *Response // nil unless terminal

@@ -14,45 +14,45 @@ import (
 )
 
 // Resolver finds out what became of the effect of a command whose attempt
-// died, under the lease Recover took over. The lease carries the key,
-// CreatedAt (for references derived from them), the Intent Begin stored,
-// the AttemptDeadline and the Attempts so far. Only a resolver can tell
-// whether an effect outside the store happened (ask the payment
-// provider), so Recover requires one. ReleaseLocalEffect is the one for
-// effects that live in the record's own transaction.
+// died. It runs under the lease Recover took over. The lease carries the
+// key and CreatedAt, from which references derive. It carries the Intent
+// Begin stored, the AttemptDeadline and the Attempts so far. Only a
+// resolver can tell whether an effect outside the store happened: it asks
+// the payment provider. So Recover requires one. ReleaseLocalEffect is the
+// one for effects in the record's own transaction.
 //
-// The Outcome settles the command as Settle applies it. Postponed(t)
-// keeps it IN_FLIGHT and looks again after t. An error leaves it
-// IN_FLIGHT under the taken-over lease, recovered again once that ends.
+// The Outcome settles the command as Settle applies it. Postponed(t) keeps
+// it IN_FLIGHT and looks again after t. An error leaves it IN_FLIGHT under
+// the taken-over lease. It is recovered again once that ends.
 type Resolver func(ctx context.Context, l *Lease) (Outcome, error)
 
-// Postponed is the outcome of a command whose fate cannot be known yet
-// (the provider is down, or its "not found" cannot be trusted before its
-// settle window has passed). It stays IN_FLIGHT, and nobody takes it over
-// before until (Postpone); StuckLeases lists it again after.
+// Postponed is the outcome of a command whose fate cannot be known yet.
+// The provider may be down, or its "not found" untrustworthy before its
+// settle window passed. The command stays IN_FLIGHT, and nobody takes it
+// over before until (Postpone). StuckLeases lists it again after.
 func Postponed(until time.Time) Outcome { return Outcome{Status: StatusInFlight, RetryAt: until} }
 
 // ReleaseLocalEffect is the Resolver for a command whose only effect is
-// the business writes its Succeeded outcome commits in the record's
-// transaction. It releases the command, so the next retry runs its
-// function again.
+// its business writes. A Succeeded outcome commits them in the record's
+// transaction. ReleaseLocalEffect releases the command, so the next retry
+// runs its function again.
 //
 // This is not a bare timer. A record still IN_FLIGHT once its lease is
-// taken over proves that no such write happened: they commit only with
-// the record's move out of IN_FLIGHT. None will happen later either: the
-// dead attempt's token no longer passes the fence (ErrLeaseLost). Any
-// effect outside that transaction (a payment, an email) needs a Resolver
-// that asks.
+// taken over proves no such write happened. They commit only with the
+// record's move out of IN_FLIGHT. None will happen later either: the dead
+// attempt's token no longer passes the fence (ErrLeaseLost). Any effect
+// outside that transaction, a payment or an email, needs a Resolver that
+// asks.
 func ReleaseLocalEffect(context.Context, *Lease) (Outcome, error) {
 	return NotApplied(Response{}), nil
 }
 
 // ByOperation is the Resolver for a store whose commands span several
-// operations: it hands each lease to the resolver of its key's operation.
-// A command of an operation without one is not settled: the resolver's
+// operations. It hands each lease to the resolver of its key's operation.
+// A command of an operation without one is not settled. The resolver's
 // error leaves it IN_FLIGHT, and Sweep returns the error, naming the
-// operation. So one sweeper serves a table, and stores that share a table
-// with another team's each need a KeyPrefix.
+// operation. So one sweeper serves a table. Stores that share a table with
+// another team's each need a KeyPrefix.
 func ByOperation(resolvers map[string]Resolver) Resolver {
 	resolvers = maps.Clone(resolvers) // the caller's map may change later
 	return func(ctx context.Context, l *Lease) (Outcome, error) {
@@ -68,17 +68,18 @@ func ByOperation(resolvers map[string]Resolver) Resolver {
 var errNoResolver = errors.New("idem: recover: a Resolver is required (ReleaseLocalEffect for effects only in the record's transaction)")
 
 // Recover resolves the command key names if its attempt died. If the
-// record is IN_FLIGHT with a lease that ran out, it takes the lease over,
-// asks resolve what became of the effect, and settles or postpones the
-// command as the Outcome says. Anything else it leaves alone, without an
-// error. It is Sweep's step for one key.
+// record is IN_FLIGHT with a lease that ran out, it takes the lease over.
+// It asks resolve what became of the effect. Then it settles or postpones
+// the command as the Outcome says. Anything else it leaves alone, without
+// an error. It is Sweep's step for one key.
 //
 // The Result's Lease is the lease taken over, nil when there was none to
-// take. Its Status is the record's as Recover left it: the settlement's,
-// or IN_FLIGHT (postponed, unknown, an error, or a lease still running);
-// empty for a record that needs no recovery. An error leaves the record
-// IN_FLIGHT. Its text names the key by its hash, never the key or its
-// client part, as written, quoted or URL-escaped.
+// take. Its Status is the record's as Recover left it. That is the
+// settlement's, or IN_FLIGHT: postponed, unknown, an error, or a lease
+// still running. It is empty for a record that needs no recovery. An error
+// leaves the record IN_FLIGHT. Its text names the key by its hash, never
+// the key or its client part. No form of them appears: as written, quoted
+// or URL-escaped.
 func Recover(ctx context.Context, b Backend, key Key, resolve Resolver) (Result, error) {
 	if resolve == nil {
 		return Result{}, errNoResolver
@@ -116,11 +117,11 @@ func Recover(ctx context.Context, b Backend, key Key, resolve Resolver) (Result,
 	return r, nil
 }
 
-// recoverError is an error of Recover's. Its text names the key by its
-// hash wherever the error it wraps names the key itself or its client part
-// (this package's stores never do, but a caller's Backend or Resolver
-// may, a resolver most likely by the client's key, such as an order
-// number), since a sweep's errors are bound for a log.
+// recoverError is an error of Recover's. A sweep's errors are bound for a
+// log. So its text names the key by its hash wherever the wrapped error
+// names the key or its client part. This package's stores never do. A
+// caller's Backend or Resolver may, most likely by the client's key, such
+// as an order number.
 type recoverError struct {
 	key Key
 	err error
@@ -128,7 +129,7 @@ type recoverError struct {
 
 func (e *recoverError) Error() string {
 	hash := "key:" + e.key.LogHash()
-	// One pass, longest form first: a form inside a longer one, or inside
+	// One pass, longest form first. A form inside a longer one, or inside
 	// a hash already written, is not replaced again.
 	forms := append([]string{e.key.String()}, clientKeyForms(e.key.ClientKey())...)
 	slices.SortStableFunc(forms, func(a, b string) int { return len(b) - len(a) })
@@ -139,9 +140,10 @@ func (e *recoverError) Error() string {
 	return "idem: recover " + hash + ": " + strings.NewReplacer(pairs...).Replace(e.err.Error())
 }
 
-// clientKeyForms are the ways an error may write a client key: as it is,
-// quoted by Go or JSON (%q, encoding/json), or escaped in a URL's path (as
-// one segment, or keeping its '/' as url.JoinPath does) or query.
+// clientKeyForms are the ways an error may write a client key. It may be
+// as it is, or quoted by Go or JSON (%q, encoding/json). It may be escaped
+// in a URL's query, or in its path. A path may hold it as one segment, or
+// keep its '/' as url.JoinPath does.
 func clientKeyForms(ck string) []string {
 	if ck == "" {
 		return nil
@@ -159,23 +161,24 @@ type Swept struct {
 	// Found counts the stuck leases the sweep recovered or tried to.
 	Found int
 	// Settled counts those it left SUCCEEDED, FAILED_PERMANENT or
-	// RELEASED, and Failed those Recover returned an error for. The rest
-	// are IN_FLIGHT still: postponed, unknown, or taken by someone else.
+	// RELEASED. Failed counts those Recover returned an error for. The
+	// rest are IN_FLIGHT still: postponed, unknown, or taken by someone
+	// else.
 	Settled, Failed int
 	// Unreadable counts the stuck-lease index's items of this store that
-	// did not decode: each is passed over, its error (naming the item by
-	// its key's hash) joined to Sweep's.
+	// did not decode. Each is passed over. Its error, naming the item by
+	// its key's hash, is joined to Sweep's.
 	Unreadable int
 }
 
-// Sweep recovers every command whose lease has run out: it reads the
-// stuck-lease index shard by shard (StuckLeases, no Scan) and calls Recover
-// with resolve for each key listed. Its first shard rotates with the
-// store's minute, so a sweep cut short starves no shard. A failed shard
-// query or key does not
-// stop it; the errors come back joined. It stops when ctx ends, with ctx's
-// error: what it did not reach stays in the index for the next sweep, and
-// a key it was resolving keeps its taken-over lease until that runs out.
+// Sweep recovers every command whose lease has run out. It reads the
+// stuck-lease index shard by shard (StuckLeases, no Scan). It calls
+// Recover with resolve for each key listed. Its first shard rotates with
+// the store's minute, so a sweep cut short starves no shard. A failed
+// shard query or key does not stop it. The errors come back joined. It
+// stops when ctx ends, with ctx's error. What it did not reach stays in
+// the index for the next sweep. A key it was resolving keeps its
+// taken-over lease until that runs out.
 func Sweep(ctx context.Context, b Backend, resolve Resolver) (Swept, error) {
 	if resolve == nil {
 		return Swept{}, errNoResolver
@@ -188,8 +191,8 @@ func Sweep(ctx context.Context, b Backend, resolve Resolver) (Swept, error) {
 	if shards < 1 {
 		return Swept{}, errors.New("idem: sweep: the store has no shards")
 	}
-	// The first shard rotates with the minute, so that a sweep cut short
-	// by its deadline starves no shard.
+	// The first shard rotates with the minute. A sweep cut short by its
+	// deadline then starves no shard.
 	first := int(before.Unix() / 60 % int64(shards))
 	for i := range shards {
 		for sl, err := range b.StuckLeases(ctx, (first+i)%shards, before) {

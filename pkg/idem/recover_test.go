@@ -54,7 +54,7 @@ func TestSweep(t *testing.T) {
 	clock := idemtest.NewClock(time.Now())
 	for name, s := range sweepStores(t, clock) {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
+			ctx := t.Context()
 			newKey := func() idem.Key { return idemtest.UniqueKey(t, "acme") }
 			claim := func(k idem.Key) *idem.Lease {
 				b, err := s.Begin(ctx, k, fpA, []byte("intent"))
@@ -124,6 +124,7 @@ func TestSweep(t *testing.T) {
 }
 
 func TestSweepStopsWhenItsContextEnds(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s, _, k := stuckOnMemstore(t)
 	cctx, cancel := context.WithCancel(ctx)
@@ -139,6 +140,7 @@ func TestSweepStopsWhenItsContextEnds(t *testing.T) {
 }
 
 func TestRecoverRefuses(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s, clock, k := stuckOnMemstore(t)
 
@@ -177,6 +179,7 @@ func (failingGet) Get(_ context.Context, key idem.Key) (*idem.Record, error) {
 }
 
 func TestRecoverErrorsNameTheKeyByItsHash(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	k := idemtest.UniqueKey(t, "acme")
 	_, err := idem.Recover(ctx, failingGet{memstore.New()}, k, idem.ReleaseLocalEffect)
@@ -191,6 +194,7 @@ func TestRecoverErrorsNameTheKeyByItsHash(t *testing.T) {
 // stuckOnMemstore is a memstore on a test clock with one key whose lease
 // ran out an hour ago.
 func stuckOnMemstore(t *testing.T) (*memstore.Store, *idemtest.Clock, idem.Key) {
+	ctx := t.Context()
 	t.Helper()
 	clock := idemtest.NewClock(time.Now())
 	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
@@ -206,6 +210,7 @@ func stuckOnMemstore(t *testing.T) (*memstore.Store, *idemtest.Clock, idem.Key) 
 // every operation of a table, each by its own resolver; a command of an
 // operation without one is not settled, and the sweep says which.
 func TestByOperationHandsEachLeaseToItsOperationsResolver(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	s := memstore.New(func(o *memstore.Options) { o.Clock, o.DefaultLease = clock.Now, 30*time.Second })

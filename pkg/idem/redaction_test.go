@@ -55,9 +55,10 @@ func wantRedacted(t *testing.T, what string, k idem.Key, err error) {
 // of the ReplayCache names a key by its LogHash, never by the client's
 // key, which logs must not hold.
 func TestErrorsDoNotCarryTheKey(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
-	stores := map[string]idem.Backend{"dynamodb": e.store, "memstore": memstore.New(func(o *memstore.Options) { o.Clock = e.clock.Now })}
+	e := dynamotest.NewEnv(t)
+	stores := map[string]idem.Backend{"dynamodb": e.Store, "memstore": memstore.New(func(o *memstore.Options) { o.Clock = e.Clock.Now })}
 	for name, s := range stores {
 		t.Run(name, func(t *testing.T) { contractErrorsRedacted(t, s) })
 	}
@@ -66,7 +67,7 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 			db := dynamotest.Client(t, func(o *dynamodb.Options) {
 				o.HTTPClient, o.RetryMaxAttempts = &http.Client{Transport: faultEvery(kind)}, 1
 			})
-			s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
+			s, err := dynamostore.New(db, e.Table, func(o *dynamostore.Options) { o.Clock = e.Clock.Now })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,14 +83,14 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 			t.Errorf("begin, server error: %v, want *UnknownClaimError", err)
 		}
 		wantRedacted(t, "begin, server error", k, err)
-		l := begin(t, e.store, k, fpA)
-		row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(e.table), Item: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}}}}
+		l := dynamotest.Begin(t, e.Store, k, fpA)
+		row := types.TransactWriteItem{Put: &types.Put{TableName: aws.String(e.Table), Item: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}}}}
 		wantRedacted(t, "commit", k, failing.Commit(ctx, l, resp))
 		wantRedacted(t, "commit with a business write", k, failing.Commit(ctx, l, resp, row))
 		wantRedacted(t, "fail", k, failing.Fail(ctx, l, resp))
 		wantRedacted(t, "release", k, failing.Release(ctx, l))
 		wantRedacted(t, "heartbeat", k, failing.Heartbeat(ctx, l))
-		wantRedacted(t, "postpone", k, failing.Postpone(ctx, l, e.clock.Now().Add(time.Minute)))
+		wantRedacted(t, "postpone", k, failing.Postpone(ctx, l, e.Clock.Now().Add(time.Minute)))
 		_, err = failing.TakeOver(ctx, k)
 		wantRedacted(t, "take over", k, err)
 		_, err = failing.Preempt(ctx, k, l.CreatedAt)
@@ -100,10 +101,10 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 	t.Run("dynamodb business write refused", func(t *testing.T) {
 		k := secretKey(t)
 		row := types.TransactWriteItem{Put: &types.Put{
-			TableName: aws.String(e.table), ConditionExpression: aws.String("attribute_exists(pk)"),
+			TableName: aws.String(e.Table), ConditionExpression: aws.String("attribute_exists(pk)"),
 			Item: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
 		}}
-		err := e.store.Commit(ctx, begin(t, e.store, k, fpA), resp, row)
+		err := e.Store.Commit(ctx, dynamotest.Begin(t, e.Store, k, fpA), resp, row)
 		if !errors.Is(err, idem.ErrWriteCondition) {
 			t.Errorf("commit: %v, want ErrWriteCondition", err)
 		}
@@ -114,8 +115,9 @@ func TestErrorsDoNotCarryTheKey(t *testing.T) {
 // contractErrorsRedacted takes s down each of the contract's error paths
 // with a secret key.
 func contractErrorsRedacted(t *testing.T, s idem.Backend) {
+	ctx := t.Context()
 	k := secretKey(t)
-	l := begin(t, s, k, fpA)
+	l := dynamotest.Begin(t, s, k, fpA)
 	_, err := s.Begin(ctx, k, fpB, nil)
 	wantRedacted(t, "begin, mismatch", k, err)
 	_, err = s.Begin(ctx, k, fpA, nil)

@@ -21,6 +21,7 @@ import (
 // UpdateItem (over 400 KB) with a ValidationException, not ErrTooLarge,
 // leaving the command IN_FLIGHT.
 func TestSizeLimitAfterReclaimWithoutIntent(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	intent := make([]byte, 150*1024)
 	body := make([]byte, 300*1024) // random: gzip does not shrink it

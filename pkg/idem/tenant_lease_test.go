@@ -34,7 +34,7 @@ func TestTenantOf128Bytes(t *testing.T) {
 func TestLeaseFromDeadlineOnAStoreClock(t *testing.T) {
 	t.Parallel()
 	s := memstore.New(func(o *memstore.Options) { o.Clock = func() time.Time { return time.Now().Add(time.Hour) } })
-	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var left time.Duration
 	res, err := idem.Do(c, s, idemtest.UniqueKey(t, "acme"), fpA, nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {

@@ -208,7 +208,7 @@ func handle(b *testing.B, lat *latencies, h func(context.Context, events.APIGate
 }
 
 func storeKey(b *testing.B, client string) idem.Key {
-	k, err := idem.NewKey(tenant, charge.Operation, client)
+	k, err := idem.NewKey(tenant, charge.ChargeOperation, client)
 	if err != nil {
 		b.Fatal(err)
 	}

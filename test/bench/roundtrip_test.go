@@ -127,7 +127,7 @@ func TestRoundTrips(t *testing.T) {
 	// A refund of that charge: the charge's row read, the claim, the hold,
 	// then one transaction for the record, the refund's row and the hold's
 	// settlement.
-	firstKey, err := idem.NewKey(tenant, charge.Operation, key)
+	firstKey, err := idem.NewKey(tenant, charge.ChargeOperation, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestRoundTrips(t *testing.T) {
 	if _, err := handler.Handle(ctx, post(authKey, strings.Replace(visa, `"amount"`, `"capture":false,"amount"`, 1))); err != nil {
 		t.Fatal(err)
 	}
-	authCmd, err := idem.NewKey(tenant, charge.Operation, authKey)
+	authCmd, err := idem.NewKey(tenant, charge.ChargeOperation, authKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	heldKey, err := idem.NewKey(tenant, charge.Operation, held)
+	heldKey, err := idem.NewKey(tenant, charge.ChargeOperation, held)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func TestRoundTrips(t *testing.T) {
 	lost := newKey()
 	measure("unknown", "outcome unknown (provider timed out)", want{calls: map[string]int{"PutItem": 1}, written: 1, wcu: 1, indexWC: 1},
 		handle(post(lost, with("tok_timeout_once")), http.StatusServiceUnavailable, false))
-	lostKey, err := idem.NewKey(tenant, charge.Operation, lost)
+	lostKey, err := idem.NewKey(tenant, charge.ChargeOperation, lost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestRoundTrips(t *testing.T) {
 	measure("reconcile", "reconcile (provider had charged)", want{calls: map[string]int{"GetItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 3, wcu: 5, indexWC: 3, rcu: 1},
 		func() string {
 			out, err := reconciler.Reconcile(ctx, lostKey)
-			if err != nil || out != charge.OutcomeResolved {
+			if err != nil || out != charge.OutcomeResolvedCharged {
 				t.Fatalf("reconcile: %s, %v", out, err)
 			}
 			return string(out)

@@ -152,7 +152,7 @@ func intakeEvent(t *testing.T, fns map[string]*function, idemTable string, sim *
 	if err := json.Unmarshal([]byte(sqsEv.Records[0].Body), &msg); err != nil {
 		t.Fatal(err)
 	}
-	key, _ := idem.NewKey(msg.Tenant, charge.Operation, msg.CommandID)
+	key, _ := idem.NewKey(msg.Tenant, charge.ChargeOperation, msg.CommandID)
 	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, idemTable)
 	if err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := idem.NewKey("acme", charge.Operation, "order-2002")
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-2002")
 	const body = `{"amount":2500,"currency":"EUR","source":"tok_visa"}`
 	canonical, err := idem.CanonicalJSON([]byte(body))
 	if err != nil {

@@ -97,7 +97,7 @@ func webhookSettles(t *testing.T, rie, bootstrap string, chargeEnv map[string]st
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, _ := idem.NewKey(tenant, charge.Operation, key)
+	k, _ := idem.NewKey(tenant, charge.ChargeOperation, key)
 	rec, err := store.Get(t.Context(), k)
 	if err != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("record after the lost answer: %+v, %v; want IN_FLIGHT", rec, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -77,7 +78,7 @@ var (
 // request body) on first use.
 func (r *history) pick(rt *rapid.T) *keyState {
 	tenant := rapid.SampledFrom(r.tenants).Draw(rt, "tenant")
-	key, err := idem.NewKey(tenant, charge.Operation, rapid.SampledFrom(clientKeys).Draw(rt, "clientKey"))
+	key, err := idem.NewKey(tenant, charge.ChargeOperation, rapid.SampledFrom(clientKeys).Draw(rt, "clientKey"))
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -131,8 +132,22 @@ func (r *history) retried(ks *keyState) {
 	}
 }
 
-func (r *history) request(rt *rapid.T) {
+func (r *history) request(rt *rapid.T) { r.requestOn(rt, r.pick(rt)) }
+
+// requestNew sends a request under a drawn key. A key with no record
+// names a new intent, whose request is drawn, then shaped.
+func (r *history) requestNew(rt *rapid.T, shape func(*body)) {
 	ks := r.pick(rt)
+	if _, err := r.env.reader.Get(context.Background(), ks.key); err != nil {
+		ks.body = r.newBody(rt)
+		shape(&ks.body)
+		ks.terminal, ks.firsts = nil, 0
+	}
+	r.requestOn(rt, ks)
+}
+
+// requestOn sends a request under ks's key.
+func (r *history) requestOn(rt *rapid.T, ks *keyState) {
 	b, payload := variant(rt, ks)
 	resp, err := r.send(ks, payload)
 	r.observe(rt, ks, b, resp, err)
@@ -153,7 +168,7 @@ func (r *history) dedupWindowNears(rt *rapid.T) {
 	// What the provider accepted lands within its settle window, before
 	// the clock passes it.
 	r.checkInvariantsSoFar(rt)
-	r.advance(w - 30*time.Minute)
+	r.advance(rt, w-30*time.Minute)
 	r.forgetExpired(rt)
 	for _, k := range r.sortedKeys() {
 		if rec, err := r.env.reader.Get(context.Background(), k); err == nil && rec.Status == idem.StatusReleased {
@@ -189,7 +204,8 @@ func (r *history) atTheExpirySecond(rt *rapid.T) {
 		return
 	}
 	into := time.Duration(rapid.SampledFrom([]int{0, 1, 500, 999}).Draw(rt, "msIntoTheSecond")) * time.Millisecond
-	r.advance(rec.ExpiresAt.Sub(r.env.clock.Now()) + into)
+	r.hooksDelivered() // first: a delivery under way may move the clock
+	r.advance(rt, rec.ExpiresAt.Sub(r.env.clock.Now())+into)
 	r.forgetExpired(rt)
 	if rapid.Bool().Draw(rt, "newRequest") {
 		ks.body = r.newBody(rt)
@@ -250,8 +266,15 @@ func (r *history) concurrent(rt *rapid.T) {
 
 // advance moves the clock, first landing the provider's pending charges
 // if the clock would pass their settle window: the provider lands what it
-// accepted within it.
-func (r *history) advance(d time.Duration) {
+// accepted within it. The webhooks in flight are delivered first, and the
+// commands they settled noted, before their records may expire.
+func (r *history) advance(rt *rapid.T, d time.Duration) {
+	r.hooksDelivered()
+	// The step may touch its keys again after the clock moves: they stay
+	// touched, for the step's own note.
+	touched := maps.Clone(r.touched)
+	r.note(rt)
+	maps.Copy(r.touched, touched)
 	if !r.pendingSince.IsZero() && r.env.clock.Now().Add(d).After(r.pendingSince.Add(r.env.settleWindow)) {
 		r.env.sim.Land()
 		r.pendingSince = time.Time{}
@@ -260,7 +283,7 @@ func (r *history) advance(d time.Duration) {
 }
 
 func (r *history) advanceClock(rt *rapid.T) {
-	r.advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute, time.Hour}).Draw(rt, "advance"))
+	r.advance(rt, rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute, time.Hour}).Draw(rt, "advance"))
 	r.forgetExpired(rt)
 }
 
@@ -268,7 +291,7 @@ func (r *history) advanceClock(rt *rapid.T) {
 // A key whose command is settled may then name a new intent: its clients
 // draw a new request. A command still IN_FLIGHT keeps its key.
 func (r *history) retentionPasses(rt *rapid.T) {
-	r.advance(retention + leaseExpiry + time.Minute)
+	r.advance(rt, retention+leaseExpiry+time.Minute)
 	r.retentionPassed(rt, true)
 }
 
@@ -338,6 +361,12 @@ func (r *history) deliver(rt *rapid.T, key idem.Key, n int) {
 	}
 	wg.Wait()
 	for _, err := range errs {
+		if r.env.hooks != nil && errors.Is(err, idem.ErrLeaseLost) {
+			// A webhook's event settled the command, preempting the
+			// lease: SQS delivers the message again, to find it settled.
+			r.env.hooks.preempted.Add(1)
+			continue
+		}
 		r.allowed(rt, err)
 	}
 }
@@ -345,14 +374,18 @@ func (r *history) deliver(rt *rapid.T, key idem.Key, n int) {
 // settle is the end of every history: faults stop, the provider recovers
 // and lands what it accepted, every lease, backoff and settle window runs
 // out, and the sweeper and reconciler run to completion, each message
-// delivered twice, until no command is left IN_FLIGHT. A command whose
-// replays never get an answer (a card Stripe always rate-limits) is then
-// left to grow older than the provider's dedup window, when the reconciler
-// parks it.
+// delivered twice, until no command is left IN_FLIGHT. Stripe's webhooks
+// are then delivered, again until acknowledged. A command whose replays
+// never get an answer (a card Stripe always rate-limits) is then left to
+// grow older than the provider's dedup window, when the reconciler parks
+// it.
 func (r *history) settle(rt *rapid.T) {
 	r.reset()
 	r.faulty, r.down, r.pendingSince = false, false, time.Time{}
+	r.hooksDelivered()
+	r.note(rt)
 	stuck := r.settleRounds(rt)
+	r.hooksSettled(rt)
 	r.noteAll(rt)
 	r.forgetExpired(rt)
 	if stuck && r.env.dedupWindow > 0 {
@@ -361,6 +394,7 @@ func (r *history) settle(rt *rapid.T) {
 		r.env.clock.Advance(r.env.dedupWindow)
 		r.retentionPassed(rt, false)
 		r.settleRounds(rt)
+		r.hooksSettled(rt)
 		r.noteAll(rt)
 	}
 }

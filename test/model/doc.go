@@ -33,9 +33,9 @@
 // It captures an authorization at most once, within its hold, and
 // never both captures and cancels it. Every 200 and every 409 naming a
 // settled state agrees with the provider's final state. So does each
-// charge once settled, never left capturing or canceling. Without
-// webhooks, a hold that expired untouched may still read
-// requires_capture.
+// charge once settled, never left capturing or canceling. In the
+// simulator's mode, which sends no webhooks, a hold that expired untouched
+// may still read requires_capture.
 //
 // TestChargePathModelStripe runs the same model with PROVIDER=stripe. It
 // uses the Stripe adapter on the stateful Stripe simulator (stripesim).
@@ -44,14 +44,29 @@
 // requests and rolls forward those that never arrived. It parks a command
 // older than Stripe's key window that Stripe has nothing for. That is the
 // one end state the model accepts besides SUCCEEDED, FAILED_PERMANENT and
-// RELEASED. The model sends no webhooks, in either mode.
+// RELEASED.
+//
+// Stripe mode turns webhooks on. stripesim signs its events and posts
+// them to the charge function's route, behind the local API Gateway. They
+// run on while the history takes its next steps. The clock waits for them
+// before it moves, and moves on for one that waits on a crashed attempt.
+// Stripe gives up on an event after five refusals; the settled history
+// delivers it again. A card's issuer fails refunds of pm_card_refundFail.
+// It does so at once, later, or after the refund's record has expired.
+// Holds expire after Stripe's seven days on the clock, past every
+// record's retention. Each event must settle the row it names. Once every
+// event is acknowledged and everything reconciled, Stripe is the judge.
+// Each charge reads its status and amount, never requires_capture once
+// canceled. Each refund reads failed exactly when it failed at Stripe. A
+// charge's amount_refunded sums its refunds that did not fail.
 //
 // The files follow the model's concerns. env_test.go builds the stack:
 // tables, queue, provider simulators and the clock. faults_test.go holds
 // what a history injects. actions_test.go holds what its clients, clock,
 // sweeper and reconciler do. invariants_test.go holds the checks along
 // the way and at the end. refunds_test.go holds refunds' actions and
-// checks, and captures_test.go those of captures and cancels.
+// checks, captures_test.go those of captures and cancels, and
+// webhooks_test.go those of Stripe's webhooks.
 // model_test.go holds the entry points and the history loop. A new
 // operation declares its weighted actions and its invariant in a file of
 // its own. It adds them to the lists in model_test.go.

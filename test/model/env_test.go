@@ -44,6 +44,9 @@ type env struct {
 	index sweeper.Index
 	sim   backend
 	prov  charger // a crashed charge function's provider calls
+	// hooks receive Stripe's webhooks (webhooks_test.go); nil in the
+	// simulator's mode, which sends none.
+	hooks *webhooks
 	// sources are the card sources clients draw; keepsSource: the intent
 	// keeps the source (a provider that replays, as the charge path
 	// stores it).
@@ -100,9 +103,17 @@ type backend interface {
 	refused(reference string) bool
 	forgetRefusal(reference string)
 	// refunds counts the refunds the provider made under each of
-	// references, failed ones included: more than one is a duplicate.
-	refunds(references []string) map[string]int
+	// references, and how many of those failed since.
+	refunds(references []string) map[string]refundCount
 }
+
+// refundCount is what the provider made under one refund reference:
+// more than one refund is a duplicate. A failed one refunded nothing.
+type refundCount struct{ made, failed int }
+
+// kept reports whether a refund made under the reference still takes
+// money back.
+func (c refundCount) kept() bool { return c.made > c.failed }
 
 // entry is what became of one reference at the provider.
 type entry struct {
@@ -165,10 +176,11 @@ func (b simBackend) entries() map[string]entry {
 	return out
 }
 
-func (b simBackend) refunds(references []string) map[string]int {
-	l, out := b.Ledger(), map[string]int{}
+// refunds: the simulator's refunds never fail.
+func (b simBackend) refunds(references []string) map[string]refundCount {
+	l, out := b.Ledger(), map[string]refundCount{}
 	for _, ref := range references {
-		out[ref] = l.Refunds[ref].Refunds
+		out[ref] = refundCount{made: l.Refunds[ref].Refunds}
 	}
 	return out
 }
@@ -177,11 +189,14 @@ func (b simBackend) refunds(references []string) map[string]int {
 // answers 503 and executes nothing (to the adapter an ambiguous charge).
 // It notes when each reference was first sent, every send of it after
 // Stripe's key window less the adapter's margin, and the references whose
-// requests Stripe refused outright.
+// requests Stripe refused outright. Armed with failRefund, it fails the
+// refunds that can fail right after making the next one, before its
+// answer reaches the adapter.
 type stripeBackend struct {
-	sim   *stripesim.Simulator
-	clock func() time.Time
-	down  atomic.Bool
+	sim        *stripesim.Simulator
+	clock      func() time.Time
+	down       atomic.Bool
+	failRefund atomic.Bool
 
 	mu        sync.Mutex
 	firstSent map[string]time.Time
@@ -202,6 +217,9 @@ func (b *stripeBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	rec := &statusRecorder{ResponseWriter: w}
 	b.sim.ServeHTTP(rec, r)
+	if r.Method == http.MethodPost && r.URL.Path == "/v1/refunds" && b.failRefund.CompareAndSwap(true, false) {
+		b.sim.FailRefunds()
+	}
 	if c := rec.status; ref != "" && r.Header.Get(headerSender) == senderReconciler && (c == http.StatusBadRequest || c == http.StatusNotFound) {
 		b.mu.Lock()
 		b.refusals[ref] = true
@@ -303,10 +321,11 @@ func (b *stripeBackend) entries() map[string]entry {
 	return out
 }
 
-func (b *stripeBackend) refunds(references []string) map[string]int {
-	out := map[string]int{}
+func (b *stripeBackend) refunds(references []string) map[string]refundCount {
+	out := map[string]refundCount{}
 	for _, ref := range references {
-		out[ref] = b.sim.Refunded(ref) // a refund's idempotency key is its reference
+		// A refund's idempotency key is its reference.
+		out[ref] = refundCount{made: b.sim.Refunded(ref), failed: b.sim.RefundsFailed(ref)}
 	}
 	return out
 }
@@ -339,14 +358,18 @@ func newStripeEnv(t *testing.T) *env {
 	d := testkit.Deploy(t)
 	clock := testkit.NewClock(time.Now())
 	b := &stripeBackend{clock: clock.Now, firstSent: map[string]time.Time{}, refusals: map[string]bool{}}
+	hooks := newWebhooks(t)
 	var wire func(*testkit.Wiring)
-	b.sim, wire = testkit.Stripe(t, clock.Now)
+	b.sim, wire = testkit.Stripe(t, clock.Now, hooks.options)
 	srv := httptest.NewServer(b)
 	t.Cleanup(srv.Close)
 	e := newEnvOn(t, d, clock, newConnDrop(t, b), wire, func(w *testkit.Wiring) {
 		w.Charge.ProviderURL, w.Reconcile.ProviderURL = srv.URL, srv.URL
+		w.Charge.WebhookSecretName = hooks.secretName
 		w.Deps.StripeOptions = []func(*stripe.Options){func(o *stripe.Options) { o.Timeout = stripeTimeout }}
 	})
+	hooks.serve(t, e.handler, b.sim)
+	e.hooks = hooks
 	a, err := stripe.New(testkit.StripeSecret, func(o *stripe.Options) { o.BaseURL, o.Clock, o.Timeout = srv.URL, clock.Now, stripeTimeout })
 	if err != nil {
 		t.Fatal(err)
@@ -359,7 +382,7 @@ func newStripeEnv(t *testing.T) *env {
 	const pmUnknown = "pm_unknown_to_stripe"
 	e.sources = []string{
 		stripesim.PMVisa, stripesim.PMVisa, stripesim.PMDeclined, stripesim.PMRateLimited,
-		stripesim.PMTimeout, stripesim.PMAPIError, stripesim.PMLate, pmUnknown,
+		stripesim.PMTimeout, stripesim.PMAPIError, stripesim.PMLate, pmUnknown, stripesim.PMRefundFail,
 	}
 	return e
 }
@@ -421,13 +444,17 @@ func newEnvOn(t *testing.T, d *testkit.Deployment, clock *testkit.Clock, drop *c
 	}
 }
 
-// removeItems deletes the history's records and charge rows once it has
-// been checked. Histories never share keys, so this changes no outcome; it
-// keeps the tables small, which matters on moto, whose query of the
-// stuck-lease index reads the whole table.
+// removeItems deletes the history's records, its events' and charge rows
+// once it has been checked. Histories never share keys, so this changes no
+// outcome; it keeps the tables small, which matters on moto, whose query
+// of the stuck-lease index reads the whole table.
 func (r *history) removeItems(rt *rapid.T) {
 	ctx := context.Background()
-	for _, k := range r.commandKeys() {
+	keys := r.commandKeys()
+	if h := r.env.hooks; h != nil {
+		keys = append(keys, h.eventKeys(rt)...)
+	}
+	for _, k := range keys {
 		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
 			TableName: aws.String(r.env.d.IdempotencyTable),
 			Key:       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}},
@@ -448,8 +475,8 @@ func (r *history) removeItems(rt *rapid.T) {
 
 // row is a charge's or a refund's row as the model reads it.
 type row struct {
-	ID, ProviderReference string
-	Amount                int64
+	ID, ProviderReference, Status string
+	Amount                        int64
 	// A charge's: its provider's id for it, its currency, what its
 	// settled refunds returned, and that plus what refunds in flight hold.
 	// Count is its refund rows and holds, which the limit bounds.
@@ -477,7 +504,8 @@ func (r *history) rows(rt *rapid.T, tenant string) []row {
 		}
 		for _, item := range page.Items {
 			out = append(out, row{
-				ID: attrS(item, charge.AttrID), ProviderReference: attrS(item, "provider_reference"), Amount: attrN(item, "amount"),
+				ID: attrS(item, charge.AttrID), ProviderReference: attrS(item, "provider_reference"), Status: attrS(item, "status"),
+				Amount:           attrN(item, "amount"),
 				ProviderChargeID: attrS(item, "provider_charge_id"), Currency: attrS(item, "currency"), Refunded: attrN(item, "amount_refunded"), Claimed: attrN(item, "refund_claimed"),
 				Count: attrN(item, "refund_count"), ChargeID: attrS(item, "charge_id"),
 			})

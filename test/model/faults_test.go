@@ -290,7 +290,7 @@ func (r *history) staleOwner(rt *rapid.T) {
 	case before.Status == idem.StatusInFlight && before.LeaseToken == l.Token:
 		// Its owner is slow, not stale (yet): it comes back after its lease
 		// ran out and the reconciler took the command over.
-		r.advance(max(l.ExpiresAt.Sub(r.env.clock.Now()), 0) + time.Second)
+		r.advance(rt, max(l.ExpiresAt.Sub(r.env.clock.Now()), 0)+time.Second)
 		r.deliver(rt, l.Key, 1)
 		if before, err = r.env.reader.Get(ctx, l.Key); err != nil || before.LeaseToken == l.Token {
 			return

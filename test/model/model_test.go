@@ -20,21 +20,31 @@ import (
 // client saw a consistent story. One set of tables, queue and simulator
 // serves every history; each history uses fresh tenants, so histories never
 // share a scoped key.
-func TestChargePathModel(t *testing.T) { runModel(t, newEnv(t)) }
+func TestChargePathModel(t *testing.T) { runModel(t, newEnv(t), actions, invariants) }
 
 // TestChargePathModelStripe runs the same model with PROVIDER=stripe, on
 // the stateful Stripe simulator: the reconciler looks charges up by
 // replaying their requests, rolls forward those that never arrived, and
 // parks a command past Stripe's key window that Stripe has no charge for.
-func TestChargePathModelStripe(t *testing.T) { runModel(t, newStripeEnv(t)) }
+// Stripe's webhooks settle what it reports on its own.
+func TestChargePathModelStripe(t *testing.T) {
+	runModel(t, newStripeEnv(t), stripeActions, stripeInvariants)
+}
 
-func runModel(t *testing.T, e *env) {
-	names, run := drawn(t)
+// runModel runs histories of acts on e, checking invs.
+func runModel(t *testing.T, e *env, acts []action, invs []invariant) {
+	names, run := drawn(t, acts)
 	var runs atomic.Int64
 	start := time.Now()
 	rapid.Check(t, func(rt *rapid.T) {
-		r := &history{env: e, id: runs.Add(1), keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook(), expired: map[string]bool{}}
+		r := &history{
+			env: e, id: runs.Add(1), invariants: invs,
+			keys: map[idem.Key]*keyState{}, touched: map[idem.Key]bool{}, refunds: newRefundBook(), expired: map[string]bool{},
+		}
 		defer r.reset()
+		if e.hooks != nil {
+			e.hooks.reset()
+		}
 		r.tenants = []string{r.tenant("a"), r.tenant("b")}
 		for range rapid.IntRange(1, maxSteps).Draw(rt, "steps") {
 			run[rapid.SampledFrom(names).Draw(rt, "action")](r, rt)
@@ -52,6 +62,9 @@ func runModel(t *testing.T, e *env) {
 		e.drop.dropped.Load(), e.faults.claim.Lost(), e.toldNothing.Load(),
 		e.refundStats.made.Load(), e.refundStats.toldNothing.Load(), e.refundStats.pending.Load(),
 		e.moveStats.captured.Load(), e.moveStats.canceled.Load(), e.moveStats.conflicts.Load(), e.moveStats.pending.Load())
+	if e.hooks != nil {
+		t.Logf("%s; %d refunds read failed", e.hooks, e.refundStats.failed.Load())
+	}
 }
 
 // maxSteps bounds a history: short histories keep 1,000 of them to a few
@@ -74,27 +87,29 @@ type invariant struct {
 
 // The model's parts, each declared in the file of its concern. A new
 // operation declares its actions and invariants in a file of its own and
-// adds them here.
+// adds them here. Stripe mode adds its webhooks'.
 var (
-	actions    = slices.Concat(chargeActions, faultActions, refundActions, captureActions)
-	invariants = []invariant{chargeInvariant, refundInvariant, captureInvariant}
+	actions          = slices.Concat(chargeActions, faultActions, refundActions, captureActions)
+	invariants       = []invariant{chargeInvariant, refundInvariant, captureInvariant}
+	stripeActions    = slices.Concat(actions, webhookActions)
+	stripeInvariants = slices.Concat(invariants, []invariant{webhookInvariant})
 )
 
 // drawn returns the names a history draws its steps from, and each
 // name's action. Every name comes once in order, then again those of
 // weight 2 or more, and so on: the draws of a seed stay those it made
 // before the actions were a table.
-func drawn(t *testing.T) ([]string, map[string]func(*history, *rapid.T)) {
+func drawn(t *testing.T, acts []action) ([]string, map[string]func(*history, *rapid.T)) {
 	t.Helper()
 	run := map[string]func(*history, *rapid.T){}
 	most := 0
-	for _, a := range actions {
+	for _, a := range acts {
 		if _, twice := run[a.name]; twice || a.weight < 1 {
 			t.Fatalf("action %q is declared twice or weighs %d", a.name, a.weight)
 		}
 		run[a.name], most = a.run, max(most, a.weight)
 	}
-	sorted := slices.SortedFunc(slices.Values(actions), func(a, b action) int { return cmp.Compare(a.name, b.name) })
+	sorted := slices.SortedFunc(slices.Values(acts), func(a, b action) int { return cmp.Compare(a.name, b.name) })
 	var names []string
 	for pass := range most {
 		for _, a := range sorted {
@@ -109,17 +124,19 @@ func drawn(t *testing.T) ([]string, map[string]func(*history, *rapid.T)) {
 // history is the model of one random run: what every client was told,
 // and what the store and the provider did.
 type history struct {
-	env     *env
-	id      int64
-	tenants []string
-	keys    map[idem.Key]*keyState
-	faulty  bool // DynamoDB faults are being injected
-	down    bool // the provider is down
+	env        *env
+	id         int64
+	invariants []invariant // its mode's
+	tenants    []string
+	keys       map[idem.Key]*keyState
+	faulty     bool // DynamoDB faults are being injected
+	down       bool // the provider is down
 	// zombies are the leases of charge functions that crashed: each may
 	// come back and write late.
 	zombies []*idem.Lease
 	// touched are the keys a step may have changed, whose records note
-	// reads after it: a record changes only when a step acts on its key.
+	// reads after it: a record changes only when a step acts on its key,
+	// or a webhook's event names its command.
 	touched map[idem.Key]bool
 	// pendingSince is when the oldest charge the provider accepted but has
 	// not landed was sent (zero if none): it must land within the settle
@@ -128,8 +145,8 @@ type history struct {
 	// refunds are what the clients of refunds have seen (refunds_test.go).
 	refunds *refundBook
 	// moved: a capture or cancel was sent. claims are what their answers
-	// said of the charges; expired are the authorizations whose hold
-	// ended at the provider (captures_test.go).
+	// said of the charges; expired are the authorizations whose hold the
+	// simulator ended (captures_test.go).
 	moved   bool
 	claims  []claim
 	expired map[string]bool

@@ -43,9 +43,10 @@ var refundActions = []action{
 // refundInvariant is what must hold of refunds.
 var refundInvariant = invariant{soFar: (*history).refundedAtMostOnce, final: (*history).refundsSettled}
 
-// refundStats count what refunds' clients were told, for the run's log.
+// refundStats count what refunds' clients were told, and the refunds
+// that ended failed, for the run's log.
 type refundStats struct {
-	made, toldNothing, pending atomic.Int64
+	made, toldNothing, pending, failed atomic.Int64
 }
 
 // refundBook is what a history's refund clients saw.
@@ -120,10 +121,11 @@ func (q refundReq) body(spaced bool) string {
 // chargeTarget is a charge of the history a refund, a capture or a
 // cancel may name. authorized is what an authorization held (zero for a
 // charge captured at once); amount is what the charge took: for an
-// authorization, what its capture took, zero until one did.
+// authorization, what its capture took, zero until one did. source is
+// its card, where the intent keeps it.
 type chargeTarget struct {
-	tenant, id, reference string
-	amount, authorized    int64
+	tenant, id, reference, source string
+	amount, authorized            int64
 }
 
 var refundClientKeys = []string{"refund-1", "refund-2", "refund-3", "refund-4"} // per tenant
@@ -141,8 +143,12 @@ func (r *history) targets(rt *rapid.T) []chargeTarget {
 				continue
 			}
 			c := parseCharge(rt, string(rec.Response.Body))
+			var in struct{ Source string }
+			if err := json.Unmarshal(rec.Intent, &in); err != nil {
+				rt.Fatalf("%s@%s: intent %s: %v", k, created, rec.Intent, err)
+			}
 			t := chargeTarget{
-				tenant: k.Tenant(), id: charge.ChargeID(k, created), reference: charge.ProviderReference(k, created),
+				tenant: k.Tenant(), id: charge.ChargeID(k, created), reference: charge.ProviderReference(k, created), source: in.Source,
 				amount: c.Amount, authorized: c.AmountAuthorized,
 			}
 			if t.authorized > 0 {
@@ -468,7 +474,7 @@ func (r *history) reconcileRefund(rt *rapid.T) {
 // window, then sweeps: what a lost refund answer left in flight is
 // resolved.
 func (r *history) refundsSwept(rt *rapid.T) {
-	r.advance(leaseExpiry + r.env.settleWindow)
+	r.advance(rt, leaseExpiry+r.env.settleWindow)
 	r.forgetExpired(rt)
 	r.sweep(rt)
 }
@@ -477,6 +483,7 @@ func (r *history) refundsSwept(rt *rapid.T) {
 // refunded.
 var nothingRefunded = []string{
 	httpapi.ProblemUnavailable.Slug, httpapi.ProblemProviderRejected.Slug, httpapi.ProblemRefundExceeds.Slug,
+	httpapi.ProblemRefundDeclined.Slug,
 }
 
 // slugOf is the problem type of an answer's body, or "".
@@ -489,10 +496,11 @@ func slugOf(body string) string {
 }
 
 // finalRefund reports whether an answer is stored for its key: a 201,
-// or a 409 refund-exceeds-charge without Retry-After.
+// a 409 refund-exceeds-charge without Retry-After, or a refund-declined.
 func finalRefund(resp events.APIGatewayV2HTTPResponse) bool {
-	return resp.StatusCode == http.StatusCreated ||
-		resp.StatusCode == http.StatusConflict && slugOf(resp.Body) == httpapi.ProblemRefundExceeds.Slug && resp.Headers[httpapi.HeaderRetryAfter] == ""
+	slug := slugOf(resp.Body)
+	return resp.StatusCode == http.StatusCreated || slug == httpapi.ProblemRefundDeclined.Slug ||
+		resp.StatusCode == http.StatusConflict && slug == httpapi.ProblemRefundExceeds.Slug && resp.Headers[httpapi.HeaderRetryAfter] == ""
 }
 
 // observeRefund checks one answer to the request q under rs's key
@@ -511,7 +519,9 @@ func (r *history) observeRefund(rt *rapid.T, rs *refundState, q refundReq, resp 
 		// Only a captured charge is refunded.
 		slug == httpapi.ProblemStateConflict.Slug && rs.target.authorized > 0 && chargeStatusOf(resp.Body) != charge.StatusSucceeded,
 		status == http.StatusUnprocessableEntity && slug == httpapi.ProblemKeyReused.Slug,
-		status == http.StatusServiceUnavailable && (slug == httpapi.ProblemUnavailable.Slug || slug == httpapi.ProblemOutcomePending.Slug):
+		status == http.StatusServiceUnavailable && (slug == httpapi.ProblemUnavailable.Slug || slug == httpapi.ProblemOutcomePending.Slug),
+		// Stripe made the refund, and its card's issuer returned it.
+		slug == httpapi.ProblemRefundDeclined.Slug && r.failedAtProvider(rt, rs):
 	case slug == httpapi.ProblemServiceUnavailable.Slug:
 		// Only DynamoDB faults explain it, and it tells nothing.
 		if !r.faulty {
@@ -586,10 +596,25 @@ func (r *history) toldNothingRefunded(rt *rapid.T, rs *refundState, resp events.
 		rt.Fatal(err)
 	}
 	ref := charge.RefundReference(rs.key, rec.CreatedAt)
-	if n := r.env.sim.refunds([]string{ref})[ref]; n > 0 {
-		rt.Fatalf("%s: told %d %s, but the provider made %d refunds under its reference", rs.key, resp.StatusCode, resp.Body, n)
+	if c := r.env.sim.refunds([]string{ref})[ref]; c.kept() {
+		rt.Fatalf("%s: told %d %s, but the provider made %+v refunds under its reference", rs.key, resp.StatusCode, resp.Body, c)
 	}
 	rs.told = ref
+}
+
+// failedAtProvider reports whether the provider made the refund of rs's
+// current command, and it failed since.
+func (r *history) failedAtProvider(rt *rapid.T, rs *refundState) bool {
+	rec, err := r.env.archive.Get(context.Background(), rs.key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return false
+	case err != nil:
+		rt.Fatal(err)
+	}
+	ref := charge.RefundReference(rs.key, rec.CreatedAt)
+	c := r.env.sim.refunds([]string{ref})[ref]
+	return c.made > 0 && !c.kept()
 }
 
 // parsedRefund is a refund's 201 body.
@@ -637,9 +662,9 @@ func (r *history) refundedAtMostOnce(rt *rapid.T) {
 	if len(r.refunds.keys) == 0 {
 		return
 	}
-	for ref, n := range r.env.sim.refunds(r.refundReferences()) {
-		if n > 1 {
-			rt.Fatalf("refund reference %s: the provider refunded it %d times", ref, n)
+	for ref, c := range r.env.sim.refunds(r.refundReferences()) {
+		if c.made > 1 {
+			rt.Fatalf("refund reference %s: the provider refunded it %d times", ref, c.made)
 		}
 	}
 }
@@ -648,15 +673,19 @@ func (r *history) refundedAtMostOnce(rt *rapid.T) {
 // own ledger. For every refund command (a key's intent):
 //   - the provider refunded its reference at most once;
 //   - it is SUCCEEDED exactly when the provider refunded it, and then its
-//     row exists with the stored 201's amount; FAILED_PERMANENT or
-//     RELEASED when the provider made no refund for it; never left
-//     IN_FLIGHT, unless parked: past the dedup window, with no refund;
+//     row exists with the stored 201's amount, and reads failed exactly
+//     when the refund failed at the provider; FAILED_PERMANENT or
+//     RELEASED when the provider made no refund for it, or one that
+//     failed; never left IN_FLIGHT, unless parked: past the dedup window,
+//     with no refund;
 //   - a client told nothing was refunded was told the truth;
 //
-// for every charge, the provider's refunds of it are within its amount
-// and equal amount_refunded as GET /charges/{id} reads it, and the sum of
-// its refund rows; no hold outlives its refund, unless a parked refund
-// holds it, and its refund count is its refund rows. Every 201 reads back as answered, and every stored answer
+// for every charge, the provider's refunds of it that did not fail are
+// within its amount. They equal amount_refunded as GET /charges/{id}
+// reads it, and the sum of its refund rows that did not fail. No hold
+// outlives its refund, unless a parked refund holds it. Its refund count
+// is its refund rows. Every 201 reads back as answered, or failed since at
+// the provider. Every stored answer
 // is replayed to its key.
 func (r *history) refundsSettled(rt *rapid.T) {
 	if len(r.refunds.keys) == 0 {
@@ -680,26 +709,27 @@ func (r *history) refundsSettled(rt *rapid.T) {
 		rs := r.refunds.keys[k]
 		for created, rec := range rs.gens {
 			ref, id := charge.RefundReference(k, created), charge.RefundID(k, created)
-			n, w := counts[ref], refunds[id]
+			c, w := counts[ref], refunds[id]
 			_, hasRow := refunds[id]
-			if n > 1 {
-				rt.Fatalf("%s@%s: the provider refunded it %d times", k, created, n)
+			if c.made > 1 {
+				rt.Fatalf("%s@%s: the provider refunded it %d times", k, created, c.made)
 			}
 			switch rec.Status {
 			case idem.StatusSucceeded:
 				rf := parseRefund(rt, string(rec.Response.Body))
-				if n != 1 || !hasRow || w.Amount != rf.Amount || w.ChargeID != rf.ChargeID || w.ProviderReference != ref || rf.ID != id {
-					rt.Fatalf("%s@%s: SUCCEEDED with %s, but the provider made %d refunds under its reference and the row is %+v (%t)",
-						k, created, rec.Response.Body, n, w, hasRow)
+				if c.made != 1 || !hasRow || w.Amount != rf.Amount || w.ChargeID != rf.ChargeID || w.ProviderReference != ref || rf.ID != id ||
+					(w.Status == charge.RefundFailed) != (c.failed > 0) {
+					rt.Fatalf("%s@%s: SUCCEEDED with %s, but the provider made %+v refunds under its reference and the row is %+v (%t)",
+						k, created, rec.Response.Body, c, w, hasRow)
 				}
 			case idem.StatusFailedPermanent, idem.StatusReleased:
-				if n != 0 || hasRow {
-					rt.Fatalf("%s@%s: %s, but the provider made %d refunds under its reference and a row exists: %t", k, created, rec.Status, n, hasRow)
+				if c.kept() || hasRow {
+					rt.Fatalf("%s@%s: %s, but the provider made %+v refunds under its reference and a row exists: %t", k, created, rec.Status, c, hasRow)
 				}
 			case idem.StatusInFlight:
-				if r.env.dedupWindow == 0 || r.env.clock.Now().Before(created.Add(r.env.dedupWindow)) || n != 0 || hasRow {
-					rt.Fatalf("%s@%s: left IN_FLIGHT after the final sweep and reconcile, the provider made %d refunds under its reference, a row exists: %t",
-						k, created, n, hasRow)
+				if r.env.dedupWindow == 0 || r.env.clock.Now().Before(created.Add(r.env.dedupWindow)) || c.made != 0 || hasRow {
+					rt.Fatalf("%s@%s: left IN_FLIGHT after the final sweep and reconcile, the provider made %+v refunds under its reference, a row exists: %t",
+						k, created, c, hasRow)
 				}
 				var in struct{ Charge string }
 				if err := json.Unmarshal(rec.Intent, &in); err != nil {
@@ -711,14 +741,18 @@ func (r *history) refundsSettled(rt *rapid.T) {
 				rt.Fatalf("%s@%s: left %s after the final sweep and reconcile", k, created, rec.Status)
 			}
 		}
-		if rs.told != "" && counts[rs.told] != 0 {
+		if rs.told != "" && counts[rs.told].kept() {
 			rt.Fatalf("%s: its client was told nothing was refunded, and the provider refunded %s", k, rs.told)
 		}
 	}
 	rowsRefunded, rowsCount := map[string]int64{}, map[string]int64{}
 	for _, w := range refunds {
-		rowsRefunded[w.ChargeID] += w.Amount
 		rowsCount[w.ChargeID]++
+		if w.Status == charge.RefundFailed {
+			r.env.refundStats.failed.Add(1)
+		} else {
+			rowsRefunded[w.ChargeID] += w.Amount
+		}
 	}
 	for _, t := range r.targets(rt) {
 		e, w := ledger[t.reference], charges[t.id]
@@ -736,9 +770,12 @@ func (r *history) refundsSettled(rt *rapid.T) {
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(r.refunds.made)) {
-		m := r.refunds.made[id]
-		if resp, _ := r.env.handler.Handle(ctx, testkit.GetRefund(m.tenant, m.charge, id)); resp.StatusCode != http.StatusOK || resp.Body != m.body {
-			rt.Fatalf("refund %s was answered %s; it reads %d %s", id, m.body, resp.StatusCode, resp.Body)
+		m, want := r.refunds.made[id], r.refunds.made[id].body
+		if ref := parseRefund(rt, m.body).ProviderReference; r.env.sim.refunds([]string{ref})[ref].failed > 0 {
+			want = strings.Replace(want, `"status":"`+charge.StatusSucceeded+`"`, `"status":"`+charge.RefundFailed+`"`, 1)
+		}
+		if resp, _ := r.env.handler.Handle(ctx, testkit.GetRefund(m.tenant, m.charge, id)); resp.StatusCode != http.StatusOK || resp.Body != want {
+			rt.Fatalf("refund %s was answered %s; it reads %d %s, want %s", id, m.body, resp.StatusCode, resp.Body, want)
 		}
 	}
 	for _, k := range sorted(maps.Keys(r.refunds.keys)) {

@@ -45,7 +45,7 @@ func TestWhatAFirstChargeCosts(t *testing.T) {
 			var took []time.Duration
 			for i := range n {
 				w.clock.Advance(10 * time.Millisecond)
-				key, _ := idem.NewKey(tenant, charge.Operation, fmt.Sprintf("first-%d", i))
+				key, _ := idem.NewKey(tenant, charge.ChargeOperation, fmt.Sprintf("first-%d", i))
 				start := time.Now()
 				resp, err := h.stacks[r.name].handler.Handle(t.Context(), testkit.PostCharge(tenant, key.ClientKey(), `{"amount":500,"currency":"EUR","source":"tok_visa"}`))
 				took = append(took, time.Since(start))

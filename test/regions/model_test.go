@@ -274,7 +274,7 @@ var sources = []string{providersim.SourceVisa, providersim.SourceVisa, providers
 // charge sends a new charge of a drawn tenant.
 func (h *history) charge(rt *rapid.T) {
 	tenant := rapid.SampledFrom(h.tenants).Draw(rt, "tenant")
-	key, err := idem.NewKey(tenant, charge.Operation, "k"+strconv.Itoa(len(h.keys)+1))
+	key, err := idem.NewKey(tenant, charge.ChargeOperation, "k"+strconv.Itoa(len(h.keys)+1))
 	if err != nil {
 		rt.Fatal(err)
 	}

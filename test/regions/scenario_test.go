@@ -28,7 +28,7 @@ func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 			h := newHistory(t, t, w, &stats{})
 			r1, r2 := w.regions[0], w.regions[1]
 			tenant := h.tenants[0] // homed in r1
-			key, _ := idem.NewKey(tenant, charge.Operation, "order-1")
+			key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
 			body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
 			send := func(r *region) (int, string) {
 				t.Helper()

@@ -174,7 +174,7 @@ func (s *session) invokeIntake() {
 	if len(res.BatchItemFailures) != 0 {
 		t.Fatalf("intake reported %+v", res.BatchItemFailures)
 	}
-	key, _ := idem.NewKey("acme", charge.Operation, "renewal-2026-12-acme-42")
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "renewal-2026-12-acme-42")
 	rec := s.record(key)
 	if rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
 		t.Fatalf("record after the intake: %+v, want SUCCEEDED with a 201 (created)", rec)
@@ -201,7 +201,7 @@ func (s *session) invokeReconcile(created events.APIGatewayV2HTTPResponse) {
 	if len(res.BatchItemFailures) != 0 {
 		t.Fatalf("reconcile reported %+v", res.BatchItemFailures)
 	}
-	key, _ := idem.NewKey("acme", charge.Operation, "order-1001")
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1001")
 	if rec := s.record(key); rec.Status != idem.StatusSucceeded || rec.Response == nil || string(rec.Response.Body) != created.Body {
 		t.Errorf("order-1001 after reconcile: %+v, want the created charge unchanged", rec)
 	}

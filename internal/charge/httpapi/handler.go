@@ -300,7 +300,7 @@ func match(route, method, path string) (map[string]string, bool) {
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
 func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, idem.Key, error) {
-	return h.keyed(ctx, tenant, req, charge.Operation, func(key idem.Key, body []byte) (charge.Result, error) {
+	return h.keyed(ctx, tenant, req, charge.ChargeOperation, func(key idem.Key, body []byte) (charge.Result, error) {
 		r, fp, err := charge.ParseBody(body)
 		if err != nil {
 			return charge.Result{}, err
@@ -384,7 +384,7 @@ func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewa
 		return charge.Result{}, ref(problem(p, detail)), key, nil
 	}
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
-	if (err != nil || mt != ContentTypeJSON) && (req.Body != "" || operation == charge.Operation) {
+	if (err != nil || mt != ContentTypeJSON) && (req.Body != "" || operation == charge.ChargeOperation) {
 		return invalid(ProblemUnsupportedMedia, "Send the body as application/json.")
 	}
 	body, refused := requestBody(req, MaxBodyBytes, "The body must be at most 16384 bytes.")

@@ -14,15 +14,16 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
-// Begin claims key for a request with fingerprint fp, in exactly one
-// conditional PutItem. The first attempt gets a Lease; an attempt after
-// completion gets the stored Replay; an attempt while another holds the key
-// gets an *InFlightError; an attempt with another fingerprint gets
-// ErrMismatch and never another request's response. An attempt
-// on a RELEASED key with its fingerprint claims it again (a second call).
+// Begin claims key for a request with fingerprint fp, in one conditional
+// PutItem. The first attempt gets a Lease. An attempt after completion
+// gets the stored Replay. An attempt while another holds the key gets an
+// *InFlightError. An attempt with another fingerprint gets ErrMismatch,
+// never another request's response. An attempt on a RELEASED key with its
+// fingerprint claims it again, in a second call.
 //
 // intent is stored on the record for whoever has to finish the command if
-// its first attempt dies (the reconciler): what the request asked for.
+// its first attempt dies. That is the reconciler, and intent is what the
+// request asked for.
 func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
 	return s.begin(ctx, key, fp, intent, 0)
 }
@@ -35,9 +36,9 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	if len(intent) > policy.MaxIntent {
 		return idem.Begun{}, fmt.Errorf("%w: intent of %d bytes", idem.ErrTooLarge, len(intent))
 	}
-	// Times are kept at the precision they are stored with, so what the
-	// caller builds from this lease matches what a reader of the record
-	// (the reconciler) builds from the record.
+	// Times are kept at the precision they are stored with. So what the
+	// caller builds from this lease matches what the reconciler builds
+	// from the record.
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
@@ -81,8 +82,8 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
-// claimed answers a claim whose conditional write failed: err holds the
-// item that stood in its way, or tries tells whether the write may have
+// claimed answers a claim whose conditional write failed. err holds the
+// item that stood in its way. Or tries tells whether the write may have
 // been applied.
 func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, err error, tries *Attempts, reclaims int) (idem.Begun, error) {
 	key := lease.Key
@@ -105,8 +106,8 @@ func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, item map[string]types.AttributeValue, reclaims int) (idem.Begun, error) {
 	key := lease.Key
 	if ownToken(item, lease) {
-		// Our own write: the SDK retried a call whose first attempt was
-		// applied but whose answer was lost.
+		// Our own write. The SDK retried a call whose first attempt was
+		// applied, its answer lost.
 		if rec, err := s.decodeRecord(key, item); err == nil {
 			lease.CreatedAt = rec.CreatedAt
 			lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
@@ -132,8 +133,8 @@ func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerp
 	case rec.Status.Terminal():
 		return idem.Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
 	case rec.Status == idem.StatusReleased && reclaims < maxReclaims && policy.Expired(rec.ExpiresAt, s.pol.Now()):
-		// It expired after the claim's PutItem found it live: the key
-		// now names a new intent, claimed with a PutItem of its own.
+		// It expired after the claim's PutItem found it live. The key now
+		// names a new intent, claimed with a PutItem of its own.
 		return s.begin(ctx, key, fp, lease.Intent, reclaims+1)
 	case rec.Status == idem.StatusReleased && !s.mayWrite(key, rec.Region):
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.Region})
@@ -154,10 +155,10 @@ const beginCondition = "attribute_not_exists(#pk) OR #exp <= :now"
 const maxReclaims = 3
 
 // reclaim claims a RELEASED record again for the same request, keeping its
-// CreatedAt: the effect runs again under the same references, so whatever
-// reached the provider before is found, not repeated. Only while the
-// release is live: one that expires between the claim's PutItem and this
-// UpdateItem is absent, and coming back under its old CreatedAt would
+// CreatedAt. The effect runs again under the same references. So whatever
+// reached the provider before is found, not repeated. It claims only while
+// the release is live. One that expires between the claim's PutItem and
+// this UpdateItem is absent. Back under its old CreatedAt, it would
 // outlive the retention that bounds how long those references are sent.
 func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, rec *idem.Record, oldToken types.AttributeValue, reclaims int) (idem.Begun, error) {
 	lease.CreatedAt = rec.CreatedAt
@@ -192,7 +193,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 	}, tries.Option)
 	if err == nil {
 		if len(lease.Intent) == 0 {
-			// The record keeps the intent it has; the lease carries it, so
+			// The record keeps the intent it has. The lease carries it, so
 			// a settlement sizes its response beside it, as DynamoDB will.
 			lease.Intent = rec.Intent
 		}
@@ -201,8 +202,8 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
-// ownToken reports whether item carries l's token: a write of l's that was
-// applied, whatever its caller was told.
+// ownToken reports whether item carries l's token. Then it is a write of
+// l's that was applied, whatever its caller was told.
 func ownToken(item map[string]types.AttributeValue, l *idem.Lease) bool {
 	tok, ok := item[attrLeaseToken].(*types.AttributeValueMemberS)
 	return ok && tok.Value == l.Token

@@ -14,15 +14,18 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
-// Heartbeat extends the lease for long work, to the same bound Begin would
-// give from ctx, and with it the attempt's deadline. Fenced like Commit.
-// It is for a holder that runs its own work, such as a resolver; it does
-// not extend the context Do gave its function, which ends at the deadline
-// the lease had when the function began: for long work, give Do a context
-// whose deadline covers it (up to MaxLease).
+// Heartbeat extends the lease for long work, and the attempt's deadline
+// with it. It extends them to the bound Begin would give from ctx. It is
+// fenced like Commit.
+//
+// It is for a holder that runs its own work, such as a resolver. It does
+// not extend the context Do gave its function. That context ends at the
+// lease's deadline when the function began. For long work, give Do a
+// context whose deadline covers it, up to MaxLease.
 func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
-	// A heartbeat never shortens the lease: a call without a deadline
-	// would give the default lease, before the attempt's context ends.
+	// A heartbeat never shortens the lease. A call without a deadline
+	// would give the default lease, ending before the attempt's context
+	// does.
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
 	if until.Before(l.ExpiresAt) {
 		until = l.ExpiresAt
@@ -36,10 +39,10 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 }
 
 // Postpone keeps the command IN_FLIGHT but gives up the lease until the
-// given time: nobody takes it over before then, and the stuck-lease index
-// lists it again after. A reconciler that cannot settle a command yet
-// (the provider is down, or its "not found" cannot be trusted yet) calls
-// it to say when to try next. Fenced like Commit.
+// given time. Nobody takes it over before then, and the stuck-lease index
+// lists it again after. A reconciler calls it to say when to try next. It
+// does when it cannot settle a command yet: the provider is down, or its
+// "not found" is not yet trusted. Postpone is fenced like Commit.
 func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) error {
 	until = time.UnixMilli(until.UnixMilli())
 	if err := s.extend(ctx, "postpone", l, until, false); err != nil {
@@ -50,8 +53,8 @@ func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) er
 	return nil
 }
 
-// extend moves l's lease to until, and the attempt deadline with it if
-// attempt is set.
+// extend moves l's lease to until. If attempt is set, the attempt deadline
+// moves with it.
 func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time.Time, attempt bool) error {
 	expr := "SET #lexp = :lexp"
 	names := map[string]string{"#lexp": s.layout.lexp}
@@ -63,8 +66,8 @@ func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time
 	if err == nil {
 		return nil
 	}
-	// Setting the same lease twice changes nothing, so a retried extension
-	// whose first answer was lost passes its own fence: a failed fence is
+	// Setting the same lease twice changes nothing. So a retried extension
+	// whose first answer was lost passes its own fence. A failed fence is
 	// always someone else's doing.
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
@@ -74,32 +77,34 @@ func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time
 }
 
 // TakeOver gives the caller a new lease on an IN_FLIGHT record whose lease
-// has expired, for reconciliation, and counts the attempt. The previous
+// has expired, for reconciliation. It counts the attempt. The previous
 // holder's token stops working. An IN_FLIGHT record is taken over however
-// old it is (it never expires). A record still leased gives
-// *InFlightError; a terminal one ErrCompleted; a released, absent or
-// expired one ErrNotFound.
+// old it is: it never expires. A record still leased gives *InFlightError.
+// A terminal one gives ErrCompleted. A released, absent or expired one
+// gives ErrNotFound.
 func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error) {
 	return s.takeOver(ctx, key, "take over", time.Time{})
 }
 
-// Preempt takes over an IN_FLIGHT record whatever its lease, like
-// TakeOver otherwise: the holder's token stops working at once, so its
-// late Commit, Fail or Release fails with ErrLeaseLost and cannot
-// settle the command a second time. It is only for a caller that already
-// knows the effect's outcome from the effect's own source (a payment
-// provider's signed notification), and so need not wait for the holder to
-// give up; a caller that still has to find out must use TakeOver.
+// Preempt takes over an IN_FLIGHT record whatever its lease, and is like
+// TakeOver otherwise. The holder's token stops working at once. Its late
+// Commit, Fail or Release fails with ErrLeaseLost, and cannot settle the
+// command again.
+//
+// It is for a caller that knows the effect's outcome from the effect's own
+// source. A payment provider's signed notification is one. That caller
+// need not wait for the holder to give up. A caller that still has to find
+// out must use TakeOver.
 //
 // A RELEASED record within its retention is claimed back to IN_FLIGHT the
-// same way: such a caller has proof that the effect happened after all,
-// which the release missed, and must record it. A terminal record gives
-// ErrCompleted; an absent or expired one ErrNotFound.
+// same way. Such a caller has proof that the effect happened after all,
+// which the release missed. It must record it. A terminal record gives
+// ErrCompleted. An absent or expired one gives ErrNotFound.
 //
 // created is the CreatedAt of the command the caller checked its proof
-// against. A record of another command under key (the checked one expired,
-// and a new intent claimed the key) gives ErrNotFound: the proof is not
-// this command's.
+// against. The record under key may be another command's: the checked one
+// expired, and a new intent claimed the key. That gives ErrNotFound: the
+// proof is not this command's.
 func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
 	if created.IsZero() {
 		return nil, fmt.Errorf("idem: preempt %s: a zero CreatedAt names no command: %w", key.LogHash(), idem.ErrNotFound)
@@ -107,9 +112,9 @@ func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*
 	return s.takeOver(ctx, key, "preempt", created)
 }
 
-// takeOver gives the caller a new lease on an IN_FLIGHT record: only
-// once its lease has run out, unless created is set (a preemption of the
-// command created then).
+// takeOver gives the caller a new lease on an IN_FLIGHT record. It does
+// only once its lease has run out, unless created is set. Then it is a
+// preemption of the command created at created.
 func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
 	lease, holder, err := s.takeOverFrom(ctx, key, op, created, s.region)
 	if holder != "" && s.mayWrite(key, holder) {
@@ -140,7 +145,7 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 	}
 	if live {
 		// A live RELEASED record goes back to IN_FLIGHT, into the
-		// stuck-lease index, with no expiry, as a re-claim does.
+		// stuck-lease index, with no expiry. A re-claim does the same.
 		cond = "#ct = :ct AND (#status = :inflight OR (#status = :released AND #exp > :nows))"
 		names["#ct"], values[":ct"] = attrCreatedAt, millis(created)
 		update = "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = if_not_exists(#ad, :lexp) REMOVE #exp"

@@ -21,11 +21,11 @@ func (s *Store) settledUntil(l *idem.Lease, status idem.Status) time.Time {
 }
 
 // settlement is the fenced update that moves a record from IN_FLIGHT to
-// status, with resp when the status is terminal. The record leaves the
-// stuck-lease index, starts its retention and keeps the lease token, by
-// which a retried settlement recognises itself. It is a function of its
-// arguments alone (times come from the lease), so a retried call sends the
-// same request.
+// status. A terminal status stores resp. The record leaves the stuck-lease
+// index and starts its retention. It keeps the lease token, by which a
+// retried settlement recognises itself. It is a function of its arguments
+// alone, its times from the lease. So a retried call sends the same
+// request.
 type settlement struct {
 	op      string
 	status  idem.Status
@@ -58,8 +58,9 @@ func (s *Store) settlement(op string, l *idem.Lease, status idem.Status, resp *i
 }
 
 // settled explains a settlement whose fence failed, from the item that
-// stood in its way: the lease's own settlement, applied by an earlier
-// attempt whose answer was lost, is success; anything else is a lost lease.
+// stood in its way. The lease's own settlement, applied by an earlier
+// attempt whose answer was lost, is success. Anything else is a lost
+// lease.
 func (s *Store) settled(st *settlement, l *idem.Lease, item map[string]types.AttributeValue) error {
 	if len(item) > 0 && ownToken(item, l) {
 		rec, err := s.decodeRecord(l.Key, item)
@@ -83,21 +84,23 @@ func (s *Store) apply(ctx context.Context, l *idem.Lease, st *settlement, optFns
 	return fmt.Errorf("idem: %s %s: %w", st.op, l.Key.LogHash(), AsUnavailable(err))
 }
 
-// Commit completes the command as SUCCEEDED with resp, in one
-// TransactWriteItems together with the caller's business writes: all of
-// them apply or none does. If the lease was lost it returns ErrLeaseLost;
-// if a business write's own condition failed, a *WriteConditionError.
-// Without business writes it is one UpdateItem.
+// Commit completes the command as SUCCEEDED with resp. It is one
+// TransactWriteItems with the caller's business writes: all apply or none
+// does. A lost lease gives ErrLeaseLost. A business write's own failed
+// condition gives *WriteConditionError. Without business writes it is one
+// UpdateItem.
 //
-// A lease commits once. A Commit retried with the same arguments after an
-// answer was lost returns nil: the lease token is the transaction's
-// ClientRequestToken, which DynamoDB honours for ten minutes, and after
-// that (or on an emulator that ignores it, or where the token is
-// refused as used with other parameters) the record shows the lease's own
-// commit. A second Commit with other arguments gets ErrLeaseLost: another
-// response by the record, other writes by the lease, which remembers them
-// once they may have been applied. Keep the *Lease Begin gave: a copy made
-// before the first Commit does not remember it, and its Commit with other
+// A lease commits once. A Commit retried with the same arguments after a
+// lost answer returns nil. The lease token is the transaction's
+// ClientRequestToken, which DynamoDB honours for ten minutes. After that,
+// the record shows the lease's own commit. So it does on an emulator that
+// ignores the token, or where the token is refused as used with other
+// parameters.
+//
+// A second Commit with other arguments gets ErrLeaseLost. The record tells
+// another response. The lease tells other writes: it remembers them once
+// they may have been applied. Keep the *Lease Begin gave. A copy made
+// before the first Commit does not remember it. Its Commit with other
 // writes is refused only while DynamoDB remembers the token.
 func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	digest := policy.WritesDigest(writes)
@@ -115,7 +118,7 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 }
 
 // done notes on l, once its settlement as status succeeded, when the
-// record it left stops deduplicating.
+// record stops deduplicating.
 func (s *Store) done(l *idem.Lease, status idem.Status, err error) error {
 	if err == nil {
 		l.RecordExpiresAt = s.settledUntil(l, status)
@@ -143,16 +146,17 @@ func (s *Store) commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	switch {
 	case errors.As(err, &mismatch) && *policy.LeaseCommitted(l) == nil:
 		// The token was used for a transaction with other parameters, and
-		// this lease value sent none: a copy of the lease committing other
-		// writes. Its own commit, the record would say, but not these.
+		// this lease value sent none. It is a copy of the lease committing
+		// other writes. The record would show its own commit, but not
+		// these writes.
 		return fmt.Errorf("idem: commit %s: the lease's token was used with other writes: %w", l.Key.LogHash(), idem.ErrLeaseLost)
 	case errors.As(err, &mismatch):
 		// The lease's token is remembered for a transaction with other
-		// parameters, and this lease sent these very writes before. That
-		// may be this same commit sent again with its maps' members in
-		// another order (the SDK writes a Go map in its iteration order,
-		// and fakecloud compares requests as written), so the record
-		// decides: it shows this lease's own commit, or another.
+		// parameters. This lease sent these very writes before. It may be
+		// the same commit sent again, its maps' members in another order.
+		// The SDK writes a Go map in iteration order, and fakecloud
+		// compares requests as written. So the record decides: it shows
+		// this lease's own commit, or another.
 		out, gerr := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 			TableName: s.tableName, Key: s.itemKey(l.Key), ConsistentRead: aws.Bool(true),
 		})
@@ -167,8 +171,8 @@ func (s *Store) commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 			}
 			return types.CancellationReason{}, false
 		}
-		// The fence first: a lost lease explains any business write that
-		// failed with it (the new owner wrote those rows).
+		// The fence first. A lost lease explains any business write that
+		// failed with it: the new owner wrote those rows.
 		if r, failed := reason(len(writes)); failed {
 			return s.settled(&st, l, r.Item)
 		}
@@ -181,9 +185,9 @@ func (s *Store) commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	return fmt.Errorf("idem: commit %s: %w", l.Key.LogHash(), AsUnavailable(err))
 }
 
-// Fail completes the command as FAILED_PERMANENT with resp (a refusal every
-// retry must get again, such as a declined card). Fenced like Commit, and
-// like it recognises its own earlier write.
+// Fail completes the command as FAILED_PERMANENT with resp. That is a
+// refusal every retry must get again, such as a declined card. It is
+// fenced like Commit, and like it recognises its own earlier write.
 func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) error {
 	st, err := s.settlement("fail", l, idem.StatusFailedPermanent, &resp)
 	if err != nil {
@@ -192,13 +196,15 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 	return s.done(l, idem.StatusFailedPermanent, s.apply(ctx, l, &st))
 }
 
-// Release marks the record RELEASED: the command did not happen, and a
-// retry of the same request runs it afresh, under the same CreatedAt. The
-// fingerprint is kept until ReleaseRetention after the command's creation,
-// so another request under the key is still refused. Call it only when the effect verifiably did not
-// happen (the provider refused before acting, or a look-up found nothing
-// once the provider's settle window had passed); a lease that merely ran
-// out is no such proof. Fenced like Commit.
+// Release marks the record RELEASED: the command did not happen. A retry
+// of the same request runs it afresh, under the same CreatedAt. The
+// fingerprint is kept until ReleaseRetention after the command's creation.
+// So another request under the key is still refused.
+//
+// Call it only when the effect verifiably did not happen. The provider
+// refused before acting, or a look-up found nothing after its settle
+// window. A lease that merely ran out is no such proof. Release is fenced
+// like Commit.
 func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	st, err := s.settlement("release", l, idem.StatusReleased, nil)
 	if err != nil {

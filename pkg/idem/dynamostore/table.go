@@ -19,21 +19,20 @@ const (
 	// AttrPK is the default partition key (Options.KeyAttribute):
 	// Options.KeyPrefix + Key.String().
 	AttrPK = "pk"
-	// AttrExpiresAt is the record's retention deadline in epoch seconds,
-	// the attribute DynamoDB's TTL is enabled on (Options.TTLAttribute
-	// renames it).
+	// AttrExpiresAt is the record's retention deadline in epoch seconds.
+	// DynamoDB's TTL is enabled on it. Options.TTLAttribute renames it.
 	AttrExpiresAt = "expires_at"
 	// AttrLeaseShard and AttrLeaseExpiresAt exist only while a record is
-	// IN_FLIGHT; they are the keys of the sparse stuck-lease index
-	// (Options.LeaseShardAttribute and LeaseExpiresAtAttribute rename them).
+	// IN_FLIGHT. They are the keys of the sparse stuck-lease index.
+	// Options.LeaseShardAttribute and LeaseExpiresAtAttribute rename them.
 	AttrLeaseShard     = "lease_shard"
 	AttrLeaseExpiresAt = "lease_expires_at"
 	// IndexStuckLeases is the sparse GSI of in-flight records by lease
 	// expiry (Options.StuckLeaseIndex renames it).
 	IndexStuckLeases = "stuck-leases"
 
-	// The other attributes have short names: a record pays for each name's
-	// bytes in every write (doc.go lists them, "Record layout").
+	// The other attributes have short names. A record pays for each name's
+	// bytes in every write. doc.go lists them ("Record layout").
 	attrStatus          = "st"
 	attrFingerprint     = "fp"
 	attrCreatedAt       = "ct"
@@ -53,7 +52,8 @@ const (
 const DefaultSortKeyValue = "idem"
 
 // recordAttrs are the attributes a record writes besides its key, its TTL
-// attribute and the index's keys, which the table's own names must not take.
+// attribute and the index's keys. The table's own names must not take
+// them.
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
 	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrRegion,
@@ -63,8 +63,9 @@ var recordAttrs = []string{
 // Options, defaults applied and checked.
 type layout struct {
 	pk, sk string // the key schema's attributes; sk is empty without a sort key
-	// keyIn holds KeyPrefix + Key.String(); fixedIn, the other key
-	// attribute (empty without a sort key), holds fixed in every record.
+	// keyIn holds KeyPrefix + Key.String(). fixedIn, the other key
+	// attribute, holds fixed in every record; it is empty without a sort
+	// key.
 	keyIn, fixedIn string
 	fixed          types.AttributeValue
 	prefix         string
@@ -113,10 +114,10 @@ func newLayout(o Options) (layout, error) {
 }
 
 // validPrefix reports whether p is a tenant-like name followed by one '#'.
-// Two such prefixes never begin one another, so a store that lists its
-// records by its prefix never takes another store's for its own: with
+// Two such prefixes never begin one another. So a store that lists its
+// records by its prefix never takes another store's for its own. With
 // "idem#" and "idem#v2#", the first would read "idem#v2#acme#op#k" as the
-// key v2#acme#op#k, whose client part may hold a '#'.
+// key v2#acme#op#k. Its client part may hold a '#'.
 func validPrefix(p string) bool {
 	name, ok := strings.CutSuffix(p, "#")
 	if !ok || name == "" || len(name) > 128 {
@@ -143,9 +144,9 @@ func (l *layout) putKey(item map[string]types.AttributeValue, k idem.Key) {
 // enable it on AttrExpiresAt with UpdateTimeToLive (see TTLInput).
 func TableInput(name string) *dynamodb.CreateTableInput { return defaultLayout.tableInput(name) }
 
-// TableInput returns the CreateTable request for the store's table as its
-// options lay it out: its key attributes, and the stuck-lease index
-// unless Options.ScanStuckLeases.
+// TableInput returns the CreateTable request for the store's table, laid
+// out as its options say. It has the key attributes, and the stuck-lease
+// index unless Options.ScanStuckLeases.
 func (s *Store) TableInput() *dynamodb.CreateTableInput { return s.layout.tableInput(s.table) }
 
 func (l *layout) tableInput(name string) *dynamodb.CreateTableInput {
@@ -168,8 +169,8 @@ func (l *layout) tableInput(name string) *dynamodb.CreateTableInput {
 }
 
 // IndexInput returns the UpdateTable request that adds the stuck-lease
-// index to the store's existing table, as its options name the index and
-// its keys. Records carry the index's keys whether or not it exists, so
+// index to the store's existing table. The options name the index and its
+// keys. Records carry the index's keys whether or not it exists. So
 // DynamoDB backfills it with the commands already in flight. A table with
 // provisioned capacity needs the index's ProvisionedThroughput set on the
 // request. With Options.ScanStuckLeases there is no index to add: it

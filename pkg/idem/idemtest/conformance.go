@@ -50,7 +50,7 @@ func (c *suite) wantReplay(t *testing.T, k idem.Key, want idem.Response, status 
 	}
 }
 
-// wantInFlight checks err by its sentinel alone: the contract lets a store
+// wantInFlight checks err by its sentinel alone. The contract lets a store
 // return ErrInFlight plain or as *InFlightError.
 func wantInFlight(t *testing.T, err error) {
 	t.Helper()
@@ -60,12 +60,13 @@ func wantInFlight(t *testing.T, err error) {
 }
 
 // RunConformance checks that the stores newSubject builds keep pkg/idem's
-// contract: the lifecycle and its forbidden transitions, fencing after a
-// take-over, retention, the mismatch rule, tenant scoping, the size
-// limit, the stuck-lease listing, one owner under concurrent claims, and
-// idem.Recover's take-over, resolution and settlement on the store.
-// Each subtest builds its own store and uses keys of its own, and runs in
-// parallel with the others.
+// contract. It covers the lifecycle and its forbidden transitions, and
+// fencing after a take-over. It covers retention, the mismatch rule,
+// tenant scoping and the size limit. It covers the stuck-lease listing,
+// and one owner under concurrent claims. It covers idem.Recover's
+// take-over, resolution and settlement on the store. Each subtest builds
+// its own store and uses keys of its own. It runs in parallel with the
+// others.
 func RunConformance(t *testing.T, newSubject NewSubject) {
 	tests := []struct {
 		name string
@@ -415,7 +416,7 @@ func inFlightOutlivesRetention(t *testing.T, c *suite) {
 }
 
 // releasedUntilRetention: a released command's key lives Retention from
-// its creation, however often it is released; a re-claim and a second
+// its creation, however often it is released. A re-claim and a second
 // release do not move its end.
 func releasedUntilRetention(t *testing.T, c *suite) {
 	ctx := context.Background()
@@ -451,9 +452,9 @@ func releasedUntilRetention(t *testing.T, c *suite) {
 }
 
 // expiredFromItsSecond: a record is absent from the instant its expiry
-// names (the Idempotency-Expires a client is told), to the millisecond,
-// for Get and for Begin alike: another request under the key in that
-// second is a new command, not a mismatch.
+// names, to the millisecond. That is the Idempotency-Expires a client is
+// told. It holds for Get and for Begin alike. Another request under the
+// key in that second is a new command, not a mismatch.
 func expiredFromItsSecond(t *testing.T, c *suite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
@@ -634,9 +635,9 @@ func postponeHides(t *testing.T, c *suite) {
 	}
 }
 
-// oneOwner releases 32 goroutines together on one key, round after
-// round: exactly one owns the key, the rest see it in flight, and after
-// the owner commits everyone replays the same bytes.
+// oneOwner releases 32 goroutines together on one key, round after round.
+// Exactly one owns the key, and the rest see it in flight. After the owner
+// commits, everyone replays the same bytes.
 func oneOwner(t *testing.T, c *suite) {
 	const workers, rounds = 32, 20
 	ctx := context.Background()
@@ -691,8 +692,8 @@ func oneOwner(t *testing.T, c *suite) {
 	}
 }
 
-// preemptLive: a caller that knows the outcome takes a live lease over;
-// the holder's late writes fail, the record settles once.
+// preemptLive: a caller that knows the outcome takes a live lease over.
+// The holder's late writes fail, and the record settles once.
 func preemptLive(t *testing.T, c *suite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
@@ -728,10 +729,10 @@ func preemptLive(t *testing.T, c *suite) {
 	}
 }
 
-// preemptReleased: a caller with proof that a released command's effect
-// happened after all claims the record back under its CreatedAt and
-// intent, out of retention, and commits; a release past its retention is
-// a new command's, not its.
+// preemptReleased: a caller has proof that a released command's effect
+// happened after all. It claims the record back under its CreatedAt and
+// intent, out of retention, and commits. A release past its retention is a
+// new command's, not its.
 func preemptReleased(t *testing.T, c *suite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
@@ -763,7 +764,7 @@ func preemptReleased(t *testing.T, c *suite) {
 	if _, err := c.Store.Preempt(ctx, old, l.CreatedAt); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Preempt of an expired release: want ErrNotFound, got %v", err)
 	}
-	// A new intent claims the expired key: a proof checked against the old
+	// A new intent claims the expired key. A proof checked against the old
 	// command is not the new one's.
 	n := c.begin(t, old, fpB)
 	if _, err := c.Store.Preempt(ctx, old, l.CreatedAt); !errors.Is(err, idem.ErrNotFound) {
@@ -775,8 +776,8 @@ func preemptReleased(t *testing.T, c *suite) {
 }
 
 // earliestWhileUnsettled: the expiry an unsettled command's answers give
-// (a 409's, a lease's) is the earliest it may have: no later than when
-// the record ends once released, nor once committed.
+// is the earliest it may have. A 409's and a lease's are such. It is no
+// later than the record's end once released, or once committed.
 func earliestWhileUnsettled(t *testing.T, c *suite) {
 	ctx := context.Background()
 	for _, settle := range []string{"release", "commit"} {
@@ -807,8 +808,8 @@ func earliestWhileUnsettled(t *testing.T, c *suite) {
 	}
 }
 
-// doneContext: every method called with a context already done returns
-// an error wrapping the context's error, and changes nothing.
+// doneContext: every method called with a context already done returns an
+// error wrapping the context's error. It changes nothing.
 func doneContext(t *testing.T, c *suite) {
 	ctx := context.Background()
 	done, cancel := context.WithCancel(ctx)

@@ -25,8 +25,8 @@ const (
 )
 
 // DefaultProblemBase prefixes the problem types unless Options.ProblemBase
-// says otherwise: this package's documentation, which lists them, rather
-// than any one API's. An API is better served by a base of its own.
+// says otherwise. It is this package's documentation, which lists them. An
+// API is better served by a base of its own.
 const DefaultProblemBase = "https://pkg.go.dev/github.com/chargeonce/chargeonce/pkg/idem/lambdaidem#"
 
 // Options configure HTTP and REST. Zero fields take the defaults.
@@ -38,9 +38,9 @@ type Options struct {
 	// Default: the Header header.
 	Key func(r Request) (string, bool)
 	// Tenant names the request's tenant, and whether it has one (401
-	// without). Default: the principal of whichever authorizer the route
-	// has: a JWT's "sub" claim, the IAM caller (TenantFromIAMPrincipal),
-	// a REST API Lambda authorizer's principalId. An HTTP API Lambda
+	// without). Default: the principal of the route's authorizer. That is
+	// a JWT's "sub" claim, the IAM caller (TenantFromIAMPrincipal), or a
+	// REST API Lambda authorizer's principalId. An HTTP API Lambda
 	// authorizer has no principal: use TenantFromLambdaContext.
 	Tenant func(r Request) (string, bool)
 	// Fingerprint identifies the request, so that a key reused for another
@@ -50,14 +50,14 @@ type Options struct {
 	// FingerprintBody, the body alone.
 	Fingerprint func(r Request) (idem.Fingerprint, error)
 	// Intent gives the bytes stored as the command's Intent, for a
-	// Resolver; its error is answered 400. An intent over 190 KiB is
+	// Resolver. Its error is answered 400. An intent over 190 KiB is
 	// answered 413, and nothing is stored. Default IntentRequest: the
 	// route, method, path and body, never a header or the query string.
-	// Leave out what the record must not keep (a card number), or return
-	// nil to store nothing.
+	// Leave out what the record must not keep, such as a card number.
+	// Return nil to store nothing.
 	Intent func(r Request) ([]byte, error)
-	// OnReplay is given every stored answer about to be replayed, with
-	// its key, and what it returns is answered: to count replays or add a
+	// OnReplay is given every stored answer about to be replayed, with its
+	// key. What it returns is answered: it may count replays or add a
 	// header. The Body may be shared with a cache: replace it, do not
 	// change it.
 	OnReplay func(ctx context.Context, r Request, key idem.Key, resp idem.Response) idem.Response
@@ -67,23 +67,24 @@ type Options struct {
 	Migration *KeyMigration
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
-	// ResolveAfter is how long after a lease ends the service's
-	// reconciler has resolved a command left IN_FLIGHT (its sweep's
-	// period): the answers for an unknown outcome count it in their
-	// Retry-After and say so. Default 0.
+	// ResolveAfter is how long after a lease ends the reconciler resolves
+	// a command left IN_FLIGHT. It is the period of its sweep. The answers
+	// for an unknown outcome count it in their Retry-After, and say so.
+	// Default 0.
 	ResolveAfter time.Duration
 	// ProblemBase prefixes the problem types. Default DefaultProblemBase.
 	ProblemBase string
 	// OnError sees every error the wrapper answers for rather than
-	// returns (a store failure, the handler's own error), for logging.
+	// returns, for logging. A store failure is one, and so is the
+	// handler's own error.
 	OnError func(ctx context.Context, err error)
 }
 
 // api is a wrapper's options, defaults applied.
 type api struct {
 	Options
-	// keyName is how the answers name the key: by its header, unless a
-	// function of the caller's reads it.
+	// keyName is how the answers name the key: by its header, unless the
+	// caller's function reads it.
 	keyName string
 	// now is the store's clock.
 	now func() time.Time
@@ -126,8 +127,8 @@ func newAPI(b idem.Backend, optFns []func(*Options)) *api {
 // the outcome's Response.
 type HTTPFunc func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error)
 
-// HTTP wraps next as an API Gateway HTTP API (payload 2.0) handler that
-// runs it at most once per (tenant, operation, idempotency key).
+// HTTP wraps next as an API Gateway HTTP API (payload 2.0) handler. It
+// runs next at most once per tenant, operation and idempotency key.
 func HTTP(b idem.Backend, operation string, next HTTPFunc, optFns ...func(*Options)) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	o := newAPI(b, optFns)
 	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
@@ -143,8 +144,8 @@ func HTTP(b idem.Backend, operation string, next HTTPFunc, optFns ...func(*Optio
 // RESTFunc handles a REST API request under its lease, as HTTPFunc.
 type RESTFunc func(ctx context.Context, req events.APIGatewayProxyRequest, l *idem.Lease) (idem.Outcome, error)
 
-// REST wraps next as an API Gateway REST API (payload 1.0) handler that
-// runs it at most once per (tenant, operation, idempotency key).
+// REST wraps next as an API Gateway REST API (payload 1.0) handler. It
+// runs next at most once per tenant, operation and idempotency key.
 func REST(b idem.Backend, operation string, next RESTFunc, optFns ...func(*Options)) func(context.Context, events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
 	o := newAPI(b, optFns)
 	return func(ctx context.Context, req events.APIGatewayProxyRequest) (events.APIGatewayProxyResponse, error) {
@@ -157,9 +158,9 @@ func REST(b idem.Backend, operation string, next RESTFunc, optFns ...func(*Optio
 	}
 }
 
-// serve answers one request: every refusal of the contract, the replay,
-// or the handler's own response. bodyOK is false for a body that is not
-// the base64 it was said to be.
+// serve answers one request: a refusal of the contract, the replay, or the
+// handler's own response. bodyOK is false for a body that is not the
+// base64 it was said to be.
 func (o *api) serve(ctx context.Context, b idem.Backend, operation string, r Request, bodyOK bool, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
 	if !bodyOK {
 		return o.problem(problemInvalidRequest, "The body is not valid base64.")
@@ -189,9 +190,9 @@ func (o *api) serve(ctx context.Context, b idem.Backend, operation string, r Req
 	return resp
 }
 
-// run runs fn under key through idem.Do and answers what became of it.
-// A request run without a key (keyed false) can have no replay, and a
-// retry of it is another request.
+// run runs fn under key through idem.Do and answers what became of it. A
+// request run without a key (keyed false) can have no replay. A retry of
+// it is another request.
 func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool, r Request, fn func(context.Context, *idem.Lease) (idem.Outcome, error)) idem.Response {
 	fp, err := o.Fingerprint(r)
 	switch {
@@ -239,10 +240,10 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 	return resp
 }
 
-// refused answers an error of Begin by the sentinel it wraps, with the
-// times of its typed error when they are set. Only ErrUnavailable proves
-// that Begin wrote no record (see idem.Backend): any other error leaves
-// the claim unknown, so a retry must keep the key.
+// refused answers an error of Begin by the sentinel it wraps. It gives its
+// typed error's times when they are set. Only ErrUnavailable proves that
+// Begin wrote no record (see idem.Backend). Any other error leaves the
+// claim unknown, so a retry must keep the key.
 func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response {
 	switch {
 	case errors.Is(err, idem.ErrMismatch):
@@ -267,8 +268,8 @@ func (o *api) refused(ctx context.Context, err error, keyed bool) idem.Response 
 	return o.claimUnknown(time.Time{})
 }
 
-// typed is the error of type *T in err's tree, or T's zero value when
-// the Backend returned the plain sentinel: then its times are zero.
+// typed is the error of type *T in err's tree. It is T's zero value when
+// the Backend returned the plain sentinel; then its times are zero.
 func typed[T any, P interface {
 	*T
 	error
@@ -281,11 +282,10 @@ func typed[T any, P interface {
 	return zero
 }
 
-// expires sets resp's Idempotency-Expires to at, unless the store did not
-// say (at is zero) or at has passed. The earliest expiry of an unsettled
-// command may lie in the past (it would expire the moment it is
-// released), yet the key deduplicates until it is settled: no date is
-// true then.
+// expires sets resp's Idempotency-Expires to at, unless at is zero or
+// past. Zero means the store did not say. An unsettled command's earliest
+// expiry may lie in the past: it would expire the moment it is released.
+// Yet the key deduplicates until it is settled, so no date is true then.
 func (o *api) expires(resp idem.Response, at time.Time) idem.Response {
 	if at.After(o.now()) {
 		resp.Headers[HeaderIdempotencyExpires] = at.UTC().Format(http.TimeFormat)
@@ -294,15 +294,15 @@ func (o *api) expires(resp idem.Response, at time.Time) idem.Response {
 }
 
 // The longest Retry-After for a key held by a live attempt, which may
-// finish any moment; and for one whose attempt ended and whose
-// resolution is overdue.
+// finish any moment. Then the longest for one whose attempt ended and
+// whose resolution is overdue.
 const (
 	maxRetryInProgress = 30 * time.Second
 	retryOverdue       = 30 * time.Second
 )
 
-// inProgress answers a key held by another attempt whose lease ends at
-// leaseEnd, or at a time the store did not say (leaseEnd zero).
+// inProgress answers a key held by another attempt. Its lease ends at
+// leaseEnd, or at a time the store did not say (zero).
 func (o *api) inProgress(leaseEnd time.Time) idem.Response {
 	now := o.now()
 	switch {
@@ -341,9 +341,9 @@ func (o *api) pending(leaseEnd time.Time, keyed bool) idem.Response {
 	return retryAt(p, o.now(), leaseEnd.Add(o.ResolveAfter))
 }
 
-// claimUnknown answers a claim the store did not confirm, which would
-// have held the key until leaseEnd (zero if the store did not say). An
-// earlier attempt with the key may have carried the request out.
+// claimUnknown answers a claim the store did not confirm. It would have
+// held the key until leaseEnd, zero if the store did not say. An earlier
+// attempt with the key may have carried the request out.
 func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
 	now := o.now()
 	until := "the service's reconciliation resolves it"
@@ -357,8 +357,8 @@ func (o *api) claimUnknown(leaseEnd time.Time) idem.Response {
 	return retryAt(p, now, now.Add(time.Second))
 }
 
-// resolution says what resolves a command whose lease ends at leaseEnd,
-// and by when if ResolveAfter says.
+// resolution says what resolves a command whose lease ends at leaseEnd. It
+// says by when if ResolveAfter is set.
 func (o *api) resolution(leaseEnd time.Time) string {
 	const resolves = "the service's reconciliation finds out whether it took effect and records the outcome"
 	now, resolveBy := o.now(), leaseEnd.Add(o.ResolveAfter)

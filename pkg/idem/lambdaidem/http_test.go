@@ -164,3 +164,194 @@ func TestZeroRecordExpiresAt(t *testing.T) {
 		}
 	}
 }
+
+// throttledAfterInFlight is a Backend whose Begin, once it has told a
+// caller that another attempt holds the key (ErrInFlight), is throttled
+// (ErrUnavailable) on the caller's next claim: DynamoDB under load.
+type throttledAfterInFlight struct {
+	idem.Backend
+	sawInFlight atomic.Bool
+}
+
+func (s *throttledAfterInFlight) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	if s.sawInFlight.Load() {
+		return idem.Begun{}, fmt.Errorf("mystore: begin: throttled: %w", idem.ErrUnavailable)
+	}
+	b, err := s.Backend.Begin(ctx, key, fp, intent)
+	if errors.Is(err, idem.ErrInFlight) {
+		s.sawInFlight.Store(true)
+	}
+	return b, err
+}
+
+// TestWaitThenThrottledIsInProgress: a retry that, waiting
+// (Options.Wait), found the key held by the first attempt, whose outcome
+// is unknown, and then met a throttled claim, is told "nothing was done".
+// But Do saw proof of the opposite: an attempt with this key ran and may
+// have carried the request out. The answer must not be
+// service-unavailable, "this request was not carried out".
+func TestWaitThenThrottledIsInProgress(t *testing.T) {
+	t.Parallel()
+	inner := memstore.New()
+	s := &throttledAfterInFlight{Backend: inner}
+	var runs atomic.Int32
+	handler := lambdaidem.HTTP(s, "create-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Unknown(idem.Response{}), errors.New("provider timed out: the charge may have gone through")
+	}, func(o *lambdaidem.Options) { o.Wait = 2 * time.Second })
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	first, err := handler(t.Context(), httpRequest("acme", key, `{"amount":100}`))
+	if err != nil || first.StatusCode != 503 || !strings.Contains(first.Body, "outcome-pending") {
+		t.Fatalf("first: %d %s, %v; want 503 outcome-pending", first.StatusCode, first.Body, err)
+	}
+	retry, err := handler(t.Context(), httpRequest("acme", key, `{"amount":100}`))
+	if err != nil || runs.Load() != 1 {
+		t.Fatalf("retry: %v, %d runs", err, runs.Load())
+	}
+	if strings.Contains(retry.Body, "service-unavailable") || strings.Contains(strings.ToLower(retry.Body), "nothing was done") {
+		t.Fatalf("retry of a request whose first attempt may have charged: %d %s\nwant 409 or outcome-pending, never \"nothing was done\"", retry.StatusCode, retry.Body)
+	}
+}
+
+// TestPassedExpiryIsLeftOut: a key whose first attempt left
+// its outcome unknown stays IN_FLIGHT, and deduplicates, until a
+// reconciler settles it (recovery.md: "an hour or two days later too").
+// v1 now sends Idempotency-Expires on the 409 from the InFlightError's
+// RecordExpiresAt, the earliest retention could end had the command been
+// settled when its lease ended. A day later that is a date in the past,
+// on an answer that proves the key still deduplicates.
+func TestPassedExpiryIsLeftOut(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
+	handler := lambdaidem.HTTP(s, "create-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		return idem.Unknown(idem.Response{}), errors.New("provider timed out")
+	})
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	if first, _ := handler(t.Context(), httpRequest("acme", key, `{}`)); first.StatusCode != 503 {
+		t.Fatalf("first: %d %s", first.StatusCode, first.Body)
+	}
+	clock.Advance(25 * time.Hour) // the reconciler has not run yet
+	retry, _ := handler(t.Context(), httpRequest("acme", key, `{}`))
+	if retry.StatusCode != 409 {
+		t.Fatalf("retry: %d %s; want 409", retry.StatusCode, retry.Body)
+	}
+	if h, ok := retry.Headers[lambdaidem.HeaderIdempotencyExpires]; ok {
+		at, err := time.Parse(http.TimeFormat, h)
+		if err != nil || !at.After(clock.Now()) {
+			t.Fatalf("409 with Idempotency-Expires %q at %s: the key still deduplicates, but the header says it stopped", h, clock.Now().Format(http.TimeFormat))
+		}
+	}
+}
+
+// plainBegin is a custom Backend as backend.go allows one ("Return the
+// sentinels of this package, wrapped or not, or its typed errors:
+// callers test them with errors.Is alone"): its Begin gives ErrMismatch
+// and ErrInFlight as plain sentinels, as pkg/idem's own
+// plain_conformance_test wrapper does (and passes the suite).
+type plainBegin struct{ idem.Backend }
+
+func (p plainBegin) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	b, err := p.Backend.Begin(ctx, key, fp, intent)
+	for _, s := range []error{idem.ErrMismatch, idem.ErrInFlight} {
+		if errors.Is(err, s) {
+			return b, fmt.Errorf("plain store: %w", s)
+		}
+	}
+	return b, err
+}
+
+// TestHTTPPlainSentinels: a key reused with another request is
+// 422 idempotency-key-reused, and a key in flight 409 request-in-progress,
+// whichever conforming Backend says so.
+func TestHTTPPlainSentinels(t *testing.T) {
+	t.Parallel()
+	store := plainBegin{memstore.New()}
+	handler := lambdaidem.HTTP(store, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+		if req.Body == `{"item":"timeout"}` {
+			return idem.Unknown(idem.Response{}), nil
+		}
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{}`)}), nil
+	})
+	ctx := t.Context()
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	if first, err := handler(ctx, httpRequest("acme", key, `{"item":"book"}`)); err != nil || first.StatusCode != 201 {
+		t.Fatalf("first: %+v, %v", first, err)
+	}
+	reused, _ := handler(ctx, httpRequest("acme", key, `{"item":"pen"}`))
+	if reused.StatusCode != 422 {
+		t.Errorf("key reused with another request through a plain-sentinel Backend: %d %s; want 422 idempotency-key-reused", reused.StatusCode, reused.Body)
+	}
+	_, _ = handler(ctx, httpRequest("acme", key+"-t", `{"item":"timeout"}`))
+	pending, _ := handler(ctx, httpRequest("acme", key+"-t", `{"item":"timeout"}`))
+	if pending.StatusCode != 409 {
+		t.Errorf("key in flight through a plain-sentinel Backend: %d %s; want 409 request-in-progress", pending.StatusCode, pending.Body)
+	}
+}
+
+// unknownBegin is a conforming Backend whose claim landed but whose answer
+// was lost: it writes the record, then says ErrUnknownClaim, plain (as the
+// suite's plain-sentinel wrapper would give it).
+type unknownBegin struct{ idem.Backend }
+
+func (u unknownBegin) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	if _, err := u.Backend.Begin(ctx, key, fp, intent); err != nil {
+		return idem.Begun{}, err
+	}
+	return idem.Begun{}, fmt.Errorf("plain store: %w", idem.ErrUnknownClaim)
+}
+
+// TestHTTPPlainUnknownClaim: backend.go, "An error wrapping
+// ErrUnavailable proves that no record was written: only then may a
+// caller answer 'nothing was done'". A claim that landed, reported as
+// ErrUnknownClaim, must not be answered "Service temporarily unavailable;
+// nothing was done".
+func TestHTTPPlainUnknownClaim(t *testing.T) {
+	t.Parallel()
+	handler := lambdaidem.HTTP(unknownBegin{memstore.New()}, "create-order", func(ctx context.Context, req events.APIGatewayV2HTTPRequest, l *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{}`)}), nil
+	})
+	resp, _ := handler(t.Context(), httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{"item":"book"}`))
+	if resp.StatusCode == 503 && strings.Contains(resp.Body, "nothing was done") {
+		t.Fatalf("a claim that landed (ErrUnknownClaim): %d %s", resp.StatusCode, resp.Body)
+	}
+}
+
+// throttledBegin is a Backend whose Begin is throttled once on is set.
+type throttledBegin struct {
+	idem.Backend
+	on atomic.Bool
+}
+
+func (s *throttledBegin) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	if s.on.Load() {
+		return idem.Begun{}, fmt.Errorf("mystore: begin: throttled: %w", idem.ErrUnavailable)
+	}
+	return s.Backend.Begin(ctx, key, fp, intent)
+}
+
+// TestThrottledRetryTitleClaimsNothing: the CHANGELOG says
+// "The throttled answer no longer says 'nothing was done'", and only the
+// detail changed: the problem's title is still "Service temporarily
+// unavailable; nothing was done". A retry of a request that was carried
+// out (201, the order created) whose claim is throttled is told nothing
+// was done.
+func TestThrottledRetryTitleClaimsNothing(t *testing.T) {
+	t.Parallel()
+	s := &throttledBegin{Backend: memstore.New()}
+	var runs atomic.Int32
+	handler := lambdaidem.HTTP(s, "create-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"order":"o-1"}`)}), nil
+	})
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	first, _ := handler(t.Context(), httpRequest("acme", key, `{"amount":100}`))
+	if first.StatusCode != 201 {
+		t.Fatalf("first: %d %s", first.StatusCode, first.Body)
+	}
+	s.on.Store(true)
+	retry, _ := handler(t.Context(), httpRequest("acme", key, `{"amount":100}`))
+	if strings.Contains(strings.ToLower(retry.Body), "nothing was done") {
+		t.Fatalf("retry of a request that was carried out (%d runs): %d %s; says \"nothing was done\"", runs.Load(), retry.StatusCode, retry.Body)
+	}
+}

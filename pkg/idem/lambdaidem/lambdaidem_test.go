@@ -130,7 +130,7 @@ func TestHTTP(t *testing.T) {
 			return idem.Succeeded(idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"order":"` + l.Key.ClientKey() + `"}`)},
 				s.Row(l.Key.String())), nil
 		})
-		ctx := context.Background()
+		ctx := t.Context()
 		call := func(req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 			t.Helper()
 			resp, err := handler(ctx, req)
@@ -205,17 +205,17 @@ func TestHTTPConcurrentRetry(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = handler(context.Background(), req)
+			_, _ = handler(t.Context(), req)
 		}()
 		<-started
-		resp, _ := handler(context.Background(), req)
+		resp, _ := handler(t.Context(), req)
 		wantProblem(t, resp, 409, "request-in-progress")
 		if ra := resp.Headers["Retry-After"]; ra == "" || ra == "0" {
 			t.Fatalf("Retry-After %q", ra)
 		}
 		close(release)
 		wg.Wait()
-		if resp, _ := handler(context.Background(), req); resp.StatusCode != 201 || resp.Headers[lambdaidem.HeaderReplayed] != "true" || runs.Load() != 1 {
+		if resp, _ := handler(t.Context(), req); resp.StatusCode != 201 || resp.Headers[lambdaidem.HeaderReplayed] != "true" || runs.Load() != 1 {
 			t.Fatalf("after the first finished: %+v, %d runs", resp, runs.Load())
 		}
 	})
@@ -236,13 +236,13 @@ func TestREST(t *testing.T) {
 		}
 		req.RequestContext.Authorizer = map[string]any{"principalId": "acme"}
 		for i := range 2 {
-			resp, err := handler(context.Background(), req)
+			resp, err := handler(t.Context(), req)
 			if err != nil || resp.StatusCode != 201 || resp.Body != req.Body || (resp.Headers[lambdaidem.HeaderReplayed] == "true") != (i == 1) {
 				t.Fatalf("call %d: %+v, %v", i+1, resp, err)
 			}
 		}
 		req.Body = `{"item":"pen"}`
-		if resp, _ := handler(context.Background(), req); resp.StatusCode != 422 || runs.Load() != 1 {
+		if resp, _ := handler(t.Context(), req); resp.StatusCode != 422 || runs.Load() != 1 {
 			t.Fatalf("another body: %+v, %d runs", resp, runs.Load())
 		}
 	})
@@ -267,7 +267,7 @@ func failures(resp events.SQSEventResponse) string {
 func TestSQS(t *testing.T) {
 	t.Parallel()
 	forEachStore(t, func(t *testing.T, s idemtest.Subject) {
-		ctx := context.Background()
+		ctx := t.Context()
 		var (
 			mu   sync.Mutex
 			runs = map[string]int{}
@@ -332,7 +332,7 @@ func TestSQSKeys(t *testing.T) {
 		return idem.Succeeded(idem.Response{}), nil
 	}
 	byField := lambdaidem.SQS(s, "fulfil", next, func(o *lambdaidem.SQSOptions) { o.Key = lambdaidem.KeyFromJSONField("order_id") })
-	resp, _ := byField(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+	resp, _ := byField(t.Context(), events.SQSEvent{Records: []events.SQSMessage{
 		sqsMessage("m1", "", `{"order_id":"o-1","n":1}`),
 		sqsMessage("m2", "", `{"n":1, "order_id":"o-1"}`),
 		sqsMessage("m3", "", `{"n":1}`),
@@ -352,10 +352,10 @@ func TestSQSKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	fp, _ := idem.FingerprintJSON([]byte(`{}`))
-	if _, err := s.Begin(context.Background(), f2, fp, nil); err != nil { // f2 is in flight elsewhere
+	if _, err := s.Begin(t.Context(), f2, fp, nil); err != nil { // f2 is in flight elsewhere
 		t.Fatal(err)
 	}
-	if resp, _ := byID(context.Background(), fifo); failures(resp) != "f2,f3" {
+	if resp, _ := byID(t.Context(), fifo); failures(resp) != "f2,f3" {
 		t.Fatalf("FIFO after a failure: failures %q, want f2,f3", failures(resp))
 	}
 }

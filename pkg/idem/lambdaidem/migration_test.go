@@ -50,7 +50,7 @@ func TestMigration(t *testing.T) {
 		})
 		call := func(req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 			t.Helper()
-			resp, err := handler(context.Background(), req)
+			resp, err := handler(t.Context(), req)
 			if err != nil {
 				t.Fatal(err)
 			}

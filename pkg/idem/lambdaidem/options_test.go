@@ -66,7 +66,7 @@ func TestTenants(t *testing.T) {
 			handler := lambdaidem.HTTP(s, "create-order", echoTenant, func(o *lambdaidem.Options) { o.Tenant = c.tenant })
 			req := httpRequest("", idemtest.UniqueKey(t, "x").ClientKey(), `{}`)
 			req.RequestContext.Authorizer = c.authorizer
-			resp, err := handler(context.Background(), req)
+			resp, err := handler(t.Context(), req)
 			switch {
 			case err != nil:
 				t.Fatal(err)
@@ -100,7 +100,7 @@ func TestTenantsREST(t *testing.T) {
 			t.Parallel()
 			handler := lambdaidem.REST(s, "create-order", echoTenantREST, func(o *lambdaidem.Options) { o.Tenant = c.tenant })
 			req := events.APIGatewayProxyRequest{Body: `{}`, Headers: map[string]string{"Idempotency-Key": idemtest.UniqueKey(t, "x").ClientKey()}, RequestContext: c.ctx}
-			resp, err := handler(context.Background(), req)
+			resp, err := handler(t.Context(), req)
 			switch {
 			case err != nil:
 				t.Fatal(err)
@@ -127,7 +127,7 @@ func TestKeyAndFingerprint(t *testing.T) {
 	}
 	call := func(h func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error), req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
 		t.Helper()
-		resp, err := h(context.Background(), req)
+		resp, err := h(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,13 +194,13 @@ func TestOnReplayAndProblemBase(t *testing.T) {
 		}
 	})
 	req := httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{}`)
-	first, _ := handler(context.Background(), req)
-	again, _ := handler(context.Background(), req)
+	first, _ := handler(t.Context(), req)
+	again, _ := handler(t.Context(), req)
 	if first.Headers["X-Replayed-By"] != "" || again.Headers["X-Replayed-By"] != "hook" || replays.Load() != 1 {
 		t.Fatalf("first %v, replay %v, %d hook calls: want the hook on the replay only", first.Headers, again.Headers, replays.Load())
 	}
 	req.Body = `{"other":1}`
-	resp, _ := handler(context.Background(), req)
+	resp, _ := handler(t.Context(), req)
 	var p problem
 	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil || p.Type != "https://api.example.com/problems/idempotency-key-reused" {
 		t.Fatalf("problem %s under the API's own base: %v", resp.Body, err)
@@ -228,7 +228,7 @@ func TestUnknownOutcomeAnswers(t *testing.T) {
 	req := httpRequest("acme", idemtest.UniqueKey(t, "x").ClientKey(), `{}`)
 	answer := func(status int, slug, retryAfter string, details ...string) {
 		t.Helper()
-		resp, err := handler(context.Background(), req)
+		resp, err := handler(t.Context(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func TestUnknownOutcomeAnswers(t *testing.T) {
 	answer(409, "request-in-progress", "30", "ended at "+leaseEnd, "due by "+resolveBy) // overdue: once every 30s
 
 	lost := lambdaidem.HTTP(beginFails{Backend: s, err: &idem.UnknownClaimError{LeaseExpiresAt: clock.Now().Add(30 * time.Second), Err: idem.ErrUnavailable}}, "create-order", timeout, opts)
-	resp, _ := lost(context.Background(), req)
+	resp, _ := lost(t.Context(), req)
 	if p := wantProblem(t, resp, 503, "outcome-pending"); resp.Headers["Retry-After"] != "1" || !strings.Contains(p.Detail, "not carried out") {
 		t.Fatalf("an unconfirmed claim: Retry-After %q, detail %q", resp.Headers["Retry-After"], p.Detail)
 	}

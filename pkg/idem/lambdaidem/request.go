@@ -12,13 +12,13 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Request is what the API options read of a request, the same for an HTTP
-// API and a REST API, so one key, tenant or fingerprint function serves
-// both. HTTP and REST give the event itself, for anything else.
+// Request is what the API options read of a request. It is the same for an
+// HTTP API and a REST API, so one key, tenant or fingerprint function
+// serves both. HTTP and REST give the event itself, for anything else.
 type Request struct {
-	// Route is the route the request matched, never its path: an HTTP
-	// API's route key ("POST /orders/{id}"), a REST API's method and
-	// resource.
+	// Route is the route the request matched, never its path. For an HTTP
+	// API it is the route key ("POST /orders/{id}"). For a REST API it is
+	// the method and resource.
 	Route string
 	// Body is the request's body, decoded from base64 when it was sent so.
 	Body       []byte
@@ -45,8 +45,8 @@ type Authorizer struct {
 type IAMCaller struct {
 	AccountID string
 	UserARN   string
-	// UserID is the IAM user's or role's unique ID (AIDA…, AROA…),
-	// followed for a role by ":" and the name of the caller's session.
+	// UserID is the IAM user's or role's unique ID (AIDA…, AROA…). For a
+	// role, ":" and the caller's session name follow.
 	UserID string
 }
 
@@ -56,9 +56,9 @@ func (r Request) HTTP() *events.APIGatewayV2HTTPRequest { return r.http }
 // REST is the REST API event, nil for an HTTP API request.
 func (r Request) REST() *events.APIGatewayProxyRequest { return r.rest }
 
-// Header is the value of the header name, whatever its case; for a REST
-// API, from its single-value headers, or else from a multi-value header
-// that has one value.
+// Header is the value of the header name, whatever its case. A REST API's
+// comes from its single-value headers, or else a multi-value header with
+// one value.
 func (r Request) Header(name string) (string, bool) {
 	switch {
 	case r.http != nil:
@@ -121,8 +121,8 @@ func restRequest(req *events.APIGatewayProxyRequest, body []byte) Request {
 	return r
 }
 
-// TenantFromJWTClaim reads the tenant from a claim of the JWT authorizer
-// (for a REST API, the Cognito user pool authorizer).
+// TenantFromJWTClaim reads the tenant from a claim of the JWT authorizer.
+// For a REST API that is the Cognito user pool authorizer.
 func TenantFromJWTClaim(claim string) func(Request) (string, bool) {
 	return func(r Request) (string, bool) {
 		t := r.Authorizer.JWTClaims[claim]
@@ -131,16 +131,16 @@ func TenantFromJWTClaim(claim string) func(Request) (string, bool) {
 }
 
 // TenantFromLambdaContext reads the tenant from a value of the Lambda
-// authorizer's context, a string or an integer; "principalId" names a
-// REST API authorizer's principal.
+// authorizer's context. The value is a string or an integer. "principalId"
+// names a REST API authorizer's principal.
 func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 	return func(r Request) (string, bool) {
 		switch v := r.Authorizer.Lambda[name].(type) {
 		case string:
 			return v, v != ""
 		case float64: // how encoding/json decodes a number
-			// From 2^53 on a float64 holds no exact integer (2^53+1 reads
-			// as 2^53): two tenants would read as one.
+			// From 2^53 on, a float64 holds no exact integer: 2^53+1 reads
+			// as 2^53. Two tenants would read as one.
 			if v == float64(int64(v)) && math.Abs(v) < 1<<53 {
 				return strconv.FormatInt(int64(v), 10), true
 			}
@@ -150,11 +150,11 @@ func TenantFromLambdaContext(name string) func(Request) (string, bool) {
 }
 
 // TenantFromIAMPrincipal makes the IAM user or role that signed the
-// request the tenant, by its unique ID (AIDA…, AROA…). It is not the ARN:
-// a role's caller is named by its session, which new credentials change,
-// so a retry would be another tenant's first attempt. All callers of a
-// role are one tenant. A federated user (account:name) is a tenant of its
-// own.
+// request the tenant. It names it by its unique ID (AIDA…, AROA…), not its
+// ARN. A role's caller is named by its session, which new credentials
+// change. So by ARN a retry would be another tenant's first attempt. All
+// callers of a role are one tenant. A federated user (account:name) is a
+// tenant of its own.
 func TenantFromIAMPrincipal() func(Request) (string, bool) {
 	return func(r Request) (string, bool) {
 		if r.Authorizer.IAM == nil {
@@ -168,15 +168,14 @@ func TenantFromIAMPrincipal() func(Request) (string, bool) {
 	}
 }
 
-// TenantConstant puts every request in one tenant: for an API that has a
-// single one, or whose authorizer has already kept each caller to its own
-// keys.
+// TenantConstant puts every request in one tenant. It is for an API with a
+// single tenant, or whose authorizer keeps each caller to its own keys.
 func TenantConstant(tenant string) func(Request) (string, bool) {
 	return func(Request) (string, bool) { return tenant, true }
 }
 
-// defaultTenant is the authorizer's principal, whichever the route has: a
-// JWT's sub, an IAM caller, a REST API Lambda authorizer's principalId.
+// defaultTenant is the principal of the route's authorizer. That is a
+// JWT's sub, an IAM caller, or a REST API Lambda authorizer's principalId.
 func defaultTenant(r Request) (string, bool) {
 	for _, tenant := range defaultTenants {
 		if t, ok := tenant(r); ok {
@@ -190,13 +189,13 @@ var defaultTenants = [...]func(Request) (string, bool){
 	TenantFromJWTClaim("sub"), TenantFromIAMPrincipal(), TenantFromLambdaContext("principalId"),
 }
 
-// FingerprintRequest is the default fingerprint. It covers what the
-// request acts on as well as its canonical JSON body: the route, the
-// method, the path parameters and the query string. So one key and one body sent to two
-// orders, as PUT /orders/{id}, are two requests: the second is refused, not
-// answered with the first. A $default route has no path parameters: its
-// path counts instead. Members are put in a canonical order, so the same
-// request always gives the same fingerprint.
+// FingerprintRequest is the default fingerprint. It covers the canonical
+// JSON body and what the request acts on. That is the route, the method,
+// the path parameters and the query string. So one key and one body sent
+// to two orders, as PUT /orders/{id}, are two requests. The second is
+// refused, not answered with the first. A $default route has no path
+// parameters: its path counts instead. Members are put in a canonical
+// order, so one request always gives one fingerprint.
 func FingerprintRequest(r Request) (idem.Fingerprint, error) {
 	if len(r.Body) == 0 {
 		return targetOf(r).fingerprint(nil)
@@ -219,10 +218,10 @@ func FingerprintBody(r Request) (idem.Fingerprint, error) {
 }
 
 // FingerprintFields fingerprints only the named top-level members of a
-// JSON object body, with what the request acts on (as
-// FingerprintRequest). Requests that differ elsewhere in the body (a
-// timestamp, a trace id) are the same request. A member missing is left
-// out; a body that is not a JSON object is refused.
+// JSON object body. It covers what the request acts on, as
+// FingerprintRequest does. Requests that differ elsewhere in the body,
+// such as a timestamp, are the same request. A member missing is left out.
+// A body that is not a JSON object is refused.
 func FingerprintFields(fields ...string) func(Request) (idem.Fingerprint, error) {
 	return func(r Request) (idem.Fingerprint, error) {
 		subset, err := fieldsOf(r.Body, fields)
@@ -279,7 +278,7 @@ type target struct {
 	Path   map[string]string `json:"path,omitempty"`
 	// RawPath is a $default route's path, which has no parameters.
 	RawPath string `json:"rawPath,omitempty"`
-	// Query is the query string's parameters, decoded, so a retry whose
+	// Query is the query string's parameters, decoded. So a retry whose
 	// proxy re-encodes or reorders them is the same request.
 	Query map[string][]string `json:"query,omitempty"`
 	Body  json.RawMessage     `json:"body,omitempty"` // canonical; none for an empty body
@@ -313,8 +312,8 @@ func (t target) fingerprint(body []byte) (idem.Fingerprint, error) {
 }
 
 // fieldsOf is the canonical JSON object of the named members of the JSON
-// object doc. The whole document is canonicalised first, so it is refused
-// as FingerprintJSON refuses it (a duplicate member among them).
+// object doc. The whole document is canonicalised first. So it is refused
+// as FingerprintJSON refuses it, as for a duplicate member among them.
 func fieldsOf(doc []byte, fields []string) ([]byte, error) {
 	c, err := idem.CanonicalJSON(doc)
 	if err != nil {

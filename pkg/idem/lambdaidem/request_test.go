@@ -255,3 +255,129 @@ func TestAPIIntentOption(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryStringIsFingerprinted: on a $default route (a
+// Lambda function URL, or an HTTP API's catch-all), a request's query
+// string is part of what it acts on. One key sent with another query is
+// another request, but gets the first one's answer replayed.
+func TestQueryStringIsFingerprinted(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	handler := lambdaidem.HTTP(memstore.New(), "refund", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"refunded":"` + req.QueryStringParameters["amount"] + `"}`)}), nil
+	})
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	req := func(amount string) events.APIGatewayV2HTTPRequest {
+		r := httpRequest("acme", key, `{"order":"o-1"}`)
+		r.RouteKey, r.RawPath, r.RawQueryString = "$default", "/refunds", "amount="+amount
+		r.QueryStringParameters = map[string]string{"amount": amount}
+		r.RequestContext.HTTP.Method = "POST"
+		return r
+	}
+	first, _ := handler(t.Context(), req("1"))
+	other, _ := handler(t.Context(), req("1000"))
+	if first.StatusCode != 201 {
+		t.Fatalf("first: %d %s", first.StatusCode, first.Body)
+	}
+	if other.Headers[lambdaidem.HeaderReplayed] == "true" {
+		t.Fatalf("a refund of 1000 under a key used for a refund of 1: %d %s replayed (%d runs); want 422 idempotency-key-reused", other.StatusCode, other.Body, runs.Load())
+	}
+}
+
+// TestLambdaContextIntegerTenants: an HTTP API event is decoded with
+// encoding/json, so an integer tenant arrives as a float64. From 2^53 on,
+// two ids can round to one float64 (2^53+1 reads as 2^53, and snowflake
+// ids of ~2^60 likewise): as one tenant they would share answers, so
+// neither is a tenant. Below 2^53 an integer is exact, and a tenant.
+func TestLambdaContextIntegerTenants(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	handler := lambdaidem.HTTP(memstore.New(), "create-order", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"for":"` + req.RequestContext.RequestID + `"}`)}), nil
+	}, func(o *lambdaidem.Options) { o.Tenant = lambdaidem.TenantFromLambdaContext("tenantId") })
+	event := func(tenant, requestID string) events.APIGatewayV2HTTPRequest {
+		raw := `{"routeKey":"POST /orders","rawPath":"/orders","headers":{"idempotency-key":"order-1"},"body":"{}",` +
+			`"requestContext":{"requestId":"` + requestID + `","http":{"method":"POST"},"authorizer":{"lambda":{"tenantId":` + tenant + `}}}}`
+		var req events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal([]byte(raw), &req); err != nil {
+			t.Fatal(err)
+		}
+		return req
+	}
+	for _, pair := range [][2]string{{"1152921504606846977", "1152921504606846976"}, {"9007199254740992", "9007199254740993"}} {
+		a, _ := handler(t.Context(), event(pair[0], "tenant-a"))
+		b, _ := handler(t.Context(), event(pair[1], "tenant-b"))
+		if a.StatusCode != 401 || b.StatusCode != 401 || b.Headers[lambdaidem.HeaderReplayed] == "true" || runs.Load() != 0 {
+			t.Fatalf("tenants %s and %s: %d %s, %d %s (%d runs); want both refused 401, as one tenant they would share answers",
+				pair[0], pair[1], a.StatusCode, a.Body, b.StatusCode, b.Body, runs.Load())
+		}
+	}
+	if c, _ := handler(t.Context(), event("9007199254740991", "tenant-c")); c.StatusCode != 201 {
+		t.Fatalf("tenant 2^53-1: %d %s, want 201", c.StatusCode, c.Body)
+	}
+}
+
+// TestFederatedUsersAreTenantsOfTheirOwn: TenantFromIAMPrincipal cuts
+// the unique ID at ':' so that a role's sessions are one tenant. But a
+// federated user's ID (GetFederationToken) is "account:name": every
+// federated user of the account, whatever its name, and the account's root
+// (whose ID is the account), become one tenant, and get each other's
+// answers under the same client key.
+func TestFederatedUsersAreTenantsOfTheirOwn(t *testing.T) {
+	t.Parallel()
+	handler := lambdaidem.HTTP(memstore.New(), "create-order", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"for":"` + req.RequestContext.Authorizer.IAM.UserARN + `"}`)}), nil
+	}, func(o *lambdaidem.Options) { o.Tenant = lambdaidem.TenantFromIAMPrincipal() })
+	caller := func(name string) events.APIGatewayV2HTTPRequest {
+		req := httpRequest("", "order-1", `{}`)
+		req.RequestContext.HTTP.Method = "POST"
+		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{
+			AccountID: "123456789012", UserID: "123456789012:" + name, UserARN: "arn:aws:sts::123456789012:federated-user/" + name,
+		}}
+		return req
+	}
+	alice, _ := handler(t.Context(), caller("alice"))
+	bob, _ := handler(t.Context(), caller("bob"))
+	if alice.StatusCode != 201 || bob.Headers[lambdaidem.HeaderReplayed] == "true" {
+		t.Fatalf("federated user bob got %d %s (replayed %q): alice's answer", bob.StatusCode, bob.Body, bob.Headers[lambdaidem.HeaderReplayed])
+	}
+}
+
+// TestReencodedQueryIsTheSameRequest: a retry whose query string a client
+// or proxy re-encoded (parameters in another order, a space as %20 rather
+// than +, ~ as %7E) carries the same decoded parameters, what the handler
+// reads. It gets its original answer, not 422: the fingerprint takes the
+// decoded parameters, as it takes the canonical body.
+func TestReencodedQueryIsTheSameRequest(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	handler := lambdaidem.HTTP(memstore.New(), "refund", func(_ context.Context, req events.APIGatewayV2HTTPRequest, _ *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Succeeded(idem.Response{Status: 201, Body: []byte(`{"refunded":"` + req.QueryStringParameters["amount"] + `"}`)}), nil
+	})
+	for _, tc := range []struct{ name, first, retry string }{
+		{"order", "amount=1&note=a+b", "note=a+b&amount=1"},
+		{"space", "amount=1&note=a+b", "amount=1&note=a%20b"},
+		{"tilde", "amount=1&note=x~y", "amount=1&note=x%7Ey"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := idemtest.UniqueKey(t, "x").ClientKey()
+			req := func(raw string) events.APIGatewayV2HTTPRequest {
+				r := httpRequest("acme", key, `{"order":"o-1"}`)
+				r.RawQueryString = raw
+				r.QueryStringParameters = map[string]string{"amount": "1", "note": map[string]string{"space": "a b", "order": "a b", "tilde": "x~y"}[tc.name]}
+				return r
+			}
+			first, _ := handler(t.Context(), req(tc.first))
+			if first.StatusCode != 201 {
+				t.Fatalf("first: %d %s", first.StatusCode, first.Body)
+			}
+			retry, _ := handler(t.Context(), req(tc.retry))
+			if retry.StatusCode != 201 || retry.Headers[lambdaidem.HeaderReplayed] != "true" {
+				t.Fatalf("retry of the same request, query %q re-encoded as %q: %d %s; want the original 201 replayed", tc.first, tc.retry, retry.StatusCode, retry.Body)
+			}
+		})
+	}
+}

@@ -15,8 +15,8 @@ import (
 )
 
 // SQSFunc processes one message under its lease and says what became of
-// its effect (see idem.Outcome). Business writes in a Succeeded outcome
-// are committed with the message's record, in one transaction.
+// its effect (see idem.Outcome). A Succeeded outcome's business writes
+// commit with the message's record, in one transaction.
 type SQSFunc func(ctx context.Context, msg events.SQSMessage, l *idem.Lease) (idem.Outcome, error)
 
 // SQSOptions configure SQS. Zero fields take the defaults.
@@ -28,36 +28,35 @@ type SQSOptions struct {
 	// Tenant scopes the keys. Default: the queue's name, from the
 	// message's event source ARN.
 	Tenant func(msg events.SQSMessage) (string, error)
-	// Fingerprint identifies a message's content, so that a key reused
-	// for another message is refused; its error fails the message.
-	// Default: the canonical JSON body's, or the raw body's when it is not
-	// JSON. FingerprintMessageFields takes a subset, so that a resend
-	// with a new timestamp is the same message.
+	// Fingerprint identifies a message's content, so a key reused for
+	// another message is refused. Its error fails the message. Default:
+	// the canonical JSON body's, or the raw body's when it is not JSON.
+	// FingerprintMessageFields takes a subset, so a resend with a new
+	// timestamp is the same message.
 	Fingerprint func(msg events.SQSMessage) (idem.Fingerprint, error)
 	// Intent gives the bytes stored as the command's Intent, for a
-	// Resolver; its error fails the message. Default: the body as sent,
+	// Resolver. Its error fails the message. Default: the body as sent,
 	// without the message attributes. A message whose intent is over 190
-	// KiB is reported, with nothing stored, on every delivery: it ends in
+	// KiB is reported, with nothing stored, on every delivery. It ends in
 	// the dead-letter queue.
 	Intent func(msg events.SQSMessage) ([]byte, error)
 	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
 	Wait, Reserve time.Duration
-	// Visibility, if set, holds back the redelivery of a message whose
-	// key is held under a live lease until that lease ends: one more
-	// delivery instead of one per visibility timeout meanwhile (see SQS).
-	// Wire it to an SQS client's ChangeMessageVisibility, as the package
-	// doc shows; the function then needs sqs:ChangeMessageVisibility on
-	// the queue. Default nil.
+	// Visibility, if set, holds back the redelivery of a message whose key
+	// a live lease holds. It is delivered again once that lease ends: one
+	// delivery, not one per visibility timeout. Wire it to an SQS client's
+	// ChangeMessageVisibility, as the package doc shows. The function then
+	// needs sqs:ChangeMessageVisibility on the queue. Default nil.
 	Visibility func(ctx context.Context, c VisibilityChange) error
-	// OnError sees every message reported for another delivery, with why,
-	// and every failure to hold one back.
+	// OnError sees every message reported for another delivery, with why.
+	// It sees every failure to hold one back.
 	OnError func(ctx context.Context, msg events.SQSMessage, err error)
 }
 
 // VisibilityChange asks SQS to deliver a message again VisibilityTimeout
-// seconds from now: the fields of a ChangeMessageVisibility request.
-// This package does not import the SQS SDK, so an HTTP-only user does
-// not download it.
+// seconds from now. Its fields are a ChangeMessageVisibility request's.
+// This package does not import the SQS SDK, so an HTTP-only user does not
+// download it.
 type VisibilityChange struct {
 	QueueURL, ReceiptHandle string
 	VisibilityTimeout       int32 // seconds, at most 12 hours
@@ -67,8 +66,8 @@ type VisibilityChange struct {
 // one message are one intent.
 func KeyFromMessageID(msg events.SQSMessage) (string, error) { return msg.MessageId, nil }
 
-// KeyFromAttribute keys a message by its string message attribute name:
-// the producer's own id, the same for every copy it sends.
+// KeyFromAttribute keys a message by its string message attribute name.
+// That is the producer's own id, the same for every copy it sends.
 func KeyFromAttribute(name string) func(events.SQSMessage) (string, error) {
 	return func(msg events.SQSMessage) (string, error) {
 		a, ok := msg.MessageAttributes[name]
@@ -96,9 +95,9 @@ func KeyFromJSONField(field string) func(events.SQSMessage) (string, error) {
 }
 
 // FingerprintMessageFields fingerprints only the named top-level members
-// of a JSON object body, as FingerprintFields does a request's: a
-// producer's resend that differs only in the others (a new sent_at) is
-// the same message, and a no-op once the first was processed.
+// of a JSON object body. FingerprintFields does the same for a request. A
+// producer's resend that differs only in the others, a new sent_at, is the
+// same message. It is a no-op once the first was processed.
 func FingerprintMessageFields(fields ...string) func(events.SQSMessage) (idem.Fingerprint, error) {
 	return func(msg events.SQSMessage) (idem.Fingerprint, error) {
 		subset, err := fieldsOf([]byte(msg.Body), fields)
@@ -121,8 +120,8 @@ func queueName(msg events.SQSMessage) (string, error) {
 // errRedeliver: the message is held elsewhere, or was not processed.
 var errRedeliver = errors.New("lambdaidem: not processed; redeliver")
 
-// heldError is the failure of a message whose key stays held until until,
-// under a lease: a delivery before then would find it held again.
+// heldError is the failure of a message whose key a lease holds until
+// until. A delivery before then would find it held again.
 type heldError struct {
 	until time.Time
 	err   error
@@ -147,22 +146,26 @@ func heldUntil(err error) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// SQS wraps next as an SQS batch handler (report batch item failures must
-// be on for the event source mapping). Each message is processed at most
-// once per key: a message already processed, or a duplicate of one
-// earlier in the batch, is a no-op. A message is reported in
-// BatchItemFailures, for another delivery, when its key or fingerprint
-// cannot be read, its key is in flight elsewhere or was used for another
-// body, its processing did not happen (NotApplied) or its outcome is
-// unknown (a record left IN_FLIGHT is resolved by taking it over, not by
-// redelivery). A Failed outcome is final: the message is not redelivered.
-// On a FIFO queue, the messages after a reported one are reported too, to
-// keep their order.
+// SQS wraps next as an SQS batch handler. Report batch item failures must
+// be on for the event source mapping. Each message is processed at most
+// once per key. A message already processed is a no-op, and so is a
+// duplicate of one earlier in the batch.
 //
-// A reported message comes back when its visibility timeout ends, and
-// each receive counts toward the redrive policy's maxReceiveCount: one
-// whose key is still held under a live lease then is reported again,
-// unless SQSOptions.Visibility moved its next delivery to the lease's end.
+// A message is reported in BatchItemFailures, for another delivery, when:
+//   - its key or fingerprint cannot be read;
+//   - its key is in flight elsewhere, or was used for another body;
+//   - its processing did not happen (NotApplied);
+//   - its outcome is unknown. A record left IN_FLIGHT is resolved by taking
+//     it over, not by redelivery.
+//
+// A Failed outcome is final: the message is not redelivered. On a FIFO
+// queue, the messages after a reported one are reported too, to keep
+// their order.
+//
+// A reported message comes back when its visibility timeout ends. Each
+// receive counts toward the redrive policy's maxReceiveCount. One whose
+// key a live lease still holds is then reported again. SQSOptions.Visibility
+// avoids that: it moves the next delivery to the lease's end.
 // pkg/idem's docs/middleware.md says when that happens.
 func SQS(b idem.Backend, operation string, next SQSFunc, optFns ...func(*SQSOptions)) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	var o SQSOptions
@@ -286,8 +289,9 @@ func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, 
 // maxVisibility is the longest visibility timeout SQS takes: 12 hours.
 const maxVisibility = 12 * 60 * 60
 
-// holdBack moves the next delivery of a failed message to the end of the
-// lease that holds its key, when there is one and a Visibility client.
+// holdBack moves a failed message's next delivery to the end of the lease
+// that holds its key. It does when there is such a lease and a Visibility
+// client.
 func (o *SQSOptions) holdBack(ctx context.Context, now time.Time, msg events.SQSMessage, err error) {
 	until, ok := heldUntil(err)
 	left := until.Sub(now)

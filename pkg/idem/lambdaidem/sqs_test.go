@@ -44,7 +44,7 @@ func TestSQSFingerprintFields(t *testing.T) {
 		o.Key = lambdaidem.KeyFromJSONField("order_id")
 		o.Fingerprint = lambdaidem.FingerprintMessageFields("order_id", "items")
 	})
-	resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+	resp, _ := handler(t.Context(), events.SQSEvent{Records: []events.SQSMessage{
 		sqsMessage("m1", "", `{"order_id":"o-1","items":["a"],"sent_at":"2026-01-01T00:00:00Z"}`),
 		sqsMessage("m2", "", `{"order_id":"o-1","items":["a"],"sent_at":"2026-01-01T00:05:00Z"}`), // resent
 		sqsMessage("m3", "", `{"order_id":"o-1","items":["b"],"sent_at":"2026-01-01T00:06:00Z"}`), // the key reused
@@ -53,7 +53,7 @@ func TestSQSFingerprintFields(t *testing.T) {
 	if failures(resp) != "m3,m4" || runs.Load() != 1 {
 		t.Fatalf("failures %q, %d runs; want m3,m4 and one run", failures(resp), runs.Load())
 	}
-	resp, _ = handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+	resp, _ = handler(t.Context(), events.SQSEvent{Records: []events.SQSMessage{
 		sqsMessage("m5", "", `{"sent_at":"2026-01-02T00:00:00Z","items":["a"],"order_id":"o-1"}`), // a day later
 	}})
 	if failures(resp) != "" || runs.Load() != 1 {
@@ -109,7 +109,7 @@ func TestSQSVisibility(t *testing.T) {
 	p := idemtest.UniqueKey(t, "x").ClientKey()
 	held, _ := idem.NewKey("orders", "fulfil", p+"-held")
 	clock.Advance(10 * time.Second)
-	if _, err := s.Begin(context.Background(), held, idem.FingerprintOf([]byte(`{}`)), nil); err != nil { // in flight elsewhere, until +40s
+	if _, err := s.Begin(t.Context(), held, idem.FingerprintOf([]byte(`{}`)), nil); err != nil { // in flight elsewhere, until +40s
 		t.Fatal(err)
 	}
 	clock.Advance(20 * time.Second)
@@ -125,7 +125,7 @@ func TestSQSVisibility(t *testing.T) {
 		msg("m4", "", `{}`),
 		msg("m5", p+"-held", `{}`), // a copy of m1
 	}}
-	resp, _ := handler(context.Background(), batch)
+	resp, _ := handler(t.Context(), batch)
 	if failures(resp) != "m1,m2,m3,m4,m5" {
 		t.Fatalf("failures %q", failures(resp))
 	}
@@ -143,17 +143,17 @@ func TestSQSVisibility(t *testing.T) {
 	}
 
 	clock.Advance(15 * time.Second) // the other's lease has ended, unresolved
-	if resp, _ := handler(context.Background(), events.SQSEvent{Records: batch.Records[:1]}); failures(resp) != "m1" || len(vis.taken()) != 0 {
+	if resp, _ := handler(t.Context(), events.SQSEvent{Records: batch.Records[:1]}); failures(resp) != "m1" || len(vis.taken()) != 0 {
 		t.Fatalf("a key whose lease ended: failures %q; want it reported, its visibility left to the queue", failures(resp))
 	}
 
 	vis.err = errors.New("access denied")
 	errs = nil
 	other, _ := idem.NewKey("orders", "fulfil", p+"-other")
-	if _, err := s.Begin(context.Background(), other, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
+	if _, err := s.Begin(t.Context(), other, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
 		t.Fatal(err)
 	}
-	if resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{msg("m6", p+"-other", `{}`)}}); failures(resp) != "m6" ||
+	if resp, _ := handler(t.Context(), events.SQSEvent{Records: []events.SQSMessage{msg("m6", p+"-other", `{}`)}}); failures(resp) != "m6" ||
 		len(errs) != 2 || !strings.Contains(errs[1].Error(), "access denied") {
 		t.Fatalf("a visibility change refused: failures %q, errors %v; want m6 reported, and the refusal seen", failures(resp), errs)
 	}
@@ -302,7 +302,7 @@ func TestSQSVisibilityQueueURL(t *testing.T) {
 	p := idemtest.UniqueKey(t, "x").ClientKey()
 	cn := events.SQSMessage{MessageId: p + "-cn", ReceiptHandle: "rh-cn", Body: `{}`, EventSourceARN: "arn:aws-cn:sqs:cn-north-1:123456789012:orders"}
 	odd := events.SQSMessage{MessageId: p + "-odd", ReceiptHandle: "rh-odd", Body: `{}`, EventSourceARN: "orders"}
-	if resp, _ := handler(context.Background(), events.SQSEvent{Records: []events.SQSMessage{cn, odd}}); failures(resp) != cn.MessageId+","+odd.MessageId {
+	if resp, _ := handler(t.Context(), events.SQSEvent{Records: []events.SQSMessage{cn, odd}}); failures(resp) != cn.MessageId+","+odd.MessageId {
 		t.Fatalf("failures %q", failures(resp))
 	}
 	calls := vis.taken()

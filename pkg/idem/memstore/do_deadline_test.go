@@ -20,9 +20,9 @@ func TestDoFunctionContextEndsWithTheLease(t *testing.T) {
 	for name, tc := range map[string]struct {
 		ctx func() (context.Context, context.CancelFunc)
 	}{
-		"no deadline (lease of DefaultLease)": {func() (context.Context, context.CancelFunc) { return context.WithCancel(context.Background()) }},
+		"no deadline (lease of DefaultLease)": {func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }},
 		"a deadline past MaxLease": {func() (context.Context, context.CancelFunc) {
-			return context.WithTimeout(context.Background(), time.Hour)
+			return context.WithTimeout(t.Context(), time.Hour)
 		}},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -53,7 +53,7 @@ func TestDoFunctionContextFollowsTheStoresClock(t *testing.T) {
 	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	k := idemtest.UniqueKey(t, "acme")
 	start := time.Now()
-	_, err := idem.Do(context.Background(), s, k, idem.FingerprintOf([]byte(`{}`)), nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+	_, err := idem.Do(t.Context(), s, k, idem.FingerprintOf([]byte(`{}`)), nil, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		if err := ctx.Err(); err != nil {
 			t.Errorf("fn's context is done at once: %v", err)
 		}

@@ -99,8 +99,8 @@ type record struct {
 	// leaseExpiresAt and attemptDeadline are set only while IN_FLIGHT.
 	leaseExpiresAt  time.Time
 	attemptDeadline time.Time
-	// writes is the digest of the business writes its Commit applied, by
-	// which a repeated Commit recognises itself.
+	// writes is the digest of the business writes its Commit applied. By
+	// it a repeated Commit recognises itself.
 	writes string
 	region string // the Region of the store that last took a lease
 }
@@ -161,12 +161,12 @@ func (s *Store) Writes() []types.TransactWriteItem {
 	return slices.Clone(s.d.writes)
 }
 
-// DeclareKey gives a business table's key attributes (its partition key,
-// and its sort key if it has one), so a Put finds its item by the whole
-// key however little of it its condition names, as DynamoDB does.
-// Declare every table that takes conditioned Puts of items with more than
-// one attribute: without it, memstore cannot tell which item DynamoDB
-// would check, and refuses such a Put with errors.ErrUnsupported.
+// DeclareKey gives a business table's key attributes: its partition key,
+// and its sort key if it has one. A Put then finds its item by the whole
+// key, as DynamoDB does, however little of it its condition names. Declare
+// every table that takes conditioned Puts of items with more than one
+// attribute. Without it, memstore cannot tell which item DynamoDB would
+// check. It refuses such a Put with errors.ErrUnsupported.
 func (s *Store) DeclareKey(table string, key ...string) {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
@@ -174,8 +174,9 @@ func (s *Store) DeclareKey(table string, key ...string) {
 }
 
 // Has reports whether the business table holds an item with key's
-// attribute values, as the committed writes left it: put or updated, and
-// not deleted since. It is what a test asks of DynamoDB with GetItem.
+// attribute values. It reads the table as the committed writes left it:
+// put or updated, and not deleted since. It is what a test asks of
+// DynamoDB with GetItem.
 func (s *Store) Has(table string, key map[string]types.AttributeValue) bool {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
@@ -270,11 +271,11 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 	}
 }
 
-// Commit completes the command as SUCCEEDED with resp, applying writes with
-// the record in one step, as dynamostore.Store.Commit: a write whose condition
-// fails gives *idem.WriteConditionError, and neither the writes nor the
-// record change. A Commit repeated with the same response by the lease
-// that made it returns nil again.
+// Commit completes the command as SUCCEEDED with resp, as
+// dynamostore.Store.Commit does. It applies writes with the record in one
+// step. A write whose condition fails gives *idem.WriteConditionError, and
+// neither the writes nor the record change. A Commit repeated with the
+// same response, by the lease that made it, returns nil again.
 func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	if err := done(ctx, "commit", l.Key); err != nil {
 		return err
@@ -348,8 +349,9 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 	if err := done(ctx, "heartbeat", l.Key); err != nil {
 		return err
 	}
-	// A heartbeat never shortens the lease: a call without a deadline
-	// would give the default lease, before the attempt's context ends.
+	// A heartbeat never shortens the lease. A call without a deadline
+	// would give the default lease, ending before the attempt's context
+	// does.
 	until := s.pol.LeaseUntil(ctx, s.pol.Clock())
 	if until.Before(l.ExpiresAt) {
 		until = l.ExpiresAt
@@ -397,9 +399,9 @@ func (s *Store) TakeOver(ctx context.Context, key idem.Key) (*idem.Lease, error)
 	return s.takeOver(ctx, key, "take over", time.Time{})
 }
 
-// Preempt takes over an IN_FLIGHT record whatever its lease, or claims a
-// live RELEASED one back, as dynamostore.Store.Preempt: only of the command
-// created at created.
+// Preempt takes over an IN_FLIGHT record whatever its lease, as
+// dynamostore.Store.Preempt. It also claims a live RELEASED one back. It
+// takes only the command created at created.
 func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
 	if created.IsZero() {
 		return nil, fmt.Errorf("idem: preempt %s: a zero CreatedAt names no command: %w", key.LogHash(), idem.ErrNotFound)
@@ -461,11 +463,11 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
 	}, nil
 }
 
-// StuckLeases yields, from one shard, the IN_FLIGHT records whose lease
-// expired before the given time, oldest first, as dynamostore.Store.StuckLeases.
-// As there, the lease's end and before are compared in whole epoch
-// milliseconds, the unit the DynamoDB store keeps the lease's end in:
-// before is cut to its millisecond, so a lease that ended at 12:00:00.001
+// StuckLeases yields one shard's IN_FLIGHT records whose lease expired
+// before the given time, oldest first. It does as
+// dynamostore.Store.StuckLeases does. The lease's end and before are
+// compared in whole epoch milliseconds, as the DynamoDB store keeps them.
+// before is cut to its millisecond. So a lease that ended at 12:00:00.001
 // is not listed before 12:00:00.0015.
 func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) iter.Seq2[idem.Record, error] {
 	if err := ctx.Err(); err != nil {
@@ -516,8 +518,8 @@ func cloned(r *idem.Response) *idem.Response {
 	return normalized(*r)
 }
 
-// done refuses a call whose context has ended, as the DynamoDB store's
-// SDK does: nothing is read or changed.
+// done refuses a call whose context has ended, as the DynamoDB store's SDK
+// does. Nothing is read or changed.
 func done(ctx context.Context, op string, key idem.Key) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)

@@ -22,14 +22,14 @@ func TestRecoverErrorsNameNoClientKey(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	s := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	k, _ := idem.NewKey("acme", "create-order", "ORDER-4242-secret")
-	if _, err := s.Begin(context.Background(), k, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
+	if _, err := s.Begin(t.Context(), k, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Hour)
 	resolve := func(_ context.Context, l *idem.Lease) (idem.Outcome, error) {
 		return idem.Outcome{}, fmt.Errorf("warehouse API: no shipment for order %q", l.Key.ClientKey())
 	}
-	_, err := idem.Recover(context.Background(), s, k, resolve)
+	_, err := idem.Recover(t.Context(), s, k, resolve)
 	t.Logf("Recover: %v", err)
 	if err != nil && strings.Contains(err.Error(), k.ClientKey()) {
 		t.Errorf("Recover's error carries the client key: %v", err)
@@ -64,14 +64,14 @@ func TestRecoverErrorsNameNoEscapedClientKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := s.Begin(context.Background(), k, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
+			if _, err := s.Begin(t.Context(), k, idem.FingerprintOf([]byte(`{}`)), nil); err != nil {
 				t.Fatal(err)
 			}
 			clock.Advance(time.Hour)
 			resolve := func(_ context.Context, l *idem.Lease) (idem.Outcome, error) {
 				return idem.Outcome{}, fmt.Errorf("warehouse API: %s", tc.mention(l.Key.ClientKey()))
 			}
-			_, err = idem.Recover(context.Background(), s, k, resolve)
+			_, err = idem.Recover(t.Context(), s, k, resolve)
 			t.Logf("Recover: %v", err)
 			if err == nil {
 				t.Fatal("Recover: nil error, want the resolver's")

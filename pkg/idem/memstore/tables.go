@@ -14,25 +14,26 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// item is a business table's item as far as memstore knows it: a Put's
+// item is a business table's item as memstore knows it. It is a Put's
 // item, or the key of an Update that created it.
 type item = map[string]types.AttributeValue
 
 // tables are the business tables, by name, as committed writes left them.
-// Their items are matched by key attribute values only, so an item may
-// appear twice (two unconditioned Puts of it); that changes no answer.
+// Their items are matched by key attribute values only. So an item may
+// appear twice, after two unconditioned Puts of it. That changes no
+// answer.
 type tables map[string][]item
 
-// write is a business write, parsed: the item it targets, and the
+// write is a business write, parsed. It holds the item it targets, and the
 // condition it puts on that item.
 type write struct {
 	table string
 	put   item // the Put's item; nil for the other kinds
-	// key holds the attribute values that find the targeted item: an
-	// Update's, Delete's or ConditionCheck's Key; for a Put, its item's
-	// declared key attributes or, on a table without, its item's only
-	// attribute when its item has one and a condition (none for an
-	// unconditioned Put there).
+	// key holds the attribute values that find the targeted item. For an
+	// Update, Delete or ConditionCheck, that is its Key. For a Put, it is
+	// its item's declared key attributes. On a table without them, it is
+	// the item's only attribute, if the Put has a condition. An
+	// unconditioned Put there has none.
 	key  item
 	kind string // "put", "update", "delete" or "check"
 	cond []term
@@ -52,9 +53,9 @@ func unsupported(expr, why string) error {
 }
 
 // parseWrites reads the business writes of a Commit, given the key
-// attributes declared by table, refusing any whose condition memstore
-// cannot evaluate: a condition ignored would let a test pass that
-// DynamoDB fails.
+// attributes declared by table. It refuses any whose condition memstore
+// cannot evaluate. A condition ignored would let a test pass that DynamoDB
+// fails.
 func parseWrites(ws []types.TransactWriteItem, declared map[string][]string) ([]write, error) {
 	out := make([]write, len(ws))
 	for i, tw := range ws {
@@ -128,14 +129,14 @@ func parseWrite(tw types.TransactWriteItem, declared map[string][]string) (write
 			return write{}, fmt.Errorf("memstore: the %s's Key is not the key %v declared for table %q", w.kind, key, w.table)
 		}
 	case w.put != nil && len(w.cond) > 0:
-		// A Put names no key, and DynamoDB checks its condition on the
-		// item with its item's key. Without the table's key declared,
-		// memstore knows that key only when the item has one attribute:
-		// an item holds the whole key, so that attribute is it. Of an
-		// item with more, any attributes could be the key, the condition
-		// naming a non-key attribute or part of the key: taken as the
-		// key, they would look for another item than the one DynamoDB
-		// checks and could commit what DynamoDB cancels. Refused.
+		// A Put names no key. DynamoDB checks its condition on the item
+		// with its item's key. Without the table's key declared, memstore
+		// knows that key only for an item of one attribute. An item holds
+		// the whole key, so that attribute is it. Of an item with more,
+		// any attributes could be the key. The condition may name a
+		// non-key attribute, or part of the key. Taken as the key, they
+		// would look for another item than DynamoDB checks. memstore could
+		// then commit what DynamoDB cancels. So it is refused.
 		if len(w.put) != 1 {
 			return write{}, unsupported(*expr, fmt.Sprintf("a Put of an item of %d attributes on table %q, whose key is not declared: memstore cannot tell which item DynamoDB checks; declare the table's key with DeclareKey", len(w.put), w.table))
 		}
@@ -155,7 +156,7 @@ func parseWrite(tw types.TransactWriteItem, declared map[string][]string) (write
 }
 
 // path is an attribute's name, or an expression attribute name standing
-// for one; a nested path (a.b, a[0]) is not a key attribute.
+// for one. A nested path (a.b, a[0]) is not a key attribute.
 var path = regexp.MustCompile(`^#?[A-Za-z0-9_]+$`)
 
 // parseCondition reads expr as attribute_exists(a) and
@@ -229,8 +230,8 @@ func (ts tables) failed(ws []write) int {
 }
 
 // apply makes the writes, whose conditions hold. An Update's
-// UpdateExpression is not applied: the item keeps the attributes it had,
-// or only its key if the Update created it, which is all a condition
+// UpdateExpression is not applied. The item keeps the attributes it had,
+// or only its key if the Update created it. That is all a condition
 // memstore evaluates looks at.
 func (ts tables) apply(ws []write) {
 	for _, w := range ws {
@@ -277,8 +278,8 @@ func scalar(v types.AttributeValue) bool {
 	return false
 }
 
-// equal compares key attribute values as DynamoDB does: numbers by value
-// ("1" is "1.0"), strings and binaries byte for byte.
+// equal compares key attribute values as DynamoDB does. Numbers compare by
+// value ("1" is "1.0"). Strings and binaries compare byte for byte.
 func equal(a, b types.AttributeValue) bool {
 	switch a := a.(type) {
 	case *types.AttributeValueMemberS:

@@ -194,11 +194,23 @@ func (s *Simulator) handleListRefunds(w http.ResponseWriter, r *http.Request) {
 // Refunded counts the Refunds created under the idempotency key, failed
 // ones included: more than one means a refund was duplicated.
 func (s *Simulator) Refunded(idempotencyKey string) int {
+	return s.countRefunds(idempotencyKey, func(*refund) bool { return true })
+}
+
+// RefundsFailed counts the Refunds created under the idempotency key that
+// failed since (FailRefunds): each returned its amount.
+func (s *Simulator) RefundsFailed(idempotencyKey string) int {
+	return s.countRefunds(idempotencyKey, func(rf *refund) bool { return rf.Status == "failed" })
+}
+
+// countRefunds counts the Refunds created under the idempotency key that
+// match.
+func (s *Simulator) countRefunds(idempotencyKey string, match func(*refund) bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, rf := range s.refunds {
-		if rf.idempotencyKey == idempotencyKey {
+		if rf.idempotencyKey == idempotencyKey && match(rf) {
 			n++
 		}
 	}

@@ -2,8 +2,9 @@
 // DYNAMODB_ENDPOINT names (make test starts an emulator and sets it; point
 // it at DynamoDB on AWS to run the suite there), and tables that live for
 // one test. Without the variable the tests fail, saying so: nothing is
-// skipped. It needs the AWS SDK only, so the module's tests pull in nothing
-// else.
+// skipped. Env is a DynamoDB store on such a table, with the steps its
+// tests share. It needs the AWS SDK only, so the module's tests pull in
+// nothing else.
 package dynamotest
 
 import (

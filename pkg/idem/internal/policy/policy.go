@@ -1,8 +1,8 @@
 // Package policy holds the rules every idempotency store in pkg/idem
-// follows alike: how long a lease lasts, when retention ends, which
-// stuck-lease shard a key belongs to, how lease tokens are made and how
-// large a stored response may be. The DynamoDB store and the in-memory
-// store both apply them, so they cannot drift apart.
+// follows alike. They say how long a lease lasts and when retention ends.
+// They say which stuck-lease shard a key belongs to, how lease tokens are
+// made, and how large a stored response may be. The DynamoDB store and the
+// in-memory store both apply them, so they cannot drift apart.
 package policy
 
 import (
@@ -64,36 +64,39 @@ func setDefault[T comparable](v *T, def T) {
 // Now is the clock's time at the millisecond precision records keep.
 func (p Policy) Now() time.Time { return time.UnixMilli(p.Clock().UnixMilli()) }
 
-// LeaseUntil gives the end of a lease starting at now: the context's
-// deadline (a Lambda's remaining time) plus a margin, capped by MaxLease.
+// LeaseUntil gives the end of a lease starting at now. It is the context's
+// deadline, a Lambda's remaining time, plus a margin, capped by MaxLease.
 func (p Policy) LeaseUntil(ctx context.Context, now time.Time) time.Time {
 	d := p.DefaultLease
 	if deadline, ok := ctx.Deadline(); ok {
-		// A deadline is on the real clock, now on the store's, which a
-		// test may have moved: the time left is measured on the real one.
+		// A deadline is on the real clock, and now on the store's, which a
+		// test may have moved. So the time left is measured on the real
+		// one.
 		d = time.Until(deadline) + p.LeaseMargin
 	}
 	return time.UnixMilli(now.Add(min(max(d, p.LeaseMargin), p.MaxLease)).UnixMilli())
 }
 
 // RetainUntil is when a record settled under a lease ending at leaseEnd
-// stops deduplicating: Retention later, at the whole second TTL stores.
+// stops deduplicating. That is Retention later, at the whole second TTL
+// stores.
 func (p Policy) RetainUntil(leaseEnd time.Time) time.Time {
 	return time.Unix(leaseEnd.Add(p.Retention).Unix(), 0)
 }
 
 // ReleasedUntil is when a RELEASED command created at created stops
-// deduplicating: ReleaseRetention after its creation, at a whole second,
-// however often it was released. A release does not restart retention, so
-// a key never outlives what its caller derived from (Key, CreatedAt) by
-// more than ReleaseRetention (a provider's deduplication of a reference).
+// deduplicating. That is ReleaseRetention after its creation, at a whole
+// second, however often it was released. A release does not restart
+// retention. A caller derives references from (Key, CreatedAt), and a
+// provider deduplicates one for ReleaseRetention. So a key never outlives
+// its reference's deduplication.
 func (p Policy) ReleasedUntil(created time.Time) time.Time {
 	return time.Unix(created.Add(p.ReleaseRetention).Unix(), 0)
 }
 
-// SettledUntil is when a command created at created stops deduplicating
-// once the lease ending at leaseEnd settles it: ReleasedUntil for a
-// release, RetainUntil for a commit or a failure.
+// SettledUntil is when a command created at created stops deduplicating,
+// once the lease ending at leaseEnd settles it. A release gives
+// ReleasedUntil, a commit or a failure RetainUntil.
 func (p Policy) SettledUntil(released bool, created, leaseEnd time.Time) time.Time {
 	if released {
 		return p.ReleasedUntil(created)
@@ -101,9 +104,9 @@ func (p Policy) SettledUntil(released bool, created, leaseEnd time.Time) time.Ti
 	return p.RetainUntil(leaseEnd)
 }
 
-// Earliest is the earliest a command created at created and leased until
-// leaseEnd may stop deduplicating while it is unsettled: when it would if
-// this lease released it, or settled it, whichever comes first.
+// Earliest is the earliest an unsettled command may stop deduplicating. It
+// was created at created and is leased until leaseEnd. It is the sooner of
+// two ends: this lease releasing it, or settling it.
 func (p Policy) Earliest(created, leaseEnd time.Time) time.Time {
 	released, settled := p.ReleasedUntil(created), p.RetainUntil(leaseEnd)
 	if released.Before(settled) {
@@ -112,17 +115,17 @@ func (p Policy) Earliest(created, leaseEnd time.Time) time.Time {
 	return settled
 }
 
-// Expired reports whether a record whose retention ends at expiresAt (a
-// whole second; zero for none) is past it at now. It is from that instant
-// on, the Idempotency-Expires a client is told: every store, and the
-// replay cache, use this one rule.
+// Expired reports whether a record whose retention ends at expiresAt is
+// past it at now. expiresAt is a whole second, or zero for none. The
+// record is past it from that instant on, the Idempotency-Expires a client
+// is told. Every store, and the replay cache, use this one rule.
 func Expired(expiresAt, now time.Time) bool {
 	return !expiresAt.IsZero() && !now.Before(expiresAt)
 }
 
 // Token returns a new lease token: 128 random bits in unpadded URL-safe
-// base64, 22 characters (a record stores it, and DynamoDB takes it as a
-// ClientRequestToken, at most 36).
+// base64. It is 22 characters: a record stores it, and DynamoDB takes it
+// as a ClientRequestToken of at most 36.
 func (p Policy) Token() (string, error) {
 	var b [16]byte
 	if _, err := io.ReadFull(p.Random, b[:]); err != nil {
@@ -147,8 +150,8 @@ const (
 	MaxIntent = MaxStoredPayload / 2
 )
 
-// StoredBody returns the body as a record keeps it: gzipped when it is
-// larger than compressAbove bytes and compression makes it smaller.
+// StoredBody returns the body as a record keeps it. It is gzipped when
+// larger than compressAbove bytes, if compression makes it smaller.
 func StoredBody(body []byte, compressAbove int) (stored []byte, gzipped bool) {
 	if len(body) <= compressAbove {
 		return body, false
@@ -163,9 +166,9 @@ func StoredBody(body []byte, compressAbove int) (stored []byte, gzipped bool) {
 	return body, false
 }
 
-// TooLarge explains why a response with these headers and stored body,
-// beside an intent of intentLen bytes, does not fit in a record; "" if it
-// fits.
+// TooLarge explains why a response does not fit in a record, or is "" if
+// it fits. The record holds its headers and stored body, beside an intent
+// of intentLen bytes.
 func TooLarge(headers map[string]string, storedBody []byte, intentLen int) string {
 	if len(headers) > MaxHeaders {
 		return fmt.Sprintf("%d response headers, at most %d", len(headers), MaxHeaders)
@@ -180,12 +183,12 @@ func TooLarge(headers map[string]string, storedBody []byte, intentLen int) strin
 	return ""
 }
 
-// WritesDigest is a digest of a commit's business writes, by which a
-// repeated Commit of one lease is recognised as the same commit, or
-// refused as another: it covers every table, key, item, expression, name
-// and value the writes carry, and is taken when the Commit is made, so a
-// caller that reuses its write values for the next row cannot make two
-// commits look alike.
+// WritesDigest is a digest of a commit's business writes. By it a repeated
+// Commit of one lease is recognised as the same commit, or refused as
+// another. It covers every table, key, item, expression, name and value
+// the writes carry. It is taken when the Commit is made. So a caller that
+// reuses its write values for the next row cannot make two commits look
+// alike.
 func WritesDigest(writes []types.TransactWriteItem) string {
 	h := sha256.New()
 	for _, w := range writes {
@@ -240,8 +243,8 @@ func writeAttrs(w io.Writer, name string, attrs map[string]types.AttributeValue)
 	fmt.Fprint(w, "}")
 }
 
-// writeValue writes one attribute value with its type; a set's members in
-// order, since DynamoDB keeps a set without one.
+// writeValue writes one attribute value with its type. A set's members are
+// in order, since DynamoDB keeps a set without one.
 func writeValue(w io.Writer, v types.AttributeValue) {
 	switch v := v.(type) {
 	case *types.AttributeValueMemberS:
@@ -279,12 +282,12 @@ func writeValue(w io.Writer, v types.AttributeValue) {
 }
 
 // LeaseCommitted returns the address of an *idem.Lease's digest of the
-// business writes its Commit may have applied. Package idem sets it, so
-// that a store in another package can keep that state on the lease while
-// users cannot touch it.
+// business writes its Commit may have applied. Package idem sets it. So a
+// store in another package keeps that state on the lease, and users cannot
+// touch it.
 var LeaseCommitted func(lease any) **string
 
-// LogHash is idem.Key.LogHash of a key's string form, also for one that
+// LogHash is idem.Key.LogHash of a key's string form, also of one that
 // does not parse.
 func LogHash(full string) string {
 	var in [512]byte // longer than any key: the buffer stays on the stack

@@ -1,4 +1,4 @@
-package idem_test
+package dynamostore_test
 
 import (
 	"errors"
@@ -27,6 +27,7 @@ import (
 // (the index is ordered by lease end) is never recovered while the other
 // one stays stuck.
 func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	db := dynamotest.Client(t)
@@ -68,6 +69,7 @@ func TestSweepPassesOverAnotherPrefixsStuckLease(t *testing.T) {
 // shard's later stuck leases are still recovered. It made Sweep abandon
 // the rest of the shard, on every run.
 func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now().Truncate(time.Millisecond))
 	db := dynamotest.Client(t)
@@ -97,5 +99,61 @@ func TestSweepPassesOverAnUnreadableStuckRecord(t *testing.T) {
 	}
 	if swept.Unreadable != 1 || !errors.Is(err, idem.ErrUnreadableRecord) || strings.Contains(err.Error(), "secret-order") {
 		t.Fatalf("sweep %+v, %v; want 1 unreadable record, reported by its hash, not its key", swept, err)
+	}
+}
+
+// TestInFlightOutlivesRetention: a command whose outcome is unknown keeps
+// its record however long it stays unknown. TTL must never turn it into a
+// free key (another request would then be accepted and the first one's
+// charge never recorded).
+func TestInFlightOutlivesRetention(t *testing.T) {
+	ctx := t.Context()
+	t.Parallel()
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	k := dynamotest.Key(t, "acme")
+	l := dynamotest.Begin(t, e.Store, k, fpA)
+	e.Clock.Advance(3 * time.Hour)
+	rec, err := e.Store.Get(ctx, k)
+	if err != nil || rec.Status != idem.StatusInFlight || !rec.ExpiresAt.IsZero() {
+		t.Fatalf("Get three retentions later: %+v, %v", rec, err)
+	}
+	if _, err := e.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("another request three retentions later: want mismatch, got %v", err)
+	}
+	taken, err := e.Store.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatalf("TakeOver three retentions later: %v", err)
+	}
+	if !taken.CreatedAt.Equal(l.CreatedAt) || !taken.AttemptDeadline.Equal(l.AttemptDeadline) || taken.Attempts != 1 {
+		t.Fatalf("taken-over lease %+v, first lease %+v", taken, l)
+	}
+	if err := e.Store.Commit(ctx, taken, resp); err != nil {
+		t.Fatal(err)
+	}
+	rec, err = e.Store.Get(ctx, k)
+	if err != nil || !rec.ExpiresAt.Equal(taken.RecordExpiresAt) || !rec.ExpiresAt.After(e.Clock.Now().Add(59*time.Minute)) {
+		t.Fatalf("retention after the late commit: %+v, %v (now %v)", rec, err, e.Clock.Now())
+	}
+}
+
+// TestReleasedKeyAfterRetention: the released key's fingerprint is kept
+// until retention ends, and then the key is free for a new command.
+func TestReleasedKeyAfterRetention(t *testing.T) {
+	ctx := t.Context()
+	t.Parallel()
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	k := dynamotest.Key(t, "acme")
+	l := dynamotest.Begin(t, e.Store, k, fpA)
+	if err := e.Store.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	e.Clock.Advance(l.RecordExpiresAt.Sub(e.Clock.Now()) - time.Second)
+	if _, err := e.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("just before retention ends: want mismatch, got %v", err)
+	}
+	e.Clock.Advance(2 * time.Second)
+	next := dynamotest.Begin(t, e.Store, k, fpB)
+	if next.CreatedAt.Equal(l.CreatedAt) {
+		t.Fatal("a new command after retention kept the released one's CreatedAt")
 	}
 }

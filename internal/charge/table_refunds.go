@@ -19,19 +19,19 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// A refund's row lives in the charges table beside its charge, under the
-// id "<charge id>#<refund id>": one Query reads a charge with its refunds.
+// A refund's row lives in the charges table beside its charge. Its id is
+// "<charge id>#<refund id>", so one Query reads a charge with its refunds.
 //
 // The charge's row holds the constraint. refund_claimed is what settled
-// refunds returned plus what refunds in flight hold; each of those holds
+// refunds returned, plus what refunds in flight hold. Each of those holds
 // its amount in an attribute of its own, hold_<refund id>. A hold is
-// placed before the provider is asked, only if refund_claimed stays within
-// the charge's amount; it is settled into amount_refunded in the refund's
-// transaction, or freed if the refund is proven not made.
+// placed before the provider is asked. It is placed only if refund_claimed
+// stays within the charge's amount. The refund's transaction settles it
+// into amount_refunded. A refund proven not made frees it.
 //
 // refund_count bounds a charge's refunds, so its reads stay bounded. It
-// counts refund rows and holds: a hold adds one within the limit, and
-// only freeing a hold takes one away.
+// counts refund rows and holds. A hold adds one within the limit, and only
+// freeing a hold takes one away.
 const (
 	attrRefunded = "amount_refunded"
 	attrClaimed  = "refund_claimed"
@@ -43,14 +43,14 @@ const (
 var (
 	// errExceedsFinal: settled refunds leave less than the amount.
 	errExceedsFinal = errors.New("charge: refund exceeds what settled refunds leave")
-	// errExceedsHeld: refunds in flight hold what the amount needs; if
+	// errExceedsHeld: refunds in flight hold what the amount needs. If
 	// they fail, it may fit.
 	errExceedsHeld = errors.New("charge: refund exceeds what refunds in flight leave")
 	// errNotRefundable: the charge is in no state to refund.
 	errNotRefundable = errors.New("charge: not in a state to refund")
 	// errLimitFinal: the charge's refund rows reach the limit.
 	errLimitFinal = errors.New("charge: refunds reach the limit")
-	// errLimitHeld: refunds in flight fill what the limit leaves; if one
+	// errLimitHeld: refunds in flight fill what the limit leaves. If one
 	// fails, a place is free.
 	errLimitHeld = errors.New("charge: refunds in flight fill the limit")
 )
@@ -58,10 +58,11 @@ var (
 // refundRowID is the id of refund's row in the charges table.
 func refundRowID(chargeID, refundID string) string { return chargeID + "#" + refundID }
 
-// hold reserves amount of tenant's charge c for the refund refundID, if
-// what remains allows and the charge has fewer than limit refunds: nil,
-// or errExceedsFinal, errExceedsHeld, errLimitFinal, errLimitHeld or
-// errNotRefundable. A hold already placed for refundID is kept.
+// hold reserves amount of tenant's charge c for the refund refundID. It
+// does if what remains allows, and the charge has fewer than limit
+// refunds. It returns nil, or errExceedsFinal, errExceedsHeld,
+// errLimitFinal, errLimitHeld or errNotRefundable. A hold already placed
+// for refundID is kept.
 func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64, limit int) error {
 	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        r.tableName,
@@ -90,9 +91,9 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 		return nil
 	}
 	// Why it failed is read after the fact. That is safe: what settled
-	// refunds returned only grows (unless one fails later at the provider,
-	// which is rare), so a refusal that rests on it is final. Refund rows
-	// are never deleted, so a limit they reach is final too.
+	// refunds returned only grows, unless one fails later at the provider
+	// (rare). So a refusal that rests on it is final. Refund rows are
+	// never deleted, so a limit they reach is final too.
 	row, found, err := getRow(ctx, r, c.Tenant, c.ID, func(item map[string]types.AttributeValue) (map[string]types.AttributeValue, error) { return item, nil })
 	switch {
 	case err != nil:
@@ -132,7 +133,7 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 }
 
 // free gives back refundID's hold on tenant's charge, if it still holds
-// one: freeing twice frees once.
+// one. Freeing twice frees once.
 func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amount int64) error {
 	_, err := r.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                r.tableName,
@@ -153,10 +154,10 @@ func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amou
 	return nil
 }
 
-// settleHold is the write, in the refund's transaction, that turns its
-// hold into a settled refund, only if the hold is there. Without held, it
-// records a refund the provider made after its hold was freed on
-// evidence it contradicts: the money moved, so the books count it,
+// settleHold is the write that turns the refund's hold into a settled
+// refund, if the hold is there. It is part of the refund's transaction.
+// Without held, it records a refund whose hold was freed on evidence the
+// provider then contradicted. The money moved, so the books count it,
 // whatever the constraint and the limit say.
 func (r *Rows) settleHold(rf Refund, held bool) types.TransactWriteItem {
 	update, cond := "REMOVE #hold ADD #refunded :amount", "attribute_exists(#hold)"
@@ -199,8 +200,8 @@ func (r *Rows) GetRefund(ctx context.Context, tenant, chargeID, refundID string)
 }
 
 // GetWithRefunds reads tenant's charge id and all its refunds, oldest
-// first, in one strongly consistent Query (paged if they outgrow a page).
-// The limit on a charge's refunds bounds what it reads.
+// first. One strongly consistent Query reads them, paged if they outgrow a
+// page. The limit on a charge's refunds bounds what it reads.
 func (r *Rows) GetWithRefunds(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                r.tableName,
@@ -278,13 +279,9 @@ func rowRefund(item map[string]types.AttributeValue) (Refund, error) {
 	}, nil
 }
 
-func number(n int64) *types.AttributeValueMemberN {
-	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
-}
-
-// failRefund records that rf, refunded, failed later at the provider: its
-// row reads failed, and its charge gets the amount back, in one
-// transaction, once.
+// failRefund records that rf, refunded, failed later at the provider. Its
+// row reads failed, and its charge gets the amount back. Both happen in
+// one transaction, once.
 func (r *Rows) failRefund(ctx context.Context, rf Refund) error {
 	_, err := r.db.TransactWriteItems(ctx, &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
 		{Update: &types.Update{
@@ -307,8 +304,8 @@ func (r *Rows) failRefund(ctx context.Context, rf Refund) error {
 		if len(tce.CancellationReasons) > 0 && aws.ToString(tce.CancellationReasons[0].Code) == "ConditionalCheckFailed" {
 			return nil // failed already: its row no longer reads succeeded
 		}
-		// Cancelled for another reason (a write on the charge's row at
-		// the same time): nothing was written, and a redelivery tries again.
+		// Cancelled for another reason, such as a write on the charge's
+		// row at once. Nothing was written, and a redelivery tries again.
 		return fmt.Errorf("charge: fail a refund: %w: %w", idem.ErrUnavailable, err)
 	}
 	if err != nil {
@@ -316,5 +313,3 @@ func (r *Rows) failRefund(ctx context.Context, rf Refund) error {
 	}
 	return nil
 }
-
-func str(s string) *types.AttributeValueMemberS { return &types.AttributeValueMemberS{Value: s} }

@@ -3,21 +3,26 @@ package charge_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -30,27 +35,66 @@ import (
 // "nothing was charged" only with proof, and never sends the provider a
 // request it can no longer deduplicate.
 
-// handlerTransport serves requests with a handler in process: a second
-// client of the same Stripe simulator, for what a test has Stripe do
-// behind the service's back.
-type handlerTransport struct{ h http.Handler }
+// switchedThrottle throttles every PutItem once on is set.
+type switchedThrottle struct{ on *atomic.Bool }
 
-func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	t.h.ServeHTTP(rec, req)
-	return rec.Result(), nil
+func (s switchedThrottle) RoundTrip(req *http.Request) (*http.Response, error) {
+	if s.on.Load() {
+		return throttle{}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
 }
 
-// stripeBehind is an adapter on the same simulator, on the test's clock.
-func (s *onStripe) stripeBehind() *stripe.Adapter {
-	s.t.Helper()
-	a, err := stripe.New(testkit.StripeSecret, func(o *stripe.Options) {
-		o.BaseURL, o.Clock, o.HTTPClient = "http://stripe.invalid", s.clock.Now, &http.Client{Transport: handlerTransport{s.sim}}
-	})
-	if err != nil {
-		s.t.Fatal(err)
+// TestThrottledRetryNeverSaysNothingWasCharged: a retry whose claim is
+// throttled must not answer "Nothing was charged" for an intent that was,
+// or may have been. The first request charges the card (201), or its
+// provider call answers too late (503 outcome-pending, the record
+// IN_FLIGHT, the charge made).
+func TestThrottledRetryNeverSaysNothingWasCharged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		source string
+		first  func(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest)
+	}{
+		{"charged", "tok_visa", func(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest) {
+			wantStatus(t, h.do(req), http.StatusCreated)
+		}},
+		{"pending", providersim.SourceSlow, func(t *testing.T, h *harness, req events.APIGatewayV2HTTPRequest) {
+			ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+			defer cancel()
+			first, err := h.handler.Handle(ctx, req)
+			if err != nil || problemType(t, first) != "outcome-pending" {
+				t.Fatalf("first: %d %s, %v; want outcome-pending", first.StatusCode, first.Body, err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			on := &atomic.Bool{}
+			h := newHarnessWith(t, harnessConfig{
+				tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.CommitReserve = 500 * time.Millisecond }},
+				sim:  []func(*providersim.Options){providersim.WithSlowDelay(3 * time.Second)},
+				deps: func(d *app.Deps) {
+					d.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+						o.HTTPClient = &http.Client{Transport: switchedThrottle{on}}
+						o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
+					})
+				},
+			})
+			req := post("acme", newKey(), strings.Replace(visa, "tok_visa", tc.source, 1))
+			tc.first(t, h, req)
+			if charges, _ := h.ledger(t); charges != 1 {
+				t.Fatalf("provider charges %d, want 1", charges)
+			}
+			on.Store(true)
+			again := h.do(req)
+			on.Store(false)
+			if strings.Contains(strings.ToLower(again.Body), "nothing was charged") {
+				t.Fatalf("retry answered %d %s: says nothing was charged", again.StatusCode, again.Body)
+			}
+		})
 	}
-	return a
 }
 
 // TestReclaimPastTheDedupWindowIsLookedUpNotSent: Stripe charged a
@@ -74,7 +118,7 @@ func TestReclaimPastTheDedupWindowIsLookedUpNotSent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	b, err := long.Begin(ctx, k, fp, []byte(`{"amount":1500,"currency":"EUR","source":"pm_card_visa"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -105,59 +149,6 @@ func TestReclaimPastTheDedupWindowIsLookedUpNotSent(t *testing.T) {
 	}
 }
 
-// TestReleasedKeyLivesWithinTheDedupWindow: a key released because Stripe
-// refused the charge (a rate limit) expires within Stripe's key window,
-// counted from its creation, and the answer says when; a retry after that
-// is a new command with a new reference.
-func TestReleasedKeyLivesWithinTheDedupWindow(t *testing.T) {
-	t.Parallel()
-	s := newOnStripe(t)
-	key := newKey()
-	body := strings.Replace(stripeVisa, stripesim.PMVisa, stripesim.PMRateLimited, 1)
-	req := post("acme", key, body)
-	resp, err := s.handler.Handle(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	validateContract(t, req, resp)
-	rec := s.record(key)
-	want := time.Unix(rec.CreatedAt.Add(stripe.DedupWindow-stripe.DedupMargin).Unix(), 0)
-	if resp.StatusCode != http.StatusServiceUnavailable || rec.Status != idem.StatusReleased || !rec.ExpiresAt.Equal(want) {
-		t.Fatalf("answer %d, record %s until %v; want 503 and RELEASED until %v", resp.StatusCode, rec.Status, rec.ExpiresAt, want)
-	}
-	if got := resp.Headers[httpapi.HeaderIdempotencyExpires]; got != want.UTC().Format(http.TimeFormat) {
-		t.Fatalf("Idempotency-Expires = %q, want %s", got, want.UTC().Format(http.TimeFormat))
-	}
-}
-
-// TestWebhookRecordsAChargeOfAReleasedCommand: a command was released on
-// evidence Stripe's own notification now contradicts. The charge is
-// recorded (SUCCEEDED, one row) and a retry replays its 201; it is never
-// just logged, since no one would learn of it otherwise.
-func TestWebhookRecordsAChargeOfAReleasedCommand(t *testing.T) {
-	t.Parallel()
-	s := newStripeStack(t, 4*time.Second, nil, nil)
-	tenant := testkit.UniqueName("acme")
-	ref, lease := s.begin(tenant, "order-released", stripesim.PMVisa)
-	if err := s.store.Release(context.Background(), lease); err != nil {
-		t.Fatal(err)
-	}
-	payload := piEvent("payment_intent.succeeded", tenant, "order-released", ref)
-	if resp := s.deliver(payload, sign(payload, testWhsec, time.Now())); resp.status != http.StatusOK {
-		t.Fatalf("delivery: %d %s", resp.status, resp.body)
-	}
-	rec := s.record(tenant, "order-released")
-	if rec.Status != idem.StatusSucceeded || rec.Response == nil || rec.Response.Status != http.StatusCreated {
-		t.Fatalf("after the event: %+v, want SUCCEEDED with the 201", rec)
-	}
-	if n := s.chargeRows(tenant); n != 1 {
-		t.Fatalf("%d charge rows, want 1", n)
-	}
-	if resp := s.charge(tenant, "order-released", stripesim.PMVisa); resp.status != http.StatusCreated || resp.header.Get(httpapi.HeaderReplayed) != "true" {
-		t.Fatalf("retry: %d %s, want the stored 201 replayed", resp.status, resp.body)
-	}
-}
-
 // TestClaimWhoseAnswerIsLostIsPending: the claim lands, but its answer is
 // lost and the SDK's retries are throttled. The record is IN_FLIGHT with
 // the request, and the reconciler will replay it, so the answer is
@@ -177,7 +168,7 @@ func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 	key := newKey()
 	loser.Arm()
 	req := post("acme", key, stripeVisa)
-	resp, err := s.handler.Handle(context.Background(), req)
+	resp, err := s.handler.Handle(t.Context(), req)
 	loser.Disarm()
 	if err != nil {
 		t.Fatal(err)
@@ -193,40 +184,14 @@ func TestClaimWhoseAnswerIsLostIsPending(t *testing.T) {
 		t.Fatalf("retry under the lease: %d, want 409", got)
 	}
 	s.pastLease()
-	if got := s.reconcile(key); got != charge.OutcomeResolved {
-		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolved)
+	if got := s.reconcile(key); got != charge.OutcomeResolvedCharged {
+		t.Fatalf("reconcile: %s, want %s", got, charge.OutcomeResolvedCharged)
 	}
 	if r := s.do(key, stripeVisa); r.StatusCode != http.StatusCreated || r.Header.Get(httpapi.HeaderReplayed) != "true" {
 		t.Fatalf("retry after the reconciler: %d, want the stored 201", r.StatusCode)
 	}
 	if n := s.sim.Charged(s.reference(key)); n != 1 {
 		t.Fatalf("charged %d times, want 1", n)
-	}
-}
-
-// TestReplayRefusedOutrightReleasesTheKey: the create never reached
-// Stripe, and its PaymentMethod id is well formed but unknown to Stripe.
-// The reconciler's replay is refused with 400 resource_missing, which
-// proves nothing was or will be charged: the key is released, and the
-// next retry is answered provider-rejected rather than 409 for ever.
-func TestReplayRefusedOutrightReleasesTheKey(t *testing.T) {
-	t.Parallel()
-	s := newOnStripe(t)
-	key := newKey()
-	const unknownPM = "pm_unknown_to_stripe"
-	body := strings.Replace(stripeVisa, stripesim.PMVisa, unknownPM, 1)
-	s.lost.lose = true
-	s.pending(key, unknownPM)
-	s.lost.lose = false
-	s.pastLease()
-	if got := s.reconcile(key); got != charge.OutcomeReleased {
-		t.Fatalf("reconcile of a replay Stripe refuses: %s, want %s", got, charge.OutcomeReleased)
-	}
-	if got := s.do(key, body).StatusCode; got != http.StatusBadGateway {
-		t.Fatalf("retry: %d, want 502 provider-rejected", got)
-	}
-	if n := s.sim.Charged(s.reference(key)); n != 0 {
-		t.Fatalf("charged %d times", n)
 	}
 }
 
@@ -259,7 +224,7 @@ func TestClaimRefusedUnprocessedIsNotPending(t *testing.T) {
 	})
 	key := newKey()
 	body := `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
-	resp, err := h.Handle(context.Background(), post("acme", key, body))
+	resp, err := h.Handle(t.Context(), post("acme", key, body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,83 +233,12 @@ func TestClaimRefusedUnprocessedIsNotPending(t *testing.T) {
 		t.Errorf("a claim DynamoDB refused unprocessed is answered outcome-pending: %d %s", resp.StatusCode, resp.Body)
 	}
 	tr.refuse = false
-	resp, err = h.Handle(context.Background(), post("acme", key, body))
+	resp, err = h.Handle(t.Context(), post("acme", key, body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("retry: %d %s, want 201", resp.StatusCode, resp.Body)
-	}
-}
-
-// misrouted answers POSTs while set as Stripe answers a request to a URL it
-// does not serve (a wrong base URL or path prefix, a proxy's rewrite): 404
-// invalid_request_error "Unrecognized request URL", which says nothing of
-// the request that was meant.
-type misrouted struct{ on bool }
-
-func (m *misrouted) RoundTrip(req *http.Request) (*http.Response, error) {
-	if m.on && req.Method == http.MethodPost {
-		body := `{"error":{"message":"Unrecognized request URL (POST: /v1/payment_intents). Please see https://stripe.com/docs or we can help at https://support.stripe.com/.","type":"invalid_request_error"}}`
-		return &http.Response{
-			Status: "404 Not Found", StatusCode: http.StatusNotFound, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-			Header:        http.Header{"Content-Type": {"application/json"}},
-			Body:          io.NopCloser(strings.NewReader(body)),
-			ContentLength: int64(len(body)), Request: req,
-		}, nil
-	}
-	return http.DefaultTransport.RoundTrip(req)
-}
-
-// TestMisroutedReplayProvesNothing: Stripe charged the command and its
-// answer was lost (outcome-pending). The reconciler's replay meets a 404
-// "Unrecognized request URL" (a misrouted request), which names no
-// parameter of the request and so proves nothing: the command is not
-// released, and its client, coming back a day later, is not charged a
-// second time under a new reference.
-func TestMisroutedReplayProvesNothing(t *testing.T) {
-	t.Parallel()
-	d := testkit.Deploy(t)
-	clock := testkit.NewClock(time.Now())
-	sim, wire := testkit.Stripe(t, clock.Now)
-	h := d.ChargeHandler(t, wire, func(w *testkit.Wiring) {
-		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) { o.Timeout = time.Second })
-	})
-	route := &misrouted{}
-	recon := d.ReconcileService(t, wire, func(w *testkit.Wiring) {
-		w.Deps.StripeOptions = append(w.Deps.StripeOptions, func(o *stripe.Options) {
-			o.HTTPClient = &http.Client{Transport: route}
-		})
-	})
-	ctx := context.Background()
-	key := newKey()
-	body := `{"amount":1500,"currency":"EUR","source":"` + stripesim.PMTimeout + `"}`
-	resp, err := h.Handle(ctx, post("acme", key, body))
-	if err != nil || resp.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("charge whose answer is lost: %d %v, want 503 outcome-pending", resp.StatusCode, err)
-	}
-	k := mustKey(t, "acme", key)
-	clock.Advance(31 * time.Second)
-	route.on = true
-	out, err := recon.Reconcile(ctx, k)
-	t.Logf("reconcile with a misrouted replay: %s %v", out, err)
-	if out == charge.OutcomeReleased {
-		t.Errorf("a charged command was released on a 404 for an unrecognised URL")
-	}
-	route.on = false
-	// The client, told outcome-pending, comes back the next day.
-	clock.Advance(23*time.Hour + time.Minute)
-	resp, err = h.Handle(ctx, post("acme", key, body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("client retry a day later: %d", resp.StatusCode)
-	n := 0
-	for _, e := range sim.Ledger() {
-		n += e.Succeeded
-	}
-	if n > 1 {
-		t.Errorf("Stripe charged %d PaymentIntents for one intent (%+v)", n, sim.Ledger())
 	}
 }
 
@@ -405,5 +299,126 @@ func TestResentCreateRateLimitedIsNotNothingCharged(t *testing.T) {
 	if r.status == http.StatusServiceUnavailable && strings.Contains(r.body, "provider-unavailable") ||
 		r.status == http.StatusBadGateway {
 		t.Fatalf("card charged once, yet the client is told nothing was charged: %d %s", r.status, r.body)
+	}
+}
+
+// TestProviderRejectionIsFinal: a provider 4xx means our request was
+// refused before anything was charged: the key is released and the
+// client told, with a problem it does not retry, instead of a 500.
+func TestProviderRejectionIsFinal(t *testing.T) {
+	t.Parallel()
+	h := newClocked(t, func(c *app.ChargeConfig) { c.ProviderURL += "/no-such-prefix" })
+	key := newKey()
+	resp := h.do(post("acme", key, visa))
+	wantStatus(t, resp, http.StatusBadGateway)
+	if problemType(t, resp) != "provider-rejected" || resp.Headers["Retry-After"] != "" {
+		t.Fatalf("rejection answered %v %s", resp.Headers, resp.Body)
+	}
+	rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key))
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record after a rejection: %+v, %v; want released", rec, err)
+	}
+}
+
+// throttle answers every PutItem with DynamoDB's throttling error,
+// without forwarding it.
+type throttle struct{}
+
+func (throttle) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	body := `{"__type":"com.amazonaws.dynamodb.v20120810#ThrottlingException","message":"Rate exceeded"}`
+	return &http.Response{
+		StatusCode: http.StatusBadRequest, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:  http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amzn-Errortype": {"ThrottlingException"}},
+		Body:    io.NopCloser(strings.NewReader(body)),
+		Request: req,
+	}, nil
+}
+
+// TestThrottledClaimAnswers503: throttling (or a conflict, or a 5xx) on
+// the claim is not a server bug: the client gets a 503 it may retry at
+// once, and the provider is never called.
+func TestThrottledClaimAnswers503(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+			o.HTTPClient = &http.Client{Transport: throttle{}}
+			o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
+		})
+	}})
+	resp := h.do(post("acme", newKey(), visa))
+	wantStatus(t, resp, http.StatusServiceUnavailable)
+	if problemType(t, resp) != "service-unavailable" || resp.Headers["Retry-After"] == "" {
+		t.Fatalf("throttled claim answered %v %s", resp.Headers, resp.Body)
+	}
+	if _, calls := h.ledger(t); calls != 0 {
+		t.Fatalf("provider calls %d, want 0", calls)
+	}
+}
+
+// TestAmbiguousPathQueuesAfterTheDeadline: the provider call leaves the
+// commit reserve of the request's time, and the reconcile message is sent
+// on its own time, so an answer that never comes is still queued. (Before,
+// the provider call could use the whole budget and the enqueue ran on an
+// expired context.)
+func TestAmbiguousPathQueuesAfterTheDeadline(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.CommitReserve, c.InflightWait = 500*time.Millisecond, 0 }},
+		sim:  []func(*providersim.Options){providersim.WithSlowDelay(3 * time.Second)},
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
+	defer cancel()
+	started := time.Now()
+	resp, err := h.handler.Handle(ctx, post("acme", newKey(), strings.Replace(visa, "tok_visa", providersim.SourceSlow, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, resp, http.StatusServiceUnavailable)
+	if problemType(t, resp) != "outcome-pending" {
+		t.Fatalf("slow provider answered %s", resp.Body)
+	}
+	if took := time.Since(started); took > 1500*time.Millisecond {
+		t.Fatalf("the handler answered after %s, past the request's deadline", took)
+	}
+	h.wantOneQueued(t)
+}
+
+// TestMissingKeyFailsWithNothingClaimed: a charge whose provider key
+// cannot be read (its secret missing) answers 500 with nothing claimed
+// and nothing sent, so the key is not left IN_FLIGHT: once the secret
+// exists, a retry under the same key charges, once.
+func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
+	t.Parallel()
+	name := testkit.UniqueName("chargeonce/provider-api-key")
+	clock := testkit.NewClock(time.Now())
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.ProviderSecretName = name }},
+		deps: func(d *app.Deps) { d.Clock = clock.Now },
+		sim:  []func(*providersim.Options){providersim.WithSecret(simKey)},
+	})
+	key := newKey()
+	first := h.do(post("acme", key, visa))
+	wantStatus(t, first, http.StatusInternalServerError)
+	if _, err := h.store.Get(t.Context(), mustKey(t, "acme", key)); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("record after the key could not be read: %v, want none", err)
+	}
+	if charges, calls := h.ledger(t); charges != 0 || calls != 0 {
+		t.Fatalf("provider charges %d, calls %d; want none", charges, calls)
+	}
+	if !strings.Contains(h.logs.String(), `"error_class":"provider_not_ready"`) {
+		t.Errorf("the 500 is not logged as provider_not_ready:\n%s", h.logs.String())
+	}
+	if strings.Contains(h.logs.String(), simKey) {
+		t.Error("the logs show the key")
+	}
+
+	testkit.CreateSecret(t, name, simKey)
+	clock.Advance(30 * time.Second) // the failed read is remembered until then
+	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
+	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
+		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
 	}
 }

@@ -1,8 +1,8 @@
 package charge_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
@@ -19,44 +19,11 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
-
-var postMove = testkit.PostMove
-
-// authorized creates a charge of amount to capture later and returns its
-// id.
-func (h *harness) authorized(t *testing.T, tenant string, amount int64) string {
-	t.Helper()
-	resp := h.do(post(tenant, newKey(), fmt.Sprintf(`{"amount":%d,"currency":"EUR","source":"tok_visa","capture":false}`, amount)))
-	wantStatus(t, resp, http.StatusCreated)
-	var c struct {
-		ID, Status       string
-		AmountAuthorized int64 `json:"amount_authorized"`
-	}
-	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil || c.Status != charge.StatusRequiresCapture || c.AmountAuthorized != amount {
-		t.Fatalf("authorization: %s, %v; want requires_capture of %d", resp.Body, err, amount)
-	}
-	return c.ID
-}
-
-func chargeStatus(t *testing.T, resp events.APIGatewayV2HTTPResponse) (status string, amount int64) {
-	t.Helper()
-	var c struct {
-		Status       any
-		ChargeStatus string `json:"charge_status"`
-		Amount       int64
-	}
-	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
-		t.Fatalf("body %s: %v", resp.Body, err)
-	}
-	if c.ChargeStatus != "" {
-		return c.ChargeStatus, 0
-	}
-	st, _ := c.Status.(string)
-	return st, c.Amount
-}
 
 func TestAuthorizeThenCaptureOnce(t *testing.T) {
 	t.Parallel()
@@ -298,12 +265,6 @@ func TestCaptureThatNeverLandedIsRevertedOnlyAfterTheSettleWindow(t *testing.T) 
 	}
 }
 
-// captures is how many times the provider captured tenant's charge id.
-func (h *harness) captures(t *testing.T, tenant, id string) int {
-	t.Helper()
-	return h.sim.Ledger().References[h.row(t, tenant, id).ProviderReference].Captures
-}
-
 // providerID is the provider's id of tenant's charge id.
 func (h *harness) providerID(t *testing.T, tenant, id string) string {
 	t.Helper()
@@ -328,38 +289,6 @@ func TestExpiredAuthorizationCannotBeCaptured(t *testing.T) {
 	}
 	if n := h.captures(t, "acme", id); n != 0 {
 		t.Fatalf("captured %d times", n)
-	}
-}
-
-// TestSweeperFindsAMoveLeftUnsettled: a move whose answer was lost is in
-// the charges table's index once its deadline passes, as a key the
-// reconciler settles; a settled one is not.
-func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
-	t.Parallel()
-	h := newRefundRig(t)
-	id := h.authorized(t, "acme", 1000)
-	settled := h.authorized(t, "acme", 1000)
-	wantStatus(t, h.do(postMove("acme", settled, "cancel", "")), http.StatusOK)
-	h.faultOn("/capture", providersimTimeout)
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
-	h.faultOn("", "")
-	rows := h.rows(t)
-	stuck := func(at time.Time) []string {
-		var keys []string
-		for rec, err := range rows.StuckLeases(t.Context(), 0, at) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			keys = append(keys, rec.Key.String())
-		}
-		return keys
-	}
-	if got := stuck(h.clock.Now()); len(got) != 0 {
-		t.Fatalf("before its deadline the index yields %v", got)
-	}
-	want := "acme#" + charge.TransitionOperation + "#" + id
-	if got := stuck(h.clock.Now().Add(time.Minute)); len(got) != 1 || got[0] != want {
-		t.Fatalf("after its deadline the index yields %v, want [%s]", got, want)
 	}
 }
 
@@ -403,7 +332,7 @@ func TestNotificationsSettleMoves(t *testing.T) {
 func (h *harness) command(t *testing.T, id string) (idem.Key, time.Time) {
 	t.Helper()
 	c := h.row(t, "acme", id)
-	key, err := idem.NewKey("acme", charge.Operation, string(c.IdempotencyKey))
+	key, err := idem.NewKey("acme", charge.ChargeOperation, string(c.IdempotencyKey))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,69 +438,6 @@ func TestCaptureAwaitingARefusedOneAnswersTrue(t *testing.T) {
 	}
 }
 
-// TestLateRevertLeavesANewerMoveAlone: a capture's answer, "not
-// processed", comes after its deadline and the settle window. The
-// reconciler has released its move, and a newer capture has moved the
-// row. The late revert must not undo that newer move, which captures.
-func TestLateRevertLeavesANewerMoveAlone(t *testing.T) {
-	t.Parallel()
-	clock := testkit.NewClock(time.Now())
-	gate := newCaptureGate([]bool{true, true}, []bool{true, false})
-	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
-		d.Clock = clock.Now
-		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: gate}))
-	}})
-	recon := h.d.ReconcileService(t, func(w *testkit.Wiring) {
-		w.Reconcile.SettleWindow = 2 * time.Minute
-		w.Deps.Clock = clock.Now
-	})
-	id := h.authorized(t, "acme", 1000)
-	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
-	late, newer := make(chan events.APIGatewayV2HTTPResponse, 1), make(chan events.APIGatewayV2HTTPResponse, 1)
-	go func() { late <- h.do(postMove("acme", id, "capture", "")) }()
-	<-gate.arrived // the first capture's call is at the provider, its answer held
-	for _, step := range []struct {
-		after time.Duration
-		want  charge.Outcome
-	}{{time.Minute, charge.OutcomeNotSettled}, {3 * time.Minute, charge.OutcomeReleased}} {
-		clock.Advance(step.after)
-		if out, err := recon.Reconcile(t.Context(), key); err != nil || out != step.want {
-			t.Fatalf("reconcile: %s, %v; want %s", out, err, step.want)
-		}
-	}
-	go func() { newer <- h.do(postMove("acme", id, "capture", "")) }()
-	<-gate.arrived // the newer capture moved the row; its call is at the provider
-	close(gate.turns[0])
-	if a := <-late; a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" {
-		t.Errorf("the late capture: %d %s, want 503 provider-unavailable", a.StatusCode, a.Body)
-	}
-	close(gate.turns[1])
-	if a := <-newer; a.StatusCode != http.StatusOK {
-		t.Errorf("the newer capture: %d %s, want 200", a.StatusCode, a.Body)
-	}
-	if st, amount := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusSucceeded || amount != 1000 {
-		t.Errorf("the charge reads %s %d, want succeeded 1000", st, amount)
-	}
-	if n := h.captures(t, "acme", id); n != 1 {
-		t.Errorf("captured %d times, want once", n)
-	}
-}
-
-// heldUpdate holds DynamoDB's first UpdateItem once armed, until release
-// is closed.
-type heldUpdate struct {
-	armed            atomic.Bool
-	arrived, release chan struct{}
-}
-
-func (u *heldUpdate) RoundTrip(req *http.Request) (*http.Response, error) {
-	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") && u.armed.CompareAndSwap(true, false) {
-		close(u.arrived)
-		<-u.release
-	}
-	return http.DefaultTransport.RoundTrip(req)
-}
-
 // TestCaptureOfAllAnswersAPartialOneMadeFirst: a capture of all reads an
 // authorization, and a capture of 600 moves the row before it and
 // captures. The capture of all names no amount, so it is that capture
@@ -597,5 +463,267 @@ func TestCaptureOfAllAnswersAPartialOneMadeFirst(t *testing.T) {
 	}
 	if n := h.captures(t, "acme", id); n != 1 {
 		t.Errorf("captured %d times, want once", n)
+	}
+}
+
+// TestMissingKeyMovesNothing: a capture whose provider key cannot be read
+// answers 500 before its move. The charge's row is not written, so no
+// 500 follows a move begun, and no move is left to undo.
+func TestMissingKeyMovesNothing(t *testing.T) {
+	t.Parallel()
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.ProviderSecretName = testkit.Secret(t, simKey) }},
+		sim:  []func(*providersim.Options){providersim.WithSecret(simKey)},
+	})
+	id := h.authorized(t, "acme", 1000)
+	calls := &idemtest.CallCounter{}
+	missing := h.d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.ProviderSecretName = testkit.UniqueName("chargeonce/provider-api-key")
+		w.Deps.Clients = testkit.Clients(t, calls.Option())
+	})
+	resp, err := missing.Handle(t.Context(), postMove("acme", id, "capture", ""))
+	if err != nil || resp.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("a capture without the key: %d %s, %v; want 500", resp.StatusCode, resp.Body, err)
+	}
+	if n := calls.Snapshot()["UpdateItem"]; n != 0 {
+		t.Errorf("the charge's row was written %d times before the 500; want none", n)
+	}
+}
+
+// TestCaptureWaitIsBoundedWhileStateFails: a capture is left
+// unsettled (its answer lost) and its deadline passes while the provider's
+// state cannot be read. A repeat must be answered within its bounded wait
+// (InflightWait), as the contract says; transit instead loops on
+// settleMove's OutcomeDeferred with no pause and no bound, until the
+// caller's context dies.
+func TestCaptureWaitIsBoundedWhileStateFails(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	h.faultOn("/capture", providersimTimeout)
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	h.faultOn("", "")
+	h.clock.Advance(time.Minute) // the move's deadline has passed
+	h.sim.SetDown(true)          // its state cannot be read for now
+	// Time passes for the service as the repeat waits.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+				h.clock.Advance(time.Second)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := h.recon.Capture(ctx, "acme", id, 0)
+	took := time.Since(start)
+	if took > 2*time.Second || err != nil {
+		t.Fatalf("repeat capture while the state cannot be read: %+v, %v after %s; want an answer within the bounded wait", res, err, took)
+	}
+}
+
+// TestUnmadeCaptureIsEventuallyReverted: a capture the provider
+// never received (an edge's 502) is proven not made once the settle window
+// after its attempt has passed. The sweeper runs every minute and hands
+// the reconciler every move whose deadline has passed. Each visit inside
+// the window postpones the deadline to deadline+SettleWindow, and the next
+// visit measures the window from that postponed deadline: the move is
+// postponed for ever and the charge reads capturing until the
+// authorization expires.
+func TestUnmadeCaptureIsEventuallyReverted(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t) // the reconciler's SettleWindow: 2 minutes
+	id := h.authorized(t, "acme", 1000)
+	h.faultOn("/capture", edge502)
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	h.faultOn("", "")
+	rows := h.rows(t)
+	var outcomes []charge.Outcome
+	for range 60 { // an hour of sweeps, one a minute
+		h.clock.Advance(time.Minute)
+		for rec, err := range rows.StuckLeases(t.Context(), 0, h.clock.Now()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := h.recon.Reconcile(t.Context(), rec.Key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			outcomes = append(outcomes, out)
+		}
+		if st, _ := chargeStatus(t, h.do(get("acme", id))); st == charge.StatusRequiresCapture {
+			return
+		}
+	}
+	st, _ := chargeStatus(t, h.do(get("acme", id)))
+	t.Fatalf("an hour after a capture the provider never received (settle window 2m), the charge reads %s; the sweeper's visits: %v", st, outcomes)
+}
+
+// slowRefusal answers the provider's first capture, after a pause, with
+// 503 and the not-processed proof; every other request goes through.
+type slowRefusal struct{ n atomic.Int32 }
+
+func (s *slowRefusal) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/capture") && s.n.Add(1) == 1 {
+		time.Sleep(700 * time.Millisecond)
+		return &http.Response{
+			Status: "503 Service Unavailable", StatusCode: http.StatusServiceUnavailable, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+			Header: http.Header{provider.HeaderNotProcessed: []string{"true"}}, Body: http.NoBody, Request: req,
+		}, nil
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestConcurrentCapturesAnswerTrue: two concurrent captures of one
+// authorization end in one provider effect, each answer true when given.
+// The first one's provider call is refused "not processed": it reverts
+// the move and answers 503, nothing captured. The second waited on it.
+// That move was not made, so it makes its own and answers 200. A retry
+// of the first gets the same 200.
+func TestConcurrentCapturesAnswerTrue(t *testing.T) {
+	t.Parallel()
+	rt := &slowRefusal{}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: rt}))
+	}})
+	id := h.authorized(t, "acme", 1000)
+	answers := make([]events.APIGatewayV2HTTPResponse, 2)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 200 * time.Millisecond) // the second arrives while the first runs
+			answers[i] = h.do(postMove("acme", id, "capture", ""))
+		})
+	}
+	wg.Wait()
+	if answers[0].StatusCode != http.StatusServiceUnavailable || problemType(t, answers[0]) != "provider-unavailable" {
+		t.Errorf("the refused capture: %d %s, want 503 provider-unavailable", answers[0].StatusCode, answers[0].Body)
+	}
+	if st, _ := chargeStatus(t, answers[1]); answers[1].StatusCode != http.StatusOK || st != charge.StatusSucceeded {
+		t.Errorf("the capture that waited: %d %s, want 200 succeeded", answers[1].StatusCode, answers[1].Body)
+	}
+	if retry := h.do(postMove("acme", id, "capture", "")); retry.StatusCode != http.StatusOK || retry.Body != answers[1].Body {
+		t.Errorf("retry of the refused capture: %d %s, want %s", retry.StatusCode, retry.Body, answers[1].Body)
+	}
+	if n := h.captures(t, "acme", id); n != 1 {
+		t.Errorf("captured %d times, want once", n)
+	}
+}
+
+// TestRefusedCaptureAfterAPostponeFreesTheRow: a capture is refused "not
+// processed" after the reconciler postponed its attempt's deadline. The
+// revert is of that same attempt, so the charge is requires_capture again
+// and a retry captures, not a 409 for the whole settle window.
+func TestRefusedCaptureAfterAPostponeFreesTheRow(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	gate := newCaptureGate([]bool{true, false}, []bool{true, false})
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clock = clock.Now
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: gate}))
+	}})
+	recon := h.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Reconcile.SettleWindow = 2 * time.Minute
+		w.Deps.Clock = clock.Now
+	})
+	id := h.authorized(t, "acme", 1000)
+	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
+	first := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { first <- h.do(postMove("acme", id, "capture", "")) }()
+	<-gate.arrived // the capture's call is at the provider, its answer held
+	clock.Advance(time.Minute)
+	if out, err := recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeNotSettled {
+		t.Fatalf("reconcile inside the settle window: %s, %v; want %s", out, err, charge.OutcomeNotSettled)
+	}
+	close(gate.turns[0]) // the provider's answer: 503, not processed
+	a := <-first
+	if a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" {
+		t.Fatalf("the refused capture: %d %s, want 503 provider-unavailable", a.StatusCode, a.Body)
+	}
+	st, _ := chargeStatus(t, h.do(get("acme", id)))
+	retry := h.do(postMove("acme", id, "capture", ""))
+	if st != charge.StatusRequiresCapture || retry.StatusCode != http.StatusOK {
+		t.Fatalf("after 503 provider-unavailable (nothing captured, no other move made) the charge reads %s "+
+			"(want requires_capture), and its retry answers %d %s (want 200 succeeded)", st, retry.StatusCode, retry.Body)
+	}
+}
+
+// lostBegin applies the first move (Rows.begin) it sees once armed, and
+// loses its answer: DynamoDB answers 500 after applying the update. The
+// SDK sends it again.
+type lostBegin struct{ armed atomic.Bool }
+
+func (l *lostBegin) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") && l.armed.Load() {
+		body := readBody(req)
+		if bytes.Contains(body, []byte("SET #status = :via, #amount = :amount")) && l.armed.CompareAndSwap(true, false) {
+			resp, err := http.DefaultTransport.RoundTrip(req)
+			if err != nil {
+				return nil, err
+			}
+			resp.Body.Close()
+			return idemtest.DynamoDBFault(req, "InternalServerError"), nil
+		}
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestCaptureWhoseMoveAnswerWasLostIsMade: DynamoDB applies a capture's
+// move and loses the answer, and the SDK's retry fails its condition. The
+// request finds its own attempt on the row and makes the capture, rather
+// than awaiting itself.
+func TestCaptureWhoseMoveAnswerWasLostIsMade(t *testing.T) {
+	t.Parallel()
+	lost := &lostBegin{}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lost} })
+	}})
+	id := h.authorized(t, "acme", 1000)
+	lost.armed.Store(true)
+	a := h.do(postMove("acme", id, "capture", ""))
+	st, _ := chargeStatus(t, h.do(get("acme", id)))
+	if a.StatusCode != http.StatusOK {
+		t.Fatalf("the only capture, its move applied and the answer lost once: %d %s; the charge reads %s, the provider captured %d times; "+
+			"want 200 succeeded (or an honest outcome-pending), not a capture 'in progress' that nobody makes",
+			a.StatusCode, a.Body, st, h.captures(t, "acme", id))
+	}
+}
+
+// TestCancelAwaitingARefusedCaptureIsMade: a
+// capture is refused "not processed" while a cancel waits on it. The
+// cancel makes its own move: the charge ends canceled, nothing captured,
+// and the capture's retry is 409 naming canceled.
+func TestCancelAwaitingARefusedCaptureIsMade(t *testing.T) {
+	t.Parallel()
+	gate := newCaptureGate([]bool{true}, []bool{true})
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.ProviderOptions = append(d.ProviderOptions, provider.WithHTTPClient(&http.Client{Transport: gate}))
+	}})
+	id := h.authorized(t, "acme", 1000)
+	capt, canc := make(chan events.APIGatewayV2HTTPResponse, 1), make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { capt <- h.do(postMove("acme", id, "capture", "")) }()
+	<-gate.arrived
+	go func() { canc <- h.do(postMove("acme", id, "cancel", "")) }()
+	time.Sleep(300 * time.Millisecond)
+	close(gate.turns[0])
+	a, b := <-capt, <-canc
+	if a.StatusCode != http.StatusServiceUnavailable || problemType(t, a) != "provider-unavailable" {
+		t.Errorf("the refused capture: %d %s", a.StatusCode, a.Body)
+	}
+	if st, _ := chargeStatus(t, b); b.StatusCode != http.StatusOK || st != charge.StatusCanceled {
+		t.Errorf("the cancel that waited: %d %s, want 200 canceled", b.StatusCode, b.Body)
+	}
+	retry := h.do(postMove("acme", id, "capture", ""))
+	if st, _ := chargeStatus(t, retry); retry.StatusCode != http.StatusConflict || st != charge.StatusCanceled {
+		t.Errorf("the capture's retry: %d %s, want 409 canceled", retry.StatusCode, retry.Body)
+	}
+	if n := h.captures(t, "acme", id); n != 0 {
+		t.Errorf("captured %d times", n)
 	}
 }

@@ -1,4 +1,4 @@
-package idem_test
+package dynamostore_test
 
 import (
 	"testing"

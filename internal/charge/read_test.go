@@ -166,3 +166,54 @@ func TestRefundListRefusesWhatNamesNoPlaceInIt(t *testing.T) {
 		t.Errorf("GET of a charge without refunds: %s, want no refunds member", resp.Body)
 	}
 }
+
+// TestGetWithAnIDOfAnotherFormIsNotFound: any id that is not "ch_" and 24
+// hex digits answers 404 without a call to the store. DynamoDB refuses a
+// sort key over 1,024 bytes with a ValidationException, which was a 500.
+func TestGetWithAnIDOfAnotherFormIsNotFound(t *testing.T) {
+	t.Parallel()
+	var calls testkit.CallCounter
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) {
+		d.Clients = testkit.Clients(t, calls.Option())
+	}})
+	for name, id := range map[string]string{
+		"over 1,024 bytes":   "ch_" + strings.Repeat("a", 2000),
+		"one digit short":    "ch_00000000000000000000000",
+		"one digit too many": "ch_0000000000000000000000000",
+		"upper-case hex":     "ch_00000000000000000000000A",
+		"another prefix":     "re_000000000000000000000000",
+		"not hex":            "ch_00000000000000000000000g",
+	} {
+		calls.Snapshot()
+		wantStatus(t, h.do(get("acme", id)), 404)
+		if got := calls.Snapshot(); len(got) != 0 {
+			t.Errorf("%s: the GET made DynamoDB calls %v, want none", name, got)
+		}
+	}
+}
+
+func TestTenantIsolation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	key := newKey()
+	a := h.do(post("tenant-a", key, visa))
+	b := h.do(post("tenant-b", key, visa))
+	wantStatus(t, a, 201)
+	wantStatus(t, b, 201) // not a replay of tenant-a's answer
+	if b.Headers["Idempotent-Replayed"] != "" || a.Body == b.Body {
+		t.Fatalf("tenant-b got tenant-a's answer: %v %s", b.Headers, b.Body)
+	}
+	if charges, _ := h.ledger(t); charges != 2 {
+		t.Fatalf("provider charges %d, want 2", charges)
+	}
+	// A mismatch in one tenant is not seen from the other.
+	if r := h.do(post("tenant-b", key, strings.Replace(visa, "1500", "1", 1))); r.StatusCode != 422 {
+		t.Fatalf("tenant-b mismatch: %d", r.StatusCode)
+	}
+	var ca struct{ ID string }
+	_ = json.Unmarshal([]byte(a.Body), &ca)
+	wantStatus(t, h.do(get("tenant-a", ca.ID)), 200)
+	nf := h.do(get("tenant-b", ca.ID))
+	wantStatus(t, nf, 404)
+	wantStatus(t, h.do(get("tenant-a", "ch_000000000000000000000000")), 404)
+}

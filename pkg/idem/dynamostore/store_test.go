@@ -1,8 +1,7 @@
-package idem_test
+package dynamostore_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -26,62 +25,14 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
-type env struct {
-	table string
-	db    *dynamodb.Client
-	calls *idemtest.CallCounter
-	clock *idemtest.Clock
-	store *dynamostore.Store
-}
-
-func newEnv(t *testing.T, optFns ...func(*dynamostore.Options)) *env {
-	t.Helper()
-	e := &env{calls: &idemtest.CallCounter{}, clock: idemtest.NewClock(time.Now())}
-	e.table = dynamotest.Table(t, dynamostore.TableInput("idem"))
-	e.db = dynamotest.Client(t, e.calls.Option())
-	e.store = e.newStore(t, optFns...)
-	return e
-}
-
-func (e *env) newStore(t *testing.T, optFns ...func(*dynamostore.Options)) *dynamostore.Store {
-	t.Helper()
-	opts := append([]func(*dynamostore.Options){func(o *dynamostore.Options) {
-		o.Clock = e.clock.Now
-		o.DefaultLease = 30 * time.Second
-	}}, optFns...)
-	s, err := dynamostore.New(e.db, e.table, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func key(t *testing.T, tenant string) idem.Key {
-	t.Helper()
-	k, err := idem.NewKey(tenant, "create-charge", dynamotest.UniqueName("k"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
-
 var (
 	fpA  = idem.FingerprintOf([]byte(`{"amount":100}`))
 	fpB  = idem.FingerprintOf([]byte(`{"amount":200}`))
 	resp = idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: []byte(`{"id":"ch_1"}`)}
-	ctx  = context.Background()
 )
 
-func begin(t *testing.T, s idem.Backend, k idem.Key, fp idem.Fingerprint) *idem.Lease {
-	t.Helper()
-	b, err := s.Begin(ctx, k, fp, []byte("intent"))
-	if err != nil || b.Lease == nil {
-		t.Fatalf("Begin: want a new lease, got %+v, %v", b, err)
-	}
-	return b.Lease
-}
-
 func wantReplay(t *testing.T, s *dynamostore.Store, k idem.Key, want idem.Response) {
+	ctx := t.Context()
 	t.Helper()
 	b, err := s.Begin(ctx, k, fpA, nil)
 	if err != nil || b.Replay == nil {
@@ -92,81 +43,74 @@ func wantReplay(t *testing.T, s *dynamostore.Store, k idem.Key, want idem.Respon
 	}
 }
 
-func wantInFlight(t *testing.T, err error) {
-	t.Helper()
-	var inflight *idem.InFlightError
-	if !errors.As(err, &inflight) || !errors.Is(err, idem.ErrInFlight) {
-		t.Fatalf("want *InFlightError, got %v", err)
-	}
-}
-
 func TestLifecycleAllowedTransitions(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 
 	t.Run("absent to in flight to succeeded, then replay", func(t *testing.T) {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
-		_, err := e.store.Begin(ctx, k, fpA, nil)
-		wantInFlight(t, err)
-		if err := e.store.Commit(ctx, l, resp); err != nil {
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
+		_, err := e.Store.Begin(ctx, k, fpA, nil)
+		dynamotest.WantInFlight(t, err)
+		if err := e.Store.Commit(ctx, l, resp); err != nil {
 			t.Fatal(err)
 		}
-		wantReplay(t, e.store, k, resp)
-		rec, err := e.store.Get(ctx, k)
+		wantReplay(t, e.Store, k, resp)
+		rec, err := e.Store.Get(ctx, k)
 		if err != nil || rec.Status != idem.StatusSucceeded || string(rec.Intent) != "intent" {
 			t.Fatalf("Get = %+v, %v", rec, err)
 		}
 	})
 	t.Run("in flight to failed permanent, then replay of the failure", func(t *testing.T) {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
 		declined := idem.Response{Status: 402, Headers: map[string]string{"Content-Type": "application/problem+json"}, Body: []byte(`{"type":"card-declined"}`)}
-		if err := e.store.Fail(ctx, l, declined); err != nil {
+		if err := e.Store.Fail(ctx, l, declined); err != nil {
 			t.Fatal(err)
 		}
-		wantReplay(t, e.store, k, declined)
+		wantReplay(t, e.Store, k, declined)
 	})
 	t.Run("in flight to released by fenced release, claimed again by the same request only", func(t *testing.T) {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
-		e.clock.Advance(time.Second)
-		if err := e.store.Release(ctx, l); err != nil {
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
+		e.Clock.Advance(time.Second)
+		if err := e.Store.Release(ctx, l); err != nil {
 			t.Fatal(err)
 		}
-		rec, err := e.store.Get(ctx, k)
+		rec, err := e.Store.Get(ctx, k)
 		if err != nil || rec.Status != idem.StatusReleased || rec.Fingerprint != fpA.String() {
 			t.Fatalf("Get after release: %+v, %v", rec, err)
 		}
-		if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
+		if _, err := e.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 			t.Fatalf("another request on a released key: want mismatch, got %v", err)
 		}
-		again := begin(t, e.store, k, fpA)
+		again := dynamotest.Begin(t, e.Store, k, fpA)
 		if !again.CreatedAt.Equal(l.CreatedAt) || again.Token == l.Token {
 			t.Fatalf("claim after release: CreatedAt %v (was %v), token %s (was %s)", again.CreatedAt, l.CreatedAt, again.Token, l.Token)
 		}
-		if err := e.store.Release(ctx, l); !errors.Is(err, idem.ErrLeaseLost) {
+		if err := e.Store.Release(ctx, l); !errors.Is(err, idem.ErrLeaseLost) {
 			t.Fatalf("the first lease after the key was claimed again: want ErrLeaseLost, got %v", err)
 		}
-		if err := e.store.Commit(ctx, again, resp); err != nil {
+		if err := e.Store.Commit(ctx, again, resp); err != nil {
 			t.Fatal(err)
 		}
-		wantReplay(t, e.store, k, resp)
+		wantReplay(t, e.Store, k, resp)
 	})
 	t.Run("heartbeat extends the lease", func(t *testing.T) {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
 		first := l.ExpiresAt
 		e2 := *e
-		e2.clock = idemtest.NewClock(e.clock.Now().Add(20 * time.Second))
-		s2 := e2.newStore(t)
+		e2.Clock = idemtest.NewClock(e.Clock.Now().Add(20 * time.Second))
+		s2 := e2.NewStore(t)
 		if err := s2.Heartbeat(ctx, l); err != nil {
 			t.Fatal(err)
 		}
 		if !l.ExpiresAt.After(first) {
 			t.Fatalf("lease not extended: %v then %v", first, l.ExpiresAt)
 		}
-		rec, err := e.store.Get(ctx, k)
+		rec, err := e.Store.Get(ctx, k)
 		if err != nil || !rec.LeaseExpiresAt.Equal(l.ExpiresAt.Truncate(time.Millisecond)) {
 			t.Fatalf("stored lease %v, want %v (%v)", rec.LeaseExpiresAt, l.ExpiresAt, err)
 		}
@@ -174,72 +118,74 @@ func TestLifecycleAllowedTransitions(t *testing.T) {
 }
 
 func TestLifecycleForbiddenTransitions(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 	terminal := map[string]func(*idem.Lease) error{
-		"succeeded":        func(l *idem.Lease) error { return e.store.Commit(ctx, l, resp) },
-		"failed permanent": func(l *idem.Lease) error { return e.store.Fail(ctx, l, resp) },
+		"succeeded":        func(l *idem.Lease) error { return e.Store.Commit(ctx, l, resp) },
+		"failed permanent": func(l *idem.Lease) error { return e.Store.Fail(ctx, l, resp) },
 	}
 	for name, finish := range terminal {
 		t.Run(name+" is terminal", func(t *testing.T) {
-			k := key(t, "acme")
-			l := begin(t, e.store, k, fpA)
+			k := dynamotest.Key(t, "acme")
+			l := dynamotest.Begin(t, e.Store, k, fpA)
 			if err := finish(l); err != nil {
 				t.Fatal(err)
 			}
 			for op, again := range map[string]func() error{
-				"commit":    func() error { return e.store.Commit(ctx, l, idem.Response{Status: 500}) },
-				"fail":      func() error { return e.store.Fail(ctx, l, idem.Response{Status: 500}) },
-				"release":   func() error { return e.store.Release(ctx, l) },
-				"heartbeat": func() error { return e.store.Heartbeat(ctx, l) },
+				"commit":    func() error { return e.Store.Commit(ctx, l, idem.Response{Status: 500}) },
+				"fail":      func() error { return e.Store.Fail(ctx, l, idem.Response{Status: 500}) },
+				"release":   func() error { return e.Store.Release(ctx, l) },
+				"heartbeat": func() error { return e.Store.Heartbeat(ctx, l) },
 			} {
 				if err := again(); !errors.Is(err, idem.ErrLeaseLost) {
 					t.Errorf("%s after %s: want ErrLeaseLost, got %v", op, name, err)
 				}
 			}
-			e.clock.Advance(time.Hour) // even with every lease long expired
-			defer e.clock.Advance(-time.Hour)
-			if _, err := e.store.TakeOver(ctx, k); !errors.Is(err, idem.ErrCompleted) {
+			e.Clock.Advance(time.Hour) // even with every lease long expired
+			defer e.Clock.Advance(-time.Hour)
+			if _, err := e.Store.TakeOver(ctx, k); !errors.Is(err, idem.ErrCompleted) {
 				t.Errorf("take over of %s: want ErrCompleted, got %v", name, err)
 			}
-			wantReplay(t, e.store, k, resp) // never reopened to IN_FLIGHT
+			wantReplay(t, e.Store, k, resp) // never reopened to IN_FLIGHT
 		})
 	}
 	t.Run("only the lease owner completes", func(t *testing.T) {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
 		impostor := *l
 		impostor.Token = strings.Repeat("0", len(l.Token))
 		for op, try := range map[string]func() error{
-			"commit":    func() error { return e.store.Commit(ctx, &impostor, resp) },
-			"fail":      func() error { return e.store.Fail(ctx, &impostor, resp) },
-			"release":   func() error { return e.store.Release(ctx, &impostor) },
-			"heartbeat": func() error { return e.store.Heartbeat(ctx, &impostor) },
+			"commit":    func() error { return e.Store.Commit(ctx, &impostor, resp) },
+			"fail":      func() error { return e.Store.Fail(ctx, &impostor, resp) },
+			"release":   func() error { return e.Store.Release(ctx, &impostor) },
+			"heartbeat": func() error { return e.Store.Heartbeat(ctx, &impostor) },
 		} {
 			if err := try(); !errors.Is(err, idem.ErrLeaseLost) {
 				t.Errorf("%s by another token: want ErrLeaseLost, got %v", op, err)
 			}
 		}
-		if err := e.store.Commit(ctx, l, resp); err != nil {
+		if err := e.Store.Commit(ctx, l, resp); err != nil {
 			t.Fatalf("the owner's commit: %v", err)
 		}
 	})
 	t.Run("no take over of a live lease", func(t *testing.T) {
-		k := key(t, "acme")
-		begin(t, e.store, k, fpA)
-		_, err := e.store.TakeOver(ctx, k)
-		wantInFlight(t, err)
+		k := dynamotest.Key(t, "acme")
+		dynamotest.Begin(t, e.Store, k, fpA)
+		_, err := e.Store.TakeOver(ctx, k)
+		dynamotest.WantInFlight(t, err)
 	})
 	t.Run("no take over of an absent record", func(t *testing.T) {
-		if _, err := e.store.TakeOver(ctx, key(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
+		if _, err := e.Store.TakeOver(ctx, dynamotest.Key(t, "acme")); !errors.Is(err, idem.ErrNotFound) {
 			t.Fatalf("want ErrNotFound, got %v", err)
 		}
 	})
 }
 
 func TestFencingAfterTakeOver(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 	business := dynamotest.Table(t, &dynamodb.CreateTableInput{
 		TableName:            aws.String("business"),
 		BillingMode:          types.BillingModePayPerRequest,
@@ -254,27 +200,27 @@ func TestFencingAfterTakeOver(t *testing.T) {
 		}}
 	}
 
-	k := key(t, "acme")
-	a := begin(t, e.store, k, fpA)
-	e.clock.Advance(31 * time.Second) // A's lease runs out
-	b, err := e.store.TakeOver(ctx, k)
+	k := dynamotest.Key(t, "acme")
+	a := dynamotest.Begin(t, e.Store, k, fpA)
+	e.Clock.Advance(31 * time.Second) // A's lease runs out
+	b, err := e.Store.TakeOver(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if b.Token == a.Token || string(b.Intent) != "intent" || !b.CreatedAt.Equal(a.CreatedAt) {
 		t.Fatalf("take over lease = %+v (A's: %+v)", b, a)
 	}
-	if err := e.store.Commit(ctx, b, resp, put("b-row", "B")); err != nil {
+	if err := e.Store.Commit(ctx, b, resp, put("b-row", "B")); err != nil {
 		t.Fatalf("B commit: %v", err)
 	}
 	// A's transaction also collides with the row B wrote: the lost lease is
 	// still what it reports.
-	err = e.store.Commit(ctx, a, idem.Response{Status: 201, Body: []byte("A")}, put("a-row", "A"), put("b-row", "A"))
+	err = e.Store.Commit(ctx, a, idem.Response{Status: 201, Body: []byte("A")}, put("a-row", "A"), put("b-row", "A"))
 	if !errors.Is(err, idem.ErrLeaseLost) {
 		t.Fatalf("A's late commit: want ErrLeaseLost, got %v", err)
 	}
 	for id, want := range map[string]bool{"a-row": false, "b-row": true} {
-		out, err := e.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(business), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: id}}, ConsistentRead: aws.Bool(true)})
+		out, err := e.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(business), Key: map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: id}}, ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -282,17 +228,17 @@ func TestFencingAfterTakeOver(t *testing.T) {
 			t.Errorf("business row %s present = %v, want %v", id, got, want)
 		}
 	}
-	wantReplay(t, e.store, k, resp)
+	wantReplay(t, e.Store, k, resp)
 
 	t.Run("a business write's own condition names the write", func(t *testing.T) {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
-		err := e.store.Commit(ctx, l, resp, put("fresh-"+k.ClientKey(), "x"), put("b-row", "dup"))
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
+		err := e.Store.Commit(ctx, l, resp, put("fresh-"+k.ClientKey(), "x"), put("b-row", "dup"))
 		var wce *idem.WriteConditionError
 		if !errors.As(err, &wce) || wce.Index != 1 || !errors.Is(err, idem.ErrWriteCondition) {
 			t.Fatalf("want WriteConditionError{1}, got %v", err)
 		}
-		rec, err := e.store.Get(ctx, k)
+		rec, err := e.Store.Get(ctx, k)
 		if err != nil || rec.Status != idem.StatusInFlight {
 			t.Fatalf("record after failed commit: %+v %v", rec, err)
 		}
@@ -300,138 +246,144 @@ func TestFencingAfterTakeOver(t *testing.T) {
 }
 
 func TestExpiredRecordIsAbsent(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
-	k := key(t, "acme")
-	l := begin(t, e.store, k, fpA)
-	if err := e.store.Commit(ctx, l, resp); err != nil {
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Retention = time.Hour })
+	k := dynamotest.Key(t, "acme")
+	l := dynamotest.Begin(t, e.Store, k, fpA)
+	if err := e.Store.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
 	}
 	if want := l.ExpiresAt.Add(time.Hour).Truncate(time.Second); !l.RecordExpiresAt.Equal(want) {
 		t.Fatalf("retention ends %v, want an hour after the lease %v", l.RecordExpiresAt, want)
 	}
-	e.clock.Advance(l.RecordExpiresAt.Sub(e.clock.Now()) + time.Second) // moto never deletes by TTL; AWS deletes lazily
-	if _, err := e.store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+	e.Clock.Advance(l.RecordExpiresAt.Sub(e.Clock.Now()) + time.Second) // moto never deletes by TTL; AWS deletes lazily
+	if _, err := e.Store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("Get of an expired record: want ErrNotFound, got %v", err)
 	}
-	if _, err := e.store.TakeOver(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+	if _, err := e.Store.TakeOver(ctx, k); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("TakeOver of an expired record: want ErrNotFound, got %v", err)
 	}
-	next := begin(t, e.store, k, fpB) // a new command under the old key
+	next := dynamotest.Begin(t, e.Store, k, fpB) // a new command under the old key
 	if !next.CreatedAt.After(l.CreatedAt) {
 		t.Fatalf("the new command's CreatedAt %v does not tell it from the old one's %v", next.CreatedAt, l.CreatedAt)
 	}
 }
 
 func TestMismatchNeverReplays(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
-	k := key(t, "acme")
-	l := begin(t, e.store, k, fpA)
-	if _, err := e.store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
+	e := dynamotest.NewEnv(t)
+	k := dynamotest.Key(t, "acme")
+	l := dynamotest.Begin(t, e.Store, k, fpA)
+	if _, err := e.Store.Begin(ctx, k, fpB, nil); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("in flight, other body: want mismatch, got %v", err)
 	}
-	if err := e.store.Commit(ctx, l, resp); err != nil {
+	if err := e.Store.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.store.Begin(ctx, k, fpB, nil)
+	b, err := e.Store.Begin(ctx, k, fpB, nil)
 	if !errors.Is(err, idem.ErrMismatch) || b.Replay != nil || b.Lease != nil {
 		t.Fatalf("completed, other body: want mismatch and nothing else, got %+v %v", b, err)
 	}
 }
 
 func TestTenantsDoNotShareKeys(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
-	ka := key(t, "tenant-a")
+	e := dynamotest.NewEnv(t)
+	ka := dynamotest.Key(t, "tenant-a")
 	kb, _ := idem.NewKey("tenant-b", ka.Operation(), ka.ClientKey())
-	l := begin(t, e.store, ka, fpA)
-	if err := e.store.Commit(ctx, l, resp); err != nil {
+	l := dynamotest.Begin(t, e.Store, ka, fpA)
+	if err := e.Store.Commit(ctx, l, resp); err != nil {
 		t.Fatal(err)
 	}
-	begin(t, e.store, kb, fpA) // same client key and body, other tenant: a new command
+	dynamotest.Begin(t, e.Store, kb, fpA) // same client key and body, other tenant: a new command
 }
 
 func TestCallsPerOperation(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
-	k := key(t, "acme")
-	e.calls.Snapshot()
+	e := dynamotest.NewEnv(t)
+	k := dynamotest.Key(t, "acme")
+	e.Calls.Snapshot()
 	check := func(what string, want map[string]int) {
 		t.Helper()
-		got := e.calls.Snapshot()
+		got := e.Calls.Snapshot()
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("%s: DynamoDB calls %v, want %v", what, got, want)
 		}
 	}
-	l := begin(t, e.store, k, fpA)
+	l := dynamotest.Begin(t, e.Store, k, fpA)
 	check("Begin, new", map[string]int{"PutItem": 1})
-	_, _ = e.store.Begin(ctx, k, fpA, nil)
+	_, _ = e.Store.Begin(ctx, k, fpA, nil)
 	check("Begin, in flight", map[string]int{"PutItem": 1})
-	_, _ = e.store.Begin(ctx, k, fpB, nil)
+	_, _ = e.Store.Begin(ctx, k, fpB, nil)
 	check("Begin, mismatch", map[string]int{"PutItem": 1})
 	row := types.TransactWriteItem{Put: &types.Put{
-		TableName: aws.String(e.table),
+		TableName: aws.String(e.Table),
 		Item:      map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "row-" + k.ClientKey()}},
 	}}
-	if err := e.store.Commit(ctx, l, resp, row); err != nil {
+	if err := e.Store.Commit(ctx, l, resp, row); err != nil {
 		t.Fatal(err)
 	}
 	check("Commit with a business write", map[string]int{"TransactWriteItems": 1})
-	wantReplay(t, e.store, k, resp)
+	wantReplay(t, e.Store, k, resp)
 	check("Begin, replay", map[string]int{"PutItem": 1})
 
 	big := idem.Response{Status: 201, Body: make([]byte, 500*1024)}
 	rand.NewChaCha8([32]byte{}).Read(big.Body) // incompressible
-	l2 := begin(t, e.store, key(t, "acme"), fpA)
-	e.calls.Snapshot()
-	if err := e.store.Commit(ctx, l2, big); !errors.Is(err, idem.ErrTooLarge) {
+	l2 := dynamotest.Begin(t, e.Store, dynamotest.Key(t, "acme"), fpA)
+	e.Calls.Snapshot()
+	if err := e.Store.Commit(ctx, l2, big); !errors.Is(err, idem.ErrTooLarge) {
 		t.Fatalf("oversized response: want ErrTooLarge, got %v", err)
 	}
 	check("Commit refused before writing", map[string]int{})
-	if err := e.store.Commit(ctx, l2, resp); err != nil {
+	if err := e.Store.Commit(ctx, l2, resp); err != nil {
 		t.Fatal(err)
 	}
 	check("Commit without business writes", map[string]int{"UpdateItem": 1})
 }
 
 func TestLargeResponseIsCompressedAndReplayedExactly(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
-	k := key(t, "acme")
-	l := begin(t, e.store, k, fpA)
+	e := dynamotest.NewEnv(t)
+	k := dynamotest.Key(t, "acme")
+	l := dynamotest.Begin(t, e.Store, k, fpA)
 	body := []byte(strings.Repeat(`{"line":"a fairly repetitive response body"}`, 5000)) // ~220 KB, compresses well
 	big := idem.Response{Status: 201, Headers: map[string]string{"Content-Type": "application/json"}, Body: body}
-	if err := e.store.Commit(ctx, l, big); err != nil {
+	if err := e.Store.Commit(ctx, l, big); err != nil {
 		t.Fatal(err)
 	}
-	wantReplay(t, e.store, k, big)
+	wantReplay(t, e.Store, k, big)
 }
 
 func TestStuckLeaseIndex(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t, func(o *dynamostore.Options) { o.Shards = 2 })
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.Shards = 2 })
 	stuck := map[string]bool{}
 	for i := 0; i < 6; i++ {
-		k := key(t, "acme")
-		l := begin(t, e.store, k, fpA)
+		k := dynamotest.Key(t, "acme")
+		l := dynamotest.Begin(t, e.Store, k, fpA)
 		switch i % 3 {
 		case 0:
 			stuck[k.String()] = true
 		case 1:
-			if err := e.store.Commit(ctx, l, resp); err != nil {
+			if err := e.Store.Commit(ctx, l, resp); err != nil {
 				t.Fatal(err)
 			}
 		case 2:
-			if err := e.store.Release(ctx, l); err != nil {
+			if err := e.Store.Release(ctx, l); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	found := func(before time.Time) map[string]bool {
 		got := map[string]bool{}
-		for shard := range e.store.Shards() {
-			for sl, err := range e.store.StuckLeases(ctx, shard, before) {
+		for shard := range e.Store.Shards() {
+			for sl, err := range e.Store.StuckLeases(ctx, shard, before) {
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -440,10 +392,10 @@ func TestStuckLeaseIndex(t *testing.T) {
 		}
 		return got
 	}
-	if got := found(e.clock.Now()); len(got) != 0 {
+	if got := found(e.Clock.Now()); len(got) != 0 {
 		t.Fatalf("live leases listed as stuck: %v", got)
 	}
-	if got := found(e.clock.Now().Add(time.Minute)); fmt.Sprint(got) != fmt.Sprint(stuck) {
+	if got := found(e.Clock.Now().Add(time.Minute)); fmt.Sprint(got) != fmt.Sprint(stuck) {
 		t.Fatalf("stuck = %v, want %v", got, stuck)
 	}
 }
@@ -457,6 +409,7 @@ func TestStuckLeaseIndex(t *testing.T) {
 // the same keys. The conformance suite's clock ticks in whole milliseconds
 // and never sees it.
 func TestStuckLeasesAtASubMillisecondBoundary(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	list := func(t *testing.T, s idem.Backend) int {
 		k := idemtest.UniqueKey(t, "acme")
@@ -526,17 +479,18 @@ func (l *loseFirstAnswer) RoundTrip(req *http.Request) (*http.Response, error) {
 // record; Begin must see its own token and hand out the lease, not report
 // the key in flight to the one attempt that holds it.
 func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 	lossy := &loseFirstAnswer{op: "PutItem"}
-	db := dynamotest.Client(t, e.calls.Option(), func(o *dynamodb.Options) {
+	db := dynamotest.Client(t, e.Calls.Option(), func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: lossy}
 	})
-	s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
+	s, err := dynamostore.New(db, e.Table, func(o *dynamostore.Options) { o.Clock = e.Clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := key(t, "acme")
+	k := dynamotest.Key(t, "acme")
 	b, err := s.Begin(ctx, k, fpA, []byte("intent"))
 	if err != nil || b.Lease == nil {
 		t.Fatalf("Begin after a lost answer: %+v, %v", b, err)
@@ -547,29 +501,30 @@ func TestBeginRecognisesItsOwnRetriedPut(t *testing.T) {
 	if err := s.Commit(ctx, b.Lease, resp); err != nil {
 		t.Fatalf("the owner's commit: %v", err)
 	}
-	wantReplay(t, e.store, k, resp)
+	wantReplay(t, e.Store, k, resp)
 }
 
 // TestBeginWhoseAnswerIsLostIsUnknown: a claim that landed, its answer
 // lost and every retry throttled, is *UnknownClaimError with the lease the
 // record holds: never a refusal the caller could take for "nothing ran".
 func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 	lossy := &idemtest.LostClaim{}
 	lossy.Arm()
 	db := dynamotest.Client(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} })
-	s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
+	s, err := dynamostore.New(db, e.Table, func(o *dynamostore.Options) { o.Clock = e.Clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := key(t, "acme")
+	k := dynamotest.Key(t, "acme")
 	_, err = s.Begin(ctx, k, fpA, []byte("intent"))
 	var unknown *idem.UnknownClaimError
 	if !errors.As(err, &unknown) || errors.Is(err, idem.ErrUnavailable) {
 		t.Fatalf("Begin whose answer was lost: %v, want *UnknownClaimError, never ErrUnavailable (which proves no record was written)", err)
 	}
-	rec, gerr := e.store.Get(ctx, k)
+	rec, gerr := e.Store.Get(ctx, k)
 	if gerr != nil || rec.Status != idem.StatusInFlight || !rec.LeaseExpiresAt.Equal(unknown.LeaseExpiresAt) {
 		t.Fatalf("the record the claim left: %+v, %v; the error says lease until %v", rec, gerr, unknown.LeaseExpiresAt)
 	}
@@ -577,13 +532,13 @@ func TestBeginWhoseAnswerIsLostIsUnknown(t *testing.T) {
 
 // overFaultyConnection is a store on e's table whose every call meets
 // fault, with the SDK's retries but not its pauses.
-func (e *env) overFaultyConnection(t *testing.T, fault idemtest.ConnectionFault) (*dynamostore.Store, *dynamodb.Client) {
+func overFaultyConnection(t *testing.T, e *dynamotest.Env, fault idemtest.ConnectionFault) (*dynamostore.Store, *dynamodb.Client) {
 	t.Helper()
 	db := dynamotest.Client(t, func(o *dynamodb.Options) {
 		o.HTTPClient = &http.Client{Transport: idemtest.FaultyConnection{Fault: fault}}
 		o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
 	})
-	s, err := dynamostore.New(db, e.table, func(o *dynamostore.Options) { o.Clock = e.clock.Now })
+	s, err := dynamostore.New(db, e.Table, func(o *dynamostore.Options) { o.Clock = e.Clock.Now })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -596,15 +551,17 @@ func (e *env) overFaultyConnection(t *testing.T, fault idemtest.ConnectionFault)
 // and *UnknownClaimError otherwise. A read is ErrUnavailable whatever
 // failed: it wrote nothing.
 func TestCallsOverAFailedConnection(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 	for _, fault := range idemtest.ConnectionFaults {
 		t.Run(string(fault), func(t *testing.T) {
 			t.Parallel()
-			s, _ := e.overFaultyConnection(t, fault)
-			k := key(t, "acme")
+			s, _ := overFaultyConnection(t, e, fault)
+			k := dynamotest.Key(t, "acme")
 			_, err := s.Begin(ctx, k, fpA, []byte("intent"))
-			_, unknown := errors.AsType[*idem.UnknownClaimError](err)
+			var claim *idem.UnknownClaimError
+			unknown := errors.As(err, &claim)
 			if fault == idemtest.Refused && (unknown || !errors.Is(err, idem.ErrUnavailable)) {
 				t.Errorf("Begin over a refused connection: %v, want ErrUnavailable: nothing was sent", err)
 			}
@@ -622,15 +579,16 @@ func TestCallsOverAFailedConnection(t *testing.T) {
 // is known not to have been applied only when its connection was refused
 // at every attempt. Its error is ErrUnavailable whatever the fault.
 func TestAttemptsTellAWriteNeverSent(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
-	e := newEnv(t)
+	e := dynamotest.NewEnv(t)
 	for _, fault := range idemtest.ConnectionFaults {
 		t.Run(string(fault), func(t *testing.T) {
 			t.Parallel()
-			_, db := e.overFaultyConnection(t, fault)
+			_, db := overFaultyConnection(t, e, fault)
 			var tries dynamostore.Attempts
 			_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName:                 aws.String(e.table),
+				TableName:                 aws.String(e.Table),
 				Key:                       map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: dynamotest.UniqueName("row")}},
 				UpdateExpression:          aws.String("SET n = :one"),
 				ExpressionAttributeValues: map[string]types.AttributeValue{":one": &types.AttributeValueMemberN{Value: "1"}},

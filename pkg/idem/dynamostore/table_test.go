@@ -1,4 +1,4 @@
-package idem_test
+package dynamostore_test
 
 import (
 	"fmt"
@@ -21,6 +21,7 @@ import (
 // TestExistingTableLayout: with another key attribute and a key prefix,
 // records live beside a table's other items, and TableInput follows.
 func TestExistingTableLayout(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
@@ -43,9 +44,9 @@ func TestExistingTableLayout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := key(t, "acme")
-	stuck := begin(t, s, k, fpA)
-	done := begin(t, s, key(t, "acme"), fpA)
+	k := dynamotest.Key(t, "acme")
+	stuck := dynamotest.Begin(t, s, k, fpA)
+	done := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA)
 	if err := s.Commit(ctx, done, resp); err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +69,7 @@ func TestExistingTableLayout(t *testing.T) {
 
 // itemNames returns the sorted attribute names of the item under key.
 func itemNames(t *testing.T, db *dynamodb.Client, table string, key map[string]types.AttributeValue) []string {
+	ctx := t.Context()
 	t.Helper()
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -82,6 +84,7 @@ func itemNames(t *testing.T, db *dynamodb.Client, table string, key map[string]t
 // other attributes are doc.go's, and the stuck-lease index, named as the
 // options say, lists the in-flight ones.
 func TestSortKeyLayouts(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	cases := []struct {
@@ -111,8 +114,8 @@ func TestSortKeyLayouts(t *testing.T) {
 			opts := func(o *dynamostore.Options) { c.opts(o); o.Shards, o.Clock = 1, clock.Now }
 			table := dynamotest.Table(t, newStore(t, db, "layout", opts).TableInput())
 			st := newStore(t, db, table, opts)
-			stuck := begin(t, st, key(t, "acme"), fpA)
-			done := begin(t, st, key(t, "acme"), fpA)
+			stuck := dynamotest.Begin(t, st, dynamotest.Key(t, "acme"), fpA)
+			done := dynamotest.Begin(t, st, dynamotest.Key(t, "acme"), fpA)
 			if err := st.Commit(ctx, done, resp); err != nil {
 				t.Fatal(err)
 			}
@@ -226,6 +229,7 @@ func TestLayoutOptionsRefused(t *testing.T) {
 // index, StuckLeases fails saying which index it queried, and with
 // ScanStuckLeases it finds the stuck leases among the table's other items.
 func TestStuckLeasesWithoutTheIndex(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
@@ -253,11 +257,11 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 	}
 	stuck := map[idem.Key]bool{}
 	for range 6 {
-		l := begin(t, s, key(t, "acme"), fpA)
+		l := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA)
 		stuck[l.Key] = true
 		clock.Advance(time.Millisecond)
 	}
-	done := begin(t, s, key(t, "acme"), fpA)
+	done := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA)
 	if err := s.Commit(ctx, done, resp); err != nil {
 		t.Fatal(err)
 	}
@@ -281,6 +285,7 @@ func TestStuckLeasesWithoutTheIndex(t *testing.T) {
 
 // stuckKeys lists the keys of shard 0's leases that ran out before before.
 func stuckKeys(t *testing.T, s *dynamostore.Store, before time.Time) []idem.Key {
+	ctx := t.Context()
 	t.Helper()
 	var keys []idem.Key
 	for sl, err := range s.StuckLeases(ctx, 0, before) {
@@ -296,6 +301,7 @@ func stuckKeys(t *testing.T, s *dynamostore.Store, before time.Time) []idem.Key 
 // stuck-lease index gets it from IndexInput, under the names the options
 // give, and the commands already in flight are found there.
 func TestIndexInputAddsTheIndexToAnExistingTable(t *testing.T) {
+	ctx := t.Context()
 	t.Parallel()
 	clock := idemtest.NewClock(time.Now())
 	db := dynamotest.Client(t)
@@ -308,7 +314,7 @@ func TestIndexInputAddsTheIndexToAnExistingTable(t *testing.T) {
 	}
 	table := dynamotest.Table(t, newStore(t, db, "single", opts, noIndex).TableInput())
 	s := newStore(t, db, table, opts)
-	stuck := begin(t, s, key(t, "acme"), fpA) // in flight before the index exists
+	stuck := dynamotest.Begin(t, s, dynamotest.Key(t, "acme"), fpA) // in flight before the index exists
 	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: map[string]types.AttributeValue{
 		"PK": &types.AttributeValueMemberS{Value: "idem#" + stuck.Key.String()}, "SK": &types.AttributeValueMemberS{Value: dynamostore.DefaultSortKeyValue},
 	}})
