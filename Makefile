@@ -93,8 +93,24 @@ fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on th
 	done'
 
 .PHONY: soak
-soak: venv ## The model test on fresh seeds, both modes, and the simulation of two Regions, for SOAK_MINUTES (default 10), on the emulator; prints the histories run
+soak: venv ## The model test on fresh seeds, both modes, and the simulation of two Regions, for SOAK_MINUTES (default 10), then a short make chaos (CHAOS_DURATION=60s), on the emulator; prints the histories run
 	$(WITH_EMU) env GO=$(GO) scripts/soak.sh
+
+# make chaos (docs/testing.md#chaos): the local stack with its DynamoDB,
+# SQS and provider behind Toxiproxy, under load and random faults, the
+# last CHAOS_OUTAGE of CHAOS_DURATION a DynamoDB outage; then healing,
+# settling, and the checks. Not part of make test: it takes minutes.
+# `make chaos CHAOS_ARGS="-seed 7 -rate 8"` passes more flags to cmd/chaos.
+CHAOS_DURATION ?= 3m
+CHAOS_OUTAGE   ?= 30s
+CHAOS_ARGS     ?=
+
+.PHONY: chaos
+chaos: venv ## The local stack behind Toxiproxy: every operation under random faults for CHAOS_DURATION (default 3m), then healed, settled and checked against the provider's ledger and the tables
+	@mkdir -p out
+	$(GO) build -o out/localstack ./cmd/localstack
+	$(GO) build -o out/chaos ./cmd/chaos
+	$(WITH_EMU) out/chaos -stack out/localstack -duration $(CHAOS_DURATION) -outage $(CHAOS_OUTAGE) -out out/chaos $(CHAOS_ARGS)
 
 # ---- Local stack and end-to-end test ----
 # `make run RUN_ARGS="-emulator-port 0 -slow 8s"` passes flags to cmd/localstack.
@@ -148,7 +164,7 @@ sam-test: venv ## Through SAM CLI itself: sam build, sam local invoke of every f
 GOOS      ?= linux
 GOARCH    ?= arm64
 BIN       := bin
-FUNCTIONS := charge sweeper reconcile intake devauth
+FUNCTIONS := charge sweeper reconcile intake audit devauth
 GO_BUILD   = CGO_ENABLED=0 GOOS=$(GOOS) GOARCH=$(GOARCH) $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w"
 
 .PHONY: build
@@ -164,15 +180,17 @@ SAM_FUNCTION_ChargeFunction    := charge
 SAM_FUNCTION_SweeperFunction   := sweeper
 SAM_FUNCTION_ReconcileFunction := reconcile
 SAM_FUNCTION_IntakeFunction    := intake
+SAM_FUNCTION_AuditFunction     := audit
 # Only in a template built with ApiAuthorizer=sam-local-dev (sam local).
 SAM_FUNCTION_DevAuthorizerFunction := devauth
-SAM_TARGETS := build-ChargeFunction build-SweeperFunction build-ReconcileFunction build-IntakeFunction build-DevAuthorizerFunction
+SAM_TARGETS := build-ChargeFunction build-SweeperFunction build-ReconcileFunction build-IntakeFunction build-AuditFunction build-DevAuthorizerFunction
 
 .PHONY: $(SAM_TARGETS)
 build-ChargeFunction: ## sam build hook for ChargeFunction (into ARTIFACTS_DIR)
 build-SweeperFunction: ## sam build hook for SweeperFunction (into ARTIFACTS_DIR)
 build-ReconcileFunction: ## sam build hook for ReconcileFunction (into ARTIFACTS_DIR)
 build-IntakeFunction: ## sam build hook for IntakeFunction (into ARTIFACTS_DIR)
+build-AuditFunction: ## sam build hook for AuditFunction (into ARTIFACTS_DIR)
 build-DevAuthorizerFunction: ## sam build hook for DevAuthorizerFunction (into ARTIFACTS_DIR)
 $(SAM_TARGETS): build-%:
 	$(if $(ARTIFACTS_DIR),,$(error ARTIFACTS_DIR is not set: $@ is run by `sam build`; use `make build`))
@@ -189,10 +207,10 @@ SAM := SAM_CLI_TELEMETRY=0 $(VENV)/bin/sam
 # the tests that need none (fuzz seeds, examples, the contract's rules on
 # memstore, Do, parsing and canonical JSON). The emulator tests elsewhere
 # fail loudly without an endpoint; make test runs them.
-CHECK_PKGS  := ./cmd/loadgen ./cmd/providersim ./internal/app ./internal/awsenv ./internal/charge/httpapi ./internal/metrics \
+CHECK_PKGS  := ./cmd/chaos ./cmd/loadgen ./cmd/providersim ./internal/actor ./internal/app ./internal/awsenv ./internal/charge/httpapi ./internal/metrics \
                ./internal/provider/... ./internal/tracing ./test/deploy ./test/docs ./cmd/benchdoc ./cmd/capacity ./internal/benchout
-CHECK_MIXED := ./internal/charge ./internal/intake
-CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription|TestTableInputFollowsTheOptions|TestLayoutOptionsRefused)
+CHECK_MIXED := ./internal/charge ./internal/intake ./internal/audit
+CHECK_RUN   := ^(Fuzz|Example|TestRules|TestDo|TestParse|TestCanonicalJSON|TestFingerprintJSON|TestNewKey|TestEmptyDescriptionIsNoDescription|TestTableInputFollowsTheOptions|TestLayoutOptionsRefused|TestEachChangeOfARecordIsNamed|TestAChangeNotReadIsKeptAsUnreadable)
 
 .PHONY: check
 check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .venv needed; under a minute)

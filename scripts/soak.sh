@@ -3,6 +3,8 @@
 # simulation of two Regions (test/regions), until SOAK_MINUTES (default 10)
 # have passed. Each round draws a new seed from /dev/urandom and names it,
 # so a failure reproduces with -rapid.seed.
+# Then one short chaos run (cmd/chaos) for CHAOS_DURATION (default 60s),
+# on a fresh seed it names too.
 # It needs the emulator's endpoints in the environment (scripts/with-emulator.sh).
 set -euo pipefail
 minutes=${SOAK_MINUTES:-10}
@@ -33,3 +35,15 @@ while (($(date +%s) < end)); do
 	rounds=$((rounds + 1))
 done
 echo "soak: passed $rounds rounds of fresh seeds in $(($(date +%s) - start)) s: $histories histories on providersim, $stripe_histories in Stripe mode, $regions_histories of two Regions"
+
+chaos_duration=${CHAOS_DURATION:-60s} chaos_outage=${CHAOS_OUTAGE:-20s}
+seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
+out=${TMPDIR:-/tmp}/soak-chaos
+mkdir -p out
+"$go" build -o out/localstack ./cmd/localstack
+"$go" build -o out/chaos ./cmd/chaos
+echo "soak: chaos for $chaos_duration, the last $chaos_outage a DynamoDB outage, -seed $seed"
+if ! out/chaos -stack out/localstack -duration "$chaos_duration" -outage "$chaos_outage" -seed "$seed" -out "$out"; then
+	echo "soak: chaos FAILED: make chaos CHAOS_DURATION=$chaos_duration CHAOS_OUTAGE=$chaos_outage CHAOS_ARGS='-seed $seed' (its stack's log: $out-stack.log)"
+	exit 1
+fi

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Run a command with the DynamoDB/SQS/Secrets Manager emulator up, then stop
-# the emulator, whatever the command's exit status. Endpoints already set in
-# the environment (DynamoDB Local, AWS) are used as they are, and when all
-# three are set no emulator is started. EMULATOR=fakecloud starts fakecloud (scripts/fakecloud.py,
+# Run a command with the DynamoDB/SQS/Secrets Manager/S3 emulator up, then
+# stop the emulator, whatever the command's exit status. Endpoints already
+# set in the environment (DynamoDB Local, AWS) are used as they are, and
+# when all four are set no emulator is started. EMULATOR=fakecloud starts fakecloud (scripts/fakecloud.py,
 # `make fakecloud` installs it) instead of moto (scripts/emulator.py).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
-if [[ -n "${DYNAMODB_ENDPOINT:-}" && -n "${SQS_ENDPOINT:-}" && -n "${SECRETSMANAGER_ENDPOINT:-}" ]]; then
+if [[ -n "${DYNAMODB_ENDPOINT:-}" && -n "${SQS_ENDPOINT:-}" && -n "${SECRETSMANAGER_ENDPOINT:-}" && -n "${S3_ENDPOINT:-}" ]]; then
   exec "$@"
 fi
 
@@ -38,6 +38,7 @@ done
 export DYNAMODB_ENDPOINT="${DYNAMODB_ENDPOINT:-$url}"
 export SQS_ENDPOINT="${SQS_ENDPOINT:-$url}"
 export SECRETSMANAGER_ENDPOINT="${SECRETSMANAGER_ENDPOINT:-$url}"
+export S3_ENDPOINT="${S3_ENDPOINT:-$url}"
 export AWS_ACCESS_KEY_ID="${AWS_ACCESS_KEY_ID:-test}"
 export AWS_SECRET_ACCESS_KEY="${AWS_SECRET_ACCESS_KEY:-test}"
 export AWS_REGION="${AWS_REGION:-us-east-1}"

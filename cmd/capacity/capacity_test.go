@@ -87,6 +87,7 @@ func testDeployment() deployment {
 	return deployment{
 		MemoryMB: 512, ChargeTimeout: 10 * time.Second, CommitReserve: 2 * time.Second, InflightWait: 2 * time.Second,
 		ReplayCache: 100, SweepEvery: time.Minute, SweepSchedule: "rate(1 minute)", ReconcileBatch: 10, Shards: 10, SweepMaxKeys: 600,
+		AuditBatch: 100, AuditRetentionDays: 400, AuditIndexDays: 92,
 	}
 }
 
@@ -107,6 +108,7 @@ func TestCapacityModel(t *testing.T) {
 		inXRayReservoir: 1, inXRayRate: 0.1, inEventualRRU: 0.5, inFirstPause: 50, inMaxPause: 400,
 		priceWrite: 1, priceRead: 1, priceStorage: 1, pricePITR: 0, priceLambdaGBs: 1e-5, priceLambdaReq: 1,
 		priceAPIGateway: 1, priceSQS: 1, priceLogs: 1, priceXRay: 1,
+		inAuditEntryBytes: 100, inActorBytes: 150, priceS3Put: 1, priceS3Storage: 1, priceProvisionedWCU: 0.001, priceAthena: 5,
 	})
 	c, err := model(testMeasurement(), in, testDeployment())
 	if err != nil {
@@ -154,6 +156,18 @@ func TestCapacityModel(t *testing.T) {
 	closeTo(t, "API Gateway cost", c.Costs[8].USD[0], 1120*month/1e6)
 	closeTo(t, "logs GB", c.LogGBMonth, (1018*800+100*600+2*700)*month/gib)
 	closeTo(t, "traces/s", c.TracesPerSecond, 1+0.1*1119)
+	// The audit trail: 1,000 charges written a second, 4 changes each, in
+	// objects of 100; 3 index items each; a record of 924 + 150 bytes.
+	closeTo(t, "audit entries/s", c.AuditChanges, 4000)
+	closeTo(t, "audit objects/s", c.AuditObjects, 40)
+	closeTo(t, "audit index WCU/s", c.AuditIndexWCU, 3000)
+	closeTo(t, "audit GB a day", c.AuditGBPerDay, 4000*86400*100.0/gib)
+	closeTo(t, "audit GB retained", c.AuditGBRetained, 400*4000*86400*100.0/gib)
+	closeTo(t, "audit index provisioned", c.AuditIndexProvisioned, 3000*100*0.001)
+	closeTo(t, "audit index on demand", c.AuditIndexOnDemand, 3000*month/1e6)
+	if c.RecordWithActorBytes != 924+150 {
+		t.Errorf("record with its actor: %d B, want %d", c.RecordWithActorBytes, 924+150)
+	}
 	closeTo(t, "total", c.CostTotal[0], sumCosts(c.Costs, 0))
 	if c.CostTotal[1] <= c.CostTotal[0] {
 		t.Errorf("48 h retention costs %v, no more than 24 h's %v", c.CostTotal[1], c.CostTotal[0])
@@ -287,7 +301,8 @@ func TestReadDeployment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.MemoryMB <= 0 || d.ChargeTimeout <= d.CommitReserve || d.InflightWait <= 0 || d.SweepEvery <= 0 || d.ReconcileBatch <= 0 || d.Shards <= 0 || d.SweepMaxKeys <= 0 {
+	if d.MemoryMB <= 0 || d.ChargeTimeout <= d.CommitReserve || d.InflightWait <= 0 || d.SweepEvery <= 0 || d.ReconcileBatch <= 0 || d.Shards <= 0 || d.SweepMaxKeys <= 0 ||
+		d.AuditBatch <= 0 || d.AuditRetentionDays <= 0 || d.AuditIndexDays <= 0 {
 		t.Errorf("deployment %+v", d)
 	}
 	if _, err := readDeployment([]byte("Globals: {}\n")); err == nil || !strings.Contains(err.Error(), "no Globals.Function.MemorySize") {

@@ -66,7 +66,31 @@ type capacity struct {
 	Costs                                  []costRow
 	CostTotal                              [2]float64
 	LambdaPer100ms, ChargesStoragePerMonth float64 // what each 100 ms of provider latency, and each further month of charges, add
+
+	// The audit trail, off the request path. Per second: the changes the
+	// streams carry, the objects the audit function writes, the index
+	// items it files them under. The archive's size a day and at its
+	// retention, and the index's at its own.
+	AuditChangesPerCharge, AuditIndexedPerCharge float64
+	AuditChanges, AuditObjects, AuditIndexWCU    float64
+	AuditGBPerDay, AuditGBRetained, AuditIndexGB float64
+	AuditIndexOnDemand, AuditIndexProvisioned    float64 // USD a month
+	AuditGBYear, AuditYearScan, AuditBatchKB     float64 // a year of entries; USD a query over it; an object's size
+	RecordWithActorBytes                         int     // a first charge's record, with who asked
 }
+
+// A first charge's changes, as the streams carry them: its claim, its
+// settlement, its row, and its record's deletion by TTL. The index files
+// three of them apart: the claim and the settlement come in one batch of
+// the idempotency table's stream. internal/audit's
+// TestEveryCommandLeavesItsEntries shows them.
+const (
+	auditChangesPerCharge = 4
+	auditIndexedPerCharge = 3
+	// auditIndexItemBytes is an index item: its key hash, its object's
+	// name, its expiry, and their attributes' names.
+	auditIndexItemBytes = 7 + 16 + 6 + 84 + 7 + 6
+)
 
 // outcomeRow is one measured outcome the model uses.
 type outcomeRow struct {
@@ -282,8 +306,31 @@ func model(m measurement, in capacityInputs, d deployment) (capacity, error) {
 	c.LogGBMonth = c.LogBytesPerSecond * c.MonthSeconds / gib
 	c.TracesPerSecond = math.Min(c.Requests, in.v(inXRayReservoir)+in.v(inXRayRate)*math.Max(0, c.Requests-in.v(inXRayReservoir)))
 
+	c.audit()
 	c.costs()
 	return c, nil
+}
+
+// audit sizes the audit trail at the load. Each charge written, first or
+// reconciled, makes its changes. A batch fills at this rate, so an object
+// holds AuditBatch of them.
+func (c *capacity) audit() {
+	in := c.In
+	charges := c.First + c.Unknown
+	c.AuditChangesPerCharge, c.AuditIndexedPerCharge = auditChangesPerCharge, auditIndexedPerCharge
+	c.AuditChanges = charges * auditChangesPerCharge
+	c.AuditObjects = c.AuditChanges / float64(c.D.AuditBatch)
+	c.AuditIndexWCU = charges * auditIndexedPerCharge
+	c.AuditGBPerDay = c.AuditChanges * 86400 * in.v(inAuditEntryBytes) / gib
+	c.AuditGBRetained = c.AuditGBPerDay * c.D.AuditRetentionDays
+	c.AuditIndexGB = c.AuditIndexWCU * 86400 * c.D.AuditIndexDays * (auditIndexItemBytes + in.v(inItemOverhead)) / gib
+	c.AuditIndexOnDemand = in.get(priceWrite).cost(c.AuditIndexWCU * c.MonthSeconds / 1e6)
+	c.AuditIndexProvisioned = c.AuditIndexWCU * in.v(inHoursPerMonth) * in.v(priceProvisionedWCU)
+	c.AuditBatchKB = float64(c.D.AuditBatch) * in.v(inAuditEntryBytes) / 1024
+	first, _ := c.M.outcome(outcomeFirst)
+	c.RecordWithActorBytes = first.Tables[tableIdempotency].LargestItemBytes + int(in.v(inActorBytes))
+	c.AuditGBYear = c.AuditGBPerDay * 365
+	c.AuditYearScan = c.AuditGBYear / 1024 * in.v(priceAthena)
 }
 
 func (c *capacity) flow(name, id string, perSec, times float64) flowRow {
@@ -329,6 +376,11 @@ func (c *capacity) costs() {
 		{"SQS (reconcile queue)", fmt.Sprintf("%s million requests", grouped(c.SQSRequests*month/1e6, 1)), both(in.get(priceSQS).cost(c.SQSRequests * month / 1e6))},
 		{"CloudWatch Logs (the function's own lines)", fmt.Sprintf("%s GB", grouped(c.LogGBMonth, 0)), both(in.get(priceLogs).cost(c.LogGBMonth))},
 		{"X-Ray traces", fmt.Sprintf("%s million", grouped(c.TracesPerSecond*month/1e6, 0)), both(in.get(priceXRay).cost(c.TracesPerSecond * month / 1e6))},
+		{"audit index writes (on demand)", fmt.Sprintf("%s million write units", grouped(c.AuditIndexWCU*month/1e6, 0)), both(c.AuditIndexOnDemand)},
+		{"audit index storage", fmt.Sprintf("%s GB", grouped(c.AuditIndexGB, 0)), both(c.AuditIndexGB * in.v(priceStorage))},
+		{"audit archive: S3 PUTs", fmt.Sprintf("%s million", grouped(c.AuditObjects*month/1e6, 1)), both(in.get(priceS3Put).cost(c.AuditObjects * month / 1e3))},
+		{"audit archive: S3 storage, once full", fmt.Sprintf("%s GB", grouped(c.AuditGBRetained, 0)), both(in.get(priceS3Storage).cost(c.AuditGBRetained))},
+		{"Lambda requests (AuditFunction)", fmt.Sprintf("%s million", grouped(c.AuditObjects*month/1e6, 1)), both(in.get(priceLambdaReq).cost(c.AuditObjects * month / 1e6))},
 	}
 	for _, r := range c.Costs {
 		c.CostTotal[0] += r.USD[0]

@@ -208,6 +208,13 @@ const (
 	priceSQS        = "price_sqs_million"
 	priceLogs       = "price_lambda_logs_gb"
 	priceXRay       = "price_xray_traces_million"
+
+	inAuditEntryBytes   = "audit_entry_gzip_bytes"
+	inActorBytes        = "record_actor_bytes"
+	priceS3Put          = "price_s3_put_thousand"
+	priceS3Storage      = "price_s3_storage_gb_month"
+	priceProvisionedWCU = "price_dynamodb_provisioned_wcu_hour"
+	priceAthena         = "price_athena_tb"
 )
 
 var capacityKeys = []string{
@@ -215,6 +222,7 @@ var capacityKeys = []string{
 	inPartitionWCU, inPartitionRCU, inPartitionGB, inItemOverhead, inTTLLag, inWarmWRU, inWarmRRU, inEventualRRU,
 	inDynamoLatency, inLambdaQuota, inLambdaScaling, inXRayReservoir, inXRayRate, inFirstPause, inMaxPause, inHoursPerMonth,
 	priceWrite, priceRead, priceStorage, pricePITR, priceLambdaGBs, priceLambdaReq, priceAPIGateway, priceSQS, priceLogs, priceXRay,
+	inAuditEntryBytes, inActorBytes, priceS3Put, priceS3Storage, priceProvisionedWCU, priceAthena,
 }
 
 func readInputs(path string) (capacityInputs, error) {
@@ -302,6 +310,10 @@ type deployment struct {
 	ReconcileBatch int
 	Shards         int // idem's default: every function uses it
 	SweepMaxKeys   int // the sweeper's default
+	// The audit function's batch of stream records, and the defaults of
+	// the trail's retention and of its index's, in days.
+	AuditBatch                         int
+	AuditRetentionDays, AuditIndexDays float64
 }
 
 func readDeployment(src []byte) (deployment, error) {
@@ -351,15 +363,18 @@ func readDeployment(src []byte) (deployment, error) {
 		return deployment{}, err
 	}
 	d := deployment{
-		MemoryMB:       number("Globals", "Function", "MemorySize"),
-		ChargeTimeout:  time.Duration(number("Resources", "ChargeFunction", "Properties", "Timeout")) * time.Second,
-		CommitReserve:  duration("Parameters", "CommitReserve", "Default"),
-		InflightWait:   duration("Parameters", "InflightWait", "Default"),
-		ReplayCache:    int(number("Parameters", "ReplayCacheEntries", "Default")),
-		SweepSchedule:  scalar("Resources", "SweeperFunction", "Properties", "Events", "EveryMinute", "Properties", "Schedule"),
-		ReconcileBatch: int(number("Resources", "ReconcileFunction", "Properties", "Events", "Reconcile", "Properties", "BatchSize")),
-		Shards:         store.Shards(),
-		SweepMaxKeys:   sweeper.DefaultMaxKeys,
+		MemoryMB:           number("Globals", "Function", "MemorySize"),
+		ChargeTimeout:      time.Duration(number("Resources", "ChargeFunction", "Properties", "Timeout")) * time.Second,
+		CommitReserve:      duration("Parameters", "CommitReserve", "Default"),
+		InflightWait:       duration("Parameters", "InflightWait", "Default"),
+		ReplayCache:        int(number("Parameters", "ReplayCacheEntries", "Default")),
+		SweepSchedule:      scalar("Resources", "SweeperFunction", "Properties", "Events", "EveryMinute", "Properties", "Schedule"),
+		ReconcileBatch:     int(number("Resources", "ReconcileFunction", "Properties", "Events", "Reconcile", "Properties", "BatchSize")),
+		Shards:             store.Shards(),
+		SweepMaxKeys:       sweeper.DefaultMaxKeys,
+		AuditBatch:         int(number("Resources", "AuditFunction", "Properties", "Events", "IdempotencyStream", "Properties", "BatchSize")),
+		AuditRetentionDays: number("Parameters", "AuditRetentionDays", "Default"),
+		AuditIndexDays:     number("Parameters", "AuditIndexDays", "Default"),
 	}
 	if d.SweepSchedule != "" {
 		if d.SweepEvery, err = parseRate(d.SweepSchedule); err != nil {

@@ -13,6 +13,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -39,6 +41,10 @@ const adminUsage = `usage:
       (--charged REF | --refunded REF | --declined [--decline-code CODE] | --released) TENANT KEY
                                                    settle an in-flight (parked) key as the provider's records say,
                                                    after showing its evidence and asking you to type KEY
+  chargectl admin audit [--json] [--operation OP] TENANT KEY
+                                                   the audit trail of a key (hashed here), oldest first
+  chargectl admin audit [--json] --charge TENANT CHARGE_ID
+                                                   the audit trail of a charge: its key's, its refunds'
   chargectl admin route [--json] HOME              who serves the tenants homed in the Region HOME, and what is not drained
   chargectl admin failover [--json] [--yes] HOME REGION
                                                    serve HOME's tenants from REGION, after the fence (docs/operations.md)
@@ -48,9 +54,10 @@ const adminUsage = `usage:
 OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
-configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `, ` + app.EnvRoutesTable + `,
-` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + awsenv.EnvDynamoDBEndpoint + ` and
-` + awsenv.EnvSQSEndpoint + ` (unset: AWS), and the SDK's AWS_* variables
+configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
+` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
+` + app.EnvAuditIndexTable + `, ` + app.EnvRoutesTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and
+` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
 
 // Prefix lengths of what record shows of a lease token and a fingerprint:
@@ -66,8 +73,12 @@ const (
 type adminEnv struct {
 	getenv  app.Getenv
 	clients func(context.Context) (awsenv.Clients, error)
-	clock   func() time.Time
-	stdin   io.Reader
+	// s3 reaches the audit trail's bucket (admin audit, settle's note);
+	// caller is who runs the command, as IAM knows them (settle's note).
+	s3     func(context.Context) (*s3.Client, error)
+	caller func(context.Context) (string, error)
+	clock  func() time.Time
+	stdin  io.Reader
 }
 
 // admin is one admin command, configured.
@@ -144,7 +155,7 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		fs.StringVar(&sub.id, "id", "", "command id (default: mint a new one); submit again with the same id to resubmit")
 		do = func(ctx context.Context, _ []string) error { return a.submit(ctx, sub) }
 	case "settle":
-		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable}
+		nargs, need = 2, []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvAuditBucket, app.EnvAuditIndexTable}
 		operation()
 		fs.StringVar(&set.chargeID, "charged", "", "the provider charged it: its id for the charge is `REF`")
 		fs.StringVar(&set.refundID, "refunded", "", "the provider refunded it (--operation "+charge.RefundOperation+"): its id for the refund is `REF`")
@@ -157,6 +168,18 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 			return err
 		}
 		do = func(ctx context.Context, args []string) error { return a.settle(ctx, args, settled, set.yes) }
+	case "audit":
+		nargs, need = 2, []string{app.EnvAuditBucket, app.EnvAuditIndexTable}
+		operation()
+		var byCharge bool
+		fs.BoolVar(&byCharge, "charge", false, "the arguments are TENANT CHARGE_ID: the charge's trail, its key's and its refunds'")
+		check = func() error {
+			if byCharge {
+				need = append(need, app.EnvChargesTable)
+			}
+			return nil
+		}
+		do = func(ctx context.Context, args []string) error { return a.audit(ctx, args, byCharge) }
 	case "route":
 		nargs, need = 1, []string{app.EnvRoutesTable}
 		do = a.route

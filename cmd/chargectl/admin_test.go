@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -34,7 +35,15 @@ type adminStack struct {
 	url     string
 	clients awsenv.Clients
 	env     map[string]string
+	trail   *testkit.Trail
 }
+
+// operatorARN is who runs chargectl admin in these tests, as STS would
+// name them.
+const operatorARN = "arn:aws:iam::123456789012:user/ops-alice"
+
+// whoever is the tests' caller of adminEnv: operatorARN.
+func whoever(context.Context) (string, error) { return operatorARN, nil }
 
 func newAdminStack(t *testing.T) *adminStack {
 	t.Helper()
@@ -44,12 +53,15 @@ func newAdminStack(t *testing.T) *adminStack {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	return &adminStack{Deployment: d, url: url, clients: testkit.Clients(t), env: map[string]string{
+	trail := d.Audit(t)
+	return &adminStack{Deployment: d, url: url, clients: testkit.Clients(t), trail: trail, env: map[string]string{
 		app.EnvIdempotencyTable:       d.IdempotencyTable,
 		app.EnvChargesTable:           d.ChargesTable,
 		app.EnvReconcileQueueURL:      d.Queues.URL,
 		app.EnvReconcileDLQURL:        d.Queues.DLQURL,
 		app.EnvChargeRequestsQueueURL: d.ChargeRequests.URL,
+		app.EnvAuditBucket:            trail.Config.AuditBucket,
+		app.EnvAuditIndexTable:        trail.Config.AuditIndexTable,
 	}}
 }
 
@@ -67,6 +79,8 @@ func (s *adminStack) adminTyping(t *testing.T, typed io.Reader, args ...string) 
 	env := adminEnv{
 		getenv:  func(name string) string { return s.env[name] },
 		clients: func(context.Context) (awsenv.Clients, error) { return s.clients, nil },
+		s3:      func(context.Context) (*s3.Client, error) { return testkit.S3(t), nil },
+		caller:  whoever,
 		clock:   time.Now,
 		stdin:   typed,
 	}
@@ -248,11 +262,11 @@ func (s *adminStack) receive(t *testing.T, url string) []idem.Key {
 			return keys
 		}
 		for _, m := range out.Messages {
-			k, err := queue.ParseMessage(aws.ToString(m.Body))
+			msg, err := queue.ParseMessage(aws.ToString(m.Body))
 			if err != nil {
 				t.Fatalf("message %q: %v", aws.ToString(m.Body), err)
 			}
-			keys = append(keys, k)
+			keys = append(keys, msg.Key)
 			if _, err := s.clients.SQS.DeleteMessage(context.Background(), &sqs.DeleteMessageInput{QueueUrl: aws.String(url), ReceiptHandle: m.ReceiptHandle}); err != nil {
 				t.Fatal(err)
 			}

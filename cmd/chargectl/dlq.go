@@ -57,11 +57,12 @@ func letter(m types.Message) (letterOutput, idem.Key, error) {
 		out.SentAt = time.UnixMilli(ms).UTC()
 	}
 	out.Receives, _ = strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
-	key, err := queue.ParseMessage(aws.ToString(m.Body))
+	msg, err := queue.ParseMessage(aws.ToString(m.Body))
 	if err != nil {
 		out.Error = err.Error()
 		return out, idem.Key{}, err
 	}
+	key := msg.Key
 	out.Tenant, out.Key, out.Operation = key.Tenant(), key.ClientKey(), key.Operation()
 	return out, key, nil
 }

@@ -17,6 +17,8 @@
 //	chargectl admin dlq redrive [--json] [--key TENANT KEY]
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
 //	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
+//	chargectl admin audit [--json] [--operation OP] TENANT KEY
+//	chargectl admin audit [--json] --charge TENANT CHARGE_ID
 //
 // create, get, refunds, capture, cancel and refund take --url (default $CHARGEONCE_URL, else http://127.0.0.1:3000)
 // and --token (default $CHARGEONCE_TOKEN, else dev:acme, the local stack's
@@ -60,7 +62,11 @@
 // retry charges it). It shows the record's evidence, its provider
 // reference and amount first, and writes only once the operator has typed
 // KEY (or with --yes), preempting the lease so that any holder's late
-// write fails.
+// write fails. Before it writes, it notes in the audit trail what it
+// settles and who the operator is (STS's ARN of their credentials).
+// audit shows a key's audit trail, oldest first: it hashes the key, and
+// neither sends nor shows it. With --charge it shows a charge's: its
+// key's and its refunds'. Both read AUDIT_BUCKET and AUDIT_INDEX_TABLE.
 //
 // Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
 // outcome is not known yet. A final failure is a card declined, a request

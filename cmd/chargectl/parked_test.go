@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -83,6 +85,8 @@ func TestOperatorReleaseOfAParkedStripeCommand(t *testing.T) {
 			return s.env[name]
 		},
 		clients: func(context.Context) (awsenv.Clients, error) { return s.clients, nil },
+		s3:      func(context.Context) (*s3.Client, error) { return testkit.S3(t), nil },
+		caller:  whoever,
 		clock:   clock.Now,
 		stdin:   strings.NewReader(""),
 	}

@@ -42,7 +42,7 @@ const usage = `usage:
   chargectl capture CHARGE_ID [--amount N] [--json]
   chargectl cancel CHARGE_ID [--json]
   chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
-  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit: chargectl admin help)
+  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit, settle, audit: chargectl admin help)
 create, get, refunds, capture, cancel and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 
@@ -62,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "refunds":
 		return runRefunds(ctx, args[1:], stdout, stderr)
 	case "admin":
-		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, clock: time.Now, stdin: os.Stdin}, stdout, stderr)
+		return runAdmin(ctx, args[1:], adminEnv{getenv: os.Getenv, clients: awsenv.Load, s3: awsenv.LoadS3, caller: callerARN, clock: time.Now, stdin: os.Stdin}, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

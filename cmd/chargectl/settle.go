@@ -190,6 +190,11 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 			return err
 		}
 	}
+	// Who settles it goes to the audit trail first: no settlement
+	// unrecorded. The trail's entries of the record follow it.
+	if err := a.note(ctx, key, rec, res, as); err != nil {
+		return fmt.Errorf("%w: nothing settled", err)
+	}
 	outcome, after, err := svc.SettleByOperator(ctx, key, res)
 	if err != nil {
 		return err

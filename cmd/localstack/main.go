@@ -1,10 +1,12 @@
 // Command localstack runs the whole service on loopback for development, in
 // the foreground until SIGINT or SIGTERM, then stops everything it started.
 //
-// It starts the DynamoDB/SQS/Secrets Manager emulator (scripts/emulator.py
-// from .venv; or uses DYNAMODB_ENDPOINT, SQS_ENDPOINT and
-// SECRETSMANAGER_ENDPOINT when all are set), creates the tables, TTL and
-// queues from the definitions the template is checked against, creates
+// It starts the DynamoDB/SQS/Secrets Manager/S3 emulator
+// (scripts/emulator.py from .venv; or uses DYNAMODB_ENDPOINT, SQS_ENDPOINT,
+// SECRETSMANAGER_ENDPOINT and S3_ENDPOINT when all are set), creates the
+// tables, TTL, queues and the audit trail's bucket and index from the
+// definitions the template is checked against, turns on the tables'
+// streams, creates
 // the provider's API key and the webhook signing secret in Secrets Manager
 // (chargeonce/provider-api-key, chargeonce/stripe-webhook-secret; kept if
 // they exist), serves the provider simulator, and serves the charge API through
@@ -12,13 +14,14 @@
 // for the Lambda, configured through the same environment variables. The
 // sweeper runs on a short interval; the reconcile and intake handlers are
 // each fed by a local SQS event source (package eventsource) on their
-// queue.
+// queue, and the audit function by a local event source on each table's
+// stream.
 //
 // Usage:
 //
 //	localstack [-addr 127.0.0.1:3000] [-provider-addr 127.0.0.1:4010]
-//	           [-emulator-port 4566] [-sweep-every 5s] [-slow 5s] [-root .]
-//	           [-trace-json]
+//	           [-provider-url URL] [-emulator-port 4566] [-sweep-every 5s]
+//	           [-slow 5s] [-root .] [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
 // INFLIGHT_WAIT, LOG_LEVEL, SECRETS_MAX_AGE: 5s here) are read from the
@@ -32,8 +35,10 @@
 // else against the stateful Stripe simulator (stripesim) served on
 // -provider-addr, whose key is the secret's (first sk_test_localstack),
 // which sends its signed webhooks to the API's POST /webhooks/stripe,
-// signed with the webhook secret's value (first whsec_localstack). The
-// stack reads the secrets every second, and a simulator takes their new
+// signed with the webhook secret's value (first whsec_localstack). With
+// -provider-url the functions reach the simulator there instead of at
+// -provider-addr: through a proxy, say (cmd/chaos puts Toxiproxy there).
+// The stack reads the secrets every second, and a simulator takes their new
 // values as a provider whose key was rolled: a rotation takes effect
 // without a restart.
 // Logs are JSON lines on standard output; the banner goes to standard error.
@@ -61,7 +66,10 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
@@ -84,6 +92,7 @@ import (
 const (
 	chargeTimeout  = 10 * time.Second
 	sweeperTimeout = 50 * time.Second
+	auditTimeout   = 60 * time.Second
 )
 
 // idleConns is how many idle connections the stack keeps open to the
@@ -103,6 +112,9 @@ type options struct {
 	root         string
 	apiAddr      string
 	providerAddr string
+	// providerURL is where the functions reach the stack's simulator;
+	// empty: its listen address.
+	providerURL  string
 	emulatorPort int
 	sweepEvery   time.Duration
 	slow         time.Duration
@@ -131,8 +143,11 @@ type server struct {
 // stack is where the running stack serves.
 type stack struct {
 	api, provider, dynamoDB, sqs string
-	secretsManager               string
-	queueURL, dlqURL             string
+	secretsManager, s3           string
+	// functionsProvider is where the functions reach the stack's
+	// simulator (-provider-url); empty when it serves none.
+	functionsProvider string
+	queueURL, dlqURL  string
 	// intakeURL and intakeDLQURL are the charge-requests queue and its DLQ.
 	intakeURL, intakeDLQURL string
 	// dummyCredentials: the stack started its own emulator, which takes
@@ -180,6 +195,7 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	fs.StringVar(&o.root, "root", ".", "repository root (holds .venv and scripts/emulator.py)")
 	fs.StringVar(&o.apiAddr, "addr", "127.0.0.1:3000", "listen address of the charge API")
 	fs.StringVar(&o.providerAddr, "provider-addr", "127.0.0.1:4010", "listen address of the provider simulator")
+	fs.StringVar(&o.providerURL, "provider-url", "", "URL the functions reach the provider simulator at (default: its listen address)")
 	fs.IntVar(&o.emulatorPort, "emulator-port", 4566, "port of the DynamoDB/SQS emulator (0: any free port)")
 	fs.DurationVar(&o.sweepEvery, "sweep-every", 5*time.Second, "interval of the sweeper")
 	fs.DurationVar(&o.slow, "slow", 5*time.Second, "how long the provider simulator takes to answer a tok_slow charge")
@@ -193,6 +209,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	if fs.NArg() > 0 || o.sweepEvery <= 0 || o.slow < 0 {
 		return options{}, fmt.Errorf("bad arguments %q", args)
 	}
+	if o.providerURL != "" && getenv(app.EnvProvider) == app.ProviderStripe && getenv(app.EnvProviderURL) != "" {
+		return options{}, errors.New("-provider-url names the stack's simulator, which PROVIDER_URL replaces")
+	}
 	return o, nil
 }
 
@@ -200,9 +219,9 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 // is done (or when a part of it fails).
 func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack)) (err error) {
 	ep := awsenv.EndpointsFrom(o.getenv)
-	s := stack{dynamoDB: ep.DynamoDB, sqs: ep.SQS, secretsManager: ep.SecretsManager, sweepEvery: o.sweepEvery, slow: o.slow}
+	s := stack{dynamoDB: ep.DynamoDB, sqs: ep.SQS, secretsManager: ep.SecretsManager, s3: ep.S3, sweepEvery: o.sweepEvery, slow: o.slow}
 	var emulatorExited <-chan struct{}
-	local := s.dynamoDB == "" || s.sqs == "" || s.secretsManager == ""
+	local := s.dynamoDB == "" || s.sqs == "" || s.secretsManager == "" || s.s3 == ""
 	if local {
 		emu, err := emulator.Start(o.root, o.emulatorPort)
 		if err != nil {
@@ -216,6 +235,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		}()
 		emulatorExited = emu.Exited()
 		s.dynamoDB, s.sqs, s.secretsManager = cmp.Or(s.dynamoDB, emu.URL()), cmp.Or(s.sqs, emu.URL()), cmp.Or(s.secretsManager, emu.URL())
+		s.s3 = cmp.Or(s.s3, emu.URL())
 	}
 	cfg, err := awsenv.Config(ctx, local) // dummy credentials for the emulator this process started
 	if err != nil {
@@ -223,7 +243,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	}
 	cfg.HTTPClient = awshttp.NewBuildableClient().WithTransportOptions(keepIdle)
 	clients := awsenv.New(cfg, awsenv.Endpoints{DynamoDB: s.dynamoDB, SQS: s.sqs, SecretsManager: s.secretsManager})
-	res, err := createResources(ctx, clients)
+	store := awsenv.S3(cfg, s.s3)
+	res, err := createResources(ctx, clients, store)
 	if err != nil {
 		return err
 	}
@@ -260,6 +281,9 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		awsenv.EnvDynamoDBEndpoint:       s.dynamoDB,
 		awsenv.EnvSQSEndpoint:            s.sqs,
 		awsenv.EnvSecretsManagerEndpoint: s.secretsManager,
+		awsenv.EnvS3Endpoint:             s.s3,
+		app.EnvAuditBucket:               auditBucket,
+		app.EnvAuditIndexTable:           auditIndexTable,
 	}
 	apiLn, err := listen(o.apiAddr)
 	if err != nil {
@@ -282,7 +306,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		}
 		defer providerLn.Close()
 		s.provider = "http://" + providerLn.Addr().String()
-		env[app.EnvProviderURL] = s.provider
+		s.functionsProvider = cmp.Or(o.providerURL, s.provider)
+		env[app.EnvProviderURL] = s.functionsProvider
 		plog := logger.With("component", "provider")
 		if s.providerKind == app.ProviderStripe {
 			s.simulated = true
@@ -306,7 +331,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		}
 		return o.getenv(name)
 	}
-	gw, sweep, pollers, err := functions(ctx, getenv, clients, res.chargeRequests.URL, o.spans, logger)
+	streams := dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) { o.BaseEndpoint = aws.String(s.dynamoDB) })
+	gw, sweep, pollers, err := functions(ctx, getenv, clients, store, streams, res, o.spans, logger)
 	if err != nil {
 		return err
 	}
@@ -330,7 +356,8 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		wg.Go(func() { _ = p.Run(ctx) })
 	}
 	logger.Info("localstack ready", "component", "localstack", "api", s.api, "provider", s.provider,
-		"dynamodb", s.dynamoDB, "sqs", s.sqs, "reconcile_queue", s.queueURL, "charge_requests_queue", s.intakeURL)
+		"dynamodb", s.dynamoDB, "sqs", s.sqs, "s3", s.s3, "reconcile_queue", s.queueURL, "reconcile_dlq", s.dlqURL,
+		"charge_requests_queue", s.intakeURL, "idempotency_table", res.idempotencyTable, "charges_table", res.chargesTable)
 	ready(s)
 
 	select {
@@ -345,11 +372,18 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	return err
 }
 
-// functions builds the four functions' handlers with app, as their Lambda
-// mains do, and the local event sources in front of them: the gateway,
-// and a poller each for the reconcile queue and for the charge-requests
-// queue at intakeURL. With spans, each function traces to it.
-func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, intakeURL string, spans io.Writer, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []*eventsource.Poller, error) {
+// runner is a local event source: it feeds its function until ctx is done.
+type runner interface {
+	Run(ctx context.Context) error
+}
+
+// functions builds the five functions' handlers with app, as their Lambda
+// mains do, and the local event sources in front of them: the gateway, a
+// poller each for the reconcile queue and for the charge-requests queue,
+// and one for each table's stream, which feeds the audit function (its
+// bucket on store). With spans, each function traces to it.
+func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, store *s3.Client, streams *dynamodbstreams.Client,
+	res resources, spans io.Writer, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []runner, error) {
 	cc, err := app.LoadCharge(getenv)
 	if err != nil {
 		return nil, nil, nil, err
@@ -366,10 +400,14 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	ac, err := app.LoadAudit(getenv)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	providerTransport := http.DefaultTransport.(*http.Transport).Clone()
 	keepIdle(providerTransport)
 	deps := map[string]app.Deps{}
-	for _, fn := range []string{metrics.FunctionCharge, metrics.FunctionSweeper, metrics.FunctionReconcile, metrics.FunctionIntake} {
+	for _, fn := range []string{metrics.FunctionCharge, metrics.FunctionSweeper, metrics.FunctionReconcile, metrics.FunctionIntake, app.FunctionAudit} {
 		d := app.Deps{Clients: clients, Logger: logger.With("function", fn),
 			ProviderOptions: []func(*provider.Options){provider.WithHTTPClient(&http.Client{Transport: providerTransport})}}
 		if spans != nil {
@@ -401,12 +439,27 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, i
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var pollers []*eventsource.Poller
+	ad := deps[app.FunctionAudit]
+	ad.S3 = store
+	ah, err := app.AuditHandler(ac, ad)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var pollers []runner
+	for _, arn := range res.streams {
+		p, err := eventsource.NewStream(streams, arn, ah.Handle, func(o *eventsource.StreamOptions) {
+			o.Timeout, o.Logger = auditTimeout, logger.With("component", "eventsource")
+		})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		pollers = append(pollers, p)
+	}
 	for _, src := range []struct {
 		url     string
 		h       eventsource.Handler
 		timeout time.Duration
-	}{{sc.ReconcileQueueURL, rh.Handle, queue.ReconcileTimeout}, {intakeURL, ih.Handle, queue.IntakeTimeout}} {
+	}{{sc.ReconcileQueueURL, rh.Handle, queue.ReconcileTimeout}, {res.chargeRequests.URL, ih.Handle, queue.IntakeTimeout}} {
 		p, err := eventsource.New(ctx, clients.SQS, src.url, src.h, func(o *eventsource.Options) {
 			o.BatchSize = queue.BatchSize
 			o.Timeout = src.timeout
@@ -519,8 +572,11 @@ func adminEnv(s stack) []string {
 		app.EnvReconcileQueueURL + "=" + s.queueURL,
 		app.EnvReconcileDLQURL + "=" + s.dlqURL,
 		app.EnvChargeRequestsQueueURL + "=" + s.intakeURL,
+		app.EnvAuditBucket + "=" + auditBucket,
+		app.EnvAuditIndexTable + "=" + auditIndexTable,
 		awsenv.EnvDynamoDBEndpoint + "=" + s.dynamoDB,
 		awsenv.EnvSQSEndpoint + "=" + s.sqs,
+		awsenv.EnvS3Endpoint + "=" + s.s3,
 	}
 	if s.dummyCredentials {
 		env = append(env, "AWS_REGION="+awsenv.DefaultRegion, "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test")
@@ -543,14 +599,19 @@ func printBanner(w io.Writer, s stack) {
 		source = stripesim.PMVisa
 		fmt.Fprintf(&b, "  Stripe           %s   (PROVIDER=stripe at PROVIDER_URL; sources pm_...)\n", s.provider)
 	}
+	if s.functionsProvider != "" && s.functionsProvider != s.provider {
+		fmt.Fprintf(&b, "  functions reach the provider at %s (-provider-url)\n", s.functionsProvider)
+	}
 	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
 	fmt.Fprintf(&b, "  Secrets Manager  %s   (%s, %s; rotate with aws secretsmanager put-secret-value --endpoint-url %s --secret-id %s --secret-string ...)\n",
 		s.secretsManager, providerSecret, webhookSecret, s.secretsManager, providerSecret)
+	fmt.Fprintf(&b, "  audit trail      %s   (bucket %s under Object Lock, index %s; fed from both tables' streams)\n", s.s3, auditBucket, auditIndexTable)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
-	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
+	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle, audit), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
-	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n\n", source)
+	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n", source)
+	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin audit acme order-1001   (the key's audit trail: who asked, from where, what came back)\n\n")
 	_, _ = io.WriteString(w, b.String())
 }

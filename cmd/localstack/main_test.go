@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
@@ -38,18 +40,74 @@ func TestStackServesThenStopsEverything(t *testing.T) {
 			// SQS_ENDPOINT, so the stack starts its own emulator (its table
 			// names are fixed, and must not land on a shared endpoint), and
 			// every other function setting defaults.
-			stackServesThenStops(t, func(name string) string {
+			getenv := func(name string) string {
 				if name == app.EnvProvider {
 					return provider
 				}
 				return ""
-			}, source)
+			}
+			if provider != "" {
+				stackServesThenStops(t, getenv, source, "127.0.0.1:0")
+				return
+			}
+			// The functions reach the simulator through a forwarder,
+			// as cmd/chaos has them reach it through Toxiproxy.
+			simAddr := freeAddr(t)
+			fwd, conns := forward(t, simAddr)
+			stackServesThenStops(t, getenv, source, simAddr, "-provider-url", "http://"+fwd)
+			if conns.Load() == 0 {
+				t.Error("-provider-url: the functions did not reach the simulator through it")
+			}
 		})
 	}
 }
 
-func stackServesThenStops(t *testing.T, getenv func(string) string, source string) {
-	o, err := parseFlags([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", "127.0.0.1:0", "-emulator-port", "0", "-trace-json"}, getenv)
+// freeAddr is a loopback address nothing listens on, for a server that
+// must be named before it starts.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// forward accepts connections on a free loopback port and pipes each to
+// upstream, counting them.
+func forward(t *testing.T, upstream string) (string, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				u, err := net.Dial("tcp", upstream)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { _, _ = io.Copy(u, c) }()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return ln.Addr().String(), &conns
+}
+
+func stackServesThenStops(t *testing.T, getenv func(string) string, source, providerAddr string, args ...string) {
+	o, err := parseFlags(append([]string{"-root", testkit.RepoRoot(), "-addr", "127.0.0.1:0", "-provider-addr", providerAddr, "-emulator-port", "0", "-trace-json"}, args...), getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,8 +137,8 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 		t.Errorf("banner's curl does not target the API:\n%s", banner.String())
 	}
 	for _, want := range []string{"IDEMPOTENCY_TABLE=chargeonce-idempotency", "CHARGES_TABLE=chargeonce-charges", "RECONCILE_QUEUE_URL=" + s.queueURL, "RECONCILE_DLQ_URL=" + s.dlqURL,
-		"CHARGE_REQUESTS_QUEUE_URL=" + s.intakeURL,
-		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "AWS_ACCESS_KEY_ID=test"} {
+		"CHARGE_REQUESTS_QUEUE_URL=" + s.intakeURL, "AUDIT_BUCKET=chargeonce-audit", "AUDIT_INDEX_TABLE=chargeonce-audit-index",
+		"DYNAMODB_ENDPOINT=" + s.dynamoDB, "SQS_ENDPOINT=" + s.sqs, "S3_ENDPOINT=" + s.s3, "AWS_ACCESS_KEY_ID=test"} {
 		if s.queueURL == "" || s.dlqURL == "" || s.intakeURL == "" || !strings.Contains(banner.String(), want) {
 			t.Errorf("banner's chargectl admin environment lacks %s:\n%s", want, banner.String())
 		}
@@ -102,6 +160,7 @@ func stackServesThenStops(t *testing.T, getenv func(string) string, source strin
 	}
 	wantSpans(t, spans, "order-1001", source)
 	submitAndReplay(t, s, source)
+	trailShows(t, s)
 	rotateWhileRunning(t, s, source)
 
 	cancel()
@@ -168,6 +227,14 @@ func TestParseFlags(t *testing.T) {
 			t.Errorf("%q accepted", args)
 		}
 	}
+	// PROVIDER_URL in Stripe mode replaces the simulator -provider-url
+	// would name.
+	external := func(name string) string {
+		return map[string]string{app.EnvProvider: app.ProviderStripe, app.EnvProviderURL: "http://127.0.0.1:12111"}[name]
+	}
+	if _, err := parseFlags([]string{"-provider-url", "http://127.0.0.1:9"}, external); err == nil {
+		t.Error("-provider-url accepted beside PROVIDER=stripe PROVIDER_URL")
+	}
 }
 
 // submitAndReplay submits a charge on the stack's charge-requests queue,
@@ -218,6 +285,55 @@ func submitAndReplay(t *testing.T, s stack, source string) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusCreated || res.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("POST /charges with the submitted command id: %d %v, want the intake's 201 replayed", res.StatusCode, res.Header)
+	}
+}
+
+// trailShows waits until the audit trail, fed from the tables' streams,
+// holds the API's charge with the caller's address, and the queue's with
+// its sender and message.
+func trailShows(t *testing.T, s stack) {
+	t.Helper()
+	ctx := t.Context()
+	cfg, err := awsenv.Config(ctx, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive, err := audit.NewArchive(awsenv.S3(cfg, s.s3), auditBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := audit.NewIndex(awsenv.New(cfg, awsenv.Endpoints{DynamoDB: s.dynamoDB}).DynamoDB, auditIndexTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trail, err := audit.NewTrail(archive, index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	settled := func(client string) *audit.Entry {
+		k, _ := idem.NewKey("acme", charge.ChargeOperation, client)
+		history, err := trail.History(ctx, k.LogHash())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, e := range history {
+			if e.What == audit.WhatSucceeded {
+				return &history[i]
+			}
+		}
+		return nil
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		api, queued := settled("order-1001"), settled("renewal-1")
+		if api != nil && queued != nil {
+			if api.Origin == nil || api.Origin.IP != "127.0.0.1" || queued.Principal == nil || queued.Principal.IAM == "" || queued.Origin == nil || queued.Origin.Message == "" {
+				t.Errorf("the trail's charges: %+v %+v, want the API's caller's address and the queue's sender and message", *api, *queued)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the audit trail does not hold both charges 20s after they were made: %v, %v", api, queued)
+		}
 	}
 }
 

@@ -6,9 +6,11 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
 
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/local/provision"
@@ -24,6 +26,8 @@ const (
 	chargeRequestsQueue = "chargeonce-charge-requests"
 	providerSecret      = "chargeonce/provider-api-key"
 	webhookSecret       = "chargeonce/stripe-webhook-secret"
+	auditBucket         = "chargeonce-audit"
+	auditIndexTable     = "chargeonce-audit-index"
 )
 
 // The secrets' first values: the provider simulator's key, the Stripe
@@ -38,6 +42,9 @@ const (
 type resources struct {
 	idempotencyTable, chargesTable string
 	queue, chargeRequests          queue.Queues
+	// streams are the tables' streams' ARNs, which the audit function
+	// reads.
+	streams []string
 }
 
 // createSecrets creates the provider's API key (key its first value) and
@@ -54,10 +61,12 @@ func createSecrets(ctx context.Context, c awsenv.Clients, key string) error {
 	return nil
 }
 
-// createResources creates the tables, the idempotency table's TTL and the
-// queues from the same definitions the template is checked against. Tables
-// that already exist (a reused DynamoDB Local) are kept as they are.
-func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
+// createResources creates the tables, the idempotency table's TTL, the
+// queues and the audit trail's bucket and index, and turns the tables'
+// streams on, from the same definitions the template is checked against.
+// Tables that already exist (a reused DynamoDB Local) are kept as they
+// are.
+func createResources(ctx context.Context, c awsenv.Clients, store *s3.Client) (resources, error) {
 	created, err := provision.CreateTable(ctx, c.DynamoDB, dynamostore.TableInput(idempotencyTable))
 	if err != nil {
 		return resources{}, err
@@ -78,5 +87,25 @@ func createResources(ctx context.Context, c awsenv.Clients) (resources, error) {
 	if err != nil {
 		return resources{}, err
 	}
-	return resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, queue: q, chargeRequests: cr}, nil
+	res := resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, queue: q, chargeRequests: cr}
+	if err := provision.CreateBucket(ctx, store, audit.BucketInput(auditBucket), audit.LockInput(auditBucket, audit.DefaultRetentionDays)); err != nil {
+		return resources{}, err
+	}
+	created, err = provision.CreateTable(ctx, c.DynamoDB, audit.IndexTableInput(auditIndexTable))
+	if err != nil {
+		return resources{}, err
+	}
+	if created {
+		if _, err := c.DynamoDB.UpdateTimeToLive(ctx, audit.IndexTTLInput(auditIndexTable)); err != nil {
+			return resources{}, fmt.Errorf("ttl on %s: %w", auditIndexTable, err)
+		}
+	}
+	for _, table := range []string{idempotencyTable, chargesTable} {
+		arn, err := provision.EnableStream(ctx, c.DynamoDB, audit.StreamInput(table))
+		if err != nil {
+			return resources{}, err
+		}
+		res.streams = append(res.streams, arn)
+	}
+	return res, nil
 }

@@ -17,6 +17,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
@@ -24,7 +27,6 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
-	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/tracing"
@@ -83,6 +85,12 @@ const (
 	EnvHomeRegion  = "HOME_REGION"
 	EnvTenantHomes = "TENANT_HOMES"
 	EnvAWSRegion   = "AWS_REGION"
+	// EnvAuditBucket is the audit trail's bucket, EnvAuditIndexTable its
+	// index, and EnvAuditIndexDays how many days the index finds a
+	// command's entries (package audit).
+	EnvAuditBucket     = "AUDIT_BUCKET"
+	EnvAuditIndexTable = "AUDIT_INDEX_TABLE"
+	EnvAuditIndexDays  = "AUDIT_INDEX_DAYS"
 )
 
 // The providers PROVIDER names: our provider API (providersim locally),
@@ -271,6 +279,9 @@ type ChargeConfig struct {
 	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
 	// API's (docs/contract.md), and only tests lower it.
 	MaxRefunds int
+	// SettleWindow is as the reconcile function's: a repeated capture
+	// or cancel settles a move left in flight with it.
+	SettleWindow time.Duration
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -290,6 +301,7 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		InflightWait:       e.duration(EnvInflightWait, 2*time.Second),
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
+		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
 		Common:             e.common(),
 	}
 	return c, e.err()
@@ -380,6 +392,31 @@ func LoadSweeper(get Getenv) (SweeperConfig, error) {
 	return c, e.err()
 }
 
+// AuditConfig is the audit function's configuration: the tables whose
+// streams it reads, and where the trail goes.
+type AuditConfig struct {
+	Common
+	IdempotencyTable, ChargesTable string
+	AuditBucket, AuditIndexTable   string
+	// IndexRetention is how long the index finds a command's entries
+	// (AUDIT_INDEX_DAYS, default audit.DefaultIndexRetention).
+	IndexRetention time.Duration
+}
+
+// LoadAudit reads the audit function's configuration.
+func LoadAudit(get Getenv) (AuditConfig, error) {
+	e := &env{get: get}
+	c := AuditConfig{
+		IdempotencyTable: e.required(EnvIdempotencyTable),
+		ChargesTable:     e.required(EnvChargesTable),
+		AuditBucket:      e.required(EnvAuditBucket),
+		AuditIndexTable:  e.required(EnvAuditIndexTable),
+		IndexRetention:   time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour,
+		Common:           e.common(),
+	}
+	return c, e.err()
+}
+
 // AdminConfig is chargectl's configuration for the commands that use the
 // deployment's resources directly (admin, submit): named by the variables
 // the functions read, the reconcile dead-letter queue and the
@@ -389,6 +426,8 @@ type AdminConfig struct {
 	ChargeRequestsQueueURL                                             string
 	// RoutesTable is the routes table of a deployment in several Regions.
 	RoutesTable string
+	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
+	AuditBucket, AuditIndexTable string
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
 	// PROVIDER: a command an operator settles deduplicates as long as one
 	// the functions settle, a released one no longer than the provider
@@ -414,6 +453,8 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
 		RoutesTable:            read(EnvRoutesTable),
+		AuditBucket:            read(EnvAuditBucket),
+		AuditIndexTable:        read(EnvAuditIndexTable),
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}
@@ -429,8 +470,11 @@ func Logger(level slog.Level) *slog.Logger {
 // the local stack pass their own clock and provider HTTP client.
 type Deps struct {
 	Clients awsenv.Clients
-	Clock   func() time.Time
-	Logger  *slog.Logger
+	// S3 is the audit function's client for its bucket; the other
+	// functions have none.
+	S3     *s3.Client
+	Clock  func() time.Time
+	Logger *slog.Logger
 	// Metrics receives the functions' embedded-metric-format lines.
 	// Default os.Stdout.
 	Metrics io.Writer
@@ -451,6 +495,12 @@ func (d Deps) traced() Deps {
 		d.Clients = awsenv.Traced(d.Clients, d.Tracer.Provider())
 	}
 	return d
+}
+
+// store is the idempotency store on table, with StoreOptions and then
+// opts (a deployment in several Regions adds its own).
+func (d Deps) store(table string, retention time.Duration, g provider.Guarantees, opts ...func(*dynamostore.Options)) (*dynamostore.Store, error) {
+	return dynamostore.New(d.Clients.DynamoDB, table, append([]func(*dynamostore.Options){StoreOptions(retention, g, d.Clock)}, opts...)...)
 }
 
 // regions builds a function's Fence on the routes table. Its store
@@ -573,7 +623,7 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 			return nil, err
 		}
 	}
-	store, err := dynamostore.New(d.Clients.DynamoDB, sc.IdempotencyTable, StoreOptions(sc.Retention, cfg.Provider.Guarantees(), d.Clock), multi)
+	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees(), multi)
 	if err != nil {
 		return nil, err
 	}
@@ -591,7 +641,7 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 // ChargeHandler builds the charge function's API Gateway handler.
 func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	d = d.traced()
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
@@ -602,6 +652,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 		},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
+		ProviderOptions: settleWindow(c.SettleWindow),
 	})
 	if err != nil {
 		return nil, err
@@ -647,7 +698,7 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 // and the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	d = d.traced()
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
@@ -676,8 +727,12 @@ func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
 		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
-		ProviderOptions: []func(*provider.Options){
-			provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(c.SettleWindow, provider.DefaultSettleWindow)}),
-		},
+		ProviderOptions: settleWindow(c.SettleWindow),
 	})
+}
+
+// settleWindow declares the sim provider's settle window (zero: its
+// default), the same in every function that settles a command or a move.
+func settleWindow(d time.Duration) []func(*provider.Options) {
+	return []func(*provider.Options){provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(d, provider.DefaultSettleWindow)})}
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/stripe/stripe-go/v84/webhook"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
@@ -45,16 +47,20 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo ||
-		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" {
+		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" || c.SettleWindow != provider.DefaultSettleWindow {
 		t.Fatalf("defaults: %+v", c)
 	}
 	base[app.EnvIdempotencyTTL], base[app.EnvInflightWait], base[app.EnvLogLevel] = "1h", "0s", "DEBUG"
 	base[app.EnvProviderSecretName], base[app.EnvWebhookSecretName], base[app.EnvSecretsMaxAge] = "chargeonce/key", "chargeonce/whsec", "30s"
+	// A repeated capture or cancel settles a move as the reconciler does:
+	// with the same settle window.
+	base[app.EnvSettleWindow] = "45s"
 	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug ||
-		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second {
+		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second ||
+		c.SettleWindow != 45*time.Second {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
-	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon"} {
+	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon", app.EnvSettleWindow: "later"} {
 		env := map[string]string{}
 		for k, v := range base {
 			env[k] = v
@@ -106,13 +112,15 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 	env := map[string]string{
 		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "http://q",
 		app.EnvProviderURL: "https://p", app.EnvChargeRequestsDLQURL: "http://dlq",
+		app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index",
 	}
 	endpoints := func() []string {
 		c, _ := app.LoadCharge(envOf(env))
 		r, _ := app.LoadReconcile(envOf(env))
 		i, _ := app.LoadIntake(envOf(env))
 		s, _ := app.LoadSweeper(envOf(env))
-		return []string{c.TraceEndpoint, r.TraceEndpoint, i.TraceEndpoint, s.TraceEndpoint}
+		a, _ := app.LoadAudit(envOf(env))
+		return []string{c.TraceEndpoint, r.TraceEndpoint, i.TraceEndpoint, s.TraceEndpoint, a.TraceEndpoint}
 	}
 	for _, got := range endpoints() {
 		if got != "" {
@@ -124,6 +132,30 @@ func TestEveryFunctionReadsTheTraceEndpoint(t *testing.T) {
 		if got != "http://localhost:4318" {
 			t.Fatalf("trace endpoint %q, want %s's", got, app.EnvTraceEndpoint)
 		}
+	}
+}
+
+// TestLoadAudit: the audit function needs both tables, the bucket and the
+// index; the index finds three months of entries unless told otherwise.
+func TestLoadAudit(t *testing.T) {
+	t.Parallel()
+	_, err := app.LoadAudit(envOf(map[string]string{}))
+	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvAuditBucket, app.EnvAuditIndexTable} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("LoadAudit with nothing set: %v, want %s named", err, name)
+		}
+	}
+	env := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index"}
+	c, err := app.LoadAudit(envOf(env))
+	if err != nil || c.IndexRetention != audit.DefaultIndexRetention {
+		t.Errorf("LoadAudit: %+v %v, want the index's default retention", c, err)
+	}
+	env[app.EnvAuditIndexDays] = "30"
+	if c, err := app.LoadAudit(envOf(env)); err != nil || c.IndexRetention != 30*24*time.Hour {
+		t.Errorf("LoadAudit with %s=30: %v %v", app.EnvAuditIndexDays, c.IndexRetention, err)
+	}
+	if _, err := app.AuditHandler(c, app.Deps{}); err == nil {
+		t.Error("an audit handler without an S3 client was built")
 	}
 }
 

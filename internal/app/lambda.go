@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
@@ -53,6 +54,19 @@ func ReconcileFromEnv(ctx context.Context, get Getenv) (*reconcile.Handler, erro
 func IntakeFromEnv(ctx context.Context, get Getenv) (*intake.Handler, error) {
 	return fromEnv(ctx, get, metrics.FunctionIntake, LoadIntake, IntakeHandler)
 }
+
+// AuditFromEnv builds the audit function's handler from its environment,
+// with an S3 client for the trail's bucket.
+func AuditFromEnv(ctx context.Context, get Getenv) (*audit.Handler, error) {
+	return fromEnv(ctx, get, FunctionAudit, LoadAudit, func(c AuditConfig, d Deps) (*audit.Handler, error) {
+		d.S3 = awsenv.S3(awsenv.LambdaConfig(get), awsenv.EndpointsFrom(get).S3)
+		return AuditHandler(c, d)
+	})
+}
+
+// FunctionAudit names the audit function in its spans; it emits no
+// metrics of its own (Lambda's Errors and IteratorAge are its alarms).
+const FunctionAudit = "audit"
 
 // Fatal logs a function's start-up error and exits; Lambda reports it as an
 // init error.

@@ -1,6 +1,10 @@
 package app
 
 import (
+	"errors"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -15,7 +19,7 @@ import (
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	d = d.traced()
 	// Retention plays no part in reading the index: the defaults serve.
-	store, err := dynamostore.New(d.Clients.DynamoDB, c.IdempotencyTable, StoreOptions(0, provider.Guarantees{}, d.Clock))
+	store, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
 	if err != nil {
 		return nil, err
 	}
@@ -29,7 +33,7 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL)
+	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL, d.marking(moveMarks(store, rows, d.Clock)))
 	if err != nil {
 		return nil, err
 	}
@@ -42,12 +46,79 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	})
 }
 
-// ReconcileHandler builds the reconcile function's SQS handler.
+// ReconcileHandler builds the reconcile function's SQS handler, which
+// removes each handled message's mark.
 func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
 	d = d.traced()
 	svc, err := reconcileService(c, d)
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.NewHandler(svc, func(o *reconcile.Options) { o.Logger, o.Metrics, o.Tracer = d.Logger, d.Metrics, d.Tracer })
+	marks, err := d.marks(c.IdempotencyTable, c.ChargesTable)
+	if err != nil {
+		return nil, err
+	}
+	return reconcile.NewHandler(svc, func(o *reconcile.Options) {
+		o.Logger, o.Metrics, o.Tracer, o.Marks = d.Logger, d.Metrics, d.Tracer, marks
+	})
+}
+
+// sender is a sender to the reconcile queue at url that marks each key's
+// record in the two tables before it sends.
+func (d Deps) sender(url, idempotencyTable, chargesTable string) (*queue.Sender, error) {
+	marks, err := d.marks(idempotencyTable, chargesTable)
+	if err != nil {
+		return nil, err
+	}
+	return queue.NewSender(d.Clients.SQS, url, d.marking(marks))
+}
+
+// marks are the marks of reconcile messages in the two tables.
+func (d Deps) marks(idempotencyTable, chargesTable string) (queue.Marker, error) {
+	store, err := d.store(idempotencyTable, 0, provider.Guarantees{})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := charge.NewRows(d.Clients.DynamoDB, chargesTable)
+	if err != nil {
+		return nil, err
+	}
+	return moveMarks(store, rows, d.Clock), nil
+}
+
+// moveMarks mark a move's messages on its charge's row, every other
+// key's on its record in store.
+func moveMarks(store *dynamostore.Store, rows *charge.Rows, clock func() time.Time) queue.Marker {
+	return queue.ByOperation(map[string]queue.Marker{charge.TransitionOperation: charge.QueuedMoves{Rows: rows, Clock: clock}}, store)
+}
+
+// marking has a sender mark with marks, on d's clock and logger.
+func (d Deps) marking(marks queue.Marker) func(*queue.SenderOptions) {
+	return func(o *queue.SenderOptions) { o.Marks, o.Clock, o.Logger = marks, d.Clock, d.Logger }
+}
+
+// AuditHandler builds the audit function's handler: the streams of both
+// tables, written to the trail's bucket (d.S3) and index.
+func AuditHandler(c AuditConfig, d Deps) (*audit.Handler, error) {
+	if d.S3 == nil {
+		return nil, errors.New("app: the audit function needs an S3 client")
+	}
+	d = d.traced()
+	// The store decodes the records' items: its options play no part.
+	records, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
+	if err != nil {
+		return nil, err
+	}
+	archive, err := audit.NewArchive(d.S3, c.AuditBucket)
+	if err != nil {
+		return nil, err
+	}
+	index, err := audit.NewIndex(d.Clients.DynamoDB, c.AuditIndexTable)
+	if err != nil {
+		return nil, err
+	}
+	tables := audit.Tables{Records: c.IdempotencyTable, Charges: c.ChargesTable}
+	return audit.NewHandler(records, tables, archive, index, func(o *audit.Options) {
+		o.IndexRetention, o.Clock, o.Logger, o.Tracer = c.IndexRetention, d.Clock, d.Logger, d.Tracer
+	})
 }

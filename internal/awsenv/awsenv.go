@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
@@ -26,22 +27,28 @@ const (
 	EnvDynamoDBEndpoint       = "DYNAMODB_ENDPOINT"
 	EnvSQSEndpoint            = "SQS_ENDPOINT"
 	EnvSecretsManagerEndpoint = "SECRETSMANAGER_ENDPOINT"
+	EnvS3Endpoint             = "S3_ENDPOINT"
 )
 
 // Endpoints are where the clients send their requests; an empty one is
 // AWS's.
 type Endpoints struct {
-	DynamoDB, SQS, SecretsManager string
+	DynamoDB, SQS, SecretsManager, S3 string
 }
 
-// EndpointsFrom reads the three endpoint variables.
+// EndpointsFrom reads the four endpoint variables.
 func EndpointsFrom(getenv func(string) string) Endpoints {
-	return Endpoints{DynamoDB: getenv(EnvDynamoDBEndpoint), SQS: getenv(EnvSQSEndpoint), SecretsManager: getenv(EnvSecretsManagerEndpoint)}
+	return Endpoints{
+		DynamoDB: getenv(EnvDynamoDBEndpoint), SQS: getenv(EnvSQSEndpoint),
+		SecretsManager: getenv(EnvSecretsManagerEndpoint), S3: getenv(EnvS3Endpoint),
+	}
 }
 
-// Emulator is every endpoint at url: an emulator that serves the three
+// Emulator is every endpoint at url: an emulator that serves the four
 // services.
-func Emulator(url string) Endpoints { return Endpoints{DynamoDB: url, SQS: url, SecretsManager: url} }
+func Emulator(url string) Endpoints {
+	return Endpoints{DynamoDB: url, SQS: url, SecretsManager: url, S3: url}
+}
 
 // DefaultRegion is used when neither AWS_REGION nor a profile names one.
 const DefaultRegion = "us-east-1"
@@ -83,19 +90,40 @@ func Load(ctx context.Context) (Clients, error) {
 	return New(cfg, EndpointsFrom(os.Getenv)), nil
 }
 
+// LoadS3 is an S3 client from the default chain, at S3_ENDPOINT when it
+// is set: chargectl admin audit reads the trail's bucket with it.
+func LoadS3(ctx context.Context) (*s3.Client, error) {
+	cfg, err := Config(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	return S3(cfg, os.Getenv(EnvS3Endpoint)), nil
+}
+
 // FromLambdaEnv builds a function's clients from what Lambda, SAM CLI and the
 // RIE give every function: the region and the execution role's credentials
 // as variables, and the endpoints. The default chain would link the SSO,
 // STS and sign-in clients for profiles a function never has: 1.2 MiB of
 // each bootstrap.
 func FromLambdaEnv(getenv func(string) string) Clients {
+	return New(LambdaConfig(getenv), EndpointsFrom(getenv))
+}
+
+// LambdaConfig is the configuration FromLambdaEnv builds its clients on.
+func LambdaConfig(getenv func(string) string) aws.Config {
 	region := getenv("AWS_REGION")
 	if region == "" {
 		region = DefaultRegion
 	}
 	creds := credentials.NewStaticCredentialsProvider(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"))
-	cfg := aws.Config{Region: region, Credentials: aws.NewCredentialsCache(creds)}
-	return New(cfg, EndpointsFrom(getenv))
+	return aws.Config{Region: region, Credentials: aws.NewCredentialsCache(creds)}
+}
+
+// S3 is an S3 client on cfg, at url unless it is empty (AWS's). An
+// emulator serves every bucket on its one host: its requests name the
+// bucket in the path.
+func S3(cfg aws.Config, url string) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint, o.UsePathStyle = endpoint(url), url != "" })
 }
 
 // New builds the clients from cfg; an empty endpoint keeps the AWS default.

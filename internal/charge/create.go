@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -25,7 +26,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	defer a.cancel()
 	ctx, cancel := answering(a.ctx)
 	defer cancel()
-	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description, AuthorizeOnly: req.AuthorizeOnly}
+	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description, AuthorizeOnly: req.AuthorizeOnly, By: claimant(ctx)}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {
 		if err := rp.CheckSource(req.Source); err != nil {
 			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
@@ -53,6 +54,8 @@ type intent struct {
 	Source      string `json:"source,omitempty"`
 	// AuthorizeOnly: the charge is to be captured later.
 	AuthorizeOnly bool `json:"authorize_only,omitempty"`
+	// By is who asked, for the audit trail (actor.go).
+	By *actor.Actor `json:"by,omitempty"`
 }
 
 // charges is the operation of creating a charge, as the shared paths see

@@ -76,7 +76,7 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if err != nil {
 		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
 	}
-	lease, res, err := s.claimEvent(ctx, dedup)
+	lease, res, err := s.claimEvent(ctx, dedup, notified(ctx, n))
 	if lease == nil {
 		return res, err
 	}
@@ -104,9 +104,10 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 
 // claimEvent claims the event's deduplication key. It returns a lease to
 // process it, or the Result to answer without processing. An event whose
-// processing died is taken over and processed again.
-func (s *Service) claimEvent(ctx context.Context, key idem.Key) (*idem.Lease, Result, error) {
-	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), nil)
+// processing died is taken over and processed again. in is the record's
+// intent: who sent the event, and what it settles.
+func (s *Service) claimEvent(ctx context.Context, key idem.Key, in []byte) (*idem.Lease, Result, error) {
+	begun, err := s.cfg.Store.Begin(ctx, key, idem.FingerprintOf([]byte(key.ClientKey())), in)
 	var inflight *idem.InFlightError
 	switch {
 	case errors.As(err, &inflight) && inflight.LeaseExpiresAt.Before(s.cfg.Store.Now()):

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -45,7 +46,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	if err := s.prepare(ctx); err != nil {
 		return Result{}, err
 	}
-	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason}
+	kept := refundIntent{Charge: c.ID, ProviderCharge: c.ProviderChargeID, Amount: req.Amount, Currency: c.Money.Currency, Reason: req.Reason, By: claimant(ctx)}
 	if all := kept.Amount == 0; all {
 		// All that settled refunds leave, as an explicit amount would be.
 		// Refunds in flight hold part of it for now, not for good.
@@ -75,6 +76,8 @@ type refundIntent struct {
 	Amount         int64  `json:"amount"`
 	Currency       string `json:"currency"`
 	Reason         string `json:"reason,omitempty"`
+	// By is who asked, for the audit trail (actor.go).
+	By *actor.Actor `json:"by,omitempty"`
 }
 
 // holdRefund holds kept's amount on the charge c, for the refund l holds.

@@ -39,11 +39,17 @@ var (
 // as attempt p, only if it is still there.
 func (r *Rows) beginMove(ctx context.Context, c Charge, m move, p pending) error {
 	var tries dynamostore.Attempts
-	err := r.update(ctx, c, "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard, #attempt = :attempt",
-		"#status = :from", map[string]types.AttributeValue{
-			":via": str(m.via), ":from": str(StatusRequiresCapture), ":amount": number(p.amount),
-			":deadline": number(p.deadline.UnixMilli()), ":shard": str(transitionShard), ":attempt": str(p.attempt),
-		}, tries.Option)
+	set := "SET #status = :via, #amount = :amount, #deadline = :deadline, #shard = :shard, #attempt = :attempt"
+	values := map[string]types.AttributeValue{
+		":via": str(m.via), ":from": str(StatusRequiresCapture), ":amount": number(p.amount),
+		":deadline": number(p.deadline.UnixMilli()), ":shard": str(transitionShard), ":attempt": str(p.attempt),
+	}
+	if by := claimant(ctx); by != nil {
+		// Who moved it, for the audit trail (actor.go).
+		set += ", #by = :by"
+		values[":by"] = str(string(by.JSON()))
+	}
+	err := r.update(ctx, c, set, "#status = :from", values, tries.Option)
 	if err != nil && !errors.Is(err, errMoved) && !tries.Refused() {
 		return fmt.Errorf("%w: %w", errMoveUnknown, err)
 	}
@@ -98,6 +104,7 @@ func (r *Rows) postponeMove(ctx context.Context, c Charge, until time.Time) erro
 var moveNames = map[string]string{
 	"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
 	"#shard": AttrTransitionShard, "#money": "amount", "#waited": attrTransitionWaited, "#attempt": attrTransitionAttempt,
+	"#by": AttrMovedBy,
 }
 
 // update applies expr to c's row if cond holds, else errMoved.

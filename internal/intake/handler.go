@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -135,6 +136,8 @@ var settles = map[charge.Outcome]bool{
 func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
 	ctx, span := h.opt.Tracer.StartMessage(ctx, "intake.message", batch, p.msg)
 	defer span.End()
+	// Who sent it, kept with the command for the audit trail.
+	ctx = actor.NewContext(ctx, actor.FromSQS(p.msg))
 	log := h.opt.Logger.With("message_id", p.msg.MessageId, "receive_count", p.msg.Attributes["ApproximateReceiveCount"])
 	rec := metrics.FromContext(ctx)
 	if p.err != nil {

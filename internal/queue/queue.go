@@ -1,8 +1,9 @@
-// Package queue provides the queues' definition (main queue, dead-letter
-// queue, redrive policy, timeouts), the one place tests, the local stack
-// and the SAM template check take it from, shared by the reconcile queue
-// and the charge-requests queue (package intake has its messages), and the
-// reconcile messages the charge function and the sweeper send.
+// Package queue provides the queues' definition: main queue, dead-letter
+// queue, redrive policy, timeouts. It is the one place tests, the local
+// stack and the SAM template check take it from. The reconcile queue and
+// the charge-requests queue share it (package intake has its messages). It
+// also sends the reconcile messages of the charge function and the
+// sweeper: one a key while one is in flight (marks.go).
 package queue
 
 import (
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -101,78 +103,163 @@ func Create(ctx context.Context, client API, name string) (Queues, error) {
 // message is the body of a reconcile message.
 type message struct {
 	Key string `json:"key"`
+	// QueuedUntil is the mark its sender set, in epoch milliseconds;
+	// absent if it set none.
+	QueuedUntil int64 `json:"queued_until,omitempty"`
 }
 
-func encode(k idem.Key) string {
-	b, _ := json.Marshal(message{Key: k.String()})
+// Message is what a reconcile message carries.
+type Message struct {
+	Key idem.Key
+	// QueuedUntil is the mark its sender set on the key's record
+	// (Marker): its handler removes it. Zero if the sender set none.
+	QueuedUntil time.Time
+}
+
+func encode(m Message) string {
+	body := message{Key: m.Key.String()}
+	if !m.QueuedUntil.IsZero() {
+		body.QueuedUntil = m.QueuedUntil.UnixMilli()
+	}
+	b, _ := json.Marshal(body)
 	return string(b)
 }
 
-// ParseMessage returns the key a reconcile message names.
-func ParseMessage(body string) (idem.Key, error) {
+// ParseMessage reads a reconcile message's body.
+func ParseMessage(body string) (Message, error) {
 	var m message
 	if err := json.Unmarshal([]byte(body), &m); err != nil {
-		return idem.Key{}, fmt.Errorf("queue: message: %w", err)
+		return Message{}, fmt.Errorf("queue: message: %w", err)
 	}
-	return idem.ParseKey(m.Key)
+	k, err := idem.ParseKey(m.Key)
+	if err != nil {
+		return Message{}, err
+	}
+	msg := Message{Key: k}
+	if m.QueuedUntil > 0 {
+		msg.QueuedUntil = time.UnixMilli(m.QueuedUntil)
+	}
+	return msg, nil
+}
+
+// SenderOptions configure a Sender. Zero fields take the defaults.
+type SenderOptions struct {
+	// Marks, if set, marks each key's record before its message is
+	// sent. A key already marked gets no second message.
+	Marks Marker
+	// Clock dates the marks. Default time.Now.
+	Clock func() time.Time
+	// Logger receives a warning for each mark of an unsent message that
+	// could not be removed. Default: discard.
+	Logger *slog.Logger
 }
 
 // Sender sends reconcile messages to one queue.
 type Sender struct {
 	client API
 	url    string
+	opt    SenderOptions
 }
 
 // NewSender returns a Sender for the queue at url.
-func NewSender(client API, url string) (*Sender, error) {
+func NewSender(client API, url string, optFns ...func(*SenderOptions)) (*Sender, error) {
 	if client == nil || url == "" {
 		return nil, errors.New("queue: sender needs a client and a queue URL")
 	}
-	return &Sender{client: client, url: url}, nil
+	var o SenderOptions
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Sender{client: client, url: url, opt: o}, nil
 }
 
-// EnqueueReconcile asks for key to be reconciled after delay (rounded up to
-// whole seconds, at most MaxDelay): when its lease will have run out. The
-// message carries ctx's trace context, if any (tracing.MessageAttributes).
+// EnqueueReconcile asks for key to be reconciled after delay: when its
+// lease will have run out. The delay is rounded up to whole seconds, at
+// most MaxDelay. It sends nothing while a message for key is in flight,
+// or when its record needs none (Marks). A mark not written is an error,
+// and sends nothing either. The message carries ctx's trace context, if
+// any (tracing.MessageAttributes).
 func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.Duration) error {
 	secs := int32(math.Ceil(min(max(delay, 0), MaxDelay).Seconds()))
-	_, err := s.client.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl: aws.String(s.url), MessageBody: aws.String(encode(key)), DelaySeconds: secs,
+	m, send, err := s.mark(ctx, key, time.Duration(secs)*time.Second)
+	if err != nil {
+		return fmt.Errorf("queue: mark: %w", err)
+	}
+	if !send {
+		return nil
+	}
+	_, err = s.client.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl: aws.String(s.url), MessageBody: aws.String(encode(m)), DelaySeconds: secs,
 		MessageAttributes: tracing.MessageAttributes(ctx),
 	})
 	if err != nil {
+		s.unmark(ctx, m)
 		return fmt.Errorf("queue: send: %w", err)
 	}
 	return nil
 }
 
-// SendBatch sends one message per key, SendBatchMax to a SendMessageBatch call. It
-// returns the keys whose entries failed (to be found again by the next
-// sweep) and the first call error, if any. Every message carries ctx's
-// trace context, if any.
-func (s *Sender) SendBatch(ctx context.Context, keys []idem.Key) (failed []idem.Key, err error) {
+// Batch is what SendBatch did with its keys.
+type Batch struct {
+	// Failed are the keys whose messages, or marks, were not sent: the
+	// next sweep finds them again.
+	Failed []idem.Key
+	// AlreadyQueued counts the keys not sent as a message for them was
+	// in flight, or their record needed none (Marks).
+	AlreadyQueued int
+}
+
+// SendBatch sends one message per key, SendBatchMax to a SendMessageBatch
+// call, but for keys with a message in flight (Marks). It returns what it
+// did, and the first call error, if any. Every message carries ctx's trace
+// context, if any.
+func (s *Sender) SendBatch(ctx context.Context, keys []idem.Key) (Batch, error) {
 	attrs := tracing.MessageAttributes(ctx)
+	var (
+		b   Batch
+		err error
+	)
 	for start := 0; start < len(keys); start += SendBatchMax {
-		chunk := keys[start:min(start+SendBatchMax, len(keys))]
+		chunk, unmarked, merr := s.markAll(ctx, keys[start:min(start+SendBatchMax, len(keys))])
+		b.Failed = append(b.Failed, unmarked...)
+		b.AlreadyQueued += min(len(keys)-start, SendBatchMax) - len(chunk) - len(unmarked)
+		if merr != nil && err == nil {
+			err = fmt.Errorf("queue: mark: %w", merr)
+		}
+		if len(chunk) == 0 {
+			continue
+		}
 		entries := make([]types.SendMessageBatchRequestEntry, len(chunk))
-		for i, k := range chunk {
+		for i, m := range chunk {
 			entries[i] = types.SendMessageBatchRequestEntry{
-				Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(encode(k)), MessageAttributes: attrs,
+				Id: aws.String(strconv.Itoa(i)), MessageBody: aws.String(encode(m)), MessageAttributes: attrs,
 			}
 		}
 		out, cerr := s.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(s.url), Entries: entries})
-		if cerr != nil {
-			failed = append(failed, chunk...)
+		var failed []Message
+		switch {
+		case cerr != nil:
+			failed = chunk
 			if err == nil {
 				err = fmt.Errorf("queue: send batch: %w", cerr)
 			}
-			continue
-		}
-		for _, f := range out.Failed {
-			if i, perr := strconv.Atoi(aws.ToString(f.Id)); perr == nil && i < len(chunk) {
-				failed = append(failed, chunk[i])
+		default:
+			for _, f := range out.Failed {
+				if i, perr := strconv.Atoi(aws.ToString(f.Id)); perr == nil && i < len(chunk) {
+					failed = append(failed, chunk[i])
+				}
 			}
 		}
+		for _, m := range failed {
+			s.unmark(ctx, m)
+			b.Failed = append(b.Failed, m.Key)
+		}
 	}
-	return failed, err
+	return b, err
 }

@@ -17,6 +17,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -195,6 +196,11 @@ func wantProblem(t *testing.T, resp events.APIGatewayV2HTTPResponse, status int,
 	}
 }
 
+// lost advances the clock past an ambiguous request's lease and past the
+// mark of the message it queued, whose delay runs in real time here: as
+// though that message were lost, the next sweep queues the key.
+func (s *stack) lost() { s.clock.Advance(queue.MarkHold + time.Minute) }
+
 func (s *stack) sweep(t *testing.T) sweeper.Summary {
 	t.Helper()
 	sum, err := s.sweeper.Run(context.Background())
@@ -355,16 +361,21 @@ func TestCrashAfterChargeIsResolvedFromTheProvider(t *testing.T) {
 		t.Fatalf("record %s after the crash, want IN_FLIGHT", got)
 	}
 
-	// Before the lease runs out the sweeper leaves the record alone.
+	// Before the lease runs out the sweeper leaves the record alone, and
+	// so it does while the request's own message is in flight.
 	if sum := s.sweep(t); sum.Found != 0 {
 		t.Fatalf("sweep inside the lease: %+v, want nothing found", sum)
 	}
 	s.clock.Advance(time.Minute)
+	if sum := s.sweep(t); sum.Found != 1 || sum.Queued != 0 || sum.AlreadyQueued != 1 {
+		t.Fatalf("sweep: %+v, want the key found queued already", sum)
+	}
+	s.lost()
 	if sum := s.sweep(t); sum.Found != 1 || sum.Queued != 1 {
 		t.Fatalf("sweep: %+v, want the key queued", sum)
 	}
 	msgs, resp := s.deliver(t, s.rec, 1)
-	if got, _ := queue.ParseMessage(aws.ToString(msgs[0].Body)); got != k {
+	if got, _ := queue.ParseMessage(aws.ToString(msgs[0].Body)); got.Key != k {
 		t.Fatal("the queued message names another key")
 	}
 	if len(resp.BatchItemFailures) != 0 {
@@ -488,12 +499,9 @@ func TestProviderSlowerThanTheLease(t *testing.T) {
 	if !refused {
 		t.Fatalf("the first attempt did not log its refused commit:\n%s", s.logs.String())
 	}
-	// It queued the key again; that reconcile finds nothing to do.
-	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
-		t.Fatalf("failures %v", resp.BatchItemFailures)
-	}
-	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeResolvedCharged), string(charge.OutcomeNothingToDo)}) {
-		t.Fatalf("outcomes %v", got)
+	// It would queue the key again; settled, the key needs no message.
+	if n := s.waiting(t); n != 0 {
+		t.Fatalf("%d messages queued for a settled key, want none", n)
 	}
 
 	s.wantOneCharge(t, k)
@@ -529,7 +537,7 @@ func TestProviderDownIsPostponedNotDeadLettered(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	k := s.ambiguous(t)
-	s.clock.Advance(time.Minute)
+	s.lost()
 	s.sim.SetDown(true)
 	for attempt, backoff := range []time.Duration{charge.DefaultRetryBase, 2 * charge.DefaultRetryBase, 4 * charge.DefaultRetryBase} {
 		if sum := s.sweep(t); sum.Queued != 1 || sum.MaxAttempts != attempt {
@@ -567,17 +575,74 @@ func TestProviderDownIsPostponedNotDeadLettered(t *testing.T) {
 	s.wantReplayOfCharge(t, k, providersim.SourceTimeoutOnce)
 }
 
+// TestAStuckKeyIsQueuedOnceWhileItsMessageIsInFlight: sweeps that find a
+// key stuck while its message waits for the reconciler send no other.
+// Once that message is handled, a sweep may queue the key again.
+func TestAStuckKeyIsQueuedOnceWhileItsMessageIsInFlight(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	k := newKey(t)
+	// The first attempt claims the key and dies: it sends no message.
+	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Begin(context.Background(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(time.Minute)
+	for range 3 { // the reconciler lags behind three sweeps
+		s.sweep(t)
+	}
+	if n := s.waiting(t); n != 1 {
+		t.Fatalf("%d messages queued for one stuck key, want 1", n)
+	}
+	s.sim.SetDown(true)
+	if _, resp := s.deliver(t, s.rec, 1); len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("failures %v", resp.BatchItemFailures)
+	}
+	if got := s.outcomes(t, k); !slices.Equal(got, []string{string(charge.OutcomeDeferred)}) {
+		t.Fatalf("outcomes %v, want deferred", got)
+	}
+	s.clock.Advance(charge.DefaultRetryBase + time.Second)
+	s.sweep(t)
+	if n := s.waiting(t); n != 1 {
+		t.Fatalf("after its message was handled and its backoff ended: %d messages for the key, want 1", n)
+	}
+}
+
+// waiting counts the reconcile queue's messages: waiting, in flight and
+// delayed.
+func (s *stack) waiting(t *testing.T) int {
+	t.Helper()
+	names := []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages,
+		sqstypes.QueueAttributeNameApproximateNumberOfMessagesNotVisible, sqstypes.QueueAttributeNameApproximateNumberOfMessagesDelayed}
+	out, err := s.clients.SQS.GetQueueAttributes(context.Background(), &sqs.GetQueueAttributesInput{QueueUrl: aws.String(s.queues.URL), AttributeNames: names})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, name := range names {
+		v, err := strconv.Atoi(out.Attributes[string(name)])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += v
+	}
+	return n
+}
+
 func TestDuplicateDeliveriesResolveOnce(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	k := s.ambiguous(t)
-	s.clock.Advance(time.Minute)
+	s.lost()
 	s.sweep(t)
-	s.sweep(t) // two sweeps, two messages for one key
-	msgs := s.receive(t, s.queues.URL, 2)
+	msg := s.receive(t, s.queues.URL, 1)[0]
 
 	s.calls.Snapshot()
-	for _, m := range msgs {
+	for _, m := range []sqstypes.Message{msg, msg} { // SQS delivers a message at least once
+
 		resp, err := s.rec.Handle(context.Background(), testkit.SQSEvent(m))
 		if err != nil || len(resp.BatchItemFailures) != 0 {
 			t.Fatalf("Handle: %v, %v", resp, err)
@@ -596,7 +661,7 @@ func TestRacingReconcilersResolveOnce(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	k := s.ambiguous(t)
-	s.clock.Advance(time.Minute)
+	s.lost()
 	s.sweep(t)
 	msg := s.receive(t, s.queues.URL, 1)[0]
 
@@ -646,7 +711,7 @@ func TestBatchReportsOnlyTheFailingMessage(t *testing.T) {
 	s := newStack(t)
 	keys := []idem.Key{s.ambiguous(t), s.ambiguous(t), s.ambiguous(t)}
 	bad := keys[1]
-	s.clock.Advance(time.Minute)
+	s.lost()
 	if sum := s.sweep(t); sum.Queued != 3 {
 		t.Fatalf("sweep: %+v", sum)
 	}
@@ -676,7 +741,7 @@ func TestBatchReportsOnlyTheFailingMessage(t *testing.T) {
 	msgs, resp := s.deliver(t, h, 4)
 	var want []string
 	for _, m := range msgs {
-		if got, err := queue.ParseMessage(aws.ToString(m.Body)); err == nil && got == bad {
+		if got, err := queue.ParseMessage(aws.ToString(m.Body)); err == nil && got.Key == bad {
 			want = append(want, aws.ToString(m.MessageId))
 		}
 	}

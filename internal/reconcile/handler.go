@@ -42,6 +42,10 @@ type Options struct {
 	// Tracer records each batch and each message as spans, a message's in
 	// its sender's trace; nil traces nothing.
 	Tracer *tracing.Tracer
+	// Marks removes a handled message's mark from its key's record
+	// (queue.Marker): the sweeper may queue the key again. Nil removes
+	// none.
+	Marks queue.Marker
 }
 
 // Handler handles batches of reconcile messages. It is safe for concurrent
@@ -91,7 +95,8 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	ctx, span := h.opt.Tracer.StartMessage(ctx, "reconcile.message", batch, m)
 	defer span.End()
 	log := h.opt.Logger.With("message_id", m.MessageId, "receive_count", m.Attributes["ApproximateReceiveCount"])
-	key, err := queue.ParseMessage(m.Body)
+	msg, err := queue.ParseMessage(m.Body)
+	key := msg.Key
 	if err == nil && !charge.Reconciles(key.Operation()) {
 		// Reconcile resolves the service's commands (asking the card
 		// provider) and provider events' deduplication records (releasing
@@ -120,7 +125,21 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	tracing.Outcome(span, string(outcome))
 	metrics.FromContext(ctx).Count(metrics.Requests, charge.MetricOperation(key), outcome.Metric())
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
+	h.unmark(ctx, log, msg)
 	return true
+}
+
+// unmark removes the mark of a message handled, now deleted. A key still
+// in flight may then be queued again once it is stuck. A mark that stays
+// holds the key back until it ends.
+func (h *Handler) unmark(ctx context.Context, log *slog.Logger, msg queue.Message) {
+	if h.opt.Marks == nil || msg.QueuedUntil.IsZero() {
+		return
+	}
+	if err := h.opt.Marks.UnmarkQueued(ctx, msg.Key, msg.QueuedUntil); err != nil {
+		log.WarnContext(ctx, "reconcile: the handled message's mark stays until it ends",
+			"key_hash", msg.Key.LogHash(), "until", msg.QueuedUntil, "error_class", charge.ErrorClass(err))
+	}
 }
 
 // redact returns err's text with the key, which the store's errors name,

@@ -185,6 +185,7 @@ func TestAmbiguousChargeIsOneTrace(t *testing.T) {
 		"    DynamoDB.PutItem",
 		"  provider.Charge",
 		"    HTTP POST",
+		"  DynamoDB.UpdateItem", // the message's mark on the record
 		"  SQS.SendMessage",
 		"  reconcile",
 		"    reconcile.message "+string(charge.OutcomeResolvedCharged),
@@ -194,6 +195,7 @@ func TestAmbiguousChargeIsOneTrace(t *testing.T) {
 		"        HTTP GET",
 		"      idem.Commit stored",
 		"        DynamoDB.TransactWriteItems",
+		"      DynamoDB.UpdateItem", // the mark removed
 	)
 	call := lastSpan(t, rec, "provider.Charge")
 	if !hasAttr(call, tracing.AttrErrorClass, "provider_ambiguous") {
@@ -222,7 +224,7 @@ func TestSweptKeyIsReconciledInTheSweepsTrace(t *testing.T) {
 	t.Parallel()
 	s, rec := tracedStack(t)
 	k := s.ambiguous(t) // its own message waits out the lease in real time
-	s.clock.Advance(time.Minute)
+	s.lost()
 	if sum := s.sweep(t); sum.Queued != 1 {
 		t.Fatalf("sweep: %+v, want the key queued", sum)
 	}

@@ -11,6 +11,12 @@
 // place; queueing them gives the reconciler the queue's concurrency,
 // redeliveries and dead-letter queue.)
 //
+// A key is queued once while its message is in flight. The sender marks
+// its record (queue.Marker) before it sends, and passes over a key
+// already marked. So a run that finds it again adds nothing to the queue
+// while the reconciler lags. The handler of the message removes the
+// mark. A lost message's mark ends on its own (queue.MarkHold).
+//
 // A run does bounded work: at most Options.MaxKeys keys, and it stops a
 // safety margin before its context's deadline. Nothing is lost by stopping
 // early, or by a message that could not be sent: an unresolved record stays
@@ -21,5 +27,5 @@
 // Every run logs a summary and writes one CloudWatch embedded-metric-format
 // line (package metrics: namespace chargeonce, dimension Function=sweeper)
 // with the metrics StuckLeases, OldestLeaseAgeSeconds, MaxReconcileAttempts
-// and Queued.
+// and Queued. Its log's summary counts the keys already queued too.
 package sweeper

@@ -28,10 +28,11 @@ type Index interface {
 
 var _ Index = (*dynamostore.Store)(nil)
 
-// Sender queues keys for reconciliation. It returns the keys it could not
-// queue and the first error of a whole call, if any.
+// Sender queues keys for reconciliation, but for keys with a message in
+// flight. It returns what it did and the first error of a whole call, if
+// any.
 type Sender interface {
-	SendBatch(ctx context.Context, keys []idem.Key) (failed []idem.Key, err error)
+	SendBatch(ctx context.Context, keys []idem.Key) (queue.Batch, error)
 }
 
 var _ Sender = (*queue.Sender)(nil)
@@ -119,9 +120,10 @@ type Summary struct {
 	StartShard int
 	// Found counts the stuck leases the run saw (at most MaxKeys).
 	Found int
-	// Queued and Failed split Found by whether the key's message was sent.
-	// A failed key is found again by the next run.
-	Queued, Failed int
+	// Queued, Failed and AlreadyQueued split Found by whether the key's
+	// message was sent, failed, or not sent as one was in flight. A
+	// failed key is found again by the next run.
+	Queued, Failed, AlreadyQueued int
 	// OldestAge is how long ago the oldest stuck lease seen ran out.
 	OldestAge time.Duration
 	// MaxAttempts is the most reconcile attempts of a stuck key seen: the
@@ -164,6 +166,7 @@ func (s *Sweeper) Run(ctx context.Context) (Summary, error) {
 	s.report(ctx, w, time.Since(started))
 	tracing.Int(span, attrFound, w.sum.Found)
 	tracing.Int(span, attrQueued, w.sum.Queued)
+	tracing.Int(span, attrAlreadyQueued, w.sum.AlreadyQueued)
 	tracing.Int(span, attrFailed, w.sum.Failed)
 	if len(w.errs) > 0 {
 		tracing.Error(span, "sweep_failed")
@@ -171,11 +174,13 @@ func (s *Sweeper) Run(ctx context.Context) (Summary, error) {
 	return w.sum, errors.Join(w.errs...)
 }
 
-// A run's span attributes: what it found, queued and failed to queue.
+// A run's span attributes: what it found, queued, found queued already
+// and failed to queue.
 const (
-	attrFound  = attribute.Key("chargeonce.sweep.found")
-	attrQueued = attribute.Key("chargeonce.sweep.queued")
-	attrFailed = attribute.Key("chargeonce.sweep.failed")
+	attrFound         = attribute.Key("chargeonce.sweep.found")
+	attrQueued        = attribute.Key("chargeonce.sweep.queued")
+	attrAlreadyQueued = attribute.Key("chargeonce.sweep.already_queued")
+	attrFailed        = attribute.Key("chargeonce.sweep.failed")
 )
 
 // startShard rotates with the minute, the sweep's schedule, so over Shards
@@ -270,20 +275,21 @@ func (w *sweep) flush(ctx context.Context) {
 	}
 	keys := w.pending
 	w.pending = nil
-	failed, err := w.sender.SendBatch(ctx, keys)
-	w.sum.Queued += len(keys) - len(failed)
-	w.sum.Failed += len(failed)
+	b, err := w.sender.SendBatch(ctx, keys)
+	w.sum.Queued += len(keys) - len(b.Failed) - b.AlreadyQueued
+	w.sum.Failed += len(b.Failed)
+	w.sum.AlreadyQueued += b.AlreadyQueued
 	if err != nil {
 		w.errs = append(w.errs, err)
 	}
-	if len(failed) == 0 {
+	if len(b.Failed) == 0 {
 		return
 	}
-	hashes := make([]string, len(failed))
-	for i, k := range failed {
+	hashes := make([]string, len(b.Failed))
+	for i, k := range b.Failed {
 		hashes[i] = k.LogHash()
 	}
-	attrs := []any{"count", len(failed), "key_hashes", hashes}
+	attrs := []any{"count", len(b.Failed), "key_hashes", hashes}
 	if err != nil {
 		attrs = append(attrs, "error", err.Error())
 	}
@@ -308,6 +314,7 @@ func (s *Sweeper) report(ctx context.Context, w *sweep, took time.Duration) {
 		"start_shard", w.sum.StartShard,
 		"stuck_leases", w.sum.Found,
 		"queued", w.sum.Queued,
+		"already_queued", w.sum.AlreadyQueued,
 		"failed", w.sum.Failed,
 		"unreadable", w.sum.Unreadable,
 		"oldest_lease_age_s", w.sum.OldestAge.Seconds(),

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -23,17 +24,19 @@ import (
 )
 
 // fakeSender records what the sweeper queues. It fails the entries of the
-// keys in fail, fails whole calls with callErr, and calls before, if set,
-// at the start of each call.
+// keys in fail, passes over those in queued (a message in flight), fails
+// whole calls with callErr, and calls before, if set, at the start of
+// each call.
 type fakeSender struct {
 	mu      sync.Mutex
 	calls   [][]idem.Key
 	fail    map[idem.Key]bool
+	queued  map[idem.Key]bool
 	callErr error
 	before  func()
 }
 
-func (f *fakeSender) SendBatch(_ context.Context, keys []idem.Key) ([]idem.Key, error) {
+func (f *fakeSender) SendBatch(_ context.Context, keys []idem.Key) (queue.Batch, error) {
 	if f.before != nil {
 		f.before()
 	}
@@ -41,15 +44,18 @@ func (f *fakeSender) SendBatch(_ context.Context, keys []idem.Key) ([]idem.Key, 
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, slices.Clone(keys))
 	if f.callErr != nil {
-		return slices.Clone(keys), f.callErr
+		return queue.Batch{Failed: slices.Clone(keys)}, f.callErr
 	}
-	var failed []idem.Key
+	var b queue.Batch
 	for _, k := range keys {
-		if f.fail[k] {
-			failed = append(failed, k)
+		switch {
+		case f.fail[k]:
+			b.Failed = append(b.Failed, k)
+		case f.queued[k]:
+			b.AlreadyQueued++
 		}
 	}
-	return failed, nil
+	return b, nil
 }
 
 func (f *fakeSender) sent() []idem.Key {
@@ -387,6 +393,25 @@ func TestSendFailuresAreCounted(t *testing.T) {
 			t.Fatalf("metrics not written on a failed run: %q", e.metrics.String())
 		}
 	})
+}
+
+// TestKeysAlreadyQueuedAreNotCountedAsQueued: a key whose message is in
+// flight is found, not queued, and the run says so.
+func TestKeysAlreadyQueuedAreNotCountedAsQueued(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	keys := e.stuck(t, 4)
+	e.sender.queued = map[idem.Key]bool{keys[1]: true, keys[2]: true}
+	sum, err := e.sweeper(t).Run(context.Background())
+	if err != nil || sum.Found != 4 || sum.Queued != 2 || sum.AlreadyQueued != 2 || sum.Failed != 0 {
+		t.Fatalf("summary %+v, %v; want 4 found, 2 queued, 2 already queued", sum, err)
+	}
+	if logs := e.logs.String(); !strings.Contains(logs, `"queued":2,"already_queued":2`) {
+		t.Fatalf("the run's log does not say so: %s", logs)
+	}
+	if lines := metricLines(t, e.metrics.String()); len(lines) != 1 || *lines[0].Queued != 2 {
+		t.Fatalf("Queued metric: %q, want 2", e.metrics.String())
+	}
 }
 
 func TestNewRefusesMissingDependencies(t *testing.T) {

@@ -1,10 +1,11 @@
-// Package testkit gives tests real DynamoDB, SQS and Secrets Manager
+// Package testkit gives tests real DynamoDB, SQS, Secrets Manager and S3
 // endpoints, and whole deployments of the service on them (Deployment, in
-// deployment.go).
+// deployment.go; its audit trail, in audit.go).
 //
-// When DYNAMODB_ENDPOINT, SQS_ENDPOINT and SECRETSMANAGER_ENDPOINT are set
-// (make test sets them, and so can anyone pointing the suite at DynamoDB
-// Local or AWS), those are used with the SDK's default credential chain.
+// When DYNAMODB_ENDPOINT, SQS_ENDPOINT, SECRETSMANAGER_ENDPOINT and
+// S3_ENDPOINT are set (make test sets them, and so can anyone pointing the
+// suite at DynamoDB Local or AWS), those are used with the SDK's default
+// credential chain.
 // Otherwise the first test that asks starts scripts/emulator.py from the
 // project virtualenv (.venv) on a free loopback port, shared by every test
 // in the process, for the ones unset, with static dummy credentials. The
@@ -52,7 +53,7 @@ func RepoRoot() string {
 func resolve() (endpoints, error) {
 	once.Do(func() {
 		ep := endpoints{Endpoints: awsenv.EndpointsFrom(os.Getenv)}
-		if ep.DynamoDB != "" && ep.SQS != "" && ep.SecretsManager != "" {
+		if ep.DynamoDB != "" && ep.SQS != "" && ep.SecretsManager != "" && ep.S3 != "" {
 			started = ep
 			return
 		}
@@ -61,7 +62,7 @@ func resolve() (endpoints, error) {
 			errInit = err
 			return
 		}
-		for _, e := range []*string{&ep.DynamoDB, &ep.SQS, &ep.SecretsManager} {
+		for _, e := range []*string{&ep.DynamoDB, &ep.SQS, &ep.SecretsManager, &ep.S3} {
 			*e = cmp.Or(*e, url)
 		}
 		ep.static = true
@@ -111,6 +112,17 @@ func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
 		c.DynamoDB = dynamodb.New(c.DynamoDB.Options(), dynamoOpts...)
 	}
 	return c, nil
+}
+
+// Config is the SDK configuration of the test endpoints, for a client
+// NewClients does not build.
+func Config(t testing.TB) aws.Config {
+	t.Helper()
+	cfg, err := loadConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // Clients is NewClients for a test: it fails the test on error.

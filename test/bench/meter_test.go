@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/chargeonce/chargeonce/internal/testkit"
 )
 
 // tableLayout is what the meter needs to know of a table: the role it
@@ -34,7 +36,7 @@ type tableLayout struct {
 //     costs 1 WCU there (2 if it moves it), counted apart;
 //   - a strongly consistent GetItem costs 1 RCU per started 4 KB.
 //
-// Item sizes follow DynamoDB's size rules (see itemSize). Written counts the
+// Item sizes follow DynamoDB's size rules (see testkit.ItemSize). Written counts the
 // item writes DynamoDB applied, so a failed conditional write counts none.
 type use struct {
 	Written      int
@@ -191,7 +193,7 @@ func (m *meter) account(ts []target, before, after []map[string]types.AttributeV
 	defer m.mu.Unlock()
 	for i, t := range ts {
 		layout := m.tables[t.table]
-		size := max(itemSize(before[i]), itemSize(after[i]))
+		size := max(testkit.ItemSize(before[i]), testkit.ItemSize(after[i]))
 		u := use{MaxItemBytes: size}
 		switch {
 		case !t.write:
@@ -253,68 +255,3 @@ func scalar(v types.AttributeValue) string {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// itemSize is an item's size as DynamoDB counts it: each attribute's name
-// in UTF-8 bytes plus its value's size.
-func itemSize(item map[string]types.AttributeValue) int {
-	n := 0
-	for name, v := range item {
-		n += len(name) + valueSize(v)
-	}
-	return n
-}
-
-// valueSize follows DynamoDB's item size rules: strings and binaries by
-// their length, numbers one byte per two significant digits plus one,
-// booleans and nulls one byte, lists and maps three bytes plus one per
-// element plus the elements (and, for a map, their names).
-func valueSize(v types.AttributeValue) int {
-	switch v := v.(type) {
-	case *types.AttributeValueMemberS:
-		return len(v.Value)
-	case *types.AttributeValueMemberB:
-		return len(v.Value)
-	case *types.AttributeValueMemberN:
-		return numberSize(v.Value)
-	case *types.AttributeValueMemberBOOL, *types.AttributeValueMemberNULL:
-		return 1
-	case *types.AttributeValueMemberM:
-		n := 3
-		for name, e := range v.Value {
-			n += 1 + len(name) + valueSize(e)
-		}
-		return n
-	case *types.AttributeValueMemberL:
-		n := 3
-		for _, e := range v.Value {
-			n += 1 + valueSize(e)
-		}
-		return n
-	case *types.AttributeValueMemberSS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	case *types.AttributeValueMemberNS:
-		n := 0
-		for _, e := range v.Value {
-			n += numberSize(e)
-		}
-		return n
-	case *types.AttributeValueMemberBS:
-		n := 0
-		for _, e := range v.Value {
-			n += len(e)
-		}
-		return n
-	}
-	return 0
-}
-
-// numberSize is 1 byte per two significant digits, plus 1.
-func numberSize(s string) int {
-	mantissa, _, _ := strings.Cut(strings.ToLower(strings.TrimLeft(s, "+-")), "e")
-	digits := strings.Trim(strings.Replace(mantissa, ".", "", 1), "0")
-	return ceilDiv(len(digits), 2) + 1
-}

@@ -360,7 +360,7 @@ func largestItem(t *testing.T, db *dynamodb.Client, table string) int {
 			t.Fatal(err)
 		}
 		for _, item := range page.Items {
-			largest = max(largest, itemSize(item))
+			largest = max(largest, testkit.ItemSize(item))
 		}
 	}
 	if largest == 0 {

@@ -91,7 +91,9 @@ func benchTracer(tb testing.TB) *tracing.Tracer {
 	return tracing.New(tp)
 }
 
-// post builds a POST /charges event as API Gateway sends it.
+// post builds a POST /charges event as API Gateway sends it, from a
+// typical caller: a JWT's sub and client id, an address and a user agent,
+// which the record keeps for the audit trail.
 func post(key, body string) events.APIGatewayV2HTTPRequest {
 	req := events.APIGatewayV2HTTPRequest{
 		RouteKey: httpapi.RouteCreate,
@@ -101,8 +103,11 @@ func post(key, body string) events.APIGatewayV2HTTPRequest {
 	}
 	req.RequestContext.HTTP.Method = http.MethodPost
 	req.RequestContext.HTTP.Path = "/charges"
+	req.RequestContext.HTTP.SourceIP, req.RequestContext.HTTP.UserAgent = "203.0.113.7", "acme-billing/2.4 (go1.26; linux/arm64)"
 	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{testkit.TenantClaim: tenant}},
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{
+			testkit.TenantClaim: tenant, "sub": "5f1c2a9e-0b7d-4d4e-9a51-7c6f0e2b8d13", "client_id": "3hq1u0o9d2kfb7m1c5kq8e4s6v",
+		}},
 	}
 	return req
 }

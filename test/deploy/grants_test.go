@@ -21,9 +21,11 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -45,6 +47,7 @@ var requests = map[string][]reflect.Type{
 	"dynamodb:Query":                {reflect.TypeFor[dynamodb.QueryInput]()},
 	"dynamodb:Scan":                 {reflect.TypeFor[dynamodb.ScanInput]()},
 	"sqs:SendMessage":               {reflect.TypeFor[sqs.SendMessageInput](), reflect.TypeFor[sqs.SendMessageBatchInput]()},
+	"s3:PutObject":                  {reflect.TypeFor[s3.PutObjectInput]()},
 	"secretsmanager:GetSecretValue": {reflect.TypeFor[secretsmanager.GetSecretValueInput]()},
 	// Secrets Manager decrypts a secret with the caller's rights.
 	"kms:Decrypt": {reflect.TypeFor[secretsmanager.GetSecretValueInput]()},
@@ -61,18 +64,25 @@ var owners = map[string]reflect.Type{
 	"LedgerTableName":         reflect.TypeFor[dynamostore.Ledger](),
 	reconcileQueue:            reflect.TypeFor[queue.Sender](),
 	intakeDLQ:                 reflect.TypeFor[intake.Queue](),
+	auditBucket:               reflect.TypeFor[audit.Archive](),
+	auditIndex:                reflect.TypeFor[audit.Index](),
 	"ProviderSecretName":      reflect.TypeFor[secrets.Secret](),
 	"StripeWebhookSecretName": reflect.TypeFor[secrets.Secret](),
 	"SecretsKmsKeyArn":        reflect.TypeFor[secrets.Secret](),
 }
 
 // The actions Lambda itself takes with a function's role: writing its
-// output to its log group, its traces (Tracing: Active), and polling the
-// queue of its SQS event source.
+// output to its log group, its traces (Tracing: Active), polling the
+// queue of its SQS event source, reading the stream of its DynamoDB event
+// source (listing streams takes no resource), and sending what that event
+// source discards to its destination.
 var (
 	logActions     = []string{"logs:CreateLogStream", "logs:PutLogEvents"}
 	tracingActions = []string{"xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 	pollActions    = []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+	streamActions  = []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}
+	listStreams    = "dynamodb:ListStreams"
+	discardAction  = "sqs:SendMessage"
 )
 
 // built is what each function's code constructs: by its CodeUri, by
@@ -180,10 +190,20 @@ func (c *checker) grants(code built) {
 			c.fail("%s's CodeUri %s is no main package of the module", id, dir)
 			continue
 		}
-		polled := map[string]bool{}
+		// What its event sources read, by the Resource names resources
+		// gives: queues, streams ("Table.StreamArn"), and the queues
+		// streams' discarded changes go to.
+		polled, streamed, discards := map[string]bool{}, map[string]bool{}, map[string]bool{}
 		for _, e := range asMap(p["Events"]) {
-			if asMap(e)["Type"] == "SQS" {
-				polled[fmt.Sprint(asList(asMap(asMap(asMap(e)["Properties"])["Queue"])["Fn::GetAtt"])[0])] = true
+			ep := asMap(asMap(e)["Properties"])
+			switch asMap(e)["Type"] {
+			case "SQS":
+				polled[fmt.Sprint(asList(asMap(ep["Queue"])["Fn::GetAtt"])[0])] = true
+			case "DynamoDB":
+				for _, s := range resources(ep["Stream"]) {
+					streamed[s] = true
+				}
+				discards[fmt.Sprint(asList(asMap(asMap(asMap(ep["DestinationConfig"])["OnFailure"])["Destination"])["Fn::GetAtt"])[0])] = true
 			}
 		}
 		group := fmt.Sprint(asMap(asMap(p["LoggingConfig"])["LogGroup"])["Ref"])
@@ -204,6 +224,12 @@ func (c *checker) grants(code built) {
 						used = res == "*" && tracing
 					case slices.Contains(pollActions, action):
 						used = polled[res]
+					case slices.Contains(streamActions, action):
+						used = streamed[res]
+					case action == listStreams:
+						used = res == "*" && len(streamed) > 0
+					case action == discardAction && discards[res]:
+						used = true
 					default:
 						used = builds(reached, action, res)
 					}
@@ -254,9 +280,10 @@ func strs(v any) []string {
 }
 
 // resources names what a statement's Resource (one or a list) is: a
-// resource's logical id, a parameter naming it, or "*". A Fn::If of two
-// resources (a table of the stack's own, or one a parameter names) is
-// both.
+// resource's logical id ("Table.StreamArn" for a table's stream), a
+// parameter naming it ("GlobalTable.StreamArn" for its replica's stream),
+// or "*". A Fn::If of two resources (a table of the stack's own, or one a
+// parameter names) is both.
 func resources(v any) []string {
 	list := asList(v)
 	if list == nil {
@@ -266,15 +293,20 @@ func resources(v any) []string {
 	for _, r := range list {
 		_, r = unwrapIf(r)
 		m := asMap(r)
-		switch {
+		switch att := asList(m["Fn::GetAtt"]); {
 		case len(asList(m["Fn::If"])) == 3:
 			branches := asList(m["Fn::If"])
 			out = append(out, resources(branches[1])...)
 			out = append(out, resources(branches[2])...)
+		case len(att) == 2 && att[1] == "StreamArn":
+			out = append(out, fmt.Sprint(att[0], ".", att[1]))
 		case m["Fn::GetAtt"] != nil:
-			out = append(out, fmt.Sprint(asList(m["Fn::GetAtt"])[0]))
+			out = append(out, fmt.Sprint(att[0]))
 		case m["Ref"] != nil:
 			out = append(out, fmt.Sprint(m["Ref"]))
+		case m["Fn::Sub"] != nil && strings.Contains(fmt.Sprint(m["Fn::Sub"]), "/stream/"):
+			refs := subRefs(fmt.Sprint(m["Fn::Sub"]))
+			out = append(out, refs[len(refs)-2]+".StreamArn") // the table's name, then the stream's label
 		case m["Fn::Sub"] != nil:
 			refs := subRefs(fmt.Sprint(m["Fn::Sub"]))
 			out = append(out, strings.TrimSuffix(refs[len(refs)-1], ".Arn"))

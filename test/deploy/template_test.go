@@ -17,11 +17,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"gopkg.in/yaml.v3"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
@@ -44,12 +46,23 @@ const (
 	intakeDLQ        = "ChargeRequestsDeadLetterQueue"
 	intakeFn         = "IntakeFunction"
 	devAuthFn        = "DevAuthorizerFunction"
+	auditFn          = "AuditFunction"
+	auditBucket      = "AuditBucket"
+	auditIndex       = "AuditIndexTable"
+	auditDLQ         = "AuditDeadLetterQueue"
 )
 
 // code is the side of the code the template is checked against.
 type code struct {
 	idempotencyTable, chargesTable *dynamodb.CreateTableInput
 	ttl                            *dynamodb.UpdateTimeToLiveInput
+	// The audit trail's: its index, the tables' streams, the bucket's
+	// lock and its default retention, the index's in days.
+	auditIndexTTL            *dynamodb.UpdateTimeToLiveInput
+	auditIndexTable          *dynamodb.CreateTableInput
+	stream                   *dynamodb.UpdateTableInput
+	lock                     *s3.PutObjectLockConfigurationInput
+	retentionDays, indexDays int
 	// loaders are the configuration loaders of the template's functions.
 	loaders map[string]func(app.Getenv)
 	// unread are the Globals' variables a function is known to leave
@@ -80,16 +93,25 @@ func currentCode() code {
 		idempotencyTable: dynamostore.TableInput("t"),
 		chargesTable:     charge.TableInput("t"),
 		ttl:              dynamostore.TTLInput("t"),
+		auditIndexTable:  audit.IndexTableInput("t"),
+		auditIndexTTL:    audit.IndexTTLInput("t"),
+		stream:           audit.StreamInput("t"),
+		lock:             audit.LockInput("b", audit.DefaultRetentionDays),
+		retentionDays:    audit.DefaultRetentionDays,
+		indexDays:        int(audit.DefaultIndexRetention / (24 * time.Hour)),
 		loaders: map[string]func(app.Getenv){
 			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g); endpoints(g) },
 			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g); endpoints(g) },
 			"ReconcileFunction": func(g app.Getenv) { _, _ = app.LoadReconcile(g); endpoints(g) },
 			"IntakeFunction":    func(g app.Getenv) { _, _ = app.LoadIntake(g); endpoints(g) },
+			auditFn:             func(g app.Getenv) { _, _ = app.LoadAudit(g); endpoints(g) },
 			devAuthFn:           func(g app.Getenv) { devauth.Load(g) },
 		},
 		// It builds no AWS client and traces nothing.
-		unread: map[string][]string{devAuthFn: {app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint,
-			app.EnvRoutesTable, app.EnvLedgerTable, app.EnvHomeRegion, app.EnvTenantHomes}},
+		unread: map[string][]string{devAuthFn: {
+			app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint, awsenv.EnvS3Endpoint,
+			app.EnvRoutesTable, app.EnvLedgerTable, app.EnvHomeRegion, app.EnvTenantHomes,
+		}},
 		metrics:     metrics.Definitions(),
 		routes:      httpapi.Routes,
 		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
@@ -192,6 +214,15 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 			k.built = without(k.built, "functions/intake", reflect.TypeFor[intake.Queue](), reflect.TypeFor[sqs.SendMessageInput]())
 		},
 		"function not built": func(k *code) { k.built = without(k.built, "functions/sweeper", nil, nil) },
+		"audit no longer indexes": func(k *code) {
+			k.built = without(k.built, "functions/audit", reflect.TypeFor[audit.Index](), reflect.TypeFor[dynamodb.PutItemInput]())
+		},
+		"audit no longer archives": func(k *code) {
+			k.built = without(k.built, "functions/audit", reflect.TypeFor[audit.Archive](), reflect.TypeFor[s3.PutObjectInput]())
+		},
+		"stream without the item before": func(k *code) { k.stream.StreamSpecification.StreamViewType = ddbtypes.StreamViewTypeNewImage },
+		"shorter retention":              func(k *code) { k.retentionDays = 30 },
+		"index key":                      func(k *code) { k.auditIndexTable.KeySchema = k.auditIndexTable.KeySchema[:1] },
 	}
 	for name, change := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -304,7 +335,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"charge may check conditions", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:ConditionCheckItem\n"},
 		{"reconcile may claim", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
 		{"reconcile may query charges", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n                  - dynamodb:Query\n"},
-		{"sweeper may send to the DLQ", "index/transitions\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn", "index/transitions\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn"},
+		{"sweeper may send to the DLQ", "GlobalChargesTable}\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn", "GlobalChargesTable}\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn"},
 		{"logs on every group", "Resource: !GetAtt ChargeFunctionLogGroup.Arn", "Resource: \"*\""},
 		{"logs to another function's group", "Resource: !GetAtt SweeperFunctionLogGroup.Arn", "Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
 		{"may create log groups", "                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn", "                  - logs:CreateLogGroup\n                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
@@ -319,9 +350,33 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"log lines kept for ever", "/IntakeFunction\"\n      RetentionInDays: !Ref LogRetentionDays\n", "/IntakeFunction\"\n"},
 		{"log retention default", "    Default: 90\n", "    Default: 3653\n"},
 		{"charges table unprotected", "      # Retained with the stack, and refused to a DeleteTable call.\n      DeletionProtectionEnabled: true\n", ""},
-		{"queue policy allows", "            Effect: Deny\n            Principal: \"*\"", "            Effect: Allow\n            Principal: \"*\""},
+		{"queue policy allows", "          - Sid: NamedProducersOnly\n            Effect: Deny", "          - Sid: NamedProducersOnly\n            Effect: Allow"},
 		{"queue policy denies the producers", "              - ArnNotEquals:\n", "              - ArnEquals:\n"},
 		{"queue policy on another queue", "        - !Ref ChargeRequestsQueue\n      PolicyDocument:", "        - !Ref ReconcileQueue\n      PolicyDocument:"},
+		{"audit may delete entries", "                Action: s3:PutObject\n", "                Action:\n                  - s3:PutObject\n                  - s3:DeleteObjectVersion\n"},
+		{"audit may shorten a retention", "                Action: s3:PutObject\n", "                Action:\n                  - s3:PutObject\n                  - s3:PutObjectRetention\n"},
+		{"audit writes anywhere in the bucket", `Resource: !Sub "${AuditBucket.Arn}/entries/*"`, `Resource: !Sub "${AuditBucket.Arn}/*"`},
+		{"another function writes the bucket", "              - Sid: QueryStuckLeases\n", "              - Sid: Peek\n                Effect: Allow\n                Action: s3:GetObject\n                Resource: !Sub \"${AuditBucket.Arn}/entries/*\"\n              - Sid: QueryStuckLeases\n"},
+		{"audit may delete index items", "                Action: dynamodb:PutItem\n                Resource: !GetAtt AuditIndexTable.Arn", "                Action:\n                  - dynamodb:PutItem\n                  - dynamodb:DeleteItem\n                Resource: !GetAtt AuditIndexTable.Arn"},
+		{"governance mode", "            Mode: COMPLIANCE", "            Mode: GOVERNANCE"},
+		{"lock off", "      ObjectLockEnabled: true\n", "      ObjectLockEnabled: false\n"},
+		{"retention default", "    Default: 400\n", "    Default: 365\n"},
+		{"index retention default", "    Default: 92\n", "    Default: 30\n"},
+		{"lifecycle expires sooner", "            ExpirationInDays: !Ref AuditRetentionDays", "            ExpirationInDays: 30"},
+		{"versioning suspended", "      VersioningConfiguration:\n        Status: Enabled", "      VersioningConfiguration:\n        Status: Suspended"},
+		{"trail deleted with the stack", "  AuditBucket:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Retain", "  AuditBucket:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Delete"},
+		{"bucket policy allows", "          - Sid: TLSOnly\n            Effect: Deny", "          - Sid: TLSOnly\n            Effect: Allow"},
+		{"no stream on the records", "TTL's deletions too.\n      StreamSpecification:\n        StreamViewType: NEW_AND_OLD_IMAGES\n", "TTL's deletions too.\n"},
+		{"stream without old images", "(AuditFunction).\n      StreamSpecification:\n        StreamViewType: NEW_AND_OLD_IMAGES", "(AuditFunction).\n      StreamSpecification:\n        StreamViewType: NEW_IMAGE"},
+		{"audit skips a failing batch", "GlobalIdempotencyStreamLabel}\"]\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: -1", "GlobalIdempotencyStreamLabel}\"]\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: 3"},
+		{"audit from the latest change", "GlobalChargesStreamLabel}\"]\n            StartingPosition: TRIM_HORIZON", "GlobalChargesStreamLabel}\"]\n            StartingPosition: LATEST"},
+		{"audit reads one stream", "        ChargesStream:\n          Type: DynamoDB", "        ChargesStream:\n          Type: Kinesis"},
+		{"no alarm on the trail's lag", "      MetricName: IteratorAge\n", "      MetricName: Throttles\n"},
+		{"no alarm on the trail's discards", "          Value: !GetAtt AuditDeadLetterQueue.QueueName", "          Value: !GetAtt ReconcileDeadLetterQueue.QueueName"},
+		{"stream actions on the table", "                  - !If [OwnsTables, !GetAtt IdempotencyTable.StreamArn,", "                  - !If [OwnsTables, !GetAtt IdempotencyTable.Arn,"},
+		{"stream actions on another replica's stream", "table/${GlobalChargesTable}/stream/${GlobalChargesStreamLabel}\"]\n              - Sid: ListStreams", "table/${GlobalChargesTable}\"]\n              - Sid: ListStreams"},
+		{"audit reads its own stack's table only", "Stream: !If [OwnsTables, !GetAtt ChargesTable.StreamArn, !Sub", "Stream: !If [OwnsTables, !GetAtt IdempotencyTable.StreamArn, !Sub"},
+		{"sweeper marks another table", "              - Sid: MarkQueuedMoves\n                Effect: Allow\n                Action: dynamodb:UpdateItem\n                Resource: !If [OwnsTables, !GetAtt ChargesTable.Arn", "              - Sid: MarkQueuedMoves\n                Effect: Allow\n                Action: dynamodb:UpdateItem\n                Resource: !If [OwnsTables, !GetAtt AuditIndexTable.Arn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,6 +408,11 @@ func check(src string, k code) ([]string, error) {
 	c.table(idempotencyTable, k.idempotencyTable)
 	c.ttl(idempotencyTable, k.ttl)
 	c.table(chargesTable, k.chargesTable)
+	c.table(auditIndex, k.auditIndexTable)
+	c.ttl(auditIndex, k.auditIndexTTL)
+	c.streams(k.stream, idempotencyTable, chargesTable)
+	c.trail(k.lock, k.retentionDays, k.indexDays)
+	c.trailAlarms()
 	c.queues(reconcileQueue, deadLetterQueue)
 	c.queues(intakeQueue, intakeDLQ)
 	c.sqsFunction(reconcileFn, reconcileQueue, queue.ReconcileTimeout)
@@ -368,6 +428,7 @@ func check(src string, k code) ([]string, error) {
 	c.secretGrants(k.secretNames)
 	c.roles()
 	c.grants(k.built)
+	c.appendOnly()
 	c.queuePolicy()
 	return c.problems, nil
 }
@@ -432,8 +493,8 @@ func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
 	c.equal(id+" TimeToLiveSpecification", c.props(id)["TimeToLiveSpecification"], map[string]any{
 		"AttributeName": aws.ToString(spec.AttributeName), "Enabled": aws.ToBool(spec.Enabled),
 	})
-	if aws.ToString(spec.AttributeName) != dynamostore.AttrExpiresAt {
-		c.fail("dynamostore.TTLInput enables TTL on %q, not dynamostore.AttrExpiresAt", aws.ToString(spec.AttributeName))
+	if attr := map[string]string{idempotencyTable: dynamostore.AttrExpiresAt, auditIndex: audit.AttrExpires}[id]; aws.ToString(spec.AttributeName) != attr {
+		c.fail("%s's TTLInput enables TTL on %q, not %q", id, aws.ToString(spec.AttributeName), attr)
 	}
 }
 
@@ -656,7 +717,7 @@ func (c *checker) localOnly() {
 	c.equal("ProviderUrl AllowedPattern", asMap(params["ProviderUrl"])["AllowedPattern"], `^https://\S+$`)
 	fn := asMap(asMap(c.tmpl["Globals"])["Function"])
 	vars := asMap(asMap(fn["Environment"])["Variables"])
-	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint} {
+	for _, name := range []string{awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint, awsenv.EnvS3Endpoint} {
 		c.equal("Globals "+name, vars[name], map[string]any{"Ref": "LocalEndpointUrl"})
 	}
 	c.equal("Globals Architectures", fn["Architectures"], []any{map[string]any{"Ref": "LambdaArchitecture"}})

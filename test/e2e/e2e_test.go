@@ -16,6 +16,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
@@ -26,7 +27,7 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// TestFunctionsUnderTheRuntimeEmulator runs the four Lambda binaries
+// TestFunctionsUnderTheRuntimeEmulator runs the five Lambda binaries
 // under the Runtime Interface Emulator against one deployment's tables,
 // queue and provider, and drives them with the events in events/. The
 // provider takes one key only, which the functions read from a secret,
@@ -37,6 +38,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	d := testkit.Deploy(t, providersim.WithSecret(providerKey))
 	keySecret := testkit.Secret(t, providerKey)
 	sim, providerURL, q, idemTable, chargesTable := d.Sim, d.ProviderURL, d.Queues, d.IdempotencyTable, d.ChargesTable
+	trail := d.Audit(t)
 
 	bootstraps := buildBootstraps(t)
 	rie := installRIE(t)
@@ -56,6 +58,10 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 			app.EnvChargeRequestsDLQURL: d.ChargeRequests.DLQURL, app.EnvProviderURL: providerURL,
 			app.EnvProviderSecretName: keySecret,
 		},
+		"audit": {
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable,
+			app.EnvAuditBucket: trail.Config.AuditBucket, app.EnvAuditIndexTable: trail.Config.AuditIndexTable,
+		},
 	}
 	fns := map[string]*function{}
 	for _, name := range slices.Sorted(maps.Keys(functions)) {
@@ -72,6 +78,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	t.Run("sweep and reconcile a stuck record", func(t *testing.T) {
 		stuckRecord(t, fns, clients.SQS, q.URL, idemTable, providerURL, sim)
 	})
+	t.Run("audit", func(t *testing.T) { auditEvent(t, fns["audit"], trail, idemTable) })
 	t.Run("a Stripe webhook settles an ambiguous charge", func(t *testing.T) {
 		webhookSettles(t, rie, bootstraps["charge"], config["charge"], idemTable)
 	})
@@ -189,6 +196,25 @@ func intakeEvent(t *testing.T, fns map[string]*function, idemTable string, sim *
 	}
 }
 
+// auditEvent hands the audit function events/audit-stream.json, a
+// charge's claim and its settlement as the idempotency table's stream
+// delivers them: both are in the trail, found by the key's hash, with
+// who asked and what came back.
+func auditEvent(t *testing.T, fn *function, trail *testkit.Trail, idemTable string) {
+	ev := bytes.ReplaceAll(readEvent(t, "audit-stream"), []byte("table/chargeonce-idempotency/"), []byte("table/"+idemTable+"/"))
+	var out json.RawMessage
+	fn.invoke(t, ev, &out)
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1001")
+	history, err := trail.Reader(t).History(t.Context(), key.LogHash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(history) != 2 || history[0].What != audit.WhatClaimed || history[1].What != audit.WhatSucceeded || history[1].Answer != http.StatusCreated ||
+		history[0].Principal == nil || history[0].Principal.Sub == "" || string(history[0].Request) != `{"amount":1500,"currency":"EUR"}` {
+		t.Errorf("the trail of events/audit-stream.json: %+v", history)
+	}
+}
+
 // exampleChargeID is the charge events/charge-get.json asks for.
 const exampleChargeID = "ch_b3867622bf6161e6b485bdb9"
 
@@ -235,8 +261,8 @@ func stuckRecord(t *testing.T, fns map[string]*function, sqsClient *sqs.Client, 
 
 	fns["sweeper"].invoke(t, readEvent(t, "sweeper-schedule"), nil)
 	msg := receive(t, sqsClient, queueURL)
-	if got, err := queue.ParseMessage(aws.ToString(msg.Body)); err != nil || got != key {
-		t.Fatalf("swept message %q: key %v, %v", aws.ToString(msg.Body), got, err)
+	if got, err := queue.ParseMessage(aws.ToString(msg.Body)); err != nil || got.Key != key {
+		t.Fatalf("swept message %q: key %v, %v", aws.ToString(msg.Body), got.Key, err)
 	}
 
 	var ev events.SQSEvent

@@ -30,7 +30,7 @@ import (
 const rieModule = "github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d"
 
 // functions are the template's functions: package directory and timeout.
-var functions = map[string]time.Duration{"charge": 10 * time.Second, "sweeper": 50 * time.Second, "reconcile": 30 * time.Second, "intake": 30 * time.Second}
+var functions = map[string]time.Duration{"charge": 10 * time.Second, "sweeper": 50 * time.Second, "reconcile": 30 * time.Second, "intake": 30 * time.Second, "audit": 60 * time.Second}
 
 // goTool finds the go command; the test cannot run without it.
 func goTool(t *testing.T) string {
@@ -245,7 +245,7 @@ func awsEnv(t *testing.T) map[string]string {
 	ep := testkit.Endpoints(t)
 	env := map[string]string{
 		awsenv.EnvDynamoDBEndpoint: ep.DynamoDB, awsenv.EnvSQSEndpoint: ep.SQS, awsenv.EnvSecretsManagerEndpoint: ep.SecretsManager,
-		"AWS_REGION": awsenv.DefaultRegion,
+		awsenv.EnvS3Endpoint: ep.S3, "AWS_REGION": awsenv.DefaultRegion,
 	}
 	if awsenv.EndpointsFrom(os.Getenv) != ep {
 		env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = "test", "test"

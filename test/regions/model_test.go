@@ -28,6 +28,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -152,9 +153,9 @@ type stack struct {
 // swept collects the keys a sweeper queues.
 type swept struct{ keys []idem.Key }
 
-func (s *swept) SendBatch(_ context.Context, keys []idem.Key) ([]idem.Key, error) {
+func (s *swept) SendBatch(_ context.Context, keys []idem.Key) (queue.Batch, error) {
 	s.keys = append(s.keys, keys...)
-	return nil, nil
+	return queue.Batch{}, nil
 }
 
 var historyIDs atomic.Int64

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/tracing"
@@ -132,6 +133,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	attrs = make([]slog.Attr, 0, 7) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
+	// Who asks and from where, kept with the command for the audit trail.
+	ctx = actor.NewContext(ctx, actor.FromHTTP(req))
 	tenant, ok := h.tenant(req)
 	route := routeOf(&req)
 	switch {

@@ -30,6 +30,10 @@ type HandlerFunc func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (
 // the one `sam local start-api`'s development authorizer takes too.
 const TokenPrefix = devauth.TokenPrefix
 
+// DevSub is the sub claim of tenant's development token: a user of the
+// tenant's, "dev:<tenant>".
+func DevSub(tenant string) string { return "dev:" + tenant }
+
 // MaxBodyBytes is API Gateway's payload limit (10 MB).
 const MaxBodyBytes = 10 << 20
 
@@ -270,8 +274,10 @@ func (g *Gateway) event(r *http.Request, routeKey string, params map[string]stri
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
 				Method: r.Method, Path: r.URL.Path, Protocol: r.Proto, SourceIP: sourceIP, UserAgent: r.UserAgent(),
 			},
+			// A JWT authorizer passes the token's claims: the tenant's, and
+			// a sub, which the audit trail keeps as who asked.
 			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{g.claim: tenant}},
+				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{g.claim: tenant, "sub": DevSub(tenant)}},
 			},
 		},
 	}

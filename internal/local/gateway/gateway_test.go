@@ -118,6 +118,7 @@ func TestEventLikeAPIGateway(t *testing.T) {
 		{"RequestContext.RouteKey", ev.RequestContext.RouteKey, "POST /charges"},
 		{"Stage", ev.RequestContext.Stage, "$default"},
 		{"claim", ev.RequestContext.Authorizer.JWT.Claims["org"], "acme"},
+		{"sub", ev.RequestContext.Authorizer.JWT.Claims["sub"], "dev:acme"},
 		{"RequestID", ev.RequestContext.RequestID, res.Header.Get("Apigw-Requestid")},
 	}
 	for _, c := range checks {

@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // CreateTable creates a table and waits until it is active. A table of that
@@ -33,4 +35,50 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, in *dynamodb.CreateTa
 		return false, fmt.Errorf("provision: wait for table %s: %w", name, err)
 	}
 	return created, nil
+}
+
+// CreateBucket creates a bucket (create) and sets its Object Lock
+// configuration (lock). A bucket of that name that already exists and is
+// ours is kept, its configuration set again.
+func CreateBucket(ctx context.Context, api *s3.Client, create *s3.CreateBucketInput, lock *s3.PutObjectLockConfigurationInput) error {
+	name := aws.ToString(create.Bucket)
+	_, err := api.CreateBucket(ctx, create)
+	var owned *s3types.BucketAlreadyOwnedByYou
+	if err != nil && !errors.As(err, &owned) {
+		return fmt.Errorf("provision: create bucket %s: %w", name, err)
+	}
+	if _, err := api.PutObjectLockConfiguration(ctx, lock); err != nil {
+		return fmt.Errorf("provision: object lock on %s: %w", name, err)
+	}
+	return nil
+}
+
+// EnableStream turns on a table's stream (update, a StreamSpecification)
+// and returns its ARN. A stream already on is kept. So is one an SDK
+// retry finds on, its first attempt's answer lost: the retry is refused.
+func EnableStream(ctx context.Context, db *dynamodb.Client, update *dynamodb.UpdateTableInput) (string, error) {
+	name := aws.ToString(update.TableName)
+	stream := func() (string, error) {
+		out, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: update.TableName})
+		if err != nil {
+			return "", fmt.Errorf("provision: describe %s: %w", name, err)
+		}
+		if spec := out.Table.StreamSpecification; spec != nil && aws.ToBool(spec.StreamEnabled) {
+			return aws.ToString(out.Table.LatestStreamArn), nil
+		}
+		return "", nil
+	}
+	if arn, err := stream(); err != nil || arn != "" {
+		return arn, err
+	}
+	up, err := db.UpdateTable(ctx, update)
+	if _, inUse := errors.AsType[*types.ResourceInUseException](err); inUse {
+		if arn, serr := stream(); serr == nil && arn != "" {
+			return arn, nil
+		}
+	}
+	if err != nil {
+		return "", fmt.Errorf("provision: stream on %s: %w", name, err)
+	}
+	return aws.ToString(up.TableDescription.LatestStreamArn), nil
 }

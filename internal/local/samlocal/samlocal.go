@@ -1,5 +1,5 @@
 // Package samlocal runs what `sam local invoke` and `sam local start-api`
-// need besides SAM CLI and Docker: the DynamoDB/SQS/Secrets Manager
+// need besides SAM CLI and Docker: the DynamoDB/SQS/Secrets Manager/S3
 // emulator and the provider simulator, listening where the function
 // containers reach them (the docker bridge's address: SAM CLI ignores
 // --docker-network host), the template's tables and queues and the
@@ -8,8 +8,8 @@
 //
 // SAM CLI hands a container only the variables the template declares, so
 // the configuration passes the emulator as the template's LocalEndpointUrl
-// parameter (which sets DYNAMODB_ENDPOINT, SQS_ENDPOINT and
-// SECRETSMANAGER_ENDPOINT), the secret's name as ProviderSecretName (the
+// parameter (which sets DYNAMODB_ENDPOINT, SQS_ENDPOINT,
+// SECRETSMANAGER_ENDPOINT and S3_ENDPOINT), the secret's name as ProviderSecretName (the
 // functions read its value from the emulator, as deployed from AWS), the
 // tables' and queues' names as an --env-vars file over the variables that
 // name them, and ApiAuthorizer=sam-local-dev, since SAM CLI does not
@@ -40,6 +40,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
@@ -62,12 +63,15 @@ func GOARCH(arch string) string {
 	return map[string]string{ArchARM64: "arm64", ArchX8664: "amd64"}[arch]
 }
 
-// Names of the tables and queues on the emulator, those of `make run`.
+// Names of the tables, queues and the audit trail's bucket and index on
+// the emulator, those of `make run`.
 const (
 	IdempotencyTable    = "chargeonce-idempotency"
 	ChargesTable        = "chargeonce-charges"
 	ReconcileQueue      = "chargeonce-reconcile"
 	ChargeRequestsQueue = "chargeonce-charge-requests"
+	AuditBucket         = "chargeonce-audit"
+	AuditIndexTable     = "chargeonce-audit-index"
 )
 
 // ProviderKey is the provider simulator's key, which the functions read
@@ -133,8 +137,9 @@ type Stack struct {
 	EmulatorURL, ProviderURL string
 	// Sim is the provider simulator, whose ledger counts the charges.
 	Sim *providersim.Simulator
-	// Clients reach the emulator.
+	// Clients reach the emulator, configured by cfg.
 	Clients awsenv.Clients
+	cfg     aws.Config
 	// Reconcile and ChargeRequests are the two queues and their DLQs.
 	Reconcile, ChargeRequests queue.Queues
 	arch                      string
@@ -177,16 +182,17 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	if err != nil {
 		return s, err
 	}
-	s.Clients = awsenv.New(cfg, awsenv.Emulator(s.EmulatorURL))
+	s.Clients, s.cfg = awsenv.New(cfg, awsenv.Emulator(s.EmulatorURL)), cfg
 	if err := s.createResources(ctx); err != nil {
 		return s, err
 	}
 	return s, nil
 }
 
-// createResources creates the tables, the idempotency table's TTL and the
-// queues from the definitions the template is checked against, and the
-// provider's API key as a secret, as `make run` does.
+// createResources creates the tables, the idempotency table's TTL, the
+// queues and the audit trail's bucket and index from the definitions the
+// template is checked against, and the provider's API key as a secret, as
+// `make run` does.
 func (s *Stack) createResources(ctx context.Context) error {
 	if _, err := s.Clients.SecretsManager.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
 		Name: aws.String(ProviderSecret), SecretString: aws.String(ProviderKey),
@@ -207,6 +213,13 @@ func (s *Stack) createResources(ctx context.Context) error {
 		return fmt.Errorf("samlocal: %w", err)
 	}
 	if s.ChargeRequests, err = queue.Create(ctx, s.Clients.SQS, ChargeRequestsQueue); err != nil {
+		return fmt.Errorf("samlocal: %w", err)
+	}
+	store := awsenv.S3(s.cfg, s.EmulatorURL)
+	if err := provision.CreateBucket(ctx, store, audit.BucketInput(AuditBucket), audit.LockInput(AuditBucket, audit.DefaultRetentionDays)); err != nil {
+		return fmt.Errorf("samlocal: %w", err)
+	}
+	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, audit.IndexTableInput(AuditIndexTable)); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
 	}
 	return nil
@@ -250,6 +263,8 @@ func (s *Stack) EnvVars() map[string]map[string]string {
 		app.EnvChargesTable:         ChargesTable,
 		app.EnvReconcileQueueURL:    s.Reconcile.URL,
 		app.EnvChargeRequestsDLQURL: s.ChargeRequests.DLQURL,
+		app.EnvAuditBucket:          AuditBucket,
+		app.EnvAuditIndexTable:      AuditIndexTable,
 	}}
 }
 

@@ -13,7 +13,8 @@
 // LeaseExpiresAtAttribute, ScanStuckLeases) put the records in a table you
 // already have; [Store.TableInput] and [Store.TTLInput] follow them.
 // [Store.IndexInput] adds the stuck-lease index to such a table. pkg/idem's docs/tables.md has the
-// layouts, the IAM policy and the CloudFormation.
+// layouts, the IAM policy and the CloudFormation. [Store.Decode] reads a
+// record from an item as a Scan or DynamoDB Streams hands it over.
 //
 // # Calls
 //
@@ -61,6 +62,7 @@
 //	lease_expires_at  N     IN_FLIGHT only: the lease's end in epoch milliseconds, the index's sort key (Options.LeaseExpiresAtAttribute renames it)
 //	ad                N     IN_FLIGHT only: AttemptDeadline, epoch milliseconds
 //	attempts          N     take-overs so far, absent before the first (projected into the index)
+//	qu                N     IN_FLIGHT only, and only while marked: a queued recovery's mark (MarkQueued), epoch milliseconds
 //	expires_at        N     settled only: end of retention in epoch seconds, the TTL attribute (Options.TTLAttribute renames it)
 //	rs, rh, rb        N,M,B terminal only: the response's status, headers and body
 //	rz                BOOL  terminal only, and only when rb is gzipped (bodies over Options.CompressAbove)

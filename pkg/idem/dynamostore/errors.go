@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
@@ -28,6 +30,8 @@ func AsUnavailable(err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case transientlyCanceled(err):
+		return &unavailableError{err}
 	case errors.As(err, &api) && transientCodes[api.ErrorCode()],
 		errors.As(err, &resp) && resp.HTTPStatusCode() >= 500,
 		errors.As(err, &send), errors.As(err, &unread),
@@ -46,6 +50,26 @@ var transientCodes = map[string]bool{
 	// An MRSC table refuses a write racing another Region's on one
 	// item. Nothing is applied.
 	"ReplicatedWriteConflictException": true,
+}
+
+// transientlyCanceled reports whether err is a transaction canceled for a
+// transient reason only: it wrote nothing, and may succeed if retried.
+func transientlyCanceled(err error) bool {
+	var tce *types.TransactionCanceledException
+	if !errors.As(err, &tce) {
+		return false
+	}
+	transient := false
+	for _, r := range tce.CancellationReasons {
+		switch aws.ToString(r.Code) {
+		case "", "None":
+		case "TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded", "InternalServerError":
+			transient = true
+		default:
+			return false // a condition failed, or the request was invalid
+		}
+	}
+	return transient
 }
 
 type unavailableError struct{ err error }

@@ -181,6 +181,38 @@ func (s *Store) decodeStuck(item map[string]types.AttributeValue) (idem.Record, 
 	return idem.Record{Key: key, LeaseExpiresAt: time.UnixMilli(ms), Attempts: int(attempts)}, nil
 }
 
+// Decode reads the record an item of the store's table holds, as a Scan
+// or DynamoDB Streams hands it over (a stream record's old or new image),
+// expired or not. An item that is not one of the store's records gives an
+// error wrapping ErrUnreadableRecord, naming its key by its hash only.
+func (s *Store) Decode(item map[string]types.AttributeValue) (*idem.Record, error) {
+	v, ok := item[s.layout.keyIn].(*types.AttributeValueMemberS)
+	if !ok {
+		return nil, fmt.Errorf("idem: item without %s: %w", s.layout.keyIn, idem.ErrUnreadableRecord)
+	}
+	unreadable := func(why string) error {
+		return fmt.Errorf("idem: item key:%s: %w: %s", policy.LogHash(v.Value), idem.ErrUnreadableRecord, why)
+	}
+	if s.layout.fixedIn != "" {
+		if f, ok := item[s.layout.fixedIn].(*types.AttributeValueMemberS); !ok || f.Value != s.layout.fixed.(*types.AttributeValueMemberS).Value {
+			return nil, unreadable("another store's item")
+		}
+	}
+	stored, ok := strings.CutPrefix(v.Value, s.layout.prefix)
+	if !ok {
+		return nil, unreadable(fmt.Sprintf("without the key prefix %q", s.layout.prefix))
+	}
+	key, err := idem.ParseKey(stored)
+	if err != nil {
+		return nil, unreadable("not a key")
+	}
+	rec, err := s.decodeRecord(key, item)
+	if err != nil {
+		return nil, unreadable(err.Error())
+	}
+	return rec, nil
+}
+
 func (s *Store) decodeRecord(key idem.Key, item map[string]types.AttributeValue) (*idem.Record, error) {
 	rec := &idem.Record{Key: key}
 	if v, ok := item[attrStatus].(*types.AttributeValueMemberS); ok {

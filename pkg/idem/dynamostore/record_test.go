@@ -157,3 +157,44 @@ func TestReleasedKeyAfterRetention(t *testing.T) {
 		t.Fatal("a new command after retention kept the released one's CreatedAt")
 	}
 }
+
+// TestDecodeReadsTheItemsOfItsTable: an item as a Scan or a stream
+// hands it over reads as the record Get returns, expired too; an item of
+// another store's is unreadable and named by its key's hash alone.
+func TestDecodeReadsTheItemsOfItsTable(t *testing.T) {
+	t.Parallel()
+	e := dynamotest.NewEnv(t, func(o *dynamostore.Options) { o.KeyPrefix = "idem#" })
+	k := dynamotest.Key(t, "acme")
+	l, err := e.Store.Begin(t.Context(), k, fpA, []byte(`{"amount":1500}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Store.Commit(t.Context(), l.Lease, resp); err != nil {
+		t.Fatal(err)
+	}
+	want, err := e.Store.Get(t.Context(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.DB.GetItem(t.Context(), &dynamodb.GetItemInput{
+		TableName: aws.String(e.Table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: "idem#" + k.String()}},
+	})
+	if err != nil || len(out.Item) == 0 {
+		t.Fatalf("item: %v, %v", out, err)
+	}
+	e.Clock.Advance(48 * time.Hour)
+	got, err := e.Store.Decode(out.Item)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Key != k || got.Status != idem.StatusSucceeded || string(got.Intent) != `{"amount":1500}` ||
+		!got.CreatedAt.Equal(want.CreatedAt) || !got.ExpiresAt.Equal(want.ExpiresAt) || got.Response.Status != resp.Status {
+		t.Errorf("decoded %+v, want %+v", got, want)
+	}
+	other := e.NewStore(t, func(o *dynamostore.Options) { o.KeyPrefix = "other#" })
+	_, err = other.Decode(out.Item)
+	if !errors.Is(err, idem.ErrUnreadableRecord) || strings.Contains(err.Error(), k.ClientKey()) {
+		t.Errorf("another store's item: %v, want ErrUnreadableRecord without the key", err)
+	}
+}

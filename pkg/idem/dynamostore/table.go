@@ -45,6 +45,7 @@ const (
 	attrAttempts        = "attempts" // projected into the stuck-lease index: template.yaml names it
 	attrAttemptDeadline = "ad"
 	attrRegion          = "rg" // the Region whose store last took a lease (Options.Region)
+	attrQueuedUntil     = "qu"
 )
 
 // DefaultSortKeyValue is every record's sort key in a table with a sort
@@ -57,6 +58,7 @@ const DefaultSortKeyValue = "idem"
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
 	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrRegion,
+	attrQueuedUntil,
 }
 
 // layout is where a store's records go in its table: the table fields of

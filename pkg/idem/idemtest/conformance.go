@@ -93,6 +93,7 @@ func RunConformance(t *testing.T, newSubject NewSubject) {
 		{"Size limit", nil, sizeLimit},
 		{"Stuck leases", shards(2), stuckLeases},
 		{"Postpone hides the lease", shards(1), postponeHides},
+		{"A queued recovery's mark", retention(time.Hour), queuedMark},
 		{"Concurrent Begin has one owner", nil, oneOwner},
 		{"Preempt fences a live holder", nil, preemptLive},
 		{"Preempt claims a release back", retention(time.Hour), preemptReleased},
@@ -635,6 +636,83 @@ func postponeHides(t *testing.T, c *suite) {
 	}
 }
 
+// queueMarker is a store that marks the commands a queued recovery
+// message carries (dynamostore and memstore do).
+type queueMarker interface {
+	MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error)
+	UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error
+}
+
+// queuedMark: one mark at a time on an IN_FLIGHT record, until it ends
+// or its own unmark; none on a record not IN_FLIGHT; a reclaimed key
+// starts unmarked.
+func queuedMark(t *testing.T, c *suite) {
+	m, ok := c.Store.(queueMarker)
+	if !ok {
+		t.Skip("the store does not mark queued recoveries")
+	}
+	ctx := context.Background()
+	mark := func(k idem.Key, until time.Time, want bool) {
+		t.Helper()
+		if got, err := m.MarkQueued(ctx, k, until); err != nil || got != want {
+			t.Fatalf("MarkQueued(%s) = %t, %v; want %t", until.Format(time.TimeOnly), got, err, want)
+		}
+	}
+	unmark := func(k idem.Key, until time.Time) {
+		t.Helper()
+		if err := m.UnmarkQueued(ctx, k, until); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := UniqueKey(t, "acme")
+	mark(k, c.clock.Now().Add(time.Minute), false) // absent
+	l := c.begin(t, k, fpA)
+	first := c.clock.Now().Add(time.Minute)
+	mark(k, first, true)
+	mark(k, c.clock.Now().Add(2*time.Minute), false)
+	c.clock.Advance(time.Minute)
+	second := c.clock.Now().Add(time.Minute)
+	mark(k, second, true) // the first mark ended
+	unmark(k, first)      // not the live mark: left alone
+	mark(k, c.clock.Now().Add(time.Minute), false)
+	unmark(k, second)
+	third := c.clock.Now().Add(time.Minute)
+	mark(k, third, true)
+	if rec, err := c.Store.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || rec.LeaseToken != l.Token {
+		t.Fatalf("a mark changed the record: %+v, %v", rec, err)
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := m.MarkQueued(done, k, c.clock.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("MarkQueued with a done context: want context.Canceled, got %v", err)
+	}
+	mark(k, c.clock.Now().Add(time.Minute), false) // the done context changed nothing
+
+	// Settled or released, a record needs no message; reclaimed, it
+	// starts unmarked.
+	r := UniqueKey(t, "acme")
+	rl := c.begin(t, r, fpA)
+	mark(r, c.clock.Now().Add(time.Hour), true)
+	if err := c.Store.Release(ctx, rl); err != nil {
+		t.Fatal(err)
+	}
+	mark(r, c.clock.Now().Add(2*time.Hour), false)
+	c.begin(t, r, fpA)
+	mark(r, c.clock.Now().Add(time.Minute), true)
+	c.clock.Advance(2 * time.Minute)
+	taken, err := c.Store.TakeOver(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Store.Commit(ctx, taken, resp); err != nil {
+		t.Fatal(err)
+	}
+	mark(r, c.clock.Now().Add(time.Minute), false)
+}
+
+// oneOwner releases 32 goroutines together on one key, round after
+// round: exactly one owns the key, the rest see it in flight, and after
+// the owner commits everyone replays the same bytes.
 // oneOwner releases 32 goroutines together on one key, round after round.
 // Exactly one owns the key, and the rest see it in flight. After the owner
 // commits, everyone replays the same bytes.

@@ -103,6 +103,9 @@ type record struct {
 	// it a repeated Commit recognises itself.
 	writes string
 	region string // the Region of the store that last took a lease
+	// queuedUntil is MarkQueued's mark, at a whole millisecond; zero
+	// when none.
+	queuedUntil time.Time
 }
 
 // Options configure a Store, as the same fields of dynamostore.Options do
@@ -259,7 +262,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 		lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 		rec.status, rec.token, rec.leaseExpiresAt, rec.attemptDeadline = idem.StatusInFlight, lease.Token, lease.ExpiresAt, lease.AttemptDeadline
 		rec.region = s.region
-		rec.expiresAt, rec.attempts = time.Time{}, 0
+		rec.expiresAt, rec.attempts, rec.queuedUntil = time.Time{}, 0, time.Time{}
 		if len(lease.Intent) > 0 {
 			rec.intent = lease.Intent
 		} else {
@@ -492,6 +495,38 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 			}
 		}
 	}
+}
+
+// MarkQueued marks key's IN_FLIGHT record as carried by a queued recovery
+// message until until, as dynamostore.Store.MarkQueued does. It reports
+// false while another mark is live, or for a record not IN_FLIGHT.
+func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
+	if err := done(ctx, "mark queued", key); err != nil {
+		return false, err
+	}
+	now := s.pol.Clock()
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[key]
+	if !ok || rec.status != idem.StatusInFlight || rec.queuedUntil.UnixMilli() > now.UnixMilli() {
+		return false, nil
+	}
+	rec.queuedUntil = time.UnixMilli(until.UnixMilli())
+	return true, nil
+}
+
+// UnmarkQueued removes the mark MarkQueued set until until, as
+// dynamostore.Store.UnmarkQueued.
+func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
+	if err := done(ctx, "unmark queued", key); err != nil {
+		return err
+	}
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if rec, ok := s.d.records[key]; ok && !rec.queuedUntil.IsZero() && rec.queuedUntil.UnixMilli() == until.UnixMilli() {
+		rec.queuedUntil = time.Time{}
+	}
+	return nil
 }
 
 // expired reports whether the record's retention has ended at now.

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+// TestAdminAudit: chargectl admin audit shows a key's trail, hashing the
+// key it is given, and a charge's, its refund's with it; oldest first.
+func TestAdminAudit(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	tr := s.trail
+	order, refundID := testkit.UniqueName("order"), testkit.UniqueName("refund")
+	code, out := runCLI(t, s.url, &testkit.LogBuffer{}, "create", "--amount", "1500", "--source", "tok_visa", "--id", order, "--json")
+	var created createOutput
+	if code != exitOK || json.Unmarshal([]byte(out), &created) != nil {
+		t.Fatalf("create: exit %d %s", code, out)
+	}
+	stderr := &testkit.LogBuffer{}
+	if code, out := runCLI(t, s.url, stderr, "refund", created.Charge.ID, "--amount", "500", "--id", refundID); code != exitOK {
+		t.Fatalf("refund: exit %d %s %s", code, out, stderr)
+	}
+	tr.Drain(t)
+
+	code, out, _ = s.admin(t, "audit", "acme", order)
+	hash := s.key(t, order).LogHash()
+	if code != exitOK || strings.Contains(out, order) || !strings.Contains(out, hash) {
+		t.Fatalf("audit of the key: exit %d, want its hash and never the key:\n%s", code, out)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) < 4 || !strings.HasPrefix(lines[0], "AT ") || !strings.Contains(lines[1], "claimed") || !strings.Contains(lines[1], "sub=dev:acme ") ||
+		!strings.Contains(out, "IN_FLIGHT → SUCCEEDED") || !strings.Contains(out, " 201 ") || !strings.Contains(out, "row-written") {
+		t.Errorf("audit of the key: want its claim, its settlement with the 201, its row:\n%s", out)
+	}
+	code, out, _ = s.admin(t, "audit", "--charge", "--json", "acme", created.Charge.ID)
+	var history []audit.Entry
+	if code != exitOK || json.Unmarshal([]byte(out), &history) != nil {
+		t.Fatalf("audit --charge --json: exit %d %s", code, out)
+	}
+	ops := map[string]bool{}
+	for _, e := range history {
+		ops[e.Operation] = true
+	}
+	if !ops[charge.ChargeOperation] || !ops[charge.RefundOperation] {
+		t.Errorf("the charge's trail holds the operations %v, want its charge's and its refund's", ops)
+	}
+	if code, _, stderr := s.admin(t, "audit", "--charge", "acme", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(stderr, "no such charge") {
+		t.Errorf("audit of an unknown charge: exit %d %s", code, stderr)
+	}
+}
+
+// TestAdminSettleNotesWhoSettles: an operator's settlement is in the
+// trail with who made it, as IAM names them, before the record's own
+// take-over and release.
+func TestAdminSettleNotesWhoSettles(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	order := testkit.UniqueName("order")
+	s.parked(t, order)
+	if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitOK {
+		t.Fatalf("settle: exit %d %s", code, stderr)
+	}
+	s.trail.Drain(t)
+	history, err := s.trail.Reader(t).History(t.Context(), s.key(t, order).LogHash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whats []string
+	for _, e := range history {
+		whats = append(whats, e.What)
+	}
+	want := []string{audit.WhatClaimed, audit.WhatLeaseMoved, audit.WhatOperatorSettles, audit.WhatTakenOver, audit.WhatReleased}
+	if !slices.Equal(whats, want) {
+		t.Fatalf("the trail: %v, want %v", whats, want)
+	}
+	if e := history[2]; e.Principal == nil || e.Principal.IAM != operatorARN || e.Status != "released" || e.Charge != charge.ChargeID(s.key(t, order), history[0].CreatedAt) {
+		t.Errorf("the operator's note: %+v", e)
+	}
+}
+
+// TestAdminSettleRefusesWithoutItsNote: when the trail cannot take the
+// note, nothing is settled.
+func TestAdminSettleRefusesWithoutItsNote(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	order := testkit.UniqueName("order")
+	s.parked(t, order)
+	s.env[app.EnvAuditBucket] = testkit.UniqueName("no-such-bucket")
+	if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitFailed || !strings.Contains(stderr, "nothing settled") {
+		t.Fatalf("settle without the trail: exit %d %s", code, stderr)
+	}
+	if code, out, _ := s.admin(t, "record", "acme", order); code != exitOK || !strings.Contains(out, "IN_FLIGHT") {
+		t.Errorf("the record after a refused settle: %s", out)
+	}
+}
+
+// TestCallerIsWhomSTSNames: chargectl names its operator by the ARN STS
+// gives its credentials (the emulator serves STS on its one port).
+func TestCallerIsWhomSTSNames(t *testing.T) {
+	t.Parallel()
+	arn, err := caller(t.Context(), testkit.Config(t), testkit.Endpoints(t).DynamoDB)
+	if err != nil || !strings.HasPrefix(arn, "arn:aws:") {
+		t.Errorf("caller: %q %v, want an ARN", arn, err)
+	}
+}

@@ -1,0 +1,119 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Trail reads the entries of commands, found through the index.
+type Trail struct {
+	archive *Archive
+	index   *Index
+}
+
+// NewTrail returns the trail kept in archive and found through index.
+func NewTrail(archive *Archive, index *Index) (*Trail, error) {
+	if archive == nil || index == nil {
+		return nil, errors.New("audit: the trail needs an archive and an index")
+	}
+	return &Trail{archive: archive, index: index}, nil
+}
+
+// History is every entry of the commands whose key hashes are subjects.
+// It holds their records' changes and the rows they wrote, with every
+// later change of those rows. It holds the provider events that settled
+// them. Each change is there once, oldest first. The index finds the
+// entries of its retention, the latest three months. Older ones are in
+// the archive alone, for Athena.
+func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error) {
+	want := map[string]bool{}
+	objects := map[string]bool{}
+	for _, s := range subjects {
+		want[s] = true
+		names, err := t.index.objects(ctx, s)
+		if err != nil {
+			return nil, err
+		}
+		for _, n := range names {
+			objects[n] = true
+		}
+	}
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+		seen = map[string]bool{}
+		out  []Entry
+	)
+	sem := make(chan struct{}, DefaultConcurrency)
+	for name := range objects {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			entries, err := t.archive.get(ctx, name)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			for _, e := range entries {
+				if (want[e.KeyHash] || want[e.Command]) && !seen[e.Event] {
+					seen[e.Event] = true
+					out = append(out, e)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Table, b.Table), cmp.Compare(len(a.Seq), len(b.Seq)), cmp.Compare(a.Seq, b.Seq))
+	})
+	return out, nil
+}
+
+// ChargeRows reads a charge with its refunds (charge.Rows).
+type ChargeRows interface {
+	GetWithRefunds(ctx context.Context, tenant, id string) (charge.Charge, bool, error)
+}
+
+// ErrNoCharge: the charges table holds no such charge.
+var ErrNoCharge = errors.New("audit: no such charge")
+
+// ChargeHistory is the History of tenant's charge id. That is the history
+// of the command that created it, and of each of its refunds'. Its rows,
+// kept for good, name them. The key that created it may have served
+// another intent before: those entries are there too.
+func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id string) ([]Entry, error) {
+	c, found, err := rows.GetWithRefunds(ctx, tenant, id)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("audit: charge %s: %w", id, err)
+	case !found:
+		return nil, fmt.Errorf("%w: %s", ErrNoCharge, id)
+	}
+	subjects := []string{subject(tenant, charge.ChargeOperation, string(c.IdempotencyKey))}
+	for _, r := range c.Refunds {
+		subjects = append(subjects, subject(tenant, charge.RefundOperation, string(r.IdempotencyKey)))
+	}
+	return t.History(ctx, subjects...)
+}
+
+// subject is the key hash the index files a command under.
+func subject(tenant, operation, client string) string {
+	k, err := idem.NewKey(tenant, operation, client)
+	if err != nil {
+		return ""
+	}
+	return k.LogHash()
+}

@@ -1,0 +1,157 @@
+package audit_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/audit"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/local/gateway"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+const day = 24 * time.Hour
+
+// expire deletes, as DynamoDB's TTL does, every record of d whose
+// retention has ended by now.
+func expire(t *testing.T, d *testkit.Deployment, now time.Time) {
+	t.Helper()
+	db := testkit.Clients(t).DynamoDB
+	out, err := db.Scan(t.Context(), &dynamodb.ScanInput{TableName: aws.String(d.IdempotencyTable)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range out.Items {
+		exp, ok := item[dynamostore.AttrExpiresAt].(*ddbtypes.AttributeValueMemberN)
+		if !ok {
+			continue // in flight: TTL never deletes it
+		}
+		if secs, err := strconv.ParseInt(exp.Value, 10, 64); err != nil || time.Unix(secs, 0).After(now) {
+			continue
+		}
+		if _, err := db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+			TableName: aws.String(d.IdempotencyTable), Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: item[dynamostore.AttrPK]},
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestAChargesHistoryOutlivesItsRecords: a card declined under a key;
+// the key, free again once its record expired, charges another card;
+// support refunds it; three days later the card's issuer fails the
+// refund, and Stripe says so. Three days after the last record expired,
+// the charge's history still says who charged it, who refunded it, what
+// Stripe said, and that the same key was declined before.
+func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	d := testkit.Deploy(t)
+	var api http.Handler
+	apiSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { api.ServeHTTP(w, r) }))
+	t.Cleanup(apiSrv.Close)
+	const whsec = "whsec_test_audit"
+	sim := stripesim.New(func(o *stripesim.Options) {
+		o.SecretKey, o.WebhookURL, o.WebhookSecret = testkit.StripeSecret, apiSrv.URL+"/webhooks/stripe", whsec
+		o.WebhookRetry, o.Clock = 100*time.Millisecond, clock.Now
+	})
+	t.Cleanup(sim.WaitWebhooks)
+	simSrv := httptest.NewServer(sim)
+	t.Cleanup(simSrv.Close)
+	key, hookKey := testkit.Secret(t, testkit.StripeSecret), testkit.Secret(t, whsec)
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.Provider, w.Charge.ProviderURL, w.Charge.ProviderSecretName = app.ProviderStripe, simSrv.URL, key
+		w.Charge.WebhookSecretName, w.Deps.Clock = hookKey, clock.Now
+	})
+	gw, err := gateway.New(h.Handle, httpapi.Routes, gateway.WithPublicRoutes(httpapi.RouteWebhook), gateway.WithTenantClaim(testkit.TenantClaim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	api = gw
+	tr := d.Audit(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	tenant, client, refundKey := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund")
+	body := func(pm string) string { return `{"amount":1500,"currency":"EUR","source":"` + pm + `"}` }
+
+	send(t, h, alice.as(testkit.PostCharge(tenant, client, body(stripesim.PMDeclined))), http.StatusPaymentRequired)
+	clock.Advance(day + time.Hour)
+	expire(t, d, clock.Now())
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, client, body(stripesim.PMRefundFail))), http.StatusCreated)["id"].(string)
+	send(t, h, carol.as(testkit.PostRefund(tenant, refundKey, id, `{}`)), http.StatusCreated)
+	sim.WaitWebhooks()
+	clock.Advance(3 * day)
+	expire(t, d, clock.Now())
+	if n := sim.FailRefunds(); n != 1 {
+		t.Fatalf("stripesim failed %d refunds, want 1", n)
+	}
+	sim.WaitWebhooks()
+	clock.Advance(day)
+	expire(t, d, clock.Now())
+	clock.Advance(3 * day)
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for op, k := range map[string]string{charge.ChargeOperation: client, charge.RefundOperation: refundKey} {
+		k, _ := idem.NewKey(tenant, op, k)
+		if _, err := store.Get(t.Context(), k); err == nil {
+			t.Fatalf("the %s record is still there", op)
+		}
+	}
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the charge's history, three days after its last record expired:\n%s", show(got))
+	charged, refunded := hash(t, tenant, charge.ChargeOperation, client), hash(t, tenant, charge.RefundOperation, refundKey)
+
+	declined := one(t, got, charged, audit.WhatFailed)
+	if declined.Answer != http.StatusPaymentRequired || declined.Problem == "" || declined.Charge == id || *declined.Principal != *alice.principal() {
+		t.Errorf("the declined attempt on the same key: %s", show([]audit.Entry{declined}))
+	}
+	made := one(t, got, charged, audit.WhatSucceeded)
+	if made.Answer != http.StatusCreated || made.Charge != id || *made.Principal != *alice.principal() || *made.Origin != *alice.origin() {
+		t.Errorf("who charged it: %s", show([]audit.Entry{made}))
+	}
+	refund := one(t, got, refunded, audit.WhatSucceeded)
+	if refund.Answer != http.StatusCreated || refund.Charge != id || *refund.Principal != *carol.principal() || *refund.Origin != *carol.origin() {
+		t.Errorf("who refunded it: %s", show([]audit.Entry{refund}))
+	}
+	var word, failed *audit.Entry
+	for i, e := range got {
+		switch {
+		case e.Command == refunded && e.What == audit.WhatSucceeded && e.Principal != nil && e.Principal.Provider == "stripe" && e.Origin.Event != "":
+			word = &got[i]
+		case e.KeyHash == refunded && e.What == audit.WhatRowChanged && e.Status == charge.RefundFailed && e.Was == charge.StatusSucceeded:
+			failed = &got[i]
+		}
+	}
+	if word == nil || failed == nil || word.Refund != refund.Refund {
+		t.Errorf("Stripe's word on the refund (%+v) and the refund it failed (%+v) are not both in the history", word, failed)
+	}
+	if expired := find(got, charged, audit.WhatExpired); len(expired) != 2 || len(find(got, refunded, audit.WhatExpired)) != 1 {
+		t.Errorf("the records' expiries: %s", show(expired))
+	}
+	if !(declined.At.Before(made.At) && made.At.Before(refund.At) && failed != nil && refund.At.Before(failed.At)) {
+		t.Errorf("out of order:\n%s", show(got))
+	}
+}
