@@ -486,6 +486,10 @@ type Deps struct {
 	// Tracer records the function's spans; nil, the default, traces
 	// nothing and instruments no client.
 	Tracer *tracing.Tracer
+
+	// fence and inRegion serve several Regions (inRegions).
+	fence    *regions.Fence
+	inRegion func(*dynamostore.Options)
 }
 
 // traced is d with its AWS clients instrumented for d.Tracer: each
@@ -497,19 +501,26 @@ func (d Deps) traced() Deps {
 	return d
 }
 
-// store is the idempotency store on table, with StoreOptions and then
-// opts (a deployment in several Regions adds its own).
-func (d Deps) store(table string, retention time.Duration, g provider.Guarantees, opts ...func(*dynamostore.Options)) (*dynamostore.Store, error) {
-	return dynamostore.New(d.Clients.DynamoDB, table, append([]func(*dynamostore.Options){StoreOptions(retention, g, d.Clock)}, opts...)...)
+// store is the idempotency store on table, in d's Region.
+func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*dynamostore.Store, error) {
+	opts := []func(*dynamostore.Options){StoreOptions(retention, g, d.Clock)}
+	if d.inRegion != nil {
+		opts = append(opts, d.inRegion)
+	}
+	return dynamostore.New(d.Clients.DynamoDB, table, opts...)
 }
 
-// regions builds a function's Fence on the routes table. Its store
-// options mark the Region and claim in the ledger. The ledger yields a
-// Region as the Fence does.
-func (d Deps) regions(r Regions) (*regions.Fence, func(*dynamostore.Options), error) {
+// inRegions is d for a function in several Regions (r). All its parts
+// share one Fence. Its stores name the Region and claim in the ledger.
+// The ledger yields a Region as the Fence does. In one Region, d is
+// unchanged.
+func (d Deps) inRegions(r Regions) (Deps, error) {
+	if r.RoutesTable == "" {
+		return d, nil
+	}
 	routes, err := regions.NewRoutes(d.Clients.DynamoDB, r.RoutesTable)
 	if err != nil {
-		return nil, nil, err
+		return d, err
 	}
 	fence, err := regions.NewFence(routes, r.Region, regions.Homes(r.Homes, r.Home), func(o *regions.FenceOptions) {
 		if d.Clock != nil {
@@ -517,13 +528,15 @@ func (d Deps) regions(r Regions) (*regions.Fence, func(*dynamostore.Options), er
 		}
 	})
 	if err != nil {
-		return nil, nil, err
+		return d, err
 	}
 	ledger, err := dynamostore.NewLedger(d.Clients.DynamoDB, r.LedgerTable, func(o *dynamostore.LedgerOptions) { o.Yields = fence.Yields })
 	if err != nil {
-		return nil, nil, err
+		return d, err
 	}
-	return fence, func(o *dynamostore.Options) { o.Region, o.Ledger = r.Region, ledger }, nil
+	d.fence = fence
+	d.inRegion = func(o *dynamostore.Options) { o.Region, o.Ledger = r.Region, ledger }
+	return d, nil
 }
 
 // StoreOptions are the idempotency store's options for a deployment whose
@@ -555,7 +568,6 @@ type service struct {
 	charge.Config
 	IdempotencyTable, ChargesTable string
 	Retention                      time.Duration
-	Regions                        Regions
 	// ProviderKind picks the adapter: ProviderSim or ProviderStripe.
 	ProviderKind, ProviderURL, ProviderSecretName string
 	SecretsMaxAge                                 time.Duration
@@ -617,13 +629,10 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 		return nil, err
 	}
 	cfg.Provider = p
-	multi := func(*dynamostore.Options) {}
-	if sc.Regions.RoutesTable != "" {
-		if cfg.Fence, multi, err = d.regions(sc.Regions); err != nil {
-			return nil, err
-		}
+	if d.fence != nil {
+		cfg.Fence = d.fence
 	}
-	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees(), multi)
+	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees())
 	if err != nil {
 		return nil, err
 	}
@@ -640,7 +649,10 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 
 // ChargeHandler builds the charge function's API Gateway handler.
 func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
-	d = d.traced()
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
 	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
@@ -650,7 +662,7 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 			Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve, ReplayCache: c.ReplayCache,
 			MaxRefunds: c.MaxRefunds,
 		},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 		ProviderOptions: settleWindow(c.SettleWindow),
 	})
@@ -697,7 +709,10 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 // function's service (its answers are the ones an HTTP retry replays),
 // and the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
-	d = d.traced()
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
 	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
@@ -708,7 +723,7 @@ func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	}
 	svc, err := d.service(service{
 		Config:           charge.Config{Queue: sender, InflightWait: c.InflightWait, CommitReserve: c.CommitReserve},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 	})
 	if err != nil {
@@ -719,13 +734,17 @@ func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
-	return reconcileService(c, d.traced())
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
+	return reconcileService(c, d)
 }
 
 func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	return d.service(service{
 		Config:           charge.Config{RetryBase: c.RetryBase, RetryCap: c.RetryCap},
-		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention, Regions: c.Regions,
+		IdempotencyTable: c.IdempotencyTable, ChargesTable: c.ChargesTable, Retention: c.Retention,
 		ProviderKind: c.Provider, ProviderURL: c.ProviderURL, ProviderSecretName: c.ProviderSecretName, SecretsMaxAge: c.SecretsMaxAge,
 		ProviderOptions: settleWindow(c.SettleWindow),
 	})

@@ -251,8 +251,8 @@ func (w *sweep) more(ctx context.Context) bool {
 
 func (w *sweep) add(ctx context.Context, sl idem.Record) {
 	if w.opt.Fence != nil {
-		// A fence that cannot be read queues the key: the reconciler
-		// asks it again before it acts.
+		// A fence that cannot be read passes the key on. The sender's
+		// marks ask it again (regions.Fence.Marks), as the reconciler does.
 		if sv, err := w.opt.Fence.Serving(ctx, sl.Key.Tenant()); err == nil && !sv.Here {
 			w.sum.Elsewhere++
 			return
