@@ -5,17 +5,19 @@
 //	    -roundtrips out/roundtrips.md -load out/load-steady.json,out/load-seeds.json \
 //	    -coldstart out/e2e.txt -bin bin -sidebyside out/sidebyside.json \
 //	    -sustain out/sustain.json [-sustain-fakecloud out/sustain-fakecloud.json] \
-//	    [-growth "NAME=out/growth.json,..."]
+//	    [-growth "NAME=out/growth.json,..."] [-isolation docs/isolation.json]
 //
 // A section is the text between "<!-- generated:NAME -->" and
 // "<!-- /generated:NAME -->"; everything else in the document is kept.
 // Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
 // coldstart, powertools (with -sidebyside), sustain (with -sustain),
-// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud), and
-// growth (with -growth).
+// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud),
+// growth (with -growth), and isolation (with -isolation).
 //
 // It measures nothing: the figures are test/bench's, test/e2e's and
-// loadgen's, and the machine section describes the host it runs on.
+// loadgen's, and the machine section describes the host it runs on. Give
+// -bench "" -roundtrips "" -load "" to refresh the optional sections
+// alone, as make isolation does.
 package main
 
 import (
@@ -47,6 +49,7 @@ func run(args []string) error {
 	fs.StringVar(&in.sustain, "sustain", "", "loadgen sustain's summary, for the ceiling and the sustained rate (optional)")
 	fs.StringVar(&in.sustainFakecloud, "sustain-fakecloud", "", "the same for a stack on fakecloud (optional)")
 	fs.StringVar(&in.growth, "growth", "", "loadgen growth's summaries as NAME=PATH,..., for the table-size section (optional)")
+	fs.StringVar(&in.isolation, "isolation", "", "loadgen isolation's summary, for the section on one tenant's flood beside another (optional)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

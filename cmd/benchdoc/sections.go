@@ -23,6 +23,9 @@ import (
 // to refresh the others alone; the other inputs are optional.
 type inputs struct {
 	bench, roundTrips, loads, coldStart, bin, sideBySide, sustain, sustainFakecloud string
+	// isolation: loadgen isolation's summary, committed as
+	// docs/isolation.json.
+	isolation string
 	// growth: loadgen growth's summaries, comma-separated, each with the
 	// emulator it ran on ("NAME=PATH").
 	growth string
@@ -104,6 +107,13 @@ func (in inputs) sections() (map[string]string, error) {
 	if in.growth != "" {
 		var err error
 		if sections["growth"], err = growthSection(in.growth); err != nil {
+			return nil, err
+		}
+	}
+
+	if in.isolation != "" {
+		var err error
+		if sections["isolation"], err = isolationSection(in.isolation); err != nil {
 			return nil, err
 		}
 	}

@@ -268,6 +268,30 @@ func TestSustainTable(t *testing.T) {
 	}
 }
 
+func TestIsolationTable(t *testing.T) {
+	got, err := isolationSection(filepath.Join(testdata, "isolation.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"vegeta v12.13.0, 6 rounds of three 10 s phases: tenant B alone, beside tenant A at its limit, beside A at 10 times it.",
+		"| B beside A at its limit | 10 req/s | 600 | 201 ×600 | 10.0 req/s | 10.0 / 15.1 / 24.0 ms (n=600) | 1.05× / 1.14× |  |",
+		"| B beside A's flood | 10 req/s | 600 | 201 ×600 | 10.0 req/s | 10.4 / 16.0 / 25.2 ms (n=600) | **1.09× / 1.20×** | 1.04× / 1.05× |",
+		"| A's flood | 100 req/s | 6000 | 201 ×660, 429 ×5340 | 11.0 req/s |",
+		"| charges on the provider's ledger | 1260 | 1800 |",
+		"| keys answered 429 that have a record | 0 | – |",
+		"B's p99 round by round, alone / beside A at its limit / beside A's flood, in ms: 21.0 / 24.0 / 25.2; 19.5 / 22.1 / 23.0.",
+		"Every check held: **yes**.",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	if _, err := isolationSection(filepath.Join(testdata, "missing.json")); err == nil {
+		t.Error("a missing summary passed")
+	}
+}
+
 var update = flag.Bool("update", false, "rewrite testdata/doc/benchmarks.golden.md")
 
 // TestDocGolden fills testdata/doc/benchmarks.md from the make bench
@@ -289,7 +313,8 @@ func TestDocGolden(t *testing.T) {
 	}
 	err = run([]string{"-doc", doc, "-bench", fixtures.bench, "-roundtrips", fixtures.roundTrips, "-load", fixtures.loads,
 		"-coldstart", fixtures.coldStart, "-bin", fixtures.bin, "-sidebyside", fixtures.sideBySide,
-		"-sustain", fixtures.sustain, "-sustain-fakecloud", fixtures.sustainFakecloud, "-growth", fixtures.growth})
+		"-sustain", fixtures.sustain, "-sustain-fakecloud", fixtures.sustainFakecloud, "-growth", fixtures.growth,
+		"-isolation", fixtures.isolation})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,8 +351,8 @@ func TestBenchmarksDocTakesEverySection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(sections) != 11 {
-		t.Fatalf("%d sections from the fixtures, want all 11", len(sections))
+	if len(sections) != 12 {
+		t.Fatalf("%d sections from the fixtures, want all 12", len(sections))
 	}
 	doc, err := os.ReadFile("../../docs/benchmarks.md")
 	if err != nil {
@@ -367,6 +392,6 @@ func testInputs(t *testing.T) inputs {
 		bench: in("bench.txt"), roundTrips: in("roundtrips.md"), loads: in("load-steady.json") + "," + in("load-seeds.json"),
 		coldStart: in("e2e.txt"), bin: bin, sideBySide: in("sidebyside.json"),
 		sustain: in("sustain.json"), sustainFakecloud: in("sustain-fakecloud.json"),
-		growth: "growing stack=" + in("growth.json"),
+		growth: "growing stack=" + in("growth.json"), isolation: in("isolation.json"),
 	}
 }

@@ -62,12 +62,16 @@ func testMeasurement() measurement {
 	}
 	first := idem(3, 2, 0, 924)
 	first[tableCharges] = tableFigures{WCU: 2, LargestItemBytes: 400}
+	shared := idem(3, 2, 0, 924)
+	shared[tableCharges] = tableFigures{WCU: 2, LargestItemBytes: 400}
+	shared[tableLimits] = tableFigures{WCU: 1, LargestItemBytes: 60}
 	reconcile := idem(3, 3, 1, 614)
 	reconcile[tableCharges] = tableFigures{WCU: 2, LargestItemBytes: 400}
 	return measurement{
 		MeasuredAt: "2026-12-01 00:00 UTC",
 		RoundTrips: roundTripFigures{Index: "stuck-leases", Outcomes: []outcomeFigures{
 			{ID: outcomeFirst, Calls: map[string]int{"PutItem": 1, "TransactWriteItems": 1}, Tables: first, LogBytes: 800},
+			{ID: outcomeShared, Calls: map[string]int{"PutItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, Tables: shared, LogBytes: 800},
 			{ID: outcomeReplay, Calls: map[string]int{"PutItem": 1}, Tables: idem(1, 0, 0, 924), LogBytes: 600},
 			{ID: outcomeCached, Calls: map[string]int{}, Tables: map[string]tableFigures{}, LogBytes: 600},
 			{ID: outcomeInFlight, Calls: map[string]int{"PutItem": 1}, Tables: idem(1, 0, 0, 300), LogBytes: 500},
@@ -87,6 +91,9 @@ func testDeployment() deployment {
 	return deployment{
 		MemoryMB: 512, ChargeTimeout: 10 * time.Second, CommitReserve: 2 * time.Second, InflightWait: 2 * time.Second,
 		ReplayCache: 100, SweepEvery: time.Minute, SweepSchedule: "rate(1 minute)", ReconcileBatch: 10, Shards: 10, SweepMaxKeys: 600,
+		ChargeReserved: 500, APIRate: 2000, APIBurst: 1000, DeferrableRate: 100, DeferrableBurst: 50, DeferrableRoutes: 4,
+		IntakeMaxConcurrency: 50, TenantRate: 100, TenantConcurrency: 50, LimitsMaxAge: time.Minute,
+		SyncEvery: 5, SyncShare: 20, HotShare: 200, ShedFor: 5 * time.Second,
 		AuditBatch: 100, AuditRetentionDays: 400, AuditIndexDays: 92,
 	}
 }
@@ -157,7 +164,8 @@ func TestCapacityModel(t *testing.T) {
 	closeTo(t, "logs GB", c.LogGBMonth, (1018*800+100*600+2*700)*month/gib)
 	closeTo(t, "traces/s", c.TracesPerSecond, 1+0.1*1119)
 	// The audit trail: 1,000 charges written a second, 4 changes each, in
-	// objects of 100; 3 index items each; a record of 924 + 150 bytes.
+	// objects of 100; 3 index items each. TestRoundTrips' requests carry a
+	// typical caller, so the measured 924-byte record holds it already.
 	closeTo(t, "audit entries/s", c.AuditChanges, 4000)
 	closeTo(t, "audit objects/s", c.AuditObjects, 40)
 	closeTo(t, "audit index WCU/s", c.AuditIndexWCU, 3000)
@@ -165,10 +173,42 @@ func TestCapacityModel(t *testing.T) {
 	closeTo(t, "audit GB retained", c.AuditGBRetained, 400*4000*86400*100.0/gib)
 	closeTo(t, "audit index provisioned", c.AuditIndexProvisioned, 3000*100*0.001)
 	closeTo(t, "audit index on demand", c.AuditIndexOnDemand, 3000*month/1e6)
-	if c.RecordWithActorBytes != 924+150 {
-		t.Errorf("record with its actor: %d B, want %d", c.RecordWithActorBytes, 924+150)
+	if c.RecordWithActorBytes != 924 {
+		t.Errorf("record with its actor: %d B, want the measured %d", c.RecordWithActorBytes, 924)
 	}
 	closeTo(t, "total", c.CostTotal[0], sumCosts(c.Costs, 0))
+	// The tenants' limits: a count per request adds a call (5 ms on a
+	// 20 ms first charge) and 1 of 7 write units, for every request.
+	if c.FirstCalls != 2 || c.SharedCalls != 3 || c.CounterCalls != 3 {
+		t.Errorf("calls: first %d, shared %d, a per-request count %d; want 2, 3, 3", c.FirstCalls, c.SharedCalls, c.CounterCalls)
+	}
+	closeTo(t, "a count's write units", c.CounterWRU, 8)
+	closeTo(t, "a count's latency share", c.CounterLatencyShare, 5.0/20)
+	closeTo(t, "a count's WCU/s", c.CounterWCU, 1120)
+	closeTo(t, "a count's cost", c.CounterUSD, 1120*month/1e6)
+	closeTo(t, "a busy tenant's cost", c.BusyUSD, 1120*month/1e6/5)
+	// A flood over ⌈37.06⌉ = 38 instances: 5 each unshared, then 1.
+	closeTo(t, "flood, first second", c.FloodFirstSecond, 100+38*5)
+	closeTo(t, "flood, after", c.FloodLater, 100+38)
+	closeTo(t, "a hot count's writes", c.HotCountWrites, 200+38)
+	closeTo(t, "override reads/s", c.OverrideReads, 38.0/60)
+	closeTo(t, "a tenant's rows", c.TenantRowsWCU, 200)
+	closeTo(t, "tenants to fill the reservation", c.TenantsToFill, 10)
+	closeTo(t, "a tenant's request budget", c.TenantRequestBudgetMs, 500)
+	// The account: 1,000 less 500 and the sweeper's 1; the intake's 50.
+	closeTo(t, "unreserved", c.Unreserved, 499)
+	closeTo(t, "the reconciler's", c.ReconcileKeeps, 449)
+	closeTo(t, "provider latency the reservation covers", c.ReserveProviderMs, (500-c.ConcurrencyAWS)/101.8*100)
+	closeTo(t, "gateway headroom", c.GatewayHeadroom, 2000.0/1120-1)
+	closeTo(t, "provider latency the gateway fills it at", c.GatewayFillMs, 500.0/2000*1000-20)
+	// Three reads of one call (7 ms), and refunds of 20 + 2 × 5 + 230 ms.
+	closeTo(t, "deferrable concurrency", c.DeferrableConcurrency, 3*100*0.007+100*0.260)
+	closeTo(t, "critical keeps", c.CriticalKeeps, 500-(3*100*0.007+100*0.260))
+	closeTo(t, "replays a tenant's concurrency allows", c.ReplaysPerTenant, 50/0.007)
+	if c.TwinClaimsMax != 8 {
+		t.Errorf("a twin's claims %d, want 8", c.TwinClaimsMax)
+	}
+	closeTo(t, "twins' WCU/s on one key", c.TwinKeyWCU, 25*8)
 	if c.CostTotal[1] <= c.CostTotal[0] {
 		t.Errorf("48 h retention costs %v, no more than 24 h's %v", c.CostTotal[1], c.CostTotal[0])
 	}
@@ -275,7 +315,7 @@ BenchmarkEmulatorTransactWriteItems/items=1000-2  	     50	   27000000 ns/op
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.MeasuredAt != "2026-12-01 09:30 UTC" || m.LoadAvg != "0.10 0.20 0.30" || m.CPU != "AMD EPYC" || len(m.RoundTrips.Outcomes) != 6 {
+	if m.MeasuredAt != "2026-12-01 09:30 UTC" || m.LoadAvg != "0.10 0.20 0.30" || m.CPU != "AMD EPYC" || len(m.RoundTrips.Outcomes) != 7 || m.RoundTripsAt != "" {
 		t.Errorf("snapshot %+v", m)
 	}
 	if got, want := m.Bench[benchFirstCall], (benchFigure{MsPerOp: 10, P50Ms: 9, P99Ms: 25}); got != want {
@@ -292,6 +332,48 @@ BenchmarkEmulatorTransactWriteItems/items=1000-2  	     50	   27000000 ns/op
 	}
 }
 
+// TestMeasureRoundTripsAlone takes the round trips again into a snapshot
+// and keeps its benchmarks, saying when.
+func TestMeasureRoundTripsAlone(t *testing.T) {
+	dir := t.TempDir()
+	old := testMeasurement()
+	b, err := json.Marshal(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	measured, roundTrips := filepath.Join(dir, "measured.json"), filepath.Join(dir, "roundtrips.json")
+	fresh := old.RoundTrips
+	fresh.Outcomes = append([]outcomeFigures(nil), fresh.Outcomes...)
+	fresh.Outcomes[0].LogBytes = 999
+	rt, err := json.Marshal(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(measured, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(roundTrips, rt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m, err := measureRoundTrips(measured, roundTrips, time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.MeasuredAt != old.MeasuredAt || m.RoundTripsAt != "2026-12-07 10:00 UTC" || m.RoundTrips.Outcomes[0].LogBytes != 999 || m.Bench[benchFirstCall] != old.Bench[benchFirstCall] {
+		t.Errorf("snapshot %+v", m)
+	}
+	fresh.Outcomes = fresh.Outcomes[2:] // no first charge, and no shared one
+	if rt, err = json.Marshal(fresh); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(roundTrips, rt, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := measureRoundTrips(measured, roundTrips, time.Now()); err == nil || !strings.Contains(err.Error(), outcomeShared) {
+		t.Errorf("round trips without %s: %v", outcomeShared, err)
+	}
+}
+
 func TestReadDeployment(t *testing.T) {
 	src, err := os.ReadFile(committedTemplate)
 	if err != nil {
@@ -304,6 +386,15 @@ func TestReadDeployment(t *testing.T) {
 	if d.MemoryMB <= 0 || d.ChargeTimeout <= d.CommitReserve || d.InflightWait <= 0 || d.SweepEvery <= 0 || d.ReconcileBatch <= 0 || d.Shards <= 0 || d.SweepMaxKeys <= 0 ||
 		d.AuditBatch <= 0 || d.AuditRetentionDays <= 0 || d.AuditIndexDays <= 0 {
 		t.Errorf("deployment %+v", d)
+	}
+	if d.ChargeReserved <= 0 || d.APIRate <= d.DeferrableRate || d.DeferrableRoutes != 4 || d.IntakeMaxConcurrency <= 0 ||
+		d.TenantRate <= 0 || d.TenantConcurrency <= 0 || d.LimitsMaxAge <= 0 {
+		t.Errorf("the abuse controls in %+v", d)
+	}
+	// A route's rate that is not the parameter's is refused.
+	bad := strings.Replace(string(src), "ThrottlingRateLimit: !Ref ApiRateLimit", "ThrottlingRateLimit: 9999", 1)
+	if _, err := readDeployment([]byte(bad)); err == nil || !strings.Contains(err.Error(), "ApiRateLimit") {
+		t.Errorf("a literal rate: %v", err)
 	}
 	if _, err := readDeployment([]byte("Globals: {}\n")); err == nil || !strings.Contains(err.Error(), "no Globals.Function.MemorySize") {
 		t.Errorf("a template without the figures: %v", err)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/chargeonce/chargeonce/internal/limit"
 )
 
 // gib is DynamoDB's GB: all its size measurements are binary.
@@ -66,6 +68,30 @@ type capacity struct {
 	Costs                                  []costRow
 	CostTotal                              [2]float64
 	LambdaPer100ms, ChargesStoragePerMonth float64 // what each 100 ms of provider latency, and each further month of charges, add
+
+	// Tenants' limits: the count each way of keeping it costs a first
+	// charge, and what the built one lets through.
+	FirstCalls, SharedCalls, CounterCalls int
+	SharedWCU, SharedWRU, CounterWRU      float64 // a shared first charge's limits WCU and write units; a per-request counter's
+	CounterWRUShare, CounterLatencyShare  float64 // what a per-request counter adds to a first charge
+	CounterWCU, CounterUSD                float64 // per second, and a month, at the seeds' load
+	BusyUSD                               float64 // a month, were every charge a busy tenant's
+	CounterBillShare                      float64 // CounterUSD, of the bill at the short retention
+	FirstAWS, ReplayAWS                   float64 // ms on AWS, the Lambda section's estimates
+	FloodFirstSecond, FloodLater          float64 // a flood's admissions a second at the default rate over the AWS estimate's instances
+	HotCountWrites                        float64 // a hot tenant's count's writes a second, at most
+	OverrideReads                         float64 // Query calls a second for the fleet
+	TenantRowsWCU, TenantRowsShare        float64 // a tenant at the default rate on its charges partition
+	TenantConcShare, TenantsToFill        float64 // the default concurrency, of the reservation
+	TenantRequestBudgetMs                 float64 // how long each request of a tenant at its rate may take
+	Unreserved, ReconcileKeeps            float64 // the account's concurrency left, and the reconciler's share
+	ReserveProviderMs, GatewayFillMs      float64 // provider latencies the reservation, and the gateway's rate, reach it at
+	GatewayHeadroom                       float64 // the critical routes' rate over the seeds' requests
+	DeferrableConcurrency, CriticalKeeps  float64 // at GatewayFillMs
+	ReplaysPerTenant, TwinsPerTenant      float64 // a second, what a tenant's concurrency allows of each
+	TwinClaimsMax                         int     // claims of one twin through INFLIGHT_WAIT
+	TwinKeyWCU                            float64 // WCU/s on one in-flight key's partition
+	ConcurrencySpan                       int     // seconds a tenant's concurrency is averaged over
 
 	// The audit trail, off the request path. Per second: the changes the
 	// streams carry, the objects the audit function writes, the index
@@ -157,7 +183,7 @@ func model(m measurement, in capacityInputs, d deployment) (capacity, error) {
 	c.MonthDays = in.v(inHoursPerMonth) / 24
 
 	out := func(id string) outcomeFigures { o, _ := m.outcome(id); return o }
-	for _, id := range []string{outcomeFirst, outcomeReplay, outcomeCached, outcomeInFlight, outcomeUnknown, outcomeReconcile} {
+	for _, id := range outcomeIDs {
 		o := out(id)
 		c.Outcomes = append(c.Outcomes, outcomeRow{outcomeFigures: o, Calls: callList(o.Calls)})
 	}
@@ -308,7 +334,70 @@ func model(m measurement, in capacityInputs, d deployment) (capacity, error) {
 
 	c.audit()
 	c.costs()
+	c.limits(in, d, firstAWS, replayAWS)
 	return c, nil
+}
+
+// limits works out the tenants' limits. It prices each way of sharing a
+// count, and what the built one lets through. It says what the reservation
+// and the gateway's rates keep for charges.
+func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS float64) {
+	latency, pw := in.v(inDynamoLatency), in.v(inPartitionWCU)
+	first, _ := c.M.outcome(outcomeFirst)
+	shared, _ := c.M.outcome(outcomeShared)
+	count := func(calls map[string]int) (n int) {
+		for _, k := range calls {
+			n += k
+		}
+		return n
+	}
+	c.FirstAWS, c.ReplayAWS = firstAWS, replayAWS
+	c.FirstCalls, c.SharedCalls = count(first.Calls), count(shared.Calls)
+	c.SharedWCU = float64(shared.Tables[tableLimits].WCU)
+	for _, t := range shared.Tables {
+		c.SharedWRU += float64(t.WCU + t.IndexWCU)
+	}
+	// A count written on every request: one more call and its write.
+	c.CounterCalls = c.FirstCalls + 1
+	c.CounterWRU = c.FirstChargeWRU + c.SharedWCU
+	c.CounterWRUShare = c.SharedWCU / c.FirstChargeWRU
+	c.CounterLatencyShare = latency / firstAWS
+	c.CounterWCU = c.Requests * c.SharedWCU
+	c.CounterUSD = in.get(priceWrite).cost(c.CounterWCU * c.MonthSeconds / 1e6)
+	c.BusyUSD = c.CounterUSD / float64(d.SyncEvery)
+	c.CounterBillShare = c.CounterUSD / c.CostTotal[0]
+	// The built count, at the AWS estimate's instances. Each admits what
+	// it has not shared: SyncEvery in a flood's first second, then one.
+	instances := math.Ceil(c.ConcurrencyAWS)
+	c.FloodFirstSecond = d.TenantRate + instances*math.Max(float64(d.SyncEvery), d.TenantRate/float64(d.SyncShare))
+	c.FloodLater = d.TenantRate + instances*math.Max(1, d.TenantRate/float64(d.HotShare))
+	c.HotCountWrites = float64(d.HotShare) + instances
+	c.OverrideReads = instances / d.LimitsMaxAge.Seconds()
+	// The defaults.
+	c.TenantRowsWCU = d.TenantRate * float64(first.Tables[tableCharges].WCU)
+	c.TenantRowsShare = c.TenantRowsWCU / pw
+	c.TenantConcShare = d.TenantConcurrency / d.ChargeReserved
+	c.TenantsToFill = d.ChargeReserved / d.TenantConcurrency
+	c.TenantRequestBudgetMs = d.TenantConcurrency / d.TenantRate * 1000
+	// The reservation, the gateway's rates, and what the routes that can
+	// wait hold: a read is one call, a refund a first charge's path with
+	// two calls more (the charge's row read and its hold) and the provider.
+	c.Unreserved = in.v(inLambdaQuota) - d.ChargeReserved - 1 // the sweeper's 1
+	c.ReconcileKeeps = c.Unreserved - d.IntakeMaxConcurrency
+	c.ReserveProviderMs = math.Max(0, d.ChargeReserved-c.ConcurrencyAWS) / c.ConcurrencyPer100ms * 100
+	c.GatewayHeadroom = d.APIRate/c.Requests - 1
+	c.GatewayFillMs = math.Max(0, d.ChargeReserved/d.APIRate*1000-firstAWS)
+	reads := float64(d.DeferrableRoutes-1) * d.DeferrableRate * replayAWS / 1000
+	refunds := d.DeferrableRate * (firstAWS + 2*latency + c.GatewayFillMs) / 1000
+	c.DeferrableConcurrency = reads + refunds
+	c.CriticalKeeps = d.ChargeReserved - c.DeferrableConcurrency
+	// One key: its replays' handler time, and its twins' waits, count
+	// against the tenant's concurrency.
+	c.ReplaysPerTenant = d.TenantConcurrency / (replayAWS / 1000)
+	c.TwinsPerTenant = d.TenantConcurrency / d.InflightWait.Seconds()
+	c.TwinClaimsMax = twinClaims(math.Inf(1), in.v(inFirstPause), in.v(inMaxPause), d.InflightWait)
+	c.TwinKeyWCU = c.TwinsPerTenant * float64(c.TwinClaimsMax) * c.ReplayWCU
+	c.ConcurrencySpan = limit.ConcurrencySpan
 }
 
 // audit sizes the audit trail at the load. Each charge written, first or
@@ -328,7 +417,8 @@ func (c *capacity) audit() {
 	c.AuditIndexProvisioned = c.AuditIndexWCU * in.v(inHoursPerMonth) * in.v(priceProvisionedWCU)
 	c.AuditBatchKB = float64(c.D.AuditBatch) * in.v(inAuditEntryBytes) / 1024
 	first, _ := c.M.outcome(outcomeFirst)
-	c.RecordWithActorBytes = first.Tables[tableIdempotency].LargestItemBytes + int(in.v(inActorBytes))
+	// TestRoundTrips' requests carry a typical caller: the record holds it.
+	c.RecordWithActorBytes = first.Tables[tableIdempotency].LargestItemBytes
 	c.AuditGBYear = c.AuditGBPerDay * 365
 	c.AuditYearScan = c.AuditGBYear / 1024 * in.v(priceAthena)
 }

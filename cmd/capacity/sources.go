@@ -14,6 +14,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/chargeonce/chargeonce/internal/benchout"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
@@ -36,12 +38,15 @@ func readJSON(path string, v any) error {
 // bench's outputs, kept in the repository so the document can be
 // regenerated without measuring again.
 type measurement struct {
-	MeasuredAt string                 `json:"measured_at"` // when the snapshot was taken, UTC
-	From       []string               `json:"from"`        // the make bench outputs it was read from
-	LoadAvg    string                 `json:"loadavg"`     // when the benchmarks started
-	CPU        string                 `json:"cpu"`
-	RoundTrips roundTripFigures       `json:"roundtrips"`
-	Bench      map[string]benchFigure `json:"bench"`
+	MeasuredAt string   `json:"measured_at"` // when the snapshot was taken, UTC
+	From       []string `json:"from"`        // the make bench outputs it was read from
+	// RoundTripsAt is when the round trips alone were taken again
+	// (capacity -roundtrips without -bench), if they were.
+	RoundTripsAt string                 `json:"roundtrips_measured_at,omitempty"`
+	LoadAvg      string                 `json:"loadavg"` // when the benchmarks started
+	CPU          string                 `json:"cpu"`
+	RoundTrips   roundTripFigures       `json:"roundtrips"`
+	Bench        map[string]benchFigure `json:"bench"`
 }
 
 // roundTripFigures is the part of TestRoundTrips' JSON (test/bench,
@@ -81,6 +86,7 @@ const (
 	benchEmulatorTx  = "BenchmarkEmulatorTransactWriteItems/items=0"
 
 	outcomeFirst     = "first"
+	outcomeShared    = "first-shared"
 	outcomeReplay    = "replay"
 	outcomeCached    = "replay-cached"
 	outcomeInFlight  = "in-flight"
@@ -89,7 +95,27 @@ const (
 
 	tableIdempotency = "idempotency"
 	tableCharges     = "charges"
+	tableLimits      = "limits"
 )
+
+// outcomeIDs are the measured outcomes the model reads, in the order
+// docs/capacity.md shows them.
+var outcomeIDs = []string{outcomeFirst, outcomeShared, outcomeReplay, outcomeCached, outcomeInFlight, outcomeUnknown, outcomeReconcile}
+
+// measureRoundTrips takes the round trips of the snapshot at measuredPath
+// again from roundTripsPath, at now, and keeps its benchmarks.
+func measureRoundTrips(measuredPath, roundTripsPath string, now time.Time) (measurement, error) {
+	var m measurement
+	if err := readJSON(measuredPath, &m); err != nil {
+		return measurement{}, err
+	}
+	m.RoundTrips = roundTripFigures{}
+	if err := readJSON(roundTripsPath, &m.RoundTrips); err != nil {
+		return measurement{}, err
+	}
+	m.RoundTripsAt = now.UTC().Format("2006-01-02 15:04 UTC")
+	return m, m.check()
+}
 
 // measure reads make bench's outputs into a snapshot taken at now.
 func measure(roundTripsPath, benchPath string, now time.Time) (measurement, error) {
@@ -127,7 +153,7 @@ func (m measurement) check() error {
 			errs = append(errs, fmt.Errorf("no p50-ms and p99-ms for %s", name))
 		}
 	}
-	for _, id := range []string{outcomeFirst, outcomeReplay, outcomeCached, outcomeInFlight, outcomeUnknown, outcomeReconcile} {
+	for _, id := range outcomeIDs {
 		if _, ok := m.outcome(id); !ok {
 			errs = append(errs, fmt.Errorf("no round-trip outcome %q", id))
 		}
@@ -310,6 +336,20 @@ type deployment struct {
 	ReconcileBatch int
 	Shards         int // idem's default: every function uses it
 	SweepMaxKeys   int // the sweeper's default
+
+	// The abuse controls. ChargeFunction's reserved concurrency; the
+	// gateway's rates and bursts, for the critical routes and for each of
+	// the DeferrableRoutes; the intake's cap; a tenant's default limits.
+	ChargeReserved                  float64
+	APIRate, APIBurst               float64
+	DeferrableRate, DeferrableBurst float64
+	DeferrableRoutes                int
+	IntakeMaxConcurrency            float64
+	TenantRate, TenantConcurrency   float64
+	LimitsMaxAge                    time.Duration
+	SyncEvery, SyncShare, HotShare  int // package limit's
+	ShedFor                         time.Duration
+
 	// The audit function's batch of stream records, and the defaults of
 	// the trail's retention and of its index's, in days.
 	AuditBatch                         int
@@ -362,6 +402,14 @@ func readDeployment(src []byte) (deployment, error) {
 	if err != nil {
 		return deployment{}, err
 	}
+	// A parameter's default, which the resource at path names with !Ref.
+	param := func(name string, path ...string) float64 {
+		if ref := scalar(path...); ref != name {
+			errs = append(errs, fmt.Errorf("%s is %q, want !Ref %s", strings.Join(path, "."), ref, name))
+		}
+		return number("Parameters", name, "Default")
+	}
+	api := []string{"Resources", "HttpApi", "Properties"}
 	d := deployment{
 		MemoryMB:           number("Globals", "Function", "MemorySize"),
 		ChargeTimeout:      time.Duration(number("Resources", "ChargeFunction", "Properties", "Timeout")) * time.Second,
@@ -375,6 +423,24 @@ func readDeployment(src []byte) (deployment, error) {
 		AuditBatch:         int(number("Resources", "AuditFunction", "Properties", "Events", "IdempotencyStream", "Properties", "BatchSize")),
 		AuditRetentionDays: number("Parameters", "AuditRetentionDays", "Default"),
 		AuditIndexDays:     number("Parameters", "AuditIndexDays", "Default"),
+
+		ChargeReserved:       param("ChargeReservedConcurrency", "Resources", "ChargeFunction", "Properties", "ReservedConcurrentExecutions"),
+		APIRate:              param("ApiRateLimit", append(api, "DefaultRouteSettings", "ThrottlingRateLimit")...),
+		APIBurst:             param("ApiBurstLimit", append(api, "DefaultRouteSettings", "ThrottlingBurstLimit")...),
+		DeferrableRate:       number("Parameters", "ApiDeferrableRateLimit", "Default"),
+		DeferrableBurst:      number("Parameters", "ApiDeferrableBurstLimit", "Default"),
+		IntakeMaxConcurrency: number("Resources", "IntakeFunction", "Properties", "Events", "ChargeRequests", "Properties", "ScalingConfig", "MaximumConcurrency"),
+		TenantRate:           number("Parameters", "TenantRateLimit", "Default"),
+		TenantConcurrency:    number("Parameters", "TenantConcurrencyLimit", "Default"),
+		LimitsMaxAge:         duration("Parameters", "LimitsMaxAge", "Default"),
+		SyncEvery:            limit.SyncEvery, SyncShare: limit.SyncShare, HotShare: limit.HotShare,
+		ShedFor: limit.DefaultShedFor,
+	}
+	// Every route that can wait takes the deferrable rate.
+	for _, route := range httpapi.Deferrable {
+		param("ApiDeferrableRateLimit", append(api, "RouteSettings", route, "ThrottlingRateLimit")...)
+		param("ApiDeferrableBurstLimit", append(api, "RouteSettings", route, "ThrottlingBurstLimit")...)
+		d.DeferrableRoutes++
 	}
 	if d.SweepSchedule != "" {
 		if d.SweepEvery, err = parseRate(d.SweepSchedule); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/client"
@@ -41,6 +42,11 @@ const adminUsage = `usage:
       (--charged REF | --refunded REF | --declined [--decline-code CODE] | --released) TENANT KEY
                                                    settle an in-flight (parked) key as the provider's records say,
                                                    after showing its evidence and asking you to type KEY
+  chargectl admin limits list [--json]            the tenants whose limits an operator set
+  chargectl admin limits set [--json] [--rate N] [--concurrency N] TENANT
+                                                   set a tenant's limits: requests a second, requests at once
+                                                   (a limit not given keeps the default); applies within LIMITS_MAX_AGE
+  chargectl admin limits clear [--json] TENANT    give a tenant the default limits again
   chargectl admin audit [--json] [--operation OP] TENANT KEY
                                                    the audit trail of a key (hashed here), oldest first
   chargectl admin audit [--json] --charge TENANT CHARGE_ID
@@ -54,9 +60,9 @@ const adminUsage = `usage:
 OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
-configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvIdempotencyTTL + `,
+configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvLimitsTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
-` + app.EnvAuditIndexTable + `, ` + app.EnvRoutesTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and
+` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + app.EnvRoutesTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and
 ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
 
@@ -97,12 +103,12 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		return exitUsage
 	}
 	cmd, args := args[0], args[1:]
-	if cmd == "dlq" {
+	if cmd == "dlq" || cmd == "limits" {
 		if len(args) == 0 {
 			fmt.Fprint(stderr, adminUsage)
 			return exitUsage
 		}
-		cmd, args = "dlq "+args[0], args[1:]
+		cmd, args = cmd+" "+args[0], args[1:]
 	}
 	a := &admin{adminEnv: env, stdout: stdout, stderr: stderr}
 	fs := flag.NewFlagSet("chargectl admin "+cmd, flag.ContinueOnError)
@@ -115,13 +121,14 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		nargs int
 		need  []string
 		do    func(context.Context, []string) error
-		limit int
+		most  int
 		byKey bool
 		sub   submission
 		// check refuses, as a usage error, flags that do not fit together.
 		check   func() error
 		set     settlement
 		settled provider.Result
+		limits  limit.Limits
 	)
 	switch cmd {
 	case "record":
@@ -130,16 +137,16 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		do = a.record
 	case "stuck":
 		need = []string{app.EnvIdempotencyTable}
-		fs.IntVar(&limit, "max", 1000, "list at most this many")
-		do = func(ctx context.Context, _ []string) error { return a.stuck(ctx, limit) }
+		fs.IntVar(&most, "max", 1000, "list at most this many")
+		do = func(ctx context.Context, _ []string) error { return a.stuck(ctx, most) }
 	case "reconcile":
 		nargs, need = 2, []string{app.EnvReconcileQueueURL}
 		operation()
 		do = a.reconcile
 	case "dlq list":
 		need = []string{app.EnvReconcileDLQURL}
-		fs.IntVar(&limit, "max", 1000, "list at most this many")
-		do = func(ctx context.Context, _ []string) error { return a.dlqList(ctx, limit) }
+		fs.IntVar(&most, "max", 1000, "list at most this many")
+		do = func(ctx context.Context, _ []string) error { return a.dlqList(ctx, most) }
 	case "dlq redrive":
 		need = []string{app.EnvReconcileQueueURL, app.EnvReconcileDLQURL}
 		fs.BoolVar(&byKey, "key", false, "move only the messages of the key TENANT KEY given as arguments")
@@ -168,14 +175,35 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 			return err
 		}
 		do = func(ctx context.Context, args []string) error { return a.settle(ctx, args, settled, set.yes) }
+	case "limits list":
+		need = []string{app.EnvLimitsTable}
+		do = func(ctx context.Context, _ []string) error { return a.limitsList(ctx) }
+	case "limits set":
+		nargs, need = 1, []string{app.EnvLimitsTable}
+		fs.IntVar(&limits.Rate, "rate", 0, "requests the tenant may start a second (0: the default)")
+		fs.IntVar(&limits.Concurrency, "concurrency", 0, "requests of the tenant that may run at once (0: the default)")
+		check = func() error {
+			if limits.Rate < 0 || limits.Concurrency < 0 || limits == (limit.Limits{}) {
+				return errors.New("give --rate, --concurrency or both, each at least 1")
+			}
+			return nil
+		}
+		do = func(ctx context.Context, args []string) error { return a.limitsSet(ctx, args[0], limits) }
+	case "limits clear":
+		nargs, need = 1, []string{app.EnvLimitsTable}
+		do = func(ctx context.Context, args []string) error { return a.limitsSet(ctx, args[0], limit.Limits{}) }
 	case "audit":
 		nargs, need = 2, []string{app.EnvAuditBucket, app.EnvAuditIndexTable}
 		operation()
 		var byCharge bool
 		fs.BoolVar(&byCharge, "charge", false, "the arguments are TENANT CHARGE_ID: the charge's trail, its key's and its refunds'")
 		check = func() error {
-			if byCharge {
-				need = append(need, app.EnvChargesTable)
+			if !byCharge {
+				return nil
+			}
+			need = append(need, app.EnvChargesTable)
+			if id := fs.Arg(1); !charge.IsChargeID(id) {
+				return fmt.Errorf("%q: %w", id, charge.ErrNotChargeID)
 			}
 			return nil
 		}

@@ -60,6 +60,7 @@ func newAdminStack(t *testing.T) *adminStack {
 		app.EnvReconcileQueueURL:      d.Queues.URL,
 		app.EnvReconcileDLQURL:        d.Queues.DLQURL,
 		app.EnvChargeRequestsQueueURL: d.ChargeRequests.URL,
+		app.EnvLimitsTable:            d.LimitsTable,
 		app.EnvAuditBucket:            trail.Config.AuditBucket,
 		app.EnvAuditIndexTable:        trail.Config.AuditIndexTable,
 	}}
@@ -357,11 +358,65 @@ func TestAdminUsage(t *testing.T) {
 		"settle as two":     {"settle", "--declined", "--released", "acme", "k"},
 		"settle no code":    {"settle", "--declined", "--decline-code", "", "acme", "k"},
 		"settle no charges": {"settle", "--released", "acme", "k"},
+		"limits alone":      {"limits"},
+		"limits set none":   {"limits", "set", "acme"},
+		"limits set below":  {"limits", "set", "--rate", "-1", "acme"},
+		"limits no tenant":  {"limits", "clear"},
+		"no limits table":   {"limits", "list"},
 	} {
 		var stdout, stderr bytes.Buffer
 		if code := runAdmin(context.Background(), args, env, &stdout, &stderr); code != exitUsage || stderr.Len() == 0 {
 			t.Errorf("%s: exit %d, stderr %q; want %d with a message", name, code, stderr.String(), exitUsage)
 		}
+	}
+}
+
+// TestAdminLimitsApplyWithoutARestart: an operator lowers a tenant's rate
+// with chargectl admin limits set; a charge function already running
+// applies it within LIMITS_MAX_AGE, and the default (100 a second) again
+// once cleared.
+func TestAdminLimitsApplyWithoutARestart(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	h := s.ChargeHandler(t, func(w *testkit.Wiring) { w.Charge.LimitsTable, w.Deps.Clock = s.LimitsTable, clock.Now })
+	charges := func(n int) (created, limited int) {
+		for range n {
+			resp, err := h.Handle(t.Context(), testkit.PostCharge("acme", testkit.UniqueName("order"), settleBody))
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case resp.StatusCode == http.StatusCreated:
+				created++
+			case resp.StatusCode == http.StatusTooManyRequests:
+				limited++
+			}
+		}
+		return created, limited
+	}
+
+	if code, out, _ := s.admin(t, "limits", "set", "--rate", "2", "acme"); code != exitOK || !strings.Contains(out, "acme: rate 2 a second, concurrency default") {
+		t.Fatalf("limits set: exit %d, %s", code, out)
+	}
+	if code, out, _ := s.admin(t, "limits", "list"); code != exitOK || !regexp.MustCompile(`acme +2 +default`).MatchString(out) {
+		t.Fatalf("limits list: exit %d, %s", code, out)
+	}
+	if c, l := charges(4); c != 4 || l != 0 {
+		t.Fatalf("before LIMITS_MAX_AGE: %d created, %d limited; want the old limits, 4 and 0", c, l)
+	}
+	clock.Advance(time.Minute)
+	if c, l := charges(4); c != 2 || l != 2 {
+		t.Fatalf("after LIMITS_MAX_AGE: %d created, %d limited; want 2 and 2", c, l)
+	}
+	if code, _, _ := s.admin(t, "limits", "clear", "acme"); code != exitOK {
+		t.Fatalf("limits clear: exit %d", code)
+	}
+	if code, out, _ := s.admin(t, "limits", "list", "--json"); code != exitOK || strings.TrimSpace(out) != "[]" {
+		t.Fatalf("limits list after clear: exit %d, %s", code, out)
+	}
+	clock.Advance(time.Minute)
+	if c, l := charges(4); c != 4 || l != 0 {
+		t.Fatalf("after clearing: %d created, %d limited; want the defaults, 4 and 0", c, l)
 	}
 }
 

@@ -64,3 +64,25 @@ func TestCreateUnavailableAfterAnAmbiguousAttemptWarns(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and the warning that the card may have been charged", code, stderr, exitPending)
 	}
 }
+
+// TestRateLimitedSaysNothingRanAndWhenToResume: a tenant over its limit
+// is refused until the budget runs out; chargectl says that no attempt did
+// anything, and when and how to resume, and exits 3.
+func TestRateLimitedSaysNothingRanAndWhenToResume(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"type":"https://chargeonce.dev/problems/rate-limited","title":"Too many requests for this tenant","status":429}`)
+	}))
+	t.Cleanup(srv.Close)
+	stderr := &testkit.LogBuffer{}
+	code, _ := runCLI(t, srv.URL, stderr, "create", "--amount", "1500", "--source", "tok_visa", "--timeout", "300ms")
+	id := mintedID.FindStringSubmatch(stderr.String())[1]
+	want := "rate limited: the tenant is over its limit, and no attempt did anything; after 1s, resume with: chargectl create ... --id " + id
+	if code != exitPending || !strings.Contains(stderr.String(), want) || strings.Contains(stderr.String(), "may have") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and %q", code, stderr, exitPending, want)
+	}
+}

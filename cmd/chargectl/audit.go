@@ -150,13 +150,15 @@ func (a *admin) note(ctx context.Context, key idem.Key, rec *idem.Record, res pr
 	e := audit.Entry{
 		At: a.clock().UTC(), What: audit.WhatOperatorSettles, Tenant: key.Tenant(), Operation: key.Operation(), KeyHash: key.LogHash(),
 		Principal: &audit.Principal{IAM: who}, Request: asked, Status: as, CreatedAt: rec.CreatedAt.UTC(),
+		// The take-overs it saw: the trail puts it before the next one, its own.
+		Attempts: rec.Attempts,
 	}
 	if key.Operation() == charge.RefundOperation {
 		e.Refund = charge.RefundID(key, rec.CreatedAt)
 	} else {
 		e.Charge = charge.ChargeID(key, rec.CreatedAt)
 	}
-	return audit.Note(ctx, archive, index, e, audit.DefaultIndexRetention)
+	return audit.Note(ctx, archive, index, e, a.cfg.IndexRetention)
 }
 
 // callerARN is who runs chargectl: the ARN STS gives the default chain's

@@ -5,6 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/audit"
@@ -13,7 +19,8 @@ import (
 )
 
 // TestAdminAudit: chargectl admin audit shows a key's trail, hashing the
-// key it is given, and a charge's, its refund's with it; oldest first.
+// key it is given, and a charge's, its refund's with it; oldest first. It
+// refuses a prefix of a charge id, which could name several.
 func TestAdminAudit(t *testing.T) {
 	t.Parallel()
 	s := newAdminStack(t)
@@ -54,6 +61,9 @@ func TestAdminAudit(t *testing.T) {
 	}
 	if code, _, stderr := s.admin(t, "audit", "--charge", "acme", "ch_000000000000000000000000"); code != exitFailed || !strings.Contains(stderr, "no such charge") {
 		t.Errorf("audit of an unknown charge: exit %d %s", code, stderr)
+	}
+	if code, _, stderr := s.admin(t, "audit", "--charge", "acme", created.Charge.ID[:12]); code != exitUsage || !strings.Contains(stderr, "not a charge id") {
+		t.Errorf("audit of a charge id's prefix: exit %d %s, want it refused", code, stderr)
 	}
 }
 
@@ -109,5 +119,37 @@ func TestCallerIsWhomSTSNames(t *testing.T) {
 	arn, err := caller(t.Context(), testkit.Config(t), testkit.Endpoints(t).DynamoDB)
 	if err != nil || !strings.HasPrefix(arn, "arn:aws:") {
 		t.Errorf("caller: %q %v, want an ARN", arn, err)
+	}
+}
+
+// TestAdminSettleFilesItsNoteForTheIndexsDays: the note is found through
+// the index for AUDIT_INDEX_DAYS, as the audit function files the
+// streams' entries: not for the default's 92 days.
+func TestAdminSettleFilesItsNoteForTheIndexsDays(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	order := testkit.UniqueName("order")
+	s.parked(t, order)
+	s.env[app.EnvAuditIndexDays] = "30"
+	if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitOK {
+		t.Fatalf("settle: exit %d %s", code, stderr)
+	}
+	out, err := s.clients.DynamoDB.Query(t.Context(), &dynamodb.QueryInput{
+		TableName:                 aws.String(s.trail.Config.AuditIndexTable),
+		KeyConditionExpression:    aws.String("#s = :s"),
+		ExpressionAttributeNames:  map[string]string{"#s": audit.AttrSubject},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: s.key(t, order).LogHash()}},
+	})
+	if err != nil || len(out.Items) != 1 {
+		t.Fatalf("the note's index items: %v %v", out, err)
+	}
+	var object string
+	var expires int64
+	if attributevalue.Unmarshal(out.Items[0][audit.AttrObject], &object) != nil || attributevalue.Unmarshal(out.Items[0][audit.AttrExpires], &expires) != nil {
+		t.Fatalf("the note's index item: %v", out.Items[0])
+	}
+	want := time.Now().Add(30 * 24 * time.Hour)
+	if got := time.Unix(expires, 0); !strings.Contains(object, audit.TableOperator) || got.Sub(want).Abs() > time.Minute {
+		t.Errorf("the note %s is filed until %s, want %s", object, got, want)
 	}
 }

@@ -17,6 +17,9 @@
 //	chargectl admin dlq redrive [--json] [--key TENANT KEY]
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
 //	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
+//	chargectl admin limits list [--json]
+//	chargectl admin limits set [--json] [--rate N] [--concurrency N] TENANT
+//	chargectl admin limits clear [--json] TENANT
 //	chargectl admin audit [--json] [--operation OP] TENANT KEY
 //	chargectl admin audit [--json] --charge TENANT CHARGE_ID
 //
@@ -39,7 +42,7 @@
 //
 // The admin commands read the deployment's tables and queues directly, with
 // the configuration the functions read: IDEMPOTENCY_TABLE, CHARGES_TABLE,
-// IDEMPOTENCY_TTL (default 24h), RECONCILE_QUEUE_URL, RECONCILE_DLQ_URL
+// LIMITS_TABLE, IDEMPOTENCY_TTL (default 24h), RECONCILE_QUEUE_URL, RECONCILE_DLQ_URL
 // (the dead-letter queue, which no function reads), DYNAMODB_ENDPOINT and
 // SQS_ENDPOINT (unset: AWS) and the SDK's AWS_* variables; each command
 // requires only what it uses. KEY is
@@ -67,13 +70,21 @@
 // audit shows a key's audit trail, oldest first: it hashes the key, and
 // neither sends nor shows it. With --charge it shows a charge's: its
 // key's and its refunds'. Both read AUDIT_BUCKET and AUDIT_INDEX_TABLE.
+// settle files its note in the index for AUDIT_INDEX_DAYS (default 92),
+// as the audit function files the streams' entries.
+// limits set gives a tenant its own rate (requests a second) or
+// concurrency (requests at once), or both; a limit not given keeps the
+// default. limits clear gives it the defaults again, and limits list shows
+// the tenants with limits of their own. The charge functions read them
+// again within LIMITS_MAX_AGE, with no deploy.
 //
 // Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
 // outcome is not known yet. A final failure is a card declined, a request
 // invalid, a key reused, a charge not found, a token refused, a refund
 // beyond the charge or its limit of refunds, or a request the charge's
 // state forbids. The outcome is not known yet while a request is in
-// progress, pending or unavailable, or when it was interrupted. So it is
+// progress, pending, unavailable or rate limited (the tenant over its
+// limit: chargectl says when to resume), or when it was interrupted. So it is
 // for a refund beyond the charge or its limit while other refunds are in
 // flight, and for a state conflict while a capture or cancel runs. Then
 // run create or refund again with the --id it printed, or capture or

@@ -447,8 +447,8 @@ func printJSON(stdout, stderr io.Writer, v any) int {
 // resumed with its id, may still succeed.
 func pending(err error) bool {
 	for _, target := range []error{
-		client.ErrInProgress, client.ErrOutcomePending, client.ErrOutcomeUnknown, client.ErrUnavailable, client.ErrInternal,
-		context.DeadlineExceeded, context.Canceled,
+		client.ErrInProgress, client.ErrOutcomePending, client.ErrOutcomeUnknown, client.ErrUnavailable, client.ErrRateLimited,
+		client.ErrInternal, context.DeadlineExceeded, context.Canceled,
 	} {
 		if errors.Is(err, target) {
 			return true
@@ -494,6 +494,12 @@ func fail(stdout, stderr io.Writer, asJSON bool, in intent, err error) int {
 	switch {
 	case code == exitPending && in.resume != "" && errors.Is(err, client.ErrOutcomeUnknown):
 		fmt.Fprintf(stderr, "the outcome is unknown: %s; %s: %s\n", in.effect, unknown, again)
+	case in.resume != "" && errors.Is(err, client.ErrRateLimited):
+		wait := time.Second
+		if p != nil && p.RetryAfter > 0 {
+			wait = p.RetryAfter
+		}
+		fmt.Fprintf(stderr, "rate limited: the tenant is over its limit, and no attempt did anything; after %v, %s: %s\n", wait, later, again)
 	case code == exitPending && in.resume != "":
 		fmt.Fprintf(stderr, "the outcome is not known yet; %s: %s\n", later, again)
 	}

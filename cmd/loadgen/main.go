@@ -23,6 +23,7 @@
 //	        [-out out/load]
 //	loadgen sustain [flags]   (steps the offered rate up to the emulator's ceiling; see sustain.go)
 //	loadgen growth [flags]    (the same fixed-rate run as the tables grow; see growth.go)
+//	loadgen isolation [flags] (one tenant at many times its limit beside another, with vegeta; see isolation.go)
 package main
 
 import (
@@ -46,6 +47,8 @@ func main() {
 			run, args = sustainMain, args[1:]
 		case "growth":
 			run, args = growthMain, args[1:]
+		case "isolation":
+			run, args = isolationMain, args[1:]
 		}
 	}
 	if err := run(ctx, args, os.Getenv, os.Stdout, os.Stderr); err != nil {

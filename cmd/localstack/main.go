@@ -24,7 +24,8 @@
 //	           [-slow 5s] [-root .] [-trace-json]
 //
 // The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
-// INFLIGHT_WAIT, LOG_LEVEL, SECRETS_MAX_AGE: 5s here) are read from the
+// INFLIGHT_WAIT, LOG_LEVEL, TENANT_RATE_LIMIT, TENANT_CONCURRENCY_LIMIT,
+// LIMITS_MAX_AGE, SECRETS_MAX_AGE: 5s here) are read from the
 // environment. They get the secrets' names, and read the values from
 // Secrets Manager as deployed functions do.
 //
@@ -268,6 +269,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	env := map[string]string{
 		app.EnvIdempotencyTable:  res.idempotencyTable,
 		app.EnvChargesTable:      res.chargesTable,
+		app.EnvLimitsTable:       res.limitsTable,
 		app.EnvReconcileQueueURL: res.queue.URL,
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
@@ -417,7 +419,7 @@ func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, s
 		}
 		deps[fn] = d
 	}
-	ch, err := app.ChargeHandler(cc, deps[metrics.FunctionCharge])
+	ch, err := app.ChargeHandler(ctx, cc, deps[metrics.FunctionCharge])
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -569,6 +571,7 @@ func adminEnv(s stack) []string {
 	env := []string{
 		app.EnvIdempotencyTable + "=" + idempotencyTable,
 		app.EnvChargesTable + "=" + chargesTable,
+		app.EnvLimitsTable + "=" + limitsTable,
 		app.EnvReconcileQueueURL + "=" + s.queueURL,
 		app.EnvReconcileDLQURL + "=" + s.dlqURL,
 		app.EnvChargeRequestsQueueURL + "=" + s.intakeURL,
@@ -602,14 +605,14 @@ func printBanner(w io.Writer, s stack) {
 	if s.functionsProvider != "" && s.functionsProvider != s.provider {
 		fmt.Fprintf(&b, "  functions reach the provider at %s (-provider-url)\n", s.functionsProvider)
 	}
-	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable)
+	fmt.Fprintf(&b, "  DynamoDB         %s   (tables %s, %s, %s)\n", s.dynamoDB, idempotencyTable, chargesTable, limitsTable)
 	fmt.Fprintf(&b, "  SQS              %s   (%s, its DLQ %s-dlq)\n", s.sqs, reconcileQueue, reconcileQueue)
 	fmt.Fprintf(&b, "  charge requests  %s   (the intake's queue; its DLQ %s)\n", s.intakeURL, s.intakeDLQURL)
 	fmt.Fprintf(&b, "  Secrets Manager  %s   (%s, %s; rotate with aws secretsmanager put-secret-value --endpoint-url %s --secret-id %s --secret-string ...)\n",
 		s.secretsManager, providerSecret, webhookSecret, s.secretsManager, providerSecret)
 	fmt.Fprintf(&b, "  audit trail      %s   (bucket %s under Object Lock, index %s; fed from both tables' streams)\n", s.s3, auditBucket, auditIndexTable)
 	fmt.Fprintf(&b, "  sweeper          every %s; reconcile fed from %s, intake from %s\n\n", s.sweepEvery, reconcileQueue, chargeRequestsQueue)
-	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle, audit), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
+	fmt.Fprintf(&b, "Submit charges to the queue with chargectl admin submit, operate the stack with chargectl admin (record, stuck, reconcile, dlq list, dlq redrive, settle, audit, limits), after:\n\n  export %s\n\n", strings.Join(adminEnv(s), " "))
 	fmt.Fprintf(&b, "Try:\n\n  curl -s -X POST %s/charges -H 'Authorization: Bearer dev:acme' -H 'Content-Type: application/json' -H 'Idempotency-Key: order-1001' -d '{\"amount\":1500,\"currency\":\"EUR\",\"source\":\"%s\"}'\n", s.api, source)
 	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin submit --tenant acme --id renewal-2026-12-acme-42 --amount 1500 --source %s   (after the export)\n", source)
 	fmt.Fprintf(&b, "  go run ./cmd/chargectl admin audit acme order-1001   (the key's audit trail: who asked, from where, what came back)\n\n")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	smtypes "github.com/aws/aws-sdk-go-v2/service/secretsmanager/types"
@@ -13,6 +14,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -22,6 +24,7 @@ import (
 const (
 	idempotencyTable    = "chargeonce-idempotency"
 	chargesTable        = "chargeonce-charges"
+	limitsTable         = "chargeonce-limits"
 	reconcileQueue      = "chargeonce-reconcile"
 	chargeRequestsQueue = "chargeonce-charge-requests"
 	providerSecret      = "chargeonce/provider-api-key"
@@ -40,8 +43,8 @@ const (
 
 // resources are what the template's resources are locally.
 type resources struct {
-	idempotencyTable, chargesTable string
-	queue, chargeRequests          queue.Queues
+	idempotencyTable, chargesTable, limitsTable string
+	queue, chargeRequests                       queue.Queues
 	// streams are the tables' streams' ARNs, which the audit function
 	// reads.
 	streams []string
@@ -61,23 +64,29 @@ func createSecrets(ctx context.Context, c awsenv.Clients, key string) error {
 	return nil
 }
 
-// createResources creates the tables, the idempotency table's TTL, the
-// queues and the audit trail's bucket and index, and turns the tables'
-// streams on, from the same definitions the template is checked against.
-// Tables that already exist (a reused DynamoDB Local) are kept as they
-// are.
+// createResources creates the tables and their TTLs, the queues, and the
+// audit trail's bucket, and turns the tables' streams on. It uses the same
+// definitions the template is checked against. Tables that already exist
+// (a reused DynamoDB Local) are kept as they are.
 func createResources(ctx context.Context, c awsenv.Clients, store *s3.Client) (resources, error) {
-	created, err := provision.CreateTable(ctx, c.DynamoDB, dynamostore.TableInput(idempotencyTable))
-	if err != nil {
-		return resources{}, err
-	}
-	if created {
-		if _, err := c.DynamoDB.UpdateTimeToLive(ctx, dynamostore.TTLInput(idempotencyTable)); err != nil {
-			return resources{}, fmt.Errorf("ttl on %s: %w", idempotencyTable, err)
+	for _, t := range []struct {
+		table *dynamodb.CreateTableInput
+		ttl   *dynamodb.UpdateTimeToLiveInput
+	}{
+		{dynamostore.TableInput(idempotencyTable), dynamostore.TTLInput(idempotencyTable)},
+		{charge.TableInput(chargesTable), nil},
+		{limit.TableInput(limitsTable), limit.TTLInput(limitsTable)},
+		{audit.IndexTableInput(auditIndexTable), audit.IndexTTLInput(auditIndexTable)},
+	} {
+		created, err := provision.CreateTable(ctx, c.DynamoDB, t.table)
+		if err != nil {
+			return resources{}, err
 		}
-	}
-	if _, err := provision.CreateTable(ctx, c.DynamoDB, charge.TableInput(chargesTable)); err != nil {
-		return resources{}, err
+		if created && t.ttl != nil {
+			if _, err := c.DynamoDB.UpdateTimeToLive(ctx, t.ttl); err != nil {
+				return resources{}, fmt.Errorf("ttl on %s: %w", aws.ToString(t.ttl.TableName), err)
+			}
+		}
 	}
 	q, err := queue.Create(ctx, c.SQS, reconcileQueue)
 	if err != nil {
@@ -87,18 +96,9 @@ func createResources(ctx context.Context, c awsenv.Clients, store *s3.Client) (r
 	if err != nil {
 		return resources{}, err
 	}
-	res := resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, queue: q, chargeRequests: cr}
+	res := resources{idempotencyTable: idempotencyTable, chargesTable: chargesTable, limitsTable: limitsTable, queue: q, chargeRequests: cr}
 	if err := provision.CreateBucket(ctx, store, audit.BucketInput(auditBucket), audit.LockInput(auditBucket, audit.DefaultRetentionDays)); err != nil {
 		return resources{}, err
-	}
-	created, err = provision.CreateTable(ctx, c.DynamoDB, audit.IndexTableInput(auditIndexTable))
-	if err != nil {
-		return resources{}, err
-	}
-	if created {
-		if _, err := c.DynamoDB.UpdateTimeToLive(ctx, audit.IndexTTLInput(auditIndexTable)); err != nil {
-			return resources{}, fmt.Errorf("ttl on %s: %w", auditIndexTable, err)
-		}
 	}
 	for _, table := range []string{idempotencyTable, chargesTable} {
 		arn, err := provision.EnableStream(ctx, c.DynamoDB, audit.StreamInput(table))

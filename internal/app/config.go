@@ -24,6 +24,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
@@ -85,6 +86,16 @@ const (
 	EnvHomeRegion  = "HOME_REGION"
 	EnvTenantHomes = "TENANT_HOMES"
 	EnvAWSRegion   = "AWS_REGION"
+	// EnvLimitsTable is the limits table: the tenants' shared counts and
+	// the operators' overrides (package limit).
+	EnvLimitsTable = "LIMITS_TABLE"
+	// EnvTenantRate and EnvTenantConcurrency are the limits of a tenant
+	// without an override: requests a second, and requests at once.
+	EnvTenantRate        = "TENANT_RATE_LIMIT"
+	EnvTenantConcurrency = "TENANT_CONCURRENCY_LIMIT"
+	// EnvLimitsMaxAge is how long the charge function keeps the
+	// overrides before it reads them again (a Go duration).
+	EnvLimitsMaxAge = "LIMITS_MAX_AGE"
 	// EnvAuditBucket is the audit trail's bucket, EnvAuditIndexTable its
 	// index, and EnvAuditIndexDays how many days the index finds a
 	// command's entries (package audit).
@@ -146,6 +157,12 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 // retention is IDEMPOTENCY_TTL, which every reader of it defaults alike.
 func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 24*time.Hour) }
 
+// indexRetention is AUDIT_INDEX_DAYS, likewise: the audit function files
+// the streams' entries for it, chargectl an operator's note.
+func (e *env) indexRetention() time.Duration {
+	return time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour
+}
+
 // secretsMaxAge is SECRETS_MAX_AGE, likewise.
 func (e *env) secretsMaxAge() time.Duration {
 	return e.duration(EnvSecretsMaxAge, secrets.DefaultMaxAge)
@@ -159,6 +176,19 @@ func (e *env) count(name string, def int) int {
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
 		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a count", name, v))
+	}
+	return n
+}
+
+// limit is a count of at least 1.
+func (e *env) limit(name string, def int) int {
+	v := e.get(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a limit of at least 1", name, v))
 	}
 	return n
 }
@@ -282,6 +312,13 @@ type ChargeConfig struct {
 	// SettleWindow is as the reconcile function's: a repeated capture
 	// or cancel settles a move left in flight with it.
 	SettleWindow time.Duration
+	// LimitsTable holds the tenants' shared counts and overrides. Limits
+	// are a tenant's without an override. LimitsMaxAge is how long the
+	// overrides are kept. LoadCharge requires the table; without one no
+	// tenant is limited and nothing is shed (tests of other behaviours).
+	LimitsTable  string
+	Limits       limit.Limits
+	LimitsMaxAge time.Duration
 }
 
 // LoadCharge reads the charge function's configuration.
@@ -302,7 +339,13 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		CommitReserve:      e.duration(EnvCommitReserve, charge.DefaultCommitReserve),
 		ReplayCache:        e.count(EnvReplayCache, DefaultReplayCache),
 		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
-		Common:             e.common(),
+		LimitsTable:        e.required(EnvLimitsTable),
+		Limits: limit.Limits{
+			Rate:        e.limit(EnvTenantRate, limit.DefaultRate),
+			Concurrency: e.limit(EnvTenantConcurrency, limit.DefaultConcurrency),
+		},
+		LimitsMaxAge: e.duration(EnvLimitsMaxAge, limit.DefaultMaxAge),
+		Common:       e.common(),
 	}
 	return c, e.err()
 }
@@ -411,7 +454,7 @@ func LoadAudit(get Getenv) (AuditConfig, error) {
 		ChargesTable:     e.required(EnvChargesTable),
 		AuditBucket:      e.required(EnvAuditBucket),
 		AuditIndexTable:  e.required(EnvAuditIndexTable),
-		IndexRetention:   time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour,
+		IndexRetention:   e.indexRetention(),
 		Common:           e.common(),
 	}
 	return c, e.err()
@@ -423,11 +466,14 @@ func LoadAudit(get Getenv) (AuditConfig, error) {
 // charge-requests queue.
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
-	ChargeRequestsQueueURL                                             string
+	ChargeRequestsQueueURL, LimitsTable                                string
 	// RoutesTable is the routes table of a deployment in several Regions.
 	RoutesTable string
 	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
+	// IndexRetention is how long the index files settle's note: the audit
+	// function's AUDIT_INDEX_DAYS.
 	AuditBucket, AuditIndexTable string
+	IndexRetention               time.Duration
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
 	// PROVIDER: a command an operator settles deduplicates as long as one
 	// the functions settle, a released one no longer than the provider
@@ -453,8 +499,10 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
 		RoutesTable:            read(EnvRoutesTable),
+		LimitsTable:            read(EnvLimitsTable),
 		AuditBucket:            read(EnvAuditBucket),
 		AuditIndexTable:        read(EnvAuditIndexTable),
+		IndexRetention:         e.indexRetention(),
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}
@@ -647,8 +695,9 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 	return charge.NewService(cfg)
 }
 
-// ChargeHandler builds the charge function's API Gateway handler.
-func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
+// ChargeHandler builds the charge function's API Gateway handler. It
+// reads the tenants' overrides with ctx (package limit).
+func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	d, err := d.traced().inRegions(c.Regions)
 	if err != nil {
 		return nil, err
@@ -669,8 +718,23 @@ func ChargeHandler(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	var limiter *limit.Limiter
+	if c.LimitsTable != "" {
+		limits, err := limit.NewTable(d.Clients.DynamoDB, c.LimitsTable)
+		if err != nil {
+			return nil, err
+		}
+		if limiter, err = limit.New(ctx, limits, func(o *limit.Options) {
+			o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, d.Clock, d.Logger
+		}); err != nil {
+			return nil, err
+		}
+	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		if limiter != nil {
+			o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
+		}
 		if c.WebhookSecretName != "" {
 			o.Webhook = StripeWebhook(d.secret(c.WebhookSecretName, c.SecretsMaxAge))
 		}

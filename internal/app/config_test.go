@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -29,7 +30,7 @@ func TestLoadChargeListsEveryMissingVariable(t *testing.T) {
 	if err == nil {
 		t.Fatal("empty environment accepted")
 	}
-	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvReconcileQueueURL, app.EnvProviderURL} {
+	for _, name := range []string{app.EnvIdempotencyTable, app.EnvChargesTable, app.EnvReconcileQueueURL, app.EnvProviderURL, app.EnvLimitsTable} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error %q does not name %s", err, name)
 		}
@@ -39,7 +40,7 @@ func TestLoadChargeListsEveryMissingVariable(t *testing.T) {
 func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
-		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvLimitsTable: "limits",
 		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	c, err := app.LoadCharge(envOf(base))
@@ -47,20 +48,25 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Retention != 24*time.Hour || c.InflightWait != 2*time.Second || c.TenantClaim != "tenant_id" || c.LogLevel != slog.LevelInfo ||
-		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" || c.SettleWindow != provider.DefaultSettleWindow {
+		c.SecretsMaxAge != 5*time.Minute || c.ProviderSecretName != "" || c.WebhookSecretName != "" || c.SettleWindow != provider.DefaultSettleWindow ||
+		c.Limits != (limit.Limits{Rate: limit.DefaultRate, Concurrency: limit.DefaultConcurrency}) || c.LimitsMaxAge != time.Minute {
 		t.Fatalf("defaults: %+v", c)
 	}
 	base[app.EnvIdempotencyTTL], base[app.EnvInflightWait], base[app.EnvLogLevel] = "1h", "0s", "DEBUG"
 	base[app.EnvProviderSecretName], base[app.EnvWebhookSecretName], base[app.EnvSecretsMaxAge] = "chargeonce/key", "chargeonce/whsec", "30s"
+	base[app.EnvTenantRate], base[app.EnvTenantConcurrency], base[app.EnvLimitsMaxAge] = "25", "8", "10s"
 	// A repeated capture or cancel settles a move as the reconciler does:
 	// with the same settle window.
 	base[app.EnvSettleWindow] = "45s"
 	if c, err = app.LoadCharge(envOf(base)); err != nil || c.Retention != time.Hour || c.InflightWait != 0 || c.LogLevel != slog.LevelDebug ||
 		c.ProviderSecretName != "chargeonce/key" || c.WebhookSecretName != "chargeonce/whsec" || c.SecretsMaxAge != 30*time.Second ||
-		c.SettleWindow != 45*time.Second {
+		c.SettleWindow != 45*time.Second || c.Limits != (limit.Limits{Rate: 25, Concurrency: 8}) || c.LimitsMaxAge != 10*time.Second {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
-	for name, bad := range map[string]string{app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon", app.EnvSettleWindow: "later"} {
+	for name, bad := range map[string]string{
+		app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon", app.EnvSettleWindow: "later",
+		app.EnvTenantRate: "0", app.EnvTenantConcurrency: "many", app.EnvLimitsMaxAge: "-1m",
+	} {
 		env := map[string]string{}
 		for k, v := range base {
 			env[k] = v
@@ -75,7 +81,7 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 func TestLoadProvider(t *testing.T) {
 	t.Parallel()
 	base := map[string]string{
-		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges",
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvLimitsTable: "limits",
 		app.EnvReconcileQueueURL: "http://q", app.EnvProviderURL: "https://p",
 	}
 	for value, want := range map[string]string{"": app.ProviderSim, "sim": app.ProviderSim, "stripe": app.ProviderStripe, "paypal": ""} {
@@ -159,11 +165,27 @@ func TestLoadAudit(t *testing.T) {
 	}
 }
 
+// TestAdminReadsTheIndexDaysAsTheAuditFunctionDoes: chargectl files
+// settle's note in the index for as long as the audit function files
+// the streams' entries.
+func TestAdminReadsTheIndexDaysAsTheAuditFunctionDoes(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index"}
+	for _, days := range []string{"", "30", "thirty"} {
+		env[app.EnvAuditIndexDays] = days
+		f, ferr := app.LoadAudit(envOf(env))
+		c, cerr := app.LoadAdmin(envOf(env))
+		if c.IndexRetention != f.IndexRetention || (cerr == nil) != (ferr == nil) || days == "thirty" && cerr == nil {
+			t.Errorf("%s=%q: chargectl %s %v, the audit function %s %v", app.EnvAuditIndexDays, days, c.IndexRetention, cerr, f.IndexRetention, ferr)
+		}
+	}
+}
+
 // TestStripeNeedsItsKeysSecret: with PROVIDER=stripe and no secret named,
 // the function refuses to start, before any request could find no key.
 func TestStripeNeedsItsKeysSecret(t *testing.T) {
 	t.Parallel()
-	_, err := app.ChargeHandler(app.ChargeConfig{
+	_, err := app.ChargeHandler(t.Context(), app.ChargeConfig{
 		IdempotencyTable: "idem", ChargesTable: "charges", ReconcileQueueURL: "http://q",
 		Provider: app.ProviderStripe, ProviderURL: "http://p",
 	}, app.Deps{Logger: slog.New(slog.DiscardHandler)})
@@ -193,6 +215,7 @@ func TestProviderURLIsHTTPSOutsideALocalStack(t *testing.T) {
 				env := map[string]string{
 					app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "https://q",
 					app.EnvChargeRequestsDLQURL: "https://dlq", app.EnvProviderURL: url, awsenv.EnvDynamoDBEndpoint: emulator,
+					app.EnvLimitsTable: "limits",
 				}
 				want := deployed || emulator != "" && strings.HasPrefix(strings.ToLower(url), "http://")
 				if err := load(envOf(env)); (err == nil) != want || err != nil && !strings.Contains(err.Error(), app.EnvProviderURL) {

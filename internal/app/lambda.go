@@ -36,7 +36,9 @@ func fromEnv[C interface{ common() Common }, H any](ctx context.Context, get Get
 
 // ChargeFromEnv builds the charge function's handler from its environment.
 func ChargeFromEnv(ctx context.Context, get Getenv) (*httpapi.Handler, error) {
-	return fromEnv(ctx, get, metrics.FunctionCharge, LoadCharge, ChargeHandler)
+	return fromEnv(ctx, get, metrics.FunctionCharge, LoadCharge, func(c ChargeConfig, d Deps) (*httpapi.Handler, error) {
+		return ChargeHandler(ctx, c, d)
+	})
 }
 
 // SweeperFromEnv builds the sweeper function's handler from its environment.

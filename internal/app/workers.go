@@ -124,6 +124,6 @@ func AuditHandler(c AuditConfig, d Deps) (*audit.Handler, error) {
 	}
 	tables := audit.Tables{Records: c.IdempotencyTable, Charges: c.ChargesTable}
 	return audit.NewHandler(records, tables, archive, index, func(o *audit.Options) {
-		o.IndexRetention, o.Clock, o.Logger, o.Tracer = c.IndexRetention, d.Clock, d.Logger, d.Tracer
+		o.IndexRetention, o.Logger, o.Tracer = c.IndexRetention, d.Logger, d.Tracer
 	})
 }

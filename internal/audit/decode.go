@@ -26,7 +26,6 @@ type decoder struct {
 	records Records
 	// tables maps a table's name to TableRecords or TableCharges.
 	tables map[string]string
-	now    func() time.Time
 }
 
 // decode is r's entry and its subjects. It never fails: a change it
@@ -84,14 +83,15 @@ func (d *decoder) record(e Entry, r events.DynamoDBEventRecord, before, after ma
 
 // change says what a change to rec was; was is the record before it, nil
 // for a new one. A removal is DynamoDB's TTL when the stream says so. It
-// is TTL's too once the record's retention has ended. The functions may
-// not delete records: any other removal is one to look into.
+// is TTL's too if the record's retention had ended when it was made: the
+// change's time, not the reader's, which may be days behind. The functions
+// may not delete records: any other removal is one to look into.
 func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.Record, removed bool) string {
 	switch {
 	case removed:
 		e.Principal, e.Origin = nil, nil
 		ttl := r.UserIdentity != nil && r.UserIdentity.Type == "Service" && r.UserIdentity.PrincipalID == ServiceTTL
-		if ttl || !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(d.now()) {
+		if ttl || !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(e.At) {
 			e.Principal = &Principal{Service: ServiceTTL}
 			return WhatExpired
 		}

@@ -74,10 +74,11 @@ func TestEachChangeOfARecordIsNamed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d := decoder{records: records, tables: map[string]string{"records": TableRecords}, now: func() time.Time { return now }}
+			d := decoder{records: records, tables: map[string]string{"records": TableRecords}}
 			e, subjects := d.decode(events.DynamoDBEventRecord{
 				EventID: "e-1", EventName: tt.event, EventSourceArn: recordsStream, UserIdentity: tt.identity,
-				Change: events.DynamoDBStreamRecord{OldImage: image(tt.before), NewImage: image(tt.after), SequenceNumber: "100"},
+				Change: events.DynamoDBStreamRecord{OldImage: image(tt.before), NewImage: image(tt.after), SequenceNumber: "100",
+					ApproximateCreationDateTime: events.SecondsEpochTime{Time: now}},
 			})
 			if e.What != tt.what || e.KeyHash != key.LogHash() || len(subjects) != 1 || subjects[0] != key.LogHash() {
 				t.Errorf("entry %+v, subjects %v, want %s of %s", e, subjects, tt.what, key.LogHash())
@@ -96,7 +97,7 @@ func TestEachChangeOfARecordIsNamed(t *testing.T) {
 // stream of another table, still leaves an entry, naming nothing of it.
 func TestAChangeNotReadIsKeptAsUnreadable(t *testing.T) {
 	t.Parallel()
-	d := decoder{records: fakeRecords{}, tables: map[string]string{"records": TableRecords}, now: time.Now}
+	d := decoder{records: fakeRecords{}, tables: map[string]string{"records": TableRecords}}
 	for _, arn := range []string{recordsStream, "arn:aws:dynamodb:us-east-1:123456789012:table/other/stream/x"} {
 		e, subjects := d.decode(events.DynamoDBEventRecord{
 			EventID: "e-1", EventName: "INSERT", EventSourceArn: arn,

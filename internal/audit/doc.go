@@ -14,7 +14,8 @@
 // Index (index.go) is a DynamoDB table. It files each object under the
 // key hashes of the commands it holds, for three months. The Trail
 // (trail.go) reads a command's or a charge's history back, for chargectl
-// admin audit.
+// admin audit. It orders it as it happened (order.go): DynamoDB stamps a
+// change to the second only.
 //
 // None of this is on the request path: the streams cost the functions no
 // call. A batch that cannot be written fails whole. The stream delivers it

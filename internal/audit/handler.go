@@ -29,8 +29,6 @@ type Options struct {
 	// Concurrency bounds the index writes at once. Default
 	// DefaultConcurrency.
 	Concurrency int
-	// Clock is the handler's clock. Default time.Now.
-	Clock func() time.Time
 	// Logger receives one record per batch. Default: discard.
 	Logger *slog.Logger
 	// Tracer records each batch as a span; nil traces nothing.
@@ -67,13 +65,10 @@ func NewHandler(records Records, tables Tables, archive *Archive, index *Index, 
 	if o.Concurrency <= 0 {
 		o.Concurrency = DefaultConcurrency
 	}
-	if o.Clock == nil {
-		o.Clock = time.Now
-	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	dec := decoder{records: records, tables: map[string]string{tables.Records: TableRecords, tables.Charges: TableCharges}, now: o.Clock}
+	dec := decoder{records: records, tables: map[string]string{tables.Records: TableRecords, tables.Charges: TableCharges}}
 	return &Handler{dec: dec, archive: archive, index: index, opt: o}, nil
 }
 

@@ -434,3 +434,30 @@ func TestAnEntryIsAFewHundredBytes(t *testing.T) {
 		t.Errorf("%d entries of %d B each, want 150 under 1 KB", entries, plain/entries)
 	}
 }
+
+// TestADeletionWithinRetentionReadLateIsStillOneToLookInto: a record
+// deleted before its retention ended is not TTL's, though the trail reads
+// it after that end: behind, say, after an outage. The change's own time
+// says when it was deleted; the handler's clock does not.
+func TestADeletionWithinRetentionReadLateIsStillOneToLookInto(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	late := testkit.NewClock(time.Now().Add(3 * 24 * time.Hour))
+	tr := d.Audit(t, func(w *testkit.Wiring) { w.Deps.Clock = late.Now })
+	tenant, client := testkit.UniqueName("acme"), testkit.UniqueName("order")
+	send(t, h, alice.as(testkit.PostCharge(tenant, client, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)
+	k, _ := idem.NewKey(tenant, charge.ChargeOperation, client)
+	if _, err := testkit.Clients(t).DynamoDB.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{
+		TableName: aws.String(d.IdempotencyTable), Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got := history(t, tr, k.LogHash())
+	if gone := one(t, got, k.LogHash(), audit.WhatDeleted); gone.Principal != nil && gone.Principal.Service == audit.ServiceTTL {
+		t.Errorf("the deletion: %s", show([]audit.Entry{gone}))
+	}
+}

@@ -1,11 +1,9 @@
 package audit
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -29,9 +27,9 @@ func NewTrail(archive *Archive, index *Index) (*Trail, error) {
 // History is every entry of the commands whose key hashes are subjects.
 // It holds their records' changes and the rows they wrote, with every
 // later change of those rows. It holds the provider events that settled
-// them. Each change is there once, oldest first. The index finds the
-// entries of its retention, the latest three months. Older ones are in
-// the archive alone, for Athena.
+// them. Each change is there once, in the order it happened (order.go).
+// The index finds the entries of its retention, the latest three months.
+// Older ones are in the archive alone, for Athena.
 func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error) {
 	want := map[string]bool{}
 	objects := map[string]bool{}
@@ -76,10 +74,7 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(out, func(a, b Entry) int {
-		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Table, b.Table), cmp.Compare(len(a.Seq), len(b.Seq)), cmp.Compare(a.Seq, b.Seq))
-	})
-	return out, nil
+	return causal(out), nil
 }
 
 // ChargeRows reads a charge with its refunds (charge.Rows).
@@ -93,8 +88,12 @@ var ErrNoCharge = errors.New("audit: no such charge")
 // ChargeHistory is the History of tenant's charge id. That is the history
 // of the command that created it, and of each of its refunds'. Its rows,
 // kept for good, name them. The key that created it may have served
-// another intent before: those entries are there too.
+// another intent before: those entries are there too. An id that is not
+// a charge's is refused: a prefix of one could name several.
 func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id string) ([]Entry, error) {
+	if !charge.IsChargeID(id) {
+		return nil, fmt.Errorf("audit: %q: %w", id, charge.ErrNotChargeID)
+	}
 	c, found, err := rows.GetWithRefunds(ctx, tenant, id)
 	switch {
 	case err != nil:

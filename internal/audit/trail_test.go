@@ -1,12 +1,16 @@
 package audit_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -15,6 +19,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/local/eventsource"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -49,6 +54,17 @@ func expire(t *testing.T, d *testkit.Deployment, now time.Time) {
 	}
 }
 
+// chargeHistory is the ChargeHistory tr reads of tenant's charge id, in
+// d's charges table.
+func chargeHistory(t *testing.T, d *testkit.Deployment, tr *testkit.Trail, tenant, id string) ([]audit.Entry, error) {
+	t.Helper()
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, id)
+}
+
 // TestAChargesHistoryOutlivesItsRecords: a card declined under a key;
 // the key, free again once its record expired, charges another card;
 // support refunds it; three days later the card's issuer fails the
@@ -80,28 +96,39 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	api = gw
-	tr := d.Audit(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	tr := d.Audit(t)
+	// The streams stamp each change with the test's time, as it goes.
+	tr.Handle = stamped(tr.Handle, clock.Now)
+	drain := func() {
+		t.Helper()
+		if b := tr.Drain(t); b.Failed != 0 {
+			t.Fatalf("drained %+v", b)
+		}
+	}
 	tenant, client, refundKey := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund")
 	body := func(pm string) string { return `{"amount":1500,"currency":"EUR","source":"` + pm + `"}` }
 
 	send(t, h, alice.as(testkit.PostCharge(tenant, client, body(stripesim.PMDeclined))), http.StatusPaymentRequired)
+	drain()
 	clock.Advance(day + time.Hour)
 	expire(t, d, clock.Now())
+	drain()
 	id := send(t, h, alice.as(testkit.PostCharge(tenant, client, body(stripesim.PMRefundFail))), http.StatusCreated)["id"].(string)
 	send(t, h, carol.as(testkit.PostRefund(tenant, refundKey, id, `{}`)), http.StatusCreated)
 	sim.WaitWebhooks()
+	drain()
 	clock.Advance(3 * day)
 	expire(t, d, clock.Now())
+	drain()
 	if n := sim.FailRefunds(); n != 1 {
 		t.Fatalf("stripesim failed %d refunds, want 1", n)
 	}
 	sim.WaitWebhooks()
+	drain()
 	clock.Advance(day)
 	expire(t, d, clock.Now())
+	drain()
 	clock.Advance(3 * day)
-	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
-		t.Fatalf("drained %+v", b)
-	}
 
 	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
 	if err != nil {
@@ -113,11 +140,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 			t.Fatalf("the %s record is still there", op)
 		}
 	}
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := tr.Reader(t).ChargeHistory(t.Context(), rows, tenant, id)
+	got, err := chargeHistory(t, d, tr, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +174,75 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 	if expired := find(got, charged, audit.WhatExpired); len(expired) != 2 || len(find(got, refunded, audit.WhatExpired)) != 1 {
 		t.Errorf("the records' expiries: %s", show(expired))
 	}
-	if !(declined.At.Before(made.At) && made.At.Before(refund.At) && failed != nil && refund.At.Before(failed.At)) {
+	if i := func(e audit.Entry) int {
+		return slices.IndexFunc(got, func(g audit.Entry) bool { return g.Event == e.Event })
+	}; failed == nil ||
+		!(i(declined) < i(made) && i(made) < i(refund) && i(refund) < i(*failed)) {
 		t.Errorf("out of order:\n%s", show(got))
+	}
+}
+
+// stamped is h handed each change stamped with now, to the second, as
+// DynamoDB stamps it.
+func stamped(h eventsource.StreamHandler, now func() time.Time) eventsource.StreamHandler {
+	return func(ctx context.Context, ev events.DynamoDBEvent) error {
+		for i := range ev.Records {
+			ev.Records[i].Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: now().Truncate(time.Second)}
+		}
+		return h(ctx, ev)
+	}
+}
+
+// TestAChargesHistoryWithinOneSecondIsInTheOrderItHappened: a charge and
+// its refund, their changes stamped with one second, read in the order
+// they happened. The charge's claim, its row, its settlement; then the
+// refund's claim, its hold on the charge's row, its own row, its
+// settlement.
+func TestAChargesHistoryWithinOneSecondIsInTheOrderItHappened(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	at := time.Now()
+	tr.Handle = stamped(tr.Handle, func() time.Time { return at })
+	tenant, kCharge, kRefund := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, kCharge, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	send(t, h, bob.as(testkit.PostRefund(tenant, kRefund, id, `{"amount":500}`)), http.StatusCreated)
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got, err := chargeHistory(t, d, tr, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charged, refunded := hash(t, tenant, charge.ChargeOperation, kCharge), hash(t, tenant, charge.RefundOperation, kRefund)
+	want := []struct{ key, what string }{
+		{charged, audit.WhatClaimed}, {charged, audit.WhatRowWritten}, {charged, audit.WhatSucceeded},
+		{refunded, audit.WhatClaimed}, {charged, audit.WhatRowChanged}, {refunded, audit.WhatRowWritten},
+		{charged, audit.WhatRowChanged}, {refunded, audit.WhatSucceeded},
+	}
+	var order []struct{ key, what string }
+	for _, e := range got {
+		order = append(order, struct{ key, what string }{e.KeyHash, e.What})
+	}
+	if !slices.Equal(order, want) {
+		t.Errorf("the history, all in one second:\n%s", show(got))
+	}
+}
+
+// TestAChargesHistoryNeedsAWholeChargeID: ChargeHistory refuses what is
+// not a charge id, a prefix of one say. It would read another charge's
+// history for it, or several as one.
+func TestAChargesHistoryNeedsAWholeChargeID(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	tenant := testkit.UniqueName("acme")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, testkit.UniqueName("order"), `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	for _, prefix := range []string{id[:len(id)-1], "ch_", id + "#"} {
+		if got, err := chargeHistory(t, d, tr, tenant, prefix); !errors.Is(err, charge.ErrNotChargeID) {
+			t.Errorf("the history of %q: %d entries, %v; want it refused", prefix, len(got), err)
+		}
 	}
 }

@@ -151,6 +151,9 @@ func ChargeID(k idem.Key, created time.Time) string {
 // needs no call; one over DynamoDB's 1,024-byte sort key would fail.
 func IsChargeID(id string) bool { return isDerived(id, "ch_") }
 
+// ErrNotChargeID says an id is not of the form IsChargeID holds.
+var ErrNotChargeID = errors.New("not a charge id: ch_ and 24 lower-case hex digits")
+
 // isDerived reports whether id is prefix and 24 lower-case hex digits.
 func isDerived(id, prefix string) bool {
 	hexPart, ok := strings.CutPrefix(id, prefix)

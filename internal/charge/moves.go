@@ -176,9 +176,10 @@ func (s *Service) send(ctx context.Context, c Charge, m move) (Result, error) {
 		s.revert(ctx, c)
 		return Result{Outcome: OutcomeUnavailable}, nil
 	case err != nil:
-		until := c.transition.deadline.Add(s.cfg.Provider.Guarantees().SettleWindow)
+		// Due at the deadline: a move the provider made settles then. One
+		// it did not make waits out the settle window (settleMove).
 		s.cfg.Logger.WarnContext(ctx, "charge: "+m.name+" outcome unknown; queued for reconciliation", "charge_id", c.ID, "cause", ErrorClass(err))
-		s.enqueue(ctx, transitionKey(c), until)
+		s.enqueue(ctx, transitionKey(c), c.transition.deadline)
 		return Result{Outcome: OutcomeAmbiguous, RetryAt: c.transition.deadline}, nil
 	}
 	after, err := s.applyState(ctx, c, res)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,8 +16,12 @@ import (
 )
 
 // attrQueuedUntil is a charge's mark of the reconcile message in flight
-// for its move, in epoch milliseconds.
-const attrQueuedUntil = "queued_until"
+// for its move, in epoch milliseconds; attrQueuedRenewed is how long its
+// deliveries renewed it.
+const (
+	attrQueuedUntil   = "queued_until"
+	attrQueuedRenewed = "queued_renewed"
+)
 
 // QueuedMoves marks a move's reconcile message in flight on its charge's
 // row, as dynamostore.Store.MarkQueued marks a command's on its record.
@@ -31,23 +36,25 @@ type QueuedMoves struct {
 // reports whether it did. It does not while another mark is live, nor
 // on a charge with no move in flight.
 func (q QueuedMoves) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
-	now := time.Now
-	if q.Clock != nil {
-		now = q.Clock
-	}
+	var tries dynamostore.Attempts
 	_, err := q.Rows.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                q.Rows.tableName,
-		Key:                      rowKey(key.Tenant(), key.ClientKey()),
-		UpdateExpression:         aws.String("SET #q = :until"),
-		ConditionExpression:      aws.String("#status IN (:capturing, :canceling) AND (attribute_not_exists(#q) OR #q <= :now)"),
-		ExpressionAttributeNames: map[string]string{"#status": "status", "#q": attrQueuedUntil},
+		TableName:        q.Rows.tableName,
+		Key:              rowKey(key.Tenant(), key.ClientKey()),
+		UpdateExpression: aws.String("SET #q = :until REMOVE #qr"),
+		ConditionExpression: aws.String("#status IN (:capturing, :canceling) AND " +
+			"(attribute_not_exists(#q) OR #q <= :now) AND (attribute_not_exists(#qr) OR #qr <= :now)"),
+		ExpressionAttributeNames: map[string]string{"#status": "status", "#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":until": number(until.UnixMilli()), ":now": number(now().UnixMilli()),
+			":until": number(until.UnixMilli()), ":now": number(q.now().UnixMilli()),
 			":capturing": str(StatusCapturing), ":canceling": str(StatusCanceling),
 		},
-	})
-	if _, marked := errors.AsType[*types.ConditionalCheckFailedException](err); marked {
-		return false, nil
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, tries.Option)
+	if ccf, failed := errors.AsType[*types.ConditionalCheckFailedException](err); failed {
+		// A live mark, or no move; or this very mark, written by an
+		// attempt whose answer was lost.
+		old, _ := ccf.Item[attrQueuedUntil].(*types.AttributeValueMemberN)
+		return !tries.Refused() && old != nil && old.Value == strconv.FormatInt(until.UnixMilli(), 10), nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("charge: mark queued: %w", dynamostore.AsUnavailable(err))
@@ -55,22 +62,44 @@ func (q QueuedMoves) MarkQueued(ctx context.Context, key idem.Key, until time.Ti
 	return true, nil
 }
 
-// UnmarkQueued removes the mark MarkQueued set until until; a later mark,
-// or none, is left as it is.
+// RenewQueued keeps the mark MarkQueued set until until live for hold
+// more; another mark, or none, is left as it is.
+func (q QueuedMoves) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
+	return q.conditional(ctx, key, until, "SET #qr = :renewed", map[string]types.AttributeValue{
+		":renewed": number(q.now().Add(hold).UnixMilli()),
+	}, "renew")
+}
+
+// UnmarkQueued removes the mark MarkQueued set until until, renewed or
+// not; a later mark, or none, is left as it is.
 func (q QueuedMoves) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
+	return q.conditional(ctx, key, until, "REMOVE #q, #qr", map[string]types.AttributeValue{}, "unmark")
+}
+
+// conditional applies update to key's row if its mark is the one until
+// names; values gains :until.
+func (q QueuedMoves) conditional(ctx context.Context, key idem.Key, until time.Time, update string, values map[string]types.AttributeValue, verb string) error {
+	values[":until"] = number(until.UnixMilli())
 	_, err := q.Rows.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 q.Rows.tableName,
 		Key:                       rowKey(key.Tenant(), key.ClientKey()),
-		UpdateExpression:          aws.String("REMOVE #q"),
+		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String("#q = :until"),
-		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":until": number(until.UnixMilli())},
+		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
+		ExpressionAttributeValues: values,
 	})
 	if _, other := errors.AsType[*types.ConditionalCheckFailedException](err); other {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("charge: unmark queued: %w", dynamostore.AsUnavailable(err))
+		return fmt.Errorf("charge: %s queued: %w", verb, dynamostore.AsUnavailable(err))
 	}
 	return nil
+}
+
+func (q QueuedMoves) now() time.Time {
+	if q.Clock != nil {
+		return q.Clock()
+	}
+	return time.Now()
 }

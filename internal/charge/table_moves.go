@@ -77,7 +77,8 @@ func (r *Rows) endMove(ctx context.Context, c Charge, to string, captured int64)
 		cond += " AND #deadline = :deadline"
 		values[":deadline"] = number(c.transition.deadline.UnixMilli())
 	}
-	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited, #attempt", cond, values); err != nil {
+	// The move's queue mark goes with it: a newer move is queued at once.
+	if err := r.update(ctx, c, set+" REMOVE #amount, #deadline, #shard, #waited, #attempt, #queued, #renewed", cond, values); err != nil {
 		return Charge{}, err
 	}
 	c.Status, c.transition = to, pending{}
@@ -104,7 +105,7 @@ func (r *Rows) postponeMove(ctx context.Context, c Charge, until time.Time) erro
 var moveNames = map[string]string{
 	"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
 	"#shard": AttrTransitionShard, "#money": "amount", "#waited": attrTransitionWaited, "#attempt": attrTransitionAttempt,
-	"#by": AttrMovedBy,
+	"#by": AttrMovedBy, "#queued": attrQueuedUntil, "#renewed": attrQueuedRenewed,
 }
 
 // update applies expr to c's row if cond holds, else errMoved.

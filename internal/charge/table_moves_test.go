@@ -2,16 +2,21 @@ package charge_test
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
@@ -45,6 +50,59 @@ func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
 	want := "acme#" + charge.TransitionOperation + "#" + id
 	if got := stuck(h.clock.Now().Add(time.Minute)); len(got) != 1 || got[0] != want {
 		t.Fatalf("after its deadline the index yields %v, want [%s]", got, want)
+	}
+}
+
+// TestAnEndedMoveTakesItsQueueMarkWithIt: a lost move's reconcile message
+// is due at its deadline, and marked on the row while in flight. When the
+// move ends, its mark goes too: a newer move stuck later is queued at
+// once, not after the old mark's hold.
+func TestAnEndedMoveTakesItsQueueMarkWithIt(t *testing.T) {
+	t.Parallel()
+	h := newRefundRig(t)
+	id := h.authorized(t, "acme", 1000)
+	key, err := idem.NewKey("acme", charge.TransitionOperation, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	marked := func() int64 {
+		t.Helper()
+		out, err := testkit.Clients(t).DynamoDB.GetItem(t.Context(), &dynamodb.GetItemInput{
+			TableName: aws.String(h.d.ChargesTable), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{
+				charge.AttrTenant: &types.AttributeValueMemberS{Value: "acme"}, charge.AttrID: &types.AttributeValueMemberS{Value: id},
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var until int64
+		if v, ok := out.Item["queued_until"].(*types.AttributeValueMemberN); ok {
+			until, _ = strconv.ParseInt(v.Value, 10, 64)
+		}
+		return until
+	}
+	h.faultOn("/capture", edge502)
+	asked := h.clock.Now()
+	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	capture := marked()
+	// Due at the move's deadline: a capture made settles then, not after
+	// the provider's settle window.
+	if due := time.UnixMilli(capture).Add(-queue.MarkHold); capture == 0 || due.After(asked.Add(time.Minute)) {
+		t.Fatalf("the lost capture's message is due at %s, want by its deadline (asked at %s)", due, asked)
+	}
+	h.faultOn("", "")
+	h.clock.Advance(10 * time.Minute)
+	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeReleased {
+		t.Fatalf("reconcile after the settle window: %s, %v", out, err)
+	}
+	if until := marked(); until != 0 {
+		t.Fatalf("the released capture's mark stays until %s", time.UnixMilli(until))
+	}
+	h.faultOn("/cancel", edge502)
+	wantStatus(t, h.do(postMove("acme", id, "cancel", "")), http.StatusServiceUnavailable)
+	if until := marked(); until <= capture {
+		t.Fatalf("the lost cancel's mark is %d, want one of its own after %d", until, capture)
 	}
 }
 

@@ -201,14 +201,18 @@ func (r *Rows) GetRefund(ctx context.Context, tenant, chargeID, refundID string)
 
 // GetWithRefunds reads tenant's charge id and all its refunds, oldest
 // first. One strongly consistent Query reads them, paged if they outgrow a
-// page. The limit on a charge's refunds bounds what it reads.
+// page. The limit on a charge's refunds bounds what it reads. It keeps the
+// row id and the rows "id#…" alone: a row whose id merely begins with id
+// is another's.
 func (r *Rows) GetWithRefunds(ctx context.Context, tenant, id string) (Charge, bool, error) {
 	in := &dynamodb.QueryInput{
 		TableName:                r.tableName,
 		KeyConditionExpression:   aws.String("#tenant = :tenant AND begins_with(#id, :id)"),
+		FilterExpression:         aws.String("#id = :id OR begins_with(#id, :refunds)"),
 		ExpressionAttributeNames: map[string]string{"#tenant": AttrTenant, "#id": AttrID},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":tenant": &types.AttributeValueMemberS{Value: tenant}, ":id": &types.AttributeValueMemberS{Value: id},
+			":refunds": &types.AttributeValueMemberS{Value: refundRowID(id, "")},
 		},
 		ConsistentRead: aws.Bool(true),
 	}

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -195,5 +197,32 @@ func TestRefundFailedLaterIsNotLostToATransactionConflict(t *testing.T) {
 	if c.AmountRefunded != 0 {
 		t.Fatalf("refund.failed met a transaction conflict (Notify %q, redelivery %q): the charge still reads %d refunded; a refund of the 1000 the customer never got is refused",
 			first.Outcome, again.Outcome, c.AmountRefunded)
+	}
+}
+
+// TestGetWithRefundsReadsTheChargeAndItsRefundsAlone: a row whose id
+// extends the charge's, without the "#" of a refund's, is another row.
+// Reading the charge with its refunds never returns it.
+func TestGetWithRefundsReadsTheChargeAndItsRefundsAlone(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	id := h.charged(t, "acme", 1000)
+	h.refunded(t, "acme", id, 1)
+	other := h.charged(t, "acme", 700)
+	db := testkit.Clients(t).DynamoDB
+	key := func(id string) map[string]types.AttributeValue {
+		return map[string]types.AttributeValue{charge.AttrTenant: &types.AttributeValueMemberS{Value: "acme"}, charge.AttrID: &types.AttributeValueMemberS{Value: id}}
+	}
+	out, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(h.d.ChargesTable), Key: key(other)})
+	if err != nil || out.Item == nil {
+		t.Fatalf("the other charge's row: %v", err)
+	}
+	out.Item[charge.AttrID] = &types.AttributeValueMemberS{Value: id + "0"}
+	if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(h.d.ChargesTable), Item: out.Item}); err != nil {
+		t.Fatal(err)
+	}
+	c, found, err := h.rows(t).GetWithRefunds(t.Context(), "acme", id)
+	if err != nil || !found || c.ID != id || c.Money.Amount != 1000 || len(c.Refunds) != 1 || c.Refunds[0].ChargeID != id {
+		t.Errorf("charge %s with its refunds: %+v %v %v", id, c, found, err)
 	}
 }

@@ -118,6 +118,12 @@ const (
 	// has no key, so no replay tells them apart.
 	OutcomeCaptured Outcome = "captured"
 	OutcomeCanceled Outcome = "canceled"
+	// OutcomeRateLimited: refused (429) for a tenant past its rate or
+	// concurrency, before its key was claimed.
+	OutcomeRateLimited Outcome = "rate-limited"
+	// OutcomeShed: a request that can wait, refused (503) while the store
+	// was throttled, before it did anything.
+	OutcomeShed Outcome = "shed"
 )
 
 // The reconcile function's outcomes.
@@ -180,7 +186,7 @@ var (
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
 			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeRefundLimit, OutcomeNotFound, OutcomeCaptured, OutcomeCanceled,
-			OutcomeWrongRegion, OutcomeFailoverPending,
+			OutcomeWrongRegion, OutcomeFailoverPending, OutcomeRateLimited, OutcomeShed,
 		},
 		FunctionReconcile: {
 			OutcomeResolvedCharged, OutcomeResolvedRefunded, OutcomeResolvedDeclined, OutcomeResolvedCaptured, OutcomeResolvedCanceled,

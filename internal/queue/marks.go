@@ -13,24 +13,27 @@ import (
 
 // Marker keeps, on the record a key names, a mark of the reconcile message
 // in flight for it. A Sender marks before it sends. It sends nothing for a
-// key already marked, however often the sweeper finds it stuck. The
-// handler of the message removes the mark.
+// key already marked, however often the sweeper finds it stuck. Each
+// delivery of the message renews the mark; its handler removes it.
 // *dynamostore.Store marks idempotency records; charge.QueuedMoves marks
 // a charge's row for its move.
 type Marker interface {
 	// MarkQueued marks key until until, unless a live mark stands or
 	// the record needs no message; it reports whether it marked.
 	MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error)
+	// RenewQueued keeps the mark until until live for hold more.
+	RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error
 	// UnmarkQueued removes the mark until until, if it is still there.
 	UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error
 }
 
 var _ Marker = (*dynamostore.Store)(nil)
 
-// MarkHold is how long a mark outlives its message's delivery delay. A
-// delivery that failed comes back after VisibilityTimeout; its handler
-// has ReconcileTimeout more. A lost message's mark ends then, and the
-// sweeper queues the key again.
+// MarkHold is how long a mark outlives its message's delivery delay, and
+// how long each delivery renews it: a failed delivery comes back after
+// VisibilityTimeout, and its handler has ReconcileTimeout more. So a
+// message keeps its mark through every redelivery. A mark with no message
+// (lost, or its send failed) ends MarkHold after it was due.
 const MarkHold = VisibilityTimeout + ReconcileTimeout
 
 // ByOperation is one Marker over several: a key's operation picks its
@@ -53,6 +56,10 @@ func (b byOp) of(key idem.Key) Marker {
 
 func (b byOp) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
 	return b.of(key).MarkQueued(ctx, key, until)
+}
+
+func (b byOp) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
+	return b.of(key).RenewQueued(ctx, key, until, hold)
 }
 
 func (b byOp) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {

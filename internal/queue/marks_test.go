@@ -150,6 +150,10 @@ func (failingMarks) MarkQueued(context.Context, idem.Key, time.Time) (bool, erro
 	return false, errMarks
 }
 
+func (failingMarks) RenewQueued(context.Context, idem.Key, time.Time, time.Duration) error {
+	return errMarks
+}
+
 func (failingMarks) UnmarkQueued(context.Context, idem.Key, time.Time) error { return errMarks }
 
 // TestAMarkNotWrittenSendsNothing: unmarked, a message could be a copy of
@@ -196,5 +200,41 @@ func TestParseMessageReadsAnUnmarkedMessage(t *testing.T) {
 	}
 	if _, err := queue.ParseMessage(`{"key":"not a key"}`); err == nil {
 		t.Fatal("a message naming no key was read")
+	}
+}
+
+// TestAMessageFailingEveryDeliveryHoldsItsKey: SQS delivers a failing
+// message again each VisibilityTimeout, MaxReceiveCount times, and each
+// delivery renews its mark (as the reconcile handler does). Sweeps during
+// any of those deliveries send no second message. A mark no delivery
+// renews ends MarkHold after it was due.
+func TestAMessageFailingEveryDeliveryHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	m := newMarked(t, asMarker)
+	k := m.inFlight(t)
+	sent := m.clock.Now()
+	at := func(d time.Duration) { m.clock.Advance(sent.Add(d).Sub(m.clock.Now())) }
+	if err := m.sender.EnqueueReconcile(t.Context(), k, 0); err != nil {
+		t.Fatal(err)
+	}
+	msgs := m.drain(t)
+	if len(msgs) != 1 {
+		t.Fatalf("%d messages, want 1", len(msgs))
+	}
+	for delivery := range queue.MaxReceiveCount {
+		at(time.Duration(delivery) * queue.VisibilityTimeout)
+		if err := m.store.RenewQueued(t.Context(), k, msgs[0].QueuedUntil, queue.MarkHold); err != nil {
+			t.Fatal(err)
+		}
+		// The last second of this delivery's handler.
+		at(time.Duration(delivery)*queue.VisibilityTimeout + queue.ReconcileTimeout - time.Second)
+		if b, err := m.sender.SendBatch(t.Context(), []idem.Key{k}); err != nil || b.AlreadyQueued != 1 {
+			t.Fatalf("a sweep during delivery %d: %+v, %v; want the key passed over", delivery+1, b, err)
+		}
+	}
+	// Dead-lettered after its last delivery, the message renews no more.
+	at(queue.MaxReceiveCount*queue.VisibilityTimeout + queue.ReconcileTimeout + time.Second)
+	if b, err := m.sender.SendBatch(t.Context(), []idem.Key{k}); err != nil || b.AlreadyQueued != 0 {
+		t.Fatalf("a sweep once the message was dead-lettered: %+v, %v; want the key queued", b, err)
 	}
 }

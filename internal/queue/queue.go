@@ -194,7 +194,10 @@ func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.
 	if !send {
 		return nil
 	}
-	_, err = s.client.SendMessage(ctx, &sqs.SendMessageInput{
+	// The send leaves time to remove the mark if it fails.
+	sctx, cancel := half(ctx)
+	defer cancel()
+	_, err = s.client.SendMessage(sctx, &sqs.SendMessageInput{
 		QueueUrl: aws.String(s.url), MessageBody: aws.String(encode(m)), DelaySeconds: secs,
 		MessageAttributes: tracing.MessageAttributes(ctx),
 	})

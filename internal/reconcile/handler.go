@@ -42,9 +42,9 @@ type Options struct {
 	// Tracer records each batch and each message as spans, a message's in
 	// its sender's trace; nil traces nothing.
 	Tracer *tracing.Tracer
-	// Marks removes a handled message's mark from its key's record
-	// (queue.Marker): the sweeper may queue the key again. Nil removes
-	// none.
+	// Marks renews a message's mark on each delivery, and removes it
+	// once handled (queue.Marker): the sweeper may queue the key again.
+	// Nil touches none.
 	Marks queue.Marker
 }
 
@@ -114,6 +114,7 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 		return true
 	}
 	keyHash := key.LogHash()
+	h.renew(ctx, log, msg)
 	outcome, err := h.svc.Reconcile(ctx, key)
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
@@ -127,6 +128,19 @@ func (h *Handler) handle(ctx context.Context, batch int, m events.SQSMessage) bo
 	log.InfoContext(ctx, "reconcile", "key_hash", keyHash, "outcome", string(outcome))
 	h.unmark(ctx, log, msg)
 	return true
+}
+
+// renew keeps the message's mark live past its next redelivery, should
+// this delivery fail. A mark not renewed ends on its own: the sweeper may
+// then queue a second message beside this one.
+func (h *Handler) renew(ctx context.Context, log *slog.Logger, msg queue.Message) {
+	if h.opt.Marks == nil || msg.QueuedUntil.IsZero() {
+		return
+	}
+	if err := h.opt.Marks.RenewQueued(ctx, msg.Key, msg.QueuedUntil, queue.MarkHold); err != nil {
+		log.WarnContext(ctx, "reconcile: the message's mark was not renewed",
+			"key_hash", msg.Key.LogHash(), "until", msg.QueuedUntil, "error_class", charge.ErrorClass(err))
+	}
 }
 
 // unmark removes the mark of a message handled, now deleted. A key still

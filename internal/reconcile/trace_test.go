@@ -189,6 +189,7 @@ func TestAmbiguousChargeIsOneTrace(t *testing.T) {
 		"  SQS.SendMessage",
 		"  reconcile",
 		"    reconcile.message "+string(charge.OutcomeResolvedCharged),
+		"      DynamoDB.UpdateItem", // the mark renewed past a redelivery
 		"      DynamoDB.GetItem",
 		"      DynamoDB.UpdateItem",
 		"      provider.Lookup charged",

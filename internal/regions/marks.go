@@ -29,6 +29,17 @@ func (fm fencedMarks) MarkQueued(ctx context.Context, key idem.Key, until time.T
 	return fm.m.MarkQueued(ctx, key, until)
 }
 
+// RenewQueued leaves another Region's tenant's mark to end: its serving
+// Region's message renews it there.
+func (fm fencedMarks) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
+	ctx, cancel, err := fm.fence.within(ctx, key.Tenant())
+	if ctx == nil {
+		return err
+	}
+	defer cancel()
+	return fm.m.RenewQueued(ctx, key, until, hold)
+}
+
 // UnmarkQueued leaves another Region's tenant's mark: it ends by itself.
 func (fm fencedMarks) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
 	ctx, cancel, err := fm.fence.within(ctx, key.Tenant())

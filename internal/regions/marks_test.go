@@ -28,6 +28,11 @@ func (r *recorder) MarkQueued(ctx context.Context, key idem.Key, _ time.Time) (b
 	return true, nil
 }
 
+func (r *recorder) RenewQueued(ctx context.Context, key idem.Key, _ time.Time, _ time.Duration) error {
+	r.note(ctx, "renew", key)
+	return nil
+}
+
 func (r *recorder) UnmarkQueued(ctx context.Context, key idem.Key, _ time.Time) error {
 	r.note(ctx, "unmark", key)
 	return nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -36,7 +37,8 @@ type Trail struct {
 	Config  app.AuditConfig
 	S3      *s3.Client
 	Streams map[string]string // by table name, its stream's ARN
-	// Handle is the audit function's handler.
+	// Handle is the audit function's handler. A test may wrap it: the
+	// streams feed whatever it is when they are drained.
 	Handle  eventsource.StreamHandler
 	logger  *slog.Logger
 	pollers []*eventsource.StreamPoller
@@ -82,7 +84,8 @@ func (tr *Trail) poll(t testing.TB) {
 	t.Helper()
 	tr.pollers = nil
 	for _, arn := range tr.Streams {
-		p, err := eventsource.NewStream(Streams(t), arn, tr.Handle, func(o *eventsource.StreamOptions) {
+		handle := func(ctx context.Context, ev events.DynamoDBEvent) error { return tr.Handle(ctx, ev) }
+		p, err := eventsource.NewStream(Streams(t), arn, handle, func(o *eventsource.StreamOptions) {
 			o.Timeout, o.Logger = 10*time.Second, tr.logger
 		})
 		if err != nil {

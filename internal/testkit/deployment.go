@@ -1,7 +1,7 @@
 // A Deployment provides, for tests, one deployment's worth of the
-// service on the test endpoints: the idempotency and charges tables, the
-// reconcile and charge-requests queues with their dead-letter queues, and
-// a provider simulator
+// service on the test endpoints: the idempotency, charges and limits
+// tables, the reconcile and charge-requests queues with their dead-letter
+// queues, and a provider simulator
 // served over HTTP, with each function's configuration pointing at them.
 
 package testkit
@@ -24,6 +24,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/local/gateway"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/queue"
@@ -37,6 +38,7 @@ const TenantClaim = httpapi.DefaultTenantClaim
 // deployments of parallel tests never meet.
 type Deployment struct {
 	IdempotencyTable, ChargesTable string
+	LimitsTable                    string
 	Queues                         queue.Queues // the reconcile queue
 	ChargeRequests                 queue.Queues // the intake's queue
 	Sim                            *providersim.Simulator
@@ -67,7 +69,7 @@ func New(ctx context.Context, simOpts ...func(*providersim.Options)) (*Deploymen
 		name   *string
 		prefix string
 		def    func(string) *dynamodb.CreateTableInput
-	}{{&d.IdempotencyTable, "idem", dynamostore.TableInput}, {&d.ChargesTable, "charges", charge.TableInput}} {
+	}{{&d.IdempotencyTable, "idem", dynamostore.TableInput}, {&d.ChargesTable, "charges", charge.TableInput}, {&d.LimitsTable, "limits", limit.TableInput}} {
 		name, drop, err := NewTable(ctx, t.def(t.prefix))
 		if err != nil {
 			return fail(err)
@@ -103,7 +105,10 @@ func Deploy(t testing.TB, simOpts ...func(*providersim.Options)) *Deployment {
 	return d
 }
 
-// Charge is the charge function's configuration for the deployment.
+// Charge is the charge function's configuration for the deployment. It
+// holds no tenant to limits and sheds nothing: a test's requests come
+// faster than a tenant's, and it retries at once. A test of the limits
+// sets LimitsTable.
 func (d *Deployment) Charge() app.ChargeConfig {
 	return app.ChargeConfig{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
@@ -158,7 +163,7 @@ func (d *Deployment) wiring(clients awsenv.Clients, optFns []func(*Wiring)) Wiri
 func (d *Deployment) ChargeHandler(t testing.TB, optFns ...func(*Wiring)) *httpapi.Handler {
 	t.Helper()
 	w := d.wiring(Clients(t), optFns)
-	h, err := app.ChargeHandler(w.Charge, w.Deps)
+	h, err := app.ChargeHandler(t.Context(), w.Charge, w.Deps)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +204,7 @@ func (d *Deployment) Serve(cfg app.ChargeConfig, wrap func(http.Handler) http.Ha
 		return "", nil, err
 	}
 	w := d.wiring(clients, []func(*Wiring){func(w *Wiring) { w.Charge = cfg }})
-	h, err := app.ChargeHandler(w.Charge, w.Deps)
+	h, err := app.ChargeHandler(context.Background(), w.Charge, w.Deps)
 	if err != nil {
 		return "", nil, err
 	}

@@ -140,8 +140,8 @@ func TestServiceSaidMaybeIsNotForgotten(t *testing.T) {
 // TestOnlyARefusalProvesNothingRan: which retried answers leave a later
 // 503 service-unavailable matching ErrOutcomeUnknown. Only a refusal
 // proves that its attempt did nothing: 503 provider-unavailable or
-// service-unavailable, a gateway 429, a refund held back by the refunds
-// in flight. Any other answer, one the client does not know included,
+// service-unavailable, a gateway 429 or a 429 rate-limited, a refund held
+// back by the refunds in flight. Any other answer, one the client does not know included,
 // may have come after the command ran.
 func TestOnlyARefusalProvesNothingRan(t *testing.T) {
 	t.Parallel()
@@ -154,6 +154,7 @@ func TestOnlyARefusalProvesNothingRan(t *testing.T) {
 		"503 provider-unavailable":  {problemReply(http.StatusServiceUnavailable, "provider-unavailable", nil), false},
 		"503 service-unavailable":   {problemReply(http.StatusServiceUnavailable, "service-unavailable", nil), false},
 		"bare 429":                  {reply{http.StatusTooManyRequests, map[string]string{"Content-Type": "application/json"}, `{"message":"Too Many Requests"}`}, false},
+		"429 rate-limited":          {problemReply(http.StatusTooManyRequests, "rate-limited", map[string]string{HeaderRetryAfter: "1"}), false},
 		"409 refund-exceeds, 2s on": {problemReply(http.StatusConflict, "refund-exceeds-charge", map[string]string{HeaderRetryAfter: "2"}), false},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -357,9 +357,11 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 // request-in-progress (another request with the id, or the same capture
 // or cancel, is running), internal-error, or any answer not known to the
 // client. Only a refusal proves that the attempt did nothing:
-// ErrUnavailable, or a refund held back by the refunds in flight.
+// ErrUnavailable, ErrRateLimited, or a refund held back by the refunds in
+// flight.
 func mayHaveRun(err error) bool {
-	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRefundExceedsCharge) && !errors.Is(err, ErrRefundLimit)
+	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRateLimited) &&
+		!errors.Is(err, ErrRefundExceedsCharge) && !errors.Is(err, ErrRefundLimit)
 }
 
 // attempt makes one request and reads its answer.

@@ -43,6 +43,13 @@ var (
 	// request with the same id (or an earlier attempt of the same capture
 	// or cancel) may have, so retry with that id (or the same call).
 	ErrUnavailable = errors.New("client: unavailable")
+	// ErrRateLimited: the tenant is over its rate or concurrency limit
+	// (429 rate-limited), and the request was refused before its id was
+	// claimed. As with ErrUnavailable, the refused request did nothing,
+	// and an earlier one with the same id may have: retry with that id
+	// after the *ProblemError's RetryAfter. The client already did, until
+	// its attempts or its context ran out.
+	ErrRateLimited = errors.New("client: rate limited")
 	// ErrOutcomeUnknown: the outcome is unknown: retry with the same
 	// command id, never a new one (for Capture and Cancel, make the same
 	// call again, which is safe). The answer proves nothing about
@@ -133,6 +140,7 @@ var problemSentinels = map[string]error{
 	"provider-rejected":       ErrRejected,
 	"provider-unavailable":    ErrUnavailable,
 	"service-unavailable":     ErrUnavailable,
+	"rate-limited":            ErrRateLimited,
 	"outcome-pending":         ErrOutcomePending,
 	slugRefundExceedsCharge:   ErrRefundExceedsCharge,
 	slugChargeState:           ErrChargeState,
@@ -206,15 +214,16 @@ func (e *ProblemError) Is(target error) bool {
 // or a context that ended mid-request, an answer that could not be read,
 // or any error after an attempt of the same call that may have run (see
 // mayHaveRun). It matches ErrOutcomeUnknown, and its cause's sentinels but
-// ErrUnavailable, which would say that nothing was charged.
+// ErrUnavailable and ErrRateLimited, which would say that nothing was
+// charged.
 type unknownError struct{ err error }
 
 func (e *unknownError) Error() string { return e.err.Error() }
 
-// Is matches ErrOutcomeUnknown and what the cause matches, except
-// ErrUnavailable: the earlier attempt may have charged.
+// Is matches ErrOutcomeUnknown and what the cause matches, except the
+// refusals: the earlier attempt may have charged.
 func (e *unknownError) Is(target error) bool {
-	return target == ErrOutcomeUnknown || target != ErrUnavailable && errors.Is(e.err, target)
+	return target == ErrOutcomeUnknown || target != ErrUnavailable && target != ErrRateLimited && errors.Is(e.err, target)
 }
 
 // As finds what the cause holds, a *ProblemError among them.

@@ -245,6 +245,41 @@ func TestRetryAfterHonoured(t *testing.T) {
 	}
 }
 
+// TestRateLimitedRetriesTheSameIDAfterRetryAfter: a tenant over its limit
+// is answered 429 rate-limited; the client waits what Retry-After asks and
+// sends the same id. Out of attempts, the error says the tenant was
+// limited and the wait, and, as nothing may have run, no more.
+func TestRateLimitedRetriesTheSameIDAfterRetryAfter(t *testing.T) {
+	t.Parallel()
+	limited := problemReply(http.StatusTooManyRequests, "rate-limited", map[string]string{HeaderRetryAfter: "1"})
+	ft := &fakeTime{now: time.Now()}
+	c, s := newScripted(t, append(ft.options(0), WithMaxAttempts(3)), limited, limited, created(false))
+	id := NewCommandID()
+	if _, err := c.Create(t.Context(), id, eur1500, "tok_visa"); err != nil {
+		t.Fatal(err)
+	}
+	if len(ft.waits) != 2 || ft.waits[0] != time.Second || ft.waits[1] != time.Second {
+		t.Fatalf("waits %v, want [1s 1s]", ft.waits)
+	}
+	for i, k := range s.keys {
+		if k != string(id) {
+			t.Fatalf("attempt %d sent id %q, want %q", i+1, k, id)
+		}
+	}
+
+	c, _ = newScripted(t, append(ft.options(0), WithMaxAttempts(2)), limited)
+	_, err := c.Create(t.Context(), NewCommandID(), eur1500, "tok_visa")
+	var p *ProblemError
+	if !errors.Is(err, ErrRateLimited) || errors.Is(err, ErrOutcomeUnknown) || !errors.As(err, &p) || p.RetryAfter != time.Second {
+		t.Fatalf("err = %v: want ErrRateLimited with RetryAfter 1s, not ErrOutcomeUnknown", err)
+	}
+
+	c, _ = newScripted(t, append(ft.options(0), WithMaxAttempts(2)), reply{http.StatusBadGateway, nil, ""}, limited)
+	if _, err := c.Create(t.Context(), NewCommandID(), eur1500, "tok_visa"); !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrRateLimited) {
+		t.Fatalf("rate-limited after a bare 502: %v, want ErrOutcomeUnknown and not ErrRateLimited: the first attempt may have charged", err)
+	}
+}
+
 func TestRetryAfterNeverShortensJitter(t *testing.T) {
 	t.Parallel()
 	ft := &fakeTime{now: time.Now()}

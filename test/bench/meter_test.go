@@ -138,6 +138,10 @@ func (m *meter) targets(params any) ([]target, error) {
 		return []target{{table: aws.ToString(in.TableName), key: in.Key, write: true}}, nil
 	case *dynamodb.DeleteItemInput:
 		return []target{{table: aws.ToString(in.TableName), key: in.Key, write: true}}, nil
+	case *dynamodb.QueryInput:
+		// Not priced: the only Query of the paths measured is the read of
+		// the tenants' limits when the charge function is built.
+		return nil, nil
 	case *dynamodb.TransactWriteItemsInput:
 		var ts []target
 		for _, it := range in.TransactItems {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -35,6 +36,7 @@ var (
 const (
 	roleIdempotency = "idempotency"
 	roleCharges     = "charges"
+	roleLimits      = "limits"
 )
 
 // roundTrip is what one outcome cost.
@@ -59,7 +61,9 @@ type want struct {
 // TestRoundTrips drives the charge handler and the reconciler through each
 // outcome, one request at a time, and asserts the DynamoDB calls (counted
 // by testkit.CallCounter), the items written and the capacity units each
-// one costs, then prints them as a table.
+// one costs, then prints them as a table. The handler holds its tenants
+// to the default limits, as deployed; each measured request is a second
+// after the one before, as a quiet tenant's are.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	clock := testkit.NewClock(time.Now())
@@ -69,6 +73,7 @@ func TestRoundTrips(t *testing.T) {
 	m.tables = map[string]tableLayout{
 		s.cfg.IdempotencyTable: {role: roleIdempotency, key: []string{dynamostore.AttrPK}, index: []string{dynamostore.AttrLeaseShard, dynamostore.AttrLeaseExpiresAt}},
 		s.cfg.ChargesTable:     {role: roleCharges, key: []string{charge.AttrTenant, charge.AttrID}, index: []string{charge.AttrTransitionShard, charge.AttrAttemptDeadline}},
+		s.dep.LimitsTable:      {role: roleLimits, key: []string{limit.AttrPK, limit.AttrSK}},
 	}
 	reconciler := s.dep.ReconcileService(t, func(w *testkit.Wiring) { w.Deps = s.deps })
 	// The charge function as deployed logs JSON at LOG_LEVEL=INFO (app.Logger)
@@ -76,6 +81,7 @@ func TestRoundTrips(t *testing.T) {
 	logs := &byteCounter{}
 	logged := func(w *testkit.Wiring) {
 		w.Charge, w.Deps = s.cfg, s.deps
+		w.Charge.LimitsTable = s.dep.LimitsTable
 		w.Deps.Logger = slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		w.Deps.Metrics = logs
 	}
@@ -90,6 +96,7 @@ func TestRoundTrips(t *testing.T) {
 		}
 		logsBefore := logs.n.Load()
 		status := do()
+		clock.Advance(limit.Window)
 		r := roundTrip{id: id, outcome: outcome, status: status, calls: counter.Snapshot(), logBytes: logs.n.Load() - logsBefore}
 		var err error
 		r.used, err = m.Snapshot()
@@ -122,6 +129,21 @@ func TestRoundTrips(t *testing.T) {
 	if got := rows[len(rows)-1].used.Tables[roleIdempotency].MaxItemBytes; got > recordBudget {
 		t.Errorf("first charge: record of %d B, want at most %d B", got, recordBudget)
 	}
+	// A busy tenant: at its SyncEvery-th request in a second, the instance
+	// shares the tenant's count, one UpdateItem of the limits table. Its
+	// caller is as typical as the first charge's, so its record is too.
+	busy := func() events.APIGatewayV2HTTPRequest {
+		req := post(newKey(), visa)
+		req.RequestContext.Authorizer.JWT.Claims[testkit.TenantClaim] = "busy"
+		return req
+	}
+	for range limit.SyncEvery - 1 {
+		if resp, err := handler.Handle(ctx, busy()); err != nil || resp.StatusCode != http.StatusCreated {
+			t.Fatalf("busy tenant: %d %s, %v", resp.StatusCode, resp.Body, err)
+		}
+	}
+	measure("first-shared", "first charge that shares a busy tenant's count", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 4, wcu: 6, indexWC: 2},
+		handle(busy(), http.StatusCreated, false))
 	measure("replay", "replay", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
 		handle(post(key, visa), http.StatusCreated, true))
 	// A refund of that charge: the charge's row read, the claim, the hold,
@@ -228,8 +250,8 @@ func TestRoundTrips(t *testing.T) {
 			t.Errorf("%s reads on the request path: %v", r.outcome, r.calls)
 		}
 	}
-	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 5 {
-		t.Errorf("provider charges %d, want 5 (first, the authorization, decline, timed out, naive)", charges)
+	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 5+limit.SyncEvery {
+		t.Errorf("provider charges %d, want %d (first, the busy tenant's, the authorization, decline, timed out, naive)", charges, 5+limit.SyncEvery)
 	}
 
 	table := roundTripTable(rows)

@@ -28,6 +28,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/secrets"
@@ -62,6 +63,7 @@ var owners = map[string]reflect.Type{
 	"GlobalChargesTable":      reflect.TypeFor[charge.Rows](),
 	"RoutesTableName":         reflect.TypeFor[regions.Routes](),
 	"LedgerTableName":         reflect.TypeFor[dynamostore.Ledger](),
+	limitsTable:               reflect.TypeFor[limit.Table](),
 	reconcileQueue:            reflect.TypeFor[queue.Sender](),
 	intakeDLQ:                 reflect.TypeFor[intake.Queue](),
 	auditBucket:               reflect.TypeFor[audit.Archive](),

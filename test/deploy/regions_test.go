@@ -29,7 +29,7 @@ func TestRegionsTemplateMatchesCode(t *testing.T) {
 	}
 	c := &checker{tmpl: tmpl}
 	c.schema(idempotencyTable, dynamostore.TableInput("t"))
-	c.ttl(idempotencyTable, dynamostore.TTLInput("t"))
+	c.ttl(idempotencyTable, dynamostore.TTLInput("t"), dynamostore.AttrExpiresAt)
 	c.schema(chargesTable, charge.TableInput("t"))
 	for _, id := range []string{"RoutesTable", "LedgerTable"} {
 		c.schema(id, regions.TableInput("t"))

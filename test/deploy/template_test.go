@@ -29,6 +29,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/devauth"
 	"github.com/chargeonce/chargeonce/internal/intake"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -39,6 +40,7 @@ import (
 const (
 	idempotencyTable = "IdempotencyTable"
 	chargesTable     = "ChargesTable"
+	limitsTable      = "LimitsTable"
 	reconcileQueue   = "ReconcileQueue"
 	deadLetterQueue  = "ReconcileDeadLetterQueue"
 	reconcileFn      = "ReconcileFunction"
@@ -54,8 +56,8 @@ const (
 
 // code is the side of the code the template is checked against.
 type code struct {
-	idempotencyTable, chargesTable *dynamodb.CreateTableInput
-	ttl                            *dynamodb.UpdateTimeToLiveInput
+	idempotencyTable, chargesTable, limitsTable *dynamodb.CreateTableInput
+	ttl, limitsTTL                              *dynamodb.UpdateTimeToLiveInput
 	// The audit trail's: its index, the tables' streams, the bucket's
 	// lock and its default retention, the index's in days.
 	auditIndexTTL            *dynamodb.UpdateTimeToLiveInput
@@ -74,8 +76,8 @@ type code struct {
 	operations map[string][]metrics.Operation
 	outcomes   map[string][]metrics.Outcome
 	// routes are the charge function's route keys; public those of them
-	// served without the JWT authorizer.
-	routes, public []string
+	// served without the JWT authorizer, deferrable those that can wait.
+	routes, public, deferrable []string
 	// secretNames are the variables that name a secret the function
 	// reads.
 	secretNames []string
@@ -93,6 +95,8 @@ func currentCode() code {
 		idempotencyTable: dynamostore.TableInput("t"),
 		chargesTable:     charge.TableInput("t"),
 		ttl:              dynamostore.TTLInput("t"),
+		limitsTable:      limit.TableInput("t"),
+		limitsTTL:        limit.TTLInput("t"),
 		auditIndexTable:  audit.IndexTableInput("t"),
 		auditIndexTTL:    audit.IndexTTLInput("t"),
 		stream:           audit.StreamInput("t"),
@@ -116,6 +120,7 @@ func currentCode() code {
 		routes:      httpapi.Routes,
 		secretNames: []string{app.EnvProviderSecretName, app.EnvWebhookSecretName},
 		public:      []string{httpapi.RouteWebhook},
+		deferrable:  httpapi.Deferrable,
 		operations: map[string][]metrics.Operation{
 			metrics.FunctionCharge:    metrics.Operations(metrics.FunctionCharge),
 			metrics.FunctionReconcile: metrics.Operations(metrics.FunctionReconcile),
@@ -165,9 +170,12 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 			k.idempotencyTable.AttributeDefinitions = append(k.idempotencyTable.AttributeDefinitions,
 				ddbtypes.AttributeDefinition{AttributeName: aws.String("x"), AttributeType: ddbtypes.ScalarAttributeTypeS})
 		},
-		"index dropped": func(k *code) { k.idempotencyTable.GlobalSecondaryIndexes = nil },
-		"charges key":   func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
-		"ttl attribute": func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
+		"index dropped":   func(k *code) { k.idempotencyTable.GlobalSecondaryIndexes = nil },
+		"charges key":     func(k *code) { k.chargesTable.KeySchema = k.chargesTable.KeySchema[:1] },
+		"limits key":      func(k *code) { k.limitsTable.KeySchema = k.limitsTable.KeySchema[:1] },
+		"create deferred": func(k *code) { k.deferrable = append(slices.Clone(k.deferrable), httpapi.RouteCreate) },
+		"limits ttl":      func(k *code) { k.limitsTTL.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
+		"ttl attribute":   func(k *code) { k.ttl.TimeToLiveSpecification.AttributeName = aws.String("ttl") },
 		"new variable": func(k *code) {
 			k.loaders["SweeperFunction"] = func(g app.Getenv) { _, _ = app.LoadSweeper(g); g("SWEEP_LIMIT") }
 		},
@@ -253,13 +261,14 @@ func TestCheckCatchesDrift(t *testing.T) {
 	t.Parallel()
 	orig := readTemplate(t)
 	tests := []struct{ name, old, new string }{
-		{"idempotency key type", "        - AttributeName: pk\n          KeyType: HASH", "        - AttributeName: pk\n          KeyType: RANGE"},
+		{"idempotency key type", "        - AttributeName: pk\n          KeyType: HASH\n      GlobalSecondaryIndexes", "        - AttributeName: pk\n          KeyType: RANGE\n      GlobalSecondaryIndexes"},
 		{"attribute type", "        - AttributeName: lease_shard\n          AttributeType: N", "        - AttributeName: lease_shard\n          AttributeType: S"},
 		{"index name", "IndexName: stuck-leases", "IndexName: stuck"},
 		{"index projection", "ProjectionType: INCLUDE", "ProjectionType: ALL"},
 		{"index attributes", "              - attempts\n", "              - attempts\n              - status\n"},
-		{"ttl attribute", "AttributeName: expires_at", "AttributeName: ttl"},
-		{"ttl disabled", "        AttributeName: expires_at\n        Enabled: true", "        AttributeName: expires_at\n        Enabled: false"},
+		{"ttl attribute", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: expires_at", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: ttl"},
+		{"ttl disabled", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: expires_at\n        Enabled: true", "- attempts\n      TimeToLiveSpecification:\n        AttributeName: expires_at\n        Enabled: false"},
+		{"limits ttl attribute", "      TimeToLiveSpecification:\n        AttributeName: expires_at\n        Enabled: true\n      # The operators'", "      TimeToLiveSpecification:\n        AttributeName: ttl\n        Enabled: true\n      # The operators'"},
 		{"charges range key", "        - AttributeName: id\n          KeyType: RANGE", "        - AttributeName: id\n          KeyType: HASH"},
 		{"billing mode", "BillingMode: PAY_PER_REQUEST\n      AttributeDefinitions:\n        - AttributeName: tenant", "BillingMode: PROVISIONED\n      AttributeDefinitions:\n        - AttributeName: tenant"},
 		{"extra index", "              - attempts\n", "              - attempts\n        - IndexName: extra\n          KeySchema:\n            - AttributeName: pk\n              KeyType: HASH\n          Projection:\n            ProjectionType: KEYS_ONLY\n"},
@@ -349,6 +358,11 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"no log group of its own", "      LoggingConfig:\n        LogGroup: !Ref ReconcileFunctionLogGroup\n", ""},
 		{"log lines kept for ever", "/IntakeFunction\"\n      RetentionInDays: !Ref LogRetentionDays\n", "/IntakeFunction\"\n"},
 		{"log retention default", "    Default: 90\n", "    Default: 3653\n"},
+		{"limits table unprotected", "      # The operators' limits are in it: a DeleteTable call must not drop\n      # them unseen.\n      DeletionProtectionEnabled: true\n", ""},
+		{"limits range key", "        - AttributeName: sk\n          KeyType: RANGE", "        - AttributeName: sk\n          KeyType: HASH"},
+		{"deferrable route unthrottled", "        \"GET /charges/{id}/refunds/{refund_id}\":\n          ThrottlingRateLimit: !Ref ApiDeferrableRateLimit\n          ThrottlingBurstLimit: !Ref ApiDeferrableBurstLimit\n", ""},
+		{"limits variable missing", "          LIMITS_TABLE: !Ref LimitsTable\n", ""},
+		{"charge may put limits", "              - Sid: TenantLimits\n                Effect: Allow\n                Action:\n", "              - Sid: TenantLimits\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
 		{"charges table unprotected", "      # Retained with the stack, and refused to a DeleteTable call.\n      DeletionProtectionEnabled: true\n", ""},
 		{"queue policy allows", "          - Sid: NamedProducersOnly\n            Effect: Deny", "          - Sid: NamedProducersOnly\n            Effect: Allow"},
 		{"queue policy denies the producers", "              - ArnNotEquals:\n", "              - ArnEquals:\n"},
@@ -406,10 +420,12 @@ func check(src string, k code) ([]string, error) {
 	}
 	c := &checker{tmpl: tmpl}
 	c.table(idempotencyTable, k.idempotencyTable)
-	c.ttl(idempotencyTable, k.ttl)
+	c.ttl(idempotencyTable, k.ttl, dynamostore.AttrExpiresAt)
 	c.table(chargesTable, k.chargesTable)
+	c.table(limitsTable, k.limitsTable)
+	c.ttl(limitsTable, k.limitsTTL, limit.AttrExpiresAt)
 	c.table(auditIndex, k.auditIndexTable)
-	c.ttl(auditIndex, k.auditIndexTTL)
+	c.ttl(auditIndex, k.auditIndexTTL, audit.AttrExpires)
 	c.streams(k.stream, idempotencyTable, chargesTable)
 	c.trail(k.lock, k.retentionDays, k.indexDays)
 	c.trailAlarms()
@@ -419,6 +435,7 @@ func check(src string, k code) ([]string, error) {
 	c.sqsFunction(intakeFn, intakeQueue, queue.IntakeTimeout)
 	c.sweeperPolicy()
 	c.routes(k.routes, k.public)
+	c.throttles(k.deferrable)
 	c.authorizers()
 	c.localOnly()
 	c.environments(k.loaders, k.unread)
@@ -488,13 +505,15 @@ func (c *checker) schema(id string, want *dynamodb.CreateTableInput) {
 	c.equal(id+" GlobalSecondaryIndexes", sortByName(p["GlobalSecondaryIndexes"], "IndexName"), sortByName(gsis, "IndexName"))
 }
 
-func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput) {
+// ttl compares a table's TTL with the code's, which must be on attr, the
+// attribute the code writes expiries to.
+func (c *checker) ttl(id string, want *dynamodb.UpdateTimeToLiveInput, attr string) {
 	spec := want.TimeToLiveSpecification
 	c.equal(id+" TimeToLiveSpecification", c.props(id)["TimeToLiveSpecification"], map[string]any{
 		"AttributeName": aws.ToString(spec.AttributeName), "Enabled": aws.ToBool(spec.Enabled),
 	})
-	if attr := map[string]string{idempotencyTable: dynamostore.AttrExpiresAt, auditIndex: audit.AttrExpires}[id]; aws.ToString(spec.AttributeName) != attr {
-		c.fail("%s's TTLInput enables TTL on %q, not %q", id, aws.ToString(spec.AttributeName), attr)
+	if aws.ToString(spec.AttributeName) != attr {
+		c.fail("%s's TTLInput enables TTL on %q, not %q, where the code writes expiries", id, aws.ToString(spec.AttributeName), attr)
 	}
 }
 
@@ -601,6 +620,13 @@ func (c *checker) routes(routes, public []string) {
 			c.fail("the handler serves %s, which no ChargeFunction event routes", key)
 		}
 	}
+}
+
+// throttles checks that API Gateway gives its smaller rate to exactly the
+// routes the handler sheds first.
+func (c *checker) throttles(deferrable []string) {
+	got := slices.Sorted(maps.Keys(asMap(c.props("HttpApi")["RouteSettings"])))
+	c.equal("HttpApi RouteSettings routes", got, slices.Sorted(slices.Values(deferrable)))
 }
 
 // sweeperPolicy checks that the sweeper may query the index it reads.

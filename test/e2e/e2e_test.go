@@ -44,7 +44,7 @@ func TestFunctionsUnderTheRuntimeEmulator(t *testing.T) {
 	rie := installRIE(t)
 	config := map[string]map[string]string{
 		"charge": {
-			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable,
+			app.EnvIdempotencyTable: idemTable, app.EnvChargesTable: chargesTable, app.EnvLimitsTable: d.LimitsTable,
 			app.EnvReconcileQueueURL: q.URL, app.EnvProviderURL: providerURL, app.EnvTenantClaim: testkit.TenantClaim,
 			app.EnvProviderSecretName: keySecret,
 		},

@@ -152,7 +152,7 @@ func (s *session) invokeCharges() events.APIGatewayV2HTTPResponse {
 		t.Fatal(err)
 	}
 	s.invoke("ChargeFunction", getEvent, &got)
-	check(t, http.MethodGet, "/charges/"+id, nil, got.StatusCode, got.Headers, got.Body)
+	testkit.CheckAnswer(t, http.MethodGet, "/charges/"+id, nil, got.StatusCode, got.Headers, got.Body)
 	if got.StatusCode != http.StatusOK || got.Body != created.Body {
 		t.Errorf("get: %d %s, want 200 %s", got.StatusCode, got.Body, created.Body)
 	}
@@ -414,7 +414,7 @@ func (s *session) do(base, method, path string, headers map[string]string, body 
 	for k := range res.Header {
 		h[k] = res.Header.Get(k)
 	}
-	check(s.t, method, path, headers, res.StatusCode, h, string(b))
+	testkit.CheckAnswer(s.t, method, path, headers, res.StatusCode, h, string(b))
 	return answer{res.StatusCode, res.Header, string(b)}
 }
 
@@ -473,5 +473,5 @@ func checkEvent(t *testing.T, root, name string, res events.APIGatewayV2HTTPResp
 	if err := json.Unmarshal(b, &req); err != nil {
 		t.Fatal(fmt.Errorf("events/%s.json: %w", name, err))
 	}
-	check(t, req.RequestContext.HTTP.Method, req.RawPath, req.Headers, res.StatusCode, res.Headers, res.Body)
+	testkit.CheckAnswer(t, req.RequestContext.HTTP.Method, req.RawPath, req.Headers, res.StatusCode, res.Headers, res.Body)
 }

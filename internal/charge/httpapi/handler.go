@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/actor"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -39,6 +41,20 @@ const (
 // moveOperations are the Operation dimension of the routes that set a
 // state: they have no key to name it.
 var moveOperations = map[string]metrics.Operation{RouteCapture: metrics.OperationCapture, RouteCancel: metrics.OperationCancel}
+
+// keyedOperations are the Operation dimension of the keyed routes. A
+// request refused before its key was read counts under them.
+var keyedOperations = map[string]metrics.Operation{RouteCreate: metrics.OperationCharge, RouteRefund: metrics.OperationRefund}
+
+// done says what each command route's request does, for what an answer
+// proves was not done.
+var done = map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}
+
+// Deferrable are the routes that can wait: reads, listings and refunds.
+// They are shed while the store is throttled. API Gateway gives them a
+// smaller rate (template.yaml's RouteSettings). So creating, capturing
+// and canceling payments keep the capacity.
+var Deferrable = []string{RouteGet, RouteListRefunds, RouteGetRefund, RouteRefund}
 
 // Routes are every route the charge function serves, the webhook's too.
 var Routes = []string{RouteCreate, RouteGet, RouteRefund, RouteListRefunds, RouteGetRefund, RouteCapture, RouteCancel, RouteWebhook}
@@ -81,6 +97,12 @@ type Options struct {
 	// Tracer records each request as a span, its route, status and
 	// outcome; nil traces nothing.
 	Tracer *tracing.Tracer
+	// Limiter holds each tenant to its limits before its request does
+	// anything; nil holds none (tests of other behaviours).
+	Limiter *limit.Limiter
+	// Shedder sheds the requests that can wait while the store is
+	// throttled; nil sheds none.
+	Shedder *limit.Shedder
 }
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
@@ -130,19 +152,31 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	)
 	ctx, span := h.opt.Tracer.StartInvocation(ctx, metrics.FunctionCharge, trace.SpanKindServer)
 	defer h.opt.Tracer.End(ctx, span)
-	attrs = make([]slog.Attr, 0, 7) // every attribute the log line can have
+	attrs = make([]slog.Attr, 0, 8) // every attribute the log line can have
 	rec := h.metrics.Record()
 	ctx = metrics.NewContext(ctx, rec)
 	// Who asks and from where, kept with the command for the audit trail.
 	ctx = actor.NewContext(ctx, actor.FromHTTP(req))
 	tenant, ok := h.tenant(req)
 	route := routeOf(&req)
+	var (
+		ticket  *limit.Ticket
+		limited metrics.Outcome // rate-limited or shed: refused before it did anything
+	)
+	if ok && route != RouteWebhook {
+		var why string
+		if refused, ticket, limited, why = h.admit(ctx, tenant, route); why != "" {
+			attrs = append(attrs, slog.String("limit", why))
+		}
+	}
 	switch {
 	case route == RouteWebhook:
 		// Signed by Stripe, not authorised by a tenant's JWT.
 		res, refused, err = h.webhook(ctx, req)
 	case !ok:
 		refused = ref(problem(ProblemUnauthorized, ""))
+	case refused != nil:
+		// Past its tenant's limits, or shed: the route does nothing.
 	case route == RouteCreate:
 		res, refused, key, err = h.create(ctx, tenant, req)
 		attrs = append(attrs, slog.String("key_hash", keyHash(key)))
@@ -169,26 +203,34 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if route == RouteWebhook {
 		resp = webhookAnswer(res, h.opt.Clock())
 	} else {
-		done := map[string]string{RouteCreate: "charged", RouteRefund: "refunded", RouteCapture: "captured", RouteCancel: "canceled"}[route]
-		resp = answer(res, h.opt.Clock(), done)
+		resp = answer(res, h.opt.Clock(), done[route])
+	}
+	if ticket != nil {
+		h.opt.Limiter.Done(ctx, ticket, counted(res, refused))
+	}
+	if res.Outcome == charge.OutcomeBusy && h.opt.Shedder != nil {
+		h.opt.Shedder.Throttled()
 	}
 	if refused != nil {
 		res.Outcome = charge.OutcomeInvalid
 		resp = events.APIGatewayV2HTTPResponse{StatusCode: refused.Status, Headers: refused.Headers, Body: string(refused.Body)}
 	}
+	outcome := cmp.Or(string(limited), string(res.Outcome))
 	attrs = append(attrs, slog.String("request_id", requestID(ctx)), slog.String("route", route), slog.String("tenant", tenant),
-		slog.String("outcome", string(res.Outcome)), slog.Int("status", resp.StatusCode))
+		slog.String("outcome", outcome), slog.Int("status", resp.StatusCode))
 	level := slog.LevelInfo
 	if resp.StatusCode >= 500 {
 		level = slog.LevelError
 	}
 	h.opt.Logger.LogAttrs(ctx, level, "request", attrs...)
 	if span.IsRecording() {
-		h.traced(span, route, res.Outcome, resp.StatusCode, err)
+		h.traced(span, route, outcome, resp.StatusCode, err)
 	}
 	switch op, moved := moveOperations[route]; {
 	case moved:
-		rec.Count(metrics.Requests, op, res.Outcome.Metric())
+		rec.Count(metrics.Requests, op, cmp.Or(limited, res.Outcome.Metric()))
+	case limited != "":
+		rec.Count(metrics.Requests, cmp.Or(keyedOperations[route], metrics.OperationNone), limited)
 	case route == RouteCreate || route == RouteRefund || refused != nil && route != RouteWebhook:
 		rec.Count(metrics.Requests, charge.MetricOperation(key), res.Outcome.Metric())
 	}
@@ -201,11 +243,11 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 // traced sets the request's span attributes: the route if it is one of
 // the API's (any other path could carry anything), the outcome, the
 // status, and the class of a failure.
-func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, status int, err error) {
+func (h *Handler) traced(span trace.Span, route, outcome string, status int, err error) {
 	if slices.Contains(Routes, route) {
 		tracing.String(span, tracing.AttrRoute, route)
 	}
-	tracing.Outcome(span, string(outcome))
+	tracing.Outcome(span, outcome)
 	tracing.Int(span, tracing.AttrStatus, status)
 	if err != nil {
 		tracing.Error(span, charge.ErrorClass(err))
@@ -213,6 +255,44 @@ func (h *Handler) traced(span trace.Span, route string, outcome charge.Outcome, 
 }
 
 func ref(r idem.Response) *idem.Response { return &r }
+
+// admit sheds a deferrable request while the store is throttled,
+// then holds it to its tenant's limits. Either refusal comes before the
+// request does anything: it stores nothing and charges nothing. A shed
+// request does not count against its tenant. A refusal says why: the
+// limit reached, or "shed".
+func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Response, *limit.Ticket, metrics.Outcome, string) {
+	now := h.opt.Clock()
+	if h.opt.Shedder != nil && slices.Contains(Deferrable, route) {
+		if left, shed := h.opt.Shedder.Shedding(); shed {
+			return ref(shedAnswer(route, now, now.Add(left))), nil, metrics.OutcomeShed, "shed"
+		}
+	}
+	if h.opt.Limiter == nil {
+		return nil, nil, "", ""
+	}
+	tk, refusal := h.opt.Limiter.Admit(ctx, tenant)
+	if refusal != nil {
+		return ref(rateLimited(route, refusal, now)), nil, metrics.OutcomeRateLimited, refusal.Limit
+	}
+	return nil, tk, "", ""
+}
+
+// counted reports whether a request stays counted against its tenant's
+// rate: those that did new work. A request refused as invalid did none.
+// An answer about a key that exists is cheap: a replay, one in progress,
+// one reused with another body. So a retry storm on one key leaves the
+// tenant's rate to its other requests.
+func counted(res charge.Result, refused *idem.Response) bool {
+	if refused != nil || res.Replayed {
+		return false
+	}
+	switch res.Outcome {
+	case charge.OutcomeReplayed, charge.OutcomeConflict, charge.OutcomeMismatch:
+		return false
+	}
+	return true
+}
 
 // keyHash is key's LogHash, or empty for a key not read.
 func keyHash(key idem.Key) string {

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
@@ -60,6 +62,7 @@ var (
 	ProblemRefundDeclined     = ProblemType{"refund-declined", "Refund refused by the provider", http.StatusConflict}
 	ProblemRefundLimit        = ProblemType{"refund-limit-reached", "The charge has as many refunds as it may have", http.StatusConflict}
 	ProblemWrongRegion        = ProblemType{"wrong-region", "Another Region serves this tenant", http.StatusMisdirectedRequest}
+	ProblemRateLimited        = ProblemType{"rate-limited", "Too many requests for this tenant", http.StatusTooManyRequests}
 )
 
 // Problems lists every problem type the API answers with.
@@ -68,6 +71,7 @@ var Problems = []ProblemType{
 	ProblemInProgress, ProblemKeyReused, ProblemDeclined, ProblemUnavailable, ProblemServiceUnavailable,
 	ProblemOutcomePending, ProblemProviderRejected, ProblemNotFound, ProblemChargeConflict, ProblemInternal,
 	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined, ProblemRefundLimit, ProblemWrongRegion,
+	ProblemRateLimited,
 }
 
 type problemJSON struct {
@@ -206,6 +210,33 @@ func stateConflict(c *charge.Charge) idem.Response {
 	}{problemJSON{Type: ProblemBase + ProblemStateConflict.Slug, Title: ProblemStateConflict.Title, Status: ProblemStateConflict.Status,
 		Detail: "The charge's status is " + c.Status + ", not one this request applies to. Nothing was done."}, c.Status})
 	return idem.Response{Status: http.StatusConflict, Headers: map[string]string{"Content-Type": ContentTypeProblem}, Body: b}
+}
+
+// retryHint tells how to retry a request refused before it did anything.
+// With a key, an earlier request may have done it: the retry gets that.
+func retryHint(route string) string {
+	if _, keyed := keyedOperations[route]; keyed {
+		return "Retry with the same key after the indicated time: if an earlier request with it " + done[route] + ", the retry gets that answer."
+	}
+	return "Retry it after the indicated time."
+}
+
+// rateLimited is the 429 of a request past its tenant's rate or
+// concurrency, refused before its key was claimed.
+func rateLimited(route string, r *limit.Refusal, now time.Time) idem.Response {
+	over := fmt.Sprintf("its rate limit of %d requests a second", r.Limits.Rate)
+	if r.Limit == "concurrency" {
+		over = fmt.Sprintf("its concurrency limit of %d requests at once", r.Limits.Concurrency)
+	}
+	detail := "This tenant is over " + over + ". This request was refused before it did anything. " + retryHint(route)
+	return withRetryAfter(problem(ProblemRateLimited, detail), retryAfter(now, now.Add(r.RetryAfter)))
+}
+
+// shedAnswer is the 503 of a request that can wait, shed until until
+// while the store is throttled.
+func shedAnswer(route string, now, until time.Time) idem.Response {
+	detail := "The service is near its capacity and keeps it for charges and captures. This request was refused before it did anything. " + retryHint(route)
+	return withRetryAfter(problem(ProblemServiceUnavailable, detail), retryAfter(now, until))
 }
 
 // upper is s with its first letter upper-case.

@@ -208,7 +208,8 @@ func (p *StreamPoller) record(r types.Record) events.DynamoDBEventRecord {
 			StreamViewType: string(c.StreamViewType),
 		}
 		if c.ApproximateCreationDateTime != nil {
-			out.Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: *c.ApproximateCreationDateTime}
+			// DynamoDB stamps a change to the second; moto, finer.
+			out.Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: c.ApproximateCreationDateTime.Truncate(time.Second)}
 		}
 	}
 	return out

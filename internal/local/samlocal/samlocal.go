@@ -43,6 +43,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/local/emulator"
 	"github.com/chargeonce/chargeonce/internal/local/provision"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
@@ -68,6 +69,7 @@ func GOARCH(arch string) string {
 const (
 	IdempotencyTable    = "chargeonce-idempotency"
 	ChargesTable        = "chargeonce-charges"
+	LimitsTable         = "chargeonce-limits"
 	ReconcileQueue      = "chargeonce-reconcile"
 	ChargeRequestsQueue = "chargeonce-charge-requests"
 	AuditBucket         = "chargeonce-audit"
@@ -208,6 +210,9 @@ func (s *Stack) createResources(ctx context.Context) error {
 	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, charge.TableInput(ChargesTable)); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
 	}
+	if _, err := provision.CreateTable(ctx, s.Clients.DynamoDB, limit.TableInput(LimitsTable)); err != nil {
+		return fmt.Errorf("samlocal: %w", err)
+	}
 	var err error
 	if s.Reconcile, err = queue.Create(ctx, s.Clients.SQS, ReconcileQueue); err != nil {
 		return fmt.Errorf("samlocal: %w", err)
@@ -261,6 +266,7 @@ func (s *Stack) EnvVars() map[string]map[string]string {
 	return map[string]map[string]string{"Parameters": {
 		app.EnvIdempotencyTable:     IdempotencyTable,
 		app.EnvChargesTable:         ChargesTable,
+		app.EnvLimitsTable:          LimitsTable,
 		app.EnvReconcileQueueURL:    s.Reconcile.URL,
 		app.EnvChargeRequestsDLQURL: s.ChargeRequests.DLQURL,
 		app.EnvAuditBucket:          AuditBucket,

@@ -69,3 +69,9 @@ func millis(t time.Time) types.AttributeValue {
 	return num(t.UnixMilli())
 }
 func seconds(t time.Time) types.AttributeValue { return num(t.Unix()) }
+
+// sameMillis reports whether v is the number t is in epoch milliseconds.
+func sameMillis(v types.AttributeValue, t time.Time) bool {
+	n, ok := v.(*types.AttributeValueMemberN)
+	return ok && n.Value == strconv.FormatInt(t.UnixMilli(), 10)
+}

@@ -165,7 +165,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	names := map[string]string{
 		"#status": attrStatus, "#tok": attrLeaseToken, "#lexp": s.layout.lexp, "#shard": s.layout.shard,
-		"#ad": attrAttemptDeadline, "#exp": s.layout.ttl, "#att": attrAttempts, "#fp": attrFingerprint, "#q": attrQueuedUntil,
+		"#ad": attrAttemptDeadline, "#exp": s.layout.ttl, "#att": attrAttempts, "#fp": attrFingerprint, "#q": attrQueuedUntil, "#qr": attrQueuedRenewed,
 	}
 	values := map[string]types.AttributeValue{
 		":released": statusAttrs[idem.StatusReleased], ":inflight": inFlight, ":fp": fpAttr(fp),
@@ -185,7 +185,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
 		Key:                                 s.itemKey(lease.Key),
-		UpdateExpression:                    aws.String(update + " REMOVE #exp, #att, #q"),
+		UpdateExpression:                    aws.String(update + " REMOVE #exp, #att, #q, #qr"),
 		ConditionExpression:                 aws.String("#status = :released AND #fp = :fp AND #tok = :oldtok AND #exp > :now"),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,

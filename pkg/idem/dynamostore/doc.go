@@ -63,6 +63,7 @@
 //	ad                N     IN_FLIGHT only: AttemptDeadline, epoch milliseconds
 //	attempts          N     take-overs so far, absent before the first (projected into the index)
 //	qu                N     IN_FLIGHT only, and only while marked: a queued recovery's mark (MarkQueued), epoch milliseconds
+//	qr                N     with qu only, once renewed: how long its message renewed it (RenewQueued), epoch milliseconds
 //	expires_at        N     settled only: end of retention in epoch seconds, the TTL attribute (Options.TTLAttribute renames it)
 //	rs, rh, rb        N,M,B terminal only: the response's status, headers and body
 //	rz                BOOL  terminal only, and only when rb is gzipped (bodies over Options.CompressAbove)

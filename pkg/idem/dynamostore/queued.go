@@ -18,22 +18,27 @@ import (
 // not while another mark is live at the store's clock. Nor does it on a
 // record that is settled, released or absent: it needs no message. A
 // sweeper that marks a stuck key before queuing it sends one message a
-// key while one is in flight. The mark ends at until, when a lost
-// message's key is queued again, or at UnmarkQueued. It is one
+// key while one is in flight. The mark ends at until, or later if its
+// message renews it (RenewQueued), or at UnmarkQueued. It is one
 // conditional UpdateItem; a new attempt (a reclaimed RELEASED key)
 // starts unmarked.
 func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
+	var tries Attempts
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 s.tableName,
-		Key:                       s.itemKey(key),
-		UpdateExpression:          aws.String("SET #q = :until"),
-		ConditionExpression:       aws.String("#status = :inflight AND (attribute_not_exists(#q) OR #q <= :now)"),
-		ExpressionAttributeNames:  map[string]string{"#status": attrStatus, "#q": attrQueuedUntil},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":until": millis(until), ":inflight": inFlight, ":now": millis(s.pol.Now())},
-	})
+		TableName:        s.tableName,
+		Key:              s.itemKey(key),
+		UpdateExpression: aws.String("SET #q = :until REMOVE #qr"),
+		ConditionExpression: aws.String("#status = :inflight AND " +
+			"(attribute_not_exists(#q) OR #q <= :now) AND (attribute_not_exists(#qr) OR #qr <= :now)"),
+		ExpressionAttributeNames:            map[string]string{"#status": attrStatus, "#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":until": millis(until), ":inflight": inFlight, ":now": millis(s.pol.Now())},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}, tries.Option)
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		return false, nil // a live mark, or no record IN_FLIGHT
+		// A live mark, or no record IN_FLIGHT; or this very mark, written
+		// by an attempt whose answer was lost.
+		return !tries.Refused() && sameMillis(ccf.Item[attrQueuedUntil], until), nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("idem: mark queued %s: %w", key.LogHash(), AsUnavailable(err))
@@ -41,16 +46,40 @@ func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (
 	return true, nil
 }
 
-// UnmarkQueued removes the mark MarkQueued set until until, once its
-// message was handled. The key may then be queued again when it is
-// stuck. A later mark, or none, is left as it is.
+// RenewQueued keeps the mark MarkQueued set until until live for hold
+// more, from the store's clock. A message's handler renews its mark on
+// each delivery: a message that fails keeps its key marked through its
+// redeliveries. A mark that ended and was replaced, or none, is left as
+// it is.
+func (s *Store) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
+	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 s.tableName,
+		Key:                       s.itemKey(key),
+		UpdateExpression:          aws.String("SET #qr = :renewed"),
+		ConditionExpression:       aws.String("#q = :until"),
+		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":until": millis(until), ":renewed": millis(s.pol.Now().Add(hold))},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return nil // another mark, or none
+	}
+	if err != nil {
+		return fmt.Errorf("idem: renew queued %s: %w", key.LogHash(), AsUnavailable(err))
+	}
+	return nil
+}
+
+// UnmarkQueued removes the mark MarkQueued set until until, renewed or
+// not, once its message was handled. The key may then be queued again
+// when it is stuck. A later mark, or none, is left as it is.
 func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.tableName,
 		Key:                       s.itemKey(key),
-		UpdateExpression:          aws.String("REMOVE #q"),
+		UpdateExpression:          aws.String("REMOVE #q, #qr"),
 		ConditionExpression:       aws.String("#q = :until"),
-		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil},
+		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":until": millis(until)},
 	})
 	var ccf *types.ConditionalCheckFailedException

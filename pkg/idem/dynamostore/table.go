@@ -46,6 +46,7 @@ const (
 	attrAttemptDeadline = "ad"
 	attrRegion          = "rg" // the Region whose store last took a lease (Options.Region)
 	attrQueuedUntil     = "qu"
+	attrQueuedRenewed   = "qr"
 )
 
 // DefaultSortKeyValue is every record's sort key in a table with a sort
@@ -58,7 +59,7 @@ const DefaultSortKeyValue = "idem"
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
 	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrRegion,
-	attrQueuedUntil,
+	attrQueuedUntil, attrQueuedRenewed,
 }
 
 // layout is where a store's records go in its table: the table fields of

@@ -640,12 +640,13 @@ func postponeHides(t *testing.T, c *suite) {
 // message carries (dynamostore and memstore do).
 type queueMarker interface {
 	MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error)
+	RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error
 	UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error
 }
 
-// queuedMark: one mark at a time on an IN_FLIGHT record, until it ends
-// or its own unmark; none on a record not IN_FLIGHT; a reclaimed key
-// starts unmarked.
+// queuedMark: one mark at a time on an IN_FLIGHT record, until it ends,
+// renewed or not, or its own unmark; none on a record not IN_FLIGHT; a
+// reclaimed key starts unmarked.
 func queuedMark(t *testing.T, c *suite) {
 	m, ok := c.Store.(queueMarker)
 	if !ok {
@@ -664,6 +665,12 @@ func queuedMark(t *testing.T, c *suite) {
 			t.Fatal(err)
 		}
 	}
+	renew := func(k idem.Key, until time.Time, hold time.Duration) {
+		t.Helper()
+		if err := m.RenewQueued(ctx, k, until, hold); err != nil {
+			t.Fatal(err)
+		}
+	}
 	k := UniqueKey(t, "acme")
 	mark(k, c.clock.Now().Add(time.Minute), false) // absent
 	l := c.begin(t, k, fpA)
@@ -674,10 +681,22 @@ func queuedMark(t *testing.T, c *suite) {
 	second := c.clock.Now().Add(time.Minute)
 	mark(k, second, true) // the first mark ended
 	unmark(k, first)      // not the live mark: left alone
-	mark(k, c.clock.Now().Add(time.Minute), false)
+	mark(k, c.clock.Now().Add(2*time.Minute), false)
 	unmark(k, second)
 	third := c.clock.Now().Add(time.Minute)
 	mark(k, third, true)
+
+	// A renewed mark outlives its until; another mark's renewal is none.
+	renew(k, third, 3*time.Minute)
+	renew(k, first, time.Hour)
+	c.clock.Advance(2 * time.Minute)
+	mark(k, c.clock.Now().Add(time.Minute), false)
+	c.clock.Advance(2 * time.Minute)
+	fourth := c.clock.Now().Add(time.Minute)
+	mark(k, fourth, true)
+	renew(k, fourth, time.Hour)
+	unmark(k, fourth) // the renewal goes with its mark
+	mark(k, c.clock.Now().Add(time.Minute), true)
 	if rec, err := c.Store.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight || rec.LeaseToken != l.Token {
 		t.Fatalf("a mark changed the record: %+v, %v", rec, err)
 	}
@@ -686,13 +705,15 @@ func queuedMark(t *testing.T, c *suite) {
 	if _, err := m.MarkQueued(done, k, c.clock.Now().Add(time.Hour)); !errors.Is(err, context.Canceled) {
 		t.Fatalf("MarkQueued with a done context: want context.Canceled, got %v", err)
 	}
-	mark(k, c.clock.Now().Add(time.Minute), false) // the done context changed nothing
+	mark(k, c.clock.Now().Add(2*time.Minute), false) // the done context changed nothing
 
 	// Settled or released, a record needs no message; reclaimed, it
 	// starts unmarked.
 	r := UniqueKey(t, "acme")
 	rl := c.begin(t, r, fpA)
-	mark(r, c.clock.Now().Add(time.Hour), true)
+	released := c.clock.Now().Add(time.Hour)
+	mark(r, released, true)
+	renew(r, released, 2*time.Hour)
 	if err := c.Store.Release(ctx, rl); err != nil {
 		t.Fatal(err)
 	}
@@ -710,9 +731,6 @@ func queuedMark(t *testing.T, c *suite) {
 	mark(r, c.clock.Now().Add(time.Minute), false)
 }
 
-// oneOwner releases 32 goroutines together on one key, round after
-// round: exactly one owns the key, the rest see it in flight, and after
-// the owner commits everyone replays the same bytes.
 // oneOwner releases 32 goroutines together on one key, round after round.
 // Exactly one owns the key, and the rest see it in flight. After the owner
 // commits, everyone replays the same bytes.

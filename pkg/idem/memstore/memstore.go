@@ -104,8 +104,8 @@ type record struct {
 	writes string
 	region string // the Region of the store that last took a lease
 	// queuedUntil is MarkQueued's mark, at a whole millisecond; zero
-	// when none.
-	queuedUntil time.Time
+	// when none. queuedRenewed is how long RenewQueued kept it live.
+	queuedUntil, queuedRenewed time.Time
 }
 
 // Options configure a Store, as the same fields of dynamostore.Options do
@@ -262,7 +262,7 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 		lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 		rec.status, rec.token, rec.leaseExpiresAt, rec.attemptDeadline = idem.StatusInFlight, lease.Token, lease.ExpiresAt, lease.AttemptDeadline
 		rec.region = s.region
-		rec.expiresAt, rec.attempts, rec.queuedUntil = time.Time{}, 0, time.Time{}
+		rec.expiresAt, rec.attempts, rec.queuedUntil, rec.queuedRenewed = time.Time{}, 0, time.Time{}, time.Time{}
 		if len(lease.Intent) > 0 {
 			rec.intent = lease.Intent
 		} else {
@@ -504,15 +504,33 @@ func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (
 	if err := done(ctx, "mark queued", key); err != nil {
 		return false, err
 	}
-	now := s.pol.Clock()
+	now := s.pol.Clock().UnixMilli()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	if !ok || rec.status != idem.StatusInFlight || rec.queuedUntil.UnixMilli() > now.UnixMilli() {
+	if !ok || rec.status != idem.StatusInFlight {
 		return false, nil
 	}
-	rec.queuedUntil = time.UnixMilli(until.UnixMilli())
+	if rec.queuedUntil.UnixMilli() > now || rec.queuedRenewed.UnixMilli() > now {
+		return false, nil
+	}
+	rec.queuedUntil, rec.queuedRenewed = time.UnixMilli(until.UnixMilli()), time.Time{}
 	return true, nil
+}
+
+// RenewQueued keeps the mark MarkQueued set until until live for hold
+// more, as dynamostore.Store.RenewQueued.
+func (s *Store) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
+	if err := done(ctx, "renew queued", key); err != nil {
+		return err
+	}
+	renewed := time.UnixMilli(s.pol.Clock().Add(hold).UnixMilli())
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if rec, ok := s.d.records[key]; ok && rec.marked(until) {
+		rec.queuedRenewed = renewed
+	}
+	return nil
 }
 
 // UnmarkQueued removes the mark MarkQueued set until until, as
@@ -523,10 +541,15 @@ func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time)
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	if rec, ok := s.d.records[key]; ok && !rec.queuedUntil.IsZero() && rec.queuedUntil.UnixMilli() == until.UnixMilli() {
-		rec.queuedUntil = time.Time{}
+	if rec, ok := s.d.records[key]; ok && rec.marked(until) {
+		rec.queuedUntil, rec.queuedRenewed = time.Time{}, time.Time{}
 	}
 	return nil
+}
+
+// marked reports whether the record holds the mark named until.
+func (r *record) marked(until time.Time) bool {
+	return !r.queuedUntil.IsZero() && r.queuedUntil.UnixMilli() == until.UnixMilli()
 }
 
 // expired reports whether the record's retention has ended at now.

@@ -1,0 +1,229 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+
+// problemOf reads a problem answer's type slug and detail.
+func problemOf(t *testing.T, resp events.APIGatewayV2HTTPResponse) (string, string) {
+	t.Helper()
+	var p struct{ Type, Detail string }
+	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil || resp.Headers["Content-Type"] != httpapi.ContentTypeProblem {
+		t.Fatalf("%d %v %s: not a problem", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	return strings.TrimPrefix(p.Type, httpapi.ProblemBase), p.Detail
+}
+
+// limitedStack is a deployment whose tenants may start rate requests a
+// second, with a clock that moves only when told.
+func limitedStack(t *testing.T, rate int) (*testkit.Deployment, *httpapi.Handler, *testkit.Clock) {
+	t.Helper()
+	d := testkit.Deploy(t)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Deps.Clock = clock.Now
+	})
+	return d, h, clock
+}
+
+// handle answers req, and holds the answer to api/openapi.yaml.
+func handle(t *testing.T, h *httpapi.Handler, req events.APIGatewayV2HTTPRequest) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	resp, err := h.Handle(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := req.RawPath
+	if req.RawQueryString != "" {
+		path += "?" + req.RawQueryString
+	}
+	testkit.CheckAnswer(t, req.RequestContext.HTTP.Method, path, req.Headers, resp.StatusCode, resp.Headers, resp.Body)
+	return resp
+}
+
+// TestPastItsRateATenantIsRefusedBeforeItsKeyIsClaimed: the requests past
+// a tenant's rate are answered 429 rate-limited with Retry-After. Nothing
+// of them is stored, and the provider never hears of them; other tenants
+// are served meanwhile, and the same keys charge once the second is over.
+func TestPastItsRateATenantIsRefusedBeforeItsKeyIsClaimed(t *testing.T) {
+	t.Parallel()
+	d, h, clock := limitedStack(t, 2)
+	var refused []string
+	for i := range 5 {
+		key := fmt.Sprintf("flood-%d", i)
+		resp := handle(t, h, testkit.PostCharge("flood", key, visa))
+		if i < 2 {
+			if resp.StatusCode != http.StatusCreated {
+				t.Fatalf("request %d: %d %s, want 201", i, resp.StatusCode, resp.Body)
+			}
+			continue
+		}
+		slug, detail := problemOf(t, resp)
+		if resp.StatusCode != http.StatusTooManyRequests || slug != "rate-limited" || resp.Headers[httpapi.HeaderRetryAfter] != "1" ||
+			!strings.Contains(detail, "2 requests a second") || !strings.Contains(detail, "same key") {
+			t.Fatalf("request %d: %d %v %s, want 429 rate-limited, Retry-After 1, naming the rate and the key", i, resp.StatusCode, resp.Headers, resp.Body)
+		}
+		refused = append(refused, key)
+	}
+	if resp := handle(t, h, testkit.PostCharge("calm", "calm-1", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("another tenant meanwhile: %d %s, want 201", resp.StatusCode, resp.Body)
+	}
+
+	store, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range refused {
+		key, _ := idem.NewKey("flood", charge.ChargeOperation, k)
+		if _, err := store.Get(t.Context(), key); !errors.Is(err, idem.ErrNotFound) {
+			t.Errorf("refused key %s: record %v, want none", k, err)
+		}
+	}
+	if got := d.Sim.Ledger().TotalCharges; got != 3 {
+		t.Fatalf("provider charges %d, want 3: the flood's two and the other tenant's", got)
+	}
+
+	clock.Advance(time.Second)
+	if resp := handle(t, h, testkit.PostCharge("flood", refused[0], visa)); resp.StatusCode != http.StatusCreated || resp.Headers[httpapi.HeaderReplayed] != "" {
+		t.Fatalf("a refused key in the next second: %d %v, want a first 201", resp.StatusCode, resp.Headers)
+	}
+}
+
+// TestARetryStormOnOneKeyLeavesItsTenantsRate: replays are cheap and do
+// not count, so a client retrying one key without end still has its
+// tenant's whole rate for new charges.
+func TestARetryStormOnOneKeyLeavesItsTenantsRate(t *testing.T) {
+	t.Parallel()
+	d, h, _ := limitedStack(t, 3)
+	if resp := handle(t, h, testkit.PostCharge("acme", "storm", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("first: %d %s", resp.StatusCode, resp.Body)
+	}
+	for i := range 50 {
+		if resp := handle(t, h, testkit.PostCharge("acme", "storm", visa)); resp.StatusCode != http.StatusCreated || resp.Headers[httpapi.HeaderReplayed] != "true" {
+			t.Fatalf("retry %d: %d %v %s, want the replay", i, resp.StatusCode, resp.Headers, resp.Body)
+		}
+	}
+	for i := range 2 {
+		if resp := handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("new charge %d after the storm: %d %s, want 201", i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new-2", visa)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("a fourth charge in the second: %d, want 429", resp.StatusCode)
+	}
+	if got := d.Sim.Ledger().TotalCharges; got != 3 {
+		t.Fatalf("provider charges %d, want 3", got)
+	}
+}
+
+// TestReadsAndMovesAreLimitedToo: every route a tenant calls counts, and a
+// read past the rate says nothing of keys.
+func TestReadsAndMovesAreLimitedToo(t *testing.T) {
+	t.Parallel()
+	_, h, _ := limitedStack(t, 1)
+	handle(t, h, testkit.GetCharge("acme", "ch_000000000000000000000000"))
+	for _, req := range []events.APIGatewayV2HTTPRequest{
+		testkit.GetCharge("acme", "ch_000000000000000000000000"),
+		testkit.ListRefunds("acme", "ch_000000000000000000000000", ""),
+		testkit.PostMove("acme", "ch_000000000000000000000000", "capture", ""),
+	} {
+		resp := handle(t, h, req)
+		slug, detail := problemOf(t, resp)
+		if resp.StatusCode != http.StatusTooManyRequests || slug != "rate-limited" || strings.Contains(detail, "key") {
+			t.Errorf("%s %s: %d %s, want 429 rate-limited that names no key", req.RequestContext.HTTP.Method, req.RawPath, resp.StatusCode, resp.Body)
+		}
+	}
+}
+
+// shedService answers every Create busy (a throttled store) until told
+// otherwise, then provider-unavailable, and notes what it was asked.
+type shedService struct {
+	httpapi.Service // nil: a call of any other method fails the test
+	busy            bool
+	asked           []string
+}
+
+func (s *shedService) Create(context.Context, idem.Key, charge.Request, idem.Fingerprint) (charge.Result, error) {
+	s.asked = append(s.asked, "create")
+	if s.busy {
+		return charge.Result{Outcome: charge.OutcomeBusy}, nil
+	}
+	return charge.Result{Outcome: charge.OutcomeUnavailable}, nil
+}
+
+func (s *shedService) Get(context.Context, string, string) (charge.Result, error) {
+	s.asked = append(s.asked, "get")
+	return charge.Result{Outcome: charge.OutcomeNotFound}, nil
+}
+
+func (s *shedService) Capture(context.Context, string, string, int64) (charge.Result, error) {
+	s.asked = append(s.asked, "capture")
+	return charge.Result{Outcome: charge.OutcomeNotFound}, nil
+}
+
+// TestAThrottledStoreShedsWhatCanWait: once the store was throttled, reads
+// and refunds are answered 503 with Retry-After without reaching the
+// service, while charges and captures still do; after a while, all are
+// served again.
+func TestAThrottledStoreShedsWhatCanWait(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	svc := &shedService{busy: true}
+	logs := &testkit.LogBuffer{}
+	h, err := httpapi.NewHandler(svc, func(o *httpapi.Options) {
+		o.Clock, o.Shedder, o.Logger, o.Metrics = clock.Now, limit.NewShedder(0, clock.Now), slog.New(slog.NewJSONHandler(logs, nil)), io.Discard
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "k1", visa)); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("throttled create: %d, want 503", resp.StatusCode)
+	}
+	svc.busy = false
+	clock.Advance(time.Second)
+	for _, req := range []events.APIGatewayV2HTTPRequest{
+		testkit.GetCharge("acme", "ch_000000000000000000000000"),
+		testkit.PostRefund("acme", "r1", "ch_000000000000000000000000", `{"amount":100}`),
+		testkit.ListRefunds("acme", "ch_000000000000000000000000", ""),
+	} {
+		resp := handle(t, h, req)
+		slug, _ := problemOf(t, resp)
+		if resp.StatusCode != http.StatusServiceUnavailable || slug != "service-unavailable" || resp.Headers[httpapi.HeaderRetryAfter] != "4" {
+			t.Errorf("%s %s while shedding: %d %v %s, want 503 service-unavailable, Retry-After 4", req.RequestContext.HTTP.Method, req.RawPath, resp.StatusCode, resp.Headers, resp.Body)
+		}
+	}
+	handle(t, h, testkit.PostCharge("acme", "k2", visa))
+	handle(t, h, testkit.PostMove("acme", "ch_000000000000000000000000", "capture", ""))
+	if got := strings.Join(svc.asked, ","); got != "create,create,capture" {
+		t.Fatalf("the service was asked %s while shedding, want create,create,capture", got)
+	}
+	if n := strings.Count(logs.String(), `"limit":"shed","request_id":"","route"`); n != 3 || strings.Count(logs.String(), `"outcome":"shed"`) != 3 {
+		t.Errorf("%d requests logged shed, want 3:\n%s", n, logs)
+	}
+	clock.Advance(limit.DefaultShedFor)
+	handle(t, h, testkit.GetCharge("acme", "ch_000000000000000000000000"))
+	if got := svc.asked[len(svc.asked)-1]; got != "get" {
+		t.Fatalf("after DefaultShedFor, a read was not served: %v", svc.asked)
+	}
+}

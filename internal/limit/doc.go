@@ -1,0 +1,13 @@
+// Package limit holds each tenant to its limits and sheds what can wait.
+// It runs before a request's key is claimed, so a refused request stores
+// nothing and charges nothing.
+//
+// limiter.go holds Limiter: a tenant's rate and concurrency. Each
+// instance counts them per second, and shares them through the table once
+// the tenant is busy. overrides.go reads the operators' per-tenant limits. table.go is the
+// DynamoDB table of shared counts and overrides. shed.go holds Shedder,
+// which sheds reads and refunds while the store is throttled.
+//
+// docs/capacity.md weighs the shared counts against a per-instance limit,
+// and says what each costs a charge.
+package limit

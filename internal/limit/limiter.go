@@ -1,0 +1,321 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Limits are a tenant's limits. In an operator's override a zero field
+// keeps the default.
+type Limits struct {
+	// Rate is how many of the tenant's requests may start in a second.
+	Rate int `json:"rate"`
+	// Concurrency is how many of them may run at once, on average over
+	// ConcurrencySpan: seconds of handler time a second.
+	Concurrency int `json:"concurrency"`
+}
+
+// The default limits. docs/capacity.md says why.
+const (
+	DefaultRate        = 100
+	DefaultConcurrency = 40
+)
+
+// Check reports whether both limits are set.
+func (l Limits) Check() error {
+	if l.Rate < 1 || l.Concurrency < 1 {
+		return fmt.Errorf("limit: rate %d and concurrency %d must be at least 1", l.Rate, l.Concurrency)
+	}
+	return nil
+}
+
+// over returns l with the fields that o sets.
+func (l Limits) over(o Limits) Limits {
+	if o.Rate > 0 {
+		l.Rate = o.Rate
+	}
+	if o.Concurrency > 0 {
+		l.Concurrency = o.Concurrency
+	}
+	return l
+}
+
+// busy is the handler time Concurrency allows in a window.
+func (l Limits) busy() time.Duration { return time.Duration(l.Concurrency) * Window }
+
+// interval is the time between two requests at the rate.
+func (l Limits) interval() time.Duration { return Window / time.Duration(l.Rate) }
+
+// ConcurrencySpan is how many windows a tenant's concurrency is averaged
+// over. A request's handler time counts when it ends. A stall that ends
+// many requests at once would fill one window; over ten, it averages out.
+const ConcurrencySpan = 10
+
+// Usage is what a tenant used of a window.
+type Usage struct {
+	Requests int
+	Busy     time.Duration
+}
+
+func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Busy + v.Busy} }
+
+// near reports whether u reaches half of a limit: past it, every request's
+// count is shared at once.
+func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
+
+// Store holds the counts every instance shares, and the operators'
+// overrides. *Table is the one the functions use.
+type Store interface {
+	// Add adds u to tenant's usage of the window, and returns the
+	// window's usage by every instance.
+	Add(ctx context.Context, tenant string, window int64, u Usage) (Usage, error)
+	// Overrides returns every override, by tenant.
+	Overrides(ctx context.Context) (map[string]Limits, error)
+}
+
+// Window is the span a rate counts over.
+const Window = time.Second
+
+// An instance shares a quiet tenant's usage past SyncEvery requests or
+// SyncBusy of handler time, or a SyncShare-th of a limit if more. Each
+// instance's unshared part is what a tenant may exceed a limit by. Once
+// the tenant nears a limit, each request is shared, or each HotShare-th
+// of its limit if more. So a tenant's count takes at most about HotShare
+// writes a second, however high its limit.
+const (
+	SyncEvery = 5
+	SyncBusy  = time.Second
+	SyncShare = 20
+	HotShare  = 200
+)
+
+// DefaultMaxAge is how long the overrides are kept before they are read
+// again.
+const DefaultMaxAge = time.Minute
+
+// maxTenants bounds the tenants an instance tracks; past it, those of
+// windows gone are forgotten.
+const maxTenants = 10_000
+
+// Options configure a Limiter. Zero fields take the defaults.
+type Options struct {
+	// Defaults are the limits of a tenant without an override.
+	Defaults Limits
+	// MaxAge is how long the overrides are kept.
+	MaxAge time.Duration
+	Clock  func() time.Time
+	// Logger receives the failures to read or write the table.
+	Logger *slog.Logger
+}
+
+// Limiter holds each tenant to its limits. Each instance counts what its
+// own requests use of the current second. A tenant that uses more than a
+// little is shared through the Store, so the limits hold across
+// instances. It is safe for concurrent use.
+type Limiter struct {
+	store     Store
+	o         Options
+	overrides *overrides
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+}
+
+// tenant is what an instance knows of one tenant's current window.
+type tenant struct {
+	window int64
+	// known is the window's usage by every instance, as of this
+	// instance's last sync. sharing is what a sync under way adds to it.
+	// pending is what this instance used since.
+	known, sharing, pending Usage
+	// past holds the handler time of the windows before this one, last
+	// first, up to ConcurrencySpan-1 of them.
+	past []time.Duration
+	// due paces the tenant's requests on this instance, a token bucket
+	// kept as the time its next request is due at its rate (GCRA). It
+	// may start a second's worth at once; a flood past that gets its rate
+	// spread evenly, not all at each second's start.
+	due time.Time
+	// hot: the tenant neared a limit, so every request is shared.
+	hot     bool
+	syncing bool
+	// failed: a sync of this window failed. The next window tries again,
+	// so a table that cannot take writes costs each request no call.
+	failed bool
+}
+
+// used is the window's usage as far as this instance knows.
+func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
+
+// recentBusy is the handler time of the last ConcurrencySpan windows, this
+// one included, as far as this instance knows.
+func (t *tenant) recentBusy() time.Duration {
+	busy := t.used().Busy
+	for _, b := range t.past {
+		busy += b
+	}
+	return busy
+}
+
+// Ticket is an admitted request, handed back to Done.
+type Ticket struct {
+	tenant string
+	window int64
+	start  time.Time
+}
+
+// Refusal is why a request was refused.
+type Refusal struct {
+	// Limit names the limit reached: "rate" or "concurrency".
+	Limit  string
+	Limits Limits
+	// RetryAfter is how long until the limit admits a request again,
+	// as far as this instance knows.
+	RetryAfter time.Duration
+}
+
+// New returns a Limiter that shares counts through store and reads the
+// overrides from it, a first time now. A read that fails leaves the
+// defaults, and is tried again on a request a little later.
+func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("limit: nil store")
+	}
+	o := Options{}
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	o.Defaults = Limits{Rate: DefaultRate, Concurrency: DefaultConcurrency}.over(o.Defaults)
+	if o.MaxAge <= 0 {
+		o.MaxAge = DefaultMaxAge
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
+	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
+	l.overrides.read(ctx)
+	return l, nil
+}
+
+// Admit admits a request of tenant, or says which limit refuses it. An
+// admitted request counts against the rate until Done says otherwise.
+func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
+	lim := l.overrides.limits(ctx, name)
+	now := l.o.Clock()
+	w := now.Unix()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.tenant(name, w, lim)
+	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
+	}
+	next := time.Unix(w+1, 0).Sub(now)
+	// The bucket's depth: a second's worth of requests less the one asked.
+	depth := Window - lim.interval()
+	switch {
+	case t.used().Requests >= lim.Rate:
+		// The second is spent everywhere: the bucket empties, or what it
+		// earned meanwhile would burst at the next second's start.
+		t.due = now.Add(Window)
+		return refuse("rate", next)
+	case now.Before(t.due.Add(-depth)):
+		return refuse("rate", t.due.Add(-depth).Sub(now))
+	case t.recentBusy() >= ConcurrencySpan*lim.busy():
+		return refuse("concurrency", next)
+	}
+	t.pending.Requests++
+	t.due = later(t.due, now).Add(lim.interval())
+	return &Ticket{tenant: name, window: w, start: now}, nil
+}
+
+// Done ends an admitted request. counted says whether it stays counted
+// against the rate; its handler time counts either way. When the tenant's
+// unshared usage is due, Done adds it to the Store.
+func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
+	lim := l.overrides.cached(tk.tenant)
+	now := l.o.Clock()
+	l.mu.Lock()
+	t := l.tenant(tk.tenant, now.Unix(), lim)
+	if !counted {
+		t.due = t.due.Add(-lim.interval())
+		if tk.window == t.window {
+			t.pending.Requests--
+		}
+	}
+	t.pending.Busy += now.Sub(tk.start)
+	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= max(SyncBusy, lim.busy()/SyncShare)
+	if t.hot {
+		due = t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
+	}
+	if t.syncing || t.failed || !due {
+		l.mu.Unlock()
+		return
+	}
+	add, w := t.pending, t.window
+	t.pending, t.sharing, t.syncing = Usage{}, add, true
+	l.mu.Unlock()
+
+	total, err := l.store.Add(ctx, tk.tenant, w, add)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t.syncing = false
+	switch {
+	case t.window != w:
+		// The window is over: what it counted no longer matters.
+	case err != nil:
+		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
+		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", tk.tenant, "error", err.Error())
+	default:
+		t.known, t.sharing = total, Usage{}
+		t.hot = t.hot || t.used().near(lim)
+	}
+}
+
+// tenant returns name's state for window w, which starts afresh each
+// window. A tenant near a limit in the window before stays hot.
+func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
+	t, ok := l.tenants[name]
+	if !ok {
+		if len(l.tenants) >= maxTenants {
+			l.forget(w)
+		}
+		t = &tenant{window: w}
+		l.tenants[name] = t
+	}
+	if t.window != w {
+		t.hot = t.window == w-1 && t.used().near(lim)
+		t.past = append([]time.Duration{t.used().Busy}, t.past...)
+		for range min(w-t.window-1, ConcurrencySpan) {
+			t.past = append([]time.Duration{0}, t.past...)
+		}
+		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
+		t.window, t.known, t.sharing, t.pending, t.failed = w, Usage{}, Usage{}, Usage{}, false
+	}
+	return t
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// forget drops the tenants of windows before w that no sync holds.
+func (l *Limiter) forget(w int64) {
+	for name, t := range l.tenants {
+		if t.window < w && !t.syncing {
+			delete(l.tenants, name)
+		}
+	}
+}

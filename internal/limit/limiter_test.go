@@ -1,0 +1,383 @@
+package limit_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+// sharedCounts is a Store in memory, shared by the limiters of a test as
+// the table is by a deployment's instances.
+type sharedCounts struct {
+	mu        sync.Mutex
+	counts    map[string]limit.Usage
+	overrides map[string]limit.Limits
+	adds      int
+	reads     int
+	fail      error // every call fails with it while set
+}
+
+func newShared() *sharedCounts {
+	return &sharedCounts{counts: map[string]limit.Usage{}, overrides: map[string]limit.Limits{}}
+}
+
+func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u limit.Usage) (limit.Usage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.adds++
+	if s.fail != nil {
+		return limit.Usage{}, s.fail
+	}
+	k := tenant + "@" + time.Unix(window, 0).UTC().Format(time.TimeOnly)
+	c := s.counts[k]
+	c.Requests += u.Requests
+	c.Busy += u.Busy
+	s.counts[k] = c
+	return c, nil
+}
+
+func (s *sharedCounts) Overrides(context.Context) (map[string]limit.Limits, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reads++
+	if s.fail != nil {
+		return nil, s.fail
+	}
+	out := map[string]limit.Limits{}
+	for k, v := range s.overrides {
+		out[k] = v
+	}
+	return out, nil
+}
+
+func (s *sharedCounts) calls() (adds, reads int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.adds, s.reads
+}
+
+// start is the beginning of a second, so a test's requests share windows
+// as it means them to.
+var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+
+func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits) *limit.Limiter {
+	t.Helper()
+	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// admitted sends n requests of tenant through l at the clock's instant,
+// each done at once and counted, and returns how many were admitted.
+func admitted(t *testing.T, l *limit.Limiter, tenant string, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		tk, refused := l.Admit(t.Context(), tenant)
+		if refused != nil {
+			continue
+		}
+		ok++
+		l.Done(t.Context(), tk, true)
+	}
+	return ok
+}
+
+// TestRateIsPacedEvenly: a tenant may start a second's worth of requests
+// at once; past that, its rate comes evenly, not all at each second's
+// start, so its flood never bursts on the others.
+func TestRateIsPacedEvenly(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(250 * time.Millisecond))
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 10, Concurrency: 100})
+	if got := admitted(t, l, "acme", 30); got != 10 {
+		t.Fatalf("admitted %d of a burst of 30, want a second's worth, 10", got)
+	}
+	_, refused := l.Admit(t.Context(), "acme")
+	if refused == nil || refused.Limit != "rate" || refused.RetryAfter != 750*time.Millisecond || refused.Limits.Rate != 10 {
+		t.Fatalf("refusal %+v, want the rate, 750ms to the next second", refused)
+	}
+	if got := admitted(t, l, "other", 5); got != 5 {
+		t.Fatalf("another tenant admitted %d of 5, want 5: limits are per tenant", got)
+	}
+	// A flood at ten times the rate for three seconds. The rest of the
+	// first second is spent, and so is the bucket. After it, one request
+	// in each 100 ms gets through, the first 100 ms after the last refusal.
+	var at []time.Duration
+	for i := range 300 {
+		clock.Advance(10 * time.Millisecond)
+		if admitted(t, l, "acme", 1) == 1 {
+			at = append(at, time.Duration(250+10*(i+1))*time.Millisecond)
+		}
+	}
+	if len(at) != 22 || at[0] != 1090*time.Millisecond {
+		t.Fatalf("admitted at %v, want 22 requests from 1.09 s on", at)
+	}
+	for i := 1; i < len(at); i++ {
+		if gap := at[i] - at[i-1]; gap != 100*time.Millisecond {
+			t.Fatalf("admissions at %v and %v, %v apart; want 100ms", at[i-1], at[i], gap)
+		}
+	}
+}
+
+// TestRequestsDoneUncountedLeaveTheRate: a replay, or any answer about a
+// key that exists, gives its count back, so a retry storm on one key
+// leaves its tenant's rate to its other requests.
+func TestRequestsDoneUncountedLeaveTheRate(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 3, Concurrency: 100})
+	for i := range 100 {
+		tk, refused := l.Admit(t.Context(), "acme")
+		if refused != nil {
+			t.Fatalf("replay %d refused: %+v", i, refused)
+		}
+		l.Done(t.Context(), tk, false)
+	}
+	if got := admitted(t, l, "acme", 5); got != 3 {
+		t.Fatalf("after 100 replays, admitted %d new requests, want the whole rate, 3", got)
+	}
+}
+
+// TestInFlightRequestsCountAgainstTheRate: a request counts from its
+// admission, so a burst that arrives at once is held to the rate.
+func TestInFlightRequestsCountAgainstTheRate(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 4, Concurrency: 100})
+	ok := 0
+	for range 10 {
+		if _, refused := l.Admit(t.Context(), "acme"); refused == nil {
+			ok++
+		}
+	}
+	if ok != 4 {
+		t.Fatalf("admitted %d of a burst of 10, want 4", ok)
+	}
+}
+
+func TestConcurrencyCountsHandlerTime(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	// A concurrency of 2 allows 20 s of handler time over the ten seconds
+	// it is averaged over. Thirty requests of 700 ms that end in one second
+	// use 21 s: a stall that ends them together counts no more than that.
+	var tickets []*limit.Ticket
+	for range 30 {
+		tk, refused := l.Admit(t.Context(), "acme")
+		if refused != nil {
+			t.Fatalf("refused before any handler time: %+v", refused)
+		}
+		tickets = append(tickets, tk)
+	}
+	clock.Advance(700 * time.Millisecond)
+	for _, tk := range tickets {
+		l.Done(t.Context(), tk, true)
+	}
+	_, refused := l.Admit(t.Context(), "acme")
+	if refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != 300*time.Millisecond {
+		t.Fatalf("refusal %+v, want the concurrency until the next second", refused)
+	}
+	// The 21 s stay in the average for ten seconds.
+	clock.Advance(300*time.Millisecond + (limit.ConcurrencySpan-2)*limit.Window)
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil {
+		t.Fatal("admitted within ten seconds of 21 s of handler time")
+	}
+	clock.Advance(limit.Window)
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("refused ten seconds later: %+v", refused)
+	}
+}
+
+// TestAStallDoesNotRefuseASteadyTenant: a stall that ends a steady
+// tenant's requests together lands their handler time in one second. Over
+// ten, it is what the tenant used: no refusal.
+func TestAStallDoesNotRefuseASteadyTenant(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	// Fifteen requests stalled 300 ms end in one second: 4.5 s of handler
+	// time, an average of 0.45 over ten seconds.
+	var tickets []*limit.Ticket
+	for range 15 {
+		tk, refused := l.Admit(t.Context(), "acme")
+		if refused != nil {
+			t.Fatalf("refused before the stall: %+v", refused)
+		}
+		tickets = append(tickets, tk)
+	}
+	clock.Advance(300 * time.Millisecond)
+	for _, tk := range tickets {
+		l.Done(t.Context(), tk, true)
+	}
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("refused after a stall: %+v", refused)
+	}
+}
+
+// TestSpreadHandlerTimeStaysUnderTheConcurrency: a tenant that uses
+// almost its concurrency, second after second, is never refused.
+func TestSpreadHandlerTimeStaysUnderTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	for second := range 30 {
+		// Nineteen requests of 100 ms at once: 1.9 s of handler time.
+		var tickets []*limit.Ticket
+		for range 19 {
+			tk, refused := l.Admit(t.Context(), "acme")
+			if refused != nil {
+				t.Fatalf("second %d: refused %+v", second, refused)
+			}
+			tickets = append(tickets, tk)
+		}
+		clock.Advance(100 * time.Millisecond)
+		for _, tk := range tickets {
+			l.Done(t.Context(), tk, true)
+		}
+		clock.Advance(900 * time.Millisecond)
+	}
+}
+
+// TestQuietTenantsNeverCallTheStore: a tenant that starts fewer than
+// SyncEvery requests a second on an instance costs no DynamoDB call.
+func TestQuietTenantsNeverCallTheStore(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{})
+	for range 60 {
+		if got := admitted(t, l, "acme", limit.SyncEvery-1); got != limit.SyncEvery-1 {
+			t.Fatalf("admitted %d", got)
+		}
+		clock.Advance(limit.Window)
+	}
+	if adds, reads := store.calls(); adds != 0 || reads != 1 {
+		t.Fatalf("a minute of a quiet tenant made %d adds and %d reads of the overrides, want 0 and the first, 1", adds, reads)
+	}
+	admitted(t, l, "acme", limit.SyncEvery)
+	if adds, _ := store.calls(); adds != 1 {
+		t.Fatalf("%d requests in a second made %d adds, want 1", limit.SyncEvery, adds)
+	}
+}
+
+// TestInstancesShareTheLimit: a tenant whose flood is spread over several
+// instances is held near its limit, beyond it only by what each instance
+// admits before it learns the others' counts.
+func TestInstancesShareTheLimit(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances, rate = 8, 40
+	var fleet []*limit.Limiter
+	for range instances {
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 100}))
+	}
+	for second := range 5 {
+		// Ten times the rate, one request to each instance in turn.
+		ok := 0
+		for i := range 10 * rate {
+			ok += admitted(t, fleet[i%instances], "acme", 1)
+		}
+		// The first second each instance admits up to SyncEvery before
+		// it shares; after it, the tenant is hot and each shares every
+		// request, so each may overshoot by one.
+		most := rate + instances
+		if second == 0 {
+			most = rate + instances*limit.SyncEvery
+		}
+		if ok < rate || ok > most {
+			t.Errorf("second %d: %d of %d admitted over %d instances, want %d to %d", second, ok, 10*rate, instances, rate, most)
+		}
+		clock.Advance(limit.Window)
+	}
+	// One instance alone holds the limit exactly.
+	alone := newLimiter(t, newShared(), clock, limit.Limits{Rate: rate, Concurrency: 100})
+	if got := admitted(t, alone, "acme", 10*rate); got != rate {
+		t.Fatalf("one instance admitted %d, want %d", got, rate)
+	}
+}
+
+// TestAHotTenantsCountTakesAtMostHotShareWritesASecond: near its limit a
+// tenant's count is shared often, but never more than about HotShare times
+// a second, so a high limit cannot make its count a hot key.
+func TestAHotTenantsCountTakesAtMostHotShareWritesASecond(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const rate = 20_000
+	l := newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 1_000})
+	admitted(t, l, "big", rate) // the second that makes it hot
+	clock.Advance(limit.Window)
+	before, _ := store.calls()
+	if got := admitted(t, l, "big", rate); got != rate {
+		t.Fatalf("admitted %d, want %d", got, rate)
+	}
+	if adds, _ := store.calls(); adds-before > limit.HotShare {
+		t.Fatalf("%d requests of a hot tenant made %d adds in a second, want at most %d", rate, adds-before, limit.HotShare)
+	}
+}
+
+// TestOverridesApplyWithoutARestart: the operators' overrides are read
+// when the limiter is built and again after MaxAge, never on every
+// request.
+func TestOverridesApplyWithoutARestart(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	store.overrides["big"] = limit.Limits{Rate: 50}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
+	if got := admitted(t, l, "big", 100); got != 50 {
+		t.Fatalf("overridden tenant admitted %d, want its 50", got)
+	}
+	if got := admitted(t, l, "small", 100); got != 5 {
+		t.Fatalf("tenant without an override admitted %d, want the default 5", got)
+	}
+	store.mu.Lock()
+	store.overrides["small"] = limit.Limits{Rate: 20}
+	delete(store.overrides, "big")
+	store.mu.Unlock()
+	clock.Advance(limit.DefaultMaxAge)
+	if got := admitted(t, l, "small", 100); got != 20 {
+		t.Fatalf("after MaxAge, raised tenant admitted %d, want 20", got)
+	}
+	if got := admitted(t, l, "big", 100); got != 5 {
+		t.Fatalf("after MaxAge, tenant whose override was removed admitted %d, want the default 5", got)
+	}
+	if _, reads := store.calls(); reads != 2 {
+		t.Fatalf("%d reads of the overrides, want 2: one when built, one after MaxAge", reads)
+	}
+}
+
+// TestTableFailuresLimitWithWhatIsKnown: an unreadable table leaves the
+// defaults (or the last overrides read), is read again only after a
+// while, and an instance's counts wait for the next sync.
+func TestTableFailuresLimitWithWhatIsKnown(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	store.overrides["acme"] = limit.Limits{Rate: 50}
+	store.fail = errors.New("throttled")
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 8, Concurrency: 100})
+	if got := admitted(t, l, "acme", 20); got != 8 {
+		t.Fatalf("admitted %d with the table unreadable, want the default 8", got)
+	}
+	if adds, reads := store.calls(); reads != 1 || adds != 1 {
+		t.Fatalf("%d reads and %d adds, want 1 read (then a pause) and 1 add", reads, adds)
+	}
+	store.mu.Lock()
+	store.fail = nil
+	store.mu.Unlock()
+	clock.Advance(10 * time.Second)
+	if got := admitted(t, l, "acme", 100); got != 50 {
+		t.Fatalf("admitted %d once the table answers, want the override's 50", got)
+	}
+}

@@ -1,0 +1,188 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+// The limits table's attributes. A tenant's count of one second is the
+// item ("count#<tenant>", "<unix second>"); an override is ("override",
+// "<tenant>"). Tenants hold no '#', so the two never meet.
+const (
+	AttrPK        = "pk"
+	AttrSK        = "sk"
+	AttrRequests  = "requests"
+	AttrBusyMs    = "busy_ms"
+	AttrExpiresAt = "expires_at"
+
+	overridePK  = "override"
+	countPrefix = "count#"
+)
+
+// countRetention is how long a second's count is kept; TTL deletes it
+// after.
+const countRetention = time.Hour
+
+// TableInput returns the CreateTable request for a limits table.
+func TableInput(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName:   aws.String(name),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrPK), AttributeType: types.ScalarAttributeTypeS},
+			{AttributeName: aws.String(AttrSK), AttributeType: types.ScalarAttributeTypeS},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(AttrSK), KeyType: types.KeyTypeRange},
+		},
+	}
+}
+
+// TTLInput enables TTL on a limits table, which deletes old counts.
+func TTLInput(name string) *dynamodb.UpdateTimeToLiveInput {
+	return &dynamodb.UpdateTimeToLiveInput{
+		TableName: aws.String(name),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{
+			AttributeName: aws.String(AttrExpiresAt),
+			Enabled:       aws.Bool(true),
+		},
+	}
+}
+
+// API is the part of *dynamodb.Client a Table uses. The functions update
+// counts and query overrides; an operator's tool puts and deletes them.
+type API interface {
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
+}
+
+var _ API = (*dynamodb.Client)(nil)
+
+// Table is the limits table: the counts every instance shares, and the
+// operators' overrides.
+type Table struct {
+	db        API
+	tableName *string // the SDK only reads it: one for every request
+}
+
+var _ Store = (*Table)(nil)
+
+// NewTable returns the limits table named table.
+func NewTable(db API, table string) (*Table, error) {
+	if db == nil || table == "" {
+		return nil, errors.New("limit: the limits table needs a client and a name")
+	}
+	return &Table{db: db, tableName: aws.String(table)}, nil
+}
+
+func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
+
+func n(v int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
+}
+
+// Add adds u to tenant's count of window, in one UpdateItem, and returns
+// the count by every instance.
+func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage) (Usage, error) {
+	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:        t.tableName,
+		Key:              map[string]types.AttributeValue{AttrPK: s(countPrefix + tenant), AttrSK: s(strconv.FormatInt(window, 10))},
+		UpdateExpression: aws.String("ADD #r :r, #b :b SET #e = :e"),
+		ExpressionAttributeNames: map[string]string{
+			"#r": AttrRequests, "#b": AttrBusyMs, "#e": AttrExpiresAt,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":r": n(int64(u.Requests)), ":b": n(u.Busy.Milliseconds()),
+			":e": n(window + int64(countRetention/time.Second)),
+		},
+		ReturnValues: types.ReturnValueAllNew, // all: UPDATED_NEW may leave out what adding 0 left as it was
+	})
+	if err != nil {
+		return Usage{}, fmt.Errorf("limit: add to %s's count: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	var c struct {
+		Requests int   `dynamodbav:"requests"`
+		BusyMs   int64 `dynamodbav:"busy_ms"`
+	}
+	if err := attributevalue.UnmarshalMap(out.Attributes, &c); err != nil {
+		return Usage{}, fmt.Errorf("limit: %s's count: %w", tenant, err)
+	}
+	return Usage{Requests: c.Requests, Busy: time.Duration(c.BusyMs) * time.Millisecond}, nil
+}
+
+// override is an override as its item holds it.
+type override struct {
+	Tenant      string `dynamodbav:"sk"`
+	Rate        int    `dynamodbav:"rate,omitempty"`
+	Concurrency int    `dynamodbav:"concurrency,omitempty"`
+}
+
+// Overrides returns every override, by tenant, a page at a time.
+func (t *Table) Overrides(ctx context.Context) (map[string]Limits, error) {
+	p := dynamodb.NewQueryPaginator(t.db, &dynamodb.QueryInput{
+		TableName:                 t.tableName,
+		KeyConditionExpression:    aws.String("#pk = :pk"),
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": s(overridePK)},
+	})
+	out := map[string]Limits{}
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("limit: read the overrides: %w", dynamostore.AsUnavailable(err))
+		}
+		var items []override
+		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
+			return nil, fmt.Errorf("limit: an override: %w", err)
+		}
+		for _, o := range items {
+			out[o.Tenant] = Limits{Rate: o.Rate, Concurrency: o.Concurrency}
+		}
+	}
+	return out, nil
+}
+
+// SetOverride sets tenant's override; a zero field keeps the default.
+func (t *Table) SetOverride(ctx context.Context, tenant string, l Limits) error {
+	if err := idem.CheckTenant(tenant); err != nil {
+		return fmt.Errorf("limit: %w", err)
+	}
+	if l.Rate < 0 || l.Concurrency < 0 || l == (Limits{}) {
+		return fmt.Errorf("limit: an override sets a positive rate, concurrency or both; got %+v", l)
+	}
+	item, err := attributevalue.MarshalMap(override{Tenant: tenant, Rate: l.Rate, Concurrency: l.Concurrency})
+	if err != nil {
+		return fmt.Errorf("limit: %w", err)
+	}
+	item[AttrPK] = s(overridePK)
+	if _, err := t.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: t.tableName, Item: item}); err != nil {
+		return fmt.Errorf("limit: set %s's override: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	return nil
+}
+
+// DeleteOverride removes tenant's override: the defaults apply again.
+func (t *Table) DeleteOverride(ctx context.Context, tenant string) error {
+	_, err := t.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: t.tableName,
+		Key:       map[string]types.AttributeValue{AttrPK: s(overridePK), AttrSK: s(tenant)},
+	})
+	if err != nil {
+		return fmt.Errorf("limit: delete %s's override: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	return nil
+}

@@ -1,0 +1,92 @@
+package limit_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+func newTable(t *testing.T) *limit.Table {
+	t.Helper()
+	db := testkit.Clients(t).DynamoDB
+	name := testkit.TempTable(t, limit.TableInput("limits"))
+	if _, err := db.UpdateTimeToLive(t.Context(), limit.TTLInput(name)); err != nil {
+		t.Fatal(err)
+	}
+	table, err := limit.NewTable(db, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+// TestTableSharesEachSecondsCount: the instances' additions to a tenant's
+// second sum up, apart from other seconds and other tenants.
+func TestTableSharesEachSecondsCount(t *testing.T) {
+	t.Parallel()
+	table := newTable(t)
+	const w = 1_796_000_000
+	steps := []struct {
+		tenant string
+		window int64
+		add    limit.Usage
+		want   limit.Usage
+	}{
+		{"acme", w, limit.Usage{Requests: 5, Busy: 120 * time.Millisecond}, limit.Usage{Requests: 5, Busy: 120 * time.Millisecond}},
+		{"acme", w, limit.Usage{Requests: 3, Busy: 2 * time.Second}, limit.Usage{Requests: 8, Busy: 2120 * time.Millisecond}},
+		{"acme", w, limit.Usage{Requests: -1}, limit.Usage{Requests: 7, Busy: 2120 * time.Millisecond}},
+		{"acme", w + 1, limit.Usage{Requests: 1}, limit.Usage{Requests: 1}},
+		{"globex", w, limit.Usage{Requests: 2}, limit.Usage{Requests: 2}},
+	}
+	for _, s := range steps {
+		got, err := table.Add(t.Context(), s.tenant, s.window, s.add)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != s.want {
+			t.Fatalf("add %+v to %s at %d: %+v, want %+v", s.add, s.tenant, s.window, got, s.want)
+		}
+	}
+}
+
+func TestTableKeepsOverrides(t *testing.T) {
+	t.Parallel()
+	table := newTable(t)
+	ctx := t.Context()
+	// Counts in the same table are not overrides.
+	if _, err := table.Add(ctx, "acme", 1_796_000_000, limit.Usage{Requests: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for tenant, l := range map[string]limit.Limits{"acme": {Rate: 500, Concurrency: 60}, "globex": {Rate: 5}} {
+		if err := table.SetOverride(ctx, tenant, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := table.SetOverride(ctx, "acme", limit.Limits{Rate: 400, Concurrency: 60}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := table.Overrides(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]limit.Limits{"acme": {Rate: 400, Concurrency: 60}, "globex": {Rate: 5}}
+	if len(got) != len(want) || got["acme"] != want["acme"] || got["globex"] != want["globex"] {
+		t.Fatalf("overrides %v, want %v", got, want)
+	}
+	if err := table.DeleteOverride(ctx, "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = table.Overrides(ctx); err != nil || len(got) != 1 || got["globex"] != want["globex"] {
+		t.Fatalf("after deleting acme's: %v, %v; want globex's alone", got, err)
+	}
+	for _, bad := range []limit.Limits{{}, {Rate: -1}, {Concurrency: -5, Rate: 3}} {
+		if err := table.SetOverride(ctx, "acme", bad); err == nil {
+			t.Errorf("override %+v accepted", bad)
+		}
+	}
+	if err := table.SetOverride(ctx, "a#b", limit.Limits{Rate: 1}); err == nil {
+		t.Error("an override for a tenant with '#' accepted")
+	}
+}

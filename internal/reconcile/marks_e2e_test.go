@@ -1,0 +1,210 @@
+package reconcile_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// markFault is a DynamoDB transport for the charge function: the first
+// write of a queue mark (MarkQueued's UpdateItem) is applied by DynamoDB,
+// and its answer is lost as fault says. Every other request passes.
+type markFault struct {
+	fault string // "reset": the connection resets; "slow": the answer comes after the caller gave up
+	hit   atomic.Int32
+}
+
+func (m *markFault) RoundTrip(req *http.Request) (*http.Response, error) {
+	var b []byte
+	if req.Body != nil {
+		b, _ = io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(b))
+	}
+	isMark := strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") && bytes.Contains(b, []byte("SET #q = :until"))
+	if !isMark || m.hit.Add(1) != 1 {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	// Applied by DynamoDB, whatever becomes of its answer.
+	applied := req.Clone(context.WithoutCancel(req.Context()))
+	applied.Body = io.NopCloser(bytes.NewReader(b))
+	resp, err := http.DefaultTransport.RoundTrip(applied)
+	if err != nil {
+		return nil, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	if m.fault == "slow" {
+		<-req.Context().Done()
+		return nil, req.Context().Err()
+	}
+	return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+}
+
+// TestAMarkWhoseAnswerWasLostStillQueuesTheKey: the charge function
+// answers outcome-pending and queues the key. The mark's UpdateItem lands,
+// but its answer is lost. After a reset, the SDK's retry knows the mark
+// as its own, and the message is sent. An answer slower than the mark's
+// budget sends nothing; the key is queued once its mark ends.
+func TestAMarkWhoseAnswerWasLostStillQueuesTheKey(t *testing.T) {
+	t.Parallel()
+	for _, fault := range []string{"reset", "slow"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			s := newStack(t)
+			mf := &markFault{fault: fault}
+			deps := s.deps
+			deps.Metrics = io.Discard
+			deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: mf} })
+			ch, err := app.ChargeHandler(t.Context(), app.ChargeConfig{
+				IdempotencyTable: s.recCfg.IdempotencyTable, ChargesTable: s.charges, ReconcileQueueURL: s.queues.URL,
+				ProviderURL: s.recCfg.ProviderURL, TenantClaim: testkit.TenantClaim, Retention: 24 * time.Hour,
+			}, deps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := newKey(t)
+			resp, err := ch.Handle(context.Background(), createRequest(k, providersim.SourceTimeoutOnce))
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantProblem(t, resp, http.StatusServiceUnavailable, "outcome-pending")
+			if mf.hit.Load() == 0 {
+				t.Fatal("no mark was written: the test proves nothing")
+			}
+			queued := s.waiting(t)
+			if fault == "slow" {
+				// No message carries the mark: it ends MarkHold after it was due.
+				s.clock.Advance(queue.MarkHold)
+			}
+			s.clock.Advance(time.Minute) // past the lease: the key is stuck
+			sum := s.sweep(t)
+			if queued+sum.Queued != 1 {
+				t.Fatalf("%d messages from the request, sweep %+v; want the key queued once", queued, sum)
+			}
+		})
+	}
+}
+
+// TestAFailingMessageKeepsItsMark: a message waits in a backlog past
+// its mark's first end, then fails twice (a table fault at the take-over),
+// coming back after each visibility timeout. Each delivery renewed its
+// mark: a sweep now sends no second message.
+func TestAFailingMessageKeepsItsMark(t *testing.T) {
+	t.Parallel()
+	s := newStack(t)
+	k := newKey(t)
+	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Begin(context.Background(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
+		t.Fatal(err)
+	}
+	s.clock.Advance(time.Minute)
+	if sum := s.sweep(t); sum.Queued != 1 {
+		t.Fatalf("sweep: %+v", sum)
+	}
+	failing := s.reconcilerOn(t, func(o *dynamodb.Options) {
+		o.Retryer = retry.AddWithMaxAttempts(retry.NewStandard(), 1)
+		o.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				return nil, err
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			renewal := bytes.Contains(b, []byte("SET #qr"))
+			if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".UpdateItem") && bytes.Contains(b, []byte(k.ClientKey())) && !renewal {
+				return nil, errors.New("test: connection reset")
+			}
+			return http.DefaultTransport.RoundTrip(r)
+		})}
+	})
+	s.clock.Advance(10 * time.Minute) // the backlog ahead of it
+	for range 2 {
+		msgs, resp := s.deliver(t, failing, 1)
+		if len(resp.BatchItemFailures) != 1 {
+			t.Fatalf("delivery: %v, want it failed", resp.BatchItemFailures)
+		}
+		// The visibility timeout passes: the message comes back.
+		if _, err := s.clients.SQS.ChangeMessageVisibility(context.Background(), &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(s.queues.URL), ReceiptHandle: msgs[0].ReceiptHandle, VisibilityTimeout: 0,
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s.clock.Advance(queue.VisibilityTimeout)
+	}
+	sum := s.sweep(t)
+	if n := s.waiting(t); n != 1 {
+		t.Fatalf("%d messages for one key, its first still in flight after 2 of %d deliveries (sweep %+v); want 1", n, queue.MaxReceiveCount, sum)
+	}
+}
+
+// TestAnUnsentMessageLeavesNoMark: the charge function marks the key,
+// then its SendMessage stalls until its share of the enqueue's time is
+// up. The mark is removed in the time left: the next sweep past the
+// lease queues the key.
+func TestAnUnsentMessageLeavesNoMark(t *testing.T) {
+	t.Parallel()
+	var stalled atomic.Int32
+	s := newStack(t, func(c *stackConfig) {
+		c.chargeSQS = append(c.chargeSQS, func(o *sqs.Options) {
+			o.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".SendMessage") {
+					stalled.Add(1)
+					<-r.Context().Done() // never sent
+					return nil, r.Context().Err()
+				}
+				return http.DefaultTransport.RoundTrip(r)
+			})}
+		})
+	})
+	k := s.ambiguous(t)
+	if stalled.Load() == 0 {
+		t.Fatal("no SendMessage stalled: the test proves nothing")
+	}
+	if n := s.waiting(t); n != 0 {
+		t.Fatalf("%d messages, want none sent", n)
+	}
+	s.clock.Advance(time.Minute) // past the lease
+	if sum := s.sweep(t); sum.Queued != 1 {
+		t.Fatalf("sweep after an unsent message, past the lease: %+v; want the key queued (its record: queued until %v)", sum, s.markOf(t, k))
+	}
+}
+
+// markOf reads key's mark (qu) from its record; zero if none.
+func (s *stack) markOf(t *testing.T, key idem.Key) time.Time {
+	t.Helper()
+	out, err := s.clients.DynamoDB.Scan(context.Background(), &dynamodb.ScanInput{TableName: aws.String(s.recCfg.IdempotencyTable)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, item := range out.Items {
+		if v, ok := item["qu"].(*ddbtypes.AttributeValueMemberN); ok {
+			ms, _ := strconv.ParseInt(v.Value, 10, 64)
+			return time.UnixMilli(ms)
+		}
+	}
+	return time.Time{}
+}
