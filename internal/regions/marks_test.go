@@ -81,3 +81,42 @@ func TestAFenceMarksOnlyItsTenantsWithinTheLease(t *testing.T) {
 		t.Errorf("MarkQueued behind an unread fence: %t %v, calls %v; want nothing marked, the error", marked, err, rec.calls)
 	}
 }
+
+// TestAFenceRenewsOnlyItsTenantsMarksWithinTheLease: a delivery renews its
+// key's mark for a tenant this Region serves, under the lease. Another
+// Region's tenant's mark is left to end. An unread fence renews nothing,
+// and says why.
+func TestAFenceRenewsOnlyItsTenantsMarksWithinTheLease(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	homes := regions.Homes(map[string]string{"beta": "b"}, "a")
+	rec := &recorder{}
+	f, err := regions.NewFence(newRoutes(t), "a", homes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	until := time.Now().Add(time.Minute)
+	for _, tenant := range []string{"acme", "beta"} {
+		key, _ := idem.NewKey(tenant, "create-charge", "k")
+		if err := f.Marks(rec).RenewQueued(ctx, key, until, time.Hour); err != nil {
+			t.Errorf("RenewQueued of %s: %v", tenant, err)
+		}
+	}
+	if got := rec.calls; len(got) != 1 || got[0] != "renew acme" || !rec.leased[0] {
+		t.Errorf("renewals past the fence: %v, within the lease %v; want acme's, leased", got, rec.leased)
+	}
+
+	routes, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, testkit.UniqueName("no-such-routes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unread, err := regions.NewFence(routes, "a", homes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec = &recorder{}
+	key, _ := idem.NewKey("acme", "create-charge", "k")
+	if err := unread.Marks(rec).RenewQueued(ctx, key, until, time.Hour); err == nil || len(rec.calls) != 0 {
+		t.Errorf("RenewQueued behind an unread fence: %v, calls %v; want nothing renewed, the error", err, rec.calls)
+	}
+}
