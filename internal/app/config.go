@@ -732,6 +732,9 @@ func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handle
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		if d.fence != nil {
+			o.Fence = svc
+		}
 		if limiter != nil {
 			o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
 		}

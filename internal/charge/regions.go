@@ -50,6 +50,18 @@ func (s *Service) admit(ctx context.Context, tenant string) admitted {
 	return admitted{refused: &Result{Outcome: OutcomeWrongRegion, Region: sv.Region}}
 }
 
+// Serves reports whether this Region serves tenant now. If not, the
+// Result answers the request: nothing was done. The charge function asks
+// before it counts the tenant's limits.
+func (s *Service) Serves(ctx context.Context, tenant string) (Result, bool) {
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, false
+	}
+	a.cancel()
+	return Result{}, true
+}
+
 // unreplicated answers a request about charge c that another Region may
 // have changed. Nothing is done until its writes replicate.
 func (a admitted) unreplicated(c Charge, now time.Time) *Result {

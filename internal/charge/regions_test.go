@@ -1,6 +1,7 @@
 package charge_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -24,6 +27,7 @@ type twoRegions struct {
 	routes *regions.Routes
 	ledger *dynamostore.Ledger
 	clock  *testkit.Clock
+	tables [2]string // the routes' and the ledger's
 }
 
 func newTwoRegions(t *testing.T) *twoRegions {
@@ -38,7 +42,7 @@ func newTwoRegions(t *testing.T) *twoRegions {
 		tables[i] = name
 	}
 	db := testkit.Clients(t).DynamoDB
-	tr := &twoRegions{clock: testkit.NewClock(time.Now())}
+	tr := &twoRegions{clock: testkit.NewClock(time.Now()), tables: tables}
 	var err error
 	if tr.routes, err = regions.NewRoutes(db, tables[0]); err != nil {
 		t.Fatal(err)
@@ -46,24 +50,28 @@ func newTwoRegions(t *testing.T) *twoRegions {
 	if tr.ledger, err = dynamostore.NewLedger(db, tables[1]); err != nil {
 		t.Fatal(err)
 	}
-	in := func(region string) harnessConfig {
-		return harnessConfig{
-			tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) {
-				c.Regions = app.Regions{Region: region, Home: "r1", Homes: map[string]string{"acme": "r1"}, RoutesTable: tables[0], LedgerTable: tables[1]}
-			}},
-			deps: func(d *app.Deps) { d.Clock = tr.clock.Now },
-		}
-	}
-	tr.r1 = newHarnessWith(t, in("r1"))
+	tr.r1 = newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.Regions = tr.regions("r1") }},
+		deps: func(d *app.Deps) { d.Clock = tr.clock.Now },
+	})
 	// r2 on r1's tables: a replica replication keeps in step.
 	r2 := *tr.r1
-	r2.handler = tr.r1.d.ChargeHandler(t, func(w *testkit.Wiring) {
-		cfg := in("r2")
-		cfg.tune[0](&w.Charge)
-		cfg.deps(&w.Deps)
-	})
+	r2.handler = tr.handler(t, "r2")
 	tr.r2 = &r2
 	return tr
+}
+
+// regions is region's configuration in tr: acme is homed in r1.
+func (tr *twoRegions) regions(region string) app.Regions {
+	return app.Regions{Region: region, Home: "r1", Homes: map[string]string{"acme": "r1"}, RoutesTable: tr.tables[0], LedgerTable: tr.tables[1]}
+}
+
+// handler is region's charge function on r1's tables, tuned by tune.
+func (tr *twoRegions) handler(t *testing.T, region string, tune ...func(*testkit.Wiring)) *httpapi.Handler {
+	t.Helper()
+	return tr.r1.d.ChargeHandler(t, append([]func(*testkit.Wiring){func(w *testkit.Wiring) {
+		w.Charge.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now
+	}}, tune...)...)
 }
 
 // TestARegionActsOnlyForItsTenants: a Region answers a tenant another
@@ -86,6 +94,25 @@ func TestARegionActsOnlyForItsTenants(t *testing.T) {
 	}
 	if rec, err := tr.r1.store.Get(t.Context(), key); err != nil || rec.Region != "r1" {
 		t.Fatalf("the record: %+v, %v; want r1's", rec, err)
+	}
+}
+
+// TestAnotherRegionsTenantIsAnsweredBeforeTheLimits: a Region answers
+// 421 for a tenant it does not serve, however often asked. The requests
+// cost the tenant nothing of its limits there: past its rate, they would
+// be 429.
+func TestAnotherRegionsTenantIsAnsweredBeforeTheLimits(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	r2 := *tr.r2
+	r2.handler = tr.handler(t, "r2", func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = tr.r1.d.LimitsTable, limit.Limits{Rate: 1, Concurrency: 100}
+	})
+	for i := range 3 {
+		resp := r2.do(post("acme", fmt.Sprintf("order-%d", i), `{"amount":500,"currency":"EUR","source":"tok_visa"}`))
+		if resp.StatusCode != http.StatusMisdirectedRequest || problemType(t, resp) != "wrong-region" {
+			t.Fatalf("request %d to r2 for r1's tenant: %d %s, want 421 wrong-region", i, resp.StatusCode, resp.Body)
+		}
 	}
 }
 
