@@ -276,7 +276,9 @@ func TestStripeWebhookSparesAnUnreadableSecret(t *testing.T) {
 // tenants other homes.
 func TestRegionsAreReadWithTheRoutesTable(t *testing.T) {
 	t.Parallel()
-	base := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvReconcileQueueURL: "q", app.EnvProviderURL: "https://p"}
+	base := map[string]string{
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvLimitsTable: "limits", app.EnvReconcileQueueURL: "q", app.EnvProviderURL: "https://p",
+	}
 	one, err := app.LoadCharge(envOf(base))
 	if err != nil || one.Regions.RoutesTable != "" {
 		t.Fatalf("one Region: %+v, %v", one.Regions, err)
