@@ -67,14 +67,7 @@ func TestAFenceMarksOnlyItsTenantsWithinTheLease(t *testing.T) {
 		t.Errorf("calls past the fence: %v, within the lease %v; want acme's mark and unmark, leased", got, rec.leased)
 	}
 
-	routes, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, testkit.UniqueName("no-such-routes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	unread, err := regions.NewFence(routes, "a", homes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	unread := unreadFence(t, homes)
 	rec = &recorder{}
 	key, _ := idem.NewKey("acme", "create-charge", "k")
 	if marked, err := unread.Marks(rec).MarkQueued(ctx, key, until); marked || err == nil || len(rec.calls) != 0 {
@@ -106,17 +99,24 @@ func TestAFenceRenewsOnlyItsTenantsMarksWithinTheLease(t *testing.T) {
 		t.Errorf("renewals past the fence: %v, within the lease %v; want acme's, leased", got, rec.leased)
 	}
 
-	routes, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, testkit.UniqueName("no-such-routes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	unread, err := regions.NewFence(routes, "a", homes)
-	if err != nil {
-		t.Fatal(err)
-	}
+	unread := unreadFence(t, homes)
 	rec = &recorder{}
 	key, _ := idem.NewKey("acme", "create-charge", "k")
 	if err := unread.Marks(rec).RenewQueued(ctx, key, until, time.Hour); err == nil || len(rec.calls) != 0 {
 		t.Errorf("RenewQueued behind an unread fence: %v, calls %v; want nothing renewed, the error", err, rec.calls)
 	}
+}
+
+// unreadFence is Region a's fence on a routes table that does not exist.
+func unreadFence(t *testing.T, homes func(string) string) *regions.Fence {
+	t.Helper()
+	routes, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, testkit.UniqueName("no-such-routes"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := regions.NewFence(routes, "a", homes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
