@@ -38,6 +38,10 @@ vet: ## go vet and staticcheck, in both modules (with the samlocal tag, so test/
 
 MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
+# The simulation of two Regions (docs/regions.md): a short run here, about
+# 0.25 s a history; make soak runs it at length.
+REGIONS_PKG    := ./test/regions
+REGIONS_CHECKS ?= 25
 # The same model with PROVIDER=stripe on stripesim: fewer histories, each
 # slower (a lost answer costs the adapter's timeout). Both run under a
 # 30-minute timeout: the 1,000 histories take about 4 minutes on a quiet
@@ -57,8 +61,9 @@ FUZZ_TARGETS := $(IDEM):.:FuzzCanonicalJSON $(IDEM):.:FuzzFingerprintEquivalence
 TOKEN_BLIND_TESTS := Lifecycle|Fencing|Settlements|CommitRetried|RetriedPut
 
 .PHONY: test
-test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode
-	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx "$$($(GO) list $(MODEL_PKG))"); \
+test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode, and 25 of two Regions
+	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx -e "$$($(GO) list $(MODEL_PKG))" -e "$$($(GO) list $(REGIONS_PKG))"); \
+		$(GO) test -count=1 -v $(REGIONS_PKG) -rapid.checks=$(REGIONS_CHECKS) | grep -v "^=== RUN"; \
 		$(GO) test -count=1 -timeout 30m -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
 		$(GO) test -count=1 -timeout 30m -v -run "^TestChargePathModelStripe$$" $(MODEL_PKG) -rapid.checks=$(MODEL_STRIPE_CHECKS) | grep -v "^=== RUN"; \
 		cd $(IDEM) && $(GO) test -race -count=1 ./...'
@@ -88,7 +93,7 @@ fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on th
 	done'
 
 .PHONY: soak
-soak: venv ## The model test on fresh seeds, both modes, for SOAK_MINUTES (default 10), then a short make chaos (CHAOS_DURATION=60s), on the emulator
+soak: venv ## The model test on fresh seeds, both modes, and the simulation of two Regions, for SOAK_MINUTES (default 10), then a short make chaos (CHAOS_DURATION=60s), on the emulator; prints the histories run
 	$(WITH_EMU) env GO=$(GO) scripts/soak.sh
 
 # make chaos (docs/testing.md#chaos): the local stack with its DynamoDB,
@@ -219,7 +224,7 @@ check: fmt-check ## gofmt, go vet and every test that needs no emulator (no .ven
 lint: venv fmt-check vet ## gofmt, vet, staticcheck, go.mod tidiness, cfn-lint, sam validate --lint, sam build
 	$(GO) mod tidy -diff
 	cd $(IDEM) && $(GO) mod tidy -diff
-	$(VENV)/bin/cfn-lint template.yaml
+	$(VENV)/bin/cfn-lint template.yaml template-regions.yaml
 	$(SAM) validate --lint
 	$(SAM) validate --lint -t pkg/idem/docs/recovery-template.yaml
 	$(SAM) build

@@ -51,13 +51,19 @@ const adminUsage = `usage:
                                                    the audit trail of a key (hashed here), oldest first
   chargectl admin audit [--json] --charge TENANT CHARGE_ID
                                                    the audit trail of a charge: its key's, its refunds'
+  chargectl admin route [--json] HOME              who serves the tenants homed in the Region HOME, and what is not drained
+  chargectl admin failover [--json] [--yes] HOME REGION
+                                                   serve HOME's tenants from REGION, after the fence (docs/operations.md)
+  chargectl admin drained [--json] [--yes] HOME REGION
+                                                   REGION's writes for HOME have all replicated: its claims and records
+                                                   become the serving Region's to settle
 OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
 (TENANT the provider, KEY its event id)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvLimitsTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
-` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the
-SDK's AWS_* variables
+` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + app.EnvRoutesTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and
+` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
 
 // Prefix lengths of what record shows of a lease token and a fingerprint:
@@ -202,6 +208,19 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 			return nil
 		}
 		do = func(ctx context.Context, args []string) error { return a.audit(ctx, args, byCharge) }
+	case "route":
+		nargs, need = 1, []string{app.EnvRoutesTable}
+		do = a.route
+	case "failover", "drained":
+		nargs, need = 2, []string{app.EnvRoutesTable}
+		var yes bool
+		fs.BoolVar(&yes, "yes", false, "change the route without asking to type its name")
+		do = func(ctx context.Context, args []string) error {
+			if cmd == "failover" {
+				return a.failover(ctx, args, yes)
+			}
+			return a.drained(ctx, args, yes)
+		}
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, adminUsage)
 		return exitOK

@@ -14,6 +14,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -27,6 +28,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/keyed"
 	"github.com/chargeonce/chargeonce/internal/provider/stripe"
+	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -74,6 +76,16 @@ const (
 	// EnvReconcileDLQURL is the reconcile dead-letter queue, which no
 	// function reads: only chargectl admin does.
 	EnvReconcileDLQURL = "RECONCILE_DLQ_URL"
+	// A deployment in several Regions (docs/regions.md).
+	// ROUTES_TABLE and LEDGER_TABLE are in multi-Region strong
+	// consistency. HOME_REGION homes the tenants; TENANT_HOMES
+	// ("tenant=region,...") overrides it per tenant. Lambda sets
+	// AWS_REGION. Without ROUTES_TABLE, one Region.
+	EnvRoutesTable = "ROUTES_TABLE"
+	EnvLedgerTable = "LEDGER_TABLE"
+	EnvHomeRegion  = "HOME_REGION"
+	EnvTenantHomes = "TENANT_HOMES"
+	EnvAWSRegion   = "AWS_REGION"
 	// EnvLimitsTable is the limits table: the tenants' shared counts and
 	// the operators' overrides (package limit).
 	EnvLimitsTable = "LIMITS_TABLE"
@@ -221,19 +233,60 @@ func (e *env) err() error {
 	return fmt.Errorf("app: %w", errors.Join(e.errs...))
 }
 
-// Common is what every function's configuration holds: how much it logs
-// and where its spans go.
+// Common is what every function's configuration holds. It says how much
+// to log, where spans go, and the Regions.
 type Common struct {
 	LogLevel slog.Level
 	// TraceEndpoint is where spans go (OTEL_EXPORTER_OTLP_ENDPOINT);
 	// empty, nowhere: tracing is off.
 	TraceEndpoint string
+	Regions       Regions
 }
 
 func (c Common) common() Common { return c }
 
 func (e *env) common() Common {
-	return Common{LogLevel: e.level(), TraceEndpoint: e.optional(EnvTraceEndpoint, "")}
+	return Common{LogLevel: e.level(), TraceEndpoint: e.optional(EnvTraceEndpoint, ""), Regions: e.regions()}
+}
+
+// Regions configures a deployment in several Regions. The zero Regions
+// is one Region, calling neither table.
+type Regions struct {
+	// Region is where the function runs. Home homes every tenant
+	// Homes does not name.
+	Region, Home string
+	Homes        map[string]string
+	// RoutesTable says who serves each home; LedgerTable holds the
+	// claims. Both are in multi-Region strong consistency.
+	RoutesTable, LedgerTable string
+}
+
+func (e *env) regions() Regions {
+	r := Regions{
+		Region: e.get(EnvAWSRegion), Home: e.get(EnvHomeRegion),
+		RoutesTable: e.get(EnvRoutesTable), LedgerTable: e.get(EnvLedgerTable), Homes: map[string]string{},
+	}
+	homes := e.get(EnvTenantHomes)
+	if r.RoutesTable == "" {
+		return Regions{}
+	}
+	for _, name := range []string{EnvAWSRegion, EnvHomeRegion, EnvLedgerTable} {
+		if e.get(name) == "" {
+			e.errs = append(e.errs, fmt.Errorf("%s is required with %s", name, EnvRoutesTable))
+		}
+	}
+	for pair := range strings.SplitSeq(homes, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		tenant, region, ok := strings.Cut(pair, "=")
+		if !ok || tenant == "" || region == "" {
+			e.errs = append(e.errs, fmt.Errorf("%s: %q is not tenant=region", EnvTenantHomes, pair))
+			continue
+		}
+		r.Homes[tenant] = region
+	}
+	return r
 }
 
 // ChargeConfig is the charge function's configuration.
@@ -414,6 +467,8 @@ func LoadAudit(get Getenv) (AuditConfig, error) {
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
 	ChargeRequestsQueueURL, LimitsTable                                string
+	// RoutesTable is the routes table of a deployment in several Regions.
+	RoutesTable string
 	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
 	// IndexRetention is how long the index files settle's note: the audit
 	// function's AUDIT_INDEX_DAYS.
@@ -443,6 +498,7 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		ReconcileQueueURL:      read(EnvReconcileQueueURL),
 		ReconcileDLQURL:        read(EnvReconcileDLQURL),
 		ChargeRequestsQueueURL: read(EnvChargeRequestsQueueURL),
+		RoutesTable:            read(EnvRoutesTable),
 		LimitsTable:            read(EnvLimitsTable),
 		AuditBucket:            read(EnvAuditBucket),
 		AuditIndexTable:        read(EnvAuditIndexTable),
@@ -478,6 +534,10 @@ type Deps struct {
 	// Tracer records the function's spans; nil, the default, traces
 	// nothing and instruments no client.
 	Tracer *tracing.Tracer
+
+	// fence and inRegion serve several Regions (inRegions).
+	fence    *regions.Fence
+	inRegion func(*dynamostore.Options)
 }
 
 // traced is d with its AWS clients instrumented for d.Tracer: each
@@ -489,8 +549,42 @@ func (d Deps) traced() Deps {
 	return d
 }
 
+// store is the idempotency store on table, in d's Region.
 func (d Deps) store(table string, retention time.Duration, g provider.Guarantees) (*dynamostore.Store, error) {
-	return dynamostore.New(d.Clients.DynamoDB, table, StoreOptions(retention, g, d.Clock))
+	opts := []func(*dynamostore.Options){StoreOptions(retention, g, d.Clock)}
+	if d.inRegion != nil {
+		opts = append(opts, d.inRegion)
+	}
+	return dynamostore.New(d.Clients.DynamoDB, table, opts...)
+}
+
+// inRegions is d for a function in several Regions (r). All its parts
+// share one Fence. Its stores name the Region and claim in the ledger.
+// The ledger yields a Region as the Fence does. In one Region, d is
+// unchanged.
+func (d Deps) inRegions(r Regions) (Deps, error) {
+	if r.RoutesTable == "" {
+		return d, nil
+	}
+	routes, err := regions.NewRoutes(d.Clients.DynamoDB, r.RoutesTable)
+	if err != nil {
+		return d, err
+	}
+	fence, err := regions.NewFence(routes, r.Region, regions.Homes(r.Homes, r.Home), func(o *regions.FenceOptions) {
+		if d.Clock != nil {
+			o.Clock = d.Clock
+		}
+	})
+	if err != nil {
+		return d, err
+	}
+	ledger, err := dynamostore.NewLedger(d.Clients.DynamoDB, r.LedgerTable, func(o *dynamostore.LedgerOptions) { o.Yields = fence.Yields })
+	if err != nil {
+		return d, err
+	}
+	d.fence = fence
+	d.inRegion = func(o *dynamostore.Options) { o.Region, o.Ledger = r.Region, ledger }
+	return d, nil
 }
 
 // StoreOptions are the idempotency store's options for a deployment whose
@@ -583,6 +677,9 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 		return nil, err
 	}
 	cfg.Provider = p
+	if d.fence != nil {
+		cfg.Fence = d.fence
+	}
 	store, err := d.store(sc.IdempotencyTable, sc.Retention, cfg.Provider.Guarantees())
 	if err != nil {
 		return nil, err
@@ -601,7 +698,10 @@ func (d Deps) service(sc service) (*charge.Service, error) {
 // ChargeHandler builds the charge function's API Gateway handler. It
 // reads the tenants' overrides with ctx (package limit).
 func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handler, error) {
-	d = d.traced()
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
 	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
@@ -632,6 +732,9 @@ func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handle
 	}
 	return httpapi.NewHandler(svc, func(o *httpapi.Options) {
 		o.TenantClaim, o.Logger, o.Clock, o.Metrics, o.Tracer = c.TenantClaim, d.Logger, d.Clock, d.Metrics, d.Tracer
+		if d.fence != nil {
+			o.Fence = svc
+		}
 		if limiter != nil {
 			o.Limiter, o.Shedder = limiter, limit.NewShedder(0, d.Clock)
 		}
@@ -673,7 +776,10 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 // function's service (its answers are the ones an HTTP retry replays),
 // and the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
-	d = d.traced()
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
 	sender, err := d.sender(c.ReconcileQueueURL, c.IdempotencyTable, c.ChargesTable)
 	if err != nil {
 		return nil, err
@@ -695,7 +801,11 @@ func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 
 // ReconcileService builds the service the reconcile function drives.
 func ReconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
-	return reconcileService(c, d.traced())
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
+	return reconcileService(c, d)
 }
 
 func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {

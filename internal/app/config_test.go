@@ -269,3 +269,46 @@ func TestStripeWebhookSparesAnUnreadableSecret(t *testing.T) {
 		t.Errorf("1,000 deliveries that look signed: %d asked for redelivery, %d GetSecretValue calls; want 1,000 and 1", redeliver, n)
 	}
 }
+
+// TestRegionsAreReadWithTheRoutesTable: without ROUTES_TABLE a function
+// is in one Region, whatever else is set; with it, the ledger, the home
+// Region and the function's Region are required, and TENANT_HOMES gives
+// tenants other homes.
+func TestRegionsAreReadWithTheRoutesTable(t *testing.T) {
+	t.Parallel()
+	base := map[string]string{
+		app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvLimitsTable: "limits", app.EnvReconcileQueueURL: "q", app.EnvProviderURL: "https://p",
+	}
+	one, err := app.LoadCharge(envOf(base))
+	if err != nil || one.Regions.RoutesTable != "" {
+		t.Fatalf("one Region: %+v, %v", one.Regions, err)
+	}
+	with := func(more map[string]string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for k, v := range more {
+			m[k] = v
+		}
+		return m
+	}
+	_, err = app.LoadCharge(envOf(with(map[string]string{app.EnvRoutesTable: "routes"})))
+	for _, name := range []string{app.EnvLedgerTable, app.EnvHomeRegion, app.EnvAWSRegion} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("ROUTES_TABLE alone: %v, want %s named", err, name)
+		}
+	}
+	c, err := app.LoadCharge(envOf(with(map[string]string{
+		app.EnvRoutesTable: "routes", app.EnvLedgerTable: "ledger", app.EnvHomeRegion: "us-east-1", app.EnvAWSRegion: "us-east-2",
+		app.EnvTenantHomes: "acme=us-east-2, globex=us-east-1",
+	})))
+	if err != nil || c.Regions.Region != "us-east-2" || c.Regions.Home != "us-east-1" || c.Regions.Homes["acme"] != "us-east-2" || c.Regions.Homes["globex"] != "us-east-1" {
+		t.Fatalf("two Regions: %+v, %v", c.Regions, err)
+	}
+	if _, err := app.LoadCharge(envOf(with(map[string]string{
+		app.EnvRoutesTable: "routes", app.EnvLedgerTable: "ledger", app.EnvHomeRegion: "us-east-1", app.EnvAWSRegion: "us-east-2", app.EnvTenantHomes: "acme",
+	}))); err == nil || !strings.Contains(err.Error(), app.EnvTenantHomes) {
+		t.Fatalf("TENANT_HOMES without a Region: %v", err)
+	}
+}

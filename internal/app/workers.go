@@ -2,7 +2,6 @@ package app
 
 import (
 	"errors"
-	"time"
 
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -17,7 +16,10 @@ import (
 // index of the idempotency table joined with the charges table's index of
 // captures and cancels in flight, and a sender to the reconcile queue.
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
-	d = d.traced()
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
 	// Retention plays no part in reading the index: the defaults serve.
 	store, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
 	if err != nil {
@@ -27,7 +29,7 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL, d.marking(moveMarks(store, rows, d.Clock)))
+	sender, err := queue.NewSender(d.Clients.SQS, c.ReconcileQueueURL, d.marking(d.moveMarks(store, rows)))
 	if err != nil {
 		return nil, err
 	}
@@ -36,13 +38,19 @@ func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 		o.Logger = d.Logger
 		o.Metrics = d.Metrics
 		o.Tracer = d.Tracer
+		if d.fence != nil {
+			o.Fence = d.fence
+		}
 	})
 }
 
 // ReconcileHandler builds the reconcile function's SQS handler, which
 // removes each handled message's mark.
 func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
-	d = d.traced()
+	d, err := d.traced().inRegions(c.Regions)
+	if err != nil {
+		return nil, err
+	}
 	svc, err := reconcileService(c, d)
 	if err != nil {
 		return nil, err
@@ -76,13 +84,17 @@ func (d Deps) marks(idempotencyTable, chargesTable string) (queue.Marker, error)
 	if err != nil {
 		return nil, err
 	}
-	return moveMarks(store, rows, d.Clock), nil
+	return d.moveMarks(store, rows), nil
 }
 
 // moveMarks mark a move's messages on its charge's row, every other
-// key's on its record in store.
-func moveMarks(store *dynamostore.Store, rows *charge.Rows, clock func() time.Time) queue.Marker {
-	return queue.ByOperation(map[string]queue.Marker{charge.TransitionOperation: charge.QueuedMoves{Rows: rows, Clock: clock}}, store)
+// key's on its record in store. In several Regions, the fence comes first.
+func (d Deps) moveMarks(store *dynamostore.Store, rows *charge.Rows) queue.Marker {
+	marks := queue.ByOperation(map[string]queue.Marker{charge.TransitionOperation: charge.QueuedMoves{Rows: rows, Clock: d.Clock}}, store)
+	if d.fence != nil {
+		return d.fence.Marks(marks)
+	}
+	return marks
 }
 
 // marking has a sender mark with marks, on d's clock and logger.

@@ -104,6 +104,9 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
 		return s.unknownClaim(ctx, key, unknown)
 	}
+	if res, ok := s.claimedElsewhere(ctx, key, err); ok {
+		return res, nil
+	}
 	switch {
 	case res.Lease == nil && transient(err):
 		// DynamoDB refused the claim unprocessed at every attempt. Nothing

@@ -19,7 +19,12 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	if key.Operation() != ChargeOperation {
 		return Result{}, fmt.Errorf("charge: create under a key of operation %q", key.Operation())
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, key.Tenant())
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	kept := intent{Amount: req.Money.Amount, Currency: req.Money.Currency, Description: req.Description, AuthorizeOnly: req.AuthorizeOnly, By: claimant(ctx)}
 	if rp, ok := s.cfg.Provider.(Replayer); ok {

@@ -76,7 +76,12 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	// The wait is real time, as idem.Do's: a test's frozen clock must not
 	// make it endless.
@@ -96,9 +101,12 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		}
 		mine = nil // the row does not hold it
 		if res, done, err := unread(found, err); done {
-			return res, err
+			return a.missing(res, s.cfg.Store.Now()), err
 		}
 		now := s.cfg.Store.Now()
+		if res := a.unreplicated(c, now); res != nil {
+			return *res, nil
+		}
 		switch {
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
 			return Result{Outcome: m.done, Charge: &c}, nil
@@ -265,13 +273,15 @@ func (s *Service) settleMove(ctx context.Context, c Charge) (Outcome, error) {
 }
 
 // reconcileMove is Reconcile for a key of TransitionOperation.
-func (s *Service) reconcileMove(ctx context.Context, key idem.Key) (Outcome, error) {
+func (s *Service) reconcileMove(ctx context.Context, key idem.Key, a admitted) (Outcome, error) {
 	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), key.ClientKey())
 	switch {
 	case err != nil:
 		return "", err
 	case !found:
 		return OutcomeNothingToDo, nil
+	case a.unreplicated(c, s.cfg.Store.Now()) != nil:
+		return OutcomeFailoverPending, nil
 	case c.Status != StatusCapturing && c.Status != StatusCanceling:
 		return OutcomeNothingToDo, nil
 	case s.cfg.Store.Now().Before(c.transition.deadline):

@@ -57,7 +57,21 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, n.Command.Tenant())
+	switch {
+	case a.refused != nil && a.refused.Outcome == OutcomeWrongRegion:
+		// Every Region's endpoint has the event: the serving one acts.
+		return Result{Outcome: OutcomeNothingToDo}, nil
+	case a.refused != nil:
+		return *a.refused, nil
+	case !a.Unreplicated.IsZero():
+		// The event may concern writes not replicated here: delivered
+		// again once they have.
+		a.cancel()
+		return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Store.Now().Add(failoverRetry)}, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
 	if err != nil {
@@ -130,7 +144,7 @@ func releaseEvent(context.Context, *idem.Lease) (idem.Outcome, error) {
 
 // reconcileEvent is Reconcile for an event's key. Its record, whose delivery
 // died, is released, asking nothing.
-func (s *Service) reconcileEvent(ctx context.Context, key idem.Key) (Outcome, error) {
+func (s *Service) reconcileEvent(ctx context.Context, key idem.Key, _ admitted) (Outcome, error) {
 	rec, err := idem.Recover(ctx, s.backend, key, releaseEvent)
 	if out, done, err := untaken(rec, err); done {
 		return out, err

@@ -54,7 +54,7 @@ var operations = map[string]func(*Service) operation{
 
 // bypasses are the keys Reconcile resolves without an operation. Neither
 // sends a command to the provider, so neither has a verdict to reach.
-var bypasses = map[string]func(*Service, context.Context, idem.Key) (Outcome, error){
+var bypasses = map[string]func(*Service, context.Context, idem.Key, admitted) (Outcome, error){
 	// An event's key only deduplicates a notification. Its record is
 	// released for the redelivery, asking nothing.
 	NotificationOperation: (*Service).reconcileEvent,
@@ -97,4 +97,6 @@ func Reference(key idem.Key, created time.Time) (string, error) {
 var (
 	errStillLeased = errors.New("charge: lease taken while looking up")
 	errStore       = errors.New("charge: the store failed while looking up")
+	// errFence: the Region's fence could not be read; nothing was done.
+	errFence = errors.New("charge: the Region's fence could not be read")
 )

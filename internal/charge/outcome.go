@@ -75,6 +75,12 @@ const (
 	// again, which the provider would not deduplicate. So it stays
 	// IN_FLIGHT, comes back every RetryCap, and waits for an operator.
 	OutcomeParked Outcome = "parked"
+	// OutcomeWrongRegion: another Region serves the tenant; nothing
+	// was done. OutcomeFailoverPending: another Region may hold
+	// unreplicated writes of the command or charge. Nothing was
+	// done. A retry finds the outcome once they replicate.
+	OutcomeWrongRegion     Outcome = "wrong_region"
+	OutcomeFailoverPending Outcome = "failover_pending"
 )
 
 // Metric is o's name in the metrics, the Outcome dimension of Requests. It

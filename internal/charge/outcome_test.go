@@ -30,6 +30,7 @@ func TestEveryOutcomeHasItsMetricName(t *testing.T) {
 		"OutcomeReleased": metrics.OutcomeReleased, "OutcomeResolvedCaptured": metrics.OutcomeResolvedCaptured,
 		"OutcomeResolvedCanceled": metrics.OutcomeResolvedCanceled, "OutcomeNotSettled": metrics.OutcomeNotSettled,
 		"OutcomeDeferred": metrics.OutcomeDeferred, "OutcomeParked": metrics.OutcomeParked,
+		"OutcomeWrongRegion": metrics.OutcomeWrongRegion, "OutcomeFailoverPending": metrics.OutcomeFailoverPending,
 	}
 	consts := outcomeConstants(t)
 	if len(consts) != len(want) {

@@ -12,11 +12,16 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if !IsChargeID(id) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, id)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Store.Now()), err
 	}
 	first, _ := Page{Limit: EmbeddedRefunds}.of(c.Refunds)
 	c.Refunds, c.MoreRefunds = first.Refunds, first.HasMore
@@ -28,11 +33,16 @@ func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID stri
 	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	rf, found, err := s.cfg.Rows.GetRefund(ctx, tenant, chargeID, refundID)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Store.Now()), err
 	}
 	return Result{Outcome: OutcomeFound, Refund: &rf}, nil
 }
@@ -44,9 +54,14 @@ func (s *Service) ListRefunds(ctx context.Context, tenant, chargeID string, p Pa
 	if !IsChargeID(chargeID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	c, found, err := s.cfg.Rows.GetWithRefunds(ctx, tenant, chargeID)
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	c, found, err := s.cfg.Rows.GetWithRefunds(a.ctx, tenant, chargeID)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Store.Now()), err
 	}
 	list, ok := p.of(c.Refunds)
 	if !ok {

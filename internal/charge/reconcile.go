@@ -18,8 +18,22 @@ import (
 // lookup as the resolver. The table in docs/contract.md says what each
 // answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
+	// A notification's record is the provider's, in every Region.
+	a := admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
+	if key.Operation() != NotificationOperation {
+		a = s.admit(ctx, key.Tenant())
+	}
+	switch {
+	case a.refused != nil && a.refused.Outcome == OutcomeBusy:
+		return "", errFence
+	case a.refused != nil:
+		// The serving Region's sweeper finds the command.
+		return OutcomeNothingToDo, nil
+	}
+	defer a.cancel()
+	ctx = a.ctx
 	if bypass, ok := bypasses[key.Operation()]; ok {
-		return bypass(s, ctx, key)
+		return bypass(s, ctx, key, a)
 	}
 	op, err := s.op(key)
 	if err != nil {
@@ -47,6 +61,9 @@ func untaken(rec idem.Result, err error) (out Outcome, done bool, _ error) {
 	switch {
 	case rec.Lease != nil:
 		return "", false, nil
+	case errors.Is(err, idem.ErrClaimedElsewhere):
+		// Stranded: the Region that claimed it has not replicated.
+		return OutcomeFailoverPending, true, nil
 	case err != nil:
 		return "", true, err
 	case rec.Status == idem.StatusInFlight:

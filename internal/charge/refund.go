@@ -26,11 +26,19 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	if !IsChargeID(chargeID) {
 		return Result{Outcome: OutcomeNotFound}, nil
 	}
-	ctx, cancel := answering(ctx)
+	a := s.admit(ctx, key.Tenant())
+	if a.refused != nil {
+		return *a.refused, nil
+	}
+	defer a.cancel()
+	ctx, cancel := answering(a.ctx)
 	defer cancel()
 	c, found, err := s.cfg.Rows.Get(ctx, key.Tenant(), chargeID)
 	if res, done, err := unread(found, err); done {
-		return res, err
+		return a.missing(res, s.cfg.Store.Now()), err
+	}
+	if res := a.unreplicated(c, s.cfg.Store.Now()); res != nil {
+		return *res, nil
 	}
 	if c.Status != StatusSucceeded {
 		return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil

@@ -115,6 +115,9 @@ type Config struct {
 	// Tracer records the store's and the provider's calls as spans. Nil
 	// traces nothing.
 	Tracer *tracing.Tracer
+	// Fence says which tenants this Region serves (regions.go). Nil
+	// serves them all.
+	Fence Fence
 }
 
 // Defaults of the Config.
@@ -190,8 +193,12 @@ type Result struct {
 	Refund  *Refund
 	Refunds *RefundList
 	// KeyExpiresAt is until when the key deduplicates, zero when nothing
-	// is stored. RetryAt is when a retry may find the outcome settled.
+	// is stored. RetryAt is when a retry may find the outcome settled,
+	// after a conflict, an ambiguous outcome or a pending failover.
 	KeyExpiresAt, RetryAt time.Time
+	// Region serves the tenant, when another than this one does
+	// (OutcomeWrongRegion).
+	Region string
 }
 
 // transient reports whether err is a DynamoDB failure a retry may not

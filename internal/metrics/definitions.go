@@ -148,6 +148,15 @@ const (
 // OutcomeError is an internal error, in any function.
 const OutcomeError Outcome = "error"
 
+// The outcomes of a deployment in several Regions, in any function.
+// OutcomeWrongRegion: another Region serves the tenant.
+// OutcomeFailoverPending: another Region may hold unreplicated writes.
+// The reconciler's count of it is the stranded records' alarm.
+const (
+	OutcomeWrongRegion     Outcome = "wrong-region"
+	OutcomeFailoverPending Outcome = "failover-pending"
+)
+
 // Definition says how a metric is emitted.
 type Definition struct {
 	Name Name
@@ -177,12 +186,13 @@ var (
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
 			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeRefundLimit, OutcomeNotFound, OutcomeCaptured, OutcomeCanceled,
-			OutcomeRateLimited, OutcomeShed,
+			OutcomeWrongRegion, OutcomeFailoverPending, OutcomeRateLimited, OutcomeShed,
 		},
 		FunctionReconcile: {
 			OutcomeResolvedCharged, OutcomeResolvedRefunded, OutcomeResolvedDeclined, OutcomeResolvedCaptured, OutcomeResolvedCanceled,
 			OutcomeReleased, OutcomeStillLeased,
 			OutcomeNothingToDo, OutcomeNotSettled, OutcomeDeferred, OutcomeParked, OutcomeError,
+			OutcomeFailoverPending,
 		},
 		// The intake function's messages: the charge function's outcomes;
 		// invalid is a malformed message, sent to the dead-letter queue.
@@ -190,6 +200,7 @@ var (
 			OutcomeCreated, OutcomeReplayed, OutcomeConflict, OutcomeMismatch, OutcomeDeclined, OutcomeUnavailable,
 			OutcomeRejected, OutcomePending, OutcomeLeaseLost, OutcomeInvalid, OutcomeError,
 			OutcomeStateConflict, OutcomeRefundExceeds, OutcomeNotFound,
+			OutcomeWrongRegion, OutcomeFailoverPending,
 		},
 	}
 	operations = map[string][]Operation{

@@ -14,6 +14,7 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -61,6 +62,14 @@ type Options struct {
 	// Tracer records each run as a span, the trace its messages carry;
 	// nil traces nothing.
 	Tracer *tracing.Tracer
+	// Fence says which tenants this Region serves: only their keys
+	// are queued. Nil queues every key.
+	Fence Fence
+}
+
+// Fence is the part of *regions.Fence the sweeper reads.
+type Fence interface {
+	Serving(ctx context.Context, tenant string) (regions.Serving, error)
 }
 
 // Sweeper finds stuck leases and queues their keys. It is safe for
@@ -125,6 +134,9 @@ type Summary struct {
 	// logged by its key's hash and passed over, not returned as an error:
 	// it would fail every run until an operator removed it.
 	Unreadable int
+	// Elsewhere counts the stuck leases of tenants another Region serves,
+	// passed over: that Region's sweeper queues them.
+	Elsewhere int
 	// Limited: the run reached MaxKeys and looked no further.
 	Limited bool
 	// OutOfTime: the run stopped its safety margin before the deadline.
@@ -238,6 +250,14 @@ func (w *sweep) more(ctx context.Context) bool {
 }
 
 func (w *sweep) add(ctx context.Context, sl idem.Record) {
+	if w.opt.Fence != nil {
+		// A fence that cannot be read passes the key on. The sender's
+		// marks ask it again (regions.Fence.Marks), as the reconciler does.
+		if sv, err := w.opt.Fence.Serving(ctx, sl.Key.Tenant()); err == nil && !sv.Here {
+			w.sum.Elsewhere++
+			return
+		}
+	}
 	w.sum.Found++
 	w.sum.OldestAge = max(w.sum.OldestAge, w.now.Sub(sl.LeaseExpiresAt))
 	w.sum.MaxAttempts = max(w.sum.MaxAttempts, sl.Attempts)

@@ -92,6 +92,10 @@ var (
 	// one says refunds in flight fill the limit: if one fails, a retry
 	// with the same id may succeed.
 	ErrRefundLimit = errors.New("client: the charge has all the refunds it may have")
+	// ErrWrongRegion: another Region serves the tenant (421
+	// wrong-region). The *ProblemError's Detail names it. Nothing
+	// was done: send the request there, with the same command id.
+	ErrWrongRegion = errors.New("client: another Region serves the tenant")
 )
 
 const (
@@ -142,6 +146,7 @@ var problemSentinels = map[string]error{
 	slugChargeState:           ErrChargeState,
 	"refund-declined":         ErrRefundDeclined,
 	slugRefundLimit:           ErrRefundLimit,
+	"wrong-region":            ErrWrongRegion,
 }
 
 // ProblemError is an error answer from the API: the problem details of an

@@ -30,6 +30,13 @@ import (
 //
 // Context. A method called with a context already done returns an error
 // wrapping the context's error and changes nothing.
+//
+// Regions. A Backend with a Ledger claims a fresh command there first.
+// It writes the record under the CreatedAt the Ledger holds. It never
+// writes a record another Region claimed or last leased, unless the
+// Ledger yields that Region. Begin, TakeOver and Preempt then give
+// *ClaimedElsewhereError and write nothing. A claim taken from a Region
+// that yields is Inherited. idemtest.RunRegionConformance checks it.
 type Backend interface {
 	// Now is the store's clock.
 	Now() time.Time

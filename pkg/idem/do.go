@@ -104,7 +104,8 @@ const (
 //   - *WriteConditionError: a business write's condition failed.
 //   - ErrTooLarge: the response does not fit.
 //
-// If fn panics, the record stays IN_FLIGHT.
+// If fn panics, the record stays IN_FLIGHT. An Inherited lease does not
+// run fn: the command stays IN_FLIGHT for Recover.
 func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 	fn func(ctx context.Context, l *Lease) (Outcome, error), optFns ...func(*DoOptions)) (Result, error) {
 	o := DoOptions{Reserve: time.Second}
@@ -119,6 +120,11 @@ func Do(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byte,
 		return Result{Response: *begun.Replay, Replayed: true, Status: begun.Status, RecordExpiresAt: begun.RecordExpiresAt}, nil
 	}
 	l := begun.Lease
+	if l.Inherited {
+		// Another Region's attempts may have acted: only a Resolver,
+		// which asks, may settle the command.
+		return Result{Status: StatusInFlight, Lease: l, RecordExpiresAt: l.RecordExpiresAt}, nil
+	}
 	out, fnErr := run(ctx, b, l, fn, o)
 	if fnErr != nil {
 		fnErr = fmt.Errorf("idem: do %s: %w", key.LogHash(), fnErr)

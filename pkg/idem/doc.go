@@ -46,6 +46,16 @@
 // second attempt's effect), reopening SUCCEEDED or FAILED_PERMANENT, and
 // leaving IN_FLIGHT because a timer ran out.
 //
+// # Regions
+//
+// A table that replicates between Regions only eventually needs a
+// [Ledger]. Each Region's store claims a command there, strongly
+// consistently, before it writes the record. A Region may fail before
+// its records replicate. Its claims stay in the Ledger. Another Region
+// may not claim them afresh: a new CreatedAt means a new reference, and
+// a second effect. Nor may it write over them. It gets
+// [ErrClaimedElsewhere] until the Ledger yields the failed Region.
+//
 // # Retention
 //
 //	Status            Expires

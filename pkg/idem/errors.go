@@ -47,6 +47,10 @@ var (
 	// ErrUnreadableRecord: StuckLeases met an item that does not decode.
 	// The error names it by its key's hash; the listing goes on.
 	ErrUnreadableRecord = errors.New("idem: unreadable record")
+	// ErrClaimedElsewhere: another Region claimed the command, and its
+	// writes may not have replicated here yet (Ledger). Nothing was
+	// written. Typed: *ClaimedElsewhereError.
+	ErrClaimedElsewhere = errors.New("idem: command claimed in another Region")
 )
 
 // InFlightError reports a key held by an unfinished attempt.
@@ -104,3 +108,15 @@ func (e *UnknownClaimError) Error() string {
 
 // Unwrap gives ErrUnknownClaim and Err, for errors.Is and errors.As.
 func (e *UnknownClaimError) Unwrap() []error { return []error{ErrUnknownClaim, e.Err} }
+
+// ClaimedElsewhereError names the Region that holds a command's claim.
+type ClaimedElsewhereError struct {
+	Region string
+}
+
+func (e *ClaimedElsewhereError) Error() string {
+	return "idem: command claimed in Region " + e.Region
+}
+
+// Is makes errors.Is(err, ErrClaimedElsewhere) true.
+func (e *ClaimedElsewhereError) Is(target error) bool { return target == ErrClaimedElsewhere }

@@ -50,6 +50,11 @@ type Lease struct {
 	// its first attempt resolved the command.
 	Attempts int
 	Intent   []byte // what Begin stored for reconciliation
+	// Inherited: the command's claim is another Region's, taken on
+	// once it yielded (Ledger). Its attempts there may have acted.
+	// So only a Resolver settles it: Do never runs its function
+	// under such a lease.
+	Inherited bool
 
 	// committed is the digest of the business writes of this lease's
 	// Commit, once one may have been applied. A second Commit with other
@@ -86,6 +91,9 @@ type Record struct {
 	LeaseToken string
 	Intent     []byte
 	Response   *Response // nil unless terminal
+	// Region is the Region whose store last leased the record. It is
+	// empty for a store without one.
+	Region string
 }
 
 func init() {

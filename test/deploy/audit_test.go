@@ -23,9 +23,13 @@ func (c *checker) streams(want *dynamodb.UpdateTableInput, tables ...string) {
 			continue
 		}
 		p := asMap(asMap(e)["Properties"])
-		att := asList(asMap(p["Stream"])["Fn::GetAtt"])
-		if len(att) != 2 || att[1] != "StreamArn" {
-			c.fail("%s event %s reads %s, want a table's StreamArn", auditFn, name, show(p["Stream"]))
+		branches := asList(asMap(p["Stream"])["Fn::If"])
+		var att []any
+		if len(branches) == 3 {
+			att = asList(asMap(branches[1])["Fn::GetAtt"])
+		}
+		if len(att) != 2 || att[1] != "StreamArn" || show(p["Stream"]) != show(replicaStream(fmt.Sprint(att[0]))) {
+			c.fail("%s event %s reads %s, want a table's StreamArn, or its replica's stream", auditFn, name, show(p["Stream"]))
 			continue
 		}
 		read[fmt.Sprint(att[0])] = p
@@ -47,6 +51,17 @@ func (c *checker) streams(want *dynamodb.UpdateTableInput, tables ...string) {
 	if len(read) != len(tables) {
 		c.fail("%s reads %d streams, want %d", auditFn, len(read), len(tables))
 	}
+}
+
+// replicaStream is the stream of table: the stack's own table's, or, in
+// a deployment in several Regions, its replica's in this Region
+// (template.yaml's Global*Table and Global*StreamLabel parameters).
+func replicaStream(table string) any {
+	global := "Global" + strings.TrimSuffix(table, "Table")
+	return map[string]any{"Fn::If": []any{"OwnsTables",
+		getAtt(table, "StreamArn"),
+		map[string]any{"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${" + global + "Table}/stream/${" + global + "StreamLabel}"},
+	}}
 }
 
 // trail checks the bucket the entries are kept in. Its Object Lock is the

@@ -30,6 +30,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/intake"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/secrets"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -58,6 +59,10 @@ var requests = map[string][]reflect.Type{
 var owners = map[string]reflect.Type{
 	idempotencyTable:          reflect.TypeFor[dynamostore.Store](),
 	chargesTable:              reflect.TypeFor[charge.Rows](),
+	"GlobalIdempotencyTable":  reflect.TypeFor[dynamostore.Store](),
+	"GlobalChargesTable":      reflect.TypeFor[charge.Rows](),
+	"RoutesTableName":         reflect.TypeFor[regions.Routes](),
+	"LedgerTableName":         reflect.TypeFor[dynamostore.Ledger](),
 	limitsTable:               reflect.TypeFor[limit.Table](),
 	reconcileQueue:            reflect.TypeFor[queue.Sender](),
 	intakeDLQ:                 reflect.TypeFor[intake.Queue](),
@@ -197,7 +202,9 @@ func (c *checker) grants(code built) {
 			case "SQS":
 				polled[fmt.Sprint(asList(asMap(ep["Queue"])["Fn::GetAtt"])[0])] = true
 			case "DynamoDB":
-				streamed[strings.Join(strs(asMap(ep["Stream"])["Fn::GetAtt"]), ".")] = true
+				for _, s := range resources(ep["Stream"]) {
+					streamed[s] = true
+				}
 				discards[fmt.Sprint(asList(asMap(asMap(asMap(ep["DestinationConfig"])["OnFailure"])["Destination"])["Fn::GetAtt"])[0])] = true
 			}
 		}
@@ -276,7 +283,9 @@ func strs(v any) []string {
 
 // resources names what a statement's Resource (one or a list) is: a
 // resource's logical id ("Table.StreamArn" for a table's stream), a
-// parameter naming it, or "*".
+// parameter naming it ("GlobalTable.StreamArn" for its replica's stream),
+// or "*". A Fn::If of two resources (a table of the stack's own, or one a
+// parameter names) is both.
 func resources(v any) []string {
 	list := asList(v)
 	if list == nil {
@@ -287,12 +296,19 @@ func resources(v any) []string {
 		_, r = unwrapIf(r)
 		m := asMap(r)
 		switch att := asList(m["Fn::GetAtt"]); {
+		case len(asList(m["Fn::If"])) == 3:
+			branches := asList(m["Fn::If"])
+			out = append(out, resources(branches[1])...)
+			out = append(out, resources(branches[2])...)
 		case len(att) == 2 && att[1] == "StreamArn":
 			out = append(out, fmt.Sprint(att[0], ".", att[1]))
 		case m["Fn::GetAtt"] != nil:
 			out = append(out, fmt.Sprint(att[0]))
 		case m["Ref"] != nil:
 			out = append(out, fmt.Sprint(m["Ref"]))
+		case m["Fn::Sub"] != nil && strings.Contains(fmt.Sprint(m["Fn::Sub"]), "/stream/"):
+			refs := subRefs(fmt.Sprint(m["Fn::Sub"]))
+			out = append(out, refs[len(refs)-2]+".StreamArn") // the table's name, then the stream's label
 		case m["Fn::Sub"] != nil:
 			refs := subRefs(fmt.Sprint(m["Fn::Sub"]))
 			out = append(out, strings.TrimSuffix(refs[len(refs)-1], ".Arn"))

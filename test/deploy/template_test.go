@@ -114,6 +114,7 @@ func currentCode() code {
 		// It builds no AWS client and traces nothing.
 		unread: map[string][]string{devAuthFn: {
 			app.EnvTraceEndpoint, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint, awsenv.EnvS3Endpoint,
+			app.EnvRoutesTable, app.EnvLedgerTable, app.EnvHomeRegion, app.EnvTenantHomes,
 		}},
 		metrics:     metrics.Definitions(),
 		routes:      httpapi.Routes,
@@ -343,7 +344,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"charge may check conditions", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "as its item action.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:ConditionCheckItem\n"},
 		{"reconcile may claim", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n", "never claims one.\n              - Sid: IdempotencyRecords\n                Effect: Allow\n                Action:\n                  - dynamodb:PutItem\n"},
 		{"reconcile may query charges", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n", "refund's hold.\n              - Sid: Charges\n                Effect: Allow\n                Action:\n                  - dynamodb:Query\n"},
-		{"sweeper may send to the DLQ", "Resource: !GetAtt ChargesTable.Arn\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn\n\n  SweeperFunctionLogGroup", "Resource: !GetAtt ChargesTable.Arn\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn\n\n  SweeperFunctionLogGroup"},
+		{"sweeper may send to the DLQ", "GlobalChargesTable}\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ReconcileQueue.Arn", "GlobalChargesTable}\"]\n              - Sid: EnqueueReconcile\n                Effect: Allow\n                Action: sqs:SendMessage\n                Resource: !GetAtt ChargeRequestsDeadLetterQueue.Arn"},
 		{"logs on every group", "Resource: !GetAtt ChargeFunctionLogGroup.Arn", "Resource: \"*\""},
 		{"logs to another function's group", "Resource: !GetAtt SweeperFunctionLogGroup.Arn", "Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
 		{"may create log groups", "                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn", "                  - logs:CreateLogGroup\n                  - logs:CreateLogStream\n                  - logs:PutLogEvents\n                Resource: !GetAtt ChargeFunctionLogGroup.Arn"},
@@ -381,12 +382,15 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"bucket policy allows", "          - Sid: TLSOnly\n            Effect: Deny", "          - Sid: TLSOnly\n            Effect: Allow"},
 		{"no stream on the records", "TTL's deletions too.\n      StreamSpecification:\n        StreamViewType: NEW_AND_OLD_IMAGES\n", "TTL's deletions too.\n"},
 		{"stream without old images", "(AuditFunction).\n      StreamSpecification:\n        StreamViewType: NEW_AND_OLD_IMAGES", "(AuditFunction).\n      StreamSpecification:\n        StreamViewType: NEW_IMAGE"},
-		{"audit skips a failing batch", "IdempotencyTable.StreamArn\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: -1", "IdempotencyTable.StreamArn\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: 3"},
-		{"audit from the latest change", "ChargesTable.StreamArn\n            StartingPosition: TRIM_HORIZON", "ChargesTable.StreamArn\n            StartingPosition: LATEST"},
+		{"audit skips a failing batch", "GlobalIdempotencyStreamLabel}\"]\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: -1", "GlobalIdempotencyStreamLabel}\"]\n            StartingPosition: TRIM_HORIZON\n            BatchSize: 1000\n            MaximumBatchingWindowInSeconds: 5\n            BisectBatchOnFunctionError: true\n            MaximumRetryAttempts: 3"},
+		{"audit from the latest change", "GlobalChargesStreamLabel}\"]\n            StartingPosition: TRIM_HORIZON", "GlobalChargesStreamLabel}\"]\n            StartingPosition: LATEST"},
 		{"audit reads one stream", "        ChargesStream:\n          Type: DynamoDB", "        ChargesStream:\n          Type: Kinesis"},
 		{"no alarm on the trail's lag", "      MetricName: IteratorAge\n", "      MetricName: Throttles\n"},
 		{"no alarm on the trail's discards", "          Value: !GetAtt AuditDeadLetterQueue.QueueName", "          Value: !GetAtt ReconcileDeadLetterQueue.QueueName"},
-		{"stream actions on the table", "                  - !GetAtt IdempotencyTable.StreamArn\n                  - !GetAtt ChargesTable.StreamArn", "                  - !GetAtt IdempotencyTable.Arn\n                  - !GetAtt ChargesTable.StreamArn"},
+		{"stream actions on the table", "                  - !If [OwnsTables, !GetAtt IdempotencyTable.StreamArn,", "                  - !If [OwnsTables, !GetAtt IdempotencyTable.Arn,"},
+		{"stream actions on another replica's stream", "table/${GlobalChargesTable}/stream/${GlobalChargesStreamLabel}\"]\n              - Sid: ListStreams", "table/${GlobalChargesTable}\"]\n              - Sid: ListStreams"},
+		{"audit reads its own stack's table only", "Stream: !If [OwnsTables, !GetAtt ChargesTable.StreamArn, !Sub", "Stream: !If [OwnsTables, !GetAtt IdempotencyTable.StreamArn, !Sub"},
+		{"sweeper marks another table", "              - Sid: MarkQueuedMoves\n                Effect: Allow\n                Action: dynamodb:UpdateItem\n                Resource: !If [OwnsTables, !GetAtt ChargesTable.Arn", "              - Sid: MarkQueuedMoves\n                Effect: Allow\n                Action: dynamodb:UpdateItem\n                Resource: !If [OwnsTables, !GetAtt AuditIndexTable.Arn"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -475,6 +479,13 @@ func (c *checker) props(id string) map[string]any {
 // table compares a table's billing mode, keys, attributes and indexes
 // with the CreateTable request the code makes.
 func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
+	c.schema(id, want)
+	// Not the code's: a table it creates goes with its emulator.
+	c.equal(id+" DeletionProtectionEnabled", c.props(id)["DeletionProtectionEnabled"], true)
+}
+
+// schema compares a table's billing mode, keys and indexes with want's.
+func (c *checker) schema(id string, want *dynamodb.CreateTableInput) {
 	p := c.props(id)
 	c.equal(id+" BillingMode", p["BillingMode"], string(want.BillingMode))
 	c.equal(id+" KeySchema", p["KeySchema"], keySchema(want.KeySchema))
@@ -492,8 +503,6 @@ func (c *checker) table(id string, want *dynamodb.CreateTableInput) {
 		gsis = append(gsis, map[string]any{"IndexName": aws.ToString(g.IndexName), "KeySchema": keySchema(g.KeySchema), "Projection": proj})
 	}
 	c.equal(id+" GlobalSecondaryIndexes", sortByName(p["GlobalSecondaryIndexes"], "IndexName"), sortByName(gsis, "IndexName"))
-	// Not the code's: a table it creates goes with its emulator.
-	c.equal(id+" DeletionProtectionEnabled", p["DeletionProtectionEnabled"], true)
 }
 
 // ttl compares a table's TTL with the code's, which must be on attr, the
@@ -622,7 +631,10 @@ func (c *checker) throttles(deferrable []string) {
 
 // sweeperPolicy checks that the sweeper may query the index it reads.
 func (c *checker) sweeperPolicy() {
-	want := map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + dynamostore.IndexStuckLeases}
+	want := map[string]any{"Fn::If": []any{"OwnsTables",
+		map[string]any{"Fn::Sub": "${" + idempotencyTable + ".Arn}/index/" + dynamostore.IndexStuckLeases},
+		map[string]any{"Fn::Sub": "arn:${AWS::Partition}:dynamodb:${AWS::Region}:${AWS::AccountId}:table/${GlobalIdempotencyTable}/index/" + dynamostore.IndexStuckLeases},
+	}}
 	for _, st := range c.statements("SweeperFunction") {
 		if asMap(st)["Action"] == "dynamodb:Query" {
 			c.equal("SweeperFunction dynamodb:Query resource", asMap(st)["Resource"], want)

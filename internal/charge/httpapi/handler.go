@@ -77,6 +77,14 @@ type Service interface {
 
 var _ Service = (*charge.Service)(nil)
 
+// Fence says whether this Region serves a tenant, and if not, the answer
+// (charge.Service.Serves).
+type Fence interface {
+	Serves(ctx context.Context, tenant string) (charge.Result, bool)
+}
+
+var _ Fence = (*charge.Service)(nil)
+
 // Options configure a Handler. Zero fields take the defaults.
 type Options struct {
 	// TenantClaim names the JWT claim, or the member of a Lambda
@@ -97,6 +105,9 @@ type Options struct {
 	// Tracer records each request as a span, its route, status and
 	// outcome; nil traces nothing.
 	Tracer *tracing.Tracer
+	// Fence answers a tenant another Region serves before its limits
+	// count the request. Nil in one Region: every tenant is served.
+	Fence Fence
 	// Limiter holds each tenant to its limits before its request does
 	// anything; nil holds none (tests of other behaviours).
 	Limiter *limit.Limiter
@@ -160,13 +171,16 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	tenant, ok := h.tenant(req)
 	route := routeOf(&req)
 	var (
-		ticket  *limit.Ticket
-		limited metrics.Outcome // rate-limited or shed: refused before it did anything
+		ticket    *limit.Ticket
+		limited   metrics.Outcome // rate-limited or shed: refused before it did anything
+		elsewhere bool            // not served here: answered before the limits count it
 	)
 	if ok && route != RouteWebhook {
-		var why string
-		if refused, ticket, limited, why = h.admit(ctx, tenant, route); why != "" {
-			attrs = append(attrs, slog.String("limit", why))
+		if res, elsewhere = h.elsewhere(ctx, tenant); !elsewhere {
+			var why string
+			if refused, ticket, limited, why = h.admit(ctx, tenant, route); why != "" {
+				attrs = append(attrs, slog.String("limit", why))
+			}
 		}
 	}
 	switch {
@@ -175,6 +189,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		res, refused, err = h.webhook(ctx, req)
 	case !ok:
 		refused = ref(problem(ProblemUnauthorized, ""))
+	case elsewhere:
+		// Another Region serves the tenant, or may: the route does nothing.
 	case refused != nil:
 		// Past its tenant's limits, or shed: the route does nothing.
 	case route == RouteCreate:
@@ -231,6 +247,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		rec.Count(metrics.Requests, op, cmp.Or(limited, res.Outcome.Metric()))
 	case limited != "":
 		rec.Count(metrics.Requests, cmp.Or(keyedOperations[route], metrics.OperationNone), limited)
+	case elsewhere && keyedOperations[route] != "":
+		// A command, its key not read: counted under its route's operation.
+		rec.Count(metrics.Requests, keyedOperations[route], res.Outcome.Metric())
 	case route == RouteCreate || route == RouteRefund || refused != nil && route != RouteWebhook:
 		rec.Count(metrics.Requests, charge.MetricOperation(key), res.Outcome.Metric())
 	}
@@ -255,6 +274,16 @@ func (h *Handler) traced(span trace.Span, route, outcome string, status int, err
 }
 
 func ref(r idem.Response) *idem.Response { return &r }
+
+// elsewhere answers a request whose tenant this Region does not serve,
+// before the tenant's limits: it costs them nothing here.
+func (h *Handler) elsewhere(ctx context.Context, tenant string) (charge.Result, bool) {
+	if h.opt.Fence == nil {
+		return charge.Result{}, false
+	}
+	res, here := h.opt.Fence.Serves(ctx, tenant)
+	return res, !here
+}
 
 // admit sheds a deferrable request while the store is throttled,
 // then holds it to its tenant's limits. Either refusal comes before the

@@ -61,6 +61,7 @@ var (
 	ProblemStateConflict      = ProblemType{"charge-state-conflict", "The charge is in another state", http.StatusConflict}
 	ProblemRefundDeclined     = ProblemType{"refund-declined", "Refund refused by the provider", http.StatusConflict}
 	ProblemRefundLimit        = ProblemType{"refund-limit-reached", "The charge has as many refunds as it may have", http.StatusConflict}
+	ProblemWrongRegion        = ProblemType{"wrong-region", "Another Region serves this tenant", http.StatusMisdirectedRequest}
 	ProblemRateLimited        = ProblemType{"rate-limited", "Too many requests for this tenant", http.StatusTooManyRequests}
 )
 
@@ -69,7 +70,8 @@ var Problems = []ProblemType{
 	ProblemInvalidKey, ProblemInvalidRequest, ProblemTooLarge, ProblemUnsupportedMedia, ProblemUnauthorized,
 	ProblemInProgress, ProblemKeyReused, ProblemDeclined, ProblemUnavailable, ProblemServiceUnavailable,
 	ProblemOutcomePending, ProblemProviderRejected, ProblemNotFound, ProblemChargeConflict, ProblemInternal,
-	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined, ProblemRefundLimit, ProblemRateLimited,
+	ProblemRefundExceeds, ProblemStateConflict, ProblemRefundDeclined, ProblemRefundLimit, ProblemWrongRegion,
+	ProblemRateLimited,
 }
 
 type problemJSON struct {
@@ -147,6 +149,16 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 		resp = problem(ProblemProviderRejected, "The card provider refused the request. Nothing was "+done+". Retrying the same request will not help.")
 	case charge.OutcomeAmbiguous, charge.OutcomeLeaseLost:
 		resp = withRetryAfter(problem(ProblemOutcomePending, "The outcome is not known yet. "+upper(again)+"; it will not be "+done+" twice."), retryAfter(now, res.RetryAt))
+	case charge.OutcomeFailoverPending:
+		// Another Region may have acted: no "nothing was done".
+		detail := "The tenant moved to this Region, and the Region it left may hold writes not copied here yet. Retry later."
+		if done != "" {
+			detail = "The tenant moved to this Region, and the Region it left may hold this request's outcome, not copied here yet. " +
+				upper(again) + " later; it will not be " + done + " twice."
+		}
+		resp = withRetryAfter(problem(ProblemOutcomePending, detail), retryAfter(now, res.RetryAt))
+	case charge.OutcomeWrongRegion:
+		resp = problem(ProblemWrongRegion, "Nothing was done here: the Region "+res.Region+" serves this tenant. Send the request there.")
 	case charge.OutcomeNotFound:
 		resp = problem(ProblemNotFound, "")
 	default:
@@ -166,6 +178,8 @@ func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResp
 	case charge.OutcomeAmbiguous:
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemOutcomePending,
 			"The event may be recorded, not yet processed. Deliver it again."), retryAfter(now, res.RetryAt)))
+	case charge.OutcomeFailoverPending:
+		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The tenant's writes from another Region are not copied here yet; deliver the event again."), 30))
 	case charge.OutcomeError:
 		return answer(res, now, "done")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -45,8 +46,13 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	}
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: intent}
 	lease.AttemptDeadline = lease.ExpiresAt
+	if s.ledger != nil {
+		if done, begun, err := s.ledgerClaim(ctx, lease, fp, reclaims); done {
+			return begun, err
+		}
+	}
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
-	item := make(map[string]types.AttributeValue, 10) // sized for a sort key and the intent too: no growing
+	item := make(map[string]types.AttributeValue, 11) // sized for a sort key, the intent and the Region too: no growing
 	s.layout.putKey(item, key)
 	item[attrStatus] = inFlight
 	item[attrFingerprint] = fpAttr(fp)
@@ -57,6 +63,9 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	item[attrAttemptDeadline] = item[s.layout.lexp] // the same time: the attempt runs under this lease
 	if len(intent) > 0 {
 		item[attrIntent] = &types.AttributeValueMemberB{Value: intent}
+	}
+	if s.region != "" {
+		item[attrRegion] = str(s.region)
 	}
 	var tries Attempts
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{
@@ -90,10 +99,16 @@ func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 	if len(ccf.Item) == 0 {
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: condition failed without the old item", key.LogHash())
 	}
-	if ownToken(ccf.Item, lease) {
+	return s.existing(ctx, lease, fp, ccf.Item, reclaims)
+}
+
+// existing answers a claim that found item, the key's record, in its way.
+func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, item map[string]types.AttributeValue, reclaims int) (idem.Begun, error) {
+	key := lease.Key
+	if ownToken(item, lease) {
 		// Our own write. The SDK retried a call whose first attempt was
 		// applied, its answer lost.
-		if rec, err := s.decodeRecord(key, ccf.Item); err == nil {
+		if rec, err := s.decodeRecord(key, item); err == nil {
 			lease.CreatedAt = rec.CreatedAt
 			lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 			if len(lease.Intent) == 0 {
@@ -102,7 +117,7 @@ func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 		}
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
-	rec, err := s.decodeRecord(key, ccf.Item)
+	rec, err := s.decodeRecord(key, item)
 	if err != nil {
 		return idem.Begun{}, err
 	}
@@ -113,7 +128,7 @@ func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 		expires = s.pol.Earliest(rec.CreatedAt, rec.LeaseExpiresAt)
 	}
 	switch {
-	case !sameFingerprint(ccf.Item, fp):
+	case !sameFingerprint(item, fp):
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
 	case rec.Status.Terminal():
 		return idem.Begun{Replay: rec.Response, RecordExpiresAt: expires, Status: rec.Status}, nil
@@ -121,8 +136,10 @@ func (s *Store) claimed(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 		// It expired after the claim's PutItem found it live. The key now
 		// names a new intent, claimed with a PutItem of its own.
 		return s.begin(ctx, key, fp, lease.Intent, reclaims+1)
+	case rec.Status == idem.StatusReleased && !s.mayWrite(key, rec.Region):
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.Region})
 	case rec.Status == idem.StatusReleased && reclaims < maxReclaims:
-		return s.reclaim(ctx, lease, fp, rec, ccf.Item[attrLeaseToken], reclaims+1)
+		return s.reclaim(ctx, lease, fp, rec, item[attrLeaseToken], reclaims+1)
 	default:
 		return idem.Begun{}, &idem.InFlightError{LeaseExpiresAt: rec.LeaseExpiresAt, RecordExpiresAt: expires}
 	}
@@ -156,6 +173,10 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 		":ad": millis(lease.AttemptDeadline), ":oldtok": oldToken, ":now": seconds(s.pol.Now()),
 	}
 	update := "SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = :ad"
+	if s.region != "" {
+		names["#region"], values[":region"] = attrRegion, str(s.region)
+		update += ", #region = :region"
+	}
 	if len(lease.Intent) > 0 {
 		names["#intent"], values[":intent"] = attrIntent, &types.AttributeValueMemberB{Value: lease.Intent}
 		update += ", #intent = :intent"
@@ -186,4 +207,47 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 func ownToken(item map[string]types.AttributeValue, l *idem.Lease) bool {
 	tok, ok := item[attrLeaseToken].(*types.AttributeValueMemberS)
 	return ok && tok.Value == l.Token
+}
+
+// ledgerClaim reads the key's record before a claim, for a store with a
+// Ledger. Another Region's record may not have replicated here: writing
+// over it would erase it everywhere. A live record is answered as the
+// claim's PutItem would find it (done). Otherwise the claim goes to the
+// Ledger, and lease takes the CreatedAt the Ledger holds.
+func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, reclaims int) (done bool, _ idem.Begun, _ error) {
+	key := lease.Key
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: s.tableName, Key: s.itemKey(key), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		// Nothing was written: the claim has not been tried.
+		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), AsUnavailable(err))
+	}
+	if len(out.Item) > 0 && !expiredItem(out.Item, s.layout.ttl, lease.CreatedAt) {
+		begun, err := s.existing(ctx, lease, fp, out.Item, reclaims)
+		return true, begun, err
+	}
+	c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: lease.CreatedAt, Until: s.pol.Earliest(lease.CreatedAt, lease.CreatedAt)})
+	switch {
+	case errors.Is(err, idem.ErrClaimedElsewhere):
+		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
+	case err != nil:
+		// The Ledger may hold the claim, but nothing was written
+		// or done. A retry finds the claim and takes it.
+		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: ledger: %w", key.LogHash(), AsUnavailable(err))
+	}
+	lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.Region != s.region
+	return false, idem.Begun{}, nil
+}
+
+// expiredItem reports whether item's retention (its ttl attribute) ended
+// at now. An IN_FLIGHT record has none.
+func expiredItem(item map[string]types.AttributeValue, ttl string, now time.Time) bool {
+	exp, err := numberAttr(item, ttl)
+	return err == nil && policy.Expired(time.Unix(exp, 0), now)
+}
+
+// mayWrite reports whether this store may lease a record region's store
+// marked. It may lease its own, an unmarked one, or one of a Region the
+// Ledger yields. Without a Ledger every record is the store's.
+func (s *Store) mayWrite(key idem.Key, region string) bool {
+	return s.ledger == nil || region == "" || region == s.region || s.ledger.Yields(key, region)
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
@@ -79,4 +80,40 @@ func TestConformance(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRegionConformance runs the suite of stores in several Regions on
+// DynamoDB: a table per Region (nothing replicates between them), a store
+// of another Region on the same table for records replicated at once, and
+// a ledger table.
+func TestRegionConformance(t *testing.T) {
+	t.Parallel()
+	db := dynamotest.Client(t)
+	idemtest.RunRegionConformance(t,
+		func(t *testing.T, yields func(idem.Key, string) bool) idem.Ledger {
+			l, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")), func(o *dynamostore.LedgerOptions) { o.Yields = yields })
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		},
+		func(t *testing.T, o idemtest.Options, ledger idem.Ledger) idemtest.Regions {
+			tables := map[idem.Backend]string{}
+			store := func(table, region string) idem.Backend {
+				st, err := dynamostore.New(db, table, func(d *dynamostore.Options) {
+					d.Clock, d.Retention, d.DefaultLease, d.Region, d.Ledger = o.Clock, o.Retention, o.DefaultLease, region, ledger
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				tables[st] = table
+				return st
+			}
+			return idemtest.Regions{
+				Store: func(region string) idem.Backend {
+					return store(dynamotest.Table(t, dynamostore.TableInput("regions")), region)
+				},
+				Replica: func(of idem.Backend, region string) idem.Backend { return store(tables[of], region) },
+			}
+		})
 }

@@ -28,6 +28,16 @@
 // makes recognises itself: when the SDK retries a call whose answer was
 // lost, the call reports success instead of a lost lease.
 //
+// # Regions
+//
+// In a global table that replicates only eventually (MREC), give each
+// Region's store Options.Region. Give them one [Ledger], on a table in
+// multi-Region strong consistency. Begin then reads the record
+// (GetItem). A fresh claim goes to the Ledger (PutItem) before the
+// record's PutItem. That is three calls where one Region makes one. A
+// take-over of another Region's record waits until the Ledger yields
+// that Region.
+//
 // Errors are the sentinels and typed errors of package idem. SDK errors
 // of a DynamoDB that cannot do the request now, or cannot be heard, wrap
 // idem.ErrUnavailable; see [AsUnavailable]. [Attempts] tells a write that
@@ -57,6 +67,7 @@
 //	expires_at        N     settled only: end of retention in epoch seconds, the TTL attribute (Options.TTLAttribute renames it)
 //	rs, rh, rb        N,M,B terminal only: the response's status, headers and body
 //	rz                BOOL  terminal only, and only when rb is gzipped (bodies over Options.CompressAbove)
+//	rg                S     only with Options.Region: the Region whose store last took a lease (Record.Region)
 //
 // While IN_FLIGHT, a record carries its shard and its lease's end: the
 // keys of the sparse stuck-lease index that [Store.StuckLeases] queries.

@@ -47,6 +47,9 @@ var transientCodes = map[string]bool{
 	"ThrottlingException": true, "ProvisionedThroughputExceededException": true, "RequestLimitExceeded": true,
 	"TransactionConflictException": true, "TransactionInProgressException": true, "InternalServerError": true,
 	"InternalFailure": true, "ServiceUnavailable": true,
+	// An MRSC table refuses a write racing another Region's on one
+	// item. Nothing is applied.
+	"ReplicatedWriteConflictException": true,
 }
 
 // transientlyCanceled reports whether err is a transaction canceled for a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -115,11 +116,24 @@ func (s *Store) Preempt(ctx context.Context, key idem.Key, created time.Time) (*
 // only once its lease has run out, unless created is set. Then it is a
 // preemption of the command created at created.
 func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
+	lease, holder, err := s.takeOverFrom(ctx, key, op, created, s.region)
+	if holder != "" && s.mayWrite(key, holder) {
+		// Another Region's record, which the Ledger yields. It
+		// is taken only from that Region, so a record written
+		// meanwhile is not.
+		lease, _, err = s.takeOverFrom(ctx, key, op, created, holder)
+	}
+	return lease, err
+}
+
+// takeOverFrom is takeOver of a record region marked, or left unmarked.
+// holder names the Region that marked a record refused for its mark.
+func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, created time.Time, region string) (_ *idem.Lease, holder string, _ error) {
 	live := !created.IsZero()
 	now := s.pol.Now()
 	token, err := s.pol.Token()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
 	cond, update := "#status = :inflight", "SET #tok = :tok, #lexp = :lexp"
@@ -141,6 +155,11 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		cond += " AND #lexp < :now"
 		values[":now"] = millis(now)
 	}
+	if s.ledger != nil {
+		cond = "(attribute_not_exists(#region) OR #region = :holder) AND " + cond
+		update = strings.Replace(update, "SET ", "SET #region = :region, ", 1)
+		names["#region"], values[":holder"], values[":region"] = attrRegion, str(region), str(s.region)
+	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
 		Key:                                 s.itemKey(key),
@@ -157,24 +176,27 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), AsUnavailable(err))
+			return nil, "", fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), AsUnavailable(err))
 		}
 		if len(ccf.Item) == 0 {
-			return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
+			return nil, "", fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
+		}
+		if marked, ok := ccf.Item[attrRegion].(*types.AttributeValueMemberS); ok && s.ledger != nil && marked.Value != region && !ownToken(ccf.Item, lease) {
+			return nil, marked.Value, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{Region: marked.Value})
 		}
 		if !ownToken(ccf.Item, lease) {
-			return nil, s.notTaken(key, ccf.Item, now, created)
+			return nil, "", s.notTaken(key, ccf.Item, now, created)
 		}
 		// Our own take-over, retried by the SDK after its answer was lost.
 		item = ccf.Item
 	}
 	rec, err := s.decodeRecord(key, item)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.CreatedAt, rec.AttemptDeadline, rec.Attempts, rec.Intent
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
-	return lease, nil
+	return lease, "", nil
 }
 
 // notTaken explains a take-over refused by the record item.

@@ -227,6 +227,9 @@ func (s *Store) decodeRecord(key idem.Key, item map[string]types.AttributeValue)
 	if v, ok := item[attrLeaseToken].(*types.AttributeValueMemberS); ok {
 		rec.LeaseToken = v.Value
 	}
+	if v, ok := item[attrRegion].(*types.AttributeValueMemberS); ok {
+		rec.Region = v.Value
+	}
 	created, err := numberAttr(item, attrCreatedAt)
 	if err != nil {
 		return nil, err

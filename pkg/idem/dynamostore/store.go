@@ -97,6 +97,17 @@ type Options struct {
 	// without the stuck-lease index: every sweep then reads the whole
 	// table. Default false.
 	ScanStuckLeases bool
+	// Region names the Region this store writes in, for a global
+	// table. Every lease it takes marks the record with it
+	// (Record.Region). Default none.
+	Region string
+	// Ledger, with Region, makes the store safe in a table that
+	// replicates only eventually. A fresh claim goes to the Ledger
+	// first. A record another Region claimed is written only once
+	// the Ledger yields that Region. Begin then reads the record
+	// before it writes (docs/backend.md, Regions). Default none: one
+	// Region writes the table.
+	Ledger idem.Ledger
 }
 
 // policy is the part of o every store applies alike, with its defaults.
@@ -119,6 +130,8 @@ type Store struct {
 	// once: the SDK only reads its input.
 	tableName  *string
 	beginNames map[string]string
+	region     string
+	ledger     idem.Ledger
 }
 
 // New returns a Store on table. optFns adjust the defaults.
@@ -133,6 +146,9 @@ func New(db DynamoDBAPI, table string, optFns ...func(*Options)) (*Store, error)
 	for _, fn := range optFns {
 		fn(&o)
 	}
+	if o.Ledger != nil && o.Region == "" {
+		return nil, errors.New("idem: a Ledger needs the store's Region")
+	}
 	l, err := newLayout(o)
 	if err != nil {
 		return nil, err
@@ -140,6 +156,7 @@ func New(db DynamoDBAPI, table string, optFns ...func(*Options)) (*Store, error)
 	return &Store{
 		db: db, table: table, pol: o.policy(), layout: l, tableName: aws.String(table),
 		beginNames: map[string]string{"#pk": l.pk, "#exp": l.ttl},
+		region:     o.Region, ledger: o.Ledger,
 	}, nil
 }
 

@@ -44,6 +44,7 @@ const (
 	attrRespGzip        = "rz"
 	attrAttempts        = "attempts" // projected into the stuck-lease index: template.yaml names it
 	attrAttemptDeadline = "ad"
+	attrRegion          = "rg" // the Region whose store last took a lease (Options.Region)
 	attrQueuedUntil     = "qu"
 	attrQueuedRenewed   = "qr"
 )
@@ -57,7 +58,8 @@ const DefaultSortKeyValue = "idem"
 // them.
 var recordAttrs = []string{
 	attrStatus, attrFingerprint, attrCreatedAt, attrLeaseToken, attrIntent,
-	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrQueuedUntil, attrQueuedRenewed,
+	attrAttemptDeadline, attrAttempts, attrRespStatus, attrRespHeaders, attrRespBody, attrRespGzip, attrRegion,
+	attrQueuedUntil, attrQueuedRenewed,
 }
 
 // layout is where a store's records go in its table: the table fields of

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
@@ -45,4 +46,22 @@ func newSubject(t *testing.T, o idemtest.Options) idemtest.Subject {
 // from 32 goroutines at once.
 func TestConformance(t *testing.T) {
 	idemtest.RunConformance(t, newSubject)
+}
+
+// TestRegionConformance runs the suite of stores in several Regions: a
+// Store of its own per Region, Replica for records replicated at once.
+func TestRegionConformance(t *testing.T) {
+	idemtest.RunRegionConformance(t,
+		func(_ *testing.T, yields func(idem.Key, string) bool) idem.Ledger { return memstore.NewLedger(yields) },
+		func(_ *testing.T, o idemtest.Options, ledger idem.Ledger) idemtest.Regions {
+			opts := func(region string) func(*memstore.Options) {
+				return func(m *memstore.Options) {
+					m.Clock, m.Retention, m.DefaultLease, m.Region, m.Ledger = o.Clock, o.Retention, o.DefaultLease, region, ledger
+				}
+			}
+			return idemtest.Regions{
+				Store:   func(region string) idem.Backend { return memstore.New(opts(region)) },
+				Replica: func(of idem.Backend, region string) idem.Backend { return of.(*memstore.Store).Replica(region) },
+			}
+		})
 }

@@ -50,6 +50,7 @@ package memstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -66,8 +67,14 @@ import (
 
 // Store is an in-memory idempotency store.
 type Store struct {
-	pol policy.Policy
+	pol    policy.Policy
+	region string
+	ledger idem.Ledger
+	d      *data
+}
 
+// data is what a Store keeps, shared by its Replica views.
+type data struct {
 	mu      sync.Mutex
 	records map[idem.Key]*record
 	writes  []types.TransactWriteItem
@@ -95,6 +102,7 @@ type record struct {
 	// writes is the digest of the business writes its Commit applied. By
 	// it a repeated Commit recognises itself.
 	writes string
+	region string // the Region of the store that last took a lease
 	// queuedUntil is MarkQueued's mark, at a whole millisecond; zero
 	// when none. queuedRenewed is how long RenewQueued kept it live.
 	queuedUntil, queuedRenewed time.Time
@@ -111,6 +119,10 @@ type Options struct {
 	// reads through Backend.Now. Default time.Now.
 	Clock  func() time.Time
 	Random io.Reader
+	// Region and Ledger are dynamostore.Options': the Region whose
+	// leases mark the records, and the Ledger of claims.
+	Region string
+	Ledger idem.Ledger
 }
 
 // New returns an empty Store.
@@ -124,10 +136,16 @@ func New(optFns ...func(*Options)) *Store {
 			Retention: o.Retention, ReleaseRetention: o.ReleaseRetention, LeaseMargin: o.LeaseMargin, MaxLease: o.MaxLease, DefaultLease: o.DefaultLease,
 			Shards: o.Shards, CompressAbove: o.CompressAbove, Clock: o.Clock, Random: o.Random,
 		}),
-		records: map[idem.Key]*record{},
-		tables:  tables{},
-		keys:    map[string][]string{},
+		region: o.Region, ledger: o.Ledger,
+		d: &data{records: map[idem.Key]*record{}, tables: tables{}, keys: map[string][]string{}},
 	}
+}
+
+// Replica is a view of s's records from region, with s's options. It is
+// a replica of a global table, kept in step at once. Records it leases
+// are marked with region.
+func (s *Store) Replica(region string) *Store {
+	return &Store{pol: s.pol, region: region, ledger: s.ledger, d: s.d}
 }
 
 // Now is the store's clock, Options.Clock.
@@ -141,9 +159,9 @@ func (s *Store) Retention() time.Duration { return s.pol.Retention }
 
 // Writes returns the business writes committed so far, in commit order.
 func (s *Store) Writes() []types.TransactWriteItem {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.writes)
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return slices.Clone(s.d.writes)
 }
 
 // DeclareKey gives a business table's key attributes: its partition key,
@@ -153,9 +171,9 @@ func (s *Store) Writes() []types.TransactWriteItem {
 // attribute. Without it, memstore cannot tell which item DynamoDB would
 // check. It refuses such a Put with errors.ErrUnsupported.
 func (s *Store) DeclareKey(table string, key ...string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.keys[table] = slices.Clone(key)
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.d.keys[table] = slices.Clone(key)
 }
 
 // Has reports whether the business table holds an item with key's
@@ -163,9 +181,9 @@ func (s *Store) DeclareKey(table string, key ...string) {
 // put or updated, and not deleted since. It is what a test asks of
 // DynamoDB with GetItem.
 func (s *Store) Has(table string, key map[string]types.AttributeValue) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.tables.has(table, key)
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	return s.d.tables.has(table, key)
 }
 
 // Begin claims key for a request with fingerprint fp, as dynamostore.Store.Begin.
@@ -185,19 +203,45 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return idem.Begun{}, err
 	}
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: bytes.Clone(intent)}
+	if s.ledger != nil && !s.live(key, now) {
+		// The Ledger first, as dynamostore's: another Region's record may
+		// not have replicated here.
+		c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: now, Until: s.pol.Earliest(now, now)})
+		switch {
+		case errors.Is(err, idem.ErrClaimedElsewhere):
+			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
+		case err != nil:
+			return idem.Begun{}, fmt.Errorf("idem: begin %s: ledger: %w: %w", key.LogHash(), idem.ErrUnavailable, err)
+		}
+		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.Region != s.region
+	}
 	return s.begin(lease, fp, now)
+}
+
+// live reports whether key has a record within its retention at now.
+func (s *Store) live(key idem.Key, now time.Time) bool {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[key]
+	return ok && !rec.expired(now)
+}
+
+// mayWrite reports whether s may lease a record region's store marked.
+// It is dynamostore's rule: always, without a Ledger.
+func (s *Store) mayWrite(key idem.Key, region string) bool {
+	return s.ledger == nil || region == "" || region == s.region || s.ledger.Yields(key, region)
 }
 
 func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.records[lease.Key]
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[lease.Key]
 	if !ok || policy.Expired(rec.expiresAt, now) {
-		s.records[lease.Key] = &record{
+		s.d.records[lease.Key] = &record{
 			status: idem.StatusInFlight, fingerprint: fp.String(), createdAt: lease.CreatedAt, token: lease.Token,
-			intent: lease.Intent, leaseExpiresAt: lease.ExpiresAt, attemptDeadline: lease.AttemptDeadline,
+			intent: lease.Intent, leaseExpiresAt: lease.ExpiresAt, attemptDeadline: lease.AttemptDeadline, region: s.region,
 		}
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
@@ -210,11 +254,14 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
 	case rec.status.Terminal():
 		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, nil
+	case rec.status == idem.StatusReleased && !s.mayWrite(lease.Key, rec.region):
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
 	case rec.status == idem.StatusReleased:
 		// Claimed again by the same request, under the same CreatedAt.
-		lease.CreatedAt = rec.createdAt
+		lease.CreatedAt, lease.Inherited = rec.createdAt, false
 		lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 		rec.status, rec.token, rec.leaseExpiresAt, rec.attemptDeadline = idem.StatusInFlight, lease.Token, lease.ExpiresAt, lease.AttemptDeadline
+		rec.region = s.region
 		rec.expiresAt, rec.attempts, rec.queuedUntil, rec.queuedRenewed = time.Time{}, 0, time.Time{}, time.Time{}
 		if len(lease.Intent) > 0 {
 			rec.intent = lease.Intent
@@ -264,13 +311,13 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 			return fmt.Errorf("idem: %s %s: %w: %s", op, l.Key.LogHash(), idem.ErrTooLarge, why)
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ws, err := parseWrites(writes, s.keys)
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	ws, err := parseWrites(writes, s.d.keys)
 	if err != nil {
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), err)
 	}
-	rec, ok := s.records[l.Key]
+	rec, ok := s.d.records[l.Key]
 	if !ok || !s.fenced(rec, l) {
 		// The lease's own settlement, repeated, succeeds again.
 		if ok && rec.token == l.Token && rec.status == status && (resp == nil || rec.resp.Equal(*resp)) && rec.writes == policy.WritesDigest(writes) {
@@ -279,7 +326,7 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 		}
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
 	}
-	if i := s.tables.failed(ws); i >= 0 {
+	if i := s.d.tables.failed(ws); i >= 0 {
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), &idem.WriteConditionError{Index: i})
 	}
 	rec.status, rec.expiresAt = status, s.pol.SettledUntil(status == idem.StatusReleased, l.CreatedAt, l.ExpiresAt)
@@ -288,9 +335,9 @@ func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.
 	if resp != nil {
 		rec.resp = normalized(*resp)
 	}
-	s.tables.apply(ws)
+	s.d.tables.apply(ws)
 	rec.writes = policy.WritesDigest(writes)
-	s.writes = append(s.writes, writes...)
+	s.d.writes = append(s.d.writes, writes...)
 	return nil
 }
 
@@ -336,9 +383,9 @@ func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) er
 }
 
 func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.records[l.Key]
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[l.Key]
 	if !ok || !s.fenced(rec, l) {
 		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrLeaseLost)
 	}
@@ -376,12 +423,14 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		return nil, err
 	}
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now)}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.records[key]
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[key]
 	switch {
 	case !ok || rec.expired(now) || rec.status == idem.StatusReleased && !live || live && rec.createdAt.UnixMilli() != created.UnixMilli():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
+	case !s.mayWrite(key, rec.region):
+		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
 	case rec.status.Terminal():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrCompleted)
 	case !live && !rec.leaseExpiresAt.Before(now):
@@ -390,7 +439,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		// Back to IN_FLIGHT, with no expiry, as a re-claim.
 		rec.status, rec.expiresAt, rec.attemptDeadline = idem.StatusInFlight, time.Time{}, lease.ExpiresAt
 	}
-	rec.token, rec.leaseExpiresAt = token, lease.ExpiresAt
+	rec.token, rec.leaseExpiresAt, rec.region = token, lease.ExpiresAt, s.region
 	rec.attempts++
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.createdAt, rec.attemptDeadline, rec.attempts, bytes.Clone(rec.intent)
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
@@ -404,16 +453,16 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
 		return nil, err
 	}
 	now := s.pol.Clock()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.records[key]
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[key]
 	if !ok || rec.expired(now) {
 		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
 	}
 	return &idem.Record{
 		Key: key, Status: rec.status, Fingerprint: rec.fingerprint, CreatedAt: rec.createdAt, ExpiresAt: rec.expiresAt,
 		LeaseExpiresAt: rec.leaseExpiresAt, AttemptDeadline: rec.attemptDeadline, Attempts: rec.attempts,
-		LeaseToken: rec.token, Intent: bytes.Clone(rec.intent), Response: cloned(rec.resp),
+		LeaseToken: rec.token, Intent: bytes.Clone(rec.intent), Response: cloned(rec.resp), Region: rec.region,
 	}, nil
 }
 
@@ -430,14 +479,14 @@ func (s *Store) StuckLeases(ctx context.Context, shard int, before time.Time) it
 		}
 	}
 	beforeMs := before.UnixMilli()
-	s.mu.Lock()
+	s.d.mu.Lock()
 	var stuck []idem.Record
-	for key, rec := range s.records {
+	for key, rec := range s.d.records {
 		if rec.status == idem.StatusInFlight && rec.leaseExpiresAt.UnixMilli() < beforeMs && s.pol.Shard(key.String()) == shard {
 			stuck = append(stuck, idem.Record{Key: key, LeaseExpiresAt: rec.leaseExpiresAt, Attempts: rec.attempts})
 		}
 	}
-	s.mu.Unlock()
+	s.d.mu.Unlock()
 	slices.SortFunc(stuck, func(a, b idem.Record) int { return a.LeaseExpiresAt.Compare(b.LeaseExpiresAt) })
 	return func(yield func(idem.Record, error) bool) {
 		for _, sl := range stuck {
@@ -456,9 +505,9 @@ func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (
 		return false, err
 	}
 	now := s.pol.Clock().UnixMilli()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec, ok := s.records[key]
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[key]
 	if !ok || rec.status != idem.StatusInFlight {
 		return false, nil
 	}
@@ -476,9 +525,9 @@ func (s *Store) RenewQueued(ctx context.Context, key idem.Key, until time.Time, 
 		return err
 	}
 	renewed := time.UnixMilli(s.pol.Clock().Add(hold).UnixMilli())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rec, ok := s.records[key]; ok && rec.marked(until) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if rec, ok := s.d.records[key]; ok && rec.marked(until) {
 		rec.queuedRenewed = renewed
 	}
 	return nil
@@ -490,9 +539,9 @@ func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time)
 	if err := done(ctx, "unmark queued", key); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if rec, ok := s.records[key]; ok && rec.marked(until) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	if rec, ok := s.d.records[key]; ok && rec.marked(until) {
 		rec.queuedUntil, rec.queuedRenewed = time.Time{}, time.Time{}
 	}
 	return nil

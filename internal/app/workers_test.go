@@ -1,0 +1,141 @@
+package app_test
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/regions"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+// marked is a deployment's record of acme's key, IN_FLIGHT and marked
+// queued until until, and the store that wrote it.
+type marked struct {
+	d     *testkit.Deployment
+	store *dynamostore.Store
+	clock *testkit.Clock
+	key   idem.Key
+	until time.Time
+}
+
+func newMarked(t *testing.T) *marked {
+	t.Helper()
+	m := &marked{d: testkit.Deploy(t), clock: testkit.NewClock(time.Now())}
+	var err error
+	if m.store, err = dynamostore.New(testkit.Clients(t).DynamoDB, m.d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = m.clock.Now }); err != nil {
+		t.Fatal(err)
+	}
+	if m.key, err = idem.NewKey("acme", charge.ChargeOperation, "order-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.store.Begin(t.Context(), m.key, idem.FingerprintOf([]byte("{}")), nil); err != nil {
+		t.Fatal(err)
+	}
+	m.until = m.clock.Now().Add(time.Hour).Truncate(time.Millisecond)
+	if ok, err := m.store.MarkQueued(t.Context(), m.key, m.until); !ok || err != nil {
+		t.Fatalf("MarkQueued: %v %v", ok, err)
+	}
+	return m
+}
+
+// stillMarked reports whether the record's mark stands: a new one is
+// refused while it does. A new one taken is removed again.
+func (m *marked) stillMarked(t *testing.T) bool {
+	t.Helper()
+	probe := m.until.Add(time.Minute)
+	ok, err := m.store.MarkQueued(t.Context(), m.key, probe)
+	if err == nil && ok {
+		err = m.store.UnmarkQueued(t.Context(), m.key, probe)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !ok
+}
+
+// deps are a function's Deps on the test's endpoints and m's clock,
+// logging and measuring nothing.
+func (m *marked) deps(t *testing.T) app.Deps {
+	return app.Deps{Clients: testkit.Clients(t), Clock: m.clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard}
+}
+
+// in is region's Regions, acme homed in r1, on a routes table and a
+// ledger of its own.
+func in(t *testing.T, region string) app.Regions {
+	t.Helper()
+	var tables [2]string
+	for i := range tables {
+		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(drop)
+		tables[i] = name
+	}
+	return app.Regions{Region: region, Home: "r1", Homes: map[string]string{}, RoutesTable: tables[0], LedgerTable: tables[1]}
+}
+
+// TestAReconcilerLeavesTheMarksOfTenantsItDoesNotServe: a mark is a
+// write to a tenant's record. The reconcile function of a Region that does
+// not serve the tenant handles its message but leaves the mark, which ends
+// by itself. The serving Region's removes it.
+func TestAReconcilerLeavesTheMarksOfTenantsItDoesNotServe(t *testing.T) {
+	t.Parallel()
+	m := newMarked(t)
+	msg := events.SQSEvent{Records: []events.SQSMessage{{
+		MessageId: "m1",
+		Body:      fmt.Sprintf(`{"key":%q,"queued_until":%d}`, m.key.String(), m.until.UnixMilli()),
+	}}}
+	rg := in(t, "r2")
+	for _, region := range []string{"r2", "r1"} {
+		c := m.d.Reconcile()
+		c.Regions = rg
+		c.Regions.Region = region
+		h, err := app.ReconcileHandler(c, m.deps(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := h.Handle(t.Context(), msg)
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("%s: Handle: %+v %v", region, resp, err)
+		}
+		if got, want := m.stillMarked(t), region == "r2"; got != want {
+			t.Errorf("after %s's reconciler, the mark stands: %v, want %v", region, got, want)
+		}
+	}
+}
+
+// TestASweeperThatCannotReadItsFenceMarksNothing: a sweeper whose routes
+// cannot be read does not know whom it serves. It writes no mark, and
+// sends nothing; the next run finds the key again.
+func TestASweeperThatCannotReadItsFenceMarksNothing(t *testing.T) {
+	t.Parallel()
+	m := newMarked(t)
+	if err := m.store.UnmarkQueued(t.Context(), m.key, m.until); err != nil {
+		t.Fatal(err)
+	}
+	m.clock.Advance(time.Hour) // the lease has run out: the key is stuck
+	c := m.d.Sweeper()
+	c.Regions = in(t, "r1")
+	c.Regions.RoutesTable = testkit.UniqueName("no-such-routes")
+	s, err := app.SweeperHandler(c, m.deps(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, _ := s.Run(t.Context())
+	if sum.Queued != 0 {
+		t.Errorf("the sweeper queued %d keys without its fence: %+v", sum.Queued, sum)
+	}
+	if ok, err := m.store.MarkQueued(t.Context(), m.key, m.clock.Now().Add(time.Hour)); !ok || err != nil {
+		t.Errorf("the record was marked without the fence: MarkQueued %v %v", ok, err)
+	}
+}

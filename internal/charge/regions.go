@@ -1,0 +1,94 @@
+package charge
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/regions"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Fence says which Region serves each tenant, for a deployment in several
+// Regions (docs/regions.md). A Service without one serves every tenant, as
+// in one Region, and makes no call for it.
+type Fence interface {
+	Serving(ctx context.Context, tenant string) (Serving, error)
+}
+
+// Serving is this Region's standing for one tenant (regions.Serving).
+type Serving = regions.Serving
+
+// admitted is a request this Region may act on, or the answer it gets
+// instead (refused).
+type admitted struct {
+	Serving
+	ctx     context.Context
+	cancel  context.CancelFunc
+	refused *Result
+}
+
+// admit checks that this Region serves tenant now. The admitted context
+// ends with the Fence's lease, so no call outlives it.
+func (s *Service) admit(ctx context.Context, tenant string) admitted {
+	if s.cfg.Fence == nil {
+		return admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
+	}
+	sv, err := s.cfg.Fence.Serving(ctx, tenant)
+	now := s.cfg.Store.Now()
+	switch {
+	case err != nil:
+		// Nothing was done: the store of homes could not be read.
+		s.cfg.Logger.WarnContext(ctx, "charge: the Region's fence could not be read", "error_class", ErrorClass(err))
+		return admitted{refused: &Result{Outcome: OutcomeBusy}}
+	case sv.Here:
+		c, cancel := context.WithDeadline(ctx, time.Now().Add(sv.Until.Sub(now)))
+		return admitted{Serving: sv, ctx: c, cancel: cancel}
+	case sv.Since.After(now):
+		return admitted{refused: &Result{Outcome: OutcomeFailoverPending, RetryAt: sv.Since}}
+	}
+	return admitted{refused: &Result{Outcome: OutcomeWrongRegion, Region: sv.Region}}
+}
+
+// Serves reports whether this Region serves tenant now. If not, the
+// Result answers the request: nothing was done. The charge function asks
+// before it counts the tenant's limits.
+func (s *Service) Serves(ctx context.Context, tenant string) (Result, bool) {
+	a := s.admit(ctx, tenant)
+	if a.refused != nil {
+		return *a.refused, false
+	}
+	a.cancel()
+	return Result{}, true
+}
+
+// unreplicated answers a request about charge c that another Region may
+// have changed. Nothing is done until its writes replicate.
+func (a admitted) unreplicated(c Charge, now time.Time) *Result {
+	if a.Unreplicated.IsZero() || !c.CreatedAt.Before(a.Unreplicated) {
+		return nil
+	}
+	return &Result{Outcome: OutcomeFailoverPending, RetryAt: now.Add(failoverRetry)}
+}
+
+// missing answers a read that found nothing during a failover. Another
+// Region may hold the charge unreplicated, so "not found" may be false.
+func (a admitted) missing(res Result, now time.Time) Result {
+	if res.Outcome == OutcomeNotFound && !a.Unreplicated.IsZero() {
+		return Result{Outcome: OutcomeFailoverPending, RetryAt: now.Add(failoverRetry)}
+	}
+	return res
+}
+
+// failoverRetry is when a request refused during a failover may try again.
+const failoverRetry = time.Minute
+
+// claimedElsewhere answers a command another Region claimed, whose
+// outcome there is not known here: nothing was written.
+func (s *Service) claimedElsewhere(ctx context.Context, key idem.Key, err error) (Result, bool) {
+	if !errors.Is(err, idem.ErrClaimedElsewhere) {
+		return Result{}, false
+	}
+	s.cfg.Logger.WarnContext(ctx, "charge: the command was claimed in another Region; awaiting its replication", "key_hash", key.LogHash())
+	return Result{Outcome: OutcomeFailoverPending, RetryAt: s.cfg.Store.Now().Add(failoverRetry)}, true
+}

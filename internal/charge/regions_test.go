@@ -1,0 +1,183 @@
+package charge_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/chargeonce/chargeonce/internal/app"
+	"github.com/chargeonce/chargeonce/internal/charge"
+	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/regions"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+// twoRegions is the charge function of Regions r1 and r2 on one pair of
+// tables, as if replication were instant, with the routes, the ledger and
+// one clock; acme is homed in r1.
+type twoRegions struct {
+	r1, r2 *harness
+	routes *regions.Routes
+	ledger *dynamostore.Ledger
+	clock  *testkit.Clock
+	tables [2]string // the routes' and the ledger's
+}
+
+func newTwoRegions(t *testing.T) *twoRegions {
+	t.Helper()
+	var tables [2]string
+	for i := range tables {
+		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(drop)
+		tables[i] = name
+	}
+	db := testkit.Clients(t).DynamoDB
+	tr := &twoRegions{clock: testkit.NewClock(time.Now()), tables: tables}
+	var err error
+	if tr.routes, err = regions.NewRoutes(db, tables[0]); err != nil {
+		t.Fatal(err)
+	}
+	if tr.ledger, err = dynamostore.NewLedger(db, tables[1]); err != nil {
+		t.Fatal(err)
+	}
+	tr.r1 = newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.Regions = tr.regions("r1") }},
+		deps: func(d *app.Deps) { d.Clock = tr.clock.Now },
+	})
+	// r2 on r1's tables: a replica replication keeps in step.
+	r2 := *tr.r1
+	r2.handler = tr.handler(t, "r2")
+	tr.r2 = &r2
+	return tr
+}
+
+// regions is region's configuration in tr: acme is homed in r1.
+func (tr *twoRegions) regions(region string) app.Regions {
+	return app.Regions{Region: region, Home: "r1", Homes: map[string]string{"acme": "r1"}, RoutesTable: tr.tables[0], LedgerTable: tr.tables[1]}
+}
+
+// handler is region's charge function on r1's tables, tuned by tune.
+func (tr *twoRegions) handler(t *testing.T, region string, tune ...func(*testkit.Wiring)) *httpapi.Handler {
+	t.Helper()
+	return tr.r1.d.ChargeHandler(t, append([]func(*testkit.Wiring){func(w *testkit.Wiring) {
+		w.Charge.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now
+	}}, tune...)...)
+}
+
+// TestARegionActsOnlyForItsTenants: a Region answers a tenant another
+// Region serves 421 wrong-region, naming it, with nothing stored; the
+// serving Region claims in the ledger before it charges.
+func TestARegionActsOnlyForItsTenants(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	resp := tr.r2.do(post("acme", "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`))
+	if resp.StatusCode != http.StatusMisdirectedRequest || problemType(t, resp) != "wrong-region" || !strings.Contains(resp.Body, "r1") {
+		t.Fatalf("r2 for r1's tenant: %d %s", resp.StatusCode, resp.Body)
+	}
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
+	if _, err := tr.r1.store.Get(t.Context(), key); err == nil {
+		t.Fatal("a request refused as wrong-region stored a record")
+	}
+	wantStatus(t, tr.r1.do(post("acme", "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)
+	if got, err := tr.ledger.Claim(t.Context(), key, idem.Claim{Region: "r2", CreatedAt: tr.clock.Now(), Until: tr.clock.Now().Add(time.Hour)}); err == nil {
+		t.Fatalf("the ledger took r2's claim of a key r1 charged: %+v", got)
+	}
+	if rec, err := tr.r1.store.Get(t.Context(), key); err != nil || rec.Region != "r1" {
+		t.Fatalf("the record: %+v, %v; want r1's", rec, err)
+	}
+}
+
+// TestAnotherRegionsTenantIsAnsweredBeforeTheLimits: a Region answers
+// 421 for a tenant it does not serve, however often asked. The requests
+// cost the tenant nothing of its limits there: past its rate, they would
+// be 429.
+func TestAnotherRegionsTenantIsAnsweredBeforeTheLimits(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	r2 := *tr.r2
+	r2.handler = tr.handler(t, "r2", func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = tr.r1.d.LimitsTable, limit.Limits{Rate: 1, Concurrency: 100}
+	})
+	for i := range 3 {
+		resp := r2.do(post("acme", fmt.Sprintf("order-%d", i), `{"amount":500,"currency":"EUR","source":"tok_visa"}`))
+		if resp.StatusCode != http.StatusMisdirectedRequest || problemType(t, resp) != "wrong-region" {
+			t.Fatalf("request %d to r2 for r1's tenant: %d %s, want 421 wrong-region", i, resp.StatusCode, resp.Body)
+		}
+	}
+}
+
+// TestAFailoverWaitsForTheFenceAndTheDrain: once r1's tenants fail over to
+// r2, r2 serves them only after the fence. Until r1 is drained, r2 takes
+// new charges and refunds of charges made since, and answers
+// outcome-pending, doing nothing, for a key r1 claimed and for a refund of
+// a charge r1 made. Once r1 is drained, both go on: r1's claim is
+// inherited, left to the reconciler.
+func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tr := newTwoRegions(t)
+	charge1 := tr.r1.charged(t, "acme", 500)
+	// r1 claimed order-3 in the ledger, and failed before its record.
+	stranded, _ := idem.NewKey("acme", charge.ChargeOperation, "order-3")
+	if _, err := tr.ledger.Claim(ctx, stranded, idem.Claim{Region: "r1", CreatedAt: tr.clock.Now(), Until: tr.clock.Now().Add(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	route, err := tr.routes.Route(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+	pending := tr.r2.do(post("acme", "order-2", `{"amount":700,"currency":"EUR","source":"tok_visa"}`))
+	if pending.StatusCode != http.StatusServiceUnavailable || problemType(t, pending) != "outcome-pending" {
+		t.Fatalf("r2 before the fence: %d %s", pending.StatusCode, pending.Body)
+	}
+	tr.clock.Advance(regions.FenceDelay)
+	created := tr.r2.do(post("acme", "order-2", `{"amount":700,"currency":"EUR","source":"tok_visa"}`))
+	wantStatus(t, created, http.StatusCreated)
+	charge2, _ := chargeOf(t, created.Body)
+	for name, resp := range map[string]events.APIGatewayV2HTTPResponse{
+		"a key r1 claimed":           tr.r2.do(post("acme", "order-3", `{"amount":900,"currency":"EUR","source":"tok_visa"}`)),
+		"a refund of r1's charge":    tr.r2.do(postRefund("acme", "refund-1", charge1, `{"amount":100}`)),
+		"a cancel of r1's charge":    tr.r2.do(testkit.PostMove("acme", charge1, "cancel", "")),
+		"a read of a missing charge": tr.r2.do(get("acme", "ch_000000000000000000000000")),
+	} {
+		if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != "outcome-pending" || resp.Headers["Retry-After"] == "" {
+			t.Errorf("%s, before r1 is drained: %d %s, want outcome-pending with Retry-After", name, resp.StatusCode, resp.Body)
+		}
+	}
+	refund1, _ := idem.NewKey("acme", charge.RefundOperation, "refund-1")
+	if _, err := tr.r2.store.Get(ctx, refund1); err == nil {
+		t.Fatal("r2 claimed a refund of r1's charge before r1 was drained")
+	}
+	wantStatus(t, tr.r2.do(postRefund("acme", "refund-2", charge2, `{"amount":100}`)), http.StatusCreated)
+	if _, err := tr.r2.store.Get(ctx, stranded); err == nil {
+		t.Fatal("r2 wrote a record under r1's claim before r1 was drained")
+	}
+
+	route, _ = tr.routes.Route(ctx, "r1")
+	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+	wantStatus(t, tr.r2.do(postRefund("acme", "refund-1", charge1, `{"amount":100}`)), http.StatusCreated)
+	inherited := tr.r2.do(post("acme", "order-3", `{"amount":900,"currency":"EUR","source":"tok_visa"}`))
+	if inherited.StatusCode != http.StatusServiceUnavailable || problemType(t, inherited) != "outcome-pending" {
+		t.Fatalf("r1's claim once drained: %d %s, want outcome-pending for the reconciler", inherited.StatusCode, inherited.Body)
+	}
+	if rec, err := tr.r2.store.Get(ctx, stranded); err != nil || rec.Status != idem.StatusInFlight || rec.Region != "r2" {
+		t.Fatalf("r1's claim once drained: record %+v, %v; want it IN_FLIGHT, r2's to reconcile", rec, err)
+	}
+}

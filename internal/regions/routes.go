@@ -1,0 +1,171 @@
+package regions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+)
+
+// Route is where the tenants of one home Region are served.
+type Route struct {
+	// Home is the Region the tenants are homed in; ServedBy serves them,
+	// from Since on. Epoch counts the moves.
+	Home, ServedBy string
+	Epoch          int64
+	Since          time.Time
+	// Pending are the Regions that served the tenants before, not
+	// yet drained. Their records, and rows written before Since, may
+	// still change there.
+	Pending []string
+}
+
+// DynamoDBAPI is the part of *dynamodb.Client the routes table uses.
+type DynamoDBAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+}
+
+var _ DynamoDBAPI = (*dynamodb.Client)(nil)
+
+// Routes is the routes table, a global table in multi-Region strong
+// consistency. Every Region reads the latest route. A move is one
+// conditional write.
+type Routes struct {
+	db    DynamoDBAPI
+	table *string
+}
+
+// The routes table's attributes: pk holds "home#" and the home Region.
+const (
+	attrPK       = "pk"
+	attrServedBy = "served_by"
+	attrEpoch    = "epoch"
+	attrSince    = "since"
+	attrPending  = "pending"
+)
+
+// ErrMoved: the route changed since it was read; read it again.
+var ErrMoved = errors.New("regions: the route moved meanwhile")
+
+// NewRoutes returns the routes table named table.
+func NewRoutes(db DynamoDBAPI, table string) (*Routes, error) {
+	if db == nil || table == "" {
+		return nil, errors.New("regions: a routes table needs a client and a name")
+	}
+	return &Routes{db: db, table: aws.String(table)}, nil
+}
+
+// TableInput is the CreateTable request of a routes table or a Ledger.
+// Both have a string partition key, on demand.
+func TableInput(name string) *dynamodb.CreateTableInput { return dynamostore.LedgerTableInput(name) }
+
+// Route reads home's route, strongly consistently. A home no move has
+// touched is served by itself.
+func (r *Routes) Route(ctx context.Context, home string) (Route, error) {
+	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: r.table, Key: key(home), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return Route{}, fmt.Errorf("regions: route of %s: %w", home, dynamostore.AsUnavailable(err))
+	}
+	if len(out.Item) == 0 {
+		return Route{Home: home, ServedBy: home}, nil
+	}
+	return decode(home, out.Item)
+}
+
+// Move serves home's tenants from to, starting fence after now. By then
+// every lease read before now has ended. The Region that served them
+// joins Pending. It fails with ErrMoved if the route changed since from
+// was read.
+func (r *Routes) Move(ctx context.Context, from Route, to string, now time.Time, fence time.Duration) (Route, error) {
+	next := from
+	next.ServedBy, next.Epoch, next.Since = to, from.Epoch+1, now.Add(fence)
+	if from.ServedBy != to && !slices.Contains(from.Pending, from.ServedBy) {
+		next.Pending = append(slices.Clone(from.Pending), from.ServedBy)
+	}
+	next.Pending = slices.DeleteFunc(next.Pending, func(p string) bool { return p == to })
+	return next, r.put(ctx, from, next)
+}
+
+// Drained removes region from home's Pending: its writes have all
+// replicated (or the operator wrote them off). It fails with ErrMoved if
+// the route changed since from was read.
+func (r *Routes) Drained(ctx context.Context, from Route, region string) (Route, error) {
+	next := from
+	next.Epoch++
+	next.Pending = slices.DeleteFunc(slices.Clone(from.Pending), func(p string) bool { return p == region })
+	return next, r.put(ctx, from, next)
+}
+
+// put writes next over from, conditioned on from's epoch.
+func (r *Routes) put(ctx context.Context, from, next Route) error {
+	item := key(next.Home)
+	item[attrServedBy] = &types.AttributeValueMemberS{Value: next.ServedBy}
+	item[attrEpoch] = number(next.Epoch)
+	item[attrSince] = number(next.Since.UnixMilli())
+	if len(next.Pending) > 0 {
+		item[attrPending] = &types.AttributeValueMemberSS{Value: next.Pending}
+	}
+	in := &dynamodb.PutItemInput{
+		TableName:                 r.table,
+		Item:                      item,
+		ConditionExpression:       aws.String("#epoch = :epoch"),
+		ExpressionAttributeNames:  map[string]string{"#epoch": attrEpoch},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":epoch": number(from.Epoch)},
+	}
+	if from.Epoch == 0 {
+		// No move yet: the item is not there.
+		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = aws.String("attribute_not_exists(#pk)"), map[string]string{"#pk": attrPK}, nil
+	}
+	_, err := r.db.PutItem(ctx, in)
+	if _, moved := errors.AsType[*types.ConditionalCheckFailedException](err); moved {
+		return fmt.Errorf("regions: move %s: %w", next.Home, ErrMoved)
+	}
+	if err != nil {
+		return fmt.Errorf("regions: move %s: %w", next.Home, dynamostore.AsUnavailable(err))
+	}
+	return nil
+}
+
+func key(home string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: &types.AttributeValueMemberS{Value: "home#" + home}}
+}
+
+func number(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func decode(home string, item map[string]types.AttributeValue) (Route, error) {
+	rt := Route{Home: home}
+	served, ok := item[attrServedBy].(*types.AttributeValueMemberS)
+	if !ok {
+		return Route{}, fmt.Errorf("regions: route of %s has no %s", home, attrServedBy)
+	}
+	rt.ServedBy = served.Value
+	epoch, err1 := numberOf(item, attrEpoch)
+	since, err2 := numberOf(item, attrSince)
+	if err := errors.Join(err1, err2); err != nil {
+		return Route{}, fmt.Errorf("regions: route of %s: %w", home, err)
+	}
+	rt.Epoch, rt.Since = epoch, time.UnixMilli(since)
+	if p, ok := item[attrPending].(*types.AttributeValueMemberSS); ok {
+		rt.Pending = p.Value
+	}
+	return rt, nil
+}
+
+func numberOf(item map[string]types.AttributeValue, name string) (int64, error) {
+	v, ok := item[name].(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("no number %s", name)
+	}
+	return strconv.ParseInt(v.Value, 10, 64)
+}

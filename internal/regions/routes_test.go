@@ -1,0 +1,76 @@
+package regions_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/internal/regions"
+	"github.com/chargeonce/chargeonce/internal/testkit"
+)
+
+// newRoutes is a routes table of the test's own.
+func newRoutes(t *testing.T) *regions.Routes {
+	t.Helper()
+	name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("routes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
+	r, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestAFailoverLeavesTheOldRegionPendingUntilDrained: a move serves the
+// home's tenants from another Region after the fence, with the Region it
+// left pending; drained, it is pending no more; a move back leaves the
+// other pending.
+func TestAFailoverLeavesTheOldRegionPendingUntilDrained(t *testing.T) {
+	ctx := t.Context()
+	r := newRoutes(t)
+	now := time.UnixMilli(time.Now().UnixMilli())
+	first, err := r.Route(ctx, "a")
+	if err != nil || first.ServedBy != "a" || first.Epoch != 0 || len(first.Pending) != 0 {
+		t.Fatalf("a route never moved = %+v, %v; want served by its home", first, err)
+	}
+	moved, err := r.Move(ctx, first, "b", now, regions.FenceDelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := r.Route(ctx, "a")
+	if err != nil || read.ServedBy != "b" || read.Epoch != 1 || !read.Since.Equal(now.Add(regions.FenceDelay)) || !slices.Equal(read.Pending, []string{"a"}) {
+		t.Fatalf("after the move: %+v, %v (wrote %+v)", read, err, moved)
+	}
+	drained, err := r.Drained(ctx, read, "a")
+	if err != nil || len(drained.Pending) != 0 {
+		t.Fatalf("drained = %+v, %v", drained, err)
+	}
+	back, err := r.Move(ctx, drained, "a", now.Add(time.Hour), regions.FenceDelay)
+	if err != nil || back.ServedBy != "a" || !slices.Equal(back.Pending, []string{"b"}) {
+		t.Fatalf("moved back = %+v, %v", back, err)
+	}
+}
+
+// TestAMoveFromAStaleRouteIsRefused: two operators who read the same
+// route cannot both move it.
+func TestAMoveFromAStaleRouteIsRefused(t *testing.T) {
+	ctx := t.Context()
+	r := newRoutes(t)
+	first, err := r.Route(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Move(ctx, first, "b", time.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Move(ctx, first, "c", time.Now(), regions.FenceDelay); !errors.Is(err, regions.ErrMoved) {
+		t.Fatalf("a second move from the same read: %v, want ErrMoved", err)
+	}
+	if rt, _ := r.Route(ctx, "a"); rt.ServedBy != "b" {
+		t.Fatalf("route %+v: the refused move changed it", rt)
+	}
+}

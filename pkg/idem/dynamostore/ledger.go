@@ -1,0 +1,124 @@
+package dynamostore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Ledger is an idem.Ledger on a global table in multi-Region strong
+// consistency (MRSC). Its conditional writes see the latest item in
+// every Region. Each claim is one item: the key, the Region, CreatedAt
+// and Until. MRSC has no TTL, so claims stay until deleted.
+type Ledger struct {
+	db     DynamoDBAPI
+	table  *string
+	yields func(idem.Key, string) bool
+}
+
+var _ idem.Ledger = (*Ledger)(nil)
+
+// LedgerOptions configure a Ledger.
+type LedgerOptions struct {
+	// Yields is the Ledger's Yields: may another Region write the
+	// records region claimed? It should be true once region failed
+	// over and its writes replicated. Default: no Region yields.
+	Yields func(key idem.Key, region string) bool
+}
+
+// The ledger's attributes: its key holds Key.String().
+const (
+	ledgerKey     = "pk"
+	ledgerRegion  = "rg"
+	ledgerCreated = "ct"
+	ledgerUntil   = "un"
+)
+
+// NewLedger returns a Ledger on table (LedgerTableInput).
+func NewLedger(db DynamoDBAPI, table string, optFns ...func(*LedgerOptions)) (*Ledger, error) {
+	if db == nil {
+		return nil, errors.New("idem: nil DynamoDB client")
+	}
+	if table == "" {
+		return nil, errors.New("idem: empty ledger table name")
+	}
+	var o LedgerOptions
+	for _, fn := range optFns {
+		fn(&o)
+	}
+	return &Ledger{db: db, table: aws.String(table), yields: o.Yields}, nil
+}
+
+// LedgerTableInput is the CreateTable request of a ledger table: a string
+// partition key, on demand. Make it a global table in multi-Region strong
+// consistency before the first claim.
+func LedgerTableInput(name string) *dynamodb.CreateTableInput {
+	return &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(ledgerKey), AttributeType: types.ScalarAttributeTypeS}},
+		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(ledgerKey), KeyType: types.KeyTypeHash}},
+		BillingMode:          types.BillingModePayPerRequest,
+	}
+}
+
+// Claim records c in one conditional PutItem, unless a live claim of key
+// stands. A claim is live while its Until is after c.CreatedAt. Such a
+// claim is returned if it is c.Region's, or a yielding Region's.
+// Otherwise Claim gives *ClaimedElsewhereError. After an error wrapping
+// idem.ErrUnavailable, whether c was recorded is unknown.
+func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Claim, error) {
+	_, err := l.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: l.table,
+		Item: map[string]types.AttributeValue{
+			ledgerKey: str(key.String()), ledgerRegion: str(c.Region), ledgerCreated: millis(c.CreatedAt), ledgerUntil: millis(c.Until),
+		},
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #until <= :now"),
+		ExpressionAttributeNames:            map[string]string{"#pk": ledgerKey, "#until": ledgerUntil},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": millis(c.CreatedAt)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case err == nil:
+		return c, nil
+	case !errors.As(err, &ccf) || len(ccf.Item) == 0:
+		return idem.Claim{}, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), AsUnavailable(err))
+	}
+	old, err := decodeClaim(ccf.Item)
+	switch {
+	case err != nil:
+		return idem.Claim{}, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), err)
+	case old.Region == c.Region || l.Yields(key, old.Region):
+		return old, nil
+	}
+	return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
+}
+
+// Yields reports whether records region claimed may be written
+// elsewhere (LedgerOptions.Yields).
+func (l *Ledger) Yields(key idem.Key, region string) bool {
+	return l.yields != nil && l.yields(key, region)
+}
+
+func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {
+	region, ok := item[ledgerRegion].(*types.AttributeValueMemberS)
+	if !ok {
+		return idem.Claim{}, errors.New("a claim without its Region")
+	}
+	created, err := numberAttr(item, ledgerCreated)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	until, err := numberAttr(item, ledgerUntil)
+	if err != nil {
+		return idem.Claim{}, err
+	}
+	return idem.Claim{Region: region.Value, CreatedAt: time.UnixMilli(created), Until: time.UnixMilli(until)}, nil
+}

@@ -1,0 +1,236 @@
+package idemtest
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Regions is one deployment of a store in several Regions, under test.
+type Regions struct {
+	// Store returns a store of region on records of its own. It is a
+	// replica nothing has replicated to yet.
+	Store func(region string) idem.Backend
+	// Replica returns a store of region on the records of of. It is
+	// a replica kept in step.
+	Replica func(of idem.Backend, region string) idem.Backend
+}
+
+// NewRegions builds a fresh deployment whose stores take o and ledger.
+type NewRegions func(t *testing.T, o Options, ledger idem.Ledger) Regions
+
+// NewLedger builds an empty Ledger whose Yields is yields.
+type NewLedger func(t *testing.T, yields func(key idem.Key, region string) bool) idem.Ledger
+
+// RunRegionConformance checks stores whose records replicate between
+// Regions only eventually, with a Ledger. A record names the Region that
+// leased it. A command another Region claimed is refused, with nothing
+// written, until that Region yields. A yielded claim is inherited and
+// left to recovery. A Region takes up its own claim left without a
+// record. An expired claim gives way.
+func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegions) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, r *regionSuite)
+	}{
+		{"A record names the Region that leased it", recordNamesItsRegion},
+		{"Another Region's claim is refused until it yields", claimedElsewhereRefused},
+		{"A yielded claim is inherited and left to recovery", yieldedClaimInherited},
+		{"A Region takes up its own claim left without a record", ownClaimTakenUp},
+		{"An expired claim gives way", expiredClaimGivesWay},
+		{"Another Region's release is claimed back once it yields", foreignReleaseWaits},
+		{"Another Region's record is taken over once it yields", foreignTakeOverWaits},
+		{"A replicated settled record replays", replicatedReplays},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := NewClock(time.Now())
+			r := &regionSuite{clock: clock}
+			r.ledger = newLedger(t, func(idem.Key, string) bool { return r.yield.Load() })
+			r.Regions = newRegions(t, Options{Clock: clock.Now, DefaultLease: 30 * time.Second, Retention: time.Hour}, r.ledger)
+			tc.run(t, r)
+		})
+	}
+}
+
+// regionSuite is one subtest's deployment; yield makes every Region
+// yield.
+type regionSuite struct {
+	Regions
+	clock  *Clock
+	ledger idem.Ledger
+	yield  atomic.Bool
+}
+
+func beginIn(t *testing.T, b idem.Backend, k idem.Key) *idem.Lease {
+	t.Helper()
+	begun, err := b.Begin(context.Background(), k, fpA, []byte("intent"))
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: want a new lease, got %+v, %v", begun, err)
+	}
+	return begun.Lease
+}
+
+// wantElsewhere checks err names region as the claim's holder.
+func wantElsewhere(t *testing.T, err error, region string) {
+	t.Helper()
+	var ce *idem.ClaimedElsewhereError
+	if !errors.Is(err, idem.ErrClaimedElsewhere) || !errors.As(err, &ce) || ce.Region != region {
+		t.Fatalf("want *ClaimedElsewhereError of Region %q, got %v", region, err)
+	}
+}
+
+func recordNamesItsRegion(t *testing.T, r *regionSuite) {
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	l := beginIn(t, a, k)
+	if l.Inherited {
+		t.Fatalf("a Region's own claim is Inherited: %+v", l)
+	}
+	rec, err := a.Get(context.Background(), k)
+	if err != nil || rec.Region != "a" {
+		t.Fatalf("Get = %+v, %v; want the Region a", rec, err)
+	}
+}
+
+func claimedElsewhereRefused(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	beginIn(t, r.Store("a"), k)
+	b := r.Store("b")
+	_, err := b.Begin(ctx, k, fpA, nil)
+	wantElsewhere(t, err, "a")
+	if _, err := b.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("a refused claim wrote a record: %v", err)
+	}
+	ran := false
+	_, err = idem.Do(ctx, b, k, fpA, nil, func(context.Context, *idem.Lease) (idem.Outcome, error) {
+		ran = true
+		return idem.Succeeded(resp), nil
+	})
+	wantElsewhere(t, err, "a")
+	if ran {
+		t.Fatal("Do ran its function under another Region's claim")
+	}
+}
+
+func yieldedClaimInherited(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	first := beginIn(t, r.Store("a"), k)
+	r.yield.Store(true)
+	b := r.Store("b")
+	ran := false
+	res, err := idem.Do(ctx, b, k, fpA, []byte("intent"), func(context.Context, *idem.Lease) (idem.Outcome, error) {
+		ran = true
+		return idem.NotApplied(idem.Response{}), nil
+	})
+	switch {
+	case err != nil || ran:
+		t.Fatalf("Do on an inherited claim: ran %t, %v", ran, err)
+	case res.Status != idem.StatusInFlight || res.Lease == nil || !res.Lease.Inherited || !res.Lease.CreatedAt.Equal(first.CreatedAt):
+		t.Fatalf("Do = %+v (lease %+v), want IN_FLIGHT under the first claim's CreatedAt %s, inherited", res, res.Lease, first.CreatedAt)
+	}
+	rec, err := b.Get(ctx, k)
+	if err != nil || rec.Region != "b" || !rec.CreatedAt.Equal(first.CreatedAt) || rec.Status != idem.StatusInFlight {
+		t.Fatalf("Get = %+v, %v", rec, err)
+	}
+	// Recovery settles it, as for any command whose attempt died.
+	r.clock.Advance(time.Hour)
+	rec2, err := idem.Recover(ctx, b, k, idem.ReleaseLocalEffect)
+	if err != nil || rec2.Status != idem.StatusReleased {
+		t.Fatalf("Recover = %+v, %v", rec2, err)
+	}
+}
+
+func ownClaimTakenUp(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	at := time.UnixMilli(r.clock.Now().Add(-time.Minute).UnixMilli())
+	if _, err := r.ledger.Claim(ctx, k, idem.Claim{Region: "a", CreatedAt: at, Until: at.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	l := beginIn(t, r.Store("a"), k)
+	if !l.CreatedAt.Equal(at) || l.Inherited {
+		t.Fatalf("lease %+v: want the claim's CreatedAt %s, not inherited", l, at)
+	}
+}
+
+func expiredClaimGivesWay(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Commit(ctx, first, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(2 * time.Hour) // past retention, and the claim's Until
+	l := beginIn(t, r.Store("b"), k)
+	if !l.CreatedAt.After(first.CreatedAt) || l.Inherited {
+		t.Fatalf("lease %+v after the first claim expired: want a new command", l)
+	}
+}
+
+func foreignReleaseWaits(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	b := r.Replica(a, "b")
+	_, err := b.Begin(ctx, k, fpA, nil)
+	wantElsewhere(t, err, "a")
+	r.yield.Store(true)
+	l := beginIn(t, b, k)
+	rec, err := b.Get(ctx, k)
+	if !l.CreatedAt.Equal(first.CreatedAt) || err != nil || rec.Region != "b" {
+		t.Fatalf("lease %+v, record %+v, %v: want the release's CreatedAt, now Region b's", l, rec, err)
+	}
+}
+
+func foreignTakeOverWaits(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	r.clock.Advance(time.Hour)
+	b := r.Replica(a, "b")
+	for _, take := range []func() (*idem.Lease, error){
+		func() (*idem.Lease, error) { return b.TakeOver(ctx, k) },
+		func() (*idem.Lease, error) { return b.Preempt(ctx, k, first.CreatedAt) },
+	} {
+		_, err := take()
+		wantElsewhere(t, err, "a")
+	}
+	r.yield.Store(true)
+	l, err := b.TakeOver(ctx, k)
+	if err != nil || !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("TakeOver once a yields = %+v, %v", l, err)
+	}
+	if err := a.Commit(ctx, first, resp); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the first holder's Commit after the take-over: %v, want ErrLeaseLost", err)
+	}
+	if rec, err := b.Get(ctx, k); err != nil || rec.Region != "b" {
+		t.Fatalf("Get = %+v, %v; want Region b's", rec, err)
+	}
+}
+
+func replicatedReplays(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	if err := a.Commit(ctx, beginIn(t, a, k), resp); err != nil {
+		t.Fatal(err)
+	}
+	begun, err := r.Replica(a, "b").Begin(ctx, k, fpA, nil)
+	if err != nil || begun.Replay == nil || !begun.Replay.Equal(resp) {
+		t.Fatalf("Begin in another Region = %+v, %v; want the replay", begun, err)
+	}
+}

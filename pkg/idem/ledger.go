@@ -1,0 +1,39 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Ledger records which Region claimed each command, and when. Every
+// Region reads it strongly consistently: dynamostore.Ledger is a table
+// in multi-Region strong consistency. A Backend needs it when its
+// records replicate between Regions only eventually.
+//
+// A Region may then fail with claims it never replicated. Another Region
+// claiming such a key afresh would derive another reference. The
+// provider would act twice. So a Backend with a Ledger claims a key
+// there before it writes the record. It takes the CreatedAt the Ledger
+// holds. A claim another Region holds gives *ClaimedElsewhereError,
+// until that Region Yields.
+type Ledger interface {
+	// Claim records c, region's claim of key's command, unless a
+	// live claim stands. It returns the live claim if it is
+	// region's, or a yielding Region's. Otherwise it gives
+	// *ClaimedElsewhereError and records nothing. An expired claim
+	// is replaced.
+	Claim(ctx context.Context, key Key, c Claim) (Claim, error)
+	// Yields reports whether another Region may write the records
+	// region claimed under key. That holds once region failed over
+	// and its writes replicated, or were written off.
+	Yields(key Key, region string) bool
+}
+
+// Claim is a Region's claim of a command in a Ledger.
+type Claim struct {
+	Region    string
+	CreatedAt time.Time
+	// Until is the earliest the record may expire. A later claim of
+	// the key names a new command.
+	Until time.Time
+}

@@ -1,0 +1,53 @@
+package memstore
+
+import (
+	"context"
+	"sync"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// Ledger is an in-memory idem.Ledger, for tests of stores in several
+// Regions (Options.Ledger). It keeps the semantics of dynamostore's
+// Ledger: a live claim stands, and an expired one is replaced.
+type Ledger struct {
+	yields func(idem.Key, string) bool
+
+	mu     sync.Mutex
+	claims map[idem.Key]idem.Claim
+}
+
+var _ idem.Ledger = (*Ledger)(nil)
+
+// NewLedger returns an empty Ledger. yields is its Yields: whether
+// another Region may write the records a Region claimed. Nil yields no
+// Region.
+func NewLedger(yields func(key idem.Key, region string) bool) *Ledger {
+	return &Ledger{yields: yields, claims: map[idem.Key]idem.Claim{}}
+}
+
+// Claim records c unless a live claim of key stands, as
+// dynamostore.Ledger.Claim.
+func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Claim, error) {
+	if err := done(ctx, "claim", key); err != nil {
+		return idem.Claim{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old, ok := l.claims[key]
+	switch {
+	case !ok || !old.Until.After(c.CreatedAt):
+		l.claims[key] = c
+		return c, nil
+	case old.Region == c.Region || l.Yields(key, old.Region):
+		return old, nil
+	default:
+		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
+	}
+}
+
+// Yields reports whether records region claimed may be written
+// elsewhere.
+func (l *Ledger) Yields(key idem.Key, region string) bool {
+	return l.yields != nil && l.yields(key, region)
+}
