@@ -166,15 +166,19 @@ func (c charges) notified(ctx context.Context, n Notification, row string) (Outc
 	case ch.Status == StatusSucceeded || ch.Status == StatusCanceled:
 		return OutcomeNothingToDo, true, nil
 	}
-	switch n.Result.Status {
-	case provider.StatusCharged:
-		_, err = c.applyState(ctx, ch, n.Result)
-		return OutcomeResolvedCaptured, true, err
-	case provider.StatusCanceled:
-		_, err = c.applyState(ctx, ch, n.Result)
-		return OutcomeResolvedCanceled, true, err
+	outcome, ok := eventOutcomes[n.Result.Status]
+	if !ok {
+		return OutcomeNothingToDo, true, nil
 	}
-	return OutcomeNothingToDo, true, nil
+	_, err = c.applyState(ctx, ch, n.Result)
+	return outcome, true, err
+}
+
+// eventOutcomes are the provider's states that settle a charge's row, and
+// what settling it by an event is called.
+var eventOutcomes = map[provider.Status]Outcome{
+	provider.StatusCharged:  OutcomeResolvedCaptured,
+	provider.StatusCanceled: OutcomeResolvedCanceled,
 }
 
 // made is the charge the command lease holds made, as the provider

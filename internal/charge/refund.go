@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -211,8 +210,8 @@ func (refunds) row(rec *idem.Record) (string, error) {
 // returns to the charge, and the refund reads failed. Its stored 201
 // stays: it was the answer then.
 func (r refunds) notified(ctx context.Context, n Notification, row string) (Outcome, bool, error) {
-	chargeID, refundID, _ := strings.Cut(row, "#")
-	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
+	chargeID, refundID, ok := parseRefundRowID(row)
+	if !ok {
 		return "", false, nil
 	}
 	rf, found, err := r.cfg.Rows.GetRefund(ctx, n.Command.Tenant(), chargeID, refundID)

@@ -58,6 +58,13 @@ var (
 // refundRowID is the id of refund's row in the charges table.
 func refundRowID(chargeID, refundID string) string { return chargeID + "#" + refundID }
 
+// parseRefundRowID is the charge and refund ids of a refund's row id; ok
+// is false for any other row id.
+func parseRefundRowID(row string) (chargeID, refundID string, ok bool) {
+	chargeID, refundID, _ = strings.Cut(row, "#")
+	return chargeID, refundID, IsChargeID(chargeID) && IsRefundID(refundID)
+}
+
 // hold reserves amount of tenant's charge c for the refund refundID. It
 // does if what remains allows, and the charge has fewer than limit
 // refunds. It returns nil, or errExceedsFinal, errExceedsHeld,
