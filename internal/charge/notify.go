@@ -84,16 +84,21 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	outcome, err := s.settleNotified(ctx, n)
 	if err != nil {
 		// Released for the redelivery, which settles the command again from
-		// the start. Settling twice changes nothing.
+		// the start. Settling twice changes nothing. A store busy for now,
+		// with the event released, is busy. Anything else after the claim
+		// is pending, never 500: another settler took the command
+		// (ErrLeaseLost), or the event's record stays.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 		defer cancel()
-		if rerr := s.cfg.Store.Release(rctx, lease); rerr != nil {
+		rerr := s.cfg.Store.Release(rctx, lease)
+		if rerr != nil {
 			s.cfg.Logger.WarnContext(ctx, "notify: releasing the event failed", "error_class", ErrorClass(rerr))
 		}
-		if transient(err) {
+		if transient(err) && rerr == nil {
 			return Result{Outcome: OutcomeBusy}, nil
 		}
-		return Result{}, err
+		s.cfg.Logger.WarnContext(ctx, "notify: settling the event failed; delivered again", "error_class", ErrorClass(err))
+		return Result{Outcome: OutcomeAmbiguous, RetryAt: s.cfg.Store.Now()}, nil
 	}
 	if err := s.cfg.Store.Commit(ctx, lease, idem.Response{}); err != nil && !errors.Is(err, idem.ErrLeaseLost) {
 		// The command is settled; only the event's record is not. A
@@ -119,7 +124,8 @@ func (s *Service) claimEvent(ctx context.Context, key idem.Key, in []byte) (*ide
 		case errors.Is(err, idem.ErrCompleted):
 			return nil, Result{Outcome: OutcomeReplayed, Replayed: true}, nil
 		case err != nil:
-			return unclaimed(err)
+			// A take-over whose answer was lost may have landed.
+			return nil, Result{Outcome: OutcomeAmbiguous, RetryAt: s.cfg.Store.Now()}, nil
 		}
 		return lease, Result{}, nil
 	case errors.As(err, &inflight):

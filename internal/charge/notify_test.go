@@ -1158,3 +1158,110 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 		t.Fatalf("the new intent's record %+v, %v; want it IN_FLIGHT, untouched by the old command's charge", rec, err)
 	}
 }
+
+// TestAnEventTakeOverWhoseAnswerWasLostIsOutcomePending: a redelivery
+// takes over an event's record whose delivery died. The take-over lands,
+// but its answer is lost. It may have landed, so the answer is
+// outcome-pending, not service-unavailable.
+func TestAnEventTakeOverWhoseAnswerWasLostIsOutcomePending(t *testing.T) {
+	t.Parallel()
+	faults := &storeFaults{}
+	clock := testkit.NewClock(time.Now())
+	whsec := testkit.Secret(t, testWhsec)
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.WebhookSecretName = whsec }},
+		deps: func(d *app.Deps) { d.Clients, d.Clock = faults.clients(t), clock.Now },
+	})
+	payload := piEvent("payment_intent.succeeded", "acme", newKey(), "co_x")
+	id := eventID(t, payload)
+	key, err := idem.NewKey(app.ProviderStripe, charge.NotificationOperation, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A delivery claimed the event, then died.
+	if _, err := h.store.Begin(t.Context(), key, idem.FingerprintOf([]byte(id)), nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute) // its lease ran out
+	takeOver := storeCall{"take over", "UpdateItem", "ADD #att :one"}
+	faults.arm(id, takeOver, idemtest.Reset)
+	req := webhookEvent(payload, sign(payload, testWhsec, time.Now()))
+	resp, _, err := h.handleWithin(t.Context(), req)
+	if !faults.disarm(id) || err != nil {
+		t.Fatalf("no take-over was faulted (the test proves nothing), or error %v", err)
+	}
+	rec, gerr := h.store.Get(t.Context(), key)
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if got := problemType(t, resp); resp.StatusCode != http.StatusServiceUnavailable || got != httpapi.ProblemOutcomePending.Slug {
+		t.Fatalf("a redelivery whose take-over landed unanswered (record now %s, %d take-overs): %d %s; want 503 outcome-pending",
+			rec.Status, rec.Attempts, resp.StatusCode, got)
+	}
+}
+
+// preemptOnCommit is a DynamoDB transport that, before the first
+// TransactWriteItems it sees once armed, lets another settler preempt
+// the command's record (a second event for it, or chargectl settle),
+// then forwards the transaction.
+type preemptOnCommit struct {
+	mu      sync.Mutex
+	armed   func()
+	preempt bool
+}
+
+func (p *preemptOnCommit) RoundTrip(req *http.Request) (*http.Response, error) {
+	p.mu.Lock()
+	fn := p.armed
+	if fn != nil && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".TransactWriteItems") {
+		p.armed, p.preempt = nil, true
+	} else {
+		fn = nil
+	}
+	p.mu.Unlock()
+	if fn != nil {
+		fn()
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestAWebhookPreemptedMeanwhileIsNot500: an event preempts its charge's
+// command, and another settler preempts it before the event commits. The
+// event was claimed: its answer is 503 outcome-pending, never 500.
+func TestAWebhookPreemptedMeanwhileIsNot500(t *testing.T) {
+	t.Parallel()
+	hook := &preemptOnCommit{}
+	clock := testkit.NewClock(time.Now())
+	whsec := testkit.Secret(t, testWhsec)
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) { c.WebhookSecretName = whsec }},
+		deps: func(d *app.Deps) {
+			d.Clock = clock.Now
+			d.Clients = testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: hook} })
+		},
+	})
+	k := newKey()
+	lost := h.do(post("acme", k, `{"amount":1500,"currency":"EUR","source":"`+providersim.SourceTimeoutOnce+`"}`))
+	wantStatus(t, lost, http.StatusServiceUnavailable)
+	key := mustKey(t, "acme", k)
+	rec, err := h.store.Get(t.Context(), key)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("record: %+v, %v", rec, err)
+	}
+	clock.Advance(time.Minute) // its attempt is over
+	hook.mu.Lock()
+	hook.armed = func() {
+		if _, err := h.store.Preempt(context.Background(), key, rec.CreatedAt); err != nil {
+			t.Errorf("the other settler's preemption: %v", err)
+		}
+	}
+	hook.mu.Unlock()
+	payload := piEvent("payment_intent.succeeded", "acme", k, charge.ProviderReference(key, rec.CreatedAt))
+	resp := h.do(webhookEvent(payload, sign(payload, testWhsec, time.Now())))
+	if !hook.preempt {
+		t.Fatal("no commit was preempted: the test proves nothing")
+	}
+	if resp.StatusCode == http.StatusInternalServerError {
+		t.Fatalf("a claimed event whose settlement lost its lease: %d %s", resp.StatusCode, resp.Body)
+	}
+}

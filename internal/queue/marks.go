@@ -3,9 +3,13 @@ package queue
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
+	"net"
 	"sync"
 	"time"
+
+	"github.com/aws/smithy-go"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -114,6 +118,26 @@ func (s *Sender) markAll(ctx context.Context, keys []idem.Key) ([]Message, []ide
 		}
 	}
 	return out, failed, first
+}
+
+// unsent reports whether err proves SQS took no message: no connection
+// was made, or SQS refused the call. Any other failure may follow a send:
+// its mark stays, and ends on its own (MarkHold).
+func unsent(err error) bool {
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return true
+	}
+	api, ok := errors.AsType[smithy.APIError](err)
+	return ok && api.ErrorFault() == smithy.FaultClient
+}
+
+// keysOf is the keys of msgs.
+func keysOf(msgs []Message) []idem.Key {
+	keys := make([]idem.Key, len(msgs))
+	for i, m := range msgs {
+		keys[i] = m.Key
+	}
+	return keys
 }
 
 // unmark removes m's mark, if it has one, after its send failed: the

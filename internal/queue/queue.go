@@ -202,7 +202,9 @@ func (s *Sender) EnqueueReconcile(ctx context.Context, key idem.Key, delay time.
 		MessageAttributes: tracing.MessageAttributes(ctx),
 	})
 	if err != nil {
-		s.unmark(ctx, m)
+		if unsent(err) {
+			s.unmark(ctx, m)
+		}
 		return fmt.Errorf("queue: send: %w", err)
 	}
 	return nil
@@ -248,7 +250,10 @@ func (s *Sender) SendBatch(ctx context.Context, keys []idem.Key) (Batch, error) 
 		var failed []Message
 		switch {
 		case cerr != nil:
-			failed = chunk
+			b.Failed = append(b.Failed, keysOf(chunk)...)
+			if unsent(cerr) {
+				failed = chunk
+			}
 			if err == nil {
 				err = fmt.Errorf("queue: send batch: %w", cerr)
 			}
@@ -261,7 +266,9 @@ func (s *Sender) SendBatch(ctx context.Context, keys []idem.Key) (Batch, error) 
 		}
 		for _, m := range failed {
 			s.unmark(ctx, m)
-			b.Failed = append(b.Failed, m.Key)
+		}
+		if cerr == nil {
+			b.Failed = append(b.Failed, keysOf(failed)...)
 		}
 	}
 	return b, err

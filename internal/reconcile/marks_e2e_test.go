@@ -162,34 +162,46 @@ func TestAFailingMessageKeepsItsMark(t *testing.T) {
 }
 
 // TestAnUnsentMessageLeavesNoMark: the charge function marks the key,
-// then its SendMessage stalls until its share of the enqueue's time is
-// up. The mark is removed in the time left: the next sweep past the
-// lease queues the key.
+// then SQS refuses its connection: no message was sent, and the mark is
+// removed. The next sweep past the lease queues the key. A send that
+// stalls proves nothing: its mark stays until it ends on its own.
 func TestAnUnsentMessageLeavesNoMark(t *testing.T) {
 	t.Parallel()
-	var stalled atomic.Int32
-	s := newStack(t, func(c *stackConfig) {
-		c.chargeSQS = append(c.chargeSQS, func(o *sqs.Options) {
-			o.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-				if strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".SendMessage") {
-					stalled.Add(1)
-					<-r.Context().Done() // never sent
-					return nil, r.Context().Err()
-				}
-				return http.DefaultTransport.RoundTrip(r)
-			})}
+	for _, fault := range []string{"refused", "stalled"} {
+		t.Run(fault, func(t *testing.T) {
+			t.Parallel()
+			var failed atomic.Int32
+			s := newStack(t, func(c *stackConfig) {
+				c.chargeSQS = append(c.chargeSQS, func(o *sqs.Options) {
+					o.RetryMaxAttempts = 1
+					o.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+						if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".SendMessage") {
+							return http.DefaultTransport.RoundTrip(r)
+						}
+						failed.Add(1)
+						if fault == "stalled" {
+							<-r.Context().Done()
+							return nil, r.Context().Err()
+						}
+						return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+					})}
+				})
+			})
+			k := s.ambiguous(t)
+			if failed.Load() == 0 {
+				t.Fatal("no SendMessage failed: the test proves nothing")
+			}
+			if n := s.waiting(t); n != 0 {
+				t.Fatalf("%d messages, want none sent", n)
+			}
+			if fault == "stalled" {
+				s.clock.Advance(queue.MarkHold) // the mark ends on its own
+			}
+			s.clock.Advance(time.Minute) // past the lease
+			if sum := s.sweep(t); sum.Queued != 1 {
+				t.Fatalf("sweep after an unsent message, past the lease: %+v; want the key queued (its record: queued until %v)", sum, s.markOf(t, k))
+			}
 		})
-	})
-	k := s.ambiguous(t)
-	if stalled.Load() == 0 {
-		t.Fatal("no SendMessage stalled: the test proves nothing")
-	}
-	if n := s.waiting(t); n != 0 {
-		t.Fatalf("%d messages, want none sent", n)
-	}
-	s.clock.Advance(time.Minute) // past the lease
-	if sum := s.sweep(t); sum.Queued != 1 {
-		t.Fatalf("sweep after an unsent message, past the lease: %+v; want the key queued (its record: queued until %v)", sum, s.markOf(t, k))
 	}
 }
 
@@ -207,4 +219,47 @@ func (s *stack) markOf(t *testing.T, key idem.Key) time.Time {
 		}
 	}
 	return time.Time{}
+}
+
+// TestASentMessageWhoseAnswerWasLateKeepsItsMark: SQS takes the charge
+// function's SendMessage, but its answer comes too late. The send may
+// have happened, so its mark stays: the next sweep sends no second
+// message.
+func TestASentMessageWhoseAnswerWasLateKeepsItsMark(t *testing.T) {
+	t.Parallel()
+	var sent atomic.Int32
+	s := newStack(t, func(c *stackConfig) {
+		c.chargeSQS = append(c.chargeSQS, func(o *sqs.Options) {
+			o.HTTPClient = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+				if !strings.HasSuffix(r.Header.Get("X-Amz-Target"), ".SendMessage") {
+					return http.DefaultTransport.RoundTrip(r)
+				}
+				// SQS takes the message; its answer is later than the caller waits.
+				b, err := io.ReadAll(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				taken := r.Clone(context.WithoutCancel(r.Context()))
+				taken.Body = io.NopCloser(bytes.NewReader(b))
+				resp, err := http.DefaultTransport.RoundTrip(taken)
+				if err != nil {
+					return nil, err
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				sent.Add(1)
+				<-r.Context().Done()
+				return nil, r.Context().Err()
+			})}
+		})
+	})
+	k := s.ambiguous(t)
+	if sent.Load() != 1 || s.waiting(t) != 1 {
+		t.Fatalf("%d sends taken, %d messages waiting: the test proves nothing", sent.Load(), s.waiting(t))
+	}
+	s.clock.Advance(time.Minute) // past the lease: the key is stuck, its message due
+	sum := s.sweep(t)
+	if n := s.waiting(t); n != 1 {
+		t.Fatalf("%d messages for one key whose first message is in flight (sweep %+v, mark %v); want 1", n, sum, s.markOf(t, k))
+	}
 }
