@@ -403,13 +403,7 @@ func TestCrashBeforeProviderCallIsReleased(t *testing.T) {
 	s := newStack(t)
 	k := newKey(t)
 	// The first attempt claims the key and dies before calling the provider.
-	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.Begin(context.Background(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
-		t.Fatal(err)
-	}
+	s.claimDies(t, k)
 	wantProblem(t, s.post(t, k, providersim.SourceVisa), http.StatusConflict, "request-in-progress")
 
 	// The provider has no trace of it, but its settle window has not
@@ -583,13 +577,7 @@ func TestAStuckKeyIsQueuedOnceWhileItsMessageIsInFlight(t *testing.T) {
 	s := newStack(t)
 	k := newKey(t)
 	// The first attempt claims the key and dies: it sends no message.
-	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.Begin(context.Background(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
-		t.Fatal(err)
-	}
+	s.claimDies(t, k)
 	s.clock.Advance(time.Minute)
 	for range 3 { // the reconciler lags behind three sweeps
 		s.sweep(t)
@@ -608,6 +596,19 @@ func TestAStuckKeyIsQueuedOnceWhileItsMessageIsInFlight(t *testing.T) {
 	s.sweep(t)
 	if n := s.waiting(t); n != 1 {
 		t.Fatalf("after its message was handled and its backoff ended: %d messages for the key, want 1", n)
+	}
+}
+
+// claimDies claims k for a charge, as an attempt that then dies, before
+// it calls the provider.
+func (s *stack) claimDies(t *testing.T, k idem.Key) {
+	t.Helper()
+	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.store.Begin(t.Context(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
+		t.Fatal(err)
 	}
 }
 

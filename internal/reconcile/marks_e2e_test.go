@@ -115,13 +115,7 @@ func TestAFailingMessageKeepsItsMark(t *testing.T) {
 	t.Parallel()
 	s := newStack(t)
 	k := newKey(t)
-	canonical, err := idem.CanonicalJSON([]byte(body(providersim.SourceVisa)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.store.Begin(context.Background(), k, idem.FingerprintOf(canonical), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
-		t.Fatal(err)
-	}
+	s.claimDies(t, k)
 	s.clock.Advance(time.Minute)
 	if sum := s.sweep(t); sum.Queued != 1 {
 		t.Fatalf("sweep: %+v", sum)
