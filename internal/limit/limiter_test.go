@@ -248,7 +248,8 @@ func TestSpreadHandlerTimeStaysUnderTheConcurrency(t *testing.T) {
 }
 
 // TestQuietTenantsNeverCallTheStore: a tenant that starts fewer than
-// SyncEvery requests a second on an instance costs no DynamoDB call.
+// SyncEvery requests a second on an instance, and uses less than SyncBusy
+// of handler time there, costs no DynamoDB call.
 func TestQuietTenantsNeverCallTheStore(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -258,7 +259,14 @@ func TestQuietTenantsNeverCallTheStore(t *testing.T) {
 		if got := admitted(t, l, "acme", limit.SyncEvery-1); got != limit.SyncEvery-1 {
 			t.Fatalf("admitted %d", got)
 		}
-		clock.Advance(limit.Window)
+		// A slow request, as a provider's latency makes one.
+		tk, refused := l.Admit(t.Context(), "slow")
+		if refused != nil {
+			t.Fatalf("refused: %+v", refused)
+		}
+		clock.Advance(limit.SyncBusy - time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(limit.Window - limit.SyncBusy + time.Millisecond)
 	}
 	if adds, reads := store.calls(); adds != 0 || reads != 1 {
 		t.Fatalf("a minute of a quiet tenant made %d adds and %d reads of the overrides, want 0 and the first, 1", adds, reads)
@@ -303,6 +311,61 @@ func TestInstancesShareTheLimit(t *testing.T) {
 	alone := newLimiter(t, newShared(), clock, limit.Limits{Rate: rate, Concurrency: 100})
 	if got := admitted(t, alone, "acme", 10*rate); got != rate {
 		t.Fatalf("one instance admitted %d, want %d", got, rate)
+	}
+}
+
+// TestAFleetOfSlowRequestsIsHeldToTheLimits: Lambda spreads a tenant whose
+// requests take 300 ms (a provider's latency) over the fleet, one request
+// at a time an instance. None starts SyncEvery requests a second, but each
+// passes SyncBusy of handler time, so the fleet shares the tenant's count.
+// docs/capacity.md gives the bounds: what each instance admits before it
+// shares, and one request an instance once every instance shares each.
+func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances = 62 // the AWS estimate's
+	var fleet []*limit.Limiter
+	for range instances {
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // the defaults: 100 a second, 40 at once
+	}
+	const step, seconds = 300 * time.Millisecond, 20
+	perSecond := map[int64]int{}
+	refusals := map[string]int{}
+	for range seconds * time.Second / step {
+		// Each instance starts one request of the tenant and ends it 300 ms
+		// later: 62 at once, all the time.
+		var tickets []*limit.Ticket
+		var owners []*limit.Limiter
+		for _, l := range fleet {
+			tk, refused := l.Admit(t.Context(), "flood")
+			if refused != nil {
+				refusals[refused.Limit]++
+				continue
+			}
+			perSecond[clock.Now().Unix()-start.Unix()]++
+			tickets, owners = append(tickets, tk), append(owners, l)
+		}
+		clock.Advance(step)
+		for i, tk := range tickets {
+			owners[i].Done(t.Context(), tk, true)
+		}
+	}
+	adds, _ := store.calls()
+	if adds == 0 || refusals["rate"] == 0 || refusals["concurrency"] == 0 {
+		t.Errorf("%d adds to the shared count, refusals %v: want both limits to refuse across the fleet", adds, refusals)
+	}
+	// Each instance admits up to SyncEvery before it shares; in a steady
+	// flood, every instance shares each request, and may overshoot by one.
+	blind, steady := limit.DefaultRate+instances*limit.SyncEvery, limit.DefaultRate+instances+1
+	for second := range int64(seconds) {
+		most := blind
+		if second >= seconds/2 {
+			most = steady
+		}
+		if n := perSecond[second]; n > most {
+			t.Errorf("second %d: %d admitted, want at most %d", second, n, most)
+		}
 	}
 }
 
