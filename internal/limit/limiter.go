@@ -164,6 +164,22 @@ func (t *tenant) recentBusy() time.Duration {
 	return busy
 }
 
+// underConcurrency is when the handler time this instance knows of falls
+// under the concurrency, as the oldest windows leave the span. It is
+// asked only once over: the answer is a later window's start.
+func (t *tenant) underConcurrency(lim Limits) time.Time {
+	windows := append([]time.Duration{t.used().Busy}, t.past...) // last first
+	busy, k := t.recentBusy(), 0
+	for busy >= ConcurrencySpan*lim.busy() {
+		// k windows on, the window ConcurrencySpan-k back has left.
+		k++
+		if back := ConcurrencySpan - k; back < len(windows) {
+			busy -= windows[back]
+		}
+	}
+	return time.Unix(t.window+int64(k), 0)
+}
+
 // Ticket is an admitted request, handed back to Done.
 type Ticket struct {
 	tenant string
@@ -232,7 +248,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
 	case t.recentBusy() >= ConcurrencySpan*lim.busy():
-		return refuse("concurrency", next)
+		return refuse("concurrency", t.underConcurrency(lim).Sub(now))
 	}
 	t.pending.Requests++
 	t.due = later(t.due, now).Add(lim.interval())

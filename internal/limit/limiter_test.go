@@ -182,11 +182,11 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	for _, tk := range tickets {
 		l.Done(t.Context(), tk, true)
 	}
+	// The 21 s stay in the average for ten seconds: the refusal says so.
 	_, refused := l.Admit(t.Context(), "acme")
-	if refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != 300*time.Millisecond {
-		t.Fatalf("refusal %+v, want the concurrency until the next second", refused)
+	if want := (limit.ConcurrencySpan-1)*limit.Window + 300*time.Millisecond; refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != want {
+		t.Fatalf("refusal %+v, want the concurrency for %v, until the stall's second leaves the span", refused, want)
 	}
-	// The 21 s stay in the average for ten seconds.
 	clock.Advance(300*time.Millisecond + (limit.ConcurrencySpan-2)*limit.Window)
 	if _, refused := l.Admit(t.Context(), "acme"); refused == nil {
 		t.Fatal("admitted within ten seconds of 21 s of handler time")
@@ -194,6 +194,50 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	clock.Advance(limit.Window)
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
 		t.Fatalf("refused ten seconds later: %+v", refused)
+	}
+}
+
+// TestAConcurrencyRefusalsRetryAfterIsWhenItAdmits: a refusal's RetryAfter
+// becomes the 429's Retry-After. The instance knows the handler time of
+// each second in the span, so it answers when enough of it has left: a
+// client that waits what it was told is admitted, and not much sooner.
+func TestAConcurrencyRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	// Four seconds of 6 s of handler time each: 24 s, over the 20 s a
+	// concurrency of 2 allows in ten seconds. Only once the first of them
+	// leaves the span, at the tenth second, is it under.
+	for second := range 4 {
+		if second > 0 {
+			clock.Advance(500 * time.Millisecond)
+		}
+		var tickets []*limit.Ticket
+		for range 12 {
+			tk, refused := l.Admit(t.Context(), "acme")
+			if refused != nil {
+				t.Fatalf("second %d: refused %+v", second, refused)
+			}
+			tickets = append(tickets, tk)
+		}
+		clock.Advance(500 * time.Millisecond)
+		for _, tk := range tickets {
+			l.Done(t.Context(), tk, true)
+		}
+	}
+	_, refused := l.Admit(t.Context(), "acme")
+	if want := limit.ConcurrencySpan*limit.Window - 3500*time.Millisecond; refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != want {
+		t.Fatalf("refusal %+v, want the concurrency for %v", refused, want)
+	}
+	// As a client honouring Retry-After: whole seconds, rounded up.
+	wait := refused.RetryAfter.Truncate(time.Second) + time.Second
+	clock.Advance(wait - time.Second)
+	if _, again := l.Admit(t.Context(), "acme"); again == nil {
+		t.Fatalf("admitted %v after the refusal, a second before its Retry-After", wait-time.Second)
+	}
+	clock.Advance(time.Second)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused again after waiting the Retry-After, %v: %+v", wait, again)
 	}
 }
 
