@@ -90,6 +90,24 @@ func admitted(t *testing.T, l *limit.Limiter, tenant string, n int) int {
 	return ok
 }
 
+// held sends n requests of tenant through l at once, and ends them d
+// later: n×d of handler time. Each must be admitted.
+func held(t *testing.T, l *limit.Limiter, clock *testkit.Clock, tenant string, n int, d time.Duration) {
+	t.Helper()
+	var tickets []*limit.Ticket
+	for i := range n {
+		tk, refused := l.Admit(t.Context(), tenant)
+		if refused != nil {
+			t.Fatalf("request %d of %d at %v: refused %+v", i, n, clock.Now().Sub(start), refused)
+		}
+		tickets = append(tickets, tk)
+	}
+	clock.Advance(d)
+	for _, tk := range tickets {
+		l.Done(t.Context(), tk, true)
+	}
+}
+
 // TestRateIsPacedEvenly: a tenant may start a second's worth of requests
 // at once; past that, its rate comes evenly, not all at each second's
 // start, so its flood never bursts on the others.
@@ -170,18 +188,7 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	// A concurrency of 2 allows 20 s of handler time over the ten seconds
 	// it is averaged over. Thirty requests of 700 ms that end in one second
 	// use 21 s: a stall that ends them together counts no more than that.
-	var tickets []*limit.Ticket
-	for range 30 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused before any handler time: %+v", refused)
-		}
-		tickets = append(tickets, tk)
-	}
-	clock.Advance(700 * time.Millisecond)
-	for _, tk := range tickets {
-		l.Done(t.Context(), tk, true)
-	}
+	held(t, l, clock, "acme", 30, 700*time.Millisecond)
 	// The 21 s stay in the average for ten seconds: the refusal says so.
 	_, refused := l.Admit(t.Context(), "acme")
 	if want := (limit.ConcurrencySpan-1)*limit.Window + 300*time.Millisecond; refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != want {
@@ -212,18 +219,7 @@ func TestAConcurrencyRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
 		if second > 0 {
 			clock.Advance(500 * time.Millisecond)
 		}
-		var tickets []*limit.Ticket
-		for range 12 {
-			tk, refused := l.Admit(t.Context(), "acme")
-			if refused != nil {
-				t.Fatalf("second %d: refused %+v", second, refused)
-			}
-			tickets = append(tickets, tk)
-		}
-		clock.Advance(500 * time.Millisecond)
-		for _, tk := range tickets {
-			l.Done(t.Context(), tk, true)
-		}
+		held(t, l, clock, "acme", 12, 500*time.Millisecond)
 	}
 	_, refused := l.Admit(t.Context(), "acme")
 	if want := limit.ConcurrencySpan*limit.Window - 3500*time.Millisecond; refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != want {
@@ -250,18 +246,7 @@ func TestAStallDoesNotRefuseASteadyTenant(t *testing.T) {
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
 	// Fifteen requests stalled 300 ms end in one second: 4.5 s of handler
 	// time, an average of 0.45 over ten seconds.
-	var tickets []*limit.Ticket
-	for range 15 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused before the stall: %+v", refused)
-		}
-		tickets = append(tickets, tk)
-	}
-	clock.Advance(300 * time.Millisecond)
-	for _, tk := range tickets {
-		l.Done(t.Context(), tk, true)
-	}
+	held(t, l, clock, "acme", 15, 300*time.Millisecond)
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
 		t.Fatalf("refused after a stall: %+v", refused)
 	}
@@ -273,20 +258,9 @@ func TestSpreadHandlerTimeStaysUnderTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
-	for second := range 30 {
+	for range 30 {
 		// Nineteen requests of 100 ms at once: 1.9 s of handler time.
-		var tickets []*limit.Ticket
-		for range 19 {
-			tk, refused := l.Admit(t.Context(), "acme")
-			if refused != nil {
-				t.Fatalf("second %d: refused %+v", second, refused)
-			}
-			tickets = append(tickets, tk)
-		}
-		clock.Advance(100 * time.Millisecond)
-		for _, tk := range tickets {
-			l.Done(t.Context(), tk, true)
-		}
+		held(t, l, clock, "acme", 19, 100*time.Millisecond)
 		clock.Advance(900 * time.Millisecond)
 	}
 }
@@ -304,12 +278,7 @@ func TestQuietTenantsNeverCallTheStore(t *testing.T) {
 			t.Fatalf("admitted %d", got)
 		}
 		// A slow request, as a provider's latency makes one.
-		tk, refused := l.Admit(t.Context(), "slow")
-		if refused != nil {
-			t.Fatalf("refused: %+v", refused)
-		}
-		clock.Advance(limit.SyncBusy - time.Millisecond)
-		l.Done(t.Context(), tk, true)
+		held(t, l, clock, "slow", 1, limit.SyncBusy-time.Millisecond)
 		clock.Advance(limit.Window - limit.SyncBusy + time.Millisecond)
 	}
 	if adds, reads := store.calls(); adds != 0 || reads != 1 {
