@@ -78,7 +78,12 @@ type capacity struct {
 	BusyUSD                               float64 // a month, were every charge a busy tenant's
 	CounterBillShare                      float64 // CounterUSD, of the bill at the short retention
 	FirstAWS, ReplayAWS                   float64 // ms on AWS, the Lambda section's estimates
+	Instances                             float64 // the AWS estimate's concurrency, rounded up
 	FloodFirstSecond, FloodLater          float64 // a flood's admissions a second at the default rate over the AWS estimate's instances
+	SpreadRequests, SpreadTotal           float64 // a second, a tenant spread thin over those instances: never shared; with the shared part
+	SpreadExecutions                      float64 // at once, the handler time of the part never shared
+	SpreadReserved                        float64 // requests a second never shared over the reservation's instances
+	BusyChargeMs                          float64 // a charge longer than this shares before SyncEvery of them
 	HotCountWrites                        float64 // a hot tenant's count's writes a second, at most
 	OverrideReads                         float64 // Query calls a second for the fleet
 	TenantRowsWCU, TenantRowsShare        float64 // a tenant at the default rate on its charges partition
@@ -367,10 +372,19 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.BusyUSD = c.CounterUSD / float64(d.SyncEvery)
 	c.CounterBillShare = c.CounterUSD / c.CostTotal[0]
 	// The built count, at the AWS estimate's instances. Each admits what
-	// it has not shared: SyncEvery in a flood's first second, then one.
+	// it has not shared: SyncEvery before it learns the tenant is near a
+	// limit, then one. An instance under both thresholds never shares:
+	// one request fewer, and under SyncBusy of handler time, a second.
 	instances := math.Ceil(c.ConcurrencyAWS)
-	c.FloodFirstSecond = d.TenantRate + instances*math.Max(float64(d.SyncEvery), d.TenantRate/float64(d.SyncShare))
+	quiet := math.Max(float64(d.SyncEvery), d.TenantRate/float64(d.SyncShare))
+	c.Instances = instances
+	c.FloodFirstSecond = d.TenantRate + instances*quiet
 	c.FloodLater = d.TenantRate + instances*math.Max(1, d.TenantRate/float64(d.HotShare))
+	c.SpreadRequests = instances * (quiet - 1)
+	c.SpreadTotal = d.TenantRate + c.SpreadRequests
+	c.SpreadExecutions = instances * d.SyncBusy.Seconds()
+	c.SpreadReserved = d.ChargeReserved * (quiet - 1)
+	c.BusyChargeMs = float64(d.SyncBusy.Milliseconds()) / float64(d.SyncEvery)
 	c.HotCountWrites = float64(d.HotShare) + instances
 	c.OverrideReads = instances / d.LimitsMaxAge.Seconds()
 	// The defaults.

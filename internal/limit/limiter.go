@@ -80,15 +80,18 @@ type Store interface {
 // Window is the span a rate counts over.
 const Window = time.Second
 
-// An instance shares a quiet tenant's usage past SyncEvery requests or
-// SyncBusy of handler time, or a SyncShare-th of a limit if more. Each
-// instance's unshared part is what a tenant may exceed a limit by. Once
-// the tenant nears a limit, each request is shared, or each HotShare-th
-// of its limit if more. So a tenant's count takes at most about HotShare
-// writes a second, however high its limit.
+// An instance shares a quiet tenant's usage past SyncEvery requests, or a
+// SyncShare-th of the rate if more, or past SyncBusy of handler time.
+// Each instance's unshared part is what a tenant may exceed a limit by.
+// Lambda gives an instance one request at a time: at most a window of
+// handler time a window. So SyncBusy is half a window, whatever the
+// concurrency, or slow requests would never be shared. Once the tenant
+// nears a limit, each request is shared, or each HotShare-th of its limit
+// if more. So a tenant's count takes at most about HotShare writes a
+// second, however high its limit.
 const (
 	SyncEvery = 5
-	SyncBusy  = time.Second
+	SyncBusy  = Window / 2
 	SyncShare = 20
 	HotShare  = 200
 )
@@ -161,6 +164,22 @@ func (t *tenant) recentBusy() time.Duration {
 	return busy
 }
 
+// underConcurrency is when the handler time this instance knows of falls
+// under the concurrency, as the oldest windows leave the span. It is
+// asked only once over: the answer is a later window's start.
+func (t *tenant) underConcurrency(lim Limits) time.Time {
+	windows := append([]time.Duration{t.used().Busy}, t.past...) // last first
+	busy, k := t.recentBusy(), 0
+	for busy >= ConcurrencySpan*lim.busy() {
+		// k windows on, the window ConcurrencySpan-k back has left.
+		k++
+		if back := ConcurrencySpan - k; back < len(windows) {
+			busy -= windows[back]
+		}
+	}
+	return time.Unix(t.window+int64(k), 0)
+}
+
 // Ticket is an admitted request, handed back to Done.
 type Ticket struct {
 	tenant string
@@ -229,7 +248,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
 	case t.recentBusy() >= ConcurrencySpan*lim.busy():
-		return refuse("concurrency", next)
+		return refuse("concurrency", t.underConcurrency(lim).Sub(now))
 	}
 	t.pending.Requests++
 	t.due = later(t.due, now).Add(lim.interval())
@@ -251,7 +270,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		}
 	}
 	t.pending.Busy += now.Sub(tk.start)
-	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= max(SyncBusy, lim.busy()/SyncShare)
+	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot {
 		due = t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
 	}

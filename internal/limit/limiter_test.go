@@ -90,6 +90,24 @@ func admitted(t *testing.T, l *limit.Limiter, tenant string, n int) int {
 	return ok
 }
 
+// held sends n requests of tenant through l at once, and ends them d
+// later: n×d of handler time. Each must be admitted.
+func held(t *testing.T, l *limit.Limiter, clock *testkit.Clock, tenant string, n int, d time.Duration) {
+	t.Helper()
+	var tickets []*limit.Ticket
+	for i := range n {
+		tk, refused := l.Admit(t.Context(), tenant)
+		if refused != nil {
+			t.Fatalf("request %d of %d at %v: refused %+v", i, n, clock.Now().Sub(start), refused)
+		}
+		tickets = append(tickets, tk)
+	}
+	clock.Advance(d)
+	for _, tk := range tickets {
+		l.Done(t.Context(), tk, true)
+	}
+}
+
 // TestRateIsPacedEvenly: a tenant may start a second's worth of requests
 // at once; past that, its rate comes evenly, not all at each second's
 // start, so its flood never bursts on the others.
@@ -170,23 +188,12 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	// A concurrency of 2 allows 20 s of handler time over the ten seconds
 	// it is averaged over. Thirty requests of 700 ms that end in one second
 	// use 21 s: a stall that ends them together counts no more than that.
-	var tickets []*limit.Ticket
-	for range 30 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused before any handler time: %+v", refused)
-		}
-		tickets = append(tickets, tk)
-	}
-	clock.Advance(700 * time.Millisecond)
-	for _, tk := range tickets {
-		l.Done(t.Context(), tk, true)
-	}
+	held(t, l, clock, "acme", 30, 700*time.Millisecond)
+	// The 21 s stay in the average for ten seconds: the refusal says so.
 	_, refused := l.Admit(t.Context(), "acme")
-	if refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != 300*time.Millisecond {
-		t.Fatalf("refusal %+v, want the concurrency until the next second", refused)
+	if want := (limit.ConcurrencySpan-1)*limit.Window + 300*time.Millisecond; refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != want {
+		t.Fatalf("refusal %+v, want the concurrency for %v, until the stall's second leaves the span", refused, want)
 	}
-	// The 21 s stay in the average for ten seconds.
 	clock.Advance(300*time.Millisecond + (limit.ConcurrencySpan-2)*limit.Window)
 	if _, refused := l.Admit(t.Context(), "acme"); refused == nil {
 		t.Fatal("admitted within ten seconds of 21 s of handler time")
@@ -194,6 +201,39 @@ func TestConcurrencyCountsHandlerTime(t *testing.T) {
 	clock.Advance(limit.Window)
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
 		t.Fatalf("refused ten seconds later: %+v", refused)
+	}
+}
+
+// TestAConcurrencyRefusalsRetryAfterIsWhenItAdmits: a refusal's RetryAfter
+// becomes the 429's Retry-After. The instance knows the handler time of
+// each second in the span, so it answers when enough of it has left: a
+// client that waits what it was told is admitted, and not much sooner.
+func TestAConcurrencyRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	// Four seconds of 6 s of handler time each: 24 s, over the 20 s a
+	// concurrency of 2 allows in ten seconds. Only once the first of them
+	// leaves the span, at the tenth second, is it under.
+	for second := range 4 {
+		if second > 0 {
+			clock.Advance(500 * time.Millisecond)
+		}
+		held(t, l, clock, "acme", 12, 500*time.Millisecond)
+	}
+	_, refused := l.Admit(t.Context(), "acme")
+	if want := limit.ConcurrencySpan*limit.Window - 3500*time.Millisecond; refused == nil || refused.Limit != "concurrency" || refused.RetryAfter != want {
+		t.Fatalf("refusal %+v, want the concurrency for %v", refused, want)
+	}
+	// As a client honouring Retry-After: whole seconds, rounded up.
+	wait := refused.RetryAfter.Truncate(time.Second) + time.Second
+	clock.Advance(wait - time.Second)
+	if _, again := l.Admit(t.Context(), "acme"); again == nil {
+		t.Fatalf("admitted %v after the refusal, a second before its Retry-After", wait-time.Second)
+	}
+	clock.Advance(time.Second)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused again after waiting the Retry-After, %v: %+v", wait, again)
 	}
 }
 
@@ -206,18 +246,7 @@ func TestAStallDoesNotRefuseASteadyTenant(t *testing.T) {
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
 	// Fifteen requests stalled 300 ms end in one second: 4.5 s of handler
 	// time, an average of 0.45 over ten seconds.
-	var tickets []*limit.Ticket
-	for range 15 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused before the stall: %+v", refused)
-		}
-		tickets = append(tickets, tk)
-	}
-	clock.Advance(300 * time.Millisecond)
-	for _, tk := range tickets {
-		l.Done(t.Context(), tk, true)
-	}
+	held(t, l, clock, "acme", 15, 300*time.Millisecond)
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
 		t.Fatalf("refused after a stall: %+v", refused)
 	}
@@ -229,26 +258,16 @@ func TestSpreadHandlerTimeStaysUnderTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
-	for second := range 30 {
+	for range 30 {
 		// Nineteen requests of 100 ms at once: 1.9 s of handler time.
-		var tickets []*limit.Ticket
-		for range 19 {
-			tk, refused := l.Admit(t.Context(), "acme")
-			if refused != nil {
-				t.Fatalf("second %d: refused %+v", second, refused)
-			}
-			tickets = append(tickets, tk)
-		}
-		clock.Advance(100 * time.Millisecond)
-		for _, tk := range tickets {
-			l.Done(t.Context(), tk, true)
-		}
+		held(t, l, clock, "acme", 19, 100*time.Millisecond)
 		clock.Advance(900 * time.Millisecond)
 	}
 }
 
 // TestQuietTenantsNeverCallTheStore: a tenant that starts fewer than
-// SyncEvery requests a second on an instance costs no DynamoDB call.
+// SyncEvery requests a second on an instance, and uses less than SyncBusy
+// of handler time there, costs no DynamoDB call.
 func TestQuietTenantsNeverCallTheStore(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -258,7 +277,9 @@ func TestQuietTenantsNeverCallTheStore(t *testing.T) {
 		if got := admitted(t, l, "acme", limit.SyncEvery-1); got != limit.SyncEvery-1 {
 			t.Fatalf("admitted %d", got)
 		}
-		clock.Advance(limit.Window)
+		// A slow request, as a provider's latency makes one.
+		held(t, l, clock, "slow", 1, limit.SyncBusy-time.Millisecond)
+		clock.Advance(limit.Window - limit.SyncBusy + time.Millisecond)
 	}
 	if adds, reads := store.calls(); adds != 0 || reads != 1 {
 		t.Fatalf("a minute of a quiet tenant made %d adds and %d reads of the overrides, want 0 and the first, 1", adds, reads)
@@ -303,6 +324,61 @@ func TestInstancesShareTheLimit(t *testing.T) {
 	alone := newLimiter(t, newShared(), clock, limit.Limits{Rate: rate, Concurrency: 100})
 	if got := admitted(t, alone, "acme", 10*rate); got != rate {
 		t.Fatalf("one instance admitted %d, want %d", got, rate)
+	}
+}
+
+// TestAFleetOfSlowRequestsIsHeldToTheLimits: Lambda spreads a tenant whose
+// requests take 300 ms (a provider's latency) over the fleet, one request
+// at a time an instance. None starts SyncEvery requests a second, but each
+// passes SyncBusy of handler time, so the fleet shares the tenant's count.
+// docs/capacity.md gives the bounds: what each instance admits before it
+// shares, and one request an instance once every instance shares each.
+func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances = 62 // the AWS estimate's
+	var fleet []*limit.Limiter
+	for range instances {
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // the defaults: 100 a second, 40 at once
+	}
+	const step, seconds = 300 * time.Millisecond, 20
+	perSecond := map[int64]int{}
+	refusals := map[string]int{}
+	for range seconds * time.Second / step {
+		// Each instance starts one request of the tenant and ends it 300 ms
+		// later: 62 at once, all the time.
+		var tickets []*limit.Ticket
+		var owners []*limit.Limiter
+		for _, l := range fleet {
+			tk, refused := l.Admit(t.Context(), "flood")
+			if refused != nil {
+				refusals[refused.Limit]++
+				continue
+			}
+			perSecond[clock.Now().Unix()-start.Unix()]++
+			tickets, owners = append(tickets, tk), append(owners, l)
+		}
+		clock.Advance(step)
+		for i, tk := range tickets {
+			owners[i].Done(t.Context(), tk, true)
+		}
+	}
+	adds, _ := store.calls()
+	if adds == 0 || refusals["rate"] == 0 || refusals["concurrency"] == 0 {
+		t.Errorf("%d adds to the shared count, refusals %v: want both limits to refuse across the fleet", adds, refusals)
+	}
+	// Each instance admits up to SyncEvery before it shares; in a steady
+	// flood, every instance shares each request, and may overshoot by one.
+	blind, steady := limit.DefaultRate+instances*limit.SyncEvery, limit.DefaultRate+instances+1
+	for second := range int64(seconds) {
+		most := blind
+		if second >= seconds/2 {
+			most = steady
+		}
+		if n := perSecond[second]; n > most {
+			t.Errorf("second %d: %d admitted, want at most %d", second, n, most)
+		}
 	}
 }
 

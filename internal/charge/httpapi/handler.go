@@ -210,6 +210,13 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	default:
 		res = charge.Result{Outcome: charge.OutcomeNotFound}
 	}
+	// A request refused so far was refused before the service was asked:
+	// it did nothing. The service refuses input only once it has read the
+	// store, so that refusal counts.
+	asked := refused == nil
+	if r, _ := invalidInput(err); r != nil {
+		refused, err = r, nil
+	}
 	if err != nil {
 		// The cause is logged by class, never sent: 5xx bodies reveal nothing.
 		attrs = append(attrs, slog.String("error_class", charge.ErrorClass(err)))
@@ -222,7 +229,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		resp = answer(res, h.opt.Clock(), done[route])
 	}
 	if ticket != nil {
-		h.opt.Limiter.Done(ctx, ticket, counted(res, refused))
+		h.opt.Limiter.Done(ctx, ticket, asked && counted(res))
 	}
 	if res.Outcome == charge.OutcomeBusy && h.opt.Shedder != nil {
 		h.opt.Shedder.Throttled()
@@ -307,13 +314,13 @@ func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Respon
 	return nil, tk, "", ""
 }
 
-// counted reports whether a request stays counted against its tenant's
-// rate: those that did new work. A request refused as invalid did none.
-// An answer about a key that exists is cheap: a replay, one in progress,
-// one reused with another body. So a retry storm on one key leaves the
-// tenant's rate to its other requests.
-func counted(res charge.Result, refused *idem.Response) bool {
-	if refused != nil || res.Replayed {
+// counted reports whether a request the service answered stays counted
+// against its tenant's rate: those that did new work. An answer about a
+// key that exists is cheap: a replay, one in progress, one reused with
+// another body. So a retry storm on one key leaves the tenant's rate to
+// its other requests.
+func counted(res charge.Result) bool {
+	if res.Replayed {
 		return false
 	}
 	switch res.Outcome {
@@ -412,26 +419,20 @@ func match(route, method, path string) (map[string]string, bool) {
 // create validates a POST /charges request completely before anything is
 // stored or sent to the provider.
 func (h *Handler) create(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, idem.Key, error) {
-	return h.keyed(ctx, tenant, req, charge.ChargeOperation, func(key idem.Key, body []byte) (charge.Result, error) {
-		r, fp, err := charge.ParseBody(body)
-		if err != nil {
-			return charge.Result{}, err
-		}
-		return h.svc.Create(ctx, key, r, fp)
-	})
+	return keyed(ctx, tenant, req, charge.ChargeOperation, charge.ParseBody, h.svc.Create)
 }
 
 // refund validates a POST /charges/{id}/refunds request likewise. Its
 // body may be empty, which refunds all that remains.
 func (h *Handler) refund(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, idem.Key, error) {
 	chargeID := req.PathParameters["id"]
-	return h.keyed(ctx, tenant, req, charge.RefundOperation, func(key idem.Key, body []byte) (charge.Result, error) {
-		r, fp, err := charge.ParseRefundBody(chargeID, body)
-		if err != nil {
-			return charge.Result{}, err
-		}
+	parse := func(body []byte) (charge.RefundRequest, idem.Fingerprint, error) {
+		return charge.ParseRefundBody(chargeID, body)
+	}
+	run := func(ctx context.Context, key idem.Key, r charge.RefundRequest, fp idem.Fingerprint) (charge.Result, error) {
 		return h.svc.Refund(ctx, key, chargeID, r, fp)
-	})
+	}
+	return keyed(ctx, tenant, req, charge.RefundOperation, parse, run)
 }
 
 // move validates a capture or a cancel, which set a state: they need no
@@ -453,44 +454,34 @@ func (h *Handler) move(ctx context.Context, tenant, route string, req events.API
 		return res, nil, err
 	}
 	amount, err := charge.ParseCaptureBody(body)
-	if err == nil {
-		var res charge.Result
-		if res, err = h.svc.Capture(ctx, tenant, id, amount); err == nil {
-			return res, nil, nil
-		}
+	if err != nil {
+		refused, err := invalidInput(err)
+		return charge.Result{}, refused, err
 	}
-	if be, ok := errors.AsType[*charge.BodyError](err); ok {
-		return charge.Result{}, ref(problem(ProblemInvalidRequest, be.Reason)), nil
-	}
-	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
-		return charge.Result{}, ref(problem(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")), nil
-	}
-	return charge.Result{}, nil, err
+	res, err := h.svc.Capture(ctx, tenant, id, amount)
+	return res, nil, err
 }
 
 // listRefunds reads the page of a charge's refunds that the query asks
-// for. A query refused, or a starting_after that names no refund of the
-// charge, is a 400.
+// for. A query refused is a 400; so is a starting_after that names no
+// refund of the charge, which the service finds.
 func (h *Handler) listRefunds(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
 	p, err := charge.ParsePage(req.QueryStringParameters)
-	if err == nil {
-		var res charge.Result
-		if res, err = h.svc.ListRefunds(ctx, tenant, req.PathParameters["id"], p); err == nil {
-			return res, nil, nil
-		}
+	if err != nil {
+		refused, err := invalidInput(err)
+		return charge.Result{}, refused, err
 	}
-	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
-		return charge.Result{}, ref(problem(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")), nil
-	}
-	return charge.Result{}, nil, err
+	res, err := h.svc.ListRefunds(ctx, tenant, req.PathParameters["id"], p)
+	return res, nil, err
 }
 
 // keyed validates what every POST that appends shares, before anything is
 // stored: the media type, the body's size and the Idempotency-Key, scoped
-// to operation. run parses the body, whose errors are answered here, and
-// asks the service. The key is returned once it is valid (zero before).
-func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest, operation string,
-	run func(key idem.Key, body []byte) (charge.Result, error)) (charge.Result, *idem.Response, idem.Key, error) {
+// to operation. parse reads the body, whose errors are answered here, and
+// run asks the service. The key is returned once it is valid (zero before).
+func keyed[R any](ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest, operation string,
+	parse func(body []byte) (R, idem.Fingerprint, error),
+	run func(ctx context.Context, key idem.Key, r R, fp idem.Fingerprint) (charge.Result, error)) (charge.Result, *idem.Response, idem.Key, error) {
 	var key idem.Key
 	invalid := func(p ProblemType, detail string) (charge.Result, *idem.Response, idem.Key, error) {
 		return charge.Result{}, ref(problem(p, detail)), key, nil
@@ -512,16 +503,26 @@ func (h *Handler) keyed(ctx context.Context, tenant string, req events.APIGatewa
 		return invalid(ProblemInvalidKey, "The Idempotency-Key must be 1 to 255 printable ASCII characters.")
 	}
 	key, _ = idem.NewKey(tenant, operation, string(id)) // tenant and id are valid
-	res, err := run(key, body)
-	// errors.AsType, not As: no target variable escapes on the way that
-	// succeeds.
+	r, fp, err := parse(body)
+	if err != nil {
+		refused, err := invalidInput(err)
+		return charge.Result{}, refused, key, err
+	}
+	res, err := run(ctx, key, r, fp)
+	return res, nil, key, err
+}
+
+// invalidInput answers err with a 400 if it refuses a body or a field;
+// any other error is returned as it is. errors.AsType, not As: no target
+// variable escapes on the way that succeeds.
+func invalidInput(err error) (*idem.Response, error) {
 	if be, ok := errors.AsType[*charge.BodyError](err); ok {
-		return invalid(ProblemInvalidRequest, be.Reason)
+		return ref(problem(ProblemInvalidRequest, be.Reason)), nil
 	}
 	if ie, ok := errors.AsType[*charge.InvalidError](err); ok {
-		return invalid(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")
+		return ref(problem(ProblemInvalidRequest, ie.Field+": "+ie.Reason+".")), nil
 	}
-	return res, nil, key, err
+	return nil, err
 }
 
 func header(req events.APIGatewayV2HTTPRequest, name string) string {

@@ -156,6 +156,52 @@ func TestReadsAndMovesAreLimitedToo(t *testing.T) {
 	}
 }
 
+// TestRefusalsAfterReadingTheStoreCountAgainstTheRate: a request gives its
+// count back only when it did no new work. Input refused before the store
+// is read did none. A refund listing whose starting_after names no refund,
+// or a capture above the authorized amount, is refused only after the
+// charge was read, so it counts: past the tenant's rate, 429.
+func TestRefusalsAfterReadingTheStoreCountAgainstTheRate(t *testing.T) {
+	t.Parallel()
+	_, h, clock := limitedStack(t, 2)
+	resp := handle(t, h, testkit.PostCharge("acme", "k1", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create: %d %s", resp.StatusCode, resp.Body)
+	}
+	var c struct{ ID string }
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		req    events.APIGatewayV2HTTPRequest
+		detail string
+		counts bool
+	}{
+		{"a listing after an unknown refund", testkit.ListRefunds("acme", c.ID, "starting_after=re_000000000000000000000000"), "names no refund of this charge", true},
+		{"a capture above the authorization", testkit.PostMove("acme", c.ID, "capture", `{"amount":1501}`), "more than the authorized amount", true},
+		{"a listing's limit out of range", testkit.ListRefunds("acme", c.ID, "limit=0"), "limit: must be", false},
+		{"a capture's body that is not JSON", testkit.PostMove("acme", c.ID, "capture", `{`), "JSON", false},
+	} {
+		clock.Advance(time.Second)
+		served := 0
+		for range 10 {
+			resp := handle(t, h, tc.req)
+			if resp.StatusCode == http.StatusTooManyRequests {
+				break
+			}
+			slug, detail := problemOf(t, resp)
+			if resp.StatusCode != http.StatusBadRequest || slug != "invalid-request" || !strings.Contains(detail, tc.detail) {
+				t.Fatalf("%s: %d %s, want 400 naming %q, or 429", tc.name, resp.StatusCode, resp.Body, tc.detail)
+			}
+			served++
+		}
+		if counted := served == 2; counted != tc.counts {
+			t.Errorf("%s: %d of 10 in a second answered 400 at a rate of 2; want counted %v", tc.name, served, tc.counts)
+		}
+	}
+}
+
 // shedService answers every Create busy (a throttled store) until told
 // otherwise, then provider-unavailable, and notes what it was asked.
 type shedService struct {
