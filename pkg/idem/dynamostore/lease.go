@@ -160,6 +160,7 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 		update = strings.Replace(update, "SET ", "SET #region = :region, ", 1)
 		names["#region"], values[":holder"], values[":region"] = attrRegion, str(region), str(s.region)
 	}
+	var tries Attempts
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
 		Key:                                 s.itemKey(key),
@@ -169,13 +170,20 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 		ExpressionAttributeValues:           values,
 		ReturnValues:                        types.ReturnValueAllNew,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
+	}, tries.Option)
 	var item map[string]types.AttributeValue
 	if err == nil {
 		item = out.Attributes
 	} else {
 		var ccf *types.ConditionalCheckFailedException
 		if !errors.As(err, &ccf) {
+			if !tries.Refused() {
+				// It may have landed: the lease is then ours, its answer
+				// lost. Not AsUnavailable: that would say nothing was written.
+				return nil, "", fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.UnknownClaimError{
+					LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.ExpiresAt, Err: err,
+				})
+			}
 			return nil, "", fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), AsUnavailable(err))
 		}
 		if len(ccf.Item) == 0 {

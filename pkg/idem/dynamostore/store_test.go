@@ -575,6 +575,38 @@ func TestCallsOverAFailedConnection(t *testing.T) {
 	}
 }
 
+// TestATakeOverOverAFailedConnection: a take-over is a claim of a lease.
+// Refused, it took nothing; reset or cut short, it may have landed, and
+// is *UnknownClaimError, never "nothing was written".
+func TestATakeOverOverAFailedConnection(t *testing.T) {
+	ctx := t.Context()
+	t.Parallel()
+	e := dynamotest.NewEnv(t)
+	stuck := map[idemtest.ConnectionFault]idem.Key{}
+	for _, fault := range idemtest.ConnectionFaults {
+		stuck[fault] = dynamotest.Key(t, "acme")
+		if _, err := e.Store.Begin(ctx, stuck[fault], fpA, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.Clock.Advance(time.Hour) // every lease ran out
+	for _, fault := range idemtest.ConnectionFaults {
+		t.Run(string(fault), func(t *testing.T) {
+			t.Parallel()
+			s, _ := overFaultyConnection(t, e, fault)
+			_, err := s.TakeOver(ctx, stuck[fault])
+			var claim *idem.UnknownClaimError
+			unknown := errors.As(err, &claim)
+			if fault == idemtest.Refused && (unknown || !errors.Is(err, idem.ErrUnavailable)) {
+				t.Errorf("TakeOver over a refused connection: %v, want ErrUnavailable: nothing was sent", err)
+			}
+			if fault != idemtest.Refused && (!unknown || errors.Is(err, idem.ErrUnavailable)) {
+				t.Errorf("TakeOver over a connection %s after DynamoDB applied it: %v, want *UnknownClaimError", fault, err)
+			}
+		})
+	}
+}
+
 // TestAttemptsTellAWriteNeverSent: a caller's own write beside the store
 // is known not to have been applied only when its connection was refused
 // at every attempt. Its error is ErrUnavailable whatever the fault.
