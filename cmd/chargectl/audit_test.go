@@ -153,3 +153,39 @@ func TestAdminSettleFilesItsNoteForTheIndexsDays(t *testing.T) {
 		t.Errorf("the note %s is filed until %s, want %s", object, got, want)
 	}
 }
+
+// TestAdminSettleRefusesTheIndexDaysTheAuditFunctionRefuses: a count of
+// AUDIT_INDEX_DAYS that is none, or that overflows a duration, is
+// refused before anything is written. The audit function refuses it too.
+// Neither files an entry for a time it did not mean.
+func TestAdminSettleRefusesTheIndexDaysTheAuditFunctionRefuses(t *testing.T) {
+	t.Parallel()
+	for _, days := range []string{"0", "200000"} {
+		t.Run(days, func(t *testing.T) {
+			t.Parallel()
+			s := newAdminStack(t)
+			order := testkit.UniqueName("order")
+			s.parked(t, order)
+			s.env[app.EnvAuditIndexDays] = days
+			if _, err := app.LoadAudit(func(name string) string { return s.env[name] }); err == nil {
+				t.Errorf("the audit function takes %s=%s", app.EnvAuditIndexDays, days)
+			}
+			if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitUsage || !strings.Contains(stderr, app.EnvAuditIndexDays) {
+				t.Fatalf("settle with %s=%s: exit %d %s, want it refused", app.EnvAuditIndexDays, days, code, stderr)
+			}
+			out, err := s.clients.DynamoDB.Query(t.Context(), &dynamodb.QueryInput{
+				TableName:                 aws.String(s.trail.Config.AuditIndexTable),
+				KeyConditionExpression:    aws.String("#s = :s"),
+				ExpressionAttributeNames:  map[string]string{"#s": audit.AttrSubject},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: s.key(t, order).LogHash()}},
+			})
+			if err != nil || len(out.Items) != 0 {
+				t.Errorf("a refused settle filed %v %v", out, err)
+			}
+			delete(s.env, app.EnvAuditIndexDays)
+			if code, out, _ := s.admin(t, "record", "acme", order); code != exitOK || !strings.Contains(out, "IN_FLIGHT") {
+				t.Errorf("the record after a refused settle: %s", out)
+			}
+		})
+	}
+}
