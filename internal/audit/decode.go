@@ -82,21 +82,23 @@ func (d *decoder) record(e Entry, r events.DynamoDBEventRecord, before, after ma
 }
 
 // change says what a change to rec was; was is the record before it, nil
-// for a new one. A removal is DynamoDB's TTL when the stream says so. It
-// is TTL's too if the record's retention had ended when it was made: the
-// change's time, not the reader's, which may be days behind. The functions
-// may not delete records: any other removal is one to look into.
+// for a new one. A removal is TTL's only when the stream says so. AWS's
+// stream does, on each of TTL's. The functions may not delete records:
+// any other removal is one to look into. One after the record's retention
+// is filed apart: moto's stream names no one, so a test's TTL looks so.
+// Retention is judged at the change's time, not the reader's.
 func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.Record, removed bool) string {
 	switch {
 	case removed:
 		e.Principal, e.Origin = nil, nil
-		ttl := r.UserIdentity != nil && r.UserIdentity.Type == "Service" && r.UserIdentity.PrincipalID == ServiceTTL
-		if ttl || !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(e.At) {
+		switch id := r.UserIdentity; {
+		case id != nil && id.Type == "Service" && id.PrincipalID == ServiceTTL:
 			e.Principal = &Principal{Service: ServiceTTL}
 			return WhatExpired
-		}
-		if r.UserIdentity != nil {
-			e.Principal = &Principal{IAM: r.UserIdentity.PrincipalID}
+		case id != nil:
+			e.Principal = &Principal{IAM: id.PrincipalID}
+		case !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(e.At):
+			return WhatDeletedAfterRetention
 		}
 		return WhatDeleted
 	case rec.Status == idem.StatusInFlight && (was == nil || was.Status != idem.StatusInFlight):

@@ -66,7 +66,7 @@ func TestEachChangeOfARecordIsNamed(t *testing.T) {
 		{"a release", "MODIFY", "leased-a", "released", nil, WhatReleased, &Principal{Sub: "u-1"}},
 		{"a key claimed again once expired", "MODIFY", "expired", "leased-a", nil, WhatClaimed, &Principal{Sub: "u-1"}},
 		{"TTL, as the stream says", "REMOVE", "done", "", ttl, WhatExpired, &Principal{Service: ServiceTTL}},
-		{"TTL, past retention", "REMOVE", "expired", "", nil, WhatExpired, &Principal{Service: ServiceTTL}},
+		{"past retention, TTL not named", "REMOVE", "expired", "", nil, WhatDeletedAfterRetention, nil},
 		{"a deletion within retention", "REMOVE", "done", "", nil, WhatDeleted, nil},
 		{"a deletion by another service", "REMOVE", "done", "", someone, WhatDeleted, &Principal{IAM: "backup.amazonaws.com"}},
 		{"an unknown status", "MODIFY", "done", "unknown", nil, WhatUnreadable, &Principal{Sub: "u-1"}},

@@ -100,9 +100,13 @@ const (
 	WhatSucceeded  = "succeeded"
 	WhatFailed     = "failed"   // settled for good without the effect: a decline, a refusal
 	WhatReleased   = "released" // proven not done: the key is free
-	WhatExpired    = "expired"  // deleted by TTL after its retention
-	WhatDeleted    = "deleted"  // deleted before its retention ended: not by TTL
+	WhatExpired    = "expired"  // deleted by TTL, as the stream says
+	WhatDeleted    = "deleted"  // deleted by someone else, or within retention
 	WhatUnreadable = "unreadable"
+	// Deleted after its retention ended, the stream naming no one. AWS's
+	// names TTL on TTL's deletions, so this one is not TTL's. moto's
+	// stream names no one, ever.
+	WhatDeletedAfterRetention = "deleted-after-retention"
 	// A row's changes.
 	WhatRowWritten = "row-written"
 	WhatRowChanged = "row-changed"

@@ -461,3 +461,46 @@ func TestADeletionWithinRetentionReadLateIsStillOneToLookInto(t *testing.T) {
 		t.Errorf("the deletion: %s", show([]audit.Entry{gone}))
 	}
 }
+
+// TestADeletionPastRetentionIsTTLsOnlyWhenTheStreamSaysSo: a record past
+// its retention, which TTL has not deleted yet (it may take days), is
+// deleted with DeleteItem. The stream names no one: AWS names TTL on its
+// own deletions alone. The entry says it was deleted after its retention,
+// and names no TTL.
+func TestADeletionPastRetentionIsTTLsOnlyWhenTheStreamSaysSo(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	tr := d.Audit(t)
+	ctx := t.Context()
+	clock := testkit.NewClock(time.Now().Add(-3 * 24 * time.Hour))
+	st, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := idem.NewKey(testkit.UniqueName("acme"), charge.ChargeOperation, testkit.UniqueName("order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	begun, err := st.Begin(ctx, k, idem.FingerprintOf([]byte(`{}`)), []byte(`{"amount":1500,"currency":"EUR"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, begun.Lease, idem.Response{Status: http.StatusCreated, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testkit.Clients(t).DynamoDB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(d.IdempotencyTable), Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got := history(t, tr, k.LogHash())
+	if gone := one(t, got, k.LogHash(), audit.WhatDeletedAfterRetention); gone.Principal != nil {
+		t.Errorf("the deletion names who made it, which the stream does not: %s", show([]audit.Entry{gone}))
+	}
+	if expired := find(got, k.LogHash(), audit.WhatExpired); len(expired) != 0 {
+		t.Errorf("a DeleteItem is filed as TTL's expiry:\n%s", show(expired))
+	}
+}

@@ -30,7 +30,8 @@ import (
 const day = 24 * time.Hour
 
 // expire deletes, as DynamoDB's TTL does, every record of d whose
-// retention has ended by now.
+// retention has ended by now. moto's stream names no one for it: byTTL
+// names TTL, as AWS's stream does.
 func expire(t *testing.T, d *testkit.Deployment, now time.Time) {
 	t.Helper()
 	db := testkit.Clients(t).DynamoDB
@@ -98,7 +99,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 	api = gw
 	tr := d.Audit(t)
 	// The streams stamp each change with the test's time, as it goes.
-	tr.Handle = stamped(tr.Handle, clock.Now)
+	tr.Handle = byTTL(stamped(tr.Handle, clock.Now))
 	drain := func() {
 		t.Helper()
 		if b := tr.Drain(t); b.Failed != 0 {
@@ -188,6 +189,19 @@ func stamped(h eventsource.StreamHandler, now func() time.Time) eventsource.Stre
 	return func(ctx context.Context, ev events.DynamoDBEvent) error {
 		for i := range ev.Records {
 			ev.Records[i].Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: now().Truncate(time.Second)}
+		}
+		return h(ctx, ev)
+	}
+}
+
+// byTTL is h handed each removal as AWS's stream hands TTL's: named the
+// DynamoDB service's. A test with it removes records only by expire.
+func byTTL(h eventsource.StreamHandler) eventsource.StreamHandler {
+	return func(ctx context.Context, ev events.DynamoDBEvent) error {
+		for i, r := range ev.Records {
+			if r.EventName == "REMOVE" {
+				ev.Records[i].UserIdentity = &events.DynamoDBUserIdentity{Type: "Service", PrincipalID: audit.ServiceTTL}
+			}
 		}
 		return h(ctx, ev)
 	}
