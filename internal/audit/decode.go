@@ -2,7 +2,9 @@ package audit
 
 import (
 	"encoding/json"
+	"maps"
 	"mime"
+	"reflect"
 	"strings"
 	"time"
 
@@ -86,7 +88,8 @@ func (d *decoder) record(e Entry, r events.DynamoDBEventRecord, before, after ma
 // stream does, on each of TTL's. The functions may not delete records:
 // any other removal is one to look into. One after the record's retention
 // is filed apart: moto's stream names no one, so a test's TTL looks so.
-// Retention is judged at the change's time, not the reader's.
+// Retention is judged at the change's time, not the reader's. A change
+// that leaves the record as read is the queue mark's.
 func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.Record, removed bool) string {
 	switch {
 	case removed:
@@ -101,6 +104,8 @@ func (d *decoder) change(e *Entry, r events.DynamoDBEventRecord, was, rec *idem.
 			return WhatDeletedAfterRetention
 		}
 		return WhatDeleted
+	case was != nil && reflect.DeepEqual(was, rec):
+		return WhatQueueMark
 	case rec.Status == idem.StatusInFlight && (was == nil || was.Status != idem.StatusInFlight):
 		return WhatClaimed
 	case rec.Status == idem.StatusInFlight && was.LeaseToken != rec.LeaseToken:
@@ -219,12 +224,23 @@ func (d *decoder) row(e Entry, event string, before, after map[string]types.Attr
 	}
 	e.Row, _ = json.Marshal(numbers(fields))
 	e.What = map[string]string{"INSERT": WhatRowWritten, "MODIFY": WhatRowChanged, "REMOVE": WhatRowDeleted}[event]
+	if event == "MODIFY" && reflect.DeepEqual(unmarked(before), unmarked(after)) {
+		e.What = WhatQueueMark
+	}
 	var subjects []string
 	if key, ok := charge.RowKey(img); ok {
 		e.Operation, e.KeyHash = key.Operation(), key.LogHash()
 		subjects = append(subjects, e.KeyHash)
 	}
 	return e, subjects
+}
+
+// unmarked is a row's item without its queue mark.
+func unmarked(item map[string]types.AttributeValue) map[string]types.AttributeValue {
+	out := maps.Clone(item)
+	delete(out, charge.AttrQueuedUntil)
+	delete(out, charge.AttrQueuedRenewed)
+	return out
 }
 
 // numbers is v with DynamoDB's numbers as JSON numbers, not strings.

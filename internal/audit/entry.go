@@ -107,6 +107,9 @@ const (
 	// names TTL on TTL's deletions, so this one is not TTL's. moto's
 	// stream names no one, ever.
 	WhatDeletedAfterRetention = "deleted-after-retention"
+	// The reconciler's mark of a queued message, set, renewed or removed:
+	// no step of the command, whichever the record's or row's status.
+	WhatQueueMark = "queue-mark"
 	// A row's changes.
 	WhatRowWritten = "row-written"
 	WhatRowChanged = "row-changed"
