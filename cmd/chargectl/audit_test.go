@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TestAdminAudit: chargectl admin audit shows a key's trail, hashing the
@@ -187,5 +188,71 @@ func TestAdminSettleRefusesTheIndexDaysTheAuditFunctionRefuses(t *testing.T) {
 				t.Errorf("the record after a refused settle: %s", out)
 			}
 		})
+	}
+}
+
+// TestAdminSettleNoteAfterAReclaimPrecedesTheOperatorsTakeOver: the
+// reconciler takes a command over and releases it. The client's retry
+// claims it again: a reclaim, which keeps its creation and resets its
+// attempts. That attempt is parked, and an operator settles it. The note
+// is read just before the operator's own take-over, not before the
+// reconciler's, which came before the release.
+func TestAdminSettleNoteAfterAReclaimPrecedesTheOperatorsTakeOver(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	ctx := t.Context()
+	order := testkit.UniqueName("order")
+	k := s.key(t, order)
+	_, fp, err := charge.ParseBody([]byte(settleBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	intent := []byte(`{"amount":1500,"currency":"EUR"}`)
+	clock := testkit.NewClock(time.Now().Add(-10 * time.Minute))
+	old, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Begin(ctx, k, fp, intent); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Minute) // the first attempt's lease ran out
+	taken, err := old.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Release(ctx, taken); err != nil { // the reconciler: the provider has nothing
+		t.Fatal(err)
+	}
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := st.Begin(ctx, k, fp, intent) // the client's retry: a reclaim
+	if err != nil || again.Lease == nil {
+		t.Fatalf("reclaim: %+v %v", again, err)
+	}
+	if err := st.Postpone(ctx, again.Lease, time.Now().Add(30*24*time.Hour)); err != nil { // parked
+		t.Fatal(err)
+	}
+	if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitOK {
+		t.Fatalf("settle: exit %d %s", code, stderr)
+	}
+	s.trail.Drain(t)
+	history, err := s.trail.Reader(t).History(t.Context(), k.LogHash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whats []string
+	for _, e := range history {
+		whats = append(whats, e.What)
+	}
+	want := []string{
+		audit.WhatClaimed, audit.WhatTakenOver, audit.WhatReleased, // the first attempt and the reconciler
+		audit.WhatClaimed, audit.WhatLeaseMoved, // the retry, parked
+		audit.WhatOperatorSettles, audit.WhatTakenOver, audit.WhatReleased, // the operator
+	}
+	if !slices.Equal(whats, want) {
+		t.Errorf("the trail:\n %v\nwant\n %v", whats, want)
 	}
 }

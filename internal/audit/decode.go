@@ -71,6 +71,7 @@ func (d *decoder) record(e Entry, r events.DynamoDBEventRecord, before, after ma
 	}
 	e.Tenant, e.Operation, e.KeyHash = rec.Key.Tenant(), rec.Key.Operation(), rec.Key.LogHash()
 	e.Status, e.Attempts, e.CreatedAt, e.ExpiresAt = string(rec.Status), rec.Attempts, rec.CreatedAt.UTC(), rec.ExpiresAt.UTC()
+	e.Lease = LeaseHash(rec.LeaseToken)
 	d.intent(&e, rec)
 	if rec.Response != nil {
 		e.Answer, e.Problem = rec.Response.Status, problemType(rec.Response)

@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -54,6 +56,9 @@ type Entry struct {
 	// Attempts counts the take-overs of the command: the reconciler's,
 	// a provider event's, an operator's.
 	Attempts int `json:"attempts,omitempty"`
+	// Lease names the attempt that holds the record, or last held it
+	// (LeaseHash). An operator's note names the lease it saw.
+	Lease string `json:"lease,omitempty"`
 	// CreatedAt is the command's claim, or the row's creation; ExpiresAt
 	// the end of the record's retention.
 	CreatedAt time.Time `json:"created_at,omitzero"`
@@ -120,6 +125,16 @@ const (
 
 // ServiceTTL is the principal of a change DynamoDB's TTL made.
 const ServiceTTL = "dynamodb.amazonaws.com"
+
+// LeaseHash names a lease by its token's SHA-256, 8 bytes in hex. The
+// token itself is never kept: it lets its holder settle the record.
+func LeaseHash(token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
+}
 
 // by sets e's principal and origin from a.
 func (e *Entry) by(a actor.Actor) {

@@ -260,3 +260,47 @@ func TestAChargesHistoryNeedsAWholeChargeID(t *testing.T) {
 		}
 	}
 }
+
+// TestTwoRefundsWithinOneSecondReadOneAfterTheOther: a charge and two
+// refunds, one after the other, all stamped with one second. Each refund
+// reads whole: its claim, its hold on the charge's row, its own row, the
+// hold settled, its settlement. The second's follows the first's.
+func TestTwoRefundsWithinOneSecondReadOneAfterTheOther(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	at := time.Now()
+	tr.Handle = stamped(tr.Handle, func() time.Time { return at })
+	tenant, kCharge, kA, kB := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund"), testkit.UniqueName("refund")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, kCharge, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	send(t, h, bob.as(testkit.PostRefund(tenant, kA, id, `{"amount":500}`)), http.StatusCreated)
+	send(t, h, bob.as(testkit.PostRefund(tenant, kB, id, `{"amount":400}`)), http.StatusCreated)
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got, err := chargeHistory(t, d, tr, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charged := hash(t, tenant, charge.ChargeOperation, kCharge)
+	a, b := hash(t, tenant, charge.RefundOperation, kA), hash(t, tenant, charge.RefundOperation, kB)
+	type step struct{ key, what string }
+	want := []step{
+		{charged, audit.WhatClaimed}, {charged, audit.WhatRowWritten}, {charged, audit.WhatSucceeded},
+		{a, audit.WhatClaimed}, {charged, audit.WhatRowChanged}, {a, audit.WhatRowWritten}, {charged, audit.WhatRowChanged}, {a, audit.WhatSucceeded},
+		{b, audit.WhatClaimed}, {charged, audit.WhatRowChanged}, {b, audit.WhatRowWritten}, {charged, audit.WhatRowChanged}, {b, audit.WhatSucceeded},
+	}
+	var order []step
+	for _, e := range got {
+		order = append(order, step{e.KeyHash, e.What})
+	}
+	if !slices.Equal(order, want) {
+		name := map[string]string{charged: "charge", a: "refund A", b: "refund B"}
+		var lines string
+		for _, s := range order {
+			lines += "  " + name[s.key] + " " + s.what + "\n"
+		}
+		t.Errorf("two refunds, one after the other, within one second; read as:\n%s", lines)
+	}
+}
