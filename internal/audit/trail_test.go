@@ -304,3 +304,50 @@ func TestTwoRefundsWithinOneSecondReadOneAfterTheOther(t *testing.T) {
 		t.Errorf("two refunds, one after the other, within one second; read as:\n%s", lines)
 	}
 }
+
+// TestAChargesHistoryHoldsNoLaterCharge: a key charges, its record
+// expires, and the key charges again: another command, another charge.
+// The first charge's history is its command's and its refunds': it holds
+// no entry of the second charge. The second's holds the first's, which
+// led to it on the same key.
+func TestAChargesHistoryHoldsNoLaterCharge(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	tr := d.Audit(t)
+	tenant, client := testkit.UniqueName("acme"), testkit.UniqueName("order")
+	first := send(t, h, alice.as(testkit.PostCharge(tenant, client, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	clock.Advance(day + time.Hour)
+	expire(t, d, clock.Now())
+	second := send(t, h, carol.as(testkit.PostCharge(tenant, client, `{"amount":9900,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got, err := chargeHistory(t, d, tr, tenant, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of := func(history []audit.Entry, id string) []audit.Entry {
+		var out []audit.Entry
+		for _, e := range history {
+			if e.Charge == id {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if other := of(got, second); len(other) != 0 || len(of(got, first)) != len(got) {
+		t.Errorf("the history of %s holds %d entries of %s:\n%s", first, len(other), second, show(got))
+	}
+	later, err := chargeHistory(t, d, tr, tenant, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(of(later, first)) != len(got) || len(of(later, second)) == 0 {
+		t.Errorf("the history of %s, which the same key's %s led to:\n%s", second, first, show(later))
+	}
+}
