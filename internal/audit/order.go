@@ -17,7 +17,7 @@ import (
 // second by second. Within a second, it keeps each item's order and the
 // links below, which how a command runs proves:
 //   - A row is written in the transaction that settles its command. It
-//     follows the command's claim and precedes its settlement.
+//     follows the command's claim, and is read before its settlement.
 //   - A row's later changes follow that settlement.
 //   - A charge's row that holds a refund's amount follows its claim.
 //   - A refund is claimed once its charge's row reads succeeded. So it
@@ -180,16 +180,15 @@ func (o *order) links(chains [][]int) {
 	// A hold is placed once: the first change of the row that holds it
 	// follows the refund's claim.
 	for _, chain := range chains {
+		if first := o.entries[chain[0]]; first.Table != TableCharges || first.Refund != "" {
+			continue // not a charge's row
+		}
 		held := map[string]bool{}
 		for _, i := range chain {
-			e := o.entries[i]
-			if e.Table != TableCharges || e.Refund != "" {
-				break
-			}
-			now := holds(e.Row)
+			now := holds(o.entries[i].Row)
 			for id := range now {
 				if !held[id] {
-					o.after[i] = append(o.after[i], refunds[id]...)
+					o.after[i] = append(slices.Clip(o.after[i]), refunds[id]...) // a copy: others share the slice
 				}
 			}
 			held = now
