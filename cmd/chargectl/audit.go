@@ -149,9 +149,9 @@ func (a *admin) note(ctx context.Context, key idem.Key, rec *idem.Record, res pr
 	}{as, res.ChargeID, res.DeclineCode})
 	e := audit.Entry{
 		At: a.clock().UTC(), What: audit.WhatOperatorSettles, Tenant: key.Tenant(), Operation: key.Operation(), KeyHash: key.LogHash(),
-		Principal: &audit.Principal{IAM: who}, Request: asked, Status: as, CreatedAt: rec.CreatedAt.UTC(),
-		// The take-overs it saw: the trail puts it before the next one, its own.
-		Attempts: rec.Attempts,
+		Principal: &audit.Principal{IAM: who}, Request: asked, Status: as, CreatedAt: rec.CreatedAt.UTC(), Attempts: rec.Attempts,
+		// The lease it saw: the trail puts it before the take-over that ends it.
+		Lease: audit.LeaseHash(rec.LeaseToken),
 	}
 	if key.Operation() == charge.RefundOperation {
 		e.Refund = charge.RefundID(key, rec.CreatedAt)

@@ -16,6 +16,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TestAdminAudit: chargectl admin audit shows a key's trail, hashing the
@@ -151,5 +152,107 @@ func TestAdminSettleFilesItsNoteForTheIndexsDays(t *testing.T) {
 	want := time.Now().Add(30 * 24 * time.Hour)
 	if got := time.Unix(expires, 0); !strings.Contains(object, audit.TableOperator) || got.Sub(want).Abs() > time.Minute {
 		t.Errorf("the note %s is filed until %s, want %s", object, got, want)
+	}
+}
+
+// TestAdminSettleRefusesTheIndexDaysTheAuditFunctionRefuses: a count of
+// AUDIT_INDEX_DAYS that is none, or that overflows a duration, is
+// refused before anything is written. The audit function refuses it too.
+// Neither files an entry for a time it did not mean.
+func TestAdminSettleRefusesTheIndexDaysTheAuditFunctionRefuses(t *testing.T) {
+	t.Parallel()
+	for _, days := range []string{"0", "200000"} {
+		t.Run(days, func(t *testing.T) {
+			t.Parallel()
+			s := newAdminStack(t)
+			order := testkit.UniqueName("order")
+			s.parked(t, order)
+			s.env[app.EnvAuditIndexDays] = days
+			if _, err := app.LoadAudit(func(name string) string { return s.env[name] }); err == nil {
+				t.Errorf("the audit function takes %s=%s", app.EnvAuditIndexDays, days)
+			}
+			if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitUsage || !strings.Contains(stderr, app.EnvAuditIndexDays) {
+				t.Fatalf("settle with %s=%s: exit %d %s, want it refused", app.EnvAuditIndexDays, days, code, stderr)
+			}
+			out, err := s.clients.DynamoDB.Query(t.Context(), &dynamodb.QueryInput{
+				TableName:                 aws.String(s.trail.Config.AuditIndexTable),
+				KeyConditionExpression:    aws.String("#s = :s"),
+				ExpressionAttributeNames:  map[string]string{"#s": audit.AttrSubject},
+				ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: s.key(t, order).LogHash()}},
+			})
+			if err != nil || len(out.Items) != 0 {
+				t.Errorf("a refused settle filed %v %v", out, err)
+			}
+			delete(s.env, app.EnvAuditIndexDays)
+			if code, out, _ := s.admin(t, "record", "acme", order); code != exitOK || !strings.Contains(out, "IN_FLIGHT") {
+				t.Errorf("the record after a refused settle: %s", out)
+			}
+		})
+	}
+}
+
+// TestAdminSettleNoteAfterAReclaimPrecedesTheOperatorsTakeOver: the
+// reconciler takes a command over and releases it. The client's retry
+// claims it again: a reclaim, which keeps its creation and resets its
+// attempts. That attempt is parked, and an operator settles it. The note
+// is read just before the operator's own take-over, not before the
+// reconciler's, which came before the release.
+func TestAdminSettleNoteAfterAReclaimPrecedesTheOperatorsTakeOver(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	ctx := t.Context()
+	order := testkit.UniqueName("order")
+	k := s.key(t, order)
+	_, fp, err := charge.ParseBody([]byte(settleBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	intent := []byte(`{"amount":1500,"currency":"EUR"}`)
+	clock := testkit.NewClock(time.Now().Add(-10 * time.Minute))
+	old, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Begin(ctx, k, fp, intent); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Minute) // the first attempt's lease ran out
+	taken, err := old.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Release(ctx, taken); err != nil { // the reconciler: the provider has nothing
+		t.Fatal(err)
+	}
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := st.Begin(ctx, k, fp, intent) // the client's retry: a reclaim
+	if err != nil || again.Lease == nil {
+		t.Fatalf("reclaim: %+v %v", again, err)
+	}
+	if err := st.Postpone(ctx, again.Lease, time.Now().Add(30*24*time.Hour)); err != nil { // parked
+		t.Fatal(err)
+	}
+	if code, _, stderr := s.admin(t, "settle", "--yes", "--released", "acme", order); code != exitOK {
+		t.Fatalf("settle: exit %d %s", code, stderr)
+	}
+	s.trail.Drain(t)
+	history, err := s.trail.Reader(t).History(t.Context(), k.LogHash())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var whats []string
+	for _, e := range history {
+		whats = append(whats, e.What)
+	}
+	want := []string{
+		audit.WhatClaimed, audit.WhatTakenOver, audit.WhatReleased, // the first attempt and the reconciler
+		audit.WhatClaimed, audit.WhatLeaseMoved, // the retry, parked
+		audit.WhatOperatorSettles, audit.WhatTakenOver, audit.WhatReleased, // the operator
+	}
+	if !slices.Equal(whats, want) {
+		t.Errorf("the trail:\n %v\nwant\n %v", whats, want)
 	}
 }

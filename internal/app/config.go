@@ -158,9 +158,21 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 24*time.Hour) }
 
 // indexRetention is AUDIT_INDEX_DAYS, likewise: the audit function files
-// the streams' entries for it, chargectl an operator's note.
+// the streams' entries for it, chargectl an operator's note. Both refuse
+// no days at all, and more than audit.MaxIndexRetention: that many would
+// overflow a duration.
 func (e *env) indexRetention() time.Duration {
-	return time.Duration(e.count(EnvAuditIndexDays, int(audit.DefaultIndexRetention/(24*time.Hour)))) * 24 * time.Hour
+	const day = 24 * time.Hour
+	v := e.get(EnvAuditIndexDays)
+	if v == "" {
+		return audit.DefaultIndexRetention
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > int(audit.MaxIndexRetention/day) {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a count of days from 1 to %d", EnvAuditIndexDays, v, audit.MaxIndexRetention/day))
+		return audit.DefaultIndexRetention
+	}
+	return time.Duration(n) * day
 }
 
 // secretsMaxAge is SECRETS_MAX_AGE, likewise.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -167,16 +168,24 @@ func TestLoadAudit(t *testing.T) {
 
 // TestAdminReadsTheIndexDaysAsTheAuditFunctionDoes: chargectl files
 // settle's note in the index for as long as the audit function files
-// the streams' entries.
+// the streams' entries. Both refuse alike a count of days that is none,
+// or so many that a duration would overflow.
 func TestAdminReadsTheIndexDaysAsTheAuditFunctionDoes(t *testing.T) {
 	t.Parallel()
 	env := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvChargesTable: "charges", app.EnvAuditBucket: "audit", app.EnvAuditIndexTable: "audit-index"}
-	for _, days := range []string{"", "30", "thirty"} {
+	maxDays := int(audit.MaxIndexRetention / (24 * time.Hour))
+	for days, refused := range map[string]bool{
+		"": false, "30": false, "1": false, strconv.Itoa(maxDays): false,
+		"thirty": true, "0": true, "-1": true, strconv.Itoa(maxDays + 1): true, "200000": true, "9223372036854775807": true,
+	} {
 		env[app.EnvAuditIndexDays] = days
 		f, ferr := app.LoadAudit(envOf(env))
 		c, cerr := app.LoadAdmin(envOf(env))
-		if c.IndexRetention != f.IndexRetention || (cerr == nil) != (ferr == nil) || days == "thirty" && cerr == nil {
-			t.Errorf("%s=%q: chargectl %s %v, the audit function %s %v", app.EnvAuditIndexDays, days, c.IndexRetention, cerr, f.IndexRetention, ferr)
+		if c.IndexRetention != f.IndexRetention || (cerr != nil) != refused || (ferr != nil) != refused {
+			t.Errorf("%s=%q: chargectl %s %v, the audit function %s %v; want refused: %t", app.EnvAuditIndexDays, days, c.IndexRetention, cerr, f.IndexRetention, ferr, refused)
+		}
+		if !refused && (f.IndexRetention <= 0 || f.IndexRetention > audit.MaxIndexRetention) {
+			t.Errorf("%s=%q: the index keeps entries for %s", app.EnvAuditIndexDays, days, f.IndexRetention)
 		}
 	}
 }

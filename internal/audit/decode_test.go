@@ -41,8 +41,11 @@ func TestEachChangeOfARecordIsNamed(t *testing.T) {
 		return &idem.Record{Key: key, Status: st, LeaseToken: tok, CreatedAt: now.Add(-time.Hour), ExpiresAt: expires,
 			Intent: []byte(`{"amount":1500,"by":{"sub":"u-1","ip":"203.0.113.7"},"currency":"EUR","source":"pm_card_visa"}`)}
 	}
+	moved := rec(idem.StatusInFlight, "a", time.Time{})
+	moved.LeaseExpiresAt = now.Add(time.Minute)
 	records := fakeRecords{
 		"leased-a": rec(idem.StatusInFlight, "a", time.Time{}),
+		"moved-a":  moved,
 		"leased-b": rec(idem.StatusInFlight, "b", time.Time{}),
 		"done":     rec(idem.StatusSucceeded, "", now.Add(time.Hour)),
 		"expired":  rec(idem.StatusSucceeded, "", now.Add(-time.Minute)),
@@ -59,14 +62,14 @@ func TestEachChangeOfARecordIsNamed(t *testing.T) {
 		principal                  *Principal
 	}{
 		{"a claim", "INSERT", "", "leased-a", nil, WhatClaimed, &Principal{Sub: "u-1"}},
-		{"a heartbeat", "MODIFY", "leased-a", "leased-a", nil, WhatLeaseMoved, &Principal{Sub: "u-1"}},
+		{"a heartbeat", "MODIFY", "leased-a", "moved-a", nil, WhatLeaseMoved, &Principal{Sub: "u-1"}},
 		{"a take-over", "MODIFY", "leased-a", "leased-b", nil, WhatTakenOver, &Principal{Sub: "u-1"}},
 		{"a settlement", "MODIFY", "leased-a", "done", nil, WhatSucceeded, &Principal{Sub: "u-1"}},
 		{"a decline", "MODIFY", "leased-a", "declined", nil, WhatFailed, &Principal{Sub: "u-1"}},
 		{"a release", "MODIFY", "leased-a", "released", nil, WhatReleased, &Principal{Sub: "u-1"}},
 		{"a key claimed again once expired", "MODIFY", "expired", "leased-a", nil, WhatClaimed, &Principal{Sub: "u-1"}},
 		{"TTL, as the stream says", "REMOVE", "done", "", ttl, WhatExpired, &Principal{Service: ServiceTTL}},
-		{"TTL, past retention", "REMOVE", "expired", "", nil, WhatExpired, &Principal{Service: ServiceTTL}},
+		{"past retention, TTL not named", "REMOVE", "expired", "", nil, WhatDeletedAfterRetention, nil},
 		{"a deletion within retention", "REMOVE", "done", "", nil, WhatDeleted, nil},
 		{"a deletion by another service", "REMOVE", "done", "", someone, WhatDeleted, &Principal{IAM: "backup.amazonaws.com"}},
 		{"an unknown status", "MODIFY", "done", "unknown", nil, WhatUnreadable, &Principal{Sub: "u-1"}},
@@ -106,5 +109,62 @@ func TestAChangeNotReadIsKeptAsUnreadable(t *testing.T) {
 		if e.What != WhatUnreadable || e.Event != "e-1" || e.KeyHash != "" || e.Tenant != "" || subjects != nil {
 			t.Errorf("%s: entry %+v, subjects %v", arn, e, subjects)
 		}
+	}
+}
+
+// TestAQueueMarkIsNoStepOfTheCommand: the reconciler marks a stuck
+// command's record, or a charge's row, while its message is queued. It
+// renews the mark, and removes it once the message is handled, maybe
+// after the command settled. None of these is a claim, a lease's move, a
+// settlement or a row's change: the entry says so.
+func TestAQueueMarkIsNoStepOfTheCommand(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
+	rec := func(st idem.Status) *idem.Record {
+		return &idem.Record{Key: key, Status: st, LeaseToken: "a", CreatedAt: now.Add(-time.Hour), Intent: []byte(`{"amount":1500}`)}
+	}
+	// A record's mark is an attribute its reading does not show.
+	records := fakeRecords{"leased": rec(idem.StatusInFlight), "leased, marked": rec(idem.StatusInFlight),
+		"done": rec(idem.StatusSucceeded), "done, marked": rec(idem.StatusSucceeded)}
+	row := func(status string, marks ...string) map[string]events.DynamoDBAttributeValue {
+		img := map[string]events.DynamoDBAttributeValue{
+			charge.AttrTenant: events.NewStringAttribute("acme"), charge.AttrID: events.NewStringAttribute("ch_0123456789abcdef01234567"),
+			"status": events.NewStringAttribute(status), charge.AttrIdempotencyKey: events.NewStringAttribute("order-1"),
+		}
+		for _, m := range marks {
+			img[m] = events.NewNumberAttribute("1796644800000")
+		}
+		return img
+	}
+	const chargesStream = "arn:aws:dynamodb:us-east-1:123456789012:table/charges/stream/2026-12-01T00:00:00.000"
+	tests := []struct {
+		name          string
+		stream        string
+		before, after map[string]events.DynamoDBAttributeValue
+		what          string
+	}{
+		{"a record marked", recordsStream, image("leased"), image("leased, marked"), WhatQueueMark},
+		{"a settled record unmarked", recordsStream, image("done, marked"), image("done"), WhatQueueMark},
+		{"a record settled", recordsStream, image("leased, marked"), image("done, marked"), WhatSucceeded},
+		{"a row marked", chargesStream, row(charge.StatusCapturing), row(charge.StatusCapturing, charge.AttrQueuedUntil), WhatQueueMark},
+		{"a row's mark renewed", chargesStream, row(charge.StatusCapturing, charge.AttrQueuedUntil),
+			row(charge.StatusCapturing, charge.AttrQueuedUntil, charge.AttrQueuedRenewed), WhatQueueMark},
+		{"a settled row unmarked", chargesStream, row(charge.StatusSucceeded, charge.AttrQueuedUntil), row(charge.StatusSucceeded), WhatQueueMark},
+		{"a row settled", chargesStream, row(charge.StatusCapturing, charge.AttrQueuedUntil), row(charge.StatusSucceeded, charge.AttrQueuedUntil), WhatRowChanged},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d := decoder{records: records, tables: map[string]string{"records": TableRecords, "charges": TableCharges}}
+			e, _ := d.decode(events.DynamoDBEventRecord{
+				EventID: "e-1", EventName: "MODIFY", EventSourceArn: tt.stream,
+				Change: events.DynamoDBStreamRecord{OldImage: tt.before, NewImage: tt.after, SequenceNumber: "100",
+					ApproximateCreationDateTime: events.SecondsEpochTime{Time: now}},
+			})
+			if e.What != tt.what || e.KeyHash != key.LogHash() {
+				t.Errorf("entry %+v, want %s of %s", e, tt.what, key.LogHash())
+			}
+		})
 	}
 }

@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 
@@ -54,6 +56,9 @@ type Entry struct {
 	// Attempts counts the take-overs of the command: the reconciler's,
 	// a provider event's, an operator's.
 	Attempts int `json:"attempts,omitempty"`
+	// Lease names the attempt that holds the record, or last held it
+	// (LeaseHash). An operator's note names the lease it saw.
+	Lease string `json:"lease,omitempty"`
 	// CreatedAt is the command's claim, or the row's creation; ExpiresAt
 	// the end of the record's retention.
 	CreatedAt time.Time `json:"created_at,omitzero"`
@@ -100,9 +105,16 @@ const (
 	WhatSucceeded  = "succeeded"
 	WhatFailed     = "failed"   // settled for good without the effect: a decline, a refusal
 	WhatReleased   = "released" // proven not done: the key is free
-	WhatExpired    = "expired"  // deleted by TTL after its retention
-	WhatDeleted    = "deleted"  // deleted before its retention ended: not by TTL
+	WhatExpired    = "expired"  // deleted by TTL, as the stream says
+	WhatDeleted    = "deleted"  // deleted by someone else, or within retention
 	WhatUnreadable = "unreadable"
+	// Deleted after its retention ended, the stream naming no one. AWS's
+	// names TTL on TTL's deletions, so this one is not TTL's. moto's
+	// stream names no one, ever.
+	WhatDeletedAfterRetention = "deleted-after-retention"
+	// The reconciler's mark of a queued message, set, renewed or removed:
+	// no step of the command, whichever the record's or row's status.
+	WhatQueueMark = "queue-mark"
 	// A row's changes.
 	WhatRowWritten = "row-written"
 	WhatRowChanged = "row-changed"
@@ -113,6 +125,16 @@ const (
 
 // ServiceTTL is the principal of a change DynamoDB's TTL made.
 const ServiceTTL = "dynamodb.amazonaws.com"
+
+// LeaseHash names a lease by its token's SHA-256, 8 bytes in hex. The
+// token itself is never kept: it lets its holder settle the record.
+func LeaseHash(token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
+}
 
 // by sets e's principal and origin from a.
 func (e *Entry) by(a actor.Actor) {

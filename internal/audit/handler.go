@@ -18,6 +18,10 @@ import (
 // An auditor must have the latest three months at hand.
 const DefaultIndexRetention = 92 * 24 * time.Hour
 
+// MaxIndexRetention is the longest index retention configuration takes:
+// ten years, far within what a time.Duration holds.
+const MaxIndexRetention = 3650 * 24 * time.Hour
+
 // DefaultConcurrency is how many index items a batch writes at once.
 const DefaultConcurrency = 8
 

@@ -461,3 +461,99 @@ func TestADeletionWithinRetentionReadLateIsStillOneToLookInto(t *testing.T) {
 		t.Errorf("the deletion: %s", show([]audit.Entry{gone}))
 	}
 }
+
+// TestAQueueMarkIsFiledAsOneNotAsASettlement: the sweeper marks a stuck
+// key queued; the reconciler's message renews the mark, takes the key
+// over and settles it; then it removes the mark from the settled record.
+// The command settled once: its history holds one settlement, and the
+// mark's three changes as what they are.
+func TestAQueueMarkIsFiledAsOneNotAsASettlement(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	tr := d.Audit(t)
+	ctx := t.Context()
+	clock := testkit.NewClock(time.Now().Add(-10 * time.Minute))
+	st, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := idem.NewKey(testkit.UniqueName("acme"), charge.ChargeOperation, testkit.UniqueName("order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Begin(ctx, k, idem.FingerprintOf([]byte(`{}`)), []byte(`{"amount":1500,"currency":"EUR"}`)); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(5 * time.Minute)
+	until := clock.Now().Add(15 * time.Minute)
+	if ok, err := st.MarkQueued(ctx, k, until); err != nil || !ok { // the sweeper
+		t.Fatalf("mark: %v %v", ok, err)
+	}
+	if err := st.RenewQueued(ctx, k, until, time.Hour); err != nil { // the message delivered
+		t.Fatal(err)
+	}
+	lease, err := st.TakeOver(ctx, k) // the reconciler
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, lease, idem.Response{Status: http.StatusCreated, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.UnmarkQueued(ctx, k, until); err != nil { // the message handled
+		t.Fatal(err)
+	}
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	var whats []string
+	for _, e := range history(t, tr, k.LogHash()) {
+		whats = append(whats, e.What)
+	}
+	want := []string{audit.WhatClaimed, audit.WhatQueueMark, audit.WhatQueueMark, audit.WhatTakenOver, audit.WhatSucceeded, audit.WhatQueueMark}
+	if !slices.Equal(whats, want) {
+		t.Errorf("the history: %v, want %v", whats, want)
+	}
+}
+
+// TestADeletionPastRetentionIsTTLsOnlyWhenTheStreamSaysSo: a record past
+// its retention, which TTL has not deleted yet (it may take days), is
+// deleted with DeleteItem. The stream names no one: AWS names TTL on its
+// own deletions alone. The entry says it was deleted after its retention,
+// and names no TTL.
+func TestADeletionPastRetentionIsTTLsOnlyWhenTheStreamSaysSo(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	tr := d.Audit(t)
+	ctx := t.Context()
+	clock := testkit.NewClock(time.Now().Add(-3 * 24 * time.Hour))
+	st, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := idem.NewKey(testkit.UniqueName("acme"), charge.ChargeOperation, testkit.UniqueName("order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	begun, err := st.Begin(ctx, k, idem.FingerprintOf([]byte(`{}`)), []byte(`{"amount":1500,"currency":"EUR"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Commit(ctx, begun.Lease, idem.Response{Status: http.StatusCreated, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testkit.Clients(t).DynamoDB.DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(d.IdempotencyTable), Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got := history(t, tr, k.LogHash())
+	if gone := one(t, got, k.LogHash(), audit.WhatDeletedAfterRetention); gone.Principal != nil {
+		t.Errorf("the deletion names who made it, which the stream does not: %s", show([]audit.Entry{gone}))
+	}
+	if expired := find(got, k.LogHash(), audit.WhatExpired); len(expired) != 0 {
+		t.Errorf("a DeleteItem is filed as TTL's expiry:\n%s", show(expired))
+	}
+}

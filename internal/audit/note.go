@@ -12,9 +12,9 @@ import (
 
 // Note appends e, an act no table's change names its actor for: an
 // operator's settlement, say. It is an object of its own, filed under
-// e.KeyHash for retention. Note sets e's Event, Table and Seq. Its
-// Attempts are the record's take-overs it saw. The trail then reads it
-// just before the next one (order.go).
+// e.KeyHash for retention. Note sets e's Event, Table and Seq. Its Lease
+// is the record's it saw (LeaseHash). The trail reads it just before the
+// change that ended that lease: the operator's take-over (order.go).
 func Note(ctx context.Context, archive *Archive, index *Index, e Entry, retention time.Duration) error {
 	if archive == nil || index == nil || e.KeyHash == "" || e.At.IsZero() {
 		return errors.New("audit: a note needs the trail, a key's hash and a time")

@@ -2,118 +2,124 @@ package audit
 
 import (
 	"cmp"
+	"container/heap"
+	"encoding/json"
 	"maps"
 	"slices"
-	"time"
+	"strings"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 )
 
 // What orders a history. A table's stream orders each item's changes by
-// sequence number. Nothing orders one item's changes against another's,
-// or one table's against the other's, but their time. DynamoDB stamps it
-// to the second only. Within a second, how a command runs says more:
-//   - A row is written in the transaction that settles its command. So it
-//     follows the command's claim. Its later changes follow that settlement.
+// sequence number. Nothing orders one item's changes against another's
+// but their time, which DynamoDB stamps to the second. So a history goes
+// second by second. Within a second, it keeps each item's order and the
+// links below, which how a command runs proves:
+//   - A row is written in the transaction that settles its command. It
+//     follows the command's claim, and is read before its settlement.
+//   - A row's later changes follow that settlement.
+//   - A charge's row that holds a refund's amount follows its claim.
 //   - A refund is claimed once its charge's row reads succeeded. So it
 //     follows the settlement of the charge's command.
-//   - A provider's event follows the claim of the command it settles: the
-//     command was sent to the provider after it.
-//   - An operator's note precedes the take-over it announces.
-// Otherwise a second's claims go first, then the leases' moves, the rows'
-// changes, the settlements and the expiries.
+//   - A provider's event follows the claim of the command it settles.
+//   - An operator's note precedes the change that ended the lease it saw.
+// Where nothing of these orders two entries, rows go before records, then
+// each stream's sequence numbers decide. Links that contradict the
+// streams, which real changes never do, yield to them.
 
-// causal is entries in an order that keeps those rules.
+// causal is entries in an order that keeps those rules. It takes
+// O(n log n) time for n entries and the links between them.
 func causal(entries []Entry) []Entry {
-	slices.SortFunc(entries, preferred)
-	chains, after := chainsOf(entries), causes(entries)
-	done := make([]bool, len(entries))
-	ready := func(i int) bool {
-		for _, j := range after[i] {
-			if !done[j] {
-				return false
-			}
-		}
-		return true
-	}
+	o := newOrder(entries)
 	out := make([]Entry, 0, len(entries))
-	for len(out) < len(entries) {
-		// The preferred chain's head whose causes went before it. Causes
-		// that contradict the streams leave none: then the preferred head.
-		best, free := -1, false
-		for c, chain := range chains {
-			if len(chain) == 0 {
-				continue
-			}
-			r := ready(chain[0])
-			if best < 0 || r && !free || r == free && chain[0] < chains[best][0] {
-				best, free = c, r
-			}
+	for _, group := range o.seconds() {
+		for _, i := range o.sort(group) {
+			out = append(out, entries[i])
 		}
-		i := chains[best][0]
-		chains[best] = chains[best][1:]
-		done[i] = true
-		out = append(out, entries[i])
 	}
 	return out
 }
 
-// preferred orders entries by second, then by step, then by stream.
-func preferred(a, b Entry) int {
-	return cmp.Or(second(a).Compare(second(b)), cmp.Compare(step(a.What), step(b.What)),
-		cmp.Compare(a.Table, b.Table), bySeq(a.Seq, b.Seq), cmp.Compare(a.Event, b.Event))
+// order is what orders entries: each one's second, its item's entry
+// before and after it, and the entries it follows by the links.
+type order struct {
+	entries    []Entry
+	sec        []int64
+	prev, next []int
+	after      [][]int
 }
 
-// second is the entry's time as DynamoDB stamps it.
-func second(e Entry) time.Time { return e.At.Truncate(time.Second) }
-
-// bySeq compares sequence numbers: decimal strings of any length.
-func bySeq(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), cmp.Compare(a, b)) }
-
-// step is where a change falls in a command's run.
-func step(what string) int {
-	switch what {
-	case WhatClaimed:
-		return 0
-	case WhatLeaseMoved, WhatTakenOver, WhatOperatorSettles:
-		return 1
-	case WhatSucceeded, WhatFailed, WhatReleased:
-		return 3
-	case WhatExpired, WhatDeleted:
-		return 4
-	}
-	return 2 // a row's change, or one not read
-}
-
-// chainsOf is each item's entries, as indexes in its stream's order. An
-// operator's note joins its record's chain, just before its take-over.
-// That take-over counts one attempt more than the note saw.
-func chainsOf(entries []Entry) [][]int {
-	items := map[string][]int{}
+func newOrder(entries []Entry) *order {
+	n := len(entries)
+	o := &order{entries: entries, sec: make([]int64, n), prev: make([]int, n), next: make([]int, n), after: make([][]int, n)}
 	for i, e := range entries {
-		if e.Table != TableOperator {
-			items[itemOf(e)] = append(items[itemOf(e)], i)
+		o.sec[i], o.prev[i], o.next[i] = e.At.Unix(), -1, -1
+	}
+	chains := o.chains()
+	for _, chain := range chains {
+		for k, i := range chain {
+			if k > 0 {
+				o.prev[i], o.next[chain[k-1]] = chain[k-1], i
+			}
 		}
+	}
+	o.links(chains)
+	return o
+}
+
+// seconds is the entries by second, the seconds in order.
+func (o *order) seconds() [][]int {
+	by := map[int64][]int{}
+	for i, s := range o.sec {
+		by[s] = append(by[s], i)
+	}
+	out := make([][]int, 0, len(by))
+	for _, s := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, by[s])
+	}
+	return out
+}
+
+// chains are each item's entries in its stream's order. An operator's
+// note joins its record's chain, after the last change under the lease it
+// saw. It is read in the second of a neighbour when its clock disagrees.
+func (o *order) chains() [][]int {
+	items := map[string][]int{}
+	var notes []int
+	for i, e := range o.entries {
+		if e.Table == TableOperator {
+			notes = append(notes, i)
+			continue
+		}
+		items[itemOf(e)] = append(items[itemOf(e)], i)
 	}
 	for _, chain := range items {
 		slices.SortFunc(chain, func(i, j int) int {
-			return cmp.Or(second(entries[i]).Compare(second(entries[j])), bySeq(entries[i].Seq, entries[j].Seq))
+			return cmp.Or(cmp.Compare(o.sec[i], o.sec[j]), bySeq(o.entries[i].Seq, o.entries[j].Seq), cmp.Compare(i, j))
 		})
 	}
-	for i, note := range entries {
-		if note.Table != TableOperator {
-			continue
-		}
+	for _, i := range notes {
+		note := o.entries[i]
 		record := itemOf(Entry{Table: TableRecords, KeyHash: note.KeyHash})
-		at := slices.IndexFunc(items[record], func(j int) bool {
-			e := entries[j]
-			return e.What == WhatTakenOver && e.Attempts == note.Attempts+1 && e.CreatedAt.Equal(note.CreatedAt)
-		})
+		chain := items[record]
+		at := -1
+		for k, j := range chain {
+			if note.Lease != "" && o.entries[j].Lease == note.Lease {
+				at = k + 1
+			}
+		}
 		if at < 0 {
 			items[note.Event] = []int{i}
 			continue
 		}
-		items[record] = slices.Insert(items[record], at, i)
+		if at > 0 {
+			o.sec[i] = max(o.sec[i], o.sec[chain[at-1]])
+		}
+		if at < len(chain) {
+			o.sec[i] = min(o.sec[i], o.sec[chain[at]])
+		}
+		items[record] = slices.Insert(chain, at, i)
 	}
 	return slices.Collect(maps.Values(items))
 }
@@ -130,17 +136,23 @@ func itemOf(e Entry) string {
 	return e.Event
 }
 
-// causes are, by index, the entries each entry follows across items.
-func causes(entries []Entry) [][]int {
+// links sets, by index, the entries each entry follows across items.
+func (o *order) links(chains [][]int) {
 	type command struct{ key, charge, refund string }
-	claims, settlements := map[command][]int{}, map[command][]int{}
+	claims, settlements, rows := map[command][]int{}, map[command][]int{}, map[command][]int{}
 	charged := map[string][]int{} // by charge id, its command's settlement
-	for i, e := range entries {
+	refunds := map[string][]int{} // by refund id, its command's claims
+	for i, e := range o.entries {
 		c := command{e.KeyHash, e.Charge, e.Refund}
 		switch {
+		case e.Table == TableCharges && e.What == WhatRowWritten:
+			rows[c] = append(rows[c], i)
 		case e.Table != TableRecords:
 		case e.What == WhatClaimed:
 			claims[c] = append(claims[c], i)
+			if e.Operation == charge.RefundOperation {
+				refunds[e.Refund] = append(refunds[e.Refund], i)
+			}
 		case e.What == WhatSucceeded:
 			settlements[c] = append(settlements[c], i)
 			if e.Operation == charge.ChargeOperation {
@@ -148,20 +160,150 @@ func causes(entries []Entry) [][]int {
 			}
 		}
 	}
-	after := make([][]int, len(entries))
-	for i, e := range entries {
+	for i, e := range o.entries {
 		c := command{e.KeyHash, e.Charge, e.Refund}
 		switch {
 		case e.Table == TableCharges && e.What == WhatRowWritten:
-			after[i] = claims[c]
+			o.after[i] = claims[c]
 		case e.Table == TableCharges && (e.What == WhatRowChanged || e.What == WhatRowDeleted):
-			after[i] = settlements[c]
-		case e.Table != TableRecords || e.What != WhatClaimed:
+			o.after[i] = settlements[c]
+		case e.Table != TableRecords:
+		case e.What == WhatSucceeded:
+			o.after[i] = rows[c]
+		case e.What != WhatClaimed:
 		case e.Operation == charge.RefundOperation:
-			after[i] = charged[e.Charge]
+			o.after[i] = charged[e.Charge]
 		case e.Operation == charge.NotificationOperation:
-			after[i] = claims[command{e.Command, e.Charge, e.Refund}]
+			o.after[i] = claims[command{e.Command, e.Charge, e.Refund}]
 		}
 	}
-	return after
+	// A hold is placed once: the first change of the row that holds it
+	// follows the refund's claim.
+	for _, chain := range chains {
+		if first := o.entries[chain[0]]; first.Table != TableCharges || first.Refund != "" {
+			continue // not a charge's row
+		}
+		held := map[string]bool{}
+		for _, i := range chain {
+			now := holds(o.entries[i].Row)
+			for id := range now {
+				if !held[id] {
+					o.after[i] = append(slices.Clip(o.after[i]), refunds[id]...) // a copy: others share the slice
+				}
+			}
+			held = now
+		}
+	}
 }
+
+// holds are the ids of the refunds a charge's row holds an amount for.
+func holds(row json.RawMessage) map[string]bool {
+	var fields map[string]json.RawMessage
+	_ = json.Unmarshal(row, &fields)
+	out := map[string]bool{}
+	for name := range fields {
+		if id, ok := strings.CutPrefix(name, charge.HoldPrefix); ok {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// sort is the entries of one second in an order that keeps their items'
+// and their links'. It is Kahn's: the preferred entry whose predecessors
+// went first goes next. When a cycle leaves none, links yield: the
+// preferred entry whose item's previous change went goes next.
+func (o *order) sort(group []int) []int {
+	in := make(map[int]bool, len(group))
+	for _, i := range group {
+		in[i] = true
+	}
+	waits := make(map[int]int, len(group))
+	then := map[int][]int{}
+	for _, i := range group {
+		if p := o.prev[i]; p >= 0 && in[p] {
+			waits[i]++
+			then[p] = append(then[p], i)
+		}
+		for _, j := range o.after[i] {
+			if j != i && in[j] {
+				waits[i]++
+				then[j] = append(then[j], i)
+			}
+		}
+	}
+	ready, heads := &queue{o: o}, &queue{o: o}
+	for _, i := range group {
+		if waits[i] == 0 {
+			heap.Push(ready, i)
+		}
+		if p := o.prev[i]; p < 0 || !in[p] {
+			heap.Push(heads, i)
+		}
+	}
+	done := make(map[int]bool, len(group))
+	out := make([]int, 0, len(group))
+	for len(out) < len(group) {
+		i := pop(ready, done)
+		if i < 0 {
+			i = pop(heads, done)
+		}
+		done[i] = true
+		out = append(out, i)
+		for _, j := range then[i] {
+			if waits[j]--; waits[j] == 0 {
+				heap.Push(ready, j)
+			}
+		}
+		if n := o.next[i]; n >= 0 && in[n] {
+			heap.Push(heads, n)
+		}
+	}
+	return out
+}
+
+// pop is q's preferred entry not done yet, or -1.
+func pop(q *queue, done map[int]bool) int {
+	for q.Len() > 0 {
+		if i := heap.Pop(q).(int); !done[i] {
+			return i
+		}
+	}
+	return -1
+}
+
+// queue holds entries by preference: rows first, then records, then
+// operators' notes; then by sequence number.
+type queue struct {
+	o  *order
+	is []int
+}
+
+func (q *queue) Len() int      { return len(q.is) }
+func (q *queue) Swap(i, j int) { q.is[i], q.is[j] = q.is[j], q.is[i] }
+func (q *queue) Push(x any)    { q.is = append(q.is, x.(int)) }
+func (q *queue) Pop() any {
+	x := q.is[len(q.is)-1]
+	q.is = q.is[:len(q.is)-1]
+	return x
+}
+func (q *queue) Less(i, j int) bool {
+	a, b := q.o.entries[q.is[i]], q.o.entries[q.is[j]]
+	return cmp.Or(cmp.Compare(rank(a.Table), rank(b.Table)), bySeq(a.Seq, b.Seq), cmp.Compare(q.is[i], q.is[j])) < 0
+}
+
+// rank is where a table's entries go when nothing else decides.
+func rank(table string) int {
+	switch table {
+	case TableCharges:
+		return 0
+	case TableRecords:
+		return 1
+	case TableOperator:
+		return 2
+	}
+	return 3
+}
+
+// bySeq compares sequence numbers: decimal strings of any length.
+func bySeq(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), cmp.Compare(a, b)) }

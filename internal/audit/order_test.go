@@ -1,7 +1,9 @@
 package audit
 
 import (
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,25 +13,45 @@ import (
 // TestCausalKeepsEachItemsStreamAndEachCommandsSteps: changes stamped
 // with one second read in the order they happened. A record's own
 // changes keep its stream's order, whatever their steps. A row follows
-// the claim of its own intent, and so does a provider's event. An
-// operator's note precedes its take-over. Time still comes first.
+// the claim of its own intent, and so does a provider's event. A hold
+// follows its refund's claim. An operator's note precedes the take-over
+// of the lease it saw. Time still comes first.
 func TestCausalKeepsEachItemsStreamAndEachCommandsSteps(t *testing.T) {
 	t.Parallel()
 	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	created := at.Add(-time.Hour)
-	record := func(seq, what string, attempts int) Entry {
+	record := func(seq, what, lease string) Entry {
 		return Entry{Event: "r" + seq, Table: TableRecords, Seq: seq, At: at, What: what, Operation: charge.ChargeOperation,
-			KeyHash: "k", Charge: "ch_1", Attempts: attempts, CreatedAt: created}
+			KeyHash: "k", Charge: "ch_1", Lease: lease, CreatedAt: created}
 	}
 	row := func(seq, what string) Entry {
 		return Entry{Event: "c" + seq, Table: TableCharges, Seq: seq, At: at, What: what, KeyHash: "k", Charge: "ch_1", CreatedAt: created}
 	}
 	note := Entry{Event: "note", Table: TableOperator, Seq: "1", At: at.Add(900 * time.Millisecond), What: WhatOperatorSettles,
-		KeyHash: "k", Charge: "ch_1", Attempts: 1, CreatedAt: created}
+		KeyHash: "k", Charge: "ch_1", Lease: "b", CreatedAt: created}
 	event := Entry{Event: "event", Table: TableRecords, Seq: "5", At: at, What: WhatClaimed, Operation: charge.NotificationOperation,
 		KeyHash: "e", Command: "k", Charge: "ch_1", CreatedAt: created}
-	later := record("1", WhatExpired, 0)
+	later := record("1", WhatExpired, "a")
 	later.Event, later.At = "later", at.Add(24*time.Hour)
+	// The settled record's queue mark removed a second later, filed as a
+	// settlement: a refund's claim must not wait for it.
+	unmarked := record("14", WhatSucceeded, "a")
+	unmarked.Event, unmarked.At = "unmarked", at.Add(time.Second)
+	refund := func(seq, what, id string) Entry {
+		return Entry{Event: id + " " + what, Table: TableRecords, Seq: seq, At: at, What: what, Operation: charge.RefundOperation,
+			KeyHash: id, Charge: "ch_1", Refund: id, CreatedAt: created}
+	}
+	held := func(seq string, refunds ...string) Entry {
+		e := row(seq, WhatRowChanged)
+		e.Row = []byte(`{"status":"succeeded"}`)
+		for _, id := range refunds {
+			e.Row = []byte(`{"status":"succeeded","` + "hold_" + id + `":500}`)
+		}
+		return e
+	}
+	refundRow := func(seq, id string) Entry {
+		return Entry{Event: "c" + seq, Table: TableCharges, Seq: seq, At: at, What: WhatRowWritten, KeyHash: id, Charge: "ch_1", Refund: id}
+	}
 
 	tests := []struct {
 		name string
@@ -37,19 +59,38 @@ func TestCausalKeepsEachItemsStreamAndEachCommandsSteps(t *testing.T) {
 		want []string
 	}{
 		{"released, then claimed again; then the row", []Entry{
-			record("10", WhatClaimed, 0), record("11", WhatReleased, 0), record("12", WhatClaimed, 0),
-			record("13", WhatSucceeded, 0), row("90", WhatRowWritten), row("91", WhatRowChanged),
+			record("10", WhatClaimed, "a"), record("11", WhatReleased, "a"), record("12", WhatClaimed, "b"),
+			record("13", WhatSucceeded, "b"), row("90", WhatRowWritten), row("91", WhatRowChanged),
 		}, []string{"r10", "r11", "r12", "c90", "r13", "c91"}},
 		{"an operator's note, before its take-over", []Entry{
-			note, record("10", WhatClaimed, 0), record("11", WhatTakenOver, 1), record("12", WhatLeaseMoved, 1),
-			record("13", WhatTakenOver, 2), record("14", WhatReleased, 2),
+			note, record("10", WhatClaimed, "a"), record("11", WhatTakenOver, "b"), record("12", WhatLeaseMoved, "b"),
+			record("13", WhatTakenOver, "c"), record("14", WhatReleased, "c"),
 		}, []string{"r10", "r11", "r12", "note", "r13", "r14"}},
+		{"an operator's note, before the take-over of the lease it saw, after a reclaim", []Entry{
+			note, record("10", WhatClaimed, "a"), record("11", WhatTakenOver, "x"), record("12", WhatReleased, "x"),
+			record("13", WhatClaimed, "b"), record("14", WhatLeaseMoved, "b"), record("15", WhatTakenOver, "c"), record("16", WhatReleased, "c"),
+		}, []string{"r10", "r11", "r12", "r13", "r14", "note", "r15", "r16"}},
 		{"a provider's event, after the claim of its command", []Entry{
-			event, record("10", WhatClaimed, 0), record("11", WhatSucceeded, 0),
+			event, record("10", WhatClaimed, "a"), record("11", WhatSucceeded, "a"),
 		}, []string{"r10", "event", "r11"}},
 		{"a later second, whatever its step", []Entry{
-			later, row("90", WhatRowWritten), record("10", WhatClaimed, 0), record("11", WhatSucceeded, 0),
+			later, row("90", WhatRowWritten), record("10", WhatClaimed, "a"), record("11", WhatSucceeded, "a"),
 		}, []string{"r10", "c90", "r11", "later"}},
+		{"a later second, whatever a link says", []Entry{
+			unmarked, refund("12", WhatClaimed, "re_1"), record("11", WhatSucceeded, "a"), row("90", WhatRowWritten), record("10", WhatClaimed, "a"),
+		}, []string{"r10", "c90", "r11", "re_1 claimed", "unmarked"}},
+		{"links that contradict the streams yield to them", []Entry{
+			record("11", WhatClaimed, "b"), row("90", WhatRowWritten), record("10", WhatSucceeded, "a"),
+		}, []string{"c90", "r10", "r11"}},
+		{"two refunds, one after the other", []Entry{
+			refund("12", WhatClaimed, "re_1"), refund("13", WhatSucceeded, "re_1"), refund("14", WhatClaimed, "re_2"), refund("15", WhatSucceeded, "re_2"),
+			record("10", WhatClaimed, "a"), record("11", WhatSucceeded, "a"), row("90", WhatRowWritten),
+			held("91", "re_1"), refundRow("92", "re_1"), held("93"), held("94", "re_2"), refundRow("95", "re_2"), held("96"),
+		}, []string{
+			"r10", "c90", "r11",
+			"re_1 claimed", "c91", "c92", "c93", "re_1 succeeded",
+			"re_2 claimed", "c94", "c95", "c96", "re_2 succeeded",
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -62,5 +103,31 @@ func TestCausalKeepsEachItemsStreamAndEachCommandsSteps(t *testing.T) {
 				t.Errorf("order %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// BenchmarkCausal orders 24,003 entries in one second: a charge and 4,800
+// refunds of it, one after the other, shuffled as the archive's objects
+// may hand them over.
+func BenchmarkCausal(b *testing.B) {
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	seq := 0
+	next := func() string { seq++; return strconv.Itoa(100000 + seq) }
+	entry := func(table, what, key, refund string) Entry {
+		s := next()
+		return Entry{Event: table + s, Table: table, Seq: s, At: at, What: what, KeyHash: key, Charge: "ch_1", Refund: refund,
+			Operation: map[bool]string{true: charge.ChargeOperation, false: charge.RefundOperation}[refund == ""]}
+	}
+	in := []Entry{entry(TableRecords, WhatClaimed, "k", ""), entry(TableCharges, WhatRowWritten, "k", ""), entry(TableRecords, WhatSucceeded, "k", "")}
+	for r := range 4800 {
+		id := "re_" + strconv.Itoa(r)
+		held := entry(TableCharges, WhatRowChanged, "k", "")
+		held.Row = []byte(`{"` + charge.HoldPrefix + id + `":500}`)
+		in = append(in, entry(TableRecords, WhatClaimed, id, id), held, entry(TableCharges, WhatRowWritten, id, id),
+			entry(TableCharges, WhatRowChanged, "k", ""), entry(TableRecords, WhatSucceeded, id, id))
+	}
+	rand.New(rand.NewPCG(1, 2)).Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+	for b.Loop() {
+		causal(slices.Clone(in))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -88,8 +89,10 @@ var ErrNoCharge = errors.New("audit: no such charge")
 // ChargeHistory is the History of tenant's charge id. That is the history
 // of the command that created it, and of each of its refunds'. Its rows,
 // kept for good, name them. The key that created it may have served
-// another intent before: those entries are there too. An id that is not
-// a charge's is refused: a prefix of one could name several.
+// another intent before: those entries are there too. A later intent of
+// its key or of a refund's, once their records expired, is another
+// charge's or refund's: its entries are not. An id that is not a
+// charge's is refused: a prefix of one could name several.
 func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id string) ([]Entry, error) {
 	if !charge.IsChargeID(id) {
 		return nil, fmt.Errorf("audit: %q: %w", id, charge.ErrNotChargeID)
@@ -101,11 +104,20 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 	case !found:
 		return nil, fmt.Errorf("%w: %s", ErrNoCharge, id)
 	}
-	subjects := []string{subject(tenant, charge.ChargeOperation, string(c.IdempotencyKey))}
+	key := subject(tenant, charge.ChargeOperation, string(c.IdempotencyKey))
+	subjects, refunds := []string{key}, map[string]bool{}
 	for _, r := range c.Refunds {
 		subjects = append(subjects, subject(tenant, charge.RefundOperation, string(r.IdempotencyKey)))
+		refunds[r.ID] = true
 	}
-	return t.History(ctx, subjects...)
+	history, err := t.History(ctx, subjects...)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(history, func(e Entry) bool {
+		earlier := (e.KeyHash == key || e.Command == key) && e.CreatedAt.Before(c.CreatedAt)
+		return e.Charge != id && !refunds[e.Refund] && !earlier
+	}), nil
 }
 
 // subject is the key hash the index files a command under.

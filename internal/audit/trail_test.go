@@ -30,7 +30,8 @@ import (
 const day = 24 * time.Hour
 
 // expire deletes, as DynamoDB's TTL does, every record of d whose
-// retention has ended by now.
+// retention has ended by now. moto's stream names no one for it: byTTL
+// names TTL, as AWS's stream does.
 func expire(t *testing.T, d *testkit.Deployment, now time.Time) {
 	t.Helper()
 	db := testkit.Clients(t).DynamoDB
@@ -98,7 +99,7 @@ func TestAChargesHistoryOutlivesItsRecords(t *testing.T) {
 	api = gw
 	tr := d.Audit(t)
 	// The streams stamp each change with the test's time, as it goes.
-	tr.Handle = stamped(tr.Handle, clock.Now)
+	tr.Handle = byTTL(stamped(tr.Handle, clock.Now))
 	drain := func() {
 		t.Helper()
 		if b := tr.Drain(t); b.Failed != 0 {
@@ -193,6 +194,19 @@ func stamped(h eventsource.StreamHandler, now func() time.Time) eventsource.Stre
 	}
 }
 
+// byTTL is h handed each removal as AWS's stream hands TTL's: named the
+// DynamoDB service's. A test with it removes records only by expire.
+func byTTL(h eventsource.StreamHandler) eventsource.StreamHandler {
+	return func(ctx context.Context, ev events.DynamoDBEvent) error {
+		for i, r := range ev.Records {
+			if r.EventName == "REMOVE" {
+				ev.Records[i].UserIdentity = &events.DynamoDBUserIdentity{Type: "Service", PrincipalID: audit.ServiceTTL}
+			}
+		}
+		return h(ctx, ev)
+	}
+}
+
 // TestAChargesHistoryWithinOneSecondIsInTheOrderItHappened: a charge and
 // its refund, their changes stamped with one second, read in the order
 // they happened. The charge's claim, its row, its settlement; then the
@@ -244,5 +258,96 @@ func TestAChargesHistoryNeedsAWholeChargeID(t *testing.T) {
 		if got, err := chargeHistory(t, d, tr, tenant, prefix); !errors.Is(err, charge.ErrNotChargeID) {
 			t.Errorf("the history of %q: %d entries, %v; want it refused", prefix, len(got), err)
 		}
+	}
+}
+
+// TestTwoRefundsWithinOneSecondReadOneAfterTheOther: a charge and two
+// refunds, one after the other, all stamped with one second. Each refund
+// reads whole: its claim, its hold on the charge's row, its own row, the
+// hold settled, its settlement. The second's follows the first's.
+func TestTwoRefundsWithinOneSecondReadOneAfterTheOther(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	at := time.Now()
+	tr.Handle = stamped(tr.Handle, func() time.Time { return at })
+	tenant, kCharge, kA, kB := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund"), testkit.UniqueName("refund")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, kCharge, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	send(t, h, bob.as(testkit.PostRefund(tenant, kA, id, `{"amount":500}`)), http.StatusCreated)
+	send(t, h, bob.as(testkit.PostRefund(tenant, kB, id, `{"amount":400}`)), http.StatusCreated)
+	if b := tr.Drain(t); b.Records == 0 || b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got, err := chargeHistory(t, d, tr, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charged := hash(t, tenant, charge.ChargeOperation, kCharge)
+	a, b := hash(t, tenant, charge.RefundOperation, kA), hash(t, tenant, charge.RefundOperation, kB)
+	type step struct{ key, what string }
+	want := []step{
+		{charged, audit.WhatClaimed}, {charged, audit.WhatRowWritten}, {charged, audit.WhatSucceeded},
+		{a, audit.WhatClaimed}, {charged, audit.WhatRowChanged}, {a, audit.WhatRowWritten}, {charged, audit.WhatRowChanged}, {a, audit.WhatSucceeded},
+		{b, audit.WhatClaimed}, {charged, audit.WhatRowChanged}, {b, audit.WhatRowWritten}, {charged, audit.WhatRowChanged}, {b, audit.WhatSucceeded},
+	}
+	var order []step
+	for _, e := range got {
+		order = append(order, step{e.KeyHash, e.What})
+	}
+	if !slices.Equal(order, want) {
+		name := map[string]string{charged: "charge", a: "refund A", b: "refund B"}
+		var lines string
+		for _, s := range order {
+			lines += "  " + name[s.key] + " " + s.what + "\n"
+		}
+		t.Errorf("two refunds, one after the other, within one second; read as:\n%s", lines)
+	}
+}
+
+// TestAChargesHistoryHoldsNoLaterCharge: a key charges, its record
+// expires, and the key charges again: another command, another charge.
+// The first charge's history is its command's and its refunds': it holds
+// no entry of the second charge. The second's holds the first's, which
+// led to it on the same key.
+func TestAChargesHistoryHoldsNoLaterCharge(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Now())
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) { w.Deps.Clock = clock.Now })
+	tr := d.Audit(t)
+	tenant, client := testkit.UniqueName("acme"), testkit.UniqueName("order")
+	first := send(t, h, alice.as(testkit.PostCharge(tenant, client, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	clock.Advance(day + time.Hour)
+	expire(t, d, clock.Now())
+	second := send(t, h, carol.as(testkit.PostCharge(tenant, client, `{"amount":9900,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	got, err := chargeHistory(t, d, tr, tenant, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	of := func(history []audit.Entry, id string) []audit.Entry {
+		var out []audit.Entry
+		for _, e := range history {
+			if e.Charge == id {
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	if other := of(got, second); len(other) != 0 || len(of(got, first)) != len(got) {
+		t.Errorf("the history of %s holds %d entries of %s:\n%s", first, len(other), second, show(got))
+	}
+	later, err := chargeHistory(t, d, tr, tenant, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(of(later, first)) != len(got) || len(of(later, second)) == 0 {
+		t.Errorf("the history of %s, which the same key's %s led to:\n%s", second, first, show(later))
 	}
 }

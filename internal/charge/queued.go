@@ -15,12 +15,12 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// attrQueuedUntil is a charge's mark of the reconcile message in flight
-// for its move, in epoch milliseconds; attrQueuedRenewed is how long its
-// deliveries renewed it.
+// AttrQueuedUntil is a charge's mark of the reconcile message in flight
+// for its move, in epoch milliseconds; AttrQueuedRenewed is how long its
+// deliveries renewed it. The audit trail tells a mark's change apart.
 const (
-	attrQueuedUntil   = "queued_until"
-	attrQueuedRenewed = "queued_renewed"
+	AttrQueuedUntil   = "queued_until"
+	AttrQueuedRenewed = "queued_renewed"
 )
 
 // QueuedMoves marks a move's reconcile message in flight on its charge's
@@ -43,7 +43,7 @@ func (q QueuedMoves) MarkQueued(ctx context.Context, key idem.Key, until time.Ti
 		UpdateExpression: aws.String("SET #q = :until REMOVE #qr"),
 		ConditionExpression: aws.String("#status IN (:capturing, :canceling) AND " +
 			"(attribute_not_exists(#q) OR #q <= :now) AND (attribute_not_exists(#qr) OR #qr <= :now)"),
-		ExpressionAttributeNames: map[string]string{"#status": "status", "#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
+		ExpressionAttributeNames: map[string]string{"#status": "status", "#q": AttrQueuedUntil, "#qr": AttrQueuedRenewed},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":until": number(until.UnixMilli()), ":now": number(q.now().UnixMilli()),
 			":capturing": str(StatusCapturing), ":canceling": str(StatusCanceling),
@@ -53,7 +53,7 @@ func (q QueuedMoves) MarkQueued(ctx context.Context, key idem.Key, until time.Ti
 	if ccf, failed := errors.AsType[*types.ConditionalCheckFailedException](err); failed {
 		// A live mark, or no move; or this very mark, written by an
 		// attempt whose answer was lost.
-		old, _ := ccf.Item[attrQueuedUntil].(*types.AttributeValueMemberN)
+		old, _ := ccf.Item[AttrQueuedUntil].(*types.AttributeValueMemberN)
 		return !tries.Refused() && old != nil && old.Value == strconv.FormatInt(until.UnixMilli(), 10), nil
 	}
 	if err != nil {
@@ -85,7 +85,7 @@ func (q QueuedMoves) conditional(ctx context.Context, key idem.Key, until time.T
 		Key:                       rowKey(key.Tenant(), key.ClientKey()),
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String("#q = :until"),
-		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
+		ExpressionAttributeNames:  map[string]string{"#q": AttrQueuedUntil, "#qr": AttrQueuedRenewed},
 		ExpressionAttributeValues: values,
 	})
 	if _, other := errors.AsType[*types.ConditionalCheckFailedException](err); other {

@@ -107,7 +107,7 @@ func (r *Rows) postponeMove(ctx context.Context, c Charge, until time.Time) erro
 var moveNames = map[string]string{
 	"#id": AttrID, "#status": "status", "#amount": attrTransitionAmount, "#deadline": AttrAttemptDeadline,
 	"#shard": AttrTransitionShard, "#money": "amount", "#waited": attrTransitionWaited, "#attempt": attrTransitionAttempt,
-	"#by": AttrMovedBy, "#queued": attrQueuedUntil, "#renewed": attrQueuedRenewed,
+	"#by": AttrMovedBy, "#queued": AttrQueuedUntil, "#renewed": AttrQueuedRenewed,
 }
 
 // update applies expr to c's row if cond holds, else errMoved.

@@ -36,7 +36,9 @@ const (
 	attrRefunded = "amount_refunded"
 	attrClaimed  = "refund_claimed"
 	attrCount    = "refund_count"
-	holdPrefix   = "hold_"
+	// HoldPrefix and a refund's id name its hold. The audit trail reads
+	// which refunds a change of the charge's row holds.
+	HoldPrefix = "hold_"
 )
 
 // Why a hold was refused.
@@ -79,7 +81,7 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 			" AND #charged >= :amount AND (attribute_not_exists(#claimed) OR #claimed <= :max)" +
 			" AND (attribute_not_exists(#count) OR #count < :limit)"),
 		ExpressionAttributeNames: map[string]string{
-			"#id": AttrID, "#status": "status", "#hold": holdPrefix + refundID, "#claimed": attrClaimed, "#charged": "amount",
+			"#id": AttrID, "#status": "status", "#hold": HoldPrefix + refundID, "#claimed": attrClaimed, "#charged": "amount",
 			"#count": attrCount,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
@@ -108,7 +110,7 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 	case !found:
 		return errNotRefundable
 	}
-	if _, held := row[holdPrefix+refundID]; held {
+	if _, held := row[HoldPrefix+refundID]; held {
 		return nil // this refund's own hold, placed by an earlier try
 	}
 	got, err := rowCharge(row)
@@ -126,7 +128,7 @@ func (r *Rows) hold(ctx context.Context, c Charge, refundID string, amount int64
 		count, _ = strconv.ParseInt(n.Value, 10, 64)
 	}
 	for name := range row {
-		if strings.HasPrefix(name, holdPrefix) {
+		if strings.HasPrefix(name, HoldPrefix) {
 			holds++
 		}
 	}
@@ -147,7 +149,7 @@ func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amou
 		Key:                      rowKey(tenant, chargeID),
 		UpdateExpression:         aws.String("REMOVE #hold ADD #claimed :less, #count :minus"),
 		ConditionExpression:      aws.String("attribute_exists(#hold)"),
-		ExpressionAttributeNames: map[string]string{"#hold": holdPrefix + refundID, "#claimed": attrClaimed, "#count": attrCount},
+		ExpressionAttributeNames: map[string]string{"#hold": HoldPrefix + refundID, "#claimed": attrClaimed, "#count": attrCount},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":less": number(-amount), ":minus": number(-1),
 		},
@@ -168,7 +170,7 @@ func (r *Rows) free(ctx context.Context, tenant, chargeID, refundID string, amou
 // whatever the constraint and the limit say.
 func (r *Rows) settleHold(rf Refund, held bool) types.TransactWriteItem {
 	update, cond := "REMOVE #hold ADD #refunded :amount", "attribute_exists(#hold)"
-	names := map[string]string{"#hold": holdPrefix + rf.ID, "#refunded": attrRefunded}
+	names := map[string]string{"#hold": HoldPrefix + rf.ID, "#refunded": attrRefunded}
 	values := map[string]types.AttributeValue{":amount": number(rf.Money.Amount)}
 	if !held {
 		update, cond = "ADD #refunded :amount, #claimed :amount, #count :one", "attribute_not_exists(#hold)"

@@ -59,12 +59,13 @@ type code struct {
 	idempotencyTable, chargesTable, limitsTable *dynamodb.CreateTableInput
 	ttl, limitsTTL                              *dynamodb.UpdateTimeToLiveInput
 	// The audit trail's: its index, the tables' streams, the bucket's
-	// lock and its default retention, the index's in days.
-	auditIndexTTL            *dynamodb.UpdateTimeToLiveInput
-	auditIndexTable          *dynamodb.CreateTableInput
-	stream                   *dynamodb.UpdateTableInput
-	lock                     *s3.PutObjectLockConfigurationInput
-	retentionDays, indexDays int
+	// lock and its default retention, the index's default and longest in
+	// days.
+	auditIndexTTL                          *dynamodb.UpdateTimeToLiveInput
+	auditIndexTable                        *dynamodb.CreateTableInput
+	stream                                 *dynamodb.UpdateTableInput
+	lock                                   *s3.PutObjectLockConfigurationInput
+	retentionDays, indexDays, indexMaxDays int
 	// loaders are the configuration loaders of the template's functions.
 	loaders map[string]func(app.Getenv)
 	// unread are the Globals' variables a function is known to leave
@@ -103,6 +104,7 @@ func currentCode() code {
 		lock:             audit.LockInput("b", audit.DefaultRetentionDays),
 		retentionDays:    audit.DefaultRetentionDays,
 		indexDays:        int(audit.DefaultIndexRetention / (24 * time.Hour)),
+		indexMaxDays:     int(audit.MaxIndexRetention / (24 * time.Hour)),
 		loaders: map[string]func(app.Getenv){
 			"ChargeFunction":    func(g app.Getenv) { _, _ = app.LoadCharge(g); endpoints(g) },
 			"SweeperFunction":   func(g app.Getenv) { _, _ = app.LoadSweeper(g); endpoints(g) },
@@ -427,7 +429,7 @@ func check(src string, k code) ([]string, error) {
 	c.table(auditIndex, k.auditIndexTable)
 	c.ttl(auditIndex, k.auditIndexTTL, audit.AttrExpires)
 	c.streams(k.stream, idempotencyTable, chargesTable)
-	c.trail(k.lock, k.retentionDays, k.indexDays)
+	c.trail(k.lock, k.retentionDays, k.indexDays, k.indexMaxDays)
 	c.trailAlarms()
 	c.queues(reconcileQueue, deadLetterQueue)
 	c.queues(intakeQueue, intakeDLQ)
