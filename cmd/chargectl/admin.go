@@ -66,8 +66,8 @@ configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + ap
 ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
 
-// Prefix lengths of what record shows of a lease token and a fingerprint:
-// enough to tell two apart, too little to forge a fenced write.
+// Prefix lengths of what record shows of a lease token and a fingerprint.
+// They are enough to tell two apart, too little to forge a fenced write.
 const (
 	ownerPrefix       = 8
 	fingerprintPrefix = 12

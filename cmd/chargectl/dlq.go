@@ -27,10 +27,10 @@ type sqsAPI interface {
 
 var _ sqsAPI = (*sqs.Client)(nil)
 
-// How the dlq commands read the dead-letter queue: each message received
-// is hidden for holdFor, long enough to read them all, then made visible
-// again at once unless it was moved; an empty receive after waitFor ends
-// the reading.
+// How the dlq commands read the dead-letter queue. Each message received
+// is hidden for holdFor, long enough to read them all. Then it is made
+// visible again at once, unless it was moved. An empty receive after
+// waitFor ends the reading.
 const (
 	holdFor     = 60 * time.Second
 	waitFor     = time.Second

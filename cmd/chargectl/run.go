@@ -329,9 +329,9 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// startCommand builds the client, then mints a command id, printed on
-// stderr before the first request so that a failed run can be resumed, or
-// checks the one given with --id to resume.
+// startCommand builds the client, then mints a command id. It prints the
+// id on stderr before the first request, so that a failed run can be
+// resumed. To resume, it checks the id given with --id instead.
 func (c *common) startCommand(cmd, resume string, stderr io.Writer) (*client.Client, client.CommandID, bool) {
 	api, err := c.newClient(stderr)
 	if err != nil {
@@ -466,9 +466,10 @@ func pending(err error) bool {
 		errors.Is(p, client.ErrChargeState) && (p.ChargeStatus == client.StatusCapturing || p.ChargeStatus == client.StatusCanceling)
 }
 
-// intent is the command a failure may leave open: its id (none for capture
-// and cancel, which are safe to run again as they were), what it may have
-// done, and the command line that resumes it (less the --id).
+// intent is the command a failure may leave open. It holds the command's
+// id, what it may have done, and the command line that resumes it (less
+// the --id). capture and cancel have no id: they are safe to run again as
+// they were.
 type intent struct {
 	id     client.CommandID
 	effect string

@@ -24,8 +24,9 @@ type settlement struct {
 }
 
 // result is the settlement as the provider's answer SettleByOperator
-// takes, refused unless exactly one outcome is given, and one the key's
-// operation can have: --charged for a charge, --refunded for a refund.
+// takes. It is refused unless exactly one outcome is given. That outcome
+// must be one the key's operation can have: --charged for a charge,
+// --refunded for a refund.
 func (s settlement) result(operation string) (provider.Result, error) {
 	var given []provider.Result
 	if s.chargeID != "" {
@@ -56,7 +57,7 @@ func (s settlement) result(operation string) (provider.Result, error) {
 
 // noProvider is the provider of the service settle drives. An operator
 // settles from the provider's own records, so settling asks the provider
-// nothing: a call would be a bug, refused before anything is sent.
+// nothing. A call would be a bug, refused before anything is sent.
 type noProvider struct{}
 
 var errNoProvider = errors.New("chargectl: an operator's settle calls no provider")
@@ -91,8 +92,9 @@ func (noProvider) State(context.Context, string) (provider.Result, error) {
 	return provider.Result{}, errNoProvider
 }
 
-// service is the charge service on st and the charges table, storing the
-// HTTP API's answers, so a retry replays what the API would have answered.
+// service is the charge service on st and the charges table. It stores
+// the HTTP API's answers, so a retry replays what the API would have
+// answered.
 func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 	rows, err := charge.NewRows(a.clients.DynamoDB, a.cfg.ChargesTable)
 	if err != nil {
@@ -101,10 +103,10 @@ func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
 	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}})
 }
 
-// evidenceOutput is what settle shows of a record before it writes: the
-// record, the reference to look up at the provider, and what was asked
-// for (never the card source the intent may keep): for a refund, the
-// charge it refunds.
+// evidenceOutput is what settle shows of a record before it writes. It
+// holds the record and the reference to look up at the provider. It holds
+// what was asked for: for a refund, the charge it refunds. It never holds
+// the card source the intent may keep.
 type evidenceOutput struct {
 	recordOutput
 	ProviderReference string `json:"provider_reference"`
@@ -125,10 +127,10 @@ type settleOutput struct {
 	Record           *recordOutput  `json:"record,omitempty"` // none once a released key's retention has run out
 }
 
-// settle settles an IN_FLIGHT key as res says, once the operator has seen
-// its evidence and typed the key (unless yes). The evidence and the
-// question go where the text output goes, and to stderr with --json, so
-// that stdout holds one JSON object.
+// settle settles an IN_FLIGHT key as res says. It waits until the operator
+// has seen its evidence and typed the key (unless yes). The evidence and
+// the question go where the text output goes. With --json they go to
+// stderr, so that stdout holds one JSON object.
 func (a *admin) settle(ctx context.Context, args []string, res provider.Result, yes bool) error {
 	key, err := a.key(args)
 	if err != nil {
@@ -149,7 +151,7 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	if rec.Status != idem.StatusInFlight {
 		return fmt.Errorf("%s is %s%s, not IN_FLIGHT: nothing to settle", keyText(key), rec.Status, answered(rec))
 	}
-	// The reference binds the settlement to the intent shown here: if the
+	// The reference binds the settlement to the intent shown here. If the
 	// record is another by the time it is preempted, nothing is written.
 	if res.Reference, err = charge.Reference(key, rec.CreatedAt); err != nil {
 		return err
@@ -248,9 +250,9 @@ func answered(rec *idem.Record) string {
 	return fmt.Sprintf(", stored answer %d", rec.Response.Status)
 }
 
-// confirm asks the operator to type key's client key: a settlement cannot
-// be undone, so it takes more than a stray Enter, and a key pasted into
-// the wrong command is refused.
+// confirm asks the operator to type key's client key. A settlement cannot
+// be undone, so it takes more than a stray Enter. A key pasted into the
+// wrong command is refused.
 func (a *admin) confirm(w io.Writer, key idem.Key) error {
 	fmt.Fprintf(w, "type the key to confirm (%s): ", key.ClientKey())
 	line, err := bufio.NewReader(a.stdin).ReadString('\n')

@@ -20,8 +20,8 @@ type batchWriter interface {
 }
 
 // references returns, for each key of tenant that was sent, the provider
-// reference and charge id its command derived from its record's creation
-// ("" for a key that was not sent or has no record).
+// reference and charge id its command derived. Both derive from its
+// record's creation. A key that was not sent or has no record gets "".
 func references(ctx context.Context, db dynamostore.DynamoDBAPI, idemTable, tenant string, keys []string, sent []bool) (refs, ids []string, err error) {
 	store, err := dynamostore.New(db, idemTable)
 	if err != nil {
@@ -54,8 +54,8 @@ func references(ctx context.Context, db dynamostore.DynamoDBAPI, idemTable, tena
 	return refs, ids, nil
 }
 
-// recordOf reads the record of tenant's charge under the client key k: nil
-// if there is none.
+// recordOf reads the record of tenant's charge under the client key k. It
+// returns nil if there is none.
 func recordOf(ctx context.Context, store *dynamostore.Store, tenant, k string) (*idem.Record, error) {
 	key, err := idem.NewKey(tenant, charge.ChargeOperation, k)
 	if err != nil {
@@ -69,9 +69,9 @@ func recordOf(ctx context.Context, store *dynamostore.Store, tenant, k string) (
 }
 
 // cleanup deletes the idempotency records and charge rows of the given
-// keys of tenant (ids[i] names keys[i]'s row, "" for none). The emulator's
-// transactions slow down as its tables grow, so a run that leaves its
-// items behind slows the next one down.
+// keys of tenant. ids[i] names keys[i]'s row, "" for none. The emulator's
+// transactions slow down as its tables grow. So a run that leaves its items
+// behind slows the next one down.
 func cleanup(ctx context.Context, db batchWriter, idemTable, chargesTable, tenant string, keys, ids []string) error {
 	s := func(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 	pending := map[string][]types.WriteRequest{}

@@ -21,8 +21,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// growthConfig is a growth run's configuration: the load flags, the table
-// sizes and how to reach them, and the reference stack, if any.
+// growthConfig is a growth run's configuration. It holds the load flags,
+// the table sizes and how to reach them, and the reference stack, if any.
 type growthConfig struct {
 	loadConfig
 	sizes      []int
@@ -40,20 +40,24 @@ type growthConfig struct {
 //	        [load flags, here -n 1800 -rate 60 -retry-once 0.2 by default]
 //	        [-out out/growth]
 //
-// Before each step it makes charges, as fast as -fillers clients get
-// them answered, until the stack has made that many since the run began
-// (the steps' own count too). A step is the seeds' mix at the fixed rate
-// (first calls and replays), then -reconciles commands whose provider call
-// loses its answer (tok_timeout_once), each timed from when its
-// reconcile message was due to its record's settling (see reconcileRun).
-// It keeps what it wrote there: the point is a table that grows. With a
-// reference stack, each step runs the same on it too, first, and deletes
-// what the mix wrote there, so its tables stay near empty: the two
-// stacks' figures, taken in the same minutes on a shared machine, compare
-// the table sizes under the same load. It writes OUT.json (see
-// benchout.Growth) and each run's load summary as OUT-<size>.json (and
-// OUT-reference-<size>.json), and exits 1 if a step found a duplicate or
-// a missing charge.
+// Before each step it makes charges until the stack has made that many
+// since the run began. The steps' own charges count too. It makes them as
+// fast as -fillers clients get them answered.
+//
+// A step is the seeds' mix at the fixed rate (first calls and replays).
+// Then come -reconciles commands whose provider call loses its answer
+// (tok_timeout_once). Each is timed from when its reconcile message was due
+// to its record's settling (see reconcileRun). The run keeps what it wrote
+// there: the point is a table that grows.
+//
+// With a reference stack, each step runs the same on it too, first. It then
+// deletes what the mix wrote there, so its tables stay near empty. The two
+// stacks' figures are taken in the same minutes on a shared machine. So
+// they compare the table sizes under the same load.
+//
+// It writes OUT.json (see benchout.Growth). It writes each run's load
+// summary as OUT-<size>.json (and OUT-reference-<size>.json). It exits 1 if
+// a step found a duplicate or a missing charge.
 func growthMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseGrowthFlags(args, getenv)
 	if err != nil {
@@ -118,9 +122,9 @@ func growthMain(ctx context.Context, args []string, getenv func(string) string, 
 	return errors.Join(failures...)
 }
 
-// measureGrowth runs one stack's part of a step, run: the mix at the fixed
-// rate, then the reconciles. It returns its figures and how many charges
-// it made.
+// measureGrowth runs one stack's part of a step, run. That is the mix at
+// the fixed rate, then the reconciles. It returns its figures and how many
+// charges it made.
 func measureGrowth(ctx context.Context, hc *http.Client, c growthConfig, run loadConfig, stderr io.Writer) (benchout.GrowthRun, int, error) {
 	s, err := runLoad(ctx, run, hc, stderr)
 	if err != nil {
@@ -144,8 +148,8 @@ func measureGrowth(ctx context.Context, hc *http.Client, c growthConfig, run loa
 func parseGrowthFlags(args []string, getenv func(string) string) (growthConfig, error) {
 	fs := flag.NewFlagSet("loadgen growth", flag.ContinueOnError)
 	lc := loadFlags(fs, getenv)
-	// A run short enough to repeat at each size, at a rate the stack
-	// takes on two shared cores, with replays enough for a p99.
+	// A run short enough to repeat at each size. Its rate is one the stack
+	// takes on two shared cores. It has replays enough for a p99.
 	for name, v := range map[string]string{"n": "1800", "rate": "60", "retry-once": "0.2", "out": "out/growth"} {
 		f := fs.Lookup(name)
 		f.DefValue = v
@@ -194,9 +198,9 @@ func parseGrowthFlags(args []string, getenv func(string) string) (growthConfig, 
 	return c, nil
 }
 
-// fill makes n charges for tenant, from c.fillers clients each sending
-// the next fresh key once its last is answered, and returns how many the
-// stack created (a key answered otherwise is not sent again).
+// fill makes n charges for tenant and returns how many the stack created.
+// Each of c.fillers clients sends the next fresh key once its last is
+// answered. A key answered otherwise is not sent again.
 func fill(ctx context.Context, hc *http.Client, c growthConfig, tenant string, n int) (int, error) {
 	r := &runner{client: hc, url: strings.TrimRight(c.target, "/") + "/charges", tenant: tenant}
 	var next, created atomic.Int64
@@ -215,11 +219,11 @@ func fill(ctx context.Context, hc *http.Client, c growthConfig, tenant string, n
 	return int(created.Load()), ctx.Err()
 }
 
-// reconcileRun sends n charges whose provider call loses its
-// answer, half a second apart, and times the reconciler's work on each:
-// from when its reconcile message was due (the handler delays it, in whole
-// seconds, to the end of the record's lease) until the record is settled,
-// watched every 5 ms from then on.
+// reconcileRun sends n charges whose provider call loses its answer, half
+// a second apart. It times the reconciler's work on each. The time runs
+// from when its reconcile message was due until the record is settled.
+// The handler delays the message, in whole seconds, to the end of the
+// record's lease. The record is watched every 5 ms from then on.
 func reconcileRun(ctx context.Context, hc *http.Client, store *dynamostore.Store, run loadConfig, n int) (benchout.Latency, error) {
 	r := &runner{client: hc, url: strings.TrimRight(run.target, "/") + "/charges", tenant: run.tenant}
 	var b [4]byte

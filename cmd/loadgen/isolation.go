@@ -158,8 +158,8 @@ func attack(ctx context.Context, hc *http.Client, target, tenant, prefix string,
 	return shots
 }
 
-// runIsolation runs the phases, checks the ledger and the rows, writes
-// c.out.json, and removes what the run wrote unless c.keep.
+// runIsolation runs the phases and checks the ledger and the rows. It
+// writes c.out.json. It removes what the run wrote unless c.keep.
 func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stderr io.Writer) (benchout.Isolation, error) {
 	suffix := func() string {
 		var b [4]byte
@@ -197,8 +197,8 @@ func runIsolation(ctx context.Context, c isolationConfig, hc *http.Client, stder
 		fmt.Fprintf(stderr, "loadgen: round %d: B at %d/s beside A at %d/s for %v\n", round+1, c.bRate, rate, c.phase)
 		var wg sync.WaitGroup
 		wg.Go(func() {
-			// Half of B's interval later, so the two pacers' requests do not
-			// arrive together, every one.
+			// Half of B's interval later, so that no request of the two
+			// pacers arrives together with the other's.
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second / time.Duration(2*c.bRate)):
@@ -324,8 +324,8 @@ func tenantRun(tenant string, phases [][]shot, seconds float64) benchout.TenantR
 	return r
 }
 
-// span is how long a phase's requests were in flight: from the first
-// sent to the last answered. The server admitted each within it.
+// span is how long a phase's requests were in flight. It runs from the
+// first sent to the last answered. The server admitted each within it.
 func span(phase []shot) time.Duration {
 	var first, last time.Time
 	for _, s := range phase {
@@ -363,7 +363,7 @@ func failures(s benchout.Isolation) []string {
 		if other := r.run.Requests - r.run.Answers["201"] - r.run.Answers["429"]; other > 0 {
 			fail("%s: %d answers neither 201 nor 429 (%v)", r.name, other, r.run.Answers)
 		}
-		// The limiter's bucket is a second deep: each phase may take one
+		// The limiter's bucket is a second deep. So each phase may take one
 		// second's worth more than its span allows.
 		if most := float64(s.ALimit) * (r.run.SpanSeconds + float64(s.Rounds)); float64(r.run.Answers["201"]) > most {
 			fail("%s: %d answered 201, more than its limit allows in %.1f s (%.0f)", r.name, r.run.Answers["201"], r.run.SpanSeconds, most)

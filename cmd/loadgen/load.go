@@ -43,9 +43,8 @@ func parseLoadFlags(args []string, getenv func(string) string) (loadConfig, erro
 	return c.finish(fs)
 }
 
-// loadFlags defines a load run's flags on fs, and returns the
-// configuration they fill in; finish completes and checks it once fs is
-// parsed.
+// loadFlags defines a load run's flags on fs, and returns the configuration
+// they fill in. finish completes and checks it once fs is parsed.
 func loadFlags(fs *flag.FlagSet, getenv func(string) string) *loadConfig {
 	c := &loadConfig{}
 	fs.IntVar(&c.Ops, "n", 20000, "logical charges")
@@ -100,7 +99,7 @@ func (c *loadConfig) finish(fs *flag.FlagSet) (loadConfig, error) {
 }
 
 // loopback refuses a URL whose host is not a loopback address or
-// "localhost": the load is for the local stack only.
+// "localhost". The load is for the local stack only.
 func loopback(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -130,7 +129,7 @@ func loadMain(ctx context.Context, args []string, getenv func(string) string, st
 	return failed(s.Check)
 }
 
-// client is the HTTP client of a load run: one idle connection kept per
+// client is the HTTP client of a load run. It keeps one idle connection per
 // request that may be in flight.
 func (c loadConfig) client() *http.Client {
 	return &http.Client{
@@ -149,9 +148,9 @@ func failed(c benchout.Check) error {
 	return nil
 }
 
-// runLoad sends c's plan, checks the ledger and the charges table, writes
-// the summary to c.out.json, and deletes the run's records and rows unless
-// c.keep.
+// runLoad sends c's plan, checks the ledger and the charges table, and
+// writes the summary to c.out.json. It then deletes the run's records and
+// rows unless c.keep.
 func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Writer) (benchout.Summary, error) {
 	keys := make([]string, c.Ops)
 	for op := range c.Ops {
@@ -196,7 +195,7 @@ func runLoad(ctx context.Context, c loadConfig, hc *http.Client, stderr io.Write
 		}
 	}
 	// A command left in flight (a request that ran out of time) is
-	// resolved by the stack's sweeper and reconciler: wait for them.
+	// resolved by the stack's sweeper and reconciler. Wait for them.
 	w, err := waitForCharges(ctx, c.settle, c.drain, 2*time.Second, func(ctx context.Context) (checked, error) {
 		ledger, err := ledgerEntries(ctx, hc, c.provider)
 		if err != nil {
@@ -239,7 +238,7 @@ type waited struct {
 }
 
 // waitForCharges checks every poll interval until nothing is missing or
-// settle has passed, and notes what was missing then; while charges are
+// settle has passed. It notes what was missing then. While charges are
 // still missing it goes on for up to drain more.
 func waitForCharges(ctx context.Context, settle, drain, every time.Duration, poll func(context.Context) (checked, error)) (waited, error) {
 	var w waited

@@ -1,16 +1,16 @@
 // Command loadgen replays the seeds' worked example against the local stack
-// (make run): N logical charges, 3% of them retried once and a separate
-// 0.5% twice with the same key and body, and a share sent twice at the same
-// instant, open-loop at a target rate (2,080 requests per second by
-// default) whatever the answers, with at most -max-inflight requests
-// outstanding; a request due while the cap is reached is dropped and
-// counted.
+// (make run). It sends N logical charges. 3% of them are retried once, and
+// a separate 0.5% twice, with the same key and body. A share is sent twice
+// at the same instant. It sends open-loop at a target rate, whatever the
+// answers (2,080 requests per second by default). At most -max-inflight
+// requests are outstanding. A request due while the cap is reached is
+// dropped and counted.
 //
 // Afterwards it checks the provider simulator's ledger and the charges
-// table for the run's tenant (fresh each run): one charge and one row per
-// logical charge, no duplicate, none missing. It prints a summary, and
-// writes it as JSON. It exits 1 if it found a duplicate or a missing
-// charge, not for drops or slow answers.
+// table for the run's tenant (fresh each run). It expects one charge and
+// one row per logical charge: no duplicate, none missing. It prints a
+// summary, and writes it as JSON. It exits 1 if it found a duplicate or a
+// missing charge. Drops and slow answers do not fail it.
 //
 // It only talks to loopback addresses.
 //

@@ -28,12 +28,12 @@ type send struct {
 	kind kind
 }
 
-// workload is the seeds' worked example, parameterised: Ops logical
-// charges, of which the share RetryOnce is retried once and a separate
-// share RetryTwice twice, and another separate share Concurrent gets a
-// twin sent at the same instant as its first attempt. Requests leave at
-// Rate per second, whatever the answers; a retry leaves RetryDelay after
-// the attempt before it, or later when that slot is taken.
+// workload is the seeds' worked example, parameterised. It has Ops logical
+// charges. The share RetryOnce of them is retried once. A separate share
+// RetryTwice is retried twice. Another separate share Concurrent gets a twin
+// sent at the same instant as its first attempt. Requests leave at Rate per
+// second, whatever the answers. A retry leaves RetryDelay after the attempt
+// before it, or later when that slot is taken.
 type workload struct {
 	Ops                               int
 	RetryOnce, RetryTwice, Concurrent float64
@@ -66,10 +66,9 @@ func (w workload) validate() error {
 	return nil
 }
 
-// plan lays the workload out in time: one send per slot of 1/Rate seconds,
-// except that a concurrent twin shares its first attempt's slot. Which
-// charges are retried or doubled is drawn from Seed, so a plan can be
-// repeated exactly.
+// plan lays the workload out in time: one send per slot of 1/Rate seconds.
+// A concurrent twin shares its first attempt's slot. Which charges are
+// retried or doubled is drawn from Seed. So a plan can be repeated exactly.
 func (w workload) plan() []send {
 	once, twice, concurrent := w.counts()
 	retries := make([]int, w.Ops)

@@ -41,9 +41,9 @@ type request struct {
 	key, body string
 }
 
-// runner sends a plan open-loop: each send leaves when its time comes,
-// whatever the earlier ones are doing, unless maxInFlight requests are
-// already outstanding, in which case it is dropped and counted.
+// runner sends a plan open-loop. Each send leaves when its time comes,
+// whatever the earlier ones are doing. If maxInFlight requests are already
+// outstanding, it is dropped and counted instead.
 type runner struct {
 	client      *http.Client
 	url         string // POST target

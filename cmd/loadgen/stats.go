@@ -23,8 +23,8 @@ func summarize(ds []time.Duration) benchout.Latency {
 	}
 }
 
-// percentile is the nearest-rank p-th percentile of sorted, non-empty ds:
-// the smallest value at least p% of the values are no greater than.
+// percentile is the nearest-rank p-th percentile of sorted, non-empty ds.
+// That is the smallest value at least p% of the values are no greater than.
 func percentile(ds []time.Duration, p float64) time.Duration {
 	rank := int(math.Ceil(p / 100 * float64(len(ds))))
 	return ds[min(max(rank, 1), len(ds))-1]

@@ -18,17 +18,18 @@ import (
 )
 
 // The DynamoDB calls one request of the seeds' mix makes on the request
-// path, as TestRoundTrips asserts them: a first charge makes two (PutItem +
-// TransactWriteItems), a replay one, and a concurrent twin one when its
-// first attempt is still in flight (the 409, or a replay once it is done).
+// path, as TestRoundTrips asserts them. A first charge makes two (PutItem +
+// TransactWriteItems), and a replay one. A concurrent twin makes one when
+// its first attempt is still in flight: the 409, or a replay once it is
+// done.
 const (
 	callsFirst = 2
 	callsRetry = 1
 	callsTwin  = 1
 )
 
-// keepUp is the least share of the offered rate a passing step answers:
-// answers that fall ever further behind have not reached the function's
+// keepUp is the least share of the offered rate a passing step answers.
+// Answers that fall ever further behind have not reached the function's
 // timeout yet, but would.
 const keepUp = 0.95
 
@@ -49,26 +50,29 @@ type sustainConfig struct {
 //	        [-bisect 1] [-cooldown 30s] [-duration 60s] [-settle 30s]
 //	        [-drain 5m] [load flags] [-out out/sustain]
 //
-// The ceiling is the emulator's PutItem per second (the median of
-// BenchmarkEmulatorPutItem/serial in -bench) divided by the DynamoDB calls
-// one request of the mix makes. The mix's ceiling is what the emulator
-// takes of the mix's own calls, one at a time: a first charge's Begin and
-// Commit (BenchmarkBegin, BenchmarkCommit), a retry's or twin's one
-// conditional PutItem (a Begin that loses), averaged over the mix's
-// requests (see mixCeiling). It runs the seeds' mix for -duration at
-// -from times the mix's ceiling, then at each -step more up to -to, and
-// stops at the first step that fails: a step passes when the stack
-// answered at least 95% of the offered rate over the step (answering ever
-// later is not sustaining it), no request was dropped at the in-flight
-// cap, none timed out or got another 5xx or transport error, and the
-// check found no duplicate and, -settle after the step, no missing
-// charge. A charge still missing then is waited for up to -drain more: a
-// stack that fell behind resolves it late, and only one still missing
-// after that is lost. After a failed step it tries -bisect more rates,
-// each halfway between the highest passing rate and the lowest failing
-// one, after a -cooldown pause. It writes OUT.json (see benchout.Sustain),
-// and each step's own summary as OUT-<offered>.json. Like a load run, it
-// exits 1 if a step found a duplicate or a lost charge.
+// The ceiling is the emulator's PutItem per second divided by the DynamoDB
+// calls one request of the mix makes. The PutItem figure is the median of
+// BenchmarkEmulatorPutItem/serial in -bench. The mix's ceiling is what the
+// emulator takes of the mix's own calls, one at a time. A first charge
+// makes a Begin and a Commit (BenchmarkBegin, BenchmarkCommit). A retry or
+// twin makes one conditional PutItem (a Begin that loses). These are
+// averaged over the mix's requests (see mixCeiling).
+//
+// It runs the seeds' mix for -duration at -from times the mix's ceiling.
+// Then each step adds -step more, up to -to. It stops at the first step that
+// fails. A step passes when the stack answered at least 95% of the offered
+// rate over the step. Answering ever later is not sustaining it. No request
+// may be dropped at the in-flight cap. None may time out or get another
+// 5xx or transport error. The check must find no duplicate. It must find
+// no missing charge -settle after the step. A charge still missing then is
+// waited for up to -drain more. A stack that fell behind resolves it late.
+// Only a charge still missing after that is lost.
+//
+// After a failed step it tries -bisect more rates, after a -cooldown pause
+// each. Each lies halfway between the highest passing rate and the lowest
+// failing one. It writes OUT.json (see benchout.Sustain), and each step's
+// own summary as OUT-<offered>.json. Like a load run, it exits 1 if a step
+// found a duplicate or a lost charge.
 func sustainMain(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	c, err := parseSustainFlags(args, getenv)
 	if err != nil {
@@ -131,8 +135,8 @@ func sustainMain(ctx context.Context, args []string, getenv func(string) string,
 		if fail == 0 {
 			break
 		}
-		// A failed step leaves work behind (commands to reconcile):
-		// let the stack drain it before the next.
+		// A failed step leaves work behind (commands to reconcile). Let
+		// the stack drain it before the next.
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -213,11 +217,11 @@ func callsPerRequest(w workload) float64 {
 }
 
 // mixCeiling is the requests per second the emulator takes of the mix's
-// own calls, one at a time, from the milliseconds a Begin and a Commit
-// take (a first charge makes one of each; a retry or a twin one
-// conditional PutItem, which costs what a Begin does). Measured one call
-// at a time, each figure also holds the client's side of the call, so it
-// is a lower bound of what the emulator alone could take.
+// own calls, one at a time. It starts from the milliseconds a Begin and a
+// Commit take. A first charge makes one of each. A retry or a twin makes
+// one conditional PutItem, which costs what a Begin does. Each figure is
+// measured one call at a time, so it also holds the client's side of the
+// call. So it is a lower bound of what the emulator alone could take.
 func mixCeiling(w workload, beginMs, commitMs float64) float64 {
 	perCharge := beginMs + commitMs + beginMs*(w.RetryOnce+2*w.RetryTwice+w.Concurrent)
 	return 1e3 * requestsPerCharge(w) / perCharge

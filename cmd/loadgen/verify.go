@@ -68,15 +68,15 @@ func chargeRows(ctx context.Context, db dynamodb.QueryAPIClient, table, tenant s
 	return keys, nil
 }
 
-// checked is a check's figures, and which logical charges it found
-// missing (their indexes), for describeMissing.
+// checked is a check's figures. It also holds which logical charges it
+// found missing (their indexes), for describeMissing.
 type checked struct {
 	benchout.Check
 	missing []int
 }
 
-// check compares, for each logical charge (its key and provider
-// reference), the best answer the API gave with the ledger and the rows.
+// check compares the best answer the API gave with the ledger and the rows.
+// It does so for each logical charge (its key and provider reference).
 func check(keys, refs []string, answers [][]outcome, ledger map[string]providersim.LedgerEntry, rows []string) checked {
 	c := checked{Check: benchout.Check{Logical: len(keys), Rows: len(rows)}}
 	rowsOf := make(map[string]int, len(rows))
@@ -117,8 +117,8 @@ func check(keys, refs []string, answers [][]outcome, ledger map[string]providers
 	return c
 }
 
-// describeMissing writes, for the first few missing logical charges, what
-// their records say, which tells a command the stack has still to resolve
+// describeMissing writes what the records of the first few missing logical
+// charges say. That tells a command the stack has still to resolve
 // (IN_FLIGHT) from one it settled without its row.
 func describeMissing(ctx context.Context, w io.Writer, db dynamostore.DynamoDBAPI, idemTable, tenant string, keys []string, missing []int) error {
 	store, err := dynamostore.New(db, idemTable)

@@ -1,21 +1,24 @@
-// Command localstack runs the whole service on loopback for development, in
-// the foreground until SIGINT or SIGTERM, then stops everything it started.
+// Command localstack runs the whole service on loopback for development. It
+// runs in the foreground until SIGINT or SIGTERM, then stops everything it
+// started.
 //
 // It starts the DynamoDB/SQS/Secrets Manager/S3 emulator
-// (scripts/emulator.py from .venv; or uses DYNAMODB_ENDPOINT, SQS_ENDPOINT,
-// SECRETSMANAGER_ENDPOINT and S3_ENDPOINT when all are set), creates the
-// tables, TTL, queues and the audit trail's bucket and index from the
-// definitions the template is checked against, turns on the tables'
-// streams, creates
-// the provider's API key and the webhook signing secret in Secrets Manager
-// (chargeonce/provider-api-key, chargeonce/stripe-webhook-secret; kept if
-// they exist), serves the provider simulator, and serves the charge API through
-// a local API Gateway (package gateway) in front of the handler app builds
-// for the Lambda, configured through the same environment variables. The
-// sweeper runs on a short interval; the reconcile and intake handlers are
-// each fed by a local SQS event source (package eventsource) on their
-// queue, and the audit function by a local event source on each table's
-// stream.
+// (scripts/emulator.py from .venv). It uses DYNAMODB_ENDPOINT,
+// SQS_ENDPOINT, SECRETSMANAGER_ENDPOINT and S3_ENDPOINT instead when all are
+// set. It creates the tables, TTL, queues and the audit trail's bucket and
+// index. Their definitions are those the template is checked against. It
+// turns on the tables' streams. It creates the provider's API key and the
+// webhook signing secret in Secrets Manager
+// (chargeonce/provider-api-key, chargeonce/stripe-webhook-secret). Secrets
+// that exist are kept. It serves the provider simulator. It serves the
+// charge API through a local API Gateway (package gateway). The gateway
+// fronts the handler app builds for the Lambda. That handler is configured
+// through the same environment variables.
+//
+// The sweeper runs on a short interval. A local SQS event source (package
+// eventsource) feeds each of the reconcile and intake handlers from its
+// queue. A local event source on each table's stream feeds the audit
+// function.
 //
 // Usage:
 //
@@ -23,29 +26,33 @@
 //	           [-provider-url URL] [-emulator-port 4566] [-sweep-every 5s]
 //	           [-slow 5s] [-root .] [-trace-json]
 //
-// The functions' other variables (TENANT_CLAIM, IDEMPOTENCY_TTL,
-// INFLIGHT_WAIT, LOG_LEVEL, TENANT_RATE_LIMIT, TENANT_CONCURRENCY_LIMIT,
-// LIMITS_MAX_AGE, SECRETS_MAX_AGE: 5s here) are read from the
-// environment. They get the secrets' names, and read the values from
-// Secrets Manager as deployed functions do.
+// The functions' other variables are read from the environment:
+// TENANT_CLAIM, IDEMPOTENCY_TTL, INFLIGHT_WAIT, LOG_LEVEL,
+// TENANT_RATE_LIMIT, TENANT_CONCURRENCY_LIMIT, LIMITS_MAX_AGE and
+// SECRETS_MAX_AGE (5s here). The functions get the secrets' names. They read
+// the values from Secrets Manager as deployed functions do.
 //
-// PROVIDER picks the provider side. sim (the default): the provider
-// simulator (providersim) on -provider-addr, whose key is the secret's
-// (first sk_local_providersim). stripe: the functions use the Stripe
-// adapter, against PROVIDER_URL if it is set (a running stripe-mock, say),
-// else against the stateful Stripe simulator (stripesim) served on
-// -provider-addr, whose key is the secret's (first sk_test_localstack),
-// which sends its signed webhooks to the API's POST /webhooks/stripe,
-// signed with the webhook secret's value (first whsec_localstack). With
-// -provider-url the functions reach the simulator there instead of at
-// -provider-addr: through a proxy, say (cmd/chaos puts Toxiproxy there).
-// The stack reads the secrets every second, and a simulator takes their new
-// values as a provider whose key was rolled: a rotation takes effect
+// PROVIDER picks the provider side.
+//
+// sim (the default) is the provider simulator (providersim) on
+// -provider-addr. Its key is the secret's (first sk_local_providersim).
+//
+// stripe makes the functions use the Stripe adapter. They use it against
+// PROVIDER_URL if it is set (a running stripe-mock, say). Otherwise they use
+// it against the stateful Stripe simulator (stripesim) served on
+// -provider-addr. Its key is the secret's (first sk_test_localstack). It
+// sends its signed webhooks to the API's POST /webhooks/stripe. It signs
+// them with the webhook secret's value (first whsec_localstack).
+//
+// With -provider-url the functions reach the simulator there instead of at
+// -provider-addr. That may be a proxy (cmd/chaos puts Toxiproxy there). The stack reads the secrets every second. A simulator takes their
+// new values as a provider whose key was rolled. So a rotation takes effect
 // without a restart.
+//
 // Logs are JSON lines on standard output; the banner goes to standard error.
 // With -trace-json, every function's spans are JSON lines on standard
-// output too (stdouttrace), one per span as it ends; without it tracing is
-// off, as in a deployment without the ADOT layer.
+// output too (stdouttrace). Each span is one line, written as it ends.
+// Without it tracing is off, as in a deployment without the ADOT layer.
 package main
 
 import (
@@ -98,10 +105,10 @@ const (
 
 // idleConns is how many idle connections the stack keeps open to the
 // emulator and to the provider simulator. In Lambda each instance serves
-// one request at a time; here one process serves them all, and with the
-// SDK's default of 10 idle connections per host (a plain http.Client's: 2)
-// every request beyond them closed its connection after use and the next
-// opened another, for which the emulator starts a thread.
+// one request at a time. Here one process serves them all. The SDK keeps
+// 10 idle connections per host by default (a plain http.Client: 2).
+// Beyond them, every request closed its connection after use. The next
+// opened another, and the emulator starts a thread for each.
 const idleConns = 1024
 
 func keepIdle(t *http.Transport) { t.MaxIdleConns, t.MaxIdleConnsPerHost = idleConns, idleConns }
@@ -126,13 +133,13 @@ type options struct {
 }
 
 // secretsMaxAge is how long the stack's functions keep a secret's value
-// unless SECRETS_MAX_AGE says otherwise: short, so that a rotated webhook
-// secret takes effect within seconds (a rotated API key does at once, on
-// the simulator's first 401).
+// unless SECRETS_MAX_AGE says otherwise. It is short, so that a rotated
+// webhook secret takes effect within seconds. A rotated API key does at
+// once, on the simulator's first 401.
 const secretsMaxAge = 5 * time.Second
 
-// followEvery is how often the stack reads its secrets for the simulators,
-// which follow a rotation as a provider whose key was rolled.
+// followEvery is how often the stack reads its secrets for the simulators.
+// They follow a rotation as a provider whose key was rolled.
 const followEvery = time.Second
 
 // server is a listener and what it serves.
@@ -216,8 +223,8 @@ func parseFlags(args []string, getenv func(string) string) (options, error) {
 	return o, nil
 }
 
-// run starts the stack, calls ready once it serves, and stops it when ctx
-// is done (or when a part of it fails).
+// run starts the stack and calls ready once it serves. It stops the stack
+// when ctx is done, or when a part of it fails.
 func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack)) (err error) {
 	ep := awsenv.EndpointsFrom(o.getenv)
 	s := stack{dynamoDB: ep.DynamoDB, sqs: ep.SQS, secretsManager: ep.SecretsManager, s3: ep.S3, sweepEvery: o.sweepEvery, slow: o.slow}
@@ -264,7 +271,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	s.queueURL, s.dlqURL, s.dummyCredentials = res.queue.URL, res.queue.DLQURL, local
 	s.intakeURL, s.intakeDLQURL = res.chargeRequests.URL, res.chargeRequests.DLQURL
 
-	// The functions read these variables exactly as they do in Lambda; the
+	// The functions read these variables exactly as they do in Lambda. The
 	// template sets the same ones to the deployed resources.
 	env := map[string]string{
 		app.EnvIdempotencyTable:  res.idempotencyTable,
@@ -273,13 +280,13 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 		app.EnvReconcileQueueURL: res.queue.URL,
 		// The intake's queue is its event source, not a variable.
 		app.EnvChargeRequestsDLQURL: res.chargeRequests.DLQURL,
-		// Names, not values: the functions read the secrets from the
+		// Names, not values. The functions read the secrets from the
 		// emulator's Secrets Manager, as from AWS's when deployed.
 		app.EnvProviderSecretName: providerSecret,
 		app.EnvWebhookSecretName:  webhookSecret,
 		app.EnvSecretsMaxAge:      cmp.Or(o.getenv(app.EnvSecretsMaxAge), secretsMaxAge.String()),
 		// The emulator's endpoints, as sam local's LocalEndpointUrl sets
-		// them: beside them alone the functions take a provider over http.
+		// them. Only beside them do the functions take a provider over http.
 		awsenv.EnvDynamoDBEndpoint:       s.dynamoDB,
 		awsenv.EnvSQSEndpoint:            s.sqs,
 		awsenv.EnvSecretsManagerEndpoint: s.secretsManager,
@@ -296,7 +303,7 @@ func run(ctx context.Context, o options, logger *slog.Logger, ready func(stack))
 	var (
 		servers []server
 		// follow makes the simulator take the secrets' values after a
-		// rotation; nil when the provider is not the stack's.
+		// rotation. It is nil when the provider is not the stack's.
 		follow func(key, whsec string)
 	)
 	if s.providerKind == app.ProviderStripe && o.getenv(app.EnvProviderURL) != "" {
@@ -380,10 +387,10 @@ type runner interface {
 }
 
 // functions builds the five functions' handlers with app, as their Lambda
-// mains do, and the local event sources in front of them: the gateway, a
-// poller each for the reconcile queue and for the charge-requests queue,
-// and one for each table's stream, which feeds the audit function (its
-// bucket on store). With spans, each function traces to it.
+// mains do. It builds the local event sources in front of them too. The
+// gateway is one. A poller each serves the reconcile queue and the
+// charge-requests queue. One more for each table's stream feeds the audit
+// function (its bucket on store). With spans, each function traces to it.
 func functions(ctx context.Context, getenv app.Getenv, clients awsenv.Clients, store *s3.Client, streams *dynamodbstreams.Client,
 	res resources, spans io.Writer, logger *slog.Logger) (*gateway.Gateway, *sweeper.Sweeper, []runner, error) {
 	cc, err := app.LoadCharge(getenv)
@@ -507,8 +514,8 @@ func serve(ctx context.Context, ln net.Listener, h http.Handler, logger *slog.Lo
 	return nil
 }
 
-// sweepLoop runs the sweeper every interval, each run an invocation with
-// the sweeper function's timeout, as the schedule does every minute.
+// sweepLoop runs the sweeper every interval, as the schedule does every
+// minute. Each run is an invocation with the sweeper function's timeout.
 func sweepLoop(ctx context.Context, s *sweeper.Sweeper, every time.Duration, logger *slog.Logger) {
 	tick(ctx, every, func() {
 		rctx, cancel := context.WithTimeout(ctx, sweeperTimeout)
@@ -545,11 +552,11 @@ func readSecrets(ctx context.Context, c awsenv.Clients) (key, whsec string, err 
 	return key, whsec, nil
 }
 
-// followSecrets reads the secrets every followEvery and hands the
-// simulator their values when either changed since key and whsec: the
-// provider side of a rotation, which the functions then follow (a 401
-// makes them read the key again; the webhook secret they read again after
-// SECRETS_MAX_AGE).
+// followSecrets reads the secrets every followEvery. It hands the
+// simulator their values when either changed since key and whsec. That is
+// the provider side of a rotation, which the functions then follow. A 401
+// makes them read the key again. They read the webhook secret again after
+// SECRETS_MAX_AGE.
 func followSecrets(ctx context.Context, c awsenv.Clients, key, whsec string, follow func(key, whsec string), logger *slog.Logger) {
 	tick(ctx, followEvery, func() {
 		k, w, err := readSecrets(ctx, c)
@@ -565,8 +572,8 @@ func followSecrets(ctx context.Context, c awsenv.Clients, key, whsec string, fol
 }
 
 // adminEnv is the environment, as NAME=value, that points chargectl admin
-// at the stack: the functions' variables, and dummy credentials for an
-// emulator the stack started.
+// at the stack. It holds the functions' variables. It adds dummy credentials
+// for an emulator the stack started.
 func adminEnv(s stack) []string {
 	env := []string{
 		app.EnvIdempotencyTable + "=" + idempotencyTable,

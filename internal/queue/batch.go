@@ -6,11 +6,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
-// HandleBatch is the skeleton of an SQS batch handler: it calls settle for
-// every record of ev, the records of one group in order and at most limit
-// groups at once, and returns as batch item failures the records settle
-// did not settle, for Lambda to deliver again. groups lists record indexes;
-// nil makes every record a group of its own.
+// HandleBatch is the skeleton of an SQS batch handler. It calls settle for
+// every record of ev. The records of one group go in order, and at most
+// limit groups run at once. It returns the records settle did not settle
+// as batch item failures, for Lambda to deliver again. groups lists record
+// indexes; nil makes every record a group of its own.
 func HandleBatch(ev events.SQSEvent, groups [][]int, limit int, settle func(i int) bool) events.SQSEventResponse {
 	if groups == nil {
 		groups = make([][]int, len(ev.Records))
