@@ -201,8 +201,10 @@ func (r *history) dropping(rt *rapid.T, send func()) {
 }
 
 // claimAnswerLost is a request whose claim lands in DynamoDB while its
-// answer is lost and the SDK's retries are all throttled.
+// answer is lost and the SDK's retries are all throttled. Webhooks in
+// flight are delivered first: their event claims would take the loss.
 func (r *history) claimAnswerLost(rt *rapid.T) {
+	r.hooksDelivered()
 	faulty := r.faulty
 	r.faulty = true
 	r.env.faults.claim.Arm()

@@ -27,7 +27,8 @@ var nothingCharged = []string{
 // noteNothingCharged checks an answer of a request sent alone: one that
 // says nothing was charged must be true now, and stay true until the
 // client sends again. (Of duplicates sent at once, one may be told so
-// while another charges.)
+// while another charges.) service-unavailable says so of this request
+// only: a command the key named before may have acted (README).
 func (r *history) noteNothingCharged(rt *rapid.T, ks *keyState, resp events.APIGatewayV2HTTPResponse) {
 	rt.Helper()
 	if !slices.ContainsFunc(nothingCharged, func(slug string) bool { return strings.Contains(resp.Body, httpapi.ProblemBase+slug+`"`) }) {
@@ -40,6 +41,12 @@ func (r *history) noteNothingCharged(rt *rapid.T, ks *keyState, resp events.APIG
 		return // nothing stored: no command to charge
 	case err != nil:
 		rt.Fatal(err)
+	}
+	if prev := ks.gens[rec.CreatedAt]; prev != nil && prev.Status != idem.StatusReleased &&
+		strings.Contains(resp.Body, httpapi.ProblemBase+httpapi.ProblemServiceUnavailable.Slug+`"`) {
+		// This request stored and charged nothing, and says only that. The
+		// record is an earlier command's, which may have acted.
+		return
 	}
 	ref := charge.ProviderReference(ks.key, rec.CreatedAt)
 	if e := r.env.sim.entries()[ref]; e.made() || e.pending {
