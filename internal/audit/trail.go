@@ -33,9 +33,21 @@ func NewTrail(archive *Archive, index *Index) (*Trail, error) {
 // Older ones are in the archive alone, for Athena.
 func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error) {
 	want := map[string]bool{}
-	objects := map[string]bool{}
 	for _, s := range subjects {
 		want[s] = true
+	}
+	entries, err := t.read(ctx, subjects...)
+	if err != nil {
+		return nil, err
+	}
+	return causal(slices.DeleteFunc(entries, func(e Entry) bool { return !want[e.KeyHash] && !want[e.Command] })), nil
+}
+
+// read is every entry, once, of the objects the index files under
+// subjects.
+func (t *Trail) read(ctx context.Context, subjects ...string) ([]Entry, error) {
+	objects := map[string]bool{}
+	for _, s := range subjects {
 		names, err := t.index.objects(ctx, s)
 		if err != nil {
 			return nil, err
@@ -64,7 +76,7 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 				return
 			}
 			for _, e := range entries {
-				if (want[e.KeyHash] || want[e.Command]) && !seen[e.Event] {
+				if !seen[e.Event] {
 					seen[e.Event] = true
 					out = append(out, e)
 				}
@@ -75,7 +87,7 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return causal(out), nil
+	return out, nil
 }
 
 // ChargeRows reads a charge with its refunds (charge.Rows).
@@ -87,8 +99,10 @@ type ChargeRows interface {
 var ErrNoCharge = errors.New("audit: no such charge")
 
 // ChargeHistory is the History of tenant's charge id. That is the history
-// of the command that created it, and of each of its refunds'. Its rows,
-// kept for good, name them. The key that created it may have served
+// of the command that created it, and of each of its refunds'. Its row,
+// kept for good, names the first. The index files each refund's claim
+// under the charge too: a refused or unsettled refund has no row. The
+// key that created it may have served
 // another intent before: those entries are there too. A later intent of
 // its key or of a refund's, once their records expired, is another
 // charge's or refund's: its entries are not. An id that is not a
@@ -105,7 +119,17 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 		return nil, fmt.Errorf("%w: %s", ErrNoCharge, id)
 	}
 	key := subject(tenant, charge.ChargeOperation, string(c.IdempotencyKey))
+	claims, err := t.read(ctx, chargeSubject(tenant, id))
+	if err != nil {
+		return nil, err
+	}
 	subjects, refunds := []string{key}, map[string]bool{}
+	for _, e := range claims {
+		if e.Operation == charge.RefundOperation && e.Tenant == tenant && e.Charge == id {
+			subjects = append(subjects, e.KeyHash)
+			refunds[e.Refund] = true
+		}
+	}
 	for _, r := range c.Refunds {
 		subjects = append(subjects, subject(tenant, charge.RefundOperation, string(r.IdempotencyKey)))
 		refunds[r.ID] = true
@@ -119,6 +143,10 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 		return e.Charge != id && !refunds[e.Refund] && !earlier
 	}), nil
 }
+
+// chargeSubject is what the index files a refund's claim under, besides
+// its key: its charge. A key's hash never holds "#".
+func chargeSubject(tenant, id string) string { return "charge#" + tenant + "#" + id }
 
 // subject is the key hash the index files a command under.
 func subject(tenant, operation, client string) string {

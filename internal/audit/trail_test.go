@@ -351,3 +351,30 @@ func TestAChargesHistoryHoldsNoLaterCharge(t *testing.T) {
 		t.Errorf("the history of %s, which the same key's %s led to:\n%s", second, first, show(later))
 	}
 }
+
+// TestARefusedRefundShowsInItsChargesHistory: a refund of more than the
+// charge is refused for good, so no refund row names it. Its claim names
+// the charge: the charge's history shows the refusal.
+func TestARefusedRefundShowsInItsChargesHistory(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	tenant, kCharge, kRefund := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, kCharge, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	resp, err := h.Handle(t.Context(), bob.as(testkit.PostRefund(tenant, kRefund, id, `{"amount":99999}`)))
+	if err != nil || resp.StatusCode < 400 || resp.StatusCode >= 500 {
+		t.Fatalf("refund of 99999: %d %s %v, want a refusal", resp.StatusCode, resp.Body, err)
+	}
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	refund := hash(t, tenant, charge.RefundOperation, kRefund)
+	got, err := chargeHistory(t, d, tr, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(find(got, refund, audit.WhatClaimed)) == 0 || len(find(got, refund, audit.WhatFailed)) == 0 {
+		t.Errorf("charge %s's history lacks the claim or the refusal of a refund of it:\n%s", id, show(got))
+	}
+}
