@@ -354,7 +354,7 @@ func TestAChargesHistoryHoldsNoLaterCharge(t *testing.T) {
 
 // TestARefusedRefundShowsInItsChargesHistory: a refund of more than the
 // charge is refused for good, so no refund row names it. Its claim names
-// the charge: the charge's history shows the refusal.
+// the charge: the charge's history shows the refusal, and a note on it.
 func TestARefusedRefundShowsInItsChargesHistory(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
@@ -370,11 +370,30 @@ func TestARefusedRefundShowsInItsChargesHistory(t *testing.T) {
 		t.Fatalf("drained %+v", b)
 	}
 	refund := hash(t, tenant, charge.RefundOperation, kRefund)
+	claims := find(history(t, tr, refund), refund, audit.WhatClaimed)
+	if len(claims) != 1 {
+		t.Fatalf("the refund key's claims: %s", show(claims))
+	}
+	// An operator's note names the refund alone, as chargectl's does.
+	archive, err := audit.NewArchive(tr.S3, tr.Config.AuditBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := audit.NewIndex(testkit.Clients(t).DynamoDB, tr.Config.AuditIndexTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := audit.Entry{At: time.Now(), What: audit.WhatOperatorSettles, Tenant: tenant, Operation: charge.RefundOperation, KeyHash: refund, Refund: claims[0].Refund}
+	if err := audit.Note(t.Context(), archive, index, note, audit.DefaultIndexRetention); err != nil {
+		t.Fatal(err)
+	}
 	got, err := chargeHistory(t, d, tr, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(find(got, refund, audit.WhatClaimed)) == 0 || len(find(got, refund, audit.WhatFailed)) == 0 {
-		t.Errorf("charge %s's history lacks the claim or the refusal of a refund of it:\n%s", id, show(got))
+	for _, what := range []string{audit.WhatClaimed, audit.WhatFailed, audit.WhatOperatorSettles} {
+		if len(find(got, refund, what)) == 0 {
+			t.Errorf("charge %s's history lacks the refund's %s:\n%s", id, what, show(got))
+		}
 	}
 }
