@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -30,7 +32,8 @@ func NewTrail(archive *Archive, index *Index) (*Trail, error) {
 // later change of those rows. It holds the provider events that settled
 // them. Each change is there once, in the order it happened (order.go).
 // The index finds the entries of its retention, the latest three months.
-// Older ones are in the archive alone, for Athena.
+// Older ones are in the archive alone, for Athena. An object the archive
+// no longer has is an entry saying so (WhatObjectGone).
 func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error) {
 	want := map[string]bool{}
 	for _, s := range subjects {
@@ -44,16 +47,17 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 }
 
 // read is every entry, once, of the objects the index files under
-// subjects.
+// subjects. An object gone from the archive is an entry of the subject
+// it was filed under, saying so.
 func (t *Trail) read(ctx context.Context, subjects ...string) ([]Entry, error) {
-	objects := map[string]bool{}
+	objects := map[string]string{} // by name, a subject it is filed under
 	for _, s := range subjects {
 		names, err := t.index.objects(ctx, s)
 		if err != nil {
 			return nil, err
 		}
 		for _, n := range names {
-			objects[n] = true
+			objects[n] = s
 		}
 	}
 	var (
@@ -64,11 +68,14 @@ func (t *Trail) read(ctx context.Context, subjects ...string) ([]Entry, error) {
 		out  []Entry
 	)
 	sem := make(chan struct{}, DefaultConcurrency)
-	for name := range objects {
+	for name, subject := range objects {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			entries, err := t.archive.get(ctx, name)
+			if errors.Is(err, errGone) {
+				entries, err = []Entry{gone(name, subject)}, nil
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -123,7 +130,7 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 	if err != nil {
 		return nil, err
 	}
-	subjects, refunds := []string{key}, map[string]bool{}
+	subjects, refunds := []string{key, chargeSubject(tenant, id)}, map[string]bool{}
 	for _, e := range claims {
 		if e.Operation == charge.RefundOperation && e.Tenant == tenant && e.Charge == id {
 			subjects = append(subjects, e.KeyHash)
@@ -140,8 +147,18 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 	}
 	return slices.DeleteFunc(history, func(e Entry) bool {
 		earlier := (e.KeyHash == key || e.Command == key) && e.CreatedAt.Before(c.CreatedAt)
-		return e.Charge != id && !refunds[e.Refund] && !earlier
+		return e.Charge != id && !refunds[e.Refund] && !earlier && e.What != WhatObjectGone
 	}), nil
+}
+
+// gone is the entry of the object name, filed under subject, that the
+// archive no longer has: at its day, the one its name holds.
+func gone(name, subject string) Entry {
+	e := Entry{Event: name, What: WhatObjectGone, KeyHash: subject}
+	if i := strings.Index(name, "day="); i >= 0 && len(name) >= i+14 {
+		e.At, _ = time.Parse(time.DateOnly, name[i+4:i+14])
+	}
+	return e
 }
 
 // chargeSubject is what the index files a refund's claim under, besides
