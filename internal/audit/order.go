@@ -82,8 +82,9 @@ func (o *order) seconds() [][]int {
 }
 
 // chains are each item's entries in its stream's order. An operator's
-// note joins its record's chain, after the last change under the lease it
-// saw. It is read in the second of a neighbour when its clock disagrees.
+// note joins its record's chain, before the change that ended the lease
+// it saw (ended). It is read in the second of a neighbour when its clock
+// disagrees.
 func (o *order) chains() [][]int {
 	items := map[string][]int{}
 	var notes []int
@@ -103,12 +104,7 @@ func (o *order) chains() [][]int {
 		note := o.entries[i]
 		record := itemOf(Entry{Table: TableRecords, KeyHash: note.KeyHash})
 		chain := items[record]
-		at := -1
-		for k, j := range chain {
-			if note.Lease != "" && o.entries[j].Lease == note.Lease {
-				at = k + 1
-			}
-		}
+		at := ended(o.entries, chain, note.Lease)
 		if at < 0 {
 			items[note.Event] = []int{i}
 			continue
@@ -122,6 +118,27 @@ func (o *order) chains() [][]int {
 		items[record] = slices.Insert(chain, at, i)
 	}
 	return slices.Collect(maps.Values(items))
+}
+
+// ended is where in chain, a record's changes, a note on lease goes:
+// before the first change that ends it. A settlement, a take-over or a
+// deletion ends it. With none, it goes after the last change holding it.
+// It is -1 when no change names lease.
+func ended(entries []Entry, chain []int, lease string) int {
+	if lease == "" {
+		return -1
+	}
+	at := -1
+	for k, j := range chain {
+		switch e := entries[j]; {
+		case e.What == WhatQueueMark: // the reconciler's, not the lease's
+		case e.Lease == lease && (e.What == WhatClaimed || e.What == WhatLeaseMoved || e.What == WhatTakenOver):
+			at = k + 1
+		case e.Lease == lease || at >= 0:
+			return k
+		}
+	}
+	return at
 }
 
 // itemOf names what an entry changed: a record by its key's hash, a row by
