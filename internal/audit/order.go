@@ -19,7 +19,8 @@ import (
 //   - A row is written in the transaction that settles its command. It
 //     follows the command's claim, and is read before its settlement.
 //   - A row's later changes follow that settlement.
-//   - A charge's row that holds a refund's amount follows its claim.
+//   - A charge's row that holds a refund's amount follows its claim. An
+//     attempt places one hold at most: the n-th follows the n-th attempt.
 //   - A refund is claimed once its charge's row reads succeeded. So it
 //     follows the settlement of the charge's command.
 //   - A provider's event follows the claim of the command it settles.
@@ -96,9 +97,7 @@ func (o *order) chains() [][]int {
 		items[itemOf(e)] = append(items[itemOf(e)], i)
 	}
 	for _, chain := range items {
-		slices.SortFunc(chain, func(i, j int) int {
-			return cmp.Or(cmp.Compare(o.sec[i], o.sec[j]), bySeq(o.entries[i].Seq, o.entries[j].Seq), cmp.Compare(i, j))
-		})
+		slices.SortFunc(chain, o.stream)
 	}
 	for _, i := range notes {
 		note := o.entries[i]
@@ -141,6 +140,12 @@ func ended(entries []Entry, chain []int, lease string) int {
 	return at
 }
 
+// stream compares entries i and j of one stream: by second, then by
+// sequence number.
+func (o *order) stream(i, j int) int {
+	return cmp.Or(cmp.Compare(o.sec[i], o.sec[j]), bySeq(o.entries[i].Seq, o.entries[j].Seq), cmp.Compare(i, j))
+}
+
 // itemOf names what an entry changed: a record by its key's hash, a row by
 // its ids. An entry of nothing known is an item of its own.
 func itemOf(e Entry) string {
@@ -158,7 +163,7 @@ func (o *order) links(chains [][]int) {
 	type command struct{ key, charge, refund string }
 	claims, settlements, rows := map[command][]int{}, map[command][]int{}, map[command][]int{}
 	charged := map[string][]int{} // by charge id, its command's settlement
-	refunds := map[string][]int{} // by refund id, its command's claims
+	refunds := map[string][]int{} // by refund id, its attempts: claims and take-overs
 	for i, e := range o.entries {
 		c := command{e.KeyHash, e.Charge, e.Refund}
 		switch {
@@ -170,6 +175,8 @@ func (o *order) links(chains [][]int) {
 			if e.Operation == charge.RefundOperation {
 				refunds[e.Refund] = append(refunds[e.Refund], i)
 			}
+		case e.What == WhatTakenOver && e.Operation == charge.RefundOperation:
+			refunds[e.Refund] = append(refunds[e.Refund], i)
 		case e.What == WhatSucceeded:
 			settlements[c] = append(settlements[c], i)
 			if e.Operation == charge.ChargeOperation {
@@ -194,19 +201,26 @@ func (o *order) links(chains [][]int) {
 			o.after[i] = claims[command{e.Command, e.Charge, e.Refund}]
 		}
 	}
-	// A hold is placed once: the first change of the row that holds it
-	// follows the refund's claim.
+	// An attempt places its hold once. So the n-th change of the row that
+	// holds it follows the refund's n-th attempt, not a later one.
+	for _, attempts := range refunds {
+		slices.SortFunc(attempts, o.stream)
+	}
 	for _, chain := range chains {
 		if first := o.entries[chain[0]]; first.Table != TableCharges || first.Refund != "" {
 			continue // not a charge's row
 		}
-		held := map[string]bool{}
+		held, placed := map[string]bool{}, map[string]int{}
 		for _, i := range chain {
 			now := holds(o.entries[i].Row)
 			for id := range now {
-				if !held[id] {
-					o.after[i] = append(slices.Clip(o.after[i]), refunds[id]...) // a copy: others share the slice
+				if held[id] {
+					continue
 				}
+				if n := placed[id]; n < len(refunds[id]) {
+					o.after[i] = append(slices.Clip(o.after[i]), refunds[id][n]) // a copy: others share the slice
+				}
+				placed[id]++
 			}
 			held = now
 		}
