@@ -159,8 +159,8 @@ func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 2
 
 // indexRetention is AUDIT_INDEX_DAYS, likewise: the audit function files
 // the streams' entries for it, chargectl an operator's note. Both refuse
-// no days at all, and more than audit.MaxIndexRetention: that many would
-// overflow a duration.
+// no days at all, and more than audit.MaxIndexRetention: the index would
+// outlive the archive.
 func (e *env) indexRetention() time.Duration {
 	const day = 24 * time.Hour
 	v := e.get(EnvAuditIndexDays)

@@ -84,9 +84,16 @@ func (a *Archive) put(ctx context.Context, name string, entries []Entry) error {
 	return nil
 }
 
-// get reads the entries of the object name.
+// errGone: the archive no longer has an object.
+var errGone = errors.New("audit: no such object")
+
+// get reads the entries of the object name. One the archive no longer
+// has is errGone.
 func (a *Archive) get(ctx context.Context, name string) ([]Entry, error) {
 	out, err := a.api.GetObject(ctx, &s3.GetObjectInput{Bucket: a.bucket, Key: aws.String(name)})
+	if nsk := (*s3types.NoSuchKey)(nil); errors.As(err, &nsk) {
+		return nil, fmt.Errorf("%w: %s: %w", errGone, name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("audit: get %s: %w", name, err)
 	}

@@ -81,6 +81,10 @@ func (d *decoder) record(e Entry, r events.DynamoDBEventRecord, before, after ma
 	if e.Command != "" {
 		subjects = append(subjects, e.Command)
 	}
+	if e.What == WhatClaimed && e.Operation == charge.RefundOperation && e.Charge != "" {
+		// A refund refused or in flight has no row: its claim leads to it.
+		subjects = append(subjects, chargeSubject(e.Tenant, e.Charge))
+	}
 	return e, subjects
 }
 

@@ -121,6 +121,10 @@ const (
 	WhatRowDeleted = "row-deleted"
 	// An operator's word: the settlement chargectl admin settle writes.
 	WhatOperatorSettles = "operator-settles"
+	// An object the index names that the archive no longer has. Its
+	// Event is the object's name, At its day. The lifecycle removes an
+	// object once its retention ends.
+	WhatObjectGone = "object-gone"
 )
 
 // ServiceTTL is the principal of a change DynamoDB's TTL made.

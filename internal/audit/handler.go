@@ -18,9 +18,10 @@ import (
 // An auditor must have the latest three months at hand.
 const DefaultIndexRetention = 92 * 24 * time.Hour
 
-// MaxIndexRetention is the longest index retention configuration takes:
-// ten years, far within what a time.Duration holds.
-const MaxIndexRetention = 3650 * 24 * time.Hour
+// MaxIndexRetention is the longest index retention configuration takes.
+// It is the archive's shortest retention: the index never outlives it.
+// CloudFormation's rules cannot compare two parameters.
+const MaxIndexRetention = MinRetentionDays * 24 * time.Hour
 
 // DefaultConcurrency is how many index items a batch writes at once.
 const DefaultConcurrency = 8

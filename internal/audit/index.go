@@ -14,7 +14,8 @@ import (
 
 // The index table: one item per command and object holding its entries.
 const (
-	// AttrSubject is the command's key hash; AttrObject the object's name.
+	// AttrSubject is the command's key hash, or a refund claim's charge
+	// (chargeSubject). AttrObject is the object's name.
 	AttrSubject = "subject"
 	AttrObject  = "object"
 	// AttrExpires is when DynamoDB's TTL deletes the item, in epoch

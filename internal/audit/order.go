@@ -19,7 +19,8 @@ import (
 //   - A row is written in the transaction that settles its command. It
 //     follows the command's claim, and is read before its settlement.
 //   - A row's later changes follow that settlement.
-//   - A charge's row that holds a refund's amount follows its claim.
+//   - A charge's row that holds a refund's amount follows its claim. An
+//     attempt places one hold at most: the n-th follows the n-th attempt.
 //   - A refund is claimed once its charge's row reads succeeded. So it
 //     follows the settlement of the charge's command.
 //   - A provider's event follows the claim of the command it settles.
@@ -82,8 +83,9 @@ func (o *order) seconds() [][]int {
 }
 
 // chains are each item's entries in its stream's order. An operator's
-// note joins its record's chain, after the last change under the lease it
-// saw. It is read in the second of a neighbour when its clock disagrees.
+// note joins its record's chain, before the change that ended the lease
+// it saw (ended). It is read in the second of a neighbour when its clock
+// disagrees.
 func (o *order) chains() [][]int {
 	items := map[string][]int{}
 	var notes []int
@@ -95,20 +97,13 @@ func (o *order) chains() [][]int {
 		items[itemOf(e)] = append(items[itemOf(e)], i)
 	}
 	for _, chain := range items {
-		slices.SortFunc(chain, func(i, j int) int {
-			return cmp.Or(cmp.Compare(o.sec[i], o.sec[j]), bySeq(o.entries[i].Seq, o.entries[j].Seq), cmp.Compare(i, j))
-		})
+		slices.SortFunc(chain, o.stream)
 	}
 	for _, i := range notes {
 		note := o.entries[i]
 		record := itemOf(Entry{Table: TableRecords, KeyHash: note.KeyHash})
 		chain := items[record]
-		at := -1
-		for k, j := range chain {
-			if note.Lease != "" && o.entries[j].Lease == note.Lease {
-				at = k + 1
-			}
-		}
+		at := ended(o.entries, chain, note.Lease)
 		if at < 0 {
 			items[note.Event] = []int{i}
 			continue
@@ -122,6 +117,33 @@ func (o *order) chains() [][]int {
 		items[record] = slices.Insert(chain, at, i)
 	}
 	return slices.Collect(maps.Values(items))
+}
+
+// ended is where in chain, a record's changes, a note on lease goes:
+// before the first change that ends it. A settlement, a take-over or a
+// deletion ends it. With none, it goes after the last change holding it.
+// It is -1 when no change names lease.
+func ended(entries []Entry, chain []int, lease string) int {
+	if lease == "" {
+		return -1
+	}
+	at := -1
+	for k, j := range chain {
+		switch e := entries[j]; {
+		case e.What == WhatQueueMark: // the reconciler's, not the lease's
+		case e.Lease == lease && (e.What == WhatClaimed || e.What == WhatLeaseMoved || e.What == WhatTakenOver):
+			at = k + 1
+		case e.Lease == lease || at >= 0:
+			return k
+		}
+	}
+	return at
+}
+
+// stream compares entries i and j of one stream: by second, then by
+// sequence number.
+func (o *order) stream(i, j int) int {
+	return cmp.Or(cmp.Compare(o.sec[i], o.sec[j]), bySeq(o.entries[i].Seq, o.entries[j].Seq), cmp.Compare(i, j))
 }
 
 // itemOf names what an entry changed: a record by its key's hash, a row by
@@ -141,7 +163,7 @@ func (o *order) links(chains [][]int) {
 	type command struct{ key, charge, refund string }
 	claims, settlements, rows := map[command][]int{}, map[command][]int{}, map[command][]int{}
 	charged := map[string][]int{} // by charge id, its command's settlement
-	refunds := map[string][]int{} // by refund id, its command's claims
+	refunds := map[string][]int{} // by refund id, its attempts: claims and take-overs
 	for i, e := range o.entries {
 		c := command{e.KeyHash, e.Charge, e.Refund}
 		switch {
@@ -153,6 +175,8 @@ func (o *order) links(chains [][]int) {
 			if e.Operation == charge.RefundOperation {
 				refunds[e.Refund] = append(refunds[e.Refund], i)
 			}
+		case e.What == WhatTakenOver && e.Operation == charge.RefundOperation:
+			refunds[e.Refund] = append(refunds[e.Refund], i)
 		case e.What == WhatSucceeded:
 			settlements[c] = append(settlements[c], i)
 			if e.Operation == charge.ChargeOperation {
@@ -177,19 +201,26 @@ func (o *order) links(chains [][]int) {
 			o.after[i] = claims[command{e.Command, e.Charge, e.Refund}]
 		}
 	}
-	// A hold is placed once: the first change of the row that holds it
-	// follows the refund's claim.
+	// An attempt places its hold once. So the n-th change of the row that
+	// holds it follows the refund's n-th attempt, not a later one.
+	for _, attempts := range refunds {
+		slices.SortFunc(attempts, o.stream)
+	}
 	for _, chain := range chains {
 		if first := o.entries[chain[0]]; first.Table != TableCharges || first.Refund != "" {
 			continue // not a charge's row
 		}
-		held := map[string]bool{}
+		held, placed := map[string]bool{}, map[string]int{}
 		for _, i := range chain {
 			now := holds(o.entries[i].Row)
 			for id := range now {
-				if !held[id] {
-					o.after[i] = append(slices.Clip(o.after[i]), refunds[id]...) // a copy: others share the slice
+				if held[id] {
+					continue
 				}
+				if n := placed[id]; n < len(refunds[id]) {
+					o.after[i] = append(slices.Clip(o.after[i]), refunds[id][n]) // a copy: others share the slice
+				}
+				placed[id]++
 			}
 			held = now
 		}

@@ -131,3 +131,106 @@ func BenchmarkCausal(b *testing.B) {
 		causal(slices.Clone(in))
 	}
 }
+
+// TestCausalPutsANoteBeforeTheChangeThatEndedItsLease: chargectl admin
+// settle notes lease "a", then finds its holder settled the record under
+// it meanwhile. A day later TTL deletes the record, whose old image still
+// names "a". The note reads before the settlement, not after the expiry.
+func TestCausalPutsANoteBeforeTheChangeThatEndedItsLease(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	rec := func(seq, what string, when time.Time) Entry {
+		return Entry{Event: "r" + seq, Table: TableRecords, Seq: seq, At: when, What: what, Operation: charge.ChargeOperation,
+			KeyHash: "k", Charge: "ch_1", Lease: "a", CreatedAt: at}
+	}
+	note := Entry{Event: "note", Table: TableOperator, Seq: "1", At: at.Add(5 * time.Second), What: WhatOperatorSettles,
+		KeyHash: "k", Charge: "ch_1", Lease: "a", CreatedAt: at}
+	in := []Entry{rec("10", WhatClaimed, at), note, rec("11", WhatSucceeded, at.Add(6*time.Second)), rec("12", WhatExpired, at.Add(24*time.Hour))}
+	var got []string
+	for _, e := range causal(in) {
+		got = append(got, e.Event)
+	}
+	if n := slices.Index(got, "note"); n < slices.Index(got, "r10") || n > slices.Index(got, "r11") {
+		t.Errorf("order %v: the operator's note (12:00:05) is not between the claim and the settlement of the lease it saw", got)
+	}
+}
+
+// TestCausalLinksAHoldToTheClaimOfItsOwnAttempt: a refund claimed places
+// its hold, frees it, and is released; claimed again in the same second,
+// it holds again. The first hold follows the first claim alone: it reads
+// before the release, not as if the second attempt placed it.
+func TestCausalLinksAHoldToTheClaimOfItsOwnAttempt(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	record := func(seq, what, key, refund, op string) Entry {
+		return Entry{Event: "r" + seq, Table: TableRecords, Seq: seq, At: at, What: what, Operation: op, KeyHash: key, Charge: "ch_1", Refund: refund, CreatedAt: at}
+	}
+	row := func(seq, what, body string) Entry {
+		return Entry{Event: "c" + seq, Table: TableCharges, Seq: seq, At: at, What: what, KeyHash: "k", Charge: "ch_1", CreatedAt: at, Row: []byte(body)}
+	}
+	in := []Entry{
+		record("10", WhatClaimed, "k", "", charge.ChargeOperation), row("90", WhatRowWritten, `{"status":"succeeded"}`), record("11", WhatSucceeded, "k", "", charge.ChargeOperation),
+		record("20", WhatClaimed, "rk", "re_1", charge.RefundOperation),
+		row("91", WhatRowChanged, `{"status":"succeeded","hold_re_1":500}`), // attempt a's hold
+		row("92", WhatRowChanged, `{"status":"succeeded"}`),                 // freed before the release
+		record("21", WhatReleased, "rk", "re_1", charge.RefundOperation),
+		record("22", WhatClaimed, "rk", "re_1", charge.RefundOperation),
+		row("93", WhatRowChanged, `{"status":"succeeded","hold_re_1":500}`), // attempt b's hold
+	}
+	var got []string
+	for _, e := range causal(in) {
+		got = append(got, e.Event)
+	}
+	if slices.Index(got, "c91") > slices.Index(got, "r21") {
+		t.Errorf("order %v: attempt a's hold (c91) and its freeing read after a's release (r21) and b's claim (r22)", got)
+	}
+}
+
+// TestCausalKeepsEveryEntryOnceInOneOrder: with a
+// cycle in the links, shuffled input, causal keeps each entry once, each
+// item's stream order, and gives one order whatever the input's order.
+func TestCausalKeepsEveryEntryOnceInOneOrder(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	rec := func(seq, what, lease string) Entry {
+		return Entry{Event: "r" + seq, Table: TableRecords, Seq: seq, At: at, What: what, Operation: charge.ChargeOperation, KeyHash: "k", Charge: "ch_1", Lease: lease}
+	}
+	row := func(seq, what string) Entry {
+		return Entry{Event: "c" + seq, Table: TableCharges, Seq: seq, At: at, What: what, KeyHash: "k", Charge: "ch_1"}
+	}
+	refund := func(seq, what string) Entry {
+		return Entry{Event: "f" + seq, Table: TableRecords, Seq: seq, At: at, What: what, Operation: charge.RefundOperation, KeyHash: "rk", Charge: "ch_1", Refund: "re_1"}
+	}
+	note := Entry{Event: "note", Table: TableOperator, Seq: "5", At: at, What: WhatOperatorSettles, KeyHash: "k", Lease: "a"}
+	base := []Entry{
+		// a cycle: the row waits for r12's claim, r11's success for the row, r12 follows r11 in its stream
+		rec("11", WhatSucceeded, "a"), rec("12", WhatClaimed, "b"), row("90", WhatRowWritten), row("91", WhatRowChanged),
+		refund("30", WhatClaimed), refund("31", WhatSucceeded), note, rec("13", WhatTakenOver, "c"),
+	}
+	var first []string
+	r := rand.New(rand.NewPCG(7, 9))
+	for n := range 200 {
+		in := slices.Clone(base)
+		r.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+		var got []string
+		for _, e := range causal(in) {
+			got = append(got, e.Event)
+		}
+		sorted := slices.Sorted(slices.Values(got))
+		want := []string{"c90", "c91", "f30", "f31", "note", "r11", "r12", "r13"}
+		if !slices.Equal(sorted, want) {
+			t.Fatalf("entries %v, want each of %v once", got, want)
+		}
+		for _, pair := range [][2]string{{"r11", "r12"}, {"r12", "r13"}, {"c90", "c91"}, {"f30", "f31"}} {
+			if slices.Index(got, pair[0]) > slices.Index(got, pair[1]) {
+				t.Fatalf("order %v breaks %s before %s", got, pair[0], pair[1])
+			}
+		}
+		if n == 0 {
+			first = got
+		} else if !slices.Equal(got, first) {
+			t.Fatalf("order %v, then %v, from the same entries", first, got)
+		}
+	}
+	t.Logf("order %v", first)
+}

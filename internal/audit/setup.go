@@ -16,6 +16,10 @@ import (
 // months.
 const DefaultRetentionDays = 400
 
+// MinRetentionDays is the shortest retention the template's
+// AuditRetentionDays takes: the twelve months PCI DSS asks for.
+const MinRetentionDays = 365
+
 // StreamView is what the tables' streams carry: every change, with the
 // item before and after it.
 const StreamView = types.StreamViewTypeNewAndOldImages

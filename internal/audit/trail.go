@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -30,18 +32,32 @@ func NewTrail(archive *Archive, index *Index) (*Trail, error) {
 // later change of those rows. It holds the provider events that settled
 // them. Each change is there once, in the order it happened (order.go).
 // The index finds the entries of its retention, the latest three months.
-// Older ones are in the archive alone, for Athena.
+// Older ones are in the archive alone, for Athena. An object the archive
+// no longer has is an entry saying so (WhatObjectGone).
 func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error) {
 	want := map[string]bool{}
-	objects := map[string]bool{}
 	for _, s := range subjects {
 		want[s] = true
+	}
+	entries, err := t.read(ctx, subjects...)
+	if err != nil {
+		return nil, err
+	}
+	return causal(slices.DeleteFunc(entries, func(e Entry) bool { return !want[e.KeyHash] && !want[e.Command] })), nil
+}
+
+// read is every entry, once, of the objects the index files under
+// subjects. An object gone from the archive is an entry of the subject
+// it was filed under, saying so.
+func (t *Trail) read(ctx context.Context, subjects ...string) ([]Entry, error) {
+	objects := map[string]string{} // by name, a subject it is filed under
+	for _, s := range subjects {
 		names, err := t.index.objects(ctx, s)
 		if err != nil {
 			return nil, err
 		}
 		for _, n := range names {
-			objects[n] = true
+			objects[n] = s
 		}
 	}
 	var (
@@ -52,11 +68,14 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 		out  []Entry
 	)
 	sem := make(chan struct{}, DefaultConcurrency)
-	for name := range objects {
+	for name, subject := range objects {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
 			entries, err := t.archive.get(ctx, name)
+			if errors.Is(err, errGone) {
+				entries, err = []Entry{gone(name, subject)}, nil
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -64,7 +83,7 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 				return
 			}
 			for _, e := range entries {
-				if (want[e.KeyHash] || want[e.Command]) && !seen[e.Event] {
+				if !seen[e.Event] {
 					seen[e.Event] = true
 					out = append(out, e)
 				}
@@ -75,7 +94,7 @@ func (t *Trail) History(ctx context.Context, subjects ...string) ([]Entry, error
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return causal(out), nil
+	return out, nil
 }
 
 // ChargeRows reads a charge with its refunds (charge.Rows).
@@ -87,8 +106,10 @@ type ChargeRows interface {
 var ErrNoCharge = errors.New("audit: no such charge")
 
 // ChargeHistory is the History of tenant's charge id. That is the history
-// of the command that created it, and of each of its refunds'. Its rows,
-// kept for good, name them. The key that created it may have served
+// of the command that created it, and of each of its refunds'. Its row,
+// kept for good, names the first. The index files each refund's claim
+// under the charge too: a refused or unsettled refund has no row. The
+// key that created it may have served
 // another intent before: those entries are there too. A later intent of
 // its key or of a refund's, once their records expired, is another
 // charge's or refund's: its entries are not. An id that is not a
@@ -105,7 +126,17 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 		return nil, fmt.Errorf("%w: %s", ErrNoCharge, id)
 	}
 	key := subject(tenant, charge.ChargeOperation, string(c.IdempotencyKey))
-	subjects, refunds := []string{key}, map[string]bool{}
+	claims, err := t.read(ctx, chargeSubject(tenant, id))
+	if err != nil {
+		return nil, err
+	}
+	subjects, refunds := []string{key, chargeSubject(tenant, id)}, map[string]bool{}
+	for _, e := range claims {
+		if e.Operation == charge.RefundOperation && e.Tenant == tenant && e.Charge == id {
+			subjects = append(subjects, e.KeyHash)
+			refunds[e.Refund] = true
+		}
+	}
 	for _, r := range c.Refunds {
 		subjects = append(subjects, subject(tenant, charge.RefundOperation, string(r.IdempotencyKey)))
 		refunds[r.ID] = true
@@ -116,9 +147,23 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 	}
 	return slices.DeleteFunc(history, func(e Entry) bool {
 		earlier := (e.KeyHash == key || e.Command == key) && e.CreatedAt.Before(c.CreatedAt)
-		return e.Charge != id && !refunds[e.Refund] && !earlier
+		return e.Charge != id && !refunds[e.Refund] && !earlier && e.What != WhatObjectGone
 	}), nil
 }
+
+// gone is the entry of the object name, filed under subject, that the
+// archive no longer has: at its day, the one its name holds.
+func gone(name, subject string) Entry {
+	e := Entry{Event: name, What: WhatObjectGone, KeyHash: subject}
+	if i := strings.Index(name, "day="); i >= 0 && len(name) >= i+14 {
+		e.At, _ = time.Parse(time.DateOnly, name[i+4:i+14])
+	}
+	return e
+}
+
+// chargeSubject is what the index files a refund's claim under, besides
+// its key: its charge. A key's hash never holds "#".
+func chargeSubject(tenant, id string) string { return "charge#" + tenant + "#" + id }
 
 // subject is the key hash the index files a command under.
 func subject(tenant, operation, client string) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/audit"
@@ -349,5 +350,91 @@ func TestAChargesHistoryHoldsNoLaterCharge(t *testing.T) {
 	}
 	if len(of(later, first)) != len(got) || len(of(later, second)) == 0 {
 		t.Errorf("the history of %s, which the same key's %s led to:\n%s", second, first, show(later))
+	}
+}
+
+// TestARefusedRefundShowsInItsChargesHistory: a refund of more than the
+// charge is refused for good, so no refund row names it. Its claim names
+// the charge: the charge's history shows the refusal, and a note on it.
+func TestARefusedRefundShowsInItsChargesHistory(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	tenant, kCharge, kRefund := testkit.UniqueName("acme"), testkit.UniqueName("order"), testkit.UniqueName("refund")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, kCharge, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	resp, err := h.Handle(t.Context(), bob.as(testkit.PostRefund(tenant, kRefund, id, `{"amount":99999}`)))
+	if err != nil || resp.StatusCode < 400 || resp.StatusCode >= 500 {
+		t.Fatalf("refund of 99999: %d %s %v, want a refusal", resp.StatusCode, resp.Body, err)
+	}
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	refund := hash(t, tenant, charge.RefundOperation, kRefund)
+	claims := find(history(t, tr, refund), refund, audit.WhatClaimed)
+	if len(claims) != 1 {
+		t.Fatalf("the refund key's claims: %s", show(claims))
+	}
+	// An operator's note names the refund alone, as chargectl's does.
+	archive, err := audit.NewArchive(tr.S3, tr.Config.AuditBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	index, err := audit.NewIndex(testkit.Clients(t).DynamoDB, tr.Config.AuditIndexTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	note := audit.Entry{At: time.Now(), What: audit.WhatOperatorSettles, Tenant: tenant, Operation: charge.RefundOperation, KeyHash: refund, Refund: claims[0].Refund}
+	if err := audit.Note(t.Context(), archive, index, note, audit.DefaultIndexRetention); err != nil {
+		t.Fatal(err)
+	}
+	got, err := chargeHistory(t, d, tr, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, what := range []string{audit.WhatClaimed, audit.WhatFailed, audit.WhatOperatorSettles} {
+		if len(find(got, refund, what)) == 0 {
+			t.Errorf("charge %s's history lacks the refund's %s:\n%s", id, what, show(got))
+		}
+	}
+}
+
+// TestAHistoryReadsPastAnObjectTheArchiveNoLongerKeeps: the lifecycle
+// removes an object once its retention ends, a delete marker in its
+// place. A history still names it in the index: it reads the entries
+// kept, and says one object is gone.
+func TestAHistoryReadsPastAnObjectTheArchiveNoLongerKeeps(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	h := d.ChargeHandler(t)
+	tr := d.Audit(t)
+	tenant, client := testkit.UniqueName("acme"), testkit.UniqueName("order")
+	id := send(t, h, alice.as(testkit.PostCharge(tenant, client, `{"amount":1500,"currency":"EUR","source":"tok_visa"}`)), http.StatusCreated)["id"].(string)
+	if b := tr.Drain(t); b.Failed != 0 {
+		t.Fatalf("drained %+v", b)
+	}
+	key := hash(t, tenant, charge.ChargeOperation, client)
+	before := history(t, tr, key)
+	bucket := aws.String(tr.Config.AuditBucket)
+	out, err := tr.S3.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: bucket})
+	if err != nil || len(out.Contents) != 2 {
+		t.Fatalf("objects %v %v, want the records' and the rows'", out, err)
+	}
+	if _, err := tr.S3.DeleteObject(t.Context(), &s3.DeleteObjectInput{Bucket: bucket, Key: out.Contents[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := tr.Reader(t).History(t.Context(), key)
+	if err != nil {
+		t.Fatalf("history of %d entries, one object gone: %v", len(before), err)
+	}
+	byCharge, err := chargeHistory(t, d, tr, tenant, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range [][]audit.Entry{got, byCharge} {
+		gone := slices.IndexFunc(h, func(e audit.Entry) bool { return e.What == audit.WhatObjectGone && e.Event == *out.Contents[0].Key })
+		if gone < 0 || len(find(h, key, audit.WhatClaimed)) != 1 || len(find(h, key, audit.WhatSucceeded)) != 1 {
+			t.Errorf("history, the rows' object gone, of %d entries: want the record's 2 and the object's:\n%s", len(before), show(h))
+		}
 	}
 }

@@ -68,13 +68,18 @@ func replicaStream(table string) any {
 // code's (lock), its retention the parameter AuditRetentionDays, whose
 // default is the code's. No lifecycle rule expires an entry sooner. It is
 // versioned, private, and kept when the stack goes. The index's retention
-// defaults to the code's, and takes what the code takes.
+// defaults to the code's, and takes what the code takes: never more than
+// the archive's least retention.
 func (c *checker) trail(lock *s3.PutObjectLockConfigurationInput, retentionDays, indexDays, indexMaxDays int) {
 	params := asMap(c.tmpl["Parameters"])
 	c.equal("AuditRetentionDays Default", fmt.Sprint(asMap(params["AuditRetentionDays"])["Default"]), strconv.Itoa(retentionDays))
 	c.equal("AuditIndexDays Default", fmt.Sprint(asMap(params["AuditIndexDays"])["Default"]), strconv.Itoa(indexDays))
 	c.equal("AuditIndexDays MinValue", fmt.Sprint(asMap(params["AuditIndexDays"])["MinValue"]), "1")
 	c.equal("AuditIndexDays MaxValue", fmt.Sprint(asMap(params["AuditIndexDays"])["MaxValue"]), strconv.Itoa(indexMaxDays))
+	least, err := strconv.Atoi(fmt.Sprint(asMap(params["AuditRetentionDays"])["MinValue"]))
+	if err != nil || least < indexMaxDays {
+		c.fail("AuditRetentionDays takes from %v days, AuditIndexDays up to %d: the index may outlive the archive", asMap(params["AuditRetentionDays"])["MinValue"], indexMaxDays)
+	}
 	retention := map[string]any{"Ref": "AuditRetentionDays"}
 	cfg := lock.ObjectLockConfiguration
 	if aws.ToInt32(cfg.Rule.DefaultRetention.Days) != int32(retentionDays) {

@@ -378,6 +378,7 @@ func TestCheckCatchesDrift(t *testing.T) {
 		{"lock off", "      ObjectLockEnabled: true\n", "      ObjectLockEnabled: false\n"},
 		{"retention default", "    Default: 400\n", "    Default: 365\n"},
 		{"index retention default", "    Default: 92\n", "    Default: 30\n"},
+		{"index outlives the archive", "    Default: 400\n    MinValue: 365\n", "    Default: 400\n    MinValue: 30\n"},
 		{"lifecycle expires sooner", "            ExpirationInDays: !Ref AuditRetentionDays", "            ExpirationInDays: 30"},
 		{"versioning suspended", "      VersioningConfiguration:\n        Status: Enabled", "      VersioningConfiguration:\n        Status: Suspended"},
 		{"trail deleted with the stack", "  AuditBucket:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Retain", "  AuditBucket:\n    Type: AWS::S3::Bucket\n    DeletionPolicy: Delete"},
