@@ -25,21 +25,30 @@ const (
 	DefaultConcurrency = 40
 )
 
-// Check reports whether both limits are set.
-func (l Limits) Check() error {
-	if l.Rate < 1 || l.Concurrency < 1 {
-		return fmt.Errorf("limit: rate %d and concurrency %d must be at least 1", l.Rate, l.Concurrency)
+// The highest limits. They are far past what one table serves, and keep
+// the handler time a span allows far from overflowing.
+const (
+	MaxRate        = 1_000_000
+	MaxConcurrency = 100_000
+)
+
+// CheckOverride reports whether l is an override an operator may set:
+// each field zero or from 1 to its maximum, and one set.
+func (l Limits) CheckOverride() error {
+	if l.Rate < 0 || l.Rate > MaxRate || l.Concurrency < 0 || l.Concurrency > MaxConcurrency || l == (Limits{}) {
+		return fmt.Errorf("limit: an override sets a rate from 1 to %d, a concurrency from 1 to %d, or both; got %+v", MaxRate, MaxConcurrency, l)
 	}
 	return nil
 }
 
-// over returns l with the fields that o sets.
+// over returns l with the fields that o sets, each at most its maximum.
+// An override written past them by hand is held to them.
 func (l Limits) over(o Limits) Limits {
 	if o.Rate > 0 {
-		l.Rate = o.Rate
+		l.Rate = min(o.Rate, MaxRate)
 	}
 	if o.Concurrency > 0 {
-		l.Concurrency = o.Concurrency
+		l.Concurrency = min(o.Concurrency, MaxConcurrency)
 	}
 	return l
 }
@@ -170,7 +179,8 @@ func (t *tenant) recentBusy() time.Duration {
 func (t *tenant) underConcurrency(lim Limits) time.Time {
 	windows := append([]time.Duration{t.used().Busy}, t.past...) // last first
 	busy, k := t.recentBusy(), 0
-	for busy >= ConcurrencySpan*lim.busy() {
+	// Once the span has passed every window has left: k stops there.
+	for k < ConcurrencySpan && busy >= ConcurrencySpan*lim.busy() {
 		// k windows on, the window ConcurrencySpan-k back has left.
 		k++
 		if back := ConcurrencySpan - k; back < len(windows) {

@@ -457,3 +457,22 @@ func TestTableFailuresLimitWithWhatIsKnown(t *testing.T) {
 		t.Fatalf("admitted %d once the table answers, want the override's 50", got)
 	}
 }
+
+// TestAnOverridePastTheMaximumIsHeldToIt: an override written past the
+// maximum by hand, not through SetOverride, would overflow the handler
+// time a span allows. Admit held it to the maximum, and did not panic.
+func TestAnOverridePastTheMaximumIsHeldToIt(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	store.overrides["big"] = limit.Limits{Rate: 1 << 62, Concurrency: 1 << 30}
+	l := newLimiter(t, store, clock, limit.Limits{})
+	tk, refused := l.Admit(t.Context(), "big")
+	if refused != nil {
+		t.Fatalf("a tenant's first request refused: %+v", refused)
+	}
+	l.Done(t.Context(), tk, true)
+	if _, refused := l.Admit(t.Context(), "big"); refused != nil {
+		t.Fatalf("a second request refused: %+v", refused)
+	}
+}
