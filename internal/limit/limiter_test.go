@@ -327,36 +327,39 @@ func TestInstancesShareTheLimit(t *testing.T) {
 	}
 }
 
-// TestAFleetOfSlowRequestsIsHeldToTheLimits: Lambda spreads a tenant whose
-// requests take 300 ms (a provider's latency) over the fleet, one request
-// at a time an instance. None starts SyncEvery requests a second, but each
-// passes SyncBusy of handler time, so the fleet shares the tenant's count.
-// docs/capacity.md gives the bounds: what each instance admits before it
-// shares, and one request an instance once every instance shares each.
-func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
-	t.Parallel()
-	clock := testkit.NewClock(start)
-	store := newShared()
-	const instances = 62 // the AWS estimate's
+// fleetOf returns n limiters with the defaults, sharing store: a
+// deployment's instances.
+func fleetOf(t *testing.T, store limit.Store, clock *testkit.Clock, n int) []*limit.Limiter {
+	t.Helper()
 	var fleet []*limit.Limiter
-	for range instances {
-		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // the defaults: 100 a second, 40 at once
+	for range n {
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // 100 a second, 40 at once
 	}
-	const step, seconds = 300 * time.Millisecond, 20
-	perSecond := map[int64]int{}
-	refusals := map[string]int{}
-	for range seconds * time.Second / step {
-		// Each instance starts one request of the tenant and ends it 300 ms
-		// later: 62 at once, all the time.
+	return fleet
+}
+
+// flood floods fleet with tenant's requests for seconds, in the seconds
+// that on accepts. Each step, each instance starts one request and ends
+// it a step later, as Lambda spreads a flood over its instances. flood
+// returns the admissions by second, and the refusals by limit.
+func flood(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant string, seconds int, step time.Duration, on func(second int64) bool) (map[int64]int, map[string]int) {
+	t.Helper()
+	perSecond, refusals := map[int64]int{}, map[string]int{}
+	for range time.Duration(seconds) * time.Second / step {
+		second := clock.Now().Unix() - start.Unix()
+		if !on(second) {
+			clock.Advance(step)
+			continue
+		}
 		var tickets []*limit.Ticket
 		var owners []*limit.Limiter
 		for _, l := range fleet {
-			tk, refused := l.Admit(t.Context(), "flood")
+			tk, refused := l.Admit(t.Context(), tenant)
 			if refused != nil {
 				refusals[refused.Limit]++
 				continue
 			}
-			perSecond[clock.Now().Unix()-start.Unix()]++
+			perSecond[second]++
 			tickets, owners = append(tickets, tk), append(owners, l)
 		}
 		clock.Advance(step)
@@ -364,22 +367,66 @@ func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
 			owners[i].Done(t.Context(), tk, true)
 		}
 	}
-	adds, _ := store.calls()
-	if adds == 0 || refusals["rate"] == 0 || refusals["concurrency"] == 0 {
-		t.Errorf("%d adds to the shared count, refusals %v: want both limits to refuse across the fleet", adds, refusals)
-	}
-	// Each instance admits up to SyncEvery before it shares; in a steady
-	// flood, every instance shares each request, and may overshoot by one.
+	return perSecond, refusals
+}
+
+// always floods every second.
+func always(int64) bool { return true }
+
+// heldToTheBounds checks perSecond against docs/capacity.md's bounds for
+// the fleet: before it is shared, each instance admits up to SyncEvery; once
+// every instance shares each request, each may overshoot by one.
+func heldToTheBounds(t *testing.T, perSecond map[int64]int, instances, seconds int, learned int64) {
+	t.Helper()
 	blind, steady := limit.DefaultRate+instances*limit.SyncEvery, limit.DefaultRate+instances+1
 	for second := range int64(seconds) {
 		most := blind
-		if second >= seconds/2 {
+		if second >= learned {
 			most = steady
 		}
 		if n := perSecond[second]; n > most {
 			t.Errorf("second %d: %d admitted, want at most %d", second, n, most)
 		}
 	}
+}
+
+// TestAFleetOfSlowRequestsIsHeldToTheLimits: Lambda spreads a tenant whose
+// requests take 300 ms (a provider's latency) over the fleet, one request
+// at a time an instance. None starts SyncEvery requests a second, but each
+// passes SyncBusy of handler time, so the fleet shares the tenant's count.
+func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances, seconds = 62, 20 // the AWS estimate's instances
+	perSecond, refusals := flood(t, fleetOf(t, store, clock, instances), clock, "flood", seconds, 300*time.Millisecond, always)
+	adds, _ := store.calls()
+	if adds == 0 || refusals["rate"] == 0 || refusals["concurrency"] == 0 {
+		t.Errorf("%d adds to the shared count, refusals %v: want both limits to refuse across the fleet", adds, refusals)
+	}
+	heldToTheBounds(t, perSecond, instances, seconds, seconds/2)
+}
+
+// TestAFleetOfFastRequestsIsHeldToTheLimits: the same flood of 10 ms
+// requests is shared by its count of requests, and learned within a second.
+func TestAFleetOfFastRequestsIsHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 62, 20
+	perSecond, _ := flood(t, fleetOf(t, newShared(), clock, instances), clock, "fast", seconds, 10*time.Millisecond, always)
+	heldToTheBounds(t, perSecond, instances, seconds, 1)
+}
+
+// TestAFloodThatPausesIsStillHeldToTheLimits: a flood every other second
+// stays hot through its pauses (HotSpan). Were it forgotten, each of its
+// seconds would get a first second's bound: over 200 a second on average.
+func TestAFloodThatPausesIsStillHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 62, 40
+	everyOther := func(s int64) bool { return s%2 == 0 }
+	perSecond, _ := flood(t, fleetOf(t, newShared(), clock, instances), clock, "pulse", seconds, 10*time.Millisecond, everyOther)
+	heldToTheBounds(t, perSecond, instances, seconds, 1)
 }
 
 // TestAHotTenantsCountTakesAtMostHotShareWritesASecond: near its limit a
