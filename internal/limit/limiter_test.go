@@ -429,6 +429,61 @@ func TestAFloodThatPausesIsStillHeldToTheLimits(t *testing.T) {
 	heldToTheBounds(t, perSecond, instances, seconds, 1)
 }
 
+// TestATenantSpreadThinIsNeverShared: on each instance a tenant ends
+// SyncEvery-1 short requests a second, and starts one more late in it that
+// ends in the next. That one is shared for neither second. So each instance
+// admits SyncEvery a second, and none calls the store: docs/capacity.md's
+// bound for a tenant spread thin.
+func TestATenantSpreadThinIsNeverShared(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances, seconds = 63, 10 // the AWS estimate's instances
+	fleet := fleetOf(t, store, clock, instances)
+	perSecond := map[int]int{}
+	var straddling []*limit.Ticket
+	admit := func(second int, l *limit.Limiter) *limit.Ticket {
+		tk, refused := l.Admit(t.Context(), "thin")
+		if refused != nil {
+			t.Fatalf("second %d: refused %+v", second, refused)
+		}
+		perSecond[second]++
+		return tk
+	}
+	for second := range seconds {
+		base := start.Add(time.Duration(second) * time.Second)
+		// Each instance ends the request it began last second, 20 ms in.
+		setClock(clock, base.Add(20*time.Millisecond))
+		for i, tk := range straddling {
+			fleet[i].Done(t.Context(), tk, true)
+		}
+		straddling = straddling[:0]
+		// SyncEvery-1 requests of 10 ms each, one at a time.
+		for range limit.SyncEvery - 1 {
+			for _, l := range fleet {
+				l.Done(t.Context(), admit(second, l), true)
+			}
+			clock.Advance(10 * time.Millisecond)
+		}
+		// One more begun at 990 ms, ended in the next second.
+		setClock(clock, base.Add(990*time.Millisecond))
+		for _, l := range fleet {
+			straddling = append(straddling, admit(second, l))
+		}
+	}
+	if adds, _ := store.calls(); adds != 0 {
+		t.Errorf("%d adds to the shared count, want none", adds)
+	}
+	for second := range seconds {
+		if n := perSecond[second]; n != instances*limit.SyncEvery {
+			t.Errorf("second %d: %d admitted, want %d: SyncEvery an instance", second, n, instances*limit.SyncEvery)
+		}
+	}
+}
+
+// setClock moves clock forward to at.
+func setClock(clock *testkit.Clock, at time.Time) { clock.Advance(at.Sub(clock.Now())) }
+
 // TestAHotTenantsCountTakesAtMostHotShareWritesASecond: near its limit a
 // tenant's count is shared often, but never more than about HotShare times
 // a second, so a high limit cannot make its count a hot key.
