@@ -93,7 +93,7 @@ func testDeployment() deployment {
 		ReplayCache: 100, SweepEvery: time.Minute, SweepSchedule: "rate(1 minute)", ReconcileBatch: 10, Shards: 10, SweepMaxKeys: 600,
 		ChargeReserved: 500, APIRate: 2000, APIBurst: 1000, DeferrableRate: 100, DeferrableBurst: 50, DeferrableRoutes: 4,
 		IntakeMaxConcurrency: 50, TenantRate: 100, TenantConcurrency: 50, LimitsMaxAge: time.Minute,
-		SyncEvery: 5, SyncShare: 20, HotShare: 200, SyncBusy: 500 * time.Millisecond, ShedFor: 5 * time.Second,
+		SyncEvery: 5, SyncShare: 20, HotShare: 200, HotSpan: 10, SyncBusy: 500 * time.Millisecond, ShedFor: 5 * time.Second,
 		AuditBatch: 100, AuditRetentionDays: 400, AuditIndexDays: 92,
 	}
 }
@@ -190,11 +190,11 @@ func TestCapacityModel(t *testing.T) {
 	// A flood over ⌈37.06⌉ = 38 instances: 5 each unshared, then 1.
 	closeTo(t, "flood, first second", c.FloodFirstSecond, 100+38*5)
 	closeTo(t, "flood, after", c.FloodLater, 100+38)
-	// Spread thin: 4 requests and under half a second on each, never shared.
-	closeTo(t, "spread thin", c.SpreadRequests, 38*4)
-	closeTo(t, "spread thin, with the shared part", c.SpreadTotal, 100+38*4)
+	// Spread thin: 4 requests ended and 1 straddling on each, never shared.
+	closeTo(t, "spread thin", c.SpreadRequests, 38*5)
+	closeTo(t, "spread thin, with the shared part", c.SpreadTotal, 100+38*5)
 	closeTo(t, "spread thin, at once", c.SpreadExecutions, 38*0.5)
-	closeTo(t, "spread thin over the reservation", c.SpreadReserved, 500*4)
+	closeTo(t, "spread thin over the reservation", c.SpreadReserved, 500*5)
 	closeTo(t, "a charge that shares first by its time", c.BusyChargeMs, 100)
 	closeTo(t, "a hot count's writes", c.HotCountWrites, 200+38)
 	closeTo(t, "override reads/s", c.OverrideReads, 38.0/60)

@@ -373,17 +373,18 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.CounterBillShare = c.CounterUSD / c.CostTotal[0]
 	// The built count, at the AWS estimate's instances. Each admits what
 	// it has not shared: SyncEvery before it learns the tenant is near a
-	// limit, then one. An instance under both thresholds never shares:
-	// one request fewer, and under SyncBusy of handler time, a second.
+	// limit, then one. An instance under both thresholds never shares.
+	// It ends one request fewer in a second, and one more may straddle
+	// into the next: SyncEvery a second, never shared.
 	instances := math.Ceil(c.ConcurrencyAWS)
 	quiet := math.Max(float64(d.SyncEvery), d.TenantRate/float64(d.SyncShare))
 	c.Instances = instances
 	c.FloodFirstSecond = d.TenantRate + instances*quiet
 	c.FloodLater = d.TenantRate + instances*math.Max(1, d.TenantRate/float64(d.HotShare))
-	c.SpreadRequests = instances * (quiet - 1)
+	c.SpreadRequests = instances * quiet
 	c.SpreadTotal = d.TenantRate + c.SpreadRequests
 	c.SpreadExecutions = instances * d.SyncBusy.Seconds()
-	c.SpreadReserved = d.ChargeReserved * (quiet - 1)
+	c.SpreadReserved = d.ChargeReserved * quiet
 	c.BusyChargeMs = float64(d.SyncBusy.Milliseconds()) / float64(d.SyncEvery)
 	c.HotCountWrites = float64(d.HotShare) + instances
 	c.OverrideReads = instances / d.LimitsMaxAge.Seconds()

@@ -348,6 +348,7 @@ type deployment struct {
 	TenantRate, TenantConcurrency   float64
 	LimitsMaxAge                    time.Duration
 	SyncEvery, SyncShare, HotShare  int // package limit's
+	HotSpan                         int // windows, package limit's
 	SyncBusy                        time.Duration
 	ShedFor                         time.Duration
 
@@ -434,7 +435,7 @@ func readDeployment(src []byte) (deployment, error) {
 		TenantRate:           number("Parameters", "TenantRateLimit", "Default"),
 		TenantConcurrency:    number("Parameters", "TenantConcurrencyLimit", "Default"),
 		LimitsMaxAge:         duration("Parameters", "LimitsMaxAge", "Default"),
-		SyncEvery:            limit.SyncEvery, SyncShare: limit.SyncShare, HotShare: limit.HotShare, SyncBusy: limit.SyncBusy,
+		SyncEvery:            limit.SyncEvery, SyncShare: limit.SyncShare, HotShare: limit.HotShare, HotSpan: limit.HotSpan, SyncBusy: limit.SyncBusy,
 		ShedFor: limit.DefaultShedFor,
 	}
 	// Every route that can wait takes the deferrable rate.

@@ -183,8 +183,8 @@ func runAdmin(ctx context.Context, args []string, env adminEnv, stdout, stderr i
 		fs.IntVar(&limits.Rate, "rate", 0, "requests the tenant may start a second (0: the default)")
 		fs.IntVar(&limits.Concurrency, "concurrency", 0, "requests of the tenant that may run at once (0: the default)")
 		check = func() error {
-			if limits.Rate < 0 || limits.Concurrency < 0 || limits == (limit.Limits{}) {
-				return errors.New("give --rate, --concurrency or both, each at least 1")
+			if err := limits.CheckOverride(); err != nil {
+				return fmt.Errorf("give --rate, --concurrency or both: %w", err)
 			}
 			return nil
 		}

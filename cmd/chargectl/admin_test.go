@@ -361,6 +361,7 @@ func TestAdminUsage(t *testing.T) {
 		"limits alone":      {"limits"},
 		"limits set none":   {"limits", "set", "acme"},
 		"limits set below":  {"limits", "set", "--rate", "-1", "acme"},
+		"limits set above":  {"limits", "set", "--concurrency", "100001", "acme"},
 		"limits no tenant":  {"limits", "clear"},
 		"no limits table":   {"limits", "list"},
 	} {

@@ -192,15 +192,15 @@ func (e *env) count(name string, def int) int {
 	return n
 }
 
-// limit is a count of at least 1.
-func (e *env) limit(name string, def int) int {
+// limit is a count from 1 to most.
+func (e *env) limit(name string, def, most int) int {
 	v := e.get(name)
 	if v == "" {
 		return def
 	}
 	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a limit of at least 1", name, v))
+	if err != nil || n < 1 || n > most {
+		e.errs = append(e.errs, fmt.Errorf("%s: %q is not a limit from 1 to %d", name, v, most))
 	}
 	return n
 }
@@ -353,8 +353,8 @@ func LoadCharge(get Getenv) (ChargeConfig, error) {
 		SettleWindow:       e.duration(EnvSettleWindow, provider.DefaultSettleWindow),
 		LimitsTable:        e.required(EnvLimitsTable),
 		Limits: limit.Limits{
-			Rate:        e.limit(EnvTenantRate, limit.DefaultRate),
-			Concurrency: e.limit(EnvTenantConcurrency, limit.DefaultConcurrency),
+			Rate:        e.limit(EnvTenantRate, limit.DefaultRate, limit.MaxRate),
+			Concurrency: e.limit(EnvTenantConcurrency, limit.DefaultConcurrency, limit.MaxConcurrency),
 		},
 		LimitsMaxAge: e.duration(EnvLimitsMaxAge, limit.DefaultMaxAge),
 		Common:       e.common(),

@@ -64,17 +64,17 @@ func TestLoadChargeDefaultsAndOverrides(t *testing.T) {
 		c.SettleWindow != 45*time.Second || c.Limits != (limit.Limits{Rate: 25, Concurrency: 8}) || c.LimitsMaxAge != 10*time.Second {
 		t.Fatalf("overrides: %+v %v", c, err)
 	}
-	for name, bad := range map[string]string{
-		app.EnvIdempotencyTTL: "a day", app.EnvInflightWait: "-1s", app.EnvLogLevel: "LOUD", app.EnvSecretsMaxAge: "soon", app.EnvSettleWindow: "later",
-		app.EnvTenantRate: "0", app.EnvTenantConcurrency: "many", app.EnvLimitsMaxAge: "-1m",
+	for _, c := range []struct{ name, bad string }{
+		{app.EnvIdempotencyTTL, "a day"}, {app.EnvInflightWait, "-1s"}, {app.EnvLogLevel, "LOUD"}, {app.EnvSecretsMaxAge, "soon"}, {app.EnvSettleWindow, "later"},
+		{app.EnvTenantRate, "0"}, {app.EnvTenantRate, "1000001"}, {app.EnvTenantConcurrency, "many"}, {app.EnvTenantConcurrency, "100001"}, {app.EnvLimitsMaxAge, "-1m"},
 	} {
 		env := map[string]string{}
 		for k, v := range base {
 			env[k] = v
 		}
-		env[name] = bad
-		if _, err := app.LoadCharge(envOf(env)); err == nil || !strings.Contains(err.Error(), name) {
-			t.Errorf("%s=%q: error %v", name, bad, err)
+		env[c.name] = c.bad
+		if _, err := app.LoadCharge(envOf(env)); err == nil || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s=%q: error %v", c.name, c.bad, err)
 		}
 	}
 }

@@ -5,13 +5,16 @@
 // limiter.go holds Limiter: a tenant's rate and concurrency. Each
 // instance counts them per second, and shares them through the table once
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
+// Near a limit, each request is shared, until HotSpan seconds after.
 // overrides.go reads the operators' per-tenant limits. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.
 //
 // A tenant spread over many instances, under both thresholds on each, is
-// never shared: each instance holds it to the limits alone. So is every
-// tenant while the table fails, with the defaults if no override was read.
+// never shared: each instance holds it to the limits alone. Each admits up
+// to SyncEvery of its requests a second. One that ends in the next second
+// counts in neither. Every tenant is held so while the table fails, with
+// the defaults if no override was read.
 //
 // docs/capacity.md weighs the shared counts against a per-instance limit,
 // says what each costs a charge, and bounds what gets past.

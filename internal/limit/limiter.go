@@ -25,21 +25,30 @@ const (
 	DefaultConcurrency = 40
 )
 
-// Check reports whether both limits are set.
-func (l Limits) Check() error {
-	if l.Rate < 1 || l.Concurrency < 1 {
-		return fmt.Errorf("limit: rate %d and concurrency %d must be at least 1", l.Rate, l.Concurrency)
+// The highest limits. They are far past what one table serves, and keep
+// the handler time a span allows far from overflowing.
+const (
+	MaxRate        = 1_000_000
+	MaxConcurrency = 100_000
+)
+
+// CheckOverride reports whether l is an override an operator may set:
+// each field zero or from 1 to its maximum, and one set.
+func (l Limits) CheckOverride() error {
+	if l.Rate < 0 || l.Rate > MaxRate || l.Concurrency < 0 || l.Concurrency > MaxConcurrency || l == (Limits{}) {
+		return fmt.Errorf("limit: an override sets a rate from 1 to %d, a concurrency from 1 to %d, or both; got %+v", MaxRate, MaxConcurrency, l)
 	}
 	return nil
 }
 
-// over returns l with the fields that o sets.
+// over returns l with the fields that o sets, each at most its maximum.
+// An override written past them by hand is held to them.
 func (l Limits) over(o Limits) Limits {
 	if o.Rate > 0 {
-		l.Rate = o.Rate
+		l.Rate = min(o.Rate, MaxRate)
 	}
 	if o.Concurrency > 0 {
-		l.Concurrency = o.Concurrency
+		l.Concurrency = min(o.Concurrency, MaxConcurrency)
 	}
 	return l
 }
@@ -96,6 +105,11 @@ const (
 	HotShare  = 200
 )
 
+// HotSpan is how many windows a tenant stays hot after it last neared a
+// limit. A flood that pauses for less is still shared when it
+// resumes: an instance would otherwise let SyncEvery through again.
+const HotSpan = ConcurrencySpan
+
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
 const DefaultMaxAge = time.Minute
@@ -143,9 +157,10 @@ type tenant struct {
 	// may start a second's worth at once; a flood past that gets its rate
 	// spread evenly, not all at each second's start.
 	due time.Time
-	// hot: the tenant neared a limit, so every request is shared.
-	hot     bool
-	syncing bool
+	// hotUntil is the last window the tenant is hot in: it neared a
+	// limit, so every request is shared.
+	hotUntil int64
+	syncing  bool
 	// failed: a sync of this window failed. The next window tries again,
 	// so a table that cannot take writes costs each request no call.
 	failed bool
@@ -170,7 +185,8 @@ func (t *tenant) recentBusy() time.Duration {
 func (t *tenant) underConcurrency(lim Limits) time.Time {
 	windows := append([]time.Duration{t.used().Busy}, t.past...) // last first
 	busy, k := t.recentBusy(), 0
-	for busy >= ConcurrencySpan*lim.busy() {
+	// Once the span has passed every window has left: k stops there.
+	for k < ConcurrencySpan && busy >= ConcurrencySpan*lim.busy() {
 		// k windows on, the window ConcurrencySpan-k back has left.
 		k++
 		if back := ConcurrencySpan - k; back < len(windows) {
@@ -271,7 +287,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	}
 	t.pending.Busy += now.Sub(tk.start)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
-	if t.hot {
+	if t.window <= t.hotUntil {
 		due = t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
 	}
 	if t.syncing || t.failed || !due {
@@ -295,12 +311,19 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", tk.tenant, "error", err.Error())
 	default:
 		t.known, t.sharing = total, Usage{}
-		t.hot = t.hot || t.used().near(lim)
+		t.heat(lim)
+	}
+}
+
+// heat keeps the tenant hot for HotSpan windows on if it is near a limit.
+func (t *tenant) heat(lim Limits) {
+	if t.used().near(lim) {
+		t.hotUntil = t.window + HotSpan
 	}
 }
 
 // tenant returns name's state for window w, which starts afresh each
-// window. A tenant near a limit in the window before stays hot.
+// window. A tenant near a limit stays hot for HotSpan windows.
 func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 	t, ok := l.tenants[name]
 	if !ok {
@@ -311,7 +334,7 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 		l.tenants[name] = t
 	}
 	if t.window != w {
-		t.hot = t.window == w-1 && t.used().near(lim)
+		t.heat(lim)
 		t.past = append([]time.Duration{t.used().Busy}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
 			t.past = append([]time.Duration{0}, t.past...)

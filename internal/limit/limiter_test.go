@@ -327,36 +327,39 @@ func TestInstancesShareTheLimit(t *testing.T) {
 	}
 }
 
-// TestAFleetOfSlowRequestsIsHeldToTheLimits: Lambda spreads a tenant whose
-// requests take 300 ms (a provider's latency) over the fleet, one request
-// at a time an instance. None starts SyncEvery requests a second, but each
-// passes SyncBusy of handler time, so the fleet shares the tenant's count.
-// docs/capacity.md gives the bounds: what each instance admits before it
-// shares, and one request an instance once every instance shares each.
-func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
-	t.Parallel()
-	clock := testkit.NewClock(start)
-	store := newShared()
-	const instances = 62 // the AWS estimate's
+// fleetOf returns n limiters with the defaults, sharing store: a
+// deployment's instances.
+func fleetOf(t *testing.T, store limit.Store, clock *testkit.Clock, n int) []*limit.Limiter {
+	t.Helper()
 	var fleet []*limit.Limiter
-	for range instances {
-		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // the defaults: 100 a second, 40 at once
+	for range n {
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // 100 a second, 40 at once
 	}
-	const step, seconds = 300 * time.Millisecond, 20
-	perSecond := map[int64]int{}
-	refusals := map[string]int{}
-	for range seconds * time.Second / step {
-		// Each instance starts one request of the tenant and ends it 300 ms
-		// later: 62 at once, all the time.
+	return fleet
+}
+
+// flood floods fleet with tenant's requests for seconds, in the seconds
+// that on accepts. Each step, each instance starts one request and ends
+// it a step later, as Lambda spreads a flood over its instances. flood
+// returns the admissions by second, and the refusals by limit.
+func flood(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant string, seconds int, step time.Duration, on func(second int64) bool) (map[int64]int, map[string]int) {
+	t.Helper()
+	perSecond, refusals := map[int64]int{}, map[string]int{}
+	for range time.Duration(seconds) * time.Second / step {
+		second := clock.Now().Unix() - start.Unix()
+		if !on(second) {
+			clock.Advance(step)
+			continue
+		}
 		var tickets []*limit.Ticket
 		var owners []*limit.Limiter
 		for _, l := range fleet {
-			tk, refused := l.Admit(t.Context(), "flood")
+			tk, refused := l.Admit(t.Context(), tenant)
 			if refused != nil {
 				refusals[refused.Limit]++
 				continue
 			}
-			perSecond[clock.Now().Unix()-start.Unix()]++
+			perSecond[second]++
 			tickets, owners = append(tickets, tk), append(owners, l)
 		}
 		clock.Advance(step)
@@ -364,16 +367,21 @@ func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
 			owners[i].Done(t.Context(), tk, true)
 		}
 	}
-	adds, _ := store.calls()
-	if adds == 0 || refusals["rate"] == 0 || refusals["concurrency"] == 0 {
-		t.Errorf("%d adds to the shared count, refusals %v: want both limits to refuse across the fleet", adds, refusals)
-	}
-	// Each instance admits up to SyncEvery before it shares; in a steady
-	// flood, every instance shares each request, and may overshoot by one.
+	return perSecond, refusals
+}
+
+// always floods every second.
+func always(int64) bool { return true }
+
+// heldToTheBounds checks perSecond against docs/capacity.md's bounds for
+// the fleet: before it is shared, each instance admits up to SyncEvery; once
+// every instance shares each request, each may overshoot by one.
+func heldToTheBounds(t *testing.T, perSecond map[int64]int, instances, seconds int, learned int64) {
+	t.Helper()
 	blind, steady := limit.DefaultRate+instances*limit.SyncEvery, limit.DefaultRate+instances+1
 	for second := range int64(seconds) {
 		most := blind
-		if second >= seconds/2 {
+		if second >= learned {
 			most = steady
 		}
 		if n := perSecond[second]; n > most {
@@ -381,6 +389,100 @@ func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
 		}
 	}
 }
+
+// TestAFleetOfSlowRequestsIsHeldToTheLimits: Lambda spreads a tenant whose
+// requests take 300 ms (a provider's latency) over the fleet, one request
+// at a time an instance. None starts SyncEvery requests a second, but each
+// passes SyncBusy of handler time, so the fleet shares the tenant's count.
+func TestAFleetOfSlowRequestsIsHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances, seconds = 62, 20 // the AWS estimate's instances
+	perSecond, refusals := flood(t, fleetOf(t, store, clock, instances), clock, "flood", seconds, 300*time.Millisecond, always)
+	adds, _ := store.calls()
+	if adds == 0 || refusals["rate"] == 0 || refusals["concurrency"] == 0 {
+		t.Errorf("%d adds to the shared count, refusals %v: want both limits to refuse across the fleet", adds, refusals)
+	}
+	heldToTheBounds(t, perSecond, instances, seconds, seconds/2)
+}
+
+// TestAFleetOfFastRequestsIsHeldToTheLimits: the same flood of 10 ms
+// requests is shared by its count of requests, and learned within a second.
+func TestAFleetOfFastRequestsIsHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 62, 20
+	perSecond, _ := flood(t, fleetOf(t, newShared(), clock, instances), clock, "fast", seconds, 10*time.Millisecond, always)
+	heldToTheBounds(t, perSecond, instances, seconds, 1)
+}
+
+// TestAFloodThatPausesIsStillHeldToTheLimits: a flood every other second
+// stays hot through its pauses (HotSpan). Were it forgotten, each of its
+// seconds would get a first second's bound: over 200 a second on average.
+func TestAFloodThatPausesIsStillHeldToTheLimits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 62, 40
+	everyOther := func(s int64) bool { return s%2 == 0 }
+	perSecond, _ := flood(t, fleetOf(t, newShared(), clock, instances), clock, "pulse", seconds, 10*time.Millisecond, everyOther)
+	heldToTheBounds(t, perSecond, instances, seconds, 1)
+}
+
+// TestATenantSpreadThinIsNeverShared: on each instance a tenant ends
+// SyncEvery-1 short requests a second, and starts one more late in it that
+// ends in the next. That one is shared for neither second. So each instance
+// admits SyncEvery a second, and none calls the store: docs/capacity.md's
+// bound for a tenant spread thin.
+func TestATenantSpreadThinIsNeverShared(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const instances, seconds = 63, 10 // the AWS estimate's instances
+	fleet := fleetOf(t, store, clock, instances)
+	perSecond := map[int]int{}
+	var straddling []*limit.Ticket
+	admit := func(second int, l *limit.Limiter) *limit.Ticket {
+		tk, refused := l.Admit(t.Context(), "thin")
+		if refused != nil {
+			t.Fatalf("second %d: refused %+v", second, refused)
+		}
+		perSecond[second]++
+		return tk
+	}
+	for second := range seconds {
+		base := start.Add(time.Duration(second) * time.Second)
+		// Each instance ends the request it began last second, 20 ms in.
+		setClock(clock, base.Add(20*time.Millisecond))
+		for i, tk := range straddling {
+			fleet[i].Done(t.Context(), tk, true)
+		}
+		straddling = straddling[:0]
+		// SyncEvery-1 requests of 10 ms each, one at a time.
+		for range limit.SyncEvery - 1 {
+			for _, l := range fleet {
+				l.Done(t.Context(), admit(second, l), true)
+			}
+			clock.Advance(10 * time.Millisecond)
+		}
+		// One more begun at 990 ms, ended in the next second.
+		setClock(clock, base.Add(990*time.Millisecond))
+		for _, l := range fleet {
+			straddling = append(straddling, admit(second, l))
+		}
+	}
+	if adds, _ := store.calls(); adds != 0 {
+		t.Errorf("%d adds to the shared count, want none", adds)
+	}
+	for second := range seconds {
+		if n := perSecond[second]; n != instances*limit.SyncEvery {
+			t.Errorf("second %d: %d admitted, want %d: SyncEvery an instance", second, n, instances*limit.SyncEvery)
+		}
+	}
+}
+
+// setClock moves clock forward to at.
+func setClock(clock *testkit.Clock, at time.Time) { clock.Advance(at.Sub(clock.Now())) }
 
 // TestAHotTenantsCountTakesAtMostHotShareWritesASecond: near its limit a
 // tenant's count is shared often, but never more than about HotShare times
@@ -455,5 +557,24 @@ func TestTableFailuresLimitWithWhatIsKnown(t *testing.T) {
 	clock.Advance(10 * time.Second)
 	if got := admitted(t, l, "acme", 100); got != 50 {
 		t.Fatalf("admitted %d once the table answers, want the override's 50", got)
+	}
+}
+
+// TestAnOverridePastTheMaximumIsHeldToIt: an override written past the
+// maximum by hand, not through SetOverride, would overflow the handler
+// time a span allows. Admit held it to the maximum, and did not panic.
+func TestAnOverridePastTheMaximumIsHeldToIt(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	store.overrides["big"] = limit.Limits{Rate: 1 << 62, Concurrency: 1 << 30}
+	l := newLimiter(t, store, clock, limit.Limits{})
+	tk, refused := l.Admit(t.Context(), "big")
+	if refused != nil {
+		t.Fatalf("a tenant's first request refused: %+v", refused)
+	}
+	l.Done(t.Context(), tk, true)
+	if _, refused := l.Admit(t.Context(), "big"); refused != nil {
+		t.Fatalf("a second request refused: %+v", refused)
 	}
 }

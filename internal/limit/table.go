@@ -161,8 +161,8 @@ func (t *Table) SetOverride(ctx context.Context, tenant string, l Limits) error 
 	if err := idem.CheckTenant(tenant); err != nil {
 		return fmt.Errorf("limit: %w", err)
 	}
-	if l.Rate < 0 || l.Concurrency < 0 || l == (Limits{}) {
-		return fmt.Errorf("limit: an override sets a positive rate, concurrency or both; got %+v", l)
+	if err := l.CheckOverride(); err != nil {
+		return err
 	}
 	item, err := attributevalue.MarshalMap(override{Tenant: tenant, Rate: l.Rate, Concurrency: l.Concurrency})
 	if err != nil {

@@ -81,7 +81,7 @@ func TestTableKeepsOverrides(t *testing.T) {
 	if got, err = table.Overrides(ctx); err != nil || len(got) != 1 || got["globex"] != want["globex"] {
 		t.Fatalf("after deleting acme's: %v, %v; want globex's alone", got, err)
 	}
-	for _, bad := range []limit.Limits{{}, {Rate: -1}, {Concurrency: -5, Rate: 3}} {
+	for _, bad := range []limit.Limits{{}, {Rate: -1}, {Concurrency: -5, Rate: 3}, {Rate: limit.MaxRate + 1}, {Concurrency: limit.MaxConcurrency + 1}} {
 		if err := table.SetOverride(ctx, "acme", bad); err == nil {
 			t.Errorf("override %+v accepted", bad)
 		}

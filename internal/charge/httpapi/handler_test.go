@@ -17,6 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -134,6 +135,47 @@ func TestARetryStormOnOneKeyLeavesItsTenantsRate(t *testing.T) {
 	}
 	if got := d.Sim.Ledger().TotalCharges; got != 3 {
 		t.Fatalf("provider charges %d, want 3", got)
+	}
+}
+
+// TestARequestForAKeyInProgressClaimsItAtMostEightTimes: a request for a
+// key in flight gives its rate count back, but waits for the key for up
+// to INFLIGHT_WAIT (2 s), claiming again after each pause. docs/capacity.md
+// bounds that at 8 conditional writes; the concurrency bounds the waits.
+func TestARequestForAKeyInProgressClaimsItAtMostEightTimes(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t, providersim.WithSlowDelay(3500*time.Millisecond))
+	counter := &testkit.CallCounter{}
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: 10, Concurrency: 100}
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, counter.Option())
+	})
+	const slow = `{"amount":1500,"currency":"EUR","source":"tok_slow"}`
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", slow))
+		first <- resp.StatusCode
+	}()
+	time.Sleep(500 * time.Millisecond) // the first holds the key
+	counter.Snapshot()                 // Snapshot counts since the last
+	const twins, claims = 3, 8         // claims: docs/capacity.md's, within INFLIGHT_WAIT
+	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
+	for range twins {
+		go func() { answers <- handle(t, h, testkit.PostCharge("acme", "held", slow)) }()
+	}
+	for range twins {
+		if resp := <-answers; resp.StatusCode != http.StatusConflict {
+			t.Fatalf("a request for the key in progress: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
+		}
+	}
+	byOp := counter.Snapshot()
+	if byOp["PutItem"] < twins || byOp["PutItem"] > twins*claims {
+		t.Errorf("%d requests for a key in progress made %v, want from %d to %d claims (PutItem)", twins, byOp, twins, twins*claims)
+	}
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("the first request: %d, want 201", code)
 	}
 }
 

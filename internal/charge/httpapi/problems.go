@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -95,8 +96,9 @@ func withRetryAfter(resp idem.Response, seconds int) idem.Response {
 }
 
 // retryAfter is the Retry-After value (seconds) for a wait until until.
+// It rounds up: a client that waits it finds the wait over.
 func retryAfter(now, until time.Time) int {
-	s := int(until.Sub(now).Seconds() + 0.999)
+	s := int(math.Ceil(until.Sub(now).Seconds()))
 	return min(max(s, 1), 30)
 }
 
