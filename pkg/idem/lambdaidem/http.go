@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -386,10 +387,10 @@ func (o *api) unavailable(keyed bool) idem.Response {
 	return p
 }
 
-// retryAt sets p's Retry-After to the whole seconds from now to at, at
-// least 1.
+// retryAt sets p's Retry-After to the whole seconds from now to at,
+// rounded up so that waiting it is enough, at least 1.
 func retryAt(p idem.Response, now, at time.Time) idem.Response {
-	s := int(at.Sub(now).Seconds() + 0.999)
+	s := int(math.Ceil(at.Sub(now).Seconds()))
 	p.Headers["Retry-After"] = strconv.Itoa(max(s, 1))
 	return p
 }
