@@ -30,7 +30,7 @@ func (a *admin) audit(ctx context.Context, args []string, byCharge bool) error {
 	if err != nil {
 		return err
 	}
-	trail, err := audit.NewTrail(archive, index)
+	trail, err := audit.NewTrail(archive, index, a.clock)
 	if err != nil {
 		return err
 	}

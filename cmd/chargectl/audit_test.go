@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/audit"
@@ -254,5 +255,34 @@ func TestAdminSettleNoteAfterAReclaimPrecedesTheOperatorsTakeOver(t *testing.T) 
 	}
 	if !slices.Equal(whats, want) {
 		t.Errorf("the trail:\n %v\nwant\n %v", whats, want)
+	}
+}
+
+// TestAuditNamesAnObjectDeletedWithinItsRetention: a delete marker over
+// a locked object is no routine gap. The audit fails, naming the object
+// for the operator to look into.
+func TestAuditNamesAnObjectDeletedWithinItsRetention(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	tr := s.trail
+	order := testkit.UniqueName("order")
+	code, out := runCLI(t, s.url, &testkit.LogBuffer{}, "create", "--amount", "1500", "--source", "tok_visa", "--id", order, "--json")
+	var created createOutput
+	if code != exitOK || json.Unmarshal([]byte(out), &created) != nil {
+		t.Fatalf("create: exit %d %s", code, out)
+	}
+	tr.Drain(t)
+	bucket := aws.String(tr.Config.AuditBucket)
+	objs, err := tr.S3.ListObjectsV2(t.Context(), &s3.ListObjectsV2Input{Bucket: bucket})
+	if err != nil || len(objs.Contents) == 0 {
+		t.Fatalf("objects %v %v", objs, err)
+	}
+	name := aws.ToString(objs.Contents[0].Key)
+	if _, err := tr.S3.DeleteObject(t.Context(), &s3.DeleteObjectInput{Bucket: bucket, Key: objs.Contents[0].Key}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := s.admin(t, "audit", "acme", order)
+	if code == exitOK || !strings.Contains(stderr, name) {
+		t.Fatalf("audit with %s deleted: exit %d %s %s; want a failure naming it", name, code, out, stderr)
 	}
 }

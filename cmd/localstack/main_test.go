@@ -306,7 +306,7 @@ func trailShows(t *testing.T, s stack) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trail, err := audit.NewTrail(archive, index)
+	trail, err := audit.NewTrail(archive, index, time.Now)
 	if err != nil {
 		t.Fatal(err)
 	}

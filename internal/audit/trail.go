@@ -17,14 +17,16 @@ import (
 type Trail struct {
 	archive *Archive
 	index   *Index
+	now     func() time.Time
 }
 
-// NewTrail returns the trail kept in archive and found through index.
-func NewTrail(archive *Archive, index *Index) (*Trail, error) {
-	if archive == nil || index == nil {
-		return nil, errors.New("audit: the trail needs an archive and an index")
+// NewTrail returns the trail kept in archive and found through index;
+// now tells an object past the archive's retention from one within it.
+func NewTrail(archive *Archive, index *Index, now func() time.Time) (*Trail, error) {
+	if archive == nil || index == nil || now == nil {
+		return nil, errors.New("audit: the trail needs an archive, an index and a clock")
 	}
-	return &Trail{archive: archive, index: index}, nil
+	return &Trail{archive: archive, index: index, now: now}, nil
 }
 
 // History is every entry of the commands whose key hashes are subjects.
@@ -74,7 +76,7 @@ func (t *Trail) read(ctx context.Context, subjects ...string) ([]Entry, error) {
 			defer func() { <-sem }()
 			entries, err := t.archive.get(ctx, name)
 			if errors.Is(err, errGone) {
-				entries, err = []Entry{gone(name, subject)}, nil
+				entries, err = t.gone(name, subject)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -152,13 +154,18 @@ func (t *Trail) ChargeHistory(ctx context.Context, rows ChargeRows, tenant, id s
 }
 
 // gone is the entry of the object name, filed under subject, that the
-// archive no longer has: at its day, the one its name holds.
-func gone(name, subject string) Entry {
+// archive no longer has: at its day, the one its name holds. Within the
+// archive's least retention, no object may be gone: a delete marker hides
+// it, and that is an error to look into, never routine.
+func (t *Trail) gone(name, subject string) ([]Entry, error) {
 	e := Entry{Event: name, What: WhatObjectGone, KeyHash: subject}
 	if i := strings.Index(name, "day="); i >= 0 && len(name) >= i+14 {
 		e.At, _ = time.Parse(time.DateOnly, name[i+4:i+14])
 	}
-	return e
+	if e.At.IsZero() || t.now().Before(e.At.AddDate(0, 0, MinRetentionDays+1)) {
+		return nil, fmt.Errorf("audit: %s is missing within the archive's retention: look into it (a delete marker?): %w", name, errGone)
+	}
+	return []Entry{e}, nil
 }
 
 // chargeSubject is what the index files a refund's claim under, besides

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -399,11 +400,11 @@ func TestARefusedRefundShowsInItsChargesHistory(t *testing.T) {
 	}
 }
 
-// TestAHistoryReadsPastAnObjectTheArchiveNoLongerKeeps: the lifecycle
-// removes an object once its retention ends, a delete marker in its
-// place. A history still names it in the index: it reads the entries
-// kept, and says one object is gone.
-func TestAHistoryReadsPastAnObjectTheArchiveNoLongerKeeps(t *testing.T) {
+// TestAnObjectGoneFromTheArchiveIsAnErrorWithinItsRetention: a delete
+// marker hides a locked object. Within the archive's retention that is
+// never routine, and the history fails naming it. Past the retention,
+// the lifecycle removed it: the history reads past it, and names it.
+func TestAnObjectGoneFromTheArchiveIsAnErrorWithinItsRetention(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
 	h := d.ChargeHandler(t)
@@ -420,19 +421,28 @@ func TestAHistoryReadsPastAnObjectTheArchiveNoLongerKeeps(t *testing.T) {
 	if err != nil || len(out.Contents) != 2 {
 		t.Fatalf("objects %v %v, want the records' and the rows'", out, err)
 	}
-	if _, err := tr.S3.DeleteObject(t.Context(), &s3.DeleteObjectInput{Bucket: bucket, Key: out.Contents[0].Key}); err != nil {
+	name := aws.ToString(out.Contents[0].Key)
+	if _, err := tr.S3.DeleteObject(t.Context(), &s3.DeleteObjectInput{Bucket: bucket, Key: &name}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := tr.Reader(t).History(t.Context(), key)
-	if err != nil {
-		t.Fatalf("history of %d entries, one object gone: %v", len(before), err)
+	if got, err := tr.Reader(t).History(t.Context(), key); err == nil || !strings.Contains(err.Error(), name) {
+		t.Fatalf("history with an object deleted within its retention: %v, %d entries; want an error naming it:\n%s", err, len(got), show(got))
 	}
-	byCharge, err := chargeHistory(t, d, tr, tenant, id)
+	later := func() time.Time { return time.Now().AddDate(0, 0, audit.MinRetentionDays+2) }
+	got, err := tr.ReaderAt(t, later).History(t.Context(), key)
+	if err != nil {
+		t.Fatalf("history of %d entries, one object past its retention: %v", len(before), err)
+	}
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byCharge, err := tr.ReaderAt(t, later).ChargeHistory(t.Context(), rows, tenant, id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, h := range [][]audit.Entry{got, byCharge} {
-		gone := slices.IndexFunc(h, func(e audit.Entry) bool { return e.What == audit.WhatObjectGone && e.Event == *out.Contents[0].Key })
+		gone := slices.IndexFunc(h, func(e audit.Entry) bool { return e.What == audit.WhatObjectGone && e.Event == name })
 		if gone < 0 || len(find(h, key, audit.WhatClaimed)) != 1 || len(find(h, key, audit.WhatSucceeded)) != 1 {
 			t.Errorf("history, the rows' object gone, of %d entries: want the record's 2 and the object's:\n%s", len(before), show(h))
 		}

@@ -128,6 +128,12 @@ func (tr *Trail) Drain(t testing.TB) eventsource.StreamBatch {
 // Reader is the trail as chargectl admin audit reads it.
 func (tr *Trail) Reader(t testing.TB) *audit.Trail {
 	t.Helper()
+	return tr.ReaderAt(t, time.Now)
+}
+
+// ReaderAt is Reader on the clock now.
+func (tr *Trail) ReaderAt(t testing.TB, now func() time.Time) *audit.Trail {
+	t.Helper()
 	archive, err := audit.NewArchive(tr.S3, tr.Config.AuditBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +142,7 @@ func (tr *Trail) Reader(t testing.TB) *audit.Trail {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := audit.NewTrail(archive, index)
+	r, err := audit.NewTrail(archive, index, now)
 	if err != nil {
 		t.Fatal(err)
 	}
