@@ -93,9 +93,9 @@ type capacity struct {
 	ReserveProviderMs, GatewayFillMs      float64 // provider latencies the reservation, and the gateway's rate, reach it at
 	GatewayHeadroom                       float64 // the critical routes' rate over the seeds' requests
 	DeferrableConcurrency, CriticalKeeps  float64 // at GatewayFillMs
-	ReplaysPerTenant, TwinsPerTenant      float64 // a second, what a tenant's concurrency allows of each
+	ReplaysPerTenant                      float64 // a second, what a tenant's concurrency allows
 	TwinClaimsMax                         int     // claims of one twin through INFLIGHT_WAIT
-	TwinKeyWCU                            float64 // WCU/s on one in-flight key's partition
+	TwinStormWCU                          float64 // WCU/s on one in-flight key, twins at the tenant's rate
 	ConcurrencySpan                       int     // seconds a tenant's concurrency is averaged over
 
 	// The audit trail, off the request path. Per second: the changes the
@@ -409,9 +409,8 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	// One key: its replays' handler time, and its twins' waits, count
 	// against the tenant's concurrency.
 	c.ReplaysPerTenant = d.TenantConcurrency / (replayAWS / 1000)
-	c.TwinsPerTenant = d.TenantConcurrency / d.InflightWait.Seconds()
 	c.TwinClaimsMax = twinClaims(math.Inf(1), in.v(inFirstPause), in.v(inMaxPause), d.InflightWait)
-	c.TwinKeyWCU = c.TwinsPerTenant * float64(c.TwinClaimsMax) * c.ReplayWCU
+	c.TwinStormWCU = d.TenantRate * float64(c.TwinClaimsMax) * c.ReplayWCU
 	c.ConcurrencySpan = limit.ConcurrencySpan
 }
 

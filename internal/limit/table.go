@@ -145,15 +145,35 @@ func (t *Table) Overrides(ctx context.Context) (map[string]Limits, error) {
 		if err != nil {
 			return nil, fmt.Errorf("limit: read the overrides: %w", dynamostore.AsUnavailable(err))
 		}
-		var items []override
-		if err := attributevalue.UnmarshalListOfMaps(page.Items, &items); err != nil {
-			return nil, fmt.Errorf("limit: an override: %w", err)
-		}
-		for _, o := range items {
-			out[o.Tenant] = Limits{Rate: o.Rate, Concurrency: o.Concurrency}
+		for _, item := range page.Items {
+			if tenant, l := decodeOverride(item); tenant != "" {
+				out[tenant] = l
+			}
 		}
 	}
 	return out, nil
+}
+
+// decodeOverride reads an override item. A number past an int, written by
+// hand, is held to the maximum; one that is no number sets nothing. One
+// bad item must not cost every other tenant its override.
+func decodeOverride(item map[string]types.AttributeValue) (string, Limits) {
+	num := func(name string, most int) int {
+		v, ok := item[name].(*types.AttributeValueMemberN)
+		if !ok {
+			return 0
+		}
+		f, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || f < 0 {
+			return 0
+		}
+		return int(min(f, float64(most)))
+	}
+	tenant, _ := item["sk"].(*types.AttributeValueMemberS)
+	if tenant == nil {
+		return "", Limits{}
+	}
+	return tenant.Value, Limits{Rate: num("rate", MaxRate), Concurrency: num("concurrency", MaxConcurrency)}
 }
 
 // SetOverride sets tenant's override; a zero field keeps the default.

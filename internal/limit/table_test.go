@@ -1,9 +1,13 @@
 package limit_test
 
 import (
+	"maps"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 )
@@ -88,5 +92,42 @@ func TestTableKeepsOverrides(t *testing.T) {
 	}
 	if err := table.SetOverride(ctx, "a#b", limit.Limits{Rate: 1}); err == nil {
 		t.Error("an override for a tenant with '#' accepted")
+	}
+}
+
+// TestAnOverrideWrittenByHandPastTheMaximumIsHeldToIt: a rate past an
+// int, set in the console, is held to the maximum; one that is no number
+// sets nothing. Neither costs another tenant its override.
+func TestAnOverrideWrittenByHandPastTheMaximumIsHeldToIt(t *testing.T) {
+	t.Parallel()
+	db := testkit.Clients(t).DynamoDB
+	name := testkit.TempTable(t, limit.TableInput(testkit.UniqueName("limits")))
+	table, err := limit.NewTable(db, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := table.SetOverride(ctx, "globex", limit.Limits{Rate: 5}); err != nil {
+		t.Fatal(err)
+	}
+	for tenant, rate := range map[string]types.AttributeValue{
+		"acme":    &types.AttributeValueMemberN{Value: "100000000000000000000"},
+		"initech": &types.AttributeValueMemberS{Value: "fast"},
+	} {
+		if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(name), Item: map[string]types.AttributeValue{
+			limit.AttrPK: &types.AttributeValueMemberS{Value: "override"},
+			limit.AttrSK: &types.AttributeValueMemberS{Value: tenant},
+			"rate":       rate,
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := table.Overrides(ctx)
+	if err != nil {
+		t.Fatalf("overrides with two written by hand: %v", err)
+	}
+	want := map[string]limit.Limits{"globex": {Rate: 5}, "acme": {Rate: limit.MaxRate}, "initech": {}}
+	if !maps.Equal(got, want) {
+		t.Fatalf("overrides %+v, want %+v", got, want)
 	}
 }
