@@ -160,6 +160,12 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 		update = strings.Replace(update, "SET ", "SET #region = :region, ", 1)
 		names["#region"], values[":holder"], values[":region"] = attrRegion, str(region), str(s.region)
 	}
+	unreplicated := s.unreplicated(key)
+	if !unreplicated.IsZero() {
+		// A record older than the failover may be a stale copy.
+		cond = "#ct >= :unrepl AND " + cond
+		names["#ct"], values[":unrepl"] = attrCreatedAt, millis(unreplicated)
+	}
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
 		Key:                                 s.itemKey(key),
@@ -183,6 +189,9 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 		}
 		if marked, ok := ccf.Item[attrRegion].(*types.AttributeValueMemberS); ok && s.ledger != nil && marked.Value != region && !ownToken(ccf.Item, lease) {
 			return nil, marked.Value, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{Region: marked.Value})
+		}
+		if ct, err := numberAttr(ccf.Item, attrCreatedAt); err == nil && time.UnixMilli(ct).Before(unreplicated) && !ownToken(ccf.Item, lease) {
+			return nil, "", fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{})
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, "", s.notTaken(key, ccf.Item, now, created)
