@@ -266,6 +266,24 @@ func (s *Store) replicated(key idem.Key, created time.Time) bool {
 	return !created.Before(s.unreplicated(key))
 }
 
+// ours is the condition, ending in AND, that a record is this store's
+// to write: holder's or unmarked, and no older than the Ledger's
+// Unreplicated. It adds its names and values. Without a Ledger it is
+// empty: every record is the store's.
+func (s *Store) ours(key idem.Key, holder string, names map[string]string, values map[string]types.AttributeValue) string {
+	if s.ledger == nil {
+		return ""
+	}
+	cond := "(attribute_not_exists(#region) OR #region = :holder) AND "
+	names["#region"], values[":holder"] = attrRegion, str(holder)
+	if u := s.unreplicated(key); !u.IsZero() {
+		// A record older than the failover may be a stale copy.
+		cond += "#ct >= :unrepl AND "
+		names["#ct"], values[":unrepl"] = attrCreatedAt, millis(u)
+	}
+	return cond
+}
+
 // unreplicated is the Ledger's Unreplicated, zero without a Ledger.
 func (s *Store) unreplicated(key idem.Key) time.Time {
 	if s.ledger == nil {
