@@ -71,3 +71,57 @@ func TestAFenceServesOnlyItsTenantsAndOnlyAfterTheFence(t *testing.T) {
 		t.Fatalf("b once a is drained: %+v, yields %t", sv, b.Yields(key, "a"))
 	}
 }
+
+// TestAFailoverFencesWithinTheClockMargin: Since is the operator's clock
+// plus FenceDelay. An operator's clock behind by up to the margin still
+// starts the new Region after the old one's lease. Further behind, it
+// does not: regions.md makes a synced clock the operator's precondition.
+func TestAFailoverFencesWithinTheClockMargin(t *testing.T) {
+	ctx := t.Context()
+	for _, tc := range []struct {
+		behind time.Duration
+		fenced bool
+	}{{0, true}, {regions.FenceDelay - regions.DefaultLease, true}, {regions.FenceDelay - regions.DefaultLease + time.Second, false}} {
+		clock := testkit.NewClock(time.Now())
+		r := newRoutes(t)
+		homes := regions.Homes(nil, "a")
+		a, err := regions.NewFence(r, "a", homes, func(o *regions.FenceOptions) { o.Clock = clock.Now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa, err := a.Serving(ctx, "acme") // just before the move
+		if err != nil || !sa.Here {
+			t.Fatalf("a before the move: %+v %v", sa, err)
+		}
+		route, _ := r.Route(ctx, "a")
+		moved, err := r.Move(ctx, route, "b", clock.Now().Add(-tc.behind), regions.FenceDelay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fenced := !moved.Since.Before(sa.Until); fenced != tc.fenced {
+			t.Errorf("operator %s behind: b from %s, a's lease until %s: fenced %t, want %t",
+				tc.behind, moved.Since.Format(time.TimeOnly), sa.Until.Format(time.TimeOnly), fenced, tc.fenced)
+		}
+	}
+}
+
+// TestStacksThatAgreeOnHomesServeATenantOnce: a tenant's home is each
+// stack's configuration. Stacks deployed with the same homes, as
+// operations.md requires, never both serve a tenant.
+func TestStacksThatAgreeOnHomesServeATenantOnce(t *testing.T) {
+	ctx := t.Context()
+	r := newRoutes(t)
+	homes := regions.Homes(map[string]string{"beta": "b"}, "a")
+	a, errA := regions.NewFence(r, "a", homes)
+	b, errB := regions.NewFence(r, "b", homes)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	for _, tenant := range []string{"acme", "beta"} {
+		sa, errA := a.Serving(ctx, tenant)
+		sb, errB := b.Serving(ctx, tenant)
+		if errA != nil || errB != nil || sa.Here == sb.Here {
+			t.Errorf("%s: a serves %t, b %t (%v %v): want exactly one", tenant, sa.Here, sb.Here, errA, errB)
+		}
+	}
+}
