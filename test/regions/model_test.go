@@ -646,15 +646,22 @@ func (h *history) failoverHome(rt *rapid.T, home string) {
 	}
 }
 
-// failoverRound is a whole failover as one step: the Region serving a
-// drawn home fails, at once or in a request; the home fails over; the
-// clients act; the Region returns, and may be drained while they act on.
+// failoverRound is a whole failover as one step: the clients act; the
+// Region serving a drawn home fails, at once or in a request; the home
+// fails over; the clients act; the Region returns, and may be drained
+// while they act on.
 // Single steps seldom chain so far, and twice over (fail, return, drain,
 // act, fail the other Region) is where a weak ledger or guard shows.
 func (h *history) failoverRound(rt *rapid.T) {
 	if len(h.up()) < len(h.w.regions) {
 		return
 	}
+	// The failing Region holds the clients' latest writes, unreplicated;
+	// the older ones may have reached the other Region.
+	if rapid.Bool().Draw(rt, "roundReplicatesFirst") {
+		h.replicateAll(rt)
+	}
+	h.act(rt)
 	home := rapid.SampledFrom(h.regionNames()).Draw(rt, "roundHome")
 	failing := h.w.byName[h.dns[home]]
 	if rapid.Bool().Draw(rt, "roundMidway") {
