@@ -590,7 +590,9 @@ func (d Deps) inRegions(r Regions) (Deps, error) {
 	if err != nil {
 		return d, err
 	}
-	ledger, err := dynamostore.NewLedger(d.Clients.DynamoDB, r.LedgerTable, func(o *dynamostore.LedgerOptions) { o.Yields = fence.Yields })
+	ledger, err := dynamostore.NewLedger(d.Clients.DynamoDB, r.LedgerTable, func(o *dynamostore.LedgerOptions) {
+		o.Yields, o.Unreplicated = fence.Yields, fence.Unreplicated
+	})
 	if err != nil {
 		return d, err
 	}

@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -137,5 +140,74 @@ func TestASweeperThatCannotReadItsFenceMarksNothing(t *testing.T) {
 	}
 	if ok, err := m.store.MarkQueued(t.Context(), m.key, m.clock.Now().Add(time.Hour)); !ok || err != nil {
 		t.Errorf("the record was marked without the fence: MarkQueued %v %v", ok, err)
+	}
+}
+
+// TestASweeperMarksNoRecordOfARegionNotDrained: r1 leased acme's key and
+// failed over to r2, not drained. A mark is a write over an item r1 may
+// have committed unreplicated, so r2's sweeper leaves it until r1 drains.
+func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
+	clock := testkit.NewClock(time.Now())
+	rg := in(t, "r2")
+	db := testkit.Clients(t).DynamoDB
+	ledger, err := dynamostore.NewLedger(db, rg.LedgerTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := dynamostore.New(db, d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock, o.Region, o.Ledger = clock.Now, "r1", ledger })
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
+	if _, err := r1.Begin(ctx, key, idem.FingerprintOf([]byte("{}")), nil); err != nil {
+		t.Fatal(err)
+	}
+	routes, err := regions.NewRoutes(db, rg.RoutesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, _ := routes.Route(ctx, "r1")
+	if _, err := routes.Move(ctx, route, "r2", clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour) // past the fence; r1's lease has run out: the key is stuck
+
+	c := d.Sweeper()
+	c.Regions = rg
+	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := func() (string, int) {
+		t.Helper()
+		sum, err := s.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.IdempotencyTable), ConsistentRead: aws.Bool(true),
+			Key: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _ := out.Item["qu"].(*types.AttributeValueMemberN)
+		if q == nil {
+			return "", sum.Queued
+		}
+		return q.Value, sum.Queued
+	}
+	if q, queued := mark(); q != "" || queued != 0 {
+		t.Errorf("r2 marked r1's record (qu=%s) before r1 was drained: %d keys queued", q, queued)
+	}
+	// Once r1 is drained, its record is r2's to recover.
+	route, _ = routes.Route(ctx, "r1")
+	if _, err := routes.Drained(ctx, route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(regions.DefaultLease)
+	if q, queued := mark(); q == "" || queued != 1 {
+		t.Errorf("r2 did not mark r1's drained record (qu=%q, %d queued)", q, queued)
 	}
 }

@@ -1,6 +1,7 @@
 package charge_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -8,6 +9,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -42,7 +46,8 @@ func newTwoRegions(t *testing.T) *twoRegions {
 		tables[i] = name
 	}
 	db := testkit.Clients(t).DynamoDB
-	tr := &twoRegions{clock: testkit.NewClock(time.Now()), tables: tables}
+	// Ahead of the emulator's clock, which a move never starts before.
+	tr := &twoRegions{clock: testkit.NewClock(time.Now().Add(time.Hour)), tables: tables}
 	var err error
 	if tr.routes, err = regions.NewRoutes(db, tables[0]); err != nil {
 		t.Fatal(err)
@@ -179,5 +184,49 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 	}
 	if rec, err := tr.r2.store.Get(ctx, stranded); err != nil || rec.Status != idem.StatusInFlight || rec.Region != "r2" {
 		t.Fatalf("r1's claim once drained: record %+v, %v; want it IN_FLIGHT, r2's to reconcile", rec, err)
+	}
+}
+
+// TestWhenTheStrongTablesFailEveryRequestFailsClosed: the routes table
+// is in the ledger's strongly consistent set. Once the lease ends, no
+// Region knows whom it serves, so every request answers 503, nothing done.
+func TestWhenTheStrongTablesFailEveryRequestFailsClosed(t *testing.T) {
+	t.Parallel()
+	var tables [2]string
+	for i := range tables {
+		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(drop)
+		tables[i] = name
+	}
+	clock := testkit.NewClock(time.Now())
+	h := newHarnessWith(t, harnessConfig{
+		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) {
+			c.Regions = app.Regions{Region: "r1", Home: "r1", Homes: map[string]string{}, RoutesTable: tables[0], LedgerTable: tables[1]}
+		}},
+		deps: func(d *app.Deps) { d.Clock = clock.Now },
+	})
+	body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+	first := h.do(post("acme", "order-1", body))
+	wantStatus(t, first, http.StatusCreated)
+	created, _ := chargeOf(t, first.Body)
+	db := testkit.Clients(t).DynamoDB
+	for _, name := range tables { // the strong tables' Regions cannot agree
+		// A retried delete whose first attempt was applied finds nothing.
+		_, err := db.DeleteTable(t.Context(), &dynamodb.DeleteTableInput{TableName: aws.String(name)})
+		if _, gone := errors.AsType[*types.ResourceNotFoundException](err); err != nil && !gone {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(regions.DefaultLease)
+	fresh := h.do(post("acme", "order-2", body))
+	replay := h.do(post("acme", "order-1", body))
+	read := h.do(get("acme", created))
+	for name, r := range map[string]events.APIGatewayV2HTTPResponse{"a first charge": fresh, "a replay": replay, "a read": read} {
+		if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(r.Body, "not carried out") {
+			t.Errorf("%s: %d %s, want 503, not carried out", name, r.StatusCode, r.Body)
+		}
 	}
 }

@@ -108,6 +108,25 @@ func (f *Fence) Yields(key idem.Key, region string) bool {
 	return region != rt.ServedBy && !slices.Contains(rt.Pending, region)
 }
 
+// Unreplicated is when this Region began to serve key's tenant, if a
+// Region that served it before is not drained. It is an idem.Ledger's
+// Unreplicated: a record older than that may be a stale copy here.
+// Without a route read within its lease, every record made before now
+// may be.
+func (f *Fence) Unreplicated(key idem.Key) time.Time {
+	f.mu.Lock()
+	rt, ok := f.read[f.homes(key.Tenant())]
+	f.mu.Unlock()
+	now := f.clock()
+	switch {
+	case !ok || !now.Before(rt.at.Add(f.lease)):
+		return now
+	case len(rt.Pending) > 0:
+		return rt.Since
+	}
+	return time.Time{}
+}
+
 // route is home's route: the one read less than half a lease ago, or a
 // fresh read. A failed read falls back on a route still within its lease.
 func (f *Fence) route(ctx context.Context, home string) (readRoute, error) {

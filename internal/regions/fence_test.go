@@ -15,7 +15,8 @@ import (
 // before the move has ended.
 func TestAFenceServesOnlyItsTenantsAndOnlyAfterTheFence(t *testing.T) {
 	ctx := t.Context()
-	clock := testkit.NewClock(time.Now())
+	// Ahead of the emulator's clock, which a move never starts before.
+	clock := testkit.NewClock(time.Now().Add(time.Minute))
 	r := newRoutes(t)
 	homes := regions.Homes(map[string]string{"beta": "b"}, "a")
 	fence := func(region string) *regions.Fence {
@@ -69,5 +70,64 @@ func TestAFenceServesOnlyItsTenantsAndOnlyAfterTheFence(t *testing.T) {
 	clock.Advance(regions.DefaultLease)
 	if sv := serving(b, "acme"); !sv.Here || !sv.Unreplicated.IsZero() || !b.Yields(key, "a") {
 		t.Fatalf("b once a is drained: %+v, yields %t", sv, b.Yields(key, "a"))
+	}
+}
+
+// TestAFailoverFencesWhateverTheOperatorsClock: Since is the operator's
+// clock plus FenceDelay, but never before the table's clock at the read.
+// An operator's clock 30 s slow must not start b while a's lease holds.
+func TestAFailoverFencesWhateverTheOperatorsClock(t *testing.T) {
+	ctx := t.Context()
+	clock := testkit.NewClock(time.Now())
+	r := newRoutes(t)
+	homes := regions.Homes(nil, "a")
+	fence := func(region string) *regions.Fence {
+		f, err := regions.NewFence(r, region, homes, func(o *regions.FenceOptions) { o.Clock = clock.Now })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	a, b := fence("a"), fence("b")
+	if sv, err := a.Serving(ctx, "acme"); err != nil || !sv.Here {
+		t.Fatalf("a before the move: %+v %v", sv, err)
+	}
+	operator := clock.Now().Add(-30 * time.Second) // the laptop's clock
+	route, err := r.Route(ctx, "a")
+	if err != nil || route.Read.IsZero() {
+		t.Fatalf("the route read %+v (%v): want the table's clock", route, err)
+	}
+	if _, err := r.Move(ctx, route, "b", operator, regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	sa, errA := a.Serving(ctx, "acme")
+	sb, errB := b.Serving(ctx, "acme")
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if sb.Here || sb.Since.Before(sa.Until) {
+		t.Errorf("a (lease until %s) and b (since %s) both serve acme at %s", sa.Until.Format(time.TimeOnly), sb.Since.Format(time.TimeOnly), clock.Now().Format(time.TimeOnly))
+	}
+}
+
+// TestStacksThatAgreeOnHomesServeATenantOnce: a tenant's home is each
+// stack's configuration. Stacks deployed with the same homes, as
+// operations.md requires, never both serve a tenant.
+func TestStacksThatAgreeOnHomesServeATenantOnce(t *testing.T) {
+	ctx := t.Context()
+	r := newRoutes(t)
+	homes := regions.Homes(map[string]string{"beta": "b"}, "a")
+	a, errA := regions.NewFence(r, "a", homes)
+	b, errB := regions.NewFence(r, "b", homes)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	for _, tenant := range []string{"acme", "beta"} {
+		sa, errA := a.Serving(ctx, tenant)
+		sb, errB := b.Serving(ctx, tenant)
+		if errA != nil || errB != nil || sa.Here == sb.Here {
+			t.Errorf("%s: a serves %t, b %t (%v %v): want exactly one", tenant, sa.Here, sb.Here, errA, errB)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
@@ -26,6 +27,9 @@ type Route struct {
 	// yet drained. Their records, and rows written before Since, may
 	// still change there.
 	Pending []string
+	// Read is the table's clock at the read, from its answer's Date
+	// header, to the second; zero without one.
+	Read time.Time
 }
 
 // DynamoDBAPI is the part of *dynamodb.Client the routes table uses.
@@ -75,19 +79,23 @@ func (r *Routes) Route(ctx context.Context, home string) (Route, error) {
 	if err != nil {
 		return Route{}, fmt.Errorf("regions: route of %s: %w", home, dynamostore.AsUnavailable(err))
 	}
+	read, _ := awsmiddleware.GetServerTime(out.ResultMetadata)
 	if len(out.Item) == 0 {
-		return Route{Home: home, ServedBy: home}, nil
+		return Route{Home: home, ServedBy: home, Read: read}, nil
 	}
-	return decode(home, out.Item)
+	rt, err := decode(home, out.Item)
+	rt.Read = read
+	return rt, err
 }
 
 // Move serves home's tenants from to, starting fence after now. By then
-// every lease read before now has ended. The Region that served them
-// joins Pending. It fails with ErrMoved if the route changed since from
-// was read.
+// every lease read before now has ended. now is the table's clock at
+// from's read if that is later: an operator's slow clock must not start
+// the move early. The Region that served them joins Pending. It fails
+// with ErrMoved if the route changed since from was read.
 func (r *Routes) Move(ctx context.Context, from Route, to string, now time.Time, fence time.Duration) (Route, error) {
 	next := from
-	next.ServedBy, next.Epoch, next.Since = to, from.Epoch+1, now.Add(fence)
+	next.ServedBy, next.Epoch, next.Since, next.Read = to, from.Epoch+1, later(now, from.Read).Add(fence), time.Time{}
 	if from.ServedBy != to && !slices.Contains(from.Pending, from.ServedBy) {
 		next.Pending = append(slices.Clone(from.Pending), from.ServedBy)
 	}
@@ -133,6 +141,13 @@ func (r *Routes) put(ctx context.Context, from, next Route) error {
 		return fmt.Errorf("regions: move %s: %w", next.Home, dynamostore.AsUnavailable(err))
 	}
 	return nil
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 func key(home string) map[string]types.AttributeValue {

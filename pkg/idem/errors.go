@@ -110,11 +110,16 @@ func (e *UnknownClaimError) Error() string {
 func (e *UnknownClaimError) Unwrap() []error { return []error{ErrUnknownClaim, e.Err} }
 
 // ClaimedElsewhereError names the Region that holds a command's claim.
+// Region is empty when the command is older than a failover whose old
+// Region is not drained: that Region may have changed it.
 type ClaimedElsewhereError struct {
 	Region string
 }
 
 func (e *ClaimedElsewhereError) Error() string {
+	if e.Region == "" {
+		return "idem: command may have changed in a Region not yet drained"
+	}
 	return "idem: command claimed in Region " + e.Region
 }
 

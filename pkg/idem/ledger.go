@@ -21,12 +21,18 @@ type Ledger interface {
 	// live claim stands. It returns the live claim if it is
 	// region's, or a yielding Region's. Otherwise it gives
 	// *ClaimedElsewhereError and records nothing. An expired claim
-	// is replaced.
+	// is replaced if it is region's, or a yielding Region's: until
+	// then the other Region's record may still replay the key.
 	Claim(ctx context.Context, key Key, c Claim) (Claim, error)
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over
 	// and its writes replicated, or were written off.
 	Yields(key Key, region string) bool
+	// Unreplicated is when this Region began to serve key's tenant,
+	// while a Region that served it before is not drained. A record
+	// of a command created before then may have changed there. Zero
+	// when no Region is pending.
+	Unreplicated(key Key) time.Time
 }
 
 // Claim is a Region's claim of a command in a Ledger.

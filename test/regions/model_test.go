@@ -252,6 +252,7 @@ var actions = map[string]func(*history, *rapid.T){
 	"sweepAndReconcile":   (*history).sweepAndReconcile,
 	"providerLands":       func(h *history, _ *rapid.T) { h.w.sim.Land() },
 	"replicateEverything": func(h *history, rt *rapid.T) { h.replicateAll(rt) },
+	"failoverRound":       (*history).failoverRound,
 }
 
 // actionNames are the actions' names; the clients', the failures' and
@@ -265,7 +266,7 @@ var actionNames = func() []string {
 		}
 	})
 	return append(names, "charge", "chargeAgain", "chargeAgain", "refund", "move", "replicate",
-		"regionFails", "regionFailsMidway", "regionFailsMidway", "failover", "regionReturns", "drain")
+		"regionFails", "regionFailsMidway", "regionFailsMidway", "failover", "regionReturns", "drain", "failoverRound", "failoverRound")
 }()
 
 // ---- clients ----
@@ -587,7 +588,12 @@ func (h *history) regionFailsMidway(rt *rapid.T) {
 	if len(up) < len(h.w.regions) {
 		return
 	}
-	r := h.w.byName[rapid.SampledFrom(names(up)).Draw(rt, "dying")]
+	h.failMidway(rt, h.w.byName[rapid.SampledFrom(names(up)).Draw(rt, "dying")])
+}
+
+// failMidway sends a charge, a refund or a move to r, which dies after a
+// drawn number of its DynamoDB calls, unless the request ends first.
+func (h *history) failMidway(rt *rapid.T, r *region) {
 	r.link.applyLast.Store(rapid.Bool().Draw(rt, "lastCallApplied"))
 	r.link.budget.Store(int64(rapid.IntRange(0, 6).Draw(rt, "callsBeforeDeath")))
 	h.force = r.name
@@ -613,7 +619,11 @@ func (h *history) regionFailsMidway(rt *rapid.T) {
 // fence, and the endpoint. The naive design has no routes: its clients
 // just go elsewhere.
 func (h *history) failover(rt *rapid.T) {
-	home := rapid.SampledFrom(h.regionNames()).Draw(rt, "home")
+	h.failoverHome(rt, rapid.SampledFrom(h.regionNames()).Draw(rt, "home"))
+}
+
+// failoverHome moves home's tenants to the Region not serving them.
+func (h *history) failoverHome(rt *rapid.T, home string) {
 	to := h.other(h.dns[home])
 	if h.w.byName[to].link.down.Load() {
 		return
@@ -633,6 +643,59 @@ func (h *history) failover(rt *rapid.T) {
 	}
 	if rapid.Bool().Draw(rt, "waitOutTheFence") {
 		h.w.clock.Advance(regions.FenceDelay)
+	}
+}
+
+// failoverRound is a whole failover as one step: the clients act; the
+// Region serving a drawn home fails, at once or in a request; the home
+// fails over; the clients act; the Region returns, and may be drained
+// while they act on.
+// Single steps seldom chain so far, and twice over (fail, return, drain,
+// act, fail the other Region) is where a weak ledger or guard shows.
+func (h *history) failoverRound(rt *rapid.T) {
+	if len(h.up()) < len(h.w.regions) {
+		return
+	}
+	// The failing Region holds the clients' latest writes, unreplicated;
+	// the older ones may have reached the other Region.
+	if rapid.Bool().Draw(rt, "roundReplicatesFirst") {
+		h.replicateAll(rt)
+	}
+	h.act(rt)
+	home := rapid.SampledFrom(h.regionNames()).Draw(rt, "roundHome")
+	failing := h.w.byName[h.dns[home]]
+	if rapid.Bool().Draw(rt, "roundMidway") {
+		h.failMidway(rt, failing)
+	}
+	if !failing.link.down.Load() {
+		failing.link.down.Store(true)
+		h.st.failures.Add(1)
+	}
+	h.failoverHome(rt, home)
+	h.act(rt)
+	failing.link.down.Store(false)
+	failing.link.budget.Store(-1)
+	h.st.returns.Add(1)
+	if rapid.Bool().Draw(rt, "roundDrains") {
+		h.drain(rt)
+		h.w.clock.Advance(regions.DefaultLease)
+		h.act(rt)
+	}
+}
+
+// act is a few of the clients' requests.
+func (h *history) act(rt *rapid.T) {
+	for range rapid.IntRange(1, 4).Draw(rt, "requests") {
+		switch rapid.SampledFrom([]string{"charge", "chargeAgain", "chargeAgain", "refund", "move", "move"}).Draw(rt, "request") {
+		case "charge":
+			h.charge(rt)
+		case "chargeAgain":
+			h.chargeAgain(rt)
+		case "refund":
+			h.refund(rt)
+		default:
+			h.move(rt)
+		}
 	}
 }
 

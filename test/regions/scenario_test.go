@@ -1,15 +1,21 @@
 package regions_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TestAFailedRegionsChargeIsNotMadeAgain is the shortest history that
@@ -76,5 +82,146 @@ func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 				t.Fatalf("chosen: the retry once r1 is drained got %d %s, want the first answer %s", status, replay, first)
 			}
 		})
+	}
+}
+
+// TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled moves a tenant
+// r1 -> r2 -> r1, r2 not drained. r2 re-claimed and captured a charge r1
+// had released. r1's stale copy of the record still names r1. Rewriting
+// it would lose r2's capture to last writer wins, so r1 waits for r2.
+func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, 2, chosen)
+	h := newHistory(t, t, w, &stats{})
+	r1, r2 := w.regions[0], w.regions[1]
+	tenant := h.tenants[0] // homed in r1
+	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
+	body := `{"amount":500,"currency":"EUR","source":"` + providersim.SourceUnavailableOnce + `","capture":false}`
+	replayed := false
+	send := func(r *region) (int, string) {
+		t.Helper()
+		w.clock.Advance(10 * time.Millisecond)
+		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		replayed = resp.Headers[httpapi.HeaderReplayed] == "true"
+		return resp.StatusCode, resp.Body
+	}
+	move := func(to *region) {
+		t.Helper()
+		route, err := w.routes.Route(ctx, r1.name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.routes.Move(ctx, route, to.name, w.clock.Now(), regions.FenceDelay); err != nil {
+			t.Fatal(err)
+		}
+		w.clock.Advance(regions.FenceDelay)
+	}
+
+	// r1: the provider is unavailable; nothing charged, the key RELEASED.
+	if status, b := send(r1); status != http.StatusServiceUnavailable || slug(b) != httpapi.ProblemUnavailable.Slug {
+		t.Fatalf("first try in r1: %d %s, want provider-unavailable", status, b)
+	}
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// r1 fails, its tenants move to r2; r1 returns and is drained.
+	r1.link.down.Store(true)
+	move(r2)
+	r1.link.down.Store(false)
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.drainRoutes(t)
+	w.clock.Advance(regions.DefaultLease)
+
+	// r2 re-claims the key (r1 yields), charges and captures.
+	status, first := send(r2)
+	if status != http.StatusCreated {
+		t.Fatalf("retry in r2: %d %s, want 201", status, first)
+	}
+	var made struct{ ID string }
+	_ = json.Unmarshal([]byte(first), &made)
+	resp, err := h.stacks[r2.name].handler.Handle(ctx, testkit.PostMove(tenant, made.ID, "capture", ""))
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("capture in r2: %v %d %s", err, resp.StatusCode, resp.Body)
+	}
+
+	// r2 fails before any of that replicates; the tenants move back.
+	r2.link.down.Store(true)
+	move(r1)
+
+	// The client retries the key in r1: r2, pending, may hold its outcome.
+	status, again := send(r1)
+	conflictsBefore := w.conflicts.Load()
+	r2.link.down.Store(false)
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lost := w.conflicts.Load() - conflictsBefore
+	out, err := w.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r1.d.ChargesTable), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{charge.AttrTenant: &types.AttributeValueMemberS{Value: tenant}, charge.AttrID: &types.AttributeValueMemberS{Value: made.ID}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := out.Item
+	t.Logf("retry in r1 while r2 pending: %d (replayed %t) %s", status, replayed, again)
+	t.Logf("after r2 returned: %d of r2's writes lost to r1's later ones; the charge's row in r1: status=%s", lost, attrS(row, "status"))
+	if (status != http.StatusServiceUnavailable || slug(again) != httpapi.ProblemOutcomePending.Slug) && (again != first || !replayed) {
+		t.Errorf("r1 answered the retry %d %s: want outcome-pending (r2 is pending) or r2's answer", status, again)
+	}
+	if lost > 0 {
+		t.Errorf("%d writes r2 made were lost to r1's later writes of the same items", lost)
+	}
+	if attrS(row, "status") != charge.StatusSucceeded {
+		t.Errorf("the capture r2 answered 200 is lost: the row says %s", attrS(row, "status"))
+	}
+}
+
+// TestAFailedRegionsChargeIsNotMadeAgainWhileItsKeyLives retries a key
+// after its ledger claim expired but before r1's record did. The record
+// deduplicates until its lease's end plus retention; the claim ends
+// sooner. So r2 must not claim afresh while r1 is not drained.
+func TestAFailedRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, 2, chosen)
+	h := newHistory(t, t, w, &stats{})
+	r1, r2 := w.regions[0], w.regions[1]
+	tenant := h.tenants[0] // homed in r1
+	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
+	body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+	send := func(r *region) (int, string) {
+		t.Helper()
+		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, resp.Body
+	}
+	created := w.clock.Now()
+	if status, b := send(r1); status != http.StatusCreated {
+		t.Fatalf("the first charge: %d %s", status, b)
+	}
+	r1.link.down.Store(true) // before anything replicated
+	route, _ := w.routes.Route(ctx, r1.name)
+	if _, err := w.routes.Move(ctx, route, r2.name, w.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	// A day later, within the key's retention: r1's record still
+	// deduplicates (its TTL is ahead).
+	w.clock.Advance(created.Add(retention + 10*time.Second).Sub(w.clock.Now()))
+	out, err := w.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r1.d.IdempotencyTable), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := attrN(out.Item, dynamostore.AttrExpiresAt)
+	t.Logf("r1's record: %s, deduplicating until %s; now %s", attrS(out.Item, "st"), time.Unix(ttl, 0).UTC(), w.clock.Now().UTC())
+	status, again := send(r2)
+	made := h.effects(&intent{key: key, kind: "charge"}, w.sim.Ledger())
+	if len(made) > 1 || status == http.StatusCreated {
+		t.Fatalf("the retry in r2, r1 not drained, the key still live in r1: %d %s; the provider acted under %v", status, again, made)
 	}
 }

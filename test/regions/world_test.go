@@ -45,7 +45,7 @@ type world struct {
 	byName       map[string]*region
 	design       design
 	replications atomic.Int64 // items copied between Regions
-	conflicts    atomic.Int64 // copies refused: the other Region wrote the item later
+	conflicts    atomic.Int64 // writes lost to last writer wins, whichever copy arrived first
 
 	mu  sync.Mutex
 	seq uint64 // orders every write, in every Region: last writer wins by it
@@ -82,7 +82,9 @@ type itemRef struct {
 // simulator and the two tables every Region reads strongly consistently.
 func newWorld(t *testing.T, n int, d design) *world {
 	t.Helper()
-	clock := testkit.NewClock(time.Now())
+	// Ahead of the emulator's clock, which a move never starts before
+	// (regions.Routes.Move): the Regions' frozen clock would fall behind.
+	clock := testkit.NewClock(time.Now().Add(time.Hour))
 	w := &world{clock: clock, design: d, byName: map[string]*region{}, claims: map[string]map[int64]bool{},
 		raw: testkit.Clients(t, func(o *dynamodb.Options) { o.Logger = logging.Nop{} }).DynamoDB}
 	w.sim = providersim.New(providersim.WithClock(clock.Now))
@@ -340,6 +342,7 @@ func (w *world) replicate(ctx context.Context, r *region, pick func([]itemRef) [
 }
 
 // copyItem copies ref's item from r to o, unless o holds a later write.
+// Either way one write is lost: r's, or o's own not yet sent to r.
 func (w *world) copyItem(ctx context.Context, r, o *region, ref itemRef) error {
 	out, err := w.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r.table(ref.role)), Key: ref.dynamoKey(), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -351,12 +354,16 @@ func (w *world) copyItem(ctx context.Context, r, o *region, ref itemRef) error {
 	r.mu.Unlock()
 	o.mu.Lock()
 	later := o.ver[ref] > v
+	overwritten := !later && o.pending[r.name][ref]
 	if !later {
 		o.ver[ref] = v
+		delete(o.pending[r.name], ref) // o's own write, if any, is gone
 	}
 	o.mu.Unlock()
-	if later {
+	if later || overwritten {
 		w.conflicts.Add(1)
+	}
+	if later {
 		return nil
 	}
 	w.replications.Add(1)
@@ -396,4 +403,31 @@ func (w *world) unreplicated() int {
 		r.mu.Unlock()
 	}
 	return n
+}
+
+// TestTheReplicatorCountsEveryWriteLastWriterWinsDiscards: a newer copy
+// that arrives first overwrites the older write before it left. That
+// write is lost as surely as one refused, and counted.
+func TestTheReplicatorCountsEveryWriteLastWriterWinsDiscards(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, 2, chosen)
+	r1, r2 := w.regions[0], w.regions[1]
+	put := func(r *region, v string) {
+		t.Helper()
+		if _, err := r.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(r.d.ChargesTable), Item: map[string]types.AttributeValue{
+			charge.AttrTenant: &types.AttributeValueMemberS{Value: "t"}, charge.AttrID: &types.AttributeValueMemberS{Value: "ch_1"},
+			"status": &types.AttributeValueMemberS{Value: v},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := w.conflicts.Load()
+	put(r2, "succeeded")                    // r2's write, not replicated yet
+	put(r1, "requires_capture")             // r1's, later
+	if err := w.drainAll(ctx); err != nil { // r1's replicates first
+		t.Fatal(err)
+	}
+	if lost := w.conflicts.Load() - before; lost != 1 {
+		t.Errorf("r2's write was discarded by r1's later one; the replicator counted %d lost, want 1", lost)
+	}
 }

@@ -138,6 +138,8 @@ func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerp
 		return s.begin(ctx, key, fp, lease.Intent, reclaims+1)
 	case rec.Status == idem.StatusReleased && !s.mayWrite(key, rec.Region):
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.Region})
+	case rec.Status == idem.StatusReleased && !s.replicated(key, rec.CreatedAt):
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 	case rec.Status == idem.StatusReleased && reclaims < maxReclaims:
 		return s.reclaim(ctx, lease, fp, rec, item[attrLeaseToken], reclaims+1)
 	default:
@@ -234,6 +236,11 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		// or done. A retry finds the claim and takes it.
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: ledger: %w", key.LogHash(), AsUnavailable(err))
 	}
+	if !s.replicated(key, c.CreatedAt) {
+		// The claim is older than the failover: a pending Region
+		// may hold its record.
+		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
+	}
 	lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.Region != s.region
 	return false, idem.Begun{}, nil
 }
@@ -250,4 +257,37 @@ func expiredItem(item map[string]types.AttributeValue, ttl string, now time.Time
 // Ledger yields. Without a Ledger every record is the store's.
 func (s *Store) mayWrite(key idem.Key, region string) bool {
 	return s.ledger == nil || region == "" || region == s.region || s.ledger.Yields(key, region)
+}
+
+// replicated reports whether the command created at created can have
+// changed in no Region pending a drain. Its record here, even one naming
+// this Region, may be an older copy.
+func (s *Store) replicated(key idem.Key, created time.Time) bool {
+	return !created.Before(s.unreplicated(key))
+}
+
+// ours is the condition, ending in AND, that a record is this store's
+// to write: holder's or unmarked, and no older than the Ledger's
+// Unreplicated. It adds its names and values. Without a Ledger it is
+// empty: every record is the store's.
+func (s *Store) ours(key idem.Key, holder string, names map[string]string, values map[string]types.AttributeValue) string {
+	if s.ledger == nil {
+		return ""
+	}
+	cond := "(attribute_not_exists(#region) OR #region = :holder) AND "
+	names["#region"], values[":holder"] = attrRegion, str(holder)
+	if u := s.unreplicated(key); !u.IsZero() {
+		// A record older than the failover may be a stale copy.
+		cond += "#ct >= :unrepl AND "
+		names["#ct"], values[":unrepl"] = attrCreatedAt, millis(u)
+	}
+	return cond
+}
+
+// unreplicated is the Ledger's Unreplicated, zero without a Ledger.
+func (s *Store) unreplicated(key idem.Key) time.Time {
+	if s.ledger == nil {
+		return time.Time{}
+	}
+	return s.ledger.Unreplicated(key)
 }

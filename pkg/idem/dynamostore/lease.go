@@ -156,10 +156,10 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 		values[":now"] = millis(now)
 	}
 	if s.ledger != nil {
-		cond = "(attribute_not_exists(#region) OR #region = :holder) AND " + cond
 		update = strings.Replace(update, "SET ", "SET #region = :region, ", 1)
-		names["#region"], values[":holder"], values[":region"] = attrRegion, str(region), str(s.region)
+		values[":region"] = str(s.region)
 	}
+	cond = s.ours(key, region, names, values) + cond
 	var tries Attempts
 	out, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                           s.tableName,
@@ -191,6 +191,9 @@ func (s *Store) takeOverFrom(ctx context.Context, key idem.Key, op string, creat
 		}
 		if marked, ok := ccf.Item[attrRegion].(*types.AttributeValueMemberS); ok && s.ledger != nil && marked.Value != region && !ownToken(ccf.Item, lease) {
 			return nil, marked.Value, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{Region: marked.Value})
+		}
+		if ct, err := numberAttr(ccf.Item, attrCreatedAt); err == nil && !s.replicated(key, time.UnixMilli(ct)) && !ownToken(ccf.Item, lease) {
+			return nil, "", fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{})
 		}
 		if !ownToken(ccf.Item, lease) {
 			return nil, "", s.notTaken(key, ccf.Item, now, created)

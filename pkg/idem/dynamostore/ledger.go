@@ -18,9 +18,10 @@ import (
 // every Region. Each claim is one item: the key, the Region, CreatedAt
 // and Until. MRSC has no TTL, so claims stay until deleted.
 type Ledger struct {
-	db     DynamoDBAPI
-	table  *string
-	yields func(idem.Key, string) bool
+	db           DynamoDBAPI
+	table        *string
+	yields       func(idem.Key, string) bool
+	unreplicated func(idem.Key) time.Time
 }
 
 var _ idem.Ledger = (*Ledger)(nil)
@@ -31,6 +32,10 @@ type LedgerOptions struct {
 	// records region claimed? It should be true once region failed
 	// over and its writes replicated. Default: no Region yields.
 	Yields func(key idem.Key, region string) bool
+	// Unreplicated is the Ledger's Unreplicated: since when may a
+	// Region not yet drained hold newer writes of key's records?
+	// Default: none may.
+	Unreplicated func(key idem.Key) time.Time
 }
 
 // The ledger's attributes: its key holds Key.String().
@@ -53,7 +58,7 @@ func NewLedger(db DynamoDBAPI, table string, optFns ...func(*LedgerOptions)) (*L
 	for _, fn := range optFns {
 		fn(&o)
 	}
-	return &Ledger{db: db, table: aws.String(table), yields: o.Yields}, nil
+	return &Ledger{db: db, table: aws.String(table), yields: o.Yields, unreplicated: o.Unreplicated}, nil
 }
 
 // LedgerTableInput is the CreateTable request of a ledger table: a string
@@ -71,40 +76,71 @@ func LedgerTableInput(name string) *dynamodb.CreateTableInput {
 // Claim records c in one conditional PutItem, unless a live claim of key
 // stands. A claim is live while its Until is after c.CreatedAt. Such a
 // claim is returned if it is c.Region's, or a yielding Region's.
-// Otherwise Claim gives *ClaimedElsewhereError. After an error wrapping
-// idem.ErrUnavailable, whether c was recorded is unknown.
+// Otherwise Claim gives *ClaimedElsewhereError. An expired claim of
+// another Region is replaced, in a second PutItem, only once it yields.
+// After an error wrapping idem.ErrUnavailable, whether c was recorded is
+// unknown.
 func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Claim, error) {
+	old, err := l.put(ctx, key, c, "attribute_not_exists(#pk) OR (#until <= :now AND #rg = :rg)",
+		map[string]string{"#pk": ledgerKey, "#until": ledgerUntil, "#rg": ledgerRegion},
+		map[string]types.AttributeValue{":now": millis(c.CreatedAt), ":rg": str(c.Region)})
+	switch {
+	case err != nil || old == nil:
+		return c, err
+	case old.Until.After(c.CreatedAt) && (old.Region == c.Region || l.Yields(key, old.Region)):
+		return *old, nil
+	case old.Until.After(c.CreatedAt) || !l.Yields(key, old.Region):
+		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
+	}
+	// An expired claim of a Region that yields: its records replicated.
+	again, err := l.put(ctx, key, c, "#rg = :rg AND #ct = :ct",
+		map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated},
+		map[string]types.AttributeValue{":rg": str(old.Region), ":ct": millis(old.CreatedAt)})
+	if err == nil && again != nil {
+		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: again.Region} // claimed meanwhile
+	}
+	return c, err
+}
+
+// put writes c under cond. A failed condition returns the claim that
+// stood, with nothing written.
+func (l *Ledger) put(ctx context.Context, key idem.Key, c idem.Claim, cond string, names map[string]string, values map[string]types.AttributeValue) (*idem.Claim, error) {
 	_, err := l.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: l.table,
 		Item: map[string]types.AttributeValue{
 			ledgerKey: str(key.String()), ledgerRegion: str(c.Region), ledgerCreated: millis(c.CreatedAt), ledgerUntil: millis(c.Until),
 		},
-		ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #until <= :now"),
-		ExpressionAttributeNames:            map[string]string{"#pk": ledgerKey, "#until": ledgerUntil},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": millis(c.CreatedAt)},
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:
-		return c, nil
+		return nil, nil
 	case !errors.As(err, &ccf) || len(ccf.Item) == 0:
-		return idem.Claim{}, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), AsUnavailable(err))
+		return nil, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), AsUnavailable(err))
 	}
 	old, err := decodeClaim(ccf.Item)
-	switch {
-	case err != nil:
-		return idem.Claim{}, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), err)
-	case old.Region == c.Region || l.Yields(key, old.Region):
-		return old, nil
+	if err != nil {
+		return nil, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), err)
 	}
-	return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
+	return &old, nil
 }
 
 // Yields reports whether records region claimed may be written
 // elsewhere (LedgerOptions.Yields).
 func (l *Ledger) Yields(key idem.Key, region string) bool {
 	return l.yields != nil && l.yields(key, region)
+}
+
+// Unreplicated is LedgerOptions.Unreplicated's answer for key.
+func (l *Ledger) Unreplicated(key idem.Key) time.Time {
+	if l.unreplicated == nil {
+		return time.Time{}
+	}
+	return l.unreplicated(key)
 }
 
 func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {

@@ -23,27 +23,44 @@ import (
 // conditional UpdateItem; a new attempt (a reclaimed RELEASED key)
 // starts unmarked.
 func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
+	marked, holder, err := s.markQueued(ctx, key, until, s.region)
+	if holder != "" && s.mayWrite(key, holder) {
+		// Another Region's record, which the Ledger yields.
+		marked, _, err = s.markQueued(ctx, key, until, holder)
+	}
+	return marked, err
+}
+
+// markQueued is MarkQueued of a record holder marked, or left unmarked.
+// A record refused for another Region's mark gives that Region.
+func (s *Store) markQueued(ctx context.Context, key idem.Key, until time.Time, holder string) (_ bool, elsewhere string, _ error) {
+	names := map[string]string{"#status": attrStatus, "#q": attrQueuedUntil, "#qr": attrQueuedRenewed}
+	values := map[string]types.AttributeValue{":until": millis(until), ":inflight": inFlight, ":now": millis(s.pol.Now())}
 	var tries Attempts
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        s.tableName,
 		Key:              s.itemKey(key),
 		UpdateExpression: aws.String("SET #q = :until REMOVE #qr"),
-		ConditionExpression: aws.String("#status = :inflight AND " +
+		ConditionExpression: aws.String(s.ours(key, holder, names, values) + "#status = :inflight AND " +
 			"(attribute_not_exists(#q) OR #q <= :now) AND (attribute_not_exists(#qr) OR #qr <= :now)"),
-		ExpressionAttributeNames:            map[string]string{"#status": attrStatus, "#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
-		ExpressionAttributeValues:           map[string]types.AttributeValue{":until": millis(until), ":inflight": inFlight, ":now": millis(s.pol.Now())},
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, tries.Option)
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		// A live mark, or no record IN_FLIGHT; or this very mark, written
-		// by an attempt whose answer was lost.
-		return !tries.Refused() && sameMillis(ccf.Item[attrQueuedUntil], until), nil
+		// A live mark, or no record IN_FLIGHT, or not this Region's to
+		// write; or this very mark, written by an attempt whose answer
+		// was lost.
+		if rg, ok := ccf.Item[attrRegion].(*types.AttributeValueMemberS); ok && s.ledger != nil && rg.Value != holder {
+			return false, rg.Value, nil
+		}
+		return !tries.Refused() && sameMillis(ccf.Item[attrQueuedUntil], until), "", nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("idem: mark queued %s: %w", key.LogHash(), AsUnavailable(err))
+		return false, "", fmt.Errorf("idem: mark queued %s: %w", key.LogHash(), AsUnavailable(err))
 	}
-	return true, nil
+	return true, "", nil
 }
 
 // RenewQueued keeps the mark MarkQueued set until until live for hold
@@ -52,13 +69,15 @@ func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (
 // redeliveries. A mark that ended and was replaced, or none, is left as
 // it is.
 func (s *Store) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
+	names := map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed}
+	values := map[string]types.AttributeValue{":until": millis(until), ":renewed": millis(s.pol.Now().Add(hold))}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.tableName,
 		Key:                       s.itemKey(key),
 		UpdateExpression:          aws.String("SET #qr = :renewed"),
-		ConditionExpression:       aws.String("#q = :until"),
-		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":until": millis(until), ":renewed": millis(s.pol.Now().Add(hold))},
+		ConditionExpression:       aws.String(s.ours(key, s.region, names, values) + "#q = :until"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
@@ -74,13 +93,15 @@ func (s *Store) RenewQueued(ctx context.Context, key idem.Key, until time.Time, 
 // not, once its message was handled. The key may then be queued again
 // when it is stuck. A later mark, or none, is left as it is.
 func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
+	names := map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed}
+	values := map[string]types.AttributeValue{":until": millis(until)}
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.tableName,
 		Key:                       s.itemKey(key),
 		UpdateExpression:          aws.String("REMOVE #q, #qr"),
-		ConditionExpression:       aws.String("#q = :until"),
-		ExpressionAttributeNames:  map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed},
-		ExpressionAttributeValues: map[string]types.AttributeValue{":until": millis(until)},
+		ConditionExpression:       aws.String(s.ours(key, s.region, names, values) + "#q = :until"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {

@@ -3,13 +3,15 @@ package memstore
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
 // Ledger is an in-memory idem.Ledger, for tests of stores in several
 // Regions (Options.Ledger). It keeps the semantics of dynamostore's
-// Ledger: a live claim stands, and an expired one is replaced.
+// Ledger: a live claim stands, and an expired one is replaced once its Region
+// yields.
 type Ledger struct {
 	yields func(idem.Key, string) bool
 
@@ -35,16 +37,21 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old, ok := l.claims[key]
+	live := ok && old.Until.After(c.CreatedAt)
 	switch {
-	case !ok || !old.Until.After(c.CreatedAt):
+	case !ok || !live && (old.Region == c.Region || l.Yields(key, old.Region)):
 		l.claims[key] = c
 		return c, nil
-	case old.Region == c.Region || l.Yields(key, old.Region):
+	case live && (old.Region == c.Region || l.Yields(key, old.Region)):
 		return old, nil
 	default:
 		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
 	}
 }
+
+// Unreplicated is always zero: no Region of an in-memory Ledger is
+// pending a drain.
+func (l *Ledger) Unreplicated(idem.Key) time.Time { return time.Time{} }
 
 // Yields reports whether records region claimed may be written
 // elsewhere.
