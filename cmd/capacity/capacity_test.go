@@ -215,6 +215,7 @@ func TestCapacityModel(t *testing.T) {
 		t.Errorf("a twin's claims %d, want 8", c.TwinClaimsMax)
 	}
 	closeTo(t, "twins' WCU/s on one key, at the tenant's rate", c.TwinStormWCU, 100*8)
+	closeTo(t, "the rate whose twins fill a partition", c.TwinRateMax, 1000.0/8)
 	if c.CostTotal[1] <= c.CostTotal[0] {
 		t.Errorf("48 h retention costs %v, no more than 24 h's %v", c.CostTotal[1], c.CostTotal[0])
 	}

@@ -96,6 +96,7 @@ type capacity struct {
 	ReplaysPerTenant                      float64 // a second, what a tenant's concurrency allows
 	TwinClaimsMax                         int     // claims of one twin through INFLIGHT_WAIT
 	TwinStormWCU                          float64 // WCU/s on one in-flight key, twins at the tenant's rate
+	TwinRateMax                           float64 // the rate whose twins fill a partition
 	ConcurrencySpan                       int     // seconds a tenant's concurrency is averaged over
 
 	// The audit trail, off the request path. Per second: the changes the
@@ -411,6 +412,7 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.ReplaysPerTenant = d.TenantConcurrency / (replayAWS / 1000)
 	c.TwinClaimsMax = twinClaims(math.Inf(1), in.v(inFirstPause), in.v(inMaxPause), d.InflightWait)
 	c.TwinStormWCU = d.TenantRate * float64(c.TwinClaimsMax) * c.ReplayWCU
+	c.TwinRateMax = 1000 / (float64(c.TwinClaimsMax) * c.ReplayWCU)
 	c.ConcurrencySpan = limit.ConcurrencySpan
 }
 
