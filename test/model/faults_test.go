@@ -244,7 +244,8 @@ func (r *history) crashAfterClaim(rt *rapid.T) { r.claim(rt) }
 
 // crashAfterProvider is a charge function that dies after the provider
 // charged (or declined, or accepted a charge that lands later) but before
-// it recorded the outcome.
+// it recorded the outcome. It sends what the charge function sends, the
+// command and row too: Stripe's events name them, and its replays match.
 func (r *history) crashAfterProvider(rt *rapid.T) {
 	ks, b, lease := r.claim(rt)
 	if lease == nil {
@@ -252,7 +253,7 @@ func (r *history) crashAfterProvider(rt *rapid.T) {
 	}
 	_, _ = r.env.prov.Charge(context.Background(), provider.ChargeRequest{
 		Reference: charge.ProviderReference(ks.key, lease.CreatedAt), Amount: b.Amount, Currency: b.Currency, Source: b.Source,
-		AuthorizeOnly: b.AuthorizeOnly,
+		AuthorizeOnly: b.AuthorizeOnly, Command: ks.key.String(), Row: charge.ChargeID(ks.key, lease.CreatedAt),
 	})
 }
 
