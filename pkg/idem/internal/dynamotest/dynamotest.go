@@ -11,12 +11,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // EnvEndpoint names the DynamoDB endpoint the tests use.
@@ -57,7 +59,13 @@ func Table(t testing.TB, def *dynamodb.CreateTableInput) string {
 	in := *def
 	in.TableName = aws.String(UniqueName(aws.ToString(def.TableName)))
 	ctx := context.Background()
-	if _, err := db.CreateTable(ctx, &in); err != nil {
+	_, err := db.CreateTable(ctx, &in)
+	var inUse *types.ResourceInUseException
+	if errors.As(err, &inUse) {
+		// The name is unique: the SDK retried a create whose answer was lost.
+		err = nil
+	}
+	if err != nil {
 		t.Fatalf("dynamotest: create table: %v", err)
 	}
 	t.Cleanup(func() {
