@@ -69,36 +69,26 @@ func (s *Store) markQueued(ctx context.Context, key idem.Key, until time.Time, h
 // redeliveries. A mark that ended and was replaced, or none, is left as
 // it is.
 func (s *Store) RenewQueued(ctx context.Context, key idem.Key, until time.Time, hold time.Duration) error {
-	names := map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed}
-	values := map[string]types.AttributeValue{":until": millis(until), ":renewed": millis(s.pol.Now().Add(hold))}
-	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 s.tableName,
-		Key:                       s.itemKey(key),
-		UpdateExpression:          aws.String("SET #qr = :renewed"),
-		ConditionExpression:       aws.String(s.ours(key, s.region, names, values) + "#q = :until"),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
-	})
-	var ccf *types.ConditionalCheckFailedException
-	if errors.As(err, &ccf) {
-		return nil // another mark, or none
-	}
-	if err != nil {
-		return fmt.Errorf("idem: renew queued %s: %w", key.LogHash(), AsUnavailable(err))
-	}
-	return nil
+	return s.ofMark(ctx, key, until, "SET #qr = :renewed", map[string]types.AttributeValue{":renewed": millis(s.pol.Now().Add(hold))}, "renew")
 }
 
 // UnmarkQueued removes the mark MarkQueued set until until, renewed or
 // not, once its message was handled. The key may then be queued again
 // when it is stuck. A later mark, or none, is left as it is.
 func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time) error {
+	return s.ofMark(ctx, key, until, "REMOVE #q, #qr", map[string]types.AttributeValue{}, "unmark")
+}
+
+// ofMark applies update to key's record if it holds the mark until names,
+// and this Region may write it; values gains :until. Another mark, or
+// none, is left as it is.
+func (s *Store) ofMark(ctx context.Context, key idem.Key, until time.Time, update string, values map[string]types.AttributeValue, verb string) error {
 	names := map[string]string{"#q": attrQueuedUntil, "#qr": attrQueuedRenewed}
-	values := map[string]types.AttributeValue{":until": millis(until)}
+	values[":until"] = millis(until)
 	_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 s.tableName,
 		Key:                       s.itemKey(key),
-		UpdateExpression:          aws.String("REMOVE #q, #qr"),
+		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String(s.ours(key, s.region, names, values) + "#q = :until"),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -108,7 +98,7 @@ func (s *Store) UnmarkQueued(ctx context.Context, key idem.Key, until time.Time)
 		return nil // another mark, or none
 	}
 	if err != nil {
-		return fmt.Errorf("idem: unmark queued %s: %w", key.LogHash(), AsUnavailable(err))
+		return fmt.Errorf("idem: %s queued %s: %w", verb, key.LogHash(), AsUnavailable(err))
 	}
 	return nil
 }
