@@ -29,6 +29,10 @@ const DefaultMaxAge = 5 * time.Minute
 // a secret not created yet, costs each request no call of its own.
 const retryAfter = 30 * time.Second
 
+// refreshGap is how soon a refused key is read again. A revoked key refuses
+// every request; each would otherwise read the secret.
+const refreshGap = time.Second
+
 // API is the part of the Secrets Manager client a Secret uses.
 type API interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, optFns ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
@@ -57,6 +61,9 @@ type Secret struct {
 	// failed is the last read's error, returned until next while no
 	// value is held.
 	failed error
+	// refreshed is when Refresh last read; refreshFailed, its error.
+	refreshed     time.Time
+	refreshFailed error
 }
 
 // New returns the secret id (a name or an ARN), read through api when
@@ -104,18 +111,27 @@ func (s *Secret) Value(ctx context.Context) (string, error) {
 // Refresh reads the secret again, for a caller whose value stale was
 // refused, and returns the value read. If the value held is no longer
 // stale, another caller has refreshed it already and it is returned as it
-// is. The error wraps ErrUnavailable.
+// is. Within refreshGap of its last read, Refresh answers as that read did.
+// The error wraps ErrUnavailable.
 func (s *Secret) Refresh(ctx context.Context, stale string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.held && s.value != stale {
 		return s.value, nil
 	}
+	now := s.opts.Clock()
+	if now.Before(s.refreshed.Add(refreshGap)) {
+		if s.refreshFailed != nil {
+			return "", s.refreshFailed
+		}
+		return s.value, nil
+	}
 	v, err := s.read(ctx)
+	s.refreshed, s.refreshFailed = now, err
 	if err != nil {
 		return "", err
 	}
-	s.value, s.held, s.next = v, true, s.opts.Clock().Add(s.opts.MaxAge)
+	s.value, s.held, s.next = v, true, now.Add(s.opts.MaxAge)
 	return v, nil
 }
 

@@ -150,3 +150,36 @@ func TestFailedReadIsRememberedWithNoValueHeld(t *testing.T) {
 		t.Errorf("%d reads, want 2: the read is tried again after 30s", n)
 	}
 }
+
+// TestRefusedKeyIsReadAgainOnceASecond: while the provider refuses the key
+// the secret holds, every refused request asks for a refresh. They cost one
+// read a second, whether the read finds the same key or fails.
+func TestRefusedKeyIsReadAgainOnceASecond(t *testing.T) {
+	t.Parallel()
+	s, api, clock, name := newSecret(t, "sk_revoked", time.Hour)
+	value(t, s, "sk_revoked")
+	for range 100 {
+		if got, err := s.Refresh(t.Context(), "sk_revoked"); err != nil || got != "sk_revoked" {
+			t.Fatalf("Refresh = %q, %v; want the key held, sk_revoked", got, err)
+		}
+	}
+	if n := api.reads.Load(); n != 2 {
+		t.Errorf("%d reads for 100 refreshes within a second, want 2", n)
+	}
+	api.down.Store(true)
+	clock.Advance(time.Second)
+	for range 100 {
+		if _, err := s.Refresh(t.Context(), "sk_revoked"); !errors.Is(err, secrets.ErrUnavailable) {
+			t.Fatalf("Refresh while down: %v, want ErrUnavailable", err)
+		}
+	}
+	if n := api.reads.Load(); n != 3 {
+		t.Errorf("%d reads for 100 refreshes while down, want 3", n)
+	}
+	api.down.Store(false)
+	testkit.RotateSecret(t, name, "sk_new")
+	clock.Advance(time.Second)
+	if got, err := s.Refresh(t.Context(), "sk_revoked"); err != nil || got != "sk_new" {
+		t.Fatalf("Refresh a second on = %q, %v; want the rotated sk_new", got, err)
+	}
+}
