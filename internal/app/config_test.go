@@ -321,3 +321,28 @@ func TestRegionsAreReadWithTheRoutesTable(t *testing.T) {
 		t.Fatalf("TENANT_HOMES without a Region: %v", err)
 	}
 }
+
+// TestStacksThatDisagreeOnAHomeServeTheTenantOnce: r2's stack homes acme
+// in r2 by TENANT_HOMES; r1's homes it in r1 by HOME_REGION. The first
+// stack to serve acme writes its home to the routes table. The other
+// obeys it, and answers 421 naming r1, with nothing done.
+func TestStacksThatDisagreeOnAHomeServeTheTenantOnce(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	rg := in(t, "r1")
+	stack := func(region string, homes map[string]string) *httpapi.Handler {
+		return d.ChargeHandler(t, func(w *testkit.Wiring) {
+			w.Charge.Regions = rg
+			w.Charge.Regions.Region, w.Charge.Regions.Homes = region, homes
+		})
+	}
+	r1, r2 := stack("r1", map[string]string{}), stack("r2", map[string]string{"acme": "r2"})
+	body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+	if resp, err := r1.Handle(t.Context(), testkit.PostCharge("acme", "k1", body)); err != nil || resp.StatusCode != 201 {
+		t.Fatalf("r1: %d %s, %v", resp.StatusCode, resp.Body, err)
+	}
+	resp, err := r2.Handle(t.Context(), testkit.PostCharge("acme", "k2", body))
+	if err != nil || resp.StatusCode != 421 || !strings.Contains(resp.Body, "r1") {
+		t.Fatalf("r2, which homes acme elsewhere: %d %s, %v; want 421 naming r1", resp.StatusCode, resp.Body, err)
+	}
+}

@@ -90,11 +90,12 @@ func (d Deps) marks(idempotencyTable, chargesTable string) (queue.Marker, error)
 // moveMarks mark a move's messages on its charge's row, every other
 // key's on its record in store. In several Regions, the fence comes first.
 func (d Deps) moveMarks(store *dynamostore.Store, rows *charge.Rows) queue.Marker {
-	marks := queue.ByOperation(map[string]queue.Marker{charge.TransitionOperation: charge.QueuedMoves{Rows: rows, Clock: d.Clock}}, store)
-	if d.fence != nil {
-		return d.fence.Marks(marks)
+	moves := charge.QueuedMoves{Rows: rows, Clock: d.Clock}
+	if d.fence == nil {
+		return queue.ByOperation(map[string]queue.Marker{charge.TransitionOperation: moves}, store)
 	}
-	return marks
+	moves.Unreplicated = d.fence.Unreplicated
+	return d.fence.Marks(queue.ByOperation(map[string]queue.Marker{charge.TransitionOperation: moves}, store))
 }
 
 // marking has a sender mark with marks, on d's clock and logger.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -165,14 +166,7 @@ func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
 	if _, err := r1.Begin(ctx, key, idem.FingerprintOf([]byte("{}")), nil); err != nil {
 		t.Fatal(err)
 	}
-	routes, err := regions.NewRoutes(db, rg.RoutesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	route, _ := routes.Route(ctx, "r1")
-	if _, err := routes.Move(ctx, route, "r2", clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
+	drain := failOver(t, rg, clock)
 	clock.Advance(time.Hour) // past the fence; r1's lease has run out: the key is stuck
 
 	c := d.Sweeper()
@@ -202,12 +196,86 @@ func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
 		t.Errorf("r2 marked r1's record (qu=%s) before r1 was drained: %d keys queued", q, queued)
 	}
 	// Once r1 is drained, its record is r2's to recover.
-	route, _ = routes.Route(ctx, "r1")
-	if _, err := routes.Drained(ctx, route, "r1"); err != nil {
-		t.Fatal(err)
-	}
+	drain()
 	clock.Advance(regions.DefaultLease)
 	if q, queued := mark(); q == "" || queued != 1 {
 		t.Errorf("r2 did not mark r1's drained record (qu=%q, %d queued)", q, queued)
+	}
+}
+
+// failOver moves acme's home r1 to r2, on rg's routes, at clock's now.
+// drain marks r1 drained.
+func failOver(t *testing.T, rg app.Regions, clock *testkit.Clock) (drain func()) {
+	t.Helper()
+	routes, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, rg.RoutesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	route, _ := routes.Route(t.Context(), "r1")
+	if _, err := routes.Move(t.Context(), route, "r2", clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		t.Helper()
+		route, _ := routes.Route(t.Context(), "r1")
+		if _, err := routes.Drained(t.Context(), route, "r1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestASweeperMarksNoChargeRowOfARegionNotDrained: r1 began acme's
+// capture, then failed over to r2, not drained. The row may have changed
+// in r1 since. A mark over it could be lost to last writer wins, so r2's
+// sweeper leaves it until r1 drains.
+func TestASweeperMarksNoChargeRowOfARegionNotDrained(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
+	clock := testkit.NewClock(time.Now())
+	rg := in(t, "r2")
+	db := testkit.Clients(t).DynamoDB
+	row := map[string]types.AttributeValue{
+		charge.AttrTenant: &types.AttributeValueMemberS{Value: "acme"}, charge.AttrID: &types.AttributeValueMemberS{Value: "ch_1"},
+	}
+	item := map[string]types.AttributeValue{
+		"status":                   &types.AttributeValueMemberS{Value: charge.StatusCapturing},
+		"created_at":               &types.AttributeValueMemberS{Value: clock.Now().UTC().Format(charge.TimeLayout)},
+		charge.AttrTransitionShard: &types.AttributeValueMemberS{Value: "0"},
+		charge.AttrAttemptDeadline: &types.AttributeValueMemberN{Value: fmt.Sprint(clock.Now().UnixMilli())},
+	}
+	maps.Copy(item, row)
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(d.ChargesTable), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	drain := failOver(t, rg, clock)
+	clock.Advance(time.Hour) // past the fence; the move is stuck
+
+	c := d.Sweeper()
+	c.Regions = rg
+	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := func() (bool, int) {
+		t.Helper()
+		sum, err := s.Run(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.ChargesTable), ConsistentRead: aws.Bool(true), Key: row})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, marked := out.Item[charge.AttrQueuedUntil]
+		return marked, sum.Queued
+	}
+	if marked, queued := mark(); marked || queued != 0 {
+		t.Errorf("r2 marked r1's row (%t) before r1 was drained: %d keys queued", marked, queued)
+	}
+	drain()
+	clock.Advance(regions.DefaultLease)
+	if marked, queued := mark(); !marked || queued != 1 {
+		t.Errorf("r2 did not mark r1's drained row (%t, %d queued)", marked, queued)
 	}
 }

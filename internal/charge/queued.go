@@ -30,6 +30,10 @@ type QueuedMoves struct {
 	Rows *Rows
 	// Clock tells a live mark from one that ended. Default time.Now.
 	Clock func() time.Time
+	// Unreplicated is since when a Region not yet drained may hold
+	// newer writes of a tenant's rows (regions.Fence.Unreplicated). A
+	// row created before then is left unmarked. Nil in one Region.
+	Unreplicated func(idem.Key) time.Time
 }
 
 // MarkQueued marks key's move as carried by a message until until, and
@@ -37,17 +41,19 @@ type QueuedMoves struct {
 // on a charge with no move in flight.
 func (q QueuedMoves) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (bool, error) {
 	var tries dynamostore.Attempts
+	names := map[string]string{"#status": "status", "#q": AttrQueuedUntil, "#qr": AttrQueuedRenewed}
+	values := map[string]types.AttributeValue{
+		":until": number(until.UnixMilli()), ":now": number(q.now().UnixMilli()),
+		":capturing": str(StatusCapturing), ":canceling": str(StatusCanceling),
+	}
 	_, err := q.Rows.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:        q.Rows.tableName,
 		Key:              rowKey(key.Tenant(), key.ClientKey()),
 		UpdateExpression: aws.String("SET #q = :until REMOVE #qr"),
-		ConditionExpression: aws.String("#status IN (:capturing, :canceling) AND " +
+		ConditionExpression: aws.String(q.replicated(key, names, values) + "#status IN (:capturing, :canceling) AND " +
 			"(attribute_not_exists(#q) OR #q <= :now) AND (attribute_not_exists(#qr) OR #qr <= :now)"),
-		ExpressionAttributeNames: map[string]string{"#status": "status", "#q": AttrQueuedUntil, "#qr": AttrQueuedRenewed},
-		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":until": number(until.UnixMilli()), ":now": number(q.now().UnixMilli()),
-			":capturing": str(StatusCapturing), ":canceling": str(StatusCanceling),
-		},
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, tries.Option)
 	if ccf, failed := errors.AsType[*types.ConditionalCheckFailedException](err); failed {
@@ -80,12 +86,13 @@ func (q QueuedMoves) UnmarkQueued(ctx context.Context, key idem.Key, until time.
 // names; values gains :until.
 func (q QueuedMoves) conditional(ctx context.Context, key idem.Key, until time.Time, update string, values map[string]types.AttributeValue, verb string) error {
 	values[":until"] = number(until.UnixMilli())
+	names := map[string]string{"#q": AttrQueuedUntil, "#qr": AttrQueuedRenewed}
 	_, err := q.Rows.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 q.Rows.tableName,
 		Key:                       rowKey(key.Tenant(), key.ClientKey()),
 		UpdateExpression:          aws.String(update),
-		ConditionExpression:       aws.String("#q = :until"),
-		ExpressionAttributeNames:  map[string]string{"#q": AttrQueuedUntil, "#qr": AttrQueuedRenewed},
+		ConditionExpression:       aws.String(q.replicated(key, names, values) + "#q = :until"),
+		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 	})
 	if _, other := errors.AsType[*types.ConditionalCheckFailedException](err); other {
@@ -95,6 +102,23 @@ func (q QueuedMoves) conditional(ctx context.Context, key idem.Key, until time.T
 		return fmt.Errorf("charge: %s queued: %w", verb, dynamostore.AsUnavailable(err))
 	}
 	return nil
+}
+
+// replicated is the condition, ending in AND, that key's row was created
+// no earlier than Unreplicated. An older row may have changed in a Region
+// not drained: a mark here could be lost to last writer wins, or undo it.
+// It adds its names and values; empty when no Region is pending.
+func (q QueuedMoves) replicated(key idem.Key, names map[string]string, values map[string]types.AttributeValue) string {
+	if q.Unreplicated == nil {
+		return ""
+	}
+	u := q.Unreplicated(key)
+	if u.IsZero() {
+		return ""
+	}
+	// created_at is UTC in TimeLayout: its strings sort as its times.
+	names["#ct"], values[":unrepl"] = "created_at", str(u.UTC().Format(TimeLayout))
+	return "#ct >= :unrepl AND "
 }
 
 func (q QueuedMoves) now() time.Time {

@@ -80,3 +80,47 @@ func TestAMoveIsMarkedQueuedOnceWhileItsMessageIsInFlight(t *testing.T) {
 		t.Fatalf("a mark created a row: %v, %v", got.Item, err)
 	}
 }
+
+// TestAMoveOlderThanAPendingFailoverIsLeftAsItIs: a row created before
+// this Region began to serve, while the old one is not drained, may have
+// changed there. Its mark is neither made, renewed nor removed here.
+func TestAMoveOlderThanAPendingFailoverIsLeftAsItIs(t *testing.T) {
+	t.Parallel()
+	db := testkit.Clients(t).DynamoDB
+	table := testkit.TempTable(t, charge.TableInput(testkit.UniqueName("charges")))
+	rows, err := charge.NewRows(db, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := testkit.NewClock(time.Now().Truncate(time.Millisecond))
+	row := map[string]types.AttributeValue{
+		charge.AttrTenant: &types.AttributeValueMemberS{Value: "acme"}, charge.AttrID: &types.AttributeValueMemberS{Value: "ch_old"},
+		"status":     &types.AttributeValueMemberS{Value: charge.StatusCapturing},
+		"created_at": &types.AttributeValueMemberS{Value: clock.Now().UTC().Format(charge.TimeLayout)},
+	}
+	if _, err := db.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(table), Item: row}); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := idem.NewKey("acme", charge.TransitionOperation, "ch_old")
+	until := clock.Now().Add(time.Minute)
+	if ok, err := (charge.QueuedMoves{Rows: rows, Clock: clock.Now}).MarkQueued(t.Context(), k, until); !ok || err != nil {
+		t.Fatalf("MarkQueued in one Region = %t, %v", ok, err)
+	}
+	since := clock.Now().Add(time.Millisecond)
+	q := charge.QueuedMoves{Rows: rows, Clock: clock.Now, Unreplicated: func(idem.Key) time.Time { return since }}
+	if err := q.RenewQueued(t.Context(), k, until, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.UnmarkQueued(t.Context(), k, until); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true),
+		Key: map[string]types.AttributeValue{charge.AttrTenant: row[charge.AttrTenant], charge.AttrID: row[charge.AttrID]}})
+	if _, renewed := got.Item[charge.AttrQueuedRenewed]; err != nil || got.Item[charge.AttrQueuedUntil] == nil || renewed {
+		t.Fatalf("the old row's mark was renewed or removed: %v, %v", got.Item, err)
+	}
+	clock.Advance(time.Hour) // the mark has ended
+	if ok, err := q.MarkQueued(t.Context(), k, clock.Now().Add(time.Minute)); ok || err != nil {
+		t.Fatalf("MarkQueued of the old row = %t, %v; want refused", ok, err)
+	}
+}

@@ -3,7 +3,8 @@
 // Ledger.
 //
 // routes.go holds the routes table: one item per home Region, read
-// strongly consistently. Failover and drain change it. fence.go holds
+// strongly consistently. Failover and drain change it. One item per
+// tenant holds its home, which every stack obeys. fence.go holds
 // the Fence. A Region's functions read it under a lease to know whom
 // they serve. It yields a failed Region's claims once its writes have
 // replicated.

@@ -41,12 +41,13 @@ const (
 type Fence struct {
 	routes *Routes
 	region string
-	homes  func(tenant string) string
+	homes  func(tenant string) string // configured: the routes table decides
 	lease  time.Duration
 	clock  func() time.Time
 
-	mu   sync.Mutex
-	read map[string]readRoute // by home Region
+	mu      sync.Mutex
+	read    map[string]readRoute // by home Region
+	tenants map[string]string    // the routes table's homes, which never change
 }
 
 // readRoute is a route and when its read began.
@@ -64,8 +65,8 @@ type FenceOptions struct {
 	Clock func() time.Time
 }
 
-// NewFence returns the Fence of region, whose tenants' home Regions homes
-// names.
+// NewFence returns the Fence of region. homes is the stack's configured
+// home of each tenant. The routes table's home wins (Routes.Home).
 func NewFence(routes *Routes, region string, homes func(tenant string) string, optFns ...func(*FenceOptions)) (*Fence, error) {
 	if routes == nil || region == "" || homes == nil {
 		return nil, errors.New("regions: a fence needs the routes, its Region and the tenants' homes")
@@ -74,7 +75,7 @@ func NewFence(routes *Routes, region string, homes func(tenant string) string, o
 	for _, fn := range optFns {
 		fn(&o)
 	}
-	return &Fence{routes: routes, region: region, homes: homes, lease: o.Lease, clock: o.Clock, read: map[string]readRoute{}}, nil
+	return &Fence{routes: routes, region: region, homes: homes, lease: o.Lease, clock: o.Clock, read: map[string]readRoute{}, tenants: map[string]string{}}, nil
 }
 
 // Region is the Region this Fence is.
@@ -82,7 +83,11 @@ func (f *Fence) Region() string { return f.region }
 
 // Serving says whether this Region serves tenant now.
 func (f *Fence) Serving(ctx context.Context, tenant string) (Serving, error) {
-	rt, err := f.route(ctx, f.homes(tenant))
+	home, err := f.home(ctx, tenant)
+	if err != nil {
+		return Serving{}, err
+	}
+	rt, err := f.route(ctx, home)
 	if err != nil {
 		return Serving{}, err
 	}
@@ -97,11 +102,9 @@ func (f *Fence) Serving(ctx context.Context, tenant string) (Serving, error) {
 // Yields reports whether another Region may write the records region
 // claimed under key. It is an idem.Ledger's Yields. Region must no
 // longer serve the tenant, and its writes must have replicated. Without
-// a route read within its lease, nothing yields.
+// the tenant's route read within its lease, nothing yields.
 func (f *Fence) Yields(key idem.Key, region string) bool {
-	f.mu.Lock()
-	rt, ok := f.read[f.homes(key.Tenant())]
-	f.mu.Unlock()
+	rt, ok := f.readFor(key.Tenant())
 	if !ok || !f.clock().Before(rt.at.Add(f.lease)) {
 		return false
 	}
@@ -111,12 +114,10 @@ func (f *Fence) Yields(key idem.Key, region string) bool {
 // Unreplicated is when this Region began to serve key's tenant, if a
 // Region that served it before is not drained. It is an idem.Ledger's
 // Unreplicated: a record older than that may be a stale copy here.
-// Without a route read within its lease, every record made before now
-// may be.
+// Without the tenant's route read within its lease, every record made
+// before now may be.
 func (f *Fence) Unreplicated(key idem.Key) time.Time {
-	f.mu.Lock()
-	rt, ok := f.read[f.homes(key.Tenant())]
-	f.mu.Unlock()
+	rt, ok := f.readFor(key.Tenant())
 	now := f.clock()
 	switch {
 	case !ok || !now.Before(rt.at.Add(f.lease)):
@@ -125,6 +126,39 @@ func (f *Fence) Unreplicated(key idem.Key) time.Time {
 		return rt.Since
 	}
 	return time.Time{}
+}
+
+// readFor is the route last read for tenant's home, if Serving has read
+// one.
+func (f *Fence) readFor(tenant string) (readRoute, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	home, ok := f.tenants[tenant]
+	if !ok {
+		return readRoute{}, false
+	}
+	rt, ok := f.read[home]
+	return rt, ok
+}
+
+// home is tenant's home Region, from the routes table. A stack reads it
+// once, and keeps it: it never changes. Only the tenant's first request
+// ever writes it, with this stack's configured home.
+func (f *Fence) home(ctx context.Context, tenant string) (string, error) {
+	f.mu.Lock()
+	home, ok := f.tenants[tenant]
+	f.mu.Unlock()
+	if ok {
+		return home, nil
+	}
+	home, err := f.routes.Home(ctx, tenant, f.homes(tenant))
+	if err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	f.tenants[tenant] = home
+	f.mu.Unlock()
+	return home, nil
 }
 
 // route is home's route: the one read less than half a lease ago, or a

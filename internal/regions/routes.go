@@ -48,9 +48,11 @@ type Routes struct {
 	table *string
 }
 
-// The routes table's attributes: pk holds "home#" and the home Region.
+// The routes table's attributes: pk holds "home#" and the home Region, or
+// "tenant#" and a tenant, whose item holds its home.
 const (
 	attrPK       = "pk"
+	attrHome     = "home"
 	attrServedBy = "served_by"
 	attrEpoch    = "epoch"
 	attrSince    = "since"
@@ -86,6 +88,51 @@ func (r *Routes) Route(ctx context.Context, home string) (Route, error) {
 	rt, err := decode(home, out.Item)
 	rt.Read = read
 	return rt, err
+}
+
+// Home is tenant's home Region, as the routes table holds it. The table
+// is the one truth every Region's stack obeys, whatever its configuration.
+// A tenant it homes nowhere yet is homed in configured, in a conditional
+// write: the first stack to ask decides.
+func (r *Routes) Home(ctx context.Context, tenant, configured string) (string, error) {
+	k := tenantKey(tenant)
+	out, err := r.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: r.table, Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return "", fmt.Errorf("regions: home of %s: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	if len(out.Item) > 0 {
+		return homeOf(tenant, out.Item)
+	}
+	item := tenantKey(tenant)
+	item[attrHome] = &types.AttributeValueMemberS{Value: configured}
+	_, err = r.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName:                           r.table,
+		Item:                                item,
+		ConditionExpression:                 aws.String("attribute_not_exists(#pk)"),
+		ExpressionAttributeNames:            map[string]string{"#pk": attrPK},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	if ccf, ok := errors.AsType[*types.ConditionalCheckFailedException](err); ok {
+		// Another stack homed the tenant meanwhile; or this write, its
+		// answer lost, was retried.
+		return homeOf(tenant, ccf.Item)
+	}
+	if err != nil {
+		return "", fmt.Errorf("regions: home of %s: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	return configured, nil
+}
+
+func homeOf(tenant string, item map[string]types.AttributeValue) (string, error) {
+	home, ok := item[attrHome].(*types.AttributeValueMemberS)
+	if !ok || home.Value == "" {
+		return "", fmt.Errorf("regions: home of %s: an item without %s", tenant, attrHome)
+	}
+	return home.Value, nil
+}
+
+func tenantKey(tenant string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{attrPK: &types.AttributeValueMemberS{Value: "tenant#" + tenant}}
 }
 
 // Move serves home's tenants from to, starting fence after now. By then

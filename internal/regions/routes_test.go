@@ -74,3 +74,30 @@ func TestAMoveFromAStaleRouteIsRefused(t *testing.T) {
 		t.Fatalf("route %+v: the refused move changed it", rt)
 	}
 }
+
+// TestATenantsHomeIsTheFirstStacksToAsk: the first stack to ask writes
+// its configured home; every later one, configured otherwise, gets that.
+// Two stacks racing agree on one.
+func TestATenantsHomeIsTheFirstStacksToAsk(t *testing.T) {
+	ctx := t.Context()
+	r := newRoutes(t)
+	if h, err := r.Home(ctx, "acme", "a"); err != nil || h != "a" {
+		t.Fatalf("the first ask = %q, %v; want its configured a", h, err)
+	}
+	if h, err := r.Home(ctx, "acme", "b"); err != nil || h != "a" {
+		t.Fatalf("a stack configured b = %q, %v; want the table's a", h, err)
+	}
+	got := make(chan string, 2)
+	for _, configured := range []string{"a", "b"} {
+		go func() {
+			h, err := r.Home(ctx, "globex", configured)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- h
+		}()
+	}
+	if h1, h2 := <-got, <-got; h1 != h2 || h1 == "" {
+		t.Fatalf("two stacks racing got %q and %q: want one home", h1, h2)
+	}
+}

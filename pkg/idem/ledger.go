@@ -18,11 +18,12 @@ import (
 // until that Region Yields.
 type Ledger interface {
 	// Claim records c, region's claim of key's command, unless a
-	// live claim stands. It returns the live claim if it is
-	// region's, or a yielding Region's. Otherwise it gives
-	// *ClaimedElsewhereError and records nothing. An expired claim
-	// is replaced if it is region's, or a yielding Region's: until
-	// then the other Region's record may still replay the key.
+	// live claim stands. It returns the live claim if region holds
+	// it. A yielding holder's live claim passes to region, its Heir,
+	// and is returned. Otherwise it gives *ClaimedElsewhereError and
+	// records nothing. An expired claim is replaced if region holds
+	// it, or its holder yields: until then the holder's record may
+	// still replay the key.
 	Claim(ctx context.Context, key Key, c Claim) (Claim, error)
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over
@@ -42,4 +43,21 @@ type Claim struct {
 	// Until is the earliest the record may expire. A later claim of
 	// the key names a new command.
 	Until time.Time
+	// Heir is the Region that inherited the claim from a yielding
+	// holder. It holds the claim from then on, under Region's CreatedAt.
+	Heir string
+}
+
+// Holder is the Region whose records the claim stands for: its Heir, if any.
+func (c Claim) Holder() string {
+	if c.Heir != "" {
+		return c.Heir
+	}
+	return c.Region
+}
+
+// InheritedBy reports whether region's lease under c is Inherited. Once
+// a claim passed on, its command may have reached the provider elsewhere.
+func (c Claim) InheritedBy(region string) bool {
+	return c.Region != region || c.Heir != ""
 }

@@ -241,7 +241,7 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		// may hold its record.
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 	}
-	lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.Region != s.region
+	lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	return false, idem.Begun{}, nil
 }
 

@@ -15,8 +15,9 @@ import (
 
 // Ledger is an idem.Ledger on a global table in multi-Region strong
 // consistency (MRSC). Its conditional writes see the latest item in
-// every Region. Each claim is one item: the key, the Region, CreatedAt
-// and Until. MRSC has no TTL, so claims stay until deleted.
+// every Region. Each claim is one item: the key, the Region, CreatedAt,
+// Until and the Heir, if any. MRSC has no TTL, so claims stay until
+// deleted.
 type Ledger struct {
 	db           DynamoDBAPI
 	table        *string
@@ -44,6 +45,7 @@ const (
 	ledgerRegion  = "rg"
 	ledgerCreated = "ct"
 	ledgerUntil   = "un"
+	ledgerHeir    = "hr"
 )
 
 // NewLedger returns a Ledger on table (LedgerTableInput).
@@ -74,42 +76,53 @@ func LedgerTableInput(name string) *dynamodb.CreateTableInput {
 }
 
 // Claim records c in one conditional PutItem, unless a live claim of key
-// stands. A claim is live while its Until is after c.CreatedAt. Such a
-// claim is returned if it is c.Region's, or a yielding Region's.
-// Otherwise Claim gives *ClaimedElsewhereError. An expired claim of
-// another Region is replaced, in a second PutItem, only once it yields.
-// After an error wrapping idem.ErrUnavailable, whether c was recorded is
-// unknown.
+// stands. A claim is live while its Until is after c.CreatedAt. It is
+// returned if c.Region holds it. A yielding holder's live claim passes to
+// c.Region, in a second PutItem naming it the Heir. Otherwise Claim gives
+// *ClaimedElsewhereError. An expired claim another Region holds is
+// replaced, in a second PutItem, only once it yields. After an error
+// wrapping idem.ErrUnavailable, whether c was recorded is unknown.
 func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Claim, error) {
-	old, err := l.put(ctx, key, c, "attribute_not_exists(#pk) OR (#until <= :now AND #rg = :rg)",
-		map[string]string{"#pk": ledgerKey, "#until": ledgerUntil, "#rg": ledgerRegion},
+	old, err := l.put(ctx, key, c, "attribute_not_exists(#pk) OR (#until <= :now AND "+
+		"((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg))",
+		map[string]string{"#pk": ledgerKey, "#until": ledgerUntil, "#rg": ledgerRegion, "#hr": ledgerHeir},
 		map[string]types.AttributeValue{":now": millis(c.CreatedAt), ":rg": str(c.Region)})
 	switch {
 	case err != nil || old == nil:
 		return c, err
-	case old.Until.After(c.CreatedAt) && (old.Region == c.Region || l.Yields(key, old.Region)):
+	case old.Until.After(c.CreatedAt) && old.Holder() == c.Region:
 		return *old, nil
-	case old.Until.After(c.CreatedAt) || !l.Yields(key, old.Region):
-		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
+	case !l.Yields(key, old.Holder()):
+		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Holder()}
 	}
-	// An expired claim of a Region that yields: its records replicated.
-	again, err := l.put(ctx, key, c, "#rg = :rg AND #ct = :ct",
-		map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated},
-		map[string]types.AttributeValue{":rg": str(old.Region), ":ct": millis(old.CreatedAt)})
-	if err == nil && again != nil {
-		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: again.Region} // claimed meanwhile
+	// A yielding holder's claim: its records replicated. A live one
+	// passes to c.Region; an expired one gives way to c.
+	next := c
+	if old.Until.After(c.CreatedAt) {
+		next, next.Heir = *old, c.Region
 	}
-	return c, err
+	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir}
+	values := map[string]types.AttributeValue{":rg": str(old.Region), ":ct": millis(old.CreatedAt)}
+	cond := "#rg = :rg AND #ct = :ct AND attribute_not_exists(#hr)"
+	if old.Heir != "" {
+		cond, values[":hr"] = "#rg = :rg AND #ct = :ct AND #hr = :hr", str(old.Heir)
+	}
+	again, err := l.put(ctx, key, next, cond, names, values)
+	switch {
+	case err != nil || again == nil:
+		return next, err
+	case again.Holder() == c.Region && again.CreatedAt.Equal(next.CreatedAt):
+		return *again, nil // this very write, its answer lost
+	}
+	return idem.Claim{}, &idem.ClaimedElsewhereError{Region: again.Holder()} // claimed meanwhile
 }
 
 // put writes c under cond. A failed condition returns the claim that
 // stood, with nothing written.
 func (l *Ledger) put(ctx context.Context, key idem.Key, c idem.Claim, cond string, names map[string]string, values map[string]types.AttributeValue) (*idem.Claim, error) {
 	_, err := l.db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: l.table,
-		Item: map[string]types.AttributeValue{
-			ledgerKey: str(key.String()), ledgerRegion: str(c.Region), ledgerCreated: millis(c.CreatedAt), ledgerUntil: millis(c.Until),
-		},
+		TableName:                           l.table,
+		Item:                                claimItem(key, c),
 		ConditionExpression:                 aws.String(cond),
 		ExpressionAttributeNames:            names,
 		ExpressionAttributeValues:           values,
@@ -127,6 +140,18 @@ func (l *Ledger) put(ctx context.Context, key idem.Key, c idem.Claim, cond strin
 		return nil, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), err)
 	}
 	return &old, nil
+}
+
+// claimItem is c's item under key; a claim no Region inherited has no
+// Heir attribute.
+func claimItem(key idem.Key, c idem.Claim) map[string]types.AttributeValue {
+	item := map[string]types.AttributeValue{
+		ledgerKey: str(key.String()), ledgerRegion: str(c.Region), ledgerCreated: millis(c.CreatedAt), ledgerUntil: millis(c.Until),
+	}
+	if c.Heir != "" {
+		item[ledgerHeir] = str(c.Heir)
+	}
+	return item
 }
 
 // Yields reports whether records region claimed may be written
@@ -156,5 +181,9 @@ func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {
 	if err != nil {
 		return idem.Claim{}, err
 	}
-	return idem.Claim{Region: region.Value, CreatedAt: time.UnixMilli(created), Until: time.UnixMilli(until)}, nil
+	c := idem.Claim{Region: region.Value, CreatedAt: time.UnixMilli(created), Until: time.UnixMilli(until)}
+	if heir, ok := item[ledgerHeir].(*types.AttributeValueMemberS); ok {
+		c.Heir = heir.Value
+	}
+	return c, nil
 }

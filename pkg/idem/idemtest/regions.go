@@ -3,7 +3,8 @@ package idemtest
 import (
 	"context"
 	"errors"
-	"sync/atomic"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,8 +31,8 @@ type NewLedger func(t *testing.T, yields func(key idem.Key, region string) bool)
 // Regions only eventually, with a Ledger. A record names the Region that
 // leased it. A command another Region claimed is refused, with nothing
 // written, until that Region yields. A yielded claim is inherited and
-// left to recovery. A Region takes up its own claim left without a
-// record. An expired claim gives way once its Region yields.
+// left to recovery, and its heir holds it. A Region takes up its own claim
+// left without a record. An expired claim gives way once its holder yields.
 func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegions) {
 	tests := []struct {
 		name string
@@ -40,6 +41,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A record names the Region that leased it", recordNamesItsRegion},
 		{"Another Region's claim is refused until it yields", claimedElsewhereRefused},
 		{"A yielded claim is inherited and left to recovery", yieldedClaimInherited},
+		{"An inherited claim stands against the Region it came from", inheritedClaimStands},
 		{"A Region takes up its own claim left without a record", ownClaimTakenUp},
 		{"An expired claim gives way once its Region yields", expiredClaimGivesWay},
 		{"Another Region's release is claimed back once it yields", foreignReleaseWaits},
@@ -51,20 +53,34 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 			t.Parallel()
 			clock := NewClock(time.Now())
 			r := &regionSuite{clock: clock}
-			r.ledger = newLedger(t, func(idem.Key, string) bool { return r.yield.Load() })
+			r.ledger = newLedger(t, func(_ idem.Key, region string) bool { return r.yields(region) })
 			r.Regions = newRegions(t, Options{Clock: clock.Now, DefaultLease: 30 * time.Second, Retention: time.Hour}, r.ledger)
 			tc.run(t, r)
 		})
 	}
 }
 
-// regionSuite is one subtest's deployment; yield makes every Region
-// yield.
+// regionSuite is one subtest's deployment.
 type regionSuite struct {
 	Regions
 	clock  *Clock
 	ledger idem.Ledger
-	yield  atomic.Bool
+
+	mu       sync.Mutex
+	yielding []string
+}
+
+// yield makes regions yield, and no other Region.
+func (r *regionSuite) yield(regions ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.yielding = regions
+}
+
+func (r *regionSuite) yields(region string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Contains(r.yielding, region)
 }
 
 func beginIn(t *testing.T, b idem.Backend, k idem.Key) *idem.Lease {
@@ -123,7 +139,7 @@ func yieldedClaimInherited(t *testing.T, r *regionSuite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
 	first := beginIn(t, r.Store("a"), k)
-	r.yield.Store(true)
+	r.yield("a")
 	b := r.Store("b")
 	ran := false
 	res, err := idem.Do(ctx, b, k, fpA, []byte("intent"), func(context.Context, *idem.Lease) (idem.Outcome, error) {
@@ -146,6 +162,30 @@ func yieldedClaimInherited(t *testing.T, r *regionSuite) {
 	if err != nil || rec2.Status != idem.StatusReleased {
 		t.Fatalf("Recover = %+v, %v", rec2, err)
 	}
+}
+
+// inheritedClaimStands: a dies after its Ledger claim, and b inherits it.
+// Then a returns, and b is not drained. Were the claim still a's, a
+// would replace it once expired: a new reference, while b's record lives.
+func inheritedClaimStands(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	at := time.UnixMilli(r.clock.Now().UnixMilli())
+	if _, err := r.ledger.Claim(ctx, k, idem.Claim{Region: "a", CreatedAt: at, Until: at.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	r.yield("a")
+	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(at) {
+		t.Fatalf("b's lease %+v: want a's claim, inherited", l)
+	}
+	r.yield()
+	// b, without its record, takes the claim up again: still inherited.
+	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(at) {
+		t.Fatalf("b's lease again %+v: want a's claim, inherited", l)
+	}
+	r.clock.Advance(2 * time.Hour) // past the claim's Until; b's record is IN_FLIGHT
+	_, err := r.Store("a").Begin(ctx, k, fpA, []byte("intent"))
+	wantElsewhere(t, err, "b")
 }
 
 func ownClaimTakenUp(t *testing.T, r *regionSuite) {
@@ -174,7 +214,7 @@ func expiredClaimGivesWay(t *testing.T, r *regionSuite) {
 	// a's record may still replay the key there, until a yields.
 	_, err := b.Begin(ctx, k, fpA, []byte("intent"))
 	wantElsewhere(t, err, "a")
-	r.yield.Store(true)
+	r.yield("a")
 	l := beginIn(t, b, k)
 	if !l.CreatedAt.After(first.CreatedAt) || l.Inherited {
 		t.Fatalf("lease %+v after the first claim expired: want a new command", l)
@@ -192,7 +232,7 @@ func foreignReleaseWaits(t *testing.T, r *regionSuite) {
 	b := r.Replica(a, "b")
 	_, err := b.Begin(ctx, k, fpA, nil)
 	wantElsewhere(t, err, "a")
-	r.yield.Store(true)
+	r.yield("a")
 	l := beginIn(t, b, k)
 	rec, err := b.Get(ctx, k)
 	if !l.CreatedAt.Equal(first.CreatedAt) || err != nil || rec.Region != "b" {
@@ -214,7 +254,7 @@ func foreignTakeOverWaits(t *testing.T, r *regionSuite) {
 		_, err := take()
 		wantElsewhere(t, err, "a")
 	}
-	r.yield.Store(true)
+	r.yield("a")
 	l, err := b.TakeOver(ctx, k)
 	if err != nil || !l.CreatedAt.Equal(first.CreatedAt) {
 		t.Fatalf("TakeOver once a yields = %+v, %v", l, err)

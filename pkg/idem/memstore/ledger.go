@@ -10,8 +10,8 @@ import (
 
 // Ledger is an in-memory idem.Ledger, for tests of stores in several
 // Regions (Options.Ledger). It keeps the semantics of dynamostore's
-// Ledger: a live claim stands, and an expired one is replaced once its Region
-// yields.
+// Ledger: a live claim stands, a yielding holder's passes to its heir,
+// and an expired one is replaced once its holder yields.
 type Ledger struct {
 	yields func(idem.Key, string) bool
 
@@ -38,14 +38,19 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	defer l.mu.Unlock()
 	old, ok := l.claims[key]
 	live := ok && old.Until.After(c.CreatedAt)
+	holder := old.Holder()
 	switch {
-	case !ok || !live && (old.Region == c.Region || l.Yields(key, old.Region)):
+	case !ok || !live && (holder == c.Region || l.Yields(key, holder)):
 		l.claims[key] = c
 		return c, nil
-	case live && (old.Region == c.Region || l.Yields(key, old.Region)):
+	case live && holder == c.Region:
+		return old, nil
+	case live && l.Yields(key, holder):
+		old.Heir = c.Region
+		l.claims[key] = old
 		return old, nil
 	default:
-		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Region}
+		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: holder}
 	}
 }
 

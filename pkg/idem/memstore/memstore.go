@@ -213,7 +213,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		case err != nil:
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: ledger: %w: %w", key.LogHash(), idem.ErrUnavailable, err)
 		}
-		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.Region != s.region
+		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	}
 	return s.begin(lease, fp, now)
 }
