@@ -77,8 +77,8 @@ const (
 	AuditIndexTable     = "chargeonce-audit-index"
 )
 
-// ProviderKey is the provider simulator's key. The functions read it from the
-// secret ProviderSecret names. The template takes that name as
+// ProviderKey is the provider simulator's key. The functions read it from
+// the secret ProviderSecret names. The template takes that name as
 // ProviderSecretName.
 const (
 	ProviderKey    = "sk_sam_local"
@@ -194,9 +194,9 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 }
 
 // createResources creates what `make run` does, from the definitions the
-// template is checked against. That is the tables, the idempotency table's TTL,
-// the queues, and the audit trail's bucket and index. The provider's API key
-// becomes a secret.
+// template is checked against. That is the tables, the idempotency table's
+// TTL, the queues, and the audit trail's bucket and index. The provider's
+// API key becomes a secret.
 func (s *Stack) createResources(ctx context.Context) error {
 	if _, err := s.Clients.SecretsManager.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
 		Name: aws.String(ProviderSecret), SecretString: aws.String(ProviderKey),
@@ -261,9 +261,9 @@ func (s *Stack) ParameterOverrides() []string {
 	}
 }
 
-// EnvVars is the --env-vars file's content. It names the tables and queues for
-// every function that declares them. SAM's local Ref of a resource is its
-// logical id.
+// EnvVars is the --env-vars file's content. It names the tables and queues
+// for every function that declares them. SAM's local Ref of a resource is
+// its logical id.
 func (s *Stack) EnvVars() map[string]map[string]string {
 	return map[string]map[string]string{"Parameters": {
 		app.EnvIdempotencyTable:     IdempotencyTable,
@@ -285,9 +285,9 @@ type Config struct {
 	EnvVars string
 }
 
-// WriteConfig writes the configuration into dir. template is a built template
-// (empty: SAM's default, .aws-sam/build/template.yaml). host:port is the
-// start-api address.
+// WriteConfig writes the configuration into dir. template is a built
+// template (empty: SAM's default, .aws-sam/build/template.yaml). host:port
+// is the start-api address.
 func (s *Stack) WriteConfig(dir, template, apiHost string, apiPort int) (Config, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Config{}, fmt.Errorf("samlocal: %w", err)
