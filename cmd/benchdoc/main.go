@@ -7,17 +7,17 @@
 //	    -sustain out/sustain.json [-sustain-fakecloud out/sustain-fakecloud.json] \
 //	    [-growth "NAME=out/growth.json,..."] [-isolation docs/isolation.json]
 //
-// A section is the text between "<!-- generated:NAME -->" and
-// "<!-- /generated:NAME -->"; everything else in the document is kept.
-// Sections: machine, roundtrips, benchmarks, ratios, load, anchors,
-// coldstart, powertools (with -sidebyside), sustain (with -sustain),
-// sustain-fakecloud (with -sustain-fakecloud, the same on fakecloud),
-// growth (with -growth), and isolation (with -isolation).
+// A section is the text between "<!-- generated:NAME -->" and "<!--
+// /generated:NAME -->". Everything else in the document is kept. The
+// sections are machine, roundtrips, benchmarks, ratios, load, anchors and
+// coldstart. Options add powertools (-sidebyside), sustain (-sustain) and
+// sustain-fakecloud (-sustain-fakecloud). They also add growth (-growth)
+// and isolation (-isolation).
 //
-// It measures nothing: the figures are test/bench's, test/e2e's and
-// loadgen's, and the machine section describes the host it runs on. Give
-// -bench "" -roundtrips "" -load "" to refresh the optional sections
-// alone, as make isolation does.
+// It measures nothing. The figures are test/bench's, test/e2e's and
+// loadgen's. The machine section describes the host it runs on. Give -bench
+// "" -roundtrips "" -load "" to refresh the optional sections alone, as
+// make isolation does.
 package main
 
 import (

@@ -17,10 +17,10 @@ import (
 	"github.com/chargeonce/chargeonce/internal/benchout"
 )
 
-// inputs are the make bench outputs a run reads, by path. An empty
-// -bench, -roundtrips or -load keeps the sections drawn from it (the
-// machine's with -bench, the anchors with -bench and -load) as they are,
-// to refresh the others alone; the other inputs are optional.
+// inputs are the make bench outputs a run reads, by path. An empty -bench,
+// -roundtrips or -load keeps the sections drawn from it as they are. -bench
+// draws the machine's, and -bench with -load the anchors. So the others can
+// be refreshed alone. The other inputs are optional.
 type inputs struct {
 	bench, roundTrips, loads, coldStart, bin, sideBySide, sustain, sustainFakecloud string
 	// isolation: loadgen isolation's summary, committed as
@@ -134,7 +134,7 @@ func (in inputs) sections() (map[string]string, error) {
 }
 
 // fill replaces the body of every generated section of doc named in
-// sections. A section named but absent from doc is an error; sections of
+// sections. A section named but absent from doc is an error. Sections of
 // doc not named are kept.
 func fill(doc string, sections map[string]string) (string, error) {
 	for _, name := range slices.Sorted(maps.Keys(sections)) {
@@ -176,9 +176,9 @@ func benchTable(results []benchout.Result, conf map[string]string) string {
 	return b.String()
 }
 
-// ratios compares the idempotent handler with the naive one: a first call
-// with a first call, and a replay with what a naive retry costs (another
-// first call, which charges again).
+// ratios compares the idempotent handler with the naive one. A first call
+// is set beside a first call. A replay is set beside what a naive retry
+// costs: another first call, which charges again.
 func ratios(results []benchout.Result) (string, error) {
 	var v [4]float64
 	for i, name := range []string{"BenchmarkHandlerFirstCall", "BenchmarkHandlerReplay", "BenchmarkNaiveFirstCall", "BenchmarkEmulatorPutItem/serial"} {
@@ -202,10 +202,10 @@ func ratios(results []benchout.Result) (string, error) {
 	return b.String(), nil
 }
 
-// anchors sets the measurements beside the seeds' figures: a completed
-// replay within 10 ms at p99, and 2,080 requests per second. Of the load
-// runs, the slowest offered is taken as the one below saturation and the
-// fastest as the seeds' rate.
+// anchors sets the measurements beside the seeds' figures. Those are a
+// completed replay within 10 ms at p99, and 2,080 requests per second. The
+// slowest load run offered is taken as below saturation. The fastest is
+// taken as the seeds' rate.
 func anchors(results []benchout.Result, ss []benchout.Summary) (string, error) {
 	if len(ss) == 0 {
 		return "", errors.New("no load runs")
@@ -255,8 +255,8 @@ func loadTable(ss []benchout.Summary) string {
 	return b.String()
 }
 
-// otherAnswers lists the answers that are neither a 201 to a first call nor
-// a replay, by kind of request.
+// otherAnswers lists, by kind of request, the answers that are neither a
+// 201 to a first call nor a replay.
 func otherAnswers(answers map[string]map[string]int) string {
 	var parts []string
 	for _, k := range []string{"first", "retry", "concurrent"} {
@@ -273,7 +273,7 @@ func otherAnswers(answers map[string]map[string]int) string {
 	return strings.Join(parts, "; ")
 }
 
-// percentiles is "p50 / p95 / p99 ms (n=N)", or a dash for no values.
+// percentiles is "p50 / p95 / p99 ms (n=N)". No values give a dash.
 func percentiles(l benchout.Latency) string {
 	if l.Count == 0 {
 		return "–"
@@ -345,9 +345,9 @@ func millis(s string) string {
 
 var coldStartLine = regexp.MustCompile(`(\w+)\s+bootstrap (.+?); REPORT Init Duration (.+?); INIT REPORT (.+?)\s*$`)
 
-// coldStartTable combines the sizes of the Lambda bootstraps make build
-// wrote under bin with what the e2e test logged for each function: the
-// size of its host-architecture build and the Runtime Interface
+// coldStartTable combines two sources per function. One is the size of the
+// Lambda bootstrap make build wrote under bin. The other is what the e2e
+// test logged: its host-architecture build's size and the Runtime Interface
 // Emulator's two init durations.
 func coldStartTable(e2e, bin string) (string, error) {
 	var b strings.Builder
@@ -371,7 +371,7 @@ func coldStartTable(e2e, bin string) (string, error) {
 	return b.String(), nil
 }
 
-// sustainSection reads a sustain run's summary and sets out the ceilings,
+// sustainSection reads a sustain run's summary. It sets out the ceilings,
 // the sustained rate and every step.
 func sustainSection(summary string) (string, error) {
 	b, err := os.ReadFile(summary)
@@ -408,8 +408,8 @@ func sustainTable(s benchout.Sustain) string {
 // What the Powertools handlers do not do, and chargeonce does.
 const powertoolsLacks = "no atomic business write (the charge row and the record's completion are two writes: a crash between them leaves a charge whose record says in progress); no fencing (a stale holder can still complete a record another took over); no reconciliation (an in-progress record whose outcome is unknown just expires, and the next retry charges again)"
 
-// sideBySideHandlers are the handlers compared, in the tables' order, with
-// what each does not do.
+// sideBySideHandlers are the handlers compared, in the tables' order. Each
+// carries what it does not do.
 var sideBySideHandlers = []struct{ id, name, lacks string }{
 	{"chargeonce", "chargeonce", "–"},
 	{"powertools", "Powertools Python `@idempotent`", powertoolsLacks},
@@ -548,9 +548,9 @@ func counts(c map[string]int) string {
 }
 
 // growthSection renders loadgen growth's summaries, given as
-// "NAME=PATH,NAME=PATH": for each, a table of the steps, every figure
-// beside its ratio to the first step's, and, when the run had a reference
-// stack, the ratios of the growing stack to it in the same minutes.
+// "NAME=PATH,NAME=PATH". Each gets a table of the steps. Every figure
+// stands beside its ratio to the first step's. A run with a reference stack
+// adds the growing stack's ratios to it, in the same minutes.
 func growthSection(list string) (string, error) {
 	var b strings.Builder
 	for _, entry := range strings.Split(list, ",") {

@@ -1,18 +1,18 @@
 // Command capacity regenerates docs/capacity.md, a capacity model of the
-// seeds' load on AWS, from figures make bench measured and figures cited
-// from AWS documentation and pricing pages:
+// seeds' load on AWS. It draws on figures make bench measured. It also
+// cites figures from AWS documentation and pricing pages:
 //
 //	go run ./cmd/capacity -roundtrips out/roundtrips.json -bench out/bench.txt
 //	go run ./cmd/capacity
 //
-// With -roundtrips and -bench (make bench) it first takes what the model
-// needs from those make bench outputs into the measured snapshot
-// (docs/capacity-measured.json); without them (make capacity) it renders
-// from the snapshot as committed, which is what a change of inputs, prices
-// or template.yaml needs. With -roundtrips alone it takes the round trips
-// again (TestRoundTrips' JSON) and keeps the snapshot's benchmarks: a new
-// outcome needs no new make bench. The cited figures are in
-// docs/capacity-inputs.json, each with its source; the deployment's own
+// With -roundtrips and -bench (make bench), it first updates the measured
+// snapshot (docs/capacity-measured.json). It takes what the model needs
+// from those make bench outputs. Without them (make capacity), it renders
+// from the snapshot as committed. A change of inputs, prices or
+// template.yaml needs only that. With -roundtrips alone, it takes the round
+// trips again (TestRoundTrips' JSON). It keeps the snapshot's benchmarks: a
+// new outcome needs no new make bench. The cited figures are in
+// docs/capacity-inputs.json, each with its source. The deployment's own
 // figures (memory, timeouts, schedule) are read from template.yaml.
 package main
 

@@ -131,7 +131,7 @@ type outcomeRow struct {
 }
 
 // flowRow is one stream of the load: requests per second of one measured
-// outcome, each running it Times times, and what it costs per second.
+// outcome. Each runs it Times times. It carries what it costs per second.
 type flowRow struct {
 	Name                                             string
 	Outcome                                          string
@@ -141,7 +141,8 @@ type flowRow struct {
 }
 
 // durationRow is one kind of request's duration, on the emulator and as
-// estimated on AWS, and its share of the charge function's concurrency.
+// estimated on AWS. It carries its share of the charge function's
+// concurrency.
 type durationRow struct {
 	Name                string
 	PerSec              float64
@@ -226,8 +227,8 @@ func model(m measurement, in capacityInputs, d deployment) (capacity, error) {
 	}
 	c.SweepRunsPerHour = float64(time.Hour) / float64(d.SweepEvery)
 	c.SweepQueriesPerRun = float64(d.Shards)
-	// A query of the index reads eventually consistently; an empty or
-	// small page is the minimum, one 4 KB unit at the eventual rate.
+	// A query of the index reads eventually consistently. An empty or small
+	// page is the minimum: one 4 KB unit at the eventual rate.
 	sweep := flowRow{Name: "sweeper: one Query per stuck-lease shard per run", PerSec: c.SweepQueriesPerRun * c.SweepRunsPerHour / 3600, Times: 1}
 	sweep.IndexRCU = sweep.PerSec * in.v(inEventualRRU)
 	c.Flows = append(c.Flows, sweep)
@@ -396,8 +397,9 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.TenantsToFill = d.ChargeReserved / d.TenantConcurrency
 	c.TenantRequestBudgetMs = d.TenantConcurrency / d.TenantRate * 1000
 	// The reservation, the gateway's rates, and what the routes that can
-	// wait hold: a read is one call, a refund a first charge's path with
-	// two calls more (the charge's row read and its hold) and the provider.
+	// wait hold. A read is one call. A refund is a first charge's path with
+	// two calls more, plus the provider. The two read the charge's row and
+	// take its hold.
 	c.Unreserved = in.v(inLambdaQuota) - d.ChargeReserved - 1 // the sweeper's 1
 	c.ReconcileKeeps = c.Unreserved - d.IntakeMaxConcurrency
 	c.ReserveProviderMs = math.Max(0, d.ChargeReserved-c.ConcurrencyAWS) / c.ConcurrencyPer100ms * 100
@@ -498,10 +500,10 @@ func (c *capacity) costs() {
 }
 
 // twinClaims is how many conditional PutItems a request makes for a key
-// whose first call, started at the same instant, takes firstMs: one at
-// once, then one after each pause (firstPause, doubling up to maxPause)
-// until one finds the call finished, or until the wait would run past
-// wait.
+// whose first call takes firstMs. Both start at the same instant. It makes
+// one at once, then one after each pause. Pauses start at firstPause and
+// double up to maxPause. It stops when one finds the call finished, or when
+// the wait would run past wait.
 func twinClaims(firstMs, firstPause, maxPause float64, wait time.Duration) int {
 	waitMs := float64(wait) / float64(time.Millisecond)
 	claims, at, pause := 1, 0.0, firstPause

@@ -35,7 +35,7 @@ func readJSON(path string, v any) error {
 // ---- What make bench measured ----
 
 // measurement is the measured snapshot: what the model takes from make
-// bench's outputs, kept in the repository so the document can be
+// bench's outputs. It is kept in the repository, so the document can be
 // regenerated without measuring again.
 type measurement struct {
 	MeasuredAt string   `json:"measured_at"` // when the snapshot was taken, UTC
@@ -191,8 +191,8 @@ type figure struct {
 	Note   string  `json:"note,omitempty"` // what the source says, or how the figure is read from it
 }
 
-// tier is a price up to a cumulative quantity (UpTo, in the unit the
-// price is per; 0 for the last tier, which has no end).
+// tier is a price up to a cumulative quantity. UpTo is in the unit the
+// price is per. It is 0 for the last tier, which has no end.
 type tier struct {
 	UpTo  float64 `json:"up_to,omitempty"`
 	Price float64 `json:"price"`
@@ -337,9 +337,9 @@ type deployment struct {
 	Shards         int // idem's default: every function uses it
 	SweepMaxKeys   int // the sweeper's default
 
-	// The abuse controls. ChargeFunction's reserved concurrency; the
+	// The abuse controls. ChargeFunction's reserved concurrency. The
 	// gateway's rates and bursts, for the critical routes and for each of
-	// the DeferrableRoutes; the intake's cap; a tenant's default limits.
+	// the DeferrableRoutes. The intake's cap. A tenant's default limits.
 	ChargeReserved                  float64
 	APIRate, APIBurst               float64
 	DeferrableRate, DeferrableBurst float64

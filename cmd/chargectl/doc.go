@@ -4,24 +4,27 @@
 //
 // Usage:
 //
-//	chargectl create --amount 1500 --currency EUR --source tok_visa [--description TEXT] [--capture=false] [--id ID] [--json]
+//	chargectl create --amount N --currency CUR --source TOKEN [--description TEXT] [--capture=false] [--id ID] [--json]
 //	chargectl get [--json] CHARGE_ID
 //	chargectl refunds [--json] CHARGE_ID
 //	chargectl capture CHARGE_ID [--amount N] [--json]
 //	chargectl cancel CHARGE_ID [--json]
 //	chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
-//	chargectl admin record [--json] TENANT KEY
+//	chargectl admin record [--json] [--operation OP] TENANT KEY
 //	chargectl admin stuck [--json] [--max N]
-//	chargectl admin reconcile [--json] TENANT KEY
+//	chargectl admin reconcile [--json] [--operation OP] TENANT KEY
 //	chargectl admin dlq list [--json] [--max N]
-//	chargectl admin dlq redrive [--json] [--key TENANT KEY]
+//	chargectl admin dlq redrive [--json] [--key [--operation OP] TENANT KEY]
 //	chargectl admin submit [--json] --tenant TENANT --amount N [--currency CUR] --source TOKEN [--description TEXT] [--id ID]
-//	chargectl admin settle [--json] [--yes] (--charged REF | --declined [--decline-code CODE] | --released) TENANT KEY
+//	chargectl admin settle [--json] [--yes] [--operation OP] (--charged REF | --refunded REF | --declined [--decline-code CODE] | --released) TENANT KEY
 //	chargectl admin limits list [--json]
 //	chargectl admin limits set [--json] [--rate N] [--concurrency N] TENANT
 //	chargectl admin limits clear [--json] TENANT
 //	chargectl admin audit [--json] [--operation OP] TENANT KEY
 //	chargectl admin audit [--json] --charge TENANT CHARGE_ID
+//	chargectl admin route [--json] HOME
+//	chargectl admin failover [--json] [--yes] HOME REGION
+//	chargectl admin drained [--json] [--yes] HOME REGION
 //
 // create, get, refunds, capture, cancel and refund take --url and --token.
 // --url defaults to $CHARGEONCE_URL, else http://127.0.0.1:3000. --token
@@ -47,7 +50,8 @@
 // dead-letter queue, which no function reads. DYNAMODB_ENDPOINT and
 // SQS_ENDPOINT, when unset, mean AWS. The SDK's AWS_* variables apply too.
 // Each command requires only what it uses. KEY is the Idempotency-Key (the
-// command id) of a charge request.
+// command id) of a charge request. With --operation create-refund it is a
+// refund request's.
 //
 // record shows a key's idempotency record. It shows the status and the
 // lease owner (a prefix of its lease token). It shows the lease and record
@@ -68,7 +72,8 @@
 // settle settles an IN_FLIGHT key as the operator found it in the
 // provider's records. Such a key is parked, and nothing automatic settles
 // it. --charged settles it as the provider's charge REF: the charge row and
-// the 201. --declined settles it as the 402. --released means no charge: a
+// the 201. --refunded settles a refund's key as the provider's refund REF.
+// --declined settles it as the 402. --released means no charge: a
 // retry charges it. settle first shows the record's evidence, its provider
 // reference and amount. It writes only once the operator has typed KEY, or
 // with --yes. It preempts the lease so that any holder's late write fails.
@@ -86,6 +91,11 @@
 // clear gives the tenant the defaults again. limits list shows the tenants
 // with limits of their own. The charge functions read them again within
 // LIMITS_MAX_AGE, with no deploy.
+//
+// route shows who serves the tenants homed in the Region HOME. It lists
+// the Regions not yet drained. failover serves them from REGION, after the
+// fence. drained says REGION's writes for HOME have all replicated. All
+// three read ROUTES_TABLE (docs/operations.md).
 //
 // Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
 // outcome is not known yet.

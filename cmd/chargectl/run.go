@@ -42,7 +42,7 @@ const usage = `usage:
   chargectl capture CHARGE_ID [--amount N] [--json]
   chargectl cancel CHARGE_ID [--json]
   chargectl refund CHARGE_ID [--amount N] [--reason REASON] [--id ID] [--json]
-  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq list, dlq redrive, submit, settle, audit: chargectl admin help)
+  chargectl admin COMMAND ...   (record, stuck, reconcile, dlq, submit, settle, limits, audit, route, failover, drained: chargectl admin help)
 create, get, refunds, capture, cancel and refund take: --url URL ($` + EnvURL + `), --token TOKEN ($` + EnvToken + `), --timeout DURATION
 `
 

@@ -85,12 +85,12 @@ type parsed struct {
 	err error
 }
 
-// Handle creates the batch's charges and returns, as batch item failures,
+// Handle creates the batch's charges. It returns, as batch item failures,
 // the messages to deliver again. Messages naming the same command are
-// handled one after the other, so a duplicate inside a batch replays its
-// twin instead of finding it in flight. Handle never returns an error:
-// that would have Lambda redeliver the whole batch, the settled messages
-// with it.
+// handled one after the other. So a duplicate inside a batch replays its
+// twin instead of finding it in flight. Handle never returns an error. That
+// would have Lambda redeliver the whole batch, the settled messages with
+// it.
 func (h *Handler) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 	ctx, span := h.opt.Tracer.StartBatch(ctx, metrics.FunctionIntake, ev)
 	defer h.opt.Tracer.End(ctx, span)
@@ -176,9 +176,9 @@ func (h *Handler) handle(ctx context.Context, batch int, p parsed) bool {
 	return settled
 }
 
-// deadLetter sends a malformed message to the dead-letter queue and
-// reports it settled, or, if that fails, for another delivery (the
-// queue's redrive policy moves it in the end).
+// deadLetter sends a malformed message to the dead-letter queue and reports
+// it settled. If that fails, it reports it for another delivery. The
+// queue's redrive policy moves it in the end.
 func (h *Handler) deadLetter(ctx context.Context, log *slog.Logger, p parsed) bool {
 	// The key, if the message named a valid one.
 	op := charge.MetricOperation(p.cmd.Key)

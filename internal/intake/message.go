@@ -42,9 +42,9 @@ type Command struct {
 }
 
 // MalformedError says why a message can never be processed. Field is the
-// member at fault (empty for the message as a whole); Reason names the
-// rule it breaks and never quotes the message. KeyHash is the command's
-// key's LogHash once tenant and command id are known to be valid.
+// member at fault, empty for the message as a whole. Reason names the rule
+// it breaks and never quotes the message. KeyHash is the command's key's
+// LogHash once tenant and command id are known to be valid.
 type MalformedError struct {
 	Field, Reason, KeyHash string
 }
@@ -56,9 +56,9 @@ func (e *MalformedError) Error() string {
 	return "intake: malformed message: " + e.Field + ": " + e.Reason
 }
 
-// ParseMessage validates a message body completely: its members, its
-// tenant and command id, and its request, as POST /charges validates a
-// body. Every refusal is a *MalformedError.
+// ParseMessage validates a message body completely, as POST /charges
+// validates a body. It checks its members, its tenant and command id, and
+// its request. Every refusal is a *MalformedError.
 func ParseMessage(body string) (Command, error) {
 	malformed := func(field, reason string) (Command, error) {
 		return Command{}, &MalformedError{Field: field, Reason: reason}
@@ -183,9 +183,9 @@ const (
 	AttrSourceMessageID = "intake-source-message-id"
 )
 
-// Queue sends messages to one queue: charge requests to the
-// charge-requests queue (Submit), malformed ones to its dead-letter queue
-// (DeadLetter).
+// Queue sends messages to one queue. Submit sends charge requests to the
+// charge-requests queue. DeadLetter sends malformed ones to its dead-letter
+// queue.
 type Queue struct {
 	client SendAPI
 	url    string

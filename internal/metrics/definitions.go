@@ -26,9 +26,9 @@ type Name string
 // The metrics the code emits; Definitions says by whom and in which unit.
 const (
 	// Requests counts the commands a function handled, by Operation and
-	// Outcome: the charge function's POST /charges, POST
-	// /charges/{id}/refunds, /capture and /cancel, the reconcile and
-	// intake functions' messages.
+	// Outcome. The charge function's are POST /charges, POST
+	// /charges/{id}/refunds, /capture and /cancel. The reconcile and intake
+	// functions' are messages.
 	Requests Name = "Requests"
 	// BeginLatency is the idempotency claim (Begin) of a charge request.
 	BeginLatency Name = "BeginLatency"
@@ -46,7 +46,7 @@ const (
 	// found ran out.
 	OldestLeaseAgeSeconds Name = "OldestLeaseAgeSeconds"
 	// MaxReconcileAttempts is the most reconcile attempts of a stuck key a
-	// sweep found: a key that keeps failing shows here, not in the DLQ.
+	// sweep found. A key that keeps failing shows here, not in the DLQ.
 	MaxReconcileAttempts Name = "MaxReconcileAttempts"
 	// Queued is how many stuck keys a sweep sent to the reconcile queue.
 	Queued Name = "Queued"

@@ -18,13 +18,14 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 )
 
-// ErrUndefined is wrapped by Flush's error for a value it did not write:
-// a metric the function does not emit, an Operation or Outcome it does
-// not have, or a sample of the wrong kind for the metric's unit.
+// ErrUndefined is wrapped by Flush's error for a value it did not write.
+// The metric may be one the function does not emit. The Operation or
+// Outcome may be one it does not have. Or the sample is of the wrong kind
+// for the metric's unit.
 var ErrUndefined = errors.New("metrics: not defined")
 
-// MaxValues is the most samples of one metric an EMF line carries;
-// a Flush with more writes them over several lines.
+// MaxValues is the most samples of one metric an EMF line carries. A Flush
+// with more writes them over several lines.
 const MaxValues = 100
 
 // Options configure an Emitter.
@@ -218,9 +219,9 @@ func (r *Recorder) Flush(ctx context.Context) error {
 	return errors.Join(problems...)
 }
 
-// member is one of an EMF line's top-level members: a dimension (str), a
-// metric's value (num) or values (an array of more than one), or the
-// metadata. Its key is a dimension or metric name, an identifier that
+// member is one of an EMF line's top-level members. It is a dimension
+// (str), a metric's value (num) or values (an array of more than one), or
+// the metadata. Its key is a dimension or metric name, an identifier that
 // needs no escaping.
 type member struct {
 	key    string
@@ -239,12 +240,12 @@ const (
 	memberMeta
 )
 
-// lines renders the recorded values as EMF lines: one per Operation and
-// Outcome, the
-// values without an Outcome on the first, and further lines for samples
-// beyond MaxValues. Every line's metrics are in Definitions' order (in
-// its metadata, the sums before the samples), its members in key order
-// (as encoding/json orders a map's). It sorts the values it is given.
+// lines renders the recorded values as EMF lines, one per Operation and
+// Outcome. The values without an Outcome go on the first. Samples beyond
+// MaxValues go on further lines. Every line's metrics are in Definitions'
+// order. In its metadata, the sums come before the samples. Its members are
+// in key order, as encoding/json orders a map's. It sorts the values it is
+// given.
 func (e *Emitter) lines(at time.Time, requestID string, counts []count, sums, samples []value) []byte {
 	slices.SortFunc(counts, func(a, b count) int {
 		return cmp.Or(strings.Compare(string(a.operation), string(b.operation)), strings.Compare(string(a.outcome), string(b.outcome)), a.def-b.def)
@@ -356,12 +357,12 @@ func nextRun(vs []value) (run, rest []value) {
 	return vs[:end], vs[end:]
 }
 
-// appendMetadata appends a line's _aws member: its time, and a directive
-// for its metrics by Operation and Outcome (the counts) and one for those
-// by Function alone, those it has. The counts are also totalled by
-// Function and by Operation: never by Outcome alone, to keep the metrics
-// CloudWatch bills for few. Every name in it is an identifier: none needs
-// escaping.
+// appendMetadata appends a line's _aws member: its time and its directives.
+// One covers its metrics by Operation and Outcome (the counts). One covers
+// those by Function alone, if it has any. The counts are also totalled by
+// Function and by Operation. They are never totalled by Outcome alone, to
+// keep the metrics CloudWatch bills for few. Every name in it is an
+// identifier: none needs escaping.
 func appendMetadata(out []byte, at time.Time, byOutcome []count, byFunction []value) []byte {
 	out = strconv.AppendInt(append(out, `{"Timestamp":`...), at.UnixMilli(), 10)
 	out = append(out, `,"CloudWatchMetrics":[`...)
@@ -395,9 +396,10 @@ func appendMetric(out []byte, i, def int) []byte {
 	return append(append(out, d.Unit...), `"}`...)
 }
 
-// appendString appends s as encoding/json writes it: as it is, quoted,
-// when it has only printable ASCII characters that need no escaping (the
-// function, the outcome, a request id), through encoding/json otherwise.
+// appendString appends s as encoding/json writes it. Printable ASCII
+// needing no escaping is written as it is, quoted. The function, the
+// outcome and a request id are such. Anything else goes through
+// encoding/json.
 func appendString(out []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
@@ -408,9 +410,9 @@ func appendString(out []byte, s string) []byte {
 	return append(append(append(out, '"'), s...), '"')
 }
 
-// appendFloat appends a finite f as encoding/json writes a float64: as
-// ECMAScript does, the exponent form only below 1e-6 or from 1e21 on, the
-// exponent without padding.
+// appendFloat appends a finite f as encoding/json writes a float64, as
+// ECMAScript does. The exponent form is used only below 1e-6 or from 1e21
+// on. The exponent has no padding.
 func appendFloat(out []byte, f float64) []byte {
 	format := byte('f')
 	if abs := math.Abs(f); abs != 0 && (abs < 1e-6 || abs >= 1e21) {

@@ -8,8 +8,8 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
-// Join is one Index over several, their shards one after another: the
-// idempotency table's stuck leases, and the charges table's captures and
+// Join is one Index over several, their shards one after another. It joins
+// the idempotency table's stuck leases and the charges table's captures and
 // cancels in flight.
 func Join(indexes ...Index) Index { return joined(indexes) }
 

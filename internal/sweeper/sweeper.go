@@ -48,8 +48,8 @@ type Options struct {
 	// MaxKeys bounds the keys one run queues. Default DefaultMaxKeys.
 	MaxKeys int
 	// SafetyMargin is how long before its context's deadline a run stops
-	// looking for more keys; at least a tenth of the time the run had left
-	// when it started. Default DefaultSafetyMargin.
+	// looking for more keys. It is at least a tenth of the time the run had
+	// left when it started. Default DefaultSafetyMargin.
 	SafetyMargin time.Duration
 	// Clock returns the current time; a lease that ran out before it is
 	// stuck. Default time.Now.
@@ -120,19 +120,19 @@ type Summary struct {
 	StartShard int
 	// Found counts the stuck leases the run saw (at most MaxKeys).
 	Found int
-	// Queued, Failed and AlreadyQueued split Found by whether the key's
-	// message was sent, failed, or not sent as one was in flight. A
-	// failed key is found again by the next run.
+	// Queued, Failed and AlreadyQueued split Found by what became of the
+	// key's message. It was sent, or failed, or was not sent as one was in
+	// flight. A failed key is found again by the next run.
 	Queued, Failed, AlreadyQueued int
 	// OldestAge is how long ago the oldest stuck lease seen ran out.
 	OldestAge time.Duration
-	// MaxAttempts is the most reconcile attempts of a stuck key seen: the
-	// reconciler postpones a key it cannot settle by a growing backoff,
-	// so a key that keeps failing shows here.
+	// MaxAttempts is the most reconcile attempts of a stuck key seen. The
+	// reconciler postpones a key it cannot settle by a growing backoff. So
+	// a key that keeps failing shows here.
 	MaxAttempts int
 	// Unreadable counts the index's items that did not decode. Each is
-	// logged by its key's hash and passed over, not returned as an error:
-	// it would fail every run until an operator removed it.
+	// logged by its key's hash and passed over. It is not returned as an
+	// error: it would fail every run until an operator removed it.
 	Unreadable int
 	// Elsewhere counts the stuck leases of tenants another Region serves,
 	// passed over: that Region's sweeper queues them.
@@ -183,8 +183,8 @@ const (
 	attrFailed        = attribute.Key("chargeonce.sweep.failed")
 )
 
-// startShard rotates with the minute, the sweep's schedule, so over Shards
-// minutes every shard is read first once, with no state kept between runs.
+// startShard rotates with the minute, the sweep's schedule. So over Shards
+// minutes every shard is read first once. No state is kept between runs.
 func startShard(now time.Time, shards int) int {
 	return int(now.Unix() / 60 % int64(shards))
 }

@@ -1,8 +1,8 @@
-// A Deployment provides, for tests, one deployment's worth of the
-// service on the test endpoints: the idempotency, charges and limits
-// tables, the reconcile and charge-requests queues with their dead-letter
-// queues, and a provider simulator
-// served over HTTP, with each function's configuration pointing at them.
+// A Deployment provides, for tests, one deployment's worth of the service
+// on the test endpoints. It has the idempotency, charges and limits tables.
+// It has the reconcile and charge-requests queues with their dead-letter
+// queues. It serves a provider simulator over HTTP. Each function's
+// configuration points at them.
 
 package testkit
 
@@ -106,9 +106,9 @@ func Deploy(t testing.TB, simOpts ...func(*providersim.Options)) *Deployment {
 }
 
 // Charge is the charge function's configuration for the deployment. It
-// holds no tenant to limits and sheds nothing: a test's requests come
-// faster than a tenant's, and it retries at once. A test of the limits
-// sets LimitsTable.
+// holds no tenant to limits and sheds nothing. A test's requests come
+// faster than a tenant's, and it retries at once. A test of the limits sets
+// LimitsTable.
 func (d *Deployment) Charge() app.ChargeConfig {
 	return app.ChargeConfig{
 		IdempotencyTable: d.IdempotencyTable, ChargesTable: d.ChargesTable, ReconcileQueueURL: d.Queues.URL,
@@ -195,9 +195,9 @@ func (d *Deployment) ReconcileService(t testing.TB, optFns ...func(*Wiring)) *ch
 }
 
 // Serve serves the deployment's charge function, configured by cfg, over
-// HTTP behind the local API Gateway (tokens "Bearer dev:<tenant>"), wrapped
-// by wrap if it is not nil. It returns the base URL and a function that
-// stops the server.
+// HTTP. It sits behind the local API Gateway (tokens "Bearer
+// dev:<tenant>"). wrap wraps it if it is not nil. Serve returns the base
+// URL and a function that stops the server.
 func (d *Deployment) Serve(cfg app.ChargeConfig, wrap func(http.Handler) http.Handler) (string, func(), error) {
 	clients, err := NewClients()
 	if err != nil {

@@ -1,15 +1,15 @@
 // Package testkit gives tests real DynamoDB, SQS, Secrets Manager and S3
-// endpoints, and whole deployments of the service on them (Deployment, in
-// deployment.go; its audit trail, in audit.go).
+// endpoints. It also gives whole deployments of the service on them:
+// Deployment, in deployment.go, and its audit trail, in audit.go.
 //
-// When DYNAMODB_ENDPOINT, SQS_ENDPOINT, SECRETSMANAGER_ENDPOINT and
-// S3_ENDPOINT are set (make test sets them, and so can anyone pointing the
-// suite at DynamoDB Local or AWS), those are used with the SDK's default
-// credential chain.
-// Otherwise the first test that asks starts scripts/emulator.py from the
-// project virtualenv (.venv) on a free loopback port, shared by every test
-// in the process, for the ones unset, with static dummy credentials. The
-// launcher exits when the test process closes its stdin.
+// DYNAMODB_ENDPOINT, SQS_ENDPOINT, SECRETSMANAGER_ENDPOINT and S3_ENDPOINT
+// may be set. make test sets them, and so can anyone pointing the suite at
+// DynamoDB Local or AWS. Those set are used with the SDK's default
+// credential chain. For the ones unset, the first test that asks starts
+// scripts/emulator.py. It runs from the project virtualenv (.venv) on a
+// free loopback port. Every test in the process shares it, with static
+// dummy credentials. The launcher exits when the test process closes its
+// stdin.
 package testkit
 
 import (
@@ -77,7 +77,7 @@ func startEmulator() (string, error) {
 		return "", fmt.Errorf("testkit: %w (run `make venv`, or set %s, %s and %s)", err, awsenv.EnvDynamoDBEndpoint, awsenv.EnvSQSEndpoint, awsenv.EnvSecretsManagerEndpoint)
 	}
 	// The goroutine keeps e, and so its stdin pipe, referenced for the life
-	// of the process; an emulator that dies early is said out loud.
+	// of the process. An emulator that dies early is said out loud.
 	go func() {
 		<-e.Exited()
 		fmt.Fprintln(os.Stderr, "testkit: the emulator exited")
@@ -103,9 +103,9 @@ func NewClients(dynamoOpts ...func(*dynamodb.Options)) (awsenv.Clients, error) {
 	}
 	c := awsenv.New(cfg, started.Endpoints)
 	if os.Getenv(emulator.EnvKind) == "fakecloud" {
-		// fakecloud sends x-amz-crc32: 0 with every answer, so the SDK's
-		// check of it could only log a warning per call (in the middle of
-		// benchmark lines); the answers are read as they are either way.
+		// fakecloud sends x-amz-crc32: 0 with every answer. So the SDK's
+		// check of it could only log a warning per call, in the middle of
+		// benchmark lines. The answers are read as they are either way.
 		dynamoOpts = append([]func(*dynamodb.Options){func(o *dynamodb.Options) { o.DisableValidateResponseChecksum = true }}, dynamoOpts...)
 	}
 	if len(dynamoOpts) > 0 {
@@ -146,7 +146,7 @@ func Endpoints(t testing.TB) awsenv.Endpoints {
 }
 
 // CreateSecret creates the secret name holding value, as an operator
-// creates the deployment's (docs/operations.md); it is deleted when the
+// creates the deployment's (docs/operations.md). It is deleted when the
 // test ends.
 func CreateSecret(t testing.TB, name, value string) {
 	t.Helper()
@@ -180,8 +180,8 @@ func RotateSecret(t testing.TB, name, value string) {
 	}
 }
 
-// UniqueName returns prefix followed by a random suffix, for tables, queues
-// and keys that must not collide across parallel tests or runs.
+// UniqueName returns prefix followed by a random suffix. Tables, queues and
+// keys take it, so they do not collide across parallel tests or runs.
 func UniqueName(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])

@@ -13,9 +13,9 @@ import (
 )
 
 // PostCharge is the POST /charges event API Gateway hands the charge
-// function: tenant in the authorizer's TenantClaim claim (no authorizer
-// context if tenant is empty), key as Idempotency-Key (no header if
-// empty), body as JSON.
+// function. tenant is in the authorizer's TenantClaim claim; if empty,
+// there is no authorizer context. key is the Idempotency-Key; if empty,
+// there is no header. body is the JSON body.
 func PostCharge(tenant, key, body string) events.APIGatewayV2HTTPRequest {
 	req := events.APIGatewayV2HTTPRequest{
 		RouteKey: httpapi.RouteCreate,

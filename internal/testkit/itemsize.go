@@ -16,10 +16,10 @@ func ItemSize(item map[string]types.AttributeValue) int {
 	return n
 }
 
-// valueSize follows DynamoDB's item size rules: strings and binaries by
-// their length, numbers one byte per two significant digits plus one,
-// booleans and nulls one byte, lists and maps three bytes plus one per
-// element plus the elements (and, for a map, their names).
+// valueSize follows DynamoDB's item size rules. Strings and binaries count
+// their length. Numbers count one byte per two significant digits, plus
+// one. Booleans and nulls count one byte. Lists and maps count three bytes,
+// plus one per element, plus the elements. A map's element names count too.
 func valueSize(v types.AttributeValue) int {
 	switch v := v.(type) {
 	case *types.AttributeValueMemberS:

@@ -21,9 +21,9 @@ var (
 	specErr    error
 )
 
-// SpecRouter is api/openapi.yaml, loaded and validated once per test
-// process, as a router that matches on paths alone, wherever the API runs:
-// what every test holds an answer to.
+// SpecRouter is api/openapi.yaml as a router that matches on paths alone,
+// wherever the API runs. It is loaded and validated once per test process.
+// Every test holds its answers to it.
 func SpecRouter(t testing.TB) routers.Router {
 	t.Helper()
 	specOnce.Do(func() {

@@ -14,11 +14,11 @@ import (
 // serves.
 const StripeSecret = "sk_test_chargeonce"
 
-// Stripe serves a stateful Stripe simulator (stripesim) on clock, its
-// search lagging by stripe.SearchLag as Stripe's may, for the test's
-// lifetime. It returns the simulator and a Wiring option that points the
-// deployment's functions at it with PROVIDER=stripe, its key in a secret
-// of the test's; the option also sets their clock to clock.
+// Stripe serves a stateful Stripe simulator (stripesim) on clock, for the
+// test's lifetime. Its search lags by stripe.SearchLag, as Stripe's may. It
+// returns the simulator and a Wiring option. The option points the
+// deployment's functions at it with PROVIDER=stripe. Its key is in a secret
+// of the test's. The option also sets their clock to clock.
 func Stripe(t testing.TB, clock func() time.Time, optFns ...func(*stripesim.Options)) (*stripesim.Simulator, func(*Wiring)) {
 	t.Helper()
 	sim := stripesim.New(append([]func(*stripesim.Options){func(o *stripesim.Options) {

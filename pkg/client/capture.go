@@ -32,15 +32,15 @@ type captureRequest struct {
 	Amount *int64 `json:"amount,omitempty"` // nil: all the charge holds
 }
 
-// Capture captures the charge chargeID, created with WithCaptureLater: all
-// it holds, or the amount WithCaptureAmount gives. It needs no command id.
-// It sets the charge's state, and setting a state twice is setting it
-// once: the same call again answers the same charge, and the provider
-// captures once. So Capture retries network errors, timeouts, 409
-// request-in-progress, 429 and 5xx answers with the same request, and a
-// caller may call it again after any error. A canceled charge, or one
-// captured with another amount, is a *ProblemError matching
-// ErrChargeState, with the charge's ChargeStatus.
+// Capture captures the charge chargeID, created with WithCaptureLater. It
+// takes all it holds, or the amount WithCaptureAmount gives. It needs no
+// command id. It sets the charge's state, and setting a state twice is
+// setting it once. The same call again answers the same charge, and the
+// provider captures once. So Capture retries network errors, timeouts, 409
+// request-in-progress, 429 and 5xx answers with the same request. A caller
+// may call it again after any error. A canceled charge, or one captured
+// with another amount, is a *ProblemError matching ErrChargeState. It
+// carries the charge's ChargeStatus.
 func (c *Client) Capture(ctx context.Context, chargeID string, opts ...CaptureOption) (Charge, error) {
 	var req captureRequest
 	for _, opt := range opts {

@@ -29,9 +29,9 @@ const (
 const maxResponseBytes = 1 << 20
 
 // CommandID identifies one intent, to charge or to refund, across every
-// attempt to carry it out: it is sent as the Idempotency-Key. Mint it
-// once, with NewCommandID, when the intent is formed, and keep it with the
-// intent so that a retry, or a resumed run after a crash, reuses it.
+// attempt to carry it out. It is sent as the Idempotency-Key. Mint it once,
+// with NewCommandID, when the intent is formed. Keep it with the intent, so
+// that a retry, or a resumed run after a crash, reuses it.
 type CommandID string
 
 // NewCommandID returns a new random id (a version 4 UUID from crypto/rand).
@@ -101,8 +101,8 @@ type Charge struct {
 // Receipt says how a command's answer came: Create and Refund return one.
 type Receipt struct {
 	// Replayed is true when the answer is the stored outcome of an earlier
-	// request with the same command id (this call, or another, already
-	// carried the command out; it was not carried out again).
+	// request with the same command id. This call, or another, already
+	// carried the command out. It was not carried out again.
 	Replayed bool `json:"replayed"`
 	// KeyExpiresAt is until when the command id deduplicates
 	// (Idempotency-Expires). Zero if the answer did not say.
@@ -169,13 +169,12 @@ type chargeRequest struct {
 }
 
 // Create charges source amount.Amount in amount.Currency, at most once for
-// id. It retries on network errors, timeouts, 409, 429 and 5xx answers,
-// always with id and the same body bytes, until it gets a final answer,
-// the maximum number of attempts is reached, or ctx ends. A declined card
-// is a *ProblemError matching ErrDeclined; see the package sentinels for
-// the others. Calling Create again later with the same id and arguments
-// resumes the intent: it never charges twice. With WithCaptureLater it
-// authorizes only.
+// id. It retries on network errors, timeouts, 409, 429 and 5xx answers. It
+// always sends id and the same body bytes. It stops at a final answer, at
+// the last attempt, or when ctx ends. A declined card is a *ProblemError
+// matching ErrDeclined. See the package sentinels for the others. Calling
+// Create again later with the same id and arguments resumes the intent. It
+// never charges twice. With WithCaptureLater it authorizes only.
 func (c *Client) Create(ctx context.Context, id CommandID, amount Money, source string, opts ...CreateOption) (Result, error) {
 	req := chargeRequest{Amount: amount.Amount, Currency: amount.Currency, Source: source}
 	for _, opt := range opts {
@@ -194,8 +193,8 @@ func (c *Client) Get(ctx context.Context, id string) (Charge, error) {
 
 func chargePath(id string) string { return "/charges/" + url.PathEscape(id) }
 
-// command carries out one command, Create's or Refund's: it POSTs req as
-// JSON to path with id as the Idempotency-Key, through send's retries, and
+// command carries out one command, Create's or Refund's. It POSTs req as
+// JSON to path, with id as the Idempotency-Key, through send's retries. It
 // decodes the 201 answer into T. op names the call in errors.
 func command[T any](ctx context.Context, c *Client, op string, id CommandID, path string, req any) (T, Receipt, error) {
 	var v T
@@ -227,8 +226,8 @@ func command[T any](ctx context.Context, c *Client, op string, id CommandID, pat
 }
 
 // exchange sends method to path, with body as JSON unless it is nil,
-// through send's retries, and decodes the 200 answer into T. Reads use it,
-// and so do Capture and Cancel: they set a state, so the same request sent
+// through send's retries. It decodes the 200 answer into T. Reads use it,
+// and so do Capture and Cancel. They set a state, so the same request sent
 // again is safe without a key. proofs are send's. op names the call in
 // errors.
 func exchange[T any](ctx context.Context, c *Client, op, method, path string, body []byte, proofs map[string]bool) (T, error) {
@@ -286,10 +285,10 @@ func snippet(b []byte) string {
 	return s
 }
 
-// retryable reports whether an answer may be retried: 409, 429 and 5xx,
-// except the problems the service states are final. A refund that exceeds
-// what remains of its charge, or its limit of refunds, is retried only
-// when the answer asks for it (other refunds were in flight, and may fail).
+// retryable reports whether an answer may be retried: 409, 429 and 5xx. The
+// problems the service states are final are not. A refund may exceed what
+// remains of its charge, or its limit of refunds. It is retried only when
+// the answer asks for it: other refunds were in flight, and may fail.
 func (r *response) retryable() bool {
 	if r.status != http.StatusConflict && r.status != http.StatusTooManyRequests && r.status < 500 {
 		return false
@@ -302,12 +301,13 @@ func (r *response) retryable() bool {
 }
 
 // send makes the request until it gets a final answer (any status but
-// retryable ones), and returns it with the number of attempts. It gives up
-// with the last attempt's error when attempts run out or ctx ends (or would
-// end before the next attempt could start). Once an attempt may have run
-// (mayHaveRun), every later error matches ErrOutcomeUnknown, and never
-// ErrUnavailable. proofs are the problem types that still prove what the
-// call did after such an attempt: they are returned as they are.
+// retryable ones). It returns it with the number of attempts. It gives up
+// with the last attempt's error when attempts run out or ctx ends. It also
+// gives up when ctx would end before the next attempt could start. Once an
+// attempt may have run (mayHaveRun), every later error matches
+// ErrOutcomeUnknown. None then matches ErrUnavailable. proofs are the
+// problem types that still prove what the call did after such an attempt.
+// They are returned as they are.
 func (c *Client) send(ctx context.Context, method, url string, header http.Header, body []byte, proofs map[string]bool) (*response, int, error) {
 	// unknown records that an attempt may have run, so no later answer
 	// may say that nothing ran.
@@ -352,13 +352,13 @@ func (c *Client) send(ctx context.Context, method, url string, header http.Heade
 	}
 }
 
-// mayHaveRun reports whether a retried attempt's error leaves open that
-// the command ran: a network error, a bare 5xx, outcome-pending,
-// request-in-progress (another request with the id, or the same capture
-// or cancel, is running), internal-error, or any answer not known to the
-// client. Only a refusal proves that the attempt did nothing:
-// ErrUnavailable, ErrRateLimited, or a refund held back by the refunds in
-// flight.
+// mayHaveRun reports whether a retried attempt's error leaves open that the
+// command ran. A network error or a bare 5xx does. So do outcome-pending
+// and internal-error. So does request-in-progress: another request with the
+// id, or the same capture or cancel, is running. So does any answer not
+// known to the client. Only a refusal proves that the attempt did nothing.
+// That is ErrUnavailable, ErrRateLimited, or a refund held back by the
+// refunds in flight.
 func mayHaveRun(err error) bool {
 	return !errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrRateLimited) &&
 		!errors.Is(err, ErrRefundExceedsCharge) && !errors.Is(err, ErrRefundLimit)

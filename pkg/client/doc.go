@@ -1,29 +1,29 @@
-// Package client provides a Go client for the chargeonce API: charges
-// (POST /charges, GET /charges/{id}), the capture and cancel of an
-// authorization (POST /charges/{id}/capture and /cancel) and refunds
-// (POST /charges/{id}/refunds, GET /charges/{id}/refunds and
-// /refunds/{refund_id}); see api/openapi.yaml.
+// Package client provides a Go client for the chargeonce API
+// (api/openapi.yaml). It covers charges: POST /charges and GET
+// /charges/{id}. It captures and cancels an authorization: POST
+// /charges/{id}/capture and /cancel. It covers refunds: POST
+// /charges/{id}/refunds, GET /charges/{id}/refunds and
+// /refunds/{refund_id}.
 //
-// The client never invents an idempotency key. The caller mints a
-// CommandID once, when the intent to charge or to refund is formed
-// (NewCommandID), keeps it with the intent, and passes it to Create or
-// Refund, which send it as the Idempotency-Key. Inside them, every retry
-// (after a network error, a timeout, a 409, a 429 or a 5xx) reuses that id
-// and the same request body bytes, so a retry after a lost response is
-// replayed by the server instead of charging the card, or refunding it,
-// again. A caller that gives up (its context ends, or the process dies)
-// can resume later by calling the same method again with the same id and
-// the same arguments.
+// The client never invents an idempotency key. The caller mints a CommandID
+// once, when the intent to charge or to refund is formed (NewCommandID). It
+// keeps the id with the intent and passes it to Create or Refund. They send
+// it as the Idempotency-Key. Inside them, every retry reuses that id and
+// the same request body bytes. Retries follow a network error, a timeout, a
+// 409, a 429 or a 5xx. So the server replays a retry after a lost response.
+// It does not charge the card, or refund it, again. A caller may give up:
+// its context ends, or the process dies. It can resume later with the same
+// method, the same id and the same arguments.
 //
 // Capture and Cancel take no command id. They set the charge's state, and
-// setting a state twice is setting it once: the same call again answers
-// the same charge, so they retry with the same request, and a caller may
-// simply call again.
+// setting a state twice is setting it once. The same call again answers the
+// same charge. So they retry with the same request, and a caller may simply
+// call again.
 //
-// Retries back off exponentially with full jitter, never sooner than a
-// Retry-After header asks, and stop when the caller's context ends or the
-// maximum number of attempts is reached. Other 4xx answers, and the 409s
-// and 5xx the service states are final, are returned at once.
+// Retries back off exponentially with full jitter. They never come sooner
+// than a Retry-After header asks. They stop when the caller's context ends
+// or the attempts run out. Other 4xx answers are returned at once. So are
+// the 409s and 5xx the service states are final.
 //
 // Problem answers (application/problem+json) are returned as *ProblemError,
 // which matches the package's sentinel errors with errors.Is:

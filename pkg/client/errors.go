@@ -14,10 +14,10 @@ const ProblemBase = "https://chargeonce.dev/problems/"
 // Sentinel errors, matched with errors.Is against the errors the Client's
 // methods return. A *ProblemError matches the sentinel of its problem type.
 var (
-	// ErrInvalid: the request was refused as malformed (invalid-request,
-	// invalid-idempotency-key, payload-too-large, unsupported-media-type),
-	// or a command was given an id that cannot be an Idempotency-Key.
-	// Nothing was done.
+	// ErrInvalid: the request was refused as malformed. It was
+	// invalid-request, invalid-idempotency-key, payload-too-large or
+	// unsupported-media-type. Or a command was given an id that cannot be
+	// an Idempotency-Key. Nothing was done.
 	ErrInvalid = errors.New("client: invalid request")
 	// ErrUnauthorized: the token was refused or names no tenant.
 	ErrUnauthorized = errors.New("client: unauthorized")
@@ -28,37 +28,38 @@ var (
 	// ErrInProgress: a request with the same command id, or the same
 	// capture or cancel, is still running.
 	ErrInProgress = errors.New("client: request in progress")
-	// ErrKeyReused: the command id was first used with a different request
-	// (another amount, currency, source or description; for a refund,
-	// another charge, amount or reason). Nothing was charged or refunded.
+	// ErrKeyReused: the command id was first used with a different request.
+	// It had another amount, currency, source or description. For a refund,
+	// it had another charge, amount or reason. Nothing was charged or
+	// refunded.
 	ErrKeyReused = errors.New("client: command id reused with a different request")
 	// ErrOutcomePending: the command's outcome is not known yet; the server
 	// settles it in the background. Retry later with the same command id,
 	// or, for Capture and Cancel, the same call.
 	ErrOutcomePending = errors.New("client: outcome pending")
-	// ErrUnavailable: the request was refused before anything ran: the
-	// service's own 503 provider-unavailable or service-unavailable, or
-	// API Gateway's bare 429 (its throttle, which answers before the
-	// function is invoked). The refused request did nothing; an earlier
-	// request with the same id (or an earlier attempt of the same capture
-	// or cancel) may have, so retry with that id (or the same call).
+	// ErrUnavailable: the request was refused before anything ran. It is
+	// the service's own 503 provider-unavailable or service-unavailable. Or
+	// it is API Gateway's bare 429: its throttle answers before the
+	// function is invoked. The refused request did nothing. An earlier
+	// request with the same id may have, or an earlier attempt of the same
+	// capture or cancel. So retry with that id, or the same call.
 	ErrUnavailable = errors.New("client: unavailable")
-	// ErrRateLimited: the tenant is over its rate or concurrency limit
-	// (429 rate-limited), and the request was refused before its id was
-	// claimed. As with ErrUnavailable, the refused request did nothing,
-	// and an earlier one with the same id may have: retry with that id
-	// after the *ProblemError's RetryAfter. The client already did, until
-	// its attempts or its context ran out.
+	// ErrRateLimited: the tenant is over its rate or concurrency limit (429
+	// rate-limited). The request was refused before its id was claimed. As
+	// with ErrUnavailable, the refused request did nothing. An earlier one
+	// with the same id may have. Retry with that id after the
+	// *ProblemError's RetryAfter. The client already did, until its
+	// attempts or its context ran out.
 	ErrRateLimited = errors.New("client: rate limited")
-	// ErrOutcomeUnknown: the outcome is unknown: retry with the same
-	// command id, never a new one (for Capture and Cancel, make the same
-	// call again, which is safe). The answer proves nothing about
-	// what ran: a 5xx without a problem body (API Gateway answers one when
-	// the function fails or outlives its timeout, after it may have
-	// charged or refunded), or a network error after the request may have
-	// been sent. Once an attempt of a call may have run, every later
-	// error of that call matches it too, and never ErrUnavailable: so
-	// after a network error, a bare 5xx, outcome-pending,
+	// ErrOutcomeUnknown: the outcome is unknown. Retry with the same
+	// command id, never a new one. For Capture and Cancel, make the same
+	// call again, which is safe. The answer proves nothing about what ran.
+	// It may be a 5xx without a problem body. API Gateway answers one when
+	// the function fails or outlives its timeout, after it may have charged
+	// or refunded. It may be a network error after the request may have
+	// been sent. Once an attempt of a call may have run, every later error
+	// of that call matches it too. None then matches ErrUnavailable. Such
+	// attempts end in a network error, a bare 5xx, outcome-pending,
 	// request-in-progress or internal-error.
 	ErrOutcomeUnknown = errors.New("client: outcome unknown")
 	// ErrInternal: the service failed unexpectedly (500 internal-error), or
@@ -71,26 +72,26 @@ var (
 	// not help.
 	ErrRejected = errors.New("client: provider rejected the request")
 	// ErrRefundExceedsCharge: the refund is more than what remains of the
-	// charge; nothing was refunded. When the *ProblemError's RetryAfter is
-	// 0 it is final for the command id. When it is positive, other refunds
-	// of the charge were in flight: if they fail, a retry with the same id
-	// after RetryAfter may succeed (Refund already retried until its
-	// attempts or its context ran out).
+	// charge. Nothing was refunded. When the *ProblemError's RetryAfter is
+	// 0, it is final for the command id. When it is positive, other refunds
+	// of the charge were in flight. If they fail, a retry with the same id
+	// after RetryAfter may succeed. Refund already retried until its
+	// attempts or its context ran out.
 	ErrRefundExceedsCharge = errors.New("client: refund exceeds what remains of the charge")
-	// ErrChargeState: the charge is not in a state the request applies to:
-	// a refund of a charge that is not StatusSucceeded, a capture of a
-	// canceled charge or of another amount than the one captured, a
-	// cancel of a captured charge. The *ProblemError's ChargeStatus is the
+	// ErrChargeState: the charge is not in a state the request applies to.
+	// A refund needs a charge in StatusSucceeded. A capture fails on a
+	// canceled charge, or on another amount than the one captured. A cancel
+	// fails on a captured charge. The *ProblemError's ChargeStatus is the
 	// charge's status. This request did nothing.
 	ErrChargeState = errors.New("client: the charge's state forbids the request")
 	// ErrRefundDeclined: the provider refused the refund for good. Final
 	// for the command id, like ErrDeclined.
 	ErrRefundDeclined = errors.New("client: refund declined")
-	// ErrRefundLimit: the charge has as many refunds as a charge may
-	// have (1,000); nothing was refunded. As with ErrRefundExceedsCharge,
-	// a *ProblemError's RetryAfter of 0 makes it final, and a positive
-	// one says refunds in flight fill the limit: if one fails, a retry
-	// with the same id may succeed.
+	// ErrRefundLimit: the charge has as many refunds as a charge may have
+	// (1,000). Nothing was refunded. As with ErrRefundExceedsCharge, a
+	// *ProblemError's RetryAfter of 0 makes it final. A positive one says
+	// refunds in flight fill the limit. If one fails, a retry with the same
+	// id may succeed.
 	ErrRefundLimit = errors.New("client: the charge has all the refunds it may have")
 	// ErrWrongRegion: another Region serves the tenant (421
 	// wrong-region). The *ProblemError's Detail names it. Nothing
@@ -104,24 +105,25 @@ const (
 	slugRefundLimit         = "refund-limit-reached"
 )
 
-// finalProblems are the problem types of retryable statuses (409, 5xx)
-// that the client does not retry: the service says no retry can change
-// them. A refund-exceeds-charge or a refund-limit-reached is final only
-// without Retry-After.
+// finalProblems are the problem types of retryable statuses (409, 5xx) that
+// the client does not retry. The service says no retry can change them. A
+// refund-exceeds-charge or a refund-limit-reached is final only without
+// Retry-After.
 var finalProblems = map[string]bool{
 	"provider-rejected": true, "charge-conflict": true, slugChargeState: true, "refund-declined": true,
 }
 
 // storedOutcomes are the failures the service stores as a command's
-// outcome and replays to every retry with its id (a refund-exceeds-charge
-// or a refund-limit-reached only when final). After an attempt whose
-// outcome was unknown, they still prove what the command did: nothing.
+// outcome. It replays them to every retry with its id. A
+// refund-exceeds-charge or a refund-limit-reached is stored only when
+// final. After an attempt whose outcome was unknown, they still prove what
+// the command did: nothing.
 var storedOutcomes = map[string]bool{"card-declined": true, "refund-declined": true, slugRefundExceedsCharge: true, slugRefundLimit: true}
 
-// stateProofs are what still proves what a Capture or a Cancel did after
-// an attempt whose outcome was unknown: a charge-state-conflict. Had that
-// attempt set the state, the same request would find it set and answer
-// 200, so the conflict proves that this request did nothing.
+// stateProofs still prove what a Capture or a Cancel did after an attempt
+// whose outcome was unknown. That is a charge-state-conflict. Had that
+// attempt set the state, the same request would find it set and answer 200.
+// So the conflict proves that this request did nothing.
 var stateProofs = map[string]bool{slugChargeState: true}
 
 // problemSentinels maps each problem type's slug to its sentinel.
@@ -149,9 +151,10 @@ var problemSentinels = map[string]error{
 	"wrong-region":            ErrWrongRegion,
 }
 
-// ProblemError is an error answer from the API: the problem details of an
-// application/problem+json body, or, for answers without one (a gateway's
-// own 401 or 502, say), Type "about:blank" with the status's text as Title.
+// ProblemError is an error answer from the API. It holds the problem
+// details of an application/problem+json body. Some answers have none, such
+// as a gateway's own 401 or 502. Then Type is "about:blank", with the
+// status's text as Title.
 type ProblemError struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -183,15 +186,15 @@ func (e *ProblemError) Slug() string {
 }
 
 // Is reports whether target is the sentinel of e's problem type. An answer
-// without a known problem type matches by what it proves, after API
-// Gateway's documented answers: 401 ErrUnauthorized (an authorizer's
-// refusal), 404 ErrNotFound, 429 ErrUnavailable (a throttle or quota, which
-// answers before the integration is invoked), and any 5xx
-// ErrOutcomeUnknown. A bare 5xx may come after the function ran: HTTP APIs
-// answer 500 for a function error or timeout and 503 for an integration
-// timeout, REST APIs 502 for a function error and 504 for an integration
-// timeout (developerguide/http-api-troubleshooting-lambda.html,
-// supported-gateway-response-types.html). Its one answer from before the
+// without a known problem type matches by what it proves. That follows API
+// Gateway's documented answers. 401 is ErrUnauthorized, an authorizer's
+// refusal. 404 is ErrNotFound. 429 is ErrUnavailable: a throttle or quota
+// answers before the integration is invoked. Any 5xx is ErrOutcomeUnknown,
+// since it may come after the function ran. HTTP APIs answer 500 for a
+// function error or timeout, and 503 for an integration timeout. REST APIs
+// answer 502 for a function error and 504 for an integration timeout. See
+// developerguide/http-api-troubleshooting-lambda.html and
+// supported-gateway-response-types.html. Its one answer from before the
 // invocation, an authorizer's failure (500), looks the same.
 func (e *ProblemError) Is(target error) bool {
 	if s, ok := problemSentinels[e.Slug()]; ok {
@@ -210,12 +213,12 @@ func (e *ProblemError) Is(target error) bool {
 	return false
 }
 
-// unknownError is an error whose request may have run: a network error
-// or a context that ended mid-request, an answer that could not be read,
-// or any error after an attempt of the same call that may have run (see
-// mayHaveRun). It matches ErrOutcomeUnknown, and its cause's sentinels but
-// ErrUnavailable and ErrRateLimited, which would say that nothing was
-// charged.
+// unknownError is an error whose request may have run. It may be a network
+// error, or a context that ended mid-request. It may be an answer that
+// could not be read. It may be any error after an attempt of the same call
+// that may have run (see mayHaveRun). It matches ErrOutcomeUnknown and its
+// cause's sentinels. It does not match ErrUnavailable and ErrRateLimited,
+// which would say that nothing was charged.
 type unknownError struct{ err error }
 
 func (e *unknownError) Error() string { return e.err.Error() }

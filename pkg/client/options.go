@@ -76,9 +76,9 @@ func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = n }
 }
 
-// WithBackoff sets the backoff: before retry n (from 0) the client waits a
-// uniformly random time in [0, min(max, base*2^n)) ("full jitter"), or
-// longer if the answer's Retry-After asks for it.
+// WithBackoff sets the backoff. Before retry n (from 0), the client waits a
+// uniformly random time in [0, min(max, base*2^n)). That is "full jitter".
+// It waits longer if the answer's Retry-After asks for it.
 func WithBackoff(base, max time.Duration) Option {
 	return func(o *options) { o.baseBackoff, o.maxBackoff = base, max }
 }

@@ -57,15 +57,15 @@ type refundRequest struct {
 	Reason RefundReason `json:"reason,omitempty"`
 }
 
-// Refund refunds the charge chargeID, at most once for id: all that
-// remains of it, or the amount WithRefundAmount gives. The caller mints
-// id once, when the intent to refund is formed, outside any retry loop,
-// as for Create. Refund retries as Create does, with id and the same body
-// bytes, and calling it again with the same id and arguments resumes the
-// intent: it never refunds twice. The refund's own failures match
-// ErrRefundExceedsCharge, ErrRefundLimit, ErrChargeState (a charge that
-// is not StatusSucceeded) or ErrRefundDeclined; an unknown or another
-// tenant's charge matches ErrNotFound.
+// Refund refunds the charge chargeID, at most once for id. It refunds all
+// that remains of it, or the amount WithRefundAmount gives. The caller
+// mints id once, when the intent to refund is formed, outside any retry
+// loop. That is as for Create. Refund retries as Create does, with id and
+// the same body bytes. Calling it again with the same id and arguments
+// resumes the intent. It never refunds twice. The refund's own failures
+// match ErrRefundExceedsCharge, ErrRefundLimit, ErrChargeState or
+// ErrRefundDeclined. ErrChargeState means a charge not in StatusSucceeded.
+// An unknown or another tenant's charge matches ErrNotFound.
 func (c *Client) Refund(ctx context.Context, chargeID string, id CommandID, opts ...RefundOption) (RefundResult, error) {
 	var req refundRequest
 	for _, opt := range opts {
@@ -89,11 +89,12 @@ type RefundList struct {
 	HasMore bool `json:"has_more"`
 }
 
-// ListRefunds reads a page of the charge chargeID's refunds, oldest
-// first: at most limit (1 to 100; 0 for the API's default, 10), after the
-// refund startingAfter names ("" for the oldest). It retries as Get does.
-// A startingAfter that is no refund of the charge is refused with
-// ErrInvalid; an unknown charge, or another tenant's, is ErrNotFound.
+// ListRefunds reads a page of the charge chargeID's refunds, oldest first.
+// It reads at most limit: 1 to 100, or 0 for the API's default, 10. It
+// starts after the refund startingAfter names ("" for the oldest). It
+// retries as Get does. A startingAfter that is no refund of the charge is
+// refused with ErrInvalid. An unknown charge, or another tenant's, is
+// ErrNotFound.
 func (c *Client) ListRefunds(ctx context.Context, chargeID string, limit int, startingAfter string) (RefundList, error) {
 	q := url.Values{}
 	if limit != 0 {

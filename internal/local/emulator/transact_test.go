@@ -79,7 +79,8 @@ func startSides(t *testing.T, envs ...[]string) []side {
 // call in several hundred here), and its default retryer retries that.
 // Nothing else is retried, so an error the emulator answered is what the
 // test sees. A transaction retried this way carries a ClientRequestToken,
-// so it is not applied twice.
+// so it is not applied twice. A conditional put has no token: its retry
+// fails its own condition, so putNew recognises its own item.
 func lostAnswerRetryer() aws.Retryer {
 	return retry.NewStandard(func(o *retry.StandardOptions) {
 		o.MaxAttempts = 3

@@ -1,5 +1,5 @@
-// Package provision creates the resources a deployment would, where
-// nothing deploys them: for the local stack and the tests, on the
+// Package provision creates the resources a deployment would, where nothing
+// deploys them. It serves the local stack and the tests. It works on the
 // emulator, DynamoDB Local or an AWS account.
 package provision
 
@@ -17,9 +17,9 @@ import (
 )
 
 // CreateTable creates a table and waits until it is active. A table of that
-// name that already exists is waited for and kept as it is, and reported
-// with created false: a reused DynamoDB Local, or an SDK retry of a call
-// whose first attempt created the table but whose answer was lost.
+// name that already exists is waited for and kept as it is. It is reported
+// with created false. It may be a reused DynamoDB Local. Or an SDK retry
+// met the table its first attempt created, its answer lost.
 func CreateTable(ctx context.Context, db *dynamodb.Client, in *dynamodb.CreateTableInput) (created bool, err error) {
 	name := aws.ToString(in.TableName)
 	_, err = db.CreateTable(ctx, in)
@@ -38,8 +38,8 @@ func CreateTable(ctx context.Context, db *dynamodb.Client, in *dynamodb.CreateTa
 }
 
 // CreateBucket creates a bucket (create) and sets its Object Lock
-// configuration (lock). A bucket of that name that already exists and is
-// ours is kept, its configuration set again.
+// configuration (lock). A bucket of that name that is already ours is kept.
+// Its configuration is set again.
 func CreateBucket(ctx context.Context, api *s3.Client, create *s3.CreateBucketInput, lock *s3.PutObjectLockConfigurationInput) error {
 	name := aws.ToString(create.Bucket)
 	_, err := api.CreateBucket(ctx, create)
@@ -54,8 +54,8 @@ func CreateBucket(ctx context.Context, api *s3.Client, create *s3.CreateBucketIn
 }
 
 // EnableStream turns on a table's stream (update, a StreamSpecification)
-// and returns its ARN. A stream already on is kept. So is one an SDK
-// retry finds on, its first attempt's answer lost: the retry is refused.
+// and returns its ARN. A stream already on is kept. So is one an SDK retry
+// finds on, its first attempt's answer lost. DynamoDB refuses the retry.
 func EnableStream(ctx context.Context, db *dynamodb.Client, update *dynamodb.UpdateTableInput) (string, error) {
 	name := aws.ToString(update.TableName)
 	stream := func() (string, error) {

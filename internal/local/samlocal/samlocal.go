@@ -1,20 +1,21 @@
 // Package samlocal runs what `sam local invoke` and `sam local start-api`
-// need besides SAM CLI and Docker: the DynamoDB/SQS/Secrets Manager/S3
-// emulator and the provider simulator, listening where the function
-// containers reach them (the docker bridge's address: SAM CLI ignores
-// --docker-network host), the template's tables and queues and the
-// provider's API key as a secret on the emulator, and a SAM CLI
-// configuration file that points both commands at them.
+// need besides SAM CLI and Docker. It runs the DynamoDB/SQS/Secrets
+// Manager/S3 emulator and the provider simulator. They listen on the docker
+// bridge's address, where the function containers reach them: SAM CLI
+// ignores --docker-network host. It creates the template's tables and
+// queues on the emulator, and the provider's API key as a secret. It writes
+// a SAM CLI configuration file that points both commands at them.
 //
-// SAM CLI hands a container only the variables the template declares, so
+// SAM CLI hands a container only the variables the template declares. So
 // the configuration passes the emulator as the template's LocalEndpointUrl
-// parameter (which sets DYNAMODB_ENDPOINT, SQS_ENDPOINT,
-// SECRETSMANAGER_ENDPOINT and S3_ENDPOINT), the secret's name as ProviderSecretName (the
-// functions read its value from the emulator, as deployed from AWS), the
-// tables' and queues' names as an --env-vars file over the variables that
-// name them, and ApiAuthorizer=sam-local-dev, since SAM CLI does not
-// emulate JWT authorizers. `make sam-local` (cmd/samlocal) and the SAM test
-// (test/sam) both start it.
+// parameter. That sets DYNAMODB_ENDPOINT, SQS_ENDPOINT,
+// SECRETSMANAGER_ENDPOINT and S3_ENDPOINT. It passes the secret's name as
+// ProviderSecretName. The functions read its value from the emulator, as
+// deployed from AWS. The tables' and queues' names go in an --env-vars
+// file, over the variables that name them. It sets
+// ApiAuthorizer=sam-local-dev, since SAM CLI does not emulate JWT
+// authorizers. `make sam-local` (cmd/samlocal) and the SAM test (test/sam)
+// both start it.
 package samlocal
 
 import (
@@ -58,14 +59,14 @@ const (
 	ArchX8664 = "x86_64"
 )
 
-// GOARCH is the Go architecture a function of the Lambda architecture
-// arch is built for; "" for an unknown one.
+// GOARCH is the Go architecture for the Lambda architecture arch. It is ""
+// for an unknown one.
 func GOARCH(arch string) string {
 	return map[string]string{ArchARM64: "arm64", ArchX8664: "amd64"}[arch]
 }
 
-// Names of the tables, queues and the audit trail's bucket and index on
-// the emulator, those of `make run`.
+// Names of the tables, queues, and audit bucket and index on the emulator.
+// They are those of `make run`.
 const (
 	IdempotencyTable    = "chargeonce-idempotency"
 	ChargesTable        = "chargeonce-charges"
@@ -76,31 +77,32 @@ const (
 	AuditIndexTable     = "chargeonce-audit-index"
 )
 
-// ProviderKey is the provider simulator's key, which the functions read
-// from the secret ProviderSecret names, passed as the template's
+// ProviderKey is the provider simulator's key. The functions read it from
+// the secret ProviderSecret names. The template takes that name as
 // ProviderSecretName.
 const (
 	ProviderKey    = "sk_sam_local"
 	ProviderSecret = "chargeonce/provider-api-key"
 )
 
-// TenantClaim is the template's TenantClaim default, under which the
-// development authorizer returns the tenant.
+// TenantClaim is the template's TenantClaim default. The development
+// authorizer returns the tenant under it.
 const TenantClaim = "tenant_id"
 
-// Env is the environment SAM CLI runs in here, as NAME=value: the dummy
-// credentials the emulator takes (SAM CLI hands its own credentials and
-// region to the containers), and no lookups of an AWS account that cannot
-// answer: SAM CLI asks STS for the account id before every invoke, which
-// without a network cost 8 s of retries (it falls back to 123456789012).
+// Env is the environment SAM CLI runs in here, as NAME=value. It holds the
+// dummy credentials the emulator takes. SAM CLI hands its own credentials
+// and region to the containers. It also stops lookups of an AWS account
+// that cannot answer. SAM CLI asks STS for the account id before every
+// invoke. Without a network, that costs 8 s of retries before it falls back
+// to 123456789012.
 var Env = []string{
 	"AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test", "AWS_REGION=" + awsenv.DefaultRegion,
 	"AWS_EC2_METADATA_DISABLED=true", "AWS_ENDPOINT_URL_STS=http://127.0.0.1:9", "AWS_MAX_ATTEMPTS=1",
 	"SAM_CLI_TELEMETRY=0",
 }
 
-// BridgeAddress is the IPv4 address of docker0, Docker's default bridge,
-// through which the containers reach the host.
+// BridgeAddress is the IPv4 address of docker0, Docker's default bridge.
+// The containers reach the host through it.
 func BridgeAddress() (string, error) {
 	const name = "docker0"
 	ifc, err := net.InterfaceByName(name)
@@ -191,10 +193,10 @@ func Start(ctx context.Context, o Options) (s *Stack, err error) {
 	return s, nil
 }
 
-// createResources creates the tables, the idempotency table's TTL, the
-// queues and the audit trail's bucket and index from the definitions the
-// template is checked against, and the provider's API key as a secret, as
-// `make run` does.
+// createResources creates what `make run` does, from the definitions the
+// template is checked against. That is the tables, the idempotency table's
+// TTL, the queues, and the audit trail's bucket and index. The provider's
+// API key becomes a secret.
 func (s *Stack) createResources(ctx context.Context) error {
 	if _, err := s.Clients.SecretsManager.CreateSecret(ctx, &secretsmanager.CreateSecretInput{
 		Name: aws.String(ProviderSecret), SecretString: aws.String(ProviderKey),
@@ -245,8 +247,8 @@ func (s *Stack) Close() error {
 	return nil
 }
 
-// Exited is closed when the emulator exits, or receives the provider
-// simulator's error when it stops serving: either ends the stack.
+// Exited is closed when the emulator exits. It receives the provider
+// simulator's error when it stops serving. Either ends the stack.
 func (s *Stack) Exited() (<-chan struct{}, <-chan error) { return s.emu.Exited(), s.served }
 
 // ParameterOverrides are the template parameters the local commands take,
@@ -259,9 +261,9 @@ func (s *Stack) ParameterOverrides() []string {
 	}
 }
 
-// EnvVars is the --env-vars file's content: the names of the tables and
-// queues, for every function that declares them (SAM's local Ref of a
-// resource is its logical id).
+// EnvVars is the --env-vars file's content. It names the tables and queues
+// for every function that declares them. SAM's local Ref of a resource is
+// its logical id.
 func (s *Stack) EnvVars() map[string]map[string]string {
 	return map[string]map[string]string{"Parameters": {
 		app.EnvIdempotencyTable:     IdempotencyTable,
@@ -283,9 +285,9 @@ type Config struct {
 	EnvVars string
 }
 
-// WriteConfig writes the configuration into dir: with template (a built
-// template; empty: SAM's default, .aws-sam/build/template.yaml) and the
-// start-api address host:port.
+// WriteConfig writes the configuration into dir. template is a built
+// template (empty: SAM's default, .aws-sam/build/template.yaml). host:port
+// is the start-api address.
 func (s *Stack) WriteConfig(dir, template, apiHost string, apiPort int) (Config, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Config{}, fmt.Errorf("samlocal: %w", err)
@@ -304,12 +306,12 @@ func (s *Stack) WriteConfig(dir, template, apiHost string, apiPort int) (Config,
 		fmt.Fprintf(&b, "\n[default.%s.parameters]\n", section)
 		fmt.Fprintf(&b, "parameter_overrides = %s\n", tomlList(s.ParameterOverrides()))
 		fmt.Fprintf(&b, "env_vars = %s\n", strconv.Quote(c.EnvVars))
-		// The base image is present (the real one or the stand-in): a
-		// pull would fail where no registry is reachable.
+		// The base image is present (the real one or the stand-in). A pull
+		// would fail where no registry is reachable.
 		b.WriteString("skip_pull_image = true\n")
 		if GOARCH(s.arch) != runtime.GOARCH {
 			// qemu's own memory (its translated code) counts against the
-			// container's limit: under it a 256 MB function was killed.
+			// container's limit. Under it, a 256 MB function was killed.
 			b.WriteString("no_memory_limit = true\n")
 		}
 		if template != "" {
@@ -319,8 +321,8 @@ func (s *Stack) WriteConfig(dir, template, apiHost string, apiPort int) (Config,
 	common("local_invoke")
 	common("local_start_api")
 	fmt.Fprintf(&b, "host = %s\nport = %d\n", strconv.Quote(apiHost), apiPort)
-	// One container per function, started on its first request and kept:
-	// a cold start per request is seconds under qemu.
+	// One container per function, started on its first request and kept. A
+	// cold start per request is seconds under qemu.
 	b.WriteString("warm_containers = \"LAZY\"\n")
 	if err := os.WriteFile(c.Path, []byte(b.String()), 0o644); err != nil {
 		return Config{}, fmt.Errorf("samlocal: %w", err)
@@ -345,10 +347,10 @@ func SAM(root string, args ...string) *exec.Cmd {
 }
 
 // Build runs `sam build` for arch into buildDir (empty: SAM's default,
-// .aws-sam/build), with the Makefile's build hooks building for the
-// matching GOARCH, and checks that every bootstrap is an ELF file for
-// arch: SAM CLI passes its hooks no architecture, and with qemu's binfmt
-// handler registered a mismatch would run anyway, emulated.
+// .aws-sam/build). The Makefile's build hooks build for the matching
+// GOARCH. Build then checks that every bootstrap is an ELF file for arch.
+// SAM CLI passes its hooks no architecture. With qemu's binfmt handler
+// registered, a mismatch would run anyway, emulated.
 func Build(root, arch, buildDir string, out io.Writer) error {
 	goarch := GOARCH(arch)
 	if goarch == "" {

@@ -1,18 +1,18 @@
 // Package stripesim provides a stateful, in-memory simulation of the part
-// of Stripe's API the stripe adapter uses, with Stripe's idempotency
-// semantics, to run in-process in tests (httptest.NewServer(sim)).
+// of Stripe's API the stripe adapter uses. It keeps Stripe's idempotency
+// semantics. Tests run it in-process (httptest.NewServer(sim)).
 //
 // stripe-mock checks that requests are well formed but keeps no state; this
 // simulator keeps what the contract depends on:
 //
 //   - Idempotency keys: a request with a known key and the same parameters
-//     replays the saved answer (status and body, with Idempotent-Replayed:
-//     true); with other parameters it answers 400 idempotency_error; while
-//     the first request is still executing it answers 409
-//     idempotency_key_in_use. Requests that fail validation or are rate
-//     limited save nothing. A key expires KeyWindow (24 hours unless
-//     Options say otherwise) after its first use, by the simulator's clock;
-//     after that the same request executes again.
+//     replays the saved answer. That is its status and body, with
+//     Idempotent-Replayed: true. With other parameters it answers 400
+//     idempotency_error. While the first request is still executing it
+//     answers 409 idempotency_key_in_use. Requests that fail validation or
+//     are rate limited save nothing. A key expires KeyWindow after its first
+//     use, by the simulator's clock: 24 hours unless Options say otherwise.
+//     After that the same request executes again.
 //   - Refunds: a PaymentIntent's refunds never take back more than its
 //     amount. A refund beyond what is left answers 400 amount_too_large,
 //     and one of a fully refunded PaymentIntent 400 charge_already_refunded.
@@ -75,16 +75,16 @@
 // # Webhooks
 //
 // With Options.WebhookURL and WebhookSecret set, every PaymentIntent that
-// settles (succeeded, or declined with a last payment error; a pm_sim_late
-// charge when it lands) raises one event, payment_intent.succeeded or
-// payment_intent.payment_failed, with the PaymentIntent as its object. It
-// is posted from its own goroutine, signed as Stripe signs
-// (Stripe-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "<t>.<payload>">,
-// made with stripe-go's webhook package), and posted again, signed anew,
-// until it is answered 2xx or has had WebhookAttempts tries, after a
-// pause of WebhookRetry that doubles each time. WebhooksDelivered counts
-// the acknowledged events; WaitWebhooks waits for the deliveries in
-// progress.
+// settles raises one event. It settles when it succeeds, or is declined
+// with a last payment error, or when a pm_sim_late charge lands. The event
+// is payment_intent.succeeded or payment_intent.payment_failed, with the
+// PaymentIntent as its object. It is posted from its own goroutine, signed
+// as Stripe signs. The header is Stripe-Signature: t=<unix time>,v1=<hex
+// HMAC-SHA256 of "<t>.<payload>">. stripe-go's webhook package makes it.
+// The event is posted again, signed anew, until it is answered 2xx or has
+// had WebhookAttempts tries. The pause between tries starts at WebhookRetry
+// and doubles each time. WebhooksDelivered counts the acknowledged events.
+// WaitWebhooks waits for the deliveries in progress.
 //
 // An authorization raises payment_intent.amount_capturable_updated. Its
 // capture raises payment_intent.succeeded. Its cancel or expiry raises

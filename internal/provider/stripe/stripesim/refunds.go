@@ -24,7 +24,7 @@ type refund struct {
 	idempotencyKey string
 }
 
-// refunds reports whether r still takes money back: a failed or canceled
+// refunds reports whether r still takes money back. A failed or canceled
 // refund returns its amount to what the charge has left to refund.
 func (r *refund) refunds() bool { return r.Status != "failed" && r.Status != "canceled" }
 
@@ -64,9 +64,9 @@ func (s *Simulator) handleRefund(w http.ResponseWriter, r *http.Request) {
 	s.writeIdempotent(w, r, idemKey, code, body, replayed)
 }
 
-// createRefund runs a refund request under the simulator's lock: a key
-// Stripe holds answers as for PaymentIntents (the fingerprint names the
-// endpoint, so a key first used for a charge is refused). A refused refund
+// createRefund runs a refund request under the simulator's lock. A key
+// Stripe holds answers as for PaymentIntents. The fingerprint names the
+// endpoint, so a key first used for a charge is refused. A refused refund
 // saves nothing under its key.
 func (s *Simulator) createRefund(idemKey string, form map[string][]string) (int, []byte, bool) {
 	s.mu.Lock()
@@ -90,10 +90,10 @@ func (s *Simulator) createRefund(idemKey string, form map[string][]string) (int,
 	return http.StatusOK, body, false
 }
 
-// newRefund validates a refund request into a Refund of its PaymentIntent,
-// or returns the error Stripe would answer: a refund needs a succeeded
-// PaymentIntent, and never takes back more than the PaymentIntent has
-// left. The caller holds the lock.
+// newRefund validates a refund request into a Refund of its PaymentIntent.
+// Or it returns the error Stripe would answer. A refund needs a succeeded
+// PaymentIntent. It never takes back more than the PaymentIntent has left.
+// The caller holds the lock.
 func (s *Simulator) newRefund(form map[string][]string, now time.Time) (*refund, *intent, *apiError) {
 	id := first(form, "payment_intent")
 	pi := s.intents[id]
@@ -226,8 +226,8 @@ func (s *Simulator) RefundedAmount(id string) int64 {
 }
 
 // FailRefunds fails every refund of a PMRefundFail PaymentIntent that has
-// not failed yet, as the card's issuer returns it: its amount may be
-// refunded again. It returns how many failed.
+// not failed yet. It acts as the card's issuer returning it. Its amount may
+// be refunded again.
 func (s *Simulator) FailRefunds() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

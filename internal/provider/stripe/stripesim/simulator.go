@@ -53,13 +53,9 @@ type Options struct {
 	// status), never a parameter. Discarded by default.
 	Logger *slog.Logger
 	// WebhookURL, if set, receives a signed webhook event whenever a
-	// PaymentIntent settles (payment_intent.succeeded,
-	// payment_intent.payment_failed), including a charge that lands after
-	// its edge timed out. WebhookSecret (whsec_…) signs them as Stripe
-	// does (the Stripe-Signature header). A delivery not answered 2xx is
-	// repeated after WebhookRetry (DefaultWebhookRetry), then twice as
-	// long each time, WebhookAttempts times in all
-	// (DefaultWebhookAttempts), with WebhookClient (http.DefaultClient).
+	// PaymentIntent settles. The events are payment_intent.succeeded and
+	// payment_intent.payment_failed. A charge that lands after its edge
+	// timed out raises one too.
 	WebhookURL, WebhookSecret string
 	WebhookRetry              time.Duration
 	WebhookAttempts           int
@@ -171,9 +167,9 @@ func New(optFns ...func(*Options)) *Simulator {
 	return s
 }
 
-// SetSecretKey makes key the API key every request must carry from now
-// on, as a roll of the key in Stripe's dashboard that expires the old one
-// at once; SetWebhookSecret makes whsec the secret that signs the
+// SetSecretKey makes key the API key every request must carry from now on.
+// It acts as a roll of the key in Stripe's dashboard that expires the old
+// one at once. SetWebhookSecret makes whsec the secret that signs the
 // webhooks sent from now on. The local stack follows a rotation of its
 // secrets with them.
 func (s *Simulator) SetSecretKey(key string) { s.secretKey.Store(&key) }
@@ -312,10 +308,10 @@ func (s *Simulator) create(idemKey string, form map[string][]string) (int, []byt
 }
 
 // held answers a request under idemKey, whose parameters' fingerprint is
-// fp, if Stripe holds the key (held): the saved answer (replayed), or the
-// refusal of a request with other parameters or while the first is still
-// executing. A key KeyWindow old is forgotten first. The caller holds the
-// lock.
+// fp, if Stripe holds the key (held). It answers the saved answer
+// (replayed). Or it refuses a request with other parameters, or one while
+// the first is still executing. A key KeyWindow old is forgotten first. The
+// caller holds the lock.
 func (s *Simulator) held(idemKey, fp string, now time.Time) (code int, body []byte, replayed, held bool) {
 	if k := s.keys[idemKey]; k != nil && now.Sub(k.firstUsed) >= s.opts.KeyWindow {
 		delete(s.keys, idemKey)

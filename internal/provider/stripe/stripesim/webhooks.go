@@ -45,9 +45,10 @@ type webhooks struct {
 }
 
 // settled sends the event a PaymentIntent's outcome raises, if it raises
-// one: payment_intent.succeeded (a capture's too),
-// payment_intent.amount_capturable_updated for an authorization,
-// payment_intent.canceled, or payment_intent.payment_failed for a decline.
+// one. A success raises payment_intent.succeeded, a capture's too. An
+// authorization raises payment_intent.amount_capturable_updated. A cancel
+// raises payment_intent.canceled. A decline raises
+// payment_intent.payment_failed.
 func (w *webhooks) settled(pi *intent, now time.Time) {
 	switch {
 	case pi.Status == "succeeded":
@@ -75,10 +76,10 @@ func (w *webhooks) refundFailed(rf *refund, now time.Time) {
 	w.send("refund.failed", rf, now)
 }
 
-// send sends an event of type typ about a copy of object, if webhooks
-// are configured. The event is built now (under the simulator's lock) and
-// sent from its own goroutine, as Stripe sends events apart from the
-// request that caused them, and in no promised order.
+// send sends an event of type typ about a copy of object, if webhooks are
+// configured. The event is built now, under the simulator's lock. It is
+// sent from its own goroutine. Stripe too sends events apart from the
+// request that caused them, in no promised order.
 func (w *webhooks) send(typ string, object any, now time.Time) {
 	if w.opts.WebhookURL == "" {
 		return
@@ -93,8 +94,8 @@ func (w *webhooks) send(typ string, object any, now time.Time) {
 }
 
 // deliver posts one event until the endpoint answers 2xx, at most
-// WebhookAttempts times, pausing WebhookRetry, then twice as long each
-// time, as Stripe redelivers (its pauses are minutes to hours). Each
+// WebhookAttempts times. It pauses WebhookRetry, then twice as long each
+// time, as Stripe redelivers. Stripe's pauses are minutes to hours. Each
 // attempt is signed anew, with its own timestamp, as Stripe's are.
 func (w *webhooks) deliver(typ string, body []byte) {
 	pause := w.opts.WebhookRetry

@@ -1,8 +1,8 @@
-// Package dynamotest gives pkg/idem's own tests a DynamoDB: the endpoint
-// DYNAMODB_ENDPOINT names (make test starts an emulator and sets it; point
-// it at DynamoDB on AWS to run the suite there), and tables that live for
-// one test. Without the variable the tests fail, saying so: nothing is
-// skipped. Env is a DynamoDB store on such a table, with the steps its
+// Package dynamotest gives pkg/idem's own tests a DynamoDB, and tables that
+// live for one test. It uses the endpoint DYNAMODB_ENDPOINT names. make
+// test starts an emulator and sets it. Point it at DynamoDB on AWS to run
+// the suite there. Without the variable the tests fail, saying so: nothing
+// is skipped. Env is a DynamoDB store on such a table, with the steps its
 // tests share. It needs the AWS SDK only, so the module's tests pull in
 // nothing else.
 package dynamotest
@@ -25,9 +25,9 @@ import (
 const EnvEndpoint = "DYNAMODB_ENDPOINT"
 
 // Client returns a client of the endpoint, with optFns applied. Its
-// credentials are the AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY of the
-// environment (any will do for an emulator), its region AWS_REGION or
-// us-east-1.
+// credentials are the environment's AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY. Any will do for an emulator. Its region is
+// AWS_REGION or us-east-1.
 func Client(t testing.TB, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
 	t.Helper()
 	endpoint := os.Getenv(EnvEndpoint)
@@ -77,8 +77,8 @@ func Table(t testing.TB, def *dynamodb.CreateTableInput) string {
 	return aws.ToString(in.TableName)
 }
 
-// UniqueName returns prefix and a random suffix, for tables and keys that
-// must not collide across parallel tests or runs.
+// UniqueName returns prefix and a random suffix. Tables and keys take it,
+// so they do not collide across parallel tests or runs.
 func UniqueName(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
