@@ -79,9 +79,10 @@ func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
 type Store interface {
-	// Add adds u to tenant's usage of the window, and returns the
-	// window's usage by every instance.
-	Add(ctx context.Context, tenant string, window int64, u Usage) (Usage, error)
+	// Add adds u to tenant's usage of the window. It returns the usage by
+	// every instance of the window and of some windows before it, last
+	// first: what the store holds with it.
+	Add(ctx context.Context, tenant string, window int64, u Usage) ([]Usage, error)
 	// Overrides returns every override, by tenant.
 	Overrides(ctx context.Context) (map[string]Limits, error)
 }
@@ -108,7 +109,7 @@ const (
 // HotSpan is how many windows a tenant stays hot after it last neared a
 // limit. A flood that pauses for less is still shared when it
 // resumes: an instance would otherwise let SyncEvery through again.
-const HotSpan = ConcurrencySpan
+const HotSpan = 6 * ConcurrencySpan
 
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
@@ -150,7 +151,8 @@ type tenant struct {
 	// pending is what this instance used since.
 	known, sharing, pending Usage
 	// past holds the handler time of the windows before this one, last
-	// first, up to ConcurrencySpan-1 of them.
+	// first, up to ConcurrencySpan-1 of them. A sync learns what every
+	// instance shared in them, so a fleet's concurrency holds.
 	past []time.Duration
 	// due paces the tenant's requests on this instance, a token bucket
 	// kept as the time its next request is due at its rate (GCRA). It
@@ -161,6 +163,8 @@ type tenant struct {
 	// limit, so every request is shared.
 	hotUntil int64
 	syncing  bool
+	// read: a sync of this window learnt every instance's usage.
+	read bool
 	// failed: a sync of this window failed. The next window tries again,
 	// so a table that cannot take writes costs each request no call.
 	failed bool
@@ -241,7 +245,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 }
 
 // Admit admits a request of tenant, or says which limit refuses it. An
-// admitted request counts against the rate until Done says otherwise.
+// admitted request counts against the rate until Done says otherwise. A
+// hot tenant's first request of a window here reads every instance's
+// usage first: Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
 	now := l.o.Clock()
@@ -249,6 +255,9 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenant(name, w, lim)
+	if t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim)) {
+		l.share(ctx, name, t, lim)
+	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
 		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
 	}
@@ -278,6 +287,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
 	now := l.o.Clock()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	t := l.tenant(tk.tenant, now.Unix(), lim)
 	if !counted {
 		t.due = t.due.Add(-lim.interval())
@@ -287,31 +297,57 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	}
 	t.pending.Busy += now.Sub(tk.start)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
-	if t.window <= t.hotUntil {
-		due = t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
+	if t.hot() {
+		due = t.hotDue(lim)
 	}
 	if t.syncing || t.failed || !due {
-		l.mu.Unlock()
 		return
 	}
+	l.share(ctx, tk.tenant, t, lim)
+}
+
+// hot reports whether the tenant neared a limit in the last HotSpan
+// windows: its usage is shared on each request, or each HotShare-th of
+// its limit.
+func (t *tenant) hot() bool { return t.window <= t.hotUntil }
+
+// hotDue reports whether a hot tenant's unshared usage is due.
+func (t *tenant) hotDue(lim Limits) bool {
+	return t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
+}
+
+// share adds the tenant's unshared usage to the Store, and learns every
+// instance's. It is called with l.mu held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits) {
 	add, w := t.pending, t.window
-	t.pending, t.sharing, t.syncing = Usage{}, add, true
+	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
-
-	total, err := l.store.Add(ctx, tk.tenant, w, add)
-
+	total, err := l.store.Add(ctx, name, w, add)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	t.syncing = false
 	switch {
 	case t.window != w:
 		// The window is over: what it counted no longer matters.
 	case err != nil:
 		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
-		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", tk.tenant, "error", err.Error())
+		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
-		t.known, t.sharing = total, Usage{}
+		t.known, t.sharing = total[0], Usage{}
+		t.learn(total[1:])
 		t.heat(lim)
+	}
+}
+
+// learn takes the handler time every instance shared in past windows,
+// last first. Each window keeps the most it is known to hold: this
+// instance's unshared time is in none of them.
+func (t *tenant) learn(past []Usage) {
+	past = past[:min(len(past), ConcurrencySpan-1)]
+	for len(t.past) < len(past) {
+		t.past = append(t.past, 0)
+	}
+	for i, u := range past {
+		t.past[i] = max(t.past[i], u.Busy)
 	}
 }
 
@@ -340,7 +376,7 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-		t.window, t.known, t.sharing, t.pending, t.failed = w, Usage{}, Usage{}, Usage{}, false
+		t.window, t.known, t.sharing, t.pending, t.failed, t.read = w, Usage{}, Usage{}, Usage{}, false, false
 	}
 	return t
 }
