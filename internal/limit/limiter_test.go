@@ -27,8 +27,8 @@ func newShared() *sharedCounts {
 }
 
 // Add returns the windows back to the first of its SharedSpan, as the
-// table's item holds them.
-func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+// table's item holds them, and drops what is late for windows before it.
+func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u limit.Usage, late map[int64]int) ([]limit.Usage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.adds++
@@ -36,12 +36,18 @@ func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u lim
 		return nil, s.fail
 	}
 	key := func(w int64) string { return tenant + "@" + time.Unix(w, 0).UTC().Format(time.TimeOnly) }
+	first := window - window%limit.SharedSpan
+	for w, k := range late {
+		if w >= first && w < window {
+			c := s.counts[key(w)]
+			c.Running += k
+			s.counts[key(w)] = c
+		}
+	}
 	c := s.counts[key(window)]
-	c.Requests += u.Requests
-	c.Busy += u.Busy
-	s.counts[key(window)] = c
+	s.counts[key(window)] = limit.Usage{Requests: c.Requests + u.Requests, Busy: c.Busy + u.Busy, Running: c.Running + u.Running}
 	var out []limit.Usage
-	for w := window; w >= window-window%limit.SharedSpan; w-- {
+	for w := window; w >= first; w-- {
 		out = append(out, s.counts[key(w)])
 	}
 	return out, nil
@@ -648,5 +654,19 @@ func TestSlowRequestsSpreadThinAreHeldToTheConcurrency(t *testing.T) {
 	t.Logf("at most %d running at once, %.1f on average", most, mean)
 	if mean > 2*limit.DefaultConcurrency {
 		t.Fatalf("%.1f requests of 2 s ran at once on average over %d instances, want at most twice the concurrency, %d", mean, instances, 2*limit.DefaultConcurrency)
+	}
+}
+
+// TestRequestsInFlightCountAgainstTheConcurrency: requests of 5 s spread
+// thin land their handler time late. Were it counted only when they end,
+// the fleet would admit five seconds' worth before learning of any.
+func TestRequestsInFlightCountAgainstTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 600, 120
+	most, mean := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "long", seconds, 5*time.Second)
+	t.Logf("at most %d running at once, %.1f on average", most, mean)
+	if mean > 2*limit.DefaultConcurrency {
+		t.Fatalf("requests of 5 s ran %.1f at once on average over %d instances, want at most %d", mean, instances, 2*limit.DefaultConcurrency)
 	}
 }
