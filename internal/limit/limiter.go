@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -124,7 +125,7 @@ const HotSpan = 6 * ConcurrencySpan
 const DefaultMaxAge = time.Minute
 
 // maxTenants bounds the tenants an instance tracks; past it, those of
-// windows gone are forgotten.
+// windows gone are forgotten, the cold first.
 const maxTenants = 10_000
 
 // Options configure a Limiter. Zero fields take the defaults.
@@ -447,11 +448,31 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// forget drops the tenants of windows before w that no sync holds.
+// forget drops the tenants of windows before w that no sync holds. The
+// cold go first: a tenant hot, or running, in the span goes only if
+// dropping the others still leaves too many. Else a flood that paused
+// would get SyncEvery through again.
 func (l *Limiter) forget(w int64) {
-	for name, t := range l.tenants {
-		if t.window < w && !t.syncing {
-			delete(l.tenants, name)
+	for _, spare := range []bool{true, false} {
+		for name, t := range l.tenants {
+			if t.window < w && !t.syncing && !(spare && t.limited(w)) {
+				delete(l.tenants, name)
+			}
+		}
+		if len(l.tenants) < maxTenants {
+			return
 		}
 	}
+}
+
+// limited reports whether what this instance knows of the tenant still
+// limits it in window w: it is hot, or used handler time in the span.
+func (t *tenant) limited(w int64) bool {
+	if t.hotUntil >= w {
+		return true
+	}
+	if t.window <= w-ConcurrencySpan {
+		return false
+	}
+	return t.recentBusy() > 0 || t.used().Running > 0 || slices.ContainsFunc(t.past, func(u Usage) bool { return u.Running > 0 })
 }

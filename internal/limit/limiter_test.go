@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -668,5 +669,48 @@ func TestRequestsInFlightCountAgainstTheConcurrency(t *testing.T) {
 	t.Logf("at most %d running at once, %.1f on average", most, mean)
 	if mean > 2*limit.DefaultConcurrency {
 		t.Fatalf("requests of 5 s ran %.1f at once on average over %d instances, want at most %d", mean, instances, 2*limit.DefaultConcurrency)
+	}
+}
+
+// TestAHotTenantOutlivesManyQuietOnes: an instance that tracks too many
+// tenants forgets the quiet ones first. A flood that pauses while many
+// tenants pass stays hot, so its next request is shared at once.
+func TestAHotTenantOutlivesManyQuietOnes(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{})
+	admitted(t, l, "flood", limit.DefaultRate) // near the rate: hot
+	clock.Advance(limit.Window)
+	for i := range limit.MaxTenants - 1 {
+		admitted(t, l, fmt.Sprintf("quiet-%d", i), 1)
+	}
+	clock.Advance(limit.Window)
+	admitted(t, l, "one-more", 1) // past the bound: tenants of windows gone are forgotten
+	before, _ := store.calls()
+	admitted(t, l, "flood", 1)
+	if adds, _ := store.calls(); adds != before+1 {
+		t.Fatalf("the flood's first request after %d quiet tenants made %d adds, want 1: it is still hot", limit.MaxTenants-1, adds-before)
+	}
+}
+
+// TestTheTenantsTrackedStayBounded: tenants that still limit themselves
+// are forgotten too, once they alone pass the bound.
+func TestTheTenantsTrackedStayBounded(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	for i := range limit.MaxTenants {
+		tk, refused := l.Admit(t.Context(), fmt.Sprintf("busy-%d", i))
+		if refused != nil {
+			t.Fatalf("refused %+v", refused)
+		}
+		clock.Advance(time.Microsecond) // handler time in the span
+		l.Done(t.Context(), tk, true)
+	}
+	clock.Advance(limit.Window)
+	admitted(t, l, "one-more", 1)
+	if n := l.Tracked(); n > 1 {
+		t.Fatalf("%d tenants tracked, want the last alone: the others are of windows gone", n)
 	}
 }
