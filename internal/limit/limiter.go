@@ -71,8 +71,8 @@ type Usage struct {
 	Requests int
 	// Busy is the handler time of the requests that ended in the window.
 	Busy time.Duration
-	// Running is how many of the requests the window admitted have not
-	// ended: their handler time counts while they run.
+	// Running is how many of the window's requests have not ended.
+	// Their handler time counts while they run.
 	Running int
 }
 
@@ -87,10 +87,10 @@ func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
 type Store interface {
-	// Add adds u to tenant's usage of the window, and late to the Running
-	// of earlier windows: their requests that ended, or were shared late.
-	// It returns the usage by every instance of the window and of some
-	// windows before it, last first: what the store holds with it.
+	// Add adds u to tenant's usage of the window. It adds late to the
+	// Running of earlier windows: requests ended, or shared late. It
+	// returns every instance's usage of the window and some before it.
+	// They come last first, as the store holds them.
 	Add(ctx context.Context, tenant string, window int64, u Usage, late map[int64]int) ([]Usage, error)
 	// Overrides returns every override, by tenant.
 	Overrides(ctx context.Context) (map[string]Limits, error)
@@ -106,8 +106,9 @@ const Window = time.Second
 // handler time a window. So SyncBusy is half a window, whatever the
 // concurrency, or slow requests would never be shared. Once the tenant
 // nears a limit, each request is shared, or each HotShare-th of its limit
-// if more. So a tenant's count takes at most about HotShare writes a
-// second, however high its limit.
+// if more. It is shared as it starts and as it ends. So a tenant's count
+// takes at most about twice HotShare writes a second, however high its
+// limit. Each instance adds a read a window, and a refusal it takes back.
 const (
 	SyncEvery = 5
 	SyncBusy  = Window / 2
@@ -118,6 +119,8 @@ const (
 // HotSpan is how many windows a tenant stays hot after it last neared a
 // limit. A flood that pauses for less is still shared when it
 // resumes: an instance would otherwise let SyncEvery through again.
+// It is a minute: over a large fleet, an instance may see one of the
+// tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
 // DefaultMaxAge is how long the overrides are kept before they are read
@@ -163,8 +166,8 @@ type tenant struct {
 	// to ConcurrencySpan-1 of them. A sync learns what every instance
 	// shared in them, so a fleet's concurrency holds.
 	past []Usage
-	// late holds what the next sync adds to earlier windows' Running:
-	// their requests that ended here, or that no sync shared in time.
+	// late holds what the next sync adds to earlier windows' Running.
+	// It holds requests that ended here, or no sync shared in time.
 	late map[int64]int
 	// due paces the tenant's requests on this instance, a token bucket
 	// kept as the time its next request is due at its rate (GCRA). It
@@ -196,8 +199,8 @@ func (t *tenant) recentBusy() time.Duration {
 }
 
 // inFlight is the handler time of the requests still running, as far as
-// this instance knows. Each counts from its window's start: it is bound to
-// run some more, and handler time it commits counts before it lands.
+// this instance knows. Each counts from its window's start. It will run
+// some more: what it commits counts before it lands.
 func (t *tenant) inFlight(now time.Time) time.Duration {
 	since := now.Sub(time.Unix(t.window, 0))
 	busy := time.Duration(max(t.used().Running, 0)) * since
@@ -274,7 +277,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 // Admit admits a request of tenant, or says which limit refuses it. An
 // admitted request counts against the rate until Done says otherwise. A
 // hot tenant's first request of a window here reads every instance's
-// usage first: Lambda may send an instance one request in many seconds.
+// usage first. Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
 	now := l.o.Clock()
@@ -283,7 +286,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	defer l.mu.Unlock()
 	t := l.tenant(name, w, lim)
 	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
-	// The request counts from here: a sync shares it as running, since
+	// The request counts from here, and a sync shares it as running.
 	// Lambda may send this instance no other before it ends.
 	t.pending.Requests, t.pending.Running = t.pending.Requests+1, t.pending.Running+1
 	if sync {
@@ -291,8 +294,8 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
 		t.pending.Requests, t.pending.Running = t.pending.Requests-1, t.pending.Running-1
-		// A refusal this sync shared is taken back at once: else it would
-		// count against the rate, and run, until this instance's next sync.
+		// A refusal this sync shared is taken back at once. Else it would
+		// count, and run, until this instance's next sync.
 		if sync && t.read && !t.syncing && !t.failed {
 			l.share(ctx, name, t, lim)
 		}
@@ -358,8 +361,8 @@ func (t *tenant) end(w int64) {
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
-// windows: its usage is shared on each request, or each HotShare-th of
-// its limit.
+// windows. Its usage is then shared on each request, or each
+// HotShare-th of its limit.
 func (t *tenant) hot() bool { return t.window <= t.hotUntil }
 
 // hotDue reports whether a hot tenant's unshared usage is due.
@@ -394,7 +397,7 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits)
 }
 
 // learn takes what every instance shared of past windows, last first.
-// Each window keeps the most handler time it is known to hold: this
+// Each window keeps the most handler time it is known to hold. This
 // instance's unshared time is in none of them.
 func (t *tenant) learn(past []Usage) {
 	past = past[:min(len(past), ConcurrencySpan-1)]
@@ -449,9 +452,8 @@ func later(a, b time.Time) time.Time {
 }
 
 // forget drops the tenants of windows before w that no sync holds. The
-// cold go first: a tenant hot, or running, in the span goes only if
-// dropping the others still leaves too many. Else a flood that paused
-// would get SyncEvery through again.
+// cold go first. A tenant hot or running goes only if too many are left.
+// Else a flood that paused would get SyncEvery through again.
 func (l *Limiter) forget(w int64) {
 	for _, spare := range []bool{true, false} {
 		for name, t := range l.tenants {
@@ -465,8 +467,8 @@ func (l *Limiter) forget(w int64) {
 	}
 }
 
-// limited reports whether what this instance knows of the tenant still
-// limits it in window w: it is hot, or used handler time in the span.
+// limited reports whether the tenant's state still limits it in window
+// w. It does if hot, or with handler time in the span.
 func (t *tenant) limited(w int64) bool {
 	if t.hotUntil >= w {
 		return true

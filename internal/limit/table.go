@@ -104,11 +104,11 @@ func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
 
-// Add adds u to tenant's count of window, and late to the Running of the
-// earlier seconds of its item, in one UpdateItem. What is late for an
-// earlier item is dropped: it leaves the span soon. Add returns the
-// counts by every instance of window and the seconds before it in its
-// item, last first.
+// Add adds u to tenant's count of window, in one UpdateItem. It adds late
+// to the Running of earlier seconds of the item. What is late for an
+// earlier item is dropped: it leaves the span soon. Add returns every
+// instance's counts of window and the item's seconds before it.
+// They come last first.
 func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage, late map[int64]int) ([]Usage, error) {
 	first := window - window%SharedSpan
 	at := strconv.FormatInt(window-first, 10)
