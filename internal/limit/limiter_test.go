@@ -714,3 +714,28 @@ func TestTheTenantsTrackedStayBounded(t *testing.T) {
 		t.Fatalf("%d tenants tracked, want the last alone: the others are of windows gone", n)
 	}
 }
+
+// TestRequestsWaitingCountAgainstTheConcurrency: twins waiting for a key
+// give their count back only when they end. Their wait counts against
+// the concurrency while it lasts, not only then.
+func TestRequestsWaitingCountAgainstTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	var waiting []*limit.Ticket
+	for range 15 {
+		tk, refused := l.Admit(t.Context(), "acme")
+		if refused != nil {
+			t.Fatalf("refused %+v", refused)
+		}
+		waiting = append(waiting, tk)
+	}
+	// 1.5 s on, the 15 have waited 22.5 s together: past the 20 s allowed.
+	clock.Advance(1500 * time.Millisecond)
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "concurrency" {
+		t.Fatalf("refusal %+v, want the concurrency while 15 wait", refused)
+	}
+	for _, tk := range waiting {
+		l.Done(t.Context(), tk, false)
+	}
+}
