@@ -196,7 +196,9 @@ func TestCapacityModel(t *testing.T) {
 	closeTo(t, "spread thin, at once", c.SpreadExecutions, 38*0.5)
 	closeTo(t, "spread thin over the reservation", c.SpreadReserved, 500*5)
 	closeTo(t, "a charge that shares first by its time", c.BusyChargeMs, 100)
-	closeTo(t, "a hot count's writes", c.HotCountWrites, 200+38)
+	// Starts and ends each shared up to HotShare times, and each instance's
+	// read and a refusal it takes back.
+	closeTo(t, "a hot count's writes", c.HotCountWrites, 2*(200+38))
 	closeTo(t, "override reads/s", c.OverrideReads, 38.0/60)
 	closeTo(t, "a tenant's rows", c.TenantRowsWCU, 200)
 	closeTo(t, "tenants to fill the reservation", c.TenantsToFill, 10)
@@ -216,6 +218,9 @@ func TestCapacityModel(t *testing.T) {
 	}
 	closeTo(t, "twins' WCU/s on one key, at the tenant's rate", c.TwinStormWCU, 100*8)
 	closeTo(t, "the rate whose twins fill a partition", c.TwinRateMax, 1000.0/8)
+	// 50 twins at once, each 8 claims in 2 s.
+	closeTo(t, "twins' WCU/s on one key, at the tenant's concurrency", c.TwinConcurrencyWCU, 50*8/2)
+	closeTo(t, "the concurrency whose twins fill a partition", c.TwinConcurrencyMax, 1000.0/8*2)
 	if c.CostTotal[1] <= c.CostTotal[0] {
 		t.Errorf("48 h retention costs %v, no more than 24 h's %v", c.CostTotal[1], c.CostTotal[0])
 	}

@@ -97,6 +97,9 @@ type capacity struct {
 	TwinClaimsMax                         int     // claims of one twin through INFLIGHT_WAIT
 	TwinStormWCU                          float64 // WCU/s on one in-flight key, twins at the tenant's rate
 	TwinRateMax                           float64 // the rate whose twins fill a partition
+	TwinConcurrencyWCU                    float64 // WCU/s on one in-flight key, twins at the tenant's concurrency
+	TwinConcurrencyMax                    float64 // the concurrency whose twins fill a partition
+	SharedSpan                            int     // seconds one item of the limits table counts
 	ConcurrencySpan                       int     // seconds a tenant's concurrency is averaged over
 
 	// The audit trail, off the request path. Per second: the changes the
@@ -388,7 +391,7 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.SpreadExecutions = instances * d.SyncBusy.Seconds()
 	c.SpreadReserved = d.ChargeReserved * quiet
 	c.BusyChargeMs = float64(d.SyncBusy.Milliseconds()) / float64(d.SyncEvery)
-	c.HotCountWrites = float64(d.HotShare) + instances
+	c.HotCountWrites = 2 * (float64(d.HotShare) + instances)
 	c.OverrideReads = instances / d.LimitsMaxAge.Seconds()
 	// The defaults.
 	c.TenantRowsWCU = d.TenantRate * float64(first.Tables[tableCharges].WCU)
@@ -415,6 +418,10 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.TwinClaimsMax = twinClaims(math.Inf(1), in.v(inFirstPause), in.v(inMaxPause), d.InflightWait)
 	c.TwinStormWCU = d.TenantRate * float64(c.TwinClaimsMax) * c.ReplayWCU
 	c.TwinRateMax = 1000 / (float64(c.TwinClaimsMax) * c.ReplayWCU)
+	// A twin counts against the concurrency while it waits.
+	c.TwinConcurrencyWCU = d.TenantConcurrency * c.TwinStormWCU / d.TenantRate / d.InflightWait.Seconds()
+	c.TwinConcurrencyMax = c.TwinRateMax * d.InflightWait.Seconds()
+	c.SharedSpan = limit.SharedSpan
 	c.ConcurrencySpan = limit.ConcurrencySpan
 }
 

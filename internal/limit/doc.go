@@ -5,7 +5,9 @@
 // limiter.go holds Limiter: a tenant's rate and concurrency. Each
 // instance counts them per second, and shares them through the table once
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
-// Near a limit, each request is shared, until HotSpan seconds after.
+// Near a limit the tenant is hot, until HotSpan seconds after. Then each
+// request is shared as it starts and as it ends. A request counts
+// against the concurrency while it runs. A share reads the span back.
 // overrides.go reads the operators' per-tenant limits. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -67,10 +69,16 @@ const ConcurrencySpan = 10
 // Usage is what a tenant used of a window.
 type Usage struct {
 	Requests int
-	Busy     time.Duration
+	// Busy is the handler time of the requests that ended in the window.
+	Busy time.Duration
+	// Running is how many of the window's requests have not ended.
+	// Their handler time counts while they run.
+	Running int
 }
 
-func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Busy + v.Busy} }
+func (u Usage) plus(v Usage) Usage {
+	return Usage{u.Requests + v.Requests, u.Busy + v.Busy, u.Running + v.Running}
+}
 
 // near reports whether u reaches half of a limit: past it, every request's
 // count is shared at once.
@@ -79,9 +87,11 @@ func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
 type Store interface {
-	// Add adds u to tenant's usage of the window, and returns the
-	// window's usage by every instance.
-	Add(ctx context.Context, tenant string, window int64, u Usage) (Usage, error)
+	// Add adds u to tenant's usage of the window. It adds late to the
+	// Running of earlier windows: requests ended, or shared late. It
+	// returns every instance's usage of the window and some before it.
+	// They come last first, as the store holds them.
+	Add(ctx context.Context, tenant string, window int64, u Usage, late map[int64]int) ([]Usage, error)
 	// Overrides returns every override, by tenant.
 	Overrides(ctx context.Context) (map[string]Limits, error)
 }
@@ -96,8 +106,9 @@ const Window = time.Second
 // handler time a window. So SyncBusy is half a window, whatever the
 // concurrency, or slow requests would never be shared. Once the tenant
 // nears a limit, each request is shared, or each HotShare-th of its limit
-// if more. So a tenant's count takes at most about HotShare writes a
-// second, however high its limit.
+// if more. It is shared as it starts and as it ends. So a tenant's count
+// takes at most about twice HotShare writes a second, however high its
+// limit. Each instance adds a read a window, and a refusal it takes back.
 const (
 	SyncEvery = 5
 	SyncBusy  = Window / 2
@@ -108,14 +119,16 @@ const (
 // HotSpan is how many windows a tenant stays hot after it last neared a
 // limit. A flood that pauses for less is still shared when it
 // resumes: an instance would otherwise let SyncEvery through again.
-const HotSpan = ConcurrencySpan
+// It is a minute: over a large fleet, an instance may see one of the
+// tenant's requests in many seconds, and must still read the others'.
+const HotSpan = 6 * ConcurrencySpan
 
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
 const DefaultMaxAge = time.Minute
 
 // maxTenants bounds the tenants an instance tracks; past it, those of
-// windows gone are forgotten.
+// windows gone are forgotten, the cold first.
 const maxTenants = 10_000
 
 // Options configure a Limiter. Zero fields take the defaults.
@@ -149,9 +162,13 @@ type tenant struct {
 	// instance's last sync. sharing is what a sync under way adds to it.
 	// pending is what this instance used since.
 	known, sharing, pending Usage
-	// past holds the handler time of the windows before this one, last
-	// first, up to ConcurrencySpan-1 of them.
-	past []time.Duration
+	// past holds the usage of the windows before this one, last first, up
+	// to ConcurrencySpan-1 of them. A sync learns what every instance
+	// shared in them, so a fleet's concurrency holds.
+	past []Usage
+	// late holds what the next sync adds to earlier windows' Running.
+	// It holds requests that ended here, or no sync shared in time.
+	late map[int64]int
 	// due paces the tenant's requests on this instance, a token bucket
 	// kept as the time its next request is due at its rate (GCRA). It
 	// may start a second's worth at once; a flood past that gets its rate
@@ -161,6 +178,8 @@ type tenant struct {
 	// limit, so every request is shared.
 	hotUntil int64
 	syncing  bool
+	// read: a sync of this window learnt every instance's usage.
+	read bool
 	// failed: a sync of this window failed. The next window tries again,
 	// so a table that cannot take writes costs each request no call.
 	failed bool
@@ -173,8 +192,20 @@ func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
 // one included, as far as this instance knows.
 func (t *tenant) recentBusy() time.Duration {
 	busy := t.used().Busy
-	for _, b := range t.past {
-		busy += b
+	for _, u := range t.past {
+		busy += u.Busy
+	}
+	return busy
+}
+
+// inFlight is the handler time of the requests still running, as far as
+// this instance knows. Each counts from its window's start. It will run
+// some more: what it commits counts before it lands.
+func (t *tenant) inFlight(now time.Time) time.Duration {
+	since := now.Sub(time.Unix(t.window, 0))
+	busy := time.Duration(max(t.used().Running, 0)) * since
+	for i, u := range t.past {
+		busy += time.Duration(max(u.Running, 0)) * (since + time.Duration(i+1)*Window)
 	}
 	return busy
 }
@@ -183,7 +214,10 @@ func (t *tenant) recentBusy() time.Duration {
 // under the concurrency, as the oldest windows leave the span. It is
 // asked only once over: the answer is a later window's start.
 func (t *tenant) underConcurrency(lim Limits) time.Time {
-	windows := append([]time.Duration{t.used().Busy}, t.past...) // last first
+	windows := []time.Duration{t.used().Busy} // last first
+	for _, u := range t.past {
+		windows = append(windows, u.Busy)
+	}
 	busy, k := t.recentBusy(), 0
 	// Once the span has passed every window has left: k stops there.
 	for k < ConcurrencySpan && busy >= ConcurrencySpan*lim.busy() {
@@ -241,7 +275,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 }
 
 // Admit admits a request of tenant, or says which limit refuses it. An
-// admitted request counts against the rate until Done says otherwise.
+// admitted request counts against the rate until Done says otherwise. A
+// hot tenant's first request of a window here reads every instance's
+// usage first. Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
 	now := l.o.Clock()
@@ -249,24 +285,38 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenant(name, w, lim)
+	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
+	// The request counts from here, and a sync shares it as running.
+	// Lambda may send this instance no other before it ends.
+	t.pending.Requests, t.pending.Running = t.pending.Requests+1, t.pending.Running+1
+	if sync {
+		l.share(ctx, name, t, lim)
+	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
+		t.pending.Requests, t.pending.Running = t.pending.Requests-1, t.pending.Running-1
+		// A refusal this sync shared is taken back at once. Else it would
+		// count, and run, until this instance's next sync.
+		if sync && t.read && !t.syncing && !t.failed {
+			l.share(ctx, name, t, lim)
+		}
 		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
 	}
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
 	depth := Window - lim.interval()
 	switch {
-	case t.used().Requests >= lim.Rate:
+	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
 		// earned meanwhile would burst at the next second's start.
 		t.due = now.Add(Window)
 		return refuse("rate", next)
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
-	case t.recentBusy() >= ConcurrencySpan*lim.busy():
-		return refuse("concurrency", t.underConcurrency(lim).Sub(now))
+	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():
+		// What ended leaves the span in time; what runs may not: at
+		// least the next window.
+		return refuse("concurrency", max(t.underConcurrency(lim).Sub(now), next))
 	}
-	t.pending.Requests++
 	t.due = later(t.due, now).Add(lim.interval())
 	return &Ticket{tenant: name, window: w, start: now}, nil
 }
@@ -278,6 +328,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
 	now := l.o.Clock()
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	t := l.tenant(tk.tenant, now.Unix(), lim)
 	if !counted {
 		t.due = t.due.Add(-lim.interval())
@@ -285,33 +336,76 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 			t.pending.Requests--
 		}
 	}
+	t.end(tk.window)
 	t.pending.Busy += now.Sub(tk.start)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
-	if t.window <= t.hotUntil {
-		due = t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
+	if t.hot() {
+		due = t.hotDue(lim)
 	}
 	if t.syncing || t.failed || !due {
-		l.mu.Unlock()
 		return
 	}
-	add, w := t.pending, t.window
-	t.pending, t.sharing, t.syncing = Usage{}, add, true
+	l.share(ctx, tk.tenant, t, lim)
+}
+
+// end ends a request of window w: it no longer runs.
+func (t *tenant) end(w int64) {
+	if w == t.window {
+		t.pending.Running--
+		return
+	}
+	if back := t.window - 1 - w; back < int64(len(t.past)) {
+		t.past[back].Running = max(t.past[back].Running-1, 0)
+	}
+	t.late[w]--
+}
+
+// hot reports whether the tenant neared a limit in the last HotSpan
+// windows. Its usage is then shared on each request, or each
+// HotShare-th of its limit.
+func (t *tenant) hot() bool { return t.window <= t.hotUntil }
+
+// hotDue reports whether a hot tenant's unshared usage is due.
+func (t *tenant) hotDue(lim Limits) bool {
+	return t.pending.Requests >= max(1, lim.Rate/HotShare) || t.pending.Busy >= max(time.Nanosecond, lim.busy()/HotShare)
+}
+
+// share adds the tenant's unshared usage to the Store, and learns every
+// instance's. It is called with l.mu held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits) {
+	maps.DeleteFunc(t.late, func(_ int64, n int) bool { return n == 0 })
+	add, late, w := t.pending, t.late, t.window
+	t.pending, t.sharing, t.syncing, t.read, t.late = Usage{}, add, true, true, map[int64]int{}
 	l.mu.Unlock()
-
-	total, err := l.store.Add(ctx, tk.tenant, w, add)
-
+	total, err := l.store.Add(ctx, name, w, add, late)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	t.syncing = false
 	switch {
 	case t.window != w:
 		// The window is over: what it counted no longer matters.
 	case err != nil:
 		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
-		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", tk.tenant, "error", err.Error())
+		for v, n := range late {
+			t.late[v] += n
+		}
+		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
-		t.known, t.sharing = total, Usage{}
+		t.known, t.sharing = total[0], Usage{}
+		t.learn(total[1:])
 		t.heat(lim)
+	}
+}
+
+// learn takes what every instance shared of past windows, last first.
+// Each window keeps the most handler time it is known to hold. This
+// instance's unshared time is in none of them.
+func (t *tenant) learn(past []Usage) {
+	past = past[:min(len(past), ConcurrencySpan-1)]
+	for len(t.past) < len(past) {
+		t.past = append(t.past, Usage{})
+	}
+	for i, u := range past {
+		t.past[i] = Usage{Requests: u.Requests, Busy: max(t.past[i].Busy, u.Busy), Running: u.Running}
 	}
 }
 
@@ -330,17 +424,21 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 		if len(l.tenants) >= maxTenants {
 			l.forget(w)
 		}
-		t = &tenant{window: w}
+		t = &tenant{window: w, late: map[int64]int{}}
 		l.tenants[name] = t
 	}
 	if t.window != w {
 		t.heat(lim)
-		t.past = append([]time.Duration{t.used().Busy}, t.past...)
+		t.past = append([]Usage{t.used()}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
-			t.past = append([]time.Duration{0}, t.past...)
+			t.past = append([]Usage{{}}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-		t.window, t.known, t.sharing, t.pending, t.failed = w, Usage{}, Usage{}, Usage{}, false
+		// What runs unshared, or was taken back unshared, is shared late.
+		t.late[t.window] += t.pending.Running
+		// Windows that left the span count no longer.
+		maps.DeleteFunc(t.late, func(v int64, n int) bool { return n == 0 || v < w-ConcurrencySpan })
+		t.window, t.known, t.sharing, t.pending, t.failed, t.read = w, Usage{}, Usage{}, Usage{}, false, false
 	}
 	return t
 }
@@ -353,11 +451,30 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// forget drops the tenants of windows before w that no sync holds.
+// forget drops the tenants of windows before w that no sync holds. The
+// cold go first. A tenant hot or running goes only if too many are left.
+// Else a flood that paused would get SyncEvery through again.
 func (l *Limiter) forget(w int64) {
-	for name, t := range l.tenants {
-		if t.window < w && !t.syncing {
-			delete(l.tenants, name)
+	for _, spare := range []bool{true, false} {
+		for name, t := range l.tenants {
+			if t.window < w && !t.syncing && !(spare && t.limited(w)) {
+				delete(l.tenants, name)
+			}
+		}
+		if len(l.tenants) < maxTenants {
+			return
 		}
 	}
+}
+
+// limited reports whether the tenant's state still limits it in window
+// w. It does if hot, or with handler time in the span.
+func (t *tenant) limited(w int64) bool {
+	if t.hotUntil >= w {
+		return true
+	}
+	if t.window <= w-ConcurrencySpan {
+		return false
+	}
+	return t.recentBusy() > 0 || t.used().Running > 0 || slices.ContainsFunc(t.past, func(u Usage) bool { return u.Running > 0 })
 }

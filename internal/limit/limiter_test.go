@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -26,19 +27,31 @@ func newShared() *sharedCounts {
 	return &sharedCounts{counts: map[string]limit.Usage{}, overrides: map[string]limit.Limits{}}
 }
 
-func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u limit.Usage) (limit.Usage, error) {
+// Add returns the windows back to the first of its SharedSpan, as the
+// table's item holds them, and drops what is late for windows before it.
+func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u limit.Usage, late map[int64]int) ([]limit.Usage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.adds++
 	if s.fail != nil {
-		return limit.Usage{}, s.fail
+		return nil, s.fail
 	}
-	k := tenant + "@" + time.Unix(window, 0).UTC().Format(time.TimeOnly)
-	c := s.counts[k]
-	c.Requests += u.Requests
-	c.Busy += u.Busy
-	s.counts[k] = c
-	return c, nil
+	key := func(w int64) string { return tenant + "@" + time.Unix(w, 0).UTC().Format(time.TimeOnly) }
+	first := window - window%limit.SharedSpan
+	for w, k := range late {
+		if w >= first && w < window {
+			c := s.counts[key(w)]
+			c.Running += k
+			s.counts[key(w)] = c
+		}
+	}
+	c := s.counts[key(window)]
+	s.counts[key(window)] = limit.Usage{Requests: c.Requests + u.Requests, Busy: c.Busy + u.Busy, Running: c.Running + u.Running}
+	var out []limit.Usage
+	for w := window; w >= first; w-- {
+		out = append(out, s.counts[key(w)])
+	}
+	return out, nil
 }
 
 func (s *sharedCounts) Overrides(context.Context) (map[string]limit.Limits, error) {
@@ -499,8 +512,9 @@ func TestAHotTenantsCountTakesAtMostHotShareWritesASecond(t *testing.T) {
 	if got := admitted(t, l, "big", rate); got != rate {
 		t.Fatalf("admitted %d, want %d", got, rate)
 	}
-	if adds, _ := store.calls(); adds-before > limit.HotShare {
-		t.Fatalf("%d requests of a hot tenant made %d adds in a second, want at most %d", rate, adds-before, limit.HotShare)
+	// The first request of the second reads every instance's count: one more.
+	if adds, _ := store.calls(); adds-before > limit.HotShare+1 {
+		t.Fatalf("%d requests of a hot tenant made %d adds in a second, want at most %d", rate, adds-before, limit.HotShare+1)
 	}
 }
 
@@ -576,5 +590,152 @@ func TestAnOverridePastTheMaximumIsHeldToIt(t *testing.T) {
 	l.Done(t.Context(), tk, true)
 	if _, refused := l.Admit(t.Context(), "big"); refused != nil {
 		t.Fatalf("a second request refused: %+v", refused)
+	}
+}
+
+// slowFleet sends tenant a request each 10 ms for seconds, each taking d,
+// as Lambda would: each goes to an idle instance, in turn, so a slow flood
+// spreads over as many as it needs. slowFleet returns how many requests
+// ran at once over the last half of the run: the most, and on average.
+func slowFleet(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant string, seconds int, d time.Duration) (most int, mean float64) {
+	t.Helper()
+	const step = 10 * time.Millisecond
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, len(fleet))
+	steps := time.Duration(seconds) * time.Second / step
+	next, sum := 0, 0
+	for i := range steps {
+		now := clock.Now()
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, true)
+				busy[j] = nil
+			}
+		}
+		idle := -1
+		for k := range fleet {
+			if j := (next + k) % len(fleet); busy[j] == nil {
+				idle = j
+				break
+			}
+		}
+		if idle < 0 {
+			t.Fatalf("at %v every one of %d instances is busy", now.Sub(start), len(fleet))
+		}
+		next = idle + 1
+		if tk, refused := fleet[idle].Admit(t.Context(), tenant); refused == nil {
+			busy[idle] = &running{tk, now.Add(d)}
+		}
+		n := 0
+		for _, r := range busy {
+			if r != nil {
+				n++
+			}
+		}
+		if i >= steps/2 {
+			most, sum = max(most, n), sum+n
+		}
+		clock.Advance(step)
+	}
+	return most, float64(sum) / float64(steps-steps/2)
+}
+
+// TestSlowRequestsSpreadThinAreHeldToTheConcurrency: at the default rate,
+// requests of 2 s each spread over the fleet one at a time an instance.
+// Unlimited, 200 would run at once. Each instance sees little of the
+// tenant's handler time itself, yet together they hold it near 40.
+func TestSlowRequestsSpreadThinAreHeldToTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 300, 60
+	most, mean := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "slow", seconds, 2*time.Second)
+	t.Logf("at most %d running at once, %.1f on average", most, mean)
+	if mean > 2*limit.DefaultConcurrency {
+		t.Fatalf("%.1f requests of 2 s ran at once on average over %d instances, want at most twice the concurrency, %d", mean, instances, 2*limit.DefaultConcurrency)
+	}
+}
+
+// TestRequestsInFlightCountAgainstTheConcurrency: requests of 5 s spread
+// thin land their handler time late. Were it counted only when they end,
+// the fleet would admit five seconds' worth before learning of any.
+func TestRequestsInFlightCountAgainstTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds = 600, 120
+	most, mean := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "long", seconds, 5*time.Second)
+	t.Logf("at most %d running at once, %.1f on average", most, mean)
+	if mean > 2*limit.DefaultConcurrency {
+		t.Fatalf("requests of 5 s ran %.1f at once on average over %d instances, want at most %d", mean, instances, 2*limit.DefaultConcurrency)
+	}
+}
+
+// TestAHotTenantOutlivesManyQuietOnes: an instance that tracks too many
+// tenants forgets the quiet ones first. A flood that pauses while many
+// tenants pass stays hot, so its next request is shared at once.
+func TestAHotTenantOutlivesManyQuietOnes(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{})
+	admitted(t, l, "flood", limit.DefaultRate) // near the rate: hot
+	clock.Advance(limit.Window)
+	for i := range limit.MaxTenants - 1 {
+		admitted(t, l, fmt.Sprintf("quiet-%d", i), 1)
+	}
+	clock.Advance(limit.Window)
+	admitted(t, l, "one-more", 1) // past the bound: tenants of windows gone are forgotten
+	before, _ := store.calls()
+	admitted(t, l, "flood", 1)
+	if adds, _ := store.calls(); adds != before+1 {
+		t.Fatalf("the flood's first request after %d quiet tenants made %d adds, want 1: it is still hot", limit.MaxTenants-1, adds-before)
+	}
+}
+
+// TestTheTenantsTrackedStayBounded: tenants that still limit themselves
+// are forgotten too, once they alone pass the bound.
+func TestTheTenantsTrackedStayBounded(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	for i := range limit.MaxTenants {
+		tk, refused := l.Admit(t.Context(), fmt.Sprintf("busy-%d", i))
+		if refused != nil {
+			t.Fatalf("refused %+v", refused)
+		}
+		clock.Advance(time.Microsecond) // handler time in the span
+		l.Done(t.Context(), tk, true)
+	}
+	clock.Advance(limit.Window)
+	admitted(t, l, "one-more", 1)
+	if n := l.Tracked(); n > 1 {
+		t.Fatalf("%d tenants tracked, want the last alone: the others are of windows gone", n)
+	}
+}
+
+// TestRequestsWaitingCountAgainstTheConcurrency: twins waiting for a key
+// give their count back only when they end. Their wait counts against
+// the concurrency while it lasts, not only then.
+func TestRequestsWaitingCountAgainstTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	var waiting []*limit.Ticket
+	for range 15 {
+		tk, refused := l.Admit(t.Context(), "acme")
+		if refused != nil {
+			t.Fatalf("refused %+v", refused)
+		}
+		waiting = append(waiting, tk)
+	}
+	// 1.5 s on, the 15 have waited 22.5 s together: past the 20 s allowed.
+	clock.Advance(1500 * time.Millisecond)
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "concurrency" {
+		t.Fatalf("refusal %+v, want the concurrency while 15 wait", refused)
+	}
+	for _, tk := range waiting {
+		l.Done(t.Context(), tk, false)
 	}
 }

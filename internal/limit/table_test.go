@@ -2,6 +2,7 @@ package limit_test
 
 import (
 	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -27,29 +28,36 @@ func newTable(t *testing.T) *limit.Table {
 }
 
 // TestTableSharesEachSecondsCount: the instances' additions to a tenant's
-// second sum up, apart from other seconds and other tenants.
+// second sum up, apart from other seconds and other tenants. A share
+// returns the seconds before it that its item holds, last first. It adds
+// what is late to the Running of earlier seconds of its item.
 func TestTableSharesEachSecondsCount(t *testing.T) {
 	t.Parallel()
 	table := newTable(t)
-	const w = 1_796_000_000
+	const w = 1_796_000_000 // the first second of an item
+	type u = limit.Usage
 	steps := []struct {
 		tenant string
 		window int64
-		add    limit.Usage
-		want   limit.Usage
+		add    u
+		late   map[int64]int
+		want   []u
 	}{
-		{"acme", w, limit.Usage{Requests: 5, Busy: 120 * time.Millisecond}, limit.Usage{Requests: 5, Busy: 120 * time.Millisecond}},
-		{"acme", w, limit.Usage{Requests: 3, Busy: 2 * time.Second}, limit.Usage{Requests: 8, Busy: 2120 * time.Millisecond}},
-		{"acme", w, limit.Usage{Requests: -1}, limit.Usage{Requests: 7, Busy: 2120 * time.Millisecond}},
-		{"acme", w + 1, limit.Usage{Requests: 1}, limit.Usage{Requests: 1}},
-		{"globex", w, limit.Usage{Requests: 2}, limit.Usage{Requests: 2}},
+		{"acme", w, u{Requests: 5, Busy: 120 * time.Millisecond, Running: 2}, nil, []u{{Requests: 5, Busy: 120 * time.Millisecond, Running: 2}}},
+		{"acme", w, u{Requests: 3, Busy: 2 * time.Second, Running: 1}, nil, []u{{Requests: 8, Busy: 2120 * time.Millisecond, Running: 3}}},
+		{"acme", w, u{Requests: -1}, nil, []u{{Requests: 7, Busy: 2120 * time.Millisecond, Running: 3}}},
+		{"acme", w + 1, u{Requests: 1, Running: 1}, nil, []u{{Requests: 1, Running: 1}, {Requests: 7, Busy: 2120 * time.Millisecond, Running: 3}}},
+		// Two of w's requests end in w+3; one of w-1's, in another item, is dropped.
+		{"acme", w + 3, u{Busy: time.Second}, map[int64]int{w: -2, w - 1: -1}, []u{{Busy: time.Second}, {}, {Requests: 1, Running: 1}, {Requests: 7, Busy: 2120 * time.Millisecond, Running: 1}}},
+		{"acme", w + limit.SharedSpan, u{Requests: 1}, map[int64]int{w: -1}, []u{{Requests: 1}}},
+		{"globex", w, u{Requests: 2}, nil, []u{{Requests: 2}}},
 	}
 	for _, s := range steps {
-		got, err := table.Add(t.Context(), s.tenant, s.window, s.add)
+		got, err := table.Add(t.Context(), s.tenant, s.window, s.add, s.late)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got != s.want {
+		if !slices.Equal(got, s.want) {
 			t.Fatalf("add %+v to %s at %d: %+v, want %+v", s.add, s.tenant, s.window, got, s.want)
 		}
 	}
@@ -60,7 +68,7 @@ func TestTableKeepsOverrides(t *testing.T) {
 	table := newTable(t)
 	ctx := t.Context()
 	// Counts in the same table are not overrides.
-	if _, err := table.Add(ctx, "acme", 1_796_000_000, limit.Usage{Requests: 1}); err != nil {
+	if _, err := table.Add(ctx, "acme", 1_796_000_000, limit.Usage{Requests: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 	for tenant, l := range map[string]limit.Limits{"acme": {Rate: 500, Concurrency: 60}, "globex": {Rate: 5}} {
