@@ -814,6 +814,19 @@ const (
 // an empty fault clears it.
 func (r *refundRig) faultOn(suffix, fault string) { r.fault.Store(&pathFault{suffix, fault}) }
 
+// lostMove sends verb (capture or cancel) with body on acme's charge id
+// while fault hits the provider's call. The move is left unsettled, so it
+// must answer 503 outcome-pending. The fault is cleared after.
+func (r *refundRig) lostMove(t *testing.T, id, verb, body, fault string) {
+	t.Helper()
+	r.faultOn("/"+verb, fault)
+	defer r.faultOn("", "")
+	resp := r.do(postMove("acme", id, verb, body))
+	if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != httpapi.ProblemOutcomePending.Slug {
+		t.Fatalf("%s behind %s: %d %s, want 503 outcome-pending", verb, fault, resp.StatusCode, resp.Body)
+	}
+}
+
 func newRefundRig(t *testing.T, tune ...func(*app.ChargeConfig)) *refundRig {
 	t.Helper()
 	r := &refundRig{clock: testkit.NewClock(time.Now())}
