@@ -50,9 +50,7 @@ func TestSameKeyTwiceChargesOnceAndReplays(t *testing.T) {
 	if again.Headers["Idempotent-Replayed"] != "true" || again.Headers["Location"] != first.Headers["Location"] || again.Headers["Idempotency-Expires"] != first.Headers["Idempotency-Expires"] {
 		t.Fatalf("replay headers %v, first %v", again.Headers, first.Headers)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 	var c struct{ ID string }
 	_ = json.Unmarshal([]byte(first.Body), &c)
 	got := h.do(get("acme", c.ID))
@@ -103,9 +101,7 @@ func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 			t.Fatalf("a replay differs from the original: %s vs %s", r.Body, body)
 		}
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }
 
 func TestInFlightWaitsThenReplays(t *testing.T) {
@@ -138,9 +134,7 @@ func TestInFlightWaitsThenReplays(t *testing.T) {
 	default:
 		t.Fatalf("retry while in flight: %d %s", second.StatusCode, second.Body)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }
 
 func TestTwoKeysSameBodyChargeTwice(t *testing.T) {
@@ -172,9 +166,7 @@ func TestSameKeyOtherBodyIsRejected(t *testing.T) {
 	if problemType(t, other) != "idempotency-key-reused" || strings.Contains(other.Body, `"id"`) {
 		t.Fatalf("mismatch answered %s", other.Body)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d after a mismatch", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 	again := h.do(post("acme", key, visa)) // the original is untouched
 	if again.Body != first.Body {
 		t.Fatalf("original changed after a mismatch: %s", again.Body)
@@ -210,9 +202,7 @@ func TestWholeAmountWrittenAnyWayIsOneRequest(t *testing.T) {
 		!strings.Contains(fraction.Body, "amount: must be a whole number") {
 		t.Fatalf("a fraction: %d %s", fraction.StatusCode, fraction.Body)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }
 
 // TestEmptyDescriptionIsTheSameRequest: "description":"" and no
@@ -236,9 +226,7 @@ func TestEmptyDescriptionIsTheSameRequest(t *testing.T) {
 			t.Fatalf("%s after %s: %v %s, want the replay of %s", order[1], order[0], again.Headers, again.Body, first.Body)
 		}
 	}
-	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
-		t.Fatalf("provider charges %d, calls %d; want 2 and 2", charges, calls)
-	}
+	h.wantLedger(t, 2, 2)
 }
 
 // TestFailedChargeRecordsWhatTheProviderProved: a decline is final and
@@ -255,7 +243,7 @@ func TestFailedChargeRecordsWhatTheProviderProved(t *testing.T) {
 		record                idem.Status
 		retry                 int  // a retry's status
 		replayed              bool // the retry is the first answer again
-		results, calls        int  // the provider's, after the retry: a decline is a result
+		results, calls        int  // the provider's, after the retry
 		queued                int  // reconcile messages
 	}{
 		{name: "a decline is stored and replayed", source: "tok_decline", problem: "card-declined",
@@ -292,9 +280,7 @@ func TestFailedChargeRecordsWhatTheProviderProved(t *testing.T) {
 			if tc.replayed && (retry.Body != first.Body || retry.Headers[httpapi.HeaderReplayed] != "true") {
 				t.Fatalf("retry %v %s, want the replay of %s", retry.Headers, retry.Body, first.Body)
 			}
-			if results, calls := h.ledger(t); results != tc.results || calls != tc.calls {
-				t.Fatalf("provider results %d, calls %d; want %d and %d", results, calls, tc.results, tc.calls)
-			}
+			h.wantLedger(t, tc.results, tc.calls)
 			// A reconcile message is delayed until the lease runs out; SQS
 			// counts it as delayed until then.
 			if n := h.queued(t); n != tc.queued {
@@ -724,9 +710,7 @@ func TestKeyReusedAfterRetentionIsANewIntent(t *testing.T) {
 	if secondID == firstID || amount != 9900 || second.Headers[httpapi.HeaderReplayed] != "" {
 		t.Fatalf("the new intent answered %v %s (the first was %s)", second.Headers, second.Body, firstID)
 	}
-	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
-		t.Fatalf("provider charges %d, calls %d; want 2 and 2", charges, calls)
-	}
+	h.wantLedger(t, 2, 2)
 	replay := h.do(post("acme", key, reused))
 	if replay.Body != second.Body || replay.Headers[httpapi.HeaderReplayed] != "true" {
 		t.Fatalf("retry of the new intent: %v %s", replay.Headers, replay.Body)
@@ -751,9 +735,7 @@ func TestDeclinedKeyReusedAfterRetentionTriesTheNewCard(t *testing.T) {
 	wantStatus(t, declined, http.StatusPaymentRequired)
 	h.pastRetention()
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
-	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
-		t.Fatalf("provider results %d, calls %d; want the decline and the new charge", charges, calls)
-	}
+	h.wantLedger(t, 2, 2)
 }
 
 // TestChargeRowCollisionIsSettled: a charge row already under the

@@ -167,6 +167,15 @@ func (h *harness) ledger(t *testing.T) (charges, calls int) {
 	return l.TotalCharges, l.TotalCalls
 }
 
+// wantLedger checks the provider's stored results (a decline is one) and
+// the charge requests it received.
+func (h *harness) wantLedger(t *testing.T, results, calls int) {
+	t.Helper()
+	if r, c := h.ledger(t); r != results || c != calls {
+		t.Fatalf("provider results %d, calls %d; want %d and %d", r, c, results, calls)
+	}
+}
+
 func mustKey(t *testing.T, tenant, client string) idem.Key {
 	t.Helper()
 	k, err := idem.NewKey(tenant, charge.ChargeOperation, client)
