@@ -43,9 +43,9 @@ const (
 	EnvReconcileQueueURL = "RECONCILE_QUEUE_URL"
 	EnvProvider          = "PROVIDER"
 	EnvProviderURL       = "PROVIDER_URL"
-	// EnvProviderSecretName names the Secrets Manager secret (its name or
+	// EnvProviderSecretName names the Secrets Manager secret (name or
 	// ARN) that holds the provider's API key as a plain string. The
-	// functions read the value at run time: it is never in their
+	// functions read the value at run time. It is never in their
 	// environment. Empty: no key (the simulator without one).
 	EnvProviderSecretName = "PROVIDER_SECRET_NAME"
 	EnvTenantClaim        = "TENANT_CLAIM"
@@ -58,14 +58,15 @@ const (
 	EnvRetryCap           = "RECONCILE_RETRY_CAP"
 	EnvLogLevel           = "LOG_LEVEL"
 	// EnvWebhookSecretName names the Secrets Manager secret that holds
-	// the signing secret (whsec_…) of the Stripe webhook endpoint POST
-	// /webhooks/stripe; empty refuses every delivery.
+	// the signing secret (whsec_…) of POST /webhooks/stripe. Empty refuses
+	// every delivery.
 	EnvWebhookSecretName = "STRIPE_WEBHOOK_SECRET_NAME"
 	// EnvSecretsMaxAge is how long a function keeps a secret's value
-	// before it reads it again (a Go duration; secrets.DefaultMaxAge).
+	// before it reads it again. A Go duration; default
+	// secrets.DefaultMaxAge.
 	EnvSecretsMaxAge = "SECRETS_MAX_AGE"
 	// EnvTraceEndpoint is the OTLP/HTTP endpoint the functions export
-	// their spans to (the ADOT collector layer's); empty, tracing is off.
+	// their spans to (the ADOT collector layer's). Empty turns tracing off.
 	EnvTraceEndpoint = "OTEL_EXPORTER_OTLP_ENDPOINT"
 	// EnvChargeRequestsDLQURL is the charge-requests dead-letter queue,
 	// where the intake function sends malformed messages.
@@ -89,38 +90,38 @@ const (
 	// EnvLimitsTable is the limits table: the tenants' shared counts and
 	// the operators' overrides (package limit).
 	EnvLimitsTable = "LIMITS_TABLE"
-	// EnvTenantRate and EnvTenantConcurrency are the limits of a tenant
-	// without an override: requests a second, and requests at once.
+	// EnvTenantRate and EnvTenantConcurrency limit a tenant without an
+	// override: requests a second, and requests at once.
 	EnvTenantRate        = "TENANT_RATE_LIMIT"
 	EnvTenantConcurrency = "TENANT_CONCURRENCY_LIMIT"
 	// EnvLimitsMaxAge is how long the charge function keeps the
 	// overrides before it reads them again (a Go duration).
 	EnvLimitsMaxAge = "LIMITS_MAX_AGE"
-	// EnvAuditBucket is the audit trail's bucket, EnvAuditIndexTable its
-	// index, and EnvAuditIndexDays how many days the index finds a
-	// command's entries (package audit).
+	// EnvAuditBucket is the audit trail's bucket and EnvAuditIndexTable
+	// its index (package audit). EnvAuditIndexDays is how many days the
+	// index finds a command's entries.
 	EnvAuditBucket     = "AUDIT_BUCKET"
 	EnvAuditIndexTable = "AUDIT_INDEX_TABLE"
 	EnvAuditIndexDays  = "AUDIT_INDEX_DAYS"
 )
 
-// The providers PROVIDER names: our provider API (providersim locally),
-// the default, or Stripe, with the secret PROVIDER_SECRET_NAME names its
-// secret API key and PROVIDER_URL its API (https://api.stripe.com).
+// The providers PROVIDER names. The default is our provider API
+// (providersim locally). Stripe takes its secret API key from the secret
+// PROVIDER_SECRET_NAME names, and its API from PROVIDER_URL
+// (https://api.stripe.com).
 const (
 	ProviderSim    = "sim"
 	ProviderStripe = "stripe"
 )
 
-// DefaultReplayCache is how many settled answers the charge function keeps
-// for replays unless REPLAY_CACHE_ENTRIES says otherwise (about 1 KiB
-// each).
+// DefaultReplayCache is how many settled answers (about 1 KiB each) the
+// charge function keeps for replays. REPLAY_CACHE_ENTRIES overrides it.
 const DefaultReplayCache = 10_000
 
 // Getenv looks up one variable; os.Getenv is one.
 type Getenv func(string) string
 
-// env reads variables and collects every problem, so a misconfigured
+// env reads variables and collects every problem. So a misconfigured
 // function fails at start with all of them listed.
 type env struct {
 	get  Getenv
@@ -157,10 +158,10 @@ func (e *env) duration(name string, def time.Duration) time.Duration {
 // retention is IDEMPOTENCY_TTL, which every reader of it defaults alike.
 func (e *env) retention() time.Duration { return e.duration(EnvIdempotencyTTL, 24*time.Hour) }
 
-// indexRetention is AUDIT_INDEX_DAYS, likewise: the audit function files
-// the streams' entries for it, chargectl an operator's note. Both refuse
-// no days at all, and more than audit.MaxIndexRetention: the index would
-// outlive the archive.
+// indexRetention is AUDIT_INDEX_DAYS, likewise. The audit function files
+// the streams' entries for it, and chargectl an operator's note. Both
+// refuse zero days. Both refuse more than audit.MaxIndexRetention, as the
+// index would outlive the archive.
 func (e *env) indexRetention() time.Duration {
 	const day = 24 * time.Hour
 	v := e.get(EnvAuditIndexDays)
@@ -214,9 +215,9 @@ func (e *env) provider() string {
 }
 
 // providerURL is PROVIDER_URL. The provider's key travels in every
-// request, so it must be https. Plain http is for a local stack only: one
-// whose AWS endpoints name an emulator (make run, sam local, the RIE e2e).
-// A deployed stack names none.
+// request, so it must be https. Plain http is for a local stack only. A
+// local stack is one whose AWS endpoints name an emulator (make run, sam
+// local, the RIE e2e). A deployed stack names none.
 func (e *env) providerURL() string {
 	v := e.required(EnvProviderURL)
 	if v == "" {
@@ -308,26 +309,26 @@ type ChargeConfig struct {
 	Provider                                          string // PROVIDER: ProviderSim or ProviderStripe
 	ProviderURL, TenantClaim                          string
 	// ProviderSecretName names the secret holding the provider's API
-	// key; WebhookSecretName the one holding Stripe's webhook signing
-	// secret (empty: every delivery refused). SecretsMaxAge is how long
+	// key. WebhookSecretName names the one with Stripe's webhook signing
+	// secret; empty refuses every delivery. SecretsMaxAge is how long
 	// their values are kept.
 	ProviderSecretName, WebhookSecretName  string
 	SecretsMaxAge                          time.Duration
 	Retention, InflightWait, CommitReserve time.Duration
 	// ReplayCache is how many settled answers the function keeps in
-	// memory to replay without a DynamoDB call; 0 turns the cache off.
+	// memory, to replay without a DynamoDB call. 0 turns the cache off.
 	ReplayCache int
 	// MaxRefunds is how many refunds a charge may have; 0 is
 	// charge.DefaultMaxRefunds. No variable sets it: the limit is the
 	// API's (docs/contract.md), and only tests lower it.
 	MaxRefunds int
-	// SettleWindow is as the reconcile function's: a repeated capture
-	// or cancel settles a move left in flight with it.
+	// SettleWindow is the reconcile function's. A repeated capture or
+	// cancel settles a move left in flight with it.
 	SettleWindow time.Duration
 	// LimitsTable holds the tenants' shared counts and overrides. Limits
 	// are a tenant's without an override. LimitsMaxAge is how long the
-	// overrides are kept. LoadCharge requires the table; without one no
-	// tenant is limited and nothing is shed (tests of other behaviours).
+	// overrides are kept. LoadCharge requires the table. Without one no
+	// tenant is limited and nothing is shed, for tests of other behaviours.
 	LimitsTable  string
 	Limits       limit.Limits
 	LimitsMaxAge time.Duration
@@ -396,9 +397,9 @@ func LoadReconcile(get Getenv) (ReconcileConfig, error) {
 	return c, e.err()
 }
 
-// IntakeConfig is the intake function's configuration: the charge
-// function's, less what only HTTP needs, plus the dead-letter queue of
-// the charge-requests queue.
+// IntakeConfig is the intake function's configuration. It is the charge
+// function's, less what only HTTP needs. It adds the charge-requests
+// queue's dead-letter queue.
 type IntakeConfig struct {
 	Common
 	IdempotencyTable, ChargesTable, ReconcileQueueURL string
@@ -473,9 +474,9 @@ func LoadAudit(get Getenv) (AuditConfig, error) {
 }
 
 // AdminConfig is chargectl's configuration for the commands that use the
-// deployment's resources directly (admin, submit): named by the variables
-// the functions read, the reconcile dead-letter queue and the
-// charge-requests queue.
+// deployment's resources directly (admin, submit). It names them by the
+// variables the functions read. It also holds the reconcile dead-letter
+// queue and the charge-requests queue.
 type AdminConfig struct {
 	IdempotencyTable, ChargesTable, ReconcileQueueURL, ReconcileDLQURL string
 	ChargeRequestsQueueURL, LimitsTable                                string
@@ -487,9 +488,9 @@ type AdminConfig struct {
 	AuditBucket, AuditIndexTable string
 	IndexRetention               time.Duration
 	// Retention is the functions' IDEMPOTENCY_TTL, and Provider their
-	// PROVIDER: a command an operator settles deduplicates as long as one
-	// the functions settle, a released one no longer than the provider
-	// deduplicates its reference.
+	// PROVIDER. So a command an operator settles deduplicates as long as
+	// one the functions settle. A released one lasts no longer than the
+	// provider deduplicates its reference.
 	Retention time.Duration
 	Provider  string
 }
@@ -526,11 +527,11 @@ func Logger(level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
 }
 
-// Deps are what handlers are built from besides configuration; tests and
+// Deps are what handlers are built from besides configuration. Tests and
 // the local stack pass their own clock and provider HTTP client.
 type Deps struct {
 	Clients awsenv.Clients
-	// S3 is the audit function's client for its bucket; the other
+	// S3 is the audit function's client for its bucket. The other
 	// functions have none.
 	S3     *s3.Client
 	Clock  func() time.Time
@@ -552,7 +553,7 @@ type Deps struct {
 	inRegion func(*dynamostore.Options)
 }
 
-// traced is d with its AWS clients instrumented for d.Tracer: each
+// traced is d with its AWS clients instrumented for d.Tracer. Each
 // builder calls it once, so no client is instrumented twice.
 func (d Deps) traced() Deps {
 	if d.Tracer != nil {
@@ -602,10 +603,10 @@ func (d Deps) inRegions(r Regions) (Deps, error) {
 }
 
 // StoreOptions are the idempotency store's options for a deployment whose
-// provider promises g, for the functions and chargectl admin alike. A
+// provider promises g. The functions and chargectl admin share them. A
 // released command's key lives only while the provider deduplicates its
-// reference (less the margin): a retry after that is a new command with a
-// new reference, never a re-send the provider would charge again.
+// reference, less the margin. A retry after that is a new command with a
+// new reference. It is never a re-send the provider would charge again.
 func StoreOptions(retention time.Duration, g provider.Guarantees, clock func() time.Time) func(*dynamostore.Options) {
 	return func(o *dynamostore.Options) {
 		o.Retention, o.ReleaseRetention, o.Clock = retention, retention, clock
@@ -615,8 +616,8 @@ func StoreOptions(retention time.Duration, g provider.Guarantees, clock func() t
 	}
 }
 
-// Guarantees are what the provider kind promises, for a tool that settles
-// commands without calling it (chargectl admin).
+// Guarantees are what the provider kind promises. A tool that settles
+// commands without calling it (chargectl admin) needs them.
 func Guarantees(kind string) provider.Guarantees {
 	if kind == ProviderStripe {
 		return stripe.Promises
@@ -643,8 +644,8 @@ func (d Deps) secret(name string, maxAge time.Duration) *secrets.Secret {
 }
 
 // provider is the adapter sc names, on the API key the secret
-// sc.ProviderSecretName holds (package keyed): read when first needed,
-// not here, so that a function starts without Secrets Manager.
+// sc.ProviderSecretName holds (package keyed). The key is read when first
+// needed, not here. So a function starts without Secrets Manager.
 func (d Deps) provider(sc service) (charge.Provider, error) {
 	switch sc.ProviderKind {
 	case ProviderStripe:
@@ -759,12 +760,12 @@ func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handle
 }
 
 // StripeWebhook verifies Stripe's webhook deliveries with the endpoint's
-// signing secret, read from Secrets Manager, and reads each into the
-// notification the charge service settles: the command from the
-// PaymentIntent's metadata (zero if it names none), its reference and
-// outcome. A Stripe-Signature no secret verifies is refused before the
+// signing secret, read from Secrets Manager. It reads each into the
+// notification the charge service settles. That holds the command from
+// the PaymentIntent's metadata (zero if it names none), the reference and
+// the outcome. A Stripe-Signature no secret verifies is refused before the
 // secret is read. A secret that cannot be read fails the delivery with
-// httpapi.ErrVerifierUnavailable: Stripe delivers it again.
+// httpapi.ErrVerifierUnavailable, so Stripe delivers it again.
 func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 	return func(ctx context.Context, payload []byte, signature string) (charge.Notification, error) {
 		if err := stripe.CheckSignature(signature, 0); err != nil {
@@ -786,9 +787,9 @@ func StripeWebhook(secret *secrets.Secret) httpapi.WebhookVerifier {
 	}
 }
 
-// IntakeHandler builds the intake function's SQS handler: the charge
-// function's service (its answers are the ones an HTTP retry replays),
-// and the charge-requests dead-letter queue.
+// IntakeHandler builds the intake function's SQS handler. It uses the
+// charge function's service, whose answers an HTTP retry replays. It also
+// uses the charge-requests dead-letter queue.
 func IntakeHandler(c IntakeConfig, d Deps) (*intake.Handler, error) {
 	d, err := d.traced().inRegions(c.Regions)
 	if err != nil {
@@ -831,8 +832,9 @@ func reconcileService(c ReconcileConfig, d Deps) (*charge.Service, error) {
 	})
 }
 
-// settleWindow declares the sim provider's settle window (zero: its
-// default), the same in every function that settles a command or a move.
+// settleWindow declares the sim provider's settle window; zero is its
+// default. It is the same in every function that settles a command or a
+// move.
 func settleWindow(d time.Duration) []func(*provider.Options) {
 	return []func(*provider.Options){provider.WithGuarantees(provider.Guarantees{SettleWindow: cmp.Or(d, provider.DefaultSettleWindow)})}
 }

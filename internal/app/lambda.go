@@ -15,9 +15,9 @@ import (
 	"github.com/chargeonce/chargeonce/internal/tracing"
 )
 
-// fromEnv is what every Lambda main does before lambda.Start: read the
-// configuration, build the AWS clients once, start tracing if the
-// configuration names an endpoint, and build the handler.
+// fromEnv is what every Lambda main does before lambda.Start. It reads
+// the configuration and builds the AWS clients once. It starts tracing if
+// the configuration names an endpoint. Then it builds the handler.
 func fromEnv[C interface{ common() Common }, H any](ctx context.Context, get Getenv, function string, load func(Getenv) (C, error), build func(C, Deps) (H, error)) (H, error) {
 	var zero H
 	c, err := load(get)
@@ -66,8 +66,8 @@ func AuditFromEnv(ctx context.Context, get Getenv) (*audit.Handler, error) {
 	})
 }
 
-// FunctionAudit names the audit function in its spans; it emits no
-// metrics of its own (Lambda's Errors and IteratorAge are its alarms).
+// FunctionAudit names the audit function in its spans. It emits no
+// metrics of its own: Lambda's Errors and IteratorAge are its alarms.
 const FunctionAudit = "audit"
 
 // Fatal logs a function's start-up error and exits; Lambda reports it as an

@@ -12,15 +12,16 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
-// SweeperHandler builds the sweeper function's handler: the stuck-lease
-// index of the idempotency table joined with the charges table's index of
-// captures and cancels in flight, and a sender to the reconcile queue.
+// SweeperHandler builds the sweeper function's handler. It reads the
+// idempotency table's stuck-lease index, joined with the charges table's
+// index of captures and cancels in flight. It sends to the reconcile
+// queue.
 func SweeperHandler(c SweeperConfig, d Deps) (*sweeper.Sweeper, error) {
 	d, err := d.traced().inRegions(c.Regions)
 	if err != nil {
 		return nil, err
 	}
-	// Retention plays no part in reading the index: the defaults serve.
+	// Retention plays no part in reading the index. The defaults serve.
 	store, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
 	if err != nil {
 		return nil, err
@@ -64,8 +65,8 @@ func ReconcileHandler(c ReconcileConfig, d Deps) (*reconcile.Handler, error) {
 	})
 }
 
-// sender is a sender to the reconcile queue at url that marks each key's
-// record in the two tables before it sends.
+// sender sends to the reconcile queue at url. It marks each key's record
+// in the two tables before it sends.
 func (d Deps) sender(url, idempotencyTable, chargesTable string) (*queue.Sender, error) {
 	marks, err := d.marks(idempotencyTable, chargesTable)
 	if err != nil {
@@ -103,14 +104,14 @@ func (d Deps) marking(marks queue.Marker) func(*queue.SenderOptions) {
 	return func(o *queue.SenderOptions) { o.Marks, o.Clock, o.Logger = marks, d.Clock, d.Logger }
 }
 
-// AuditHandler builds the audit function's handler: the streams of both
-// tables, written to the trail's bucket (d.S3) and index.
+// AuditHandler builds the audit function's handler. It writes the streams
+// of both tables to the trail's bucket (d.S3) and index.
 func AuditHandler(c AuditConfig, d Deps) (*audit.Handler, error) {
 	if d.S3 == nil {
 		return nil, errors.New("app: the audit function needs an S3 client")
 	}
 	d = d.traced()
-	// The store decodes the records' items: its options play no part.
+	// The store decodes the records' items. Its options play no part.
 	records, err := d.store(c.IdempotencyTable, 0, provider.Guarantees{})
 	if err != nil {
 		return nil, err

@@ -405,9 +405,7 @@ func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
 	if _, err := h.store.Get(t.Context(), mustKey(t, "acme", key)); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("record after the key could not be read: %v, want none", err)
 	}
-	if charges, calls := h.ledger(t); charges != 0 || calls != 0 {
-		t.Fatalf("provider charges %d, calls %d; want none", charges, calls)
-	}
+	h.wantLedger(t, 0, 0)
 	if !strings.Contains(h.logs.String(), `"error_class":"provider_not_ready"`) {
 		t.Errorf("the 500 is not logged as provider_not_ready:\n%s", h.logs.String())
 	}
@@ -418,7 +416,5 @@ func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
 	testkit.CreateSecret(t, name, simKey)
 	clock.Advance(30 * time.Second) // the failed read is remembered until then
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }

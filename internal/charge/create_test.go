@@ -50,9 +50,7 @@ func TestSameKeyTwiceChargesOnceAndReplays(t *testing.T) {
 	if again.Headers["Idempotent-Replayed"] != "true" || again.Headers["Location"] != first.Headers["Location"] || again.Headers["Idempotency-Expires"] != first.Headers["Idempotency-Expires"] {
 		t.Fatalf("replay headers %v, first %v", again.Headers, first.Headers)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 	var c struct{ ID string }
 	_ = json.Unmarshal([]byte(first.Body), &c)
 	got := h.do(get("acme", c.ID))
@@ -103,9 +101,7 @@ func TestConcurrentSameKeyChargesOnce(t *testing.T) {
 			t.Fatalf("a replay differs from the original: %s vs %s", r.Body, body)
 		}
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }
 
 func TestInFlightWaitsThenReplays(t *testing.T) {
@@ -138,9 +134,7 @@ func TestInFlightWaitsThenReplays(t *testing.T) {
 	default:
 		t.Fatalf("retry while in flight: %d %s", second.StatusCode, second.Body)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }
 
 func TestTwoKeysSameBodyChargeTwice(t *testing.T) {
@@ -172,9 +166,7 @@ func TestSameKeyOtherBodyIsRejected(t *testing.T) {
 	if problemType(t, other) != "idempotency-key-reused" || strings.Contains(other.Body, `"id"`) {
 		t.Fatalf("mismatch answered %s", other.Body)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d after a mismatch", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 	again := h.do(post("acme", key, visa)) // the original is untouched
 	if again.Body != first.Body {
 		t.Fatalf("original changed after a mismatch: %s", again.Body)
@@ -210,9 +202,7 @@ func TestWholeAmountWrittenAnyWayIsOneRequest(t *testing.T) {
 		!strings.Contains(fraction.Body, "amount: must be a whole number") {
 		t.Fatalf("a fraction: %d %s", fraction.StatusCode, fraction.Body)
 	}
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d; want 1 and 1", charges, calls)
-	}
+	h.wantLedger(t, 1, 1)
 }
 
 // TestEmptyDescriptionIsTheSameRequest: "description":"" and no
@@ -236,80 +226,68 @@ func TestEmptyDescriptionIsTheSameRequest(t *testing.T) {
 			t.Fatalf("%s after %s: %v %s, want the replay of %s", order[1], order[0], again.Headers, again.Body, first.Body)
 		}
 	}
-	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
-		t.Fatalf("provider charges %d, calls %d; want 2 and 2", charges, calls)
-	}
+	h.wantLedger(t, 2, 2)
 }
 
-func TestDeclineIsStoredAndReplayed(t *testing.T) {
+// TestFailedChargeRecordsWhatTheProviderProved: a decline is final and
+// replayed. An unavailable provider proved nothing was charged, so the key
+// is released and a retry charges. A lost answer proved nothing, so the
+// key stays in flight and is queued for the reconciler. Each key keeps its
+// request: another body under it is refused.
+func TestFailedChargeRecordsWhatTheProviderProved(t *testing.T) {
 	t.Parallel()
-	h := newHarness(t)
-	key := newKey()
-	body := strings.Replace(visa, "tok_visa", "tok_decline", 1)
-	first := h.do(post("acme", key, body))
-	wantStatus(t, first, http.StatusPaymentRequired)
-	if problemType(t, first) != "card-declined" {
-		t.Fatalf("decline answered %s", first.Body)
+	for _, tc := range []struct {
+		name, source, problem string
+		status                int
+		headers               []string // what the first answer must carry
+		record                idem.Status
+		retry                 int  // a retry's status
+		replayed              bool // the retry is the first answer again
+		results, calls        int  // the provider's, after the retry
+		queued                int  // reconcile messages
+	}{
+		{name: "a decline is stored and replayed", source: "tok_decline", problem: "card-declined",
+			status: http.StatusPaymentRequired, record: idem.StatusFailedPermanent,
+			retry: http.StatusPaymentRequired, replayed: true, results: 1, calls: 1},
+		{name: "unavailable releases, then a retry charges once", source: "tok_unavailable_once", problem: "provider-unavailable",
+			status: http.StatusServiceUnavailable, headers: []string{"Retry-After"}, record: idem.StatusReleased,
+			retry: http.StatusCreated, results: 1, calls: 2},
+		{name: "ambiguous stays in flight and queues reconcile", source: "tok_timeout_once", problem: "outcome-pending",
+			status: http.StatusServiceUnavailable, headers: []string{"Retry-After", "Idempotency-Expires"}, record: idem.StatusInFlight,
+			retry: http.StatusConflict, results: 1, calls: 1, queued: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, func(c *app.ChargeConfig) { c.InflightWait = 0 }) // a retry in flight answers at once
+			key := newKey()
+			body := strings.Replace(visa, "tok_visa", tc.source, 1)
+			first := h.do(post("acme", key, body))
+			wantStatus(t, first, tc.status)
+			if problemType(t, first) != tc.problem {
+				t.Fatalf("answered %s, want %s", first.Body, tc.problem)
+			}
+			for _, name := range tc.headers {
+				if first.Headers[name] == "" {
+					t.Fatalf("answered without %s: %v", name, first.Headers)
+				}
+			}
+			if rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key)); err != nil || rec.Status != tc.record {
+				t.Fatalf("record %+v, %v; want %s", rec, err, tc.record)
+			}
+			wantStatus(t, h.do(post("acme", key, strings.Replace(body, "1500", "9900", 1))), http.StatusUnprocessableEntity)
+			retry := h.do(post("acme", key, body))
+			wantStatus(t, retry, tc.retry)
+			if tc.replayed && (retry.Body != first.Body || retry.Headers[httpapi.HeaderReplayed] != "true") {
+				t.Fatalf("retry %v %s, want the replay of %s", retry.Headers, retry.Body, first.Body)
+			}
+			h.wantLedger(t, tc.results, tc.calls)
+			// A reconcile message is delayed until the lease runs out; SQS
+			// counts it as delayed until then.
+			if n := h.queued(t); n != tc.queued {
+				t.Fatalf("%d reconcile messages, want %d\n%s", n, tc.queued, h.logs)
+			}
+		})
 	}
-	again := h.do(post("acme", key, body))
-	wantStatus(t, again, http.StatusPaymentRequired)
-	if again.Body != first.Body || again.Headers["Idempotent-Replayed"] != "true" {
-		t.Fatalf("decline replay %v %s", again.Headers, again.Body)
-	}
-	if _, calls := h.ledger(t); calls != 1 {
-		t.Fatalf("provider called %d times for a declined card, want 1", calls)
-	}
-	rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key))
-	if err != nil || rec.Status != idem.StatusFailedPermanent {
-		t.Fatalf("record %+v %v", rec, err)
-	}
-}
-
-func TestUnavailableReleasesThenRetryChargesOnce(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t)
-	key := newKey()
-	body := strings.Replace(visa, "tok_visa", "tok_unavailable_once", 1)
-	first := h.do(post("acme", key, body))
-	wantStatus(t, first, http.StatusServiceUnavailable)
-	if problemType(t, first) != "provider-unavailable" || first.Headers["Retry-After"] == "" {
-		t.Fatalf("unavailable answered %v %s", first.Headers, first.Body)
-	}
-	if rec, err := h.store.Get(t.Context(), mustKey(t, "acme", key)); err != nil || rec.Status != idem.StatusReleased {
-		t.Fatalf("record after unavailable: want released, got %+v, %v", rec, err)
-	}
-	other := h.do(post("acme", key, strings.Replace(body, "1500", "9900", 1)))
-	wantStatus(t, other, http.StatusUnprocessableEntity) // the released key keeps its request
-	retry := h.do(post("acme", key, body))
-	wantStatus(t, retry, http.StatusCreated)
-	if charges, _ := h.ledger(t); charges != 1 {
-		t.Fatalf("provider charges %d, want 1", charges)
-	}
-}
-
-func TestAmbiguousStaysInFlightAndQueuesReconcile(t *testing.T) {
-	t.Parallel()
-	h := newHarness(t, func(c *app.ChargeConfig) { c.InflightWait = 0 })
-	key := newKey()
-	body := strings.Replace(visa, "tok_visa", "tok_timeout_once", 1)
-	first := h.do(post("acme", key, body))
-	wantStatus(t, first, http.StatusServiceUnavailable)
-	if problemType(t, first) != "outcome-pending" || first.Headers["Retry-After"] == "" || first.Headers["Idempotency-Expires"] == "" {
-		t.Fatalf("ambiguous answered %v %s", first.Headers, first.Body)
-	}
-	k := mustKey(t, "acme", key)
-	rec, err := h.store.Get(t.Context(), k)
-	if err != nil || rec.Status != idem.StatusInFlight {
-		t.Fatalf("record after ambiguous outcome: %+v %v", rec, err)
-	}
-	retry := h.do(post("acme", key, body))
-	wantStatus(t, retry, http.StatusConflict)
-	if charges, calls := h.ledger(t); charges != 1 || calls != 1 {
-		t.Fatalf("provider charges %d, calls %d", charges, calls)
-	}
-	// The reconcile message is delayed until the lease runs out; SQS shows
-	// it as delayed until then.
-	h.wantOneQueued(t)
 }
 
 // TestLambdaAuthorizerTenant hands the handler the context a Lambda
@@ -732,9 +710,7 @@ func TestKeyReusedAfterRetentionIsANewIntent(t *testing.T) {
 	if secondID == firstID || amount != 9900 || second.Headers[httpapi.HeaderReplayed] != "" {
 		t.Fatalf("the new intent answered %v %s (the first was %s)", second.Headers, second.Body, firstID)
 	}
-	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
-		t.Fatalf("provider charges %d, calls %d; want 2 and 2", charges, calls)
-	}
+	h.wantLedger(t, 2, 2)
 	replay := h.do(post("acme", key, reused))
 	if replay.Body != second.Body || replay.Headers[httpapi.HeaderReplayed] != "true" {
 		t.Fatalf("retry of the new intent: %v %s", replay.Headers, replay.Body)
@@ -759,9 +735,7 @@ func TestDeclinedKeyReusedAfterRetentionTriesTheNewCard(t *testing.T) {
 	wantStatus(t, declined, http.StatusPaymentRequired)
 	h.pastRetention()
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
-	if charges, calls := h.ledger(t); charges != 2 || calls != 2 {
-		t.Fatalf("provider results %d, calls %d; want the decline and the new charge", charges, calls)
-	}
+	h.wantLedger(t, 2, 2)
 }
 
 // TestChargeRowCollisionIsSettled: a charge row already under the

@@ -167,6 +167,15 @@ func (h *harness) ledger(t *testing.T) (charges, calls int) {
 	return l.TotalCharges, l.TotalCalls
 }
 
+// wantLedger checks the provider's stored results (a decline is one) and
+// the charge requests it received.
+func (h *harness) wantLedger(t *testing.T, results, calls int) {
+	t.Helper()
+	if r, c := h.ledger(t); r != results || c != calls {
+		t.Fatalf("provider results %d, calls %d; want %d and %d", r, c, results, calls)
+	}
+}
+
 func mustKey(t *testing.T, tenant, client string) idem.Key {
 	t.Helper()
 	k, err := idem.NewKey(tenant, charge.ChargeOperation, client)
@@ -813,6 +822,19 @@ const (
 // faultOn sets fault on the provider's POSTs to paths ending in suffix;
 // an empty fault clears it.
 func (r *refundRig) faultOn(suffix, fault string) { r.fault.Store(&pathFault{suffix, fault}) }
+
+// lostMove sends verb (capture or cancel) with body on acme's charge id
+// while fault hits the provider's call. The move is left unsettled, so it
+// must answer 503 outcome-pending. The fault is cleared after.
+func (r *refundRig) lostMove(t *testing.T, id, verb, body, fault string) {
+	t.Helper()
+	r.faultOn("/"+verb, fault)
+	defer r.faultOn("", "")
+	resp := r.do(postMove("acme", id, verb, body))
+	if resp.StatusCode != http.StatusServiceUnavailable || problemType(t, resp) != httpapi.ProblemOutcomePending.Slug {
+		t.Fatalf("%s behind %s: %d %s, want 503 outcome-pending", verb, fault, resp.StatusCode, resp.Body)
+	}
+}
 
 func newRefundRig(t *testing.T, tune ...func(*app.ChargeConfig)) *refundRig {
 	t.Helper()

@@ -214,12 +214,7 @@ func TestLostCaptureIsSettledFromTheProvidersState(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t)
 	id := h.authorized(t, "acme", 1000)
-	h.faultOn("/capture", providersimTimeout)
-	lost := h.do(postMove("acme", id, "capture", ""))
-	if lost.StatusCode != http.StatusServiceUnavailable || problemType(t, lost) != "outcome-pending" {
-		t.Fatalf("lost capture: %d %s", lost.StatusCode, lost.Body)
-	}
-	h.faultOn("", "")
+	h.lostMove(t, id, "capture", "", providersimTimeout)
 	if st, _ := chargeStatus(t, h.do(get("acme", id))); st != charge.StatusCapturing {
 		t.Fatalf("charge after a lost capture reads %s, want capturing", st)
 	}
@@ -245,9 +240,7 @@ func TestCaptureThatNeverLandedIsRevertedOnlyAfterTheSettleWindow(t *testing.T) 
 	t.Parallel()
 	h := newRefundRig(t)
 	id := h.authorized(t, "acme", 1000)
-	h.faultOn("/capture", edge502)
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
-	h.faultOn("", "")
+	h.lostMove(t, id, "capture", "", edge502)
 	key, _ := idem.NewKey("acme", charge.TransitionOperation, id)
 	h.clock.Advance(time.Minute)
 	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeNotSettled {
@@ -299,9 +292,7 @@ func TestNotificationsSettleMoves(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t)
 	capturing := h.authorized(t, "acme", 1000)
-	h.faultOn("/capture", providersimTimeout)
-	wantStatus(t, h.do(postMove("acme", capturing, "capture", `{"amount":400}`)), http.StatusServiceUnavailable)
-	h.faultOn("", "")
+	h.lostMove(t, capturing, "capture", `{"amount":400}`, providersimTimeout)
 	expired := h.authorized(t, "acme", 1000)
 	for i, tc := range []struct {
 		id  string
@@ -348,9 +339,7 @@ func TestMoveRetryWhileTheProviderIsDownAnswers(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t)
 	id := h.authorized(t, "acme", 1000)
-	h.faultOn("/capture", providersimTimeout)
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
-	h.faultOn("", "")
+	h.lostMove(t, id, "capture", "", providersimTimeout)
 	h.clock.Advance(time.Minute) // past the attempt deadline
 	h.sim.SetDown(true)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a function's deadline
@@ -501,9 +490,7 @@ func TestCaptureWaitIsBoundedWhileStateFails(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t)
 	id := h.authorized(t, "acme", 1000)
-	h.faultOn("/capture", providersimTimeout)
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
-	h.faultOn("", "")
+	h.lostMove(t, id, "capture", "", providersimTimeout)
 	h.clock.Advance(time.Minute) // the move's deadline has passed
 	h.sim.SetDown(true)          // its state cannot be read for now
 	// Time passes for the service as the repeat waits.
@@ -541,9 +528,7 @@ func TestUnmadeCaptureIsEventuallyReverted(t *testing.T) {
 	t.Parallel()
 	h := newRefundRig(t) // the reconciler's SettleWindow: 2 minutes
 	id := h.authorized(t, "acme", 1000)
-	h.faultOn("/capture", edge502)
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
-	h.faultOn("", "")
+	h.lostMove(t, id, "capture", "", edge502)
 	rows := h.rows(t)
 	var outcomes []charge.Outcome
 	for range 60 { // an hour of sweeps, one a minute

@@ -30,9 +30,7 @@ func TestSweeperFindsAMoveLeftUnsettled(t *testing.T) {
 	id := h.authorized(t, "acme", 1000)
 	settled := h.authorized(t, "acme", 1000)
 	wantStatus(t, h.do(postMove("acme", settled, "cancel", "")), http.StatusOK)
-	h.faultOn("/capture", providersimTimeout)
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
-	h.faultOn("", "")
+	h.lostMove(t, id, "capture", "", providersimTimeout)
 	rows := h.rows(t)
 	stuck := func(at time.Time) []string {
 		var keys []string
@@ -82,16 +80,14 @@ func TestAnEndedMoveTakesItsQueueMarkWithIt(t *testing.T) {
 		}
 		return until
 	}
-	h.faultOn("/capture", edge502)
 	asked := h.clock.Now()
-	wantStatus(t, h.do(postMove("acme", id, "capture", "")), http.StatusServiceUnavailable)
+	h.lostMove(t, id, "capture", "", edge502)
 	capture := marked()
 	// Due at the move's deadline: a capture made settles then, not after
 	// the provider's settle window.
 	if due := time.UnixMilli(capture).Add(-queue.MarkHold); capture == 0 || due.After(asked.Add(time.Minute)) {
 		t.Fatalf("the lost capture's message is due at %s, want by its deadline (asked at %s)", due, asked)
 	}
-	h.faultOn("", "")
 	h.clock.Advance(10 * time.Minute)
 	if out, err := h.recon.Reconcile(t.Context(), key); err != nil || out != charge.OutcomeReleased {
 		t.Fatalf("reconcile after the settle window: %s, %v", out, err)
@@ -99,8 +95,7 @@ func TestAnEndedMoveTakesItsQueueMarkWithIt(t *testing.T) {
 	if until := marked(); until != 0 {
 		t.Fatalf("the released capture's mark stays until %s", time.UnixMilli(until))
 	}
-	h.faultOn("/cancel", edge502)
-	wantStatus(t, h.do(postMove("acme", id, "cancel", "")), http.StatusServiceUnavailable)
+	h.lostMove(t, id, "cancel", "", edge502)
 	if until := marked(); until <= capture {
 		t.Fatalf("the lost cancel's mark is %d, want one of its own after %d", until, capture)
 	}

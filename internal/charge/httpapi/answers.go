@@ -79,8 +79,8 @@ func refundListBody(l charge.RefundList) []byte {
 }
 
 // Answers are the answers the service stores, rendered as the API sends
-// them: built the same way by the handler and by the reconciler, so a
-// retry replays the same bytes whoever settled the command.
+// them. The handler and the reconciler build them the same way. So a
+// retry replays the same bytes, whoever settled the command.
 type Answers struct{}
 
 var _ charge.Answers = Answers{}

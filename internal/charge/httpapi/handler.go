@@ -39,7 +39,7 @@ const (
 )
 
 // moveOperations are the Operation dimension of the routes that set a
-// state: they have no key to name it.
+// state. They have no key to name it.
 var moveOperations = map[string]metrics.Operation{RouteCapture: metrics.OperationCapture, RouteCancel: metrics.OperationCancel}
 
 // keyedOperations are the Operation dimension of the keyed routes. A
@@ -95,30 +95,30 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock returns the current time, for Retry-After. Default time.Now.
 	Clock func() time.Time
-	// Metrics receives each request's metrics, one embedded-metric-format
-	// line per request. Default os.Stdout, where Lambda hands them to
-	// CloudWatch.
+	// Metrics receives one embedded-metric-format line per request.
+	// Default os.Stdout, where Lambda hands them to CloudWatch.
 	Metrics io.Writer
-	// Webhook verifies the deliveries to RouteWebhook. Default: none is
-	// configured, and every delivery is refused (400).
+	// Webhook verifies the deliveries to RouteWebhook. By default there is
+	// none, and every delivery is refused (400).
 	Webhook WebhookVerifier
-	// Tracer records each request as a span, its route, status and
-	// outcome; nil traces nothing.
+	// Tracer records each request as a span: route, status and outcome.
+	// Nil traces nothing.
 	Tracer *tracing.Tracer
-	// Fence answers a tenant another Region serves before its limits
-	// count the request. Nil in one Region: every tenant is served.
+	// Fence answers a tenant another Region serves, before its limits
+	// count the request. It is nil in one Region, which serves every
+	// tenant.
 	Fence Fence
 	// Limiter holds each tenant to its limits before its request does
-	// anything; nil holds none (tests of other behaviours).
+	// anything. Nil holds none, for tests of other behaviours.
 	Limiter *limit.Limiter
 	// Shedder sheds the requests that can wait while the store is
-	// throttled; nil sheds none.
+	// throttled. Nil sheds none.
 	Shedder *limit.Shedder
 }
 
 // Handler serves the charge API as API Gateway HTTP API (payload 2.0)
-// events. Client errors are responses, never Go errors: the Lambda
-// invocation only fails if the handler itself is broken.
+// events. Client errors are responses, never Go errors. The Lambda
+// invocation fails only if the handler itself is broken.
 type Handler struct {
 	svc     Service
 	opt     Options
@@ -210,15 +210,15 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	default:
 		res = charge.Result{Outcome: charge.OutcomeNotFound}
 	}
-	// A request refused so far was refused before the service was asked:
-	// it did nothing. The service refuses input only once it has read the
+	// A request refused so far was refused before the service was asked.
+	// It did nothing. The service refuses input only once it has read the
 	// store, so that refusal counts.
 	asked := refused == nil
 	if r, _ := invalidInput(err); r != nil {
 		refused, err = r, nil
 	}
 	if err != nil {
-		// The cause is logged by class, never sent: 5xx bodies reveal nothing.
+		// The cause is logged by class, never sent. 5xx bodies reveal nothing.
 		attrs = append(attrs, slog.String("error_class", charge.ErrorClass(err)))
 		res = charge.Result{Outcome: charge.OutcomeError}
 	}
@@ -266,9 +266,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	return resp, nil
 }
 
-// traced sets the request's span attributes: the route if it is one of
-// the API's (any other path could carry anything), the outcome, the
-// status, and the class of a failure.
+// traced sets the request's span attributes. They are the outcome, the
+// status, the class of a failure, and the route if it is the API's. Any
+// other path could carry anything.
 func (h *Handler) traced(span trace.Span, route, outcome string, status int, err error) {
 	if slices.Contains(Routes, route) {
 		tracing.String(span, tracing.AttrRoute, route)
@@ -282,8 +282,8 @@ func (h *Handler) traced(span trace.Span, route, outcome string, status int, err
 
 func ref(r idem.Response) *idem.Response { return &r }
 
-// elsewhere answers a request whose tenant this Region does not serve,
-// before the tenant's limits: it costs them nothing here.
+// elsewhere answers a request whose tenant this Region does not serve.
+// It comes before the tenant's limits, so it costs them nothing here.
 func (h *Handler) elsewhere(ctx context.Context, tenant string) (charge.Result, bool) {
 	if h.opt.Fence == nil {
 		return charge.Result{}, false
@@ -292,11 +292,11 @@ func (h *Handler) elsewhere(ctx context.Context, tenant string) (charge.Result, 
 	return res, !here
 }
 
-// admit sheds a deferrable request while the store is throttled,
-// then holds it to its tenant's limits. Either refusal comes before the
-// request does anything: it stores nothing and charges nothing. A shed
-// request does not count against its tenant. A refusal says why: the
-// limit reached, or "shed".
+// admit sheds a deferrable request while the store is throttled, then
+// holds it to its tenant's limits. Either refusal comes before the request
+// does anything, so it stores and charges nothing. A shed request does not
+// count against its tenant. A refusal says why: the limit reached, or
+// "shed".
 func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Response, *limit.Ticket, metrics.Outcome, string) {
 	now := h.opt.Clock()
 	if h.opt.Shedder != nil && slices.Contains(Deferrable, route) {
@@ -315,10 +315,10 @@ func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Respon
 }
 
 // counted reports whether a request the service answered stays counted
-// against its tenant's rate: those that did new work. An answer about a
-// key that exists is cheap: a replay, one in progress, one reused with
-// another body. So a retry storm on one key leaves the tenant's rate to
-// its other requests.
+// against its tenant's rate. Only those that did new work do. An answer
+// about a key that exists is cheap. It is a replay, one in progress, or
+// one reused with another body. So a retry storm on one key leaves the
+// tenant's rate to its other requests.
 func counted(res charge.Result) bool {
 	if res.Replayed {
 		return false
@@ -338,9 +338,9 @@ func keyHash(key idem.Key) string {
 	return key.LogHash()
 }
 
-// requestBody is req's body, decoded if API Gateway base64-encoded it, or
-// the problem that answers a body that does not decode (400) or is longer
-// than limit bytes (413, with tooLarge as its detail).
+// requestBody is req's body, decoded if API Gateway base64-encoded it.
+// A body that does not decode gets a 400 problem. One longer than limit
+// bytes gets a 413, with tooLarge as its detail.
 func requestBody(req events.APIGatewayV2HTTPRequest, limit int, tooLarge string) ([]byte, *idem.Response) {
 	body := []byte(req.Body)
 	if req.IsBase64Encoded {
@@ -355,10 +355,10 @@ func requestBody(req events.APIGatewayV2HTTPRequest, limit int, tooLarge string)
 	return body, nil
 }
 
-// tenant reads the caller's tenant from the authorizer context: a JWT
-// authorizer's claims, or the context a Lambda (REQUEST) authorizer
-// returned, under the same name. A context value that is not a string
-// names no tenant.
+// tenant reads the caller's tenant from the authorizer context. That is
+// a JWT authorizer's claims, or what a Lambda (REQUEST) authorizer
+// returned. Both use the same name, TenantClaim. A value that is not a
+// string names no tenant.
 func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 	a := req.RequestContext.Authorizer
 	if a == nil {
@@ -377,8 +377,9 @@ func (h *Handler) tenant(req events.APIGatewayV2HTTPRequest) (string, bool) {
 	return t, true
 }
 
-// routeOf is req's route key: API Gateway's, or for a $default route the
-// route its method and path match, whose path parameters it then sets.
+// routeOf is req's route key, as API Gateway names it. For a $default
+// route it is the route that method and path match. It then sets that
+// route's path parameters.
 func routeOf(req *events.APIGatewayV2HTTPRequest) string {
 	if req.RouteKey != "" && req.RouteKey != "$default" {
 		return req.RouteKey
@@ -435,9 +436,9 @@ func (h *Handler) refund(ctx context.Context, tenant string, req events.APIGatew
 	return keyed(ctx, tenant, req, charge.RefundOperation, parse, run)
 }
 
-// move validates a capture or a cancel, which set a state: they need no
+// move validates a capture or a cancel, which set a state. They need no
 // Idempotency-Key, and one sent is ignored. Setting a state twice sets it
-// once; the charge's row is the record. A capture's body is optional.
+// once: the charge's row is the record. A capture's body is optional.
 func (h *Handler) move(ctx context.Context, tenant, route string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
 	mt, _, err := mime.ParseMediaType(header(req, "Content-Type"))
 	if (err != nil || mt != ContentTypeJSON) && req.Body != "" {
@@ -449,7 +450,7 @@ func (h *Handler) move(ctx context.Context, tenant, route string, req events.API
 	}
 	id := req.PathParameters["id"]
 	if route == RouteCancel {
-		// A cancel takes no body: one sent is not read.
+		// A cancel takes no body. One sent is not read.
 		res, err := h.svc.Cancel(ctx, tenant, id)
 		return res, nil, err
 	}
@@ -463,8 +464,8 @@ func (h *Handler) move(ctx context.Context, tenant, route string, req events.API
 }
 
 // listRefunds reads the page of a charge's refunds that the query asks
-// for. A query refused is a 400; so is a starting_after that names no
-// refund of the charge, which the service finds.
+// for. A query refused is a 400. So is a starting_after that names no
+// refund of the charge; the service finds that.
 func (h *Handler) listRefunds(ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
 	p, err := charge.ParsePage(req.QueryStringParameters)
 	if err != nil {
@@ -476,8 +477,8 @@ func (h *Handler) listRefunds(ctx context.Context, tenant string, req events.API
 }
 
 // keyed validates what every POST that appends shares, before anything is
-// stored: the media type, the body's size and the Idempotency-Key, scoped
-// to operation. parse reads the body, whose errors are answered here, and
+// stored. That is the media type, the body's size and the Idempotency-Key,
+// scoped to operation. parse reads the body; its errors are answered here.
 // run asks the service. The key is returned once it is valid (zero before).
 func keyed[R any](ctx context.Context, tenant string, req events.APIGatewayV2HTTPRequest, operation string,
 	parse func(body []byte) (R, idem.Fingerprint, error),
@@ -512,9 +513,9 @@ func keyed[R any](ctx context.Context, tenant string, req events.APIGatewayV2HTT
 	return res, nil, key, err
 }
 
-// invalidInput answers err with a 400 if it refuses a body or a field;
-// any other error is returned as it is. errors.AsType, not As: no target
-// variable escapes on the way that succeeds.
+// invalidInput answers err with a 400 if it refuses a body or a field.
+// Any other error is returned as it is. errors.AsType, not As, so no
+// target variable escapes on the way that succeeds.
 func invalidInput(err error) (*idem.Response, error) {
 	if be, ok := errors.AsType[*charge.BodyError](err); ok {
 		return ref(problem(ProblemInvalidRequest, be.Reason)), nil

@@ -104,7 +104,8 @@ func retryAfter(now, until time.Time) int {
 
 // answer is the one place an outcome becomes an HTTP answer: its status,
 // problem and headers. done is what the request does, as "charged" or
-// "refunded", for what a refusal proves was not done; empty for a read.
+// "refunded". A refusal names it as what was not done. It is empty for a
+// read.
 func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HTTPResponse {
 	// A capture or a cancel has no key: repeating the request is enough.
 	again := "retry with the same key"
@@ -140,8 +141,9 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	case charge.OutcomeUnavailable:
 		resp = withRetryAfter(problem(ProblemUnavailable, "The card provider is unavailable. Nothing was "+done+"; "+again+"."), 2)
 	case charge.OutcomeBusy:
-		// A throttled claim proves only that this request wrote nothing: an
-		// earlier one with the key may have charged, so no "nothing was charged".
+		// A throttled claim proves only that this request wrote nothing. An
+		// earlier one with the key may have charged. So it never says
+		// "nothing was charged".
 		detail := "The service is busy: this request was not carried out. Retry it."
 		if done != "" {
 			detail = "The service is busy: this request was not carried out. " + upper(again) + ": if an earlier one " + done + ", the retry gets that answer."
@@ -169,8 +171,9 @@ func answer(res charge.Result, now time.Time, done string) events.APIGatewayV2HT
 	return withHeaders(res, resp)
 }
 
-// webhookAnswer is the answer to a webhook delivery: acknowledged, so the
-// provider stops redelivering it, unless it could not be processed yet.
+// webhookAnswer is the answer to a webhook delivery. It is acknowledged,
+// so the provider stops redelivering it, unless it could not be processed
+// yet.
 func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResponse {
 	switch res.Outcome {
 	case charge.OutcomeConflict:
@@ -203,8 +206,8 @@ func withHeaders(res charge.Result, resp idem.Response) events.APIGatewayV2HTTPR
 	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: headers, Body: string(resp.Body)}
 }
 
-// stateConflict is the 409 of a request for a charge in another state, the
-// state named in the member charge_status when it is known.
+// stateConflict is the 409 of a request for a charge in another state.
+// The member charge_status names that state when it is known.
 func stateConflict(c *charge.Charge) idem.Response {
 	if c == nil {
 		return problem(ProblemStateConflict, "The charge is not in a state this request applies to. Nothing was done.")
@@ -227,7 +230,7 @@ func retryHint(route string) string {
 }
 
 // rateLimited is the 429 of a request past its tenant's rate or
-// concurrency, refused before its key was claimed.
+// concurrency. It is refused before its key was claimed.
 func rateLimited(route string, r *limit.Refusal, now time.Time) idem.Response {
 	over := fmt.Sprintf("its rate limit of %d requests a second", r.Limits.Rate)
 	if r.Limit == "concurrency" {

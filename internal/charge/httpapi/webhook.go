@@ -24,23 +24,23 @@ const HeaderStripeSignature = "Stripe-Signature"
 const MaxWebhookBytes = 256 << 10
 
 // WebhookVerifier verifies a webhook delivery's signature over its payload
-// and reads its event. An error refuses the delivery with nothing stored:
-// with 400, or with 500 if it wraps ErrVerifierUnavailable, so that the
-// provider delivers it again. An event about nothing of ours is a
+// and reads its event. An error refuses the delivery with nothing stored,
+// with 400. If it wraps ErrVerifierUnavailable, the answer is 500, so that
+// the provider delivers it again. An event about nothing of ours is a
 // Notification that settles nothing.
 type WebhookVerifier func(ctx context.Context, payload []byte, signature string) (charge.Notification, error)
 
-// ErrVerifierUnavailable: the verifier could not verify any delivery (its
-// signing secret could not be read); the delivery itself may be good.
+// ErrVerifierUnavailable: the verifier could not verify any delivery,
+// since its signing secret could not be read. The delivery may be good.
 var ErrVerifierUnavailable = errors.New("httpapi: webhook verifier unavailable")
 
 // ErrWebhooksOff is the error of the verifier a Handler has when none is
-// configured: every delivery is refused.
+// configured. Every delivery is refused.
 var ErrWebhooksOff = errors.New("httpapi: no webhook signing secret configured")
 
 // webhook verifies a delivery and hands its notification to the service.
-// Outcomes that are acknowledged (200) make the provider stop
-// redelivering; the others are answered so that it redelivers.
+// An acknowledged outcome (200) makes the provider stop redelivering.
+// The others are answered so that it redelivers.
 func (h *Handler) webhook(ctx context.Context, req events.APIGatewayV2HTTPRequest) (charge.Result, *idem.Response, error) {
 	body, refused := requestBody(req, MaxWebhookBytes, "A webhook payload must be at most 262144 bytes.")
 	if refused != nil {
