@@ -31,6 +31,12 @@ type Notification struct {
 	Result provider.Result
 }
 
+// Key is the key that deduplicates n's event: "acme#provider-event#stripe:evt_…".
+// Its tenant is the command's, so the Region serving that tenant claims it.
+func (n Notification) Key() (idem.Key, error) {
+	return idem.NewKey(n.Command.Tenant(), NotificationOperation, n.Provider+":"+n.EventID)
+}
+
 // settles reports whether n can settle a command at all. The command must be
 // of an operation the service runs. The status must be that operation's: a
 // charge's is never a refund's.
@@ -57,6 +63,10 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
 	}
+	dedup, err := n.Key()
+	if err != nil {
+		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
+	}
 	a := s.admit(ctx, n.Command.Tenant())
 	switch {
 	case a.refused != nil && a.refused.Outcome == OutcomeWrongRegion:
@@ -73,10 +83,6 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	defer a.cancel()
 	ctx, cancel := answering(a.ctx)
 	defer cancel()
-	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
-	if err != nil {
-		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
-	}
 	lease, res, err := s.claimEvent(ctx, dedup, notified(ctx, n))
 	if lease == nil {
 		return res, err

@@ -17,6 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -228,5 +229,43 @@ func TestWhenTheStrongTablesFailEveryRequestFailsClosed(t *testing.T) {
 		if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(r.Body, "not carried out") {
 			t.Errorf("%s: %d %s, want 503, not carried out", name, r.StatusCode, r.Body)
 		}
+	}
+}
+
+// notification is Stripe's event that acme's authorization id, in tr,
+// was canceled.
+func (tr *twoRegions) notification(t *testing.T, id string) charge.Notification {
+	t.Helper()
+	row := tr.r1.row(t, "acme", id)
+	key, err := idem.NewKey("acme", charge.ChargeOperation, string(row.IdempotencyKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return charge.Notification{
+		Provider: "stripe", EventID: "evt_" + strings.ReplaceAll(newKey(), "-", ""),
+		Command: key, Reference: charge.ProviderReference(key, row.CreatedAt), Row: id,
+		Result: provider.Result{Status: provider.StatusCanceled},
+	}
+}
+
+// notifier is region's service for Stripe's events, in tr.
+func (tr *twoRegions) notifier(t *testing.T, region string) *charge.Service {
+	t.Helper()
+	return tr.r1.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Reconcile.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now
+	})
+}
+
+// TestAWebhookIsSettledInTheServingRegion: r1 serves acme, no failover
+// ever. Stripe tells both Regions an authorization of acme's was
+// canceled. r1 settles it: the event's key is acme's, whose route the
+// fence reads.
+func TestAWebhookIsSettledInTheServingRegion(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	n := tr.notification(t, tr.r1.authorized(t, "acme", 1000))
+	res, err := tr.notifier(t, "r1").Notify(t.Context(), n)
+	if err != nil || res.Outcome != charge.OutcomeResolvedCanceled {
+		t.Fatalf("r1, serving acme, settles its event: %+v, %v; want %q", res, err, charge.OutcomeResolvedCanceled)
 	}
 }
