@@ -70,8 +70,7 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	a := s.admit(ctx, n.Command.Tenant())
 	switch {
 	case a.refused != nil && a.refused.Outcome == OutcomeWrongRegion:
-		// Every Region's endpoint has the event: the serving one acts.
-		return Result{Outcome: OutcomeNothingToDo}, nil
+		return s.settledThere(ctx, dedup, *a.refused)
 	case a.refused != nil:
 		return *a.refused, nil
 	case !a.Unreplicated.IsZero():
@@ -112,6 +111,25 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 		s.cfg.Logger.WarnContext(ctx, "notify: recording the event failed", "error_class", ErrorClass(err))
 	}
 	return Result{Outcome: outcome}, nil
+}
+
+// settledThere answers an event for a tenant another Region serves.
+// Every Region's endpoint has the event, and the serving one settles it.
+// This one acknowledges it once that Region's record of it has replicated
+// here. Until then it answers wrong, and the provider keeps the event. So
+// should this Region come to serve the tenant first, the event comes
+// back to it.
+func (s *Service) settledThere(ctx context.Context, key idem.Key, wrong Result) (Result, error) {
+	rec, err := s.cfg.Store.Get(ctx, key)
+	switch {
+	case err == nil && rec.Status == idem.StatusSucceeded:
+		return Result{Outcome: OutcomeReplayed, Replayed: true}, nil
+	case err == nil || errors.Is(err, idem.ErrNotFound):
+		return wrong, nil
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, nil
+	}
+	return Result{}, fmt.Errorf("charge: notify: %w", err)
 }
 
 // claimEvent claims the event's deduplication key. It returns a lease to

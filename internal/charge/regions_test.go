@@ -259,7 +259,7 @@ func (tr *twoRegions) notifier(t *testing.T, region string) *charge.Service {
 // TestAWebhookIsSettledInTheServingRegion: r1 serves acme, no failover
 // ever. Stripe tells both Regions an authorization of acme's was
 // canceled. r1 settles it: the event's key is acme's, whose route the
-// fence reads.
+// fence reads. r2 acknowledges its delivery once r1's record is there.
 func TestAWebhookIsSettledInTheServingRegion(t *testing.T) {
 	t.Parallel()
 	tr := newTwoRegions(t)
@@ -267,5 +267,51 @@ func TestAWebhookIsSettledInTheServingRegion(t *testing.T) {
 	res, err := tr.notifier(t, "r1").Notify(t.Context(), n)
 	if err != nil || res.Outcome != charge.OutcomeResolvedCanceled {
 		t.Fatalf("r1, serving acme, settles its event: %+v, %v; want %q", res, err, charge.OutcomeResolvedCanceled)
+	}
+	res, err = tr.notifier(t, "r2").Notify(t.Context(), n)
+	if err != nil || !res.Replayed {
+		t.Fatalf("r2, with r1's record of the event: %+v, %v; want it acknowledged, replayed", res, err)
+	}
+}
+
+// TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover: Stripe
+// sends every event to both Regions' endpoints. r1 serves acme, and is
+// failing: its delivery fails, and Stripe will deliver it again there.
+// r2 does not serve acme, and has no record of the event from r1. So it
+// does not acknowledge it, and Stripe delivers it to r2 again. Then acme
+// fails over to r2, and r1 returns drained. r2 settles the event; r1
+// acknowledges its own delivery.
+func TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tr := newTwoRegions(t)
+	id := tr.r1.authorized(t, "acme", 1000)
+	n := tr.notification(t, id)
+	r1, r2 := tr.notifier(t, "r1"), tr.notifier(t, "r2")
+	// r1's delivery fails (r1 is down). r2's:
+	res, err := r2.Notify(ctx, n)
+	if err != nil || res.Outcome != charge.OutcomeWrongRegion || res.Region != "r1" {
+		t.Fatalf("r2, not serving acme, with no record of the event: %+v, %v; want %q naming r1", res, err, charge.OutcomeWrongRegion)
+	}
+	route, err := tr.routes.Route(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.FenceDelay + time.Second)
+	route, _ = tr.routes.Route(ctx, "r1")
+	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+	// Stripe delivers the event again to both.
+	res, err = r2.Notify(ctx, n)
+	if got := tr.r1.row(t, "acme", id); err != nil || res.Outcome != charge.OutcomeResolvedCanceled || got.Status != charge.StatusCanceled {
+		t.Fatalf("r2, serving acme, redelivered the event: %+v, %v, the charge %s; want %q", res, err, got.Status, charge.OutcomeResolvedCanceled)
+	}
+	if res, err = r1.Notify(ctx, n); err != nil || !res.Replayed {
+		t.Fatalf("r1, back, with r2's record of the event: %+v, %v; want it acknowledged, replayed", res, err)
 	}
 }
