@@ -315,3 +315,24 @@ func TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover(t *testing.T) {
 		t.Fatalf("r1, back, with r2's record of the event: %+v, %v; want it acknowledged, replayed", res, err)
 	}
 }
+
+// TestAnEventOfAnotherRegionsTenantIsDeliveredAgain: r2's endpoint gets
+// Stripe's event about acme, whom r1 serves, before r1's record of it is
+// there. r2 answers 421 wrong-region, naming r1, so Stripe delivers the
+// event again.
+func TestAnEventOfAnotherRegionsTenantIsDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	whsec := testkit.Secret(t, testWhsec)
+	h := tr.handler(t, "r2", func(w *testkit.Wiring) { w.Charge.WebhookSecretName = whsec })
+	payload := piEvent("payment_intent.succeeded", "acme", newKey(), "co_x")
+	req := webhookEvent(payload, sign(payload, testWhsec, time.Now()))
+	resp, err := h.Handle(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateContract(t, req, resp)
+	if got := problemType(t, resp); resp.StatusCode != http.StatusMisdirectedRequest || got != httpapi.ProblemWrongRegion.Slug || !strings.Contains(resp.Body, "r1") {
+		t.Fatalf("r2's endpoint, r1 serving acme: %d %s; want 421 wrong-region naming r1", resp.StatusCode, resp.Body)
+	}
+}
