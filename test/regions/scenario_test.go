@@ -51,14 +51,7 @@ func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 			}
 			r1.link.down.Store(true) // before anything replicated
 			if d == chosen {
-				route, err := w.routes.Route(ctx, r1.name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := w.routes.Move(ctx, route, r2.name, w.clock.Now(), regions.FenceDelay); err != nil {
-					t.Fatal(err)
-				}
-				w.clock.Advance(regions.FenceDelay)
+				w.failOver(t, r1.name, r2)
 			}
 			status, again := send(r2)
 			in := &intent{key: key, kind: "charge"}
@@ -108,17 +101,6 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 		replayed = resp.Headers[httpapi.HeaderReplayed] == "true"
 		return resp.StatusCode, resp.Body
 	}
-	move := func(to *region) {
-		t.Helper()
-		route, err := w.routes.Route(ctx, r1.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.routes.Move(ctx, route, to.name, w.clock.Now(), regions.FenceDelay); err != nil {
-			t.Fatal(err)
-		}
-		w.clock.Advance(regions.FenceDelay)
-	}
 
 	// r1: the provider is unavailable; nothing charged, the key RELEASED.
 	if status, b := send(r1); status != http.StatusServiceUnavailable || slug(b) != httpapi.ProblemUnavailable.Slug {
@@ -129,7 +111,7 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 	}
 	// r1 fails, its tenants move to r2; r1 returns and is drained.
 	r1.link.down.Store(true)
-	move(r2)
+	w.failOver(t, r1.name, r2)
 	r1.link.down.Store(false)
 	if err := w.drainAll(ctx); err != nil {
 		t.Fatal(err)
@@ -151,7 +133,7 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 
 	// r2 fails before any of that replicates; the tenants move back.
 	r2.link.down.Store(true)
-	move(r1)
+	w.failOver(t, r1.name, r1)
 
 	// The client retries the key in r1: r2, pending, may hold its outcome.
 	status, again := send(r1)
@@ -253,14 +235,7 @@ func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
 		t.Fatalf("the refund in r1: %v %d %s", err, resp.StatusCode, resp.Body)
 	}
 	r1.link.down.Store(true) // before the refund replicates
-	route, err := w.routes.Route(ctx, r1.name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.routes.Move(ctx, route, r2.name, w.clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
-	w.clock.Advance(regions.FenceDelay)
+	w.failOver(t, r1.name, r2)
 	read := func() (int, string, int64) {
 		t.Helper()
 		resp, err := h.stacks[r2.name].handler.Handle(ctx, testkit.GetCharge(tenant, made.ID))
