@@ -59,7 +59,7 @@ const adminUsage = `usage:
                                                    become the serving Region's to settle
 OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default, POST /charges) or ` + charge.RefundOperation + `
 (POST /charges/{id}/refunds); record, reconcile and redrive also take ` + charge.NotificationOperation + `
-(TENANT the provider, KEY its event id)
+(TENANT the tenant whose command the event names, KEY stripe:<event id>)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvLimitsTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
 ` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + app.EnvRoutesTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and

@@ -236,8 +236,7 @@ func RefundReference(k idem.Key, created time.Time) string {
 }
 
 // NotificationOperation scopes the keys that deduplicate a provider's
-// notifications, by event id. The provider's name is the tenant:
-// "stripe#provider-event#evt_…".
+// notifications (Notification.Key).
 const NotificationOperation = "provider-event"
 
 // TransitionOperation scopes the reconciler's keys for a charge whose

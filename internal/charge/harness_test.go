@@ -651,20 +651,33 @@ func eventID(t *testing.T, payload []byte) string {
 	return ev.ID
 }
 
-// eventKey is the deduplication key of a Stripe event.
-func (s *stripeStack) eventKey(id string) idem.Key {
-	s.t.Helper()
-	k, err := idem.NewKey(app.ProviderStripe, charge.NotificationOperation, id)
+// eventKey is the deduplication key of a Stripe event's payload.
+func eventKey(t *testing.T, payload []byte) idem.Key {
+	t.Helper()
+	var ev struct {
+		ID   string
+		Data struct {
+			Object struct{ Metadata map[string]string }
+		}
+	}
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		t.Fatal(err)
+	}
+	command, err := idem.ParseKey(ev.Data.Object.Metadata["chargeonce_command"])
 	if err != nil {
-		s.t.Fatal(err)
+		t.Fatal(err)
+	}
+	k, err := charge.Notification{Provider: app.ProviderStripe, EventID: ev.ID, Command: command}.Key()
+	if err != nil {
+		t.Fatal(err)
 	}
 	return k
 }
 
-// eventRecord reads the deduplication record of a Stripe event.
-func (s *stripeStack) eventRecord(id string) *idem.Record {
+// eventRecord reads the deduplication record of a Stripe event's payload.
+func (s *stripeStack) eventRecord(payload []byte) *idem.Record {
 	s.t.Helper()
-	rec, err := s.store.Get(s.t.Context(), s.eventKey(id))
+	rec, err := s.store.Get(s.t.Context(), eventKey(s.t, payload))
 	if errors.Is(err, idem.ErrNotFound) {
 		return nil
 	}

@@ -104,7 +104,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 			return a.missing(res, s.cfg.Store.Now()), err
 		}
 		now := s.cfg.Store.Now()
-		if res := a.unreplicated(c, now); res != nil {
+		if res := a.unreplicated(c.CreatedAt, now); res != nil {
 			return *res, nil
 		}
 		switch {
@@ -280,7 +280,7 @@ func (s *Service) reconcileMove(ctx context.Context, key idem.Key, a admitted) (
 		return "", err
 	case !found:
 		return OutcomeNothingToDo, nil
-	case a.unreplicated(c, s.cfg.Store.Now()) != nil:
+	case a.unreplicated(c.CreatedAt, s.cfg.Store.Now()) != nil:
 		return OutcomeFailoverPending, nil
 	case c.Status != StatusCapturing && c.Status != StatusCanceling:
 		return OutcomeNothingToDo, nil

@@ -31,6 +31,12 @@ type Notification struct {
 	Result provider.Result
 }
 
+// Key is the key that deduplicates n's event: "acme#provider-event#stripe:evt_…".
+// Its tenant is the command's, so the Region serving that tenant claims it.
+func (n Notification) Key() (idem.Key, error) {
+	return idem.NewKey(n.Command.Tenant(), NotificationOperation, n.Provider+":"+n.EventID)
+}
+
 // settles reports whether n can settle a command at all. The command must be
 // of an operation the service runs. The status must be that operation's: a
 // charge's is never a refund's.
@@ -57,11 +63,14 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	if !s.settles(n) {
 		return Result{Outcome: OutcomeNothingToDo}, nil
 	}
+	dedup, err := n.Key()
+	if err != nil {
+		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
+	}
 	a := s.admit(ctx, n.Command.Tenant())
 	switch {
 	case a.refused != nil && a.refused.Outcome == OutcomeWrongRegion:
-		// Every Region's endpoint has the event: the serving one acts.
-		return Result{Outcome: OutcomeNothingToDo}, nil
+		return s.settledThere(ctx, dedup, *a.refused)
 	case a.refused != nil:
 		return *a.refused, nil
 	case !a.Unreplicated.IsZero():
@@ -73,10 +82,6 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 	defer a.cancel()
 	ctx, cancel := answering(a.ctx)
 	defer cancel()
-	dedup, err := idem.NewKey(n.Provider, NotificationOperation, n.EventID)
-	if err != nil {
-		return Result{Outcome: OutcomeNothingToDo}, nil // not an id the provider sends
-	}
 	lease, res, err := s.claimEvent(ctx, dedup, notified(ctx, n))
 	if lease == nil {
 		return res, err
@@ -106,6 +111,25 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 		s.cfg.Logger.WarnContext(ctx, "notify: recording the event failed", "error_class", ErrorClass(err))
 	}
 	return Result{Outcome: outcome}, nil
+}
+
+// settledThere answers an event for a tenant another Region serves.
+// Every Region's endpoint has the event, and the serving one settles it.
+// This one acknowledges it once that Region's record of it has replicated
+// here. Until then it answers wrong, and the provider keeps the event. So
+// should this Region come to serve the tenant first, the event comes
+// back to it.
+func (s *Service) settledThere(ctx context.Context, key idem.Key, wrong Result) (Result, error) {
+	rec, err := s.cfg.Store.Get(ctx, key)
+	switch {
+	case err == nil && rec.Status == idem.StatusSucceeded:
+		return Result{Outcome: OutcomeReplayed, Replayed: true}, nil
+	case err == nil || errors.Is(err, idem.ErrNotFound):
+		return wrong, nil
+	case transient(err):
+		return Result{Outcome: OutcomeBusy}, nil
+	}
+	return Result{}, fmt.Errorf("charge: notify: %w", err)
 }
 
 // claimEvent claims the event's deduplication key. It returns a lease to

@@ -663,7 +663,7 @@ func TestMissingWebhookSecretAsksForRedelivery(t *testing.T) {
 	if rec := s.record(tenant, key); rec.Status != idem.StatusInFlight {
 		t.Errorf("an unverified delivery changed the command: %+v", rec)
 	}
-	if ev := s.eventRecord(eventID(t, payload)); ev != nil {
+	if ev := s.eventRecord(payload); ev != nil {
 		t.Errorf("an unverified delivery stored the event: %+v", ev)
 	}
 	testkit.CreateSecret(t, name, testWhsec)
@@ -819,7 +819,7 @@ func TestWebhookSettlesAnAmbiguousCharge(t *testing.T) {
 	if after := s.record(tenant, key); after.LeaseToken != rec.LeaseToken || after.Attempts != rec.Attempts {
 		t.Errorf("the redelivery changed the record: %+v, was %+v", after, rec)
 	}
-	if ev := s.eventRecord(eventID(t, delivered[0])); ev == nil || ev.Status != idem.StatusSucceeded {
+	if ev := s.eventRecord(delivered[0]); ev == nil || ev.Status != idem.StatusSucceeded {
 		t.Errorf("the event's deduplication record = %+v, want SUCCEEDED", ev)
 	}
 }
@@ -851,7 +851,7 @@ func TestWebhookRefusesABadSignature(t *testing.T) {
 	if rec := s.record(tenant, key); rec.Status != idem.StatusInFlight || rec.Attempts != 0 {
 		t.Errorf("a refused delivery changed the command: %+v", rec)
 	}
-	if ev := s.eventRecord(eventID(t, payload)); ev != nil {
+	if ev := s.eventRecord(payload); ev != nil {
 		t.Errorf("a refused delivery stored the event: %+v", ev)
 	}
 
@@ -1026,17 +1026,16 @@ func TestReconcileReleasesADeadDelivery(t *testing.T) {
 	tenant, key := testkit.UniqueName("acme"), "order-dead-delivery"
 	ref, _ := s.begin(tenant, key, stripesim.PMVisa)
 	payload := piEvent("payment_intent.succeeded", tenant, key, ref)
-	id := eventID(t, payload)
-	ev := s.eventKey(id)
+	ev := eventKey(t, payload)
 	reconcile(ev, charge.OutcomeNothingToDo) // no delivery yet
 
 	// The delivery that died: it claimed the event as Notify does.
-	if _, err := s.store.Begin(ctx, ev, idem.FingerprintOf([]byte(id)), nil); err != nil {
+	if _, err := s.store.Begin(ctx, ev, idem.FingerprintOf([]byte(ev.ClientKey())), nil); err != nil {
 		t.Fatal(err)
 	}
-	claimed := s.eventRecord(id)
+	claimed := s.eventRecord(payload)
 	reconcile(ev, charge.OutcomeStillLeased)
-	if rec := s.eventRecord(id); rec.Status != idem.StatusInFlight || rec.LeaseToken != claimed.LeaseToken || rec.Attempts != 0 {
+	if rec := s.eventRecord(payload); rec.Status != idem.StatusInFlight || rec.LeaseToken != claimed.LeaseToken || rec.Attempts != 0 {
 		t.Fatalf("a live lease was touched: %+v", rec)
 	}
 
@@ -1045,7 +1044,7 @@ func TestReconcileReleasesADeadDelivery(t *testing.T) {
 		t.Fatal("the dead delivery's record is not in the stuck-lease index")
 	}
 	reconcile(ev, charge.OutcomeReleased)
-	if rec := s.eventRecord(id); rec.Status != idem.StatusReleased || rec.Attempts != 1 {
+	if rec := s.eventRecord(payload); rec.Status != idem.StatusReleased || rec.Attempts != 1 {
 		t.Fatalf("event record = %s (attempts %d), want RELEASED by one take-over", rec.Status, rec.Attempts)
 	}
 	if s.stuck(ev, clock.Now().Add(time.Hour)) {
@@ -1065,7 +1064,7 @@ func TestReconcileReleasesADeadDelivery(t *testing.T) {
 	if n := s.chargeRows(tenant); n != 1 {
 		t.Errorf("%d charge rows, want 1", n)
 	}
-	if rec := s.eventRecord(id); rec.Status != idem.StatusSucceeded {
+	if rec := s.eventRecord(payload); rec.Status != idem.StatusSucceeded {
 		t.Errorf("event record = %s, want SUCCEEDED", rec.Status)
 	}
 	reconcile(ev, charge.OutcomeNothingToDo) // a settled event's stale message
@@ -1174,12 +1173,9 @@ func TestAnEventTakeOverWhoseAnswerWasLostIsOutcomePending(t *testing.T) {
 	})
 	payload := piEvent("payment_intent.succeeded", "acme", newKey(), "co_x")
 	id := eventID(t, payload)
-	key, err := idem.NewKey(app.ProviderStripe, charge.NotificationOperation, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := eventKey(t, payload)
 	// A delivery claimed the event, then died.
-	if _, err := h.store.Begin(t.Context(), key, idem.FingerprintOf([]byte(id)), nil); err != nil {
+	if _, err := h.store.Begin(t.Context(), key, idem.FingerprintOf([]byte(key.ClientKey())), nil); err != nil {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute) // its lease ran out

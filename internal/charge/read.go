@@ -23,6 +23,9 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if res, done, err := unread(found, err); done {
 		return a.missing(res, s.cfg.Store.Now()), err
 	}
+	if res := a.unreplicated(c.CreatedAt, s.cfg.Store.Now()); res != nil {
+		return *res, nil
+	}
 	first, _ := Page{Limit: EmbeddedRefunds}.of(c.Refunds)
 	c.Refunds, c.MoreRefunds = first.Refunds, first.HasMore
 	return Result{Outcome: OutcomeFound, Charge: &c}, nil
@@ -44,6 +47,9 @@ func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID stri
 	if res, done, err := unread(found, err); done {
 		return a.missing(res, s.cfg.Store.Now()), err
 	}
+	if res := a.unreplicated(rf.CreatedAt, s.cfg.Store.Now()); res != nil {
+		return *res, nil
+	}
 	return Result{Outcome: OutcomeFound, Refund: &rf}, nil
 }
 
@@ -62,6 +68,9 @@ func (s *Service) ListRefunds(ctx context.Context, tenant, chargeID string, p Pa
 	c, found, err := s.cfg.Rows.GetWithRefunds(a.ctx, tenant, chargeID)
 	if res, done, err := unread(found, err); done {
 		return a.missing(res, s.cfg.Store.Now()), err
+	}
+	if res := a.unreplicated(c.CreatedAt, s.cfg.Store.Now()); res != nil {
+		return *res, nil
 	}
 	list, ok := p.of(c.Refunds)
 	if !ok {

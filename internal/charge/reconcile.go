@@ -18,11 +18,7 @@ import (
 // lookup as the resolver. The table in docs/contract.md says what each
 // answer leads to.
 func (s *Service) Reconcile(ctx context.Context, key idem.Key) (Outcome, error) {
-	// A notification's record is the provider's, in every Region.
-	a := admitted{Serving: Serving{Here: true}, ctx: ctx, cancel: func() {}}
-	if key.Operation() != NotificationOperation {
-		a = s.admit(ctx, key.Tenant())
-	}
+	a := s.admit(ctx, key.Tenant())
 	switch {
 	case a.refused != nil && a.refused.Outcome == OutcomeBusy:
 		return "", errFence

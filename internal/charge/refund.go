@@ -36,7 +36,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 	if res, done, err := unread(found, err); done {
 		return a.missing(res, s.cfg.Store.Now()), err
 	}
-	if res := a.unreplicated(c, s.cfg.Store.Now()); res != nil {
+	if res := a.unreplicated(c.CreatedAt, s.cfg.Store.Now()); res != nil {
 		return *res, nil
 	}
 	if c.Status != StatusSucceeded {

@@ -62,10 +62,12 @@ func (s *Service) Serves(ctx context.Context, tenant string) (Result, bool) {
 	return Result{}, true
 }
 
-// unreplicated answers a request about charge c that another Region may
-// have changed. Nothing is done until its writes replicate.
-func (a admitted) unreplicated(c Charge, now time.Time) *Result {
-	if a.Unreplicated.IsZero() || !c.CreatedAt.Before(a.Unreplicated) {
+// unreplicated answers a request about a charge or refund created at
+// created, which another Region may have changed since. Its copy here
+// may be stale: nothing is done, and nothing read, until its writes
+// replicate.
+func (a admitted) unreplicated(created, now time.Time) *Result {
+	if a.Unreplicated.IsZero() || !created.Before(a.Unreplicated) {
 		return nil
 	}
 	return &Result{Outcome: OutcomeFailoverPending, RetryAt: now.Add(failoverRetry)}

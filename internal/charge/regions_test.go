@@ -17,6 +17,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/limit"
+	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -228,5 +229,110 @@ func TestWhenTheStrongTablesFailEveryRequestFailsClosed(t *testing.T) {
 		if r.StatusCode != http.StatusServiceUnavailable || !strings.Contains(r.Body, "not carried out") {
 			t.Errorf("%s: %d %s, want 503, not carried out", name, r.StatusCode, r.Body)
 		}
+	}
+}
+
+// notification is Stripe's event that acme's authorization id, in tr,
+// was canceled.
+func (tr *twoRegions) notification(t *testing.T, id string) charge.Notification {
+	t.Helper()
+	row := tr.r1.row(t, "acme", id)
+	key, err := idem.NewKey("acme", charge.ChargeOperation, string(row.IdempotencyKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return charge.Notification{
+		Provider: "stripe", EventID: "evt_" + strings.ReplaceAll(newKey(), "-", ""),
+		Command: key, Reference: charge.ProviderReference(key, row.CreatedAt), Row: id,
+		Result: provider.Result{Status: provider.StatusCanceled},
+	}
+}
+
+// notifier is region's service for Stripe's events, in tr.
+func (tr *twoRegions) notifier(t *testing.T, region string) *charge.Service {
+	t.Helper()
+	return tr.r1.d.ReconcileService(t, func(w *testkit.Wiring) {
+		w.Reconcile.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now
+	})
+}
+
+// TestAWebhookIsSettledInTheServingRegion: r1 serves acme, no failover
+// ever. Stripe tells both Regions an authorization of acme's was
+// canceled. r1 settles it: the event's key is acme's, whose route the
+// fence reads. r2 acknowledges its delivery once r1's record is there.
+func TestAWebhookIsSettledInTheServingRegion(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	n := tr.notification(t, tr.r1.authorized(t, "acme", 1000))
+	res, err := tr.notifier(t, "r1").Notify(t.Context(), n)
+	if err != nil || res.Outcome != charge.OutcomeResolvedCanceled {
+		t.Fatalf("r1, serving acme, settles its event: %+v, %v; want %q", res, err, charge.OutcomeResolvedCanceled)
+	}
+	res, err = tr.notifier(t, "r2").Notify(t.Context(), n)
+	if err != nil || !res.Replayed {
+		t.Fatalf("r2, with r1's record of the event: %+v, %v; want it acknowledged, replayed", res, err)
+	}
+}
+
+// TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover: Stripe
+// sends every event to both Regions' endpoints. r1 serves acme, and is
+// failing: its delivery fails, and Stripe will deliver it again there.
+// r2 does not serve acme, and has no record of the event from r1. So it
+// does not acknowledge it, and Stripe delivers it to r2 again. Then acme
+// fails over to r2, and r1 returns drained. r2 settles the event; r1
+// acknowledges its own delivery.
+func TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tr := newTwoRegions(t)
+	id := tr.r1.authorized(t, "acme", 1000)
+	n := tr.notification(t, id)
+	r1, r2 := tr.notifier(t, "r1"), tr.notifier(t, "r2")
+	// r1's delivery fails (r1 is down). r2's:
+	res, err := r2.Notify(ctx, n)
+	if err != nil || res.Outcome != charge.OutcomeWrongRegion || res.Region != "r1" {
+		t.Fatalf("r2, not serving acme, with no record of the event: %+v, %v; want %q naming r1", res, err, charge.OutcomeWrongRegion)
+	}
+	route, err := tr.routes.Route(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.FenceDelay + time.Second)
+	route, _ = tr.routes.Route(ctx, "r1")
+	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+	// Stripe delivers the event again to both.
+	res, err = r2.Notify(ctx, n)
+	if got := tr.r1.row(t, "acme", id); err != nil || res.Outcome != charge.OutcomeResolvedCanceled || got.Status != charge.StatusCanceled {
+		t.Fatalf("r2, serving acme, redelivered the event: %+v, %v, the charge %s; want %q", res, err, got.Status, charge.OutcomeResolvedCanceled)
+	}
+	if res, err = r1.Notify(ctx, n); err != nil || !res.Replayed {
+		t.Fatalf("r1, back, with r2's record of the event: %+v, %v; want it acknowledged, replayed", res, err)
+	}
+}
+
+// TestAnEventOfAnotherRegionsTenantIsDeliveredAgain: r2's endpoint gets
+// Stripe's event about acme, whom r1 serves, before r1's record of it is
+// there. r2 answers 421 wrong-region, naming r1, so Stripe delivers the
+// event again.
+func TestAnEventOfAnotherRegionsTenantIsDeliveredAgain(t *testing.T) {
+	t.Parallel()
+	tr := newTwoRegions(t)
+	whsec := testkit.Secret(t, testWhsec)
+	h := tr.handler(t, "r2", func(w *testkit.Wiring) { w.Charge.WebhookSecretName = whsec })
+	payload := piEvent("payment_intent.succeeded", "acme", newKey(), "co_x")
+	req := webhookEvent(payload, sign(payload, testWhsec, time.Now()))
+	resp, err := h.Handle(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	validateContract(t, req, resp)
+	if got := problemType(t, resp); resp.StatusCode != http.StatusMisdirectedRequest || got != httpapi.ProblemWrongRegion.Slug || !strings.Contains(resp.Body, "r1") {
+		t.Fatalf("r2's endpoint, r1 serving acme: %d %s; want 421 wrong-region naming r1", resp.StatusCode, resp.Body)
 	}
 }

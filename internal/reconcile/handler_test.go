@@ -100,7 +100,7 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 		reconciled = append(reconciled, k.String())
 	}
 	slices.Sort(reconciled)
-	if want := []string{"acme#create-charge#order-1001", "acme#create-charge#order-1002", "stripe#provider-event#evt_1003"}; !slices.Equal(reconciled, want) {
+	if want := []string{"acme#create-charge#order-1001", "acme#create-charge#order-1002", "acme#provider-event#stripe:evt_1003"}; !slices.Equal(reconciled, want) {
 		t.Fatalf("reconciled %v, want %v", reconciled, want)
 	}
 
@@ -117,7 +117,7 @@ func TestHandleReportsOnlyMessagesWorthRedelivering(t *testing.T) {
 		byID[r["message_id"].(string)] = r
 	}
 	ok, failed, event := byID[ev.Records[0].MessageId], byID[ev.Records[1].MessageId], byID[ev.Records[4].MessageId]
-	k3, _ := idem.ParseKey("stripe#provider-event#evt_1003")
+	k3, _ := idem.ParseKey("acme#provider-event#stripe:evt_1003")
 	k1, _ := idem.ParseKey("acme#create-charge#order-1001")
 	k2, _ := idem.ParseKey("acme#create-charge#order-1002")
 	switch {

@@ -452,7 +452,7 @@ func (r *history) removeItems(rt *rapid.T) {
 	ctx := context.Background()
 	keys := r.commandKeys()
 	if h := r.env.hooks; h != nil {
-		keys = append(keys, h.eventKeys(rt)...)
+		keys = append(keys, h.eventKeys()...)
 	}
 	for _, k := range keys {
 		_, _ = r.env.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{

@@ -51,14 +51,7 @@ func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 			}
 			r1.link.down.Store(true) // before anything replicated
 			if d == chosen {
-				route, err := w.routes.Route(ctx, r1.name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := w.routes.Move(ctx, route, r2.name, w.clock.Now(), regions.FenceDelay); err != nil {
-					t.Fatal(err)
-				}
-				w.clock.Advance(regions.FenceDelay)
+				w.failOver(t, r1.name, r2)
 			}
 			status, again := send(r2)
 			in := &intent{key: key, kind: "charge"}
@@ -108,17 +101,6 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 		replayed = resp.Headers[httpapi.HeaderReplayed] == "true"
 		return resp.StatusCode, resp.Body
 	}
-	move := func(to *region) {
-		t.Helper()
-		route, err := w.routes.Route(ctx, r1.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := w.routes.Move(ctx, route, to.name, w.clock.Now(), regions.FenceDelay); err != nil {
-			t.Fatal(err)
-		}
-		w.clock.Advance(regions.FenceDelay)
-	}
 
 	// r1: the provider is unavailable; nothing charged, the key RELEASED.
 	if status, b := send(r1); status != http.StatusServiceUnavailable || slug(b) != httpapi.ProblemUnavailable.Slug {
@@ -129,7 +111,7 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 	}
 	// r1 fails, its tenants move to r2; r1 returns and is drained.
 	r1.link.down.Store(true)
-	move(r2)
+	w.failOver(t, r1.name, r2)
 	r1.link.down.Store(false)
 	if err := w.drainAll(ctx); err != nil {
 		t.Fatal(err)
@@ -151,7 +133,7 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 
 	// r2 fails before any of that replicates; the tenants move back.
 	r2.link.down.Store(true)
-	move(r1)
+	w.failOver(t, r1.name, r1)
 
 	// The client retries the key in r1: r2, pending, may hold its outcome.
 	status, again := send(r1)
@@ -223,5 +205,59 @@ func TestAFailedRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
 	made := h.effects(&intent{key: key, kind: "charge"}, w.sim.Ledger())
 	if len(made) > 1 || status == http.StatusCreated {
 		t.Fatalf("the retry in r2, r1 not drained, the key still live in r1: %d %s; the provider acted under %v", status, again, made)
+	}
+}
+
+// TestAReadDuringAFailoverDoesNotDenyARefundMade: r1 charges, and it
+// replicates. r1 refunds the charge, answers 201, and fails before the
+// refund replicates. The tenant fails over to r2, r1 pending. r2's copy
+// of the charge may be stale, so a read of it answers outcome-pending, as
+// one that finds nothing does. Once r1 is back and drained, the read
+// shows the refund.
+func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, 2, chosen)
+	h := newHistory(t, t, w, &stats{})
+	r1, r2 := w.regions[0], w.regions[1]
+	tenant := h.tenants[0] // homed in r1
+	resp, err := h.stacks[r1.name].handler.Handle(ctx, testkit.PostCharge(tenant, "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the charge in r1: %v %d %s", err, resp.StatusCode, resp.Body)
+	}
+	var made struct{ ID string }
+	_ = json.Unmarshal([]byte(resp.Body), &made)
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.Advance(10 * time.Millisecond)
+	resp, err = h.stacks[r1.name].handler.Handle(ctx, testkit.PostRefund(tenant, "refund-1", made.ID, `{"amount":500}`))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the refund in r1: %v %d %s", err, resp.StatusCode, resp.Body)
+	}
+	r1.link.down.Store(true) // before the refund replicates
+	w.failOver(t, r1.name, r2)
+	read := func() (int, string, int64) {
+		t.Helper()
+		resp, err := h.stacks[r2.name].handler.Handle(ctx, testkit.GetCharge(tenant, made.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c struct {
+			AmountRefunded int64 `json:"amount_refunded"`
+		}
+		_ = json.Unmarshal([]byte(resp.Body), &c)
+		return resp.StatusCode, resp.Body, c.AmountRefunded
+	}
+	if status, body, _ := read(); status != http.StatusServiceUnavailable || slug(body) != httpapi.ProblemOutcomePending.Slug {
+		t.Fatalf("r2, r1 pending, reads the charge r1 refunded in full: %d %s; want outcome-pending", status, body)
+	}
+	r1.link.down.Store(false)
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.drainRoutes(t)
+	w.clock.Advance(regions.DefaultLease) // r2's fence reads the drain
+	if status, body, refunded := read(); status != http.StatusOK || refunded != 500 {
+		t.Fatalf("r2, r1 drained, reads the charge: %d %s; want 200 with amount_refunded 500", status, body)
 	}
 }

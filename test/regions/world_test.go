@@ -375,6 +375,20 @@ func (w *world) copyItem(ctx context.Context, r, o *region, ref itemRef) error {
 	return err
 }
 
+// failOver moves home's tenants to the Region to, and waits out the
+// fence: to serves them from then on.
+func (w *world) failOver(t fataler, home string, to *region) {
+	ctx := context.Background()
+	route, err := w.routes.Route(ctx, home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.routes.Move(ctx, route, to.name, w.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.Advance(regions.FenceDelay)
+}
+
 // drainAll replicates every Region's writes to every other until none
 // is left: what replication does once every Region is up.
 func (w *world) drainAll(ctx context.Context) error {

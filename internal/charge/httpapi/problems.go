@@ -185,6 +185,10 @@ func webhookAnswer(res charge.Result, now time.Time) events.APIGatewayV2HTTPResp
 			"The event may be recorded, not yet processed. Deliver it again."), retryAfter(now, res.RetryAt)))
 	case charge.OutcomeFailoverPending:
 		return withHeaders(charge.Result{}, withRetryAfter(problem(ProblemServiceUnavailable, "The tenant's writes from another Region are not copied here yet; deliver the event again."), 30))
+	case charge.OutcomeWrongRegion:
+		// Kept by the provider until the serving Region's record of it is here.
+		return withHeaders(charge.Result{}, problem(ProblemWrongRegion,
+			"The Region "+res.Region+" serves this tenant, and its record of this event is not copied here yet. Deliver it again."))
 	case charge.OutcomeError:
 		return answer(res, now, "done")
 	}
