@@ -47,13 +47,15 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"Another Region's release is claimed back once it yields", foreignReleaseWaits},
 		{"Another Region's record is taken over once it yields", foreignTakeOverWaits},
 		{"A replicated settled record replays", replicatedReplays},
+		{"Another Region's record is not marked until it yields", foreignMarkWaits},
+		{"A command older than a pending failover is neither claimed back nor taken over", staleCopyLeft},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := NewClock(time.Now())
 			r := &regionSuite{clock: clock}
-			r.ledger = newLedger(t, func(_ idem.Key, region string) bool { return r.yields(region) })
+			r.ledger = &pendingLedger{Ledger: newLedger(t, func(_ idem.Key, region string) bool { return r.yields(region) })}
 			r.Regions = newRegions(t, Options{Clock: clock.Now, DefaultLease: 30 * time.Second, Retention: time.Hour}, r.ledger)
 			tc.run(t, r)
 		})
@@ -64,7 +66,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 type regionSuite struct {
 	Regions
 	clock  *Clock
-	ledger idem.Ledger
+	ledger *pendingLedger
 
 	mu       sync.Mutex
 	yielding []string
@@ -277,5 +279,69 @@ func replicatedReplays(t *testing.T, r *regionSuite) {
 	begun, err := r.Replica(a, "b").Begin(ctx, k, fpA, nil)
 	if err != nil || begun.Replay == nil || !begun.Replay.Equal(resp) {
 		t.Fatalf("Begin in another Region = %+v, %v; want the replay", begun, err)
+	}
+}
+
+// pendingLedger is a Ledger whose Unreplicated the suite sets: since when
+// a Region not yet drained may hold newer writes.
+type pendingLedger struct {
+	idem.Ledger
+	mu    sync.Mutex
+	since time.Time
+}
+
+func (p *pendingLedger) pending(since time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.since = since
+}
+
+func (p *pendingLedger) Unreplicated(key idem.Key) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.since.IsZero() {
+		return p.since
+	}
+	return p.Ledger.Unreplicated(key)
+}
+
+// foreignMarkWaits: a's IN_FLIGHT record, replicated to b, is a's to
+// mark while a does not yield. A mark b made could be lost to last writer
+// wins, or hide a's record from a's sweeper.
+func foreignMarkWaits(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	beginIn(t, a, k)
+	r.clock.Advance(time.Hour) // the lease ran out: a sweeper would queue it
+	b, ok := r.Replica(a, "b").(queueMarker)
+	if !ok {
+		t.Skip("the store marks no queued commands")
+	}
+	if marked, err := b.MarkQueued(ctx, k, r.clock.Now().Add(time.Minute)); err != nil || marked {
+		t.Fatalf("b's MarkQueued of a's record before a yields = %t, %v; want false", marked, err)
+	}
+}
+
+// staleCopyLeft: b claimed a key and released it, then served through a
+// failover to a and back; a is pending. b's copy of the record may be
+// stale: a may have claimed it back and acted. So b neither claims it back
+// nor takes a lease over for a command created before the failover.
+func staleCopyLeft(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	b := r.Store("b")
+	released, stuck := UniqueKey(t, "acme"), UniqueKey(t, "acme")
+	l := beginIn(t, b, released)
+	if err := b.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	beginIn(t, b, stuck)
+	r.clock.Advance(time.Minute) // past the stuck lease
+	r.ledger.pending(r.clock.Now())
+	if _, err := b.Begin(ctx, released, fpA, []byte("intent")); !errors.Is(err, idem.ErrClaimedElsewhere) {
+		t.Errorf("Begin of a release older than a pending failover: %v, want ErrClaimedElsewhere", err)
+	}
+	if _, err := b.TakeOver(ctx, stuck); !errors.Is(err, idem.ErrClaimedElsewhere) {
+		t.Errorf("TakeOver of a command older than a pending failover: %v, want ErrClaimedElsewhere", err)
 	}
 }
