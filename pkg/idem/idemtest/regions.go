@@ -49,6 +49,10 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A replicated settled record replays", replicatedReplays},
 		{"Another Region's record is not marked until it yields", foreignMarkWaits},
 		{"A command older than a pending failover is neither claimed back nor taken over", staleCopyLeft},
+		{"A claim lasts as long as its settled record", claimOutlivesSettled},
+		{"A claim lasts as long as a postponed record", claimOutlivesPostponed},
+		{"A claim lasts as long as a record claimed back elsewhere", claimOutlivesClaimBack},
+		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -344,4 +348,89 @@ func staleCopyLeft(t *testing.T, r *regionSuite) {
 	if _, err := b.TakeOver(ctx, stuck); !errors.Is(err, idem.ErrClaimedElsewhere) {
 		t.Errorf("TakeOver of a command older than a pending failover: %v, want ErrClaimedElsewhere", err)
 	}
+}
+
+// claimOutlivesSettled: a commits, and is written off before anything
+// replicates. Until the record's retention ends, b inherits a's claim. A
+// fresh claim would send a second reference while a's key lives.
+func claimOutlivesSettled(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Commit(ctx, first, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
+	r.yield("a")
+	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
+	}
+}
+
+// claimOutlivesPostponed: a postpones its lease past the claim's first
+// Until, then commits. The record lives a retention after that lease.
+func claimOutlivesPostponed(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Postpone(ctx, first, r.clock.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Commit(ctx, first, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
+	r.yield("a")
+	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
+	}
+}
+
+// claimOutlivesClaimBack: b claims a's release back near its end, once a
+// yields, and commits. a, back and no longer yielding to a pending b,
+// must find b's claim, not an expired one of its own.
+func claimOutlivesClaimBack(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Minute).Sub(r.clock.Now()))
+	r.yield("a")
+	b := r.Replica(a, "b")
+	l := beginIn(t, b, k)
+	if err := b.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.yield()
+	r.clock.Advance(2 * time.Minute) // past the release's end, within b's record's
+	_, err := r.Store("a").Begin(ctx, k, fpA, []byte("intent"))
+	wantElsewhere(t, err, "b")
+}
+
+// claimOutlivesTakeOver: b takes a's stuck command over, once a yields,
+// and commits. Past the claim's first Until, a must find b's claim.
+func claimOutlivesTakeOver(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	r.clock.Advance(time.Minute) // past a's lease
+	r.yield("a")
+	b := r.Replica(a, "b")
+	l, err := b.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.yield()
+	r.clock.Advance(first.CreatedAt.Add(time.Hour + 10*time.Second).Sub(r.clock.Now()))
+	_, err = r.Store("a").Begin(ctx, k, fpA, []byte("intent"))
+	wantElsewhere(t, err, "b")
 }
