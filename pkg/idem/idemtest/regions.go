@@ -53,6 +53,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A claim lasts as long as a postponed record", claimOutlivesPostponed},
 		{"A claim lasts as long as a record claimed back elsewhere", claimOutlivesClaimBack},
 		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
+		{"An expired release's reference is never a new command's", releaseReferenceNotReused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -433,4 +434,23 @@ func claimOutlivesTakeOver(t *testing.T, r *regionSuite) {
 	r.clock.Advance(first.CreatedAt.Add(time.Hour + 10*time.Second).Sub(r.clock.Now()))
 	_, err = r.Store("a").Begin(ctx, k, fpA, []byte("intent"))
 	wantElsewhere(t, err, "b")
+}
+
+// releaseReferenceNotReused: a's claim may outlive its release, ended
+// sooner than a settled record would. A new intent under the key then must
+// not take the release's CreatedAt: the provider may still hold that
+// reference, for another request.
+func releaseReferenceNotReused(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
+	if err == nil && begun.Lease != nil && begun.Lease.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("a new intent after the release expired: lease %+v under the release's CreatedAt", begun.Lease)
+	}
 }
