@@ -258,12 +258,12 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 	return false, idem.Begun{}, nil
 }
 
-// lapsed reports whether rec is c's command, released and expired before
-// c ends. A claim lasts as long as a settlement might, and a release ends
-// sooner. A new intent waits for the claim to end: under c's CreatedAt it
-// would send the release's reference, which the provider may still hold.
+// lapsed reports whether rec, settled and expired, is c's command. A
+// claim lasts as long as a settlement might; a release ends sooner. A new
+// intent waits for the claim to end: under c's CreatedAt it would send
+// the old command's reference, which the provider may still hold.
 func lapsed(rec *idem.Record, c idem.Claim) bool {
-	return rec.Status == idem.StatusReleased && rec.CreatedAt.Equal(c.CreatedAt)
+	return rec.Status != idem.StatusInFlight && rec.CreatedAt.Equal(c.CreatedAt)
 }
 
 // extendClaim makes the Ledger's claim of the command created at created

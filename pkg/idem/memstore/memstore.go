@@ -217,7 +217,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		}
 		if !c.CreatedAt.Equal(now) {
 			if s.lapsed(key, c) {
-				// As dynamostore's: the claim outlives its release.
+				// As dynamostore's: the claim outlives its record.
 				return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
 			}
 			if err := s.extendClaim(ctx, "begin", key, c.CreatedAt, lease.ExpiresAt); err != nil {
@@ -237,13 +237,13 @@ func (s *Store) live(key idem.Key, now time.Time) bool {
 	return ok && !rec.expired(now)
 }
 
-// lapsed reports whether key's record is c's command, released and
-// expired before c ends.
+// lapsed reports whether key's record, settled and expired, is c's
+// command, as dynamostore's rule.
 func (s *Store) lapsed(key idem.Key, c idem.Claim) bool {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	return ok && rec.status == idem.StatusReleased && rec.createdAt.Equal(c.CreatedAt)
+	return ok && rec.status != idem.StatusInFlight && rec.createdAt.Equal(c.CreatedAt)
 }
 
 // mayWrite reports whether s may lease a record region's store marked.
