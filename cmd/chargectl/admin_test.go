@@ -36,6 +36,8 @@ type adminStack struct {
 	clients awsenv.Clients
 	env     map[string]string
 	trail   *testkit.Trail
+	// clock is the operator's clock; time.Now if nil.
+	clock func() time.Time
 }
 
 // operatorARN is who runs chargectl admin in these tests, as STS would
@@ -77,12 +79,16 @@ func (s *adminStack) admin(t *testing.T, args ...string) (int, string, string) {
 func (s *adminStack) adminTyping(t *testing.T, typed io.Reader, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
+	clock := time.Now
+	if s.clock != nil {
+		clock = s.clock
+	}
 	env := adminEnv{
 		getenv:  func(name string) string { return s.env[name] },
 		clients: func(context.Context) (awsenv.Clients, error) { return s.clients, nil },
 		s3:      func(context.Context) (*s3.Client, error) { return testkit.S3(t), nil },
 		caller:  whoever,
-		clock:   time.Now,
+		clock:   clock,
 		stdin:   typed,
 	}
 	code := runAdmin(context.Background(), args, env, &stdout, &stderr)

@@ -94,8 +94,9 @@
 //
 // route shows who serves the tenants homed in the Region HOME. It lists
 // the Regions not yet drained. failover serves them from REGION, after the
-// fence. drained says REGION's writes for HOME have all replicated. All
-// three read ROUTES_TABLE (docs/operations.md).
+// fence. drained says REGION's writes for HOME have all replicated. It is
+// refused before the failover takes effect. All three read ROUTES_TABLE
+// (docs/operations.md).
 //
 // Exit status: 0 success; 1 a final failure; 2 a usage error; 3 the
 // outcome is not known yet.

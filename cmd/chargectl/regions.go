@@ -95,6 +95,16 @@ func (a *admin) drained(ctx context.Context, args []string, yes bool) error {
 	if !slices.Contains(rt.Pending, region) {
 		return fmt.Errorf("%s is not pending for home %s: nothing written", region, home)
 	}
+	// Until the failover takes effect, region's leases may still write.
+	// Both clocks must be past it: a fast one must not drain early.
+	now := a.clock()
+	if !rt.Read.IsZero() && rt.Read.Before(now) {
+		now = rt.Read
+	}
+	if now.Before(rt.Since) {
+		return fmt.Errorf("the failover of home %s takes effect at %s; %s may write until then: nothing written",
+			home, rt.Since.UTC().Format("2006-01-02T15:04:05.000Z"), region)
+	}
 	fmt.Fprintf(a.stderr, "home %s: %s's claims and records become the serving Region's to settle\n", home, region)
 	if err := a.typed(yes, region); err != nil {
 		return err

@@ -16,6 +16,13 @@ import (
 // there before it writes the record. It takes the CreatedAt the Ledger
 // holds. A claim another Region holds gives *ClaimedElsewhereError,
 // until that Region Yields.
+//
+// A claim never ends before its record may expire. Its Until is the
+// latest the record may expire under its lease. A Region that leases
+// the record again, or moves its lease later, Extends the claim before
+// that lease may settle the record.
+// Otherwise a Region could claim the key afresh while the record lives
+// where it did not replicate.
 type Ledger interface {
 	// Claim records c, region's claim of key's command, unless a
 	// live claim stands. It returns the live claim if region holds
@@ -25,6 +32,14 @@ type Ledger interface {
 	// it, or its holder yields: until then the holder's record may
 	// still replay the key.
 	Claim(ctx context.Context, key Key, c Claim) (Claim, error)
+	// Extend moves the Until of key's claim created at created to
+	// until, if that is later. region must hold the claim, or its
+	// holder yield: region is then its Heir. Otherwise it gives
+	// *ClaimedElsewhereError and records nothing. A key with no claim
+	// gets region's. A Region extends the claim before any write
+	// that lets the record live longer: a claim that ended first
+	// would let another Region claim the key afresh.
+	Extend(ctx context.Context, key Key, region string, created, until time.Time) error
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over
 	// and its writes replicated, or were written off.
@@ -40,8 +55,8 @@ type Ledger interface {
 type Claim struct {
 	Region    string
 	CreatedAt time.Time
-	// Until is the earliest the record may expire. A later claim of
-	// the key names a new command.
+	// Until is the latest the record may expire, under the lease its
+	// Region holds. A later claim of the key names a new command.
 	Until time.Time
 	// Heir is the Region that inherited the claim from a yielding
 	// holder. It holds the claim from then on, under Region's CreatedAt.

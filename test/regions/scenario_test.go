@@ -2,10 +2,12 @@ package regions_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -259,5 +261,109 @@ func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
 	w.clock.Advance(regions.DefaultLease) // r2's fence reads the drain
 	if status, body, refunded := read(); status != http.StatusOK || refunded != 500 {
 		t.Fatalf("r2, r1 drained, reads the charge: %d %s; want 200 with amount_refunded 500", status, body)
+	}
+}
+
+// TestAWrittenOffRegionsChargeIsNotMadeAgainWhileItsKeyLives: r1 charges
+// and fails before anything replicates, for good. acme fails over to r2,
+// and an operator writes r1 off. The docs promise: r2 takes r1's claims
+// over as inherited, under r1's reference, never a fresh send. The client
+// retries a day later, before the Idempotency-Expires it was given, but
+// after the ledger claim's Until. r2 claims afresh and charges again.
+func TestAWrittenOffRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, 2, chosen)
+	h := newHistory(t, t, w, &stats{})
+	r1, r2 := w.regions[0], w.regions[1]
+	tenant := h.tenants[0] // homed in r1
+	body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+	send := func(r *region) events.APIGatewayV2HTTPResponse {
+		t.Helper()
+		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, "order-1", body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	first := send(r1)
+	if first.StatusCode != http.StatusCreated {
+		t.Fatalf("the first charge: %d %s", first.StatusCode, first.Body)
+	}
+	expires, err := time.Parse(http.TimeFormat, first.Headers["Idempotency-Expires"])
+	if err != nil {
+		t.Fatalf("Idempotency-Expires %q: %v (headers %v)", first.Headers["Idempotency-Expires"], err, first.Headers)
+	}
+	r1.link.down.Store(true) // before anything replicated; it never returns
+	w.failOver(t, r1.name, r2)
+	h.drainRoutes(t) // the write-off: chargectl admin drained
+	w.clock.Advance(expires.Add(-5 * time.Second).Sub(w.clock.Now()))
+	again := send(r2)
+	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
+	made := h.effects(&intent{key: key, kind: "charge"}, w.sim.Ledger())
+	if len(made) > 1 {
+		t.Fatalf("the retry in r2 at %s, before the key's Idempotency-Expires %s: %d %s; the provider acted under %v",
+			w.clock.Now().UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339), again.StatusCode, again.Body, made)
+	}
+}
+
+// TestAMoveBackAfterAReclaimDoesNotChargeAgain: r1 claims a
+// key; the provider is unavailable, and the key is released. acme fails
+// over to r2, and r1 is drained. Near the end of the release's retention
+// the client retries in r2: r2 claims the release back, under r1's
+// CreatedAt, and charges. Its record now lives a retention more, but the
+// ledger's claim still names r1, until its old Until. r2 fails before
+// anything replicates, and acme moves back to r1, r2 pending. Just past
+// the old Until, the client retries in r1, well before the
+// Idempotency-Expires r2 gave it. r1 finds its own stale copy expired, and
+// its own claim expired: it claims afresh, and charges a second time.
+func TestAMoveBackAfterAReclaimDoesNotChargeAgain(t *testing.T) {
+	ctx := t.Context()
+	w := newWorld(t, 2, chosen)
+	h := newHistory(t, t, w, &stats{})
+	r1, r2 := w.regions[0], w.regions[1]
+	tenant := h.tenants[0] // homed in r1
+	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
+	body := `{"amount":500,"currency":"EUR","source":"` + providersim.SourceUnavailableOnce + `"}`
+	send := func(r *region) events.APIGatewayV2HTTPResponse {
+		t.Helper()
+		w.clock.Advance(10 * time.Millisecond)
+		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	created := w.clock.Now()
+	if resp := send(r1); resp.StatusCode != http.StatusServiceUnavailable || slug(resp.Body) != httpapi.ProblemUnavailable.Slug {
+		t.Fatalf("first try in r1: %d %s, want provider-unavailable", resp.StatusCode, resp.Body)
+	}
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r1.link.down.Store(true)
+	w.failOver(t, r1.name, r2)
+	r1.link.down.Store(false)
+	if err := w.drainAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.drainRoutes(t)
+	w.clock.Advance(created.Add(retention - time.Minute).Sub(w.clock.Now()))
+	charged := send(r2)
+	if charged.StatusCode != http.StatusCreated {
+		t.Fatalf("the retry in r2: %d %s, want 201", charged.StatusCode, charged.Body)
+	}
+	expires, _ := time.Parse(http.TimeFormat, charged.Headers["Idempotency-Expires"])
+	r2.link.down.Store(true) // before r2's writes replicate
+	w.failOver(t, r1.name, r1)
+	w.clock.Advance(created.Add(retention + 10*time.Second).Sub(w.clock.Now()))
+	var answers []string
+	for range 2 { // the provider is unavailable on a reference's first call
+		resp := send(r1)
+		answers = append(answers, fmt.Sprintf("%d %s", resp.StatusCode, resp.Body))
+	}
+	made := h.effects(&intent{key: key, kind: "charge"}, w.sim.Ledger())
+	if len(made) > 1 {
+		t.Fatalf("r2 charged under %s, the key to expire at %s; at %s, r2 pending, r1 answered %q: the provider acted under %v",
+			made[0], expires.UTC().Format(time.RFC3339), w.clock.Now().UTC().Format(time.RFC3339), answers, made)
 	}
 }

@@ -163,6 +163,9 @@ const maxReclaims = 3
 // this UpdateItem is absent. Back under its old CreatedAt, it would
 // outlive the retention that bounds how long those references are sent.
 func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, rec *idem.Record, oldToken types.AttributeValue, reclaims int) (idem.Begun, error) {
+	if err := s.extendClaim(ctx, "begin", lease.Key, rec.CreatedAt, lease.ExpiresAt); err != nil {
+		return idem.Begun{}, err
+	}
 	lease.CreatedAt = rec.CreatedAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	names := map[string]string{
@@ -227,7 +230,7 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		begun, err := s.existing(ctx, lease, fp, out.Item, reclaims)
 		return true, begun, err
 	}
-	c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: lease.CreatedAt, Until: s.pol.Earliest(lease.CreatedAt, lease.CreatedAt)})
+	c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: lease.CreatedAt, Until: s.pol.Latest(lease.CreatedAt, lease.ExpiresAt)})
 	switch {
 	case errors.Is(err, idem.ErrClaimedElsewhere):
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
@@ -241,8 +244,43 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		// may hold its record.
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 	}
+	if !c.CreatedAt.Equal(lease.CreatedAt) {
+		if rec, err := s.decodeRecord(key, out.Item); len(out.Item) > 0 && err == nil && lapsed(rec, c) {
+			return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
+		}
+		// An earlier claim, taken up under this lease: it must last as
+		// long as the record may now.
+		if err := s.extendClaim(ctx, "begin", key, c.CreatedAt, lease.ExpiresAt); err != nil {
+			return true, idem.Begun{}, err
+		}
+	}
 	lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	return false, idem.Begun{}, nil
+}
+
+// lapsed reports whether rec, settled and expired, is c's command. A
+// claim lasts as long as a settlement might; a release ends sooner. A new
+// intent waits for the claim to end: under c's CreatedAt it would send
+// the old command's reference, which the provider may still hold.
+func lapsed(rec *idem.Record, c idem.Claim) bool {
+	return rec.Status != idem.StatusInFlight && rec.CreatedAt.Equal(c.CreatedAt)
+}
+
+// extendClaim makes the Ledger's claim of the command created at created
+// last as long as a record settled under a lease until leaseEnd may.
+// Without a Ledger there is no claim.
+func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, created, leaseEnd time.Time) error {
+	if s.ledger == nil {
+		return nil
+	}
+	err := s.ledger.Extend(ctx, key, s.region, created, s.pol.Latest(created, leaseEnd))
+	switch {
+	case errors.Is(err, idem.ErrClaimedElsewhere):
+		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
+	case err != nil:
+		return fmt.Errorf("idem: %s %s: ledger: %w", op, key.LogHash(), AsUnavailable(err))
+	}
+	return nil
 }
 
 // expiredItem reports whether item's retention (its ttl attribute) ended

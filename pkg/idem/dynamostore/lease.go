@@ -56,6 +56,9 @@ func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) er
 // extend moves l's lease to until. If attempt is set, the attempt deadline
 // moves with it.
 func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time.Time, attempt bool) error {
+	if err := s.extendClaim(ctx, op, l.Key, l.CreatedAt, until); err != nil {
+		return err
+	}
 	expr := "SET #lexp = :lexp"
 	names := map[string]string{"#lexp": s.layout.lexp}
 	if attempt {
@@ -123,7 +126,15 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		// meanwhile is not.
 		lease, _, err = s.takeOverFrom(ctx, key, op, created, holder)
 	}
-	return lease, err
+	if err != nil {
+		return nil, err
+	}
+	// The lease is not handed out until the claim lasts as long: one
+	// dropped here settles nothing.
+	if err := s.extendClaim(ctx, op, key, lease.CreatedAt, lease.ExpiresAt); err != nil {
+		return nil, err
+	}
+	return lease, nil
 }
 
 // takeOverFrom is takeOver of a record region marked, or left unmarked.

@@ -117,6 +117,62 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	return idem.Claim{}, &idem.ClaimedElsewhereError{Region: again.Holder()} // claimed meanwhile
 }
 
+// Extend moves the Until of key's claim created at created to until, in
+// one conditional UpdateItem, if region holds it. A yielding holder's
+// claim passes to region, in a second UpdateItem naming it the Heir. A
+// claim already lasting until then is left as it is. After an error
+// wrapping idem.ErrUnavailable, whether the claim moved is unknown.
+func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	names := map[string]string{"#pk": ledgerKey, "#rg": ledgerRegion, "#ct": ledgerCreated, "#un": ledgerUntil, "#hr": ledgerHeir}
+	values := map[string]types.AttributeValue{":rg": str(region), ":ct": millis(created), ":un": millis(until)}
+	old, err := l.update(ctx, key, "SET #rg = if_not_exists(#rg, :rg), #ct = if_not_exists(#ct, :ct), #un = :un",
+		"attribute_not_exists(#pk) OR (#ct = :ct AND #un < :un AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg))", names, values)
+	switch {
+	case err != nil || old == nil:
+		return err
+	case !old.CreatedAt.Equal(time.UnixMilli(created.UnixMilli())):
+		return &idem.ClaimedElsewhereError{Region: old.Holder()} // another command's claim
+	case old.Holder() == region:
+		return nil // it lasts long enough
+	case !l.Yields(key, old.Holder()):
+		return &idem.ClaimedElsewhereError{Region: old.Holder()}
+	}
+	// A yielding holder's claim passes to region, lasting at least as
+	// long as it did.
+	delete(names, "#pk")
+	values[":old"] = str(old.Region)
+	if old.Until.After(until) {
+		values[":un"] = millis(old.Until)
+	}
+	cond := "#rg = :old AND #ct = :ct AND attribute_not_exists(#hr)"
+	if old.Heir != "" {
+		cond, values[":oldhr"] = "#rg = :old AND #ct = :ct AND #hr = :oldhr", str(old.Heir)
+	}
+	again, err := l.update(ctx, key, "SET #un = :un, #hr = :rg", cond, names, values)
+	switch {
+	case err != nil || again == nil:
+		return err
+	case again.Holder() == region && again.CreatedAt.Equal(old.CreatedAt) && !again.Until.Before(until):
+		return nil // this very write, its answer lost
+	}
+	return &idem.ClaimedElsewhereError{Region: again.Holder()} // claimed meanwhile
+}
+
+// update applies set to key's claim under cond. A failed condition
+// returns the claim that stood, with nothing written.
+func (l *Ledger) update(ctx context.Context, key idem.Key, set, cond string, names map[string]string, values map[string]types.AttributeValue) (*idem.Claim, error) {
+	_, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                           l.table,
+		Key:                                 map[string]types.AttributeValue{ledgerKey: str(key.String())},
+		UpdateExpression:                    aws.String(set),
+		ConditionExpression:                 aws.String(cond),
+		ExpressionAttributeNames:            names,
+		ExpressionAttributeValues:           values,
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	return l.refused(key, err)
+}
+
 // put writes c under cond. A failed condition returns the claim that
 // stood, with nothing written.
 func (l *Ledger) put(ctx context.Context, key idem.Key, c idem.Claim, cond string, names map[string]string, values map[string]types.AttributeValue) (*idem.Claim, error) {
@@ -128,6 +184,12 @@ func (l *Ledger) put(ctx context.Context, key idem.Key, c idem.Claim, cond strin
 		ExpressionAttributeValues:           values,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	return l.refused(key, err)
+}
+
+// refused explains a write's err: nil, unavailable, or the claim that
+// stood against its condition.
+func (l *Ledger) refused(key idem.Key, err error) (*idem.Claim, error) {
 	var ccf *types.ConditionalCheckFailedException
 	switch {
 	case err == nil:

@@ -47,13 +47,20 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"Another Region's release is claimed back once it yields", foreignReleaseWaits},
 		{"Another Region's record is taken over once it yields", foreignTakeOverWaits},
 		{"A replicated settled record replays", replicatedReplays},
+		{"Another Region's record is not marked until it yields", foreignMarkWaits},
+		{"A command older than a pending failover is neither claimed back nor taken over", staleCopyLeft},
+		{"A claim lasts as long as its settled record", claimOutlivesSettled},
+		{"A claim lasts as long as a postponed record", claimOutlivesPostponed},
+		{"A claim lasts as long as a record claimed back elsewhere", claimOutlivesClaimBack},
+		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
+		{"An expired release's reference is never a new command's", releaseReferenceNotReused},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clock := NewClock(time.Now())
 			r := &regionSuite{clock: clock}
-			r.ledger = newLedger(t, func(_ idem.Key, region string) bool { return r.yields(region) })
+			r.ledger = &pendingLedger{Ledger: newLedger(t, func(_ idem.Key, region string) bool { return r.yields(region) })}
 			r.Regions = newRegions(t, Options{Clock: clock.Now, DefaultLease: 30 * time.Second, Retention: time.Hour}, r.ledger)
 			tc.run(t, r)
 		})
@@ -64,7 +71,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 type regionSuite struct {
 	Regions
 	clock  *Clock
-	ledger idem.Ledger
+	ledger *pendingLedger
 
 	mu       sync.Mutex
 	yielding []string
@@ -277,5 +284,173 @@ func replicatedReplays(t *testing.T, r *regionSuite) {
 	begun, err := r.Replica(a, "b").Begin(ctx, k, fpA, nil)
 	if err != nil || begun.Replay == nil || !begun.Replay.Equal(resp) {
 		t.Fatalf("Begin in another Region = %+v, %v; want the replay", begun, err)
+	}
+}
+
+// pendingLedger is a Ledger whose Unreplicated the suite sets: since when
+// a Region not yet drained may hold newer writes.
+type pendingLedger struct {
+	idem.Ledger
+	mu    sync.Mutex
+	since time.Time
+}
+
+func (p *pendingLedger) pending(since time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.since = since
+}
+
+func (p *pendingLedger) Unreplicated(key idem.Key) time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.since.IsZero() {
+		return p.since
+	}
+	return p.Ledger.Unreplicated(key)
+}
+
+// foreignMarkWaits: a's IN_FLIGHT record, replicated to b, is a's to
+// mark while a does not yield. A mark b made could be lost to last writer
+// wins, or hide a's record from a's sweeper.
+func foreignMarkWaits(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	beginIn(t, a, k)
+	r.clock.Advance(time.Hour) // the lease ran out: a sweeper would queue it
+	b, ok := r.Replica(a, "b").(queueMarker)
+	if !ok {
+		t.Skip("the store marks no queued commands")
+	}
+	if marked, err := b.MarkQueued(ctx, k, r.clock.Now().Add(time.Minute)); err != nil || marked {
+		t.Fatalf("b's MarkQueued of a's record before a yields = %t, %v; want false", marked, err)
+	}
+}
+
+// staleCopyLeft: b claimed a key and released it, then served through a
+// failover to a and back; a is pending. b's copy of the record may be
+// stale: a may have claimed it back and acted. So b neither claims it back
+// nor takes a lease over for a command created before the failover.
+func staleCopyLeft(t *testing.T, r *regionSuite) {
+	ctx := context.Background()
+	b := r.Store("b")
+	released, stuck := UniqueKey(t, "acme"), UniqueKey(t, "acme")
+	l := beginIn(t, b, released)
+	if err := b.Release(ctx, l); err != nil {
+		t.Fatal(err)
+	}
+	beginIn(t, b, stuck)
+	r.clock.Advance(time.Minute) // past the stuck lease
+	r.ledger.pending(r.clock.Now())
+	if _, err := b.Begin(ctx, released, fpA, []byte("intent")); !errors.Is(err, idem.ErrClaimedElsewhere) {
+		t.Errorf("Begin of a release older than a pending failover: %v, want ErrClaimedElsewhere", err)
+	}
+	if _, err := b.TakeOver(ctx, stuck); !errors.Is(err, idem.ErrClaimedElsewhere) {
+		t.Errorf("TakeOver of a command older than a pending failover: %v, want ErrClaimedElsewhere", err)
+	}
+}
+
+// claimOutlivesSettled: a commits, and is written off before anything
+// replicates. Until the record's retention ends, b inherits a's claim. A
+// fresh claim would send a second reference while a's key lives.
+func claimOutlivesSettled(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Commit(ctx, first, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
+	r.yield("a")
+	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
+	}
+}
+
+// claimOutlivesPostponed: a postpones its lease past the claim's first
+// Until, then commits. The record lives a retention after that lease.
+func claimOutlivesPostponed(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Postpone(ctx, first, r.clock.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Commit(ctx, first, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
+	r.yield("a")
+	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
+	}
+}
+
+// claimOutlivesClaimBack: b claims a's release back near its end, once a
+// yields, and commits. a, back and no longer yielding to a pending b,
+// must find b's claim, not an expired one of its own.
+func claimOutlivesClaimBack(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Minute).Sub(r.clock.Now()))
+	r.yield("a")
+	b := r.Replica(a, "b")
+	l := beginIn(t, b, k)
+	if err := b.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.yield()
+	r.clock.Advance(2 * time.Minute) // past the release's end, within b's record's
+	_, err := r.Store("a").Begin(ctx, k, fpA, []byte("intent"))
+	wantElsewhere(t, err, "b")
+}
+
+// claimOutlivesTakeOver: b takes a's stuck command over, once a yields,
+// and commits. Past the claim's first Until, a must find b's claim.
+func claimOutlivesTakeOver(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	r.clock.Advance(time.Minute) // past a's lease
+	r.yield("a")
+	b := r.Replica(a, "b")
+	l, err := b.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(ctx, l, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.yield()
+	r.clock.Advance(first.CreatedAt.Add(time.Hour + 10*time.Second).Sub(r.clock.Now()))
+	_, err = r.Store("a").Begin(ctx, k, fpA, []byte("intent"))
+	wantElsewhere(t, err, "b")
+}
+
+// releaseReferenceNotReused: a's claim may outlive its release, ended
+// sooner than a settled record would. A new intent under the key then must
+// not take the release's CreatedAt: the provider may still hold that
+// reference, for another request.
+func releaseReferenceNotReused(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
+	if err == nil && begun.Lease != nil && begun.Lease.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("a new intent after the release expired: lease %+v under the release's CreatedAt", begun.Lease)
 	}
 }

@@ -54,6 +54,31 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	}
 }
 
+// Extend moves the Until of key's claim created at created to until,
+// as dynamostore.Ledger.Extend.
+func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if err := done(ctx, "extend", key); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old, ok := l.claims[key]
+	switch {
+	case !ok:
+		l.claims[key] = idem.Claim{Region: region, CreatedAt: time.UnixMilli(created.UnixMilli()), Until: until}
+		return nil
+	case old.CreatedAt.UnixMilli() != created.UnixMilli() || old.Holder() != region && !l.Yields(key, old.Holder()):
+		return &idem.ClaimedElsewhereError{Region: old.Holder()}
+	case old.Holder() != region:
+		old.Heir = region
+	}
+	if until.After(old.Until) {
+		old.Until = until
+	}
+	l.claims[key] = old
+	return nil
+}
+
 // Unreplicated is always zero: no Region of an in-memory Ledger is
 // pending a drain.
 func (l *Ledger) Unreplicated(idem.Key) time.Time { return time.Time{} }

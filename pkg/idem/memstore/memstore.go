@@ -206,16 +206,27 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	if s.ledger != nil && !s.live(key, now) {
 		// The Ledger first, as dynamostore's: another Region's record may
 		// not have replicated here.
-		c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: now, Until: s.pol.Earliest(now, now)})
+		c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: now, Until: s.pol.Latest(now, lease.ExpiresAt)})
 		switch {
 		case errors.Is(err, idem.ErrClaimedElsewhere):
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
 		case err != nil:
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: ledger: %w: %w", key.LogHash(), idem.ErrUnavailable, err)
+		case !s.replicated(key, c.CreatedAt):
+			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
+		}
+		if !c.CreatedAt.Equal(now) {
+			if s.lapsed(key, c) {
+				// As dynamostore's: the claim outlives its record.
+				return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
+			}
+			if err := s.extendClaim(ctx, "begin", key, c.CreatedAt, lease.ExpiresAt); err != nil {
+				return idem.Begun{}, err
+			}
 		}
 		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	}
-	return s.begin(lease, fp, now)
+	return s.begin(ctx, lease, fp, now)
 }
 
 // live reports whether key has a record within its retention at now.
@@ -226,13 +237,46 @@ func (s *Store) live(key idem.Key, now time.Time) bool {
 	return ok && !rec.expired(now)
 }
 
+// lapsed reports whether key's record, settled and expired, is c's
+// command, as dynamostore's rule.
+func (s *Store) lapsed(key idem.Key, c idem.Claim) bool {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	rec, ok := s.d.records[key]
+	return ok && rec.status != idem.StatusInFlight && rec.createdAt.Equal(c.CreatedAt)
+}
+
 // mayWrite reports whether s may lease a record region's store marked.
 // It is dynamostore's rule: always, without a Ledger.
 func (s *Store) mayWrite(key idem.Key, region string) bool {
 	return s.ledger == nil || region == "" || region == s.region || s.ledger.Yields(key, region)
 }
 
-func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
+// replicated reports whether the command created at created can have
+// changed in no Region pending a drain, as dynamostore's rule. Its record
+// here may be an older copy.
+func (s *Store) replicated(key idem.Key, created time.Time) bool {
+	return s.ledger == nil || !created.Before(s.ledger.Unreplicated(key))
+}
+
+// extendClaim makes the Ledger's claim of the command created at created
+// last as long as a record settled under a lease until leaseEnd may, as
+// dynamostore's.
+func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, created, leaseEnd time.Time) error {
+	if s.ledger == nil {
+		return nil
+	}
+	err := s.ledger.Extend(ctx, key, s.region, created, s.pol.Latest(created, leaseEnd))
+	switch {
+	case errors.Is(err, idem.ErrClaimedElsewhere):
+		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
+	case err != nil:
+		return fmt.Errorf("idem: %s %s: ledger: %w: %w", op, key.LogHash(), idem.ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	s.d.mu.Lock()
@@ -256,7 +300,12 @@ func (s *Store) begin(lease *idem.Lease, fp idem.Fingerprint, now time.Time) (id
 		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, nil
 	case rec.status == idem.StatusReleased && !s.mayWrite(lease.Key, rec.region):
 		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
+	case rec.status == idem.StatusReleased && !s.replicated(lease.Key, rec.createdAt):
+		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{})
 	case rec.status == idem.StatusReleased:
+		if err := s.extendClaim(ctx, "begin", lease.Key, rec.createdAt, lease.ExpiresAt); err != nil {
+			return idem.Begun{}, err
+		}
 		// Claimed again by the same request, under the same CreatedAt.
 		lease.CreatedAt, lease.Inherited = rec.createdAt, false
 		lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
@@ -359,7 +408,7 @@ func (s *Store) Heartbeat(ctx context.Context, l *idem.Lease) error {
 	if until.Before(l.ExpiresAt) {
 		until = l.ExpiresAt
 	}
-	if err := s.extend("heartbeat", l, until, true); err != nil {
+	if err := s.extend(ctx, "heartbeat", l, until, true); err != nil {
 		return err
 	}
 	l.ExpiresAt, l.AttemptDeadline = until, until
@@ -374,7 +423,7 @@ func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) er
 		return err
 	}
 	until = time.UnixMilli(until.UnixMilli())
-	if err := s.extend("postpone", l, until, false); err != nil {
+	if err := s.extend(ctx, "postpone", l, until, false); err != nil {
 		return err
 	}
 	l.ExpiresAt = until
@@ -382,7 +431,10 @@ func (s *Store) Postpone(ctx context.Context, l *idem.Lease, until time.Time) er
 	return nil
 }
 
-func (s *Store) extend(op string, l *idem.Lease, until time.Time, attempt bool) error {
+func (s *Store) extend(ctx context.Context, op string, l *idem.Lease, until time.Time, attempt bool) error {
+	if err := s.extendClaim(ctx, op, l.Key, l.CreatedAt, until); err != nil {
+		return err
+	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[l.Key]
@@ -431,11 +483,17 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrNotFound)
 	case !s.mayWrite(key, rec.region):
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
+	case !s.replicated(key, rec.createdAt):
+		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), &idem.ClaimedElsewhereError{})
 	case rec.status.Terminal():
 		return nil, fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), idem.ErrCompleted)
 	case !live && !rec.leaseExpiresAt.Before(now):
 		return nil, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: s.pol.Earliest(rec.createdAt, rec.leaseExpiresAt)}
-	case rec.status == idem.StatusReleased:
+	}
+	if err := s.extendClaim(ctx, op, key, rec.createdAt, lease.ExpiresAt); err != nil {
+		return nil, err
+	}
+	if rec.status == idem.StatusReleased {
 		// Back to IN_FLIGHT, with no expiry, as a re-claim.
 		rec.status, rec.expiresAt, rec.attemptDeadline = idem.StatusInFlight, time.Time{}, lease.ExpiresAt
 	}
@@ -508,7 +566,8 @@ func (s *Store) MarkQueued(ctx context.Context, key idem.Key, until time.Time) (
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	if !ok || rec.status != idem.StatusInFlight {
+	if !ok || rec.status != idem.StatusInFlight || !s.mayWrite(key, rec.region) || !s.replicated(key, rec.createdAt) {
+		// Absent, settled, or not this Region's to write, as dynamostore's.
 		return false, nil
 	}
 	if rec.queuedUntil.UnixMilli() > now || rec.queuedRenewed.UnixMilli() > now {

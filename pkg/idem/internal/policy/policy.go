@@ -115,6 +115,17 @@ func (p Policy) Earliest(created, leaseEnd time.Time) time.Time {
 	return settled
 }
 
+// Latest is the latest a command created at created, leased until
+// leaseEnd, may stop deduplicating. It is the later of the two ends
+// Earliest weighs. A Ledger's claim of the command lasts until then.
+func (p Policy) Latest(created, leaseEnd time.Time) time.Time {
+	released, settled := p.ReleasedUntil(created), p.RetainUntil(leaseEnd)
+	if released.After(settled) {
+		return released
+	}
+	return settled
+}
+
 // Expired reports whether a record whose retention ends at expiresAt is
 // past it at now. expiresAt is a whole second, or zero for none. The
 // record is past it from that instant on, the Idempotency-Expires a client
