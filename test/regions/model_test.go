@@ -105,18 +105,19 @@ func runRegions(t *testing.T, w *world) {
 	t.Logf("design %s: %d histories in %s; %d Region failures (%d in the middle of a request, %d answers lost), %d failovers, %d returns, %d drains; "+
 		"%d items replicated, %d copies lost to a later write; %d charges made, %d refunds, %d captures or cancels answered 200; "+
 		"%d answers said nothing was charged or refunded; %d outcome-pending during a failover, %d wrong-region; "+
-		"%d reads, %d of them refused for now, %d behind the provider; %d keys swept, %d reconcile messages handled, %d left to redeliver",
+		"%d reads, %d of them refused for now, %d behind the provider, %d checked fresh; %d keys swept, %d reconcile messages handled, %d left to redeliver",
 		w.design, st.histories.Load(), time.Since(start).Round(time.Millisecond), st.failures.Load(), st.midRequest.Load(), st.lost.Load(),
 		st.failovers.Load(), st.returns.Load(), st.drains.Load(), w.replications.Load(), w.conflicts.Load(),
 		st.charges.Load(), st.refunds.Load(), st.moves.Load(), st.toldNothing.Load(), st.failoverPending.Load(), st.wrongRegion.Load(),
-		st.reads.Load(), st.readsPending.Load(), st.staleReads.Load(), st.queued.Load(), st.delivered.Load(), st.redelivered.Load())
+		st.reads.Load(), st.readsPending.Load(), st.staleReads.Load(), st.freshReads.Load(), st.queued.Load(), st.delivered.Load(), st.redelivered.Load())
 }
 
 // stats are the counts a run reports.
 type stats struct {
 	histories, failures, midRequest, lost, failovers, returns, drains  atomic.Int64
 	charges, refunds, moves, toldNothing, failoverPending, wrongRegion atomic.Int64
-	reads, readsPending, staleReads, queued, delivered, redelivered    atomic.Int64
+	reads, readsPending, staleReads, freshReads                        atomic.Int64
+	queued, delivered, redelivered                                     atomic.Int64
 }
 
 // history is one run: its tenants, what their clients saw, and each
@@ -156,6 +157,8 @@ type intent struct {
 	// and the client has not sent again since.
 	toldNothing bool
 	chargeID    string // a 201's charge id
+	// moved is the status a capture's or cancel's 200 gave the charge.
+	moved string
 }
 
 // stack is one Region's functions for a history: the charge function,
@@ -401,6 +404,9 @@ func (h *history) move(rt *rapid.T) {
 	switch resp.StatusCode {
 	case http.StatusOK:
 		h.st.moves.Add(1)
+		var got struct{ Status string }
+		_ = json.Unmarshal([]byte(resp.Body), &got)
+		c.moved = got.Status
 	case http.StatusConflict, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusNotFound:
 	default:
 		rt.Fatalf("%s of %s: %d %s", verb, c.chargeID, resp.StatusCode, resp.Body)

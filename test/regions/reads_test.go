@@ -90,6 +90,9 @@ func (h *history) readCharge(rt *rapid.T, c *intent, exact bool) {
 	for _, rf := range got.Refunds {
 		h.checkRefundRead(rt, c, rf, l)
 	}
+	if !exact {
+		h.checkReadYourWrites(rt, c, got)
+	}
 	want := wantStatus(e)
 	if got.Status == want && got.AmountRefunded == e.Refunded {
 		return
@@ -99,6 +102,33 @@ func (h *history) readCharge(rt *rapid.T, c *intent, exact bool) {
 		rt.Fatalf("%s: every Region drained, a read says %s is %s with %d refunded; the provider: %s with %d refunded (%+v)",
 			c.key, got.ID, got.Status, got.AmountRefunded, want, e.Refunded, e)
 	}
+}
+
+// checkReadYourWrites: once no Region the tenant's home left is pending,
+// the Region serving it holds every write made for it. Its read is
+// strongly consistent (docs/contract.md, "Reading a charge"). So it shows
+// every capture, cancel and refund the client saw answered.
+func (h *history) checkReadYourWrites(rt *rapid.T, c *intent, got readCharge) {
+	if h.w.design != chosen {
+		return
+	}
+	route, err := h.w.routes.Route(context.Background(), h.homes[c.key.Tenant()])
+	if err != nil || len(route.Pending) > 0 {
+		return
+	}
+	var refunded int64
+	for _, k := range h.order {
+		if rf := h.keys[k]; rf.kind == "refund" && rf.charge == c.chargeID && rf.chargeID != "" {
+			var made readRefund
+			_ = json.Unmarshal([]byte(rf.final.Body), &made)
+			refunded += made.Amount
+		}
+	}
+	if (c.moved != "" && got.Status != c.moved) || got.AmountRefunded < refunded {
+		rt.Fatalf("%s: no Region pending, a read says %s is %s with %d refunded; its clients saw it %q with %d refunded",
+			c.key, got.ID, got.Status, got.AmountRefunded, c.moved, refunded)
+	}
+	h.st.freshReads.Add(1)
 }
 
 // wantStatus is the status a charge reads once its row agrees with the
