@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"slices"
@@ -21,6 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"pgregory.net/rapid"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -28,7 +31,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
-	"github.com/chargeonce/chargeonce/internal/queue"
+	"github.com/chargeonce/chargeonce/internal/reconcile"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/sweeper"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -48,7 +51,10 @@ const (
 	naive design = "naive"
 )
 
-var designFlag = flag.String("regions.design", string(chosen), "the design TestRegions runs: chosen or naive")
+var (
+	designFlag  = flag.String("regions.design", string(chosen), "the design TestRegions runs: chosen or naive")
+	regionsFlag = flag.String("regions.n", "2,3", "the worlds TestRegions runs, by their number of Regions")
+)
 
 const (
 	maxSteps     = 14
@@ -59,15 +65,23 @@ const (
 	leaseExpiry  = 31 * time.Second
 )
 
-// TestRegions runs random histories of two Regions, with failures,
-// failovers, returns and drains, and checks the invariants after every
-// step and once everything has settled.
+// TestRegions runs random histories of two Regions, and of three, with
+// failures, failovers, returns and drains, and checks the invariants
+// after every step and once everything has settled.
 func TestRegions(t *testing.T) {
 	d := design(*designFlag)
 	if d != chosen && d != naive {
 		t.Fatalf("-regions.design=%s: want chosen or naive", d)
 	}
-	runRegions(t, newWorld(t, 2, d))
+	for n := range strings.SplitSeq(*regionsFlag, ",") {
+		t.Run(n+" Regions", func(t *testing.T) {
+			count, err := strconv.Atoi(n)
+			if err != nil || count < 2 {
+				t.Fatalf("-regions.n=%s: want numbers of Regions, each 2 or more", *regionsFlag)
+			}
+			runRegions(t, newWorld(t, count, d))
+		})
+	}
 }
 
 func runRegions(t *testing.T, w *world) {
@@ -82,6 +96,7 @@ func runRegions(t *testing.T, w *world) {
 		}
 		h.settle(rt)
 		h.checkFinal(rt)
+		h.readEverything(rt)
 		if lost := w.conflicts.Load() - h.conflicts; w.design == chosen && lost > 0 {
 			rt.Fatalf("%d writes lost to a later write in another Region: two Regions wrote one item before it replicated", lost)
 		}
@@ -89,16 +104,20 @@ func runRegions(t *testing.T, w *world) {
 	})
 	t.Logf("design %s: %d histories in %s; %d Region failures (%d in the middle of a request, %d answers lost), %d failovers, %d returns, %d drains; "+
 		"%d items replicated, %d copies lost to a later write; %d charges made, %d refunds, %d captures or cancels answered 200; "+
-		"%d answers said nothing was charged or refunded; %d outcome-pending during a failover, %d wrong-region",
+		"%d answers said nothing was charged or refunded; %d outcome-pending during a failover, %d wrong-region; "+
+		"%d reads, %d of them refused for now, %d behind the provider, %d checked fresh; %d keys swept, %d reconcile messages handled, %d left to redeliver",
 		w.design, st.histories.Load(), time.Since(start).Round(time.Millisecond), st.failures.Load(), st.midRequest.Load(), st.lost.Load(),
 		st.failovers.Load(), st.returns.Load(), st.drains.Load(), w.replications.Load(), w.conflicts.Load(),
-		st.charges.Load(), st.refunds.Load(), st.moves.Load(), st.toldNothing.Load(), st.failoverPending.Load(), st.wrongRegion.Load())
+		st.charges.Load(), st.refunds.Load(), st.moves.Load(), st.toldNothing.Load(), st.failoverPending.Load(), st.wrongRegion.Load(),
+		st.reads.Load(), st.readsPending.Load(), st.staleReads.Load(), st.freshReads.Load(), st.queued.Load(), st.delivered.Load(), st.redelivered.Load())
 }
 
 // stats are the counts a run reports.
 type stats struct {
 	histories, failures, midRequest, lost, failovers, returns, drains  atomic.Int64
 	charges, refunds, moves, toldNothing, failoverPending, wrongRegion atomic.Int64
+	reads, readsPending, staleReads, freshReads                        atomic.Int64
+	queued, delivered, redelivered                                     atomic.Int64
 }
 
 // history is one run: its tenants, what their clients saw, and each
@@ -138,24 +157,18 @@ type intent struct {
 	// and the client has not sent again since.
 	toldNothing bool
 	chargeID    string // a 201's charge id
+	// moved is the status a capture's or cancel's 200 gave the charge.
+	moved string
 }
 
-// stack is one Region's functions for a history.
+// stack is one Region's functions for a history: the charge function,
+// the sweeper and the reconcile function, on the Region's reconcile queue.
 type stack struct {
 	handler interface {
 		Handle(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 	}
-	recon   *charge.Service
-	sweeper *sweeper.Sweeper
-	swept   *swept
-}
-
-// swept collects the keys a sweeper queues.
-type swept struct{ keys []idem.Key }
-
-func (s *swept) SendBatch(_ context.Context, keys []idem.Key) (queue.Batch, error) {
-	s.keys = append(s.keys, keys...)
-	return queue.Batch{}, nil
+	sweeper   *sweeper.Sweeper
+	reconcile *reconcile.Handler
 }
 
 var historyIDs atomic.Int64
@@ -192,9 +205,9 @@ func newHistory(t *testing.T, rt fataler, w *world, st *stats) *history {
 	return h
 }
 
-// stack builds r's charge function, reconciler and sweeper as deployed,
-// on r's link, the shared provider and clock; in the chosen design, with
-// the routes and the ledger.
+// stack builds r's charge function, sweeper and reconcile function as
+// deployed, on r's links, the shared provider and clock; in the chosen
+// design, with the routes and the ledger.
 func (h *history) stack(rt fataler, r *region) *stack {
 	w := h.w
 	var rg app.Regions
@@ -202,35 +215,23 @@ func (h *history) stack(rt fataler, r *region) *stack {
 		rg = app.Regions{Region: r.name, Home: w.regions[0].name, Homes: h.homes, RoutesTable: w.routesTable, LedgerTable: w.ledgerTable}
 	}
 	wire := func(wi *testkit.Wiring) {
-		wi.Deps.Clients.DynamoDB, wi.Deps.Clock = r.db, w.clock.Now
+		wi.Deps.Clients.DynamoDB, wi.Deps.Clients.SQS, wi.Deps.Clock = r.db, r.sqs, w.clock.Now
 		wi.Deps.ProviderOptions = []func(*provider.Options){provider.WithTimeout(5 * time.Second)}
 		wi.Charge.ProviderURL, wi.Reconcile.ProviderURL = w.simURL, w.simURL
 		wi.Charge.InflightWait, wi.Charge.Retention, wi.Reconcile.Retention = 100*time.Millisecond, retention, retention
 		wi.Reconcile.SettleWindow, wi.Reconcile.RetryBase, wi.Reconcile.RetryCap = settleWindow, retryBase, retryCap
 		wi.Charge.Regions, wi.Reconcile.Regions = rg, rg
 	}
-	s := &stack{handler: r.d.ChargeHandler(h.t, wire), recon: r.d.ReconcileService(h.t, wire), swept: &swept{}}
-	store, err := dynamostore.New(r.db, r.d.IdempotencyTable, func(o *dynamostore.Options) { o.Clock = w.clock.Now })
-	if err != nil {
+	wi := testkit.Wiring{Reconcile: r.d.Reconcile(), Deps: app.Deps{Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard}}
+	wire(&wi)
+	sc := r.d.Sweeper()
+	sc.Regions = rg
+	s := &stack{handler: r.d.ChargeHandler(h.t, wire)}
+	var err error
+	if s.sweeper, err = app.SweeperHandler(sc, wi.Deps); err != nil {
 		rt.Fatal(err)
 	}
-	rows, err := charge.NewRows(r.db, r.d.ChargesTable)
-	if err != nil {
-		rt.Fatal(err)
-	}
-	var fence sweeper.Fence
-	if w.design == chosen {
-		routes, err := regions.NewRoutes(r.db, w.routesTable)
-		if err != nil {
-			rt.Fatal(err)
-		}
-		if fence, err = regions.NewFence(routes, r.name, regions.Homes(h.homes, rg.Home), func(o *regions.FenceOptions) { o.Clock = w.clock.Now }); err != nil {
-			rt.Fatal(err)
-		}
-	}
-	if s.sweeper, err = sweeper.New(sweeper.Join(store, rows), s.swept, func(o *sweeper.Options) {
-		o.Clock, o.Metrics, o.Fence = w.clock.Now, io.Discard, fence
-	}); err != nil {
+	if s.reconcile, err = app.ReconcileHandler(wi.Reconcile, wi.Deps); err != nil {
 		rt.Fatal(err)
 	}
 	return s
@@ -241,6 +242,7 @@ var actions = map[string]func(*history, *rapid.T){
 	"charge":              (*history).charge,
 	"chargeAgain":         (*history).chargeAgain,
 	"refund":              (*history).refund,
+	"read":                (*history).read,
 	"move":                (*history).move,
 	"replicate":           (*history).replicate,
 	"regionFails":         (*history).regionFails,
@@ -250,6 +252,7 @@ var actions = map[string]func(*history, *rapid.T){
 	"drain":               (*history).drain,
 	"advanceClock":        (*history).advanceClock,
 	"sweepAndReconcile":   (*history).sweepAndReconcile,
+	"reconcileQueued":     (*history).reconcileQueued,
 	"providerLands":       func(h *history, _ *rapid.T) { h.w.sim.Land() },
 	"replicateEverything": func(h *history, rt *rapid.T) { h.replicateAll(rt) },
 	"failoverRound":       (*history).failoverRound,
@@ -265,13 +268,15 @@ var actionNames = func() []string {
 			}
 		}
 	})
-	return append(names, "charge", "chargeAgain", "chargeAgain", "refund", "move", "replicate",
+	return append(names, "charge", "chargeAgain", "chargeAgain", "refund", "move", "read", "read", "replicate",
 		"regionFails", "regionFailsMidway", "regionFailsMidway", "failover", "regionReturns", "drain", "failoverRound", "failoverRound")
 }()
 
 // ---- clients ----
 
-var sources = []string{providersim.SourceVisa, providersim.SourceVisa, providersim.SourceDecline, providersim.SourceUnavailableOnce}
+// sources are the cards charged. A timeout charges and loses the answer:
+// the charge function queues the key for its Region's reconciler.
+var sources = []string{providersim.SourceVisa, providersim.SourceVisa, providersim.SourceDecline, providersim.SourceUnavailableOnce, providersim.SourceTimeoutOnce}
 
 // charge sends a new charge of a drawn tenant.
 func (h *history) charge(rt *rapid.T) {
@@ -399,6 +404,9 @@ func (h *history) move(rt *rapid.T) {
 	switch resp.StatusCode {
 	case http.StatusOK:
 		h.st.moves.Add(1)
+		var got struct{ Status string }
+		_ = json.Unmarshal([]byte(resp.Body), &got)
+		c.moved = got.Status
 	case http.StatusConflict, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusNotFound:
 	default:
 		rt.Fatalf("%s of %s: %d %s", verb, c.chargeID, resp.StatusCode, resp.Body)
@@ -409,8 +417,8 @@ func (h *history) move(rt *rapid.T) {
 var servedBy = regexp.MustCompile(`the Region (\S+) serves`)
 
 // send is a client's request, as a real one fails over: to its
-// endpoint's Region (the naive design's clients to either), then to the
-// other when that one does not answer, and where a 421 names. ok is false
+// endpoint's Region (the naive design's clients to any), then to the
+// next when that one does not answer, and where a 421 names. ok is false
 // when no Region answered.
 func (h *history) send(rt *rapid.T, tenant string, do func(*stack) (events.APIGatewayV2HTTPResponse, error)) (events.APIGatewayV2HTTPResponse, bool) {
 	// Requests come at different times: no two claims share a millisecond
@@ -426,14 +434,14 @@ func (h *history) send(rt *rapid.T, tenant string, do func(*stack) (events.APIGa
 	for range 4 {
 		r := h.w.byName[target]
 		if r.link.down.Load() {
-			target = h.other(target)
+			target = h.next(target)
 			continue
 		}
 		resp, err := do(h.stacks[target])
 		if r.link.down.Load() {
 			// It died answering: the client hears nothing.
 			h.st.lost.Add(1)
-			target = h.other(target)
+			target = h.next(target)
 			continue
 		}
 		if err != nil {
@@ -463,13 +471,10 @@ func names(rs []*region) []string {
 	return out
 }
 
-func (h *history) other(name string) string {
-	for _, r := range h.w.regions {
-		if r.name != name {
-			return r.name
-		}
-	}
-	return name
+// next is the Region after name, the first after the last.
+func (h *history) next(name string) string {
+	i := slices.Index(h.regionNames(), name)
+	return h.w.regions[(i+1)%len(h.w.regions)].name
 }
 
 // slug is a problem answer's type, after the base.
@@ -614,7 +619,7 @@ func (h *history) failMidway(rt *rapid.T, r *region) {
 	}
 }
 
-// failover moves a home's tenants to the other Region, as an operator
+// failover moves a home's tenants to another Region, as an operator
 // does once their Region fails (or to evacuate it): the route, after the
 // fence, and the endpoint. The naive design has no routes: its clients
 // just go elsewhere.
@@ -622,13 +627,17 @@ func (h *history) failover(rt *rapid.T) {
 	h.failoverHome(rt, rapid.SampledFrom(h.regionNames()).Draw(rt, "home"))
 }
 
-// failoverHome moves home's tenants to the Region not serving them.
+// failoverHome moves home's tenants to a drawn Region that is up and
+// not serving them: with three Regions, between any two.
 func (h *history) failoverHome(rt *rapid.T, home string) {
-	to := h.other(h.dns[home])
-	if h.w.byName[to].link.down.Load() {
+	to := names(slices.DeleteFunc(h.up(), func(r *region) bool { return r.name == h.dns[home] }))
+	if len(to) == 0 {
 		return
 	}
-	h.dns[home] = to
+	h.dns[home] = to[0]
+	if len(to) > 1 {
+		h.dns[home] = rapid.SampledFrom(to).Draw(rt, "to")
+	}
 	h.st.failovers.Add(1)
 	if h.w.design == naive {
 		return
@@ -638,7 +647,14 @@ func (h *history) failoverHome(rt *rapid.T, home string) {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	if _, err := h.w.routes.Move(ctx, rtRoute, to, h.w.clock.Now(), regions.FenceDelay); err != nil {
+	_, err = h.w.routes.Move(ctx, rtRoute, h.dns[home], h.w.clock.Now(), regions.FenceDelay)
+	if errors.Is(err, regions.ErrMoved) {
+		// The SDK retried a write the emulator applied: read it back.
+		if now, rerr := h.w.routes.Route(ctx, home); rerr == nil && now.Epoch == rtRoute.Epoch+1 && now.ServedBy == h.dns[home] {
+			err = nil
+		}
+	}
+	if err != nil {
 		rt.Fatal(err)
 	}
 	if rapid.Bool().Draw(rt, "waitOutTheFence") {
@@ -648,8 +664,8 @@ func (h *history) failoverHome(rt *rapid.T, home string) {
 
 // failoverRound is a whole failover as one step: the clients act; the
 // Region serving a drawn home fails, at once or in a request; the home
-// fails over; the clients act; the Region returns, and may be drained
-// while they act on.
+// fails over; the clients read and act; the Region returns, a client
+// reads, and it may be drained while they act on.
 // Single steps seldom chain so far, and twice over (fail, return, drain,
 // act, fail the other Region) is where a weak ledger or guard shows.
 func (h *history) failoverRound(rt *rapid.T) {
@@ -672,10 +688,12 @@ func (h *history) failoverRound(rt *rapid.T) {
 		h.st.failures.Add(1)
 	}
 	h.failoverHome(rt, home)
+	h.read(rt)
 	h.act(rt)
 	failing.link.down.Store(false)
 	failing.link.budget.Store(-1)
 	h.st.returns.Add(1)
+	h.read(rt) // back, not drained: its writes are not everywhere yet
 	if rapid.Bool().Draw(rt, "roundDrains") {
 		h.drain(rt)
 		h.w.clock.Advance(regions.DefaultLease)
@@ -686,13 +704,15 @@ func (h *history) failoverRound(rt *rapid.T) {
 // act is a few of the clients' requests.
 func (h *history) act(rt *rapid.T) {
 	for range rapid.IntRange(1, 4).Draw(rt, "requests") {
-		switch rapid.SampledFrom([]string{"charge", "chargeAgain", "chargeAgain", "refund", "move", "move"}).Draw(rt, "request") {
+		switch rapid.SampledFrom([]string{"charge", "chargeAgain", "chargeAgain", "refund", "move", "move", "read"}).Draw(rt, "request") {
 		case "charge":
 			h.charge(rt)
 		case "chargeAgain":
 			h.chargeAgain(rt)
 		case "refund":
 			h.refund(rt)
+		case "read":
+			h.read(rt)
 		default:
 			h.move(rt)
 		}
@@ -739,9 +759,17 @@ func (h *history) drainRoutes(rt fataler) {
 			rt.Fatal(err)
 		}
 		for _, p := range slices.Clone(route.Pending) {
-			if route, err = h.w.routes.Drained(ctx, route, p); err != nil {
+			next, err := h.w.routes.Drained(ctx, route, p)
+			if errors.Is(err, regions.ErrMoved) {
+				// The SDK retried a write the emulator applied: read it back.
+				if next, err = h.w.routes.Route(ctx, home); err == nil && slices.Contains(next.Pending, p) {
+					err = fmt.Errorf("drained %s: %w", p, regions.ErrMoved)
+				}
+			}
+			if err != nil {
 				rt.Fatal(err)
 			}
+			route = next
 			h.st.drains.Add(1)
 		}
 	}
@@ -751,25 +779,57 @@ func (h *history) advanceClock(rt *rapid.T) {
 	h.w.clock.Advance(rapid.SampledFrom([]time.Duration{time.Second, 10 * time.Second, leaseExpiry, 2 * time.Minute, 5 * time.Minute}).Draw(rt, "advance"))
 }
 
-// sweepAndReconcile runs a Region's sweeper and its reconciler on every
-// key the sweeper queued.
+// sweepAndReconcile runs a Region's sweeper, then its reconcile function
+// on what its queue holds.
 func (h *history) sweepAndReconcile(rt *rapid.T) {
 	r := h.w.byName[rapid.SampledFrom(h.regionNames()).Draw(rt, "sweeping")]
 	h.sweep(rt, r)
+}
+
+// reconcileQueued runs a Region's reconcile function on what its queue
+// holds: what its charge function and sweeper sent, in any Region's
+// tenants' names.
+func (h *history) reconcileQueued(rt *rapid.T) {
+	h.deliver(rt, h.w.byName[rapid.SampledFrom(h.regionNames()).Draw(rt, "receiving")])
 }
 
 func (h *history) sweep(rt *rapid.T, r *region) {
 	if r.link.down.Load() {
 		return
 	}
-	s := h.stacks[r.name]
-	s.swept.keys = nil
-	_, _ = s.sweeper.Run(context.Background())
-	for _, k := range s.swept.keys {
-		if !slices.Contains(h.tenants, k.Tenant()) {
-			continue // another history's
+	sum, _ := h.stacks[r.name].sweeper.Run(context.Background())
+	h.st.queued.Add(int64(sum.Queued))
+	h.deliver(rt, r)
+}
+
+// deliver is r's event source mapping: each message its queue holds is
+// handed to its reconcile function alone, and deleted once handled. One
+// to redeliver is visible again at once: the clock, not SQS's, says when
+// a lease ended. A Region that is down receives nothing.
+func (h *history) deliver(rt *rapid.T, r *region) {
+	ctx := context.Background()
+	for range 3 {
+		if r.link.down.Load() {
+			return
 		}
-		_, _ = s.recon.Reconcile(context.Background(), k)
+		out, err := r.sqs.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: aws.String(r.d.Queues.URL), MaxNumberOfMessages: 10,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		})
+		if err != nil || len(out.Messages) == 0 {
+			return
+		}
+		for _, m := range out.Messages {
+			resp, _ := h.stacks[r.name].reconcile.Handle(ctx, testkit.SQSEvent(m))
+			h.st.delivered.Add(1)
+			if len(resp.BatchItemFailures) > 0 {
+				h.st.redelivered.Add(1)
+				_, _ = r.sqs.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{QueueUrl: aws.String(r.d.Queues.URL), ReceiptHandle: m.ReceiptHandle})
+				continue
+			}
+			_, _ = r.sqs.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(r.d.Queues.URL), ReceiptHandle: m.ReceiptHandle})
+		}
 	}
 }
 
