@@ -38,8 +38,8 @@ vet: ## go vet and staticcheck, in both modules (with the samlocal tag, so test/
 
 MODEL_PKG    := ./test/model
 MODEL_CHECKS ?= 1000
-# The simulation of two Regions (docs/regions.md): a short run here, about
-# 0.25 s a history; make soak runs it at length.
+# The simulation of two and three Regions (docs/regions.md): a short run
+# of each world here, about 0.7 s a history; make soak runs it at length.
 REGIONS_PKG    := ./test/regions
 REGIONS_CHECKS ?= 25
 # The same model with PROVIDER=stripe on stripesim: fewer histories, each
@@ -61,7 +61,7 @@ FUZZ_TARGETS := $(IDEM):.:FuzzCanonicalJSON $(IDEM):.:FuzzFingerprintEquivalence
 TOKEN_BLIND_TESTS := Lifecycle|Fencing|Settlements|CommitRetried|RetriedPut
 
 .PHONY: test
-test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode, and 25 of two Regions
+test: lint fuzz schemathesis ## make lint (with cfn-lint), short fuzz runs, Schemathesis on the local stack, then every test with -race on the emulator, then 1,000 model histories and 200 in Stripe mode, and 25 in each world of two and three Regions
 	$(WITH_EMU) bash -c 'set -eo pipefail; $(GO) test -race -count=1 $$($(GO) list ./... | grep -vx -e "$$($(GO) list $(MODEL_PKG))" -e "$$($(GO) list $(REGIONS_PKG))"); \
 		$(GO) test -count=1 -v $(REGIONS_PKG) -rapid.checks=$(REGIONS_CHECKS) | grep -v "^=== RUN"; \
 		$(GO) test -count=1 -timeout 30m -v -run "^TestChargePathModel$$" $(MODEL_PKG) -rapid.checks=$(MODEL_CHECKS) | grep -v "^=== RUN"; \
@@ -93,7 +93,7 @@ fuzz: venv ## Fuzz every target for FUZZTIME (default 20,000 inputs) each, on th
 	done'
 
 .PHONY: soak
-soak: venv ## The model test on fresh seeds, both modes, and the simulation of two Regions, for SOAK_MINUTES (default 10), then a short make chaos (CHAOS_DURATION=60s), on the emulator; prints the histories run
+soak: venv ## The model test on fresh seeds, both modes, and the simulation of two and three Regions, for SOAK_MINUTES (default 10), then a short make chaos (CHAOS_DURATION=60s), on the emulator; prints the histories run
 	$(WITH_EMU) env GO=$(GO) scripts/soak.sh
 
 # make chaos (docs/testing.md#chaos): the local stack with its DynamoDB,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make soak: the model test on fresh seeds, in both modes, and the
-# simulation of two Regions (test/regions), until SOAK_MINUTES (default 10)
+# simulation of two and three Regions (test/regions), until SOAK_MINUTES (default 10)
 # have passed. Each round draws a new seed from /dev/urandom and names it,
 # so a failure reproduces with -rapid.seed.
 # Then one short chaos run (cmd/chaos) for CHAOS_DURATION (default 60s),
@@ -34,7 +34,7 @@ while (($(date +%s) < end)); do
 	done
 	rounds=$((rounds + 1))
 done
-echo "soak: passed $rounds rounds of fresh seeds in $(($(date +%s) - start)) s: $histories histories on providersim, $stripe_histories in Stripe mode, $regions_histories of two Regions"
+echo "soak: passed $rounds rounds of fresh seeds in $(($(date +%s) - start)) s: $histories histories on providersim, $stripe_histories in Stripe mode, $regions_histories in each world of two and three Regions"
 
 chaos_duration=${CHAOS_DURATION:-60s} chaos_outage=${CHAOS_OUTAGE:-20s}
 seed=$(od -An -N8 -tu8 /dev/urandom | tr -d ' ')
