@@ -123,6 +123,12 @@ const (
 // tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
+// shareTimeout bounds a share. The limits fail open: a table that hangs
+// must not spend the request's deadline. Nor may it hold a charge's
+// answer, as Done shares after the charge. It is many times a share's
+// usual latency of a few milliseconds.
+const shareTimeout = 150 * time.Millisecond
+
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
 const DefaultMaxAge = time.Minute
@@ -211,14 +217,17 @@ func (t *tenant) inFlight(now time.Time) time.Duration {
 }
 
 // underConcurrency is when the handler time this instance knows of falls
-// under the concurrency, as the oldest windows leave the span. It is
-// asked only once over: the answer is a later window's start.
-func (t *tenant) underConcurrency(lim Limits) time.Time {
-	windows := []time.Duration{t.used().Busy} // last first
+// under the concurrency, as the oldest windows leave the span. Requests
+// running count as if they ended now: their time so far lands in this
+// window at best. It is asked only once over: the answer is a later
+// window's start.
+func (t *tenant) underConcurrency(lim Limits, now time.Time) time.Time {
+	running := t.inFlight(now)
+	windows := []time.Duration{t.used().Busy + running} // last first
 	for _, u := range t.past {
 		windows = append(windows, u.Busy)
 	}
-	busy, k := t.recentBusy(), 0
+	busy, k := t.recentBusy()+running, 0
 	// Once the span has passed every window has left: k stops there.
 	for k < ConcurrencySpan && busy >= ConcurrencySpan*lim.busy() {
 		// k windows on, the window ConcurrencySpan-k back has left.
@@ -285,6 +294,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenant(name, w, lim)
+	w = t.window
 	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
 	// The request counts from here, and a sync shares it as running.
 	// Lambda may send this instance no other before it ends.
@@ -293,7 +303,11 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		l.share(ctx, name, t, lim)
 	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
-		t.pending.Requests, t.pending.Running = t.pending.Requests-1, t.pending.Running-1
+		// A share that outlived w took the count into w: take it back there.
+		if t.window == w {
+			t.pending.Requests--
+		}
+		t.end(w)
 		// A refusal this sync shared is taken back at once. Else it would
 		// count, and run, until this instance's next sync.
 		if sync && t.read && !t.syncing && !t.failed {
@@ -315,7 +329,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():
 		// What ended leaves the span in time; what runs may not: at
 		// least the next window.
-		return refuse("concurrency", max(t.underConcurrency(lim).Sub(now), next))
+		return refuse("concurrency", max(t.underConcurrency(lim, now).Sub(now), next))
 	}
 	t.due = later(t.due, now).Add(lim.interval())
 	return &Ticket{tenant: name, window: w, start: now}, nil
@@ -337,11 +351,12 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		}
 	}
 	t.end(tk.window)
-	t.pending.Busy += now.Sub(tk.start)
+	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
+	due = due || t.takesBack()
 	if t.syncing || t.failed || !due {
 		return
 	}
@@ -350,7 +365,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 
 // end ends a request of window w: it no longer runs.
 func (t *tenant) end(w int64) {
-	if w == t.window {
+	if w >= t.window {
 		t.pending.Running--
 		return
 	}
@@ -358,6 +373,22 @@ func (t *tenant) end(w int64) {
 		t.past[back].Running = max(t.past[back].Running-1, 0)
 	}
 	t.late[w]--
+}
+
+// takesBack reports whether the tenant's unshared usage takes back what
+// a share counted. A request shared as it started ended, or gave its count
+// back. Every instance counts it until this one shares that. A quiet
+// tenant's request is counted and ended between two shares: it never is.
+func (t *tenant) takesBack() bool {
+	if t.pending.Requests < 0 || t.pending.Running < 0 {
+		return true
+	}
+	for _, n := range t.late {
+		if n < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
@@ -377,7 +408,9 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits)
 	add, late, w := t.pending, t.late, t.window
 	t.pending, t.sharing, t.syncing, t.read, t.late = Usage{}, add, true, true, map[int64]int{}
 	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, shareTimeout)
 	total, err := l.store.Add(ctx, name, w, add, late)
+	cancel()
 	l.mu.Lock()
 	t.syncing = false
 	switch {
@@ -427,7 +460,8 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 		t = &tenant{window: w, late: map[int64]int{}}
 		l.tenants[name] = t
 	}
-	if t.window != w {
+	// A wall clock stepped back leaves the tenant in its window.
+	if t.window < w {
 		t.heat(lim)
 		t.past = append([]Usage{t.used()}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
