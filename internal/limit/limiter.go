@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -133,9 +134,13 @@ const shareTimeout = 150 * time.Millisecond
 // again.
 const DefaultMaxAge = time.Minute
 
-// maxTenants bounds the tenants an instance tracks; past it, those of
-// windows gone are forgotten, the cold first.
-const maxTenants = 10_000
+// maxTenants bounds the tenants an instance tracks. Past it, forgetBatch
+// of them are forgotten at once, the cold first. One scan of them all
+// then serves that many new tenants.
+const (
+	maxTenants  = 10_000
+	forgetBatch = maxTenants / 10
+)
 
 // Options configure a Limiter. Zero fields take the defaults.
 type Options struct {
@@ -485,19 +490,35 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// forget drops the tenants of windows before w that no sync holds. The
-// cold go first. A tenant hot or running goes only if too many are left.
-// Else a flood that paused would get SyncEvery through again.
+// forget drops forgetBatch tenants that no sync holds. The cold go
+// first, then those with handler time in the span, the hot last. Else a
+// flood that paused would get SyncEvery through again. Within each, the
+// oldest window goes first.
 func (l *Limiter) forget(w int64) {
-	for _, spare := range []bool{true, false} {
-		for name, t := range l.tenants {
-			if t.window < w && !t.syncing && !(spare && t.limited(w)) {
-				delete(l.tenants, name)
-			}
+	type candidate struct {
+		name   string
+		rank   int
+		window int64
+	}
+	var cs []candidate
+	for name, t := range l.tenants {
+		if t.syncing {
+			continue
 		}
-		if len(l.tenants) < maxTenants {
-			return
+		rank := 0
+		switch {
+		case t.hotUntil >= w:
+			rank = 2
+		case t.limited(w):
+			rank = 1
 		}
+		cs = append(cs, candidate{name, rank, t.window})
+	}
+	slices.SortFunc(cs, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.window, b.window))
+	})
+	for _, c := range cs[:min(len(cs), forgetBatch)] {
+		delete(l.tenants, c.name)
 	}
 }
 
