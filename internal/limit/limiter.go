@@ -81,6 +81,11 @@ func (u Usage) plus(v Usage) Usage {
 	return Usage{u.Requests + v.Requests, u.Busy + v.Busy, u.Running + v.Running}
 }
 
+// adds is what u adds, without what it takes back.
+func (u Usage) adds() Usage {
+	return Usage{max(u.Requests, 0), max(u.Busy, 0), max(u.Running, 0)}
+}
+
 // near reports whether u reaches half of a limit: past it, every request's
 // count is shared at once.
 func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
@@ -422,9 +427,12 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits)
 	case t.window != w:
 		// The window is over: what it counted no longer matters.
 	case err != nil:
-		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
+		// The share may have landed, its answer lost. So what adds is
+		// sent again: twice, a count is over, the safe side for a limit.
+		// What takes back is dropped: twice, a count would be under.
+		t.pending, t.sharing, t.failed = t.pending.plus(add.adds()), Usage{}, true
 		for v, n := range late {
-			t.late[v] += n
+			t.late[v] += max(n, 0)
 		}
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
