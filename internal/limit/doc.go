@@ -8,6 +8,7 @@
 // Near a limit the tenant is hot, until HotSpan seconds after. Then each
 // request is shared as it starts and as it ends. A request counts
 // against the concurrency while it runs. A share reads the span back.
+// It waits at most shareTimeout: past it, the limits fail open.
 // overrides.go reads the operators' per-tenant limits. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.

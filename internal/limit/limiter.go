@@ -1,6 +1,7 @@
 package limit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -80,6 +81,11 @@ func (u Usage) plus(v Usage) Usage {
 	return Usage{u.Requests + v.Requests, u.Busy + v.Busy, u.Running + v.Running}
 }
 
+// adds is what u adds, without what it takes back.
+func (u Usage) adds() Usage {
+	return Usage{max(u.Requests, 0), max(u.Busy, 0), max(u.Running, 0)}
+}
+
 // near reports whether u reaches half of a limit: past it, every request's
 // count is shared at once.
 func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
@@ -123,13 +129,23 @@ const (
 // tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
+// shareTimeout bounds a share. The limits fail open: a table that hangs
+// must not spend the request's deadline. Nor may it hold a charge's
+// answer, as Done shares after the charge. It is many times a share's
+// usual latency of a few milliseconds.
+const shareTimeout = 150 * time.Millisecond
+
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
 const DefaultMaxAge = time.Minute
 
-// maxTenants bounds the tenants an instance tracks; past it, those of
-// windows gone are forgotten, the cold first.
-const maxTenants = 10_000
+// maxTenants bounds the tenants an instance tracks. Past it, forgetBatch
+// of them are forgotten at once, the cold first. One scan of them all
+// then serves that many new tenants.
+const (
+	maxTenants  = 10_000
+	forgetBatch = maxTenants / 10
+)
 
 // Options configure a Limiter. Zero fields take the defaults.
 type Options struct {
@@ -211,14 +227,17 @@ func (t *tenant) inFlight(now time.Time) time.Duration {
 }
 
 // underConcurrency is when the handler time this instance knows of falls
-// under the concurrency, as the oldest windows leave the span. It is
-// asked only once over: the answer is a later window's start.
-func (t *tenant) underConcurrency(lim Limits) time.Time {
-	windows := []time.Duration{t.used().Busy} // last first
+// under the concurrency, as the oldest windows leave the span. Requests
+// running count as if they ended now: their time so far lands in this
+// window at best. It is asked only once over: the answer is a later
+// window's start.
+func (t *tenant) underConcurrency(lim Limits, now time.Time) time.Time {
+	running := t.inFlight(now)
+	windows := []time.Duration{t.used().Busy + running} // last first
 	for _, u := range t.past {
 		windows = append(windows, u.Busy)
 	}
-	busy, k := t.recentBusy(), 0
+	busy, k := t.recentBusy()+running, 0
 	// Once the span has passed every window has left: k stops there.
 	for k < ConcurrencySpan && busy >= ConcurrencySpan*lim.busy() {
 		// k windows on, the window ConcurrencySpan-k back has left.
@@ -285,6 +304,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t := l.tenant(name, w, lim)
+	w = t.window
 	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
 	// The request counts from here, and a sync shares it as running.
 	// Lambda may send this instance no other before it ends.
@@ -293,7 +313,11 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		l.share(ctx, name, t, lim)
 	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
-		t.pending.Requests, t.pending.Running = t.pending.Requests-1, t.pending.Running-1
+		// A share that outlived w took the count into w: take it back there.
+		if t.window == w {
+			t.pending.Requests--
+		}
+		t.end(w)
 		// A refusal this sync shared is taken back at once. Else it would
 		// count, and run, until this instance's next sync.
 		if sync && t.read && !t.syncing && !t.failed {
@@ -315,7 +339,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():
 		// What ended leaves the span in time; what runs may not: at
 		// least the next window.
-		return refuse("concurrency", max(t.underConcurrency(lim).Sub(now), next))
+		return refuse("concurrency", max(t.underConcurrency(lim, now).Sub(now), next))
 	}
 	t.due = later(t.due, now).Add(lim.interval())
 	return &Ticket{tenant: name, window: w, start: now}, nil
@@ -337,11 +361,12 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		}
 	}
 	t.end(tk.window)
-	t.pending.Busy += now.Sub(tk.start)
+	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
+	due = due || t.takesBack()
 	if t.syncing || t.failed || !due {
 		return
 	}
@@ -350,7 +375,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 
 // end ends a request of window w: it no longer runs.
 func (t *tenant) end(w int64) {
-	if w == t.window {
+	if w >= t.window {
 		t.pending.Running--
 		return
 	}
@@ -358,6 +383,22 @@ func (t *tenant) end(w int64) {
 		t.past[back].Running = max(t.past[back].Running-1, 0)
 	}
 	t.late[w]--
+}
+
+// takesBack reports whether the tenant's unshared usage takes back what
+// a share counted. A request shared as it started ended, or gave its count
+// back. Every instance counts it until this one shares that. A quiet
+// tenant's request is counted and ended between two shares: it never is.
+func (t *tenant) takesBack() bool {
+	if t.pending.Requests < 0 || t.pending.Running < 0 {
+		return true
+	}
+	for _, n := range t.late {
+		if n < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
@@ -377,16 +418,21 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits)
 	add, late, w := t.pending, t.late, t.window
 	t.pending, t.sharing, t.syncing, t.read, t.late = Usage{}, add, true, true, map[int64]int{}
 	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, shareTimeout)
 	total, err := l.store.Add(ctx, name, w, add, late)
+	cancel()
 	l.mu.Lock()
 	t.syncing = false
 	switch {
 	case t.window != w:
 		// The window is over: what it counted no longer matters.
 	case err != nil:
-		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
+		// The share may have landed, its answer lost. So what adds is
+		// sent again: twice, a count is over, the safe side for a limit.
+		// What takes back is dropped: twice, a count would be under.
+		t.pending, t.sharing, t.failed = t.pending.plus(add.adds()), Usage{}, true
 		for v, n := range late {
-			t.late[v] += n
+			t.late[v] += max(n, 0)
 		}
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
@@ -427,7 +473,8 @@ func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
 		t = &tenant{window: w, late: map[int64]int{}}
 		l.tenants[name] = t
 	}
-	if t.window != w {
+	// A wall clock stepped back leaves the tenant in its window.
+	if t.window < w {
 		t.heat(lim)
 		t.past = append([]Usage{t.used()}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
@@ -451,19 +498,35 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// forget drops the tenants of windows before w that no sync holds. The
-// cold go first. A tenant hot or running goes only if too many are left.
-// Else a flood that paused would get SyncEvery through again.
+// forget drops forgetBatch tenants that no sync holds. The cold go
+// first, then those with handler time in the span, the hot last. Else a
+// flood that paused would get SyncEvery through again. Within each, the
+// oldest window goes first.
 func (l *Limiter) forget(w int64) {
-	for _, spare := range []bool{true, false} {
-		for name, t := range l.tenants {
-			if t.window < w && !t.syncing && !(spare && t.limited(w)) {
-				delete(l.tenants, name)
-			}
+	type candidate struct {
+		name   string
+		rank   int
+		window int64
+	}
+	var cs []candidate
+	for name, t := range l.tenants {
+		if t.syncing {
+			continue
 		}
-		if len(l.tenants) < maxTenants {
-			return
+		rank := 0
+		switch {
+		case t.hotUntil >= w:
+			rank = 2
+		case t.limited(w):
+			rank = 1
 		}
+		cs = append(cs, candidate{name, rank, t.window})
+	}
+	slices.SortFunc(cs, func(a, b candidate) int {
+		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.window, b.window))
+	})
+	for _, c := range cs[:min(len(cs), forgetBatch)] {
+		delete(l.tenants, c.name)
 	}
 }
 
