@@ -1,9 +1,11 @@
 package charge_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/sns/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -18,6 +21,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider"
+	"github.com/chargeonce/chargeonce/internal/provider/providersim"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -334,5 +338,59 @@ func TestAnEventOfAnotherRegionsTenantIsDeliveredAgain(t *testing.T) {
 	validateContract(t, req, resp)
 	if got := problemType(t, resp); resp.StatusCode != http.StatusMisdirectedRequest || got != httpapi.ProblemWrongRegion.Slug || !strings.Contains(resp.Body, "r1") {
 		t.Fatalf("r2's endpoint, r1 serving acme: %d %s; want 421 wrong-region naming r1", resp.StatusCode, resp.Body)
+	}
+}
+
+// TestANewIntentAfterADeletedReleaseWaitsForItsClaim: acme, served by r1,
+// charges 500 under a key; the provider is unavailable, and the key is
+// released. The provider lands the request after all. The release
+// expires, and DynamoDB's TTL deletes it; the ledger's claim lives on. A
+// new intent under the key, 900, waits for the claim to end. Then it is a
+// new command: another reference, charged 900.
+func TestANewIntentAfterADeletedReleaseWaitsForItsClaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tr := newTwoRegions(t)
+	key := newKey()
+	k := mustKey(t, "acme", key)
+	wantStatus(t, tr.r1.do(post("acme", key, `{"amount":500,"currency":"EUR","source":"`+providersim.SourceUnavailable+`"}`)), http.StatusServiceUnavailable)
+	rec, err := tr.r1.store.Get(ctx, k)
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("the first intent's record: %+v, %v; want RELEASED", rec, err)
+	}
+	released := charge.ProviderReference(k, rec.CreatedAt)
+	if _, err := provider.NewClient(tr.r1.d.ProviderURL, "").Charge(ctx, provider.ChargeRequest{
+		Reference: released, Amount: 500, Currency: "EUR", Source: providersim.SourceVisa,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(rec.ExpiresAt.Add(time.Second).Sub(tr.clock.Now()))
+	if _, err := testkit.Clients(t).DynamoDB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(tr.r1.d.IdempotencyTable),
+		Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}}}); err != nil {
+		t.Fatal(err)
+	}
+	landed := tr.r1.sim.Ledger().References[released]
+	again := post("acme", key, `{"amount":900,"currency":"EUR","source":"tok_visa"}`)
+	waits := tr.r1.do(again)
+	wantStatus(t, waits, http.StatusConflict)
+	if made := tr.r1.sim.Ledger().References[released]; made != landed {
+		t.Fatalf("the new intent reached the provider under the released reference: %+v, was %+v", made, landed)
+	}
+	after, err := strconv.Atoi(waits.Headers["Retry-After"])
+	if err != nil {
+		t.Fatalf("Retry-After %q: %v", waits.Headers["Retry-After"], err)
+	}
+	tr.clock.Advance(time.Duration(after) * time.Second)
+	created := tr.r1.do(again)
+	wantStatus(t, created, http.StatusCreated)
+	var c struct {
+		Amount            int64
+		ProviderReference string `json:"provider_reference"`
+	}
+	if err := json.Unmarshal([]byte(created.Body), &c); err != nil {
+		t.Fatal(err)
+	}
+	if made := tr.r1.sim.Ledger().References[c.ProviderReference]; c.ProviderReference == released || c.Amount != 900 || made.Amount != 900 {
+		t.Fatalf("the new intent once the claim ended: %s; the provider holds %+v under its reference", created.Body, made)
 	}
 }

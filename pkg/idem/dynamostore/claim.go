@@ -245,7 +245,7 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 	}
 	if !c.CreatedAt.Equal(lease.CreatedAt) {
-		if rec, err := s.decodeRecord(key, out.Item); len(out.Item) > 0 && err == nil && lapsed(rec, c) {
+		if s.lapsed(key, out.Item, c, lease.CreatedAt) {
 			return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
 		}
 		// An earlier claim, taken up under this lease: it must last as
@@ -258,12 +258,18 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 	return false, idem.Begun{}, nil
 }
 
-// lapsed reports whether rec, settled and expired, is c's command. A
-// claim lasts as long as a settlement might; a release ends sooner. A new
-// intent waits for the claim to end: under c's CreatedAt it would send
-// the old command's reference, which the provider may still hold.
-func lapsed(rec *idem.Record, c idem.Claim) bool {
-	return rec.Status != idem.StatusInFlight && rec.CreatedAt.Equal(c.CreatedAt)
+// lapsed reports whether c's command may have settled and expired by now.
+// item is the key's record, expired or absent. A claim lasts as long as a
+// settlement might; a release ends sooner. A new intent waits for the
+// claim to end: under c's CreatedAt it would send the old command's
+// reference, which the provider may still hold. TTL may have deleted the
+// record. Then only the claim's age tells, for this Region's own claim.
+// An inherited claim's record may be unreplicated: recovery finishes it.
+func (s *Store) lapsed(key idem.Key, item map[string]types.AttributeValue, c idem.Claim, now time.Time) bool {
+	if rec, err := s.decodeRecord(key, item); len(item) > 0 && err == nil && rec.CreatedAt.Equal(c.CreatedAt) {
+		return rec.Status != idem.StatusInFlight
+	}
+	return !c.InheritedBy(s.region) && !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
 }
 
 // extendClaim makes the Ledger's claim of the command created at created

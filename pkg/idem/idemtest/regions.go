@@ -32,7 +32,8 @@ type NewLedger func(t *testing.T, yields func(key idem.Key, region string) bool)
 // leased it. A command another Region claimed is refused, with nothing
 // written, until that Region yields. A yielded claim is inherited and
 // left to recovery, and its heir holds it. A Region takes up its own claim
-// left without a record. An expired claim gives way once its holder yields.
+// left without a record, while no record of it could have expired. An
+// expired claim gives way once its holder yields.
 func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegions) {
 	tests := []struct {
 		name string
@@ -54,6 +55,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A claim lasts as long as a record claimed back elsewhere", claimOutlivesClaimBack},
 		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
 		{"An expired release's reference is never a new command's", releaseReferenceNotReused},
+		{"A deleted release's claim is waited out, then a new command's", deletedReleaseWaitedOut},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -452,5 +454,33 @@ func releaseReferenceNotReused(t *testing.T, r *regionSuite) {
 	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
 	if err == nil && begun.Lease != nil && begun.Lease.CreatedAt.Equal(first.CreatedAt) {
 		t.Fatalf("a new intent after the release expired: lease %+v under the release's CreatedAt", begun.Lease)
+	}
+}
+
+// deletedReleaseWaitedOut: a's release expired, and TTL deleted it. A
+// fresh Store of a is its table then. Only the claim is left: a new
+// intent waits for it to end, with nothing written, then is a new command.
+func deletedReleaseWaitedOut(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Release(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	deleted := r.Store("a")
+	_, err := deleted.Begin(ctx, k, fpB, []byte("another intent"))
+	var inflight *idem.InFlightError
+	if !errors.As(err, &inflight) || !inflight.LeaseExpiresAt.After(r.clock.Now()) {
+		t.Fatalf("a new intent after the release expired and was deleted: %v; want *InFlightError until the claim ends", err)
+	}
+	if _, err := deleted.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("the wait wrote a record: %v", err)
+	}
+	r.clock.Advance(inflight.LeaseExpiresAt.Sub(r.clock.Now()))
+	begun, err := deleted.Begin(ctx, k, fpB, []byte("another intent"))
+	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(first.CreatedAt) || begun.Lease.Inherited {
+		t.Fatalf("Begin once the claim ended = %+v, %v; want a new command", begun, err)
 	}
 }

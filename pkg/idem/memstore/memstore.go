@@ -216,7 +216,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 		}
 		if !c.CreatedAt.Equal(now) {
-			if s.lapsed(key, c) {
+			if s.lapsed(key, c, now) {
 				// As dynamostore's: the claim outlives its record.
 				return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
 			}
@@ -237,13 +237,16 @@ func (s *Store) live(key idem.Key, now time.Time) bool {
 	return ok && !rec.expired(now)
 }
 
-// lapsed reports whether key's record, settled and expired, is c's
-// command, as dynamostore's rule.
-func (s *Store) lapsed(key idem.Key, c idem.Claim) bool {
+// lapsed reports whether c's command may have settled and expired by
+// now, as dynamostore's rule. Without its record, as once TTL deleted it,
+// only the age of this Region's own claim tells.
+func (s *Store) lapsed(key idem.Key, c idem.Claim, now time.Time) bool {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	rec, ok := s.d.records[key]
-	return ok && rec.status != idem.StatusInFlight && rec.createdAt.Equal(c.CreatedAt)
+	if rec, ok := s.d.records[key]; ok && rec.createdAt.Equal(c.CreatedAt) {
+		return rec.status != idem.StatusInFlight
+	}
+	return !c.InheritedBy(s.region) && !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
 }
 
 // mayWrite reports whether s may lease a record region's store marked.
