@@ -76,15 +76,7 @@ func (m *marked) deps(t *testing.T) app.Deps {
 // ledger of its own.
 func in(t *testing.T, region string) app.Regions {
 	t.Helper()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	return app.Regions{Region: region, Home: "r1", Homes: map[string]string{}, RoutesTable: tables[0], LedgerTable: tables[1]}
 }
 
@@ -169,38 +161,40 @@ func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
 	drain := failOver(t, rg, clock)
 	clock.Advance(time.Hour) // past the fence; r1's lease has run out: the key is stuck
 
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
+	mark := func() (bool, int) { return sweep(t, d, rg, clock, d.IdempotencyTable, item, "qu") }
+	if marked, queued := mark(); marked || queued != 0 {
+		t.Errorf("r2 marked r1's record (%t) before r1 was drained: %d keys queued", marked, queued)
+	}
+	// Once r1 is drained, its record is r2's to recover.
+	drain()
+	clock.Advance(regions.DefaultLease)
+	if marked, queued := mark(); !marked || queued != 1 {
+		t.Errorf("r2 did not mark r1's drained record (%t, %d queued)", marked, queued)
+	}
+}
+
+// sweep runs d's sweeper once, in rg on clock. It reports whether the
+// item under key in table then holds the attribute mark, and how many
+// keys were queued.
+func sweep(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.Clock, table string, key map[string]types.AttributeValue, mark string) (bool, int) {
+	t.Helper()
 	c := d.Sweeper()
 	c.Regions = rg
 	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := func() (string, int) {
-		t.Helper()
-		sum, err := s.Run(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.IdempotencyTable), ConsistentRead: aws.Bool(true),
-			Key: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		q, _ := out.Item["qu"].(*types.AttributeValueMemberN)
-		if q == nil {
-			return "", sum.Queued
-		}
-		return q.Value, sum.Queued
+	sum, err := s.Run(t.Context())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if q, queued := mark(); q != "" || queued != 0 {
-		t.Errorf("r2 marked r1's record (qu=%s) before r1 was drained: %d keys queued", q, queued)
+	out, err := testkit.Clients(t).DynamoDB.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), Key: key})
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Once r1 is drained, its record is r2's to recover.
-	drain()
-	clock.Advance(regions.DefaultLease)
-	if q, queued := mark(); q == "" || queued != 1 {
-		t.Errorf("r2 did not mark r1's drained record (qu=%q, %d queued)", q, queued)
-	}
+	_, marked := out.Item[mark]
+	return marked, sum.Queued
 }
 
 // failOver moves acme's home r1 to r2, on rg's routes, at clock's now.
@@ -251,25 +245,7 @@ func TestASweeperMarksNoChargeRowOfARegionNotDrained(t *testing.T) {
 	drain := failOver(t, rg, clock)
 	clock.Advance(time.Hour) // past the fence; the move is stuck
 
-	c := d.Sweeper()
-	c.Regions = rg
-	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mark := func() (bool, int) {
-		t.Helper()
-		sum, err := s.Run(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.ChargesTable), ConsistentRead: aws.Bool(true), Key: row})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, marked := out.Item[charge.AttrQueuedUntil]
-		return marked, sum.Queued
-	}
+	mark := func() (bool, int) { return sweep(t, d, rg, clock, d.ChargesTable, row, charge.AttrQueuedUntil) }
 	if marked, queued := mark(); marked || queued != 0 {
 		t.Errorf("r2 marked r1's row (%t) before r1 was drained: %d keys queued", marked, queued)
 	}
