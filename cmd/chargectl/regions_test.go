@@ -18,11 +18,7 @@ import (
 // or before the failover takes effect, writes nothing.
 func TestAdminFailoverAndDrain(t *testing.T) {
 	s := newAdminStack(t)
-	name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("routes")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
+	name := testkit.TempTable(t, regions.TableInput("routes"))
 	s.env[app.EnvRoutesTable] = name
 
 	if code, out, _ := s.admin(t, "route", "us-east-1"); code != exitOK || !strings.Contains(out, "home us-east-1: served by us-east-1, epoch 0") {
@@ -71,15 +67,7 @@ func TestAdminFailoverAndDrain(t *testing.T) {
 // routes, and r1's store, which claims in the ledger.
 func (s *adminStack) inTwoRegions(t *testing.T, region string) (*regions.Routes, *dynamostore.Store) {
 	t.Helper()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	s.env[app.EnvRoutesTable], s.env[app.EnvLedgerTable] = tables[0], tables[1]
 	s.env[app.EnvHomeRegion], s.env[app.EnvAWSRegion] = "r1", region
 	routes, err := regions.NewRoutes(s.clients.DynamoDB, tables[0])

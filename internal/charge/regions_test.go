@@ -41,15 +41,7 @@ type twoRegions struct {
 
 func newTwoRegions(t *testing.T) *twoRegions {
 	t.Helper()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	db := testkit.Clients(t).DynamoDB
 	// Ahead of the emulator's clock, which a move never starts before.
 	tr := &twoRegions{clock: testkit.NewClock(time.Now().Add(time.Hour)), tables: tables}
@@ -197,15 +189,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 // Region knows whom it serves, so every request answers 503, nothing done.
 func TestWhenTheStrongTablesFailEveryRequestFailsClosed(t *testing.T) {
 	t.Parallel()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	clock := testkit.NewClock(time.Now())
 	h := newHarnessWith(t, harnessConfig{
 		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) {
