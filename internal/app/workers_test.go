@@ -161,23 +161,15 @@ func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
 	drain := failOver(t, rg, clock)
 	clock.Advance(time.Hour) // past the fence; r1's lease has run out: the key is stuck
 
-	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
-	mark := func() (bool, int) { return sweep(t, d, rg, clock, d.IdempotencyTable, item, "qu") }
-	if marked, queued := mark(); marked || queued != 0 {
-		t.Errorf("r2 marked r1's record (%t) before r1 was drained: %d keys queued", marked, queued)
-	}
 	// Once r1 is drained, its record is r2's to recover.
-	drain()
-	clock.Advance(regions.DefaultLease)
-	if marked, queued := mark(); !marked || queued != 1 {
-		t.Errorf("r2 did not mark r1's drained record (%t, %d queued)", marked, queued)
-	}
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
+	markedOnceDrained(t, d, rg, clock, drain, "r1's record", d.IdempotencyTable, item, "qu")
 }
 
-// sweep runs d's sweeper once, in rg on clock. It reports whether the
-// item under key in table then holds the attribute mark, and how many
-// keys were queued.
-func sweep(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.Clock, table string, key map[string]types.AttributeValue, mark string) (bool, int) {
+// markedOnceDrained runs r2's sweeper (d's, in rg on clock) before r1 is
+// drained and after. Only the second run may mark what, the item under
+// key in table: its attribute mark is then set, and one key queued.
+func markedOnceDrained(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.Clock, drain func(), what, table string, key map[string]types.AttributeValue, mark string) {
 	t.Helper()
 	c := d.Sweeper()
 	c.Regions = rg
@@ -185,16 +177,27 @@ func sweep(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.C
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := s.Run(t.Context())
-	if err != nil {
-		t.Fatal(err)
+	sweep := func() (bool, int) {
+		t.Helper()
+		sum, err := s.Run(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := testkit.Clients(t).DynamoDB.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), Key: key})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, marked := out.Item[mark]
+		return marked, sum.Queued
 	}
-	out, err := testkit.Clients(t).DynamoDB.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), Key: key})
-	if err != nil {
-		t.Fatal(err)
+	if marked, queued := sweep(); marked || queued != 0 {
+		t.Errorf("r2 marked %s (%t) before r1 was drained: %d keys queued", what, marked, queued)
 	}
-	_, marked := out.Item[mark]
-	return marked, sum.Queued
+	drain()
+	clock.Advance(regions.DefaultLease)
+	if marked, queued := sweep(); !marked || queued != 1 {
+		t.Errorf("r2 did not mark %s once r1 was drained (%t, %d queued)", what, marked, queued)
+	}
 }
 
 // failOver moves acme's home r1 to r2, on rg's routes, at clock's now.
@@ -245,13 +248,5 @@ func TestASweeperMarksNoChargeRowOfARegionNotDrained(t *testing.T) {
 	drain := failOver(t, rg, clock)
 	clock.Advance(time.Hour) // past the fence; the move is stuck
 
-	mark := func() (bool, int) { return sweep(t, d, rg, clock, d.ChargesTable, row, charge.AttrQueuedUntil) }
-	if marked, queued := mark(); marked || queued != 0 {
-		t.Errorf("r2 marked r1's row (%t) before r1 was drained: %d keys queued", marked, queued)
-	}
-	drain()
-	clock.Advance(regions.DefaultLease)
-	if marked, queued := mark(); !marked || queued != 1 {
-		t.Errorf("r2 did not mark r1's drained row (%t, %d queued)", marked, queued)
-	}
+	markedOnceDrained(t, d, rg, clock, drain, "r1's row", d.ChargesTable, row, charge.AttrQueuedUntil)
 }
