@@ -158,19 +158,20 @@ func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
 	if _, err := r1.Begin(ctx, key, idem.FingerprintOf([]byte("{}")), nil); err != nil {
 		t.Fatal(err)
 	}
-	drain := failOver(t, rg, clock)
-	clock.Advance(time.Hour) // past the fence; r1's lease has run out: the key is stuck
-
 	// Once r1 is drained, its record is r2's to recover.
 	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
-	markedOnceDrained(t, d, rg, clock, drain, "r1's record", d.IdempotencyTable, item, "qu")
+	markedOnceDrained(t, d, rg, clock, "r1's record", d.IdempotencyTable, item, "qu")
 }
 
-// markedOnceDrained runs r2's sweeper (d's, in rg on clock) before r1 is
-// drained and after. Only the second run may mark what, the item under
-// key in table: its attribute mark is then set, and one key queued.
-func markedOnceDrained(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.Clock, drain func(), what, table string, key map[string]types.AttributeValue, mark string) {
+// markedOnceDrained fails acme over to r2, and waits an hour: past the
+// fence, r1's lease or move is stuck. It runs r2's sweeper (d's, in rg on
+// clock) before r1 is drained and after. Only the second run may mark
+// what, the item under key in table: its attribute mark is then set, and
+// one key queued.
+func markedOnceDrained(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.Clock, what, table string, key map[string]types.AttributeValue, mark string) {
 	t.Helper()
+	drain := failOver(t, rg, clock)
+	clock.Advance(time.Hour)
 	c := d.Sweeper()
 	c.Regions = rg
 	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
@@ -245,8 +246,5 @@ func TestASweeperMarksNoChargeRowOfARegionNotDrained(t *testing.T) {
 	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(d.ChargesTable), Item: item}); err != nil {
 		t.Fatal(err)
 	}
-	drain := failOver(t, rg, clock)
-	clock.Advance(time.Hour) // past the fence; the move is stuck
-
-	markedOnceDrained(t, d, rg, clock, drain, "r1's row", d.ChargesTable, row, charge.AttrQueuedUntil)
+	markedOnceDrained(t, d, rg, clock, "r1's row", d.ChargesTable, row, charge.AttrQueuedUntil)
 }
