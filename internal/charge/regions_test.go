@@ -378,3 +378,60 @@ func TestANewIntentAfterADeletedReleaseWaitsForItsClaim(t *testing.T) {
 		t.Fatalf("the new intent once the claim ended: %s; the provider holds %+v under its reference", created.Body, made)
 	}
 }
+
+// TestAnOperatorSettlesOnlyWhereTheRegionMayWrite: SettleByOperator, and
+// MaySettle before it, refuse with nothing written in a Region not serving
+// the tenant, and for a command older than a failover not drained. Once
+// the old Region is drained, the serving one settles it.
+func TestAnOperatorSettlesOnlyWhereTheRegionMayWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tr := newTwoRegions(t)
+	db := testkit.Clients(t).DynamoDB
+	r1, err := dynamostore.New(db, tr.r1.d.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger, o.Clock = "r1", tr.ledger, tr.clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
+	begun, err := r1.Begin(ctx, key, idem.FingerprintOf([]byte("{}")), []byte(`{"amount":500,"currency":"EUR"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := func(region string) *charge.Service {
+		return tr.r1.d.ReconcileService(t, func(w *testkit.Wiring) { w.Reconcile.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now })
+	}
+	released := provider.Result{Status: provider.StatusNotFound, Reference: charge.ProviderReference(key, begun.Lease.CreatedAt)}
+	refused := func(svc *charge.Service, want charge.Outcome) {
+		t.Helper()
+		if res, ok := svc.MaySettle(ctx, key, begun.Lease.CreatedAt); ok || res.Outcome != want {
+			t.Errorf("MaySettle: %+v, %t; want %s", res, ok, want)
+		}
+		out, _, err := svc.SettleByOperator(ctx, key, released)
+		rec, gerr := r1.Get(ctx, key)
+		if err != nil || out != want || gerr != nil || rec.Status != idem.StatusInFlight || rec.LeaseToken != begun.Lease.Token {
+			t.Fatalf("SettleByOperator: %s, %v; record %+v (%v); want %s, the record as it was", out, err, rec, gerr, want)
+		}
+	}
+	r2 := operator("r2")
+	refused(r2, charge.OutcomeWrongRegion)
+
+	route, err := tr.routes.Route(ctx, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.FenceDelay + time.Second)
+	refused(r2, charge.OutcomeFailoverPending)
+	refused(operator("r1"), charge.OutcomeWrongRegion)
+
+	route, _ = tr.routes.Route(ctx, "r1")
+	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+	if out, rec, err := r2.SettleByOperator(ctx, key, released); err != nil || out != charge.OutcomeReleased || rec == nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("SettleByOperator in r2 once r1 is drained: %s, %+v, %v; want it released", out, rec, err)
+	}
+}
