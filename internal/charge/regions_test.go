@@ -76,6 +76,19 @@ func (tr *twoRegions) handler(t *testing.T, region string, tune ...func(*testkit
 	}}, tune...)...)
 }
 
+// failOver moves acme's home r1 to r2, now: r2 serves it after the
+// fence, r1 pending.
+func (tr *twoRegions) failOver(t *testing.T) {
+	t.Helper()
+	route, err := tr.routes.Route(t.Context(), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Move(t.Context(), route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestARegionActsOnlyForItsTenants: a Region answers a tenant another
 // Region serves 421 wrong-region, naming it, with nothing stored; the
 // serving Region claims in the ledger before it charges.
@@ -134,13 +147,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 	if _, err := tr.ledger.Claim(ctx, stranded, idem.Claim{Region: "r1", CreatedAt: tr.clock.Now(), Until: tr.clock.Now().Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	route, err := tr.routes.Route(ctx, "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
+	tr.failOver(t)
 	tr.clock.Advance(regions.DefaultLease)
 	pending := tr.r2.do(post("acme", "order-2", `{"amount":700,"currency":"EUR","source":"tok_visa"}`))
 	if pending.StatusCode != http.StatusServiceUnavailable || problemType(t, pending) != "outcome-pending" {
@@ -169,7 +176,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 		t.Fatal("r2 wrote a record under r1's claim before r1 was drained")
 	}
 
-	route, _ = tr.routes.Route(ctx, "r1")
+	route, _ := tr.routes.Route(ctx, "r1")
 	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -281,15 +288,9 @@ func TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover(t *testing.T) {
 	if err != nil || res.Outcome != charge.OutcomeWrongRegion || res.Region != "r1" {
 		t.Fatalf("r2, not serving acme, with no record of the event: %+v, %v; want %q naming r1", res, err, charge.OutcomeWrongRegion)
 	}
-	route, err := tr.routes.Route(ctx, "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
+	tr.failOver(t)
 	tr.clock.Advance(regions.FenceDelay + time.Second)
-	route, _ = tr.routes.Route(ctx, "r1")
+	route, _ := tr.routes.Route(ctx, "r1")
 	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -415,18 +416,12 @@ func TestAnOperatorSettlesOnlyWhereTheRegionMayWrite(t *testing.T) {
 	r2 := operator("r2")
 	refused(r2, charge.OutcomeWrongRegion)
 
-	route, err := tr.routes.Route(ctx, "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
+	tr.failOver(t)
 	tr.clock.Advance(regions.FenceDelay + time.Second)
 	refused(r2, charge.OutcomeFailoverPending)
 	refused(operator("r1"), charge.OutcomeWrongRegion)
 
-	route, _ = tr.routes.Route(ctx, "r1")
+	route, _ := tr.routes.Route(ctx, "r1")
 	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
 		t.Fatal(err)
 	}
