@@ -62,7 +62,8 @@ OP, the operation the key is scoped to: ` + charge.ChargeOperation + ` (default,
 (TENANT the tenant whose command the event names, KEY stripe:<event id>)
 configuration, as the functions read it: ` + app.EnvIdempotencyTable + `, ` + app.EnvChargesTable + `, ` + app.EnvLimitsTable + `, ` + app.EnvIdempotencyTTL + `,
 ` + app.EnvReconcileQueueURL + `, ` + app.EnvReconcileDLQURL + `, ` + app.EnvChargeRequestsQueueURL + `, ` + app.EnvAuditBucket + `,
-` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + app.EnvRoutesTable + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and
+` + app.EnvAuditIndexTable + `, ` + app.EnvAuditIndexDays + `, ` + app.EnvRoutesTable + `, ` + app.EnvLedgerTable + `,
+` + app.EnvHomeRegion + `, ` + app.EnvTenantHomes + `, ` + app.EnvAWSRegion + `, ` + awsenv.EnvDynamoDBEndpoint + `, ` + awsenv.EnvSQSEndpoint + ` and
 ` + awsenv.EnvS3Endpoint + ` (unset: AWS), and the SDK's AWS_* variables
 `
 
@@ -272,8 +273,10 @@ func (a *admin) key(args []string) (idem.Key, error) {
 	return idem.NewKey(args[0], a.operation, args[1])
 }
 
-func (a *admin) store() (*dynamostore.Store, error) {
-	return dynamostore.New(a.clients.DynamoDB, a.cfg.IdempotencyTable, app.StoreOptions(a.cfg.Retention, app.Guarantees(a.cfg.Provider), a.clock))
+// store is the functions' idempotency store. In several Regions the
+// Fence says whom this Region serves; in one it is nil.
+func (a *admin) store() (*dynamostore.Store, charge.Fence, error) {
+	return app.AdminStore(a.cfg, app.Deps{Clients: a.clients, Clock: a.clock})
 }
 
 // get reads key's record, saying what no record means.
@@ -312,7 +315,7 @@ func (a *admin) record(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := a.store()
+	st, _, err := a.store()
 	if err != nil {
 		return err
 	}
@@ -379,7 +382,7 @@ type stuckOutput struct {
 }
 
 func (a *admin) stuck(ctx context.Context, limit int) error {
-	st, err := a.store()
+	st, _, err := a.store()
 	if err != nil {
 		return err
 	}

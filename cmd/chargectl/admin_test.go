@@ -447,12 +447,18 @@ const settleBody = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
 // is the stale writer an operator's settle must fence out.
 func (s *adminStack) parked(t *testing.T, clientKey string) *idem.Lease {
 	t.Helper()
-	ctx := context.Background()
-	_, fp, err := charge.ParseBody([]byte(settleBody))
+	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable)
+	return s.parkedIn(t, st, clientKey)
+}
+
+// parkedIn is parked, claimed by st.
+func (s *adminStack) parkedIn(t *testing.T, st *dynamostore.Store, clientKey string) *idem.Lease {
+	t.Helper()
+	ctx := t.Context()
+	_, fp, err := charge.ParseBody([]byte(settleBody))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // TestAdminFailoverAndDrain: an operator reads a home's route, fails it
@@ -16,11 +18,7 @@ import (
 // or before the failover takes effect, writes nothing.
 func TestAdminFailoverAndDrain(t *testing.T) {
 	s := newAdminStack(t)
-	name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("routes")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
+	name := testkit.TempTable(t, regions.TableInput("routes"))
 	s.env[app.EnvRoutesTable] = name
 
 	if code, out, _ := s.admin(t, "route", "us-east-1"); code != exitOK || !strings.Contains(out, "home us-east-1: served by us-east-1, epoch 0") {
@@ -62,4 +60,72 @@ func TestAdminFailoverAndDrain(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, `"served_by":"us-west-2","epoch":3`) || strings.Contains(out, "pending") {
 		t.Fatalf("drained: exit %d, %q", code, out)
 	}
+}
+
+// inTwoRegions configures chargectl admin as Region region of a
+// deployment in r1 and r2, with every tenant homed in r1. It returns the
+// routes, and r1's store, which claims in the ledger.
+func (s *adminStack) inTwoRegions(t *testing.T, region string) (*regions.Routes, *dynamostore.Store) {
+	t.Helper()
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
+	s.env[app.EnvRoutesTable], s.env[app.EnvLedgerTable] = tables[0], tables[1]
+	s.env[app.EnvHomeRegion], s.env[app.EnvAWSRegion] = "r1", region
+	routes, err := regions.NewRoutes(s.clients.DynamoDB, tables[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger, err := dynamostore.NewLedger(s.clients.DynamoDB, tables[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger = "r1", ledger })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return routes, r1
+}
+
+// TestAdminSettleOnlyWhereTheRegionMayWrite: in two Regions, settle
+// refuses, writing nothing, in a Region not serving the tenant, and for
+// a command older than a failover not yet drained. The serving Region
+// settles, as its functions would.
+func TestAdminSettleOnlyWhereTheRegionMayWrite(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	routes, r1 := s.inTwoRegions(t, "r2")
+	held := s.parkedIn(t, r1, "order-7001")
+	unchanged := func(when string) {
+		t.Helper()
+		rec, err := r1.Get(t.Context(), held.Key)
+		if err != nil || rec.Status != idem.StatusInFlight || rec.LeaseToken != held.Token {
+			t.Fatalf("%s: %+v (%v), want it IN_FLIGHT under its holder's lease", when, rec, err)
+		}
+	}
+	code, _, errOut := s.admin(t, "settle", "--yes", "--released", "acme", "order-7001")
+	if code != exitFailed || !strings.Contains(errOut, "r1 serves tenant acme") || !strings.Contains(errOut, "nothing written") {
+		t.Fatalf("settle in r2, which does not serve acme: exit %d, %q", code, errOut)
+	}
+	unchanged("after a settle in r2")
+
+	s.env[app.EnvAWSRegion] = "r1"
+	s.parkedIn(t, r1, "order-7002")
+	if code, out, _ := s.admin(t, "settle", "--yes", "--charged", "pc_operator_7002", "acme", "order-7002"); code != exitOK || !strings.Contains(out, "status SUCCEEDED") {
+		t.Fatalf("settle in r1, which serves acme: exit %d, %q", code, out)
+	}
+
+	// acme fails over to r2; r1 is not drained, and its copy may be newer.
+	rt, err := routes.Route(t.Context(), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := routes.Move(t.Context(), rt, "r2", time.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
+	s.clock = func() time.Time { return time.Now().Add(time.Minute) } // past the fence
+	s.env[app.EnvAWSRegion] = "r2"
+	code, _, errOut = s.admin(t, "settle", "--yes", "--released", "acme", "order-7001")
+	if code != exitFailed || !strings.Contains(errOut, "failover") || !strings.Contains(errOut, "nothing written") {
+		t.Fatalf("settle in r2 of a command r1 made before the failover: exit %d, %q", code, errOut)
+	}
+	unchanged("after a settle in r2 before r1 is drained")
 }

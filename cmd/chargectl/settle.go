@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -92,15 +93,30 @@ func (noProvider) State(context.Context, string) (provider.Result, error) {
 	return provider.Result{}, errNoProvider
 }
 
-// service is the charge service on st and the charges table. It stores
-// the HTTP API's answers, so a retry replays what the API would have
-// answered.
-func (a *admin) service(st *dynamostore.Store) (*charge.Service, error) {
+// service is the charge service on st, fence and the charges table. It
+// stores the HTTP API's answers, so a retry replays what the API would
+// have answered.
+func (a *admin) service(st *dynamostore.Store, fence charge.Fence) (*charge.Service, error) {
 	rows, err := charge.NewRows(a.clients.DynamoDB, a.cfg.ChargesTable)
 	if err != nil {
 		return nil, err
 	}
-	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}})
+	return charge.NewService(charge.Config{Store: st, Rows: rows, Provider: noProvider{}, Answers: httpapi.Answers{}, Fence: fence})
+}
+
+// notHere says why this Region may not settle key now (charge.Service's
+// MaySettle, or its SettleByOperator).
+func (a *admin) notHere(key idem.Key, res charge.Result) error {
+	switch res.Outcome {
+	case charge.OutcomeWrongRegion:
+		return fmt.Errorf("%s serves tenant %s, not %s: settle it there", cmp.Or(res.Region, "another Region"), key.Tenant(), a.cfg.Regions.Region)
+	case charge.OutcomeFailoverPending:
+		return fmt.Errorf("a failover of tenant %s is pending: %s does not serve it yet, or the Region it left, not drained, may hold newer writes of %s "+
+			"(docs/operations.md, \"Failing a Region over\")", key.Tenant(), a.cfg.Regions.Region, keyText(key))
+	case charge.OutcomeBusy:
+		return errors.New("the routes table could not be read, so whom this Region serves is not known")
+	}
+	return fmt.Errorf("%s: not settled (%s)", keyText(key), res.Outcome)
 }
 
 // evidenceOutput is what settle shows of a record before it writes. It
@@ -136,11 +152,11 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	if err != nil {
 		return err
 	}
-	st, err := a.store()
+	st, fence, err := a.store()
 	if err != nil {
 		return err
 	}
-	svc, err := a.service(st)
+	svc, err := a.service(st, fence)
 	if err != nil {
 		return err
 	}
@@ -150,6 +166,10 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	}
 	if rec.Status != idem.StatusInFlight {
 		return fmt.Errorf("%s is %s%s, not IN_FLIGHT: nothing to settle", keyText(key), rec.Status, answered(rec))
+	}
+	// Asked before the note, so a refusal writes nothing at all.
+	if res, ok := svc.MaySettle(ctx, key, rec.CreatedAt); !ok {
+		return fmt.Errorf("%w: nothing written", a.notHere(key, res))
 	}
 	// The reference binds the settlement to the intent shown here. If the
 	// record is another by the time it is preempted, nothing is written.
@@ -201,7 +221,11 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	if err != nil {
 		return err
 	}
-	if outcome == charge.OutcomeNothingToDo {
+	switch outcome {
+	case charge.OutcomeWrongRegion, charge.OutcomeFailoverPending, charge.OutcomeBusy:
+		// Refused since the note: it stays, naming a settlement not made.
+		return fmt.Errorf("%w: nothing settled", a.notHere(key, charge.Result{Outcome: outcome}))
+	case charge.OutcomeNothingToDo:
 		return fmt.Errorf("%s changed since it was read (now %s%s, created %s): nothing written", keyText(key), after.Status, answered(after), stamp(after.CreatedAt))
 	}
 	out := settleOutput{Evidence: ev, SettledAs: as, ProviderChargeID: res.ChargeID, Outcome: outcome}

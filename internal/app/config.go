@@ -482,6 +482,9 @@ type AdminConfig struct {
 	ChargeRequestsQueueURL, LimitsTable                                string
 	// RoutesTable is the routes table of a deployment in several Regions.
 	RoutesTable string
+	// Regions are the functions' own, read with IdempotencyTable. The
+	// commands on records then write as the functions do.
+	Regions Regions
 	// AuditBucket and AuditIndexTable are the audit trail's (admin audit).
 	// IndexRetention is how long the index files settle's note: the audit
 	// function's AUDIT_INDEX_DAYS.
@@ -519,7 +522,26 @@ func LoadAdmin(get Getenv, need ...string) (AdminConfig, error) {
 		Retention:              e.retention(),
 		Provider:               e.provider(),
 	}
+	if slices.Contains(need, EnvIdempotencyTable) {
+		c.Regions = e.regions()
+	}
 	return c, e.err()
+}
+
+// AdminStore is chargectl admin's idempotency store: the functions' own.
+// In several Regions it names the Region and claims in the ledger, and
+// the Fence it returns says whom the Region serves. In one Region the
+// Fence is nil.
+func AdminStore(c AdminConfig, d Deps) (*dynamostore.Store, charge.Fence, error) {
+	d, err := d.inRegions(c.Regions)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := d.store(c.IdempotencyTable, c.Retention, Guarantees(c.Provider))
+	if err != nil || d.fence == nil {
+		return st, nil, err
+	}
+	return st, d.fence, nil
 }
 
 // Logger is the JSON logger every function writes to standard output.

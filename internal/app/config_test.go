@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -111,6 +112,25 @@ func TestLoadAdminRequiresWhatACommandNeeds(t *testing.T) {
 	_, err = app.LoadAdmin(env, app.EnvReconcileQueueURL, app.EnvReconcileDLQURL)
 	if err == nil || !strings.Contains(err.Error(), app.EnvReconcileQueueURL) || !strings.Contains(err.Error(), app.EnvReconcileDLQURL) {
 		t.Fatalf("LoadAdmin without the queues: %v, want both named", err)
+	}
+}
+
+// TestLoadAdminReadsTheRegionsForTheCommandsOnRecords: a command on
+// records writes as the functions do, so it needs their Regions. The
+// route commands need only the routes table.
+func TestLoadAdminReadsTheRegionsForTheCommandsOnRecords(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{app.EnvIdempotencyTable: "idem", app.EnvRoutesTable: "routes"}
+	if c, err := app.LoadAdmin(envOf(env), app.EnvRoutesTable); err != nil || c.Regions.RoutesTable != "" {
+		t.Fatalf("LoadAdmin for a route command: %+v, %v; want no Regions asked for", c.Regions, err)
+	}
+	if _, err := app.LoadAdmin(envOf(env), app.EnvIdempotencyTable); err == nil || !strings.Contains(err.Error(), app.EnvLedgerTable) {
+		t.Fatalf("LoadAdmin for a command on records without the ledger: %v, want %s named", err, app.EnvLedgerTable)
+	}
+	env[app.EnvLedgerTable], env[app.EnvHomeRegion], env[app.EnvAWSRegion] = "ledger", "r1", "r2"
+	c, err := app.LoadAdmin(envOf(env), app.EnvIdempotencyTable)
+	if want := (app.Regions{Region: "r2", Home: "r1", Homes: map[string]string{}, RoutesTable: "routes", LedgerTable: "ledger"}); err != nil || !reflect.DeepEqual(c.Regions, want) {
+		t.Fatalf("LoadAdmin: %+v, %v; want %+v", c.Regions, err, want)
 	}
 }
 

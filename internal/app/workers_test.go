@@ -76,15 +76,7 @@ func (m *marked) deps(t *testing.T) app.Deps {
 // ledger of its own.
 func in(t *testing.T, region string) app.Regions {
 	t.Helper()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	return app.Regions{Region: region, Home: "r1", Homes: map[string]string{}, RoutesTable: tables[0], LedgerTable: tables[1]}
 }
 
@@ -166,40 +158,46 @@ func TestASweeperMarksNoRecordOfARegionNotDrained(t *testing.T) {
 	if _, err := r1.Begin(ctx, key, idem.FingerprintOf([]byte("{}")), nil); err != nil {
 		t.Fatal(err)
 	}
-	drain := failOver(t, rg, clock)
-	clock.Advance(time.Hour) // past the fence; r1's lease has run out: the key is stuck
+	// Once r1 is drained, its record is r2's to recover.
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
+	markedOnceDrained(t, d, rg, clock, "r1's record", d.IdempotencyTable, item, "qu")
+}
 
+// markedOnceDrained fails acme over to r2, and waits an hour: past the
+// fence, r1's lease or move is stuck. It runs r2's sweeper (d's, in rg on
+// clock) before r1 is drained and after. Only the second run may mark
+// what, the item under key in table: its attribute mark is then set, and
+// one key queued.
+func markedOnceDrained(t *testing.T, d *testkit.Deployment, rg app.Regions, clock *testkit.Clock, what, table string, key map[string]types.AttributeValue, mark string) {
+	t.Helper()
+	drain := failOver(t, rg, clock)
+	clock.Advance(time.Hour)
 	c := d.Sweeper()
 	c.Regions = rg
 	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mark := func() (string, int) {
+	sweep := func() (bool, int) {
 		t.Helper()
-		sum, err := s.Run(ctx)
+		sum, err := s.Run(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.IdempotencyTable), ConsistentRead: aws.Bool(true),
-			Key: map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}})
+		out, err := testkit.Clients(t).DynamoDB.GetItem(t.Context(), &dynamodb.GetItemInput{TableName: aws.String(table), ConsistentRead: aws.Bool(true), Key: key})
 		if err != nil {
 			t.Fatal(err)
 		}
-		q, _ := out.Item["qu"].(*types.AttributeValueMemberN)
-		if q == nil {
-			return "", sum.Queued
-		}
-		return q.Value, sum.Queued
+		_, marked := out.Item[mark]
+		return marked, sum.Queued
 	}
-	if q, queued := mark(); q != "" || queued != 0 {
-		t.Errorf("r2 marked r1's record (qu=%s) before r1 was drained: %d keys queued", q, queued)
+	if marked, queued := sweep(); marked || queued != 0 {
+		t.Errorf("r2 marked %s (%t) before r1 was drained: %d keys queued", what, marked, queued)
 	}
-	// Once r1 is drained, its record is r2's to recover.
 	drain()
 	clock.Advance(regions.DefaultLease)
-	if q, queued := mark(); q == "" || queued != 1 {
-		t.Errorf("r2 did not mark r1's drained record (qu=%q, %d queued)", q, queued)
+	if marked, queued := sweep(); !marked || queued != 1 {
+		t.Errorf("r2 did not mark %s once r1 was drained (%t, %d queued)", what, marked, queued)
 	}
 }
 
@@ -248,34 +246,5 @@ func TestASweeperMarksNoChargeRowOfARegionNotDrained(t *testing.T) {
 	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(d.ChargesTable), Item: item}); err != nil {
 		t.Fatal(err)
 	}
-	drain := failOver(t, rg, clock)
-	clock.Advance(time.Hour) // past the fence; the move is stuck
-
-	c := d.Sweeper()
-	c.Regions = rg
-	s, err := app.SweeperHandler(c, app.Deps{Clients: testkit.Clients(t), Clock: clock.Now, Logger: slog.New(slog.DiscardHandler), Metrics: io.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mark := func() (bool, int) {
-		t.Helper()
-		sum, err := s.Run(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(d.ChargesTable), ConsistentRead: aws.Bool(true), Key: row})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, marked := out.Item[charge.AttrQueuedUntil]
-		return marked, sum.Queued
-	}
-	if marked, queued := mark(); marked || queued != 0 {
-		t.Errorf("r2 marked r1's row (%t) before r1 was drained: %d keys queued", marked, queued)
-	}
-	drain()
-	clock.Advance(regions.DefaultLease)
-	if marked, queued := mark(); !marked || queued != 1 {
-		t.Errorf("r2 did not mark r1's drained row (%t, %d queued)", marked, queued)
-	}
+	markedOnceDrained(t, d, rg, clock, "r1's row", d.ChargesTable, row, charge.AttrQueuedUntil)
 }

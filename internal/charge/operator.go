@@ -30,6 +30,9 @@ import (
 // That is the charge row and the API's 201 in one transaction, the 402, or
 // RELEASED.
 //
+// In several Regions it settles only where MaySettle allows. Otherwise it
+// returns MaySettle's Outcome and the record as it is, with nothing written.
+//
 // The record returned is the settled one, read back. It is nil for a
 // release whose retention had run out: the key is free. An error leaves
 // the command IN_FLIGHT, for the operator to settle again. Every step is
@@ -55,6 +58,12 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	if rec.Status != idem.StatusInFlight || op.reference(key, rec.CreatedAt) != res.Reference {
 		return OutcomeNothingToDo, rec, nil
 	}
+	a, refused := s.admitCommand(ctx, key, rec.CreatedAt)
+	if refused != nil {
+		return refused.Outcome, rec, nil
+	}
+	defer a.cancel()
+	ctx = a.ctx
 	outcome, err := s.settleKnown(ctx, key, rec.CreatedAt, res)
 	if err != nil {
 		return "", nil, fmt.Errorf("charge: operator settle: %w", err)

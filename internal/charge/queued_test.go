@@ -13,18 +13,25 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 )
 
+// movesTable is a charges table of the test's own, its rows, and a clock
+// to the millisecond, as a row keeps time.
+func movesTable(t *testing.T) (string, *charge.Rows, *testkit.Clock) {
+	t.Helper()
+	table := testkit.TempTable(t, charge.TableInput(testkit.UniqueName("charges")))
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return table, rows, testkit.NewClock(time.Now().Truncate(time.Millisecond))
+}
+
 // TestAMoveIsMarkedQueuedOnceWhileItsMessageIsInFlight: a charge with a
 // move in flight takes one mark at a time, until it ends or its own
 // unmark; a charge with no move in flight takes none.
 func TestAMoveIsMarkedQueuedOnceWhileItsMessageIsInFlight(t *testing.T) {
 	t.Parallel()
 	db := testkit.Clients(t).DynamoDB
-	table := testkit.TempTable(t, charge.TableInput(testkit.UniqueName("charges")))
-	rows, err := charge.NewRows(db, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := testkit.NewClock(time.Now().Truncate(time.Millisecond))
+	table, rows, clock := movesTable(t)
 	q := charge.QueuedMoves{Rows: rows, Clock: clock.Now}
 	put := func(id, status string) idem.Key {
 		t.Helper()
@@ -87,12 +94,7 @@ func TestAMoveIsMarkedQueuedOnceWhileItsMessageIsInFlight(t *testing.T) {
 func TestAMoveOlderThanAPendingFailoverIsLeftAsItIs(t *testing.T) {
 	t.Parallel()
 	db := testkit.Clients(t).DynamoDB
-	table := testkit.TempTable(t, charge.TableInput(testkit.UniqueName("charges")))
-	rows, err := charge.NewRows(db, table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clock := testkit.NewClock(time.Now().Truncate(time.Millisecond))
+	table, rows, clock := movesTable(t)
 	row := map[string]types.AttributeValue{
 		charge.AttrTenant: &types.AttributeValueMemberS{Value: "acme"}, charge.AttrID: &types.AttributeValueMemberS{Value: "ch_old"},
 		"status":     &types.AttributeValueMemberS{Value: charge.StatusCapturing},

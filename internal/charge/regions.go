@@ -62,6 +62,33 @@ func (s *Service) Serves(ctx context.Context, tenant string) (Result, bool) {
 	return Result{}, true
 }
 
+// MaySettle reports whether this Region may settle the command key
+// created at created now. It must serve the tenant, and no Region pending
+// a drain may hold newer writes of the command. If not, the Result says
+// why: nothing was done. An operator asks before settling a command.
+func (s *Service) MaySettle(ctx context.Context, key idem.Key, created time.Time) (Result, bool) {
+	a, refused := s.admitCommand(ctx, key, created)
+	if refused != nil {
+		return *refused, false
+	}
+	a.cancel()
+	return Result{}, true
+}
+
+// admitCommand is admit for the command key created at created. It
+// refuses a command another Region may have changed since.
+func (s *Service) admitCommand(ctx context.Context, key idem.Key, created time.Time) (admitted, *Result) {
+	a := s.admit(ctx, key.Tenant())
+	if a.refused != nil {
+		return a, a.refused
+	}
+	if res := a.unreplicated(created, s.cfg.Store.Now()); res != nil {
+		a.cancel()
+		return a, res
+	}
+	return a, nil
+}
+
 // unreplicated answers a request about a charge or refund created at
 // created, which another Region may have changed since. Its copy here
 // may be stale: nothing is done, and nothing read, until its writes

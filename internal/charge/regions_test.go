@@ -41,15 +41,7 @@ type twoRegions struct {
 
 func newTwoRegions(t *testing.T) *twoRegions {
 	t.Helper()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	db := testkit.Clients(t).DynamoDB
 	// Ahead of the emulator's clock, which a move never starts before.
 	tr := &twoRegions{clock: testkit.NewClock(time.Now().Add(time.Hour)), tables: tables}
@@ -82,6 +74,19 @@ func (tr *twoRegions) handler(t *testing.T, region string, tune ...func(*testkit
 	return tr.r1.d.ChargeHandler(t, append([]func(*testkit.Wiring){func(w *testkit.Wiring) {
 		w.Charge.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now
 	}}, tune...)...)
+}
+
+// failOver moves acme's home r1 to r2, now: r2 serves it after the
+// fence, r1 pending.
+func (tr *twoRegions) failOver(t *testing.T) {
+	t.Helper()
+	route, err := tr.routes.Route(t.Context(), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Move(t.Context(), route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestARegionActsOnlyForItsTenants: a Region answers a tenant another
@@ -142,13 +147,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 	if _, err := tr.ledger.Claim(ctx, stranded, idem.Claim{Region: "r1", CreatedAt: tr.clock.Now(), Until: tr.clock.Now().Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	route, err := tr.routes.Route(ctx, "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
+	tr.failOver(t)
 	tr.clock.Advance(regions.DefaultLease)
 	pending := tr.r2.do(post("acme", "order-2", `{"amount":700,"currency":"EUR","source":"tok_visa"}`))
 	if pending.StatusCode != http.StatusServiceUnavailable || problemType(t, pending) != "outcome-pending" {
@@ -177,7 +176,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 		t.Fatal("r2 wrote a record under r1's claim before r1 was drained")
 	}
 
-	route, _ = tr.routes.Route(ctx, "r1")
+	route, _ := tr.routes.Route(ctx, "r1")
 	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -197,15 +196,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 // Region knows whom it serves, so every request answers 503, nothing done.
 func TestWhenTheStrongTablesFailEveryRequestFailsClosed(t *testing.T) {
 	t.Parallel()
-	var tables [2]string
-	for i := range tables {
-		name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		tables[i] = name
-	}
+	tables := [2]string{testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))}
 	clock := testkit.NewClock(time.Now())
 	h := newHarnessWith(t, harnessConfig{
 		tune: []func(*app.ChargeConfig){func(c *app.ChargeConfig) {
@@ -297,15 +288,9 @@ func TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover(t *testing.T) {
 	if err != nil || res.Outcome != charge.OutcomeWrongRegion || res.Region != "r1" {
 		t.Fatalf("r2, not serving acme, with no record of the event: %+v, %v; want %q naming r1", res, err, charge.OutcomeWrongRegion)
 	}
-	route, err := tr.routes.Route(ctx, "r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tr.routes.Move(ctx, route, "r2", tr.clock.Now(), regions.FenceDelay); err != nil {
-		t.Fatal(err)
-	}
+	tr.failOver(t)
 	tr.clock.Advance(regions.FenceDelay + time.Second)
-	route, _ = tr.routes.Route(ctx, "r1")
+	route, _ := tr.routes.Route(ctx, "r1")
 	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -392,5 +377,56 @@ func TestANewIntentAfterADeletedReleaseWaitsForItsClaim(t *testing.T) {
 	}
 	if made := tr.r1.sim.Ledger().References[c.ProviderReference]; c.ProviderReference == released || c.Amount != 900 || made.Amount != 900 {
 		t.Fatalf("the new intent once the claim ended: %s; the provider holds %+v under its reference", created.Body, made)
+	}
+}
+
+// TestAnOperatorSettlesOnlyWhereTheRegionMayWrite: SettleByOperator, and
+// MaySettle before it, refuse with nothing written in a Region not serving
+// the tenant, and for a command older than a failover not drained. Once
+// the old Region is drained, the serving one settles it.
+func TestAnOperatorSettlesOnlyWhereTheRegionMayWrite(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	tr := newTwoRegions(t)
+	db := testkit.Clients(t).DynamoDB
+	r1, err := dynamostore.New(db, tr.r1.d.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger, o.Clock = "r1", tr.ledger, tr.clock.Now })
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := idem.NewKey("acme", charge.ChargeOperation, "order-1")
+	begun, err := r1.Begin(ctx, key, idem.FingerprintOf([]byte("{}")), []byte(`{"amount":500,"currency":"EUR"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator := func(region string) *charge.Service {
+		return tr.r1.d.ReconcileService(t, func(w *testkit.Wiring) { w.Reconcile.Regions, w.Deps.Clock = tr.regions(region), tr.clock.Now })
+	}
+	released := provider.Result{Status: provider.StatusNotFound, Reference: charge.ProviderReference(key, begun.Lease.CreatedAt)}
+	refused := func(svc *charge.Service, want charge.Outcome) {
+		t.Helper()
+		if res, ok := svc.MaySettle(ctx, key, begun.Lease.CreatedAt); ok || res.Outcome != want {
+			t.Errorf("MaySettle: %+v, %t; want %s", res, ok, want)
+		}
+		out, _, err := svc.SettleByOperator(ctx, key, released)
+		rec, gerr := r1.Get(ctx, key)
+		if err != nil || out != want || gerr != nil || rec.Status != idem.StatusInFlight || rec.LeaseToken != begun.Lease.Token {
+			t.Fatalf("SettleByOperator: %s, %v; record %+v (%v); want %s, the record as it was", out, err, rec, gerr, want)
+		}
+	}
+	r2 := operator("r2")
+	refused(r2, charge.OutcomeWrongRegion)
+
+	tr.failOver(t)
+	tr.clock.Advance(regions.FenceDelay + time.Second)
+	refused(r2, charge.OutcomeFailoverPending)
+	refused(operator("r1"), charge.OutcomeWrongRegion)
+
+	route, _ := tr.routes.Route(ctx, "r1")
+	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+	if out, rec, err := r2.SettleByOperator(ctx, key, released); err != nil || out != charge.OutcomeReleased || rec == nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("SettleByOperator in r2 once r1 is drained: %s, %+v, %v; want it released", out, rec, err)
 	}
 }

@@ -13,12 +13,7 @@ import (
 // newRoutes is a routes table of the test's own.
 func newRoutes(t *testing.T) *regions.Routes {
 	t.Helper()
-	name, drop, err := testkit.NewTable(t.Context(), regions.TableInput(testkit.UniqueName("routes")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
-	r, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, name)
+	r, err := regions.NewRoutes(testkit.Clients(t).DynamoDB, testkit.TempTable(t, regions.TableInput("routes")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,54 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
+// scenario is a world of two Regions and a history on it. Its tenant is
+// the history's first, homed in r1.
+type scenario struct {
+	*world
+	h      *history
+	r1, r2 *region
+	tenant string
+}
+
+func newScenario(t *testing.T, d design) *scenario {
+	t.Helper()
+	w := newWorld(t, 2, d)
+	h := newHistory(t, t, w, &stats{})
+	return &scenario{world: w, h: h, r1: w.regions[0], r2: w.regions[1], tenant: h.tenants[0]}
+}
+
+// charge sends body as POST /charges under clientKey to r. It waits 10 ms
+// first: no two claims in one millisecond.
+func (s *scenario) charge(t *testing.T, r *region, clientKey, body string) events.APIGatewayV2HTTPResponse {
+	t.Helper()
+	s.clock.Advance(10 * time.Millisecond)
+	resp, err := s.h.stacks[r.name].handler.Handle(t.Context(), testkit.PostCharge(s.tenant, clientKey, body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// failOverAndDrain fails r1 over to r2 before its writes replicate. Then
+// r1 comes back and is drained.
+func (s *scenario) failOverAndDrain(t *testing.T) {
+	t.Helper()
+	s.r1.link.down.Store(true)
+	s.failOver(t, s.r1.name, s.r2)
+	s.recover(t, s.r1)
+}
+
+// recover brings r back: its writes replicate, and every Region is
+// drained.
+func (s *scenario) recover(t *testing.T, r *region) {
+	t.Helper()
+	r.link.down.Store(false)
+	if err := s.drainAll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	s.h.drainRoutes(t)
+}
+
 // TestAFailedRegionsChargeIsNotMadeAgain is the shortest history that
 // tells the designs apart. A charge is made in its tenant's Region, which
 // fails before the charge's writes replicate. The client retries in the
@@ -31,20 +79,11 @@ import (
 func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 	for _, d := range []design{naive, chosen} {
 		t.Run(string(d), func(t *testing.T) {
-			ctx := t.Context()
-			w := newWorld(t, 2, d)
-			h := newHistory(t, t, w, &stats{})
-			r1, r2 := w.regions[0], w.regions[1]
-			tenant := h.tenants[0] // homed in r1
-			key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
-			body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+			s := newScenario(t, d)
+			w, h, r1, r2 := s.world, s.h, s.r1, s.r2
+			key, _ := idem.NewKey(s.tenant, charge.ChargeOperation, "order-1")
 			send := func(r *region) (int, string) {
-				t.Helper()
-				w.clock.Advance(10 * time.Millisecond) // no two claims in one millisecond
-				resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := s.charge(t, r, key.ClientKey(), `{"amount":500,"currency":"EUR","source":"tok_visa"}`)
 				return resp.StatusCode, resp.Body
 			}
 			status, first := send(r1)
@@ -68,11 +107,7 @@ func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 			if status != http.StatusServiceUnavailable || slug(again) != httpapi.ProblemOutcomePending.Slug || len(made) != 1 {
 				t.Fatalf("chosen: the retry in r2 got %d %s, the provider acted under %v; want outcome-pending and one charge", status, again, made)
 			}
-			r1.link.down.Store(false)
-			if err := w.drainAll(ctx); err != nil {
-				t.Fatal(err)
-			}
-			h.drainRoutes(t)
+			s.recover(t, r1)
 			if status, replay := send(r2); status != http.StatusCreated || replay != first {
 				t.Fatalf("chosen: the retry once r1 is drained got %d %s, want the first answer %s", status, replay, first)
 			}
@@ -86,20 +121,13 @@ func TestAFailedRegionsChargeIsNotMadeAgain(t *testing.T) {
 // it would lose r2's capture to last writer wins, so r1 waits for r2.
 func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 	ctx := t.Context()
-	w := newWorld(t, 2, chosen)
-	h := newHistory(t, t, w, &stats{})
-	r1, r2 := w.regions[0], w.regions[1]
-	tenant := h.tenants[0] // homed in r1
+	s := newScenario(t, chosen)
+	w, h, r1, r2, tenant := s.world, s.h, s.r1, s.r2, s.tenant
 	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
 	body := `{"amount":500,"currency":"EUR","source":"` + providersim.SourceUnavailableOnce + `","capture":false}`
 	replayed := false
 	send := func(r *region) (int, string) {
-		t.Helper()
-		w.clock.Advance(10 * time.Millisecond)
-		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := s.charge(t, r, key.ClientKey(), body)
 		replayed = resp.Headers[httpapi.HeaderReplayed] == "true"
 		return resp.StatusCode, resp.Body
 	}
@@ -112,13 +140,7 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 		t.Fatal(err)
 	}
 	// r1 fails, its tenants move to r2; r1 returns and is drained.
-	r1.link.down.Store(true)
-	w.failOver(t, r1.name, r2)
-	r1.link.down.Store(false)
-	if err := w.drainAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h.drainRoutes(t)
+	s.failOverAndDrain(t)
 	w.clock.Advance(regions.DefaultLease)
 
 	// r2 re-claims the key (r1 yields), charges and captures.
@@ -170,18 +192,11 @@ func TestAMoveBackDoesNotRewriteWhatThePendingRegionSettled(t *testing.T) {
 // sooner. So r2 must not claim afresh while r1 is not drained.
 func TestAFailedRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
 	ctx := t.Context()
-	w := newWorld(t, 2, chosen)
-	h := newHistory(t, t, w, &stats{})
-	r1, r2 := w.regions[0], w.regions[1]
-	tenant := h.tenants[0] // homed in r1
-	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
-	body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+	s := newScenario(t, chosen)
+	w, h, r1, r2 := s.world, s.h, s.r1, s.r2
+	key, _ := idem.NewKey(s.tenant, charge.ChargeOperation, "order-1")
 	send := func(r *region) (int, string) {
-		t.Helper()
-		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := s.charge(t, r, key.ClientKey(), `{"amount":500,"currency":"EUR","source":"tok_visa"}`)
 		return resp.StatusCode, resp.Body
 	}
 	created := w.clock.Now()
@@ -218,13 +233,11 @@ func TestAFailedRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
 // shows the refund.
 func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
 	ctx := t.Context()
-	w := newWorld(t, 2, chosen)
-	h := newHistory(t, t, w, &stats{})
-	r1, r2 := w.regions[0], w.regions[1]
-	tenant := h.tenants[0] // homed in r1
-	resp, err := h.stacks[r1.name].handler.Handle(ctx, testkit.PostCharge(tenant, "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`))
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("the charge in r1: %v %d %s", err, resp.StatusCode, resp.Body)
+	s := newScenario(t, chosen)
+	w, h, r1, r2, tenant := s.world, s.h, s.r1, s.r2, s.tenant
+	resp := s.charge(t, r1, "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`)
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the charge in r1: %d %s", resp.StatusCode, resp.Body)
 	}
 	var made struct{ ID string }
 	_ = json.Unmarshal([]byte(resp.Body), &made)
@@ -232,7 +245,7 @@ func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.clock.Advance(10 * time.Millisecond)
-	resp, err = h.stacks[r1.name].handler.Handle(ctx, testkit.PostRefund(tenant, "refund-1", made.ID, `{"amount":500}`))
+	resp, err := h.stacks[r1.name].handler.Handle(ctx, testkit.PostRefund(tenant, "refund-1", made.ID, `{"amount":500}`))
 	if err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("the refund in r1: %v %d %s", err, resp.StatusCode, resp.Body)
 	}
@@ -253,11 +266,7 @@ func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
 	if status, body, _ := read(); status != http.StatusServiceUnavailable || slug(body) != httpapi.ProblemOutcomePending.Slug {
 		t.Fatalf("r2, r1 pending, reads the charge r1 refunded in full: %d %s; want outcome-pending", status, body)
 	}
-	r1.link.down.Store(false)
-	if err := w.drainAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h.drainRoutes(t)
+	s.recover(t, r1)
 	w.clock.Advance(regions.DefaultLease) // r2's fence reads the drain
 	if status, body, refunded := read(); status != http.StatusOK || refunded != 500 {
 		t.Fatalf("r2, r1 drained, reads the charge: %d %s; want 200 with amount_refunded 500", status, body)
@@ -271,19 +280,10 @@ func TestAReadDuringAFailoverDoesNotDenyARefundMade(t *testing.T) {
 // retries a day later, before the Idempotency-Expires it was given, but
 // after the ledger claim's Until. r2 claims afresh and charges again.
 func TestAWrittenOffRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
-	ctx := t.Context()
-	w := newWorld(t, 2, chosen)
-	h := newHistory(t, t, w, &stats{})
-	r1, r2 := w.regions[0], w.regions[1]
-	tenant := h.tenants[0] // homed in r1
-	body := `{"amount":500,"currency":"EUR","source":"tok_visa"}`
+	s := newScenario(t, chosen)
+	w, h, r1, r2 := s.world, s.h, s.r1, s.r2
 	send := func(r *region) events.APIGatewayV2HTTPResponse {
-		t.Helper()
-		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, "order-1", body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return s.charge(t, r, "order-1", `{"amount":500,"currency":"EUR","source":"tok_visa"}`)
 	}
 	first := send(r1)
 	if first.StatusCode != http.StatusCreated {
@@ -298,7 +298,7 @@ func TestAWrittenOffRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
 	h.drainRoutes(t) // the write-off: chargectl admin drained
 	w.clock.Advance(expires.Add(-5 * time.Second).Sub(w.clock.Now()))
 	again := send(r2)
-	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
+	key, _ := idem.NewKey(s.tenant, charge.ChargeOperation, "order-1")
 	made := h.effects(&intent{key: key, kind: "charge"}, w.sim.Ledger())
 	if len(made) > 1 {
 		t.Fatalf("the retry in r2 at %s, before the key's Idempotency-Expires %s: %d %s; the provider acted under %v",
@@ -318,20 +318,11 @@ func TestAWrittenOffRegionsChargeIsNotMadeAgainWhileItsKeyLives(t *testing.T) {
 // its own claim expired: it claims afresh, and charges a second time.
 func TestAMoveBackAfterAReclaimDoesNotChargeAgain(t *testing.T) {
 	ctx := t.Context()
-	w := newWorld(t, 2, chosen)
-	h := newHistory(t, t, w, &stats{})
-	r1, r2 := w.regions[0], w.regions[1]
-	tenant := h.tenants[0] // homed in r1
-	key, _ := idem.NewKey(tenant, charge.ChargeOperation, "order-1")
-	body := `{"amount":500,"currency":"EUR","source":"` + providersim.SourceUnavailableOnce + `"}`
+	s := newScenario(t, chosen)
+	w, h, r1, r2 := s.world, s.h, s.r1, s.r2
+	key, _ := idem.NewKey(s.tenant, charge.ChargeOperation, "order-1")
 	send := func(r *region) events.APIGatewayV2HTTPResponse {
-		t.Helper()
-		w.clock.Advance(10 * time.Millisecond)
-		resp, err := h.stacks[r.name].handler.Handle(ctx, testkit.PostCharge(tenant, key.ClientKey(), body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return s.charge(t, r, key.ClientKey(), `{"amount":500,"currency":"EUR","source":"`+providersim.SourceUnavailableOnce+`"}`)
 	}
 	created := w.clock.Now()
 	if resp := send(r1); resp.StatusCode != http.StatusServiceUnavailable || slug(resp.Body) != httpapi.ProblemUnavailable.Slug {
@@ -340,13 +331,7 @@ func TestAMoveBackAfterAReclaimDoesNotChargeAgain(t *testing.T) {
 	if err := w.drainAll(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r1.link.down.Store(true)
-	w.failOver(t, r1.name, r2)
-	r1.link.down.Store(false)
-	if err := w.drainAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	h.drainRoutes(t)
+	s.failOverAndDrain(t)
 	w.clock.Advance(created.Add(retention - time.Minute).Sub(w.clock.Now()))
 	charged := send(r2)
 	if charged.StatusCode != http.StatusCreated {

@@ -96,14 +96,7 @@ func newWorld(t *testing.T, n int, d design) *world {
 	srv := httptest.NewServer(w.sim)
 	t.Cleanup(srv.Close)
 	w.simURL = srv.URL
-	for _, name := range []*string{&w.routesTable, &w.ledgerTable} {
-		table, drop, err := testkit.NewTable(context.Background(), regions.TableInput(testkit.UniqueName("strong")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(drop)
-		*name = table
-	}
+	w.routesTable, w.ledgerTable = testkit.TempTable(t, regions.TableInput("routes")), testkit.TempTable(t, regions.TableInput("ledger"))
 	routes, err := regions.NewRoutes(w.raw, w.routesTable)
 	if err != nil {
 		t.Fatal(err)

@@ -50,8 +50,8 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A replicated settled record replays", replicatedReplays},
 		{"Another Region's record is not marked until it yields", foreignMarkWaits},
 		{"A command older than a pending failover is neither claimed back nor taken over", staleCopyLeft},
-		{"A claim lasts as long as its settled record", claimOutlivesSettled},
-		{"A claim lasts as long as a postponed record", claimOutlivesPostponed},
+		{"A claim lasts as long as its settled record", claimOutlivesCommit(0)},
+		{"A claim lasts as long as a postponed record", claimOutlivesCommit(2 * time.Hour)},
 		{"A claim lasts as long as a record claimed back elsewhere", claimOutlivesClaimBack},
 		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
 		{"An expired release's reference is never a new command's", releaseReferenceNotReused},
@@ -99,6 +99,16 @@ func beginIn(t *testing.T, b idem.Backend, k idem.Key) *idem.Lease {
 		t.Fatalf("Begin: want a new lease, got %+v, %v", begun, err)
 	}
 	return begun.Lease
+}
+
+// releasedIn claims k in b, as beginIn, and releases it.
+func releasedIn(t *testing.T, b idem.Backend, k idem.Key) *idem.Lease {
+	t.Helper()
+	l := beginIn(t, b, k)
+	if err := b.Release(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // wantElsewhere checks err names region as the claim's holder.
@@ -234,10 +244,7 @@ func foreignReleaseWaits(t *testing.T, r *regionSuite) {
 	ctx := context.Background()
 	k := UniqueKey(t, "acme")
 	a := r.Store("a")
-	first := beginIn(t, a, k)
-	if err := a.Release(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	first := releasedIn(t, a, k)
 	b := r.Replica(a, "b")
 	_, err := b.Begin(ctx, k, fpA, nil)
 	wantElsewhere(t, err, "a")
@@ -338,10 +345,7 @@ func staleCopyLeft(t *testing.T, r *regionSuite) {
 	ctx := context.Background()
 	b := r.Store("b")
 	released, stuck := UniqueKey(t, "acme"), UniqueKey(t, "acme")
-	l := beginIn(t, b, released)
-	if err := b.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
+	releasedIn(t, b, released)
 	beginIn(t, b, stuck)
 	r.clock.Advance(time.Minute) // past the stuck lease
 	r.ledger.pending(r.clock.Now())
@@ -353,41 +357,30 @@ func staleCopyLeft(t *testing.T, r *regionSuite) {
 	}
 }
 
-// claimOutlivesSettled: a commits, and is written off before anything
+// claimOutlivesCommit: a commits, and is written off before anything
 // replicates. Until the record's retention ends, b inherits a's claim. A
-// fresh claim would send a second reference while a's key lives.
-func claimOutlivesSettled(t *testing.T, r *regionSuite) {
-	ctx := t.Context()
-	k := UniqueKey(t, "acme")
-	a := r.Store("a")
-	first := beginIn(t, a, k)
-	if err := a.Commit(ctx, first, resp); err != nil {
-		t.Fatal(err)
-	}
-	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
-	r.yield("a")
-	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
-		t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
-	}
-}
-
-// claimOutlivesPostponed: a postpones its lease past the claim's first
-// Until, then commits. The record lives a retention after that lease.
-func claimOutlivesPostponed(t *testing.T, r *regionSuite) {
-	ctx := t.Context()
-	k := UniqueKey(t, "acme")
-	a := r.Store("a")
-	first := beginIn(t, a, k)
-	if err := a.Postpone(ctx, first, r.clock.Now().Add(2*time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Commit(ctx, first, resp); err != nil {
-		t.Fatal(err)
-	}
-	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
-	r.yield("a")
-	if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
-		t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
+// fresh claim would send a second reference while a's key lives. With
+// postpone, a first postpones its lease that far, past the claim's first
+// Until: the record lives a retention after that lease.
+func claimOutlivesCommit(postpone time.Duration) func(*testing.T, *regionSuite) {
+	return func(t *testing.T, r *regionSuite) {
+		ctx := t.Context()
+		k := UniqueKey(t, "acme")
+		a := r.Store("a")
+		first := beginIn(t, a, k)
+		if postpone > 0 {
+			if err := a.Postpone(ctx, first, r.clock.Now().Add(postpone)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Commit(ctx, first, resp); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
+		r.yield("a")
+		if l := beginIn(t, r.Store("b"), k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
+			t.Fatalf("b's lease %+v a second before a's record expires: want a's claim, inherited", l)
+		}
 	}
 }
 
@@ -398,10 +391,7 @@ func claimOutlivesClaimBack(t *testing.T, r *regionSuite) {
 	ctx := t.Context()
 	k := UniqueKey(t, "acme")
 	a := r.Store("a")
-	first := beginIn(t, a, k)
-	if err := a.Release(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	first := releasedIn(t, a, k)
 	r.clock.Advance(first.RecordExpiresAt.Add(-time.Minute).Sub(r.clock.Now()))
 	r.yield("a")
 	b := r.Replica(a, "b")
@@ -446,10 +436,7 @@ func releaseReferenceNotReused(t *testing.T, r *regionSuite) {
 	ctx := t.Context()
 	k := UniqueKey(t, "acme")
 	a := r.Store("a")
-	first := beginIn(t, a, k)
-	if err := a.Release(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	first := releasedIn(t, a, k)
 	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
 	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
 	if err == nil && begun.Lease != nil && begun.Lease.CreatedAt.Equal(first.CreatedAt) {
@@ -464,10 +451,7 @@ func deletedReleaseWaitedOut(t *testing.T, r *regionSuite) {
 	ctx := t.Context()
 	k := UniqueKey(t, "acme")
 	a := r.Store("a")
-	first := beginIn(t, a, k)
-	if err := a.Release(ctx, first); err != nil {
-		t.Fatal(err)
-	}
+	first := releasedIn(t, a, k)
 	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
 	deleted := r.Store("a")
 	_, err := deleted.Begin(ctx, k, fpB, []byte("another intent"))
