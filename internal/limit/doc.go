@@ -6,9 +6,9 @@
 // instance counts them per second, and shares them through the table once
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
 // Near a limit the tenant is hot, until HotSpan seconds after. Then each
-// request is shared as it starts and as it ends. A request counts
-// against the concurrency while it runs. A share reads the span back.
-// It waits at most shareTimeout: past it, the limits fail open.
+// request is shared as it starts and as it ends. Its handler time is
+// shared when it ends. A share reads the span back. A request's shares
+// wait at most tableTimeout together: past it, the limits fail open.
 // overrides.go reads the operators' per-tenant limits. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.
