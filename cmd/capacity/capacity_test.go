@@ -196,8 +196,8 @@ func TestCapacityModel(t *testing.T) {
 	closeTo(t, "spread thin, at once", c.SpreadExecutions, 38*0.5)
 	closeTo(t, "spread thin over the reservation", c.SpreadReserved, 500*5)
 	closeTo(t, "a charge that shares first by its time", c.BusyChargeMs, 100)
-	// Starts and ends each shared up to HotShare times, and each instance's
-	// read and a refusal it takes back.
+	// Ends shared up to HotShare times, each instance's read, and as many
+	// counts given back.
 	closeTo(t, "a hot count's writes", c.HotCountWrites, 2*(200+38))
 	closeTo(t, "override reads/s", c.OverrideReads, 38.0/60)
 	closeTo(t, "a tenant's rows", c.TenantRowsWCU, 200)

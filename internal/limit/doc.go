@@ -5,10 +5,11 @@
 // limiter.go holds Limiter: a tenant's rate and concurrency. Each
 // instance counts them per second, and shares them through the table once
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
-// Near a limit the tenant is hot, until HotSpan seconds after. Then each
-// request is shared as it starts and as it ends. A request counts
-// against the concurrency while it runs. A share reads the span back.
-// It waits at most shareTimeout: past it, the limits fail open.
+// Near a limit the tenant is hot, until HotSpan seconds after. Then its
+// first request of a second here is shared as it starts, and each as it
+// ends. Handler time counts when a request ends. A share reads the span
+// back. A request's shares
+// wait at most tableTimeout together: past it, the limits fail open.
 // overrides.go reads the operators' per-tenant limits. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -72,19 +71,9 @@ type Usage struct {
 	Requests int
 	// Busy is the handler time of the requests that ended in the window.
 	Busy time.Duration
-	// Running is how many of the window's requests have not ended.
-	// Their handler time counts while they run.
-	Running int
 }
 
-func (u Usage) plus(v Usage) Usage {
-	return Usage{u.Requests + v.Requests, u.Busy + v.Busy, u.Running + v.Running}
-}
-
-// adds is what u adds, without what it takes back.
-func (u Usage) adds() Usage {
-	return Usage{max(u.Requests, 0), max(u.Busy, 0), max(u.Running, 0)}
-}
+func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Busy + v.Busy} }
 
 // near reports whether u reaches half of a limit: past it, every request's
 // count is shared at once.
@@ -93,11 +82,10 @@ func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
 type Store interface {
-	// Add adds u to tenant's usage of the window. It adds late to the
-	// Running of earlier windows: requests ended, or shared late. It
-	// returns every instance's usage of the window and some before it.
-	// They come last first, as the store holds them.
-	Add(ctx context.Context, tenant string, window int64, u Usage, late map[int64]int) ([]Usage, error)
+	// Add adds u to tenant's usage of the window. It returns every
+	// instance's usage of the window and some before it. They come last
+	// first, as the store holds them.
+	Add(ctx context.Context, tenant string, window int64, u Usage) ([]Usage, error)
 	// Overrides returns every override, by tenant.
 	Overrides(ctx context.Context) (map[string]Limits, error)
 }
@@ -111,10 +99,10 @@ const Window = time.Second
 // Lambda gives an instance one request at a time: at most a window of
 // handler time a window. So SyncBusy is half a window, whatever the
 // concurrency, or slow requests would never be shared. Once the tenant
-// nears a limit, each request is shared, or each HotShare-th of its limit
-// if more. It is shared as it starts and as it ends. So a tenant's count
-// takes at most about twice HotShare writes a second, however high its
-// limit. Each instance adds a read a window, and a refusal it takes back.
+// nears a limit, each request is shared as it ends, or each HotShare-th
+// of its limit if more. So a tenant's count takes at most about HotShare
+// writes a second, however high its limit. Each instance adds a read a
+// window.
 const (
 	SyncEvery = 5
 	SyncBusy  = Window / 2
@@ -129,11 +117,16 @@ const (
 // tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
-// shareTimeout bounds a share. The limits fail open: a table that hangs
-// must not spend the request's deadline. Nor may it hold a charge's
-// answer, as Done shares after the charge. It is many times a share's
+// tableTimeout bounds a call to the table on a request's path: a share,
+// or a read of the overrides. The limits fail open. A table that hangs
+// must not spend the request's deadline, nor hold a charge's answer. A
+// request's shares wait no longer together. It is many times a call's
 // usual latency of a few milliseconds.
-const shareTimeout = 150 * time.Millisecond
+const tableTimeout = 150 * time.Millisecond
+
+// startTimeout bounds the first read of the overrides, as an instance
+// starts. No request waits for it, and a cold connection is slower.
+const startTimeout = time.Second
 
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
@@ -178,18 +171,23 @@ type tenant struct {
 	// instance's last sync. sharing is what a sync under way adds to it.
 	// pending is what this instance used since.
 	known, sharing, pending Usage
-	// past holds the usage of the windows before this one, last first, up
-	// to ConcurrencySpan-1 of them. A sync learns what every instance
-	// shared in them, so a fleet's concurrency holds.
-	past []Usage
-	// late holds what the next sync adds to earlier windows' Running.
-	// It holds requests that ended here, or no sync shared in time.
-	late map[int64]int
+	// past holds the handler time of the windows before this one, last
+	// first, up to ConcurrencySpan-1 of them. A sync learns what every
+	// instance shared in them, so a fleet's concurrency holds.
+	past []time.Duration
+	// running is how many of this instance's requests run, and started
+	// the sum of their starts since base. They are never shared: a count
+	// sent to the table may be lost, and then never end.
+	running int
+	started time.Duration
+	base    time.Time
 	// due paces the tenant's requests on this instance, a token bucket
 	// kept as the time its next request is due at its rate (GCRA). It
 	// may start a second's worth at once; a flood past that gets its rate
 	// spread evenly, not all at each second's start.
 	due time.Time
+	// last is the latest instant the tenant was seen at.
+	last time.Time
 	// hotUntil is the last window the tenant is hot in: it neared a
 	// limit, so every request is shared.
 	hotUntil int64
@@ -208,22 +206,16 @@ func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
 // one included, as far as this instance knows.
 func (t *tenant) recentBusy() time.Duration {
 	busy := t.used().Busy
-	for _, u := range t.past {
-		busy += u.Busy
+	for _, b := range t.past {
+		busy += b
 	}
 	return busy
 }
 
-// inFlight is the handler time of the requests still running, as far as
-// this instance knows. Each counts from its window's start. It will run
-// some more: what it commits counts before it lands.
+// inFlight is the handler time of this instance's requests still running.
+// What they commit counts before it lands.
 func (t *tenant) inFlight(now time.Time) time.Duration {
-	since := now.Sub(time.Unix(t.window, 0))
-	busy := time.Duration(max(t.used().Running, 0)) * since
-	for i, u := range t.past {
-		busy += time.Duration(max(u.Running, 0)) * (since + time.Duration(i+1)*Window)
-	}
-	return busy
+	return max(time.Duration(t.running)*now.Sub(t.base)-t.started, 0)
 }
 
 // underConcurrency is when the handler time this instance knows of falls
@@ -233,10 +225,7 @@ func (t *tenant) inFlight(now time.Time) time.Duration {
 // window's start.
 func (t *tenant) underConcurrency(lim Limits, now time.Time) time.Time {
 	running := t.inFlight(now)
-	windows := []time.Duration{t.used().Busy + running} // last first
-	for _, u := range t.past {
-		windows = append(windows, u.Busy)
-	}
+	windows := append([]time.Duration{t.used().Busy + running}, t.past...) // last first
 	busy, k := t.recentBusy()+running, 0
 	// Once the span has passed every window has left: k stops there.
 	for k < ConcurrencySpan && busy >= ConcurrencySpan*lim.busy() {
@@ -252,8 +241,13 @@ func (t *tenant) underConcurrency(lim Limits, now time.Time) time.Time {
 // Ticket is an admitted request, handed back to Done.
 type Ticket struct {
 	tenant string
+	// t holds the request's running count, even once the tenant is
+	// forgotten.
+	t      *tenant
 	window int64
 	start  time.Time
+	// waited is how long Admit waited for a share.
+	waited time.Duration
 }
 
 // Refusal is why a request was refused.
@@ -267,8 +261,9 @@ type Refusal struct {
 }
 
 // New returns a Limiter that shares counts through store and reads the
-// overrides from it, a first time now. A read that fails leaves the
-// defaults, and is tried again on a request a little later.
+// overrides from it, a first time now, for startTimeout at most. A read
+// that fails leaves the defaults, and is tried again on a request a
+// little later.
 func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, error) {
 	if store == nil {
 		return nil, errors.New("limit: nil store")
@@ -289,7 +284,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	}
 	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
 	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
-	l.overrides.read(ctx)
+	l.overrides.read(ctx, startTimeout)
 	return l, nil
 }
 
@@ -300,28 +295,23 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
 	now := l.o.Clock()
-	w := now.Unix()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.tenant(name, w, lim)
-	w = t.window
+	t := l.tenant(name, now, lim)
+	w := t.window
 	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
-	// The request counts from here, and a sync shares it as running.
-	// Lambda may send this instance no other before it ends.
-	t.pending.Requests, t.pending.Running = t.pending.Requests+1, t.pending.Running+1
+	// The request counts against the rate from here, and a sync shares
+	// it. Lambda may send this instance no other before it ends.
+	t.pending.Requests++
+	var waited time.Duration
 	if sync {
-		l.share(ctx, name, t, lim)
+		waited = l.share(ctx, name, t, lim, tableTimeout)
 	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
-		// A share that outlived w took the count into w: take it back there.
+		// The next share takes the count back. One that outlived w took
+		// it into w: it stays there, a window's count over by one.
 		if t.window == w {
 			t.pending.Requests--
-		}
-		t.end(w)
-		// A refusal this sync shared is taken back at once. Else it would
-		// count, and run, until this instance's next sync.
-		if sync && t.read && !t.syncing && !t.failed {
-			l.share(ctx, name, t, lim)
 		}
 		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
 	}
@@ -342,63 +332,42 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		return refuse("concurrency", max(t.underConcurrency(lim, now).Sub(now), next))
 	}
 	t.due = later(t.due, now).Add(lim.interval())
-	return &Ticket{tenant: name, window: w, start: now}, nil
+	t.running++
+	t.started += now.Sub(t.base)
+	return &Ticket{tenant: name, t: t, window: w, start: now, waited: waited}, nil
 }
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate; its handler time counts either way. When the tenant's
-// unshared usage is due, Done adds it to the Store.
+// unshared usage is due, Done adds it to the Store. It waits only what is
+// left of tableTimeout after Admit's share.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
 	now := l.o.Clock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.tenant(tk.tenant, now.Unix(), lim)
+	tk.t.running--
+	tk.t.started -= tk.start.Sub(tk.t.base)
+	t := l.tenant(tk.tenant, now, lim)
 	if !counted {
 		t.due = t.due.Add(-lim.interval())
 		if tk.window == t.window {
 			t.pending.Requests--
 		}
 	}
-	t.end(tk.window)
 	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
-	due = due || t.takesBack()
-	if t.syncing || t.failed || !due {
+	// A count given back that a share counted: the fleet counts it until
+	// this instance shares again.
+	due = due || t.pending.Requests < 0
+	wait := tableTimeout - tk.waited
+	if t.syncing || t.failed || !due || wait <= 0 {
 		return
 	}
-	l.share(ctx, tk.tenant, t, lim)
-}
-
-// end ends a request of window w: it no longer runs.
-func (t *tenant) end(w int64) {
-	if w >= t.window {
-		t.pending.Running--
-		return
-	}
-	if back := t.window - 1 - w; back < int64(len(t.past)) {
-		t.past[back].Running = max(t.past[back].Running-1, 0)
-	}
-	t.late[w]--
-}
-
-// takesBack reports whether the tenant's unshared usage takes back what
-// a share counted. A request shared as it started ended, or gave its count
-// back. Every instance counts it until this one shares that. A quiet
-// tenant's request is counted and ended between two shares: it never is.
-func (t *tenant) takesBack() bool {
-	if t.pending.Requests < 0 || t.pending.Running < 0 {
-		return true
-	}
-	for _, n := range t.late {
-		if n < 0 {
-			return true
-		}
-	}
-	return false
+	l.share(ctx, tk.tenant, t, lim, wait)
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
@@ -412,46 +381,46 @@ func (t *tenant) hotDue(lim Limits) bool {
 }
 
 // share adds the tenant's unshared usage to the Store, and learns every
-// instance's. It is called with l.mu held, and releases it meanwhile.
-func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits) {
-	maps.DeleteFunc(t.late, func(_ int64, n int) bool { return n == 0 })
-	add, late, w := t.pending, t.late, t.window
-	t.pending, t.sharing, t.syncing, t.read, t.late = Usage{}, add, true, true, map[int64]int{}
+// instance's. It waits at most wait, and returns how long it waited. It
+// is called with l.mu held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
+	add, w := t.pending, t.window
+	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, shareTimeout)
-	total, err := l.store.Add(ctx, name, w, add, late)
+	// Real time, as the timeout's: the Clock counts windows.
+	began := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, wait)
+	total, err := l.store.Add(sctx, name, w, add)
 	cancel()
+	waited := time.Since(began)
 	l.mu.Lock()
 	t.syncing = false
 	switch {
 	case t.window != w:
 		// The window is over: what it counted no longer matters.
 	case err != nil:
-		// The share may have landed, its answer lost. So what adds is
-		// sent again: twice, a count is over, the safe side for a limit.
-		// What takes back is dropped: twice, a count would be under.
-		t.pending, t.sharing, t.failed = t.pending.plus(add.adds()), Usage{}, true
-		for v, n := range late {
-			t.late[v] += max(n, 0)
-		}
+		// The share may have landed, its answer lost. So it is not sent
+		// again: this instance alone counts it, until the window ends.
+		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
 		t.known, t.sharing = total[0], Usage{}
 		t.learn(total[1:])
 		t.heat(lim)
 	}
+	return waited
 }
 
-// learn takes what every instance shared of past windows, last first.
-// Each window keeps the most handler time it is known to hold. This
+// learn takes the handler time every instance shared in past windows,
+// last first. Each window keeps the most it is known to hold. This
 // instance's unshared time is in none of them.
 func (t *tenant) learn(past []Usage) {
 	past = past[:min(len(past), ConcurrencySpan-1)]
 	for len(t.past) < len(past) {
-		t.past = append(t.past, Usage{})
+		t.past = append(t.past, 0)
 	}
 	for i, u := range past {
-		t.past[i] = Usage{Requests: u.Requests, Busy: max(t.past[i].Busy, u.Busy), Running: u.Running}
+		t.past[i] = max(t.past[i], u.Busy)
 	}
 }
 
@@ -462,29 +431,32 @@ func (t *tenant) heat(lim Limits) {
 	}
 }
 
-// tenant returns name's state for window w, which starts afresh each
-// window. A tenant near a limit stays hot for HotSpan windows.
-func (l *Limiter) tenant(name string, w int64, lim Limits) *tenant {
+// tenant returns name's state at now, which starts afresh each window. A
+// tenant near a limit stays hot for HotSpan windows.
+func (l *Limiter) tenant(name string, now time.Time, lim Limits) *tenant {
+	w := now.Unix()
 	t, ok := l.tenants[name]
 	if !ok {
 		if len(l.tenants) >= maxTenants {
 			l.forget(w)
 		}
-		t = &tenant{window: w, late: map[int64]int{}}
+		t = &tenant{window: w, base: now, last: now}
 		l.tenants[name] = t
 	}
+	// A wall clock stepped back moves the bucket back as far. The tenant
+	// then waits for its rate, not for the step.
+	if now.Before(t.last) {
+		t.due = t.due.Add(now.Sub(t.last))
+	}
+	t.last = now
 	// A wall clock stepped back leaves the tenant in its window.
 	if t.window < w {
 		t.heat(lim)
-		t.past = append([]Usage{t.used()}, t.past...)
+		t.past = append([]time.Duration{t.used().Busy}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
-			t.past = append([]Usage{{}}, t.past...)
+			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-		// What runs unshared, or was taken back unshared, is shared late.
-		t.late[t.window] += t.pending.Running
-		// Windows that left the span count no longer.
-		maps.DeleteFunc(t.late, func(v int64, n int) bool { return n == 0 || v < w-ConcurrencySpan })
 		t.window, t.known, t.sharing, t.pending, t.failed, t.read = w, Usage{}, Usage{}, Usage{}, false, false
 	}
 	return t
@@ -531,13 +503,13 @@ func (l *Limiter) forget(w int64) {
 }
 
 // limited reports whether the tenant's state still limits it in window
-// w. It does if hot, or with handler time in the span.
+// w. It does if hot, running, or with handler time in the span.
 func (t *tenant) limited(w int64) bool {
-	if t.hotUntil >= w {
+	switch {
+	case t.hotUntil >= w || t.running > 0:
 		return true
-	}
-	if t.window <= w-ConcurrencySpan {
+	case t.window <= w-ConcurrencySpan:
 		return false
 	}
-	return t.recentBusy() > 0 || t.used().Running > 0 || slices.ContainsFunc(t.past, func(u Usage) bool { return u.Running > 0 })
+	return t.recentBusy() > 0
 }

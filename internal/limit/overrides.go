@@ -25,25 +25,34 @@ type overrides struct {
 	mu       sync.Mutex
 	byTenant map[string]Limits
 	next     time.Time // when the overrides are read again
+	reading  bool      // a read is under way
 }
 
 // limits returns tenant's limits, reading the overrides first if they are
 // due.
 func (o *overrides) limits(ctx context.Context, tenant string) Limits {
-	o.read(ctx)
+	o.read(ctx, tableTimeout)
 	return o.cached(tenant)
 }
 
-// read reads the overrides if they are due. Callers that find them due
-// wait for one read.
-func (o *overrides) read(ctx context.Context) {
+// read reads the overrides if they are due, waiting at most timeout. One
+// caller reads. The others keep the last read meanwhile: a table that
+// hangs holds one request, never all.
+func (o *overrides) read(ctx context.Context, timeout time.Duration) {
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	now := o.clock()
-	if now.Before(o.next) {
+	if o.reading || now.Before(o.next) {
+		o.mu.Unlock()
 		return
 	}
-	m, err := o.store.Overrides(ctx)
+	o.reading = true
+	o.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	m, err := o.store.Overrides(rctx)
+	cancel()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.reading = false
 	if err != nil {
 		o.next = now.Add(retryAfter)
 		o.logger.WarnContext(ctx, "reading the tenants' limits failed; the last read, or the defaults, serve", "error", err.Error())

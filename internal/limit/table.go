@@ -21,13 +21,12 @@ import (
 // are the item ("count#<tenant>", "<its first unix second>"); an override
 // is ("override", "<tenant>"). Tenants hold no '#', so the two never meet.
 // Each second of an item has its own attributes, i seconds after the
-// first: "requests<i>", "busy_ms<i>" and "running<i>".
+// first: "requests<i>" and "busy_ms<i>".
 const (
 	AttrPK        = "pk"
 	AttrSK        = "sk"
 	AttrRequests  = "requests"
 	AttrBusyMs    = "busy_ms"
-	AttrRunning   = "running"
 	AttrExpiresAt = "expires_at"
 
 	overridePK  = "override"
@@ -104,32 +103,21 @@ func n(v int64) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(v, 10)}
 }
 
-// Add adds u to tenant's count of window, in one UpdateItem. It adds late
-// to the Running of earlier seconds of the item. What is late for an
-// earlier item is dropped: it leaves the span soon. Add returns every
-// instance's counts of window and the item's seconds before it.
+// Add adds u to tenant's count of window, in one UpdateItem. It returns
+// every instance's counts of window and the item's seconds before it.
 // They come last first.
-func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage, late map[int64]int) ([]Usage, error) {
+func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage) ([]Usage, error) {
 	first := window - window%SharedSpan
 	at := strconv.FormatInt(window-first, 10)
-	names := map[string]string{"#r": AttrRequests + at, "#b": AttrBusyMs + at, "#n": AttrRunning + at, "#e": AttrExpiresAt}
+	names := map[string]string{"#r": AttrRequests + at, "#b": AttrBusyMs + at, "#e": AttrExpiresAt}
 	values := map[string]types.AttributeValue{
-		":r": n(int64(u.Requests)), ":b": n(u.Busy.Milliseconds()), ":n": n(int64(u.Running)),
+		":r": n(int64(u.Requests)), ":b": n(u.Busy.Milliseconds()),
 		":e": n(first + SharedSpan + int64(countRetention/time.Second)),
-	}
-	adds := "#r :r, #b :b, #n :n"
-	for w, k := range late {
-		if w < first || w >= window {
-			continue
-		}
-		i := strconv.FormatInt(w-first, 10)
-		names["#n"+i], values[":n"+i] = AttrRunning+i, n(int64(k))
-		adds += ", #n" + i + " :n" + i
 	}
 	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 t.tableName,
 		Key:                       map[string]types.AttributeValue{AttrPK: s(countPrefix + tenant), AttrSK: s(strconv.FormatInt(first, 10))},
-		UpdateExpression:          aws.String("ADD " + adds + " SET #e = :e"),
+		UpdateExpression:          aws.String("ADD #r :r, #b :b SET #e = :e"),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 		ReturnValues:              types.ReturnValueAllNew, // all: the seconds before this one too
@@ -143,15 +131,14 @@ func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage, l
 		var c struct {
 			Requests int   `dynamodbav:"r"`
 			BusyMs   int64 `dynamodbav:"b"`
-			Running  int   `dynamodbav:"n"`
 		}
 		// A second no instance has shared has none of its attributes: zero.
-		slot := map[string]types.AttributeValue{"r": out.Attributes[AttrRequests+at], "b": out.Attributes[AttrBusyMs+at], "n": out.Attributes[AttrRunning+at]}
+		slot := map[string]types.AttributeValue{"r": out.Attributes[AttrRequests+at], "b": out.Attributes[AttrBusyMs+at]}
 		maps.DeleteFunc(slot, func(_ string, v types.AttributeValue) bool { return v == nil })
 		if err := attributevalue.UnmarshalMap(slot, &c); err != nil {
 			return nil, fmt.Errorf("limit: %s's count: %w", tenant, err)
 		}
-		used[i] = Usage{Requests: c.Requests, Busy: time.Duration(c.BusyMs) * time.Millisecond, Running: c.Running}
+		used[i] = Usage{Requests: c.Requests, Busy: time.Duration(c.BusyMs) * time.Millisecond}
 	}
 	return used, nil
 }

@@ -29,8 +29,7 @@ func newTable(t *testing.T) *limit.Table {
 
 // TestTableSharesEachSecondsCount: the instances' additions to a tenant's
 // second sum up, apart from other seconds and other tenants. A share
-// returns the seconds before it that its item holds, last first. It adds
-// what is late to the Running of earlier seconds of its item.
+// returns the seconds before it that its item holds, last first.
 func TestTableSharesEachSecondsCount(t *testing.T) {
 	t.Parallel()
 	table := newTable(t)
@@ -40,20 +39,18 @@ func TestTableSharesEachSecondsCount(t *testing.T) {
 		tenant string
 		window int64
 		add    u
-		late   map[int64]int
 		want   []u
 	}{
-		{"acme", w, u{Requests: 5, Busy: 120 * time.Millisecond, Running: 2}, nil, []u{{Requests: 5, Busy: 120 * time.Millisecond, Running: 2}}},
-		{"acme", w, u{Requests: 3, Busy: 2 * time.Second, Running: 1}, nil, []u{{Requests: 8, Busy: 2120 * time.Millisecond, Running: 3}}},
-		{"acme", w, u{Requests: -1}, nil, []u{{Requests: 7, Busy: 2120 * time.Millisecond, Running: 3}}},
-		{"acme", w + 1, u{Requests: 1, Running: 1}, nil, []u{{Requests: 1, Running: 1}, {Requests: 7, Busy: 2120 * time.Millisecond, Running: 3}}},
-		// Two of w's requests end in w+3; one of w-1's, in another item, is dropped.
-		{"acme", w + 3, u{Busy: time.Second}, map[int64]int{w: -2, w - 1: -1}, []u{{Busy: time.Second}, {}, {Requests: 1, Running: 1}, {Requests: 7, Busy: 2120 * time.Millisecond, Running: 1}}},
-		{"acme", w + limit.SharedSpan, u{Requests: 1}, map[int64]int{w: -1}, []u{{Requests: 1}}},
-		{"globex", w, u{Requests: 2}, nil, []u{{Requests: 2}}},
+		{"acme", w, u{Requests: 5, Busy: 120 * time.Millisecond}, []u{{Requests: 5, Busy: 120 * time.Millisecond}}},
+		{"acme", w, u{Requests: 3, Busy: 2 * time.Second}, []u{{Requests: 8, Busy: 2120 * time.Millisecond}}},
+		{"acme", w, u{Requests: -1}, []u{{Requests: 7, Busy: 2120 * time.Millisecond}}},
+		{"acme", w + 1, u{Requests: 1}, []u{{Requests: 1}, {Requests: 7, Busy: 2120 * time.Millisecond}}},
+		{"acme", w + 3, u{Busy: time.Second}, []u{{Busy: time.Second}, {}, {Requests: 1}, {Requests: 7, Busy: 2120 * time.Millisecond}}},
+		{"acme", w + limit.SharedSpan, u{Requests: 1}, []u{{Requests: 1}}},
+		{"globex", w, u{Requests: 2}, []u{{Requests: 2}}},
 	}
 	for _, s := range steps {
-		got, err := table.Add(t.Context(), s.tenant, s.window, s.add, s.late)
+		got, err := table.Add(t.Context(), s.tenant, s.window, s.add)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +65,7 @@ func TestTableKeepsOverrides(t *testing.T) {
 	table := newTable(t)
 	ctx := t.Context()
 	// Counts in the same table are not overrides.
-	if _, err := table.Add(ctx, "acme", 1_796_000_000, limit.Usage{Requests: 1}, nil); err != nil {
+	if _, err := table.Add(ctx, "acme", 1_796_000_000, limit.Usage{Requests: 1}); err != nil {
 		t.Fatal(err)
 	}
 	for tenant, l := range map[string]limit.Limits{"acme": {Rate: 500, Concurrency: 60}, "globex": {Rate: 5}} {
