@@ -89,6 +89,20 @@ func (tr *twoRegions) failOver(t *testing.T) {
 	}
 }
 
+// drain marks r1 drained, pending since failOver, and lets r1's leases
+// end: r2 then writes what r1 claimed.
+func (tr *twoRegions) drain(t *testing.T) {
+	t.Helper()
+	route, err := tr.routes.Route(t.Context(), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tr.routes.Drained(t.Context(), route, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	tr.clock.Advance(regions.DefaultLease)
+}
+
 // TestARegionActsOnlyForItsTenants: a Region answers a tenant another
 // Region serves 421 wrong-region, naming it, with nothing stored; the
 // serving Region claims in the ledger before it charges.
@@ -176,11 +190,7 @@ func TestAFailoverWaitsForTheFenceAndTheDrain(t *testing.T) {
 		t.Fatal("r2 wrote a record under r1's claim before r1 was drained")
 	}
 
-	route, _ := tr.routes.Route(ctx, "r1")
-	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
-		t.Fatal(err)
-	}
-	tr.clock.Advance(regions.DefaultLease)
+	tr.drain(t)
 	wantStatus(t, tr.r2.do(postRefund("acme", "refund-1", charge1, `{"amount":100}`)), http.StatusCreated)
 	inherited := tr.r2.do(post("acme", "order-3", `{"amount":900,"currency":"EUR","source":"tok_visa"}`))
 	if inherited.StatusCode != http.StatusServiceUnavailable || problemType(t, inherited) != "outcome-pending" {
@@ -290,11 +300,7 @@ func TestAnEventAcknowledgedByTheOtherRegionIsNotLostInAFailover(t *testing.T) {
 	}
 	tr.failOver(t)
 	tr.clock.Advance(regions.FenceDelay + time.Second)
-	route, _ := tr.routes.Route(ctx, "r1")
-	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
-		t.Fatal(err)
-	}
-	tr.clock.Advance(regions.DefaultLease)
+	tr.drain(t)
 	// Stripe delivers the event again to both.
 	res, err = r2.Notify(ctx, n)
 	if got := tr.r1.row(t, "acme", id); err != nil || res.Outcome != charge.OutcomeResolvedCanceled || got.Status != charge.StatusCanceled {
@@ -331,52 +337,70 @@ func TestAnEventOfAnotherRegionsTenantIsDeliveredAgain(t *testing.T) {
 // released. The provider lands the request after all. The release
 // expires, and DynamoDB's TTL deletes it; the ledger's claim lives on. A
 // new intent under the key, 900, waits for the claim to end. Then it is a
-// new command: another reference, charged 900.
+// new command: another reference, charged 900. So too in r2, once acme
+// failed over and r1 is drained: r2 inherits r1's claim, but not for
+// another request.
 func TestANewIntentAfterADeletedReleaseWaitsForItsClaim(t *testing.T) {
 	t.Parallel()
-	ctx := t.Context()
-	tr := newTwoRegions(t)
-	key := newKey()
-	k := mustKey(t, "acme", key)
-	wantStatus(t, tr.r1.do(post("acme", key, `{"amount":500,"currency":"EUR","source":"`+providersim.SourceUnavailable+`"}`)), http.StatusServiceUnavailable)
-	rec, err := tr.r1.store.Get(ctx, k)
-	if err != nil || rec.Status != idem.StatusReleased {
-		t.Fatalf("the first intent's record: %+v, %v; want RELEASED", rec, err)
-	}
-	released := charge.ProviderReference(k, rec.CreatedAt)
-	if _, err := provider.NewClient(tr.r1.d.ProviderURL, "").Charge(ctx, provider.ChargeRequest{
-		Reference: released, Amount: 500, Currency: "EUR", Source: providersim.SourceVisa,
-	}); err != nil {
-		t.Fatal(err)
-	}
-	tr.clock.Advance(rec.ExpiresAt.Add(time.Second).Sub(tr.clock.Now()))
-	if _, err := testkit.Clients(t).DynamoDB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(tr.r1.d.IdempotencyTable),
-		Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}}}); err != nil {
-		t.Fatal(err)
-	}
-	landed := tr.r1.sim.Ledger().References[released]
-	again := post("acme", key, `{"amount":900,"currency":"EUR","source":"tok_visa"}`)
-	waits := tr.r1.do(again)
-	wantStatus(t, waits, http.StatusConflict)
-	if made := tr.r1.sim.Ledger().References[released]; made != landed {
-		t.Fatalf("the new intent reached the provider under the released reference: %+v, was %+v", made, landed)
-	}
-	after, err := strconv.Atoi(waits.Headers["Retry-After"])
-	if err != nil {
-		t.Fatalf("Retry-After %q: %v", waits.Headers["Retry-After"], err)
-	}
-	tr.clock.Advance(time.Duration(after) * time.Second)
-	created := tr.r1.do(again)
-	wantStatus(t, created, http.StatusCreated)
-	var c struct {
-		Amount            int64
-		ProviderReference string `json:"provider_reference"`
-	}
-	if err := json.Unmarshal([]byte(created.Body), &c); err != nil {
-		t.Fatal(err)
-	}
-	if made := tr.r1.sim.Ledger().References[c.ProviderReference]; c.ProviderReference == released || c.Amount != 900 || made.Amount != 900 {
-		t.Fatalf("the new intent once the claim ended: %s; the provider holds %+v under its reference", created.Body, made)
+	for _, moved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failed over %t", moved), func(t *testing.T) {
+			t.Parallel()
+			ctx := t.Context()
+			tr := newTwoRegions(t)
+			key := newKey()
+			k := mustKey(t, "acme", key)
+			wantStatus(t, tr.r1.do(post("acme", key, `{"amount":500,"currency":"EUR","source":"`+providersim.SourceUnavailable+`"}`)), http.StatusServiceUnavailable)
+			rec, err := tr.r1.store.Get(ctx, k)
+			if err != nil || rec.Status != idem.StatusReleased {
+				t.Fatalf("the first intent's record: %+v, %v; want RELEASED", rec, err)
+			}
+			released := charge.ProviderReference(k, rec.CreatedAt)
+			if _, err := provider.NewClient(tr.r1.d.ProviderURL, "").Charge(ctx, provider.ChargeRequest{
+				Reference: released, Amount: 500, Currency: "EUR", Source: providersim.SourceVisa,
+			}); err != nil {
+				t.Fatal(err)
+			}
+			serving := tr.r1
+			if moved {
+				tr.failOver(t)
+				tr.clock.Advance(regions.FenceDelay + time.Second)
+				tr.drain(t)
+				serving = tr.r2
+			}
+			tr.clock.Advance(rec.ExpiresAt.Add(time.Second).Sub(tr.clock.Now()))
+			if _, err := testkit.Clients(t).DynamoDB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(tr.r1.d.IdempotencyTable),
+				Key: map[string]ddbtypes.AttributeValue{dynamostore.AttrPK: &ddbtypes.AttributeValueMemberS{Value: k.String()}}}); err != nil {
+				t.Fatal(err)
+			}
+			landed := tr.r1.sim.Ledger().References[released]
+			again := post("acme", key, `{"amount":900,"currency":"EUR","source":"tok_visa"}`)
+			waits := serving.do(again)
+			wantStatus(t, waits, http.StatusConflict)
+			// Nothing is left in flight for the reconciler to settle.
+			if got, err := serving.store.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("the new intent, waiting, left a record: %+v, %v", got, err)
+			}
+			if made := tr.r1.sim.Ledger().References[released]; made != landed {
+				t.Fatalf("the new intent reached the provider under the released reference: %+v, was %+v", made, landed)
+			}
+			after, err := strconv.Atoi(waits.Headers["Retry-After"])
+			if err != nil {
+				t.Fatalf("Retry-After %q: %v", waits.Headers["Retry-After"], err)
+			}
+			tr.clock.Advance(time.Duration(after) * time.Second)
+			created := serving.do(again)
+			wantStatus(t, created, http.StatusCreated)
+			var c struct {
+				Amount            int64
+				ProviderReference string `json:"provider_reference"`
+			}
+			if err := json.Unmarshal([]byte(created.Body), &c); err != nil {
+				t.Fatal(err)
+			}
+			if made := tr.r1.sim.Ledger().References[c.ProviderReference]; c.ProviderReference == released || c.Amount != 900 || made.Amount != 900 {
+				t.Fatalf("the new intent once the claim ended: %s; the provider holds %+v under its reference", created.Body, made)
+			}
+		})
 	}
 }
 
@@ -421,11 +445,7 @@ func TestAnOperatorSettlesOnlyWhereTheRegionMayWrite(t *testing.T) {
 	refused(r2, charge.OutcomeFailoverPending)
 	refused(operator("r1"), charge.OutcomeWrongRegion)
 
-	route, _ := tr.routes.Route(ctx, "r1")
-	if _, err := tr.routes.Drained(ctx, route, "r1"); err != nil {
-		t.Fatal(err)
-	}
-	tr.clock.Advance(regions.DefaultLease)
+	tr.drain(t)
 	if out, rec, err := r2.SettleByOperator(ctx, key, released); err != nil || out != charge.OutcomeReleased || rec == nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("SettleByOperator in r2 once r1 is drained: %s, %+v, %v; want it released", out, rec, err)
 	}

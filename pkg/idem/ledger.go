@@ -61,6 +61,10 @@ type Claim struct {
 	// Heir is the Region that inherited the claim from a yielding
 	// holder. It holds the claim from then on, under Region's CreatedAt.
 	Heir string
+	// Fingerprint is the claimed request's. A Region takes up a claim
+	// without its record only for that request. Zero on a claim
+	// written before it was kept: any request takes it up.
+	Fingerprint Fingerprint
 }
 
 // Holder is the Region whose records the claim stands for: its Heir, if any.

@@ -230,7 +230,7 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		begun, err := s.existing(ctx, lease, fp, out.Item, reclaims)
 		return true, begun, err
 	}
-	c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: lease.CreatedAt, Until: s.pol.Latest(lease.CreatedAt, lease.ExpiresAt)})
+	c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: lease.CreatedAt, Until: s.pol.Latest(lease.CreatedAt, lease.ExpiresAt), Fingerprint: fp})
 	switch {
 	case errors.Is(err, idem.ErrClaimedElsewhere):
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
@@ -245,8 +245,8 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 		return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 	}
 	if !c.CreatedAt.Equal(lease.CreatedAt) {
-		if s.lapsed(key, out.Item, c, lease.CreatedAt) {
-			return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
+		if err := s.takeUp(key, out.Item, c, fp, lease.CreatedAt); err != nil {
+			return true, idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
 		}
 		// An earlier claim, taken up under this lease: it must last as
 		// long as the record may now.
@@ -258,18 +258,32 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 	return false, idem.Begun{}, nil
 }
 
-// lapsed reports whether c's command may have settled and expired by now.
-// item is the key's record, expired or absent. A claim lasts as long as a
-// settlement might; a release ends sooner. A new intent waits for the
-// claim to end: under c's CreatedAt it would send the old command's
-// reference, which the provider may still hold. TTL may have deleted the
-// record. Then only the claim's age tells, for this Region's own claim.
-// An inherited claim's record may be unreplicated: recovery finishes it.
-func (s *Store) lapsed(key idem.Key, item map[string]types.AttributeValue, c idem.Claim, now time.Time) bool {
+// takeUp refuses to take up c, an earlier claim, for a request with
+// fingerprint fp. It gives *InFlightError while c's command may have
+// settled and expired: under c's CreatedAt a new intent would send the
+// old command's reference, which the provider may still hold. item is
+// the key's record, expired or absent. A claim lasts as long as a
+// settlement might; a release ends sooner. Without its record, as once
+// TTL deleted it, the claim's fingerprint tells another request: it gets
+// *MismatchError while the record may live, then waits. Only the age of
+// a fingerprintless claim tells, and only of this Region's own. An
+// inherited claim's record may be unreplicated: recovery finishes it.
+func (s *Store) takeUp(key idem.Key, item map[string]types.AttributeValue, c idem.Claim, fp idem.Fingerprint, now time.Time) error {
+	wait := &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until}
 	if rec, err := s.decodeRecord(key, item); len(item) > 0 && err == nil && rec.CreatedAt.Equal(c.CreatedAt) {
-		return rec.Status != idem.StatusInFlight
+		if rec.Status != idem.StatusInFlight {
+			return wait
+		}
+		return nil
 	}
-	return !c.InheritedBy(s.region) && !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
+	expirable := !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
+	switch another := c.Fingerprint != (idem.Fingerprint{}) && c.Fingerprint != fp; {
+	case another && !expirable:
+		return &idem.MismatchError{RecordExpiresAt: c.Until}
+	case another, !c.InheritedBy(s.region) && expirable:
+		return wait
+	}
+	return nil
 }
 
 // extendClaim makes the Ledger's claim of the command created at created

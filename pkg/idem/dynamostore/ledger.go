@@ -16,7 +16,7 @@ import (
 // Ledger is an idem.Ledger on a global table in multi-Region strong
 // consistency (MRSC). Its conditional writes see the latest item in
 // every Region. Each claim is one item: the key, the Region, CreatedAt,
-// Until and the Heir, if any. MRSC has no TTL, so claims stay until
+// Until, the Heir, if any, and the request's fingerprint. MRSC has no TTL, so claims stay until
 // deleted.
 type Ledger struct {
 	db           DynamoDBAPI
@@ -46,6 +46,7 @@ const (
 	ledgerCreated = "ct"
 	ledgerUntil   = "un"
 	ledgerHeir    = "hr"
+	ledgerFP      = "fp"
 )
 
 // NewLedger returns a Ledger on table (LedgerTableInput).
@@ -205,13 +206,16 @@ func (l *Ledger) refused(key idem.Key, err error) (*idem.Claim, error) {
 }
 
 // claimItem is c's item under key; a claim no Region inherited has no
-// Heir attribute.
+// Heir attribute, one without a fingerprint none either.
 func claimItem(key idem.Key, c idem.Claim) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
 		ledgerKey: str(key.String()), ledgerRegion: str(c.Region), ledgerCreated: millis(c.CreatedAt), ledgerUntil: millis(c.Until),
 	}
 	if c.Heir != "" {
 		item[ledgerHeir] = str(c.Heir)
+	}
+	if c.Fingerprint != (idem.Fingerprint{}) {
+		item[ledgerFP] = fpAttr(c.Fingerprint)
 	}
 	return item
 }
@@ -246,6 +250,9 @@ func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {
 	c := idem.Claim{Region: region.Value, CreatedAt: time.UnixMilli(created), Until: time.UnixMilli(until)}
 	if heir, ok := item[ledgerHeir].(*types.AttributeValueMemberS); ok {
 		c.Heir = heir.Value
+	}
+	if fp, ok := item[ledgerFP].(*types.AttributeValueMemberB); ok {
+		copy(c.Fingerprint[:], fp.Value)
 	}
 	return c, nil
 }

@@ -32,8 +32,9 @@ type NewLedger func(t *testing.T, yields func(key idem.Key, region string) bool)
 // leased it. A command another Region claimed is refused, with nothing
 // written, until that Region yields. A yielded claim is inherited and
 // left to recovery, and its heir holds it. A Region takes up its own claim
-// left without a record, while no record of it could have expired. An
-// expired claim gives way once its holder yields.
+// left without a record, while no record of it could have expired. A
+// claim without its record is taken up only by the request it claimed.
+// An expired claim gives way once its holder yields.
 func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegions) {
 	tests := []struct {
 		name string
@@ -56,6 +57,8 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
 		{"An expired release's reference is never a new command's", releaseReferenceNotReused},
 		{"A deleted release's claim is waited out, then a new command's", deletedReleaseWaitedOut},
+		{"A claim without its record is taken up only by its request", claimTakenUpByItsRequest},
+		{"An inherited claim without its record is taken up only by its request", inheritedClaimTakenUpByItsRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -466,5 +469,55 @@ func deletedReleaseWaitedOut(t *testing.T, r *regionSuite) {
 	begun, err := deleted.Begin(ctx, k, fpB, []byte("another intent"))
 	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(first.CreatedAt) || begun.Lease.Inherited {
 		t.Fatalf("Begin once the claim ended = %+v, %v; want a new command", begun, err)
+	}
+}
+
+// claimTakenUpByItsRequest: a's record of its claim is lost: a fresh
+// Store of a is its table then. Another request under the key is a key
+// reused with another body, with nothing written.
+func claimTakenUpByItsRequest(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	first := beginIn(t, r.Store("a"), k)
+	r.clock.Advance(time.Second)
+	lost := r.Store("a")
+	if _, err := lost.Begin(ctx, k, fpB, []byte("another intent")); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("another request under a's claim without its record: %v; want ErrMismatch", err)
+	}
+	if _, err := lost.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("the refusal wrote a record: %v", err)
+	}
+	if l := beginIn(t, lost, k); !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("the claimed request's lease %+v: want the claim's CreatedAt %s", l, first.CreatedAt)
+	}
+}
+
+// inheritedClaimTakenUpByItsRequest: a released its command, yielded,
+// and b holds no record of it. Another request is not that command. It
+// must not be sent under the released command's reference: the provider
+// may hold that command's effect. It is refused while the record may
+// live, then waits for the claim to end. The claimed request is taken
+// up, inherited.
+func inheritedClaimTakenUpByItsRequest(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	first := releasedIn(t, r.Store("a"), k)
+	r.yield("a")
+	r.clock.Advance(time.Second)
+	b := r.Store("b")
+	if _, err := b.Begin(ctx, k, fpB, []byte("another intent")); !errors.Is(err, idem.ErrMismatch) {
+		t.Fatalf("another request under a's inherited claim: %v; want ErrMismatch", err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now())) // TTL deleted the release
+	_, err := b.Begin(ctx, k, fpB, []byte("another intent"))
+	var inflight *idem.InFlightError
+	if !errors.As(err, &inflight) || !inflight.LeaseExpiresAt.After(r.clock.Now()) {
+		t.Fatalf("another request once the release expired: %v; want *InFlightError until the claim ends", err)
+	}
+	if _, err := b.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("the refusals wrote a record: %v", err)
+	}
+	if l := beginIn(t, b, k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("the claimed request's lease %+v: want a's claim, inherited", l)
 	}
 }

@@ -206,7 +206,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	if s.ledger != nil && !s.live(key, now) {
 		// The Ledger first, as dynamostore's: another Region's record may
 		// not have replicated here.
-		c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: now, Until: s.pol.Latest(now, lease.ExpiresAt)})
+		c, err := s.ledger.Claim(ctx, key, idem.Claim{Region: s.region, CreatedAt: now, Until: s.pol.Latest(now, lease.ExpiresAt), Fingerprint: fp})
 		switch {
 		case errors.Is(err, idem.ErrClaimedElsewhere):
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
@@ -216,9 +216,8 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 			return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.ClaimedElsewhereError{})
 		}
 		if !c.CreatedAt.Equal(now) {
-			if s.lapsed(key, c, now) {
-				// As dynamostore's: the claim outlives its record.
-				return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until})
+			if err := s.takeUp(key, c, fp, now); err != nil {
+				return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", key.LogHash(), err)
 			}
 			if err := s.extendClaim(ctx, "begin", key, c.CreatedAt, lease.ExpiresAt); err != nil {
 				return idem.Begun{}, err
@@ -237,16 +236,27 @@ func (s *Store) live(key idem.Key, now time.Time) bool {
 	return ok && !rec.expired(now)
 }
 
-// lapsed reports whether c's command may have settled and expired by
-// now, as dynamostore's rule. Without its record, as once TTL deleted it,
-// only the age of this Region's own claim tells.
-func (s *Store) lapsed(key idem.Key, c idem.Claim, now time.Time) bool {
+// takeUp refuses to take up c, an earlier claim, for a request with
+// fingerprint fp, as dynamostore's rule.
+func (s *Store) takeUp(key idem.Key, c idem.Claim, fp idem.Fingerprint, now time.Time) error {
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	if rec, ok := s.d.records[key]; ok && rec.createdAt.Equal(c.CreatedAt) {
-		return rec.status != idem.StatusInFlight
+	rec, ok := s.d.records[key]
+	wait := &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until}
+	if ok && rec.createdAt.Equal(c.CreatedAt) {
+		if rec.status != idem.StatusInFlight {
+			return wait
+		}
+		return nil
 	}
-	return !c.InheritedBy(s.region) && !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
+	expirable := !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
+	switch another := c.Fingerprint != (idem.Fingerprint{}) && c.Fingerprint != fp; {
+	case another && !expirable:
+		return &idem.MismatchError{RecordExpiresAt: c.Until}
+	case another, !c.InheritedBy(s.region) && expirable:
+		return wait
+	}
+	return nil
 }
 
 // mayWrite reports whether s may lease a record region's store marked.
