@@ -180,14 +180,26 @@ func (r *Routes) put(ctx context.Context, from, next Route) error {
 		// No move yet: the item is not there.
 		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = aws.String("attribute_not_exists(#pk)"), map[string]string{"#pk": attrPK}, nil
 	}
+	in.ReturnValuesOnConditionCheckFailure = types.ReturnValuesOnConditionCheckFailureAllOld
 	_, err := r.db.PutItem(ctx, in)
-	if _, moved := errors.AsType[*types.ConditionalCheckFailedException](err); moved {
+	if ccf, failed := errors.AsType[*types.ConditionalCheckFailedException](err); failed {
+		// A retry of this write, its answer lost, finds the write itself.
+		if stored, derr := decode(next.Home, ccf.Item); derr == nil && sameMove(stored, next) {
+			return nil
+		}
 		return fmt.Errorf("regions: move %s: %w", next.Home, ErrMoved)
 	}
 	if err != nil {
 		return fmt.Errorf("regions: move %s: %w", next.Home, dynamostore.AsUnavailable(err))
 	}
 	return nil
+}
+
+// sameMove reports whether stored is the write of next: an epoch is
+// written once, so its since and Regions name the write. Pending is a set.
+func sameMove(stored, next Route) bool {
+	a, b := slices.Sorted(slices.Values(stored.Pending)), slices.Sorted(slices.Values(next.Pending))
+	return stored.Epoch == next.Epoch && stored.ServedBy == next.ServedBy && stored.Since.UnixMilli() == next.Since.UnixMilli() && slices.Equal(a, b)
 }
 
 func later(a, b time.Time) time.Time {

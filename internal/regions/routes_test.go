@@ -2,9 +2,15 @@ package regions_test
 
 import (
 	"errors"
+	"net"
+	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/chargeonce/chargeonce/internal/regions"
 	"github.com/chargeonce/chargeonce/internal/testkit"
@@ -94,5 +100,48 @@ func TestATenantsHomeIsTheFirstStacksToAsk(t *testing.T) {
 	}
 	if h1, h2 := <-got, <-got; h1 != h2 || h1 == "" {
 		t.Fatalf("two stacks racing got %q and %q: want one home", h1, h2)
+	}
+}
+
+// losesFirstPut applies the first PutItem, then loses its answer, as a
+// connection closed while the answer is read does. The SDK retries it.
+type losesFirstPut struct {
+	next http.RoundTripper
+	lost atomic.Bool
+}
+
+func (l *losesFirstPut) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || !strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") || !l.lost.CompareAndSwap(false, true) {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	return nil, &net.OpError{Op: "read", Net: "tcp", Err: net.ErrClosed}
+}
+
+// TestAMoveWhoseAnswerWasLostIsTheMoveMade: an operator's move applied,
+// its answer lost and retried, fails its own condition. It is still the
+// move made, not "the route moved meanwhile".
+func TestAMoveWhoseAnswerWasLostIsTheMoveMade(t *testing.T) {
+	ctx := t.Context()
+	lossy := &losesFirstPut{next: http.DefaultTransport}
+	db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: lossy} }).DynamoDB
+	r, err := regions.NewRoutes(db, testkit.TempTable(t, regions.TableInput("routes")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := r.Route(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, err := r.Move(ctx, first, "b", time.Now(), regions.FenceDelay)
+	if !lossy.lost.Load() {
+		t.Fatal("no answer was lost: the test lost nothing")
+	}
+	if err != nil {
+		t.Fatalf("a move whose answer was lost: %v; want the move made", err)
+	}
+	if _, err := r.Drained(ctx, moved, "a"); err != nil {
+		t.Fatalf("drained after it: %v", err)
 	}
 }

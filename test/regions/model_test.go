@@ -647,14 +647,7 @@ func (h *history) failoverHome(rt *rapid.T, home string) {
 	if err != nil {
 		rt.Fatal(err)
 	}
-	_, err = h.w.routes.Move(ctx, rtRoute, h.dns[home], h.w.clock.Now(), regions.FenceDelay)
-	if errors.Is(err, regions.ErrMoved) {
-		// The SDK retried a write the emulator applied: read it back.
-		if now, rerr := h.w.routes.Route(ctx, home); rerr == nil && now.Epoch == rtRoute.Epoch+1 && now.ServedBy == h.dns[home] {
-			err = nil
-		}
-	}
-	if err != nil {
+	if _, err := h.w.routes.Move(ctx, rtRoute, h.dns[home], h.w.clock.Now(), regions.FenceDelay); err != nil {
 		rt.Fatal(err)
 	}
 	if rapid.Bool().Draw(rt, "waitOutTheFence") {
@@ -760,12 +753,6 @@ func (h *history) drainRoutes(rt fataler) {
 		}
 		for _, p := range slices.Clone(route.Pending) {
 			next, err := h.w.routes.Drained(ctx, route, p)
-			if errors.Is(err, regions.ErrMoved) {
-				// The SDK retried a write the emulator applied: read it back.
-				if next, err = h.w.routes.Route(ctx, home); err == nil && slices.Contains(next.Pending, p) {
-					err = fmt.Errorf("drained %s: %w", p, regions.ErrMoved)
-				}
-			}
 			if err != nil {
 				rt.Fatal(err)
 			}
