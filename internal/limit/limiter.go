@@ -349,11 +349,12 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
 	t := l.tenant(tk.tenant, now, lim)
-	if !counted {
+	// A count given back goes to the window the request ends in. One that
+	// waited past its second for a key in progress would else free nothing.
+	// A window gives back no more than it counted, so no credit is banked.
+	if !counted && t.used().Requests > 0 {
 		t.due = t.due.Add(-lim.interval())
-		if tk.window == t.window {
-			t.pending.Requests--
-		}
+		t.pending.Requests--
 	}
 	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy

@@ -1355,3 +1355,58 @@ func TestSlowRequestsUnderTheConcurrencyAreNotRefusedAtAnItemsStart(t *testing.T
 		t.Fatalf("15 requests a second of 2 s, 30 at once against 40, over %d instances: refusals by second %v (items start at seconds 20 and 40)", instances, refusals)
 	}
 }
+
+// TestRequestsWaitingForAKeyInProgressLeaveTheRate: docs/contract.md says
+// a request for a key still in progress gives its count back, so a client
+// retrying one key without end leaves its tenant's rate to its other
+// requests. Such a request waits up to INFLIGHT_WAIT (2 s). It gives its
+// count back only if it ends in the second it started. One that waits
+// 1.5 s never does, so 20 of them a second take 20 of the rate from new
+// charges. 89 new charges a second, against 100, are refused.
+func TestRequestsWaitingForAKeyInProgressLeaveTheRate(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{}) // 100 a second, 40 at once
+	type running struct {
+		tk      *limit.Ticket
+		end     time.Time
+		counted bool
+	}
+	var runs []running
+	refused, asked := 0, 0
+	var why *limit.Refusal
+	const seconds = 10
+	for i := range seconds * 1000 { // a tick of 1 ms
+		now := clock.Now()
+		kept := runs[:0]
+		for _, r := range runs {
+			if now.Before(r.end) {
+				kept = append(kept, r)
+				continue
+			}
+			l.Done(t.Context(), r.tk, r.counted)
+		}
+		runs = kept
+		twin, charge := i%50 == 0, i%11 == 5 && i%50 != 0 // 20 twins, about 89 new charges a second
+		if twin || charge {
+			tk, refusal := l.Admit(t.Context(), "acme")
+			if charge && i >= 3000 {
+				asked++
+				if refusal != nil {
+					refused, why = refused+1, refusal
+				}
+			}
+			if refusal == nil {
+				d := 10 * time.Millisecond
+				if twin {
+					d = 1500 * time.Millisecond // waits for the key in progress
+				}
+				runs = append(runs, running{tk, now.Add(d), charge})
+			}
+		}
+		clock.Advance(time.Millisecond)
+	}
+	if refused > 0 {
+		t.Fatalf("89 new charges a second beside 20 requests a second waiting 1.5 s for a key in progress, 31 at once against 40, rate 100: %d of %d new charges refused, the last %+v", refused, asked, why)
+	}
+}
