@@ -124,6 +124,11 @@ const HotSpan = 6 * ConcurrencySpan
 // usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
+// maxFailures is how many syncs of a tenant may fail in a window. A table
+// throttling a few writes still learns the fleet's counts. One that fails
+// them all costs only this many requests a call each second.
+const maxFailures = 3
+
 // startTimeout bounds the first read of the overrides, as an instance
 // starts. No request waits for it, and a cold connection is slower.
 const startTimeout = time.Second
@@ -169,8 +174,9 @@ type tenant struct {
 	window int64
 	// known is the window's usage by every instance, as of this
 	// instance's last sync. sharing is what a sync under way adds to it.
-	// pending is what this instance used since.
-	known, sharing, pending Usage
+	// pending is what this instance used since. lost is what failed
+	// shares carried: they may have landed, so only this instance counts it.
+	known, sharing, pending, lost Usage
 	// past holds the handler time of the windows before this one, last
 	// first, up to ConcurrencySpan-1 of them. A sync learns what every
 	// instance shared in them, so a fleet's concurrency holds.
@@ -194,13 +200,13 @@ type tenant struct {
 	syncing  bool
 	// read: a sync of this window learnt every instance's usage.
 	read bool
-	// failed: a sync of this window failed. The next window tries again,
-	// so a table that cannot take writes costs each request no call.
-	failed bool
+	// failures counts the window's failed syncs. Past maxFailures the next
+	// window tries again, so a failing table costs few requests a call.
+	failures int
 }
 
 // used is the window's usage as far as this instance knows.
-func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
+func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending).plus(t.lost) }
 
 // recentBusy is the handler time of the last ConcurrencySpan windows, this
 // one included, as far as this instance knows.
@@ -299,7 +305,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	defer l.mu.Unlock()
 	t := l.tenant(name, now, lim)
 	w := t.window
-	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
+	sync := t.hot() && !t.syncing && t.failures < maxFailures && (!t.read || t.hotDue(lim))
 	// The request counts against the rate from here, and a sync shares
 	// it. Lambda may send this instance no other before it ends.
 	t.pending.Requests++
@@ -365,7 +371,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	// this instance shares again.
 	due = due || t.pending.Requests < 0
 	wait := tableTimeout - tk.waited
-	if t.syncing || t.failed || !due || wait <= 0 {
+	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
 		return
 	}
 	l.share(ctx, tk.tenant, t, lim, wait)
@@ -401,8 +407,10 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		// The window is over: what it counted no longer matters.
 	case err != nil:
 		// The share may have landed, its answer lost. So it is not sent
-		// again: this instance alone counts it, until the window ends.
-		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
+		// again: this instance alone counts it, until the window ends. The
+		// next request due shares again, and reads what the others shared.
+		t.lost, t.sharing, t.read = t.lost.plus(add), Usage{}, false
+		t.failures++
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
 		t.known, t.sharing = total[0], Usage{}
@@ -458,7 +466,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) *tenant {
 			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-		t.window, t.known, t.sharing, t.pending, t.failed, t.read = w, Usage{}, Usage{}, Usage{}, false, false
+		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
 	}
 	return t
 }
