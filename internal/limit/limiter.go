@@ -303,7 +303,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	now := l.o.Clock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.tenant(name, now, lim)
+	t, now := l.tenant(name, now, lim)
 	w := t.window
 	sync := t.hot() && !t.syncing && t.failures < maxFailures && (!t.read || t.hotDue(lim))
 	// The request counts against the rate from here, and a sync shares
@@ -354,7 +354,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	defer l.mu.Unlock()
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
-	t := l.tenant(tk.tenant, now, lim)
+	t, now := l.tenant(tk.tenant, now, lim)
 	// A count given back goes to the window the request ends in. One that
 	// waited past its second for a key in progress would else free nothing.
 	// A window gives back no more than it counted, so no credit is banked.
@@ -440,25 +440,32 @@ func (t *tenant) heat(lim Limits) {
 	}
 }
 
-// tenant returns name's state at now, which starts afresh each window. A
-// tenant near a limit stays hot for HotSpan windows.
-func (l *Limiter) tenant(name string, now time.Time, lim Limits) *tenant {
-	w := now.Unix()
+// tenant returns name's state at now, which starts afresh each window, and
+// the instant now is taken as. A tenant near a limit stays hot for HotSpan
+// windows.
+func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.Time) {
 	t, ok := l.tenants[name]
 	if !ok {
 		if len(l.tenants) >= maxTenants {
-			l.forget(w)
+			l.forget(now.Unix())
 		}
-		t = &tenant{window: w, base: now, last: now}
+		t = &tenant{window: now.Unix(), base: now, last: now}
 		l.tenants[name] = t
 	}
-	// A wall clock stepped back moves the bucket back as far. The tenant
-	// then waits for its rate, not for the step.
-	if now.Before(t.last) {
-		t.due = t.due.Add(now.Sub(t.last))
+	stepped := false
+	switch back := t.last.Sub(now); {
+	case back > 0 && back < Window:
+		// An end may read the clock before a start that takes the lock
+		// first. Such a reading is taken as the last one seen.
+		now = t.last
+	case back > 0:
+		// A wall clock stepped back starts a fresh window at its second.
+		// Else the tenant would stay in its window as long as the step.
+		// The bucket moves back as far: the tenant waits for its rate.
+		t.due, stepped = t.due.Add(-back), true
 	}
 	t.last = now
-	// A wall clock stepped back leaves the tenant in its window.
+	w := now.Unix()
 	if t.window < w {
 		t.heat(lim)
 		t.past = append([]time.Duration{t.used().Busy}, t.past...)
@@ -466,9 +473,11 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) *tenant {
 			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
+	}
+	if t.window < w || stepped && t.window > w {
 		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
 	}
-	return t
+	return t, now
 }
 
 // later is the later of a and b.

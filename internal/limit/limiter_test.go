@@ -1442,3 +1442,61 @@ func TestAFloodIsHeldWhileOneWriteInTwentyIsThrottled(t *testing.T) {
 		t.Fatalf("one write in 20 throttled: admitted by second %v, want at most %d and what the refused writes carried %v", over, steady, store.carried)
 	}
 }
+
+// TestAStepBackOfSecondsDoesNotRefuseASteadyTenant: "a wall clock stepped
+// back leaves the tenant in its window". A step back of 3 s keeps the
+// tenant in one window for 3 s of requests. A steady tenant at half its
+// rate is then refused, with a Retry-After of seconds.
+func TestAStepBackOfSecondsDoesNotRefuseASteadyTenant(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	for i := range 10 * 50 { // 50 a second of 5 ms, for 10 s
+		if i == 100 {
+			clock.Advance(-3 * time.Second) // NTP steps the clock back
+		}
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			t.Fatalf("request %d: 50 a second against 100, a step back of 3 s: refused %+v", i, refused)
+		}
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(15 * time.Millisecond)
+	}
+}
+
+// TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket: a request's
+// end reads the clock, then waits for the limiter's lock. A start that
+// read the clock later may take it first. The end's instant is then before
+// the last one seen, as after a step back, and the bucket moves back as
+// far. A flood whose every end reads 3 ms before its start gets 70% of its
+// rate in half a second.
+func TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	var lag time.Duration
+	l, err := limit.New(t.Context(), newShared(), func(o *limit.Options) {
+		o.Clock = func() time.Time { return clock.Now().Add(-lag) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstHalf := 0
+	for clock.Now().Before(start.Add(3 * time.Second)) { // a flood, one each ms
+		tk, refused := l.Admit(t.Context(), "flood")
+		at := clock.Now().Sub(start)
+		clock.Advance(time.Millisecond)
+		if refused != nil {
+			continue
+		}
+		if at >= 2*time.Second && at < 2500*time.Millisecond {
+			firstHalf++
+		}
+		lag = 4 * time.Millisecond // read before the next start's
+		l.Done(t.Context(), tk, true)
+		lag = 0
+	}
+	if most := limit.DefaultRate/2 + 1; firstHalf > most {
+		t.Fatalf("a flood at 100 a second, each end's clock read 3 ms before its start's: %d admitted in half a second, want at most %d", firstHalf, most)
+	}
+}
