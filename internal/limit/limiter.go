@@ -328,8 +328,9 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
 		// earned meanwhile would burst at the next second's start.
+		// It admits again once both the second and the bucket allow.
 		t.due = now.Add(Window)
-		return refuse("rate", next)
+		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
 	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():

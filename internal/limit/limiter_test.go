@@ -1500,3 +1500,24 @@ func TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket(t *testing.T) {
 		t.Fatalf("a flood at 100 a second, each end's clock read 3 ms before its start's: %d admitted in half a second, want at most %d", firstHalf, most)
 	}
 }
+
+// TestARateRefusalsRetryAfterIsWhenItAdmits: a refusal for a second's
+// count empties the pacing bucket, so the instance knows it refuses until
+// the bucket refills. Its Retry-After says only the second's end: a retry
+// then is refused again.
+func TestARateRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(900 * time.Millisecond))
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 2})
+	if n := admitted(t, l, "acme", 2); n != 2 {
+		t.Fatalf("%d of a second's 2 admitted at once", n)
+	}
+	_, refused := l.Admit(t.Context(), "acme")
+	if refused == nil {
+		t.Fatal("a third request in a second at 2 a second admitted")
+	}
+	clock.Advance(refused.RetryAfter)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused %+v; retried after its Retry-After %v: refused again %+v", refused, refused.RetryAfter, again)
+	}
+}
