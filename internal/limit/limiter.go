@@ -117,8 +117,8 @@ const (
 // tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
-// tableTimeout bounds a call to the table on a request's path: a share,
-// or a read of the overrides. The limits fail open. A table that hangs
+// tableTimeout bounds a share, a call to the table on a request's path.
+// The limits fail open. A table that hangs
 // must not spend the request's deadline, nor hold a charge's answer. A
 // request's shares wait no longer together. It is many times a call's
 // usual latency of a few milliseconds.
@@ -129,9 +129,9 @@ const tableTimeout = 150 * time.Millisecond
 // them all costs only this many requests a call each second.
 const maxFailures = 3
 
-// startTimeout bounds the first read of the overrides, as an instance
-// starts. No request waits for it, and a cold connection is slower.
-const startTimeout = time.Second
+// readTimeout bounds a read of the overrides. No request waits for one,
+// and a cold connection or a long list is slower than a share.
+const readTimeout = time.Second
 
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
@@ -267,7 +267,7 @@ type Refusal struct {
 }
 
 // New returns a Limiter that shares counts through store and reads the
-// overrides from it, a first time now, for startTimeout at most. A read
+// overrides from it, a first time now, for readTimeout at most. A read
 // that fails leaves the defaults, and is tried again on a request a
 // little later.
 func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, error) {
@@ -290,7 +290,8 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	}
 	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
 	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
-	l.overrides.read(ctx, startTimeout)
+	l.overrides.due()
+	l.overrides.read(ctx)
 	return l, nil
 }
 

@@ -532,6 +532,8 @@ func TestOverridesApplyWithoutARestart(t *testing.T) {
 	delete(store.overrides, "big")
 	store.mu.Unlock()
 	clock.Advance(limit.DefaultMaxAge)
+	admitted(t, l, "other", 1) // starts a read of the overrides, not waited for
+	l.AwaitOverrides()
 	if got := admitted(t, l, "small", 100); got != 20 {
 		t.Fatalf("after MaxAge, raised tenant admitted %d, want 20", got)
 	}
@@ -563,6 +565,8 @@ func TestTableFailuresLimitWithWhatIsKnown(t *testing.T) {
 	store.fail = nil
 	store.mu.Unlock()
 	clock.Advance(10 * time.Second)
+	admitted(t, l, "other", 1) // starts a read of the overrides, not waited for
+	l.AwaitOverrides()
 	if got := admitted(t, l, "acme", 100); got != 50 {
 		t.Fatalf("admitted %d once the table answers, want the override's 50", got)
 	}
@@ -1365,10 +1369,9 @@ func TestSlowRequestsUnderTheConcurrencyAreNotRefusedAtAnItemsStart(t *testing.T
 // TestRequestsWaitingForAKeyInProgressLeaveTheRate: docs/contract.md says
 // a request for a key still in progress gives its count back, so a client
 // retrying one key without end leaves its tenant's rate to its other
-// requests. Such a request waits up to INFLIGHT_WAIT (2 s). It gives its
-// count back only if it ends in the second it started. One that waits
-// 1.5 s never does, so 20 of them a second take 20 of the rate from new
-// charges. 89 new charges a second, against 100, are refused.
+// requests. Such a request waits up to INFLIGHT_WAIT (2 s), so it ends in
+// a later second. It gives its count back to the second it ends in. So 20
+// of them a second, waiting 1.5 s, leave 89 new charges a second admitted.
 func TestRequestsWaitingForAKeyInProgressLeaveTheRate(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -1443,10 +1446,10 @@ func TestAFloodIsHeldWhileOneWriteInTwentyIsThrottled(t *testing.T) {
 	}
 }
 
-// TestAStepBackOfSecondsDoesNotRefuseASteadyTenant: "a wall clock stepped
-// back leaves the tenant in its window". A step back of 3 s keeps the
-// tenant in one window for 3 s of requests. A steady tenant at half its
-// rate is then refused, with a Retry-After of seconds.
+// TestAStepBackOfSecondsDoesNotRefuseASteadyTenant: a wall clock stepped
+// back 3 s starts a fresh window at its second. Were the tenant kept in its
+// window, 3 s of requests would pile into it, and a steady tenant at half
+// its rate be refused.
 func TestAStepBackOfSecondsDoesNotRefuseASteadyTenant(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -1469,8 +1472,8 @@ func TestAStepBackOfSecondsDoesNotRefuseASteadyTenant(t *testing.T) {
 // end reads the clock, then waits for the limiter's lock. A start that
 // read the clock later may take it first. The end's instant is then before
 // the last one seen, as after a step back, and the bucket moves back as
-// far. A flood whose every end reads 3 ms before its start gets 70% of its
-// rate in half a second.
+// far, unless a reading less than a window back is taken as the last. A
+// flood whose every end reads 4 ms early gets half its rate in half a second.
 func TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -1502,9 +1505,8 @@ func TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket(t *testing.T) {
 }
 
 // TestARateRefusalsRetryAfterIsWhenItAdmits: a refusal for a second's
-// count empties the pacing bucket, so the instance knows it refuses until
-// the bucket refills. Its Retry-After says only the second's end: a retry
-// then is refused again.
+// count empties the pacing bucket, so the instance refuses until it
+// refills. Its Retry-After waits for both the second's end and the bucket.
 func TestARateRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start.Add(900 * time.Millisecond))
@@ -1519,5 +1521,95 @@ func TestARateRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
 	clock.Advance(refused.RetryAfter)
 	if _, again := l.Admit(t.Context(), "acme"); again != nil {
 		t.Fatalf("refused %+v; retried after its Retry-After %v: refused again %+v", refused, refused.RetryAfter, again)
+	}
+}
+
+// hangingAll is a Store whose every call waits for its context once hang
+// is set, as an unreachable table's do.
+type hangingAll struct {
+	*sharedCounts
+	hang bool
+}
+
+func (h *hangingAll) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	if h.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.sharedCounts.Add(ctx, tenant, window, u)
+}
+
+func (h *hangingAll) Overrides(ctx context.Context) (map[string]limit.Limits, error) {
+	if h.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.sharedCounts.Overrides(ctx)
+}
+
+// TestAHangingTableCostsAHotTenantsRequest150msAtMost: a request's shares
+// wait at most 150 ms together, so a table that hangs costs a request no
+// more. A hot tenant's request that finds the overrides due does not wait
+// for their read as well.
+func TestAHangingTableCostsAHotTenantsRequest150msAtMost(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &hangingAll{sharedCounts: newShared()}
+	l, err := limit.New(t.Context(), store, func(o *limit.Options) {
+		o.Defaults, o.Clock, o.MaxAge = limit.Limits{Rate: 10, Concurrency: 100}, clock.Now, 2*time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted(t, l, "acme", 10)      // near the rate: hot
+	clock.Advance(2 * limit.Window) // the overrides are due again
+	store.hang = true
+	began := time.Now()
+	tk, refused := l.Admit(t.Context(), "acme")
+	if refused != nil {
+		t.Fatalf("refused %+v", refused)
+	}
+	l.Done(t.Context(), tk, true)
+	if waited := time.Since(began); waited > 200*time.Millisecond {
+		t.Fatalf("a hanging table cost one request %v, want 150 ms at most", waited.Round(time.Millisecond))
+	}
+}
+
+// slowOverrides is a Store whose reads of the overrides take lag: a table
+// slow but working, as a cold connection at start.
+type slowOverrides struct {
+	*sharedCounts
+	lag time.Duration
+}
+
+func (s *slowOverrides) Overrides(ctx context.Context) (map[string]limit.Limits, error) {
+	select {
+	case <-time.After(s.lag):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.sharedCounts.Overrides(ctx)
+}
+
+// TestAnOverrideAppliesWhileTheTableAnswersIn200ms: every instance applies
+// an override within LIMITS_MAX_AGE. A request that finds the overrides due
+// starts a read and does not wait for it. So a table answering the
+// overrides' Query in 200 ms, past a share's bound, still refreshes them.
+func TestAnOverrideAppliesWhileTheTableAnswersIn200ms(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &slowOverrides{sharedCounts: newShared(), lag: 200 * time.Millisecond}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
+	store.mu.Lock()
+	store.overrides["big"] = limit.Limits{Rate: 50}
+	store.mu.Unlock()
+	for range 3 { // three minutes: each read of the overrides is due
+		clock.Advance(limit.DefaultMaxAge)
+		admitted(t, l, "big", 1) // starts a read, not waited for
+		l.AwaitOverrides()
+	}
+	clock.Advance(limit.Window)
+	if got := admitted(t, l, "big", 100); got != 50 {
+		t.Fatalf("3 minutes after an override of 50, with the table answering in 200 ms: %d admitted, want 50", got)
 	}
 }
