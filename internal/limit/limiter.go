@@ -130,7 +130,9 @@ const tableTimeout = 150 * time.Millisecond
 const maxFailures = 3
 
 // readTimeout bounds a read of the overrides. No request waits for one,
-// and a cold connection or a long list is slower than a share.
+// and a cold connection or a long list is slower than a share. Lambda may
+// freeze a read between requests. Its bound may then fail it, tried again
+// after retryAfter.
 const readTimeout = time.Second
 
 // DefaultMaxAge is how long the overrides are kept before they are read
@@ -289,8 +291,8 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
-	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
-	l.overrides.due()
+	// The first read is under way as the overrides are built.
+	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger, reading: true}
 	l.overrides.read(ctx)
 	return l, nil
 }
