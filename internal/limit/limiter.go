@@ -118,10 +118,9 @@ const (
 const HotSpan = 6 * ConcurrencySpan
 
 // tableTimeout bounds a share, a call to the table on a request's path.
-// The limits fail open. A table that hangs
-// must not spend the request's deadline, nor hold a charge's answer. A
-// request's shares wait no longer together. It is many times a call's
-// usual latency of a few milliseconds.
+// The limits fail open. A table that hangs must not spend the request's
+// deadline, nor hold a charge's answer. A request's shares wait no longer
+// together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
 // maxFailures is how many syncs of a tenant may fail in a window. A table
