@@ -10,7 +10,7 @@
 // ends. Handler time counts when a request ends. A share reads the span
 // back. A request's shares
 // wait at most tableTimeout together: past it, the limits fail open.
-// overrides.go reads the operators' per-tenant limits. table.go is the
+// overrides.go reads the operators' per-tenant limits, off the request path. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,
 // which sheds reads and refunds while the store is throttled.
 //

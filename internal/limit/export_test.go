@@ -1,5 +1,7 @@
 package limit
 
+import "time"
+
 // MaxTenants is how many tenants an instance tracks before it forgets.
 const MaxTenants = maxTenants
 
@@ -8,4 +10,17 @@ func (l *Limiter) Tracked() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.tenants)
+}
+
+// AwaitOverrides waits for a read of the overrides under way to end.
+func (l *Limiter) AwaitOverrides() {
+	for {
+		l.overrides.mu.Lock()
+		reading := l.overrides.reading
+		l.overrides.mu.Unlock()
+		if !reading {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

@@ -117,16 +117,22 @@ const (
 // tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
-// tableTimeout bounds a call to the table on a request's path: a share,
-// or a read of the overrides. The limits fail open. A table that hangs
-// must not spend the request's deadline, nor hold a charge's answer. A
-// request's shares wait no longer together. It is many times a call's
-// usual latency of a few milliseconds.
+// tableTimeout bounds a share, a call to the table on a request's path.
+// The limits fail open. A table that hangs must not spend the request's
+// deadline, nor hold a charge's answer. A request's shares wait no longer
+// together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
-// startTimeout bounds the first read of the overrides, as an instance
-// starts. No request waits for it, and a cold connection is slower.
-const startTimeout = time.Second
+// maxFailures is how many syncs of a tenant may fail in a window. A table
+// throttling a few writes still learns the fleet's counts. One that fails
+// them all costs only this many requests a call each second.
+const maxFailures = 3
+
+// readTimeout bounds a read of the overrides. No request waits for one,
+// and a cold connection or a long list is slower than a share. Lambda may
+// freeze a read between requests. Its bound may then fail it, tried again
+// after retryAfter.
+const readTimeout = time.Second
 
 // DefaultMaxAge is how long the overrides are kept before they are read
 // again.
@@ -169,8 +175,9 @@ type tenant struct {
 	window int64
 	// known is the window's usage by every instance, as of this
 	// instance's last sync. sharing is what a sync under way adds to it.
-	// pending is what this instance used since.
-	known, sharing, pending Usage
+	// pending is what this instance used since. lost is what failed
+	// shares carried: they may have landed, so only this instance counts it.
+	known, sharing, pending, lost Usage
 	// past holds the handler time of the windows before this one, last
 	// first, up to ConcurrencySpan-1 of them. A sync learns what every
 	// instance shared in them, so a fleet's concurrency holds.
@@ -194,13 +201,13 @@ type tenant struct {
 	syncing  bool
 	// read: a sync of this window learnt every instance's usage.
 	read bool
-	// failed: a sync of this window failed. The next window tries again,
-	// so a table that cannot take writes costs each request no call.
-	failed bool
+	// failures counts the window's failed syncs. Past maxFailures the next
+	// window tries again, so a failing table costs few requests a call.
+	failures int
 }
 
 // used is the window's usage as far as this instance knows.
-func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending) }
+func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending).plus(t.lost) }
 
 // recentBusy is the handler time of the last ConcurrencySpan windows, this
 // one included, as far as this instance knows.
@@ -261,7 +268,7 @@ type Refusal struct {
 }
 
 // New returns a Limiter that shares counts through store and reads the
-// overrides from it, a first time now, for startTimeout at most. A read
+// overrides from it, a first time now, for readTimeout at most. A read
 // that fails leaves the defaults, and is tried again on a request a
 // little later.
 func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, error) {
@@ -283,8 +290,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
-	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger}
-	l.overrides.read(ctx, startTimeout)
+	// The first read is under way as the overrides are built.
+	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger, reading: true}
+	l.overrides.read(ctx)
 	return l, nil
 }
 
@@ -297,9 +305,9 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	now := l.o.Clock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := l.tenant(name, now, lim)
+	t, now := l.tenant(name, now, lim)
 	w := t.window
-	sync := t.hot() && !t.syncing && !t.failed && (!t.read || t.hotDue(lim))
+	sync := t.hot() && !t.syncing && t.failures < maxFailures && (!t.read || t.hotDue(lim))
 	// The request counts against the rate from here, and a sync shares
 	// it. Lambda may send this instance no other before it ends.
 	t.pending.Requests++
@@ -322,8 +330,9 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
 		// earned meanwhile would burst at the next second's start.
+		// It admits again once both the second and the bucket allow.
 		t.due = now.Add(Window)
-		return refuse("rate", next)
+		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
 	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():
@@ -348,12 +357,13 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	defer l.mu.Unlock()
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
-	t := l.tenant(tk.tenant, now, lim)
-	if !counted {
+	t, now := l.tenant(tk.tenant, now, lim)
+	// A count given back goes to the window the request ends in. One that
+	// waited past its second for a key in progress would else free nothing.
+	// A window gives back no more than it counted, so no credit is banked.
+	if !counted && t.used().Requests > 0 {
 		t.due = t.due.Add(-lim.interval())
-		if tk.window == t.window {
-			t.pending.Requests--
-		}
+		t.pending.Requests--
 	}
 	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
@@ -364,7 +374,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	// this instance shares again.
 	due = due || t.pending.Requests < 0
 	wait := tableTimeout - tk.waited
-	if t.syncing || t.failed || !due || wait <= 0 {
+	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
 		return
 	}
 	l.share(ctx, tk.tenant, t, lim, wait)
@@ -400,8 +410,10 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		// The window is over: what it counted no longer matters.
 	case err != nil:
 		// The share may have landed, its answer lost. So it is not sent
-		// again: this instance alone counts it, until the window ends.
-		t.pending, t.sharing, t.failed = t.pending.plus(add), Usage{}, true
+		// again: this instance alone counts it, until the window ends. The
+		// next request due shares again, and reads what the others shared.
+		t.lost, t.sharing, t.read = t.lost.plus(add), Usage{}, false
+		t.failures++
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
 		t.known, t.sharing = total[0], Usage{}
@@ -431,25 +443,32 @@ func (t *tenant) heat(lim Limits) {
 	}
 }
 
-// tenant returns name's state at now, which starts afresh each window. A
-// tenant near a limit stays hot for HotSpan windows.
-func (l *Limiter) tenant(name string, now time.Time, lim Limits) *tenant {
-	w := now.Unix()
+// tenant returns name's state at now, which starts afresh each window, and
+// the instant now is taken as. A tenant near a limit stays hot for HotSpan
+// windows.
+func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.Time) {
 	t, ok := l.tenants[name]
 	if !ok {
 		if len(l.tenants) >= maxTenants {
-			l.forget(w)
+			l.forget(now.Unix())
 		}
-		t = &tenant{window: w, base: now, last: now}
+		t = &tenant{window: now.Unix(), base: now, last: now}
 		l.tenants[name] = t
 	}
-	// A wall clock stepped back moves the bucket back as far. The tenant
-	// then waits for its rate, not for the step.
-	if now.Before(t.last) {
-		t.due = t.due.Add(now.Sub(t.last))
+	stepped := false
+	switch back := t.last.Sub(now); {
+	case back > 0 && back < Window:
+		// An end may read the clock before a start that takes the lock
+		// first. Such a reading is taken as the last one seen.
+		now = t.last
+	case back > 0:
+		// A wall clock stepped back starts a fresh window at its second.
+		// Else the tenant would stay in its window as long as the step.
+		// The bucket moves back as far: the tenant waits for its rate.
+		t.due, stepped = t.due.Add(-back), true
 	}
 	t.last = now
-	// A wall clock stepped back leaves the tenant in its window.
+	w := now.Unix()
 	if t.window < w {
 		t.heat(lim)
 		t.past = append([]time.Duration{t.used().Busy}, t.past...)
@@ -457,9 +476,11 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) *tenant {
 			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-		t.window, t.known, t.sharing, t.pending, t.failed, t.read = w, Usage{}, Usage{}, Usage{}, false, false
 	}
-	return t
+	if t.window < w || stepped && t.window > w {
+		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
+	}
+	return t, now
 }
 
 // later is the later of a and b.

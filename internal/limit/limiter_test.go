@@ -532,6 +532,8 @@ func TestOverridesApplyWithoutARestart(t *testing.T) {
 	delete(store.overrides, "big")
 	store.mu.Unlock()
 	clock.Advance(limit.DefaultMaxAge)
+	admitted(t, l, "other", 1) // starts a read of the overrides, not waited for
+	l.AwaitOverrides()
 	if got := admitted(t, l, "small", 100); got != 20 {
 		t.Fatalf("after MaxAge, raised tenant admitted %d, want 20", got)
 	}
@@ -563,6 +565,8 @@ func TestTableFailuresLimitWithWhatIsKnown(t *testing.T) {
 	store.fail = nil
 	store.mu.Unlock()
 	clock.Advance(10 * time.Second)
+	admitted(t, l, "other", 1) // starts a read of the overrides, not waited for
+	l.AwaitOverrides()
 	if got := admitted(t, l, "acme", 100); got != 50 {
 		t.Fatalf("admitted %d once the table answers, want the override's 50", got)
 	}
@@ -1039,13 +1043,13 @@ func TestAShareThatLandedAndFailedIsNotAddedTwice(t *testing.T) {
 	}
 	clock.Advance(100 * time.Millisecond)
 	l.Done(t.Context(), tk, true)
-	admitted(t, l, "acme", 1)
+	admitted(t, l, "acme", 1) // shared: a failure leaves the next share due
 	setClock(clock, start.Add(3*time.Second))
 	admitted(t, l, "acme", 1) // a share of another second
 	store.mu.Lock()
 	defer store.mu.Unlock()
-	if c := store.counts["acme@09:00:01"]; c.Requests != 1 {
-		t.Fatalf("second 1: %+v, want the one request that landed, once", c)
+	if c := store.counts["acme@09:00:01"]; c.Requests != 2 {
+		t.Fatalf("second 1: %+v, want the request that landed once, and the one after", c)
 	}
 }
 
@@ -1262,14 +1266,20 @@ func TestASlowTableCostsARequestAShareAtMost(t *testing.T) {
 
 // throttling is a Store that refuses a share of its Adds at random,
 // applying nothing, as a table throttling a hot item refuses some writes.
+// carried counts the requests the refused Adds carried, by second.
 type throttling struct {
 	*sharedCounts
-	share float64
-	rnd   *rand.Rand
+	share   float64
+	rnd     *rand.Rand
+	carried map[int64]int
 }
 
 func (s *throttling) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
 	if s.rnd.Float64() < s.share {
+		if s.carried == nil {
+			s.carried = map[int64]int{}
+		}
+		s.carried[window-start.Unix()] += u.Requests
 		return nil, errors.New("ProvisionedThroughputExceededException")
 	}
 	return s.sharedCounts.Add(ctx, tenant, window, u)
@@ -1353,5 +1363,253 @@ func TestSlowRequestsUnderTheConcurrencyAreNotRefusedAtAnItemsStart(t *testing.T
 	}
 	if len(refusals) > 0 {
 		t.Fatalf("15 requests a second of 2 s, 30 at once against 40, over %d instances: refusals by second %v (items start at seconds 20 and 40)", instances, refusals)
+	}
+}
+
+// TestRequestsWaitingForAKeyInProgressLeaveTheRate: docs/contract.md says
+// a request for a key still in progress gives its count back, so a client
+// retrying one key without end leaves its tenant's rate to its other
+// requests. Such a request waits up to INFLIGHT_WAIT (2 s), so it ends in
+// a later second. It gives its count back to the second it ends in. So 20
+// of them a second, waiting 1.5 s, leave 89 new charges a second admitted.
+func TestRequestsWaitingForAKeyInProgressLeaveTheRate(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{}) // 100 a second, 40 at once
+	type running struct {
+		tk      *limit.Ticket
+		end     time.Time
+		counted bool
+	}
+	var runs []running
+	refused, asked := 0, 0
+	var why *limit.Refusal
+	const seconds = 10
+	for i := range seconds * 1000 { // a tick of 1 ms
+		now := clock.Now()
+		kept := runs[:0]
+		for _, r := range runs {
+			if now.Before(r.end) {
+				kept = append(kept, r)
+				continue
+			}
+			l.Done(t.Context(), r.tk, r.counted)
+		}
+		runs = kept
+		twin, charge := i%50 == 0, i%11 == 5 && i%50 != 0 // 20 twins, about 89 new charges a second
+		if twin || charge {
+			tk, refusal := l.Admit(t.Context(), "acme")
+			if charge && i >= 3000 {
+				asked++
+				if refusal != nil {
+					refused, why = refused+1, refusal
+				}
+			}
+			if refusal == nil {
+				d := 10 * time.Millisecond
+				if twin {
+					d = 1500 * time.Millisecond // waits for the key in progress
+				}
+				runs = append(runs, running{tk, now.Add(d), charge})
+			}
+		}
+		clock.Advance(time.Millisecond)
+	}
+	if refused > 0 {
+		t.Fatalf("89 new charges a second beside 20 requests a second waiting 1.5 s for a key in progress, 31 at once against 40, rate 100: %d of %d new charges refused, the last %+v", refused, asked, why)
+	}
+}
+
+// TestAFloodIsHeldWhileOneWriteInTwentyIsThrottled: a share refused leaves
+// the fleet's count under by what it carried. The instance shares again on
+// its next request due, so it still reads the others' counts. A hot item
+// throttling one write in 20 holds the flood to the 163 a second of a
+// fleet that learned, and what the refused writes carried.
+func TestAFloodIsHeldWhileOneWriteInTwentyIsThrottled(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &throttling{sharedCounts: newShared(), rnd: rand.New(rand.NewPCG(3, 4))}
+	const instances, seconds = 62, 20
+	fleet := fleetOf(t, store, clock, instances)
+	flood(t, fleet, clock, "flood", 10, 100*time.Millisecond, always) // every instance learned
+	store.share = 0.05
+	perSecond, _ := flood(t, fleet, clock, "flood", seconds, 100*time.Millisecond, always)
+	steady := limit.DefaultRate + instances + 1
+	over := map[int64]int{}
+	for second, n := range perSecond {
+		if n > steady+store.carried[second] {
+			over[second] = n
+		}
+	}
+	if len(over) > 0 {
+		t.Fatalf("one write in 20 throttled: admitted by second %v, want at most %d and what the refused writes carried %v", over, steady, store.carried)
+	}
+}
+
+// TestAStepBackOfSecondsDoesNotRefuseASteadyTenant: a wall clock stepped
+// back 3 s starts a fresh window at its second. Were the tenant kept in its
+// window, 3 s of requests would pile into it, and a steady tenant at half
+// its rate be refused.
+func TestAStepBackOfSecondsDoesNotRefuseASteadyTenant(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	for i := range 10 * 50 { // 50 a second of 5 ms, for 10 s
+		if i == 100 {
+			clock.Advance(-3 * time.Second) // NTP steps the clock back
+		}
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			t.Fatalf("request %d: 50 a second against 100, a step back of 3 s: refused %+v", i, refused)
+		}
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(15 * time.Millisecond)
+	}
+}
+
+// TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket: a request's
+// end reads the clock, then waits for the limiter's lock. A start that
+// read the clock later may take it first. The end's instant is then before
+// the last one seen, as after a step back, and the bucket moves back as
+// far, unless a reading less than a window back is taken as the last. A
+// flood whose every end reads 4 ms early gets half its rate in half a second.
+func TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	var lag time.Duration
+	l, err := limit.New(t.Context(), newShared(), func(o *limit.Options) {
+		o.Clock = func() time.Time { return clock.Now().Add(-lag) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstHalf := 0
+	for clock.Now().Before(start.Add(3 * time.Second)) { // a flood, one each ms
+		tk, refused := l.Admit(t.Context(), "flood")
+		at := clock.Now().Sub(start)
+		clock.Advance(time.Millisecond)
+		if refused != nil {
+			continue
+		}
+		if at >= 2*time.Second && at < 2500*time.Millisecond {
+			firstHalf++
+		}
+		lag = 4 * time.Millisecond // read before the next start's
+		l.Done(t.Context(), tk, true)
+		lag = 0
+	}
+	if most := limit.DefaultRate/2 + 1; firstHalf > most {
+		t.Fatalf("a flood at 100 a second, each end's clock read 3 ms before its start's: %d admitted in half a second, want at most %d", firstHalf, most)
+	}
+}
+
+// TestARateRefusalsRetryAfterIsWhenItAdmits: a refusal for a second's
+// count empties the pacing bucket, so the instance refuses until it
+// refills. Its Retry-After waits for both the second's end and the bucket.
+func TestARateRefusalsRetryAfterIsWhenItAdmits(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(900 * time.Millisecond))
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 2})
+	if n := admitted(t, l, "acme", 2); n != 2 {
+		t.Fatalf("%d of a second's 2 admitted at once", n)
+	}
+	_, refused := l.Admit(t.Context(), "acme")
+	if refused == nil {
+		t.Fatal("a third request in a second at 2 a second admitted")
+	}
+	clock.Advance(refused.RetryAfter)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused %+v; retried after its Retry-After %v: refused again %+v", refused, refused.RetryAfter, again)
+	}
+}
+
+// hangingAll is a Store whose every call waits for its context once hang
+// is set, as an unreachable table's do.
+type hangingAll struct {
+	*sharedCounts
+	hang bool
+}
+
+func (h *hangingAll) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	if h.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.sharedCounts.Add(ctx, tenant, window, u)
+}
+
+func (h *hangingAll) Overrides(ctx context.Context) (map[string]limit.Limits, error) {
+	if h.hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return h.sharedCounts.Overrides(ctx)
+}
+
+// TestAHangingTableCostsAHotTenantsRequest150msAtMost: a request's shares
+// wait at most 150 ms together, so a table that hangs costs a request no
+// more. A hot tenant's request that finds the overrides due does not wait
+// for their read as well.
+func TestAHangingTableCostsAHotTenantsRequest150msAtMost(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &hangingAll{sharedCounts: newShared()}
+	l, err := limit.New(t.Context(), store, func(o *limit.Options) {
+		o.Defaults, o.Clock, o.MaxAge = limit.Limits{Rate: 10, Concurrency: 100}, clock.Now, 2*time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted(t, l, "acme", 10)      // near the rate: hot
+	clock.Advance(2 * limit.Window) // the overrides are due again
+	store.hang = true
+	began := time.Now()
+	tk, refused := l.Admit(t.Context(), "acme")
+	if refused != nil {
+		t.Fatalf("refused %+v", refused)
+	}
+	l.Done(t.Context(), tk, true)
+	if waited := time.Since(began); waited > 200*time.Millisecond {
+		t.Fatalf("a hanging table cost one request %v, want 150 ms at most", waited.Round(time.Millisecond))
+	}
+}
+
+// slowOverrides is a Store whose reads of the overrides take lag: a table
+// slow but working, as a cold connection at start.
+type slowOverrides struct {
+	*sharedCounts
+	lag time.Duration
+}
+
+func (s *slowOverrides) Overrides(ctx context.Context) (map[string]limit.Limits, error) {
+	select {
+	case <-time.After(s.lag):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.sharedCounts.Overrides(ctx)
+}
+
+// TestAnOverrideAppliesWhileTheTableAnswersIn200ms: every instance applies
+// an override within LIMITS_MAX_AGE. A request that finds the overrides due
+// starts a read and does not wait for it. So a table answering the
+// overrides' Query in 200 ms, past a share's bound, still refreshes them.
+func TestAnOverrideAppliesWhileTheTableAnswersIn200ms(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &slowOverrides{sharedCounts: newShared(), lag: 200 * time.Millisecond}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
+	store.mu.Lock()
+	store.overrides["big"] = limit.Limits{Rate: 50}
+	store.mu.Unlock()
+	for range 3 { // three minutes: each read of the overrides is due
+		clock.Advance(limit.DefaultMaxAge)
+		admitted(t, l, "big", 1) // starts a read, not waited for
+		l.AwaitOverrides()
+	}
+	clock.Advance(limit.Window)
+	if got := admitted(t, l, "big", 100); got != 50 {
+		t.Fatalf("3 minutes after an override of 50, with the table answering in 200 ms: %d admitted, want 50", got)
 	}
 }

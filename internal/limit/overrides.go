@@ -28,26 +28,33 @@ type overrides struct {
 	reading  bool      // a read is under way
 }
 
-// limits returns tenant's limits, reading the overrides first if they are
-// due.
+// limits returns tenant's limits as last read. If the overrides are due,
+// it starts a read and does not wait for it: a slow table still refreshes
+// them, and costs a request nothing.
 func (o *overrides) limits(ctx context.Context, tenant string) Limits {
-	o.read(ctx, tableTimeout)
+	if o.due() {
+		go o.read(context.WithoutCancel(ctx))
+	}
 	return o.cached(tenant)
 }
 
-// read reads the overrides if they are due, waiting at most timeout. One
-// caller reads. The others keep the last read meanwhile: a table that
-// hangs holds one request, never all.
-func (o *overrides) read(ctx context.Context, timeout time.Duration) {
+// due reports whether the overrides are due, and if so marks a read under
+// way. One caller reads; the others keep the last read meanwhile.
+func (o *overrides) due() bool {
 	o.mu.Lock()
-	now := o.clock()
-	if o.reading || now.Before(o.next) {
-		o.mu.Unlock()
-		return
+	defer o.mu.Unlock()
+	if o.reading || o.clock().Before(o.next) {
+		return false
 	}
 	o.reading = true
-	o.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	return true
+}
+
+// read reads the overrides, waiting at most readTimeout. The caller marked
+// it under way with due.
+func (o *overrides) read(ctx context.Context) {
+	now := o.clock()
+	rctx, cancel := context.WithTimeout(ctx, readTimeout)
 	m, err := o.store.Overrides(rctx)
 	cancel()
 	o.mu.Lock()

@@ -270,6 +270,26 @@ func (s *shedService) Capture(context.Context, string, string, int64) (charge.Re
 	return charge.Result{Outcome: charge.OutcomeNotFound}, nil
 }
 
+// TestAThrottleShedsEveryTenantsReadsOnTheInstance: shedding is per
+// instance, not per tenant. One tenant's partition throttling its charge
+// sheds another tenant's read on that instance too, as documented.
+func TestAThrottleShedsEveryTenantsReadsOnTheInstance(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	svc := &shedService{busy: true}
+	h, err := httpapi.NewHandler(svc, func(o *httpapi.Options) {
+		o.Clock, o.Shedder, o.Logger, o.Metrics = clock.Now, limit.NewShedder(0, clock.Now), slog.New(slog.DiscardHandler), io.Discard
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	handle(t, h, testkit.PostCharge("flood", "k1", visa)) // its partition throttled
+	svc.busy = false
+	if resp := handle(t, h, testkit.GetCharge("quiet", "ch_000000000000000000000000")); resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("another tenant's read after the flooding tenant's partition throttled: %d %s, want 503", resp.StatusCode, resp.Body)
+	}
+}
+
 // TestAThrottledStoreShedsWhatCanWait: once the store was throttled, reads
 // and refunds are answered 503 with Retry-After without reaching the
 // service, while charges and captures still do; after a while, all are
