@@ -1,8 +1,8 @@
-// Package secrets reads the functions' secrets (the provider's API key,
-// the webhook signing secret) from AWS Secrets Manager at run time. A
-// function's environment names each secret; its value is read once per
-// execution environment and kept, read again after a bounded age, and on
-// demand when the provider refuses it, so a rotation needs no deploy.
+// Package secrets reads the functions' secrets from AWS Secrets Manager at
+// run time: the provider's API key, the webhook signing secret. A
+// function's environment names each secret. Its value is kept per
+// execution environment. It is read again after a bounded age, and when
+// the provider refuses it. So a rotation needs no deploy.
 package secrets
 
 import (
@@ -16,17 +16,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 )
 
-// ErrUnavailable: the secret could not be read (missing, not a string,
-// access denied, Secrets Manager unreachable). Nothing that needs it was
-// attempted.
+// ErrUnavailable: the secret could not be read. It may be missing, not a
+// string, denied, or unreachable. Nothing that needs it was attempted.
 var ErrUnavailable = errors.New("secret unavailable")
 
 // DefaultMaxAge is how long a value is kept before it is read again.
 const DefaultMaxAge = 5 * time.Minute
 
 // retryAfter is how soon a failed read is tried again. Meanwhile the value
-// held serves, or the failed read's error: an outage of Secrets Manager, or
-// a secret not created yet, costs each request no call of its own.
+// held serves, or the failed read's error. So an outage costs each request
+// no call of its own.
 const retryAfter = 30 * time.Second
 
 // refreshGap is how soon a refused key is read again. A revoked key refuses
@@ -82,10 +81,10 @@ func New(api API, id string, optFns ...func(*Options)) *Secret {
 	return &Secret{api: api, id: id, opts: o}
 }
 
-// Value returns the secret's value: the one held, unless it is older than
-// MaxAge or none is held, and then the one read now. A read that fails is
-// tried again after a short while. Meanwhile the value held serves, or,
-// with none held, the failed read's error, which wraps ErrUnavailable.
+// Value returns the secret's value. It is the one held, unless that is
+// older than MaxAge or none is held; then it is read now. A failed read is
+// tried again after a short while. Meanwhile the value held serves. With
+// none held, the failed read's error does; it wraps ErrUnavailable.
 func (s *Secret) Value(ctx context.Context) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,10 +108,10 @@ func (s *Secret) Value(ctx context.Context) (string, error) {
 }
 
 // Refresh reads the secret again, for a caller whose value stale was
-// refused, and returns the value read. If the value held is no longer
-// stale, another caller has refreshed it already and it is returned as it
-// is. Within refreshGap of its last read, Refresh answers as that read did.
-// The error wraps ErrUnavailable.
+// refused. It returns the value read. A value held that is not stale was
+// refreshed by another caller: it is returned as it is. Within refreshGap
+// of its last read, Refresh answers as that read did. The error wraps
+// ErrUnavailable.
 func (s *Secret) Refresh(ctx context.Context, stale string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

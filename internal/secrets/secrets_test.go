@@ -66,8 +66,8 @@ func TestValueIsKeptForMaxAge(t *testing.T) {
 }
 
 // TestRefreshReadsARotation: a caller whose key was refused reads the
-// rotated one at once; a second caller holding the same refused key finds
-// it refreshed without another read.
+// rotated one at once. A second caller with the same refused key reads
+// nothing.
 func TestRefreshReadsARotation(t *testing.T) {
 	t.Parallel()
 	s, api, _, name := newSecret(t, "sk_first", time.Hour)
@@ -97,9 +97,8 @@ func TestMissingSecretIsUnavailable(t *testing.T) {
 	}
 }
 
-// TestFailedReReadKeepsTheValue: once a value is held, an outage of
-// Secrets Manager at its re-read serves the value held and tries again
-// after a short while, not at every call.
+// TestFailedReReadKeepsTheValue: an outage at a re-read serves the value
+// held. It tries again after a short while, not at every call.
 func TestFailedReReadKeepsTheValue(t *testing.T) {
 	t.Parallel()
 	s, api, clock, _ := newSecret(t, "sk_first", time.Minute)
@@ -122,9 +121,9 @@ func TestFailedReReadKeepsTheValue(t *testing.T) {
 	}
 }
 
-// TestFailedReadIsRememberedWithNoValueHeld: a secret never read yet and
-// unreadable costs one read per short while, not one per call. Once the
-// while has passed it is read again, and found when it exists.
+// TestFailedReadIsRememberedWithNoValueHeld: an unreadable secret costs
+// one read per short while, not one per call. Then it is read again, and
+// found once it exists.
 func TestFailedReadIsRememberedWithNoValueHeld(t *testing.T) {
 	t.Parallel()
 	name := testkit.UniqueName("chargeonce/missing")
@@ -152,8 +151,8 @@ func TestFailedReadIsRememberedWithNoValueHeld(t *testing.T) {
 }
 
 // TestRefusedKeyIsReadAgainOnceASecond: while the provider refuses the key
-// the secret holds, every refused request asks for a refresh. They cost one
-// read a second, whether the read finds the same key or fails.
+// held, every refused request asks for a refresh. They cost one read a
+// second, whether it finds the same key or fails.
 func TestRefusedKeyIsReadAgainOnceASecond(t *testing.T) {
 	t.Parallel()
 	s, api, clock, name := newSecret(t, "sk_revoked", time.Hour)
