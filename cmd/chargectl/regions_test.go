@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -128,4 +129,47 @@ func TestAdminSettleOnlyWhereTheRegionMayWrite(t *testing.T) {
 		t.Fatalf("settle in r2 of a command r1 made before the failover: exit %d, %q", code, errOut)
 	}
 	unchanged("after a settle in r2 before r1 is drained")
+}
+
+// TestAdminSettleReleasedSaysWhenTheKeyIsFree: in two Regions, settle
+// --released of a parked command past its release retention says when its
+// ledger claim ends. Until then the key's next request is refused.
+func TestAdminSettleReleasedSaysWhenTheKeyIsFree(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	_, r1 := s.inTwoRegions(t, "r1")
+	s.parkedIn(t, r1, "order-7101")
+	later := func() time.Time { return time.Now().Add(25 * time.Hour) } // past the release's retention
+	s.clock = later
+	code, out, errOut := s.admin(t, "settle", "--yes", "--released", "acme", "order-7101")
+	const says = "its ledger claim refuses the key's next request until it ends, at "
+	at := strings.Index(out, says)
+	if code != exitOK || at < 0 || strings.Contains(out, "the key is free") {
+		t.Fatalf("settle --released: exit %d, %q, %q; want when its claim ends", code, out, errOut)
+	}
+	end, err := time.Parse(time.RFC3339, strings.Fields(out[at+len(says):])[0])
+	if err != nil {
+		t.Fatalf("the claim's end in %q: %v", out, err)
+	}
+	ledger, err := dynamostore.NewLedger(s.clients.DynamoDB, s.env[app.EnvLedgerTable])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"amount":1,"currency":"EUR"}`)
+	next := func(now time.Time) error {
+		st, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) {
+			o.Region, o.Ledger, o.Clock = "r1", ledger, func() time.Time { return now }
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = st.Begin(t.Context(), s.key(t, "order-7101"), idem.FingerprintOf(body), body)
+		return err
+	}
+	if err := next(end.Add(-time.Minute)); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("the key's next request before %s, when settle said its claim ends: %v; want in flight", end, err)
+	}
+	if err := next(end.Add(time.Second)); err != nil {
+		t.Fatalf("the key's next request after %s, when settle said its claim ends: %v; want a new command", end, err)
+	}
 }
