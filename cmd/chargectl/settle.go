@@ -236,12 +236,6 @@ func (a *admin) settle(ctx context.Context, args []string, res provider.Result, 
 	switch {
 	case a.json:
 		return a.printJSON(out)
-	case after == nil && fence != nil:
-		// The ledger's claim outlives the release: a retention after the
-		// latest lease, which settling may have moved later still.
-		fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): its retention, counted from its creation, has run out, "+
-			"but its ledger claim refuses the key's next request until it ends, at %s at the earliest: after that it is a new command\n",
-			keyText(key), as, outcome, stamp(rec.LeaseExpiresAt.Add(st.Retention())))
 	case after == nil:
 		fmt.Fprintf(a.stdout, "settled %s as %s (outcome %s): its retention, counted from its creation, has run out, so the key is free: its next request is a new command\n", keyText(key), as, outcome)
 	default:
@@ -266,9 +260,9 @@ func describe(key idem.Key, rec *idem.Record, res provider.Result) (string, stri
 	case res.Status == provider.StatusDeclined:
 		return "declined", fmt.Sprintf("declined (%s): FAILED_PERMANENT, with the 402 the API answers", res.DeclineCode)
 	case refund:
-		return "released", "not refunded: its hold freed, RELEASED until its retention from the command's creation ends (a retry of the same request before then refunds it under the same reference; after, it is a new command, in two Regions once its ledger claim ends)"
+		return "released", "not refunded: its hold freed, RELEASED until its retention from the command's creation ends (a retry of the same request before then refunds it under the same reference; after, it is a new command)"
 	default:
-		return "released", "not charged: RELEASED until its retention from the command's creation ends (a retry of the same request before then charges it under the same reference; after, it is a new command, in two Regions once its ledger claim ends)"
+		return "released", "not charged: RELEASED until its retention from the command's creation ends (a retry of the same request before then charges it under the same reference; after, it is a new command)"
 	}
 }
 

@@ -34,8 +34,7 @@ import (
 // returns MaySettle's Outcome and the record as it is, with nothing written.
 //
 // The record returned is the settled one, read back. It is nil for a
-// release whose retention had run out. In two Regions the ledger's claim
-// still holds the key until it ends. An error leaves
+// release whose retention had run out: the key is free. An error leaves
 // the command IN_FLIGHT, for the operator to settle again. Every step is
 // fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
@@ -73,8 +72,8 @@ func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provid
 	switch {
 	case errors.Is(err, idem.ErrNotFound) && outcome == OutcomeReleased:
 		// A release keeps the retention counted from the command's
-		// creation. For a parked command it has run out. Its next request
-		// is a new command, once any ledger claim of it ends.
+		// creation. For a parked command it has run out. The key is free,
+		// and its next request is a new command.
 		return outcome, nil, nil
 	case err != nil:
 		return outcome, nil, fmt.Errorf("charge: operator settle: read back: %w", err)
