@@ -129,3 +129,35 @@ func TestAdminSettleOnlyWhereTheRegionMayWrite(t *testing.T) {
 	}
 	unchanged("after a settle in r2 before r1 is drained")
 }
+
+// TestAdminSettleReleasedFreesTheKeyItSaysItFrees: settle --released of
+// a parked command past its release retention says "the key is free: its
+// next request is a new command". In two Regions the ledger's claim of
+// the parked command lasts a retention past its lease, a month. The
+// release's end, recorded on the claim, ends it: the next request is a
+// new command.
+func TestAdminSettleReleasedFreesTheKeyItSaysItFrees(t *testing.T) {
+	t.Parallel()
+	s := newAdminStack(t)
+	_, r1 := s.inTwoRegions(t, "r1")
+	parked := s.parkedIn(t, r1, "order-7101")
+	later := func() time.Time { return time.Now().Add(25 * time.Hour) } // past the release's retention
+	s.clock = later
+	code, out, errOut := s.admin(t, "settle", "--yes", "--released", "acme", "order-7101")
+	if code != exitOK || !strings.Contains(out, "the key is free: its next request is a new command") {
+		t.Fatalf("settle --released: exit %d, %q, %q", code, out, errOut)
+	}
+	ledger, err := dynamostore.NewLedger(s.clients.DynamoDB, s.env[app.EnvLedgerTable])
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := dynamostore.New(s.clients.DynamoDB, s.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger, o.Clock = "r1", ledger, later })
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"amount":1,"currency":"EUR"}`)
+	begun, err := next.Begin(t.Context(), s.key(t, "order-7101"), idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(parked.CreatedAt) {
+		t.Fatalf("the key's next request, after settle said the key is free: %+v, %v; want a new command", begun, err)
+	}
+}

@@ -28,9 +28,9 @@ type Ledger interface {
 	// live claim stands. It returns the live claim if region holds
 	// it. A yielding holder's live claim passes to region, its Heir,
 	// and is returned. Otherwise it gives *ClaimedElsewhereError and
-	// records nothing. An expired claim is replaced if region holds
-	// it, or its holder yields: until then the holder's record may
-	// still replay the key.
+	// records nothing. A claim is live until its End. One past it is
+	// replaced if region holds it, or its holder yields: until then
+	// the holder's record may still replay the key.
 	Claim(ctx context.Context, key Key, c Claim) (Claim, error)
 	// Extend moves the Until of key's claim created at created to
 	// until, if that is later. region must hold the claim, or its
@@ -40,6 +40,13 @@ type Ledger interface {
 	// that lets the record live longer: a claim that ended first
 	// would let another Region claim the key afresh.
 	Extend(ctx context.Context, key Key, region string, created, until time.Time) error
+	// Release records that key's command created at created was
+	// released, its record kept until until (Claim.ReleasedUntil).
+	// region must hold the claim; otherwise it gives
+	// *ClaimedElsewhereError and records nothing. A key with no claim
+	// is left as it is. A zero until clears the mark, as Extend does:
+	// a later lease may settle the command otherwise.
+	Release(ctx context.Context, key Key, region string, created, until time.Time) error
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over
 	// and its writes replicated, or were written off.
@@ -65,6 +72,19 @@ type Claim struct {
 	// without its record only for that request. Zero on a claim
 	// written before it was kept: any request takes it up.
 	Fingerprint Fingerprint
+	// ReleasedUntil is when the record of a released command expires.
+	// Zero unless the command's last lease released it. From then on
+	// the key names a new command, though Until is later.
+	ReleasedUntil time.Time
+}
+
+// End is when the claim stops holding its key: Until, or ReleasedUntil
+// if sooner.
+func (c Claim) End() time.Time {
+	if !c.ReleasedUntil.IsZero() && c.ReleasedUntil.Before(c.Until) {
+		return c.ReleasedUntil
+	}
+	return c.Until
 }
 
 // Holder is the Region whose records the claim stands for: its Heir, if any.

@@ -363,57 +363,77 @@ func TestAMoveBackAfterAReclaimDoesNotChargeAgain(t *testing.T) {
 // the ledger's claim, with the new intent's CreatedAt and fingerprint.
 // The client's retry runs the command again under the same reference:
 // the provider finds its charge, and the retry gets the first answer's.
+// So too late, past a release's retention, yet before the
+// Idempotency-Expires it was given: the claim records no release.
 // Another body under the key is refused, as while the record lived.
 func TestATTLDeleteInTheOtherRegionErasesANewIntentsRecordButNotItsCharge(t *testing.T) {
-	ctx := t.Context()
-	s := newScenario(t, chosen)
-	w, r1, r2 := s.world, s.r1, s.r2
-	key, _ := idem.NewKey(s.tenant, charge.ChargeOperation, "order-1")
-	if resp := s.charge(t, r1, key.ClientKey(), `{"amount":500,"currency":"EUR","source":"tok_visa"}`); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("the first intent: %d %s", resp.StatusCode, resp.Body)
-	}
-	if err := w.drainAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w.clock.Advance(2*retention + time.Hour) // the record and its claim end
-	second := `{"amount":900,"currency":"EUR","source":"tok_visa"}`
-	created := s.charge(t, r1, key.ClientKey(), second)
-	if created.StatusCode != http.StatusCreated {
-		t.Fatalf("the new intent in r1: %d %s", created.StatusCode, created.Body)
-	}
-	// r2's TTL deletes its expired copy of the first intent's record.
-	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
-	if _, err := r2.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(r2.table("idem")), Key: item}); err != nil {
-		t.Fatal(err)
-	}
-	conflicts := w.conflicts.Load()
-	if err := w.drainAll(ctx); err != nil {
-		t.Fatal(err)
-	}
-	out, err := w.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r1.table("idem")), Key: item, ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("r1's record of the new intent after the delete replicated: %d attributes; %d writes lost to last writer wins",
-		len(out.Item), w.conflicts.Load()-conflicts)
-	var first, again struct {
-		ID                string
-		Amount            int64
-		ProviderReference string `json:"provider_reference"`
-	}
-	if err := json.Unmarshal([]byte(created.Body), &first); err != nil {
-		t.Fatal(err)
-	}
-	charged := w.sim.Ledger().References[first.ProviderReference]
-	other := s.charge(t, r1, key.ClientKey(), `{"amount":700,"currency":"EUR","source":"tok_visa"}`)
-	if other.StatusCode != http.StatusUnprocessableEntity {
-		t.Fatalf("another body under the key, its record erased: %d %s; want 422, as while it lived", other.StatusCode, other.Body)
-	}
-	retry := s.charge(t, r1, key.ClientKey(), second)
-	if err := json.Unmarshal([]byte(retry.Body), &again); err != nil || retry.StatusCode != http.StatusCreated || again != first {
-		t.Fatalf("the client's retry: %d %s; want the first answer's charge %s", retry.StatusCode, retry.Body, created.Body)
-	}
-	if made := w.sim.Ledger().References[first.ProviderReference]; made.Charges != 1 || made.Amount != 900 || made.Charges != charged.Charges {
-		t.Fatalf("the provider under the new intent's reference: %+v, was %+v; want one charge of 900", made, charged)
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late %t", late), func(t *testing.T) {
+			ctx := t.Context()
+			s := newScenario(t, chosen)
+			w, r1, r2 := s.world, s.r1, s.r2
+			key, _ := idem.NewKey(s.tenant, charge.ChargeOperation, "order-1")
+			if resp := s.charge(t, r1, key.ClientKey(), `{"amount":500,"currency":"EUR","source":"tok_visa"}`); resp.StatusCode != http.StatusCreated {
+				t.Fatalf("the first intent: %d %s", resp.StatusCode, resp.Body)
+			}
+			if err := w.drainAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.clock.Advance(2*retention + time.Hour) // the record and its claim end
+			second := `{"amount":900,"currency":"EUR","source":"tok_visa"}`
+			created := s.charge(t, r1, key.ClientKey(), second)
+			if created.StatusCode != http.StatusCreated {
+				t.Fatalf("the new intent in r1: %d %s", created.StatusCode, created.Body)
+			}
+			// r2's TTL deletes its expired copy of the first intent's record.
+			item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: key.String()}}
+			if _, err := r2.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(r2.table("idem")), Key: item}); err != nil {
+				t.Fatal(err)
+			}
+			conflicts := w.conflicts.Load()
+			if err := w.drainAll(ctx); err != nil {
+				t.Fatal(err)
+			}
+			out, err := w.raw.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(r1.table("idem")), Key: item, ConsistentRead: aws.Bool(true)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("r1's record of the new intent after the delete replicated: %d attributes; %d writes lost to last writer wins",
+				len(out.Item), w.conflicts.Load()-conflicts)
+			var first, again struct {
+				ID                string
+				Amount            int64
+				ProviderReference string `json:"provider_reference"`
+			}
+			if err := json.Unmarshal([]byte(created.Body), &first); err != nil {
+				t.Fatal(err)
+			}
+			charged := w.sim.Ledger().References[first.ProviderReference]
+			if late {
+				expires, err := http.ParseTime(created.Headers[httpapi.HeaderIdempotencyExpires])
+				if err != nil {
+					t.Fatalf("Idempotency-Expires %q: %v", created.Headers[httpapi.HeaderIdempotencyExpires], err)
+				}
+				w.clock.Advance(expires.Add(-5 * time.Second).Sub(w.clock.Now()))
+			} else {
+				other := s.charge(t, r1, key.ClientKey(), `{"amount":700,"currency":"EUR","source":"tok_visa"}`)
+				if other.StatusCode != http.StatusUnprocessableEntity {
+					t.Fatalf("another body under the key, its record erased: %d %s; want 422, as while it lived", other.StatusCode, other.Body)
+				}
+			}
+			retry := s.charge(t, r1, key.ClientKey(), second)
+			if err := json.Unmarshal([]byte(retry.Body), &again); err != nil || retry.StatusCode != http.StatusCreated || again != first {
+				t.Fatalf("the client's retry: %d %s; want the first answer's charge %s", retry.StatusCode, retry.Body, created.Body)
+			}
+			charges := 0
+			for _, ref := range w.sim.Ledger().References {
+				if ref.Amount == 900 {
+					charges += ref.Charges
+				}
+			}
+			if made := w.sim.Ledger().References[first.ProviderReference]; charges != 1 || made.Amount != 900 || made.Charges != charged.Charges {
+				t.Fatalf("the provider under the new intent's reference: %+v, was %+v, %d charges of 900; want one charge of 900", made, charged, charges)
+			}
+		})
 	}
 }

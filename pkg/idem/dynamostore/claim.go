@@ -259,17 +259,16 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 }
 
 // takeUp refuses to take up c, an earlier claim, for a request with
-// fingerprint fp. It gives *InFlightError while c's command may have
-// settled and expired: under c's CreatedAt a new intent would send the
-// old command's reference, which the provider may still hold. item is
-// the key's record, expired or absent. A claim lasts as long as a
-// settlement might; a release ends sooner. Without its record, as once
-// TTL deleted it, the claim's fingerprint tells another request: it gets
-// *MismatchError while the record may live, then waits. Only the age of
-// a fingerprintless claim tells, and only of this Region's own. An
-// inherited claim's record may be unreplicated: recovery finishes it.
+// fingerprint fp. item is the key's record, expired or absent. A settled
+// record under c gives *InFlightError until c ends: under c's CreatedAt
+// a new intent would send the old command's reference. Without its
+// record, as once TTL deleted it, the claim's fingerprint tells another
+// request: it gets *MismatchError while the record may live, then waits.
+// The claimed request takes c up, its own or inherited: a retry of the
+// command. A release's claim that ended was replaced before. Only the
+// age of a fingerprintless claim tells, and only of this Region's own.
 func (s *Store) takeUp(key idem.Key, item map[string]types.AttributeValue, c idem.Claim, fp idem.Fingerprint, now time.Time) error {
-	wait := &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until}
+	wait := &idem.InFlightError{LeaseExpiresAt: c.End(), RecordExpiresAt: c.End()}
 	if rec, err := s.decodeRecord(key, item); len(item) > 0 && err == nil && rec.CreatedAt.Equal(c.CreatedAt) {
 		if rec.Status != idem.StatusInFlight {
 			return wait
@@ -279,8 +278,8 @@ func (s *Store) takeUp(key idem.Key, item map[string]types.AttributeValue, c ide
 	expirable := !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
 	switch another := c.Fingerprint != (idem.Fingerprint{}) && c.Fingerprint != fp; {
 	case another && !expirable:
-		return &idem.MismatchError{RecordExpiresAt: c.Until}
-	case another, !c.InheritedBy(s.region) && expirable:
+		return &idem.MismatchError{RecordExpiresAt: c.End()}
+	case another, c.Fingerprint == (idem.Fingerprint{}) && !c.InheritedBy(s.region) && expirable:
 		return wait
 	}
 	return nil
@@ -293,7 +292,12 @@ func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, create
 	if s.ledger == nil {
 		return nil
 	}
-	err := s.ledger.Extend(ctx, key, s.region, created, s.pol.Latest(created, leaseEnd))
+	return ledgerError(op, key, s.ledger.Extend(ctx, key, s.region, created, s.pol.Latest(created, leaseEnd)))
+}
+
+// ledgerError wraps a Ledger's err for op on key. Any error but another
+// Region's claim leaves the Ledger's state unknown: unavailable.
+func ledgerError(op string, key idem.Key, err error) error {
 	switch {
 	case errors.Is(err, idem.ErrClaimedElsewhere):
 		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)

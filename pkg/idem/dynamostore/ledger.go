@@ -16,8 +16,8 @@ import (
 // Ledger is an idem.Ledger on a global table in multi-Region strong
 // consistency (MRSC). Its conditional writes see the latest item in
 // every Region. Each claim is one item: the key, the Region, CreatedAt,
-// Until, the Heir, if any, and the request's fingerprint. MRSC has no TTL, so claims stay until
-// deleted.
+// Until, the Heir, if any, the request's fingerprint, and a release's
+// end. MRSC has no TTL, so claims stay until deleted.
 type Ledger struct {
 	db           DynamoDBAPI
 	table        *string
@@ -47,7 +47,11 @@ const (
 	ledgerUntil   = "un"
 	ledgerHeir    = "hr"
 	ledgerFP      = "fp"
+	ledgerRelease = "rl"
 )
+
+// errNoClaim: a write conditioned on a claim found none.
+var errNoClaim = errors.New("idem: no claim")
 
 // NewLedger returns a Ledger on table (LedgerTableInput).
 func NewLedger(db DynamoDBAPI, table string, optFns ...func(*LedgerOptions)) (*Ledger, error) {
@@ -77,21 +81,21 @@ func LedgerTableInput(name string) *dynamodb.CreateTableInput {
 }
 
 // Claim records c in one conditional PutItem, unless a live claim of key
-// stands. A claim is live while its Until is after c.CreatedAt. It is
+// stands. A claim is live while its End is after c.CreatedAt. It is
 // returned if c.Region holds it. A yielding holder's live claim passes to
 // c.Region, in a second PutItem naming it the Heir. Otherwise Claim gives
 // *ClaimedElsewhereError. An expired claim another Region holds is
 // replaced, in a second PutItem, only once it yields. After an error
 // wrapping idem.ErrUnavailable, whether c was recorded is unknown.
 func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Claim, error) {
-	old, err := l.put(ctx, key, c, "attribute_not_exists(#pk) OR (#until <= :now AND "+
+	old, err := l.put(ctx, key, c, "attribute_not_exists(#pk) OR ((#until <= :now OR #rel <= :now) AND "+
 		"((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg))",
-		map[string]string{"#pk": ledgerKey, "#until": ledgerUntil, "#rg": ledgerRegion, "#hr": ledgerHeir},
+		map[string]string{"#pk": ledgerKey, "#until": ledgerUntil, "#rel": ledgerRelease, "#rg": ledgerRegion, "#hr": ledgerHeir},
 		map[string]types.AttributeValue{":now": millis(c.CreatedAt), ":rg": str(c.Region)})
 	switch {
 	case err != nil || old == nil:
 		return c, err
-	case old.Until.After(c.CreatedAt) && old.Holder() == c.Region:
+	case old.End().After(c.CreatedAt) && old.Holder() == c.Region:
 		return *old, nil
 	case !l.Yields(key, old.Holder()):
 		return idem.Claim{}, &idem.ClaimedElsewhereError{Region: old.Holder()}
@@ -99,7 +103,7 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	// A yielding holder's claim: its records replicated. A live one
 	// passes to c.Region; an expired one gives way to c.
 	next := c
-	if old.Until.After(c.CreatedAt) {
+	if old.End().After(c.CreatedAt) {
 		next, next.Heir = *old, c.Region
 	}
 	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir}
@@ -119,22 +123,28 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 }
 
 // Extend moves the Until of key's claim created at created to until, in
-// one conditional UpdateItem, if region holds it. A yielding holder's
-// claim passes to region, in a second UpdateItem naming it the Heir. A
-// claim already lasting until then is left as it is. After an error
-// wrapping idem.ErrUnavailable, whether the claim moved is unknown.
+// one conditional UpdateItem, if region holds it. It clears a release's
+// end. A yielding holder's claim passes to region, in a second
+// UpdateItem naming it the Heir. A claim already lasting until then is
+// left as it is, but for a release's end, cleared in a second
+// UpdateItem. After an error wrapping idem.ErrUnavailable, whether the
+// claim moved is unknown.
 func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
-	names := map[string]string{"#pk": ledgerKey, "#rg": ledgerRegion, "#ct": ledgerCreated, "#un": ledgerUntil, "#hr": ledgerHeir}
+	names := map[string]string{"#pk": ledgerKey, "#rg": ledgerRegion, "#ct": ledgerCreated, "#un": ledgerUntil, "#hr": ledgerHeir, "#rel": ledgerRelease}
 	values := map[string]types.AttributeValue{":rg": str(region), ":ct": millis(created), ":un": millis(until)}
-	old, err := l.update(ctx, key, "SET #rg = if_not_exists(#rg, :rg), #ct = if_not_exists(#ct, :ct), #un = :un",
+	old, err := l.update(ctx, key, "SET #rg = if_not_exists(#rg, :rg), #ct = if_not_exists(#ct, :ct), #un = :un REMOVE #rel",
 		"attribute_not_exists(#pk) OR (#ct = :ct AND #un < :un AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg))", names, values)
 	switch {
 	case err != nil || old == nil:
 		return err
 	case !old.CreatedAt.Equal(time.UnixMilli(created.UnixMilli())):
 		return &idem.ClaimedElsewhereError{Region: old.Holder()} // another command's claim
-	case old.Holder() == region:
+	case old.Holder() == region && old.ReleasedUntil.IsZero():
 		return nil // it lasts long enough
+	case old.Holder() == region:
+		// It lasts long enough, but a lease after a release may settle
+		// the command otherwise.
+		return l.mark(ctx, key, region, created, "REMOVE #rel", nil)
 	case !l.Yields(key, old.Holder()):
 		return &idem.ClaimedElsewhereError{Region: old.Holder()}
 	}
@@ -149,7 +159,7 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 	if old.Heir != "" {
 		cond, values[":oldhr"] = "#rg = :old AND #ct = :ct AND #hr = :oldhr", str(old.Heir)
 	}
-	again, err := l.update(ctx, key, "SET #un = :un, #hr = :rg", cond, names, values)
+	again, err := l.update(ctx, key, "SET #un = :un, #hr = :rg REMOVE #rel", cond, names, values)
 	switch {
 	case err != nil || again == nil:
 		return err
@@ -157,6 +167,35 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 		return nil // this very write, its answer lost
 	}
 	return &idem.ClaimedElsewhereError{Region: again.Holder()} // claimed meanwhile
+}
+
+// Release sets the release's end on key's claim created at created, or
+// clears it, in one conditional UpdateItem, if region holds it. After an
+// error wrapping idem.ErrUnavailable, whether it was set is unknown.
+func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if until.IsZero() {
+		return l.mark(ctx, key, region, created, "REMOVE #rel", nil)
+	}
+	return l.mark(ctx, key, region, created, "SET #rel = :rel", map[string]types.AttributeValue{":rel": millis(until)})
+}
+
+// mark applies set, which sets or removes a release's end, to key's claim
+// created at created, if region holds it. A key with no claim is left
+// as it is.
+func (l *Ledger) mark(ctx context.Context, key idem.Key, region string, created time.Time, set string, values map[string]types.AttributeValue) error {
+	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir, "#rel": ledgerRelease}
+	if values == nil {
+		values = map[string]types.AttributeValue{}
+	}
+	values[":rg"], values[":ct"] = str(region), millis(created)
+	old, err := l.update(ctx, key, set, "#ct = :ct AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg)", names, values)
+	switch {
+	case errors.Is(err, errNoClaim):
+		return nil // nothing holds the key
+	case err != nil || old == nil:
+		return err
+	}
+	return &idem.ClaimedElsewhereError{Region: old.Holder()}
 }
 
 // update applies set to key's claim under cond. A failed condition
@@ -195,8 +234,10 @@ func (l *Ledger) refused(key idem.Key, err error) (*idem.Claim, error) {
 	switch {
 	case err == nil:
 		return nil, nil
-	case !errors.As(err, &ccf) || len(ccf.Item) == 0:
+	case !errors.As(err, &ccf):
 		return nil, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), AsUnavailable(err))
+	case len(ccf.Item) == 0:
+		return nil, fmt.Errorf("idem: ledger claim %s: %w", key.LogHash(), errNoClaim)
 	}
 	old, err := decodeClaim(ccf.Item)
 	if err != nil {
@@ -216,6 +257,9 @@ func claimItem(key idem.Key, c idem.Claim) map[string]types.AttributeValue {
 	}
 	if c.Fingerprint != (idem.Fingerprint{}) {
 		item[ledgerFP] = fpAttr(c.Fingerprint)
+	}
+	if !c.ReleasedUntil.IsZero() {
+		item[ledgerRelease] = millis(c.ReleasedUntil)
 	}
 	return item
 }
@@ -253,6 +297,9 @@ func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {
 	}
 	if fp, ok := item[ledgerFP].(*types.AttributeValueMemberB); ok {
 		copy(c.Fingerprint[:], fp.Value)
+	}
+	if rel, err := numberAttr(item, ledgerRelease); err == nil {
+		c.ReleasedUntil = time.UnixMilli(rel)
 	}
 	return c, nil
 }

@@ -205,10 +205,30 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 // refused before acting, or a look-up found nothing after its settle
 // window. A lease that merely ran out is no such proof. Release is fenced
 // like Commit.
+//
+// With a Ledger, the claim records the release's end first. If that
+// fails, the record stays IN_FLIGHT, and the claim holds the key.
 func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	st, err := s.settlement("release", l, idem.StatusReleased, nil)
 	if err != nil {
 		return err
 	}
-	return s.done(l, idem.StatusReleased, s.apply(ctx, l, &st))
+	if err := s.markRelease(ctx, l, s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
+		return err
+	}
+	if err := s.done(l, idem.StatusReleased, s.apply(ctx, l, &st)); err != nil {
+		// Not released: the claim holds the key again.
+		return errors.Join(err, s.markRelease(ctx, l, time.Time{}))
+	}
+	return nil
+}
+
+// markRelease sets the release's end on the Ledger's claim of l's
+// command, or clears it if until is zero. Without a Ledger there is no
+// claim.
+func (s *Store) markRelease(ctx context.Context, l *idem.Lease, until time.Time) error {
+	if s.ledger == nil {
+		return nil
+	}
+	return ledgerError("release", l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until))
 }

@@ -31,10 +31,10 @@ type NewLedger func(t *testing.T, yields func(key idem.Key, region string) bool)
 // Regions only eventually, with a Ledger. A record names the Region that
 // leased it. A command another Region claimed is refused, with nothing
 // written, until that Region yields. A yielded claim is inherited and
-// left to recovery, and its heir holds it. A Region takes up its own claim
-// left without a record, while no record of it could have expired. A
-// claim without its record is taken up only by the request it claimed.
-// An expired claim gives way once its holder yields.
+// left to recovery, and its heir holds it. A claim without its record is
+// taken up only by the request it claimed, until it ends. A release ends
+// its claim when its record expires. An expired claim gives way once its
+// holder yields.
 func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegions) {
 	tests := []struct {
 		name string
@@ -56,9 +56,13 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A claim lasts as long as a record claimed back elsewhere", claimOutlivesClaimBack},
 		{"A claim lasts as long as a record taken over elsewhere", claimOutlivesTakeOver},
 		{"An expired release's reference is never a new command's", releaseReferenceNotReused},
-		{"A deleted release's claim is waited out, then a new command's", deletedReleaseWaitedOut},
+		{"A deleted release's claim ends with its record: a new intent is a new command", deletedReleaseEndsItsClaim},
 		{"A claim without its record is taken up only by its request", claimTakenUpByItsRequest},
+		{"A settled command's claim without its record is taken up by its request until it ends", settledClaimTakenUpUntilItEnds},
 		{"An inherited claim without its record is taken up only by its request", inheritedClaimTakenUpByItsRequest},
+		{"The released body resent after its release expired is a new command in an heir too", releasedBodyAfterExpiryInHeir},
+		{"A release claimed back no longer ends its claim", claimedBackReleaseHoldsItsClaim},
+		{"A release the Ledger cannot record is left in flight", unrecordedReleaseLeftInFlight},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,11 +304,29 @@ func replicatedReplays(t *testing.T, r *regionSuite) {
 }
 
 // pendingLedger is a Ledger whose Unreplicated the suite sets: since when
-// a Region not yet drained may hold newer writes.
+// a Region not yet drained may hold newer writes. Its Release fails while
+// releaseErr is set.
 type pendingLedger struct {
 	idem.Ledger
-	mu    sync.Mutex
-	since time.Time
+	mu         sync.Mutex
+	since      time.Time
+	releaseErr error
+}
+
+func (p *pendingLedger) failRelease(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.releaseErr = err
+}
+
+func (p *pendingLedger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	p.mu.Lock()
+	err := p.releaseErr
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return p.Ledger.Release(ctx, key, region, created, until)
 }
 
 func (p *pendingLedger) pending(since time.Time) {
@@ -447,28 +469,19 @@ func releaseReferenceNotReused(t *testing.T, r *regionSuite) {
 	}
 }
 
-// deletedReleaseWaitedOut: a's release expired, and TTL deleted it. A
-// fresh Store of a is its table then. Only the claim is left: a new
-// intent waits for it to end, with nothing written, then is a new command.
-func deletedReleaseWaitedOut(t *testing.T, r *regionSuite) {
+// deletedReleaseEndsItsClaim: a's release expired, and TTL deleted it. A
+// fresh Store of a is its table then. The claim records the release's
+// end: a new intent, of either body, is a new command at once.
+func deletedReleaseEndsItsClaim(t *testing.T, r *regionSuite) {
 	ctx := t.Context()
-	k := UniqueKey(t, "acme")
-	a := r.Store("a")
-	first := releasedIn(t, a, k)
-	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
-	deleted := r.Store("a")
-	_, err := deleted.Begin(ctx, k, fpB, []byte("another intent"))
-	var inflight *idem.InFlightError
-	if !errors.As(err, &inflight) || !inflight.LeaseExpiresAt.After(r.clock.Now()) {
-		t.Fatalf("a new intent after the release expired and was deleted: %v; want *InFlightError until the claim ends", err)
-	}
-	if _, err := deleted.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("the wait wrote a record: %v", err)
-	}
-	r.clock.Advance(inflight.LeaseExpiresAt.Sub(r.clock.Now()))
-	begun, err := deleted.Begin(ctx, k, fpB, []byte("another intent"))
-	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(first.CreatedAt) || begun.Lease.Inherited {
-		t.Fatalf("Begin once the claim ended = %+v, %v; want a new command", begun, err)
+	for _, fp := range []idem.Fingerprint{fpA, fpB} {
+		k := UniqueKey(t, "acme")
+		first := releasedIn(t, r.Store("a"), k)
+		r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+		begun, err := r.Store("a").Begin(ctx, k, fp, []byte("intent"))
+		if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(first.CreatedAt) || begun.Lease.Inherited {
+			t.Fatalf("Begin once the release expired and was deleted = %+v, %v; want a new command", begun, err)
+		}
 	}
 }
 
@@ -492,32 +505,104 @@ func claimTakenUpByItsRequest(t *testing.T, r *regionSuite) {
 	}
 }
 
+// settledClaimTakenUpUntilItEnds: a's record of a settled command is
+// lost, as when another Region's TTL delete erased it. The client's retry,
+// later than a release would have lived, comes before the record's
+// expiry it was given. It is that command, taken up under its CreatedAt:
+// a new command would charge again.
+func settledClaimTakenUpUntilItEnds(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := beginIn(t, a, k)
+	if err := a.Commit(ctx, first, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
+	lost := r.Store("a")
+	if _, err := lost.Begin(ctx, k, fpB, []byte("another intent")); !errors.Is(err, idem.ErrInFlight) {
+		t.Fatalf("another request under a's claim past its earliest expiry: %v; want ErrInFlight", err)
+	}
+	if l := beginIn(t, lost, k); !l.CreatedAt.Equal(first.CreatedAt) || l.Inherited {
+		t.Fatalf("the retry a second before its record expires: lease %+v; want the claim's CreatedAt %s", l, first.CreatedAt)
+	}
+}
+
 // inheritedClaimTakenUpByItsRequest: a released its command, yielded,
 // and b holds no record of it. Another request is not that command. It
 // must not be sent under the released command's reference: the provider
-// may hold that command's effect. It is refused while the record may
-// live, then waits for the claim to end. The claimed request is taken
-// up, inherited.
+// may hold that command's effect. It is refused while the release lives.
+// The claimed request is taken up, inherited.
 func inheritedClaimTakenUpByItsRequest(t *testing.T, r *regionSuite) {
 	ctx := t.Context()
 	k := UniqueKey(t, "acme")
 	first := releasedIn(t, r.Store("a"), k)
 	r.yield("a")
-	r.clock.Advance(time.Second)
+	r.clock.Advance(first.RecordExpiresAt.Add(-time.Second).Sub(r.clock.Now()))
 	b := r.Store("b")
 	if _, err := b.Begin(ctx, k, fpB, []byte("another intent")); !errors.Is(err, idem.ErrMismatch) {
 		t.Fatalf("another request under a's inherited claim: %v; want ErrMismatch", err)
 	}
-	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now())) // TTL deleted the release
-	_, err := b.Begin(ctx, k, fpB, []byte("another intent"))
-	var inflight *idem.InFlightError
-	if !errors.As(err, &inflight) || !inflight.LeaseExpiresAt.After(r.clock.Now()) {
-		t.Fatalf("another request once the release expired: %v; want *InFlightError until the claim ends", err)
-	}
 	if _, err := b.Get(ctx, k); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("the refusals wrote a record: %v", err)
+		t.Fatalf("the refusal wrote a record: %v", err)
 	}
 	if l := beginIn(t, b, k); !l.Inherited || !l.CreatedAt.Equal(first.CreatedAt) {
 		t.Fatalf("the claimed request's lease %+v: want a's claim, inherited", l)
+	}
+}
+
+// releasedBodyAfterExpiryInHeir: a released its command, yielded, and b
+// holds no record of it. Once the release expired, the client sends the
+// same body again. The contract makes it a new command, with a new
+// reference: b must not resend the release's.
+func releasedBodyAfterExpiryInHeir(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	first := releasedIn(t, r.Store("a"), k)
+	r.yield("a")
+	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	begun, err := r.Store("b").Begin(ctx, k, fpA, []byte("intent"))
+	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(first.CreatedAt) || begun.Lease.Inherited {
+		t.Fatalf("the released body after its release expired, in the heir = %+v, %v; want a new command", begun, err)
+	}
+}
+
+// claimedBackReleaseHoldsItsClaim: a's release is claimed back by its
+// request and committed. Then a's record is lost. The release's end no
+// longer ends the claim: the retry is the committed command, not a new one.
+func claimedBackReleaseHoldsItsClaim(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	first := releasedIn(t, a, k)
+	r.clock.Advance(time.Minute)
+	again := beginIn(t, a, k)
+	if err := a.Commit(ctx, again, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(first.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	if l := beginIn(t, r.Store("a"), k); !l.CreatedAt.Equal(first.CreatedAt) {
+		t.Fatalf("the retry past the release's end, its record lost: lease %+v; want the committed command's CreatedAt %s", l, first.CreatedAt)
+	}
+}
+
+// unrecordedReleaseLeftInFlight: a's release cannot reach the Ledger. It
+// is not done: the record stays IN_FLIGHT under the lease, for a retry
+// or the reconciler. Released again, the Ledger back, it is done.
+func unrecordedReleaseLeftInFlight(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	l := beginIn(t, a, k)
+	r.ledger.failRelease(errors.New("ledger down"))
+	if err := a.Release(ctx, l); err == nil {
+		t.Fatal("Release with the Ledger down: nil error")
+	}
+	if rec, err := a.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record after a release the Ledger missed: %+v, %v; want IN_FLIGHT", rec, err)
+	}
+	r.ledger.failRelease(nil)
+	if err := a.Release(ctx, l); err != nil {
+		t.Fatalf("Release again, the Ledger back: %v", err)
 	}
 }

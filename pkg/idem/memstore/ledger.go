@@ -37,7 +37,7 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old, ok := l.claims[key]
-	live := ok && old.Until.After(c.CreatedAt)
+	live := ok && old.End().After(c.CreatedAt)
 	holder := old.Holder()
 	switch {
 	case !ok || !live && (holder == c.Region || l.Yields(key, holder)):
@@ -74,6 +74,30 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 	}
 	if until.After(old.Until) {
 		old.Until = until
+	}
+	old.ReleasedUntil = time.Time{}
+	l.claims[key] = old
+	return nil
+}
+
+// Release sets the release's end on key's claim created at created, as
+// dynamostore.Ledger.Release.
+func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if err := done(ctx, "release", key); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old, ok := l.claims[key]
+	switch {
+	case !ok:
+		return nil
+	case old.CreatedAt.UnixMilli() != created.UnixMilli() || old.Holder() != region:
+		return &idem.ClaimedElsewhereError{Region: old.Holder()}
+	}
+	old.ReleasedUntil = time.Time{}
+	if !until.IsZero() {
+		old.ReleasedUntil = time.UnixMilli(until.UnixMilli())
 	}
 	l.claims[key] = old
 	return nil

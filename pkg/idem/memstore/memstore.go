@@ -242,7 +242,7 @@ func (s *Store) takeUp(key idem.Key, c idem.Claim, fp idem.Fingerprint, now time
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	wait := &idem.InFlightError{LeaseExpiresAt: c.Until, RecordExpiresAt: c.Until}
+	wait := &idem.InFlightError{LeaseExpiresAt: c.End(), RecordExpiresAt: c.End()}
 	if ok && rec.createdAt.Equal(c.CreatedAt) {
 		if rec.status != idem.StatusInFlight {
 			return wait
@@ -252,8 +252,8 @@ func (s *Store) takeUp(key idem.Key, c idem.Claim, fp idem.Fingerprint, now time
 	expirable := !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
 	switch another := c.Fingerprint != (idem.Fingerprint{}) && c.Fingerprint != fp; {
 	case another && !expirable:
-		return &idem.MismatchError{RecordExpiresAt: c.Until}
-	case another, !c.InheritedBy(s.region) && expirable:
+		return &idem.MismatchError{RecordExpiresAt: c.End()}
+	case another, c.Fingerprint == (idem.Fingerprint{}) && !c.InheritedBy(s.region) && expirable:
 		return wait
 	}
 	return nil
@@ -279,7 +279,11 @@ func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, create
 	if s.ledger == nil {
 		return nil
 	}
-	err := s.ledger.Extend(ctx, key, s.region, created, s.pol.Latest(created, leaseEnd))
+	return ledgerError(op, key, s.ledger.Extend(ctx, key, s.region, created, s.pol.Latest(created, leaseEnd)))
+}
+
+// ledgerError wraps a Ledger's err for op on key, as dynamostore does.
+func ledgerError(op string, key idem.Key, err error) error {
 	switch {
 	case errors.Is(err, idem.ErrClaimedElsewhere):
 		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
@@ -358,12 +362,29 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 }
 
 // Release marks the record RELEASED, keeping its fingerprint until
-// retention ends, as dynamostore.Store.Release.
+// retention ends, as dynamostore.Store.Release. The Ledger's claim
+// records the release's end first.
 func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	if err := done(ctx, "release", l.Key); err != nil {
 		return err
 	}
-	return s.settle("release", l, idem.StatusReleased, nil, nil)
+	if err := s.markRelease(ctx, l, s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
+		return err
+	}
+	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
+		// Not released: the claim holds the key again.
+		return errors.Join(err, s.markRelease(ctx, l, time.Time{}))
+	}
+	return nil
+}
+
+// markRelease sets the release's end on the Ledger's claim of l's
+// command, or clears it if until is zero, as dynamostore does.
+func (s *Store) markRelease(ctx context.Context, l *idem.Lease, until time.Time) error {
+	if s.ledger == nil {
+		return nil
+	}
+	return ledgerError("release", l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until))
 }
 
 func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
