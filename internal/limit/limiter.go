@@ -329,9 +329,9 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	switch {
 	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
-		// earned meanwhile would burst at the next second's start.
-		// It admits again once both the second and the bucket allow.
-		t.due = now.Add(Window)
+		// earned meanwhile would burst at the next second's start. It never
+		// empties past that start: an earlier refusal's Retry-After holds.
+		t.due = later(t.due, earlier(now.Add(Window), time.Unix(w+1, 0).Add(depth)))
 		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
@@ -358,10 +358,10 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
 	t, now := l.tenant(tk.tenant, now, lim)
-	// A count given back goes to the window the request ends in. One that
-	// waited past its second for a key in progress would else free nothing.
-	// A window gives back no more than it counted, so no credit is banked.
-	if !counted && t.used().Requests > 0 {
+	// A count given back frees room only in the second it was counted in,
+	// while that second lasts. Given to a later one, it would free room
+	// that second's new work already took.
+	if !counted && tk.window == t.window && t.used().Requests > 0 {
 		t.due = t.due.Add(-lim.interval())
 		t.pending.Requests--
 	}
@@ -416,7 +416,8 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		t.failures++
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
-		t.known, t.sharing = total[0], Usage{}
+		// The table's total holds whatever a lost share landed: lost no more.
+		t.known, t.sharing, t.lost = total[0], Usage{}, Usage{}
 		t.learn(total[1:])
 		t.heat(lim)
 	}
@@ -486,6 +487,14 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 // later is the later of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// earlier is the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b
