@@ -164,6 +164,7 @@ type Options struct {
 type Limiter struct {
 	store     Store
 	o         Options
+	clock     *steady
 	overrides *overrides
 
 	mu      sync.Mutex
@@ -289,9 +290,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
+	l := &Limiter{store: store, o: o, clock: &steady{clock: o.Clock}, tenants: map[string]*tenant{}}
 	// The first read is under way as the overrides are built.
-	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger, reading: true}
+	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: l.clock.now, logger: o.Logger, reading: true}
 	l.overrides.read(ctx)
 	return l, nil
 }
@@ -302,7 +303,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 // usage first. Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
-	now := l.o.Clock()
+	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(name, now, lim)
@@ -352,7 +353,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 // left of tableTimeout after Admit's share.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
-	now := l.o.Clock()
+	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tk.t.running--
@@ -456,18 +457,9 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		t = &tenant{window: now.Unix(), base: now, last: now}
 		l.tenants[name] = t
 	}
-	stepped := false
-	switch back := t.last.Sub(now); {
-	case back > 0 && back < Window:
-		// An end may read the clock before a start that takes the lock
-		// first. Such a reading is taken as the last one seen.
-		now = t.last
-	case back > 0:
-		// A wall clock stepped back starts a fresh window at its second.
-		// Else the tenant would stay in its window as long as the step.
-		// The bucket moves back as far: the tenant waits for its rate.
-		t.due, stepped = t.due.Add(-back), true
-	}
+	// An end may read the clock before a start that takes the lock first.
+	// Such a reading is taken as the last one seen.
+	now = later(now, t.last)
 	t.last = now
 	w := now.Unix()
 	if t.window < w {
@@ -478,7 +470,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
 	}
-	if t.window < w || stepped && t.window > w {
+	if t.window < w {
 		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
 	}
 	return t, now

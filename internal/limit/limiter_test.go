@@ -1609,7 +1609,9 @@ func TestAnOverrideAppliesWhileTheTableAnswersIn200ms(t *testing.T) {
 		admitted(t, l, "big", 1) // starts a read, not waited for
 		l.AwaitOverrides()
 	}
-	clock.Advance(limit.Window)
+	// The limiter's time runs a little slow while ahead of the clock:
+	// two seconds leave the last admission's second behind.
+	clock.Advance(2 * limit.Window)
 	if got := admitted(t, l, "big", 100); got != 50 {
 		t.Fatalf("3 minutes after an override of 50, with the table answering in 200 ms: %d admitted, want 50", got)
 	}
@@ -1671,6 +1673,30 @@ func TestARateRefusalsRetryAfterHoldsThoughAnotherIsRefused(t *testing.T) {
 	}
 }
 
+// TestAStepBackOfUnderASecondDoesNotRefuseASteadyTenant: a reading less
+// than a second back is taken as the last one seen. After a step back of
+// 900 ms the tenant stays in its second for 900 ms more. A steady tenant
+// at 60% of its rate then fills the second, and is refused.
+func TestAStepBackOfUnderASecondDoesNotRefuseASteadyTenant(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	stepped := false
+	for i := range 5 * 60 { // 60 a second of 5 ms, for 5 s
+		if !stepped && clock.Now().Sub(start) >= 1950*time.Millisecond {
+			clock.Advance(-900 * time.Millisecond) // NTP steps the clock back
+			stepped = true
+		}
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			t.Fatalf("request %d: 60 a second against 100, a step back of 900 ms: refused %+v", i, refused)
+		}
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(time.Second/60 - 5*time.Millisecond)
+	}
+}
+
 // TestAShareThatLandedAndFailedIsNotCountedTwice: operations.md says a
 // share whose answer is lost is counted by the instance itself, and
 // "nothing is counted twice". When it landed, the next share reads it
@@ -1686,6 +1712,75 @@ func TestAShareThatLandedAndFailedIsNotCountedTwice(t *testing.T) {
 	store.once = true // the first share of second 1 lands, its answer lost
 	if n := admitted(t, l, "acme", 10); n != 10 {
 		t.Fatalf("rate 10, one share's answer lost after it landed: %d of a second's 10 admitted", n)
+	}
+}
+
+// TestAStepBackOfSecondsDoesNotRefuseATenantAt60PercentOfItsRate: after a
+// step back of 3 s the instance shares into seconds the table already
+// counted. It reads their first pass back, adds its own second pass, and
+// refuses a tenant at 60% of its rate.
+func TestAStepBackOfSecondsDoesNotRefuseATenantAt60PercentOfItsRate(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	for i := range 6 * 60 { // 60 a second of 5 ms, for 6 s
+		if i == 4*60 {
+			clock.Advance(-3 * time.Second) // NTP steps the clock back
+		}
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			t.Fatalf("request %d: 60 a second against 100, a step back of 3 s: refused %+v", i, refused)
+		}
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(time.Second/60 - 5*time.Millisecond)
+	}
+}
+
+// TestAnOverrideAppliesWithinMaxAgeAfterTheClockIsSteppedBack: every
+// instance applies an override within LIMITS_MAX_AGE. An instance whose
+// clock was an hour fast, and is stepped back, must not wait that hour.
+func TestAnOverrideAppliesWithinMaxAgeAfterTheClockIsSteppedBack(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
+	clock.Advance(-time.Hour) // NTP corrects a clock an hour fast
+	store.mu.Lock()
+	store.overrides["big"] = limit.Limits{Rate: 50}
+	store.mu.Unlock()
+	for range 3 { // three minutes: each read of the overrides is due
+		clock.Advance(limit.DefaultMaxAge)
+		admitted(t, l, "big", 1)
+		l.AwaitOverrides()
+	}
+	// The limiter's time runs a little slow while ahead of the clock:
+	// two seconds leave the last admission's second behind.
+	clock.Advance(2 * limit.Window)
+	if got := admitted(t, l, "big", 100); got != 50 {
+		t.Fatalf("3 minutes after an override of 50, the clock stepped back an hour: %d admitted, want 50", got)
+	}
+}
+
+// TestRepeatedSmallStepsBackDoNotRefuseASteadyTenant: a clock stepped back
+// 200 ms each second, as a VM's clock corrected again and again, keeps the
+// tenant 200 ms longer in each second. A steady tenant at 90% of its rate
+// then fills it, and is refused.
+func TestRepeatedSmallStepsBackDoNotRefuseASteadyTenant(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{})
+	for i := range 10 * 90 { // 90 a second of 2 ms, for 10 s
+		if i%90 == 85 {
+			clock.Advance(-200 * time.Millisecond) // the clock corrected back
+		}
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			t.Fatalf("request %d: 90 a second against 100, steps back of 200 ms each second: refused %+v", i, refused)
+		}
+		clock.Advance(2 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(time.Second/90 - 2*time.Millisecond)
 	}
 }
 
