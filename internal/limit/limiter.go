@@ -348,7 +348,8 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 }
 
 // Done ends an admitted request. counted says whether it stays counted
-// against the rate; its handler time counts either way. When the tenant's
+// against the rate: a count comes back only while its own second lasts.
+// Its handler time counts either way. When the tenant's
 // unshared usage is due, Done adds it to the Store. It waits only what is
 // left of tableTimeout after Admit's share.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
