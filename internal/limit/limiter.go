@@ -164,6 +164,7 @@ type Options struct {
 type Limiter struct {
 	store     Store
 	o         Options
+	clock     *steady
 	overrides *overrides
 
 	mu      sync.Mutex
@@ -289,9 +290,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	l := &Limiter{store: store, o: o, tenants: map[string]*tenant{}}
+	l := &Limiter{store: store, o: o, clock: &steady{clock: o.Clock}, tenants: map[string]*tenant{}}
 	// The first read is under way as the overrides are built.
-	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: o.Clock, logger: o.Logger, reading: true}
+	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: l.clock.now, logger: o.Logger, reading: true}
 	l.overrides.read(ctx)
 	return l, nil
 }
@@ -302,7 +303,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 // usage first. Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
-	now := l.o.Clock()
+	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(name, now, lim)
@@ -329,9 +330,9 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	switch {
 	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
-		// earned meanwhile would burst at the next second's start.
-		// It admits again once both the second and the bucket allow.
-		t.due = now.Add(Window)
+		// earned meanwhile would burst at the next second's start. It never
+		// empties past that start: an earlier refusal's Retry-After holds.
+		t.due = later(t.due, earlier(now.Add(Window), time.Unix(w+1, 0).Add(depth)))
 		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
@@ -347,21 +348,22 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 }
 
 // Done ends an admitted request. counted says whether it stays counted
-// against the rate; its handler time counts either way. When the tenant's
+// against the rate: a count comes back only while its own second lasts.
+// Its handler time counts either way. When the tenant's
 // unshared usage is due, Done adds it to the Store. It waits only what is
 // left of tableTimeout after Admit's share.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
-	now := l.o.Clock()
+	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
 	t, now := l.tenant(tk.tenant, now, lim)
-	// A count given back goes to the window the request ends in. One that
-	// waited past its second for a key in progress would else free nothing.
-	// A window gives back no more than it counted, so no credit is banked.
-	if !counted && t.used().Requests > 0 {
+	// A count given back frees room only in the second it was counted in,
+	// while that second lasts. Given to a later one, it would free room
+	// that second's new work already took.
+	if !counted && tk.window == t.window && t.used().Requests > 0 {
 		t.due = t.due.Add(-lim.interval())
 		t.pending.Requests--
 	}
@@ -416,7 +418,8 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		t.failures++
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
-		t.known, t.sharing = total[0], Usage{}
+		// The table's total holds whatever a lost share landed: lost no more.
+		t.known, t.sharing, t.lost = total[0], Usage{}, Usage{}
 		t.learn(total[1:])
 		t.heat(lim)
 	}
@@ -455,18 +458,9 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		t = &tenant{window: now.Unix(), base: now, last: now}
 		l.tenants[name] = t
 	}
-	stepped := false
-	switch back := t.last.Sub(now); {
-	case back > 0 && back < Window:
-		// An end may read the clock before a start that takes the lock
-		// first. Such a reading is taken as the last one seen.
-		now = t.last
-	case back > 0:
-		// A wall clock stepped back starts a fresh window at its second.
-		// Else the tenant would stay in its window as long as the step.
-		// The bucket moves back as far: the tenant waits for its rate.
-		t.due, stepped = t.due.Add(-back), true
-	}
+	// An end may read the clock before a start that takes the lock first.
+	// Such a reading is taken as the last one seen.
+	now = later(now, t.last)
 	t.last = now
 	w := now.Unix()
 	if t.window < w {
@@ -477,7 +471,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
 	}
-	if t.window < w || stepped && t.window > w {
+	if t.window < w {
 		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
 	}
 	return t, now
@@ -486,6 +480,14 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 // later is the later of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// earlier is the earlier of a and b.
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b
