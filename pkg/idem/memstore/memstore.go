@@ -372,10 +372,23 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
-		// Not released: the claim holds the key again.
-		return errors.Join(err, s.markRelease(ctx, l, time.Time{}))
+		return errors.Join(err, s.unmarkUnreleased(ctx, l))
 	}
 	return nil
+}
+
+// unmarkUnreleased clears the release's end after l's record write
+// failed, unless the record is RELEASED under l's command, as dynamostore's.
+func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
+	rec, err := s.Get(ctx, l.Key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+	case err != nil:
+		return err
+	case rec.Status == idem.StatusReleased && rec.CreatedAt.Equal(l.CreatedAt):
+		return nil
+	}
+	return s.markRelease(ctx, l, time.Time{})
 }
 
 // markRelease sets the release's end on the Ledger's claim of l's
