@@ -38,14 +38,16 @@ type Ledger interface {
 	// *ClaimedElsewhereError and records nothing. A key with no claim
 	// gets region's. A Region extends the claim before any write
 	// that lets the record live longer: a claim that ended first
-	// would let another Region claim the key afresh.
+	// would let another Region claim the key afresh. It keeps a
+	// release's end: the record may stay RELEASED.
 	Extend(ctx context.Context, key Key, region string, created, until time.Time) error
 	// Release records that key's command created at created was
 	// released, its record kept until until (Claim.ReleasedUntil).
 	// region must hold the claim; otherwise it gives
 	// *ClaimedElsewhereError and records nothing. A key with no claim
-	// is left as it is. A zero until clears the mark, as Extend does:
-	// a later lease may settle the command otherwise.
+	// is left as it is. A zero until clears the mark. A lease after
+	// a release clears it once its record is IN_FLIGHT: it may settle
+	// the command otherwise.
 	Release(ctx context.Context, key Key, region string, created, until time.Time) error
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over

@@ -76,10 +76,26 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}, tries.Option)
+	if err == nil && !lease.CreatedAt.Equal(now) {
+		// An earlier claim taken up: it may carry a release's end.
+		return s.leased(ctx, lease)
+	}
 	if err == nil {
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
+}
+
+// leased answers a lease whose IN_FLIGHT record is written under an
+// earlier command. The Ledger's claim no longer ends with a release: the
+// lease may settle otherwise. The mark is cleared only now. Cleared
+// before, a death before the record's write would leave it RELEASED,
+// its claim held past its expiry.
+func (s *Store) leased(ctx context.Context, lease *idem.Lease) (idem.Begun, error) {
+	if err := s.markRelease(ctx, lease, time.Time{}); err != nil {
+		return idem.Begun{}, err
+	}
+	return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 }
 
 // claimed answers a claim whose conditional write failed. err holds the
@@ -115,7 +131,7 @@ func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerp
 				lease.Intent = rec.Intent // a re-claim's: the record kept its own
 			}
 		}
-		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+		return s.leased(ctx, lease)
 	}
 	rec, err := s.decodeRecord(key, item)
 	if err != nil {
@@ -202,7 +218,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 			// a settlement sizes its response beside it, as DynamoDB will.
 			lease.Intent = rec.Intent
 		}
-		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+		return s.leased(ctx, lease)
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }

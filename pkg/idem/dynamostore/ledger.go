@@ -123,28 +123,23 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 }
 
 // Extend moves the Until of key's claim created at created to until, in
-// one conditional UpdateItem, if region holds it. It clears a release's
+// one conditional UpdateItem, if region holds it. It keeps a release's
 // end. A yielding holder's claim passes to region, in a second
 // UpdateItem naming it the Heir. A claim already lasting until then is
-// left as it is, but for a release's end, cleared in a second
-// UpdateItem. After an error wrapping idem.ErrUnavailable, whether the
+// left as it is. After an error wrapping idem.ErrUnavailable, whether the
 // claim moved is unknown.
 func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
-	names := map[string]string{"#pk": ledgerKey, "#rg": ledgerRegion, "#ct": ledgerCreated, "#un": ledgerUntil, "#hr": ledgerHeir, "#rel": ledgerRelease}
+	names := map[string]string{"#pk": ledgerKey, "#rg": ledgerRegion, "#ct": ledgerCreated, "#un": ledgerUntil, "#hr": ledgerHeir}
 	values := map[string]types.AttributeValue{":rg": str(region), ":ct": millis(created), ":un": millis(until)}
-	old, err := l.update(ctx, key, "SET #rg = if_not_exists(#rg, :rg), #ct = if_not_exists(#ct, :ct), #un = :un REMOVE #rel",
+	old, err := l.update(ctx, key, "SET #rg = if_not_exists(#rg, :rg), #ct = if_not_exists(#ct, :ct), #un = :un",
 		"attribute_not_exists(#pk) OR (#ct = :ct AND #un < :un AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg))", names, values)
 	switch {
 	case err != nil || old == nil:
 		return err
 	case !old.CreatedAt.Equal(time.UnixMilli(created.UnixMilli())):
 		return &idem.ClaimedElsewhereError{Region: old.Holder()} // another command's claim
-	case old.Holder() == region && old.ReleasedUntil.IsZero():
-		return nil // it lasts long enough
 	case old.Holder() == region:
-		// It lasts long enough, but a lease after a release may settle
-		// the command otherwise.
-		return l.mark(ctx, key, region, created, "REMOVE #rel", nil)
+		return nil // it lasts long enough
 	case !l.Yields(key, old.Holder()):
 		return &idem.ClaimedElsewhereError{Region: old.Holder()}
 	}
@@ -159,7 +154,7 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 	if old.Heir != "" {
 		cond, values[":oldhr"] = "#rg = :old AND #ct = :ct AND #hr = :oldhr", str(old.Heir)
 	}
-	again, err := l.update(ctx, key, "SET #un = :un, #hr = :rg REMOVE #rel", cond, names, values)
+	again, err := l.update(ctx, key, "SET #un = :un, #hr = :rg", cond, names, values)
 	switch {
 	case err != nil || again == nil:
 		return err

@@ -217,8 +217,7 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	if err := s.done(l, idem.StatusReleased, s.apply(ctx, l, &st)); err != nil {
-		// Not released: the claim holds the key again.
-		return errors.Join(err, s.markRelease(ctx, l, time.Time{}))
+		return errors.Join(err, s.unmarkUnreleased(ctx, l))
 	}
 	return nil
 }
@@ -231,4 +230,20 @@ func (s *Store) markRelease(ctx context.Context, l *idem.Lease, until time.Time)
 		return nil
 	}
 	return ledgerError("release", l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until))
+}
+
+// unmarkUnreleased clears the release's end after l's record write failed.
+// The record may be RELEASED all the same: the write landed unanswered,
+// or the lease holding the command released it. Then the mark stays, and
+// the claim ends with that release. Unread, it stays too.
+func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
+	rec, err := s.Get(ctx, l.Key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+	case err != nil:
+		return err
+	case rec.Status == idem.StatusReleased && rec.CreatedAt.Equal(l.CreatedAt):
+		return nil
+	}
+	return s.markRelease(ctx, l, time.Time{})
 }

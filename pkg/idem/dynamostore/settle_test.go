@@ -1,6 +1,7 @@
 package dynamostore_test
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -214,4 +215,63 @@ func TestCommitRetriedByTheCaller(t *testing.T) {
 		t.Fatalf("commit with another response: want ErrLeaseLost, got %v", err)
 	}
 	wantReplay(t, e.Store, k, resp)
+}
+
+// loseAnswer is a DynamoDB client whose next UpdateItem, once armed, is
+// applied and its answer lost.
+type loseAnswer struct {
+	dynamostore.DynamoDBAPI
+	armed bool
+}
+
+func (d *loseAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.DynamoDBAPI.UpdateItem(ctx, in, optFns...)
+	if d.armed && err == nil {
+		d.armed = false
+		return nil, errors.New("connection reset: the answer is lost")
+	}
+	return out, err
+}
+
+// TestAReleaseWhoseRecordsAnswerIsLostEndsItsClaimWithItsRecord: the
+// record's RELEASED write lands, its answer lost. The release clears its
+// end on the claim, believing the record unwritten. The record is
+// RELEASED, and nothing IN_FLIGHT is left for the reconciler to retry.
+// Once the release expired, another intent must be a new command:
+// backend.md says the claim ends with the release's record.
+func TestAReleaseWhoseRecordsAnswerIsLostEndsItsClaimWithItsRecord(t *testing.T) {
+	t.Parallel()
+	raw := dynamotest.Client(t)
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &loseAnswer{DynamoDBAPI: raw}
+	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	db.armed = true
+	if err := st.Release(t.Context(), begun.Lease); err == nil {
+		t.Fatal("Release, its answer lost: nil error")
+	}
+	released, err := st.Get(t.Context(), k)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("the record after the lost answer: %+v, %v; want RELEASED", released, err)
+	}
+	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
+	other := []byte("another intent")
+	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
+		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
+	}
 }

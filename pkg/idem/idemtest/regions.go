@@ -63,6 +63,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"The released body resent after its release expired is a new command in an heir too", releasedBodyAfterExpiryInHeir},
 		{"A release claimed back no longer ends its claim", claimedBackReleaseHoldsItsClaim},
 		{"A release the Ledger cannot record is left in flight", unrecordedReleaseLeftInFlight},
+		{"A stale lease's release keeps the end the holding lease's release recorded", staleReleaseKeepsItsEnd},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -604,5 +605,36 @@ func unrecordedReleaseLeftInFlight(t *testing.T, r *regionSuite) {
 	r.ledger.failRelease(nil)
 	if err := a.Release(ctx, l); err != nil {
 		t.Fatalf("Release again, the Ledger back: %v", err)
+	}
+}
+
+// staleReleaseKeepsItsEnd: a's lease runs out while its provider hangs.
+// The reconciler takes the command over and releases it. Then the stale
+// lease releases, refused. The key must still be free once the holding
+// release expired: its claim ends with that release's record.
+func staleReleaseKeepsItsEnd(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k := UniqueKey(t, "acme")
+	a := r.Store("a")
+	stale := beginIn(t, a, k)
+	r.clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	taken, err := a.TakeOver(ctx, k)
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	if err := a.Release(ctx, taken); err != nil {
+		t.Fatalf("the holding lease's Release: %v", err)
+	}
+	if err := a.Release(ctx, stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale lease's Release: %v; want ErrLeaseLost", err)
+	}
+	released, err := a.Get(ctx, k)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("the record: %+v, %v; want RELEASED", released, err)
+	}
+	r.clock.Advance(released.ExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
+	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(stale.CreatedAt) {
+		t.Fatalf("another intent once the release expired: %+v, %v; want a new command", begun, err)
 	}
 }

@@ -75,7 +75,6 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 	if until.After(old.Until) {
 		old.Until = until
 	}
-	old.ReleasedUntil = time.Time{}
 	l.claims[key] = old
 	return nil
 }

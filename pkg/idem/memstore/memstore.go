@@ -225,7 +225,16 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		}
 		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	}
-	return s.begin(ctx, lease, fp, now)
+	begun, err := s.begin(ctx, lease, fp, now)
+	if err != nil || begun.Lease == nil || begun.Lease.CreatedAt.UnixMilli() == now.UnixMilli() {
+		return begun, err
+	}
+	// An earlier command leased again, as dynamostore's leased: its
+	// record is IN_FLIGHT now, so its claim no longer ends with a release.
+	if err := s.markRelease(ctx, begun.Lease, time.Time{}); err != nil {
+		return idem.Begun{}, err
+	}
+	return begun, nil
 }
 
 // live reports whether key has a record within its retention at now.
@@ -372,10 +381,23 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
-		// Not released: the claim holds the key again.
-		return errors.Join(err, s.markRelease(ctx, l, time.Time{}))
+		return errors.Join(err, s.unmarkUnreleased(ctx, l))
 	}
 	return nil
+}
+
+// unmarkUnreleased clears the release's end after l's record write
+// failed, unless the record is RELEASED under l's command, as dynamostore's.
+func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
+	rec, err := s.Get(ctx, l.Key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+	case err != nil:
+		return err
+	case rec.Status == idem.StatusReleased && rec.CreatedAt.Equal(l.CreatedAt):
+		return nil
+	}
+	return s.markRelease(ctx, l, time.Time{})
 }
 
 // markRelease sets the release's end on the Ledger's claim of l's
@@ -535,6 +557,9 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	rec.attempts++
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.createdAt, rec.attemptDeadline, rec.attempts, bytes.Clone(rec.intent)
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
+	if err := s.markRelease(ctx, lease, time.Time{}); err != nil {
+		return nil, err
+	}
 	return lease, nil
 }
 
