@@ -712,6 +712,39 @@ func TestLongRequestsSpreadThinAreHeldWithinFourTimesTheConcurrency(t *testing.T
 	}
 }
 
+// mustAdmit admits one request of tenant through l, or fails t.
+func mustAdmit(ctx context.Context, t *testing.T, l *limit.Limiter, tenant string) *limit.Ticket {
+	t.Helper()
+	tk, refused := l.Admit(ctx, tenant)
+	if refused != nil {
+		t.Fatalf("refused %+v", refused)
+	}
+	return tk
+}
+
+// busyTenants sends one request each of n tenants through l, each with
+// handler time in the span.
+func busyTenants(t *testing.T, l *limit.Limiter, clock *testkit.Clock, n int) {
+	t.Helper()
+	for i := range n {
+		tk := mustAdmit(t.Context(), t, l, fmt.Sprintf("busy-%d", i))
+		clock.Advance(time.Microsecond) // handler time in the span
+		l.Done(t.Context(), tk, true)
+	}
+}
+
+// wantFloodStillHot: the flood's next request, after MaxTenants-1 tenants
+// of kind, shares as it starts, as a hot tenant's does.
+func wantFloodStillHot(t *testing.T, l *limit.Limiter, store *sharedCounts, kind string) {
+	t.Helper()
+	before, _ := store.calls()
+	tk := mustAdmit(t.Context(), t, l, "flood")
+	defer l.Done(t.Context(), tk, true)
+	if adds, _ := store.calls(); adds != before+1 {
+		t.Fatalf("the flood's first request after %d %s tenants made %d adds as it started, want 1: it is still hot", limit.MaxTenants-1, kind, adds-before)
+	}
+}
+
 // TestAHotTenantOutlivesManyQuietOnes: an instance that tracks too many
 // tenants forgets the quiet ones first. A flood that pauses while many
 // tenants pass stays hot, so its next request is shared at once.
@@ -727,15 +760,7 @@ func TestAHotTenantOutlivesManyQuietOnes(t *testing.T) {
 	}
 	clock.Advance(limit.Window)
 	admitted(t, l, "one-more", 1) // past the bound: tenants of windows gone are forgotten
-	before, _ := store.calls()
-	tk, refused := l.Admit(t.Context(), "flood")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
-	defer l.Done(t.Context(), tk, true)
-	if adds, _ := store.calls(); adds != before+1 {
-		t.Fatalf("the flood's first request after %d quiet tenants made %d adds as it started, want 1: it is still hot", limit.MaxTenants-1, adds-before)
-	}
+	wantFloodStillHot(t, l, store, "quiet")
 }
 
 // TestTheTenantsTrackedStayBounded: tenants that still limit themselves
@@ -744,14 +769,7 @@ func TestTheTenantsTrackedStayBounded(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	for i := range limit.MaxTenants {
-		tk, refused := l.Admit(t.Context(), fmt.Sprintf("busy-%d", i))
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
-		clock.Advance(time.Microsecond) // handler time in the span
-		l.Done(t.Context(), tk, true)
-	}
+	busyTenants(t, l, clock, limit.MaxTenants)
 	clock.Advance(limit.Window)
 	admitted(t, l, "one-more", 1)
 	if n := l.Tracked(); n > limit.MaxTenants {
@@ -768,10 +786,7 @@ func TestRequestsWaitingCountAgainstTheConcurrency(t *testing.T) {
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
 	var waiting []*limit.Ticket
 	for range 15 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
+		tk := mustAdmit(t.Context(), t, l, "acme")
 		waiting = append(waiting, tk)
 	}
 	// 1.5 s on, the 15 have waited 22.5 s together: past the 20 s allowed.
@@ -809,10 +824,7 @@ func TestAWallClockSteppedBackDoesNotPanic(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start.Add(time.Second + time.Millisecond))
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	tk, refused := l.Admit(t.Context(), "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme")
 	clock.Advance(-5 * time.Millisecond) // a step back across the second
 	l.Done(t.Context(), tk, true)
 }
@@ -893,10 +905,7 @@ func TestAnUnreachableTableFailsOpen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	tk, refused := l.Admit(ctx, "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(ctx, t, l, "acme")
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("admitted after %v, with the request's deadline spent on the table: %v", time.Since(began).Round(time.Millisecond), err)
 	}
@@ -914,10 +923,7 @@ func TestAConcurrencyRefusalByRequestsRunningSaysHowLongTheirTimeCounts(t *testi
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
 	var running []*limit.Ticket
 	for range 8 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
+		tk := mustAdmit(t.Context(), t, l, "acme")
 		running = append(running, tk)
 	}
 	// 3.5 s on, the 8 have used 28 s of handler time: past the 20 s.
@@ -1018,10 +1024,7 @@ func TestAnUnreachableTableDoesNotHoldAChargesAnswer(t *testing.T) {
 	// As Lambda's: the function's timeout, here shortened.
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	tk, refused := l.Admit(ctx, "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(ctx, t, l, "acme")
 	began := time.Now()
 	l.Done(ctx, tk, true) // the charge is made; its answer waits for this
 	if err := ctx.Err(); err != nil {
@@ -1056,10 +1059,7 @@ func TestAShareThatLandedAndFailedIsNotAddedTwice(t *testing.T) {
 	admitted(t, l, "acme", 10) // near the rate: hot
 	setClock(clock, start.Add(time.Second+500*time.Millisecond))
 	store.once = true
-	tk, refused := l.Admit(t.Context(), "acme") // shared as it starts, and fails
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme") // shared as it starts, and fails
 	clock.Advance(100 * time.Millisecond)
 	l.Done(t.Context(), tk, true)
 	admitted(t, l, "acme", 1) // shared: a failure leaves the next share due
@@ -1083,25 +1083,10 @@ func TestAHotTenantOutlivesManyBusyOnes(t *testing.T) {
 	l := newLimiter(t, store, clock, limit.Limits{})
 	admitted(t, l, "flood", limit.DefaultRate) // near the rate: hot
 	clock.Advance(limit.Window)
-	for i := range limit.MaxTenants - 1 {
-		tk, refused := l.Admit(t.Context(), fmt.Sprintf("busy-%d", i))
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
-		clock.Advance(time.Microsecond) // handler time in the span
-		l.Done(t.Context(), tk, true)
-	}
+	busyTenants(t, l, clock, limit.MaxTenants-1)
 	clock.Advance(limit.Window)
 	admitted(t, l, "one-more", 1) // past the bound
-	before, _ := store.calls()
-	tk, refused := l.Admit(t.Context(), "flood")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
-	defer l.Done(t.Context(), tk, true)
-	if adds, _ := store.calls(); adds != before+1 {
-		t.Fatalf("the flood's first request after %d busy tenants made %d adds as it started, want 1: it is still hot", limit.MaxTenants-1, adds-before)
-	}
+	wantFloodStillHot(t, l, store, "busy")
 }
 
 // slowTable is a Store that, while slow is set, applies each Add and then
@@ -1191,10 +1176,7 @@ func TestAHangingTableDoesNotSpendAQuietTenantsDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	tk, refused := l.Admit(ctx, "quiet")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(ctx, t, l, "quiet")
 	defer l.Done(ctx, tk, true)
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("a quiet tenant's request was admitted after %v, its deadline spent on the overrides: %v", time.Since(began).Round(time.Millisecond), err)
@@ -1257,10 +1239,7 @@ func TestASlowTableCostsARequestAShareAtMost(t *testing.T) {
 	clock.Advance(limit.Window)
 	store.lag = 140 * time.Millisecond
 	began := time.Now()
-	tk, refused := l.Admit(t.Context(), "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme")
 	l.Done(t.Context(), tk, true)
 	if waited := time.Since(began); waited > 200*time.Millisecond {
 		t.Fatalf("one request of a hot tenant waited %v for a table answering in 140 ms, want at most one share's 150 ms", waited.Round(time.Millisecond))
@@ -1531,10 +1510,7 @@ func TestAHangingTableCostsAHotTenantsRequest150msAtMost(t *testing.T) {
 	clock.Advance(2 * limit.Window) // the overrides are due again
 	store.hang = true
 	began := time.Now()
-	tk, refused := l.Admit(t.Context(), "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme")
 	l.Done(t.Context(), tk, true)
 	if waited := time.Since(began); waited > 200*time.Millisecond {
 		t.Fatalf("a hanging table cost one request %v, want 150 ms at most", waited.Round(time.Millisecond))
