@@ -1533,6 +1533,25 @@ func (s *slowOverrides) Overrides(ctx context.Context) (map[string]limit.Limits,
 	return s.sharedCounts.Overrides(ctx)
 }
 
+// admittedAfterAnOverride sets an override of 50 a second for "big". Each
+// of three minutes, a request finds the overrides due and starts a read,
+// not waited for. It returns how many of 100 requests l then admits.
+func admittedAfterAnOverride(t *testing.T, l *limit.Limiter, clock *testkit.Clock, store *sharedCounts) int {
+	t.Helper()
+	store.mu.Lock()
+	store.overrides["big"] = limit.Limits{Rate: 50}
+	store.mu.Unlock()
+	for range 3 {
+		clock.Advance(limit.DefaultMaxAge)
+		admitted(t, l, "big", 1)
+		l.AwaitOverrides()
+	}
+	// The limiter's time runs a little slow while ahead of the clock:
+	// two seconds leave the last admission's second behind.
+	clock.Advance(2 * limit.Window)
+	return admitted(t, l, "big", 100)
+}
+
 // TestAnOverrideAppliesWhileTheTableAnswersIn200ms: every instance applies
 // an override within LIMITS_MAX_AGE. A request that finds the overrides due
 // starts a read and does not wait for it. So a table answering the
@@ -1542,18 +1561,7 @@ func TestAnOverrideAppliesWhileTheTableAnswersIn200ms(t *testing.T) {
 	clock := testkit.NewClock(start)
 	store := &slowOverrides{sharedCounts: newShared(), lag: 200 * time.Millisecond}
 	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
-	store.mu.Lock()
-	store.overrides["big"] = limit.Limits{Rate: 50}
-	store.mu.Unlock()
-	for range 3 { // three minutes: each read of the overrides is due
-		clock.Advance(limit.DefaultMaxAge)
-		admitted(t, l, "big", 1) // starts a read, not waited for
-		l.AwaitOverrides()
-	}
-	// The limiter's time runs a little slow while ahead of the clock:
-	// two seconds leave the last admission's second behind.
-	clock.Advance(2 * limit.Window)
-	if got := admitted(t, l, "big", 100); got != 50 {
+	if got := admittedAfterAnOverride(t, l, clock, store.sharedCounts); got != 50 {
 		t.Fatalf("3 minutes after an override of 50, with the table answering in 200 ms: %d admitted, want 50", got)
 	}
 }
@@ -1673,18 +1681,7 @@ func TestAnOverrideAppliesWithinMaxAgeAfterTheClockIsSteppedBack(t *testing.T) {
 	store := newShared()
 	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
 	clock.Advance(-time.Hour) // NTP corrects a clock an hour fast
-	store.mu.Lock()
-	store.overrides["big"] = limit.Limits{Rate: 50}
-	store.mu.Unlock()
-	for range 3 { // three minutes: each read of the overrides is due
-		clock.Advance(limit.DefaultMaxAge)
-		admitted(t, l, "big", 1)
-		l.AwaitOverrides()
-	}
-	// The limiter's time runs a little slow while ahead of the clock:
-	// two seconds leave the last admission's second behind.
-	clock.Advance(2 * limit.Window)
-	if got := admitted(t, l, "big", 100); got != 50 {
+	if got := admittedAfterAnOverride(t, l, clock, store); got != 50 {
 		t.Fatalf("3 minutes after an override of 50, the clock stepped back an hour: %d admitted, want 50", got)
 	}
 }
