@@ -378,6 +378,41 @@ func flood(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant st
 	return perSecond, refusals
 }
 
+// hotOnEach makes tenant hot on each instance of fleet, for HotSpan: one
+// second of a flood, then a window for its requests to leave the second.
+func hotOnEach(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant string) {
+	t.Helper()
+	flood(t, fleet, clock, tenant, 1, 100*time.Millisecond, always)
+	clock.Advance(limit.Window)
+}
+
+// steadily sends "steady" 50 requests a second of 10 ms for seconds, each
+// to the next instance of fleet in turn. before runs ahead of request i.
+// The flood's handler time leaves the span in ten seconds, so steadily
+// counts the refusals after that: by second, and by limit.
+func steadily(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, seconds int, before func(i int)) (bySecond map[int64]int, byLimit map[string]int) {
+	t.Helper()
+	bySecond, byLimit = map[int64]int{}, map[string]int{}
+	for i := range seconds * 50 {
+		before(i)
+		l := fleet[i%len(fleet)]
+		second := clock.Now().Unix() - start.Unix()
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			if i >= 12*50 {
+				bySecond[second]++
+				byLimit[refused.Limit]++
+			}
+			clock.Advance(20 * time.Millisecond)
+			continue
+		}
+		clock.Advance(10 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(10 * time.Millisecond)
+	}
+	return bySecond, byLimit
+}
+
 // always floods every second.
 func always(int64) bool { return true }
 
@@ -592,13 +627,14 @@ func TestAnOverridePastTheMaximumIsHeldToIt(t *testing.T) {
 	}
 }
 
-// slowFleet sends tenant a request each 10 ms for seconds, each taking d,
+// slowFleet sends tenant a request each step for seconds, each taking d,
 // as Lambda would: each goes to an idle instance, in turn, so a slow flood
 // spreads over as many as it needs. slowFleet returns how many requests
 // ran at once over the last half of the run: the most, and on average.
-func slowFleet(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant string, seconds int, d time.Duration) (most int, mean float64) {
+// It returns the refusals by second too.
+func slowFleet(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenant string, seconds int, step, d time.Duration) (most int, mean float64, refusals map[int64]int) {
 	t.Helper()
-	const step = 10 * time.Millisecond
+	refusals = map[int64]int{}
 	type running struct {
 		tk  *limit.Ticket
 		end time.Time
@@ -627,6 +663,8 @@ func slowFleet(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenan
 		next = idle + 1
 		if tk, refused := fleet[idle].Admit(t.Context(), tenant); refused == nil {
 			busy[idle] = &running{tk, now.Add(d)}
+		} else {
+			refusals[now.Unix()-start.Unix()]++
 		}
 		n := 0
 		for _, r := range busy {
@@ -639,7 +677,7 @@ func slowFleet(t *testing.T, fleet []*limit.Limiter, clock *testkit.Clock, tenan
 		}
 		clock.Advance(step)
 	}
-	return most, float64(sum) / float64(steps-steps/2)
+	return most, float64(sum) / float64(steps-steps/2), refusals
 }
 
 // TestSlowRequestsSpreadThinAreHeldToTheConcurrency: at the default rate,
@@ -651,7 +689,7 @@ func TestSlowRequestsSpreadThinAreHeldToTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	const instances, seconds = 300, 60
-	most, mean := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "slow", seconds, 2*time.Second)
+	most, mean, _ := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "slow", seconds, 10*time.Millisecond, 2*time.Second)
 	t.Logf("at most %d running at once, %.1f on average", most, mean)
 	if mean > 2*limit.DefaultConcurrency {
 		t.Fatalf("%.1f requests of 2 s ran at once on average over %d instances, want at most twice the concurrency, %d", mean, instances, 2*limit.DefaultConcurrency)
@@ -667,10 +705,43 @@ func TestLongRequestsSpreadThinAreHeldWithinFourTimesTheConcurrency(t *testing.T
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	const instances, seconds = 600, 120
-	most, mean := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "long", seconds, 5*time.Second)
+	most, mean, _ := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "long", seconds, 10*time.Millisecond, 5*time.Second)
 	t.Logf("at most %d running at once, %.1f on average", most, mean)
 	if mean > 4*limit.DefaultConcurrency {
 		t.Fatalf("requests of 5 s ran %.1f at once on average over %d instances, want at most %d", mean, instances, 4*limit.DefaultConcurrency)
+	}
+}
+
+// mustAdmit admits one request of tenant through l, or fails t.
+func mustAdmit(ctx context.Context, t *testing.T, l *limit.Limiter, tenant string) *limit.Ticket {
+	t.Helper()
+	tk, refused := l.Admit(ctx, tenant)
+	if refused != nil {
+		t.Fatalf("refused %+v", refused)
+	}
+	return tk
+}
+
+// busyTenants sends one request each of n tenants through l, each with
+// handler time in the span.
+func busyTenants(t *testing.T, l *limit.Limiter, clock *testkit.Clock, n int) {
+	t.Helper()
+	for i := range n {
+		tk := mustAdmit(t.Context(), t, l, fmt.Sprintf("busy-%d", i))
+		clock.Advance(time.Microsecond) // handler time in the span
+		l.Done(t.Context(), tk, true)
+	}
+}
+
+// wantFloodStillHot: the flood's next request, after MaxTenants-1 tenants
+// of kind, shares as it starts, as a hot tenant's does.
+func wantFloodStillHot(t *testing.T, l *limit.Limiter, store *sharedCounts, kind string) {
+	t.Helper()
+	before, _ := store.calls()
+	tk := mustAdmit(t.Context(), t, l, "flood")
+	defer l.Done(t.Context(), tk, true)
+	if adds, _ := store.calls(); adds != before+1 {
+		t.Fatalf("the flood's first request after %d %s tenants made %d adds as it started, want 1: it is still hot", limit.MaxTenants-1, kind, adds-before)
 	}
 }
 
@@ -689,15 +760,7 @@ func TestAHotTenantOutlivesManyQuietOnes(t *testing.T) {
 	}
 	clock.Advance(limit.Window)
 	admitted(t, l, "one-more", 1) // past the bound: tenants of windows gone are forgotten
-	before, _ := store.calls()
-	tk, refused := l.Admit(t.Context(), "flood")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
-	defer l.Done(t.Context(), tk, true)
-	if adds, _ := store.calls(); adds != before+1 {
-		t.Fatalf("the flood's first request after %d quiet tenants made %d adds as it started, want 1: it is still hot", limit.MaxTenants-1, adds-before)
-	}
+	wantFloodStillHot(t, l, store, "quiet")
 }
 
 // TestTheTenantsTrackedStayBounded: tenants that still limit themselves
@@ -706,14 +769,7 @@ func TestTheTenantsTrackedStayBounded(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	for i := range limit.MaxTenants {
-		tk, refused := l.Admit(t.Context(), fmt.Sprintf("busy-%d", i))
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
-		clock.Advance(time.Microsecond) // handler time in the span
-		l.Done(t.Context(), tk, true)
-	}
+	busyTenants(t, l, clock, limit.MaxTenants)
 	clock.Advance(limit.Window)
 	admitted(t, l, "one-more", 1)
 	if n := l.Tracked(); n > limit.MaxTenants {
@@ -730,10 +786,7 @@ func TestRequestsWaitingCountAgainstTheConcurrency(t *testing.T) {
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
 	var waiting []*limit.Ticket
 	for range 15 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
+		tk := mustAdmit(t.Context(), t, l, "acme")
 		waiting = append(waiting, tk)
 	}
 	// 1.5 s on, the 15 have waited 22.5 s together: past the 20 s allowed.
@@ -756,28 +809,8 @@ func TestFastRequestsOfAHotTenantDoNotCountAsRunningLong(t *testing.T) {
 	store := newShared()
 	const instances, seconds = 63, 60 // the AWS estimate's instances
 	fleet := fleetOf(t, store, clock, instances)
-	// One second of a flood over the fleet makes the tenant hot on each
-	// instance, for HotSpan.
-	flood(t, fleet, clock, "steady", 1, 100*time.Millisecond, always)
-	clock.Advance(limit.Window)
-	// Then 50 requests a second, of 10 ms each, each to the next instance
-	// in turn. The flood's handler time leaves the span in ten seconds:
-	// count the refusals after that, while the tenant is hot.
-	refusals := map[string]int{}
-	for i := range seconds * 50 {
-		l := fleet[i%instances]
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			if i >= 12*50 {
-				refusals[refused.Limit]++
-			}
-			clock.Advance(20 * time.Millisecond)
-			continue
-		}
-		clock.Advance(10 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(10 * time.Millisecond)
-	}
+	hotOnEach(t, fleet, clock, "steady")
+	_, refusals := steadily(t, fleet, clock, seconds, func(int) {})
 	if len(refusals) > 0 {
 		t.Fatalf("50 requests a second of 10 ms (0.5 at once), against 100 and 40, over %d instances: %v of the %d of seconds 12 to 60 refused", instances, refusals, (seconds-12)*50)
 	}
@@ -791,10 +824,7 @@ func TestAWallClockSteppedBackDoesNotPanic(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start.Add(time.Second + time.Millisecond))
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	tk, refused := l.Admit(t.Context(), "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme")
 	clock.Advance(-5 * time.Millisecond) // a step back across the second
 	l.Done(t.Context(), tk, true)
 }
@@ -875,10 +905,7 @@ func TestAnUnreachableTableFailsOpen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	tk, refused := l.Admit(ctx, "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(ctx, t, l, "acme")
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("admitted after %v, with the request's deadline spent on the table: %v", time.Since(began).Round(time.Millisecond), err)
 	}
@@ -896,10 +923,7 @@ func TestAConcurrencyRefusalByRequestsRunningSaysHowLongTheirTimeCounts(t *testi
 	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
 	var running []*limit.Ticket
 	for range 8 {
-		tk, refused := l.Admit(t.Context(), "acme")
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
+		tk := mustAdmit(t.Context(), t, l, "acme")
 		running = append(running, tk)
 	}
 	// 3.5 s on, the 8 have used 28 s of handler time: past the 20 s.
@@ -1000,10 +1024,7 @@ func TestAnUnreachableTableDoesNotHoldAChargesAnswer(t *testing.T) {
 	// As Lambda's: the function's timeout, here shortened.
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	tk, refused := l.Admit(ctx, "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(ctx, t, l, "acme")
 	began := time.Now()
 	l.Done(ctx, tk, true) // the charge is made; its answer waits for this
 	if err := ctx.Err(); err != nil {
@@ -1038,10 +1059,7 @@ func TestAShareThatLandedAndFailedIsNotAddedTwice(t *testing.T) {
 	admitted(t, l, "acme", 10) // near the rate: hot
 	setClock(clock, start.Add(time.Second+500*time.Millisecond))
 	store.once = true
-	tk, refused := l.Admit(t.Context(), "acme") // shared as it starts, and fails
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme") // shared as it starts, and fails
 	clock.Advance(100 * time.Millisecond)
 	l.Done(t.Context(), tk, true)
 	admitted(t, l, "acme", 1) // shared: a failure leaves the next share due
@@ -1065,25 +1083,10 @@ func TestAHotTenantOutlivesManyBusyOnes(t *testing.T) {
 	l := newLimiter(t, store, clock, limit.Limits{})
 	admitted(t, l, "flood", limit.DefaultRate) // near the rate: hot
 	clock.Advance(limit.Window)
-	for i := range limit.MaxTenants - 1 {
-		tk, refused := l.Admit(t.Context(), fmt.Sprintf("busy-%d", i))
-		if refused != nil {
-			t.Fatalf("refused %+v", refused)
-		}
-		clock.Advance(time.Microsecond) // handler time in the span
-		l.Done(t.Context(), tk, true)
-	}
+	busyTenants(t, l, clock, limit.MaxTenants-1)
 	clock.Advance(limit.Window)
 	admitted(t, l, "one-more", 1) // past the bound
-	before, _ := store.calls()
-	tk, refused := l.Admit(t.Context(), "flood")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
-	defer l.Done(t.Context(), tk, true)
-	if adds, _ := store.calls(); adds != before+1 {
-		t.Fatalf("the flood's first request after %d busy tenants made %d adds as it started, want 1: it is still hot", limit.MaxTenants-1, adds-before)
-	}
+	wantFloodStillHot(t, l, store, "busy")
 }
 
 // slowTable is a Store that, while slow is set, applies each Add and then
@@ -1112,26 +1115,10 @@ func TestOneSlowSecondOfTheTableDoesNotRefuseASteadyTenant(t *testing.T) {
 	store := &slowTable{sharedCounts: newShared()}
 	const instances, seconds = 63, 30
 	fleet := fleetOf(t, store, clock, instances)
-	flood(t, fleet, clock, "steady", 1, 100*time.Millisecond, always)
-	clock.Advance(limit.Window)
-	refusals := map[int64]int{}
-	for i := range seconds * 50 {
-		// One second of a slow table, after the flood left the span.
-		store.slow = i >= 13*50 && i < 14*50
-		l := fleet[i%instances]
-		second := clock.Now().Unix() - start.Unix()
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			if i >= 12*50 {
-				refusals[second]++
-			}
-			clock.Advance(20 * time.Millisecond)
-			continue
-		}
-		clock.Advance(10 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(10 * time.Millisecond)
-	}
+	hotOnEach(t, fleet, clock, "steady")
+	refusals, _ := steadily(t, fleet, clock, seconds, func(i int) {
+		store.slow = i >= 13*50 && i < 14*50 // one second of a slow table, after the flood left the span
+	})
 	store.mu.Lock()
 	ghost := store.counts["steady@09:00:15"]
 	store.mu.Unlock()
@@ -1189,10 +1176,7 @@ func TestAHangingTableDoesNotSpendAQuietTenantsDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
 	began := time.Now()
-	tk, refused := l.Admit(ctx, "quiet")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(ctx, t, l, "quiet")
 	defer l.Done(ctx, tk, true)
 	if err := ctx.Err(); err != nil {
 		t.Fatalf("a quiet tenant's request was admitted after %v, its deadline spent on the overrides: %v", time.Since(began).Round(time.Millisecond), err)
@@ -1255,10 +1239,7 @@ func TestASlowTableCostsARequestAShareAtMost(t *testing.T) {
 	clock.Advance(limit.Window)
 	store.lag = 140 * time.Millisecond
 	began := time.Now()
-	tk, refused := l.Admit(t.Context(), "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme")
 	l.Done(t.Context(), tk, true)
 	if waited := time.Since(began); waited > 200*time.Millisecond {
 		t.Fatalf("one request of a hot tenant waited %v for a table answering in 140 ms, want at most one share's 150 ms", waited.Round(time.Millisecond))
@@ -1296,25 +1277,9 @@ func TestAThrottledTableDoesNotRefuseASteadyTenant(t *testing.T) {
 	store := &throttling{sharedCounts: newShared(), rnd: rand.New(rand.NewPCG(1, 2))}
 	const instances, seconds = 63, 40
 	fleet := fleetOf(t, store, clock, instances)
-	flood(t, fleet, clock, "steady", 1, 100*time.Millisecond, always)
-	clock.Advance(limit.Window)
+	hotOnEach(t, fleet, clock, "steady")
 	store.share = 0.2
-	refusals := map[int64]int{}
-	for i := range seconds * 50 {
-		l := fleet[i%instances]
-		second := clock.Now().Unix() - start.Unix()
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			if i >= 12*50 {
-				refusals[second]++
-			}
-			clock.Advance(20 * time.Millisecond)
-			continue
-		}
-		clock.Advance(10 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(10 * time.Millisecond)
-	}
+	refusals, _ := steadily(t, fleet, clock, seconds, func(int) {})
 	if len(refusals) > 0 {
 		t.Fatalf("50 requests a second of 10 ms, against 100 and 40, over %d instances, one write in 5 throttled: refusals by second %v", instances, refusals)
 	}
@@ -1330,38 +1295,7 @@ func TestSlowRequestsUnderTheConcurrencyAreNotRefusedAtAnItemsStart(t *testing.T
 	clock := testkit.NewClock(start)
 	const instances, seconds = 63, 60
 	const step, d = time.Second / 15, 2 * time.Second
-	fleet := fleetOf(t, newShared(), clock, instances)
-	type running struct {
-		tk  *limit.Ticket
-		end time.Time
-	}
-	busy := make([]*running, len(fleet))
-	next := 0
-	refusals := map[int64]int{}
-	for range time.Duration(seconds) * time.Second / step {
-		now := clock.Now()
-		for j, r := range busy {
-			if r != nil && !now.Before(r.end) {
-				fleet[j].Done(t.Context(), r.tk, true)
-				busy[j] = nil
-			}
-		}
-		idle := -1
-		for k := range fleet {
-			if j := (next + k) % len(fleet); busy[j] == nil {
-				idle = j
-				break
-			}
-		}
-		next = idle + 1
-		tk, refused := fleet[idle].Admit(t.Context(), "slow")
-		if refused != nil {
-			refusals[now.Unix()-start.Unix()]++
-		} else {
-			busy[idle] = &running{tk, now.Add(d)}
-		}
-		clock.Advance(step)
-	}
+	_, _, refusals := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "slow", seconds, step, d)
 	if len(refusals) > 0 {
 		t.Fatalf("15 requests a second of 2 s, 30 at once against 40, over %d instances: refusals by second %v (items start at seconds 20 and 40)", instances, refusals)
 	}
@@ -1447,6 +1381,23 @@ func TestAFloodIsHeldWhileOneWriteInTwentyIsThrottled(t *testing.T) {
 	}
 }
 
+// paced sends "steady" perSecond requests a second of d each to l, for
+// seconds. step runs ahead of request i, to step the clock back. Any
+// refusal fails t, with what the test sends.
+func paced(t *testing.T, l *limit.Limiter, clock *testkit.Clock, perSecond, seconds int, d time.Duration, what string, step func(i int)) {
+	t.Helper()
+	for i := range seconds * perSecond {
+		step(i)
+		tk, refused := l.Admit(t.Context(), "steady")
+		if refused != nil {
+			t.Fatalf("request %d: %s: refused %+v", i, what, refused)
+		}
+		clock.Advance(d)
+		l.Done(t.Context(), tk, true)
+		clock.Advance(time.Second/time.Duration(perSecond) - d)
+	}
+}
+
 // TestAStepBackOfSecondsDoesNotRefuseASteadyTenant: a wall clock stepped
 // back 3 s starts a fresh window at its second. Were the tenant kept in its
 // window, 3 s of requests would pile into it, and a steady tenant at half
@@ -1455,18 +1406,11 @@ func TestAStepBackOfSecondsDoesNotRefuseASteadyTenant(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	for i := range 10 * 50 { // 50 a second of 5 ms, for 10 s
+	paced(t, l, clock, 50, 10, 5*time.Millisecond, "50 a second against 100, a step back of 3 s", func(i int) {
 		if i == 100 {
 			clock.Advance(-3 * time.Second) // NTP steps the clock back
 		}
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			t.Fatalf("request %d: 50 a second against 100, a step back of 3 s: refused %+v", i, refused)
-		}
-		clock.Advance(5 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(15 * time.Millisecond)
-	}
+	})
 }
 
 // TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket: a request's
@@ -1566,10 +1510,7 @@ func TestAHangingTableCostsAHotTenantsRequest150msAtMost(t *testing.T) {
 	clock.Advance(2 * limit.Window) // the overrides are due again
 	store.hang = true
 	began := time.Now()
-	tk, refused := l.Admit(t.Context(), "acme")
-	if refused != nil {
-		t.Fatalf("refused %+v", refused)
-	}
+	tk := mustAdmit(t.Context(), t, l, "acme")
 	l.Done(t.Context(), tk, true)
 	if waited := time.Since(began); waited > 200*time.Millisecond {
 		t.Fatalf("a hanging table cost one request %v, want 150 ms at most", waited.Round(time.Millisecond))
@@ -1592,6 +1533,25 @@ func (s *slowOverrides) Overrides(ctx context.Context) (map[string]limit.Limits,
 	return s.sharedCounts.Overrides(ctx)
 }
 
+// admittedAfterAnOverride sets an override of 50 a second for "big". Each
+// of three minutes, a request finds the overrides due and starts a read,
+// not waited for. It returns how many of 100 requests l then admits.
+func admittedAfterAnOverride(t *testing.T, l *limit.Limiter, clock *testkit.Clock, store *sharedCounts) int {
+	t.Helper()
+	store.mu.Lock()
+	store.overrides["big"] = limit.Limits{Rate: 50}
+	store.mu.Unlock()
+	for range 3 {
+		clock.Advance(limit.DefaultMaxAge)
+		admitted(t, l, "big", 1)
+		l.AwaitOverrides()
+	}
+	// The limiter's time runs a little slow while ahead of the clock:
+	// two seconds leave the last admission's second behind.
+	clock.Advance(2 * limit.Window)
+	return admitted(t, l, "big", 100)
+}
+
 // TestAnOverrideAppliesWhileTheTableAnswersIn200ms: every instance applies
 // an override within LIMITS_MAX_AGE. A request that finds the overrides due
 // starts a read and does not wait for it. So a table answering the
@@ -1601,18 +1561,7 @@ func TestAnOverrideAppliesWhileTheTableAnswersIn200ms(t *testing.T) {
 	clock := testkit.NewClock(start)
 	store := &slowOverrides{sharedCounts: newShared(), lag: 200 * time.Millisecond}
 	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
-	store.mu.Lock()
-	store.overrides["big"] = limit.Limits{Rate: 50}
-	store.mu.Unlock()
-	for range 3 { // three minutes: each read of the overrides is due
-		clock.Advance(limit.DefaultMaxAge)
-		admitted(t, l, "big", 1) // starts a read, not waited for
-		l.AwaitOverrides()
-	}
-	// The limiter's time runs a little slow while ahead of the clock:
-	// two seconds leave the last admission's second behind.
-	clock.Advance(2 * limit.Window)
-	if got := admitted(t, l, "big", 100); got != 50 {
+	if got := admittedAfterAnOverride(t, l, clock, store.sharedCounts); got != 50 {
 		t.Fatalf("3 minutes after an override of 50, with the table answering in 200 ms: %d admitted, want 50", got)
 	}
 }
@@ -1682,19 +1631,12 @@ func TestAStepBackOfUnderASecondDoesNotRefuseASteadyTenant(t *testing.T) {
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
 	stepped := false
-	for i := range 5 * 60 { // 60 a second of 5 ms, for 5 s
+	paced(t, l, clock, 60, 5, 5*time.Millisecond, "60 a second against 100, a step back of 900 ms", func(int) {
 		if !stepped && clock.Now().Sub(start) >= 1950*time.Millisecond {
 			clock.Advance(-900 * time.Millisecond) // NTP steps the clock back
 			stepped = true
 		}
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			t.Fatalf("request %d: 60 a second against 100, a step back of 900 ms: refused %+v", i, refused)
-		}
-		clock.Advance(5 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(time.Second/60 - 5*time.Millisecond)
-	}
+	})
 }
 
 // TestAShareThatLandedAndFailedIsNotCountedTwice: operations.md says a
@@ -1723,18 +1665,11 @@ func TestAStepBackOfSecondsDoesNotRefuseATenantAt60PercentOfItsRate(t *testing.T
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	for i := range 6 * 60 { // 60 a second of 5 ms, for 6 s
+	paced(t, l, clock, 60, 6, 5*time.Millisecond, "60 a second against 100, a step back of 3 s", func(i int) {
 		if i == 4*60 {
 			clock.Advance(-3 * time.Second) // NTP steps the clock back
 		}
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			t.Fatalf("request %d: 60 a second against 100, a step back of 3 s: refused %+v", i, refused)
-		}
-		clock.Advance(5 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(time.Second/60 - 5*time.Millisecond)
-	}
+	})
 }
 
 // TestAnOverrideAppliesWithinMaxAgeAfterTheClockIsSteppedBack: every
@@ -1746,18 +1681,7 @@ func TestAnOverrideAppliesWithinMaxAgeAfterTheClockIsSteppedBack(t *testing.T) {
 	store := newShared()
 	l := newLimiter(t, store, clock, limit.Limits{Rate: 5, Concurrency: 100})
 	clock.Advance(-time.Hour) // NTP corrects a clock an hour fast
-	store.mu.Lock()
-	store.overrides["big"] = limit.Limits{Rate: 50}
-	store.mu.Unlock()
-	for range 3 { // three minutes: each read of the overrides is due
-		clock.Advance(limit.DefaultMaxAge)
-		admitted(t, l, "big", 1)
-		l.AwaitOverrides()
-	}
-	// The limiter's time runs a little slow while ahead of the clock:
-	// two seconds leave the last admission's second behind.
-	clock.Advance(2 * limit.Window)
-	if got := admitted(t, l, "big", 100); got != 50 {
+	if got := admittedAfterAnOverride(t, l, clock, store); got != 50 {
 		t.Fatalf("3 minutes after an override of 50, the clock stepped back an hour: %d admitted, want 50", got)
 	}
 }
@@ -1770,18 +1694,11 @@ func TestRepeatedSmallStepsBackDoNotRefuseASteadyTenant(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	l := newLimiter(t, newShared(), clock, limit.Limits{})
-	for i := range 10 * 90 { // 90 a second of 2 ms, for 10 s
+	paced(t, l, clock, 90, 10, 2*time.Millisecond, "90 a second against 100, steps back of 200 ms each second", func(i int) {
 		if i%90 == 85 {
 			clock.Advance(-200 * time.Millisecond) // the clock corrected back
 		}
-		tk, refused := l.Admit(t.Context(), "steady")
-		if refused != nil {
-			t.Fatalf("request %d: 90 a second against 100, steps back of 200 ms each second: refused %+v", i, refused)
-		}
-		clock.Advance(2 * time.Millisecond)
-		l.Done(t.Context(), tk, true)
-		clock.Advance(time.Second/90 - 2*time.Millisecond)
-	}
+	})
 }
 
 // TestTwinsOfTwoSecondsDoNotLetASecondStartThriceItsRate: twins wait up to

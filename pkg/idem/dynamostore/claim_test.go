@@ -30,6 +30,58 @@ func (c *crashAfterExtend) Extend(ctx context.Context, key idem.Key, region stri
 	return err
 }
 
+// newLedger is a Ledger on its own table.
+func newLedger(t *testing.T, db dynamostore.DynamoDBAPI) *dynamostore.Ledger {
+	t.Helper()
+	l, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// inRegionA places a store in Region "a", on clock, claiming through ledger.
+func inRegionA(clock *idemtest.Clock, ledger idem.Ledger) func(*dynamostore.Options) {
+	return func(o *dynamostore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	}
+}
+
+// mustBegin begins a new command for body, which must take a lease.
+func mustBegin(t *testing.T, st *dynamostore.Store, k idem.Key, body []byte) idem.Begun {
+	t.Helper()
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	return begun
+}
+
+// claimBackDyingAfterLedger claims k back; the instance dies once the
+// Ledger's Extend lands, before the record's write.
+func claimBackDyingAfterLedger(t *testing.T, st *dynamostore.Store, ledger *crashAfterExtend, k idem.Key, body []byte) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	ledger.crash = cancel
+	defer func() { ledger.crash = nil }()
+	if _, err := st.Begin(ctx, k, idem.FingerprintOf(body), body); err == nil {
+		t.Fatal("the claim back that died after the Ledger: nil error")
+	}
+}
+
+// wantAnotherIntentNewOnceExpired: once the release expired, another
+// intent on its key must be a new command. backend.md: the claim ends with
+// the release's record.
+func wantAnotherIntentNewOnceExpired(t *testing.T, st *dynamostore.Store, clock *idemtest.Clock, released *idem.Record, begun idem.Begun) {
+	t.Helper()
+	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
+	other := []byte("another intent")
+	next, err := st.Begin(t.Context(), begun.Lease.Key, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
+		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
+	}
+}
+
 // TestAClaimBackThatDiesAfterTheLedgerLeavesTheKeyFreeAtTheReleasesEnd:
 // a command is released. A retry claims it back: the Ledger's Extend
 // clears the release's end, then the instance dies before the record's
@@ -41,23 +93,11 @@ func TestAClaimBackThatDiesAfterTheLedgerLeavesTheKeyFreeAtTheReleasesEnd(t *tes
 	t.Parallel()
 	db := dynamotest.Client(t)
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	real, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := &crashAfterExtend{Ledger: real}
-	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ledger := &crashAfterExtend{Ledger: newLedger(t, db)}
+	st := newStore(t, db, dynamotest.Table(t, dynamostore.TableInput("regions")), inRegionA(clock, ledger))
 	k := idemtest.UniqueKey(t, "acme")
 	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
+	begun := mustBegin(t, st, k, body)
 	if err := st.Release(t.Context(), begun.Lease); err != nil {
 		t.Fatal(err)
 	}
@@ -66,21 +106,11 @@ func TestAClaimBackThatDiesAfterTheLedgerLeavesTheKeyFreeAtTheReleasesEnd(t *tes
 		t.Fatalf("the released record: %+v, %v", released, err)
 	}
 	clock.Advance(time.Minute)
-	ctx, cancel := context.WithCancel(t.Context())
-	ledger.crash = cancel
-	if _, err := st.Begin(ctx, k, idem.FingerprintOf(body), body); err == nil {
-		t.Fatal("the claim back that died after the Ledger: nil error")
-	}
-	ledger.crash = nil
+	claimBackDyingAfterLedger(t, st, ledger, k, body)
 	if rec, err := st.Get(t.Context(), k); err != nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("the record after the claim back died: %+v, %v; want RELEASED, untouched", rec, err)
 	}
-	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
-	other := []byte("another intent")
-	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
-	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
-		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
-	}
+	wantAnotherIntentNewOnceExpired(t, st, clock, released, begun)
 }
 
 // TestTheReleasedBodyAfterAClaimBackDiedIsANewCommand: as above, the
@@ -93,24 +123,12 @@ func TestTheReleasedBodyAfterAClaimBackDiedIsANewCommand(t *testing.T) {
 	t.Parallel()
 	db := dynamotest.Client(t)
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	real, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := &crashAfterExtend{Ledger: real}
+	ledger := &crashAfterExtend{Ledger: newLedger(t, db)}
 	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
-	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newStore(t, db, table, inRegionA(clock, ledger))
 	k := idemtest.UniqueKey(t, "acme")
 	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
+	begun := mustBegin(t, st, k, body)
 	if err := st.Release(t.Context(), begun.Lease); err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +137,7 @@ func TestTheReleasedBodyAfterAClaimBackDiedIsANewCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	clock.Advance(time.Minute)
-	ctx, cancel := context.WithCancel(t.Context())
-	ledger.crash = cancel
-	if _, err := st.Begin(ctx, k, idem.FingerprintOf(body), body); err == nil {
-		t.Fatal("the claim back that died after the Ledger: nil error")
-	}
-	ledger.crash = nil
+	claimBackDyingAfterLedger(t, st, ledger, k, body)
 	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
 	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
 	if _, err := db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {

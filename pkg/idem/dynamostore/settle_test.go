@@ -243,23 +243,11 @@ func TestAReleaseWhoseRecordsAnswerIsLostEndsItsClaimWithItsRecord(t *testing.T)
 	t.Parallel()
 	raw := dynamotest.Client(t)
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	db := &loseAnswer{DynamoDBAPI: raw}
-	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := newStore(t, db, dynamotest.Table(t, dynamostore.TableInput("regions")), inRegionA(clock, newLedger(t, raw)))
 	k := idemtest.UniqueKey(t, "acme")
 	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
+	begun := mustBegin(t, st, k, body)
 	db.armed = true
 	if err := st.Release(t.Context(), begun.Lease); err == nil {
 		t.Fatal("Release, its answer lost: nil error")
@@ -268,10 +256,5 @@ func TestAReleaseWhoseRecordsAnswerIsLostEndsItsClaimWithItsRecord(t *testing.T)
 	if err != nil || released.Status != idem.StatusReleased {
 		t.Fatalf("the record after the lost answer: %+v, %v; want RELEASED", released, err)
 	}
-	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
-	other := []byte("another intent")
-	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
-	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
-		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
-	}
+	wantAnotherIntentNewOnceExpired(t, st, clock, released, begun)
 }
