@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/claims"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
@@ -275,30 +276,16 @@ func (s *Store) ledgerClaim(ctx context.Context, lease *idem.Lease, fp idem.Fing
 }
 
 // takeUp refuses to take up c, an earlier claim, for a request with
-// fingerprint fp. item is the key's record, expired or absent. A settled
-// record under c gives *InFlightError until c ends: under c's CreatedAt
-// a new intent would send the old command's reference. Without its
-// record, as once TTL deleted it, the claim's fingerprint tells another
-// request: it gets *MismatchError while the record may live, then waits.
-// The claimed request takes c up, its own or inherited: a retry of the
-// command. A release's claim that ended was replaced before. Only the
-// age of a fingerprintless claim tells, and only of this Region's own.
+// fingerprint fp, by claims.TakeUp. item is the key's record, expired or
+// absent.
 func (s *Store) takeUp(key idem.Key, item map[string]types.AttributeValue, c idem.Claim, fp idem.Fingerprint, now time.Time) error {
-	wait := &idem.InFlightError{LeaseExpiresAt: c.End(), RecordExpiresAt: c.End()}
-	if rec, err := s.decodeRecord(key, item); len(item) > 0 && err == nil && rec.CreatedAt.Equal(c.CreatedAt) {
-		if rec.Status != idem.StatusInFlight {
-			return wait
-		}
-		return nil
+	rec, err := s.decodeRecord(key, item)
+	held := len(item) > 0 && err == nil && rec.CreatedAt.Equal(c.CreatedAt)
+	var status idem.Status
+	if held {
+		status = rec.Status
 	}
-	expirable := !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
-	switch another := c.Fingerprint != (idem.Fingerprint{}) && c.Fingerprint != fp; {
-	case another && !expirable:
-		return &idem.MismatchError{RecordExpiresAt: c.End()}
-	case another, c.Fingerprint == (idem.Fingerprint{}) && !c.InheritedBy(s.region) && expirable:
-		return wait
-	}
-	return nil
+	return claims.TakeUp(c, held, status, fp, s.region, s.pol.Earliest(c.CreatedAt, c.CreatedAt), now)
 }
 
 // extendClaim makes the Ledger's claim of the command created at created

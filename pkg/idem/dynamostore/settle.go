@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/claims"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
@@ -232,18 +233,11 @@ func (s *Store) markRelease(ctx context.Context, l *idem.Lease, until time.Time)
 	return ledgerError("release", l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until))
 }
 
-// unmarkUnreleased clears the release's end after l's record write failed.
-// The record may be RELEASED all the same: the write landed unanswered,
-// or the lease holding the command released it. Then the mark stays, and
-// the claim ends with that release. Unread, it stays too.
+// unmarkUnreleased clears the release's end after l's record write
+// failed, unless claims.Unreleased says the record may be RELEASED.
 func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
-	rec, err := s.Get(ctx, l.Key)
-	switch {
-	case errors.Is(err, idem.ErrNotFound):
-	case err != nil:
+	if clear, err := claims.Unreleased(ctx, s.Get, l); !clear {
 		return err
-	case rec.Status == idem.StatusReleased && rec.CreatedAt.Equal(l.CreatedAt):
-		return nil
 	}
 	return s.markRelease(ctx, l, time.Time{})
 }

@@ -62,6 +62,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/claims"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
@@ -246,26 +247,17 @@ func (s *Store) live(key idem.Key, now time.Time) bool {
 }
 
 // takeUp refuses to take up c, an earlier claim, for a request with
-// fingerprint fp, as dynamostore's rule.
+// fingerprint fp, by claims.TakeUp.
 func (s *Store) takeUp(key idem.Key, c idem.Claim, fp idem.Fingerprint, now time.Time) error {
 	s.d.mu.Lock()
-	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	wait := &idem.InFlightError{LeaseExpiresAt: c.End(), RecordExpiresAt: c.End()}
-	if ok && rec.createdAt.Equal(c.CreatedAt) {
-		if rec.status != idem.StatusInFlight {
-			return wait
-		}
-		return nil
+	held := ok && rec.createdAt.Equal(c.CreatedAt)
+	var status idem.Status
+	if held {
+		status = rec.status
 	}
-	expirable := !now.Before(s.pol.Earliest(c.CreatedAt, c.CreatedAt))
-	switch another := c.Fingerprint != (idem.Fingerprint{}) && c.Fingerprint != fp; {
-	case another && !expirable:
-		return &idem.MismatchError{RecordExpiresAt: c.End()}
-	case another, c.Fingerprint == (idem.Fingerprint{}) && !c.InheritedBy(s.region) && expirable:
-		return wait
-	}
-	return nil
+	s.d.mu.Unlock()
+	return claims.TakeUp(c, held, status, fp, s.region, s.pol.Earliest(c.CreatedAt, c.CreatedAt), now)
 }
 
 // mayWrite reports whether s may lease a record region's store marked.
@@ -387,15 +379,10 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 }
 
 // unmarkUnreleased clears the release's end after l's record write
-// failed, unless the record is RELEASED under l's command, as dynamostore's.
+// failed, unless claims.Unreleased says the record may be RELEASED.
 func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
-	rec, err := s.Get(ctx, l.Key)
-	switch {
-	case errors.Is(err, idem.ErrNotFound):
-	case err != nil:
+	if clear, err := claims.Unreleased(ctx, s.Get, l); !clear {
 		return err
-	case rec.Status == idem.StatusReleased && rec.CreatedAt.Equal(l.CreatedAt):
-		return nil
 	}
 	return s.markRelease(ctx, l, time.Time{})
 }
