@@ -333,6 +333,7 @@ endif
 # machine's load moves it. Not part of make test or CI: it takes minutes.
 ISOLATION_PHASE  ?= 10s
 ISOLATION_ROUNDS ?= 6
+ISOLATION_LIMIT  ?= 10
 
 .PHONY: isolation
 isolation: venv ## One tenant at 10 times its limit beside another (vegeta, on a fresh local stack): docs/isolation.json and its section of docs/benchmarks.md
@@ -342,7 +343,7 @@ isolation: venv ## One tenant at 10 times its limit beside another (vegeta, on a
 	@$(WAIT_QUIET)
 	@set -euo pipefail; export LIMITS_MAX_AGE=1m; \
 	$(call START_STACK,3004,out/isolation-stack.log,-addr 127.0.0.1:3004 -provider-addr 127.0.0.1:4014 -emulator-port 4570); \
-	out/loadgen isolation -phase $(ISOLATION_PHASE) -rounds $(ISOLATION_ROUNDS) -limits-max-age 1m -out docs/isolation \
+	out/loadgen isolation -phase $(ISOLATION_PHASE) -rounds $(ISOLATION_ROUNDS) -limit $(ISOLATION_LIMIT) -limits-max-age 1m -out docs/isolation \
 		-target http://127.0.0.1:3004 -provider http://127.0.0.1:4014 -dynamodb http://127.0.0.1:4570
 	$(GO) run ./cmd/benchdoc -doc docs/benchmarks.md -bench "" -roundtrips "" -load "" -isolation docs/isolation.json
 

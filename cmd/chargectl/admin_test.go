@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 // adminStack is a deployment with its charge API served, and chargectl
@@ -221,11 +223,25 @@ func TestAdminReconcile(t *testing.T) {
 	}
 }
 
+// lostSend has SQS take the first SendMessage and loses its answer
+// (idemtest.FaultyConnection's reset). Every other request passes.
+type lostSend struct{ done atomic.Bool }
+
+func (l *lostSend) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".SendMessage") && l.done.CompareAndSwap(false, true) {
+		return idemtest.FaultyConnection{Fault: idemtest.Reset}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
 // A charge submitted on the queue is charged once by the intake, and
-// chargectl create with the same id and request replays it.
+// chargectl create with the same id and request replays it. The submit's
+// answer is lost, so the SDK sends it again: SQS keeps both copies, and
+// the intake charges once.
 func TestAdminSubmit(t *testing.T) {
 	t.Parallel()
 	s := newAdminStack(t)
+	s.clients.SQS = sqs.New(s.clients.SQS.Options(), func(o *sqs.Options) { o.HTTPClient = &http.Client{Transport: &lostSend{}} })
 	code, out, _ := s.admin(t, "submit", "--json", "--tenant", "acme", "--id", "renewal-2026-12-acme-42", "--amount", "1500", "--source", "tok_visa")
 	var sub submitOutput
 	if err := json.Unmarshal([]byte(out), &sub); code != exitOK || err != nil || sub.CommandID != "renewal-2026-12-acme-42" || sub.MessageID == "" {
@@ -251,12 +267,20 @@ func TestAdminSubmit(t *testing.T) {
 			break
 		}
 	}
-	if err != nil || len(msgs.Messages) != 1 {
-		t.Fatalf("the charge-requests queue holds %d messages (%v), want 1", len(msgs.Messages), err)
+	if err != nil || len(msgs.Messages) == 0 {
+		t.Fatalf("the charge-requests queue holds no message (%v), want the submission", err)
+	}
+	for _, m := range msgs.Messages[1:] {
+		if aws.ToString(m.Body) != aws.ToString(msgs.Messages[0].Body) {
+			t.Fatalf("the charge-requests queue holds %q and %q, want copies of one submission", aws.ToString(msgs.Messages[0].Body), aws.ToString(m.Body))
+		}
 	}
 	resp, _ := s.IntakeHandler(t).Handle(context.Background(), testkit.SQSEvent(msgs.Messages...))
 	if len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("intake reported %v", resp.BatchItemFailures)
+	}
+	if n := s.Sim.Ledger().TotalCharges; n != 1 {
+		t.Fatalf("%d copies of the submission made %d charges, want 1", len(msgs.Messages), n)
 	}
 	code, created := runCLI(t, s.url, &testkit.LogBuffer{}, "create", "--json", "--amount", "1500", "--source", "tok_visa", "--id", "renewal-2026-12-acme-42")
 	if code != exitOK || !strings.Contains(created, `"replayed": true`) {

@@ -166,7 +166,7 @@ func (s *Service) ambiguous(ctx context.Context, lease *idem.Lease, cause error)
 // that fails too, the sweeper finds the lease.
 func (s *Service) unknownClaim(ctx context.Context, key idem.Key, unknown *idem.UnknownClaimError) (Result, error) {
 	s.cfg.Logger.WarnContext(ctx, "charge: claim outcome unknown; queued for reconciliation",
-		"key_hash", key.LogHash(), "cause", ErrorClass(unknown.Err))
+		"key_hash", key.LogHash(), "cause", ErrorClass(unknown))
 	s.enqueue(ctx, key, unknown.LeaseExpiresAt)
 	return Result{Outcome: OutcomeAmbiguous, RetryAt: unknown.LeaseExpiresAt, KeyExpiresAt: unknown.RecordExpiresAt}, nil
 }

@@ -347,12 +347,14 @@ func (c *clocked) lateCharge(t *testing.T, l *idem.Lease) {
 	}
 }
 
-// wantOneQueued checks the reconcile queue holds one message, delayed or
-// visible.
-func (h *harness) wantOneQueued(t *testing.T) {
+// wantQueued checks the reconcile queue holds a message, delayed or
+// visible. It may hold two: when SQS's answer to a send is lost, the SDK
+// sends it again. A copy reconciles nothing more
+// (reconcile.TestDuplicateDeliveriesResolveOnce).
+func (h *harness) wantQueued(t *testing.T) {
 	t.Helper()
-	if n := h.queued(t); n != 1 {
-		t.Fatalf("%d reconcile messages, want one", n)
+	if h.queued(t) == 0 {
+		t.Fatal("no reconcile message, want the key queued")
 	}
 }
 

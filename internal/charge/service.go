@@ -224,7 +224,8 @@ func ErrorClass(err error) string {
 		return "provider_not_ready"
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
 		return "deadline"
-	case transient(err):
+	case transient(err), errors.Is(err, idem.ErrUnknownClaim):
+		// A claim unanswered is a store fault: its write may have landed.
 		return "store_unavailable"
 	default:
 		return "internal"

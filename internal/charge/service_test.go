@@ -4,10 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,8 +24,10 @@ import (
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/awsenv"
+	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
@@ -454,4 +461,50 @@ func TestInternalErrorsRevealNothing(t *testing.T) {
 			t.Errorf("500 body reveals %q: %s", leak, resp.Body)
 		}
 	}
+}
+
+// TestErrorClassNamesFaultsAsFaults: a claim or take-over whose answer a
+// cut connection lost is a store fault, not an internal error. Its
+// message is delivered again, and the chaos run counts internal errors.
+func TestErrorClassNamesFaultsAsFaults(t *testing.T) {
+	t.Parallel()
+	reset := &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a take-over whose answer a cut connection lost", fmt.Errorf("idem: take over k: %w", &idem.UnknownClaimError{Err: reset}), "store_unavailable"},
+		{"a claim whose answer came too late", fmt.Errorf("idem: begin k: %w", &idem.UnknownClaimError{Err: context.DeadlineExceeded}), "deadline"},
+		{"a store that refused the call", fmt.Errorf("idem: get k: %w", idem.ErrUnavailable), "store_unavailable"},
+		{"an error of no known kind", errors.New("charge: no operation"), "internal"},
+	} {
+		if got := charge.ErrorClass(c.err); got != c.want {
+			t.Errorf("%s: class %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// TestAnUnansweredClaimIsLoggedAsAStoreFault: DynamoDB takes a charge's
+// claim and the connection resets before its answer. The log names the
+// cause a store fault, never an internal error.
+func TestAnUnansweredClaimIsLoggedAsAStoreFault(t *testing.T) {
+	t.Parallel()
+	faults := &storeFaults{}
+	h := newHarnessWith(t, harnessConfig{deps: func(d *app.Deps) { d.Clients = faults.clients(t) }})
+	tenant := testkit.UniqueName("acme")
+	faults.arm(tenant, claimCall, idemtest.Reset)
+	resp := h.do(post(tenant, newKey(), visa))
+	if !faults.disarm(tenant) || problemType(t, resp) != httpapi.ProblemOutcomePending.Slug {
+		t.Fatalf("a claim over a reset connection: %d %s, want 503 outcome-pending", resp.StatusCode, resp.Body)
+	}
+	for _, r := range h.logs.Records(t) {
+		if r["msg"] == "charge: claim outcome unknown; queued for reconciliation" {
+			if r["cause"] != "store_unavailable" {
+				t.Fatalf("logged cause %v, want store_unavailable", r["cause"])
+			}
+			return
+		}
+	}
+	t.Fatalf("no unknown claim logged:\n%s", h.logs)
 }
