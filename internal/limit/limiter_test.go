@@ -1739,3 +1739,37 @@ func TestTwinsOfTwoSecondsDoNotLetASecondStartThriceItsRate(t *testing.T) {
 		t.Fatalf("rate 10: %d new charges, each counted, started in second 2", newWork)
 	}
 }
+
+// TestAStepBackUndoneKeepsAnInstanceInTheFleetsSeconds (review 8): one
+// instance's clock is stepped back 10 s by mistake, and a second later
+// forward again: its clock is right. Its limiter's own time counts the step
+// forward as 10 s passed, runs ~9.5 s ahead, and shares its counts into
+// seconds the fleet is not in, for ~190 s. A flood over it and a right
+// instance then gets about twice its rate, past rate + instances + 1.
+func TestAStepBackUndoneKeepsAnInstanceInTheFleetsSeconds(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	var offset time.Duration
+	skewed, err := limit.New(t.Context(), store, func(o *limit.Options) {
+		o.Clock = func() time.Time { return clock.Now().Add(offset) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	right := newLimiter(t, store, clock, limit.Limits{})
+	admitted(t, skewed, "other", 1)
+	offset = -10 * time.Second // a wrong step back
+	admitted(t, skewed, "other", 1)
+	clock.Advance(time.Second)
+	offset = 0 // undone: the clock is right again
+	admitted(t, skewed, "other", 1)
+	setClock(clock, start.Add(5*time.Second))
+	perSecond, _ := flood(t, []*limit.Limiter{skewed, right}, clock, "flood", 10, 2*time.Millisecond, always)
+	most := limit.DefaultRate + 2 + 1
+	for second := int64(7); second < 15; second++ { // both learned
+		if n := perSecond[second]; n > most {
+			t.Errorf("second %d, the clock right again: %d admitted, want at most %d", second, n, most)
+		}
+	}
+}
