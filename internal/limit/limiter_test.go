@@ -1773,3 +1773,40 @@ func TestAStepBackUndoneKeepsAnInstanceInTheFleetsSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestAConcurrencyRefusalsRetryAfterHoldsWhileTheLimiterCatchesUp (review
+// 8): after a step back of a minute, the limiter's time runs 5% slow for
+// 20 minutes. Its Retry-After is in its own time, so 5% short of the real
+// wait: a client that waits the 429's Retry-After (whole seconds, rounded
+// up) is refused again whenever the refusal came early in a second.
+func TestAConcurrencyRefusalsRetryAfterHoldsWhileTheLimiterCatchesUp(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1000, Concurrency: 2})
+	admitted(t, l, "other", 1)
+	clock.Advance(-time.Minute) // NTP steps the clock back
+	admitted(t, l, "other", 1)
+	for second := range 4 {
+		if second > 0 {
+			clock.Advance(500 * time.Millisecond)
+		}
+		held(t, l, clock, "acme", 12, 500*time.Millisecond)
+	}
+	var refused *limit.Refusal
+	for range 200 { // a refusal early in one of the limiter's seconds
+		_, refused = l.Admit(t.Context(), "acme")
+		if refused == nil || refused.Limit != "concurrency" {
+			t.Fatalf("refusal %+v, want the concurrency", refused)
+		}
+		if refused.RetryAfter%time.Second > 900*time.Millisecond {
+			break
+		}
+		clock.Advance(10 * time.Millisecond)
+	}
+	// As a client honouring Retry-After: whole seconds, rounded up.
+	wait := refused.RetryAfter.Truncate(time.Second) + time.Second
+	clock.Advance(wait)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused with Retry-After %v; waited %v: refused again %+v", refused.RetryAfter, wait, again)
+	}
+}
