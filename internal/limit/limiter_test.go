@@ -1810,3 +1810,39 @@ func TestAConcurrencyRefusalsRetryAfterHoldsWhileTheLimiterCatchesUp(t *testing.
 		t.Fatalf("refused with Retry-After %v; waited %v: refused again %+v", refused.RetryAfter, wait, again)
 	}
 }
+
+// alternating refuses every other write, nothing applied, as a throttled
+// table does.
+type alternating struct {
+	*sharedCounts
+	n, refused int
+}
+
+func (s *alternating) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	s.n++
+	if s.n%2 == 1 {
+		s.refused += u.Requests
+		return nil, errors.New("ProvisionedThroughputExceededException")
+	}
+	return s.sharedCounts.Add(ctx, tenant, window, u)
+}
+
+// TestOneInstanceHoldsItsOwnCountWhileTheTableRefusesWrites (review 8):
+// operations.md: "an instance that cannot share a tenant's count counts it
+// itself". A share refused, nothing applied, is dropped from the
+// instance's own count once a later share succeeds: one instance alone,
+// whose table refuses every other write, admits past the rate in a second.
+func TestOneInstanceHoldsItsOwnCountWhileTheTableRefusesWrites(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &alternating{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 1000})
+	n := 0
+	for range 1000 {
+		n += admitted(t, l, "flood", 3)
+		clock.Advance(time.Millisecond)
+	}
+	if n > 1000 {
+		t.Fatalf("one instance, rate 1000, every other write refused: %d admitted in a second (the refused writes carried %d)", n, store.refused)
+	}
+}
