@@ -10,26 +10,27 @@ import (
 // clock. So its seconds line up with the fleet's again.
 func TestSteadyMeetsTheClockAgainAfterAStepBack(t *testing.T) {
 	t.Parallel()
-	wall := time.Unix(1_000_000, 0)
-	s := &steady{clock: func() time.Time { return wall }}
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
 	s.now()
 	wall = wall.Add(-time.Second) // a step back
 	if got := s.now(); !got.Equal(wall.Add(time.Second)) {
 		t.Fatalf("just after a step back of 1 s: %v, want it stood still at %v", got, wall.Add(time.Second))
 	}
-	wall = wall.Add(10 * time.Second)
+	wall, elapsed = wall.Add(10*time.Second), elapsed+10*time.Second
 	if got, want := s.now(), wall.Add(500*time.Millisecond); !got.Equal(want) {
 		t.Fatalf("10 s after: %v, want %v: half a second caught up", got, want)
 	}
-	wall = wall.Add(20 * time.Second)
+	wall, elapsed = wall.Add(20*time.Second), elapsed+20*time.Second
 	if got := s.now(); !got.Equal(wall) {
 		t.Fatalf("30 s after: %v, want the clock's %v", got, wall)
 	}
-	wall = wall.Add(-50 * time.Millisecond) // read out of order
+	// Read out of order: both readings 50 ms back.
+	wall, elapsed = wall.Add(-50*time.Millisecond), elapsed-50*time.Millisecond
 	if got := s.now(); !got.Equal(wall.Add(50 * time.Millisecond)) {
 		t.Fatalf("a reading 50 ms back: %v, want the last instant", got)
 	}
-	wall = wall.Add(60 * time.Millisecond)
+	wall, elapsed = wall.Add(60*time.Millisecond), elapsed+60*time.Millisecond
 	if got := s.now(); !got.Equal(wall) {
 		t.Fatalf("10 ms past the last reading: %v, want the clock's %v", got, wall)
 	}
@@ -43,12 +44,12 @@ func TestSteadyMeetsTheClockAgainAfterAStepBack(t *testing.T) {
 // 190 s more.
 func TestSteadyMeetsTheClockWhenAStepBackIsUndone(t *testing.T) {
 	t.Parallel()
-	wall := time.Unix(1_000_000, 0)
-	s := &steady{clock: func() time.Time { return wall }}
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
 	s.now()
 	wall = wall.Add(-10 * time.Second) // a wrong step back
 	s.now()
-	wall = wall.Add(time.Second + 10*time.Second) // a second on, undone
+	wall, elapsed = wall.Add(time.Second+10*time.Second), elapsed+time.Second // a second on, undone
 	if got := s.now(); got.After(wall) {
 		t.Fatalf("a step back of 10 s undone: steady %v is %v ahead of the clock %v", got, got.Sub(wall), wall)
 	}
@@ -61,16 +62,16 @@ func TestSteadyMeetsTheClockWhenAStepBackIsUndone(t *testing.T) {
 // "what is left of the step" is at most 1 s.
 func TestSteadyIsNotDrivenAheadByAFlappingClock(t *testing.T) {
 	t.Parallel()
-	wall := time.Unix(1_000_000, 0)
-	s := &steady{clock: func() time.Time { return wall }}
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
 	s.now()
 	var got time.Time
 	for range 10 {
-		wall = wall.Add(time.Second)
+		wall, elapsed = wall.Add(time.Second), elapsed+time.Second
 		s.now()
 		wall = wall.Add(-time.Second) // flaps back
 		s.now()
-		wall = wall.Add(time.Second)
+		wall, elapsed = wall.Add(time.Second), elapsed+time.Second
 		wall = wall.Add(time.Second) // and forward
 		got = s.now()
 	}

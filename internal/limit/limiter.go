@@ -152,7 +152,10 @@ type Options struct {
 	Defaults Limits
 	// MaxAge is how long the overrides are kept.
 	MaxAge time.Duration
-	Clock  func() time.Time
+	// Clock reads the wall clock, and the time elapsed since some
+	// instant, which no step of the wall clock moves. Default:
+	// ClockOf(time.Now).
+	Clock func() (wall time.Time, elapsed time.Duration)
 	// Logger receives the failures to read or write the table.
 	Logger *slog.Logger
 }
@@ -285,7 +288,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 		o.MaxAge = DefaultMaxAge
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = ClockOf(time.Now)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

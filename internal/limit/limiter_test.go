@@ -75,7 +75,7 @@ var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
 func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits) *limit.Limiter {
 	t.Helper()
-	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, clock.Now })
+	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, limit.ClockOf(clock.Now) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1424,7 +1424,7 @@ func TestAnEndReadingTheClockBeforeAStartDoesNotRefillTheBucket(t *testing.T) {
 	clock := testkit.NewClock(start)
 	var lag time.Duration
 	l, err := limit.New(t.Context(), newShared(), func(o *limit.Options) {
-		o.Clock = func() time.Time { return clock.Now().Add(-lag) }
+		o.Clock = limit.ClockOf(func() time.Time { return clock.Now().Add(-lag) })
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -1501,7 +1501,7 @@ func TestAHangingTableCostsAHotTenantsRequest150msAtMost(t *testing.T) {
 	clock := testkit.NewClock(start)
 	store := &hangingAll{sharedCounts: newShared()}
 	l, err := limit.New(t.Context(), store, func(o *limit.Options) {
-		o.Defaults, o.Clock, o.MaxAge = limit.Limits{Rate: 10, Concurrency: 100}, clock.Now, 2*time.Second
+		o.Defaults, o.Clock, o.MaxAge = limit.Limits{Rate: 10, Concurrency: 100}, limit.ClockOf(clock.Now), 2*time.Second
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -1752,7 +1752,8 @@ func TestAStepBackUndoneKeepsAnInstanceInTheFleetsSeconds(t *testing.T) {
 	store := newShared()
 	var offset time.Duration
 	skewed, err := limit.New(t.Context(), store, func(o *limit.Options) {
-		o.Clock = func() time.Time { return clock.Now().Add(offset) }
+		// The offset steps the wall clock; the time elapsed is the clock's.
+		o.Clock = func() (time.Time, time.Duration) { return clock.Now().Add(offset), clock.Now().Sub(start) }
 	})
 	if err != nil {
 		t.Fatal(err)
