@@ -41,6 +41,7 @@ type steady struct {
 
 	mu      sync.Mutex
 	wall    time.Time     // the wall clock's latest reading in order
+	read    time.Time     // and its latest, in order or not
 	elapsed time.Duration // the time elapsed, as of wall
 	at      time.Time     // steady's last instant
 }
@@ -51,6 +52,7 @@ func (s *steady) now() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wall, elapsed := s.clock()
+	s.read = wall
 	if s.at.IsZero() {
 		s.wall, s.elapsed, s.at = wall, elapsed, wall
 		return wall
@@ -68,4 +70,14 @@ func (s *steady) now() time.Time {
 	}
 	s.at = at
 	return at
+}
+
+// real returns how long steady takes to advance d, in real time. While
+// ahead of the clock, steady runs a catchUp-th slow: a Retry-After in its
+// time would be short.
+func (s *steady) real(d time.Duration) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ahead := max(s.at.Sub(s.read), 0)
+	return d + min(ahead, d/(catchUp-1))
 }

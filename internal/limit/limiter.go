@@ -267,7 +267,8 @@ type Refusal struct {
 	Limit  string
 	Limits Limits
 	// RetryAfter is how long until the limit admits a request again,
-	// as far as this instance knows.
+	// as far as this instance knows. It is real time: the limiter's own
+	// may run slow.
 	RetryAfter time.Duration
 }
 
@@ -325,7 +326,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		if t.window == w {
 			t.pending.Requests--
 		}
-		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: l.clock.real(wait)}
 	}
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
