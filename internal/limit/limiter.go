@@ -75,6 +75,9 @@ type Usage struct {
 
 func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Busy + v.Busy} }
 
+// most is the larger of u and v, field by field.
+func (u Usage) most(v Usage) Usage { return Usage{max(u.Requests, v.Requests), max(u.Busy, v.Busy)} }
+
 // near reports whether u reaches half of a limit: past it, every request's
 // count is shared at once.
 func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
@@ -180,8 +183,11 @@ type tenant struct {
 	// known is the window's usage by every instance, as of this
 	// instance's last sync. sharing is what a sync under way adds to it.
 	// pending is what this instance used since. lost is what failed
-	// shares carried: they may have landed, so only this instance counts it.
-	known, sharing, pending, lost Usage
+	// shares carried since: they may have landed, so only this instance
+	// counts it. own is what every share of the window carried, failed
+	// or not. A failed share may never have landed: the fleet's count
+	// then misses it, but this instance still counts it.
+	known, sharing, pending, lost, own Usage
 	// past holds the handler time of the windows before this one, last
 	// first, up to ConcurrencySpan-1 of them. A sync learns what every
 	// instance shared in them, so a fleet's concurrency holds.
@@ -210,8 +216,11 @@ type tenant struct {
 	failures int
 }
 
-// used is the window's usage as far as this instance knows.
-func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending).plus(t.lost) }
+// used is the window's usage as far as this instance knows: at least its
+// own.
+func (t *tenant) used() Usage {
+	return t.known.plus(t.lost).most(t.own).plus(t.sharing).plus(t.pending)
+}
 
 // recentBusy is the handler time of the last ConcurrencySpan windows, this
 // one included, as far as this instance knows.
@@ -418,12 +427,13 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		// The share may have landed, its answer lost. So it is not sent
 		// again: this instance alone counts it, until the window ends. The
 		// next request due shares again, and reads what the others shared.
-		t.lost, t.sharing, t.read = t.lost.plus(add), Usage{}, false
+		t.lost, t.own, t.sharing, t.read = t.lost.plus(add), t.own.plus(add), Usage{}, false
 		t.failures++
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
-		// The table's total holds whatever a lost share landed: lost no more.
-		t.known, t.sharing, t.lost = total[0], Usage{}, Usage{}
+		// The table's total holds whatever a lost share landed: lost no
+		// more. own still holds one that never landed.
+		t.known, t.own, t.sharing, t.lost = total[0], t.own.plus(add), Usage{}, Usage{}
 		t.learn(total[1:])
 		t.heat(lim)
 	}
@@ -476,7 +486,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
 	}
 	if t.window < w {
-		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
+		t.window, t.known, t.sharing, t.pending, t.lost, t.own, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
 	}
 	return t, now
 }
