@@ -268,6 +268,8 @@ type Ticket struct {
 	start  time.Time
 	// waited is how long Admit waited for a share.
 	waited time.Duration
+	// givenBack: the request no longer counts against the rate.
+	givenBack bool
 }
 
 // Refusal is why a request was refused.
@@ -362,6 +364,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
+// One GiveBack gave back stays given back.
 // Its handler time counts either way. When the tenant's
 // unshared usage is due, Done adds it to the Store. It waits only what is
 // left of tableTimeout after Admit's share.
@@ -373,12 +376,8 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
 	t, now := l.tenant(tk.tenant, now, lim)
-	// A count given back frees room only in the second it was counted in,
-	// while that second lasts. Given to a later one, it would free room
-	// that second's new work already took.
-	if !counted && tk.window == t.window && t.used().Requests > 0 {
-		t.due = t.due.Add(-lim.interval())
-		t.pending.Requests--
+	if !counted {
+		t.giveBack(tk, lim)
 	}
 	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
@@ -393,6 +392,32 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		return
 	}
 	l.share(ctx, tk.tenant, t, lim, wait)
+}
+
+// GiveBack gives tk's count back now, as Done does for a request not
+// counted. A request that waits for another's key gives it back as it
+// starts waiting: its wait may outlast its second. It is given back once.
+func (l *Limiter) GiveBack(tk *Ticket) {
+	lim := l.overrides.cached(tk.tenant)
+	now := l.clock.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, _ := l.tenant(tk.tenant, now, lim)
+	t.giveBack(tk, lim)
+}
+
+// giveBack gives tk's count back to t. A count given back frees room only
+// in the second it was counted in, while that second lasts. Given to a
+// later one, it would free room that second's new work already took.
+func (t *tenant) giveBack(tk *Ticket, lim Limits) {
+	if tk.givenBack {
+		return
+	}
+	tk.givenBack = true
+	if tk.window == t.window && t.used().Requests > 0 {
+		t.due = t.due.Add(-lim.interval())
+		t.pending.Requests--
+	}
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
