@@ -762,7 +762,7 @@ func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handle
 			return nil, err
 		}
 		if limiter, err = limit.New(ctx, limits, func(o *limit.Options) {
-			o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, d.Clock, d.Logger
+			o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, limit.ClockOf(d.Clock), d.Logger
 		}); err != nil {
 			return nil, err
 		}

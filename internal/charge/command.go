@@ -88,8 +88,20 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
+		o.OnWait, _ = ctx.Value(onWaitKey{}).(func())
 	})
 	return s.result(ctx, key, st.op, res, said, refused, err)
+}
+
+// onWaitKey holds, in a context, what a command calls as it starts
+// waiting for its key's holder.
+type onWaitKey struct{}
+
+// WithOnWait returns ctx carrying onWait. A command run with it calls
+// onWait once, as it starts waiting for another request that holds its
+// key. The caller may give back what it counted of the request.
+func WithOnWait(ctx context.Context, onWait func()) context.Context {
+	return context.WithValue(ctx, onWaitKey{}, onWait)
 }
 
 // result names what became of a command run. refused says why the provider

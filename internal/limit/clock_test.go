@@ -10,27 +10,72 @@ import (
 // clock. So its seconds line up with the fleet's again.
 func TestSteadyMeetsTheClockAgainAfterAStepBack(t *testing.T) {
 	t.Parallel()
-	wall := time.Unix(1_000_000, 0)
-	s := &steady{clock: func() time.Time { return wall }}
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
 	s.now()
 	wall = wall.Add(-time.Second) // a step back
 	if got := s.now(); !got.Equal(wall.Add(time.Second)) {
 		t.Fatalf("just after a step back of 1 s: %v, want it stood still at %v", got, wall.Add(time.Second))
 	}
-	wall = wall.Add(10 * time.Second)
+	wall, elapsed = wall.Add(10*time.Second), elapsed+10*time.Second
 	if got, want := s.now(), wall.Add(500*time.Millisecond); !got.Equal(want) {
 		t.Fatalf("10 s after: %v, want %v: half a second caught up", got, want)
 	}
-	wall = wall.Add(20 * time.Second)
+	wall, elapsed = wall.Add(20*time.Second), elapsed+20*time.Second
 	if got := s.now(); !got.Equal(wall) {
 		t.Fatalf("30 s after: %v, want the clock's %v", got, wall)
 	}
-	wall = wall.Add(-50 * time.Millisecond) // read out of order
+	// Read out of order: both readings 50 ms back.
+	wall, elapsed = wall.Add(-50*time.Millisecond), elapsed-50*time.Millisecond
 	if got := s.now(); !got.Equal(wall.Add(50 * time.Millisecond)) {
 		t.Fatalf("a reading 50 ms back: %v, want the last instant", got)
 	}
-	wall = wall.Add(60 * time.Millisecond)
+	wall, elapsed = wall.Add(60*time.Millisecond), elapsed+60*time.Millisecond
 	if got := s.now(); !got.Equal(wall) {
 		t.Fatalf("10 ms past the last reading: %v, want the clock's %v", got, wall)
+	}
+}
+
+// TestSteadyMeetsTheClockWhenAStepBackIsUndone (review 8): NTP steps a
+// wrong clock back 10 s, then steps it forward 10 s again, a second later.
+// The clock is right again: steady, which never went back, should be at
+// most where the clock is. It adds the step forward to its own time as if
+// 10 s had passed, and runs 9.5 s ahead of the clock and the fleet for
+// 190 s more.
+func TestSteadyMeetsTheClockWhenAStepBackIsUndone(t *testing.T) {
+	t.Parallel()
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
+	s.now()
+	wall = wall.Add(-10 * time.Second) // a wrong step back
+	s.now()
+	wall, elapsed = wall.Add(time.Second+10*time.Second), elapsed+time.Second // a second on, undone
+	if got := s.now(); got.After(wall) {
+		t.Fatalf("a step back of 10 s undone: steady %v is %v ahead of the clock %v", got, got.Sub(wall), wall)
+	}
+}
+
+// TestSteadyIsNotDrivenAheadByAFlappingClock (review 8): a clock that
+// flaps 1 s back and forth (two time sources fighting) each 2 s. Each flap
+// back adds 1 s steady runs ahead; each flap forward takes only 50 ms off.
+// After 10 flaps steady is ~9.5 s ahead of both readings the clock gives:
+// "what is left of the step" is at most 1 s.
+func TestSteadyIsNotDrivenAheadByAFlappingClock(t *testing.T) {
+	t.Parallel()
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
+	s.now()
+	var got time.Time
+	for range 10 {
+		wall, elapsed = wall.Add(time.Second), elapsed+time.Second
+		s.now()
+		wall = wall.Add(-time.Second) // flaps back
+		s.now()
+		wall, elapsed = wall.Add(time.Second), elapsed+time.Second
+		wall = wall.Add(time.Second) // and forward
+		got = s.now()
+	}
+	if ahead := got.Sub(wall); ahead > time.Second {
+		t.Fatalf("a clock flapping 1 s: steady runs %v ahead of it", ahead)
 	}
 }

@@ -75,6 +75,9 @@ type Usage struct {
 
 func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Busy + v.Busy} }
 
+// most is the larger of u and v, field by field.
+func (u Usage) most(v Usage) Usage { return Usage{max(u.Requests, v.Requests), max(u.Busy, v.Busy)} }
+
 // near reports whether u reaches half of a limit: past it, every request's
 // count is shared at once.
 func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
@@ -152,7 +155,10 @@ type Options struct {
 	Defaults Limits
 	// MaxAge is how long the overrides are kept.
 	MaxAge time.Duration
-	Clock  func() time.Time
+	// Clock reads the wall clock, and the time elapsed since some
+	// instant, which no step of the wall clock moves. Default:
+	// ClockOf(time.Now).
+	Clock func() (wall time.Time, elapsed time.Duration)
 	// Logger receives the failures to read or write the table.
 	Logger *slog.Logger
 }
@@ -177,8 +183,11 @@ type tenant struct {
 	// known is the window's usage by every instance, as of this
 	// instance's last sync. sharing is what a sync under way adds to it.
 	// pending is what this instance used since. lost is what failed
-	// shares carried: they may have landed, so only this instance counts it.
-	known, sharing, pending, lost Usage
+	// shares carried since: they may have landed, so only this instance
+	// counts it. own is what every share of the window carried, failed
+	// or not. A failed share may never have landed: the fleet's count
+	// then misses it, but this instance still counts it.
+	known, sharing, pending, lost, own Usage
 	// past holds the handler time of the windows before this one, last
 	// first, up to ConcurrencySpan-1 of them. A sync learns what every
 	// instance shared in them, so a fleet's concurrency holds.
@@ -207,8 +216,11 @@ type tenant struct {
 	failures int
 }
 
-// used is the window's usage as far as this instance knows.
-func (t *tenant) used() Usage { return t.known.plus(t.sharing).plus(t.pending).plus(t.lost) }
+// used is the window's usage as far as this instance knows: at least its
+// own.
+func (t *tenant) used() Usage {
+	return t.known.plus(t.lost).most(t.own).plus(t.sharing).plus(t.pending)
+}
 
 // recentBusy is the handler time of the last ConcurrencySpan windows, this
 // one included, as far as this instance knows.
@@ -256,6 +268,8 @@ type Ticket struct {
 	start  time.Time
 	// waited is how long Admit waited for a share.
 	waited time.Duration
+	// givenBack: the request no longer counts against the rate.
+	givenBack bool
 }
 
 // Refusal is why a request was refused.
@@ -264,7 +278,8 @@ type Refusal struct {
 	Limit  string
 	Limits Limits
 	// RetryAfter is how long until the limit admits a request again,
-	// as far as this instance knows.
+	// as far as this instance knows. It is real time: the limiter's own
+	// may run slow.
 	RetryAfter time.Duration
 }
 
@@ -285,7 +300,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 		o.MaxAge = DefaultMaxAge
 	}
 	if o.Clock == nil {
-		o.Clock = time.Now
+		o.Clock = ClockOf(time.Now)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -322,7 +337,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		if t.window == w {
 			t.pending.Requests--
 		}
-		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: wait}
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: l.clock.real(wait)}
 	}
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
@@ -349,6 +364,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
+// One GiveBack gave back stays given back.
 // Its handler time counts either way. When the tenant's
 // unshared usage is due, Done adds it to the Store. It waits only what is
 // left of tableTimeout after Admit's share.
@@ -360,12 +376,8 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	tk.t.running--
 	tk.t.started -= tk.start.Sub(tk.t.base)
 	t, now := l.tenant(tk.tenant, now, lim)
-	// A count given back frees room only in the second it was counted in,
-	// while that second lasts. Given to a later one, it would free room
-	// that second's new work already took.
-	if !counted && tk.window == t.window && t.used().Requests > 0 {
-		t.due = t.due.Add(-lim.interval())
-		t.pending.Requests--
+	if !counted {
+		t.giveBack(tk, lim)
 	}
 	t.pending.Busy += max(now.Sub(tk.start), 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
@@ -380,6 +392,32 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 		return
 	}
 	l.share(ctx, tk.tenant, t, lim, wait)
+}
+
+// GiveBack gives tk's count back now, as Done does for a request not
+// counted. A request that waits for another's key gives it back as it
+// starts waiting: its wait may outlast its second. It is given back once.
+func (l *Limiter) GiveBack(tk *Ticket) {
+	lim := l.overrides.cached(tk.tenant)
+	now := l.clock.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t, _ := l.tenant(tk.tenant, now, lim)
+	t.giveBack(tk, lim)
+}
+
+// giveBack gives tk's count back to t. A count given back frees room only
+// in the second it was counted in, while that second lasts. Given to a
+// later one, it would free room that second's new work already took.
+func (t *tenant) giveBack(tk *Ticket, lim Limits) {
+	if tk.givenBack {
+		return
+	}
+	tk.givenBack = true
+	if tk.window == t.window && t.used().Requests > 0 {
+		t.due = t.due.Add(-lim.interval())
+		t.pending.Requests--
+	}
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
@@ -414,12 +452,13 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		// The share may have landed, its answer lost. So it is not sent
 		// again: this instance alone counts it, until the window ends. The
 		// next request due shares again, and reads what the others shared.
-		t.lost, t.sharing, t.read = t.lost.plus(add), Usage{}, false
+		t.lost, t.own, t.sharing, t.read = t.lost.plus(add), t.own.plus(add), Usage{}, false
 		t.failures++
 		l.o.Logger.WarnContext(ctx, "sharing a tenant's usage failed", "tenant", name, "error", err.Error())
 	default:
-		// The table's total holds whatever a lost share landed: lost no more.
-		t.known, t.sharing, t.lost = total[0], Usage{}, Usage{}
+		// The table's total holds whatever a lost share landed: lost no
+		// more. own still holds one that never landed.
+		t.known, t.own, t.sharing, t.lost = total[0], t.own.plus(add), Usage{}, Usage{}
 		t.learn(total[1:])
 		t.heat(lim)
 	}
@@ -472,7 +511,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
 	}
 	if t.window < w {
-		t.window, t.known, t.sharing, t.pending, t.lost, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
+		t.window, t.known, t.sharing, t.pending, t.lost, t.own, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
 	}
 	return t, now
 }

@@ -64,6 +64,10 @@ type DoOptions struct {
 	// ends Reserve before it, so fn's outcome can still be recorded.
 	// Default 1s. It applies only to a context with a deadline.
 	Reserve time.Duration
+	// OnWait, if set, is called once, as Do starts waiting for another
+	// attempt that holds the key. A caller that counts the request's cost
+	// may give it back there: the request waits, and does no new work.
+	OnWait func()
 }
 
 // Result is what Do, or Recover, did.
@@ -202,6 +206,9 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 		}
 		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
 			return begun, err
+		}
+		if held == nil && o.OnWait != nil {
+			o.OnWait()
 		}
 		held = err
 		t := time.NewTimer(pause)

@@ -139,6 +139,45 @@ func TestDoWaitsForATwin(t *testing.T) {
 	})
 }
 
+// TestDoTellsOnWaitOnceAsItStartsWaiting: a caller that counts a
+// request's cost learns when the request starts waiting for another
+// holder, once however many pauses follow. A request that does not wait
+// is never told.
+func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
+	ctx := t.Context()
+	t.Parallel()
+	s := memstore.New()
+	var runs, waits atomic.Int32
+	onWait := func(o *idem.DoOptions) { o.OnWait = func() { waits.Add(1) } }
+
+	k := idemtest.UniqueKey(t, "acme")
+	b, err := s.Begin(ctx, k, fpA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // past three pauses
+		_ = s.Commit(ctx, b.Lease, resp)
+	}()
+	res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait, func(o *idem.DoOptions) { o.Wait = 5 * time.Second })
+	if err != nil || !res.Replayed || waits.Load() != 1 {
+		t.Fatalf("Do that waited for a twin: %+v, %v, told %d times; want the replay, told once", res, err, waits.Load())
+	}
+
+	if _, err := idem.Do(ctx, s, idemtest.UniqueKey(t, "acme"), fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait, func(o *idem.DoOptions) { o.Wait = 5 * time.Second }); err != nil {
+		t.Fatal(err)
+	}
+	held := idemtest.UniqueKey(t, "acme")
+	if _, err := s.Begin(ctx, held, fpA, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err = idem.Do(ctx, s, held, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait)
+	dynamotest.WantInFlight(t, err)
+	if waits.Load() != 1 {
+		t.Fatalf("a free key, and a held one without Wait: told %d times in all, want only the first wait's", waits.Load())
+	}
+}
+
 func TestDoLeaseLost(t *testing.T) {
 	ctx := t.Context()
 	t.Parallel()

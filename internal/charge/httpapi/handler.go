@@ -183,6 +183,10 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 			}
 		}
 	}
+	if ticket != nil {
+		// A request that waits for its key's holder does no new work.
+		ctx = charge.WithOnWait(ctx, func() { h.opt.Limiter.GiveBack(ticket) })
+	}
 	switch {
 	case route == RouteWebhook:
 		// Signed by Stripe, not authorised by a tenant's JWT.

@@ -138,6 +138,32 @@ func TestARetryStormOnOneKeyLeavesItsTenantsRate(t *testing.T) {
 	}
 }
 
+// slowCharge is a charge the provider answers late, in a stack deployed
+// with providersim.WithSlowDelay.
+const slowCharge = `{"amount":1500,"currency":"EUR","source":"tok_slow"}`
+
+// holdKey starts a slow charge of acme's key "held", and returns once it
+// holds the key. Its status comes on the channel.
+func holdKey(t *testing.T, h *httpapi.Handler) <-chan int {
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", slowCharge))
+		first <- resp.StatusCode
+	}()
+	time.Sleep(500 * time.Millisecond) // the first holds the key
+	return first
+}
+
+// twinsOf starts n requests for the key holdKey holds. Their answers come
+// on the channel.
+func twinsOf(t *testing.T, h *httpapi.Handler, n int) <-chan events.APIGatewayV2HTTPResponse {
+	answers := make(chan events.APIGatewayV2HTTPResponse, n)
+	for range n {
+		go func() { answers <- handle(t, h, testkit.PostCharge("acme", "held", slowCharge)) }()
+	}
+	return answers
+}
+
 // TestARequestForAKeyInProgressClaimsItAtMostEightTimes: a request for a
 // key in flight gives its rate count back, but waits for the key for up
 // to INFLIGHT_WAIT (2 s), claiming again after each pause. docs/capacity.md
@@ -152,19 +178,10 @@ func TestARequestForAKeyInProgressClaimsItAtMostEightTimes(t *testing.T) {
 		w.Deps.Clock = clock.Now
 		w.Deps.Clients = testkit.Clients(t, counter.Option())
 	})
-	const slow = `{"amount":1500,"currency":"EUR","source":"tok_slow"}`
-	first := make(chan int, 1)
-	go func() {
-		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", slow))
-		first <- resp.StatusCode
-	}()
-	time.Sleep(500 * time.Millisecond) // the first holds the key
-	counter.Snapshot()                 // Snapshot counts since the last
-	const twins, claims = 3, 8         // claims: docs/capacity.md's, within INFLIGHT_WAIT
-	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
-	for range twins {
-		go func() { answers <- handle(t, h, testkit.PostCharge("acme", "held", slow)) }()
-	}
+	first := holdKey(t, h)
+	counter.Snapshot()         // Snapshot counts since the last
+	const twins, claims = 3, 8 // claims: docs/capacity.md's, within INFLIGHT_WAIT
+	answers := twinsOf(t, h, twins)
 	for range twins {
 		if resp := <-answers; resp.StatusCode != http.StatusConflict {
 			t.Fatalf("a request for the key in progress: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
@@ -173,6 +190,38 @@ func TestARequestForAKeyInProgressClaimsItAtMostEightTimes(t *testing.T) {
 	byOp := counter.Snapshot()
 	if byOp["PutItem"] < twins || byOp["PutItem"] > twins*claims {
 		t.Errorf("%d requests for a key in progress made %v, want from %d to %d claims (PutItem)", twins, byOp, twins, twins*claims)
+	}
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("the first request: %d, want 201", code)
+	}
+}
+
+// TestRequestsWaitingForAKeyLeaveTheirTenantsRate: a request for a key in
+// flight gives its rate count back as it starts waiting for the key. Its
+// wait may outlast its second, and a count comes back only within it. So
+// retries that each wait would otherwise take the tenant's rate from its
+// new charges.
+func TestRequestsWaitingForAKeyLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t, providersim.WithSlowDelay(3500*time.Millisecond))
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	const rate, twins = 5, 4
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Deps.Clock = clock.Now
+	})
+	first := holdKey(t, h)
+	answers := twinsOf(t, h, twins)
+	time.Sleep(800 * time.Millisecond) // the twins wait for the key, up to 2 s
+	for i := range twins {
+		if resp := handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)); resp.StatusCode != http.StatusCreated {
+			t.Errorf("new charge %d while %d requests wait for a key: %d %s, want 201", i, twins, resp.StatusCode, resp.Body)
+		}
+	}
+	for range twins {
+		if resp := <-answers; resp.StatusCode != http.StatusConflict {
+			t.Errorf("a request for the key in progress: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
+		}
 	}
 	if code := <-first; code != http.StatusCreated {
 		t.Fatalf("the first request: %d, want 201", code)
