@@ -1,0 +1,167 @@
+package dynamostore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
+)
+
+// beforeClear is a Ledger that runs hook once, just before the first
+// clear of a release's end reaches the table: another request's writes
+// landing between a stale release's read-back and its clear.
+type beforeClear struct {
+	*dynamostore.Ledger
+	hook func()
+}
+
+func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if until.IsZero() && b.hook != nil {
+		hook := b.hook
+		b.hook = nil
+		hook()
+	}
+	return b.Ledger.Release(ctx, key, region, created, until)
+}
+
+// TestAStaleReleasesClearDoesNotEraseTheHoldersRelease: a stale lease's
+// release is refused and reads the record IN_FLIGHT. Before its clear
+// lands, the holding lease releases: its end, then RELEASED. The stale
+// clear then removes the holder's end. backend.md: the claim ends with
+// the release's record, and the key names a new command.
+func TestAStaleReleasesClearDoesNotEraseTheHoldersRelease(t *testing.T) {
+	t.Parallel()
+	db := dynamotest.Client(t)
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	real, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := &beforeClear{Ledger: real}
+	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
+	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	stale := begun.Lease
+	clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(clock.Now()))
+	taken, err := st.TakeOver(t.Context(), k)
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	var holderErr error
+	ledger.hook = func() { holderErr = st.Release(t.Context(), taken) }
+	if err := st.Release(t.Context(), stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale lease's Release: %v; want ErrLeaseLost", err)
+	}
+	if holderErr != nil {
+		t.Fatalf("the holding lease's Release: %v", holderErr)
+	}
+	released, err := st.Get(t.Context(), k)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("the record: %+v, %v; want RELEASED", released, err)
+	}
+	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
+	if _, err := db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
+		t.Fatal(err) // TTL deletes the expired release
+	}
+	other := []byte("another intent")
+	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(stale.CreatedAt) {
+		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
+	}
+}
+
+// failGet is a DynamoDB client whose GetItem fails while armed: a read
+// lost to a timeout.
+type failGet struct {
+	dynamostore.DynamoDBAPI
+	armed bool
+}
+
+func (d *failGet) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	if d.armed {
+		d.armed = false
+		return nil, errors.New("connection reset: the read is lost")
+	}
+	return d.DynamoDBAPI.GetItem(ctx, in, optFns...)
+}
+
+// TestAStaleReleasesUnreadEndDoesNotOutliveTheHoldersCharge: a stale
+// lease's release is refused, and its read-back is lost: the end stays.
+// The holding lease then charges and commits SUCCEEDED. regions.md: a
+// claim lasts as long as a settled record would, so a retry whose record
+// a TTL delete erased takes the claim up under the same reference. Here
+// the claim ends at the stale release's end, within the record's life,
+// and the retry is a new command: a second charge.
+func TestAStaleReleasesUnreadEndDoesNotOutliveTheHoldersCharge(t *testing.T) {
+	t.Parallel()
+	raw := dynamotest.Client(t)
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &failGet{DynamoDBAPI: raw}
+	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
+	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
+		o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour // as with Stripe
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	stale := begun.Lease
+	clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(clock.Now()))
+	taken, err := st.TakeOver(t.Context(), k)
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	db.armed = true
+	if err := st.Release(t.Context(), stale); err == nil {
+		t.Fatal("the stale lease's Release: nil error")
+	}
+	if err := st.Commit(t.Context(), taken, idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)}); err != nil {
+		t.Fatalf("the holding lease's Commit: %v", err)
+	}
+	settled, err := st.Get(t.Context(), k)
+	if err != nil || settled.Status != idem.StatusSucceeded {
+		t.Fatalf("the record: %+v, %v; want SUCCEEDED", settled, err)
+	}
+	clock.Advance(time.Hour + time.Minute) // past the stale release's end, within the record's life
+	if !clock.Now().Before(settled.ExpiresAt) {
+		t.Fatalf("the record expires at %s, before %s", settled.ExpiresAt, clock.Now())
+	}
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
+	if _, err := raw.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
+		t.Fatal(err) // the other Region's TTL delete erases the record
+	}
+	retry, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(stale.CreatedAt) {
+		t.Fatalf("the retry within the charge's record life: %+v, %v; want the claim taken up under %s, its reference (a new one charges twice)", retry, err, stale.CreatedAt)
+	}
+}
