@@ -1,0 +1,71 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
+)
+
+// beforeClear is a Ledger that runs hook once, just before the first
+// clear of a release's end: another request's writes landing between a
+// stale release's read-back and its clear.
+type beforeClear struct {
+	*memstore.Ledger
+	hook func()
+}
+
+func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if until.IsZero() && b.hook != nil {
+		hook := b.hook
+		b.hook = nil
+		hook()
+	}
+	return b.Ledger.Release(ctx, key, region, created, until)
+}
+
+// TestAStaleReleasesClearDoesNotEraseTheHoldersRelease: as dynamostore's.
+// The stale release reads IN_FLIGHT; the holder releases; the stale clear
+// removes the holder's end. The key must be free once the release expired.
+func TestAStaleReleasesClearDoesNotEraseTheHoldersRelease(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger := &beforeClear{Ledger: memstore.NewLedger(nil)}
+	st := memstore.New(func(o *memstore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	stale := begun.Lease
+	clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(clock.Now()))
+	taken, err := st.TakeOver(t.Context(), k)
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	var holderErr error
+	ledger.hook = func() { holderErr = st.Release(t.Context(), taken) }
+	if err := st.Release(t.Context(), stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale lease's Release: %v; want ErrLeaseLost", err)
+	}
+	if holderErr != nil {
+		t.Fatalf("the holding lease's Release: %v", holderErr)
+	}
+	released, err := st.Get(t.Context(), k)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("the record: %+v, %v; want RELEASED", released, err)
+	}
+	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
+	other := []byte("another intent")
+	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(stale.CreatedAt) {
+		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
+	}
+}
