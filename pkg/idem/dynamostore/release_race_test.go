@@ -3,6 +3,7 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -163,5 +164,60 @@ func TestAStaleReleasesUnreadEndDoesNotOutliveTheHoldersCharge(t *testing.T) {
 	retry, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
 	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(stale.CreatedAt) {
 		t.Fatalf("the retry within the charge's record life: %+v, %v; want the claim taken up under %s, its reference (a new one charges twice)", retry, err, stale.CreatedAt)
+	}
+}
+
+// failClear is a Ledger whose next clear of a release's end is refused,
+// unapplied: throttled.
+type failClear struct {
+	*dynamostore.Ledger
+	armed bool
+}
+
+func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if until.IsZero() && f.armed {
+		f.armed = false
+		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+	}
+	return f.Ledger.Release(ctx, key, region, created, until)
+}
+
+// TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: a retry
+// claims a released command back. Its IN_FLIGHT record is written, then
+// the clear of the release's end fails. errors.go: ErrUnavailable from
+// Begin proves that no record was written.
+func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
+	t.Parallel()
+	db := dynamotest.Client(t)
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	real, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ledger := &failClear{Ledger: real}
+	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	if err := st.Release(t.Context(), begun.Lease); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	ledger.armed = true
+	_, err = st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("the claim back: %v; want ErrUnavailable", err)
+	}
+	rec, err := st.Get(t.Context(), k)
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("the record after Begin said ErrUnavailable: %+v, %v; want RELEASED, untouched (errors.go: no record was written)", rec, err)
 	}
 }
