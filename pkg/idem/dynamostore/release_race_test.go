@@ -221,3 +221,77 @@ func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
 		t.Fatalf("the record after Begin said ErrUnavailable: %+v, %v; want RELEASED, untouched (errors.go: no record was written)", rec, err)
 	}
 }
+
+// lateWrite is a DynamoDB client whose next UpdateItem, once armed, times
+// out unanswered and lands later: after the next consistent read.
+type lateWrite struct {
+	dynamostore.DynamoDBAPI
+	armed bool
+	late  *dynamodb.UpdateItemInput
+}
+
+func (d *lateWrite) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	if d.armed {
+		d.armed, d.late = false, in
+		return nil, errors.New("request timed out: the answer is lost")
+	}
+	return d.DynamoDBAPI.UpdateItem(ctx, in, optFns...)
+}
+
+func (d *lateWrite) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error) {
+	out, err := d.DynamoDBAPI.GetItem(ctx, in, optFns...)
+	if d.late != nil {
+		late := d.late
+		d.late = nil
+		if _, err := d.DynamoDBAPI.UpdateItem(ctx, late); err != nil {
+			return nil, err
+		}
+	}
+	return out, err
+}
+
+// TestAReleaseWhoseRecordLandsAfterItsReadBackEndsItsClaimWithItsRecord:
+// the RELEASED write times out, and lands just after the read-back saw
+// IN_FLIGHT. The release clears its end. backend.md: a write that landed
+// unanswered keeps the end, and the claim ends with the release's record.
+func TestAReleaseWhoseRecordLandsAfterItsReadBackEndsItsClaimWithItsRecord(t *testing.T) {
+	t.Parallel()
+	raw := dynamotest.Client(t)
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &lateWrite{DynamoDBAPI: raw}
+	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
+	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	db.armed = true
+	if err := st.Release(t.Context(), begun.Lease); err == nil {
+		t.Fatal("Release, its answer lost: nil error")
+	}
+	released, err := st.Get(t.Context(), k)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("the record after the late write: %+v, %v; want RELEASED", released, err)
+	}
+	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
+	if _, err := raw.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
+		t.Fatal(err) // TTL deletes the expired release
+	}
+	other := []byte("another intent")
+	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
+		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
+	}
+}
