@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,5 +68,50 @@ func TestAStaleReleasesClearDoesNotEraseTheHoldersRelease(t *testing.T) {
 	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
 	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(stale.CreatedAt) {
 		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
+	}
+}
+
+// failClear is a Ledger whose next clear of a release's end is refused,
+// unapplied: throttled.
+type failClear struct {
+	*memstore.Ledger
+	armed bool
+}
+
+func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if until.IsZero() && f.armed {
+		f.armed = false
+		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+	}
+	return f.Ledger.Release(ctx, key, region, created, until)
+}
+
+// TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: as
+// dynamostore's. errors.go: ErrUnavailable from Begin proves that no
+// record was written.
+func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
+	t.Parallel()
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger := &failClear{Ledger: memstore.NewLedger(nil)}
+	st := memstore.New(func(o *memstore.Options) {
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	if err := st.Release(t.Context(), begun.Lease); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Minute)
+	ledger.armed = true
+	if _, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body); !errors.Is(err, idem.ErrUnavailable) {
+		t.Fatalf("the claim back: %v; want ErrUnavailable", err)
+	}
+	rec, err := st.Get(t.Context(), k)
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("the record after Begin said ErrUnavailable: %+v, %v; want RELEASED, untouched (errors.go: no record was written)", rec, err)
 	}
 }
