@@ -25,13 +25,13 @@ type beforeClear struct {
 	hook func()
 }
 
-func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	if until.IsZero() && b.hook != nil {
 		hook := b.hook
 		b.hook = nil
 		hook()
 	}
-	return b.Ledger.Release(ctx, key, region, created, until)
+	return b.Ledger.Release(ctx, key, region, created, until, token)
 }
 
 // TestAStaleReleasesClearDoesNotEraseTheHoldersRelease: a stale lease's
@@ -174,12 +174,12 @@ type failClear struct {
 	armed bool
 }
 
-func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	if until.IsZero() && f.armed {
 		f.armed = false
 		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
 	}
-	return f.Ledger.Release(ctx, key, region, created, until)
+	return f.Ledger.Release(ctx, key, region, created, until, token)
 }
 
 // TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: a retry

@@ -20,13 +20,13 @@ type beforeClear struct {
 	hook func()
 }
 
-func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	if until.IsZero() && b.hook != nil {
 		hook := b.hook
 		b.hook = nil
 		hook()
 	}
-	return b.Ledger.Release(ctx, key, region, created, until)
+	return b.Ledger.Release(ctx, key, region, created, until, token)
 }
 
 // TestAStaleReleasesClearDoesNotEraseTheHoldersRelease: as dynamostore's.
@@ -78,12 +78,12 @@ type failClear struct {
 	armed bool
 }
 
-func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	if until.IsZero() && f.armed {
 		f.armed = false
 		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
 	}
-	return f.Ledger.Release(ctx, key, region, created, until)
+	return f.Ledger.Release(ctx, key, region, created, until, token)
 }
 
 // TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: as
