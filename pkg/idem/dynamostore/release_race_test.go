@@ -184,8 +184,9 @@ func (f *failClear) Release(ctx context.Context, key idem.Key, region string, cr
 
 // TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: a retry
 // claims a released command back. Its IN_FLIGHT record is written, then
-// the clear of the release's end fails. errors.go: ErrUnavailable from
-// Begin proves that no record was written.
+// the clear of the release's end fails. backend.go: ErrUnavailable from
+// Begin, without ErrUnknownClaim, proves that no record was written. The
+// record is written, its lease handed to nobody: ErrUnknownClaim.
 func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
 	t.Parallel()
 	db := dynamotest.Client(t)
@@ -213,12 +214,12 @@ func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
 	clock.Advance(time.Minute)
 	ledger.armed = true
 	_, err = st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if !errors.Is(err, idem.ErrUnavailable) {
-		t.Fatalf("the claim back: %v; want ErrUnavailable", err)
+	if !errors.Is(err, idem.ErrUnknownClaim) {
+		t.Fatalf("the claim back whose clear failed: %v; want ErrUnknownClaim (backend.go: ErrUnavailable alone says no record was written)", err)
 	}
 	rec, err := st.Get(t.Context(), k)
-	if err != nil || rec.Status != idem.StatusReleased {
-		t.Fatalf("the record after Begin said ErrUnavailable: %+v, %v; want RELEASED, untouched (errors.go: no record was written)", rec, err)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
 	}
 }
 

@@ -87,8 +87,8 @@ func (f *failClear) Release(ctx context.Context, key idem.Key, region string, cr
 }
 
 // TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: as
-// dynamostore's. errors.go: ErrUnavailable from Begin proves that no
-// record was written.
+// dynamostore's. The record is written, its lease handed to nobody:
+// ErrUnknownClaim, not ErrUnavailable alone.
 func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
 	t.Parallel()
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -107,11 +107,11 @@ func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
 	}
 	clock.Advance(time.Minute)
 	ledger.armed = true
-	if _, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body); !errors.Is(err, idem.ErrUnavailable) {
-		t.Fatalf("the claim back: %v; want ErrUnavailable", err)
+	if _, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body); !errors.Is(err, idem.ErrUnknownClaim) {
+		t.Fatalf("the claim back whose clear failed: %v; want ErrUnknownClaim (backend.go: ErrUnavailable alone says no record was written)", err)
 	}
 	rec, err := st.Get(t.Context(), k)
-	if err != nil || rec.Status != idem.StatusReleased {
-		t.Fatalf("the record after Begin said ErrUnavailable: %+v, %v; want RELEASED, untouched (errors.go: no record was written)", rec, err)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
 	}
 }
