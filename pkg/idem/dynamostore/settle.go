@@ -103,6 +103,10 @@ func (s *Store) apply(ctx context.Context, l *idem.Lease, st *settlement, optFns
 // they may have been applied. Keep the *Lease Begin gave. A copy made
 // before the first Commit does not remember it. Its Commit with other
 // writes is refused only while DynamoDB remembers the token.
+//
+// With a Ledger, a lease that may meet a release's end clears it after
+// the write (claims.Settled). If that fails, the record is settled all
+// the same: Commit again clears it. Fail does likewise.
 func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	digest := policy.WritesDigest(writes)
 	committed := policy.LeaseCommitted(l)

@@ -39,16 +39,15 @@ func TakeUp(c idem.Claim, held bool, status idem.Status, fp idem.Fingerprint, re
 	return nil
 }
 
-// Mark is a store's write of the release's end on the Ledger's claim of
-// l's command, naming the releasing lease's token (idem.Ledger.Release).
-// A zero until clears it: token's only, or any if token is empty.
+// Mark writes the release's end on the Ledger's claim of l's command.
+// It names the releasing lease's token (idem.Ledger.Release). A zero
+// until clears it: token's only, or any if token is empty.
 type Mark func(ctx context.Context, l *idem.Lease, until time.Time, token string) error
 
-// The release's end: one rule for both stores. A release records it,
-// naming its lease, before its RELEASED write. A lease clears only its
-// own end, and only once its record shows that write cannot land. A
-// lease whose record is known not RELEASED clears any end: Leased and
-// Settled.
+// The release's end: one rule for both stores. A release records it
+// before its RELEASED write, naming its lease. A lease clears only its
+// own end, once its write cannot land. A lease whose record is known not
+// RELEASED clears any: Leased and Settled.
 
 // Release records until, the release's end, before l writes its record
 // RELEASED. l is marked: should it settle otherwise, it clears the end.
@@ -57,12 +56,12 @@ func Release(ctx context.Context, l *idem.Lease, mark Mark, until time.Time) err
 	return mark(ctx, l, until, l.Token)
 }
 
-// Unreleased clears l's own end after its RELEASED write failed, if the
-// record shows that write cannot land: another lease holds or settled
-// the record, or it is gone. A record l still holds keeps the end: the
-// write may land later. So does a RELEASED one, whoever released it, and
-// one unread. The clear names l's token: the holder's release may record
-// its end between the read and the clear.
+// Unreleased clears l's own end after its RELEASED write failed. It does
+// once the record shows that write cannot land. Another lease holds or
+// settled it, or it is gone. A record l still holds keeps the end: the
+// write may land later. So do a RELEASED record and an unread one. The
+// clear names l's token. The holder's release may record its end
+// meanwhile.
 func Unreleased(ctx context.Context, l *idem.Lease, get func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
 	rec, err := get(ctx, l.Key)
 	switch {
@@ -77,12 +76,12 @@ func Unreleased(ctx context.Context, l *idem.Lease, get func(context.Context, id
 }
 
 // Leased clears any end once l's IN_FLIGHT record is written over an
-// earlier lease's: a claim back, a take-up or a take-over. l may settle
-// otherwise. Cleared before the write, a death between would leave a
-// RELEASED record without its end. A failed clear leaves the record
-// IN_FLIGHT under a lease nobody holds: *idem.UnknownClaimError, never
-// "nothing was written". l is marked: a stale lease of its command may
-// still record an end.
+// earlier lease's. That is a claim back, a take-up or a take-over: l may
+// settle otherwise. Cleared before the write, a death between would
+// leave a RELEASED record without its end. A failed clear leaves the
+// record IN_FLIGHT under a lease nobody holds. So it answers
+// *idem.UnknownClaimError, never "nothing was written". l is marked: a
+// stale lease may still record an end.
 func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
 	*policy.LeaseMarked(l) = true
 	if err := mark(ctx, l, time.Time{}, ""); err != nil {
@@ -91,11 +90,11 @@ func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
 	return nil
 }
 
-// Settled clears any end after l committed or failed its command: its
+// Settled clears any end after l committed or failed its command. Its
 // record outlives a release's end. Only a marked lease can meet one. A
-// command's only lease, never released, clears nothing: a first charge
-// costs no Ledger write more. After an error the record is settled all
-// the same; the same call again clears the end.
+// command's only lease, never released, clears nothing. So a first
+// charge costs no Ledger write more. After an error the record is
+// settled all the same. The same call again clears the end.
 func Settled(ctx context.Context, l *idem.Lease, mark Mark) error {
 	if !*policy.LeaseMarked(l) {
 		return nil
