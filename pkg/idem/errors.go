@@ -38,8 +38,9 @@ var (
 	ErrTooLarge = errors.New("idem: too large to store")
 	// ErrUnavailable: the store could not do the request now (throttled,
 	// a server error), or could not be heard (a failed connection, an
-	// answer cut short); retry later. From Begin it proves that no record
-	// was written. From another write it proves nothing.
+	// answer cut short); retry later. From Begin, without
+	// ErrUnknownClaim, it proves that no record was written. From
+	// another write it proves nothing.
 	ErrUnavailable = errors.New("idem: store unavailable")
 	// ErrUnknownClaim: a claim's write was not answered; it may have
 	// landed. Typed: *UnknownClaimError.

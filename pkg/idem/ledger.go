@@ -42,13 +42,15 @@ type Ledger interface {
 	// release's end: the record may stay RELEASED.
 	Extend(ctx context.Context, key Key, region string, created, until time.Time) error
 	// Release records that key's command created at created was
-	// released, its record kept until until (Claim.ReleasedUntil).
-	// region must hold the claim; otherwise it gives
-	// *ClaimedElsewhereError and records nothing. A key with no claim
-	// is left as it is. A zero until clears the mark. A lease after
-	// a release clears it once its record is IN_FLIGHT: it may settle
-	// the command otherwise.
-	Release(ctx context.Context, key Key, region string, created, until time.Time) error
+	// released by the lease token, its record kept until until
+	// (Claim.ReleasedUntil, Claim.ReleasedBy). region must hold the
+	// claim; otherwise it gives *ClaimedElsewhereError and records
+	// nothing. A key with no claim is left as it is. A zero until
+	// clears the mark: only token's, or any if token is empty. A lease
+	// clears only its own: another lease's release may have recorded
+	// the end since. A lease whose record is known not RELEASED clears
+	// any: it may settle the command otherwise.
+	Release(ctx context.Context, key Key, region string, created, until time.Time, token string) error
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over
 	// and its writes replicated, or were written off.
@@ -78,6 +80,9 @@ type Claim struct {
 	// Zero unless the command's last lease released it. From then on
 	// the key names a new command, though Until is later.
 	ReleasedUntil time.Time
+	// ReleasedBy is the token of the lease whose release recorded
+	// ReleasedUntil. Empty on an end recorded before it was kept.
+	ReleasedBy string
 }
 
 // End is when the claim stops holding its key: Until, or ReleasedUntil

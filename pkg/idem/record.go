@@ -60,6 +60,9 @@ type Lease struct {
 	// Commit, once one may have been applied. A second Commit with other
 	// writes is then refused, not taken for its retry.
 	committed *string
+	// marked: a release's end may stand on the command's Ledger claim.
+	// Another lease of the command, or this one's release, may have set it.
+	marked bool
 }
 
 // Begun is the outcome of Begin that lets the caller go on. Either it owns
@@ -99,4 +102,5 @@ type Record struct {
 func init() {
 	// Only a store may read or set what its Commit may have applied.
 	policy.LeaseCommitted = func(l any) **string { return &l.(*Lease).committed }
+	policy.LeaseMarked = func(l any) *bool { return &l.(*Lease).marked }
 }

@@ -79,7 +79,7 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	}, tries.Option)
 	if err == nil && !lease.CreatedAt.Equal(now) {
 		// An earlier claim taken up: it may carry a release's end.
-		return s.leased(ctx, lease)
+		return s.leased(ctx, "begin", lease)
 	}
 	if err == nil {
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
@@ -87,13 +87,11 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
-// leased answers a lease whose IN_FLIGHT record is written under an
-// earlier command. The Ledger's claim no longer ends with a release: the
-// lease may settle otherwise. The mark is cleared only now. Cleared
-// before, a death before the record's write would leave it RELEASED,
-// its claim held past its expiry.
-func (s *Store) leased(ctx context.Context, lease *idem.Lease) (idem.Begun, error) {
-	if err := s.markRelease(ctx, lease, time.Time{}); err != nil {
+// leased answers a lease whose IN_FLIGHT record is written over an
+// earlier lease's, for op. The release's end is cleared now
+// (claims.Leased).
+func (s *Store) leased(ctx context.Context, op string, lease *idem.Lease) (idem.Begun, error) {
+	if err := claims.Leased(ctx, lease, s.mark(op)); err != nil {
 		return idem.Begun{}, err
 	}
 	return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
@@ -132,7 +130,7 @@ func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerp
 				lease.Intent = rec.Intent // a re-claim's: the record kept its own
 			}
 		}
-		return s.leased(ctx, lease)
+		return s.leased(ctx, "begin", lease)
 	}
 	rec, err := s.decodeRecord(key, item)
 	if err != nil {
@@ -219,7 +217,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 			// a settlement sizes its response beside it, as DynamoDB will.
 			lease.Intent = rec.Intent
 		}
-		return s.leased(ctx, lease)
+		return s.leased(ctx, "begin", lease)
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }

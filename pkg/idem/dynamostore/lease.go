@@ -134,7 +134,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	if err := s.extendClaim(ctx, op, key, lease.CreatedAt, lease.ExpiresAt); err != nil {
 		return nil, err
 	}
-	if _, err := s.leased(ctx, lease); err != nil {
+	if _, err := s.leased(ctx, op, lease); err != nil {
 		return nil, err
 	}
 	return lease, nil

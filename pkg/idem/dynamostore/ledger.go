@@ -41,13 +41,14 @@ type LedgerOptions struct {
 
 // The ledger's attributes: its key holds Key.String().
 const (
-	ledgerKey     = "pk"
-	ledgerRegion  = "rg"
-	ledgerCreated = "ct"
-	ledgerUntil   = "un"
-	ledgerHeir    = "hr"
-	ledgerFP      = "fp"
-	ledgerRelease = "rl"
+	ledgerKey      = "pk"
+	ledgerRegion   = "rg"
+	ledgerCreated  = "ct"
+	ledgerUntil    = "un"
+	ledgerHeir     = "hr"
+	ledgerFP       = "fp"
+	ledgerRelease  = "rl"
+	ledgerReleaser = "rb"
 )
 
 // errNoClaim: a write conditioned on a claim found none.
@@ -164,31 +165,30 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 	return &idem.ClaimedElsewhereError{Region: again.Holder()} // claimed meanwhile
 }
 
-// Release sets the release's end on key's claim created at created, or
-// clears it, in one conditional UpdateItem, if region holds it. After an
-// error wrapping idem.ErrUnavailable, whether it was set is unknown.
-func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
-	if until.IsZero() {
-		return l.mark(ctx, key, region, created, "REMOVE #rel", nil)
+// Release sets the release's end on key's claim created at created, and
+// the releasing lease's token, or clears them, in one conditional
+// UpdateItem, if region holds it. A clear naming a token removes only
+// that lease's end. After an error wrapping idem.ErrUnavailable, whether
+// it was written is unknown.
+func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
+	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir, "#rel": ledgerRelease, "#rb": ledgerReleaser}
+	values := map[string]types.AttributeValue{":rg": str(region), ":ct": millis(created)}
+	cond := "#ct = :ct AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg)"
+	set := "REMOVE #rel, #rb"
+	switch {
+	case !until.IsZero():
+		set, values[":rel"], values[":rb"] = "SET #rel = :rel, #rb = :rb", millis(until), str(token)
+	case token != "":
+		cond, values[":rb"] = cond+" AND #rb = :rb", str(token)
 	}
-	return l.mark(ctx, key, region, created, "SET #rel = :rel", map[string]types.AttributeValue{":rel": millis(until)})
-}
-
-// mark applies set, which sets or removes a release's end, to key's claim
-// created at created, if region holds it. A key with no claim is left
-// as it is.
-func (l *Ledger) mark(ctx context.Context, key idem.Key, region string, created time.Time, set string, values map[string]types.AttributeValue) error {
-	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir, "#rel": ledgerRelease}
-	if values == nil {
-		values = map[string]types.AttributeValue{}
-	}
-	values[":rg"], values[":ct"] = str(region), millis(created)
-	old, err := l.update(ctx, key, set, "#ct = :ct AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg)", names, values)
+	old, err := l.update(ctx, key, set, cond, names, values)
 	switch {
 	case errors.Is(err, errNoClaim):
 		return nil // nothing holds the key
 	case err != nil || old == nil:
 		return err
+	case old.Holder() == region && old.CreatedAt.Equal(time.UnixMilli(created.UnixMilli())):
+		return nil // the end is another lease's, or gone: token's clear is done
 	}
 	return &idem.ClaimedElsewhereError{Region: old.Holder()}
 }
@@ -256,6 +256,9 @@ func claimItem(key idem.Key, c idem.Claim) map[string]types.AttributeValue {
 	if !c.ReleasedUntil.IsZero() {
 		item[ledgerRelease] = millis(c.ReleasedUntil)
 	}
+	if c.ReleasedBy != "" {
+		item[ledgerReleaser] = str(c.ReleasedBy)
+	}
 	return item
 }
 
@@ -295,6 +298,9 @@ func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {
 	}
 	if rel, err := numberAttr(item, ledgerRelease); err == nil {
 		c.ReleasedUntil = time.UnixMilli(rel)
+	}
+	if by, ok := item[ledgerReleaser].(*types.AttributeValueMemberS); ok {
+		c.ReleasedBy = by.Value
 	}
 	return c, nil
 }

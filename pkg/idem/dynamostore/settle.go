@@ -103,6 +103,10 @@ func (s *Store) apply(ctx context.Context, l *idem.Lease, st *settlement, optFns
 // they may have been applied. Keep the *Lease Begin gave. A copy made
 // before the first Commit does not remember it. Its Commit with other
 // writes is refused only while DynamoDB remembers the token.
+//
+// With a Ledger, a lease that may meet a release's end clears it after
+// the write (claims.Settled). If that fails, the record is settled all
+// the same: Commit again clears it. Fail does likewise.
 func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	digest := policy.WritesDigest(writes)
 	committed := policy.LeaseCommitted(l)
@@ -115,7 +119,10 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	if err == nil || !errors.As(err, &failed) && !errors.Is(err, idem.ErrTooLarge) && !tries.Refused() {
 		*committed = &digest // it may have been applied
 	}
-	return s.done(l, idem.StatusSucceeded, err)
+	if err := s.done(l, idem.StatusSucceeded, err); err != nil {
+		return err
+	}
+	return claims.Settled(ctx, l, s.mark("commit"))
 }
 
 // done notes on l, once its settlement as status succeeded, when the
@@ -194,7 +201,10 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 	if err != nil {
 		return err
 	}
-	return s.done(l, idem.StatusFailedPermanent, s.apply(ctx, l, &st))
+	if err := s.done(l, idem.StatusFailedPermanent, s.apply(ctx, l, &st)); err != nil {
+		return err
+	}
+	return claims.Settled(ctx, l, s.mark("fail"))
 }
 
 // Release marks the record RELEASED: the command did not happen. A retry
@@ -207,37 +217,31 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 // window. A lease that merely ran out is no such proof. Release is fenced
 // like Commit.
 //
-// With a Ledger, the claim records the release's end first. If that
-// fails, the record stays IN_FLIGHT, and the claim holds the key.
+// With a Ledger, the claim records the release's end first
+// (claims.Release). If that fails, the record stays IN_FLIGHT, and the
+// claim holds the key. After a failed record write, the end is cleared
+// only as claims.Unreleased says.
 func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	st, err := s.settlement("release", l, idem.StatusReleased, nil)
 	if err != nil {
 		return err
 	}
-	if err := s.markRelease(ctx, l, s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
+	if err := claims.Release(ctx, l, s.mark("release"), s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
 		return err
 	}
 	if err := s.done(l, idem.StatusReleased, s.apply(ctx, l, &st)); err != nil {
-		return errors.Join(err, s.unmarkUnreleased(ctx, l))
+		return errors.Join(err, claims.Unreleased(ctx, l, s.Get, s.mark("release")))
 	}
 	return nil
 }
 
-// markRelease sets the release's end on the Ledger's claim of l's
-// command, or clears it if until is zero. Without a Ledger there is no
-// claim.
-func (s *Store) markRelease(ctx context.Context, l *idem.Lease, until time.Time) error {
-	if s.ledger == nil {
-		return nil
+// mark writes a release's end on the Ledger's claim of a lease's
+// command, for op (claims.Mark). Without a Ledger there is no claim.
+func (s *Store) mark(op string) claims.Mark {
+	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
+		if s.ledger == nil {
+			return nil
+		}
+		return ledgerError(op, l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until, token))
 	}
-	return ledgerError("release", l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until))
-}
-
-// unmarkUnreleased clears the release's end after l's record write
-// failed, unless claims.Unreleased says the record may be RELEASED.
-func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
-	if clear, err := claims.Unreleased(ctx, s.Get, l); !clear {
-		return err
-	}
-	return s.markRelease(ctx, l, time.Time{})
 }

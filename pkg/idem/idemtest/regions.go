@@ -320,14 +320,14 @@ func (p *pendingLedger) failRelease(err error) {
 	p.releaseErr = err
 }
 
-func (p *pendingLedger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+func (p *pendingLedger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	p.mu.Lock()
 	err := p.releaseErr
 	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return p.Ledger.Release(ctx, key, region, created, until)
+	return p.Ledger.Release(ctx, key, region, created, until, token)
 }
 
 func (p *pendingLedger) pending(since time.Time) {

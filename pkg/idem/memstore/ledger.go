@@ -79,9 +79,10 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 	return nil
 }
 
-// Release sets the release's end on key's claim created at created, as
+// Release sets the release's end on key's claim created at created, and
+// the releasing lease's token, or clears them, as
 // dynamostore.Ledger.Release.
-func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	if err := done(ctx, "release", key); err != nil {
 		return err
 	}
@@ -93,10 +94,10 @@ func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, creat
 		return nil
 	case old.CreatedAt.UnixMilli() != created.UnixMilli() || old.Holder() != region:
 		return &idem.ClaimedElsewhereError{Region: old.Holder()}
-	}
-	old.ReleasedUntil = time.Time{}
-	if !until.IsZero() {
-		old.ReleasedUntil = time.UnixMilli(until.UnixMilli())
+	case !until.IsZero():
+		old.ReleasedUntil, old.ReleasedBy = time.UnixMilli(until.UnixMilli()), token
+	case token == "" || token == old.ReleasedBy:
+		old.ReleasedUntil, old.ReleasedBy = time.Time{}, ""
 	}
 	l.claims[key] = old
 	return nil

@@ -231,8 +231,8 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return begun, err
 	}
 	// An earlier command leased again, as dynamostore's leased: its
-	// record is IN_FLIGHT now, so its claim no longer ends with a release.
-	if err := s.markRelease(ctx, begun.Lease, time.Time{}); err != nil {
+	// record is IN_FLIGHT now (claims.Leased).
+	if err := claims.Leased(ctx, begun.Lease, s.mark("begin")); err != nil {
 		return idem.Begun{}, err
 	}
 	return begun, nil
@@ -350,7 +350,10 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	if err := done(ctx, "commit", l.Key); err != nil {
 		return err
 	}
-	return s.settle("commit", l, idem.StatusSucceeded, &resp, writes)
+	if err := s.settle("commit", l, idem.StatusSucceeded, &resp, writes); err != nil {
+		return err
+	}
+	return claims.Settled(ctx, l, s.mark("commit"))
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp, as
@@ -359,41 +362,37 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 	if err := done(ctx, "fail", l.Key); err != nil {
 		return err
 	}
-	return s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil)
+	if err := s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil); err != nil {
+		return err
+	}
+	return claims.Settled(ctx, l, s.mark("fail"))
 }
 
 // Release marks the record RELEASED, keeping its fingerprint until
 // retention ends, as dynamostore.Store.Release. The Ledger's claim
-// records the release's end first.
+// records the release's end first (claims.Release).
 func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	if err := done(ctx, "release", l.Key); err != nil {
 		return err
 	}
-	if err := s.markRelease(ctx, l, s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
+	if err := claims.Release(ctx, l, s.mark("release"), s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
 		return err
 	}
 	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
-		return errors.Join(err, s.unmarkUnreleased(ctx, l))
+		return errors.Join(err, claims.Unreleased(ctx, l, s.Get, s.mark("release")))
 	}
 	return nil
 }
 
-// unmarkUnreleased clears the release's end after l's record write
-// failed, unless claims.Unreleased says the record may be RELEASED.
-func (s *Store) unmarkUnreleased(ctx context.Context, l *idem.Lease) error {
-	if clear, err := claims.Unreleased(ctx, s.Get, l); !clear {
-		return err
+// mark writes a release's end on the Ledger's claim of a lease's
+// command, for op, as dynamostore does.
+func (s *Store) mark(op string) claims.Mark {
+	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
+		if s.ledger == nil {
+			return nil
+		}
+		return ledgerError(op, l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until, token))
 	}
-	return s.markRelease(ctx, l, time.Time{})
-}
-
-// markRelease sets the release's end on the Ledger's claim of l's
-// command, or clears it if until is zero, as dynamostore does.
-func (s *Store) markRelease(ctx context.Context, l *idem.Lease, until time.Time) error {
-	if s.ledger == nil {
-		return nil
-	}
-	return ledgerError("release", l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until))
 }
 
 func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
@@ -544,7 +543,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	rec.attempts++
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.createdAt, rec.attemptDeadline, rec.attempts, bytes.Clone(rec.intent)
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
-	if err := s.markRelease(ctx, lease, time.Time{}); err != nil {
+	if err := claims.Leased(ctx, lease, s.mark(op)); err != nil {
 		return nil, err
 	}
 	return lease, nil

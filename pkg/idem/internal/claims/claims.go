@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
 // TakeUp refuses a request with fingerprint fp the take-up of c, an
@@ -38,18 +39,65 @@ func TakeUp(c idem.Claim, held bool, status idem.Status, fp idem.Fingerprint, re
 	return nil
 }
 
-// Unreleased reports whether l's release mark is to be cleared after its
-// record write failed. The record may be RELEASED all the same. The
-// write may have landed unanswered, or the holding lease released it.
-// Then the mark stays: the claim ends with that release. Unread, it
-// stays too, and the read's error is returned.
-func Unreleased(ctx context.Context, get func(context.Context, idem.Key) (*idem.Record, error), l *idem.Lease) (bool, error) {
+// Mark writes the release's end on the Ledger's claim of l's command.
+// It names the releasing lease's token (idem.Ledger.Release). A zero
+// until clears it: token's only, or any if token is empty.
+type Mark func(ctx context.Context, l *idem.Lease, until time.Time, token string) error
+
+// The release's end: one rule for both stores. A release records it
+// before its RELEASED write, naming its lease. A lease clears only its
+// own end, once its write cannot land. A lease whose record is known not
+// RELEASED clears any: Leased and Settled.
+
+// Release records until, the release's end, before l writes its record
+// RELEASED. l is marked: should it settle otherwise, it clears the end.
+func Release(ctx context.Context, l *idem.Lease, mark Mark, until time.Time) error {
+	*policy.LeaseMarked(l) = true
+	return mark(ctx, l, until, l.Token)
+}
+
+// Unreleased clears l's own end after its RELEASED write failed. It does
+// once the record shows that write cannot land. Another lease holds or
+// settled it, or it is gone. A record l still holds keeps the end: the
+// write may land later. So do a RELEASED record and an unread one. The
+// clear names l's token. The holder's release may record its end
+// meanwhile.
+func Unreleased(ctx context.Context, l *idem.Lease, get func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
 	rec, err := get(ctx, l.Key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
-		return true, nil
 	case err != nil:
-		return false, err
+		return err
+	case rec.CreatedAt.Equal(l.CreatedAt) && rec.Status == idem.StatusReleased,
+		rec.Status == idem.StatusInFlight && rec.LeaseToken == l.Token:
+		return nil
 	}
-	return rec.Status != idem.StatusReleased || !rec.CreatedAt.Equal(l.CreatedAt), nil
+	return mark(ctx, l, time.Time{}, l.Token)
+}
+
+// Leased clears any end once l's IN_FLIGHT record is written over an
+// earlier lease's. That is a claim back, a take-up or a take-over: l may
+// settle otherwise. Cleared before the write, a death between would
+// leave a RELEASED record without its end. A failed clear leaves the
+// record IN_FLIGHT under a lease nobody holds. So it answers
+// *idem.UnknownClaimError, never "nothing was written". l is marked: a
+// stale lease may still record an end.
+func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
+	*policy.LeaseMarked(l) = true
+	if err := mark(ctx, l, time.Time{}, ""); err != nil {
+		return &idem.UnknownClaimError{LeaseExpiresAt: l.ExpiresAt, RecordExpiresAt: l.RecordExpiresAt, Err: err}
+	}
+	return nil
+}
+
+// Settled clears any end after l committed or failed its command. Its
+// record outlives a release's end. Only a marked lease can meet one. A
+// command's only lease, never released, clears nothing. So a first
+// charge costs no Ledger write more. After an error the record is
+// settled all the same. The same call again clears the end.
+func Settled(ctx context.Context, l *idem.Lease, mark Mark) error {
+	if !*policy.LeaseMarked(l) {
+		return nil
+	}
+	return mark(ctx, l, time.Time{}, "")
 }

@@ -298,6 +298,11 @@ func writeValue(w io.Writer, v types.AttributeValue) {
 // touch it.
 var LeaseCommitted func(lease any) **string
 
+// LeaseMarked returns the address of an *idem.Lease's note that a
+// release's end may stand on its command's Ledger claim. Package idem
+// sets it, as LeaseCommitted.
+var LeaseMarked func(lease any) *bool
+
 // LogHash is idem.Key.LogHash of a key's string form, also of one that
 // does not parse.
 func LogHash(full string) string {
