@@ -178,6 +178,36 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	}
 }
 
+// TestDoRunsNoNewWorkOnceItHasToldOnWait (review 9): OnWait says the
+// request "waits, and does no new work", so a caller gives its cost back
+// there. The holder releases the key (its effect proved not done) while
+// the request waits. Do then claims the key and runs fn: new work, its
+// cost given back.
+func TestDoRunsNoNewWorkOnceItHasToldOnWait(t *testing.T) {
+	ctx := t.Context()
+	t.Parallel()
+	s := memstore.New()
+	var runs, waits atomic.Int32
+	k := idemtest.UniqueKey(t, "acme")
+	b, err := s.Begin(ctx, k, fpA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // past three pauses
+		_ = s.Release(ctx, b.Lease)
+	}()
+	_, err = idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
+		o.Wait, o.OnWait = 5*time.Second, func() { waits.Add(1) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waits.Load() == 1 && runs.Load() != 0 {
+		t.Fatalf("Do told OnWait it only waits, then ran fn %d time(s): new work whose cost was given back", runs.Load())
+	}
+}
+
 func TestDoLeaseLost(t *testing.T) {
 	ctx := t.Context()
 	t.Parallel()
