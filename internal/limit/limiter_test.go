@@ -1896,3 +1896,35 @@ func TestARequestThatStartsWaitingGivesItsCountBackOnce(t *testing.T) {
 		t.Fatalf("the waits ended, their counts given back already: %d more admitted, want 0", n)
 	}
 }
+
+// TestAStepForwardIsNoRequestsHandlerTime (review 9): the wall clock steps
+// forward 10 s while four requests run for 10 ms. Steady jumps to the
+// clock, and each request's handler time is taken from steady: 10 s each.
+// The tenant, 40 ms of handler time in the span, is refused for its
+// concurrency, and the 40 s are shared to the fleet.
+func TestAStepForwardIsNoRequestsHandlerTime(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	var offset time.Duration
+	l, err := limit.New(t.Context(), newShared(), func(o *limit.Options) {
+		o.Defaults = limit.Limits{Rate: 1000, Concurrency: 2}
+		// The offset steps the wall clock; the time elapsed is the clock's.
+		o.Clock = func() (time.Time, time.Duration) { return clock.Now().Add(offset), clock.Now().Sub(start) }
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running []*limit.Ticket
+	for range 4 {
+		running = append(running, mustAdmit(t.Context(), t, l, "acme"))
+	}
+	offset = 10 * time.Second // NTP steps a slow clock forward
+	clock.Advance(10 * time.Millisecond)
+	for _, tk := range running {
+		l.Done(t.Context(), tk, true)
+	}
+	clock.Advance(10 * time.Millisecond)
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("concurrency 2, four requests of 10 ms in the span, a step forward of 10 s meanwhile: refused %+v", refused)
+	}
+}
