@@ -1928,3 +1928,30 @@ func TestAStepForwardIsNoRequestsHandlerTime(t *testing.T) {
 		t.Fatalf("concurrency 2, four requests of 10 ms in the span, a step forward of 10 s meanwhile: refused %+v", refused)
 	}
 }
+
+// TestTwinsWaitingOnOtherInstancesLeaveTheRate (review 9): Lambda gives an
+// instance one request at a time. A hot tenant's twin shares its count as
+// it is admitted, and gives it back as it starts waiting: on its own
+// instance only, which serves nothing else until the twin ends, seconds
+// later. The fleet keeps counting it. Five twins waiting on five instances
+// take five of the rate of 10 from new charges on a sixth, though
+// docs/contract.md says a retry storm whose retries wait leaves the rate.
+func TestTwinsWaitingOnOtherInstancesLeaveTheRate(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	var fleet []*limit.Limiter
+	for range 6 {
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}))
+	}
+	hotOnEach(t, fleet, clock, "acme")
+	setClock(clock, start.Add(10*time.Second))
+	for _, l := range fleet[:5] {
+		twin := mustAdmit(t.Context(), t, l, "acme")
+		l.GiveBack(twin) // it waits for the key, past the second
+	}
+	clock.Advance(10 * time.Millisecond)
+	if n := admitted(t, fleet[5], "acme", 20); n < 10-1 {
+		t.Fatalf("rate 10, five twins waiting on five other instances, their counts given back: %d new requests admitted in the second, want 10", n)
+	}
+}
