@@ -301,10 +301,9 @@ func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
 		}
 	}
 	// Every request so far sent a charge: each did new work in the second.
-	worked := int(provider.calls.Load())
 	resp := handle(t, h, testkit.PostCharge("acme", "new", body))
 	if resp.StatusCode != http.StatusTooManyRequests {
-		worked = int(provider.calls.Load())
+		worked := provider.calls.Load()
 		t.Fatalf("rate %d: %d requests sent the provider a charge in one second; a new key then: %d, want 429", rate, worked, resp.StatusCode)
 	}
 }
