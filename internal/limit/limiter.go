@@ -193,11 +193,10 @@ type tenant struct {
 	// instance shared in them, so a fleet's concurrency holds.
 	past []time.Duration
 	// running is how many of this instance's requests run, and started
-	// the sum of their starts since base. They are never shared: a count
-	// sent to the table may be lost, and then never end.
+	// the sum of the time elapsed as each began. They are never shared: a
+	// count sent to the table may be lost, and then never end.
 	running int
 	started time.Duration
-	base    time.Time
 	// due paces the tenant's requests on this instance, a token bucket
 	// kept as the time its next request is due at its rate (GCRA). It
 	// may start a second's worth at once; a flood past that gets its rate
@@ -232,19 +231,17 @@ func (t *tenant) recentBusy() time.Duration {
 	return busy
 }
 
-// inFlight is the handler time of this instance's requests still running.
-// What they commit counts before it lands.
-func (t *tenant) inFlight(now time.Time) time.Duration {
-	return max(time.Duration(t.running)*now.Sub(t.base)-t.started, 0)
+// inFlight is the handler time of this instance's requests still running,
+// as of the time elapsed. What they commit counts before it lands.
+func (t *tenant) inFlight(elapsed time.Duration) time.Duration {
+	return max(time.Duration(t.running)*elapsed-t.started, 0)
 }
 
 // underConcurrency is when the handler time this instance knows of falls
-// under the concurrency, as the oldest windows leave the span. Requests
-// running count as if they ended now: their time so far lands in this
-// window at best. It is asked only once over: the answer is a later
-// window's start.
-func (t *tenant) underConcurrency(lim Limits, now time.Time) time.Time {
-	running := t.inFlight(now)
+// under the concurrency, as the oldest windows leave the span. running is
+// the requests' time so far: it lands in this window at best. It is asked
+// only once over: the answer is a later window's start.
+func (t *tenant) underConcurrency(lim Limits, running time.Duration) time.Time {
 	windows := append([]time.Duration{t.used().Busy + running}, t.past...) // last first
 	busy, k := t.recentBusy()+running, 0
 	// Once the span has passed every window has left: k stops there.
@@ -265,7 +262,8 @@ type Ticket struct {
 	// forgotten.
 	t      *tenant
 	window int64
-	start  time.Time
+	// began is the time elapsed as it was admitted.
+	began time.Duration
 	// waited is how long Admit waited for a share.
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
@@ -318,7 +316,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 // usage first. Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
-	now := l.clock.now()
+	now, elapsed := l.clock.instant()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(name, now, lim)
@@ -351,35 +349,35 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
-	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():
+	case t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy():
 		// What ended leaves the span in time; what runs may not: at
 		// least the next window.
-		return refuse("concurrency", max(t.underConcurrency(lim, now).Sub(now), next))
+		return refuse("concurrency", max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next))
 	}
 	t.due = later(t.due, now).Add(lim.interval())
 	t.running++
-	t.started += now.Sub(t.base)
-	return &Ticket{tenant: name, t: t, window: w, start: now, waited: waited}, nil
+	t.started += elapsed
+	return &Ticket{tenant: name, t: t, window: w, began: elapsed, waited: waited}, nil
 }
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
 // One GiveBack gave back stays given back.
-// Its handler time counts either way. When the tenant's
-// unshared usage is due, Done adds it to the Store. It waits only what is
-// left of tableTimeout after Admit's share.
+// Its handler time counts either way, measured by the time elapsed. When
+// the tenant's unshared usage is due, Done adds it to the Store. It waits
+// only what is left of tableTimeout after Admit's share.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
-	now := l.clock.now()
+	now, elapsed := l.clock.instant()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tk.t.running--
-	tk.t.started -= tk.start.Sub(tk.t.base)
-	t, now := l.tenant(tk.tenant, now, lim)
+	tk.t.started -= tk.began
+	t, _ := l.tenant(tk.tenant, now, lim)
 	if !counted {
 		t.giveBack(tk, lim)
 	}
-	t.pending.Busy += max(now.Sub(tk.start), 0)
+	t.pending.Busy += max(elapsed-tk.began, 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot() {
 		due = t.hotDue(lim)
@@ -494,7 +492,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		if len(l.tenants) >= maxTenants {
 			l.forget(now.Unix())
 		}
-		t = &tenant{window: now.Unix(), base: now, last: now}
+		t = &tenant{window: now.Unix(), last: now}
 		l.tenants[name] = t
 	}
 	// An end may read the clock before a start that takes the lock first.
