@@ -264,7 +264,7 @@ type Ticket struct {
 	window int64
 	// began is the time elapsed as it was admitted.
 	began time.Duration
-	// waited is how long Admit waited for a share.
+	// waited is how long its shares waited.
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
@@ -362,10 +362,10 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
-// One GiveBack gave back stays given back.
+// One GiveBack gave back stays given back, unless Retake took it again.
 // Its handler time counts either way, measured by the time elapsed. When
 // the tenant's unshared usage is due, Done adds it to the Store. It waits
-// only what is left of tableTimeout after Admit's share.
+// only what is left of tableTimeout after the request's other shares.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
 	now, elapsed := l.clock.instant()
@@ -382,40 +382,67 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
-	// A count given back that a share counted: the fleet counts it until
-	// this instance shares again.
-	due = due || t.pending.Requests < 0
-	wait := tableTimeout - tk.waited
-	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
-		return
-	}
-	l.share(ctx, tk.tenant, t, lim, wait)
+	l.shareFor(ctx, tk, t, lim, due)
 }
 
 // GiveBack gives tk's count back now, as Done does for a request not
 // counted. A request that waits for another's key gives it back as it
 // starts waiting: its wait may outlast its second. It is given back once.
-func (l *Limiter) GiveBack(tk *Ticket) {
+// A count a share carried is shared back at once. Another instance, which
+// serves nothing else until the wait ends, would not share it soon.
+func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
 	lim := l.overrides.cached(tk.tenant)
 	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, _ := l.tenant(tk.tenant, now, lim)
 	t.giveBack(tk, lim)
+	l.shareFor(ctx, tk, t, lim, false)
+}
+
+// Retake counts tk against the rate again, if its count was given back. A
+// request that waited, then took its key over, does new work after all.
+// It is not refused: it holds the key, and a refusal would release it for
+// the next twin to take. A hot tenant's count is shared at once: the
+// work may take seconds.
+func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
+	lim := l.overrides.cached(tk.tenant)
+	now := l.clock.now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !tk.givenBack {
+		return
+	}
+	t, now := l.tenant(tk.tenant, now, lim)
+	tk.givenBack, tk.window = false, t.window
+	t.pending.Requests++
+	t.due = later(t.due, now).Add(lim.interval())
+	l.shareFor(ctx, tk, t, lim, t.hot() && t.hotDue(lim))
+}
+
+// shareFor shares t's unshared usage on tk's path, if due. A count given
+// back that a share counted is always due: the fleet counts it until this
+// instance shares again. tk's shares wait at most tableTimeout together.
+func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool) {
+	due = due || t.pending.Requests < 0
+	wait := tableTimeout - tk.waited
+	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
+		return
+	}
+	tk.waited += l.share(ctx, tk.tenant, t, lim, wait)
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only
 // in the second it was counted in, while that second lasts. Given to a
 // later one, it would free room that second's new work already took.
+// A count that stays is never given back, nor taken again.
 func (t *tenant) giveBack(tk *Ticket, lim Limits) {
-	if tk.givenBack {
+	if tk.givenBack || tk.window != t.window || t.used().Requests <= 0 {
 		return
 	}
 	tk.givenBack = true
-	if tk.window == t.window && t.used().Requests > 0 {
-		t.due = t.due.Add(-lim.interval())
-		t.pending.Requests--
-	}
+	t.due = t.due.Add(-lim.interval())
+	t.pending.Requests--
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan

@@ -1362,7 +1362,7 @@ func besideTwins(t *testing.T, giveBack bool, want int) {
 				if twin {
 					d = 1500 * time.Millisecond // waits for the key in progress
 					if giveBack {
-						l.GiveBack(tk)
+						l.GiveBack(t.Context(), tk)
 					}
 				}
 				runs = append(runs, running{tk, now.Add(d), charge})
@@ -1883,7 +1883,7 @@ func TestARequestThatStartsWaitingGivesItsCountBackOnce(t *testing.T) {
 		if refused != nil {
 			t.Fatalf("refused %+v", refused)
 		}
-		l.GiveBack(tk)
+		l.GiveBack(t.Context(), tk)
 		waiting = append(waiting, tk)
 	}
 	if n := admitted(t, l, "acme", 4); n != 3 {
@@ -1948,10 +1948,36 @@ func TestTwinsWaitingOnOtherInstancesLeaveTheRate(t *testing.T) {
 	setClock(clock, start.Add(10*time.Second))
 	for _, l := range fleet[:5] {
 		twin := mustAdmit(t.Context(), t, l, "acme")
-		l.GiveBack(twin) // it waits for the key, past the second
+		l.GiveBack(t.Context(), twin) // it waits for the key, past the second
 	}
 	clock.Advance(10 * time.Millisecond)
 	if n := admitted(t, fleet[5], "acme", 20); n < 10-1 {
 		t.Fatalf("rate 10, five twins waiting on five other instances, their counts given back: %d new requests admitted in the second, want 10", n)
 	}
+}
+
+// TestATwinThatTakesItsKeyOverCountsAgain: a twin gives its count back as
+// it waits, then takes the key over and does new work. Retake counts it
+// again, and shares it at once: the fleet's other instances count it.
+func TestATwinThatTakesItsKeyOverCountsAgain(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	fleet := []*limit.Limiter{
+		newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}),
+		newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}),
+	}
+	hotOnEach(t, fleet, clock, "acme")
+	setClock(clock, start.Add(10*time.Second))
+	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
+	fleet[0].GiveBack(t.Context(), twin)
+	if n := admitted(t, fleet[1], "acme", 8); n != 8 {
+		t.Fatalf("rate 10, a twin's count given back: %d of 8 admitted", n)
+	}
+	fleet[0].Retake(t.Context(), twin)
+	// The other instance learns the fleet's count as its next request ends.
+	if n := admitted(t, fleet[1], "acme", 5); n != 1 {
+		t.Fatalf("rate 10, 8 requests and a twin that took its key over: %d more admitted, want 1", n)
+	}
+	fleet[0].Done(t.Context(), twin, true)
 }

@@ -185,7 +185,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	if ticket != nil {
 		// A request that waits for its key's holder does no new work.
-		ctx = charge.WithOnWait(ctx, func() { h.opt.Limiter.GiveBack(ticket) })
+		ctx = charge.WithOnWait(ctx, func() { h.opt.Limiter.GiveBack(ctx, ticket) })
 	}
 	switch {
 	case route == RouteWebhook:
