@@ -178,12 +178,11 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	}
 }
 
-// TestDoRunsNoNewWorkOnceItHasToldOnWait (review 9): OnWait says the
-// request "waits, and does no new work", so a caller gives its cost back
-// there. The holder releases the key (its effect proved not done) while
-// the request waits. Do then claims the key and runs fn: new work, its
-// cost given back.
-func TestDoRunsNoNewWorkOnceItHasToldOnWait(t *testing.T) {
+// TestDoMayRunFnAfterTellingOnWait: the holder releases the key (its
+// effect proved not done) while the request waits. Do then claims the key
+// and runs fn: new work after OnWait. A caller that gave its cost back
+// there takes it again in fn. (Review 9 found the doc said it never ran.)
+func TestDoMayRunFnAfterTellingOnWait(t *testing.T) {
 	ctx := t.Context()
 	t.Parallel()
 	s := memstore.New()
@@ -197,14 +196,17 @@ func TestDoRunsNoNewWorkOnceItHasToldOnWait(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // past three pauses
 		_ = s.Release(ctx, b.Lease)
 	}()
-	_, err = idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
+	toldFirst := false
+	fn := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		toldFirst = waits.Load() == 1
+		return counted(&runs, idem.Succeeded(resp), nil)(ctx, l)
+	}
+	res, err := idem.Do(ctx, s, k, fpA, nil, fn, func(o *idem.DoOptions) {
 		o.Wait, o.OnWait = 5*time.Second, func() { waits.Add(1) }
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if waits.Load() == 1 && runs.Load() != 0 {
-		t.Fatalf("Do told OnWait it only waits, then ran fn %d time(s): new work whose cost was given back", runs.Load())
+	if err != nil || res.Replayed || runs.Load() != 1 || waits.Load() != 1 || !toldFirst {
+		t.Fatalf("Do on a key released while it waited: %+v, %v; fn ran %d time(s), OnWait told %d time(s), before fn: %v; want fn run once, after OnWait told once",
+			res, err, runs.Load(), waits.Load(), toldFirst)
 	}
 }
 
