@@ -391,13 +391,10 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 // A count a share carried is shared back at once. Another instance, which
 // serves nothing else until the wait ends, would not share it soon.
 func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
-	lim := l.overrides.cached(tk.tenant)
-	now := l.clock.now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	t, _ := l.tenant(tk.tenant, now, lim)
-	t.giveBack(tk, lim)
-	l.shareFor(ctx, tk, t, lim, false)
+	l.recount(ctx, tk, func(t *tenant, _ time.Time, lim Limits) bool {
+		t.giveBack(tk, lim)
+		return false
+	})
 }
 
 // Retake counts tk against the rate again, if its count was given back. A
@@ -406,18 +403,26 @@ func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
 // the next twin to take. A hot tenant's count is shared at once: the
 // work may take seconds.
 func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
+	l.recount(ctx, tk, func(t *tenant, now time.Time, lim Limits) bool {
+		if !tk.givenBack {
+			return false
+		}
+		tk.givenBack, tk.window = false, t.window
+		t.pending.Requests++
+		t.due = later(t.due, now).Add(lim.interval())
+		return t.hot() && t.hotDue(lim)
+	})
+}
+
+// recount changes tk's count in its tenant's state, as of now. It shares
+// the tenant's usage if change says it is due.
+func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant, now time.Time, lim Limits) (due bool)) {
 	lim := l.overrides.cached(tk.tenant)
 	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if !tk.givenBack {
-		return
-	}
 	t, now := l.tenant(tk.tenant, now, lim)
-	tk.givenBack, tk.window = false, t.window
-	t.pending.Requests++
-	t.due = later(t.due, now).Add(lim.interval())
-	l.shareFor(ctx, tk, t, lim, t.hot() && t.hotDue(lim))
+	l.shareFor(ctx, tk, t, lim, change(t, now, lim))
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given
