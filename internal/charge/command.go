@@ -43,8 +43,14 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	var (
 		said    *provider.Result // the provider's answer, if the outcome's writes fail
 		refused Outcome          // why the provider did not act
+		waited  bool             // the command waited for its key's holder
 	)
+	hooks, _ := ctx.Value(waitHooksKey{}).(WaitHooks)
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		if waited && hooks.OnWork != nil {
+			// The holder released the key, and this command took it over.
+			hooks.OnWork()
+		}
 		if !s.deduplicated(l) {
 			// A re-claim past the provider's dedup window. A request sent
 			// now would act anew if the first one landed. So the provider
@@ -88,20 +94,34 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait, _ = ctx.Value(onWaitKey{}).(func())
+		o.OnWait = func() {
+			waited = true
+			if hooks.OnWait != nil {
+				hooks.OnWait()
+			}
+		}
 	})
 	return s.result(ctx, key, st.op, res, said, refused, err)
 }
 
-// onWaitKey holds, in a context, what a command calls as it starts
-// waiting for its key's holder.
-type onWaitKey struct{}
+// WaitHooks are what a command calls around a wait for its key's holder.
+// A caller that counts the request's cost gives it back, then takes it
+// again.
+type WaitHooks struct {
+	// OnWait is called once, as the command starts waiting for another
+	// request that holds its key. The command only waits, for now.
+	OnWait func()
+	// OnWork is called once the command, having waited, takes the key
+	// over: the holder released it. The command then does new work.
+	OnWork func()
+}
 
-// WithOnWait returns ctx carrying onWait. A command run with it calls
-// onWait once, as it starts waiting for another request that holds its
-// key. The caller may give back what it counted of the request.
-func WithOnWait(ctx context.Context, onWait func()) context.Context {
-	return context.WithValue(ctx, onWaitKey{}, onWait)
+// waitHooksKey holds a command's WaitHooks in a context.
+type waitHooksKey struct{}
+
+// WithWaitHooks returns ctx carrying hooks for the commands run with it.
+func WithWaitHooks(ctx context.Context, hooks WaitHooks) context.Context {
+	return context.WithValue(ctx, waitHooksKey{}, hooks)
 }
 
 // result names what became of a command run. refused says why the provider

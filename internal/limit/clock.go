@@ -43,25 +43,34 @@ type steady struct {
 	wall    time.Time     // the wall clock's latest reading in order
 	read    time.Time     // and its latest, in order or not
 	elapsed time.Duration // the time elapsed, as of wall
+	since   time.Duration // the time elapsed it counted, which never goes back
 	at      time.Time     // steady's last instant
 }
 
-// now returns steady's instant. It reads the clock under its lock, so
-// readings come in order.
+// now returns steady's instant.
 func (s *steady) now() time.Time {
+	at, _ := s.instant()
+	return at
+}
+
+// instant returns steady's instant, and the time elapsed it counted.
+// Durations are measured by the latter: a step forward is not time a
+// request ran. It reads the clock under its lock, so readings come in
+// order.
+func (s *steady) instant() (time.Time, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	wall, elapsed := s.clock()
 	s.read = wall
 	if s.at.IsZero() {
 		s.wall, s.elapsed, s.at = wall, elapsed, wall
-		return wall
+		return wall, s.since
 	}
 	if back := s.wall.Sub(wall); back > 0 && back < jitter {
-		return s.at
+		return s.at, s.since
 	}
 	passed := max(elapsed-s.elapsed, 0)
-	s.wall, s.elapsed = wall, elapsed
+	s.wall, s.elapsed, s.since = wall, elapsed, s.since+passed
 	at := s.at.Add(passed)
 	if ahead := at.Sub(wall); ahead > 0 {
 		at = at.Add(-min(ahead, passed/catchUp))
@@ -69,7 +78,7 @@ func (s *steady) now() time.Time {
 		at = wall
 	}
 	s.at = at
-	return at
+	return at, s.since
 }
 
 // real returns how long steady takes to advance d, in real time. While

@@ -193,11 +193,10 @@ type tenant struct {
 	// instance shared in them, so a fleet's concurrency holds.
 	past []time.Duration
 	// running is how many of this instance's requests run, and started
-	// the sum of their starts since base. They are never shared: a count
-	// sent to the table may be lost, and then never end.
+	// the sum of the time elapsed as each began. They are never shared: a
+	// count sent to the table may be lost, and then never end.
 	running int
 	started time.Duration
-	base    time.Time
 	// due paces the tenant's requests on this instance, a token bucket
 	// kept as the time its next request is due at its rate (GCRA). It
 	// may start a second's worth at once; a flood past that gets its rate
@@ -232,19 +231,17 @@ func (t *tenant) recentBusy() time.Duration {
 	return busy
 }
 
-// inFlight is the handler time of this instance's requests still running.
-// What they commit counts before it lands.
-func (t *tenant) inFlight(now time.Time) time.Duration {
-	return max(time.Duration(t.running)*now.Sub(t.base)-t.started, 0)
+// inFlight is the handler time of this instance's requests still running,
+// as of the time elapsed. What they commit counts before it lands.
+func (t *tenant) inFlight(elapsed time.Duration) time.Duration {
+	return max(time.Duration(t.running)*elapsed-t.started, 0)
 }
 
 // underConcurrency is when the handler time this instance knows of falls
-// under the concurrency, as the oldest windows leave the span. Requests
-// running count as if they ended now: their time so far lands in this
-// window at best. It is asked only once over: the answer is a later
-// window's start.
-func (t *tenant) underConcurrency(lim Limits, now time.Time) time.Time {
-	running := t.inFlight(now)
+// under the concurrency, as the oldest windows leave the span. running is
+// the requests' time so far: it lands in this window at best. It is asked
+// only once over: the answer is a later window's start.
+func (t *tenant) underConcurrency(lim Limits, running time.Duration) time.Time {
 	windows := append([]time.Duration{t.used().Busy + running}, t.past...) // last first
 	busy, k := t.recentBusy()+running, 0
 	// Once the span has passed every window has left: k stops there.
@@ -265,8 +262,9 @@ type Ticket struct {
 	// forgotten.
 	t      *tenant
 	window int64
-	start  time.Time
-	// waited is how long Admit waited for a share.
+	// began is the time elapsed as it was admitted.
+	began time.Duration
+	// waited is how long its shares waited.
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
@@ -318,7 +316,7 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 // usage first. Lambda may send an instance one request in many seconds.
 func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	lim := l.overrides.limits(ctx, name)
-	now := l.clock.now()
+	now, elapsed := l.clock.instant()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(name, now, lim)
@@ -351,73 +349,105 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
-	case t.recentBusy()+t.inFlight(now) >= ConcurrencySpan*lim.busy():
+	case t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy():
 		// What ended leaves the span in time; what runs may not: at
 		// least the next window.
-		return refuse("concurrency", max(t.underConcurrency(lim, now).Sub(now), next))
+		return refuse("concurrency", max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next))
 	}
 	t.due = later(t.due, now).Add(lim.interval())
 	t.running++
-	t.started += now.Sub(t.base)
-	return &Ticket{tenant: name, t: t, window: w, start: now, waited: waited}, nil
+	t.started += elapsed
+	return &Ticket{tenant: name, t: t, window: w, began: elapsed, waited: waited}, nil
 }
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
-// One GiveBack gave back stays given back.
-// Its handler time counts either way. When the tenant's
-// unshared usage is due, Done adds it to the Store. It waits only what is
-// left of tableTimeout after Admit's share.
+// One GiveBack gave back stays given back, unless Retake took it again.
+// Its handler time counts either way, measured by the time elapsed. When
+// the tenant's unshared usage is due, Done adds it to the Store. It waits
+// only what is left of tableTimeout after the request's other shares.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
-	now := l.clock.now()
+	now, elapsed := l.clock.instant()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	tk.t.running--
-	tk.t.started -= tk.start.Sub(tk.t.base)
-	t, now := l.tenant(tk.tenant, now, lim)
+	tk.t.started -= tk.began
+	t, _ := l.tenant(tk.tenant, now, lim)
 	if !counted {
 		t.giveBack(tk, lim)
 	}
-	t.pending.Busy += max(now.Sub(tk.start), 0)
+	t.pending.Busy += max(elapsed-tk.began, 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
-	// A count given back that a share counted: the fleet counts it until
-	// this instance shares again.
-	due = due || t.pending.Requests < 0
-	wait := tableTimeout - tk.waited
-	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
-		return
-	}
-	l.share(ctx, tk.tenant, t, lim, wait)
+	l.shareFor(ctx, tk, t, lim, due)
 }
 
 // GiveBack gives tk's count back now, as Done does for a request not
 // counted. A request that waits for another's key gives it back as it
 // starts waiting: its wait may outlast its second. It is given back once.
-func (l *Limiter) GiveBack(tk *Ticket) {
+// A count a share carried is shared back at once. Another instance, which
+// serves nothing else until the wait ends, would not share it soon.
+func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
+	l.recount(ctx, tk, func(t *tenant, _ time.Time, lim Limits) bool {
+		t.giveBack(tk, lim)
+		return false
+	})
+}
+
+// Retake counts tk against the rate again, if its count was given back. A
+// request that waited, then took its key over, does new work after all.
+// It is not refused: it holds the key, and a refusal would release it for
+// the next twin to take. A hot tenant's count is shared at once: the
+// work may take seconds.
+func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
+	l.recount(ctx, tk, func(t *tenant, now time.Time, lim Limits) bool {
+		if !tk.givenBack {
+			return false
+		}
+		tk.givenBack, tk.window = false, t.window
+		t.pending.Requests++
+		t.due = later(t.due, now).Add(lim.interval())
+		return t.hot() && t.hotDue(lim)
+	})
+}
+
+// recount changes tk's count in its tenant's state, as of now. It shares
+// the tenant's usage if change says it is due.
+func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant, now time.Time, lim Limits) (due bool)) {
 	lim := l.overrides.cached(tk.tenant)
 	now := l.clock.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t, _ := l.tenant(tk.tenant, now, lim)
-	t.giveBack(tk, lim)
+	t, now := l.tenant(tk.tenant, now, lim)
+	l.shareFor(ctx, tk, t, lim, change(t, now, lim))
+}
+
+// shareFor shares t's unshared usage on tk's path, if due. A count given
+// back that a share counted is always due: the fleet counts it until this
+// instance shares again. tk's shares wait at most tableTimeout together.
+func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool) {
+	due = due || t.pending.Requests < 0
+	wait := tableTimeout - tk.waited
+	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
+		return
+	}
+	tk.waited += l.share(ctx, tk.tenant, t, lim, wait)
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only
 // in the second it was counted in, while that second lasts. Given to a
 // later one, it would free room that second's new work already took.
+// A count that stays is never given back, nor taken again.
 func (t *tenant) giveBack(tk *Ticket, lim Limits) {
-	if tk.givenBack {
+	if tk.givenBack || tk.window != t.window || t.used().Requests <= 0 {
 		return
 	}
 	tk.givenBack = true
-	if tk.window == t.window && t.used().Requests > 0 {
-		t.due = t.due.Add(-lim.interval())
-		t.pending.Requests--
-	}
+	t.due = t.due.Add(-lim.interval())
+	t.pending.Requests--
 }
 
 // hot reports whether the tenant neared a limit in the last HotSpan
@@ -494,7 +524,7 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 		if len(l.tenants) >= maxTenants {
 			l.forget(now.Unix())
 		}
-		t = &tenant{window: now.Unix(), base: now, last: now}
+		t = &tenant{window: now.Unix(), last: now}
 		l.tenants[name] = t
 	}
 	// An end may read the clock before a start that takes the lock first.

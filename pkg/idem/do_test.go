@@ -139,6 +139,22 @@ func TestDoWaitsForATwin(t *testing.T) {
 	})
 }
 
+// heldFor300ms begins a new key in s, and settles its lease 300 ms later:
+// past three of Do's pauses. It returns the key.
+func heldFor300ms(t *testing.T, s *memstore.Store, settle func(*idem.Lease) error) idem.Key {
+	t.Helper()
+	k := idemtest.UniqueKey(t, "acme")
+	b, err := s.Begin(t.Context(), k, fpA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = settle(b.Lease)
+	}()
+	return k
+}
+
 // TestDoTellsOnWaitOnceAsItStartsWaiting: a caller that counts a
 // request's cost learns when the request starts waiting for another
 // holder, once however many pauses follow. A request that does not wait
@@ -150,15 +166,7 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	var runs, waits atomic.Int32
 	onWait := func(o *idem.DoOptions) { o.OnWait = func() { waits.Add(1) } }
 
-	k := idemtest.UniqueKey(t, "acme")
-	b, err := s.Begin(ctx, k, fpA, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		time.Sleep(300 * time.Millisecond) // past three pauses
-		_ = s.Commit(ctx, b.Lease, resp)
-	}()
+	k := heldFor300ms(t, s, func(l *idem.Lease) error { return s.Commit(ctx, l, resp) })
 	res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait, func(o *idem.DoOptions) { o.Wait = 5 * time.Second })
 	if err != nil || !res.Replayed || waits.Load() != 1 {
 		t.Fatalf("Do that waited for a twin: %+v, %v, told %d times; want the replay, told once", res, err, waits.Load())
@@ -175,6 +183,30 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	dynamotest.WantInFlight(t, err)
 	if waits.Load() != 1 {
 		t.Fatalf("a free key, and a held one without Wait: told %d times in all, want only the first wait's", waits.Load())
+	}
+}
+
+// TestDoMayRunFnAfterTellingOnWait: the holder releases the key (its
+// effect proved not done) while the request waits. Do then claims the key
+// and runs fn: new work after OnWait. A caller that gave its cost back
+// there takes it again in fn. (Review 9 found the doc said it never ran.)
+func TestDoMayRunFnAfterTellingOnWait(t *testing.T) {
+	ctx := t.Context()
+	t.Parallel()
+	s := memstore.New()
+	var runs, waits atomic.Int32
+	k := heldFor300ms(t, s, func(l *idem.Lease) error { return s.Release(ctx, l) })
+	toldFirst := false
+	fn := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		toldFirst = waits.Load() == 1
+		return counted(&runs, idem.Succeeded(resp), nil)(ctx, l)
+	}
+	res, err := idem.Do(ctx, s, k, fpA, nil, fn, func(o *idem.DoOptions) {
+		o.Wait, o.OnWait = 5*time.Second, func() { waits.Add(1) }
+	})
+	if err != nil || res.Replayed || runs.Load() != 1 || waits.Load() != 1 || !toldFirst {
+		t.Fatalf("Do on a key released while it waited: %+v, %v; fn ran %d time(s), OnWait told %d time(s), before fn: %v; want fn run once, after OnWait told once",
+			res, err, runs.Load(), waits.Load(), toldFirst)
 	}
 }
 

@@ -184,8 +184,12 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		}
 	}
 	if ticket != nil {
-		// A request that waits for its key's holder does no new work.
-		ctx = charge.WithOnWait(ctx, func() { h.opt.Limiter.GiveBack(ticket) })
+		// A request that waits for its key's holder does no new work, until
+		// it takes the key over.
+		ctx = charge.WithWaitHooks(ctx, charge.WaitHooks{
+			OnWait: func() { h.opt.Limiter.GiveBack(ctx, ticket) },
+			OnWork: func() { h.opt.Limiter.Retake(ctx, ticket) },
+		})
 	}
 	switch {
 	case route == RouteWebhook:

@@ -8,7 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -225,6 +229,82 @@ func TestRequestsWaitingForAKeyLeaveTheirTenantsRate(t *testing.T) {
 	}
 	if code := <-first; code != http.StatusCreated {
 		t.Fatalf("the first request: %d, want 201", code)
+	}
+}
+
+// outage is a card provider in front of the deployment's simulator that
+// answers every charge 503 Provider-Not-Processed. It holds the first
+// until gate closes. calls counts the charges sent to it.
+type outage struct {
+	calls      atomic.Int32
+	held, gate chan struct{}
+}
+
+func newOutage(t *testing.T, sim string) (*outage, string) {
+	t.Helper()
+	target, err := url.Parse(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &outage{held: make(chan struct{}), gate: make(chan struct{})}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/charges" {
+			if o.calls.Add(1) == 1 {
+				close(o.held)
+				<-o.gate
+			}
+			r.Header.Set(providersim.HeaderFault, "unavailable")
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return o, srv.URL
+}
+
+// TestATwinThatTakesTheKeyOverCountsAgainstTheRate (review 9): a twin
+// gives its count back as it starts waiting. The holder is released (the
+// provider did not process it), and the twin claims the key and sends the
+// charge itself: new work, never counted again. During a provider outage
+// a retry storm on one key sends the provider a charge per twin, past the
+// rate, and leaves the rate whole for new keys.
+func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	provider, providerURL := newOutage(t, d.ProviderURL)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
+	const rate, twins = 2, 3
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+	})
+	const body = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", body))
+		first <- resp.StatusCode
+	}()
+	<-provider.held // the first holds the key, its charge at the provider
+	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
+	for range twins {
+		go func() { answers <- handle(t, h, testkit.PostCharge("acme", "held", body)) }()
+		time.Sleep(300 * time.Millisecond) // it waits for the key, its count given back
+	}
+	close(provider.gate)
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("the first request: %d, want 503 provider-unavailable", code)
+	}
+	for range twins {
+		if resp := <-answers; resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("a twin: %d %s, want 503 provider-unavailable, the key taken over", resp.StatusCode, resp.Body)
+		}
+	}
+	// Every request so far sent a charge: each did new work in the second.
+	resp := handle(t, h, testkit.PostCharge("acme", "new", body))
+	if resp.StatusCode != http.StatusTooManyRequests {
+		worked := provider.calls.Load()
+		t.Fatalf("rate %d: %d requests sent the provider a charge in one second; a new key then: %d, want 429", rate, worked, resp.StatusCode)
 	}
 }
 
