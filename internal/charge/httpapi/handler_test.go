@@ -464,3 +464,76 @@ func TestAThrottledStoreShedsWhatCanWait(t *testing.T) {
 		t.Fatalf("after DefaultShedFor, a read was not served: %v", svc.asked)
 	}
 }
+
+// slowCaptures is a card provider in front of the deployment's simulator
+// that answers each capture 3.5 s late.
+func slowCaptures(t *testing.T, sim string) string {
+	t.Helper()
+	target, err := url.Parse(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/capture") {
+			r.Header.Set(providersim.HeaderFault, providersim.FaultSlow)
+			r.Header.Set(providersim.HeaderDelay, "3500ms")
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate (review 10): a
+// capture retried while the first runs waits for it, up to INFLIGHT_WAIT,
+// then answers 409 request-in-progress: no new work. docs/contract.md
+// says a request for a key in progress gives its count back as it starts
+// waiting, since its wait may outlast its second. Only idem.Do's wait
+// calls OnWait: a capture's wait keeps its count, and given back only as
+// it ends, within its second, it stays counted. Retrying a stuck capture
+// takes the tenant's rate from its new charges.
+func TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	providerURL := slowCaptures(t, d.ProviderURL)
+	clock := testkit.NewClock(time.Now().Truncate(time.Second)) // one second throughout
+	const rate, retries = 7, 4
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+	})
+	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
+	}
+	var c struct{ ID string }
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", c.ID, "capture", ""))
+		first <- resp.StatusCode
+	}()
+	time.Sleep(500 * time.Millisecond) // the first capture is at the provider
+	answers := make(chan events.APIGatewayV2HTTPResponse, retries)
+	for range retries {
+		go func() { answers <- handle(t, h, testkit.PostMove("acme", c.ID, "capture", "")) }()
+	}
+	time.Sleep(800 * time.Millisecond) // the retries wait for the first, up to 2 s
+	for i := range retries {
+		if resp := handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)); resp.StatusCode != http.StatusCreated {
+			t.Errorf("rate %d, new charge %d while %d capture retries wait for the first: %d %s, want 201", rate, i, retries, resp.StatusCode, resp.Body)
+		}
+	}
+	for range retries {
+		if resp := <-answers; resp.StatusCode != http.StatusConflict {
+			t.Errorf("a capture retried while the first runs: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
+		}
+	}
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first capture: %d, want 200", code)
+	}
+}
