@@ -43,14 +43,12 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	var (
 		said    *provider.Result // the provider's answer, if the outcome's writes fail
 		refused Outcome          // why the provider did not act
-		waited  bool             // the command waited for its key's holder
 	)
-	hooks, _ := ctx.Value(waitHooksKey{}).(WaitHooks)
+	w := waiterOf(ctx)
 	res, err := idem.Do(ctx, s.backend, key, fp, in, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
-		if waited && hooks.OnWork != nil {
-			// The holder released the key, and this command took it over.
-			hooks.OnWork()
-		}
+		// Having waited, this command took the key over: the holder released
+		// it, or its record expired.
+		w.work()
 		if !s.deduplicated(l) {
 			// A re-claim past the provider's dedup window. A request sent
 			// now would act anew if the first one landed. So the provider
@@ -94,34 +92,65 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait = func() {
-			waited = true
-			if hooks.OnWait != nil {
-				hooks.OnWait()
-			}
-		}
+		o.OnWait = w.wait
 	})
 	return s.result(ctx, key, st.op, res, said, refused, err)
 }
 
-// WaitHooks are what a command calls around a wait for its key's holder.
-// A caller that counts the request's cost gives it back, then takes it
-// again.
+// WaitHooks are what a request calls around a wait for another's work:
+// its key's holder, or a capture or cancel in flight. A caller that counts
+// the request's cost gives it back, then takes it again.
 type WaitHooks struct {
-	// OnWait is called once, as the command starts waiting for another
-	// request that holds its key. The command only waits, for now.
+	// OnWait is called once, as the request starts waiting. It only
+	// waits, for now.
 	OnWait func()
-	// OnWork is called once the command, having waited, takes the key
-	// over: the holder released it. The command then does new work.
+	// OnWork is called once, if the request, having waited, does new work
+	// after all. It took its key over, or makes or settles the move itself.
 	OnWork func()
 }
 
-// waitHooksKey holds a command's WaitHooks in a context.
+// waitHooksKey holds a request's WaitHooks in a context.
 type waitHooksKey struct{}
 
-// WithWaitHooks returns ctx carrying hooks for the commands run with it.
+// WithWaitHooks returns ctx carrying hooks for the requests served with it.
 func WithWaitHooks(ctx context.Context, hooks WaitHooks) context.Context {
 	return context.WithValue(ctx, waitHooksKey{}, hooks)
+}
+
+// waiter calls a request's WaitHooks, each once: OnWait as it first
+// waits, OnWork as it then first works.
+type waiter struct {
+	hooks          WaitHooks
+	waited, worked bool
+}
+
+// waiterOf returns a waiter for the hooks ctx carries, if any.
+func waiterOf(ctx context.Context) *waiter {
+	hooks, _ := ctx.Value(waitHooksKey{}).(WaitHooks)
+	return &waiter{hooks: hooks}
+}
+
+// wait is called before each pause for another's work.
+func (w *waiter) wait() {
+	if w.waited {
+		return
+	}
+	w.waited = true
+	if w.hooks.OnWait != nil {
+		w.hooks.OnWait()
+	}
+}
+
+// work is called before each step of new work. Only the first after a
+// wait calls OnWork.
+func (w *waiter) work() {
+	if !w.waited || w.worked {
+		return
+	}
+	w.worked = true
+	if w.hooks.OnWork != nil {
+		w.hooks.OnWork()
+	}
 }
 
 // result names what became of a command run. refused says why the provider

@@ -87,6 +87,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	// make it endless.
 	until := s.providerEnd(ctx, time.Now().Add(s.cfg.InflightWait))
 	asked := false // the provider's state, once per request: asking again would spin
+	// A request that waits for a move in flight gives its cost back, and
+	// takes it again if it then asks the provider itself.
+	w := waiterOf(ctx)
 	// mine is this request's move, begun unanswered: it may have landed.
 	var mine *Charge
 	for {
@@ -119,6 +122,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				// state, then read again. A provider that cannot say
 				// leaves it unknown for now.
 				asked = true
+				w.work()
 				switch out, err := s.settleMove(ctx, c); {
 				case out == OutcomeDeferred || transient(err):
 					return Result{Outcome: OutcomeAmbiguous, RetryAt: now.Add(time.Second)}, nil
@@ -128,6 +132,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				continue
 			}
 			if left := time.Until(until); left > 0 {
+				w.wait()
 				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}
@@ -145,6 +150,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		if want == 0 {
 			want = c.Money.Amount
 		}
+		w.work()
 		if err := s.prepare(ctx); err != nil {
 			return Result{}, err // before the move: nothing written
 		}

@@ -10,7 +10,8 @@ import (
 const catchUp = 20
 
 // jitter is how far back a reading may be and still be taken as read out
-// of order, not as a step: time then waits for the clock.
+// of order, not as a step. The time elapsed then never goes back with it:
+// a clock measured by the wall would count the same time twice.
 const jitter = Window / 10
 
 // ClockOf returns a limiter's clock that reads now, a clock like time.Now.
@@ -66,11 +67,15 @@ func (s *steady) instant() (time.Time, time.Duration) {
 		s.wall, s.elapsed, s.at = wall, elapsed, wall
 		return wall, s.since
 	}
-	if back := s.wall.Sub(wall); back > 0 && back < jitter {
-		return s.at, s.since
-	}
 	passed := max(elapsed-s.elapsed, 0)
-	s.wall, s.elapsed, s.since = wall, elapsed, s.since+passed
+	if back := s.wall.Sub(wall); back > 0 && back < jitter {
+		// Read out of order, or a small step back: the time elapsed still
+		// counts, and steady still advances.
+		s.elapsed += passed
+	} else {
+		s.wall, s.elapsed = wall, elapsed
+	}
+	s.since += passed
 	at := s.at.Add(passed)
 	if ahead := at.Sub(wall); ahead > 0 {
 		at = at.Add(-min(ahead, passed/catchUp))

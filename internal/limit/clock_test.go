@@ -79,3 +79,41 @@ func TestSteadyIsNotDrivenAheadByAFlappingClock(t *testing.T) {
 		t.Fatalf("a clock flapping 1 s: steady runs %v ahead of it", ahead)
 	}
 }
+
+// TestAStepBackUnderJitterStillCountsTheTimeElapsed (review 10): a request
+// starts, runs 1 s, and NTP steps the wall clock back 1.05 s meanwhile. Its
+// end reads the wall 50 ms behind its start, under jitter: taken as read
+// out of order. But the monotonic reading says 1 s passed, and instant()
+// is what measures handler time (Ticket.began, Done). It counts none.
+func TestAStepBackUnderJitterStillCountsTheTimeElapsed(t *testing.T) {
+	t.Parallel()
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
+	_, began := s.instant() // Admit
+	wall, elapsed = wall.Add(time.Second-1050*time.Millisecond), elapsed+time.Second
+	if _, ended := s.instant(); ended-began != time.Second { // Done
+		t.Fatalf("a request of 1 s, the wall stepped back 1.05 s meanwhile: handler time %v, want 1s", ended-began)
+	}
+}
+
+// TestASmallStepBackStretchesNoSecondPast106s: docs/operations.md says no
+// second lasts more than 1.06 s. A step back of 99 ms, under jitter, must
+// not stand steady still while the time elapses.
+func TestASmallStepBackStretchesNoSecondPast106s(t *testing.T) {
+	t.Parallel()
+	wall, elapsed := time.Unix(1_000_000, 0), time.Duration(0)
+	s := &steady{clock: func() (time.Time, time.Duration) { return wall, elapsed }}
+	s.now()
+	for elapsed < 2*time.Second {
+		wall, elapsed = wall.Add(time.Millisecond), elapsed+time.Millisecond
+		if elapsed == 990*time.Millisecond {
+			wall = wall.Add(-99 * time.Millisecond)
+		}
+		if !s.now().Before(time.Unix(1_000_001, 0)) {
+			break
+		}
+	}
+	if elapsed > 1060*time.Millisecond {
+		t.Fatalf("a step back of 99 ms near a second's end: the second lasted %v", elapsed)
+	}
+}

@@ -400,8 +400,8 @@ func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
 // Retake counts tk against the rate again, if its count was given back. A
 // request that waited, then took its key over, does new work after all.
 // It is not refused: it holds the key, and a refusal would release it for
-// the next twin to take. A hot tenant's count is shared at once: the
-// work may take seconds.
+// the next twin to take. A hot tenant's count is shared at once, as its
+// give-back was: the work may take seconds.
 func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
 	l.recount(ctx, tk, func(t *tenant, now time.Time, lim Limits) bool {
 		if !tk.givenBack {
@@ -410,7 +410,7 @@ func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
 		tk.givenBack, tk.window = false, t.window
 		t.pending.Requests++
 		t.due = later(t.due, now).Add(lim.interval())
-		return t.hot() && t.hotDue(lim)
+		return t.hot()
 	})
 }
 

@@ -1981,3 +1981,36 @@ func TestATwinThatTakesItsKeyOverCountsAgain(t *testing.T) {
 	}
 	fleet[0].Done(t.Context(), twin, true)
 }
+
+// TestATwinThatTakesItsKeyOverAtAHighRateIsSharedAtOnce (review 10):
+// docs/capacity.md says a twin that takes its key over counts again, and
+// a hot tenant's count is then shared at once. Its give-back was shared
+// at once. But Retake shares only when hotDue: at a rate of 400 or more,
+// a count of one is not due. The twin's work ends, and the fleet still
+// does not count it: each charge sent should count once.
+func TestATwinThatTakesItsKeyOverAtAHighRateIsSharedAtOnce(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const rate = 400
+	fleet := []*limit.Limiter{
+		newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 100}),
+		newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 100}),
+	}
+	for range 2 { // each learns the tenant is past half its rate: hot
+		for _, l := range fleet {
+			admitted(t, l, "acme", 100)
+		}
+	}
+	setClock(clock, start.Add(10*time.Second))
+	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
+	fleet[0].GiveBack(t.Context(), twin) // shared at once
+	if n := admitted(t, fleet[1], "acme", rate-4); n != rate-4 {
+		t.Fatalf("rate %d, a twin's count given back: %d of %d admitted", rate, n, rate-4)
+	}
+	fleet[0].Retake(t.Context(), twin) // it took its key over, and sends a charge
+	fleet[0].Done(t.Context(), twin, true)
+	if n := admitted(t, fleet[1], "acme", 10); n != 3 {
+		t.Fatalf("rate %d, %d requests and a twin that took its key over and ended: %d more admitted, want 3", rate, rate-4, n)
+	}
+}

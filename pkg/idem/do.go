@@ -67,8 +67,9 @@ type DoOptions struct {
 	// OnWait, if set, is called once, as Do starts waiting for another
 	// attempt that holds the key. A caller that counts the request's cost
 	// may give it back there: the wait may outlast the count's span. The
-	// request may still do new work. If the holder releases the key, Do
-	// claims it and runs fn, which should take the cost again.
+	// request may still do new work. If the holder releases the key, or
+	// the key's record expires, Do claims it and runs fn. fn should then
+	// take the cost again.
 	OnWait func()
 }
 

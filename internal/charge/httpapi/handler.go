@@ -184,8 +184,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		}
 	}
 	if ticket != nil {
-		// A request that waits for its key's holder does no new work, until
-		// it takes the key over.
+		// A request that waits for its key's holder, or for a move in
+		// flight, does no new work until it acts itself.
 		ctx = charge.WithWaitHooks(ctx, charge.WaitHooks{
 			OnWait: func() { h.opt.Limiter.GiveBack(ctx, ticket) },
 			OnWork: func() { h.opt.Limiter.Retake(ctx, ticket) },

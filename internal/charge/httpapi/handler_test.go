@@ -233,14 +233,15 @@ func TestRequestsWaitingForAKeyLeaveTheirTenantsRate(t *testing.T) {
 }
 
 // outage is a card provider in front of the deployment's simulator that
-// answers every charge 503 Provider-Not-Processed. It holds the first
-// until gate closes. calls counts the charges sent to it.
+// answers every POST to a path ending in its suffix 503
+// Provider-Not-Processed. It holds the first until gate closes. calls
+// counts the POSTs sent to it.
 type outage struct {
 	calls      atomic.Int32
 	held, gate chan struct{}
 }
 
-func newOutage(t *testing.T, sim string) (*outage, string) {
+func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
 	t.Helper()
 	target, err := url.Parse(sim)
 	if err != nil {
@@ -249,7 +250,7 @@ func newOutage(t *testing.T, sim string) (*outage, string) {
 	o := &outage{held: make(chan struct{}), gate: make(chan struct{})}
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/charges" {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, suffix) {
 			if o.calls.Add(1) == 1 {
 				close(o.held)
 				<-o.gate
@@ -271,7 +272,7 @@ func newOutage(t *testing.T, sim string) (*outage, string) {
 func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
-	provider, providerURL := newOutage(t, d.ProviderURL)
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges")
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
 	const rate, twins = 2, 3
 	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
@@ -462,5 +463,115 @@ func TestAThrottledStoreShedsWhatCanWait(t *testing.T) {
 	handle(t, h, testkit.GetCharge("acme", "ch_000000000000000000000000"))
 	if got := svc.asked[len(svc.asked)-1]; got != "get" {
 		t.Fatalf("after DefaultShedFor, a read was not served: %v", svc.asked)
+	}
+}
+
+// slowCaptures is a card provider in front of the deployment's simulator
+// that answers each capture 3.5 s late.
+func slowCaptures(t *testing.T, sim string) string {
+	t.Helper()
+	target, err := url.Parse(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/capture") {
+			r.Header.Set(providersim.HeaderFault, providersim.FaultSlow)
+			r.Header.Set(providersim.HeaderDelay, "3500ms")
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// capturing authorizes a charge through a handler whose tenants may start
+// rate requests a second, its clock frozen in one. The card provider is
+// what proxy puts in front of the deployment's simulator. It starts
+// capturing the charge, and returns the capture's status on first.
+func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpapi.Handler, id string, first <-chan int) {
+	t.Helper()
+	d := testkit.Deploy(t)
+	providerURL := proxy(d.ProviderURL)
+	clock := testkit.NewClock(time.Now().Truncate(time.Second))
+	h = d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+	})
+	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
+	}
+	var c struct{ ID string }
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+		t.Fatal(err)
+	}
+	code := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", c.ID, "capture", ""))
+		code <- resp.StatusCode
+	}()
+	return h, c.ID, code
+}
+
+// TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate (review 10): a
+// capture retried while the first runs waits for it, up to INFLIGHT_WAIT,
+// then answers 409 request-in-progress: no new work. It gives its count
+// back as it starts waiting, as a request for a key in progress does: its
+// wait may outlast its second. So retrying a stuck capture leaves the
+// tenant's rate to its new charges.
+func TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate, retries = 7, 4
+	h, id, first := capturing(t, rate, func(sim string) string { return slowCaptures(t, sim) })
+	time.Sleep(500 * time.Millisecond) // the first capture is at the provider
+	answers := make(chan events.APIGatewayV2HTTPResponse, retries)
+	for range retries {
+		go func() { answers <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }()
+	}
+	time.Sleep(800 * time.Millisecond) // the retries wait for the first, up to 2 s
+	for i := range retries {
+		if resp := handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)); resp.StatusCode != http.StatusCreated {
+			t.Errorf("rate %d, new charge %d while %d capture retries wait for the first: %d %s, want 201", rate, i, retries, resp.StatusCode, resp.Body)
+		}
+	}
+	for range retries {
+		if resp := <-answers; resp.StatusCode != http.StatusConflict {
+			t.Errorf("a capture retried while the first runs: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
+		}
+	}
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first capture: %d, want 200", code)
+	}
+}
+
+// TestACaptureThatWaitedThenMakesTheMoveCountsAgain: a capture retried
+// while the first is at the provider waits, its count given back. The
+// first is refused, not processed, and the retry makes the move itself:
+// new work, counted again. So each capture sent counts once.
+func TestACaptureThatWaitedThenMakesTheMoveCountsAgain(t *testing.T) {
+	t.Parallel()
+	// The rate is the authorization, the capture and its retry.
+	const rate = 3
+	var provider *outage
+	h, id, first := capturing(t, rate, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture")
+		return url
+	})
+	<-provider.held // the first capture is at the provider
+	retry := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { retry <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }()
+	time.Sleep(300 * time.Millisecond) // it waits for the first, its count given back
+	close(provider.gate)
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("the first capture: %d, want 503 provider-unavailable", code)
+	}
+	if resp := <-retry; resp.StatusCode != http.StatusServiceUnavailable || provider.calls.Load() != 2 {
+		t.Fatalf("the retry: %d %s, %d captures sent; want 503 provider-unavailable, the move its own", resp.StatusCode, resp.Body, provider.calls.Load())
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("rate %d: an authorization and 2 captures sent in one second; a new charge then: %d, want 429", rate, resp.StatusCode)
 	}
 }
