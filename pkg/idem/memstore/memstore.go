@@ -204,6 +204,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return idem.Begun{}, err
 	}
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: bytes.Clone(intent)}
+	tookUp := false // an earlier claim, its record lost
 	if s.ledger != nil && !s.live(key, now) {
 		// The Ledger first, as dynamostore's: another Region's record may
 		// not have replicated here.
@@ -223,15 +224,16 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 			if err := s.extendClaim(ctx, "begin", key, c.CreatedAt, lease.ExpiresAt); err != nil {
 				return idem.Begun{}, err
 			}
+			tookUp = true
 		}
 		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	}
-	begun, err := s.begin(ctx, lease, fp, now)
-	if err != nil || begun.Lease == nil || begun.Lease.CreatedAt.UnixMilli() == now.UnixMilli() {
+	begun, claimedBack, err := s.begin(ctx, lease, fp, now)
+	if err != nil || begun.Lease == nil || !tookUp && !claimedBack {
 		return begun, err
 	}
-	// An earlier command leased again, as dynamostore's leased: its
-	// record is IN_FLIGHT now (claims.Leased).
+	// An earlier lease's command leased again, as dynamostore's leased:
+	// its record is IN_FLIGHT now (claims.Leased).
 	if err := claims.Leased(ctx, begun.Lease, s.mark("begin")); err != nil {
 		return idem.Begun{}, err
 	}
@@ -294,7 +296,10 @@ func ledgerError(op string, key idem.Key, err error) error {
 	return nil
 }
 
-func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
+// begin writes lease's record, unless another stands. claimedBack says
+// it wrote over a RELEASED record: an earlier lease's, whatever the
+// clock says.
+func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, now time.Time) (_ idem.Begun, claimedBack bool, _ error) {
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	s.d.mu.Lock()
@@ -305,7 +310,7 @@ func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprin
 			status: idem.StatusInFlight, fingerprint: fp.String(), createdAt: lease.CreatedAt, token: lease.Token,
 			intent: lease.Intent, leaseExpiresAt: lease.ExpiresAt, attemptDeadline: lease.AttemptDeadline, region: s.region,
 		}
-		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, false, nil
 	}
 	expires := rec.expiresAt
 	if expires.IsZero() {
@@ -313,16 +318,16 @@ func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprin
 	}
 	switch {
 	case rec.fingerprint != fp.String():
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
+		return idem.Begun{}, false, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
 	case rec.status.Terminal():
-		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, nil
+		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, false, nil
 	case rec.status == idem.StatusReleased && !s.mayWrite(lease.Key, rec.region):
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
+		return idem.Begun{}, false, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
 	case rec.status == idem.StatusReleased && !s.replicated(lease.Key, rec.createdAt):
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{})
+		return idem.Begun{}, false, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{})
 	case rec.status == idem.StatusReleased:
 		if err := s.extendClaim(ctx, "begin", lease.Key, rec.createdAt, lease.ExpiresAt); err != nil {
-			return idem.Begun{}, err
+			return idem.Begun{}, false, err
 		}
 		// Claimed again by the same request, under the same CreatedAt.
 		lease.CreatedAt, lease.Inherited = rec.createdAt, false
@@ -335,9 +340,9 @@ func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprin
 		} else {
 			lease.Intent = bytes.Clone(rec.intent) // kept: sized with the response
 		}
-		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, true, nil
 	default:
-		return idem.Begun{}, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: expires}
+		return idem.Begun{}, false, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: expires}
 	}
 }
 
