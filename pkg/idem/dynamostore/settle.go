@@ -230,7 +230,7 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	if err := s.done(l, idem.StatusReleased, s.apply(ctx, l, &st)); err != nil {
-		return errors.Join(err, claims.Unreleased(ctx, l, s.Get, s.mark("release")))
+		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
 	}
 	return nil
 }

@@ -384,7 +384,7 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
-		return errors.Join(err, claims.Unreleased(ctx, l, s.Get, s.mark("release")))
+		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
 	}
 	return nil
 }
@@ -557,14 +557,26 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 // Get returns the record for key, as dynamostore.Store.Get: ErrNotFound when it
 // is absent or past retention.
 func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	rec, err := s.stored(ctx, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case policy.Expired(rec.ExpiresAt, s.pol.Clock()):
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// stored reads key's record, even one past its retention, as
+// dynamostore's. ErrNotFound says none is stored.
+func (s *Store) stored(ctx context.Context, key idem.Key) (*idem.Record, error) {
 	if err := done(ctx, "get", key); err != nil {
 		return nil, err
 	}
-	now := s.pol.Clock()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	if !ok || rec.expired(now) {
+	if !ok {
 		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
 	}
 	return &idem.Record{

@@ -58,12 +58,13 @@ func Release(ctx context.Context, l *idem.Lease, mark Mark, until time.Time) err
 
 // Unreleased clears l's own end after its RELEASED write failed. It does
 // once the record shows that write cannot land. Another lease holds or
-// settled it, or it is gone. A record l still holds keeps the end: the
-// write may land later. So do a RELEASED record and an unread one. The
-// clear names l's token. The holder's release may record its end
-// meanwhile.
-func Unreleased(ctx context.Context, l *idem.Lease, get func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
-	rec, err := get(ctx, l.Key)
+// settled it, or no item is stored. A record l still holds keeps the
+// end: the write may land later. So do a RELEASED record, even one past
+// its retention, and an unread one. read returns a record past its
+// retention too: ErrNotFound only when none is stored. The clear names
+// l's token. The holder's release may record its end meanwhile.
+func Unreleased(ctx context.Context, l *idem.Lease, read func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
+	rec, err := read(ctx, l.Key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
 	case err != nil:
