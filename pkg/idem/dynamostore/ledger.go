@@ -103,17 +103,21 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	}
 	// A yielding holder's claim: its records replicated. A live one
 	// passes to c.Region; an expired one gives way to c.
-	next := c
-	if old.End().After(c.CreatedAt) {
-		next, next.Heir = *old, c.Region
-	}
 	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir}
 	values := map[string]types.AttributeValue{":rg": str(old.Region), ":ct": millis(old.CreatedAt)}
 	cond := "#rg = :rg AND #ct = :ct AND attribute_not_exists(#hr)"
 	if old.Heir != "" {
 		cond, values[":hr"] = "#rg = :rg AND #ct = :ct AND #hr = :hr", str(old.Heir)
 	}
-	again, err := l.put(ctx, key, next, cond, names, values)
+	next, again := c, (*idem.Claim)(nil)
+	if old.End().After(c.CreatedAt) {
+		// Only the Heir is written. A release's end cleared since the
+		// claim was read stays cleared.
+		next, next.Heir, values[":heir"] = *old, c.Region, str(c.Region)
+		again, err = l.update(ctx, key, "SET #hr = :heir", cond, names, values)
+	} else {
+		again, err = l.put(ctx, key, next, cond, names, values)
+	}
 	switch {
 	case err != nil || again == nil:
 		return next, err
