@@ -255,6 +255,14 @@ func (c *clearFails) Release(ctx context.Context, key idem.Key, region string, c
 	return c.Ledger.Release(ctx, key, region, created, until, token)
 }
 
+// Settle is a commit's clear: refused, unapplied, while armed.
+func (c *clearFails) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	if c.armed {
+		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+	}
+	return c.Ledger.Settle(ctx, key, region, created)
+}
+
 // TestARecoveredChargeWhoseClearFailedKeepsItsClaim: a stale lease's
 // release records its end, then its Lambda dies. The reconciler's lease
 // charges and commits; the commit's clear is throttled. CHANGELOG: "the

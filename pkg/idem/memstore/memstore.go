@@ -288,7 +288,7 @@ func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, create
 // ledgerError wraps a Ledger's err for op on key, as dynamostore does.
 func ledgerError(op string, key idem.Key, err error) error {
 	switch {
-	case errors.Is(err, idem.ErrClaimedElsewhere):
+	case errors.Is(err, idem.ErrClaimedElsewhere), errors.Is(err, idem.ErrLeaseLost):
 		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
 	case err != nil:
 		return fmt.Errorf("idem: %s %s: ledger: %w: %w", op, key.LogHash(), idem.ErrUnavailable, err)
@@ -355,10 +355,10 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	if err := done(ctx, "commit", l.Key); err != nil {
 		return err
 	}
-	if err := s.settle("commit", l, idem.StatusSucceeded, &resp, writes); err != nil {
+	if err := s.write("commit", l, idem.StatusSucceeded, &resp, writes); err != nil {
 		return err
 	}
-	return claims.Settled(ctx, l, s.mark("commit"))
+	return claims.Settled(ctx, l, s.settle("commit"))
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp, as
@@ -367,10 +367,10 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 	if err := done(ctx, "fail", l.Key); err != nil {
 		return err
 	}
-	if err := s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil); err != nil {
+	if err := s.write("fail", l, idem.StatusFailedPermanent, &resp, nil); err != nil {
 		return err
 	}
-	return claims.Settled(ctx, l, s.mark("fail"))
+	return claims.Settled(ctx, l, s.settle("fail"))
 }
 
 // Release marks the record RELEASED, keeping its fingerprint until
@@ -383,7 +383,7 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	if err := claims.Release(ctx, l, s.mark("release"), s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
 		return err
 	}
-	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
+	if err := s.write("release", l, idem.StatusReleased, nil, nil); err != nil {
 		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
 	}
 	return nil
@@ -400,7 +400,27 @@ func (s *Store) mark(op string) claims.Mark {
 	}
 }
 
-func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
+// settle records on the Ledger that a command settled, for op, as
+// dynamostore does.
+func (s *Store) settle(op string) claims.Settle {
+	return func(ctx context.Context, key idem.Key, created time.Time) error {
+		if s.ledger == nil {
+			return nil
+		}
+		return ledgerError(op, key, s.ledger.Settle(ctx, key, s.region, created))
+	}
+}
+
+// SettleClaim clears any release's end from the Ledger's claim of a
+// settled command, as dynamostore.Store.SettleClaim.
+func (s *Store) SettleClaim(ctx context.Context, key idem.Key, created time.Time) error {
+	if err := done(ctx, "settle claim", key); err != nil {
+		return err
+	}
+	return s.settle("settle claim")(ctx, key, created)
+}
+
+func (s *Store) write(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
 	if resp != nil {
 		body, _ := policy.StoredBody(resp.Body, s.pol.CompressAbove)
 		if why := policy.TooLarge(resp.Headers, body, len(l.Intent)); why != "" {

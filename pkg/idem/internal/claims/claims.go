@@ -44,10 +44,16 @@ func TakeUp(c idem.Claim, held bool, status idem.Status, fp idem.Fingerprint, re
 // until clears it: token's only, or any if token is empty.
 type Mark func(ctx context.Context, l *idem.Lease, until time.Time, token string) error
 
+// Settle records on the Ledger that the command created at created
+// under key settled (idem.Ledger.Settle).
+type Settle func(ctx context.Context, key idem.Key, created time.Time) error
+
 // The release's end: one rule for both stores. A release records it
 // before its RELEASED write, naming its lease. A lease clears only its
 // own end, once its write cannot land. A lease whose record is known not
-// RELEASED clears any: Leased and Settled.
+// RELEASED clears any: Leased. A marked lease's commit or failure
+// clears any and marks the claim settled: Settled. A settled claim
+// refuses a stale lease's end.
 
 // Release records until, the release's end, before l writes its record
 // RELEASED. l is marked: should it settle otherwise, it clears the end.
@@ -78,11 +84,12 @@ func Unreleased(ctx context.Context, l *idem.Lease, read func(context.Context, i
 
 // Leased clears any end once l's IN_FLIGHT record is written over an
 // earlier lease's. That is a claim back, a take-up or a take-over: l may
-// settle otherwise. Cleared before the write, a death between would
-// leave a RELEASED record without its end. A failed clear leaves the
-// record IN_FLIGHT under a lease nobody holds. So it answers
-// *idem.UnknownClaimError, never "nothing was written". l is marked: a
-// stale lease may still record an end.
+// settle otherwise. It clears the settled mark too: l may release. Cleared
+// before the write, a death between would leave a RELEASED record
+// without its end. A failed clear leaves the record IN_FLIGHT under a
+// lease nobody holds. So it answers *idem.UnknownClaimError, never
+// "nothing was written". l is marked: a stale lease may still record an
+// end.
 func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
 	*policy.LeaseMarked(l) = true
 	if err := mark(ctx, l, time.Time{}, ""); err != nil {
@@ -91,14 +98,15 @@ func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
 	return nil
 }
 
-// Settled clears any end after l committed or failed its command. Its
-// record outlives a release's end. Only a marked lease can meet one. A
-// command's only lease, never released, clears nothing. So a first
-// charge costs no Ledger write more. After an error the record is
-// settled all the same. The same call again clears the end.
-func Settled(ctx context.Context, l *idem.Lease, mark Mark) error {
+// Settled clears any end after l committed or failed its command, and
+// marks the claim settled. Its record outlives a release's end, and a
+// stale lease's end is refused from then on. Only a marked lease can
+// meet one. A command's only lease, never released, writes nothing. So
+// a first charge costs no Ledger write more. After an error the record
+// is settled all the same. idem.Recover settles the claim again.
+func Settled(ctx context.Context, l *idem.Lease, settle Settle) error {
 	if !*policy.LeaseMarked(l) {
 		return nil
 	}
-	return mark(ctx, l, time.Time{}, "")
+	return settle(ctx, l.Key, l.CreatedAt)
 }
