@@ -67,6 +67,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A stale lease's clear of its own end keeps the end the holder recorded since", staleClearKeepsTheHoldersEnd},
 		{"A stale lease's release after the holder's commit records no end", staleReleaseAfterCommitRecordsNoEnd},
 		{"Recover clears the end a commit's failed clear left", recoverSettlesTheClaim},
+		{"A new command after a settled one's claim ended releases", newCommandAfterASettledOneReleases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -738,6 +739,31 @@ func recoverSettlesTheClaim(t *testing.T, r *regionSuite) {
 		t.Fatalf("Recover of the settled command: %v", err)
 	}
 	retryIsTheCommittedCommand(t, r, k, stale)
+}
+
+// newCommandAfterASettledOneReleases: a command taken over commits,
+// marking its claim settled. Once its record and claim have ended, the
+// key names a new command. Its claim is its own: its release is
+// recorded, and its claim ends with it.
+func newCommandAfterASettledOneReleases(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a, _, taken := takenFromAStaleLease(t, r)
+	if err := a.Commit(ctx, taken, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(taken.RecordExpiresAt.Add(time.Hour).Sub(r.clock.Now())) // past the record and its claim
+	next, err := a.Begin(ctx, k, fpB, []byte("another intent"))
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(taken.CreatedAt) {
+		t.Fatalf("another intent after the settled command ended: %+v, %v; want a new command", next, err)
+	}
+	if err := a.Release(ctx, next.Lease); err != nil {
+		t.Fatalf("the new command's Release: %v", err)
+	}
+	r.clock.Advance(next.Lease.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	again, err := a.Begin(ctx, k, fpA, []byte("intent"))
+	if err != nil || again.Lease == nil || !again.Lease.CreatedAt.After(next.Lease.CreatedAt) {
+		t.Fatalf("a third intent once the release expired: %+v, %v; want a new command", again, err)
+	}
 }
 
 // takenFromAStaleLease begins a command of a fresh key in a, lets its
