@@ -390,25 +390,15 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 }
 
 // mark writes a release's end on the Ledger's claim of a lease's
-// command, for op, as dynamostore does.
+// command, for op (claims.Mark). Without a Ledger there is no claim.
 func (s *Store) mark(op string) claims.Mark {
-	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
-		if s.ledger == nil {
-			return nil
-		}
-		return ledgerError(op, l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until, token))
-	}
+	return claims.MarkOn(s.ledger, s.region, op, ledgerError)
 }
 
-// settle records on the Ledger that a command settled, for op, as
-// dynamostore does.
+// settle records on the Ledger that a command settled, for op
+// (claims.Settle). Without a Ledger there is no claim.
 func (s *Store) settle(op string) claims.Settle {
-	return func(ctx context.Context, key idem.Key, created time.Time) error {
-		if s.ledger == nil {
-			return nil
-		}
-		return ledgerError(op, key, s.ledger.Settle(ctx, key, s.region, created))
-	}
+	return claims.SettleOn(s.ledger, s.region, op, ledgerError)
 }
 
 // SettleClaim clears any release's end from the Ledger's claim of a

@@ -48,6 +48,31 @@ type Mark func(ctx context.Context, l *idem.Lease, until time.Time, token string
 // under key settled (idem.Ledger.Settle).
 type Settle func(ctx context.Context, key idem.Key, created time.Time) error
 
+// Wrap translates a Ledger's err for a store's op on key.
+type Wrap func(op string, key idem.Key, err error) error
+
+// MarkOn is the Mark of a store in region, for op, on ledger. A nil
+// ledger keeps no claims: it does nothing.
+func MarkOn(ledger idem.Ledger, region, op string, wrap Wrap) Mark {
+	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
+		if ledger == nil {
+			return nil
+		}
+		return wrap(op, l.Key, ledger.Release(ctx, l.Key, region, l.CreatedAt, until, token))
+	}
+}
+
+// SettleOn is the Settle of a store in region, for op, on ledger, as
+// MarkOn.
+func SettleOn(ledger idem.Ledger, region, op string, wrap Wrap) Settle {
+	return func(ctx context.Context, key idem.Key, created time.Time) error {
+		if ledger == nil {
+			return nil
+		}
+		return wrap(op, key, ledger.Settle(ctx, key, region, created))
+	}
+}
+
 // The release's end: one rule for both stores. A release records it
 // before its RELEASED write, naming its lease. A lease clears only its
 // own end, once its write cannot land. A lease whose record is known not
