@@ -165,8 +165,12 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
 		return s.unknownClaim(ctx, key, unknown)
 	}
-	if res, ok := s.claimedElsewhere(ctx, key, err); ok {
-		return res, nil
+	// With a lease, nothing says another Region holds the command. Its
+	// settlement may have landed before its claim's clear was refused.
+	if res.Lease == nil {
+		if elsewhere, ok := s.claimedElsewhere(ctx, key, err); ok {
+			return elsewhere, nil
+		}
 	}
 	switch {
 	case res.Lease == nil && transient(err):

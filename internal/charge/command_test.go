@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -29,6 +31,7 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
+	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
 
 // The tests here hold the charge path to one rule: it tells a client
@@ -417,4 +420,61 @@ func TestMissingKeyFailsWithNothingClaimed(t *testing.T) {
 	clock.Advance(30 * time.Second) // the failed read is remembered until then
 	wantStatus(t, h.do(post("acme", key, visa)), http.StatusCreated)
 	h.wantLedger(t, 1, 1)
+}
+
+// elsewhereAfterCommit is a store whose Commit lands, then hears its
+// claim's clear refused by another Region, as mid-failover.
+type elsewhereAfterCommit struct{ *memstore.Store }
+
+func (s elsewhereAfterCommit) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
+	if err := s.Store.Commit(ctx, l, resp, writes...); err != nil {
+		return err
+	}
+	return fmt.Errorf("idem: commit: %w", &idem.ClaimedElsewhereError{Region: "b"})
+}
+
+// queuedKeys is a reconcile queue that keeps the keys it is given.
+type queuedKeys struct {
+	mu   sync.Mutex
+	keys []idem.Key
+}
+
+func (q *queuedKeys) EnqueueReconcile(_ context.Context, key idem.Key, _ time.Duration) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.keys = append(q.keys, key)
+	return nil
+}
+
+// TestACommittedChargeWhoseClaimIsClaimedElsewhereIsNotAFailoverAnswer:
+// the commit landed; only the claim's clear was refused. The charge is
+// not "awaiting another Region": the answer is outcome-pending, and the
+// key is queued for the reconciler. A retry replays the charge.
+func TestACommittedChargeWhoseClaimIsClaimedElsewhereIsNotAFailoverAnswer(t *testing.T) {
+	t.Parallel()
+	sim := providersim.New()
+	srv := httptest.NewServer(sim)
+	t.Cleanup(srv.Close)
+	store := memstore.New()
+	store.DeclareKey("charges", charge.AttrTenant, charge.AttrID)
+	rows, err := charge.NewRows(dynamodb.New(dynamodb.Options{Region: "us-east-1"}), "charges")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &queuedKeys{}
+	svc, err := charge.NewService(charge.Config{Store: elsewhereAfterCommit{store}, Rows: rows, Provider: provider.NewClient(srv.URL, ""), Answers: httpapi.Answers{}, Queue: q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewHandler(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := h.Handle(t.Context(), post("acme", "order-1", visa))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := problemType(t, resp); got != "outcome-pending" || len(q.keys) != 1 {
+		t.Fatalf("a committed charge whose claim's clear was refused: %d %q, %d keys queued; want outcome-pending, queued", resp.StatusCode, got, len(q.keys))
+	}
 }

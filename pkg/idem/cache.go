@@ -99,6 +99,12 @@ func (c *ReplayCache) Fail(ctx context.Context, l *Lease, resp Response) error {
 	return err
 }
 
+// SettleClaim settles a command's claim through the wrapped Backend, if
+// it keeps claims (dynamostore.Store.SettleClaim). Recover calls it.
+func (c *ReplayCache) SettleClaim(ctx context.Context, key Key, created time.Time) error {
+	return settleClaim(ctx, c.Backend, key, created)
+}
+
 // settled turns the entry of the command l began through the cache into
 // its replay, as the store holds it. It lasts until l's record expires.
 func (c *ReplayCache) settled(l *Lease, status Status, resp Response) {

@@ -49,8 +49,17 @@ type Ledger interface {
 	// clears the mark: only token's, or any if token is empty. A lease
 	// clears only its own: another lease's release may have recorded
 	// the end since. A lease whose record is known not RELEASED clears
-	// any: it may settle the command otherwise.
+	// any: it may settle the command otherwise. That clear also removes
+	// the Settled mark: the lease may release the command. An end is
+	// refused once the command Settled: it gives ErrLeaseLost, and
+	// records nothing.
 	Release(ctx context.Context, key Key, region string, created, until time.Time, token string) error
+	// Settle records that key's command created at created settled. It
+	// clears any release's end, and marks the claim Settled, in one
+	// write. No lease's end is recorded after it: only a stale lease
+	// could release the command. region must hold the claim, as for
+	// Release. A key with no claim is left as it is.
+	Settle(ctx context.Context, key Key, region string, created time.Time) error
 	// Yields reports whether another Region may write the records
 	// region claimed under key. That holds once region failed over
 	// and its writes replicated, or were written off.
@@ -83,6 +92,9 @@ type Claim struct {
 	// ReleasedBy is the token of the lease whose release recorded
 	// ReleasedUntil. Empty on an end recorded before it was kept.
 	ReleasedBy string
+	// Settled says a lease committed or failed the command (Settle).
+	// A later release's end is refused. A new command's claim has none.
+	Settled bool
 }
 
 // End is when the claim stops holding its key: Until, or ReleasedUntil

@@ -70,8 +70,10 @@ var errNoResolver = errors.New("idem: recover: a Resolver is required (ReleaseLo
 // Recover resolves the command key names if its attempt died. If the
 // record is IN_FLIGHT with a lease that ran out, it takes the lease over.
 // It asks resolve what became of the effect. Then it settles or postpones
-// the command as the Outcome says. Anything else it leaves alone, without
-// an error. It is Sweep's step for one key.
+// the command as the Outcome says. A settled command's claim, if b keeps
+// claims in a Ledger, loses any release's end: its settling lease's
+// clear may have failed. Anything else it leaves alone, without an
+// error. It is Sweep's step for one key.
 //
 // The Result's Lease is the lease taken over, nil when there was none to
 // take. Its Status is the record's as Recover left it. That is the
@@ -90,6 +92,13 @@ func Recover(ctx context.Context, b Backend, key Key, resolve Resolver) (Result,
 		return Result{}, nil
 	case err != nil:
 		return Result{}, &recoverError{key, err}
+	case rec.Status.Terminal():
+		// A claim another Region, or another command, holds is not this
+		// store's to clear.
+		if err := settleClaim(ctx, b, key, rec.CreatedAt); err != nil && !errors.Is(err, ErrClaimedElsewhere) {
+			return Result{}, &recoverError{key, err}
+		}
+		return Result{}, nil
 	case rec.Status != StatusInFlight:
 		return Result{}, nil
 	case rec.LeaseExpiresAt.After(b.Now()):
@@ -115,6 +124,21 @@ func Recover(ctx context.Context, b Backend, key Key, resolve Resolver) (Result,
 	}
 	r.Status, r.Response, r.RecordExpiresAt = status, out.Response, lease.RecordExpiresAt
 	return r, nil
+}
+
+// claimSettler is a Backend with a Ledger (dynamostore.Store.SettleClaim).
+type claimSettler interface {
+	SettleClaim(ctx context.Context, key Key, created time.Time) error
+}
+
+// settleClaim clears any release's end from the claim of key's settled
+// command created at created, if b keeps claims. The settling lease's
+// own clear may have failed, or never run: its write landed unanswered.
+func settleClaim(ctx context.Context, b Backend, key Key, created time.Time) error {
+	if cs, ok := b.(claimSettler); ok {
+		return cs.SettleClaim(ctx, key, created)
+	}
+	return nil
 }
 
 // recoverError is an error of Recover's. A sweep's errors are bound for a

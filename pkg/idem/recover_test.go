@@ -240,3 +240,80 @@ func TestByOperationHandsEachLeaseToItsOperationsResolver(t *testing.T) {
 		}
 	}
 }
+
+// clearFails is a Ledger whose clears of any release's end are refused,
+// unapplied, while armed: the Ledger throttled.
+type clearFails struct {
+	*memstore.Ledger
+	armed bool
+}
+
+func (c *clearFails) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
+	if c.armed && until.IsZero() && token == "" {
+		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+	}
+	return c.Ledger.Release(ctx, key, region, created, until, token)
+}
+
+// Settle is a commit's clear: refused, unapplied, while armed.
+func (c *clearFails) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	if c.armed {
+		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+	}
+	return c.Ledger.Settle(ctx, key, region, created)
+}
+
+// TestARecoveredChargeWhoseClearFailedKeepsItsClaim: a stale lease's
+// release records its end, then its Lambda dies. The reconciler's lease
+// charges and commits; the commit's clear is throttled. CHANGELOG: "the
+// same call again clears the end". Nothing calls it again: Recover
+// redelivered finds the record SUCCEEDED and does nothing. The end stays,
+// and a retry whose record a TTL delete erased is a new command.
+func TestARecoveredChargeWhoseClearFailedKeepsItsClaim(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger := &clearFails{Ledger: memstore.NewLedger(nil)}
+	region := func() *memstore.Store {
+		return memstore.New(func(o *memstore.Options) {
+			o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour // as with Stripe
+			o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+		})
+	}
+	st := region()
+	k := idemtest.UniqueKey(t, "acme")
+	begun, err := st.Begin(ctx, k, fpA, []byte("intent"))
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	stale := begun.Lease
+	clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(clock.Now()))
+	var charges int
+	resolve := func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
+		// The stale lease's Release: its end lands, then it dies.
+		if err := ledger.Ledger.Release(ctx, k, "a", stale.CreatedAt, stale.CreatedAt.Add(time.Hour), stale.Token); err != nil {
+			return idem.Outcome{}, err
+		}
+		charges++ // the reconciler's replay charges under the command's reference
+		ledger.armed = true
+		return idem.Succeeded(resp), nil
+	}
+	if _, err := idem.Recover(ctx, st, k, resolve); err == nil {
+		t.Fatal("Recover whose commit's clear was throttled: nil error")
+	}
+	ledger.armed = false
+	if _, err := idem.Recover(ctx, st, k, resolve); err != nil { // the message delivered again
+		t.Fatalf("Recover again: %v", err)
+	}
+	if rec, err := st.Get(ctx, k); err != nil || rec.Status != idem.StatusSucceeded {
+		t.Fatalf("the record: %+v, %v; want SUCCEEDED", rec, err)
+	}
+	// Past the stale release's end, within the charge's retention. A fresh
+	// store of a: a TTL delete in the other Region erased the record.
+	clock.Advance(time.Hour)
+	retry, err := region().Begin(ctx, k, fpA, []byte("intent"))
+	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(stale.CreatedAt) {
+		t.Fatalf("the client's retry after %d charge: %+v, %v; want the charged command taken up under %s, its reference (a new one charges twice)",
+			charges, retry, err, stale.CreatedAt)
+	}
+}

@@ -297,10 +297,11 @@ func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, create
 }
 
 // ledgerError wraps a Ledger's err for op on key. Any error but another
-// Region's claim leaves the Ledger's state unknown: unavailable.
+// Region's claim, or a settled command's, leaves the Ledger's state
+// unknown: unavailable.
 func ledgerError(op string, key idem.Key, err error) error {
 	switch {
-	case errors.Is(err, idem.ErrClaimedElsewhere):
+	case errors.Is(err, idem.ErrClaimedElsewhere), errors.Is(err, idem.ErrLeaseLost):
 		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
 	case err != nil:
 		return fmt.Errorf("idem: %s %s: ledger: %w", op, key.LogHash(), AsUnavailable(err))

@@ -16,8 +16,9 @@ import (
 // Ledger is an idem.Ledger on a global table in multi-Region strong
 // consistency (MRSC). Its conditional writes see the latest item in
 // every Region. Each claim is one item: the key, the Region, CreatedAt,
-// Until, the Heir, if any, the request's fingerprint, and a release's
-// end. MRSC has no TTL, so claims stay until deleted.
+// Until, the Heir, if any, the request's fingerprint, a release's end,
+// and whether the command settled. MRSC has no TTL, so claims stay until
+// deleted.
 type Ledger struct {
 	db           DynamoDBAPI
 	table        *string
@@ -49,6 +50,7 @@ const (
 	ledgerFP       = "fp"
 	ledgerRelease  = "rl"
 	ledgerReleaser = "rb"
+	ledgerSettled  = "sd"
 )
 
 // errNoClaim: a write conditioned on a claim found none.
@@ -103,17 +105,21 @@ func (l *Ledger) Claim(ctx context.Context, key idem.Key, c idem.Claim) (idem.Cl
 	}
 	// A yielding holder's claim: its records replicated. A live one
 	// passes to c.Region; an expired one gives way to c.
-	next := c
-	if old.End().After(c.CreatedAt) {
-		next, next.Heir = *old, c.Region
-	}
 	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir}
 	values := map[string]types.AttributeValue{":rg": str(old.Region), ":ct": millis(old.CreatedAt)}
 	cond := "#rg = :rg AND #ct = :ct AND attribute_not_exists(#hr)"
 	if old.Heir != "" {
 		cond, values[":hr"] = "#rg = :rg AND #ct = :ct AND #hr = :hr", str(old.Heir)
 	}
-	again, err := l.put(ctx, key, next, cond, names, values)
+	next, again := c, (*idem.Claim)(nil)
+	if old.End().After(c.CreatedAt) {
+		// Only the Heir is written. A release's end cleared since the
+		// claim was read stays cleared.
+		next, next.Heir, values[":heir"] = *old, c.Region, str(c.Region)
+		again, err = l.update(ctx, key, "SET #hr = :heir", cond, names, values)
+	} else {
+		again, err = l.put(ctx, key, next, cond, names, values)
+	}
 	switch {
 	case err != nil || again == nil:
 		return next, err
@@ -168,18 +174,22 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 // Release sets the release's end on key's claim created at created, and
 // the releasing lease's token, or clears them, in one conditional
 // UpdateItem, if region holds it. A clear naming a token removes only
-// that lease's end. After an error wrapping idem.ErrUnavailable, whether
-// it was written is unknown.
+// that lease's end; one naming none removes the settled mark too. A
+// settled claim refuses an end: ErrLeaseLost. After an error wrapping
+// idem.ErrUnavailable, whether it was written is unknown.
 func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir, "#rel": ledgerRelease, "#rb": ledgerReleaser}
 	values := map[string]types.AttributeValue{":rg": str(region), ":ct": millis(created)}
 	cond := "#ct = :ct AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg)"
-	set := "REMOVE #rel, #rb"
+	set := "REMOVE #rel, #rb, #sd"
+	names["#sd"] = ledgerSettled
 	switch {
 	case !until.IsZero():
 		set, values[":rel"], values[":rb"] = "SET #rel = :rel, #rb = :rb", millis(until), str(token)
+		cond += " AND attribute_not_exists(#sd)"
 	case token != "":
-		cond, values[":rb"] = cond+" AND #rb = :rb", str(token)
+		set, cond, values[":rb"] = "REMOVE #rel, #rb", cond+" AND #rb = :rb", str(token)
+		delete(names, "#sd")
 	}
 	old, err := l.update(ctx, key, set, cond, names, values)
 	switch {
@@ -187,8 +197,27 @@ func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, creat
 		return nil // nothing holds the key
 	case err != nil || old == nil:
 		return err
-	case old.Holder() == region && old.CreatedAt.Equal(time.UnixMilli(created.UnixMilli())):
-		return nil // the end is another lease's, or gone: token's clear is done
+	case old.Holder() != region || !old.CreatedAt.Equal(time.UnixMilli(created.UnixMilli())):
+		return &idem.ClaimedElsewhereError{Region: old.Holder()}
+	case !until.IsZero() && old.Settled:
+		return fmt.Errorf("idem: ledger release %s: the command settled: %w", key.LogHash(), idem.ErrLeaseLost)
+	}
+	return nil // the end is another lease's, or gone: token's clear is done
+}
+
+// Settle clears any release's end on key's claim created at created,
+// and marks it settled, in one conditional UpdateItem, if region holds
+// it. After an error wrapping idem.ErrUnavailable, whether it was
+// written is unknown.
+func (l *Ledger) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	names := map[string]string{"#rg": ledgerRegion, "#ct": ledgerCreated, "#hr": ledgerHeir, "#rel": ledgerRelease, "#rb": ledgerReleaser, "#sd": ledgerSettled}
+	values := map[string]types.AttributeValue{":rg": str(region), ":ct": millis(created), ":sd": &types.AttributeValueMemberBOOL{Value: true}}
+	old, err := l.update(ctx, key, "SET #sd = :sd REMOVE #rel, #rb", "#ct = :ct AND ((#rg = :rg AND attribute_not_exists(#hr)) OR #hr = :rg)", names, values)
+	switch {
+	case errors.Is(err, errNoClaim):
+		return nil // nothing holds the key
+	case err != nil || old == nil:
+		return err
 	}
 	return &idem.ClaimedElsewhereError{Region: old.Holder()}
 }
@@ -259,6 +288,9 @@ func claimItem(key idem.Key, c idem.Claim) map[string]types.AttributeValue {
 	if c.ReleasedBy != "" {
 		item[ledgerReleaser] = str(c.ReleasedBy)
 	}
+	if c.Settled {
+		item[ledgerSettled] = &types.AttributeValueMemberBOOL{Value: true}
+	}
 	return item
 }
 
@@ -301,6 +333,9 @@ func decodeClaim(item map[string]types.AttributeValue) (idem.Claim, error) {
 	}
 	if by, ok := item[ledgerReleaser].(*types.AttributeValueMemberS); ok {
 		c.ReleasedBy = by.Value
+	}
+	if sd, ok := item[ledgerSettled].(*types.AttributeValueMemberBOOL); ok {
+		c.Settled = sd.Value
 	}
 	return c, nil
 }

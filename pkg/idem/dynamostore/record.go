@@ -22,6 +22,19 @@ import (
 // record, or one past its retention that DynamoDB has not deleted yet,
 // gives ErrNotFound. A RELEASED record is returned as it is.
 func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	rec, err := s.stored(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if policy.Expired(rec.ExpiresAt, s.pol.Clock()) {
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// stored reads key's record, even one past its retention. ErrNotFound
+// says no item is stored.
+func (s *Store) stored(ctx context.Context, key idem.Key) (*idem.Record, error) {
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      s.tableName,
 		Key:            s.itemKey(key),
@@ -33,14 +46,7 @@ func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
 	if len(out.Item) == 0 {
 		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
 	}
-	rec, err := s.decodeRecord(key, out.Item)
-	if err != nil {
-		return nil, err
-	}
-	if policy.Expired(rec.ExpiresAt, s.pol.Clock()) {
-		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
-	}
-	return rec, nil
+	return s.decodeRecord(key, out.Item)
 }
 
 // StuckLeases yields, from one shard, the in-flight records whose lease

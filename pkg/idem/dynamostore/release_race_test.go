@@ -296,3 +296,63 @@ func TestAReleaseWhoseRecordLandsAfterItsReadBackEndsItsClaimWithItsRecord(t *te
 		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
 	}
 }
+
+// lostAnswer is a DynamoDB client whose next UpdateItem, once armed, is
+// applied and its answer lost.
+type lostAnswer struct {
+	dynamostore.DynamoDBAPI
+	armed bool
+}
+
+func (d *lostAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
+	out, err := d.DynamoDBAPI.UpdateItem(ctx, in, optFns...)
+	if d.armed && err == nil {
+		d.armed = false
+		return nil, errors.New("connection reset: the answer is lost")
+	}
+	return out, err
+}
+
+// TestAnOldReleaseWhoseAnswerIsLostKeepsItsEnd: the reconciler releases
+// a command older than ReleaseRetention; its RELEASED write lands, its
+// answer lost. The read-back finds the record past its retention and
+// takes it for gone: it clears the end. backend.md: a write that landed
+// unanswered keeps the end, and the key names a new command. Here the
+// claim holds it for another Retention: another intent is told to wait.
+func TestAnOldReleaseWhoseAnswerIsLostKeepsItsEnd(t *testing.T) {
+	t.Parallel()
+	raw := dynamotest.Client(t)
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := &lostAnswer{DynamoDBAPI: raw}
+	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
+		o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour
+		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	clock.Advance(2 * time.Hour) // the provider was down; the command stayed IN_FLIGHT
+	taken, err := st.TakeOver(t.Context(), k)
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	db.armed = true
+	if err := st.Release(t.Context(), taken); err == nil {
+		t.Fatal("Release, its answer lost: nil error")
+	}
+	other := []byte("another intent")
+	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
+		t.Fatalf("another intent after the release, its end long past: %+v, %v; want a new command (backend.md: a write that landed unanswered keeps the end)", next, err)
+	}
+}

@@ -105,8 +105,9 @@ func (s *Store) apply(ctx context.Context, l *idem.Lease, st *settlement, optFns
 // writes is refused only while DynamoDB remembers the token.
 //
 // With a Ledger, a lease that may meet a release's end clears it after
-// the write (claims.Settled). If that fails, the record is settled all
-// the same: Commit again clears it. Fail does likewise.
+// the write, and marks the claim settled (claims.Settled). If that
+// fails, the record is settled all the same: Commit again, or
+// SettleClaim, clears it. Fail does likewise.
 func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, writes ...types.TransactWriteItem) error {
 	digest := policy.WritesDigest(writes)
 	committed := policy.LeaseCommitted(l)
@@ -122,7 +123,7 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	if err := s.done(l, idem.StatusSucceeded, err); err != nil {
 		return err
 	}
-	return claims.Settled(ctx, l, s.mark("commit"))
+	return claims.Settled(ctx, l, s.settle("commit"))
 }
 
 // done notes on l, once its settlement as status succeeded, when the
@@ -204,7 +205,7 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 	if err := s.done(l, idem.StatusFailedPermanent, s.apply(ctx, l, &st)); err != nil {
 		return err
 	}
-	return claims.Settled(ctx, l, s.mark("fail"))
+	return claims.Settled(ctx, l, s.settle("fail"))
 }
 
 // Release marks the record RELEASED: the command did not happen. A retry
@@ -230,7 +231,7 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 		return err
 	}
 	if err := s.done(l, idem.StatusReleased, s.apply(ctx, l, &st)); err != nil {
-		return errors.Join(err, claims.Unreleased(ctx, l, s.Get, s.mark("release")))
+		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
 	}
 	return nil
 }
@@ -238,10 +239,20 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 // mark writes a release's end on the Ledger's claim of a lease's
 // command, for op (claims.Mark). Without a Ledger there is no claim.
 func (s *Store) mark(op string) claims.Mark {
-	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
-		if s.ledger == nil {
-			return nil
-		}
-		return ledgerError(op, l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until, token))
-	}
+	return claims.MarkOn(s.ledger, s.region, op, ledgerError)
+}
+
+// settle records on the Ledger that a command settled, for op
+// (claims.Settle). Without a Ledger there is no claim.
+func (s *Store) settle(op string) claims.Settle {
+	return claims.SettleOn(s.ledger, s.region, op, ledgerError)
+}
+
+// SettleClaim clears any release's end from the Ledger's claim of key's
+// command created at created, and marks it settled. Call it only for a
+// command whose record is SUCCEEDED or FAILED_PERMANENT. idem.Recover
+// does: the settling lease's own clear may have failed, or never run.
+// Without a Ledger it does nothing.
+func (s *Store) SettleClaim(ctx context.Context, key idem.Key, created time.Time) error {
+	return s.settle("settle claim")(ctx, key, created)
 }

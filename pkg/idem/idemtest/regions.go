@@ -64,6 +64,10 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A release claimed back no longer ends its claim", claimedBackReleaseHoldsItsClaim},
 		{"A release the Ledger cannot record is left in flight", unrecordedReleaseLeftInFlight},
 		{"A stale lease's release keeps the end the holding lease's release recorded", staleReleaseKeepsItsEnd},
+		{"A stale lease's clear of its own end keeps the end the holder recorded since", staleClearKeepsTheHoldersEnd},
+		{"A stale lease's release after the holder's commit records no end", staleReleaseAfterCommitRecordsNoEnd},
+		{"Recover clears the end a commit's failed clear left", recoverSettlesTheClaim},
+		{"A new command after a settled one's claim ended releases", newCommandAfterASettledOneReleases},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -305,29 +309,54 @@ func replicatedReplays(t *testing.T, r *regionSuite) {
 }
 
 // pendingLedger is a Ledger whose Unreplicated the suite sets: since when
-// a Region not yet drained may hold newer writes. Its Release fails while
-// releaseErr is set.
+// a Region not yet drained may hold newer writes. Before each Release it
+// calls before, if set: an error fails the Release unapplied. Settle
+// fails while settleErr is set.
 type pendingLedger struct {
 	idem.Ledger
-	mu         sync.Mutex
-	since      time.Time
-	releaseErr error
+	mu        sync.Mutex
+	since     time.Time
+	before    func(until time.Time, token string) error
+	settleErr error
+}
+
+// beforeRelease sets fn to run before each Release; nil runs none.
+func (p *pendingLedger) beforeRelease(fn func(until time.Time, token string) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.before = fn
 }
 
 func (p *pendingLedger) failRelease(err error) {
+	p.beforeRelease(func(time.Time, string) error { return err })
+}
+
+func (p *pendingLedger) failSettle(err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.releaseErr = err
+	p.settleErr = err
 }
 
 func (p *pendingLedger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
 	p.mu.Lock()
-	err := p.releaseErr
+	before := p.before
+	p.mu.Unlock()
+	if before != nil {
+		if err := before(until, token); err != nil {
+			return err
+		}
+	}
+	return p.Ledger.Release(ctx, key, region, created, until, token)
+}
+
+func (p *pendingLedger) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	p.mu.Lock()
+	err := p.settleErr
 	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return p.Ledger.Release(ctx, key, region, created, until, token)
+	return p.Ledger.Settle(ctx, key, region, created)
 }
 
 func (p *pendingLedger) pending(since time.Time) {
@@ -602,7 +631,7 @@ func unrecordedReleaseLeftInFlight(t *testing.T, r *regionSuite) {
 	if rec, err := a.Get(ctx, k); err != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("the record after a release the Ledger missed: %+v, %v; want IN_FLIGHT", rec, err)
 	}
-	r.ledger.failRelease(nil)
+	r.ledger.beforeRelease(nil)
 	if err := a.Release(ctx, l); err != nil {
 		t.Fatalf("Release again, the Ledger back: %v", err)
 	}
@@ -636,5 +665,136 @@ func staleReleaseKeepsItsEnd(t *testing.T, r *regionSuite) {
 	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
 	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(stale.CreatedAt) {
 		t.Fatalf("another intent once the release expired: %+v, %v; want a new command", begun, err)
+	}
+}
+
+// staleClearKeepsTheHoldersEnd: a's stale lease releases after the
+// reconciler took its command over. Its write fails under the holder's
+// lease, so it clears its own end. Just before, the holder releases,
+// recording its end. The clear names the stale lease: the holder's end
+// stays, and the claim ends with the holder's release.
+func staleClearKeepsTheHoldersEnd(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a, stale, taken := takenFromAStaleLease(t, r)
+	r.ledger.beforeRelease(func(until time.Time, token string) error {
+		if !until.IsZero() || token != stale.Token {
+			return nil
+		}
+		r.ledger.beforeRelease(nil)
+		return a.Release(ctx, taken) // the holder's release, just before the stale clear
+	})
+	if err := a.Release(ctx, stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale lease's Release: %v; want ErrLeaseLost", err)
+	}
+	released, err := a.Get(ctx, k)
+	if err != nil || released.Status != idem.StatusReleased || released.LeaseToken != taken.Token {
+		t.Fatalf("the record: %+v, %v; want RELEASED by the holder", released, err)
+	}
+	r.clock.Advance(released.ExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	begun, err := a.Begin(ctx, k, fpB, []byte("another intent"))
+	if err != nil || begun.Lease == nil || !begun.Lease.CreatedAt.After(stale.CreatedAt) {
+		t.Fatalf("another intent once the holder's release expired: %+v, %v; want a new command (a clear removes only its token's end)", begun, err)
+	}
+}
+
+// staleReleaseAfterCommitRecordsNoEnd: the reconciler takes a's command
+// over and commits it. Then the stale lease releases. The settled claim
+// refuses its end: ErrLeaseLost, with nothing recorded that its death
+// could leave. Here its clear would fail. The retry, its record lost
+// past the release's end, is the committed command.
+func staleReleaseAfterCommitRecordsNoEnd(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a, stale, taken := takenFromAStaleLease(t, r)
+	if err := a.Commit(ctx, taken, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.ledger.beforeRelease(diesBeforeItsClear)
+	if err := a.Release(ctx, stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale lease's Release after the commit: %v; want ErrLeaseLost", err)
+	}
+	r.ledger.beforeRelease(nil)
+	retryIsTheCommittedCommand(t, r, k, stale)
+}
+
+// recoverSettlesTheClaim: a stale release records its end, then the
+// holder commits; the commit's clear fails. Recover, finding the record
+// settled, clears the end. The retry, its record lost past the release's
+// end, is the committed command.
+func recoverSettlesTheClaim(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a, stale, taken := takenFromAStaleLease(t, r)
+	r.ledger.beforeRelease(diesBeforeItsClear)
+	if err := a.Release(ctx, stale); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale lease's Release: %v; want ErrLeaseLost", err)
+	}
+	r.ledger.beforeRelease(nil)
+	r.ledger.failSettle(errors.New("ledger throttled"))
+	if err := a.Commit(ctx, taken, resp); err == nil {
+		t.Fatal("Commit whose clear failed: nil error")
+	}
+	r.ledger.failSettle(nil)
+	if _, err := idem.Recover(ctx, a, k, func(context.Context, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, errors.New("a settled command needs no resolver")
+	}); err != nil {
+		t.Fatalf("Recover of the settled command: %v", err)
+	}
+	retryIsTheCommittedCommand(t, r, k, stale)
+}
+
+// newCommandAfterASettledOneReleases: a command taken over commits,
+// marking its claim settled. Once its record and claim have ended, the
+// key names a new command. Its claim is its own: its release is
+// recorded, and its claim ends with it.
+func newCommandAfterASettledOneReleases(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a, _, taken := takenFromAStaleLease(t, r)
+	if err := a.Commit(ctx, taken, resp); err != nil {
+		t.Fatal(err)
+	}
+	r.clock.Advance(taken.RecordExpiresAt.Add(time.Hour).Sub(r.clock.Now())) // past the record and its claim
+	next, err := a.Begin(ctx, k, fpB, []byte("another intent"))
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(taken.CreatedAt) {
+		t.Fatalf("another intent after the settled command ended: %+v, %v; want a new command", next, err)
+	}
+	if err := a.Release(ctx, next.Lease); err != nil {
+		t.Fatalf("the new command's Release: %v", err)
+	}
+	r.clock.Advance(next.Lease.RecordExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	again, err := a.Begin(ctx, k, fpA, []byte("intent"))
+	if err != nil || again.Lease == nil || !again.Lease.CreatedAt.After(next.Lease.CreatedAt) {
+		t.Fatalf("a third intent once the release expired: %+v, %v; want a new command", again, err)
+	}
+}
+
+// takenFromAStaleLease begins a command of a fresh key in a, lets its
+// lease run out, and takes it over: the stale lease and the holder.
+func takenFromAStaleLease(t *testing.T, r *regionSuite) (k idem.Key, a idem.Backend, stale, taken *idem.Lease) {
+	t.Helper()
+	k, a = UniqueKey(t, "acme"), r.Store("a")
+	stale = beginIn(t, a, k)
+	r.clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	taken, err := a.TakeOver(t.Context(), k)
+	if err != nil {
+		t.Fatalf("TakeOver: %v", err)
+	}
+	return k, a, stale, taken
+}
+
+// diesBeforeItsClear fails every clear: the releasing lease died.
+func diesBeforeItsClear(until time.Time, _ string) error {
+	if until.IsZero() {
+		return errors.New("the stale lease died before its clear")
+	}
+	return nil
+}
+
+// retryIsTheCommittedCommand: past the release's end of stale's
+// command, within its claim, a retry whose record is lost takes up the
+// committed command. A new command would charge twice.
+func retryIsTheCommittedCommand(t *testing.T, r *regionSuite, k idem.Key, stale *idem.Lease) {
+	t.Helper()
+	r.clock.Advance(stale.CreatedAt.Add(time.Hour + 2*time.Second).Sub(r.clock.Now()))
+	if l := beginIn(t, r.Store("a"), k); !l.CreatedAt.Equal(stale.CreatedAt) {
+		t.Fatalf("the retry, its record lost: lease %+v; want the committed command's CreatedAt %s", l, stale.CreatedAt)
 	}
 }

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -83,7 +84,39 @@ func (l *Ledger) Extend(ctx context.Context, key idem.Key, region string, create
 // the releasing lease's token, or clears them, as
 // dynamostore.Ledger.Release.
 func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
-	if err := done(ctx, "release", key); err != nil {
+	return l.held(ctx, "release", key, region, created, func(old *idem.Claim) error {
+		return released(key, old, until, token)
+	})
+}
+
+// released applies a Release of until, by token, to old.
+func released(key idem.Key, old *idem.Claim, until time.Time, token string) error {
+	switch {
+	case !until.IsZero() && old.Settled:
+		return fmt.Errorf("idem: ledger release %s: the command settled: %w", key.LogHash(), idem.ErrLeaseLost)
+	case !until.IsZero():
+		old.ReleasedUntil, old.ReleasedBy = time.UnixMilli(until.UnixMilli()), token
+	case token == "":
+		old.ReleasedUntil, old.ReleasedBy, old.Settled = time.Time{}, "", false
+	case token == old.ReleasedBy:
+		old.ReleasedUntil, old.ReleasedBy = time.Time{}, ""
+	}
+	return nil
+}
+
+// Settle clears any release's end on key's claim created at created,
+// and marks it settled, as dynamostore.Ledger.Settle.
+func (l *Ledger) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	return l.held(ctx, "settle", key, region, created, func(old *idem.Claim) error {
+		old.ReleasedUntil, old.ReleasedBy, old.Settled = time.Time{}, "", true
+		return nil
+	})
+}
+
+// held applies change to key's claim created at created, if region
+// holds it, for op. A key with no claim is left as it is.
+func (l *Ledger) held(ctx context.Context, op string, key idem.Key, region string, created time.Time, change func(*idem.Claim) error) error {
+	if err := done(ctx, op, key); err != nil {
 		return err
 	}
 	l.mu.Lock()
@@ -94,10 +127,9 @@ func (l *Ledger) Release(ctx context.Context, key idem.Key, region string, creat
 		return nil
 	case old.CreatedAt.UnixMilli() != created.UnixMilli() || old.Holder() != region:
 		return &idem.ClaimedElsewhereError{Region: old.Holder()}
-	case !until.IsZero():
-		old.ReleasedUntil, old.ReleasedBy = time.UnixMilli(until.UnixMilli()), token
-	case token == "" || token == old.ReleasedBy:
-		old.ReleasedUntil, old.ReleasedBy = time.Time{}, ""
+	}
+	if err := change(&old); err != nil {
+		return err
 	}
 	l.claims[key] = old
 	return nil

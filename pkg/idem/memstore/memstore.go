@@ -204,6 +204,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return idem.Begun{}, err
 	}
 	lease := &idem.Lease{Key: key, Token: token, ExpiresAt: s.pol.LeaseUntil(ctx, now), CreatedAt: now, Intent: bytes.Clone(intent)}
+	tookUp := false // an earlier claim, its record lost
 	if s.ledger != nil && !s.live(key, now) {
 		// The Ledger first, as dynamostore's: another Region's record may
 		// not have replicated here.
@@ -223,15 +224,16 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 			if err := s.extendClaim(ctx, "begin", key, c.CreatedAt, lease.ExpiresAt); err != nil {
 				return idem.Begun{}, err
 			}
+			tookUp = true
 		}
 		lease.CreatedAt, lease.Inherited = time.UnixMilli(c.CreatedAt.UnixMilli()), c.InheritedBy(s.region)
 	}
-	begun, err := s.begin(ctx, lease, fp, now)
-	if err != nil || begun.Lease == nil || begun.Lease.CreatedAt.UnixMilli() == now.UnixMilli() {
+	begun, claimedBack, err := s.begin(ctx, lease, fp, now)
+	if err != nil || begun.Lease == nil || !tookUp && !claimedBack {
 		return begun, err
 	}
-	// An earlier command leased again, as dynamostore's leased: its
-	// record is IN_FLIGHT now (claims.Leased).
+	// An earlier lease's command leased again, as dynamostore's leased:
+	// its record is IN_FLIGHT now (claims.Leased).
 	if err := claims.Leased(ctx, begun.Lease, s.mark("begin")); err != nil {
 		return idem.Begun{}, err
 	}
@@ -286,7 +288,7 @@ func (s *Store) extendClaim(ctx context.Context, op string, key idem.Key, create
 // ledgerError wraps a Ledger's err for op on key, as dynamostore does.
 func ledgerError(op string, key idem.Key, err error) error {
 	switch {
-	case errors.Is(err, idem.ErrClaimedElsewhere):
+	case errors.Is(err, idem.ErrClaimedElsewhere), errors.Is(err, idem.ErrLeaseLost):
 		return fmt.Errorf("idem: %s %s: %w", op, key.LogHash(), err)
 	case err != nil:
 		return fmt.Errorf("idem: %s %s: ledger: %w: %w", op, key.LogHash(), idem.ErrUnavailable, err)
@@ -294,7 +296,10 @@ func ledgerError(op string, key idem.Key, err error) error {
 	return nil
 }
 
-func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, now time.Time) (idem.Begun, error) {
+// begin writes lease's record, unless another stands. claimedBack says
+// it wrote over a RELEASED record: an earlier lease's, whatever the
+// clock says.
+func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprint, now time.Time) (_ idem.Begun, claimedBack bool, _ error) {
 	lease.AttemptDeadline = lease.ExpiresAt
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
 	s.d.mu.Lock()
@@ -305,7 +310,7 @@ func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprin
 			status: idem.StatusInFlight, fingerprint: fp.String(), createdAt: lease.CreatedAt, token: lease.Token,
 			intent: lease.Intent, leaseExpiresAt: lease.ExpiresAt, attemptDeadline: lease.AttemptDeadline, region: s.region,
 		}
-		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, false, nil
 	}
 	expires := rec.expiresAt
 	if expires.IsZero() {
@@ -313,16 +318,16 @@ func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprin
 	}
 	switch {
 	case rec.fingerprint != fp.String():
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
+		return idem.Begun{}, false, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.MismatchError{RecordExpiresAt: expires})
 	case rec.status.Terminal():
-		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, nil
+		return idem.Begun{Replay: cloned(rec.resp), RecordExpiresAt: expires, Status: rec.status}, false, nil
 	case rec.status == idem.StatusReleased && !s.mayWrite(lease.Key, rec.region):
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
+		return idem.Begun{}, false, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{Region: rec.region})
 	case rec.status == idem.StatusReleased && !s.replicated(lease.Key, rec.createdAt):
-		return idem.Begun{}, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{})
+		return idem.Begun{}, false, fmt.Errorf("idem: begin %s: %w", lease.Key.LogHash(), &idem.ClaimedElsewhereError{})
 	case rec.status == idem.StatusReleased:
 		if err := s.extendClaim(ctx, "begin", lease.Key, rec.createdAt, lease.ExpiresAt); err != nil {
-			return idem.Begun{}, err
+			return idem.Begun{}, false, err
 		}
 		// Claimed again by the same request, under the same CreatedAt.
 		lease.CreatedAt, lease.Inherited = rec.createdAt, false
@@ -335,9 +340,9 @@ func (s *Store) begin(ctx context.Context, lease *idem.Lease, fp idem.Fingerprin
 		} else {
 			lease.Intent = bytes.Clone(rec.intent) // kept: sized with the response
 		}
-		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, true, nil
 	default:
-		return idem.Begun{}, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: expires}
+		return idem.Begun{}, false, &idem.InFlightError{LeaseExpiresAt: rec.leaseExpiresAt, RecordExpiresAt: expires}
 	}
 }
 
@@ -350,10 +355,10 @@ func (s *Store) Commit(ctx context.Context, l *idem.Lease, resp idem.Response, w
 	if err := done(ctx, "commit", l.Key); err != nil {
 		return err
 	}
-	if err := s.settle("commit", l, idem.StatusSucceeded, &resp, writes); err != nil {
+	if err := s.write("commit", l, idem.StatusSucceeded, &resp, writes); err != nil {
 		return err
 	}
-	return claims.Settled(ctx, l, s.mark("commit"))
+	return claims.Settled(ctx, l, s.settle("commit"))
 }
 
 // Fail completes the command as FAILED_PERMANENT with resp, as
@@ -362,10 +367,10 @@ func (s *Store) Fail(ctx context.Context, l *idem.Lease, resp idem.Response) err
 	if err := done(ctx, "fail", l.Key); err != nil {
 		return err
 	}
-	if err := s.settle("fail", l, idem.StatusFailedPermanent, &resp, nil); err != nil {
+	if err := s.write("fail", l, idem.StatusFailedPermanent, &resp, nil); err != nil {
 		return err
 	}
-	return claims.Settled(ctx, l, s.mark("fail"))
+	return claims.Settled(ctx, l, s.settle("fail"))
 }
 
 // Release marks the record RELEASED, keeping its fingerprint until
@@ -378,24 +383,34 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	if err := claims.Release(ctx, l, s.mark("release"), s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
 		return err
 	}
-	if err := s.settle("release", l, idem.StatusReleased, nil, nil); err != nil {
-		return errors.Join(err, claims.Unreleased(ctx, l, s.Get, s.mark("release")))
+	if err := s.write("release", l, idem.StatusReleased, nil, nil); err != nil {
+		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
 	}
 	return nil
 }
 
 // mark writes a release's end on the Ledger's claim of a lease's
-// command, for op, as dynamostore does.
+// command, for op (claims.Mark). Without a Ledger there is no claim.
 func (s *Store) mark(op string) claims.Mark {
-	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
-		if s.ledger == nil {
-			return nil
-		}
-		return ledgerError(op, l.Key, s.ledger.Release(ctx, l.Key, s.region, l.CreatedAt, until, token))
-	}
+	return claims.MarkOn(s.ledger, s.region, op, ledgerError)
 }
 
-func (s *Store) settle(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
+// settle records on the Ledger that a command settled, for op
+// (claims.Settle). Without a Ledger there is no claim.
+func (s *Store) settle(op string) claims.Settle {
+	return claims.SettleOn(s.ledger, s.region, op, ledgerError)
+}
+
+// SettleClaim clears any release's end from the Ledger's claim of a
+// settled command, as dynamostore.Store.SettleClaim.
+func (s *Store) SettleClaim(ctx context.Context, key idem.Key, created time.Time) error {
+	if err := done(ctx, "settle claim", key); err != nil {
+		return err
+	}
+	return s.settle("settle claim")(ctx, key, created)
+}
+
+func (s *Store) write(op string, l *idem.Lease, status idem.Status, resp *idem.Response, writes []types.TransactWriteItem) error {
 	if resp != nil {
 		body, _ := policy.StoredBody(resp.Body, s.pol.CompressAbove)
 		if why := policy.TooLarge(resp.Headers, body, len(l.Intent)); why != "" {
@@ -552,14 +567,26 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 // Get returns the record for key, as dynamostore.Store.Get: ErrNotFound when it
 // is absent or past retention.
 func (s *Store) Get(ctx context.Context, key idem.Key) (*idem.Record, error) {
+	rec, err := s.stored(ctx, key)
+	switch {
+	case err != nil:
+		return nil, err
+	case policy.Expired(rec.ExpiresAt, s.pol.Clock()):
+		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
+	}
+	return rec, nil
+}
+
+// stored reads key's record, even one past its retention, as
+// dynamostore's. ErrNotFound says none is stored.
+func (s *Store) stored(ctx context.Context, key idem.Key) (*idem.Record, error) {
 	if err := done(ctx, "get", key); err != nil {
 		return nil, err
 	}
-	now := s.pol.Clock()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	rec, ok := s.d.records[key]
-	if !ok || rec.expired(now) {
+	if !ok {
 		return nil, fmt.Errorf("idem: get %s: %w", key.LogHash(), idem.ErrNotFound)
 	}
 	return &idem.Record{

@@ -115,3 +115,44 @@ func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
 		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
 	}
 }
+
+// TestAClaimBackInItsCommandsMillisecondClearsTheReleasesEnd: a release
+// claimed back in the millisecond its command was created, as under a
+// test's frozen clock. dynamostore's claim back clears the release's end
+// (claims.Leased); memstore's skips it, taking the lease for a fresh
+// claim. Committed, the command's claim still ends with the release: a
+// retry whose record is lost is a new command.
+func TestAClaimBackInItsCommandsMillisecondClearsTheReleasesEnd(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	ledger := memstore.NewLedger(nil)
+	region := func() *memstore.Store {
+		return memstore.New(func(o *memstore.Options) {
+			o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour
+			o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+		})
+	}
+	st := region()
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(ctx, k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	if err := st.Release(ctx, begun.Lease); err != nil {
+		t.Fatal(err)
+	}
+	back, err := st.Begin(ctx, k, idem.FingerprintOf(body), body)
+	if err != nil || back.Lease == nil || !back.Lease.CreatedAt.Equal(begun.Lease.CreatedAt) {
+		t.Fatalf("the claim back: %+v, %v", back, err)
+	}
+	if err := st.Commit(ctx, back.Lease, idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour + time.Minute) // past the release's end; a fresh store: the record lost
+	retry, err := region().Begin(ctx, k, idem.FingerprintOf(body), body)
+	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(begun.Lease.CreatedAt) {
+		t.Fatalf("the retry of the committed command: %+v, %v; want it taken up under %s, as dynamostore does", retry, err, begun.Lease.CreatedAt)
+	}
+}

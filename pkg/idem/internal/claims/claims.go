@@ -44,10 +44,41 @@ func TakeUp(c idem.Claim, held bool, status idem.Status, fp idem.Fingerprint, re
 // until clears it: token's only, or any if token is empty.
 type Mark func(ctx context.Context, l *idem.Lease, until time.Time, token string) error
 
+// Settle records on the Ledger that the command created at created
+// under key settled (idem.Ledger.Settle).
+type Settle func(ctx context.Context, key idem.Key, created time.Time) error
+
+// Wrap translates a Ledger's err for a store's op on key.
+type Wrap func(op string, key idem.Key, err error) error
+
+// MarkOn is the Mark of a store in region, for op, on ledger. A nil
+// ledger keeps no claims: it does nothing.
+func MarkOn(ledger idem.Ledger, region, op string, wrap Wrap) Mark {
+	return func(ctx context.Context, l *idem.Lease, until time.Time, token string) error {
+		if ledger == nil {
+			return nil
+		}
+		return wrap(op, l.Key, ledger.Release(ctx, l.Key, region, l.CreatedAt, until, token))
+	}
+}
+
+// SettleOn is the Settle of a store in region, for op, on ledger, as
+// MarkOn.
+func SettleOn(ledger idem.Ledger, region, op string, wrap Wrap) Settle {
+	return func(ctx context.Context, key idem.Key, created time.Time) error {
+		if ledger == nil {
+			return nil
+		}
+		return wrap(op, key, ledger.Settle(ctx, key, region, created))
+	}
+}
+
 // The release's end: one rule for both stores. A release records it
 // before its RELEASED write, naming its lease. A lease clears only its
 // own end, once its write cannot land. A lease whose record is known not
-// RELEASED clears any: Leased and Settled.
+// RELEASED clears any: Leased. A marked lease's commit or failure
+// clears any and marks the claim settled: Settled. A settled claim
+// refuses a stale lease's end.
 
 // Release records until, the release's end, before l writes its record
 // RELEASED. l is marked: should it settle otherwise, it clears the end.
@@ -58,12 +89,13 @@ func Release(ctx context.Context, l *idem.Lease, mark Mark, until time.Time) err
 
 // Unreleased clears l's own end after its RELEASED write failed. It does
 // once the record shows that write cannot land. Another lease holds or
-// settled it, or it is gone. A record l still holds keeps the end: the
-// write may land later. So do a RELEASED record and an unread one. The
-// clear names l's token. The holder's release may record its end
-// meanwhile.
-func Unreleased(ctx context.Context, l *idem.Lease, get func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
-	rec, err := get(ctx, l.Key)
+// settled it, or no item is stored. A record l still holds keeps the
+// end: the write may land later. So do a RELEASED record, even one past
+// its retention, and an unread one. read returns a record past its
+// retention too: ErrNotFound only when none is stored. The clear names
+// l's token. The holder's release may record its end meanwhile.
+func Unreleased(ctx context.Context, l *idem.Lease, read func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
+	rec, err := read(ctx, l.Key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
 	case err != nil:
@@ -77,11 +109,12 @@ func Unreleased(ctx context.Context, l *idem.Lease, get func(context.Context, id
 
 // Leased clears any end once l's IN_FLIGHT record is written over an
 // earlier lease's. That is a claim back, a take-up or a take-over: l may
-// settle otherwise. Cleared before the write, a death between would
-// leave a RELEASED record without its end. A failed clear leaves the
-// record IN_FLIGHT under a lease nobody holds. So it answers
-// *idem.UnknownClaimError, never "nothing was written". l is marked: a
-// stale lease may still record an end.
+// settle otherwise. It clears the settled mark too: l may release. Cleared
+// before the write, a death between would leave a RELEASED record
+// without its end. A failed clear leaves the record IN_FLIGHT under a
+// lease nobody holds. So it answers *idem.UnknownClaimError, never
+// "nothing was written". l is marked: a stale lease may still record an
+// end.
 func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
 	*policy.LeaseMarked(l) = true
 	if err := mark(ctx, l, time.Time{}, ""); err != nil {
@@ -90,14 +123,15 @@ func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
 	return nil
 }
 
-// Settled clears any end after l committed or failed its command. Its
-// record outlives a release's end. Only a marked lease can meet one. A
-// command's only lease, never released, clears nothing. So a first
-// charge costs no Ledger write more. After an error the record is
-// settled all the same. The same call again clears the end.
-func Settled(ctx context.Context, l *idem.Lease, mark Mark) error {
+// Settled clears any end after l committed or failed its command, and
+// marks the claim settled. Its record outlives a release's end, and a
+// stale lease's end is refused from then on. Only a marked lease can
+// meet one. A command's only lease, never released, writes nothing. So
+// a first charge costs no Ledger write more. After an error the record
+// is settled all the same. idem.Recover settles the claim again.
+func Settled(ctx context.Context, l *idem.Lease, settle Settle) error {
 	if !*policy.LeaseMarked(l) {
 		return nil
 	}
-	return mark(ctx, l, time.Time{}, "")
+	return settle(ctx, l.Key, l.CreatedAt)
 }
