@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
@@ -573,5 +575,104 @@ func TestACaptureThatWaitedThenMakesTheMoveCountsAgain(t *testing.T) {
 	}
 	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("rate %d: an authorization and 2 captures sent in one second; a new charge then: %d, want 429", rate, resp.StatusCode)
+	}
+}
+
+// slowMoves delays each write that begins a capture or cancel by delay,
+// on a real client of the store: every twin waiting reads the row
+// before the first of their moves lands.
+func slowMoves(delay time.Duration) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowMoves",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "SET #status = :via") {
+						time.Sleep(delay)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+}
+
+// firstCaptureRefused is a card provider in front of the deployment's
+// simulator. It holds the first capture until gate closes, then answers
+// it 503 Provider-Not-Processed; it sends every later one on. calls
+// counts the captures sent to it.
+func firstCaptureRefused(t *testing.T, sim string) (*outage, string) {
+	t.Helper()
+	target, err := url.Parse(sim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &outage{held: make(chan struct{}), gate: make(chan struct{})}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/capture") && o.calls.Add(1) == 1 {
+			close(o.held)
+			<-o.gate
+			r.Header.Set(providersim.HeaderFault, "unavailable")
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return o, srv.URL
+}
+
+// TestCaptureTwinsThatLoseTheMoveDoNotCountAgain (review 11): capture
+// twins wait for the first capture, their counts given back. The
+// provider refuses it, not processed, and the row is free again. Every
+// twin then retakes its count before beginMove, but only one makes the
+// move: the others wait for it and send nothing. docs/capacity.md: a
+// waiting request "counts again if it then asks the provider itself".
+// The rate admits the authorization, the first capture and its twins at
+// once. Once the twins' counts are given back, the authorization, the
+// first capture and the one capture the twins sent are 3 of the rate
+// of 5: a new charge must still be admitted.
+func TestCaptureTwinsThatLoseTheMoveDoNotCountAgain(t *testing.T) {
+	t.Parallel()
+	const rate, twins = 5, 3
+	d := testkit.Deploy(t)
+	provider, providerURL := firstCaptureRefused(t, d.ProviderURL)
+	clock := testkit.NewClock(time.Now().Truncate(time.Second)) // one second throughout
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, slowMoves(250*time.Millisecond))
+	})
+	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
+	}
+	var c struct{ ID string }
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", c.ID, "capture", ""))
+		first <- resp.StatusCode
+	}()
+	<-provider.held // the first capture is at the provider
+	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
+	for range twins {
+		go func() { answers <- handle(t, h, testkit.PostMove("acme", c.ID, "capture", "")) }()
+	}
+	time.Sleep(300 * time.Millisecond) // the twins wait, their counts given back
+	close(provider.gate)
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("the first capture: %d, want 503 provider-unavailable", code)
+	}
+	statuses := make([]int, 0, twins)
+	for range twins {
+		statuses = append(statuses, (<-answers).StatusCode)
+	}
+	if sent := provider.calls.Load(); sent != 2 {
+		t.Fatalf("%d captures sent, want 2: the first, and one of the twins'; twins answered %v", sent, statuses)
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization and 2 captures sent in one second, %d twins answered %v; a new charge then: %d %s, want 201",
+			rate, twins, statuses, resp.StatusCode, resp.Body)
 	}
 }
