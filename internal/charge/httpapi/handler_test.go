@@ -676,3 +676,51 @@ func TestCaptureTwinsThatLoseTheMoveDoNotCountAgain(t *testing.T) {
 			rate, twins, statuses, resp.StatusCode, resp.Body)
 	}
 }
+
+// TestACaptureThatWaitedThenSettlesTheMoveCountsAgain (review 11): a
+// capture retried while the first is at the provider waits, its count
+// given back. The first's attempt runs out of time, and the retry asks
+// the provider for the payment's state to settle it: a provider call.
+// docs/capacity.md: it "counts again if it then asks the provider
+// itself, to make the move or settle it". The provider's state cannot
+// settle it yet, so the retry waits out INFLIGHT_WAIT and answers 409.
+// Its count must stay: of a rate of 3, two new charges are left.
+func TestACaptureThatWaitedThenSettlesTheMoveCountsAgain(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization, the first capture and its retry
+	d := testkit.Deploy(t)
+	provider, providerURL := newOutage(t, d.ProviderURL, "/capture")
+	t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
+	clock := testkit.NewClock(time.Now().Truncate(time.Second))
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+	})
+	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
+	}
+	var c struct{ ID string }
+	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", c.ID, "capture", ""))
+	}()
+	<-provider.held // the first capture is at the provider
+	retry := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { retry <- handle(t, h, testkit.PostMove("acme", c.ID, "capture", "")) }()
+	time.Sleep(300 * time.Millisecond) // it waits for the first, its count given back
+	clock.Advance(31 * time.Second)    // the first's attempt is past its deadline
+	if resp := <-retry; resp.StatusCode != http.StatusConflict {
+		t.Fatalf("the retry: %d %s, want 409 in progress, the move settled later", resp.StatusCode, resp.Body)
+	}
+	got := make([]int, 0, rate)
+	for i := range rate {
+		got = append(got, handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)).StatusCode)
+	}
+	if got[rate-1] != http.StatusTooManyRequests {
+		t.Fatalf("rate %d: the retry asked the provider for the payment's state in this second; %d new charges then: %v, want the last 429", rate, rate, got)
+	}
+}
