@@ -724,3 +724,27 @@ func TestACaptureThatWaitedThenSettlesTheMoveCountsAgain(t *testing.T) {
 		t.Fatalf("rate %d: the retry asked the provider for the payment's state in this second; %d new charges then: %v, want the last 429", rate, rate, got)
 	}
 }
+
+// TestRepeatsOfASettledCaptureLeaveTheirTenantsRate (review 11): the
+// same capture again answers the captured charge, and the provider is
+// not asked (docs/contract.md: "the provider captured once"). It is a
+// replay: it did no new work. docs/contract.md: "What counts against the
+// rate is a request that did new work", and a client retrying without
+// end leaves the rate to the tenant's other requests. A capture whose
+// answer was lost, retried, must not take its tenant's new charges.
+func TestRepeatsOfASettledCaptureLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization, the capture and a new charge
+	h, id, first := capturing(t, rate, func(sim string) string { return sim })
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the capture: %d, want 200", code)
+	}
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostMove("acme", id, "capture", "")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("rate %d, the same capture again, repeat %d: %d %s, want 200 the captured charge", rate, i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization and a capture in one second, the capture repeated %d times; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
