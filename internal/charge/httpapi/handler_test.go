@@ -494,10 +494,24 @@ func slowCaptures(t *testing.T, sim string) string {
 // capturing the charge, and returns the capture's status on first.
 func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpapi.Handler, id string, first <-chan int) {
 	t.Helper()
+	h, id, _ = authorizedUnder(t, rate, proxy)
+	code := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
+		code <- resp.StatusCode
+	}()
+	return h, id, code
+}
+
+// authorizedUnder returns a handler holding tenant acme to rate, its
+// provider behind proxy, and the id of acme's authorized charge. Its
+// clock stays in one second until moved.
+func authorizedUnder(t *testing.T, rate int, proxy func(sim string) string) (*httpapi.Handler, string, *testkit.Clock) {
+	t.Helper()
 	d := testkit.Deploy(t)
 	providerURL := proxy(d.ProviderURL)
 	clock := testkit.NewClock(time.Now().Truncate(time.Second))
-	h = d.ChargeHandler(t, func(w *testkit.Wiring) {
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
 		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
 		w.Charge.ProviderURL = providerURL
 		w.Deps.Clock = clock.Now
@@ -510,12 +524,7 @@ func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpap
 	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
 		t.Fatal(err)
 	}
-	code := make(chan int, 1)
-	go func() {
-		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", c.ID, "capture", ""))
-		code <- resp.StatusCode
-	}()
-	return h, c.ID, code
+	return h, c.ID, clock
 }
 
 // TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate (review 10): a
@@ -684,44 +693,46 @@ func TestCaptureTwinsThatLoseTheMoveDoNotCountAgain(t *testing.T) {
 // docs/capacity.md: it "counts again if it then asks the provider
 // itself, to make the move or settle it". The provider's state cannot
 // settle it yet, so the retry waits out INFLIGHT_WAIT and answers 409.
-// Its count must stay: of a rate of 3, two new charges are left.
+// Its count must stay: of a rate of 3, two new charges are left. A retry
+// sent once the attempt's time is up settles first, then waits: its wait
+// must not give back the count of its provider call.
 func TestACaptureThatWaitedThenSettlesTheMoveCountsAgain(t *testing.T) {
 	t.Parallel()
-	const rate = 3 // the authorization, the first capture and its retry
-	d := testkit.Deploy(t)
-	provider, providerURL := newOutage(t, d.ProviderURL, "/capture")
-	t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
-	clock := testkit.NewClock(time.Now().Truncate(time.Second))
-	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
-		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
-		w.Charge.ProviderURL = providerURL
-		w.Deps.Clock = clock.Now
-	})
-	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
-	}
-	var c struct{ ID string }
-	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", c.ID, "capture", ""))
-	}()
-	<-provider.held // the first capture is at the provider
-	retry := make(chan events.APIGatewayV2HTTPResponse, 1)
-	go func() { retry <- handle(t, h, testkit.PostMove("acme", c.ID, "capture", "")) }()
-	time.Sleep(300 * time.Millisecond) // it waits for the first, its count given back
-	clock.Advance(31 * time.Second)    // the first's attempt is past its deadline
-	if resp := <-retry; resp.StatusCode != http.StatusConflict {
-		t.Fatalf("the retry: %d %s, want 409 in progress, the move settled later", resp.StatusCode, resp.Body)
-	}
-	got := make([]int, 0, rate)
-	for i := range rate {
-		got = append(got, handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)).StatusCode)
-	}
-	if got[rate-1] != http.StatusTooManyRequests {
-		t.Fatalf("rate %d: the retry asked the provider for the payment's state in this second; %d new charges then: %v, want the last 429", rate, rate, got)
+	for _, waitsFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("waits first %v", waitsFirst), func(t *testing.T) {
+			t.Parallel()
+			const rate = 3 // the authorization, the first capture and its retry
+			var provider *outage
+			h, id, clock := authorizedUnder(t, rate, func(sim string) (url string) {
+				provider, url = newOutage(t, sim, "/capture")
+				return url
+			})
+			t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
+			go func() {
+				_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", id, "capture", ""))
+			}()
+			<-provider.held // the first capture is at the provider
+			retry := make(chan events.APIGatewayV2HTTPResponse, 1)
+			send := func() { go func() { retry <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }() }
+			if waitsFirst {
+				send()
+				time.Sleep(300 * time.Millisecond) // it waits for the first, its count given back
+			}
+			clock.Advance(31 * time.Second) // the first's attempt is past its deadline
+			if !waitsFirst {
+				send()
+			}
+			if resp := <-retry; resp.StatusCode != http.StatusConflict {
+				t.Fatalf("the retry: %d %s, want 409 in progress, the move settled later", resp.StatusCode, resp.Body)
+			}
+			got := make([]int, 0, rate)
+			for i := range rate {
+				got = append(got, handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)).StatusCode)
+			}
+			if got[rate-1] != http.StatusTooManyRequests {
+				t.Fatalf("rate %d: the retry asked the provider for the payment's state in this second; %d new charges then: %v, want the last 429", rate, rate, got)
+			}
+		})
 	}
 }
 
@@ -746,5 +757,28 @@ func TestRepeatsOfASettledCaptureLeaveTheirTenantsRate(t *testing.T) {
 	}
 	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("rate %d: an authorization and a capture in one second, the capture repeated %d times; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestRepeatsOfASettledCancelLeaveTheirTenantsRate: as for a capture, the
+// same cancel again answers the canceled charge, and a capture of it 409
+// state-conflict. Neither does new work, so neither counts.
+func TestRepeatsOfASettledCancelLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization, the cancel and a new charge
+	h, id, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	if resp := handle(t, h, testkit.PostMove("acme", id, "cancel", "")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the cancel: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostMove("acme", id, "cancel", "")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("rate %d, the same cancel again, repeat %d: %d %s, want 200 the canceled charge", rate, i, resp.StatusCode, resp.Body)
+		}
+		if resp := handle(t, h, testkit.PostMove("acme", id, "capture", "")); resp.StatusCode != http.StatusConflict {
+			t.Fatalf("rate %d, a capture of the canceled charge, repeat %d: %d %s, want 409 state-conflict", rate, i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization and a cancel in one second, then %d repeats and captures; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
 	}
 }
