@@ -102,7 +102,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 // the request's cost gives it back, then takes it again.
 type WaitHooks struct {
 	// OnWait is called once, as the request starts waiting. It only
-	// waits, for now. A request that worked first is not idle: never then.
+	// waits, for now. Never after the request worked: that keeps its count.
 	OnWait func()
 	// OnWork is called once, if the request, having waited, does new work
 	// after all. It took its key over, or makes or settles the move itself.
