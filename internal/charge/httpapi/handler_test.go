@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -234,16 +235,19 @@ func TestRequestsWaitingForAKeyLeaveTheirTenantsRate(t *testing.T) {
 	}
 }
 
-// outage is a card provider in front of the deployment's simulator that
-// answers every POST to a path ending in its suffix 503
-// Provider-Not-Processed. It holds the first until gate closes. calls
-// counts the POSTs sent to it.
+// outage is a card provider in front of the deployment's simulator. It
+// answers the first refused POSTs to a path ending in its suffix 503
+// Provider-Not-Processed, and sends later ones on. It holds the first
+// until gate closes. calls counts the POSTs sent to it.
 type outage struct {
 	calls      atomic.Int32
 	held, gate chan struct{}
 }
 
-func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
+// everyPOST is an outage's refused count that refuses every POST.
+const everyPOST = math.MaxInt32
+
+func newOutage(t *testing.T, sim, suffix string, refused int32) (*outage, string) {
 	t.Helper()
 	target, err := url.Parse(sim)
 	if err != nil {
@@ -253,11 +257,14 @@ func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, suffix) {
-			if o.calls.Add(1) == 1 {
+			n := o.calls.Add(1)
+			if n == 1 {
 				close(o.held)
 				<-o.gate
 			}
-			r.Header.Set(providersim.HeaderFault, "unavailable")
+			if n <= refused {
+				r.Header.Set(providersim.HeaderFault, "unavailable")
+			}
 		}
 		proxy.ServeHTTP(w, r)
 	}))
@@ -274,7 +281,7 @@ func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
 func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
-	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges")
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", everyPOST)
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
 	const rate, twins = 2, 3
 	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
@@ -492,9 +499,9 @@ func slowCaptures(t *testing.T, sim string) string {
 // rate requests a second, its clock frozen in one. The card provider is
 // what proxy puts in front of the deployment's simulator. It starts
 // capturing the charge, and returns the capture's status on first.
-func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpapi.Handler, id string, first <-chan int) {
+func capturing(t *testing.T, rate int, proxy func(sim string) string, wire ...func(*testkit.Wiring)) (h *httpapi.Handler, id string, first <-chan int) {
 	t.Helper()
-	h, id, _ = authorizedUnder(t, rate, proxy)
+	h, id, _ = authorizedUnder(t, rate, proxy, wire...)
 	code := make(chan int, 1)
 	go func() {
 		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
@@ -505,17 +512,17 @@ func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpap
 
 // authorizedUnder returns a handler holding tenant acme to rate, its
 // provider behind proxy, and the id of acme's authorized charge. Its
-// clock stays in one second until moved.
-func authorizedUnder(t *testing.T, rate int, proxy func(sim string) string) (*httpapi.Handler, string, *testkit.Clock) {
+// clock stays in one second until moved. wire wires it further.
+func authorizedUnder(t *testing.T, rate int, proxy func(sim string) string, wire ...func(*testkit.Wiring)) (*httpapi.Handler, string, *testkit.Clock) {
 	t.Helper()
 	d := testkit.Deploy(t)
 	providerURL := proxy(d.ProviderURL)
 	clock := testkit.NewClock(time.Now().Truncate(time.Second))
-	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+	h := d.ChargeHandler(t, append([]func(*testkit.Wiring){func(w *testkit.Wiring) {
 		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
 		w.Charge.ProviderURL = providerURL
 		w.Deps.Clock = clock.Now
-	})
+	}}, wire...)...)
 	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
@@ -568,7 +575,7 @@ func TestACaptureThatWaitedThenMakesTheMoveCountsAgain(t *testing.T) {
 	const rate = 3
 	var provider *outage
 	h, id, first := capturing(t, rate, func(sim string) (url string) {
-		provider, url = newOutage(t, sim, "/capture")
+		provider, url = newOutage(t, sim, "/capture", everyPOST)
 		return url
 	})
 	<-provider.held // the first capture is at the provider
@@ -604,30 +611,6 @@ func slowMoves(delay time.Duration) func(*dynamodb.Options) {
 	}
 }
 
-// firstCaptureRefused is a card provider in front of the deployment's
-// simulator. It holds the first capture until gate closes, then answers
-// it 503 Provider-Not-Processed; it sends every later one on. calls
-// counts the captures sent to it.
-func firstCaptureRefused(t *testing.T, sim string) (*outage, string) {
-	t.Helper()
-	target, err := url.Parse(sim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := &outage{held: make(chan struct{}), gate: make(chan struct{})}
-	proxy := httputil.NewSingleHostReverseProxy(target)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/capture") && o.calls.Add(1) == 1 {
-			close(o.held)
-			<-o.gate
-			r.Header.Set(providersim.HeaderFault, "unavailable")
-		}
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return o, srv.URL
-}
-
 // TestCaptureTwinsThatLoseTheMoveDoNotCountAgain (review 11): capture
 // twins wait for the first capture, their counts given back. The
 // provider refuses it, not processed, and the row is free again. Every
@@ -641,32 +624,15 @@ func firstCaptureRefused(t *testing.T, sim string) (*outage, string) {
 func TestCaptureTwinsThatLoseTheMoveDoNotCountAgain(t *testing.T) {
 	t.Parallel()
 	const rate, twins = 5, 3
-	d := testkit.Deploy(t)
-	provider, providerURL := firstCaptureRefused(t, d.ProviderURL)
-	clock := testkit.NewClock(time.Now().Truncate(time.Second)) // one second throughout
-	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
-		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
-		w.Charge.ProviderURL = providerURL
-		w.Deps.Clock = clock.Now
-		w.Deps.Clients = testkit.Clients(t, slowMoves(250*time.Millisecond))
-	})
-	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
-	}
-	var c struct{ ID string }
-	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
-		t.Fatal(err)
-	}
-	first := make(chan int, 1)
-	go func() {
-		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", c.ID, "capture", ""))
-		first <- resp.StatusCode
-	}()
+	var provider *outage
+	h, id, first := capturing(t, rate, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", 1)
+		return url
+	}, func(w *testkit.Wiring) { w.Deps.Clients = testkit.Clients(t, slowMoves(250*time.Millisecond)) })
 	<-provider.held // the first capture is at the provider
 	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
 	for range twins {
-		go func() { answers <- handle(t, h, testkit.PostMove("acme", c.ID, "capture", "")) }()
+		go func() { answers <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }()
 	}
 	time.Sleep(300 * time.Millisecond) // the twins wait, their counts given back
 	close(provider.gate)
@@ -704,7 +670,7 @@ func TestACaptureThatWaitedThenSettlesTheMoveCountsAgain(t *testing.T) {
 			const rate = 3 // the authorization, the first capture and its retry
 			var provider *outage
 			h, id, clock := authorizedUnder(t, rate, func(sim string) (url string) {
-				provider, url = newOutage(t, sim, "/capture")
+				provider, url = newOutage(t, sim, "/capture", everyPOST)
 				return url
 			})
 			t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
