@@ -102,7 +102,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 // the request's cost gives it back, then takes it again.
 type WaitHooks struct {
 	// OnWait is called once, as the request starts waiting. It only
-	// waits, for now.
+	// waits, for now. Never after the request worked: that keeps its count.
 	OnWait func()
 	// OnWork is called once, if the request, having waited, does new work
 	// after all. It took its key over, or makes or settles the move itself.
@@ -118,7 +118,8 @@ func WithWaitHooks(ctx context.Context, hooks WaitHooks) context.Context {
 }
 
 // waiter calls a request's WaitHooks, each once: OnWait as it first
-// waits, OnWork as it then first works.
+// waits, OnWork as it then first works. worked: it did new work, waited or
+// not.
 type waiter struct {
 	hooks          WaitHooks
 	waited, worked bool
@@ -132,7 +133,7 @@ func waiterOf(ctx context.Context) *waiter {
 
 // wait is called before each pause for another's work.
 func (w *waiter) wait() {
-	if w.waited {
+	if w.waited || w.worked {
 		return
 	}
 	w.waited = true
@@ -144,11 +145,11 @@ func (w *waiter) wait() {
 // work is called before each step of new work. Only the first after a
 // wait calls OnWork.
 func (w *waiter) work() {
-	if !w.waited || w.worked {
+	if w.worked {
 		return
 	}
 	w.worked = true
-	if w.hooks.OnWork != nil {
+	if w.waited && w.hooks.OnWork != nil {
 		w.hooks.OnWork()
 	}
 }
@@ -157,10 +158,10 @@ func (w *waiter) work() {
 // did not act. said is its answer, if the outcome's writes failed.
 func (s *Service) result(ctx context.Context, key idem.Key, op operation, res idem.Result, said *provider.Result, refused Outcome, err error) (Result, error) {
 	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
-		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt}, nil
+		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt, Idle: true}, nil
 	}
 	if mismatch, ok := errors.AsType[*idem.MismatchError](err); ok {
-		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt}, nil
+		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt, Idle: true}, nil
 	}
 	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
 		return s.unknownClaim(ctx, key, unknown)
@@ -180,7 +181,7 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	case res.Lease == nil && err != nil:
 		return Result{}, err
 	case res.Replayed:
-		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt}, nil
+		return Result{Outcome: OutcomeReplayed, Stored: &res.Response, Replayed: true, KeyExpiresAt: res.RecordExpiresAt, Idle: true}, nil
 	case errors.Is(err, idem.ErrWriteCondition) && said != nil:
 		outcome, resp, err := op.rewrite(ctx, res.Lease, *said)
 		if err != nil {

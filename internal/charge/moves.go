@@ -87,8 +87,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	// make it endless.
 	until := s.providerEnd(ctx, time.Now().Add(s.cfg.InflightWait))
 	asked := false // the provider's state, once per request: asking again would spin
-	// A request that waits for a move in flight gives its cost back, and
-	// takes it again if it then asks the provider itself.
+	// A request that waits for a move in flight gives its cost back. It
+	// takes it again only as it asks the provider itself: it holds the move,
+	// or settles it. One that only found its answer is idle.
 	w := waiterOf(ctx)
 	// mine is this request's move, begun unanswered: it may have landed.
 	var mine *Charge
@@ -100,6 +101,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 			return s.moveUnknown(ctx, *mine, m, err), nil
 		case mine != nil && c.Status == m.via && c.transition.attempt == mine.transition.attempt:
 			// This request's own move, its answer lost: it is not awaited.
+			w.work()
 			return s.send(ctx, c, m)
 		}
 		mine = nil // the row does not hold it
@@ -112,7 +114,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		}
 		switch {
 		case c.Status == m.to && (amount == 0 || amount == c.Money.Amount):
-			return Result{Outcome: m.done, Charge: &c}, nil
+			return Result{Outcome: m.done, Charge: &c, Idle: !w.worked}, nil
 		case c.Status == StatusCapturing || c.Status == StatusCanceling:
 			// A move in flight is awaited. Made, it is this request's
 			// answer. Proven not made, the row is back in
@@ -138,9 +140,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				}
 				continue
 			}
-			return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline}, nil
+			return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline, Idle: !w.worked}, nil
 		case c.Status != StatusRequiresCapture:
-			return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
+			return Result{Outcome: OutcomeStateConflict, Charge: &c, Idle: !w.worked}, nil
 		case amount > c.Money.Amount:
 			return Result{Outcome: OutcomeInvalid, Charge: &c}, ErrAmountAboveAuthorized
 		}
@@ -150,7 +152,6 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		if want == 0 {
 			want = c.Money.Amount
 		}
-		w.work()
 		if err := s.prepare(ctx); err != nil {
 			return Result{}, err // before the move: nothing written
 		}
@@ -170,6 +171,8 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 		case err != nil:
 			return Result{}, err
 		}
+		// Only now does this request hold the move: a twin that lost it waits.
+		w.work()
 		return s.send(ctx, moved, m)
 	}
 }

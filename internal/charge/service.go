@@ -186,6 +186,11 @@ type Result struct {
 	// declined and charge conflicts have one, and so do their replays.
 	Stored   *idem.Response
 	Replayed bool
+	// Idle: the request did no new work, so it does not count against its
+	// tenant's rate. It found its answer: a replay, a key in progress or
+	// reused with another body, a move made or in progress, a charge in
+	// another state.
+	Idle bool
 	// Charge is the charge Get found, or one a refund found in another
 	// state (OutcomeStateConflict). Refund is the refund GetRefund found.
 	// Refunds is the page ListRefunds found.

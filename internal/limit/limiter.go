@@ -345,7 +345,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 		// The second is spent everywhere: the bucket empties, or what it
 		// earned meanwhile would burst at the next second's start. It never
 		// empties past that start: an earlier refusal's Retry-After holds.
-		t.due = later(t.due, earlier(now.Add(Window), time.Unix(w+1, 0).Add(depth)))
+		t.due = later(t.due, earlier(now.Add(Window), nextSecondDue(w, lim)))
 		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
 	case now.Before(t.due.Add(-depth)):
 		return refuse("rate", t.due.Add(-depth).Sub(now))
@@ -409,9 +409,16 @@ func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
 		}
 		tk.givenBack, tk.window = false, t.window
 		t.pending.Requests++
-		t.due = later(t.due, now).Add(lim.interval())
+		// Twins may take their second past the rate, never the next.
+		t.due = later(t.due, earlier(later(t.due, now).Add(lim.interval()), nextSecondDue(t.window, lim)))
 		return t.hot()
 	})
+}
+
+// nextSecondDue is the latest due time that admits a request as window w
+// ends. A bucket emptied in w never holds past it.
+func nextSecondDue(w int64, lim Limits) time.Time {
+	return time.Unix(w+1, 0).Add(Window - lim.interval())
 }
 
 // recount changes tk's count in its tenant's state, as of now. It shares

@@ -2014,3 +2014,34 @@ func TestATwinThatTakesItsKeyOverAtAHighRateIsSharedAtOnce(t *testing.T) {
 		t.Fatalf("rate %d, %d requests and a twin that took its key over and ended: %d more admitted, want 3", rate, rate-4, n)
 	}
 }
+
+// TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond (review 11):
+// docs/capacity.md says twins that take their keys over may count a
+// second past the rate, and "the rate then refuses the tenant's new
+// requests for the rest of that second". But Retake also moves the
+// tenant's bucket on: the next second starts in its debt.
+func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const rate, waiting = 10, 30 // the default concurrency of 40 lets 30 wait
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: rate, Concurrency: 1000})
+	twins := make([]*limit.Ticket, 0, waiting)
+	for range waiting {
+		twin := mustAdmit(t.Context(), t, l, "acme")
+		l.GiveBack(t.Context(), twin) // it waits for its key
+		twins = append(twins, twin)
+	}
+	if n := admitted(t, l, "acme", rate); n != rate {
+		t.Fatalf("rate %d, %d twins' counts given back: %d new requests admitted, want %d", rate, waiting, n, rate)
+	}
+	for _, twin := range twins {
+		l.Retake(t.Context(), twin) // it took its key over, and sends a charge
+		l.Done(t.Context(), twin, true)
+	}
+	setClock(clock, start.Add(time.Second))
+	if tk, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("rate %d, %d twins took their keys over in the second before: the next second's first request refused %+v, want admitted", rate, waiting, *refused)
+	} else {
+		l.Done(t.Context(), tk, true)
+	}
+}

@@ -323,19 +323,12 @@ func (h *Handler) admit(ctx context.Context, tenant, route string) (*idem.Respon
 }
 
 // counted reports whether a request the service answered stays counted
-// against its tenant's rate. Only those that did new work do. An answer
-// about a key that exists is cheap. It is a replay, one in progress, or
-// one reused with another body. So a retry storm on one key leaves the
-// tenant's rate to its other requests.
+// against its tenant's rate. Only those that did new work do. An idle
+// answer is cheap: about a key that exists, or a move made or in
+// progress. So a retry storm on one key or move leaves the tenant's rate
+// to its other requests.
 func counted(res charge.Result) bool {
-	if res.Replayed {
-		return false
-	}
-	switch res.Outcome {
-	case charge.OutcomeReplayed, charge.OutcomeConflict, charge.OutcomeMismatch:
-		return false
-	}
-	return true
+	return !res.Idle
 }
 
 // keyHash is key's LogHash, or empty for a key not read.

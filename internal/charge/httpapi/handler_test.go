@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
@@ -232,16 +235,19 @@ func TestRequestsWaitingForAKeyLeaveTheirTenantsRate(t *testing.T) {
 	}
 }
 
-// outage is a card provider in front of the deployment's simulator that
-// answers every POST to a path ending in its suffix 503
-// Provider-Not-Processed. It holds the first until gate closes. calls
-// counts the POSTs sent to it.
+// outage is a card provider in front of the deployment's simulator. It
+// answers the first refused POSTs to a path ending in its suffix 503
+// Provider-Not-Processed, and sends later ones on. It holds the first
+// until gate closes. calls counts the POSTs sent to it.
 type outage struct {
 	calls      atomic.Int32
 	held, gate chan struct{}
 }
 
-func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
+// everyPOST is an outage's refused count that refuses every POST.
+const everyPOST = math.MaxInt32
+
+func newOutage(t *testing.T, sim, suffix string, refused int32) (*outage, string) {
 	t.Helper()
 	target, err := url.Parse(sim)
 	if err != nil {
@@ -251,11 +257,14 @@ func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, suffix) {
-			if o.calls.Add(1) == 1 {
+			n := o.calls.Add(1)
+			if n == 1 {
 				close(o.held)
 				<-o.gate
 			}
-			r.Header.Set(providersim.HeaderFault, "unavailable")
+			if n <= refused {
+				r.Header.Set(providersim.HeaderFault, "unavailable")
+			}
 		}
 		proxy.ServeHTTP(w, r)
 	}))
@@ -272,7 +281,7 @@ func newOutage(t *testing.T, sim, suffix string) (*outage, string) {
 func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
-	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges")
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", everyPOST)
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
 	const rate, twins = 2, 3
 	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
@@ -490,16 +499,30 @@ func slowCaptures(t *testing.T, sim string) string {
 // rate requests a second, its clock frozen in one. The card provider is
 // what proxy puts in front of the deployment's simulator. It starts
 // capturing the charge, and returns the capture's status on first.
-func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpapi.Handler, id string, first <-chan int) {
+func capturing(t *testing.T, rate int, proxy func(sim string) string, wire ...func(*testkit.Wiring)) (h *httpapi.Handler, id string, first <-chan int) {
+	t.Helper()
+	h, id, _ = authorizedUnder(t, rate, proxy, wire...)
+	code := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
+		code <- resp.StatusCode
+	}()
+	return h, id, code
+}
+
+// authorizedUnder returns a handler holding tenant acme to rate, its
+// provider behind proxy, and the id of acme's authorized charge. Its
+// clock stays in one second until moved. wire wires it further.
+func authorizedUnder(t *testing.T, rate int, proxy func(sim string) string, wire ...func(*testkit.Wiring)) (*httpapi.Handler, string, *testkit.Clock) {
 	t.Helper()
 	d := testkit.Deploy(t)
 	providerURL := proxy(d.ProviderURL)
 	clock := testkit.NewClock(time.Now().Truncate(time.Second))
-	h = d.ChargeHandler(t, func(w *testkit.Wiring) {
+	h := d.ChargeHandler(t, append([]func(*testkit.Wiring){func(w *testkit.Wiring) {
 		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
 		w.Charge.ProviderURL = providerURL
 		w.Deps.Clock = clock.Now
-	})
+	}}, wire...)...)
 	resp := handle(t, h, testkit.PostCharge("acme", "auth", `{"amount":1500,"currency":"EUR","source":"tok_visa","capture":false}`))
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("authorize: %d %s", resp.StatusCode, resp.Body)
@@ -508,12 +531,7 @@ func capturing(t *testing.T, rate int, proxy func(sim string) string) (h *httpap
 	if err := json.Unmarshal([]byte(resp.Body), &c); err != nil {
 		t.Fatal(err)
 	}
-	code := make(chan int, 1)
-	go func() {
-		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", c.ID, "capture", ""))
-		code <- resp.StatusCode
-	}()
-	return h, c.ID, code
+	return h, c.ID, clock
 }
 
 // TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate (review 10): a
@@ -557,7 +575,7 @@ func TestACaptureThatWaitedThenMakesTheMoveCountsAgain(t *testing.T) {
 	const rate = 3
 	var provider *outage
 	h, id, first := capturing(t, rate, func(sim string) (url string) {
-		provider, url = newOutage(t, sim, "/capture")
+		provider, url = newOutage(t, sim, "/capture", everyPOST)
 		return url
 	})
 	<-provider.held // the first capture is at the provider
@@ -573,5 +591,160 @@ func TestACaptureThatWaitedThenMakesTheMoveCountsAgain(t *testing.T) {
 	}
 	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("rate %d: an authorization and 2 captures sent in one second; a new charge then: %d, want 429", rate, resp.StatusCode)
+	}
+}
+
+// slowMoves delays each write that begins a capture or cancel by delay,
+// on a real client of the store: every twin waiting reads the row
+// before the first of their moves lands.
+func slowMoves(delay time.Duration) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowMoves",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "SET #status = :via") {
+						time.Sleep(delay)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestCaptureTwinsThatLoseTheMoveDoNotCountAgain (review 11): capture
+// twins wait for the first capture, their counts given back. The
+// provider refuses it, not processed, and the row is free again. Every
+// twin then retakes its count before beginMove, but only one makes the
+// move: the others wait for it and send nothing. docs/capacity.md: a
+// waiting request "counts again if it then asks the provider itself".
+// The rate admits the authorization, the first capture and its twins at
+// once. Once the twins' counts are given back, the authorization, the
+// first capture and the one capture the twins sent are 3 of the rate
+// of 5: a new charge must still be admitted.
+func TestCaptureTwinsThatLoseTheMoveDoNotCountAgain(t *testing.T) {
+	t.Parallel()
+	const rate, twins = 5, 3
+	var provider *outage
+	h, id, first := capturing(t, rate, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", 1)
+		return url
+	}, func(w *testkit.Wiring) { w.Deps.Clients = testkit.Clients(t, slowMoves(250*time.Millisecond)) })
+	<-provider.held // the first capture is at the provider
+	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
+	for range twins {
+		go func() { answers <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }()
+	}
+	time.Sleep(300 * time.Millisecond) // the twins wait, their counts given back
+	close(provider.gate)
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("the first capture: %d, want 503 provider-unavailable", code)
+	}
+	statuses := make([]int, 0, twins)
+	for range twins {
+		statuses = append(statuses, (<-answers).StatusCode)
+	}
+	if sent := provider.calls.Load(); sent != 2 {
+		t.Fatalf("%d captures sent, want 2: the first, and one of the twins'; twins answered %v", sent, statuses)
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization and 2 captures sent in one second, %d twins answered %v; a new charge then: %d %s, want 201",
+			rate, twins, statuses, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestACaptureThatWaitedThenSettlesTheMoveCountsAgain (review 11): a
+// capture retried while the first is at the provider waits, its count
+// given back. The first's attempt runs out of time, and the retry asks
+// the provider for the payment's state to settle it: a provider call.
+// docs/capacity.md: it "counts again if it then asks the provider
+// itself, to make the move or settle it". The provider's state cannot
+// settle it yet, so the retry waits out INFLIGHT_WAIT and answers 409.
+// Its count must stay: of a rate of 3, two new charges are left. A retry
+// sent once the attempt's time is up settles first, then waits: its wait
+// must not give back the count of its provider call.
+func TestACaptureThatWaitedThenSettlesTheMoveCountsAgain(t *testing.T) {
+	t.Parallel()
+	for _, waitsFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("waits first %v", waitsFirst), func(t *testing.T) {
+			t.Parallel()
+			const rate = 3 // the authorization, the first capture and its retry
+			var provider *outage
+			h, id, clock := authorizedUnder(t, rate, func(sim string) (url string) {
+				provider, url = newOutage(t, sim, "/capture", everyPOST)
+				return url
+			})
+			t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
+			go func() {
+				_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", id, "capture", ""))
+			}()
+			<-provider.held // the first capture is at the provider
+			retry := make(chan events.APIGatewayV2HTTPResponse, 1)
+			send := func() { go func() { retry <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }() }
+			if waitsFirst {
+				send()
+				time.Sleep(300 * time.Millisecond) // it waits for the first, its count given back
+			}
+			clock.Advance(31 * time.Second) // the first's attempt is past its deadline
+			if !waitsFirst {
+				send()
+			}
+			if resp := <-retry; resp.StatusCode != http.StatusConflict {
+				t.Fatalf("the retry: %d %s, want 409 in progress, the move settled later", resp.StatusCode, resp.Body)
+			}
+			got := make([]int, 0, rate)
+			for i := range rate {
+				got = append(got, handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)).StatusCode)
+			}
+			if got[rate-1] != http.StatusTooManyRequests {
+				t.Fatalf("rate %d: the retry asked the provider for the payment's state in this second; %d new charges then: %v, want the last 429", rate, rate, got)
+			}
+		})
+	}
+}
+
+// TestRepeatsOfASettledCaptureLeaveTheirTenantsRate (review 11): the
+// same capture again answers the captured charge, and the provider is
+// not asked (docs/contract.md: "the provider captured once"). It is a
+// replay: it did no new work. docs/contract.md: "What counts against the
+// rate is a request that did new work", and a client retrying without
+// end leaves the rate to the tenant's other requests. A capture whose
+// answer was lost, retried, must not take its tenant's new charges.
+func TestRepeatsOfASettledCaptureLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization, the capture and a new charge
+	h, id, first := capturing(t, rate, func(sim string) string { return sim })
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the capture: %d, want 200", code)
+	}
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostMove("acme", id, "capture", "")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("rate %d, the same capture again, repeat %d: %d %s, want 200 the captured charge", rate, i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization and a capture in one second, the capture repeated %d times; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestRepeatsOfASettledCancelLeaveTheirTenantsRate: as for a capture, the
+// same cancel again answers the canceled charge, and a capture of it 409
+// state-conflict. Neither does new work, so neither counts.
+func TestRepeatsOfASettledCancelLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization, the cancel and a new charge
+	h, id, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	if resp := handle(t, h, testkit.PostMove("acme", id, "cancel", "")); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the cancel: %d %s, want 200", resp.StatusCode, resp.Body)
+	}
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostMove("acme", id, "cancel", "")); resp.StatusCode != http.StatusOK {
+			t.Fatalf("rate %d, the same cancel again, repeat %d: %d %s, want 200 the canceled charge", rate, i, resp.StatusCode, resp.Body)
+		}
+		if resp := handle(t, h, testkit.PostMove("acme", id, "capture", "")); resp.StatusCode != http.StatusConflict {
+			t.Fatalf("rate %d, a capture of the canceled charge, repeat %d: %d %s, want 409 state-conflict", rate, i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization and a cancel in one second, then %d repeats and captures; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
 	}
 }
