@@ -39,15 +39,15 @@ func (f *flakyLedger) Settle(ctx context.Context, key idem.Key, region string, c
 // stays on the claim, and the commit's Settle fails. The commit answers
 // pending and queues the key; docs/regions.md says the reconciler then
 // clears the end (idem.Recover, SettleClaim). The reconciler's Recover
-// runs on the Service's backend: timed, maybe in a ReplayCache. Neither
-// passes SettleClaim on. The end stays: once it passes, the key is
-// claimed afresh though its command charged.
+// runs on the Service's backend (wrap): timed, maybe in a ReplayCache.
+// Each must pass SettleClaim on. Else the end stays: once it passes, the
+// key is claimed afresh though its command charged.
 func TestTheReconcilersBackendSettlesAClaimAgain(t *testing.T) {
 	t.Parallel()
-	for name, wrap := range map[string]func(idem.Backend) idem.Backend{
-		"the store itself": func(b idem.Backend) idem.Backend { return b },
-		"timed":            func(b idem.Backend) idem.Backend { return timed{Store: b} },
-		"timed in a cache": func(b idem.Backend) idem.Backend { return idem.NewReplayCache(timed{Store: b}, 8) },
+	for name, backend := range map[string]func(Store) idem.Backend{
+		"the store itself":             func(st Store) idem.Backend { return st },
+		"the Service's, timed":         func(st Store) idem.Backend { return wrap(Config{Store: st}) },
+		"the Service's, timed, cached": func(st Store) idem.Backend { return wrap(Config{Store: st, ReplayCache: 8}) },
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -79,7 +79,7 @@ func TestTheReconcilersBackendSettlesAClaimAgain(t *testing.T) {
 				t.Fatalf("the commit whose Settle failed: %v; want ErrUnavailable", err)
 			}
 			// The reconciler's message for the queued key.
-			if _, err := idem.Recover(ctx, wrap(st), k, idem.ReleaseLocalEffect); err != nil {
+			if _, err := idem.Recover(ctx, backend(st), k, idem.ReleaseLocalEffect); err != nil {
 				t.Fatalf("Recover: %v", err)
 			}
 			// Past the stale release's end, within the claim's Until.
