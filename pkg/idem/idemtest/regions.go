@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -63,6 +64,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"The released body resent after its release expired is a new command in an heir too", releasedBodyAfterExpiryInHeir},
 		{"A release claimed back no longer ends its claim", claimedBackReleaseHoldsItsClaim},
 		{"A release the Ledger cannot record is left in flight", unrecordedReleaseLeftInFlight},
+		{"A claim back whose clear fails says its claim unknown", claimBackWhoseClearFailsIsUnknown},
 		{"A stale lease's release keeps the end the holding lease's release recorded", staleReleaseKeepsItsEnd},
 		{"A stale lease's clear of its own end keeps the end the holder recorded since", staleClearKeepsTheHoldersEnd},
 		{"A stale lease's release after the holder's commit records no end", staleReleaseAfterCommitRecordsNoEnd},
@@ -636,6 +638,34 @@ func unrecordedReleaseLeftInFlight(t *testing.T, r *regionSuite) {
 	r.ledger.beforeRelease(nil)
 	if err := a.Release(ctx, l); err != nil {
 		t.Fatalf("Release again, the Ledger back: %v", err)
+	}
+}
+
+// claimBackWhoseClearFailsIsUnknown: a retry claims a released command
+// back. Its IN_FLIGHT record is written, then the clear of the release's
+// end fails. backend.md: ErrUnavailable from Begin, without
+// ErrUnknownClaim, proves that no record was written. The record is
+// written, its lease handed to nobody: ErrUnknownClaim. The record stays
+// IN_FLIGHT, for the reconciler.
+func claimBackWhoseClearFailsIsUnknown(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a := UniqueKey(t, "acme"), r.Store("a")
+	releasedIn(t, a, k)
+	r.clock.Advance(time.Minute)
+	r.ledger.beforeRelease(func(until time.Time, _ string) error {
+		if until.IsZero() {
+			return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+		}
+		return nil
+	})
+	_, err := a.Begin(ctx, k, fpA, []byte("intent"))
+	r.ledger.beforeRelease(nil)
+	if !errors.Is(err, idem.ErrUnknownClaim) {
+		t.Fatalf("the claim back whose clear failed: %v; want ErrUnknownClaim (backend.md: ErrUnavailable alone says no record was written)", err)
+	}
+	rec, err := a.Get(ctx, k)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
 	}
 }
 
