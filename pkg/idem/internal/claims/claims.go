@@ -91,7 +91,8 @@ func SettleOn(ledger idem.Ledger, region, op string, wrap Wrap) Settle {
 // own end, once its write cannot land. A lease whose record is known not
 // RELEASED clears any: Leased. A marked lease's commit or failure
 // clears any and marks the claim settled: Settled. A settled claim
-// refuses a stale lease's end.
+// refuses a stale lease's end. Leased settles again a claim its clear
+// may have unsettled.
 
 // Release records until, the release's end, before l writes its record
 // RELEASED. l is marked: should it settle otherwise, it clears the end.
