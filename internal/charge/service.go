@@ -82,9 +82,15 @@ type Answers interface {
 	RefundLimit() idem.Response
 }
 
-// Store is the idempotency store (idem.Backend). *dynamostore.Store is the
-// deployed one. memstore serves the rules' tests.
-type Store = idem.Backend
+// Store is the idempotency store. *dynamostore.Store is the deployed one.
+// memstore serves the rules' tests. SettleClaim is optional to
+// idem.Recover, required here: a wrapper cannot hide it from the reconciler.
+type Store interface {
+	idem.Backend
+	// SettleClaim settles a command's claim on the Ledger again
+	// (dynamostore.Store.SettleClaim). idem.Recover calls it.
+	SettleClaim(ctx context.Context, key idem.Key, created time.Time) error
+}
 
 var _ Store = (*dynamostore.Store)(nil)
 
@@ -134,9 +140,8 @@ const (
 // Service creates, reads and reconciles charges.
 type Service struct {
 	cfg Config
-	// backend is the store as the charge path uses it. Its calls are timed
-	// into the metrics, behind the replay cache if there is one.
-	backend idem.Backend
+	// backend is the store as the charge path uses it (wrap).
+	backend Store
 	// ops are the operations the service runs, by their keys' scope.
 	ops map[string]operation
 }
@@ -168,15 +173,22 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	var backend idem.Backend = timed{cfg.Store, cfg.Tracer}
-	if cfg.ReplayCache > 0 {
-		backend = idem.NewReplayCache(backend, cfg.ReplayCache)
-	}
-	s := &Service{cfg: cfg, backend: backend, ops: make(map[string]operation, len(operations))}
+	s := &Service{cfg: cfg, backend: wrap(cfg), ops: make(map[string]operation, len(operations))}
 	for name, op := range operations {
 		s.ops[name] = op(s)
 	}
 	return s, nil
+}
+
+// wrap is cfg's store as the charge path uses it. Its calls are timed into
+// the metrics, behind the replay cache if there is one. Each wrapper is a
+// Store: it passes SettleClaim on.
+func wrap(cfg Config) Store {
+	var backend Store = timed{cfg.Store, cfg.Tracer}
+	if cfg.ReplayCache > 0 {
+		backend = idem.NewReplayCache(backend, cfg.ReplayCache)
+	}
+	return backend
 }
 
 // Result is what became of a request, for the HTTP layer to answer.

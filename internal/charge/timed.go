@@ -17,13 +17,14 @@ import (
 // metrics (metrics.FromContext). The claim is BeginLatency, and every
 // settlement CommitLatency. Each stored answer's size is recorded. Each
 // call is a span with its outcome (idem.Begin, idem.Commit, ...), parent
-// of the DynamoDB call's.
+// of the DynamoDB call's. SettleClaim, the reconciler's Ledger write, is
+// a span too.
 type timed struct {
 	Store
 	tracer *tracing.Tracer
 }
 
-var _ idem.Backend = timed{}
+var _ Store = timed{}
 
 func (t timed) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
 	ctx, span := t.tracer.Start(ctx, "idem.Begin")
@@ -58,6 +59,11 @@ func (t timed) Release(ctx context.Context, l *idem.Lease) error {
 	ctx, span := t.tracer.Start(ctx, "idem.Release")
 	defer since(ctx, metrics.CommitLatency, time.Now())
 	return endSettle(span, t.Store.Release(ctx, l))
+}
+
+func (t timed) SettleClaim(ctx context.Context, key idem.Key, created time.Time) error {
+	ctx, span := t.tracer.Start(ctx, "idem.SettleClaim")
+	return endSettle(span, t.Store.SettleClaim(ctx, key, created))
 }
 
 // since records the time from start to now as name.

@@ -50,7 +50,8 @@ type Ledger interface {
 	// clears only its own: another lease's release may have recorded
 	// the end since. A lease whose record is known not RELEASED clears
 	// any: it may settle the command otherwise. That clear also removes
-	// the Settled mark: the lease may release the command. An end is
+	// the Settled mark: the lease may release the command. A store then
+	// reads its record: settled meanwhile, it calls Settle again. An end is
 	// refused once the command Settled: it gives ErrLeaseLost, and
 	// records nothing.
 	Release(ctx context.Context, key Key, region string, created, until time.Time, token string) error

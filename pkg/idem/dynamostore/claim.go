@@ -91,7 +91,7 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 // earlier lease's, for op. The release's end is cleared now
 // (claims.Leased).
 func (s *Store) leased(ctx context.Context, op string, lease *idem.Lease) (idem.Begun, error) {
-	if err := claims.Leased(ctx, lease, s.mark(op)); err != nil {
+	if err := claims.Leased(ctx, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
 		return idem.Begun{}, err
 	}
 	return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil

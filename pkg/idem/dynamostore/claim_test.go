@@ -57,6 +57,16 @@ func mustBegin(t *testing.T, st *dynamostore.Store, k idem.Key, body []byte) ide
 	return begun
 }
 
+// ttlDelete deletes k's record from table, as a TTL delete does, in this
+// Region or replicated from another.
+func ttlDelete(t *testing.T, db *dynamodb.Client, table string, k idem.Key) {
+	t.Helper()
+	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
+	if _, err := db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // claimBackDyingAfterLedger claims k back; the instance dies once the
 // Ledger's Extend lands, before the record's write.
 func claimBackDyingAfterLedger(t *testing.T, st *dynamostore.Store, ledger *crashAfterExtend, k idem.Key, body []byte) {
@@ -138,11 +148,9 @@ func TestTheReleasedBodyAfterAClaimBackDiedIsANewCommand(t *testing.T) {
 	}
 	clock.Advance(time.Minute)
 	claimBackDyingAfterLedger(t, st, ledger, k, body)
-	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
-	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
-	if _, err := db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
-		t.Fatal(err) // TTL deletes the expired release
-	}
+	// The release expired, and TTL deleted it.
+	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now()))
+	ttlDelete(t, db, table, k)
 	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
 	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
 		t.Fatalf("the released body once the release expired and was deleted: %+v, %v; want a new command, created after %s", next, err, begun.Lease.CreatedAt)

@@ -3,13 +3,10 @@ package dynamostore_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -17,78 +14,27 @@ import (
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 )
 
-// beforeClear is a Ledger that runs hook once, just before the first
-// clear of a release's end reaches the table: another request's writes
-// landing between a stale release's read-back and its clear.
-type beforeClear struct {
-	*dynamostore.Ledger
-	hook func()
+// race is a store in Region "a" whose client may fail, as with Stripe:
+// records kept a day, a release an hour. Its Ledger is on the raw
+// client. It has begun a command of a fresh key.
+type race struct {
+	clock *idemtest.Clock
+	table string
+	st    *dynamostore.Store
+	begun idem.Begun
+	body  []byte
 }
 
-func (b *beforeClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
-	if until.IsZero() && b.hook != nil {
-		hook := b.hook
-		b.hook = nil
-		hook()
-	}
-	return b.Ledger.Release(ctx, key, region, created, until, token)
-}
-
-// TestAStaleReleasesClearDoesNotEraseTheHoldersRelease: a stale lease's
-// release is refused and reads the record IN_FLIGHT. Before its clear
-// lands, the holding lease releases: its end, then RELEASED. The stale
-// clear then removes the holder's end. backend.md: the claim ends with
-// the release's record, and the key names a new command.
-func TestAStaleReleasesClearDoesNotEraseTheHoldersRelease(t *testing.T) {
-	t.Parallel()
-	db := dynamotest.Client(t)
+// newRace builds a race whose store calls db, and whose Ledger raw.
+func newRace(t *testing.T, raw, db dynamostore.DynamoDBAPI) race {
+	t.Helper()
 	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	real, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := &beforeClear{Ledger: real}
 	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
-	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
+	st := newStore(t, db, table, inRegionA(clock, newLedger(t, raw)), func(o *dynamostore.Options) {
+		o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := idemtest.UniqueKey(t, "acme")
 	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
-	stale := begun.Lease
-	clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(clock.Now()))
-	taken, err := st.TakeOver(t.Context(), k)
-	if err != nil {
-		t.Fatalf("TakeOver: %v", err)
-	}
-	var holderErr error
-	ledger.hook = func() { holderErr = st.Release(t.Context(), taken) }
-	if err := st.Release(t.Context(), stale); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("the stale lease's Release: %v; want ErrLeaseLost", err)
-	}
-	if holderErr != nil {
-		t.Fatalf("the holding lease's Release: %v", holderErr)
-	}
-	released, err := st.Get(t.Context(), k)
-	if err != nil || released.Status != idem.StatusReleased {
-		t.Fatalf("the record: %+v, %v; want RELEASED", released, err)
-	}
-	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
-	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
-	if _, err := db.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
-		t.Fatal(err) // TTL deletes the expired release
-	}
-	other := []byte("another intent")
-	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
-	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(stale.CreatedAt) {
-		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
-	}
+	return race{clock: clock, table: table, st: st, begun: mustBegin(t, st, idemtest.UniqueKey(t, "acme"), body), body: body}
 }
 
 // failGet is a DynamoDB client whose GetItem fails while armed: a read
@@ -116,110 +62,33 @@ func (d *failGet) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns
 func TestAStaleReleasesUnreadEndDoesNotOutliveTheHoldersCharge(t *testing.T) {
 	t.Parallel()
 	raw := dynamotest.Client(t)
-	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	db := &failGet{DynamoDBAPI: raw}
-	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
-	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
-		o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour // as with Stripe
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := idemtest.UniqueKey(t, "acme")
-	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
-	stale := begun.Lease
-	clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(clock.Now()))
-	taken, err := st.TakeOver(t.Context(), k)
+	r := newRace(t, raw, db)
+	k, stale := r.begun.Lease.Key, r.begun.Lease
+	r.clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	taken, err := r.st.TakeOver(t.Context(), k)
 	if err != nil {
 		t.Fatalf("TakeOver: %v", err)
 	}
 	db.armed = true
-	if err := st.Release(t.Context(), stale); err == nil {
+	if err := r.st.Release(t.Context(), stale); err == nil {
 		t.Fatal("the stale lease's Release: nil error")
 	}
-	if err := st.Commit(t.Context(), taken, idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)}); err != nil {
+	if err := r.st.Commit(t.Context(), taken, idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)}); err != nil {
 		t.Fatalf("the holding lease's Commit: %v", err)
 	}
-	settled, err := st.Get(t.Context(), k)
+	settled, err := r.st.Get(t.Context(), k)
 	if err != nil || settled.Status != idem.StatusSucceeded {
 		t.Fatalf("the record: %+v, %v; want SUCCEEDED", settled, err)
 	}
-	clock.Advance(time.Hour + time.Minute) // past the stale release's end, within the record's life
-	if !clock.Now().Before(settled.ExpiresAt) {
-		t.Fatalf("the record expires at %s, before %s", settled.ExpiresAt, clock.Now())
+	r.clock.Advance(time.Hour + time.Minute) // past the stale release's end, within the record's life
+	if !r.clock.Now().Before(settled.ExpiresAt) {
+		t.Fatalf("the record expires at %s, before %s", settled.ExpiresAt, r.clock.Now())
 	}
-	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
-	if _, err := raw.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
-		t.Fatal(err) // the other Region's TTL delete erases the record
-	}
-	retry, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	ttlDelete(t, raw, r.table, k) // the other Region's TTL delete erases the record
+	retry, err := r.st.Begin(t.Context(), k, idem.FingerprintOf(r.body), r.body)
 	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(stale.CreatedAt) {
 		t.Fatalf("the retry within the charge's record life: %+v, %v; want the claim taken up under %s, its reference (a new one charges twice)", retry, err, stale.CreatedAt)
-	}
-}
-
-// failClear is a Ledger whose next clear of a release's end is refused,
-// unapplied: throttled.
-type failClear struct {
-	*dynamostore.Ledger
-	armed bool
-}
-
-func (f *failClear) Release(ctx context.Context, key idem.Key, region string, created, until time.Time, token string) error {
-	if until.IsZero() && f.armed {
-		f.armed = false
-		return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
-	}
-	return f.Ledger.Release(ctx, key, region, created, until, token)
-}
-
-// TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo: a retry
-// claims a released command back. Its IN_FLIGHT record is written, then
-// the clear of the release's end fails. backend.go: ErrUnavailable from
-// Begin, without ErrUnknownClaim, proves that no record was written. The
-// record is written, its lease handed to nobody: ErrUnknownClaim.
-func TestAClaimBackWhoseClearFailsSaysNothingWasWrittenOnlyIfSo(t *testing.T) {
-	t.Parallel()
-	db := dynamotest.Client(t)
-	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	real, err := dynamostore.NewLedger(db, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ledger := &failClear{Ledger: real}
-	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := idemtest.UniqueKey(t, "acme")
-	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
-	if err := st.Release(t.Context(), begun.Lease); err != nil {
-		t.Fatal(err)
-	}
-	clock.Advance(time.Minute)
-	ledger.armed = true
-	_, err = st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if !errors.Is(err, idem.ErrUnknownClaim) {
-		t.Fatalf("the claim back whose clear failed: %v; want ErrUnknownClaim (backend.go: ErrUnavailable alone says no record was written)", err)
-	}
-	rec, err := st.Get(t.Context(), k)
-	if err != nil || rec.Status != idem.StatusInFlight {
-		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
 	}
 }
 
@@ -258,59 +127,19 @@ func (d *lateWrite) GetItem(ctx context.Context, in *dynamodb.GetItemInput, optF
 func TestAReleaseWhoseRecordLandsAfterItsReadBackEndsItsClaimWithItsRecord(t *testing.T) {
 	t.Parallel()
 	raw := dynamotest.Client(t)
-	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
 	db := &lateWrite{DynamoDBAPI: raw}
-	table := dynamotest.Table(t, dynamostore.TableInput("regions"))
-	st, err := dynamostore.New(db, table, func(o *dynamostore.Options) {
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := idemtest.UniqueKey(t, "acme")
-	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
+	r := newRace(t, raw, db)
+	k := r.begun.Lease.Key
 	db.armed = true
-	if err := st.Release(t.Context(), begun.Lease); err == nil {
+	if err := r.st.Release(t.Context(), r.begun.Lease); err == nil {
 		t.Fatal("Release, its answer lost: nil error")
 	}
-	released, err := st.Get(t.Context(), k)
+	released, err := r.st.Get(t.Context(), k)
 	if err != nil || released.Status != idem.StatusReleased {
 		t.Fatalf("the record after the late write: %+v, %v; want RELEASED", released, err)
 	}
-	clock.Advance(released.ExpiresAt.Add(time.Second).Sub(clock.Now())) // the release expired
-	item := map[string]types.AttributeValue{dynamostore.AttrPK: &types.AttributeValueMemberS{Value: k.String()}}
-	if _, err := raw.DeleteItem(t.Context(), &dynamodb.DeleteItemInput{TableName: aws.String(table), Key: item}); err != nil {
-		t.Fatal(err) // TTL deletes the expired release
-	}
-	other := []byte("another intent")
-	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
-	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
-		t.Fatalf("another intent once the release expired: %+v, %v; want a new command (backend.md: the claim ends with the release's record)", next, err)
-	}
-}
-
-// lostAnswer is a DynamoDB client whose next UpdateItem, once armed, is
-// applied and its answer lost.
-type lostAnswer struct {
-	dynamostore.DynamoDBAPI
-	armed bool
-}
-
-func (d *lostAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error) {
-	out, err := d.DynamoDBAPI.UpdateItem(ctx, in, optFns...)
-	if d.armed && err == nil {
-		d.armed = false
-		return nil, errors.New("connection reset: the answer is lost")
-	}
-	return out, err
+	ttlDelete(t, raw, r.table, k) // TTL deletes the release once expired
+	wantAnotherIntentNewOnceExpired(t, r.st, r.clock, released, r.begun)
 }
 
 // TestAnOldReleaseWhoseAnswerIsLostKeepsItsEnd: the reconciler releases
@@ -322,37 +151,20 @@ func (d *lostAnswer) UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInpu
 func TestAnOldReleaseWhoseAnswerIsLostKeepsItsEnd(t *testing.T) {
 	t.Parallel()
 	raw := dynamotest.Client(t)
-	clock := idemtest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	ledger, err := dynamostore.NewLedger(raw, dynamotest.Table(t, dynamostore.LedgerTableInput("ledger")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	db := &lostAnswer{DynamoDBAPI: raw}
-	st, err := dynamostore.New(db, dynamotest.Table(t, dynamostore.TableInput("regions")), func(o *dynamostore.Options) {
-		o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour
-		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := idemtest.UniqueKey(t, "acme")
-	body := []byte("intent")
-	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
-	clock.Advance(2 * time.Hour) // the provider was down; the command stayed IN_FLIGHT
-	taken, err := st.TakeOver(t.Context(), k)
+	db := &loseAnswer{DynamoDBAPI: raw}
+	r := newRace(t, raw, db)
+	r.clock.Advance(2 * time.Hour) // the provider was down; the command stayed IN_FLIGHT
+	taken, err := r.st.TakeOver(t.Context(), r.begun.Lease.Key)
 	if err != nil {
 		t.Fatalf("TakeOver: %v", err)
 	}
 	db.armed = true
-	if err := st.Release(t.Context(), taken); err == nil {
+	if err := r.st.Release(t.Context(), taken); err == nil {
 		t.Fatal("Release, its answer lost: nil error")
 	}
 	other := []byte("another intent")
-	next, err := st.Begin(t.Context(), k, idem.FingerprintOf(other), other)
-	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(begun.Lease.CreatedAt) {
+	next, err := r.st.Begin(t.Context(), r.begun.Lease.Key, idem.FingerprintOf(other), other)
+	if err != nil || next.Lease == nil || !next.Lease.CreatedAt.After(r.begun.Lease.CreatedAt) {
 		t.Fatalf("another intent after the release, its end long past: %+v, %v; want a new command (backend.md: a write that landed unanswered keeps the end)", next, err)
 	}
 }

@@ -3,6 +3,7 @@ package idemtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -63,10 +64,13 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"The released body resent after its release expired is a new command in an heir too", releasedBodyAfterExpiryInHeir},
 		{"A release claimed back no longer ends its claim", claimedBackReleaseHoldsItsClaim},
 		{"A release the Ledger cannot record is left in flight", unrecordedReleaseLeftInFlight},
+		{"A claim back whose clear fails says its claim unknown", claimBackWhoseClearFailsIsUnknown},
 		{"A stale lease's release keeps the end the holding lease's release recorded", staleReleaseKeepsItsEnd},
 		{"A stale lease's clear of its own end keeps the end the holder recorded since", staleClearKeepsTheHoldersEnd},
 		{"A stale lease's release after the holder's commit records no end", staleReleaseAfterCommitRecordsNoEnd},
 		{"Recover clears the end a commit's failed clear left", recoverSettlesTheClaim},
+		{"A stale claim back's clear after another lease's commit leaves the claim settled", staleClaimBackClearKeepsItSettled},
+		{"A settled command taken up without its record may release", settledTakenUpReleases},
 		{"A new command after a settled one's claim ended releases", newCommandAfterASettledOneReleases},
 	}
 	for _, tc := range tests {
@@ -637,6 +641,34 @@ func unrecordedReleaseLeftInFlight(t *testing.T, r *regionSuite) {
 	}
 }
 
+// claimBackWhoseClearFailsIsUnknown: a retry claims a released command
+// back. Its IN_FLIGHT record is written, then the clear of the release's
+// end fails. backend.md: ErrUnavailable from Begin, without
+// ErrUnknownClaim, proves that no record was written. The record is
+// written, its lease handed to nobody: ErrUnknownClaim. The record stays
+// IN_FLIGHT, for the reconciler.
+func claimBackWhoseClearFailsIsUnknown(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a := UniqueKey(t, "acme"), r.Store("a")
+	releasedIn(t, a, k)
+	r.clock.Advance(time.Minute)
+	r.ledger.beforeRelease(func(until time.Time, _ string) error {
+		if until.IsZero() {
+			return fmt.Errorf("throttled, the clear is not applied: %w", idem.ErrUnavailable)
+		}
+		return nil
+	})
+	_, err := a.Begin(ctx, k, fpA, []byte("intent"))
+	r.ledger.beforeRelease(nil)
+	if !errors.Is(err, idem.ErrUnknownClaim) {
+		t.Fatalf("the claim back whose clear failed: %v; want ErrUnknownClaim (backend.md: ErrUnavailable alone says no record was written)", err)
+	}
+	rec, err := a.Get(ctx, k)
+	if err != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
+	}
+}
+
 // staleReleaseKeepsItsEnd: a's lease runs out while its provider hangs.
 // The reconciler takes the command over and releases it. Then the stale
 // lease releases, refused. The key must still be free once the holding
@@ -739,6 +771,75 @@ func recoverSettlesTheClaim(t *testing.T, r *regionSuite) {
 		t.Fatalf("Recover of the settled command: %v", err)
 	}
 	retryIsTheCommittedCommand(t, r, k, stale)
+}
+
+// staleClaimBackClearKeepsItSettled: a claim back's clear of any end is
+// held up while its lease runs out. The reconciler takes the command over
+// and commits it, settling its claim. Then the clear lands. The claim must
+// stay settled: the stale lease's release records no end. The retry, its
+// record lost past that end, is the committed command.
+func staleClaimBackClearKeepsItSettled(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a := UniqueKey(t, "acme"), r.Store("a")
+	releasedIn(t, a, k)
+	r.clock.Advance(time.Minute)
+	var committed error
+	r.ledger.beforeRelease(func(until time.Time, token string) error {
+		if !until.IsZero() || token != "" {
+			return nil
+		}
+		r.ledger.beforeRelease(nil)
+		rec, err := a.Get(ctx, k)
+		if err != nil {
+			committed = err
+			return nil
+		}
+		r.clock.Advance(rec.LeaseExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+		taken, err := a.TakeOver(ctx, k)
+		if err != nil {
+			committed = err
+			return nil
+		}
+		committed = a.Commit(ctx, taken, resp)
+		return nil
+	})
+	back := beginIn(t, a, k)
+	if committed != nil {
+		t.Fatalf("the take-over's commit during the claim back's clear: %v", committed)
+	}
+	r.ledger.beforeRelease(diesBeforeItsClear)
+	if err := a.Release(ctx, back); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("the stale claim back's Release: %v; want ErrLeaseLost", err)
+	}
+	r.ledger.beforeRelease(nil)
+	c, err := r.ledger.Claim(ctx, k, idem.Claim{Region: "a", CreatedAt: r.clock.Now(), Until: r.clock.Now().Add(time.Hour)})
+	if err != nil || !c.CreatedAt.Equal(back.CreatedAt) || !c.Settled || !c.ReleasedUntil.IsZero() {
+		t.Fatalf("the claim: %+v, %v; want the command's, settled, with no end", c, err)
+	}
+	retryIsTheCommittedCommand(t, r, k, back)
+}
+
+// settledTakenUpReleases: a command taken over commits, marking its claim
+// settled. Its record is lost, as to a TTL delete. The retry takes it up
+// and clears the mark: its lease holds the record, and may release it.
+func settledTakenUpReleases(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a, stale, taken := takenFromAStaleLease(t, r)
+	if err := a.Commit(ctx, taken, resp); err != nil {
+		t.Fatal(err)
+	}
+	lost := r.Store("a")
+	l := beginIn(t, lost, k)
+	if !l.CreatedAt.Equal(stale.CreatedAt) {
+		t.Fatalf("the retry, its record lost: lease %+v; want the command's CreatedAt %s", l, stale.CreatedAt)
+	}
+	if err := lost.Release(ctx, l); err != nil {
+		t.Fatalf("the taken-up lease's Release: %v", err)
+	}
+	c, err := r.ledger.Claim(ctx, k, idem.Claim{Region: "a", CreatedAt: r.clock.Now(), Until: r.clock.Now().Add(time.Hour)})
+	if err != nil || !c.CreatedAt.Equal(stale.CreatedAt) || c.Settled || c.ReleasedBy != l.Token {
+		t.Fatalf("the claim: %+v, %v; want the command's, its end the release's", c, err)
+	}
 }
 
 // newCommandAfterASettledOneReleases: a command taken over commits,

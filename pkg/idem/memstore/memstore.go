@@ -234,7 +234,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	}
 	// An earlier lease's command leased again, as dynamostore's leased:
 	// its record is IN_FLIGHT now (claims.Leased).
-	if err := claims.Leased(ctx, begun.Lease, s.mark("begin")); err != nil {
+	if err := claims.Leased(ctx, begun.Lease, claims.ReadOn(s.ledger, s.stored), s.mark("begin"), s.settle("begin")); err != nil {
 		return idem.Begun{}, err
 	}
 	return begun, nil
@@ -525,6 +525,20 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	if err := done(ctx, op, key); err != nil {
 		return nil, err
 	}
+	lease, err := s.leaseOver(ctx, key, op, created)
+	if err != nil {
+		return nil, err
+	}
+	// Outside the records' lock: Leased reads the record after its clear.
+	if err := claims.Leased(ctx, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
+		return nil, err
+	}
+	return lease, nil
+}
+
+// leaseOver writes takeOver's lease on key's record, under the records'
+// lock.
+func (s *Store) leaseOver(ctx context.Context, key idem.Key, op string, created time.Time) (*idem.Lease, error) {
 	live := !created.IsZero()
 	now := s.pol.Now()
 	token, err := s.pol.Token()
@@ -558,9 +572,6 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	rec.attempts++
 	lease.CreatedAt, lease.AttemptDeadline, lease.Attempts, lease.Intent = rec.createdAt, rec.attemptDeadline, rec.attempts, bytes.Clone(rec.intent)
 	lease.RecordExpiresAt = s.pol.Earliest(lease.CreatedAt, lease.ExpiresAt)
-	if err := claims.Leased(ctx, lease, s.mark(op)); err != nil {
-		return nil, err
-	}
 	return lease, nil
 }
 

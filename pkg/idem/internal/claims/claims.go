@@ -48,6 +48,19 @@ type Mark func(ctx context.Context, l *idem.Lease, until time.Time, token string
 // under key settled (idem.Ledger.Settle).
 type Settle func(ctx context.Context, key idem.Key, created time.Time) error
 
+// Read returns key's record, even one past its retention: ErrNotFound
+// only when none is stored.
+type Read func(ctx context.Context, key idem.Key) (*idem.Record, error)
+
+// ReadOn is read for a store with ledger. Without one it is nil: Leased
+// then has no claim to settle again, and reads nothing.
+func ReadOn(ledger idem.Ledger, read Read) Read {
+	if ledger == nil {
+		return nil
+	}
+	return read
+}
+
 // Wrap translates a Ledger's err for a store's op on key.
 type Wrap func(op string, key idem.Key, err error) error
 
@@ -78,7 +91,8 @@ func SettleOn(ledger idem.Ledger, region, op string, wrap Wrap) Settle {
 // own end, once its write cannot land. A lease whose record is known not
 // RELEASED clears any: Leased. A marked lease's commit or failure
 // clears any and marks the claim settled: Settled. A settled claim
-// refuses a stale lease's end.
+// refuses a stale lease's end. Leased settles again a claim its clear
+// may have unsettled.
 
 // Release records until, the release's end, before l writes its record
 // RELEASED. l is marked: should it settle otherwise, it clears the end.
@@ -91,10 +105,9 @@ func Release(ctx context.Context, l *idem.Lease, mark Mark, until time.Time) err
 // once the record shows that write cannot land. Another lease holds or
 // settled it, or no item is stored. A record l still holds keeps the
 // end: the write may land later. So do a RELEASED record, even one past
-// its retention, and an unread one. read returns a record past its
-// retention too: ErrNotFound only when none is stored. The clear names
-// l's token. The holder's release may record its end meanwhile.
-func Unreleased(ctx context.Context, l *idem.Lease, read func(context.Context, idem.Key) (*idem.Record, error), mark Mark) error {
+// its retention, and an unread one. The clear names l's token. The
+// holder's release may record its end meanwhile.
+func Unreleased(ctx context.Context, l *idem.Lease, read Read, mark Mark) error {
 	rec, err := read(ctx, l.Key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
@@ -115,10 +128,35 @@ func Unreleased(ctx context.Context, l *idem.Lease, read func(context.Context, i
 // lease nobody holds. So it answers *idem.UnknownClaimError, never
 // "nothing was written". l is marked: a stale lease may still record an
 // end.
-func Leased(ctx context.Context, l *idem.Lease, mark Mark) error {
+//
+// A clear held up may land after a later lease settled the command. It
+// would remove that settle's mark. So Leased reads the record after its
+// clear. Settled by another lease, its claim is settled again. A record l
+// holds keeps the clear: a take-up of a lost record may release. A nil
+// read, a store without claims (ReadOn), reads nothing.
+func Leased(ctx context.Context, l *idem.Lease, read Read, mark Mark, settle Settle) error {
 	*policy.LeaseMarked(l) = true
-	if err := mark(ctx, l, time.Time{}, ""); err != nil {
+	err := mark(ctx, l, time.Time{}, "")
+	if err == nil && read != nil {
+		err = settledMeanwhile(ctx, l, read, settle)
+	}
+	if err != nil {
 		return &idem.UnknownClaimError{LeaseExpiresAt: l.ExpiresAt, RecordExpiresAt: l.RecordExpiresAt, Err: err}
+	}
+	return nil
+}
+
+// settledMeanwhile settles the claim of l's command again if its record
+// is settled: another lease took it over and settled it before l's clear.
+func settledMeanwhile(ctx context.Context, l *idem.Lease, read Read, settle Settle) error {
+	rec, err := read(ctx, l.Key)
+	switch {
+	case errors.Is(err, idem.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case rec.Status.Terminal() && rec.CreatedAt.Equal(l.CreatedAt):
+		return settle(ctx, l.Key, l.CreatedAt)
 	}
 	return nil
 }
