@@ -748,3 +748,24 @@ func TestRepeatsOfASettledCancelLeaveTheirTenantsRate(t *testing.T) {
 		t.Fatalf("rate %d: an authorization and a cancel in one second, then %d repeats and captures; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
 	}
 }
+
+// TestRefundsOfAnUncapturedChargeLeaveTheirTenantsRate (review 12): a
+// refund of a charge only authorized answers 409 charge-state-conflict.
+// It reads the charge and stops: no key claimed, no hold, no provider call.
+// docs/contract.md: "So does a `409 state-conflict` found without acting."
+// A capture of a canceled charge gives its count back; this refund must
+// too, or a client retrying it locks its tenant out of new charges.
+func TestRefundsOfAnUncapturedChargeLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization and two more
+	h, id, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostRefund("acme", fmt.Sprintf("r-%d", i), id, "")); resp.StatusCode != http.StatusConflict {
+			t.Fatalf("rate %d, refund %d of an authorized charge: %d %s, want 409 charge-state-conflict", rate, i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization, then %d refunds of it answered 409 without acting; a new charge then: %d %s, want 201",
+			rate, rate, resp.StatusCode, resp.Body)
+	}
+}
