@@ -2045,3 +2045,58 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 		l.Done(t.Context(), tk, true)
 	}
 }
+
+// TestTwinsGivingTheirCountBackAreHeldToTheConcurrency (review 12): a
+// retry storm on one key in progress, 250 a second, each retry waiting
+// INFLIGHT_WAIT (2 s) on its own instance, as Lambda spreads them. Each
+// gives its count back as it starts waiting, so the rate never holds
+// them. docs/capacity.md: "Its wait counts against the concurrency, which
+// bounds how many wait at once." Slow requests spread thin are held within
+// twice the concurrency on average (TestSlowRequestsSpreadThinAreHeldToTheConcurrency).
+// These hold Lambda instances other tenants' charges need.
+func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, step, wait = 700, 30, 4 * time.Millisecond, 2 * time.Second
+	fleet := fleetOf(t, newShared(), clock, instances)
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, len(fleet))
+	steps := int(time.Duration(seconds) * time.Second / step)
+	most, sum := 0, 0
+	for i := range steps {
+		now := clock.Now()
+		n := 0
+		idle := -1
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
+				busy[j], r = nil, nil
+			}
+			switch {
+			case r != nil:
+				n++
+			case idle < 0:
+				idle = j
+			}
+		}
+		if idle < 0 {
+			t.Fatalf("at %v every one of %d instances is busy", now.Sub(start), instances)
+		}
+		if tk, refused := fleet[idle].Admit(t.Context(), "storm"); refused == nil {
+			fleet[idle].GiveBack(t.Context(), tk) // it waits for the key's holder
+			busy[idle], n = &running{tk, now.Add(wait)}, n+1
+		}
+		if i >= steps/2 {
+			most, sum = max(most, n), sum+n
+		}
+		clock.Advance(step)
+	}
+	mean := float64(sum) / float64(steps-steps/2)
+	if mean > 2*limit.DefaultConcurrency {
+		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance: %.1f waited at once on average, at most %d; want at most twice the concurrency, %d",
+			wait, mean, most, 2*limit.DefaultConcurrency)
+	}
+}
