@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
@@ -28,6 +31,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
@@ -767,5 +771,68 @@ func TestRefundsOfAnUncapturedChargeLeaveTheirTenantsRate(t *testing.T) {
 	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("rate %d: an authorization, then %d refunds of it answered 409 without acting; a new charge then: %d %s, want 201",
 			rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// reclaimAnswerLost is a DynamoDB connection that resets after each
+// attempt at re-claiming a released key is applied: the claim landed, its
+// answer lost. hit says it was tried.
+type reclaimAnswerLost struct{ hit atomic.Bool }
+
+func (r *reclaimAnswerLost) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") &&
+		bytes.Contains(body, []byte("SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = :ad")) {
+		r.hit.Store(true)
+		return idemtest.FaultyConnection{Fault: idemtest.Reset}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestATwinWhoseTakeOverMayHaveLandedCountsAgainstTheRate (review 12): a
+// twin waits for its key, its count given back. The holder is released,
+// and the twin claims the key again; DynamoDB applies it, and the answer
+// is lost. The twin answers 503 outcome-pending: it holds the key, and
+// the reconciler will send its charge. A first request whose claim is
+// unknown keeps its count; docs/contract.md: a twin that takes the key
+// over "counts again". Here no count ever covers that charge.
+func TestATwinWhoseTakeOverMayHaveLandedCountsAgainstTheRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", 1)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
+	const rate = 2                                                          // the holder's charge, and the twin's
+	faults := &reclaimAnswerLost{}
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+			o.HTTPClient = &http.Client{Transport: faults}
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
+		})
+	})
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", visa))
+		first <- resp.StatusCode
+	}()
+	<-provider.held // the first holds the key, its charge at the provider
+	twin := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { twin <- handle(t, h, testkit.PostCharge("acme", "held", visa)) }()
+	time.Sleep(300 * time.Millisecond) // it waits for the key, its count given back
+	close(provider.gate)
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("the first request: %d, want 503 provider-unavailable, the key released", code)
+	}
+	if resp := <-twin; !faults.hit.Load() || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Body, httpapi.ProblemOutcomePending.Slug) {
+		t.Fatalf("the twin: re-claim's answer lost %v; %d %s, want 503 outcome-pending", faults.hit.Load(), resp.StatusCode, resp.Body)
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("rate %d: the holder's charge sent, and the twin's claim landed for the reconciler to send; a new key then: %d, want 429", rate, resp.StatusCode)
 	}
 }
