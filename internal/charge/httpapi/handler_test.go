@@ -836,3 +836,47 @@ func TestATwinWhoseTakeOverMayHaveLandedCountsAgainstTheRate(t *testing.T) {
 		t.Fatalf("rate %d: the holder's charge sent, and the twin's claim landed for the reconciler to send; a new key then: %d, want 429", rate, resp.StatusCode)
 	}
 }
+
+// claimsRefused is a DynamoDB connection refused to every claim while
+// armed: the claim never leaves, and nothing is stored.
+type claimsRefused struct{ armed, hit atomic.Bool }
+
+func (c *claimsRefused) RoundTrip(req *http.Request) (*http.Response, error) {
+	if c.armed.Load() && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		c.hit.Store(true)
+		return idemtest.FaultyConnection{Fault: idemtest.Refused}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestChargesRefusedUnclaimedLeaveTheirTenantsRate (review 12): while
+// DynamoDB refuses a charge's claim at every attempt, the charge answers
+// 503: nothing stored, nothing sent. docs/contract.md: "What counts
+// against the rate is a request that did new work." These did none, yet
+// keep their count: a client retrying through a store's hiccup spends its
+// tenant's rate on answers that did nothing.
+func TestChargesRefusedUnclaimedLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
+	const rate = 3
+	faults := &claimsRefused{}
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+			o.HTTPClient = &http.Client{Transport: faults}
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
+		})
+	})
+	faults.armed.Store(true)
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostCharge("acme", "k", visa)); !faults.hit.Load() || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("attempt %d, its claim refused: %d %s, want 503, nothing stored", i, resp.StatusCode, resp.Body)
+		}
+	}
+	faults.armed.Store(false)
+	if resp := handle(t, h, testkit.PostCharge("acme", "k", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: %d attempts refused unclaimed, nothing stored or sent; the same charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
