@@ -92,7 +92,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait = w.wait
+		o.OnWait = func() { w.wait(s.cfg.InflightWait) }
 	})
 	return s.result(ctx, key, st.op, res, said, refused, err)
 }
@@ -101,9 +101,10 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 // its key's holder, or a capture or cancel in flight. A caller that counts
 // the request's cost gives it back, then takes it again.
 type WaitHooks struct {
-	// OnWait is called once, as the request starts waiting. It only
-	// waits, for now. Never after the request worked: that keeps its count.
-	OnWait func()
+	// OnWait is called once, as the request starts waiting at most wait.
+	// It only waits, for now. Never after the request worked: that keeps
+	// its count.
+	OnWait func(wait time.Duration)
 	// OnWork is called once, if the request, having waited, does new work
 	// after all. It took its key over, or makes or settles the move itself.
 	OnWork func()
@@ -131,14 +132,15 @@ func waiterOf(ctx context.Context) *waiter {
 	return &waiter{hooks: hooks}
 }
 
-// wait is called before each pause for another's work.
-func (w *waiter) wait() {
+// wait is called before each pause for another's work, which lasts at
+// most budget in all.
+func (w *waiter) wait(budget time.Duration) {
 	if w.waited || w.worked {
 		return
 	}
 	w.waited = true
 	if w.hooks.OnWait != nil {
-		w.hooks.OnWait()
+		w.hooks.OnWait(budget)
 	}
 }
 

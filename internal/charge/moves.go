@@ -134,7 +134,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				continue
 			}
 			if left := time.Until(until); left > 0 {
-				w.wait()
+				w.wait(left)
 				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}

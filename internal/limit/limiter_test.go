@@ -73,6 +73,9 @@ func (s *sharedCounts) calls() (adds, reads int) {
 // as it means them to.
 var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
+// inflightWait is how long a twin may wait for its key: INFLIGHT_WAIT.
+const inflightWait = 2 * time.Second
+
 func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits) *limit.Limiter {
 	t.Helper()
 	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, limit.ClockOf(clock.Now) })
@@ -1362,7 +1365,7 @@ func besideTwins(t *testing.T, giveBack bool, want int) {
 				if twin {
 					d = 1500 * time.Millisecond // waits for the key in progress
 					if giveBack {
-						l.GiveBack(t.Context(), tk)
+						l.GiveBack(t.Context(), tk, d)
 					}
 				}
 				runs = append(runs, running{tk, now.Add(d), charge})
@@ -1883,7 +1886,7 @@ func TestARequestThatStartsWaitingGivesItsCountBackOnce(t *testing.T) {
 		if refused != nil {
 			t.Fatalf("refused %+v", refused)
 		}
-		l.GiveBack(t.Context(), tk)
+		l.GiveBack(t.Context(), tk, inflightWait)
 		waiting = append(waiting, tk)
 	}
 	if n := admitted(t, l, "acme", 4); n != 3 {
@@ -1948,7 +1951,7 @@ func TestTwinsWaitingOnOtherInstancesLeaveTheRate(t *testing.T) {
 	setClock(clock, start.Add(10*time.Second))
 	for _, l := range fleet[:5] {
 		twin := mustAdmit(t.Context(), t, l, "acme")
-		l.GiveBack(t.Context(), twin) // it waits for the key, past the second
+		l.GiveBack(t.Context(), twin, inflightWait) // it waits for the key, past the second
 	}
 	clock.Advance(10 * time.Millisecond)
 	if n := admitted(t, fleet[5], "acme", 20); n < 10-1 {
@@ -1970,7 +1973,7 @@ func TestATwinThatTakesItsKeyOverCountsAgain(t *testing.T) {
 	hotOnEach(t, fleet, clock, "acme")
 	setClock(clock, start.Add(10*time.Second))
 	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
-	fleet[0].GiveBack(t.Context(), twin)
+	fleet[0].GiveBack(t.Context(), twin, inflightWait)
 	if n := admitted(t, fleet[1], "acme", 8); n != 8 {
 		t.Fatalf("rate 10, a twin's count given back: %d of 8 admitted", n)
 	}
@@ -2004,7 +2007,7 @@ func TestATwinThatTakesItsKeyOverAtAHighRateIsSharedAtOnce(t *testing.T) {
 	}
 	setClock(clock, start.Add(10*time.Second))
 	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
-	fleet[0].GiveBack(t.Context(), twin) // shared at once
+	fleet[0].GiveBack(t.Context(), twin, inflightWait) // shared at once
 	if n := admitted(t, fleet[1], "acme", rate-4); n != rate-4 {
 		t.Fatalf("rate %d, a twin's count given back: %d of %d admitted", rate, n, rate-4)
 	}
@@ -2028,7 +2031,7 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 	twins := make([]*limit.Ticket, 0, waiting)
 	for range waiting {
 		twin := mustAdmit(t.Context(), t, l, "acme")
-		l.GiveBack(t.Context(), twin) // it waits for its key
+		l.GiveBack(t.Context(), twin, inflightWait) // it waits for its key
 		twins = append(twins, twin)
 	}
 	if n := admitted(t, l, "acme", rate); n != rate {
@@ -2086,7 +2089,7 @@ func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 			t.Fatalf("at %v every one of %d instances is busy", now.Sub(start), instances)
 		}
 		if tk, refused := fleet[idle].Admit(t.Context(), "storm"); refused == nil {
-			fleet[idle].GiveBack(t.Context(), tk) // it waits for the key's holder
+			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
 			busy[idle], n = &running{tk, now.Add(wait)}, n+1
 		}
 		if i >= steps/2 {

@@ -187,7 +187,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		// A request that waits for its key's holder, or for a move in
 		// flight, does no new work until it acts itself.
 		ctx = charge.WithWaitHooks(ctx, charge.WaitHooks{
-			OnWait: func() { h.opt.Limiter.GiveBack(ctx, ticket) },
+			OnWait: func(wait time.Duration) { h.opt.Limiter.GiveBack(ctx, ticket, wait) },
 			OnWork: func() { h.opt.Limiter.Retake(ctx, ticket) },
 		})
 	}
