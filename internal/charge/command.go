@@ -94,7 +94,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
 		o.OnWait = func() { w.wait(s.cfg.InflightWait) }
 	})
-	return s.result(ctx, key, st.op, res, said, refused, err)
+	return s.result(ctx, key, st.op, w, res, said, refused, err)
 }
 
 // WaitHooks are what a request calls around a wait for another's work:
@@ -157,8 +157,10 @@ func (w *waiter) work() {
 }
 
 // result names what became of a command run. refused says why the provider
-// did not act. said is its answer, if the outcome's writes failed.
-func (s *Service) result(ctx context.Context, key idem.Key, op operation, res idem.Result, said *provider.Result, refused Outcome, err error) (Result, error) {
+// did not act. said is its answer, if the outcome's writes failed. A claim
+// that may have landed, or a lease left IN_FLIGHT, is work the reconciler
+// will finish: w counts it again.
+func (s *Service) result(ctx context.Context, key idem.Key, op operation, w *waiter, res idem.Result, said *provider.Result, refused Outcome, err error) (Result, error) {
 	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
 		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt, Idle: true}, nil
 	}
@@ -166,6 +168,7 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt, Idle: true}, nil
 	}
 	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		w.work()
 		return s.unknownClaim(ctx, key, unknown)
 	}
 	// With a lease, nothing says another Region holds the command. Its
@@ -179,7 +182,7 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	case res.Lease == nil && transient(err):
 		// DynamoDB refused the claim unprocessed at every attempt. Nothing
 		// is stored, and nothing reached the provider.
-		return Result{Outcome: OutcomeBusy}, nil
+		return Result{Outcome: OutcomeBusy, Idle: true}, nil
 	case res.Lease == nil && err != nil:
 		return Result{}, err
 	case res.Replayed:
@@ -191,6 +194,8 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 		}
 		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
 	case err != nil || res.Status == idem.StatusInFlight:
+		// An inherited lease, its fn not run, is the reconciler's work too.
+		w.work()
 		return s.ambiguous(ctx, res.Lease, err)
 	case res.Status == idem.StatusReleased:
 		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil

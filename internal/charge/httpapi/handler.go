@@ -228,7 +228,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err != nil {
 		// The cause is logged by class, never sent. 5xx bodies reveal nothing.
 		attrs = append(attrs, slog.String("error_class", charge.ErrorClass(err)))
-		res = charge.Result{Outcome: charge.OutcomeError}
+		// A provider not made ready stopped the request before its claim.
+		res = charge.Result{Outcome: charge.OutcomeError, Idle: errors.Is(err, charge.ErrProviderNotReady)}
 	}
 	var resp events.APIGatewayV2HTTPResponse
 	if route == RouteWebhook {

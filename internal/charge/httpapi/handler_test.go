@@ -28,6 +28,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
@@ -878,5 +879,61 @@ func TestChargesRefusedUnclaimedLeaveTheirTenantsRate(t *testing.T) {
 	faults.armed.Store(false)
 	if resp := handle(t, h, testkit.PostCharge("acme", "k", visa)); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("rate %d: %d attempts refused unclaimed, nothing stored or sent; the same charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestRequestsOnAMalformedChargeIDLeaveTheirTenantsRate: a capture, cancel
+// or refund of an id that is no charge's answers 404 before reading
+// anything. docs/contract.md: a request refused as invalid before
+// anything was read gives its count back.
+func TestRequestsOnAMalformedChargeIDLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization and two more
+	h, _, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	for i, req := range []events.APIGatewayV2HTTPRequest{
+		testkit.PostMove("acme", "nope", "capture", ""),
+		testkit.PostMove("acme", "nope", "cancel", ""),
+		testkit.PostRefund("acme", "r", "nope", ""),
+	} {
+		if resp := handle(t, h, req); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("request %d on a malformed charge id: %d %s, want 404", i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization, then 3 requests on a malformed id answered 404; a new charge then: %d %s, want 201", rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestChargesStoppedBeforeTheirClaimLeaveTheirTenantsRate: a source the
+// provider refuses on sight (502), or a provider whose key cannot be read
+// (500), stops a charge before its claim: nothing stored or sent. Each
+// gives its count back, as docs/contract.md says.
+func TestChargesStoppedBeforeTheirClaimLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3
+	for name, c := range map[string]struct {
+		source string
+		status int
+		secret func(string) string
+	}{
+		"source refused": {"tok_visa", http.StatusBadGateway, func(key string) string { return key }},
+		"key unreadable": {stripesim.PMVisa, http.StatusInternalServerError, func(string) string { return "chargeonce-test-no-such-secret" }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := testkit.Deploy(t)
+			clock := testkit.NewClock(time.Now().Truncate(time.Second)) // one second throughout
+			_, stripeWiring := testkit.Stripe(t, clock.Now)
+			h := d.ChargeHandler(t, stripeWiring, func(w *testkit.Wiring) {
+				w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+				w.Charge.ProviderSecretName = c.secret(w.Charge.ProviderSecretName)
+			})
+			body := `{"amount":1500,"currency":"EUR","source":"` + c.source + `"}`
+			for i := range rate + 1 {
+				if resp := handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("k-%d", i), body)); resp.StatusCode != c.status {
+					t.Fatalf("rate %d, attempt %d stopped before its claim: %d %s, want %d", rate, i, resp.StatusCode, resp.Body, c.status)
+				}
+			}
+		})
 	}
 }
