@@ -397,7 +397,8 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 // bounds how many of a tenant's requests wait at once, fleet-wide: a retry
 // storm's twins hold no instance another tenant needs. Done counts only
 // the time run past that. A wait that ends early stays counted in full:
-// only its own tenant pays.
+// only its own tenant pays. Its instance also counts it as running: under
+// Lambda, that instance serves nothing else meanwhile.
 func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket, wait time.Duration) {
 	l.recount(ctx, tk, func(t *tenant, _ time.Time, elapsed time.Duration, lim Limits) bool {
 		t.giveBack(tk, lim)
