@@ -2103,3 +2103,30 @@ func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 			wait, mean, most, 2*limit.DefaultConcurrency)
 	}
 }
+
+// TestAWaitCountsOnceAgainstTheConcurrency: a twin's wait counts in full
+// as it starts. Its end counts only the time run past it, not its wait
+// again.
+func TestAWaitCountsOnceAgainstTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	// 10 s of handler time in the span: 4 waits of 2 s leave room.
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 100, Concurrency: 1})
+	twins := make([]*limit.Ticket, 0, 4)
+	for range 4 {
+		twin := mustAdmit(t.Context(), t, l, "acme")
+		l.GiveBack(t.Context(), twin, inflightWait)
+		twins = append(twins, twin)
+	}
+	clock.Advance(time.Second) // each wait ends early
+	for _, twin := range twins {
+		l.Done(t.Context(), twin, false)
+	}
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("concurrency 1 (10 s in the span), 4 waits of %v ended after 1 s: refused %+v, want admitted", inflightWait, refused)
+	}
+	clock.Advance(2 * time.Second) // it runs 2 s: 10 s in the span
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "concurrency" {
+		t.Fatalf("concurrency 1, 4 waits of %v and a request running 2 s: %+v, want refused for concurrency", inflightWait, refused)
+	}
+}
