@@ -92,18 +92,19 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait = w.wait
+		o.OnWait = func() { w.wait(s.cfg.InflightWait) }
 	})
-	return s.result(ctx, key, st.op, res, said, refused, err)
+	return s.result(ctx, key, st.op, w, res, said, refused, err)
 }
 
 // WaitHooks are what a request calls around a wait for another's work:
 // its key's holder, or a capture or cancel in flight. A caller that counts
 // the request's cost gives it back, then takes it again.
 type WaitHooks struct {
-	// OnWait is called once, as the request starts waiting. It only
-	// waits, for now. Never after the request worked: that keeps its count.
-	OnWait func()
+	// OnWait is called once, as the request starts waiting at most wait.
+	// It only waits, for now. Never after the request worked: that keeps
+	// its count.
+	OnWait func(wait time.Duration)
 	// OnWork is called once, if the request, having waited, does new work
 	// after all. It took its key over, or makes or settles the move itself.
 	OnWork func()
@@ -131,14 +132,15 @@ func waiterOf(ctx context.Context) *waiter {
 	return &waiter{hooks: hooks}
 }
 
-// wait is called before each pause for another's work.
-func (w *waiter) wait() {
+// wait is called before each pause for another's work, which lasts at
+// most budget in all.
+func (w *waiter) wait(budget time.Duration) {
 	if w.waited || w.worked {
 		return
 	}
 	w.waited = true
 	if w.hooks.OnWait != nil {
-		w.hooks.OnWait()
+		w.hooks.OnWait(budget)
 	}
 }
 
@@ -155,8 +157,10 @@ func (w *waiter) work() {
 }
 
 // result names what became of a command run. refused says why the provider
-// did not act. said is its answer, if the outcome's writes failed.
-func (s *Service) result(ctx context.Context, key idem.Key, op operation, res idem.Result, said *provider.Result, refused Outcome, err error) (Result, error) {
+// did not act. said is its answer, if the outcome's writes failed. A claim
+// that may have landed, or a lease left IN_FLIGHT, is work the reconciler
+// will finish: w counts it again.
+func (s *Service) result(ctx context.Context, key idem.Key, op operation, w *waiter, res idem.Result, said *provider.Result, refused Outcome, err error) (Result, error) {
 	if inflight, ok := errors.AsType[*idem.InFlightError](err); ok {
 		return Result{Outcome: OutcomeConflict, RetryAt: inflight.LeaseExpiresAt, KeyExpiresAt: inflight.RecordExpiresAt, Idle: true}, nil
 	}
@@ -164,6 +168,7 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 		return Result{Outcome: OutcomeMismatch, KeyExpiresAt: mismatch.RecordExpiresAt, Idle: true}, nil
 	}
 	if unknown, ok := errors.AsType[*idem.UnknownClaimError](err); ok {
+		w.work()
 		return s.unknownClaim(ctx, key, unknown)
 	}
 	// With a lease, nothing says another Region holds the command. Its
@@ -177,7 +182,7 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 	case res.Lease == nil && transient(err):
 		// DynamoDB refused the claim unprocessed at every attempt. Nothing
 		// is stored, and nothing reached the provider.
-		return Result{Outcome: OutcomeBusy}, nil
+		return Result{Outcome: OutcomeBusy, Idle: true}, nil
 	case res.Lease == nil && err != nil:
 		return Result{}, err
 	case res.Replayed:
@@ -189,6 +194,8 @@ func (s *Service) result(ctx context.Context, key idem.Key, op operation, res id
 		}
 		return Result{Outcome: outcome, Stored: &resp, KeyExpiresAt: res.Lease.RecordExpiresAt}, nil
 	case err != nil || res.Status == idem.StatusInFlight:
+		// An inherited lease, its fn not run, is the reconciler's work too.
+		w.work()
 		return s.ambiguous(ctx, res.Lease, err)
 	case res.Status == idem.StatusReleased:
 		return Result{Outcome: refused, KeyExpiresAt: res.RecordExpiresAt}, nil

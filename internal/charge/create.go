@@ -30,7 +30,7 @@ func (s *Service) Create(ctx context.Context, key idem.Key, req Request, fp idem
 	if rp, ok := s.cfg.Provider.(Replayer); ok {
 		if err := rp.CheckSource(req.Source); err != nil {
 			s.cfg.Logger.ErrorContext(ctx, "provider rejected the charge request", "key_hash", key.LogHash(), "error_class", ErrorClass(err))
-			return Result{Outcome: OutcomeRejected}, nil
+			return Result{Outcome: OutcomeRejected, Idle: true}, nil
 		}
 		kept.Source = req.Source
 	}

@@ -74,7 +74,7 @@ func (s *Service) Cancel(ctx context.Context, tenant, id string) (Result, error)
 // transit runs m on tenant's charge id.
 func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount int64) (Result, error) {
 	if !IsChargeID(id) {
-		return Result{Outcome: OutcomeNotFound}, nil
+		return Result{Outcome: OutcomeNotFound, Idle: true}, nil
 	}
 	a := s.admit(ctx, tenant)
 	if a.refused != nil {
@@ -134,7 +134,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				continue
 			}
 			if left := time.Until(until); left > 0 {
-				w.wait()
+				w.wait(left)
 				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}

@@ -23,7 +23,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		return Result{}, fmt.Errorf("charge: refund under a key of operation %q", key.Operation())
 	}
 	if !IsChargeID(chargeID) {
-		return Result{Outcome: OutcomeNotFound}, nil
+		return Result{Outcome: OutcomeNotFound, Idle: true}, nil
 	}
 	a := s.admit(ctx, key.Tenant())
 	if a.refused != nil {
@@ -40,7 +40,7 @@ func (s *Service) Refund(ctx context.Context, key idem.Key, chargeID string, req
 		return *res, nil
 	}
 	if c.Status != StatusSucceeded {
-		return Result{Outcome: OutcomeStateConflict, Charge: &c}, nil
+		return Result{Outcome: OutcomeStateConflict, Charge: &c, Idle: true}, nil
 	}
 	if err := s.prepare(ctx); err != nil {
 		return Result{}, err

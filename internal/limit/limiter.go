@@ -268,6 +268,10 @@ type Ticket struct {
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
+	// waiting: GiveBack counted paid, the handler time from began to the
+	// end of the request's wait, ahead of its end.
+	waiting bool
+	paid    time.Duration
 }
 
 // Refusal is why a request was refused.
@@ -377,7 +381,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	if !counted {
 		t.giveBack(tk, lim)
 	}
-	t.pending.Busy += max(elapsed-tk.began, 0)
+	t.pending.Busy += max(elapsed-tk.began-tk.paid, 0)
 	due := t.pending.Requests >= max(SyncEvery, lim.Rate/SyncShare) || t.pending.Busy >= SyncBusy
 	if t.hot() {
 		due = t.hotDue(lim)
@@ -388,12 +392,22 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 // GiveBack gives tk's count back now, as Done does for a request not
 // counted. A request that waits for another's key gives it back as it
 // starts waiting: its wait may outlast its second. It is given back once.
-// A count a share carried is shared back at once. Another instance, which
-// serves nothing else until the wait ends, would not share it soon.
-func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
-	l.recount(ctx, tk, func(t *tenant, _ time.Time, lim Limits) bool {
+// wait is the longest the request may wait. Its handler time so far and
+// wait count at once, shared with the fleet at once. So the concurrency
+// bounds how many of a tenant's requests wait at once, fleet-wide: a retry
+// storm's twins hold no instance another tenant needs. Done counts only
+// the time run past that. A wait that ends early stays counted in full:
+// only its own tenant pays. Its instance also counts it as running: under
+// Lambda, that instance serves nothing else meanwhile.
+func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket, wait time.Duration) {
+	l.recount(ctx, tk, func(t *tenant, _ time.Time, elapsed time.Duration, lim Limits) bool {
 		t.giveBack(tk, lim)
-		return false
+		if tk.waiting {
+			return false
+		}
+		tk.waiting, tk.paid = true, max(elapsed-tk.began, 0)+max(wait, 0)
+		t.pending.Busy += tk.paid
+		return true
 	})
 }
 
@@ -403,7 +417,7 @@ func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket) {
 // the next twin to take. A hot tenant's count is shared at once, as its
 // give-back was: the work may take seconds.
 func (l *Limiter) Retake(ctx context.Context, tk *Ticket) {
-	l.recount(ctx, tk, func(t *tenant, now time.Time, lim Limits) bool {
+	l.recount(ctx, tk, func(t *tenant, now time.Time, _ time.Duration, lim Limits) bool {
 		if !tk.givenBack {
 			return false
 		}
@@ -421,15 +435,15 @@ func nextSecondDue(w int64, lim Limits) time.Time {
 	return time.Unix(w+1, 0).Add(Window - lim.interval())
 }
 
-// recount changes tk's count in its tenant's state, as of now. It shares
-// the tenant's usage if change says it is due.
-func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant, now time.Time, lim Limits) (due bool)) {
+// recount changes tk's count in its tenant's state, as of now and the
+// time elapsed. It shares the tenant's usage if change says it is due.
+func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant, now time.Time, elapsed time.Duration, lim Limits) (due bool)) {
 	lim := l.overrides.cached(tk.tenant)
-	now := l.clock.now()
+	now, elapsed := l.clock.instant()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(tk.tenant, now, lim)
-	l.shareFor(ctx, tk, t, lim, change(t, now, lim))
+	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim))
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given

@@ -73,6 +73,9 @@ func (s *sharedCounts) calls() (adds, reads int) {
 // as it means them to.
 var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 
+// inflightWait is how long a twin may wait for its key: INFLIGHT_WAIT.
+const inflightWait = 2 * time.Second
+
 func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits) *limit.Limiter {
 	t.Helper()
 	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, limit.ClockOf(clock.Now) })
@@ -1362,7 +1365,7 @@ func besideTwins(t *testing.T, giveBack bool, want int) {
 				if twin {
 					d = 1500 * time.Millisecond // waits for the key in progress
 					if giveBack {
-						l.GiveBack(t.Context(), tk)
+						l.GiveBack(t.Context(), tk, d)
 					}
 				}
 				runs = append(runs, running{tk, now.Add(d), charge})
@@ -1883,7 +1886,7 @@ func TestARequestThatStartsWaitingGivesItsCountBackOnce(t *testing.T) {
 		if refused != nil {
 			t.Fatalf("refused %+v", refused)
 		}
-		l.GiveBack(t.Context(), tk)
+		l.GiveBack(t.Context(), tk, inflightWait)
 		waiting = append(waiting, tk)
 	}
 	if n := admitted(t, l, "acme", 4); n != 3 {
@@ -1948,7 +1951,7 @@ func TestTwinsWaitingOnOtherInstancesLeaveTheRate(t *testing.T) {
 	setClock(clock, start.Add(10*time.Second))
 	for _, l := range fleet[:5] {
 		twin := mustAdmit(t.Context(), t, l, "acme")
-		l.GiveBack(t.Context(), twin) // it waits for the key, past the second
+		l.GiveBack(t.Context(), twin, inflightWait) // it waits for the key, past the second
 	}
 	clock.Advance(10 * time.Millisecond)
 	if n := admitted(t, fleet[5], "acme", 20); n < 10-1 {
@@ -1970,7 +1973,7 @@ func TestATwinThatTakesItsKeyOverCountsAgain(t *testing.T) {
 	hotOnEach(t, fleet, clock, "acme")
 	setClock(clock, start.Add(10*time.Second))
 	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
-	fleet[0].GiveBack(t.Context(), twin)
+	fleet[0].GiveBack(t.Context(), twin, inflightWait)
 	if n := admitted(t, fleet[1], "acme", 8); n != 8 {
 		t.Fatalf("rate 10, a twin's count given back: %d of 8 admitted", n)
 	}
@@ -2004,7 +2007,7 @@ func TestATwinThatTakesItsKeyOverAtAHighRateIsSharedAtOnce(t *testing.T) {
 	}
 	setClock(clock, start.Add(10*time.Second))
 	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
-	fleet[0].GiveBack(t.Context(), twin) // shared at once
+	fleet[0].GiveBack(t.Context(), twin, inflightWait) // shared at once
 	if n := admitted(t, fleet[1], "acme", rate-4); n != rate-4 {
 		t.Fatalf("rate %d, a twin's count given back: %d of %d admitted", rate, n, rate-4)
 	}
@@ -2028,7 +2031,7 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 	twins := make([]*limit.Ticket, 0, waiting)
 	for range waiting {
 		twin := mustAdmit(t.Context(), t, l, "acme")
-		l.GiveBack(t.Context(), twin) // it waits for its key
+		l.GiveBack(t.Context(), twin, inflightWait) // it waits for its key
 		twins = append(twins, twin)
 	}
 	if n := admitted(t, l, "acme", rate); n != rate {
@@ -2043,5 +2046,87 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 		t.Fatalf("rate %d, %d twins took their keys over in the second before: the next second's first request refused %+v, want admitted", rate, waiting, *refused)
 	} else {
 		l.Done(t.Context(), tk, true)
+	}
+}
+
+// TestTwinsGivingTheirCountBackAreHeldToTheConcurrency (review 12): a
+// retry storm on one key in progress, 250 a second, each retry waiting
+// INFLIGHT_WAIT (2 s) on its own instance, as Lambda spreads them. Each
+// gives its count back as it starts waiting, so the rate never holds
+// them. docs/capacity.md: "Its wait counts against the concurrency, which
+// bounds how many wait at once." Slow requests spread thin are held within
+// twice the concurrency on average (TestSlowRequestsSpreadThinAreHeldToTheConcurrency).
+// These hold Lambda instances other tenants' charges need.
+func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, step, wait = 700, 30, 4 * time.Millisecond, 2 * time.Second
+	fleet := fleetOf(t, newShared(), clock, instances)
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, len(fleet))
+	steps := int(time.Duration(seconds) * time.Second / step)
+	most, sum := 0, 0
+	for i := range steps {
+		now := clock.Now()
+		n := 0
+		idle := -1
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
+				busy[j], r = nil, nil
+			}
+			switch {
+			case r != nil:
+				n++
+			case idle < 0:
+				idle = j
+			}
+		}
+		if idle < 0 {
+			t.Fatalf("at %v every one of %d instances is busy", now.Sub(start), instances)
+		}
+		if tk, refused := fleet[idle].Admit(t.Context(), "storm"); refused == nil {
+			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
+			busy[idle], n = &running{tk, now.Add(wait)}, n+1
+		}
+		if i >= steps/2 {
+			most, sum = max(most, n), sum+n
+		}
+		clock.Advance(step)
+	}
+	mean := float64(sum) / float64(steps-steps/2)
+	if mean > 2*limit.DefaultConcurrency {
+		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance: %.1f waited at once on average, at most %d; want at most twice the concurrency, %d",
+			wait, mean, most, 2*limit.DefaultConcurrency)
+	}
+}
+
+// TestAWaitCountsOnceAgainstTheConcurrency: a twin's wait counts in full
+// as it starts. Its end counts only the time run past it, not its wait
+// again.
+func TestAWaitCountsOnceAgainstTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	// 10 s of handler time in the span: 4 waits of 2 s leave room.
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 100, Concurrency: 1})
+	twins := make([]*limit.Ticket, 0, 4)
+	for range 4 {
+		twin := mustAdmit(t.Context(), t, l, "acme")
+		l.GiveBack(t.Context(), twin, inflightWait)
+		twins = append(twins, twin)
+	}
+	clock.Advance(time.Second) // each wait ends early
+	for _, twin := range twins {
+		l.Done(t.Context(), twin, false)
+	}
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("concurrency 1 (10 s in the span), 4 waits of %v ended after 1 s: refused %+v, want admitted", inflightWait, refused)
+	}
+	clock.Advance(2 * time.Second) // it runs 2 s: 10 s in the span
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "concurrency" {
+		t.Fatalf("concurrency 1, 4 waits of %v and a request running 2 s: %+v, want refused for concurrency", inflightWait, refused)
 	}
 }

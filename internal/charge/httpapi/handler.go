@@ -187,7 +187,7 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		// A request that waits for its key's holder, or for a move in
 		// flight, does no new work until it acts itself.
 		ctx = charge.WithWaitHooks(ctx, charge.WaitHooks{
-			OnWait: func() { h.opt.Limiter.GiveBack(ctx, ticket) },
+			OnWait: func(wait time.Duration) { h.opt.Limiter.GiveBack(ctx, ticket, wait) },
 			OnWork: func() { h.opt.Limiter.Retake(ctx, ticket) },
 		})
 	}
@@ -228,7 +228,8 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	if err != nil {
 		// The cause is logged by class, never sent. 5xx bodies reveal nothing.
 		attrs = append(attrs, slog.String("error_class", charge.ErrorClass(err)))
-		res = charge.Result{Outcome: charge.OutcomeError}
+		// A provider not made ready stopped the request before its claim.
+		res = charge.Result{Outcome: charge.OutcomeError, Idle: errors.Is(err, charge.ErrProviderNotReady)}
 	}
 	var resp events.APIGatewayV2HTTPResponse
 	if route == RouteWebhook {

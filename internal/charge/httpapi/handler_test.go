@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
@@ -25,9 +28,11 @@ import (
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
+	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
 	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 const visa = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
@@ -746,5 +751,189 @@ func TestRepeatsOfASettledCancelLeaveTheirTenantsRate(t *testing.T) {
 	}
 	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
 		t.Fatalf("rate %d: an authorization and a cancel in one second, then %d repeats and captures; a new charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestRefundsOfAnUncapturedChargeLeaveTheirTenantsRate (review 12): a
+// refund of a charge only authorized answers 409 charge-state-conflict.
+// It reads the charge and stops: no key claimed, no hold, no provider call.
+// docs/contract.md: "So does a `409 state-conflict` found without acting."
+// A capture of a canceled charge gives its count back; this refund must
+// too, or a client retrying it locks its tenant out of new charges.
+func TestRefundsOfAnUncapturedChargeLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization and two more
+	h, id, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostRefund("acme", fmt.Sprintf("r-%d", i), id, "")); resp.StatusCode != http.StatusConflict {
+			t.Fatalf("rate %d, refund %d of an authorized charge: %d %s, want 409 charge-state-conflict", rate, i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization, then %d refunds of it answered 409 without acting; a new charge then: %d %s, want 201",
+			rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// reclaimAnswerLost is a DynamoDB connection that resets after each
+// attempt at re-claiming a released key is applied: the claim landed, its
+// answer lost. hit says it was tried.
+type reclaimAnswerLost struct{ hit atomic.Bool }
+
+func (r *reclaimAnswerLost) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") &&
+		bytes.Contains(body, []byte("SET #status = :inflight, #tok = :tok, #lexp = :lexp, #shard = :shard, #ad = :ad")) {
+		r.hit.Store(true)
+		return idemtest.FaultyConnection{Fault: idemtest.Reset}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestATwinWhoseTakeOverMayHaveLandedCountsAgainstTheRate (review 12): a
+// twin waits for its key, its count given back. The holder is released,
+// and the twin claims the key again; DynamoDB applies it, and the answer
+// is lost. The twin answers 503 outcome-pending: it holds the key, and
+// the reconciler will send its charge. A first request whose claim is
+// unknown keeps its count; docs/contract.md: a twin that takes the key
+// over "counts again". Here no count ever covers that charge.
+func TestATwinWhoseTakeOverMayHaveLandedCountsAgainstTheRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", 1)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
+	const rate = 2                                                          // the holder's charge, and the twin's
+	faults := &reclaimAnswerLost{}
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+			o.HTTPClient = &http.Client{Transport: faults}
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
+		})
+	})
+	first := make(chan int, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", visa))
+		first <- resp.StatusCode
+	}()
+	<-provider.held // the first holds the key, its charge at the provider
+	twin := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() { twin <- handle(t, h, testkit.PostCharge("acme", "held", visa)) }()
+	time.Sleep(300 * time.Millisecond) // it waits for the key, its count given back
+	close(provider.gate)
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("the first request: %d, want 503 provider-unavailable, the key released", code)
+	}
+	if resp := <-twin; !faults.hit.Load() || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Body, httpapi.ProblemOutcomePending.Slug) {
+		t.Fatalf("the twin: re-claim's answer lost %v; %d %s, want 503 outcome-pending", faults.hit.Load(), resp.StatusCode, resp.Body)
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("rate %d: the holder's charge sent, and the twin's claim landed for the reconciler to send; a new key then: %d, want 429", rate, resp.StatusCode)
+	}
+}
+
+// claimsRefused is a DynamoDB connection refused to every claim while
+// armed: the claim never leaves, and nothing is stored.
+type claimsRefused struct{ armed, hit atomic.Bool }
+
+func (c *claimsRefused) RoundTrip(req *http.Request) (*http.Response, error) {
+	if c.armed.Load() && strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".PutItem") {
+		c.hit.Store(true)
+		return idemtest.FaultyConnection{Fault: idemtest.Refused}.RoundTrip(req)
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestChargesRefusedUnclaimedLeaveTheirTenantsRate (review 12): while
+// DynamoDB refuses a charge's claim at every attempt, the charge answers
+// 503: nothing stored, nothing sent. docs/contract.md: "What counts
+// against the rate is a request that did new work." These did none, yet
+// keep their count: a client retrying through a store's hiccup spends its
+// tenant's rate on answers that did nothing.
+func TestChargesRefusedUnclaimedLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
+	const rate = 3
+	faults := &claimsRefused{}
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, func(o *dynamodb.Options) {
+			o.HTTPClient = &http.Client{Transport: faults}
+			o.Retryer = retry.NewStandard(func(so *retry.StandardOptions) { so.MaxBackoff, so.RateLimiter = time.Millisecond, ratelimit.None })
+		})
+	})
+	faults.armed.Store(true)
+	for i := range rate {
+		if resp := handle(t, h, testkit.PostCharge("acme", "k", visa)); !faults.hit.Load() || resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("attempt %d, its claim refused: %d %s, want 503, nothing stored", i, resp.StatusCode, resp.Body)
+		}
+	}
+	faults.armed.Store(false)
+	if resp := handle(t, h, testkit.PostCharge("acme", "k", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: %d attempts refused unclaimed, nothing stored or sent; the same charge then: %d %s, want 201", rate, rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestRequestsOnAMalformedChargeIDLeaveTheirTenantsRate: a capture, cancel
+// or refund of an id that is no charge's answers 404 before reading
+// anything. docs/contract.md: a request refused as invalid before
+// anything was read gives its count back.
+func TestRequestsOnAMalformedChargeIDLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the authorization and two more
+	h, _, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	for i, req := range []events.APIGatewayV2HTTPRequest{
+		testkit.PostMove("acme", "nope", "capture", ""),
+		testkit.PostMove("acme", "nope", "cancel", ""),
+		testkit.PostRefund("acme", "r", "nope", ""),
+	} {
+		if resp := handle(t, h, req); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("request %d on a malformed charge id: %d %s, want 404", i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization, then 3 requests on a malformed id answered 404; a new charge then: %d %s, want 201", rate, resp.StatusCode, resp.Body)
+	}
+}
+
+// TestChargesStoppedBeforeTheirClaimLeaveTheirTenantsRate: a source the
+// provider refuses on sight (502), or a provider whose key cannot be read
+// (500), stops a charge before its claim: nothing stored or sent. Each
+// gives its count back, as docs/contract.md says.
+func TestChargesStoppedBeforeTheirClaimLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 3
+	for name, c := range map[string]struct {
+		source string
+		status int
+		secret func(string) string
+	}{
+		"source refused": {"tok_visa", http.StatusBadGateway, func(key string) string { return key }},
+		"key unreadable": {stripesim.PMVisa, http.StatusInternalServerError, func(string) string { return "chargeonce-test-no-such-secret" }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			d := testkit.Deploy(t)
+			clock := testkit.NewClock(time.Now().Truncate(time.Second)) // one second throughout
+			_, stripeWiring := testkit.Stripe(t, clock.Now)
+			h := d.ChargeHandler(t, stripeWiring, func(w *testkit.Wiring) {
+				w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
+				w.Charge.ProviderSecretName = c.secret(w.Charge.ProviderSecretName)
+			})
+			body := `{"amount":1500,"currency":"EUR","source":"` + c.source + `"}`
+			for i := range rate + 1 {
+				if resp := handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("k-%d", i), body)); resp.StatusCode != c.status {
+					t.Fatalf("rate %d, attempt %d stopped before its claim: %d %s, want %d", rate, i, resp.StatusCode, resp.Body, c.status)
+				}
+			}
+		})
 	}
 }
