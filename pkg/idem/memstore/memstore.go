@@ -234,10 +234,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	}
 	// An earlier lease's command leased again, as dynamostore's leased:
 	// its record is IN_FLIGHT now (claims.Leased).
-	if err := claims.Leased(ctx, begun.Lease, claims.ReadOn(s.ledger, s.stored), s.mark("begin"), s.settle("begin")); err != nil {
-		return idem.Begun{}, err
-	}
-	return begun, nil
+	return claims.Leased(ctx, begun.Lease, claims.ReadOn(s.ledger, s.stored), s.mark("begin"), s.settle("begin"))
 }
 
 // live reports whether key has a record within its retention at now.
@@ -530,7 +527,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		return nil, err
 	}
 	// Outside the records' lock: Leased reads the record after its clear.
-	if err := claims.Leased(ctx, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
+	if err := claims.TakenOver(ctx, op, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
 		return nil, err
 	}
 	return lease, nil
