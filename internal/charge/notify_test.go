@@ -1261,3 +1261,67 @@ func TestAWebhookPreemptedMeanwhileIsNot500(t *testing.T) {
 		t.Fatalf("a claimed event whose settlement lost its lease: %d %s", resp.StatusCode, resp.Body)
 	}
 }
+
+// unknownPreempt is a Store whose Preempt lands, then answers as one
+// whose read after its clear was lost: *idem.UnknownClaimError, its Err
+// unavailable (claims.Leased).
+type unknownPreempt struct{ charge.Store }
+
+func (s unknownPreempt) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
+	l, err := s.Store.Preempt(ctx, key, created)
+	if err != nil {
+		return nil, err
+	}
+	return nil, &idem.UnknownClaimError{LeaseExpiresAt: l.ExpiresAt, RecordExpiresAt: l.RecordExpiresAt,
+		Err: fmt.Errorf("the read after the clear is lost: %w", idem.ErrUnavailable)}
+}
+
+// TestANotificationWhosePreemptIsUnknownIsNotBusy: a charge notification
+// preempts its released command, and the preempt's answer is an unknown
+// claim. The command is IN_FLIGHT under a lease nobody holds. busy says
+// nothing was recorded: the answer is ambiguous, delivered again.
+func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
+	mem := memstore.New()
+	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
+	store := unknownPreempt{mem}
+	prov := &unavailableProvider{store: store}
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewHandler(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientKey := newKey()
+	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.expect(key)
+	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
+		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
+	}
+	released, err := store.Get(ctx, key)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want RELEASED", released, err)
+	}
+	res, err := svc.Notify(ctx, charge.Notification{
+		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
+		Reference: charge.ProviderReference(key, released.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	})
+	if rec, gerr := store.Get(ctx, key); gerr != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt landed", rec, gerr)
+	}
+	if err != nil || res.Outcome != charge.OutcomeAmbiguous {
+		t.Fatalf("the notification whose preempt is unknown: %+v, %v; want %s (busy says nothing was recorded)", res, err, charge.OutcomeAmbiguous)
+	}
+}
