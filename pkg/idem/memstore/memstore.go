@@ -13,7 +13,10 @@
 // Options.Clock is the store's clock: every function of package idem
 // reads it through Backend.Now, so a test moves time there alone.
 //
-// memstore answers at once, under one lock, so concurrent duplicates that
+// memstore answers at once. Each write of a record is made under one
+// lock. With a Ledger, a lease written over another's then clears the
+// claim's end and reads the record again, outside that lock. Other
+// requests may write between, as on DynamoDB. Concurrent duplicates that
 // DynamoDB answers with *idem.InFlightError may meet a settled record
 // here instead. Test the in-flight answer with a function that waits,
 // not with timing.
