@@ -1102,36 +1102,9 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clock := testkit.NewClock(time.Now())
-	d := testkit.Deploy(t)
 	mem := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
-	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
 	store := &claimingStore{Store: mem}
-	prov := &unavailableProvider{store: store}
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.NewHandler(svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientKey := newKey()
-	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov.expect(key)
-	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
-		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
-	}
-	old, err := store.Get(ctx, key)
-	if err != nil || old.Status != idem.StatusReleased {
-		t.Fatalf("record %+v, %v; want RELEASED", old, err)
-	}
+	svc, key, old := releasedCharge(t, mem, store)
 	var successor time.Time
 	store.mu.Lock()
 	store.key, store.then = key, func(rec *idem.Record) {
@@ -1145,7 +1118,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	}
 	store.mu.Unlock()
 	n := charge.Notification{
-		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
 		Reference: charge.ProviderReference(key, old.CreatedAt),
 		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_old"},
 	}
@@ -1283,10 +1256,29 @@ func (s unknownPreempt) Preempt(ctx context.Context, key idem.Key, created time.
 func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	d := testkit.Deploy(t)
 	mem := memstore.New()
+	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem})
+	res, err := svc.Notify(ctx, charge.Notification{
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
+		Reference: charge.ProviderReference(key, released.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	})
+	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt landed", rec, gerr)
+	}
+	if err != nil || res.Outcome != charge.OutcomeAmbiguous {
+		t.Fatalf("the notification whose preempt is unknown: %+v, %v; want %s (busy says nothing was recorded)", res, err, charge.OutcomeAmbiguous)
+	}
+}
+
+// releasedCharge is a service on store, whose records mem holds, and a
+// charge of a new key it released: its provider was unavailable. It
+// returns the service, the key and the RELEASED record.
+func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*charge.Service, idem.Key, *idem.Record) {
+	t.Helper()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
 	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
-	store := unknownPreempt{mem}
 	prov := &unavailableProvider{store: store}
 	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
 	if err != nil {
@@ -1309,19 +1301,9 @@ func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
 		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
 	}
-	released, err := store.Get(ctx, key)
-	if err != nil || released.Status != idem.StatusReleased {
-		t.Fatalf("record %+v, %v; want RELEASED", released, err)
+	rec, err := mem.Get(ctx, key)
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want RELEASED", rec, err)
 	}
-	res, err := svc.Notify(ctx, charge.Notification{
-		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
-		Reference: charge.ProviderReference(key, released.CreatedAt),
-		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
-	})
-	if rec, gerr := store.Get(ctx, key); gerr != nil || rec.Status != idem.StatusInFlight {
-		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt landed", rec, gerr)
-	}
-	if err != nil || res.Outcome != charge.OutcomeAmbiguous {
-		t.Fatalf("the notification whose preempt is unknown: %+v, %v; want %s (busy says nothing was recorded)", res, err, charge.OutcomeAmbiguous)
-	}
+	return svc, key, rec
 }

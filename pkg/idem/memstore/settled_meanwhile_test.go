@@ -45,21 +45,13 @@ func TestAClaimBackThatFindsItsCommandSettledAnswersTheReplay(t *testing.T) {
 		o.Retention, o.ReleaseRetention = 24*time.Hour, time.Hour
 		o.Clock, o.Region, o.Ledger = clock.Now, "a", ledger
 	})
-	k := idemtest.UniqueKey(t, "acme")
-	body := []byte("intent")
-	begun, err := st.Begin(ctx, k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
-	if err := st.Release(ctx, begun.Lease); err != nil {
-		t.Fatal(err)
-	}
+	k, body, released := releasedIn(t, st)
 	clock.Advance(time.Minute)
 	charged := idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)}
 	var notified error
 	ledger.hook = func() {
 		// The notification's proof: preempt the claim back's live lease.
-		l, err := st.Preempt(ctx, k, begun.Lease.CreatedAt)
+		l, err := st.Preempt(ctx, k, released.CreatedAt)
 		if err != nil {
 			notified = err
 			return
