@@ -92,14 +92,15 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 		// the start. Settling twice changes nothing. A store busy for now,
 		// with the event released, is busy. Anything else after the claim
 		// is pending, never 500: another settler took the command
-		// (ErrLeaseLost), or the event's record stays.
+		// (ErrLeaseLost), or the event's record stays. An unknown preempt
+		// is pending too: the command may be IN_FLIGHT under no holder.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 		defer cancel()
 		rerr := s.cfg.Store.Release(rctx, lease)
 		if rerr != nil {
 			s.cfg.Logger.WarnContext(ctx, "notify: releasing the event failed", "error_class", ErrorClass(rerr))
 		}
-		if transient(err) && rerr == nil {
+		if transient(err) && !errors.Is(err, idem.ErrUnknownClaim) && rerr == nil {
 			return Result{Outcome: OutcomeBusy}, nil
 		}
 		s.cfg.Logger.WarnContext(ctx, "notify: settling the event failed; delivered again", "error_class", ErrorClass(err))

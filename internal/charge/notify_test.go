@@ -1102,36 +1102,9 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	clock := testkit.NewClock(time.Now())
-	d := testkit.Deploy(t)
 	mem := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
-	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
 	store := &claimingStore{Store: mem}
-	prov := &unavailableProvider{store: store}
-	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.NewHandler(svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientKey := newKey()
-	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov.expect(key)
-	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
-		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
-	}
-	old, err := store.Get(ctx, key)
-	if err != nil || old.Status != idem.StatusReleased {
-		t.Fatalf("record %+v, %v; want RELEASED", old, err)
-	}
+	svc, key, old := releasedCharge(t, mem, store)
 	var successor time.Time
 	store.mu.Lock()
 	store.key, store.then = key, func(rec *idem.Record) {
@@ -1145,7 +1118,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	}
 	store.mu.Unlock()
 	n := charge.Notification{
-		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
 		Reference: charge.ProviderReference(key, old.CreatedAt),
 		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_old"},
 	}
@@ -1260,4 +1233,77 @@ func TestAWebhookPreemptedMeanwhileIsNot500(t *testing.T) {
 	if resp.StatusCode == http.StatusInternalServerError {
 		t.Fatalf("a claimed event whose settlement lost its lease: %d %s", resp.StatusCode, resp.Body)
 	}
+}
+
+// unknownPreempt is a Store whose Preempt lands, then answers as one
+// whose read after its clear was lost: *idem.UnknownClaimError, its Err
+// unavailable (claims.Leased).
+type unknownPreempt struct{ charge.Store }
+
+func (s unknownPreempt) Preempt(ctx context.Context, key idem.Key, created time.Time) (*idem.Lease, error) {
+	l, err := s.Store.Preempt(ctx, key, created)
+	if err != nil {
+		return nil, err
+	}
+	return nil, &idem.UnknownClaimError{LeaseExpiresAt: l.ExpiresAt, RecordExpiresAt: l.RecordExpiresAt,
+		Err: fmt.Errorf("the read after the clear is lost: %w", idem.ErrUnavailable)}
+}
+
+// TestANotificationWhosePreemptIsUnknownIsNotBusy: a charge notification
+// preempts its released command, and the preempt's answer is an unknown
+// claim. The command is IN_FLIGHT under a lease nobody holds. busy says
+// nothing was recorded: the answer is ambiguous, delivered again.
+func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	mem := memstore.New()
+	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem})
+	res, err := svc.Notify(ctx, charge.Notification{
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
+		Reference: charge.ProviderReference(key, released.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	})
+	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt landed", rec, gerr)
+	}
+	if err != nil || res.Outcome != charge.OutcomeAmbiguous {
+		t.Fatalf("the notification whose preempt is unknown: %+v, %v; want %s (busy says nothing was recorded)", res, err, charge.OutcomeAmbiguous)
+	}
+}
+
+// releasedCharge is a service on store, whose records mem holds, and a
+// charge of a new key it released: its provider was unavailable. It
+// returns the service, the key and the RELEASED record.
+func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*charge.Service, idem.Key, *idem.Record) {
+	t.Helper()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
+	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
+	prov := &unavailableProvider{store: store}
+	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewHandler(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientKey := newKey()
+	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.expect(key)
+	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
+		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
+	}
+	rec, err := mem.Get(ctx, key)
+	if err != nil || rec.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want RELEASED", rec, err)
+	}
+	return svc, key, rec
 }

@@ -202,9 +202,10 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 	var held error // the last ErrInFlight: the key's holder may have acted
 	for {
 		begun, err := b.Begin(ctx, key, fp, intent)
-		if held != nil && errors.Is(err, ErrUnavailable) {
+		if held != nil && errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrUnknownClaim) {
 			// This claim wrote nothing, but an attempt whose outcome is
-			// unknown held the key. "Nothing was done" would be false.
+			// unknown held the key. "Nothing was done" would be false. An
+			// unknown claim may have written: its caller must queue the key.
 			return begun, held
 		}
 		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {

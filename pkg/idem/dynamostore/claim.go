@@ -79,7 +79,7 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	}, tries.Option)
 	if err == nil && !lease.CreatedAt.Equal(now) {
 		// An earlier claim taken up: it may carry a release's end.
-		return s.leased(ctx, "begin", lease)
+		return s.leased(ctx, lease)
 	}
 	if err == nil {
 		return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
@@ -87,14 +87,10 @@ func (s *Store) begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }
 
-// leased answers a lease whose IN_FLIGHT record is written over an
-// earlier lease's, for op. The release's end is cleared now
-// (claims.Leased).
-func (s *Store) leased(ctx context.Context, op string, lease *idem.Lease) (idem.Begun, error) {
-	if err := claims.Leased(ctx, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
-		return idem.Begun{}, err
-	}
-	return idem.Begun{Lease: lease, RecordExpiresAt: lease.RecordExpiresAt, Status: idem.StatusInFlight}, nil
+// leased answers Begin's lease whose IN_FLIGHT record is written over an
+// earlier lease's. The release's end is cleared now (claims.Leased).
+func (s *Store) leased(ctx context.Context, lease *idem.Lease) (idem.Begun, error) {
+	return claims.Leased(ctx, lease, claims.ReadOn(s.ledger, s.stored), s.mark("begin"), s.settle("begin"))
 }
 
 // claimed answers a claim whose conditional write failed. err holds the
@@ -130,7 +126,7 @@ func (s *Store) existing(ctx context.Context, lease *idem.Lease, fp idem.Fingerp
 				lease.Intent = rec.Intent // a re-claim's: the record kept its own
 			}
 		}
-		return s.leased(ctx, "begin", lease)
+		return s.leased(ctx, lease)
 	}
 	rec, err := s.decodeRecord(key, item)
 	if err != nil {
@@ -217,7 +213,7 @@ func (s *Store) reclaim(ctx context.Context, lease *idem.Lease, fp idem.Fingerpr
 			// a settlement sizes its response beside it, as DynamoDB will.
 			lease.Intent = rec.Intent
 		}
-		return s.leased(ctx, "begin", lease)
+		return s.leased(ctx, lease)
 	}
 	return s.claimed(ctx, lease, fp, err, &tries, reclaims)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/internal/claims"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/policy"
 )
 
@@ -134,7 +135,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 	if err := s.extendClaim(ctx, op, key, lease.CreatedAt, lease.ExpiresAt); err != nil {
 		return nil, err
 	}
-	if _, err := s.leased(ctx, op, lease); err != nil {
+	if err := claims.TakenOver(ctx, op, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
 		return nil, err
 	}
 	return lease, nil

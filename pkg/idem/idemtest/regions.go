@@ -69,7 +69,8 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A stale lease's clear of its own end keeps the end the holder recorded since", staleClearKeepsTheHoldersEnd},
 		{"A stale lease's release after the holder's commit records no end", staleReleaseAfterCommitRecordsNoEnd},
 		{"Recover clears the end a commit's failed clear left", recoverSettlesTheClaim},
-		{"A stale claim back's clear after another lease's commit leaves the claim settled", staleClaimBackClearKeepsItSettled},
+		{"A stale claim back's clear after another lease's commit leaves the claim settled and replays", staleClaimBackClearKeepsItSettled},
+		{"A take-over that reads its command committed meanwhile gives ErrCompleted", takeOverAfterCommitIsCompleted},
 		{"A settled command taken up without its record may release", settledTakenUpReleases},
 		{"A new command after a settled one's claim ended releases", newCommandAfterASettledOneReleases},
 	}
@@ -776,47 +777,84 @@ func recoverSettlesTheClaim(t *testing.T, r *regionSuite) {
 // staleClaimBackClearKeepsItSettled: a claim back's clear of any end is
 // held up while its lease runs out. The reconciler takes the command over
 // and commits it, settling its claim. Then the clear lands. The claim must
-// stay settled: the stale lease's release records no end. The retry, its
-// record lost past that end, is the committed command.
+// stay settled, and the claim back gets the stored Replay: its lease is
+// lost. The retry, its record lost past the release's end, is the
+// committed command.
 func staleClaimBackClearKeepsItSettled(t *testing.T, r *regionSuite) {
 	ctx := t.Context()
 	k, a := UniqueKey(t, "acme"), r.Store("a")
-	releasedIn(t, a, k)
+	released := releasedIn(t, a, k)
 	r.clock.Advance(time.Minute)
-	var committed error
+	committed := commitsDuringTheClear(r, a, k, func() (*idem.Lease, error) {
+		rec, err := a.Get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		r.clock.Advance(rec.LeaseExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+		return a.TakeOver(ctx, k)
+	})
+	back, err := a.Begin(ctx, k, fpA, []byte("intent"))
+	if *committed != nil {
+		t.Fatalf("the take-over's commit during the claim back's clear: %v", *committed)
+	}
+	if err != nil || back.Lease != nil || back.Replay == nil || !back.Replay.Equal(resp) || back.Status != idem.StatusSucceeded {
+		t.Fatalf("the claim back that reads its command committed: %+v, %v; want the stored Replay and no lease", back, err)
+	}
+	settledWithNoEnd(t, r, k, released)
+	retryIsTheCommittedCommand(t, r, k, released)
+}
+
+// takeOverAfterCommitIsCompleted: a take-over's clear of any end is held
+// up while a preemption commits the command. The take-over reads it
+// settled: it gives ErrCompleted, as before its write, and the claim stays
+// settled.
+func takeOverAfterCommitIsCompleted(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a := UniqueKey(t, "acme"), r.Store("a")
+	stale := beginIn(t, a, k)
+	r.clock.Advance(stale.ExpiresAt.Add(time.Second).Sub(r.clock.Now()))
+	committed := commitsDuringTheClear(r, a, k, func() (*idem.Lease, error) {
+		return a.Preempt(ctx, k, stale.CreatedAt)
+	})
+	taken, err := a.TakeOver(ctx, k)
+	if *committed != nil {
+		t.Fatalf("the preemption's commit during the take-over's clear: %v", *committed)
+	}
+	if !errors.Is(err, idem.ErrCompleted) {
+		t.Fatalf("the take-over that reads its command committed: %+v, %v; want ErrCompleted", taken, err)
+	}
+	settledWithNoEnd(t, r, k, stale)
+	retryIsTheCommittedCommand(t, r, k, stale)
+}
+
+// commitsDuringTheClear holds up a's next clear of any end. Meanwhile
+// take leases k's command, and that lease commits it. The returned error
+// is set once the clear went on: take's or the commit's.
+func commitsDuringTheClear(r *regionSuite, a idem.Backend, k idem.Key, take func() (*idem.Lease, error)) *error {
+	committed := new(error)
 	r.ledger.beforeRelease(func(until time.Time, token string) error {
 		if !until.IsZero() || token != "" {
 			return nil
 		}
 		r.ledger.beforeRelease(nil)
-		rec, err := a.Get(ctx, k)
-		if err != nil {
-			committed = err
-			return nil
+		l, err := take()
+		if err == nil {
+			err = a.Commit(context.Background(), l, resp)
 		}
-		r.clock.Advance(rec.LeaseExpiresAt.Add(time.Second).Sub(r.clock.Now()))
-		taken, err := a.TakeOver(ctx, k)
-		if err != nil {
-			committed = err
-			return nil
-		}
-		committed = a.Commit(ctx, taken, resp)
+		*committed = err
 		return nil
 	})
-	back := beginIn(t, a, k)
-	if committed != nil {
-		t.Fatalf("the take-over's commit during the claim back's clear: %v", committed)
-	}
-	r.ledger.beforeRelease(diesBeforeItsClear)
-	if err := a.Release(ctx, back); !errors.Is(err, idem.ErrLeaseLost) {
-		t.Fatalf("the stale claim back's Release: %v; want ErrLeaseLost", err)
-	}
-	r.ledger.beforeRelease(nil)
-	c, err := r.ledger.Claim(ctx, k, idem.Claim{Region: "a", CreatedAt: r.clock.Now(), Until: r.clock.Now().Add(time.Hour)})
-	if err != nil || !c.CreatedAt.Equal(back.CreatedAt) || !c.Settled || !c.ReleasedUntil.IsZero() {
+	return committed
+}
+
+// settledWithNoEnd checks the Ledger's claim of k is l's command's,
+// settled, with no release's end.
+func settledWithNoEnd(t *testing.T, r *regionSuite, k idem.Key, l *idem.Lease) {
+	t.Helper()
+	c, err := r.ledger.Claim(t.Context(), k, idem.Claim{Region: "a", CreatedAt: r.clock.Now(), Until: r.clock.Now().Add(time.Hour)})
+	if err != nil || !c.CreatedAt.Equal(l.CreatedAt) || !c.Settled || !c.ReleasedUntil.IsZero() {
 		t.Fatalf("the claim: %+v, %v; want the command's, settled, with no end", c, err)
 	}
-	retryIsTheCommittedCommand(t, r, k, back)
 }
 
 // settledTakenUpReleases: a command taken over commits, marking its claim

@@ -13,7 +13,10 @@
 // Options.Clock is the store's clock: every function of package idem
 // reads it through Backend.Now, so a test moves time there alone.
 //
-// memstore answers at once, under one lock, so concurrent duplicates that
+// memstore answers at once. Each write of a record is made under one
+// lock. With a Ledger, a lease written over another's then clears the
+// claim's end and reads the record again, outside that lock. Other
+// requests may write between, as on DynamoDB. Concurrent duplicates that
 // DynamoDB answers with *idem.InFlightError may meet a settled record
 // here instead. Test the in-flight answer with a function that waits,
 // not with timing.
@@ -234,10 +237,7 @@ func (s *Store) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 	}
 	// An earlier lease's command leased again, as dynamostore's leased:
 	// its record is IN_FLIGHT now (claims.Leased).
-	if err := claims.Leased(ctx, begun.Lease, claims.ReadOn(s.ledger, s.stored), s.mark("begin"), s.settle("begin")); err != nil {
-		return idem.Begun{}, err
-	}
-	return begun, nil
+	return claims.Leased(ctx, begun.Lease, claims.ReadOn(s.ledger, s.stored), s.mark("begin"), s.settle("begin"))
 }
 
 // live reports whether key has a record within its retention at now.
@@ -530,7 +530,7 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		return nil, err
 	}
 	// Outside the records' lock: Leased reads the record after its clear.
-	if err := claims.Leased(ctx, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
+	if err := claims.TakenOver(ctx, op, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
 		return nil, err
 	}
 	return lease, nil

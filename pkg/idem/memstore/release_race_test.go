@@ -27,17 +27,9 @@ func TestAClaimBackInItsCommandsMillisecondClearsTheReleasesEnd(t *testing.T) {
 		})
 	}
 	st := region()
-	k := idemtest.UniqueKey(t, "acme")
-	body := []byte("intent")
-	begun, err := st.Begin(ctx, k, idem.FingerprintOf(body), body)
-	if err != nil || begun.Lease == nil {
-		t.Fatalf("Begin: %+v, %v", begun, err)
-	}
-	if err := st.Release(ctx, begun.Lease); err != nil {
-		t.Fatal(err)
-	}
+	k, body, released := releasedIn(t, st)
 	back, err := st.Begin(ctx, k, idem.FingerprintOf(body), body)
-	if err != nil || back.Lease == nil || !back.Lease.CreatedAt.Equal(begun.Lease.CreatedAt) {
+	if err != nil || back.Lease == nil || !back.Lease.CreatedAt.Equal(released.CreatedAt) {
 		t.Fatalf("the claim back: %+v, %v", back, err)
 	}
 	if err := st.Commit(ctx, back.Lease, idem.Response{Status: 201, Body: []byte(`{"charge":"ch_1"}`)}); err != nil {
@@ -45,7 +37,23 @@ func TestAClaimBackInItsCommandsMillisecondClearsTheReleasesEnd(t *testing.T) {
 	}
 	clock.Advance(time.Hour + time.Minute) // past the release's end; a fresh store: the record lost
 	retry, err := region().Begin(ctx, k, idem.FingerprintOf(body), body)
-	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(begun.Lease.CreatedAt) {
-		t.Fatalf("the retry of the committed command: %+v, %v; want it taken up under %s, as dynamostore does", retry, err, begun.Lease.CreatedAt)
+	if err != nil || retry.Lease == nil || !retry.Lease.CreatedAt.Equal(released.CreatedAt) {
+		t.Fatalf("the retry of the committed command: %+v, %v; want it taken up under %s, as dynamostore does", retry, err, released.CreatedAt)
 	}
+}
+
+// releasedIn begins a fresh key's command in st and releases it. It
+// returns the key, the request's body and the released lease.
+func releasedIn(t *testing.T, st *memstore.Store) (idem.Key, []byte, *idem.Lease) {
+	t.Helper()
+	k := idemtest.UniqueKey(t, "acme")
+	body := []byte("intent")
+	begun, err := st.Begin(t.Context(), k, idem.FingerprintOf(body), body)
+	if err != nil || begun.Lease == nil {
+		t.Fatalf("Begin: %+v, %v", begun, err)
+	}
+	if err := st.Release(t.Context(), begun.Lease); err != nil {
+		t.Fatal(err)
+	}
+	return k, body, begun.Lease
 }

@@ -5,6 +5,7 @@ package claims
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -131,34 +132,51 @@ func Unreleased(ctx context.Context, l *idem.Lease, read Read, mark Mark) error 
 //
 // A clear held up may land after a later lease settled the command. It
 // would remove that settle's mark. So Leased reads the record after its
-// clear. Settled by another lease, its claim is settled again. A record l
-// holds keeps the clear: a take-up of a lost record may release. A nil
-// read, a store without claims (ReadOn), reads nothing.
-func Leased(ctx context.Context, l *idem.Lease, read Read, mark Mark, settle Settle) error {
+// clear. Settled by another lease, its claim is settled again. Leased
+// then answers the stored Replay, as a Begin after completion gets: l is
+// lost. Otherwise it answers l. A record l holds keeps the clear: a
+// take-up of a lost record may release. A nil read, a store without
+// claims (ReadOn), reads nothing.
+func Leased(ctx context.Context, l *idem.Lease, read Read, mark Mark, settle Settle) (idem.Begun, error) {
 	*policy.LeaseMarked(l) = true
+	var settled *idem.Record
 	err := mark(ctx, l, time.Time{}, "")
 	if err == nil && read != nil {
-		err = settledMeanwhile(ctx, l, read, settle)
+		settled, err = settledMeanwhile(ctx, l, read, settle)
 	}
-	if err != nil {
-		return &idem.UnknownClaimError{LeaseExpiresAt: l.ExpiresAt, RecordExpiresAt: l.RecordExpiresAt, Err: err}
+	switch {
+	case err != nil:
+		return idem.Begun{}, &idem.UnknownClaimError{LeaseExpiresAt: l.ExpiresAt, RecordExpiresAt: l.RecordExpiresAt, Err: err}
+	case settled != nil:
+		return idem.Begun{Replay: settled.Response, RecordExpiresAt: settled.ExpiresAt, Status: settled.Status}, nil
 	}
-	return nil
+	return idem.Begun{Lease: l, RecordExpiresAt: l.RecordExpiresAt, Status: idem.StatusInFlight}, nil
 }
 
-// settledMeanwhile settles the claim of l's command again if its record
-// is settled: another lease took it over and settled it before l's clear.
-func settledMeanwhile(ctx context.Context, l *idem.Lease, read Read, settle Settle) error {
+// TakenOver is Leased for op, a take-over or preemption, of l. A command
+// settled meanwhile gives idem.ErrCompleted, as it does before the write.
+func TakenOver(ctx context.Context, op string, l *idem.Lease, read Read, mark Mark, settle Settle) error {
+	begun, err := Leased(ctx, l, read, mark, settle)
+	if err == nil && begun.Lease == nil {
+		return fmt.Errorf("idem: %s %s: %w", op, l.Key.LogHash(), idem.ErrCompleted)
+	}
+	return err
+}
+
+// settledMeanwhile returns l's command's record if it is settled, and
+// settles its claim again: another lease settled it before l's clear.
+// Otherwise it returns nil.
+func settledMeanwhile(ctx context.Context, l *idem.Lease, read Read, settle Settle) (*idem.Record, error) {
 	rec, err := read(ctx, l.Key)
 	switch {
 	case errors.Is(err, idem.ErrNotFound):
-		return nil
+		return nil, nil
 	case err != nil:
-		return err
+		return nil, err
 	case rec.Status.Terminal() && rec.CreatedAt.Equal(l.CreatedAt):
-		return settle(ctx, l.Key, l.CreatedAt)
+		return rec, settle(ctx, l.Key, l.CreatedAt)
 	}
-	return nil
+	return nil, nil
 }
 
 // Settled clears any end after l committed or failed its command, and
