@@ -2130,3 +2130,63 @@ func TestAWaitCountsOnceAgainstTheConcurrency(t *testing.T) {
 		t.Fatalf("concurrency 1, 4 waits of %v and a request running 2 s: %+v, want refused for concurrency", inflightWait, refused)
 	}
 }
+
+// TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency (review 13): a
+// retry storm's twins, each waiting INFLIGHT_WAIT on its own instance.
+// docs/contract.md: "they come in bursts of up to 200 at once, however
+// fast the retries come". A burst fills the span in the last second of a
+// limits item. The next second is the next item's first: its share
+// returns that second alone. Instances that last shared before the burst
+// know nothing of it, and admit a second burst while the first still
+// waits.
+func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // the first second of an item
+	table := newTable(t)
+	const others = 2 * 5 * limit.DefaultConcurrency // more than a burst
+	held := newLimiter(t, table, clock, limit.Limits{})
+	fleet := fleetOf(t, table, clock, others)
+	// Second 5: 20 twins (40 s) make the tenant hot, and every instance
+	// learns it as it serves one request of it.
+	clock.Advance(5 * time.Second)
+	var waiting []*limit.Ticket
+	for range 20 {
+		tk := mustAdmit(t.Context(), t, held, "storm")
+		held.GiveBack(t.Context(), tk, inflightWait)
+		waiting = append(waiting, tk)
+	}
+	for _, l := range fleet {
+		tk := mustAdmit(t.Context(), t, l, "storm")
+		l.GiveBack(t.Context(), tk, 0)
+		l.Done(t.Context(), tk, false)
+	}
+	clock.Advance(inflightWait)
+	for _, tk := range waiting {
+		held.Done(t.Context(), tk, false)
+	}
+	// Second 19, the item's last: its second 5 has left the span. A burst
+	// of twins fills the span.
+	clock.Advance(19*time.Second + 500*time.Millisecond - clock.Now().Sub(start))
+	first := 0
+	for {
+		tk, refused := held.Admit(t.Context(), "storm")
+		if refused != nil {
+			break
+		}
+		held.GiveBack(t.Context(), tk, inflightWait)
+		first++
+	}
+	// Second 20, the next item's first: the burst still waits.
+	clock.Advance(600 * time.Millisecond)
+	second := 0
+	for _, l := range fleet {
+		if tk, refused := l.Admit(t.Context(), "storm"); refused == nil {
+			l.GiveBack(t.Context(), tk, inflightWait)
+			second++
+		}
+	}
+	if first+second > 5*limit.DefaultConcurrency {
+		t.Fatalf("twins of %v each: %d admitted at 19.5 s, then %d more at 20.1 s on instances that last shared at 5 s: %d wait at once, want at most %d",
+			inflightWait, first, second, first+second, 5*limit.DefaultConcurrency)
+	}
+}
