@@ -2190,3 +2190,52 @@ func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
 			inflightWait, first, second, first+second, 5*limit.DefaultConcurrency)
 	}
 }
+
+// TestTwinsWaitAbout28AtOnceOnAverage (review 13): docs/contract.md: "At
+// 250 retries a second of one key in progress, each waiting 2 s on its
+// own instance, about 28 wait at once on average." That is the storm of
+// TestTwinsGivingTheirCountBackAreHeldToTheConcurrency, measured over its
+// last 15 s: bursts about 10 s apart, one or two in any 15 s. Measured
+// over the last minute of two, as a storm lasts, the average is the
+// concurrency's.
+func TestTwinsWaitAbout28AtOnceOnAverage(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, step, wait = 700, 120, 4 * time.Millisecond, 2 * time.Second
+	fleet := fleetOf(t, newShared(), clock, instances)
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, len(fleet))
+	steps := int(time.Duration(seconds) * time.Second / step)
+	sum := 0
+	for i := range steps {
+		now := clock.Now()
+		n, idle := 0, -1
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
+				busy[j], r = nil, nil
+			}
+			switch {
+			case r != nil:
+				n++
+			case idle < 0:
+				idle = j
+			}
+		}
+		if tk, refused := fleet[idle].Admit(t.Context(), "storm"); refused == nil {
+			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
+			busy[idle], n = &running{tk, now.Add(wait)}, n+1
+		}
+		if i >= steps/2 {
+			sum += n
+		}
+		clock.Advance(step)
+	}
+	if mean := float64(sum) / float64(steps-steps/2); mean > 32 {
+		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance, over the last %d s: %.1f waited at once on average, want about 28",
+			wait, seconds/2, mean)
+	}
+}
