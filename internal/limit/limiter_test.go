@@ -2239,3 +2239,61 @@ func TestTwinsWaitAbout28AtOnceOnAverage(t *testing.T) {
 			wait, seconds/2, mean)
 	}
 }
+
+// TestARetryStormOnOneKeyLeavesItsTenantsOtherRequests (review 13): the
+// storm of TestTwinsGivingTheirCountBackAreHeldToTheConcurrency, 250
+// retries a second of one key in progress. Beside it, the tenant starts a
+// new charge every 100 ms, each 50 ms long, on an instance of its own.
+// The promise: a retry storm on one key does not lock its tenant
+// out. Each twin's wait counts in full, however early it ends, so the
+// storm holds the concurrency full and the new charges meet 429.
+func TestARetryStormOnOneKeyLeavesItsTenantsOtherRequests(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, step, wait = 700, 60, 4 * time.Millisecond, 2 * time.Second
+	shared := newShared()
+	fleet := fleetOf(t, shared, clock, instances)
+	own := newLimiter(t, shared, clock, limit.Limits{})
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, len(fleet))
+	steps := int(time.Duration(seconds) * time.Second / step)
+	var charge *running
+	asked, refused := 0, 0
+	for i := range steps {
+		now := clock.Now()
+		idle := -1
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
+				busy[j], r = nil, nil
+			}
+			if r == nil && idle < 0 {
+				idle = j
+			}
+		}
+		if tk, refusal := fleet[idle].Admit(t.Context(), "storm"); refusal == nil {
+			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
+			busy[idle] = &running{tk, now.Add(wait)}
+		}
+		if charge != nil && !now.Before(charge.end) {
+			own.Done(t.Context(), charge.tk, true)
+			charge = nil
+		}
+		if i >= steps/2 && i%25 == 0 { // every 100 ms, a new charge
+			asked++
+			if tk, refusal := own.Admit(t.Context(), "storm"); refusal != nil {
+				refused++
+			} else {
+				charge = &running{tk, now.Add(50 * time.Millisecond)} // the last ended 50 ms ago
+			}
+		}
+		clock.Advance(step)
+	}
+	if refused > asked/10 {
+		t.Fatalf("a retry storm of 250 a second on one key in progress: %d of the tenant's %d new charges over the last %d s refused, want at most a tenth",
+			refused, asked, seconds/2)
+	}
+}
