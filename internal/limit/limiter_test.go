@@ -2077,11 +2077,14 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 // them. docs/capacity.md: "Its wait counts against the concurrency, which
 // bounds how many wait at once." Slow requests spread thin are held within
 // twice the concurrency on average (TestSlowRequestsSpreadThinAreHeldToTheConcurrency).
-// These hold Lambda instances other tenants' charges need.
+// These hold Lambda instances other tenants' charges need. docs/contract.md:
+// "about 40 wait at once on average", "in bursts of up to 200 at once". A
+// burst comes about every 10 s: the last minute of two holds several, as a
+// storm lasts (review 13: 15 s held one or two, and read 28).
 func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
-	const instances, seconds, step, wait = 700, 30, 4 * time.Millisecond, 2 * time.Second
+	const instances, seconds, step, wait = 700, 120, 4 * time.Millisecond, 2 * time.Second
 	fleet := fleetOf(t, newShared(), clock, instances)
 	type running struct {
 		tk  *limit.Ticket
@@ -2119,9 +2122,9 @@ func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 		clock.Advance(step)
 	}
 	mean := float64(sum) / float64(steps-steps/2)
-	if mean > 2*limit.DefaultConcurrency {
-		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance: %.1f waited at once on average, at most %d; want at most twice the concurrency, %d",
-			wait, mean, most, 2*limit.DefaultConcurrency)
+	if mean < 0.9*limit.DefaultConcurrency || mean > 1.1*limit.DefaultConcurrency || most > 5*limit.DefaultConcurrency {
+		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance, over the last %d s: %.1f waited at once on average, at most %d; want about the concurrency, %d, and at most %d",
+			wait, seconds/2, mean, most, limit.DefaultConcurrency, 5*limit.DefaultConcurrency)
 	}
 }
 
@@ -2209,55 +2212,6 @@ func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
 	if first+second > 5*limit.DefaultConcurrency {
 		t.Fatalf("twins of %v each: %d admitted at 19.5 s, then %d more at 20.1 s on instances that last shared at 5 s: %d wait at once, want at most %d",
 			inflightWait, first, second, first+second, 5*limit.DefaultConcurrency)
-	}
-}
-
-// TestTwinsWaitAbout28AtOnceOnAverage (review 13): docs/contract.md: "At
-// 250 retries a second of one key in progress, each waiting 2 s on its
-// own instance, about 28 wait at once on average." That is the storm of
-// TestTwinsGivingTheirCountBackAreHeldToTheConcurrency, measured over its
-// last 15 s: bursts about 10 s apart, one or two in any 15 s. Measured
-// over the last minute of two, as a storm lasts, the average is the
-// concurrency's.
-func TestTwinsWaitAbout28AtOnceOnAverage(t *testing.T) {
-	t.Parallel()
-	clock := testkit.NewClock(start)
-	const instances, seconds, step, wait = 700, 120, 4 * time.Millisecond, 2 * time.Second
-	fleet := fleetOf(t, newShared(), clock, instances)
-	type running struct {
-		tk  *limit.Ticket
-		end time.Time
-	}
-	busy := make([]*running, len(fleet))
-	steps := int(time.Duration(seconds) * time.Second / step)
-	sum := 0
-	for i := range steps {
-		now := clock.Now()
-		n, idle := 0, -1
-		for j, r := range busy {
-			if r != nil && !now.Before(r.end) {
-				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
-				busy[j], r = nil, nil
-			}
-			switch {
-			case r != nil:
-				n++
-			case idle < 0:
-				idle = j
-			}
-		}
-		if tk, refused := fleet[idle].Admit(t.Context(), "storm"); refused == nil {
-			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
-			busy[idle], n = &running{tk, now.Add(wait)}, n+1
-		}
-		if i >= steps/2 {
-			sum += n
-		}
-		clock.Advance(step)
-	}
-	if mean := float64(sum) / float64(steps-steps/2); mean > 32 {
-		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance, over the last %d s: %.1f waited at once on average, want about 28",
-			wait, seconds/2, mean)
 	}
 }
 
