@@ -10,7 +10,7 @@ import (
 // charge is not found.
 func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 	if !IsChargeID(id) {
-		return Result{Outcome: OutcomeNotFound}, nil
+		return Result{Outcome: OutcomeNotFound, Idle: true}, nil
 	}
 	a := s.admit(ctx, tenant)
 	if a.refused != nil {
@@ -34,7 +34,7 @@ func (s *Service) Get(ctx context.Context, tenant, id string) (Result, error) {
 // GetRefund returns tenant's refund refundID of the charge chargeID.
 func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID string) (Result, error) {
 	if !IsChargeID(chargeID) || !IsRefundID(refundID) {
-		return Result{Outcome: OutcomeNotFound}, nil
+		return Result{Outcome: OutcomeNotFound, Idle: true}, nil
 	}
 	a := s.admit(ctx, tenant)
 	if a.refused != nil {
@@ -58,7 +58,7 @@ func (s *Service) GetRefund(ctx context.Context, tenant, chargeID, refundID stri
 // refund of the charge is an *InvalidError: it names no place in the list.
 func (s *Service) ListRefunds(ctx context.Context, tenant, chargeID string, p Page) (Result, error) {
 	if !IsChargeID(chargeID) {
-		return Result{Outcome: OutcomeNotFound}, nil
+		return Result{Outcome: OutcomeNotFound, Idle: true}, nil
 	}
 	a := s.admit(ctx, tenant)
 	if a.refused != nil {

@@ -89,6 +89,9 @@ type Store interface {
 	// instance's usage of the window and some before it. They come last
 	// first, as the store holds them.
 	Add(ctx context.Context, tenant string, window int64, u Usage) ([]Usage, error)
+	// Read returns what Add would, adding nothing. A span of windows
+	// may reach past what Add returns.
+	Read(ctx context.Context, tenant string, window int64) ([]Usage, error)
 	// Overrides returns every override, by tenant.
 	Overrides(ctx context.Context) (map[string]Limits, error)
 }
@@ -210,6 +213,9 @@ type tenant struct {
 	syncing  bool
 	// read: a sync of this window learnt every instance's usage.
 	read bool
+	// readTo is the last window a read of the store's earlier windows
+	// returned. A span that straddles two of the store's items needs both.
+	readTo int64
 	// failures counts the window's failed syncs. Past maxFailures the next
 	// window tries again, so a failing table costs few requests a call.
 	failures int
@@ -485,13 +491,24 @@ func (t *tenant) hotDue(lim Limits) bool {
 // instance's. It waits at most wait, and returns how long it waited. It
 // is called with l.mu held, and releases it meanwhile.
 func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
-	add, w := t.pending, t.window
+	add, w, hot, readTo := t.pending, t.window, t.hot(), t.readTo
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
 	// Real time, as the timeout's: the Clock counts windows.
 	began := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	total, err := l.store.Add(sctx, name, w, add)
+	// A hot tenant's span must hold the earlier item's windows too, or an
+	// instance admits a second burst as a new item starts. They are past,
+	// so one read an item serves.
+	var before []Usage
+	var readErr error
+	if to := w - int64(len(total)); err == nil && hot && len(total) < ConcurrencySpan && to > readTo {
+		before, readErr = l.store.Read(sctx, name, to)
+		if readErr == nil {
+			readTo = to
+		}
+	}
 	cancel()
 	waited := time.Since(began)
 	l.mu.Lock()
@@ -510,8 +527,14 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		// The table's total holds whatever a lost share landed: lost no
 		// more. own still holds one that never landed.
 		t.known, t.own, t.sharing, t.lost = total[0], t.own.plus(add), Usage{}, Usage{}
-		t.learn(total[1:])
+		t.learn(append(total[1:], before...))
 		t.heat(lim)
+		t.readTo = readTo
+		if readErr != nil {
+			// The share landed: only the read is tried again, on the next.
+			t.failures++
+			l.o.Logger.WarnContext(ctx, "reading a tenant's earlier usage failed", "tenant", name, "error", readErr.Error())
+		}
 	}
 	return waited
 }
@@ -530,8 +553,10 @@ func (t *tenant) learn(past []Usage) {
 }
 
 // heat keeps the tenant hot for HotSpan windows on if it is near a limit.
+// The concurrency's is over the span: windows of a few requests each may
+// fill it.
 func (t *tenant) heat(lim Limits) {
-	if t.used().near(lim) {
+	if t.used().near(lim) || 2*t.recentBusy() >= ConcurrencySpan*lim.busy() {
 		t.hotUntil = t.window + HotSpan
 	}
 }

@@ -22,7 +22,9 @@ type sharedCounts struct {
 	overrides map[string]limit.Limits
 	adds      int
 	reads     int
-	fail      error // every call fails with it while set
+	// countReads counts the reads of earlier windows.
+	countReads int
+	fail       error // every call fails with it while set
 }
 
 func newShared() *sharedCounts {
@@ -38,15 +40,33 @@ func (s *sharedCounts) Add(_ context.Context, tenant string, window int64, u lim
 	if s.fail != nil {
 		return nil, s.fail
 	}
-	key := func(w int64) string { return tenant + "@" + time.Unix(w, 0).UTC().Format(time.TimeOnly) }
-	first := window - window%limit.SharedSpan
-	c := s.counts[key(window)]
-	s.counts[key(window)] = limit.Usage{Requests: c.Requests + u.Requests, Busy: c.Busy + u.Busy}
-	var out []limit.Usage
-	for w := window; w >= first; w-- {
-		out = append(out, s.counts[key(w)])
+	c := s.counts[countKey(tenant, window)]
+	s.counts[countKey(tenant, window)] = limit.Usage{Requests: c.Requests + u.Requests, Busy: c.Busy + u.Busy}
+	return s.seconds(tenant, window), nil
+}
+
+// Read returns what Add would, adding nothing, and counts the reads.
+func (s *sharedCounts) Read(_ context.Context, tenant string, window int64) ([]limit.Usage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.countReads++
+	if s.fail != nil {
+		return nil, s.fail
 	}
-	return out, nil
+	return s.seconds(tenant, window), nil
+}
+
+// seconds returns window's count and its item's before it, last first.
+func (s *sharedCounts) seconds(tenant string, window int64) []limit.Usage {
+	var out []limit.Usage
+	for w := window; w >= window-window%limit.SharedSpan; w-- {
+		out = append(out, s.counts[countKey(tenant, w)])
+	}
+	return out
+}
+
+func countKey(tenant string, w int64) string {
+	return tenant + "@" + time.Unix(w, 0).UTC().Format(time.TimeOnly)
 }
 
 func (s *sharedCounts) Overrides(context.Context) (map[string]limit.Limits, error) {
@@ -703,11 +723,12 @@ func TestSlowRequestsSpreadThinAreHeldToTheConcurrency(t *testing.T) {
 // of 5 s spread thin land their handler time when they end. The fleet
 // admits five seconds' worth before it learns of any, then refuses until
 // it leaves the span. That holds them within four times the concurrency:
-// 152 on average. docs/capacity.md says so.
+// 146 on average, over whole cycles of about 19 s. docs/capacity.md says
+// so.
 func TestLongRequestsSpreadThinAreHeldWithinFourTimesTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
-	const instances, seconds = 600, 120
+	const instances, seconds = 600, 400
 	most, mean, _ := slowFleet(t, fleetOf(t, newShared(), clock, instances), clock, "long", seconds, 10*time.Millisecond, 5*time.Second)
 	t.Logf("at most %d running at once, %.1f on average", most, mean)
 	if mean > 4*limit.DefaultConcurrency {
@@ -2056,11 +2077,14 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 // them. docs/capacity.md: "Its wait counts against the concurrency, which
 // bounds how many wait at once." Slow requests spread thin are held within
 // twice the concurrency on average (TestSlowRequestsSpreadThinAreHeldToTheConcurrency).
-// These hold Lambda instances other tenants' charges need.
+// These hold Lambda instances other tenants' charges need. docs/contract.md:
+// "about 40 wait at once on average", "in bursts of up to 200 at once". A
+// burst comes about every 10 s: the last minute of two holds several, as a
+// storm lasts (review 13: 15 s held one or two, and read 28).
 func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
-	const instances, seconds, step, wait = 700, 30, 4 * time.Millisecond, 2 * time.Second
+	const instances, seconds, step, wait = 700, 120, 4 * time.Millisecond, 2 * time.Second
 	fleet := fleetOf(t, newShared(), clock, instances)
 	type running struct {
 		tk  *limit.Ticket
@@ -2098,9 +2122,9 @@ func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 		clock.Advance(step)
 	}
 	mean := float64(sum) / float64(steps-steps/2)
-	if mean > 2*limit.DefaultConcurrency {
-		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance: %.1f waited at once on average, at most %d; want at most twice the concurrency, %d",
-			wait, mean, most, 2*limit.DefaultConcurrency)
+	if mean < 0.9*limit.DefaultConcurrency || mean > 1.1*limit.DefaultConcurrency || most > 5*limit.DefaultConcurrency {
+		t.Fatalf("250 retries a second of one key in progress, each waiting %v on its own instance, over the last %d s: %.1f waited at once on average, at most %d; want about the concurrency, %d, and at most %d",
+			wait, seconds/2, mean, most, limit.DefaultConcurrency, 5*limit.DefaultConcurrency)
 	}
 }
 
@@ -2128,5 +2152,153 @@ func TestAWaitCountsOnceAgainstTheConcurrency(t *testing.T) {
 	clock.Advance(2 * time.Second) // it runs 2 s: 10 s in the span
 	if _, refused := l.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "concurrency" {
 		t.Fatalf("concurrency 1, 4 waits of %v and a request running 2 s: %+v, want refused for concurrency", inflightWait, refused)
+	}
+}
+
+// TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency (review 13): a
+// retry storm's twins, each waiting INFLIGHT_WAIT on its own instance.
+// docs/contract.md: "they come in bursts of up to 200 at once, however
+// fast the retries come". A burst fills the span in the last second of a
+// limits item. The next second is the next item's first: its share
+// returns that second alone. Instances that last shared before the burst
+// know nothing of it, and admit a second burst while the first still
+// waits.
+func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // the first second of an item
+	table := newTable(t)
+	const others = 2 * 5 * limit.DefaultConcurrency // more than a burst
+	held := newLimiter(t, table, clock, limit.Limits{})
+	fleet := fleetOf(t, table, clock, others)
+	// Second 5: 20 twins (40 s) make the tenant hot, and every instance
+	// learns it as it serves one request of it.
+	clock.Advance(5 * time.Second)
+	var waiting []*limit.Ticket
+	for range 20 {
+		tk := mustAdmit(t.Context(), t, held, "storm")
+		held.GiveBack(t.Context(), tk, inflightWait)
+		waiting = append(waiting, tk)
+	}
+	for _, l := range fleet {
+		tk := mustAdmit(t.Context(), t, l, "storm")
+		l.GiveBack(t.Context(), tk, 0)
+		l.Done(t.Context(), tk, false)
+	}
+	clock.Advance(inflightWait)
+	for _, tk := range waiting {
+		held.Done(t.Context(), tk, false)
+	}
+	// Second 19, the item's last: its second 5 has left the span. A burst
+	// of twins fills the span.
+	clock.Advance(19*time.Second + 500*time.Millisecond - clock.Now().Sub(start))
+	first := 0
+	for {
+		tk, refused := held.Admit(t.Context(), "storm")
+		if refused != nil {
+			break
+		}
+		held.GiveBack(t.Context(), tk, inflightWait)
+		first++
+	}
+	// Second 20, the next item's first: the burst still waits.
+	clock.Advance(600 * time.Millisecond)
+	second := 0
+	for _, l := range fleet {
+		if tk, refused := l.Admit(t.Context(), "storm"); refused == nil {
+			l.GiveBack(t.Context(), tk, inflightWait)
+			second++
+		}
+	}
+	if first+second > 5*limit.DefaultConcurrency {
+		t.Fatalf("twins of %v each: %d admitted at 19.5 s, then %d more at 20.1 s on instances that last shared at 5 s: %d wait at once, want at most %d",
+			inflightWait, first, second, first+second, 5*limit.DefaultConcurrency)
+	}
+}
+
+// TestARetryStormOnOneKeySpendsOnlyItsTenantsConcurrency (review 13): the
+// storm of TestTwinsGivingTheirCountBackAreHeldToTheConcurrency, 250
+// retries a second of one key in progress. Beside it, the tenant and
+// another each start a new charge every 100 ms, each 50 ms long, on an
+// instance of their own. docs/contract.md: the storm spends its tenant's
+// own concurrency, so the tenant's new charges meet 429 concurrency with
+// Retry-After; another tenant's are never refused for it.
+func TestARetryStormOnOneKeySpendsOnlyItsTenantsConcurrency(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, step, wait = 700, 60, 4 * time.Millisecond, 2 * time.Second
+	shared := newShared()
+	fleet := fleetOf(t, shared, clock, instances)
+	own, other := newLimiter(t, shared, clock, limit.Limits{}), newLimiter(t, shared, clock, limit.Limits{})
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, len(fleet))
+	steps := int(time.Duration(seconds) * time.Second / step)
+	charges := map[*limit.Limiter]*running{}
+	asked, refused := 0, 0
+	for i := range steps {
+		now := clock.Now()
+		idle := -1
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
+				busy[j], r = nil, nil
+			}
+			if r == nil && idle < 0 {
+				idle = j
+			}
+		}
+		if tk, refusal := fleet[idle].Admit(t.Context(), "storm"); refusal == nil {
+			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
+			busy[idle] = &running{tk, now.Add(wait)}
+		}
+		for l, c := range charges {
+			if !now.Before(c.end) {
+				l.Done(t.Context(), c.tk, true)
+				delete(charges, l)
+			}
+		}
+		if i >= steps/2 && i%25 == 0 { // every 100 ms, a new charge of each; the last ended 50 ms ago
+			asked++
+			if tk, refusal := own.Admit(t.Context(), "storm"); refusal != nil {
+				refused++
+				if refusal.Limit != "concurrency" || refusal.RetryAfter <= 0 {
+					t.Fatalf("the storming tenant's new charge at %v: refused %+v, want for the concurrency, with a Retry-After", now.Sub(start), *refusal)
+				}
+			} else {
+				charges[own] = &running{tk, now.Add(50 * time.Millisecond)}
+			}
+			tk, refusal := other.Admit(t.Context(), "calm")
+			if refusal != nil {
+				t.Fatalf("another tenant's new charge at %v, beside the storm: refused %+v, want admitted", now.Sub(start), *refusal)
+			}
+			charges[other] = &running{tk, now.Add(50 * time.Millisecond)}
+		}
+		clock.Advance(step)
+	}
+	t.Logf("the storming tenant's new charges over the last %d s: %d of %d refused for the concurrency", seconds/2, refused, asked)
+}
+
+// TestAHotTenantReadsTheEarlierItemOncePerItem: a hot tenant's span
+// reaches into the earlier item for an item's first seconds. Its first
+// share there reads that item once; its later shares do not. A quiet
+// tenant never reads it.
+func TestAHotTenantReadsTheEarlierItemOncePerItem(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // an item's first second
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "quiet", 1)
+	admitted(t, l, "acme", 10) // near the rate: hot
+	for range 3 {
+		clock.Advance(limit.Window)
+		admitted(t, l, "acme", 2)
+		admitted(t, l, "quiet", 1)
+	}
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if store.countReads != 1 {
+		t.Fatalf("a hot tenant's shares over an item's first 4 s, a quiet tenant's beside: %d reads of the earlier item, want 1", store.countReads)
 	}
 }

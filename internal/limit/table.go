@@ -70,9 +70,11 @@ func TTLInput(name string) *dynamodb.UpdateTimeToLiveInput {
 }
 
 // API is the part of *dynamodb.Client a Table uses. The functions update
-// counts and query overrides; an operator's tool puts and deletes them.
+// and get counts and query overrides; an operator's tool puts and deletes
+// them.
 type API interface {
 	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
 	Query(ctx context.Context, in *dynamodb.QueryInput, optFns ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
 	DeleteItem(ctx context.Context, in *dynamodb.DeleteItemInput, optFns ...func(*dynamodb.Options)) (*dynamodb.DeleteItemOutput, error)
@@ -116,7 +118,7 @@ func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage) (
 	}
 	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 t.tableName,
-		Key:                       map[string]types.AttributeValue{AttrPK: s(countPrefix + tenant), AttrSK: s(strconv.FormatInt(first, 10))},
+		Key:                       countKey(tenant, window),
 		UpdateExpression:          aws.String("ADD #r :r, #b :b SET #e = :e"),
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
@@ -125,6 +127,33 @@ func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage) (
 	if err != nil {
 		return nil, fmt.Errorf("limit: add to %s's count: %w", tenant, dynamostore.AsUnavailable(err))
 	}
+	return seconds(tenant, window, out.Attributes)
+}
+
+// Read returns every instance's counts of window and its item's seconds
+// before it, last first, in one consistent GetItem. A share straddling two
+// items reads the earlier one so.
+func (t *Table) Read(ctx context.Context, tenant string, window int64) ([]Usage, error) {
+	out, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      t.tableName,
+		Key:            countKey(tenant, window),
+		ConsistentRead: aws.Bool(true), // a share may have landed just before
+	})
+	if err != nil {
+		return nil, fmt.Errorf("limit: read %s's count: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	return seconds(tenant, window, out.Item)
+}
+
+// countKey is the key of the item that counts tenant's window.
+func countKey(tenant string, window int64) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrPK: s(countPrefix + tenant), AttrSK: s(strconv.FormatInt(window-window%SharedSpan, 10))}
+}
+
+// seconds decodes an item's counts of window and its seconds before it,
+// last first.
+func seconds(tenant string, window int64, item map[string]types.AttributeValue) ([]Usage, error) {
+	first := window - window%SharedSpan
 	used := make([]Usage, window-first+1)
 	for i := range used {
 		at := strconv.FormatInt(window-first-int64(i), 10)
@@ -133,7 +162,7 @@ func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage) (
 			BusyMs   int64 `dynamodbav:"b"`
 		}
 		// A second no instance has shared has none of its attributes: zero.
-		slot := map[string]types.AttributeValue{"r": out.Attributes[AttrRequests+at], "b": out.Attributes[AttrBusyMs+at]}
+		slot := map[string]types.AttributeValue{"r": item[AttrRequests+at], "b": item[AttrBusyMs+at]}
 		maps.DeleteFunc(slot, func(_ string, v types.AttributeValue) bool { return v == nil })
 		if err := attributevalue.UnmarshalMap(slot, &c); err != nil {
 			return nil, fmt.Errorf("limit: %s's count: %w", tenant, err)

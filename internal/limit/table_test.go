@@ -58,6 +58,24 @@ func TestTableSharesEachSecondsCount(t *testing.T) {
 			t.Fatalf("add %+v to %s at %d: %+v, want %+v", s.add, s.tenant, s.window, got, s.want)
 		}
 	}
+	// A read of the earlier item returns its seconds as a share would,
+	// and adds nothing; one of an item no share made returns zeros.
+	for _, r := range []struct {
+		window int64
+		want   []u
+	}{
+		{w + 3, []u{{Busy: time.Second}, {}, {Requests: 1}, {Requests: 7, Busy: 2120 * time.Millisecond}}},
+		{w + 1, []u{{Requests: 1}, {Requests: 7, Busy: 2120 * time.Millisecond}}},
+		{w - 1, make([]u, limit.SharedSpan)},
+	} {
+		got, err := table.Read(t.Context(), "acme", r.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, r.want) {
+			t.Fatalf("read acme at %d: %+v, want %+v", r.window, got, r.want)
+		}
+	}
 }
 
 func TestTableKeepsOverrides(t *testing.T) {

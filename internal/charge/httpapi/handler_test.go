@@ -937,3 +937,26 @@ func TestChargesStoppedBeforeTheirClaimLeaveTheirTenantsRate(t *testing.T) {
 		})
 	}
 }
+
+// TestReadsOfAMalformedChargeIDLeaveTheirTenantsRate (review 13): a read
+// of an id that is no charge's answers 404 before reading anything.
+// docs/contract.md: "A request refused as invalid before anything was
+// read gives its count back too: a `404` for an id that is no charge's,
+// say." A capture, cancel or refund of one does; a read must too.
+func TestReadsOfAMalformedChargeIDLeaveTheirTenantsRate(t *testing.T) {
+	t.Parallel()
+	const rate = 4 // the authorization and three more
+	h, _, _ := authorizedUnder(t, rate, func(sim string) string { return sim })
+	for i, req := range []events.APIGatewayV2HTTPRequest{
+		testkit.GetCharge("acme", "nope"),
+		testkit.GetRefund("acme", "nope", "nope"),
+		testkit.ListRefunds("acme", "nope", ""),
+	} {
+		if resp := handle(t, h, req); resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("read %d of a malformed charge id: %d %s, want 404", i, resp.StatusCode, resp.Body)
+		}
+	}
+	if resp := handle(t, h, testkit.PostCharge("acme", "new", visa)); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("rate %d: an authorization, then 3 reads of a malformed id answered 404; a new charge then: %d %s, want 201", rate, resp.StatusCode, resp.Body)
+	}
+}
