@@ -29,6 +29,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
@@ -1306,4 +1307,74 @@ func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*cha
 		t.Fatalf("record %+v, %v; want RELEASED", rec, err)
 	}
 	return svc, key, rec
+}
+
+// extendFails refuses the Ledger's next claim extension once armed:
+// throttled, unapplied.
+type extendFails struct {
+	*memstore.Ledger
+	armed atomic.Bool
+}
+
+func (l *extendFails) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if l.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("throttled: %w", idem.ErrUnavailable)
+	}
+	return l.Ledger.Extend(ctx, key, region, created, until)
+}
+
+// TestANotificationWhosePreemptLandedIsNotBusy: on DynamoDB a Preempt
+// writes its record, then extends the Ledger's claim. If that extension
+// fails, the released command is IN_FLIGHT under a lease nobody holds.
+// "busy" says nothing happened.
+func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
+	db := testkit.Clients(t).DynamoDB
+	ledger := &extendFails{Ledger: memstore.NewLedger(nil)}
+	st, err := dynamostore.New(db, d.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger = "a", ledger })
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov := &unavailableProvider{store: st}
+	rows, err := charge.NewRows(db, d.ChargesTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := charge.NewService(charge.Config{Store: st, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := httpapi.NewHandler(svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientKey := newKey()
+	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov.expect(key)
+	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
+		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
+	}
+	released, err := st.Get(ctx, key)
+	if err != nil || released.Status != idem.StatusReleased {
+		t.Fatalf("record %+v, %v; want RELEASED", released, err)
+	}
+	ledger.armed.Store(true)
+	res, err := svc.Notify(ctx, charge.Notification{
+		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
+		Reference: charge.ProviderReference(key, released.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	})
+	rec, gerr := st.Get(ctx, key)
+	if gerr != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt's write landed", rec, gerr)
+	}
+	if err != nil || res.Outcome == charge.OutcomeBusy {
+		t.Fatalf("the notification whose preempt landed, its claim not extended: %+v, %v; want %s, not %s (nothing happened)",
+			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
+	}
 }
