@@ -1378,3 +1378,40 @@ func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
 			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
 	}
 }
+
+// settleFails refuses the Ledger's next Settle once armed: throttled.
+type settleFails struct {
+	*memstore.Ledger
+	armed atomic.Bool
+}
+
+func (l *settleFails) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	if l.armed.CompareAndSwap(true, false) {
+		return fmt.Errorf("throttled: %w", idem.ErrUnavailable)
+	}
+	return l.Ledger.Settle(ctx, key, region, created)
+}
+
+// TestANotificationWhoseCommitLandedIsNotBusy: the preempting lease's
+// Commit writes SUCCEEDED, then its claim's Settle fails. The charge is
+// recorded; "busy" says nothing happened.
+func TestANotificationWhoseCommitLandedIsNotBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ledger := &settleFails{Ledger: memstore.NewLedger(nil)}
+	mem := memstore.New(func(o *memstore.Options) { o.Region, o.Ledger = "a", ledger })
+	svc, key, released := releasedCharge(t, mem, mem)
+	ledger.armed.Store(true)
+	res, err := svc.Notify(ctx, charge.Notification{
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
+		Reference: charge.ProviderReference(key, released.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	})
+	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusSucceeded {
+		t.Fatalf("the record %+v, %v; want SUCCEEDED: the commit landed", rec, gerr)
+	}
+	if err != nil || res.Outcome == charge.OutcomeBusy {
+		t.Fatalf("the notification whose commit landed, its claim not settled: %+v, %v; want %s, not %s (nothing happened)",
+			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
+	}
+}
