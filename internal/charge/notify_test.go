@@ -1105,7 +1105,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	clock := testkit.NewClock(time.Now())
 	mem := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	store := &claimingStore{Store: mem}
-	svc, key, old := releasedCharge(t, mem, store)
+	svc, key, old := releasedCharge(t, mem, store, nil)
 	var successor time.Time
 	store.mu.Lock()
 	store.key, store.then = key, func(rec *idem.Record) {
@@ -1257,8 +1257,8 @@ func (s unknownPreempt) Preempt(ctx context.Context, key idem.Key, created time.
 func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	mem := memstore.New()
-	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem})
+	mem, q := memstore.New(), &queuedKeys{}
+	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem}, q)
 	res, err := svc.Notify(ctx, charge.Notification{
 		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
 		Reference: charge.ProviderReference(key, released.CreatedAt),
@@ -1270,12 +1270,16 @@ func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 	if err != nil || res.Outcome != charge.OutcomeAmbiguous {
 		t.Fatalf("the notification whose preempt is unknown: %+v, %v; want %s (busy says nothing was recorded)", res, err, charge.OutcomeAmbiguous)
 	}
+	if q.queued(key) != 1 {
+		t.Fatalf("the unknown preempt's key queued %d times; want once, for the reconciler", q.queued(key))
+	}
 }
 
 // releasedCharge is a service on store, whose records mem holds, and a
-// charge of a new key it released: its provider was unavailable. It
-// returns the service, the key and the RELEASED record.
-func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*charge.Service, idem.Key, *idem.Record) {
+// charge of a new key it released: its provider was unavailable. q, if
+// not nil, is its reconcile queue. It returns the service, the key and
+// the RELEASED record.
+func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store, q charge.ReconcileQueue) (*charge.Service, idem.Key, *idem.Record) {
 	t.Helper()
 	ctx := t.Context()
 	d := testkit.Deploy(t)
@@ -1285,7 +1289,7 @@ func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*cha
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}, Queue: q})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1342,7 +1346,8 @@ func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := charge.NewService(charge.Config{Store: st, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	q := &queuedKeys{}
+	svc, err := charge.NewService(charge.Config{Store: st, Rows: rows, Provider: prov, Answers: httpapi.Answers{}, Queue: q})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1377,6 +1382,9 @@ func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
 		t.Fatalf("the notification whose preempt landed, its claim not extended: %+v, %v; want %s, not %s (nothing happened)",
 			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
 	}
+	if q.queued(key) != 1 {
+		t.Fatalf("the key preempted under nobody's lease queued %d times; want once, for the reconciler", q.queued(key))
+	}
 }
 
 // settleFails refuses the Ledger's next Settle once armed: throttled.
@@ -1400,7 +1408,8 @@ func TestANotificationWhoseCommitLandedIsNotBusy(t *testing.T) {
 	ctx := t.Context()
 	ledger := &settleFails{Ledger: memstore.NewLedger(nil)}
 	mem := memstore.New(func(o *memstore.Options) { o.Region, o.Ledger = "a", ledger })
-	svc, key, released := releasedCharge(t, mem, mem)
+	q := &queuedKeys{}
+	svc, key, released := releasedCharge(t, mem, mem, q)
 	ledger.armed.Store(true)
 	res, err := svc.Notify(ctx, charge.Notification{
 		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
@@ -1413,5 +1422,8 @@ func TestANotificationWhoseCommitLandedIsNotBusy(t *testing.T) {
 	if err != nil || res.Outcome == charge.OutcomeBusy {
 		t.Fatalf("the notification whose commit landed, its claim not settled: %+v, %v; want %s, not %s (nothing happened)",
 			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
+	}
+	if q.queued(key) != 1 {
+		t.Fatalf("the key whose claim is not settled queued %d times; want once: the reconciler settles the claim", q.queued(key))
 	}
 }
