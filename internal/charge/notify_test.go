@@ -1259,11 +1259,7 @@ func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 	ctx := t.Context()
 	mem, q := memstore.New(), &queuedKeys{}
 	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem}, q)
-	res, err := svc.Notify(ctx, charge.Notification{
-		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
-		Reference: charge.ProviderReference(key, released.CreatedAt),
-		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
-	})
+	res, err := svc.Notify(ctx, chargedEvent(key, released))
 	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt landed", rec, gerr)
 	}
@@ -1281,9 +1277,16 @@ func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 // the RELEASED record.
 func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store, q charge.ReconcileQueue) (*charge.Service, idem.Key, *idem.Record) {
 	t.Helper()
-	ctx := t.Context()
 	d := testkit.Deploy(t)
 	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
+	return releaseCharge(t, d, mem, store, q)
+}
+
+// releaseCharge is releasedCharge on deployment d. records reads store's
+// records without its wrappers.
+func releaseCharge(t *testing.T, d *testkit.Deployment, records, store charge.Store, q charge.ReconcileQueue) (*charge.Service, idem.Key, *idem.Record) {
+	t.Helper()
+	ctx := t.Context()
 	prov := &unavailableProvider{store: store}
 	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
 	if err != nil {
@@ -1306,25 +1309,45 @@ func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store, q cha
 	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
 		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
 	}
-	rec, err := mem.Get(ctx, key)
+	rec, err := records.Get(ctx, key)
 	if err != nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("record %+v, %v; want RELEASED", rec, err)
 	}
 	return svc, key, rec
 }
 
-// extendFails refuses the Ledger's next claim extension once armed:
-// throttled, unapplied.
-type extendFails struct {
-	*memstore.Ledger
-	armed atomic.Bool
+// chargedEvent is the provider's event that the command rec records was
+// charged.
+func chargedEvent(key idem.Key, rec *idem.Record) charge.Notification {
+	return charge.Notification{
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
+		Reference: charge.ProviderReference(key, rec.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	}
 }
 
-func (l *extendFails) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
-	if l.armed.CompareAndSwap(true, false) {
-		return fmt.Errorf("throttled: %w", idem.ErrUnavailable)
+// armedLedger refuses the Ledger's next claim extension, or its next
+// Settle, once armed: throttled, unapplied.
+type armedLedger struct {
+	*memstore.Ledger
+	extend, settle atomic.Bool
+}
+
+// errThrottled is a Ledger write refused, unapplied.
+var errThrottled = fmt.Errorf("throttled: %w", idem.ErrUnavailable)
+
+func (l *armedLedger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if l.extend.CompareAndSwap(true, false) {
+		return errThrottled
 	}
 	return l.Ledger.Extend(ctx, key, region, created, until)
+}
+
+func (l *armedLedger) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	if l.settle.CompareAndSwap(true, false) {
+		return errThrottled
+	}
+	return l.Ledger.Settle(ctx, key, region, created)
 }
 
 // TestANotificationWhosePreemptLandedIsNotBusy: on DynamoDB a Preempt
@@ -1335,45 +1358,15 @@ func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	d := testkit.Deploy(t)
-	db := testkit.Clients(t).DynamoDB
-	ledger := &extendFails{Ledger: memstore.NewLedger(nil)}
-	st, err := dynamostore.New(db, d.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger = "a", ledger })
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov := &unavailableProvider{store: st}
-	rows, err := charge.NewRows(db, d.ChargesTable)
+	ledger := &armedLedger{Ledger: memstore.NewLedger(nil)}
+	st, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger = "a", ledger })
 	if err != nil {
 		t.Fatal(err)
 	}
 	q := &queuedKeys{}
-	svc, err := charge.NewService(charge.Config{Store: st, Rows: rows, Provider: prov, Answers: httpapi.Answers{}, Queue: q})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := httpapi.NewHandler(svc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	clientKey := newKey()
-	key, err := idem.NewKey("acme", charge.ChargeOperation, clientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	prov.expect(key)
-	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
-		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
-	}
-	released, err := st.Get(ctx, key)
-	if err != nil || released.Status != idem.StatusReleased {
-		t.Fatalf("record %+v, %v; want RELEASED", released, err)
-	}
-	ledger.armed.Store(true)
-	res, err := svc.Notify(ctx, charge.Notification{
-		Provider: "stripe", EventID: "evt_" + clientKey, Command: key,
-		Reference: charge.ProviderReference(key, released.CreatedAt),
-		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
-	})
+	svc, key, released := releaseCharge(t, d, st, st, q)
+	ledger.extend.Store(true)
+	res, err := svc.Notify(ctx, chargedEvent(key, released))
 	rec, gerr := st.Get(ctx, key)
 	if gerr != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt's write landed", rec, gerr)
@@ -1387,35 +1380,18 @@ func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
 	}
 }
 
-// settleFails refuses the Ledger's next Settle once armed: throttled.
-type settleFails struct {
-	*memstore.Ledger
-	armed atomic.Bool
-}
-
-func (l *settleFails) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
-	if l.armed.CompareAndSwap(true, false) {
-		return fmt.Errorf("throttled: %w", idem.ErrUnavailable)
-	}
-	return l.Ledger.Settle(ctx, key, region, created)
-}
-
 // TestANotificationWhoseCommitLandedIsNotBusy: the preempting lease's
 // Commit writes SUCCEEDED, then its claim's Settle fails. The charge is
 // recorded; "busy" says nothing happened.
 func TestANotificationWhoseCommitLandedIsNotBusy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	ledger := &settleFails{Ledger: memstore.NewLedger(nil)}
+	ledger := &armedLedger{Ledger: memstore.NewLedger(nil)}
 	mem := memstore.New(func(o *memstore.Options) { o.Region, o.Ledger = "a", ledger })
 	q := &queuedKeys{}
 	svc, key, released := releasedCharge(t, mem, mem, q)
-	ledger.armed.Store(true)
-	res, err := svc.Notify(ctx, charge.Notification{
-		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
-		Reference: charge.ProviderReference(key, released.CreatedAt),
-		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
-	})
+	ledger.settle.Store(true)
+	res, err := svc.Notify(ctx, chargedEvent(key, released))
 	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusSucceeded {
 		t.Fatalf("the record %+v, %v; want SUCCEEDED: the commit landed", rec, gerr)
 	}
