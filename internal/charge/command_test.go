@@ -446,6 +446,19 @@ func (q *queuedKeys) EnqueueReconcile(_ context.Context, key idem.Key, _ time.Du
 	return nil
 }
 
+// queued counts how often key was queued.
+func (q *queuedKeys) queued(key idem.Key) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for _, k := range q.keys {
+		if k == key {
+			n++
+		}
+	}
+	return n
+}
+
 // TestACommittedChargeWhoseClaimIsClaimedElsewhereIsNotAFailoverAnswer:
 // the commit landed; only the claim's clear was refused. The charge is
 // not "awaiting another Region": the answer is outcome-pending, and the

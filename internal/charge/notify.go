@@ -92,15 +92,15 @@ func (s *Service) Notify(ctx context.Context, n Notification) (Result, error) {
 		// the start. Settling twice changes nothing. A store busy for now,
 		// with the event released, is busy. Anything else after the claim
 		// is pending, never 500: another settler took the command
-		// (ErrLeaseLost), or the event's record stays. An unknown preempt
-		// is pending too: the command may be IN_FLIGHT under no holder.
+		// (ErrLeaseLost), or the event's record stays. So is a failure
+		// once a preemption may have written (errPreempted).
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), enqueueTimeout)
 		defer cancel()
 		rerr := s.cfg.Store.Release(rctx, lease)
 		if rerr != nil {
 			s.cfg.Logger.WarnContext(ctx, "notify: releasing the event failed", "error_class", ErrorClass(rerr))
 		}
-		if transient(err) && !errors.Is(err, idem.ErrUnknownClaim) && rerr == nil {
+		if transient(err) && !errors.Is(err, errPreempted) && rerr == nil {
 			return Result{Outcome: OutcomeBusy}, nil
 		}
 		s.cfg.Logger.WarnContext(ctx, "notify: settling the event failed; delivered again", "error_class", ErrorClass(err))
@@ -275,12 +275,24 @@ func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Ti
 		return "", err
 	}
 	lease, err := s.cfg.Store.Preempt(ctx, key, created)
+	var unknown *idem.UnknownClaimError
 	switch {
 	case errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrCompleted):
 		return OutcomeNothingToDo, nil
+	case errors.As(err, &unknown):
+		return "", s.preempted(ctx, key, unknown.LeaseExpiresAt, err)
 	case err != nil:
 		return "", err
 	}
+	out, err := s.settlePreempted(ctx, op, lease, res)
+	if err != nil {
+		return "", s.preempted(ctx, key, lease.ExpiresAt, err)
+	}
+	return out, nil
+}
+
+// settlePreempted settles the command lease preempted as res says.
+func (s *Service) settlePreempted(ctx context.Context, op operation, lease *idem.Lease, res provider.Result) (Outcome, error) {
 	if res.Status == provider.StatusNotFound {
 		out, err := s.release(ctx, op, lease)
 		if err != nil {
@@ -293,6 +305,19 @@ func (s *Service) settleKnown(ctx context.Context, key idem.Key, created time.Ti
 		return "", err
 	}
 	return s.complete(ctx, op, lease, out, &res)
+}
+
+// errPreempted marks a failure once a preemption may have written. The
+// command may be IN_FLIGHT under a lease nobody holds. Or it settled, and
+// its Ledger claim did not. Nobody may answer that nothing was recorded.
+var errPreempted = errors.New("charge: after a preemption's write")
+
+// preempted queues key for the reconciler once the preempting lease ends
+// at until. It settles the command, or its claim (idem.Recover). It
+// returns err marked errPreempted.
+func (s *Service) preempted(ctx context.Context, key idem.Key, until time.Time, err error) error {
+	s.enqueue(ctx, key, until)
+	return fmt.Errorf("%w: %w", errPreempted, err)
 }
 
 // waitAttempt reads the command's record. While it is IN_FLIGHT with an

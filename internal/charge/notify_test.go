@@ -29,6 +29,7 @@ import (
 	"github.com/chargeonce/chargeonce/internal/provider/stripe/stripesim"
 	"github.com/chargeonce/chargeonce/internal/testkit"
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
 )
@@ -1104,7 +1105,7 @@ func TestNotificationForAnExpiredCommandSettlesNotItsSuccessor(t *testing.T) {
 	clock := testkit.NewClock(time.Now())
 	mem := memstore.New(func(o *memstore.Options) { o.Clock = clock.Now })
 	store := &claimingStore{Store: mem}
-	svc, key, old := releasedCharge(t, mem, store)
+	svc, key, old := releasedCharge(t, mem, store, nil)
 	var successor time.Time
 	store.mu.Lock()
 	store.key, store.then = key, func(rec *idem.Record) {
@@ -1256,35 +1257,42 @@ func (s unknownPreempt) Preempt(ctx context.Context, key idem.Key, created time.
 func TestANotificationWhosePreemptIsUnknownIsNotBusy(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	mem := memstore.New()
-	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem})
-	res, err := svc.Notify(ctx, charge.Notification{
-		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
-		Reference: charge.ProviderReference(key, released.CreatedAt),
-		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
-	})
+	mem, q := memstore.New(), &queuedKeys{}
+	svc, key, released := releasedCharge(t, mem, unknownPreempt{mem}, q)
+	res, err := svc.Notify(ctx, chargedEvent(key, released))
 	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt landed", rec, gerr)
 	}
 	if err != nil || res.Outcome != charge.OutcomeAmbiguous {
 		t.Fatalf("the notification whose preempt is unknown: %+v, %v; want %s (busy says nothing was recorded)", res, err, charge.OutcomeAmbiguous)
 	}
+	if q.queued(key) != 1 {
+		t.Fatalf("the unknown preempt's key queued %d times; want once, for the reconciler", q.queued(key))
+	}
 }
 
 // releasedCharge is a service on store, whose records mem holds, and a
-// charge of a new key it released: its provider was unavailable. It
-// returns the service, the key and the RELEASED record.
-func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*charge.Service, idem.Key, *idem.Record) {
+// charge of a new key it released: its provider was unavailable. q, if
+// not nil, is its reconcile queue. It returns the service, the key and
+// the RELEASED record.
+func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store, q charge.ReconcileQueue) (*charge.Service, idem.Key, *idem.Record) {
 	t.Helper()
-	ctx := t.Context()
 	d := testkit.Deploy(t)
 	mem.DeclareKey(d.ChargesTable, charge.AttrTenant, charge.AttrID)
+	return releaseCharge(t, d, mem, store, q)
+}
+
+// releaseCharge is releasedCharge on deployment d. records reads store's
+// records without its wrappers.
+func releaseCharge(t *testing.T, d *testkit.Deployment, records, store charge.Store, q charge.ReconcileQueue) (*charge.Service, idem.Key, *idem.Record) {
+	t.Helper()
+	ctx := t.Context()
 	prov := &unavailableProvider{store: store}
 	rows, err := charge.NewRows(testkit.Clients(t).DynamoDB, d.ChargesTable)
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}})
+	svc, err := charge.NewService(charge.Config{Store: store, Rows: rows, Provider: prov, Answers: httpapi.Answers{}, Queue: q})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1301,9 +1309,97 @@ func releasedCharge(t *testing.T, mem *memstore.Store, store charge.Store) (*cha
 	if resp, err := h.Handle(ctx, post("acme", clientKey, visa)); err != nil || resp.StatusCode != 503 {
 		t.Fatalf("first request: %d, %v; want 503 provider-unavailable (released)", resp.StatusCode, err)
 	}
-	rec, err := mem.Get(ctx, key)
+	rec, err := records.Get(ctx, key)
 	if err != nil || rec.Status != idem.StatusReleased {
 		t.Fatalf("record %+v, %v; want RELEASED", rec, err)
 	}
 	return svc, key, rec
+}
+
+// chargedEvent is the provider's event that the command rec records was
+// charged.
+func chargedEvent(key idem.Key, rec *idem.Record) charge.Notification {
+	return charge.Notification{
+		Provider: "stripe", EventID: "evt_" + key.ClientKey(), Command: key,
+		Reference: charge.ProviderReference(key, rec.CreatedAt),
+		Result:    provider.Result{Status: provider.StatusCharged, ChargeID: "pi_1"},
+	}
+}
+
+// armedLedger refuses the Ledger's next claim extension, or its next
+// Settle, once armed: throttled, unapplied.
+type armedLedger struct {
+	*memstore.Ledger
+	extend, settle atomic.Bool
+}
+
+// errThrottled is a Ledger write refused, unapplied.
+var errThrottled = fmt.Errorf("throttled: %w", idem.ErrUnavailable)
+
+func (l *armedLedger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	if l.extend.CompareAndSwap(true, false) {
+		return errThrottled
+	}
+	return l.Ledger.Extend(ctx, key, region, created, until)
+}
+
+func (l *armedLedger) Settle(ctx context.Context, key idem.Key, region string, created time.Time) error {
+	if l.settle.CompareAndSwap(true, false) {
+		return errThrottled
+	}
+	return l.Ledger.Settle(ctx, key, region, created)
+}
+
+// TestANotificationWhosePreemptLandedIsNotBusy: on DynamoDB a Preempt
+// writes its record, then extends the Ledger's claim. If that extension
+// fails, the released command is IN_FLIGHT under a lease nobody holds.
+// "busy" says nothing happened.
+func TestANotificationWhosePreemptLandedIsNotBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	d := testkit.Deploy(t)
+	ledger := &armedLedger{Ledger: memstore.NewLedger(nil)}
+	st, err := dynamostore.New(testkit.Clients(t).DynamoDB, d.IdempotencyTable, func(o *dynamostore.Options) { o.Region, o.Ledger = "a", ledger })
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &queuedKeys{}
+	svc, key, released := releaseCharge(t, d, st, st, q)
+	ledger.extend.Store(true)
+	res, err := svc.Notify(ctx, chargedEvent(key, released))
+	rec, gerr := st.Get(ctx, key)
+	if gerr != nil || rec.Status != idem.StatusInFlight {
+		t.Fatalf("the record %+v, %v; want IN_FLIGHT: the preempt's write landed", rec, gerr)
+	}
+	if err != nil || res.Outcome == charge.OutcomeBusy {
+		t.Fatalf("the notification whose preempt landed, its claim not extended: %+v, %v; want %s, not %s (nothing happened)",
+			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
+	}
+	if q.queued(key) != 1 {
+		t.Fatalf("the key preempted under nobody's lease queued %d times; want once, for the reconciler", q.queued(key))
+	}
+}
+
+// TestANotificationWhoseCommitLandedIsNotBusy: the preempting lease's
+// Commit writes SUCCEEDED, then its claim's Settle fails. The charge is
+// recorded; "busy" says nothing happened.
+func TestANotificationWhoseCommitLandedIsNotBusy(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	ledger := &armedLedger{Ledger: memstore.NewLedger(nil)}
+	mem := memstore.New(func(o *memstore.Options) { o.Region, o.Ledger = "a", ledger })
+	q := &queuedKeys{}
+	svc, key, released := releasedCharge(t, mem, mem, q)
+	ledger.settle.Store(true)
+	res, err := svc.Notify(ctx, chargedEvent(key, released))
+	if rec, gerr := mem.Get(ctx, key); gerr != nil || rec.Status != idem.StatusSucceeded {
+		t.Fatalf("the record %+v, %v; want SUCCEEDED: the commit landed", rec, gerr)
+	}
+	if err != nil || res.Outcome == charge.OutcomeBusy {
+		t.Fatalf("the notification whose commit landed, its claim not settled: %+v, %v; want %s, not %s (nothing happened)",
+			res, err, charge.OutcomeAmbiguous, charge.OutcomeBusy)
+	}
+	if q.queued(key) != 1 {
+		t.Fatalf("the key whose claim is not settled queued %d times; want once: the reconciler settles the claim", q.queued(key))
+	}
 }

@@ -35,7 +35,8 @@ import (
 //
 // The record returned is the settled one, read back. It is nil for a
 // release whose retention had run out: the key is free. An error leaves
-// the command IN_FLIGHT, for the operator to settle again. Every step is
+// the command IN_FLIGHT, for the operator to settle again. One after the
+// preemption's write queues its key for the reconciler too. Every step is
 // fenced, so a second run settles it once.
 func (s *Service) SettleByOperator(ctx context.Context, key idem.Key, res provider.Result) (Outcome, *idem.Record, error) {
 	op, err := s.op(key)

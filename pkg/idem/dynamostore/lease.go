@@ -131,9 +131,11 @@ func (s *Store) takeOver(ctx context.Context, key idem.Key, op string, created t
 		return nil, err
 	}
 	// The lease is not handed out until the claim lasts as long: one
-	// dropped here settles nothing.
+	// dropped here settles nothing. Its record is written by then, under
+	// a lease nobody holds: never "nothing was written". The write comes
+	// first: a take-over learns the command's CreatedAt from it.
 	if err := s.extendClaim(ctx, op, key, lease.CreatedAt, lease.ExpiresAt); err != nil {
-		return nil, err
+		return nil, &idem.UnknownClaimError{LeaseExpiresAt: lease.ExpiresAt, RecordExpiresAt: lease.RecordExpiresAt, Err: err}
 	}
 	if err := claims.TakenOver(ctx, op, lease, claims.ReadOn(s.ledger, s.stored), s.mark(op), s.settle(op)); err != nil {
 		return nil, err

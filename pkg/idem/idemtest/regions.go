@@ -65,6 +65,7 @@ func RunRegionConformance(t *testing.T, newLedger NewLedger, newRegions NewRegio
 		{"A release claimed back no longer ends its claim", claimedBackReleaseHoldsItsClaim},
 		{"A release the Ledger cannot record is left in flight", unrecordedReleaseLeftInFlight},
 		{"A claim back whose clear fails says its claim unknown", claimBackWhoseClearFailsIsUnknown},
+		{"A preemption whose claim is not extended says unavailable only if nothing was written", preemptUnextendedWritesNothingOrIsUnknown},
 		{"A stale lease's release keeps the end the holding lease's release recorded", staleReleaseKeepsItsEnd},
 		{"A stale lease's clear of its own end keeps the end the holder recorded since", staleClearKeepsTheHoldersEnd},
 		{"A stale lease's release after the holder's commit records no end", staleReleaseAfterCommitRecordsNoEnd},
@@ -316,13 +317,13 @@ func replicatedReplays(t *testing.T, r *regionSuite) {
 // pendingLedger is a Ledger whose Unreplicated the suite sets: since when
 // a Region not yet drained may hold newer writes. Before each Release it
 // calls before, if set: an error fails the Release unapplied. Settle
-// fails while settleErr is set.
+// fails while settleErr is set, Extend while extendErr is.
 type pendingLedger struct {
 	idem.Ledger
-	mu        sync.Mutex
-	since     time.Time
-	before    func(until time.Time, token string) error
-	settleErr error
+	mu                   sync.Mutex
+	since                time.Time
+	before               func(until time.Time, token string) error
+	settleErr, extendErr error
 }
 
 // beforeRelease sets fn to run before each Release; nil runs none.
@@ -362,6 +363,22 @@ func (p *pendingLedger) Settle(ctx context.Context, key idem.Key, region string,
 		return err
 	}
 	return p.Ledger.Settle(ctx, key, region, created)
+}
+
+func (p *pendingLedger) failExtend(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.extendErr = err
+}
+
+func (p *pendingLedger) Extend(ctx context.Context, key idem.Key, region string, created, until time.Time) error {
+	p.mu.Lock()
+	err := p.extendErr
+	p.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return p.Ledger.Extend(ctx, key, region, created, until)
 }
 
 func (p *pendingLedger) pending(since time.Time) {
@@ -667,6 +684,30 @@ func claimBackWhoseClearFailsIsUnknown(t *testing.T, r *regionSuite) {
 	rec, err := a.Get(ctx, k)
 	if err != nil || rec.Status != idem.StatusInFlight {
 		t.Fatalf("the record after Begin said its claim unknown: %+v, %v; want IN_FLIGHT, for the reconciler", rec, err)
+	}
+}
+
+// preemptUnextendedWritesNothingOrIsUnknown: a notification preempts a
+// released command, and the Ledger refuses to extend its claim. A store
+// may extend first, writing nothing, or write its record first. Either
+// answer must be true. ErrUnavailable alone says the record is untouched.
+// Otherwise it is ErrUnknownClaim: IN_FLIGHT under a lease nobody holds.
+func preemptUnextendedWritesNothingOrIsUnknown(t *testing.T, r *regionSuite) {
+	ctx := t.Context()
+	k, a := UniqueKey(t, "acme"), r.Store("a")
+	released := releasedIn(t, a, k)
+	r.ledger.failExtend(fmt.Errorf("throttled, not applied: %w", idem.ErrUnavailable))
+	_, err := a.Preempt(ctx, k, released.CreatedAt)
+	r.ledger.failExtend(nil)
+	rec, gerr := a.Get(ctx, k)
+	switch {
+	case gerr != nil:
+		t.Fatalf("the record after the preemption: %v", gerr)
+	case err == nil:
+		t.Fatal("Preempt with the Ledger's extension refused: nil error")
+	case errors.Is(err, idem.ErrUnknownClaim):
+	case rec.Status != idem.StatusReleased:
+		t.Fatalf("the preemption said %v, without ErrUnknownClaim, but wrote the record %s; want it RELEASED, or ErrUnknownClaim", err, rec.Status)
 	}
 }
 
