@@ -333,7 +333,7 @@ endif
 # machine's load moves it. Not part of make test or CI: it takes minutes.
 ISOLATION_PHASE  ?= 10s
 ISOLATION_ROUNDS ?= 6
-ISOLATION_LIMIT  ?= 10
+ISOLATION_LIMIT  ?= 2
 
 .PHONY: isolation
 isolation: venv ## One tenant at 10 times its limit beside another (vegeta, on a fresh local stack): docs/isolation.json and its section of docs/benchmarks.md
