@@ -2302,3 +2302,39 @@ func TestAHotTenantReadsTheEarlierItemOncePerItem(t *testing.T) {
 		t.Fatalf("a hot tenant's shares over an item's first 4 s, a quiet tenant's beside: %d reads of the earlier item, want 1", store.countReads)
 	}
 }
+
+// readsFail is a shared store whose reads of earlier windows fail, as a
+// throttled GetItem does, while its shares land.
+type readsFail struct {
+	*sharedCounts
+	err error
+}
+
+func (s readsFail) Read(context.Context, string, int64) ([]limit.Usage, error) { return nil, s.err }
+
+// TestAFailedReadOfTheEarlierItemLeavesTheSharesOn (review 14): a hot
+// tenant on two instances, in an item's second second. Only the reads
+// of the earlier item fail; every share lands. Each instance must still
+// share each request, so the rate holds across both. A failed read is
+// not a failed share: it must not spend the window's maxFailures.
+func TestAFailedReadOfTheEarlierItemLeavesTheSharesOn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		store limit.Store
+	}{
+		{"reads answer", newShared()},
+		{"reads throttled", readsFail{newShared(), errors.New("ThrottlingException")}},
+	} {
+		clock := testkit.NewClock(start) // an item's first second
+		lim := limit.Limits{Rate: 100, Concurrency: 1000}
+		a, b := newLimiter(t, c.store, clock, lim), newLimiter(t, c.store, clock, lim)
+		admitted(t, a, "acme", 50) // past half the rate: hot
+		admitted(t, b, "acme", 10) // b shares, and learns it is hot
+		clock.Advance(limit.Window)
+		got := admitted(t, a, "acme", 60) + admitted(t, b, "acme", 100)
+		if got > lim.Rate+5 {
+			t.Errorf("%s: a hot tenant's second 1 on two instances, every share landing: %d admitted, want at most %d", c.name, got, lim.Rate+5)
+		}
+	}
+}
