@@ -2338,3 +2338,40 @@ func TestAFailedReadOfTheEarlierItemLeavesTheSharesOn(t *testing.T) {
 		}
 	}
 }
+
+// readsHang is a shared store whose reads of earlier windows hang until
+// their bound, as a slow GetItem does, while its shares land at once.
+type readsHang struct{ *sharedCounts }
+
+func (s readsHang) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared (review 14): a
+// hot tenant's 2 s request, admitted in an item's second second. Its
+// share lands at once; the read of the earlier item hangs. The read must
+// not spend the request's share budget: its end still shares its handler
+// time, so the fleet's concurrency counts it.
+func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // an item's first second
+	store := newShared()
+	l := newLimiter(t, readsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 5) // half the rate: hot
+	clock.Advance(limit.Window)
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	clock.Advance(2 * time.Second)
+	l.Done(t.Context(), tk, true)
+	clock.Advance(limit.Window)
+	admitted(t, l, "acme", 1) // the instance's next request, a second on
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	var busy time.Duration
+	for _, u := range store.seconds("acme", clock.Now().Unix()) {
+		busy += u.Busy
+	}
+	if busy < 2*time.Second {
+		t.Fatalf("a hot tenant's 2 s request, its share landing and the read of the earlier item hanging: the table holds %v of handler time, want at least 2s", busy)
+	}
+}
