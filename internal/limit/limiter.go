@@ -216,6 +216,9 @@ type tenant struct {
 	// readTo is the last window a read of the store's earlier windows
 	// returned. A span that straddles two of the store's items needs both.
 	readTo int64
+	// readFailed is the last window such a read failed in. It is tried
+	// once a window: a throttled table must not spend every share on it.
+	readFailed int64
 	// failures counts the window's failed syncs. Past maxFailures the next
 	// window tries again, so a failing table costs few requests a call.
 	failures int
@@ -491,7 +494,7 @@ func (t *tenant) hotDue(lim Limits) bool {
 // instance's. It waits at most wait, and returns how long it waited. It
 // is called with l.mu held, and releases it meanwhile.
 func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
-	add, w, hot, readTo := t.pending, t.window, t.hot(), t.readTo
+	add, w, hot, readTo, readNow := t.pending, t.window, t.hot(), t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
 	// Real time, as the timeout's: the Clock counts windows.
@@ -503,7 +506,7 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	// so one read an item serves.
 	var before []Usage
 	var readErr error
-	if to := w - int64(len(total)); err == nil && hot && len(total) < ConcurrencySpan && to > readTo {
+	if to := w - int64(len(total)); err == nil && hot && readNow && len(total) < ConcurrencySpan && to > readTo {
 		before, readErr = l.store.Read(sctx, name, to)
 		if readErr == nil {
 			readTo = to
@@ -531,8 +534,9 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		t.heat(lim)
 		t.readTo = readTo
 		if readErr != nil {
-			// The share landed: only the read is tried again, on the next.
-			t.failures++
+			// The share landed: it is no failed share. The read is tried
+			// again next window.
+			t.readFailed = w
 			l.o.Logger.WarnContext(ctx, "reading a tenant's earlier usage failed", "tenant", name, "error", readErr.Error())
 		}
 	}
