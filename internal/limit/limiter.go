@@ -129,6 +129,11 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
+// doneReserve is what a read of earlier windows leaves of a request's
+// tableTimeout. Done's share then still goes out, with the request's
+// handler time.
+const doneReserve = tableTimeout / 3
+
 // maxFailures is how many syncs of a tenant may fail in a window. A table
 // throttling a few writes still learns the fleet's counts. One that fails
 // them all costs only this many requests a call each second.
@@ -501,18 +506,22 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	began := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	total, err := l.store.Add(sctx, name, w, add)
+	cancel()
 	// A hot tenant's span must hold the earlier item's windows too, or an
 	// instance admits a second burst as a new item starts. They are past,
-	// so one read an item serves.
+	// so one read an item serves. It runs only within what leaves
+	// doneReserve.
 	var before []Usage
 	var readErr error
-	if to := w - int64(len(total)); err == nil && hot && readNow && len(total) < ConcurrencySpan && to > readTo {
-		before, readErr = l.store.Read(sctx, name, to)
+	left := wait - doneReserve - time.Since(began)
+	if to := w - int64(len(total)); err == nil && hot && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
+		rctx, cancel := context.WithTimeout(ctx, left)
+		before, readErr = l.store.Read(rctx, name, to)
+		cancel()
 		if readErr == nil {
 			readTo = to
 		}
 	}
-	cancel()
 	waited := time.Since(began)
 	l.mu.Lock()
 	t.syncing = false
