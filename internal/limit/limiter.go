@@ -129,6 +129,11 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
+// doneReserve is what a read of earlier windows leaves of a request's
+// tableTimeout. Done's share then still goes out, with the request's
+// handler time.
+const doneReserve = tableTimeout / 3
+
 // maxFailures is how many syncs of a tenant may fail in a window. A table
 // throttling a few writes still learns the fleet's counts. One that fails
 // them all costs only this many requests a call each second.
@@ -216,6 +221,9 @@ type tenant struct {
 	// readTo is the last window a read of the store's earlier windows
 	// returned. A span that straddles two of the store's items needs both.
 	readTo int64
+	// readFailed is the last window such a read failed in. It is tried
+	// once a window: a throttled table must not spend every share on it.
+	readFailed int64
 	// failures counts the window's failed syncs. Past maxFailures the next
 	// window tries again, so a failing table costs few requests a call.
 	failures int
@@ -491,25 +499,29 @@ func (t *tenant) hotDue(lim Limits) bool {
 // instance's. It waits at most wait, and returns how long it waited. It
 // is called with l.mu held, and releases it meanwhile.
 func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
-	add, w, hot, readTo := t.pending, t.window, t.hot(), t.readTo
+	add, w, hot, readTo, readNow := t.pending, t.window, t.hot(), t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
 	// Real time, as the timeout's: the Clock counts windows.
 	began := time.Now()
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	total, err := l.store.Add(sctx, name, w, add)
+	cancel()
 	// A hot tenant's span must hold the earlier item's windows too, or an
 	// instance admits a second burst as a new item starts. They are past,
-	// so one read an item serves.
+	// so one read an item serves. It runs only within what leaves
+	// doneReserve.
 	var before []Usage
 	var readErr error
-	if to := w - int64(len(total)); err == nil && hot && len(total) < ConcurrencySpan && to > readTo {
-		before, readErr = l.store.Read(sctx, name, to)
+	left := wait - doneReserve - time.Since(began)
+	if to := w - int64(len(total)); err == nil && hot && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
+		rctx, cancel := context.WithTimeout(ctx, left)
+		before, readErr = l.store.Read(rctx, name, to)
+		cancel()
 		if readErr == nil {
 			readTo = to
 		}
 	}
-	cancel()
 	waited := time.Since(began)
 	l.mu.Lock()
 	t.syncing = false
@@ -531,8 +543,9 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 		t.heat(lim)
 		t.readTo = readTo
 		if readErr != nil {
-			// The share landed: only the read is tried again, on the next.
-			t.failures++
+			// The share landed: it is no failed share. The read is tried
+			// again next window.
+			t.readFailed = w
 			l.o.Logger.WarnContext(ctx, "reading a tenant's earlier usage failed", "tenant", name, "error", readErr.Error())
 		}
 	}

@@ -2302,3 +2302,76 @@ func TestAHotTenantReadsTheEarlierItemOncePerItem(t *testing.T) {
 		t.Fatalf("a hot tenant's shares over an item's first 4 s, a quiet tenant's beside: %d reads of the earlier item, want 1", store.countReads)
 	}
 }
+
+// readsFail is a shared store whose reads of earlier windows fail, as a
+// throttled GetItem does, while its shares land.
+type readsFail struct {
+	*sharedCounts
+	err error
+}
+
+func (s readsFail) Read(context.Context, string, int64) ([]limit.Usage, error) { return nil, s.err }
+
+// TestAFailedReadOfTheEarlierItemLeavesTheSharesOn (review 14): a hot
+// tenant on two instances, in an item's second second. Only the reads
+// of the earlier item fail; every share lands. Each instance must still
+// share each request, so the rate holds across both. A failed read is
+// not a failed share: it must not spend the window's maxFailures.
+func TestAFailedReadOfTheEarlierItemLeavesTheSharesOn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		store limit.Store
+	}{
+		{"reads answer", newShared()},
+		{"reads throttled", readsFail{newShared(), errors.New("ThrottlingException")}},
+	} {
+		clock := testkit.NewClock(start) // an item's first second
+		lim := limit.Limits{Rate: 100, Concurrency: 1000}
+		a, b := newLimiter(t, c.store, clock, lim), newLimiter(t, c.store, clock, lim)
+		admitted(t, a, "acme", 50) // past half the rate: hot
+		admitted(t, b, "acme", 10) // b shares, and learns it is hot
+		clock.Advance(limit.Window)
+		got := admitted(t, a, "acme", 60) + admitted(t, b, "acme", 100)
+		if got > lim.Rate+5 {
+			t.Errorf("%s: a hot tenant's second 1 on two instances, every share landing: %d admitted, want at most %d", c.name, got, lim.Rate+5)
+		}
+	}
+}
+
+// readsHang is a shared store whose reads of earlier windows hang until
+// their bound, as a slow GetItem does, while its shares land at once.
+type readsHang struct{ *sharedCounts }
+
+func (s readsHang) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared (review 14): a
+// hot tenant's 2 s request, admitted in an item's second second. Its
+// share lands at once; the read of the earlier item hangs. The read must
+// not spend the request's share budget: its end still shares its handler
+// time, so the fleet's concurrency counts it.
+func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // an item's first second
+	store := newShared()
+	l := newLimiter(t, readsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 5) // half the rate: hot
+	clock.Advance(limit.Window)
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	clock.Advance(2 * time.Second)
+	l.Done(t.Context(), tk, true)
+	clock.Advance(limit.Window)
+	admitted(t, l, "acme", 1) // the instance's next request, a second on
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	var busy time.Duration
+	for _, u := range store.seconds("acme", clock.Now().Unix()) {
+		busy += u.Busy
+	}
+	if busy < 2*time.Second {
+		t.Fatalf("a hot tenant's 2 s request, its share landing and the read of the earlier item hanging: the table holds %v of handler time, want at least 2s", busy)
+	}
+}
