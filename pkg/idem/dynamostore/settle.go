@@ -227,13 +227,9 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	if err != nil {
 		return err
 	}
-	if err := claims.Release(ctx, l, s.mark("release"), s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
-		return err
-	}
-	if err := s.done(l, idem.StatusReleased, s.apply(ctx, l, &st)); err != nil {
-		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
-	}
-	return nil
+	return claims.Release(ctx, l, s.mark("release"), s.stored, s.pol.ReleasedUntil(l.CreatedAt), func() error {
+		return s.done(l, idem.StatusReleased, s.apply(ctx, l, &st))
+	})
 }
 
 // mark writes a release's end on the Ledger's claim of a lease's

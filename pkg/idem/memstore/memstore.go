@@ -380,13 +380,9 @@ func (s *Store) Release(ctx context.Context, l *idem.Lease) error {
 	if err := done(ctx, "release", l.Key); err != nil {
 		return err
 	}
-	if err := claims.Release(ctx, l, s.mark("release"), s.pol.ReleasedUntil(l.CreatedAt)); err != nil {
-		return err
-	}
-	if err := s.write("release", l, idem.StatusReleased, nil, nil); err != nil {
-		return errors.Join(err, claims.Unreleased(ctx, l, s.stored, s.mark("release")))
-	}
-	return nil
+	return claims.Release(ctx, l, s.mark("release"), s.stored, s.pol.ReleasedUntil(l.CreatedAt), func() error {
+		return s.write("release", l, idem.StatusReleased, nil, nil)
+	})
 }
 
 // mark writes a release's end on the Ledger's claim of a lease's

@@ -95,11 +95,19 @@ func SettleOn(ledger idem.Ledger, region, op string, wrap Wrap) Settle {
 // refuses a stale lease's end. Leased settles again a claim its clear
 // may have unsettled.
 
-// Release records until, the release's end, before l writes its record
-// RELEASED. l is marked: should it settle otherwise, it clears the end.
-func Release(ctx context.Context, l *idem.Lease, mark Mark, until time.Time) error {
+// Release records until, the release's end, then runs write, l's
+// RELEASED write. l is marked: should it settle otherwise, it clears the
+// end. A failed write clears l's own end once it cannot land
+// (Unreleased).
+func Release(ctx context.Context, l *idem.Lease, mark Mark, read Read, until time.Time, write func() error) error {
 	*policy.LeaseMarked(l) = true
-	return mark(ctx, l, until, l.Token)
+	if err := mark(ctx, l, until, l.Token); err != nil {
+		return err
+	}
+	if err := write(); err != nil {
+		return errors.Join(err, Unreleased(ctx, l, read, mark))
+	}
+	return nil
 }
 
 // Unreleased clears l's own end after its RELEASED write failed. It does
