@@ -20,6 +20,7 @@ type sharedCounts struct {
 	mu        sync.Mutex
 	counts    map[string]limit.Usage
 	overrides map[string]limit.Limits
+	waits     map[string]int // by tenant, what is waited on, and window
 	adds      int
 	reads     int
 	// countReads counts the reads of earlier windows.
@@ -28,7 +29,7 @@ type sharedCounts struct {
 }
 
 func newShared() *sharedCounts {
-	return &sharedCounts{counts: map[string]limit.Usage{}, overrides: map[string]limit.Limits{}}
+	return &sharedCounts{counts: map[string]limit.Usage{}, overrides: map[string]limit.Limits{}, waits: map[string]int{}}
 }
 
 // Add returns the windows back to the first of its SharedSpan, as the
@@ -81,6 +82,21 @@ func (s *sharedCounts) Overrides(context.Context) (map[string]limit.Limits, erro
 		out[k] = v
 	}
 	return out, nil
+}
+
+// TakeWait counts the waits of each window, as the table's item does.
+func (s *sharedCounts) TakeWait(_ context.Context, tenant, on string, start time.Time, _ time.Duration, most int) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail != nil {
+		return false, s.fail
+	}
+	k := fmt.Sprint(tenant, "#", on, "@", start.UnixMilli())
+	if s.waits[k] >= most {
+		return false, nil
+	}
+	s.waits[k]++
+	return true, nil
 }
 
 func (s *sharedCounts) calls() (adds, reads int) {
