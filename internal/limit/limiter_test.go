@@ -2231,14 +2231,15 @@ func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
 	}
 }
 
-// TestARetryStormOnOneKeySpendsOnlyItsTenantsConcurrency (review 13): the
-// storm of TestTwinsGivingTheirCountBackAreHeldToTheConcurrency, 250
-// retries a second of one key in progress. Beside it, the tenant and
-// another each start a new charge every 100 ms, each 50 ms long, on an
-// instance of their own. docs/contract.md: the storm spends its tenant's
-// own concurrency, so the tenant's new charges meet 429 concurrency with
-// Retry-After; another tenant's are never refused for it.
-func TestARetryStormOnOneKeySpendsOnlyItsTenantsConcurrency(t *testing.T) {
+// TestARetryStormOnOneKeyLeavesItsTenantsConcurrency (issue 42): 250
+// retries a second of one key in progress, each on its own instance.
+// Beside it, the tenant and another each start a new charge every 100 ms,
+// each 50 ms long, on an instance of their own. At most MaxWaiters retries
+// start waiting a window of INFLIGHT_WAIT. The rest answer at once, their
+// wait never counted. So neither tenant's new charges are refused. Before
+// (review 13), every retry waited: the storm spent its tenant's
+// concurrency, and its new charges met 429.
+func TestARetryStormOnOneKeyLeavesItsTenantsConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
 	const instances, seconds, step, wait = 700, 60, 4 * time.Millisecond, 2 * time.Second
@@ -2246,28 +2247,38 @@ func TestARetryStormOnOneKeySpendsOnlyItsTenantsConcurrency(t *testing.T) {
 	fleet := fleetOf(t, shared, clock, instances)
 	own, other := newLimiter(t, shared, clock, limit.Limits{}), newLimiter(t, shared, clock, limit.Limits{})
 	type running struct {
-		tk  *limit.Ticket
-		end time.Time
+		tk    *limit.Ticket
+		end   time.Time
+		waits bool
 	}
 	busy := make([]*running, len(fleet))
 	steps := int(time.Duration(seconds) * time.Second / step)
 	charges := map[*limit.Limiter]*running{}
-	asked, refused := 0, 0
+	most, granted, answered, refused := 0, 0, 0, 0
 	for i := range steps {
 		now := clock.Now()
-		idle := -1
+		idle, waiting := -1, 0
 		for j, r := range busy {
 			if r != nil && !now.Before(r.end) {
 				fleet[j].Done(t.Context(), r.tk, false) // answered 409 in progress
 				busy[j], r = nil, nil
 			}
-			if r == nil && idle < 0 {
+			switch {
+			case r != nil && r.waits:
+				waiting++
+			case r == nil && idle < 0:
 				idle = j
 			}
 		}
+		most = max(most, waiting)
 		if tk, refusal := fleet[idle].Admit(t.Context(), "storm"); refusal == nil {
-			fleet[idle].GiveBack(t.Context(), tk, wait) // it waits for the key's holder
-			busy[idle] = &running{tk, now.Add(wait)}
+			r := &running{tk: tk, end: now.Add(step)} // refused a wait: answered at once
+			if r.waits = fleet[idle].Wait(t.Context(), tk, "key-hash", wait); r.waits {
+				r.end, granted = now.Add(wait), granted+1
+			} else {
+				answered++
+			}
+			busy[idle] = r
 		}
 		for l, c := range charges {
 			if !now.Before(c.end) {
@@ -2275,25 +2286,55 @@ func TestARetryStormOnOneKeySpendsOnlyItsTenantsConcurrency(t *testing.T) {
 				delete(charges, l)
 			}
 		}
-		if i >= steps/2 && i%25 == 0 { // every 100 ms, a new charge of each; the last ended 50 ms ago
-			asked++
-			if tk, refusal := own.Admit(t.Context(), "storm"); refusal != nil {
-				refused++
-				if refusal.Limit != "concurrency" || refusal.RetryAfter <= 0 {
-					t.Fatalf("the storming tenant's new charge at %v: refused %+v, want for the concurrency, with a Retry-After", now.Sub(start), *refusal)
+		if i%25 == 0 { // every 100 ms, a new charge of each; the last ended 50 ms ago
+			for l, tenant := range map[*limit.Limiter]string{own: "storm", other: "calm"} {
+				tk, refusal := l.Admit(t.Context(), tenant)
+				if refusal != nil {
+					refused++
+					t.Errorf("%s's new charge at %v, beside a retry storm on one key: refused %+v, want admitted", tenant, now.Sub(start), *refusal)
+					continue
 				}
-			} else {
-				charges[own] = &running{tk, now.Add(50 * time.Millisecond)}
+				charges[l] = &running{tk: tk, end: now.Add(50 * time.Millisecond)}
 			}
-			tk, refusal := other.Admit(t.Context(), "calm")
-			if refusal != nil {
-				t.Fatalf("another tenant's new charge at %v, beside the storm: refused %+v, want admitted", now.Sub(start), *refusal)
-			}
-			charges[other] = &running{tk, now.Add(50 * time.Millisecond)}
 		}
 		clock.Advance(step)
 	}
-	t.Logf("the storming tenant's new charges over the last %d s: %d of %d refused for the concurrency", seconds/2, refused, asked)
+	if most > 2*limit.MaxWaiters || granted > seconds/2*limit.MaxWaiters+limit.MaxWaiters {
+		t.Fatalf("250 retries a second of one key in progress over %d s: %d waited at once at most, %d waits granted; want at most %d at once, %d a window",
+			seconds, most, granted, 2*limit.MaxWaiters, limit.MaxWaiters)
+	}
+	t.Logf("a retry storm on one key over %d s: %d waits granted, %d at once at most, %d answered at once; new charges refused: %d", seconds, granted, most, answered, refused)
+}
+
+// TestAWaitRefusedCountsNoWait: a request refused a wait gives its count
+// back, and only its handler time counts against the concurrency. One
+// whose table write fails is refused too. A wait granted counts in full.
+func TestAWaitRefusedCountsNoWait(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	// 10 s of handler time in the span: 5 waits of 2 s fill it.
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 100, Concurrency: 1})
+	for i := range 3 {
+		tk := mustAdmit(t.Context(), t, l, "acme")
+		if got := l.Wait(t.Context(), tk, "key-hash", inflightWait); got != (i < limit.MaxWaiters) {
+			t.Fatalf("wait %d on one key in a window: granted %v, want %v", i, got, i < limit.MaxWaiters)
+		}
+		l.Done(t.Context(), tk, false)
+	}
+	store.mu.Lock()
+	store.fail = errors.New("throttled")
+	store.mu.Unlock()
+	for range 20 {
+		tk := mustAdmit(t.Context(), t, l, "acme")
+		if l.Wait(t.Context(), tk, "other-hash", inflightWait) {
+			t.Fatal("a wait whose table write failed: granted, want refused")
+		}
+		l.Done(t.Context(), tk, false)
+	}
+	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("concurrency 1, 2 waits of %v and 21 refused: %+v, want admitted", inflightWait, refused)
+	}
 }
 
 // TestAHotTenantReadsTheEarlierItemOncePerItem: a hot tenant's span

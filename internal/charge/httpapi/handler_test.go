@@ -377,14 +377,15 @@ func newOutage(t *testing.T, sim, suffix string, refused int32) (*outage, string
 // gives its count back as it starts waiting. The holder is released (the
 // provider did not process it), and the twin claims the key and sends the
 // charge itself: new work, never counted again. During a provider outage
-// a retry storm on one key sends the provider a charge per twin, past the
-// rate, and leaves the rate whole for new keys.
+// a retry storm on one key sends the provider a charge per twin that
+// waited, past the rate, and leaves the rate whole for new keys. The
+// twins are limit.MaxWaiters: any more answer 409 at once.
 func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
 	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", everyPOST)
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
-	const rate, twins = 2, 3
+	const rate, twins = 2, limit.MaxWaiters
 	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
 		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
 		w.Charge.ProviderURL = providerURL
@@ -660,6 +661,39 @@ func TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate(t *testing.T) {
 		if resp := <-answers; resp.StatusCode != http.StatusConflict {
 			t.Errorf("a capture retried while the first runs: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
 		}
+	}
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first capture: %d, want 200", code)
+	}
+}
+
+// TestCaptureRetriesPastMaxWaitersAnswerAtOnce (issue 42): capture
+// retries while the first runs. At most limit.MaxWaiters of them wait for
+// its move; the rest answer 409 in progress at once, with Retry-After.
+func TestCaptureRetriesPastMaxWaitersAnswerAtOnce(t *testing.T) {
+	t.Parallel()
+	const retries = 6
+	h, id, first := capturing(t, 100, func(sim string) string { return slowCaptures(t, sim) })
+	time.Sleep(500 * time.Millisecond) // the first capture is at the provider
+	took := make(chan time.Duration, retries)
+	for range retries {
+		go func() {
+			began := time.Now()
+			resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+			if resp.StatusCode != http.StatusConflict || resp.Headers[httpapi.HeaderRetryAfter] == "" {
+				t.Errorf("a capture retried while the first runs: %d %v %s, want 409 in progress with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
+			}
+			took <- time.Since(began)
+		}()
+	}
+	waited := 0
+	for range retries {
+		if <-took > time.Second {
+			waited++
+		}
+	}
+	if waited > limit.MaxWaiters {
+		t.Errorf("%d capture retries while the first runs: %d waited, want at most %d", retries, waited, limit.MaxWaiters)
 	}
 	if code := <-first; code != http.StatusOK {
 		t.Errorf("the first capture: %d, want 200", code)
