@@ -2086,17 +2086,14 @@ func TestTwinsPastTheRateRefuseOnlyTheRestOfTheirSecond(t *testing.T) {
 	}
 }
 
-// TestTwinsGivingTheirCountBackAreHeldToTheConcurrency (review 12): a
-// retry storm on one key in progress, 250 a second, each retry waiting
-// INFLIGHT_WAIT (2 s) on its own instance, as Lambda spreads them. Each
-// gives its count back as it starts waiting, so the rate never holds
-// them. docs/capacity.md: "Its wait counts against the concurrency, which
-// bounds how many wait at once." Slow requests spread thin are held within
-// twice the concurrency on average (TestSlowRequestsSpreadThinAreHeldToTheConcurrency).
-// These hold Lambda instances other tenants' charges need. docs/contract.md:
-// "about 40 wait at once on average", "in bursts of up to 200 at once". A
-// burst comes about every 10 s: the last minute of two holds several, as a
-// storm lasts (review 13: 15 s held one or two, and read 28).
+// TestTwinsGivingTheirCountBackAreHeldToTheConcurrency (review 12): 250
+// waits a second, each INFLIGHT_WAIT (2 s) on its own instance, as Lambda
+// spreads them. Wait grants few on one key; these are on many keys, or
+// their waits each granted. Each gives its count back as it starts
+// waiting, so the rate never holds them. The concurrency does, about 40 at
+// once on average. docs/contract.md: "such waits come in bursts of up to
+// five times it". A burst comes about every 10 s: the last minute of two
+// holds several (review 13: 15 s held one or two, and read 28).
 func TestTwinsGivingTheirCountBackAreHeldToTheConcurrency(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
@@ -2171,10 +2168,10 @@ func TestAWaitCountsOnceAgainstTheConcurrency(t *testing.T) {
 	}
 }
 
-// TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency (review 13): a
-// retry storm's twins, each waiting INFLIGHT_WAIT on its own instance.
-// docs/contract.md: "they come in bursts of up to 200 at once, however
-// fast the retries come". A burst fills the span in the last second of a
+// TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency (review 13):
+// waits granted on many keys, each INFLIGHT_WAIT on its own instance.
+// docs/contract.md: "such waits come in bursts of up to five times it". A
+// burst fills the span in the last second of a
 // limits item. The next second is the next item's first: its share
 // returns that second alone. Instances that last shared before the burst
 // know nothing of it, and admit a second burst while the first still

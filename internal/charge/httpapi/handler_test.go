@@ -179,7 +179,7 @@ func twinsOf(t *testing.T, h *httpapi.Handler, n int) <-chan events.APIGatewayV2
 // TestARequestForAKeyInProgressClaimsItAtMostEightTimes: a request for a
 // key in flight gives its rate count back, but waits for the key for up
 // to INFLIGHT_WAIT (2 s), claiming again after each pause. docs/capacity.md
-// bounds that at 8 conditional writes; the concurrency bounds the waits.
+// bounds that at 8 conditional writes; limit.MaxWaiters bounds the waits.
 func TestARequestForAKeyInProgressClaimsItAtMostEightTimes(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t, providersim.WithSlowDelay(3500*time.Millisecond))
