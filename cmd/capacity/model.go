@@ -95,10 +95,9 @@ type capacity struct {
 	DeferrableConcurrency, CriticalKeeps  float64 // at GatewayFillMs
 	ReplaysPerTenant                      float64 // a second, what a tenant's concurrency allows
 	TwinClaimsMax                         int     // claims of one twin through INFLIGHT_WAIT
-	TwinStormWCU                          float64 // WCU/s on one in-flight key, twins at the tenant's rate
-	TwinRateMax                           float64 // the rate whose twins fill a partition
-	TwinConcurrencyWCU                    float64 // WCU/s on one in-flight key, twins at the tenant's concurrency
-	TwinConcurrencyMax                    float64 // the concurrency whose twins fill a partition
+	MaxWaiters, TwinWaitersMax            int     // twins that start waiting on one key a window; that wait at once
+	TwinWaitWCU                           float64 // WCU/s on one in-flight key by the twins that wait
+	TwinStormMax                          float64 // twins a second on one key that fill its partition, or its wait item's
 	SharedSpan                            int     // seconds one item of the limits table counts
 	ConcurrencySpan                       int     // seconds a tenant's concurrency is averaged over
 
@@ -416,11 +415,11 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	// against the tenant's concurrency.
 	c.ReplaysPerTenant = d.TenantConcurrency / (replayAWS / 1000)
 	c.TwinClaimsMax = twinClaims(math.Inf(1), in.v(inFirstPause), in.v(inMaxPause), d.InflightWait)
-	c.TwinStormWCU = d.TenantRate * float64(c.TwinClaimsMax) * c.ReplayWCU
-	c.TwinRateMax = 1000 / (float64(c.TwinClaimsMax) * c.ReplayWCU)
-	// A twin counts against the concurrency while it waits.
-	c.TwinConcurrencyWCU = d.TenantConcurrency * c.TwinStormWCU / d.TenantRate / d.InflightWait.Seconds()
-	c.TwinConcurrencyMax = c.TwinRateMax * d.InflightWait.Seconds()
+	// MaxWaiters start waiting a window: twice as many wait at once. Each
+	// other twin claims once, and takes a wait in one write of 1 WCU.
+	c.MaxWaiters, c.TwinWaitersMax = limit.MaxWaiters, 2*limit.MaxWaiters
+	c.TwinWaitWCU = float64(c.TwinWaitersMax*c.TwinClaimsMax) * c.ReplayWCU / d.InflightWait.Seconds()
+	c.TwinStormMax = math.Min((pw-c.TwinWaitWCU)/c.ReplayWCU, pw)
 	c.SharedSpan = limit.SharedSpan
 	c.ConcurrencySpan = limit.ConcurrencySpan
 }

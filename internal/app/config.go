@@ -763,6 +763,7 @@ func ChargeHandler(ctx context.Context, c ChargeConfig, d Deps) (*httpapi.Handle
 		}
 		if limiter, err = limit.New(ctx, limits, func(o *limit.Options) {
 			o.Defaults, o.MaxAge, o.Clock, o.Logger = c.Limits, c.LimitsMaxAge, limit.ClockOf(d.Clock), d.Logger
+			o.WaitSpan = c.InflightWait // a window of waits on one key
 		}); err != nil {
 			return nil, err
 		}

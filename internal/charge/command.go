@@ -92,7 +92,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait = func() { w.wait(s.cfg.InflightWait) }
+		o.OnWait = func(context.Context) bool { return w.wait(key, s.cfg.InflightWait) }
 	})
 	return s.result(ctx, key, st.op, w, res, said, refused, err)
 }
@@ -101,10 +101,12 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 // its key's holder, or a capture or cancel in flight. A caller that counts
 // the request's cost gives it back, then takes it again.
 type WaitHooks struct {
-	// OnWait is called once, as the request starts waiting at most wait.
-	// It only waits, for now. Never after the request worked: that keeps
-	// its count.
-	OnWait func(wait time.Duration)
+	// OnWait is called once, as the request starts waiting at most wait
+	// on what on names. It returns whether the request waits. If not, the
+	// request answers at once what a wait that ran out would. It only
+	// waits, for now. Never after the request worked: that keeps its
+	// count.
+	OnWait func(on idem.Key, wait time.Duration) bool
 	// OnWork is called once, if the request, having waited, does new work
 	// after all. It took its key over, or makes or settles the move itself.
 	OnWork func()
@@ -120,10 +122,10 @@ func WithWaitHooks(ctx context.Context, hooks WaitHooks) context.Context {
 
 // waiter calls a request's WaitHooks, each once: OnWait as it first
 // waits, OnWork as it then first works. worked: it did new work, waited or
-// not.
+// not. refused: OnWait refused the wait.
 type waiter struct {
-	hooks          WaitHooks
-	waited, worked bool
+	hooks                   WaitHooks
+	waited, worked, refused bool
 }
 
 // waiterOf returns a waiter for the hooks ctx carries, if any.
@@ -132,16 +134,15 @@ func waiterOf(ctx context.Context) *waiter {
 	return &waiter{hooks: hooks}
 }
 
-// wait is called before each pause for another's work, which lasts at
-// most budget in all.
-func (w *waiter) wait(budget time.Duration) {
+// wait is called before each pause for another's work on what on names,
+// which lasts at most budget in all. It reports whether to pause.
+func (w *waiter) wait(on idem.Key, budget time.Duration) bool {
 	if w.waited || w.worked {
-		return
+		return !w.refused
 	}
 	w.waited = true
-	if w.hooks.OnWait != nil {
-		w.hooks.OnWait(budget)
-	}
+	w.refused = w.hooks.OnWait != nil && !w.hooks.OnWait(on, budget)
+	return !w.refused
 }
 
 // work is called before each step of new work. Only the first after a

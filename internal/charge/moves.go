@@ -133,8 +133,8 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				}
 				continue
 			}
-			if left := time.Until(until); left > 0 {
-				w.wait(left)
+			// A wait refused answers as one that ran out.
+			if left := time.Until(until); left > 0 && w.wait(transitionKey(c), left) {
 				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}

@@ -10,9 +10,12 @@
 // ends. Handler time counts when a request ends. A share reads the span
 // back. A request's shares
 // wait at most tableTimeout together: past it, the limits fail open.
-// overrides.go reads the operators' per-tenant limits, off the request path. table.go is the
-// DynamoDB table of shared counts and overrides. shed.go holds Shedder,
-// which sheds reads and refunds while the store is throttled.
+// wait.go caps the requests waiting on one key or move: MaxWaiters
+// start a window, fleet-wide, counted in the table. The rest answer at
+// once. overrides.go reads the operators' per-tenant limits, off the
+// request path. table.go is the DynamoDB table of shared counts, waits and
+// overrides. shed.go holds Shedder, which sheds reads and refunds while
+// the store is throttled.
 //
 // A tenant spread over many instances, under both thresholds on each, is
 // never shared: each instance holds it to the limits alone. Each admits up

@@ -94,6 +94,9 @@ type Store interface {
 	Read(ctx context.Context, tenant string, window int64) ([]Usage, error)
 	// Overrides returns every override, by tenant.
 	Overrides(ctx context.Context) (map[string]Limits, error)
+	// TakeWait takes one of most waits on what on names, in the window
+	// that starts at start and lasts span. false: all are taken.
+	TakeWait(ctx context.Context, tenant, on string, start time.Time, span time.Duration, most int) (bool, error)
 }
 
 // Window is the span a rate counts over.
@@ -169,6 +172,9 @@ type Options struct {
 	Clock func() (wall time.Time, elapsed time.Duration)
 	// Logger receives the failures to read or write the table.
 	Logger *slog.Logger
+	// WaitSpan is the window MaxWaiters counts over: the longest a
+	// request waits for another's work. Default DefaultWaitSpan.
+	WaitSpan time.Duration
 }
 
 // Limiter holds each tenant to its limits. Each instance counts what its
@@ -320,6 +326,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.WaitSpan <= 0 {
+		o.WaitSpan = DefaultWaitSpan
 	}
 	l := &Limiter{store: store, o: o, clock: &steady{clock: o.Clock}, tenants: map[string]*tenant{}}
 	// The first read is under way as the overrides are built.

@@ -21,16 +21,20 @@ import (
 // are the item ("count#<tenant>", "<its first unix second>"); an override
 // is ("override", "<tenant>"). Tenants hold no '#', so the two never meet.
 // Each second of an item has its own attributes, i seconds after the
-// first: "requests<i>" and "busy_ms<i>".
+// first: "requests<i>" and "busy_ms<i>". The waits on one thing in flight
+// in a window are ("wait#<tenant>#<its hash>", "<the window's first unix
+// ms>"), counted in "waiters".
 const (
 	AttrPK        = "pk"
 	AttrSK        = "sk"
 	AttrRequests  = "requests"
 	AttrBusyMs    = "busy_ms"
+	AttrWaiters   = "waiters"
 	AttrExpiresAt = "expires_at"
 
 	overridePK  = "override"
 	countPrefix = "count#"
+	waitPrefix  = "wait#"
 )
 
 // SharedSpan is how many seconds one item of the table counts. A share
@@ -143,6 +147,33 @@ func (t *Table) Read(ctx context.Context, tenant string, window int64) ([]Usage,
 		return nil, fmt.Errorf("limit: read %s's count: %w", tenant, dynamostore.AsUnavailable(err))
 	}
 	return seconds(tenant, window, out.Item)
+}
+
+// waitRetention is how long a window's waits are kept after it ends; TTL
+// deletes them after.
+const waitRetention = time.Minute
+
+// TakeWait takes one of most waits on what on names, in the window that
+// starts at start and lasts span. It is one conditional UpdateItem. It
+// reports false if the window's waits are all taken.
+func (t *Table) TakeWait(ctx context.Context, tenant, on string, start time.Time, span time.Duration, most int) (bool, error) {
+	_, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: t.tableName,
+		Key: map[string]types.AttributeValue{
+			AttrPK: s(waitPrefix + tenant + "#" + on), AttrSK: s(strconv.FormatInt(start.UnixMilli(), 10)),
+		},
+		UpdateExpression:          aws.String("ADD #w :one SET #e = :e"),
+		ConditionExpression:       aws.String("attribute_not_exists(#w) OR #w < :most"),
+		ExpressionAttributeNames:  map[string]string{"#w": AttrWaiters, "#e": AttrExpiresAt},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":most": n(int64(most)), ":e": n(start.Add(span + waitRetention).Unix())},
+	})
+	if _, full := errors.AsType[*types.ConditionalCheckFailedException](err); full {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("limit: take a wait of %s: %w", tenant, dynamostore.AsUnavailable(err))
+	}
+	return true, nil
 }
 
 // countKey is the key of the item that counts tenant's window.

@@ -154,3 +154,38 @@ func TestAnOverrideWrittenByHandPastTheMaximumIsHeldToIt(t *testing.T) {
 		t.Fatalf("overrides %+v, want %+v", got, want)
 	}
 }
+
+// TestTableTakesMaxWaitersAWindow: the waits on one thing in flight are
+// counted by window. Past most, the window refuses; the next window, or
+// another thing, grants again. A table that fails grants nothing.
+func TestTableTakesMaxWaitersAWindow(t *testing.T) {
+	t.Parallel()
+	table := newTable(t)
+	w := time.Unix(1_796_000_000, 0)
+	steps := []struct {
+		tenant, on string
+		start      time.Time
+		want       bool
+	}{
+		{"acme", "k1", w, true},
+		{"acme", "k1", w, true},
+		{"acme", "k1", w, false},
+		{"acme", "k1", w, false},
+		{"acme", "k2", w, true},
+		{"globex", "k1", w, true},
+		{"acme", "k1", w.Add(2 * time.Second), true},
+	}
+	for _, s := range steps {
+		got, err := table.TakeWait(t.Context(), s.tenant, s.on, s.start, 2*time.Second, 2)
+		if err != nil || got != s.want {
+			t.Fatalf("a wait of %s on %s at %v: %v, %v; want %v", s.tenant, s.on, s.start.Sub(w), got, err, s.want)
+		}
+	}
+	missing, err := limit.NewTable(testkit.Clients(t).DynamoDB, "no-such-table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := missing.TakeWait(t.Context(), "acme", "k1", w, 2*time.Second, 2); got || err == nil {
+		t.Fatalf("a wait on a table that fails: %v, %v; want refused, with the error", got, err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/chargeonce/chargeonce/pkg/idem"
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 	"github.com/chargeonce/chargeonce/pkg/idem/internal/dynamotest"
 	"github.com/chargeonce/chargeonce/pkg/idem/memstore"
@@ -164,7 +165,7 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
 	var runs, waits atomic.Int32
-	onWait := func(o *idem.DoOptions) { o.OnWait = func() { waits.Add(1) } }
+	onWait := func(o *idem.DoOptions) { o.OnWait = func(context.Context) bool { waits.Add(1); return true } }
 
 	k := heldFor300ms(t, s, func(l *idem.Lease) error { return s.Commit(ctx, l, resp) })
 	res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait, func(o *idem.DoOptions) { o.Wait = 5 * time.Second })
@@ -186,6 +187,51 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	}
 }
 
+// begins counts the Begin calls a Backend gets.
+type begins struct {
+	idem.Backend
+	n atomic.Int32
+}
+
+func (b *begins) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, intent []byte) (idem.Begun, error) {
+	b.n.Add(1)
+	return b.Backend.Begin(ctx, key, fp, intent)
+}
+
+// TestDoAnswersInFlightAtOnceWhenOnWaitRefuses: a caller may cap the
+// requests waiting on one key. Refused, Do answers the holder's
+// *InFlightError at once, with its retry time. It makes no other Begin,
+// and never runs fn.
+func TestDoAnswersInFlightAtOnceWhenOnWaitRefuses(t *testing.T) {
+	t.Parallel()
+	dynamo, err := dynamostore.New(dynamotest.Client(t), dynamotest.Table(t, dynamostore.TableInput("refused")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]idem.Backend{"memstore": memstore.New(), "dynamostore": dynamo} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := idemtest.UniqueKey(t, "acme")
+			if _, err := s.Begin(t.Context(), k, fpA, nil); err != nil {
+				t.Fatal(err)
+			}
+			b := &begins{Backend: s}
+			var runs, waits atomic.Int32
+			start := time.Now()
+			_, err := idem.Do(t.Context(), b, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
+				o.Wait, o.OnWait = 5*time.Second, func(context.Context) bool { waits.Add(1); return false }
+			})
+			var inflight *idem.InFlightError
+			if !errors.As(err, &inflight) || inflight.LeaseExpiresAt.IsZero() {
+				t.Fatalf("Do refused a wait: %v; want *InFlightError with the lease's end", err)
+			}
+			if took := time.Since(start); took > 200*time.Millisecond || b.n.Load() != 1 || waits.Load() != 1 || runs.Load() != 0 {
+				t.Fatalf("Do refused a wait: took %v, %d Begin, told %d times, fn ran %d; want at once, 1 Begin, told once, fn never", took, b.n.Load(), waits.Load(), runs.Load())
+			}
+		})
+	}
+}
+
 // TestDoMayRunFnAfterTellingOnWait: the holder releases the key (its
 // effect proved not done) while the request waits. Do then claims the key
 // and runs fn: new work after OnWait. A caller that gave its cost back
@@ -202,7 +248,7 @@ func TestDoMayRunFnAfterTellingOnWait(t *testing.T) {
 		return counted(&runs, idem.Succeeded(resp), nil)(ctx, l)
 	}
 	res, err := idem.Do(ctx, s, k, fpA, nil, fn, func(o *idem.DoOptions) {
-		o.Wait, o.OnWait = 5*time.Second, func() { waits.Add(1) }
+		o.Wait, o.OnWait = 5*time.Second, func(context.Context) bool { waits.Add(1); return true }
 	})
 	if err != nil || res.Replayed || runs.Load() != 1 || waits.Load() != 1 || !toldFirst {
 		t.Fatalf("Do on a key released while it waited: %+v, %v; fn ran %d time(s), OnWait told %d time(s), before fn: %v; want fn run once, after OnWait told once",

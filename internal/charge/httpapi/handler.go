@@ -185,9 +185,10 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 	}
 	if ticket != nil {
 		// A request that waits for its key's holder, or for a move in
-		// flight, does no new work until it acts itself.
+		// flight, does no new work until it acts itself. Past
+		// limit.MaxWaiters on one of them, it answers in progress at once.
 		ctx = charge.WithWaitHooks(ctx, charge.WaitHooks{
-			OnWait: func(wait time.Duration) { h.opt.Limiter.GiveBack(ctx, ticket, wait) },
+			OnWait: func(on idem.Key, wait time.Duration) bool { return h.opt.Limiter.Wait(ctx, ticket, on.LogHash(), wait) },
 			OnWork: func() { h.opt.Limiter.Retake(ctx, ticket) },
 		})
 	}

@@ -179,7 +179,7 @@ func twinsOf(t *testing.T, h *httpapi.Handler, n int) <-chan events.APIGatewayV2
 // TestARequestForAKeyInProgressClaimsItAtMostEightTimes: a request for a
 // key in flight gives its rate count back, but waits for the key for up
 // to INFLIGHT_WAIT (2 s), claiming again after each pause. docs/capacity.md
-// bounds that at 8 conditional writes; the concurrency bounds the waits.
+// bounds that at 8 conditional writes; limit.MaxWaiters bounds the waits.
 func TestARequestForAKeyInProgressClaimsItAtMostEightTimes(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t, providersim.WithSlowDelay(3500*time.Millisecond))
@@ -240,6 +240,102 @@ func TestRequestsWaitingForAKeyLeaveTheirTenantsRate(t *testing.T) {
 	}
 }
 
+// TestARetryStormOnOneKeyLeavesItsTenantsConcurrency (issue 42): twins
+// of one key in progress, spread over two instances. At most
+// limit.MaxWaiters of them wait in a window of INFLIGHT_WAIT, fleet-wide.
+// The rest answer 409 in progress at once, their wait never counted. So
+// a concurrency of 1 (10 s of handler time in the span) still admits the
+// tenant's new charges. The eight waits of 2 s on their instance alone
+// would spend it.
+func TestARetryStormOnOneKeyLeavesItsTenantsConcurrency(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t, providersim.WithSlowDelay(3500*time.Millisecond))
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one window throughout
+	instance := func() *httpapi.Handler {
+		return d.ChargeHandler(t, func(w *testkit.Wiring) {
+			w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: 100, Concurrency: 1}
+			w.Deps.Clock = clock.Now
+		})
+	}
+	const twins = 16
+	fleet := []*httpapi.Handler{instance(), instance()}
+	first := holdKey(t, instance())
+	type answer struct {
+		resp events.APIGatewayV2HTTPResponse
+		took time.Duration
+	}
+	answers := make(chan answer, twins)
+	for i := range twins {
+		h := fleet[i%len(fleet)]
+		go func() {
+			began := time.Now()
+			resp := handle(t, h, testkit.PostCharge("acme", "held", slowCharge))
+			answers <- answer{resp, time.Since(began)}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // every twin has found the key in progress
+	for i := range 3 {
+		if resp := handle(t, fleet[0], testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)); resp.StatusCode != http.StatusCreated {
+			t.Errorf("new charge %d while %d twins of a key in progress came: %d %s, want 201", i, twins, resp.StatusCode, resp.Body)
+		}
+	}
+	waited := 0
+	for range twins {
+		a := <-answers
+		if slug, _ := problemOf(t, a.resp); a.resp.StatusCode != http.StatusConflict || slug != "request-in-progress" || a.resp.Headers[httpapi.HeaderRetryAfter] == "" {
+			t.Errorf("a twin: %d %v %s, want 409 request-in-progress with Retry-After", a.resp.StatusCode, a.resp.Headers, a.resp.Body)
+		}
+		if a.took > time.Second {
+			waited++
+		}
+	}
+	if waited > limit.MaxWaiters {
+		t.Errorf("%d twins of one key in one window of INFLIGHT_WAIT: %d waited, want at most %d", twins, waited, limit.MaxWaiters)
+	}
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("the first request: %d, want 201", code)
+	}
+	if got := d.Sim.Ledger().TotalCharges; got != 4 {
+		t.Fatalf("provider charges %d, want 4: the key's once and three new charges", got)
+	}
+	t.Logf("%d twins of one key in progress: %d waited, %d answered at once", twins, waited, twins-waited)
+}
+
+// TestATwinGrantedAWaitGetsTheOriginalAnswer: the holder ends within
+// INFLIGHT_WAIT. The twins granted a wait get its answer, replayed; the
+// one past limit.MaxWaiters answers 409 in progress at once.
+func TestATwinGrantedAWaitGetsTheOriginalAnswer(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t, providersim.WithSlowDelay(1500*time.Millisecond))
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: 100, Concurrency: 100}
+		w.Deps.Clock = clock.Now
+	})
+	first := holdKey(t, h)
+	answers := twinsOf(t, h, limit.MaxWaiters+1)
+	replayed, conflicts := 0, 0
+	for range limit.MaxWaiters + 1 {
+		switch resp := <-answers; {
+		case resp.StatusCode == http.StatusCreated && resp.Headers[httpapi.HeaderReplayed] == "true":
+			replayed++
+		case resp.StatusCode == http.StatusConflict:
+			conflicts++
+		default:
+			t.Errorf("a twin: %d %v %s, want the replay or 409 in progress", resp.StatusCode, resp.Headers, resp.Body)
+		}
+	}
+	if replayed != limit.MaxWaiters || conflicts != 1 {
+		t.Errorf("%d twins, the holder done within INFLIGHT_WAIT: %d replayed, %d in progress; want %d and 1", limit.MaxWaiters+1, replayed, conflicts, limit.MaxWaiters)
+	}
+	if code := <-first; code != http.StatusCreated {
+		t.Fatalf("the first request: %d, want 201", code)
+	}
+	if got := d.Sim.Ledger().TotalCharges; got != 1 {
+		t.Fatalf("provider charges %d, want 1", got)
+	}
+}
+
 // outage is a card provider in front of the deployment's simulator. It
 // answers the first refused POSTs to a path ending in its suffix 503
 // Provider-Not-Processed, and sends later ones on. It holds the first
@@ -281,14 +377,15 @@ func newOutage(t *testing.T, sim, suffix string, refused int32) (*outage, string
 // gives its count back as it starts waiting. The holder is released (the
 // provider did not process it), and the twin claims the key and sends the
 // charge itself: new work, never counted again. During a provider outage
-// a retry storm on one key sends the provider a charge per twin, past the
-// rate, and leaves the rate whole for new keys.
+// a retry storm on one key sends the provider a charge per twin that
+// waited, past the rate, and leaves the rate whole for new keys. The
+// twins are limit.MaxWaiters: any more answer 409 at once.
 func TestATwinThatTakesTheKeyOverCountsAgainstTheRate(t *testing.T) {
 	t.Parallel()
 	d := testkit.Deploy(t)
 	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", everyPOST)
 	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one second throughout
-	const rate, twins = 2, 3
+	const rate, twins = 2, limit.MaxWaiters
 	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
 		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: rate, Concurrency: 100}
 		w.Charge.ProviderURL = providerURL
@@ -564,6 +661,39 @@ func TestCaptureRetriesWaitingForAMoveLeaveTheirTenantsRate(t *testing.T) {
 		if resp := <-answers; resp.StatusCode != http.StatusConflict {
 			t.Errorf("a capture retried while the first runs: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
 		}
+	}
+	if code := <-first; code != http.StatusOK {
+		t.Errorf("the first capture: %d, want 200", code)
+	}
+}
+
+// TestCaptureRetriesPastMaxWaitersAnswerAtOnce (issue 42): capture
+// retries while the first runs. At most limit.MaxWaiters of them wait for
+// its move; the rest answer 409 in progress at once, with Retry-After.
+func TestCaptureRetriesPastMaxWaitersAnswerAtOnce(t *testing.T) {
+	t.Parallel()
+	const retries = 6
+	h, id, first := capturing(t, 100, func(sim string) string { return slowCaptures(t, sim) })
+	time.Sleep(500 * time.Millisecond) // the first capture is at the provider
+	took := make(chan time.Duration, retries)
+	for range retries {
+		go func() {
+			began := time.Now()
+			resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+			if resp.StatusCode != http.StatusConflict || resp.Headers[httpapi.HeaderRetryAfter] == "" {
+				t.Errorf("a capture retried while the first runs: %d %v %s, want 409 in progress with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
+			}
+			took <- time.Since(began)
+		}()
+	}
+	waited := 0
+	for range retries {
+		if <-took > time.Second {
+			waited++
+		}
+	}
+	if waited > limit.MaxWaiters {
+		t.Errorf("%d capture retries while the first runs: %d waited, want at most %d", retries, waited, limit.MaxWaiters)
 	}
 	if code := <-first; code != http.StatusOK {
 		t.Errorf("the first capture: %d, want 200", code)

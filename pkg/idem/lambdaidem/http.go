@@ -66,8 +66,10 @@ type Options struct {
 	// answering it 400 (see KeyMigration). Default nil: the key is
 	// required.
 	Migration *KeyMigration
-	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
+	// Wait, Reserve and OnWait are passed to idem.Do (see
+	// idem.DoOptions). OnWait may cap the requests waiting on one key.
 	Wait, Reserve time.Duration
+	OnWait        func(ctx context.Context) bool
 	// ResolveAfter is how long after a lease ends the reconciler resolves
 	// a command left IN_FLIGHT. It is the period of its sweep. The answers
 	// for an unknown outcome count it in their Retry-After, and say so.
@@ -207,7 +209,7 @@ func (o *api) run(ctx context.Context, b idem.Backend, key idem.Key, keyed bool,
 		return o.problem(problemInvalidRequest, "The request is not one this operation takes.")
 	}
 	res, err := idem.Do(ctx, b, key, fp, intent, fn, func(d *idem.DoOptions) {
-		d.Wait = o.Wait
+		d.Wait, d.OnWait = o.Wait, o.OnWait
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
 		}

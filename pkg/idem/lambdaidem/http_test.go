@@ -355,3 +355,41 @@ func TestThrottledRetryTitleClaimsNothing(t *testing.T) {
 		t.Fatalf("retry of a request that was carried out (%d runs): %d %s; says \"nothing was done\"", runs.Load(), retry.StatusCode, retry.Body)
 	}
 }
+
+// TestOnWaitMayRefuseTheWait: Options.OnWait and SQSOptions.OnWait reach
+// idem.Do. Refused, a request for a key in progress answers 409 at once,
+// and a message is reported for redelivery at once. Neither runs.
+func TestOnWaitMayRefuseTheWait(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	var runs, waits atomic.Int32
+	refuse := func(context.Context) bool { waits.Add(1); return false }
+	key := idemtest.UniqueKey(t, "x").ClientKey()
+	handler := lambdaidem.HTTP(s, "create-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Outcome{}, errors.New("crashed") // the record stays IN_FLIGHT
+	}, func(o *lambdaidem.Options) { o.Wait, o.OnWait = 5*time.Second, refuse })
+	if _, err := handler(t.Context(), httpRequest("acme", key, `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, err := handler(t.Context(), httpRequest("acme", key, `{}`))
+	if took := time.Since(start); err != nil || resp.StatusCode != http.StatusConflict || took > time.Second || runs.Load() != 1 || waits.Load() != 1 {
+		t.Fatalf("a twin refused its wait: %d %s, %v, took %v, %d runs, told %d times; want 409 at once, one run, told once", resp.StatusCode, resp.Body, err, took, runs.Load(), waits.Load())
+	}
+
+	msg := sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"order":"o-1"}`)
+	sqs := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
+		runs.Add(1)
+		return idem.Outcome{}, errors.New("crashed")
+	}, func(o *lambdaidem.SQSOptions) { o.Wait, o.OnWait = 5*time.Second, refuse })
+	batch := events.SQSEvent{Records: []events.SQSMessage{msg}}
+	if _, err := sqs(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	out, err := sqs(t.Context(), batch)
+	if took := time.Since(start); err != nil || len(out.BatchItemFailures) != 1 || took > time.Second || runs.Load() != 2 || waits.Load() != 2 {
+		t.Fatalf("a redelivery refused its wait: %q, %v, took %v, %d runs, told %d times; want reported at once, two runs in all, told twice", failures(out), err, took, runs.Load(), waits.Load())
+	}
+}

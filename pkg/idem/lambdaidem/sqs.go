@@ -40,8 +40,10 @@ type SQSOptions struct {
 	// KiB is reported, with nothing stored, on every delivery. It ends in
 	// the dead-letter queue.
 	Intent func(msg events.SQSMessage) ([]byte, error)
-	// Wait and Reserve are passed to idem.Do (see idem.DoOptions).
+	// Wait, Reserve and OnWait are passed to idem.Do (see
+	// idem.DoOptions). OnWait may cap the requests waiting on one key.
 	Wait, Reserve time.Duration
+	OnWait        func(ctx context.Context) bool
 	// Visibility, if set, holds back the redelivery of a message whose key
 	// a live lease holds. It is delivered again once that lease ends: one
 	// delivery, not one per visibility timeout. Wire it to an SQS client's
@@ -264,7 +266,7 @@ func (o *SQSOptions) process(ctx context.Context, b idem.Backend, key idem.Key, 
 	res, err := idem.Do(ctx, b, key, fp, intent, func(ctx context.Context, l *idem.Lease) (idem.Outcome, error) {
 		return next(ctx, msg, l)
 	}, func(d *idem.DoOptions) {
-		d.Wait = o.Wait
+		d.Wait, d.OnWait = o.Wait, o.OnWait
 		if o.Reserve > 0 {
 			d.Reserve = o.Reserve
 		}

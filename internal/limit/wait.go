@@ -1,0 +1,53 @@
+package limit
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/chargeonce/chargeonce/pkg/idem"
+)
+
+// MaxWaiters is how many requests may start waiting on one thing in flight
+// in a window of WaitSpan, fleet-wide. So at most twice as many wait on it
+// at once. A retry storm on one key then spends little of its tenant's
+// concurrency.
+const MaxWaiters = 2
+
+// DefaultWaitSpan is the default Options.WaitSpan: INFLIGHT_WAIT's default.
+const DefaultWaitSpan = 2 * time.Second
+
+// Wait asks for one of the MaxWaiters waits on what on names: a hash of a
+// scoped key, or of a charge's move. It gives tk's count back either way:
+// the request does no new work while it waits, nor if it does not. Granted,
+// its wait counts against the concurrency, as GiveBack says. Refused, only
+// its handler time so far counts: it answers at once. A failed or slow
+// write refuses too. Answering "in progress" at once is honest and cheap,
+// and the client retries.
+func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration) bool {
+	now, _ := l.clock.instant()
+	start := now.Truncate(l.o.WaitSpan)
+	wctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	granted, err := l.store.TakeWait(wctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
+	cancel()
+	if err != nil {
+		l.o.Logger.WarnContext(ctx, "taking a wait failed; answered in progress", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
+	}
+	if !granted {
+		wait = 0
+	}
+	l.GiveBack(ctx, tk, wait)
+	return granted
+}
+
+// errorClass names a failed write of the table for the logs.
+func errorClass(err error) string {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return "deadline"
+	case errors.Is(err, idem.ErrUnavailable):
+		return "store_unavailable"
+	default:
+		return "internal"
+	}
+}
