@@ -14,7 +14,7 @@ func TestTallyCountsTheReconcileQueuesTraffic(t *testing.T) {
 		`{"msg":"reconcile","function":"reconcile","message_id":"1","key_hash":"a","outcome":"deferred"}`,
 		`{"msg":"reconcile","function":"reconcile","message_id":"2","key_hash":"a","outcome":"still_leased"}`,
 		`{"msg":"sweep","function":"sweeper","queued":3,"already_queued":2}`,
-		`{"msg":"enqueue reconcile failed","function":"charge","error_class":"internal"}`,
+		`{"msg":"enqueue reconcile failed","function":"charge","error_class":"queue_unavailable"}`,
 		`{"msg":"charge","function":"charge","error_class":"internal"}`,
 		`{"Function":"sweeper","Queued":3,"_aws":{}}`,
 		`not json`,

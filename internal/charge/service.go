@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go"
+
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/tracing"
 	"github.com/chargeonce/chargeonce/pkg/idem"
@@ -225,6 +228,13 @@ func transient(err error) bool {
 	return errors.Is(err, idem.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// sqsFailed reports whether err is an SQS call that failed: a reconcile
+// message the queue may not have taken.
+func sqsFailed(err error) bool {
+	var op *smithy.OperationError
+	return errors.As(err, &op) && op.ServiceID == sqs.ServiceID
+}
+
 // ErrorClass names an error for logs and metrics without its text, which
 // may carry request details. Every function uses this one vocabulary.
 func ErrorClass(err error) string {
@@ -244,6 +254,8 @@ func ErrorClass(err error) string {
 	case transient(err), errors.Is(err, idem.ErrUnknownClaim):
 		// A claim unanswered is a store fault: its write may have landed.
 		return "store_unavailable"
+	case sqsFailed(err):
+		return "queue_unavailable"
 	default:
 		return "internal"
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/logging"
 
 	"github.com/chargeonce/chargeonce/internal/app"
@@ -477,6 +478,7 @@ func TestErrorClassNamesFaultsAsFaults(t *testing.T) {
 		{"a take-over whose answer a cut connection lost", fmt.Errorf("idem: take over k: %w", &idem.UnknownClaimError{Err: reset}), "store_unavailable"},
 		{"a claim whose answer came too late", fmt.Errorf("idem: begin k: %w", &idem.UnknownClaimError{Err: context.DeadlineExceeded}), "deadline"},
 		{"a store that refused the call", fmt.Errorf("idem: get k: %w", idem.ErrUnavailable), "store_unavailable"},
+		{"a reconcile message SQS did not answer", fmt.Errorf("queue: send: %w", &smithy.OperationError{ServiceID: "SQS", OperationName: "SendMessage", Err: reset}), "queue_unavailable"},
 		{"an error of no known kind", errors.New("charge: no operation"), "internal"},
 	} {
 		if got := charge.ErrorClass(c.err); got != c.want {
