@@ -2375,3 +2375,53 @@ func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
 		t.Fatalf("a hot tenant's 2 s request, its share landing and the read of the earlier item hanging: the table holds %v of handler time, want at least 2s", busy)
 	}
 }
+
+// TestAHotTenantsFastUncountedRequestsShareTheirHandlerTime (review 15):
+// a hot tenant's replays of 60 ms, 900 a second over 300 instances in
+// turn: 54 at once on average against 40. docs/capacity.md: "Each request
+// shares its handler time as it ends, however fast." A replay gives its
+// count back, so its time is due only at a 200th of the concurrency, 200
+// ms. Each instance's rest of a second is never shared.
+func TestAHotTenantsFastUncountedRequestsShareTheirHandlerTime(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, perSecond, d = 300, 30, 900, 60 * time.Millisecond
+	fleet := fleetOf(t, newShared(), clock, instances)
+	hotOnEach(t, fleet, clock, "acme") // every instance learns it is hot
+	setClock(clock, start.Add(2*time.Second))
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, instances)
+	step := time.Second / perSecond
+	var ran time.Duration // handler time admitted from second 12 on
+	refused := map[string]int{}
+	for i := range seconds * perSecond {
+		now := clock.Now()
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // a replay
+				busy[j] = nil
+			}
+		}
+		j := i % instances
+		if busy[j] != nil {
+			t.Fatalf("instance %d still busy at %v", j, now.Sub(start))
+		}
+		if tk, refusal := fleet[j].Admit(t.Context(), "acme"); refusal != nil {
+			refused[refusal.Limit]++
+		} else {
+			busy[j] = &running{tk, now.Add(d)}
+			if i >= 10*perSecond {
+				ran += d
+			}
+		}
+		clock.Advance(step)
+	}
+	mean := ran.Seconds() / float64(seconds-10)
+	if mean > 1.1*limit.DefaultConcurrency {
+		t.Fatalf("a hot tenant's replays of %v, %d a second over %d instances: %.1f ran at once on average (refused: %v), want about the concurrency, %d",
+			d, perSecond, instances, mean, refused, limit.DefaultConcurrency)
+	}
+}
