@@ -2425,3 +2425,25 @@ func TestAHotTenantsFastUncountedRequestsShareTheirHandlerTime(t *testing.T) {
 			d, perSecond, instances, mean, refused, limit.DefaultConcurrency)
 	}
 }
+
+// TestARateRefusalsRetryAfterCoversTheConcurrencyToo (review 15): one
+// instance, nothing running. A rate refusal's Retry-After is the next
+// second. But the concurrency, already over, refuses until its handler
+// time leaves the span: the retry is refused again. docs/contract.md:
+// "a retry with the key after Retry-After gets that answer".
+func TestARateRefusalsRetryAfterCoversTheConcurrencyToo(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 10, Concurrency: 1})
+	held(t, l, clock, "acme", 10, 990*time.Millisecond) // 9.9 s, of 10 the span allows
+	setClock(clock, start.Add(time.Second))
+	held(t, l, clock, "acme", 10, 20*time.Millisecond) // 10.1 s: the concurrency is over
+	_, refused := l.Admit(t.Context(), "acme")
+	if refused == nil {
+		t.Fatal("an eleventh request in a second at 10 a second admitted")
+	}
+	clock.Advance(refused.RetryAfter)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused %+v, nothing running; retried after its Retry-After %v: refused again %+v", *refused, refused.RetryAfter, *again)
+	}
+}
