@@ -2447,3 +2447,24 @@ func TestARateRefusalsRetryAfterCoversTheConcurrencyToo(t *testing.T) {
 		t.Fatalf("refused %+v, nothing running; retried after its Retry-After %v: refused again %+v", *refused, refused.RetryAfter, *again)
 	}
 }
+
+// TestATenantAtHalfItsRateIsNotHot (review 15): an override of 2 a
+// second, and one charge a second: half the rate, not past it.
+// docs/capacity.md: "Once a tenant is past half a limit, it is hot"; a
+// quiet tenant's charge pays no call of the limits table. near counts
+// half as past it: each charge then pays two shares.
+func TestATenantAtHalfItsRateIsNotHot(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 2})
+	for range 30 {
+		if n := admitted(t, l, "acme", 1); n != 1 {
+			t.Fatalf("one request a second at 2 a second: %d admitted", n)
+		}
+		clock.Advance(limit.Window)
+	}
+	if adds, _ := store.calls(); adds != 0 {
+		t.Fatalf("30 s of one request a second, at half a rate of 2: %d adds to the shared count, want 0", adds)
+	}
+}
