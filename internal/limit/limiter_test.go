@@ -2517,3 +2517,48 @@ func TestASlowReadLeavesATwinThatTakesItsKeyOverItsLastShare(t *testing.T) {
 		t.Fatalf("a hot tenant's twin of 5 s that took its key over, shares landing in 20 ms and the read of the earlier item hanging: the table holds %v of handler time, want at least 5s", busy)
 	}
 }
+
+// TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf (review 15): a burst of
+// twins fills a tenant's span in one second. Half a second later another
+// instance, new to the tenant, serves a twin: its give-back is shared.
+// docs/capacity.md: an instance "learns when a share finds the count past
+// half the limit"; then each request is shared, and its next is refused.
+// Within an item it is. In an item's first second, a share of a tenant not
+// yet hot here reads only its own item: it learns nothing, and admits.
+func TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		burst int64 // the burst's second; the share is the next one's
+	}{
+		{"within an item", 9},
+		{"at an item's start", limit.SharedSpan - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clock := testkit.NewClock(start) // an item's first second
+			store := newShared()
+			held, fresh := newLimiter(t, store, clock, limit.Limits{}), newLimiter(t, store, clock, limit.Limits{})
+			setClock(clock, start.Add(time.Duration(c.burst)*time.Second+500*time.Millisecond))
+			burst := 0
+			for {
+				tk, refused := held.Admit(t.Context(), "storm")
+				if refused != nil {
+					break
+				}
+				held.GiveBack(t.Context(), tk, inflightWait)
+				burst++
+			}
+			clock.Advance(600 * time.Millisecond) // the next second
+			twin := mustAdmit(t.Context(), t, fresh, "storm")
+			fresh.GiveBack(t.Context(), twin, inflightWait) // shared at once
+			clock.Advance(inflightWait)
+			fresh.Done(t.Context(), twin, false)
+			clock.Advance(100 * time.Millisecond)
+			if _, refused := fresh.Admit(t.Context(), "storm"); refused == nil || refused.Limit != "concurrency" {
+				t.Fatalf("a burst of %d twins of %v in second %d; a share of another instance's twin in the next second, then its next request at %v: refusal %+v, want the concurrency's",
+					burst, inflightWait, c.burst, clock.Now().Sub(start), refused)
+			}
+		})
+	}
+}
