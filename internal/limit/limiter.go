@@ -294,8 +294,9 @@ type Refusal struct {
 	Limit  string
 	Limits Limits
 	// RetryAfter is how long until the limit admits a request again,
-	// as far as this instance knows. It is real time: the limiter's own
-	// may run slow.
+	// as far as this instance knows. A rate refusal also waits for a
+	// concurrency known over. It is real time: the limiter's own may run
+	// slow.
 	RetryAfter time.Duration
 }
 
@@ -358,19 +359,24 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
 	depth := Window - lim.interval()
+	// What ended leaves the span in time; what runs may not: at least the
+	// next window. A rate refusal waits for it too, or its retry is
+	// refused again.
+	var concurrency time.Duration
+	if t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy() {
+		concurrency = max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next)
+	}
 	switch {
 	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
 		// earned meanwhile would burst at the next second's start. It never
 		// empties past that start: an earlier refusal's Retry-After holds.
 		t.due = later(t.due, earlier(now.Add(Window), nextSecondDue(w, lim)))
-		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
+		return refuse("rate", max(next, t.due.Add(-depth).Sub(now), concurrency))
 	case now.Before(t.due.Add(-depth)):
-		return refuse("rate", t.due.Add(-depth).Sub(now))
-	case t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy():
-		// What ended leaves the span in time; what runs may not: at
-		// least the next window.
-		return refuse("concurrency", max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next))
+		return refuse("rate", max(t.due.Add(-depth).Sub(now), concurrency))
+	case concurrency > 0:
+		return refuse("concurrency", concurrency)
 	}
 	t.due = later(t.due, now).Add(lim.interval())
 	t.running++
