@@ -2329,7 +2329,7 @@ func TestAFailedReadOfTheEarlierItemLeavesTheSharesOn(t *testing.T) {
 		clock := testkit.NewClock(start) // an item's first second
 		lim := limit.Limits{Rate: 100, Concurrency: 1000}
 		a, b := newLimiter(t, c.store, clock, lim), newLimiter(t, c.store, clock, lim)
-		admitted(t, a, "acme", 50) // past half the rate: hot
+		admitted(t, a, "acme", 51) // past half the rate: hot
 		admitted(t, b, "acme", 10) // b shares, and learns it is hot
 		clock.Advance(limit.Window)
 		got := admitted(t, a, "acme", 60) + admitted(t, b, "acme", 100)
@@ -2358,7 +2358,7 @@ func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
 	clock := testkit.NewClock(start) // an item's first second
 	store := newShared()
 	l := newLimiter(t, readsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
-	admitted(t, l, "acme", 5) // half the rate: hot
+	admitted(t, l, "acme", 6) // past half the rate: hot
 	clock.Advance(limit.Window)
 	tk := mustAdmit(t.Context(), t, l, "acme")
 	clock.Advance(2 * time.Second)
@@ -2500,7 +2500,7 @@ func TestASlowReadLeavesATwinThatTakesItsKeyOverItsLastShare(t *testing.T) {
 	clock := testkit.NewClock(start) // an item's first second
 	store := newShared()
 	l := newLimiter(t, slowReadsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
-	admitted(t, l, "acme", 5) // half the rate: hot
+	admitted(t, l, "acme", 6) // past half the rate: hot
 	clock.Advance(limit.Window)
 	tk := mustAdmit(t.Context(), t, l, "acme")
 	l.GiveBack(t.Context(), tk, inflightWait)
