@@ -506,7 +506,7 @@ func (t *tenant) hotDue(lim Limits) bool {
 // instance's. It waits at most wait, and returns how long it waited. It
 // is called with l.mu held, and releases it meanwhile.
 func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
-	add, w, hot, readTo, readNow := t.pending, t.window, t.hot(), t.readTo, t.readFailed != t.window
+	add, w, readTo, readNow := t.pending, t.window, t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
 	// Real time, as the timeout's: the Clock counts windows.
@@ -514,14 +514,14 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	total, err := l.store.Add(sctx, name, w, add)
 	cancel()
-	// A hot tenant's span must hold the earlier item's windows too, or an
-	// instance admits a second burst as a new item starts. They are past,
-	// so one read an item serves. It runs only within what leaves
-	// doneReserve.
+	// A shared tenant's span must hold the earlier item's windows too, or
+	// an instance admits a second burst as a new item starts. One not yet
+	// hot here would never learn it is past half. They are past, so one
+	// read an item serves. It runs only within what leaves doneReserve.
 	var before []Usage
 	var readErr error
 	left := wait - doneReserve - time.Since(began)
-	if to := w - int64(len(total)); err == nil && hot && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
+	if to := w - int64(len(total)); err == nil && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
 		rctx, cancel := context.WithTimeout(ctx, left)
 		before, readErr = l.store.Read(rctx, name, to)
 		cancel()
