@@ -6,9 +6,9 @@
 // instance counts them per second, and shares them through the table once
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
 // Past half a limit the tenant is hot, until HotSpan seconds after. Then its
-// first request of a second here is shared as it starts, and each as it
-// ends. Handler time counts when a request ends. A share reads the span
-// back. A request's shares
+// first request of a second here is shared as it starts, and each counted
+// as it ends. Handler time counts when a request ends. What a second
+// leaves unshared goes with the next share. A share reads the span back. A request's shares
 // wait at most tableTimeout together: past it, the limits fail open.
 // overrides.go reads the operators' per-tenant limits, off the request path. table.go is the
 // DynamoDB table of shared counts and overrides. shed.go holds Shedder,

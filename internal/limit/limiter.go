@@ -106,10 +106,11 @@ const Window = time.Second
 // Lambda gives an instance one request at a time: at most a window of
 // handler time a window. So SyncBusy is half a window, whatever the
 // concurrency, or slow requests would never be shared. Once the tenant
-// nears a limit, each request is shared as it ends, or each HotShare-th
-// of its limit if more. So a tenant's count takes at most about HotShare
-// writes a second, however high its limit. Each instance adds a read a
-// window.
+// nears a limit, each request counted is shared as it ends, or each
+// HotShare-th of its rate if more. Handler time is shared each HotShare-th
+// of the concurrency's; the rest goes with the next window's share. So a
+// tenant's count takes at most about HotShare writes a second, however
+// high its limit. Each instance adds a read a window.
 const (
 	SyncEvery = 5
 	SyncBusy  = Window / 2
@@ -597,17 +598,21 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 	// Such a reading is taken as the last one seen.
 	now = later(now, t.last)
 	t.last = now
-	w := now.Unix()
-	if t.window < w {
+	if w := now.Unix(); t.window < w {
 		t.heat(lim)
-		t.past = append([]time.Duration{t.used().Busy}, t.past...)
+		// A hot tenant's handler time still unshared goes with its next
+		// share, while the span holds it. Its requests share it only each
+		// HotShare-th of the concurrency: the rest would never be.
+		var carry Usage
+		if t.hot() && w-t.window < ConcurrencySpan {
+			carry.Busy = t.pending.Busy
+		}
+		t.past = append([]time.Duration{t.used().Busy - carry.Busy}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
 			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-	}
-	if t.window < w {
-		t.window, t.known, t.sharing, t.pending, t.lost, t.own, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
+		t.window, t.known, t.sharing, t.pending, t.lost, t.own, t.failures, t.read = w, Usage{}, Usage{}, carry, Usage{}, Usage{}, 0, false
 	}
 	return t, now
 }
