@@ -131,9 +131,9 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
-// doneReserve is what a read of earlier windows leaves of a request's
-// tableTimeout. Done's share then still goes out, with the request's
-// handler time.
+// doneReserve is what a read of earlier windows, a give-back's share and
+// a take-over's leave of a request's tableTimeout. Done's share then still
+// goes out, with the request's handler time.
 const doneReserve = tableTimeout / 3
 
 // maxFailures is how many syncs of a tenant may fail in a window. A table
@@ -408,7 +408,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
-	l.shareFor(ctx, tk, t, lim, due)
+	l.shareFor(ctx, tk, t, lim, due, 0)
 }
 
 // GiveBack gives tk's count back now, as Done does for a request not
@@ -465,15 +465,16 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(tk.tenant, now, lim)
-	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim))
+	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), doneReserve)
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
-// instance shares again. tk's shares wait at most tableTimeout together.
-func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool) {
+// instance shares again. tk's shares wait at most tableTimeout together,
+// this one leaving reserve of it. One left no time stays pending.
+func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool, reserve time.Duration) {
 	due = due || t.pending.Requests < 0
-	wait := tableTimeout - tk.waited
+	wait := tableTimeout - reserve - tk.waited
 	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
 		return
 	}
