@@ -5,10 +5,10 @@
 // limiter.go holds Limiter: a tenant's rate and concurrency. Each
 // instance counts them per second, and shares them through the table once
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
-// Near a limit the tenant is hot, until HotSpan seconds after. Then its
-// first request of a second here is shared as it starts, and each as it
-// ends. Handler time counts when a request ends. A share reads the span
-// back. A request's shares
+// Past half a limit the tenant is hot, until HotSpan seconds after. Then its
+// first request of a second here is shared as it starts, and each counted
+// as it ends. Handler time counts when a request ends. What a second
+// leaves unshared goes with the next share. A share reads the span back. A request's shares
 // wait at most tableTimeout together: past it, the limits fail open.
 // wait.go caps the requests waiting on one key or move: MaxWaiters
 // start a window, fleet-wide, counted in the table. The rest answer at

@@ -78,9 +78,10 @@ func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Bus
 // most is the larger of u and v, field by field.
 func (u Usage) most(v Usage) Usage { return Usage{max(u.Requests, v.Requests), max(u.Busy, v.Busy)} }
 
-// near reports whether u reaches half of a limit: past it, every request's
-// count is shared at once.
-func (u Usage) near(l Limits) bool { return 2*u.Requests >= l.Rate || 2*u.Busy >= l.busy() }
+// near reports whether u is past half of a limit: every request's count
+// is then shared at once. Half is not near: a tenant at half of a rate of
+// 2 would otherwise pay two shares a charge.
+func (u Usage) near(l Limits) bool { return 2*u.Requests > l.Rate || 2*u.Busy > l.busy() }
 
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
@@ -108,10 +109,11 @@ const Window = time.Second
 // Lambda gives an instance one request at a time: at most a window of
 // handler time a window. So SyncBusy is half a window, whatever the
 // concurrency, or slow requests would never be shared. Once the tenant
-// nears a limit, each request is shared as it ends, or each HotShare-th
-// of its limit if more. So a tenant's count takes at most about HotShare
-// writes a second, however high its limit. Each instance adds a read a
-// window.
+// nears a limit, each request counted is shared as it ends, or each
+// HotShare-th of its rate if more. Handler time is shared each HotShare-th
+// of the concurrency's; the rest goes with the next window's share. So a
+// tenant's count takes at most about HotShare writes a second, however
+// high its limit. Each instance adds a read a window.
 const (
 	SyncEvery = 5
 	SyncBusy  = Window / 2
@@ -132,9 +134,9 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
-// doneReserve is what a read of earlier windows leaves of a request's
-// tableTimeout. Done's share then still goes out, with the request's
-// handler time.
+// doneReserve is what a read of earlier windows, a give-back's share and
+// a take-over's leave of a request's tableTimeout. Done's share then still
+// goes out, with the request's handler time.
 const doneReserve = tableTimeout / 3
 
 // maxFailures is how many syncs of a tenant may fail in a window. A table
@@ -300,8 +302,9 @@ type Refusal struct {
 	Limit  string
 	Limits Limits
 	// RetryAfter is how long until the limit admits a request again,
-	// as far as this instance knows. It is real time: the limiter's own
-	// may run slow.
+	// as far as this instance knows. A rate refusal also waits for a
+	// concurrency known over. It is real time: the limiter's own may run
+	// slow.
 	RetryAfter time.Duration
 }
 
@@ -367,19 +370,24 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
 	depth := Window - lim.interval()
+	// What ended leaves the span in time; what runs may not: at least the
+	// next window. A rate refusal waits for it too, or its retry is
+	// refused again.
+	var concurrency time.Duration
+	if t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy() {
+		concurrency = max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next)
+	}
 	switch {
 	case t.used().Requests > lim.Rate:
 		// The second is spent everywhere: the bucket empties, or what it
 		// earned meanwhile would burst at the next second's start. It never
 		// empties past that start: an earlier refusal's Retry-After holds.
 		t.due = later(t.due, earlier(now.Add(Window), nextSecondDue(w, lim)))
-		return refuse("rate", max(next, t.due.Add(-depth).Sub(now)))
+		return refuse("rate", max(next, t.due.Add(-depth).Sub(now), concurrency))
 	case now.Before(t.due.Add(-depth)):
-		return refuse("rate", t.due.Add(-depth).Sub(now))
-	case t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy():
-		// What ended leaves the span in time; what runs may not: at
-		// least the next window.
-		return refuse("concurrency", max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next))
+		return refuse("rate", max(t.due.Add(-depth).Sub(now), concurrency))
+	case concurrency > 0:
+		return refuse("concurrency", concurrency)
 	}
 	t.due = later(t.due, now).Add(lim.interval())
 	t.running++
@@ -409,7 +417,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
-	l.shareFor(ctx, tk, t, lim, due)
+	l.shareFor(ctx, tk, t, lim, due, 0)
 }
 
 // GiveBack gives tk's count back now, as Done does for a request not
@@ -466,15 +474,16 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(tk.tenant, now, lim)
-	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim))
+	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), doneReserve)
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
-// instance shares again. tk's shares wait at most tableTimeout together.
-func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool) {
+// instance shares again. tk's shares wait at most tableTimeout together,
+// this one leaving reserve of it. One left no time stays pending.
+func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool, reserve time.Duration) {
 	due = due || t.pending.Requests < 0
-	wait := tableTimeout - tk.waited
+	wait := tableTimeout - reserve - tk.waited
 	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
 		return
 	}
@@ -508,7 +517,7 @@ func (t *tenant) hotDue(lim Limits) bool {
 // instance's. It waits at most wait, and returns how long it waited. It
 // is called with l.mu held, and releases it meanwhile.
 func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
-	add, w, hot, readTo, readNow := t.pending, t.window, t.hot(), t.readTo, t.readFailed != t.window
+	add, w, readTo, readNow := t.pending, t.window, t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
 	// Real time, as the timeout's: the Clock counts windows.
@@ -516,14 +525,14 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	sctx, cancel := context.WithTimeout(ctx, wait)
 	total, err := l.store.Add(sctx, name, w, add)
 	cancel()
-	// A hot tenant's span must hold the earlier item's windows too, or an
-	// instance admits a second burst as a new item starts. They are past,
-	// so one read an item serves. It runs only within what leaves
-	// doneReserve.
+	// A shared tenant's span must hold the earlier item's windows too, or
+	// an instance admits a second burst as a new item starts. One not yet
+	// hot here would never learn it is past half. They are past, so one
+	// read an item serves. It runs only within what leaves doneReserve.
 	var before []Usage
 	var readErr error
 	left := wait - doneReserve - time.Since(began)
-	if to := w - int64(len(total)); err == nil && hot && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
+	if to := w - int64(len(total)); err == nil && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
 		rctx, cancel := context.WithTimeout(ctx, left)
 		before, readErr = l.store.Read(rctx, name, to)
 		cancel()
@@ -578,7 +587,7 @@ func (t *tenant) learn(past []Usage) {
 // The concurrency's is over the span: windows of a few requests each may
 // fill it.
 func (t *tenant) heat(lim Limits) {
-	if t.used().near(lim) || 2*t.recentBusy() >= ConcurrencySpan*lim.busy() {
+	if t.used().near(lim) || 2*t.recentBusy() > ConcurrencySpan*lim.busy() {
 		t.hotUntil = t.window + HotSpan
 	}
 }
@@ -599,17 +608,21 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 	// Such a reading is taken as the last one seen.
 	now = later(now, t.last)
 	t.last = now
-	w := now.Unix()
-	if t.window < w {
+	if w := now.Unix(); t.window < w {
 		t.heat(lim)
-		t.past = append([]time.Duration{t.used().Busy}, t.past...)
+		// A hot tenant's handler time still unshared goes with its next
+		// share, while the span holds it. Its requests share it only each
+		// HotShare-th of the concurrency: the rest would never be.
+		var carry Usage
+		if t.hot() && w-t.window < ConcurrencySpan {
+			carry.Busy = t.pending.Busy
+		}
+		t.past = append([]time.Duration{t.used().Busy - carry.Busy}, t.past...)
 		for range min(w-t.window-1, ConcurrencySpan) {
 			t.past = append([]time.Duration{0}, t.past...)
 		}
 		t.past = t.past[:min(len(t.past), ConcurrencySpan-1)]
-	}
-	if t.window < w {
-		t.window, t.known, t.sharing, t.pending, t.lost, t.own, t.failures, t.read = w, Usage{}, Usage{}, Usage{}, Usage{}, Usage{}, 0, false
+		t.window, t.known, t.sharing, t.pending, t.lost, t.own, t.failures, t.read = w, Usage{}, Usage{}, carry, Usage{}, Usage{}, 0, false
 	}
 	return t, now
 }

@@ -2383,7 +2383,7 @@ func TestAFailedReadOfTheEarlierItemLeavesTheSharesOn(t *testing.T) {
 		clock := testkit.NewClock(start) // an item's first second
 		lim := limit.Limits{Rate: 100, Concurrency: 1000}
 		a, b := newLimiter(t, c.store, clock, lim), newLimiter(t, c.store, clock, lim)
-		admitted(t, a, "acme", 50) // past half the rate: hot
+		admitted(t, a, "acme", 51) // past half the rate: hot
 		admitted(t, b, "acme", 10) // b shares, and learns it is hot
 		clock.Advance(limit.Window)
 		got := admitted(t, a, "acme", 60) + admitted(t, b, "acme", 100)
@@ -2412,7 +2412,7 @@ func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
 	clock := testkit.NewClock(start) // an item's first second
 	store := newShared()
 	l := newLimiter(t, readsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
-	admitted(t, l, "acme", 5) // half the rate: hot
+	admitted(t, l, "acme", 6) // past half the rate: hot
 	clock.Advance(limit.Window)
 	tk := mustAdmit(t.Context(), t, l, "acme")
 	clock.Advance(2 * time.Second)
@@ -2427,5 +2427,192 @@ func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
 	}
 	if busy < 2*time.Second {
 		t.Fatalf("a hot tenant's 2 s request, its share landing and the read of the earlier item hanging: the table holds %v of handler time, want at least 2s", busy)
+	}
+}
+
+// TestAHotTenantsFastUncountedRequestsShareTheirHandlerTime (review 15):
+// a hot tenant's replays of 60 ms, 900 a second over 300 instances in
+// turn: 54 at once on average against 40. docs/capacity.md: "Each request
+// shares its handler time as it ends, however fast." A replay gives its
+// count back, so its time is due only at a 200th of the concurrency, 200
+// ms. Each instance's rest of a second is never shared.
+func TestAHotTenantsFastUncountedRequestsShareTheirHandlerTime(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	const instances, seconds, perSecond, d = 300, 30, 900, 60 * time.Millisecond
+	fleet := fleetOf(t, newShared(), clock, instances)
+	hotOnEach(t, fleet, clock, "acme") // every instance learns it is hot
+	setClock(clock, start.Add(2*time.Second))
+	type running struct {
+		tk  *limit.Ticket
+		end time.Time
+	}
+	busy := make([]*running, instances)
+	step := time.Second / perSecond
+	var ran time.Duration // handler time admitted from second 12 on
+	refused := map[string]int{}
+	for i := range seconds * perSecond {
+		now := clock.Now()
+		for j, r := range busy {
+			if r != nil && !now.Before(r.end) {
+				fleet[j].Done(t.Context(), r.tk, false) // a replay
+				busy[j] = nil
+			}
+		}
+		j := i % instances
+		if busy[j] != nil {
+			t.Fatalf("instance %d still busy at %v", j, now.Sub(start))
+		}
+		if tk, refusal := fleet[j].Admit(t.Context(), "acme"); refusal != nil {
+			refused[refusal.Limit]++
+		} else {
+			busy[j] = &running{tk, now.Add(d)}
+			if i >= 10*perSecond {
+				ran += d
+			}
+		}
+		clock.Advance(step)
+	}
+	mean := ran.Seconds() / float64(seconds-10)
+	if mean > 1.1*limit.DefaultConcurrency {
+		t.Fatalf("a hot tenant's replays of %v, %d a second over %d instances: %.1f ran at once on average (refused: %v), want about the concurrency, %d",
+			d, perSecond, instances, mean, refused, limit.DefaultConcurrency)
+	}
+}
+
+// TestARateRefusalsRetryAfterCoversTheConcurrencyToo (review 15): one
+// instance, nothing running. A rate refusal's Retry-After is the next
+// second. But the concurrency, already over, refuses until its handler
+// time leaves the span: the retry is refused again. docs/contract.md:
+// "a retry with the key after Retry-After gets that answer".
+func TestARateRefusalsRetryAfterCoversTheConcurrencyToo(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 10, Concurrency: 1})
+	held(t, l, clock, "acme", 10, 990*time.Millisecond) // 9.9 s, of 10 the span allows
+	setClock(clock, start.Add(time.Second))
+	held(t, l, clock, "acme", 10, 20*time.Millisecond) // 10.1 s: the concurrency is over
+	_, refused := l.Admit(t.Context(), "acme")
+	if refused == nil {
+		t.Fatal("an eleventh request in a second at 10 a second admitted")
+	}
+	clock.Advance(refused.RetryAfter)
+	if _, again := l.Admit(t.Context(), "acme"); again != nil {
+		t.Fatalf("refused %+v, nothing running; retried after its Retry-After %v: refused again %+v", *refused, refused.RetryAfter, *again)
+	}
+}
+
+// TestATenantAtHalfItsRateIsNotHot (review 15): an override of 2 a
+// second, and one charge a second: half the rate, not past it.
+// docs/capacity.md: "Once a tenant is past half a limit, it is hot"; a
+// quiet tenant's charge pays no call of the limits table. near counts
+// half as past it: each charge then pays two shares.
+func TestATenantAtHalfItsRateIsNotHot(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 2})
+	for range 30 {
+		if n := admitted(t, l, "acme", 1); n != 1 {
+			t.Fatalf("one request a second at 2 a second: %d admitted", n)
+		}
+		clock.Advance(limit.Window)
+	}
+	if adds, _ := store.calls(); adds != 0 {
+		t.Fatalf("30 s of one request a second, at half a rate of 2: %d adds to the shared count, want 0", adds)
+	}
+}
+
+// slowReadsHang is a shared store whose shares land in 20 ms, a table
+// slow but working, and whose reads of earlier windows hang until their
+// bound.
+type slowReadsHang struct{ *sharedCounts }
+
+func (s slowReadsHang) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	select {
+	case <-time.After(20 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.sharedCounts.Add(ctx, tenant, window, u)
+}
+
+func (s slowReadsHang) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestASlowReadLeavesATwinThatTakesItsKeyOverItsLastShare (review 15): a
+// hot tenant's twin, in an item's second second. It waits, takes its key
+// over, and sends a charge of 5 s. docs/capacity.md: the read "runs only
+// within the request's share budget, less a reserve that keeps the
+// request's last share". The reserve is 50 ms, but the give-back's and
+// the take-over's shares spend it first: the charge's time is never
+// shared.
+func TestASlowReadLeavesATwinThatTakesItsKeyOverItsLastShare(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // an item's first second
+	store := newShared()
+	l := newLimiter(t, slowReadsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 6) // past half the rate: hot
+	clock.Advance(limit.Window)
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	l.GiveBack(t.Context(), tk, inflightWait)
+	l.Retake(t.Context(), tk) // the key's holder released it: this twin sends its charge
+	clock.Advance(5 * time.Second)
+	l.Done(t.Context(), tk, true)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	var busy time.Duration
+	for _, u := range store.seconds("acme", clock.Now().Unix()) {
+		busy += u.Busy
+	}
+	if busy < 5*time.Second {
+		t.Fatalf("a hot tenant's twin of 5 s that took its key over, shares landing in 20 ms and the read of the earlier item hanging: the table holds %v of handler time, want at least 5s", busy)
+	}
+}
+
+// TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf (review 15): a burst of
+// twins fills a tenant's span in one second. Half a second later another
+// instance, new to the tenant, serves a twin: its give-back is shared.
+// docs/capacity.md: an instance "learns when a share finds the count past
+// half the limit"; then each request is shared, and its next is refused.
+// Within an item it is. In an item's first second, a share of a tenant not
+// yet hot here reads only its own item: it learns nothing, and admits.
+func TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		burst int64 // the burst's second; the share is the next one's
+	}{
+		{"within an item", 9},
+		{"at an item's start", limit.SharedSpan - 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			clock := testkit.NewClock(start) // an item's first second
+			store := newShared()
+			held, fresh := newLimiter(t, store, clock, limit.Limits{}), newLimiter(t, store, clock, limit.Limits{})
+			setClock(clock, start.Add(time.Duration(c.burst)*time.Second+500*time.Millisecond))
+			burst := 0
+			for {
+				tk, refused := held.Admit(t.Context(), "storm")
+				if refused != nil {
+					break
+				}
+				held.GiveBack(t.Context(), tk, inflightWait)
+				burst++
+			}
+			clock.Advance(600 * time.Millisecond) // the next second
+			twin := mustAdmit(t.Context(), t, fresh, "storm")
+			fresh.GiveBack(t.Context(), twin, inflightWait) // shared at once
+			clock.Advance(inflightWait)
+			fresh.Done(t.Context(), twin, false)
+			clock.Advance(100 * time.Millisecond)
+			if _, refused := fresh.Admit(t.Context(), "storm"); refused == nil || refused.Limit != "concurrency" {
+				t.Fatalf("a burst of %d twins of %v in second %d; a share of another instance's twin in the next second, then its next request at %v: refusal %+v, want the concurrency's",
+					burst, inflightWait, c.burst, clock.Now().Sub(start), refused)
+			}
+		})
 	}
 }
