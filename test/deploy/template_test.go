@@ -1114,3 +1114,25 @@ func fromNode(n *yaml.Node) (any, error) {
 		return v, nil
 	}
 }
+
+// TestCheckCatchesAGrantTheCodeNeeds (review 14) drops one action of
+// ChargeFunction's TenantLimits statement at a time. Its code builds each
+// request on the limits table, so a role without it is denied. The limits
+// fail open: a denied GetItem, say, would go unnoticed in production.
+func TestCheckCatchesAGrantTheCodeNeeds(t *testing.T) {
+	t.Parallel()
+	orig := readTemplate(t)
+	const stmt = "                Action:\n                  - dynamodb:UpdateItem\n                  - dynamodb:GetItem\n                  - dynamodb:Query\n                Resource: !GetAtt LimitsTable.Arn"
+	for _, action := range []string{"dynamodb:GetItem", "dynamodb:UpdateItem"} {
+		if strings.Count(orig, stmt) != 1 {
+			t.Fatalf("template.yaml holds %q %d times, want once: update this test", stmt, strings.Count(orig, stmt))
+		}
+		problems, err := check(strings.Replace(orig, stmt, strings.Replace(stmt, "                  - "+action+"\n", "", 1), 1), currentCode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(problems) == 0 {
+			t.Errorf("ChargeFunction's TenantLimits without %s, which limit.Table builds: went unnoticed", action)
+		}
+	}
+}
