@@ -86,8 +86,19 @@ var (
 // owner (typeKey) whose method built it, the requests (typeKey) the code
 // reached from its main builds. A request built in a package outside
 // any owner's method is every owner's of that package, or the package's
-// (its path) if it has none.
+// (its path) if it has none. Under optionsSet are the fields it writes.
 type built map[string]map[string]map[string]bool
+
+// guarded are the requests an owner builds only when the code sets an
+// option: by owner and request, the option's field ("path.Type.Field").
+// The Store scans for stuck leases only without an index to query.
+var guarded = map[[2]string]string{
+	{typeKey(reflect.TypeFor[dynamostore.Store]()), typeKey(reflect.TypeFor[dynamodb.ScanInput]())}: typeKey(reflect.TypeFor[dynamostore.Options]()) + ".ScanStuckLeases",
+}
+
+// optionsSet is where built holds the fields ("path.Type.Field") the code
+// writes, which guarded names.
+const optionsSet = "options set"
 
 // requestTypes and ownerTypes are the types requests and owners name.
 var (
@@ -204,7 +215,7 @@ func (c *checker) statements(id string) []any {
 // each of its resources. The function's code, reached from its main, builds
 // a request that takes the action, for the owner of that resource. Or
 // Lambda takes it for the function: on its log group, for its tracing, or
-// polling the queue of its SQS event.
+// polling the queue of its SQS event. Then it checks the other way (needs).
 func (c *checker) grants(code built) {
 	tracing := asMap(asMap(c.tmpl["Globals"])["Function"])["Tracing"] == "Active"
 	for _, id := range c.functions() {
@@ -232,6 +243,7 @@ func (c *checker) grants(code built) {
 			}
 		}
 		group := fmt.Sprint(asMap(asMap(p["LoggingConfig"])["LogGroup"])["Ref"])
+		granted := map[string]map[string]bool{} // by resource, the actions
 		for _, st := range c.statements(id) {
 			_, st := unwrapIf(st)
 			s := asMap(st)
@@ -241,6 +253,10 @@ func (c *checker) grants(code built) {
 			}
 			for _, action := range strs(s["Action"]) {
 				for _, res := range resources(s["Resource"]) {
+					if granted[res] == nil {
+						granted[res] = map[string]bool{}
+					}
+					granted[res][action] = true
 					var used bool
 					switch {
 					case slices.Contains(logActions, action):
@@ -264,6 +280,57 @@ func (c *checker) grants(code built) {
 				}
 			}
 		}
+		c.needs(id, dir, reached, granted)
+	}
+}
+
+// needs checks that function id's role, which grants what granted holds,
+// allows each request its code (dir) builds. An owner's request needs its
+// action on one of the owner's resources. It needs it on every one of them
+// the role grants any action of that service on: a table of the stack's
+// own and its global replacement, say. A guarded request needs its option
+// set. A transaction needs only its items' actions.
+func (c *checker) needs(id, dir string, reached map[string]map[string]bool, granted map[string]map[string]bool) {
+	for _, owner := range slices.Sorted(maps.Keys(reached)) {
+		if owner == optionsSet {
+			continue
+		}
+		var mine []string // the owner's resources
+		for res, t := range owners {
+			if typeKey(t) == owner {
+				mine = append(mine, res)
+			}
+		}
+		slices.Sort(mine)
+		for _, typ := range slices.Sorted(maps.Keys(reached[owner])) {
+			if !requestTypes[typ] && typ != typeKey(reflect.TypeFor[dynamodb.TransactWriteItemsInput]()) {
+				c.fail("%s's code (%s) builds %s, which the check ties to no action", id, dir, typ)
+			}
+		}
+		for _, action := range slices.Sorted(maps.Keys(requests)) {
+			if !takes(reached, owner, action) {
+				continue
+			}
+			if mine == nil {
+				c.fail("%s's code (%s) builds a request taking %s in %s, which calls AWS on no resource the check knows", id, dir, action, owner)
+				continue
+			}
+			service, _, _ := strings.Cut(action, ":")
+			var on []string // the owner's resources the role takes service's actions on
+			for _, res := range mine {
+				if slices.ContainsFunc(slices.Collect(maps.Keys(granted[res])), func(a string) bool { return strings.HasPrefix(a, service+":") }) {
+					on = append(on, res)
+				}
+			}
+			if on == nil {
+				c.fail("%s's code (%s) builds a request taking %s for %s, and its role allows it on none of %s", id, dir, action, owner, strings.Join(mine, ", "))
+			}
+			for _, res := range on {
+				if !granted[res][action] {
+					c.fail("%s's code (%s) builds a request taking %s for %s, and its role does not allow it on %s", id, dir, action, owner, res)
+				}
+			}
+		}
 	}
 }
 
@@ -271,7 +338,16 @@ func (c *checker) grants(code built) {
 // the owner of res.
 func builds(reached map[string]map[string]bool, action, res string) bool {
 	owner, ok := owners[res]
-	return ok && slices.ContainsFunc(requests[action], func(t reflect.Type) bool { return reached[typeKey(owner)][typeKey(t)] })
+	return ok && takes(reached, typeKey(owner), action)
+}
+
+// takes reports whether reached holds a request taking action, built for
+// owner, with its option set if guarded.
+func takes(reached map[string]map[string]bool, owner, action string) bool {
+	return slices.ContainsFunc(requests[action], func(t reflect.Type) bool {
+		option, ok := guarded[[2]string{owner, typeKey(t)}]
+		return reached[owner][typeKey(t)] && (!ok || reached[optionsSet][option])
+	})
 }
 
 func typeKey(t reflect.Type) string { return t.PkgPath() + "." + t.Name() }
@@ -287,6 +363,16 @@ func without(b built, dir string, owner, typ reflect.Type) built {
 	out[dir] = maps.Clone(out[dir])
 	out[dir][typeKey(owner)] = maps.Clone(out[dir][typeKey(owner)])
 	delete(out[dir][typeKey(owner)], typeKey(typ))
+	return out
+}
+
+// with is b plus item (a request, or a field under optionsSet) under
+// owner in what dir's code builds.
+func with(b built, dir, owner, item string) built {
+	out := maps.Clone(b)
+	out[dir] = maps.Clone(out[dir])
+	out[dir][owner] = maps.Clone(out[dir][owner])
+	add(out[dir], owner, item)
 	return out
 }
 
@@ -480,6 +566,12 @@ func reachFrom(g *callgraph.Graph, roots []*ssa.Function) (map[*ssa.Function]boo
 					}
 				case *ssa.Alloc:
 					record(out, v, types.Unalias(instr.Type().(*types.Pointer).Elem()))
+				case *ssa.Store:
+					if f, ok := instr.Addr.(*ssa.FieldAddr); ok {
+						if st, ok := types.Unalias(derefType(f.X.Type())).(*types.Named); ok && st.Obj().Pkg() != nil {
+							add(out, optionsSet, namedKey(st)+"."+st.Underlying().(*types.Struct).Field(f.Field).Name())
+						}
+					}
 				}
 			}
 		}
@@ -510,8 +602,8 @@ func passed(prog *ssa.Program, args []ssa.Value) []*ssa.Function {
 	return out
 }
 
-// record adds t, which v's function builds, to out if requests names it.
-// It goes under v's owner.
+// record adds t, which v's function builds, to out if it is a request: a
+// type requests names, or any AWS service's input. It goes under v's owner.
 // Without one, it goes under every owner of the function's package, or the
 // package when it has none.
 func record(out map[string]map[string]bool, v visit, t types.Type) {
@@ -520,7 +612,7 @@ func record(out map[string]map[string]bool, v visit, t types.Type) {
 		return
 	}
 	typ := namedKey(named)
-	if !requestTypes[typ] {
+	if !requestTypes[typ] && !(strings.HasPrefix(typ, "github.com/aws/aws-sdk-go-v2/service/") && strings.HasSuffix(typ, "Input")) {
 		return
 	}
 	pkg := packageOf(v.fn)

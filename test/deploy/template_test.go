@@ -224,6 +224,19 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 			k.built = without(k.built, "functions/intake", reflect.TypeFor[intake.Queue](), reflect.TypeFor[sqs.SendMessageInput]())
 		},
 		"function not built": func(k *code) { k.built = without(k.built, "functions/sweeper", nil, nil) },
+		// The other way: the code builds a request its role does not allow.
+		"sweeper settles claims": func(k *code) {
+			k.built = with(k.built, "functions/sweeper", typeKey(reflect.TypeFor[dynamostore.Ledger]()), typeKey(reflect.TypeFor[dynamodb.UpdateItemInput]()))
+		},
+		"sweeper scans": func(k *code) {
+			k.built = with(k.built, "functions/sweeper", optionsSet, typeKey(reflect.TypeFor[dynamostore.Options]())+".ScanStuckLeases")
+		},
+		"charges written in a batch": func(k *code) {
+			k.built = with(k.built, "functions/charge", typeKey(reflect.TypeFor[charge.Rows]()), typeKey(reflect.TypeFor[dynamodb.BatchWriteItemInput]()))
+		},
+		"a request outside its table's owner": func(k *code) {
+			k.built = with(k.built, "functions/charge", modulePath+"/internal/app", typeKey(reflect.TypeFor[dynamodb.PutItemInput]()))
+		},
 		"audit no longer indexes": func(k *code) {
 			k.built = without(k.built, "functions/audit", reflect.TypeFor[audit.Index](), reflect.TypeFor[dynamodb.PutItemInput]())
 		},
