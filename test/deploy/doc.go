@@ -12,6 +12,8 @@
 //
 // Each function runs as a role of its own. Every action the role allows is
 // tied to its use (grants_test.go). The use is a request the code reached
-// from the function's main builds, in the package that calls AWS on that
-// resource. Or it is what Lambda does for the function.
+// from the function's main builds, in a method of the type that calls AWS
+// on that resource. Or it is what Lambda does for the function. The other
+// way, the role allows every request that code builds. A call graph (VTA)
+// over the module's code finds what main reaches.
 package deploy

@@ -1,19 +1,9 @@
 package deploy
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"go/ast"
-	"go/importer"
-	"go/parser"
-	"go/token"
 	"go/types"
-	"io"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -24,6 +14,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"golang.org/x/tools/go/callgraph"
+	"golang.org/x/tools/go/callgraph/vta"
+	"golang.org/x/tools/go/packages"
+	"golang.org/x/tools/go/ssa"
+	"golang.org/x/tools/go/ssa/ssautil"
 
 	"github.com/chargeonce/chargeonce/internal/audit"
 	"github.com/chargeonce/chargeonce/internal/charge"
@@ -54,8 +49,8 @@ var requests = map[string][]reflect.Type{
 	"kms:Decrypt": {reflect.TypeFor[secretsmanager.GetSecretValueInput]()},
 }
 
-// owners are the packages that call AWS on each resource, by its logical
-// id, or by the parameter that names it (a secret, the KMS key).
+// owners are the types whose methods call AWS on each resource, by its
+// logical id, or by the parameter that names it (a secret, the KMS key).
 var owners = map[string]reflect.Type{
 	idempotencyTable:          reflect.TypeFor[dynamostore.Store](),
 	chargesTable:              reflect.TypeFor[charge.Rows](),
@@ -87,10 +82,49 @@ var (
 	discardAction  = "sqs:SendMessage"
 )
 
-// built is what each function's code constructs: by its CodeUri, by
-// package path, the types ("path.Name") whose values the code reached from
-// its main builds in that package.
+// built is what each function's code constructs: by its CodeUri, by the
+// owner (typeKey) whose method built it, the requests (typeKey) the code
+// reached from its main builds. A request built in a package outside
+// any owner's method is every owner's of that package, or the package's
+// (its path) if it has none. Under optionsSet are the fields it writes.
 type built map[string]map[string]map[string]bool
+
+// guarded are the requests an owner builds only when the code sets an
+// option: by owner and request, the option's field ("path.Type.Field").
+// The Store scans for stuck leases only without an index to query.
+var guarded = map[[2]string]string{
+	{typeKey(reflect.TypeFor[dynamostore.Store]()), typeKey(reflect.TypeFor[dynamodb.ScanInput]())}: typeKey(reflect.TypeFor[dynamostore.Options]()) + ".ScanStuckLeases",
+}
+
+// optionsSet is where built holds the fields ("path.Type.Field") the code
+// writes, which guarded names.
+const optionsSet = "options set"
+
+// requestTypes and ownerTypes are the types requests and owners name.
+var (
+	requestTypes = typeKeys(slices.Concat(slices.Collect(maps.Values(requests))...))
+	ownerTypes   = typeKeys(slices.Collect(maps.Values(owners)))
+)
+
+func typeKeys(ts []reflect.Type) map[string]bool {
+	out := map[string]bool{}
+	for _, t := range ts {
+		out[typeKey(t)] = true
+	}
+	return out
+}
+
+// ownersIn are the owners declared in package pkg, sorted.
+func ownersIn(pkg string) []string {
+	var out []string
+	for k := range ownerTypes {
+		if k[:strings.LastIndex(k, ".")] == pkg {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // roles checks that each function runs as a role of its own, which Lambda
 // alone may assume, with inline policies only, and logs to a log group of
@@ -179,9 +213,9 @@ func (c *checker) statements(id string) []any {
 
 // grants checks that every action a function's role allows has a use on
 // each of its resources. The function's code, reached from its main, builds
-// a request that takes the action, in the package that calls AWS on that
-// resource (owners). Or Lambda takes it for the function: on its log group,
-// for its tracing, or polling the queue of its SQS event.
+// a request that takes the action, for the owner of that resource. Or
+// Lambda takes it for the function: on its log group, for its tracing, or
+// polling the queue of its SQS event. Then it checks the other way (needs).
 func (c *checker) grants(code built) {
 	tracing := asMap(asMap(c.tmpl["Globals"])["Function"])["Tracing"] == "Active"
 	for _, id := range c.functions() {
@@ -209,6 +243,7 @@ func (c *checker) grants(code built) {
 			}
 		}
 		group := fmt.Sprint(asMap(asMap(p["LoggingConfig"])["LogGroup"])["Ref"])
+		granted := map[string]map[string]bool{} // by resource, the actions
 		for _, st := range c.statements(id) {
 			_, st := unwrapIf(st)
 			s := asMap(st)
@@ -218,6 +253,10 @@ func (c *checker) grants(code built) {
 			}
 			for _, action := range strs(s["Action"]) {
 				for _, res := range resources(s["Resource"]) {
+					if granted[res] == nil {
+						granted[res] = map[string]bool{}
+					}
+					granted[res][action] = true
 					var used bool
 					switch {
 					case slices.Contains(logActions, action):
@@ -241,23 +280,80 @@ func (c *checker) grants(code built) {
 				}
 			}
 		}
+		c.needs(id, dir, reached, granted)
 	}
 }
 
-// builds reports whether reached holds a request taking action, built in
-// the package that calls AWS on res.
+// needs checks that function id's role, which grants what granted holds,
+// allows each request its code (dir) builds. An owner's request needs its
+// action on one of the owner's resources. It needs it on every one of them
+// the role grants any action of that service on: a table of the stack's
+// own and its global replacement, say. A guarded request needs its option
+// set. A transaction needs only its items' actions.
+func (c *checker) needs(id, dir string, reached map[string]map[string]bool, granted map[string]map[string]bool) {
+	for _, owner := range slices.Sorted(maps.Keys(reached)) {
+		if owner == optionsSet {
+			continue
+		}
+		var mine []string // the owner's resources
+		for res, t := range owners {
+			if typeKey(t) == owner {
+				mine = append(mine, res)
+			}
+		}
+		slices.Sort(mine)
+		for _, typ := range slices.Sorted(maps.Keys(reached[owner])) {
+			if !requestTypes[typ] && typ != typeKey(reflect.TypeFor[dynamodb.TransactWriteItemsInput]()) {
+				c.fail("%s's code (%s) builds %s, which the check ties to no action", id, dir, typ)
+			}
+		}
+		for _, action := range slices.Sorted(maps.Keys(requests)) {
+			if !takes(reached, owner, action) {
+				continue
+			}
+			if mine == nil {
+				c.fail("%s's code (%s) builds a request taking %s in %s, which calls AWS on no resource the check knows", id, dir, action, owner)
+				continue
+			}
+			service, _, _ := strings.Cut(action, ":")
+			var on []string // the owner's resources the role takes service's actions on
+			for _, res := range mine {
+				if slices.ContainsFunc(slices.Collect(maps.Keys(granted[res])), func(a string) bool { return strings.HasPrefix(a, service+":") }) {
+					on = append(on, res)
+				}
+			}
+			if on == nil {
+				c.fail("%s's code (%s) builds a request taking %s for %s, and its role allows it on none of %s", id, dir, action, owner, strings.Join(mine, ", "))
+			}
+			for _, res := range on {
+				if !granted[res][action] {
+					c.fail("%s's code (%s) builds a request taking %s for %s, and its role does not allow it on %s", id, dir, action, owner, res)
+				}
+			}
+		}
+	}
+}
+
+// builds reports whether reached holds a request taking action, built for
+// the owner of res.
 func builds(reached map[string]map[string]bool, action, res string) bool {
 	owner, ok := owners[res]
-	if !ok {
-		return false
-	}
-	return slices.ContainsFunc(requests[action], func(t reflect.Type) bool { return reached[owner.PkgPath()][typeKey(t)] })
+	return ok && takes(reached, typeKey(owner), action)
+}
+
+// takes reports whether reached holds a request taking action, built for
+// owner, with its option set if guarded.
+func takes(reached map[string]map[string]bool, owner, action string) bool {
+	return slices.ContainsFunc(requests[action], func(t reflect.Type) bool {
+		option, ok := guarded[[2]string{owner, typeKey(t)}]
+		return reached[owner][typeKey(t)] && (!ok || reached[optionsSet][option])
+	})
 }
 
 func typeKey(t reflect.Type) string { return t.PkgPath() + "." + t.Name() }
 
-// without is b less what dir's code builds of typ in owner's package, or,
-// with a nil owner, less dir.
+// without is b less what dir's code builds of typ for owner, or, with a
+// nil owner, less dir.
 func without(b built, dir string, owner, typ reflect.Type) built {
 	out := maps.Clone(b)
 	if owner == nil {
@@ -265,8 +361,18 @@ func without(b built, dir string, owner, typ reflect.Type) built {
 		return out
 	}
 	out[dir] = maps.Clone(out[dir])
-	out[dir][owner.PkgPath()] = maps.Clone(out[dir][owner.PkgPath()])
-	delete(out[dir][owner.PkgPath()], typeKey(typ))
+	out[dir][typeKey(owner)] = maps.Clone(out[dir][typeKey(owner)])
+	delete(out[dir][typeKey(owner)], typeKey(typ))
+	return out
+}
+
+// with is b plus item (a request, or a field under optionsSet) under
+// owner in what dir's code builds.
+func with(b built, dir, owner, item string) built {
+	out := maps.Clone(b)
+	out[dir] = maps.Clone(out[dir])
+	out[dir][owner] = maps.Clone(out[dir][owner])
+	add(out[dir], owner, item)
 	return out
 }
 
@@ -352,226 +458,234 @@ func (c *checker) queuePolicy() {
 	c.equal("ChargeRequestProducers Default", asMap(asMap(c.tmpl["Parameters"])["ChargeRequestProducers"])["Default"], "")
 }
 
-// reachedCode is built once: parsing and type-checking the module takes
-// about a second.
+// reachedCode is built once: loading the module's code and its call graph
+// takes a second or two.
 var reachedCode = sync.OnceValues(reach)
-
-// listed is what `go list -json` says of a package.
-type listed struct {
-	ImportPath, Name, Dir, Export string
-	GoFiles, Deps                 []string
-}
 
 const modulePath = "github.com/chargeonce/chargeonce"
 
-// reach lists the module's functions (functions/*) with `go list`, and
-// type-checks the module's packages they build with. It follows what each
-// function's main refers to, and what an interface method it calls may
-// dispatch to, and returns what the code so reached builds.
+// reach loads the module's packages that the functions (functions/*) build
+// with, from source, and their other dependencies from export data. It
+// builds their SSA form and one call graph (VTA) for all functions. It
+// returns what each function's code, reached from its main, builds.
 func reach() (built, error) {
-	cmd := exec.Command("go", "list", "-deps", "-export", "-json=ImportPath,Name,Dir,Export,GoFiles,Deps", "./functions/...")
-	cmd.Dir = testkit.RepoRoot()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	dir := testkit.RepoRoot()
+	mains, err := packages.Load(&packages.Config{Mode: packages.NeedName | packages.NeedImports | packages.NeedDeps, Dir: dir}, "./functions/...")
 	if err != nil {
-		return nil, fmt.Errorf("go list: %w: %s", err, stderr.String())
+		return nil, fmt.Errorf("list the functions: %w", err)
 	}
-	var pkgs []listed
-	for dec := json.NewDecoder(bytes.NewReader(out)); dec.More(); {
-		var p listed
-		if err := dec.Decode(&p); err != nil {
-			return nil, fmt.Errorf("go list: %w", err)
+	var paths []string
+	packages.Visit(mains, nil, func(p *packages.Package) {
+		if strings.HasPrefix(p.PkgPath, modulePath+"/") {
+			paths = append(paths, p.PkgPath)
 		}
-		pkgs = append(pkgs, p)
-	}
-	exports := map[string]string{}
-	for _, p := range pkgs {
-		exports[p.ImportPath] = p.Export
-	}
-	fset := token.NewFileSet()
-	imp := importer.ForCompiler(fset, "gc", func(path string) (io.ReadCloser, error) {
-		f, ok := exports[path]
-		if !ok || f == "" {
-			return nil, fmt.Errorf("no export data for %s", path)
-		}
-		return os.Open(f)
 	})
-	g := &graph{refs: map[string]map[string]bool{}, built: map[string]map[string]bool{}, pkgOf: map[string]string{}, methods: map[string][]method{}, calls: map[string][]call{}}
+	mode := packages.NeedName | packages.NeedImports | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo
+	pkgs, err := packages.Load(&packages.Config{Mode: mode, Dir: dir}, paths...)
+	if err != nil {
+		return nil, fmt.Errorf("load the module: %w", err)
+	}
 	for _, p := range pkgs {
-		if strings.HasPrefix(p.ImportPath, modulePath+"/") {
-			if err := g.add(fset, imp, p); err != nil {
-				return nil, err
-			}
+		for _, e := range p.Errors {
+			return nil, fmt.Errorf("load %s: %w", p.PkgPath, e)
 		}
 	}
+	prog, ssaPkgs := ssautil.Packages(pkgs, ssa.InstantiateGenerics)
+	prog.Build()
+	g := vta.CallGraph(ssautil.AllFunctions(prog), nil)
 	code := built{}
-	for _, p := range pkgs {
-		if dir, ok := strings.CutPrefix(p.ImportPath, modulePath+"/"); ok && p.Name == "main" {
-			deps := map[string]bool{p.ImportPath: true}
-			for _, d := range p.Deps {
-				deps[d] = strings.HasPrefix(d, modulePath+"/")
-			}
-			code[dir] = g.reach(p.ImportPath+".main", deps)
+	for _, p := range ssaPkgs {
+		if name, ok := strings.CutPrefix(p.Pkg.Path(), modulePath+"/"); ok && p.Pkg.Name() == "main" {
+			code[name] = requestsFrom(g, p.Func("init"), p.Func("main"))
 		}
 	}
 	return code, nil
 }
 
-// graph is what the module's functions refer to and build, by function
-// key (funcKey); a package's initializers are its "path.init".
-type graph struct {
-	refs  map[string]map[string]bool
-	calls map[string][]call // the interface methods each calls
-	built map[string]map[string]bool
-	pkgOf map[string]string
-	// methods are the module's concrete methods, by name.
-	methods map[string][]method
+// requestsFrom returns the requests that the code reached from roots
+// builds, by owner. VTA's types flow from every caller of a function:
+// the callbacks of a helper two functions share reach both. So it analyses
+// again only the code reached, until that code no longer shrinks.
+func requestsFrom(g *callgraph.Graph, roots ...*ssa.Function) map[string]map[string]bool {
+	funcs, _ := reachFrom(g, roots)
+	for {
+		next, out := reachFrom(vta.CallGraph(funcs, nil), roots)
+		if len(next) == len(funcs) {
+			return out
+		}
+		funcs = next
+	}
 }
 
-// call is a call of the interface method name, of an interface with the
-// methods set.
-type call struct {
-	name string
-	set  []string
+// visit is a function reached for an owner (owners): the owner whose
+// method called it, while in the owner's package.
+type visit struct {
+	fn    *ssa.Function
+	owner string
 }
 
-// method is a concrete method, with the method set of its type.
-type method struct {
-	key, pkg string
-	names    map[string]bool
-}
-
-func (g *graph) add(fset *token.FileSet, imp types.Importer, p listed) error {
-	var files []*ast.File
-	for _, name := range p.GoFiles {
-		f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		files = append(files, f)
+// reachFrom returns the functions that g reaches from roots, and the
+// requests their code builds, by owner. It follows g's edges. Code loaded
+// from export data has no body to follow. So a call into it, or of a
+// function it returned, counts as calling what the call passes: a function,
+// or the methods of a value of the module's. Lambda calls the handler main
+// passes this way. So does another module's iterator call a loop's body.
+func reachFrom(g *callgraph.Graph, roots []*ssa.Function) (map[*ssa.Function]bool, map[string]map[string]bool) {
+	var queue []visit
+	for _, fn := range roots {
+		queue = append(queue, visit{fn, ""})
 	}
-	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Defs: map[*ast.Ident]types.Object{}, Types: map[ast.Expr]types.TypeAndValue{}}
-	pkg, err := (&types.Config{Importer: imp}).Check(p.ImportPath, fset, files, info)
-	if err != nil {
-		return fmt.Errorf("type-check %s: %w", p.ImportPath, err)
-	}
-	for _, f := range files {
-		for _, decl := range f.Decls {
-			key := p.ImportPath + ".init"
-			if fd, ok := decl.(*ast.FuncDecl); ok && (fd.Recv != nil || fd.Name.Name != "init") {
-				key = funcKey(info.Defs[fd.Name].(*types.Func))
-			}
-			g.walk(key, p.ImportPath, decl, info)
-		}
-	}
-	for _, name := range pkg.Scope().Names() {
-		tn, ok := pkg.Scope().Lookup(name).(*types.TypeName)
-		if !ok || types.IsInterface(tn.Type()) {
-			continue
-		}
-		ms := types.NewMethodSet(types.NewPointer(tn.Type()))
-		names := map[string]bool{}
-		for sel := range ms.Methods() {
-			names[sel.Obj().Name()] = true
-		}
-		for sel := range ms.Methods() {
-			fn := sel.Obj().(*types.Func)
-			if recv := fn.Signature().Recv(); recv != nil && !types.IsInterface(recv.Type()) {
-				g.methods[fn.Name()] = append(g.methods[fn.Name()], method{key: funcKey(fn), pkg: fn.Pkg().Path(), names: names})
-			}
-		}
-	}
-	return nil
-}
-
-// walk records what node, part of the function key, refers to and builds.
-func (g *graph) walk(key, pkg string, node ast.Node, info *types.Info) {
-	g.pkgOf[key] = pkg
-	if g.refs[key] == nil {
-		g.refs[key], g.built[key] = map[string]bool{}, map[string]bool{}
-	}
-	ast.Inspect(node, func(n ast.Node) bool {
-		switch n := n.(type) {
-		case *ast.Ident:
-			fn, ok := info.Uses[n].(*types.Func)
-			if !ok {
-				break
-			}
-			fn = fn.Origin()
-			if recv := fn.Signature().Recv(); recv != nil && types.IsInterface(recv.Type()) {
-				iface, _ := recv.Type().Underlying().(*types.Interface)
-				var set []string
-				for m := range iface.Methods() {
-					set = append(set, m.Name())
-				}
-				g.calls[key] = append(g.calls[key], call{fn.Name(), set})
-			} else if fn.Pkg() != nil {
-				g.refs[key][funcKey(fn)] = true
-			}
-		case *ast.CompositeLit:
-			if named, ok := types.Unalias(info.TypeOf(n)).(*types.Named); ok && named.Obj().Pkg() != nil {
-				g.built[key][named.Obj().Pkg().Path()+"."+named.Obj().Name()] = true
-			}
-		}
-		return true
-	})
-}
-
-// reach returns what the code reached from root, and from the
-// initializers of the packages deps holds, builds, by package. A call of
-// an interface method reaches every method of that name of the module's
-// types in deps that have all the interface's methods.
-func (g *graph) reach(root string, deps map[string]bool) map[string]map[string]bool {
-	queue := []string{root}
-	for _, d := range slices.Sorted(maps.Keys(deps)) {
-		if deps[d] {
-			queue = append(queue, d+".init")
-		}
-	}
-	seen := map[string]bool{}
-	for len(queue) > 0 {
-		k := queue[0]
-		queue = queue[1:]
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		queue = append(queue, slices.Collect(maps.Keys(g.refs[k]))...)
-		for _, c := range g.calls[k] {
-			for _, m := range g.methods[c.name] {
-				if deps[m.pkg] && !slices.ContainsFunc(c.set, func(n string) bool { return !m.names[n] }) {
-					queue = append(queue, m.key)
-				}
-			}
-		}
-	}
+	seen := map[visit]bool{}
+	funcs := map[*ssa.Function]bool{}
 	out := map[string]map[string]bool{}
-	for k := range seen {
-		pkg, ok := g.pkgOf[k]
-		if !ok {
+	for len(queue) > 0 {
+		v := queue[0]
+		queue = queue[1:]
+		if seen[v] {
 			continue
 		}
-		if out[pkg] == nil {
-			out[pkg] = map[string]bool{}
+		seen[v] = true
+		funcs[v.fn] = true
+		v.owner = ownerIn(v.fn, v.owner)
+		// The calls g knows a callee of, and those that may run code
+		// without a body.
+		known, opaque := map[ssa.CallInstruction]bool{}, map[ssa.CallInstruction]bool{}
+		for _, e := range g.Nodes[v.fn].Out {
+			queue = append(queue, visit{e.Callee.Func, v.owner})
+			known[e.Site] = true
+			opaque[e.Site] = opaque[e.Site] || e.Callee.Func.Blocks == nil
 		}
-		maps.Copy(out[pkg], g.built[k])
+		for _, b := range v.fn.Blocks {
+			for _, instr := range b.Instrs {
+				switch instr := instr.(type) {
+				case ssa.CallInstruction:
+					if _, builtin := instr.Common().Value.(*ssa.Builtin); !builtin && (opaque[instr] || !known[instr]) {
+						for _, fn := range passed(v.fn.Prog, instr.Common().Args) {
+							queue = append(queue, visit{fn, v.owner})
+						}
+					}
+				case *ssa.Alloc:
+					record(out, v, types.Unalias(instr.Type().(*types.Pointer).Elem()))
+				case *ssa.Store:
+					if f, ok := instr.Addr.(*ssa.FieldAddr); ok {
+						if st, ok := types.Unalias(derefType(f.X.Type())).(*types.Named); ok && st.Obj().Pkg() != nil {
+							add(out, optionsSet, namedKey(st)+"."+st.Underlying().(*types.Struct).Field(f.Field).Name())
+						}
+					}
+				}
+			}
+		}
+	}
+	return funcs, out
+}
+
+// passed are the functions args pass: functions, closures, bound methods,
+// and the methods of the module's values, as such or in interfaces.
+func passed(prog *ssa.Program, args []ssa.Value) []*ssa.Function {
+	var out []*ssa.Function
+	for _, a := range args {
+		switch a := a.(type) {
+		case *ssa.Function:
+			out = append(out, a)
+		case *ssa.MakeClosure:
+			out = append(out, a.Fn.(*ssa.Function))
+		case *ssa.MakeInterface:
+			out = append(out, passed(prog, []ssa.Value{a.X})...)
+			if named, ok := types.Unalias(derefType(a.X.Type())).(*types.Named); ok && named.Obj().Pkg() != nil && strings.HasPrefix(named.Obj().Pkg().Path(), modulePath+"/") {
+				ms := prog.MethodSets.MethodSet(a.X.Type())
+				for sel := range ms.Methods() {
+					out = append(out, prog.MethodValue(sel))
+				}
+			}
+		}
 	}
 	return out
 }
 
-// funcKey names a function or a concrete method: "path.Func" or
-// "path.Type.Method".
-func funcKey(fn *types.Func) string {
-	name := fn.Name()
-	if recv := fn.Signature().Recv(); recv != nil {
-		t := recv.Type()
-		if p, ok := t.(*types.Pointer); ok {
-			t = p.Elem()
-		}
-		if n, ok := types.Unalias(t).(*types.Named); ok {
-			name = n.Origin().Obj().Name() + "." + name
-		}
+// record adds t, which v's function builds, to out if it is a request: a
+// type requests names, or any AWS service's input. It goes under v's owner.
+// Without one, it goes under every owner of the function's package, or the
+// package when it has none.
+func record(out map[string]map[string]bool, v visit, t types.Type) {
+	named, ok := t.(*types.Named)
+	if !ok || named.Obj().Pkg() == nil {
+		return
 	}
-	return fn.Pkg().Path() + "." + name
+	typ := namedKey(named)
+	if !requestTypes[typ] && !(strings.HasPrefix(typ, "github.com/aws/aws-sdk-go-v2/service/") && strings.HasSuffix(typ, "Input")) {
+		return
+	}
+	pkg := packageOf(v.fn)
+	keys := []string{pkg}
+	if v.owner != "" {
+		keys = []string{v.owner}
+	} else if o := ownersIn(pkg); len(o) > 0 {
+		keys = o
+	}
+	for _, k := range keys {
+		add(out, k, typ)
+	}
 }
+
+func add(out map[string]map[string]bool, k, v string) {
+	if out[k] == nil {
+		out[k] = map[string]bool{}
+	}
+	out[k][v] = true
+}
+
+// packageOf is the path of the package that declares fn, or of the
+// generic function or enclosing function it comes from.
+func packageOf(fn *ssa.Function) string {
+	for fn.Parent() != nil {
+		fn = fn.Parent()
+	}
+	if fn.Origin() != nil {
+		fn = fn.Origin()
+	}
+	if fn.Object() != nil && fn.Object().Pkg() != nil {
+		return fn.Object().Pkg().Path()
+	}
+	if fn.Pkg != nil {
+		return fn.Pkg.Pkg.Path()
+	}
+	return ""
+}
+
+func derefType(t types.Type) types.Type {
+	if p, ok := t.(*types.Pointer); ok {
+		return p.Elem()
+	}
+	return t
+}
+
+// ownerIn is the owner fn runs for, called by code running for owner: its
+// own if fn is an owner's method, or owner's while in owner's package.
+func ownerIn(fn *ssa.Function, owner string) string {
+	if o := ownerOf(fn); o != "" {
+		return o
+	}
+	if owner != "" && owner[:strings.LastIndex(owner, ".")] == packageOf(fn) {
+		return owner
+	}
+	return ""
+}
+
+// ownerOf is the owner ("path.Name") whose method fn is, or encloses it.
+func ownerOf(fn *ssa.Function) string {
+	for fn.Parent() != nil {
+		fn = fn.Parent()
+	}
+	recv := fn.Signature.Recv()
+	if recv == nil {
+		return ""
+	}
+	named, ok := types.Unalias(derefType(recv.Type())).(*types.Named)
+	if !ok || named.Obj().Pkg() == nil || !ownerTypes[namedKey(named)] {
+		return ""
+	}
+	return namedKey(named)
+}
+
+// namedKey is typeKey for a type of the code loaded.
+func namedKey(n *types.Named) string { return n.Obj().Pkg().Path() + "." + n.Obj().Name() }

@@ -224,6 +224,19 @@ func TestCheckCatchesCodeDrift(t *testing.T) {
 			k.built = without(k.built, "functions/intake", reflect.TypeFor[intake.Queue](), reflect.TypeFor[sqs.SendMessageInput]())
 		},
 		"function not built": func(k *code) { k.built = without(k.built, "functions/sweeper", nil, nil) },
+		// The other way: the code builds a request its role does not allow.
+		"sweeper settles claims": func(k *code) {
+			k.built = with(k.built, "functions/sweeper", typeKey(reflect.TypeFor[dynamostore.Ledger]()), typeKey(reflect.TypeFor[dynamodb.UpdateItemInput]()))
+		},
+		"sweeper scans": func(k *code) {
+			k.built = with(k.built, "functions/sweeper", optionsSet, typeKey(reflect.TypeFor[dynamostore.Options]())+".ScanStuckLeases")
+		},
+		"charges written in a batch": func(k *code) {
+			k.built = with(k.built, "functions/charge", typeKey(reflect.TypeFor[charge.Rows]()), typeKey(reflect.TypeFor[dynamodb.BatchWriteItemInput]()))
+		},
+		"a request outside its table's owner": func(k *code) {
+			k.built = with(k.built, "functions/charge", modulePath+"/internal/app", typeKey(reflect.TypeFor[dynamodb.PutItemInput]()))
+		},
 		"audit no longer indexes": func(k *code) {
 			k.built = without(k.built, "functions/audit", reflect.TypeFor[audit.Index](), reflect.TypeFor[dynamodb.PutItemInput]())
 		},
@@ -1112,5 +1125,27 @@ func fromNode(n *yaml.Node) (any, error) {
 			return nil, fmt.Errorf("template line %d: %w", n.Line, err)
 		}
 		return v, nil
+	}
+}
+
+// TestCheckCatchesAGrantTheCodeNeeds (review 14) drops one action of
+// ChargeFunction's TenantLimits statement at a time. Its code builds each
+// request on the limits table, so a role without it is denied. The limits
+// fail open: a denied GetItem, say, would go unnoticed in production.
+func TestCheckCatchesAGrantTheCodeNeeds(t *testing.T) {
+	t.Parallel()
+	orig := readTemplate(t)
+	const stmt = "                Action:\n                  - dynamodb:UpdateItem\n                  - dynamodb:GetItem\n                  - dynamodb:Query\n                Resource: !GetAtt LimitsTable.Arn"
+	for _, action := range []string{"dynamodb:GetItem", "dynamodb:UpdateItem"} {
+		if strings.Count(orig, stmt) != 1 {
+			t.Fatalf("template.yaml holds %q %d times, want once: update this test", stmt, strings.Count(orig, stmt))
+		}
+		problems, err := check(strings.Replace(orig, stmt, strings.Replace(stmt, "                  - "+action+"\n", "", 1), 1), currentCode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(problems) == 0 {
+			t.Errorf("ChargeFunction's TenantLimits without %s, which limit.Table builds: went unnoticed", action)
+		}
 	}
 }
