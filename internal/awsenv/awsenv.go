@@ -5,6 +5,7 @@ package awsenv
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	//lint:ignore SA1019 otelaws is the instrumentation issue 12 chose; it still works with SDK v1.48 (the trace tests hold its spans). Its successor is the SDK's own tracing (smithy-go's smithyoteltracing).
 	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws"
@@ -76,6 +78,7 @@ func Config(ctx context.Context, dummyCredentials bool) (aws.Config, error) {
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
+	cfg.APIOptions = append(cfg.APIOptions, hideStreamWriteTo)
 	return cfg, nil
 }
 
@@ -116,8 +119,40 @@ func LambdaConfig(getenv func(string) string) aws.Config {
 		region = DefaultRegion
 	}
 	creds := credentials.NewStaticCredentialsProvider(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"))
-	return aws.Config{Region: region, Credentials: aws.NewCredentialsCache(creds)}
+	return aws.Config{
+		Region: region, Credentials: aws.NewCredentialsCache(creds),
+		APIOptions: []func(*middleware.Stack) error{hideStreamWriteTo},
+	}
 }
+
+// hideStreamWriteTo hands net/http a request body without WriteTo. The
+// SDK closes the body once the answer's headers arrive. net/http may still
+// read it then, for bytes past Content-Length. A closed body's WriteTo
+// fails with io.EOF. net/http then closes the connection under the answer.
+// The SDK retries the call, which was applied. A closed Read just ends.
+func hideStreamWriteTo(stack *middleware.Stack) error {
+	return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("HideStreamWriteTo", func(
+		ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler,
+	) (middleware.DeserializeOutput, middleware.Metadata, error) {
+		if req, ok := in.Request.(*smithyhttp.Request); ok {
+			if stream, ok := req.GetStream().(interface {
+				io.ReadSeeker
+				io.WriterTo
+			}); ok {
+				hidden, err := req.SetStream(readSeeker{stream})
+				if err != nil {
+					return middleware.DeserializeOutput{}, middleware.Metadata{}, fmt.Errorf("awsenv: request stream: %w", err)
+				}
+				hidden.ContentLength = req.ContentLength // as earlier steps set it
+				in.Request = hidden
+			}
+		}
+		return next.HandleDeserialize(ctx, in)
+	}), middleware.After)
+}
+
+// readSeeker is a stream with only Read and Seek.
+type readSeeker struct{ io.ReadSeeker }
 
 // S3 is an S3 client on cfg, at url unless it is empty (AWS's). An
 // emulator serves every bucket on its one host: its requests name the

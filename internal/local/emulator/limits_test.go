@@ -2,7 +2,6 @@ package emulator_test
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,7 +64,12 @@ var keyCalls = []keyCall{
 		_, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key})
 		return err
 	}},
-	{"PutItem", "", putNew},
+	{"PutItem", "", func(ctx context.Context, db *dynamodb.Client, table string, key item) error {
+		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: aws.String(table), Item: withAttrs(key), ConditionExpression: aws.String("attribute_not_exists(pk)"),
+		})
+		return err
+	}},
 	{"UpdateItem", "", func(ctx context.Context, db *dynamodb.Client, table string, key item) error {
 		_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: aws.String(table), Key: key, UpdateExpression: aws.String("SET v = :v"),
@@ -151,26 +155,6 @@ var keyCalls = []keyCall{
 		}})
 		return err
 	}},
-}
-
-// putNew puts key, with v, on condition that key is absent. The put
-// carries a mark of its own. A retry after a lost answer meets the item its
-// first attempt wrote, and is refused. The refusal returns that item, and
-// an item with this call's mark is the success it was.
-func putNew(ctx context.Context, db *dynamodb.Client, table string, key item) error {
-	it, mark := withAttrs(key), rand.Text()
-	it["mark"] = s(mark)
-	_, err := db.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName: aws.String(table), Item: it, ConditionExpression: aws.String("attribute_not_exists(pk)"),
-		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	})
-	var refused *types.ConditionalCheckFailedException
-	if errors.As(err, &refused) {
-		if got, ok := refused.Item["mark"].(*types.AttributeValueMemberS); ok && got.Value == mark {
-			return nil
-		}
-	}
-	return err
 }
 
 func transact(ctx context.Context, db *dynamodb.Client, items ...types.TransactWriteItem) error {
