@@ -1090,3 +1090,79 @@ func TestReadsOfAMalformedChargeIDLeaveTheirTenantsRate(t *testing.T) {
 		t.Fatalf("rate %d: an authorization, then 3 reads of a malformed id answered 404; a new charge then: %d %s, want 201", rate, resp.StatusCode, resp.Body)
 	}
 }
+
+// waitRefusedAfter answers the n-th conditional write that takes a wait on
+// a key or move only once after has run. The write itself lands at once;
+// only its answer comes late, as a slow limits table's does.
+func waitRefusedAfter(n int32, after func()) func(*dynamodb.Options) {
+	var writes atomic.Int32
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("WaitAnsweredLate",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					u, ok := in.Parameters.(*dynamodb.UpdateItemInput)
+					if !ok || u.UpdateExpression == nil || !strings.HasPrefix(*u.UpdateExpression, "ADD #w") {
+						return next.HandleInitialize(ctx, in)
+					}
+					out, md, err := next.HandleInitialize(ctx, in)
+					if writes.Add(1) == n {
+						after()
+					}
+					return out, md, err
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestATwinRefusedAWaitAfterTheKeySettledGetsTheReplay (review waitcap):
+// two twins wait on a key in progress. A third is refused a wait; while
+// its refusal is on its way, the holder settles. docs/contract.md: "The
+// others answer at once what a wait that ran out would", and "Answering
+// in progress at once is always honest". No request is in progress any
+// more: the stored answer is there to replay, as a wait that ran out
+// would find it with its last claim.
+func TestATwinRefusedAWaitAfterTheKeySettledGetsTheReplay(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", 0)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one window throughout
+	settled := make(chan struct{})
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: 100, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, waitRefusedAfter(limit.MaxWaiters+1, func() {
+			close(provider.gate) // the holder's charge goes through
+			<-settled
+		}))
+	})
+	const body = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+	first := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", body))
+		first <- resp
+		close(settled)
+	}()
+	<-provider.held // the first holds the key, its charge at the provider
+	waiting := make(chan events.APIGatewayV2HTTPResponse, limit.MaxWaiters)
+	for range limit.MaxWaiters {
+		go func() { waiting <- handle(t, h, testkit.PostCharge("acme", "held", body)) }()
+	}
+	time.Sleep(300 * time.Millisecond) // both took their waits
+	resp := handle(t, h, testkit.PostCharge("acme", "held", body))
+	original := <-first
+	if original.StatusCode != http.StatusCreated {
+		t.Fatalf("the first request: %d %s, want 201", original.StatusCode, original.Body)
+	}
+	if resp.StatusCode != http.StatusCreated || resp.Headers[httpapi.HeaderReplayed] != "true" || resp.Body != original.Body {
+		t.Errorf("a twin refused a wait as the key settled 201: %d %s; want the stored answer replayed, no request being in progress", resp.StatusCode, resp.Body)
+	}
+	for range limit.MaxWaiters {
+		if r := <-waiting; r.StatusCode != http.StatusCreated {
+			t.Errorf("a twin granted a wait: %d %s, want the replay", r.StatusCode, r.Body)
+		}
+	}
+	if got := d.Sim.Ledger().TotalCharges; got != 1 {
+		t.Fatalf("provider charges %d, want 1", got)
+	}
+}
