@@ -1166,3 +1166,52 @@ func TestATwinRefusedAWaitAfterTheKeySettledGetsTheReplay(t *testing.T) {
 		t.Fatalf("provider charges %d, want 1", got)
 	}
 }
+
+// TestACaptureRefusedAWaitAfterTheMoveWasMadeAnswersTheCapture (review
+// waitcap): two capture retries wait for the first capture at the
+// provider. A third is refused a wait; while its refusal is on its way,
+// the first capture is made. README: "a capture while the same one
+// runs ... then its answer"; docs/contract.md: a refused one answers "what
+// a wait that ran out would". Nothing runs any more: the charge is
+// captured, and a wait that ran out reads the row again first.
+func TestACaptureRefusedAWaitAfterTheMoveWasMadeAnswersTheCapture(t *testing.T) {
+	t.Parallel()
+	var provider *outage
+	settled := make(chan struct{})
+	h, id, _ := authorizedUnder(t, 100, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", 0)
+		return url
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, waitRefusedAfter(limit.MaxWaiters+1, func() {
+			close(provider.gate) // the first capture is made
+			<-settled
+		}))
+	})
+	first := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
+		first <- resp
+		close(settled)
+	}()
+	<-provider.held // the first capture is at the provider
+	waiting := make(chan events.APIGatewayV2HTTPResponse, limit.MaxWaiters)
+	for range limit.MaxWaiters {
+		go func() { waiting <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }()
+	}
+	time.Sleep(300 * time.Millisecond) // both took their waits
+	resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+	if original := <-first; original.StatusCode != http.StatusOK {
+		t.Fatalf("the first capture: %d %s, want 200", original.StatusCode, original.Body)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a capture refused a wait as the first was made: %d %v %s; want 200, the charge captured, nothing in progress", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	for range limit.MaxWaiters {
+		if r := <-waiting; r.StatusCode != http.StatusOK {
+			t.Errorf("a capture granted a wait: %d %s, want 200", r.StatusCode, r.Body)
+		}
+	}
+	if got := provider.calls.Load(); got != 1 {
+		t.Fatalf("captures sent %d, want 1", got)
+	}
+}
