@@ -2616,3 +2616,46 @@ func TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf(t *testing.T) {
 		})
 	}
 }
+
+// TestAWaitRefusedWritesOnlyItsWaitItem (review waitcap): twins of one key
+// in progress, each on its own instance, past MaxWaiters. docs/contract.md:
+// the instances count the waits in the table, "one conditional write per
+// request that finds its key in progress". docs/capacity.md: a refused twin
+// "made one claim ... on the key's partition, and one conditional write
+// (1 WCU) to the key's wait item", so "about one WCU per twin on each".
+// Its count given back and its few milliseconds cost the tenant's count
+// item no write, as a replay's do not. Else a storm on one key writes the
+// tenant's one count item once per twin, and throttles it first.
+func TestAWaitRefusedWritesOnlyItsWaitItem(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const twins = 50
+	fleet := fleetOf(t, store, clock, limit.MaxWaiters+2*twins)
+	for _, l := range fleet[:limit.MaxWaiters] {
+		if !l.Wait(t.Context(), mustAdmit(t.Context(), t, l, "storm"), "key-hash", inflightWait) {
+			t.Fatal("a wait within MaxWaiters: refused")
+		}
+	}
+	replays, refused := fleet[limit.MaxWaiters:limit.MaxWaiters+twins], fleet[limit.MaxWaiters+twins:]
+	before, _ := store.calls()
+	for _, l := range replays {
+		tk := mustAdmit(t.Context(), t, l, "storm")
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, false)
+	}
+	mid, _ := store.calls()
+	for _, l := range refused {
+		tk := mustAdmit(t.Context(), t, l, "storm")
+		if l.Wait(t.Context(), tk, "key-hash", inflightWait) {
+			t.Fatal("a wait past MaxWaiters: granted")
+		}
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, false)
+	}
+	after, _ := store.calls()
+	if writes := after - mid; writes > mid-before+1 {
+		t.Fatalf("%d twins refused a wait, each on its own instance: %d writes of the tenant's count item, besides their wait item; %d replays made %d; want no more",
+			twins, writes, twins, mid-before)
+	}
+}
