@@ -1215,3 +1215,56 @@ func TestACaptureRefusedAWaitAfterTheMoveWasMadeAnswersTheCapture(t *testing.T) 
 		t.Fatalf("captures sent %d, want 1", got)
 	}
 }
+
+// waitTimesOutAfter holds each conditional write that takes a wait until
+// after has run. By then its 150 ms have passed: it fails unsent, as on a
+// limits table that hangs.
+func waitTimesOutAfter(after func()) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("WaitTimesOut",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "ADD #w") {
+						after()
+						<-ctx.Done()
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestACaptureRefusedAWaitAfterTheMoveWasUndoneCapturesItself (review
+// waitcap): a capture retry finds the first capture at the provider. Its
+// write to take a wait hangs; meanwhile the provider refuses the first
+// capture, not processed, and the row is back in requires_capture.
+// README: "if it was not made, this one captures itself"; docs/contract.md:
+// answering in progress at once "is always honest". Nothing is in
+// progress: the retry may capture, or at least not say one runs.
+func TestACaptureRefusedAWaitAfterTheMoveWasUndoneCapturesItself(t *testing.T) {
+	t.Parallel()
+	var provider *outage
+	settled := make(chan struct{})
+	h, id, _ := authorizedUnder(t, 100, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", 1)
+		return url
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, waitTimesOutAfter(func() {
+			close(provider.gate) // the first capture is refused, not processed
+			<-settled
+		}))
+	})
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("the first capture: %d %s, want 503 provider-unavailable", resp.StatusCode, resp.Body)
+		}
+		close(settled)
+	}()
+	<-provider.held // the first capture is at the provider
+	resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+	if resp.StatusCode != http.StatusOK || provider.calls.Load() != 2 {
+		t.Errorf("a capture retry as the first was proven not made: %d %v %s, %d captures sent; want 200, the retry's own capture, nothing in progress",
+			resp.StatusCode, resp.Headers, resp.Body, provider.calls.Load())
+	}
+}
