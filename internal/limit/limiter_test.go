@@ -2659,3 +2659,36 @@ func TestAWaitRefusedWritesOnlyItsWaitItem(t *testing.T) {
 			twins, writes, twins, mid-before)
 	}
 }
+
+// hangingWaits is a hangingAll whose writes taking a wait hang too.
+type hangingWaits struct{ *hangingAll }
+
+func (h hangingWaits) TakeWait(ctx context.Context, tenant, on string, start time.Time, span time.Duration, most int) (bool, error) {
+	if h.hang {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return h.sharedCounts.TakeWait(ctx, tenant, on, start, span, most)
+}
+
+// TestAHangingTableCostsATwin150msAtMost (review waitcap): a request for a
+// key in progress, on a limits table that hangs. docs/operations.md: "A
+// request's shares wait at most 150 ms together, so a table that hangs
+// costs a request no more", and a wait's write that "takes 150 ms" is
+// refused. The write's 150 ms must not be followed by a share's own.
+func TestAHangingTableCostsATwin150msAtMost(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := hangingWaits{&hangingAll{sharedCounts: newShared()}}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 100, Concurrency: 100})
+	store.hang = true
+	began := time.Now()
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	if l.Wait(t.Context(), tk, "key-hash", inflightWait) {
+		t.Fatal("a wait on a table that hangs: granted")
+	}
+	l.Done(t.Context(), tk, false)
+	if waited := time.Since(began); waited > 200*time.Millisecond {
+		t.Fatalf("a hanging table cost a twin refused its wait %v, want 150 ms at most", waited.Round(time.Millisecond))
+	}
+}
