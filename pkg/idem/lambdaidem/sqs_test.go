@@ -357,3 +357,41 @@ func TestSQSStoresTheMessageBodyAsIntent(t *testing.T) {
 		t.Fatalf("a body too large to store: record %v, want none", err)
 	}
 }
+
+// TestSQSOnWaitCanTellWhichKeyItIsAskedFor (review waitcap): SQSOptions
+// says "OnWait may cap the requests waiting on one key". A cap per key
+// needs to know the key. One batch carries two messages, each of its own
+// key in progress. OnWait gets only a context: the two calls must not get
+// the same one, or no OnWait can tell the keys apart.
+func TestSQSOnWaitCanTellWhichKeyItIsAskedFor(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	var (
+		mu    sync.Mutex
+		asked []context.Context
+	)
+	onWait := func(ctx context.Context) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, ctx)
+		return false
+	}
+	handler := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, errors.New("crashed") // the record stays IN_FLIGHT
+	}, func(o *lambdaidem.SQSOptions) { o.Wait, o.OnWait = 5*time.Second, onWait })
+	batch := events.SQSEvent{Records: []events.SQSMessage{
+		sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"order":"o-1"}`),
+		sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"order":"o-2"}`),
+	}}
+	if _, err := handler(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handler(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 2 || asked[0] == asked[1] {
+		t.Fatalf("two messages of two keys in progress: OnWait asked %d times, the same context each time: %v; it cannot cap the waits on one key", len(asked), len(asked) == 2 && asked[0] == asked[1])
+	}
+}
