@@ -1268,3 +1268,63 @@ func TestACaptureRefusedAWaitAfterTheMoveWasUndoneCapturesItself(t *testing.T) {
 			resp.StatusCode, resp.Headers, resp.Body, provider.calls.Load())
 	}
 }
+
+// slowPostpones delays each write that postpones a move's deadline by
+// delay, on a real client of the store: every retry reads the row before
+// the first postponement lands.
+func slowPostpones(delay time.Duration) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowPostpones",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "SET #deadline = :until") {
+						time.Sleep(delay)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters (review
+// waitcap): the first capture is at the provider past its attempt's
+// deadline. Capture retries come at once; each asks the provider's state,
+// which cannot settle it yet, and the move's deadline is postponed.
+// docs/contract.md: "At most two requests wait on one key or move ... So
+// at most four wait at once." Each retry then waits for the move without
+// taking a wait: all of them wait.
+func TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters(t *testing.T) {
+	t.Parallel()
+	const retries = 6
+	var provider *outage
+	h, id, clock := authorizedUnder(t, 100, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", everyPOST)
+		return url
+	}, func(w *testkit.Wiring) { w.Deps.Clients = testkit.Clients(t, slowPostpones(300*time.Millisecond)) })
+	t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
+	go func() {
+		_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", id, "capture", ""))
+	}()
+	<-provider.held                 // the first capture is at the provider
+	clock.Advance(31 * time.Second) // the first's attempt is past its deadline
+	took := make(chan time.Duration, retries)
+	for range retries {
+		go func() {
+			began := time.Now()
+			resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+			if resp.StatusCode != http.StatusConflict {
+				t.Errorf("a capture retry, the move not settled: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
+			}
+			took <- time.Since(began)
+		}()
+	}
+	waited := 0
+	for range retries {
+		if <-took > time.Second {
+			waited++
+		}
+	}
+	if waited > limit.MaxWaiters {
+		t.Errorf("%d capture retries of one move past its deadline: %d waited for it at once, want at most %d", retries, waited, limit.MaxWaiters)
+	}
+}
