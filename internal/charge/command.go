@@ -92,7 +92,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait = func(context.Context) bool { return w.wait(key, s.cfg.InflightWait) }
+		o.OnWait = func(context.Context, idem.Key) bool { return w.wait(key, s.cfg.InflightWait) }
 	})
 	return s.result(ctx, key, st.op, w, res, said, refused, err)
 }

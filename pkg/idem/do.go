@@ -65,14 +65,14 @@ type DoOptions struct {
 	// Default 1s. It applies only to a context with a deadline.
 	Reserve time.Duration
 	// OnWait, if set, is called once, as Do starts waiting for another
-	// attempt that holds the key. It returns whether Do waits. If not, Do
+	// attempt that holds key. It returns whether Do waits. If not, Do
 	// returns the key's *InFlightError at once, with no other Begin. A
 	// caller may so cap the requests waiting on one key. A caller that
 	// counts the request's cost may give it back there: the wait may
 	// outlast the count's span. A request that waits may still do new
 	// work. If the holder releases the key, or the key's record expires,
 	// Do claims it and runs fn. fn should then take the cost again.
-	OnWait func(ctx context.Context) bool
+	OnWait func(ctx context.Context, key Key) bool
 }
 
 // Result is what Do, or Recover, did.
@@ -213,7 +213,7 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
 			return begun, err
 		}
-		if held == nil && o.OnWait != nil && !o.OnWait(ctx) {
+		if held == nil && o.OnWait != nil && !o.OnWait(ctx, key) {
 			return begun, err
 		}
 		held = err

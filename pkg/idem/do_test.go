@@ -165,7 +165,7 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
 	var runs, waits atomic.Int32
-	onWait := func(o *idem.DoOptions) { o.OnWait = func(context.Context) bool { waits.Add(1); return true } }
+	onWait := func(o *idem.DoOptions) { o.OnWait = func(context.Context, idem.Key) bool { waits.Add(1); return true } }
 
 	k := heldFor300ms(t, s, func(l *idem.Lease) error { return s.Commit(ctx, l, resp) })
 	res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait, func(o *idem.DoOptions) { o.Wait = 5 * time.Second })
@@ -219,7 +219,7 @@ func TestDoAnswersInFlightAtOnceWhenOnWaitRefuses(t *testing.T) {
 			var runs, waits atomic.Int32
 			start := time.Now()
 			_, err := idem.Do(t.Context(), b, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
-				o.Wait, o.OnWait = 5*time.Second, func(context.Context) bool { waits.Add(1); return false }
+				o.Wait, o.OnWait = 5*time.Second, func(context.Context, idem.Key) bool { waits.Add(1); return false }
 			})
 			var inflight *idem.InFlightError
 			if !errors.As(err, &inflight) || inflight.LeaseExpiresAt.IsZero() {
@@ -248,7 +248,7 @@ func TestDoMayRunFnAfterTellingOnWait(t *testing.T) {
 		return counted(&runs, idem.Succeeded(resp), nil)(ctx, l)
 	}
 	res, err := idem.Do(ctx, s, k, fpA, nil, fn, func(o *idem.DoOptions) {
-		o.Wait, o.OnWait = 5*time.Second, func(context.Context) bool { waits.Add(1); return true }
+		o.Wait, o.OnWait = 5*time.Second, func(context.Context, idem.Key) bool { waits.Add(1); return true }
 	})
 	if err != nil || res.Replayed || runs.Load() != 1 || waits.Load() != 1 || !toldFirst {
 		t.Fatalf("Do on a key released while it waited: %+v, %v; fn ran %d time(s), OnWait told %d time(s), before fn: %v; want fn run once, after OnWait told once",

@@ -361,27 +361,27 @@ func TestSQSStoresTheMessageBodyAsIntent(t *testing.T) {
 // TestSQSOnWaitCanTellWhichKeyItIsAskedFor (review waitcap): SQSOptions
 // says "OnWait may cap the requests waiting on one key". A cap per key
 // needs to know the key. One batch carries two messages, each of its own
-// key in progress. OnWait gets only a context: the two calls must not get
-// the same one, or no OnWait can tell the keys apart.
+// key in progress. OnWait must be told each message's key.
 func TestSQSOnWaitCanTellWhichKeyItIsAskedFor(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
 	var (
 		mu    sync.Mutex
-		asked []context.Context
+		asked []idem.Key
 	)
-	onWait := func(ctx context.Context) bool {
+	onWait := func(_ context.Context, key idem.Key) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		asked = append(asked, ctx)
+		asked = append(asked, key)
 		return false
 	}
 	handler := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
 		return idem.Outcome{}, errors.New("crashed") // the record stays IN_FLIGHT
 	}, func(o *lambdaidem.SQSOptions) { o.Wait, o.OnWait = 5*time.Second, onWait })
+	keys := []string{idemtest.UniqueKey(t, "x").ClientKey(), idemtest.UniqueKey(t, "x").ClientKey()}
 	batch := events.SQSEvent{Records: []events.SQSMessage{
-		sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"order":"o-1"}`),
-		sqsMessage(idemtest.UniqueKey(t, "x").ClientKey(), "", `{"order":"o-2"}`),
+		sqsMessage(keys[0], "", `{"order":"o-1"}`),
+		sqsMessage(keys[1], "", `{"order":"o-2"}`),
 	}}
 	if _, err := handler(t.Context(), batch); err != nil {
 		t.Fatal(err)
@@ -391,7 +391,11 @@ func TestSQSOnWaitCanTellWhichKeyItIsAskedFor(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(asked) != 2 || asked[0] == asked[1] {
-		t.Fatalf("two messages of two keys in progress: OnWait asked %d times, the same context each time: %v; it cannot cap the waits on one key", len(asked), len(asked) == 2 && asked[0] == asked[1])
+	told := map[string]bool{}
+	for _, k := range asked {
+		told[k.ClientKey()] = true
+	}
+	if len(asked) != 2 || !told[keys[0]] || !told[keys[1]] {
+		t.Fatalf("two messages of two keys in progress: OnWait told %d keys, %v; want each message's key once, %v", len(asked), told, keys)
 	}
 }
