@@ -18,12 +18,13 @@ const MaxWaiters = 2
 const DefaultWaitSpan = 2 * time.Second
 
 // Wait asks for one of the MaxWaiters waits on what on names: a hash of a
-// scoped key, or of a charge's move. It gives tk's count back either way:
-// the request does no new work while it waits, nor if it does not. Granted,
-// its wait counts against the concurrency, as GiveBack says. Refused, only
-// its handler time so far counts: it answers at once. A failed or slow
-// write refuses too. Answering "in progress" at once is honest and cheap,
-// and the client retries.
+// scoped key, or of a charge's move. Granted, it gives tk's count back:
+// the request does no new work while it waits. Its wait counts against
+// the concurrency, as GiveBack says. Refused, it gives nothing back yet:
+// the request answers at once, and Done gives its count back as a
+// replay's, with no share of its own. A failed or slow write refuses too.
+// Answering "in progress" at once is honest and cheap, and the client
+// retries.
 func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration) bool {
 	now, _ := l.clock.instant()
 	start := now.Truncate(l.o.WaitSpan)
@@ -33,10 +34,9 @@ func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Dur
 	if err != nil {
 		l.o.Logger.WarnContext(ctx, "taking a wait failed; answered in progress", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
 	}
-	if !granted {
-		wait = 0
+	if granted {
+		l.GiveBack(ctx, tk, wait)
 	}
-	l.GiveBack(ctx, tk, wait)
 	return granted
 }
 
