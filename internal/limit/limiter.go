@@ -134,8 +134,8 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
-// doneReserve is what a read of earlier windows, a give-back's share and
-// a take-over's leave of a request's tableTimeout. Done's share then still
+// doneReserve is what a read of earlier windows, a wait's write, a
+// give-back's share and a take-over's leave of a request's tableTimeout. Done's share then still
 // goes out, with the request's handler time.
 const doneReserve = tableTimeout / 3
 
@@ -286,7 +286,7 @@ type Ticket struct {
 	window int64
 	// began is the time elapsed as it was admitted.
 	began time.Duration
-	// waited is how long its shares waited.
+	// waited is how long its shares, and its wait's write, waited.
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool

@@ -23,14 +23,22 @@ const DefaultWaitSpan = 2 * time.Second
 // the concurrency, as GiveBack says. Refused, it gives nothing back yet:
 // the request answers at once, and Done gives its count back as a
 // replay's, with no share of its own. A failed or slow write refuses too.
-// Answering "in progress" at once is honest and cheap, and the client
-// retries.
+// The write waits within the request's tableTimeout, as its shares do,
+// leaving doneReserve. Answering "in progress" at once is honest and
+// cheap, and the client retries.
 func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration) bool {
+	budget := tableTimeout - doneReserve - tk.waited
+	if budget <= 0 {
+		l.o.Logger.WarnContext(ctx, "no time left for the table to take a wait; answered in progress", "tenant", tk.tenant, "on", on)
+		return false
+	}
 	now, _ := l.clock.instant()
 	start := now.Truncate(l.o.WaitSpan)
-	wctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	began := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, budget)
 	granted, err := l.store.TakeWait(wctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
 	cancel()
+	tk.waited += time.Since(began)
 	if err != nil {
 		l.o.Logger.WarnContext(ctx, "taking a wait failed; answered in progress", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
 	}
