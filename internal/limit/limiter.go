@@ -431,8 +431,16 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 // only its own tenant pays. Its instance also counts it as running: under
 // Lambda, that instance serves nothing else meanwhile.
 func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket, wait time.Duration) {
+	l.await(ctx, tk, wait, true)
+}
+
+// await counts tk's wait against the concurrency at once, as GiveBack
+// says, once per request. back: its count is given back too.
+func (l *Limiter) await(ctx context.Context, tk *Ticket, wait time.Duration, back bool) {
 	l.recount(ctx, tk, func(t *tenant, _ time.Time, elapsed time.Duration, lim Limits) bool {
-		t.giveBack(tk, lim)
+		if back {
+			t.giveBack(tk, lim)
+		}
 		if tk.waiting {
 			return false
 		}

@@ -2278,7 +2278,7 @@ func TestARetryStormOnOneKeyLeavesItsTenantsConcurrency(t *testing.T) {
 		most = max(most, waiting)
 		if tk, refusal := fleet[idle].Admit(t.Context(), "storm"); refusal == nil {
 			r := &running{tk: tk, end: now.Add(step)} // refused a wait: answered at once
-			if r.waits = fleet[idle].Wait(t.Context(), tk, "key-hash", wait); r.waits {
+			if r.waits = fleet[idle].Wait(t.Context(), tk, "key-hash", wait, false); r.waits {
 				r.end, granted = now.Add(wait), granted+1
 			} else {
 				answered++
@@ -2322,7 +2322,7 @@ func TestAWaitRefusedCountsNoWait(t *testing.T) {
 	l := newLimiter(t, store, clock, limit.Limits{Rate: 100, Concurrency: 1})
 	for i := range 3 {
 		tk := mustAdmit(t.Context(), t, l, "acme")
-		if got := l.Wait(t.Context(), tk, "key-hash", inflightWait); got != (i < limit.MaxWaiters) {
+		if got := l.Wait(t.Context(), tk, "key-hash", inflightWait, false); got != (i < limit.MaxWaiters) {
 			t.Fatalf("wait %d on one key in a window: granted %v, want %v", i, got, i < limit.MaxWaiters)
 		}
 		l.Done(t.Context(), tk, false)
@@ -2332,13 +2332,31 @@ func TestAWaitRefusedCountsNoWait(t *testing.T) {
 	store.mu.Unlock()
 	for range 20 {
 		tk := mustAdmit(t.Context(), t, l, "acme")
-		if l.Wait(t.Context(), tk, "other-hash", inflightWait) {
+		if l.Wait(t.Context(), tk, "other-hash", inflightWait, false) {
 			t.Fatal("a wait whose table write failed: granted, want refused")
 		}
 		l.Done(t.Context(), tk, false)
 	}
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
 		t.Fatalf("concurrency 1, 2 waits of %v and 21 refused: %+v, want admitted", inflightWait, refused)
+	}
+}
+
+// TestAWaitAfterWorkKeepsTheCount (review waitcap): a request that did new
+// work, then waits, takes a wait as any other does. It keeps its count:
+// its work counts against the rate. One that only waits gives it back.
+func TestAWaitAfterWorkKeepsTheCount(t *testing.T) {
+	t.Parallel()
+	for _, worked := range []bool{false, true} {
+		clock := testkit.NewClock(start)
+		l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1, Concurrency: 100})
+		tk := mustAdmit(t.Context(), t, l, "acme")
+		if !l.Wait(t.Context(), tk, "key-hash", inflightWait, worked) {
+			t.Fatalf("worked %v: the first wait on a key refused", worked)
+		}
+		if _, refused := l.Admit(t.Context(), "acme"); (refused != nil) != worked {
+			t.Fatalf("rate 1, a request waiting, worked %v: the next in its second refused %+v, want refused %v", worked, refused, worked)
+		}
 	}
 }
 
@@ -2641,7 +2659,7 @@ func TestAWaitRefusedWritesOnlyItsWaitItem(t *testing.T) {
 	const twins = 50
 	fleet := fleetOf(t, store, clock, limit.MaxWaiters+2*twins)
 	for _, l := range fleet[:limit.MaxWaiters] {
-		if !l.Wait(t.Context(), mustAdmit(t.Context(), t, l, "storm"), "key-hash", inflightWait) {
+		if !l.Wait(t.Context(), mustAdmit(t.Context(), t, l, "storm"), "key-hash", inflightWait, false) {
 			t.Fatal("a wait within MaxWaiters: refused")
 		}
 	}
@@ -2655,7 +2673,7 @@ func TestAWaitRefusedWritesOnlyItsWaitItem(t *testing.T) {
 	mid, _ := store.calls()
 	for _, l := range refused {
 		tk := mustAdmit(t.Context(), t, l, "storm")
-		if l.Wait(t.Context(), tk, "key-hash", inflightWait) {
+		if l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
 			t.Fatal("a wait past MaxWaiters: granted")
 		}
 		clock.Advance(5 * time.Millisecond)
@@ -2688,7 +2706,7 @@ func TestAHangingTableCostsATwin150msAtMost(t *testing.T) {
 			store.hang = true
 			began := time.Now()
 			tk := mustAdmit(t.Context(), t, l, "acme")
-			if l.Wait(t.Context(), tk, "key-hash", inflightWait) {
+			if l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
 				t.Fatal("a wait on a table that hangs: granted")
 			}
 			l.Done(t.Context(), tk, false)
