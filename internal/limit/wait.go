@@ -28,7 +28,7 @@ const DefaultWaitSpan = 2 * time.Second
 // leaving doneReserve. Answering "in progress" at once is honest and
 // cheap, and the client retries.
 func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration, keep bool) bool {
-	budget := tableTimeout - doneReserve - tk.waited
+	budget := l.o.tableTimeout - l.doneReserve() - tk.waited
 	if budget <= 0 {
 		l.o.Logger.WarnContext(ctx, "no time left for the table to take a wait; answered in progress", "tenant", tk.tenant, "on", on)
 		return false
