@@ -97,6 +97,7 @@ type capacity struct {
 	TwinClaimsMax                         int     // claims of one twin through INFLIGHT_WAIT
 	MaxWaiters, TwinWaitersMax            int     // twins that start waiting on one key a window; that wait at once
 	TwinWaitWCU                           float64 // WCU/s on one in-flight key by the twins that wait
+	RefusedTwinWCU                        float64 // WCU a twin refused a wait writes on its key's partition
 	TwinStormMax                          float64 // twins a second on one key that fill its partition, or its wait item's
 	SharedSpan                            int     // seconds one item of the limits table counts
 	ConcurrencySpan                       int     // seconds a tenant's concurrency is averaged over
@@ -416,10 +417,12 @@ func (c *capacity) limits(in capacityInputs, d deployment, firstAWS, replayAWS f
 	c.ReplaysPerTenant = d.TenantConcurrency / (replayAWS / 1000)
 	c.TwinClaimsMax = twinClaims(math.Inf(1), in.v(inFirstPause), in.v(inMaxPause), d.InflightWait)
 	// MaxWaiters start waiting a window: twice as many wait at once. Each
-	// other twin claims once, and takes a wait in one write of 1 WCU.
+	// other twin claims, is refused a wait in one write of 1 WCU, and
+	// claims once more: the key may have settled meanwhile.
 	c.MaxWaiters, c.TwinWaitersMax = limit.MaxWaiters, 2*limit.MaxWaiters
 	c.TwinWaitWCU = float64(c.TwinWaitersMax*c.TwinClaimsMax) * c.ReplayWCU / d.InflightWait.Seconds()
-	c.TwinStormMax = math.Min((pw-c.TwinWaitWCU)/c.ReplayWCU, pw)
+	c.RefusedTwinWCU = 2 * c.ReplayWCU
+	c.TwinStormMax = math.Min((pw-c.TwinWaitWCU)/c.RefusedTwinWCU, pw)
 	c.SharedSpan = limit.SharedSpan
 	c.ConcurrencySpan = limit.ConcurrencySpan
 }

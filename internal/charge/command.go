@@ -92,7 +92,7 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 		return st.op.verdict(ctx, l, pres)
 	}, func(o *idem.DoOptions) {
 		o.Wait, o.Reserve = s.cfg.InflightWait, s.recordReserve()
-		o.OnWait = func(context.Context) bool { return w.wait(key, s.cfg.InflightWait) }
+		o.OnWait = func(context.Context, idem.Key) bool { return w.wait(key, s.cfg.InflightWait) }
 	})
 	return s.result(ctx, key, st.op, w, res, said, refused, err)
 }
@@ -103,10 +103,10 @@ func (s *Service) run(ctx context.Context, key idem.Key, fp idem.Fingerprint, in
 type WaitHooks struct {
 	// OnWait is called once, as the request starts waiting at most wait
 	// on what on names. It returns whether the request waits. If not, the
-	// request answers at once what a wait that ran out would. It only
-	// waits, for now. Never after the request worked: that keeps its
-	// count.
-	OnWait func(on idem.Key, wait time.Duration) bool
+	// request answers at once what a wait that ran out would. worked: the
+	// request did new work before, and keeps its count. Else it only
+	// waits, for now.
+	OnWait func(on idem.Key, wait time.Duration, worked bool) bool
 	// OnWork is called once, if the request, having waited, does new work
 	// after all. It took its key over, or makes or settles the move itself.
 	OnWork func()
@@ -137,11 +137,11 @@ func waiterOf(ctx context.Context) *waiter {
 // wait is called before each pause for another's work on what on names,
 // which lasts at most budget in all. It reports whether to pause.
 func (w *waiter) wait(on idem.Key, budget time.Duration) bool {
-	if w.waited || w.worked {
+	if w.waited {
 		return !w.refused
 	}
 	w.waited = true
-	w.refused = w.hooks.OnWait != nil && !w.hooks.OnWait(on, budget)
+	w.refused = w.hooks.OnWait != nil && !w.hooks.OnWait(on, budget, w.worked)
 	return !w.refused
 }
 

@@ -93,6 +93,7 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 	w := waiterOf(ctx)
 	// mine is this request's move, begun unanswered: it may have landed.
 	var mine *Charge
+	looked := false // refused a wait, the row read once more
 	for {
 		c, found, err := s.cfg.Rows.Get(ctx, tenant, id)
 		switch {
@@ -119,6 +120,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 			// A move in flight is awaited. Made, it is this request's
 			// answer. Proven not made, the row is back in
 			// StatusRequiresCapture, and this request makes its own.
+			if looked {
+				return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline, Idle: !w.worked}, nil
+			}
 			if !now.Before(c.transition.deadline) && !asked {
 				// Its attempt's time is up: settled from the provider's
 				// state, then read again. A provider that cannot say
@@ -133,8 +137,13 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 				}
 				continue
 			}
-			// A wait refused answers as one that ran out.
-			if left := time.Until(until); left > 0 && w.wait(transitionKey(c), left) {
+			if left := time.Until(until); left > 0 {
+				if !w.wait(transitionKey(c), left) {
+					// A wait refused answers as one that ran out: by one
+					// more read. The move may have ended meanwhile.
+					looked = true
+					continue
+				}
 				if err := pause(ctx, min(notifyPause, left)); err != nil {
 					return Result{}, err
 				}

@@ -5,6 +5,13 @@ import "time"
 // MaxTenants is how many tenants an instance tracks before it forgets.
 const MaxTenants = maxTenants
 
+// TableTimeout sets how long a request's table calls may wait together.
+// An emulator on a loaded machine may answer slower than tableTimeout.
+// A test of what the fleet learns must not fail open there.
+func TableTimeout(d time.Duration) func(*Options) {
+	return func(o *Options) { o.tableTimeout = d }
+}
+
 // Tracked is how many tenants l tracks.
 func (l *Limiter) Tracked() int {
 	l.mu.Lock()

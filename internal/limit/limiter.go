@@ -134,10 +134,11 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
-// doneReserve is what a read of earlier windows, a give-back's share and
-// a take-over's leave of a request's tableTimeout. Done's share then still
-// goes out, with the request's handler time.
-const doneReserve = tableTimeout / 3
+// doneReserve is what a read of earlier windows, a wait's write, a
+// give-back's share and a take-over's leave of a request's table time:
+// a third. Done's share then still goes out, with the request's handler
+// time.
+func (l *Limiter) doneReserve() time.Duration { return l.o.tableTimeout / 3 }
 
 // maxFailures is how many syncs of a tenant may fail in a window. A table
 // throttling a few writes still learns the fleet's counts. One that fails
@@ -177,6 +178,8 @@ type Options struct {
 	// WaitSpan is the window MaxWaiters counts over: the longest a
 	// request waits for another's work. Default DefaultWaitSpan.
 	WaitSpan time.Duration
+	// tableTimeout is tableTimeout, but for tests on a slow emulator.
+	tableTimeout time.Duration
 }
 
 // Limiter holds each tenant to its limits. Each instance counts what its
@@ -286,7 +289,7 @@ type Ticket struct {
 	window int64
 	// began is the time elapsed as it was admitted.
 	began time.Duration
-	// waited is how long its shares waited.
+	// waited is how long its shares, and its wait's write, waited.
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
@@ -333,6 +336,9 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	if o.WaitSpan <= 0 {
 		o.WaitSpan = DefaultWaitSpan
 	}
+	if o.tableTimeout <= 0 {
+		o.tableTimeout = tableTimeout
+	}
 	l := &Limiter{store: store, o: o, clock: &steady{clock: o.Clock}, tenants: map[string]*tenant{}}
 	// The first read is under way as the overrides are built.
 	l.overrides = &overrides{store: store, defaults: o.Defaults, maxAge: o.MaxAge, clock: l.clock.now, logger: o.Logger, reading: true}
@@ -357,7 +363,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	t.pending.Requests++
 	var waited time.Duration
 	if sync {
-		waited = l.share(ctx, name, t, lim, tableTimeout)
+		waited = l.share(ctx, name, t, lim, l.o.tableTimeout)
 	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
 		// The next share takes the count back. One that outlived w took
@@ -431,8 +437,16 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 // only its own tenant pays. Its instance also counts it as running: under
 // Lambda, that instance serves nothing else meanwhile.
 func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket, wait time.Duration) {
+	l.await(ctx, tk, wait, true)
+}
+
+// await counts tk's wait against the concurrency at once, as GiveBack
+// says, once per request. back: its count is given back too.
+func (l *Limiter) await(ctx context.Context, tk *Ticket, wait time.Duration, back bool) {
 	l.recount(ctx, tk, func(t *tenant, _ time.Time, elapsed time.Duration, lim Limits) bool {
-		t.giveBack(tk, lim)
+		if back {
+			t.giveBack(tk, lim)
+		}
 		if tk.waiting {
 			return false
 		}
@@ -474,7 +488,7 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(tk.tenant, now, lim)
-	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), doneReserve)
+	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), l.doneReserve())
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given
@@ -483,7 +497,7 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 // this one leaving reserve of it. One left no time stays pending.
 func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool, reserve time.Duration) {
 	due = due || t.pending.Requests < 0
-	wait := tableTimeout - reserve - tk.waited
+	wait := l.o.tableTimeout - reserve - tk.waited
 	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
 		return
 	}
@@ -531,7 +545,7 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	// read an item serves. It runs only within what leaves doneReserve.
 	var before []Usage
 	var readErr error
-	left := wait - doneReserve - time.Since(began)
+	left := wait - l.doneReserve() - time.Since(began)
 	if to := w - int64(len(total)); err == nil && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
 		rctx, cancel := context.WithTimeout(ctx, left)
 		before, readErr = l.store.Read(rctx, name, to)

@@ -112,9 +112,10 @@ var start = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
 // inflightWait is how long a twin may wait for its key: INFLIGHT_WAIT.
 const inflightWait = 2 * time.Second
 
-func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits) *limit.Limiter {
+func newLimiter(t *testing.T, store limit.Store, clock *testkit.Clock, defaults limit.Limits, optFns ...func(*limit.Options)) *limit.Limiter {
 	t.Helper()
-	l, err := limit.New(t.Context(), store, func(o *limit.Options) { o.Defaults, o.Clock = defaults, limit.ClockOf(clock.Now) })
+	own := func(o *limit.Options) { o.Defaults, o.Clock = defaults, limit.ClockOf(clock.Now) }
+	l, err := limit.New(t.Context(), store, append([]func(*limit.Options){own}, optFns...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -376,11 +377,11 @@ func TestInstancesShareTheLimit(t *testing.T) {
 
 // fleetOf returns n limiters with the defaults, sharing store: a
 // deployment's instances.
-func fleetOf(t *testing.T, store limit.Store, clock *testkit.Clock, n int) []*limit.Limiter {
+func fleetOf(t *testing.T, store limit.Store, clock *testkit.Clock, n int, optFns ...func(*limit.Options)) []*limit.Limiter {
 	t.Helper()
 	var fleet []*limit.Limiter
 	for range n {
-		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{})) // 100 a second, 40 at once
+		fleet = append(fleet, newLimiter(t, store, clock, limit.Limits{}, optFns...)) // 100 a second, 40 at once
 	}
 	return fleet
 }
@@ -1553,6 +1554,14 @@ func (h *hangingAll) Overrides(ctx context.Context) (map[string]limit.Limits, er
 	return h.sharedCounts.Overrides(ctx)
 }
 
+func (h *hangingAll) TakeWait(ctx context.Context, tenant, on string, start time.Time, span time.Duration, most int) (bool, error) {
+	if h.hang {
+		<-ctx.Done()
+		return false, ctx.Err()
+	}
+	return h.sharedCounts.TakeWait(ctx, tenant, on, start, span, most)
+}
+
 // TestAHangingTableCostsAHotTenantsRequest150msAtMost: a request's shares
 // wait at most 150 ms together, so a table that hangs costs a request no
 // more. A hot tenant's request that finds the overrides due does not wait
@@ -2181,8 +2190,12 @@ func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
 	clock := testkit.NewClock(start) // the first second of an item
 	table := newTable(t)
 	const others = 2 * 5 * limit.DefaultConcurrency // more than a burst
-	held := newLimiter(t, table, clock, limit.Limits{})
-	fleet := fleetOf(t, table, clock, others)
+	// The bound is the algorithm's. A share or read that times out on an
+	// emulator slowed by a loaded machine fails open, and its instance
+	// learns nothing of the burst.
+	patient := limit.TableTimeout(10 * time.Second)
+	held := newLimiter(t, table, clock, limit.Limits{}, patient)
+	fleet := fleetOf(t, table, clock, others, patient)
 	// Second 5: 20 twins (40 s) make the tenant hot, and every instance
 	// learns it as it serves one request of it.
 	clock.Advance(5 * time.Second)
@@ -2270,7 +2283,7 @@ func TestARetryStormOnOneKeyLeavesItsTenantsConcurrency(t *testing.T) {
 		most = max(most, waiting)
 		if tk, refusal := fleet[idle].Admit(t.Context(), "storm"); refusal == nil {
 			r := &running{tk: tk, end: now.Add(step)} // refused a wait: answered at once
-			if r.waits = fleet[idle].Wait(t.Context(), tk, "key-hash", wait); r.waits {
+			if r.waits = fleet[idle].Wait(t.Context(), tk, "key-hash", wait, false); r.waits {
 				r.end, granted = now.Add(wait), granted+1
 			} else {
 				answered++
@@ -2314,7 +2327,7 @@ func TestAWaitRefusedCountsNoWait(t *testing.T) {
 	l := newLimiter(t, store, clock, limit.Limits{Rate: 100, Concurrency: 1})
 	for i := range 3 {
 		tk := mustAdmit(t.Context(), t, l, "acme")
-		if got := l.Wait(t.Context(), tk, "key-hash", inflightWait); got != (i < limit.MaxWaiters) {
+		if got := l.Wait(t.Context(), tk, "key-hash", inflightWait, false); got != (i < limit.MaxWaiters) {
 			t.Fatalf("wait %d on one key in a window: granted %v, want %v", i, got, i < limit.MaxWaiters)
 		}
 		l.Done(t.Context(), tk, false)
@@ -2324,13 +2337,31 @@ func TestAWaitRefusedCountsNoWait(t *testing.T) {
 	store.mu.Unlock()
 	for range 20 {
 		tk := mustAdmit(t.Context(), t, l, "acme")
-		if l.Wait(t.Context(), tk, "other-hash", inflightWait) {
+		if l.Wait(t.Context(), tk, "other-hash", inflightWait, false) {
 			t.Fatal("a wait whose table write failed: granted, want refused")
 		}
 		l.Done(t.Context(), tk, false)
 	}
 	if _, refused := l.Admit(t.Context(), "acme"); refused != nil {
 		t.Fatalf("concurrency 1, 2 waits of %v and 21 refused: %+v, want admitted", inflightWait, refused)
+	}
+}
+
+// TestAWaitAfterWorkKeepsTheCount (review waitcap): a request that did new
+// work, then waits, takes a wait as any other does. It keeps its count:
+// its work counts against the rate. One that only waits gives it back.
+func TestAWaitAfterWorkKeepsTheCount(t *testing.T) {
+	t.Parallel()
+	for _, worked := range []bool{false, true} {
+		clock := testkit.NewClock(start)
+		l := newLimiter(t, newShared(), clock, limit.Limits{Rate: 1, Concurrency: 100})
+		tk := mustAdmit(t.Context(), t, l, "acme")
+		if !l.Wait(t.Context(), tk, "key-hash", inflightWait, worked) {
+			t.Fatalf("worked %v: the first wait on a key refused", worked)
+		}
+		if _, refused := l.Admit(t.Context(), "acme"); (refused != nil) != worked {
+			t.Fatalf("rate 1, a request waiting, worked %v: the next in its second refused %+v, want refused %v", worked, refused, worked)
+		}
 	}
 }
 
@@ -2612,6 +2643,80 @@ func TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf(t *testing.T) {
 			if _, refused := fresh.Admit(t.Context(), "storm"); refused == nil || refused.Limit != "concurrency" {
 				t.Fatalf("a burst of %d twins of %v in second %d; a share of another instance's twin in the next second, then its next request at %v: refusal %+v, want the concurrency's",
 					burst, inflightWait, c.burst, clock.Now().Sub(start), refused)
+			}
+		})
+	}
+}
+
+// TestAWaitRefusedWritesOnlyItsWaitItem (review waitcap): twins of one key
+// in progress, each on its own instance, past MaxWaiters. docs/contract.md:
+// the instances count the waits in the table, "one conditional write per
+// request that finds its key in progress". docs/capacity.md: a refused twin
+// "made one claim ... on the key's partition, and one conditional write
+// (1 WCU) to the key's wait item", so "about one WCU per twin on each".
+// Its count given back and its few milliseconds cost the tenant's count
+// item no write, as a replay's do not. Else a storm on one key writes the
+// tenant's one count item once per twin, and throttles it first.
+func TestAWaitRefusedWritesOnlyItsWaitItem(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := newShared()
+	const twins = 50
+	fleet := fleetOf(t, store, clock, limit.MaxWaiters+2*twins)
+	for _, l := range fleet[:limit.MaxWaiters] {
+		if !l.Wait(t.Context(), mustAdmit(t.Context(), t, l, "storm"), "key-hash", inflightWait, false) {
+			t.Fatal("a wait within MaxWaiters: refused")
+		}
+	}
+	replays, refused := fleet[limit.MaxWaiters:limit.MaxWaiters+twins], fleet[limit.MaxWaiters+twins:]
+	before, _ := store.calls()
+	for _, l := range replays {
+		tk := mustAdmit(t.Context(), t, l, "storm")
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, false)
+	}
+	mid, _ := store.calls()
+	for _, l := range refused {
+		tk := mustAdmit(t.Context(), t, l, "storm")
+		if l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+			t.Fatal("a wait past MaxWaiters: granted")
+		}
+		clock.Advance(5 * time.Millisecond)
+		l.Done(t.Context(), tk, false)
+	}
+	after, _ := store.calls()
+	if writes := after - mid; writes > mid-before+1 {
+		t.Fatalf("%d twins refused a wait, each on its own instance: %d writes of the tenant's count item, besides their wait item; %d replays made %d; want no more",
+			twins, writes, twins, mid-before)
+	}
+}
+
+// TestAHangingTableCostsATwin150msAtMost (review waitcap): a request for a
+// key in progress, on a limits table that hangs. docs/operations.md: "A
+// request's shares and its wait's write wait at most 150 ms together, so
+// a table that hangs costs a request no more." A hot tenant's request
+// shares as it is admitted: its wait's write must not take 150 ms more.
+func TestAHangingTableCostsATwin150msAtMost(t *testing.T) {
+	t.Parallel()
+	for name, hot := range map[string]bool{"cold": false, "hot": true} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := testkit.NewClock(start)
+			store := &hangingAll{sharedCounts: newShared()}
+			l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100})
+			if hot {
+				admitted(t, l, "acme", 10) // near the rate: hot
+				clock.Advance(limit.Window)
+			}
+			store.hang = true
+			began := time.Now()
+			tk := mustAdmit(t.Context(), t, l, "acme")
+			if l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+				t.Fatal("a wait on a table that hangs: granted")
+			}
+			l.Done(t.Context(), tk, false)
+			if waited := time.Since(began); waited > 200*time.Millisecond {
+				t.Fatalf("a hanging table cost a %s tenant's twin refused its wait %v, want 150 ms at most", name, waited.Round(time.Millisecond))
 			}
 		})
 	}

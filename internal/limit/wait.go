@@ -18,25 +18,34 @@ const MaxWaiters = 2
 const DefaultWaitSpan = 2 * time.Second
 
 // Wait asks for one of the MaxWaiters waits on what on names: a hash of a
-// scoped key, or of a charge's move. It gives tk's count back either way:
-// the request does no new work while it waits, nor if it does not. Granted,
-// its wait counts against the concurrency, as GiveBack says. Refused, only
-// its handler time so far counts: it answers at once. A failed or slow
-// write refuses too. Answering "in progress" at once is honest and cheap,
+// scoped key, or of a charge's move. Granted, it gives tk's count back:
+// the request does no new work while it waits. Its wait counts against
+// the concurrency, as GiveBack says. With keep, the request did new work
+// before: it keeps its count, and only its wait counts. Refused, it gives
+// nothing back yet: the request answers at once, and Done gives its count
+// back as a replay's, with no share of its own. A failed or slow write
+// refuses too. The write waits within the request's tableTimeout, as its
+// shares do, leaving doneReserve. Answering at once is honest and cheap,
 // and the client retries.
-func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration) bool {
+func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration, keep bool) bool {
+	budget := l.o.tableTimeout - l.doneReserve() - tk.waited
+	if budget <= 0 {
+		l.o.Logger.WarnContext(ctx, "no time left for the table to take a wait; not waiting", "tenant", tk.tenant, "on", on)
+		return false
+	}
 	now, _ := l.clock.instant()
 	start := now.Truncate(l.o.WaitSpan)
-	wctx, cancel := context.WithTimeout(ctx, tableTimeout)
+	began := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, budget)
 	granted, err := l.store.TakeWait(wctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
 	cancel()
+	tk.waited += time.Since(began)
 	if err != nil {
-		l.o.Logger.WarnContext(ctx, "taking a wait failed; answered in progress", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
+		l.o.Logger.WarnContext(ctx, "taking a wait failed; not waiting", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
 	}
-	if !granted {
-		wait = 0
+	if granted {
+		l.await(ctx, tk, wait, !keep)
 	}
-	l.GiveBack(ctx, tk, wait)
 	return granted
 }
 

@@ -65,14 +65,15 @@ type DoOptions struct {
 	// Default 1s. It applies only to a context with a deadline.
 	Reserve time.Duration
 	// OnWait, if set, is called once, as Do starts waiting for another
-	// attempt that holds the key. It returns whether Do waits. If not, Do
-	// returns the key's *InFlightError at once, with no other Begin. A
-	// caller may so cap the requests waiting on one key. A caller that
-	// counts the request's cost may give it back there: the wait may
-	// outlast the count's span. A request that waits may still do new
-	// work. If the holder releases the key, or the key's record expires,
-	// Do claims it and runs fn. fn should then take the cost again.
-	OnWait func(ctx context.Context) bool
+	// attempt that holds key. It returns whether Do waits. If not, Do
+	// makes one more Begin at once and answers by it: the key's
+	// *InFlightError, or its replay if it settled meanwhile. A caller may
+	// so cap the requests waiting on one key. A caller that counts the
+	// request's cost may give it back there: the wait may outlast the
+	// count's span. A request may still do new work, waiting or refused.
+	// If the holder releases the key, or the key's record expires, Do
+	// claims it and runs fn. fn should then take the cost again.
+	OnWait func(ctx context.Context, key Key) bool
 }
 
 // Result is what Do, or Recover, did.
@@ -202,6 +203,7 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 	}
 	pause := firstPause
 	var held error // the last ErrInFlight: the key's holder may have acted
+	refused := false
 	for {
 		begun, err := b.Begin(ctx, key, fp, intent)
 		if held != nil && errors.Is(err, ErrUnavailable) && !errors.Is(err, ErrUnknownClaim) {
@@ -210,11 +212,14 @@ func claim(ctx context.Context, b Backend, key Key, fp Fingerprint, intent []byt
 			// unknown claim may have written: its caller must queue the key.
 			return begun, held
 		}
-		if !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
+		if refused || !errors.Is(err, ErrInFlight) || time.Now().Add(pause).After(waitUntil) {
 			return begun, err
 		}
-		if held == nil && o.OnWait != nil && !o.OnWait(ctx) {
-			return begun, err
+		if held == nil && o.OnWait != nil && !o.OnWait(ctx, key) {
+			// The holder may have settled while OnWait ran. One more claim
+			// answers by the key as it is now, as a wait's last one does.
+			refused, held = true, err
+			continue
 		}
 		held = err
 		t := time.NewTimer(pause)

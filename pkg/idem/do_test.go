@@ -165,7 +165,7 @@ func TestDoTellsOnWaitOnceAsItStartsWaiting(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
 	var runs, waits atomic.Int32
-	onWait := func(o *idem.DoOptions) { o.OnWait = func(context.Context) bool { waits.Add(1); return true } }
+	onWait := func(o *idem.DoOptions) { o.OnWait = func(context.Context, idem.Key) bool { waits.Add(1); return true } }
 
 	k := heldFor300ms(t, s, func(l *idem.Lease) error { return s.Commit(ctx, l, resp) })
 	res, err := idem.Do(ctx, s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), onWait, func(o *idem.DoOptions) { o.Wait = 5 * time.Second })
@@ -200,7 +200,7 @@ func (b *begins) Begin(ctx context.Context, key idem.Key, fp idem.Fingerprint, i
 
 // TestDoAnswersInFlightAtOnceWhenOnWaitRefuses: a caller may cap the
 // requests waiting on one key. Refused, Do answers the holder's
-// *InFlightError at once, with its retry time. It makes no other Begin,
+// *InFlightError at once, with its retry time. It makes one more Begin,
 // and never runs fn.
 func TestDoAnswersInFlightAtOnceWhenOnWaitRefuses(t *testing.T) {
 	t.Parallel()
@@ -219,14 +219,52 @@ func TestDoAnswersInFlightAtOnceWhenOnWaitRefuses(t *testing.T) {
 			var runs, waits atomic.Int32
 			start := time.Now()
 			_, err := idem.Do(t.Context(), b, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
-				o.Wait, o.OnWait = 5*time.Second, func(context.Context) bool { waits.Add(1); return false }
+				o.Wait, o.OnWait = 5*time.Second, func(context.Context, idem.Key) bool { waits.Add(1); return false }
 			})
 			var inflight *idem.InFlightError
 			if !errors.As(err, &inflight) || inflight.LeaseExpiresAt.IsZero() {
 				t.Fatalf("Do refused a wait: %v; want *InFlightError with the lease's end", err)
 			}
-			if took := time.Since(start); took > 200*time.Millisecond || b.n.Load() != 1 || waits.Load() != 1 || runs.Load() != 0 {
-				t.Fatalf("Do refused a wait: took %v, %d Begin, told %d times, fn ran %d; want at once, 1 Begin, told once, fn never", took, b.n.Load(), waits.Load(), runs.Load())
+			if took := time.Since(start); took > 200*time.Millisecond || b.n.Load() != 2 || waits.Load() != 1 || runs.Load() != 0 {
+				t.Fatalf("Do refused a wait: took %v, %d Begin, told %d times, fn ran %d; want at once, 2 Begin, told once, fn never", took, b.n.Load(), waits.Load(), runs.Load())
+			}
+		})
+	}
+}
+
+// TestDoRefusedAWaitAnswersByTheKeyAsItIsThen (review waitcap): OnWait
+// refuses, and meanwhile the holder settles or releases the key. Do's
+// claim before OnWait is stale. A committed key answers its replay, not
+// *InFlightError. A released one is claimed: fn runs once.
+func TestDoRefusedAWaitAnswersByTheKeyAsItIsThen(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	for name, c := range map[string]struct {
+		settle   func(ctx context.Context, l *idem.Lease) error
+		replayed bool
+		runs     int32
+	}{
+		"committed": {func(ctx context.Context, l *idem.Lease) error { return s.Commit(ctx, l, resp) }, true, 0},
+		"released":  {s.Release, false, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			k := idemtest.UniqueKey(t, "acme")
+			held, err := s.Begin(t.Context(), k, fpA, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var runs atomic.Int32
+			res, err := idem.Do(t.Context(), s, k, fpA, nil, counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
+				o.Wait, o.OnWait = 5*time.Second, func(ctx context.Context, _ idem.Key) bool {
+					if err := c.settle(ctx, held.Lease); err != nil {
+						t.Errorf("the holder's settle: %v", err)
+					}
+					return false
+				}
+			})
+			if err != nil || res.Replayed != c.replayed || runs.Load() != c.runs {
+				t.Fatalf("Do refused a wait as the key was %s: %+v, %v, fn ran %d; want replayed %v, fn run %d", name, res, err, runs.Load(), c.replayed, c.runs)
 			}
 		})
 	}
@@ -248,7 +286,7 @@ func TestDoMayRunFnAfterTellingOnWait(t *testing.T) {
 		return counted(&runs, idem.Succeeded(resp), nil)(ctx, l)
 	}
 	res, err := idem.Do(ctx, s, k, fpA, nil, fn, func(o *idem.DoOptions) {
-		o.Wait, o.OnWait = 5*time.Second, func(context.Context) bool { waits.Add(1); return true }
+		o.Wait, o.OnWait = 5*time.Second, func(context.Context, idem.Key) bool { waits.Add(1); return true }
 	})
 	if err != nil || res.Replayed || runs.Load() != 1 || waits.Load() != 1 || !toldFirst {
 		t.Fatalf("Do on a key released while it waited: %+v, %v; fn ran %d time(s), OnWait told %d time(s), before fn: %v; want fn run once, after OnWait told once",

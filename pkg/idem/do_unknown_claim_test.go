@@ -77,7 +77,7 @@ func TestDoAnswersAClaimBackItsReadLostAsUnknownAfterWaiting(t *testing.T) {
 	_, err = idem.Do(ctx, st, k, fpA, []byte("intent"), counted(&runs, idem.Succeeded(resp), nil), func(o *idem.DoOptions) {
 		o.Wait = 5 * time.Second
 		// The holder releases while Do waits: Do claims the key back.
-		o.OnWait = func(context.Context) bool {
+		o.OnWait = func(context.Context, idem.Key) bool {
 			if err := st.Release(ctx, held.Lease); err != nil {
 				t.Errorf("the holder's Release: %v", err)
 			}

@@ -188,7 +188,9 @@ func (h *Handler) Handle(ctx context.Context, req events.APIGatewayV2HTTPRequest
 		// flight, does no new work until it acts itself. Past
 		// limit.MaxWaiters on one of them, it answers in progress at once.
 		ctx = charge.WithWaitHooks(ctx, charge.WaitHooks{
-			OnWait: func(on idem.Key, wait time.Duration) bool { return h.opt.Limiter.Wait(ctx, ticket, on.LogHash(), wait) },
+			OnWait: func(on idem.Key, wait time.Duration, worked bool) bool {
+				return h.opt.Limiter.Wait(ctx, ticket, on.LogHash(), wait, worked)
+			},
 			OnWork: func() { h.opt.Limiter.Retake(ctx, ticket) },
 		})
 	}

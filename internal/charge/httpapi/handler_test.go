@@ -1090,3 +1090,241 @@ func TestReadsOfAMalformedChargeIDLeaveTheirTenantsRate(t *testing.T) {
 		t.Fatalf("rate %d: an authorization, then 3 reads of a malformed id answered 404; a new charge then: %d %s, want 201", rate, resp.StatusCode, resp.Body)
 	}
 }
+
+// waitRefusedAfter answers the n-th conditional write that takes a wait on
+// a key or move only once after has run. The write itself lands at once;
+// only its answer comes late, as a slow limits table's does.
+func waitRefusedAfter(n int32, after func()) func(*dynamodb.Options) {
+	var writes atomic.Int32
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("WaitAnsweredLate",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					u, ok := in.Parameters.(*dynamodb.UpdateItemInput)
+					if !ok || u.UpdateExpression == nil || !strings.HasPrefix(*u.UpdateExpression, "ADD #w") {
+						return next.HandleInitialize(ctx, in)
+					}
+					out, md, err := next.HandleInitialize(ctx, in)
+					if writes.Add(1) == n {
+						after()
+					}
+					return out, md, err
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestATwinRefusedAWaitAfterTheKeySettledGetsTheReplay (review waitcap):
+// two twins wait on a key in progress. A third is refused a wait; while
+// its refusal is on its way, the holder settles. docs/contract.md: "The
+// others answer at once what a wait that ran out would", and "Answering
+// in progress at once is always honest". No request is in progress any
+// more: the stored answer is there to replay, as a wait that ran out
+// would find it with its last claim.
+func TestATwinRefusedAWaitAfterTheKeySettledGetsTheReplay(t *testing.T) {
+	t.Parallel()
+	d := testkit.Deploy(t)
+	provider, providerURL := newOutage(t, d.ProviderURL, "/v1/charges", 0)
+	clock := testkit.NewClock(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)) // one window throughout
+	settled := make(chan struct{})
+	h := d.ChargeHandler(t, func(w *testkit.Wiring) {
+		w.Charge.LimitsTable, w.Charge.Limits = d.LimitsTable, limit.Limits{Rate: 100, Concurrency: 100}
+		w.Charge.ProviderURL = providerURL
+		w.Deps.Clock = clock.Now
+		w.Deps.Clients = testkit.Clients(t, waitRefusedAfter(limit.MaxWaiters+1, func() {
+			close(provider.gate) // the holder's charge goes through
+			<-settled
+		}))
+	})
+	const body = `{"amount":1500,"currency":"EUR","source":"tok_visa"}`
+	first := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostCharge("acme", "held", body))
+		first <- resp
+		close(settled)
+	}()
+	<-provider.held // the first holds the key, its charge at the provider
+	waiting := make(chan events.APIGatewayV2HTTPResponse, limit.MaxWaiters)
+	for range limit.MaxWaiters {
+		go func() { waiting <- handle(t, h, testkit.PostCharge("acme", "held", body)) }()
+	}
+	time.Sleep(300 * time.Millisecond) // both took their waits
+	resp := handle(t, h, testkit.PostCharge("acme", "held", body))
+	original := <-first
+	if original.StatusCode != http.StatusCreated {
+		t.Fatalf("the first request: %d %s, want 201", original.StatusCode, original.Body)
+	}
+	if resp.StatusCode != http.StatusCreated || resp.Headers[httpapi.HeaderReplayed] != "true" || resp.Body != original.Body {
+		t.Errorf("a twin refused a wait as the key settled 201: %d %s; want the stored answer replayed, no request being in progress", resp.StatusCode, resp.Body)
+	}
+	for range limit.MaxWaiters {
+		if r := <-waiting; r.StatusCode != http.StatusCreated {
+			t.Errorf("a twin granted a wait: %d %s, want the replay", r.StatusCode, r.Body)
+		}
+	}
+	if got := d.Sim.Ledger().TotalCharges; got != 1 {
+		t.Fatalf("provider charges %d, want 1", got)
+	}
+}
+
+// TestACaptureRefusedAWaitAfterTheMoveWasMadeAnswersTheCapture (review
+// waitcap): two capture retries wait for the first capture at the
+// provider. A third is refused a wait; while its refusal is on its way,
+// the first capture is made. README: "a capture while the same one
+// runs ... then its answer"; docs/contract.md: a refused one answers "what
+// a wait that ran out would". Nothing runs any more: the charge is
+// captured, and a wait that ran out reads the row again first.
+func TestACaptureRefusedAWaitAfterTheMoveWasMadeAnswersTheCapture(t *testing.T) {
+	t.Parallel()
+	var provider *outage
+	settled := make(chan struct{})
+	h, id, _ := authorizedUnder(t, 100, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", 0)
+		return url
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, waitRefusedAfter(limit.MaxWaiters+1, func() {
+			close(provider.gate) // the first capture is made
+			<-settled
+		}))
+	})
+	first := make(chan events.APIGatewayV2HTTPResponse, 1)
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
+		first <- resp
+		close(settled)
+	}()
+	<-provider.held // the first capture is at the provider
+	waiting := make(chan events.APIGatewayV2HTTPResponse, limit.MaxWaiters)
+	for range limit.MaxWaiters {
+		go func() { waiting <- handle(t, h, testkit.PostMove("acme", id, "capture", "")) }()
+	}
+	time.Sleep(300 * time.Millisecond) // both took their waits
+	resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+	if original := <-first; original.StatusCode != http.StatusOK {
+		t.Fatalf("the first capture: %d %s, want 200", original.StatusCode, original.Body)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a capture refused a wait as the first was made: %d %v %s; want 200, the charge captured, nothing in progress", resp.StatusCode, resp.Headers, resp.Body)
+	}
+	for range limit.MaxWaiters {
+		if r := <-waiting; r.StatusCode != http.StatusOK {
+			t.Errorf("a capture granted a wait: %d %s, want 200", r.StatusCode, r.Body)
+		}
+	}
+	if got := provider.calls.Load(); got != 1 {
+		t.Fatalf("captures sent %d, want 1", got)
+	}
+}
+
+// waitTimesOutAfter holds each conditional write that takes a wait until
+// after has run. By then its 150 ms have passed: it fails unsent, as on a
+// limits table that hangs.
+func waitTimesOutAfter(after func()) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("WaitTimesOut",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "ADD #w") {
+						after()
+						<-ctx.Done()
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestACaptureRefusedAWaitAfterTheMoveWasUndoneCapturesItself (review
+// waitcap): a capture retry finds the first capture at the provider. Its
+// write to take a wait hangs; meanwhile the provider refuses the first
+// capture, not processed, and the row is back in requires_capture.
+// README: "if it was not made, this one captures itself"; docs/contract.md:
+// answering in progress at once "is always honest". Nothing is in
+// progress: the retry may capture, or at least not say one runs.
+func TestACaptureRefusedAWaitAfterTheMoveWasUndoneCapturesItself(t *testing.T) {
+	t.Parallel()
+	var provider *outage
+	settled := make(chan struct{})
+	h, id, _ := authorizedUnder(t, 100, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", 1)
+		return url
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, waitTimesOutAfter(func() {
+			close(provider.gate) // the first capture is refused, not processed
+			<-settled
+		}))
+	})
+	go func() {
+		resp, _ := h.Handle(t.Context(), testkit.PostMove("acme", id, "capture", ""))
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("the first capture: %d %s, want 503 provider-unavailable", resp.StatusCode, resp.Body)
+		}
+		close(settled)
+	}()
+	<-provider.held // the first capture is at the provider
+	resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+	if resp.StatusCode != http.StatusOK || provider.calls.Load() != 2 {
+		t.Errorf("a capture retry as the first was proven not made: %d %v %s, %d captures sent; want 200, the retry's own capture, nothing in progress",
+			resp.StatusCode, resp.Headers, resp.Body, provider.calls.Load())
+	}
+}
+
+// slowPostpones delays each write that postpones a move's deadline by
+// delay, on a real client of the store: every retry reads the row before
+// the first postponement lands.
+func slowPostpones(delay time.Duration) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowPostpones",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "SET #deadline = :until") {
+						time.Sleep(delay)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
+	}
+}
+
+// TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters (review
+// waitcap): the first capture is at the provider past its attempt's
+// deadline. Capture retries come at once; each asks the provider's state,
+// which cannot settle it yet, and the move's deadline is postponed.
+// docs/contract.md: "At most two requests wait on one key or move ... So
+// at most four wait at once." Each retry then waits for the move without
+// taking a wait: all of them wait.
+func TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters(t *testing.T) {
+	t.Parallel()
+	const retries = 6
+	var provider *outage
+	h, id, clock := authorizedUnder(t, 100, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", everyPOST)
+		return url
+	}, func(w *testkit.Wiring) { w.Deps.Clients = testkit.Clients(t, slowPostpones(300*time.Millisecond)) })
+	t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
+	go func() {
+		_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", id, "capture", ""))
+	}()
+	<-provider.held                 // the first capture is at the provider
+	clock.Advance(31 * time.Second) // the first's attempt is past its deadline
+	took := make(chan time.Duration, retries)
+	for range retries {
+		go func() {
+			began := time.Now()
+			resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
+			if resp.StatusCode != http.StatusConflict {
+				t.Errorf("a capture retry, the move not settled: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
+			}
+			took <- time.Since(began)
+		}()
+	}
+	waited := 0
+	for range retries {
+		if <-took > time.Second {
+			waited++
+		}
+	}
+	if waited > limit.MaxWaiters {
+		t.Errorf("%d capture retries of one move past its deadline: %d waited for it at once, want at most %d", retries, waited, limit.MaxWaiters)
+	}
+}

@@ -69,7 +69,7 @@ type Options struct {
 	// Wait, Reserve and OnWait are passed to idem.Do (see
 	// idem.DoOptions). OnWait may cap the requests waiting on one key.
 	Wait, Reserve time.Duration
-	OnWait        func(ctx context.Context) bool
+	OnWait        func(ctx context.Context, key idem.Key) bool
 	// ResolveAfter is how long after a lease ends the reconciler resolves
 	// a command left IN_FLIGHT. It is the period of its sweep. The answers
 	// for an unknown outcome count it in their Retry-After, and say so.

@@ -363,7 +363,7 @@ func TestOnWaitMayRefuseTheWait(t *testing.T) {
 	t.Parallel()
 	s := memstore.New()
 	var runs, waits atomic.Int32
-	refuse := func(context.Context) bool { waits.Add(1); return false }
+	refuse := func(context.Context, idem.Key) bool { waits.Add(1); return false }
 	key := idemtest.UniqueKey(t, "x").ClientKey()
 	handler := lambdaidem.HTTP(s, "create-order", func(context.Context, events.APIGatewayV2HTTPRequest, *idem.Lease) (idem.Outcome, error) {
 		runs.Add(1)

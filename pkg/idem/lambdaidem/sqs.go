@@ -43,7 +43,7 @@ type SQSOptions struct {
 	// Wait, Reserve and OnWait are passed to idem.Do (see
 	// idem.DoOptions). OnWait may cap the requests waiting on one key.
 	Wait, Reserve time.Duration
-	OnWait        func(ctx context.Context) bool
+	OnWait        func(ctx context.Context, key idem.Key) bool
 	// Visibility, if set, holds back the redelivery of a message whose key
 	// a live lease holds. It is delivered again once that lease ends: one
 	// delivery, not one per visibility timeout. Wire it to an SQS client's

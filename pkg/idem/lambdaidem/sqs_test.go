@@ -357,3 +357,45 @@ func TestSQSStoresTheMessageBodyAsIntent(t *testing.T) {
 		t.Fatalf("a body too large to store: record %v, want none", err)
 	}
 }
+
+// TestSQSOnWaitCanTellWhichKeyItIsAskedFor (review waitcap): SQSOptions
+// says "OnWait may cap the requests waiting on one key". A cap per key
+// needs to know the key. One batch carries two messages, each of its own
+// key in progress. OnWait must be told each message's key.
+func TestSQSOnWaitCanTellWhichKeyItIsAskedFor(t *testing.T) {
+	t.Parallel()
+	s := memstore.New()
+	var (
+		mu    sync.Mutex
+		asked []idem.Key
+	)
+	onWait := func(_ context.Context, key idem.Key) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, key)
+		return false
+	}
+	handler := lambdaidem.SQS(s, "fulfil", func(context.Context, events.SQSMessage, *idem.Lease) (idem.Outcome, error) {
+		return idem.Outcome{}, errors.New("crashed") // the record stays IN_FLIGHT
+	}, func(o *lambdaidem.SQSOptions) { o.Wait, o.OnWait = 5*time.Second, onWait })
+	keys := []string{idemtest.UniqueKey(t, "x").ClientKey(), idemtest.UniqueKey(t, "x").ClientKey()}
+	batch := events.SQSEvent{Records: []events.SQSMessage{
+		sqsMessage(keys[0], "", `{"order":"o-1"}`),
+		sqsMessage(keys[1], "", `{"order":"o-2"}`),
+	}}
+	if _, err := handler(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := handler(t.Context(), batch); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	told := map[string]bool{}
+	for _, k := range asked {
+		told[k.ClientKey()] = true
+	}
+	if len(asked) != 2 || !told[keys[0]] || !told[keys[1]] {
+		t.Fatalf("two messages of two keys in progress: OnWait told %d keys, %v; want each message's key once, %v", len(asked), told, keys)
+	}
+}
