@@ -63,10 +63,13 @@ type want struct {
 // by testkit.CallCounter), the items written and the capacity units each
 // one costs, then prints them as a table. The handler holds its tenants
 // to the default limits, as deployed; each measured request is a second
-// after the one before, as a quiet tenant's are.
+// after the one before, as a quiet tenant's are. They start halfway into a
+// limits item: a busy tenant's first share of an item's first seconds
+// reads the item before, measured on its own.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
-	clock := testkit.NewClock(time.Now())
+	now := time.Now().Unix()
+	clock := testkit.NewClock(time.Unix(now-now%limit.SharedSpan+limit.SharedSpan/2, 0))
 	counter := &testkit.CallCounter{}
 	m := &meter{db: testkit.Clients(t).DynamoDB}
 	s := newStack(t, clock.Now, 0, counter.Option(), m.Option())
@@ -137,12 +140,21 @@ func TestRoundTrips(t *testing.T) {
 		req.RequestContext.Authorizer.JWT.Claims[testkit.TenantClaim] = "busy"
 		return req
 	}
-	for range limit.SyncEvery - 1 {
-		if resp, err := handler.Handle(ctx, busy()); err != nil || resp.StatusCode != http.StatusCreated {
-			t.Fatalf("busy tenant: %d %s, %v", resp.StatusCode, resp.Body, err)
+	busySecond := func() {
+		for range limit.SyncEvery - 1 {
+			if resp, err := handler.Handle(ctx, busy()); err != nil || resp.StatusCode != http.StatusCreated {
+				t.Fatalf("busy tenant: %d %s, %v", resp.StatusCode, resp.Body, err)
+			}
 		}
 	}
+	busySecond()
 	measure("first-shared", "first charge that shares a busy tenant's count", want{calls: map[string]int{"PutItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 4, wcu: 6, indexWC: 2},
+		handle(busy(), http.StatusCreated, false))
+	// The next item's first second: the share reads the item before too,
+	// once an item on an instance.
+	clock.Advance(time.Duration(limit.SharedSpan-clock.Now().Unix()%limit.SharedSpan) * time.Second)
+	busySecond()
+	measure("first-shared-item", "the same, in a limits item's first seconds", want{calls: map[string]int{"GetItem": 1, "PutItem": 1, "UpdateItem": 1, "TransactWriteItems": 1}, written: 4, wcu: 6, indexWC: 2, rcu: 1},
 		handle(busy(), http.StatusCreated, false))
 	measure("replay", "replay", want{calls: map[string]int{"PutItem": 1}, wcu: 1},
 		handle(post(key, visa), http.StatusCreated, true))
@@ -243,15 +255,18 @@ func TestRoundTrips(t *testing.T) {
 		})
 
 	for _, r := range rows {
-		if r.id == "reconcile" || r.id == "refund" || r.id == "capture" {
-			continue // the reconciler reads, and a refund or capture reads its charge; a charge's path must not
+		if r.id == "reconcile" || r.id == "refund" || r.id == "capture" || r.id == "first-shared-item" {
+			// The reconciler reads, and a refund or capture reads its
+			// charge. A busy tenant's share reads once an item on an
+			// instance. A charge's path must not read otherwise.
+			continue
 		}
 		if r.calls["GetItem"]+r.calls["Query"] != 0 {
 			t.Errorf("%s reads on the request path: %v", r.outcome, r.calls)
 		}
 	}
-	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 5+limit.SyncEvery {
-		t.Errorf("provider charges %d, want %d (first, the busy tenant's, the authorization, decline, timed out, naive)", charges, 5+limit.SyncEvery)
+	if charges := s.dep.Sim.Ledger().TotalCharges; charges != 5+2*limit.SyncEvery {
+		t.Errorf("provider charges %d, want %d (first, the busy tenant's two seconds, the authorization, decline, timed out, naive)", charges, 5+2*limit.SyncEvery)
 	}
 
 	table := roundTripTable(rows)
