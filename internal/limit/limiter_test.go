@@ -2729,3 +2729,34 @@ func TestAHangingTableCostsATwin150msAtMost(t *testing.T) {
 		})
 	}
 }
+
+// TestATakeOverSharesItsCountWhenTheRequestsSharesFitTheBudget (review
+// 16): a hot tenant's first request of a second here is a twin. It waits,
+// takes its key over, and sends a charge of 100 ms. The table answers in
+// 34 ms: the request's four shares need 136 ms, within tableTimeout's 150.
+// docs/capacity.md: a take-over "counts against the rate again, and a hot
+// tenant's count is shared at once". Its share is left 32 ms of the 100
+// its reserve allows. It times out: a failed share, never sent again, so
+// the fleet never counts the charge.
+func TestATakeOverSharesItsCountWhenTheRequestsSharesFitTheBudget(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(11 * time.Second)) // the span reaches no earlier item
+	store := &lagging{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 10})
+	admitted(t, l, "acme", 6) // past half the rate: hot
+	clock.Advance(limit.Window)
+	store.lag = 34 * time.Millisecond
+	began := time.Now()
+	tk := mustAdmit(t.Context(), t, l, "acme") // shared as it starts
+	l.GiveBack(t.Context(), tk, inflightWait)
+	l.Retake(t.Context(), tk) // the key's holder released it: this twin sends its charge
+	second := clock.Now().Unix()
+	clock.Advance(inflightWait + 100*time.Millisecond)
+	l.Done(t.Context(), tk, true)
+	took := time.Since(began)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if got := store.counts[countKey("acme", second)]; got.Requests != 1 {
+		t.Fatalf("a hot tenant's twin that took its key over, shares of 34 ms, all done in %v: the table counts %d of its requests this second, want 1", took.Round(time.Millisecond), got.Requests)
+	}
+}
