@@ -2760,3 +2760,33 @@ func TestATakeOverSharesItsCountWhenTheRequestsSharesFitTheBudget(t *testing.T) 
 		t.Fatalf("a hot tenant's twin that took its key over, shares of 34 ms, all done in %v: the table counts %d of its requests this second, want 1", took.Round(time.Millisecond), got.Requests)
 	}
 }
+
+// TestATenantGoneColdSharesNothingForItsHotSecondsTime (review 16): a
+// tenant last past half its rate 60 s ago. In its last hot second here,
+// three replays of 300 ms; their time is under a 200th of a concurrency
+// of 1000, so left unshared. The next second it is quiet: one charge of
+// 10 ms. docs/contract.md: an instance tells the others of a tenant "once
+// it starts 5 of its requests in a second ..., or uses half a second of
+// its handler time". The hot second's time is carried into the quiet one.
+// With the charge's it passes half a second: the charge pays a share.
+func TestATenantGoneColdSharesNothingForItsHotSecondsTime(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(11 * time.Second)) // the span reaches no earlier item
+	store := newShared()
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 1000})
+	admitted(t, l, "acme", 6)                                  // past half the rate: hot for HotSpan seconds on
+	setClock(clock, start.Add((11+limit.HotSpan)*time.Second)) // its last hot second
+	for range 3 {
+		tk := mustAdmit(t.Context(), t, l, "acme")
+		clock.Advance(300 * time.Millisecond)
+		l.Done(t.Context(), tk, false) // a replay
+	}
+	setClock(clock, start.Add((11+limit.HotSpan+1)*time.Second)) // quiet now
+	before, _ := store.calls()
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	clock.Advance(10 * time.Millisecond)
+	l.Done(t.Context(), tk, true)
+	if adds, _ := store.calls(); adds != before {
+		t.Fatalf("a tenant gone quiet, one charge of 10 ms in a second: %d adds to the shared count, want none", adds-before)
+	}
+}
