@@ -2790,3 +2790,37 @@ func TestATenantGoneColdSharesNothingForItsHotSecondsTime(t *testing.T) {
 		t.Fatalf("a tenant gone quiet, one charge of 10 ms in a second: %d adds to the shared count, want none", adds-before)
 	}
 }
+
+// TestABurstFarUnderHalfTheConcurrencyLeavesItsTenantQuiet (review 16): a
+// tenant at the defaults. 21 of its charges of 1 s, one an instance, end in
+// one second: 21 s of handler time, against 400 s the span allows. Then the
+// last instance serves one charge of 10 ms a second. docs/capacity.md:
+// "Once a tenant is past half a limit, it is hot", and "Half the
+// concurrency is half the handler time the span allows, over the whole
+// span". 21 s is no half of 400 s, yet near takes it against a second's
+// 40 s: the tenant is hot, and each quiet charge pays a share as it starts.
+func TestABurstFarUnderHalfTheConcurrencyLeavesItsTenantQuiet(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(11 * time.Second)) // the span reaches no earlier item
+	store := newShared()
+	fleet := fleetOf(t, store, clock, 21)
+	var tickets []*limit.Ticket
+	for _, l := range fleet {
+		tickets = append(tickets, mustAdmit(t.Context(), t, l, "acme"))
+	}
+	clock.Advance(time.Second)
+	for i, l := range fleet {
+		l.Done(t.Context(), tickets[i], true) // 1 s: shared, as past SyncBusy
+	}
+	before, _ := store.calls()
+	l := fleet[len(fleet)-1]
+	for range 5 {
+		clock.Advance(limit.Window)
+		tk := mustAdmit(t.Context(), t, l, "acme")
+		clock.Advance(10 * time.Millisecond)
+		l.Done(t.Context(), tk, true)
+	}
+	if adds, _ := store.calls(); adds != before {
+		t.Fatalf("21 s of handler time in a span allowing 400 s, then a charge of 10 ms a second for 5 s: %d adds to the shared count, want none", adds-before)
+	}
+}
