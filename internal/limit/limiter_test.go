@@ -2824,3 +2824,54 @@ func TestABurstFarUnderHalfTheConcurrencyLeavesItsTenantQuiet(t *testing.T) {
 		t.Fatalf("21 s of handler time in a span allowing 400 s, then a charge of 10 ms a second for 5 s: %d adds to the shared count, want none", adds-before)
 	}
 }
+
+// laggingReads is a lagging Store whose reads of earlier windows take its
+// lag too: a table slow but working, each call answering in lag.
+type laggingReads struct{ *lagging }
+
+func (s laggingReads) Read(ctx context.Context, tenant string, window int64) ([]limit.Usage, error) {
+	if s.lag > 0 {
+		select {
+		case <-time.After(s.lag):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.sharedCounts.Read(ctx, tenant, window)
+}
+
+// TestAGiveBacksReadOfTheEarlierItemKeepsTheBudgetLessOneReserve (review
+// 16): a burst of twins fills a tenant's span in an item's last second.
+// In the next, another instance serves a twin; the table answers each
+// call in 30 ms. docs/capacity.md: the read "runs only within the
+// request's share budget, less a reserve that keeps the request's last
+// share". That leaves it 70 ms. The give-back's share already left the
+// reserve, and the read leaves it again: 20 ms. The read times out, the
+// instance never learns the span is past half, and admits.
+func TestAGiveBacksReadOfTheEarlierItemKeepsTheBudgetLessOneReserve(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start) // an item's first second
+	store := laggingReads{&lagging{sharedCounts: newShared()}}
+	held, fresh := newLimiter(t, store, clock, limit.Limits{}), newLimiter(t, store, clock, limit.Limits{})
+	setClock(clock, start.Add((limit.SharedSpan-1)*time.Second+500*time.Millisecond))
+	burst := 0
+	for {
+		tk, refused := held.Admit(t.Context(), "storm")
+		if refused != nil {
+			break
+		}
+		held.GiveBack(t.Context(), tk, inflightWait)
+		burst++
+	}
+	clock.Advance(600 * time.Millisecond) // the next item's first second
+	store.lag = 30 * time.Millisecond
+	twin := mustAdmit(t.Context(), t, fresh, "storm")
+	fresh.GiveBack(t.Context(), twin, inflightWait) // shared at once, reading the earlier item
+	clock.Advance(inflightWait)
+	fresh.Done(t.Context(), twin, false)
+	clock.Advance(100 * time.Millisecond)
+	if _, refused := fresh.Admit(t.Context(), "storm"); refused == nil || refused.Limit != "concurrency" {
+		t.Fatalf("a burst of %d twins of %v in an item's last second; another instance's twin shared in the next, the table answering in 30 ms; its next request at %v: refusal %+v, want the concurrency's",
+			burst, inflightWait, clock.Now().Sub(start), refused)
+	}
+}
