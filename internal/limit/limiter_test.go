@@ -2875,3 +2875,39 @@ func TestAGiveBacksReadOfTheEarlierItemKeepsTheBudgetLessOneReserve(t *testing.T
 			burst, inflightWait, clock.Now().Sub(start), refused)
 	}
 }
+
+// TestHandlerTimeCarriedLeavesTheSpanWhenItsSecondDoes (review 16): a hot
+// tenant of concurrency 1: 10 s in any ten. On instance a, one share
+// hangs; the request then runs 900 ms and ends in second 12, its budget
+// spent: unshared. Instance b's requests use 9.6 s in seconds 13 to 20.
+// a's next request comes at second 21, the next at 22. docs/contract.md:
+// "a tenant of 40 may use 400 seconds of handler time in any ten". By 22
+// the 900 ms has left the span: 9.6 s remain, and a admits. But a carried
+// it nine seconds on, into second 21: it counts it till 30, and refuses.
+func TestHandlerTimeCarriedLeavesTheSpanWhenItsSecondDoes(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(11 * time.Second)) // the span reaches no earlier item
+	counts := newShared()
+	hangs := &hung{sharedCounts: counts}
+	lim := limit.Limits{Rate: 100, Concurrency: 1}
+	a, b := newLimiter(t, hangs, clock, lim), newLimiter(t, counts, clock, lim)
+	admitted(t, a, "acme", 51) // past half the rate: hot
+	clock.Advance(limit.Window)
+	hangs.hang = true
+	tk := mustAdmit(t.Context(), t, a, "acme") // its share hangs for the request's budget
+	hangs.hang = false
+	clock.Advance(900 * time.Millisecond)
+	a.Done(t.Context(), tk, true) // no budget left: unshared
+	for s := 13; s <= 20; s++ {
+		setClock(clock, start.Add(time.Duration(s)*time.Second))
+		held(t, b, clock, "acme", 2, 600*time.Millisecond)
+	}
+	setClock(clock, start.Add(21*time.Second))
+	if _, refused := a.Admit(t.Context(), "acme"); refused == nil {
+		t.Fatal("10.5 s of handler time in seconds 12 to 21, at 10 s in any ten: admitted")
+	}
+	setClock(clock, start.Add(22*time.Second))
+	if _, refused := a.Admit(t.Context(), "acme"); refused != nil {
+		t.Fatalf("9.6 s of handler time in seconds 13 to 22, at 10 s in any ten: refused %+v", *refused)
+	}
+}
