@@ -494,11 +494,13 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
 // instance shares again. tk's shares wait at most tableTimeout together,
-// this one leaving reserve of it. One left no time stays pending.
+// this one leaving reserve of it. One left less than reserve itself stays
+// pending for the last: sent, it might time out, and a failed share is
+// never sent again.
 func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool, reserve time.Duration) {
 	due = due || t.pending.Requests < 0
 	wait := l.o.tableTimeout - reserve - tk.waited
-	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
+	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 || wait < reserve {
 		return
 	}
 	tk.waited += l.share(ctx, tk.tenant, t, lim, wait)
