@@ -626,11 +626,12 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 	t.last = now
 	if w := now.Unix(); t.window < w {
 		t.heat(lim)
-		// A hot tenant's handler time still unshared goes with its next
-		// share, while the span holds it. Its requests share it only each
-		// HotShare-th of the concurrency: the rest would never be.
+		// A tenant hot in w takes its handler time still unshared into its
+		// next share, while the span holds it. Its requests share it only
+		// each HotShare-th of the concurrency: the rest would never be. A
+		// tenant gone cold shares nothing for it.
 		var carry Usage
-		if t.hot() && w-t.window < ConcurrencySpan {
+		if w <= t.hotUntil && w-t.window < ConcurrencySpan {
 			carry.Busy = t.pending.Busy
 		}
 		t.past = append([]time.Duration{t.used().Busy - carry.Busy}, t.past...)
