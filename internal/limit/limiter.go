@@ -78,10 +78,11 @@ func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Bus
 // most is the larger of u and v, field by field.
 func (u Usage) most(v Usage) Usage { return Usage{max(u.Requests, v.Requests), max(u.Busy, v.Busy)} }
 
-// near reports whether u is past half of a limit: every request's count
-// is then shared at once. Half is not near: a tenant at half of a rate of
-// 2 would otherwise pay two shares a charge.
-func (u Usage) near(l Limits) bool { return 2*u.Requests > l.Rate || 2*u.Busy > l.busy() }
+// near reports whether u is past half the rate: every request's count is
+// then shared at once. Half is not near: a tenant at half of a rate of 2
+// would otherwise pay two shares a charge. The concurrency's half is
+// weighed over the span, by heat.
+func (u Usage) near(l Limits) bool { return 2*u.Requests > l.Rate }
 
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
@@ -600,8 +601,8 @@ func (t *tenant) learn(past []Usage) {
 }
 
 // heat keeps the tenant hot for HotSpan windows on if it is near a limit.
-// The concurrency's is over the span: windows of a few requests each may
-// fill it.
+// The concurrency's is over the span, as the limit is: one window's burst
+// far under it is no nearer.
 func (t *tenant) heat(lim Limits) {
 	if t.used().near(lim) || 2*t.recentBusy() > ConcurrencySpan*lim.busy() {
 		t.hotUntil = t.window + HotSpan

@@ -2196,11 +2196,11 @@ func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
 	patient := limit.TableTimeout(10 * time.Second)
 	held := newLimiter(t, table, clock, limit.Limits{}, patient)
 	fleet := fleetOf(t, table, clock, others, patient)
-	// Second 5: 20 twins (40 s) make the tenant hot, and every instance
-	// learns it as it serves one request of it.
+	// Second 5: 101 twins (202 s, past half the span's 400 s) make the
+	// tenant hot, and every instance learns it as it serves one request.
 	clock.Advance(5 * time.Second)
 	var waiting []*limit.Ticket
-	for range 20 {
+	for range 101 {
 		tk := mustAdmit(t.Context(), t, held, "storm")
 		held.GiveBack(t.Context(), tk, inflightWait)
 		waiting = append(waiting, tk)
