@@ -364,7 +364,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	t.pending.Requests++
 	var waited time.Duration
 	if sync {
-		waited = l.share(ctx, name, t, lim, l.o.tableTimeout)
+		waited = l.share(ctx, name, t, lim, l.o.tableTimeout, l.doneReserve())
 	}
 	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
 		// The next share takes the count back. One that outlived w took
@@ -504,7 +504,7 @@ func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limit
 	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 || wait < reserve {
 		return
 	}
-	tk.waited += l.share(ctx, tk.tenant, t, lim, wait)
+	tk.waited += l.share(ctx, tk.tenant, t, lim, wait, 0)
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only
@@ -531,9 +531,10 @@ func (t *tenant) hotDue(lim Limits) bool {
 }
 
 // share adds the tenant's unshared usage to the Store, and learns every
-// instance's. It waits at most wait, and returns how long it waited. It
-// is called with l.mu held, and releases it meanwhile.
-func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
+// instance's. It waits at most wait, its read leaving reserve of it, and
+// returns how long it waited. A wait that already leaves Done's reserve
+// needs none. It is called with l.mu held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait, reserve time.Duration) time.Duration {
 	add, w, readTo, readNow := t.pending, t.window, t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
@@ -545,10 +546,10 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	// A shared tenant's span must hold the earlier item's windows too, or
 	// an instance admits a second burst as a new item starts. One not yet
 	// hot here would never learn it is past half. They are past, so one
-	// read an item serves. It runs only within what leaves doneReserve.
+	// read an item serves. It leaves Done's share its reserve, once.
 	var before []Usage
 	var readErr error
-	left := wait - l.doneReserve() - time.Since(began)
+	left := wait - reserve - time.Since(began)
 	if to := w - int64(len(total)); err == nil && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
 		rctx, cancel := context.WithTimeout(ctx, left)
 		before, readErr = l.store.Read(rctx, name, to)
