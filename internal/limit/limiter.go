@@ -629,11 +629,12 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 	if w := now.Unix(); t.window < w {
 		t.heat(lim)
 		// A tenant hot in w takes its handler time still unshared into its
-		// next share, while the span holds it. Its requests share it only
-		// each HotShare-th of the concurrency: the rest would never be. A
-		// tenant gone cold shares nothing for it.
+		// next share. Its requests share it only each HotShare-th of the
+		// concurrency: the rest would never be. A tenant gone cold shares
+		// nothing for it. It goes to the next second only, so it leaves the
+		// span a second late at most; later, only this instance counts it.
 		var carry Usage
-		if w <= t.hotUntil && w-t.window < ConcurrencySpan {
+		if w <= t.hotUntil && w == t.window+1 {
 			carry.Busy = t.pending.Busy
 		}
 		t.past = append([]time.Duration{t.used().Busy - carry.Busy}, t.past...)
