@@ -310,6 +310,9 @@ type Refusal struct {
 	// concurrency known over. It is real time: the limiter's own may run
 	// slow.
 	RetryAfter time.Duration
+	// ConcurrencyToo: a rate refusal's concurrency is known over too, so
+	// RetryAfter waits for both.
+	ConcurrencyToo bool
 }
 
 // New returns a Limiter that shares counts through store and reads the
@@ -366,14 +369,6 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	if sync {
 		waited = l.share(ctx, name, t, lim, l.o.tableTimeout, l.doneReserve())
 	}
-	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
-		// The next share takes the count back. One that outlived w took
-		// it into w: it stays there, a window's count over by one.
-		if t.window == w {
-			t.pending.Requests--
-		}
-		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: l.clock.real(wait)}
-	}
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
 	depth := Window - lim.interval()
@@ -383,6 +378,14 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	var concurrency time.Duration
 	if t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy() {
 		concurrency = max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next)
+	}
+	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
+		// The next share takes the count back. One that outlived w took
+		// it into w: it stays there, a window's count over by one.
+		if t.window == w {
+			t.pending.Requests--
+		}
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: l.clock.real(wait), ConcurrencyToo: limit == "rate" && concurrency > 0}
 	}
 	switch {
 	case t.used().Requests > lim.Rate:

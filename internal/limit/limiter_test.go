@@ -2533,6 +2533,29 @@ func TestARateRefusalsRetryAfterCoversTheConcurrencyToo(t *testing.T) {
 	}
 }
 
+// TestARateRefusalSaysItWaitsForTheConcurrencyToo (review 16): the setup
+// above. The rate refusal's Retry-After waits for the concurrency, so it
+// says so: its answer names both limits. One with the concurrency under
+// names the rate alone.
+func TestARateRefusalSaysItWaitsForTheConcurrencyToo(t *testing.T) {
+	t.Parallel()
+	lim := limit.Limits{Rate: 10, Concurrency: 1}
+	quiet := testkit.NewClock(start)
+	under := newLimiter(t, newShared(), quiet, lim)
+	held(t, under, quiet, "acme", 10, 20*time.Millisecond) // 0.2 s, of 10 the span allows
+	if _, refused := under.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "rate" || refused.ConcurrencyToo {
+		t.Fatalf("an eleventh request in a second, the concurrency under: %+v, want a rate refusal alone", refused)
+	}
+	clock := testkit.NewClock(start)
+	l := newLimiter(t, newShared(), clock, lim)
+	held(t, l, clock, "acme", 10, 990*time.Millisecond) // 9.9 s
+	setClock(clock, start.Add(time.Second))
+	held(t, l, clock, "acme", 10, 20*time.Millisecond) // 10.1 s: the concurrency is over
+	if _, refused := l.Admit(t.Context(), "acme"); refused == nil || refused.Limit != "rate" || !refused.ConcurrencyToo {
+		t.Fatalf("an eleventh request in a second, the concurrency over: %+v, want a rate refusal that waits for the concurrency too", refused)
+	}
+}
+
 // TestATenantAtHalfItsRateIsNotHot (review 15): an override of 2 a
 // second, and one charge a second: half the rate, not past it.
 // docs/capacity.md: "Once a tenant is past half a limit, it is hot"; a
