@@ -7,9 +7,10 @@
 // the tenant is busy there: SyncEvery requests or SyncBusy of handler time.
 // Past half a limit the tenant is hot, until HotSpan seconds after. Then its
 // first request of a second here is shared as it starts, and each counted
-// as it ends. Handler time counts when a request ends. What a second
-// leaves unshared goes with the next share. A share reads the span back. A request's shares
-// wait at most tableTimeout together: past it, the limits fail open.
+// as it ends. Handler time counts when a request ends. What a hot second
+// leaves unshared goes with the next second's share. A share reads the
+// span back. A request's shares wait at most tableTimeout together: past
+// it, the limits fail open.
 // wait.go caps the requests waiting on one key or move: MaxWaiters
 // start a window, fleet-wide, counted in the table. The rest answer at
 // once. overrides.go reads the operators' per-tenant limits, off the

@@ -78,10 +78,11 @@ func (u Usage) plus(v Usage) Usage { return Usage{u.Requests + v.Requests, u.Bus
 // most is the larger of u and v, field by field.
 func (u Usage) most(v Usage) Usage { return Usage{max(u.Requests, v.Requests), max(u.Busy, v.Busy)} }
 
-// near reports whether u is past half of a limit: every request's count
-// is then shared at once. Half is not near: a tenant at half of a rate of
-// 2 would otherwise pay two shares a charge.
-func (u Usage) near(l Limits) bool { return 2*u.Requests > l.Rate || 2*u.Busy > l.busy() }
+// near reports whether u is past half the rate: every request's count is
+// then shared at once. Half is not near: a tenant at half of a rate of 2
+// would otherwise pay two shares a charge. The concurrency's half is
+// weighed over the span, by heat.
+func (u Usage) near(l Limits) bool { return 2*u.Requests > l.Rate }
 
 // Store holds the counts every instance shares, and the operators'
 // overrides. *Table is the one the functions use.
@@ -309,6 +310,9 @@ type Refusal struct {
 	// concurrency known over. It is real time: the limiter's own may run
 	// slow.
 	RetryAfter time.Duration
+	// ConcurrencyToo: a rate refusal's concurrency is known over too, so
+	// RetryAfter waits for both.
+	ConcurrencyToo bool
 }
 
 // New returns a Limiter that shares counts through store and reads the
@@ -363,15 +367,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	t.pending.Requests++
 	var waited time.Duration
 	if sync {
-		waited = l.share(ctx, name, t, lim, l.o.tableTimeout)
-	}
-	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
-		// The next share takes the count back. One that outlived w took
-		// it into w: it stays there, a window's count over by one.
-		if t.window == w {
-			t.pending.Requests--
-		}
-		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: l.clock.real(wait)}
+		waited = l.share(ctx, name, t, lim, l.o.tableTimeout, l.doneReserve())
 	}
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
@@ -382,6 +378,14 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	var concurrency time.Duration
 	if t.recentBusy()+t.inFlight(elapsed) >= ConcurrencySpan*lim.busy() {
 		concurrency = max(t.underConcurrency(lim, t.inFlight(elapsed)).Sub(now), next)
+	}
+	refuse := func(limit string, wait time.Duration) (*Ticket, *Refusal) {
+		// The next share takes the count back. One that outlived w took
+		// it into w: it stays there, a window's count over by one.
+		if t.window == w {
+			t.pending.Requests--
+		}
+		return nil, &Refusal{Limit: limit, Limits: lim, RetryAfter: l.clock.real(wait), ConcurrencyToo: limit == "rate" && concurrency > 0}
 	}
 	switch {
 	case t.used().Requests > lim.Rate:
@@ -494,14 +498,16 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
 // instance shares again. tk's shares wait at most tableTimeout together,
-// this one leaving reserve of it. One left no time stays pending.
+// this one leaving reserve of it. One left less than reserve itself stays
+// pending for the last: sent, it might time out, and a failed share is
+// never sent again.
 func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool, reserve time.Duration) {
 	due = due || t.pending.Requests < 0
 	wait := l.o.tableTimeout - reserve - tk.waited
-	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 {
+	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 || wait < reserve {
 		return
 	}
-	tk.waited += l.share(ctx, tk.tenant, t, lim, wait)
+	tk.waited += l.share(ctx, tk.tenant, t, lim, wait, 0)
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only
@@ -528,9 +534,10 @@ func (t *tenant) hotDue(lim Limits) bool {
 }
 
 // share adds the tenant's unshared usage to the Store, and learns every
-// instance's. It waits at most wait, and returns how long it waited. It
-// is called with l.mu held, and releases it meanwhile.
-func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait time.Duration) time.Duration {
+// instance's. It waits at most wait, its read leaving reserve of it, and
+// returns how long it waited. A wait that already leaves Done's reserve
+// needs none. It is called with l.mu held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait, reserve time.Duration) time.Duration {
 	add, w, readTo, readNow := t.pending, t.window, t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
@@ -542,10 +549,10 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 	// A shared tenant's span must hold the earlier item's windows too, or
 	// an instance admits a second burst as a new item starts. One not yet
 	// hot here would never learn it is past half. They are past, so one
-	// read an item serves. It runs only within what leaves doneReserve.
+	// read an item serves. It leaves Done's share its reserve, once.
 	var before []Usage
 	var readErr error
-	left := wait - l.doneReserve() - time.Since(began)
+	left := wait - reserve - time.Since(began)
 	if to := w - int64(len(total)); err == nil && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
 		rctx, cancel := context.WithTimeout(ctx, left)
 		before, readErr = l.store.Read(rctx, name, to)
@@ -598,8 +605,8 @@ func (t *tenant) learn(past []Usage) {
 }
 
 // heat keeps the tenant hot for HotSpan windows on if it is near a limit.
-// The concurrency's is over the span: windows of a few requests each may
-// fill it.
+// The concurrency's is over the span, as the limit is: one window's burst
+// far under it is no nearer.
 func (t *tenant) heat(lim Limits) {
 	if t.used().near(lim) || 2*t.recentBusy() > ConcurrencySpan*lim.busy() {
 		t.hotUntil = t.window + HotSpan
@@ -624,11 +631,13 @@ func (l *Limiter) tenant(name string, now time.Time, lim Limits) (*tenant, time.
 	t.last = now
 	if w := now.Unix(); t.window < w {
 		t.heat(lim)
-		// A hot tenant's handler time still unshared goes with its next
-		// share, while the span holds it. Its requests share it only each
-		// HotShare-th of the concurrency: the rest would never be.
+		// A tenant hot in w takes its handler time still unshared into its
+		// next share. Its requests share it only each HotShare-th of the
+		// concurrency: the rest would never be. A tenant gone cold shares
+		// nothing for it. It goes to the next second only, so it leaves the
+		// span a second late at most; later, only this instance counts it.
 		var carry Usage
-		if t.hot() && w-t.window < ConcurrencySpan {
+		if w <= t.hotUntil && w == t.window+1 {
 			carry.Busy = t.pending.Busy
 		}
 		t.past = append([]time.Duration{t.used().Busy - carry.Busy}, t.past...)

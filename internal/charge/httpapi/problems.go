@@ -234,11 +234,17 @@ func retryHint(route string) string {
 }
 
 // rateLimited is the 429 of a request past its tenant's rate or
-// concurrency. It is refused before its key was claimed.
+// concurrency. It is refused before its key was claimed. The detail names
+// every limit Retry-After waits for.
 func rateLimited(route string, r *limit.Refusal, now time.Time) idem.Response {
-	over := fmt.Sprintf("its rate limit of %d requests a second", r.Limits.Rate)
-	if r.Limit == "concurrency" {
-		over = fmt.Sprintf("its concurrency limit of %d requests at once", r.Limits.Concurrency)
+	rate := fmt.Sprintf("its rate limit of %d requests a second", r.Limits.Rate)
+	concurrency := fmt.Sprintf("its concurrency limit of %d requests at once", r.Limits.Concurrency)
+	over := rate
+	switch {
+	case r.Limit == "concurrency":
+		over = concurrency
+	case r.ConcurrencyToo:
+		over = rate + ", and " + concurrency
 	}
 	detail := "This tenant is over " + over + ". This request was refused before it did anything. " + retryHint(route)
 	return withRetryAfter(problem(ProblemRateLimited, detail), retryAfter(now, now.Add(r.RetryAfter)))
