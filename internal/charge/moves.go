@@ -120,13 +120,11 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 			// A move in flight is awaited. Made, it is this request's
 			// answer. Proven not made, the row is back in
 			// StatusRequiresCapture, and this request makes its own.
-			if looked {
-				return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline, Idle: !w.worked}, nil
-			}
 			if !now.Before(c.transition.deadline) && !asked {
 				// Its attempt's time is up: settled from the provider's
 				// state, then read again. A provider that cannot say
-				// leaves it unknown for now.
+				// leaves it unknown for now. A refused wait settles it
+				// too, as one that ran out would.
 				asked = true
 				w.work()
 				switch out, err := s.settleMove(ctx, c); {
@@ -136,6 +134,9 @@ func (s *Service) transit(ctx context.Context, tenant, id string, m move, amount
 					return Result{}, err
 				}
 				continue
+			}
+			if looked {
+				return Result{Outcome: OutcomeConflict, RetryAt: c.transition.deadline, Idle: !w.worked}, nil
 			}
 			if left := time.Until(until); left > 0 {
 				if !w.wait(transitionKey(c), left) {

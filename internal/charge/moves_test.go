@@ -14,10 +14,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/chargeonce/chargeonce/internal/app"
 	"github.com/chargeonce/chargeonce/internal/charge"
 	"github.com/chargeonce/chargeonce/internal/charge/httpapi"
+	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/metrics"
 	"github.com/chargeonce/chargeonce/internal/provider"
 	"github.com/chargeonce/chargeonce/internal/provider/providersim"
@@ -752,5 +754,56 @@ func TestCancelAwaitingARefusedCaptureIsMade(t *testing.T) {
 	}
 	if n := h.captures(t, "acme", id); n != 0 {
 		t.Errorf("captured %d times", n)
+	}
+}
+
+// TestACaptureRefusedAWaitAsTheMovesDeadlinePassesSettlesIt (review
+// waitfix): a capture's answer was lost after the provider captured; its
+// row reads capturing. A retry finds the move in flight. As its write to
+// take a wait runs, the move's deadline passes. docs/contract.md: the
+// others "answer at once what a wait that ran out would"; moves.go: a
+// move past its deadline is "settled from the provider's state". A wait
+// granted re-reads, settles and answers the capture. One refused (its
+// write timed out) re-reads too, finds the same row, and answers 409 in
+// progress, though nothing is in progress.
+func TestACaptureRefusedAWaitAsTheMovesDeadlinePassesSettlesIt(t *testing.T) {
+	t.Parallel()
+	for _, granted := range []bool{true, false} {
+		t.Run(fmt.Sprintf("granted %v", granted), func(t *testing.T) {
+			t.Parallel()
+			h := newRefundRig(t)
+			id := h.authorized(t, "acme", 1000)
+			h.lostMove(t, id, "capture", "", providersimTimeout) // captured, its answer lost
+			retry := h.d.ChargeHandler(t, func(w *testkit.Wiring) {
+				w.Charge.LimitsTable, w.Charge.Limits = h.d.LimitsTable, limit.Limits{Rate: 100, Concurrency: 100}
+				w.Deps.Clock = h.clock.Now
+				w.Deps.Clients = testkit.Clients(t, waitWrites(func(ctx context.Context) {
+					h.clock.Advance(time.Minute) // the move's deadline passes meanwhile
+					if !granted {
+						<-ctx.Done() // the write outlasts its time: no wait
+					}
+				}))
+			})
+			resp, err := retry.Handle(t.Context(), postMove("acme", id, "capture", ""))
+			if st, _ := chargeStatus(t, resp); err != nil || resp.StatusCode != http.StatusOK || st != charge.StatusSucceeded {
+				t.Fatalf("a capture retry, its wait granted %v, as a lost capture's deadline passed: %d %v %s, %v; want 200 captured, settled from the provider's state",
+					granted, resp.StatusCode, resp.Headers, resp.Body, err)
+			}
+		})
+	}
+}
+
+// waitWrites runs during each conditional write that takes a wait.
+func waitWrites(during func(ctx context.Context)) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("WaitWrites",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "ADD #w") {
+						during(ctx)
+					}
+					return next.HandleInitialize(ctx, in)
+				}), middleware.Before)
+		})
 	}
 }

@@ -1,6 +1,9 @@
 package limit
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // MaxTenants is how many tenants an instance tracks before it forgets.
 const MaxTenants = maxTenants
@@ -30,4 +33,9 @@ func (l *Limiter) AwaitOverrides() {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// GiveBack gives tk's count back, its wait counted, as a granted Wait does.
+func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket, wait time.Duration) {
+	l.await(ctx, tk, wait, true)
 }

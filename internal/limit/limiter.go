@@ -294,7 +294,7 @@ type Ticket struct {
 	waited time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
-	// waiting: GiveBack counted paid, the handler time from began to the
+	// waiting: await counted paid, the handler time from began to the
 	// end of the request's wait, ahead of its end.
 	waiting bool
 	paid    time.Duration
@@ -407,7 +407,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
-// One GiveBack gave back stays given back, unless Retake took it again.
+// One a granted Wait gave back stays given back, unless Retake took it again.
 // Its handler time counts either way, measured by the time elapsed. When
 // the tenant's unshared usage is due, Done adds it to the Store. It waits
 // only what is left of tableTimeout after the request's other shares.
@@ -430,22 +430,17 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	l.shareFor(ctx, tk, t, lim, due, 0)
 }
 
-// GiveBack gives tk's count back now, as Done does for a request not
-// counted. A request that waits for another's key gives it back as it
-// starts waiting: its wait may outlast its second. It is given back once.
-// wait is the longest the request may wait. Its handler time so far and
-// wait count at once, shared with the fleet at once. So the concurrency
-// bounds how many of a tenant's requests wait at once, fleet-wide: a retry
+// await counts tk's wait against the concurrency, once per request. back:
+// tk's count is given back now, as Done does for a request not counted.
+// A request that waits for another's key gives it back as it starts
+// waiting: its wait may outlast its second. It is given back once. wait
+// is the longest the request may wait. Its handler time so far and wait
+// count at once, shared with the fleet at once. So the concurrency bounds
+// how many of a tenant's requests wait at once, fleet-wide: a retry
 // storm's twins hold no instance another tenant needs. Done counts only
 // the time run past that. A wait that ends early stays counted in full:
 // only its own tenant pays. Its instance also counts it as running: under
 // Lambda, that instance serves nothing else meanwhile.
-func (l *Limiter) GiveBack(ctx context.Context, tk *Ticket, wait time.Duration) {
-	l.await(ctx, tk, wait, true)
-}
-
-// await counts tk's wait against the concurrency at once, as GiveBack
-// says, once per request. back: its count is given back too.
 func (l *Limiter) await(ctx context.Context, tk *Ticket, wait time.Duration, back bool) {
 	l.recount(ctx, tk, func(t *tenant, _ time.Time, elapsed time.Duration, lim Limits) bool {
 		if back {

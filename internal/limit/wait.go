@@ -20,7 +20,7 @@ const DefaultWaitSpan = 2 * time.Second
 // Wait asks for one of the MaxWaiters waits on what on names: a hash of a
 // scoped key, or of a charge's move. Granted, it gives tk's count back:
 // the request does no new work while it waits. Its wait counts against
-// the concurrency, as GiveBack says. With keep, the request did new work
+// the concurrency at once, fleet-wide. With keep, the request did new work
 // before: it keeps its count, and only its wait counts. Refused, it gives
 // nothing back yet: the request answers at once, and Done gives its count
 // back as a replay's, with no share of its own. A failed or slow write

@@ -837,6 +837,43 @@ func TestACaptureThatWaitedThenSettlesTheMoveCountsAgain(t *testing.T) {
 	}
 }
 
+// TestACaptureRefusedAWaitThenSettlesTheMoveCountsAgain: a capture retry
+// is refused a wait as the first capture's deadline passes. Its second
+// look asks the provider for the payment's state, as a wait that ran out
+// would: new work, so its count stays. Of a rate of 3 in that second, two
+// new charges are left.
+func TestACaptureRefusedAWaitThenSettlesTheMoveCountsAgain(t *testing.T) {
+	t.Parallel()
+	const rate = 3 // the retry and two new charges, in a second of their own
+	var provider *outage
+	var clock *testkit.Clock
+	h, id, clock := authorizedUnder(t, rate, func(sim string) (url string) {
+		provider, url = newOutage(t, sim, "/capture", everyPOST)
+		return url
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, waitTimesOutAfter(func() {
+			clock.Advance(400 * time.Millisecond) // the first's deadline passes
+		}))
+	})
+	t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
+	clock.Advance(500 * time.Millisecond)      // the first's deadline falls mid-second
+	go func() {
+		_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", id, "capture", ""))
+	}()
+	<-provider.held                         // the first capture is at the provider
+	clock.Advance(29700 * time.Millisecond) // 300 ms before the first's deadline
+	if resp := handle(t, h, testkit.PostMove("acme", id, "capture", "")); resp.StatusCode != http.StatusConflict {
+		t.Fatalf("the retry: %d %s, want 409 in progress, the move settled later", resp.StatusCode, resp.Body)
+	}
+	got := make([]int, 0, rate)
+	for i := range rate {
+		got = append(got, handle(t, h, testkit.PostCharge("acme", fmt.Sprintf("new-%d", i), visa)).StatusCode)
+	}
+	if got[rate-1] != http.StatusTooManyRequests {
+		t.Fatalf("rate %d: the retry, refused a wait, asked the provider for the payment's state in this second; %d new charges then: %v, want the last 429", rate, rate, got)
+	}
+}
+
 // TestRepeatsOfASettledCaptureLeaveTheirTenantsRate (review 11): the
 // same capture again answers the captured charge, and the provider is
 // not asked (docs/contract.md: "the provider captured once"). It is a
