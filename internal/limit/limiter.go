@@ -135,10 +135,10 @@ const HotSpan = 6 * ConcurrencySpan
 // together. It is many times a call's usual latency of a few milliseconds.
 const tableTimeout = 150 * time.Millisecond
 
-// doneReserve is what a read of earlier windows, a wait's write, a
-// give-back's share and a take-over's leave of a request's table time:
-// a third. Done's share then still goes out, with the request's handler
-// time.
+// doneReserve is the most that a read of earlier windows, a wait's
+// write, a give-back's share and a take-over's leave of a request's table
+// time: a third. Done's share then still goes out, with the request's
+// handler time.
 func (l *Limiter) doneReserve() time.Duration { return l.o.tableTimeout / 3 }
 
 // maxFailures is how many syncs of a tenant may fail in a window. A table
@@ -291,7 +291,8 @@ type Ticket struct {
 	// began is the time elapsed as it was admitted.
 	began time.Duration
 	// waited is how long its shares, and its wait's write, waited.
-	waited time.Duration
+	// slowest is the longest of them.
+	waited, slowest time.Duration
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
 	// waiting: await counted paid, the handler time from began to the
@@ -402,7 +403,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	t.due = later(t.due, now).Add(lim.interval())
 	t.running++
 	t.started += elapsed
-	return &Ticket{tenant: name, t: t, window: w, began: elapsed, waited: waited}, nil
+	return &Ticket{tenant: name, t: t, window: w, began: elapsed, waited: waited, slowest: waited}, nil
 }
 
 // Done ends an admitted request. counted says whether it stays counted
@@ -487,7 +488,18 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(tk.tenant, now, lim)
-	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), l.doneReserve())
+	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), l.reserve(tk))
+}
+
+// reserve is what tk's table calls before its last leave of its
+// tableTimeout: as long as its slowest call took, at most doneReserve.
+// A fixed reserve would time out a middle share on a healthy table whose
+// calls take a quarter of the budget each.
+func (l *Limiter) reserve(tk *Ticket) time.Duration {
+	if tk.slowest <= 0 {
+		return l.doneReserve()
+	}
+	return min(tk.slowest, l.doneReserve())
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given
@@ -502,7 +514,8 @@ func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limit
 	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 || wait < reserve {
 		return
 	}
-	tk.waited += l.share(ctx, tk.tenant, t, lim, wait, 0)
+	took := l.share(ctx, tk.tenant, t, lim, wait, 0)
+	tk.waited, tk.slowest = tk.waited+took, max(tk.slowest, took)
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only

@@ -25,10 +25,10 @@ const DefaultWaitSpan = 2 * time.Second
 // nothing back yet: the request answers at once, and Done gives its count
 // back as a replay's, with no share of its own. A failed or slow write
 // refuses too. The write waits within the request's tableTimeout, as its
-// shares do, leaving doneReserve. Answering at once is honest and cheap,
+// shares do, leaving their reserve. Answering at once is honest and cheap,
 // and the client retries.
 func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration, keep bool) bool {
-	budget := l.o.tableTimeout - l.doneReserve() - tk.waited
+	budget := l.o.tableTimeout - l.reserve(tk) - tk.waited
 	if budget <= 0 {
 		l.o.Logger.WarnContext(ctx, "no time left for the table to take a wait; not waiting", "tenant", tk.tenant, "on", on)
 		return false
@@ -39,7 +39,8 @@ func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Dur
 	wctx, cancel := context.WithTimeout(ctx, budget)
 	granted, err := l.store.TakeWait(wctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
 	cancel()
-	tk.waited += time.Since(began)
+	took := time.Since(began)
+	tk.waited, tk.slowest = tk.waited+took, max(tk.slowest, took)
 	if err != nil {
 		l.o.Logger.WarnContext(ctx, "taking a wait failed; not waiting", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
 	}
