@@ -5,7 +5,6 @@ package awsenv
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"slices"
 
@@ -17,7 +16,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 
 	//lint:ignore SA1019 otelaws is the instrumentation issue 12 chose; it still works with SDK v1.48 (the trace tests hold its spans). Its successor is the SDK's own tracing (smithy-go's smithyoteltracing).
 	"go.opentelemetry.io/contrib/instrumentation/github.com/aws/aws-sdk-go-v2/otelaws"
@@ -65,7 +65,9 @@ type Clients struct {
 
 // Config reads the SDK's default configuration chain, in DefaultRegion when
 // it names none. With dummyCredentials, it uses static dummy credentials
-// instead of the chain's: an emulator on loopback takes any.
+// instead of the chain's: an emulator on loopback takes any. Its clients
+// guard their request bodies (dynamostore.GuardRequestBodies). So no
+// applied call's answer is lost to a closed body.
 func Config(ctx context.Context, dummyCredentials bool) (aws.Config, error) {
 	var opts []func(*config.LoadOptions) error
 	if dummyCredentials {
@@ -78,7 +80,7 @@ func Config(ctx context.Context, dummyCredentials bool) (aws.Config, error) {
 	if cfg.Region == "" {
 		cfg.Region = DefaultRegion
 	}
-	cfg.APIOptions = append(cfg.APIOptions, hideStreamWriteTo)
+	cfg.APIOptions = append(cfg.APIOptions, dynamostore.GuardRequestBodies)
 	return cfg, nil
 }
 
@@ -94,7 +96,7 @@ func Load(ctx context.Context) (Clients, error) {
 }
 
 // LoadS3 is an S3 client from the default chain, at S3_ENDPOINT when it
-// is set: chargectl admin audit reads the trail's bucket with it.
+// is set. The command chargectl admin audit reads the trail's bucket with it.
 func LoadS3(ctx context.Context) (*s3.Client, error) {
 	cfg, err := Config(ctx, false)
 	if err != nil {
@@ -104,8 +106,8 @@ func LoadS3(ctx context.Context) (*s3.Client, error) {
 }
 
 // FromLambdaEnv builds a function's clients from what Lambda, SAM CLI and the
-// RIE give every function: the region and the execution role's credentials
-// as variables, and the endpoints. The default chain would link the SSO,
+// RIE give every function. That is the region, the execution role's
+// credentials as variables, and the endpoints. The default chain would link the SSO,
 // STS and sign-in clients for profiles a function never has: 1.2 MiB of
 // each bootstrap.
 func FromLambdaEnv(getenv func(string) string) Clients {
@@ -113,6 +115,7 @@ func FromLambdaEnv(getenv func(string) string) Clients {
 }
 
 // LambdaConfig is the configuration FromLambdaEnv builds its clients on.
+// It carries Config's guard too.
 func LambdaConfig(getenv func(string) string) aws.Config {
 	region := getenv("AWS_REGION")
 	if region == "" {
@@ -121,38 +124,9 @@ func LambdaConfig(getenv func(string) string) aws.Config {
 	creds := credentials.NewStaticCredentialsProvider(getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"), getenv("AWS_SESSION_TOKEN"))
 	return aws.Config{
 		Region: region, Credentials: aws.NewCredentialsCache(creds),
-		APIOptions: []func(*middleware.Stack) error{hideStreamWriteTo},
+		APIOptions: []func(*middleware.Stack) error{dynamostore.GuardRequestBodies},
 	}
 }
-
-// hideStreamWriteTo hands net/http a request body without WriteTo. The
-// SDK closes the body once the answer's headers arrive. net/http may still
-// read it then, for bytes past Content-Length. A closed body's WriteTo
-// fails with io.EOF. net/http then closes the connection under the answer.
-// The SDK retries the call, which was applied. A closed Read just ends.
-func hideStreamWriteTo(stack *middleware.Stack) error {
-	return stack.Deserialize.Add(middleware.DeserializeMiddlewareFunc("HideStreamWriteTo", func(
-		ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler,
-	) (middleware.DeserializeOutput, middleware.Metadata, error) {
-		if req, ok := in.Request.(*smithyhttp.Request); ok {
-			if stream, ok := req.GetStream().(interface {
-				io.ReadSeeker
-				io.WriterTo
-			}); ok {
-				hidden, err := req.SetStream(readSeeker{stream})
-				if err != nil {
-					return middleware.DeserializeOutput{}, middleware.Metadata{}, fmt.Errorf("awsenv: request stream: %w", err)
-				}
-				hidden.ContentLength = req.ContentLength // as earlier steps set it
-				in.Request = hidden
-			}
-		}
-		return next.HandleDeserialize(ctx, in)
-	}), middleware.After)
-}
-
-// readSeeker is a stream with only Read and Seek.
-type readSeeker struct{ io.ReadSeeker }
 
 // S3 is an S3 client on cfg, at url unless it is empty (AWS's). An
 // emulator serves every bucket on its one host: its requests name the

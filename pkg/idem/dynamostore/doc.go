@@ -4,7 +4,11 @@
 // *dynamodb.Client) and [Options], among them the clock and the random
 // source of lease tokens.
 //
+//	cfg.APIOptions = append(cfg.APIOptions, dynamostore.GuardRequestBodies)
 //	store, err := dynamostore.New(dynamodb.NewFromConfig(cfg), "idempotency")
+//
+// [GuardRequestBodies] keeps the SDK from resending a call whose answer
+// net/http dropped.
 //
 // [TableInput] is the table's CreateTable request and [TTLInput] its
 // UpdateTimeToLive request, with the default names. The layout options

@@ -19,6 +19,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/chargeonce/chargeonce/pkg/idem/dynamostore"
 )
 
 // EnvEndpoint names the DynamoDB endpoint the tests use.
@@ -27,7 +30,8 @@ const EnvEndpoint = "DYNAMODB_ENDPOINT"
 // Client returns a client of the endpoint, with optFns applied. Its
 // credentials are the environment's AWS_ACCESS_KEY_ID and
 // AWS_SECRET_ACCESS_KEY. Any will do for an emulator. Its region is
-// AWS_REGION or us-east-1.
+// AWS_REGION or us-east-1. It guards its request bodies, as an adopter's
+// client should (dynamostore.GuardRequestBodies).
 func Client(t testing.TB, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
 	t.Helper()
 	endpoint := os.Getenv(EnvEndpoint)
@@ -41,7 +45,10 @@ func Client(t testing.TB, optFns ...func(*dynamodb.Options)) *dynamodb.Client {
 	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 		return aws.Credentials{AccessKeyID: env("AWS_ACCESS_KEY_ID", "test"), SecretAccessKey: env("AWS_SECRET_ACCESS_KEY", "test"), SessionToken: os.Getenv("AWS_SESSION_TOKEN")}, nil
 	})
-	return dynamodb.New(dynamodb.Options{BaseEndpoint: aws.String(endpoint), Region: region, Credentials: creds}, optFns...)
+	return dynamodb.New(dynamodb.Options{
+		BaseEndpoint: aws.String(endpoint), Region: region, Credentials: creds,
+		APIOptions: []func(*middleware.Stack) error{dynamostore.GuardRequestBodies},
+	}, optFns...)
 }
 
 func env(name, def string) string {
