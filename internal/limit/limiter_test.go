@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -2988,5 +2989,71 @@ func TestAHotTwinsWaitIsSharedOnASlowTable(t *testing.T) {
 	if got.Busy < inflightWait {
 		t.Fatalf("a hot twin granted a wait of %v, each write answered in 350 ms of 1.5 s: the table holds %v of its second's handler time, %d requests; want the wait shared at once",
 			inflightWait, got.Busy, got.Requests)
+	}
+}
+
+// slowCalls is a table slow but working once lag is set: every call, a
+// share's write, its read of the item before, or a wait's write, answers
+// in lag.
+type slowCalls struct {
+	*sharedCounts
+	lag atomic.Int64
+}
+
+func (s *slowCalls) pause(ctx context.Context) error {
+	select {
+	case <-time.After(time.Duration(s.lag.Load())):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *slowCalls) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	if err := s.pause(ctx); err != nil {
+		return nil, err
+	}
+	return s.sharedCounts.Add(ctx, tenant, window, u)
+}
+
+func (s *slowCalls) Read(ctx context.Context, tenant string, window int64) ([]limit.Usage, error) {
+	if err := s.pause(ctx); err != nil {
+		return nil, err
+	}
+	return s.sharedCounts.Read(ctx, tenant, window)
+}
+
+func (s *slowCalls) TakeWait(ctx context.Context, tenant, on string, start time.Time, span time.Duration, most int) (bool, error) {
+	if err := s.pause(ctx); err != nil {
+		return false, err
+	}
+	return s.sharedCounts.TakeWait(ctx, tenant, on, start, span, most)
+}
+
+// TestAHotTwinAtAnItemsStartIsGrantedItsWaitOnAHealthyTable (review 17):
+// a hot tenant's twin, its second the first of a limits item, on a table
+// answering each call in 350 ms: production's 35 ms, tenfold. Its share
+// as it is admitted writes, then reads the item before: two calls, 700
+// ms. The reserve is "its slowest call so far, at most 50 ms": 350 ms.
+// The wait's write then has 450 ms and is granted. The limiter takes the
+// share's two calls as one of 700 ms, keeps 500 ms, and leaves the wait's
+// write 300 ms: it times out, and the first twin on the key is refused.
+func TestAHotTwinAtAnItemsStartIsGrantedItsWaitOnAHealthyTable(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(-limit.Window)) // an item's last second
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	admitted(t, l, "acme", 10)  // near the rate: hot
+	clock.Advance(limit.Window) // the next item's first second
+	store.lag.Store(int64(350 * time.Millisecond))
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	store.mu.Lock()
+	reads := store.countReads
+	store.mu.Unlock()
+	if reads == 0 {
+		t.Fatal("the first share of an item read nothing of the item before")
+	}
+	if !l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+		t.Fatal("the first wait on a key, each call answered in 350 ms of 1.5 s, after two calls: refused; want granted")
 	}
 }
