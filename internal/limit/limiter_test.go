@@ -3057,3 +3057,41 @@ func TestAHotTwinAtAnItemsStartIsGrantedItsWaitOnAHealthyTable(t *testing.T) {
 		t.Fatal("the first wait on a key, each call answered in 350 ms of 1.5 s, after two calls: refused; want granted")
 	}
 }
+
+// TestAHotTwinsFullWaitReachesTheFleetOnAHealthyTable (review 17): a hot
+// tenant's twin on a table answering each call in 400 ms: 40 ms, tenfold,
+// under the reserve's cap of 50. Its share as admitted and its wait's
+// write leave its give-back's share less than the reserve: not sent.
+// docs/capacity.md: "The request's last share carries it instead", and
+// contract.md: a wait counts "INFLIGHT_WAIT and its time so far, shared
+// with every instance". Its instance serves nothing else while it waits,
+// so Done comes two seconds on. The wait's time is then in a second gone
+// by: Done shares none of it, and no other instance ever counts it.
+func TestAHotTwinsFullWaitReachesTheFleetOnAHealthyTable(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(5 * limit.Window)) // mid-item: no read
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	admitted(t, l, "acme", 10) // near the rate: hot
+	clock.Advance(limit.Window)
+	store.lag.Store(int64(400 * time.Millisecond))
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	w := clock.Now().Unix()
+	if !l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+		t.Fatal("the first wait on a key, each call answered in 400 ms of 1.5 s: refused")
+	}
+	clock.Advance(inflightWait) // the wait runs out: the key is still in progress
+	l.Done(t.Context(), tk, false)
+	store.mu.Lock()
+	var shared time.Duration
+	for i, u := range store.seconds("acme", clock.Now().Unix()) {
+		if int64(i) <= clock.Now().Unix()-w {
+			shared += u.Busy
+		}
+	}
+	store.mu.Unlock()
+	if shared < inflightWait {
+		t.Fatalf("a hot twin waited %v, each call answered in 400 ms: the table holds %v of handler time since its second; want the wait's %v",
+			inflightWait, shared, inflightWait)
+	}
+}
