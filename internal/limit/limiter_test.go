@@ -3095,3 +3095,32 @@ func TestAHotTwinsFullWaitReachesTheFleetOnAHealthyTable(t *testing.T) {
 			inflightWait, shared, inflightWait)
 	}
 }
+
+// TestAHotTwinsWaitAtAnItemsStartIsSharedWhenItsCallsFit (review 17): a
+// hot tenant's twin, its second the first of a limits item, on a table
+// answering each call in 250 ms: 25 ms, tenfold. Its five calls (the
+// admit share's write and read, the wait's write, the give-back's share,
+// Done's share) take 1250 ms of its 1500. The reserve is "as long as the
+// request's slowest table call took": 250 ms. The limiter takes the admit
+// share's two calls as one of 500 ms, and skips the give-back's share.
+// The wait's two seconds then never reach the table.
+func TestAHotTwinsWaitAtAnItemsStartIsSharedWhenItsCallsFit(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(-limit.Window)) // an item's last second
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	admitted(t, l, "acme", 10)  // near the rate: hot
+	clock.Advance(limit.Window) // the next item's first second
+	store.lag.Store(int64(250 * time.Millisecond))
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	if !l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+		t.Fatal("the first wait on a key, each call answered in 250 ms of 1.5 s: refused")
+	}
+	store.mu.Lock()
+	got := store.seconds("acme", clock.Now().Unix())[0]
+	store.mu.Unlock()
+	if got.Busy < inflightWait {
+		t.Fatalf("a hot twin granted a wait of %v at an item's start, each call answered in 250 ms: the table holds %v of its second's handler time; want the wait shared at once",
+			inflightWait, got.Busy)
+	}
+}
