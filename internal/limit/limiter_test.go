@@ -3124,3 +3124,39 @@ func TestAHotTwinsWaitAtAnItemsStartIsSharedWhenItsCallsFit(t *testing.T) {
 			inflightWait, got.Busy)
 	}
 }
+
+// TestATwinsLastShareKeepsItsTimeOnASteadyTable (review 17): a hot
+// tenant's twin on a table answering in 30 ms, tenfold: 300 ms, then 310
+// for its last call. It is admitted late in an item's last second and
+// waits in the next item's first. Its give-back's share is then the
+// item's first: it writes, then reads the item before, within all the
+// time its reserve leaves. Done is left "its slowest call so far", 300 ms
+// and no margin: its share, 10 ms slower, times out. The fixed reserve
+// left it 500. docs/capacity.md: the budget runs "less a reserve that
+// keeps the request's last share". The 700 ms it ran past its wait never
+// reach the fleet.
+func TestATwinsLastShareKeepsItsTimeOnASteadyTable(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(-2 * limit.Window))
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	admitted(t, l, "acme", 6)              // past half the rate: hot
+	clock.Advance(1900 * time.Millisecond) // late in the item's last second
+	store.lag.Store(int64(300 * time.Millisecond))
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	clock.Advance(100 * time.Millisecond) // the next item's first second
+	const wait = 100 * time.Millisecond
+	if !l.Wait(t.Context(), tk, "key-hash", wait, false) {
+		t.Fatal("the first wait on a key, each call answered in 300 ms of 1.5 s: refused")
+	}
+	clock.Advance(800 * time.Millisecond) // it waited, then ran on
+	store.lag.Store(int64(310 * time.Millisecond))
+	l.Done(t.Context(), tk, true)
+	store.mu.Lock()
+	got := store.seconds("acme", clock.Now().Unix())[0]
+	store.mu.Unlock()
+	// 100 ms run before the wait, the wait, then 700 ms past it.
+	if want := 900 * time.Millisecond; got.Busy < want {
+		t.Fatalf("a hot twin ran %v in its second, its table's calls 300 ms then 310: the table holds %v; want its Done's share to land", want, got.Busy)
+	}
+}
