@@ -3147,3 +3147,58 @@ func TestATwinsLastShareKeepsItsTimeOnASteadyTable(t *testing.T) {
 		t.Fatalf("a hot twin ran %v in its second, its table's calls 300 ms then 310: the table holds %v; want its Done's share to land", want, got.Busy)
 	}
 }
+
+// TestAThrottledShareLeavesTheRequestsLaterCalls: a hot tenant's twin
+// whose share as it is admitted is refused at once, as a throttled
+// table's. Only a call that timed out stops the request's later calls:
+// its wait's write is still asked, and its give-back's share goes out.
+func TestAThrottledShareLeavesTheRequestsLaterCalls(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(5 * limit.Window)) // mid-item: no read
+	store := &throttling{sharedCounts: newShared(), rnd: rand.New(rand.NewPCG(1, 2))}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 10) // near the rate: hot
+	clock.Advance(limit.Window)
+	store.share = 1 // the admit share is refused
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	store.share = 0
+	if !l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+		t.Fatal("the first wait on a key, after a share refused at once: refused")
+	}
+	store.mu.Lock()
+	got := store.seconds("acme", clock.Now().Unix())[0]
+	store.mu.Unlock()
+	if got.Busy < inflightWait {
+		t.Fatalf("a hot twin granted a wait of %v after a throttled share: the table holds %v of its second's handler time; want the wait shared at once", inflightWait, got.Busy)
+	}
+}
+
+// TestAShareSkippedAfterATimeoutGoesWithTheLastShare: a hot tenant's twin
+// whose share as it is admitted times out. Its give-back's share is
+// skipped: the table may hang, and each call costs a timeout. What it
+// would carry, the wait, stays pending. The table answers again by the
+// request's end: Done's share carries it.
+func TestAShareSkippedAfterATimeoutGoesWithTheLastShare(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(5 * limit.Window)) // mid-item: no read
+	store := &hangingAll{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	admitted(t, l, "acme", 10) // near the rate: hot
+	clock.Advance(limit.Window)
+	store.hang = true
+	began := time.Now()
+	tk := mustAdmit(t.Context(), t, l, "acme")
+	l.GiveBack(t.Context(), tk, inflightWait)
+	if waited := time.Since(began); waited >= 900*time.Millisecond {
+		t.Fatalf("a hot twin on a hanging table waited %v before its wait, want one call's 500 ms", waited.Round(time.Millisecond))
+	}
+	store.hang = false
+	clock.Advance(100 * time.Millisecond)
+	l.Done(t.Context(), tk, false)
+	store.mu.Lock()
+	got := store.seconds("acme", clock.Now().Unix())[0]
+	store.mu.Unlock()
+	if got.Busy < inflightWait {
+		t.Fatalf("a hot twin's give-back skipped after a timeout, its table answering again by Done: the table holds %v of its second's handler time; want the wait's %v", got.Busy, inflightWait)
+	}
+}
