@@ -2437,9 +2437,9 @@ func (s readsHang) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, 
 
 // TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared (review 14): a
 // hot tenant's 2 s request, admitted in an item's second second. Its
-// share lands at once; the read of the earlier item hangs. The read must
-// not spend the request's share budget: its end still shares its handler
-// time, so the fleet's concurrency counts it.
+// share lands at once; the read of the earlier item hangs and times out.
+// Its end still shares its handler time, so the fleet's concurrency
+// counts it.
 func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start) // an item's first second
