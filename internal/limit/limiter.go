@@ -575,12 +575,13 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits)
 }
 
 // call makes one table call on a request's path, waiting callTimeout at
-// most. timedOut: its wait ran out, so the table may hang.
+// most. timedOut: its deadline passed, so the table may hang. A call
+// refused at once, as a throttled one, is no sign of that.
 func (l *Limiter) call(ctx context.Context, fn func(context.Context) error) (timedOut bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, l.o.callTimeout)
 	defer cancel()
 	err = fn(cctx)
-	return err != nil && cctx.Err() != nil, err
+	return err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
 // learn takes the handler time every instance shared in past windows,

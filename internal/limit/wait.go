@@ -39,7 +39,7 @@ func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Dur
 		granted, err = l.store.TakeWait(ctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
 		return err
 	})
-	tk.hung = tk.hung || hung
+	tk.hung = hung
 	if err != nil {
 		l.o.Logger.WarnContext(ctx, "taking a wait failed; not waiting", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
 	}
