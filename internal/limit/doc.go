@@ -9,8 +9,9 @@
 // first request of a second here is shared as it starts, and each counted
 // as it ends. Handler time counts when a request ends. What a hot second
 // leaves unshared goes with the next second's share. A share reads the
-// span back. A request's shares wait at most tableTimeout together: past
-// it, the limits fail open.
+// span back. Each table call on a request's path waits callTimeout at
+// most: past it, the limits fail open. After one times out, only the
+// request's last share calls the table.
 // wait.go caps the requests waiting on one key or move: MaxWaiters
 // start a window, fleet-wide, counted in the table. The rest answer at
 // once. overrides.go reads the operators' per-tenant limits, off the

@@ -8,11 +8,11 @@ import (
 // MaxTenants is how many tenants an instance tracks before it forgets.
 const MaxTenants = maxTenants
 
-// TableTimeout sets how long a request's table calls may wait together.
-// An emulator on a loaded machine may answer slower than tableTimeout.
+// CallTimeout sets how long each of a request's table calls may wait.
+// An emulator on a loaded machine may answer slower than callTimeout.
 // A test of what the fleet learns must not fail open there.
-func TableTimeout(d time.Duration) func(*Options) {
-	return func(o *Options) { o.tableTimeout = d }
+func CallTimeout(d time.Duration) func(*Options) {
+	return func(o *Options) { o.callTimeout = d }
 }
 
 // Tracked is how many tenants l tracks.

@@ -129,17 +129,12 @@ const (
 // tenant's requests in many seconds, and must still read the others'.
 const HotSpan = 6 * ConcurrencySpan
 
-// tableTimeout bounds a share, a call to the table on a request's path.
+// callTimeout bounds each table call on a request's path, on its own.
 // The limits fail open. A table that hangs must not spend the request's
-// deadline, nor hold a charge's answer. A request's shares wait no longer
-// together. It is many times a call's usual latency of a few milliseconds.
-const tableTimeout = 150 * time.Millisecond
-
-// doneReserve is the most that a read of earlier windows, a wait's
-// write, a give-back's share and a take-over's leave of a request's table
-// time: a third. Done's share then still goes out, with the request's
-// handler time.
-func (l *Limiter) doneReserve() time.Duration { return l.o.tableTimeout / 3 }
+// deadline, nor hold a charge's answer. It is many times a call's usual
+// latency of a few milliseconds. Once one call times out, the request
+// calls the table only for its last share: a hanging table costs it two.
+const callTimeout = 50 * time.Millisecond
 
 // maxFailures is how many syncs of a tenant may fail in a window. A table
 // throttling a few writes still learns the fleet's counts. One that fails
@@ -179,8 +174,8 @@ type Options struct {
 	// WaitSpan is the window MaxWaiters counts over: the longest a
 	// request waits for another's work. Default DefaultWaitSpan.
 	WaitSpan time.Duration
-	// tableTimeout is tableTimeout, but for tests on a slow emulator.
-	tableTimeout time.Duration
+	// callTimeout is callTimeout, but for tests on a slow emulator.
+	callTimeout time.Duration
 }
 
 // Limiter holds each tenant to its limits. Each instance counts what its
@@ -290,9 +285,9 @@ type Ticket struct {
 	window int64
 	// began is the time elapsed as it was admitted.
 	began time.Duration
-	// waited is how long its shares, and its wait's write, waited.
-	// slowest is the longest of them.
-	waited, slowest time.Duration
+	// hung: one of its table calls timed out. Only its last share calls
+	// the table again.
+	hung bool
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
 	// waiting: await counted paid, the handler time from began to the
@@ -341,8 +336,8 @@ func New(ctx context.Context, store Store, optFns ...func(*Options)) (*Limiter, 
 	if o.WaitSpan <= 0 {
 		o.WaitSpan = DefaultWaitSpan
 	}
-	if o.tableTimeout <= 0 {
-		o.tableTimeout = tableTimeout
+	if o.callTimeout <= 0 {
+		o.callTimeout = callTimeout
 	}
 	l := &Limiter{store: store, o: o, clock: &steady{clock: o.Clock}, tenants: map[string]*tenant{}}
 	// The first read is under way as the overrides are built.
@@ -366,10 +361,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	// The request counts against the rate from here, and a sync shares
 	// it. Lambda may send this instance no other before it ends.
 	t.pending.Requests++
-	var waited time.Duration
-	if sync {
-		waited = l.share(ctx, name, t, lim, l.o.tableTimeout, l.doneReserve())
-	}
+	hung := sync && l.share(ctx, name, t, lim)
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
 	depth := Window - lim.interval()
@@ -403,15 +395,15 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	t.due = later(t.due, now).Add(lim.interval())
 	t.running++
 	t.started += elapsed
-	return &Ticket{tenant: name, t: t, window: w, began: elapsed, waited: waited, slowest: waited}, nil
+	return &Ticket{tenant: name, t: t, window: w, began: elapsed, hung: hung}, nil
 }
 
 // Done ends an admitted request. counted says whether it stays counted
 // against the rate: a count comes back only while its own second lasts.
 // One a granted Wait gave back stays given back, unless Retake took it again.
 // Its handler time counts either way, measured by the time elapsed. When
-// the tenant's unshared usage is due, Done adds it to the Store. It waits
-// only what is left of tableTimeout after the request's other shares.
+// the tenant's unshared usage is due, Done adds it to the Store. It is
+// the request's last share: it goes out even after a call timed out.
 func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	lim := l.overrides.cached(tk.tenant)
 	now, elapsed := l.clock.instant()
@@ -428,7 +420,7 @@ func (l *Limiter) Done(ctx context.Context, tk *Ticket, counted bool) {
 	if t.hot() {
 		due = t.hotDue(lim)
 	}
-	l.shareFor(ctx, tk, t, lim, due, 0)
+	l.shareFor(ctx, tk, t, lim, due, true)
 }
 
 // await counts tk's wait against the concurrency, once per request. back:
@@ -488,34 +480,19 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	t, now := l.tenant(tk.tenant, now, lim)
-	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), l.reserve(tk))
-}
-
-// reserve is what tk's table calls before its last leave of its
-// tableTimeout: as long as its slowest call took, at most doneReserve.
-// A fixed reserve would time out a middle share on a healthy table whose
-// calls take a quarter of the budget each.
-func (l *Limiter) reserve(tk *Ticket) time.Duration {
-	if tk.slowest <= 0 {
-		return l.doneReserve()
-	}
-	return min(tk.slowest, l.doneReserve())
+	l.shareFor(ctx, tk, t, lim, change(t, now, elapsed, lim), false)
 }
 
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
-// instance shares again. tk's shares wait at most tableTimeout together,
-// this one leaving reserve of it. One left less than reserve itself stays
-// pending for the last: sent, it might time out, and a failed share is
-// never sent again.
-func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due bool, reserve time.Duration) {
+// instance shares again. After a call of tk's timed out, only its last
+// share goes out. A middle one skipped stays pending for it.
+func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due, last bool) {
 	due = due || t.pending.Requests < 0
-	wait := l.o.tableTimeout - reserve - tk.waited
-	if t.syncing || t.failures >= maxFailures || !due || wait <= 0 || wait < reserve {
+	if t.syncing || t.failures >= maxFailures || !due || (tk.hung && !last) {
 		return
 	}
-	took := l.share(ctx, tk.tenant, t, lim, wait, 0)
-	tk.waited, tk.slowest = tk.waited+took, max(tk.slowest, took)
+	tk.hung = l.share(ctx, tk.tenant, t, lim) || tk.hung
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only
@@ -542,34 +519,32 @@ func (t *tenant) hotDue(lim Limits) bool {
 }
 
 // share adds the tenant's unshared usage to the Store, and learns every
-// instance's. It waits at most wait, its read leaving reserve of it, and
-// returns how long it waited. A wait that already leaves Done's reserve
-// needs none. It is called with l.mu held, and releases it meanwhile.
-func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, wait, reserve time.Duration) time.Duration {
+// instance's. It reports whether a call timed out. It is called with l.mu
+// held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits) (hung bool) {
 	add, w, readTo, readNow := t.pending, t.window, t.readTo, t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
-	// Real time, as the timeout's: the Clock counts windows.
-	began := time.Now()
-	sctx, cancel := context.WithTimeout(ctx, wait)
-	total, err := l.store.Add(sctx, name, w, add)
-	cancel()
+	var total []Usage
+	hung, err := l.call(ctx, func(ctx context.Context) (err error) {
+		total, err = l.store.Add(ctx, name, w, add)
+		return err
+	})
 	// A shared tenant's span must hold the earlier item's windows too, or
 	// an instance admits a second burst as a new item starts. One not yet
 	// hot here would never learn it is past half. They are past, so one
-	// read an item serves. It leaves Done's share its reserve, once.
+	// read an item serves.
 	var before []Usage
 	var readErr error
-	left := wait - reserve - time.Since(began)
-	if to := w - int64(len(total)); err == nil && readNow && left > 0 && len(total) < ConcurrencySpan && to > readTo {
-		rctx, cancel := context.WithTimeout(ctx, left)
-		before, readErr = l.store.Read(rctx, name, to)
-		cancel()
+	if to := w - int64(len(total)); err == nil && readNow && len(total) < ConcurrencySpan && to > readTo {
+		hung, readErr = l.call(ctx, func(ctx context.Context) (err error) {
+			before, err = l.store.Read(ctx, name, to)
+			return err
+		})
 		if readErr == nil {
 			readTo = to
 		}
 	}
-	waited := time.Since(began)
 	l.mu.Lock()
 	t.syncing = false
 	switch {
@@ -596,7 +571,17 @@ func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits,
 			l.o.Logger.WarnContext(ctx, "reading a tenant's earlier usage failed", "tenant", name, "error", readErr.Error())
 		}
 	}
-	return waited
+	return hung
+}
+
+// call makes one table call on a request's path, waiting callTimeout at
+// most. timedOut: its deadline passed, so the table may hang. A call
+// refused at once, as a throttled one, is no sign of that.
+func (l *Limiter) call(ctx context.Context, fn func(context.Context) error) (timedOut bool, err error) {
+	cctx, cancel := context.WithTimeout(ctx, l.o.callTimeout)
+	defer cancel()
+	err = fn(cctx)
+	return err != nil && errors.Is(cctx.Err(), context.DeadlineExceeded), err
 }
 
 // learn takes the handler time every instance shared in past windows,

@@ -24,23 +24,22 @@ const DefaultWaitSpan = 2 * time.Second
 // before: it keeps its count, and only its wait counts. Refused, it gives
 // nothing back yet: the request answers at once, and Done gives its count
 // back as a replay's, with no share of its own. A failed or slow write
-// refuses too. The write waits within the request's tableTimeout, as its
-// shares do, leaving their reserve. Answering at once is honest and cheap,
-// and the client retries.
+// refuses too. The write waits callTimeout at most. After a call of tk's
+// timed out, the table is not asked: the wait is refused. Answering at
+// once is honest and cheap, and the client retries.
 func (l *Limiter) Wait(ctx context.Context, tk *Ticket, on string, wait time.Duration, keep bool) bool {
-	budget := l.o.tableTimeout - l.reserve(tk) - tk.waited
-	if budget <= 0 {
-		l.o.Logger.WarnContext(ctx, "no time left for the table to take a wait; not waiting", "tenant", tk.tenant, "on", on)
+	if tk.hung {
+		l.o.Logger.WarnContext(ctx, "the table timed out on this request; not waiting", "tenant", tk.tenant, "on", on)
 		return false
 	}
 	now, _ := l.clock.instant()
 	start := now.Truncate(l.o.WaitSpan)
-	began := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, budget)
-	granted, err := l.store.TakeWait(wctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
-	cancel()
-	took := time.Since(began)
-	tk.waited, tk.slowest = tk.waited+took, max(tk.slowest, took)
+	var granted bool
+	hung, err := l.call(ctx, func(ctx context.Context) (err error) {
+		granted, err = l.store.TakeWait(ctx, tk.tenant, on, start, l.o.WaitSpan, MaxWaiters)
+		return err
+	})
+	tk.hung = hung
 	if err != nil {
 		l.o.Logger.WarnContext(ctx, "taking a wait failed; not waiting", "tenant", tk.tenant, "on", on, "error_class", errorClass(err), "error", err.Error())
 	}

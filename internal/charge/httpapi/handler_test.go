@@ -1254,7 +1254,7 @@ func TestACaptureRefusedAWaitAfterTheMoveWasMadeAnswersTheCapture(t *testing.T) 
 }
 
 // waitTimesOutAfter holds each conditional write that takes a wait until
-// after has run. By then its 150 ms have passed: it fails unsent, as on a
+// after has run. By then its 50 ms have passed: it fails unsent, as on a
 // limits table that hangs.
 func waitTimesOutAfter(after func()) func(*dynamodb.Options) {
 	return func(o *dynamodb.Options) {
