@@ -3202,3 +3202,56 @@ func TestAShareSkippedAfterATimeoutGoesWithTheLastShare(t *testing.T) {
 		t.Fatalf("a hot twin's give-back skipped after a timeout, its table answering again by Done: the table holds %v of its second's handler time; want the wait's %v", got.Busy, inflightWait)
 	}
 }
+
+// landsThenHangs is a Store whose writes land, then hang once hang is
+// set: a table that applies a write and loses its answer to a timeout.
+type landsThenHangs struct {
+	*sharedCounts
+	hang atomic.Bool
+}
+
+func (s *landsThenHangs) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	out, err := s.sharedCounts.Add(ctx, tenant, window, u)
+	if s.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return out, err
+}
+
+// TestAHighRateTwinsTakeOverSkippedAfterATimeoutGoesWithItsLastShare
+// (review 18): a hot tenant of rate 400, its twin's give-back share timing
+// out. Its take-over's share is then skipped. docs/capacity.md: "A share
+// skipped meanwhile stays with the instance, and that last share carries
+// it." Done's share is not due at a rate of 400: a count of one is under
+// a 200th. So no share carries the take-over's count, and the other
+// instance admits one past the rate.
+func TestAHighRateTwinsTakeOverSkippedAfterATimeoutGoesWithItsLastShare(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	counts := newShared()
+	store := &landsThenHangs{sharedCounts: counts}
+	const rate = 400
+	fleet := []*limit.Limiter{
+		newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 100}),
+		newLimiter(t, counts, clock, limit.Limits{Rate: rate, Concurrency: 100}),
+	}
+	for range 2 { // each learns the tenant is past half its rate: hot
+		for _, l := range fleet {
+			admitted(t, l, "acme", 100)
+		}
+	}
+	setClock(clock, start.Add(10*time.Second))
+	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
+	store.hang.Store(true)
+	fleet[0].GiveBack(t.Context(), twin, inflightWait) // lands, then times out
+	store.hang.Store(false)
+	if n := admitted(t, fleet[1], "acme", rate-4); n != rate-4 {
+		t.Fatalf("rate %d, a twin's count given back: %d of %d admitted", rate, n, rate-4)
+	}
+	fleet[0].Retake(t.Context(), twin) // skipped: a call of the request timed out
+	fleet[0].Done(t.Context(), twin, true)
+	if n := admitted(t, fleet[1], "acme", 10); n != 3 {
+		t.Fatalf("rate %d, %d requests and a twin that took its key over after a timeout, then ended: %d more admitted, want 3 (the take-over's count carried by its last share)", rate, rate-4, n)
+	}
+}
