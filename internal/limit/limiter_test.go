@@ -3255,3 +3255,47 @@ func TestAHighRateTwinsTakeOverSkippedAfterATimeoutGoesWithItsLastShare(t *testi
 		t.Fatalf("rate %d, %d requests and a twin that took its key over after a timeout, then ended: %d more admitted, want 3 (the take-over's count carried by its last share)", rate, rate-4, n)
 	}
 }
+
+// readsHangCounted is a shared store whose reads of earlier windows hang
+// until their bound, counted, while its writes land at once.
+type readsHangCounted struct{ *sharedCounts }
+
+func (s readsHangCounted) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
+	s.mu.Lock()
+	s.countReads++
+	s.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestAfterATimeoutARequestCallsTheTableOnceMore (review 18): a hot
+// tenant's request admitted in an item's second second, ending in the
+// third. Its admit share writes, then its read of the item before times
+// out. docs/contract.md: "Once one times out, it calls the table only
+// once more, as it ends." Done's share writes, then reads the earlier
+// item again, as a new second's: a second timeout, two calls more.
+func TestAfterATimeoutARequestCallsTheTableOnceMore(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(-5 * time.Second)) // late in an item: no read
+	store := newShared()
+	l := newLimiter(t, readsHangCounted{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 6)                  // past half the rate: hot
+	setClock(clock, start.Add(limit.Window))   // the next item's second second
+	tk := mustAdmit(t.Context(), t, l, "acme") // its read times out
+	store.mu.Lock()
+	adds, reads := store.adds, store.countReads
+	store.mu.Unlock()
+	if reads != 1 {
+		t.Fatalf("a hot tenant's first share in an item's second second: %d reads of the item before, want 1", reads)
+	}
+	clock.Advance(limit.Window)
+	began := time.Now()
+	l.Done(t.Context(), tk, true)
+	took := time.Since(began)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if more := store.adds - adds + store.countReads - reads; more != 1 {
+		t.Fatalf("a request whose read timed out, ending a second later: its Done made %d table calls (%d writes, %d reads) in %v, want 1",
+			more, store.adds-adds, store.countReads-reads, took.Round(time.Millisecond))
+	}
+}
