@@ -3299,3 +3299,22 @@ func TestAfterATimeoutARequestCallsTheTableOnceMore(t *testing.T) {
 			more, store.adds-adds, store.countReads-reads, took.Round(time.Millisecond))
 	}
 }
+
+// TestAWaitsWriteHasTheRequestsTimeForTheTable (review 18): a quiet
+// tenant's twin, no share on its path, on a table answering a wait's
+// write in 70 ms: 700 ms, tenfold. docs/operations.md, the waits: "If that
+// write fails, or outlasts the request's time for the table (100 ms, less
+// what its shares took), it does not wait." No share took any of the
+// 100 ms: the wait is granted. Each call waits 50 ms on its own now: it
+// times out, and the twin answers in progress.
+func TestAWaitsWriteHasTheRequestsTimeForTheTable(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	tk := mustAdmit(t.Context(), t, l, "acme") // quiet: no share
+	store.lag.Store(int64(700 * time.Millisecond))
+	if !l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
+		t.Fatal("a quiet twin's wait, no share on its path, its write answered in 700 ms of the request's 1000 ms for the table: refused; want granted")
+	}
+}
