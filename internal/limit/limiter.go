@@ -286,8 +286,9 @@ type Ticket struct {
 	// began is the time elapsed as it was admitted.
 	began time.Duration
 	// hung: one of its table calls timed out. Only its last share calls
-	// the table again.
-	hung bool
+	// the table again. skipped: a share due meanwhile was not sent, so
+	// the last share is due, however little it carries.
+	hung, skipped bool
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
 	// waiting: await counted paid, the handler time from began to the
@@ -486,10 +487,14 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
 // instance shares again. After a call of tk's timed out, only its last
-// share goes out. A middle one skipped stays pending for it.
+// share goes out. A middle one skipped stays pending, and makes it due.
 func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due, last bool) {
-	due = due || t.pending.Requests < 0
-	if t.syncing || t.failures >= maxFailures || !due || (tk.hung && !last) {
+	due = due || t.pending.Requests < 0 || (last && tk.skipped)
+	if t.syncing || t.failures >= maxFailures || !due {
+		return
+	}
+	if tk.hung && !last {
+		tk.skipped = true
 		return
 	}
 	tk.hung = l.share(ctx, tk.tenant, t, lim) || tk.hung
