@@ -11,7 +11,7 @@
 // leaves unshared goes with the next second's share. A share reads the
 // span back. Each table call on a request's path waits callTimeout at
 // most: past it, the limits fail open. After one times out, only the
-// request's last share calls the table.
+// request's last share calls the table, in one write.
 // wait.go caps the requests waiting on one key or move: MaxWaiters
 // start a window, fleet-wide, counted in the table. The rest answer at
 // once. overrides.go reads the operators' per-tenant limits, off the

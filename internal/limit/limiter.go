@@ -286,8 +286,9 @@ type Ticket struct {
 	// began is the time elapsed as it was admitted.
 	began time.Duration
 	// hung: one of its table calls timed out. Only its last share calls
-	// the table again.
-	hung bool
+	// the table again. skipped: a share due meanwhile was not sent, so
+	// the last share is due, however little it carries.
+	hung, skipped bool
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
 	// waiting: await counted paid, the handler time from began to the
@@ -361,7 +362,7 @@ func (l *Limiter) Admit(ctx context.Context, name string) (*Ticket, *Refusal) {
 	// The request counts against the rate from here, and a sync shares
 	// it. Lambda may send this instance no other before it ends.
 	t.pending.Requests++
-	hung := sync && l.share(ctx, name, t, lim)
+	hung := sync && l.share(ctx, name, t, lim, true)
 	next := time.Unix(w+1, 0).Sub(now)
 	// The bucket's depth: a second's worth of requests less the one asked.
 	depth := Window - lim.interval()
@@ -486,13 +487,17 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 // shareFor shares t's unshared usage on tk's path, if due. A count given
 // back that a share counted is always due: the fleet counts it until this
 // instance shares again. After a call of tk's timed out, only its last
-// share goes out. A middle one skipped stays pending for it.
+// share goes out. A middle one skipped stays pending, and makes it due.
 func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due, last bool) {
-	due = due || t.pending.Requests < 0
-	if t.syncing || t.failures >= maxFailures || !due || (tk.hung && !last) {
+	due = due || t.pending.Requests < 0 || (last && tk.skipped)
+	if t.syncing || t.failures >= maxFailures || !due {
 		return
 	}
-	tk.hung = l.share(ctx, tk.tenant, t, lim) || tk.hung
+	if tk.hung && !last {
+		tk.skipped = true
+		return
+	}
+	tk.hung = l.share(ctx, tk.tenant, t, lim, !tk.hung) || tk.hung
 }
 
 // giveBack gives tk's count back to t. A count given back frees room only
@@ -519,10 +524,11 @@ func (t *tenant) hotDue(lim Limits) bool {
 }
 
 // share adds the tenant's unshared usage to the Store, and learns every
-// instance's. It reports whether a call timed out. It is called with l.mu
-// held, and releases it meanwhile.
-func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits) (hung bool) {
-	add, w, readTo, readNow := t.pending, t.window, t.readTo, t.readFailed != t.window
+// instance's. It reports whether a call timed out. mayRead: the share may
+// also read the earlier item. After a timeout the last share only writes:
+// one call more. It is called with l.mu held, and releases it meanwhile.
+func (l *Limiter) share(ctx context.Context, name string, t *tenant, lim Limits, mayRead bool) (hung bool) {
+	add, w, readTo, readNow := t.pending, t.window, t.readTo, mayRead && t.readFailed != t.window
 	t.pending, t.sharing, t.syncing, t.read = Usage{}, add, true, true
 	l.mu.Unlock()
 	var total []Usage

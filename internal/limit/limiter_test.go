@@ -3202,3 +3202,125 @@ func TestAShareSkippedAfterATimeoutGoesWithTheLastShare(t *testing.T) {
 		t.Fatalf("a hot twin's give-back skipped after a timeout, its table answering again by Done: the table holds %v of its second's handler time; want the wait's %v", got.Busy, inflightWait)
 	}
 }
+
+// landsThenHangs is a Store whose writes land, then hang once hang is
+// set: a table that applies a write and loses its answer to a timeout.
+type landsThenHangs struct {
+	*sharedCounts
+	hang atomic.Bool
+}
+
+func (s *landsThenHangs) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
+	out, err := s.sharedCounts.Add(ctx, tenant, window, u)
+	if s.hang.Load() {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return out, err
+}
+
+// TestAHighRateTwinsTakeOverSkippedAfterATimeoutGoesWithItsLastShare
+// (review 18): a hot tenant of rate 400, its twin's give-back share timing
+// out. Its take-over's share is then skipped. docs/capacity.md: "A share
+// skipped meanwhile stays with the instance, and that last share carries
+// it." Done's share is not due at a rate of 400: a count of one is under
+// a 200th. So no share carries the take-over's count, and the other
+// instance admits one past the rate.
+func TestAHighRateTwinsTakeOverSkippedAfterATimeoutGoesWithItsLastShare(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	counts := newShared()
+	store := &landsThenHangs{sharedCounts: counts}
+	const rate = 400
+	fleet := []*limit.Limiter{
+		newLimiter(t, store, clock, limit.Limits{Rate: rate, Concurrency: 100}),
+		newLimiter(t, counts, clock, limit.Limits{Rate: rate, Concurrency: 100}),
+	}
+	for range 2 { // each learns the tenant is past half its rate: hot
+		for _, l := range fleet {
+			admitted(t, l, "acme", 100)
+		}
+	}
+	setClock(clock, start.Add(10*time.Second))
+	twin := mustAdmit(t.Context(), t, fleet[0], "acme")
+	store.hang.Store(true)
+	fleet[0].GiveBack(t.Context(), twin, inflightWait) // lands, then times out
+	store.hang.Store(false)
+	if n := admitted(t, fleet[1], "acme", rate-4); n != rate-4 {
+		t.Fatalf("rate %d, a twin's count given back: %d of %d admitted", rate, n, rate-4)
+	}
+	fleet[0].Retake(t.Context(), twin) // skipped: a call of the request timed out
+	fleet[0].Done(t.Context(), twin, true)
+	if n := admitted(t, fleet[1], "acme", 10); n != 3 {
+		t.Fatalf("rate %d, %d requests and a twin that took its key over after a timeout, then ended: %d more admitted, want 3 (the take-over's count carried by its last share)", rate, rate-4, n)
+	}
+}
+
+// readsHangCounted is a shared store whose reads of earlier windows hang
+// until their bound, counted, while its writes land at once.
+type readsHangCounted struct{ *sharedCounts }
+
+func (s readsHangCounted) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
+	s.mu.Lock()
+	s.countReads++
+	s.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestAfterATimeoutARequestCallsTheTableOnceMore (review 18): a hot
+// tenant's request admitted in an item's second second, ending in the
+// third. Its admit share writes, then its read of the item before times
+// out. docs/contract.md: "Once one times out, it calls the table only
+// once more, as it ends." Done's share writes, then reads the earlier
+// item again, as a new second's: a second timeout, two calls more.
+func TestAfterATimeoutARequestCallsTheTableOnceMore(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(-5 * time.Second)) // late in an item: no read
+	store := newShared()
+	l := newLimiter(t, readsHangCounted{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 6)                  // past half the rate: hot
+	setClock(clock, start.Add(limit.Window))   // the next item's second second
+	tk := mustAdmit(t.Context(), t, l, "acme") // its read times out
+	store.mu.Lock()
+	adds, reads := store.adds, store.countReads
+	store.mu.Unlock()
+	if reads != 1 {
+		t.Fatalf("a hot tenant's first share in an item's second second: %d reads of the item before, want 1", reads)
+	}
+	clock.Advance(limit.Window)
+	began := time.Now()
+	l.Done(t.Context(), tk, true)
+	took := time.Since(began)
+	store.mu.Lock()
+	defer store.mu.Unlock()
+	if more := store.adds - adds + store.countReads - reads; more != 1 {
+		t.Fatalf("a request whose read timed out, ending a second later: its Done made %d table calls (%d writes, %d reads) in %v, want 1",
+			more, store.adds-adds, store.countReads-reads, took.Round(time.Millisecond))
+	}
+}
+
+// TestAWaitsWriteHasItsOwnCallTimeout (review 18): docs/operations.md,
+// the waits: "If that write fails, or takes more than 50 ms, it does not
+// wait. It has its 50 ms on its own, whatever the request's shares took."
+// Tenfold, a write within 500 ms is granted, after a share's two calls
+// took 800 ms: the old budget of 1000 ms refused it. One past 500 ms
+// refuses the wait.
+func TestAWaitsWriteHasItsOwnCallTimeout(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start)
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	admitted(t, l, "acme", 6) // past half the rate: hot
+	clock.Advance(limit.Window)
+	store.lag.Store(int64(400 * time.Millisecond))
+	hot := mustAdmit(t.Context(), t, l, "acme") // its share's write and read take 800 ms
+	if !l.Wait(t.Context(), hot, "key-hash", inflightWait, false) {
+		t.Error("a hot twin's wait, its write answered in 400 ms of its own 500 ms, after a share's 800 ms: refused; want granted")
+	}
+	quiet := mustAdmit(t.Context(), t, l, "bolt") // quiet: no share
+	store.lag.Store(int64(700 * time.Millisecond))
+	if l.Wait(t.Context(), quiet, "key-hash", inflightWait, false) {
+		t.Error("a quiet twin's wait, its write answered in 700 ms, past its 500 ms: granted; want refused")
+	}
+}

@@ -103,6 +103,11 @@ func NewTable(db API, table string) (*Table, error) {
 	return &Table{db: db, tableName: aws.String(table)}, nil
 }
 
+// oneAttempt makes a call on a request's path one attempt. The SDK
+// retries a throttled call after up to a second: past callTimeout, it
+// would pass for a table that hangs. A failed share is never resent.
+func oneAttempt(o *dynamodb.Options) { o.RetryMaxAttempts = 1 }
+
 func s(v string) types.AttributeValue { return &types.AttributeValueMemberS{Value: v} }
 
 func n(v int64) types.AttributeValue {
@@ -127,7 +132,7 @@ func (t *Table) Add(ctx context.Context, tenant string, window int64, u Usage) (
 		ExpressionAttributeNames:  names,
 		ExpressionAttributeValues: values,
 		ReturnValues:              types.ReturnValueAllNew, // all: the seconds before this one too
-	})
+	}, oneAttempt)
 	if err != nil {
 		return nil, fmt.Errorf("limit: add to %s's count: %w", tenant, dynamostore.AsUnavailable(err))
 	}
@@ -142,7 +147,7 @@ func (t *Table) Read(ctx context.Context, tenant string, window int64) ([]Usage,
 		TableName:      t.tableName,
 		Key:            countKey(tenant, window),
 		ConsistentRead: aws.Bool(true), // a share may have landed just before
-	})
+	}, oneAttempt)
 	if err != nil {
 		return nil, fmt.Errorf("limit: read %s's count: %w", tenant, dynamostore.AsUnavailable(err))
 	}
@@ -166,7 +171,7 @@ func (t *Table) TakeWait(ctx context.Context, tenant, on string, start time.Time
 		ConditionExpression:       aws.String("attribute_not_exists(#w) OR #w < :most"),
 		ExpressionAttributeNames:  map[string]string{"#w": AttrWaiters, "#e": AttrExpiresAt},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":one": n(1), ":most": n(int64(most)), ":e": n(start.Add(span + waitRetention).Unix())},
-	})
+	}, oneAttempt)
 	if _, full := errors.AsType[*types.ConditionalCheckFailedException](err); full {
 		return false, nil
 	}

@@ -1,8 +1,13 @@
 package limit_test
 
 import (
+	"context"
+	"errors"
 	"maps"
+	"net/http"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/chargeonce/chargeonce/internal/limit"
 	"github.com/chargeonce/chargeonce/internal/testkit"
+	"github.com/chargeonce/chargeonce/pkg/idem/idemtest"
 )
 
 func newTable(t *testing.T) *limit.Table {
@@ -187,5 +193,57 @@ func TestTableTakesMaxWaitersAWindow(t *testing.T) {
 	}
 	if got, err := missing.TakeWait(t.Context(), "acme", "k1", w, 2*time.Second, 2); got || err == nil {
 		t.Fatalf("a wait on a table that fails: %v, %v; want refused, with the error", got, err)
+	}
+}
+
+// throttledUpdates stands in front of the emulator: it answers every
+// UpdateItem as DynamoDB throttling it, and counts the attempts.
+type throttledUpdates struct{ attempts atomic.Int64 }
+
+func (f *throttledUpdates) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.Header.Get("X-Amz-Target"), ".UpdateItem") {
+		f.attempts.Add(1)
+		return idemtest.DynamoDBFault(req, "ThrottlingException"), nil
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestAThrottledCallIsOneAttemptAndNoTimeout (review 18): the SDK's
+// default retryer sleeps up to a second before retrying a throttled
+// call. A call on a request's path would then reach its 50 ms deadline,
+// and mark the request hung. docs/operations.md: "A call refused at once,
+// as a throttled write is, stops no later call." So each is one attempt.
+func TestAThrottledCallIsOneAttemptAndNoTimeout(t *testing.T) {
+	t.Parallel()
+	f := &throttledUpdates{}
+	db := testkit.Clients(t, func(o *dynamodb.Options) { o.HTTPClient = &http.Client{Transport: f} }).DynamoDB
+	table, err := limit.NewTable(db, testkit.TempTable(t, limit.TableInput(testkit.UniqueName("limits"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fast = 25 * time.Millisecond // half a call's deadline: no backoff slept
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	began := time.Now()
+	_, err = table.Add(ctx, "acme", 1_796_000_000, limit.Usage{Requests: 1})
+	if took := time.Since(began); err == nil || errors.Is(err, context.DeadlineExceeded) || took >= fast || f.attempts.Load() != 1 {
+		t.Errorf("a throttled share: %v after %v and %d attempts; want the throttling error at once, one attempt", err, took.Round(time.Millisecond), f.attempts.Load())
+	}
+	l, err := limit.New(t.Context(), table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk := mustAdmit(t.Context(), t, l, "acme") // quiet: no share
+	attempts, began := f.attempts.Load(), time.Now()
+	if l.Wait(t.Context(), tk, "k1", inflightWait, false) {
+		t.Fatal("a wait on a throttled table: granted")
+	}
+	if took := time.Since(began); took >= fast || f.attempts.Load() != attempts+1 {
+		t.Errorf("a throttled wait's write: refused after %v and %d attempts; want at once, one attempt", took.Round(time.Millisecond), f.attempts.Load()-attempts)
+	}
+	attempts = f.attempts.Load()
+	l.Wait(t.Context(), tk, "k2", inflightWait, false)
+	if f.attempts.Load() == attempts {
+		t.Error("a request whose wait's write was throttled asked no table for its next wait: its throttled call was taken for a timeout")
 	}
 }
