@@ -3324,3 +3324,28 @@ func TestAWaitsWriteHasItsOwnCallTimeout(t *testing.T) {
 		t.Error("a quiet twin's wait, its write answered in 700 ms, past its 500 ms: granted; want refused")
 	}
 }
+
+// TestASkippedShareWhoseSecondsAreGoneSendsNoEmptyWrite (review 19): a hot
+// tenant's twin whose admit share times out. Its give-back's share is
+// skipped. It ends two seconds later, as its wait does: the skipped
+// share's second is gone, and nothing is pending. docs/capacity.md: "A
+// tenant gone quiet, or not served here the next second, shares nothing
+// for it." Its last share has nothing to carry: it must not write.
+func TestASkippedShareWhoseSecondsAreGoneSendsNoEmptyWrite(t *testing.T) {
+	t.Parallel()
+	clock := testkit.NewClock(start.Add(5 * limit.Window)) // mid-item: no read
+	store := &hangingAll{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	admitted(t, l, "acme", 10) // near the rate: hot
+	clock.Advance(limit.Window)
+	store.hang = true
+	tk := mustAdmit(t.Context(), t, l, "acme") // times out
+	l.GiveBack(t.Context(), tk, inflightWait)  // skipped
+	store.hang = false
+	clock.Advance(inflightWait) // it ends as its wait does: no time past it
+	adds, _ := store.calls()
+	l.Done(t.Context(), tk, false)
+	if more, _ := store.calls(); more != adds {
+		t.Fatalf("a twin ending two seconds after its skipped share, nothing pending: its Done made %d writes, want 0", more-adds)
+	}
+}
