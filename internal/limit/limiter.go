@@ -287,7 +287,7 @@ type Ticket struct {
 	began time.Duration
 	// hung: one of its table calls timed out. Only its last share calls
 	// the table again. skipped: a share due meanwhile was not sent, so
-	// the last share is due, however little it carries.
+	// the last share is due, however little it carries, if anything.
 	hung, skipped bool
 	// givenBack: the request no longer counts against the rate.
 	givenBack bool
@@ -489,7 +489,8 @@ func (l *Limiter) recount(ctx context.Context, tk *Ticket, change func(t *tenant
 // instance shares again. After a call of tk's timed out, only its last
 // share goes out. A middle one skipped stays pending, and makes it due.
 func (l *Limiter) shareFor(ctx context.Context, tk *Ticket, t *tenant, lim Limits, due, last bool) {
-	due = due || t.pending.Requests < 0 || (last && tk.skipped)
+	// A skipped share's seconds may be gone: then nothing is left to send.
+	due = due || t.pending.Requests < 0 || (last && tk.skipped && t.pending != Usage{})
 	if t.syncing || t.failures >= maxFailures || !due {
 		return
 	}
