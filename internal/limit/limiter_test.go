@@ -67,6 +67,17 @@ func (s *sharedCounts) seconds(tenant string, window int64) []limit.Usage {
 	return out
 }
 
+// busy returns the handler time of window and its item's seconds before it.
+func (s *sharedCounts) busy(tenant string, window int64) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var busy time.Duration
+	for _, u := range s.seconds(tenant, window) {
+		busy += u.Busy
+	}
+	return busy
+}
+
 func countKey(tenant string, w int64) string {
 	return tenant + "@" + time.Unix(w, 0).UTC().Format(time.TimeOnly)
 }
@@ -2427,10 +2438,14 @@ func TestAFailedReadOfTheEarlierItemLeavesTheSharesOn(t *testing.T) {
 }
 
 // readsHang is a shared store whose reads of earlier windows hang until
-// their bound, as a slow GetItem does, while its shares land at once.
+// their bound, as a slow GetItem does, counted, while its shares land at
+// once.
 type readsHang struct{ *sharedCounts }
 
 func (s readsHang) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
+	s.mu.Lock()
+	s.countReads++
+	s.mu.Unlock()
 	<-ctx.Done()
 	return nil, ctx.Err()
 }
@@ -2452,13 +2467,7 @@ func TestASlowReadOfTheEarlierItemLeavesTheRequestsEndShared(t *testing.T) {
 	l.Done(t.Context(), tk, true)
 	clock.Advance(limit.Window)
 	admitted(t, l, "acme", 1) // the instance's next request, a second on
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	var busy time.Duration
-	for _, u := range store.seconds("acme", clock.Now().Unix()) {
-		busy += u.Busy
-	}
-	if busy < 2*time.Second {
+	if busy := store.busy("acme", clock.Now().Unix()); busy < 2*time.Second {
 		t.Fatalf("a hot tenant's 2 s request, its share landing and the read of the earlier item hanging: the table holds %v of handler time, want at least 2s", busy)
 	}
 }
@@ -2624,13 +2633,7 @@ func TestASlowReadLeavesATwinThatTakesItsKeyOverItsLastShare(t *testing.T) {
 	l.Retake(t.Context(), tk) // the key's holder released it: this twin sends its charge
 	clock.Advance(5 * time.Second)
 	l.Done(t.Context(), tk, true)
-	store.mu.Lock()
-	defer store.mu.Unlock()
-	var busy time.Duration
-	for _, u := range store.seconds("acme", clock.Now().Unix()) {
-		busy += u.Busy
-	}
-	if busy < 3*time.Second {
+	if busy := store.busy("acme", clock.Now().Unix()); busy < 3*time.Second {
 		t.Fatalf("a hot tenant's twin of 5 s that took its key over, shares landing in 20 ms and the read of the earlier item hanging: the table holds %v of handler time, want at least the 3s past its wait", busy)
 	}
 }
@@ -2850,21 +2853,6 @@ func TestABurstFarUnderHalfTheConcurrencyLeavesItsTenantQuiet(t *testing.T) {
 	}
 }
 
-// laggingReads is a lagging Store whose reads of earlier windows take its
-// lag too: a table slow but working, each call answering in lag.
-type laggingReads struct{ *lagging }
-
-func (s laggingReads) Read(ctx context.Context, tenant string, window int64) ([]limit.Usage, error) {
-	if s.lag > 0 {
-		select {
-		case <-time.After(s.lag):
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	return s.sharedCounts.Read(ctx, tenant, window)
-}
-
 // TestAGiveBacksReadOfTheEarlierItemHasItsOwnTimeout (review 16): a burst
 // of twins fills a tenant's span in an item's last second. In the next,
 // another instance serves a twin; the table answers each call in 30 ms.
@@ -2874,7 +2862,7 @@ func (s laggingReads) Read(ctx context.Context, tenant string, window int64) ([]
 func TestAGiveBacksReadOfTheEarlierItemHasItsOwnTimeout(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start) // an item's first second
-	store := laggingReads{&lagging{sharedCounts: newShared()}}
+	store := &slowCalls{sharedCounts: newShared()}
 	held, fresh := newLimiter(t, store, clock, limit.Limits{}), newLimiter(t, store, clock, limit.Limits{})
 	setClock(clock, start.Add((limit.SharedSpan-1)*time.Second+500*time.Millisecond))
 	burst := 0
@@ -2887,7 +2875,7 @@ func TestAGiveBacksReadOfTheEarlierItemHasItsOwnTimeout(t *testing.T) {
 		burst++
 	}
 	clock.Advance(600 * time.Millisecond) // the next item's first second
-	store.lag = 30 * time.Millisecond
+	store.lag.Store(int64(30 * time.Millisecond))
 	twin := mustAdmit(t.Context(), t, fresh, "storm")
 	fresh.GiveBack(t.Context(), twin, inflightWait) // shared at once, reading the earlier item
 	clock.Advance(inflightWait)
@@ -2936,33 +2924,8 @@ func TestHandlerTimeCarriedLeavesTheSpanWhenItsSecondDoes(t *testing.T) {
 	}
 }
 
-// slowWrites is a table slow but working: every write, a share's or a
-// wait's, answers in lag.
-type slowWrites struct {
-	*sharedCounts
-	lag time.Duration
-}
-
-func (s slowWrites) Add(ctx context.Context, tenant string, window int64, u limit.Usage) ([]limit.Usage, error) {
-	select {
-	case <-time.After(s.lag):
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return s.sharedCounts.Add(ctx, tenant, window, u)
-}
-
-func (s slowWrites) TakeWait(ctx context.Context, tenant, on string, start time.Time, span time.Duration, most int) (bool, error) {
-	select {
-	case <-time.After(s.lag):
-	case <-ctx.Done():
-		return false, ctx.Err()
-	}
-	return s.sharedCounts.TakeWait(ctx, tenant, on, start, span, most)
-}
-
 // TestAHotTwinsWaitIsSharedOnASlowTable (review waitfix): a hot tenant's
-// twin on a table answering each write in 350 ms, at ten times
+// twin on a table answering each call in 350 ms, at ten times
 // production's timings: 35 ms. Its share as it is admitted, its wait's
 // write and its give-back's share each fit a call's 500 ms. Its wait is
 // granted. docs/capacity.md: "The give-back and the wait are shared at
@@ -2970,10 +2933,11 @@ func (s slowWrites) TakeWait(ctx context.Context, tenant, on string, start time.
 func TestAHotTwinsWaitIsSharedOnASlowTable(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start)
-	store := newShared()
-	l := newLimiter(t, slowWrites{store, 350 * time.Millisecond}, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
+	store := &slowCalls{sharedCounts: newShared()}
+	l := newLimiter(t, store, clock, limit.Limits{Rate: 10, Concurrency: 100}, tenfold)
 	admitted(t, l, "acme", 10) // near the rate: hot
 	clock.Advance(limit.Window)
+	store.lag.Store(int64(350 * time.Millisecond))
 	tk := mustAdmit(t.Context(), t, l, "acme")
 	if !l.Wait(t.Context(), tk, "key-hash", inflightWait, false) {
 		t.Fatal("the first wait on a key, its write answered in 350 ms: refused")
@@ -2982,7 +2946,7 @@ func TestAHotTwinsWaitIsSharedOnASlowTable(t *testing.T) {
 	got := store.seconds("acme", clock.Now().Unix())[0]
 	store.mu.Unlock()
 	if got.Busy < inflightWait {
-		t.Fatalf("a hot twin granted a wait of %v, each write answered in 350 ms of a call's 500: the table holds %v of its second's handler time, %d requests; want the wait shared at once",
+		t.Fatalf("a hot twin granted a wait of %v, each call answered in 350 ms of a call's 500: the table holds %v of its second's handler time, %d requests; want the wait shared at once",
 			inflightWait, got.Busy, got.Requests)
 	}
 }
@@ -3256,18 +3220,6 @@ func TestAHighRateTwinsTakeOverSkippedAfterATimeoutGoesWithItsLastShare(t *testi
 	}
 }
 
-// readsHangCounted is a shared store whose reads of earlier windows hang
-// until their bound, counted, while its writes land at once.
-type readsHangCounted struct{ *sharedCounts }
-
-func (s readsHangCounted) Read(ctx context.Context, _ string, _ int64) ([]limit.Usage, error) {
-	s.mu.Lock()
-	s.countReads++
-	s.mu.Unlock()
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
 // TestAfterATimeoutARequestCallsTheTableOnceMore (review 18): a hot
 // tenant's request admitted in an item's second second, ending in the
 // third. Its admit share writes, then its read of the item before times
@@ -3278,7 +3230,7 @@ func TestAfterATimeoutARequestCallsTheTableOnceMore(t *testing.T) {
 	t.Parallel()
 	clock := testkit.NewClock(start.Add(-5 * time.Second)) // late in an item: no read
 	store := newShared()
-	l := newLimiter(t, readsHangCounted{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
+	l := newLimiter(t, readsHang{store}, clock, limit.Limits{Rate: 10, Concurrency: 100})
 	admitted(t, l, "acme", 6)                  // past half the rate: hot
 	setClock(clock, start.Add(limit.Window))   // the next item's second second
 	tk := mustAdmit(t.Context(), t, l, "acme") // its read times out
