@@ -729,15 +729,16 @@ func TestACaptureThatWaitedThenMakesTheMoveCountsAgain(t *testing.T) {
 	}
 }
 
-// slowMoves delays each write that begins a capture or cancel by delay,
-// on a real client of the store: every twin waiting reads the row
-// before the first of their moves lands.
-func slowMoves(delay time.Duration) func(*dynamodb.Options) {
+// slowUpdates delays each UpdateItem whose expression starts with set by
+// delay, on a real client of the store: every request waiting reads the
+// row before the first such write lands. "SET #status = :via" begins a
+// capture or cancel; "SET #deadline = :until" postpones a move.
+func slowUpdates(set string, delay time.Duration) func(*dynamodb.Options) {
 	return func(o *dynamodb.Options) {
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowMoves",
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowUpdates",
 				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "SET #status = :via") {
+					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, set) {
 						time.Sleep(delay)
 					}
 					return next.HandleInitialize(ctx, in)
@@ -763,7 +764,9 @@ func TestCaptureTwinsThatLoseTheMoveDoNotCountAgain(t *testing.T) {
 	h, id, first := capturing(t, rate, func(sim string) (url string) {
 		provider, url = newOutage(t, sim, "/capture", 1)
 		return url
-	}, func(w *testkit.Wiring) { w.Deps.Clients = testkit.Clients(t, slowMoves(250*time.Millisecond)) })
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, slowUpdates("SET #status = :via", 250*time.Millisecond))
+	})
 	<-provider.held // the first capture is at the provider
 	answers := make(chan events.APIGatewayV2HTTPResponse, twins)
 	for range twins {
@@ -1306,23 +1309,6 @@ func TestACaptureRefusedAWaitAfterTheMoveWasUndoneCapturesItself(t *testing.T) {
 	}
 }
 
-// slowPostpones delays each write that postpones a move's deadline by
-// delay, on a real client of the store: every retry reads the row before
-// the first postponement lands.
-func slowPostpones(delay time.Duration) func(*dynamodb.Options) {
-	return func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("SlowPostpones",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
-					if u, ok := in.Parameters.(*dynamodb.UpdateItemInput); ok && u.UpdateExpression != nil && strings.HasPrefix(*u.UpdateExpression, "SET #deadline = :until") {
-						time.Sleep(delay)
-					}
-					return next.HandleInitialize(ctx, in)
-				}), middleware.Before)
-		})
-	}
-}
-
 // TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters (review
 // waitcap): the first capture is at the provider past its attempt's
 // deadline. Capture retries come at once; each asks the provider's state,
@@ -1337,7 +1323,9 @@ func TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters(t *testing.T) {
 	h, id, clock := authorizedUnder(t, 100, func(sim string) (url string) {
 		provider, url = newOutage(t, sim, "/capture", everyPOST)
 		return url
-	}, func(w *testkit.Wiring) { w.Deps.Clients = testkit.Clients(t, slowPostpones(300*time.Millisecond)) })
+	}, func(w *testkit.Wiring) {
+		w.Deps.Clients = testkit.Clients(t, slowUpdates("SET #deadline = :until", 300*time.Millisecond))
+	})
 	t.Cleanup(func() { close(provider.gate) }) // before the proxy closes
 	go func() {
 		_, _ = h.Handle(context.WithoutCancel(t.Context()), testkit.PostMove("acme", id, "capture", ""))
