@@ -2230,15 +2230,7 @@ func TestTwinsComeInBurstsOfAtMostFiveTimesTheConcurrency(t *testing.T) {
 	// Second 19, the item's last: its second 5 has left the span. A burst
 	// of twins fills the span.
 	clock.Advance(19*time.Second + 500*time.Millisecond - clock.Now().Sub(start))
-	first := 0
-	for {
-		tk, refused := held.Admit(t.Context(), "storm")
-		if refused != nil {
-			break
-		}
-		held.GiveBack(t.Context(), tk, inflightWait)
-		first++
-	}
+	first := twinsUntilRefused(t, held, "storm")
 	// Second 20, the next item's first: the burst still waits.
 	clock.Advance(600 * time.Millisecond)
 	second := 0
@@ -2645,41 +2637,54 @@ func TestASlowReadLeavesATwinThatTakesItsKeyOverItsLastShare(t *testing.T) {
 // half the limit"; then each request is shared, and its next is refused.
 // Within an item it is. In an item's first second, a share of a tenant not
 // yet hot here reads only its own item: it learns nothing, and admits.
+// (Review 16) On a table answering each call in 30 ms, the give-back's
+// share writes, then reads the earlier item: each call waits 50 ms at
+// most, on its own. Had the read timed out, the instance would admit.
 func TestAShareAtAnItemsStartLearnsTheSpanIsPastHalf(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		name  string
-		burst int64 // the burst's second; the share is the next one's
+		burst int64         // the burst's second; the share is the next one's
+		lag   time.Duration // each call's, from the share on
 	}{
-		{"within an item", 9},
-		{"at an item's start", limit.SharedSpan - 1},
+		{"within an item", 9, 0},
+		{"at an item's start", limit.SharedSpan - 1, 0},
+		{"at an item's start, the table answering in 30 ms", limit.SharedSpan - 1, 30 * time.Millisecond},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			clock := testkit.NewClock(start) // an item's first second
-			store := newShared()
+			store := &slowCalls{sharedCounts: newShared()}
 			held, fresh := newLimiter(t, store, clock, limit.Limits{}), newLimiter(t, store, clock, limit.Limits{})
 			setClock(clock, start.Add(time.Duration(c.burst)*time.Second+500*time.Millisecond))
-			burst := 0
-			for {
-				tk, refused := held.Admit(t.Context(), "storm")
-				if refused != nil {
-					break
-				}
-				held.GiveBack(t.Context(), tk, inflightWait)
-				burst++
-			}
+			burst := twinsUntilRefused(t, held, "storm")
 			clock.Advance(600 * time.Millisecond) // the next second
+			store.lag.Store(int64(c.lag))
 			twin := mustAdmit(t.Context(), t, fresh, "storm")
 			fresh.GiveBack(t.Context(), twin, inflightWait) // shared at once
 			clock.Advance(inflightWait)
 			fresh.Done(t.Context(), twin, false)
 			clock.Advance(100 * time.Millisecond)
 			if _, refused := fresh.Admit(t.Context(), "storm"); refused == nil || refused.Limit != "concurrency" {
-				t.Fatalf("a burst of %d twins of %v in second %d; a share of another instance's twin in the next second, then its next request at %v: refusal %+v, want the concurrency's",
-					burst, inflightWait, c.burst, clock.Now().Sub(start), refused)
+				t.Fatalf("a burst of %d twins of %v in second %d; a share of another instance's twin in the next second, the table answering in %v, then its next request at %v: refusal %+v, want the concurrency's",
+					burst, inflightWait, c.burst, c.lag, clock.Now().Sub(start), refused)
 			}
 		})
+	}
+}
+
+// twinsUntilRefused admits tenant's requests on l, each a twin that waits
+// inflightWait, until one is refused. It returns how many were admitted.
+func twinsUntilRefused(t *testing.T, l *limit.Limiter, tenant string) int {
+	t.Helper()
+	n := 0
+	for {
+		tk, refused := l.Admit(t.Context(), tenant)
+		if refused != nil {
+			return n
+		}
+		l.GiveBack(t.Context(), tk, inflightWait)
+		n++
 	}
 }
 
@@ -2850,40 +2855,6 @@ func TestABurstFarUnderHalfTheConcurrencyLeavesItsTenantQuiet(t *testing.T) {
 	}
 	if adds, _ := store.calls(); adds != before {
 		t.Fatalf("21 s of handler time in a span allowing 400 s, then a charge of 10 ms a second for 5 s: %d adds to the shared count, want none", adds-before)
-	}
-}
-
-// TestAGiveBacksReadOfTheEarlierItemHasItsOwnTimeout (review 16): a burst
-// of twins fills a tenant's span in an item's last second. In the next,
-// another instance serves a twin; the table answers each call in 30 ms.
-// The give-back's share writes, then reads the earlier item: each call
-// waits 50 ms at most, on its own. Had the read timed out, the instance
-// would never learn the span is past half, and would admit.
-func TestAGiveBacksReadOfTheEarlierItemHasItsOwnTimeout(t *testing.T) {
-	t.Parallel()
-	clock := testkit.NewClock(start) // an item's first second
-	store := &slowCalls{sharedCounts: newShared()}
-	held, fresh := newLimiter(t, store, clock, limit.Limits{}), newLimiter(t, store, clock, limit.Limits{})
-	setClock(clock, start.Add((limit.SharedSpan-1)*time.Second+500*time.Millisecond))
-	burst := 0
-	for {
-		tk, refused := held.Admit(t.Context(), "storm")
-		if refused != nil {
-			break
-		}
-		held.GiveBack(t.Context(), tk, inflightWait)
-		burst++
-	}
-	clock.Advance(600 * time.Millisecond) // the next item's first second
-	store.lag.Store(int64(30 * time.Millisecond))
-	twin := mustAdmit(t.Context(), t, fresh, "storm")
-	fresh.GiveBack(t.Context(), twin, inflightWait) // shared at once, reading the earlier item
-	clock.Advance(inflightWait)
-	fresh.Done(t.Context(), twin, false)
-	clock.Advance(100 * time.Millisecond)
-	if _, refused := fresh.Admit(t.Context(), "storm"); refused == nil || refused.Limit != "concurrency" {
-		t.Fatalf("a burst of %d twins of %v in an item's last second; another instance's twin shared in the next, the table answering in 30 ms; its next request at %v: refusal %+v, want the concurrency's",
-			burst, inflightWait, clock.Now().Sub(start), refused)
 	}
 }
 
