@@ -675,23 +675,11 @@ func TestCaptureRetriesPastMaxWaitersAnswerAtOnce(t *testing.T) {
 	const retries = 6
 	h, id, first := capturing(t, 100, func(sim string) string { return slowCaptures(t, sim) })
 	time.Sleep(500 * time.Millisecond) // the first capture is at the provider
-	took := make(chan time.Duration, retries)
-	for range retries {
-		go func() {
-			began := time.Now()
-			resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
-			if resp.StatusCode != http.StatusConflict || resp.Headers[httpapi.HeaderRetryAfter] == "" {
-				t.Errorf("a capture retried while the first runs: %d %v %s, want 409 in progress with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
-			}
-			took <- time.Since(began)
-		}()
-	}
-	waited := 0
-	for range retries {
-		if <-took > time.Second {
-			waited++
+	waited := waitingCaptures(t, h, id, retries, func(resp events.APIGatewayV2HTTPResponse) {
+		if resp.StatusCode != http.StatusConflict || resp.Headers[httpapi.HeaderRetryAfter] == "" {
+			t.Errorf("a capture retried while the first runs: %d %v %s, want 409 in progress with Retry-After", resp.StatusCode, resp.Headers, resp.Body)
 		}
-	}
+	})
 	if waited > limit.MaxWaiters {
 		t.Errorf("%d capture retries while the first runs: %d waited, want at most %d", retries, waited, limit.MaxWaiters)
 	}
@@ -745,6 +733,27 @@ func slowUpdates(set string, delay time.Duration) func(*dynamodb.Options) {
 				}), middleware.Before)
 		})
 	}
+}
+
+// waitingCaptures sends retries captures of charge id at once, checks each
+// answer, and returns how many took over a second: those that waited.
+func waitingCaptures(t *testing.T, h *httpapi.Handler, id string, retries int, check func(events.APIGatewayV2HTTPResponse)) int {
+	t.Helper()
+	took := make(chan time.Duration, retries)
+	for range retries {
+		go func() {
+			began := time.Now()
+			check(handle(t, h, testkit.PostMove("acme", id, "capture", "")))
+			took <- time.Since(began)
+		}()
+	}
+	waited := 0
+	for range retries {
+		if <-took > time.Second {
+			waited++
+		}
+	}
+	return waited
 }
 
 // TestCaptureTwinsThatLoseTheMoveDoNotCountAgain (review 11): capture
@@ -1332,23 +1341,11 @@ func TestCaptureRetriesPastTheMovesDeadlineWaitAtMostMaxWaiters(t *testing.T) {
 	}()
 	<-provider.held                 // the first capture is at the provider
 	clock.Advance(31 * time.Second) // the first's attempt is past its deadline
-	took := make(chan time.Duration, retries)
-	for range retries {
-		go func() {
-			began := time.Now()
-			resp := handle(t, h, testkit.PostMove("acme", id, "capture", ""))
-			if resp.StatusCode != http.StatusConflict {
-				t.Errorf("a capture retry, the move not settled: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
-			}
-			took <- time.Since(began)
-		}()
-	}
-	waited := 0
-	for range retries {
-		if <-took > time.Second {
-			waited++
+	waited := waitingCaptures(t, h, id, retries, func(resp events.APIGatewayV2HTTPResponse) {
+		if resp.StatusCode != http.StatusConflict {
+			t.Errorf("a capture retry, the move not settled: %d %s, want 409 in progress", resp.StatusCode, resp.Body)
 		}
-	}
+	})
 	if waited > limit.MaxWaiters {
 		t.Errorf("%d capture retries of one move past its deadline: %d waited for it at once, want at most %d", retries, waited, limit.MaxWaiters)
 	}
